@@ -1,0 +1,57 @@
+//! `kvtier_key`: how C passes keys, and their conversion to [`Key`].
+
+use super::boundary::{Failure, in_slice};
+use crate::key::Key;
+
+/// One key as C passes it: `len` bytes at `data` (1..=64 bytes).
+///
+/// The bytes are borrowed for the duration of the call only; kvtier copies
+/// what it keeps.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_key {
+    /// First byte of the key; may be NULL only if `len` is 0 (which is an error).
+    pub data: *const u8,
+    /// Number of bytes, 1..=64.
+    pub len: usize,
+}
+
+/// Copies `n` C keys at `keys` into `out` (cleared first), checking each.
+///
+/// # Safety
+/// `keys` must be valid for reads of `n` entries, each naming `len` readable bytes.
+pub(crate) unsafe fn read_keys(
+    keys: *const kvtier_key,
+    n: usize,
+    out: &mut Vec<Key>,
+) -> Result<(), Failure> {
+    out.clear();
+    let raw = unsafe { in_slice(keys, n, "keys") }?;
+    out.reserve(raw.len());
+    for (index, k) in raw.iter().enumerate() {
+        out.push(unsafe { read_key(k, index) }?);
+    }
+    Ok(())
+}
+
+/// Copies one C key, naming `index` in the error.
+///
+/// # Safety
+/// `key.data` must be valid for reads of `key.len` bytes.
+pub(crate) unsafe fn read_key(key: &kvtier_key, index: usize) -> Result<Key, Failure> {
+    if key.len == 0 || key.len > crate::key::MAX_KEY_LEN {
+        return Err(Failure::Core(crate::Error::InvalidKey {
+            index,
+            reason: format!("key of {} bytes (keys are 1 to 64 bytes)", key.len),
+        }));
+    }
+    if key.data.is_null() {
+        return Err(Failure::Null("keys[].data"));
+    }
+    let bytes = unsafe { std::slice::from_raw_parts(key.data, key.len) };
+    Ok(Key::at(bytes, index)?)
+}
+
+/// Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
+pub const KVTIER_MAX_KEY_LEN: usize = crate::key::MAX_KEY_LEN;

@@ -1,0 +1,25 @@
+//! The C ABI: every `extern "C"` item of kvtier lives under this module.
+//!
+//! Each file converts and checks arguments, then calls the safe core; no
+//! behaviour is decided here.  Conventions (see `CONVENTIONS.md`): every
+//! fallible export returns `kvtier_status`, runs inside the panic boundary,
+//! NULL-checks every pointer, and documents ownership and thread safety.
+
+#[allow(dead_code)] // helpers used by the handle modules
+pub(crate) mod boundary;
+#[allow(dead_code)]
+pub mod key;
+pub mod status;
+pub mod version;
+
+pub use boundary::kvtier_last_error_message;
+pub use key::kvtier_key;
+pub use status::{kvtier_status, kvtier_status_str};
+pub use version::kvtier_version;
+
+/// Test support: runs `body` inside the same panic boundary every export
+/// uses, so tests can prove that a panic becomes `KVTIER_STATUS_PANIC`.
+#[doc(hidden)]
+pub fn run_in_boundary(body: impl FnOnce() -> Result<(), crate::Error>) -> kvtier_status {
+    boundary::ffi_call!({ body().map_err(boundary::Failure::from) })
+}

@@ -1,0 +1,143 @@
+//! The key type: an opaque byte string of 1..=64 bytes naming one block.
+//!
+//! Keys are stored inline (no heap allocation per key) and compared bytewise.
+//! vLLM uses `block_hash || u32_be(group_index)`; other engines use 8-byte
+//! hashes or hex strings.  kvtier never interprets the bytes.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use crate::error::Error;
+
+/// Longest key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 64;
+
+/// One block's name: 1..=64 opaque bytes, stored inline.
+#[derive(Clone, Copy)]
+pub struct Key {
+    len: u8,
+    bytes: [u8; MAX_KEY_LEN],
+}
+
+impl Key {
+    /// Builds a key from `bytes`; empty or longer than [`MAX_KEY_LEN`] is an error.
+    pub fn new(bytes: &[u8]) -> Result<Key, Error> {
+        Self::at(bytes, 0)
+    }
+
+    /// Like [`Key::new`], naming `index` (the key's position in its batch) in the error.
+    pub fn at(bytes: &[u8], index: usize) -> Result<Key, Error> {
+        if bytes.is_empty() {
+            return Err(Error::InvalidKey {
+                index,
+                reason: "empty key (keys are 1 to 64 bytes)".into(),
+            });
+        }
+        if bytes.len() > MAX_KEY_LEN {
+            return Err(Error::InvalidKey {
+                index,
+                reason: format!("key of {} bytes (keys are 1 to 64 bytes)", bytes.len()),
+            });
+        }
+        let mut key = Key {
+            len: bytes.len() as u8,
+            bytes: [0; MAX_KEY_LEN],
+        };
+        key.bytes[..bytes.len()].copy_from_slice(bytes);
+        Ok(key)
+    }
+
+    /// The key's bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// Number of bytes in the key (1..=64).
+    #[inline]
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Lower-case hex of the key's bytes (two characters per byte).
+    pub fn to_hex(&self) -> String {
+        let mut s = String::with_capacity(self.len() * 2);
+        for b in self.as_bytes() {
+            s.push(char::from(HEX[(b >> 4) as usize]));
+            s.push(char::from(HEX[(b & 15) as usize]));
+        }
+        s
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl PartialEq for Key {
+    #[inline]
+    fn eq(&self, other: &Key) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_one_to_sixty_four_bytes() {
+        assert_eq!(Key::new(&[7]).unwrap().as_bytes(), &[7]);
+        let long = [0xabu8; 64];
+        assert_eq!(Key::new(&long).unwrap().len(), 64);
+    }
+
+    #[test]
+    fn rejects_empty_and_long_keys_naming_the_position() {
+        let e = Key::at(&[], 3).unwrap_err().to_string();
+        assert!(e.contains("position 3") && e.contains("empty"), "{e}");
+        let e = Key::at(&[0u8; 65], 5).unwrap_err().to_string();
+        assert!(e.contains("position 5") && e.contains("65 bytes"), "{e}");
+    }
+
+    #[test]
+    fn compares_bytewise_regardless_of_padding() {
+        let a = Key::new(b"ab").unwrap();
+        let b = Key::new(b"ab\0").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, Key::new(b"ab").unwrap());
+        assert_eq!(a.to_hex(), "6162");
+    }
+}

@@ -1,0 +1,27 @@
+//! kvtier: a multi-tier KV cache for LLM inference engines.
+//!
+//! When a GPU's KV cache is full, blocks of attention keys and values move
+//! to a CPU tier in a shared memory region, and from there to disk or a
+//! network store; when a later request shares a prefix, they come back
+//! instead of being recomputed.  The behaviour follows vLLM's multi-tier KV
+//! offloading (`vllm/v1/kv_offload/tiering`), natively and behind a C ABI.
+//!
+//! Layout: a safe core (the modules below) and a thin C boundary in [`ffi`]
+//! that converts, checks and calls the core.
+//!
+//! - [`key`]: the key type (1..=64 opaque bytes, inline).
+//! - [`region`]: the shared mmap'd region and the slot view tiers use.
+//! - [`tiering`]: the tiering manager and the secondary-tier contract.
+//! - [`request`], [`events`], [`stats`]: shared vocabulary.
+
+pub mod error;
+pub mod events;
+pub mod ffi;
+pub mod key;
+pub mod region;
+pub mod request;
+pub mod stats;
+pub mod tiering;
+
+pub use error::{Error, Result};
+pub use key::{Key, MAX_KEY_LEN};
