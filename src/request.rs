@@ -60,3 +60,73 @@ pub struct RequestInfo {
 
 /// Shared handle to a request's information.
 pub type Request = Arc<RequestInfo>;
+
+/// Maps the id strings callers choose to compact [`RequestId`]s, for the
+/// life of each request.  Ids are never reused within one registry.
+#[derive(Debug, Default)]
+pub struct RequestNames {
+    ids: std::collections::HashMap<String, RequestId>,
+    next: u64,
+}
+
+impl RequestNames {
+    /// Registers `name`; starting a request that is active is an error.
+    pub fn insert(&mut self, name: &str) -> crate::Result<RequestId> {
+        if self.ids.contains_key(name) {
+            return Err(crate::Error::DuplicateRequest(name.to_string()));
+        }
+        let id = RequestId(self.next);
+        self.next += 1;
+        self.ids.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    /// The id of active request `name`.
+    pub fn get(&self, name: &str) -> crate::Result<RequestId> {
+        self.ids
+            .get(name)
+            .copied()
+            .ok_or_else(|| crate::Error::UnknownRequest(name.to_string()))
+    }
+
+    /// Forgets `name`, returning its id.
+    pub fn remove(&mut self, name: &str) -> crate::Result<RequestId> {
+        self.ids
+            .remove(name)
+            .ok_or_else(|| crate::Error::UnknownRequest(name.to_string()))
+    }
+
+    /// Number of active requests.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether no request is active.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_fresh_ids_and_misuse_is_an_error() {
+        let mut names = RequestNames::default();
+        let a = names.insert("a").unwrap();
+        let b = names.insert("b").unwrap();
+        assert_ne!(a, b);
+        assert!(matches!(
+            names.insert("a"),
+            Err(crate::Error::DuplicateRequest(_))
+        ));
+        assert_eq!(names.get("a").unwrap(), a);
+        assert_eq!(names.remove("a").unwrap(), a);
+        assert!(matches!(
+            names.get("a"),
+            Err(crate::Error::UnknownRequest(_))
+        ));
+        assert_ne!(names.insert("a").unwrap(), a, "ids are not reused");
+    }
+}
