@@ -14,7 +14,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 MINOR   := $(word 2,$(subst ., ,$(VERSION)))
 SONAME  := libkvtier.so.0.$(MINOR)
 
-.PHONY: all lib c test test-rust test-c demo header install clean cmake-available
+.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available
 
 all: lib c
 
@@ -49,12 +49,25 @@ demo: all
 header:
 	KVTIER_REGENERATE_HEADER=1 $(CARGO) test --test header
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib
+install: all install-files
+
+# Copies what `make` built into $(PREFIX): headers, libraries, pkg-config
+# and CMake package files.  Builds nothing.
+NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
+CMAKEDIR := $(DESTDIR)$(PREFIX)/lib/cmake/kvtier
+install-files:
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR)
 	install -m 644 include/kvtier.h $(DESTDIR)$(PREFIX)/include/
+	if [ -f include/kvtier.hpp ]; then install -m 644 include/kvtier.hpp $(DESTDIR)$(PREFIX)/include/; fi
 	install -m 755 $(LIBDIR)/libkvtier.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvtier.so
 	install -m 644 $(LIBDIR)/libkvtier.a $(DESTDIR)$(PREFIX)/lib/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@NATIVE_LIBS@|$(NATIVE_LIBS)|' \
+	  packaging/kvtier.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvtier.pc
+	sed -e 's|@SONAME@|$(SONAME)|g' -e 's|@NATIVE_LIBS_CMAKE@|$(subst -l,,$(subst $(eval) ,;,$(NATIVE_LIBS)))|' \
+	  packaging/kvtierConfig.cmake.in > $(CMAKEDIR)/kvtierConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@MAJOR@|$(word 1,$(subst ., ,$(VERSION)))|' \
+	  packaging/kvtierConfigVersion.cmake.in > $(CMAKEDIR)/kvtierConfigVersion.cmake
 
 clean:
 	$(CARGO) clean
