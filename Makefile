@@ -14,7 +14,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 MINOR   := $(word 2,$(subst ., ,$(VERSION)))
 SONAME  := libkvtier.so.0.$(MINOR)
 
-.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available
+.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps
 
 all: lib c
 
@@ -37,8 +37,12 @@ c: lib cmake-available
 
 test: all test-rust test-c
 
-test-rust:
+test-rust: test-deps
 	$(CARGO) test
+
+# Tools the tests use beyond the toolchain: the reference Prometheus parser.
+test-deps:
+	@python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus-client
 
 test-c: c
 	ctest --test-dir $(BUILD) --output-on-failure

@@ -110,6 +110,16 @@ typedef enum {
 } kvtier_status;
 
 /**
+ * Receives one log record.  `level` is a `kvtier_log_level` value;
+ * `target` names the kvtier module that logged and `message` is the text,
+ * both NUL-terminated and borrowed for the duration of the call only.
+ */
+typedef void (*kvtier_log_fn)(void *user_data,
+                              int32_t level,
+                              const char *target,
+                              const char *message);
+
+/**
  * One key as C passes it: `len` bytes at `data` (1..=64 bytes).
  *
  * The bytes are borrowed for the duration of the call only; kvtier copies
@@ -140,6 +150,29 @@ extern "C" {
  * has its own message, so this is safe to call from any thread.
  */
 const char *kvtier_last_error_message(void);
+
+/**
+ * Installs `callback` to receive kvtier's log records at `max_level` or
+ * more severe, replacing any previous callback; a NULL `callback` (or
+ * `max_level` `KVTIER_LOG_LEVEL_OFF`) removes it.  Without a callback
+ * kvtier prints nothing.
+ *
+ * `max_level` must be a `kvtier_log_level` value.  `user_data` is passed
+ * back to every call; kvtier never frees it; it must stay valid until the
+ * callback is replaced or removed.  Strings passed to the callback live
+ * for that call only.
+ *
+ * The callback may be called from any thread that does kvtier work
+ * (the scheduler thread, tiers' I/O threads), concurrently; it must be
+ * thread-safe, must not call kvtier, and must not unwind (C++: noexcept).
+ * This setting is process-wide.  Fails with `KVTIER_STATUS_UNSUPPORTED`
+ * if the process already has a Rust `log` logger.
+ *
+ * # Safety
+ * `callback`, if not NULL, must be a valid function pointer that stays
+ * valid, with `user_data`, until it is replaced or removed.
+ */
+kvtier_status kvtier_set_log_callback(kvtier_log_fn callback, void *user_data, int32_t max_level);
 
 /**
  * Returns the name of `status` as a static NUL-terminated string, for

@@ -13,11 +13,14 @@
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
+//! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
 
 pub mod error;
 pub mod events;
 pub mod ffi;
 pub mod key;
+pub mod logging;
+pub mod metrics;
 pub mod region;
 pub mod request;
 pub mod stats;

@@ -1,0 +1,149 @@
+//! Prometheus text exposition of every tier's statistics.
+//!
+//! Names follow Prometheus conventions: a `kvtier_` prefix, snake case,
+//! counters ending in `_total`, and a `tier` label naming the tier, so one
+//! family holds the same statistic of every tier.
+
+use std::fmt::Write;
+
+use crate::stats::{Stat, StatKind};
+
+/// One tier's statistics and the label value that names it.
+#[derive(Debug, Clone, Copy)]
+pub struct TierStats<'a> {
+    /// The `tier` label value ("primary", "fs", ...).
+    pub tier: &'a str,
+    /// The tier's statistics.
+    pub stats: &'a [Stat],
+}
+
+/// Renders `groups` in the Prometheus text format (version 0.0.4): one
+/// `# TYPE` line per family, then one sample per tier, families in the
+/// order they first appear.  A name used as a counter by one tier and a
+/// gauge by another is emitted under two families (`_total` and plain).
+pub fn prometheus_text(groups: &[TierStats<'_>]) -> String {
+    let mut families: Vec<(String, StatKind)> = Vec::new();
+    for group in groups {
+        for stat in group.stats {
+            let name = family_name(&stat.name, stat.kind);
+            if !families.iter().any(|(n, _)| *n == name) {
+                families.push((name, stat.kind));
+            }
+        }
+    }
+    let mut out = String::new();
+    for (family, kind) in &families {
+        let type_name = match kind {
+            StatKind::Counter => "counter",
+            StatKind::Gauge => "gauge",
+        };
+        let _ = writeln!(out, "# TYPE {family} {type_name}");
+        for group in groups {
+            for stat in group.stats {
+                if family_name(&stat.name, stat.kind) == *family {
+                    let _ = writeln!(
+                        out,
+                        "{family}{{tier=\"{}\"}} {}",
+                        escape_label(group.tier),
+                        format_value(stat.value)
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `kvtier_<name>` with characters outside `[a-zA-Z0-9_]` replaced by `_`,
+/// and `_total` appended to counters that lack it.
+fn family_name(name: &str, kind: StatKind) -> String {
+    let mut family = String::with_capacity(name.len() + 13);
+    family.push_str("kvtier_");
+    for c in name.chars() {
+        family.push(if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        });
+    }
+    if kind == StatKind::Counter && !family.ends_with("_total") {
+        family.push_str("_total");
+    }
+    family
+}
+
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_group_tiers_and_follow_conventions() {
+        let primary = [Stat::counter("evictions", 5), Stat::gauge("usage", 0.5)];
+        let fs = [
+            Stat::counter("evictions", 2),
+            Stat::gauge("bytes_used", 4096.0),
+        ];
+        let text = prometheus_text(&[
+            TierStats {
+                tier: "primary",
+                stats: &primary,
+            },
+            TierStats {
+                tier: "fs \"a\"",
+                stats: &fs,
+            },
+        ]);
+        let expected = "# TYPE kvtier_evictions_total counter\n\
+kvtier_evictions_total{tier=\"primary\"} 5\n\
+kvtier_evictions_total{tier=\"fs \\\"a\\\"\"} 2\n\
+# TYPE kvtier_usage gauge\n\
+kvtier_usage{tier=\"primary\"} 0.5\n\
+# TYPE kvtier_bytes_used gauge\n\
+kvtier_bytes_used{tier=\"fs \\\"a\\\"\"} 4096\n";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn names_are_sanitized_and_special_values_spelled() {
+        let s = [
+            Stat::gauge("read-latency.ms", f64::NAN),
+            Stat::gauge("x", f64::INFINITY),
+        ];
+        let text = prometheus_text(&[TierStats {
+            tier: "t",
+            stats: &s,
+        }]);
+        assert!(
+            text.contains("kvtier_read_latency_ms{tier=\"t\"} NaN"),
+            "{text}"
+        );
+        assert!(text.contains("kvtier_x{tier=\"t\"} +Inf"), "{text}");
+    }
+}
