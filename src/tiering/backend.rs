@@ -11,45 +11,7 @@ use crate::key::Key;
 use crate::request::RequestId;
 use crate::stats::Stat;
 
-// PRE-MERGE: the contract's types, replaced by `pub use crate::primary::...` once merged.
-/// Answer of the primary tier's lookup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrimaryLookup {
-    /// Absent.
-    Miss,
-    /// Write pending.
-    HitPending,
-    /// Ready.
-    Hit,
-}
-/// A store plan.
-#[derive(Default, Debug)]
-pub struct StorePlan {
-    /// Keys to store, in call order.
-    pub to_store: Vec<Key>,
-    /// Their slots.
-    pub slots: Vec<u32>,
-    /// Keys evicted, in eviction order.
-    pub evicted: Vec<Key>,
-}
-/// Planned or refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreOutcome {
-    /// Planned.
-    Planned,
-    /// Refused.
-    Refused,
-}
-/// What complete_store did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompleteStoreReport {
-    /// Became ready.
-    pub ready: usize,
-    /// Dropped.
-    pub dropped: usize,
-    /// Ignored.
-    pub ignored: usize,
-}
+pub use crate::primary::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
 
 /// The operations of a primary tier that the tiering manager calls.
 ///
@@ -94,4 +56,59 @@ pub trait PrimaryBackend: Send {
     fn take_events(&mut self, out: &mut Vec<Event>);
     /// The tier's statistics, as named values.
     fn stat_list(&self) -> Vec<Stat>;
+}
+
+impl PrimaryBackend for crate::primary::PrimaryTier {
+    fn capacity(&self) -> u32 {
+        crate::primary::PrimaryTier::capacity(self)
+    }
+    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::begin_request(self, req)
+    }
+    fn lookup(&self, key: &Key) -> PrimaryLookup {
+        crate::primary::PrimaryTier::lookup(self, key)
+    }
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
+    }
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::touch(self, req, keys)
+    }
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::complete_load(self, req, keys)
+    }
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        crate::primary::PrimaryTier::prepare_store(self, req, keys, plan)
+    }
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        crate::primary::PrimaryTier::complete_store(self, keys, success)
+    }
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
+    }
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::unpin_for_transfer(self, keys)
+    }
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::on_request_finished(self, req)
+    }
+    fn reset(&mut self) {
+        crate::primary::PrimaryTier::reset(self)
+    }
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        crate::primary::PrimaryTier::take_events(self, out)
+    }
+    fn stat_list(&self) -> Vec<Stat> {
+        crate::primary::PrimaryTier::stat_list(self)
+    }
 }

@@ -1399,3 +1399,10 @@ impl State {
         })
     }
 }
+
+impl Manager {
+    /// A manager over the CPU primary tier `primary`, with no secondary tier yet.
+    pub fn new(primary: crate::primary::PrimaryTier, opts: ManagerOptions) -> Manager {
+        Manager::with_backend(Box::new(primary), opts)
+    }
+}
