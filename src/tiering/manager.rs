@@ -946,6 +946,13 @@ impl Manager {
         Ok(())
     }
 
+    /// Removes and returns the oldest message of the error log.
+    pub fn pop_error(&self) -> Result<Option<String>> {
+        let mut s = self.enter("pop_error")?;
+        s.gather_errors();
+        Ok(s.errors.pop_front())
+    }
+
     /// Name of tier `index` (0 is "primary").
     pub fn tier_name(&self, index: usize) -> Result<Arc<str>> {
         let s = self.enter("tier_name")?;
