@@ -11,20 +11,23 @@ use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::tier::*;
 
+/// One job as the C tier recorded it: id, direction, keys, slots, request id, params, user data.
+type SeenJob = (
+    u64,
+    i32,
+    Vec<Vec<u8>>,
+    Vec<u32>,
+    String,
+    Vec<(String, String)>,
+    usize,
+);
+
 /// The C tier's state behind `user_data`.
 #[derive(Default)]
 struct Mem {
     stored: HashSet<Vec<u8>>,
     finished: Vec<kvtier_job_result>,
-    jobs: Vec<(
-        u64,
-        i32,
-        Vec<Vec<u8>>,
-        Vec<u32>,
-        String,
-        Vec<(String, String)>,
-        usize,
-    )>,
+    jobs: Vec<SeenJob>,
     finished_requests: Vec<String>,
     hold: bool,
     held: Vec<(u64, i32, Vec<Vec<u8>>)>,
@@ -764,7 +767,7 @@ fn failed_shutdown_is_reported_and_every_tier_tried() {
         fail_shutdown: true,
         ..Default::default()
     }));
-    let v2 = vtable(Box::new(Mem::default()));
+    let v2 = vtable(Box::default());
     assert_eq!(
         unsafe { kvtier_manager_add_tier(m, &v1, null(), &mut idx) },
         S::Ok
