@@ -363,8 +363,14 @@ impl PrimaryTier {
         self.slots.find(key, self.slots.hash(key))
     }
 
+    /// The reference count of resident `key` (-1 write pending, 0 idle,
+    /// n > 0 pinned n times), or `None` if absent; changes nothing.
+    pub fn ref_count(&self, key: &Key) -> Option<i32> {
+        self.slot_of(key).map(|s| self.slots.refs[s as usize])
+    }
+
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
-    /// into `slots_out` (cleared first).  Returns whether every key was ready.
+    /// into `slots_out` (cleared first); nothing changes on error.
     fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         slots_out.clear();
         for (i, key) in keys.iter().enumerate() {
