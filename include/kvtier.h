@@ -18,6 +18,12 @@
 
 
 /**
+ * Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
+ * A literal, so that cbindgen emits it into the header.
+ */
+#define KVTIER_MAX_KEY_LEN 64
+
+/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
