@@ -141,6 +141,20 @@ impl StorePlan {
         self.slots.clear();
         self.evicted.clear();
     }
+
+    /// Writes into `out` (cleared first) the position in `keys` (the batch
+    /// given to `prepare_store`) of each key to store: its first occurrence.
+    pub fn positions_in(&self, keys: &[Key], out: &mut Vec<usize>) {
+        out.clear();
+        let mut i = 0;
+        for key in &self.to_store {
+            while i < keys.len() && keys[i] != *key {
+                i += 1;
+            }
+            out.push(i);
+            i += 1;
+        }
+    }
 }
 
 /// Whether `prepare_store` planned the store or refused it.
