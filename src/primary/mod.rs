@@ -894,7 +894,11 @@ impl PrimaryTier {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let cap = self.config.capacity as usize;
         let mut seen = vec![0u8; cap];
-        for &f in &self.slots.free {
+        let free = self.slots.free_slots();
+        if free.len() != self.slots.free_len as usize {
+            return Err("free stack length differs from its count".into());
+        }
+        for &f in &free {
             let f = f as usize;
             if f >= self.slots.fresh as usize {
                 return Err(format!("free slot {f} was never allocated"));
