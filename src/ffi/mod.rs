@@ -9,6 +9,7 @@
 pub(crate) mod boundary;
 #[allow(dead_code)]
 pub mod key;
+pub mod region;
 pub mod status;
 pub mod version;
 
