@@ -288,7 +288,10 @@ fn touch(addr: usize, len: usize, page: usize) {
     while p < addr + len {
         // SAFETY: `p` is a page inside a live, writable mapping; an atomic
         // add of zero faults it in writable and keeps whatever a peer wrote.
-        unsafe { AtomicU8::from_ptr(p as *mut u8) }.fetch_add(0, Ordering::Relaxed);
+        // The zero is hidden from the optimizer, which would otherwise turn
+        // the idempotent add into a plain load (a read fault, or nothing).
+        unsafe { AtomicU8::from_ptr(p as *mut u8) }
+            .fetch_add(std::hint::black_box(0), Ordering::Relaxed);
         p += page;
     }
 }
