@@ -540,7 +540,13 @@ fn open_files(o: &RegionOptions, g: &Geometry, paths: &[PathBuf]) -> Result<Open
         if o.open != OpenMode::Join {
             match create_new(p0, o.mode) {
                 Ok(f) => {
-                    sys::lock_shared(&f, p0, lock_deadline)?;
+                    if let Err(e) = sys::lock_shared(&f, p0, lock_deadline) {
+                        // Leave nothing behind: remove the file just created.
+                        if let Ok((id, _)) = sys::file_id(&f, p0) {
+                            let _ = sys::unlink_if(p0, id);
+                        }
+                        return Err(e);
+                    }
                     if !sys::still_named(&f, p0)? {
                         continue; // a stale-file check removed it: start over
                     }
