@@ -776,6 +776,12 @@ fn main() {
             many_racing_processes_agree_on_one_creator,
         ),
     ];
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
