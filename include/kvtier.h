@@ -1442,6 +1442,22 @@ kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
 kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
 
 /**
+ * Ties `region`'s mapping to `manager`: the manager keeps a view of the
+ * region's slots until it shuts down successfully, and for good if a
+ * secondary tier fails to shut down (that tier may still write into the
+ * slots, so the address range must never be reused).
+ *
+ * `region` stays owned by the caller, who may free it at any time; the
+ * mapping itself lives on while the manager (or any tier) holds a view.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` and `region` must be live handles (or NULL, which is an error).
+ */
+kvtier_status kvtier_manager_attach_region(const kvtier_manager *manager,
+                                           const kvtier_region *region);
+
+/**
  * Returns the default options: capacity 1024, `"lru"`, no admission
  * threshold (table size 64000), events off.
  *

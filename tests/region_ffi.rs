@@ -302,3 +302,42 @@ fn barrier_runs_once_then_names_are_removed() {
         "a failed barrier leaves nothing behind"
     );
 }
+
+#[test]
+fn a_manager_keeps_an_attached_region_mapped_after_the_region_handle_is_freed() {
+    use kvtier::ffi::manager::*;
+    let name = unique("attach");
+    let region = new(&options(&name, 4, PAGE)).expect("region");
+    let mut slot: *mut c_void = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_region_slot_address(region, 3, &mut slot) },
+        S::Ok
+    );
+
+    let mut m: *mut kvtier_manager = ptr::null_mut();
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 4;
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_attach_region(m, ptr::null()) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_attach_region(ptr::null(), region) },
+        S::NullArgument
+    );
+    assert_eq!(unsafe { kvtier_manager_attach_region(m, region) }, S::Ok);
+
+    unsafe { kvtier_region_free(region) };
+    // The manager's view keeps the mapping: writing and reading slot 3 works
+    // (an unmapped address would fault here).
+    let bytes = unsafe { std::slice::from_raw_parts_mut(slot.cast::<u8>(), PAGE) };
+    bytes.fill(0x5a);
+    assert!(bytes.iter().all(|b| *b == 0x5a));
+    assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Ok);
+    unsafe { kvtier_manager_free(m) };
+    assert!(
+        !path_of(&name).exists(),
+        "the creator's free removed the name"
+    );
+}

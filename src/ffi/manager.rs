@@ -931,3 +931,26 @@ pub(crate) fn add_rust_tier(
     let m = unsafe { enter::<kvtier_manager>(manager) }?;
     Ok(m.add_tier_with(tier, opts)?)
 }
+
+/// Ties `region`'s mapping to `manager`: the manager keeps a view of the
+/// region's slots until it shuts down successfully, and for good if a
+/// secondary tier fails to shut down (that tier may still write into the
+/// slots, so the address range must never be reused).
+///
+/// `region` stays owned by the caller, who may free it at any time; the
+/// mapping itself lives on while the manager (or any tier) holds a view.
+/// Internally synchronized.
+///
+/// # Safety
+/// `manager` and `region` must be live handles (or NULL, which is an error).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_attach_region(
+    manager: *const kvtier_manager,
+    region: *const super::region::kvtier_region,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let r = unsafe { enter::<super::region::kvtier_region>(region) }?;
+        Ok(m.attach_region(Box::new(r.slots()))?)
+    })
+}
