@@ -26,7 +26,9 @@ pub(crate) struct PolicyStats {
 pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// `slot` (key hash `h`) became resident, write pending; calls come in
     /// batch order, so the last key of a batch ends up most recent.
-    fn insert(&mut self, slots: &Slots, slot: u32, h: u64);
+    /// `maybe_ghost` is false when the key is known not to be a ghost (it
+    /// saves ARC a lookup).
+    fn insert(&mut self, slots: &Slots, slot: u32, h: u64, maybe_ghost: bool);
 
     /// `slot` left without eviction (a failed store): no history is kept.
     fn remove(&mut self, slot: u32);
