@@ -699,12 +699,13 @@ impl PrimaryTier {
 
             // 6. Record the request's accesses in call order (first
             //    occurrences of stored keys; every ready key found).
-            let record = self.requests.get_mut(&req).expect("checked above");
-            for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
-                match kind {
-                    FOUND_READY => record.accesses.push((*key, true)),
-                    STORED | STORED_GHOST => record.accesses.push((*key, false)),
-                    _ => {}
+            if let Some(record) = self.requests.get_mut(&req) {
+                for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
+                    match kind {
+                        FOUND_READY => record.accesses.push((*key, true)),
+                        STORED | STORED_GHOST => record.accesses.push((*key, false)),
+                        _ => {}
+                    }
                 }
             }
         }
