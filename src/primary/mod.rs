@@ -13,8 +13,8 @@
 //! victims that the policy passes over (never a scan of the cache); a
 //! refusal for lack of idle keys is decided from counts, without looking at
 //! the lists.  Per-slot state lives in arrays indexed by slot id
-//! ([`slots`]); policies ([`policy::Policy`]: [`lru`], [`arc`]) keep
-//! intrusive lists over slot ids.  Per-request access records reuse their
+//! (`slots.rs`); policies (the `Policy` trait in `policy.rs`, implemented
+//! by `lru.rs` and `arc.rs`) keep intrusive lists over slot ids.  Per-request access records reuse their
 //! buffers, so the hot path allocates nothing per key.
 
 mod admission;
