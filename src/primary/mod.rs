@@ -9,10 +9,12 @@
 //! exactly the shortfall from idle keys, never a key named in the same call.
 //!
 //! Cost: every operation is O(1) per key (amortized); eviction of k keys is
-//! O(k + s), s the pinned, write-pending or call-named keys passed over (no
-//! scan of the cache).  Per-slot state lives in arrays indexed by slot id
-//! ([`slots`]); policies ([`policy::Policy`]: [`lru`], [`arc`]) keep
-//! intrusive lists over slot ids.  Per-request access records reuse their
+//! O(k + s), s the pinned, write-pending or call-named keys older than the
+//! victims that the policy passes over (never a scan of the cache); a
+//! refusal for lack of idle keys is decided from counts, without looking at
+//! the lists.  Per-slot state lives in arrays indexed by slot id
+//! (`slots.rs`); policies (the `Policy` trait in `policy.rs`, implemented
+//! by `lru.rs` and `arc.rs`) keep intrusive lists over slot ids.  Per-request access records reuse their
 //! buffers, so the hot path allocates nothing per key.
 
 mod admission;
@@ -287,6 +289,10 @@ const ABSENT: u8 = 0;
 const FOUND_READY: u8 = 1;
 const FOUND_PENDING: u8 = 2;
 const STORED: u8 = 3;
+/// Absent but remembered by the policy as a ghost (not stored).
+const GHOST: u8 = 4;
+/// Like `STORED`, and a ghost when the call began.
+const STORED_GHOST: u8 = 5;
 
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
@@ -573,6 +579,7 @@ impl PrimaryTier {
         scratch.clear();
         fresh.clear();
         let use_table = keys.len() > SMALL_BATCH;
+        let mut named_idle = 0u32;
         if use_table {
             self.scratch_dedup.clear();
         }
@@ -580,7 +587,11 @@ impl PrimaryTier {
             let h = self.slots.hash(key);
             match self.slots.find(key, h) {
                 Some(s) => {
-                    self.slots.flags[s as usize] |= NAMED;
+                    let f = &mut self.slots.flags[s as usize];
+                    if *f & NAMED == 0 && self.slots.refs[s as usize] == 0 {
+                        named_idle += 1;
+                    }
+                    *f |= NAMED;
                     let kind = if self.slots.refs[s as usize] == WRITE_PENDING {
                         FOUND_PENDING
                     } else {
@@ -611,8 +622,13 @@ impl PrimaryTier {
         }
 
         // 2. [0.33] ARC store-miss adaptation, once per request and key.
-        for (key, h, _) in &fresh {
-            if self.policy.is_ghost(key, *h) && !self.adapted.contains(&(req, *key)) {
+        //    Ghost keys are noted (kind GHOST) for the insertion below.
+        for (key, h, pos) in &fresh {
+            if !self.policy.is_ghost(key, *h) {
+                continue;
+            }
+            scratch[*pos as usize].1 = GHOST;
+            if !self.adapted.contains(&(req, *key)) {
                 self.policy.adapt_on_offer(key, *h);
                 self.adapted.insert((req, *key));
                 if let Some(r) = self.requests.get_mut(&req) {
@@ -631,7 +647,8 @@ impl PrimaryTier {
             };
             if admitted {
                 plan.to_store.push(*key);
-                scratch[*pos as usize].1 = STORED;
+                let k = &mut scratch[*pos as usize].1;
+                *k = if *k == GHOST { STORED_GHOST } else { STORED };
             } else {
                 self.counters.admission_skips += 1;
             }
@@ -640,7 +657,12 @@ impl PrimaryTier {
         // 4. Evict the shortfall, or refuse.
         let need = plan.to_store.len().saturating_sub(self.slots.free_count());
         let mut victims = std::mem::take(&mut self.scratch_victims);
-        let refused = need > 0 && !self.policy.select_victims(&self.slots, need, &mut victims);
+        // Fewer evictable keys than needed: refuse without looking at the
+        // policy's lists (no scan).  Otherwise enough exist, and the policy
+        // finds them passing over only pinned, pending and named keys.
+        let evictable = (self.idle - named_idle) as usize;
+        let refused = need > 0
+            && (evictable < need || !self.policy.select_victims(&self.slots, need, &mut victims));
         if refused {
             self.counters.refusals += 1;
             plan.clear();
@@ -671,7 +693,7 @@ impl PrimaryTier {
         if !refused {
             // 5. Allocate and insert, in call order (the last key most recent).
             for &(h, kind, _) in &scratch {
-                if kind != STORED {
+                if kind != STORED && kind != STORED_GHOST {
                     continue;
                 }
                 // Enough slots are free now: the shortfall was evicted.
@@ -680,7 +702,8 @@ impl PrimaryTier {
                 };
                 let key = plan.to_store[plan.slots.len()];
                 self.slots.occupy(slot, key, h);
-                self.policy.insert(&self.slots, slot, h);
+                self.policy
+                    .insert(&self.slots, slot, h, kind == STORED_GHOST);
                 plan.slots.push(slot);
             }
             self.write_pending += plan.slots.len() as u32;
@@ -688,12 +711,13 @@ impl PrimaryTier {
 
             // 6. Record the request's accesses in call order (first
             //    occurrences of stored keys; every ready key found).
-            let record = self.requests.get_mut(&req).expect("checked above");
-            for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
-                match kind {
-                    FOUND_READY => record.accesses.push((*key, true)),
-                    STORED => record.accesses.push((*key, false)),
-                    _ => {}
+            if let Some(record) = self.requests.get_mut(&req) {
+                for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
+                    match kind {
+                        FOUND_READY => record.accesses.push((*key, true)),
+                        STORED | STORED_GHOST => record.accesses.push((*key, false)),
+                        _ => {}
+                    }
                 }
             }
         }
