@@ -13,13 +13,17 @@ LIBDIR := $(CURDIR)/target/release
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 MINOR   := $(word 2,$(subst ., ,$(VERSION)))
 SONAME  := libkvtier.so.0.$(MINOR)
+# Cargo features of every build and test: the built-in redis tier (its
+# tests start redis-server, installed by `redis-available` when missing).
+FEATURES ?= redis-tier
+CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header install clean cmake-available
+.PHONY: all lib c test test-rust test-c demo header install clean cmake-available redis-available
 
 all: lib c
 
 lib:
-	$(CARGO) build --release
+	$(CARGO) build --release $(CARGO_FEATURES)
 	ln -sf libkvtier.so $(LIBDIR)/$(SONAME)
 
 cmake-available:
@@ -37,8 +41,17 @@ c: lib cmake-available
 
 test: all test-rust test-c
 
-test-rust:
-	$(CARGO) test
+redis-available:
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "redis-server is missing: installing it with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || exit 1; \
+	  else \
+	    echo "redis-server is missing: install it (Debian: sudo apt-get install -y redis-server); the redis tier tests skip without it"; \
+	  fi; }
+
+test-rust: redis-available
+	$(CARGO) test $(CARGO_FEATURES)
 
 test-c: c
 	ctest --test-dir $(BUILD) --output-on-failure
@@ -47,7 +60,7 @@ demo: all
 	$(BUILD)/bin/hello
 
 header:
-	KVTIER_REGENERATE_HEADER=1 $(CARGO) test --test header
+	KVTIER_REGENERATE_HEADER=1 $(CARGO) test $(CARGO_FEATURES) --test header
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib

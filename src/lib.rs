@@ -13,6 +13,7 @@
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
+//! - [`tiers`]: built-in secondary tiers (`redis` with the `redis-tier` feature).
 
 pub mod error;
 pub mod events;
@@ -22,6 +23,7 @@ pub mod region;
 pub mod request;
 pub mod stats;
 pub mod tiering;
+pub mod tiers;
 
 pub use error::{Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
