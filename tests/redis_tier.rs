@@ -596,8 +596,10 @@ fn misconfiguration_is_an_error_naming_the_problem() {
     );
     // Nothing is reachable here, yet creating a tier does not wait.
     let t0 = Instant::now();
-    let mut c = RedisTierConfig::default();
-    c.nodes = vec!["127.0.0.1:1".into()];
+    let c = RedisTierConfig {
+        nodes: vec!["127.0.0.1:1".into()],
+        ..RedisTierConfig::default()
+    };
     let mut t = RedisTier::new("redis", c, mem.clone()).unwrap();
     let req = Arc::new(RequestInfo::default());
     assert_eq!(t.lookup(&key(1, 1), &req), TierLookup::Retry);

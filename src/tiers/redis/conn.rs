@@ -17,6 +17,7 @@ use ::redis::{
 };
 
 use super::RedisTierConfig;
+use super::resp::{RawConn, RawParams};
 use crate::error::{Error, Result};
 
 /// Why an operation failed, as counted in the tier's stats.
@@ -105,10 +106,45 @@ impl Cause {
     }
 }
 
+/// One reply, borrowed from the connection's buffer.
+#[derive(Debug)]
+pub enum Reply<'a> {
+    /// Nil (an absent key).
+    Nil,
+    /// A status reply (`OK`).
+    Ok,
+    /// An integer.
+    Int(i64),
+    /// A bulk string.
+    Bulk(&'a [u8]),
+    /// An error reply, classified.
+    Error(Cause),
+}
+
+/// A round trip that failed as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Why.
+    pub cause: Cause,
+    /// Whether the connection must be dropped and made again.
+    pub drop_conn: bool,
+}
+
+impl Failure {
+    fn of(err: &RedisError) -> Failure {
+        Failure {
+            cause: Cause::of(err),
+            drop_conn: Cause::breaks_connection(err),
+        }
+    }
+}
+
 /// How to reach the server or cluster; cheap to clone into worker threads.
 #[derive(Clone)]
 pub enum Endpoint {
-    /// One server.
+    /// One server over plain TCP, through the tier's own pipelined reader.
+    Raw(RawParams),
+    /// One server over TLS, through the redis crate.
     Single {
         /// The client (holds the address and credentials; connects nothing by itself).
         client: Client,
@@ -223,6 +259,22 @@ impl Endpoint {
                     infos.len()
                 )));
             }
+            if !config.tls {
+                return Ok(Endpoint::Raw(RawParams {
+                    addr: config.nodes[0].clone(),
+                    username: config.username.clone(),
+                    password: config.password.clone(),
+                    db: config.db,
+                    connect_timeout: config.connect_timeout,
+                    command_timeout: config.command_timeout,
+                }));
+            }
+            if infos.len() != 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "a standalone redis tier takes exactly one node address (got {}); set cluster for several",
+                    infos.len()
+                )));
+            }
             let client = Client::open(infos.into_iter().next().expect("one node"))
                 .map_err(|e| Error::InvalidArgument(format!("redis node: {e}")))?;
             Ok(Endpoint::Single {
@@ -234,8 +286,29 @@ impl Endpoint {
     }
 
     /// Opens a connection (blocking, bounded by the connect timeout).
-    pub fn connect(&self) -> RedisResult<Conn> {
+    pub fn connect(&self) -> Result<Conn, Failure> {
+        if let Endpoint::Raw(p) = self {
+            return Ok(Conn::Raw {
+                conn: RawConn::connect(p)?,
+                buf: Vec::new(),
+            });
+        }
+        self.connect_client().map_err(|e| {
+            let cause = match Cause::of(&e) {
+                // A connect that fails without a reply means the server is down.
+                Cause::ConnectionReset | Cause::Other => Cause::ServerDown,
+                c => c,
+            };
+            Failure {
+                cause,
+                drop_conn: true,
+            }
+        })
+    }
+
+    fn connect_client(&self) -> RedisResult<Conn> {
         match self {
+            Endpoint::Raw(_) => unreachable!("handled by connect"),
             Endpoint::Single {
                 client,
                 connect_timeout,
@@ -386,7 +459,14 @@ fn encode(buf: &mut Vec<u8>, op: &Op<'_>) {
 
 /// An open connection.
 pub enum Conn {
-    /// To one server, with the reused encoding buffer.
+    /// To one server over plain TCP, with the reused encoding buffer.
+    Raw {
+        /// The connection.
+        conn: RawConn,
+        /// Pipeline encoding buffer, reused across round trips.
+        buf: Vec<u8>,
+    },
+    /// To one server over TLS, with the reused encoding buffer.
     Single {
         /// The connection.
         conn: ::redis::Connection,
@@ -398,21 +478,35 @@ pub enum Conn {
 }
 
 impl Conn {
-    /// Sends `ops` as one pipeline and returns one reply per op, in order.
-    /// A reply may be a `Value::ServerError` for that op alone (standalone);
-    /// on a cluster any per-command error fails the whole call.
-    pub fn run(&mut self, ops: &[Op<'_>]) -> RedisResult<Vec<Value>> {
+    /// Sends `ops` as one pipeline and hands each reply, in order, to `f`.
+    /// On a cluster a per-command error fails the whole call; on one server
+    /// it is handed to `f` as [`Reply::Error`].
+    pub fn run(
+        &mut self,
+        ops: &[Op<'_>],
+        f: &mut dyn FnMut(usize, Reply<'_>),
+    ) -> Result<(), Failure> {
         if ops.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        match self {
+        let values = match self {
+            Conn::Raw { conn, buf } => {
+                buf.clear();
+                for op in ops {
+                    encode(buf, op);
+                }
+                let r = conn.round_trip(buf, ops.len(), f);
+                if buf.capacity() > 64 << 20 {
+                    *buf = Vec::new();
+                }
+                return r;
+            }
             Conn::Single { conn, buf } => {
                 buf.clear();
                 for op in ops {
                     encode(buf, op);
                 }
                 let r = conn.req_packed_commands(buf, 0, ops.len());
-                // Do not keep a large buffer around after a big batch.
                 if buf.capacity() > 64 << 20 {
                     *buf = Vec::new();
                 }
@@ -426,30 +520,58 @@ impl Conn {
                 pipe.query::<Vec<Value>>(conn)
             }
         }
+        .map_err(|e| Failure::of(&e))?;
+        if values.len() != ops.len() {
+            return Err(Failure {
+                cause: Cause::Other,
+                drop_conn: true,
+            });
+        }
+        for (i, v) in values.iter().enumerate() {
+            let r = match v {
+                Value::Nil => Reply::Nil,
+                Value::Okay | Value::SimpleString(_) => Reply::Ok,
+                Value::Int(n) => Reply::Int(*n),
+                Value::BulkString(b) => Reply::Bulk(b),
+                Value::ServerError(e) => Reply::Error(Cause::of(&RedisError::from(e.clone()))),
+                _ => Reply::Error(Cause::Other),
+            };
+            f(i, r);
+        }
+        Ok(())
     }
 
     /// `PING`, for probing a server the breaker gave up on.
-    pub fn ping(&mut self) -> RedisResult<()> {
+    pub fn ping(&mut self) -> Result<(), Failure> {
         match self {
-            Conn::Single { conn, .. } => ::redis::cmd("PING").exec(conn),
+            Conn::Raw { conn, .. } => {
+                let mut failed = None;
+                conn.round_trip(b"*1\r\n$4\r\nPING\r\n", 1, &mut |_, r| {
+                    if let Reply::Error(c) = r {
+                        failed = Some(c);
+                    }
+                })?;
+                match failed {
+                    None => Ok(()),
+                    Some(cause) => Err(Failure {
+                        cause,
+                        drop_conn: true,
+                    }),
+                }
+            }
+            Conn::Single { conn, .. } => {
+                ::redis::cmd("PING").exec(conn).map_err(|e| Failure::of(&e))
+            }
             Conn::Cluster(conn) => {
                 if conn.check_connection() {
                     Ok(())
                 } else {
-                    Err(RedisError::from((
-                        ::redis::ErrorKind::Io,
-                        "a cluster node did not answer PING",
-                    )))
+                    Err(Failure {
+                        cause: Cause::ConnectionReset,
+                        drop_conn: true,
+                    })
                 }
             }
         }
-    }
-}
-
-/// The error carried by a per-op `Value::ServerError` reply.
-pub fn reply_error(v: &Value) -> Option<RedisError> {
-    match v {
-        Value::ServerError(e) => Some(RedisError::from(e.clone())),
-        _ => None,
     }
 }

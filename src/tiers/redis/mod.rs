@@ -25,12 +25,13 @@
 
 pub mod conn;
 pub mod header;
+pub mod resp;
 pub mod worker;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -314,11 +315,8 @@ impl RedisTier {
 
     /// Applies every report the workers have sent, without waiting.
     fn collect(&mut self) {
-        loop {
-            match self.done_rx.try_recv() {
-                Ok(d) => self.apply(d),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-            }
+        while let Ok(d) = self.done_rx.try_recv() {
+            self.apply(d);
         }
     }
 
@@ -665,10 +663,9 @@ impl SecondaryTier for RedisTier {
             .iter()
             .enumerate()
             .filter(|(_, k)| {
-                !self
-                    .known
+                self.known
                     .get(*k)
-                    .is_some_and(|e| e.expires.is_none_or(|at| at > now))
+                    .is_none_or(|e| e.expires.is_some_and(|at| at <= now))
             })
             .map(|(i, _)| i)
             .collect();

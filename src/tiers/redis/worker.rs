@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::conn::{Cause, Conn, Endpoint, Op, reply_error};
+use super::conn::{Cause, Conn, Endpoint, Op, Reply};
 use super::header::{self, Corruption};
 use crate::key::Key;
 use crate::region::SlotMemory;
@@ -195,49 +195,38 @@ pub fn key_name(prefix: &[u8], key: &Key) -> Vec<u8> {
 
 fn ensure<'a>(ctx: &WorkerCtx, conn: &'a mut Option<Conn>) -> Result<&'a mut Conn, Cause> {
     if conn.is_none() {
-        *conn = Some(ctx.endpoint.connect().map_err(|e| {
-            let c = Cause::of(&e);
-            // A refused or unreachable connect is a server that is down.
-            if c == Cause::ConnectionReset || c == Cause::Other {
-                Cause::ServerDown
-            } else {
-                c
-            }
-        })?);
+        *conn = Some(ctx.endpoint.connect().map_err(|f| f.cause)?);
     }
     Ok(conn.as_mut().expect("connected above"))
 }
 
+/// One pipelined round trip; a failure that broke the connection drops it
+/// (the next task connects again).
 fn round_trip(
     ctx: &WorkerCtx,
     conn: &mut Option<Conn>,
     ops: &[Op<'_>],
-) -> Result<Vec<::redis::Value>, Cause> {
+    f: &mut dyn FnMut(usize, Reply<'_>),
+) -> Result<(), Cause> {
     let c = ensure(ctx, conn)?;
-    match c.run(ops) {
-        Ok(v) if v.len() == ops.len() => Ok(v),
-        Ok(_) => {
+    c.run(ops, f).map_err(|fail| {
+        if fail.drop_conn {
             *conn = None;
-            Err(Cause::Other)
         }
-        Err(e) => {
-            if Cause::breaks_connection(&e) {
-                *conn = None;
-            }
-            Err(Cause::of(&e))
-        }
-    }
+        fail.cause
+    })
 }
 
 fn execute(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, task: Task) -> Done {
     let open = ctx.shared.breaker_open.load(Ordering::Acquire);
     match task {
-        Task::Probe => Done::Probe(
-            ensure(ctx, conn)
-                .and_then(|c| c.ping().map_err(|e| Cause::of(&e)))
-                .err()
-                .inspect(|_| *conn = None),
-        ),
+        Task::Probe => {
+            let r = ensure(ctx, conn).and_then(|c| c.ping().map_err(|f| f.cause));
+            if r.is_err() {
+                *conn = None;
+            }
+            Done::Probe(r.err())
+        }
         Task::Exists(keys) => {
             if open {
                 return Done::Exists {
@@ -256,17 +245,21 @@ fn execute(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, task: Ta
             while start < keys.len() {
                 let end = (start + ctx.pipeline_ops).min(keys.len());
                 let ops: Vec<Op<'_>> = (start..end).map(|i| Op::Exists(names.get(i))).collect();
-                match round_trip(ctx, conn, &ops) {
-                    Ok(replies) => {
-                        for r in &replies {
-                            present.push(matches!(r, ::redis::Value::Int(n) if *n > 0));
-                        }
+                let r = round_trip(ctx, conn, &ops, &mut |_, r| match r {
+                    Reply::Int(n) => present.push(n > 0),
+                    Reply::Error(c) => {
+                        failure.get_or_insert(c);
                     }
-                    Err(c) => {
-                        failure = Some(c);
-                        present.clear();
-                        break;
+                    _ => {
+                        failure.get_or_insert(Cause::Other);
                     }
+                });
+                if let Err(c) = r {
+                    failure = Some(c);
+                }
+                if failure.is_some() {
+                    present.clear();
+                    break;
                 }
                 start = end;
             }
@@ -339,12 +332,13 @@ fn store(
     let t0 = Instant::now();
     let mut headers: Vec<[u8; header::MAX_LEN]> = Vec::new();
     let mut header_lens: Vec<usize> = Vec::new();
+    let mut payloads: Vec<&[u8]> = Vec::new();
     let mut start = 0;
     while start < positions.len() {
         let n = chunk_len(ctx, positions.len() - start);
         headers.clear();
         header_lens.clear();
-        let mut payloads: Vec<&[u8]> = Vec::with_capacity(n);
+        payloads.clear();
         for (i, &p) in positions[start..start + n].iter().enumerate() {
             // SAFETY: a store job's slots are pinned until the job is
             // reported finished, so nobody writes them while we read.
@@ -370,24 +364,22 @@ fn store(
             })
             .collect();
         d.round_trips += 1;
-        match round_trip(ctx, conn, &ops) {
-            Ok(replies) => {
-                for (i, r) in replies.iter().enumerate() {
-                    if let Some(e) = reply_error(r) {
-                        d.failure.get_or_insert(Cause::of(&e));
-                    } else {
-                        d.done.push(positions[start + i]);
-                        d.bytes += slot_bytes as u64;
-                    }
-                }
-                if d.failure.is_some() {
-                    break;
-                }
+        let mut failure = None;
+        let r = round_trip(ctx, conn, &ops, &mut |i, r| match r {
+            Reply::Error(c) => {
+                failure.get_or_insert(c);
             }
-            Err(c) => {
-                d.failure = Some(c);
-                break;
+            _ => {
+                d.done.push(positions[start + i]);
+                d.bytes += slot_bytes as u64;
             }
+        });
+        if let Err(c) = r {
+            failure = Some(c);
+        }
+        if failure.is_some() {
+            d.failure = failure;
+            break;
         }
         start += n;
     }
@@ -407,19 +399,11 @@ fn load(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, d: &mut Job
         let n = chunk_len(ctx, job.keys.len() - start);
         let ops: Vec<Op<'_>> = (start..start + n).map(|i| Op::Get(names.get(i))).collect();
         d.round_trips += 1;
-        let replies = match round_trip(ctx, conn, &ops) {
-            Ok(r) => r,
-            Err(c) => {
-                d.failure = Some(c);
-                break;
-            }
-        };
-        for (i, r) in replies.into_iter().enumerate() {
+        let r = round_trip(ctx, conn, &ops, &mut |i, r| {
             let p = start + i;
-            let key = &job.keys[p];
             match r {
-                ::redis::Value::Nil => d.missing.push(p),
-                ::redis::Value::BulkString(v) => match header::verify(&v, key, slot_bytes) {
+                Reply::Nil => d.missing.push(p),
+                Reply::Bulk(v) => match header::verify(v, &job.keys[p], slot_bytes) {
                     Ok(payload) => {
                         // SAFETY: a load job's slots are reserved (write
                         // pending) for it until it is reported finished.
@@ -436,13 +420,17 @@ fn load(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, d: &mut Job
                     }
                     Err(why) => d.corrupt.push((p, why)),
                 },
-                other => match reply_error(&other) {
-                    Some(e) => {
-                        d.failure.get_or_insert(Cause::of(&e));
-                    }
-                    None => d.corrupt.push((p, Corruption::NotABlock)),
-                },
+                Reply::Error(c) => {
+                    d.failure.get_or_insert(c);
+                }
+                Reply::Ok | Reply::Int(_) => d.corrupt.push((p, Corruption::NotABlock)),
             }
+        });
+        if let Err(c) = r {
+            d.failure = Some(c);
+        }
+        if d.failure.is_some() {
+            break;
         }
         start += n;
     }
@@ -455,12 +443,13 @@ fn load(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, d: &mut Job
             .iter()
             .map(|&(p, _)| Op::Del(names.get(p)))
             .collect();
-        if let Ok(replies) = round_trip(ctx, conn, &ops) {
-            d.deleted = replies
-                .iter()
-                .filter(|r| matches!(r, ::redis::Value::Int(n) if *n > 0))
-                .count();
-        }
+        let mut deleted = 0;
+        let _ = round_trip(ctx, conn, &ops, &mut |_, r| {
+            if matches!(r, Reply::Int(n) if n > 0) {
+                deleted += 1;
+            }
+        });
+        d.deleted = deleted;
     }
 }
 
