@@ -153,7 +153,7 @@ fn main() {
         mem.write(i as u32, 0, &buf).unwrap();
     }
     // The tier's values carry a header; redis-benchmark gets the same value size.
-    let value_bytes = block + header::FIXED_LEN + 8;
+    let value_bytes = block + header::header_len(&keys[0]);
     let per_job = a.pipeline * 4;
     let mb = (a.blocks * block) as f64 / 1e6;
 

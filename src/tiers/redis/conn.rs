@@ -43,7 +43,7 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in stats order.
-    pub const ALL: [Cause; 8] = [
+    pub(crate) const ALL: [Cause; 8] = [
         Cause::ServerDown,
         Cause::Timeout,
         Cause::ConnectionReset,

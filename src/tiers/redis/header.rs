@@ -24,13 +24,18 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 use crate::key::{Key, MAX_KEY_LEN};
 
 /// Magic bytes that open every value.
-pub const MAGIC: [u8; 8] = *b"KVTRRDS1";
+pub(crate) const MAGIC: [u8; 8] = *b"KVTRRDS1";
 /// Current format version.
-pub const VERSION: u16 = 1;
+pub(crate) const VERSION: u16 = 1;
 /// Bytes of the header before the key.
-pub const FIXED_LEN: usize = 32;
+pub(crate) const FIXED_LEN: usize = 32;
 /// Longest header (a 64-byte key).
-pub const MAX_LEN: usize = FIXED_LEN + MAX_KEY_LEN;
+pub(crate) const MAX_LEN: usize = FIXED_LEN + MAX_KEY_LEN;
+
+/// Bytes of the header for `key` (the value is this plus the slot size).
+pub fn header_len(key: &Key) -> usize {
+    FIXED_LEN + key.len()
+}
 
 /// Why a stored value was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +56,7 @@ pub enum Corruption {
 
 /// Writes the header for `payload` stored under `key` into `out` and
 /// returns its length.
-pub fn encode(key: &Key, payload: &[u8], out: &mut [u8; MAX_LEN]) -> usize {
+pub(crate) fn encode(key: &Key, payload: &[u8], out: &mut [u8; MAX_LEN]) -> usize {
     let k = key.as_bytes();
     out[0..8].copy_from_slice(&MAGIC);
     out[8..10].copy_from_slice(&VERSION.to_le_bytes());
