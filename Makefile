@@ -13,9 +13,10 @@ LIBDIR := $(CURDIR)/target/release
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 MINOR   := $(word 2,$(subst ., ,$(VERSION)))
 SONAME  := libkvtier.so.0.$(MINOR)
-# Cargo features of every build and test: the built-in redis tier (its
-# tests start redis-server, installed by `redis-available` when missing).
-FEATURES ?= redis-tier
+# Cargo features of every build and test: the built-in redis tier and its
+# TLS support (their tests start redis-server and make certificates with
+# openssl, both installed by `redis-available` when missing).
+FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
 .PHONY: all lib c test test-rust test-c demo header install clean cmake-available redis-available
@@ -42,12 +43,12 @@ c: lib cmake-available
 test: all test-rust test-c
 
 redis-available:
-	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || { \
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "redis-server is missing: installing it with apt-get"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) || exit 1; \
+	    echo "redis-server or openssl is missing: installing them with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server openssl >/dev/null) || exit 1; \
 	  else \
-	    echo "redis-server is missing: install it (Debian: sudo apt-get install -y redis-server); the redis tier tests skip without it"; \
+	    echo "redis-server or openssl is missing: install them (Debian: sudo apt-get install -y redis-server openssl); the redis tier tests skip without them"; \
 	  fi; }
 
 test-rust: redis-available

@@ -607,3 +607,37 @@ fn misconfiguration_is_an_error_naming_the_problem() {
     assert!(t0.elapsed() < Duration::from_millis(100));
     t.shutdown().unwrap();
 }
+
+#[cfg(feature = "redis-tls")]
+#[test]
+fn tls_connections_verify_the_server_and_move_blocks() {
+    let server = server_or_skip!(RedisServer::start_tls());
+    let mem = SlotMemory::anonymous(8, SLOT_BYTES).unwrap();
+    let keys: Vec<Key> = (0..4).map(|i| key(14, i)).collect();
+    let mut cfg = config(server.addr(), "tls");
+    cfg.tls = true;
+    cfg.tls_ca_file = Some(server.ca_file());
+    let mut t = RedisTier::new("redis", cfg.clone(), mem.clone()).unwrap();
+    store_all(&mut t, &mem, &keys, 1);
+    t.submit_load(job(2, Direction::Load, keys.clone(), vec![7, 6, 5, 4]));
+    assert!(wait_results(&mut t, 1, Duration::from_secs(10))[0].success);
+    assert!(holds(&mem, 7, &keys[0]) && holds(&mem, 4, &keys[3]));
+    // Without the test CA the server's certificate is not trusted.
+    cfg.tls_ca_file = None;
+    cfg.breaker_failures = 100;
+    let mut u = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    u.submit_load(job(3, Direction::Load, keys.clone(), vec![0, 1, 2, 3]));
+    assert!(!wait_results(&mut u, 1, Duration::from_secs(10))[0].success);
+}
+
+#[cfg(not(feature = "redis-tls"))]
+#[test]
+fn tls_without_the_feature_is_unsupported() {
+    let mem = SlotMemory::anonymous(4, 4096).unwrap();
+    let cfg = RedisTierConfig {
+        tls: true,
+        ..RedisTierConfig::default()
+    };
+    let e = RedisTier::new("redis", cfg, mem).err().unwrap().to_string();
+    assert!(e.contains("redis-tls"), "{e}");
+}

@@ -21,6 +21,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// TLS only (no plain port): readiness is a TCP connect, not PING.
+    tls: bool,
 }
 
 /// Finds an executable on PATH or in the usual Debian places.
@@ -86,16 +88,126 @@ impl RedisServer {
             port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls: false,
         };
         s.spawn(&exe)?;
         Ok(s)
     }
 
+    /// Starts a TLS-only server with a fresh CA and a server certificate
+    /// for 127.0.0.1 (made with the `openssl` tool); the CA's PEM file is
+    /// at [`RedisServer::ca_file`].
+    pub fn start_tls() -> Result<RedisServer, String> {
+        let exe = find_tool("redis-server")
+            .ok_or_else(|| format!("{NOT_INSTALLED} (apt-get install -y redis-server)"))?;
+        let openssl =
+            find_tool("openssl").ok_or_else(|| format!("{NOT_INSTALLED}: openssl is missing"))?;
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("kvtier-redis-tls-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let run = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new(&openssl)
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "openssl {args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=kvtier test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ])?;
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ])?;
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .map_err(|e| e.to_string())?;
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ])?;
+        let d = dir.display().to_string();
+        let mut s = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra: vec![
+                "--tls-cert-file".into(),
+                format!("{d}/server.crt"),
+                "--tls-key-file".into(),
+                format!("{d}/server.key"),
+                "--tls-ca-cert-file".into(),
+                format!("{d}/ca.crt"),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ],
+            tls: true,
+        };
+        s.spawn(&exe)?;
+        Ok(s)
+    }
+
+    /// The CA file of a TLS server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
     fn spawn(&mut self, exe: &Path) -> Result<(), String> {
         let log = self.dir.join("redis.log");
         let mut cmd = Command::new(exe);
+        let (plain, tls) = if self.tls {
+            (0, self.port)
+        } else {
+            (self.port, 0)
+        };
         cmd.arg("--port")
-            .arg(self.port.to_string())
+            .arg(plain.to_string())
+            .arg("--tls-port")
+            .arg(tls.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--daemonize", "no"])
             .arg("--dir")
@@ -112,9 +224,13 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if raw_command(self.port, "PING")
-                .is_some_and(|r| r.contains("PONG") || r.contains("NOAUTH"))
-            {
+            let ready = if self.tls {
+                TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                raw_command(self.port, "PING")
+                    .is_some_and(|r| r.contains("PONG") || r.contains("NOAUTH"))
+            };
+            if ready {
                 return Ok(());
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
@@ -123,8 +239,9 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
         Err(format!(
-            "redis-server on port {} did not answer PING",
+            "redis-server on port {} did not become ready: {log}",
             self.port
         ))
     }

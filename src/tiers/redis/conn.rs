@@ -196,6 +196,51 @@ fn node_info(addr: &str, config: &RedisTierConfig) -> Result<ConnectionInfo> {
     Ok(info.set_redis_settings(redis))
 }
 
+/// The CA bundle to trust instead of the system's, read when the tier is created.
+fn tls_roots(config: &RedisTierConfig) -> Result<Option<Vec<u8>>> {
+    match &config.tls_ca_file {
+        None => Ok(None),
+        Some(path) => std::fs::read(path).map(Some).map_err(|e| {
+            Error::io(
+                format!("reading the redis TLS CA file {}", path.display()),
+                e,
+            )
+        }),
+    }
+}
+
+#[cfg(feature = "redis-tls")]
+fn certificates(roots: &Option<Vec<u8>>) -> ::redis::TlsCertificates {
+    // rustls needs a process-wide crypto provider; ring is the one built in.
+    // Installing fails harmlessly when the process already has one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    ::redis::TlsCertificates {
+        client_tls: None,
+        root_cert: roots.clone(),
+    }
+}
+
+#[cfg(feature = "redis-tls")]
+fn tls_client(info: ConnectionInfo, roots: &Option<Vec<u8>>) -> Result<Client> {
+    Client::build_with_tls(info, certificates(roots))
+        .map_err(|e| Error::InvalidArgument(format!("redis TLS setup: {e}")))
+}
+
+#[cfg(not(feature = "redis-tls"))]
+fn tls_client(_info: ConnectionInfo, _roots: &Option<Vec<u8>>) -> Result<Client> {
+    tls_addr("", 0).map(|_| unreachable!("tls_addr fails without the feature"))
+}
+
+#[cfg(feature = "redis-tls")]
+fn tls_cluster(b: ClusterClientBuilder, roots: &Option<Vec<u8>>) -> Result<ClusterClientBuilder> {
+    Ok(b.tls(::redis::TlsMode::Secure).certs(certificates(roots)))
+}
+
+#[cfg(not(feature = "redis-tls"))]
+fn tls_cluster(_b: ClusterClientBuilder, _roots: &Option<Vec<u8>>) -> Result<ClusterClientBuilder> {
+    tls_addr("", 0).map(|_| unreachable!("tls_addr fails without the feature"))
+}
+
 #[cfg(feature = "redis-tls")]
 fn tls_addr(host: &str, port: u16) -> Result<ConnectionAddr> {
     Ok(ConnectionAddr::TcpTls {
@@ -245,6 +290,9 @@ impl Endpoint {
             if let Some(password) = &config.password {
                 b = b.password(password);
             }
+            if config.tls {
+                b = tls_cluster(b, &tls_roots(config)?)?;
+            }
             let client = b
                 .build()
                 .map_err(|e| Error::InvalidArgument(format!("redis cluster nodes: {e}")))?;
@@ -269,14 +317,8 @@ impl Endpoint {
                     command_timeout: config.command_timeout,
                 }));
             }
-            if infos.len() != 1 {
-                return Err(Error::InvalidArgument(format!(
-                    "a standalone redis tier takes exactly one node address (got {}); set cluster for several",
-                    infos.len()
-                )));
-            }
-            let client = Client::open(infos.into_iter().next().expect("one node"))
-                .map_err(|e| Error::InvalidArgument(format!("redis node: {e}")))?;
+            let info = infos.into_iter().next().expect("one node");
+            let client = tls_client(info, &tls_roots(config)?)?;
             Ok(Endpoint::Single {
                 client,
                 connect_timeout: config.connect_timeout,

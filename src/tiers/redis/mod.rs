@@ -71,6 +71,8 @@ pub struct RedisTierConfig {
     pub db: i64,
     /// TLS to the server (needs the `redis-tls` cargo feature).
     pub tls: bool,
+    /// PEM file of the CA(s) to trust for TLS instead of the system's.
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Expiry of every stored block; `None` keeps blocks until Redis evicts them.
     pub ttl: Option<Duration>,
     /// Bound on opening one connection.
@@ -101,6 +103,7 @@ impl Default for RedisTierConfig {
             password: None,
             db: 0,
             tls: false,
+            tls_ca_file: None,
             ttl: None,
             connect_timeout: Duration::from_millis(1000),
             command_timeout: Duration::from_millis(2000),
