@@ -6,7 +6,9 @@
 //!   bytes`; the header ([`header`]) binds the value to its key and carries
 //!   checksums, verified on every load.  A value that fails verification is
 //!   never copied into a slot: the load reports the keys that did arrive
-//!   (partial promotion), and the bad value is counted and deleted.
+//!   (partial promotion), and the bad value is counted and deleted.  A
+//!   sound block of another size (another layout in the same namespace) is
+//!   counted and not served, but left in place.
 //! - Stores and loads run on the tier's own worker threads, one connection
 //!   each (so the connection count is bounded), pipelined: many blocks per
 //!   round trip, bounded in bytes and commands.
@@ -191,6 +193,7 @@ struct Counters {
     bytes_loaded: u64,
     blocks_missing: u64,
     blocks_corrupt: u64,
+    blocks_wrong_size: u64,
     corrupt_deleted: u64,
     round_trips: u64,
     failures: [u64; Cause::ALL.len()],
@@ -478,6 +481,10 @@ impl RedisTier {
                 for &(p, _) in &d.corrupt {
                     self.forget(&job.keys[p]);
                 }
+                for &p in &d.mismatched {
+                    self.forget(&job.keys[p]);
+                }
+                self.counters.blocks_wrong_size += d.mismatched.len() as u64;
                 self.counters.blocks_missing += d.missing.len() as u64;
                 self.counters.blocks_corrupt += d.corrupt.len() as u64;
                 self.counters.corrupt_deleted += d.deleted as u64;
@@ -755,6 +762,7 @@ impl SecondaryTier for RedisTier {
             Stat::counter("bytes_loaded", c.bytes_loaded),
             Stat::counter("blocks_missing", c.blocks_missing),
             Stat::counter("blocks_corrupt", c.blocks_corrupt),
+            Stat::counter("blocks_wrong_size", c.blocks_wrong_size),
             Stat::counter("corrupt_deleted", c.corrupt_deleted),
             Stat::counter("round_trips", c.round_trips),
             Stat::counter("breaker_opens", c.breaker_opens),

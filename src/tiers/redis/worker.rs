@@ -58,6 +58,9 @@ pub struct JobDone {
     pub done: Vec<usize>,
     /// Positions of keys a load found absent.
     pub missing: Vec<usize>,
+    /// Positions of keys whose value is a sound block of another size (a
+    /// different layout sharing the namespace): not served, not deleted.
+    pub mismatched: Vec<usize>,
     /// Positions of keys a load found corrupt, and why.
     pub corrupt: Vec<(usize, Corruption)>,
     /// How many corrupt values were deleted.
@@ -299,6 +302,7 @@ impl JobDone {
             failure: None,
             done: Vec::new(),
             missing: Vec::new(),
+            mismatched: Vec::new(),
             corrupt: Vec::new(),
             deleted: 0,
             bytes: 0,
@@ -418,6 +422,7 @@ fn load(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, d: &mut Job
                             }
                         }
                     }
+                    Err(Corruption::WrongSize) => d.mismatched.push(p),
                     Err(why) => d.corrupt.push((p, why)),
                 },
                 Reply::Error(c) => {
