@@ -11,6 +11,7 @@ pub(crate) mod boundary;
 pub mod key;
 pub mod manager;
 pub mod primary;
+pub mod redis;
 pub mod region;
 pub mod status;
 pub mod tier;
