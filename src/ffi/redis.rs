@@ -123,6 +123,9 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
     tier_index_out: *mut usize,
 ) -> kvtier_status {
     ffi_call!({
+        if manager.is_null() {
+            return Err(Failure::Null("manager"));
+        }
         let region = unsafe { enter::<kvtier_region>(region) }?;
         let index_out = unsafe { out_ref(tier_index_out, "tier_index_out") }?;
         let o = unsafe { options.as_ref() }
@@ -134,7 +137,16 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
         let username = unsafe { opt_str(o.username, "options->username") }?;
         let password = unsafe { opt_str(o.password, "options->password") }?;
         let ca = unsafe { opt_str(o.tls_ca_file, "options->tls_ca_file") }?;
-        let tier = build(name, &o, nodes, namespace, username, password, ca, region.slots())?;
+        let tier = build(
+            name,
+            &o,
+            nodes,
+            namespace,
+            username,
+            password,
+            ca,
+            region.slots(),
+        )?;
         *index_out = super::manager::add_rust_tier(manager, tier, Default::default())?;
         Ok(())
     })
