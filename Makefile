@@ -54,7 +54,7 @@ redis-available:
 test-rust: redis-available
 	$(CARGO) test $(CARGO_FEATURES)
 
-test-c: c
+test-c: c redis-available
 	ctest --test-dir $(BUILD) --output-on-failure
 
 demo: all
