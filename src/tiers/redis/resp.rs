@@ -15,6 +15,10 @@ use std::time::Duration;
 
 use super::conn::{Cause, Failure, Reply};
 
+/// Size of a fresh read buffer: room for a pipeline of 16 blocks of 64 KiB
+/// with their headers, so replies rarely have to be moved.
+const INITIAL_BUFFER: usize = 2 << 20;
+
 /// Where and how to connect.
 #[derive(Clone, Debug)]
 pub struct RawParams {
@@ -96,7 +100,7 @@ impl RawConn {
         setup(&sock).map_err(|e| broken(io_cause(&e)))?;
         let mut c = RawConn {
             sock,
-            buf: vec![0; 256 << 10],
+            buf: vec![0; INITIAL_BUFFER],
             start: 0,
             end: 0,
         };
@@ -145,8 +149,10 @@ impl RawConn {
             self.reply(i, f)?;
         }
         // A very large reply grew the buffer: do not keep it.
-        if self.buf.len() > 64 << 20 {
-            self.buf = vec![0; 256 << 10];
+        if self.buf.len() > 64 << 20 && self.start == self.end {
+            self.buf = vec![0; INITIAL_BUFFER];
+            self.start = 0;
+            self.end = 0;
         }
         Ok(())
     }
@@ -155,6 +161,12 @@ impl RawConn {
     fn fill(&mut self, n: usize) -> Result<(), Failure> {
         if self.end - self.start >= n {
             return Ok(());
+        }
+        if self.start == self.end {
+            // Everything read was consumed: start over at the front, so a
+            // round trip's replies usually fit without moving any bytes.
+            self.start = 0;
+            self.end = 0;
         }
         if self.start + n > self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);
