@@ -9,7 +9,7 @@
 //! from the socket buffer into its slot.  Cluster and TLS connections keep
 //! using the redis crate.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -145,6 +145,35 @@ impl RawConn {
         self.sock
             .write_all(packed)
             .map_err(|e| broken(io_cause(&e)))?;
+        self.replies(count, f)
+    }
+
+    /// Like [`RawConn::round_trip`], with the commands given as pieces
+    /// (`writev`), so block payloads go from their slots to the socket
+    /// without being copied into a buffer first.
+    pub fn round_trip_parts(
+        &mut self,
+        parts: &mut [IoSlice<'_>],
+        count: usize,
+        f: &mut dyn FnMut(usize, Reply<'_>),
+    ) -> Result<(), Failure> {
+        let mut bufs = parts;
+        while !bufs.is_empty() {
+            match self.sock.write_vectored(bufs) {
+                Ok(0) => return Err(broken(Cause::ConnectionReset)),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(broken(io_cause(&e))),
+            }
+        }
+        self.replies(count, f)
+    }
+
+    fn replies(
+        &mut self,
+        count: usize,
+        f: &mut dyn FnMut(usize, Reply<'_>),
+    ) -> Result<(), Failure> {
         for i in 0..count {
             self.reply(i, f)?;
         }
