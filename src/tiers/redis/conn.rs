@@ -377,6 +377,15 @@ impl Endpoint {
     }
 }
 
+/// Whether `e` is (or, for a pipeline, contains) a cluster redirection.
+fn is_redirect(e: &RedisError) -> bool {
+    let code = |c: &str| c == "MOVED" || c == "ASK";
+    e.code().is_some_and(code)
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errs| errs.iter().any(|(_, s)| code(s.code())))
+}
+
 /// One command of a pipeline, borrowing its bytes.
 pub enum Op<'a> {
     /// `SET name header||payload [PX ttl]`.
@@ -586,7 +595,18 @@ impl Conn {
                 for op in ops {
                     pipe.add_command(to_cmd(op));
                 }
-                pipe.query::<Vec<Value>>(conn)
+                match pipe.query::<Vec<Value>>(conn) {
+                    // The blocking cluster pipeline of redis 1.2 passes
+                    // MOVED/ASK replies through as errors instead of
+                    // following them (single commands do follow them, and
+                    // refresh the slot map): send each command on its own
+                    // once.  Every command the tier sends is idempotent.
+                    Err(e) if is_redirect(&e) => ops
+                        .iter()
+                        .map(|op| to_cmd(op).query::<Value>(conn.as_mut()))
+                        .collect::<RedisResult<Vec<Value>>>(),
+                    r => r,
+                }
             }
         }
         .map_err(|e| Failure::of(&e))?;
