@@ -15,6 +15,7 @@
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
+//! - [`tiers`]: built-in secondary tiers (`redis` with the `redis-tier` feature).
 
 pub mod error;
 pub mod events;
@@ -27,6 +28,7 @@ pub mod region;
 pub mod request;
 pub mod stats;
 pub mod tiering;
+pub mod tiers;
 
 pub use error::{Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
