@@ -354,7 +354,6 @@ typedef struct kvtier_primary kvtier_primary;
 typedef struct kvtier_region kvtier_region;
 
 /**
-<<<<<<< HEAD
  * Receives one log record.  `level` is a `kvtier_log_level` value;
  * `target` names the kvtier module that logged and `message` is the text,
  * both NUL-terminated and borrowed for the duration of the call only.
@@ -365,8 +364,6 @@ typedef void (*kvtier_log_fn)(void *user_data,
                               const char *message);
 
 /**
-=======
->>>>>>> redis
  * Options of `kvtier_manager_new`; start from `kvtier_manager_options_default()`.
  */
 typedef struct {
@@ -980,8 +977,6 @@ typedef struct {
 } kvtier_primary_stats;
 
 /**
-<<<<<<< HEAD
-=======
  * Options of `kvtier_manager_add_redis_tier`; start from
  * `kvtier_redis_options_default()`.  Strings are NUL-terminated, read
  * during the call only; NULL means the default stated for each.
@@ -1068,7 +1063,6 @@ typedef struct {
 } kvtier_redis_options;
 
 /**
->>>>>>> redis
  * Barrier callback given at creation: called exactly once by
  * `kvtier_region_new`, on the calling thread, after this process's set-up
  * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
@@ -1198,7 +1192,6 @@ extern "C" {
 const char *kvtier_last_error_message(void);
 
 /**
-<<<<<<< HEAD
  * Installs `callback` to receive kvtier's log records at `max_level` or
  * more severe, replacing any previous callback; a NULL `callback` (or
  * `max_level` `KVTIER_LOG_LEVEL_OFF`) removes it.  Without a callback
@@ -1222,8 +1215,6 @@ const char *kvtier_last_error_message(void);
 kvtier_status kvtier_set_log_callback(kvtier_log_fn callback, void *user_data, int32_t max_level);
 
 /**
-=======
->>>>>>> redis
  * Returns the default manager options: 1024 slots, "lru", no admission
  * threshold, events off, RETRY for started promotions, an error log of 64.
  * Safe to call from any thread.
@@ -1764,8 +1755,6 @@ kvtier_status kvtier_primary_read_stats(const kvtier_primary *primary,
                                         kvtier_primary_stats *stats_out);
 
 /**
-<<<<<<< HEAD
-=======
  * Returns the default redis tier options: standalone `127.0.0.1:6379`,
  * namespace "kvtier", no AUTH, no TLS, no TTL, 4 connections, 1 s connect
  * and 2 s command timeouts, breaker after 3 failures with a 1 s cool-down.
@@ -1801,7 +1790,6 @@ kvtier_status kvtier_manager_add_redis_tier(kvtier_manager *manager,
                                             size_t *tier_index_out);
 
 /**
->>>>>>> redis
  * Returns the default options: no name, directory `/dev/shm`, create or
  * join, 30 s join timeout, one segment, automatic pre-faulting of the
  * whole region on one thread, mode 0600, stale files replaced, no barrier.

@@ -12,8 +12,6 @@ pub mod key;
 pub mod log;
 pub mod manager;
 pub mod primary;
-pub mod manager;
-pub mod primary;
 pub mod redis;
 pub mod region;
 pub mod status;
