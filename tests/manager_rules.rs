@@ -1074,6 +1074,35 @@ fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
     assert_eq!(log[log.len() - 2], "shutdown", "{log:?}");
 }
 
+fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("one");
+    let (t2, s2) = TestTier::new("two");
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
+    start(&m, "r");
+    let mut plan = StorePlan::default();
+    m.prepare_store("r", &keys(0..3), &mut plan).unwrap();
+    // k9 was never planned: absent from the primary tier
+    m.complete_store("r", &[k(0), k(1), k(2), k(9)], true)
+        .unwrap();
+    for s in [&s1, &s2] {
+        let sc = s.lock();
+        assert_eq!(sc.submitted.len(), 1, "one store job per tier");
+        assert_eq!(sc.submitted[0].keys, keys(0..3));
+    }
+    assert_eq!(stat(&m, None, "internal_errors"), 0.0);
+    start(&m, "q");
+    m.prepare_store("q", &keys(10..12), &mut plan).unwrap();
+    m.complete_store("q", &[k(10), k(11), k(12)], true).unwrap();
+    assert_eq!(
+        s1.lock().submitted[1].keys,
+        keys(10..12),
+        "a key absent from the primary tier is not cascaded"
+    );
+    assert_eq!(stat(&m, None, "internal_errors"), 0.0);
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -1120,4 +1149,5 @@ both_tiers!(
     reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing,
     back_pressure_drops_request_level_cascades_too,
     destroy_runs_once_after_the_last_callback,
+    complete_store_cascades_only_ready_keys,
 );
