@@ -1103,6 +1103,28 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     assert_eq!(stat(&m, None, "internal_errors"), 0.0);
 }
 
+fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &[k(1), k(2), k(1)], &mut plan)
+        .unwrap();
+    assert_eq!(plan.to_store, vec![k(1), k(2)]);
+    assert_eq!(
+        stat(&m, None, "parked_keys"),
+        0.0,
+        "k1 was not resident before the call"
+    );
+    m.complete_store("a", &plan.to_store, true).unwrap();
+    collect(&m);
+    let sc = s.lock();
+    let stored: Vec<_> = sc.submitted.iter().map(|j| j.keys.clone()).collect();
+    assert_eq!(stored, vec![vec![k(1), k(2)]], "one cascade per key");
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -1150,4 +1172,5 @@ both_tiers!(
     back_pressure_drops_request_level_cascades_too,
     destroy_runs_once_after_the_last_callback,
     complete_store_cascades_only_ready_keys,
+    request_level_duplicate_key_in_one_store_is_not_parked,
 );
