@@ -782,3 +782,60 @@ fn failed_shutdown_is_reported_and_every_tier_tried() {
     assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Closed);
     unsafe { kvtier_manager_free(m) };
 }
+
+unsafe extern "C" fn c_lookup_bad_answer(
+    _ud: *mut c_void,
+    _key: *const kvtier_key,
+    _r: *const kvtier_request,
+    answer: *mut i32,
+) -> i32 {
+    unsafe { *answer = 7 };
+    0
+}
+
+unsafe extern "C" fn c_new_request_bad_policy(
+    _ud: *mut c_void,
+    _r: *const kvtier_request,
+    policy: *mut i32,
+) -> i32 {
+    unsafe { *policy = 9 };
+    0
+}
+
+unsafe extern "C" fn c_schedule_end_bad_status(_ud: *mut c_void) -> i32 {
+    7777
+}
+
+#[test]
+fn unknown_answers_and_statuses_from_callbacks_are_tier_errors() {
+    let m = manager(4);
+    let mut vt = vtable(Box::default());
+    vt.lookup = Some(c_lookup_bad_answer);
+    vt.on_new_request = Some(c_new_request_bad_policy);
+    vt.on_schedule_end = Some(c_schedule_end_bad_status);
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    assert_eq!(
+        start(m, c"r"),
+        KVTIER_OFFLOAD_BLOCK_LEVEL,
+        "an unknown policy reads as the default"
+    );
+    assert!(take_error(m).unwrap().contains("policy 9"));
+    assert_eq!(
+        lookup(m, c"r", &key(1)),
+        KVTIER_MANAGER_LOOKUP_MISS,
+        "an unknown answer reads as MISS"
+    );
+    assert!(take_error(m).unwrap().contains("answered 7"));
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    let e = take_error(m).unwrap();
+    assert!(
+        e.contains("on_schedule_end") && e.contains("7777") && e.contains("not a kvtier_status"),
+        "{e}"
+    );
+    assert_eq!(stats(m)[&(1, "callback_errors".into())], 3.0);
+    unsafe { kvtier_manager_free(m) };
+}
