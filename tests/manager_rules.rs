@@ -1125,6 +1125,42 @@ fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
     assert_eq!(stored, vec![vec![k(1), k(2)]], "one cascade per key");
 }
 
+fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("blk");
+    let (t2, s2) = TestTier::new("rl");
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
+    s2.lock().policy = Some(OffloadPolicy::RequestLevel);
+    assert_eq!(
+        start(&m, "a"),
+        OffloadPolicy::RequestLevel,
+        "any tier asking is enough"
+    );
+    s2.lock().policy = None;
+    assert_eq!(start(&m, "c"), OffloadPolicy::BlockLevel);
+    store(&m, "a", &keys(0..2));
+    let (n1, n2) = (s1.lock().submitted.len(), s2.lock().submitted.len());
+    assert_eq!((n1, n2), (1, 1), "complete_store cascades to every tier");
+    start(&m, "b"); // asks again: block-level everywhere now
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &keys(0..3), &mut plan).unwrap();
+    assert_eq!(
+        s1.lock().submitted.len(),
+        1,
+        "the block-level tier gets no resident keys"
+    );
+    assert_eq!(s2.lock().submitted.len(), 2);
+    assert_eq!(s2.lock().submitted[1].keys, keys(0..2));
+    m.prepare_store("c", &keys(0..2), &mut plan).unwrap();
+    m.prepare_store("b", &keys(0..2), &mut plan).unwrap();
+    assert_eq!(
+        s2.lock().submitted.len(),
+        2,
+        "the policy is per request, remembered at on_new_request"
+    );
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -1173,4 +1209,5 @@ both_tiers!(
     destroy_runs_once_after_the_last_callback,
     complete_store_cascades_only_ready_keys,
     request_level_duplicate_key_in_one_store_is_not_parked,
+    request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys,
 );
