@@ -1161,6 +1161,38 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
     );
 }
 
+fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    start(&m, "b");
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
+    m.prepare_store("b", &[k(1)], &mut plan).unwrap(); // parked for b
+    m.on_request_finished("b").unwrap();
+    m.on_schedule_end().unwrap();
+    assert!(!s.lock().log.iter().any(|l| l == "finished b"));
+    m.reset_cache().unwrap();
+    assert!(
+        s.lock().log.iter().any(|l| l == "finished b"),
+        "finalized by the reset"
+    );
+    assert!(!m.has_pending_work().unwrap(), "nothing parked any more");
+    let jobs = s.lock().submitted.len();
+    m.on_schedule_end().unwrap();
+    assert_eq!(
+        s.lock().submitted.len(),
+        jobs,
+        "no parked cascade after the reset"
+    );
+    assert!(matches!(
+        m.complete_store("b", &[k(1)], true),
+        Err(Error::UnknownRequest(_))
+    ));
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -1210,4 +1242,5 @@ both_tiers!(
     complete_store_cascades_only_ready_keys,
     request_level_duplicate_key_in_one_store_is_not_parked,
     request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys,
+    reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them,
 );
