@@ -1193,6 +1193,31 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
     ));
 }
 
+fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
+    let (m, _) = model_manager(1, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    store(&m, "a", &[k(0)]);
+    collect(&m);
+    m.prepare_load("a", &[k(0)], &mut Vec::new()).unwrap(); // k0 pinned: no room left
+    start(&m, "b");
+    let jobs = s.lock().submitted.len();
+    let mut plan = StorePlan::default();
+    assert_eq!(
+        m.prepare_store("b", &[k(0), k(5)], &mut plan).unwrap(),
+        StoreOutcome::Refused
+    );
+    assert_eq!(s.lock().submitted.len(), jobs, "nothing cascaded");
+    assert_eq!(stat(&m, None, "store_refusals"), 1.0);
+    m.on_request_finished("b").unwrap();
+    assert!(
+        s.lock().log.iter().any(|l| l == "finished b"),
+        "no store in flight: finalized at once"
+    );
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -1243,4 +1268,5 @@ both_tiers!(
     request_level_duplicate_key_in_one_store_is_not_parked,
     request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys,
     reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them,
+    refused_store_cascades_nothing_and_adds_no_store_in_flight,
 );
