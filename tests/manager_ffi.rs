@@ -839,3 +839,39 @@ fn unknown_answers_and_statuses_from_callbacks_are_tier_errors() {
     assert_eq!(stats(m)[&(1, "callback_errors".into())], 3.0);
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn promotion_answer_option_through_the_c_api() {
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 4;
+    o.promotion_answer = 5;
+    let mut m = null_mut();
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, &mut m) },
+        S::InvalidArgument
+    );
+    assert!(m.is_null());
+    assert!(
+        last_error().contains("promotion_answer"),
+        "{}",
+        last_error()
+    );
+    o.promotion_answer = KVTIER_PROMOTION_ANSWER_HIT_PENDING;
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    let mut mem = Mem::default();
+    mem.stored.insert(key(7).to_vec());
+    let vt = vtable(Box::new(mem));
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    start(m, c"r");
+    assert_eq!(
+        lookup(m, c"r", &key(7)),
+        KVTIER_MANAGER_LOOKUP_HIT_PENDING,
+        "a started promotion answers HIT_PENDING with the option"
+    );
+    assert_eq!(lookup(m, c"r", &key(8)), KVTIER_MANAGER_LOOKUP_MISS);
+    unsafe { kvtier_manager_free(m) };
+}
