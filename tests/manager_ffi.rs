@@ -875,3 +875,64 @@ fn promotion_answer_option_through_the_c_api() {
     assert_eq!(lookup(m, c"r", &key(8)), KVTIER_MANAGER_LOOKUP_MISS);
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn tier_filter_through_the_c_api() {
+    let m = manager(8);
+    let mut mem = Mem::default();
+    mem.stored.insert(key(7).to_vec());
+    let mut vt = vtable(Box::new(mem));
+    vt.medium = KVTIER_MEDIUM_STORAGE;
+    vt.locality = KVTIER_LOCALITY_REMOTE;
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    let new_with = |name: &CStr, filter: &[kvtier_tier_matcher]| {
+        let mut p = kvtier_request_params_default();
+        p.filter_set = true;
+        p.filter = if filter.is_empty() {
+            null()
+        } else {
+            filter.as_ptr()
+        };
+        p.filter_len = filter.len();
+        let mut policy = -1;
+        unsafe { kvtier_manager_on_new_request(m, name.as_ptr(), &p, &mut policy) }
+    };
+    let any = KVTIER_TIER_ANY;
+    assert_eq!(new_with(c"none", &[]), S::Ok);
+    assert_eq!(
+        lookup(m, c"none", &key(7)),
+        KVTIER_MANAGER_LOOKUP_MISS,
+        "an empty filter excludes every tier"
+    );
+    let cpu = kvtier_tier_matcher {
+        medium: KVTIER_MEDIUM_CPU,
+        locality: any,
+    };
+    assert_eq!(new_with(c"cpu", &[cpu]), S::Ok);
+    assert_eq!(lookup(m, c"cpu", &key(7)), KVTIER_MANAGER_LOOKUP_MISS);
+    let bad = kvtier_tier_matcher {
+        medium: 42,
+        locality: any,
+    };
+    assert_eq!(new_with(c"bad", &[cpu, bad]), S::InvalidArgument);
+    assert!(last_error().contains("matcher 1"), "{}", last_error());
+    let remote = kvtier_tier_matcher {
+        medium: any,
+        locality: KVTIER_LOCALITY_REMOTE,
+    };
+    assert_eq!(
+        new_with(c"bad", &[cpu, remote]),
+        S::Ok,
+        "the refused request was not started"
+    );
+    assert_eq!(
+        lookup(m, c"bad", &key(7)),
+        KVTIER_MANAGER_LOOKUP_RETRY,
+        "an unset medium matches the tier's"
+    );
+    unsafe { kvtier_manager_free(m) };
+}
