@@ -1218,6 +1218,53 @@ fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
     );
 }
 
+fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(wrap: Wrap) {
+    let (m, model) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().stored.insert(k(9));
+    start(&m, "gone");
+    store(&m, "gone", &[k(1)]);
+    m.on_request_finished("gone").unwrap();
+    collect(&m);
+    assert!(s.lock().log.iter().any(|l| l == "finished gone"));
+    let before = |s: &Arc<Mutex<common::Script>>| {
+        let s = s.lock();
+        (
+            s.polls,
+            s.lookups,
+            s.touches,
+            s.submitted.len(),
+            s.log.len(),
+        )
+    };
+    let snapshot = before(&s);
+    let entries = model.0.lock().entries.len();
+    for name in ["never", "gone"] {
+        let unknown = |r: kvtier::Result<()>| {
+            assert!(
+                matches!(&r, Err(Error::UnknownRequest(n)) if n == name),
+                "{name}: {r:?}"
+            )
+        };
+        unknown(m.lookup(name, &k(9)).map(|_| ()));
+        unknown(m.prepare_load(name, &[k(1)], &mut Vec::new()));
+        unknown(m.touch(name, &[k(1)]));
+        unknown(m.complete_load(name, &[k(1)]));
+        unknown(
+            m.prepare_store(name, &[k(2)], &mut StorePlan::default())
+                .map(|_| ()),
+        );
+        unknown(m.complete_store(name, &[k(1)], true).map(|_| ()));
+        unknown(m.on_request_finished(name));
+    }
+    assert_eq!(before(&s), snapshot, "no tier saw anything");
+    assert_eq!(model.0.lock().entries.len(), entries);
+    assert_eq!(model.refs(&k(1)), Some(0));
+    assert_eq!(stat(&m, None, "lookups"), 0.0);
+    assert_eq!(stat(&m, None, "ignored_store_completions"), 0.0);
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -1269,4 +1316,5 @@ both_tiers!(
     request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys,
     reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them,
     refused_store_cascades_nothing_and_adds_no_store_in_flight,
+    every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect,
 );
