@@ -782,3 +782,157 @@ fn failed_shutdown_is_reported_and_every_tier_tried() {
     assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Closed);
     unsafe { kvtier_manager_free(m) };
 }
+
+unsafe extern "C" fn c_lookup_bad_answer(
+    _ud: *mut c_void,
+    _key: *const kvtier_key,
+    _r: *const kvtier_request,
+    answer: *mut i32,
+) -> i32 {
+    unsafe { *answer = 7 };
+    0
+}
+
+unsafe extern "C" fn c_new_request_bad_policy(
+    _ud: *mut c_void,
+    _r: *const kvtier_request,
+    policy: *mut i32,
+) -> i32 {
+    unsafe { *policy = 9 };
+    0
+}
+
+unsafe extern "C" fn c_schedule_end_bad_status(_ud: *mut c_void) -> i32 {
+    7777
+}
+
+#[test]
+fn unknown_answers_and_statuses_from_callbacks_are_tier_errors() {
+    let m = manager(4);
+    let mut vt = vtable(Box::default());
+    vt.lookup = Some(c_lookup_bad_answer);
+    vt.on_new_request = Some(c_new_request_bad_policy);
+    vt.on_schedule_end = Some(c_schedule_end_bad_status);
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    assert_eq!(
+        start(m, c"r"),
+        KVTIER_OFFLOAD_BLOCK_LEVEL,
+        "an unknown policy reads as the default"
+    );
+    assert!(take_error(m).unwrap().contains("policy 9"));
+    assert_eq!(
+        lookup(m, c"r", &key(1)),
+        KVTIER_MANAGER_LOOKUP_MISS,
+        "an unknown answer reads as MISS"
+    );
+    assert!(take_error(m).unwrap().contains("answered 7"));
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    let e = take_error(m).unwrap();
+    assert!(
+        e.contains("on_schedule_end") && e.contains("7777") && e.contains("not a kvtier_status"),
+        "{e}"
+    );
+    assert_eq!(stats(m)[&(1, "callback_errors".into())], 3.0);
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn promotion_answer_option_through_the_c_api() {
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 4;
+    o.promotion_answer = 5;
+    let mut m = null_mut();
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, &mut m) },
+        S::InvalidArgument
+    );
+    assert!(m.is_null());
+    assert!(
+        last_error().contains("promotion_answer"),
+        "{}",
+        last_error()
+    );
+    o.promotion_answer = KVTIER_PROMOTION_ANSWER_HIT_PENDING;
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    let mut mem = Mem::default();
+    mem.stored.insert(key(7).to_vec());
+    let vt = vtable(Box::new(mem));
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    start(m, c"r");
+    assert_eq!(
+        lookup(m, c"r", &key(7)),
+        KVTIER_MANAGER_LOOKUP_HIT_PENDING,
+        "a started promotion answers HIT_PENDING with the option"
+    );
+    assert_eq!(lookup(m, c"r", &key(8)), KVTIER_MANAGER_LOOKUP_MISS);
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn tier_filter_through_the_c_api() {
+    let m = manager(8);
+    let mut mem = Mem::default();
+    mem.stored.insert(key(7).to_vec());
+    let mut vt = vtable(Box::new(mem));
+    vt.medium = KVTIER_MEDIUM_STORAGE;
+    vt.locality = KVTIER_LOCALITY_REMOTE;
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    let new_with = |name: &CStr, filter: &[kvtier_tier_matcher]| {
+        let mut p = kvtier_request_params_default();
+        p.filter_set = true;
+        p.filter = if filter.is_empty() {
+            null()
+        } else {
+            filter.as_ptr()
+        };
+        p.filter_len = filter.len();
+        let mut policy = -1;
+        unsafe { kvtier_manager_on_new_request(m, name.as_ptr(), &p, &mut policy) }
+    };
+    let any = KVTIER_TIER_ANY;
+    assert_eq!(new_with(c"none", &[]), S::Ok);
+    assert_eq!(
+        lookup(m, c"none", &key(7)),
+        KVTIER_MANAGER_LOOKUP_MISS,
+        "an empty filter excludes every tier"
+    );
+    let cpu = kvtier_tier_matcher {
+        medium: KVTIER_MEDIUM_CPU,
+        locality: any,
+    };
+    assert_eq!(new_with(c"cpu", &[cpu]), S::Ok);
+    assert_eq!(lookup(m, c"cpu", &key(7)), KVTIER_MANAGER_LOOKUP_MISS);
+    let bad = kvtier_tier_matcher {
+        medium: 42,
+        locality: any,
+    };
+    assert_eq!(new_with(c"bad", &[cpu, bad]), S::InvalidArgument);
+    assert!(last_error().contains("matcher 1"), "{}", last_error());
+    let remote = kvtier_tier_matcher {
+        medium: any,
+        locality: KVTIER_LOCALITY_REMOTE,
+    };
+    assert_eq!(
+        new_with(c"bad", &[cpu, remote]),
+        S::Ok,
+        "the refused request was not started"
+    );
+    assert_eq!(
+        lookup(m, c"bad", &key(7)),
+        KVTIER_MANAGER_LOOKUP_RETRY,
+        "an unset medium matches the tier's"
+    );
+    unsafe { kvtier_manager_free(m) };
+}

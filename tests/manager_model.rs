@@ -114,9 +114,21 @@ struct Faulty {
     bogus_reports: u64,
     faults_on: bool,
     request_level: bool,
+    /// Requests started and not yet finished, as the tier heard of them.
+    live: std::collections::HashSet<String>,
+    started: u64,
+    finished: u64,
+    /// Calls that broke the contract (a request named after it finished).
+    violations: Vec<String>,
 }
 
 impl Faulty {
+    fn named(&mut self, what: &str, r: &Request) {
+        if !self.live.contains(&r.name) {
+            self.violations
+                .push(format!("{what} named {} outside its life", r.name));
+        }
+    }
     fn finish(&mut self, job: &JobRef) {
         let fail = self.faults_on && self.rng.chance(20);
         let mut r = JobResult::new(job.id, !fail);
@@ -184,8 +196,9 @@ impl SecondaryTier for FaultyTier {
     fn name(&self) -> &str {
         "faulty"
     }
-    fn lookup(&mut self, key: &Key, _r: &Request) -> TierLookup {
+    fn lookup(&mut self, key: &Key, r: &Request) -> TierLookup {
         let mut f = self.0.lock();
+        f.named("lookup", r);
         if f.stored.contains(key) {
             TierLookup::Hit
         } else if f.faults_on && f.rng.chance(5) {
@@ -195,16 +208,34 @@ impl SecondaryTier for FaultyTier {
         }
     }
     fn submit_store(&mut self, job: JobRef) {
-        self.0.lock().take(job)
+        let mut f = self.0.lock();
+        f.named("submit_store", &job.request);
+        f.take(job)
     }
     fn submit_load(&mut self, job: JobRef) {
-        self.0.lock().take(job)
+        let mut f = self.0.lock();
+        f.named("submit_load", &job.request);
+        f.take(job)
+    }
+    fn touch(&mut self, _keys: &[Key], r: &Request) {
+        self.0.lock().named("touch", r);
+    }
+    fn on_request_finished(&mut self, r: &Request) {
+        let mut f = self.0.lock();
+        f.named("on_request_finished", r);
+        f.live.remove(&r.name);
+        f.finished += 1;
     }
     fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
         out.append(&mut self.0.lock().ready)
     }
-    fn on_new_request(&mut self, _r: &Request) -> OffloadPolicy {
-        if self.0.lock().request_level {
+    fn on_new_request(&mut self, r: &Request) -> OffloadPolicy {
+        let mut f = self.0.lock();
+        if !f.live.insert(r.name.clone()) {
+            f.violations.push(format!("{} started twice", r.name));
+        }
+        f.started += 1;
+        if f.request_level {
             OffloadPolicy::RequestLevel
         } else {
             OffloadPolicy::BlockLevel
@@ -267,6 +298,10 @@ fn run(
         bogus_reports: 0,
         faults_on: true,
         request_level,
+        live: Default::default(),
+        started: 0,
+        finished: 0,
+        violations: Vec::new(),
     }));
     let tier_index = m.add_tier(Box::new(FaultyTier(faulty.clone()))).unwrap();
     let mut rng = Rng(seed + 17);
@@ -452,6 +487,12 @@ fn run(
         "each job finished once by the tier itself"
     );
     assert_eq!(f.reported.len(), f.given.len());
+    assert!(f.violations.is_empty(), "seed {seed}: {:?}", f.violations);
+    assert_eq!(
+        (f.finished, f.live.len()),
+        (f.started, 0),
+        "seed {seed}: every request finished exactly once"
+    );
     drop(f);
     for i in 0..40 {
         if !exact {

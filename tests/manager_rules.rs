@@ -758,6 +758,513 @@ fn touch_reaches_every_tier_and_has_pending_work_sees_tiers(wrap: Wrap) {
     assert_eq!(s.lock().schedule_ends, 1);
 }
 
+/// Position of the first log line equal to `what` at or after `from`.
+fn at(log: &[String], from: usize, what: &str) -> usize {
+    log[from..]
+        .iter()
+        .position(|l| l == what || l.starts_with(&format!("{what} ")))
+        .map(|p| p + from)
+        .unwrap_or_else(|| panic!("no {what:?} after {from} in {log:?}"))
+}
+
+fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(wrap(t)).unwrap();
+    start(&m, "r");
+    m.prepare_load("r", &[], &mut Vec::new()).unwrap();
+    assert_eq!(s.lock().polls, 1, "prepare_load first in the step polls");
+    m.lookup("r", &k(1)).unwrap();
+    assert_eq!(s.lock().polls, 1, "gate spent by prepare_load");
+    m.on_schedule_end().unwrap();
+    assert_eq!(
+        s.lock().polls,
+        1,
+        "gate spent: on_schedule_end does not poll"
+    );
+    // the gate is armed now: none of these may spend it or poll
+    m.touch("r", &[]).unwrap();
+    m.complete_load("r", &[]).unwrap();
+    m.has_pending_work().unwrap();
+    m.stats().unwrap();
+    m.take_events(&mut Vec::new()).unwrap();
+    start(&m, "q");
+    m.on_request_finished("q").unwrap();
+    assert_eq!(
+        s.lock().polls,
+        1,
+        "only lookup, prepare_load, prepare_store and on_schedule_end poll"
+    );
+    m.lookup("r", &k(1)).unwrap();
+    assert_eq!(s.lock().polls, 2, "the gate was still armed");
+    // reset_cache collects unconditionally and re-arms the gate
+    m.reset_cache().unwrap();
+    assert_eq!(s.lock().polls, 3);
+    m.prepare_load("r", &[], &mut Vec::new()).unwrap();
+    assert_eq!(s.lock().polls, 4, "gate re-armed by reset_cache");
+}
+
+fn on_schedule_end_order_of_work(wrap: Wrap) {
+    let (m, _) = model_manager(16, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    s.lock().auto_finish = false;
+    s.lock().stored.extend([k(50), k(60), k(70)]);
+    start(&m, "a");
+    start(&m, "b");
+    // step 1: a promotes k50
+    m.lookup("a", &k(50)).unwrap();
+    m.on_schedule_end().unwrap();
+    // step 2: b names k50 (write pending): parked; b finishes, waiting on it
+    let mut plan = StorePlan::default();
+    m.prepare_store("b", &[k(50)], &mut plan).unwrap();
+    assert!(plan.to_store.is_empty());
+    m.on_request_finished("b").unwrap();
+    m.on_schedule_end().unwrap();
+    s.lock().finish_all(true); // the promotion of k50 is done
+    // step 3, nothing else called: the end-of-step poll must come before
+    // the parked retry, which must come before finalization, before the
+    // tiers hear of the step end
+    let mark = s.lock().log.len();
+    m.on_schedule_end().unwrap();
+    {
+        let log = s.lock().log.clone();
+        let poll = at(&log, mark, "poll");
+        let store = at(&log, mark, "store");
+        let fin = at(&log, mark, "finished b");
+        let end = at(&log, mark, "end");
+        assert!(
+            poll < store && store < fin && fin < end,
+            "{:?}",
+            &log[mark..]
+        );
+        assert!(log[store].ends_with(" b"), "{}", log[store]);
+    }
+    // step 4: c promotes k60 (staged) and parks k70 behind a's promotion
+    start(&m, "c");
+    m.lookup("a", &k(70)).unwrap();
+    m.on_schedule_end().unwrap();
+    m.prepare_store("c", &[k(70)], &mut plan).unwrap();
+    m.on_schedule_end().unwrap();
+    s.lock().finish_all(true);
+    let mark = s.lock().log.len();
+    m.lookup("c", &k(60)).unwrap(); // polls (k70 ready) and stages k60
+    m.on_request_finished("c").unwrap();
+    m.on_schedule_end().unwrap();
+    let log = s.lock().log.clone();
+    let load = at(&log, mark, "load");
+    let store = at(&log, mark, "store");
+    let fin = at(&log, mark, "finished c");
+    let end = at(&log, mark, "end");
+    assert!(
+        load < store && store < fin && fin < end,
+        "staged loads, then parked cascades, then finalization, then the tiers: {:?}",
+        &log[mark..]
+    );
+}
+
+fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
+    let (m, _) = model_manager(1, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("busy");
+    let (t2, s2) = TestTier::new("has");
+    let (t3, s3) = TestTier::new("last");
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
+    m.add_tier(wrap(t3)).unwrap();
+    s1.lock().retry_lookups = true;
+    s2.lock().stored.insert(k(1));
+    s2.lock().stored.insert(k(2));
+    s2.lock().auto_finish = false;
+    s3.lock().retry_lookups = true;
+    start(&m, "r");
+    assert_eq!(
+        m.lookup("r", &k(1)).unwrap(),
+        LookupResult::Retry,
+        "a RETRY before the HIT does not stop the search"
+    );
+    assert_eq!(s3.lock().lookups, 0, "the first HIT ends the search");
+    m.on_schedule_end().unwrap();
+    assert!(s1.lock().submitted.is_empty());
+    assert_eq!(
+        s2.lock().submitted.len(),
+        1,
+        "promoted from the tier that hit"
+    );
+    assert_eq!(stat(&m, Some(1), "retries"), 1.0);
+    assert_eq!(stat(&m, Some(2), "hits"), 1.0);
+    // the only slot holds k1, write pending: a HIT that cannot be promoted is
+    // a MISS, even though other tiers answered RETRY
+    assert_eq!(m.lookup("r", &k(2)).unwrap(), LookupResult::Miss);
+    assert_eq!(s3.lock().lookups, 0);
+    // no HIT anywhere, one RETRY: RETRY
+    assert_eq!(m.lookup("r", &k(3)).unwrap(), LookupResult::Retry);
+    assert_eq!(s3.lock().lookups, 1, "every tier asked when none hits");
+}
+
+fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
+    use kvtier::request::Locality;
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let mut scripts = Vec::new();
+    for (name, medium, locality) in [
+        ("any", None, None),
+        ("ssd", Some(Medium::Storage), Some(Locality::Local)),
+        ("net", Some(Medium::Storage), Some(Locality::Remote)),
+        ("cpu", Some(Medium::Cpu), None),
+    ] {
+        let (t, s) = TestTier::new(name);
+        s.lock().medium = medium;
+        s.lock().locality = locality;
+        m.add_tier(wrap(t)).unwrap();
+        scripts.push(s);
+    }
+    let matcher = |medium, locality| TierMatcher { medium, locality };
+    let cases: Vec<(TierFilter, [u32; 4])> = vec![
+        (TierFilter::All, [1, 1, 1, 1]),
+        (TierFilter::Only(vec![matcher(None, None)]), [1, 1, 1, 1]),
+        (
+            TierFilter::Only(vec![matcher(None, Some(Locality::Local))]),
+            [1, 1, 0, 1],
+        ),
+        (
+            TierFilter::Only(vec![matcher(Some(Medium::Cpu), None)]),
+            [1, 0, 0, 1],
+        ),
+        (
+            TierFilter::Only(vec![matcher(Some(Medium::Storage), Some(Locality::Remote))]),
+            [1, 0, 1, 0],
+        ),
+        (
+            TierFilter::Only(vec![
+                matcher(Some(Medium::Cpu), Some(Locality::Local)),
+                matcher(None, Some(Locality::Remote)),
+            ]),
+            [1, 0, 1, 1],
+        ),
+        (TierFilter::Only(vec![]), [0, 0, 0, 0]),
+    ];
+    for (i, (filter, want)) in cases.into_iter().enumerate() {
+        let name = format!("r{i}");
+        m.on_new_request(
+            &name,
+            RequestParams {
+                filter: filter.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let before: Vec<u32> = scripts.iter().map(|s| s.lock().lookups).collect();
+        assert_eq!(m.lookup(&name, &k(1)).unwrap(), LookupResult::Miss);
+        let asked: Vec<u32> = scripts
+            .iter()
+            .zip(&before)
+            .map(|(s, b)| s.lock().lookups - b)
+            .collect();
+        assert_eq!(asked, want.to_vec(), "filter {filter:?}");
+    }
+}
+
+fn has_pending_work_sees_staged_promotions_and_parked_keys(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    s.lock().stored.insert(k(9));
+    start(&m, "a");
+    start(&m, "b");
+    assert!(!m.has_pending_work().unwrap());
+    m.lookup("a", &k(9)).unwrap();
+    assert!(m.has_pending_work().unwrap(), "a staged promotion");
+    collect(&m);
+    assert!(!m.has_pending_work().unwrap());
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
+    m.prepare_store("b", &[k(1)], &mut plan).unwrap(); // k1 parked for b
+    assert!(s.lock().held.is_empty() && s.lock().ready.is_empty());
+    assert!(m.has_pending_work().unwrap(), "a parked key");
+    m.complete_store("a", &[k(1)], true).unwrap();
+    collect(&m);
+    collect(&m);
+    assert!(!m.has_pending_work().unwrap());
+}
+
+fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap) {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().auto_finish = false;
+    s.lock().stored.insert(k(40));
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    assert_eq!(model.refs(&k(1)), Some(1));
+    s.lock().fail_drain = true;
+    assert!(m.reset_cache().is_err());
+    assert_eq!(model.refs(&k(1)), Some(1), "nothing reset");
+    assert_eq!(stat(&m, None, "promotions_held"), 0.0);
+    assert_eq!(stat(&m, None, "resets"), 0.0);
+    s.lock().fail_drain = false;
+    s.lock().finish_on_drain = true;
+    let mark = s.lock().log.len();
+    m.reset_cache().unwrap();
+    {
+        let log = s.lock().log.clone();
+        assert!(at(&log, mark, "drain") < at(&log, mark, "poll"), "{log:?}");
+    }
+    let mut errs = Vec::new();
+    m.take_errors(&mut errs).unwrap();
+    assert!(
+        !errs.iter().any(|e| e.contains("not reported")),
+        "jobs finished by the drain are collected: {errs:?}"
+    );
+    assert_eq!(stat(&m, None, "jobs_in_flight"), 0.0);
+    assert_eq!(stat(&m, None, "stale_completions"), 0.0);
+    // held: a key absent from the primary tier is a MISS without asking the tier
+    let asked = s.lock().lookups;
+    assert_eq!(m.lookup("r", &k(40)).unwrap(), LookupResult::Miss);
+    assert_eq!(s.lock().lookups, asked, "tiers not asked while held");
+    m.reset_flushed().unwrap();
+    assert_eq!(m.lookup("r", &k(40)).unwrap(), LookupResult::Retry);
+}
+
+fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
+    let (m, _) = model_manager(32, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    let bp = BackpressureConfig {
+        max_consecutive_failures: 1,
+        policy: PressurePolicy::Drop,
+        ..Default::default()
+    };
+    m.add_tier_with(
+        wrap(t),
+        TierOptions {
+            backpressure: Some(bp),
+        },
+    )
+    .unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    s.lock().fail_all = true;
+    start(&m, "a");
+    start(&m, "b");
+    store(&m, "a", &keys(0..2));
+    collect(&m);
+    assert_eq!(stat(&m, Some(1), "under_pressure"), 1.0);
+    let jobs = s.lock().submitted.len();
+    let mut plan = StorePlan::default();
+    m.prepare_store("b", &keys(0..3), &mut plan).unwrap();
+    assert_eq!(plan.to_store, vec![k(2)]);
+    assert_eq!(
+        s.lock().submitted.len(),
+        jobs,
+        "request-level cascade dropped"
+    );
+    assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
+    assert_eq!(stat(&m, Some(1), "dropped_cascade_blocks"), 2.0);
+}
+
+fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
+    let (m, _) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(wrap(t)).unwrap();
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    drop(m);
+    let log = s.lock().log.clone();
+    assert_eq!(log.iter().filter(|l| *l == "dropped").count(), 1, "{log:?}");
+    assert_eq!(log.last().map(String::as_str), Some("dropped"), "{log:?}");
+    assert_eq!(log[log.len() - 2], "shutdown", "{log:?}");
+}
+
+fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("one");
+    let (t2, s2) = TestTier::new("two");
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
+    start(&m, "r");
+    let mut plan = StorePlan::default();
+    m.prepare_store("r", &keys(0..3), &mut plan).unwrap();
+    // k9 was never planned: absent from the primary tier
+    m.complete_store("r", &[k(0), k(1), k(2), k(9)], true)
+        .unwrap();
+    for s in [&s1, &s2] {
+        let sc = s.lock();
+        assert_eq!(sc.submitted.len(), 1, "one store job per tier");
+        assert_eq!(sc.submitted[0].keys, keys(0..3));
+    }
+    assert_eq!(stat(&m, None, "internal_errors"), 0.0);
+    start(&m, "q");
+    m.prepare_store("q", &keys(10..12), &mut plan).unwrap();
+    m.complete_store("q", &[k(10), k(11), k(12)], true).unwrap();
+    assert_eq!(
+        s1.lock().submitted[1].keys,
+        keys(10..12),
+        "a key absent from the primary tier is not cascaded"
+    );
+    assert_eq!(stat(&m, None, "internal_errors"), 0.0);
+}
+
+fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &[k(1), k(2), k(1)], &mut plan)
+        .unwrap();
+    assert_eq!(plan.to_store, vec![k(1), k(2)]);
+    assert_eq!(
+        stat(&m, None, "parked_keys"),
+        0.0,
+        "k1 was not resident before the call"
+    );
+    m.complete_store("a", &plan.to_store, true).unwrap();
+    collect(&m);
+    let sc = s.lock();
+    let stored: Vec<_> = sc.submitted.iter().map(|j| j.keys.clone()).collect();
+    assert_eq!(stored, vec![vec![k(1), k(2)]], "one cascade per key");
+}
+
+fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("blk");
+    let (t2, s2) = TestTier::new("rl");
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
+    s2.lock().policy = Some(OffloadPolicy::RequestLevel);
+    assert_eq!(
+        start(&m, "a"),
+        OffloadPolicy::RequestLevel,
+        "any tier asking is enough"
+    );
+    s2.lock().policy = None;
+    assert_eq!(start(&m, "c"), OffloadPolicy::BlockLevel);
+    store(&m, "a", &keys(0..2));
+    let (n1, n2) = (s1.lock().submitted.len(), s2.lock().submitted.len());
+    assert_eq!((n1, n2), (1, 1), "complete_store cascades to every tier");
+    start(&m, "b"); // asks again: block-level everywhere now
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &keys(0..3), &mut plan).unwrap();
+    assert_eq!(
+        s1.lock().submitted.len(),
+        1,
+        "the block-level tier gets no resident keys"
+    );
+    assert_eq!(s2.lock().submitted.len(), 2);
+    assert_eq!(s2.lock().submitted[1].keys, keys(0..2));
+    m.prepare_store("c", &keys(0..2), &mut plan).unwrap();
+    m.prepare_store("b", &keys(0..2), &mut plan).unwrap();
+    assert_eq!(
+        s2.lock().submitted.len(),
+        2,
+        "the policy is per request, remembered at on_new_request"
+    );
+}
+
+fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: Wrap) {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    start(&m, "b");
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
+    m.prepare_store("b", &[k(1)], &mut plan).unwrap(); // parked for b
+    m.on_request_finished("b").unwrap();
+    m.on_schedule_end().unwrap();
+    assert!(!s.lock().log.iter().any(|l| l == "finished b"));
+    m.reset_cache().unwrap();
+    assert!(
+        s.lock().log.iter().any(|l| l == "finished b"),
+        "finalized by the reset"
+    );
+    assert!(!m.has_pending_work().unwrap(), "nothing parked any more");
+    let jobs = s.lock().submitted.len();
+    m.on_schedule_end().unwrap();
+    assert_eq!(
+        s.lock().submitted.len(),
+        jobs,
+        "no parked cascade after the reset"
+    );
+    assert!(matches!(
+        m.complete_store("b", &[k(1)], true),
+        Err(Error::UnknownRequest(_))
+    ));
+}
+
+fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
+    let (m, _) = model_manager(1, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    store(&m, "a", &[k(0)]);
+    collect(&m);
+    m.prepare_load("a", &[k(0)], &mut Vec::new()).unwrap(); // k0 pinned: no room left
+    start(&m, "b");
+    let jobs = s.lock().submitted.len();
+    let mut plan = StorePlan::default();
+    assert_eq!(
+        m.prepare_store("b", &[k(0), k(5)], &mut plan).unwrap(),
+        StoreOutcome::Refused
+    );
+    assert_eq!(s.lock().submitted.len(), jobs, "nothing cascaded");
+    assert_eq!(stat(&m, None, "store_refusals"), 1.0);
+    m.on_request_finished("b").unwrap();
+    assert!(
+        s.lock().log.iter().any(|l| l == "finished b"),
+        "no store in flight: finalized at once"
+    );
+}
+
+fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(wrap: Wrap) {
+    let (m, model) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().stored.insert(k(9));
+    start(&m, "gone");
+    store(&m, "gone", &[k(1)]);
+    m.on_request_finished("gone").unwrap();
+    collect(&m);
+    assert!(s.lock().log.iter().any(|l| l == "finished gone"));
+    let before = |s: &Arc<Mutex<common::Script>>| {
+        let s = s.lock();
+        (
+            s.polls,
+            s.lookups,
+            s.touches,
+            s.submitted.len(),
+            s.log.len(),
+        )
+    };
+    let snapshot = before(&s);
+    let entries = model.0.lock().entries.len();
+    for name in ["never", "gone"] {
+        let unknown = |r: kvtier::Result<()>| {
+            assert!(
+                matches!(&r, Err(Error::UnknownRequest(n)) if n == name),
+                "{name}: {r:?}"
+            )
+        };
+        unknown(m.lookup(name, &k(9)).map(|_| ()));
+        unknown(m.prepare_load(name, &[k(1)], &mut Vec::new()));
+        unknown(m.touch(name, &[k(1)]));
+        unknown(m.complete_load(name, &[k(1)]));
+        unknown(
+            m.prepare_store(name, &[k(2)], &mut StorePlan::default())
+                .map(|_| ()),
+        );
+        unknown(m.complete_store(name, &[k(1)], true).map(|_| ()));
+        unknown(m.on_request_finished(name));
+    }
+    assert_eq!(before(&s), snapshot, "no tier saw anything");
+    assert_eq!(model.0.lock().entries.len(), entries);
+    assert_eq!(model.refs(&k(1)), Some(0));
+    assert_eq!(stat(&m, None, "lookups"), 0.0);
+    assert_eq!(stat(&m, None, "ignored_store_completions"), 0.0);
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {
@@ -796,4 +1303,18 @@ both_tiers!(
     shutdown_tries_every_tier_and_keeps_the_region_if_one_failed,
     misuse_is_an_error_with_no_side_effect,
     touch_reaches_every_tier_and_has_pending_work_sees_tiers,
+    polling_gate_prepare_load_polls_first_and_other_calls_never_poll,
+    on_schedule_end_order_of_work,
+    retry_from_one_tier_and_hit_from_a_later_one,
+    tier_filter_unset_fields_and_undeclared_tiers_match,
+    has_pending_work_sees_staged_promotions_and_parked_keys,
+    reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing,
+    back_pressure_drops_request_level_cascades_too,
+    destroy_runs_once_after_the_last_callback,
+    complete_store_cascades_only_ready_keys,
+    request_level_duplicate_key_in_one_store_is_not_parked,
+    request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys,
+    reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them,
+    refused_store_cascades_nothing_and_adds_no_store_in_flight,
+    every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect,
 );

@@ -594,6 +594,9 @@ impl Manager {
             }
             match s.primary.lookup(k) {
                 PrimaryLookup::Hit => ready.push(*k),
+                // A repeat of a key this call stores was not resident
+                // before the call: its own completion cascades it.
+                PrimaryLookup::HitPending if plan.to_store.contains(k) => {}
                 PrimaryLookup::HitPending => {
                     st.parked.push(*k);
                     s.c.parked_keys += 1;

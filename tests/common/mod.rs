@@ -41,6 +41,10 @@ pub struct Script {
     pub log: Vec<String>,
     pub drains: u32,
     pub fail_shutdown: bool,
+    /// `drain` finishes every held job with success before returning.
+    pub finish_on_drain: bool,
+    /// `drain` fails.
+    pub fail_drain: bool,
     pub shutdowns: u32,
     pub schedule_ends: u32,
     pub events: Vec<Event>,
@@ -93,7 +97,9 @@ impl Script {
 
 impl Drop for TestTier {
     fn drop(&mut self) {
-        if let Some(d) = &self.s.lock().dropped {
+        let mut s = self.s.lock();
+        s.log.push("dropped".into());
+        if let Some(d) = &s.dropped {
             *d.lock() = true;
         }
     }
@@ -154,6 +160,7 @@ impl SecondaryTier for TestTier {
     fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
         let mut s = self.s.lock();
         s.polls += 1;
+        s.log.push("poll".into());
         out.append(&mut s.ready);
     }
     fn touch(&mut self, _keys: &[Key], _request: &Request) {
@@ -168,14 +175,27 @@ impl SecondaryTier for TestTier {
         self.s.lock().log.push(format!("finished {}", request.name));
     }
     fn on_schedule_end(&mut self) {
-        self.s.lock().schedule_ends += 1;
+        let mut s = self.s.lock();
+        s.schedule_ends += 1;
+        s.log.push("end".into());
     }
     fn has_pending_work(&self) -> bool {
         let s = self.s.lock();
         !s.held.is_empty() || !s.ready.is_empty()
     }
     fn drain(&mut self) -> kvtier::Result<()> {
-        self.s.lock().drains += 1;
+        let mut s = self.s.lock();
+        s.drains += 1;
+        s.log.push("drain".into());
+        if s.fail_drain {
+            return Err(kvtier::Error::Io {
+                context: "draining test tier".into(),
+                source: std::io::Error::other("device busy"),
+            });
+        }
+        if s.finish_on_drain {
+            s.finish_all(true);
+        }
         Ok(())
     }
     fn stats(&self) -> Vec<Stat> {
@@ -190,6 +210,7 @@ impl SecondaryTier for TestTier {
     fn shutdown(&mut self) -> kvtier::Result<()> {
         let mut s = self.s.lock();
         s.shutdowns += 1;
+        s.log.push("shutdown".into());
         if s.fail_shutdown {
             return Err(kvtier::Error::Io {
                 context: "closing test tier".into(),
