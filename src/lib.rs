@@ -11,6 +11,7 @@
 //!
 //! - [`key`]: the key type (1..=64 opaque bytes, inline).
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
+//! - [`primary`]: the CPU primary tier (slots, ref counts, LRU/ARC eviction).
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
@@ -21,6 +22,7 @@ pub mod ffi;
 pub mod key;
 pub mod logging;
 pub mod metrics;
+pub mod primary;
 pub mod region;
 pub mod request;
 pub mod stats;

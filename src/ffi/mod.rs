@@ -10,7 +10,10 @@ pub(crate) mod boundary;
 #[allow(dead_code)]
 pub mod key;
 pub mod log;
+pub mod manager;
+pub mod primary;
 pub mod status;
+pub mod tier;
 pub mod version;
 
 pub use boundary::kvtier_last_error_message;
