@@ -69,6 +69,56 @@
 #define KVTIER_STAT_TIER_MANAGER -1
 
 /**
+ * `kvtier_region_options.open`: create the region if nobody has, else join it.
+ */
+#define KVTIER_REGION_CREATE_OR_JOIN 0
+
+/**
+ * `kvtier_region_options.open`: create the region; fail if a live one exists.
+ */
+#define KVTIER_REGION_CREATE 1
+
+/**
+ * `kvtier_region_options.open`: join the region, waiting for it to appear.
+ */
+#define KVTIER_REGION_JOIN 2
+
+/**
+ * `kvtier_region_options.prefault`: no pre-faulting.
+ */
+#define KVTIER_REGION_PREFAULT_OFF 0
+
+/**
+ * `kvtier_region_options.prefault`: `MADV_POPULATE_WRITE`, else touch each page.
+ */
+#define KVTIER_REGION_PREFAULT_AUTO 1
+
+/**
+ * `kvtier_region_options.prefault`: touch each page (keeping its bytes).
+ */
+#define KVTIER_REGION_PREFAULT_TOUCH 2
+
+/**
+ * Smallest segment size (1 GiB) when `kvtier_region_options.segments > 1`.
+ */
+#define KVTIER_REGION_MIN_SEGMENT_BYTES (1 << 30)
+
+/**
+ * Longest region name in bytes.
+ */
+#define KVTIER_REGION_MAX_NAME_LEN 200
+
+/**
+ * `kvtier_region_role` result: this process created the region.
+ */
+#define KVTIER_REGION_ROLE_CREATOR 1
+
+/**
+ * `kvtier_region_role` result: this process joined a region another created.
+ */
+#define KVTIER_REGION_ROLE_JOINER 2
+
+/**
  * Tier lookup answer written by `lookup`: not present.
  */
 #define KVTIER_TIER_LOOKUP_MISS 0
@@ -295,6 +345,13 @@ typedef struct kvtier_manager kvtier_manager;
  * Opaque handle of one CPU primary tier.
  */
 typedef struct kvtier_primary kvtier_primary;
+
+/**
+ * A shared offload region mapped in this process.  Opaque; made by
+ * `kvtier_region_new`, released by `kvtier_region_close` or
+ * `kvtier_region_free`.  Const calls may run concurrently from any thread.
+ */
+typedef struct kvtier_region kvtier_region;
 
 /**
  * Receives one log record.  `level` is a `kvtier_log_level` value;
@@ -919,6 +976,120 @@ typedef struct {
   double arc_target;
 } kvtier_primary_stats;
 
+/**
+ * Barrier callback given at creation: called exactly once by
+ * `kvtier_region_new`, on the calling thread, after this process's set-up
+ * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
+ * status).  It must return only once every process of the region has
+ * called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
+ * value fails `kvtier_region_new`.  It must not call kvtier region
+ * functions.
+ */
+typedef int32_t (*kvtier_region_barrier_fn)(void *user_data, int32_t setup_status);
+
+/**
+ * Options for `kvtier_region_new`.  Initialize with
+ * `kvtier_region_options_default()`, then set `name`, `slot_count` and
+ * `slot_bytes` at least.  Every process of one region passes the same
+ * geometry (`slot_count`, `slot_bytes`, `segments`).
+ */
+typedef struct {
+  /**
+   * Region name (NUL-terminated UTF-8 file name, no `/`); required.
+   */
+  const char *name;
+  /**
+   * Directory of the backing files; NULL means `/dev/shm`.
+   */
+  const char *directory;
+  /**
+   * Number of slots (rows); at least 1.
+   */
+  uint32_t slot_count;
+  /**
+   * Bytes per slot = row stride; a multiple of the page size.
+   */
+  size_t slot_bytes;
+  /**
+   * Bytes of each worker's area in a row (per-worker layout); 0: none.
+   */
+  size_t worker_bytes;
+  /**
+   * `KVTIER_REGION_CREATE_OR_JOIN` (default), `_CREATE` or `_JOIN`.
+   */
+  uint32_t open;
+  /**
+   * How long a joiner waits for the region to appear and be sized, in
+   * milliseconds (default 30000).
+   */
+  uint32_t join_timeout_ms;
+  /**
+   * Number of backing files, each at least 1 GiB (default 1).
+   */
+  uint32_t segments;
+  /**
+   * `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.
+   */
+  uint32_t prefault;
+  /**
+   * With `prefault_share_count > 0`, pre-fault only share
+   * `prefault_share_index` of `prefault_share_count`: this worker's area
+   * of every row under the per-worker layout, else a contiguous range
+   * of rows.  0: the whole region (default).
+   */
+  uint32_t prefault_share_count;
+  /**
+   * Which share to pre-fault, below `prefault_share_count`.
+   */
+  uint32_t prefault_share_index;
+  /**
+   * Threads pre-faulting in parallel (default 1: the calling thread).
+   */
+  uint32_t prefault_threads;
+  /**
+   * Permission bits of the backing files (default 0600), applied exactly.
+   */
+  uint32_t mode;
+  /**
+   * What a creator does with a backing file no process holds (left by a
+   * crashed run): replace it (true, default) or fail.
+   */
+  bool replace_stale;
+  /**
+   * Optional barrier (see `kvtier_region_barrier_fn`); when set, the
+   * names are removed after it returns, so the memory is freed when the
+   * last process unmaps.  NULL: no barrier (default).
+   */
+  kvtier_region_barrier_fn barrier;
+  /**
+   * Passed to `barrier`; not owned by kvtier.
+   */
+  void *barrier_user_data;
+} kvtier_region_options;
+
+/**
+ * A strided view of a region: `rows` rows of `length` bytes, row `r` at
+ * byte `offset + r * stride` from the region's base address.
+ */
+typedef struct {
+  /**
+   * Offset of row 0 from the base, in bytes.
+   */
+  size_t offset;
+  /**
+   * Distance between rows, in bytes.
+   */
+  size_t stride;
+  /**
+   * Bytes per row in the view.
+   */
+  size_t length;
+  /**
+   * Number of rows (the slot count).
+   */
+  uint32_t rows;
+} kvtier_region_view;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1480,6 +1651,160 @@ kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
  */
 kvtier_status kvtier_primary_read_stats(const kvtier_primary *primary,
                                         kvtier_primary_stats *stats_out);
+
+/**
+ * Returns the default options: no name, directory `/dev/shm`, create or
+ * join, 30 s join timeout, one segment, automatic pre-faulting of the
+ * whole region on one thread, mode 0600, stale files replaced, no barrier.
+ *
+ * The result is a plain value owned by the caller.  Thread-safe.
+ */
+kvtier_region_options kvtier_region_options_default(void);
+
+/**
+ * Creates the region named `options->name` in `options->directory`, or
+ * joins it if another process created it (the first process to create
+ * the backing file exclusively is the creator; the rest wait, up to
+ * `join_timeout_ms`, until it is sized).  A joiner whose creator fails
+ * during set-up fails at once with `KVTIER_STATUS_PEER_FAILED`.  With a
+ * barrier, the barrier runs once (even if set-up failed: a set-up error is
+ * then returned as it was) and the names are removed afterwards.
+ *
+ * `options` must be initialized by `kvtier_region_options_default()`; its
+ * strings are read during the call only.  On success writes a new handle
+ * to `*out`; on failure writes nothing and leaves nothing it created on
+ * disk.  The caller owns the handle and releases it with
+ * `kvtier_region_close` or `kvtier_region_free`.  May block up to the join
+ * timeout.  Thread-safe.
+ *
+ * # Safety
+ * `options` and `out` must be NULL or valid; the barrier, if any, must be
+ * callable with `barrier_user_data`.
+ */
+kvtier_status kvtier_region_new(const kvtier_region_options *options, kvtier_region **out);
+
+/**
+ * Cleans up and releases the region: removes the backing-file names if
+ * this process created them, closes the descriptors, and unmaps, except
+ * that while slots are lent out (`kvtier_region_set_lent_slots`) the
+ * mapping is kept for good.
+ *
+ * `region` is consumed whatever the result and must not be used again;
+ * NULL is an error.  Writes to `*kept_mapping` (which may be NULL)
+ * whether the mapping was kept.  Must not run concurrently with other
+ * calls on `region`.  A failure (removing a name) is reported after the
+ * release.
+ *
+ * # Safety
+ * `region` must be a live handle; `kept_mapping` NULL or valid.
+ */
+kvtier_status kvtier_region_close(kvtier_region *region, bool *kept_mapping);
+
+/**
+ * Releases the region like `kvtier_region_close`, ignoring errors.
+ * NULL is a no-op.
+ *
+ * # Safety
+ * `region` must be NULL or a live handle, not used afterwards.
+ */
+void kvtier_region_free(kvtier_region *region);
+
+/**
+ * Writes `KVTIER_REGION_ROLE_CREATOR` or `KVTIER_REGION_ROLE_JOINER` to
+ * `*role`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `role` must be NULL or valid.
+ */
+kvtier_status kvtier_region_role(const kvtier_region *region, uint32_t *role);
+
+/**
+ * Writes the region's base address to `*base`: `slot_count * stride`
+ * contiguous bytes, valid until the region is released (or for good
+ * while slots are lent).  Thread-safe.
+ *
+ * # Safety
+ * `region` and `base` must be NULL or valid.
+ */
+kvtier_status kvtier_region_base(const kvtier_region *region, void **base);
+
+/**
+ * Writes the row stride (bytes per slot) to `*stride`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `stride` must be NULL or valid.
+ */
+kvtier_status kvtier_region_stride(const kvtier_region *region, size_t *stride);
+
+/**
+ * Writes the number of slots to `*slot_count`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `slot_count` must be NULL or valid.
+ */
+kvtier_status kvtier_region_slot_count(const kvtier_region *region, uint32_t *slot_count);
+
+/**
+ * Writes the address of slot `slot` to `*address`; a slot at or beyond
+ * the slot count is `KVTIER_STATUS_INVALID_ARGUMENT`.  The address lives
+ * as long as the base address.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `address` must be NULL or valid.
+ */
+kvtier_status kvtier_region_slot_address(const kvtier_region *region,
+                                         uint32_t slot,
+                                         void **address);
+
+/**
+ * Per-worker layout: writes to `*view` the view of `length` bytes at
+ * `offset` within worker `worker`'s area of every row.  The region must
+ * have been created with `worker_bytes > 0`, and `offset + length` must
+ * fit in `worker_bytes`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `view` must be NULL or valid.
+ */
+kvtier_status kvtier_region_worker_view(const kvtier_region *region,
+                                        uint32_t worker,
+                                        size_t offset,
+                                        size_t length,
+                                        kvtier_region_view *view);
+
+/**
+ * Canonical layout: writes to `*view` the view of `length` bytes at
+ * `offset` of every row, the same bytes for every worker; `offset +
+ * length` must fit in the stride.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `view` must be NULL or valid.
+ */
+kvtier_status kvtier_region_canonical_view(const kvtier_region *region,
+                                           size_t offset,
+                                           size_t length,
+                                           kvtier_region_view *view);
+
+/**
+ * Removes the backing files' names if they still name this region's
+ * files; call it once every process has joined.  Mappings stay valid and
+ * the memory is freed when the last process unmaps.  Writes to `*removed`
+ * (which may be NULL) whether this call removed a name.  Thread-safe.
+ *
+ * # Safety
+ * `region` must be NULL or valid; `removed` NULL or valid.
+ */
+kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed);
+
+/**
+ * Declares how many slots are lent out to a device (registered with a GPU
+ * driver or a NIC); while non-zero, `kvtier_region_close` keeps the
+ * mapping so no device writes into reused address space.  0 clears it.
+ * Thread-safe.
+ *
+ * # Safety
+ * `region` must be NULL or valid.
+ */
+kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t count);
 
 /**
  * Returns the name of `status` as a static NUL-terminated string, for

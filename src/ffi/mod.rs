@@ -12,6 +12,7 @@ pub mod key;
 pub mod log;
 pub mod manager;
 pub mod primary;
+pub mod region;
 pub mod status;
 pub mod tier;
 pub mod version;
