@@ -337,6 +337,37 @@ typedef enum {
 } kvtier_primary_event_kind;
 
 /**
+ * Severity of a log record; a callback receives records at its maximum
+ * level or more severe.
+ */
+typedef enum {
+  /**
+   * Nothing is logged.
+   */
+  KVTIER_LOG_LEVEL_OFF = 0,
+  /**
+   * Failures that lose work (a tier failing jobs, a misbehaving tier).
+   */
+  KVTIER_LOG_LEVEL_ERROR = 1,
+  /**
+   * Unexpected but handled events (late completions, back-pressure).
+   */
+  KVTIER_LOG_LEVEL_WARN = 2,
+  /**
+   * Lifecycle events (tiers attached, regions created, recoveries).
+   */
+  KVTIER_LOG_LEVEL_INFO = 3,
+  /**
+   * Details for debugging.
+   */
+  KVTIER_LOG_LEVEL_DEBUG = 4,
+  /**
+   * Everything.
+   */
+  KVTIER_LOG_LEVEL_TRACE = 5,
+} kvtier_log_level;
+
+/**
  * Opaque handle of a tiering manager (internally synchronized).
  */
 typedef struct kvtier_manager kvtier_manager;
