@@ -823,6 +823,46 @@ typedef struct {
 } kvtier_manager_stat;
 
 /**
+ * Consecutive cache events of one tier and kind, as the event callback
+ * receives them.  Borrowed for the callback only: copy what you keep.
+ */
+typedef struct {
+  /**
+   * Tier index: 0 primary, 1.. secondary tiers in the order added.
+   */
+  uint32_t tier;
+  /**
+   * `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
+   */
+  int32_t kind;
+  /**
+   * `KVTIER_MEDIUM_CPU`, `KVTIER_MEDIUM_STORAGE` or `KVTIER_TIER_ANY` (undeclared).
+   */
+  int32_t medium;
+  /**
+   * `KVTIER_LOCALITY_LOCAL`, `KVTIER_LOCALITY_REMOTE` or `KVTIER_TIER_ANY`.
+   */
+  int32_t locality;
+  /**
+   * The keys (NULL and 0 for `KVTIER_EVENT_CLEARED`).
+   */
+  const kvtier_key *keys;
+  /**
+   * Number of keys.
+   */
+  size_t len;
+} kvtier_event_batch;
+
+/**
+ * Receives one batch of events.  Called at the end of the manager call
+ * that produced the events, on that call's thread, with the manager's
+ * lock held: it must not call the manager (such calls fail with
+ * `KVTIER_STATUS_REENTRANT`), must return quickly, and must not unwind
+ * (C++: `noexcept`).
+ */
+typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event_batch *batch);
+
+/**
  * Options of [`kvtier_primary_new`]; start from [`kvtier_primary_options_default`].
  */
 typedef struct {
@@ -1471,6 +1511,66 @@ kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
  * `manager` a live handle.
  */
 kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
+
+/**
+ * Writes the manager's statistics (its own totals, the primary tier's,
+ * and each secondary tier's, labelled `tier="..."`) in the Prometheus text
+ * exposition format (version 0.0.4), NUL-terminated, to `buf`.
+ *
+ * `buf` must be valid for `len` bytes (NULL if `len` is 0); `needed` must
+ * not be NULL.  Always writes the text's length plus one (the NUL) to
+ * `*needed`; if that exceeds `len`, writes nothing to `buf` and returns
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL` (call again with a larger buffer; the
+ * values may have changed by then, so leave some room).  The caller owns
+ * `buf`.  Internally synchronized: any thread may call it.
+ *
+ * # Safety
+ * `manager` a live handle; `buf` valid for `len` writes; `needed` valid.
+ */
+kvtier_status kvtier_manager_metrics_prometheus(const kvtier_manager *manager,
+                                                char *buf,
+                                                size_t len,
+                                                size_t *needed);
+
+/**
+ * Installs `callback` to receive cache events (stored, removed, cleared;
+ * per tier, with the tier's medium and locality) as they happen, replacing
+ * any previous one; NULL removes it.  With `also_queue`, events still
+ * queue for `kvtier_manager_take_events` too; without, they go to the
+ * callback only (events queued earlier are delivered at the end of this
+ * call).  The primary tier's events need `event_capacity` > 0.
+ *
+ * `user_data` is passed back to every call and never freed; it and the
+ * callback must stay valid until the callback is replaced or removed, or
+ * the manager is freed.  See `kvtier_event_fn` for what the callback may
+ * do.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `callback` NULL or callable from any thread
+ * that calls the manager, with `user_data`.
+ */
+kvtier_status kvtier_manager_set_event_callback(kvtier_manager *manager,
+                                                kvtier_event_fn callback,
+                                                void *user_data,
+                                                bool also_queue);
+
+/**
+ * Writes the manager's wake-up descriptor to `*fd_out`: a Linux `eventfd`
+ * (non-blocking, close-on-exec) that becomes readable when a secondary
+ * tier finishes a job: when any thread calls `kvtier_manager_complete_job`,
+ * or a built-in tier's worker finishes.  An idle engine polls it (with
+ * `POLLIN`) instead of spinning on `kvtier_manager_has_pending_work`, then
+ * reads 8 bytes from it, which resets it, and calls the manager.  Jobs a
+ * C tier reports only through `poll_finished` do not wake it.
+ *
+ * The descriptor is created on the first call; every call returns the
+ * same one.  kvtier owns it: never close it; it is closed when the manager
+ * is freed.  Thread-safe.  Other systems: `KVTIER_STATUS_UNSUPPORTED`.
+ *
+ * # Safety
+ * `manager` a live handle; `fd_out` valid for writes.
+ */
+kvtier_status kvtier_manager_wake_fd(const kvtier_manager *manager, int *fd_out);
 
 /**
  * Returns the default options: capacity 1024, `"lru"`, no admission

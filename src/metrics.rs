@@ -54,6 +54,49 @@ pub fn prometheus_text(groups: &[TierStats<'_>]) -> String {
     out
 }
 
+/// Renders a manager's merged statistics ([`crate::tiering::Manager::stats`])
+/// with [`prometheus_text`]: one `tier` label per source ("manager",
+/// "primary", then each secondary tier's name).  Two secondary tiers with
+/// the same name are told apart by their index (`fs#1`, `fs#2`), so every
+/// series is unique.
+pub fn manager_prometheus_text(stats: &[crate::tiering::ManagerStat]) -> String {
+    let mut labels: Vec<(Option<usize>, String)> = Vec::new();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for (i, s) in stats.iter().enumerate() {
+        match labels.last() {
+            Some((tier, _)) if *tier == s.tier => {
+                if let Some(r) = ranges.last_mut() {
+                    r.1 = i + 1;
+                }
+            }
+            _ => {
+                labels.push((s.tier, s.tier_name.to_string()));
+                ranges.push((i, i + 1));
+            }
+        }
+    }
+    let names: Vec<String> = labels
+        .iter()
+        .map(|(tier, name)| {
+            let shared = labels.iter().filter(|(_, n)| n == name).count() > 1;
+            match tier {
+                Some(t) if shared => format!("{name}#{t}"),
+                _ => name.clone(),
+            }
+        })
+        .collect();
+    let owned: Vec<Vec<Stat>> = ranges
+        .iter()
+        .map(|&(a, b)| stats[a..b].iter().map(|s| s.stat.clone()).collect())
+        .collect();
+    let groups: Vec<TierStats<'_>> = names
+        .iter()
+        .zip(owned.iter())
+        .map(|(tier, stats)| TierStats { tier, stats })
+        .collect();
+    prometheus_text(&groups)
+}
+
 /// `kvtier_<name>` with characters outside `[a-zA-Z0-9_]` replaced by `_`,
 /// and `_total` appended to counters that lack it.
 fn family_name(name: &str, kind: StatKind) -> String {

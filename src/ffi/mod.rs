@@ -11,6 +11,7 @@ pub(crate) mod boundary;
 pub mod key;
 pub mod log;
 pub mod manager;
+pub mod observe;
 pub mod primary;
 pub mod region;
 pub mod status;

@@ -2,11 +2,15 @@
 
 pub mod backend;
 pub mod backpressure;
+pub mod listen;
 pub mod manager;
 pub mod model;
+pub mod notify;
 pub mod tier;
 
 pub use backend::PrimaryBackend;
+pub use listen::{EventBatch, EventListener};
+pub use notify::Notifier;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
 pub use manager::{
     LookupResult, Manager, ManagerOptions, ManagerStat, PromotionAnswer, RequestParams, TierEvent,
