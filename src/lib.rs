@@ -12,6 +12,7 @@
 //! - [`key`]: the key type (1..=64 opaque bytes, inline).
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
+//! - [`tiers`]: built-in secondary tiers (the file-system tier).
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 
 pub mod error;
@@ -22,6 +23,7 @@ pub mod region;
 pub mod request;
 pub mod stats;
 pub mod tiering;
+pub mod tiers;
 
 pub use error::{Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
