@@ -21,14 +21,20 @@
 //! | 104 | 8 | checksum of bytes 0..104 |
 //! | 112 | .. | zero up to [`HEADER_LEN`] |
 //!
-//! Paths: `<root>/<aa>/<bb>/<key hex>.kvb`, where `aa` and `bb` come from a
-//! hash of the key (so clustered keys still spread over 65,536 directories).
+//! Paths: `<root>/<aa>/<key hex>.kvb`, where `aa` comes from a hash of the
+//! key, so even clustered keys spread evenly over 256 directories (10 million
+//! blocks make about 40,000 entries per directory, which ext4, XFS and
+//! network file systems index well; few directories keep a cold start from
+//! paying a `mkdir` per block).
 //! Keys become hex, never path components directly, so no key can escape the
 //! root.  Temporary files are `.<key hex>.<pid>.<n>.tmp` in the same directory.
 
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use std::hash::Hasher as _;
+
+use twox_hash::XxHash3_64;
+use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
 use crate::key::{Key, MAX_KEY_LEN};
 
@@ -57,29 +63,34 @@ pub fn file_len(data_len: usize) -> u64 {
     (HEADER_LEN + data_len) as u64
 }
 
-/// Streaming checksum of a block: key length, key, data length, then the
-/// data fed in chunks through [`BlockHasher::update`].
-pub struct BlockHasher(Xxh3);
+/// Streaming checksum of a block (xxh3-64, default seed and secret): key
+/// length, key, data length, then the data fed in chunks through
+/// [`BlockHasher::update`].  Allocates nothing.
+pub struct BlockHasher(RawHasher<&'static [u8; 192]>);
 
 impl BlockHasher {
     /// Starts the checksum of `key`'s block of `data_len` bytes.
     pub fn new(key: &Key, data_len: u64) -> BlockHasher {
-        let mut h = Xxh3::new();
-        h.update(&[key.len() as u8]);
-        h.update(key.as_bytes());
-        h.update(&data_len.to_le_bytes());
+        let mut h = RawHasher::new(SecretBuffer::default());
+        h.write(&[key.len() as u8]);
+        h.write(key.as_bytes());
+        h.write(&data_len.to_le_bytes());
         BlockHasher(h)
     }
 
     /// Feeds the next chunk of data.
     pub fn update(&mut self, chunk: &[u8]) {
-        self.0.update(chunk);
+        self.0.write(chunk);
     }
 
     /// The checksum.
     pub fn finish(&self) -> u64 {
-        self.0.digest()
+        self.0.finish()
     }
+}
+
+fn xxh3_64(bytes: &[u8]) -> u64 {
+    XxHash3_64::oneshot(bytes)
 }
 
 /// A parsed, self-consistent header.
@@ -172,28 +183,21 @@ impl Layout {
         &self.root
     }
 
-    /// The two fan-out directory names of `key` (`aa`, `bb`).
-    pub fn fanout(key: &Key) -> [[u8; 2]; 2] {
-        let h = xxh3_64(key.as_bytes());
-        let a = (h & 0xff) as u8;
-        let b = ((h >> 8) & 0xff) as u8;
-        [
-            [HEX[(a >> 4) as usize], HEX[(a & 15) as usize]],
-            [HEX[(b >> 4) as usize], HEX[(b & 15) as usize]],
-        ]
+    /// The fan-out directory name of `key` (`aa`, two hex digits).
+    pub fn fanout(key: &Key) -> [u8; 2] {
+        let a = (xxh3_64(key.as_bytes()) & 0xff) as u8;
+        [HEX[(a >> 4) as usize], HEX[(a & 15) as usize]]
     }
 
-    /// `<root>/<aa>` and `<root>/<aa>/<bb>` for `key`.
-    pub fn dirs(&self, key: &Key) -> (PathBuf, PathBuf) {
-        let [a, b] = Self::fanout(key);
-        let first = self.root.join(std::str::from_utf8(&a).expect("hex"));
-        let second = first.join(std::str::from_utf8(&b).expect("hex"));
-        (first, second)
+    /// `<root>/<aa>` for `key`.
+    pub fn dir(&self, key: &Key) -> PathBuf {
+        self.root
+            .join(std::str::from_utf8(&Self::fanout(key)).expect("hex"))
     }
 
     /// The block file of `key`.
     pub fn block_path(&self, key: &Key) -> PathBuf {
-        let (_, dir) = self.dirs(key);
+        let dir = self.dir(key);
         let mut name = key.to_hex();
         name.push('.');
         name.push_str(BLOCK_EXT);
@@ -202,7 +206,7 @@ impl Layout {
 
     /// A temporary file for a store of `key` by process `pid`, attempt `n`.
     pub fn temp_path(&self, key: &Key, pid: u32, n: u64) -> PathBuf {
-        let (_, dir) = self.dirs(key);
+        let dir = self.dir(key);
         dir.join(format!(".{}.{pid}.{n}.{TEMP_EXT}", key.to_hex()))
     }
 }
@@ -261,6 +265,13 @@ mod tests {
     }
 
     #[test]
+    fn the_hash_is_standard_xxh3_64() {
+        // Reference values of XXH3_64bits (seed 0) from the xxHash project.
+        assert_eq!(xxh3_64(b""), 0x2d06_8005_38d3_94c2);
+        assert_eq!(xxh3_64(b"a"), 0xe6c6_32b6_1e96_4e1f);
+    }
+
+    #[test]
     fn checksum_binds_key_and_data() {
         let data = vec![7u8; 4096];
         let sum = |k: &[u8], d: &[u8]| {
@@ -284,7 +295,7 @@ mod tests {
         let k = key(b"../../etc/passwd");
         let p = layout.block_path(&k);
         assert!(p.starts_with("/r"));
-        assert_eq!(p.components().count(), 5, "{p:?}");
+        assert_eq!(p.components().count(), 4, "{p:?}");
         let name = p.file_name().unwrap().to_str().unwrap();
         assert_eq!(key_of_block_name(name), Some(k));
         let long = key(&[0xab; 64]);

@@ -141,6 +141,9 @@ pub struct BlockIo {
     pub direct: bool,
     /// Whether stores are made durable (fdatasync the file, fsync the directory).
     pub durable: bool,
+    /// Whether other processes share the directory (a store first checks
+    /// whether one of them wrote the block already).
+    pub shared: bool,
     pid: u32,
     temp_seq: AtomicU64,
 }
@@ -229,12 +232,19 @@ pub enum Stored {
 
 impl BlockIo {
     /// Block I/O over `slots` under `layout`.
-    pub fn new(layout: Layout, slots: SlotMemory, direct: bool, durable: bool) -> BlockIo {
+    pub fn new(
+        layout: Layout,
+        slots: SlotMemory,
+        direct: bool,
+        durable: bool,
+        shared: bool,
+    ) -> BlockIo {
         BlockIo {
             layout,
             slots,
             direct,
             durable,
+            shared,
             pid: std::process::id(),
             temp_seq: AtomicU64::new(0),
         }
@@ -290,17 +300,14 @@ impl BlockIo {
             }
             let e = errno();
             if e == libc::ENOENT && !made_dirs {
-                // Only the fan-out directories are created here: a missing
+                // Only the fan-out directory is created here: a missing
                 // root stays missing (and the store fails with its cause).
-                let (first, second) = self.layout.dirs(key);
-                for d in [first, second] {
-                    let c = cpath(&d);
-                    // SAFETY: NUL-terminated path.
-                    if unsafe { libc::mkdir(c.as_ptr(), 0o755) } != 0 {
-                        let e = errno();
-                        if e != libc::EEXIST {
-                            return Err(e);
-                        }
+                let c = cpath(&self.layout.dir(key));
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::mkdir(c.as_ptr(), 0o755) } != 0 {
+                    let e = errno();
+                    if e != libc::EEXIST {
+                        return Err(e);
                     }
                 }
                 made_dirs = true;
@@ -318,14 +325,14 @@ impl BlockIo {
     /// directory, then a rename, so readers see the old state or the whole
     /// block.  Nothing is left behind on failure.
     pub fn store(&self, key: &Key, slot: u32, hdr: &mut HeaderBuf) -> Result<Stored, Cause> {
-        if self.exists(key) {
+        if self.shared && self.exists(key) {
             return Ok(Stored::Present);
         }
         let len = self.block_bytes();
         let base = self.slots.slot_ptr(slot).map_err(|_| Cause::Io)?.as_ptr() as *const u8;
         let direct = self.direct_for(base);
         let (fd, tmp) = self.open_temp(key, direct).map_err(Cause::of_store_errno)?;
-        let written = self.write_file(key, &fd, base, len, direct, hdr);
+        let written = self.write_file(key, &fd, base, len, hdr);
         let result = written.and_then(|()| {
             drop(fd);
             let dst = cpath(&self.layout.block_path(key));
@@ -334,8 +341,7 @@ impl BlockIo {
                 return Err(errno());
             }
             if self.durable {
-                let (_, dir) = self.layout.dirs(key);
-                sync_dir(&dir)?;
+                sync_dir(&self.layout.dir(key))?;
             }
             Ok(())
         });
@@ -356,25 +362,13 @@ impl BlockIo {
         fd: &Fd,
         base: *const u8,
         len: usize,
-        direct: bool,
         hdr: &mut HeaderBuf,
     ) -> Result<(), i32> {
+        // The checksum pass leaves the block in cache for the copy that
+        // follows; header and data then go out in one system call.
         let mut hasher = BlockHasher::new(key, len as u64);
-        if direct {
-            // SAFETY: the slot is pinned by the store job for its duration.
-            hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
-            pwrite_all(fd.0, base, len, HEADER_LEN as u64)?;
-        } else {
-            let mut off = 0;
-            while off < len {
-                let n = BUFFERED_CHUNK.min(len - off);
-                // SAFETY: in bounds of the pinned slot.
-                let p = unsafe { base.add(off) };
-                hasher.update(unsafe { std::slice::from_raw_parts(p, n) });
-                pwrite_all(fd.0, p, n, (HEADER_LEN + off) as u64)?;
-                off += n;
-            }
-        }
+        // SAFETY: the slot is pinned by the store job for its duration.
+        hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
         let header = Header {
             key: *key,
             data_len: len as u64,
@@ -382,7 +376,40 @@ impl BlockIo {
         };
         let buf = hdr.bytes();
         encode_header(&header, buf);
-        pwrite_all(fd.0, buf.as_ptr(), HEADER_LEN, 0)?;
+        let total = HEADER_LEN + len;
+        let iov = [
+            libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: len,
+            },
+        ];
+        // SAFETY: both buffers are valid for their lengths.
+        let n = loop {
+            let n = unsafe { libc::pwritev(fd.0, iov.as_ptr(), 2, 0) };
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            break n;
+        };
+        if n < 0 {
+            return Err(errno());
+        }
+        let n = n as usize;
+        if n < total {
+            // A short write: finish the rest in plain writes.
+            if n < HEADER_LEN {
+                pwrite_all(fd.0, buf[n..].as_ptr(), HEADER_LEN - n, n as u64)?;
+                pwrite_all(fd.0, base, len, HEADER_LEN as u64)?;
+            } else {
+                let done = n - HEADER_LEN;
+                // SAFETY: done < len.
+                pwrite_all(fd.0, unsafe { base.add(done) }, len - done, n as u64)?;
+            }
+        }
         // SAFETY: plain fdatasync of an open descriptor.
         if self.durable && unsafe { libc::fdatasync(fd.0) } != 0 {
             return Err(errno());

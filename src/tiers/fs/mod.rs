@@ -1,7 +1,7 @@
 //! The built-in file-system secondary tier: KV blocks as files under one
 //! directory (local NVMe, tmpfs, or a shared file system).
 //!
-//! - One file per block, `<root>/<aa>/<bb>/<key hex>.kvb` (see [`format`]):
+//! - One file per block, `<root>/<aa>/<key hex>.kvb` (see [`format`]):
 //!   a page-sized header (magic, version, key, length, xxh3 checksum of key
 //!   and data), then the data, page-aligned.
 //! - Stores write a temporary file in the final directory and rename it, so
@@ -221,7 +221,7 @@ impl FsTier {
         let mut index = Index::new(file_len(block_bytes));
         let mut events = Vec::new();
         let rebuild = rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
-        let io = BlockIo::new(layout, slots, direct, opts.durable);
+        let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared);
         let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
         Ok(FsTier {
             opts,
@@ -435,37 +435,29 @@ fn rebuild(
     let read = |p: &Path| {
         fs::read_dir(p).map_err(|e| Error::io(format!("fs tier: listing {}", p.display()), e))
     };
-    for first in read(layout.root())? {
-        let Ok(first) = first else { continue };
-        if !first.file_name().to_str().is_some_and(is_fanout) || !first.path().is_dir() {
+    for dir in read(layout.root())? {
+        let Ok(dir) = dir else { continue };
+        if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
             continue;
         }
-        for second in read(&first.path())? {
-            let Ok(second) = second else { continue };
-            if !second.file_name().to_str().is_some_and(is_fanout) || !second.path().is_dir() {
+        for entry in read(&dir.path())? {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = entry.path();
+            if name.ends_with(".tmp") {
+                if stale_temp(&path, name, opts.stale_temp_age) && fs::remove_file(&path).is_ok() {
+                    report.temp_removed += 1;
+                }
                 continue;
             }
-            for entry in read(&second.path())? {
-                let Ok(entry) = entry else { continue };
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                let path = entry.path();
-                if name.ends_with(".tmp") {
-                    if stale_temp(&path, name, opts.stale_temp_age)
-                        && fs::remove_file(&path).is_ok()
-                    {
-                        report.temp_removed += 1;
-                    }
-                    continue;
-                }
-                let Some(key) = key_of_block_name(name) else {
-                    continue;
-                };
-                match check_block(&path, &key, block_bytes, expected_len, &mut header) {
-                    Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
-                    Some(_) => {}
-                    None => report.skipped += 1,
-                }
+            let Some(key) = key_of_block_name(name) else {
+                continue;
+            };
+            match check_block(&path, &key, block_bytes, expected_len, &mut header) {
+                Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
+                Some(_) => {}
+                None => report.skipped += 1,
             }
         }
     }
