@@ -251,6 +251,18 @@ pub(crate) unsafe fn free_handle<C: Castable>(ptr: *mut C) {
     }
 }
 
+/// Frees the handle made by [`into_handle`] and returns its value, for
+/// calls that consume a handle and report on the release; NULL gives `None`.
+///
+/// # Safety
+/// `ptr` must be NULL or a live handle of type `C`, not used afterwards.
+pub(crate) unsafe fn take_handle<C: Castable>(ptr: *mut C) -> Option<C::Rust> {
+    if ptr.is_null() {
+        return None;
+    }
+    Some(unsafe { Box::from_raw(ptr.cast::<Handle<C::Rust>>()) }.value)
+}
+
 /// Checks an output pointer and returns it as a mutable reference.
 ///
 /// # Safety

@@ -1,5 +1,16 @@
 //! The shared offload region and the slot view tiers use.
+//!
+//! [`Region`] is one mmap'd buffer that the scheduler and every worker
+//! process map at the same time, created by the first process and joined
+//! by the others under one name; [`SlotMemory`] is the view of its slots
+//! that secondary tiers copy through.
 
+pub mod options;
+pub mod shared;
 pub mod slots;
+mod sys;
 
+pub use options::{OpenMode, Prefault, RegionOptions, Share};
+pub use shared::{CloseReport, Region, Role, StridedView};
 pub use slots::SlotMemory;
+pub use sys::PrefaultMethod;

@@ -1,0 +1,506 @@
+//! `kvtier_region`: the shared offload region, from C.
+//!
+//! Converts options and checks pointers, then calls [`crate::region::Region`].
+
+use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::boundary::{
+    Castable, Failure, enter, ffi_call, free_handle, in_str, into_handle, out_ref, take_handle,
+};
+use super::status::kvtier_status;
+use crate::error::Error;
+use crate::region::{OpenMode, Prefault, Region, RegionOptions, Role, Share, StridedView};
+
+/// A shared offload region mapped in this process.  Opaque; made by
+/// `kvtier_region_new`, released by `kvtier_region_close` or
+/// `kvtier_region_free`.  Const calls may run concurrently from any thread.
+#[allow(non_camel_case_types)]
+pub struct kvtier_region {
+    _private: [u8; 0],
+}
+
+impl Castable for kvtier_region {
+    type Rust = Region;
+    const NAME: &'static str = "region";
+}
+
+/// `kvtier_region_options.open`: create the region if nobody has, else join it.
+pub const KVTIER_REGION_CREATE_OR_JOIN: u32 = 0;
+/// `kvtier_region_options.open`: create the region; fail if a live one exists.
+pub const KVTIER_REGION_CREATE: u32 = 1;
+/// `kvtier_region_options.open`: join the region, waiting for it to appear.
+pub const KVTIER_REGION_JOIN: u32 = 2;
+
+/// `kvtier_region_options.prefault`: no pre-faulting.
+pub const KVTIER_REGION_PREFAULT_OFF: u32 = 0;
+/// `kvtier_region_options.prefault`: `MADV_POPULATE_WRITE`, else touch each page.
+pub const KVTIER_REGION_PREFAULT_AUTO: u32 = 1;
+/// `kvtier_region_options.prefault`: touch each page (keeping its bytes).
+pub const KVTIER_REGION_PREFAULT_TOUCH: u32 = 2;
+
+/// Smallest segment size (1 GiB) when `kvtier_region_options.segments > 1`.
+pub const KVTIER_REGION_MIN_SEGMENT_BYTES: usize = 1 << 30;
+/// Longest region name in bytes.
+pub const KVTIER_REGION_MAX_NAME_LEN: usize = 200;
+
+/// `kvtier_region_role` result: this process created the region.
+pub const KVTIER_REGION_ROLE_CREATOR: u32 = 1;
+/// `kvtier_region_role` result: this process joined a region another created.
+pub const KVTIER_REGION_ROLE_JOINER: u32 = 2;
+
+/// Barrier callback given at creation: called exactly once by
+/// `kvtier_region_new`, on the calling thread, after this process's set-up
+/// finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
+/// status).  It must return only once every process of the region has
+/// called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
+/// value fails `kvtier_region_new`.  It must not call kvtier region
+/// functions.
+#[allow(non_camel_case_types)]
+pub type kvtier_region_barrier_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, setup_status: i32) -> i32>;
+
+/// Options for `kvtier_region_new`.  Initialize with
+/// `kvtier_region_options_default()`, then set `name`, `slot_count` and
+/// `slot_bytes` at least.  Every process of one region passes the same
+/// geometry (`slot_count`, `slot_bytes`, `segments`).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_region_options {
+    /// Region name (NUL-terminated UTF-8 file name, no `/`); required.
+    pub name: *const c_char,
+    /// Directory of the backing files; NULL means `/dev/shm`.
+    pub directory: *const c_char,
+    /// Number of slots (rows); at least 1.
+    pub slot_count: u32,
+    /// Bytes per slot = row stride; a multiple of the page size.
+    pub slot_bytes: usize,
+    /// Bytes of each worker's area in a row (per-worker layout); 0: none.
+    pub worker_bytes: usize,
+    /// `KVTIER_REGION_CREATE_OR_JOIN` (default), `_CREATE` or `_JOIN`.
+    pub open: u32,
+    /// How long a joiner waits for the region to appear and be sized, in
+    /// milliseconds (default 30000).
+    pub join_timeout_ms: u32,
+    /// Number of backing files, each at least 1 GiB (default 1).
+    pub segments: u32,
+    /// `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.
+    pub prefault: u32,
+    /// With `prefault_share_count > 0`, pre-fault only share
+    /// `prefault_share_index` of `prefault_share_count`: this worker's area
+    /// of every row under the per-worker layout, else a contiguous range
+    /// of rows.  0: the whole region (default).
+    pub prefault_share_count: u32,
+    /// Which share to pre-fault, below `prefault_share_count`.
+    pub prefault_share_index: u32,
+    /// Threads pre-faulting in parallel (default 1: the calling thread).
+    pub prefault_threads: u32,
+    /// Permission bits of the backing files (default 0600), applied exactly.
+    pub mode: u32,
+    /// What a creator does with a backing file no process holds (left by a
+    /// crashed run): replace it (true, default) or fail.
+    pub replace_stale: bool,
+    /// Optional barrier (see `kvtier_region_barrier_fn`); when set, the
+    /// names are removed after it returns, so the memory is freed when the
+    /// last process unmaps.  NULL: no barrier (default).
+    pub barrier: kvtier_region_barrier_fn,
+    /// Passed to `barrier`; not owned by kvtier.
+    pub barrier_user_data: *mut c_void,
+}
+
+/// A strided view of a region: `rows` rows of `length` bytes, row `r` at
+/// byte `offset + r * stride` from the region's base address.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kvtier_region_view {
+    /// Offset of row 0 from the base, in bytes.
+    pub offset: usize,
+    /// Distance between rows, in bytes.
+    pub stride: usize,
+    /// Bytes per row in the view.
+    pub length: usize,
+    /// Number of rows (the slot count).
+    pub rows: u32,
+}
+
+impl From<StridedView> for kvtier_region_view {
+    fn from(v: StridedView) -> Self {
+        kvtier_region_view {
+            offset: v.offset,
+            stride: v.stride,
+            length: v.length,
+            rows: v.rows,
+        }
+    }
+}
+
+/// Returns the default options: no name, directory `/dev/shm`, create or
+/// join, 30 s join timeout, one segment, automatic pre-faulting of the
+/// whole region on one thread, mode 0600, stale files replaced, no barrier.
+///
+/// The result is a plain value owned by the caller.  Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_region_options_default() -> kvtier_region_options {
+    let d = RegionOptions::default();
+    kvtier_region_options {
+        name: std::ptr::null(),
+        directory: std::ptr::null(),
+        slot_count: 0,
+        slot_bytes: 0,
+        worker_bytes: 0,
+        open: KVTIER_REGION_CREATE_OR_JOIN,
+        join_timeout_ms: d.join_timeout.as_millis() as u32,
+        segments: 1,
+        prefault: KVTIER_REGION_PREFAULT_AUTO,
+        prefault_share_count: 0,
+        prefault_share_index: 0,
+        prefault_threads: 1,
+        mode: RegionOptions::DEFAULT_MODE,
+        replace_stale: true,
+        barrier: None,
+        barrier_user_data: std::ptr::null_mut(),
+    }
+}
+
+/// # Safety
+/// The strings in `o` must be NULL or valid NUL-terminated strings.
+unsafe fn convert(o: &kvtier_region_options) -> Result<RegionOptions, Failure> {
+    let name = unsafe { in_str(o.name, "options.name") }?.to_owned();
+    let directory = if o.directory.is_null() {
+        PathBuf::from("/dev/shm")
+    } else {
+        PathBuf::from(unsafe { in_str(o.directory, "options.directory") }?)
+    };
+    let open = match o.open {
+        KVTIER_REGION_CREATE_OR_JOIN => OpenMode::CreateOrJoin,
+        KVTIER_REGION_CREATE => OpenMode::Create,
+        KVTIER_REGION_JOIN => OpenMode::Join,
+        v => {
+            return Err(Error::InvalidArgument(format!(
+                "options.open {v} is not KVTIER_REGION_CREATE_OR_JOIN, _CREATE or _JOIN"
+            ))
+            .into());
+        }
+    };
+    let prefault = match o.prefault {
+        KVTIER_REGION_PREFAULT_OFF => Prefault::Off,
+        KVTIER_REGION_PREFAULT_AUTO => Prefault::Auto,
+        KVTIER_REGION_PREFAULT_TOUCH => Prefault::Touch,
+        v => {
+            return Err(Error::InvalidArgument(format!(
+                "options.prefault {v} is not KVTIER_REGION_PREFAULT_OFF, _AUTO or _TOUCH"
+            ))
+            .into());
+        }
+    };
+    Ok(RegionOptions {
+        name,
+        directory,
+        slot_count: o.slot_count,
+        slot_bytes: o.slot_bytes,
+        worker_bytes: o.worker_bytes,
+        open,
+        join_timeout: Duration::from_millis(o.join_timeout_ms as u64),
+        segments: o.segments,
+        prefault,
+        prefault_share: (o.prefault_share_count > 0).then_some(Share {
+            index: o.prefault_share_index,
+            count: o.prefault_share_count,
+        }),
+        prefault_threads: o.prefault_threads,
+        mode: o.mode,
+        replace_stale: o.replace_stale,
+    })
+}
+
+/// Creates the region named `options->name` in `options->directory`, or
+/// joins it if another process created it (the first process to create
+/// the backing file exclusively is the creator; the rest wait, up to
+/// `join_timeout_ms`, until it is sized).  A joiner whose creator fails
+/// during set-up fails at once with `KVTIER_STATUS_PEER_FAILED`.  With a
+/// barrier, the barrier runs once (even if set-up failed: a set-up error is
+/// then returned as it was) and the names are removed afterwards.
+///
+/// `options` must be initialized by `kvtier_region_options_default()`; its
+/// strings are read during the call only.  On success writes a new handle
+/// to `*out`; on failure writes nothing and leaves nothing it created on
+/// disk.  The caller owns the handle and releases it with
+/// `kvtier_region_close` or `kvtier_region_free`.  May block up to the join
+/// timeout.  Thread-safe.
+///
+/// # Safety
+/// `options` and `out` must be NULL or valid; the barrier, if any, must be
+/// callable with `barrier_user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_new(
+    options: *const kvtier_region_options,
+    out: *mut *mut kvtier_region,
+) -> kvtier_status {
+    ffi_call!({
+        let c = unsafe { options.as_ref() }.ok_or(Failure::Null("options"))?;
+        let out = unsafe { out_ref(out, "out") }?;
+        let opts = unsafe { convert(c) }?;
+        let region = match c.barrier {
+            None => Region::create_or_join(&opts)?,
+            Some(f) => {
+                let user = c.barrier_user_data;
+                Region::create_or_join_with_barrier(&opts, |setup| {
+                    let status = match setup {
+                        Ok(()) => kvtier_status::Ok,
+                        Err(e) => super::status::status_of(e),
+                    };
+                    // SAFETY: the caller vouches for the callback and its data.
+                    let r = unsafe { f(user, status as i32) };
+                    match kvtier_status::from_i32(r) {
+                        Some(kvtier_status::Ok) => Ok(()),
+                        Some(s) => Err(Error::PeerFailed(format!(
+                            "the region barrier returned {}",
+                            s.as_cstr().to_string_lossy()
+                        ))),
+                        None => Err(Error::PeerFailed(format!(
+                            "the region barrier returned {r}, which is not a kvtier_status"
+                        ))),
+                    }
+                })?
+            }
+        };
+        *out = into_handle::<kvtier_region>(region);
+        Ok(())
+    })
+}
+
+/// Cleans up and releases the region: removes the backing-file names if
+/// this process created them, closes the descriptors, and unmaps, except
+/// that while slots are lent out (`kvtier_region_set_lent_slots`) the
+/// mapping is kept for good.
+///
+/// `region` is consumed whatever the result and must not be used again;
+/// NULL is an error.  Writes to `*kept_mapping` (which may be NULL)
+/// whether the mapping was kept.  Must not run concurrently with other
+/// calls on `region`.  A failure (removing a name) is reported after the
+/// release.
+///
+/// # Safety
+/// `region` must be a live handle; `kept_mapping` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_close(
+    region: *mut kvtier_region,
+    kept_mapping: *mut bool,
+) -> kvtier_status {
+    ffi_call!({
+        // SAFETY: a live handle made by `into_handle`, consumed here.
+        let region = unsafe { take_handle(region) }.ok_or(Failure::Null("region"))?;
+        let report = region.close()?;
+        if let Some(k) = unsafe { kept_mapping.as_mut() } {
+            *k = report.kept_mapping;
+        }
+        Ok(())
+    })
+}
+
+/// Releases the region like `kvtier_region_close`, ignoring errors.
+/// NULL is a no-op.
+///
+/// # Safety
+/// `region` must be NULL or a live handle, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_free(region: *mut kvtier_region) {
+    unsafe { free_handle(region) }
+}
+
+/// Writes `KVTIER_REGION_ROLE_CREATOR` or `KVTIER_REGION_ROLE_JOINER` to
+/// `*role`.  Thread-safe.
+///
+/// # Safety
+/// `region` and `role` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_role(
+    region: *const kvtier_region,
+    role: *mut u32,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        let out = unsafe { out_ref(role, "role") }?;
+        *out = match r.role() {
+            Role::Creator => KVTIER_REGION_ROLE_CREATOR,
+            Role::Joiner => KVTIER_REGION_ROLE_JOINER,
+        };
+        Ok(())
+    })
+}
+
+/// Writes the region's base address to `*base`: `slot_count * stride`
+/// contiguous bytes, valid until the region is released (or for good
+/// while slots are lent).  Thread-safe.
+///
+/// # Safety
+/// `region` and `base` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_base(
+    region: *const kvtier_region,
+    base: *mut *mut c_void,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        *unsafe { out_ref(base, "base") }? = r.base().as_ptr().cast();
+        Ok(())
+    })
+}
+
+/// Writes the row stride (bytes per slot) to `*stride`.  Thread-safe.
+///
+/// # Safety
+/// `region` and `stride` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_stride(
+    region: *const kvtier_region,
+    stride: *mut usize,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        *unsafe { out_ref(stride, "stride") }? = r.stride();
+        Ok(())
+    })
+}
+
+/// Writes the number of slots to `*slot_count`.  Thread-safe.
+///
+/// # Safety
+/// `region` and `slot_count` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_slot_count(
+    region: *const kvtier_region,
+    slot_count: *mut u32,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        *unsafe { out_ref(slot_count, "slot_count") }? = r.slot_count();
+        Ok(())
+    })
+}
+
+/// Writes the address of slot `slot` to `*address`; a slot at or beyond
+/// the slot count is `KVTIER_STATUS_INVALID_ARGUMENT`.  The address lives
+/// as long as the base address.  Thread-safe.
+///
+/// # Safety
+/// `region` and `address` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_slot_address(
+    region: *const kvtier_region,
+    slot: u32,
+    address: *mut *mut c_void,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        let out = unsafe { out_ref(address, "address") }?;
+        *out = r.slot_ptr(slot)?.as_ptr().cast();
+        Ok(())
+    })
+}
+
+/// Per-worker layout: writes to `*view` the view of `length` bytes at
+/// `offset` within worker `worker`'s area of every row.  The region must
+/// have been created with `worker_bytes > 0`, and `offset + length` must
+/// fit in `worker_bytes`.  Thread-safe.
+///
+/// # Safety
+/// `region` and `view` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_worker_view(
+    region: *const kvtier_region,
+    worker: u32,
+    offset: usize,
+    length: usize,
+    view: *mut kvtier_region_view,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        let out = unsafe { out_ref(view, "view") }?;
+        *out = r.worker_view(worker, offset, length)?.into();
+        Ok(())
+    })
+}
+
+/// Canonical layout: writes to `*view` the view of `length` bytes at
+/// `offset` of every row, the same bytes for every worker; `offset +
+/// length` must fit in the stride.  Thread-safe.
+///
+/// # Safety
+/// `region` and `view` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_canonical_view(
+    region: *const kvtier_region,
+    offset: usize,
+    length: usize,
+    view: *mut kvtier_region_view,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        let out = unsafe { out_ref(view, "view") }?;
+        *out = r.canonical_view(offset, length)?.into();
+        Ok(())
+    })
+}
+
+/// Removes the backing files' names if they still name this region's
+/// files; call it once every process has joined.  Mappings stay valid and
+/// the memory is freed when the last process unmaps.  Writes to `*removed`
+/// (which may be NULL) whether this call removed a name.  Thread-safe.
+///
+/// # Safety
+/// `region` must be NULL or valid; `removed` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_unlink(
+    region: *const kvtier_region,
+    removed: *mut bool,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        let done = r.unlink()?;
+        if let Some(out) = unsafe { removed.as_mut() } {
+            *out = done;
+        }
+        Ok(())
+    })
+}
+
+/// Declares how many slots are lent out to a device (registered with a GPU
+/// driver or a NIC); while non-zero, `kvtier_region_close` keeps the
+/// mapping so no device writes into reused address space.  0 clears it.
+/// Thread-safe.
+///
+/// # Safety
+/// `region` must be NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_region_set_lent_slots(
+    region: *const kvtier_region,
+    count: u32,
+) -> kvtier_status {
+    ffi_call!({
+        let r = unsafe { enter(region) }?;
+        r.set_lent_slots(count);
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_constants_match_the_core() {
+        assert_eq!(
+            KVTIER_REGION_MIN_SEGMENT_BYTES,
+            RegionOptions::MIN_SEGMENT_BYTES
+        );
+        assert_eq!(KVTIER_REGION_MAX_NAME_LEN, RegionOptions::MAX_NAME_LEN);
+        let d = kvtier_region_options_default();
+        assert_eq!(d.mode, 0o600);
+        assert_eq!(d.join_timeout_ms, 30_000);
+        assert!(d.replace_stale && d.barrier.is_none() && d.name.is_null());
+    }
+}

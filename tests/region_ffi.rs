@@ -1,0 +1,304 @@
+//! The `kvtier_region` C API, called the way C calls it: defaults, NULL
+//! arguments, bad inputs and their statuses, accessors, views, the
+//! barrier callback, unlink, and cleanup with lent slots.
+
+use std::ffi::{CStr, CString, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use kvtier::ffi::kvtier_last_error_message;
+use kvtier::ffi::kvtier_status as S;
+use kvtier::ffi::region::*;
+
+const PAGE: usize = 4096;
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn unique(tag: &str) -> CString {
+    CString::new(format!(
+        "kvtier-ffi-{}-{}-{tag}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
+    .unwrap()
+}
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn path_of(name: &CStr) -> std::path::PathBuf {
+    std::path::Path::new("/dev/shm").join(name.to_str().unwrap())
+}
+
+fn options(name: &CStr, slots: u32, bytes: usize) -> kvtier_region_options {
+    let mut o = kvtier_region_options_default();
+    o.name = name.as_ptr();
+    o.slot_count = slots;
+    o.slot_bytes = bytes;
+    o.join_timeout_ms = 5000;
+    o
+}
+
+fn new(o: &kvtier_region_options) -> Result<*mut kvtier_region, (S, String)> {
+    let mut r: *mut kvtier_region = ptr::null_mut();
+    let s = unsafe { kvtier_region_new(o, &mut r) };
+    if s == S::Ok {
+        assert!(!r.is_null());
+        Ok(r)
+    } else {
+        assert!(r.is_null(), "*out is written only on success");
+        Err((s, last_error()))
+    }
+}
+
+#[test]
+fn defaults_are_documented_values() {
+    let d = kvtier_region_options_default();
+    assert!(d.name.is_null() && d.directory.is_null());
+    assert_eq!(d.open, KVTIER_REGION_CREATE_OR_JOIN);
+    assert_eq!(d.join_timeout_ms, 30_000);
+    assert_eq!(d.segments, 1);
+    assert_eq!(d.prefault, KVTIER_REGION_PREFAULT_AUTO);
+    assert_eq!((d.prefault_share_count, d.prefault_threads), (0, 1));
+    assert_eq!(d.mode, 0o600);
+    assert!(d.replace_stale && d.barrier.is_none());
+}
+
+#[test]
+fn null_arguments_are_rejected() {
+    let name = unique("null");
+    let o = options(&name, 2, PAGE);
+    let mut r: *mut kvtier_region = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_region_new(ptr::null(), &mut r) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_region_new(&o, ptr::null_mut()) },
+        S::NullArgument
+    );
+    let mut no_name = o;
+    no_name.name = ptr::null();
+    assert_eq!(new(&no_name).unwrap_err().0, S::NullArgument);
+    assert!(last_error().contains("options.name"));
+    let mut out = 0usize;
+    assert_eq!(
+        unsafe { kvtier_region_stride(ptr::null(), &mut out) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_region_close(ptr::null_mut(), ptr::null_mut()) },
+        S::NullArgument
+    );
+    unsafe { kvtier_region_free(ptr::null_mut()) };
+    assert!(!path_of(&name).exists());
+}
+
+#[test]
+fn bad_inputs_map_to_statuses_with_messages() {
+    let name = unique("bad");
+    let cases: Vec<(kvtier_region_options, S, &str)> = vec![
+        (
+            options(&name, 0, PAGE),
+            S::InvalidArgument,
+            "at least one slot",
+        ),
+        (
+            options(&name, 2, 0),
+            S::InvalidArgument,
+            "at least one slot",
+        ),
+        (options(&name, 2, PAGE + 8), S::InvalidArgument, "page size"),
+        (options(c"a/b", 2, PAGE), S::InvalidArgument, "contains '/'"),
+        (
+            {
+                let mut o = options(&name, 2, PAGE);
+                o.directory = c"/no/such/kvtier/dir".as_ptr();
+                o
+            },
+            S::NotFound,
+            "does not exist",
+        ),
+        (
+            {
+                let mut o = options(&name, 2, PAGE);
+                o.prefault = 9;
+                o
+            },
+            S::InvalidArgument,
+            "options.prefault",
+        ),
+        (
+            {
+                let mut o = options(&name, 2, PAGE);
+                o.open = 7;
+                o
+            },
+            S::InvalidArgument,
+            "options.open",
+        ),
+        (
+            {
+                let mut o = options(&name, 2, PAGE);
+                o.open = KVTIER_REGION_JOIN;
+                o.join_timeout_ms = 50;
+                o
+            },
+            S::Timeout,
+            "never appeared",
+        ),
+        (options(&name, 1 << 20, 1 << 20), S::NoSpace, "free"),
+    ];
+    for (o, status, text) in cases {
+        let (s, m) = new(&o).unwrap_err();
+        assert_eq!(s, status, "{m}");
+        assert!(m.contains(text), "{m} lacks {text}");
+        assert!(!path_of(&name).exists(), "nothing left on disk after: {m}");
+    }
+    // An existing name with the wrong size.
+    let r = new(&options(&name, 2, PAGE)).unwrap();
+    let (s, m) = new(&options(&name, 3, PAGE)).unwrap_err();
+    assert_eq!(s, S::InvalidArgument);
+    assert!(m.contains("exists with 8192 bytes"), "{m}");
+    unsafe { kvtier_region_free(r) };
+    assert!(!path_of(&name).exists());
+}
+
+#[test]
+fn accessors_views_and_roles() {
+    let name = unique("acc");
+    let mut o = options(&name, 8, 4 * PAGE);
+    o.worker_bytes = 2 * PAGE;
+    let a = new(&o).unwrap();
+    let b = new(&o).unwrap();
+    let role = |r| {
+        let mut v = 0u32;
+        assert_eq!(unsafe { kvtier_region_role(r, &mut v) }, S::Ok);
+        v
+    };
+    assert_eq!(role(a), KVTIER_REGION_ROLE_CREATOR);
+    assert_eq!(role(b), KVTIER_REGION_ROLE_JOINER);
+    let mut base: *mut c_void = ptr::null_mut();
+    let mut stride = 0usize;
+    let mut count = 0u32;
+    unsafe {
+        assert_eq!(kvtier_region_base(a, &mut base), S::Ok);
+        assert_eq!(kvtier_region_stride(a, &mut stride), S::Ok);
+        assert_eq!(kvtier_region_slot_count(a, &mut count), S::Ok);
+    }
+    assert_eq!((stride, count), (4 * PAGE, 8));
+    let mut slot: *mut c_void = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_region_slot_address(a, 7, &mut slot) },
+        S::Ok
+    );
+    assert_eq!(slot as usize, base as usize + 7 * stride);
+    assert_eq!(
+        unsafe { kvtier_region_slot_address(a, 8, &mut slot) },
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("slot 8 out of range"));
+    // Bytes written through one handle are read through the other.
+    unsafe { ptr::write_bytes(slot.cast::<u8>(), 0x5a, stride) };
+    let mut other: *mut c_void = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_region_slot_address(b, 7, &mut other) },
+        S::Ok
+    );
+    assert_eq!(unsafe { *other.cast::<u8>().add(stride - 1) }, 0x5a);
+
+    let mut v = kvtier_region_view::default();
+    assert_eq!(
+        unsafe { kvtier_region_worker_view(a, 1, 8, 64, &mut v) },
+        S::Ok
+    );
+    assert_eq!(
+        (v.offset, v.stride, v.length, v.rows),
+        (2 * PAGE + 8, 4 * PAGE, 64, 8)
+    );
+    assert_eq!(
+        unsafe { kvtier_region_worker_view(a, 2, 0, 1, &mut v) },
+        S::InvalidArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_region_canonical_view(a, 0, 4 * PAGE, &mut v) },
+        S::Ok
+    );
+    assert_eq!((v.offset, v.length), (0, 4 * PAGE));
+    assert_eq!(
+        unsafe { kvtier_region_canonical_view(a, 1, 4 * PAGE, &mut v) },
+        S::InvalidArgument
+    );
+
+    let mut removed = false;
+    assert_eq!(unsafe { kvtier_region_unlink(b, &mut removed) }, S::Ok);
+    assert!(removed && !path_of(&name).exists());
+    assert_eq!(unsafe { kvtier_region_unlink(a, &mut removed) }, S::Ok);
+    assert!(!removed);
+
+    // Lent slots: the mapping is kept and reported.
+    assert_eq!(unsafe { kvtier_region_set_lent_slots(a, 1) }, S::Ok);
+    let mut kept = false;
+    assert_eq!(unsafe { kvtier_region_close(a, &mut kept) }, S::Ok);
+    assert!(kept);
+    assert_eq!(unsafe { *slot.cast::<u8>() }, 0x5a, "still mapped");
+    assert_eq!(unsafe { kvtier_region_close(b, &mut kept) }, S::Ok);
+    assert!(!kept);
+}
+
+struct BarrierLog {
+    calls: u32,
+    setup_status: i32,
+    reply: i32,
+}
+
+unsafe extern "C" fn barrier(user: *mut c_void, setup_status: i32) -> i32 {
+    let log = unsafe { &mut *user.cast::<BarrierLog>() };
+    log.calls += 1;
+    log.setup_status = setup_status;
+    log.reply
+}
+
+#[test]
+fn barrier_runs_once_then_names_are_removed() {
+    let name = unique("barrier");
+    let mut log = BarrierLog {
+        calls: 0,
+        setup_status: -1,
+        reply: 0,
+    };
+    let mut o = options(&name, 2, PAGE);
+    o.barrier = Some(barrier);
+    o.barrier_user_data = (&mut log as *mut BarrierLog).cast();
+    let r = new(&o).unwrap();
+    assert_eq!((log.calls, log.setup_status), (1, 0));
+    assert!(!path_of(&name).exists(), "unlinked after the barrier");
+    unsafe { kvtier_region_free(r) };
+
+    // A failed set-up still calls the barrier, then reports its own error.
+    let mut bad = o;
+    bad.slot_bytes = PAGE + 1;
+    let (s, m) = new(&bad).unwrap_err();
+    assert_eq!(s, S::InvalidArgument, "{m}");
+    assert_eq!(
+        (log.calls, log.setup_status),
+        (2, S::InvalidArgument as i32)
+    );
+
+    // A barrier that fails, or answers a value that is no status, fails the call.
+    log.reply = S::Timeout as i32;
+    let (s, m) = new(&o).unwrap_err();
+    assert_eq!(s, S::PeerFailed);
+    assert!(m.contains("KVTIER_STATUS_TIMEOUT"), "{m}");
+    log.reply = 12345;
+    let (s, m) = new(&o).unwrap_err();
+    assert_eq!(s, S::PeerFailed);
+    assert!(m.contains("12345"), "{m}");
+    assert_eq!(log.calls, 4);
+    assert!(
+        !path_of(&name).exists(),
+        "a failed barrier leaves nothing behind"
+    );
+}
