@@ -248,6 +248,10 @@ fn a_flipped_byte_or_damaged_header_is_detected_and_never_served() {
         .collect();
     assert_eq!(removed.len(), 3);
     assert_eq!(stat(&tier, "corrupt_blocks_removed"), 3.0);
+    let mut errors = Vec::new();
+    tier.take_errors(&mut errors);
+    assert_eq!(errors.len(), 3);
+    assert!(errors.iter().any(|e| e.contains("checksum")), "{errors:?}");
     // The tier keeps serving: the bad blocks can be stored again.
     assert!(store(&mut tier, &mem, 3, &[2, 3]).success);
     assert!(load(&mut tier, 4, &[2, 3], 4).success);

@@ -173,7 +173,13 @@ pub struct FsTier {
     closed: bool,
     finished_buf: Vec<Arc<JobState>>,
     checked_buf: Vec<(Key, bool)>,
+    /// Descriptions of failed transfers for the manager's error log
+    /// (bounded: the counters keep the totals).
+    errors: Vec<String>,
 }
+
+/// Most failure descriptions kept between two `take_errors` calls.
+const MAX_PENDING_ERRORS: usize = 64;
 
 impl std::fmt::Debug for FsTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,6 +241,7 @@ impl FsTier {
             closed: false,
             finished_buf: Vec::new(),
             checked_buf: Vec::new(),
+            errors: Vec::new(),
         })
     }
 
@@ -291,8 +298,36 @@ impl FsTier {
         self.finished_buf = jobs;
     }
 
+    fn note_failure(&mut self, what: &str, key: &Key, code: u8) {
+        if self.errors.len() >= MAX_PENDING_ERRORS {
+            return;
+        }
+        let why = if code >= outcome::FAILED {
+            Cause::ALL[(code - outcome::FAILED) as usize]
+                .stat_name()
+                .trim_start_matches("errors_")
+                .replace('_', " ")
+        } else {
+            "no room (every block is being read or written)".to_string()
+        };
+        self.errors.push(format!(
+            "fs tier {}: {what} of key {key} failed: {why}",
+            self.opts.root.display()
+        ));
+    }
+
     fn settle(&mut self, state: &JobState) -> JobResult {
         let job = &state.job;
+        for i in 0..job.keys.len() {
+            let code = state.code(i);
+            if code >= outcome::FAILED || code == outcome::REJECTED_FULL {
+                let what = match job.direction {
+                    Direction::Store => "store",
+                    Direction::Load => "load",
+                };
+                self.note_failure(what, &job.keys[i], code);
+            }
+        }
         let mut ok = true;
         match job.direction {
             Direction::Store => {
@@ -740,6 +775,10 @@ impl SecondaryTier for FsTier {
 
     fn take_events(&mut self, out: &mut Vec<Event>) {
         out.append(&mut self.events);
+    }
+
+    fn take_errors(&mut self, out: &mut Vec<String>) {
+        out.append(&mut self.errors);
     }
 
     fn shutdown(&mut self) -> Result<()> {
