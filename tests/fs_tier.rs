@@ -434,6 +434,28 @@ fn drain_waits_and_shutdown_fails_later_jobs() {
 }
 
 #[test]
+fn jobs_naming_bad_slots_fail_without_harm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    // More keys than slots, and a slot beyond the region.
+    tier.submit_store(job(1, Direction::Store, &[1, 2], &[0]));
+    tier.submit_store(job(2, Direction::Store, &[3, 4], &[1, 99]));
+    let out = wait(&mut tier, 2);
+    assert!(out.iter().all(|r| !r.success), "{out:?}");
+    assert_eq!(tier.errors(Cause::BadSlot), 3);
+    let req = request();
+    assert_eq!(tier.lookup(&key(3), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(4), &req), TierLookup::Miss);
+    assert!(files(dir.path(), ".tmp").is_empty());
+    tier.submit_load(job(3, Direction::Load, &[3], &[42]));
+    let r = wait(&mut tier, 1).remove(0);
+    assert_eq!(r.succeeded_keys, Some(vec![]));
+    assert_eq!(tier.errors(Cause::BadSlot), 4);
+    assert!(!tier.has_pending_work());
+}
+
+#[test]
 fn restart_skips_bad_files_and_removes_temp_files_of_dead_writers() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();

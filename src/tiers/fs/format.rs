@@ -29,6 +29,9 @@
 //! Keys become hex, never path components directly, so no key can escape the
 //! root.  Temporary files are `.<key hex>.<pid>.<n>.tmp` in the same directory.
 
+use std::ffi::{CStr, OsStr};
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use std::hash::Hasher as _;
@@ -44,10 +47,6 @@ pub const HEADER_LEN: usize = 4096;
 pub const MAGIC: [u8; 8] = *b"KVTIERFS";
 /// Current format version; files of another version are skipped at restart.
 pub const FORMAT_VERSION: u32 = 1;
-/// Extension of finished block files.
-pub const BLOCK_EXT: &str = "kvb";
-/// Extension of temporary files (a store in progress, or left by a crash).
-pub const TEMP_EXT: &str = "tmp";
 
 const HEADER_HASHED: usize = 104;
 
@@ -189,25 +188,69 @@ impl Layout {
         [HEX[(a >> 4) as usize], HEX[(a & 15) as usize]]
     }
 
+    fn push_dir(&self, key: &Key, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(self.root.as_os_str().as_bytes());
+        out.push(b'/');
+        out.extend_from_slice(&Self::fanout(key));
+    }
+
+    fn push_hex(key: &Key, out: &mut Vec<u8>) {
+        for b in key.as_bytes() {
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        }
+    }
+
+    fn finish(out: &mut Vec<u8>) -> &CStr {
+        out.push(0);
+        CStr::from_bytes_with_nul(out).expect("tier paths hold no NUL but the last")
+    }
+
+    /// `<root>/<aa>` for `key`, built in `out` (reused: no allocation once
+    /// it has grown).
+    pub fn dir_c<'a>(&self, key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
+        self.push_dir(key, out);
+        Self::finish(out)
+    }
+
+    /// The block file of `key`, built in `out`.
+    pub fn block_c<'a>(&self, key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
+        self.push_dir(key, out);
+        out.push(b'/');
+        Self::push_hex(key, out);
+        out.extend_from_slice(b".kvb");
+        Self::finish(out)
+    }
+
+    /// A temporary file for a store of `key` by process `pid`, attempt
+    /// `n`, built in `out`.
+    pub fn temp_c<'a>(&self, key: &Key, pid: u32, n: u64, out: &'a mut Vec<u8>) -> &'a CStr {
+        self.push_dir(key, out);
+        out.extend_from_slice(b"/.");
+        Self::push_hex(key, out);
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, ".{pid}.{n}.tmp");
+        Self::finish(out)
+    }
+
+    fn owned(c: &CStr) -> PathBuf {
+        PathBuf::from(OsStr::from_bytes(c.to_bytes()))
+    }
+
     /// `<root>/<aa>` for `key`.
     pub fn dir(&self, key: &Key) -> PathBuf {
-        self.root
-            .join(std::str::from_utf8(&Self::fanout(key)).expect("hex"))
+        Self::owned(self.dir_c(key, &mut Vec::new()))
     }
 
     /// The block file of `key`.
     pub fn block_path(&self, key: &Key) -> PathBuf {
-        let dir = self.dir(key);
-        let mut name = key.to_hex();
-        name.push('.');
-        name.push_str(BLOCK_EXT);
-        dir.join(name)
+        Self::owned(self.block_c(key, &mut Vec::new()))
     }
 
     /// A temporary file for a store of `key` by process `pid`, attempt `n`.
     pub fn temp_path(&self, key: &Key, pid: u32, n: u64) -> PathBuf {
-        let dir = self.dir(key);
-        dir.join(format!(".{}.{pid}.{n}.{TEMP_EXT}", key.to_hex()))
+        Self::owned(self.temp_c(key, pid, n, &mut Vec::new()))
     }
 }
 

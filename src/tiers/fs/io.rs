@@ -4,7 +4,7 @@
 //!
 //! Runs on the tier's worker threads only.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,11 +42,14 @@ pub enum Cause {
     NotPresent,
     /// The tier was shut down before the transfer ran.
     Closed,
+    /// The job named a slot outside the region, or its keys and slots
+    /// differ in number.
+    BadSlot,
 }
 
 impl Cause {
     /// Every cause, in stats order.
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 12] = [
         Cause::NoSpace,
         Cause::ReadOnly,
         Cause::Permission,
@@ -58,6 +61,7 @@ impl Cause {
         Cause::Checksum,
         Cause::NotPresent,
         Cause::Closed,
+        Cause::BadSlot,
     ];
 
     /// Stat name of the cause's counter.
@@ -74,6 +78,7 @@ impl Cause {
             Cause::Checksum => "errors_checksum",
             Cause::NotPresent => "errors_not_present",
             Cause::Closed => "errors_closed",
+            Cause::BadSlot => "errors_bad_slot",
         }
     }
 
@@ -108,26 +113,34 @@ impl Cause {
     }
 }
 
-/// One page, page-aligned, for the header (`O_DIRECT` needs aligned buffers).
-pub struct HeaderBuf(Box<Page>);
+/// A worker's reusable buffers: one page-aligned page for the header
+/// (`O_DIRECT` needs aligned buffers) and the paths it builds, so moving a
+/// block allocates nothing.
+pub struct Scratch {
+    page: Box<Page>,
+    path: Vec<u8>,
+    temp: Vec<u8>,
+    dir: Vec<u8>,
+}
 
 #[repr(C, align(4096))]
 struct Page([u8; HEADER_LEN]);
 
-impl HeaderBuf {
-    /// A zeroed header buffer.
-    pub fn new() -> HeaderBuf {
-        HeaderBuf(Box::new(Page([0; HEADER_LEN])))
-    }
-
-    fn bytes(&mut self) -> &mut [u8] {
-        &mut self.0.0
+impl Scratch {
+    /// Fresh buffers.
+    pub fn new() -> Scratch {
+        Scratch {
+            page: Box::new(Page([0; HEADER_LEN])),
+            path: Vec::with_capacity(256),
+            temp: Vec::with_capacity(256),
+            dir: Vec::with_capacity(256),
+        }
     }
 }
 
-impl Default for HeaderBuf {
+impl Default for Scratch {
     fn default() -> Self {
-        HeaderBuf::new()
+        Scratch::new()
     }
 }
 
@@ -161,6 +174,11 @@ fn errno() -> i32 {
 
 fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("tier paths hold no NUL")
+}
+
+/// A path built by the layout (NUL-terminated) as a `CStr`.
+fn cstr(bytes: &[u8]) -> &CStr {
+    CStr::from_bytes_with_nul(bytes).expect("built NUL-terminated")
 }
 
 /// A file descriptor closed on drop.
@@ -261,8 +279,8 @@ impl BlockIo {
 
     /// Whether a whole block file for `key` exists (size checked, contents
     /// verified only when loaded).
-    pub fn exists(&self, key: &Key) -> bool {
-        let p = cpath(&self.layout.block_path(key));
+    pub fn exists(&self, key: &Key, scratch: &mut Scratch) -> bool {
+        let p = self.layout.block_c(key, &mut scratch.path);
         // SAFETY: plain stat into a zeroed struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         let rc = unsafe { libc::stat(p.as_ptr(), &mut st) };
@@ -272,8 +290,8 @@ impl BlockIo {
     }
 
     /// Removes `key`'s block file; a missing file is not an error.
-    pub fn remove(&self, key: &Key) -> Result<(), Cause> {
-        let p = cpath(&self.layout.block_path(key));
+    pub fn remove(&self, key: &Key, scratch: &mut Scratch) -> Result<(), Cause> {
+        let p = self.layout.block_c(key, &mut scratch.path);
         // SAFETY: plain unlink of a NUL-terminated path.
         if unsafe { libc::unlink(p.as_ptr()) } != 0 {
             let e = errno();
@@ -284,9 +302,9 @@ impl BlockIo {
         Ok(())
     }
 
-    fn open_temp(&self, key: &Key, direct: bool) -> Result<(Fd, CString), i32> {
+    fn open_temp(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = cpath(&self.layout.temp_path(key, self.pid, n));
+        let tmp = self.layout.temp_c(key, self.pid, n, &mut scratch.temp);
         let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
         if direct {
             flags |= libc::O_DIRECT;
@@ -296,13 +314,13 @@ impl BlockIo {
             // SAFETY: NUL-terminated path.
             let fd = unsafe { libc::open(tmp.as_ptr(), flags, 0o644 as libc::c_uint) };
             if fd >= 0 {
-                return Ok((Fd(fd), tmp));
+                return Ok(Fd(fd));
             }
             let e = errno();
             if e == libc::ENOENT && !made_dirs {
                 // Only the fan-out directory is created here: a missing
                 // root stays missing (and the store fails with its cause).
-                let c = cpath(&self.layout.dir(key));
+                let c = self.layout.dir_c(key, &mut scratch.dir);
                 // SAFETY: NUL-terminated path.
                 if unsafe { libc::mkdir(c.as_ptr(), 0o755) } != 0 {
                     let e = errno();
@@ -324,33 +342,40 @@ impl BlockIo {
     /// Stores slot `slot` as `key`'s block: a temporary file in the final
     /// directory, then a rename, so readers see the old state or the whole
     /// block.  Nothing is left behind on failure.
-    pub fn store(&self, key: &Key, slot: u32, hdr: &mut HeaderBuf) -> Result<Stored, Cause> {
-        if self.shared && self.exists(key) {
+    pub fn store(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
+        if self.shared && self.exists(key, scratch) {
             return Ok(Stored::Present);
         }
         let len = self.block_bytes();
-        let base = self.slots.slot_ptr(slot).map_err(|_| Cause::Io)?.as_ptr() as *const u8;
+        let base = self
+            .slots
+            .slot_ptr(slot)
+            .map_err(|_| Cause::BadSlot)?
+            .as_ptr() as *const u8;
         let direct = self.direct_for(base);
-        let (fd, tmp) = self.open_temp(key, direct).map_err(Cause::of_store_errno)?;
-        let written = self.write_file(key, &fd, base, len, hdr);
+        let fd = self
+            .open_temp(key, direct, scratch)
+            .map_err(Cause::of_store_errno)?;
+        let written = self.write_file(key, &fd, base, len, &mut scratch.page.0);
+        drop(fd);
         let result = written.and_then(|()| {
-            drop(fd);
-            let dst = cpath(&self.layout.block_path(key));
+            let tmp = cstr(&scratch.temp);
+            let dst = self.layout.block_c(key, &mut scratch.path);
             // SAFETY: NUL-terminated paths.
             if unsafe { libc::rename(tmp.as_ptr(), dst.as_ptr()) } != 0 {
                 return Err(errno());
             }
             if self.durable {
-                sync_dir(&self.layout.dir(key))?;
+                sync_dir(self.layout.dir_c(key, &mut scratch.dir))?;
             }
             Ok(())
         });
         match result {
             Ok(()) => Ok(Stored::Written(len as u64)),
             Err(e) => {
-                // SAFETY: NUL-terminated path; the descriptor is closed or
-                // about to be (unlinking an open file is fine).
-                unsafe { libc::unlink(tmp.as_ptr()) };
+                // SAFETY: NUL-terminated path (the temporary file, if the
+                // rename did not happen).
+                unsafe { libc::unlink(cstr(&scratch.temp).as_ptr()) };
                 Err(Cause::of_store_errno(e))
             }
         }
@@ -362,7 +387,7 @@ impl BlockIo {
         fd: &Fd,
         base: *const u8,
         len: usize,
-        hdr: &mut HeaderBuf,
+        page: &mut [u8; HEADER_LEN],
     ) -> Result<(), i32> {
         // The checksum pass leaves the block in cache for the copy that
         // follows; header and data then go out in one system call.
@@ -374,7 +399,7 @@ impl BlockIo {
             data_len: len as u64,
             checksum: hasher.finish(),
         };
-        let buf = hdr.bytes();
+        let buf = page;
         encode_header(&header, buf);
         let total = HEADER_LEN + len;
         let iov = [
@@ -420,12 +445,16 @@ impl BlockIo {
     /// Loads `key`'s block into slot `slot`, verifying header and checksum.
     /// A bad file is removed.  On failure the slot holds unspecified bytes
     /// (it is write pending; the key is reported failed and never readable).
-    pub fn load(&self, key: &Key, slot: u32, hdr: &mut HeaderBuf) -> Result<u64, Cause> {
+    pub fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
         let len = self.block_bytes();
-        let base = self.slots.slot_ptr(slot).map_err(|_| Cause::Io)?.as_ptr();
+        let base = self
+            .slots
+            .slot_ptr(slot)
+            .map_err(|_| Cause::BadSlot)?
+            .as_ptr();
         let direct = self.direct_for(base);
-        let path = cpath(&self.layout.block_path(key));
-        let result = self.read_file(key, &path, base, len, direct, hdr);
+        let path = self.layout.block_c(key, &mut scratch.path);
+        let result = self.read_file(key, path, base, len, direct, &mut scratch.page.0);
         if let Err(cause) = result {
             if cause.is_corruption() {
                 // SAFETY: NUL-terminated path.
@@ -438,11 +467,11 @@ impl BlockIo {
     fn read_file(
         &self,
         key: &Key,
-        path: &CString,
+        path: &CStr,
         base: *mut u8,
         len: usize,
         direct: bool,
-        hdr: &mut HeaderBuf,
+        page: &mut [u8; HEADER_LEN],
     ) -> Result<u64, Cause> {
         let mut flags = libc::O_RDONLY | libc::O_CLOEXEC;
         if direct {
@@ -462,7 +491,7 @@ impl BlockIo {
             return Err(Cause::of_load_errno(e));
         };
         let direct = flags & libc::O_DIRECT != 0;
-        let buf = hdr.bytes();
+        let buf = page;
         match pread_exact(fd.0, buf.as_mut_ptr(), HEADER_LEN, 0) {
             Ok(true) => {}
             Ok(false) => return Err(Cause::Truncated),
@@ -494,8 +523,7 @@ impl BlockIo {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), i32> {
-    let c = cpath(dir);
+fn sync_dir(c: &CStr) -> Result<(), i32> {
     // SAFETY: NUL-terminated path.
     let fd = unsafe {
         libc::open(
@@ -525,8 +553,8 @@ pub fn probe_direct(dir: &Path) -> bool {
         return false;
     }
     let fd = Fd(fd);
-    let mut page = HeaderBuf::new();
-    let ok = pwrite_all(fd.0, page.bytes().as_ptr(), HEADER_LEN, 0).is_ok();
+    let page = Scratch::new();
+    let ok = pwrite_all(fd.0, page.page.0.as_ptr(), HEADER_LEN, 0).is_ok();
     drop(fd);
     // SAFETY: NUL-terminated path.
     unsafe { libc::unlink(c.as_ptr()) };

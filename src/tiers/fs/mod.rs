@@ -166,6 +166,10 @@ pub struct FsTier {
     /// Existence checks: `true` while pending, `false` once answered absent
     /// (forgotten at the end of the step).
     checks: HashMap<Key, bool, foldhash::fast::RandomState>,
+    /// Checks still pending.
+    pending_checks: usize,
+    /// Keys answered absent this step (forgotten at its end).
+    absent: Vec<Key>,
     events: Vec<Event>,
     totals: Totals,
     rebuild: RebuildReport,
@@ -234,6 +238,8 @@ impl FsTier {
             pool,
             index,
             checks: HashMap::default(),
+            pending_checks: 0,
+            absent: Vec::new(),
             events,
             totals: Totals::default(),
             rebuild,
@@ -275,23 +281,51 @@ impl FsTier {
         self.pool.shared().counters.errors[cause.index()].load(Ordering::Relaxed)
     }
 
+    /// Why a job is failed whole before it starts, if it is.
+    fn refusal(&self, job: &JobRef) -> Option<Cause> {
+        if self.closed {
+            Some(Cause::Closed)
+        } else if job.slots.len() != job.keys.len() {
+            Some(Cause::BadSlot)
+        } else {
+            None
+        }
+    }
+
+    /// Reports every key of `job` failed with `cause` (at the next poll).
+    fn fail_job(&mut self, job: JobRef, cause: Cause) {
+        let n = job.keys.len();
+        let counters = &self.pool.shared().counters;
+        for _ in 0..n {
+            counters.error(cause);
+        }
+        let codes = vec![outcome::FAILED + cause.index() as u8; n];
+        self.pool
+            .submit(Arc::new(JobState::new(job, codes, Vec::new(), Vec::new())));
+    }
+
     fn absorb(&mut self) {
         let mut jobs = std::mem::take(&mut self.finished_buf);
         let mut checks = std::mem::take(&mut self.checked_buf);
         self.pool.take(&mut jobs, &mut checks);
         for (key, found) in checks.drain(..) {
-            if found && self.index.get(&key).is_none() {
+            if self.checks.get(&key) != Some(&true) {
+                continue;
+            }
+            self.pending_checks -= 1;
+            if !found {
+                self.checks.insert(key, false);
+                self.absent.push(key);
+                continue;
+            }
+            self.checks.remove(&key);
+            if self.index.get(&key).is_none() {
                 self.index.insert(key, State::Ready);
                 self.totals.adopted += 1;
                 self.events.push(Event {
                     kind: EventKind::Stored,
                     key: Some(key),
                 });
-                self.checks.remove(&key);
-            } else if found {
-                self.checks.remove(&key);
-            } else if let Some(pending) = self.checks.get_mut(&key) {
-                *pending = false;
             }
         }
         self.checked_buf = checks;
@@ -613,6 +647,7 @@ impl SecondaryTier for FsTier {
             }
             None => {
                 self.checks.insert(*key, true);
+                self.pending_checks += 1;
                 self.pool.check(*key);
                 self.totals.retries += 1;
                 TierLookup::Retry
@@ -622,18 +657,12 @@ impl SecondaryTier for FsTier {
 
     fn submit_store(&mut self, job: JobRef) {
         self.outstanding += 1;
-        let n = job.keys.len();
-        let mut codes = vec![outcome::SKIPPED; n];
-        if self.closed {
-            // Every key fails; a job without tasks is reported at the next poll.
-            codes.fill(outcome::FAILED + Cause::Closed.index() as u8);
-            for _ in 0..n {
-                self.pool.shared().counters.error(Cause::Closed);
-            }
-            self.pool
-                .submit(Arc::new(JobState::new(job, codes, Vec::new(), Vec::new())));
+        if let Some(cause) = self.refusal(&job) {
+            self.fail_job(job, cause);
             return;
         }
+        let n = job.keys.len();
+        let mut codes = vec![outcome::SKIPPED; n];
         let mut new = 0;
         for (i, key) in job.keys.iter().enumerate() {
             match self.index.get(key) {
@@ -675,18 +704,18 @@ impl SecondaryTier for FsTier {
 
     fn submit_load(&mut self, job: JobRef) {
         self.outstanding += 1;
+        if let Some(cause) = self.refusal(&job) {
+            self.fail_job(job, cause);
+            return;
+        }
         let n = job.keys.len();
         let not_present = outcome::FAILED + Cause::NotPresent.index() as u8;
         let mut codes = vec![not_present; n];
         let mut work = Vec::with_capacity(n);
-        if self.closed {
-            codes.fill(outcome::FAILED + Cause::Closed.index() as u8);
-        } else {
-            for (i, key) in job.keys.iter().enumerate() {
-                if self.index.add_reader(key) {
-                    codes[i] = outcome::QUEUED;
-                    work.push(i as u32);
-                }
+        for (i, key) in job.keys.iter().enumerate() {
+            if self.index.add_reader(key) {
+                codes[i] = outcome::QUEUED;
+                work.push(i as u32);
             }
         }
         let counters = &self.pool.shared().counters;
@@ -719,12 +748,14 @@ impl SecondaryTier for FsTier {
     fn on_schedule_end(&mut self) {
         if self.opts.shared {
             self.absorb();
-            self.checks.retain(|_, pending| *pending);
+            for key in self.absent.drain(..) {
+                self.checks.remove(&key);
+            }
         }
     }
 
     fn has_pending_work(&self) -> bool {
-        self.outstanding > 0 || self.checks.values().any(|p| *p)
+        self.outstanding > 0 || self.pending_checks > 0
     }
 
     fn drain(&mut self) -> Result<()> {
@@ -785,6 +816,10 @@ impl SecondaryTier for FsTier {
         if !self.closed {
             self.closed = true;
             self.pool.stop();
+            // Queued existence checks were cancelled.
+            self.checks.clear();
+            self.absent.clear();
+            self.pending_checks = 0;
         }
         Ok(())
     }

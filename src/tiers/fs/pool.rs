@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::io::{BlockIo, Cause, HeaderBuf, Stored};
+use super::io::{BlockIo, Cause, Scratch, Stored};
 use crate::key::Key;
 use crate::tiering::{Direction, JobRef};
 
@@ -307,7 +307,7 @@ impl Shared {
         }
     }
 
-    fn run_task(&self, state: Arc<JobState>, t: u32, hdr: &mut HeaderBuf) {
+    fn run_task(&self, state: Arc<JobState>, t: u32, scratch: &mut Scratch) {
         let i = state.work[t as usize] as usize;
         let key = state.job.keys[i];
         let slot = state.job.slots[i];
@@ -318,11 +318,11 @@ impl Shared {
                 // so the files it frees are gone before the new one lands.
                 let (n, v) = (state.work.len(), state.victims.len());
                 for victim in &state.victims[t as usize * v / n..(t as usize + 1) * v / n] {
-                    if self.io.remove(victim).is_err() {
+                    if self.io.remove(victim, scratch).is_err() {
                         self.counters.removal_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                match self.io.store(&key, slot, hdr) {
+                match self.io.store(&key, slot, scratch) {
                     Ok(Stored::Written(b)) => {
                         self.counters.write_bytes.fetch_add(b, Ordering::Relaxed);
                         self.counters
@@ -338,7 +338,7 @@ impl Shared {
                     }
                 }
             }
-            Direction::Load => match self.io.load(&key, slot, hdr) {
+            Direction::Load => match self.io.load(&key, slot, scratch) {
                 Ok(b) => {
                     self.counters.read_bytes.fetch_add(b, Ordering::Relaxed);
                     self.counters
@@ -359,7 +359,7 @@ impl Shared {
 }
 
 fn worker(shared: &Shared, read_priority: bool) {
-    let mut hdr = HeaderBuf::new();
+    let mut scratch = Scratch::new();
     loop {
         let work = {
             let mut q = shared.queues.lock();
@@ -376,9 +376,9 @@ fn worker(shared: &Shared, read_priority: bool) {
         };
         let Some(work) = work else { return };
         match work {
-            Work::Task(state, t) => shared.run_task(state, t, &mut hdr),
+            Work::Task(state, t) => shared.run_task(state, t, &mut scratch),
             Work::Check(key) => {
-                let found = shared.io.exists(&key);
+                let found = shared.io.exists(&key, &mut scratch);
                 shared.counters.checks.fetch_add(1, Ordering::Relaxed);
                 shared.checked.lock().push((key, found));
                 shared.ready.fetch_add(1, Ordering::AcqRel);
