@@ -209,6 +209,46 @@
 #define MAX_SECONDARY_TIERS 64
 
 /**
+ * Bytes before the data: one page, so the data is page-aligned.
+ */
+#define HEADER_LEN 4096
+
+/**
+ * Current format version; files of another version are skipped at restart.
+ */
+#define FORMAT_VERSION 1
+
+/**
+ * Not transferred and nothing to do (already present, duplicate).
+ */
+#define SKIPPED 0
+
+/**
+ * Transferred.
+ */
+#define DONE 1
+
+/**
+ * Store found a whole file already there.
+ */
+#define PRESENT 2
+
+/**
+ * Store refused: no room even after eviction.
+ */
+#define REJECTED_FULL 3
+
+/**
+ * Task queued, not run yet.
+ */
+#define QUEUED 4
+
+/**
+ * First failure code; add `Cause::index()`.
+ */
+#define FAILED 16
+
+/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
@@ -368,6 +408,11 @@ typedef enum {
 } kvtier_log_level;
 
 /**
+ * Why one block's transfer failed; each is counted separately.
+ */
+typedef struct Cause Cause;
+
+/**
  * Opaque handle of a tiering manager (internally synchronized).
  */
 typedef struct kvtier_manager kvtier_manager;
@@ -383,6 +428,68 @@ typedef struct kvtier_primary kvtier_primary;
  * `kvtier_region_free`.  Const calls may run concurrently from any thread.
  */
 typedef struct kvtier_region kvtier_region;
+
+/**
+ * Options of `kvtier_manager_add_fs_tier`.  Start from
+ * `kvtier_fs_options_default()`, then set `directory` at least.
+ */
+typedef struct {
+  /**
+   * Directory holding the block files (NUL-terminated; required).
+   */
+  const char *directory;
+  /**
+   * Create the directory (and its parents) if missing (default true);
+   * when false a missing directory is `KVTIER_STATUS_NOT_FOUND`.
+   */
+  bool create_dir;
+  /**
+   * Byte limit of the files, headers included; 0 = unbounded (default).
+   */
+  uint64_t capacity_bytes;
+  /**
+   * Fraction of the capacity above which a store evicts (default 0.95).
+   */
+  double high_watermark;
+  /**
+   * Fraction of the capacity eviction goes down to (default 0.85);
+   * 0 < low <= high <= 1.
+   */
+  double low_watermark;
+  /**
+   * Read-priority worker threads, 1..=256 (default 8).
+   */
+  uint32_t read_threads;
+  /**
+   * Write-priority worker threads, 1..=256 (default 8).
+   */
+  uint32_t write_threads;
+  /**
+   * Use `O_DIRECT` where the file system supports it (default true).
+   */
+  bool direct_io;
+  /**
+   * Make every stored block durable (fdatasync, directory fsync) before
+   * reporting it (default false).
+   */
+  bool durable;
+  /**
+   * Other processes use the directory too: keys missing from this
+   * tier's index are looked for on disk, off the caller's thread, with
+   * lookups answering RETRY meanwhile (default false).
+   */
+  bool shared;
+  /**
+   * `KVTIER_LOCALITY_LOCAL` (default) or `KVTIER_LOCALITY_REMOTE` (a
+   * network file system), for request tier filters.
+   */
+  int32_t locality;
+  /**
+   * Temporary files older than this (ms) are removed at open even when
+   * their writer cannot be shown dead (default 15 minutes).
+   */
+  uint64_t stale_temp_age_ms;
+} kvtier_fs_options;
 
 /**
  * Receives one log record.  `level` is a `kvtier_log_level` value;
@@ -1161,6 +1268,8 @@ typedef struct {
   uint32_t rows;
 } kvtier_region_view;
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1175,6 +1284,36 @@ extern "C" {
  * has its own message, so this is safe to call from any thread.
  */
 const char *kvtier_last_error_message(void);
+
+/**
+ * Returns the default file-system tier options (directory NULL: set it).
+ * Safe to call from any thread.
+ */
+kvtier_fs_options kvtier_fs_options_default(void);
+
+/**
+ * Opens a file-system tier over `region`'s slots (blocks of the region's
+ * row size) in `options->directory`, rebuilding its index from the files
+ * already there, and registers it with `manager` as the next secondary
+ * tier (name "fs", medium storage); writes its tier index to
+ * `*tier_index_out`.  Allowed until the first request starts.
+ *
+ * `options` must be initialized by `kvtier_fs_options_default()` with
+ * `directory` set; its strings are read during the call only.  Bad options
+ * give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
+ * directory with `create_dir` off) and change nothing.  The manager owns
+ * the tier; the tier keeps the region's mapping alive for as long as it
+ * lives, so the region handle may be closed earlier.  Blocks while it
+ * scans the directory.  Internally synchronized (as the manager).
+ *
+ * # Safety
+ * `manager` and `region` must be live handles; `options` valid for reads
+ * with `directory` a NUL-terminated string; `tier_index_out` valid for writes.
+ */
+kvtier_status kvtier_manager_add_fs_tier(kvtier_manager *manager,
+                                         const kvtier_region *region,
+                                         const kvtier_fs_options *options,
+                                         size_t *tier_index_out);
 
 /**
  * Installs `callback` to receive kvtier's log records at `max_level` or

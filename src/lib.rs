@@ -13,6 +13,7 @@
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
 //! - [`primary`]: the CPU primary tier (slots, ref counts, LRU/ARC eviction).
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
+//! - [`tiers`]: built-in secondary tiers (the file-system tier).
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
 
@@ -27,6 +28,7 @@ pub mod region;
 pub mod request;
 pub mod stats;
 pub mod tiering;
+pub mod tiers;
 
 pub use error::{Error, Result};
 pub use key::{Key, MAX_KEY_LEN};
