@@ -754,6 +754,10 @@ impl SecondaryTier for FsTier {
         }
     }
 
+    fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {
+        self.pool.set_notifier(notifier);
+    }
+
     fn has_pending_work(&self) -> bool {
         self.outstanding > 0 || self.pending_checks > 0
     }

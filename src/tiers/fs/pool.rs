@@ -154,6 +154,8 @@ pub struct Shared {
     /// Jobs in `finished` plus check results in `checked` (lets the
     /// scheduler skip taking the locks when nothing is there).
     ready: AtomicUsize,
+    /// The manager's wake-up signal, raised when a job or check finishes.
+    notifier: std::sync::OnceLock<crate::tiering::Notifier>,
 }
 
 /// The worker threads.
@@ -174,6 +176,7 @@ impl Pool {
             finished: Mutex::new(Vec::new()),
             checked: Mutex::new(Vec::new()),
             ready: AtomicUsize::new(0),
+            notifier: std::sync::OnceLock::new(),
         });
         let mut pool = Pool {
             shared: shared.clone(),
@@ -227,6 +230,11 @@ impl Pool {
     pub fn check(&self, key: Key) {
         self.shared.queues.lock().checks.push_back(key);
         self.shared.work_cv.notify_one();
+    }
+
+    /// Raises `notifier` whenever a job finishes from now on (set once).
+    pub fn set_notifier(&self, notifier: crate::tiering::Notifier) {
+        let _ = self.shared.notifier.set(notifier);
     }
 
     /// Takes finished jobs and check results, if any.
@@ -299,6 +307,9 @@ impl Shared {
     fn push_finished(&self, state: Arc<JobState>) {
         self.finished.lock().push(state);
         self.ready.fetch_add(1, Ordering::AcqRel);
+        if let Some(n) = self.notifier.get() {
+            n.notify();
+        }
     }
 
     fn task_done(&self, state: Arc<JobState>) {
@@ -382,6 +393,9 @@ fn worker(shared: &Shared, read_priority: bool) {
                 shared.counters.checks.fetch_add(1, Ordering::Relaxed);
                 shared.checked.lock().push((key, found));
                 shared.ready.fetch_add(1, Ordering::AcqRel);
+                if let Some(n) = shared.notifier.get() {
+                    n.notify();
+                }
             }
         }
         let mut q = shared.queues.lock();
