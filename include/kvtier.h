@@ -1286,6 +1286,48 @@ extern "C" {
 const char *kvtier_last_error_message(void);
 
 /**
+ * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
+ * no NUL needed): slot memory (a shared region if `"region"` is given,
+ * else private memory when `"block_bytes"` > 0), the primary tier, and
+ * the built-in secondary tiers listed in `"tiers"`.  C and C++ tiers are
+ * added afterwards with `kvtier_manager_add_tier`.
+ *
+ * `json` must not be NULL unless `len` is 0; `out` must not be NULL.
+ * Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
+ * and a message (`kvtier_last_error_message`) that starts with the field's
+ * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`.  On
+ * success writes the new handle to `*out`; on failure writes nothing and
+ * leaves nothing behind.  The caller owns the handle (free it with
+ * `kvtier_manager_free`, which also releases the region).  The document
+ * is read during the call only.  Thread-safe.
+ *
+ * # Safety
+ * `json` valid for `len` reads; `out` valid for writes.
+ */
+kvtier_status kvtier_manager_new_from_json(const char *json, size_t len, kvtier_manager **out);
+
+/**
+ * Writes where the manager's slots are: the address of slot 0 to
+ * `*base`, the distance between slots to `*stride`, the usable bytes of
+ * each slot to `*slot_bytes` and the number of slots to `*slot_count`
+ * (slot `i` is at `base + i * stride`).  Managers made by
+ * `kvtier_manager_new` have no slot memory of their own (the engine
+ * brought it): `KVTIER_STATUS_NOT_FOUND`; so do configurations without
+ * `block_bytes`.
+ *
+ * Every output must be non-NULL.  The memory is owned by the manager and
+ * stays valid until `kvtier_manager_free`.  Thread-safe.
+ *
+ * # Safety
+ * `manager` a live handle; outputs valid for writes.
+ */
+kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
+                                         void **base,
+                                         size_t *stride,
+                                         size_t *slot_bytes,
+                                         uint32_t *slot_count);
+
+/**
  * Returns the default file-system tier options (directory NULL: set it).
  * Safe to call from any thread.
  */

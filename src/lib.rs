@@ -16,7 +16,9 @@
 //! - [`tiers`]: built-in secondary tiers (the file-system tier).
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
+//! - [`config`]: a whole manager from one JSON document.
 
+pub mod config;
 pub mod error;
 pub mod events;
 pub mod ffi;

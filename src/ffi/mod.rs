@@ -7,6 +7,7 @@
 
 #[allow(dead_code)] // helpers used by the handle modules
 pub(crate) mod boundary;
+pub mod config;
 pub mod fs;
 #[allow(dead_code)]
 pub mod key;

@@ -178,6 +178,7 @@ pub struct Manager {
     queue: CompletionQueue,
     tier_count: AtomicUsize,
     notifier: Notifier,
+    slots: std::sync::OnceLock<crate::region::SlotMemory>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -340,6 +341,7 @@ impl Manager {
             queue: CompletionQueue::default(),
             tier_count: AtomicUsize::new(0),
             notifier: Notifier::new(),
+            slots: std::sync::OnceLock::new(),
         }
     }
 
@@ -995,6 +997,20 @@ impl Manager {
             }
         }
         Ok(())
+    }
+
+    /// Records the slot memory the primary tier's slots live in, so
+    /// callers that did not build it (a manager made from a configuration)
+    /// can find it.  Set once; a second call is an error.
+    pub fn set_slot_memory(&self, slots: crate::region::SlotMemory) -> Result<()> {
+        self.slots.set(slots).map_err(|_| {
+            Error::InvalidArgument("the manager's slot memory is already set".into())
+        })
+    }
+
+    /// The slot memory recorded with [`Manager::set_slot_memory`], if any.
+    pub fn slot_memory(&self) -> Option<&crate::region::SlotMemory> {
+        self.slots.get()
     }
 
     /// The wake-up signal jobs finishing raise (see [`crate::tiering::notify`]).
