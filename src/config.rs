@@ -363,9 +363,9 @@ impl Config {
     pub fn slot_count(&self) -> Result<u32> {
         let bad = |m: String| Err(Error::InvalidArgument(format!("configuration: {m}")));
         match (self.primary.capacity, self.primary.capacity_bytes) {
-            (Some(_), Some(_)) => bad(
-                "primary: give capacity (slots) or capacity_bytes, not both".into(),
-            ),
+            (Some(_), Some(_)) => {
+                bad("primary: give capacity (slots) or capacity_bytes, not both".into())
+            }
             (Some(n), None) => Ok(n),
             (None, Some(bytes)) => {
                 if self.block_bytes == 0 {
@@ -390,9 +390,8 @@ impl Config {
     /// removed again).
     pub fn build(&self) -> Result<Manager> {
         let capacity = self.slot_count()?;
-        let block_bytes = usize::try_from(self.block_bytes).map_err(|_| {
-            Error::InvalidArgument("configuration: block_bytes: too large".into())
-        })?;
+        let block_bytes = usize::try_from(self.block_bytes)
+            .map_err(|_| Error::InvalidArgument("configuration: block_bytes: too large".into()))?;
         let mut region = None;
         let slots = match &self.region {
             Some(r) => {
@@ -573,11 +572,20 @@ mod tests {
             r#"{"block_bytes": 4096, "tiers": [{"type": "fs", "options": {"directory": "/tmp/x"}},
                 {"type": "fs", "options": {"directory": "/tmp/y", "capacity_bytes": "big"}}]}"#,
         );
-        assert!(e.contains("tiers[1].options.capacity_bytes: invalid type"), "{e}");
+        assert!(
+            e.contains("tiers[1].options.capacity_bytes: invalid type"),
+            "{e}"
+        );
         let e = err(r#"{"primary": {"capcity": 3}}"#);
-        assert!(e.contains("primary") && e.contains("unknown field `capcity`"), "{e}");
+        assert!(
+            e.contains("primary") && e.contains("unknown field `capcity`"),
+            "{e}"
+        );
         let e = err(r#"{"tiers": [{"type": "tape"}]}"#);
-        assert!(e.contains("tiers[0].type") && e.contains("unknown variant `tape`"), "{e}");
+        assert!(
+            e.contains("tiers[0].type") && e.contains("unknown variant `tape`"),
+            "{e}"
+        );
         let e = err(r#"{"primary": {"policy": "mru"}}"#);
         assert!(e.contains("primary.policy"), "{e}");
         let e = err(r#"{"primary": {"capacity": 4, "capacity_bytes": 4096}}"#);
@@ -585,7 +593,10 @@ mod tests {
         let e = err(r#"{"tiers": [{"type": "fs", "options": {"directory": "/tmp/kvtier-x"}}]}"#);
         assert!(e.contains("tiers[0]") && e.contains("block_bytes"), "{e}");
         let e = err(r#"{"tiers": [{"type": "fs", "options": {}}]}"#);
-        assert!(e.contains("tiers[0].options") && e.contains("directory"), "{e}");
+        assert!(
+            e.contains("tiers[0].options") && e.contains("directory"),
+            "{e}"
+        );
         let e = err(r#"{} x"#);
         assert!(e.contains("trailing"), "{e}");
     }

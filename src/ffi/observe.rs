@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::boundary::{ffi_call, enter, out_ref, out_slice};
+use super::boundary::{enter, ffi_call, out_ref, out_slice};
 use super::key::kvtier_key;
 use super::manager::kvtier_manager;
 use super::tier::{

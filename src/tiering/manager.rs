@@ -976,7 +976,11 @@ impl Manager {
     /// [`Manager::take_events`]; without, they are delivered only.  Events
     /// queued before the call are delivered at the end of this call.  See
     /// [`crate::tiering::listen`].
-    pub fn set_event_listener(&self, listener: Option<EventListener>, also_queue: bool) -> Result<()> {
+    pub fn set_event_listener(
+        &self,
+        listener: Option<EventListener>,
+        also_queue: bool,
+    ) -> Result<()> {
         let mut s = self.enter("set_event_listener")?;
         s.listener = listener.map(|l| Listener::new(l, also_queue));
         if s.listener.is_some() && !also_queue {
@@ -1003,9 +1007,9 @@ impl Manager {
     /// callers that did not build it (a manager made from a configuration)
     /// can find it.  Set once; a second call is an error.
     pub fn set_slot_memory(&self, slots: crate::region::SlotMemory) -> Result<()> {
-        self.slots.set(slots).map_err(|_| {
-            Error::InvalidArgument("the manager's slot memory is already set".into())
-        })
+        self.slots
+            .set(slots)
+            .map_err(|_| Error::InvalidArgument("the manager's slot memory is already set".into()))
     }
 
     /// The slot memory recorded with [`Manager::set_slot_memory`], if any.

@@ -9,13 +9,13 @@ pub mod notify;
 pub mod tier;
 
 pub use backend::PrimaryBackend;
-pub use listen::{EventBatch, EventListener};
-pub use notify::Notifier;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
+pub use listen::{EventBatch, EventListener};
 pub use manager::{
     LookupResult, Manager, ManagerOptions, ManagerStat, PromotionAnswer, RequestParams, TierEvent,
     TierOptions,
 };
+pub use notify::Notifier;
 pub use tier::{
     Direction, Job, JobId, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup,
 };

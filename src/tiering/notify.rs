@@ -135,7 +135,10 @@ mod tests {
             other.notify();
             other.notify();
         });
-        assert!(readable(fd, 5000), "a notify from another thread wakes poll");
+        assert!(
+            readable(fd, 5000),
+            "a notify from another thread wakes poll"
+        );
         t.join().unwrap();
         assert!(n.reset());
         assert!(!readable(fd, 0), "reading resets it");
