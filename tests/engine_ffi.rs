@@ -426,3 +426,141 @@ fn json_region_is_shared_by_name() {
     unsafe { std::ptr::write_bytes(base as *mut u8, 7, 8192) };
     unsafe { kvtier_manager_free(m) };
 }
+
+/// The C tier below: its jobs finish on a thread of their own, 100 ms later.
+struct Delayed {
+    manager: usize,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+unsafe extern "C" fn d_lookup(
+    _: *mut c_void,
+    _: *const kvtier_key,
+    _: *const kvtier_request,
+    answer: *mut i32,
+) -> i32 {
+    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    0
+}
+
+unsafe extern "C" fn d_submit(ud: *mut c_void, job: *const kvtier_job) -> i32 {
+    let d = unsafe { &mut *(ud as *mut Delayed) };
+    let (manager, id) = (d.manager, unsafe { (*job).id });
+    d.threads.push(std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let r = kvtier_job_result {
+            id,
+            success: true,
+            succeeded_keys: null(),
+            succeeded_len: 0,
+            bytes: 0,
+            duration_ns: 0,
+        };
+        let st = unsafe { kvtier_manager_complete_job(manager as *const kvtier_manager, 1, &r) };
+        assert_eq!(st, S::Ok);
+    }));
+    0
+}
+
+unsafe extern "C" fn d_destroy(ud: *mut c_void) {
+    let d = unsafe { Box::from_raw(ud as *mut Delayed) };
+    for t in d.threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn poll_wakes_when_a_worker_thread_completes_a_job() {
+    let m = from_json(r#"{"primary": {"capacity": 8}}"#).unwrap();
+    let ud = Box::into_raw(Box::new(Delayed {
+        manager: m as usize,
+        threads: Vec::new(),
+    }));
+    let vt = kvtier_tier_vtable {
+        user_data: ud.cast(),
+        name: c"delayed".as_ptr(),
+        medium: KVTIER_TIER_ANY,
+        locality: KVTIER_TIER_ANY,
+        lookup: Some(d_lookup),
+        submit_store: Some(d_submit),
+        submit_load: Some(d_submit),
+        poll_finished: None,
+        touch: None,
+        on_new_request: None,
+        on_request_finished: None,
+        on_schedule_end: None,
+        has_pending_work: None,
+        drain: None,
+        stats: None,
+        shutdown: None,
+        destroy: Some(d_destroy),
+        take_events: None,
+    };
+    let mut index = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut index) },
+        S::Ok
+    );
+    let mut fd: c_int = -1;
+    assert_eq!(unsafe { kvtier_manager_wake_fd(m, &mut fd) }, S::Ok);
+    let req = c"r";
+    let mut policy = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_on_new_request(m, req.as_ptr(), null(), &mut policy) },
+        S::Ok
+    );
+    // No slot memory needed: the C tier only reports.
+    let k = key(1);
+    let keys = [ck(&k)];
+    let (mut idx, mut slot) = (0usize, 0u32);
+    let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
+    assert_eq!(
+        unsafe {
+            kvtier_manager_prepare_store(
+                m,
+                req.as_ptr(),
+                keys.as_ptr(),
+                1,
+                &mut idx,
+                &mut slot,
+                1,
+                &mut ns,
+                null_mut(),
+                0,
+                &mut ne,
+                &mut refused,
+            )
+        },
+        S::Ok
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(
+        unsafe { kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), 1, true) },
+        S::Ok
+    );
+    let mut pending = false;
+    assert_eq!(
+        unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
+        S::Ok
+    );
+    assert!(pending, "the cascade is in flight");
+    assert!(!readable(fd, 0), "not readable before the job finishes");
+    assert!(readable(fd, 5000), "poll wakes when the worker reports");
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(90)
+            && waited < std::time::Duration::from_secs(4),
+        "woke after {waited:?}"
+    );
+    reset(fd);
+    assert!(!readable(fd, 0), "reading resets it");
+    // The next step collects the job; nothing is pending any more.
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
+        S::Ok
+    );
+    assert!(!pending);
+    unsafe { kvtier_manager_free(m) };
+}
