@@ -3,10 +3,11 @@
 //! For each file system (tmpfs under /dev/shm, and the disk under target/)
 //! and each block size (256 KiB, 2 MiB): store 1 GiB from a region through
 //! the tier (jobs of 16 blocks, submitted at once) and load it back, and do
-//! the same bytes with plain `pwrite`/`pread`, one file per block, from the
-//! same number of threads with the same open flags (`O_DIRECT` where the
-//! tier uses it).  Each figure is the best of three rounds, baseline and tier
-//! alternating.
+//! the same bytes with plain `pwrite`/`pread` from the same number of
+//! threads with the same open flags (`O_DIRECT` where the tier uses it):
+//! the baseline writes one file per thread (no metadata work at all); a
+//! second reference writes one file per block in one directory.  Each
+//! figure is the best of [`ROUNDS`] rounds, the order rotating.
 //!
 //!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B]
 
@@ -24,6 +25,8 @@ use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
 use kvtier::tiers::fs::{FsOptions, FsTier};
 
 const JOB_BLOCKS: usize = 16;
+/// Rounds per configuration; each figure is the best round.
+const ROUNDS: u64 = 2;
 
 struct Args {
     out: Option<PathBuf>,
@@ -82,45 +85,79 @@ fn gbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e9
 }
 
-/// Plain one-file-per-block copies from `threads` threads.
-fn baseline(mem: &SlotMemory, dir: &Path, threads: usize, direct: bool, store: bool) -> Duration {
+/// How the plain baseline lays the bytes out.
+#[derive(Clone, Copy, PartialEq)]
+enum Plain {
+    /// One file per thread, blocks at consecutive offsets: no file-system
+    /// metadata work at all (the strict baseline).
+    FilePerThread,
+    /// One file per block in one directory, like the tier (open, copy, close).
+    FilePerBlock,
+}
+
+/// Plain `pwrite`/`pread` copies of every slot from `threads` threads.
+fn baseline(
+    mem: &SlotMemory,
+    dir: &Path,
+    threads: usize,
+    direct: bool,
+    store: bool,
+    plain: Plain,
+) -> Duration {
     let n = mem.slot_count() as usize;
     let len = mem.slot_bytes();
     let next = AtomicUsize::new(0);
+    let mut flags = libc::O_CLOEXEC;
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    flags |= if store {
+        libc::O_WRONLY | libc::O_CREAT
+    } else {
+        libc::O_RDONLY
+    };
+    let open = |name: String| {
+        let p = CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { libc::open(p.as_ptr(), flags, 0o644 as libc::c_uint) };
+        assert!(fd >= 0, "open: {}", std::io::Error::last_os_error());
+        fd
+    };
+    let copy = |fd: i32, i: usize, off: usize| {
+        let ptr = mem.slot_ptr(i as u32).unwrap().as_ptr();
+        // SAFETY: the slot is ours for the duration of the copy.
+        let r = unsafe {
+            if store {
+                libc::pwrite(fd, ptr.cast(), len, off as libc::off_t)
+            } else {
+                libc::pread(fd, ptr.cast(), len, off as libc::off_t)
+            }
+        };
+        assert_eq!(r as usize, len, "{}", std::io::Error::last_os_error());
+    };
     let start = Instant::now();
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
+        for t in 0..threads {
+            let (next, open, copy) = (&next, &open, &copy);
+            s.spawn(move || match plain {
+                Plain::FilePerThread => {
+                    let fd = open(format!("thread-{t}.blk"));
+                    for (k, i) in (t..n).step_by(threads).enumerate() {
+                        copy(fd, i, k * len);
+                    }
+                    // SAFETY: our descriptor.
+                    unsafe { libc::close(fd) };
+                }
+                Plain::FilePerBlock => loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= n {
                         break;
                     }
-                    let p =
-                        CString::new(dir.join(format!("{i}.blk")).as_os_str().as_bytes()).unwrap();
-                    let mut flags = libc::O_CLOEXEC;
-                    if direct {
-                        flags |= libc::O_DIRECT;
-                    }
-                    flags |= if store {
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC
-                    } else {
-                        libc::O_RDONLY
-                    };
-                    let ptr = mem.slot_ptr(i as u32).unwrap().as_ptr();
-                    // SAFETY: the slot is ours for the duration of the copy.
-                    unsafe {
-                        let fd = libc::open(p.as_ptr(), flags, 0o644 as libc::c_uint);
-                        assert!(fd >= 0, "open: {}", std::io::Error::last_os_error());
-                        let r = if store {
-                            libc::pwrite(fd, ptr.cast(), len, 0)
-                        } else {
-                            libc::pread(fd, ptr.cast(), len, 0)
-                        };
-                        assert_eq!(r as usize, len, "{}", std::io::Error::last_os_error());
-                        libc::close(fd);
-                    }
-                }
+                    let fd = open(format!("{i}.blk"));
+                    copy(fd, i, 0);
+                    // SAFETY: our descriptor.
+                    unsafe { libc::close(fd) };
+                },
             });
         }
     });
@@ -169,14 +206,20 @@ fn tier_submit(tier: &mut FsTier, store: bool, job: Job) {
     }
 }
 
+/// Best GB/s of one contender: store, load.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    store: f64,
+    load: f64,
+}
+
 struct Row {
     fs: String,
     block: usize,
     direct: bool,
-    base_store: f64,
-    tier_store: f64,
-    base_load: f64,
-    tier_load: f64,
+    per_thread: Figures,
+    per_block: Figures,
+    tier: Figures,
 }
 
 fn run(args: &Args, parent: &Path, block: usize) -> Row {
@@ -196,9 +239,10 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         .prefix("kvtier-fs-bench-")
         .tempdir_in(parent)
         .expect("bench directory");
-    let mut best = [0f64; 4];
+    // 0: file per thread, 1: file per block, 2: the tier.
+    let mut best = [Figures::default(); 3];
     let mut direct = false;
-    for round in 0..3u64 {
+    for round in 0..ROUNDS {
         let base_dir = root.path().join("base");
         std::fs::create_dir_all(&base_dir).unwrap();
         let tier_dir = root.path().join("tier");
@@ -207,14 +251,35 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         o.write_threads = args.write_threads;
         let mut tier = FsTier::open(mem.clone(), o).unwrap();
         direct = tier.direct_io();
-        let d = baseline(&mem, &base_dir, threads, direct, true);
-        best[0] = best[0].max(gbps(total, d));
-        let d = through_tier(&mut tier, &mem, true, round * 1_000_000);
-        best[1] = best[1].max(gbps(total, d));
-        let d = baseline(&mem, &base_dir, threads, direct, false);
-        best[2] = best[2].max(gbps(total, d));
-        let d = through_tier(&mut tier, &mem, false, round * 1_000_000 + 500_000);
-        best[3] = best[3].max(gbps(total, d));
+        for store in [true, false] {
+            // Rotate which goes first, so none always meets a warmer or
+            // busier machine.
+            for k in 0..3 {
+                let who = (round as usize + k) % 3;
+                let d = match who {
+                    0 => baseline(
+                        &mem,
+                        &base_dir,
+                        threads,
+                        direct,
+                        store,
+                        Plain::FilePerThread,
+                    ),
+                    1 => baseline(&mem, &base_dir, threads, direct, store, Plain::FilePerBlock),
+                    _ => {
+                        let id = round * 1_000_000 + if store { 0 } else { 500_000 };
+                        through_tier(&mut tier, &mem, store, id)
+                    }
+                };
+                let f = &mut best[who];
+                let g = gbps(total, d);
+                if store {
+                    f.store = f.store.max(g);
+                } else {
+                    f.load = f.load.max(g);
+                }
+            }
+        }
         tier.shutdown().unwrap();
         drop(tier);
         std::fs::remove_dir_all(&base_dir).unwrap();
@@ -224,10 +289,9 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         fs: parent.display().to_string(),
         block,
         direct,
-        base_store: best[0],
-        tier_store: best[1],
-        base_load: best[2],
-        tier_load: best[3],
+        per_thread: best[0],
+        per_block: best[1],
+        tier: best[2],
     }
 }
 
@@ -236,43 +300,50 @@ fn main() {
     let started = Instant::now();
     let mut rows = Vec::new();
     println!(
-        "fs tier vs plain pwrite/pread, {:.2} GiB per run, {}+{} threads (baseline: {} threads), best of 3",
+        "fs tier vs plain pwrite/pread: {:.2} GiB per run, tier {}+{} threads, baselines {} threads, best of {ROUNDS}",
         args.bytes as f64 / (1u64 << 30) as f64,
         args.read_threads,
         args.write_threads,
         args.read_threads + args.write_threads
     );
     println!(
-        "{:<28} {:>8} {:>6} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6}",
+        "GB/s; plain/thread = one file per thread (the baseline), plain/block = one file per block"
+    );
+    println!(
+        "{:<22} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5}",
         "file system",
         "block",
         "direct",
-        "base st",
-        "tier st",
+        "st thr",
+        "st blk",
+        "st tier",
         "ratio",
-        "base ld",
-        "tier ld",
+        "ld thr",
+        "ld blk",
+        "ld tier",
         "ratio"
     );
     for dir in &args.dirs {
         for block in [256usize << 10, 2 << 20] {
             let r = run(&args, dir, block);
             println!(
-                "{:<28} {:>7}K {:>6} | {:>9.2} {:>9.2} {:>5.0}% | {:>9.2} {:>9.2} {:>5.0}%",
+                "{:<22} {:>5}K {:>6} | {:>7.2} {:>7.2} {:>7.2} {:>4.0}% | {:>7.2} {:>7.2} {:>7.2} {:>4.0}%",
                 r.fs,
                 r.block >> 10,
                 r.direct,
-                r.base_store,
-                r.tier_store,
-                100.0 * r.tier_store / r.base_store,
-                r.base_load,
-                r.tier_load,
-                100.0 * r.tier_load / r.base_load
+                r.per_thread.store,
+                r.per_block.store,
+                r.tier.store,
+                100.0 * r.tier.store / r.per_thread.store,
+                r.per_thread.load,
+                r.per_block.load,
+                r.tier.load,
+                100.0 * r.tier.load / r.per_thread.load
             );
             rows.push(r);
         }
     }
-    println!("(GB/s; wall {:.1} s)", started.elapsed().as_secs_f64());
+    println!("(wall {:.1} s)", started.elapsed().as_secs_f64());
     if let Some(out) = &args.out {
         let runs: Vec<String> = rows
             .iter()
@@ -280,23 +351,27 @@ fn main() {
                 format!(
                     concat!(
                         "{{\"fs\":\"{}\",\"block_bytes\":{},\"direct_io\":{},",
-                        "\"baseline_store_gbps\":{:.3},\"tier_store_gbps\":{:.3},\"store_ratio\":{:.3},",
-                        "\"baseline_load_gbps\":{:.3},\"tier_load_gbps\":{:.3},\"load_ratio\":{:.3}}}"
+                        "\"plain_file_per_thread_store_gbps\":{:.3},\"plain_file_per_block_store_gbps\":{:.3},",
+                        "\"tier_store_gbps\":{:.3},\"store_ratio\":{:.3},",
+                        "\"plain_file_per_thread_load_gbps\":{:.3},\"plain_file_per_block_load_gbps\":{:.3},",
+                        "\"tier_load_gbps\":{:.3},\"load_ratio\":{:.3}}}"
                     ),
                     r.fs,
                     r.block,
                     r.direct,
-                    r.base_store,
-                    r.tier_store,
-                    r.tier_store / r.base_store,
-                    r.base_load,
-                    r.tier_load,
-                    r.tier_load / r.base_load
+                    r.per_thread.store,
+                    r.per_block.store,
+                    r.tier.store,
+                    r.tier.store / r.per_thread.store,
+                    r.per_thread.load,
+                    r.per_block.load,
+                    r.tier.load,
+                    r.tier.load / r.per_thread.load
                 )
             })
             .collect();
         let json = format!(
-            "{{\"bench\":\"fs_tier\",\"bytes_per_run\":{},\"read_threads\":{},\"write_threads\":{},\"runs\":[{}]}}\n",
+            "{{\"bench\":\"fs_tier\",\"bytes_per_run\":{},\"read_threads\":{},\"write_threads\":{},\"rounds\":{ROUNDS},\"runs\":[{}]}}\n",
             args.bytes,
             args.read_threads,
             args.write_threads,

@@ -161,9 +161,6 @@ pub struct BlockIo {
     temp_seq: AtomicU64,
 }
 
-/// Chunk of a buffered copy: small enough that the checksum pass reads it
-/// from cache right after the copy.
-const BUFFERED_CHUNK: usize = 256 << 10;
 const ALIGN: usize = 4096;
 
 fn errno() -> i32 {
@@ -490,32 +487,53 @@ impl BlockIo {
             }
             return Err(Cause::of_load_errno(e));
         };
-        let direct = flags & libc::O_DIRECT != 0;
-        let buf = page;
-        match pread_exact(fd.0, buf.as_mut_ptr(), HEADER_LEN, 0) {
-            Ok(true) => {}
-            Ok(false) => return Err(Cause::Truncated),
-            Err(e) => return Err(Cause::of_load_errno(e)),
+        // Header and data in one system call, the data straight into the
+        // slot; the header is checked before the data counts for anything.
+        let total = HEADER_LEN + len;
+        let iov = [
+            libc::iovec {
+                iov_base: page.as_mut_ptr().cast(),
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: base.cast(),
+                iov_len: len,
+            },
+        ];
+        let n = loop {
+            // SAFETY: both buffers are valid for their lengths (the slot is
+            // write pending, reserved for this job).
+            let n = unsafe { libc::preadv(fd.0, iov.as_ptr(), 2, 0) };
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            break n;
+        };
+        if n < 0 {
+            return Err(Cause::of_load_errno(errno()));
         }
-        let header = decode_header(buf).map_err(|_| Cause::BadHeader)?;
+        let mut got = n as usize;
+        if got < HEADER_LEN {
+            return Err(Cause::Truncated);
+        }
+        let header = decode_header(&page[..]).map_err(|_| Cause::BadHeader)?;
         if header.key != *key || header.data_len != len as u64 {
             return Err(Cause::BadHeader);
         }
-        let mut hasher = BlockHasher::new(key, len as u64);
-        let chunk = if direct { len } else { BUFFERED_CHUNK };
-        let mut off = 0;
-        while off < len {
-            let n = chunk.min(len - off);
-            // SAFETY: in bounds of the write-pending slot the job reserved.
-            let p = unsafe { base.add(off) };
-            match pread_exact(fd.0, p, n, (HEADER_LEN + off) as u64) {
-                Ok(true) => {}
+        if got < total {
+            // A short read (signals, network file systems): read the rest.
+            let done = got - HEADER_LEN;
+            // SAFETY: done < len, in bounds of the slot.
+            match pread_exact(fd.0, unsafe { base.add(done) }, len - done, got as u64) {
+                Ok(true) => got = total,
                 Ok(false) => return Err(Cause::Truncated),
                 Err(e) => return Err(Cause::of_load_errno(e)),
             }
-            hasher.update(unsafe { std::slice::from_raw_parts(p, n) });
-            off += n;
         }
+        debug_assert_eq!(got, total);
+        let mut hasher = BlockHasher::new(key, len as u64);
+        // SAFETY: the slot's `len` bytes were just read.
+        hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
         if hasher.finish() != header.checksum {
             return Err(Cause::Checksum);
         }
