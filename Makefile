@@ -13,13 +13,18 @@ LIBDIR := $(CURDIR)/target/release
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 MINOR   := $(word 2,$(subst ., ,$(VERSION)))
 SONAME  := libkvtier.so.0.$(MINOR)
+# Cargo features of every build and test: the built-in redis tier and its
+# TLS support (their tests start redis-server and make certificates with
+# openssl, both installed by `redis-available` when missing).
+FEATURES ?= redis-tier,redis-tls
+CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps
+.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available
 
 all: lib c
 
 lib:
-	$(CARGO) build --release
+	$(CARGO) build --release $(CARGO_FEATURES)
 	ln -sf libkvtier.so $(LIBDIR)/$(SONAME)
 
 cmake-available:
@@ -37,8 +42,17 @@ c: lib cmake-available
 
 test: all test-rust test-c
 
-test-rust: test-deps
-	$(CARGO) test
+redis-available:
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "redis-server or openssl is missing: installing them with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server openssl >/dev/null) || exit 1; \
+	  else \
+	    echo "redis-server or openssl is missing: install them (Debian: sudo apt-get install -y redis-server openssl); the redis tier tests skip without them"; \
+	  fi; }
+
+test-rust: redis-available test-deps
+	$(CARGO) test $(CARGO_FEATURES)
 
 # Tools the tests use beyond the toolchain: the reference Prometheus parser.
 test-deps:
@@ -51,7 +65,7 @@ demo: all
 	$(BUILD)/bin/hello
 
 header:
-	KVTIER_REGENERATE_HEADER=1 $(CARGO) test --test header
+	KVTIER_REGENERATE_HEADER=1 $(CARGO) test $(CARGO_FEATURES) --test header
 
 install: all install-files
 

@@ -196,6 +196,9 @@ pub enum PrefaultJson {
 pub enum TierType {
     /// File-system tier ([`crate::tiers::fs`]).
     Fs,
+    /// Redis or Valkey tier (cargo feature `redis-tier`; without it the
+    /// type is known but refused with a message saying so).
+    Redis,
 }
 
 /// One secondary tier: its type, back-pressure, and type-specific options
@@ -313,6 +316,100 @@ fn eight() -> usize {
 }
 fn default_stale_ms() -> u64 {
     15 * 60 * 1000
+}
+
+/// Options of a `"redis"` tier; defaults are `RedisTierConfig::default()`'s.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisJson {
+    /// Name in stats, metrics and errors.  Default "redis".
+    #[serde(default = "default_redis_name")]
+    pub name: String,
+    /// `host:port` of the server or of cluster nodes.  Default `["127.0.0.1:6379"]`.
+    #[serde(default = "default_nodes")]
+    pub nodes: Vec<String>,
+    /// Whether `nodes` are Redis Cluster nodes.  Default false.
+    #[serde(default)]
+    pub cluster: bool,
+    /// Key prefix; one per block layout.  Default "kvtier".
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// ACL user for AUTH.  Default none.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password for AUTH.  Default none.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Database number (standalone).  Default 0.
+    #[serde(default)]
+    pub db: i64,
+    /// TLS (needs the `redis-tls` feature).  Default false.
+    #[serde(default)]
+    pub tls: bool,
+    /// PEM file of CAs to trust for TLS.  Default: the system's.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// Expiry of stored blocks in ms; 0 (default) keeps them.
+    #[serde(default)]
+    pub ttl_ms: u64,
+    /// Bound on opening a connection.  Default 1000.
+    #[serde(default = "default_connect_ms")]
+    pub connect_timeout_ms: u64,
+    /// Bound on one round trip.  Default 2000.
+    #[serde(default = "default_command_ms")]
+    pub command_timeout_ms: u64,
+    /// Worker threads, one connection each.  Default 4.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    /// Most value bytes per pipelined round trip.  Default 4194304.
+    #[serde(default = "default_pipeline_bytes")]
+    pub pipeline_bytes: usize,
+    /// Most commands per pipelined round trip.  Default 256.
+    #[serde(default = "default_pipeline_ops")]
+    pub pipeline_ops: usize,
+    /// Consecutive failures that open the circuit breaker.  Default 3.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// Time the breaker stays open before a probe.  Default 1000.
+    #[serde(default = "default_breaker_cooldown")]
+    pub breaker_cooldown_ms: u64,
+    /// How long a negative existence check is trusted.  Default 500.
+    #[serde(default = "default_miss_cache")]
+    pub miss_cache_ms: u64,
+}
+
+fn default_redis_name() -> String {
+    "redis".into()
+}
+fn default_nodes() -> Vec<String> {
+    vec!["127.0.0.1:6379".into()]
+}
+fn default_namespace() -> String {
+    "kvtier".into()
+}
+fn default_connect_ms() -> u64 {
+    1000
+}
+fn default_command_ms() -> u64 {
+    2000
+}
+fn default_connections() -> usize {
+    4
+}
+fn default_pipeline_bytes() -> usize {
+    4 << 20
+}
+fn default_pipeline_ops() -> usize {
+    256
+}
+fn default_breaker_failures() -> u32 {
+    3
+}
+fn default_breaker_cooldown() -> u64 {
+    1000
+}
+fn default_miss_cache() -> u64 {
+    500
 }
 
 /// Tier localities.
@@ -494,6 +591,7 @@ impl RegionConfig {
 /// A tier's typed options.
 enum TierOptionsJson {
     Fs(FsJson),
+    Redis(RedisJson),
 }
 
 impl TierJson {
@@ -501,6 +599,7 @@ impl TierJson {
         let prefix = format!("tiers[{index}].options");
         Ok(match self.kind {
             TierType::Fs => TierOptionsJson::Fs(typed(&prefix, &self.options)?),
+            TierType::Redis => TierOptionsJson::Redis(typed(&prefix, &self.options)?),
         })
     }
 
@@ -535,8 +634,42 @@ impl TierJson {
                 f.stale_temp_age = Duration::from_millis(o.stale_temp_age_ms);
                 Ok(Box::new(crate::tiers::fs::FsTier::open(need_slots()?, f)?))
             }
+            TierOptionsJson::Redis(o) => open_redis(o, need_slots()?),
         }
     }
+}
+
+#[cfg(feature = "redis-tier")]
+fn open_redis(o: RedisJson, slots: SlotMemory) -> Result<Box<dyn crate::tiering::SecondaryTier>> {
+    use crate::tiers::redis::{RedisTier, RedisTierConfig};
+    let ms = Duration::from_millis;
+    let config = RedisTierConfig {
+        nodes: o.nodes,
+        cluster: o.cluster,
+        namespace: o.namespace,
+        username: o.username,
+        password: o.password,
+        db: o.db,
+        tls: o.tls,
+        tls_ca_file: o.tls_ca_file,
+        ttl: (o.ttl_ms > 0).then(|| ms(o.ttl_ms)),
+        connect_timeout: ms(o.connect_timeout_ms),
+        command_timeout: ms(o.command_timeout_ms),
+        connections: o.connections,
+        pipeline_bytes: o.pipeline_bytes,
+        pipeline_ops: o.pipeline_ops,
+        breaker_failures: o.breaker_failures,
+        breaker_cooldown: ms(o.breaker_cooldown_ms),
+        miss_cache: ms(o.miss_cache_ms),
+    };
+    Ok(Box::new(RedisTier::new(&o.name, config, slots)?))
+}
+
+#[cfg(not(feature = "redis-tier"))]
+fn open_redis(_: RedisJson, _: SlotMemory) -> Result<Box<dyn crate::tiering::SecondaryTier>> {
+    Err(Error::Unsupported(
+        "type \"redis\" needs kvtier built with the cargo feature `redis-tier`".into(),
+    ))
 }
 
 #[cfg(test)]
@@ -597,6 +730,10 @@ mod tests {
             e.contains("tiers[0].options") && e.contains("directory"),
             "{e}"
         );
+        let e = err(
+            r#"{"block_bytes": 64, "tiers": [{"type": "redis", "options": {"nodes": "a:1"}}]}"#,
+        );
+        assert!(e.contains("tiers[0].options.nodes: invalid type"), "{e}");
         let e = err(r#"{} x"#);
         assert!(e.contains("trailing"), "{e}");
     }

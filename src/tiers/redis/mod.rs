@@ -1,0 +1,828 @@
+//! The built-in `"redis"` secondary tier: KV blocks as values in Redis or
+//! Valkey, standalone or Redis Cluster, shared by every engine instance that
+//! uses the same server and namespace.
+//!
+//! - Each block is stored under `namespace:hex(key)` as `header || slot
+//!   bytes`; the header ([`header`]) binds the value to its key and carries
+//!   checksums, verified on every load.  A value that fails verification is
+//!   never copied into a slot: the load reports the keys that did arrive
+//!   (partial promotion), and the bad value is counted and deleted.  A
+//!   sound block of another size (another layout in the same namespace) is
+//!   counted and not served, but left in place.
+//! - Stores and loads run on the tier's own worker threads, one connection
+//!   each (so the connection count is bounded), pipelined: many blocks per
+//!   round trip, bounded in bytes and commands.
+//! - A lookup of a key this instance does not know answers RETRY and queues
+//!   an existence check; the checks gathered in one scheduler step go out
+//!   together at `on_schedule_end`, and later lookups answer HIT or MISS.
+//! - Failures (server down, timeouts, OOM replies, connection resets) fail
+//!   the jobs they hit with a counted cause.  After `breaker_failures`
+//!   consecutive failures a circuit breaker opens: lookups answer MISS at
+//!   once, stores are dropped (reported failed, counted) and loads fail at
+//!   once; after `breaker_cooldown` a worker probes the server, and the
+//!   breaker closes when it answers.
+//! - Nothing but [`SecondaryTier::drain`] and [`SecondaryTier::shutdown`]
+//!   blocks the caller's thread: the other methods queue work and read
+//!   finished work from a channel without waiting.
+
+pub mod conn;
+pub mod header;
+pub mod resp;
+pub mod worker;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hashbrown::{HashMap, HashSet};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::key::Key;
+use crate::region::SlotMemory;
+use crate::request::{Locality, Medium, Request};
+use crate::stats::Stat;
+use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
+
+use conn::{Cause, Endpoint};
+use worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
+
+/// How the redis tier connects and behaves.  `Default` gives a standalone
+/// server on `127.0.0.1:6379` with conservative timeouts.
+#[derive(Clone, Debug)]
+pub struct RedisTierConfig {
+    /// `host:port` of the server, or of one or more cluster nodes.
+    pub nodes: Vec<String>,
+    /// Whether `nodes` are Redis Cluster nodes.
+    pub cluster: bool,
+    /// Prefix of every key (`namespace:hex`), so models or layouts sharing a
+    /// server never collide: give each block layout its own namespace.
+    pub namespace: String,
+    /// ACL user name for AUTH, if any.
+    pub username: Option<String>,
+    /// Password for AUTH, if any.
+    pub password: Option<String>,
+    /// Database number (standalone only).
+    pub db: i64,
+    /// TLS to the server (needs the `redis-tls` cargo feature).
+    pub tls: bool,
+    /// PEM file of the CA(s) to trust for TLS instead of the system's.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// Expiry of every stored block; `None` keeps blocks until Redis evicts them.
+    pub ttl: Option<Duration>,
+    /// Bound on opening one connection.
+    pub connect_timeout: Duration,
+    /// Bound on one command round trip (read and write each).
+    pub command_timeout: Duration,
+    /// Worker threads, each with one connection.
+    pub connections: usize,
+    /// Most value bytes per pipelined round trip.
+    pub pipeline_bytes: usize,
+    /// Most commands per pipelined round trip.
+    pub pipeline_ops: usize,
+    /// Consecutive failed operations that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before a probe.
+    pub breaker_cooldown: Duration,
+    /// How long a negative existence check answers MISS without asking again.
+    pub miss_cache: Duration,
+}
+
+impl Default for RedisTierConfig {
+    fn default() -> RedisTierConfig {
+        RedisTierConfig {
+            nodes: vec!["127.0.0.1:6379".into()],
+            cluster: false,
+            namespace: "kvtier".into(),
+            username: None,
+            password: None,
+            db: 0,
+            tls: false,
+            tls_ca_file: None,
+            ttl: None,
+            connect_timeout: Duration::from_millis(1000),
+            command_timeout: Duration::from_millis(2000),
+            connections: 4,
+            pipeline_bytes: 4 << 20,
+            pipeline_ops: 256,
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_millis(1000),
+            miss_cache: Duration::from_millis(500),
+        }
+    }
+}
+
+impl RedisTierConfig {
+    fn check(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.namespace.is_empty() || self.namespace.len() > 256 {
+            return bad(format!(
+                "redis namespace must be 1 to 256 bytes (got {})",
+                self.namespace.len()
+            ));
+        }
+        if self.connections == 0 || self.connections > 256 {
+            return bad(format!(
+                "redis connections must be 1 to 256 (got {})",
+                self.connections
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.command_timeout.is_zero() {
+            return bad("redis connect and command timeouts must be above zero".into());
+        }
+        if self.pipeline_ops == 0 || self.pipeline_bytes == 0 {
+            return bad("redis pipeline bounds must be above zero".into());
+        }
+        if self.breaker_failures == 0 {
+            return bad("redis breaker_failures must be at least 1".into());
+        }
+        if let Some(ttl) = self.ttl
+            && ttl.as_millis() == 0
+        {
+            return bad("redis ttl must be at least one millisecond (or none)".into());
+        }
+        Ok(())
+    }
+}
+
+/// What this instance knows about a key in Redis.
+#[derive(Clone, Copy)]
+struct Known {
+    /// When the value expires (TTL), if it does.
+    expires: Option<Instant>,
+    /// Whether this instance announced it with a "stored" event.
+    announced: bool,
+}
+
+/// The circuit breaker, kept on the caller's side; workers only read the flag.
+#[derive(Default)]
+struct Breaker {
+    consecutive: u32,
+    open_since: Option<Instant>,
+    probe_in_flight: bool,
+}
+
+/// Counters since creation.
+#[derive(Default)]
+struct Counters {
+    lookups: u64,
+    lookup_hits: u64,
+    lookup_misses: u64,
+    lookup_retries: u64,
+    lookup_breaker_misses: u64,
+    exists_checks: u64,
+    exists_batches: u64,
+    store_jobs: u64,
+    store_jobs_failed: u64,
+    stores_dropped: u64,
+    blocks_dropped: u64,
+    blocks_stored: u64,
+    blocks_skipped: u64,
+    bytes_stored: u64,
+    load_jobs: u64,
+    load_jobs_failed: u64,
+    loads_rejected: u64,
+    blocks_loaded: u64,
+    bytes_loaded: u64,
+    blocks_missing: u64,
+    blocks_corrupt: u64,
+    blocks_wrong_size: u64,
+    corrupt_deleted: u64,
+    round_trips: u64,
+    failures: [u64; Cause::ALL.len()],
+    breaker_opens: u64,
+    breaker_closes: u64,
+    probes: u64,
+    probes_failed: u64,
+    expired: u64,
+}
+
+/// The redis secondary tier.  See the module docs.
+pub struct RedisTier {
+    name: String,
+    ttl: Option<Duration>,
+    miss_cache: Duration,
+    breaker_failures: u32,
+    breaker_cooldown: Duration,
+    connections: usize,
+    shared: Arc<Shared>,
+    done_rx: Receiver<Done>,
+    workers: Vec<JoinHandle<()>>,
+    known: Map<Key, Known>,
+    /// Keys stored with a TTL, in expiry order (entries may be stale).
+    expiry: VecDeque<(Key, Instant)>,
+    /// Keys with an existence check queued or running.
+    pending: Set<Key>,
+    /// Existence checks gathered in this step.
+    batch: Vec<Key>,
+    /// Keys found absent, until the given time.
+    absent: Map<Key, Instant>,
+    absent_order: VecDeque<(Key, Instant)>,
+    finished: Vec<JobResult>,
+    events: Vec<Event>,
+    in_flight: usize,
+    breaker: Breaker,
+    counters: Counters,
+    closed: bool,
+}
+
+/// Most existence checks sent in one batch; a larger step sends several.
+const EXISTS_BATCH: usize = 1024;
+
+impl RedisTier {
+    /// Creates the tier named `name` over `slots`.  Checks the configuration
+    /// and starts the worker threads; connects nothing yet (workers connect
+    /// on their first task), so it never waits on the network.
+    pub fn new(name: &str, config: RedisTierConfig, slots: SlotMemory) -> Result<RedisTier> {
+        config.check()?;
+        let endpoint = Endpoint::new(&config)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(QueueState::default()),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+            breaker_open: Default::default(),
+            notifier: Default::default(),
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut prefix = config.namespace.clone().into_bytes();
+        prefix.push(b':');
+        let ttl_ms = config
+            .ttl
+            .map(|t| t.as_millis().min(u64::MAX as u128) as u64);
+        let mut workers = Vec::with_capacity(config.connections);
+        for i in 0..config.connections {
+            let ctx = WorkerCtx {
+                shared: shared.clone(),
+                done: tx.clone(),
+                endpoint: endpoint.clone(),
+                slots: slots.clone(),
+                prefix: prefix.clone(),
+                ttl_ms,
+                pipeline_bytes: config.pipeline_bytes,
+                pipeline_ops: config.pipeline_ops,
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("kvtier-redis-{i}"))
+                .spawn(move || worker::run(ctx));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    stop_workers(&shared, &mut workers);
+                    return Err(Error::io("starting a redis tier worker thread", e));
+                }
+            }
+        }
+        Ok(RedisTier {
+            name: name.to_string(),
+            ttl: config.ttl,
+            miss_cache: config.miss_cache,
+            breaker_failures: config.breaker_failures,
+            breaker_cooldown: config.breaker_cooldown,
+            connections: config.connections,
+            shared,
+            done_rx: rx,
+            workers,
+            known: Map::default(),
+            expiry: VecDeque::new(),
+            pending: Set::default(),
+            batch: Vec::new(),
+            absent: Map::default(),
+            absent_order: VecDeque::new(),
+            finished: Vec::new(),
+            events: Vec::new(),
+            in_flight: 0,
+            breaker: Breaker::default(),
+            counters: Counters::default(),
+            closed: false,
+        })
+    }
+
+    /// Whether the circuit breaker is open (work is not being sent).
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.open_since.is_some()
+    }
+
+    fn enqueue(&self, task: Task, front: bool) {
+        let mut st = self.shared.state.lock();
+        if front {
+            st.tasks.push_front(task);
+        } else {
+            st.tasks.push_back(task);
+        }
+        drop(st);
+        self.shared.work.notify_one();
+    }
+
+    /// Applies every report the workers have sent, without waiting.
+    fn collect(&mut self) {
+        while let Ok(d) = self.done_rx.try_recv() {
+            self.apply(d);
+        }
+    }
+
+    fn record_failure(&mut self, cause: Cause) {
+        self.counters.failures[cause.index()] += 1;
+        if !cause.counts_for_breaker() {
+            return;
+        }
+        self.breaker.consecutive = self.breaker.consecutive.saturating_add(1);
+        if self.breaker.open_since.is_none() && self.breaker.consecutive >= self.breaker_failures {
+            self.breaker.open_since = Some(Instant::now());
+            self.shared.breaker_open.store(true, Ordering::Release);
+            self.counters.breaker_opens += 1;
+        }
+    }
+
+    fn record_success(&mut self) {
+        self.breaker.consecutive = 0;
+        if self.breaker.open_since.take().is_some() {
+            self.shared.breaker_open.store(false, Ordering::Release);
+            self.counters.breaker_closes += 1;
+        }
+    }
+
+    /// Sends a probe if the breaker has been open for its cooldown.
+    fn maybe_probe(&mut self) {
+        if self.closed || self.breaker.probe_in_flight {
+            return;
+        }
+        if let Some(since) = self.breaker.open_since
+            && since.elapsed() >= self.breaker_cooldown
+        {
+            self.breaker.probe_in_flight = true;
+            self.counters.probes += 1;
+            self.enqueue(Task::Probe, true);
+        }
+    }
+
+    fn remember(&mut self, key: Key, announce: bool) {
+        let expires = self.ttl.map(|t| Instant::now() + t);
+        let entry = self.known.entry(key).or_insert(Known {
+            expires,
+            announced: false,
+        });
+        entry.expires = expires;
+        if announce && !entry.announced {
+            entry.announced = true;
+            self.events.push(Event {
+                kind: EventKind::Stored,
+                key: Some(key),
+            });
+        }
+        if let Some(at) = expires {
+            self.expiry.push_back((key, at));
+        }
+    }
+
+    fn forget(&mut self, key: &Key) {
+        if let Some(k) = self.known.remove(key)
+            && k.announced
+        {
+            self.events.push(Event {
+                kind: EventKind::Removed,
+                key: Some(*key),
+            });
+        }
+    }
+
+    fn apply(&mut self, done: Done) {
+        match done {
+            Done::Job(d) => self.apply_job(d),
+            Done::Exists {
+                keys,
+                present,
+                failure,
+            } => {
+                for k in &keys {
+                    self.pending.remove(k);
+                }
+                match failure {
+                    Some(c) => {
+                        self.record_failure(c);
+                        // Answer MISS rather than RETRY forever while the
+                        // server is unwell.
+                        for k in keys {
+                            self.mark_absent(k);
+                        }
+                    }
+                    None => {
+                        self.record_success();
+                        for (k, p) in keys.into_iter().zip(present) {
+                            if p {
+                                self.absent.remove(&k);
+                                if !self.known.contains_key(&k) {
+                                    self.remember(k, false);
+                                }
+                            } else {
+                                self.mark_absent(k);
+                            }
+                        }
+                    }
+                }
+            }
+            Done::Probe(failure) => {
+                self.breaker.probe_in_flight = false;
+                match failure {
+                    None => self.record_success(),
+                    Some(c) => {
+                        self.counters.probes_failed += 1;
+                        self.counters.failures[c.index()] += 1;
+                        if self.breaker.open_since.is_some() {
+                            self.breaker.open_since = Some(Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn mark_absent(&mut self, key: Key) {
+        let until = Instant::now() + self.miss_cache;
+        self.absent.insert(key, until);
+        self.absent_order.push_back((key, until));
+    }
+
+    fn apply_job(&mut self, d: JobDone) {
+        self.in_flight -= 1;
+        self.counters.round_trips += d.round_trips;
+        let job = &d.job;
+        match d.failure {
+            Some(c) => self.record_failure(c),
+            None => self.record_success(),
+        }
+        let result = match d.direction {
+            Direction::Store => {
+                for &p in &d.done {
+                    self.remember(job.keys[p], true);
+                }
+                self.counters.blocks_stored += d.done.len() as u64;
+                self.counters.bytes_stored += d.bytes;
+                if d.failure.is_some() {
+                    self.counters.store_jobs_failed += 1;
+                }
+                JobResult {
+                    id: job.id,
+                    success: d.failure.is_none(),
+                    succeeded_keys: None,
+                    bytes: d.bytes,
+                    duration: Some(d.duration),
+                }
+            }
+            Direction::Load => {
+                for &p in &d.missing {
+                    self.forget(&job.keys[p]);
+                }
+                for &(p, _) in &d.corrupt {
+                    self.forget(&job.keys[p]);
+                }
+                for &p in &d.mismatched {
+                    self.forget(&job.keys[p]);
+                }
+                self.counters.blocks_wrong_size += d.mismatched.len() as u64;
+                self.counters.blocks_missing += d.missing.len() as u64;
+                self.counters.blocks_corrupt += d.corrupt.len() as u64;
+                self.counters.corrupt_deleted += d.deleted as u64;
+                self.counters.blocks_loaded += d.done.len() as u64;
+                self.counters.bytes_loaded += d.bytes;
+                let success = d.failure.is_none() && d.done.len() == job.keys.len();
+                if !success {
+                    self.counters.load_jobs_failed += 1;
+                }
+                JobResult {
+                    id: job.id,
+                    success,
+                    succeeded_keys: if success {
+                        None
+                    } else {
+                        Some(d.done.iter().map(|&p| job.keys[p]).collect())
+                    },
+                    bytes: d.bytes,
+                    duration: Some(d.duration),
+                }
+            }
+        };
+        self.finished.push(result);
+    }
+
+    /// Reports a job as failed without sending it (breaker open, closed tier).
+    fn fail_now(&mut self, job: &JobRef, cause: Cause) {
+        self.counters.failures[cause.index()] += 1;
+        let mut r = JobResult::new(job.id, false);
+        if job.direction == Direction::Load {
+            r.succeeded_keys = Some(Vec::new());
+        }
+        self.finished.push(r);
+    }
+
+    fn flush_batch(&mut self) {
+        while !self.batch.is_empty() {
+            let n = self.batch.len().min(EXISTS_BATCH);
+            let keys: Vec<Key> = self.batch.drain(..n).collect();
+            self.counters.exists_batches += 1;
+            self.enqueue(Task::Exists(keys), false);
+        }
+    }
+
+    fn prune(&mut self) {
+        let now = Instant::now();
+        while let Some(&(k, at)) = self.expiry.front() {
+            if at > now {
+                break;
+            }
+            self.expiry.pop_front();
+            if let Some(e) = self.known.get(&k)
+                && e.expires.is_some_and(|x| x <= now)
+            {
+                self.counters.expired += 1;
+                self.forget(&k);
+            }
+        }
+        while let Some(&(k, at)) = self.absent_order.front() {
+            if at > now {
+                break;
+            }
+            self.absent_order.pop_front();
+            if self.absent.get(&k).is_some_and(|x| *x <= now) {
+                self.absent.remove(&k);
+            }
+        }
+    }
+
+    /// Cancels queued tasks and waits until no worker runs one.
+    fn quiesce(&mut self) {
+        let cancelled: Vec<Task> = self.shared.state.lock().tasks.drain(..).collect();
+        for t in cancelled {
+            match t {
+                Task::Store(job, _) => {
+                    self.in_flight -= 1;
+                    self.counters.store_jobs_failed += 1;
+                    self.fail_now(&job, Cause::Cancelled);
+                }
+                Task::Load(job) => {
+                    self.in_flight -= 1;
+                    self.counters.load_jobs_failed += 1;
+                    self.fail_now(&job, Cause::Cancelled);
+                }
+                Task::Exists(keys) => {
+                    for k in &keys {
+                        self.pending.remove(k);
+                    }
+                }
+                Task::Probe => self.breaker.probe_in_flight = false,
+            }
+        }
+        let mut st = self.shared.state.lock();
+        while st.active > 0 {
+            self.shared.idle.wait(&mut st);
+        }
+        drop(st);
+        self.collect();
+    }
+}
+
+fn stop_workers(shared: &Shared, workers: &mut Vec<JoinHandle<()>>) -> bool {
+    shared.state.lock().stop = true;
+    shared.work.notify_all();
+    let mut ok = true;
+    for h in workers.drain(..) {
+        ok &= h.join().is_ok();
+    }
+    ok
+}
+
+impl SecondaryTier for RedisTier {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {
+        let _ = self.shared.notifier.set(notifier);
+    }
+
+    fn medium(&self) -> Option<Medium> {
+        Some(Medium::Storage)
+    }
+
+    fn locality(&self) -> Option<Locality> {
+        Some(Locality::Remote)
+    }
+
+    fn lookup(&mut self, key: &Key, _request: &Request) -> TierLookup {
+        self.counters.lookups += 1;
+        self.collect();
+        if self.closed {
+            self.counters.lookup_misses += 1;
+            return TierLookup::Miss;
+        }
+        if self.breaker.open_since.is_some() {
+            self.maybe_probe();
+            self.counters.lookup_breaker_misses += 1;
+            self.counters.lookup_misses += 1;
+            return TierLookup::Miss;
+        }
+        if let Some(k) = self.known.get(key) {
+            if k.expires.is_none_or(|at| at > Instant::now()) {
+                self.counters.lookup_hits += 1;
+                return TierLookup::Hit;
+            }
+            self.counters.expired += 1;
+            self.forget(key);
+        }
+        if self.pending.contains(key) {
+            self.counters.lookup_retries += 1;
+            return TierLookup::Retry;
+        }
+        if let Some(until) = self.absent.get(key) {
+            if *until > Instant::now() {
+                self.counters.lookup_misses += 1;
+                return TierLookup::Miss;
+            }
+            self.absent.remove(key);
+        }
+        self.pending.insert(*key);
+        self.batch.push(*key);
+        self.counters.exists_checks += 1;
+        if self.batch.len() >= EXISTS_BATCH {
+            self.flush_batch();
+        }
+        self.counters.lookup_retries += 1;
+        TierLookup::Retry
+    }
+
+    fn submit_store(&mut self, job: JobRef) {
+        self.collect();
+        self.counters.store_jobs += 1;
+        if self.closed {
+            self.counters.store_jobs_failed += 1;
+            self.fail_now(&job, Cause::Cancelled);
+            return;
+        }
+        if self.breaker.open_since.is_some() {
+            self.maybe_probe();
+            self.counters.stores_dropped += 1;
+            self.counters.blocks_dropped += job.keys.len() as u64;
+            self.counters.store_jobs_failed += 1;
+            self.fail_now(&job, Cause::BreakerOpen);
+            return;
+        }
+        let now = Instant::now();
+        let positions: Vec<usize> = job
+            .keys
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| {
+                self.known
+                    .get(*k)
+                    .is_none_or(|e| e.expires.is_some_and(|at| at <= now))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        self.counters.blocks_skipped += (job.keys.len() - positions.len()) as u64;
+        if positions.is_empty() {
+            self.finished.push(JobResult::new(job.id, true));
+            return;
+        }
+        self.in_flight += 1;
+        self.enqueue(Task::Store(job, positions), false);
+    }
+
+    fn submit_load(&mut self, job: JobRef) {
+        self.collect();
+        self.counters.load_jobs += 1;
+        if self.closed || self.breaker.open_since.is_some() {
+            self.maybe_probe();
+            self.counters.loads_rejected += 1;
+            self.counters.load_jobs_failed += 1;
+            let cause = if self.closed {
+                Cause::Cancelled
+            } else {
+                Cause::BreakerOpen
+            };
+            self.fail_now(&job, cause);
+            return;
+        }
+        self.in_flight += 1;
+        self.enqueue(Task::Load(job), false);
+    }
+
+    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+        self.collect();
+        self.maybe_probe();
+        out.append(&mut self.finished);
+    }
+
+    fn on_schedule_end(&mut self) {
+        self.collect();
+        if !self.closed {
+            if self.breaker.open_since.is_some() {
+                // Nothing goes out while the breaker is open: answer MISS.
+                for k in std::mem::take(&mut self.batch) {
+                    self.pending.remove(&k);
+                }
+            } else {
+                self.flush_batch();
+            }
+        }
+        self.maybe_probe();
+        self.prune();
+    }
+
+    fn has_pending_work(&self) -> bool {
+        self.in_flight > 0 || !self.finished.is_empty()
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        self.quiesce();
+        Ok(())
+    }
+
+    fn stats(&self) -> Vec<Stat> {
+        let c = &self.counters;
+        let mut v = vec![
+            Stat::counter("lookups", c.lookups),
+            Stat::counter("lookup_hits", c.lookup_hits),
+            Stat::counter("lookup_misses", c.lookup_misses),
+            Stat::counter("lookup_retries", c.lookup_retries),
+            Stat::counter("lookup_breaker_misses", c.lookup_breaker_misses),
+            Stat::counter("exists_checks", c.exists_checks),
+            Stat::counter("exists_batches", c.exists_batches),
+            Stat::counter("store_jobs", c.store_jobs),
+            Stat::counter("store_jobs_failed", c.store_jobs_failed),
+            Stat::counter("stores_dropped", c.stores_dropped),
+            Stat::counter("blocks_dropped", c.blocks_dropped),
+            Stat::counter("blocks_stored", c.blocks_stored),
+            Stat::counter("blocks_skipped", c.blocks_skipped),
+            Stat::counter("bytes_stored", c.bytes_stored),
+            Stat::counter("load_jobs", c.load_jobs),
+            Stat::counter("load_jobs_failed", c.load_jobs_failed),
+            Stat::counter("loads_rejected", c.loads_rejected),
+            Stat::counter("blocks_loaded", c.blocks_loaded),
+            Stat::counter("bytes_loaded", c.bytes_loaded),
+            Stat::counter("blocks_missing", c.blocks_missing),
+            Stat::counter("blocks_corrupt", c.blocks_corrupt),
+            Stat::counter("blocks_wrong_size", c.blocks_wrong_size),
+            Stat::counter("corrupt_deleted", c.corrupt_deleted),
+            Stat::counter("round_trips", c.round_trips),
+            Stat::counter("breaker_opens", c.breaker_opens),
+            Stat::counter("breaker_closes", c.breaker_closes),
+            Stat::counter("probes", c.probes),
+            Stat::counter("probes_failed", c.probes_failed),
+            Stat::counter("expired", c.expired),
+        ];
+        for cause in Cause::ALL {
+            v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
+        }
+        v.push(Stat::gauge(
+            "breaker_open",
+            if self.breaker_open() { 1.0 } else { 0.0 },
+        ));
+        v.push(Stat::gauge("known_keys", self.known.len() as f64));
+        v.push(Stat::gauge("jobs_in_flight", self.in_flight as f64));
+        v.push(Stat::gauge("connections", self.connections as f64));
+        v
+    }
+
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        self.collect();
+        out.append(&mut self.events);
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.quiesce();
+        self.closed = true;
+        if stop_workers(&self.shared, &mut self.workers) {
+            Ok(())
+        } else {
+            Err(Error::Tier {
+                tier: self.name.clone(),
+                message: "a redis worker thread panicked".into(),
+            })
+        }
+    }
+}
+
+impl Drop for RedisTier {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// The Redis key a block is stored under, for tools and tests that inspect
+/// the server directly.
+pub fn redis_key_name(namespace: &str, key: &Key) -> Vec<u8> {
+    let mut prefix = namespace.as_bytes().to_vec();
+    prefix.push(b':');
+    worker::key_name(&prefix, key)
+}
