@@ -78,6 +78,10 @@ unsafe extern "C" fn on_events(ud: *mut c_void, b: *const kvtier_event_batch) {
         .push((b.tier, b.kind, b.medium, b.locality, keys));
 }
 
+fn has_line(samples: &[String], line: &str) -> bool {
+    samples.iter().any(|s| s == line)
+}
+
 /// Parses `text` with prometheus_client; returns "name|type|labels|value" lines.
 fn parse_with_prometheus_client(text: &str) -> Vec<String> {
     let script = r#"
@@ -341,6 +345,21 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
     // Metrics of every tier, valid for the reference parser.
     let text = metrics(m);
     let samples = parse_with_prometheus_client(&text);
+    let mut series: Vec<String> = samples
+        .iter()
+        .map(|s| s.rsplit_once('|').unwrap().0.to_string())
+        .collect();
+    let all = series.len();
+    series.sort();
+    series.dedup();
+    assert_eq!(series.len(), all, "every series appears once:\n{text}");
+    assert!(
+        has_line(
+            &samples,
+            "kvtier_tier_hits_total|counter|[('tier', 'fs')]|1.0"
+        ),
+        "the fs tier's own hits beside the manager's: {text}"
+    );
     let has = |prefix: &str| samples.iter().any(|s| s.starts_with(prefix));
     assert!(
         has("kvtier_cascade_jobs_total|counter|[('tier', 'fs')]|2.0"),
