@@ -839,23 +839,16 @@ class manager {
       out.resize(need);
     }
   }
-  /// The oldest message of the error log, if any.
+  /// The oldest message of the error log, if any (cut at 4095 bytes).
   result<std::optional<std::string>> try_take_error() {
-    std::string msg(256, '\0');
-    for (;;) {
-      std::size_t need = 0;
-      bool found = false;
-      kvtier_status s = kvtier_manager_take_error(h_, &msg[0], msg.size(), &need, &found);
-      if (s != KVTIER_STATUS_OK) return last_error(s);
-      if (!found) return std::optional<std::string>();
-      if (need <= msg.size()) {
-        msg.resize(need - 1);
-        return std::optional<std::string>(std::move(msg));
-      }
-      // Truncated: the message is gone; report what fitted.
-      msg.resize(std::strlen(msg.c_str()));
-      return std::optional<std::string>(std::move(msg));
-    }
+    std::string msg(4096, '\0');
+    std::size_t need = 0;
+    bool found = false;
+    kvtier_status s = kvtier_manager_take_error(h_, &msg[0], msg.size(), &need, &found);
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    if (!found) return std::optional<std::string>();
+    msg.resize(std::strlen(msg.c_str()));
+    return std::optional<std::string>(std::move(msg));
   }
   result<void> try_reset_cache() { return detail::check(kvtier_manager_reset_cache(h_)); }
   result<void> try_reset_flushed() { return detail::check(kvtier_manager_reset_flushed(h_)); }
