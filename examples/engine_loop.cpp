@@ -17,6 +17,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -248,7 +250,43 @@ void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &
   m.on_schedule_end();
 }
 
+// The owners: a region and a manager made from C options, the built-in fs
+// tier over the region's slots, ownership moved between owners.
+bool owners_work() {
+  kvtier_region_options ro = kvtier::region::default_options();
+  std::string name = "kvtier-engine-loop-" + std::to_string(getpid());
+  ro.name = name.c_str();
+  ro.slot_count = 4;
+  ro.slot_bytes = kBlockBytes;
+  ro.prefault = KVTIER_REGION_PREFAULT_OFF;
+  kvtier::region r = kvtier::region::create(ro);
+  kvtier::region moved = std::move(r);
+  if (r || !moved || moved.slot_count() != 4 || moved.slot_address(3) == nullptr) return false;
+
+  kvtier_manager_options mo = kvtier::manager::default_options();
+  mo.capacity = 4;
+  kvtier::manager m = kvtier::manager::create(mo);
+  char dir[] = "/tmp/kvtier-engine-loop-XXXXXX";
+  if (!mkdtemp(dir)) return false;
+  kvtier_fs_options fo = kvtier_fs_options_default();
+  fo.directory = dir;
+  fo.read_threads = 1;
+  fo.write_threads = 1;
+  fo.direct_io = false;
+  bool ok = m.add_fs_tier(moved, fo) == 1;
+  kvtier::result<std::size_t> again = m.try_add_fs_tier(kvtier::region(), fo);  // no region
+  ok = ok && !again && again.status() == KVTIER_STATUS_NULL_ARGUMENT;
+  m.reset();  // the tier stops before the region goes
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return ok && !ec;
+}
+
 int run() {
+  if (!owners_work()) {
+    std::fprintf(stderr, "engine_loop: the region/manager owners failed\n");
+    return 1;
+  }
   kvtier::manager m = kvtier::manager::from_json(R"({
     "block_bytes": 4096,
     "primary": {"capacity": 8, "policy": "lru", "event_capacity": 1024}

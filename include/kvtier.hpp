@@ -761,6 +761,12 @@ class manager {
     return detail::check(kvtier_manager_add_tier(h_, &vt, &o, &index), std::move(index));
   }
 
+  /// Adds the built-in file-system tier over `r`'s slots (see kvtier_fs_options).
+  result<std::size_t> try_add_fs_tier(const region &r, const kvtier_fs_options &o) {
+    std::size_t index = 0;
+    return detail::check(kvtier_manager_add_fs_tier(h_, r.get(), &o, &index), std::move(index));
+  }
+
   result<offload_policy> try_on_new_request(const std::string &request,
                                             const kvtier_request_params *params = nullptr) {
     int32_t p = 0;
@@ -904,6 +910,9 @@ class manager {
   }
   std::size_t add_tier(const kvtier_tier_vtable &vt, const kvtier_tier_options &o = kvtier_tier_options_default()) {
     return detail::unwrap(try_add_tier(vt, o));
+  }
+  std::size_t add_fs_tier(const region &r, const kvtier_fs_options &o) {
+    return detail::unwrap(try_add_fs_tier(r, o));
   }
   offload_policy on_new_request(const std::string &r, const kvtier_request_params *p = nullptr) {
     return detail::unwrap(try_on_new_request(r, p));
