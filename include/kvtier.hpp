@@ -13,8 +13,9 @@
  *   builds with -fno-exceptions.
  * - Secondary tiers in C++: derive from kvtier::tier and register with
  *   manager::add_tier.  Every callback the C side sees is noexcept; an
- *   exception thrown by your tier becomes a failed status (its message goes
- *   to the manager's error log) and never crosses into kvtier.
+ *   exception thrown by your tier becomes a failed status (counted, and the
+ *   failing callback named in the manager's error log) and never crosses
+ *   into kvtier.
  */
 #ifndef KVTIER_HPP
 #define KVTIER_HPP
@@ -459,8 +460,9 @@ class manager;
 /// with its lock held (never two at once for one tier), from any thread
 /// that calls the manager.  Report finished jobs with report() (any
 /// thread, any time after registration).  Throwing from a method (when
-/// exceptions are on) fails that call: kvtier sees a failed status and
-/// logs the message; nothing unwinds into kvtier.
+/// exceptions are on) fails that call: kvtier sees a failed status
+/// (kvtier::error's status, else KVTIER_STATUS_TIER) and logs which
+/// callback failed; nothing unwinds into kvtier.
 class tier {
  public:
   virtual ~tier() = default;
