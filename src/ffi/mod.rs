@@ -11,6 +11,7 @@ pub mod fs;
 #[allow(dead_code)]
 pub mod key;
 pub mod manager;
+pub mod primary;
 pub mod region;
 pub mod status;
 pub mod tier;
