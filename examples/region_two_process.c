@@ -75,7 +75,7 @@ static int joiner(const char *name) {
     return EXIT_SUCCESS;
 }
 
-static int creator(void) {
+static int creator(const char *self) {
     char name[64];
     snprintf(name, sizeof name, "kvtier-example-%ld", (long)getpid());
     char path[128];
@@ -101,7 +101,10 @@ static int creator(void) {
         return EXIT_FAILURE;
     }
     if (pid == 0) {
-        execl("/proc/self/exe", "region_two_process", "join", name, (char *)NULL);
+        /* argv[0] names this program when run by path (as ctest does);
+           /proc/self/exe otherwise. */
+        const char *exe = strchr(self, '/') != NULL ? self : "/proc/self/exe";
+        execl(exe, self, "join", name, (char *)NULL);
         perror("execl");
         _exit(127);
     }
@@ -147,5 +150,5 @@ static int creator(void) {
 
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "join") == 0) return joiner(argv[2]);
-    return creator();
+    return creator(argv[0]);
 }

@@ -54,6 +54,29 @@ impl Drop for Cleanup {
     }
 }
 
+/// Does by hand what a creator does before it sizes the file: creates it
+/// exclusively, marks it as being set up (a write lock on its first byte,
+/// per open file description) and takes the shared lock every mapper holds.
+fn start_creating_by_hand(path: &std::path::Path) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .unwrap();
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_len = 1;
+    assert_eq!(
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) },
+        0
+    );
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) }, 0);
+    f
+}
+
 fn opts(name: &str, slots: u32, bytes: usize) -> RegionOptions {
     let mut o = RegionOptions::new(name, slots, bytes);
     o.join_timeout = Duration::from_secs(10);
@@ -186,6 +209,13 @@ fn child_main(spec: &str) -> i32 {
                 }
             }
         }
+        // Starts creating by hand, then waits (to be killed mid-set-up).
+        "start-creating" => {
+            let _f = start_creating_by_hand(&shm().join(name));
+            say("ready");
+            for _ in lines.by_ref() {}
+            0
+        }
         other => panic!("unknown child role {other}"),
     }
 }
@@ -214,17 +244,7 @@ fn joiner_fails_fast_when_the_creator_fails() {
     let name = unique("creatorfail");
     let _c = Cleanup(name.clone());
     let path = shm().join(&name);
-    let creator = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .unwrap();
-    use std::os::fd::AsRawFd;
-    assert_eq!(
-        unsafe { libc::flock(creator.as_raw_fd(), libc::LOCK_SH) },
-        0
-    );
+    let creator = start_creating_by_hand(&path);
     let o = opts(&name, 4, PAGE); // join timeout 10 s
     let joiner = std::thread::spawn(move || {
         let r = Region::create_or_join(&o);
@@ -238,9 +258,41 @@ fn joiner_fails_fast_when_the_creator_fails() {
     let took = done.duration_since(failed_at);
     let e = result.unwrap_err();
     assert!(matches!(e, Error::PeerFailed(_)), "{e}");
-    assert!(e.to_string().contains("creator"), "{e}");
+    assert!(
+        e.to_string().contains("failed during set-up and removed"),
+        "{e}"
+    );
     assert!(took < Duration::from_secs(1), "joiner took {took:?}");
     eprintln!("  joiner failed {took:?} after its creator removed the file");
+    assert!(leftovers(&name).is_empty());
+}
+
+fn joiner_fails_fast_when_the_creator_is_killed_during_set_up() {
+    let name = unique("creatorkilled");
+    let _c = Cleanup(name.clone());
+    let mut creator = Peer::spawn("start-creating", &name, 4, PAGE);
+    assert_eq!(creator.line(), "ready");
+    let o = opts(&name, 4, PAGE); // join timeout 10 s
+    let joiner = std::thread::spawn(move || {
+        let r = Region::create_or_join(&o);
+        (r.map(|r| r.role()), Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(300)); // the joiner is waiting
+    creator.child.kill().unwrap(); // SIGKILL: no clean-up
+    let killed_at = Instant::now();
+    creator.child.wait().unwrap();
+    let (result, done) = joiner.join().unwrap();
+    let took = done.duration_since(killed_at);
+    let e = result.unwrap_err();
+    assert!(matches!(e, Error::PeerFailed(_)), "{e}");
+    assert!(e.to_string().contains("died during set-up"), "{e}");
+    assert!(took < Duration::from_secs(1), "joiner took {took:?}");
+    eprintln!("  joiner failed {took:?} after its creator was killed");
+    // The dead creator's empty file is stale now: the next creator replaces it.
+    assert!(shm().join(&name).exists());
+    let r = Region::create_or_join(&opts(&name, 4, PAGE)).unwrap();
+    assert_eq!(r.role(), Role::Creator);
+    r.close().unwrap();
     assert!(leftovers(&name).is_empty());
 }
 
@@ -270,9 +322,7 @@ fn join_times_out() {
 
     // A creator that never sizes the file (it holds it, so it is not stale).
     let path = shm().join(&name);
-    let f = std::fs::File::create_new(&path).unwrap();
-    use std::os::fd::AsRawFd;
-    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) }, 0);
+    let _creator = start_creating_by_hand(&path);
     o.open = OpenMode::CreateOrJoin;
     let e = Region::create_or_join(&o).unwrap_err();
     assert!(matches!(e, Error::Timeout(_)), "{e}");
@@ -680,6 +730,10 @@ fn main() {
             joiner_fails_fast_when_the_creator_fails,
         ),
         (
+            "joiner_fails_fast_when_the_creator_is_killed_during_set_up",
+            joiner_fails_fast_when_the_creator_is_killed_during_set_up,
+        ),
+        (
             "a_failing_creator_leaves_nothing_on_disk",
             a_failing_creator_leaves_nothing_on_disk,
         ),
@@ -722,6 +776,12 @@ fn main() {
             many_racing_processes_agree_on_one_creator,
         ),
     ];
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))

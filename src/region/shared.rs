@@ -14,7 +14,11 @@
 //!    fails, if so configured) and the process starts over.  Otherwise the
 //!    process takes a shared lock and joins: it polls the file until it has
 //!    its full size.  If the file loses its last name meanwhile, the creator
-//!    failed and cleaned up: the joiner fails at once.
+//!    failed and cleaned up: the joiner fails at once.  The creator also
+//!    holds a write lock on the first byte (an open-file-description lock,
+//!    separate from `flock`) from the moment it creates the file; if that
+//!    lock vanishes while the file is still empty, the creator died (kill -9)
+//!    and the joiner fails at once too.
 //! 3. After any lock is taken the process checks that its descriptor is
 //!    still the file under that name (a would-be replacer may have removed
 //!    it in between) and starts over if not.
@@ -41,6 +45,9 @@ use crate::error::{Error, Result};
 const POLL: Duration = Duration::from_millis(2);
 /// Least time allowed for taking a lock that a stale-file check holds briefly.
 const MIN_LOCK_WAIT: Duration = Duration::from_secs(1);
+/// How long an empty file may go without a creator setting it up before a
+/// joiner concludes that the creator died.
+const CREATOR_GRACE: Duration = Duration::from_millis(50);
 
 /// Whether this process created the region or joined it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -540,7 +547,15 @@ fn open_files(o: &RegionOptions, g: &Geometry, paths: &[PathBuf]) -> Result<Open
         if o.open != OpenMode::Join {
             match create_new(p0, o.mode) {
                 Ok(f) => {
-                    sys::lock_shared(&f, p0, lock_deadline)?;
+                    let locked = sys::lock_setup(&f, p0)
+                        .and_then(|()| sys::lock_shared(&f, p0, lock_deadline));
+                    if let Err(e) = locked {
+                        // Leave nothing behind: remove the file just created.
+                        if let Ok((id, _)) = sys::file_id(&f, p0) {
+                            let _ = sys::unlink_if(p0, id);
+                        }
+                        return Err(e);
+                    }
                     if !sys::still_named(&f, p0)? {
                         continue; // a stale-file check removed it: start over
                     }
@@ -713,6 +728,7 @@ fn join_rest(
 ) -> Result<Opened> {
     let p0 = &paths[0];
     let want = g.segments[0] as u64;
+    let mut unowned_since: Option<Instant> = None;
     let id0 = loop {
         let m = f0
             .metadata()
@@ -739,6 +755,20 @@ fn join_rest(
                 o.slot_bytes,
                 g.segments.len()
             )));
+        }
+        // Still empty: is its creator still setting it up?  (It marks the
+        // file right after creating it; a short grace covers that instant.)
+        if sys::setup_in_progress(&f0) == Some(false) {
+            let since = *unowned_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= CREATOR_GRACE {
+                return Err(Error::PeerFailed(format!(
+                    "the creator of region {:?} died during set-up: {} is still empty and no process is setting it up",
+                    o.name,
+                    p0.display()
+                )));
+            }
+        } else {
+            unowned_since = None;
         }
         if Instant::now() >= deadline {
             return Err(Error::Timeout(format!(
