@@ -7,9 +7,9 @@
 //! threads with the same open flags (`O_DIRECT` where the tier uses it):
 //! the baseline writes one file per thread (no metadata work at all); a
 //! second reference writes one file per block in one directory.  Each
-//! figure is the best of [`ROUNDS`] rounds, the order rotating.
+//! figure is the best of several rounds, the order rotating.
 //!
-//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B]
+//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B] [--blocks KIB,KIB]
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -25,8 +25,10 @@ use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
 use kvtier::tiers::fs::{FsOptions, FsTier};
 
 const JOB_BLOCKS: usize = 16;
-/// Rounds per configuration; each figure is the best round.
-const ROUNDS: u64 = 2;
+/// Rounds per configuration on tmpfs and on disk; each figure is the best
+/// round (the machine may be shared: the best round is the least disturbed).
+const ROUNDS_MEMORY: u64 = 5;
+const ROUNDS_DISK: u64 = 3;
 
 struct Args {
     out: Option<PathBuf>,
@@ -34,6 +36,7 @@ struct Args {
     read_threads: usize,
     write_threads: usize,
     dirs: Vec<PathBuf>,
+    blocks: Vec<usize>,
 }
 
 fn parse() -> Args {
@@ -46,6 +49,7 @@ fn parse() -> Args {
             PathBuf::from("/dev/shm"),
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
         ],
+        blocks: vec![256 << 10, 2 << 20],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -67,6 +71,14 @@ fn parse() -> Args {
                     .expect("--dirs A,B")
                     .split(',')
                     .map(PathBuf::from)
+                    .collect();
+            }
+            "--blocks" => {
+                a.blocks = it
+                    .next()
+                    .expect("--blocks KIB,KIB")
+                    .split(',')
+                    .map(|k| k.parse::<usize>().expect("block size in KiB") << 10)
                     .collect();
             }
             // Flags cargo passes to every bench target.
@@ -242,7 +254,12 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
     // 0: file per thread, 1: file per block, 2: the tier.
     let mut best = [Figures::default(); 3];
     let mut direct = false;
-    for round in 0..ROUNDS {
+    let rounds = if parent.starts_with("/dev/shm") {
+        ROUNDS_MEMORY
+    } else {
+        ROUNDS_DISK
+    };
+    for round in 0..rounds {
         let base_dir = root.path().join("base");
         std::fs::create_dir_all(&base_dir).unwrap();
         let tier_dir = root.path().join("tier");
@@ -300,7 +317,7 @@ fn main() {
     let started = Instant::now();
     let mut rows = Vec::new();
     println!(
-        "fs tier vs plain pwrite/pread: {:.2} GiB per run, tier {}+{} threads, baselines {} threads, best of {ROUNDS}",
+        "fs tier vs plain pwrite/pread: {:.2} GiB per run, tier {}+{} threads, baselines {} threads, best of {ROUNDS_MEMORY} rounds on /dev/shm, {ROUNDS_DISK} elsewhere",
         args.bytes as f64 / (1u64 << 30) as f64,
         args.read_threads,
         args.write_threads,
@@ -324,7 +341,7 @@ fn main() {
         "ratio"
     );
     for dir in &args.dirs {
-        for block in [256usize << 10, 2 << 20] {
+        for &block in &args.blocks {
             let r = run(&args, dir, block);
             println!(
                 "{:<22} {:>5}K {:>6} | {:>7.2} {:>7.2} {:>7.2} {:>4.0}% | {:>7.2} {:>7.2} {:>7.2} {:>4.0}%",
@@ -371,7 +388,7 @@ fn main() {
             })
             .collect();
         let json = format!(
-            "{{\"bench\":\"fs_tier\",\"bytes_per_run\":{},\"read_threads\":{},\"write_threads\":{},\"rounds\":{ROUNDS},\"runs\":[{}]}}\n",
+            "{{\"bench\":\"fs_tier\",\"bytes_per_run\":{},\"read_threads\":{},\"write_threads\":{},\"rounds_memory\":{ROUNDS_MEMORY},\"rounds_disk\":{ROUNDS_DISK},\"runs\":[{}]}}\n",
             args.bytes,
             args.read_threads,
             args.write_threads,
