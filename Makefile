@@ -58,7 +58,7 @@ test-rust: redis-available test-deps
 test-deps:
 	@python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus-client
 
-test-c: c
+test-c: c redis-available
 	ctest --test-dir $(BUILD) --output-on-failure
 
 demo: all

@@ -3,7 +3,11 @@
 //! same freshly started server in the same run.
 //!
 //!     cargo bench --features redis-tier --bench redis_tier -- [--out FILE.json]
-//!         [--block-kib 64] [--blocks 4096] [--pipeline 16] [--connections 4] [--runs 3]
+//!         [--block-kib 64] [--blocks 4096] [--pipeline 16] [--connections 4] [--runs 5]
+//!
+//! Each run measures redis-benchmark and then the tier back to back; the
+//! ratio is taken per run and the medians are reported, so load from other
+//! work on the machine affects both sides of a ratio alike.
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
@@ -35,7 +39,7 @@ fn args() -> Args {
         blocks: 4096,
         pipeline: 16,
         connections: 4,
-        runs: 3,
+        runs: 5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,28 +67,44 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// redis-benchmark's requests per second for SET and GET.
-fn redis_benchmark(server: &RedisServer, a: &Args, value_bytes: usize) -> (f64, f64) {
+/// redis-benchmark's requests per second for `test` ("set" or "get").
+fn redis_benchmark(
+    server: &RedisServer,
+    a: &Args,
+    value_bytes: usize,
+    test: &str,
+    requests: usize,
+    random_keys: bool,
+) -> f64 {
     let exe = find_tool("redis-benchmark").expect("redis-benchmark is installed with redis-server");
-    let out = Command::new(exe)
-        .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
-        .args(["-t", "set,get", "--csv"])
-        .args(["-n", &a.blocks.to_string()])
+    let mut cmd = Command::new(exe);
+    cmd.args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
+        .args(["-t", test, "--csv"])
+        .args(["-n", &requests.to_string()])
         .args(["-d", &value_bytes.to_string()])
         .args(["-P", &a.pipeline.to_string()])
-        .args(["-c", &a.connections.to_string()])
-        .args(["-r", &a.blocks.to_string()])
-        .output()
-        .expect("running redis-benchmark");
+        .args(["-c", &a.connections.to_string()]);
+    if random_keys {
+        cmd.args(["-r", &a.blocks.to_string()]);
+    }
+    let out = cmd.output().expect("running redis-benchmark");
     let text = String::from_utf8_lossy(&out.stdout);
-    let rps = |name: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(&format!("\"{name}\"")))
-            .and_then(|l| l.split(',').nth(1))
-            .and_then(|v| v.trim_matches('"').parse().ok())
-            .unwrap_or_else(|| panic!("no {name} line in redis-benchmark output:\n{text}"))
-    };
-    (rps("SET"), rps("GET"))
+    let name = format!("\"{}\"", test.to_uppercase());
+    text.lines()
+        .find(|l| l.starts_with(&name))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|v| v.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("no {name} line in redis-benchmark output:\n{text}"))
+}
+
+/// SET over distinct random keys (new values, like the tier's stores), then
+/// GET of one key set beforehand (every GET returns a whole value; with
+/// random keys some would name keys never set and return nil).
+fn redis_benchmark_set_get(server: &RedisServer, a: &Args, value_bytes: usize) -> (f64, f64) {
+    let set = redis_benchmark(server, a, value_bytes, "set", a.blocks, true);
+    redis_benchmark(server, a, value_bytes, "set", 1, false);
+    let get = redis_benchmark(server, a, value_bytes, "get", a.blocks, false);
+    (set, get)
 }
 
 fn tier(server: &RedisServer, a: &Args, mem: &SlotMemory) -> RedisTier {
@@ -122,7 +142,7 @@ fn run_jobs(t: &mut RedisTier, dir: Direction, keys: &[Key], per_job: usize) -> 
     let mut out = Vec::new();
     while out.len() < n {
         t.poll_finished(&mut out);
-        std::thread::sleep(Duration::from_micros(100));
+        std::thread::sleep(Duration::from_micros(500));
     }
     let el = t0.elapsed();
     assert!(
@@ -158,9 +178,10 @@ fn main() {
     let mb = (a.blocks * block) as f64 / 1e6;
 
     let (mut b_set, mut b_get, mut t_store, mut t_load) = (vec![], vec![], vec![], vec![]);
+    let (mut r_store, mut r_load) = (vec![], vec![]);
     for _ in 0..a.runs {
         server.cli(&["FLUSHALL"]);
-        let (set, get) = redis_benchmark(&server, &a, value_bytes);
+        let (set, get) = redis_benchmark_set_get(&server, &a, value_bytes);
         b_set.push(set * block as f64 / 1e6);
         b_get.push(get * block as f64 / 1e6);
         server.cli(&["FLUSHALL"]);
@@ -170,7 +191,10 @@ fn main() {
         let el = run_jobs(&mut t, Direction::Load, &keys, per_job);
         t_load.push(mb / el.as_secs_f64());
         t.shutdown().unwrap();
+        r_store.push(t_store.last().unwrap() / b_set.last().unwrap());
+        r_load.push(t_load.last().unwrap() / b_get.last().unwrap());
     }
+    let (rs, rl) = (median(r_store), median(r_load));
     let (bs, bg, ts, tl) = (
         median(b_set),
         median(b_get),
@@ -190,27 +214,23 @@ fn main() {
         "store",
         ts,
         bs,
-        100.0 * ts / bs
+        100.0 * rs
     );
     println!(
         "{:<8} {:>14.0} {:>18.0} {:>7.0}%",
         "load",
         tl,
         bg,
-        100.0 * tl / bg
+        100.0 * rl
     );
+    println!("(MB/s: medians over the runs; ratio: median of the per-run ratios)");
     if let Some(path) = a.out {
         let json = format!(
             "{{\"block_bytes\":{block},\"blocks\":{},\"pipeline\":{},\"connections\":{},\"runs\":{},\
              \"tier_store_mb_s\":{ts:.1},\"tier_load_mb_s\":{tl:.1},\
              \"redis_benchmark_set_mb_s\":{bs:.1},\"redis_benchmark_get_mb_s\":{bg:.1},\
              \"store_ratio\":{:.3},\"load_ratio\":{:.3}}}\n",
-            a.blocks,
-            a.pipeline,
-            a.connections,
-            a.runs,
-            ts / bs,
-            tl / bg
+            a.blocks, a.pipeline, a.connections, a.runs, rs, rl
         );
         std::fs::write(&path, json).expect("writing --out");
     }

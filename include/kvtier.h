@@ -1155,6 +1155,87 @@ typedef struct {
 } kvtier_primary_stats;
 
 /**
+ * Options of `kvtier_manager_add_redis_tier`; start from
+ * `kvtier_redis_options_default()`.  Strings are NUL-terminated, read
+ * during the call only; NULL means the default stated for each.
+ */
+typedef struct {
+  /**
+   * Tier name in stats and errors; NULL: "redis".
+   */
+  const char *name;
+  /**
+   * Comma-separated `host:port` list: the server, or cluster seed nodes;
+   * NULL: "127.0.0.1:6379".
+   */
+  const char *nodes;
+  /**
+   * Whether `nodes` are Redis Cluster nodes.
+   */
+  bool cluster;
+  /**
+   * Key prefix (`namespace:hex(key)`); one per block layout; NULL: "kvtier".
+   */
+  const char *key_namespace;
+  /**
+   * ACL user for AUTH; NULL: none.
+   */
+  const char *username;
+  /**
+   * Password for AUTH; NULL: none.
+   */
+  const char *password;
+  /**
+   * Database number (standalone only; default 0).
+   */
+  int64_t db;
+  /**
+   * TLS to the server (needs a build with the `redis-tls` feature).
+   */
+  bool tls;
+  /**
+   * PEM file of the CA(s) to trust for TLS; NULL: the system's.
+   */
+  const char *tls_ca_file;
+  /**
+   * Expiry of stored blocks in milliseconds; 0: none.
+   */
+  uint64_t ttl_ms;
+  /**
+   * Bound on opening a connection, in milliseconds (default 1000).
+   */
+  uint32_t connect_timeout_ms;
+  /**
+   * Bound on one round trip's reads and writes, in milliseconds (default 2000).
+   */
+  uint32_t command_timeout_ms;
+  /**
+   * Worker threads, one connection each (default 4).
+   */
+  uint32_t connections;
+  /**
+   * Most value bytes per pipelined round trip (default 4 MiB).
+   */
+  size_t pipeline_bytes;
+  /**
+   * Most commands per pipelined round trip (default 256).
+   */
+  uint32_t pipeline_ops;
+  /**
+   * Consecutive failures that open the circuit breaker (default 3).
+   */
+  uint32_t breaker_failures;
+  /**
+   * Milliseconds the breaker stays open before a probe (default 1000).
+   */
+  uint32_t breaker_cooldown_ms;
+  /**
+   * Milliseconds a negative existence check answers MISS (default 500).
+   */
+  uint32_t miss_cache_ms;
+} kvtier_redis_options;
+
+/**
  * Barrier callback given at creation: called exactly once by
  * `kvtier_region_new`, on the calling thread, after this process's set-up
  * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
@@ -1963,6 +2044,41 @@ kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
  */
 kvtier_status kvtier_primary_read_stats(const kvtier_primary *primary,
                                         kvtier_primary_stats *stats_out);
+
+/**
+ * Returns the default redis tier options: standalone `127.0.0.1:6379`,
+ * namespace "kvtier", no AUTH, no TLS, no TTL, 4 connections, 1 s connect
+ * and 2 s command timeouts, breaker after 3 failures with a 1 s cool-down.
+ * Safe to call from any thread.
+ */
+kvtier_redis_options kvtier_redis_options_default(void);
+
+/**
+ * Creates a redis tier that copies blocks between `region`'s slots and
+ * Redis, and attaches it to `manager` as its next secondary tier; writes
+ * its tier index (1 for the first secondary tier) to `*tier_index_out`.
+ * Allowed until the first request starts.  Connects nothing during the
+ * call (the tier's threads connect on their first transfer), so an
+ * unreachable server shows later as failed jobs and MISS answers.
+ *
+ * `manager` and `region` must be live handles, the manager's primary
+ * slots being the region's slots (its capacity at most the region's slot
+ * count); `options` NULL (defaults) or initialized with
+ * `kvtier_redis_options_default()`.  On success the manager owns the tier
+ * (shut down by `kvtier_manager_shutdown` or `_free`), and the tier keeps
+ * the region's mapping alive until then, even if the region handle is
+ * freed first.  On failure nothing is attached.  Without the `redis-tier`
+ * build feature: `KVTIER_STATUS_UNSUPPORTED`.  Internally synchronized
+ * like the manager.
+ *
+ * # Safety
+ * `manager`, `region` live handles; `options` NULL or valid, with its
+ * strings NULL or NUL-terminated; `tier_index_out` valid for writes.
+ */
+kvtier_status kvtier_manager_add_redis_tier(kvtier_manager *manager,
+                                            const kvtier_region *region,
+                                            const kvtier_redis_options *options,
+                                            size_t *tier_index_out);
 
 /**
  * Returns the default options: no name, directory `/dev/shm`, create or

@@ -567,6 +567,36 @@ fn cluster_spreads_blocks_over_every_node() {
         "{answers:?}"
     );
     assert_eq!(answers[60], TierLookup::Miss);
+
+    // Move a third of the slots (with their blocks) from node 0 to node 1:
+    // the first tier's connections still route by the old map, get MOVED,
+    // and follow.
+    let id = |n: &RedisServer| n.cli_text(&["CLUSTER", "MYID"]);
+    let (from, to) = (id(&cluster.nodes[0]), id(&cluster.nodes[1]));
+    let before: u64 = cluster.nodes[1].cli_text(&["DBSIZE"]).parse().unwrap();
+    let out = std::process::Command::new(redis_server::find_tool("redis-cli").unwrap())
+        .args(["--cluster", "reshard", &cluster.nodes[0].addr()])
+        .args(["--cluster-from", &from, "--cluster-to", &to])
+        .args(["--cluster-slots", "2700", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let after: u64 = cluster.nodes[1].cli_text(&["DBSIZE"]).parse().unwrap();
+    assert!(after > before, "no block moved ({before} -> {after})");
+    let slots: Vec<u32> = (0..60).collect();
+    for s in &slots {
+        mem.write(*s, 0, &vec![0u8; SLOT_BYTES]).unwrap();
+    }
+    t.submit_load(job(3, Direction::Load, keys.clone(), slots.clone()));
+    let r = wait_results(&mut t, 1, Duration::from_secs(20));
+    assert!(r[0].success, "{:?} {:?}", r[0], t.stats());
+    for (k, s) in keys.iter().zip(&slots) {
+        assert!(holds(&mem, *s, k));
+    }
 }
 
 #[test]

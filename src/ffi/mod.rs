@@ -15,6 +15,7 @@ pub mod log;
 pub mod manager;
 pub mod observe;
 pub mod primary;
+pub mod redis;
 pub mod region;
 pub mod status;
 pub mod tier;

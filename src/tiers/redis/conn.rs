@@ -7,7 +7,7 @@
 //! commands to the client's cluster pipeline, which splits them per node and
 //! follows MOVED/ASK redirections.
 
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::time::Duration;
 
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
@@ -377,6 +377,15 @@ impl Endpoint {
     }
 }
 
+/// Whether `e` is (or, for a pipeline, contains) a cluster redirection.
+fn is_redirect(e: &RedisError) -> bool {
+    let code = |c: &str| c == "MOVED" || c == "ASK";
+    e.code().is_some_and(code)
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errs| errs.iter().any(|(_, s)| code(s.code())))
+}
+
 /// One command of a pipeline, borrowing its bytes.
 pub enum Op<'a> {
     /// `SET name header||payload [PX ttl]`.
@@ -455,6 +464,12 @@ fn bulk(buf: &mut Vec<u8>, parts: &[&[u8]]) {
 }
 
 fn encode(buf: &mut Vec<u8>, op: &Op<'_>) {
+    encode_split(buf, op, &mut |_, _| false);
+}
+
+/// Encodes `op` into `buf`; a SET's payload is offered to `cut` (with the
+/// position in `buf` where it belongs) and copied only if `cut` declines.
+fn encode_split<'a>(buf: &mut Vec<u8>, op: &Op<'a>, cut: &mut dyn FnMut(usize, &'a [u8]) -> bool) {
     match *op {
         Op::Set {
             name,
@@ -469,7 +484,12 @@ fn encode(buf: &mut Vec<u8>, op: &Op<'_>) {
             });
             bulk(buf, &[b"SET"]);
             bulk(buf, &[name]);
-            bulk(buf, &[header, payload]);
+            let _ = write!(buf, "${}\r\n", header.len() + payload.len());
+            buf.extend_from_slice(header);
+            if !cut(buf.len(), payload) {
+                buf.extend_from_slice(payload);
+            }
+            buf.extend_from_slice(b"\r\n");
             if let Some(ms) = ttl_ms {
                 bulk(buf, &[b"PX"]);
                 let mut digits = [0u8; 20];
@@ -534,10 +554,26 @@ impl Conn {
         let values = match self {
             Conn::Raw { conn, buf } => {
                 buf.clear();
+                let mut cuts: Vec<(usize, &[u8])> = Vec::new();
                 for op in ops {
-                    encode(buf, op);
+                    encode_split(buf, op, &mut |at, payload| {
+                        cuts.push((at, payload));
+                        true
+                    });
                 }
-                let r = conn.round_trip(buf, ops.len(), f);
+                let r = if cuts.is_empty() {
+                    conn.round_trip(buf, ops.len(), f)
+                } else {
+                    let mut parts = Vec::with_capacity(2 * cuts.len() + 1);
+                    let mut prev = 0;
+                    for (at, payload) in &cuts {
+                        parts.push(IoSlice::new(&buf[prev..*at]));
+                        parts.push(IoSlice::new(payload));
+                        prev = *at;
+                    }
+                    parts.push(IoSlice::new(&buf[prev..]));
+                    conn.round_trip_parts(&mut parts, ops.len(), f)
+                };
                 if buf.capacity() > 64 << 20 {
                     *buf = Vec::new();
                 }
@@ -559,7 +595,18 @@ impl Conn {
                 for op in ops {
                     pipe.add_command(to_cmd(op));
                 }
-                pipe.query::<Vec<Value>>(conn)
+                match pipe.query::<Vec<Value>>(conn) {
+                    // The blocking cluster pipeline of redis 1.2 passes
+                    // MOVED/ASK replies through as errors instead of
+                    // following them (single commands do follow them, and
+                    // refresh the slot map): send each command on its own
+                    // once.  Every command the tier sends is idempotent.
+                    Err(e) if is_redirect(&e) => ops
+                        .iter()
+                        .map(|op| to_cmd(op).query::<Value>(conn.as_mut()))
+                        .collect::<RedisResult<Vec<Value>>>(),
+                    r => r,
+                }
             }
         }
         .map_err(|e| Failure::of(&e))?;

@@ -9,11 +9,15 @@
 //! from the socket buffer into its slot.  Cluster and TLS connections keep
 //! using the redis crate.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use super::conn::{Cause, Failure, Reply};
+
+/// Size of a fresh read buffer: room for a pipeline of 16 blocks of 64 KiB
+/// with their headers, so replies rarely have to be moved.
+const INITIAL_BUFFER: usize = 2 << 20;
 
 /// Where and how to connect.
 #[derive(Clone, Debug)]
@@ -96,7 +100,7 @@ impl RawConn {
         setup(&sock).map_err(|e| broken(io_cause(&e)))?;
         let mut c = RawConn {
             sock,
-            buf: vec![0; 256 << 10],
+            buf: vec![0; INITIAL_BUFFER],
             start: 0,
             end: 0,
         };
@@ -141,12 +145,43 @@ impl RawConn {
         self.sock
             .write_all(packed)
             .map_err(|e| broken(io_cause(&e)))?;
+        self.replies(count, f)
+    }
+
+    /// Like [`RawConn::round_trip`], with the commands given as pieces
+    /// (`writev`), so block payloads go from their slots to the socket
+    /// without being copied into a buffer first.
+    pub fn round_trip_parts(
+        &mut self,
+        parts: &mut [IoSlice<'_>],
+        count: usize,
+        f: &mut dyn FnMut(usize, Reply<'_>),
+    ) -> Result<(), Failure> {
+        let mut bufs = parts;
+        while !bufs.is_empty() {
+            match self.sock.write_vectored(bufs) {
+                Ok(0) => return Err(broken(Cause::ConnectionReset)),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(broken(io_cause(&e))),
+            }
+        }
+        self.replies(count, f)
+    }
+
+    fn replies(
+        &mut self,
+        count: usize,
+        f: &mut dyn FnMut(usize, Reply<'_>),
+    ) -> Result<(), Failure> {
         for i in 0..count {
             self.reply(i, f)?;
         }
         // A very large reply grew the buffer: do not keep it.
-        if self.buf.len() > 64 << 20 {
-            self.buf = vec![0; 256 << 10];
+        if self.buf.len() > 64 << 20 && self.start == self.end {
+            self.buf = vec![0; INITIAL_BUFFER];
+            self.start = 0;
+            self.end = 0;
         }
         Ok(())
     }
@@ -155,6 +190,12 @@ impl RawConn {
     fn fill(&mut self, n: usize) -> Result<(), Failure> {
         if self.end - self.start >= n {
             return Ok(());
+        }
+        if self.start == self.end {
+            // Everything read was consumed: start over at the front, so a
+            // round trip's replies usually fit without moving any bytes.
+            self.start = 0;
+            self.end = 0;
         }
         if self.start + n > self.buf.len() {
             self.buf.copy_within(self.start..self.end, 0);

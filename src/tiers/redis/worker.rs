@@ -137,7 +137,26 @@ pub fn run(ctx: WorkerCtx) {
             }
         };
         let Some(task) = task else { return };
-        let done = execute(&ctx, &mut conn, &mut names, task);
+        // What to report if the task panics, so that it is still reported
+        // exactly once and the worker stays alive.
+        let fallback = match &task {
+            Task::Store(job, _) => Done::Job(JobDone::failed(job.clone(), Direction::Store)),
+            Task::Load(job) => Done::Job(JobDone::failed(job.clone(), Direction::Load)),
+            Task::Exists(keys) => Done::Exists {
+                keys: keys.clone(),
+                present: Vec::new(),
+                failure: Some(Cause::Other),
+            },
+            Task::Probe => Done::Probe(Some(Cause::Other)),
+        };
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            execute(&ctx, &mut conn, &mut names, task)
+        }))
+        .unwrap_or_else(|_| {
+            conn = None;
+            names = Names::new(&ctx.prefix);
+            fallback
+        });
         // Report before going idle, so that a drain that sees every worker
         // idle also finds every report in the channel.  A send fails only
         // when the tier is gone, and then nobody waits for the report.
@@ -299,6 +318,13 @@ fn execute(ctx: &WorkerCtx, conn: &mut Option<Conn>, names: &mut Names, task: Ta
 }
 
 impl JobDone {
+    /// A job that failed before doing anything (a panic in the worker).
+    fn failed(job: JobRef, direction: Direction) -> JobDone {
+        let mut d = JobDone::new(job, direction);
+        d.failure = Some(Cause::Other);
+        d
+    }
+
     /// An outcome with nothing done yet.
     pub fn new(job: JobRef, direction: Direction) -> JobDone {
         JobDone {

@@ -1,0 +1,146 @@
+//! `kvtier_manager_add_redis_tier` called the way C calls it: defaults,
+//! NULL arguments, bad options and their statuses.  (The end-to-end run
+//! against a server is examples/redis_tier.c under ctest.)
+
+use std::ffi::{CStr, CString};
+use std::ptr;
+
+use kvtier::ffi::kvtier_last_error_message;
+use kvtier::ffi::kvtier_status as S;
+use kvtier::ffi::manager::{kvtier_manager, kvtier_manager_free, kvtier_manager_new};
+use kvtier::ffi::redis::*;
+use kvtier::ffi::region::*;
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+struct Fixture {
+    manager: *mut kvtier_manager,
+    region: *mut kvtier_region,
+}
+
+impl Fixture {
+    fn new(tag: &str) -> Fixture {
+        let name = CString::new(format!("kvtier-redis-ffi-{}-{tag}", std::process::id())).unwrap();
+        let mut o = kvtier_region_options_default();
+        o.name = name.as_ptr();
+        o.slot_count = 8;
+        o.slot_bytes = 4096;
+        o.open = KVTIER_REGION_CREATE;
+        let mut region = ptr::null_mut();
+        assert_eq!(
+            unsafe { kvtier_region_new(&o, &mut region) },
+            S::Ok,
+            "{}",
+            last_error()
+        );
+        let mut manager = ptr::null_mut();
+        assert_eq!(
+            unsafe { kvtier_manager_new(ptr::null(), &mut manager) },
+            S::Ok
+        );
+        Fixture { manager, region }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        unsafe {
+            kvtier_manager_free(self.manager);
+            kvtier_region_close(self.region, ptr::null_mut());
+        }
+    }
+}
+
+#[test]
+fn defaults_are_documented_values() {
+    let o = kvtier_redis_options_default();
+    assert!(o.nodes.is_null() && o.key_namespace.is_null() && o.name.is_null());
+    assert_eq!(o.connections, 4);
+    assert_eq!(o.connect_timeout_ms, 1000);
+    assert_eq!(o.command_timeout_ms, 2000);
+    assert_eq!(o.breaker_failures, 3);
+    assert_eq!(o.ttl_ms, 0);
+    assert!(!o.cluster && !o.tls);
+}
+
+#[test]
+fn null_arguments_and_bad_options_are_errors_naming_the_problem() {
+    let f = Fixture::new("bad");
+    let mut index = 0usize;
+    let o = kvtier_redis_options_default();
+    let add = |m, r, o: *const kvtier_redis_options, i: *mut usize| unsafe {
+        kvtier_manager_add_redis_tier(m, r, o, i)
+    };
+    assert_eq!(
+        add(ptr::null_mut(), f.region, &o, &mut index),
+        S::NullArgument
+    );
+    assert_eq!(add(f.manager, ptr::null(), &o, &mut index), S::NullArgument);
+    assert_eq!(
+        add(f.manager, f.region, &o, ptr::null_mut()),
+        S::NullArgument
+    );
+    assert!(last_error().contains("tier_index_out"), "{}", last_error());
+    if !cfg!(feature = "redis-tier") {
+        assert_eq!(add(f.manager, f.region, &o, &mut index), S::Unsupported);
+        return;
+    }
+
+    let mut bad = kvtier_redis_options_default();
+    bad.connections = 0;
+    assert_eq!(
+        add(f.manager, f.region, &bad, &mut index),
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("connections"), "{}", last_error());
+
+    let nodes = CString::new("no-port-here").unwrap();
+    let mut bad = kvtier_redis_options_default();
+    bad.nodes = nodes.as_ptr();
+    assert_eq!(
+        add(f.manager, f.region, &bad, &mut index),
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("host:port"), "{}", last_error());
+
+    let ns = CString::new("").unwrap();
+    let mut bad = kvtier_redis_options_default();
+    bad.key_namespace = ns.as_ptr();
+    assert_eq!(
+        add(f.manager, f.region, &bad, &mut index),
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("namespace"), "{}", last_error());
+}
+
+#[test]
+fn a_tier_attaches_without_waiting_for_the_server() {
+    let f = Fixture::new("ok");
+    // Nothing listens on port 1: attaching still succeeds at once.
+    let nodes = CString::new("127.0.0.1:1").unwrap();
+    let mut o = kvtier_redis_options_default();
+    o.nodes = nodes.as_ptr();
+    let mut index = 0usize;
+    let t0 = std::time::Instant::now();
+    let st = unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &o, &mut index) };
+    if cfg!(feature = "redis-tier") {
+        assert_eq!(st, S::Ok, "{}", last_error());
+        assert_eq!(index, 1);
+        assert!(t0.elapsed() < std::time::Duration::from_millis(200));
+    } else {
+        assert_eq!(st, S::Unsupported);
+        assert!(last_error().contains("redis-tier"), "{}", last_error());
+    }
+    // NULL options mean the defaults.
+    let mut index2 = 0usize;
+    let st =
+        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, ptr::null(), &mut index2) };
+    if cfg!(feature = "redis-tier") {
+        assert_eq!(st, S::Ok, "{}", last_error());
+        assert_eq!(index2, 2);
+    }
+}
