@@ -769,6 +769,13 @@ class manager {
     return detail::check(kvtier_manager_add_fs_tier(h_, r.get(), &o, &index), std::move(index));
   }
 
+  /// Adds the built-in redis tier over `r`'s slots (see kvtier_redis_options;
+  /// KVTIER_STATUS_UNSUPPORTED if kvtier was built without it).
+  result<std::size_t> try_add_redis_tier(const region &r, const kvtier_redis_options &o) {
+    std::size_t index = 0;
+    return detail::check(kvtier_manager_add_redis_tier(h_, r.get(), &o, &index), std::move(index));
+  }
+
   result<offload_policy> try_on_new_request(const std::string &request,
                                             const kvtier_request_params *params = nullptr) {
     int32_t p = 0;
@@ -915,6 +922,9 @@ class manager {
   }
   std::size_t add_fs_tier(const region &r, const kvtier_fs_options &o) {
     return detail::unwrap(try_add_fs_tier(r, o));
+  }
+  std::size_t add_redis_tier(const region &r, const kvtier_redis_options &o) {
+    return detail::unwrap(try_add_redis_tier(r, o));
   }
   offload_policy on_new_request(const std::string &r, const kvtier_request_params *p = nullptr) {
     return detail::unwrap(try_on_new_request(r, p));
