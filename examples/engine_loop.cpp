@@ -116,7 +116,9 @@ class memory_tier : public kvtier::tier {
       for (std::size_t i = 0; i < w.keys.size(); ++i) {
         auto *slot = static_cast<uint8_t *>(slots_.slot(w.slots[i]));
         if (w.store) {
-          blocks_[w.keys[i]].assign(slot, slot + kBlockBytes);
+          auto [it, fresh] = blocks_.try_emplace(w.keys[i]);
+          it->second.assign(slot, slot + kBlockBytes);
+          if (fresh) announce(KVTIER_EVENT_STORED, w.keys[i]);  // for KV-aware routers
         } else {
           auto it = blocks_.find(w.keys[i]);
           if (it == blocks_.end()) {
@@ -350,8 +352,8 @@ int run() {
   expect(pass2.wakes > 0, "the engine slept in poll() and was woken");
   expect(tier_errors > 0, "the throwing tier's failures are logged");
   expect(events[{0u, KVTIER_EVENT_REMOVED}] > 0, "evictions arrive as events");
-  expect(events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}] == 0,
-         "the C++ tier reports no events of its own");
+  expect(events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}] == pass1.stored,
+         "the C++ tier announces each block it stores once");
   expect(metrics.find("kvtier_cascade_jobs_total{tier=\"cxx-mem\"}") != std::string::npos,
          "metrics name the C++ tier");
   expect(metrics.find("kvtier_copies_total{tier=\"cxx-mem\"}") != std::string::npos,

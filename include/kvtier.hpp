@@ -28,6 +28,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -511,6 +512,22 @@ class tier {
     r.duration_ns = duration_ns;
     return report_raw(r);
   }
+  /// Announces that `key` became readable (KVTIER_EVENT_STORED) or left
+  /// the tier (KVTIER_EVENT_REMOVED), or that the tier forgot everything
+  /// (KVTIER_EVENT_CLEARED, key ignored), for KV-aware routers.  Thread-safe;
+  /// the manager collects announcements with its events.
+  void announce(int32_t kind, key_view key = key_view()) {
+    kvtier_event e;
+    std::memset(&e, 0, sizeof e);
+    e.kind = kind;
+    if (kind != KVTIER_EVENT_CLEARED) {
+      e.key_len = key.size() < sizeof e.key ? key.size() : sizeof e.key;
+      if (e.key_len > 0) std::memcpy(e.key, key.data(), e.key_len);
+    }
+    std::lock_guard<std::mutex> g(events_mu_);
+    events_.push_back(e);
+  }
+
   /// Reports a load that failed after `arrived` keys did arrive.
   kvtier_status report_partial(uint64_t job, const key_list &arrived, uint64_t bytes = 0) noexcept {
     kvtier_job_result r;
@@ -534,6 +551,8 @@ class tier {
   std::size_t index_ = 0;
   std::string name_;
   std::vector<kvtier_tier_stat> stat_buf_;
+  std::mutex events_mu_;
+  std::vector<kvtier_event> events_;
 };
 
 /// The C callbacks behind kvtier::tier: every one noexcept, exceptions
@@ -628,6 +647,15 @@ struct tier_adapter {
       *written = n;
       return KVTIER_STATUS_OK;
     });
+  }
+  static int32_t take_events(void *ud, kvtier_event *out, std::size_t capacity, std::size_t *written) noexcept {
+    tier &t = self(ud);
+    std::lock_guard<std::mutex> g(t.events_mu_);
+    std::size_t n = t.events_.size() < capacity ? t.events_.size() : capacity;
+    if (n > 0) std::memcpy(out, t.events_.data(), n * sizeof(kvtier_event));
+    t.events_.erase(t.events_.begin(), t.events_.begin() + static_cast<std::ptrdiff_t>(n));
+    *written = n;
+    return KVTIER_STATUS_OK;
   }
   static void destroy(void *ud) noexcept { delete static_cast<tier *>(ud); }
 };
@@ -747,6 +775,7 @@ class manager {
     vt.stats = &tier_adapter::stats;
     vt.shutdown = &tier_adapter::shutdown;
     vt.destroy = &tier_adapter::destroy;
+    vt.take_events = &tier_adapter::take_events;
     std::size_t index = 0;
     // The index must be known before any callback can report: it is
     // written before add_tier returns, and no job exists before that.
