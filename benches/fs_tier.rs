@@ -27,8 +27,8 @@ use kvtier::tiers::fs::{FsOptions, FsTier};
 const JOB_BLOCKS: usize = 16;
 /// Rounds per configuration on tmpfs and on disk; each figure is the best
 /// round (the machine may be shared: the best round is the least disturbed).
-const ROUNDS_MEMORY: u64 = 5;
-const ROUNDS_DISK: u64 = 3;
+const ROUNDS_MEMORY: u64 = 4;
+const ROUNDS_DISK: u64 = 2;
 
 struct Args {
     out: Option<PathBuf>,
