@@ -27,8 +27,8 @@ use kvtier::tiers::fs::{FsOptions, FsTier};
 const JOB_BLOCKS: usize = 16;
 /// Rounds per configuration on tmpfs and on disk; each figure is the best
 /// round (the machine may be shared: the best round is the least disturbed).
-const ROUNDS_MEMORY: u64 = 5;
-const ROUNDS_DISK: u64 = 3;
+const ROUNDS_MEMORY: u64 = 4;
+const ROUNDS_DISK: u64 = 2;
 
 struct Args {
     out: Option<PathBuf>,
@@ -232,6 +232,20 @@ struct Row {
     per_thread: Figures,
     per_block: Figures,
     tier: Figures,
+    /// Median over rounds of tier / strict baseline, each pair measured back
+    /// to back (steadier than a ratio of bests on a busy machine).
+    store_ratio: f64,
+    load_ratio: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn run(args: &Args, parent: &Path, block: usize) -> Row {
@@ -253,6 +267,9 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         .expect("bench directory");
     // 0: file per thread, 1: file per block, 2: the tier.
     let mut best = [Figures::default(); 3];
+    // Tier over the strict baseline, measured back to back in each round.
+    let mut store_ratios = Vec::new();
+    let mut load_ratios = Vec::new();
     let mut direct = false;
     let rounds = if parent.starts_with("/dev/shm") {
         ROUNDS_MEMORY
@@ -271,6 +288,7 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         for store in [true, false] {
             // Rotate which goes first, so none always meets a warmer or
             // busier machine.
+            let mut this_round = [0f64; 3];
             for k in 0..3 {
                 let who = (round as usize + k) % 3;
                 let d = match who {
@@ -290,11 +308,18 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
                 };
                 let f = &mut best[who];
                 let g = gbps(total, d);
+                this_round[who] = g;
                 if store {
                     f.store = f.store.max(g);
                 } else {
                     f.load = f.load.max(g);
                 }
+            }
+            let ratio = this_round[2] / this_round[0];
+            if store {
+                store_ratios.push(ratio);
+            } else {
+                load_ratios.push(ratio);
             }
         }
         tier.shutdown().unwrap();
@@ -309,6 +334,8 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         per_thread: best[0],
         per_block: best[1],
         tier: best[2],
+        store_ratio: median(&mut store_ratios),
+        load_ratio: median(&mut load_ratios),
     }
 }
 
@@ -351,11 +378,11 @@ fn main() {
                 r.per_thread.store,
                 r.per_block.store,
                 r.tier.store,
-                100.0 * r.tier.store / r.per_thread.store,
+                100.0 * r.store_ratio,
                 r.per_thread.load,
                 r.per_block.load,
                 r.tier.load,
-                100.0 * r.tier.load / r.per_thread.load
+                100.0 * r.load_ratio
             );
             rows.push(r);
         }
@@ -379,11 +406,11 @@ fn main() {
                     r.per_thread.store,
                     r.per_block.store,
                     r.tier.store,
-                    r.tier.store / r.per_thread.store,
+                    r.store_ratio,
                     r.per_thread.load,
                     r.per_block.load,
                     r.tier.load,
-                    r.tier.load / r.per_thread.load
+                    r.load_ratio
                 )
             })
             .collect();
