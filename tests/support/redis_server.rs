@@ -80,18 +80,29 @@ impl RedisServer {
         let exe = find_tool("redis-server").ok_or_else(|| {
             format!("{NOT_INSTALLED} (apt-get install -y redis-server; `make test` does this)")
         })?;
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("kvtier-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let mut s = RedisServer {
-            child: None,
-            port,
-            dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            tls: false,
-        };
-        s.spawn(&exe)?;
-        Ok(s)
+        // A port found free may be taken by a parallel test before the
+        // server binds it: then try another.
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("kvtier-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            let mut s = RedisServer {
+                child: None,
+                port,
+                dir,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                tls: false,
+            };
+            match s.spawn(&exe) {
+                Ok(()) => return Ok(s),
+                Err(e) if e.contains("Address already in use") => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// Starts a TLS-only server with a fresh CA and a server certificate

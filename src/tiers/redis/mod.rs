@@ -340,7 +340,16 @@ impl RedisTier {
         }
     }
 
+    /// A task went through.  While the breaker is open this changes
+    /// nothing: the task may have been sent before the failures that opened
+    /// it, and only a probe closes the breaker.
     fn record_success(&mut self) {
+        if self.breaker.open_since.is_none() {
+            self.breaker.consecutive = 0;
+        }
+    }
+
+    fn close_breaker(&mut self) {
         self.breaker.consecutive = 0;
         if self.breaker.open_since.take().is_some() {
             self.shared.breaker_open.store(false, Ordering::Release);
@@ -430,7 +439,7 @@ impl RedisTier {
             Done::Probe(failure) => {
                 self.breaker.probe_in_flight = false;
                 match failure {
-                    None => self.record_success(),
+                    None => self.close_breaker(),
                     Some(c) => {
                         self.counters.probes_failed += 1;
                         self.counters.failures[c.index()] += 1;

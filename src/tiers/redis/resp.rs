@@ -287,3 +287,120 @@ pub fn encode_args(buf: &mut Vec<u8>, args: &[&[u8]]) {
         buf.extend_from_slice(b"\r\n");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A one-shot server on loopback: reads `expect` bytes, then writes
+    /// `reply` in small pieces (so replies arrive split), then closes.
+    fn serve(expect: usize, reply: Vec<u8>) -> RawParams {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut got = vec![0u8; expect];
+            s.read_exact(&mut got).unwrap();
+            for piece in reply.chunks(7) {
+                s.write_all(piece).unwrap();
+                s.flush().unwrap();
+            }
+        });
+        RawParams {
+            addr,
+            username: None,
+            password: None,
+            db: 0,
+            connect_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(2),
+        }
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Owned {
+        Nil,
+        Ok,
+        Int(i64),
+        Bulk(Vec<u8>),
+        Error(Cause),
+    }
+
+    fn collect(c: &mut RawConn, packed: &[u8], n: usize) -> Result<Vec<Owned>, Failure> {
+        let mut out = Vec::new();
+        c.round_trip(packed, n, &mut |_, r| {
+            out.push(match r {
+                Reply::Nil => Owned::Nil,
+                Reply::Ok => Owned::Ok,
+                Reply::Int(i) => Owned::Int(i),
+                Reply::Bulk(b) => Owned::Bulk(b.to_vec()),
+                Reply::Error(c) => Owned::Error(c),
+            })
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn parses_every_reply_kind_across_split_reads() {
+        let big = vec![b'x'; 300_000];
+        let mut reply =
+            b"+OK\r\n:42\r\n$-1\r\n-OOM command not allowed\r\n-ERR wrong\r\n$5\r\nhello\r\n"
+                .to_vec();
+        reply.extend_from_slice(format!("${}\r\n", big.len()).as_bytes());
+        reply.extend_from_slice(&big);
+        reply.extend_from_slice(b"\r\n");
+        let mut packed = Vec::new();
+        encode_args(&mut packed, &[b"PING"]);
+        let p = serve(packed.len(), reply);
+        let mut c = RawConn::connect(&p).unwrap();
+        let got = collect(&mut c, &packed, 7).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Owned::Ok,
+                Owned::Int(42),
+                Owned::Nil,
+                Owned::Error(Cause::OutOfMemory),
+                Owned::Error(Cause::ServerError),
+                Owned::Bulk(b"hello".to_vec()),
+                Owned::Bulk(big),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_closed_or_garbled_connection_is_a_failure_that_drops_it() {
+        let mut packed = Vec::new();
+        encode_args(&mut packed, &[b"GET", b"k"]);
+        // The server closes after half a reply.
+        let p = serve(packed.len(), b"$10\r\nabc".to_vec());
+        let mut c = RawConn::connect(&p).unwrap();
+        let e = collect(&mut c, &packed, 1).unwrap_err();
+        assert_eq!(e.cause, Cause::ConnectionReset);
+        assert!(e.drop_conn);
+        // A reply that is not RESP.
+        let p = serve(packed.len(), b"hello\r\n".to_vec());
+        let mut c = RawConn::connect(&p).unwrap();
+        assert_eq!(collect(&mut c, &packed, 1).unwrap_err().cause, Cause::Other);
+        // Nothing listens: the server is down.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let p = RawParams {
+            addr,
+            username: None,
+            password: None,
+            db: 0,
+            connect_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(2),
+        };
+        assert_eq!(RawConn::connect(&p).err().unwrap().cause, Cause::ServerDown);
+    }
+
+    #[test]
+    fn encodes_resp_arrays_of_bulk_strings() {
+        let mut b = Vec::new();
+        encode_args(&mut b, &[b"SET", b"k", b""]);
+        assert_eq!(b, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
+    }
+}
