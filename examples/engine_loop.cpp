@@ -318,6 +318,14 @@ int run() {
     if (e.status() != KVTIER_STATUS_UNKNOWN_REQUEST) return 1;
   }
 
+  // kvtier's log records (the thrower's failures among them) to the engine's log.
+  std::atomic<int> warnings{0};
+  kvtier::set_log_callback(
+      [&warnings](kvtier_log_level level, std::string_view target, std::string_view) {
+        if (level <= KVTIER_LOG_LEVEL_WARN && target.substr(0, 6) == "kvtier") ++warnings;
+      },
+      KVTIER_LOG_LEVEL_WARN);
+
   counts pass1, pass2;
   for (int r = 0; r < kRequests; ++r) serve(m, slots, r, pass1);
   while (m.has_pending_work()) {
@@ -336,7 +344,8 @@ int run() {
               pass2.wakes, pass2.bad_bytes);
   std::printf("events: primary stored %d removed %d; %s stored %d\n", events[{0u, KVTIER_EVENT_STORED}],
               events[{0u, KVTIER_EVENT_REMOVED}], "cxx-mem", events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}]);
-  std::printf("thrower (tier %zu) errors logged: %d\n", thrower, tier_errors);
+  std::printf("thrower (tier %zu) errors logged: %d; log callback warnings: %d\n", thrower, tier_errors,
+              warnings.load());
 
   bool ok = true;
   auto expect = [&ok](bool cond, const char *what) {
@@ -352,6 +361,7 @@ int run() {
   expect(pass2.wakes > 0, "the engine slept in poll() and was woken");
   expect(tier_errors > 0, "the throwing tier's failures are logged");
   expect(events[{0u, KVTIER_EVENT_REMOVED}] > 0, "evictions arrive as events");
+  expect(warnings.load() >= tier_errors, "every logged tier failure reached the log callback");
   expect(events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}] == pass1.stored,
          "the C++ tier announces each block it stores once");
   expect(metrics.find("kvtier_cascade_jobs_total{tier=\"cxx-mem\"}") != std::string::npos,
@@ -359,6 +369,7 @@ int run() {
   expect(metrics.find("kvtier_copies_total{tier=\"cxx-mem\"}") != std::string::npos,
          "the C++ tier's own stats reach the metrics");
   m.shutdown();
+  kvtier::set_log_callback(nullptr);  // before `warnings` goes out of scope
   return ok ? 0 : 1;
 }
 

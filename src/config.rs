@@ -556,6 +556,12 @@ impl Config {
                 .add_tier_with(tier, opts)
                 .map_err(|e| Error::InvalidArgument(format!("configuration: tiers[{i}]: {e}")))?;
         }
+        log::info!(
+            target: "kvtier::config",
+            "manager built from configuration: {capacity} primary slots of {} bytes, {} secondary tiers",
+            self.block_bytes,
+            self.tiers.len()
+        );
         Ok(manager)
     }
 }

@@ -1139,6 +1139,8 @@ impl State {
     }
 
     fn log(&mut self, text: String) {
+        // Also to the engine's log callback, if it installed one.
+        log::warn!(target: "kvtier::tiering", "{text}");
         if self.opts.error_log_capacity == 0 {
             return;
         }
