@@ -583,3 +583,93 @@ fn poll_wakes_when_a_worker_thread_completes_a_job() {
     assert!(!pending);
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
+    let m = from_json(r#"{"primary": {"capacity": 2, "event_capacity": 64}}"#).unwrap();
+    let seen: Seen = Mutex::new(Vec::new());
+    assert_eq!(
+        unsafe {
+            kvtier_manager_set_event_callback(
+                m,
+                Some(on_events),
+                &seen as *const Seen as *mut c_void,
+                true,
+            )
+        },
+        S::Ok
+    );
+    let req = c"q";
+    let mut policy = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_on_new_request(m, req.as_ptr(), null(), &mut policy) },
+        S::Ok
+    );
+    // Three keys through two slots: three stored, one removed.
+    let ks: Vec<[u8; 8]> = (0..3).map(key).collect();
+    for k in &ks {
+        let keys = [ck(k)];
+        let (mut idx, mut slot) = (0usize, 0u32);
+        let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
+        let st = unsafe {
+            kvtier_manager_prepare_store(
+                m,
+                req.as_ptr(),
+                keys.as_ptr(),
+                1,
+                &mut idx,
+                &mut slot,
+                1,
+                &mut ns,
+                null_mut(),
+                0,
+                &mut ne,
+                &mut refused,
+            )
+        };
+        assert_eq!(st, S::Ok, "{}", last_error());
+        assert_eq!(
+            unsafe { kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), 1, true) },
+            S::Ok
+        );
+    }
+    let by_callback: Vec<(i32, Vec<u8>)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e.4.iter().map(move |k| (e.1, k.clone())))
+        .collect();
+    let mut ev = [kvtier_event {
+        kind: 0,
+        tier: 0,
+        key_len: 0,
+        key: [0; 64],
+    }; 16];
+    let (mut written, mut more) = (0usize, true);
+    assert_eq!(
+        unsafe { kvtier_manager_take_events(m, ev.as_mut_ptr(), 16, &mut written, &mut more) },
+        S::Ok
+    );
+    let drained: Vec<(i32, Vec<u8>)> = ev[..written]
+        .iter()
+        .map(|e| (e.kind, e.key[..e.key_len].to_vec()))
+        .collect();
+    assert_eq!(drained, by_callback, "the same events, in the same order");
+    assert_eq!(
+        drained
+            .iter()
+            .filter(|e| e.0 == KVTIER_EVENT_STORED)
+            .count(),
+        3
+    );
+    assert_eq!(
+        drained,
+        vec![
+            (KVTIER_EVENT_STORED, key(0).to_vec()),
+            (KVTIER_EVENT_STORED, key(1).to_vec()),
+            (KVTIER_EVENT_REMOVED, key(0).to_vec()),
+            (KVTIER_EVENT_STORED, key(2).to_vec()),
+        ]
+    );
+    unsafe { kvtier_manager_free(m) };
+}
