@@ -580,9 +580,23 @@ fn permission_denied_fails_stores_when_not_root() {
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    // The directory and its fan-out directories become read-only.
+    let mut dirs = vec![dir.path().to_path_buf()];
+    dirs.extend(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir()),
+    );
+    let set = |mode: u32| {
+        for d in &dirs {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    };
+    set(0o555);
     let r = store(&mut tier, &mem, 2, &[2]);
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    set(0o755);
     assert!(!r.success);
     assert_eq!(tier.errors(Cause::Permission), 1);
     assert!(load(&mut tier, 3, &[1], 2).success);
