@@ -351,8 +351,9 @@ fn main() {
         args.read_threads + args.write_threads
     );
     println!(
-        "GB/s; plain/thread = one file per thread (the baseline), plain/block = one file per block"
+        "best GB/s; thr = plain, one file per thread (the baseline); blk = plain, one file per block"
     );
+    println!("ratio = median over rounds of tier / baseline, each pair run back to back");
     println!(
         "{:<22} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5}",
         "file system",

@@ -474,6 +474,11 @@ typedef struct {
    */
   bool durable;
   /**
+   * Write stores as unnamed files (`O_TMPFILE`) linked in when whole,
+   * where supported (default true); false: named temporary files renamed.
+   */
+  bool unnamed_temp_files;
+  /**
    * Other processes use the directory too: keys missing from this
    * tier's index are looked for on disk, off the caller's thread, with
    * lookups answering RETRY meanwhile (default false).

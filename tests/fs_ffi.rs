@@ -62,7 +62,7 @@ impl Drop for Setup {
 fn defaults_are_documented_values() {
     let d = kvtier_fs_options_default();
     assert!(d.directory.is_null());
-    assert!(d.create_dir && d.direct_io && !d.durable && !d.shared);
+    assert!(d.create_dir && d.direct_io && d.unnamed_temp_files && !d.durable && !d.shared);
     assert_eq!(d.capacity_bytes, 0);
     assert_eq!((d.high_watermark, d.low_watermark), (0.95, 0.85));
     assert_eq!((d.read_threads, d.write_threads), (8, 8));

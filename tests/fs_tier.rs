@@ -76,6 +76,26 @@ fn opts(dir: &Path) -> FsOptions {
     o
 }
 
+/// Options with unnamed temporary files (`O_TMPFILE`) on or off, so both
+/// store paths are tested.
+fn opts_mode(dir: &Path, unnamed: bool) -> FsOptions {
+    let mut o = opts(dir);
+    o.unnamed_temp_files = unnamed;
+    o
+}
+
+/// The store path a child process is told to use.
+fn child_mode() -> bool {
+    std::env::var("KVTIER_FS_CHILD_UNNAMED").as_deref() != Ok("0")
+}
+
+fn mode_env(unnamed: bool) -> (&'static str, String) {
+    (
+        "KVTIER_FS_CHILD_UNNAMED",
+        if unnamed { "1" } else { "0" }.to_string(),
+    )
+}
+
 /// Polls until `n` jobs have been reported.
 fn wait(tier: &mut FsTier, n: usize) -> Vec<JobResult> {
     let mut out = Vec::new();
@@ -157,9 +177,18 @@ fn child(test: &str, envs: &[(&str, String)]) -> Command {
 
 #[test]
 fn blocks_round_trip_with_events_and_stats() {
+    for unnamed in [true, false] {
+        round_trip(unnamed);
+    }
+}
+
+fn round_trip(unnamed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(16, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    if !unnamed {
+        assert!(!tier.unnamed_temp_files());
+    }
     let ids: Vec<u32> = (0..8).collect();
     let r = store(&mut tier, &mem, 1, &ids);
     assert!(r.success, "{r:?}");
@@ -531,10 +560,16 @@ fn bad_options_are_clear_errors() {
 
 #[test]
 fn a_missing_directory_or_a_file_in_its_place_fails_stores_and_the_tier_keeps_serving() {
+    for unnamed in [true, false] {
+        missing_directory(unnamed);
+    }
+}
+
+fn missing_directory(unnamed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("cache");
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(&root)).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     // A regular file where key 2's fan-out directory should be.
     let a = kvtier::tiers::fs::format::Layout::fanout(&key(2));
@@ -575,14 +610,34 @@ fn permission_denied_fails_stores_when_not_root() {
         // directory and missing-directory test covers the same code path.
         return;
     }
+    for unnamed in [true, false] {
+        permission_denied(unnamed);
+    }
+}
+
+fn permission_denied(unnamed: bool) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    // The directory and its fan-out directories become read-only.
+    let mut dirs = vec![dir.path().to_path_buf()];
+    dirs.extend(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir()),
+    );
+    let set = |mode: u32| {
+        for d in &dirs {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    };
+    set(0o555);
     let r = store(&mut tier, &mem, 2, &[2]);
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    set(0o755);
     assert!(!r.success);
     assert_eq!(tier.errors(Cause::Permission), 1);
     assert!(load(&mut tier, 3, &[1], 2).success);
@@ -596,7 +651,7 @@ fn child_disk_full() {
         panic!("run only as a child process");
     };
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(Path::new(&dir))).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(Path::new(&dir), child_mode())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     // SAFETY: ignoring SIGXFSZ makes an oversized write fail with EFBIG
     // instead of killing the process; then the file-size limit.
@@ -626,14 +681,19 @@ fn child_disk_full() {
 
 #[test]
 fn disk_full_fails_stores_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let status = child(
-        "child_disk_full",
-        &[("KVTIER_FS_CHILD_DIR", dir.path().display().to_string())],
-    )
-    .status()
-    .unwrap();
-    assert!(status.success(), "child failed: {status}");
+    for unnamed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let status = child(
+            "child_disk_full",
+            &[
+                ("KVTIER_FS_CHILD_DIR", dir.path().display().to_string()),
+                mode_env(unnamed),
+            ],
+        )
+        .status()
+        .unwrap();
+        assert!(status.success(), "child failed: {status}");
+    }
 }
 
 /// Child: stores blocks forever (until killed), in jobs of 8.
@@ -644,7 +704,7 @@ fn child_writer() {
         panic!("run only as a child process");
     };
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut o = opts(Path::new(&dir));
+    let mut o = opts_mode(Path::new(&dir), child_mode());
     o.write_threads = 4;
     let mut tier = FsTier::open(mem.clone(), o).unwrap();
     let mut next = 0u32;
@@ -667,10 +727,19 @@ fn child_writer() {
 
 #[test]
 fn kill_9_mid_store_then_restart_serves_only_whole_blocks() {
+    for unnamed in [true, false] {
+        kill_9_then_restart(unnamed);
+    }
+}
+
+fn kill_9_then_restart(unnamed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut proc = child(
         "child_writer",
-        &[("KVTIER_FS_CHILD_DIR", dir.path().display().to_string())],
+        &[
+            ("KVTIER_FS_CHILD_DIR", dir.path().display().to_string()),
+            mode_env(unnamed),
+        ],
     )
     .spawn()
     .unwrap();
@@ -684,9 +753,14 @@ fn kill_9_mid_store_then_restart_serves_only_whole_blocks() {
     proc.wait().unwrap();
 
     let on_disk = files(dir.path(), ".kvb").len();
+    let leftovers = files(dir.path(), ".tmp").len();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    if tier.unnamed_temp_files() {
+        assert_eq!(leftovers, 0, "unnamed files leave nothing behind");
+    }
     let rep = tier.rebuild_report();
+    assert_eq!(rep.temp_removed as usize, leftovers);
     assert_eq!(rep.blocks as usize, on_disk, "{rep:?}");
     assert_eq!(
         rep.skipped, 0,

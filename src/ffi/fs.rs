@@ -45,6 +45,9 @@ pub struct kvtier_fs_options {
     /// Make every stored block durable (fdatasync, directory fsync) before
     /// reporting it (default false).
     pub durable: bool,
+    /// Write stores as unnamed files (`O_TMPFILE`) linked in when whole,
+    /// where supported (default true); false: named temporary files renamed.
+    pub unnamed_temp_files: bool,
     /// Other processes use the directory too: keys missing from this
     /// tier's index are looked for on disk, off the caller's thread, with
     /// lookups answering RETRY meanwhile (default false).
@@ -72,6 +75,7 @@ pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
         write_threads: d.write_threads as u32,
         direct_io: d.direct_io,
         durable: d.durable,
+        unnamed_temp_files: d.unnamed_temp_files,
         shared: d.shared,
         locality: KVTIER_LOCALITY_LOCAL,
         stale_temp_age_ms: d.stale_temp_age.as_millis() as u64,
@@ -127,6 +131,7 @@ pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
             write_threads: c.write_threads as usize,
             direct_io: c.direct_io,
             durable: c.durable,
+            unnamed_temp_files: c.unnamed_temp_files,
             shared: c.shared,
             locality,
             stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),

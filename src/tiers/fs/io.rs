@@ -5,6 +5,7 @@
 //! Runs on the tier's worker threads only.
 
 use std::ffi::{CStr, CString};
+use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -157,6 +158,9 @@ pub struct BlockIo {
     /// Whether other processes share the directory (a store first checks
     /// whether one of them wrote the block already).
     pub shared: bool,
+    /// How stores link unnamed files (`O_TMPFILE`) under their names
+    /// (probed at open); `None`: temporary files and a rename instead.
+    pub link: Option<LinkVia>,
     pid: u32,
     temp_seq: AtomicU64,
 }
@@ -253,6 +257,7 @@ impl BlockIo {
         direct: bool,
         durable: bool,
         shared: bool,
+        link: Option<LinkVia>,
     ) -> BlockIo {
         BlockIo {
             layout,
@@ -260,6 +265,7 @@ impl BlockIo {
             direct,
             durable,
             shared,
+            link,
             pid: std::process::id(),
             temp_seq: AtomicU64::new(0),
         }
@@ -336,9 +342,54 @@ impl BlockIo {
         }
     }
 
-    /// Stores slot `slot` as `key`'s block: a temporary file in the final
-    /// directory, then a rename, so readers see the old state or the whole
-    /// block.  Nothing is left behind on failure.
+    /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
+    fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
+        let dir = self.layout.dir_c(key, &mut scratch.dir);
+        let mut flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        let mut made_dir = false;
+        loop {
+            // SAFETY: NUL-terminated path.
+            let fd = unsafe { libc::open(dir.as_ptr(), flags, 0o644 as libc::c_uint) };
+            if fd >= 0 {
+                return Ok(Fd(fd));
+            }
+            let e = errno();
+            if e == libc::ENOENT && !made_dir {
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0 && errno() != libc::EEXIST {
+                    return Err(errno());
+                }
+                made_dir = true;
+                continue;
+            }
+            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
+                flags &= !libc::O_DIRECT;
+                continue;
+            }
+            return Err(e);
+        }
+    }
+
+    /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
+    /// a file has that name.
+    fn publish(&self, fd: &Fd, key: &Key, scratch: &mut Scratch) -> Result<(), i32> {
+        let dst = self.layout.block_c(key, &mut scratch.path);
+        link_fd(
+            fd.0,
+            dst,
+            self.link.unwrap_or(LinkVia::ProcFd),
+            &mut scratch.temp,
+        )
+    }
+
+    /// Stores slot `slot` as `key`'s block so that readers see the old
+    /// state or the whole block, and nothing is left behind on failure or
+    /// crash: where the file system has `O_TMPFILE`, an unnamed file is
+    /// written and then linked under its name (a crash leaves no trace);
+    /// elsewhere a temporary file in the final directory is renamed.
     pub fn store(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
         if self.shared && self.exists(key, scratch) {
             return Ok(Stored::Present);
@@ -350,6 +401,9 @@ impl BlockIo {
             .map_err(|_| Cause::BadSlot)?
             .as_ptr() as *const u8;
         let direct = self.direct_for(base);
+        if self.link.is_some() {
+            return self.store_unnamed(key, base, len, direct, scratch);
+        }
         let fd = self
             .open_temp(key, direct, scratch)
             .map_err(Cause::of_store_errno)?;
@@ -376,6 +430,39 @@ impl BlockIo {
                 Err(Cause::of_store_errno(e))
             }
         }
+    }
+
+    fn store_unnamed(
+        &self,
+        key: &Key,
+        base: *const u8,
+        len: usize,
+        direct: bool,
+        scratch: &mut Scratch,
+    ) -> Result<Stored, Cause> {
+        let fd = self
+            .open_unnamed(key, direct, scratch)
+            .map_err(Cause::of_store_errno)?;
+        self.write_file(key, &fd, base, len, &mut scratch.page.0)
+            .map_err(Cause::of_store_errno)?;
+        match self.publish(&fd, key, scratch) {
+            Ok(()) => {}
+            Err(libc::EEXIST) if self.shared => return Ok(Stored::Present),
+            Err(libc::EEXIST) => {
+                // Not in the index, so stale (another format, damaged, or
+                // left by an earlier run): replace it.
+                let dst = self.layout.block_c(key, &mut scratch.path);
+                // SAFETY: NUL-terminated path.
+                unsafe { libc::unlink(dst.as_ptr()) };
+                self.publish(&fd, key, scratch)
+                    .map_err(Cause::of_store_errno)?;
+            }
+            Err(e) => return Err(Cause::of_store_errno(e)),
+        }
+        if self.durable {
+            sync_dir(self.layout.dir_c(key, &mut scratch.dir)).map_err(Cause::of_store_errno)?;
+        }
+        Ok(Stored::Written(len as u64))
     }
 
     fn write_file(
@@ -558,6 +645,79 @@ fn sync_dir(c: &CStr) -> Result<(), i32> {
         return Err(errno());
     }
     Ok(())
+}
+
+/// How an unnamed file is given a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkVia {
+    /// `linkat(fd, "", ..., AT_EMPTY_PATH)` (needs `CAP_DAC_READ_SEARCH`
+    /// on most kernels).
+    EmptyPath,
+    /// `linkat` of `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`.
+    ProcFd,
+}
+
+/// Links open file `fd` as `dst`.
+fn link_fd(fd: i32, dst: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(), i32> {
+    // SAFETY: NUL-terminated paths; `fd` is open.
+    let rc = match via {
+        LinkVia::EmptyPath => unsafe {
+            libc::linkat(
+                fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                dst.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        },
+        LinkVia::ProcFd => {
+            scratch.clear();
+            // Writing into a Vec cannot fail.
+            let _ = write!(scratch, "/proc/self/fd/{fd}\0");
+            let src = cstr(scratch);
+            unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    src.as_ptr(),
+                    libc::AT_FDCWD,
+                    dst.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            }
+        }
+    };
+    if rc != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// How `dir` lets unnamed files (`O_TMPFILE`) be linked in, if it does
+/// (local file systems do; NFS does not).
+pub fn probe_tmpfile(dir: &Path) -> Option<LinkVia> {
+    let c = cpath(dir);
+    let mut scratch = Vec::new();
+    for via in [LinkVia::EmptyPath, LinkVia::ProcFd] {
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        let fd = Fd(fd);
+        let dst = cpath(&dir.join(format!(".tmpfile-probe.{}.tmp", std::process::id())));
+        if link_fd(fd.0, &dst, via, &mut scratch).is_ok() {
+            // SAFETY: NUL-terminated path.
+            unsafe { libc::unlink(dst.as_ptr()) };
+            return Some(via);
+        }
+    }
+    None
 }
 
 /// Whether `O_DIRECT` works in `dir`: writes one aligned page to a probe file.

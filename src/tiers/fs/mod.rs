@@ -4,8 +4,9 @@
 //! - One file per block, `<root>/<aa>/<key hex>.kvb` (see [`format`]):
 //!   a page-sized header (magic, version, key, length, xxh3 checksum of key
 //!   and data), then the data, page-aligned.
-//! - Stores write a temporary file in the final directory and rename it, so
-//!   a crash leaves the old state or the whole block.  Optional durability:
+//! - Stores write an unnamed file (`O_TMPFILE`) and link it under its name,
+//!   or, where the file system lacks that, a temporary file in the final
+//!   directory renamed: a crash leaves the old state or the whole block.  Optional durability:
 //!   `fdatasync` of the file and `fsync` of its directory.
 //! - Loads verify header and checksum; a bad block's key is reported failed
 //!   (the other keys of the job still arrive), its file removed, the cause
@@ -71,6 +72,11 @@ pub struct FsOptions {
     pub direct_io: bool,
     /// Make each stored block durable before reporting it (fdatasync + directory fsync).
     pub durable: bool,
+    /// Write each store as an unnamed file (`O_TMPFILE`) linked under its
+    /// name once whole, where the file system supports it (a crash then
+    /// leaves nothing behind); otherwise, or when false, a named temporary
+    /// file is renamed.
+    pub unnamed_temp_files: bool,
     /// Other processes use the directory too: look for keys missing from
     /// the local index on disk (off the caller's thread).
     pub shared: bool,
@@ -95,6 +101,7 @@ impl FsOptions {
             write_threads: 8,
             direct_io: true,
             durable: false,
+            unnamed_temp_files: true,
             shared: false,
             locality: Locality::Local,
             stale_temp_age: Duration::from_secs(15 * 60),
@@ -231,7 +238,12 @@ impl FsTier {
         let mut index = Index::new(file_len(block_bytes));
         let mut events = Vec::new();
         let rebuild = rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
-        let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared);
+        let link = if opts.unnamed_temp_files {
+            io::probe_tmpfile(root)
+        } else {
+            None
+        };
+        let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
         let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
         Ok(FsTier {
             opts,
@@ -254,6 +266,12 @@ impl FsTier {
     /// The options the tier runs with.
     pub fn options(&self) -> &FsOptions {
         &self.opts
+    }
+
+    /// Whether stores write unnamed files and link them (the probe at open
+    /// succeeded and the option is on).
+    pub fn unnamed_temp_files(&self) -> bool {
+        self.pool.shared().io.link.is_some()
     }
 
     /// Whether `O_DIRECT` is in use (the probe at open succeeded).
