@@ -1238,6 +1238,11 @@ typedef struct {
    * Milliseconds a negative existence check answers MISS (default 500).
    */
   uint32_t miss_cache_ms;
+  /**
+   * Most keys the tier remembers as present (default 262144, about
+   * 200 bytes each); older ones are checked with the server again.
+   */
+  size_t max_known_keys;
 } kvtier_redis_options;
 
 /**

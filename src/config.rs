@@ -303,6 +303,10 @@ pub struct FsJson {
     /// Age after which leftover temporary files are removed.  Default 900000.
     #[serde(default = "default_stale_ms")]
     pub stale_temp_age_ms: u64,
+    /// Write stores as unnamed files (O_TMPFILE) linked in place where the
+    /// file system allows.  Default true.
+    #[serde(default = "yes")]
+    pub unnamed_temp_files: bool,
 }
 
 fn default_high() -> f64 {
@@ -376,6 +380,9 @@ pub struct RedisJson {
     /// How long a negative existence check is trusted.  Default 500.
     #[serde(default = "default_miss_cache")]
     pub miss_cache_ms: u64,
+    /// Most keys remembered as present (oldest forgotten first).  Default 262144.
+    #[serde(default = "default_max_known")]
+    pub max_known_keys: usize,
 }
 
 fn default_redis_name() -> String {
@@ -410,6 +417,9 @@ fn default_breaker_cooldown() -> u64 {
 }
 fn default_miss_cache() -> u64 {
     500
+}
+fn default_max_known() -> usize {
+    1 << 18
 }
 
 /// Tier localities.
@@ -638,6 +648,7 @@ impl TierJson {
                     LocalityJson::Remote => Locality::Remote,
                 };
                 f.stale_temp_age = Duration::from_millis(o.stale_temp_age_ms);
+                f.unnamed_temp_files = o.unnamed_temp_files;
                 Ok(Box::new(crate::tiers::fs::FsTier::open(need_slots()?, f)?))
             }
             TierOptionsJson::Redis(o) => open_redis(o, need_slots()?),
@@ -667,6 +678,7 @@ fn open_redis(o: RedisJson, slots: SlotMemory) -> Result<Box<dyn crate::tiering:
         breaker_failures: o.breaker_failures,
         breaker_cooldown: ms(o.breaker_cooldown_ms),
         miss_cache: ms(o.miss_cache_ms),
+        max_known_keys: o.max_known_keys,
     };
     Ok(Box::new(RedisTier::new(&o.name, config, slots)?))
 }

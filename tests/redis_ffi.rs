@@ -64,6 +64,7 @@ fn defaults_are_documented_values() {
     assert_eq!(o.command_timeout_ms, 2000);
     assert_eq!(o.breaker_failures, 3);
     assert_eq!(o.ttl_ms, 0);
+    assert_eq!(o.max_known_keys, 1 << 18);
     assert!(!o.cluster && !o.tls);
 }
 

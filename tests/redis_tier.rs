@@ -188,6 +188,18 @@ fn stores_and_loads_verified_bytes_through_one_server() {
     assert!(answers[..24].iter().all(|a| *a == TierLookup::Hit));
     assert_eq!(answers[24], TierLookup::Miss);
     assert_eq!(stat(&b, "exists_batches"), 1.0, "one batch for the step");
+    // Beyond max_known_keys the oldest keys are forgotten at the step's
+    // end; looking one up asks the server again, which still has it.
+    let mut cfg = config(server.addr(), "basic");
+    cfg.max_known_keys = 8;
+    let mut small = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    store_all(&mut small, &mem, &keys, 50);
+    assert_eq!(small.lookup(&keys[0], &req), TierLookup::Hit);
+    small.on_schedule_end();
+    assert_eq!(stat(&small, "known_keys"), 8.0);
+    assert_eq!(stat(&small, "known_forgotten"), 16.0);
+    assert_eq!(small.lookup(&keys[0], &req), TierLookup::Retry);
+    assert_eq!(settle(&mut small, &keys[..1]), vec![TierLookup::Hit]);
     // Another namespace sees nothing.
     let mut c = RedisTier::new("redis", config(server.addr(), "other"), mem.clone()).unwrap();
     assert_eq!(settle(&mut c, &keys[..2]), vec![TierLookup::Miss; 2]);

@@ -57,6 +57,9 @@ pub struct kvtier_redis_options {
     pub breaker_cooldown_ms: u32,
     /// Milliseconds a negative existence check answers MISS (default 500).
     pub miss_cache_ms: u32,
+    /// Most keys the tier remembers as present (default 262144, about
+    /// 200 bytes each); older ones are checked with the server again.
+    pub max_known_keys: usize,
 }
 
 /// Returns the default redis tier options: standalone `127.0.0.1:6379`,
@@ -84,6 +87,7 @@ pub extern "C" fn kvtier_redis_options_default() -> kvtier_redis_options {
         breaker_failures: 3,
         breaker_cooldown_ms: 1000,
         miss_cache_ms: 500,
+        max_known_keys: 1 << 18,
     }
 }
 
@@ -194,6 +198,7 @@ fn build(
         breaker_failures: o.breaker_failures,
         breaker_cooldown: ms(o.breaker_cooldown_ms),
         miss_cache: ms(o.miss_cache_ms),
+        max_known_keys: o.max_known_keys,
     };
     Ok(Box::new(RedisTier::new(name, config, slots)?))
 }

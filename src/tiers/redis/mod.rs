@@ -93,6 +93,10 @@ pub struct RedisTierConfig {
     pub breaker_cooldown: Duration,
     /// How long a negative existence check answers MISS without asking again.
     pub miss_cache: Duration,
+    /// Most keys this instance remembers as present (about 200 bytes each);
+    /// beyond it the oldest are forgotten (checked with the server again
+    /// when looked up).
+    pub max_known_keys: usize,
 }
 
 impl Default for RedisTierConfig {
@@ -115,6 +119,7 @@ impl Default for RedisTierConfig {
             breaker_failures: 3,
             breaker_cooldown: Duration::from_millis(1000),
             miss_cache: Duration::from_millis(500),
+            max_known_keys: 1 << 18,
         }
     }
 }
@@ -157,6 +162,8 @@ impl RedisTierConfig {
 struct Known {
     /// When the value expires (TTL), if it does.
     expires: Option<Instant>,
+    /// When this instance learnt of it (matches its entry in `order`).
+    since: Instant,
     /// Whether this instance announced it with a "stored" event.
     announced: bool,
 }
@@ -202,6 +209,7 @@ struct Counters {
     probes: u64,
     probes_failed: u64,
     expired: u64,
+    known_forgotten: u64,
 }
 
 /// The redis secondary tier.  See the module docs.
@@ -216,8 +224,11 @@ pub struct RedisTier {
     done_rx: Receiver<Done>,
     workers: Vec<JoinHandle<()>>,
     known: Map<Key, Known>,
-    /// Keys stored with a TTL, in expiry order (entries may be stale).
-    expiry: VecDeque<(Key, Instant)>,
+    /// Known keys in the order they were learnt, with the time (entries
+    /// whose time no longer matches `known` are stale): expiry order under
+    /// a TTL, and the order in which keys are forgotten beyond `max_known`.
+    order: VecDeque<(Key, Instant)>,
+    max_known: usize,
     /// Keys with an existence check queued or running.
     pending: Set<Key>,
     /// Existence checks gathered in this step.
@@ -290,7 +301,8 @@ impl RedisTier {
             done_rx: rx,
             workers,
             known: Map::default(),
-            expiry: VecDeque::new(),
+            order: VecDeque::new(),
+            max_known: config.max_known_keys,
             pending: Set::default(),
             batch: Vec::new(),
             absent: Map::default(),
@@ -372,12 +384,15 @@ impl RedisTier {
     }
 
     fn remember(&mut self, key: Key, announce: bool) {
-        let expires = self.ttl.map(|t| Instant::now() + t);
+        let now = Instant::now();
+        let expires = self.ttl.map(|t| now + t);
         let entry = self.known.entry(key).or_insert(Known {
             expires,
+            since: now,
             announced: false,
         });
         entry.expires = expires;
+        entry.since = now;
         if announce && !entry.announced {
             entry.announced = true;
             self.events.push(Event {
@@ -385,9 +400,7 @@ impl RedisTier {
                 key: Some(key),
             });
         }
-        if let Some(at) = expires {
-            self.expiry.push_back((key, at));
-        }
+        self.order.push_back((key, now));
     }
 
     fn forget(&mut self, key: &Key) {
@@ -541,16 +554,23 @@ impl RedisTier {
 
     fn prune(&mut self) {
         let now = Instant::now();
-        while let Some(&(k, at)) = self.expiry.front() {
-            if at > now {
+        while let Some(&(k, since)) = self.order.front() {
+            let expired = self.ttl.is_some_and(|t| since + t <= now);
+            let over =
+                self.known.len() > self.max_known || self.order.len() > 2 * self.max_known.max(1);
+            if !expired && !over {
                 break;
             }
-            self.expiry.pop_front();
-            if let Some(e) = self.known.get(&k)
-                && e.expires.is_some_and(|x| x <= now)
-            {
-                self.counters.expired += 1;
-                self.forget(&k);
+            self.order.pop_front();
+            if self.known.get(&k).is_some_and(|e| e.since == since) {
+                if expired {
+                    self.counters.expired += 1;
+                    self.forget(&k);
+                } else {
+                    // Still in Redis: a later lookup asks the server again.
+                    self.known.remove(&k);
+                    self.counters.known_forgotten += 1;
+                }
             }
         }
         while let Some(&(k, at)) = self.absent_order.front() {
@@ -784,6 +804,7 @@ impl SecondaryTier for RedisTier {
             Stat::counter("probes", c.probes),
             Stat::counter("probes_failed", c.probes_failed),
             Stat::counter("expired", c.expired),
+            Stat::counter("known_forgotten", c.known_forgotten),
         ];
         for cause in Cause::ALL {
             v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
