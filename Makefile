@@ -42,10 +42,6 @@ c: lib cmake-available
 
 test: all test-rust test-c
 
-# Tools the tests use beyond the toolchain: the reference Prometheus parser.
-test-deps:
-	@python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus-client
-
 redis-available:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -55,8 +51,12 @@ redis-available:
 	    echo "redis-server or openssl is missing: install them (Debian: sudo apt-get install -y redis-server openssl); the redis tier tests skip without them"; \
 	  fi; }
 
-test-rust: test-deps redis-available
+test-rust: redis-available test-deps
 	$(CARGO) test $(CARGO_FEATURES)
+
+# Tools the tests use beyond the toolchain: the reference Prometheus parser.
+test-deps:
+	@python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus-client
 
 test-c: c redis-available
 	ctest --test-dir $(BUILD) --output-on-failure

@@ -209,6 +209,46 @@
 #define MAX_SECONDARY_TIERS 64
 
 /**
+ * Bytes before the data: one page, so the data is page-aligned.
+ */
+#define HEADER_LEN 4096
+
+/**
+ * Current format version; files of another version are skipped at restart.
+ */
+#define FORMAT_VERSION 1
+
+/**
+ * Not transferred and nothing to do (already present, duplicate).
+ */
+#define SKIPPED 0
+
+/**
+ * Transferred.
+ */
+#define DONE 1
+
+/**
+ * Store found a whole file already there.
+ */
+#define PRESENT 2
+
+/**
+ * Store refused: no room even after eviction.
+ */
+#define REJECTED_FULL 3
+
+/**
+ * Task queued, not run yet.
+ */
+#define QUEUED 4
+
+/**
+ * First failure code; add `Cause::index()`.
+ */
+#define FAILED 16
+
+/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
@@ -337,6 +377,42 @@ typedef enum {
 } kvtier_primary_event_kind;
 
 /**
+ * Severity of a log record; a callback receives records at its maximum
+ * level or more severe.
+ */
+typedef enum {
+  /**
+   * Nothing is logged.
+   */
+  KVTIER_LOG_LEVEL_OFF = 0,
+  /**
+   * Failures that lose work (a tier failing jobs, a misbehaving tier).
+   */
+  KVTIER_LOG_LEVEL_ERROR = 1,
+  /**
+   * Unexpected but handled events (late completions, back-pressure).
+   */
+  KVTIER_LOG_LEVEL_WARN = 2,
+  /**
+   * Lifecycle events (tiers attached, regions created, recoveries).
+   */
+  KVTIER_LOG_LEVEL_INFO = 3,
+  /**
+   * Details for debugging.
+   */
+  KVTIER_LOG_LEVEL_DEBUG = 4,
+  /**
+   * Everything.
+   */
+  KVTIER_LOG_LEVEL_TRACE = 5,
+} kvtier_log_level;
+
+/**
+ * Why one block's transfer failed; each is counted separately.
+ */
+typedef struct Cause Cause;
+
+/**
  * Opaque handle of a tiering manager (internally synchronized).
  */
 typedef struct kvtier_manager kvtier_manager;
@@ -352,6 +428,73 @@ typedef struct kvtier_primary kvtier_primary;
  * `kvtier_region_free`.  Const calls may run concurrently from any thread.
  */
 typedef struct kvtier_region kvtier_region;
+
+/**
+ * Options of `kvtier_manager_add_fs_tier`.  Start from
+ * `kvtier_fs_options_default()`, then set `directory` at least.
+ */
+typedef struct {
+  /**
+   * Directory holding the block files (NUL-terminated; required).
+   */
+  const char *directory;
+  /**
+   * Create the directory (and its parents) if missing (default true);
+   * when false a missing directory is `KVTIER_STATUS_NOT_FOUND`.
+   */
+  bool create_dir;
+  /**
+   * Byte limit of the files, headers included; 0 = unbounded (default).
+   */
+  uint64_t capacity_bytes;
+  /**
+   * Fraction of the capacity above which a store evicts (default 0.95).
+   */
+  double high_watermark;
+  /**
+   * Fraction of the capacity eviction goes down to (default 0.85);
+   * 0 < low <= high <= 1.
+   */
+  double low_watermark;
+  /**
+   * Read-priority worker threads, 1..=256 (default 8).
+   */
+  uint32_t read_threads;
+  /**
+   * Write-priority worker threads, 1..=256 (default 8).
+   */
+  uint32_t write_threads;
+  /**
+   * Use `O_DIRECT` where the file system supports it (default true).
+   */
+  bool direct_io;
+  /**
+   * Make every stored block durable (fdatasync, directory fsync) before
+   * reporting it (default false).
+   */
+  bool durable;
+  /**
+   * Write stores as unnamed files (`O_TMPFILE`) linked in when whole,
+   * where supported (default true); false: named temporary files renamed.
+   */
+  bool unnamed_temp_files;
+  /**
+   * Other processes use the directory too: keys missing from this
+   * tier's index are looked for on disk, off the caller's thread, with
+   * lookups answering RETRY meanwhile (default false).
+   */
+  bool shared;
+  /**
+   * `KVTIER_LOCALITY_LOCAL` (default) or `KVTIER_LOCALITY_REMOTE` (a
+   * network file system), for request tier filters.
+   */
+  int32_t locality;
+  /**
+   * Temporary files older than this (ms) are removed at open even when
+   * their writer cannot be shown dead (default 15 minutes).
+   */
+  uint64_t stale_temp_age_ms;
+} kvtier_fs_options;
 
 /**
  * Receives one log record.  `level` is a `kvtier_log_level` value;
@@ -792,6 +935,46 @@ typedef struct {
 } kvtier_manager_stat;
 
 /**
+ * Consecutive cache events of one tier and kind, as the event callback
+ * receives them.  Borrowed for the callback only: copy what you keep.
+ */
+typedef struct {
+  /**
+   * Tier index: 0 primary, 1.. secondary tiers in the order added.
+   */
+  uint32_t tier;
+  /**
+   * `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
+   */
+  int32_t kind;
+  /**
+   * `KVTIER_MEDIUM_CPU`, `KVTIER_MEDIUM_STORAGE` or `KVTIER_TIER_ANY` (undeclared).
+   */
+  int32_t medium;
+  /**
+   * `KVTIER_LOCALITY_LOCAL`, `KVTIER_LOCALITY_REMOTE` or `KVTIER_TIER_ANY`.
+   */
+  int32_t locality;
+  /**
+   * The keys (NULL and 0 for `KVTIER_EVENT_CLEARED`).
+   */
+  const kvtier_key *keys;
+  /**
+   * Number of keys.
+   */
+  size_t len;
+} kvtier_event_batch;
+
+/**
+ * Receives one batch of events.  Called at the end of the manager call
+ * that produced the events, on that call's thread, with the manager's
+ * lock held: it must not call the manager (such calls fail with
+ * `KVTIER_STATUS_REENTRANT`), must return quickly, and must not unwind
+ * (C++: `noexcept`).
+ */
+typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event_batch *batch);
+
+/**
  * Options of [`kvtier_primary_new`]; start from [`kvtier_primary_options_default`].
  */
 typedef struct {
@@ -1176,6 +1359,8 @@ typedef struct {
   uint32_t rows;
 } kvtier_region_view;
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1190,6 +1375,78 @@ extern "C" {
  * has its own message, so this is safe to call from any thread.
  */
 const char *kvtier_last_error_message(void);
+
+/**
+ * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
+ * no NUL needed): slot memory (a shared region if `"region"` is given,
+ * else private memory when `"block_bytes"` > 0), the primary tier, and
+ * the built-in secondary tiers listed in `"tiers"`.  C and C++ tiers are
+ * added afterwards with `kvtier_manager_add_tier`.
+ *
+ * `json` must not be NULL unless `len` is 0; `out` must not be NULL.
+ * Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
+ * and a message (`kvtier_last_error_message`) that starts with the field's
+ * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`.  On
+ * success writes the new handle to `*out`; on failure writes nothing and
+ * leaves nothing behind.  The caller owns the handle (free it with
+ * `kvtier_manager_free`, which also releases the region).  The document
+ * is read during the call only.  Thread-safe.
+ *
+ * # Safety
+ * `json` valid for `len` reads; `out` valid for writes.
+ */
+kvtier_status kvtier_manager_new_from_json(const char *json, size_t len, kvtier_manager **out);
+
+/**
+ * Writes where the manager's slots are: the address of slot 0 to
+ * `*base`, the distance between slots to `*stride`, the usable bytes of
+ * each slot to `*slot_bytes` and the number of slots to `*slot_count`
+ * (slot `i` is at `base + i * stride`).  Managers made by
+ * `kvtier_manager_new` have no slot memory of their own (the engine
+ * brought it): `KVTIER_STATUS_NOT_FOUND`; so do configurations without
+ * `block_bytes`.
+ *
+ * Every output must be non-NULL.  The memory is owned by the manager and
+ * stays valid until `kvtier_manager_free`.  Thread-safe.
+ *
+ * # Safety
+ * `manager` a live handle; outputs valid for writes.
+ */
+kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
+                                         void **base,
+                                         size_t *stride,
+                                         size_t *slot_bytes,
+                                         uint32_t *slot_count);
+
+/**
+ * Returns the default file-system tier options (directory NULL: set it).
+ * Safe to call from any thread.
+ */
+kvtier_fs_options kvtier_fs_options_default(void);
+
+/**
+ * Opens a file-system tier over `region`'s slots (blocks of the region's
+ * row size) in `options->directory`, rebuilding its index from the files
+ * already there, and registers it with `manager` as the next secondary
+ * tier (name "fs", medium storage); writes its tier index to
+ * `*tier_index_out`.  Allowed until the first request starts.
+ *
+ * `options` must be initialized by `kvtier_fs_options_default()` with
+ * `directory` set; its strings are read during the call only.  Bad options
+ * give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
+ * directory with `create_dir` off) and change nothing.  The manager owns
+ * the tier; the tier keeps the region's mapping alive for as long as it
+ * lives, so the region handle may be closed earlier.  Blocks while it
+ * scans the directory.  Internally synchronized (as the manager).
+ *
+ * # Safety
+ * `manager` and `region` must be live handles; `options` valid for reads
+ * with `directory` a NUL-terminated string; `tier_index_out` valid for writes.
+ */
+kvtier_status kvtier_manager_add_fs_tier(kvtier_manager *manager,
+                                         const kvtier_region *region,
+                                         const kvtier_fs_options *options,
+                                         size_t *tier_index_out);
 
 /**
  * Installs `callback` to receive kvtier's log records at `max_level` or
@@ -1542,6 +1799,66 @@ kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
  */
 kvtier_status kvtier_manager_attach_region(const kvtier_manager *manager,
                                            const kvtier_region *region);
+
+/**
+ * Writes the manager's statistics (its own totals, the primary tier's,
+ * and each secondary tier's, labelled `tier="..."`) in the Prometheus text
+ * exposition format (version 0.0.4), NUL-terminated, to `buf`.
+ *
+ * `buf` must be valid for `len` bytes (NULL if `len` is 0); `needed` must
+ * not be NULL.  Always writes the text's length plus one (the NUL) to
+ * `*needed`; if that exceeds `len`, writes nothing to `buf` and returns
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL` (call again with a larger buffer; the
+ * values may have changed by then, so leave some room).  The caller owns
+ * `buf`.  Internally synchronized: any thread may call it.
+ *
+ * # Safety
+ * `manager` a live handle; `buf` valid for `len` writes; `needed` valid.
+ */
+kvtier_status kvtier_manager_metrics_prometheus(const kvtier_manager *manager,
+                                                char *buf,
+                                                size_t len,
+                                                size_t *needed);
+
+/**
+ * Installs `callback` to receive cache events (stored, removed, cleared;
+ * per tier, with the tier's medium and locality) as they happen, replacing
+ * any previous one; NULL removes it.  With `also_queue`, events still
+ * queue for `kvtier_manager_take_events` too; without, they go to the
+ * callback only (events queued earlier are delivered at the end of this
+ * call).  The primary tier's events need `event_capacity` > 0.
+ *
+ * `user_data` is passed back to every call and never freed; it and the
+ * callback must stay valid until the callback is replaced or removed, or
+ * the manager is freed.  See `kvtier_event_fn` for what the callback may
+ * do.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `callback` NULL or callable from any thread
+ * that calls the manager, with `user_data`.
+ */
+kvtier_status kvtier_manager_set_event_callback(kvtier_manager *manager,
+                                                kvtier_event_fn callback,
+                                                void *user_data,
+                                                bool also_queue);
+
+/**
+ * Writes the manager's wake-up descriptor to `*fd_out`: a Linux `eventfd`
+ * (non-blocking, close-on-exec) that becomes readable when a secondary
+ * tier finishes a job: when any thread calls `kvtier_manager_complete_job`,
+ * or a built-in tier's worker finishes.  An idle engine polls it (with
+ * `POLLIN`) instead of spinning on `kvtier_manager_has_pending_work`, then
+ * reads 8 bytes from it, which resets it, and calls the manager.  Jobs a
+ * C tier reports only through `poll_finished` do not wake it.
+ *
+ * The descriptor is created on the first call; every call returns the
+ * same one.  kvtier owns it: never close it; it is closed when the manager
+ * is freed.  Thread-safe.  Other systems: `KVTIER_STATUS_UNSUPPORTED`.
+ *
+ * # Safety
+ * `manager` a live handle; `fd_out` valid for writes.
+ */
+kvtier_status kvtier_manager_wake_fd(const kvtier_manager *manager, int *fd_out);
 
 /**
  * Returns the default options: capacity 1024, `"lru"`, no admission

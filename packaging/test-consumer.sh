@@ -25,4 +25,7 @@ static_libs=$(pkg-config --static --libs-only-l kvtier | sed 's/-lkvtier//')
 cc -Wall -Wextra -Werror -o "$work/pc_static" "$root/packaging/consumer/main.c" \
   $(pkg-config --cflags kvtier) "$prefix/lib/libkvtier.a" $static_libs
 "$work/pc_static"
+# The C++ layer is installed too and builds with the same flags.
+c++ -std=c++17 -Wall -Wextra -Werror -o "$work/pc_cxx" "$root/packaging/consumer/main.cpp" $(pkg-config --cflags --libs kvtier)
+LD_LIBRARY_PATH="$prefix/lib" "$work/pc_cxx"
 echo "install_consumer: ok"

@@ -13,10 +13,12 @@
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
 //! - [`primary`]: the CPU primary tier (slots, ref counts, LRU/ARC eviction).
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
+//! - [`tiers`]: built-in secondary tiers (the file-system tier; `redis` with the `redis-tier` feature).
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
-//! - [`tiers`]: built-in secondary tiers (`redis` with the `redis-tier` feature).
+//! - [`config`]: a whole manager from one JSON document.
 
+pub mod config;
 pub mod error;
 pub mod events;
 pub mod ffi;

@@ -81,7 +81,14 @@ mod tests {
         log::info!(target: "kvtier::test", "not at this level");
         set_sink(None, LevelFilter::Trace).unwrap();
         log::error!(target: "kvtier::test", "after removal");
-        let seen = seen.lock().unwrap();
+        // Other tests in this process may log meanwhile: look at ours only.
+        let seen: Vec<_> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.1 == "kvtier::test")
+            .cloned()
+            .collect();
         assert_eq!(seen.len(), 1, "{seen:?}");
         assert_eq!(seen[0].0, Level::Warn);
         assert_eq!(seen[0].1, "kvtier::test");

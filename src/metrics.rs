@@ -54,6 +54,66 @@ pub fn prometheus_text(groups: &[TierStats<'_>]) -> String {
     out
 }
 
+/// Renders a manager's merged statistics ([`crate::tiering::Manager::stats`])
+/// with [`prometheus_text`]: one `tier` label per source ("manager",
+/// "primary", then each secondary tier's name).  Two secondary tiers with
+/// the same name are told apart by their index (`fs#1`, `fs#2`), and a
+/// tier's own statistic whose name the manager already uses for that tier
+/// (the fs tier's `hits` beside the manager's `hits` for it) is renamed
+/// `tier_<name>`, so every series is unique.
+pub fn manager_prometheus_text(stats: &[crate::tiering::ManagerStat]) -> String {
+    let mut labels: Vec<(Option<usize>, String)> = Vec::new();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for (i, s) in stats.iter().enumerate() {
+        match labels.last() {
+            Some((tier, _)) if *tier == s.tier => {
+                if let Some(r) = ranges.last_mut() {
+                    r.1 = i + 1;
+                }
+            }
+            _ => {
+                labels.push((s.tier, s.tier_name.to_string()));
+                ranges.push((i, i + 1));
+            }
+        }
+    }
+    let names: Vec<String> = labels
+        .iter()
+        .map(|(tier, name)| {
+            let shared = labels.iter().filter(|(_, n)| n == name).count() > 1;
+            match tier {
+                Some(t) if shared => format!("{name}#{t}"),
+                _ => name.clone(),
+            }
+        })
+        .collect();
+    let owned: Vec<Vec<Stat>> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            let mut group: Vec<Stat> = Vec::with_capacity(b - a);
+            for s in &stats[a..b] {
+                let mut stat = s.stat.clone();
+                let taken = |n: &str, kind| {
+                    group
+                        .iter()
+                        .any(|g| family_name(&g.name, g.kind) == family_name(n, kind))
+                };
+                if taken(&stat.name, stat.kind) {
+                    stat.name = format!("tier_{}", stat.name).into();
+                }
+                group.push(stat);
+            }
+            group
+        })
+        .collect();
+    let groups: Vec<TierStats<'_>> = names
+        .iter()
+        .zip(owned.iter())
+        .map(|(tier, stats)| TierStats { tier, stats })
+        .collect();
+    prometheus_text(&groups)
+}
+
 /// `kvtier_<name>` with characters outside `[a-zA-Z0-9_]` replaced by `_`,
 /// and `_total` appended to counters that lack it.
 fn family_name(name: &str, kind: StatKind) -> String {
@@ -127,6 +187,35 @@ kvtier_evictions_total{tier=\"fs \\\"a\\\"\"} 2\n\
 kvtier_usage{tier=\"primary\"} 0.5\n\
 # TYPE kvtier_bytes_used gauge\n\
 kvtier_bytes_used{tier=\"fs \\\"a\\\"\"} 4096\n";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn manager_stats_become_unique_series() {
+        use crate::tiering::ManagerStat;
+        use std::sync::Arc;
+        let st = |tier: Option<usize>, name: &str, stat: Stat| ManagerStat {
+            tier,
+            tier_name: Arc::from(name),
+            stat,
+        };
+        let stats = [
+            st(None, "manager", Stat::counter("lookups", 3)),
+            st(Some(0), "primary", Stat::counter("evictions", 1)),
+            st(Some(1), "fs", Stat::counter("hits", 2)),
+            st(Some(1), "fs", Stat::counter("hits", 5)),
+            st(Some(2), "fs", Stat::counter("hits", 7)),
+        ];
+        let text = manager_prometheus_text(&stats);
+        let expected = "# TYPE kvtier_lookups_total counter\n\
+kvtier_lookups_total{tier=\"manager\"} 3\n\
+# TYPE kvtier_evictions_total counter\n\
+kvtier_evictions_total{tier=\"primary\"} 1\n\
+# TYPE kvtier_hits_total counter\n\
+kvtier_hits_total{tier=\"fs#1\"} 2\n\
+kvtier_hits_total{tier=\"fs#2\"} 7\n\
+# TYPE kvtier_tier_hits_total counter\n\
+kvtier_tier_hits_total{tier=\"fs#1\"} 5\n";
         assert_eq!(text, expected);
     }
 

@@ -7,10 +7,13 @@
 
 #[allow(dead_code)] // helpers used by the handle modules
 pub(crate) mod boundary;
+pub mod config;
+pub mod fs;
 #[allow(dead_code)]
 pub mod key;
 pub mod log;
 pub mod manager;
+pub mod observe;
 pub mod primary;
 pub mod redis;
 pub mod region;

@@ -24,6 +24,8 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::backend::{CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan};
 use super::backpressure::{BackpressureConfig, Detector, PressurePolicy};
+use super::listen::{EventListener, Listener};
+use super::notify::Notifier;
 use super::tier::{
     Direction, Job, JobId, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup,
 };
@@ -135,6 +137,11 @@ struct Entered<'a> {
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
+        if self.guard.listener.is_some() {
+            // Push this call's events to the listener while the lock and the
+            // re-entrancy marker are still held.
+            self.guard.gather_events();
+        }
         let me = self.me;
         ENTERED.with(|e| {
             let mut e = e.borrow_mut();
@@ -170,6 +177,8 @@ pub struct Manager {
     state: Mutex<State>,
     queue: CompletionQueue,
     tier_count: AtomicUsize,
+    notifier: Notifier,
+    slots: std::sync::OnceLock<crate::region::SlotMemory>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -276,6 +285,7 @@ struct State {
     last_id: Option<RequestId>,
     errors: VecDeque<String>,
     pending_events: VecDeque<TierEvent>,
+    listener: Option<Listener>,
     // scratch, reused across calls
     results: Vec<JobResult>,
     queue_buf: Vec<(usize, JobResult)>,
@@ -324,6 +334,7 @@ impl Manager {
                 last_id: None,
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),
+                listener: None,
                 results: Vec::new(),
                 queue_buf: Vec::new(),
                 keys_a: Vec::new(),
@@ -335,6 +346,8 @@ impl Manager {
             }),
             queue: CompletionQueue::default(),
             tier_count: AtomicUsize::new(0),
+            notifier: Notifier::new(),
+            slots: std::sync::OnceLock::new(),
         }
     }
 
@@ -386,6 +399,8 @@ impl Manager {
         if let Some(bp) = &opts.backpressure {
             bp.validate()?;
         }
+        let mut tier = tier;
+        tier.set_notifier(self.notifier.clone());
         let name: Arc<str> = Arc::from(tier.name());
         let entry = TierEntry {
             medium: tier.medium(),
@@ -833,6 +848,8 @@ impl Manager {
         let mut q = self.queue.items.lock();
         q.push((tier - 1, result));
         self.queue.nonempty.store(true, Ordering::Release);
+        drop(q);
+        self.notifier.notify();
         Ok(())
     }
 
@@ -962,6 +979,58 @@ impl Manager {
         Ok(s.errors.pop_front())
     }
 
+    /// Installs `listener` to receive events as they happen (at the end of
+    /// the call that produced them), or removes it (`None`).  With
+    /// `also_queue`, delivered events also stay queued for
+    /// [`Manager::take_events`]; without, they are delivered only.  Events
+    /// queued before the call are delivered at the end of this call.  See
+    /// [`crate::tiering::listen`].
+    pub fn set_event_listener(
+        &self,
+        listener: Option<EventListener>,
+        also_queue: bool,
+    ) -> Result<()> {
+        let mut s = self.enter("set_event_listener")?;
+        s.listener = listener.map(|l| Listener::new(l, also_queue));
+        if s.listener.is_some() && !also_queue {
+            // Earlier undrained events go to the listener, not to a queue nobody drains.
+            let pending: Vec<TierEvent> = s.pending_events.drain(..).collect();
+            let s = &mut *s;
+            let tiers = &s.tiers;
+            if let Some(l) = &mut s.listener {
+                l.deliver(pending.iter(), |t| {
+                    if t == 0 {
+                        (Some(Medium::Cpu), Some(Locality::Local))
+                    } else {
+                        tiers
+                            .get(t - 1)
+                            .map_or((None, None), |e| (e.medium, e.locality))
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the slot memory the primary tier's slots live in, so
+    /// callers that did not build it (a manager made from a configuration)
+    /// can find it.  Set once; a second call is an error.
+    pub fn set_slot_memory(&self, slots: crate::region::SlotMemory) -> Result<()> {
+        self.slots
+            .set(slots)
+            .map_err(|_| Error::InvalidArgument("the manager's slot memory is already set".into()))
+    }
+
+    /// The slot memory recorded with [`Manager::set_slot_memory`], if any.
+    pub fn slot_memory(&self) -> Option<&crate::region::SlotMemory> {
+        self.slots.get()
+    }
+
+    /// The wake-up signal jobs finishing raise (see [`crate::tiering::notify`]).
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
     /// Name of tier `index` (0 is "primary").
     pub fn tier_name(&self, index: usize) -> Result<Arc<str>> {
         let s = self.enter("tier_name")?;
@@ -1073,6 +1142,8 @@ impl State {
     }
 
     fn log(&mut self, text: String) {
+        // Also to the engine's log callback, if it installed one.
+        log::warn!(target: "kvtier::tiering", "{text}");
         if self.opts.error_log_capacity == 0 {
             return;
         }
@@ -1102,6 +1173,26 @@ impl State {
     }
 
     fn gather_events(&mut self) {
+        let start = self.pending_events.len();
+        self.collect_events();
+        if let Some(listener) = &mut self.listener {
+            let tiers = &self.tiers;
+            listener.deliver(self.pending_events.range(start..), |t| {
+                if t == 0 {
+                    (Some(Medium::Cpu), Some(Locality::Local))
+                } else {
+                    tiers
+                        .get(t - 1)
+                        .map_or((None, None), |e| (e.medium, e.locality))
+                }
+            });
+            if !listener.also_queue {
+                self.pending_events.truncate(start);
+            }
+        }
+    }
+
+    fn collect_events(&mut self) {
         let mut events = std::mem::take(&mut self.events);
         events.clear();
         self.primary.take_events(&mut events);

@@ -2,16 +2,20 @@
 
 pub mod backend;
 pub mod backpressure;
+pub mod listen;
 pub mod manager;
 pub mod model;
+pub mod notify;
 pub mod tier;
 
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
+pub use listen::{EventBatch, EventListener};
 pub use manager::{
     LookupResult, Manager, ManagerOptions, ManagerStat, PromotionAnswer, RequestParams, TierEvent,
     TierOptions,
 };
+pub use notify::Notifier;
 pub use tier::{
     Direction, Job, JobId, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup,
 };

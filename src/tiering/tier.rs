@@ -14,6 +14,8 @@ use crate::key::Key;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 
+use super::notify::Notifier;
+
 /// Id of one transfer job, unique within one manager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId(pub u64);
@@ -161,4 +163,11 @@ pub trait SecondaryTier: Send {
 
     /// Stops the tier; after it, the tier no longer touches the region.
     fn shutdown(&mut self) -> Result<()>;
+
+    /// Receives the manager's wake-up signal when the tier is added.  A
+    /// tier whose worker threads finish jobs should keep it and call
+    /// [`Notifier::notify`] when a job is ready for `poll_finished`, so an
+    /// idle engine sleeping on the wake-up descriptor wakes.  Tiers that
+    /// report only through `Manager::complete_job` can ignore it.
+    fn set_notifier(&mut self, _notifier: Notifier) {}
 }

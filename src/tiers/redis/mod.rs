@@ -259,6 +259,7 @@ impl RedisTier {
             work: Condvar::new(),
             idle: Condvar::new(),
             breaker_open: Default::default(),
+            notifier: Default::default(),
         });
         let (tx, rx) = std::sync::mpsc::channel();
         let mut prefix = config.namespace.clone().into_bytes();
@@ -628,6 +629,10 @@ fn stop_workers(shared: &Shared, workers: &mut Vec<JoinHandle<()>>) -> bool {
 impl SecondaryTier for RedisTier {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {
+        let _ = self.shared.notifier.set(notifier);
     }
 
     fn medium(&self) -> Option<Medium> {

@@ -83,6 +83,8 @@ pub struct Shared {
     pub idle: Condvar,
     /// Whether the circuit breaker is open (workers then fail tasks fast).
     pub breaker_open: AtomicBool,
+    /// The manager's wake-up signal, raised when a task is reported.
+    pub notifier: std::sync::OnceLock<crate::tiering::Notifier>,
 }
 
 /// The queue proper.
@@ -159,6 +161,9 @@ pub fn run(ctx: WorkerCtx) {
         // idle also finds every report in the channel.  A send fails only
         // when the tier is gone, and then nobody waits for the report.
         let _ = ctx.done.send(done);
+        if let Some(n) = ctx.shared.notifier.get() {
+            n.notify();
+        }
         let mut st = ctx.shared.state.lock();
         st.active -= 1;
         drop(st);

@@ -1,0 +1,427 @@
+//! File-system tier throughput next to a plain baseline, in the same run.
+//!
+//! For each file system (tmpfs under /dev/shm, and the disk under target/)
+//! and each block size (256 KiB, 2 MiB): store 1 GiB from a region through
+//! the tier (jobs of 16 blocks, submitted at once) and load it back, and do
+//! the same bytes with plain `pwrite`/`pread` from the same number of
+//! threads with the same open flags (`O_DIRECT` where the tier uses it):
+//! the baseline writes one file per thread (no metadata work at all); a
+//! second reference writes one file per block in one directory.  Each
+//! figure is the best of several rounds, the order rotating.
+//!
+//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B] [--blocks KIB,KIB]
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use kvtier::Key;
+use kvtier::region::SlotMemory;
+use kvtier::request::RequestInfo;
+use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
+use kvtier::tiers::fs::{FsOptions, FsTier};
+
+const JOB_BLOCKS: usize = 16;
+/// Rounds per configuration on tmpfs and on disk; each figure is the best
+/// round (the machine may be shared: the best round is the least disturbed).
+const ROUNDS_MEMORY: u64 = 4;
+const ROUNDS_DISK: u64 = 2;
+
+struct Args {
+    out: Option<PathBuf>,
+    bytes: usize,
+    read_threads: usize,
+    write_threads: usize,
+    dirs: Vec<PathBuf>,
+    blocks: Vec<usize>,
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        out: None,
+        bytes: 1 << 30,
+        read_threads: 2,
+        write_threads: 2,
+        dirs: vec![
+            PathBuf::from("/dev/shm"),
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
+        ],
+        blocks: vec![256 << 10, 2 << 20],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--out" => a.out = it.next().map(PathBuf::from),
+            "--gib" => {
+                let g: f64 = it.next().and_then(|v| v.parse().ok()).expect("--gib N");
+                a.bytes = (g * (1u64 << 30) as f64) as usize;
+            }
+            "--threads" => {
+                let v = it.next().expect("--threads R,W");
+                let (r, w) = v.split_once(',').expect("--threads R,W");
+                a.read_threads = r.parse().expect("read threads");
+                a.write_threads = w.parse().expect("write threads");
+            }
+            "--dirs" => {
+                a.dirs = it
+                    .next()
+                    .expect("--dirs A,B")
+                    .split(',')
+                    .map(PathBuf::from)
+                    .collect();
+            }
+            "--blocks" => {
+                a.blocks = it
+                    .next()
+                    .expect("--blocks KIB,KIB")
+                    .split(',')
+                    .map(|k| k.parse::<usize>().expect("block size in KiB") << 10)
+                    .collect();
+            }
+            // Flags cargo passes to every bench target.
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+fn key(i: usize) -> Key {
+    Key::new(&(i as u64).to_le_bytes()).unwrap()
+}
+
+fn gbps(bytes: usize, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / 1e9
+}
+
+/// How the plain baseline lays the bytes out.
+#[derive(Clone, Copy, PartialEq)]
+enum Plain {
+    /// One file per thread, blocks at consecutive offsets: no file-system
+    /// metadata work at all (the strict baseline).
+    FilePerThread,
+    /// One file per block in one directory, like the tier (open, copy, close).
+    FilePerBlock,
+}
+
+/// Plain `pwrite`/`pread` copies of every slot from `threads` threads.
+fn baseline(
+    mem: &SlotMemory,
+    dir: &Path,
+    threads: usize,
+    direct: bool,
+    store: bool,
+    plain: Plain,
+) -> Duration {
+    let n = mem.slot_count() as usize;
+    let len = mem.slot_bytes();
+    let next = AtomicUsize::new(0);
+    let mut flags = libc::O_CLOEXEC;
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    flags |= if store {
+        libc::O_WRONLY | libc::O_CREAT
+    } else {
+        libc::O_RDONLY
+    };
+    let open = |name: String| {
+        let p = CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { libc::open(p.as_ptr(), flags, 0o644 as libc::c_uint) };
+        assert!(fd >= 0, "open: {}", std::io::Error::last_os_error());
+        fd
+    };
+    let copy = |fd: i32, i: usize, off: usize| {
+        let ptr = mem.slot_ptr(i as u32).unwrap().as_ptr();
+        // SAFETY: the slot is ours for the duration of the copy.
+        let r = unsafe {
+            if store {
+                libc::pwrite(fd, ptr.cast(), len, off as libc::off_t)
+            } else {
+                libc::pread(fd, ptr.cast(), len, off as libc::off_t)
+            }
+        };
+        assert_eq!(r as usize, len, "{}", std::io::Error::last_os_error());
+    };
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (next, open, copy) = (&next, &open, &copy);
+            s.spawn(move || match plain {
+                Plain::FilePerThread => {
+                    let fd = open(format!("thread-{t}.blk"));
+                    for (k, i) in (t..n).step_by(threads).enumerate() {
+                        copy(fd, i, k * len);
+                    }
+                    // SAFETY: our descriptor.
+                    unsafe { libc::close(fd) };
+                }
+                Plain::FilePerBlock => loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let fd = open(format!("{i}.blk"));
+                    copy(fd, i, 0);
+                    // SAFETY: our descriptor.
+                    unsafe { libc::close(fd) };
+                },
+            });
+        }
+    });
+    start.elapsed()
+}
+
+/// The same copies through the tier, in jobs of [`JOB_BLOCKS`] submitted at once.
+fn through_tier(tier: &mut FsTier, mem: &SlotMemory, store: bool, first_id: u64) -> Duration {
+    let n = mem.slot_count() as usize;
+    let request = Arc::new(RequestInfo::default());
+    let start = Instant::now();
+    let mut jobs = 0;
+    for (j, chunk) in (0..n).collect::<Vec<_>>().chunks(JOB_BLOCKS).enumerate() {
+        tier_submit(
+            tier,
+            store,
+            Job {
+                id: JobId(first_id + j as u64),
+                direction: if store {
+                    Direction::Store
+                } else {
+                    Direction::Load
+                },
+                keys: chunk.iter().map(|&i| key(i)).collect(),
+                slots: chunk.iter().map(|&i| i as u32).collect(),
+                request: request.clone(),
+            },
+        );
+        jobs += 1;
+    }
+    let mut out = Vec::new();
+    while out.len() < jobs {
+        tier.poll_finished(&mut out);
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let d = start.elapsed();
+    assert!(out.iter().all(|r| r.success), "a job failed");
+    d
+}
+
+fn tier_submit(tier: &mut FsTier, store: bool, job: Job) {
+    if store {
+        tier.submit_store(Arc::new(job));
+    } else {
+        tier.submit_load(Arc::new(job));
+    }
+}
+
+/// Best GB/s of one contender: store, load.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    store: f64,
+    load: f64,
+}
+
+struct Row {
+    fs: String,
+    block: usize,
+    direct: bool,
+    per_thread: Figures,
+    per_block: Figures,
+    tier: Figures,
+    /// Median over rounds of tier / strict baseline, each pair measured back
+    /// to back (steadier than a ratio of bests on a busy machine).
+    store_ratio: f64,
+    load_ratio: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn run(args: &Args, parent: &Path, block: usize) -> Row {
+    let slots = (args.bytes / block) as u32;
+    let total = slots as usize * block;
+    let mem = SlotMemory::anonymous(slots, block).unwrap();
+    for s in 0..slots {
+        let v = (s as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut buf = vec![0u8; block];
+        for (k, c) in buf.chunks_mut(8).enumerate() {
+            c.copy_from_slice(&(v ^ k as u64).to_le_bytes());
+        }
+        mem.write(s, 0, &buf).unwrap();
+    }
+    let threads = args.read_threads + args.write_threads;
+    let root = tempfile::Builder::new()
+        .prefix("kvtier-fs-bench-")
+        .tempdir_in(parent)
+        .expect("bench directory");
+    // 0: file per thread, 1: file per block, 2: the tier.
+    let mut best = [Figures::default(); 3];
+    // Tier over the strict baseline, measured back to back in each round.
+    let mut store_ratios = Vec::new();
+    let mut load_ratios = Vec::new();
+    let mut direct = false;
+    let rounds = if parent.starts_with("/dev/shm") {
+        ROUNDS_MEMORY
+    } else {
+        ROUNDS_DISK
+    };
+    for round in 0..rounds {
+        let base_dir = root.path().join("base");
+        std::fs::create_dir_all(&base_dir).unwrap();
+        let tier_dir = root.path().join("tier");
+        let mut o = FsOptions::new(&tier_dir);
+        o.read_threads = args.read_threads;
+        o.write_threads = args.write_threads;
+        let mut tier = FsTier::open(mem.clone(), o).unwrap();
+        direct = tier.direct_io();
+        for store in [true, false] {
+            // Rotate which goes first, so none always meets a warmer or
+            // busier machine.
+            let mut this_round = [0f64; 3];
+            for k in 0..3 {
+                let who = (round as usize + k) % 3;
+                let d = match who {
+                    0 => baseline(
+                        &mem,
+                        &base_dir,
+                        threads,
+                        direct,
+                        store,
+                        Plain::FilePerThread,
+                    ),
+                    1 => baseline(&mem, &base_dir, threads, direct, store, Plain::FilePerBlock),
+                    _ => {
+                        let id = round * 1_000_000 + if store { 0 } else { 500_000 };
+                        through_tier(&mut tier, &mem, store, id)
+                    }
+                };
+                let f = &mut best[who];
+                let g = gbps(total, d);
+                this_round[who] = g;
+                if store {
+                    f.store = f.store.max(g);
+                } else {
+                    f.load = f.load.max(g);
+                }
+            }
+            let ratio = this_round[2] / this_round[0];
+            if store {
+                store_ratios.push(ratio);
+            } else {
+                load_ratios.push(ratio);
+            }
+        }
+        tier.shutdown().unwrap();
+        drop(tier);
+        std::fs::remove_dir_all(&base_dir).unwrap();
+        std::fs::remove_dir_all(&tier_dir).unwrap();
+    }
+    Row {
+        fs: parent.display().to_string(),
+        block,
+        direct,
+        per_thread: best[0],
+        per_block: best[1],
+        tier: best[2],
+        store_ratio: median(&mut store_ratios),
+        load_ratio: median(&mut load_ratios),
+    }
+}
+
+fn main() {
+    let args = parse();
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    println!(
+        "fs tier vs plain pwrite/pread: {:.2} GiB per run, tier {}+{} threads, baselines {} threads, best of {ROUNDS_MEMORY} rounds on /dev/shm, {ROUNDS_DISK} elsewhere",
+        args.bytes as f64 / (1u64 << 30) as f64,
+        args.read_threads,
+        args.write_threads,
+        args.read_threads + args.write_threads
+    );
+    println!(
+        "best GB/s; thr = plain, one file per thread (the baseline); blk = plain, one file per block"
+    );
+    println!("ratio = median over rounds of tier / baseline, each pair run back to back");
+    println!(
+        "{:<22} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5}",
+        "file system",
+        "block",
+        "direct",
+        "st thr",
+        "st blk",
+        "st tier",
+        "ratio",
+        "ld thr",
+        "ld blk",
+        "ld tier",
+        "ratio"
+    );
+    for dir in &args.dirs {
+        for &block in &args.blocks {
+            let r = run(&args, dir, block);
+            println!(
+                "{:<22} {:>5}K {:>6} | {:>7.2} {:>7.2} {:>7.2} {:>4.0}% | {:>7.2} {:>7.2} {:>7.2} {:>4.0}%",
+                r.fs,
+                r.block >> 10,
+                r.direct,
+                r.per_thread.store,
+                r.per_block.store,
+                r.tier.store,
+                100.0 * r.store_ratio,
+                r.per_thread.load,
+                r.per_block.load,
+                r.tier.load,
+                100.0 * r.load_ratio
+            );
+            rows.push(r);
+        }
+    }
+    println!("(wall {:.1} s)", started.elapsed().as_secs_f64());
+    if let Some(out) = &args.out {
+        let runs: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    concat!(
+                        "{{\"fs\":\"{}\",\"block_bytes\":{},\"direct_io\":{},",
+                        "\"plain_file_per_thread_store_gbps\":{:.3},\"plain_file_per_block_store_gbps\":{:.3},",
+                        "\"tier_store_gbps\":{:.3},\"store_ratio\":{:.3},",
+                        "\"plain_file_per_thread_load_gbps\":{:.3},\"plain_file_per_block_load_gbps\":{:.3},",
+                        "\"tier_load_gbps\":{:.3},\"load_ratio\":{:.3}}}"
+                    ),
+                    r.fs,
+                    r.block,
+                    r.direct,
+                    r.per_thread.store,
+                    r.per_block.store,
+                    r.tier.store,
+                    r.store_ratio,
+                    r.per_thread.load,
+                    r.per_block.load,
+                    r.tier.load,
+                    r.load_ratio
+                )
+            })
+            .collect();
+        let json = format!(
+            "{{\"bench\":\"fs_tier\",\"bytes_per_run\":{},\"read_threads\":{},\"write_threads\":{},\"rounds_memory\":{ROUNDS_MEMORY},\"rounds_disk\":{ROUNDS_DISK},\"runs\":[{}]}}\n",
+            args.bytes,
+            args.read_threads,
+            args.write_threads,
+            runs.join(",")
+        );
+        std::fs::write(out, json).expect("writing --out");
+    }
+}

@@ -1,0 +1,69 @@
+// no_exceptions.cpp: kvtier.hpp in an engine built with -fno-exceptions.
+// Only the try_* API exists there; every error is a kvtier::result.
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#error "build this file with -fno-exceptions"
+#endif
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kvtier.hpp"
+
+namespace {
+
+// A tier in an exception-free engine reports failures as statuses.
+class refusing_tier : public kvtier::tier {
+ public:
+  std::string name() const override { return "refuser"; }
+  kvtier::tier_lookup lookup(kvtier::key_view, kvtier::request_view) override { return kvtier::tier_lookup::miss; }
+  kvtier_status submit_store(kvtier::job_view) override { return KVTIER_STATUS_NO_SPACE; }
+  kvtier_status submit_load(kvtier::job_view) override { return KVTIER_STATUS_NOT_FOUND; }
+};
+
+int fail(const char *what, const kvtier::error_info &e) {
+  std::fprintf(stderr, "no_exceptions: %s: %s: %s\n", what, kvtier_status_str(e.status), e.message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main() {
+  kvtier::result<kvtier::manager> bad = kvtier::manager::try_from_json(R"({"primary": {"capacity": -1}})");
+  if (bad || bad.status() != KVTIER_STATUS_INVALID_ARGUMENT ||
+      bad.error().message.find("primary.capacity") == std::string::npos) {
+    std::fprintf(stderr, "no_exceptions: a bad document should fail naming primary.capacity\n");
+    return 1;
+  }
+  auto made = kvtier::manager::try_from_json(R"({"block_bytes": 64, "primary": {"capacity": 4}})");
+  if (!made) return fail("from_json", made.error());
+  kvtier::manager m = std::move(made).value();
+  auto idx = m.try_add_tier(std::make_unique<refusing_tier>());
+  if (!idx) return fail("add_tier", idx.error());
+
+  std::vector<std::string> keys{"block-a", "block-b"};
+  if (auto r = m.try_on_new_request("r1"); !r) return fail("on_new_request", r.error());
+  auto plan = m.try_prepare_store("r1", keys);
+  if (!plan) return fail("prepare_store", plan.error());
+  if (plan->refused || plan->slots.size() != 2) return 1;
+  if (auto r = m.try_complete_store("r1", keys, true); !r) return fail("complete_store", r.error());
+  // The tier refused the cascade: a failed status, logged, nothing thrown;
+  // the job counts as failed once the next step collects it.
+  for (int step = 0; step < 2; ++step)
+    if (auto r = m.try_on_schedule_end(); !r) return fail("on_schedule_end", r.error());
+  auto err = m.try_take_error();
+  if (!err) return fail("take_error", err.error());
+  auto again = m.try_on_new_request("r1");
+  if (again || again.status() != KVTIER_STATUS_DUPLICATE_REQUEST) {
+    std::fprintf(stderr, "no_exceptions: a duplicate request should fail\n");
+    return 1;
+  }
+  auto text = m.try_metrics_prometheus();
+  if (!text || text->find("kvtier_cascade_failures_total{tier=\"refuser\"} 1") == std::string::npos) {
+    std::fprintf(stderr, "no_exceptions: metrics should count the refused cascade:\n%s\n",
+                 text ? text->c_str() : "(none)");
+    return 1;
+  }
+  std::printf("no_exceptions: ok (%s)\n", err->value_or("no error logged").c_str());
+  return 0;
+}

@@ -1,0 +1,387 @@
+// engine_loop.cpp: the engine loop of a C++ engine over kvtier.hpp.
+//
+// A manager built from JSON (a small primary tier in private memory) with
+// a secondary tier written in C++: an in-memory store whose worker thread
+// copies blocks and reports them with tier::report().  Pass 1 serves
+// requests that overflow the primary tier, so blocks cascade to the C++
+// tier and get evicted; pass 2 replays them, and every evicted block comes
+// back (promoted from the C++ tier) with its bytes intact.  While blocks
+// are on their way the loop sleeps in poll() on the manager's wake-up
+// descriptor instead of spinning.  A second C++ tier throws from lookup:
+// the exception becomes a failed status in kvtier's error log, never a
+// crash.  Events arrive through a callback; metrics come out as
+// Prometheus text.
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvtier.hpp"
+
+namespace {
+
+constexpr std::size_t kBlockBytes = 4096;
+constexpr int kRequests = 6;
+constexpr int kBlocks = 4;  // per request; block 0 is a shared prefix
+
+std::string key_of(int request, int block) {
+  char buf[16] = {0};
+  std::snprintf(buf, sizeof buf, "r%02d-b%02d", block == 0 ? 0 : request, block);
+  return std::string(buf, sizeof buf);
+}
+
+uint8_t pattern(const std::string &key, std::size_t i) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : key) h = (h ^ c) * 16777619u;
+  return static_cast<uint8_t>(h + i * 7u);
+}
+
+// A secondary tier in C++: blocks in a map, copied by a worker thread.
+class memory_tier : public kvtier::tier {
+ public:
+  explicit memory_tier(kvtier::slot_memory slots) : slots_(slots), worker_([this] { run(); }) {}
+  ~memory_tier() override { stop(); }
+
+  std::string name() const override { return "cxx-mem"; }
+  int32_t medium() const override { return KVTIER_MEDIUM_CPU; }
+  int32_t locality() const override { return KVTIER_LOCALITY_LOCAL; }
+
+  kvtier::tier_lookup lookup(kvtier::key_view key, kvtier::request_view) override {
+    std::lock_guard<std::mutex> g(mu_);
+    return blocks_.count(std::string(key.bytes())) ? kvtier::tier_lookup::hit : kvtier::tier_lookup::miss;
+  }
+  kvtier_status submit_store(kvtier::job_view job) override { return enqueue(job); }
+  kvtier_status submit_load(kvtier::job_view job) override { return enqueue(job); }
+  bool has_pending_work() override {
+    std::lock_guard<std::mutex> g(mu_);
+    return !queue_.empty() || busy_;
+  }
+  kvtier_status drain() override {
+    std::unique_lock<std::mutex> g(mu_);
+    idle_.wait(g, [this] { return queue_.empty() && !busy_; });
+    return KVTIER_STATUS_OK;
+  }
+  kvtier_status shutdown() override {
+    stop();
+    return KVTIER_STATUS_OK;
+  }
+  void stats(std::vector<kvtier::tier_stat> &out) override {
+    std::lock_guard<std::mutex> g(mu_);
+    out.push_back({"blocks", false, static_cast<double>(blocks_.size())});
+    out.push_back({"copies", true, static_cast<double>(copies_)});
+  }
+
+ private:
+  struct work {
+    uint64_t id;
+    bool store;
+    std::vector<std::string> keys;
+    std::vector<uint32_t> slots;
+  };
+
+  kvtier_status enqueue(kvtier::job_view job) {
+    work w{job.id(), job.is_store(), {}, {}};
+    for (std::size_t i = 0; i < job.size(); ++i) {
+      w.keys.emplace_back(job.key(i).bytes());
+      w.slots.push_back(job.slot(i));
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) return KVTIER_STATUS_CLOSED;
+    queue_.push_back(std::move(w));
+    cv_.notify_one();
+    return KVTIER_STATUS_OK;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      cv_.wait(g, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      work w = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      bool ok = true;
+      for (std::size_t i = 0; i < w.keys.size(); ++i) {
+        auto *slot = static_cast<uint8_t *>(slots_.slot(w.slots[i]));
+        if (w.store) {
+          auto [it, fresh] = blocks_.try_emplace(w.keys[i]);
+          it->second.assign(slot, slot + kBlockBytes);
+          if (fresh) announce(KVTIER_EVENT_STORED, w.keys[i]);  // for KV-aware routers
+        } else {
+          auto it = blocks_.find(w.keys[i]);
+          if (it == blocks_.end()) {
+            ok = false;
+            continue;
+          }
+          std::memcpy(slot, it->second.data(), kBlockBytes);
+        }
+        ++copies_;
+      }
+      g.unlock();
+      // Reported from the worker: thread-safe, and it wakes the engine.
+      report(w.id, ok, ok ? w.keys.size() * kBlockBytes : 0);
+      g.lock();
+      busy_ = false;
+      idle_.notify_all();
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();
+  }
+
+  kvtier::slot_memory slots_;
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<work> queue_;
+  std::map<std::string, std::vector<uint8_t>> blocks_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  uint64_t copies_ = 0;
+  std::thread worker_;  // last: starts after every member above exists
+};
+
+// A tier whose lookup throws: kvtier must see a failed status, not an exception.
+class throwing_tier : public kvtier::tier {
+ public:
+  std::string name() const override { return "thrower"; }
+  kvtier::tier_lookup lookup(kvtier::key_view, kvtier::request_view) override {
+    throw std::runtime_error("lookup exploded");
+  }
+  kvtier_status submit_store(kvtier::job_view job) override {
+    return report(job.id(), true);  // accepts and forgets
+  }
+  kvtier_status submit_load(kvtier::job_view) override { return KVTIER_STATUS_TIER; }
+};
+
+struct counts {
+  int hits = 0;
+  int promoted = 0;
+  int stored = 0;
+  int bad_bytes = 0;
+  int wakes = 0;
+};
+
+// Sleeps until a job finishes (or 5 s pass): no spinning on has_pending_work.
+void wait_for_jobs(kvtier::manager &m, counts &c) {
+  if (!m.has_pending_work()) return;
+  pollfd p{m.wake_fd(), POLLIN, 0};
+  if (poll(&p, 1, 5000) == 1) {
+    uint64_t v = 0;
+    if (read(p.fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) ++c.wakes;
+  }
+}
+
+void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &c) {
+  std::string req = "req-" + std::to_string(r);
+  std::vector<std::string> keys;
+  for (int b = 0; b < kBlocks; ++b) keys.push_back(key_of(r, b));
+  m.on_new_request(req);
+
+  // Longest prefix ready in the primary tier, waiting while blocks arrive.
+  std::size_t hits = 0;
+  for (int step = 0;; ++step) {
+    hits = 0;
+    bool waiting = false;
+    for (const std::string &k : keys) {
+      kvtier::lookup_result res = m.lookup(req, k);
+      if (res == kvtier::lookup_result::hit) {
+        ++hits;
+        continue;
+      }
+      waiting = res != kvtier::lookup_result::miss;
+      break;
+    }
+    if (!waiting) break;
+    if (step > 1000) throw std::runtime_error(req + ": promotions never finished");
+    m.on_schedule_end();  // submits the promotions this step started
+    wait_for_jobs(m, c);
+  }
+  if (hits > 0) {
+    std::vector<std::string> ready(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(hits));
+    std::vector<uint32_t> got = m.prepare_load(req, ready);
+    for (std::size_t b = 0; b < hits; ++b) {
+      const auto *slot = static_cast<const uint8_t *>(slots.slot(got[b]));
+      for (std::size_t i = 0; i < kBlockBytes; ++i)
+        if (slot[i] != pattern(keys[b], i)) {
+          ++c.bad_bytes;
+          break;
+        }
+    }
+    m.complete_load(req, ready);
+    c.hits += static_cast<int>(hits);
+  }
+
+  std::vector<std::string> rest(keys.begin() + static_cast<std::ptrdiff_t>(hits), keys.end());
+  if (!rest.empty()) {
+    kvtier::store_plan plan = m.prepare_store(req, rest);
+    for (int tries = 0; plan.refused && tries < 100; ++tries) {
+      m.on_schedule_end();
+      wait_for_jobs(m, c);
+      plan = m.prepare_store(req, rest);
+    }
+    if (plan.refused) throw std::runtime_error(req + ": no room in the primary tier");
+    std::vector<std::string> written;
+    for (std::size_t j = 0; j < plan.positions.size(); ++j) {
+      const std::string &k = rest[plan.positions[j]];
+      auto *slot = static_cast<uint8_t *>(slots.slot(plan.slots[j]));
+      for (std::size_t i = 0; i < kBlockBytes; ++i) slot[i] = pattern(k, i);  // the "GPU" writes
+      written.push_back(k);
+    }
+    m.complete_store(req, written, true);
+    c.stored += static_cast<int>(written.size());
+  }
+  m.on_request_finished(req);
+  m.on_schedule_end();
+}
+
+// The owners: a region and a manager made from C options, the built-in fs
+// tier over the region's slots, ownership moved between owners.
+bool owners_work() {
+  kvtier_region_options ro = kvtier::region::default_options();
+  std::string name = "kvtier-engine-loop-" + std::to_string(getpid());
+  ro.name = name.c_str();
+  ro.slot_count = 4;
+  ro.slot_bytes = kBlockBytes;
+  ro.prefault = KVTIER_REGION_PREFAULT_OFF;
+  kvtier::region r = kvtier::region::create(ro);
+  kvtier::region moved = std::move(r);
+  if (r || !moved || moved.slot_count() != 4 || moved.slot_address(3) == nullptr) return false;
+
+  kvtier_manager_options mo = kvtier::manager::default_options();
+  mo.capacity = 4;
+  kvtier::manager m = kvtier::manager::create(mo);
+  char dir[] = "/tmp/kvtier-engine-loop-XXXXXX";
+  if (!mkdtemp(dir)) return false;
+  kvtier_fs_options fo = kvtier_fs_options_default();
+  fo.directory = dir;
+  fo.read_threads = 1;
+  fo.write_threads = 1;
+  fo.direct_io = false;
+  bool ok = m.add_fs_tier(moved, fo) == 1;
+  kvtier::result<std::size_t> again = m.try_add_fs_tier(kvtier::region(), fo);  // no region
+  ok = ok && !again && again.status() == KVTIER_STATUS_NULL_ARGUMENT;
+  m.reset();  // the tier stops before the region goes
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return ok && !ec;
+}
+
+int run() {
+  if (!owners_work()) {
+    std::fprintf(stderr, "engine_loop: the region/manager owners failed\n");
+    return 1;
+  }
+  kvtier::manager m = kvtier::manager::from_json(R"({
+    "block_bytes": 4096,
+    "primary": {"capacity": 8, "policy": "lru", "event_capacity": 1024}
+  })");
+  kvtier::slot_memory slots = m.slots();
+
+  std::map<std::pair<uint32_t, int32_t>, int> events;  // (tier, kind) -> keys
+  m.set_event_callback([&events](const kvtier::event_batch &b) {
+    events[{b.tier, b.kind}] += static_cast<int>(b.keys.size());
+  });
+
+  std::size_t mem = m.add_tier(std::make_unique<memory_tier>(slots));
+  std::size_t thrower = m.add_tier(std::make_unique<throwing_tier>());
+
+  // The non-throwing API: errors are values.
+  kvtier::result<kvtier::lookup_result> nope = m.try_lookup("no-such-request", key_of(0, 0));
+  if (nope || nope.status() != KVTIER_STATUS_UNKNOWN_REQUEST) {
+    std::fprintf(stderr, "engine_loop: an unknown request should fail\n");
+    return 1;
+  }
+  // The throwing API: the same error as kvtier::error.
+  try {
+    (void)m.lookup("no-such-request", key_of(0, 0));
+    std::fprintf(stderr, "engine_loop: expected kvtier::error\n");
+    return 1;
+  } catch (const kvtier::error &e) {
+    if (e.status() != KVTIER_STATUS_UNKNOWN_REQUEST) return 1;
+  }
+
+  // kvtier's log records (the thrower's failures among them) to the engine's log.
+  std::atomic<int> warnings{0};
+  kvtier::set_log_callback(
+      [&warnings](kvtier_log_level level, std::string_view target, std::string_view) {
+        if (level <= KVTIER_LOG_LEVEL_WARN && target.substr(0, 6) == "kvtier") ++warnings;
+      },
+      KVTIER_LOG_LEVEL_WARN);
+
+  counts pass1, pass2;
+  for (int r = 0; r < kRequests; ++r) serve(m, slots, r, pass1);
+  while (m.has_pending_work()) {
+    m.on_schedule_end();
+    wait_for_jobs(m, pass1);
+  }
+  for (int r = 0; r < kRequests; ++r) serve(m, slots, r, pass2);
+
+  int tier_errors = 0;
+  while (auto msg = m.take_error()) {
+    if (msg->find("thrower") != std::string::npos) ++tier_errors;
+  }
+  std::string metrics = m.metrics_prometheus();
+  std::printf("pass 1: %d hits, %d stored, %d wake-ups\n", pass1.hits, pass1.stored, pass1.wakes);
+  std::printf("pass 2: %d hits, %d stored, %d wake-ups, %d bad blocks\n", pass2.hits, pass2.stored,
+              pass2.wakes, pass2.bad_bytes);
+  std::printf("events: primary stored %d removed %d; %s stored %d\n", events[{0u, KVTIER_EVENT_STORED}],
+              events[{0u, KVTIER_EVENT_REMOVED}], "cxx-mem", events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}]);
+  std::printf("thrower (tier %zu) errors logged: %d; log callback warnings: %d\n", thrower, tier_errors,
+              warnings.load());
+
+  bool ok = true;
+  auto expect = [&ok](bool cond, const char *what) {
+    if (!cond) {
+      std::fprintf(stderr, "engine_loop: FAILED: %s\n", what);
+      ok = false;
+    }
+  };
+  expect(pass1.stored == 1 + kRequests * (kBlocks - 1), "pass 1 stores every distinct block once");
+  expect(pass2.hits == kRequests * kBlocks, "pass 2 finds every block");
+  expect(pass2.stored == 0, "pass 2 stores nothing");
+  expect(pass2.bad_bytes == 0 && pass1.bad_bytes == 0, "every loaded block has its bytes");
+  expect(pass2.wakes > 0, "the engine slept in poll() and was woken");
+  expect(tier_errors > 0, "the throwing tier's failures are logged");
+  expect(events[{0u, KVTIER_EVENT_REMOVED}] > 0, "evictions arrive as events");
+  expect(warnings.load() >= tier_errors, "every logged tier failure reached the log callback");
+  expect(events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}] == pass1.stored,
+         "the C++ tier announces each block it stores once");
+  expect(metrics.find("kvtier_cascade_jobs_total{tier=\"cxx-mem\"}") != std::string::npos,
+         "metrics name the C++ tier");
+  expect(metrics.find("kvtier_copies_total{tier=\"cxx-mem\"}") != std::string::npos,
+         "the C++ tier's own stats reach the metrics");
+  m.shutdown();
+  kvtier::set_log_callback(nullptr);  // before `warnings` goes out of scope
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    return run();
+  } catch (const kvtier::error &e) {
+    std::fprintf(stderr, "engine_loop: %s\n", e.what());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "engine_loop: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,266 @@
+/*
+ * fs_tier.c: an engine loop over a small primary tier (in a shared region)
+ * and the built-in file-system tier.
+ *
+ * Run 1 serves a few chat requests with a primary tier too small to hold
+ * them: every block the "GPU" writes into the region cascades to files.
+ * Run 2 is a fresh engine (new region, new manager) over the same
+ * directory, as after a restart: it replays the same requests, finds every
+ * block on disk, promotes it into the primary tier, and checks its bytes.
+ *
+ *     fs_tier [DIRECTORY]     (default: a new directory under /tmp, removed at the end)
+ */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+
+#define SLOTS 16u
+#define SLOT_BYTES ((size_t)64 * 1024)
+#define REQUESTS 8
+#define BLOCKS_PER_REQUEST 6
+#define KEY_LEN 16
+
+static int fail(const char *what, kvtier_status s) {
+    fprintf(stderr, "fs_tier: %s: %s: %s\n", what, kvtier_status_str(s),
+            kvtier_last_error_message());
+    return EXIT_FAILURE;
+}
+
+/* Requests share a 2-block system prompt, then have their own blocks. */
+static void make_key(int request, int block, uint8_t out[KEY_LEN]) {
+    memset(out, 0, KEY_LEN);
+    snprintf((char *)out, KEY_LEN, "r%02d-b%02d", block < 2 ? 0 : request, block);
+}
+
+static uint8_t pattern(const uint8_t key[KEY_LEN], size_t i) {
+    uint32_t h = 2166136261u;
+    for (int k = 0; k < KEY_LEN; k++) h = (h ^ key[k]) * 16777619u;
+    return (uint8_t)(h + i * 7u);
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts;
+    ts.tv_sec = 0;
+    ts.tv_nsec = ms * 1000000L;
+    nanosleep(&ts, NULL);
+}
+
+static double fs_stat(kvtier_manager *m, size_t tier, const char *name) {
+    kvtier_manager_stat stats[256];
+    size_t n = 0;
+    if (kvtier_manager_stats(m, stats, 256, &n) != KVTIER_STATUS_OK) return -1.0;
+    for (size_t i = 0; i < n && i < 256; i++)
+        if (stats[i].tier == (int32_t)tier && strcmp(stats[i].name, name) == 0)
+            return stats[i].value;
+    return -1.0;
+}
+
+struct totals {
+    int hit_blocks;
+    int stored_blocks;
+    int bad_bytes;
+};
+
+/* One request: look up its blocks (waiting while promotions run), load
+ * the hits (checking their bytes), store the rest. */
+static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals *t) {
+    char req[32];
+    snprintf(req, sizeof req, "req-%d", r);
+    uint8_t kb[BLOCKS_PER_REQUEST][KEY_LEN];
+    kvtier_key keys[BLOCKS_PER_REQUEST];
+    for (int b = 0; b < BLOCKS_PER_REQUEST; b++) {
+        make_key(r, b, kb[b]);
+        keys[b].data = kb[b];
+        keys[b].len = KEY_LEN;
+    }
+    int32_t policy = 0;
+    kvtier_status s = kvtier_manager_on_new_request(m, req, NULL, &policy);
+    if (s != KVTIER_STATUS_OK) return fail("on_new_request", s);
+
+    size_t hits = 0;
+    for (int step = 0;; step++) {
+        int pending = 0;
+        hits = 0;
+        for (int b = 0; b < BLOCKS_PER_REQUEST; b++) {
+            int32_t res = 0;
+            s = kvtier_manager_lookup(m, req, &keys[b], &res);
+            if (s != KVTIER_STATUS_OK) return fail("lookup", s);
+            if (res == KVTIER_MANAGER_LOOKUP_HIT) {
+                hits++;
+                continue;
+            }
+            pending = res != KVTIER_MANAGER_LOOKUP_MISS;
+            break;
+        }
+        if (!pending) break;
+        /* Blocks are on their way from disk: end the step, try again. */
+        s = kvtier_manager_on_schedule_end(m);
+        if (s != KVTIER_STATUS_OK) return fail("on_schedule_end", s);
+        if (step > 5000) {
+            fprintf(stderr, "fs_tier: %s: promotions never finished\n", req);
+            return EXIT_FAILURE;
+        }
+        sleep_ms(1);
+    }
+
+    if (hits > 0) {
+        uint32_t slots[BLOCKS_PER_REQUEST];
+        s = kvtier_manager_prepare_load(m, req, keys, hits, slots, BLOCKS_PER_REQUEST);
+        if (s != KVTIER_STATUS_OK) return fail("prepare_load", s);
+        for (size_t b = 0; b < hits; b++) {
+            void *addr = NULL;
+            s = kvtier_region_slot_address(region, slots[b], &addr);
+            if (s != KVTIER_STATUS_OK) return fail("slot_address", s);
+            const uint8_t *p = (const uint8_t *)addr;
+            for (size_t i = 0; i < SLOT_BYTES; i++)
+                if (p[i] != pattern(kb[b], i)) {
+                    t->bad_bytes++;
+                    break;
+                }
+        }
+        s = kvtier_manager_touch(m, req, keys, hits);
+        if (s != KVTIER_STATUS_OK) return fail("touch", s);
+        s = kvtier_manager_complete_load(m, req, keys, hits);
+        if (s != KVTIER_STATUS_OK) return fail("complete_load", s);
+        t->hit_blocks += (int)hits;
+    }
+
+    size_t rest = BLOCKS_PER_REQUEST - hits;
+    if (rest > 0) {
+        size_t idx[BLOCKS_PER_REQUEST];
+        uint32_t slots[BLOCKS_PER_REQUEST];
+        size_t n_store = 0, n_evicted = 0;
+        bool refused = true;
+        /* Refused while every slot is pinned by cascades still writing to
+         * disk: end the step and offer the blocks again. */
+        for (int step = 0; refused; step++) {
+            s = kvtier_manager_prepare_store(m, req, keys + hits, rest, idx, slots,
+                                             BLOCKS_PER_REQUEST, &n_store, NULL, 0,
+                                             &n_evicted, &refused);
+            if (s != KVTIER_STATUS_OK) return fail("prepare_store", s);
+            if (!refused) break;
+            if (step > 5000) {
+                fprintf(stderr, "fs_tier: %s: no room in the primary tier\n", req);
+                return EXIT_FAILURE;
+            }
+            s = kvtier_manager_on_schedule_end(m);
+            if (s != KVTIER_STATUS_OK) return fail("on_schedule_end", s);
+            sleep_ms(1);
+        }
+        {
+            kvtier_key stored[BLOCKS_PER_REQUEST];
+            for (size_t i = 0; i < n_store; i++) {
+                /* The GPU writes the block's KV bytes into its slot. */
+                void *addr = NULL;
+                s = kvtier_region_slot_address(region, slots[i], &addr);
+                if (s != KVTIER_STATUS_OK) return fail("slot_address", s);
+                uint8_t *p = (uint8_t *)addr;
+                const uint8_t *k = kb[hits + idx[i]];
+                for (size_t j = 0; j < SLOT_BYTES; j++) p[j] = pattern(k, j);
+                stored[i] = keys[hits + idx[i]];
+            }
+            s = kvtier_manager_complete_store(m, req, stored, n_store, true);
+            if (s != KVTIER_STATUS_OK) return fail("complete_store", s);
+            t->stored_blocks += (int)n_store;
+        }
+    }
+    s = kvtier_manager_on_request_finished(m, req);
+    if (s != KVTIER_STATUS_OK) return fail("on_request_finished", s);
+    s = kvtier_manager_on_schedule_end(m);
+    if (s != KVTIER_STATUS_OK) return fail("on_schedule_end", s);
+    return EXIT_SUCCESS;
+}
+
+static int run(const char *dir, int number, struct totals *t, double *fs_loads,
+               double *fs_blocks) {
+    char name[64];
+    snprintf(name, sizeof name, "kvtier-fs-example-%ld-%d", (long)getpid(), number);
+    kvtier_region_options ro = kvtier_region_options_default();
+    ro.name = name;
+    ro.slot_count = SLOTS;
+    ro.slot_bytes = SLOT_BYTES;
+    kvtier_region *region = NULL;
+    kvtier_status s = kvtier_region_new(&ro, &region);
+    if (s != KVTIER_STATUS_OK) return fail("kvtier_region_new", s);
+
+    kvtier_manager_options mo = kvtier_manager_options_default();
+    mo.capacity = SLOTS;
+    mo.block_bytes = SLOT_BYTES;
+    kvtier_manager *m = NULL;
+    s = kvtier_manager_new(&mo, &m);
+    if (s != KVTIER_STATUS_OK) return fail("kvtier_manager_new", s);
+
+    kvtier_fs_options fo = kvtier_fs_options_default();
+    fo.directory = dir;
+    fo.read_threads = 2;
+    fo.write_threads = 2;
+    fo.capacity_bytes = 64u << 20;
+    size_t tier = 0;
+    s = kvtier_manager_add_fs_tier(m, region, &fo, &tier);
+    if (s != KVTIER_STATUS_OK) return fail("kvtier_manager_add_fs_tier", s);
+
+    int rc = EXIT_SUCCESS;
+    for (int r = 0; r < REQUESTS && rc == EXIT_SUCCESS; r++) rc = serve(m, region, r, t);
+    /* Let the last cascades reach the disk. */
+    bool pending = true;
+    for (int i = 0; i < 5000 && pending && rc == EXIT_SUCCESS; i++) {
+        s = kvtier_manager_on_schedule_end(m);
+        if (s == KVTIER_STATUS_OK) s = kvtier_manager_has_pending_work(m, &pending);
+        if (s != KVTIER_STATUS_OK) rc = fail("draining", s);
+        if (pending) sleep_ms(1);
+    }
+    *fs_loads = fs_stat(m, tier, "loads");
+    *fs_blocks = fs_stat(m, tier, "blocks");
+    s = kvtier_manager_shutdown(m);
+    if (s != KVTIER_STATUS_OK && rc == EXIT_SUCCESS) rc = fail("shutdown", s);
+    kvtier_manager_free(m);
+    bool kept = false;
+    s = kvtier_region_close(region, &kept);
+    if (s != KVTIER_STATUS_OK && rc == EXIT_SUCCESS) rc = fail("kvtier_region_close", s);
+    return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int main(int argc, char **argv) {
+    char tmp[] = "/tmp/kvtier-fs-example-XXXXXX";
+    const char *dir = argc > 1 ? argv[1] : mkdtemp(tmp);
+    if (dir == NULL) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    struct totals first = {0, 0, 0}, second = {0, 0, 0};
+    double loads1 = 0, blocks1 = 0, loads2 = 0, blocks2 = 0;
+    int rc = run(dir, 1, &first, &loads1, &blocks1);
+    if (rc == EXIT_SUCCESS) rc = run(dir, 2, &second, &loads2, &blocks2);
+    int distinct = 2 + REQUESTS * (BLOCKS_PER_REQUEST - 2);
+    printf("run 1: %d blocks hit, %d stored; fs tier holds %.0f blocks\n",
+           first.hit_blocks, first.stored_blocks, blocks1);
+    printf("run 2: %d blocks hit (%.0f loaded from the fs tier), %d stored, %d bad\n",
+           second.hit_blocks, loads2, second.stored_blocks, second.bad_bytes);
+    if (rc == EXIT_SUCCESS) {
+        if (first.stored_blocks < distinct || blocks1 != distinct) {
+            fprintf(stderr, "fs_tier: run 1 should store all %d blocks to disk\n", distinct);
+            rc = EXIT_FAILURE;
+        } else if (second.hit_blocks != REQUESTS * BLOCKS_PER_REQUEST ||
+                   second.stored_blocks != 0 || second.bad_bytes != 0 ||
+                   loads2 < distinct) {
+            fprintf(stderr, "fs_tier: run 2 should hit every block the first run stored\n");
+            rc = EXIT_FAILURE;
+        }
+    }
+    if (argc <= 1) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}

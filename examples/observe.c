@@ -1,0 +1,204 @@
+/*
+ * observe.c: what an engine watches a manager with, in C.
+ *
+ * A manager from one JSON document (a 4-slot primary tier in private
+ * memory and the built-in fs tier in a scratch directory).  An event
+ * callback counts what is stored and removed, per tier, as it happens; the
+ * loop sleeps in poll() on the wake-up descriptor while the fs workers
+ * copy; an evicted block comes back from disk with its bytes; finally the
+ * metrics are written in the Prometheus text format.
+ */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+
+#define BLOCK 4096
+#define KEYS 8
+
+static int fail(const char *what, kvtier_status s) {
+    fprintf(stderr, "observe: %s: %s: %s\n", what, kvtier_status_str(s), kvtier_last_error_message());
+    return EXIT_FAILURE;
+}
+
+struct seen {
+    size_t stored[3];
+    size_t removed[3];
+    int medium_ok;
+};
+
+static void on_events(void *user_data, const kvtier_event_batch *b) {
+    struct seen *s = (struct seen *)user_data;
+    if (b->tier > 2) return;
+    if (b->kind == KVTIER_EVENT_STORED) s->stored[b->tier] += b->len;
+    if (b->kind == KVTIER_EVENT_REMOVED) s->removed[b->tier] += b->len;
+    if (b->tier == 0 && b->medium != KVTIER_MEDIUM_CPU) s->medium_ok = 0;
+    if (b->tier == 1 && b->medium != KVTIER_MEDIUM_STORAGE) s->medium_ok = 0;
+}
+
+/* Ends the step, then sleeps on the descriptor between empty steps until
+ * no work is pending; returns the number of wake-ups. */
+static int settle(kvtier_manager *m, int fd) {
+    int wakes = 0;
+    if (kvtier_manager_on_schedule_end(m) != KVTIER_STATUS_OK) return -1;
+    for (int i = 0; i < 200; i++) {
+        bool pending = true;
+        if (kvtier_manager_on_schedule_end(m) != KVTIER_STATUS_OK) return -1;
+        if (kvtier_manager_has_pending_work(m, &pending) != KVTIER_STATUS_OK) return -1;
+        if (!pending) return wakes;
+        struct pollfd p;
+        p.fd = fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        if (poll(&p, 1, 5000) == 1) {
+            uint64_t v;
+            if (read(fd, &v, sizeof v) == (ssize_t)sizeof v) wakes++;
+        }
+    }
+    return -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int run(kvtier_manager *m, char *base, size_t stride, int fd, struct seen *seen) {
+    const char *req = "req-1";
+    uint8_t kb[KEYS][8];
+    kvtier_key keys[KEYS];
+    for (int i = 0; i < KEYS; i++) {
+        memset(kb[i], 'a' + i, sizeof kb[i]);
+        keys[i].data = kb[i];
+        keys[i].len = sizeof kb[i];
+    }
+    int32_t policy = 0;
+    kvtier_status s = kvtier_manager_on_new_request(m, req, NULL, &policy);
+    if (s != KVTIER_STATUS_OK) return fail("on_new_request", s);
+
+    int wakes = 0;
+    for (int half = 0; half < 2; half++) {
+        const kvtier_key *batch = keys + half * 4;
+        size_t idx[4], n_store = 0, n_evicted = 0;
+        uint32_t slots[4];
+        bool refused = true;
+        s = kvtier_manager_prepare_store(m, req, batch, 4, idx, slots, 4, &n_store, NULL, 0, &n_evicted,
+                                         &refused);
+        if (s != KVTIER_STATUS_OK) return fail("prepare_store", s);
+        if (refused || n_store != 4) {
+            fprintf(stderr, "observe: the store was refused\n");
+            return EXIT_FAILURE;
+        }
+        for (size_t j = 0; j < n_store; j++) /* the "GPU" writes the block */
+            memset(base + (size_t)slots[j] * stride, batch[idx[j]].data[0], BLOCK);
+        s = kvtier_manager_complete_store(m, req, batch, 4, true);
+        if (s != KVTIER_STATUS_OK) return fail("complete_store", s);
+        int w = settle(m, fd); /* the cascade to the fs tier */
+        if (w < 0) return fail("settle", KVTIER_STATUS_TIMEOUT);
+        wakes += w;
+    }
+
+    /* Block 'a' was evicted by the second half: it comes back from disk. */
+    int32_t answer = KVTIER_MANAGER_LOOKUP_RETRY;
+    for (int i = 0; i < 50 && answer != KVTIER_MANAGER_LOOKUP_HIT; i++) {
+        s = kvtier_manager_lookup(m, req, &keys[0], &answer);
+        if (s != KVTIER_STATUS_OK) return fail("lookup", s);
+        if (answer == KVTIER_MANAGER_LOOKUP_MISS) {
+            fprintf(stderr, "observe: the fs tier lost block a\n");
+            return EXIT_FAILURE;
+        }
+        if (answer != KVTIER_MANAGER_LOOKUP_HIT) {
+            int w = settle(m, fd);
+            if (w < 0) return fail("settle", KVTIER_STATUS_TIMEOUT);
+            wakes += w;
+        }
+    }
+    uint32_t slot = 0;
+    s = kvtier_manager_prepare_load(m, req, &keys[0], 1, &slot, 1);
+    if (s != KVTIER_STATUS_OK) return fail("prepare_load", s);
+    const char *got = base + (size_t)slot * stride;
+    for (size_t i = 0; i < BLOCK; i++)
+        if (got[i] != 'a') {
+            fprintf(stderr, "observe: byte %zu of the promoted block is wrong\n", i);
+            return EXIT_FAILURE;
+        }
+    s = kvtier_manager_complete_load(m, req, &keys[0], 1);
+    if (s != KVTIER_STATUS_OK) return fail("complete_load", s);
+    s = kvtier_manager_on_request_finished(m, req);
+    if (s != KVTIER_STATUS_OK) return fail("on_request_finished", s);
+
+    size_t needed = 0;
+    s = kvtier_manager_metrics_prometheus(m, NULL, 0, &needed);
+    if (s != KVTIER_STATUS_BUFFER_TOO_SMALL) return fail("metrics size", s);
+    char *text = (char *)malloc(needed + 1024);
+    if (!text) return EXIT_FAILURE;
+    s = kvtier_manager_metrics_prometheus(m, text, needed + 1024, &needed);
+    if (s != KVTIER_STATUS_OK) {
+        free(text);
+        return fail("metrics", s);
+    }
+    int ok = strstr(text, "kvtier_promotion_jobs_total{tier=\"fs\"} 1\n") != NULL &&
+             strstr(text, "kvtier_cascade_jobs_total{tier=\"fs\"} 2\n") != NULL;
+    /* Show the fs tier's own lines. */
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (strstr(line, "tier=\"fs\"") && strstr(line, "_total")) printf("  %s\n", line);
+    free(text);
+
+    printf("events: primary stored %zu removed %zu; fs stored %zu; %d wake-ups\n", seen->stored[0],
+           seen->removed[0], seen->stored[1], wakes);
+    if (!ok) fprintf(stderr, "observe: metrics lack the fs tier's jobs\n");
+    if (seen->stored[1] != KEYS || seen->removed[0] < 4 || !seen->medium_ok) {
+        fprintf(stderr, "observe: unexpected events\n");
+        ok = 0;
+    }
+    if (wakes < 1) {
+        fprintf(stderr, "observe: poll() was never woken\n");
+        ok = 0;
+    }
+    return ok ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+int main(void) {
+    char dir[] = "/tmp/kvtier-observe-XXXXXX";
+    if (!mkdtemp(dir)) return EXIT_FAILURE;
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"block_bytes\": %d, \"primary\": {\"capacity\": 4, \"event_capacity\": 256},"
+             " \"tiers\": [{\"type\": \"fs\", \"options\": {\"directory\": \"%s\","
+             " \"read_threads\": 1, \"write_threads\": 1, \"direct_io\": false}}]}",
+             BLOCK, dir);
+    kvtier_manager *m = NULL;
+    kvtier_status s = kvtier_manager_new_from_json(json, strlen(json), &m);
+    int rc = EXIT_FAILURE;
+    if (s != KVTIER_STATUS_OK) {
+        rc = fail("new_from_json", s);
+    } else {
+        void *base = NULL;
+        size_t stride = 0, slot_bytes = 0;
+        uint32_t count = 0;
+        int fd = -1;
+        struct seen seen;
+        memset(&seen, 0, sizeof seen);
+        seen.medium_ok = 1;
+        if ((s = kvtier_manager_slot_memory(m, &base, &stride, &slot_bytes, &count)) != KVTIER_STATUS_OK)
+            rc = fail("slot_memory", s);
+        else if ((s = kvtier_manager_set_event_callback(m, on_events, &seen, false)) != KVTIER_STATUS_OK)
+            rc = fail("set_event_callback", s);
+        else if ((s = kvtier_manager_wake_fd(m, &fd)) != KVTIER_STATUS_OK)
+            rc = fail("wake_fd", s);
+        else
+            rc = run(m, (char *)base, stride, fd, &seen);
+        kvtier_manager_free(m);
+    }
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (rc == EXIT_SUCCESS) printf("observe: ok\n");
+    return rc;
+}

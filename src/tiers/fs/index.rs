@@ -1,0 +1,283 @@
+//! The tier's in-memory view of its directory: which keys it holds, in which
+//! state, how many bytes they take, and their recency (an intrusive LRU list
+//! over a slab, so touching and evicting allocate nothing).
+//!
+//! Owned by the scheduler-side tier object; workers never see it.
+
+use hashbrown::HashMap;
+
+use crate::key::Key;
+
+/// State of one key in the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// A store is writing it; not readable yet, not evictable.
+    Writing,
+    /// Whole and readable; evictable when no load reads it.
+    Ready,
+    /// Evicted; its file is being removed by the store job that needed the
+    /// room.  Not readable; a new store of it is skipped until removal ends.
+    Removing,
+}
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug)]
+struct Node {
+    key: Key,
+    state: State,
+    readers: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// Keys, states, byte accounting and LRU order.
+#[derive(Debug)]
+pub struct Index {
+    map: HashMap<Key, u32, foldhash::fast::RandomState>,
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    /// Most recently used Ready key.
+    head: u32,
+    /// Least recently used Ready key.
+    tail: u32,
+    /// Bytes of every key not yet removed from the index (writing, ready,
+    /// or removing but not yet accounted as freed).
+    used: u64,
+    ready: usize,
+    file_bytes: u64,
+}
+
+impl Index {
+    /// An empty index where every block file takes `file_bytes`.
+    pub fn new(file_bytes: u64) -> Index {
+        Index {
+            map: HashMap::default(),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            used: 0,
+            ready: 0,
+            file_bytes,
+        }
+    }
+
+    /// Bytes accounted to the directory.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    /// Number of Ready keys.
+    pub fn ready_count(&self) -> usize {
+        self.ready
+    }
+
+    /// Bytes of one block file.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
+    }
+
+    /// State and reader count of `key`.
+    pub fn get(&self, key: &Key) -> Option<(State, u32)> {
+        self.map.get(key).map(|&i| {
+            let n = &self.nodes[i as usize];
+            (n.state, n.readers)
+        })
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let (prev, next) = {
+            let n = &self.nodes[i as usize];
+            (n.prev, n.next)
+        };
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.nodes[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.nodes[next as usize].prev = prev;
+        }
+        let n = &mut self.nodes[i as usize];
+        n.prev = NIL;
+        n.next = NIL;
+    }
+
+    fn push_head(&mut self, i: u32) {
+        let old = self.head;
+        {
+            let n = &mut self.nodes[i as usize];
+            n.prev = NIL;
+            n.next = old;
+        }
+        if old == NIL {
+            self.tail = i;
+        } else {
+            self.nodes[old as usize].prev = i;
+        }
+        self.head = i;
+    }
+
+    /// Adds `key` (absent) in `state`, accounting its bytes; a Ready key
+    /// becomes the most recent.
+    pub fn insert(&mut self, key: Key, state: State) {
+        debug_assert!(!self.map.contains_key(&key));
+        let node = Node {
+            key,
+            state,
+            readers: 0,
+            prev: NIL,
+            next: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        self.map.insert(key, i);
+        self.used += self.file_bytes;
+        if state == State::Ready {
+            self.ready += 1;
+            self.push_head(i);
+        }
+    }
+
+    /// A Writing key became Ready (most recent).  False if it was not Writing.
+    pub fn set_ready(&mut self, key: &Key) -> bool {
+        let Some(&i) = self.map.get(key) else {
+            return false;
+        };
+        if self.nodes[i as usize].state != State::Writing {
+            return false;
+        }
+        self.nodes[i as usize].state = State::Ready;
+        self.ready += 1;
+        self.push_head(i);
+        true
+    }
+
+    /// Forgets `key`, freeing its bytes (unless already freed at eviction);
+    /// returns the state it was in.
+    pub fn remove(&mut self, key: &Key) -> Option<State> {
+        let i = self.map.remove(key)?;
+        let state = self.nodes[i as usize].state;
+        match state {
+            State::Ready => {
+                self.unlink(i);
+                self.ready -= 1;
+                self.used -= self.file_bytes;
+            }
+            State::Writing => self.used -= self.file_bytes,
+            State::Removing => {}
+        }
+        self.free.push(i);
+        Some(state)
+    }
+
+    /// Makes Ready `key` the most recent; other keys are ignored.
+    pub fn touch(&mut self, key: &Key) {
+        if let Some(&i) = self.map.get(key) {
+            if self.nodes[i as usize].state == State::Ready && self.head != i {
+                self.unlink(i);
+                self.push_head(i);
+            }
+        }
+    }
+
+    /// Adds a reader (a load in flight) to Ready `key`; false if not Ready.
+    pub fn add_reader(&mut self, key: &Key) -> bool {
+        match self.map.get(key) {
+            Some(&i) if self.nodes[i as usize].state == State::Ready => {
+                self.nodes[i as usize].readers += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops a reader of `key` (if it is still indexed).
+    pub fn drop_reader(&mut self, key: &Key) {
+        if let Some(&i) = self.map.get(key) {
+            let n = &mut self.nodes[i as usize];
+            n.readers = n.readers.saturating_sub(1);
+        }
+    }
+
+    /// Evicts the least recently used Ready key that no load reads: it
+    /// becomes Removing (when `keep_removing`) or is forgotten, and its
+    /// bytes are freed.  Walks past keys being read.
+    pub fn evict_one(&mut self, keep_removing: bool) -> Option<Key> {
+        let mut i = self.tail;
+        while i != NIL && self.nodes[i as usize].readers > 0 {
+            i = self.nodes[i as usize].prev;
+        }
+        if i == NIL {
+            return None;
+        }
+        self.unlink(i);
+        self.ready -= 1;
+        self.used -= self.file_bytes;
+        let key = self.nodes[i as usize].key;
+        if keep_removing {
+            self.nodes[i as usize].state = State::Removing;
+        } else {
+            self.map.remove(&key);
+            self.free.push(i);
+        }
+        Some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(i: u8) -> Key {
+        Key::new(&[i]).unwrap()
+    }
+
+    #[test]
+    fn lru_order_touch_and_readers() {
+        let mut ix = Index::new(10);
+        for i in 0..4 {
+            ix.insert(k(i), State::Ready);
+        }
+        assert_eq!(ix.used(), 40);
+        ix.touch(&k(0));
+        assert!(ix.add_reader(&k(1)));
+        assert_eq!(ix.evict_one(true), Some(k(2)), "1 is being read");
+        assert_eq!(ix.get(&k(2)), Some((State::Removing, 0)));
+        assert_eq!(ix.used(), 30);
+        assert_eq!(ix.remove(&k(2)), Some(State::Removing));
+        assert_eq!(ix.used(), 30);
+        assert_eq!(ix.evict_one(false), Some(k(3)));
+        assert_eq!(ix.evict_one(false), Some(k(0)));
+        assert_eq!(ix.evict_one(false), None, "only the read key is left");
+        ix.drop_reader(&k(1));
+        assert_eq!(ix.evict_one(false), Some(k(1)));
+        assert_eq!((ix.used(), ix.ready_count()), (0, 0));
+    }
+
+    #[test]
+    fn writing_keys_are_not_evictable_until_ready() {
+        let mut ix = Index::new(5);
+        ix.insert(k(1), State::Writing);
+        assert_eq!(ix.used(), 5);
+        assert_eq!(ix.evict_one(false), None);
+        assert!(!ix.add_reader(&k(1)));
+        assert!(ix.set_ready(&k(1)));
+        assert!(!ix.set_ready(&k(1)));
+        assert_eq!(ix.evict_one(false), Some(k(1)));
+        ix.insert(k(2), State::Writing);
+        assert_eq!(ix.remove(&k(2)), Some(State::Writing));
+        assert_eq!(ix.used(), 0);
+    }
+}

@@ -1,0 +1,740 @@
+//! Block I/O: copies straight between a region slot and a block file with
+//! `pread`/`pwrite` (no staging buffer), `O_DIRECT` where the file system
+//! takes it, and the checksum computed on the same pass.
+//!
+//! Runs on the tier's worker threads only.
+
+use std::ffi::{CStr, CString};
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::format::{
+    BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
+};
+use crate::key::Key;
+use crate::region::SlotMemory;
+
+/// Why one block's transfer failed; each is counted separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// The file system is full (`ENOSPC`, `EDQUOT`, `EFBIG`).
+    NoSpace,
+    /// The file system is read-only (`EROFS`).
+    ReadOnly,
+    /// Permission denied (`EACCES`, `EPERM`).
+    Permission,
+    /// The tier's directory (or a fan-out directory) is missing or not a
+    /// directory (`ENOENT`, `ENOTDIR` on a store).
+    MissingDir,
+    /// Another I/O error.
+    Io,
+    /// The block file disappeared before it could be read.
+    Vanished,
+    /// The file is shorter than its header says.
+    Truncated,
+    /// The header is not ours, of another version, damaged, or for another
+    /// key or block size.
+    BadHeader,
+    /// The data does not match the checksum.
+    Checksum,
+    /// The key was not in the tier when the load was submitted.
+    NotPresent,
+    /// The tier was shut down before the transfer ran.
+    Closed,
+    /// The job named a slot outside the region, or its keys and slots
+    /// differ in number.
+    BadSlot,
+}
+
+impl Cause {
+    /// Every cause, in stats order.
+    pub const ALL: [Cause; 12] = [
+        Cause::NoSpace,
+        Cause::ReadOnly,
+        Cause::Permission,
+        Cause::MissingDir,
+        Cause::Io,
+        Cause::Vanished,
+        Cause::Truncated,
+        Cause::BadHeader,
+        Cause::Checksum,
+        Cause::NotPresent,
+        Cause::Closed,
+        Cause::BadSlot,
+    ];
+
+    /// Stat name of the cause's counter.
+    pub fn stat_name(self) -> &'static str {
+        match self {
+            Cause::NoSpace => "errors_no_space",
+            Cause::ReadOnly => "errors_read_only",
+            Cause::Permission => "errors_permission",
+            Cause::MissingDir => "errors_missing_dir",
+            Cause::Io => "errors_io",
+            Cause::Vanished => "errors_vanished",
+            Cause::Truncated => "errors_truncated",
+            Cause::BadHeader => "errors_bad_header",
+            Cause::Checksum => "errors_checksum",
+            Cause::NotPresent => "errors_not_present",
+            Cause::Closed => "errors_closed",
+            Cause::BadSlot => "errors_bad_slot",
+        }
+    }
+
+    /// Index into [`Cause::ALL`].
+    pub fn index(self) -> usize {
+        Cause::ALL.iter().position(|c| *c == self).expect("listed")
+    }
+
+    /// Whether the cause means the stored file was bad (and is removed).
+    pub fn is_corruption(self) -> bool {
+        matches!(self, Cause::Truncated | Cause::BadHeader | Cause::Checksum)
+    }
+
+    /// The cause of OS error `errno` during a store.
+    pub fn of_store_errno(errno: i32) -> Cause {
+        match errno {
+            libc::ENOSPC | libc::EDQUOT | libc::EFBIG => Cause::NoSpace,
+            libc::EROFS => Cause::ReadOnly,
+            libc::EACCES | libc::EPERM => Cause::Permission,
+            libc::ENOENT | libc::ENOTDIR => Cause::MissingDir,
+            _ => Cause::Io,
+        }
+    }
+
+    /// The cause of OS error `errno` during a load.
+    pub fn of_load_errno(errno: i32) -> Cause {
+        match errno {
+            libc::ENOENT => Cause::Vanished,
+            libc::EACCES | libc::EPERM => Cause::Permission,
+            _ => Cause::Io,
+        }
+    }
+}
+
+/// A worker's reusable buffers: one page-aligned page for the header
+/// (`O_DIRECT` needs aligned buffers) and the paths it builds, so moving a
+/// block allocates nothing.
+pub struct Scratch {
+    page: Box<Page>,
+    path: Vec<u8>,
+    temp: Vec<u8>,
+    dir: Vec<u8>,
+}
+
+#[repr(C, align(4096))]
+struct Page([u8; HEADER_LEN]);
+
+impl Scratch {
+    /// Fresh buffers.
+    pub fn new() -> Scratch {
+        Scratch {
+            page: Box::new(Page([0; HEADER_LEN])),
+            path: Vec::with_capacity(256),
+            temp: Vec::with_capacity(256),
+            dir: Vec::with_capacity(256),
+        }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch::new()
+    }
+}
+
+/// What the worker threads share to move blocks.
+pub struct BlockIo {
+    /// Key → path mapping.
+    pub layout: Layout,
+    /// The region's slots.
+    pub slots: SlotMemory,
+    /// Whether `O_DIRECT` is used (probed at open).
+    pub direct: bool,
+    /// Whether stores are made durable (fdatasync the file, fsync the directory).
+    pub durable: bool,
+    /// Whether other processes share the directory (a store first checks
+    /// whether one of them wrote the block already).
+    pub shared: bool,
+    /// How stores link unnamed files (`O_TMPFILE`) under their names
+    /// (probed at open); `None`: temporary files and a rename instead.
+    pub link: Option<LinkVia>,
+    pid: u32,
+    temp_seq: AtomicU64,
+}
+
+const ALIGN: usize = 4096;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("tier paths hold no NUL")
+}
+
+/// A path built by the layout (NUL-terminated) as a `CStr`.
+fn cstr(bytes: &[u8]) -> &CStr {
+    CStr::from_bytes_with_nul(bytes).expect("built NUL-terminated")
+}
+
+/// A file descriptor closed on drop.
+struct Fd(i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: we own the descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn pwrite_all(fd: i32, mut ptr: *const u8, mut len: usize, mut off: u64) -> Result<(), i32> {
+    while len > 0 {
+        // SAFETY: `ptr..ptr+len` is readable memory owned by the caller.
+        let n = unsafe { libc::pwrite(fd, ptr.cast(), len, off as libc::off_t) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(libc::ENOSPC);
+        }
+        let n = n as usize;
+        // SAFETY: n <= len.
+        ptr = unsafe { ptr.add(n) };
+        len -= n;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// Reads exactly `len` bytes; `Ok(false)` at a premature end of file.
+fn pread_exact(fd: i32, mut ptr: *mut u8, mut len: usize, mut off: u64) -> Result<bool, i32> {
+    while len > 0 {
+        // SAFETY: `ptr..ptr+len` is writable memory owned by the caller.
+        let n = unsafe { libc::pread(fd, ptr.cast(), len, off as libc::off_t) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        let n = n as usize;
+        // SAFETY: n <= len.
+        ptr = unsafe { ptr.add(n) };
+        len -= n;
+        off += n as u64;
+    }
+    Ok(true)
+}
+
+/// Result of storing one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Written now; bytes of data.
+    Written(u64),
+    /// A whole file for the key was there already (another process, or an
+    /// earlier run): nothing written.
+    Present,
+}
+
+impl BlockIo {
+    /// Block I/O over `slots` under `layout`.
+    pub fn new(
+        layout: Layout,
+        slots: SlotMemory,
+        direct: bool,
+        durable: bool,
+        shared: bool,
+        link: Option<LinkVia>,
+    ) -> BlockIo {
+        BlockIo {
+            layout,
+            slots,
+            direct,
+            durable,
+            shared,
+            link,
+            pid: std::process::id(),
+            temp_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes of data per block (the slot size).
+    pub fn block_bytes(&self) -> usize {
+        self.slots.slot_bytes()
+    }
+
+    fn direct_for(&self, ptr: *const u8) -> bool {
+        self.direct && (ptr as usize) % ALIGN == 0 && self.slots.slot_bytes() % ALIGN == 0
+    }
+
+    /// Whether a whole block file for `key` exists (size checked, contents
+    /// verified only when loaded).
+    pub fn exists(&self, key: &Key, scratch: &mut Scratch) -> bool {
+        let p = self.layout.block_c(key, &mut scratch.path);
+        // SAFETY: plain stat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::stat(p.as_ptr(), &mut st) };
+        rc == 0
+            && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
+            && st.st_size as u64 == file_len(self.block_bytes())
+    }
+
+    /// Removes `key`'s block file; a missing file is not an error.
+    pub fn remove(&self, key: &Key, scratch: &mut Scratch) -> Result<(), Cause> {
+        let p = self.layout.block_c(key, &mut scratch.path);
+        // SAFETY: plain unlink of a NUL-terminated path.
+        if unsafe { libc::unlink(p.as_ptr()) } != 0 {
+            let e = errno();
+            if e != libc::ENOENT {
+                return Err(Cause::of_store_errno(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn open_temp(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
+        let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.layout.temp_c(key, self.pid, n, &mut scratch.temp);
+        let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        let mut made_dirs = false;
+        loop {
+            // SAFETY: NUL-terminated path.
+            let fd = unsafe { libc::open(tmp.as_ptr(), flags, 0o644 as libc::c_uint) };
+            if fd >= 0 {
+                return Ok(Fd(fd));
+            }
+            let e = errno();
+            if e == libc::ENOENT && !made_dirs {
+                // Only the fan-out directory is created here: a missing
+                // root stays missing (and the store fails with its cause).
+                let c = self.layout.dir_c(key, &mut scratch.dir);
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::mkdir(c.as_ptr(), 0o755) } != 0 {
+                    let e = errno();
+                    if e != libc::EEXIST {
+                        return Err(e);
+                    }
+                }
+                made_dirs = true;
+                continue;
+            }
+            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
+                flags &= !libc::O_DIRECT;
+                continue;
+            }
+            return Err(e);
+        }
+    }
+
+    /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
+    fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
+        let dir = self.layout.dir_c(key, &mut scratch.dir);
+        let mut flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        let mut made_dir = false;
+        loop {
+            // SAFETY: NUL-terminated path.
+            let fd = unsafe { libc::open(dir.as_ptr(), flags, 0o644 as libc::c_uint) };
+            if fd >= 0 {
+                return Ok(Fd(fd));
+            }
+            let e = errno();
+            if e == libc::ENOENT && !made_dir {
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0 && errno() != libc::EEXIST {
+                    return Err(errno());
+                }
+                made_dir = true;
+                continue;
+            }
+            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
+                flags &= !libc::O_DIRECT;
+                continue;
+            }
+            return Err(e);
+        }
+    }
+
+    /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
+    /// a file has that name.
+    fn publish(&self, fd: &Fd, key: &Key, scratch: &mut Scratch) -> Result<(), i32> {
+        let dst = self.layout.block_c(key, &mut scratch.path);
+        link_fd(
+            fd.0,
+            dst,
+            self.link.unwrap_or(LinkVia::ProcFd),
+            &mut scratch.temp,
+        )
+    }
+
+    /// Stores slot `slot` as `key`'s block so that readers see the old
+    /// state or the whole block, and nothing is left behind on failure or
+    /// crash: where the file system has `O_TMPFILE`, an unnamed file is
+    /// written and then linked under its name (a crash leaves no trace);
+    /// elsewhere a temporary file in the final directory is renamed.
+    pub fn store(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
+        if self.shared && self.exists(key, scratch) {
+            return Ok(Stored::Present);
+        }
+        let len = self.block_bytes();
+        let base = self
+            .slots
+            .slot_ptr(slot)
+            .map_err(|_| Cause::BadSlot)?
+            .as_ptr() as *const u8;
+        let direct = self.direct_for(base);
+        if self.link.is_some() {
+            return self.store_unnamed(key, base, len, direct, scratch);
+        }
+        let fd = self
+            .open_temp(key, direct, scratch)
+            .map_err(Cause::of_store_errno)?;
+        let written = self.write_file(key, &fd, base, len, &mut scratch.page.0);
+        drop(fd);
+        let result = written.and_then(|()| {
+            let tmp = cstr(&scratch.temp);
+            let dst = self.layout.block_c(key, &mut scratch.path);
+            // SAFETY: NUL-terminated paths.
+            if unsafe { libc::rename(tmp.as_ptr(), dst.as_ptr()) } != 0 {
+                return Err(errno());
+            }
+            if self.durable {
+                sync_dir(self.layout.dir_c(key, &mut scratch.dir))?;
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => Ok(Stored::Written(len as u64)),
+            Err(e) => {
+                // SAFETY: NUL-terminated path (the temporary file, if the
+                // rename did not happen).
+                unsafe { libc::unlink(cstr(&scratch.temp).as_ptr()) };
+                Err(Cause::of_store_errno(e))
+            }
+        }
+    }
+
+    fn store_unnamed(
+        &self,
+        key: &Key,
+        base: *const u8,
+        len: usize,
+        direct: bool,
+        scratch: &mut Scratch,
+    ) -> Result<Stored, Cause> {
+        let fd = self
+            .open_unnamed(key, direct, scratch)
+            .map_err(Cause::of_store_errno)?;
+        self.write_file(key, &fd, base, len, &mut scratch.page.0)
+            .map_err(Cause::of_store_errno)?;
+        match self.publish(&fd, key, scratch) {
+            Ok(()) => {}
+            Err(libc::EEXIST) if self.shared => return Ok(Stored::Present),
+            Err(libc::EEXIST) => {
+                // Not in the index, so stale (another format, damaged, or
+                // left by an earlier run): replace it.
+                let dst = self.layout.block_c(key, &mut scratch.path);
+                // SAFETY: NUL-terminated path.
+                unsafe { libc::unlink(dst.as_ptr()) };
+                self.publish(&fd, key, scratch)
+                    .map_err(Cause::of_store_errno)?;
+            }
+            Err(e) => return Err(Cause::of_store_errno(e)),
+        }
+        if self.durable {
+            sync_dir(self.layout.dir_c(key, &mut scratch.dir)).map_err(Cause::of_store_errno)?;
+        }
+        Ok(Stored::Written(len as u64))
+    }
+
+    fn write_file(
+        &self,
+        key: &Key,
+        fd: &Fd,
+        base: *const u8,
+        len: usize,
+        page: &mut [u8; HEADER_LEN],
+    ) -> Result<(), i32> {
+        // The checksum pass leaves the block in cache for the copy that
+        // follows; header and data then go out in one system call.
+        let mut hasher = BlockHasher::new(key, len as u64);
+        // SAFETY: the slot is pinned by the store job for its duration.
+        hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
+        let header = Header {
+            key: *key,
+            data_len: len as u64,
+            checksum: hasher.finish(),
+        };
+        let buf = page;
+        encode_header(&header, buf);
+        let total = HEADER_LEN + len;
+        let iov = [
+            libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: len,
+            },
+        ];
+        // SAFETY: both buffers are valid for their lengths.
+        let n = loop {
+            let n = unsafe { libc::pwritev(fd.0, iov.as_ptr(), 2, 0) };
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            break n;
+        };
+        if n < 0 {
+            return Err(errno());
+        }
+        let n = n as usize;
+        if n < total {
+            // A short write: finish the rest in plain writes.
+            if n < HEADER_LEN {
+                pwrite_all(fd.0, buf[n..].as_ptr(), HEADER_LEN - n, n as u64)?;
+                pwrite_all(fd.0, base, len, HEADER_LEN as u64)?;
+            } else {
+                let done = n - HEADER_LEN;
+                // SAFETY: done < len.
+                pwrite_all(fd.0, unsafe { base.add(done) }, len - done, n as u64)?;
+            }
+        }
+        // SAFETY: plain fdatasync of an open descriptor.
+        if self.durable && unsafe { libc::fdatasync(fd.0) } != 0 {
+            return Err(errno());
+        }
+        Ok(())
+    }
+
+    /// Loads `key`'s block into slot `slot`, verifying header and checksum.
+    /// A bad file is removed.  On failure the slot holds unspecified bytes
+    /// (it is write pending; the key is reported failed and never readable).
+    pub fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
+        let len = self.block_bytes();
+        let base = self
+            .slots
+            .slot_ptr(slot)
+            .map_err(|_| Cause::BadSlot)?
+            .as_ptr();
+        let direct = self.direct_for(base);
+        let path = self.layout.block_c(key, &mut scratch.path);
+        let result = self.read_file(key, path, base, len, direct, &mut scratch.page.0);
+        if let Err(cause) = result {
+            if cause.is_corruption() {
+                // SAFETY: NUL-terminated path.
+                unsafe { libc::unlink(path.as_ptr()) };
+            }
+        }
+        result
+    }
+
+    fn read_file(
+        &self,
+        key: &Key,
+        path: &CStr,
+        base: *mut u8,
+        len: usize,
+        direct: bool,
+        page: &mut [u8; HEADER_LEN],
+    ) -> Result<u64, Cause> {
+        let mut flags = libc::O_RDONLY | libc::O_CLOEXEC;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        let fd = loop {
+            // SAFETY: NUL-terminated path.
+            let fd = unsafe { libc::open(path.as_ptr(), flags) };
+            if fd >= 0 {
+                break Fd(fd);
+            }
+            let e = errno();
+            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
+                flags &= !libc::O_DIRECT;
+                continue;
+            }
+            return Err(Cause::of_load_errno(e));
+        };
+        // Header and data in one system call, the data straight into the
+        // slot; the header is checked before the data counts for anything.
+        let total = HEADER_LEN + len;
+        let iov = [
+            libc::iovec {
+                iov_base: page.as_mut_ptr().cast(),
+                iov_len: HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: base.cast(),
+                iov_len: len,
+            },
+        ];
+        let n = loop {
+            // SAFETY: both buffers are valid for their lengths (the slot is
+            // write pending, reserved for this job).
+            let n = unsafe { libc::preadv(fd.0, iov.as_ptr(), 2, 0) };
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            break n;
+        };
+        if n < 0 {
+            return Err(Cause::of_load_errno(errno()));
+        }
+        let mut got = n as usize;
+        if got < HEADER_LEN {
+            return Err(Cause::Truncated);
+        }
+        let header = decode_header(&page[..]).map_err(|_| Cause::BadHeader)?;
+        if header.key != *key || header.data_len != len as u64 {
+            return Err(Cause::BadHeader);
+        }
+        if got < total {
+            // A short read (signals, network file systems): read the rest.
+            let done = got - HEADER_LEN;
+            // SAFETY: done < len, in bounds of the slot.
+            match pread_exact(fd.0, unsafe { base.add(done) }, len - done, got as u64) {
+                Ok(true) => got = total,
+                Ok(false) => return Err(Cause::Truncated),
+                Err(e) => return Err(Cause::of_load_errno(e)),
+            }
+        }
+        debug_assert_eq!(got, total);
+        let mut hasher = BlockHasher::new(key, len as u64);
+        // SAFETY: the slot's `len` bytes were just read.
+        hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
+        if hasher.finish() != header.checksum {
+            return Err(Cause::Checksum);
+        }
+        Ok(len as u64)
+    }
+}
+
+fn sync_dir(c: &CStr) -> Result<(), i32> {
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fd = Fd(fd);
+    // SAFETY: open descriptor.
+    if unsafe { libc::fsync(fd.0) } != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// How an unnamed file is given a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkVia {
+    /// `linkat(fd, "", ..., AT_EMPTY_PATH)` (needs `CAP_DAC_READ_SEARCH`
+    /// on most kernels).
+    EmptyPath,
+    /// `linkat` of `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`.
+    ProcFd,
+}
+
+/// Links open file `fd` as `dst`.
+fn link_fd(fd: i32, dst: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(), i32> {
+    // SAFETY: NUL-terminated paths; `fd` is open.
+    let rc = match via {
+        LinkVia::EmptyPath => unsafe {
+            libc::linkat(
+                fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                dst.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        },
+        LinkVia::ProcFd => {
+            scratch.clear();
+            // Writing into a Vec cannot fail.
+            let _ = write!(scratch, "/proc/self/fd/{fd}\0");
+            let src = cstr(scratch);
+            unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    src.as_ptr(),
+                    libc::AT_FDCWD,
+                    dst.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            }
+        }
+    };
+    if rc != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// How `dir` lets unnamed files (`O_TMPFILE`) be linked in, if it does
+/// (local file systems do; NFS does not).
+pub fn probe_tmpfile(dir: &Path) -> Option<LinkVia> {
+    let c = cpath(dir);
+    let mut scratch = Vec::new();
+    for via in [LinkVia::EmptyPath, LinkVia::ProcFd] {
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        let fd = Fd(fd);
+        let dst = cpath(&dir.join(format!(".tmpfile-probe.{}.tmp", std::process::id())));
+        if link_fd(fd.0, &dst, via, &mut scratch).is_ok() {
+            // SAFETY: NUL-terminated path.
+            unsafe { libc::unlink(dst.as_ptr()) };
+            return Some(via);
+        }
+    }
+    None
+}
+
+/// Whether `O_DIRECT` works in `dir`: writes one aligned page to a probe file.
+pub fn probe_direct(dir: &Path) -> bool {
+    let probe = dir.join(format!(".odirect-probe.{}.tmp", std::process::id()));
+    let c = cpath(&probe);
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECT | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        return false;
+    }
+    let fd = Fd(fd);
+    let page = Scratch::new();
+    let ok = pwrite_all(fd.0, page.page.0.as_ptr(), HEADER_LEN, 0).is_ok();
+    drop(fd);
+    // SAFETY: NUL-terminated path.
+    unsafe { libc::unlink(c.as_ptr()) };
+    ok
+}

@@ -1,0 +1,848 @@
+//! The built-in file-system secondary tier: KV blocks as files under one
+//! directory (local NVMe, tmpfs, or a shared file system).
+//!
+//! - One file per block, `<root>/<aa>/<key hex>.kvb` (see [`format`]):
+//!   a page-sized header (magic, version, key, length, xxh3 checksum of key
+//!   and data), then the data, page-aligned.
+//! - Stores write an unnamed file (`O_TMPFILE`) and link it under its name,
+//!   or, where the file system lacks that, a temporary file in the final
+//!   directory renamed: a crash leaves the old state or the whole block.  Optional durability:
+//!   `fdatasync` of the file and `fsync` of its directory.
+//! - Loads verify header and checksum; a bad block's key is reported failed
+//!   (the other keys of the job still arrive), its file removed, the cause
+//!   counted.
+//! - Copies go straight between region slots and files (`pread`/`pwrite`),
+//!   with `O_DIRECT` where the file system takes it.
+//! - Read-priority and write-priority worker pools; nothing but `drain` and
+//!   `shutdown` blocks the caller.
+//! - A byte capacity with high/low watermarks and LRU eviction that never
+//!   removes a block a load is reading.
+//! - Opening an existing directory rebuilds the index and byte accounting
+//!   from the headers on disk.
+//! - With `shared`, keys absent from the local index are looked for on disk
+//!   by a worker (lookup answers RETRY meanwhile), so several processes can
+//!   use one directory.
+
+pub mod format;
+pub mod index;
+pub mod io;
+pub mod pool;
+
+use std::fs;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use hashbrown::HashMap;
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::key::Key;
+use crate::region::SlotMemory;
+use crate::request::{Locality, Medium, Request};
+use crate::stats::Stat;
+use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
+
+use format::{HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_temp_name};
+use index::{Index, State};
+use io::{BlockIo, Cause};
+use pool::{JobState, Pool, outcome};
+
+/// Options of a file-system tier.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FsOptions {
+    /// Directory holding the blocks.
+    pub root: PathBuf,
+    /// Create `root` (and its parents) if missing; if false, a missing
+    /// directory is an error at open.
+    pub create_dir: bool,
+    /// Byte limit of the files (headers included); 0 means unbounded.
+    pub capacity_bytes: u64,
+    /// Fraction of the capacity above which a store evicts (0 < low <= high <= 1).
+    pub high_watermark: f64,
+    /// Fraction of the capacity eviction brings usage down to.
+    pub low_watermark: f64,
+    /// Read-priority worker threads (1..=256).
+    pub read_threads: usize,
+    /// Write-priority worker threads (1..=256).
+    pub write_threads: usize,
+    /// Use `O_DIRECT` where the file system supports it.
+    pub direct_io: bool,
+    /// Make each stored block durable before reporting it (fdatasync + directory fsync).
+    pub durable: bool,
+    /// Write each store as an unnamed file (`O_TMPFILE`) linked under its
+    /// name once whole, where the file system supports it (a crash then
+    /// leaves nothing behind); otherwise, or when false, a named temporary
+    /// file is renamed.
+    pub unnamed_temp_files: bool,
+    /// Other processes use the directory too: look for keys missing from
+    /// the local index on disk (off the caller's thread).
+    pub shared: bool,
+    /// Where the storage is, for request tier filters.
+    pub locality: Locality,
+    /// Temporary files older than this are removed at open even if their
+    /// writer cannot be shown dead (a writer on another host).
+    pub stale_temp_age: Duration,
+}
+
+impl FsOptions {
+    /// Defaults for a tier rooted at `root`: unbounded, 8 + 8 threads,
+    /// `O_DIRECT`, no fsync, not shared, watermarks 0.95 / 0.85.
+    pub fn new(root: impl Into<PathBuf>) -> FsOptions {
+        FsOptions {
+            root: root.into(),
+            create_dir: true,
+            capacity_bytes: 0,
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            read_threads: 8,
+            write_threads: 8,
+            direct_io: true,
+            durable: false,
+            unnamed_temp_files: true,
+            shared: false,
+            locality: Locality::Local,
+            stale_temp_age: Duration::from_secs(15 * 60),
+        }
+    }
+
+    fn validate(&self, block_bytes: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("fs tier: {m}")));
+        if self.root.as_os_str().is_empty() {
+            return bad("the directory is empty (give the path of a directory)".into());
+        }
+        let (lo, hi) = (self.low_watermark, self.high_watermark);
+        if !(lo > 0.0 && lo <= hi && hi <= 1.0) {
+            return bad(format!(
+                "watermarks must satisfy 0 < low <= high <= 1 (got low {lo}, high {hi})"
+            ));
+        }
+        for (what, n) in [("read", self.read_threads), ("write", self.write_threads)] {
+            if n == 0 || n > 256 {
+                return bad(format!("{what}_threads must be 1..=256 (got {n})"));
+            }
+        }
+        let one = file_len(block_bytes);
+        if self.capacity_bytes != 0 && (self.capacity_bytes as f64 * lo) < one as f64 {
+            return bad(format!(
+                "capacity {} bytes at low watermark {lo} holds no block of {one} bytes (header included)",
+                self.capacity_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a restart found in the directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RebuildReport {
+    /// Whole blocks indexed.
+    pub blocks: u64,
+    /// Files skipped: another format version, a damaged header, another
+    /// block size, or a name that does not match the header's key.
+    pub skipped: u64,
+    /// Temporary files left by crashed writers, removed.
+    pub temp_removed: u64,
+    /// Blocks evicted because the directory held more than the capacity.
+    pub evicted: u64,
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    hits: u64,
+    misses: u64,
+    retries: u64,
+    stores_written: u64,
+    stores_present: u64,
+    stores_skipped: u64,
+    stores_rejected_full: u64,
+    loads: u64,
+    jobs_failed: u64,
+    evictions: u64,
+    corrupt_removed: u64,
+    adopted: u64,
+}
+
+/// The file-system tier.
+pub struct FsTier {
+    opts: FsOptions,
+    pool: Pool,
+    index: Index,
+    /// Existence checks: `true` while pending, `false` once answered absent
+    /// (forgotten at the end of the step).
+    checks: HashMap<Key, bool, foldhash::fast::RandomState>,
+    /// Checks still pending.
+    pending_checks: usize,
+    /// Keys answered absent this step (forgotten at its end).
+    absent: Vec<Key>,
+    events: Vec<Event>,
+    totals: Totals,
+    rebuild: RebuildReport,
+    outstanding: usize,
+    closed: bool,
+    finished_buf: Vec<Arc<JobState>>,
+    checked_buf: Vec<(Key, bool)>,
+    /// Descriptions of failed transfers for the manager's error log
+    /// (bounded: the counters keep the totals).
+    errors: Vec<String>,
+}
+
+/// Most failure descriptions kept between two `take_errors` calls.
+const MAX_PENDING_ERRORS: usize = 64;
+
+impl std::fmt::Debug for FsTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsTier")
+            .field("root", &self.opts.root)
+            .field("blocks", &self.index.ready_count())
+            .field("bytes_used", &self.index.used())
+            .finish()
+    }
+}
+
+impl FsTier {
+    /// Opens (or creates) the tier's directory for blocks of
+    /// `slots.slot_bytes()` bytes, rebuilding the index from what is there.
+    /// Blocks the caller while it scans the directory.
+    pub fn open(slots: SlotMemory, opts: FsOptions) -> Result<FsTier> {
+        let block_bytes = slots.slot_bytes();
+        opts.validate(block_bytes)?;
+        let root = &opts.root;
+        match fs::metadata(root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "fs tier: {} is not a directory",
+                    root.display()
+                )));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && opts.create_dir => {
+                fs::create_dir_all(root).map_err(|e| {
+                    Error::io(format!("fs tier: creating directory {}", root.display()), e)
+                })?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!(
+                    "fs tier directory {} (create_dir is off)",
+                    root.display()
+                )));
+            }
+            Err(e) => {
+                return Err(Error::io(format!("fs tier: opening {}", root.display()), e));
+            }
+        }
+        let direct = opts.direct_io && io::probe_direct(root);
+        let layout = Layout::new(root.clone());
+        let mut index = Index::new(file_len(block_bytes));
+        let mut events = Vec::new();
+        let rebuild = rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
+        let link = if opts.unnamed_temp_files {
+            io::probe_tmpfile(root)
+        } else {
+            None
+        };
+        let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
+        let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
+        Ok(FsTier {
+            opts,
+            pool,
+            index,
+            checks: HashMap::default(),
+            pending_checks: 0,
+            absent: Vec::new(),
+            events,
+            totals: Totals::default(),
+            rebuild,
+            outstanding: 0,
+            closed: false,
+            finished_buf: Vec::new(),
+            checked_buf: Vec::new(),
+            errors: Vec::new(),
+        })
+    }
+
+    /// The options the tier runs with.
+    pub fn options(&self) -> &FsOptions {
+        &self.opts
+    }
+
+    /// Whether stores write unnamed files and link them (the probe at open
+    /// succeeded and the option is on).
+    pub fn unnamed_temp_files(&self) -> bool {
+        self.pool.shared().io.link.is_some()
+    }
+
+    /// Whether `O_DIRECT` is in use (the probe at open succeeded).
+    pub fn direct_io(&self) -> bool {
+        self.pool.shared().io.direct
+    }
+
+    /// What the restart scan found.
+    pub fn rebuild_report(&self) -> RebuildReport {
+        self.rebuild
+    }
+
+    /// Bytes the tier accounts to its directory.
+    pub fn bytes_used(&self) -> u64 {
+        self.index.used()
+    }
+
+    /// Number of whole, readable blocks.
+    pub fn block_count(&self) -> usize {
+        self.index.ready_count()
+    }
+
+    /// Failures counted for `cause` so far.
+    pub fn errors(&self, cause: Cause) -> u64 {
+        self.pool.shared().counters.errors[cause.index()].load(Ordering::Relaxed)
+    }
+
+    /// Why a job is failed whole before it starts, if it is.
+    fn refusal(&self, job: &JobRef) -> Option<Cause> {
+        if self.closed {
+            Some(Cause::Closed)
+        } else if job.slots.len() != job.keys.len() {
+            Some(Cause::BadSlot)
+        } else {
+            None
+        }
+    }
+
+    /// Reports every key of `job` failed with `cause` (at the next poll).
+    fn fail_job(&mut self, job: JobRef, cause: Cause) {
+        let n = job.keys.len();
+        let counters = &self.pool.shared().counters;
+        for _ in 0..n {
+            counters.error(cause);
+        }
+        let codes = vec![outcome::FAILED + cause.index() as u8; n];
+        self.pool
+            .submit(Arc::new(JobState::new(job, codes, Vec::new(), Vec::new())));
+    }
+
+    fn absorb(&mut self) {
+        let mut jobs = std::mem::take(&mut self.finished_buf);
+        let mut checks = std::mem::take(&mut self.checked_buf);
+        self.pool.take(&mut jobs, &mut checks);
+        for (key, found) in checks.drain(..) {
+            if self.checks.get(&key) != Some(&true) {
+                continue;
+            }
+            self.pending_checks -= 1;
+            if !found {
+                self.checks.insert(key, false);
+                self.absent.push(key);
+                continue;
+            }
+            self.checks.remove(&key);
+            if self.index.get(&key).is_none() {
+                self.index.insert(key, State::Ready);
+                self.totals.adopted += 1;
+                self.events.push(Event {
+                    kind: EventKind::Stored,
+                    key: Some(key),
+                });
+            }
+        }
+        self.checked_buf = checks;
+        self.finished_buf = jobs;
+    }
+
+    fn note_failure(&mut self, what: &str, key: &Key, code: u8) {
+        if self.errors.len() >= MAX_PENDING_ERRORS {
+            return;
+        }
+        let why = if code >= outcome::FAILED {
+            Cause::ALL[(code - outcome::FAILED) as usize]
+                .stat_name()
+                .trim_start_matches("errors_")
+                .replace('_', " ")
+        } else {
+            "no room (every block is being read or written)".to_string()
+        };
+        self.errors.push(format!(
+            "fs tier {}: {what} of key {key} failed: {why}",
+            self.opts.root.display()
+        ));
+    }
+
+    fn settle(&mut self, state: &JobState) -> JobResult {
+        let job = &state.job;
+        for i in 0..job.keys.len() {
+            let code = state.code(i);
+            if code >= outcome::FAILED || code == outcome::REJECTED_FULL {
+                let what = match job.direction {
+                    Direction::Store => "store",
+                    Direction::Load => "load",
+                };
+                self.note_failure(what, &job.keys[i], code);
+            }
+        }
+        let mut ok = true;
+        match job.direction {
+            Direction::Store => {
+                for &i in &state.work {
+                    let key = job.keys[i as usize];
+                    let code = state.code(i as usize);
+                    match code {
+                        outcome::DONE | outcome::PRESENT => {
+                            if code == outcome::DONE {
+                                self.totals.stores_written += 1;
+                            } else {
+                                self.totals.stores_present += 1;
+                            }
+                            if self.index.set_ready(&key) {
+                                self.events.push(Event {
+                                    kind: EventKind::Stored,
+                                    key: Some(key),
+                                });
+                            }
+                        }
+                        _ => {
+                            ok = false;
+                            if self.index.get(&key).map(|s| s.0) == Some(State::Writing) {
+                                self.index.remove(&key);
+                            }
+                        }
+                    }
+                }
+                if (0..job.keys.len()).any(|i| {
+                    let c = state.code(i);
+                    c == outcome::REJECTED_FULL || c >= outcome::FAILED
+                }) {
+                    ok = false;
+                }
+                for victim in &state.victims {
+                    if self.index.get(victim).map(|s| s.0) == Some(State::Removing) {
+                        self.index.remove(victim);
+                    }
+                }
+            }
+            Direction::Load => {
+                for (i, key) in job.keys.iter().enumerate() {
+                    let code = state.code(i);
+                    if code == outcome::DONE {
+                        self.totals.loads += 1;
+                        self.index.drop_reader(key);
+                        self.index.touch(key);
+                        continue;
+                    }
+                    ok = false;
+                    if code < outcome::FAILED {
+                        continue;
+                    }
+                    let cause = Cause::ALL[(code - outcome::FAILED) as usize];
+                    if cause != Cause::NotPresent {
+                        self.index.drop_reader(key);
+                    }
+                    // A bad or vanished file is no longer in the tier.
+                    if (cause.is_corruption() || cause == Cause::Vanished)
+                        && self.index.get(key).map(|s| s.0) == Some(State::Ready)
+                    {
+                        if cause.is_corruption() {
+                            self.totals.corrupt_removed += 1;
+                        }
+                        self.index.remove(key);
+                        self.events.push(Event {
+                            kind: EventKind::Removed,
+                            key: Some(*key),
+                        });
+                    }
+                }
+            }
+        }
+        if !ok {
+            self.totals.jobs_failed += 1;
+        }
+        let succeeded_keys = if !ok && job.direction == Direction::Load {
+            Some(
+                job.keys
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| state.code(*i) == outcome::DONE)
+                    .map(|(_, k)| *k)
+                    .collect(),
+            )
+        } else {
+            None
+        };
+        JobResult {
+            id: job.id,
+            success: ok,
+            succeeded_keys,
+            bytes: state.bytes.load(Ordering::Relaxed),
+            duration: Some(state.started.elapsed()),
+        }
+    }
+
+    /// Evicts LRU blocks so `need` more bytes fit under the watermarks;
+    /// returns how many of `new` blocks may be admitted.
+    fn make_room(&mut self, new: usize, victims: &mut Vec<Key>) -> usize {
+        let cap = self.opts.capacity_bytes;
+        if cap == 0 || new == 0 {
+            return new;
+        }
+        let one = self.index.file_bytes();
+        let high = (cap as f64 * self.opts.high_watermark) as u64;
+        let low = (cap as f64 * self.opts.low_watermark) as u64;
+        let need = one * new as u64;
+        if self.index.used() + need > high {
+            while self.index.used() + need > low {
+                let Some(victim) = self.index.evict_one(true) else {
+                    break;
+                };
+                self.totals.evictions += 1;
+                self.events.push(Event {
+                    kind: EventKind::Removed,
+                    key: Some(victim),
+                });
+                victims.push(victim);
+            }
+        }
+        let room = cap.saturating_sub(self.index.used()) / one;
+        new.min(room as usize)
+    }
+}
+
+/// Rebuilds `index` from the files under `layout`'s root.
+fn rebuild(
+    layout: &Layout,
+    block_bytes: usize,
+    opts: &FsOptions,
+    index: &mut Index,
+    events: &mut Vec<Event>,
+) -> Result<RebuildReport> {
+    let mut report = RebuildReport::default();
+    let mut found: Vec<(SystemTime, Key)> = Vec::new();
+    let expected_len = file_len(block_bytes);
+    let mut header = vec![0u8; HEADER_LEN];
+    let is_fanout = |name: &str| name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit());
+    let read = |p: &Path| {
+        fs::read_dir(p).map_err(|e| Error::io(format!("fs tier: listing {}", p.display()), e))
+    };
+    for dir in read(layout.root())? {
+        let Ok(dir) = dir else { continue };
+        if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
+            continue;
+        }
+        for entry in read(&dir.path())? {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = entry.path();
+            if name.ends_with(".tmp") {
+                if stale_temp(&path, name, opts.stale_temp_age) && fs::remove_file(&path).is_ok() {
+                    report.temp_removed += 1;
+                }
+                continue;
+            }
+            let Some(key) = key_of_block_name(name) else {
+                continue;
+            };
+            match check_block(&path, &key, block_bytes, expected_len, &mut header) {
+                Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
+                Some(_) => {}
+                None => report.skipped += 1,
+            }
+        }
+    }
+    // Oldest first, so the newest file ends up the most recently used.
+    found.sort_by_key(|(t, _)| *t);
+    for (_, key) in found {
+        index.insert(key, State::Ready);
+        events.push(Event {
+            kind: EventKind::Stored,
+            key: Some(key),
+        });
+        report.blocks += 1;
+    }
+    let cap = opts.capacity_bytes;
+    if cap > 0 && index.used() > (cap as f64 * opts.high_watermark) as u64 {
+        let low = (cap as f64 * opts.low_watermark) as u64;
+        while index.used() > low {
+            let Some(victim) = index.evict_one(false) else {
+                break;
+            };
+            let _ = fs::remove_file(layout.block_path(&victim));
+            events.push(Event {
+                kind: EventKind::Removed,
+                key: Some(victim),
+            });
+            report.evicted += 1;
+            report.blocks -= 1;
+        }
+    }
+    Ok(report)
+}
+
+/// The file's mtime if it holds a whole block of `key` in the current format.
+fn check_block(
+    path: &Path,
+    key: &Key,
+    block_bytes: usize,
+    expected_len: u64,
+    header: &mut [u8],
+) -> Option<SystemTime> {
+    let f = fs::File::open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if meta.len() != expected_len {
+        return None;
+    }
+    f.read_exact_at(header, 0).ok()?;
+    let h = decode_header(header).ok()?;
+    if h.key != *key || h.data_len != block_bytes as u64 {
+        return None;
+    }
+    meta.modified().ok()
+}
+
+/// Whether a temporary file's writer is gone: its pid is dead on this host,
+/// or the file is older than `max_age`.
+fn stale_temp(path: &Path, name: &str, max_age: Duration) -> bool {
+    if let Some(pid) = pid_of_temp_name(name) {
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive {
+            return true;
+        }
+    }
+    fs::metadata(path)
+        .map(|m| {
+            let mtime = std::time::UNIX_EPOCH + Duration::from_secs(m.mtime().max(0) as u64);
+            SystemTime::now()
+                .duration_since(mtime)
+                .is_ok_and(|age| age > max_age)
+        })
+        .unwrap_or(false)
+}
+
+impl SecondaryTier for FsTier {
+    fn name(&self) -> &str {
+        "fs"
+    }
+
+    fn medium(&self) -> Option<Medium> {
+        Some(Medium::Storage)
+    }
+
+    fn locality(&self) -> Option<Locality> {
+        Some(self.opts.locality)
+    }
+
+    fn lookup(&mut self, key: &Key, _request: &Request) -> TierLookup {
+        if self.closed {
+            return TierLookup::Miss;
+        }
+        if self.opts.shared {
+            self.absorb();
+        }
+        match self.index.get(key) {
+            Some((State::Ready, _)) => {
+                self.totals.hits += 1;
+                return TierLookup::Hit;
+            }
+            Some(_) => {
+                self.totals.misses += 1;
+                return TierLookup::Miss;
+            }
+            None => {}
+        }
+        if !self.opts.shared {
+            self.totals.misses += 1;
+            return TierLookup::Miss;
+        }
+        match self.checks.get(key) {
+            Some(true) => {
+                self.totals.retries += 1;
+                TierLookup::Retry
+            }
+            Some(false) => {
+                self.totals.misses += 1;
+                TierLookup::Miss
+            }
+            None => {
+                self.checks.insert(*key, true);
+                self.pending_checks += 1;
+                self.pool.check(*key);
+                self.totals.retries += 1;
+                TierLookup::Retry
+            }
+        }
+    }
+
+    fn submit_store(&mut self, job: JobRef) {
+        self.outstanding += 1;
+        if let Some(cause) = self.refusal(&job) {
+            self.fail_job(job, cause);
+            return;
+        }
+        let n = job.keys.len();
+        let mut codes = vec![outcome::SKIPPED; n];
+        let mut new = 0;
+        for (i, key) in job.keys.iter().enumerate() {
+            match self.index.get(key) {
+                Some((State::Ready, _)) => {
+                    self.totals.stores_skipped += 1;
+                    self.index.touch(key);
+                }
+                Some(_) => self.totals.stores_skipped += 1,
+                None => {
+                    // Reserve now, so a duplicate later in the job is skipped.
+                    self.index.insert(*key, State::Writing);
+                    codes[i] = outcome::QUEUED;
+                    new += 1;
+                }
+            }
+        }
+        // Release the reservations while making room, then take back the admitted ones.
+        let reserved: Vec<u32> = (0..n as u32)
+            .filter(|&i| codes[i as usize] == outcome::QUEUED)
+            .collect();
+        for &i in &reserved {
+            self.index.remove(&job.keys[i as usize]);
+        }
+        let mut victims = Vec::new();
+        let admitted = self.make_room(new, &mut victims);
+        let mut work = Vec::with_capacity(admitted);
+        for &i in &reserved {
+            if work.len() < admitted {
+                self.index.insert(job.keys[i as usize], State::Writing);
+                work.push(i);
+            } else {
+                codes[i as usize] = outcome::REJECTED_FULL;
+                self.totals.stores_rejected_full += 1;
+            }
+        }
+        self.pool
+            .submit(Arc::new(JobState::new(job, codes, work, victims)));
+    }
+
+    fn submit_load(&mut self, job: JobRef) {
+        self.outstanding += 1;
+        if let Some(cause) = self.refusal(&job) {
+            self.fail_job(job, cause);
+            return;
+        }
+        let n = job.keys.len();
+        let not_present = outcome::FAILED + Cause::NotPresent.index() as u8;
+        let mut codes = vec![not_present; n];
+        let mut work = Vec::with_capacity(n);
+        for (i, key) in job.keys.iter().enumerate() {
+            if self.index.add_reader(key) {
+                codes[i] = outcome::QUEUED;
+                work.push(i as u32);
+            }
+        }
+        let counters = &self.pool.shared().counters;
+        for &c in &codes {
+            if c >= outcome::FAILED {
+                counters.error(Cause::ALL[(c - outcome::FAILED) as usize]);
+            }
+        }
+        self.pool
+            .submit(Arc::new(JobState::new(job, codes, work, Vec::new())));
+    }
+
+    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+        self.absorb();
+        let mut jobs = std::mem::take(&mut self.finished_buf);
+        for state in jobs.drain(..) {
+            out.push(self.settle(&state));
+            self.outstanding -= 1;
+        }
+        self.finished_buf = jobs;
+    }
+
+    fn touch(&mut self, keys: &[Key], _request: &Request) {
+        // Reversed, so the batch's first key (a prefix's head) ends up most recent.
+        for key in keys.iter().rev() {
+            self.index.touch(key);
+        }
+    }
+
+    fn on_schedule_end(&mut self) {
+        if self.opts.shared {
+            self.absorb();
+            for key in self.absent.drain(..) {
+                self.checks.remove(&key);
+            }
+        }
+    }
+
+    fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {
+        self.pool.set_notifier(notifier);
+    }
+
+    fn has_pending_work(&self) -> bool {
+        self.outstanding > 0 || self.pending_checks > 0
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        self.pool.wait_idle(false);
+        Ok(())
+    }
+
+    fn stats(&self) -> Vec<Stat> {
+        let c = &self.pool.shared().counters;
+        let t = &self.totals;
+        let r = &self.rebuild;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = vec![
+            Stat::gauge("bytes_used", self.index.used() as f64),
+            Stat::gauge("capacity_bytes", self.opts.capacity_bytes as f64),
+            Stat::gauge("blocks", self.index.ready_count() as f64),
+            Stat::gauge("direct_io", if self.direct_io() { 1.0 } else { 0.0 }),
+            Stat::counter("hits", t.hits),
+            Stat::counter("misses", t.misses),
+            Stat::counter("lookup_retries", t.retries),
+            Stat::counter("existence_checks", load(&c.checks)),
+            Stat::counter("blocks_adopted", t.adopted),
+            Stat::counter("stores_written", t.stores_written),
+            Stat::counter("stores_already_present", t.stores_present),
+            Stat::counter("stores_skipped", t.stores_skipped),
+            Stat::counter("stores_rejected_full", t.stores_rejected_full),
+            Stat::counter("loads", t.loads),
+            Stat::counter("jobs_failed", t.jobs_failed),
+            Stat::counter("evictions", t.evictions + r.evicted),
+            Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
+            Stat::counter("removal_errors", load(&c.removal_errors)),
+            Stat::counter("read_bytes", load(&c.read_bytes)),
+            Stat::counter("read_time_us", load(&c.read_ns) / 1000),
+            Stat::counter("write_bytes", load(&c.write_bytes)),
+            Stat::counter("write_time_us", load(&c.write_ns) / 1000),
+            Stat::counter("restart_blocks", r.blocks),
+            Stat::counter("restart_skipped_files", r.skipped),
+            Stat::counter("restart_temp_removed", r.temp_removed),
+        ];
+        for cause in Cause::ALL {
+            s.push(Stat::counter(
+                cause.stat_name(),
+                load(&c.errors[cause.index()]),
+            ));
+        }
+        s
+    }
+
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
+    }
+
+    fn take_errors(&mut self, out: &mut Vec<String>) {
+        out.append(&mut self.errors);
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if !self.closed {
+            self.closed = true;
+            self.pool.stop();
+            // Queued existence checks were cancelled.
+            self.checks.clear();
+            self.absent.clear();
+            self.pending_checks = 0;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! A manager built from JSON with a `"redis"` tier, against a real
+//! `redis-server` on loopback: blocks cascade, the redis workers' reports
+//! wake the wake-up descriptor, evicted blocks come back with their bytes,
+//! and the metrics name the tier.
+
+#![cfg(feature = "redis-tier")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use kvtier::Key;
+use kvtier::config::Config;
+use kvtier::tiering::backend::StorePlan;
+use kvtier::tiering::{LookupResult, Manager, RequestParams};
+use redis_server::RedisServer;
+
+const BLOCK: usize = 4096;
+
+fn readable(fd: i32, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    (unsafe { libc::poll(&mut p, 1, timeout_ms) }) == 1 && p.revents & libc::POLLIN != 0
+}
+
+/// Ends the step, then runs empty steps, sleeping on the descriptor, until
+/// nothing is pending.
+fn settle(m: &Manager, fd: i32) {
+    m.on_schedule_end().unwrap();
+    for _ in 0..200 {
+        m.on_schedule_end().unwrap();
+        if !m.has_pending_work().unwrap() {
+            return;
+        }
+        if readable(fd, 5000) {
+            m.notifier().reset();
+        }
+    }
+    panic!("work never finished");
+}
+
+fn store(m: &Manager, keys: &[Key]) {
+    let slots = m.slot_memory().unwrap().clone();
+    let mut plan = StorePlan::default();
+    m.prepare_store("r", keys, &mut plan).unwrap();
+    for (k, &slot) in plan.to_store.iter().zip(&plan.slots) {
+        slots.write(slot, 0, &[k.as_bytes()[0]; BLOCK]).unwrap();
+    }
+    let done = plan.to_store.clone();
+    m.complete_store("r", &done, true).unwrap();
+}
+
+#[test]
+fn json_redis_tier_round_trips_and_wakes() {
+    let server = match RedisServer::start() {
+        Ok(s) => s,
+        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
+            println!("SKIPPED: cannot start a redis server: {why}");
+            return;
+        }
+        Err(why) => panic!("starting redis failed: {why}"),
+    };
+    let json = format!(
+        r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 4}},
+            "tiers": [{{"type": "redis", "options": {{"nodes": ["{}"], "namespace": "cfg-{}",
+                        "connections": 1}}}}]}}"#,
+        server.addr(),
+        std::process::id()
+    );
+    let m = Config::from_json(&json).unwrap().build().unwrap();
+    assert_eq!(&*m.tier_name(1).unwrap(), "redis");
+    let fd = m.notifier().fd().unwrap();
+    m.on_new_request("r", RequestParams::default()).unwrap();
+    let first: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
+    store(&m, &first);
+    assert!(
+        readable(fd, 10_000),
+        "the redis worker's report wakes the fd"
+    );
+    settle(&m, fd);
+    let second: Vec<Key> = (5..=8u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
+    store(&m, &second);
+    settle(&m, fd);
+    // Key 1 was evicted from the primary tier: it comes back from redis.
+    let mut answer = m.lookup("r", &first[0]).unwrap();
+    for _ in 0..50 {
+        if answer == LookupResult::Hit {
+            break;
+        }
+        assert_ne!(answer, LookupResult::Miss, "redis has the block");
+        settle(&m, fd);
+        answer = m.lookup("r", &first[0]).unwrap();
+    }
+    assert_eq!(answer, LookupResult::Hit);
+    let mut slots = Vec::new();
+    m.prepare_load("r", &first[..1], &mut slots).unwrap();
+    let mut got = vec![0u8; BLOCK];
+    m.slot_memory()
+        .unwrap()
+        .read(slots[0], 0, &mut got)
+        .unwrap();
+    assert!(
+        got.iter().all(|&b| b == 1),
+        "the promoted block has its bytes"
+    );
+    m.complete_load("r", &first[..1]).unwrap();
+    let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
+    assert!(
+        text.contains("kvtier_promotion_jobs_total{tier=\"redis\"} 1"),
+        "{text}"
+    );
+    m.on_request_finished("r").unwrap();
+    m.shutdown().unwrap();
+}

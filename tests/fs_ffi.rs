@@ -1,0 +1,123 @@
+//! The file-system tier's C API, called the way C calls it: defaults, NULL
+//! arguments, bad options and their statuses, and attaching a tier.
+
+use std::ffi::{CStr, CString};
+use std::ptr;
+
+use kvtier::ffi::fs::*;
+use kvtier::ffi::kvtier_last_error_message;
+use kvtier::ffi::kvtier_status as S;
+use kvtier::ffi::manager::*;
+use kvtier::ffi::region::*;
+use kvtier::ffi::tier::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+struct Setup {
+    region: *mut kvtier_region,
+    manager: *mut kvtier_manager,
+}
+
+impl Setup {
+    fn new(tag: &str) -> Setup {
+        let name = CString::new(format!("kvtier-fs-ffi-{}-{tag}", std::process::id())).unwrap();
+        let mut ro = kvtier_region_options_default();
+        ro.name = name.as_ptr();
+        ro.slot_count = 8;
+        ro.slot_bytes = 16 << 10;
+        let mut region = ptr::null_mut();
+        assert_eq!(
+            unsafe { kvtier_region_new(&ro, &mut region) },
+            S::Ok,
+            "{}",
+            last_error()
+        );
+        let mut mo = kvtier_manager_options_default();
+        mo.capacity = 8;
+        let mut manager = ptr::null_mut();
+        assert_eq!(
+            unsafe { kvtier_manager_new(&mo, &mut manager) },
+            S::Ok,
+            "{}",
+            last_error()
+        );
+        Setup { region, manager }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        unsafe {
+            kvtier_manager_free(self.manager);
+            kvtier_region_free(self.region);
+        }
+    }
+}
+
+#[test]
+fn defaults_are_documented_values() {
+    let d = kvtier_fs_options_default();
+    assert!(d.directory.is_null());
+    assert!(d.create_dir && d.direct_io && d.unnamed_temp_files && !d.durable && !d.shared);
+    assert_eq!(d.capacity_bytes, 0);
+    assert_eq!((d.high_watermark, d.low_watermark), (0.95, 0.85));
+    assert_eq!((d.read_threads, d.write_threads), (8, 8));
+    assert_eq!(d.locality, KVTIER_LOCALITY_LOCAL);
+    assert_eq!(d.stale_temp_age_ms, 15 * 60 * 1000);
+}
+
+#[test]
+fn attaches_a_tier_and_rejects_bad_arguments() {
+    let s = Setup::new("attach");
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let mut o = kvtier_fs_options_default();
+    let mut index = 99usize;
+    // No directory.
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
+    assert_eq!(st, S::NullArgument);
+    assert!(
+        last_error().contains("options->directory"),
+        "{}",
+        last_error()
+    );
+    o.directory = cdir.as_ptr();
+    // NULL handles and outputs.
+    let st = unsafe { kvtier_manager_add_fs_tier(ptr::null_mut(), s.region, &o, &mut index) };
+    assert_eq!(st, S::NullArgument);
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, ptr::null(), &o, &mut index) };
+    assert_eq!(st, S::NullArgument);
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, ptr::null(), &mut index) };
+    assert_eq!(st, S::NullArgument);
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, ptr::null_mut()) };
+    assert_eq!(st, S::NullArgument);
+    // Bad options: clear errors, nothing attached.
+    let mut bad = o;
+    bad.low_watermark = 2.0;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &bad, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(last_error().contains("watermarks"), "{}", last_error());
+    let mut bad = o;
+    bad.locality = 7;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &bad, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(last_error().contains("locality"), "{}", last_error());
+    let missing = CString::new(dir.path().join("nope").to_str().unwrap()).unwrap();
+    let mut bad = o;
+    bad.directory = missing.as_ptr();
+    bad.create_dir = false;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &bad, &mut index) };
+    assert_eq!(st, S::NotFound);
+    assert_eq!(index, 99, "nothing written on failure");
+    // Attached: the first secondary tier.
+    o.locality = KVTIER_LOCALITY_REMOTE;
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    assert_eq!(index, 1);
+}

@@ -1,0 +1,874 @@
+//! The file-system tier, driven directly through the `SecondaryTier` trait:
+//! round trips, verification, capacity, restart, crashes, sharing between
+//! processes, and failure modes.
+//!
+//! Some tests re-run this test binary as a child process (an ignored test
+//! selected with `--ignored --exact`, told what to do through environment
+//! variables) to crash a writer, to share a directory, or to limit file
+//! sizes for one process only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kvtier::events::{Event, EventKind};
+use kvtier::region::SlotMemory;
+use kvtier::request::{Request, RequestInfo};
+use kvtier::tiering::{Direction, Job, JobId, JobResult, SecondaryTier, TierLookup};
+use kvtier::tiers::fs::io::Cause;
+use kvtier::tiers::fs::{FsOptions, FsTier};
+use kvtier::{Error, Key};
+
+const SLOT: usize = 64 << 10;
+
+fn request() -> Request {
+    Arc::new(RequestInfo {
+        name: "req".into(),
+        ..Default::default()
+    })
+}
+
+fn key(i: u32) -> Key {
+    Key::new(format!("block-{i:06}").as_bytes()).unwrap()
+}
+
+fn job(id: u64, direction: Direction, keys: &[u32], slots: &[u32]) -> Arc<Job> {
+    Arc::new(Job {
+        id: JobId(id),
+        direction,
+        keys: keys.iter().map(|&i| key(i)).collect(),
+        slots: slots.to_vec(),
+        request: request(),
+    })
+}
+
+/// The bytes block `i` carries.
+fn pattern(i: u32, out: &mut [u8]) {
+    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for chunk in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+fn fill(mem: &SlotMemory, slot: u32, i: u32) {
+    let mut buf = vec![0u8; mem.slot_bytes()];
+    pattern(i, &mut buf);
+    mem.write(slot, 0, &buf).unwrap();
+}
+
+fn holds(mem: &SlotMemory, slot: u32, i: u32) -> bool {
+    let mut want = vec![0u8; mem.slot_bytes()];
+    pattern(i, &mut want);
+    let mut got = vec![0u8; mem.slot_bytes()];
+    mem.read(slot, 0, &mut got).unwrap();
+    got == want
+}
+
+fn opts(dir: &Path) -> FsOptions {
+    let mut o = FsOptions::new(dir);
+    o.read_threads = 2;
+    o.write_threads = 2;
+    o
+}
+
+/// Options with unnamed temporary files (`O_TMPFILE`) on or off, so both
+/// store paths are tested.
+fn opts_mode(dir: &Path, unnamed: bool) -> FsOptions {
+    let mut o = opts(dir);
+    o.unnamed_temp_files = unnamed;
+    o
+}
+
+/// The store path a child process is told to use.
+fn child_mode() -> bool {
+    std::env::var("KVTIER_FS_CHILD_UNNAMED").as_deref() != Ok("0")
+}
+
+fn mode_env(unnamed: bool) -> (&'static str, String) {
+    (
+        "KVTIER_FS_CHILD_UNNAMED",
+        if unnamed { "1" } else { "0" }.to_string(),
+    )
+}
+
+/// Polls until `n` jobs have been reported.
+fn wait(tier: &mut FsTier, n: usize) -> Vec<JobResult> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.len() < n {
+        tier.poll_finished(&mut out);
+        assert!(Instant::now() < deadline, "jobs did not finish: {out:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    out
+}
+
+/// Stores blocks `ids` through slots 0.. as one job, and waits for it.
+fn store(tier: &mut FsTier, mem: &SlotMemory, id: u64, ids: &[u32]) -> JobResult {
+    let slots: Vec<u32> = (0..ids.len() as u32).collect();
+    for (s, &i) in slots.iter().zip(ids) {
+        fill(mem, *s, i);
+    }
+    tier.submit_store(job(id, Direction::Store, ids, &slots));
+    wait(tier, 1).remove(0)
+}
+
+/// Loads blocks `ids` into slots starting at `first`, and waits.
+fn load(tier: &mut FsTier, id: u64, ids: &[u32], first: u32) -> JobResult {
+    let slots: Vec<u32> = (first..first + ids.len() as u32).collect();
+    tier.submit_load(job(id, Direction::Load, ids, &slots));
+    wait(tier, 1).remove(0)
+}
+
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_str().unwrap().ends_with(ext) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn disk_bytes(dir: &Path) -> u64 {
+    files(dir, "")
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
+fn stat(tier: &FsTier, name: &str) -> f64 {
+    tier.stats()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no stat {name}"))
+        .value
+}
+
+fn events(tier: &mut FsTier) -> Vec<Event> {
+    let mut out = Vec::new();
+    tier.take_events(&mut out);
+    out
+}
+
+fn child(test: &str, envs: &[(&str, String)]) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--ignored", "--exact", test, "--test-threads=1", "--quiet"]);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.stdout(Stdio::null());
+    c
+}
+
+#[test]
+fn blocks_round_trip_with_events_and_stats() {
+    for unnamed in [true, false] {
+        round_trip(unnamed);
+    }
+}
+
+fn round_trip(unnamed: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(16, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    if !unnamed {
+        assert!(!tier.unnamed_temp_files());
+    }
+    let ids: Vec<u32> = (0..8).collect();
+    let r = store(&mut tier, &mem, 1, &ids);
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.bytes, 8 * SLOT as u64);
+    assert_eq!(files(dir.path(), ".kvb").len(), 8);
+    assert!(files(dir.path(), ".tmp").is_empty());
+    let ev = events(&mut tier);
+    assert_eq!(ev.len(), 8);
+    assert!(ev.iter().all(|e| e.kind == EventKind::Stored));
+    let req = request();
+    assert_eq!(tier.lookup(&key(3), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(99), &req), TierLookup::Miss);
+
+    let r = load(&mut tier, 2, &ids, 8);
+    assert!(r.success && r.succeeded_keys.is_none(), "{r:?}");
+    for (n, &i) in ids.iter().enumerate() {
+        assert!(holds(&mem, 8 + n as u32, i), "block {i} came back wrong");
+    }
+    // Storing again skips what the tier has (and a duplicate within a job).
+    let r = store(&mut tier, &mem, 3, &[0, 1, 20, 20]);
+    assert!(r.success);
+    assert_eq!(r.bytes, SLOT as u64);
+    assert_eq!(stat(&tier, "stores_skipped"), 3.0);
+    assert_eq!(stat(&tier, "blocks"), 9.0);
+    assert_eq!(stat(&tier, "read_bytes"), (8 * SLOT) as f64);
+    assert_eq!(stat(&tier, "write_bytes"), (9 * SLOT) as f64);
+    assert_eq!(stat(&tier, "hits"), 1.0);
+    assert_eq!(stat(&tier, "misses"), 1.0);
+    assert!(!tier.has_pending_work());
+    tier.shutdown().unwrap();
+}
+
+#[test]
+fn a_flipped_byte_or_damaged_header_is_detected_and_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
+    events(&mut tier);
+    let path_of = |i: u32| {
+        files(dir.path(), ".kvb")
+            .into_iter()
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with(&key(i).to_hex())
+            })
+            .unwrap()
+    };
+    let flip = |p: &Path, at: usize| {
+        let mut b = std::fs::read(p).unwrap();
+        b[at] ^= 0x01;
+        std::fs::write(p, b).unwrap();
+    };
+    flip(&path_of(2), 4096 + 12345); // one data bit
+    flip(&path_of(3), 50); // a key byte in the header
+    let truncated = path_of(4);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&truncated)
+        .unwrap();
+    f.set_len(4096 + 100).unwrap();
+
+    let r = load(&mut tier, 2, &[1, 2, 3, 4], 4);
+    assert!(!r.success);
+    assert_eq!(
+        r.succeeded_keys,
+        Some(vec![key(1)]),
+        "only the good block arrives"
+    );
+    assert!(holds(&mem, 4, 1));
+    assert_eq!(tier.errors(Cause::Checksum), 1);
+    assert_eq!(tier.errors(Cause::BadHeader), 1);
+    assert_eq!(tier.errors(Cause::Truncated), 1);
+    assert_eq!(files(dir.path(), ".kvb").len(), 1, "bad files are removed");
+    let req = request();
+    for i in [2, 3, 4] {
+        assert_eq!(tier.lookup(&key(i), &req), TierLookup::Miss);
+    }
+    let removed: Vec<Key> = events(&mut tier)
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Removed)
+        .map(|e| e.key.unwrap())
+        .collect();
+    assert_eq!(removed.len(), 3);
+    assert_eq!(stat(&tier, "corrupt_blocks_removed"), 3.0);
+    let mut errors = Vec::new();
+    tier.take_errors(&mut errors);
+    assert_eq!(errors.len(), 3);
+    assert!(errors.iter().any(|e| e.contains("checksum")), "{errors:?}");
+    // The tier keeps serving: the bad blocks can be stored again.
+    assert!(store(&mut tier, &mem, 3, &[2, 3]).success);
+    assert!(load(&mut tier, 4, &[2, 3], 4).success);
+    assert!(holds(&mem, 4, 2) && holds(&mem, 5, 3));
+}
+
+#[test]
+fn capacity_holds_with_watermarks_and_across_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let file = (4096 + SLOT) as u64;
+    let mut o = opts(dir.path());
+    o.capacity_bytes = 20 * file;
+    o.high_watermark = 0.9; // 18 files
+    o.low_watermark = 0.5; // 10 files
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    for j in 0..10u32 {
+        let ids: Vec<u32> = (j * 4..j * 4 + 4).collect();
+        assert!(store(&mut tier, &mem, j as u64, &ids).success);
+        assert!(tier.bytes_used() <= o.capacity_bytes);
+        assert!(
+            disk_bytes(dir.path()) <= o.capacity_bytes,
+            "disk over the bound"
+        );
+        assert_eq!(disk_bytes(dir.path()), tier.bytes_used());
+    }
+    // 40 stored: eviction started above 18 files and went down to 10.
+    assert!(stat(&tier, "evictions") > 0.0);
+    let kept = tier.block_count();
+    assert!((10..=18).contains(&kept), "{kept} blocks");
+    let req = request();
+    // LRU: the newest blocks are there, the oldest went.
+    assert_eq!(tier.lookup(&key(39), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(0), &req), TierLookup::Miss);
+    let used = tier.bytes_used();
+    tier.shutdown().unwrap();
+    drop(tier);
+
+    // Restart: same blocks, same accounting.
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    assert_eq!(tier.rebuild_report().blocks as usize, kept);
+    assert_eq!(tier.bytes_used(), used);
+    assert_eq!(tier.lookup(&key(39), &req), TierLookup::Hit);
+    assert!(load(&mut tier, 50, &[39], 0).success);
+    assert!(holds(&mem, 0, 39));
+    drop(tier);
+
+    // Restart with a smaller capacity: the bound holds at once.
+    o.capacity_bytes = 8 * file;
+    let tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    assert!(tier.bytes_used() <= (o.capacity_bytes as f64 * 0.5) as u64);
+    assert!(tier.rebuild_report().evicted > 0);
+    assert_eq!(disk_bytes(dir.path()), tier.bytes_used());
+}
+
+#[test]
+fn eviction_never_removes_a_block_being_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(16, SLOT).unwrap();
+    let file = (4096 + SLOT) as u64;
+    let mut o = opts(dir.path());
+    o.capacity_bytes = 4 * file;
+    o.high_watermark = 1.0;
+    o.low_watermark = 1.0;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[0, 1, 2, 3]).success);
+    // Block 0 is the least recently used; a load of it is in flight while
+    // a store needs room for two blocks.
+    tier.submit_load(job(2, Direction::Load, &[0], &[10]));
+    for (s, i) in [(4u32, 4u32), (5, 5)] {
+        fill(&mem, s, i);
+    }
+    tier.submit_store(job(3, Direction::Store, &[4, 5], &[4, 5]));
+    let results = wait(&mut tier, 2);
+    assert!(results.iter().all(|r| r.success), "{results:?}");
+    assert!(holds(&mem, 10, 0));
+    let req = request();
+    assert_eq!(tier.lookup(&key(0), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+    assert_eq!(tier.lookup(&key(2), &req), TierLookup::Miss);
+    assert_eq!(tier.block_count(), 4);
+}
+
+#[test]
+fn a_full_tier_with_every_block_being_read_rejects_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut o = opts(dir.path());
+    o.capacity_bytes = 2 * (4096 + SLOT) as u64;
+    o.high_watermark = 1.0;
+    o.low_watermark = 1.0;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[0, 1]).success);
+    tier.submit_load(job(2, Direction::Load, &[0, 1], &[4, 5]));
+    tier.submit_store(job(3, Direction::Store, &[7], &[2]));
+    let results = wait(&mut tier, 2);
+    let st = results.iter().find(|r| r.id == JobId(3)).unwrap();
+    assert!(!st.success);
+    assert_eq!(stat(&tier, "stores_rejected_full"), 1.0);
+    assert_eq!(tier.block_count(), 2);
+}
+
+#[test]
+fn touch_and_loads_refresh_recency() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut o = opts(dir.path());
+    o.capacity_bytes = 3 * (4096 + SLOT) as u64;
+    o.high_watermark = 1.0;
+    o.low_watermark = 1.0;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[0, 1, 2]).success);
+    let req = request();
+    tier.touch(&[key(0)], &req);
+    assert!(store(&mut tier, &mem, 2, &[3]).success);
+    assert_eq!(tier.lookup(&key(0), &req), TierLookup::Hit);
+    assert_eq!(
+        tier.lookup(&key(1), &req),
+        TierLookup::Miss,
+        "1 was the LRU"
+    );
+    assert!(load(&mut tier, 3, &[2], 5).success);
+    assert!(store(&mut tier, &mem, 4, &[4]).success);
+    assert_eq!(tier.lookup(&key(2), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(0), &req), TierLookup::Miss);
+}
+
+#[test]
+fn loads_do_not_queue_behind_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let slot = 256 << 10;
+    let mem = SlotMemory::anonymous(130, slot).unwrap();
+    let mut o = FsOptions::new(dir.path());
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut buf = vec![0u8; slot];
+    pattern(1000, &mut buf);
+    mem.write(129, 0, &buf).unwrap();
+    tier.submit_store(job(1, Direction::Store, &[1000], &[129]));
+    wait(&mut tier, 1);
+    let ids: Vec<u32> = (0..128).collect();
+    let slots: Vec<u32> = (0..128).collect();
+    tier.submit_store(job(2, Direction::Store, &ids, &slots));
+    tier.submit_load(job(3, Direction::Load, &[1000], &[128]));
+    let order: Vec<JobId> = wait(&mut tier, 2).into_iter().map(|r| r.id).collect();
+    assert_eq!(
+        order,
+        vec![JobId(3), JobId(2)],
+        "the load waited for the stores"
+    );
+    assert!(holds(&mem, 128, 1000));
+}
+
+#[test]
+fn drain_waits_and_shutdown_fails_later_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(64, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    for s in 0..64 {
+        fill(&mem, s, s);
+    }
+    let ids: Vec<u32> = (0..64).collect();
+    tier.submit_store(job(1, Direction::Store, &ids, &ids));
+    assert!(tier.has_pending_work());
+    tier.drain().unwrap();
+    let mut out = Vec::new();
+    tier.poll_finished(&mut out);
+    assert_eq!(out.len(), 1);
+    assert!(out[0].success);
+    assert!(!tier.has_pending_work());
+    tier.shutdown().unwrap();
+    tier.submit_store(job(2, Direction::Store, &[100], &[0]));
+    tier.submit_load(job(3, Direction::Load, &[1], &[1]));
+    let out = wait(&mut tier, 2);
+    assert!(out.iter().all(|r| !r.success));
+    assert_eq!(tier.errors(Cause::Closed), 2);
+    assert_eq!(tier.lookup(&key(1), &request()), TierLookup::Miss);
+    tier.shutdown().unwrap();
+}
+
+#[test]
+fn jobs_naming_bad_slots_fail_without_harm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    // More keys than slots, and a slot beyond the region.
+    tier.submit_store(job(1, Direction::Store, &[1, 2], &[0]));
+    tier.submit_store(job(2, Direction::Store, &[3, 4], &[1, 99]));
+    let out = wait(&mut tier, 2);
+    assert!(out.iter().all(|r| !r.success), "{out:?}");
+    assert_eq!(tier.errors(Cause::BadSlot), 3);
+    let req = request();
+    assert_eq!(tier.lookup(&key(3), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(4), &req), TierLookup::Miss);
+    assert!(files(dir.path(), ".tmp").is_empty());
+    tier.submit_load(job(3, Direction::Load, &[3], &[42]));
+    let r = wait(&mut tier, 1).remove(0);
+    assert_eq!(r.succeeded_keys, Some(vec![]));
+    assert_eq!(tier.errors(Cause::BadSlot), 4);
+    assert!(!tier.has_pending_work());
+}
+
+#[test]
+fn restart_skips_bad_files_and_removes_temp_files_of_dead_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
+    drop(tier);
+    let kvb = files(dir.path(), ".kvb");
+    let fanout = kvb[0].parent().unwrap().to_path_buf();
+    // A file of an older format version.
+    let mut old = std::fs::read(&kvb[0]).unwrap();
+    old[8..12].copy_from_slice(&0u32.to_le_bytes());
+    std::fs::write(fanout.join(format!("{}.kvb", key(7).to_hex())), &old).unwrap();
+    // Garbage under a block name, and a block of another size.
+    std::fs::write(fanout.join(format!("{}.kvb", key(8).to_hex())), b"junk").unwrap();
+    let mut short = std::fs::read(&kvb[1]).unwrap();
+    short.truncate(4096 + 4096);
+    std::fs::write(&kvb[1], &short).unwrap();
+    // Temporary files: one of a dead writer, one of a live one (this process).
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let dead_tmp = fanout.join(format!(".{}.{dead}.0.tmp", key(9).to_hex()));
+    let live_tmp = fanout.join(format!(".{}.{}.0.tmp", key(9).to_hex(), std::process::id()));
+    std::fs::write(&dead_tmp, b"partial").unwrap();
+    std::fs::write(&live_tmp, b"partial").unwrap();
+
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let rep = tier.rebuild_report();
+    assert_eq!(rep.blocks, 2);
+    assert_eq!(rep.skipped, 3);
+    assert_eq!(rep.temp_removed, 1);
+    assert!(!dead_tmp.exists() && live_tmp.exists());
+    assert_eq!(tier.bytes_used(), 2 * (4096 + SLOT) as u64);
+    let req = request();
+    assert_eq!(tier.lookup(&key(7), &req), TierLookup::Miss);
+    assert_eq!(tier.lookup(&key(8), &req), TierLookup::Miss);
+    // The rebuilt blocks are announced, so a router learns of them.
+    assert_eq!(events(&mut tier).len(), 2);
+    assert_eq!(stat(&tier, "restart_skipped_files"), 3.0);
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(2, SLOT).unwrap();
+    let check = |o: FsOptions, needle: &str| {
+        let e = FsTier::open(mem.clone(), o).unwrap_err();
+        assert!(e.to_string().contains(needle), "{e}");
+        e
+    };
+    let mut o = opts(dir.path());
+    o.low_watermark = 0.99;
+    check(o, "watermarks");
+    let mut o = opts(dir.path());
+    o.read_threads = 0;
+    check(o, "read_threads");
+    let mut o = opts(dir.path());
+    o.capacity_bytes = 1000;
+    check(o, "holds no block");
+    check(opts(Path::new("")), "empty");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    check(opts(&file), "not a directory");
+    let mut o = opts(&dir.path().join("missing"));
+    o.create_dir = false;
+    assert!(matches!(check(o, "create_dir"), Error::NotFound(_)));
+    // The default creates it.
+    assert!(FsTier::open(mem.clone(), opts(&dir.path().join("made/here"))).is_ok());
+}
+
+#[test]
+fn a_missing_directory_or_a_file_in_its_place_fails_stores_and_the_tier_keeps_serving() {
+    for unnamed in [true, false] {
+        missing_directory(unnamed);
+    }
+}
+
+fn missing_directory(unnamed: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cache");
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1]).success);
+    // A regular file where key 2's fan-out directory should be.
+    let a = kvtier::tiers::fs::format::Layout::fanout(&key(2));
+    let blocker = root.join(std::str::from_utf8(&a).unwrap());
+    let other = (3..200)
+        .find(|&i| kvtier::tiers::fs::format::Layout::fanout(&key(i)) != a)
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&blocker);
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let r = store(&mut tier, &mem, 2, &[2, other]);
+    assert!(!r.success);
+    assert_eq!(tier.errors(Cause::MissingDir), 1);
+    let req = request();
+    assert_eq!(tier.lookup(&key(2), &req), TierLookup::Miss);
+    assert_eq!(tier.lookup(&key(other), &req), TierLookup::Hit);
+    assert!(files(&root, ".tmp").is_empty());
+    // The whole directory goes away: stores fail, counted; loads fail.
+    std::fs::remove_dir_all(&root).unwrap();
+    let r = store(&mut tier, &mem, 3, &[5]);
+    assert!(!r.success);
+    assert_eq!(tier.errors(Cause::MissingDir), 2);
+    let r = load(&mut tier, 4, &[1], 4);
+    assert!(!r.success);
+    assert_eq!(tier.errors(Cause::Vanished), 1);
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+    // It comes back: the tier serves again.
+    std::fs::create_dir_all(&root).unwrap();
+    assert!(store(&mut tier, &mem, 5, &[5]).success);
+    assert!(load(&mut tier, 6, &[5], 4).success);
+    assert!(holds(&mem, 4, 5));
+}
+
+#[test]
+fn permission_denied_fails_stores_when_not_root() {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } == 0 {
+        // Root ignores directory permissions; the file-in-place-of-a-
+        // directory and missing-directory test covers the same code path.
+        return;
+    }
+    for unnamed in [true, false] {
+        permission_denied(unnamed);
+    }
+}
+
+fn permission_denied(unnamed: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1]).success);
+    // The directory and its fan-out directories become read-only.
+    let mut dirs = vec![dir.path().to_path_buf()];
+    dirs.extend(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir()),
+    );
+    let set = |mode: u32| {
+        for d in &dirs {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    };
+    set(0o555);
+    let r = store(&mut tier, &mem, 2, &[2]);
+    set(0o755);
+    assert!(!r.success);
+    assert_eq!(tier.errors(Cause::Permission), 1);
+    assert!(load(&mut tier, 3, &[1], 2).success);
+}
+
+/// Child: stores with RLIMIT_FSIZE below one block file, as a full disk.
+#[test]
+#[ignore = "run by disk_full_fails_stores_cleanly as a child process"]
+fn child_disk_full() {
+    let Ok(dir) = std::env::var("KVTIER_FS_CHILD_DIR") else {
+        panic!("run only as a child process");
+    };
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(Path::new(&dir), child_mode())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1]).success);
+    // SAFETY: ignoring SIGXFSZ makes an oversized write fail with EFBIG
+    // instead of killing the process; then the file-size limit.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let lim = libc::rlimit {
+            rlim_cur: (SLOT / 2) as libc::rlim_t,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+    }
+    let r = store(&mut tier, &mem, 2, &[2, 3]);
+    assert!(!r.success);
+    assert_eq!(tier.errors(Cause::NoSpace), 2);
+    assert!(
+        files(Path::new(&dir), ".tmp").is_empty(),
+        "partial files left"
+    );
+    assert_eq!(files(Path::new(&dir), ".kvb").len(), 1);
+    let req = request();
+    assert_eq!(tier.lookup(&key(2), &req), TierLookup::Miss);
+    // Still serving what it has.
+    let r = load(&mut tier, 3, &[1], 3);
+    assert!(r.success);
+    assert!(holds(&mem, 3, 1));
+}
+
+#[test]
+fn disk_full_fails_stores_cleanly() {
+    for unnamed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let status = child(
+            "child_disk_full",
+            &[
+                ("KVTIER_FS_CHILD_DIR", dir.path().display().to_string()),
+                mode_env(unnamed),
+            ],
+        )
+        .status()
+        .unwrap();
+        assert!(status.success(), "child failed: {status}");
+    }
+}
+
+/// Child: stores blocks forever (until killed), in jobs of 8.
+#[test]
+#[ignore = "run by kill_9_mid_store_then_restart_serves_only_whole_blocks"]
+fn child_writer() {
+    let Ok(dir) = std::env::var("KVTIER_FS_CHILD_DIR") else {
+        panic!("run only as a child process");
+    };
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut o = opts_mode(Path::new(&dir), child_mode());
+    o.write_threads = 4;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut next = 0u32;
+    let mut out = Vec::new();
+    for id in 0.. {
+        let ids: Vec<u32> = (next..next + 8).collect();
+        let slots: Vec<u32> = (0..8).collect();
+        for (s, &i) in slots.iter().zip(&ids) {
+            fill(&mem, *s, i);
+        }
+        tier.submit_store(job(id, Direction::Store, &ids, &slots));
+        next += 8;
+        // Slots are refilled for the next job only once this one is done.
+        while tier.has_pending_work() {
+            tier.poll_finished(&mut out);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+#[test]
+fn kill_9_mid_store_then_restart_serves_only_whole_blocks() {
+    for unnamed in [true, false] {
+        kill_9_then_restart(unnamed);
+    }
+}
+
+fn kill_9_then_restart(unnamed: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut proc = child(
+        "child_writer",
+        &[
+            ("KVTIER_FS_CHILD_DIR", dir.path().display().to_string()),
+            mode_env(unnamed),
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while files(dir.path(), ".kvb").len() < 200 {
+        assert!(Instant::now() < deadline, "the writer stored too little");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: SIGKILL to our own child.
+    unsafe { libc::kill(proc.id() as libc::pid_t, libc::SIGKILL) };
+    proc.wait().unwrap();
+
+    let on_disk = files(dir.path(), ".kvb").len();
+    let leftovers = files(dir.path(), ".tmp").len();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    if tier.unnamed_temp_files() {
+        assert_eq!(leftovers, 0, "unnamed files leave nothing behind");
+    }
+    let rep = tier.rebuild_report();
+    assert_eq!(rep.temp_removed as usize, leftovers);
+    assert_eq!(rep.blocks as usize, on_disk, "{rep:?}");
+    assert_eq!(
+        rep.skipped, 0,
+        "a torn block was visible under its final name"
+    );
+    assert!(
+        files(dir.path(), ".tmp").is_empty(),
+        "crash leftovers not removed"
+    );
+    // Every indexed block is whole and verified.
+    let req = request();
+    let stored: Vec<u32> = (0..100_000)
+        .filter(|&i| tier.lookup(&key(i), &req) == TierLookup::Hit)
+        .collect();
+    assert_eq!(stored.len(), on_disk);
+    for chunk in stored.chunks(8) {
+        let r = load(&mut tier, 1, chunk, 0);
+        assert!(r.success, "{r:?}");
+        for (s, &i) in chunk.iter().enumerate() {
+            assert!(holds(&mem, s as u32, i), "block {i} is not what was stored");
+        }
+    }
+}
+
+/// Child: shares the directory; stores blocks 500..508, then loads blocks
+/// 600..604 that the parent stored, found through existence checks.
+#[test]
+#[ignore = "run by two_processes_share_one_directory"]
+fn child_sharer() {
+    let Ok(dir) = std::env::var("KVTIER_FS_CHILD_DIR") else {
+        panic!("run only as a child process");
+    };
+    let step = std::env::var("KVTIER_FS_CHILD_STEP").unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut o = opts(Path::new(&dir));
+    o.shared = true;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    if step == "store" {
+        let ids: Vec<u32> = (500..508).collect();
+        assert!(store(&mut tier, &mem, 1, &ids).success);
+        return;
+    }
+    let req = request();
+    let ids: Vec<u32> = (600..604).collect();
+    for &i in &ids {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match tier.lookup(&key(i), &req) {
+                TierLookup::Hit => break,
+                TierLookup::Retry => tier.on_schedule_end(),
+                TierLookup::Miss => panic!("block {i} not found"),
+            }
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let r = load(&mut tier, 2, &ids, 0);
+    assert!(r.success, "{r:?}");
+    for (s, &i) in ids.iter().enumerate() {
+        assert!(holds(&mem, s as u32, i));
+    }
+}
+
+fn lookup_settled(tier: &mut FsTier, k: Key) -> TierLookup {
+    let req = request();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = tier.lookup(&k, &req);
+        if r != TierLookup::Retry {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "lookup kept answering RETRY");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn two_processes_share_one_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(16, SLOT).unwrap();
+    let mut o = opts(dir.path());
+    o.shared = true;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let req = request();
+    // Before the other process stores, a check finds nothing.
+    assert_eq!(tier.lookup(&key(500), &req), TierLookup::Retry);
+    assert_eq!(lookup_settled(&mut tier, key(500)), TierLookup::Miss);
+    tier.on_schedule_end();
+
+    let env = |step: &str| {
+        vec![
+            ("KVTIER_FS_CHILD_DIR", dir.path().display().to_string()),
+            ("KVTIER_FS_CHILD_STEP", step.to_string()),
+        ]
+    };
+    let st = child("child_sharer", &env("store")).status().unwrap();
+    assert!(st.success(), "{st}");
+    // The other process's blocks: RETRY while the check runs, then HIT.
+    assert_eq!(tier.lookup(&key(500), &req), TierLookup::Retry);
+    assert_eq!(lookup_settled(&mut tier, key(500)), TierLookup::Hit);
+    assert_eq!(stat(&tier, "blocks_adopted"), 1.0);
+    let r = load(&mut tier, 1, &[500], 8);
+    assert!(r.success, "{r:?}");
+    assert!(holds(&mem, 8, 500));
+    // Ours, found by the other process while this tier stays open.
+    let ids: Vec<u32> = (600..604).collect();
+    assert!(store(&mut tier, &mem, 2, &ids).success);
+    let st = child("child_sharer", &env("load")).status().unwrap();
+    assert!(st.success(), "{st}");
+    assert!(stat(&tier, "existence_checks") >= 2.0);
+}
