@@ -222,6 +222,23 @@ fn round_trip(unnamed: bool) {
 }
 
 #[test]
+fn durable_stores_round_trip_on_both_store_paths() {
+    for unnamed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+        let mut o = opts_mode(dir.path(), unnamed);
+        o.durable = true;
+        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
+        drop(tier);
+        let mut tier = FsTier::open(mem.clone(), o).unwrap();
+        assert_eq!(tier.block_count(), 3);
+        assert!(load(&mut tier, 2, &[1, 2, 3], 4).success);
+        assert!(holds(&mem, 4, 1) && holds(&mem, 5, 2) && holds(&mem, 6, 3));
+    }
+}
+
+#[test]
 fn a_flipped_byte_or_damaged_header_is_detected_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();

@@ -27,7 +27,8 @@
 //! network file systems index well; few directories keep a cold start from
 //! paying a `mkdir` per block).
 //! Keys become hex, never path components directly, so no key can escape the
-//! root.  Temporary files are `.<key hex>.<pid>.<n>.tmp` in the same directory.
+//! root.  Where stores cannot use unnamed files (`O_TMPFILE`), their
+//! temporary files are `.<key hex>.<pid>.<n>.tmp` in the same directory.
 
 use std::ffi::{CStr, OsStr};
 use std::io::Write as _;

@@ -1,6 +1,7 @@
 //! Block I/O: copies straight between a region slot and a block file with
-//! `pread`/`pwrite` (no staging buffer), `O_DIRECT` where the file system
-//! takes it, and the checksum computed on the same pass.
+//! `preadv`/`pwritev` (header and data in one call, no staging buffer),
+//! `O_DIRECT` where the file system takes it, and the checksum computed over
+//! the slot just before the write or just after the read.
 //!
 //! Runs on the tier's worker threads only.
 

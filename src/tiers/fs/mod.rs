@@ -6,8 +6,9 @@
 //!   and data), then the data, page-aligned.
 //! - Stores write an unnamed file (`O_TMPFILE`) and link it under its name,
 //!   or, where the file system lacks that, a temporary file in the final
-//!   directory renamed: a crash leaves the old state or the whole block.  Optional durability:
-//!   `fdatasync` of the file and `fsync` of its directory.
+//!   directory renamed: a crash leaves the old state or the whole block.
+//!   Optional durability: `fdatasync` of the file and `fsync` of its
+//!   directory.
 //! - Loads verify header and checksum; a bad block's key is reported failed
 //!   (the other keys of the job still arrive), its file removed, the cause
 //!   counted.
