@@ -51,3 +51,42 @@ fn errors_map_to_their_status_with_the_message() {
     assert_eq!(status, kvtier_status::InvalidKey);
     assert!(last_error().contains("position 2"), "{}", last_error());
 }
+
+#[test]
+fn panics_on_kvtier_worker_threads_print_nothing() {
+    if std::env::var_os("KVTIER_TEST_WORKER_PANIC").is_some() {
+        // Child: install the hook as any export does, then let a kvtier
+        // worker thread panic.
+        assert_eq!(kvtier::ffi::run_in_boundary(|| Ok(())), kvtier_status::Ok);
+        let t = std::thread::Builder::new()
+            .name("kvtier-test-worker".into())
+            .spawn(|| panic!("worker panic text"))
+            .unwrap();
+        assert!(t.join().is_err());
+        let other = std::thread::Builder::new()
+            .name("engine-thread".into())
+            .spawn(|| panic!("engine panic text"))
+            .unwrap();
+        assert!(other.join().is_err());
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "panics_on_kvtier_worker_threads_print_nothing",
+            "--nocapture",
+        ])
+        .env("KVTIER_TEST_WORKER_PANIC", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {stderr}");
+    assert!(
+        !stderr.contains("worker panic text"),
+        "a kvtier worker printed: {stderr}"
+    );
+    assert!(
+        stderr.contains("engine panic text"),
+        "other threads keep the host's hook: {stderr}"
+    );
+}

@@ -78,20 +78,25 @@ pub(crate) fn finish(result: Result<(), Failure>) -> kvtier_status {
 static HOOK: Once = Once::new();
 
 /// Installs, once per process, a panic hook that stays silent for panics
-/// raised inside a kvtier call (their text becomes the last error) and
-/// defers to the previous hook for every other panic in the process.
+/// raised inside a kvtier call (their text becomes the last error) and on
+/// kvtier's own worker threads (named `kvtier-*`; their text goes to the
+/// log, and the thread's owner reports the failure), and defers to the
+/// previous hook for every other panic in the process.
 fn install_quiet_hook() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if IN_BOUNDARY.with(Cell::get) > 0 {
-                let text = if let Some(s) = info.payload().downcast_ref::<&str>() {
-                    (*s).to_string()
-                } else if let Some(s) = info.payload().downcast_ref::<String>() {
-                    s.clone()
-                } else {
-                    "unknown panic".to_string()
-                };
+            let on_worker = std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("kvtier-"));
+            if on_worker && IN_BOUNDARY.with(Cell::get) == 0 {
+                let location = info
+                    .location()
+                    .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
+                log::error!(target: "kvtier::panic", "worker thread panicked: {}{location}", panic_text(info));
+            } else if IN_BOUNDARY.with(Cell::get) > 0 {
+                let text = panic_text(info);
                 let location = info
                     .location()
                     .map(|l| format!(" at {}:{}", l.file(), l.line()))
@@ -102,6 +107,16 @@ fn install_quiet_hook() {
             }
         }));
     });
+}
+
+fn panic_text(info: &std::panic::PanicHookInfo<'_>) -> String {
+    if let Some(s) = info.payload().downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = info.payload().downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
 }
 
 /// Runs `body` inside the panic boundary.  Used through [`ffi_call!`].
