@@ -28,6 +28,7 @@ mod slots;
 mod tests;
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::str::FromStr;
 
 use foldhash::fast::RandomState;
@@ -255,9 +256,13 @@ struct Counters {
 /// One active request's accesses, committed at its finish.
 #[derive(Debug, Default)]
 struct RequestRecord {
-    /// Keys stored or loaded, in first-presentation order (repeats harmless);
-    /// `true` = reused (loaded, or found ready at store).
+    /// Distinct keys stored or loaded, in first-presentation order; `true` =
+    /// reused (loaded, or found ready at store, by any of its presentations).
     accesses: Vec<(Key, bool)>,
+    /// Positions in `accesses`, hashed over the key bytes: each key is
+    /// recorded once, so the log is bounded by the request's distinct keys
+    /// however often it presents them.
+    seen: hashbrown::HashTable<u32>,
     /// Ghost keys whose offer already adapted ARC's target in this request.
     adapted: Vec<Key>,
 }
@@ -307,6 +312,35 @@ fn key_error(index: usize, key: &Key, reason: impl Into<String>) -> Error {
 
 fn unknown(req: RequestId) -> Error {
     Error::UnknownRequest(format!("#{}", req.0))
+}
+
+impl RequestRecord {
+    /// Records one access of `key` (hash `h` under `hasher`): appended at its
+    /// first presentation, else its `reused` flag is or-ed into the entry.
+    /// O(1); allocates only when the request's distinct keys outgrow the
+    /// record's buffers (which are reused by later requests).
+    #[inline]
+    fn record(&mut self, hasher: &RandomState, key: &Key, h: u64, reused: bool) {
+        let accesses = &mut self.accesses;
+        match self.seen.find(h, |&i| accesses[i as usize].0 == *key) {
+            Some(&i) => accesses[i as usize].1 |= reused,
+            None => {
+                let i = accesses.len() as u32;
+                accesses.push((*key, reused));
+                let acc = &*accesses;
+                self.seen.insert_unique(h, i, |&j| {
+                    hasher.hash_one(acc[j as usize].0.as_bytes())
+                });
+            }
+        }
+    }
+
+    /// Forgets every access, keeping the buffers.
+    fn clear(&mut self) {
+        self.accesses.clear();
+        self.seen.clear();
+        self.adapted.clear();
+    }
 }
 
 impl PrimaryTier {
@@ -468,10 +502,6 @@ impl PrimaryTier {
         Ok(())
     }
 
-    fn record_mut(&mut self, req: RequestId) -> Result<&mut RequestRecord> {
-        self.requests.get_mut(&req).ok_or_else(|| unknown(req))
-    }
-
     /// Pins `keys` for a load by `req` and writes their slots, in key order,
     /// into `slots_out` (cleared first).  Every key must be ready; otherwise
     /// an error naming the first bad key's position, nothing changed.
@@ -486,8 +516,11 @@ impl PrimaryTier {
         }
         self.pin(keys, slots_out)?;
         self.counters.loads += keys.len() as u64;
-        let record = self.record_mut(req)?;
-        record.accesses.extend(keys.iter().map(|k| (*k, true)));
+        let hasher = &self.slots.hasher;
+        let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        for key in keys {
+            record.record(hasher, key, hasher.hash_one(key.as_bytes()), true);
+        }
         Ok(())
     }
 
@@ -711,11 +744,12 @@ impl PrimaryTier {
 
             // 6. Record the request's accesses in call order (first
             //    occurrences of stored keys; every ready key found).
+            let hasher = &self.slots.hasher;
             if let Some(record) = self.requests.get_mut(&req) {
-                for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
+                for (key, &(h, kind, _)) in keys.iter().zip(scratch.iter()) {
                     match kind {
-                        FOUND_READY => record.accesses.push((*key, true)),
-                        STORED | STORED_GHOST => record.accesses.push((*key, false)),
+                        FOUND_READY => record.record(hasher, key, h, true),
+                        STORED | STORED_GHOST => record.record(hasher, key, h, false),
                         _ => {}
                     }
                 }
@@ -779,7 +813,7 @@ impl PrimaryTier {
         for key in record.adapted.drain(..) {
             self.adapted.remove(&(req, key));
         }
-        record.accesses.clear();
+        record.clear();
         self.spare_records.push(record);
         Ok(())
     }
@@ -797,8 +831,7 @@ impl PrimaryTier {
         self.emit(EventKind::Cleared, None);
         self.adapted.clear();
         for r in self.requests.values_mut() {
-            r.accesses.clear();
-            r.adapted.clear();
+            r.clear();
         }
     }
 

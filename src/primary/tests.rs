@@ -831,3 +831,33 @@ fn pinned_write_pending_and_named_keys_are_all_passed_over_by_eviction() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_request_records_each_key_once_however_often_it_presents_it() {
+    for p in BOTH {
+        let mut t = tier(8, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2, 3]);
+        let mut slots = Vec::new();
+        for _ in 0..1000 {
+            t.prepare_load(R, &ks(&[3, 2]), &mut slots).unwrap();
+            t.complete_load(R, &ks(&[3, 2])).unwrap();
+            store(&mut t, R, &[1, 3]);
+        }
+        let record = &t.requests[&R];
+        assert_eq!(record.accesses.len(), 3, "{p:?}: one entry per distinct key");
+        assert_eq!(
+            record.accesses,
+            vec![(k(1), true), (k(2), true), (k(3), true)],
+            "{p:?}: first-presentation order; 1 was stored, then found ready (reused)"
+        );
+        t.on_request_finished(R).unwrap();
+        if p == PolicyKind::Lru {
+            // Head most recent: 1 (first presented), then 2, then 3.
+            assert_eq!(order(&t), ks(&[3, 2, 1]));
+        } else {
+            assert_eq!((arc_stats(&t).0, arc_stats(&t).1), (0, 3), "all reused: T2");
+        }
+        t.check_invariants().unwrap();
+    }
+}
