@@ -14,9 +14,9 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
-use super::lists::{Lists, NIL};
+use super::lists::{Lists, NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
-use super::slots::Slots;
+use super::slots::{PARKED, Slots};
 use crate::key::Key;
 
 const T1: usize = 0;
@@ -103,7 +103,7 @@ impl Ghosts {
 /// The `arc` policy.
 #[derive(Debug)]
 pub(crate) struct ArcPolicy {
-    lists: Lists<2>,
+    lists: OrderLists<2>,
     ghosts: Ghosts,
     capacity: u32,
     target: f64,
@@ -113,7 +113,7 @@ impl ArcPolicy {
     /// An empty policy over `capacity` slots; `hasher` must be the tier's.
     pub(crate) fn new(capacity: u32, hasher: RandomState) -> ArcPolicy {
         ArcPolicy {
-            lists: Lists::new(capacity as usize),
+            lists: OrderLists::new(capacity as usize),
             ghosts: Ghosts {
                 keys: Vec::new(),
                 lists: Lists::new(0),
@@ -140,12 +140,16 @@ impl ArcPolicy {
         self.target = (self.target - delta).max(0.0);
     }
 
-    /// The next idle, unmarked slot of `list` from `*cursor` on, advancing the cursor past it.
-    fn next_candidate(&self, slots: &Slots, cursor: &mut u32) -> Option<u32> {
+    /// The next idle, unmarked candidate from `*cursor` on, advancing the
+    /// cursor past it; busy candidates met are parked.
+    fn next_candidate(&mut self, slots: &mut Slots, cursor: &mut u32) -> Option<u32> {
         while *cursor != NIL {
             let id = *cursor;
-            *cursor = self.lists.next_of(id);
-            if slots.is_idle(id) && !slots.is_marked(id) {
+            *cursor = self.lists.candidate_next(id);
+            if !slots.is_idle(id) {
+                self.lists.park(id);
+                slots.flags[id as usize] |= PARKED;
+            } else if !slots.is_marked(id) {
                 return Some(id);
             }
         }
@@ -205,11 +209,18 @@ impl Policy for ArcPolicy {
         }
     }
 
-    fn select_victims(&self, slots: &Slots, n: usize, out: &mut Vec<u32>) -> bool {
+    fn became_idle(&mut self, slot: u32) {
+        self.lists.restore(slot);
+    }
+
+    fn select_victims(&mut self, slots: &mut Slots, n: usize, out: &mut Vec<u32>) -> bool {
         out.clear();
         let target = self.target as usize;
         let mut virtual_t1 = self.lists.len(T1);
-        let (mut c1, mut c2) = (self.lists.front(T1), self.lists.front(T2));
+        let (mut c1, mut c2) = (
+            self.lists.candidate_front(T1),
+            self.lists.candidate_front(T2),
+        );
         while out.len() < n {
             let from_t1_first = virtual_t1 >= target;
             let pick = if from_t1_first {
@@ -276,6 +287,12 @@ impl Policy for ArcPolicy {
         v.extend(self.lists.collect(T2));
         v
     }
+
+    fn candidate_order(&self) -> Vec<u32> {
+        let mut v = self.lists.collect_candidates(T1);
+        v.extend(self.lists.collect_candidates(T2));
+        v
+    }
 }
 
 #[cfg(test)]
@@ -298,7 +315,7 @@ mod tests {
 
     #[test]
     fn eviction_compares_t1_with_the_truncated_target() {
-        let s = slots(4);
+        let mut s = slots(4);
         let mut p = ArcPolicy::new(4, s.hasher.clone());
         for i in 0..4 {
             p.insert(&s, i, s.hash(&s.keys[i as usize]), true);
@@ -307,11 +324,11 @@ mod tests {
         p.touch(&s, 3); // T1 = [0, 1], T2 = [2, 3]
         let mut out = Vec::new();
         p.target = 2.9; // truncated: 2; |T1| = 2 >= 2, then 1 < 2
-        assert!(p.select_victims(&s, 2, &mut out));
+        assert!(p.select_victims(&mut s, 2, &mut out));
         assert_eq!(out, vec![0, 2]);
         p.target = 3.0; // |T1| = 2 < 3: T2 first
-        assert!(p.select_victims(&s, 3, &mut out));
+        assert!(p.select_victims(&mut s, 3, &mut out));
         assert_eq!(out, vec![2, 3, 0], "falls back to T1 when T2 runs out");
-        assert!(!p.select_victims(&s, 5, &mut out));
+        assert!(!p.select_victims(&mut s, 5, &mut out));
     }
 }

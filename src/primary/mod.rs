@@ -9,13 +9,17 @@
 //! exactly the shortfall from idle keys, never a key named in the same call.
 //!
 //! Cost: every operation is O(1) per key (amortized); eviction of k keys is
-//! O(k + s), s the pinned, write-pending or call-named keys older than the
-//! victims that the policy passes over (never a scan of the cache); a
-//! refusal for lack of idle keys is decided from counts, without looking at
-//! the lists.  Per-slot state lives in arrays indexed by slot id
-//! (`slots.rs`); policies (the `Policy` trait in `policy.rs`, implemented
-//! by `lru.rs` and `arc.rs`) keep intrusive lists over slot ids.  Per-request access records reuse their
-//! buffers, so the hot path allocates nothing per key.
+//! O(k + m), m the keys named in the same call that the policy passes over
+//! (at most the call's own keys).  Busy (pinned or write-pending) keys an
+//! eviction meets are parked out of the policy's candidates, once per busy
+//! period, and restored at their recency when they turn idle (a walk back
+//! over parked keys only, which are in flight).  A refusal for lack of idle
+//! keys is decided from counts, without looking at the lists.  Per-slot
+//! state lives in arrays indexed by slot id (`slots.rs`); policies (the
+//! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
+//! keep intrusive lists over slot ids (`lists.rs`).  A request records each
+//! key it stores or loads once; records reuse their buffers, so the hot
+//! path allocates nothing per key.
 
 mod admission;
 mod arc;
@@ -42,7 +46,7 @@ use crate::stats::Stat;
 use admission::Admission;
 use lists::NIL;
 use policy::Policy;
-use slots::{ANNOUNCED, NAMED, RESIDENT, Slots, WRITE_PENDING};
+use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
 
 pub use named::NamedPrimary;
 
@@ -328,9 +332,8 @@ impl RequestRecord {
                 let i = accesses.len() as u32;
                 accesses.push((*key, reused));
                 let acc = &*accesses;
-                self.seen.insert_unique(h, i, |&j| {
-                    hasher.hash_one(acc[j as usize].0.as_bytes())
-                });
+                self.seen
+                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].0.as_bytes()));
             }
         }
     }
@@ -497,6 +500,11 @@ impl PrimaryTier {
         }
         self.pinned -= to_idle;
         self.idle += to_idle;
+        if to_idle > 0 {
+            for &s in &done {
+                self.became_idle(s);
+            }
+        }
         done.clear();
         self.scratch_victims = done;
         Ok(())
@@ -561,6 +569,17 @@ impl PrimaryTier {
     /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
     pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
         self.unpin(keys)
+    }
+
+    /// `slot` turned idle (or is idle): a parked key becomes an eviction
+    /// candidate again at its recency.
+    #[inline]
+    fn became_idle(&mut self, slot: u32) {
+        let i = slot as usize;
+        if self.slots.flags[i] & PARKED != 0 && self.slots.refs[i] == 0 {
+            self.slots.flags[i] &= !PARKED;
+            self.policy.became_idle(slot);
+        }
     }
 
     fn next_epoch(&mut self) {
@@ -695,7 +714,10 @@ impl PrimaryTier {
         // finds them passing over only pinned, pending and named keys.
         let evictable = (self.idle - named_idle) as usize;
         let refused = need > 0
-            && (evictable < need || !self.policy.select_victims(&self.slots, need, &mut victims));
+            && (evictable < need
+                || !self
+                    .policy
+                    .select_victims(&mut self.slots, need, &mut victims));
         if refused {
             self.counters.refusals += 1;
             plan.clear();
@@ -783,6 +805,7 @@ impl PrimaryTier {
             self.write_pending -= 1;
             if success {
                 self.slots.refs[i] = 0;
+                self.became_idle(slot);
                 self.idle += 1;
                 report.ready += 1;
                 if self.emit(EventKind::Stored, Some(*key)) {
@@ -995,9 +1018,22 @@ impl PrimaryTier {
         if order.len() != self.slots.index.len() {
             return Err("policy lists differ from resident keys".into());
         }
-        for s in order {
+        for &s in &order {
             if self.slots.flags[s as usize] & RESIDENT == 0 {
                 return Err(format!("policy lists free slot {s}"));
+            }
+        }
+        // Candidates: the order less the parked slots, which are all busy.
+        let unparked: Vec<u32> = order
+            .into_iter()
+            .filter(|&s| self.slots.flags[s as usize] & PARKED == 0)
+            .collect();
+        if unparked != self.policy.candidate_order() {
+            return Err("eviction candidates differ from the unparked order".into());
+        }
+        for s in 0..self.slots.fresh as usize {
+            if self.slots.flags[s] & PARKED != 0 && self.slots.refs[s] == 0 {
+                return Err(format!("slot {s} is idle but parked"));
             }
         }
         Ok(())

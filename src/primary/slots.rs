@@ -20,6 +20,10 @@ pub(crate) const ANNOUNCED: u8 = 2;
 /// Flag: the key is named in the current `prepare_store` call (not evictable by it).
 pub(crate) const NAMED: u8 = 4;
 
+/// Flag: the policy took the (busy) key out of its eviction candidates when
+/// an eviction passed over it; it must be restored when the key turns idle.
+pub(crate) const PARKED: u8 = 8;
+
 /// Reference count of a write-pending key.
 pub(crate) const WRITE_PENDING: i32 = -1;
 
@@ -32,7 +36,7 @@ pub(crate) struct Slots {
     /// pinned n times.  Freed slot: the next slot of the free stack (as
     /// `u32`, [`NIL`] at the bottom), so the stack costs no extra memory.
     pub(crate) refs: Vec<i32>,
-    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`].
+    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`].
     pub(crate) flags: Vec<u8>,
     /// Slot ids of resident keys, hashed over their key bytes.
     pub(crate) index: HashTable<u32>,

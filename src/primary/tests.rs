@@ -845,7 +845,11 @@ fn a_request_records_each_key_once_however_often_it_presents_it() {
             store(&mut t, R, &[1, 3]);
         }
         let record = &t.requests[&R];
-        assert_eq!(record.accesses.len(), 3, "{p:?}: one entry per distinct key");
+        assert_eq!(
+            record.accesses.len(),
+            3,
+            "{p:?}: one entry per distinct key"
+        );
         assert_eq!(
             record.accesses,
             vec![(k(1), true), (k(2), true), (k(3), true)],
@@ -858,6 +862,38 @@ fn a_request_records_each_key_once_however_often_it_presents_it() {
         } else {
             assert_eq!((arc_stats(&t).0, arc_stats(&t).1), (0, 3), "all reused: T2");
         }
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn busy_keys_passed_over_once_are_parked_and_come_back_at_their_recency() {
+    for p in BOTH {
+        let mut t = tier(100, p);
+        t.begin_request(R).unwrap();
+        let all: Vec<u32> = (0..100).collect();
+        store(&mut t, R, &all);
+        // Pin the 90 oldest keys: the first eviction passes over them once.
+        let old = ks(&all[..90]);
+        let mut slots = Vec::new();
+        t.pin_for_transfer(&old, &mut slots).unwrap();
+        let plan = store(&mut t, R, &[1000]);
+        assert_eq!(plan.evicted, ks(&[90]), "{p:?}");
+        assert_eq!(t.policy.candidate_order().len(), 10, "{p:?}: 90 parked");
+        t.check_invariants().unwrap();
+        // Later evictions meet no pinned key at all.
+        let plan = store(&mut t, R, &[1001]);
+        assert_eq!(plan.evicted, ks(&[91]), "{p:?}");
+        // Unpinned, key 5 is a candidate again at its old recency: first.
+        t.unpin_for_transfer(&ks(&[5])).unwrap();
+        t.check_invariants().unwrap();
+        let plan = store(&mut t, R, &[1002, 1003]);
+        assert_eq!(plan.evicted, ks(&[5, 92]), "{p:?}");
+        t.unpin_for_transfer(&ks(&all[..90])[..5]).unwrap();
+        t.unpin_for_transfer(&ks(&all[6..90])).unwrap();
+        t.check_invariants().unwrap();
+        let plan = store(&mut t, R, &[1004, 1005, 1006]);
+        assert_eq!(plan.evicted, ks(&[0, 1, 2]), "{p:?}");
         t.check_invariants().unwrap();
     }
 }
