@@ -8,12 +8,13 @@
 //! truncated target, else from T2, falling back to the other list.
 //!
 //! Ghosts live in their own arena (key, links, tag) with their own
-//! `HashTable<u32>` index, so nothing scans.
+//! [`TagIndex`], sized once (at the first eviction) for the most ghosts
+//! there can be, so nothing scans and nothing grows under churn.
 
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
+use super::index::TagIndex;
 use super::lists::{Lists, NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
 use super::slots::{PARKED, Slots};
@@ -30,7 +31,7 @@ const GHOST_FREE: usize = 2;
 struct Ghosts {
     keys: Vec<Key>,
     lists: Lists<3>,
-    index: HashTable<u32>,
+    index: TagIndex,
     hasher: RandomState,
     bound: usize,
 }
@@ -38,7 +39,7 @@ struct Ghosts {
 impl Ghosts {
     fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let keys = &self.keys;
-        self.index.find(h, |&g| keys[g as usize] == *key).copied()
+        self.index.find(h, |g| keys[g as usize] == *key)
     }
 
     fn len(&self, list: usize) -> usize {
@@ -57,12 +58,9 @@ impl Ghosts {
                 let g = self.keys.len() as u32;
                 // B1 and B2 hold at most `bound` each, plus one being added.
                 let max = 2 * self.bound + 1;
-                if g == 0 && self.index.capacity() < max {
-                    // Sized once for the most ghosts there can be: no rehash
-                    // storms while the lists fill up.
-                    let (keys, hasher) = (&self.keys, &self.hasher);
-                    self.index
-                        .reserve(max, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
+                if g == 0 && self.index.bytes() < max * 8 {
+                    // Sized once for the most ghosts there can be.
+                    self.index = TagIndex::new(max);
                 }
                 if self.keys.len() == self.keys.capacity() {
                     let want = (self.keys.capacity() * 2).max(16).min(max);
@@ -74,9 +72,7 @@ impl Ghosts {
             }
         };
         self.lists.push_back(list, g);
-        let (keys, hasher) = (&self.keys, &self.hasher);
-        self.index
-            .insert_unique(h, g, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
+        self.index.insert(h, g);
         while self.lists.len(list) > self.bound {
             let old = self.lists.front(list);
             self.remove(old);
@@ -86,9 +82,7 @@ impl Ghosts {
     /// Forgets ghost `g`.
     fn remove(&mut self, g: u32) {
         let h = self.hasher.hash_one(self.keys[g as usize].as_bytes());
-        if let Ok(e) = self.index.find_entry(h, |&x| x == g) {
-            e.remove();
-        }
+        self.index.remove(h, g);
         self.lists.unlink(g);
         self.lists.push_back(GHOST_FREE, g);
     }
@@ -117,7 +111,7 @@ impl ArcPolicy {
             ghosts: Ghosts {
                 keys: Vec::new(),
                 lists: Lists::new(0),
-                index: HashTable::new(),
+                index: TagIndex::new(0),
                 hasher,
                 bound: capacity as usize,
             },
@@ -279,7 +273,7 @@ impl Policy for ArcPolicy {
     }
 
     fn metadata_bytes(&self) -> usize {
-        self.lists.bytes() + self.ghosts.lists.bytes() + self.ghosts.index.allocation_size()
+        self.lists.bytes() + self.ghosts.lists.bytes() + self.ghosts.index.bytes()
     }
 
     fn order(&self) -> Vec<u32> {

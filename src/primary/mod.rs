@@ -23,6 +23,7 @@
 
 mod admission;
 mod arc;
+mod index;
 mod lists;
 mod lru;
 mod named;
@@ -303,6 +304,9 @@ const GHOST: u8 = 4;
 /// Like `STORED`, and a ghost when the call began.
 const STORED_GHOST: u8 = 5;
 
+/// Batch operations prefetch what they will read this many keys ahead.
+const PREFETCH_WINDOW: usize = 16;
+
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
 
@@ -437,6 +441,10 @@ impl PrimaryTier {
     fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         slots_out.clear();
         for (i, key) in keys.iter().enumerate() {
+            if i % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             let slot = match self.slots.find(key, h) {
                 None => return Err(key_error(i, key, "not resident (cannot pin an absent key)")),
@@ -470,6 +478,10 @@ impl PrimaryTier {
         let mut to_idle = 0u32;
         let mut failure = None;
         for (i, key) in keys.iter().enumerate() {
+            if i % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             let Some(s) = self.slots.find(key, h) else {
                 failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
@@ -636,6 +648,10 @@ impl PrimaryTier {
             self.scratch_dedup.clear();
         }
         for (pos, key) in keys.iter().enumerate() {
+            if pos % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[pos..keys.len().min(pos + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             match self.slots.find(key, h) {
                 Some(s) => {
@@ -792,7 +808,11 @@ impl PrimaryTier {
     /// counted.  Takes no request: completions may arrive after it finished.
     pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         let mut report = CompleteStoreReport::default();
-        for key in keys {
+        for (i, key) in keys.iter().enumerate() {
+            if i % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             let Some(slot) = self.slots.find(key, h) else {
                 report.ignored += 1;

@@ -1,14 +1,14 @@
 //! The slot table: per-slot key, reference count, call mark and flags, the
 //! key index, and slot allocation.
 //!
-//! Every array is indexed by slot id.  The index is a `HashTable<u32>` of
-//! slot ids hashed (foldhash) over the key bytes kept in `keys`, so each key
-//! is stored once.
+//! Every array is indexed by slot id.  The index is a [`TagIndex`] of slot
+//! ids (each with a tag of its key's hash) hashed (foldhash) over the key
+//! bytes kept in `keys`, so each key is stored once.
 
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
+use super::index::{TagIndex, prefetch_read};
 use super::lists::NIL;
 use crate::key::Key;
 
@@ -23,6 +23,9 @@ pub(crate) const NAMED: u8 = 4;
 /// Flag: the policy took the (busy) key out of its eviction candidates when
 /// an eviction passed over it; it must be restored when the key turns idle.
 pub(crate) const PARKED: u8 = 8;
+
+/// Tables of fewer slots stay in the CPU caches: no prefetching.
+const PREFETCH_MIN_SLOTS: u32 = 1 << 16;
 
 /// Reference count of a write-pending key.
 pub(crate) const WRITE_PENDING: i32 = -1;
@@ -39,7 +42,7 @@ pub(crate) struct Slots {
     /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`].
     pub(crate) flags: Vec<u8>,
     /// Slot ids of resident keys, hashed over their key bytes.
-    pub(crate) index: HashTable<u32>,
+    pub(crate) index: TagIndex,
     /// The hasher of the index (and of ARC's ghost index).
     pub(crate) hasher: RandomState,
     /// Top of the stack of freed slots (most recently freed), linked through `refs`.
@@ -58,11 +61,16 @@ impl Slots {
     /// A table of `capacity` free slots.
     pub(crate) fn new(capacity: u32) -> Slots {
         let n = capacity as usize;
+        let keys: Vec<Key> = Vec::with_capacity(n);
+        let refs = vec![0; n];
+        let flags = vec![0; n];
+        advise_huge(keys.as_ptr() as *const u8, n * std::mem::size_of::<Key>());
+        advise_huge(refs.as_ptr() as *const u8, n * 4);
         Slots {
-            keys: Vec::with_capacity(n),
-            refs: vec![0; n],
-            flags: vec![0; n],
-            index: HashTable::with_capacity(n),
+            keys,
+            refs,
+            flags,
+            index: TagIndex::new(n),
             hasher: RandomState::default(),
             free_top: NIL,
             free_len: 0,
@@ -82,7 +90,28 @@ impl Slots {
     #[inline]
     pub(crate) fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let keys = &self.keys;
-        self.index.find(h, |&s| keys[s as usize] == *key).copied()
+        self.index.find(h, |s| keys[s as usize] == *key)
+    }
+
+    /// Starts loading what finding `keys` will read: their index lines now,
+    /// and (once those arrive) the key and ref count of each likely slot.
+    /// For batches: the misses of all keys overlap instead of queuing.
+    #[inline]
+    pub(crate) fn prefetch(&self, keys: &[Key]) {
+        if self.capacity < PREFETCH_MIN_SLOTS {
+            return;
+        }
+        for key in keys {
+            self.index.prefetch(self.hash(key));
+        }
+        for key in keys {
+            if let Some(s) = self.index.peek(self.hash(key)) {
+                if let (Some(k), Some(r)) = (self.keys.get(s as usize), self.refs.get(s as usize)) {
+                    prefetch_read(k);
+                    prefetch_read(r);
+                }
+            }
+        }
     }
 
     /// Whether `slot` is ready and unpinned (an eviction candidate when unmarked).
@@ -139,17 +168,13 @@ impl Slots {
         }
         self.refs[i] = WRITE_PENDING;
         self.flags[i] = RESIDENT;
-        let (keys, hasher) = (&self.keys, &self.hasher);
-        self.index
-            .insert_unique(h, slot, |&s| hasher.hash_one(keys[s as usize].as_bytes()));
+        self.index.insert(h, slot);
     }
 
     /// Removes `slot`'s key (hash `h`) from the index and frees the slot.
     #[inline]
     pub(crate) fn release(&mut self, slot: u32, h: u64) {
-        if let Ok(entry) = self.index.find_entry(h, |&s| s == slot) {
-            entry.remove();
-        }
+        self.index.remove(h, slot);
         let i = slot as usize;
         self.refs[i] = self.free_top as i32;
         self.flags[i] = 0;
@@ -181,6 +206,27 @@ impl Slots {
 
     /// Bytes of per-slot metadata (everything but the key bytes).
     pub(crate) fn metadata_bytes(&self) -> usize {
-        self.refs.capacity() * 4 + self.flags.capacity() + self.index.allocation_size()
+        self.refs.capacity() * 4 + self.flags.capacity() + self.index.bytes()
     }
+}
+
+/// Asks the kernel to back `len` bytes at `ptr` with huge pages where the
+/// range covers whole 2 MiB pages (large tables then cost far fewer TLB
+/// misses).  A hint: failures and other systems are ignored.
+pub(crate) fn advise_huge(ptr: *const u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (ptr as usize).div_ceil(HUGE) * HUGE;
+        let end = (ptr as usize + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside one live allocation of the
+            // caller; MADV_HUGEPAGE changes no contents and no mapping.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len);
 }

@@ -897,3 +897,27 @@ fn busy_keys_passed_over_once_are_parked_and_come_back_at_their_recency() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn large_tiers_prefetch_and_keep_their_invariants() {
+    // Above the prefetch threshold, batches take the prefetching paths.
+    for p in BOTH {
+        let n = (1u32 << 16) + 64;
+        let mut t = tier(n, p);
+        t.begin_request(R).unwrap();
+        let all: Vec<u32> = (0..n + 200).collect();
+        for chunk in all.chunks(40) {
+            store(&mut t, R, chunk);
+        }
+        assert_eq!(t.stats().evictions, 200, "{p:?}");
+        let mut slots = Vec::new();
+        let some = ks(&all[n as usize..n as usize + 40]);
+        t.prepare_load(R, &some, &mut slots).unwrap();
+        assert_eq!(slots.len(), 40);
+        t.complete_load(R, &some).unwrap();
+        assert_eq!(t.lookup(&k(0)), PrimaryLookup::Miss);
+        assert_eq!(t.lookup(&k(n + 199)), PrimaryLookup::Hit);
+        t.on_request_finished(R).unwrap();
+        t.check_invariants().unwrap();
+    }
+}
