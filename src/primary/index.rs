@@ -21,9 +21,11 @@ pub(crate) struct TagIndex {
     len: usize,
 }
 
+/// The tag of hash `h`: its bits mixed upward by one multiply (so every bit
+/// of `h` counts), the high 32 kept.
 #[inline]
 fn tag_of(h: u64) -> u32 {
-    (h >> 32) as u32
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32
 }
 
 impl TagIndex {
@@ -42,9 +44,14 @@ impl TagIndex {
     }
 
     /// The home bucket of tag `tag`.
-    #[inline]
+    #[inline(always)]
     fn home(&self, tag: u32) -> usize {
-        ((tag as u64 as u128 * self.table.len() as u128) >> 32) as usize
+        let n = self.table.len();
+        if n <= u32::MAX as usize {
+            ((tag as u64 * n as u64) >> 32) as usize
+        } else {
+            ((tag as u64 as u128 * n as u128) >> 32) as usize
+        }
     }
 
     #[inline]
@@ -79,7 +86,7 @@ impl TagIndex {
 
     /// The id with hash `h` for which `eq` holds, if any; `eq` is called
     /// only for ids whose tag matches.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = tag_of(h);
         let mut i = self.home(tag);
@@ -128,6 +135,8 @@ impl TagIndex {
         // Backward shift: pull later entries of the run into the hole when
         // their home bucket is not after the hole (cyclically).
         let n = self.table.len();
+        // Cyclic distance from `a` forward to `b`.
+        let dist = |a: usize, b: usize| if b >= a { b - a } else { b + n - a };
         let mut j = hole;
         loop {
             j = self.next(j);
@@ -136,7 +145,7 @@ impl TagIndex {
                 break;
             }
             let home = self.home((e >> 32) as u32);
-            if (j + n - home) % n >= (j + n - hole) % n {
+            if dist(home, j) >= dist(hole, j) {
                 self.table[hole] = e;
                 hole = j;
             }
@@ -181,8 +190,8 @@ mod tests {
     #[test]
     fn insert_find_and_backward_shift_removal_under_collisions() {
         let mut ix = TagIndex::new(64);
-        // Hashes with equal tags collide fully; ids tell them apart.
-        let h = |i: u64| ((i % 5) << 32) | i;
+        // Five distinct hashes: equal hashes collide fully; ids tell them apart.
+        let h = |i: u64| i % 5;
         for i in 0..64u64 {
             ix.insert(h(i), i as u32);
         }
@@ -200,7 +209,7 @@ mod tests {
         }
         assert_eq!(ix.len(), 64 - 22);
         assert_eq!(ix.peek(h(1)).map(|id| id % 5), Some(1));
-        assert_eq!(ix.find(7 << 32, |_| true), None);
+        assert_eq!(ix.find(7, |_| true), None);
         ix.clear();
         assert_eq!((ix.len(), ix.find(h(1), |_| true)), (0, None));
     }
@@ -215,8 +224,8 @@ mod tests {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             if live.len() < 100 && (live.is_empty() || rng % 3 != 0) {
-                // Few distinct tags: long runs that wrap around the table.
-                let h = ((rng % 7) << 32) | u64::from(step);
+                // Few distinct hashes: long runs that wrap around the table.
+                let h = rng % 7;
                 ix.insert(h, step);
                 live.push((h, step));
             } else {

@@ -342,10 +342,17 @@ impl RequestRecord {
         }
     }
 
-    /// Forgets every access, keeping the buffers.
+    /// Forgets every access, keeping buffers of a usual request's size
+    /// (clearing a table costs its size: one huge request must not make
+    /// every later finish slow).
     fn clear(&mut self) {
+        const KEEP: usize = 4096;
         self.accesses.clear();
+        self.accesses.shrink_to(KEEP);
         self.seen.clear();
+        if self.seen.capacity() > KEEP {
+            self.seen = hashbrown::HashTable::with_capacity(KEEP);
+        }
         self.adapted.clear();
     }
 }
