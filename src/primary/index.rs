@@ -7,7 +7,7 @@
 //! probe compares keys (a memory access elsewhere) only on a tag match.
 //! Linear probing with backward-shift deletion: no tombstones, so the table
 //! never grows or rehashes under churn; its size is fixed at creation for
-//! at most `max` entries (load factor at most 2/3).  A lookup usually reads
+//! at most `max` entries (load factor at most 1/2).  A lookup usually reads
 //! one cache line of the table; [`TagIndex::prefetch`] lets batch callers
 //! start that read early.
 
@@ -31,9 +31,8 @@ fn tag_of(h: u64) -> u32 {
 impl TagIndex {
     /// An index with room for `max` entries.
     pub(crate) fn new(max: usize) -> TagIndex {
-        let buckets = max + max / 2 + 16;
+        let buckets = 2 * max + 16;
         let table = vec![EMPTY; buckets].into_boxed_slice();
-        super::slots::advise_huge(table.as_ptr() as *const u8, buckets * 8);
         TagIndex { table, len: 0 }
     }
 

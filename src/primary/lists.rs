@@ -203,13 +203,8 @@ pub(crate) struct OrderLists<const N: usize> {
 impl<const N: usize> OrderLists<N> {
     /// Lists over ids `0..ids`, all empty.
     pub(crate) fn new(ids: usize) -> Self {
-        let nodes = vec![EMPTY_NODE; ids];
-        super::slots::advise_huge(
-            nodes.as_ptr() as *const u8,
-            ids * std::mem::size_of::<Node>(),
-        );
         OrderLists {
-            nodes,
+            nodes: vec![EMPTY_NODE; ids],
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],

@@ -64,8 +64,6 @@ impl Slots {
         let keys: Vec<Key> = Vec::with_capacity(n);
         let refs = vec![0; n];
         let flags = vec![0; n];
-        advise_huge(keys.as_ptr() as *const u8, n * std::mem::size_of::<Key>());
-        advise_huge(refs.as_ptr() as *const u8, n * 4);
         Slots {
             keys,
             refs,
@@ -208,25 +206,4 @@ impl Slots {
     pub(crate) fn metadata_bytes(&self) -> usize {
         self.refs.capacity() * 4 + self.flags.capacity() + self.index.bytes()
     }
-}
-
-/// Asks the kernel to back `len` bytes at `ptr` with huge pages where the
-/// range covers whole 2 MiB pages (large tables then cost far fewer TLB
-/// misses).  A hint: failures and other systems are ignored.
-pub(crate) fn advise_huge(ptr: *const u8, len: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = (ptr as usize).div_ceil(HUGE) * HUGE;
-        let end = (ptr as usize + len) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies inside one live allocation of the
-            // caller; MADV_HUGEPAGE changes no contents and no mapping.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (ptr, len);
 }
