@@ -854,10 +854,13 @@ impl PrimaryTier {
     /// loaded that is still resident gets one access, its head most recent.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        for (key, reused) in record.accesses.iter().rev() {
-            let h = self.slots.hash(key);
-            if let Some(s) = self.slots.find(key, h) {
-                self.policy.commit(&self.slots, s, *reused);
+        for chunk in record.accesses.rchunks(PREFETCH_WINDOW) {
+            self.slots.prefetch_iter(chunk.iter().map(|(k, _)| k));
+            for (key, reused) in chunk.iter().rev() {
+                let h = self.slots.hash(key);
+                if let Some(s) = self.slots.find(key, h) {
+                    self.policy.commit(&self.slots, s, *reused);
+                }
             }
         }
         for key in record.adapted.drain(..) {

@@ -96,10 +96,16 @@ impl Slots {
     /// For batches: the misses of all keys overlap instead of queuing.
     #[inline]
     pub(crate) fn prefetch(&self, keys: &[Key]) {
+        self.prefetch_iter(keys.iter());
+    }
+
+    /// [`Slots::prefetch`] over any (cheaply cloned) iterator of keys.
+    #[inline]
+    pub(crate) fn prefetch_iter<'a>(&self, keys: impl Iterator<Item = &'a Key> + Clone) {
         if self.capacity < PREFETCH_MIN_SLOTS {
             return;
         }
-        for key in keys {
+        for key in keys.clone() {
             self.index.prefetch(self.hash(key));
         }
         for key in keys {
