@@ -1,7 +1,7 @@
 //! A fixed-size open-addressing index from key hashes to ids, with a hash
 //! tag beside each id.
 //!
-//! Each entry is one `u64`: the id in the low half, the high 32 bits of the
+//! Each entry is one `u64`: the id (plus one) in the low half, the high 32 bits of the
 //! key's hash (the tag) in the high half.  The home bucket is computed from
 //! the tag alone, so the table never needs the key to move an entry, and a
 //! probe compares keys (a memory access elsewhere) only on a tag match.
@@ -11,8 +11,20 @@
 //! one cache line of the table; [`TagIndex::prefetch`] lets batch callers
 //! start that read early.
 
-/// An empty entry (no id is `u32::MAX`).
-const EMPTY: u64 = u64::MAX;
+/// An empty entry.  Entries hold `id + 1` in their low half (ids are below
+/// `u32::MAX`), so an empty table is all zeros: the allocator hands it out
+/// as untouched zero pages, committed only as entries land in them.
+const EMPTY: u64 = 0;
+
+#[inline(always)]
+fn entry(tag: u32, id: u32) -> u64 {
+    (tag as u64) << 32 | (id as u64 + 1)
+}
+
+#[inline(always)]
+fn id_of(e: u64) -> u32 {
+    (e as u32).wrapping_sub(1)
+}
 
 /// Id index keyed by 64-bit hashes, for at most `max` ids.
 #[derive(Debug, Clone)]
@@ -77,7 +89,7 @@ impl TagIndex {
                 return None;
             }
             if (e >> 32) as u32 == tag {
-                return Some(e as u32);
+                return Some(id_of(e));
             }
             i = self.next(i);
         }
@@ -94,8 +106,8 @@ impl TagIndex {
             if e == EMPTY {
                 return None;
             }
-            if (e >> 32) as u32 == tag && eq(e as u32) {
-                return Some(e as u32);
+            if (e >> 32) as u32 == tag && eq(id_of(e)) {
+                return Some(id_of(e));
             }
             i = self.next(i);
         }
@@ -111,7 +123,7 @@ impl TagIndex {
         while self.table[i] != EMPTY {
             i = self.next(i);
         }
-        self.table[i] = (tag as u64) << 32 | id as u64;
+        self.table[i] = entry(tag, id);
         self.len += 1;
     }
 
@@ -119,7 +131,7 @@ impl TagIndex {
     #[inline]
     pub(crate) fn remove(&mut self, h: u64, id: u32) {
         let tag = tag_of(h);
-        let want = (tag as u64) << 32 | id as u64;
+        let want = entry(tag, id);
         let mut hole = self.home(tag);
         loop {
             let e = self.table[hole];
