@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 use super::index::TagIndex;
 use super::lists::{Lists, NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
-use super::slots::{PARKED, Slots};
+use super::slots::{PARKED, Slots, same_key};
 use crate::key::Key;
 
 const T1: usize = 0;
@@ -39,7 +39,7 @@ struct Ghosts {
 impl Ghosts {
     fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let keys = &self.keys;
-        self.index.find(h, |g| keys[g as usize] == *key)
+        self.index.find(h, |g| same_key(&keys[g as usize], key))
     }
 
     fn len(&self, list: usize) -> usize {

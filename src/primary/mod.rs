@@ -330,7 +330,10 @@ impl RequestRecord {
     #[inline]
     fn record(&mut self, hasher: &RandomState, key: &Key, h: u64, reused: bool) {
         let accesses = &mut self.accesses;
-        match self.seen.find(h, |&i| accesses[i as usize].0 == *key) {
+        match self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].0, key))
+        {
             Some(&i) => accesses[i as usize].1 |= reused,
             None => {
                 let i = accesses.len() as u32;

@@ -88,7 +88,7 @@ impl Slots {
     #[inline]
     pub(crate) fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let keys = &self.keys;
-        self.index.find(h, |s| keys[s as usize] == *key)
+        self.index.find(h, |s| same_key(&keys[s as usize], key))
     }
 
     /// Starts loading what finding `keys` will read: their index lines now,
@@ -212,4 +212,27 @@ impl Slots {
     pub(crate) fn metadata_bytes(&self) -> usize {
         self.refs.capacity() * 4 + self.flags.capacity() + self.index.bytes()
     }
+}
+
+/// Whether `a` and `b` are the same key: lengths, then 8-byte words (the
+/// last one overlapping), without a call into `memcmp`.
+#[inline(always)]
+pub(crate) fn same_key(a: &Key, b: &Key) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
 }

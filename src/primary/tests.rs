@@ -921,3 +921,22 @@ fn large_tiers_prefetch_and_keep_their_invariants() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn same_key_agrees_with_key_equality_at_every_length() {
+    let mut keys = Vec::new();
+    for len in 1..=64usize {
+        let bytes: Vec<u8> = (0..len as u8).collect();
+        keys.push(Key::new(&bytes).unwrap());
+        for flip in [0, len / 2, len - 1] {
+            let mut other = bytes.clone();
+            other[flip] ^= 0x80;
+            keys.push(Key::new(&other).unwrap());
+        }
+    }
+    for a in &keys {
+        for b in &keys {
+            assert_eq!(slots::same_key(a, b), a == b, "{a:?} {b:?}");
+        }
+    }
+}
