@@ -58,7 +58,7 @@ impl Ghosts {
                 let g = self.keys.len() as u32;
                 // B1 and B2 hold at most `bound` each, plus one being added.
                 let max = 2 * self.bound + 1;
-                if g == 0 && self.index.bytes() < max * 8 {
+                if g == 0 && !self.index.has_room_for(max) {
                     // Sized once for the most ghosts there can be.
                     self.index = TagIndex::new(max);
                 }

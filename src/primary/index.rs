@@ -43,9 +43,19 @@ fn tag_of(h: u64) -> u32 {
 impl TagIndex {
     /// An index with room for `max` entries.
     pub(crate) fn new(max: usize) -> TagIndex {
-        let buckets = 2 * max + 16;
+        let buckets = Self::buckets_for(max);
         let table = vec![EMPTY; buckets].into_boxed_slice();
         TagIndex { table, len: 0 }
+    }
+
+    /// Table size for at most `max` entries: at most half full.
+    fn buckets_for(max: usize) -> usize {
+        2 * max + 16
+    }
+
+    /// Whether the table was sized for at least `max` entries.
+    pub(crate) fn has_room_for(&self, max: usize) -> bool {
+        self.table.len() >= Self::buckets_for(max)
     }
 
     /// Number of entries.
@@ -117,7 +127,7 @@ impl TagIndex {
     /// fewer than `max` entries are present).
     #[inline]
     pub(crate) fn insert(&mut self, h: u64, id: u32) {
-        debug_assert!(self.len * 3 < self.table.len() * 2);
+        debug_assert!(self.len * 2 < self.table.len());
         let tag = tag_of(h);
         let mut i = self.home(tag);
         while self.table[i] != EMPTY {

@@ -940,3 +940,22 @@ fn same_key_agrees_with_key_equality_at_every_length() {
         }
     }
 }
+
+#[test]
+fn arc_ghosts_of_tiny_tiers_fit_their_index() {
+    // Ghost lists of a 1..8-slot tier fill up to 2 x capacity + 1 ghosts.
+    for cap in 1..=8u32 {
+        let mut t = tier(cap, PolicyKind::Arc);
+        t.begin_request(R).unwrap();
+        for i in 0..64 {
+            store(&mut t, R, &[i]);
+            if i % 2 == 0 {
+                t.touch(R, &ks(&[i])).unwrap();
+            }
+        }
+        let s = t.stats();
+        assert!(s.arc_b1 <= cap && s.arc_b2 <= cap, "{cap}: {s:?}");
+        assert!(s.arc_b1 + s.arc_b2 > cap, "{cap}: both ghost lists used");
+        t.check_invariants().unwrap();
+    }
+}
