@@ -1,8 +1,12 @@
 //! Intrusive doubly linked lists over dense `u32` ids.
 //!
-//! Every id belongs to at most one of `N` lists; links and the list tag live
-//! in three parallel arrays indexed by id (4 + 4 + 1 bytes per id), so moving
-//! an id between lists or to a list's back is O(1) and allocates nothing.
+//! [`Lists`]: every id belongs to at most one of `N` lists; links and the
+//! list tag live in three parallel arrays indexed by id (4 + 4 + 1 bytes per
+//! id), so moving an id between lists or to a list's back is O(1) and
+//! allocates nothing (ARC's ghosts, the admission table).
+//! [`OrderLists`]: recency lists of resident slots, each with a sub-list of
+//! eviction candidates in the same order; both sets of links of an id sit
+//! in one 20-byte node, so one cache line serves an update of either.
 
 /// The "no id" link value.
 pub(crate) const NIL: u32 = u32::MAX;
