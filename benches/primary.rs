@@ -11,7 +11,7 @@
 //! apart (`commit_loads`, ns per committed key).  Also reports metadata bytes per block (key bytes
 //! excluded), measured on the live tier.
 //!
-//!     cargo bench --bench primary -- [--out FILE.json] [--quick]
+//!     cargo bench --bench primary -- [--out FILE.json] [--quick] [--sizes N,N..]
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -279,10 +279,16 @@ fn main() {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1).cloned());
     let quick = args.iter().any(|a| a == "--quick");
-    let sizes: &[u64] = if quick {
-        &[10_000, 1_000_000]
-    } else {
-        &[10_000, 1_000_000, 10_000_000]
+    // `--sizes 10000,1000000`: only these sizes (for profiling one of them).
+    let chosen: Option<Vec<u64>> = args
+        .iter()
+        .position(|a| a == "--sizes")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| list.split(',').filter_map(|n| n.parse().ok()).collect());
+    let sizes: &[u64] = match &chosen {
+        Some(list) if !list.is_empty() => list,
+        _ if quick => &[10_000, 1_000_000],
+        _ => &[10_000, 1_000_000, 10_000_000],
     };
     let ops = 1_000_000u64;
     let mut figs = Vec::new();
@@ -315,9 +321,11 @@ fn main() {
             }
         }
     }
-    println!("\nratio {large}/{small} slots");
-    for (name, r) in &ratios {
-        println!("{:<34} {:>10.2}", name, r);
+    if large != small {
+        println!("\nratio {large}/{small} slots");
+        for (name, r) in &ratios {
+            println!("{:<34} {:>10.2}", name, r);
+        }
     }
     println!("\nmetadata bytes per block (key bytes excluded)");
     for (name, b) in &meta {

@@ -8,15 +8,16 @@
 //! truncated target, else from T2, falling back to the other list.
 //!
 //! Ghosts live in their own arena (key, links, tag) with their own
-//! `HashTable<u32>` index, so nothing scans.
+//! [`TagIndex`], sized once (at the first eviction) for the most ghosts
+//! there can be, so nothing scans and nothing grows under churn.
 
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
-use super::lists::{Lists, NIL};
+use super::index::TagIndex;
+use super::lists::{Lists, NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
-use super::slots::Slots;
+use super::slots::{PARKED, Slots, same_key};
 use crate::key::Key;
 
 const T1: usize = 0;
@@ -30,7 +31,7 @@ const GHOST_FREE: usize = 2;
 struct Ghosts {
     keys: Vec<Key>,
     lists: Lists<3>,
-    index: HashTable<u32>,
+    index: TagIndex,
     hasher: RandomState,
     bound: usize,
 }
@@ -38,7 +39,7 @@ struct Ghosts {
 impl Ghosts {
     fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let keys = &self.keys;
-        self.index.find(h, |&g| keys[g as usize] == *key).copied()
+        self.index.find(h, |g| same_key(&keys[g as usize], key))
     }
 
     fn len(&self, list: usize) -> usize {
@@ -57,12 +58,9 @@ impl Ghosts {
                 let g = self.keys.len() as u32;
                 // B1 and B2 hold at most `bound` each, plus one being added.
                 let max = 2 * self.bound + 1;
-                if g == 0 && self.index.capacity() < max {
-                    // Sized once for the most ghosts there can be: no rehash
-                    // storms while the lists fill up.
-                    let (keys, hasher) = (&self.keys, &self.hasher);
-                    self.index
-                        .reserve(max, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
+                if g == 0 && !self.index.has_room_for(max) {
+                    // Sized once for the most ghosts there can be.
+                    self.index = TagIndex::new(max);
                 }
                 if self.keys.len() == self.keys.capacity() {
                     let want = (self.keys.capacity() * 2).max(16).min(max);
@@ -74,9 +72,7 @@ impl Ghosts {
             }
         };
         self.lists.push_back(list, g);
-        let (keys, hasher) = (&self.keys, &self.hasher);
-        self.index
-            .insert_unique(h, g, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
+        self.index.insert(h, g);
         while self.lists.len(list) > self.bound {
             let old = self.lists.front(list);
             self.remove(old);
@@ -86,9 +82,7 @@ impl Ghosts {
     /// Forgets ghost `g`.
     fn remove(&mut self, g: u32) {
         let h = self.hasher.hash_one(self.keys[g as usize].as_bytes());
-        if let Ok(e) = self.index.find_entry(h, |&x| x == g) {
-            e.remove();
-        }
+        self.index.remove(h, g);
         self.lists.unlink(g);
         self.lists.push_back(GHOST_FREE, g);
     }
@@ -103,7 +97,7 @@ impl Ghosts {
 /// The `arc` policy.
 #[derive(Debug)]
 pub(crate) struct ArcPolicy {
-    lists: Lists<2>,
+    lists: OrderLists<2>,
     ghosts: Ghosts,
     capacity: u32,
     target: f64,
@@ -113,11 +107,11 @@ impl ArcPolicy {
     /// An empty policy over `capacity` slots; `hasher` must be the tier's.
     pub(crate) fn new(capacity: u32, hasher: RandomState) -> ArcPolicy {
         ArcPolicy {
-            lists: Lists::new(capacity as usize),
+            lists: OrderLists::new(capacity as usize),
             ghosts: Ghosts {
                 keys: Vec::new(),
                 lists: Lists::new(0),
-                index: HashTable::new(),
+                index: TagIndex::new(0),
                 hasher,
                 bound: capacity as usize,
             },
@@ -140,12 +134,16 @@ impl ArcPolicy {
         self.target = (self.target - delta).max(0.0);
     }
 
-    /// The next idle, unmarked slot of `list` from `*cursor` on, advancing the cursor past it.
-    fn next_candidate(&self, slots: &Slots, cursor: &mut u32) -> Option<u32> {
+    /// The next idle, unmarked candidate from `*cursor` on, advancing the
+    /// cursor past it; busy candidates met are parked.
+    fn next_candidate(&mut self, slots: &mut Slots, cursor: &mut u32) -> Option<u32> {
         while *cursor != NIL {
             let id = *cursor;
-            *cursor = self.lists.next_of(id);
-            if slots.is_idle(id) && !slots.is_marked(id) {
+            *cursor = self.lists.candidate_next(id);
+            if !slots.is_idle(id) {
+                self.lists.park(id);
+                slots.flags[id as usize] |= PARKED;
+            } else if !slots.is_marked(id) {
                 return Some(id);
             }
         }
@@ -205,11 +203,18 @@ impl Policy for ArcPolicy {
         }
     }
 
-    fn select_victims(&self, slots: &Slots, n: usize, out: &mut Vec<u32>) -> bool {
+    fn became_idle(&mut self, slot: u32) {
+        self.lists.restore(slot);
+    }
+
+    fn select_victims(&mut self, slots: &mut Slots, n: usize, out: &mut Vec<u32>) -> bool {
         out.clear();
         let target = self.target as usize;
         let mut virtual_t1 = self.lists.len(T1);
-        let (mut c1, mut c2) = (self.lists.front(T1), self.lists.front(T2));
+        let (mut c1, mut c2) = (
+            self.lists.candidate_front(T1),
+            self.lists.candidate_front(T2),
+        );
         while out.len() < n {
             let from_t1_first = virtual_t1 >= target;
             let pick = if from_t1_first {
@@ -268,12 +273,18 @@ impl Policy for ArcPolicy {
     }
 
     fn metadata_bytes(&self) -> usize {
-        self.lists.bytes() + self.ghosts.lists.bytes() + self.ghosts.index.allocation_size()
+        self.lists.bytes() + self.ghosts.lists.bytes() + self.ghosts.index.bytes()
     }
 
     fn order(&self) -> Vec<u32> {
         let mut v = self.lists.collect(T1);
         v.extend(self.lists.collect(T2));
+        v
+    }
+
+    fn candidate_order(&self) -> Vec<u32> {
+        let mut v = self.lists.collect_candidates(T1);
+        v.extend(self.lists.collect_candidates(T2));
         v
     }
 }
@@ -298,7 +309,7 @@ mod tests {
 
     #[test]
     fn eviction_compares_t1_with_the_truncated_target() {
-        let s = slots(4);
+        let mut s = slots(4);
         let mut p = ArcPolicy::new(4, s.hasher.clone());
         for i in 0..4 {
             p.insert(&s, i, s.hash(&s.keys[i as usize]), true);
@@ -307,11 +318,11 @@ mod tests {
         p.touch(&s, 3); // T1 = [0, 1], T2 = [2, 3]
         let mut out = Vec::new();
         p.target = 2.9; // truncated: 2; |T1| = 2 >= 2, then 1 < 2
-        assert!(p.select_victims(&s, 2, &mut out));
+        assert!(p.select_victims(&mut s, 2, &mut out));
         assert_eq!(out, vec![0, 2]);
         p.target = 3.0; // |T1| = 2 < 3: T2 first
-        assert!(p.select_victims(&s, 3, &mut out));
+        assert!(p.select_victims(&mut s, 3, &mut out));
         assert_eq!(out, vec![2, 3, 0], "falls back to T1 when T2 runs out");
-        assert!(!p.select_victims(&s, 5, &mut out));
+        assert!(!p.select_victims(&mut s, 5, &mut out));
     }
 }

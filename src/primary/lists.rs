@@ -1,8 +1,12 @@
 //! Intrusive doubly linked lists over dense `u32` ids.
 //!
-//! Every id belongs to at most one of `N` lists; links and the list tag live
-//! in three parallel arrays indexed by id (4 + 4 + 1 bytes per id), so moving
-//! an id between lists or to a list's back is O(1) and allocates nothing.
+//! [`Lists`]: every id belongs to at most one of `N` lists; links and the
+//! list tag live in three parallel arrays indexed by id (4 + 4 + 1 bytes per
+//! id), so moving an id between lists or to a list's back is O(1) and
+//! allocates nothing (ARC's ghosts, the admission table).
+//! [`OrderLists`]: recency lists of resident slots, each with a sub-list of
+//! eviction candidates in the same order; both sets of links of an id sit
+//! in one 20-byte node, so one cache line serves an update of either.
 
 /// The "no id" link value.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -67,12 +71,6 @@ impl<const N: usize> Lists<N> {
     #[inline]
     pub(crate) fn front(&self, list: usize) -> u32 {
         self.head[list]
-    }
-
-    /// The id after `id` towards the back, or [`NIL`].
-    #[inline]
-    pub(crate) fn next_of(&self, id: u32) -> u32 {
-        self.next[id as usize]
     }
 
     /// Appends `id` (in no list) at the back (most recent end) of `list`.
@@ -165,6 +163,271 @@ impl<const N: usize> Lists<N> {
     }
 }
 
+/// Links of one id in [`OrderLists`]: its place in the full order and in
+/// the candidate order, kept together so one cache line serves both.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    prev: u32,
+    next: u32,
+    cprev: u32,
+    cnext: u32,
+    tag: u8,
+    ctag: u8,
+}
+
+const EMPTY_NODE: Node = Node {
+    prev: NIL,
+    next: NIL,
+    cprev: NIL,
+    cnext: NIL,
+    tag: NO_LIST,
+    ctag: NO_LIST,
+};
+
+/// `N` recency lists, each with a candidate sub-list for eviction.
+///
+/// The full list of `list` holds its ids in recency order; the candidate
+/// list holds a subset of them in the same order: every idle id, plus busy
+/// (pinned or write-pending) ids that no eviction has passed over yet.  An
+/// eviction walk drops the busy ids it meets ([`OrderLists::park`]), so
+/// each busy id is passed over at most once per busy period, and a later
+/// walk never meets it again; when it becomes idle,
+/// [`OrderLists::restore`] puts it back at its place in the order (after
+/// the nearest older candidate), so it keeps its recency.
+#[derive(Debug, Clone)]
+pub(crate) struct OrderLists<const N: usize> {
+    nodes: Vec<Node>,
+    head: [u32; N],
+    tail: [u32; N],
+    len: [u32; N],
+    chead: [u32; N],
+    ctail: [u32; N],
+}
+
+impl<const N: usize> OrderLists<N> {
+    /// Lists over ids `0..ids`, all empty.
+    pub(crate) fn new(ids: usize) -> Self {
+        OrderLists {
+            nodes: vec![EMPTY_NODE; ids],
+            head: [NIL; N],
+            tail: [NIL; N],
+            len: [0; N],
+            chead: [NIL; N],
+            ctail: [NIL; N],
+        }
+    }
+
+    /// The list holding `id`, if any.
+    #[inline]
+    pub(crate) fn list_of(&self, id: u32) -> Option<usize> {
+        let t = self.nodes[id as usize].tag;
+        (t != NO_LIST).then_some(t as usize)
+    }
+
+    /// Number of ids in `list` (candidates or not).
+    #[inline]
+    pub(crate) fn len(&self, list: usize) -> usize {
+        self.len[list] as usize
+    }
+
+    /// Oldest candidate of `list`, or [`NIL`].
+    #[inline]
+    pub(crate) fn candidate_front(&self, list: usize) -> u32 {
+        self.chead[list]
+    }
+
+    /// The candidate after `id` towards the back, or [`NIL`].
+    #[inline]
+    pub(crate) fn candidate_next(&self, id: u32) -> u32 {
+        self.nodes[id as usize].cnext
+    }
+
+    /// Appends `id` (in no list) at the back of `list`, as a candidate.
+    #[inline]
+    pub(crate) fn push_back(&mut self, list: usize, id: u32) {
+        let i = id as usize;
+        debug_assert_eq!(self.nodes[i].tag, NO_LIST);
+        let t = self.tail[list];
+        let ct = self.ctail[list];
+        self.nodes[i] = Node {
+            prev: t,
+            next: NIL,
+            cprev: ct,
+            cnext: NIL,
+            tag: list as u8,
+            ctag: list as u8,
+        };
+        if t == NIL {
+            self.head[list] = id;
+        } else {
+            self.nodes[t as usize].next = id;
+        }
+        self.tail[list] = id;
+        self.len[list] += 1;
+        self.clink_back(list, id, ct);
+    }
+
+    #[inline]
+    fn clink_back(&mut self, list: usize, id: u32, ct: u32) {
+        if ct == NIL {
+            self.chead[list] = id;
+        } else {
+            self.nodes[ct as usize].cnext = id;
+        }
+        self.ctail[list] = id;
+    }
+
+    /// Removes `id` from the candidates (it stays in its list); an id that
+    /// is no candidate is left alone.
+    #[inline]
+    pub(crate) fn park(&mut self, id: u32) {
+        let i = id as usize;
+        let n = self.nodes[i];
+        if n.ctag == NO_LIST {
+            return;
+        }
+        let list = n.ctag as usize;
+        if n.cprev == NIL {
+            self.chead[list] = n.cnext;
+        } else {
+            self.nodes[n.cprev as usize].cnext = n.cnext;
+        }
+        if n.cnext == NIL {
+            self.ctail[list] = n.cprev;
+        } else {
+            self.nodes[n.cnext as usize].cprev = n.cprev;
+        }
+        let node = &mut self.nodes[i];
+        node.cprev = NIL;
+        node.cnext = NIL;
+        node.ctag = NO_LIST;
+    }
+
+    /// Makes `id` (in a list) a candidate again at its place in the order:
+    /// after the nearest older candidate of its list.  Costs one step per
+    /// parked id between them (busy ids an eviction passed over), never a
+    /// walk over idle ids.
+    pub(crate) fn restore(&mut self, id: u32) {
+        let i = id as usize;
+        let n = self.nodes[i];
+        if n.ctag != NO_LIST || n.tag == NO_LIST {
+            return;
+        }
+        let list = n.tag as usize;
+        let mut p = n.prev;
+        while p != NIL && self.nodes[p as usize].ctag == NO_LIST {
+            p = self.nodes[p as usize].prev;
+        }
+        let next = if p == NIL {
+            self.chead[list]
+        } else {
+            self.nodes[p as usize].cnext
+        };
+        {
+            let node = &mut self.nodes[i];
+            node.cprev = p;
+            node.cnext = next;
+            node.ctag = list as u8;
+        }
+        if p == NIL {
+            self.chead[list] = id;
+        } else {
+            self.nodes[p as usize].cnext = id;
+        }
+        if next == NIL {
+            self.ctail[list] = id;
+        } else {
+            self.nodes[next as usize].cprev = id;
+        }
+    }
+
+    /// Removes `id` from its list (and the candidates); an id in no list is left alone.
+    #[inline]
+    pub(crate) fn unlink(&mut self, id: u32) {
+        let i = id as usize;
+        let n = self.nodes[i];
+        if n.tag == NO_LIST {
+            return;
+        }
+        self.park(id);
+        let list = n.tag as usize;
+        if n.prev == NIL {
+            self.head[list] = n.next;
+        } else {
+            self.nodes[n.prev as usize].next = n.next;
+        }
+        if n.next == NIL {
+            self.tail[list] = n.prev;
+        } else {
+            self.nodes[n.next as usize].prev = n.prev;
+        }
+        let node = &mut self.nodes[i];
+        node.prev = NIL;
+        node.next = NIL;
+        node.tag = NO_LIST;
+        self.len[list] -= 1;
+    }
+
+    /// Moves `id` (in a list) to the back of `list`; a candidate stays one
+    /// (at the back of `list`'s candidates), a parked id stays parked.
+    #[inline]
+    pub(crate) fn move_to_back(&mut self, list: usize, id: u32) {
+        if self.tail[list] == id {
+            return;
+        }
+        let was_candidate = self.nodes[id as usize].ctag != NO_LIST;
+        self.unlink(id);
+        self.push_back(list, id);
+        if !was_candidate {
+            self.park(id);
+        }
+    }
+
+    /// Empties every list, touching only the ids that were in one.
+    pub(crate) fn clear(&mut self) {
+        for list in 0..N {
+            let mut id = self.head[list];
+            while id != NIL {
+                let next = self.nodes[id as usize].next;
+                self.nodes[id as usize] = EMPTY_NODE;
+                id = next;
+            }
+            self.head[list] = NIL;
+            self.tail[list] = NIL;
+            self.len[list] = 0;
+            self.chead[list] = NIL;
+            self.ctail[list] = NIL;
+        }
+    }
+
+    /// Bytes of link and tag storage.
+    pub(crate) fn bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+    }
+
+    /// The ids of `list`, front (oldest) to back; for tests and checks.
+    pub(crate) fn collect(&self, list: usize) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.len(list));
+        let mut id = self.head[list];
+        while id != NIL {
+            out.push(id);
+            id = self.nodes[id as usize].next;
+        }
+        out
+    }
+
+    /// The candidates of `list`, front to back; for tests and checks.
+    pub(crate) fn collect_candidates(&self, list: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut id = self.chead[list];
+        while id != NIL {
+            out.push(id);
+            id = self.nodes[id as usize].cnext;
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +455,34 @@ mod tests {
         l.clear();
         assert_eq!((l.len(0), l.len(1), l.front(0)), (0, 0, NIL));
         assert_eq!(l.list_of(7), None);
+    }
+
+    #[test]
+    fn parked_ids_are_restored_at_their_place_in_the_order() {
+        let mut l: OrderLists<2> = OrderLists::new(8);
+        for id in 0..6 {
+            l.push_back(0, id);
+        }
+        l.park(1);
+        l.park(2);
+        l.park(4);
+        assert_eq!(l.collect_candidates(0), vec![0, 3, 5]);
+        l.move_to_back(0, 2); // parked: moves in the order, stays parked
+        assert_eq!(l.collect(0), vec![0, 1, 3, 4, 5, 2]);
+        assert_eq!(l.collect_candidates(0), vec![0, 3, 5]);
+        l.restore(4);
+        l.restore(4);
+        assert_eq!(l.collect_candidates(0), vec![0, 3, 4, 5]);
+        l.unlink(0);
+        l.restore(1);
+        assert_eq!(l.collect_candidates(0), vec![1, 3, 4, 5]);
+        l.restore(2);
+        assert_eq!(l.collect_candidates(0), vec![1, 3, 4, 5, 2]);
+        l.move_to_back(1, 3);
+        assert_eq!(l.collect_candidates(1), vec![3]);
+        assert_eq!((l.len(0), l.len(1)), (4, 1));
+        l.clear();
+        assert_eq!(l.collect_candidates(0), Vec::<u32>::new());
+        assert_eq!(l.list_of(3), None);
     }
 }

@@ -3,25 +3,26 @@
 //! One list holds every resident key, oldest at the front.  New keys go to
 //! the back in batch order; `touch` and request commits move keys to the
 //! back; pinning does not move a key, so an unpinned key is a candidate again
-//! at the recency it had.
+//! at the recency it had.  Busy keys an eviction passes over are parked out
+//! of the candidates (see `OrderLists`), so no eviction walks them twice.
 
-use super::lists::{Lists, NIL};
+use super::lists::{NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
-use super::slots::Slots;
+use super::slots::{PARKED, Slots};
 
 const MAIN: usize = 0;
 
 /// The `lru` policy.
 #[derive(Debug)]
 pub(crate) struct LruPolicy {
-    lists: Lists<1>,
+    lists: OrderLists<1>,
 }
 
 impl LruPolicy {
     /// An empty policy over `capacity` slots.
     pub(crate) fn new(capacity: u32) -> LruPolicy {
         LruPolicy {
-            lists: Lists::new(capacity as usize),
+            lists: OrderLists::new(capacity as usize),
         }
     }
 }
@@ -39,16 +40,24 @@ impl Policy for LruPolicy {
         self.lists.move_to_back(MAIN, slot);
     }
 
-    fn select_victims(&self, slots: &Slots, n: usize, out: &mut Vec<u32>) -> bool {
+    fn select_victims(&mut self, slots: &mut Slots, n: usize, out: &mut Vec<u32>) -> bool {
         out.clear();
-        let mut id = self.lists.front(MAIN);
+        let mut id = self.lists.candidate_front(MAIN);
         while out.len() < n && id != NIL {
-            if slots.is_idle(id) && !slots.is_marked(id) {
+            let next = self.lists.candidate_next(id);
+            if !slots.is_idle(id) {
+                self.lists.park(id);
+                slots.flags[id as usize] |= PARKED;
+            } else if !slots.is_marked(id) {
                 out.push(id);
             }
-            id = self.lists.next_of(id);
+            id = next;
         }
         out.len() == n
+    }
+
+    fn became_idle(&mut self, slot: u32) {
+        self.lists.restore(slot);
     }
 
     fn evict(&mut self, _slots: &Slots, slot: u32, _h: u64) {
@@ -73,5 +82,9 @@ impl Policy for LruPolicy {
 
     fn order(&self) -> Vec<u32> {
         self.lists.collect(MAIN)
+    }
+
+    fn candidate_order(&self) -> Vec<u32> {
+        self.lists.collect_candidates(MAIN)
     }
 }

@@ -9,16 +9,21 @@
 //! exactly the shortfall from idle keys, never a key named in the same call.
 //!
 //! Cost: every operation is O(1) per key (amortized); eviction of k keys is
-//! O(k + s), s the pinned, write-pending or call-named keys older than the
-//! victims that the policy passes over (never a scan of the cache); a
-//! refusal for lack of idle keys is decided from counts, without looking at
-//! the lists.  Per-slot state lives in arrays indexed by slot id
-//! (`slots.rs`); policies (the `Policy` trait in `policy.rs`, implemented
-//! by `lru.rs` and `arc.rs`) keep intrusive lists over slot ids.  Per-request access records reuse their
-//! buffers, so the hot path allocates nothing per key.
+//! O(k + m), m the keys named in the same call that the policy passes over
+//! (at most the call's own keys).  Busy (pinned or write-pending) keys an
+//! eviction meets are parked out of the policy's candidates, once per busy
+//! period, and restored at their recency when they turn idle (a walk back
+//! over parked keys only, which are in flight).  A refusal for lack of idle
+//! keys is decided from counts, without looking at the lists.  Per-slot
+//! state lives in arrays indexed by slot id (`slots.rs`); policies (the
+//! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
+//! keep intrusive lists over slot ids (`lists.rs`).  A request records each
+//! key it stores or loads once; records reuse their buffers, so the hot
+//! path allocates nothing per key.
 
 mod admission;
 mod arc;
+mod index;
 mod lists;
 mod lru;
 mod named;
@@ -28,6 +33,7 @@ mod slots;
 mod tests;
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::str::FromStr;
 
 use foldhash::fast::RandomState;
@@ -41,7 +47,7 @@ use crate::stats::Stat;
 use admission::Admission;
 use lists::NIL;
 use policy::Policy;
-use slots::{ANNOUNCED, NAMED, RESIDENT, Slots, WRITE_PENDING};
+use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
 
 pub use named::NamedPrimary;
 
@@ -255,9 +261,13 @@ struct Counters {
 /// One active request's accesses, committed at its finish.
 #[derive(Debug, Default)]
 struct RequestRecord {
-    /// Keys stored or loaded, in first-presentation order (repeats harmless);
-    /// `true` = reused (loaded, or found ready at store).
+    /// Distinct keys stored or loaded, in first-presentation order; `true` =
+    /// reused (loaded, or found ready at store, by any of its presentations).
     accesses: Vec<(Key, bool)>,
+    /// Positions in `accesses`, hashed over the key bytes: each key is
+    /// recorded once, so the log is bounded by the request's distinct keys
+    /// however often it presents them.
+    seen: hashbrown::HashTable<u32>,
     /// Ghost keys whose offer already adapted ARC's target in this request.
     adapted: Vec<Key>,
 }
@@ -294,6 +304,9 @@ const GHOST: u8 = 4;
 /// Like `STORED`, and a ghost when the call began.
 const STORED_GHOST: u8 = 5;
 
+/// Batch operations prefetch what they will read this many keys ahead.
+const PREFETCH_WINDOW: usize = 16;
+
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
 
@@ -307,6 +320,44 @@ fn key_error(index: usize, key: &Key, reason: impl Into<String>) -> Error {
 
 fn unknown(req: RequestId) -> Error {
     Error::UnknownRequest(format!("#{}", req.0))
+}
+
+impl RequestRecord {
+    /// Records one access of `key` (hash `h` under `hasher`): appended at its
+    /// first presentation, else its `reused` flag is or-ed into the entry.
+    /// O(1); allocates only when the request's distinct keys outgrow the
+    /// record's buffers (which are reused by later requests).
+    #[inline]
+    fn record(&mut self, hasher: &RandomState, key: &Key, h: u64, reused: bool) {
+        let accesses = &mut self.accesses;
+        match self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].0, key))
+        {
+            Some(&i) => accesses[i as usize].1 |= reused,
+            None => {
+                let i = accesses.len() as u32;
+                accesses.push((*key, reused));
+                let acc = &*accesses;
+                self.seen
+                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].0.as_bytes()));
+            }
+        }
+    }
+
+    /// Forgets every access, keeping buffers of a usual request's size
+    /// (clearing a table costs its size: one huge request must not make
+    /// every later finish slow).
+    fn clear(&mut self) {
+        const KEEP: usize = 4096;
+        self.accesses.clear();
+        self.accesses.shrink_to(KEEP);
+        self.seen.clear();
+        if self.seen.capacity() > KEEP {
+            self.seen = hashbrown::HashTable::with_capacity(KEEP);
+        }
+        self.adapted.clear();
+    }
 }
 
 impl PrimaryTier {
@@ -400,6 +451,10 @@ impl PrimaryTier {
     fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         slots_out.clear();
         for (i, key) in keys.iter().enumerate() {
+            if i % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             let slot = match self.slots.find(key, h) {
                 None => return Err(key_error(i, key, "not resident (cannot pin an absent key)")),
@@ -433,6 +488,10 @@ impl PrimaryTier {
         let mut to_idle = 0u32;
         let mut failure = None;
         for (i, key) in keys.iter().enumerate() {
+            if i % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             let Some(s) = self.slots.find(key, h) else {
                 failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
@@ -463,13 +522,14 @@ impl PrimaryTier {
         }
         self.pinned -= to_idle;
         self.idle += to_idle;
+        if to_idle > 0 {
+            for &s in &done {
+                self.became_idle(s);
+            }
+        }
         done.clear();
         self.scratch_victims = done;
         Ok(())
-    }
-
-    fn record_mut(&mut self, req: RequestId) -> Result<&mut RequestRecord> {
-        self.requests.get_mut(&req).ok_or_else(|| unknown(req))
     }
 
     /// Pins `keys` for a load by `req` and writes their slots, in key order,
@@ -486,8 +546,11 @@ impl PrimaryTier {
         }
         self.pin(keys, slots_out)?;
         self.counters.loads += keys.len() as u64;
-        let record = self.record_mut(req)?;
-        record.accesses.extend(keys.iter().map(|k| (*k, true)));
+        let hasher = &self.slots.hasher;
+        let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        for key in keys {
+            record.record(hasher, key, hasher.hash_one(key.as_bytes()), true);
+        }
         Ok(())
     }
 
@@ -528,6 +591,17 @@ impl PrimaryTier {
     /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
     pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
         self.unpin(keys)
+    }
+
+    /// `slot` turned idle (or is idle): a parked key becomes an eviction
+    /// candidate again at its recency.
+    #[inline]
+    fn became_idle(&mut self, slot: u32) {
+        let i = slot as usize;
+        if self.slots.flags[i] & PARKED != 0 && self.slots.refs[i] == 0 {
+            self.slots.flags[i] &= !PARKED;
+            self.policy.became_idle(slot);
+        }
     }
 
     fn next_epoch(&mut self) {
@@ -584,6 +658,10 @@ impl PrimaryTier {
             self.scratch_dedup.clear();
         }
         for (pos, key) in keys.iter().enumerate() {
+            if pos % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[pos..keys.len().min(pos + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             match self.slots.find(key, h) {
                 Some(s) => {
@@ -662,7 +740,10 @@ impl PrimaryTier {
         // finds them passing over only pinned, pending and named keys.
         let evictable = (self.idle - named_idle) as usize;
         let refused = need > 0
-            && (evictable < need || !self.policy.select_victims(&self.slots, need, &mut victims));
+            && (evictable < need
+                || !self
+                    .policy
+                    .select_victims(&mut self.slots, need, &mut victims));
         if refused {
             self.counters.refusals += 1;
             plan.clear();
@@ -711,11 +792,12 @@ impl PrimaryTier {
 
             // 6. Record the request's accesses in call order (first
             //    occurrences of stored keys; every ready key found).
+            let hasher = &self.slots.hasher;
             if let Some(record) = self.requests.get_mut(&req) {
-                for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
+                for (key, &(h, kind, _)) in keys.iter().zip(scratch.iter()) {
                     match kind {
-                        FOUND_READY => record.accesses.push((*key, true)),
-                        STORED | STORED_GHOST => record.accesses.push((*key, false)),
+                        FOUND_READY => record.record(hasher, key, h, true),
+                        STORED | STORED_GHOST => record.record(hasher, key, h, false),
                         _ => {}
                     }
                 }
@@ -736,7 +818,11 @@ impl PrimaryTier {
     /// counted.  Takes no request: completions may arrive after it finished.
     pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         let mut report = CompleteStoreReport::default();
-        for key in keys {
+        for (i, key) in keys.iter().enumerate() {
+            if i % PREFETCH_WINDOW == 0 {
+                self.slots
+                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            }
             let h = self.slots.hash(key);
             let Some(slot) = self.slots.find(key, h) else {
                 report.ignored += 1;
@@ -749,6 +835,7 @@ impl PrimaryTier {
             self.write_pending -= 1;
             if success {
                 self.slots.refs[i] = 0;
+                self.became_idle(slot);
                 self.idle += 1;
                 report.ready += 1;
                 if self.emit(EventKind::Stored, Some(*key)) {
@@ -770,16 +857,19 @@ impl PrimaryTier {
     /// loaded that is still resident gets one access, its head most recent.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        for (key, reused) in record.accesses.iter().rev() {
-            let h = self.slots.hash(key);
-            if let Some(s) = self.slots.find(key, h) {
-                self.policy.commit(&self.slots, s, *reused);
+        for chunk in record.accesses.rchunks(PREFETCH_WINDOW) {
+            self.slots.prefetch_iter(chunk.iter().map(|(k, _)| k));
+            for (key, reused) in chunk.iter().rev() {
+                let h = self.slots.hash(key);
+                if let Some(s) = self.slots.find(key, h) {
+                    self.policy.commit(&self.slots, s, *reused);
+                }
             }
         }
         for key in record.adapted.drain(..) {
             self.adapted.remove(&(req, key));
         }
-        record.accesses.clear();
+        record.clear();
         self.spare_records.push(record);
         Ok(())
     }
@@ -797,8 +887,7 @@ impl PrimaryTier {
         self.emit(EventKind::Cleared, None);
         self.adapted.clear();
         for r in self.requests.values_mut() {
-            r.accesses.clear();
-            r.adapted.clear();
+            r.clear();
         }
     }
 
@@ -962,9 +1051,22 @@ impl PrimaryTier {
         if order.len() != self.slots.index.len() {
             return Err("policy lists differ from resident keys".into());
         }
-        for s in order {
+        for &s in &order {
             if self.slots.flags[s as usize] & RESIDENT == 0 {
                 return Err(format!("policy lists free slot {s}"));
+            }
+        }
+        // Candidates: the order less the parked slots, which are all busy.
+        let unparked: Vec<u32> = order
+            .into_iter()
+            .filter(|&s| self.slots.flags[s as usize] & PARKED == 0)
+            .collect();
+        if unparked != self.policy.candidate_order() {
+            return Err("eviction candidates differ from the unparked order".into());
+        }
+        for s in 0..self.slots.fresh as usize {
+            if self.slots.flags[s] & PARKED != 0 && self.slots.refs[s] == 0 {
+                return Err(format!("slot {s} is idle but parked"));
             }
         }
         Ok(())

@@ -21,8 +21,9 @@ pub(crate) struct PolicyStats {
 /// An eviction policy over the slots of one tier.
 ///
 /// Every method costs O(1) per slot or key it is given; `select_victims`
-/// costs O(n + skipped), where skipped counts the pinned, write-pending or
-/// call-named keys it passes over.
+/// costs O(n + named + parked): it passes over the call-named keys it meets
+/// (at most the call's own keys) and parks each busy key it meets, which
+/// no later walk meets again until the key turns idle.
 pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// `slot` (key hash `h`) became resident, write pending; calls come in
     /// batch order, so the last key of a batch ends up most recent.
@@ -49,8 +50,14 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     fn adapt_on_offer(&mut self, _key: &Key, _h: u64) {}
 
     /// Chooses `n` idle, unmarked slots to evict, in eviction order, into
-    /// `out` (cleared first) without changing anything; false if fewer exist.
-    fn select_victims(&self, slots: &Slots, n: usize, out: &mut Vec<u32>) -> bool;
+    /// `out` (cleared first); false if fewer exist.  The order does not
+    /// change; busy (pinned or write-pending) keys met on the way are taken
+    /// out of the candidates and flagged [`PARKED`](super::slots::PARKED).
+    fn select_victims(&mut self, slots: &mut Slots, n: usize, out: &mut Vec<u32>) -> bool;
+
+    /// Parked `slot` turned idle: it becomes a candidate again at the
+    /// recency it has (the tier clears the flag).
+    fn became_idle(&mut self, slot: u32);
 
     /// Evicts `slot` (chosen by `select_victims`, key hash `h`); the slot's
     /// key is still readable in `slots`.
@@ -73,4 +80,8 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// The resident slots in eviction-preference order (first evicted
     /// first, pinned ones included); for tests and checks, O(n).
     fn order(&self) -> Vec<u32>;
+
+    /// The eviction candidates in the same order (every resident slot but
+    /// the parked ones); for tests and checks, O(n).
+    fn candidate_order(&self) -> Vec<u32>;
 }

@@ -1,14 +1,14 @@
 //! The slot table: per-slot key, reference count, call mark and flags, the
 //! key index, and slot allocation.
 //!
-//! Every array is indexed by slot id.  The index is a `HashTable<u32>` of
-//! slot ids hashed (foldhash) over the key bytes kept in `keys`, so each key
-//! is stored once.
+//! Every array is indexed by slot id.  The index is a [`TagIndex`] of slot
+//! ids (each with a tag of its key's hash) hashed (foldhash) over the key
+//! bytes kept in `keys`, so each key is stored once.
 
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
+use super::index::{TagIndex, prefetch_read};
 use super::lists::NIL;
 use crate::key::Key;
 
@@ -19,6 +19,13 @@ pub(crate) const ANNOUNCED: u8 = 2;
 
 /// Flag: the key is named in the current `prepare_store` call (not evictable by it).
 pub(crate) const NAMED: u8 = 4;
+
+/// Flag: the policy took the (busy) key out of its eviction candidates when
+/// an eviction passed over it; it must be restored when the key turns idle.
+pub(crate) const PARKED: u8 = 8;
+
+/// Tables of fewer slots stay in the CPU caches: no prefetching.
+const PREFETCH_MIN_SLOTS: u32 = 1 << 16;
 
 /// Reference count of a write-pending key.
 pub(crate) const WRITE_PENDING: i32 = -1;
@@ -32,10 +39,10 @@ pub(crate) struct Slots {
     /// pinned n times.  Freed slot: the next slot of the free stack (as
     /// `u32`, [`NIL`] at the bottom), so the stack costs no extra memory.
     pub(crate) refs: Vec<i32>,
-    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`].
+    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`].
     pub(crate) flags: Vec<u8>,
     /// Slot ids of resident keys, hashed over their key bytes.
-    pub(crate) index: HashTable<u32>,
+    pub(crate) index: TagIndex,
     /// The hasher of the index (and of ARC's ghost index).
     pub(crate) hasher: RandomState,
     /// Top of the stack of freed slots (most recently freed), linked through `refs`.
@@ -54,11 +61,14 @@ impl Slots {
     /// A table of `capacity` free slots.
     pub(crate) fn new(capacity: u32) -> Slots {
         let n = capacity as usize;
+        let keys: Vec<Key> = Vec::with_capacity(n);
+        let refs = vec![0; n];
+        let flags = vec![0; n];
         Slots {
-            keys: Vec::with_capacity(n),
-            refs: vec![0; n],
-            flags: vec![0; n],
-            index: HashTable::with_capacity(n),
+            keys,
+            refs,
+            flags,
+            index: TagIndex::new(n),
             hasher: RandomState::default(),
             free_top: NIL,
             free_len: 0,
@@ -78,7 +88,34 @@ impl Slots {
     #[inline]
     pub(crate) fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let keys = &self.keys;
-        self.index.find(h, |&s| keys[s as usize] == *key).copied()
+        self.index.find(h, |s| same_key(&keys[s as usize], key))
+    }
+
+    /// Starts loading what finding `keys` will read: their index lines now,
+    /// and (once those arrive) the key and ref count of each likely slot.
+    /// For batches: the misses of all keys overlap instead of queuing.
+    #[inline]
+    pub(crate) fn prefetch(&self, keys: &[Key]) {
+        self.prefetch_iter(keys.iter());
+    }
+
+    /// [`Slots::prefetch`] over any (cheaply cloned) iterator of keys.
+    #[inline]
+    pub(crate) fn prefetch_iter<'a>(&self, keys: impl Iterator<Item = &'a Key> + Clone) {
+        if self.capacity < PREFETCH_MIN_SLOTS {
+            return;
+        }
+        for key in keys.clone() {
+            self.index.prefetch(self.hash(key));
+        }
+        for key in keys {
+            if let Some(s) = self.index.peek(self.hash(key)) {
+                if let (Some(k), Some(r)) = (self.keys.get(s as usize), self.refs.get(s as usize)) {
+                    prefetch_read(k);
+                    prefetch_read(r);
+                }
+            }
+        }
     }
 
     /// Whether `slot` is ready and unpinned (an eviction candidate when unmarked).
@@ -135,17 +172,13 @@ impl Slots {
         }
         self.refs[i] = WRITE_PENDING;
         self.flags[i] = RESIDENT;
-        let (keys, hasher) = (&self.keys, &self.hasher);
-        self.index
-            .insert_unique(h, slot, |&s| hasher.hash_one(keys[s as usize].as_bytes()));
+        self.index.insert(h, slot);
     }
 
     /// Removes `slot`'s key (hash `h`) from the index and frees the slot.
     #[inline]
     pub(crate) fn release(&mut self, slot: u32, h: u64) {
-        if let Ok(entry) = self.index.find_entry(h, |&s| s == slot) {
-            entry.remove();
-        }
+        self.index.remove(h, slot);
         let i = slot as usize;
         self.refs[i] = self.free_top as i32;
         self.flags[i] = 0;
@@ -177,6 +210,29 @@ impl Slots {
 
     /// Bytes of per-slot metadata (everything but the key bytes).
     pub(crate) fn metadata_bytes(&self) -> usize {
-        self.refs.capacity() * 4 + self.flags.capacity() + self.index.allocation_size()
+        self.refs.capacity() * 4 + self.flags.capacity() + self.index.bytes()
     }
+}
+
+/// Whether `a` and `b` are the same key: lengths, then 8-byte words (the
+/// last one overlapping), without a call into `memcmp`.
+#[inline(always)]
+pub(crate) fn same_key(a: &Key, b: &Key) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
 }

@@ -831,3 +831,131 @@ fn pinned_write_pending_and_named_keys_are_all_passed_over_by_eviction() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_request_records_each_key_once_however_often_it_presents_it() {
+    for p in BOTH {
+        let mut t = tier(8, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2, 3]);
+        let mut slots = Vec::new();
+        for _ in 0..1000 {
+            t.prepare_load(R, &ks(&[3, 2]), &mut slots).unwrap();
+            t.complete_load(R, &ks(&[3, 2])).unwrap();
+            store(&mut t, R, &[1, 3]);
+        }
+        let record = &t.requests[&R];
+        assert_eq!(
+            record.accesses.len(),
+            3,
+            "{p:?}: one entry per distinct key"
+        );
+        assert_eq!(
+            record.accesses,
+            vec![(k(1), true), (k(2), true), (k(3), true)],
+            "{p:?}: first-presentation order; 1 was stored, then found ready (reused)"
+        );
+        t.on_request_finished(R).unwrap();
+        if p == PolicyKind::Lru {
+            // Head most recent: 1 (first presented), then 2, then 3.
+            assert_eq!(order(&t), ks(&[3, 2, 1]));
+        } else {
+            assert_eq!((arc_stats(&t).0, arc_stats(&t).1), (0, 3), "all reused: T2");
+        }
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn busy_keys_passed_over_once_are_parked_and_come_back_at_their_recency() {
+    for p in BOTH {
+        let mut t = tier(100, p);
+        t.begin_request(R).unwrap();
+        let all: Vec<u32> = (0..100).collect();
+        store(&mut t, R, &all);
+        // Pin the 90 oldest keys: the first eviction passes over them once.
+        let old = ks(&all[..90]);
+        let mut slots = Vec::new();
+        t.pin_for_transfer(&old, &mut slots).unwrap();
+        let plan = store(&mut t, R, &[1000]);
+        assert_eq!(plan.evicted, ks(&[90]), "{p:?}");
+        assert_eq!(t.policy.candidate_order().len(), 10, "{p:?}: 90 parked");
+        t.check_invariants().unwrap();
+        // Later evictions meet no pinned key at all.
+        let plan = store(&mut t, R, &[1001]);
+        assert_eq!(plan.evicted, ks(&[91]), "{p:?}");
+        // Unpinned, key 5 is a candidate again at its old recency: first.
+        t.unpin_for_transfer(&ks(&[5])).unwrap();
+        t.check_invariants().unwrap();
+        let plan = store(&mut t, R, &[1002, 1003]);
+        assert_eq!(plan.evicted, ks(&[5, 92]), "{p:?}");
+        t.unpin_for_transfer(&ks(&all[..90])[..5]).unwrap();
+        t.unpin_for_transfer(&ks(&all[6..90])).unwrap();
+        t.check_invariants().unwrap();
+        let plan = store(&mut t, R, &[1004, 1005, 1006]);
+        assert_eq!(plan.evicted, ks(&[0, 1, 2]), "{p:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn large_tiers_prefetch_and_keep_their_invariants() {
+    // Above the prefetch threshold, batches take the prefetching paths.
+    for p in BOTH {
+        let n = (1u32 << 16) + 64;
+        let mut t = tier(n, p);
+        t.begin_request(R).unwrap();
+        let all: Vec<u32> = (0..n + 200).collect();
+        for chunk in all.chunks(40) {
+            store(&mut t, R, chunk);
+        }
+        assert_eq!(t.stats().evictions, 200, "{p:?}");
+        let mut slots = Vec::new();
+        let some = ks(&all[n as usize..n as usize + 40]);
+        t.prepare_load(R, &some, &mut slots).unwrap();
+        assert_eq!(slots.len(), 40);
+        t.complete_load(R, &some).unwrap();
+        assert_eq!(t.lookup(&k(0)), PrimaryLookup::Miss);
+        assert_eq!(t.lookup(&k(n + 199)), PrimaryLookup::Hit);
+        t.on_request_finished(R).unwrap();
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn same_key_agrees_with_key_equality_at_every_length() {
+    let mut keys = Vec::new();
+    for len in 1..=64usize {
+        let bytes: Vec<u8> = (0..len as u8).collect();
+        keys.push(Key::new(&bytes).unwrap());
+        for flip in [0, len / 2, len - 1] {
+            let mut other = bytes.clone();
+            other[flip] ^= 0x80;
+            keys.push(Key::new(&other).unwrap());
+        }
+    }
+    for a in &keys {
+        for b in &keys {
+            assert_eq!(slots::same_key(a, b), a == b, "{a:?} {b:?}");
+        }
+    }
+}
+
+#[test]
+fn arc_ghosts_of_tiny_tiers_fit_their_index() {
+    // Ghost lists of a 1..8-slot tier fill up to 2 x capacity + 1 ghosts.
+    for cap in 1..=8u32 {
+        let mut t = tier(cap, PolicyKind::Arc);
+        t.begin_request(R).unwrap();
+        for i in 0..64 {
+            store(&mut t, R, &[i]);
+            if i % 2 == 0 {
+                t.touch(R, &ks(&[i])).unwrap();
+            }
+        }
+        let s = t.stats();
+        assert!(s.arc_b1 <= cap && s.arc_b2 <= cap, "{cap}: {s:?}");
+        assert!(s.arc_b1 + s.arc_b2 > cap, "{cap}: both ghost lists used");
+        t.check_invariants().unwrap();
+    }
+}
