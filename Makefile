@@ -4,6 +4,7 @@
 #   make test       every test: cargo tests, then ctest
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
+#   make bench      every benchmark: JSON results in build/bench/, one summary table
 #   make install PREFIX=/usr/local
 
 CARGO  ?= cargo
@@ -14,7 +15,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 MINOR   := $(word 2,$(subst ., ,$(VERSION)))
 SONAME  := libkvtier.so.0.$(MINOR)
 
-.PHONY: all lib c test test-rust test-c demo header install clean cmake-available
+.PHONY: all lib c test test-rust test-c demo header install clean cmake-available bench
 
 all: lib c
 
@@ -59,3 +60,20 @@ install: all
 clean:
 	$(CARGO) clean
 	rm -rf $(BUILD)
+
+# Benchmarks: every cargo bench target in benches/ (each run as
+# `cargo bench --bench NAME -- --out build/bench/NAME.json`), then the
+# control-plane replays and the scaling run (tools/bench-replay.sh), then one
+# summary table of every build/bench/*.json.
+BENCH_DIR   := $(abspath $(BUILD))/bench
+BENCH_NAMES := $(sort $(basename $(notdir $(wildcard benches/*.rs))))
+
+bench: all
+	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/*.json
+	@for b in $(BENCH_NAMES); do \
+	  echo "== cargo bench --bench $$b -- --out $(BENCH_DIR)/$$b.json"; \
+	  $(CARGO) bench -q --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
+	done
+	@sh tools/bench-replay.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR)
+	@echo
+	@python3 tools/bench-summary.py $(BENCH_DIR)
