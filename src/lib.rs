@@ -11,6 +11,7 @@
 //!
 //! - [`key`]: the key type (1..=64 opaque bytes, inline).
 //! - [`region`]: the shared mmap'd region and the slot view tiers use.
+//! - [`primary`]: the CPU primary tier (slots, ref counts, LRU/ARC eviction).
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`request`], [`events`], [`stats`]: shared vocabulary.
 
@@ -18,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod ffi;
 pub mod key;
+pub mod primary;
 pub mod region;
 pub mod request;
 pub mod stats;

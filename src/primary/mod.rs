@@ -1,0 +1,935 @@
+//! The CPU primary tier: which key lives in which slot of the shared region,
+//! reference counts that protect slots during transfers, and eviction.
+//!
+//! Behaviour: SPEC.md, "Primary tier".  A key is write pending (ref count
+//! -1: being written, not readable), ready and idle (0: readable,
+//! evictable) or ready and pinned (n > 0: readable, not evictable).  Slots
+//! are handed out fresh from 0 upward, then most recently freed first.
+//! `prepare_store` plans a store or refuses it atomically; eviction takes
+//! exactly the shortfall from idle keys, never a key named in the same call.
+//!
+//! Cost: every operation is O(1) per key (amortized); eviction of k keys is
+//! O(k + s), s the pinned, write-pending or call-named keys passed over (no
+//! scan of the cache).  Per-slot state lives in arrays indexed by slot id
+//! ([`slots`]); policies ([`policy::Policy`]: [`lru`], [`arc`]) keep
+//! intrusive lists over slot ids.  Per-request access records reuse their
+//! buffers, so the hot path allocates nothing per key.
+
+mod admission;
+mod arc;
+mod lists;
+mod lru;
+mod named;
+mod policy;
+mod slots;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::str::FromStr;
+
+use foldhash::fast::RandomState;
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::key::Key;
+use crate::request::RequestId;
+use crate::stats::Stat;
+
+use admission::Admission;
+use policy::Policy;
+use slots::{ANNOUNCED, RESIDENT, Slots, WRITE_PENDING};
+
+pub use named::NamedPrimary;
+
+/// Eviction policy, chosen by name at creation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// [0.33] least recently used, logical recency (SPEC "lru").
+    #[default]
+    Lru,
+    /// Adaptive Replacement Cache (SPEC "arc").
+    Arc,
+}
+
+impl PolicyKind {
+    /// The policy's name as accepted by [`FromStr`].
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lru => "lru",
+            PolicyKind::Arc => "arc",
+        }
+    }
+
+    fn build(self, capacity: u32, hasher: RandomState) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::Lru => Box::new(lru::LruPolicy::new(capacity)),
+            PolicyKind::Arc => Box::new(arc::ArcPolicy::new(capacity, hasher)),
+        }
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<PolicyKind> {
+        match s {
+            "lru" => Ok(PolicyKind::Lru),
+            "arc" => Ok(PolicyKind::Arc),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown eviction policy {other:?}; valid policies: \"lru\", \"arc\""
+            ))),
+        }
+    }
+}
+
+/// How to build a [`PrimaryTier`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrimaryConfig {
+    /// Number of slots (1 ..= u32::MAX - 1).
+    pub capacity: u32,
+    /// Eviction policy.
+    pub policy: PolicyKind,
+    /// [0.33] Store a key only at its `store_threshold`-th offer; 0 or 1 = at the first.
+    pub store_threshold: u32,
+    /// Bound of the recent-offers table (used when `store_threshold` >= 2; must then be > 0).
+    pub admission_table_size: usize,
+    /// Bound of the event buffer; 0 turns events off.  When the buffer is
+    /// full, new events are dropped and counted (`events_dropped`); a key
+    /// whose "stored" event was dropped is never announced as removed.
+    pub event_capacity: usize,
+}
+
+impl Default for PrimaryConfig {
+    fn default() -> Self {
+        PrimaryConfig {
+            capacity: 1024,
+            policy: PolicyKind::Lru,
+            store_threshold: 0,
+            admission_table_size: 64_000,
+            event_capacity: 0,
+        }
+    }
+}
+
+/// What `lookup` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrimaryLookup {
+    /// Not resident.
+    Miss,
+    /// Resident, write pending (not readable yet).
+    HitPending,
+    /// Resident and ready.
+    Hit,
+}
+
+/// The plan `prepare_store` fills: reused across calls, cleared by each call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorePlan {
+    /// Keys to store, in call order.
+    pub to_store: Vec<Key>,
+    /// Their slots (co-indexed with `to_store`).
+    pub slots: Vec<u32>,
+    /// Keys evicted to make room, in eviction order.
+    pub evicted: Vec<Key>,
+}
+
+impl StorePlan {
+    /// Empties the plan, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.to_store.clear();
+        self.slots.clear();
+        self.evicted.clear();
+    }
+}
+
+/// Whether `prepare_store` planned the store or refused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// The plan is filled (possibly with nothing to store).
+    Planned,
+    /// Not enough idle keys to evict: nothing changed, the plan is empty.
+    Refused,
+}
+
+/// What `complete_store` did with its keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompleteStoreReport {
+    /// Write-pending keys that became ready (success).
+    pub ready: usize,
+    /// Write-pending keys dropped and their slots freed (failure).
+    pub dropped: usize,
+    /// Absent keys ignored (late completions); keys already ready are in no count.
+    pub ignored: usize,
+}
+
+/// The tier's numbers.  Counters count since creation; gauges are current.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrimaryStats {
+    /// Number of slots.
+    pub capacity: u32,
+    /// Slots holding a key (any state).
+    pub used: u32,
+    /// Slots handed out fresh since creation or the last reset (high-water mark).
+    pub allocated: u32,
+    /// Keys write pending.
+    pub write_pending: u32,
+    /// Keys ready and pinned.
+    pub pinned: u32,
+    /// Keys ready and idle (evictable).
+    pub idle: u32,
+    /// (write pending + pinned) / capacity: slots neither free nor idle.
+    pub usage: f64,
+    /// write pending / capacity.
+    pub write_usage: f64,
+    /// pinned / capacity.
+    pub read_usage: f64,
+    /// Keys evicted.
+    pub evictions: u64,
+    /// `prepare_store` calls refused for lack of evictable keys.
+    pub refusals: u64,
+    /// [0.33] Keys not stored because they were offered fewer than `store_threshold` times.
+    pub admission_skips: u64,
+    /// Keys `prepare_store` planned to store.
+    pub stores_planned: u64,
+    /// Write-pending keys made ready by `complete_store`.
+    pub stores_completed: u64,
+    /// Write-pending keys dropped by a failed `complete_store`.
+    pub stores_failed: u64,
+    /// Absent keys in `complete_store` (late completions), ignored.
+    pub late_completions: u64,
+    /// Keys pinned by `prepare_load`.
+    pub loads: u64,
+    /// Keys pinned by `pin_for_transfer`.
+    pub transfer_pins: u64,
+    /// Events waiting in the buffer.
+    pub events_queued: u32,
+    /// Events dropped because the buffer was full.
+    pub events_dropped: u64,
+    /// Keys in the recent-offers table.
+    pub admission_table_len: u32,
+    /// ARC: resident keys seen once (0 for lru).
+    pub arc_t1: u32,
+    /// ARC: resident keys reused (0 for lru).
+    pub arc_t2: u32,
+    /// ARC: ghosts of keys evicted from T1.
+    pub arc_b1: u32,
+    /// ARC: ghosts of keys evicted from T2.
+    pub arc_b2: u32,
+    /// ARC: the adaptive T1 target.
+    pub arc_target: f64,
+}
+
+/// Monotonic counters of the tier.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    evictions: u64,
+    refusals: u64,
+    admission_skips: u64,
+    stores_planned: u64,
+    stores_completed: u64,
+    stores_failed: u64,
+    late_completions: u64,
+    loads: u64,
+    transfer_pins: u64,
+    events_dropped: u64,
+}
+
+/// One active request's accesses, committed at its finish.
+#[derive(Debug, Default)]
+struct RequestRecord {
+    /// Keys stored or loaded, in first-presentation order (repeats harmless);
+    /// `true` = reused (loaded, or found ready at store).
+    accesses: Vec<(Key, bool)>,
+    /// Ghost keys whose offer already adapted ARC's target in this request.
+    adapted: Vec<Key>,
+}
+
+/// The CPU primary tier.  Not thread safe by itself: callers serialize access.
+#[derive(Debug)]
+pub struct PrimaryTier {
+    config: PrimaryConfig,
+    slots: Slots,
+    policy: Box<dyn Policy>,
+    admission: Option<Admission>,
+    write_pending: u32,
+    pinned: u32,
+    idle: u32,
+    counters: Counters,
+    events: VecDeque<Event>,
+    requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
+    spare_records: Vec<RequestRecord>,
+    adapted: hashbrown::HashSet<(RequestId, Key), RandomState>,
+    scratch_hashes: Vec<(u64, u8)>,
+    scratch_new: Vec<(Key, u64)>,
+    scratch_dedup: hashbrown::HashTable<u32>,
+    scratch_victims: Vec<u32>,
+}
+
+/// `scratch_hashes` kinds: what the key was at the start of `prepare_store`.
+const ABSENT: u8 = 0;
+const FOUND_READY: u8 = 1;
+const FOUND_PENDING: u8 = 2;
+
+fn key_error(index: usize, key: &Key, reason: impl Into<String>) -> Error {
+    Error::KeyState {
+        index,
+        key: key.to_hex(),
+        reason: reason.into(),
+    }
+}
+
+fn unknown(req: RequestId) -> Error {
+    Error::UnknownRequest(format!("#{}", req.0))
+}
+
+impl PrimaryTier {
+    /// A tier with `config.capacity` free slots.
+    pub fn new(config: PrimaryConfig) -> Result<PrimaryTier> {
+        if config.capacity == 0 || config.capacity == u32::MAX {
+            return Err(Error::InvalidArgument(format!(
+                "capacity {} (must be 1 to {})",
+                config.capacity,
+                u32::MAX - 1
+            )));
+        }
+        if config.store_threshold >= 2 && config.admission_table_size == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "store_threshold {} needs admission_table_size > 0",
+                config.store_threshold
+            )));
+        }
+        let slots = Slots::new(config.capacity);
+        let hasher = slots.hasher.clone();
+        let policy = config.policy.build(config.capacity, hasher.clone());
+        let admission = (config.store_threshold >= 2)
+            .then(|| Admission::new(config.admission_table_size, hasher.clone()));
+        Ok(PrimaryTier {
+            slots,
+            policy,
+            admission,
+            write_pending: 0,
+            pinned: 0,
+            idle: 0,
+            counters: Counters::default(),
+            events: VecDeque::with_capacity(config.event_capacity.min(4096)),
+            requests: hashbrown::HashMap::with_hasher(hasher.clone()),
+            spare_records: Vec::new(),
+            adapted: hashbrown::HashSet::with_hasher(hasher),
+            scratch_hashes: Vec::new(),
+            scratch_new: Vec::new(),
+            scratch_dedup: hashbrown::HashTable::new(),
+            scratch_victims: Vec::new(),
+            config,
+        })
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u32 {
+        self.config.capacity
+    }
+
+    /// The configuration the tier was built with.
+    pub fn config(&self) -> &PrimaryConfig {
+        &self.config
+    }
+
+    /// Starts request `req`; `DuplicateRequest` if it is active.
+    pub fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        if self.requests.contains_key(&req) {
+            return Err(Error::DuplicateRequest(format!("#{}", req.0)));
+        }
+        let record = self.spare_records.pop().unwrap_or_default();
+        self.requests.insert(req, record);
+        Ok(())
+    }
+
+    /// Whether `req` is active (begun and not finished).
+    pub fn is_active(&self, req: RequestId) -> bool {
+        self.requests.contains_key(&req)
+    }
+
+    /// MISS, HIT_PENDING or HIT for `key`; changes nothing.
+    pub fn lookup(&self, key: &Key) -> PrimaryLookup {
+        match self.slots.find(key, self.slots.hash(key)) {
+            None => PrimaryLookup::Miss,
+            Some(s) if self.slots.refs[s as usize] == WRITE_PENDING => PrimaryLookup::HitPending,
+            Some(_) => PrimaryLookup::Hit,
+        }
+    }
+
+    /// The slot of resident `key`, if any; changes nothing.
+    pub fn slot_of(&self, key: &Key) -> Option<u32> {
+        self.slots.find(key, self.slots.hash(key))
+    }
+
+    /// The reference count of resident `key` (-1 write pending, 0 idle,
+    /// n > 0 pinned n times), or `None` if absent; changes nothing.
+    pub fn ref_count(&self, key: &Key) -> Option<i32> {
+        self.slot_of(key).map(|s| self.slots.refs[s as usize])
+    }
+
+    /// Pins `keys` (all must be ready) and writes their slots, in key order,
+    /// into `slots_out` (cleared first); nothing changes on error.
+    fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        slots_out.clear();
+        for (i, key) in keys.iter().enumerate() {
+            let h = self.slots.hash(key);
+            let slot = match self.slots.find(key, h) {
+                None => return Err(key_error(i, key, "not resident (cannot pin an absent key)")),
+                Some(s) => s,
+            };
+            let r = self.slots.refs[slot as usize];
+            if r == WRITE_PENDING {
+                return Err(key_error(i, key, "write pending (not readable yet)"));
+            }
+            if r as i64 + keys.len() as i64 > i32::MAX as i64 {
+                return Err(key_error(i, key, "pinned too many times"));
+            }
+            slots_out.push(slot);
+        }
+        for &slot in slots_out.iter() {
+            let r = &mut self.slots.refs[slot as usize];
+            if *r == 0 {
+                self.idle -= 1;
+                self.pinned += 1;
+            }
+            *r += 1;
+        }
+        Ok(())
+    }
+
+    /// Unpins `keys` (each must be pinned, counting repeats in the batch).
+    fn unpin(&mut self, keys: &[Key]) -> Result<()> {
+        let mut done = 0;
+        let mut failure = None;
+        for (i, key) in keys.iter().enumerate() {
+            let h = self.slots.hash(key);
+            match self.slots.find(key, h) {
+                None => {
+                    failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
+                    break;
+                }
+                Some(s) if self.slots.refs[s as usize] <= 0 => {
+                    failure = Some(key_error(
+                        i,
+                        key,
+                        if self.slots.refs[s as usize] == 0 {
+                            "not pinned"
+                        } else {
+                            "write pending, not pinned"
+                        },
+                    ));
+                    break;
+                }
+                Some(s) => {
+                    self.slots.refs[s as usize] -= 1;
+                    done += 1;
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // Undo the decrements made so far: the state is as before the call.
+            for key in &keys[..done] {
+                let h = self.slots.hash(key);
+                if let Some(s) = self.slots.find(key, h) {
+                    self.slots.refs[s as usize] += 1;
+                }
+            }
+            return Err(e);
+        }
+        // Count transitions to idle once per slot.
+        for key in keys {
+            let h = self.slots.hash(key);
+            if let Some(s) = self.slots.find(key, h) {
+                let flags = &mut self.slots.flags[s as usize];
+                if self.slots.refs[s as usize] == 0 && *flags & UNPIN_SEEN == 0 {
+                    *flags |= UNPIN_SEEN;
+                    self.pinned -= 1;
+                    self.idle += 1;
+                }
+            }
+        }
+        for key in keys {
+            let h = self.slots.hash(key);
+            if let Some(s) = self.slots.find(key, h) {
+                self.slots.flags[s as usize] &= !UNPIN_SEEN;
+            }
+        }
+        Ok(())
+    }
+
+    fn record_mut(&mut self, req: RequestId) -> Result<&mut RequestRecord> {
+        self.requests.get_mut(&req).ok_or_else(|| unknown(req))
+    }
+
+    /// Pins `keys` for a load by `req` and writes their slots, in key order,
+    /// into `slots_out` (cleared first).  Every key must be ready; otherwise
+    /// an error naming the first bad key's position, nothing changed.
+    pub fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.pin(keys, slots_out)?;
+        self.counters.loads += keys.len() as u64;
+        let record = self.record_mut(req)?;
+        record.accesses.extend(keys.iter().map(|k| (*k, true)));
+        Ok(())
+    }
+
+    /// Marks resident `keys` recently used (policy-specific, in reversed batch
+    /// order so the first key ends most recent); absent keys are ignored,
+    /// except that ARC learns from ghost hits.
+    pub fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        for key in keys.iter().rev() {
+            let h = self.slots.hash(key);
+            match self.slots.find(key, h) {
+                Some(s) => self.policy.touch(&self.slots, s),
+                None => self.policy.touch_absent(key, h),
+            }
+        }
+        Ok(())
+    }
+
+    /// Unpins `keys` after a load by `req`; a key that is absent or not
+    /// pinned is an error naming its position, nothing changed.
+    pub fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.unpin(keys)
+    }
+
+    /// Pins ready `keys` for a cascade (primary -> secondary) and writes their
+    /// slots into `slots_out`; not an access of any request.
+    pub fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        self.pin(keys, slots_out)?;
+        self.counters.transfer_pins += keys.len() as u64;
+        Ok(())
+    }
+
+    /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
+    pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        self.unpin(keys)
+    }
+
+    fn next_epoch(&mut self) {
+        self.slots.next_epoch();
+        if self.slots.epoch == 1 {
+            if let Some(a) = self.admission.as_mut() {
+                a.clear_marks();
+            }
+        }
+    }
+
+    /// Queues an event; false (and counted) if the buffer is full or events are off.
+    fn emit(&mut self, kind: EventKind, key: Option<Key>) -> bool {
+        if self.config.event_capacity == 0 {
+            return false;
+        }
+        if self.events.len() >= self.config.event_capacity {
+            self.counters.events_dropped += 1;
+            return false;
+        }
+        self.events.push_back(Event { kind, key });
+        true
+    }
+
+    /// Plans storing `keys` for `req` into `plan` (cleared first).
+    ///
+    /// Resident keys (any state) are not stored again; the rest, admitted by
+    /// the threshold, are stored.  If free slots are short, exactly the
+    /// shortfall is evicted from idle keys not named in this call; if that
+    /// many are not available the call is refused and changes nothing but
+    /// counters, admission offers and ARC's store-miss adaptation.
+    pub fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        plan.clear();
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.next_epoch();
+        let epoch = self.slots.epoch;
+
+        // 1. Classify every key; mark resident ones (protected from eviction);
+        //    collect the distinct absent keys in call order.
+        let mut hashes = std::mem::take(&mut self.scratch_hashes);
+        let mut fresh = std::mem::take(&mut self.scratch_new);
+        hashes.clear();
+        fresh.clear();
+        if keys.len() > 1 {
+            self.scratch_dedup.clear();
+        }
+        for key in keys {
+            let h = self.slots.hash(key);
+            match self.slots.find(key, h) {
+                Some(s) => {
+                    self.slots.marks[s as usize] = epoch;
+                    let kind = if self.slots.refs[s as usize] == WRITE_PENDING {
+                        FOUND_PENDING
+                    } else {
+                        FOUND_READY
+                    };
+                    hashes.push((h, kind));
+                }
+                None => {
+                    hashes.push((h, ABSENT));
+                    if keys.len() > 1 {
+                        let seen = self
+                            .scratch_dedup
+                            .find(h, |&i| fresh[i as usize].0 == *key)
+                            .is_some();
+                        if seen {
+                            continue;
+                        }
+                        let n = fresh.len() as u32;
+                        self.scratch_dedup
+                            .insert_unique(h, n, |&i| fresh[i as usize].1);
+                    }
+                    fresh.push((*key, h));
+                }
+            }
+        }
+
+        // 2. [0.33] ARC store-miss adaptation, once per request and key.
+        for (key, h) in &fresh {
+            if self.policy.is_ghost(key, *h) && !self.adapted.contains(&(req, *key)) {
+                self.policy.adapt_on_offer(key, *h);
+                self.adapted.insert((req, *key));
+                if let Some(r) = self.requests.get_mut(&req) {
+                    r.adapted.push(*key);
+                }
+            }
+        }
+
+        // 3. [0.33] Admission threshold.
+        let threshold = self.config.store_threshold;
+        for (key, h) in &fresh {
+            let admitted = match self.admission.as_mut() {
+                Some(a) => a.offer(key, *h, epoch) >= threshold,
+                None => true,
+            };
+            if admitted {
+                plan.to_store.push(*key);
+            } else {
+                self.counters.admission_skips += 1;
+            }
+        }
+
+        // 4. Evict the shortfall, or refuse.
+        let need = plan.to_store.len().saturating_sub(self.slots.free_count());
+        let mut victims = std::mem::take(&mut self.scratch_victims);
+        if need > 0 && !self.policy.select_victims(&self.slots, need, &mut victims) {
+            self.counters.refusals += 1;
+            plan.clear();
+            victims.clear();
+            self.scratch_victims = victims;
+            self.scratch_hashes = hashes;
+            self.scratch_new = fresh;
+            return Ok(StoreOutcome::Refused);
+        }
+        if need > 0 {
+            for &slot in &victims {
+                let key = self.slots.keys[slot as usize];
+                let h = self.slots.hash(&key);
+                self.policy.evict(&self.slots, slot, h);
+                if self.slots.flags[slot as usize] & ANNOUNCED != 0 {
+                    self.emit(EventKind::Removed, Some(key));
+                }
+                self.slots.release(slot, h);
+                self.idle -= 1;
+                self.counters.evictions += 1;
+                plan.evicted.push(key);
+            }
+        }
+        victims.clear();
+        self.scratch_victims = victims;
+
+        // 5. Allocate and insert, in call order (the last key most recent).
+        let mut fi = 0;
+        for key in &plan.to_store {
+            while fresh[fi].0 != *key {
+                fi += 1;
+            }
+            let h = fresh[fi].1;
+            // Enough slots are free now: the shortfall was evicted.
+            let Some(slot) = self.slots.allocate() else {
+                break;
+            };
+            self.slots.occupy(slot, *key, h);
+            self.slots.marks[slot as usize] = epoch;
+            self.policy.insert(&self.slots, slot, h);
+            plan.slots.push(slot);
+        }
+        self.write_pending += plan.slots.len() as u32;
+        self.counters.stores_planned += plan.slots.len() as u64;
+
+        // 6. Record the request's accesses in call order.
+        let record = self.requests.get_mut(&req).expect("checked above");
+        for (key, &(h, kind)) in keys.iter().zip(hashes.iter()) {
+            match kind {
+                FOUND_READY => record.accesses.push((*key, true)),
+                FOUND_PENDING => {}
+                _ => {
+                    if self.slots.find(key, h).is_some() {
+                        record.accesses.push((*key, false));
+                    }
+                }
+            }
+        }
+        self.scratch_hashes = hashes;
+        self.scratch_new = fresh;
+        Ok(StoreOutcome::Planned)
+    }
+
+    /// Finishes writes of `keys`: on success write-pending keys become ready
+    /// and idle ("stored" events); on failure they are dropped and their
+    /// slots freed.  Ready keys are left alone; absent keys are ignored and
+    /// counted.  Takes no request: completions may arrive after it finished.
+    pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        let mut report = CompleteStoreReport::default();
+        for key in keys {
+            let h = self.slots.hash(key);
+            let Some(slot) = self.slots.find(key, h) else {
+                report.ignored += 1;
+                continue;
+            };
+            let i = slot as usize;
+            if self.slots.refs[i] != WRITE_PENDING {
+                continue;
+            }
+            self.write_pending -= 1;
+            if success {
+                self.slots.refs[i] = 0;
+                self.idle += 1;
+                report.ready += 1;
+                if self.emit(EventKind::Stored, Some(*key)) {
+                    self.slots.flags[i] |= ANNOUNCED;
+                }
+            } else {
+                self.policy.remove(slot);
+                self.slots.release(slot, h);
+                report.dropped += 1;
+            }
+        }
+        self.counters.stores_completed += report.ready as u64;
+        self.counters.stores_failed += report.dropped as u64;
+        self.counters.late_completions += report.ignored as u64;
+        report
+    }
+
+    /// [0.33] Commits `req`'s accesses and ends it: every key it stored or
+    /// loaded that is still resident gets one access, its head most recent.
+    pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
+        for (key, reused) in record.accesses.iter().rev() {
+            let h = self.slots.hash(key);
+            if let Some(s) = self.slots.find(key, h) {
+                self.policy.commit(&self.slots, s, *reused);
+            }
+        }
+        for key in record.adapted.drain(..) {
+            self.adapted.remove(&(req, key));
+        }
+        record.accesses.clear();
+        self.spare_records.push(record);
+        Ok(())
+    }
+
+    /// Forgets every key and frees every slot, whatever its state; slot
+    /// allocation restarts at 0.  Drops queued events and queues one
+    /// "cleared" event.  Active requests stay active with nothing recorded.
+    pub fn reset(&mut self) {
+        self.slots.clear();
+        self.policy.clear();
+        self.write_pending = 0;
+        self.pinned = 0;
+        self.idle = 0;
+        self.events.clear();
+        self.emit(EventKind::Cleared, None);
+        self.adapted.clear();
+        for r in self.requests.values_mut() {
+            r.accesses.clear();
+            r.adapted.clear();
+        }
+    }
+
+    /// Appends the queued events to `out`, oldest first, and empties the buffer.
+    pub fn take_events(&mut self, out: &mut Vec<Event>) {
+        out.extend(self.events.drain(..));
+    }
+
+    /// Number of events waiting.
+    pub fn events_queued(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Moves up to `max` queued events into `out`, oldest first; returns how many.
+    pub fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) -> usize {
+        let n = max.min(self.events.len());
+        out.extend(self.events.drain(..n));
+        n
+    }
+
+    /// The tier's numbers.
+    pub fn stats(&self) -> PrimaryStats {
+        let cap = self.config.capacity as f64;
+        let p = self.policy.stats();
+        let c = &self.counters;
+        PrimaryStats {
+            capacity: self.config.capacity,
+            used: self.config.capacity - self.slots.free_count() as u32,
+            allocated: self.slots.fresh,
+            write_pending: self.write_pending,
+            pinned: self.pinned,
+            idle: self.idle,
+            usage: (self.write_pending + self.pinned) as f64 / cap,
+            write_usage: self.write_pending as f64 / cap,
+            read_usage: self.pinned as f64 / cap,
+            evictions: c.evictions,
+            refusals: c.refusals,
+            admission_skips: c.admission_skips,
+            stores_planned: c.stores_planned,
+            stores_completed: c.stores_completed,
+            stores_failed: c.stores_failed,
+            late_completions: c.late_completions,
+            loads: c.loads,
+            transfer_pins: c.transfer_pins,
+            events_queued: self.events.len() as u32,
+            events_dropped: c.events_dropped,
+            admission_table_len: self.admission.as_ref().map_or(0, |a| a.len() as u32),
+            arc_t1: p.t1,
+            arc_t2: p.t2,
+            arc_b1: p.b1,
+            arc_b2: p.b2,
+            arc_target: p.target,
+        }
+    }
+
+    /// The same numbers as named stats (counters and gauges).
+    pub fn stat_list(&self) -> Vec<Stat> {
+        let s = self.stats();
+        let mut v = vec![
+            Stat::gauge("capacity", s.capacity as f64),
+            Stat::gauge("used", s.used as f64),
+            Stat::gauge("allocated", s.allocated as f64),
+            Stat::gauge("write_pending", s.write_pending as f64),
+            Stat::gauge("pinned", s.pinned as f64),
+            Stat::gauge("idle", s.idle as f64),
+            Stat::gauge("usage", s.usage),
+            Stat::gauge("write_usage", s.write_usage),
+            Stat::gauge("read_usage", s.read_usage),
+            Stat::counter("evictions", s.evictions),
+            Stat::counter("refusals", s.refusals),
+            Stat::counter("admission_skips", s.admission_skips),
+            Stat::counter("stores_planned", s.stores_planned),
+            Stat::counter("stores_completed", s.stores_completed),
+            Stat::counter("stores_failed", s.stores_failed),
+            Stat::counter("late_completions", s.late_completions),
+            Stat::counter("loads", s.loads),
+            Stat::counter("transfer_pins", s.transfer_pins),
+            Stat::gauge("events_queued", s.events_queued as f64),
+            Stat::counter("events_dropped", s.events_dropped),
+            Stat::gauge("admission_table_len", s.admission_table_len as f64),
+        ];
+        if self.config.policy == PolicyKind::Arc {
+            v.extend([
+                Stat::gauge("arc_t1", s.arc_t1 as f64),
+                Stat::gauge("arc_t2", s.arc_t2 as f64),
+                Stat::gauge("arc_b1", s.arc_b1 as f64),
+                Stat::gauge("arc_b2", s.arc_b2 as f64),
+                Stat::gauge("arc_target", s.arc_target),
+            ]);
+        }
+        v
+    }
+
+    /// Bytes of metadata per slot, excluding key bytes: slot arrays, key
+    /// index, free list at its largest, and the policy's lists (and ARC's
+    /// ghost lists and index as they are now).
+    pub fn metadata_bytes_per_slot(&self) -> f64 {
+        (self.slots.metadata_bytes() + self.policy.metadata_bytes()) as f64
+            / self.config.capacity as f64
+    }
+
+    /// Resident slots in the policy's eviction-preference order (pinned and
+    /// write-pending included).  O(n): for tests and diagnostics.
+    pub fn eviction_order(&self) -> Vec<Key> {
+        self.policy
+            .order()
+            .into_iter()
+            .map(|s| self.slots.keys[s as usize])
+            .collect()
+    }
+
+    /// Checks the internal invariants (every slot free or resident exactly
+    /// once, index and lists agree, gauges match).  O(capacity): for tests.
+    #[allow(clippy::needless_range_loop)]
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let cap = self.config.capacity as usize;
+        let mut seen = vec![0u8; cap];
+        for &f in &self.slots.free {
+            let f = f as usize;
+            if f >= self.slots.fresh as usize {
+                return Err(format!("free slot {f} was never allocated"));
+            }
+            seen[f] += 1;
+        }
+        let (mut wp, mut pinned, mut idle) = (0u32, 0u32, 0u32);
+        for s in 0..self.slots.fresh as usize {
+            if self.slots.flags[s] & RESIDENT != 0 {
+                seen[s] += 1;
+                let key = &self.slots.keys[s];
+                if self.slots.find(key, self.slots.hash(key)) != Some(s as u32) {
+                    return Err(format!("slot {s} resident but not indexed"));
+                }
+                match self.slots.refs[s] {
+                    WRITE_PENDING => wp += 1,
+                    0 => idle += 1,
+                    r if r > 0 => pinned += 1,
+                    r => return Err(format!("slot {s} has ref count {r}")),
+                }
+            }
+        }
+        for (s, &n) in seen.iter().enumerate().take(self.slots.fresh as usize) {
+            if n != 1 {
+                return Err(format!("slot {s} is free/resident {n} times"));
+            }
+        }
+        if self.slots.index.len() != (wp + pinned + idle) as usize {
+            return Err("index size differs from resident count".into());
+        }
+        if (wp, pinned, idle) != (self.write_pending, self.pinned, self.idle) {
+            return Err(format!(
+                "gauges {:?} differ from counted {:?}",
+                (self.write_pending, self.pinned, self.idle),
+                (wp, pinned, idle)
+            ));
+        }
+        let order = self.policy.order();
+        if order.len() != self.slots.index.len() {
+            return Err("policy lists differ from resident keys".into());
+        }
+        for s in order {
+            if self.slots.flags[s as usize] & RESIDENT == 0 {
+                return Err(format!("policy lists free slot {s}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Scratch flag used inside `unpin` (cleared before it returns).
+const UNPIN_SEEN: u8 = 4;

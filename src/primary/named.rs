@@ -1,0 +1,120 @@
+//! [`NamedPrimary`]: a primary tier whose requests are named by caller
+//! strings, as the C API names them.
+
+use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
+use crate::error::Result;
+use crate::key::Key;
+use crate::request::{RequestId, RequestNames};
+
+/// A [`PrimaryTier`] plus the map from request id strings to request ids.
+#[derive(Debug)]
+pub struct NamedPrimary {
+    /// The tier itself (lookups, completions, stats, events need no request).
+    pub tier: PrimaryTier,
+    names: RequestNames,
+}
+
+impl NamedPrimary {
+    /// A tier built from `config`, with no active request.
+    pub fn new(config: PrimaryConfig) -> Result<NamedPrimary> {
+        Ok(NamedPrimary {
+            tier: PrimaryTier::new(config)?,
+            names: RequestNames::default(),
+        })
+    }
+
+    fn id(&self, name: &str) -> Result<RequestId> {
+        self.names.get(name)
+    }
+
+    /// Starts request `name`; an active name is `DuplicateRequest`.
+    pub fn begin(&mut self, name: &str) -> Result<()> {
+        let id = self.names.insert(name)?;
+        if let Err(e) = self.tier.begin_request(id) {
+            let _ = self.names.remove(name);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Commits request `name`'s accesses and ends it.
+    pub fn finish(&mut self, name: &str) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.on_request_finished(id)?;
+        self.names.remove(name)?;
+        Ok(())
+    }
+
+    /// [`PrimaryTier::prepare_load`] for request `name`.
+    pub fn prepare_load(&mut self, name: &str, keys: &[Key], slots: &mut Vec<u32>) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.prepare_load(id, keys, slots)
+    }
+
+    /// [`PrimaryTier::touch`] for request `name`.
+    pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.touch(id, keys)
+    }
+
+    /// [`PrimaryTier::complete_load`] for request `name`.
+    pub fn complete_load(&mut self, name: &str, keys: &[Key]) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.complete_load(id, keys)
+    }
+
+    /// [`PrimaryTier::prepare_store`] for request `name`.
+    pub fn prepare_store(
+        &mut self,
+        name: &str,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        plan.clear();
+        let id = self.id(name)?;
+        self.tier.prepare_store(id, keys, plan)
+    }
+
+    /// [`PrimaryTier::complete_store`] (no request).
+    pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        self.tier.complete_store(keys, success)
+    }
+
+    /// Number of active requests.
+    pub fn active_requests(&self) -> usize {
+        self.names.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    #[test]
+    fn names_map_to_requests_and_unknown_names_are_errors() {
+        let mut p = NamedPrimary::new(PrimaryConfig {
+            capacity: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let k = Key::new(b"a").unwrap();
+        let mut plan = StorePlan::default();
+        assert!(matches!(
+            p.prepare_store("r", &[k], &mut plan),
+            Err(Error::UnknownRequest(n)) if n == "r"
+        ));
+        p.begin("r").unwrap();
+        assert!(matches!(p.begin("r"), Err(Error::DuplicateRequest(_))));
+        assert_eq!(
+            p.prepare_store("r", &[k], &mut plan).unwrap(),
+            StoreOutcome::Planned
+        );
+        assert_eq!(plan.slots, vec![0]);
+        p.finish("r").unwrap();
+        assert!(matches!(p.finish("r"), Err(Error::UnknownRequest(_))));
+        assert_eq!(p.active_requests(), 0);
+        p.begin("r").unwrap();
+        assert_eq!(p.active_requests(), 1);
+    }
+}

@@ -1,0 +1,769 @@
+//! Unit tests: one or more per SPEC.md "Primary tier" rule, for both policies.
+
+use super::*;
+
+fn k(n: u32) -> Key {
+    Key::new(&n.to_be_bytes()).unwrap()
+}
+
+fn ks(ns: &[u32]) -> Vec<Key> {
+    ns.iter().map(|&n| k(n)).collect()
+}
+
+fn tier(capacity: u32, policy: PolicyKind) -> PrimaryTier {
+    PrimaryTier::new(PrimaryConfig {
+        capacity,
+        policy,
+        event_capacity: 1024,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+const R: RequestId = RequestId(1);
+const BOTH: [PolicyKind; 2] = [PolicyKind::Lru, PolicyKind::Arc];
+
+/// Stores and completes `ns` for request `req` (which must be active).
+fn store(t: &mut PrimaryTier, req: RequestId, ns: &[u32]) -> StorePlan {
+    let mut plan = StorePlan::default();
+    assert_eq!(
+        t.prepare_store(req, &ks(ns), &mut plan).unwrap(),
+        StoreOutcome::Planned
+    );
+    t.complete_store(&plan.to_store, true);
+    plan
+}
+
+fn evicted(plan: &StorePlan) -> Vec<Key> {
+    plan.evicted.clone()
+}
+
+fn order(t: &PrimaryTier) -> Vec<Key> {
+    t.eviction_order()
+}
+
+#[test]
+fn config_is_checked_and_policy_names_parse() {
+    assert!(
+        PrimaryTier::new(PrimaryConfig {
+            capacity: 0,
+            ..Default::default()
+        })
+        .is_err()
+    );
+    assert!(
+        PrimaryTier::new(PrimaryConfig {
+            store_threshold: 2,
+            admission_table_size: 0,
+            ..Default::default()
+        })
+        .is_err()
+    );
+    assert_eq!("lru".parse::<PolicyKind>().unwrap(), PolicyKind::Lru);
+    assert_eq!("arc".parse::<PolicyKind>().unwrap(), PolicyKind::Arc);
+    let e = "lfu".parse::<PolicyKind>().unwrap_err().to_string();
+    assert!(
+        e.contains("\"lru\"") && e.contains("\"arc\"") && e.contains("lfu"),
+        "{e}"
+    );
+    assert_eq!(
+        PrimaryTier::new(PrimaryConfig::default())
+            .unwrap()
+            .capacity(),
+        1024
+    );
+}
+
+#[test]
+fn lookup_reports_the_three_states_and_changes_nothing() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
+        assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
+        t.complete_store(&ks(&[1]), true);
+        assert_eq!(t.lookup(&k(1)), PrimaryLookup::Hit);
+        assert_eq!(t.lookup(&k(2)), PrimaryLookup::HitPending);
+        assert_eq!(t.lookup(&k(3)), PrimaryLookup::Miss);
+        let before = (t.stats(), order(&t));
+        for _ in 0..3 {
+            t.lookup(&k(1));
+            t.lookup(&k(9));
+        }
+        assert_eq!((t.stats(), order(&t)), before);
+    }
+}
+
+#[test]
+fn slots_are_fresh_upward_then_most_recently_freed_first() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        let plan = store(&mut t, R, &[1, 2, 3]);
+        assert_eq!(plan.slots, vec![0, 1, 2]);
+        // Free slot 1 then slot 0 via failed stores of fresh keys.
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[4]), &mut plan).unwrap();
+        assert_eq!(plan.slots, vec![3], "the last fresh slot before reuse");
+        t.complete_store(&ks(&[4]), false);
+        t.reset();
+        let plan = store(&mut t, R, &[5, 6]);
+        assert_eq!(plan.slots, vec![0, 1], "reset restarts allocation at 0");
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[7, 8]), &mut plan).unwrap();
+        assert_eq!(plan.slots, vec![2, 3]);
+        t.complete_store(&ks(&[8]), false); // frees 3
+        t.complete_store(&ks(&[7]), false); // frees 2, most recent
+        t.prepare_store(R, &ks(&[9, 10]), &mut plan).unwrap();
+        assert_eq!(plan.slots, vec![2, 3], "most recently freed first");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn prepare_load_pins_in_key_order_and_misuse_changes_nothing() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[3]), &mut plan).unwrap();
+        let mut slots = vec![99];
+        t.prepare_load(R, &ks(&[2, 1]), &mut slots).unwrap();
+        assert_eq!(slots, vec![1, 0]);
+        assert_eq!((t.stats().pinned, t.stats().idle), (2, 0));
+        let before = (t.stats(), order(&t));
+        let e = t.prepare_load(R, &ks(&[1, 3]), &mut slots).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
+        assert!(e.to_string().contains("write pending"), "{e}");
+        let e = t.prepare_load(R, &ks(&[1, 1, 7]), &mut slots).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 2, .. }), "{e}");
+        assert_eq!((t.stats(), order(&t)), before);
+        assert!(matches!(
+            t.prepare_load(RequestId(9), &ks(&[1]), &mut slots),
+            Err(Error::UnknownRequest(_))
+        ));
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn complete_load_unpins_and_misuse_names_the_position_and_changes_nothing() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1, 1, 2]), &mut slots).unwrap();
+        assert_eq!(t.stats().pinned, 2);
+        let before = t.stats();
+        // 2 is pinned once: the second unpin of 2 in one batch is misuse.
+        let e = t.complete_load(R, &ks(&[1, 2, 2])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 2, .. }), "{e}");
+        let e = t.complete_load(R, &ks(&[1, 9])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
+        assert_eq!(t.stats(), before);
+        t.complete_load(R, &ks(&[1, 2])).unwrap();
+        assert_eq!((t.stats().pinned, t.stats().idle), (1, 1));
+        t.complete_load(R, &ks(&[1])).unwrap();
+        assert_eq!((t.stats().pinned, t.stats().idle), (0, 2));
+        let e = t.complete_load(R, &ks(&[1])).unwrap_err();
+        assert!(e.to_string().contains("not pinned"), "{e}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn store_skips_resident_keys_and_an_empty_plan_is_a_plan() {
+    for p in BOTH {
+        let mut t = tier(2, p);
+        t.begin_request(R).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
+        // 1 write pending, 2 new
+        t.prepare_store(R, &ks(&[1, 2, 2]), &mut plan).unwrap();
+        assert_eq!(
+            (plan.to_store.clone(), plan.slots.clone()),
+            (ks(&[2]), vec![1])
+        );
+        // full of pending keys, nothing new: an empty plan, not a refusal
+        assert_eq!(
+            t.prepare_store(R, &ks(&[2, 1]), &mut plan).unwrap(),
+            StoreOutcome::Planned
+        );
+        assert!(plan.to_store.is_empty() && plan.slots.is_empty() && plan.evicted.is_empty());
+        assert_eq!(
+            t.prepare_store(R, &[], &mut plan).unwrap(),
+            StoreOutcome::Planned
+        );
+        assert_eq!(t.stats().refusals, 0);
+    }
+}
+
+#[test]
+fn refusal_is_atomic_and_counted() {
+    for p in BOTH {
+        let mut t = tier(3, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[3]), &mut plan).unwrap(); // pending
+        let mut events = Vec::new();
+        t.take_events(&mut events);
+        let before = (order(&t), t.stats().used, t.stats().idle);
+        // needs 2 evictions, only key 2 is idle
+        plan.evicted.push(k(77));
+        assert_eq!(
+            t.prepare_store(R, &ks(&[4, 5]), &mut plan).unwrap(),
+            StoreOutcome::Refused
+        );
+        assert_eq!(plan, StorePlan::default());
+        assert_eq!((order(&t), t.stats().used, t.stats().idle), before);
+        assert_eq!(t.stats().refusals, 1);
+        assert_eq!(t.events_queued(), 0);
+        assert_eq!(t.lookup(&k(4)), PrimaryLookup::Miss);
+        // one eviction is possible
+        t.prepare_store(R, &ks(&[4]), &mut plan).unwrap();
+        assert_eq!(plan.evicted, ks(&[2]));
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn never_evicts_a_key_named_in_the_same_call() {
+    for p in BOTH {
+        let mut t = tier(2, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        let mut plan = StorePlan::default();
+        // 1 is the LRU key (and in T1 for ARC) but named: 2 goes instead.
+        t.prepare_store(R, &ks(&[1, 3]), &mut plan).unwrap();
+        assert_eq!(plan.evicted, ks(&[2]));
+        assert_eq!(plan.to_store, ks(&[3]));
+        // both resident keys named, one new: refusal
+        assert_eq!(
+            t.prepare_store(R, &ks(&[1, 3, 4]), &mut plan).unwrap(),
+            StoreOutcome::Refused
+        );
+    }
+}
+
+#[test]
+fn eviction_takes_exactly_the_shortfall_and_reports_in_order() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2, 3]);
+        let plan = store(&mut t, R, &[4, 5, 6]);
+        assert_eq!(evicted(&plan), ks(&[1, 2]));
+        assert_eq!(
+            plan.slots,
+            vec![3, 1, 0],
+            "fresh slot, then most recently freed"
+        );
+        assert_eq!(t.stats().evictions, 2);
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn complete_store_success_failure_and_late_completions() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[1, 2, 3]), &mut plan).unwrap();
+        let r = t.complete_store(&ks(&[1, 9]), true);
+        assert_eq!(
+            r,
+            CompleteStoreReport {
+                ready: 1,
+                dropped: 0,
+                ignored: 1
+            }
+        );
+        let r = t.complete_store(&ks(&[1, 2]), false);
+        assert_eq!(
+            r,
+            CompleteStoreReport {
+                ready: 0,
+                dropped: 1,
+                ignored: 0
+            }
+        );
+        assert_eq!(
+            t.lookup(&k(1)),
+            PrimaryLookup::Hit,
+            "ready keys are left alone"
+        );
+        assert_eq!(t.lookup(&k(2)), PrimaryLookup::Miss);
+        let r = t.complete_store(&ks(&[2, 3, 3]), true);
+        assert_eq!(
+            r,
+            CompleteStoreReport {
+                ready: 1,
+                dropped: 0,
+                ignored: 1
+            }
+        );
+        t.reset();
+        let r = t.complete_store(&ks(&[1, 3]), true);
+        assert_eq!(r.ignored, 2);
+        let s = t.stats();
+        assert_eq!(
+            (s.stores_completed, s.stores_failed, s.late_completions),
+            (2, 1, 4)
+        );
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn events_stored_removed_cleared_and_unannounced_keys_are_never_removed() {
+    for p in BOTH {
+        let mut t = tier(2, p);
+        t.begin_request(R).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
+        t.complete_store(&ks(&[1]), true);
+        t.complete_store(&ks(&[2]), false);
+        store(&mut t, R, &[3]);
+        store(&mut t, R, &[4]); // evicts 1 (announced)
+        let mut ev = Vec::new();
+        t.take_events(&mut ev);
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.key.unwrap())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (EventKind::Stored, k(1)),
+                (EventKind::Stored, k(3)),
+                (EventKind::Removed, k(1)),
+                (EventKind::Stored, k(4)),
+            ]
+        );
+        t.reset();
+        t.take_events(&mut ev);
+        assert_eq!(
+            ev.last().unwrap(),
+            &Event {
+                kind: EventKind::Cleared,
+                key: None
+            }
+        );
+        assert_eq!(t.events_queued(), 0);
+    }
+}
+
+#[test]
+fn event_buffer_is_bounded_drops_new_events_and_counts_them() {
+    let mut t = PrimaryTier::new(PrimaryConfig {
+        capacity: 3,
+        event_capacity: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3]); // "stored 3" is dropped
+    assert_eq!((t.events_queued(), t.stats().events_dropped), (2, 1));
+    let mut ev = Vec::new();
+    assert_eq!(t.take_events_up_to(1, &mut ev), 1);
+    t.take_events(&mut ev);
+    assert_eq!(ev.len(), 2);
+    // Evicting 3 (never announced) emits nothing; evicting 1 emits "removed".
+    let mut slots = Vec::new();
+    t.prepare_load(R, &ks(&[2]), &mut slots).unwrap();
+    t.touch(R, &ks(&[1])).unwrap(); // 3 is now least recent idle
+    let plan = store(&mut t, R, &[4]);
+    assert_eq!(plan.evicted, ks(&[3]));
+    ev.clear();
+    t.take_events(&mut ev);
+    assert_eq!(
+        ev,
+        vec![Event {
+            kind: EventKind::Stored,
+            key: Some(k(4))
+        }]
+    );
+    // Events off: nothing queued, nothing counted.
+    let mut off = tier(4, PolicyKind::Lru);
+    off.config.event_capacity = 0;
+    off.begin_request(R).unwrap();
+    store(&mut off, R, &[1, 2, 3]);
+    assert_eq!((off.events_queued(), off.stats().events_dropped), (0, 0));
+}
+
+#[test]
+fn stats_gauges_and_usage_fractions() {
+    let mut t = tier(10, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3]);
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[4, 5]), &mut plan).unwrap();
+    let mut slots = Vec::new();
+    t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+    let s = t.stats();
+    assert_eq!((s.capacity, s.used, s.allocated), (10, 5, 5));
+    assert_eq!((s.write_pending, s.pinned, s.idle), (2, 1, 2));
+    assert!((s.usage - 0.3).abs() < 1e-9);
+    assert!((s.write_usage - 0.2).abs() < 1e-9);
+    assert!((s.read_usage - 0.1).abs() < 1e-9);
+    assert_eq!(s.loads, 1);
+    let names: Vec<_> = t.stat_list().into_iter().map(|s| s.name).collect();
+    assert!(names.iter().any(|n| n == "evictions") && !names.iter().any(|n| n == "arc_t1"));
+}
+
+#[test]
+fn reset_forgets_every_key_whatever_its_state() {
+    for p in BOTH {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2, 3, 4]);
+        store(&mut t, R, &[5]);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[2]), &mut slots).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[6]), &mut plan).unwrap();
+        t.reset();
+        let s = t.stats();
+        assert_eq!(
+            (s.used, s.write_pending, s.pinned, s.idle, s.allocated),
+            (0, 0, 0, 0, 0)
+        );
+        assert_eq!(
+            (s.arc_t1, s.arc_t2, s.arc_b1, s.arc_b2, s.arc_target),
+            (0, 0, 0, 0, 0.0)
+        );
+        assert!(t.complete_load(R, &ks(&[2])).is_err());
+        assert!(t.is_active(R), "requests stay active");
+        t.on_request_finished(R).unwrap();
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn requests_must_be_begun_once_and_finished_once() {
+    let mut t = tier(4, PolicyKind::Lru);
+    assert!(matches!(
+        t.touch(R, &ks(&[1])),
+        Err(Error::UnknownRequest(_))
+    ));
+    assert!(matches!(
+        t.complete_load(R, &[]),
+        Err(Error::UnknownRequest(_))
+    ));
+    let mut plan = StorePlan::default();
+    assert!(matches!(
+        t.prepare_store(R, &ks(&[1]), &mut plan),
+        Err(Error::UnknownRequest(_))
+    ));
+    assert!(matches!(
+        t.on_request_finished(R),
+        Err(Error::UnknownRequest(_))
+    ));
+    t.begin_request(R).unwrap();
+    assert!(matches!(
+        t.begin_request(R),
+        Err(Error::DuplicateRequest(_))
+    ));
+    t.on_request_finished(R).unwrap();
+    assert!(matches!(
+        t.on_request_finished(R),
+        Err(Error::UnknownRequest(_))
+    ));
+}
+
+#[test]
+fn transfer_pins_protect_keys_and_are_not_accesses() {
+    for p in BOTH {
+        let mut t = tier(2, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        t.on_request_finished(R).unwrap();
+        assert_eq!(order(&t), ks(&[2, 1]));
+        let mut slots = Vec::new();
+        t.pin_for_transfer(&ks(&[2]), &mut slots).unwrap();
+        assert_eq!(slots, vec![1]);
+        let q = RequestId(2);
+        t.begin_request(q).unwrap();
+        let plan = store(&mut t, q, &[3]);
+        assert_eq!(plan.evicted, ks(&[1]), "pinned 2 is not evictable");
+        assert!(t.unpin_for_transfer(&ks(&[3])).is_err());
+        t.unpin_for_transfer(&ks(&[2])).unwrap();
+        assert!(t.unpin_for_transfer(&ks(&[2])).is_err());
+        assert_eq!(order(&t)[0], k(2), "the pin did not change 2's rank");
+        t.check_invariants().unwrap();
+    }
+}
+
+// ---- lru [0.33] ----
+
+#[test]
+fn lru_new_keys_are_most_recent_in_batch_order() {
+    let mut t = tier(8, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3]);
+    store(&mut t, R, &[4]);
+    assert_eq!(order(&t), ks(&[1, 2, 3, 4]));
+}
+
+#[test]
+fn lru_touch_reverses_the_batch_so_the_head_is_most_recent() {
+    let mut t = tier(8, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3, 4]);
+    t.touch(R, &ks(&[1, 2, 9])).unwrap();
+    assert_eq!(order(&t), ks(&[3, 4, 2, 1]));
+}
+
+#[test]
+fn lru_pinned_keys_keep_their_recency_and_touching_them_counts() {
+    let mut t = tier(3, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3]);
+    let mut slots = Vec::new();
+    t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+    t.complete_load(R, &ks(&[1])).unwrap();
+    // 1 became idle again at its old recency: it is evicted first.
+    let plan = store(&mut t, R, &[4]);
+    assert_eq!(plan.evicted, ks(&[1]));
+    // touching a pinned key counts
+    t.prepare_load(R, &ks(&[2]), &mut slots).unwrap();
+    t.touch(R, &ks(&[2])).unwrap();
+    t.complete_load(R, &ks(&[2])).unwrap();
+    let plan = store(&mut t, R, &[5]);
+    assert_eq!(plan.evicted, ks(&[3]));
+}
+
+#[test]
+fn lru_request_finish_commits_accesses_head_most_recent() {
+    let mut t = tier(8, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3]);
+    assert_eq!(order(&t), ks(&[1, 2, 3]));
+    t.on_request_finished(R).unwrap();
+    assert_eq!(order(&t), ks(&[3, 2, 1]));
+    let q = RequestId(2);
+    t.begin_request(q).unwrap();
+    store(&mut t, q, &[4, 5]);
+    // q presents 2 (ready, reused) then 4, 5 were stored: head order 4, 5, 2, 6
+    let mut slots = Vec::new();
+    t.prepare_load(q, &ks(&[2]), &mut slots).unwrap();
+    t.complete_load(q, &ks(&[2])).unwrap();
+    store(&mut t, q, &[6]);
+    assert_eq!(order(&t), ks(&[3, 2, 1, 4, 5, 6]));
+    t.on_request_finished(q).unwrap();
+    assert_eq!(order(&t), ks(&[3, 1, 6, 2, 5, 4]));
+}
+
+#[test]
+fn lru_write_pending_and_pinned_keys_are_skipped_by_eviction() {
+    let mut t = tier(3, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
+    store(&mut t, R, &[2, 3]);
+    let mut slots = Vec::new();
+    t.prepare_load(R, &ks(&[2]), &mut slots).unwrap();
+    let plan = store(&mut t, R, &[4]);
+    assert_eq!(plan.evicted, ks(&[3]));
+}
+
+// ---- arc ----
+
+fn arc_stats(t: &PrimaryTier) -> (u32, u32, u32, u32, f64) {
+    let s = t.stats();
+    (s.arc_t1, s.arc_t2, s.arc_b1, s.arc_b2, s.arc_target)
+}
+
+#[test]
+fn arc_new_keys_enter_t1_and_touch_moves_ready_ones_to_t2() {
+    let mut t = tier(8, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2]);
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[3]), &mut plan).unwrap(); // write pending
+    assert_eq!(arc_stats(&t), (3, 0, 0, 0, 0.0));
+    t.touch(R, &ks(&[1, 3])).unwrap();
+    // 1 ready -> T2; 3 write pending -> refreshed within T1 (most recent)
+    assert_eq!(arc_stats(&t), (2, 1, 0, 0, 0.0));
+    assert_eq!(order(&t), ks(&[2, 3, 1]));
+    t.touch(R, &ks(&[1])).unwrap();
+    assert_eq!(arc_stats(&t).1, 1, "touching a T2 key refreshes it");
+}
+
+#[test]
+fn arc_evicts_t1_at_or_above_target_into_b1_and_ghost_touch_adapts() {
+    let mut t = tier(2, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2]);
+    t.touch(R, &ks(&[2])).unwrap(); // T1=[1], T2=[2]
+    let plan = store(&mut t, R, &[3]); // |T1|=1 >= target 0: evict 1 -> B1
+    assert_eq!(plan.evicted, ks(&[1]));
+    assert_eq!(arc_stats(&t), (1, 1, 1, 0, 0.0));
+    t.touch(R, &ks(&[1])).unwrap(); // B1 hit: target += max(1, 0/1) = 1
+    assert_eq!(arc_stats(&t).4, 1.0);
+    // |T1| = 1 >= 1: T1 again (3 -> B1)
+    let plan = store(&mut t, R, &[4]);
+    assert_eq!(plan.evicted, ks(&[3]));
+    t.touch(R, &ks(&[1, 3])).unwrap(); // two B1 hits: target capped at 2
+    assert_eq!(arc_stats(&t).4, 2.0);
+    // |T1| = 1 < 2: evict from T2 (2 -> B2)
+    let plan = store(&mut t, R, &[5]);
+    assert_eq!(plan.evicted, ks(&[2]));
+    assert_eq!(arc_stats(&t), (2, 0, 2, 1, 2.0));
+    t.touch(R, &ks(&[2])).unwrap(); // B2 hit: target -= max(1, 2/1) = 2
+    assert_eq!(arc_stats(&t).4, 0.0);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn arc_compares_with_the_truncated_target_and_falls_back_to_the_other_list() {
+    let mut t = tier(4, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3, 4]);
+    t.touch(R, &ks(&[3, 4])).unwrap(); // T1=[1,2] T2=[4,3]
+    store(&mut t, R, &[5]); // evicts 1 -> B1; T1=[2,5]
+    store(&mut t, R, &[6]); // evicts 2 -> B1; T1=[5,6]
+    t.touch(R, &ks(&[5, 6])).unwrap(); // T1=[], T2=[4,3,6,5]
+    store(&mut t, R, &[7]); // |T1|=0 >= 0: T1 has nothing, falls back to T2: 4 -> B2
+    assert_eq!(arc_stats(&t), (1, 3, 2, 1, 0.0));
+    // B2 hits shrink, B1 hits grow by max(1, |B2|/|B1|) = max(1, 0.5) = 1
+    t.touch(R, &ks(&[1])).unwrap();
+    assert_eq!(arc_stats(&t).4, 1.0);
+    t.touch(R, &ks(&[4])).unwrap(); // B2: -max(1, 2/1) -> 0 (floored)
+    assert_eq!(arc_stats(&t).4, 0.0);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn arc_store_offer_of_a_ghost_adapts_once_per_request_and_key_even_when_refused() {
+    let mut t = tier(2, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2]);
+    store(&mut t, R, &[3]); // 1 -> B1
+    assert_eq!(arc_stats(&t), (2, 0, 1, 0, 0.0));
+    let q = RequestId(2);
+    t.begin_request(q).unwrap();
+    let mut slots = Vec::new();
+    t.prepare_load(q, &ks(&[2, 3]), &mut slots).unwrap(); // nothing evictable
+    let mut plan = StorePlan::default();
+    assert_eq!(
+        t.prepare_store(q, &ks(&[1]), &mut plan).unwrap(),
+        StoreOutcome::Refused
+    );
+    assert_eq!(arc_stats(&t).4, 1.0, "adapted although refused");
+    assert_eq!(
+        t.prepare_store(q, &ks(&[1]), &mut plan).unwrap(),
+        StoreOutcome::Refused
+    );
+    assert_eq!(arc_stats(&t).4, 1.0, "once per request and key");
+    let r3 = RequestId(3);
+    t.begin_request(r3).unwrap();
+    t.prepare_store(r3, &ks(&[1]), &mut plan).unwrap();
+    assert_eq!(arc_stats(&t).4, 2.0, "another request adapts again");
+    t.complete_load(q, &ks(&[2, 3])).unwrap();
+    // Now the store goes through; the key leaves B1 and enters T1.
+    t.prepare_store(r3, &ks(&[1]), &mut plan).unwrap();
+    assert_eq!(plan.to_store, ks(&[1]));
+    assert_eq!(arc_stats(&t).2, 1, "1 left B1; the evicted key entered it");
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn arc_ghost_lists_are_bounded_by_capacity_oldest_forgotten() {
+    let mut t = tier(2, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    for n in 1..=8 {
+        store(&mut t, R, &[n]);
+    }
+    assert_eq!(arc_stats(&t), (2, 0, 2, 0, 0.0));
+    t.touch(R, &ks(&[1])).unwrap(); // forgotten: no adaptation
+    assert_eq!(arc_stats(&t).4, 0.0);
+    t.touch(R, &ks(&[6])).unwrap(); // still a ghost
+    assert_eq!(arc_stats(&t).4, 1.0);
+}
+
+#[test]
+fn arc_request_finish_promotes_reused_keys_and_refreshes_inserted_ones() {
+    let mut t = tier(8, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    store(&mut t, R, &[1, 2, 3]);
+    t.on_request_finished(R).unwrap();
+    assert_eq!(arc_stats(&t), (3, 0, 0, 0, 0.0), "inserted keys stay in T1");
+    assert_eq!(order(&t), ks(&[3, 2, 1]), "head most recent");
+    let q = RequestId(2);
+    t.begin_request(q).unwrap();
+    let mut slots = Vec::new();
+    t.prepare_load(q, &ks(&[3]), &mut slots).unwrap();
+    t.complete_load(q, &ks(&[3])).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(q, &ks(&[2, 4]), &mut plan).unwrap(); // 2 found ready: reused
+    assert_eq!(plan.to_store, ks(&[4]));
+    t.on_request_finished(q).unwrap();
+    assert_eq!(arc_stats(&t), (2, 2, 0, 0, 0.0));
+    assert_eq!(order(&t), ks(&[1, 4, 2, 3]));
+}
+
+#[test]
+fn arc_stat_list_names_the_lists_and_target() {
+    let t = tier(2, PolicyKind::Arc);
+    let names: Vec<_> = t.stat_list().into_iter().map(|s| s.name).collect();
+    for n in ["arc_t1", "arc_t2", "arc_b1", "arc_b2", "arc_target"] {
+        assert!(names.iter().any(|x| x == n), "{n}");
+    }
+}
+
+// ---- admission threshold [0.33] ----
+
+fn admitting(threshold: u32, table: usize) -> PrimaryTier {
+    PrimaryTier::new(PrimaryConfig {
+        capacity: 8,
+        store_threshold: threshold,
+        admission_table_size: table,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn admission_stores_a_key_at_its_threshold_th_offer() {
+    let mut t = admitting(3, 16);
+    t.begin_request(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[1, 1]), &mut plan).unwrap();
+    assert!(
+        plan.to_store.is_empty(),
+        "repeats in one call are one offer"
+    );
+    t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
+    assert!(plan.to_store.is_empty());
+    t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
+    assert_eq!(plan.to_store, ks(&[1]));
+    assert_eq!(t.stats().admission_skips, 3);
+    for threshold in [0, 1] {
+        let mut t = admitting(threshold, 0);
+        t.begin_request(R).unwrap();
+        t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
+        assert_eq!(plan.to_store, ks(&[1]));
+    }
+}
+
+#[test]
+fn admission_table_forgets_the_oldest_offer_but_not_one_from_the_same_call() {
+    let mut t = admitting(2, 2);
+    t.begin_request(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
+    t.prepare_store(R, &ks(&[2]), &mut plan).unwrap();
+    t.prepare_store(R, &ks(&[3]), &mut plan).unwrap(); // forgets 1
+    assert_eq!(t.stats().admission_table_len, 2);
+    t.prepare_store(R, &ks(&[1]), &mut plan).unwrap(); // first offer again, forgets 2
+    assert!(plan.to_store.is_empty());
+    // one call offering 4, 5, 6: 4 and 5 replace 3 and 1; 6 finds only same-call entries
+    t.prepare_store(R, &ks(&[4, 5, 6]), &mut plan).unwrap();
+    t.prepare_store(R, &ks(&[4, 5, 6]), &mut plan).unwrap();
+    assert_eq!(plan.to_store, ks(&[4, 5]));
+}

@@ -1,0 +1,848 @@
+//! Model-based test of the primary tier.
+//!
+//! A small reference model written from SPEC.md ("Primary tier"), with
+//! plain vectors and linear scans so that it is obviously correct, runs the
+//! same random operation sequences as the real tier (misuse mixed in).
+//! After every operation the results, the lookups of every key, the stats,
+//! the policy order and the events must match, and the invariants must
+//! hold.  At least 100,000 operations per run; `KVTIER_MODEL_OPS=N` runs N.
+
+use kvtier::Error;
+use kvtier::Key;
+use kvtier::events::{Event, EventKind};
+use kvtier::primary::{
+    CompleteStoreReport, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryTier, StoreOutcome,
+    StorePlan,
+};
+use kvtier::request::RequestId;
+
+/// splitmix64: small, deterministic, good enough for test sequences.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Entry {
+    key: Key,
+    slot: u32,
+    refc: i32,
+    announced: bool,
+}
+
+#[derive(Debug, Default)]
+struct Req {
+    id: u64,
+    accesses: Vec<(Key, bool)>,
+    adapted: Vec<Key>,
+}
+
+/// What an operation returned, in comparable form.
+#[derive(Debug, PartialEq)]
+enum Out {
+    Unit,
+    Err(&'static str, Option<usize>),
+    Slots(Vec<u32>),
+    Store(StoreOutcome, StorePlan),
+    Complete(CompleteStoreReport),
+}
+
+fn err_out(e: &Error) -> Out {
+    match e {
+        Error::KeyState { index, .. } => Out::Err("key_state", Some(*index)),
+        Error::UnknownRequest(_) => Out::Err("unknown_request", None),
+        Error::DuplicateRequest(_) => Out::Err("duplicate_request", None),
+        other => panic!("unexpected error kind: {other}"),
+    }
+}
+
+fn res<T>(r: Result<T, Error>, ok: impl FnOnce(T) -> Out) -> Out {
+    match r {
+        Ok(v) => ok(v),
+        Err(e) => err_out(&e),
+    }
+}
+
+/// The reference model.
+struct Model {
+    cap: u32,
+    policy: PolicyKind,
+    threshold: u32,
+    table_size: usize,
+    event_cap: usize,
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+    fresh: u32,
+    lru: Vec<Key>,
+    t1: Vec<Key>,
+    t2: Vec<Key>,
+    b1: Vec<Key>,
+    b2: Vec<Key>,
+    target: f64,
+    table: Vec<(Key, u32, u64)>,
+    calls: u64,
+    reqs: Vec<Req>,
+    events: Vec<Event>,
+    evictions: u64,
+    refusals: u64,
+    skips: u64,
+    planned: u64,
+    completed: u64,
+    failed: u64,
+    late: u64,
+    loads: u64,
+    tpins: u64,
+    dropped: u64,
+}
+
+fn remove_key(v: &mut Vec<Key>, k: &Key) -> bool {
+    match v.iter().position(|x| x == k) {
+        Some(i) => {
+            v.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+fn to_back(v: &mut Vec<Key>, k: &Key) {
+    remove_key(v, k);
+    v.push(*k);
+}
+
+impl Model {
+    fn new(c: &PrimaryConfig) -> Model {
+        Model {
+            cap: c.capacity,
+            policy: c.policy,
+            threshold: c.store_threshold,
+            table_size: c.admission_table_size,
+            event_cap: c.event_capacity,
+            entries: vec![],
+            free: vec![],
+            fresh: 0,
+            lru: vec![],
+            t1: vec![],
+            t2: vec![],
+            b1: vec![],
+            b2: vec![],
+            target: 0.0,
+            table: vec![],
+            calls: 0,
+            reqs: vec![],
+            events: vec![],
+            evictions: 0,
+            refusals: 0,
+            skips: 0,
+            planned: 0,
+            completed: 0,
+            failed: 0,
+            late: 0,
+            loads: 0,
+            tpins: 0,
+            dropped: 0,
+        }
+    }
+
+    fn entry(&self, k: &Key) -> Option<usize> {
+        self.entries.iter().position(|e| e.key == *k)
+    }
+
+    fn req(&self, id: u64) -> Option<usize> {
+        self.reqs.iter().position(|r| r.id == id)
+    }
+
+    fn emit(&mut self, kind: EventKind, key: Option<Key>) -> bool {
+        if self.event_cap == 0 {
+            return false;
+        }
+        if self.events.len() >= self.event_cap {
+            self.dropped += 1;
+            return false;
+        }
+        self.events.push(Event { kind, key });
+        true
+    }
+
+    fn lookup(&self, k: &Key) -> PrimaryLookup {
+        match self.entry(k) {
+            None => PrimaryLookup::Miss,
+            Some(i) if self.entries[i].refc == -1 => PrimaryLookup::HitPending,
+            Some(_) => PrimaryLookup::Hit,
+        }
+    }
+
+    fn begin(&mut self, id: u64) -> Out {
+        if self.req(id).is_some() {
+            return Out::Err("duplicate_request", None);
+        }
+        self.reqs.push(Req {
+            id,
+            ..Default::default()
+        });
+        Out::Unit
+    }
+
+    fn pin(&mut self, keys: &[Key]) -> Result<Vec<u32>, Out> {
+        let mut slots = vec![];
+        for (i, k) in keys.iter().enumerate() {
+            match self.entry(k) {
+                Some(e) if self.entries[e].refc >= 0 => slots.push(self.entries[e].slot),
+                _ => return Err(Out::Err("key_state", Some(i))),
+            }
+        }
+        for k in keys {
+            let e = self.entry(k).unwrap();
+            self.entries[e].refc += 1;
+        }
+        Ok(slots)
+    }
+
+    fn unpin(&mut self, keys: &[Key]) -> Out {
+        let mut refs: Vec<(Key, i32)> = vec![];
+        for (i, k) in keys.iter().enumerate() {
+            let Some(e) = self.entry(k) else {
+                return Out::Err("key_state", Some(i));
+            };
+            let taken = refs.iter().filter(|(x, _)| x == k).count() as i32;
+            if self.entries[e].refc - taken <= 0 {
+                return Out::Err("key_state", Some(i));
+            }
+            refs.push((*k, 1));
+        }
+        for k in keys {
+            let e = self.entry(k).unwrap();
+            self.entries[e].refc -= 1;
+        }
+        Out::Unit
+    }
+
+    fn prepare_load(&mut self, id: u64, keys: &[Key]) -> Out {
+        let Some(r) = self.req(id) else {
+            return Out::Err("unknown_request", None);
+        };
+        match self.pin(keys) {
+            Ok(slots) => {
+                self.loads += keys.len() as u64;
+                self.reqs[r]
+                    .accesses
+                    .extend(keys.iter().map(|k| (*k, true)));
+                Out::Slots(slots)
+            }
+            Err(o) => o,
+        }
+    }
+
+    fn complete_load(&mut self, id: u64, keys: &[Key]) -> Out {
+        if self.req(id).is_none() {
+            return Out::Err("unknown_request", None);
+        }
+        self.unpin(keys)
+    }
+
+    fn grow(&mut self) {
+        let d = (self.b2.len() as f64 / self.b1.len() as f64).max(1.0);
+        self.target = (self.target + d).min(self.cap as f64);
+    }
+
+    fn shrink(&mut self) {
+        let d = (self.b1.len() as f64 / self.b2.len() as f64).max(1.0);
+        self.target = (self.target - d).max(0.0);
+    }
+
+    fn touch(&mut self, id: u64, keys: &[Key]) -> Out {
+        if self.req(id).is_none() {
+            return Out::Err("unknown_request", None);
+        }
+        for k in keys.iter().rev() {
+            match (self.policy, self.entry(k)) {
+                (PolicyKind::Lru, Some(_)) => to_back(&mut self.lru, k),
+                (PolicyKind::Lru, None) => {}
+                (PolicyKind::Arc, Some(e)) => {
+                    if self.t1.contains(k) && self.entries[e].refc >= 0 {
+                        remove_key(&mut self.t1, k);
+                        self.t2.push(*k);
+                    } else if self.t1.contains(k) {
+                        to_back(&mut self.t1, k);
+                    } else {
+                        to_back(&mut self.t2, k);
+                    }
+                }
+                (PolicyKind::Arc, None) => {
+                    if self.b1.contains(k) {
+                        self.grow();
+                        to_back(&mut self.b1, k);
+                    } else if self.b2.contains(k) {
+                        self.shrink();
+                        to_back(&mut self.b2, k);
+                    }
+                }
+            }
+        }
+        Out::Unit
+    }
+
+    fn idle_free_to_evict(&self, k: &Key, named: &[Key], chosen: &[Key]) -> bool {
+        let e = self.entry(k).unwrap();
+        self.entries[e].refc == 0 && !named.contains(k) && !chosen.contains(k)
+    }
+
+    fn victims(&self, n: usize, named: &[Key]) -> Option<Vec<Key>> {
+        let mut chosen: Vec<Key> = vec![];
+        match self.policy {
+            PolicyKind::Lru => {
+                for k in &self.lru {
+                    if chosen.len() < n && self.idle_free_to_evict(k, named, &chosen) {
+                        chosen.push(*k);
+                    }
+                }
+            }
+            PolicyKind::Arc => {
+                let mut vt1 = self.t1.len();
+                for _ in 0..n {
+                    let pick1 = self
+                        .t1
+                        .iter()
+                        .find(|k| self.idle_free_to_evict(k, named, &chosen))
+                        .copied();
+                    let pick2 = self
+                        .t2
+                        .iter()
+                        .find(|k| self.idle_free_to_evict(k, named, &chosen))
+                        .copied();
+                    let pick = if vt1 >= self.target as usize {
+                        pick1.or(pick2)
+                    } else {
+                        pick2.or(pick1)
+                    };
+                    let k = pick?;
+                    if self.t1.contains(&k) {
+                        vt1 -= 1;
+                    }
+                    chosen.push(k);
+                }
+            }
+        }
+        (chosen.len() == n).then_some(chosen)
+    }
+
+    fn prepare_store(&mut self, id: u64, keys: &[Key]) -> Out {
+        let Some(r) = self.req(id) else {
+            return Out::Err("unknown_request", None);
+        };
+        self.calls += 1;
+        let call = self.calls;
+        let kinds: Vec<Option<bool>> = keys
+            .iter()
+            .map(|k| self.entry(k).map(|e| self.entries[e].refc >= 0))
+            .collect();
+        let mut fresh: Vec<Key> = vec![];
+        for (k, kind) in keys.iter().zip(&kinds) {
+            if kind.is_none() && !fresh.contains(k) {
+                fresh.push(*k);
+            }
+        }
+        if self.policy == PolicyKind::Arc {
+            for k in &fresh {
+                if self.reqs[r].adapted.contains(k) {
+                    continue;
+                }
+                if self.b1.contains(k) {
+                    self.grow();
+                } else if self.b2.contains(k) {
+                    self.shrink();
+                } else {
+                    continue;
+                }
+                self.reqs[r].adapted.push(*k);
+            }
+        }
+        let mut to_store = vec![];
+        for k in &fresh {
+            let admitted = if self.threshold >= 2 {
+                let count = if let Some(i) = self.table.iter().position(|t| t.0 == *k) {
+                    let mut t = self.table.remove(i);
+                    t.1 += 1;
+                    t.2 = call;
+                    self.table.push(t);
+                    t.1
+                } else if self.table.len() < self.table_size {
+                    self.table.push((*k, 1, call));
+                    1
+                } else if self.table[0].2 == call {
+                    1
+                } else {
+                    self.table.remove(0);
+                    self.table.push((*k, 1, call));
+                    1
+                };
+                count >= self.threshold
+            } else {
+                true
+            };
+            if admitted {
+                to_store.push(*k);
+            } else {
+                self.skips += 1;
+            }
+        }
+        let free = (self.cap - self.fresh) as usize + self.free.len();
+        let need = to_store.len().saturating_sub(free);
+        let Some(victims) = self.victims(need, keys) else {
+            self.refusals += 1;
+            return Out::Store(StoreOutcome::Refused, StorePlan::default());
+        };
+        for v in &victims {
+            let e = self.entry(v).unwrap();
+            let entry = self.entries.remove(e);
+            match self.policy {
+                PolicyKind::Lru => {
+                    remove_key(&mut self.lru, v);
+                }
+                PolicyKind::Arc => {
+                    let ghost = if remove_key(&mut self.t1, v) {
+                        &mut self.b1
+                    } else {
+                        remove_key(&mut self.t2, v);
+                        &mut self.b2
+                    };
+                    ghost.push(*v);
+                    while ghost.len() > self.cap as usize {
+                        ghost.remove(0);
+                    }
+                }
+            }
+            if entry.announced {
+                self.emit(EventKind::Removed, Some(*v));
+            }
+            self.free.push(entry.slot);
+            self.evictions += 1;
+        }
+        let mut slots = vec![];
+        for k in &to_store {
+            let slot = if self.fresh < self.cap {
+                self.fresh += 1;
+                self.fresh - 1
+            } else {
+                self.free.pop().unwrap()
+            };
+            slots.push(slot);
+            self.entries.push(Entry {
+                key: *k,
+                slot,
+                refc: -1,
+                announced: false,
+            });
+            match self.policy {
+                PolicyKind::Lru => self.lru.push(*k),
+                PolicyKind::Arc => {
+                    self.t1.push(*k);
+                    remove_key(&mut self.b1, k);
+                    remove_key(&mut self.b2, k);
+                }
+            }
+        }
+        self.planned += to_store.len() as u64;
+        for (k, kind) in keys.iter().zip(&kinds) {
+            match kind {
+                Some(true) => self.reqs[r].accesses.push((*k, true)),
+                Some(false) => {}
+                None => {
+                    if to_store.contains(k) {
+                        self.reqs[r].accesses.push((*k, false));
+                    }
+                }
+            }
+        }
+        Out::Store(
+            StoreOutcome::Planned,
+            StorePlan {
+                to_store,
+                slots,
+                evicted: victims,
+            },
+        )
+    }
+
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> Out {
+        let mut rep = CompleteStoreReport::default();
+        for k in keys {
+            let Some(e) = self.entry(k) else {
+                rep.ignored += 1;
+                continue;
+            };
+            if self.entries[e].refc != -1 {
+                continue;
+            }
+            if success {
+                self.entries[e].refc = 0;
+                rep.ready += 1;
+                if self.emit(EventKind::Stored, Some(*k)) {
+                    self.entries[e].announced = true;
+                }
+            } else {
+                let entry = self.entries.remove(e);
+                remove_key(&mut self.lru, k);
+                remove_key(&mut self.t1, k);
+                remove_key(&mut self.t2, k);
+                self.free.push(entry.slot);
+                rep.dropped += 1;
+            }
+        }
+        self.completed += rep.ready as u64;
+        self.failed += rep.dropped as u64;
+        self.late += rep.ignored as u64;
+        Out::Complete(rep)
+    }
+
+    fn finish(&mut self, id: u64) -> Out {
+        let Some(r) = self.req(id) else {
+            return Out::Err("unknown_request", None);
+        };
+        let req = self.reqs.remove(r);
+        for (k, reused) in req.accesses.iter().rev() {
+            if self.entry(k).is_none() {
+                continue;
+            }
+            match self.policy {
+                PolicyKind::Lru => to_back(&mut self.lru, k),
+                PolicyKind::Arc => {
+                    if *reused {
+                        remove_key(&mut self.t1, k);
+                        to_back(&mut self.t2, k);
+                    } else if self.t1.contains(k) {
+                        to_back(&mut self.t1, k);
+                    } else {
+                        to_back(&mut self.t2, k);
+                    }
+                }
+            }
+        }
+        Out::Unit
+    }
+
+    fn reset(&mut self) -> Out {
+        self.entries.clear();
+        self.free.clear();
+        self.fresh = 0;
+        self.lru.clear();
+        self.t1.clear();
+        self.t2.clear();
+        self.b1.clear();
+        self.b2.clear();
+        self.target = 0.0;
+        self.events.clear();
+        self.emit(EventKind::Cleared, None);
+        for r in &mut self.reqs {
+            r.accesses.clear();
+            r.adapted.clear();
+        }
+        Out::Unit
+    }
+
+    fn order(&self) -> Vec<Key> {
+        match self.policy {
+            PolicyKind::Lru => self.lru.clone(),
+            PolicyKind::Arc => self.t1.iter().chain(self.t2.iter()).copied().collect(),
+        }
+    }
+}
+
+fn key(n: u64) -> Key {
+    // Variable lengths exercise the inline key storage.
+    let bytes = n.to_le_bytes();
+    let len = 1 + (n % 8) as usize;
+    let mut v = vec![0xa5u8; len.max(2)];
+    v[0] = bytes[0];
+    v[1] = bytes[1];
+    Key::new(&v).unwrap()
+}
+
+fn check_same(t: &PrimaryTier, m: &Model, keyspace: &[Key], what: &str) {
+    for k in keyspace {
+        assert_eq!(t.lookup(k), m.lookup(k), "{what}: lookup {k}");
+        let mr = m.entry(k).map(|e| m.entries[e].refc);
+        assert_eq!(t.ref_count(k), mr, "{what}: ref count of {k}");
+    }
+    assert_eq!(t.eviction_order(), m.order(), "{what}: policy order");
+    let s = t.stats();
+    let wp = m.entries.iter().filter(|e| e.refc == -1).count() as u32;
+    let pinned = m.entries.iter().filter(|e| e.refc > 0).count() as u32;
+    let idle = m.entries.iter().filter(|e| e.refc == 0).count() as u32;
+    assert_eq!(
+        (s.used, s.allocated, s.write_pending, s.pinned, s.idle),
+        (m.entries.len() as u32, m.fresh, wp, pinned, idle),
+        "{what}: gauges"
+    );
+    assert_eq!(
+        (
+            s.evictions,
+            s.refusals,
+            s.admission_skips,
+            s.stores_planned,
+            s.stores_completed,
+            s.stores_failed,
+            s.late_completions,
+            s.loads,
+            s.transfer_pins,
+            s.events_dropped,
+        ),
+        (
+            m.evictions,
+            m.refusals,
+            m.skips,
+            m.planned,
+            m.completed,
+            m.failed,
+            m.late,
+            m.loads,
+            m.tpins,
+            m.dropped,
+        ),
+        "{what}: counters"
+    );
+    assert_eq!(
+        s.events_queued as usize,
+        m.events.len(),
+        "{what}: events queued"
+    );
+    if m.threshold >= 2 {
+        assert_eq!(
+            s.admission_table_len as usize,
+            m.table.len(),
+            "{what}: table"
+        );
+    }
+    if m.policy == PolicyKind::Arc {
+        assert_eq!(
+            (s.arc_t1, s.arc_t2, s.arc_b1, s.arc_b2, s.arc_target),
+            (
+                m.t1.len() as u32,
+                m.t2.len() as u32,
+                m.b1.len() as u32,
+                m.b2.len() as u32,
+                m.target
+            ),
+            "{what}: arc"
+        );
+    }
+    // Invariants: every slot free, write-pending or resident exactly once,
+    // ref counts in range, index and lists agree (checked by the tier itself).
+    t.check_invariants()
+        .unwrap_or_else(|e| panic!("{what}: invariant: {e}"));
+    // Model-side: slots of resident keys distinct and disjoint from free slots.
+    let mut all: Vec<u32> = m
+        .entries
+        .iter()
+        .map(|e| e.slot)
+        .chain(m.free.iter().copied())
+        .collect();
+    all.sort_unstable();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(all.len(), n, "{what}: model slot used twice");
+    assert_eq!(
+        n as u32, m.fresh,
+        "{what}: every allocated slot accounted for"
+    );
+}
+
+fn pick_keys(rng: &mut Rng, keyspace: &[Key], max: u64) -> Vec<Key> {
+    let n = rng.below(max + 1) as usize;
+    (0..n)
+        .map(|_| keyspace[rng.below(keyspace.len() as u64) as usize])
+        .collect()
+}
+
+/// Keys the model says are resident (for well-formed loads).
+fn resident_pick(rng: &mut Rng, m: &Model, ready: bool, pinned: bool) -> Vec<Key> {
+    let pool: Vec<Key> = m
+        .entries
+        .iter()
+        .filter(|e| {
+            if pinned {
+                e.refc > 0
+            } else if ready {
+                e.refc >= 0
+            } else {
+                e.refc == -1
+            }
+        })
+        .map(|e| e.key)
+        .collect();
+    if pool.is_empty() {
+        return vec![];
+    }
+    let n = 1 + rng.below(3) as usize;
+    (0..n)
+        .map(|_| pool[rng.below(pool.len() as u64) as usize])
+        .collect()
+}
+
+fn run(seed: u64, ops: u64) {
+    let mut rng = Rng(seed);
+    let config = PrimaryConfig {
+        capacity: 1 + rng.below(10) as u32,
+        policy: if rng.chance(50) {
+            PolicyKind::Lru
+        } else {
+            PolicyKind::Arc
+        },
+        store_threshold: if rng.chance(30) {
+            2 + rng.below(2) as u32
+        } else {
+            rng.below(2) as u32
+        },
+        admission_table_size: 1 + rng.below(6) as usize,
+        event_capacity: [0, 3, 64][rng.below(3) as usize],
+    };
+    let mut t = PrimaryTier::new(config.clone()).unwrap();
+    let mut m = Model::new(&config);
+    let keyspace: Vec<Key> = (0..(config.capacity as u64 * 3 + 2)).map(key).collect();
+    let mut slots = Vec::new();
+    let mut plan = StorePlan::default();
+    let mut tev = Vec::new();
+    for op in 0..ops {
+        let req = rng.below(4);
+        let rid = RequestId(req);
+        let what = format!("seed {seed} op {op} config {config:?}");
+        let choice = rng.below(100);
+        let (got, want, name) = match choice {
+            0..=4 => (
+                res(t.begin_request(rid), |_| Out::Unit),
+                m.begin(req),
+                "begin",
+            ),
+            5..=9 => (
+                res(t.on_request_finished(rid), |_| Out::Unit),
+                m.finish(req),
+                "finish",
+            ),
+            10..=34 => {
+                let keys = pick_keys(&mut rng, &keyspace, 4);
+                (
+                    res(t.prepare_store(rid, &keys, &mut plan), |o| {
+                        Out::Store(o, plan.clone())
+                    }),
+                    m.prepare_store(req, &keys),
+                    "prepare_store",
+                )
+            }
+            35..=49 => {
+                let mut keys = resident_pick(&mut rng, &m, false, false);
+                if rng.chance(10) {
+                    keys.extend(pick_keys(&mut rng, &keyspace, 2));
+                }
+                let ok = rng.chance(80);
+                (
+                    Out::Complete(t.complete_store(&keys, ok)),
+                    m.complete_store(&keys, ok),
+                    "complete_store",
+                )
+            }
+            50..=61 => {
+                let mut keys = resident_pick(&mut rng, &m, true, false);
+                if rng.chance(15) {
+                    keys.extend(pick_keys(&mut rng, &keyspace, 2));
+                }
+                (
+                    res(t.prepare_load(rid, &keys, &mut slots), |_| {
+                        Out::Slots(slots.clone())
+                    }),
+                    m.prepare_load(req, &keys),
+                    "prepare_load",
+                )
+            }
+            62..=73 => {
+                let mut keys = resident_pick(&mut rng, &m, true, true);
+                if rng.chance(15) {
+                    keys.extend(pick_keys(&mut rng, &keyspace, 2));
+                }
+                (
+                    res(t.complete_load(rid, &keys), |_| Out::Unit),
+                    m.complete_load(req, &keys),
+                    "complete_load",
+                )
+            }
+            74..=85 => {
+                let keys = pick_keys(&mut rng, &keyspace, 4);
+                (
+                    res(t.touch(rid, &keys), |_| Out::Unit),
+                    m.touch(req, &keys),
+                    "touch",
+                )
+            }
+            86..=89 => {
+                let keys = resident_pick(&mut rng, &m, true, false);
+                let want = match m.pin(&keys) {
+                    Ok(s) => {
+                        m.tpins += keys.len() as u64;
+                        Out::Slots(s)
+                    }
+                    Err(o) => o,
+                };
+                (
+                    res(t.pin_for_transfer(&keys, &mut slots), |_| {
+                        Out::Slots(slots.clone())
+                    }),
+                    want,
+                    "pin_for_transfer",
+                )
+            }
+            90..=93 => {
+                let mut keys = resident_pick(&mut rng, &m, true, true);
+                if rng.chance(15) {
+                    keys.extend(pick_keys(&mut rng, &keyspace, 2));
+                }
+                (
+                    res(t.unpin_for_transfer(&keys), |_| Out::Unit),
+                    m.unpin(&keys),
+                    "unpin_for_transfer",
+                )
+            }
+            94 => {
+                t.reset();
+                (Out::Unit, m.reset(), "reset")
+            }
+            _ => {
+                tev.clear();
+                t.take_events(&mut tev);
+                assert_eq!(tev, m.events, "{what}: events");
+                m.events.clear();
+                (Out::Unit, Out::Unit, "take_events")
+            }
+        };
+        assert_eq!(got, want, "{what}: {name}");
+        check_same(&t, &m, &keyspace, &format!("{what} after {name}"));
+    }
+    // Every key announced removed was announced stored before.
+    tev.clear();
+    t.take_events(&mut tev);
+    assert_eq!(tev, m.events);
+}
+
+#[test]
+fn random_sequences_match_the_model() {
+    let total: u64 = std::env::var("KVTIER_MODEL_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let per_run = 2_000;
+    let runs = total.div_ceil(per_run);
+    for seed in 0..runs {
+        run(0x5eed_0000 + seed, per_run);
+    }
+}
