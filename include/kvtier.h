@@ -18,6 +18,141 @@
 
 
 /**
+ * Manager lookup answer: not in any tier (or no room to promote it).
+ */
+#define KVTIER_MANAGER_LOOKUP_MISS 0
+
+/**
+ * Manager lookup answer: ready in the primary tier.
+ */
+#define KVTIER_MANAGER_LOOKUP_HIT 1
+
+/**
+ * Manager lookup answer: coming into the primary tier (write pending).
+ */
+#define KVTIER_MANAGER_LOOKUP_HIT_PENDING 2
+
+/**
+ * Manager lookup answer: ask again later (a promotion started, a tier is busy).
+ */
+#define KVTIER_MANAGER_LOOKUP_RETRY 3
+
+/**
+ * Promotion answer option: a lookup that starts a promotion answers RETRY (default).
+ */
+#define KVTIER_PROMOTION_ANSWER_RETRY 0
+
+/**
+ * Promotion answer option: a lookup that starts a promotion answers HIT_PENDING.
+ */
+#define KVTIER_PROMOTION_ANSWER_HIT_PENDING 1
+
+/**
+ * Back-pressure policy: drop every cascade while the tier is under pressure.
+ */
+#define KVTIER_PRESSURE_DROP 0
+
+/**
+ * Back-pressure policy: admit one cascade at a time while under pressure.
+ */
+#define KVTIER_PRESSURE_THROTTLE 1
+
+/**
+ * Tier index of the manager's own totals in `kvtier_manager_stat`.
+ */
+#define KVTIER_STAT_TIER_MANAGER -1
+
+/**
+ * Tier lookup answer written by `lookup`: not present.
+ */
+#define KVTIER_TIER_LOOKUP_MISS 0
+
+/**
+ * Tier lookup answer written by `lookup`: present and readable.
+ */
+#define KVTIER_TIER_LOOKUP_HIT 1
+
+/**
+ * Tier lookup answer written by `lookup`: busy, ask again later.
+ */
+#define KVTIER_TIER_LOOKUP_RETRY 2
+
+/**
+ * Offload policy: blocks newly stored in the primary tier are cascaded.
+ */
+#define KVTIER_OFFLOAD_BLOCK_LEVEL 0
+
+/**
+ * Offload policy: every block of the request is cascaded, resident ones too.
+ */
+#define KVTIER_OFFLOAD_REQUEST_LEVEL 1
+
+/**
+ * Medium or locality not declared (matches every filter).
+ */
+#define KVTIER_TIER_ANY 0
+
+/**
+ * Medium: memory.
+ */
+#define KVTIER_MEDIUM_CPU 1
+
+/**
+ * Medium: storage.
+ */
+#define KVTIER_MEDIUM_STORAGE 2
+
+/**
+ * Locality: this machine.
+ */
+#define KVTIER_LOCALITY_LOCAL 1
+
+/**
+ * Locality: another machine.
+ */
+#define KVTIER_LOCALITY_REMOTE 2
+
+/**
+ * Job direction: primary → tier (a cascade; the slots are pinned).
+ */
+#define KVTIER_JOB_STORE 0
+
+/**
+ * Job direction: tier → primary (a promotion; the slots are write pending).
+ */
+#define KVTIER_JOB_LOAD 1
+
+/**
+ * Event kind: the key became readable in the tier.
+ */
+#define KVTIER_EVENT_STORED 0
+
+/**
+ * Event kind: the key left the tier.
+ */
+#define KVTIER_EVENT_REMOVED 1
+
+/**
+ * Event kind: the tier forgot every key (no key).
+ */
+#define KVTIER_EVENT_CLEARED 2
+
+/**
+ * Stat kind: a counter (only grows).
+ */
+#define KVTIER_STAT_COUNTER 0
+
+/**
+ * Stat kind: a gauge (current level).
+ */
+#define KVTIER_STAT_GAUGE 1
+
+/**
+ * Most secondary tiers one manager holds (request-level tiers are a bit set).
+ */
+#define MAX_SECONDARY_TIERS 64
+
+/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
@@ -110,6 +245,144 @@ typedef enum {
 } kvtier_status;
 
 /**
+ * Opaque handle of a tiering manager (internally synchronized).
+ */
+typedef struct kvtier_manager kvtier_manager;
+
+/**
+ * Options of `kvtier_manager_new`; start from `kvtier_manager_options_default()`.
+ */
+typedef struct {
+  /**
+   * Number of primary slots (> 0).
+   */
+  uint32_t capacity;
+  /**
+   * Eviction policy name, "lru" or "arc" (NUL-terminated); NULL = "lru".
+   */
+  const char *policy;
+  /**
+   * Store a key only at its `store_threshold`-th offer; 0 or 1 = at the first.
+   */
+  uint32_t store_threshold;
+  /**
+   * Bound of the recent-offers table (used when `store_threshold` >= 2).
+   */
+  size_t admission_table_size;
+  /**
+   * Bound of the primary tier's event buffer; 0 turns its events off.
+   */
+  size_t event_capacity;
+  /**
+   * `KVTIER_PROMOTION_ANSWER_RETRY` (default) or `_HIT_PENDING`.
+   */
+  int32_t promotion_answer;
+  /**
+   * Bytes per block, for back-pressure latency per byte when a tier
+   * reports no byte count (0: latency per block).
+   */
+  uint64_t block_bytes;
+  /**
+   * How many messages the error log keeps.
+   */
+  size_t error_log_capacity;
+} kvtier_manager_options;
+
+/**
+ * Per-tier options of `kvtier_manager_add_tier`; start from
+ * `kvtier_tier_options_default()`.
+ */
+typedef struct {
+  /**
+   * Whether cascades to this tier are subject to back-pressure.
+   */
+  bool backpressure;
+  /**
+   * Weight of a new latency sample, in (0, 1].
+   */
+  double alpha;
+  /**
+   * Enter pressure above this store latency (ns per byte, or per block).
+   */
+  double high_ns_per_byte;
+  /**
+   * Leave pressure below this (<= high).
+   */
+  double low_ns_per_byte;
+  /**
+   * Samples averaged before the detector may signal.
+   */
+  uint32_t warmup;
+  /**
+   * Enter pressure after this many consecutive failed stores (0 = never).
+   */
+  uint32_t max_consecutive_failures;
+  /**
+   * `KVTIER_PRESSURE_DROP` or `KVTIER_PRESSURE_THROTTLE`.
+   */
+  int32_t policy;
+} kvtier_tier_options;
+
+/**
+ * One per-request parameter: two NUL-terminated strings.
+ */
+typedef struct {
+  /**
+   * The parameter's name.
+   */
+  const char *key;
+  /**
+   * Its value.
+   */
+  const char *value;
+} kvtier_param;
+
+/**
+ * One matcher of a request's tier filter (`KVTIER_TIER_ANY` matches anything).
+ */
+typedef struct {
+  /**
+   * `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+   */
+  int32_t medium;
+  /**
+   * `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+   */
+  int32_t locality;
+} kvtier_tier_matcher;
+
+/**
+ * What the engine attaches to a request; start from
+ * `kvtier_request_params_default()`.
+ */
+typedef struct {
+  /**
+   * Opaque pointer passed back to tiers as is.
+   */
+  void *user_data;
+  /**
+   * Key/value parameters tiers may read (copied).
+   */
+  const kvtier_param *params;
+  /**
+   * Number of parameters.
+   */
+  size_t params_len;
+  /**
+   * Whether the request carries a tier filter (lookups only).
+   */
+  bool filter_set;
+  /**
+   * The filter's matchers; an empty set filter excludes every tier.
+   */
+  const kvtier_tier_matcher *filter;
+  /**
+   * Number of matchers.
+   */
+  size_t filter_len;
+} kvtier_request_params;
+
+/**
  * One key as C passes it: `len` bytes at `data` (1..=64 bytes).
  *
  * The bytes are borrowed for the duration of the call only; kvtier copies
@@ -126,6 +399,284 @@ typedef struct {
   size_t len;
 } kvtier_key;
 
+/**
+ * A request as a tier sees it.  Borrowed for the callback only.
+ */
+typedef struct {
+  /**
+   * The id string the engine chose (NUL-terminated).
+   */
+  const char *id;
+  /**
+   * Its length in bytes, without the NUL.
+   */
+  size_t id_len;
+  /**
+   * The opaque pointer the engine attached (may be NULL).
+   */
+  void *user_data;
+  /**
+   * The engine's key/value parameters.
+   */
+  const kvtier_param *params;
+  /**
+   * Number of parameters.
+   */
+  size_t params_len;
+} kvtier_request;
+
+/**
+ * One transfer job handed to a tier.  Borrowed for the callback only:
+ * copy what you keep (id, keys, slots).
+ */
+typedef struct {
+  /**
+   * The job's id: report it exactly once.
+   */
+  uint64_t id;
+  /**
+   * `KVTIER_JOB_STORE` or `KVTIER_JOB_LOAD`.
+   */
+  int32_t direction;
+  /**
+   * The blocks' keys.
+   */
+  const kvtier_key *keys;
+  /**
+   * Primary slot of each key (co-indexed with `keys`).
+   */
+  const uint32_t *slots;
+  /**
+   * Number of keys and slots.
+   */
+  size_t len;
+  /**
+   * The request the job serves.
+   */
+  const kvtier_request *request;
+} kvtier_job;
+
+/**
+ * A finished job as a tier reports it.
+ */
+typedef struct {
+  /**
+   * The job's id.
+   */
+  uint64_t id;
+  /**
+   * Whether the whole job succeeded.
+   */
+  bool success;
+  /**
+   * For a failed load: the keys that did arrive (NULL if none listed).
+   * Reported by `poll_finished`: valid until the tier's next callback
+   * starts (kvtier copies them when `poll_finished` returns); reported
+   * by `kvtier_manager_complete_job`: valid for that call.
+   */
+  const kvtier_key *succeeded_keys;
+  /**
+   * Number of keys in `succeeded_keys`.
+   */
+  size_t succeeded_len;
+  /**
+   * Bytes moved (0 if not measured).
+   */
+  uint64_t bytes;
+  /**
+   * Time the transfer took in nanoseconds (0 if not measured).
+   */
+  uint64_t duration_ns;
+} kvtier_job_result;
+
+/**
+ * One statistic of a tier.
+ */
+typedef struct {
+  /**
+   * Snake-case name, NUL-terminated.
+   */
+  char name[48];
+  /**
+   * `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+   */
+  int32_t kind;
+  /**
+   * The value.
+   */
+  double value;
+} kvtier_tier_stat;
+
+/**
+ * One cache event with its tier (0 primary, 1.. secondary) and key copy.
+ */
+typedef struct {
+  /**
+   * `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
+   */
+  int32_t kind;
+  /**
+   * Tier index: 0 primary, 1.. secondary tiers in the order added.
+   */
+  uint32_t tier;
+  /**
+   * Number of key bytes (0 for `KVTIER_EVENT_CLEARED`).
+   */
+  size_t key_len;
+  /**
+   * The key's bytes.
+   */
+  uint8_t key[64];
+} kvtier_event;
+
+/**
+ * The callbacks of a secondary tier written in C or C++.
+ *
+ * Every callback returns a `kvtier_status` as `int32_t`
+ * (`KVTIER_STATUS_OK` = 0); any other value, or one that is not a status,
+ * is recorded as a tier error (stats and the manager's error log).
+ * Required: `lookup`, `submit_store`, `submit_load`.  Optional (NULL):
+ * every other entry.  A tier without `poll_finished` reports its jobs only
+ * through `kvtier_manager_complete_job`; a tier without `drain` declares
+ * that none of its copies outlives the job's report.
+ *
+ * The struct is copied at registration.  After a successful registration
+ * the manager owns `user_data`: `destroy(user_data)` runs exactly once,
+ * after the last callback returned (when the manager is freed); not at
+ * all if registration failed.
+ *
+ * Threads: callbacks are called with the manager's lock held, so calls
+ * into one tier never overlap, but they may come from any thread that
+ * calls the manager.  Arguments are borrowed for the call only.  A callback
+ * must not call back into the manager (`KVTIER_STATUS_REENTRANT`), except
+ * `kvtier_manager_complete_job`.  C++ callbacks must be `noexcept`.
+ */
+typedef struct {
+  /**
+   * Passed as the first argument of every callback.
+   */
+  void *user_data;
+  /**
+   * Short name for stats and errors (NUL-terminated, copied); NULL = "c-tier".
+   */
+  const char *name;
+  /**
+   * `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+   */
+  int32_t medium;
+  /**
+   * `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+   */
+  int32_t locality;
+  /**
+   * Writes `KVTIER_TIER_LOOKUP_*` to `*answer` for `key`.
+   */
+  int32_t (*lookup)(void *user_data,
+                    const kvtier_key *key,
+                    const kvtier_request *request,
+                    int32_t *answer);
+  /**
+   * Starts copying the job's (pinned) slots into the tier.  A failure
+   * status fails the job (it is reported as failed for you).
+   */
+  int32_t (*submit_store)(void *user_data, const kvtier_job *job);
+  /**
+   * Starts copying from the tier into the job's (write pending) slots.
+   */
+  int32_t (*submit_load)(void *user_data, const kvtier_job *job);
+  /**
+   * Writes up to `capacity` finished jobs to `out` and their number to
+   * `*written`; called again while it fills the buffer.
+   */
+  int32_t (*poll_finished)(void *user_data, kvtier_job_result *out, size_t capacity, size_t *written);
+  /**
+   * Marks keys recently used.
+   */
+  int32_t (*touch)(void *user_data,
+                   const kvtier_key *keys,
+                   size_t len,
+                   const kvtier_request *request);
+  /**
+   * A request starts; writes `KVTIER_OFFLOAD_*` to `*policy`.
+   */
+  int32_t (*on_new_request)(void *user_data, const kvtier_request *request, int32_t *policy);
+  /**
+   * A request finished: no later callback names it.
+   */
+  int32_t (*on_request_finished)(void *user_data, const kvtier_request *request);
+  /**
+   * The scheduler step ended.
+   */
+  int32_t (*on_schedule_end)(void *user_data);
+  /**
+   * Writes whether the tier has work outstanding to `*pending`.
+   */
+  int32_t (*has_pending_work)(void *user_data, bool *pending);
+  /**
+   * Blocks until none of the tier's copies touches the region (queued
+   * jobs may be cancelled, but are still reported).
+   */
+  int32_t (*drain)(void *user_data);
+  /**
+   * Writes up to `capacity` statistics to `out` and their number to `*written`.
+   */
+  int32_t (*stats)(void *user_data, kvtier_tier_stat *out, size_t capacity, size_t *written);
+  /**
+   * Stops the tier: afterwards it no longer touches the region.
+   */
+  int32_t (*shutdown)(void *user_data);
+  /**
+   * Releases `user_data`; runs exactly once, after the last callback.
+   */
+  void (*destroy)(void *user_data);
+  /**
+   * Writes up to `capacity` of the tier's own events to `out` (their
+   * `tier` field is ignored) and their number to `*written`.
+   */
+  int32_t (*take_events)(void *user_data, kvtier_event *out, size_t capacity, size_t *written);
+} kvtier_tier_vtable;
+
+/**
+ * An owned copy of one key (`len` bytes of `bytes`).
+ */
+typedef struct {
+  /**
+   * Number of bytes, 1..=64.
+   */
+  size_t len;
+  /**
+   * The key's bytes.
+   */
+  uint8_t bytes[64];
+} kvtier_key_buf;
+
+/**
+ * One merged statistic with its source.
+ */
+typedef struct {
+  /**
+   * `KVTIER_STAT_TIER_MANAGER` (-1) for the manager's totals, 0 for the
+   * primary tier, 1.. for secondary tiers.
+   */
+  int32_t tier;
+  /**
+   * Name of the tier ("manager", "primary", or the tier's), NUL-terminated, truncated.
+   */
+  char tier_name[32];
+  /**
+   * Snake-case statistic name, NUL-terminated, truncated.
+   */
+  char name[64];
+  /**
+   * `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+   */
+  int32_t kind;
+  /**
+   * The value.
+   */
+  double value;
+} kvtier_manager_stat;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -140,6 +691,319 @@ extern "C" {
  * has its own message, so this is safe to call from any thread.
  */
 const char *kvtier_last_error_message(void);
+
+/**
+ * Returns the default manager options: 1024 slots, "lru", no admission
+ * threshold, events off, RETRY for started promotions, an error log of 64.
+ * Safe to call from any thread.
+ */
+kvtier_manager_options kvtier_manager_options_default(void);
+
+/**
+ * Returns the default tier options: back-pressure off; when turned on,
+ * alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop.
+ * Safe to call from any thread.
+ */
+kvtier_tier_options kvtier_tier_options_default(void);
+
+/**
+ * Returns request parameters with nothing attached and no filter.
+ * Safe to call from any thread.
+ */
+kvtier_request_params kvtier_request_params_default(void);
+
+/**
+ * Creates a tiering manager over a new primary tier.
+ *
+ * `options` must be NULL (defaults) or point to options initialized with
+ * `kvtier_manager_options_default()`; `out` must not be NULL.  On success
+ * writes the new handle to `*out`; on failure writes nothing.  The caller
+ * owns the handle and releases it with `kvtier_manager_free`.  Thread
+ * safety: the handle is internally synchronized.
+ *
+ * # Safety
+ * `options` must be NULL or valid for reads; `options->policy` NULL or a
+ * NUL-terminated string; `out` valid for writes.
+ */
+kvtier_status kvtier_manager_new(const kvtier_manager_options *options, kvtier_manager **out);
+
+/**
+ * Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
+ * not called, then runs every tier's `destroy`.  NULL is a no-op.
+ *
+ * Must be the last call on the handle: no other thread may be using it
+ * and no tier may report completions afterwards.
+ *
+ * # Safety
+ * `manager` must be NULL or a live handle from `kvtier_manager_new`.
+ */
+void kvtier_manager_free(kvtier_manager *manager);
+
+/**
+ * Registers a secondary tier implemented by a C vtable (copied) and writes
+ * its tier index (1 for the first) to `*index_out`.  Allowed until the
+ * first request starts.
+ *
+ * `vtable` must have `lookup`, `submit_store` and `submit_load`; `options`
+ * may be NULL (defaults).  On success the manager owns
+ * `vtable->user_data` and calls `destroy` exactly once when it is freed;
+ * on failure nothing is kept and `destroy` is not called.  Internally
+ * synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `vtable` valid for reads with `name` NULL or
+ * NUL-terminated; `options` NULL or valid; `index_out` valid for writes.
+ */
+kvtier_status kvtier_manager_add_tier(kvtier_manager *manager,
+                                      const kvtier_tier_vtable *vtable,
+                                      const kvtier_tier_options *options,
+                                      size_t *index_out);
+
+/**
+ * Starts request `request` (an id string, unique among active requests):
+ * asks every tier for its offload policy and writes
+ * `KVTIER_OFFLOAD_REQUEST_LEVEL` to `*policy_out` if any tier wants it,
+ * else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
+ *
+ * `params` may be NULL (nothing attached, no filter); its strings and
+ * arrays are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `params` NULL or
+ * valid, with its arrays valid for their lengths; `policy_out` valid for writes.
+ */
+kvtier_status kvtier_manager_on_new_request(kvtier_manager *manager,
+                                            const char *request,
+                                            const kvtier_request_params *params,
+                                            int32_t *policy_out);
+
+/**
+ * Looks one key up for `request` and writes a `KVTIER_MANAGER_LOOKUP_*`
+ * answer to `*result_out`: HIT and HIT_PENDING from the primary tier; on a
+ * primary miss the first secondary tier that has the key starts a
+ * promotion (RETRY, or HIT_PENDING with that option); MISS if no tier has
+ * it or the primary tier has no room.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `key` valid with
+ * `len` readable bytes; `result_out` valid for writes.
+ */
+kvtier_status kvtier_manager_lookup(kvtier_manager *manager,
+                                    const char *request,
+                                    const kvtier_key *key,
+                                    int32_t *result_out);
+
+/**
+ * Pins `len` ready keys for a load to the GPU and writes their slots, in
+ * key order, to `slots_out` (`slots_len` >= `len`).  Any key absent or not
+ * ready is an error naming its position; nothing changes then.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` valid for
+ * `len` reads; `slots_out` valid for `slots_len` writes.
+ */
+kvtier_status kvtier_manager_prepare_load(kvtier_manager *manager,
+                                          const char *request,
+                                          const kvtier_key *keys,
+                                          size_t len,
+                                          uint32_t *slots_out,
+                                          size_t slots_len);
+
+/**
+ * Marks `len` keys recently used in the primary tier and every secondary
+ * tier.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_touch(kvtier_manager *manager,
+                                   const char *request,
+                                   const kvtier_key *keys,
+                                   size_t len);
+
+/**
+ * Unpins `len` keys after their load to the GPU finished.  Unpinning a key
+ * that is absent or not pinned is an error; nothing changes then.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_complete_load(kvtier_manager *manager,
+                                           const char *request,
+                                           const kvtier_key *keys,
+                                           size_t len);
+
+/**
+ * Plans a store of `len` keys into the primary tier (collecting finished
+ * jobs first).  On success writes `*refused_out` (true: no room, nothing
+ * changed), the number of keys to store to `*n_store_out`, for each the
+ * position of the key in `keys` (`store_index_out`) and its slot
+ * (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
+ * to `*n_evicted_out`, copying the first `evicted_len` of them to
+ * `evicted_out` (which may be NULL when `evicted_len` is 0; evictions are
+ * also announced as events).  Keys already resident are not stored again;
+ * for tiers that asked for request-level offload they are cascaded now
+ * (ready) or once ready (write pending).  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` valid for
+ * `len` reads; output arrays valid for their lengths; scalar outputs valid.
+ */
+kvtier_status kvtier_manager_prepare_store(kvtier_manager *manager,
+                                           const char *request,
+                                           const kvtier_key *keys,
+                                           size_t len,
+                                           size_t *store_index_out,
+                                           uint32_t *slots_out,
+                                           size_t out_len,
+                                           size_t *n_store_out,
+                                           kvtier_key_buf *evicted_out,
+                                           size_t evicted_len,
+                                           size_t *n_evicted_out,
+                                           bool *refused_out);
+
+/**
+ * Finishes a store of `len` keys into the primary tier: on success they
+ * become ready and cascade to every secondary tier; on failure they are
+ * dropped.  The request may already be finished (it is finalized when its
+ * last store completes).  A completion for a request with no store in
+ * flight (after a reset) is counted and ignored.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_complete_store(kvtier_manager *manager,
+                                            const char *request,
+                                            const kvtier_key *keys,
+                                            size_t len,
+                                            bool success);
+
+/**
+ * Marks `request` finished.  Tiers hear of it (and the id may be reused)
+ * once it has no store in flight, no parked key and no staged promotion.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated.
+ */
+kvtier_status kvtier_manager_on_request_finished(kvtier_manager *manager, const char *request);
+
+/**
+ * Ends a scheduler step: collects finished jobs (once per step), submits
+ * the promotions gathered in the step (one load job per tier and request),
+ * retries parked cascades, and tells every tier.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_on_schedule_end(kvtier_manager *manager);
+
+/**
+ * Writes whether jobs are in flight, keys parked, promotions staged, or
+ * any tier has work outstanding to `*pending_out`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `pending_out` valid for writes.
+ */
+kvtier_status kvtier_manager_has_pending_work(kvtier_manager *manager, bool *pending_out);
+
+/**
+ * Moves up to `len` events (the primary tier's, then each secondary
+ * tier's own, oldest first) into `out`, writes their number to
+ * `*written_out` and whether more wait to `*more_out`.  Events are copies:
+ * the caller owns the buffer.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `out` valid for `len` writes (NULL if 0);
+ * `written_out` and `more_out` valid for writes.
+ */
+kvtier_status kvtier_manager_take_events(kvtier_manager *manager,
+                                         kvtier_event *out,
+                                         size_t len,
+                                         size_t *written_out,
+                                         bool *more_out);
+
+/**
+ * Drains every tier (blocks until no transfer touches the region), then
+ * forgets every block of the primary tier, drops staged promotions and
+ * parked keys, and finalizes finished requests; secondary tiers keep
+ * their data and active requests keep going.  With secondary tiers,
+ * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
+ * If a tier fails to drain, nothing is reset.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_reset_cache(kvtier_manager *manager);
+
+/**
+ * Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
+ * worker writes from before the reset are done).  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_reset_flushed(kvtier_manager *manager);
+
+/**
+ * Writes the merged statistics (manager totals, primary tier, then each
+ * secondary tier: the manager's counters for it and its own) to `out`
+ * and their number to `*written_out`.  If `len` is too small, writes
+ * nothing to `out`, sets `*written_out` to the number needed and returns
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `out` valid for `len` writes; `written_out` valid.
+ */
+kvtier_status kvtier_manager_stats(kvtier_manager *manager,
+                                   kvtier_manager_stat *out,
+                                   size_t len,
+                                   size_t *written_out);
+
+/**
+ * Takes the oldest message of the manager's error log (tier bugs such as
+ * unknown job ids, failed or misbehaving tier callbacks).  Writes whether
+ * there was one to `*found_out`, and the message, NUL-terminated and
+ * truncated to fit, to `buf` (`len` bytes; NULL if 0); `*needed_out` gets
+ * the full length plus one.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `buf` valid for `len` writes; outputs valid.
+ */
+kvtier_status kvtier_manager_take_error(kvtier_manager *manager,
+                                        char *buf,
+                                        size_t len,
+                                        size_t *needed_out,
+                                        bool *found_out);
+
+/**
+ * Reports a finished job of tier `tier` (the index `add_tier` gave) from
+ * any thread, at any time, including from inside a tier callback; the
+ * manager applies it at its next poll.  The result and its key list are
+ * copied.  An id the tier was never given, or one reported twice, is
+ * logged as a tier bug then (not an error here).  Thread-safe; never
+ * blocks on the manager's main lock.
+ *
+ * # Safety
+ * `manager` a live handle; `result` valid, with `succeeded_keys` valid for
+ * `succeeded_len` reads.
+ */
+kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
+                                          size_t tier,
+                                          const kvtier_job_result *result);
+
+/**
+ * Shuts every secondary tier down (each gets a try even if one fails).
+ * If one failed, returns `KVTIER_STATUS_TIER` naming it, and any region
+ * attached to the manager stays mapped.  Every later call except `_free`
+ * returns `KVTIER_STATUS_CLOSED`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
 
 /**
  * Returns the name of `status` as a static NUL-terminated string, for

@@ -9,7 +9,9 @@
 pub(crate) mod boundary;
 #[allow(dead_code)]
 pub mod key;
+pub mod manager;
 pub mod status;
+pub mod tier;
 pub mod version;
 
 pub use boundary::kvtier_last_error_message;

@@ -1,7 +1,17 @@
 //! The tiering manager and the secondary-tier contract.
 
+pub mod backend;
+pub mod backpressure;
+pub mod manager;
+pub mod model;
 pub mod tier;
 
+pub use backend::PrimaryBackend;
+pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
+pub use manager::{
+    LookupResult, Manager, ManagerOptions, ManagerStat, PromotionAnswer, RequestParams, TierEvent,
+    TierOptions,
+};
 pub use tier::{
     Direction, Job, JobId, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup,
 };

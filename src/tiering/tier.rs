@@ -155,6 +155,10 @@ pub trait SecondaryTier: Send {
     /// Appends the tier's own events since the last call to `out`.
     fn take_events(&mut self, _out: &mut Vec<Event>) {}
 
+    /// Appends descriptions of the tier's own failures since the last call
+    /// (failed callbacks, bad answers), for the manager's error log.
+    fn take_errors(&mut self, _out: &mut Vec<String>) {}
+
     /// Stops the tier; after it, the tier no longer touches the region.
     fn shutdown(&mut self) -> Result<()>;
 }

@@ -1,0 +1,933 @@
+//! `kvtier_manager`: the tiering manager behind the C ABI.
+//!
+//! The handle is internally synchronized: any thread may call any function
+//! on it, concurrently (calls are serialized inside), except `_free`, which
+//! must be the last call.  Requests are named by NUL-terminated id strings
+//! chosen at `kvtier_manager_on_new_request`.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::boundary::{
+    Castable, Failure, enter, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
+    out_slice,
+};
+use super::key::{kvtier_key, read_key, read_keys};
+use super::tier::{
+    CTier, KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED,
+    KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER,
+    KVTIER_STAT_GAUGE, job_result_of, kvtier_event, kvtier_job_result, kvtier_param,
+    kvtier_tier_vtable,
+};
+use crate::error::Error;
+use crate::events::EventKind;
+use crate::key::Key;
+use crate::primary::{PrimaryConfig, PrimaryTier};
+use crate::request::{Locality, Medium, TierFilter, TierMatcher};
+use crate::stats::StatKind;
+use crate::tiering::backend::{StoreOutcome, StorePlan};
+use crate::tiering::{
+    BackpressureConfig, LookupResult, Manager, ManagerOptions, OffloadPolicy, PressurePolicy,
+    PromotionAnswer, RequestParams, TierOptions,
+};
+
+/// Opaque handle of a tiering manager (internally synchronized).
+#[allow(non_camel_case_types)]
+pub struct kvtier_manager {
+    _private: [u8; 0],
+}
+
+impl Castable for kvtier_manager {
+    type Rust = Manager;
+    const NAME: &'static str = "manager";
+}
+
+/// Manager lookup answer: not in any tier (or no room to promote it).
+pub const KVTIER_MANAGER_LOOKUP_MISS: i32 = 0;
+/// Manager lookup answer: ready in the primary tier.
+pub const KVTIER_MANAGER_LOOKUP_HIT: i32 = 1;
+/// Manager lookup answer: coming into the primary tier (write pending).
+pub const KVTIER_MANAGER_LOOKUP_HIT_PENDING: i32 = 2;
+/// Manager lookup answer: ask again later (a promotion started, a tier is busy).
+pub const KVTIER_MANAGER_LOOKUP_RETRY: i32 = 3;
+
+/// Promotion answer option: a lookup that starts a promotion answers RETRY (default).
+pub const KVTIER_PROMOTION_ANSWER_RETRY: i32 = 0;
+/// Promotion answer option: a lookup that starts a promotion answers HIT_PENDING.
+pub const KVTIER_PROMOTION_ANSWER_HIT_PENDING: i32 = 1;
+
+/// Back-pressure policy: drop every cascade while the tier is under pressure.
+pub const KVTIER_PRESSURE_DROP: i32 = 0;
+/// Back-pressure policy: admit one cascade at a time while under pressure.
+pub const KVTIER_PRESSURE_THROTTLE: i32 = 1;
+
+/// Tier index of the manager's own totals in `kvtier_manager_stat`.
+pub const KVTIER_STAT_TIER_MANAGER: i32 = -1;
+
+/// Options of `kvtier_manager_new`; start from `kvtier_manager_options_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_manager_options {
+    /// Number of primary slots (> 0).
+    pub capacity: u32,
+    /// Eviction policy name, "lru" or "arc" (NUL-terminated); NULL = "lru".
+    pub policy: *const c_char,
+    /// Store a key only at its `store_threshold`-th offer; 0 or 1 = at the first.
+    pub store_threshold: u32,
+    /// Bound of the recent-offers table (used when `store_threshold` >= 2).
+    pub admission_table_size: usize,
+    /// Bound of the primary tier's event buffer; 0 turns its events off.
+    pub event_capacity: usize,
+    /// `KVTIER_PROMOTION_ANSWER_RETRY` (default) or `_HIT_PENDING`.
+    pub promotion_answer: i32,
+    /// Bytes per block, for back-pressure latency per byte when a tier
+    /// reports no byte count (0: latency per block).
+    pub block_bytes: u64,
+    /// How many messages the error log keeps.
+    pub error_log_capacity: usize,
+}
+
+/// Returns the default manager options: 1024 slots, "lru", no admission
+/// threshold, events off, RETRY for started promotions, an error log of 64.
+/// Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_manager_options_default() -> kvtier_manager_options {
+    let p = PrimaryConfig::default();
+    let m = ManagerOptions::default();
+    kvtier_manager_options {
+        capacity: p.capacity,
+        policy: std::ptr::null(),
+        store_threshold: p.store_threshold,
+        admission_table_size: p.admission_table_size,
+        event_capacity: p.event_capacity,
+        promotion_answer: KVTIER_PROMOTION_ANSWER_RETRY,
+        block_bytes: m.block_bytes,
+        error_log_capacity: m.error_log_capacity,
+    }
+}
+
+/// Per-tier options of `kvtier_manager_add_tier`; start from
+/// `kvtier_tier_options_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_tier_options {
+    /// Whether cascades to this tier are subject to back-pressure.
+    pub backpressure: bool,
+    /// Weight of a new latency sample, in (0, 1].
+    pub alpha: f64,
+    /// Enter pressure above this store latency (ns per byte, or per block).
+    pub high_ns_per_byte: f64,
+    /// Leave pressure below this (<= high).
+    pub low_ns_per_byte: f64,
+    /// Samples averaged before the detector may signal.
+    pub warmup: u32,
+    /// Enter pressure after this many consecutive failed stores (0 = never).
+    pub max_consecutive_failures: u32,
+    /// `KVTIER_PRESSURE_DROP` or `KVTIER_PRESSURE_THROTTLE`.
+    pub policy: i32,
+}
+
+/// Returns the default tier options: back-pressure off; when turned on,
+/// alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop.
+/// Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_tier_options_default() -> kvtier_tier_options {
+    let b = BackpressureConfig::default();
+    kvtier_tier_options {
+        backpressure: false,
+        alpha: b.alpha,
+        high_ns_per_byte: b.high_ns_per_byte,
+        low_ns_per_byte: b.low_ns_per_byte,
+        warmup: b.warmup,
+        max_consecutive_failures: b.max_consecutive_failures,
+        policy: KVTIER_PRESSURE_DROP,
+    }
+}
+
+/// One matcher of a request's tier filter (`KVTIER_TIER_ANY` matches anything).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_tier_matcher {
+    /// `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+    pub medium: i32,
+    /// `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+    pub locality: i32,
+}
+
+/// What the engine attaches to a request; start from
+/// `kvtier_request_params_default()`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_request_params {
+    /// Opaque pointer passed back to tiers as is.
+    pub user_data: *mut c_void,
+    /// Key/value parameters tiers may read (copied).
+    pub params: *const kvtier_param,
+    /// Number of parameters.
+    pub params_len: usize,
+    /// Whether the request carries a tier filter (lookups only).
+    pub filter_set: bool,
+    /// The filter's matchers; an empty set filter excludes every tier.
+    pub filter: *const kvtier_tier_matcher,
+    /// Number of matchers.
+    pub filter_len: usize,
+}
+
+/// Returns request parameters with nothing attached and no filter.
+/// Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_request_params_default() -> kvtier_request_params {
+    kvtier_request_params {
+        user_data: std::ptr::null_mut(),
+        params: std::ptr::null(),
+        params_len: 0,
+        filter_set: false,
+        filter: std::ptr::null(),
+        filter_len: 0,
+    }
+}
+
+/// An owned copy of one key (`len` bytes of `bytes`).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_key_buf {
+    /// Number of bytes, 1..=64.
+    pub len: usize,
+    /// The key's bytes.
+    pub bytes: [u8; 64],
+}
+
+/// One merged statistic with its source.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_manager_stat {
+    /// `KVTIER_STAT_TIER_MANAGER` (-1) for the manager's totals, 0 for the
+    /// primary tier, 1.. for secondary tiers.
+    pub tier: i32,
+    /// Name of the tier ("manager", "primary", or the tier's), NUL-terminated, truncated.
+    pub tier_name: [c_char; 32],
+    /// Snake-case statistic name, NUL-terminated, truncated.
+    pub name: [c_char; 64],
+    /// `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+    pub kind: i32,
+    /// The value.
+    pub value: f64,
+}
+
+fn copy_name<const N: usize>(dst: &mut [c_char; N], src: &str) {
+    let n = src.len().min(N - 1);
+    for (d, s) in dst.iter_mut().zip(src.as_bytes()[..n].iter()) {
+        *d = *s as c_char;
+    }
+    dst[n] = 0;
+}
+
+fn matcher_of(m: &kvtier_tier_matcher, index: usize) -> Result<TierMatcher, Error> {
+    let medium = match m.medium {
+        0 => None,
+        1 => Some(Medium::Cpu),
+        2 => Some(Medium::Storage),
+        v => {
+            return Err(Error::InvalidArgument(format!(
+                "filter matcher {index}: medium {v} is not a KVTIER_MEDIUM_* value"
+            )));
+        }
+    };
+    let locality = match m.locality {
+        0 => None,
+        1 => Some(Locality::Local),
+        2 => Some(Locality::Remote),
+        v => {
+            return Err(Error::InvalidArgument(format!(
+                "filter matcher {index}: locality {v} is not a KVTIER_LOCALITY_* value"
+            )));
+        }
+    };
+    Ok(TierMatcher { medium, locality })
+}
+
+thread_local! {
+    /// Per-thread scratch for key and slot batches (no allocation per call).
+    static SCRATCH: RefCell<(Vec<Key>, Vec<u32>, StorePlan)> = RefCell::new(Default::default());
+}
+
+/// Runs `f` with this thread's scratch buffers (fresh ones if a callback
+/// nested inside another kvtier call already holds them).
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<Key>, &mut Vec<u32>, &mut StorePlan) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let (k, sl, p) = &mut *s;
+            f(k, sl, p)
+        }
+        Err(_) => {
+            let (mut k, mut sl, mut p) = Default::default();
+            f(&mut k, &mut sl, &mut p)
+        }
+    })
+}
+
+/// Creates a tiering manager over a new primary tier.
+///
+/// `options` must be NULL (defaults) or point to options initialized with
+/// `kvtier_manager_options_default()`; `out` must not be NULL.  On success
+/// writes the new handle to `*out`; on failure writes nothing.  The caller
+/// owns the handle and releases it with `kvtier_manager_free`.  Thread
+/// safety: the handle is internally synchronized.
+///
+/// # Safety
+/// `options` must be NULL or valid for reads; `options->policy` NULL or a
+/// NUL-terminated string; `out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_new(
+    options: *const kvtier_manager_options,
+    out: *mut *mut kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let out = unsafe { out_ref(out, "out") }?;
+        let o = unsafe { options.as_ref() }
+            .copied()
+            .unwrap_or_else(|| kvtier_manager_options_default());
+        let policy = if o.policy.is_null() {
+            "lru"
+        } else {
+            unsafe { in_str(o.policy, "options->policy") }?
+        };
+        let promotion_answer = match o.promotion_answer {
+            KVTIER_PROMOTION_ANSWER_RETRY => PromotionAnswer::Retry,
+            KVTIER_PROMOTION_ANSWER_HIT_PENDING => PromotionAnswer::HitPending,
+            v => {
+                return Err(Error::InvalidArgument(format!(
+                    "options->promotion_answer {v} is not KVTIER_PROMOTION_ANSWER_RETRY or _HIT_PENDING"
+                ))
+                .into());
+            }
+        };
+        let primary = PrimaryTier::new(PrimaryConfig {
+            capacity: o.capacity,
+            policy: policy.parse()?,
+            store_threshold: o.store_threshold,
+            admission_table_size: o.admission_table_size,
+            event_capacity: o.event_capacity,
+        })?;
+        let manager = Manager::new(
+            primary,
+            ManagerOptions {
+                promotion_answer,
+                block_bytes: o.block_bytes,
+                error_log_capacity: o.error_log_capacity,
+            },
+        );
+        *out = into_handle::<kvtier_manager>(manager);
+        Ok(())
+    })
+}
+
+/// Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
+/// not called, then runs every tier's `destroy`.  NULL is a no-op.
+///
+/// Must be the last call on the handle: no other thread may be using it
+/// and no tier may report completions afterwards.
+///
+/// # Safety
+/// `manager` must be NULL or a live handle from `kvtier_manager_new`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_free(manager: *mut kvtier_manager) {
+    let _ = super::boundary::run(|| {
+        unsafe { free_handle(manager) };
+        Ok(())
+    });
+}
+
+/// Registers a secondary tier implemented by a C vtable (copied) and writes
+/// its tier index (1 for the first) to `*index_out`.  Allowed until the
+/// first request starts.
+///
+/// `vtable` must have `lookup`, `submit_store` and `submit_load`; `options`
+/// may be NULL (defaults).  On success the manager owns
+/// `vtable->user_data` and calls `destroy` exactly once when it is freed;
+/// on failure nothing is kept and `destroy` is not called.  Internally
+/// synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `vtable` valid for reads with `name` NULL or
+/// NUL-terminated; `options` NULL or valid; `index_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_add_tier(
+    manager: *mut kvtier_manager,
+    vtable: *const kvtier_tier_vtable,
+    options: *const kvtier_tier_options,
+    index_out: *mut usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let vt = unsafe { vtable.as_ref() }.ok_or(Failure::Null("vtable"))?;
+        let index_out = unsafe { out_ref(index_out, "index_out") }?;
+        let o = unsafe { options.as_ref() }
+            .copied()
+            .unwrap_or_else(|| kvtier_tier_options_default());
+        let backpressure = if o.backpressure {
+            let policy = match o.policy {
+                KVTIER_PRESSURE_DROP => PressurePolicy::Drop,
+                KVTIER_PRESSURE_THROTTLE => PressurePolicy::Throttle,
+                v => {
+                    return Err(Error::InvalidArgument(format!(
+                        "options->policy {v} is not KVTIER_PRESSURE_DROP or _THROTTLE"
+                    ))
+                    .into());
+                }
+            };
+            Some(BackpressureConfig {
+                alpha: o.alpha,
+                high_ns_per_byte: o.high_ns_per_byte,
+                low_ns_per_byte: o.low_ns_per_byte,
+                warmup: o.warmup,
+                max_consecutive_failures: o.max_consecutive_failures,
+                policy,
+            })
+        } else {
+            None
+        };
+        let armed = Arc::new(AtomicBool::new(false));
+        let tier = unsafe { CTier::new(vt, armed.clone()) }?;
+        let index = m.add_tier_with(Box::new(tier), TierOptions { backpressure })?;
+        armed.store(true, Ordering::Release);
+        *index_out = index;
+        Ok(())
+    })
+}
+
+/// Starts request `request` (an id string, unique among active requests):
+/// asks every tier for its offload policy and writes
+/// `KVTIER_OFFLOAD_REQUEST_LEVEL` to `*policy_out` if any tier wants it,
+/// else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
+///
+/// `params` may be NULL (nothing attached, no filter); its strings and
+/// arrays are copied.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `params` NULL or
+/// valid, with its arrays valid for their lengths; `policy_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_on_new_request(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    params: *const kvtier_request_params,
+    policy_out: *mut i32,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        let policy_out = unsafe { out_ref(policy_out, "policy_out") }?;
+        let mut rp = RequestParams::default();
+        if let Some(p) = unsafe { params.as_ref() } {
+            rp.user_data = p.user_data as usize;
+            for kv in unsafe { in_slice(p.params, p.params_len, "params->params") }? {
+                let k = unsafe { in_str(kv.key, "params->params[].key") }?;
+                let v = unsafe { in_str(kv.value, "params->params[].value") }?;
+                rp.params.push((k.to_string(), v.to_string()));
+            }
+            if p.filter_set {
+                let raw = unsafe { in_slice(p.filter, p.filter_len, "params->filter") }?;
+                let mut ms = Vec::with_capacity(raw.len());
+                for (i, mt) in raw.iter().enumerate() {
+                    ms.push(matcher_of(mt, i)?);
+                }
+                rp.filter = TierFilter::Only(ms);
+            }
+        }
+        *policy_out = match m.on_new_request(name, rp)? {
+            OffloadPolicy::BlockLevel => KVTIER_OFFLOAD_BLOCK_LEVEL,
+            OffloadPolicy::RequestLevel => KVTIER_OFFLOAD_REQUEST_LEVEL,
+        };
+        Ok(())
+    })
+}
+
+/// Looks one key up for `request` and writes a `KVTIER_MANAGER_LOOKUP_*`
+/// answer to `*result_out`: HIT and HIT_PENDING from the primary tier; on a
+/// primary miss the first secondary tier that has the key starts a
+/// promotion (RETRY, or HIT_PENDING with that option); MISS if no tier has
+/// it or the primary tier has no room.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `key` valid with
+/// `len` readable bytes; `result_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_lookup(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    key: *const kvtier_key,
+    result_out: *mut i32,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        let key = unsafe { key.as_ref() }.ok_or(Failure::Null("key"))?;
+        let key = unsafe { read_key(key, 0) }?;
+        let out = unsafe { out_ref(result_out, "result_out") }?;
+        *out = match m.lookup(name, &key)? {
+            LookupResult::Miss => KVTIER_MANAGER_LOOKUP_MISS,
+            LookupResult::Hit => KVTIER_MANAGER_LOOKUP_HIT,
+            LookupResult::HitPending => KVTIER_MANAGER_LOOKUP_HIT_PENDING,
+            LookupResult::Retry => KVTIER_MANAGER_LOOKUP_RETRY,
+        };
+        Ok(())
+    })
+}
+
+/// Pins `len` ready keys for a load to the GPU and writes their slots, in
+/// key order, to `slots_out` (`slots_len` >= `len`).  Any key absent or not
+/// ready is an error naming its position; nothing changes then.
+/// Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `keys` valid for
+/// `len` reads; `slots_out` valid for `slots_len` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_prepare_load(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    keys: *const kvtier_key,
+    len: usize,
+    slots_out: *mut u32,
+    slots_len: usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        if slots_len < len {
+            return Err(Error::BufferTooSmall {
+                needed: len,
+                given: slots_len,
+            }
+            .into());
+        }
+        let out = unsafe { out_slice(slots_out, slots_len, "slots_out") }?;
+        with_scratch(|ks, slots, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            m.prepare_load(name, ks, slots)?;
+            out[..slots.len()].copy_from_slice(slots);
+            Ok(())
+        })
+    })
+}
+
+/// Marks `len` keys recently used in the primary tier and every secondary
+/// tier.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_touch(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    keys: *const kvtier_key,
+    len: usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            Ok(m.touch(name, ks)?)
+        })
+    })
+}
+
+/// Unpins `len` keys after their load to the GPU finished.  Unpinning a key
+/// that is absent or not pinned is an error; nothing changes then.
+/// Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_complete_load(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    keys: *const kvtier_key,
+    len: usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            Ok(m.complete_load(name, ks)?)
+        })
+    })
+}
+
+/// Plans a store of `len` keys into the primary tier (collecting finished
+/// jobs first).  On success writes `*refused_out` (true: no room, nothing
+/// changed), the number of keys to store to `*n_store_out`, for each the
+/// position of the key in `keys` (`store_index_out`) and its slot
+/// (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
+/// to `*n_evicted_out`, copying the first `evicted_len` of them to
+/// `evicted_out` (which may be NULL when `evicted_len` is 0; evictions are
+/// also announced as events).  Keys already resident are not stored again;
+/// for tiers that asked for request-level offload they are cascaded now
+/// (ready) or once ready (write pending).  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `keys` valid for
+/// `len` reads; output arrays valid for their lengths; scalar outputs valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_prepare_store(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    keys: *const kvtier_key,
+    len: usize,
+    store_index_out: *mut usize,
+    slots_out: *mut u32,
+    out_len: usize,
+    n_store_out: *mut usize,
+    evicted_out: *mut kvtier_key_buf,
+    evicted_len: usize,
+    n_evicted_out: *mut usize,
+    refused_out: *mut bool,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        if out_len < len {
+            return Err(Error::BufferTooSmall {
+                needed: len,
+                given: out_len,
+            }
+            .into());
+        }
+        let idx_out = unsafe { out_slice(store_index_out, out_len, "store_index_out") }?;
+        let slots_o = unsafe { out_slice(slots_out, out_len, "slots_out") }?;
+        let ev_out = unsafe { out_slice(evicted_out, evicted_len, "evicted_out") }?;
+        let n_store = unsafe { out_ref(n_store_out, "n_store_out") }?;
+        let n_evicted = unsafe { out_ref(n_evicted_out, "n_evicted_out") }?;
+        let refused = unsafe { out_ref(refused_out, "refused_out") }?;
+        with_scratch(|ks, _, plan| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            let outcome = m.prepare_store(name, ks, plan)?;
+            *refused = outcome == StoreOutcome::Refused;
+            // to_store is in call order: walk the keys once to find positions.
+            let mut j = 0;
+            for (i, k) in ks.iter().enumerate() {
+                if j < plan.to_store.len() && plan.to_store[j] == *k {
+                    idx_out[j] = i;
+                    slots_o[j] = plan.slots[j];
+                    j += 1;
+                }
+            }
+            *n_store = j;
+            *n_evicted = plan.evicted.len();
+            for (dst, k) in ev_out.iter_mut().zip(plan.evicted.iter()) {
+                dst.len = k.len();
+                dst.bytes[..k.len()].copy_from_slice(k.as_bytes());
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Finishes a store of `len` keys into the primary tier: on success they
+/// become ready and cascade to every secondary tier; on failure they are
+/// dropped.  The request may already be finished (it is finalized when its
+/// last store completes).  A completion for a request with no store in
+/// flight (after a reset) is counted and ignored.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_complete_store(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    keys: *const kvtier_key,
+    len: usize,
+    success: bool,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            m.complete_store(name, ks, success)?;
+            Ok(())
+        })
+    })
+}
+
+/// Marks `request` finished.  Tiers hear of it (and the id may be reused)
+/// once it has no store in flight, no parked key and no staged promotion.
+/// Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_on_request_finished(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        Ok(m.on_request_finished(name)?)
+    })
+}
+
+/// Ends a scheduler step: collects finished jobs (once per step), submits
+/// the promotions gathered in the step (one load job per tier and request),
+/// retries parked cascades, and tells every tier.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_on_schedule_end(
+    manager: *mut kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        Ok(m.on_schedule_end()?)
+    })
+}
+
+/// Writes whether jobs are in flight, keys parked, promotions staged, or
+/// any tier has work outstanding to `*pending_out`.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `pending_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_has_pending_work(
+    manager: *mut kvtier_manager,
+    pending_out: *mut bool,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let out = unsafe { out_ref(pending_out, "pending_out") }?;
+        *out = m.has_pending_work()?;
+        Ok(())
+    })
+}
+
+/// Moves up to `len` events (the primary tier's, then each secondary
+/// tier's own, oldest first) into `out`, writes their number to
+/// `*written_out` and whether more wait to `*more_out`.  Events are copies:
+/// the caller owns the buffer.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `out` valid for `len` writes (NULL if 0);
+/// `written_out` and `more_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_take_events(
+    manager: *mut kvtier_manager,
+    out: *mut kvtier_event,
+    len: usize,
+    written_out: *mut usize,
+    more_out: *mut bool,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let buf = unsafe { out_slice(out, len, "out") }?;
+        let written = unsafe { out_ref(written_out, "written_out") }?;
+        let more = unsafe { out_ref(more_out, "more_out") }?;
+        let (n, left) = m.take_events_with(len, |i, e| {
+            let dst = &mut buf[i];
+            dst.kind = match e.event.kind {
+                EventKind::Stored => KVTIER_EVENT_STORED,
+                EventKind::Removed => KVTIER_EVENT_REMOVED,
+                EventKind::Cleared => KVTIER_EVENT_CLEARED,
+            };
+            dst.tier = e.tier as u32;
+            match e.event.key {
+                Some(k) => {
+                    dst.key_len = k.len();
+                    dst.key[..k.len()].copy_from_slice(k.as_bytes());
+                }
+                None => dst.key_len = 0,
+            }
+        })?;
+        *written = n;
+        *more = left;
+        Ok(())
+    })
+}
+
+/// Drains every tier (blocks until no transfer touches the region), then
+/// forgets every block of the primary tier, drops staged promotions and
+/// parked keys, and finalizes finished requests; secondary tiers keep
+/// their data and active requests keep going.  With secondary tiers,
+/// lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
+/// If a tier fails to drain, nothing is reset.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_reset_cache(
+    manager: *mut kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        Ok(m.reset_cache()?)
+    })
+}
+
+/// Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
+/// worker writes from before the reset are done).  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_reset_flushed(
+    manager: *mut kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        Ok(m.reset_flushed()?)
+    })
+}
+
+/// Writes the merged statistics (manager totals, primary tier, then each
+/// secondary tier: the manager's counters for it and its own) to `out`
+/// and their number to `*written_out`.  If `len` is too small, writes
+/// nothing to `out`, sets `*written_out` to the number needed and returns
+/// `KVTIER_STATUS_BUFFER_TOO_SMALL`.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `out` valid for `len` writes; `written_out` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_stats(
+    manager: *mut kvtier_manager,
+    out: *mut kvtier_manager_stat,
+    len: usize,
+    written_out: *mut usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let written = unsafe { out_ref(written_out, "written_out") }?;
+        let stats = m.stats()?;
+        *written = stats.len();
+        if len < stats.len() {
+            return Err(Error::BufferTooSmall {
+                needed: stats.len(),
+                given: len,
+            }
+            .into());
+        }
+        let buf = unsafe { out_slice(out, len, "out") }?;
+        for (dst, s) in buf.iter_mut().zip(stats.iter()) {
+            dst.tier = s.tier.map_or(KVTIER_STAT_TIER_MANAGER, |t| t as i32);
+            copy_name(&mut dst.tier_name, &s.tier_name);
+            copy_name(&mut dst.name, &s.stat.name);
+            dst.kind = match s.stat.kind {
+                StatKind::Counter => KVTIER_STAT_COUNTER,
+                StatKind::Gauge => KVTIER_STAT_GAUGE,
+            };
+            dst.value = s.stat.value;
+        }
+        Ok(())
+    })
+}
+
+/// Takes the oldest message of the manager's error log (tier bugs such as
+/// unknown job ids, failed or misbehaving tier callbacks).  Writes whether
+/// there was one to `*found_out`, and the message, NUL-terminated and
+/// truncated to fit, to `buf` (`len` bytes; NULL if 0); `*needed_out` gets
+/// the full length plus one.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `buf` valid for `len` writes; outputs valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_take_error(
+    manager: *mut kvtier_manager,
+    buf: *mut c_char,
+    len: usize,
+    needed_out: *mut usize,
+    found_out: *mut bool,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let out = unsafe { out_slice(buf, len, "buf") }?;
+        let needed = unsafe { out_ref(needed_out, "needed_out") }?;
+        let found = unsafe { out_ref(found_out, "found_out") }?;
+        match m.pop_error()? {
+            None => {
+                *found = false;
+                *needed = 1;
+                if let Some(first) = out.first_mut() {
+                    *first = 0;
+                }
+            }
+            Some(msg) => {
+                *found = true;
+                *needed = msg.len() + 1;
+                if !out.is_empty() {
+                    let n = msg.len().min(out.len() - 1);
+                    for (d, s) in out.iter_mut().zip(msg.as_bytes()[..n].iter()) {
+                        *d = *s as c_char;
+                    }
+                    out[n] = 0;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Reports a finished job of tier `tier` (the index `add_tier` gave) from
+/// any thread, at any time, including from inside a tier callback; the
+/// manager applies it at its next poll.  The result and its key list are
+/// copied.  An id the tier was never given, or one reported twice, is
+/// logged as a tier bug then (not an error here).  Thread-safe; never
+/// blocks on the manager's main lock.
+///
+/// # Safety
+/// `manager` a live handle; `result` valid, with `succeeded_keys` valid for
+/// `succeeded_len` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_complete_job(
+    manager: *const kvtier_manager,
+    tier: usize,
+    result: *const kvtier_job_result,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let r = unsafe { result.as_ref() }.ok_or(Failure::Null("result"))?;
+        let jr = unsafe { job_result_of(r) }
+            .map_err(|why| Error::InvalidArgument(format!("result of job {}: {why}", r.id)))?;
+        Ok(m.complete_job(tier, jr)?)
+    })
+}
+
+/// Shuts every secondary tier down (each gets a try even if one fails).
+/// If one failed, returns `KVTIER_STATUS_TIER` naming it, and any region
+/// attached to the manager stays mapped.  Every later call except `_free`
+/// returns `KVTIER_STATUS_CLOSED`.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_shutdown(
+    manager: *mut kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        Ok(m.shutdown()?)
+    })
+}
+
+/// Attaches a built-in Rust tier (used by the other handle modules'
+/// `kvtier_manager_add_*_tier` functions).
+#[allow(dead_code)] // used by the built-in tiers' handle modules
+pub(crate) fn add_rust_tier(
+    manager: *mut kvtier_manager,
+    tier: Box<dyn crate::tiering::SecondaryTier>,
+    opts: TierOptions,
+) -> Result<usize, Failure> {
+    // SAFETY: the caller passes a handle it got from C, checked here.
+    let m = unsafe { enter::<kvtier_manager>(manager) }?;
+    Ok(m.add_tier_with(tier, opts)?)
+}

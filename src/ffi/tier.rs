@@ -1,0 +1,828 @@
+//! Foreign secondary tiers: the `kvtier_tier_vtable` C and C++ code fills
+//! in, the structs passed to its callbacks, and the adapter that makes a
+//! vtable a [`SecondaryTier`].
+//!
+//! Calling discipline (also in the header): every callback is called with
+//! the manager's lock held, so calls into one tier never overlap, but they
+//! may come from any thread that calls the manager.  Data passed to a
+//! callback is borrowed for that call only.  A callback must not call back
+//! into the manager that called it (the call fails with
+//! `KVTIER_STATUS_REENTRANT`), except `kvtier_manager_complete_job`, which
+//! is allowed from anywhere.
+
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::key::{kvtier_key, read_key};
+use super::status::kvtier_status;
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::key::Key;
+use crate::request::{Locality, Medium, Request};
+use crate::stats::Stat;
+use crate::tiering::{Direction, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup};
+
+/// Tier lookup answer written by `lookup`: not present.
+pub const KVTIER_TIER_LOOKUP_MISS: i32 = 0;
+/// Tier lookup answer written by `lookup`: present and readable.
+pub const KVTIER_TIER_LOOKUP_HIT: i32 = 1;
+/// Tier lookup answer written by `lookup`: busy, ask again later.
+pub const KVTIER_TIER_LOOKUP_RETRY: i32 = 2;
+
+/// Offload policy: blocks newly stored in the primary tier are cascaded.
+pub const KVTIER_OFFLOAD_BLOCK_LEVEL: i32 = 0;
+/// Offload policy: every block of the request is cascaded, resident ones too.
+pub const KVTIER_OFFLOAD_REQUEST_LEVEL: i32 = 1;
+
+/// Medium or locality not declared (matches every filter).
+pub const KVTIER_TIER_ANY: i32 = 0;
+/// Medium: memory.
+pub const KVTIER_MEDIUM_CPU: i32 = 1;
+/// Medium: storage.
+pub const KVTIER_MEDIUM_STORAGE: i32 = 2;
+/// Locality: this machine.
+pub const KVTIER_LOCALITY_LOCAL: i32 = 1;
+/// Locality: another machine.
+pub const KVTIER_LOCALITY_REMOTE: i32 = 2;
+
+/// Job direction: primary → tier (a cascade; the slots are pinned).
+pub const KVTIER_JOB_STORE: i32 = 0;
+/// Job direction: tier → primary (a promotion; the slots are write pending).
+pub const KVTIER_JOB_LOAD: i32 = 1;
+
+/// Event kind: the key became readable in the tier.
+pub const KVTIER_EVENT_STORED: i32 = 0;
+/// Event kind: the key left the tier.
+pub const KVTIER_EVENT_REMOVED: i32 = 1;
+/// Event kind: the tier forgot every key (no key).
+pub const KVTIER_EVENT_CLEARED: i32 = 2;
+
+/// Stat kind: a counter (only grows).
+pub const KVTIER_STAT_COUNTER: i32 = 0;
+/// Stat kind: a gauge (current level).
+pub const KVTIER_STAT_GAUGE: i32 = 1;
+
+/// One per-request parameter: two NUL-terminated strings.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_param {
+    /// The parameter's name.
+    pub key: *const c_char,
+    /// Its value.
+    pub value: *const c_char,
+}
+
+/// A request as a tier sees it.  Borrowed for the callback only.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_request {
+    /// The id string the engine chose (NUL-terminated).
+    pub id: *const c_char,
+    /// Its length in bytes, without the NUL.
+    pub id_len: usize,
+    /// The opaque pointer the engine attached (may be NULL).
+    pub user_data: *mut c_void,
+    /// The engine's key/value parameters.
+    pub params: *const kvtier_param,
+    /// Number of parameters.
+    pub params_len: usize,
+}
+
+/// One transfer job handed to a tier.  Borrowed for the callback only:
+/// copy what you keep (id, keys, slots).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_job {
+    /// The job's id: report it exactly once.
+    pub id: u64,
+    /// `KVTIER_JOB_STORE` or `KVTIER_JOB_LOAD`.
+    pub direction: i32,
+    /// The blocks' keys.
+    pub keys: *const kvtier_key,
+    /// Primary slot of each key (co-indexed with `keys`).
+    pub slots: *const u32,
+    /// Number of keys and slots.
+    pub len: usize,
+    /// The request the job serves.
+    pub request: *const kvtier_request,
+}
+
+/// A finished job as a tier reports it.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_job_result {
+    /// The job's id.
+    pub id: u64,
+    /// Whether the whole job succeeded.
+    pub success: bool,
+    /// For a failed load: the keys that did arrive (NULL if none listed).
+    /// Reported by `poll_finished`: valid until the tier's next callback
+    /// starts (kvtier copies them when `poll_finished` returns); reported
+    /// by `kvtier_manager_complete_job`: valid for that call.
+    pub succeeded_keys: *const kvtier_key,
+    /// Number of keys in `succeeded_keys`.
+    pub succeeded_len: usize,
+    /// Bytes moved (0 if not measured).
+    pub bytes: u64,
+    /// Time the transfer took in nanoseconds (0 if not measured).
+    pub duration_ns: u64,
+}
+
+/// One statistic of a tier.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_tier_stat {
+    /// Snake-case name, NUL-terminated.
+    pub name: [c_char; 48],
+    /// `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+    pub kind: i32,
+    /// The value.
+    pub value: f64,
+}
+
+/// One cache event with its tier (0 primary, 1.. secondary) and key copy.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_event {
+    /// `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
+    pub kind: i32,
+    /// Tier index: 0 primary, 1.. secondary tiers in the order added.
+    pub tier: u32,
+    /// Number of key bytes (0 for `KVTIER_EVENT_CLEARED`).
+    pub key_len: usize,
+    /// The key's bytes.
+    pub key: [u8; 64],
+}
+
+/// The callbacks of a secondary tier written in C or C++.
+///
+/// Every callback returns a `kvtier_status` as `int32_t`
+/// (`KVTIER_STATUS_OK` = 0); any other value, or one that is not a status,
+/// is recorded as a tier error (stats and the manager's error log).
+/// Required: `lookup`, `submit_store`, `submit_load`.  Optional (NULL):
+/// every other entry.  A tier without `poll_finished` reports its jobs only
+/// through `kvtier_manager_complete_job`; a tier without `drain` declares
+/// that none of its copies outlives the job's report.
+///
+/// The struct is copied at registration.  After a successful registration
+/// the manager owns `user_data`: `destroy(user_data)` runs exactly once,
+/// after the last callback returned (when the manager is freed); not at
+/// all if registration failed.
+///
+/// Threads: callbacks are called with the manager's lock held, so calls
+/// into one tier never overlap, but they may come from any thread that
+/// calls the manager.  Arguments are borrowed for the call only.  A callback
+/// must not call back into the manager (`KVTIER_STATUS_REENTRANT`), except
+/// `kvtier_manager_complete_job`.  C++ callbacks must be `noexcept`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_tier_vtable {
+    /// Passed as the first argument of every callback.
+    pub user_data: *mut c_void,
+    /// Short name for stats and errors (NUL-terminated, copied); NULL = "c-tier".
+    pub name: *const c_char,
+    /// `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+    pub medium: i32,
+    /// `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+    pub locality: i32,
+    /// Writes `KVTIER_TIER_LOOKUP_*` to `*answer` for `key`.
+    pub lookup: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            key: *const kvtier_key,
+            request: *const kvtier_request,
+            answer: *mut i32,
+        ) -> i32,
+    >,
+    /// Starts copying the job's (pinned) slots into the tier.  A failure
+    /// status fails the job (it is reported as failed for you).
+    pub submit_store:
+        Option<unsafe extern "C" fn(user_data: *mut c_void, job: *const kvtier_job) -> i32>,
+    /// Starts copying from the tier into the job's (write pending) slots.
+    pub submit_load:
+        Option<unsafe extern "C" fn(user_data: *mut c_void, job: *const kvtier_job) -> i32>,
+    /// Writes up to `capacity` finished jobs to `out` and their number to
+    /// `*written`; called again while it fills the buffer.
+    pub poll_finished: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            out: *mut kvtier_job_result,
+            capacity: usize,
+            written: *mut usize,
+        ) -> i32,
+    >,
+    /// Marks keys recently used.
+    pub touch: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            keys: *const kvtier_key,
+            len: usize,
+            request: *const kvtier_request,
+        ) -> i32,
+    >,
+    /// A request starts; writes `KVTIER_OFFLOAD_*` to `*policy`.
+    pub on_new_request: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            request: *const kvtier_request,
+            policy: *mut i32,
+        ) -> i32,
+    >,
+    /// A request finished: no later callback names it.
+    pub on_request_finished:
+        Option<unsafe extern "C" fn(user_data: *mut c_void, request: *const kvtier_request) -> i32>,
+    /// The scheduler step ended.
+    pub on_schedule_end: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
+    /// Writes whether the tier has work outstanding to `*pending`.
+    pub has_pending_work:
+        Option<unsafe extern "C" fn(user_data: *mut c_void, pending: *mut bool) -> i32>,
+    /// Blocks until none of the tier's copies touches the region (queued
+    /// jobs may be cancelled, but are still reported).
+    pub drain: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
+    /// Writes up to `capacity` statistics to `out` and their number to `*written`.
+    pub stats: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            out: *mut kvtier_tier_stat,
+            capacity: usize,
+            written: *mut usize,
+        ) -> i32,
+    >,
+    /// Stops the tier: afterwards it no longer touches the region.
+    pub shutdown: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
+    /// Releases `user_data`; runs exactly once, after the last callback.
+    pub destroy: Option<unsafe extern "C" fn(user_data: *mut c_void)>,
+    /// Writes up to `capacity` of the tier's own events to `out` (their
+    /// `tier` field is ignored) and their number to `*written`.
+    pub take_events: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            out: *mut kvtier_event,
+            capacity: usize,
+            written: *mut usize,
+        ) -> i32,
+    >,
+}
+
+/// The C view of one request, kept while the request lives.
+struct CRequest {
+    _id: CString,
+    _strings: Vec<CString>,
+    params: Vec<kvtier_param>,
+    c: kvtier_request,
+}
+
+impl CRequest {
+    fn new(info: &Request) -> CRequest {
+        let id = CString::new(info.name.replace('\0', "")).unwrap_or_default();
+        let mut strings = Vec::with_capacity(info.params.len() * 2);
+        for (k, v) in &info.params {
+            strings.push(CString::new(k.replace('\0', "")).unwrap_or_default());
+            strings.push(CString::new(v.replace('\0', "")).unwrap_or_default());
+        }
+        let params: Vec<kvtier_param> = strings
+            .chunks(2)
+            .map(|p| kvtier_param {
+                key: p[0].as_ptr(),
+                value: p[1].as_ptr(),
+            })
+            .collect();
+        let c = kvtier_request {
+            id: id.as_ptr(),
+            id_len: id.as_bytes().len(),
+            user_data: info.user_data as *mut c_void,
+            params: params.as_ptr(),
+            params_len: params.len(),
+        };
+        CRequest {
+            _id: id,
+            _strings: strings,
+            params,
+            c,
+        }
+    }
+}
+
+/// A secondary tier implemented by a C vtable.
+pub(crate) struct CTier {
+    vt: kvtier_tier_vtable,
+    name: String,
+    medium: Option<Medium>,
+    locality: Option<Locality>,
+    /// Set once registration succeeded: only then does drop call `destroy`.
+    armed: Arc<AtomicBool>,
+    requests: hashbrown::HashMap<usize, CRequest, foldhash::fast::RandomState>,
+    keys: Vec<kvtier_key>,
+    results: Vec<kvtier_job_result>,
+    failed_submits: Vec<JobResult>,
+    errors: Vec<String>,
+    callback_errors: u64,
+}
+
+// SAFETY: the vtable contract lets any thread call the callbacks as long as
+// calls do not overlap, which the manager's lock guarantees; `user_data` is
+// owned by this value after registration.
+unsafe impl Send for CTier {}
+
+const RESULT_BATCH: usize = 64;
+
+fn medium_of(v: i32) -> Result<Option<Medium>> {
+    match v {
+        KVTIER_TIER_ANY => Ok(None),
+        KVTIER_MEDIUM_CPU => Ok(Some(Medium::Cpu)),
+        KVTIER_MEDIUM_STORAGE => Ok(Some(Medium::Storage)),
+        other => Err(Error::InvalidArgument(format!(
+            "tier vtable medium {other} is not KVTIER_TIER_ANY, KVTIER_MEDIUM_CPU or KVTIER_MEDIUM_STORAGE"
+        ))),
+    }
+}
+
+fn locality_of(v: i32) -> Result<Option<Locality>> {
+    match v {
+        KVTIER_TIER_ANY => Ok(None),
+        KVTIER_LOCALITY_LOCAL => Ok(Some(Locality::Local)),
+        KVTIER_LOCALITY_REMOTE => Ok(Some(Locality::Remote)),
+        other => Err(Error::InvalidArgument(format!(
+            "tier vtable locality {other} is not KVTIER_TIER_ANY, KVTIER_LOCALITY_LOCAL or KVTIER_LOCALITY_REMOTE"
+        ))),
+    }
+}
+
+/// Copies a C key array into `out`, naming the first bad key.
+///
+/// # Safety
+/// `keys` must be valid for `len` reads (or NULL with `len` 0).
+pub(crate) unsafe fn copy_keys(
+    keys: *const kvtier_key,
+    len: usize,
+) -> std::result::Result<Vec<Key>, String> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if keys.is_null() {
+        return Err(format!("{len} keys listed at a NULL pointer"));
+    }
+    let raw = unsafe { std::slice::from_raw_parts(keys, len) };
+    let mut out = Vec::with_capacity(len);
+    for (i, k) in raw.iter().enumerate() {
+        match unsafe { read_key(k, i) } {
+            Ok(key) => out.push(key),
+            Err(_) => return Err(format!("listed key at position {i} is not a valid key")),
+        }
+    }
+    Ok(out)
+}
+
+/// Converts a C job result into a [`JobResult`]; a bad key list becomes an error.
+///
+/// # Safety
+/// `r.succeeded_keys` must be valid for `r.succeeded_len` reads.
+pub(crate) unsafe fn job_result_of(
+    r: &kvtier_job_result,
+) -> std::result::Result<JobResult, String> {
+    let succeeded_keys = if r.succeeded_keys.is_null() && r.succeeded_len == 0 {
+        None
+    } else {
+        Some(unsafe { copy_keys(r.succeeded_keys, r.succeeded_len) }?)
+    };
+    Ok(JobResult {
+        id: crate::tiering::JobId(r.id),
+        success: r.success,
+        succeeded_keys,
+        bytes: r.bytes,
+        duration: (r.duration_ns > 0).then(|| Duration::from_nanos(r.duration_ns)),
+    })
+}
+
+/// Copies a NUL-terminated name out of a fixed C array.
+fn fixed_name(raw: &[c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl CTier {
+    /// Checks and copies `vt`; `armed` decides whether drop calls `destroy`.
+    ///
+    /// # Safety
+    /// `vt.name` must be NULL or a valid NUL-terminated string.
+    pub(crate) unsafe fn new(vt: &kvtier_tier_vtable, armed: Arc<AtomicBool>) -> Result<CTier> {
+        let mut missing = Vec::new();
+        if vt.lookup.is_none() {
+            missing.push("lookup");
+        }
+        if vt.submit_store.is_none() {
+            missing.push("submit_store");
+        }
+        if vt.submit_load.is_none() {
+            missing.push("submit_load");
+        }
+        if !missing.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "tier vtable lacks required entries: {}",
+                missing.join(", ")
+            )));
+        }
+        let name = if vt.name.is_null() {
+            "c-tier".to_string()
+        } else {
+            unsafe { CStr::from_ptr(vt.name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok(CTier {
+            medium: medium_of(vt.medium)?,
+            locality: locality_of(vt.locality)?,
+            vt: *vt,
+            name,
+            armed,
+            requests: Default::default(),
+            keys: Vec::new(),
+            results: Vec::with_capacity(RESULT_BATCH),
+            failed_submits: Vec::new(),
+            errors: Vec::new(),
+            callback_errors: 0,
+        })
+    }
+
+    /// Records a callback's status; true if it was `KVTIER_STATUS_OK`.
+    fn ok(&mut self, what: &str, rc: i32) -> bool {
+        match kvtier_status::from_i32(rc) {
+            Some(kvtier_status::Ok) => true,
+            Some(s) => {
+                self.callback_errors += 1;
+                self.errors.push(format!(
+                    "callback {what} returned {}",
+                    s.as_cstr().to_string_lossy()
+                ));
+                false
+            }
+            None => {
+                self.callback_errors += 1;
+                self.errors.push(format!(
+                    "callback {what} returned {rc}, which is not a kvtier_status"
+                ));
+                false
+            }
+        }
+    }
+
+    fn note(&mut self, message: String) {
+        self.callback_errors += 1;
+        self.errors.push(message);
+    }
+
+    /// The C view of `info`, made once per request.
+    fn request(&mut self, info: &Request) -> *const kvtier_request {
+        let id = Arc::as_ptr(info) as usize;
+        let entry = self
+            .requests
+            .entry(id)
+            .or_insert_with(|| CRequest::new(info));
+        debug_assert_eq!(entry.c.params, entry.params.as_ptr());
+        &entry.c
+    }
+
+    fn fill_keys(&mut self, keys: &[Key]) {
+        self.keys.clear();
+        self.keys.extend(keys.iter().map(|k| kvtier_key {
+            data: k.as_bytes().as_ptr(),
+            len: k.len(),
+        }));
+    }
+
+    fn submit(&mut self, job: JobRef) {
+        self.fill_keys(&job.keys);
+        let request = self.request(&job.request);
+        let c = kvtier_job {
+            id: job.id.0,
+            direction: match job.direction {
+                Direction::Store => KVTIER_JOB_STORE,
+                Direction::Load => KVTIER_JOB_LOAD,
+            },
+            keys: self.keys.as_ptr(),
+            slots: job.slots.as_ptr(),
+            len: job.keys.len(),
+            request,
+        };
+        let (f, what) = match job.direction {
+            Direction::Store => (self.vt.submit_store, "submit_store"),
+            Direction::Load => (self.vt.submit_load, "submit_load"),
+        };
+        let rc = match f {
+            // SAFETY: the vtable contract; `c` and what it points to live for the call.
+            Some(f) => unsafe { f(self.vt.user_data, &c) },
+            None => kvtier_status::Unsupported as i32,
+        };
+        if !self.ok(what, rc) {
+            self.failed_submits.push(JobResult::new(job.id, false));
+        }
+    }
+}
+
+impl Drop for CTier {
+    fn drop(&mut self) {
+        if self.armed.load(Ordering::Acquire)
+            && let Some(destroy) = self.vt.destroy
+        {
+            // SAFETY: registration succeeded, so we own `user_data`; this is
+            // the last use.
+            unsafe { destroy(self.vt.user_data) };
+        }
+    }
+}
+
+impl SecondaryTier for CTier {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn medium(&self) -> Option<Medium> {
+        self.medium
+    }
+
+    fn locality(&self) -> Option<Locality> {
+        self.locality
+    }
+
+    fn lookup(&mut self, key: &Key, request: &Request) -> TierLookup {
+        let req = self.request(request);
+        let k = kvtier_key {
+            data: key.as_bytes().as_ptr(),
+            len: key.len(),
+        };
+        let mut answer = KVTIER_TIER_LOOKUP_MISS;
+        let f = self.vt.lookup.expect("checked at registration");
+        // SAFETY: the vtable contract; arguments live for the call.
+        let rc = unsafe { f(self.vt.user_data, &k, req, &mut answer) };
+        if !self.ok("lookup", rc) {
+            return TierLookup::Miss;
+        }
+        match answer {
+            KVTIER_TIER_LOOKUP_MISS => TierLookup::Miss,
+            KVTIER_TIER_LOOKUP_HIT => TierLookup::Hit,
+            KVTIER_TIER_LOOKUP_RETRY => TierLookup::Retry,
+            other => {
+                self.note(format!(
+                    "lookup answered {other}, which is not a KVTIER_TIER_LOOKUP_* value"
+                ));
+                TierLookup::Miss
+            }
+        }
+    }
+
+    fn submit_store(&mut self, job: JobRef) {
+        self.submit(job)
+    }
+
+    fn submit_load(&mut self, job: JobRef) {
+        self.submit(job)
+    }
+
+    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+        out.append(&mut self.failed_submits);
+        let Some(f) = self.vt.poll_finished else {
+            return;
+        };
+        loop {
+            self.results.clear();
+            let mut written = 0usize;
+            // SAFETY: the buffer has RESULT_BATCH writable entries.
+            let rc = unsafe {
+                f(
+                    self.vt.user_data,
+                    self.results.as_mut_ptr(),
+                    RESULT_BATCH,
+                    &mut written,
+                )
+            };
+            if !self.ok("poll_finished", rc) {
+                return;
+            }
+            if written > RESULT_BATCH {
+                self.note(format!(
+                    "poll_finished wrote {written} results into a buffer of {RESULT_BATCH}"
+                ));
+                return;
+            }
+            // SAFETY: the callback initialized `written` entries.
+            unsafe { self.results.set_len(written) };
+            for i in 0..written {
+                let r = self.results[i];
+                // SAFETY: the tier keeps its key lists valid until its next
+                // callback, and they are copied here, before it.
+                match unsafe { job_result_of(&r) } {
+                    Ok(jr) => out.push(jr),
+                    Err(why) => {
+                        self.note(format!(
+                            "result of job {}: {why}; the job counts as failed",
+                            r.id
+                        ));
+                        out.push(JobResult::new(crate::tiering::JobId(r.id), false));
+                    }
+                }
+            }
+            if written < RESULT_BATCH {
+                return;
+            }
+        }
+    }
+
+    fn touch(&mut self, keys: &[Key], request: &Request) {
+        let Some(f) = self.vt.touch else {
+            return;
+        };
+        let req = self.request(request);
+        self.fill_keys(keys);
+        // SAFETY: the vtable contract; arguments live for the call.
+        let rc = unsafe { f(self.vt.user_data, self.keys.as_ptr(), keys.len(), req) };
+        self.ok("touch", rc);
+    }
+
+    fn on_new_request(&mut self, request: &Request) -> OffloadPolicy {
+        let req = self.request(request);
+        let Some(f) = self.vt.on_new_request else {
+            return OffloadPolicy::BlockLevel;
+        };
+        let mut policy = KVTIER_OFFLOAD_BLOCK_LEVEL;
+        // SAFETY: the vtable contract; arguments live for the call.
+        let rc = unsafe { f(self.vt.user_data, req, &mut policy) };
+        if !self.ok("on_new_request", rc) {
+            return OffloadPolicy::BlockLevel;
+        }
+        match policy {
+            KVTIER_OFFLOAD_BLOCK_LEVEL => OffloadPolicy::BlockLevel,
+            KVTIER_OFFLOAD_REQUEST_LEVEL => OffloadPolicy::RequestLevel,
+            other => {
+                self.note(format!(
+                    "on_new_request answered policy {other}, which is not a KVTIER_OFFLOAD_* value"
+                ));
+                OffloadPolicy::BlockLevel
+            }
+        }
+    }
+
+    fn on_request_finished(&mut self, request: &Request) {
+        if let Some(f) = self.vt.on_request_finished {
+            let req = self.request(request);
+            // SAFETY: the vtable contract; arguments live for the call.
+            let rc = unsafe { f(self.vt.user_data, req) };
+            self.ok("on_request_finished", rc);
+        }
+        self.requests.remove(&(Arc::as_ptr(request) as usize));
+    }
+
+    fn on_schedule_end(&mut self) {
+        if let Some(f) = self.vt.on_schedule_end {
+            // SAFETY: the vtable contract.
+            let rc = unsafe { f(self.vt.user_data) };
+            self.ok("on_schedule_end", rc);
+        }
+    }
+
+    fn has_pending_work(&self) -> bool {
+        let Some(f) = self.vt.has_pending_work else {
+            return !self.failed_submits.is_empty();
+        };
+        let mut pending = false;
+        // SAFETY: the vtable contract.  A failure here cannot be logged
+        // (shared access); it reads as "no work".
+        let rc = unsafe { f(self.vt.user_data, &mut pending) };
+        (rc == kvtier_status::Ok as i32 && pending) || !self.failed_submits.is_empty()
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        let Some(f) = self.vt.drain else {
+            return Ok(());
+        };
+        // SAFETY: the vtable contract.
+        let rc = unsafe { f(self.vt.user_data) };
+        if self.ok("drain", rc) {
+            Ok(())
+        } else {
+            Err(Error::Tier {
+                tier: self.name.clone(),
+                message: format!("drain returned status {rc}"),
+            })
+        }
+    }
+
+    fn stats(&self) -> Vec<Stat> {
+        let mut out = vec![Stat::counter("callback_errors", self.callback_errors)];
+        let Some(f) = self.vt.stats else {
+            return out;
+        };
+        let mut buf: Vec<kvtier_tier_stat> = Vec::with_capacity(RESULT_BATCH);
+        let mut written = 0usize;
+        // SAFETY: the buffer has RESULT_BATCH writable entries.
+        let rc = unsafe {
+            f(
+                self.vt.user_data,
+                buf.as_mut_ptr(),
+                RESULT_BATCH,
+                &mut written,
+            )
+        };
+        if rc != kvtier_status::Ok as i32 || written > RESULT_BATCH {
+            return out;
+        }
+        // SAFETY: the callback initialized `written` entries.
+        unsafe { buf.set_len(written) };
+        for s in &buf {
+            let name = fixed_name(&s.name);
+            out.push(if s.kind == KVTIER_STAT_COUNTER {
+                Stat {
+                    name: name.into(),
+                    kind: crate::stats::StatKind::Counter,
+                    value: s.value,
+                }
+            } else {
+                Stat::gauge(name, s.value)
+            });
+        }
+        out
+    }
+
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        let Some(f) = self.vt.take_events else {
+            return;
+        };
+        let mut buf: Vec<kvtier_event> = Vec::with_capacity(RESULT_BATCH);
+        loop {
+            buf.clear();
+            let mut written = 0usize;
+            // SAFETY: the buffer has RESULT_BATCH writable entries.
+            let rc = unsafe {
+                f(
+                    self.vt.user_data,
+                    buf.as_mut_ptr(),
+                    RESULT_BATCH,
+                    &mut written,
+                )
+            };
+            if !self.ok("take_events", rc) || written > RESULT_BATCH {
+                return;
+            }
+            // SAFETY: the callback initialized `written` entries.
+            unsafe { buf.set_len(written) };
+            for e in &buf {
+                let kind = match e.kind {
+                    KVTIER_EVENT_STORED => EventKind::Stored,
+                    KVTIER_EVENT_REMOVED => EventKind::Removed,
+                    KVTIER_EVENT_CLEARED => EventKind::Cleared,
+                    other => {
+                        self.note(format!("take_events gave event kind {other}"));
+                        continue;
+                    }
+                };
+                let key = if kind == EventKind::Cleared {
+                    None
+                } else {
+                    match Key::new(&e.key[..e.key_len.min(64)]) {
+                        Ok(k) => Some(k),
+                        Err(_) => {
+                            self.note(format!("take_events gave a key of {} bytes", e.key_len));
+                            continue;
+                        }
+                    }
+                };
+                out.push(Event { kind, key });
+            }
+            if written < RESULT_BATCH {
+                return;
+            }
+        }
+    }
+
+    fn take_errors(&mut self, out: &mut Vec<String>) {
+        out.append(&mut self.errors);
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let Some(f) = self.vt.shutdown else {
+            return Ok(());
+        };
+        // SAFETY: the vtable contract.
+        let rc = unsafe { f(self.vt.user_data) };
+        if self.ok("shutdown", rc) {
+            Ok(())
+        } else {
+            Err(Error::Tier {
+                tier: self.name.clone(),
+                message: format!("shutdown returned status {rc}"),
+            })
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! What the manager needs from a primary tier, as an object-safe trait.
+//!
+//! The manager drives the primary tier only through [`PrimaryBackend`]: the
+//! real CPU tier implements it, and tests can plug in a reference model to
+//! check the manager against it.  The plan and report types are the primary
+//! tier's own.
+
+use crate::error::Result;
+use crate::events::Event;
+use crate::key::Key;
+use crate::request::RequestId;
+use crate::stats::Stat;
+
+pub use crate::primary::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+
+/// The operations of a primary tier that the tiering manager calls.
+///
+/// Semantics are the primary tier's (SPEC.md, "Primary tier"): every
+/// fallible call leaves the state unchanged on error.
+pub trait PrimaryBackend: Send {
+    /// Number of slots.
+    fn capacity(&self) -> u32;
+    /// Starts a request (its accesses are committed at `on_request_finished`).
+    fn begin_request(&mut self, req: RequestId) -> Result<()>;
+    /// MISS, HIT_PENDING or HIT; changes nothing.
+    fn lookup(&self, key: &Key) -> PrimaryLookup;
+    /// Pins ready keys for a load to the GPU; `slots_out` gets their slots.
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()>;
+    /// Marks keys recently used.
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// Unpins keys after a load to the GPU.
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// Plans a store (slots for new keys, evictions) or refuses it.
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome>;
+    /// Finishes a store: ready on success, dropped on failure.
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport;
+    /// Pins ready keys for a cascade (not an access of any request).
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
+    /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
+    /// Commits the request's accesses and forgets it.
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
+    /// Forgets every key and frees every slot; emits one Cleared event.
+    fn reset(&mut self);
+    /// Appends the tier's events since the last call, oldest first.
+    fn take_events(&mut self, out: &mut Vec<Event>);
+    /// The tier's statistics, as named values.
+    fn stat_list(&self) -> Vec<Stat>;
+}
+
+impl PrimaryBackend for crate::primary::PrimaryTier {
+    fn capacity(&self) -> u32 {
+        crate::primary::PrimaryTier::capacity(self)
+    }
+    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::begin_request(self, req)
+    }
+    fn lookup(&self, key: &Key) -> PrimaryLookup {
+        crate::primary::PrimaryTier::lookup(self, key)
+    }
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
+    }
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::touch(self, req, keys)
+    }
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::complete_load(self, req, keys)
+    }
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        crate::primary::PrimaryTier::prepare_store(self, req, keys, plan)
+    }
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        crate::primary::PrimaryTier::complete_store(self, keys, success)
+    }
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
+    }
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::unpin_for_transfer(self, keys)
+    }
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::on_request_finished(self, req)
+    }
+    fn reset(&mut self) {
+        crate::primary::PrimaryTier::reset(self)
+    }
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        crate::primary::PrimaryTier::take_events(self, out)
+    }
+    fn stat_list(&self) -> Vec<Stat> {
+        crate::primary::PrimaryTier::stat_list(self)
+    }
+}

@@ -1,0 +1,360 @@
+//! A reference model of the primary tier: the SPEC.md rules written as
+//! plainly as possible (LRU, no admission threshold, linear scans).  It is
+//! slow on purpose; tests drive the manager over it and over the real tier
+//! and compare, and check slot invariants against it.
+
+use std::collections::{HashMap, HashSet};
+
+use super::backend::{CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan};
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind};
+use crate::key::Key;
+use crate::request::RequestId;
+use crate::stats::Stat;
+
+/// State of one resident key in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelEntry {
+    /// Its slot.
+    pub slot: u32,
+    /// -1 write pending, 0 idle, n pinned.
+    pub refs: i32,
+    /// Logical recency (higher is more recent).
+    pub recency: u64,
+    /// Whether a Stored event was emitted for it.
+    pub announced: bool,
+}
+
+/// The reference model.  See the module docs.
+#[derive(Debug)]
+pub struct ModelPrimary {
+    capacity: u32,
+    /// Resident keys.
+    pub entries: HashMap<Key, ModelEntry>,
+    fresh: u32,
+    freed: Vec<u32>,
+    clock: u64,
+    requests: HashSet<RequestId>,
+    events: Vec<Event>,
+}
+
+impl ModelPrimary {
+    /// An empty model of `capacity` slots.
+    pub fn new(capacity: u32) -> ModelPrimary {
+        ModelPrimary {
+            capacity,
+            entries: HashMap::new(),
+            fresh: 0,
+            freed: Vec::new(),
+            clock: 0,
+            requests: HashSet::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Number of free slots.
+    pub fn free_slots(&self) -> u32 {
+        self.capacity - self.entries.len() as u32
+    }
+
+    /// Checks the slot invariants: every slot used once, counts add up.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let mut seen = HashSet::new();
+        for (k, e) in &self.entries {
+            if e.slot >= self.capacity || !seen.insert(e.slot) {
+                return Err(format!("key {k} has a bad or shared slot {}", e.slot));
+            }
+            if e.refs < -1 {
+                return Err(format!("key {k} has ref count {}", e.refs));
+            }
+            if self.freed.contains(&e.slot) || e.slot >= self.fresh {
+                return Err(format!("key {k} holds free slot {}", e.slot));
+            }
+        }
+        if self.entries.len() + self.freed.len() != self.fresh as usize {
+            return Err(format!(
+                "slots lost: {} resident + {} freed != {} handed out",
+                self.entries.len(),
+                self.freed.len(),
+                self.fresh
+            ));
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self) -> u32 {
+        if self.fresh < self.capacity {
+            self.fresh += 1;
+            self.fresh - 1
+        } else {
+            self.freed.pop().expect("caller checked for room")
+        }
+    }
+
+    fn need_request(&self, req: RequestId) -> Result<()> {
+        if self.requests.contains(&req) {
+            Ok(())
+        } else {
+            Err(Error::UnknownRequest(format!("{}", req.0)))
+        }
+    }
+
+    fn key_state(index: usize, key: &Key, reason: &str) -> Error {
+        Error::KeyState {
+            index,
+            key: key.to_hex(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl PrimaryBackend for ModelPrimary {
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        if !self.requests.insert(req) {
+            return Err(Error::DuplicateRequest(format!("{}", req.0)));
+        }
+        Ok(())
+    }
+    fn lookup(&self, key: &Key) -> PrimaryLookup {
+        match self.entries.get(key) {
+            None => PrimaryLookup::Miss,
+            Some(e) if e.refs < 0 => PrimaryLookup::HitPending,
+            Some(_) => PrimaryLookup::Hit,
+        }
+    }
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.need_request(req)?;
+        self.pin_for_transfer(keys, slots_out)
+    }
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.need_request(req)?;
+        for k in keys.iter().rev() {
+            self.clock += 1;
+            if let Some(e) = self.entries.get_mut(k) {
+                e.recency = self.clock;
+            }
+        }
+        Ok(())
+    }
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.need_request(req)?;
+        self.unpin_for_transfer(keys)
+    }
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.need_request(req)?;
+        plan.to_store.clear();
+        plan.slots.clear();
+        plan.evicted.clear();
+        let mut new: Vec<Key> = Vec::new();
+        for k in keys {
+            if !self.entries.contains_key(k) && !new.contains(k) {
+                new.push(*k);
+            }
+        }
+        let free = self.free_slots() as usize;
+        let short = new.len().saturating_sub(free);
+        let mut idle: Vec<(u64, Key)> = self
+            .entries
+            .iter()
+            .filter(|(k, e)| e.refs == 0 && !keys.contains(k))
+            .map(|(k, e)| (e.recency, *k))
+            .collect();
+        if idle.len() < short {
+            return Ok(StoreOutcome::Refused);
+        }
+        idle.sort();
+        for (_, k) in idle.into_iter().take(short) {
+            let e = self.entries.remove(&k).expect("idle key is resident");
+            self.freed.push(e.slot);
+            if e.announced {
+                self.events.push(Event {
+                    kind: EventKind::Removed,
+                    key: Some(k),
+                });
+            }
+            plan.evicted.push(k);
+        }
+        for k in new {
+            let slot = self.alloc();
+            self.clock += 1;
+            self.entries.insert(
+                k,
+                ModelEntry {
+                    slot,
+                    refs: -1,
+                    recency: self.clock,
+                    announced: false,
+                },
+            );
+            plan.to_store.push(k);
+            plan.slots.push(slot);
+        }
+        Ok(StoreOutcome::Planned)
+    }
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        let mut r = CompleteStoreReport::default();
+        for k in keys {
+            match self.entries.get_mut(k) {
+                Some(e) if e.refs == -1 => {
+                    if success {
+                        e.refs = 0;
+                        e.announced = true;
+                        self.events.push(Event {
+                            kind: EventKind::Stored,
+                            key: Some(*k),
+                        });
+                        r.ready += 1;
+                    } else {
+                        let slot = e.slot;
+                        self.entries.remove(k);
+                        self.freed.push(slot);
+                        r.dropped += 1;
+                    }
+                }
+                Some(_) => {}
+                None => r.ignored += 1,
+            }
+        }
+        r
+    }
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        for (i, k) in keys.iter().enumerate() {
+            match self.entries.get(k) {
+                None => return Err(Self::key_state(i, k, "absent, needs ready")),
+                Some(e) if e.refs < 0 => {
+                    return Err(Self::key_state(i, k, "write pending, needs ready"));
+                }
+                _ => {}
+            }
+        }
+        slots_out.clear();
+        for k in keys {
+            let e = self.entries.get_mut(k).expect("checked");
+            e.refs += 1;
+            slots_out.push(e.slot);
+        }
+        Ok(())
+    }
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        let mut need: HashMap<Key, i32> = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            let n = need.entry(*k).or_default();
+            *n += 1;
+            match self.entries.get(k) {
+                Some(e) if e.refs >= *n => {}
+                _ => return Err(Self::key_state(i, k, "not pinned")),
+            }
+        }
+        for k in keys {
+            self.entries.get_mut(k).expect("checked").refs -= 1;
+        }
+        Ok(())
+    }
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        if !self.requests.remove(&req) {
+            return Err(Error::UnknownRequest(format!("{}", req.0)));
+        }
+        Ok(())
+    }
+    fn reset(&mut self) {
+        self.entries.clear();
+        self.freed.clear();
+        self.fresh = 0;
+        self.events.clear();
+        self.events.push(Event {
+            kind: EventKind::Cleared,
+            key: None,
+        });
+    }
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
+    }
+    fn stat_list(&self) -> Vec<Stat> {
+        vec![Stat::gauge("resident", self.entries.len() as f64)]
+    }
+}
+
+/// The model shared between a manager and the test that inspects it.
+#[derive(Clone, Debug)]
+pub struct SharedModel(pub std::sync::Arc<parking_lot::Mutex<ModelPrimary>>);
+
+impl SharedModel {
+    /// A shared model of `capacity` slots.
+    pub fn new(capacity: u32) -> SharedModel {
+        SharedModel(std::sync::Arc::new(parking_lot::Mutex::new(
+            ModelPrimary::new(capacity),
+        )))
+    }
+    /// Ref count of `key` (None if absent).
+    pub fn refs(&self, key: &Key) -> Option<i32> {
+        self.0.lock().entries.get(key).map(|e| e.refs)
+    }
+}
+
+impl PrimaryBackend for SharedModel {
+    fn capacity(&self) -> u32 {
+        self.0.lock().capacity()
+    }
+    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().begin_request(req)
+    }
+    fn lookup(&self, key: &Key) -> PrimaryLookup {
+        self.0.lock().lookup(key)
+    }
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.0.lock().prepare_load(req, keys, slots_out)
+    }
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.0.lock().touch(req, keys)
+    }
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.0.lock().complete_load(req, keys)
+    }
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.0.lock().prepare_store(req, keys, plan)
+    }
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        self.0.lock().complete_store(keys, success)
+    }
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        self.0.lock().pin_for_transfer(keys, slots_out)
+    }
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        self.0.lock().unpin_for_transfer(keys)
+    }
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().on_request_finished(req)
+    }
+    fn reset(&mut self) {
+        self.0.lock().reset()
+    }
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        self.0.lock().take_events(out)
+    }
+    fn stat_list(&self) -> Vec<Stat> {
+        self.0.lock().stat_list()
+    }
+}

@@ -1,0 +1,784 @@
+//! The manager through its C ABI, with a secondary tier written as
+//! `extern "C"` functions behind a `kvtier_tier_vtable`.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kvtier::ffi::kvtier_key;
+use kvtier::ffi::kvtier_status as S;
+use kvtier::ffi::manager::*;
+use kvtier::ffi::tier::*;
+
+/// One job as the C tier recorded it: id, direction, keys, slots, request id, params, user data.
+type SeenJob = (
+    u64,
+    i32,
+    Vec<Vec<u8>>,
+    Vec<u32>,
+    String,
+    Vec<(String, String)>,
+    usize,
+);
+
+/// The C tier's state behind `user_data`.
+#[derive(Default)]
+struct Mem {
+    stored: HashSet<Vec<u8>>,
+    finished: Vec<kvtier_job_result>,
+    jobs: Vec<SeenJob>,
+    finished_requests: Vec<String>,
+    hold: bool,
+    held: Vec<(u64, i32, Vec<Vec<u8>>)>,
+    fail_submit: bool,
+    bad_status: Option<i32>,
+    request_level: bool,
+    reenter: Option<*mut kvtier_manager>,
+    reenter_status: Option<i32>,
+    fail_shutdown: bool,
+    destroyed: Option<&'static AtomicUsize>,
+}
+
+unsafe fn mem<'a>(ud: *mut c_void) -> &'a mut Mem {
+    unsafe { &mut *(ud as *mut Mem) }
+}
+
+unsafe fn key_bytes(k: &kvtier_key) -> Vec<u8> {
+    unsafe { std::slice::from_raw_parts(k.data, k.len) }.to_vec()
+}
+
+unsafe fn req_info(r: *const kvtier_request) -> (String, Vec<(String, String)>, usize) {
+    let r = unsafe { &*r };
+    let id = unsafe { CStr::from_ptr(r.id) }
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(id.len(), r.id_len);
+    let params = (0..r.params_len)
+        .map(|i| {
+            let p = unsafe { &*r.params.add(i) };
+            unsafe {
+                (
+                    CStr::from_ptr(p.key).to_str().unwrap().to_string(),
+                    CStr::from_ptr(p.value).to_str().unwrap().to_string(),
+                )
+            }
+        })
+        .collect();
+    (id, params, r.user_data as usize)
+}
+
+unsafe extern "C" fn c_lookup(
+    ud: *mut c_void,
+    key: *const kvtier_key,
+    _r: *const kvtier_request,
+    answer: *mut i32,
+) -> i32 {
+    let m = unsafe { mem(ud) };
+    if let Some(mgr) = m.reenter.take() {
+        let mut out = 0;
+        let name = CString::new("r").unwrap();
+        let st = unsafe { kvtier_manager_lookup(mgr, name.as_ptr(), key, &mut out) };
+        m.reenter_status = Some(st as i32);
+        // the thread-safe completion call works from inside a callback
+        let res = kvtier_job_result {
+            id: 4242,
+            success: true,
+            succeeded_keys: null(),
+            succeeded_len: 0,
+            bytes: 0,
+            duration_ns: 0,
+        };
+        assert_eq!(unsafe { kvtier_manager_complete_job(mgr, 1, &res) }, S::Ok);
+    }
+    if let Some(bad) = m.bad_status {
+        return bad;
+    }
+    let k = unsafe { key_bytes(&*key) };
+    unsafe {
+        *answer = if m.stored.contains(&k) {
+            KVTIER_TIER_LOOKUP_HIT
+        } else {
+            KVTIER_TIER_LOOKUP_MISS
+        }
+    };
+    0
+}
+
+unsafe extern "C" fn c_submit(ud: *mut c_void, job: *const kvtier_job) -> i32 {
+    let m = unsafe { mem(ud) };
+    let j = unsafe { &*job };
+    let keys: Vec<Vec<u8>> = (0..j.len)
+        .map(|i| unsafe { key_bytes(&*j.keys.add(i)) })
+        .collect();
+    let slots = unsafe { std::slice::from_raw_parts(j.slots, j.len) }.to_vec();
+    let (id, params, ud2) = unsafe { req_info(j.request) };
+    m.jobs
+        .push((j.id, j.direction, keys.clone(), slots, id, params, ud2));
+    if m.fail_submit {
+        return S::Io as i32;
+    }
+    if m.hold {
+        m.held.push((j.id, j.direction, keys));
+        return 0;
+    }
+    if j.direction == KVTIER_JOB_STORE {
+        m.stored.extend(keys);
+    }
+    m.finished.push(kvtier_job_result {
+        id: j.id,
+        success: true,
+        succeeded_keys: null(),
+        succeeded_len: 0,
+        bytes: 4096 * j.len as u64,
+        duration_ns: 1000,
+    });
+    0
+}
+
+unsafe extern "C" fn c_poll(
+    ud: *mut c_void,
+    out: *mut kvtier_job_result,
+    cap: usize,
+    written: *mut usize,
+) -> i32 {
+    let m = unsafe { mem(ud) };
+    let n = m.finished.len().min(cap);
+    for (i, r) in m.finished.drain(..n).enumerate() {
+        unsafe { *out.add(i) = r };
+    }
+    unsafe { *written = n };
+    0
+}
+
+unsafe extern "C" fn c_new_request(
+    ud: *mut c_void,
+    _r: *const kvtier_request,
+    policy: *mut i32,
+) -> i32 {
+    let m = unsafe { mem(ud) };
+    unsafe {
+        *policy = if m.request_level {
+            KVTIER_OFFLOAD_REQUEST_LEVEL
+        } else {
+            KVTIER_OFFLOAD_BLOCK_LEVEL
+        }
+    };
+    0
+}
+
+unsafe extern "C" fn c_finished(ud: *mut c_void, r: *const kvtier_request) -> i32 {
+    let m = unsafe { mem(ud) };
+    m.finished_requests.push(unsafe { req_info(r) }.0);
+    0
+}
+
+unsafe extern "C" fn c_pending(ud: *mut c_void, out: *mut bool) -> i32 {
+    let m = unsafe { mem(ud) };
+    unsafe { *out = !m.finished.is_empty() || !m.held.is_empty() };
+    0
+}
+
+unsafe extern "C" fn c_stats(
+    ud: *mut c_void,
+    out: *mut kvtier_tier_stat,
+    cap: usize,
+    written: *mut usize,
+) -> i32 {
+    let m = unsafe { mem(ud) };
+    assert!(cap >= 1);
+    let mut s = kvtier_tier_stat {
+        name: [0; 48],
+        kind: KVTIER_STAT_GAUGE,
+        value: m.stored.len() as f64,
+    };
+    for (d, c) in s.name.iter_mut().zip(b"stored_keys") {
+        *d = *c as c_char;
+    }
+    unsafe {
+        *out = s;
+        *written = 1;
+    }
+    0
+}
+
+unsafe extern "C" fn c_shutdown(ud: *mut c_void) -> i32 {
+    if unsafe { mem(ud) }.fail_shutdown {
+        S::Io as i32
+    } else {
+        0
+    }
+}
+
+unsafe extern "C" fn c_destroy(ud: *mut c_void) {
+    let m = unsafe { Box::from_raw(ud as *mut Mem) };
+    if let Some(c) = m.destroyed {
+        c.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn vtable(m: Box<Mem>) -> kvtier_tier_vtable {
+    kvtier_tier_vtable {
+        user_data: Box::into_raw(m) as *mut c_void,
+        name: c"mem".as_ptr(),
+        medium: KVTIER_MEDIUM_CPU,
+        locality: KVTIER_LOCALITY_LOCAL,
+        lookup: Some(c_lookup),
+        submit_store: Some(c_submit),
+        submit_load: Some(c_submit),
+        poll_finished: Some(c_poll),
+        touch: None,
+        on_new_request: Some(c_new_request),
+        on_request_finished: Some(c_finished),
+        on_schedule_end: None,
+        has_pending_work: Some(c_pending),
+        drain: None,
+        stats: Some(c_stats),
+        shutdown: Some(c_shutdown),
+        destroy: Some(c_destroy),
+        take_events: None,
+    }
+}
+
+fn manager(capacity: u32) -> *mut kvtier_manager {
+    let mut o = kvtier_manager_options_default();
+    o.capacity = capacity;
+    o.event_capacity = 1024;
+    let mut m = null_mut();
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    m
+}
+
+fn key(i: u32) -> [u8; 4] {
+    i.to_be_bytes()
+}
+
+fn ck(b: &[u8]) -> kvtier_key {
+    kvtier_key {
+        data: b.as_ptr(),
+        len: b.len(),
+    }
+}
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(kvtier::ffi::kvtier_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn start(m: *mut kvtier_manager, name: &CStr) -> i32 {
+    let mut policy = -1;
+    assert_eq!(
+        unsafe { kvtier_manager_on_new_request(m, name.as_ptr(), null(), &mut policy) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+    policy
+}
+
+/// prepare_store + complete_store; returns the stored positions.
+fn store(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]]) -> usize {
+    let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
+    let n = keys.len();
+    let (mut idx, mut slots) = (vec![0usize; n], vec![0u32; n]);
+    let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
+    let st = unsafe {
+        kvtier_manager_prepare_store(
+            m,
+            req.as_ptr(),
+            keys.as_ptr(),
+            n,
+            idx.as_mut_ptr(),
+            slots.as_mut_ptr(),
+            n,
+            &mut ns,
+            null_mut(),
+            0,
+            &mut ne,
+            &mut refused,
+        )
+    };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    assert!(!refused);
+    let to_store: Vec<kvtier_key> = idx[..ns].iter().map(|&i| keys[i]).collect();
+    assert_eq!(
+        unsafe { kvtier_manager_complete_store(m, req.as_ptr(), to_store.as_ptr(), ns, true) },
+        S::Ok
+    );
+    ns
+}
+
+fn lookup(m: *mut kvtier_manager, req: &CStr, k: &[u8]) -> i32 {
+    let mut out = -1;
+    let kk = ck(k);
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, req.as_ptr(), &kk, &mut out) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+    out
+}
+
+fn stats(m: *mut kvtier_manager) -> HashMap<(i32, String), f64> {
+    let mut need = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_stats(m, null_mut(), 0, &mut need) },
+        S::BufferTooSmall
+    );
+    let mut buf = vec![unsafe { std::mem::zeroed::<kvtier_manager_stat>() }; need];
+    let mut got = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_stats(m, buf.as_mut_ptr(), need, &mut got) },
+        S::Ok
+    );
+    buf[..got]
+        .iter()
+        .map(|s| {
+            (
+                (
+                    s.tier,
+                    unsafe { CStr::from_ptr(s.name.as_ptr()) }
+                        .to_string_lossy()
+                        .into_owned(),
+                ),
+                s.value,
+            )
+        })
+        .collect()
+}
+
+fn take_error(m: *mut kvtier_manager) -> Option<String> {
+    let mut buf = [0 as c_char; 512];
+    let (mut need, mut found) = (0, false);
+    assert_eq!(
+        unsafe { kvtier_manager_take_error(m, buf.as_mut_ptr(), buf.len(), &mut need, &mut found) },
+        S::Ok
+    );
+    found.then(|| {
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+#[test]
+fn cascades_promotions_and_request_data_reach_the_c_tier() {
+    static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+    let m = manager(2);
+    let vt = vtable(Box::new(Mem {
+        destroyed: Some(&DESTROYED),
+        ..Default::default()
+    }));
+    let mem_ptr = vt.user_data as *mut Mem;
+    let mut index = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut index) },
+        S::Ok
+    );
+    assert_eq!(index, 1);
+    let (pk, pv) = (c"tenant", c"blue");
+    let params = [kvtier_param {
+        key: pk.as_ptr(),
+        value: pv.as_ptr(),
+    }];
+    let mut rp = kvtier_request_params_default();
+    rp.params = params.as_ptr();
+    rp.params_len = 1;
+    rp.user_data = 0x1234 as *mut c_void;
+    let mut policy = -1;
+    assert_eq!(
+        unsafe { kvtier_manager_on_new_request(m, c"r".as_ptr(), &rp, &mut policy) },
+        S::Ok
+    );
+    assert_eq!(policy, KVTIER_OFFLOAD_BLOCK_LEVEL);
+    assert_eq!(store(m, c"r", &[key(1), key(2)]), 2);
+    {
+        let mem = unsafe { &*mem_ptr };
+        let j = &mem.jobs[0];
+        assert_eq!((j.1, j.2.len(), j.3.len()), (KVTIER_JOB_STORE, 2, 2));
+        assert_eq!(j.4, "r");
+        assert_eq!(j.5, vec![("tenant".to_string(), "blue".to_string())]);
+        assert_eq!(j.6, 0x1234);
+    }
+    // collect the cascade, then evict key 1 and 2 by storing two more
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(store(m, c"r", &[key(3), key(4)]), 2);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    // key 1 is gone from the primary tier but in the C tier: promoted back
+    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_RETRY);
+    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_HIT_PENDING);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_HIT);
+    let mut slot = [u32::MAX];
+    let k1 = key(1);
+    let kk = [ck(&k1)];
+    assert_eq!(
+        unsafe {
+            kvtier_manager_prepare_load(m, c"r".as_ptr(), kk.as_ptr(), 1, slot.as_mut_ptr(), 1)
+        },
+        S::Ok
+    );
+    let load_job = unsafe { &*mem_ptr }
+        .jobs
+        .iter()
+        .find(|j| j.1 == KVTIER_JOB_LOAD)
+        .unwrap()
+        .clone();
+    assert_eq!(
+        load_job.3[0], slot[0],
+        "the load wrote the slot the engine reads"
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_complete_load(m, c"r".as_ptr(), kk.as_ptr(), 1) },
+        S::Ok
+    );
+    // events: primary stored/removed, each labelled tier 0
+    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; 3];
+    let (mut n, mut more) = (0, false);
+    assert_eq!(
+        unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), 3, &mut n, &mut more) },
+        S::Ok
+    );
+    assert_eq!((n, more), (3, true));
+    assert_eq!(
+        (evs[0].kind, evs[0].tier, evs[0].key_len),
+        (KVTIER_EVENT_STORED, 0, 4)
+    );
+    assert_eq!(&evs[0].key[..4], &key(1));
+    let st = stats(m);
+    assert_eq!(st[&(1, "promotion_jobs".into())], 1.0);
+    assert_eq!(st[&(1, "stored_keys".into())], 4.0);
+    assert_eq!(st[&(1, "bytes_stored".into())], 4.0 * 4096.0);
+    assert_eq!(st[&(-1, "lookups".into())], 3.0);
+    assert_eq!(st[&(0, "pinned".into())], 0.0);
+    assert_eq!(
+        unsafe { kvtier_manager_on_request_finished(m, c"r".as_ptr()) },
+        S::Ok
+    );
+    assert_eq!(
+        unsafe { &*mem_ptr }.finished_requests,
+        vec!["r".to_string()]
+    );
+    assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Closed);
+    assert_eq!(DESTROYED.load(Ordering::SeqCst), 0);
+    unsafe { kvtier_manager_free(m) };
+    assert_eq!(
+        DESTROYED.load(Ordering::SeqCst),
+        1,
+        "destroy runs exactly once, at free"
+    );
+}
+
+#[test]
+fn registration_checks_and_destroy_only_after_success() {
+    static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+    let m = manager(4);
+    let mut idx = 0;
+    let mut vt = vtable(Box::new(Mem {
+        destroyed: Some(&DESTROYED),
+        ..Default::default()
+    }));
+    let ud = vt.user_data;
+    vt.submit_load = None;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("submit_load"), "{}", last_error());
+    vt.submit_load = Some(c_submit);
+    vt.medium = 9;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::InvalidArgument
+    );
+    vt.medium = 0;
+    let mut o = kvtier_tier_options_default();
+    o.backpressure = true;
+    o.alpha = 2.0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, &o, &mut idx) },
+        S::InvalidArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, null(), null(), &mut idx) },
+        S::NullArgument
+    );
+    start(m, c"a");
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::InvalidArgument
+    );
+    assert!(
+        last_error().contains("before the first request"),
+        "{}",
+        last_error()
+    );
+    unsafe { kvtier_manager_free(m) };
+    assert_eq!(
+        DESTROYED.load(Ordering::SeqCst),
+        0,
+        "destroy never runs for a failed registration"
+    );
+    unsafe { c_destroy(ud) };
+    assert_eq!(DESTROYED.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn misbehaving_c_tier_costs_no_crash_and_no_slot() {
+    let m = manager(4);
+    let vt = vtable(Box::new(Mem {
+        fail_submit: true,
+        ..Default::default()
+    }));
+    let mem_ptr = vt.user_data as *mut Mem;
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    start(m, c"r");
+    store(m, c"r", &[key(1), key(2)]);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    let st = stats(m);
+    assert_eq!(
+        st[&(0, "pinned".into())],
+        0.0,
+        "a refused submit is a failed job: unpinned"
+    );
+    assert_eq!(st[&(1, "cascade_failures".into())], 1.0);
+    assert_eq!(st[&(1, "callback_errors".into())], 1.0);
+    let e = take_error(m).unwrap();
+    assert!(
+        e.contains("submit_store") && e.contains("KVTIER_STATUS_IO"),
+        "{e}"
+    );
+    // unknown status values from a callback
+    unsafe { &mut *mem_ptr }.bad_status = Some(12345);
+    assert_eq!(lookup(m, c"r", &key(9)), KVTIER_MANAGER_LOOKUP_MISS);
+    let e = take_error(m).unwrap();
+    assert!(
+        e.contains("12345") && e.contains("not a kvtier_status"),
+        "{e}"
+    );
+    unsafe { &mut *mem_ptr }.bad_status = None;
+    // an unknown job id and a repeated one
+    let r = kvtier_job_result {
+        id: 999,
+        success: true,
+        succeeded_keys: null(),
+        succeeded_len: 0,
+        bytes: 0,
+        duration_ns: 0,
+    };
+    unsafe { &mut *mem_ptr }.finished.push(r);
+    unsafe { &mut *mem_ptr }.finished.push(r);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(stats(m)[&(1, "tier_bugs".into())], 2.0);
+    assert!(take_error(m).unwrap().contains("unknown job 999"));
+    // a bad key list in a thread-safe completion is refused at the call
+    let bad = kvtier_key {
+        data: null(),
+        len: 0,
+    };
+    let r = kvtier_job_result {
+        id: 1,
+        success: false,
+        succeeded_keys: &bad,
+        succeeded_len: 1,
+        bytes: 0,
+        duration_ns: 0,
+    };
+    assert_eq!(
+        unsafe { kvtier_manager_complete_job(m, 1, &r) },
+        S::InvalidArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_complete_job(m, 2, &r) },
+        S::InvalidArgument
+    );
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn reentrant_callback_gets_an_error_and_complete_job_works_from_it() {
+    let m = manager(4);
+    let vt = vtable(Box::new(Mem {
+        reenter: Some(null_mut()),
+        ..Default::default()
+    }));
+    let mem_ptr = vt.user_data as *mut Mem;
+    unsafe { &mut *mem_ptr }.reenter = Some(m);
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    start(m, c"r");
+    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_MISS);
+    assert_eq!(
+        unsafe { &*mem_ptr }.reenter_status,
+        Some(S::Reentrant as i32)
+    );
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok); // gate spent
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(
+        stats(m)[&(1, "tier_bugs".into())],
+        1.0,
+        "the completion queued from the callback was collected"
+    );
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn completions_from_another_thread_and_request_level_policy() {
+    let m = manager(8);
+    let vt = vtable(Box::new(Mem {
+        hold: true,
+        request_level: true,
+        ..Default::default()
+    }));
+    let mem_ptr = vt.user_data as usize;
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    assert_eq!(start(m, c"a"), KVTIER_OFFLOAD_REQUEST_LEVEL);
+    start(m, c"b");
+    store(m, c"a", &[key(1), key(2)]);
+    // b stores the same keys: they are resident, so b's request-level tier gets them now
+    assert_eq!(store(m, c"b", &[key(1), key(2), key(3)]), 1);
+    let jobs: Vec<(u64, String)> = unsafe { &*(mem_ptr as *const Mem) }
+        .jobs
+        .iter()
+        .map(|j| (j.0, j.4.clone()))
+        .collect();
+    assert_eq!(
+        jobs.iter().filter(|j| j.1 == "b").count(),
+        2,
+        "resident keys and the new key: {jobs:?}"
+    );
+    let mp = m as usize;
+    std::thread::spawn(move || {
+        let mem = unsafe { &mut *(mem_ptr as *mut Mem) };
+        for (id, _, _) in mem.held.drain(..) {
+            let r = kvtier_job_result {
+                id,
+                success: true,
+                succeeded_keys: null(),
+                succeeded_len: 0,
+                bytes: 0,
+                duration_ns: 0,
+            };
+            assert_eq!(
+                unsafe { kvtier_manager_complete_job(mp as *const kvtier_manager, 1, &r) },
+                S::Ok
+            );
+        }
+    })
+    .join()
+    .unwrap();
+    let mut pending = false;
+    assert_eq!(
+        unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
+        S::Ok
+    );
+    assert!(pending);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
+        S::Ok
+    );
+    assert!(!pending);
+    assert_eq!(stats(m)[&(0, "pinned".into())], 0.0);
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn null_arguments_and_unknown_requests_are_errors() {
+    let m = manager(4);
+    let mut out = 0;
+    let k = key(1);
+    let kk = ck(&k);
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(null_mut(), c"r".as_ptr(), &kk, &mut out) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, null(), &kk, &mut out) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), null(), &mut out) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &kk, null_mut()) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &kk, &mut out) },
+        S::UnknownRequest
+    );
+    assert!(last_error().contains("\"r\""), "{}", last_error());
+    start(m, c"r");
+    let mut slots = [0u32; 1];
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_load(m, c"r".as_ptr(), &kk, 1, slots.as_mut_ptr(), 0) },
+        S::BufferTooSmall
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_load(m, c"r".as_ptr(), &kk, 1, slots.as_mut_ptr(), 1) },
+        S::KeyState
+    );
+    let long = [0u8; 65];
+    let kl = ck(&long);
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &kl, &mut out) },
+        S::InvalidKey
+    );
+    let mut o = kvtier_manager_options_default();
+    o.policy = c"fifo".as_ptr();
+    let mut m2 = null_mut();
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, &mut m2) },
+        S::InvalidArgument
+    );
+    assert!(m2.is_null());
+    assert!(last_error().contains("lru"), "{}", last_error());
+    unsafe { kvtier_manager_free(null_mut()) };
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn failed_shutdown_is_reported_and_every_tier_tried() {
+    let m = manager(4);
+    let mut idx = 0;
+    let v1 = vtable(Box::new(Mem {
+        fail_shutdown: true,
+        ..Default::default()
+    }));
+    let v2 = vtable(Box::default());
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &v1, null(), &mut idx) },
+        S::Ok
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &v2, null(), &mut idx) },
+        S::Ok
+    );
+    assert_eq!(idx, 2);
+    assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Tier);
+    assert!(last_error().contains("stays mapped"), "{}", last_error());
+    assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Closed);
+    unsafe { kvtier_manager_free(m) };
+}

@@ -1,0 +1,777 @@
+//! The tiering manager's rules (SPEC.md "Tiering manager"; the seed's
+//! docstrings as the checklist), with a Rust test tier over the reference
+//! primary model.
+
+mod common;
+
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+use common::*;
+use kvtier::Error;
+use kvtier::events::EventKind;
+use kvtier::request::{Medium, TierFilter, TierMatcher};
+use kvtier::tiering::backend::{StoreOutcome, StorePlan};
+use kvtier::tiering::{
+    BackpressureConfig, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
+    PressurePolicy, PromotionAnswer, RequestParams, TierOptions,
+};
+
+/// Ends the step, then ends an empty one, so finished jobs are collected
+/// even when a prepare_store spent the step's polling gate.
+fn collect(m: &Manager) {
+    m.on_schedule_end().unwrap();
+    m.on_schedule_end().unwrap();
+}
+
+fn start(m: &Manager, name: &str) -> OffloadPolicy {
+    m.on_new_request(name, RequestParams::default()).unwrap()
+}
+
+/// Stores `keys` through the manager for `req` and completes the store.
+fn store(m: &Manager, req: &str, keys: &[kvtier::Key]) -> StorePlan {
+    let mut plan = StorePlan::default();
+    assert_eq!(
+        m.prepare_store(req, keys, &mut plan).unwrap(),
+        StoreOutcome::Planned
+    );
+    m.complete_store(req, &plan.to_store, true).unwrap();
+    plan
+}
+
+#[test]
+fn polling_gate_once_per_step_prepare_store_always_polls() {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    start(&m, "r");
+    m.lookup("r", &k(1)).unwrap();
+    m.lookup("r", &k(2)).unwrap();
+    m.prepare_load("r", &[], &mut Vec::new()).unwrap();
+    assert_eq!(
+        s.lock().polls,
+        1,
+        "first lookup polls, the rest of the step does not"
+    );
+    let mut plan = StorePlan::default();
+    m.prepare_store("r", &[k(3)], &mut plan).unwrap();
+    m.prepare_store("r", &[k(4)], &mut plan).unwrap();
+    assert_eq!(s.lock().polls, 3, "prepare_store always polls");
+    m.on_schedule_end().unwrap();
+    assert_eq!(
+        s.lock().polls,
+        3,
+        "gate spent by prepare_store: on_schedule_end does not poll"
+    );
+    m.on_schedule_end().unwrap();
+    assert_eq!(s.lock().polls, 4, "gate re-armed: on_schedule_end polls");
+    m.lookup("r", &k(1)).unwrap();
+    assert_eq!(
+        s.lock().polls,
+        5,
+        "the gate on_schedule_end re-armed: the next step's first lookup polls"
+    );
+}
+
+#[test]
+fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request() {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().stored.extend(keys(10..14));
+    start(&m, "a");
+    start(&m, "b");
+    assert_eq!(m.lookup("a", &k(10)).unwrap(), LookupResult::Retry);
+    assert_eq!(model.refs(&k(10)), Some(-1), "slot reserved write pending");
+    assert_eq!(
+        m.lookup("b", &k(10)).unwrap(),
+        LookupResult::HitPending,
+        "no second promotion"
+    );
+    assert_eq!(m.lookup("b", &k(12)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup("a", &k(11)).unwrap(), LookupResult::Retry);
+    assert!(
+        s.lock().submitted.is_empty(),
+        "load deferred to on_schedule_end"
+    );
+    m.on_schedule_end().unwrap();
+    {
+        let s = s.lock();
+        assert_eq!(s.submitted.len(), 2, "one load job per (tier, request)");
+        assert_eq!(s.submitted[0].request.name, "a", "in start order");
+        assert_eq!(s.submitted[0].keys, vec![k(10), k(11)]);
+        assert_eq!(s.submitted[1].keys, vec![k(12)]);
+        let slots: Vec<u32> = s.submitted[0].slots.clone();
+        assert_eq!(slots.len(), 2);
+    }
+    // the tier finished at submit; the next step's first lookup polls
+    assert_eq!(m.lookup("a", &k(10)).unwrap(), LookupResult::Hit);
+    assert_eq!(model.refs(&k(12)), Some(0));
+    assert_eq!(stat(&m, Some(1), "promotion_jobs"), 2.0);
+    assert_eq!(stat(&m, Some(1), "promotion_blocks"), 3.0);
+    assert_eq!(stat(&m, Some(1), "hits"), 3.0);
+}
+
+#[test]
+fn promotion_answer_hit_pending_option() {
+    let opts = ManagerOptions {
+        promotion_answer: PromotionAnswer::HitPending,
+        ..Default::default()
+    };
+    let (m, _) = model_manager(8, opts);
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().stored.insert(k(1));
+    start(&m, "r");
+    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::HitPending);
+}
+
+#[test]
+fn full_primary_answers_miss() {
+    let (m, _) = model_manager(1, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    let mut slots = Vec::new();
+    m.prepare_load("r", &[k(1)], &mut slots).unwrap();
+    s.lock().stored.insert(k(2));
+    m.on_schedule_end().unwrap(); // the cascade of k(1) finishes; k(1) stays pinned by the load
+    assert_eq!(m.lookup("r", &k(2)).unwrap(), LookupResult::Miss);
+    assert_eq!(stat(&m, None, "allocation_failures"), 1.0);
+}
+
+#[test]
+fn tier_retry_answers_retry_and_misses_miss() {
+    let (m, _) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    start(&m, "r");
+    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
+    s.lock().retry_lookups = true;
+    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Retry);
+}
+
+#[test]
+fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish() {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("one");
+    let (t2, s2) = TestTier::new("two");
+    assert_eq!(m.add_tier(Box::new(t1)).unwrap(), 1);
+    assert_eq!(m.add_tier(Box::new(t2)).unwrap(), 2);
+    s1.lock().auto_finish = false;
+    s2.lock().auto_finish = false;
+    start(&m, "r");
+    store(&m, "r", &keys(0..3));
+    assert_eq!(model.refs(&k(0)), Some(2), "pinned once per tier");
+    assert_eq!(s1.lock().submitted.len(), 1);
+    assert_eq!(s2.lock().submitted[0].keys, keys(0..3));
+    s1.lock().finish_all(true);
+    collect(&m);
+    assert_eq!(model.refs(&k(0)), Some(1));
+    s2.lock().finish_all(false);
+    collect(&m);
+    assert_eq!(
+        model.refs(&k(0)),
+        Some(0),
+        "a failed cascade unpins and keeps the primary copy"
+    );
+    assert_eq!(stat(&m, Some(2), "cascade_failures"), 1.0);
+    assert!(!m.has_pending_work().unwrap());
+}
+
+#[test]
+fn finalization_waits_for_stores_in_flight() {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    start(&m, "r");
+    let mut plan = StorePlan::default();
+    m.prepare_store("r", &[k(1)], &mut plan).unwrap();
+    m.on_request_finished("r").unwrap();
+    assert!(!s.lock().log.iter().any(|l| l == "finished r"));
+    assert!(
+        matches!(m.lookup("r", &k(1)), Err(Error::UnknownRequest(_))),
+        "finished request"
+    );
+    m.complete_store("r", &[k(1)], true).unwrap();
+    let log = s.lock().log.clone();
+    let store = log.iter().position(|l| l.starts_with("store")).unwrap();
+    let fin = log.iter().position(|l| l == "finished r").unwrap();
+    assert!(
+        store < fin,
+        "cascade submitted before the tier hears the request finished: {log:?}"
+    );
+    assert!(matches!(
+        m.complete_store("r", &[k(1)], true),
+        Err(Error::UnknownRequest(_))
+    ));
+    // the name can be reused once finalized
+    start(&m, "r");
+}
+
+#[test]
+fn finalization_waits_for_staged_promotions() {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().stored.insert(k(5));
+    start(&m, "r");
+    assert_eq!(m.lookup("r", &k(5)).unwrap(), LookupResult::Retry);
+    m.on_request_finished("r").unwrap();
+    assert!(!s.lock().log.iter().any(|l| l == "finished r"));
+    m.on_schedule_end().unwrap();
+    let log = s.lock().log.clone();
+    let load = log.iter().position(|l| l.starts_with("load")).unwrap();
+    let fin = log.iter().position(|l| l == "finished r").unwrap();
+    assert!(load < fin, "load submitted before finalization: {log:?}");
+}
+
+#[test]
+fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones() {
+    let (m, model) = model_manager(16, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    s.lock().auto_finish = false;
+    assert_eq!(start(&m, "a"), OffloadPolicy::RequestLevel);
+    assert_eq!(start(&m, "b"), OffloadPolicy::RequestLevel);
+    store(&m, "a", &keys(0..2)); // ready, cascaded (block-level path)
+    let mut plan_a = StorePlan::default();
+    m.prepare_store("a", &[k(7)], &mut plan_a).unwrap(); // k7 write pending
+    let before = s.lock().submitted.len();
+    let mut plan = StorePlan::default();
+    m.prepare_store("b", &[k(0), k(1), k(7), k(9)], &mut plan)
+        .unwrap();
+    assert_eq!(plan.to_store, vec![k(9)]);
+    {
+        let sc = s.lock();
+        assert_eq!(
+            sc.submitted.len(),
+            before + 1,
+            "resident ready keys cascaded at once"
+        );
+        assert_eq!(sc.submitted.last().unwrap().keys, vec![k(0), k(1)]);
+        assert_eq!(sc.submitted.last().unwrap().request.name, "b");
+    }
+    assert_eq!(model.refs(&k(0)), Some(2), "pinned by both cascades");
+    m.on_request_finished("b").unwrap();
+    m.complete_store("b", &[k(9)], true).unwrap();
+    assert!(
+        !s.lock().log.iter().any(|l| l == "finished b"),
+        "k7 still parked"
+    );
+    assert!(m.has_pending_work().unwrap());
+    m.complete_store("a", &[k(7)], true).unwrap();
+    m.on_schedule_end().unwrap();
+    let sc = s.lock();
+    let last = sc.submitted.last().unwrap();
+    assert_eq!(
+        (last.keys.clone(), last.request.name.as_str()),
+        (vec![k(7)], "b"),
+        "parked key cascaded when ready"
+    );
+    assert!(sc.log.iter().any(|l| l == "finished b"));
+}
+
+#[test]
+fn parked_key_whose_write_failed_is_dropped() {
+    let (m, _) = model_manager(16, ManagerOptions::default());
+    let (t, s) = TestTier::new("rl");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().policy = Some(OffloadPolicy::RequestLevel);
+    start(&m, "a");
+    start(&m, "b");
+    let mut plan = StorePlan::default();
+    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
+    m.prepare_store("b", &[k(1)], &mut plan).unwrap();
+    m.complete_store("a", &[k(1)], false).unwrap();
+    m.on_request_finished("b").unwrap();
+    m.on_schedule_end().unwrap();
+    assert_eq!(stat(&m, None, "parked_keys_dropped"), 1.0);
+    assert!(s.lock().log.iter().any(|l| l == "finished b"));
+    assert!(!m.has_pending_work().unwrap());
+}
+
+#[test]
+fn partial_promotion_and_bad_lists() {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().stored.extend(keys(0..3));
+    s.lock().auto_finish = false;
+    start(&m, "r");
+    for i in 0..3 {
+        m.lookup("r", &k(i)).unwrap();
+    }
+    m.on_schedule_end().unwrap();
+    let id = s.lock().held[0].id;
+    s.lock().held.clear();
+    s.lock().ready.push(JobResult {
+        succeeded_keys: Some(vec![k(0), k(2)]),
+        ..JobResult::new(id, false)
+    });
+    m.on_schedule_end().unwrap();
+    assert_eq!(model.refs(&k(0)), Some(0));
+    assert_eq!(model.refs(&k(1)), None, "the rest dropped");
+    assert_eq!(model.refs(&k(2)), Some(0));
+    assert_eq!(stat(&m, Some(1), "partial_promotions"), 1.0);
+
+    // a list naming a key not in the job: the whole job fails, logged as a tier bug
+    m.lookup("r", &k(1)).unwrap();
+    m.on_schedule_end().unwrap();
+    let id = s.lock().held[0].id;
+    s.lock().held.clear();
+    s.lock().ready.push(JobResult {
+        succeeded_keys: Some(vec![k(1), k(99)]),
+        ..JobResult::new(id, false)
+    });
+    m.on_schedule_end().unwrap();
+    assert_eq!(model.refs(&k(1)), None);
+    assert_eq!(stat(&m, Some(1), "tier_bugs"), 1.0);
+    // a success is a success whatever keys it lists
+    m.lookup("r", &k(1)).unwrap();
+    m.on_schedule_end().unwrap();
+    let id = s.lock().held[0].id;
+    s.lock().held.clear();
+    s.lock().ready.push(JobResult {
+        succeeded_keys: Some(vec![k(42)]),
+        ..JobResult::new(id, true)
+    });
+    m.on_schedule_end().unwrap();
+    assert_eq!(model.refs(&k(1)), Some(0));
+    let mut errs = Vec::new();
+    m.take_errors(&mut errs).unwrap();
+    assert_eq!(errs.len(), 1);
+    assert!(errs[0].contains("not in the job"), "{errs:?}");
+}
+
+#[test]
+fn unknown_and_repeated_job_ids_are_logged_tier_bugs() {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("one");
+    let (t2, s2) = TestTier::new("two");
+    m.add_tier(Box::new(t1)).unwrap();
+    m.add_tier(Box::new(t2)).unwrap();
+    s2.lock().auto_finish = false;
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    m.on_schedule_end().unwrap();
+    let done = s1.lock().submitted[0].id;
+    let other = s2.lock().submitted[0].id;
+    s1.lock().ready.push(JobResult::new(done, true)); // twice
+    s1.lock()
+        .ready
+        .push(JobResult::new(kvtier::tiering::JobId(777), true)); // never given
+    s1.lock().ready.push(JobResult::new(other, true)); // another tier's
+    m.on_schedule_end().unwrap();
+    assert_eq!(stat(&m, Some(1), "tier_bugs"), 3.0);
+    assert_eq!(stat(&m, None, "tier_bugs"), 3.0);
+    assert_eq!(
+        model.refs(&k(1)),
+        Some(1),
+        "tier two's job still holds its pin"
+    );
+    let mut errs = Vec::new();
+    m.take_errors(&mut errs).unwrap();
+    assert_eq!(errs.len(), 3);
+    assert!(
+        errs[0].contains("unknown job") && errs[0].contains("\"one\""),
+        "{errs:?}"
+    );
+    assert!(errs[2].contains("belongs to tier \"two\""), "{errs:?}");
+    s2.lock().finish_all(true);
+    m.on_schedule_end().unwrap();
+    assert_eq!(model.refs(&k(1)), Some(0));
+}
+
+#[test]
+fn complete_job_from_another_thread() {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = Arc::new(m);
+    let (t, s) = TestTier::new("t");
+    let idx = m.add_tier(Box::new(t)).unwrap();
+    s.lock().auto_finish = false;
+    start(&m, "r");
+    store(&m, "r", &keys(0..4));
+    let id = s.lock().held.pop().unwrap().id;
+    let m2 = m.clone();
+    std::thread::spawn(move || m2.complete_job(idx, JobResult::new(id, true)).unwrap())
+        .join()
+        .unwrap();
+    assert!(m.has_pending_work().unwrap());
+    collect(&m);
+    assert_eq!(model.refs(&k(0)), Some(0));
+    assert!(matches!(
+        m.complete_job(0, JobResult::new(id, true)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        m.complete_job(2, JobResult::new(id, true)),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn reset_cache_semantics_and_promotion_hold() {
+    let (m, model) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().stored.insert(k(50));
+    start(&m, "live");
+    start(&m, "done");
+    let mut plan = StorePlan::default();
+    m.prepare_store("done", &[k(1)], &mut plan).unwrap();
+    m.on_request_finished("done").unwrap();
+    m.prepare_store("live", &[k(2)], &mut plan).unwrap();
+    assert_eq!(m.lookup("live", &k(50)).unwrap(), LookupResult::Retry); // staged
+    m.reset_cache().unwrap();
+    {
+        let sc = s.lock();
+        assert_eq!(sc.drains, 1);
+        assert!(
+            !sc.log.iter().any(|l| l.starts_with("load")),
+            "staged promotion dropped"
+        );
+        assert!(
+            sc.log.iter().any(|l| l == "finished done"),
+            "finished request finalized"
+        );
+        assert!(sc.stored.contains(&k(50)), "secondary data kept");
+    }
+    assert_eq!(model.0.lock().entries.len(), 0, "primary reset");
+    // the live request keeps its state; its store count was cleared
+    assert_eq!(
+        m.complete_store("live", &[k(2)], true).unwrap(),
+        Default::default()
+    );
+    assert_eq!(stat(&m, None, "ignored_store_completions"), 1.0);
+    // promotions held until reset_flushed
+    assert_eq!(m.lookup("live", &k(50)).unwrap(), LookupResult::Miss);
+    assert_eq!(stat(&m, None, "held_misses"), 1.0);
+    m.on_schedule_end().unwrap();
+    m.reset_flushed().unwrap();
+    assert_eq!(m.lookup("live", &k(50)).unwrap(), LookupResult::Retry);
+    let mut ev = Vec::new();
+    m.take_events(&mut ev).unwrap();
+    assert!(
+        ev.iter()
+            .any(|e| e.tier == 0 && e.event.kind == EventKind::Cleared)
+    );
+    m.on_request_finished("live").unwrap();
+    m.on_schedule_end().unwrap();
+    assert!(s.lock().log.iter().any(|l| l == "finished live"));
+}
+
+#[test]
+fn reset_without_secondary_tiers_does_not_hold() {
+    let (m, _) = model_manager(4, ManagerOptions::default());
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    m.reset_cache().unwrap();
+    assert_eq!(stat(&m, None, "promotions_held"), 0.0);
+    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
+}
+
+#[test]
+fn job_never_finished_blocks_nothing_but_is_reported_at_reset() {
+    let (m, model) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("stuck");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().auto_finish = false;
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    for _ in 0..3 {
+        m.on_schedule_end().unwrap();
+    }
+    assert!(m.has_pending_work().unwrap());
+    assert_eq!(model.refs(&k(1)), Some(1));
+    m.reset_cache().unwrap();
+    let mut errs = Vec::new();
+    m.take_errors(&mut errs).unwrap();
+    assert!(
+        errs.iter().any(|e| e.contains("not reported after drain")),
+        "{errs:?}"
+    );
+    // its late completion is ignored: the slots belong to the new epoch
+    store(&m, "r", &[k(2)]);
+    s.lock().finish_all(true);
+    collect(&m);
+    assert_eq!(stat(&m, None, "stale_completions"), 1.0);
+    assert_eq!(model.refs(&k(2)), Some(0));
+}
+
+#[test]
+fn every_job_failing_leaks_no_slot() {
+    let (m, model) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("bad");
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().fail_all = true;
+    s.lock().stored.extend(keys(100..104));
+    start(&m, "r");
+    for round in 0..5u32 {
+        store(&m, "r", &[k(round)]);
+        m.lookup("r", &k(100 + round % 4)).unwrap();
+        m.on_schedule_end().unwrap();
+        m.on_schedule_end().unwrap();
+    }
+    let model = model.0.lock();
+    assert!(
+        model.entries.values().all(|e| e.refs == 0),
+        "{:?}",
+        model.entries
+    );
+    model.check().unwrap();
+}
+
+#[test]
+fn back_pressure_drops_cascades_not_loads_and_reset_clears_it() {
+    let (m, _) = model_manager(32, ManagerOptions::default());
+    let (t, s) = TestTier::new("slow");
+    let bp = BackpressureConfig {
+        max_consecutive_failures: 2,
+        policy: PressurePolicy::Drop,
+        ..Default::default()
+    };
+    m.add_tier_with(
+        Box::new(t),
+        TierOptions {
+            backpressure: Some(bp),
+        },
+    )
+    .unwrap();
+    s.lock().fail_all = true;
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    store(&m, "r", &[k(2)]);
+    collect(&m); // both failures collected
+    assert_eq!(stat(&m, Some(1), "under_pressure"), 1.0);
+    store(&m, "r", &keys(3..6));
+    assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
+    assert_eq!(stat(&m, Some(1), "dropped_cascade_blocks"), 3.0);
+    // loads are never dropped
+    s.lock().stored.insert(k(77));
+    s.lock().fail_all = false;
+    m.lookup("r", &k(77)).unwrap();
+    m.on_schedule_end().unwrap();
+    assert_eq!(stat(&m, Some(1), "promotion_jobs"), 1.0);
+    m.reset_cache().unwrap();
+    assert_eq!(stat(&m, Some(1), "under_pressure"), 0.0);
+}
+
+#[test]
+fn back_pressure_throttle_admits_one_store_at_a_time() {
+    let (m, _) = model_manager(32, ManagerOptions::default());
+    let (t, s) = TestTier::new("slow");
+    let bp = BackpressureConfig {
+        max_consecutive_failures: 1,
+        policy: PressurePolicy::Throttle,
+        ..Default::default()
+    };
+    m.add_tier_with(
+        Box::new(t),
+        TierOptions {
+            backpressure: Some(bp),
+        },
+    )
+    .unwrap();
+    s.lock().fail_all = true;
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    m.on_schedule_end().unwrap();
+    s.lock().auto_finish = false;
+    store(&m, "r", &[k(2)]); // admitted: nothing in flight
+    store(&m, "r", &[k(3)]); // dropped: one in flight
+    assert_eq!(stat(&m, Some(1), "cascade_jobs"), 2.0);
+    assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
+}
+
+#[test]
+fn tier_filter_affects_lookups_only() {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let (t, s) = TestTier::new("disk");
+    s.lock().medium = Some(Medium::Storage);
+    m.add_tier(Box::new(t)).unwrap();
+    s.lock().stored.insert(k(9));
+    let only_cpu = TierFilter::Only(vec![TierMatcher {
+        medium: Some(Medium::Cpu),
+        locality: None,
+    }]);
+    m.on_new_request(
+        "f",
+        RequestParams {
+            filter: only_cpu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    m.on_new_request(
+        "none",
+        RequestParams {
+            filter: TierFilter::Only(vec![]),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    start(&m, "all");
+    assert_eq!(m.lookup("f", &k(9)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup("none", &k(9)).unwrap(), LookupResult::Miss);
+    assert_eq!(s.lock().lookups, 0);
+    store(&m, "f", &[k(1)]);
+    assert_eq!(s.lock().submitted.len(), 1, "cascades ignore the filter");
+    assert_eq!(m.lookup("all", &k(9)).unwrap(), LookupResult::Retry);
+}
+
+#[test]
+fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock() {
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = Arc::new(m);
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    let seen = Arc::new(Mutex::new(None));
+    let (weak, seen2) = (Arc::downgrade(&m), seen.clone());
+    s.lock().on_lookup = Some(Box::new(move || {
+        let m = weak.upgrade().unwrap();
+        *seen2.lock() = Some(m.lookup("r", &k(1)).map_err(|e| e.to_string()));
+        // the thread-safe completion call is allowed from a callback
+        assert!(
+            m.complete_job(1, JobResult::new(kvtier::tiering::JobId(5), true))
+                .is_ok()
+        );
+    }));
+    start(&m, "r");
+    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
+    let got = seen.lock().take().unwrap();
+    assert!(
+        matches!(&got, Err(e) if e.contains("re-entrant")),
+        "{got:?}"
+    );
+    // the manager is still usable from this thread and others
+    s.lock().on_lookup = None;
+    collect(&m);
+    assert_eq!(stat(&m, Some(1), "tier_bugs"), 1.0, "job 5 was never given");
+}
+
+#[test]
+fn events_are_labelled_and_tiers_own_theirs() {
+    let (m, _) = model_manager(1, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    start(&m, "r");
+    store(&m, "r", &[k(1)]);
+    m.on_schedule_end().unwrap();
+    m.on_schedule_end().unwrap();
+    store(&m, "r", &[k(2)]); // evicts k1
+    s.lock().events.push(kvtier::events::Event {
+        kind: EventKind::Stored,
+        key: Some(k(1)),
+    });
+    let mut got = Vec::new();
+    let (n, more) = m.take_events_with(2, |_, e| got.push(*e)).unwrap();
+    assert_eq!((n, more), (2, true));
+    m.take_events(&mut got).unwrap();
+    let kinds: Vec<(usize, EventKind)> = got.iter().map(|e| (e.tier, e.event.kind)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (0, EventKind::Stored),
+            (0, EventKind::Removed),
+            (0, EventKind::Stored),
+            (1, EventKind::Stored)
+        ]
+    );
+}
+
+#[test]
+fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed() {
+    struct Flag(Arc<Mutex<bool>>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            *self.0.lock() = true;
+        }
+    }
+    let (m, _) = model_manager(4, ManagerOptions::default());
+    let (t1, s1) = TestTier::new("one");
+    let (t2, s2) = TestTier::new("two");
+    m.add_tier(Box::new(t1)).unwrap();
+    m.add_tier(Box::new(t2)).unwrap();
+    s1.lock().fail_shutdown = true;
+    let released = Arc::new(Mutex::new(false));
+    m.attach_region(Box::new(Flag(released.clone()))).unwrap();
+    let e = m.shutdown().unwrap_err().to_string();
+    assert!(e.contains("one") && e.contains("stays mapped"), "{e}");
+    assert_eq!(s2.lock().shutdowns, 1, "every tier gets a try");
+    assert!(matches!(m.lookup("x", &k(1)), Err(Error::Closed(_))));
+    drop(m);
+    assert!(
+        !*released.lock(),
+        "region kept mapped after a failed shutdown"
+    );
+
+    let (m, _) = model_manager(4, ManagerOptions::default());
+    let released = Arc::new(Mutex::new(false));
+    m.attach_region(Box::new(Flag(released.clone()))).unwrap();
+    m.shutdown().unwrap();
+    assert!(*released.lock());
+}
+
+#[test]
+fn misuse_is_an_error_with_no_side_effect() {
+    let (m, model) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    assert!(matches!(
+        m.lookup("nope", &k(1)),
+        Err(Error::UnknownRequest(_))
+    ));
+    let mut plan = StorePlan::default();
+    assert!(matches!(
+        m.prepare_store("nope", &[k(1)], &mut plan),
+        Err(Error::UnknownRequest(_))
+    ));
+    assert_eq!(
+        model.0.lock().entries.len(),
+        0,
+        "no slot allocated for an unknown request"
+    );
+    start(&m, "r");
+    assert!(matches!(
+        m.on_new_request("r", RequestParams::default()),
+        Err(Error::DuplicateRequest(_))
+    ));
+    assert!(matches!(
+        m.prepare_load("r", &[k(1)], &mut Vec::new()),
+        Err(Error::KeyState { .. })
+    ));
+    let (t2, _) = TestTier::new("late");
+    assert!(matches!(
+        m.add_tier(Box::new(t2)),
+        Err(Error::InvalidArgument(_))
+    ));
+    m.on_request_finished("r").unwrap();
+    assert!(matches!(
+        m.on_request_finished("r"),
+        Err(Error::UnknownRequest(_))
+    ));
+    assert_eq!(
+        s.lock().log.iter().filter(|l| *l == "finished r").count(),
+        1
+    );
+}
+
+#[test]
+fn touch_reaches_every_tier_and_has_pending_work_sees_tiers() {
+    let (m, _) = model_manager(4, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    start(&m, "r");
+    m.touch("r", &[k(1)]).unwrap();
+    assert_eq!(s.lock().touches, 1);
+    assert!(!m.has_pending_work().unwrap());
+    s.lock()
+        .ready
+        .push(JobResult::new(kvtier::tiering::JobId(3), true));
+    assert!(m.has_pending_work().unwrap(), "the tier says so");
+    m.on_schedule_end().unwrap();
+    assert_eq!(s.lock().schedule_ends, 1);
+}
