@@ -18,6 +18,12 @@
 
 
 /**
+ * Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
+ * A literal, so that cbindgen emits it into the header.
+ */
+#define KVTIER_MAX_KEY_LEN 64
+
+/**
  * Manager lookup answer: not in any tier (or no room to promote it).
  */
 #define KVTIER_MANAGER_LOOKUP_MISS 0
@@ -245,9 +251,50 @@ typedef enum {
 } kvtier_status;
 
 /**
+ * What lookup found for one key.
+ */
+typedef enum {
+  /**
+   * Not resident.
+   */
+  KVTIER_PRIMARY_LOOKUP_RESULT_MISS = 0,
+  /**
+   * Resident, being written: not readable yet (retry later).
+   */
+  KVTIER_PRIMARY_LOOKUP_RESULT_HIT_PENDING = 1,
+  /**
+   * Resident and readable.
+   */
+  KVTIER_PRIMARY_LOOKUP_RESULT_HIT = 2,
+} kvtier_primary_lookup_result;
+
+/**
+ * Kind of one event.
+ */
+typedef enum {
+  /**
+   * The key became readable.
+   */
+  KVTIER_PRIMARY_EVENT_KIND_STORED = 0,
+  /**
+   * The key was evicted (only keys announced as stored).
+   */
+  KVTIER_PRIMARY_EVENT_KIND_REMOVED = 1,
+  /**
+   * The tier was reset and forgot every key (no key).
+   */
+  KVTIER_PRIMARY_EVENT_KIND_CLEARED = 2,
+} kvtier_primary_event_kind;
+
+/**
  * Opaque handle of a tiering manager (internally synchronized).
  */
 typedef struct kvtier_manager kvtier_manager;
+
+/**
+ * Opaque handle of one CPU primary tier.
+ */
+typedef struct kvtier_primary kvtier_primary;
 
 /**
  * Options of `kvtier_manager_new`; start from `kvtier_manager_options_default()`.
@@ -677,6 +724,191 @@ typedef struct {
   double value;
 } kvtier_manager_stat;
 
+/**
+ * Options of [`kvtier_primary_new`]; start from [`kvtier_primary_options_default`].
+ */
+typedef struct {
+  /**
+   * Number of slots, at least 1 (default 1024).
+   */
+  uint32_t capacity;
+  /**
+   * Eviction policy name, `"lru"` or `"arc"`; NULL means `"lru"`.  Copied at creation.
+   */
+  const char *policy;
+  /**
+   * Store a key only at its `store_threshold`-th offer to prepare_store; 0 or 1 = at once (default 0).
+   */
+  uint32_t store_threshold;
+  /**
+   * Bound of the table of recent offers, used when `store_threshold` >= 2 (default 64000).
+   */
+  size_t admission_table_size;
+  /**
+   * Bound of the event buffer; 0 (default) turns events off.  When full,
+   * new events are dropped and counted in `events_dropped`, and a key
+   * whose "stored" event was dropped is never announced as removed.
+   */
+  size_t event_capacity;
+} kvtier_primary_options;
+
+/**
+ * Summary of one prepare_store call.
+ */
+typedef struct {
+  /**
+   * True if the store was refused (not enough evictable keys): nothing
+   * changed and no other output was written.  A refusal is not an error.
+   */
+  bool refused;
+  /**
+   * Number of keys to store (entries written to `to_store_out` and `slots_out`).
+   */
+  size_t stored;
+  /**
+   * Number of keys evicted (entries written to `evicted_out` and `evicted_lens_out`).
+   */
+  size_t evicted;
+} kvtier_primary_store_result;
+
+/**
+ * Summary of one complete_store call.
+ */
+typedef struct {
+  /**
+   * Write-pending keys that became ready (success).
+   */
+  size_t ready;
+  /**
+   * Write-pending keys dropped and their slots freed (failure).
+   */
+  size_t dropped;
+  /**
+   * Absent keys ignored (late completions).
+   */
+  size_t ignored;
+} kvtier_primary_complete_result;
+
+/**
+ * One event, key copied inline.
+ */
+typedef struct {
+  /**
+   * What happened.
+   */
+  kvtier_primary_event_kind kind;
+  /**
+   * Number of key bytes (0 for `Cleared`).
+   */
+  size_t key_len;
+  /**
+   * The key's bytes (the first `key_len` are meaningful).
+   */
+  uint8_t key[KVTIER_MAX_KEY_LEN];
+} kvtier_primary_event;
+
+/**
+ * The tier's numbers.  Counters count since creation; the rest are current.
+ */
+typedef struct {
+  /**
+   * Number of slots.
+   */
+  uint32_t capacity;
+  /**
+   * Slots holding a key (any state).
+   */
+  uint32_t used;
+  /**
+   * Slots handed out fresh since creation or the last reset.
+   */
+  uint32_t allocated;
+  /**
+   * Keys being written.
+   */
+  uint32_t write_pending;
+  /**
+   * Keys ready and pinned.
+   */
+  uint32_t pinned;
+  /**
+   * Keys ready and idle (evictable).
+   */
+  uint32_t idle;
+  /**
+   * (write pending + pinned) / capacity.
+   */
+  double usage;
+  /**
+   * write pending / capacity.
+   */
+  double write_usage;
+  /**
+   * pinned / capacity.
+   */
+  double read_usage;
+  /**
+   * Keys evicted.
+   */
+  uint64_t evictions;
+  /**
+   * prepare_store calls refused.
+   */
+  uint64_t refusals;
+  /**
+   * Keys not stored because offered fewer than `store_threshold` times.
+   */
+  uint64_t admission_skips;
+  /**
+   * Keys prepare_store planned to store.
+   */
+  uint64_t stores_planned;
+  /**
+   * Keys made ready by complete_store.
+   */
+  uint64_t stores_completed;
+  /**
+   * Keys dropped by a failed complete_store.
+   */
+  uint64_t stores_failed;
+  /**
+   * Absent keys in complete_store (late completions), ignored.
+   */
+  uint64_t late_completions;
+  /**
+   * Keys pinned by prepare_load.
+   */
+  uint64_t loads;
+  /**
+   * Events waiting to be taken.
+   */
+  uint32_t events_queued;
+  /**
+   * Events dropped because the buffer was full.
+   */
+  uint64_t events_dropped;
+  /**
+   * ARC: resident keys seen once (0 for lru).
+   */
+  uint32_t arc_t1;
+  /**
+   * ARC: resident keys reused (0 for lru).
+   */
+  uint32_t arc_t2;
+  /**
+   * ARC: ghosts of keys evicted from T1.
+   */
+  uint32_t arc_b1;
+  /**
+   * ARC: ghosts of keys evicted from T2.
+   */
+  uint32_t arc_b2;
+  /**
+   * ARC: the adaptive T1 target.
+   */
+  double arc_target;
+} kvtier_primary_stats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1004,6 +1236,217 @@ kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
  * `manager` a live handle.
  */
 kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
+
+/**
+ * Returns the default options: capacity 1024, `"lru"`, no admission
+ * threshold (table size 64000), events off.
+ *
+ * Plain value: nothing to free.  Safe to call from any thread.
+ */
+kvtier_primary_options kvtier_primary_options_default(void);
+
+/**
+ * Creates a primary tier with `options->capacity` free slots.
+ *
+ * `options` must point to options (start from
+ * [`kvtier_primary_options_default`]); an unknown policy name or a zero
+ * capacity is `KVTIER_STATUS_INVALID_ARGUMENT`.  On success writes the new
+ * handle to `*out`; on failure `*out` is untouched and nothing is
+ * allocated.  The caller owns the handle and frees it with
+ * [`kvtier_primary_free`].  Safe to call from any thread.
+ *
+ * # Safety
+ * `options` must be NULL or valid for reads; `options->policy` NULL or a
+ * NUL-terminated string; `out` NULL or valid for writes.
+ */
+kvtier_status kvtier_primary_new(const kvtier_primary_options *options, kvtier_primary **out);
+
+/**
+ * Frees a primary tier; NULL is ignored.  Forgets every key and pending
+ * event.  Must not run concurrently with any other call on the handle.
+ *
+ * # Safety
+ * `primary` must be NULL or a live handle from [`kvtier_primary_new`], not
+ * used afterwards.
+ */
+void kvtier_primary_free(kvtier_primary *primary);
+
+/**
+ * Starts the request named `request_id`; every load and store names an
+ * active request.  A name already active is
+ * `KVTIER_STATUS_DUPLICATE_REQUEST`.  The string is copied.  Exclusive
+ * access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
+ */
+kvtier_status kvtier_primary_request_begin(kvtier_primary *primary, const char *request_id);
+
+/**
+ * Ends the request named `request_id`, committing its accesses: every key
+ * it stored or loaded that is still resident gets one access, its first
+ * keys most recent.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+ * Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
+ */
+kvtier_status kvtier_primary_request_finished(kvtier_primary *primary, const char *request_id);
+
+/**
+ * Looks up `n` keys and writes one result per key into `results_out`
+ * (`results_len` >= `n`): MISS, HIT_PENDING or HIT.  Changes nothing.
+ * A const call: may run concurrently with other const calls on the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `keys` valid for `n` entries;
+ * `results_out` valid for writes of `results_len` entries.
+ */
+kvtier_status kvtier_primary_lookup(const kvtier_primary *primary,
+                                    const kvtier_key *keys,
+                                    size_t n,
+                                    kvtier_primary_lookup_result *results_out,
+                                    size_t results_len);
+
+/**
+ * Pins `n` ready keys for a load by request `request_id` and writes their
+ * slot ids, in key order, into `slots_out` (`slots_len` >= `n`).  A key
+ * that is absent or being written is `KVTIER_STATUS_KEY_STATE`, the message
+ * naming its position; nothing changes then.  Release the pins with
+ * [`kvtier_primary_complete_load`].  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` valid for `n` entries; `slots_out` valid for `slots_len` writes.
+ */
+kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
+                                          const char *request_id,
+                                          const kvtier_key *keys,
+                                          size_t n,
+                                          uint32_t *slots_out,
+                                          size_t slots_len);
+
+/**
+ * Marks `n` keys recently used for request `request_id` (policy-specific;
+ * the first key ends up most recent); absent keys are ignored (ARC learns
+ * from keys it evicted recently).  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` valid for `n` entries.
+ */
+kvtier_status kvtier_primary_touch(kvtier_primary *primary,
+                                   const char *request_id,
+                                   const kvtier_key *keys,
+                                   size_t n);
+
+/**
+ * Releases the pins [`kvtier_primary_prepare_load`] took on `n` keys.  A
+ * key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming its
+ * position; nothing changes then.  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` valid for `n` entries.
+ */
+kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
+                                           const char *request_id,
+                                           const kvtier_key *keys,
+                                           size_t n);
+
+/**
+ * Plans storing `n` keys for request `request_id`.
+ *
+ * Keys already resident are not stored again.  If free slots are short,
+ * exactly the shortfall is evicted from idle keys not named in this call;
+ * if that many are not available, the call succeeds with
+ * `result_out->refused = true` and changes nothing.  Otherwise the keys to
+ * store enter the write-pending state; write their data, then call
+ * [`kvtier_primary_complete_store`].
+ *
+ * Buffers, each sized by the input count `n` (at most `n` keys are stored
+ * and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the
+ * position in `keys` of each key to store, in call order; `slots_out`
+ * (`slots_len` >= n) its slot id; `evicted_out` (`evicted_len` >= n *
+ * `KVTIER_MAX_KEY_LEN` bytes) gets evicted key `i` at byte offset `i *
+ * KVTIER_MAX_KEY_LEN`, its length in `evicted_lens_out[i]`
+ * (`evicted_lens_len` >= n).  Counts go to `*result_out`.  Nothing is
+ * allocated for the caller.  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` valid for `n` entries; each output valid for writes of its length;
+ * `result_out` valid for writes.
+ */
+kvtier_status kvtier_primary_prepare_store(kvtier_primary *primary,
+                                           const char *request_id,
+                                           const kvtier_key *keys,
+                                           size_t n,
+                                           size_t *to_store_out,
+                                           size_t to_store_len,
+                                           uint32_t *slots_out,
+                                           size_t slots_len,
+                                           uint8_t *evicted_out,
+                                           size_t evicted_len,
+                                           size_t *evicted_lens_out,
+                                           size_t evicted_lens_len,
+                                           kvtier_primary_store_result *result_out);
+
+/**
+ * Finishes writes of `n` keys: with `success`, keys being written become
+ * readable and evictable ("stored" events); without, they are dropped and
+ * their slots freed.  Keys already readable are left alone; absent keys
+ * (a completion after a reset) are ignored and counted.  Takes no request:
+ * completions may arrive after the request finished.  Writes counts to
+ * `*result_out` unless it is NULL.  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `keys` valid for `n` entries;
+ * `result_out` NULL or valid for writes.
+ */
+kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
+                                            const kvtier_key *keys,
+                                            size_t n,
+                                            bool success,
+                                            kvtier_primary_complete_result *result_out);
+
+/**
+ * Forgets every key and frees every slot, whatever its state (pins and
+ * writes in flight included); slot allocation restarts at 0.  Drops queued
+ * events and queues one "cleared" event.  Active requests stay active.
+ * Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle.
+ */
+kvtier_status kvtier_primary_reset(kvtier_primary *primary);
+
+/**
+ * Moves up to `events_len` queued events, oldest first, into `events_out`
+ * and writes how many to `*count_out` and whether more remain to
+ * `*more_out`.  Keys are copied into the events.  Events are buffered up to
+ * the `event_capacity` option; beyond it new events are dropped and
+ * counted (stats `events_dropped`).  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `events_out` valid for `events_len`
+ * writes (NULL allowed when 0); `count_out` and `more_out` valid for writes.
+ */
+kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
+                                         kvtier_primary_event *events_out,
+                                         size_t events_len,
+                                         size_t *count_out,
+                                         bool *more_out);
+
+/**
+ * Writes the tier's numbers to `*stats_out`.  A const call: may run
+ * concurrently with other const calls on the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `stats_out` valid for writes.
+ */
+kvtier_status kvtier_primary_read_stats(const kvtier_primary *primary,
+                                        kvtier_primary_stats *stats_out);
 
 /**
  * Returns the name of `status` as a static NUL-terminated string, for

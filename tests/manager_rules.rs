@@ -196,18 +196,24 @@ fn finalization_waits_for_stores_in_flight() {
     );
     m.complete_store("r", &[k(1)], true).unwrap();
     let log = s.lock().log.clone();
-    let store = log.iter().position(|l| l.starts_with("store")).unwrap();
+    let cascade = log.iter().position(|l| l.starts_with("store")).unwrap();
     let fin = log.iter().position(|l| l == "finished r").unwrap();
     assert!(
-        store < fin,
+        cascade < fin,
         "cascade submitted before the tier hears the request finished: {log:?}"
     );
     assert!(matches!(
         m.complete_store("r", &[k(1)], true),
         Err(Error::UnknownRequest(_))
     ));
-    // the name can be reused once finalized
+    // the name can be reused once finalized, as a new request
     start(&m, "r");
+    store(&m, "r", &[k(2)]);
+    m.on_request_finished("r").unwrap();
+    assert_eq!(
+        s.lock().log.iter().filter(|l| *l == "finished r").count(),
+        2
+    );
 }
 
 #[test]

@@ -54,4 +54,7 @@ pub(crate) unsafe fn read_key(key: &kvtier_key, index: usize) -> Result<Key, Fai
 }
 
 /// Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
-pub const KVTIER_MAX_KEY_LEN: usize = crate::key::MAX_KEY_LEN;
+/// A literal, so that cbindgen emits it into the header.
+pub const KVTIER_MAX_KEY_LEN: usize = 64;
+
+const _: () = assert!(KVTIER_MAX_KEY_LEN == crate::key::MAX_KEY_LEN);

@@ -10,6 +10,7 @@ pub(crate) mod boundary;
 #[allow(dead_code)]
 pub mod key;
 pub mod manager;
+pub mod primary;
 pub mod status;
 pub mod tier;
 pub mod version;

@@ -61,7 +61,7 @@ impl Admission {
             self.keys.push(*key);
             self.counts.push(0);
             self.marks.push(0);
-            self.lists.grow_to(self.keys.len());
+            self.lists.grow_to(self.keys.len(), self.bound);
             e
         } else {
             let old = self.lists.front(RECENT);

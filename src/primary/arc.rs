@@ -55,8 +55,14 @@ impl Ghosts {
             }
             None => {
                 let g = self.keys.len() as u32;
+                // B1 and B2 hold at most `bound` each, plus one being added.
+                let max = 2 * self.bound + 1;
+                if self.keys.len() == self.keys.capacity() {
+                    let want = (self.keys.capacity() * 2).max(16).min(max);
+                    self.keys.reserve_exact(want - self.keys.len());
+                }
                 self.keys.push(key);
-                self.lists.grow_to(self.keys.len());
+                self.lists.grow_to(self.keys.len(), max);
                 g
             }
         };

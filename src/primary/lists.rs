@@ -33,9 +33,17 @@ impl<const N: usize> Lists<N> {
         }
     }
 
-    /// Makes room for ids below `ids` (amortized O(1) per new id).
-    pub(crate) fn grow_to(&mut self, ids: usize) {
+    /// Makes room for ids below `ids` (amortized O(1) per new id), never
+    /// reserving room for more than `max` ids.
+    pub(crate) fn grow_to(&mut self, ids: usize, max: usize) {
         if ids > self.tag.len() {
+            if ids > self.tag.capacity() {
+                let want = (self.tag.capacity() * 2).clamp(ids, max.max(ids));
+                let extra = want - self.tag.len();
+                self.prev.reserve_exact(extra);
+                self.next.reserve_exact(extra);
+                self.tag.reserve_exact(extra);
+            }
             self.prev.resize(ids, NIL);
             self.next.resize(ids, NIL);
             self.tag.resize(ids, NO_LIST);
@@ -178,7 +186,7 @@ mod tests {
         assert_eq!(l.list_of(0), None);
         assert_eq!(l.pop_front(0), Some(3));
         assert_eq!((l.len(0), l.len(1)), (1, 1));
-        l.grow_to(8);
+        l.grow_to(8, 8);
         l.push_back(1, 7);
         assert_eq!(l.collect(1), vec![2, 7]);
         l.clear();

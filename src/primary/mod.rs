@@ -141,6 +141,20 @@ impl StorePlan {
         self.slots.clear();
         self.evicted.clear();
     }
+
+    /// Writes into `out` (cleared first) the position in `keys` (the batch
+    /// given to `prepare_store`) of each key to store: its first occurrence.
+    pub fn positions_in(&self, keys: &[Key], out: &mut Vec<usize>) {
+        out.clear();
+        let mut i = 0;
+        for key in &self.to_store {
+            while i < keys.len() && keys[i] != *key {
+                i += 1;
+            }
+            out.push(i);
+            i += 1;
+        }
+    }
 }
 
 /// Whether `prepare_store` planned the store or refused it.
@@ -880,7 +894,11 @@ impl PrimaryTier {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let cap = self.config.capacity as usize;
         let mut seen = vec![0u8; cap];
-        for &f in &self.slots.free {
+        let free = self.slots.free_slots();
+        if free.len() != self.slots.free_len as usize {
+            return Err("free stack length differs from its count".into());
+        }
+        for &f in &free {
             let f = f as usize;
             if f >= self.slots.fresh as usize {
                 return Err(format!("free slot {f} was never allocated"));

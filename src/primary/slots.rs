@@ -9,6 +9,7 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
+use super::lists::NIL;
 use crate::key::Key;
 
 /// Flag: the slot holds a resident key (write pending or ready).
@@ -24,7 +25,9 @@ pub(crate) const WRITE_PENDING: i32 = -1;
 pub(crate) struct Slots {
     /// Key of each slot ever allocated (grows as fresh slots are handed out).
     pub(crate) keys: Vec<Key>,
-    /// -1 write pending, 0 ready and idle, n > 0 ready and pinned n times.
+    /// Resident slot: -1 write pending, 0 ready and idle, n > 0 ready and
+    /// pinned n times.  Freed slot: the next slot of the free stack (as
+    /// `u32`, [`NIL`] at the bottom), so the stack costs no extra memory.
     pub(crate) refs: Vec<i32>,
     /// Call stamp: equal to `epoch` when the key is named in the current call.
     pub(crate) marks: Vec<u32>,
@@ -34,8 +37,10 @@ pub(crate) struct Slots {
     pub(crate) index: HashTable<u32>,
     /// The hasher of the index (and of ARC's ghost index).
     pub(crate) hasher: RandomState,
-    /// Freed slots, most recently freed last.
-    pub(crate) free: Vec<u32>,
+    /// Top of the stack of freed slots (most recently freed), linked through `refs`.
+    pub(crate) free_top: u32,
+    /// Number of slots on the free stack.
+    pub(crate) free_len: u32,
     /// Slots `fresh..capacity` were never handed out since creation or reset.
     pub(crate) fresh: u32,
     /// Number of slots.
@@ -55,7 +60,8 @@ impl Slots {
             flags: vec![0; n],
             index: HashTable::with_capacity(n),
             hasher: RandomState::default(),
-            free: Vec::new(),
+            free_top: NIL,
+            free_len: 0,
             fresh: 0,
             capacity,
             epoch: 0,
@@ -99,7 +105,7 @@ impl Slots {
     /// Number of free slots (never used, or freed).
     #[inline]
     pub(crate) fn free_count(&self) -> usize {
-        (self.capacity - self.fresh) as usize + self.free.len()
+        (self.capacity - self.fresh) as usize + self.free_len as usize
     }
 
     /// Takes a free slot: fresh ones from 0 upward first, then the most recently freed.
@@ -109,8 +115,13 @@ impl Slots {
             let s = self.fresh;
             self.fresh += 1;
             Some(s)
+        } else if self.free_top != NIL {
+            let s = self.free_top;
+            self.free_top = self.refs[s as usize] as u32;
+            self.free_len -= 1;
+            Some(s)
         } else {
-            self.free.pop()
+            None
         }
     }
 
@@ -137,9 +148,21 @@ impl Slots {
             entry.remove();
         }
         let i = slot as usize;
-        self.refs[i] = 0;
+        self.refs[i] = self.free_top as i32;
         self.flags[i] = 0;
-        self.free.push(slot);
+        self.free_top = slot;
+        self.free_len += 1;
+    }
+
+    /// The freed slots, most recently freed first; O(n), for checks.
+    pub(crate) fn free_slots(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.free_len as usize);
+        let mut s = self.free_top;
+        while s != NIL && out.len() <= self.capacity as usize {
+            out.push(s);
+            s = self.refs[s as usize] as u32;
+        }
+        out
     }
 
     /// Forgets every key and frees every slot; allocation restarts at 0.
@@ -148,7 +171,8 @@ impl Slots {
         self.refs[..used].fill(0);
         self.flags[..used].fill(0);
         self.index.clear();
-        self.free.clear();
+        self.free_top = NIL;
+        self.free_len = 0;
         self.fresh = 0;
     }
 
@@ -158,6 +182,5 @@ impl Slots {
             + self.marks.capacity() * 4
             + self.flags.capacity()
             + self.index.allocation_size()
-            + self.capacity as usize * 4 // the free list at its largest
     }
 }

@@ -152,7 +152,7 @@ mod tests {
         BackpressureConfig {
             alpha: 0.5,
             high_ns_per_byte: 10.0,
-            low_ns_per_byte: 5.0,
+            low_ns_per_byte: 6.0,
             warmup: 2,
             max_consecutive_failures: 2,
             policy: PressurePolicy::Drop,

@@ -270,6 +270,10 @@ struct State {
     shutdown_failed: bool,
     keepalive: Option<Box<dyn Any + Send>>,
     c: ManagerCounters,
+    /// The last request name resolved and its id: engines make runs of
+    /// calls for one request, and this skips hashing the name.
+    last_name: String,
+    last_id: Option<RequestId>,
     errors: VecDeque<String>,
     pending_events: VecDeque<TierEvent>,
     // scratch, reused across calls
@@ -316,6 +320,8 @@ impl Manager {
                 shutdown_failed: false,
                 keepalive: None,
                 c: ManagerCounters::default(),
+                last_name: String::new(),
+                last_id: None,
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),
                 results: Vec::new(),
@@ -616,7 +622,7 @@ impl Manager {
     ) -> Result<CompleteStoreReport> {
         let mut s = self.enter("complete_store")?;
         let s = &mut *s;
-        let rid = s.names.get(request)?;
+        let rid = s.resolve(request)?;
         let Some(st) = s.reqs.get_mut(&rid) else {
             return Err(Error::UnknownRequest(request.to_string()));
         };
@@ -996,9 +1002,23 @@ impl Drop for Manager {
 }
 
 impl State {
-    /// Id of `name`, which must be started and not finished.
-    fn active(&self, name: &str) -> Result<RequestId> {
+    /// Id of started request `name` (finished or not).
+    fn resolve(&mut self, name: &str) -> Result<RequestId> {
+        if let Some(id) = self.last_id
+            && self.last_name == name
+        {
+            return Ok(id);
+        }
         let id = self.names.get(name)?;
+        self.last_name.clear();
+        self.last_name.push_str(name);
+        self.last_id = Some(id);
+        Ok(id)
+    }
+
+    /// Id of `name`, which must be started and not finished.
+    fn active(&mut self, name: &str) -> Result<RequestId> {
+        let id = self.resolve(name)?;
         match self.reqs.get(&id) {
             Some(st) if !st.finished => Ok(id),
             _ => Err(Error::UnknownRequest(name.to_string())),
@@ -1375,6 +1395,9 @@ impl State {
             return;
         };
         let _ = self.names.remove(&st.info.name);
+        if self.last_id == Some(rid) {
+            self.last_id = None;
+        }
         for t in &mut self.tiers {
             t.tier.on_request_finished(&st.info);
         }

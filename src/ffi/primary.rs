@@ -1,0 +1,650 @@
+//! `kvtier_primary`: the CPU primary tier as a C handle.
+//!
+//! Engines that want only a CPU tier (as vLLM uses its CPU offloading
+//! manager) drive it directly: slots of a region they manage, reference
+//! counts, and LRU or ARC eviction.  Requests are named by NUL-terminated id
+//! strings.  Every output goes into caller buffers sized by the input count,
+//! so no call allocates memory the caller must free.
+
+use std::ffi::c_char;
+
+use super::boundary::{
+    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
+    out_ref, out_slice,
+};
+use super::key::{KVTIER_MAX_KEY_LEN, kvtier_key, read_key, read_keys};
+use super::status::kvtier_status;
+use crate::error::Error;
+use crate::events::{Event, EventKind};
+use crate::key::{Key, MAX_KEY_LEN};
+use crate::primary::{
+    NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
+};
+
+/// Opaque handle of one CPU primary tier.
+#[allow(non_camel_case_types)]
+pub struct kvtier_primary {
+    _private: [u8; 0],
+}
+
+/// The tier plus reusable conversion buffers (no allocation per call once warm).
+pub(crate) struct PrimaryHandle {
+    core: NamedPrimary,
+    keys: Vec<Key>,
+    slots: Vec<u32>,
+    plan: StorePlan,
+    positions: Vec<usize>,
+    events: Vec<Event>,
+}
+
+impl Castable for kvtier_primary {
+    type Rust = PrimaryHandle;
+    const NAME: &'static str = "primary";
+}
+
+/// Options of [`kvtier_primary_new`]; start from [`kvtier_primary_options_default`].
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_primary_options {
+    /// Number of slots, at least 1 (default 1024).
+    pub capacity: u32,
+    /// Eviction policy name, `"lru"` or `"arc"`; NULL means `"lru"`.  Copied at creation.
+    pub policy: *const c_char,
+    /// Store a key only at its `store_threshold`-th offer to prepare_store; 0 or 1 = at once (default 0).
+    pub store_threshold: u32,
+    /// Bound of the table of recent offers, used when `store_threshold` >= 2 (default 64000).
+    pub admission_table_size: usize,
+    /// Bound of the event buffer; 0 (default) turns events off.  When full,
+    /// new events are dropped and counted in `events_dropped`, and a key
+    /// whose "stored" event was dropped is never announced as removed.
+    pub event_capacity: usize,
+}
+
+/// What lookup found for one key.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum kvtier_primary_lookup_result {
+    /// Not resident.
+    Miss = 0,
+    /// Resident, being written: not readable yet (retry later).
+    HitPending = 1,
+    /// Resident and readable.
+    Hit = 2,
+}
+
+/// Summary of one prepare_store call.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kvtier_primary_store_result {
+    /// True if the store was refused (not enough evictable keys): nothing
+    /// changed and no other output was written.  A refusal is not an error.
+    pub refused: bool,
+    /// Number of keys to store (entries written to `to_store_out` and `slots_out`).
+    pub stored: usize,
+    /// Number of keys evicted (entries written to `evicted_out` and `evicted_lens_out`).
+    pub evicted: usize,
+}
+
+/// Summary of one complete_store call.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kvtier_primary_complete_result {
+    /// Write-pending keys that became ready (success).
+    pub ready: usize,
+    /// Write-pending keys dropped and their slots freed (failure).
+    pub dropped: usize,
+    /// Absent keys ignored (late completions).
+    pub ignored: usize,
+}
+
+/// Kind of one event.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum kvtier_primary_event_kind {
+    /// The key became readable.
+    Stored = 0,
+    /// The key was evicted (only keys announced as stored).
+    Removed = 1,
+    /// The tier was reset and forgot every key (no key).
+    Cleared = 2,
+}
+
+/// One event, key copied inline.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_primary_event {
+    /// What happened.
+    pub kind: kvtier_primary_event_kind,
+    /// Number of key bytes (0 for `Cleared`).
+    pub key_len: usize,
+    /// The key's bytes (the first `key_len` are meaningful).
+    pub key: [u8; KVTIER_MAX_KEY_LEN],
+}
+
+/// The tier's numbers.  Counters count since creation; the rest are current.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kvtier_primary_stats {
+    /// Number of slots.
+    pub capacity: u32,
+    /// Slots holding a key (any state).
+    pub used: u32,
+    /// Slots handed out fresh since creation or the last reset.
+    pub allocated: u32,
+    /// Keys being written.
+    pub write_pending: u32,
+    /// Keys ready and pinned.
+    pub pinned: u32,
+    /// Keys ready and idle (evictable).
+    pub idle: u32,
+    /// (write pending + pinned) / capacity.
+    pub usage: f64,
+    /// write pending / capacity.
+    pub write_usage: f64,
+    /// pinned / capacity.
+    pub read_usage: f64,
+    /// Keys evicted.
+    pub evictions: u64,
+    /// prepare_store calls refused.
+    pub refusals: u64,
+    /// Keys not stored because offered fewer than `store_threshold` times.
+    pub admission_skips: u64,
+    /// Keys prepare_store planned to store.
+    pub stores_planned: u64,
+    /// Keys made ready by complete_store.
+    pub stores_completed: u64,
+    /// Keys dropped by a failed complete_store.
+    pub stores_failed: u64,
+    /// Absent keys in complete_store (late completions), ignored.
+    pub late_completions: u64,
+    /// Keys pinned by prepare_load.
+    pub loads: u64,
+    /// Events waiting to be taken.
+    pub events_queued: u32,
+    /// Events dropped because the buffer was full.
+    pub events_dropped: u64,
+    /// ARC: resident keys seen once (0 for lru).
+    pub arc_t1: u32,
+    /// ARC: resident keys reused (0 for lru).
+    pub arc_t2: u32,
+    /// ARC: ghosts of keys evicted from T1.
+    pub arc_b1: u32,
+    /// ARC: ghosts of keys evicted from T2.
+    pub arc_b2: u32,
+    /// ARC: the adaptive T1 target.
+    pub arc_target: f64,
+}
+
+impl From<PrimaryStats> for kvtier_primary_stats {
+    fn from(s: PrimaryStats) -> Self {
+        kvtier_primary_stats {
+            capacity: s.capacity,
+            used: s.used,
+            allocated: s.allocated,
+            write_pending: s.write_pending,
+            pinned: s.pinned,
+            idle: s.idle,
+            usage: s.usage,
+            write_usage: s.write_usage,
+            read_usage: s.read_usage,
+            evictions: s.evictions,
+            refusals: s.refusals,
+            admission_skips: s.admission_skips,
+            stores_planned: s.stores_planned,
+            stores_completed: s.stores_completed,
+            stores_failed: s.stores_failed,
+            late_completions: s.late_completions,
+            loads: s.loads,
+            events_queued: s.events_queued,
+            events_dropped: s.events_dropped,
+            arc_t1: s.arc_t1,
+            arc_t2: s.arc_t2,
+            arc_b1: s.arc_b1,
+            arc_b2: s.arc_b2,
+            arc_target: s.arc_target,
+        }
+    }
+}
+
+fn need(buffer: &'static str, given: usize, needed: usize) -> Result<(), Failure> {
+    if given < needed {
+        return Err(Error::InvalidArgument(format!(
+            "`{buffer}` holds {given} entries; {needed} needed (one per input key)"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Returns the default options: capacity 1024, `"lru"`, no admission
+/// threshold (table size 64000), events off.
+///
+/// Plain value: nothing to free.  Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
+    let d = PrimaryConfig::default();
+    kvtier_primary_options {
+        capacity: d.capacity,
+        policy: std::ptr::null(),
+        store_threshold: d.store_threshold,
+        admission_table_size: d.admission_table_size,
+        event_capacity: d.event_capacity,
+    }
+}
+
+/// Creates a primary tier with `options->capacity` free slots.
+///
+/// `options` must point to options (start from
+/// [`kvtier_primary_options_default`]); an unknown policy name or a zero
+/// capacity is `KVTIER_STATUS_INVALID_ARGUMENT`.  On success writes the new
+/// handle to `*out`; on failure `*out` is untouched and nothing is
+/// allocated.  The caller owns the handle and frees it with
+/// [`kvtier_primary_free`].  Safe to call from any thread.
+///
+/// # Safety
+/// `options` must be NULL or valid for reads; `options->policy` NULL or a
+/// NUL-terminated string; `out` NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_new(
+    options: *const kvtier_primary_options,
+    out: *mut *mut kvtier_primary,
+) -> kvtier_status {
+    ffi_call!({
+        let o = unsafe { options.as_ref() }.ok_or(Failure::Null("options"))?;
+        let out = unsafe { out_ref(out, "out") }?;
+        let policy = if o.policy.is_null() {
+            PolicyKind::Lru
+        } else {
+            unsafe { in_str(o.policy, "options->policy") }?.parse()?
+        };
+        let core = NamedPrimary::new(PrimaryConfig {
+            capacity: o.capacity,
+            policy,
+            store_threshold: o.store_threshold,
+            admission_table_size: o.admission_table_size,
+            event_capacity: o.event_capacity,
+        })?;
+        *out = into_handle::<kvtier_primary>(PrimaryHandle {
+            core,
+            keys: Vec::new(),
+            slots: Vec::new(),
+            plan: StorePlan::default(),
+            positions: Vec::new(),
+            events: Vec::new(),
+        });
+        Ok(())
+    })
+}
+
+/// Frees a primary tier; NULL is ignored.  Forgets every key and pending
+/// event.  Must not run concurrently with any other call on the handle.
+///
+/// # Safety
+/// `primary` must be NULL or a live handle from [`kvtier_primary_new`], not
+/// used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_free(primary: *mut kvtier_primary) {
+    unsafe { free_handle(primary) }
+}
+
+/// Starts the request named `request_id`; every load and store names an
+/// active request.  A name already active is
+/// `KVTIER_STATUS_DUPLICATE_REQUEST`.  The string is copied.  Exclusive
+/// access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_request_begin(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        h.core.begin(name)?;
+        Ok(())
+    })
+}
+
+/// Ends the request named `request_id`, committing its accesses: every key
+/// it stored or loaded that is still resident gets one access, its first
+/// keys most recent.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+/// Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_request_finished(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        h.core.finish(name)?;
+        Ok(())
+    })
+}
+
+/// Looks up `n` keys and writes one result per key into `results_out`
+/// (`results_len` >= `n`): MISS, HIT_PENDING or HIT.  Changes nothing.
+/// A const call: may run concurrently with other const calls on the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `keys` valid for `n` entries;
+/// `results_out` valid for writes of `results_len` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_lookup(
+    primary: *const kvtier_primary,
+    keys: *const kvtier_key,
+    n: usize,
+    results_out: *mut kvtier_primary_lookup_result,
+    results_len: usize,
+) -> kvtier_status {
+    ffi_call!({
+        let h = unsafe { enter(primary) }?;
+        let raw = unsafe { in_slice(keys, n, "keys") }?;
+        need("results_out", results_len, n)?;
+        let out = unsafe { out_slice(results_out, results_len, "results_out") }?;
+        for (i, k) in raw.iter().enumerate() {
+            unsafe { read_key(k, i) }?;
+        }
+        for (i, k) in raw.iter().enumerate() {
+            let key = unsafe { read_key(k, i) }?;
+            out[i] = match h.core.tier.lookup(&key) {
+                PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
+                PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
+                PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// Pins `n` ready keys for a load by request `request_id` and writes their
+/// slot ids, in key order, into `slots_out` (`slots_len` >= `n`).  A key
+/// that is absent or being written is `KVTIER_STATUS_KEY_STATE`, the message
+/// naming its position; nothing changes then.  Release the pins with
+/// [`kvtier_primary_complete_load`].  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` valid for `n` entries; `slots_out` valid for `slots_len` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_prepare_load(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+    keys: *const kvtier_key,
+    n: usize,
+    slots_out: *mut u32,
+    slots_len: usize,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        need("slots_out", slots_len, n)?;
+        let out = unsafe { out_slice(slots_out, slots_len, "slots_out") }?;
+        let h = &mut *h;
+        unsafe { read_keys(keys, n, &mut h.keys) }?;
+        h.core.prepare_load(name, &h.keys, &mut h.slots)?;
+        out[..n].copy_from_slice(&h.slots);
+        Ok(())
+    })
+}
+
+/// Marks `n` keys recently used for request `request_id` (policy-specific;
+/// the first key ends up most recent); absent keys are ignored (ARC learns
+/// from keys it evicted recently).  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` valid for `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_touch(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+    keys: *const kvtier_key,
+    n: usize,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        let h = &mut *h;
+        unsafe { read_keys(keys, n, &mut h.keys) }?;
+        h.core.touch(name, &h.keys)?;
+        Ok(())
+    })
+}
+
+/// Releases the pins [`kvtier_primary_prepare_load`] took on `n` keys.  A
+/// key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming its
+/// position; nothing changes then.  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` valid for `n` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_complete_load(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+    keys: *const kvtier_key,
+    n: usize,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        let h = &mut *h;
+        unsafe { read_keys(keys, n, &mut h.keys) }?;
+        h.core.complete_load(name, &h.keys)?;
+        Ok(())
+    })
+}
+
+/// Plans storing `n` keys for request `request_id`.
+///
+/// Keys already resident are not stored again.  If free slots are short,
+/// exactly the shortfall is evicted from idle keys not named in this call;
+/// if that many are not available, the call succeeds with
+/// `result_out->refused = true` and changes nothing.  Otherwise the keys to
+/// store enter the write-pending state; write their data, then call
+/// [`kvtier_primary_complete_store`].
+///
+/// Buffers, each sized by the input count `n` (at most `n` keys are stored
+/// and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the
+/// position in `keys` of each key to store, in call order; `slots_out`
+/// (`slots_len` >= n) its slot id; `evicted_out` (`evicted_len` >= n *
+/// `KVTIER_MAX_KEY_LEN` bytes) gets evicted key `i` at byte offset `i *
+/// KVTIER_MAX_KEY_LEN`, its length in `evicted_lens_out[i]`
+/// (`evicted_lens_len` >= n).  Counts go to `*result_out`.  Nothing is
+/// allocated for the caller.  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` valid for `n` entries; each output valid for writes of its length;
+/// `result_out` valid for writes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn kvtier_primary_prepare_store(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+    keys: *const kvtier_key,
+    n: usize,
+    to_store_out: *mut usize,
+    to_store_len: usize,
+    slots_out: *mut u32,
+    slots_len: usize,
+    evicted_out: *mut u8,
+    evicted_len: usize,
+    evicted_lens_out: *mut usize,
+    evicted_lens_len: usize,
+    result_out: *mut kvtier_primary_store_result,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        let result = unsafe { out_ref(result_out, "result_out") }?;
+        need("to_store_out", to_store_len, n)?;
+        need("slots_out", slots_len, n)?;
+        need("evicted_lens_out", evicted_lens_len, n)?;
+        if evicted_len < n.saturating_mul(MAX_KEY_LEN) {
+            return Err(Error::InvalidArgument(format!(
+                "`evicted_out` holds {evicted_len} bytes; {} needed (KVTIER_MAX_KEY_LEN per input key)",
+                n.saturating_mul(MAX_KEY_LEN)
+            ))
+            .into());
+        }
+        let to_store = unsafe { out_slice(to_store_out, to_store_len, "to_store_out") }?;
+        let slots = unsafe { out_slice(slots_out, slots_len, "slots_out") }?;
+        let evicted = unsafe { out_slice(evicted_out, evicted_len, "evicted_out") }?;
+        let evicted_lens =
+            unsafe { out_slice(evicted_lens_out, evicted_lens_len, "evicted_lens_out") }?;
+        let h = &mut *h;
+        unsafe { read_keys(keys, n, &mut h.keys) }?;
+        let outcome = h.core.prepare_store(name, &h.keys, &mut h.plan)?;
+        if outcome == StoreOutcome::Refused {
+            *result = kvtier_primary_store_result {
+                refused: true,
+                stored: 0,
+                evicted: 0,
+            };
+            return Ok(());
+        }
+        h.plan.positions_in(&h.keys, &mut h.positions);
+        to_store[..h.positions.len()].copy_from_slice(&h.positions);
+        slots[..h.plan.slots.len()].copy_from_slice(&h.plan.slots);
+        for (i, key) in h.plan.evicted.iter().enumerate() {
+            let at = i * MAX_KEY_LEN;
+            evicted[at..at + key.len()].copy_from_slice(key.as_bytes());
+            evicted_lens[i] = key.len();
+        }
+        *result = kvtier_primary_store_result {
+            refused: false,
+            stored: h.plan.to_store.len(),
+            evicted: h.plan.evicted.len(),
+        };
+        Ok(())
+    })
+}
+
+/// Finishes writes of `n` keys: with `success`, keys being written become
+/// readable and evictable ("stored" events); without, they are dropped and
+/// their slots freed.  Keys already readable are left alone; absent keys
+/// (a completion after a reset) are ignored and counted.  Takes no request:
+/// completions may arrive after the request finished.  Writes counts to
+/// `*result_out` unless it is NULL.  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `keys` valid for `n` entries;
+/// `result_out` NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_complete_store(
+    primary: *mut kvtier_primary,
+    keys: *const kvtier_key,
+    n: usize,
+    success: bool,
+    result_out: *mut kvtier_primary_complete_result,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let h = &mut *h;
+        unsafe { read_keys(keys, n, &mut h.keys) }?;
+        let r = h.core.complete_store(&h.keys, success);
+        if let Some(out) = unsafe { result_out.as_mut() } {
+            *out = kvtier_primary_complete_result {
+                ready: r.ready,
+                dropped: r.dropped,
+                ignored: r.ignored,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// Forgets every key and frees every slot, whatever its state (pins and
+/// writes in flight included); slot allocation restarts at 0.  Drops queued
+/// events and queues one "cleared" event.  Active requests stay active.
+/// Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_reset(primary: *mut kvtier_primary) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        h.core.tier.reset();
+        Ok(())
+    })
+}
+
+/// Moves up to `events_len` queued events, oldest first, into `events_out`
+/// and writes how many to `*count_out` and whether more remain to
+/// `*more_out`.  Keys are copied into the events.  Events are buffered up to
+/// the `event_capacity` option; beyond it new events are dropped and
+/// counted (stats `events_dropped`).  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `events_out` valid for `events_len`
+/// writes (NULL allowed when 0); `count_out` and `more_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_take_events(
+    primary: *mut kvtier_primary,
+    events_out: *mut kvtier_primary_event,
+    events_len: usize,
+    count_out: *mut usize,
+    more_out: *mut bool,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let out = unsafe { out_slice(events_out, events_len, "events_out") }?;
+        let count = unsafe { out_ref(count_out, "count_out") }?;
+        let more = unsafe { out_ref(more_out, "more_out") }?;
+        let h = &mut *h;
+        h.events.clear();
+        let n = h.core.tier.take_events_up_to(events_len, &mut h.events);
+        for (slot, e) in out.iter_mut().zip(h.events.iter()) {
+            let mut key = [0u8; MAX_KEY_LEN];
+            let len = e.key.map_or(0, |k| {
+                key[..k.len()].copy_from_slice(k.as_bytes());
+                k.len()
+            });
+            *slot = kvtier_primary_event {
+                kind: match e.kind {
+                    EventKind::Stored => kvtier_primary_event_kind::Stored,
+                    EventKind::Removed => kvtier_primary_event_kind::Removed,
+                    EventKind::Cleared => kvtier_primary_event_kind::Cleared,
+                },
+                key_len: len,
+                key,
+            };
+        }
+        *count = n;
+        *more = h.core.tier.events_queued() > 0;
+        Ok(())
+    })
+}
+
+/// Writes the tier's numbers to `*stats_out`.  A const call: may run
+/// concurrently with other const calls on the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `stats_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_read_stats(
+    primary: *const kvtier_primary,
+    stats_out: *mut kvtier_primary_stats,
+) -> kvtier_status {
+    ffi_call!({
+        let h = unsafe { enter(primary) }?;
+        let out = unsafe { out_ref(stats_out, "stats_out") }?;
+        *out = h.core.tier.stats().into();
+        Ok(())
+    })
+}

@@ -1,0 +1,218 @@
+//! The `kvtier_primary_*` C API called directly: NULL arguments, short
+//! buffers, bad keys and misuse return statuses with messages and change
+//! nothing; a refusal is a successful call.
+
+use std::ffi::{CStr, c_char};
+use std::ptr;
+
+use kvtier::ffi::kvtier_status;
+use kvtier::ffi::primary::*;
+use kvtier::ffi::{kvtier_key, kvtier_last_error_message};
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn ck(bytes: &[u8]) -> kvtier_key {
+    kvtier_key {
+        data: bytes.as_ptr(),
+        len: bytes.len(),
+    }
+}
+
+const REQ: *const c_char = c"r".as_ptr();
+
+fn new(capacity: u32, policy: &CStr) -> *mut kvtier_primary {
+    let mut o = kvtier_primary_options_default();
+    o.capacity = capacity;
+    o.policy = policy.as_ptr();
+    o.event_capacity = 16;
+    let mut p = ptr::null_mut();
+    assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, kvtier_status::Ok);
+    assert!(!p.is_null());
+    p
+}
+
+struct Store {
+    to_store: Vec<usize>,
+    slots: Vec<u32>,
+    evicted: Vec<u8>,
+    lens: Vec<usize>,
+    result: kvtier_primary_store_result,
+}
+
+fn store(p: *mut kvtier_primary, keys: &[kvtier_key]) -> (kvtier_status, Store) {
+    let n = keys.len();
+    let mut s = Store {
+        to_store: vec![usize::MAX; n],
+        slots: vec![u32::MAX; n],
+        evicted: vec![0; n * 64],
+        lens: vec![0; n],
+        result: Default::default(),
+    };
+    let st = unsafe {
+        kvtier_primary_prepare_store(
+            p,
+            REQ,
+            keys.as_ptr(),
+            n,
+            s.to_store.as_mut_ptr(),
+            n,
+            s.slots.as_mut_ptr(),
+            n,
+            s.evicted.as_mut_ptr(),
+            n * 64,
+            s.lens.as_mut_ptr(),
+            n,
+            &mut s.result,
+        )
+    };
+    (st, s)
+}
+
+#[test]
+fn constructor_checks_options_and_writes_out_only_on_success() {
+    let mut p = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_primary_new(ptr::null(), &mut p) },
+        kvtier_status::NullArgument
+    );
+    let mut o = kvtier_primary_options_default();
+    o.capacity = 0;
+    assert_eq!(
+        unsafe { kvtier_primary_new(&o, &mut p) },
+        kvtier_status::InvalidArgument
+    );
+    assert!(p.is_null());
+    assert!(last_error().contains("capacity"), "{}", last_error());
+    let o = kvtier_primary_options_default();
+    assert_eq!(
+        unsafe { kvtier_primary_new(&o, ptr::null_mut()) },
+        kvtier_status::NullArgument
+    );
+    unsafe { kvtier_primary_free(ptr::null_mut()) };
+}
+
+#[test]
+fn store_load_and_misuse_through_the_c_api() {
+    let p = new(2, c"arc");
+    let (a, b, c) = (b"aa".to_vec(), b"bbb".to_vec(), b"c".to_vec());
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ) },
+        kvtier_status::Ok
+    );
+    let (st, s) = store(p, &[ck(&a), ck(&a), ck(&b)]);
+    assert_eq!(st, kvtier_status::Ok);
+    assert_eq!(
+        (s.result.refused, s.result.stored, s.result.evicted),
+        (false, 2, 0)
+    );
+    assert_eq!(&s.to_store[..2], &[0, 2], "positions of first occurrences");
+    assert_eq!(&s.slots[..2], &[0, 1]);
+    let keys = [ck(&a), ck(&b)];
+    unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), 2, true, ptr::null_mut()) };
+
+    // Pin a; store c evicts b.
+    let mut slots = [0u32; 1];
+    assert_eq!(
+        unsafe { kvtier_primary_prepare_load(p, REQ, keys.as_ptr(), 1, slots.as_mut_ptr(), 1) },
+        kvtier_status::Ok
+    );
+    let (st, s) = store(p, &[ck(&c)]);
+    assert_eq!(st, kvtier_status::Ok);
+    assert_eq!(s.result.evicted, 1);
+    assert_eq!(&s.evicted[..s.lens[0]], b"bbb");
+    // Nothing evictable left: a refusal is a successful call.
+    let d = b"d".to_vec();
+    let (st, s) = store(p, &[ck(&d)]);
+    assert_eq!(st, kvtier_status::Ok);
+    assert!(s.result.refused);
+    assert_eq!(s.slots[0], u32::MAX, "no output written on refusal");
+
+    // Short output buffer, bad key, unknown request, misuse.
+    assert_eq!(
+        unsafe { kvtier_primary_prepare_load(p, REQ, keys.as_ptr(), 2, slots.as_mut_ptr(), 1) },
+        kvtier_status::InvalidArgument
+    );
+    let long = [0u8; 65];
+    let bad = [ck(&a), ck(&long)];
+    assert_eq!(
+        unsafe { kvtier_primary_touch(p, REQ, bad.as_ptr(), 2) },
+        kvtier_status::InvalidKey
+    );
+    assert!(last_error().contains("position 1"), "{}", last_error());
+    assert_eq!(
+        unsafe { kvtier_primary_complete_load(p, c"x".as_ptr(), keys.as_ptr(), 1) },
+        kvtier_status::UnknownRequest
+    );
+    let absent = [ck(&a), ck(&d)];
+    assert_eq!(
+        unsafe { kvtier_primary_complete_load(p, REQ, absent.as_ptr(), 2) },
+        kvtier_status::KeyState
+    );
+    assert!(last_error().contains("position 1"), "{}", last_error());
+    let mut stats = kvtier_primary_stats::default();
+    assert_eq!(
+        unsafe { kvtier_primary_read_stats(p, &mut stats) },
+        kvtier_status::Ok
+    );
+    assert_eq!((stats.pinned, stats.refusals, stats.arc_b1), (1, 1, 1));
+    assert_eq!(
+        unsafe { kvtier_primary_complete_load(p, REQ, keys.as_ptr(), 1) },
+        kvtier_status::Ok
+    );
+
+    // Events, in pieces.
+    let mut ev = [kvtier_primary_event {
+        kind: kvtier_primary_event_kind::Cleared,
+        key_len: 0,
+        key: [0; 64],
+    }; 2];
+    let (mut n, mut more) = (0usize, false);
+    assert_eq!(
+        unsafe { kvtier_primary_take_events(p, ev.as_mut_ptr(), 2, &mut n, &mut more) },
+        kvtier_status::Ok
+    );
+    assert_eq!((n, more), (2, true));
+    assert_eq!(
+        unsafe { kvtier_primary_take_events(p, ptr::null_mut(), 0, &mut n, &mut more) },
+        kvtier_status::Ok
+    );
+    assert_eq!((n, more), (0, true));
+    assert_eq!(
+        unsafe { kvtier_primary_take_events(p, ev.as_mut_ptr(), 2, &mut n, &mut more) },
+        kvtier_status::Ok
+    );
+    assert_eq!((n, more), (1, false));
+    assert_eq!(ev[0].kind, kvtier_primary_event_kind::Removed);
+    assert_eq!(&ev[0].key[..ev[0].key_len], b"bbb");
+
+    let mut results = [kvtier_primary_lookup_result::Miss; 2];
+    assert_eq!(
+        unsafe { kvtier_primary_lookup(p, keys.as_ptr(), 2, results.as_mut_ptr(), 2) },
+        kvtier_status::Ok
+    );
+    assert_eq!(
+        results,
+        [
+            kvtier_primary_lookup_result::Hit,
+            kvtier_primary_lookup_result::Miss
+        ]
+    );
+    assert_eq!(unsafe { kvtier_primary_reset(p) }, kvtier_status::Ok);
+    assert_eq!(
+        unsafe { kvtier_primary_request_finished(p, REQ) },
+        kvtier_status::Ok
+    );
+    assert_eq!(
+        unsafe { kvtier_primary_request_finished(p, REQ) },
+        kvtier_status::UnknownRequest
+    );
+    assert_eq!(
+        unsafe { kvtier_primary_reset(ptr::null_mut()) },
+        kvtier_status::NullArgument
+    );
+    unsafe { kvtier_primary_free(p) };
+}
