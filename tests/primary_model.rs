@@ -732,7 +732,9 @@ fn run(seed: u64, ops: u64) {
                 "finish",
             ),
             10..=34 => {
-                let keys = pick_keys(&mut rng, &keyspace, 4);
+                // Now and then a batch longer than the linear-scan limit.
+                let max = if rng.chance(5) { 40 } else { 4 };
+                let keys = pick_keys(&mut rng, &keyspace, max);
                 (
                     res(t.prepare_store(rid, &keys, &mut plan), |o| {
                         Out::Store(o, plan.clone())

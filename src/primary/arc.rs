@@ -57,6 +57,13 @@ impl Ghosts {
                 let g = self.keys.len() as u32;
                 // B1 and B2 hold at most `bound` each, plus one being added.
                 let max = 2 * self.bound + 1;
+                if g == 0 && self.index.capacity() < max {
+                    // Sized once for the most ghosts there can be: no rehash
+                    // storms while the lists fill up.
+                    let (keys, hasher) = (&self.keys, &self.hasher);
+                    self.index
+                        .reserve(max, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
+                }
                 if self.keys.len() == self.keys.capacity() {
                     let want = (self.keys.capacity() * 2).max(16).min(max);
                     self.keys.reserve_exact(want - self.keys.len());

@@ -37,8 +37,9 @@ use crate::request::RequestId;
 use crate::stats::Stat;
 
 use admission::Admission;
+use lists::NIL;
 use policy::Policy;
-use slots::{ANNOUNCED, RESIDENT, Slots, WRITE_PENDING};
+use slots::{ANNOUNCED, NAMED, RESIDENT, Slots, WRITE_PENDING};
 
 pub use named::NamedPrimary;
 
@@ -274,16 +275,21 @@ pub struct PrimaryTier {
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     spare_records: Vec<RequestRecord>,
     adapted: hashbrown::HashSet<(RequestId, Key), RandomState>,
-    scratch_hashes: Vec<(u64, u8)>,
-    scratch_new: Vec<(Key, u64)>,
+    scratch_keys: Vec<(u64, u8, u32)>,
+    scratch_new: Vec<(Key, u64, u32)>,
     scratch_dedup: hashbrown::HashTable<u32>,
     scratch_victims: Vec<u32>,
 }
 
-/// `scratch_hashes` kinds: what the key was at the start of `prepare_store`.
+/// `scratch_keys` kinds: what the key was at the start of `prepare_store`
+/// (`STORED`: absent, and stored by this call at this first position).
 const ABSENT: u8 = 0;
 const FOUND_READY: u8 = 1;
 const FOUND_PENDING: u8 = 2;
+const STORED: u8 = 3;
+
+/// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
+const SMALL_BATCH: usize = 32;
 
 fn key_error(index: usize, key: &Key, reason: impl Into<String>) -> Error {
     Error::KeyState {
@@ -330,7 +336,7 @@ impl PrimaryTier {
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
             adapted: hashbrown::HashSet::with_hasher(hasher),
-            scratch_hashes: Vec::new(),
+            scratch_keys: Vec::new(),
             scratch_new: Vec::new(),
             scratch_dedup: hashbrown::HashTable::new(),
             scratch_victims: Vec::new(),
@@ -413,63 +419,46 @@ impl PrimaryTier {
         Ok(())
     }
 
-    /// Unpins `keys` (each must be pinned, counting repeats in the batch).
+    /// Unpins `keys` (each must be pinned, counting repeats in the batch);
+    /// on error every decrement already made is undone.
     fn unpin(&mut self, keys: &[Key]) -> Result<()> {
-        let mut done = 0;
+        let mut done = std::mem::take(&mut self.scratch_victims);
+        done.clear();
+        let mut to_idle = 0u32;
         let mut failure = None;
         for (i, key) in keys.iter().enumerate() {
             let h = self.slots.hash(key);
-            match self.slots.find(key, h) {
-                None => {
-                    failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
-                    break;
-                }
-                Some(s) if self.slots.refs[s as usize] <= 0 => {
-                    failure = Some(key_error(
-                        i,
-                        key,
-                        if self.slots.refs[s as usize] == 0 {
-                            "not pinned"
-                        } else {
-                            "write pending, not pinned"
-                        },
-                    ));
-                    break;
-                }
-                Some(s) => {
-                    self.slots.refs[s as usize] -= 1;
-                    done += 1;
-                }
+            let Some(s) = self.slots.find(key, h) else {
+                failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
+                break;
+            };
+            let r = &mut self.slots.refs[s as usize];
+            if *r <= 0 {
+                let reason = if *r == 0 {
+                    "not pinned"
+                } else {
+                    "write pending, not pinned"
+                };
+                failure = Some(key_error(i, key, reason));
+                break;
             }
+            *r -= 1;
+            // A slot reaches 0 at most once per batch: counts only go down here.
+            to_idle += (*r == 0) as u32;
+            done.push(s);
         }
         if let Some(e) = failure {
-            // Undo the decrements made so far: the state is as before the call.
-            for key in &keys[..done] {
-                let h = self.slots.hash(key);
-                if let Some(s) = self.slots.find(key, h) {
-                    self.slots.refs[s as usize] += 1;
-                }
+            for &s in &done {
+                self.slots.refs[s as usize] += 1;
             }
+            done.clear();
+            self.scratch_victims = done;
             return Err(e);
         }
-        // Count transitions to idle once per slot.
-        for key in keys {
-            let h = self.slots.hash(key);
-            if let Some(s) = self.slots.find(key, h) {
-                let flags = &mut self.slots.flags[s as usize];
-                if self.slots.refs[s as usize] == 0 && *flags & UNPIN_SEEN == 0 {
-                    *flags |= UNPIN_SEEN;
-                    self.pinned -= 1;
-                    self.idle += 1;
-                }
-            }
-        }
-        for key in keys {
-            let h = self.slots.hash(key);
-            if let Some(s) = self.slots.find(key, h) {
-                self.slots.flags[s as usize] &= !UNPIN_SEEN;
-            }
-        }
+        self.pinned -= to_idle;
+        self.idle += to_idle;
+        done.clear();
+        self.scratch_victims = done;
         Ok(())
     }
 
@@ -577,48 +566,52 @@ impl PrimaryTier {
         self.next_epoch();
         let epoch = self.slots.epoch;
 
-        // 1. Classify every key; mark resident ones (protected from eviction);
-        //    collect the distinct absent keys in call order.
-        let mut hashes = std::mem::take(&mut self.scratch_hashes);
+        // 1. Classify every key; flag resident ones as named (protected from
+        //    eviction); collect the distinct absent keys in call order.
+        let mut scratch = std::mem::take(&mut self.scratch_keys);
         let mut fresh = std::mem::take(&mut self.scratch_new);
-        hashes.clear();
+        scratch.clear();
         fresh.clear();
-        if keys.len() > 1 {
+        let use_table = keys.len() > SMALL_BATCH;
+        if use_table {
             self.scratch_dedup.clear();
         }
-        for key in keys {
+        for (pos, key) in keys.iter().enumerate() {
             let h = self.slots.hash(key);
             match self.slots.find(key, h) {
                 Some(s) => {
-                    self.slots.marks[s as usize] = epoch;
+                    self.slots.flags[s as usize] |= NAMED;
                     let kind = if self.slots.refs[s as usize] == WRITE_PENDING {
                         FOUND_PENDING
                     } else {
                         FOUND_READY
                     };
-                    hashes.push((h, kind));
+                    scratch.push((h, kind, s));
                 }
                 None => {
-                    hashes.push((h, ABSENT));
-                    if keys.len() > 1 {
-                        let seen = self
-                            .scratch_dedup
+                    scratch.push((h, ABSENT, NIL));
+                    let seen = if use_table {
+                        self.scratch_dedup
                             .find(h, |&i| fresh[i as usize].0 == *key)
-                            .is_some();
-                        if seen {
-                            continue;
-                        }
+                            .is_some()
+                    } else {
+                        fresh.iter().any(|(k, fh, _)| *fh == h && k == key)
+                    };
+                    if seen {
+                        continue;
+                    }
+                    if use_table {
                         let n = fresh.len() as u32;
                         self.scratch_dedup
                             .insert_unique(h, n, |&i| fresh[i as usize].1);
                     }
-                    fresh.push((*key, h));
+                    fresh.push((*key, h, pos as u32));
                 }
             }
         }
 
         // 2. [0.33] ARC store-miss adaptation, once per request and key.
-        for (key, h) in &fresh {
+        for (key, h, _) in &fresh {
             if self.policy.is_ghost(key, *h) && !self.adapted.contains(&(req, *key)) {
                 self.policy.adapt_on_offer(key, *h);
                 self.adapted.insert((req, *key));
@@ -628,15 +621,17 @@ impl PrimaryTier {
             }
         }
 
-        // 3. [0.33] Admission threshold.
+        // 3. [0.33] Admission threshold; admitted keys are marked STORED in
+        //    `scratch` at their first position.
         let threshold = self.config.store_threshold;
-        for (key, h) in &fresh {
+        for (key, h, pos) in &fresh {
             let admitted = match self.admission.as_mut() {
                 Some(a) => a.offer(key, *h, epoch) >= threshold,
                 None => true,
             };
             if admitted {
                 plan.to_store.push(*key);
+                scratch[*pos as usize].1 = STORED;
             } else {
                 self.counters.admission_skips += 1;
             }
@@ -645,16 +640,11 @@ impl PrimaryTier {
         // 4. Evict the shortfall, or refuse.
         let need = plan.to_store.len().saturating_sub(self.slots.free_count());
         let mut victims = std::mem::take(&mut self.scratch_victims);
-        if need > 0 && !self.policy.select_victims(&self.slots, need, &mut victims) {
+        let refused = need > 0 && !self.policy.select_victims(&self.slots, need, &mut victims);
+        if refused {
             self.counters.refusals += 1;
             plan.clear();
-            victims.clear();
-            self.scratch_victims = victims;
-            self.scratch_hashes = hashes;
-            self.scratch_new = fresh;
-            return Ok(StoreOutcome::Refused);
-        }
-        if need > 0 {
+        } else if need > 0 {
             for &slot in &victims {
                 let key = self.slots.keys[slot as usize];
                 let h = self.slots.hash(&key);
@@ -671,41 +661,49 @@ impl PrimaryTier {
         victims.clear();
         self.scratch_victims = victims;
 
-        // 5. Allocate and insert, in call order (the last key most recent).
-        let mut fi = 0;
-        for key in &plan.to_store {
-            while fresh[fi].0 != *key {
-                fi += 1;
+        // Named keys are protected only during this call.
+        for &(_, kind, s) in &scratch {
+            if kind == FOUND_READY || kind == FOUND_PENDING {
+                self.slots.flags[s as usize] &= !NAMED;
             }
-            let h = fresh[fi].1;
-            // Enough slots are free now: the shortfall was evicted.
-            let Some(slot) = self.slots.allocate() else {
-                break;
-            };
-            self.slots.occupy(slot, *key, h);
-            self.slots.marks[slot as usize] = epoch;
-            self.policy.insert(&self.slots, slot, h);
-            plan.slots.push(slot);
         }
-        self.write_pending += plan.slots.len() as u32;
-        self.counters.stores_planned += plan.slots.len() as u64;
 
-        // 6. Record the request's accesses in call order.
-        let record = self.requests.get_mut(&req).expect("checked above");
-        for (key, &(h, kind)) in keys.iter().zip(hashes.iter()) {
-            match kind {
-                FOUND_READY => record.accesses.push((*key, true)),
-                FOUND_PENDING => {}
-                _ => {
-                    if self.slots.find(key, h).is_some() {
-                        record.accesses.push((*key, false));
-                    }
+        if !refused {
+            // 5. Allocate and insert, in call order (the last key most recent).
+            for &(h, kind, _) in &scratch {
+                if kind != STORED {
+                    continue;
+                }
+                // Enough slots are free now: the shortfall was evicted.
+                let Some(slot) = self.slots.allocate() else {
+                    break;
+                };
+                let key = plan.to_store[plan.slots.len()];
+                self.slots.occupy(slot, key, h);
+                self.policy.insert(&self.slots, slot, h);
+                plan.slots.push(slot);
+            }
+            self.write_pending += plan.slots.len() as u32;
+            self.counters.stores_planned += plan.slots.len() as u64;
+
+            // 6. Record the request's accesses in call order (first
+            //    occurrences of stored keys; every ready key found).
+            let record = self.requests.get_mut(&req).expect("checked above");
+            for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
+                match kind {
+                    FOUND_READY => record.accesses.push((*key, true)),
+                    STORED => record.accesses.push((*key, false)),
+                    _ => {}
                 }
             }
         }
-        self.scratch_hashes = hashes;
+        self.scratch_keys = scratch;
         self.scratch_new = fresh;
-        Ok(StoreOutcome::Planned)
+        Ok(if refused {
+            StoreOutcome::Refused
+        } else {
+            StoreOutcome::Planned
+        })
     }
 
     /// Finishes writes of `keys`: on success write-pending keys become ready
@@ -948,6 +946,3 @@ impl PrimaryTier {
         Ok(())
     }
 }
-
-/// Scratch flag used inside `unpin` (cleared before it returns).
-const UNPIN_SEEN: u8 = 4;

@@ -17,6 +17,9 @@ pub(crate) const RESIDENT: u8 = 1;
 /// Flag: a "stored" event for the slot's key was queued, so its removal is announced too.
 pub(crate) const ANNOUNCED: u8 = 2;
 
+/// Flag: the key is named in the current `prepare_store` call (not evictable by it).
+pub(crate) const NAMED: u8 = 4;
+
 /// Reference count of a write-pending key.
 pub(crate) const WRITE_PENDING: i32 = -1;
 
@@ -29,9 +32,7 @@ pub(crate) struct Slots {
     /// pinned n times.  Freed slot: the next slot of the free stack (as
     /// `u32`, [`NIL`] at the bottom), so the stack costs no extra memory.
     pub(crate) refs: Vec<i32>,
-    /// Call stamp: equal to `epoch` when the key is named in the current call.
-    pub(crate) marks: Vec<u32>,
-    /// [`RESIDENT`] | [`ANNOUNCED`].
+    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`].
     pub(crate) flags: Vec<u8>,
     /// Slot ids of resident keys, hashed over their key bytes.
     pub(crate) index: HashTable<u32>,
@@ -45,7 +46,7 @@ pub(crate) struct Slots {
     pub(crate) fresh: u32,
     /// Number of slots.
     pub(crate) capacity: u32,
-    /// Stamp of the current call (see `marks`).
+    /// Stamp of the current `prepare_store` call (for the admission table).
     pub(crate) epoch: u32,
 }
 
@@ -56,7 +57,6 @@ impl Slots {
         Slots {
             keys: Vec::with_capacity(n),
             refs: vec![0; n],
-            marks: vec![0; n],
             flags: vec![0; n],
             index: HashTable::with_capacity(n),
             hasher: RandomState::default(),
@@ -90,14 +90,13 @@ impl Slots {
     /// Whether `slot`'s key was named in the current call.
     #[inline]
     pub(crate) fn is_marked(&self, slot: u32) -> bool {
-        self.marks[slot as usize] == self.epoch
+        self.flags[slot as usize] & NAMED != 0
     }
 
-    /// Starts a new call stamp; on wrap-around every mark is cleared first.
+    /// Starts a new call stamp (never 0: wraps around to 1).
     pub(crate) fn next_epoch(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            self.marks.fill(0);
             self.epoch = 1;
         }
     }
@@ -178,9 +177,6 @@ impl Slots {
 
     /// Bytes of per-slot metadata (everything but the key bytes).
     pub(crate) fn metadata_bytes(&self) -> usize {
-        self.refs.capacity() * 4
-            + self.marks.capacity() * 4
-            + self.flags.capacity()
-            + self.index.allocation_size()
+        self.refs.capacity() * 4 + self.flags.capacity() + self.index.allocation_size()
     }
 }

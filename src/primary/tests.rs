@@ -767,3 +767,20 @@ fn admission_table_forgets_the_oldest_offer_but_not_one_from_the_same_call() {
     t.prepare_store(R, &ks(&[4, 5, 6]), &mut plan).unwrap();
     assert_eq!(plan.to_store, ks(&[4, 5]));
 }
+
+#[test]
+fn long_batches_with_repeats_store_each_key_once_at_its_first_position() {
+    for p in BOTH {
+        let mut t = tier(64, p);
+        t.begin_request(R).unwrap();
+        let ns: Vec<u32> = (0..50).map(|i| i % 20).collect();
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&ns), &mut plan).unwrap();
+        assert_eq!(plan.to_store, ks(&(0..20).collect::<Vec<_>>()));
+        assert_eq!(plan.slots, (0..20).collect::<Vec<_>>());
+        let mut pos = Vec::new();
+        plan.positions_in(&ks(&ns), &mut pos);
+        assert_eq!(pos, (0..20).collect::<Vec<_>>());
+        t.check_invariants().unwrap();
+    }
+}

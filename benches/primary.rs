@@ -1,0 +1,256 @@
+//! Primary-tier benchmark: ns per lookup, per key of prepare_load +
+//! complete_load, and per key of prepare_store + complete_store with and
+//! without eviction, at 10^4, 10^6 and 10^7 slots, for lru and arc.
+//!
+//! Two access patterns: `uniform` draws keys uniformly from every resident
+//! key (the worst case for caches: at 10^7 slots most accesses miss the CPU
+//! caches), `hot` draws from a fixed working set of 10^4 resident keys (the
+//! same working set at every size, so the figure shows what the data
+//! structure's size itself costs).  Batches of 16 keys, as an engine's
+//! per-request calls.  Also reports metadata bytes per block (key bytes
+//! excluded), measured on the live tier.
+//!
+//!     cargo bench --bench primary -- [--out FILE.json] [--quick]
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::time::Instant;
+
+use kvtier::Key;
+use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
+use kvtier::request::RequestId;
+
+const BATCH: usize = 16;
+const HOT: u64 = 10_000;
+
+/// splitmix64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Key `i`: 12 bytes like vLLM's (8-byte block hash, 4-byte group index).
+fn key(i: u64) -> Key {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&Rng(i).next().to_le_bytes());
+    b[8..].copy_from_slice(&((i % 3) as u32).to_be_bytes());
+    Key::new(&b).unwrap()
+}
+
+struct Fig {
+    name: String,
+    ns: f64,
+}
+
+fn fill(t: &mut PrimaryTier, from: u64, to: u64, plan: &mut StorePlan) {
+    let req = RequestId(0);
+    let mut keys = Vec::with_capacity(BATCH);
+    let mut i = from;
+    while i < to {
+        keys.clear();
+        let end = (i + BATCH as u64).min(to);
+        keys.extend((i..end).map(key));
+        assert_eq!(
+            t.prepare_store(req, &keys, plan).unwrap(),
+            StoreOutcome::Planned
+        );
+        t.complete_store(&plan.to_store, true);
+        i = end;
+    }
+}
+
+fn pick(rng: &mut Rng, n: u64, hot: bool, hot_base: u64) -> u64 {
+    if hot {
+        hot_base + rng.next() % HOT.min(n)
+    } else {
+        rng.next() % n
+    }
+}
+
+fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<(String, f64)>) {
+    let label = format!("{}/{}", policy.name(), n);
+    let mut t = PrimaryTier::new(PrimaryConfig {
+        capacity: n as u32,
+        policy,
+        ..Default::default()
+    })
+    .unwrap();
+    let req = RequestId(0);
+    t.begin_request(req).unwrap();
+    let mut plan = StorePlan::default();
+    let t0 = Instant::now();
+    fill(&mut t, 0, n, &mut plan);
+    let fill_s = t0.elapsed().as_secs_f64();
+    // The hot set: keys spread over the resident range.
+    let hot_base = (n - HOT.min(n)) / 2;
+    let mut keys: Vec<Key> = Vec::with_capacity(BATCH);
+    let mut slots = Vec::with_capacity(BATCH);
+
+    for hot in [false, true] {
+        let pattern = if hot { "hot" } else { "uniform" };
+        // lookup
+        let mut rng = Rng(1);
+        let probe: Vec<Key> = (0..ops)
+            .map(|_| key(pick(&mut rng, n, hot, hot_base)))
+            .collect();
+        let t0 = Instant::now();
+        let mut hits = 0u64;
+        for k in &probe {
+            hits += (t.lookup(black_box(k)) == kvtier::primary::PrimaryLookup::Hit) as u64;
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / ops as f64;
+        assert_eq!(hits, ops);
+        out.push(Fig {
+            name: format!("{label}/lookup/{pattern}"),
+            ns,
+        });
+
+        // prepare_load + complete_load, batches of 16 (distinct keys)
+        let t0 = Instant::now();
+        for chunk in probe.chunks_exact(BATCH) {
+            keys.clear();
+            keys.extend_from_slice(chunk);
+            t.prepare_load(req, &keys, &mut slots).unwrap();
+            t.complete_load(req, &keys).unwrap();
+        }
+        let done = (ops as usize / BATCH * BATCH) as f64;
+        out.push(Fig {
+            name: format!("{label}/load/{pattern}"),
+            ns: t0.elapsed().as_nanos() as f64 / done,
+        });
+    }
+    // Per-request access records grow with every load: finish and restart.
+    t.on_request_finished(req).unwrap();
+    t.begin_request(req).unwrap();
+
+    // prepare_store + complete_store without eviction: a second tier
+    // filled to n - room, then `room` new keys stored.
+    let room = ops.min(n / 2);
+    {
+        let mut spare = PrimaryTier::new(PrimaryConfig {
+            capacity: n as u32,
+            policy,
+            ..Default::default()
+        })
+        .unwrap();
+        spare.begin_request(req).unwrap();
+        fill(&mut spare, 0, n - room, &mut plan);
+        let base = 1u64 << 40;
+        let t0 = Instant::now();
+        let mut i = 0;
+        while i < room {
+            keys.clear();
+            keys.extend((i..(i + BATCH as u64).min(room)).map(|j| key(base + j)));
+            spare.prepare_store(req, &keys, &mut plan).unwrap();
+            assert!(plan.evicted.is_empty() && plan.to_store.len() == keys.len());
+            spare.complete_store(&plan.to_store, true);
+            i += BATCH as u64;
+        }
+        out.push(Fig {
+            name: format!("{label}/store/no_eviction"),
+            ns: t0.elapsed().as_nanos() as f64 / room as f64,
+        });
+    }
+
+    // prepare_store + complete_store with eviction: the tier is full of idle keys.
+    let base = 1u64 << 41;
+    let t0 = Instant::now();
+    let mut evicted = 0usize;
+    let mut i = 0;
+    while i < ops {
+        keys.clear();
+        keys.extend((i..i + BATCH as u64).map(|j| key(base + j)));
+        let o = t.prepare_store(req, &keys, &mut plan).unwrap();
+        debug_assert_eq!(o, StoreOutcome::Planned);
+        evicted += plan.evicted.len();
+        t.complete_store(&plan.to_store, true);
+        i += BATCH as u64;
+    }
+    let ns = t0.elapsed().as_nanos() as f64 / i as f64;
+    assert!(evicted as u64 >= i - n.min(i), "stores evicted");
+    out.push(Fig {
+        name: format!("{label}/store/eviction"),
+        ns,
+    });
+    t.on_request_finished(req).unwrap();
+    meta.push((label.clone(), t.metadata_bytes_per_slot()));
+    eprintln!("  {label}: filled in {fill_s:.2} s");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out_path = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1).cloned());
+    let quick = args.iter().any(|a| a == "--quick");
+    let sizes: &[u64] = if quick {
+        &[10_000, 1_000_000]
+    } else {
+        &[10_000, 1_000_000, 10_000_000]
+    };
+    let ops = 1_000_000u64;
+    let mut figs = Vec::new();
+    let mut meta = Vec::new();
+    for &n in sizes {
+        for policy in [PolicyKind::Lru, PolicyKind::Arc] {
+            run(policy, n, ops, &mut figs, &mut meta);
+        }
+    }
+
+    println!("{:<34} {:>10}", "benchmark (policy/slots/op/pattern)", "ns");
+    for f in &figs {
+        println!("{:<34} {:>10.1}", f.name, f.ns);
+    }
+    let small = sizes[0];
+    let large = *sizes.last().unwrap();
+    let mut ratios = Vec::new();
+    for f in &figs {
+        let prefix = format!("/{large}/");
+        if let Some((pol, rest)) = f.name.split_once(&prefix) {
+            let base = format!("{pol}/{small}/{rest}");
+            if let Some(b) = figs.iter().find(|g| g.name == base) {
+                ratios.push((format!("{pol}/{rest}"), f.ns / b.ns));
+            }
+        }
+    }
+    println!("\nratio {large}/{small} slots");
+    for (name, r) in &ratios {
+        println!("{:<34} {:>10.2}", name, r);
+    }
+    println!("\nmetadata bytes per block (key bytes excluded)");
+    for (name, b) in &meta {
+        println!("{:<34} {:>10.1}", name, b);
+    }
+
+    if let Some(path) = out_path {
+        let mut j = String::from("{\"benchmark\":\"primary\",\"batch\":16,\"ops\":");
+        write!(j, "{ops},\"ns\":{{").unwrap();
+        for (i, f) in figs.iter().enumerate() {
+            write!(
+                j,
+                "{}\"{}\":{:.2}",
+                if i > 0 { "," } else { "" },
+                f.name,
+                f.ns
+            )
+            .unwrap();
+        }
+        write!(j, "}},\"ratio_{large}_over_{small}\":{{").unwrap();
+        for (i, (n, r)) in ratios.iter().enumerate() {
+            write!(j, "{}\"{}\":{:.3}", if i > 0 { "," } else { "" }, n, r).unwrap();
+        }
+        j.push_str("},\"metadata_bytes_per_block\":{");
+        for (i, (n, b)) in meta.iter().enumerate() {
+            write!(j, "{}\"{}\":{:.2}", if i > 0 { "," } else { "" }, n, b).unwrap();
+        }
+        j.push_str("}}\n");
+        std::fs::write(&path, j).expect("write --out file");
+    }
+}
