@@ -209,10 +209,8 @@ fn main() -> ExitCode {
         for (i, r) in runs.iter().enumerate() {
             let per = r.growth as f64 / f64::from(r.blocks);
             json.push_str(&format!(
-                "{}{{\"name\": \"{}-{}\", \"policy\": \"{}\", \"blocks\": {}, \"rss_growth_bytes\": {}, \"bytes_per_block\": {:.2}, \"bytes_per_block_besides_key\": {:.2}, \"estimate_bytes_besides_key\": {:.2}, \"fill_s\": {:.3}}}",
+                "{}{{\"policy\": \"{}\", \"blocks\": {}, \"rss_growth_bytes\": {}, \"bytes_per_block\": {:.2}, \"bytes_per_block_besides_key\": {:.2}, \"estimate_bytes_besides_key\": {:.2}, \"fill_s\": {:.3}}}",
                 if i > 0 { ", " } else { "" },
-                r.policy,
-                r.blocks,
                 r.policy,
                 r.blocks,
                 r.growth,

@@ -7,8 +7,9 @@ Each `*.json` file there is one benchmark's result (one JSON object, as
 written by `cargo bench --bench NAME -- --out FILE` or by the replay
 driver).  Nested objects and lists are flattened into one row per figure:
 `benchmark | case | figure | value`, where the case names the list entry
-(by its `name`, `case`, `blocks`, `block_bytes` or `size` field when it has
-one).  Replay results show their time and main counters; the files hold
+(by its string fields and identifying numbers such as `blocks` or
+`block_bytes`).  Top-level strings (configuration) and lists of plain
+numbers (raw samples) get no row.  Replay results show their time and main counters; the files hold
 every counter.
 """
 import json
@@ -26,8 +27,8 @@ REPLAY_FIELDS = [
     "blocks_stored",
     "blocks_evicted",
 ]
-# Fields that name a list entry rather than measure something.
-LABEL_FIELDS = ["name", "case", "label", "blocks", "block_bytes", "size"]
+# Numeric fields that identify a list entry rather than measure something.
+ID_FIELDS = ["blocks", "block_bytes", "slots", "size", "threads"]
 
 
 def is_replay(obj):
@@ -51,15 +52,31 @@ def fmt(value):
 
 
 def label_of(entry, index):
-    if isinstance(entry, dict):
-        for field in LABEL_FIELDS:
-            if field in entry and not isinstance(entry[field], (dict, list)):
-                return f"{field}={entry[field]}"
-    return f"#{index}"
+    """Names a list entry by its string fields and identifying numbers."""
+    if not isinstance(entry, dict):
+        return f"#{index}"
+    parts = []
+    for key, value in entry.items():
+        if isinstance(value, str):
+            parts.append(value if key in ("name", "operation", "case", "label") else f"{key}={value}")
+        elif key in ID_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            parts.append(f"{key}={value}")
+    return " ".join(parts) if parts else f"#{index}"
 
 
-def rows_of(obj, case, figure_prefix, out):
-    """Appends (case, figure, value) rows for every scalar leaf of obj."""
+def is_label_field(entry, key):
+    value = entry[key]
+    return isinstance(value, str) or (
+        key in ID_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool)
+    )
+
+
+def rows_of(obj, case, figure_prefix, out, top=False):
+    """Appends (case, figure, value) rows for the measured figures of obj.
+
+    Strings describe a configuration (at the top) or name a list entry, and
+    lists of plain numbers are raw samples: neither gets a row.
+    """
     if is_replay(obj):
         for field in REPLAY_FIELDS:
             if field in obj:
@@ -67,32 +84,20 @@ def rows_of(obj, case, figure_prefix, out):
         return
     if isinstance(obj, dict):
         for key, value in obj.items():
-            if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-                for i, entry in enumerate(value):
-                    sub = label_of(entry, i)
-                    sub_case = f"{case} {sub}".strip()
-                    rows_of(entry, sub_case, figure_prefix, out)
-            elif isinstance(value, (dict, list)):
+            if isinstance(value, list):
+                if value and all(isinstance(v, dict) for v in value):
+                    for i, entry in enumerate(value):
+                        sub_case = f"{case} {label_of(entry, i)}".strip()
+                        rows_of(entry, sub_case, figure_prefix, out)
+                # a list of numbers: raw samples, summarised elsewhere
+            elif isinstance(value, dict):
                 rows_of(value, case, f"{figure_prefix}{key}.", out)
+            elif isinstance(value, str):
+                continue
+            elif not top and case and is_label_field(obj, key):
+                continue
             else:
                 out.append((case, figure_prefix + key, value))
-        return
-    if isinstance(obj, list):
-        for i, value in enumerate(obj):
-            rows_of(value, case, f"{figure_prefix}{i}.", out)
-        return
-    out.append((case, figure_prefix.rstrip("."), obj))
-
-
-def drop_list_labels(rows):
-    """A list entry's label is already in its case: do not repeat it as a figure."""
-    kept = []
-    for case, figure, value in rows:
-        last = case.rsplit(" ", 1)[-1] if case else ""
-        if last == f"{figure}={value}":
-            continue
-        kept.append((case, figure, value))
-    return kept
 
 
 def main(argv):
@@ -117,8 +122,8 @@ def main(argv):
             bad += 1
             continue
         rows = []
-        rows_of(obj, "", "", rows)
-        for case, figure, value in drop_list_labels(rows):
+        rows_of(obj, "", "", rows, top=True)
+        for case, figure, value in rows:
             table.append((name[: -len(".json")], case, figure, fmt(value)))
     header = ("benchmark", "case", "figure", "value")
     widths = [max(len(r[i]) for r in table + [header]) for i in range(4)]
@@ -134,7 +139,12 @@ def main(argv):
                 shown[1] = ""
         print(
             "  ".join(
-                [shown[0].ljust(widths[0]), shown[1].ljust(widths[1]), shown[2].ljust(widths[2]), shown[3].rjust(widths[3])]
+                [
+                    shown[0].ljust(widths[0]),
+                    shown[1].ljust(widths[1]),
+                    shown[2].ljust(widths[2]),
+                    shown[3].rjust(widths[3]),
+                ]
             ).rstrip()
         )
         previous = row
