@@ -39,11 +39,10 @@ fn store(m: &Manager, req: &str, keys: &[kvtier::Key]) -> StorePlan {
     plan
 }
 
-#[test]
-fn polling_gate_once_per_step_prepare_store_always_polls() {
+fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     start(&m, "r");
     m.lookup("r", &k(1)).unwrap();
     m.lookup("r", &k(2)).unwrap();
@@ -73,11 +72,10 @@ fn polling_gate_once_per_step_prepare_store_always_polls() {
     );
 }
 
-#[test]
-fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request() {
+fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(wrap: Wrap) {
     let (m, model) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(10..14));
     start(&m, "a");
     start(&m, "b");
@@ -112,25 +110,23 @@ fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request()
     assert_eq!(stat(&m, Some(1), "hits"), 3.0);
 }
 
-#[test]
-fn promotion_answer_hit_pending_option() {
+fn promotion_answer_hit_pending_option(wrap: Wrap) {
     let opts = ManagerOptions {
         promotion_answer: PromotionAnswer::HitPending,
         ..Default::default()
     };
     let (m, _) = model_manager(8, opts);
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(1));
     start(&m, "r");
     assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::HitPending);
 }
 
-#[test]
-fn full_primary_answers_miss() {
+fn full_primary_answers_miss(wrap: Wrap) {
     let (m, _) = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     start(&m, "r");
     store(&m, "r", &[k(1)]);
     let mut slots = Vec::new();
@@ -141,24 +137,22 @@ fn full_primary_answers_miss() {
     assert_eq!(stat(&m, None, "allocation_failures"), 1.0);
 }
 
-#[test]
-fn tier_retry_answers_retry_and_misses_miss() {
+fn tier_retry_answers_retry_and_misses_miss(wrap: Wrap) {
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     start(&m, "r");
     assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
     s.lock().retry_lookups = true;
     assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Retry);
 }
 
-#[test]
-fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish() {
+fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
     let (m, model) = model_manager(8, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
-    assert_eq!(m.add_tier(Box::new(t1)).unwrap(), 1);
-    assert_eq!(m.add_tier(Box::new(t2)).unwrap(), 2);
+    assert_eq!(m.add_tier(wrap(t1)).unwrap(), 1);
+    assert_eq!(m.add_tier(wrap(t2)).unwrap(), 2);
     s1.lock().auto_finish = false;
     s2.lock().auto_finish = false;
     start(&m, "r");
@@ -180,11 +174,10 @@ fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish() {
     assert!(!m.has_pending_work().unwrap());
 }
 
-#[test]
-fn finalization_waits_for_stores_in_flight() {
+fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     start(&m, "r");
     let mut plan = StorePlan::default();
     m.prepare_store("r", &[k(1)], &mut plan).unwrap();
@@ -216,11 +209,10 @@ fn finalization_waits_for_stores_in_flight() {
     );
 }
 
-#[test]
-fn finalization_waits_for_staged_promotions() {
+fn finalization_waits_for_staged_promotions(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(5));
     start(&m, "r");
     assert_eq!(m.lookup("r", &k(5)).unwrap(), LookupResult::Retry);
@@ -233,11 +225,10 @@ fn finalization_waits_for_staged_promotions() {
     assert!(load < fin, "load submitted before finalization: {log:?}");
 }
 
-#[test]
-fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones() {
+fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap: Wrap) {
     let (m, model) = model_manager(16, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     s.lock().auto_finish = false;
     assert_eq!(start(&m, "a"), OffloadPolicy::RequestLevel);
@@ -280,11 +271,10 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones() {
     assert!(sc.log.iter().any(|l| l == "finished b"));
 }
 
-#[test]
-fn parked_key_whose_write_failed_is_dropped() {
+fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
     let (m, _) = model_manager(16, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     start(&m, "a");
     start(&m, "b");
@@ -299,11 +289,10 @@ fn parked_key_whose_write_failed_is_dropped() {
     assert!(!m.has_pending_work().unwrap());
 }
 
-#[test]
-fn partial_promotion_and_bad_lists() {
+fn partial_promotion_and_bad_lists(wrap: Wrap) {
     let (m, model) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(0..3));
     s.lock().auto_finish = false;
     start(&m, "r");
@@ -352,13 +341,12 @@ fn partial_promotion_and_bad_lists() {
     assert!(errs[0].contains("not in the job"), "{errs:?}");
 }
 
-#[test]
-fn unknown_and_repeated_job_ids_are_logged_tier_bugs() {
+fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
     let (m, model) = model_manager(8, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
-    m.add_tier(Box::new(t1)).unwrap();
-    m.add_tier(Box::new(t2)).unwrap();
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
     s2.lock().auto_finish = false;
     start(&m, "r");
     store(&m, "r", &[k(1)]);
@@ -391,12 +379,11 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs() {
     assert_eq!(model.refs(&k(1)), Some(0));
 }
 
-#[test]
-fn complete_job_from_another_thread() {
+fn complete_job_from_another_thread(wrap: Wrap) {
     let (m, model) = model_manager(8, ManagerOptions::default());
     let m = Arc::new(m);
     let (t, s) = TestTier::new("t");
-    let idx = m.add_tier(Box::new(t)).unwrap();
+    let idx = m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
     start(&m, "r");
     store(&m, "r", &keys(0..4));
@@ -418,11 +405,10 @@ fn complete_job_from_another_thread() {
     ));
 }
 
-#[test]
-fn reset_cache_semantics_and_promotion_hold() {
+fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
     let (m, model) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(50));
     start(&m, "live");
     start(&m, "done");
@@ -479,11 +465,10 @@ fn reset_without_secondary_tiers_does_not_hold() {
     assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
 }
 
-#[test]
-fn job_never_finished_blocks_nothing_but_is_reported_at_reset() {
+fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
     let (m, model) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("stuck");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
     start(&m, "r");
     store(&m, "r", &[k(1)]);
@@ -507,11 +492,10 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset() {
     assert_eq!(model.refs(&k(2)), Some(0));
 }
 
-#[test]
-fn every_job_failing_leaks_no_slot() {
+fn every_job_failing_leaks_no_slot(wrap: Wrap) {
     let (m, model) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("bad");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().fail_all = true;
     s.lock().stored.extend(keys(100..104));
     start(&m, "r");
@@ -530,8 +514,7 @@ fn every_job_failing_leaks_no_slot() {
     model.check().unwrap();
 }
 
-#[test]
-fn back_pressure_drops_cascades_not_loads_and_reset_clears_it() {
+fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
     let (m, _) = model_manager(32, ManagerOptions::default());
     let (t, s) = TestTier::new("slow");
     let bp = BackpressureConfig {
@@ -540,7 +523,7 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it() {
         ..Default::default()
     };
     m.add_tier_with(
-        Box::new(t),
+        wrap(t),
         TierOptions {
             backpressure: Some(bp),
         },
@@ -565,8 +548,7 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it() {
     assert_eq!(stat(&m, Some(1), "under_pressure"), 0.0);
 }
 
-#[test]
-fn back_pressure_throttle_admits_one_store_at_a_time() {
+fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
     let (m, _) = model_manager(32, ManagerOptions::default());
     let (t, s) = TestTier::new("slow");
     let bp = BackpressureConfig {
@@ -575,7 +557,7 @@ fn back_pressure_throttle_admits_one_store_at_a_time() {
         ..Default::default()
     };
     m.add_tier_with(
-        Box::new(t),
+        wrap(t),
         TierOptions {
             backpressure: Some(bp),
         },
@@ -592,12 +574,11 @@ fn back_pressure_throttle_admits_one_store_at_a_time() {
     assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
 }
 
-#[test]
-fn tier_filter_affects_lookups_only() {
+fn tier_filter_affects_lookups_only(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("disk");
     s.lock().medium = Some(Medium::Storage);
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(9));
     let only_cpu = TierFilter::Only(vec![TierMatcher {
         medium: Some(Medium::Cpu),
@@ -628,12 +609,11 @@ fn tier_filter_affects_lookups_only() {
     assert_eq!(m.lookup("all", &k(9)).unwrap(), LookupResult::Retry);
 }
 
-#[test]
-fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock() {
+fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let m = Arc::new(m);
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     let seen = Arc::new(Mutex::new(None));
     let (weak, seen2) = (Arc::downgrade(&m), seen.clone());
     s.lock().on_lookup = Some(Box::new(move || {
@@ -658,11 +638,10 @@ fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock() {
     assert_eq!(stat(&m, Some(1), "tier_bugs"), 1.0, "job 5 was never given");
 }
 
-#[test]
-fn events_are_labelled_and_tiers_own_theirs() {
+fn events_are_labelled_and_tiers_own_theirs(wrap: Wrap) {
     let (m, _) = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     start(&m, "r");
     store(&m, "r", &[k(1)]);
     m.on_schedule_end().unwrap();
@@ -688,8 +667,7 @@ fn events_are_labelled_and_tiers_own_theirs() {
     );
 }
 
-#[test]
-fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed() {
+fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
     struct Flag(Arc<Mutex<bool>>);
     impl Drop for Flag {
         fn drop(&mut self) {
@@ -699,8 +677,8 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed() {
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
-    m.add_tier(Box::new(t1)).unwrap();
-    m.add_tier(Box::new(t2)).unwrap();
+    m.add_tier(wrap(t1)).unwrap();
+    m.add_tier(wrap(t2)).unwrap();
     s1.lock().fail_shutdown = true;
     let released = Arc::new(Mutex::new(false));
     m.attach_region(Box::new(Flag(released.clone()))).unwrap();
@@ -721,11 +699,10 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed() {
     assert!(*released.lock());
 }
 
-#[test]
-fn misuse_is_an_error_with_no_side_effect() {
+fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
     let (m, model) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     assert!(matches!(
         m.lookup("nope", &k(1)),
         Err(Error::UnknownRequest(_))
@@ -751,7 +728,7 @@ fn misuse_is_an_error_with_no_side_effect() {
     ));
     let (t2, _) = TestTier::new("late");
     assert!(matches!(
-        m.add_tier(Box::new(t2)),
+        m.add_tier(wrap(t2)),
         Err(Error::InvalidArgument(_))
     ));
     m.on_request_finished("r").unwrap();
@@ -765,11 +742,10 @@ fn misuse_is_an_error_with_no_side_effect() {
     );
 }
 
-#[test]
-fn touch_reaches_every_tier_and_has_pending_work_sees_tiers() {
+fn touch_reaches_every_tier_and_has_pending_work_sees_tiers(wrap: Wrap) {
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
-    m.add_tier(Box::new(t)).unwrap();
+    m.add_tier(wrap(t)).unwrap();
     start(&m, "r");
     m.touch("r", &[k(1)]).unwrap();
     assert_eq!(s.lock().touches, 1);
@@ -781,3 +757,43 @@ fn touch_reaches_every_tier_and_has_pending_work_sees_tiers() {
     m.on_schedule_end().unwrap();
     assert_eq!(s.lock().schedule_ends, 1);
 }
+
+/// Every rule above, once with the Rust tier and once with the same tier
+/// behind the C vtable adapter.
+macro_rules! both_tiers {
+    ($($name:ident),* $(,)?) => {
+        mod rust_tier {
+            $(#[test] fn $name() { super::$name(super::rust) })*
+        }
+        mod c_tier {
+            $(#[test] fn $name() { super::$name(super::via_c) })*
+        }
+    };
+}
+
+both_tiers!(
+    polling_gate_once_per_step_prepare_store_always_polls,
+    promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request,
+    promotion_answer_hit_pending_option,
+    full_primary_answers_miss,
+    tier_retry_answers_retry_and_misses_miss,
+    cascade_pins_once_per_tier_and_unpins_when_jobs_finish,
+    finalization_waits_for_stores_in_flight,
+    finalization_waits_for_staged_promotions,
+    request_level_cascades_resident_ready_keys_and_parks_write_pending_ones,
+    parked_key_whose_write_failed_is_dropped,
+    partial_promotion_and_bad_lists,
+    unknown_and_repeated_job_ids_are_logged_tier_bugs,
+    complete_job_from_another_thread,
+    reset_cache_semantics_and_promotion_hold,
+    job_never_finished_blocks_nothing_but_is_reported_at_reset,
+    every_job_failing_leaks_no_slot,
+    back_pressure_drops_cascades_not_loads_and_reset_clears_it,
+    back_pressure_throttle_admits_one_store_at_a_time,
+    tier_filter_affects_lookups_only,
+    reentrant_call_from_a_tier_is_an_error_not_a_deadlock,
+    events_are_labelled_and_tiers_own_theirs,
+    shutdown_tries_every_tier_and_keeps_the_region_if_one_failed,
+    misuse_is_an_error_with_no_side_effect,
+    touch_reaches_every_tier_and_has_pending_work_sees_tiers,
+);

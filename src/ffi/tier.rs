@@ -826,3 +826,14 @@ impl SecondaryTier for CTier {
         }
     }
 }
+
+/// Wraps `vtable` in the adapter the manager uses, as a boxed tier that
+/// owns `user_data` (dropping it calls `destroy`), for Rust hosts that
+/// hold C tiers and for tests.
+///
+/// # Safety
+/// `vtable` must satisfy the `kvtier_tier_vtable` contract.
+pub unsafe fn tier_from_vtable(vtable: &kvtier_tier_vtable) -> Result<Box<dyn SecondaryTier>> {
+    let tier = unsafe { CTier::new(vtable, Arc::new(AtomicBool::new(true))) }?;
+    Ok(Box::new(tier))
+}
