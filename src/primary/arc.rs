@@ -154,10 +154,12 @@ impl ArcPolicy {
 }
 
 impl Policy for ArcPolicy {
-    fn insert(&mut self, slots: &Slots, slot: u32, h: u64) {
+    fn insert(&mut self, slots: &Slots, slot: u32, h: u64, maybe_ghost: bool) {
         self.lists.push_back(T1, slot);
-        if let Some(g) = self.ghosts.find(&slots.keys[slot as usize], h) {
-            self.ghosts.remove(g);
+        if maybe_ghost {
+            if let Some(g) = self.ghosts.find(&slots.keys[slot as usize], h) {
+                self.ghosts.remove(g);
+            }
         }
     }
 
@@ -299,7 +301,7 @@ mod tests {
         let s = slots(4);
         let mut p = ArcPolicy::new(4, s.hasher.clone());
         for i in 0..4 {
-            p.insert(&s, i, s.hash(&s.keys[i as usize]));
+            p.insert(&s, i, s.hash(&s.keys[i as usize]), true);
         }
         p.touch(&s, 2);
         p.touch(&s, 3); // T1 = [0, 1], T2 = [2, 3]

@@ -27,7 +27,7 @@ impl LruPolicy {
 }
 
 impl Policy for LruPolicy {
-    fn insert(&mut self, _slots: &Slots, slot: u32, _h: u64) {
+    fn insert(&mut self, _slots: &Slots, slot: u32, _h: u64, _maybe_ghost: bool) {
         self.lists.push_back(MAIN, slot);
     }
 

@@ -287,6 +287,10 @@ const ABSENT: u8 = 0;
 const FOUND_READY: u8 = 1;
 const FOUND_PENDING: u8 = 2;
 const STORED: u8 = 3;
+/// Absent but remembered by the policy as a ghost (not stored).
+const GHOST: u8 = 4;
+/// Like `STORED`, and a ghost when the call began.
+const STORED_GHOST: u8 = 5;
 
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
@@ -611,8 +615,13 @@ impl PrimaryTier {
         }
 
         // 2. [0.33] ARC store-miss adaptation, once per request and key.
-        for (key, h, _) in &fresh {
-            if self.policy.is_ghost(key, *h) && !self.adapted.contains(&(req, *key)) {
+        //    Ghost keys are noted (kind GHOST) for the insertion below.
+        for (key, h, pos) in &fresh {
+            if !self.policy.is_ghost(key, *h) {
+                continue;
+            }
+            scratch[*pos as usize].1 = GHOST;
+            if !self.adapted.contains(&(req, *key)) {
                 self.policy.adapt_on_offer(key, *h);
                 self.adapted.insert((req, *key));
                 if let Some(r) = self.requests.get_mut(&req) {
@@ -631,7 +640,8 @@ impl PrimaryTier {
             };
             if admitted {
                 plan.to_store.push(*key);
-                scratch[*pos as usize].1 = STORED;
+                let k = &mut scratch[*pos as usize].1;
+                *k = if *k == GHOST { STORED_GHOST } else { STORED };
             } else {
                 self.counters.admission_skips += 1;
             }
@@ -671,7 +681,7 @@ impl PrimaryTier {
         if !refused {
             // 5. Allocate and insert, in call order (the last key most recent).
             for &(h, kind, _) in &scratch {
-                if kind != STORED {
+                if kind != STORED && kind != STORED_GHOST {
                     continue;
                 }
                 // Enough slots are free now: the shortfall was evicted.
@@ -680,7 +690,8 @@ impl PrimaryTier {
                 };
                 let key = plan.to_store[plan.slots.len()];
                 self.slots.occupy(slot, key, h);
-                self.policy.insert(&self.slots, slot, h);
+                self.policy
+                    .insert(&self.slots, slot, h, kind == STORED_GHOST);
                 plan.slots.push(slot);
             }
             self.write_pending += plan.slots.len() as u32;
@@ -692,7 +703,7 @@ impl PrimaryTier {
             for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
                 match kind {
                     FOUND_READY => record.accesses.push((*key, true)),
-                    STORED => record.accesses.push((*key, false)),
+                    STORED | STORED_GHOST => record.accesses.push((*key, false)),
                     _ => {}
                 }
             }

@@ -23,10 +23,12 @@ pub(crate) struct PolicyStats {
 /// Every method costs O(1) per slot or key it is given; `select_victims`
 /// costs O(n + skipped), where skipped counts the pinned, write-pending or
 /// call-named keys it passes over.
-pub(crate) trait Policy: Send + std::fmt::Debug {
+pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// `slot` (key hash `h`) became resident, write pending; calls come in
     /// batch order, so the last key of a batch ends up most recent.
-    fn insert(&mut self, slots: &Slots, slot: u32, h: u64);
+    /// `maybe_ghost` is false when the key is known not to be a ghost (it
+    /// saves ARC a lookup).
+    fn insert(&mut self, slots: &Slots, slot: u32, h: u64, maybe_ghost: bool);
 
     /// `slot` left without eviction (a failed store): no history is kept.
     fn remove(&mut self, slot: u32);

@@ -784,3 +784,10 @@ fn long_batches_with_repeats_store_each_key_once_at_its_first_position() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn the_tier_can_be_shared_and_sent_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<PrimaryTier>();
+    send_sync::<NamedPrimary>();
+}
