@@ -9,10 +9,12 @@
 //! exactly the shortfall from idle keys, never a key named in the same call.
 //!
 //! Cost: every operation is O(1) per key (amortized); eviction of k keys is
-//! O(k + s), s the pinned, write-pending or call-named keys passed over (no
-//! scan of the cache).  Per-slot state lives in arrays indexed by slot id
-//! ([`slots`]); policies ([`policy::Policy`]: [`lru`], [`arc`]) keep
-//! intrusive lists over slot ids.  Per-request access records reuse their
+//! O(k + s), s the pinned, write-pending or call-named keys older than the
+//! victims that the policy passes over (never a scan of the cache); a
+//! refusal for lack of idle keys is decided from counts, without looking at
+//! the lists.  Per-slot state lives in arrays indexed by slot id
+//! (`slots.rs`); policies (the `Policy` trait in `policy.rs`, implemented
+//! by `lru.rs` and `arc.rs`) keep intrusive lists over slot ids.  Per-request access records reuse their
 //! buffers, so the hot path allocates nothing per key.
 
 mod admission;
@@ -577,6 +579,7 @@ impl PrimaryTier {
         scratch.clear();
         fresh.clear();
         let use_table = keys.len() > SMALL_BATCH;
+        let mut named_idle = 0u32;
         if use_table {
             self.scratch_dedup.clear();
         }
@@ -584,7 +587,11 @@ impl PrimaryTier {
             let h = self.slots.hash(key);
             match self.slots.find(key, h) {
                 Some(s) => {
-                    self.slots.flags[s as usize] |= NAMED;
+                    let f = &mut self.slots.flags[s as usize];
+                    if *f & NAMED == 0 && self.slots.refs[s as usize] == 0 {
+                        named_idle += 1;
+                    }
+                    *f |= NAMED;
                     let kind = if self.slots.refs[s as usize] == WRITE_PENDING {
                         FOUND_PENDING
                     } else {
@@ -650,7 +657,12 @@ impl PrimaryTier {
         // 4. Evict the shortfall, or refuse.
         let need = plan.to_store.len().saturating_sub(self.slots.free_count());
         let mut victims = std::mem::take(&mut self.scratch_victims);
-        let refused = need > 0 && !self.policy.select_victims(&self.slots, need, &mut victims);
+        // Fewer evictable keys than needed: refuse without looking at the
+        // policy's lists (no scan).  Otherwise enough exist, and the policy
+        // finds them passing over only pinned, pending and named keys.
+        let evictable = (self.idle - named_idle) as usize;
+        let refused = need > 0
+            && (evictable < need || !self.policy.select_victims(&self.slots, need, &mut victims));
         if refused {
             self.counters.refusals += 1;
             plan.clear();
@@ -699,12 +711,13 @@ impl PrimaryTier {
 
             // 6. Record the request's accesses in call order (first
             //    occurrences of stored keys; every ready key found).
-            let record = self.requests.get_mut(&req).expect("checked above");
-            for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
-                match kind {
-                    FOUND_READY => record.accesses.push((*key, true)),
-                    STORED | STORED_GHOST => record.accesses.push((*key, false)),
-                    _ => {}
+            if let Some(record) = self.requests.get_mut(&req) {
+                for (key, &(_, kind, _)) in keys.iter().zip(scratch.iter()) {
+                    match kind {
+                        FOUND_READY => record.accesses.push((*key, true)),
+                        STORED | STORED_GHOST => record.accesses.push((*key, false)),
+                        _ => {}
+                    }
                 }
             }
         }

@@ -791,3 +791,43 @@ fn the_tier_can_be_shared_and_sent_across_threads() {
     send_sync::<PrimaryTier>();
     send_sync::<NamedPrimary>();
 }
+
+#[test]
+fn call_stamps_wrap_around_without_confusing_the_admission_table() {
+    let mut t = admitting(2, 2);
+    t.begin_request(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.slots.epoch = u32::MAX - 1;
+    t.prepare_store(R, &ks(&[1]), &mut plan).unwrap(); // stamp u32::MAX
+    t.prepare_store(R, &ks(&[2]), &mut plan).unwrap(); // wraps to 1, marks cleared
+    assert_eq!(t.slots.epoch, 1);
+    // The table is full (1, 2); a new key forgets 1, not refused as same-call.
+    t.prepare_store(R, &ks(&[3]), &mut plan).unwrap();
+    t.prepare_store(R, &ks(&[2, 3]), &mut plan).unwrap();
+    assert_eq!(plan.to_store, ks(&[2, 3]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn pinned_write_pending_and_named_keys_are_all_passed_over_by_eviction() {
+    for p in BOTH {
+        let mut t = tier(6, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2, 3, 4]);
+        let mut plan = StorePlan::default();
+        t.prepare_store(R, &ks(&[5, 6]), &mut plan).unwrap(); // pending, full
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+        // 1 pinned, 2 named, 5 and 6 pending: only 3 and 4 can go.
+        t.prepare_store(R, &ks(&[2, 7, 8]), &mut plan).unwrap();
+        assert_eq!(plan.evicted, ks(&[3, 4]));
+        // Now 2 is the only idle key: naming it refuses, not naming it evicts it.
+        assert_eq!(
+            t.prepare_store(R, &ks(&[9, 2]), &mut plan).unwrap(),
+            StoreOutcome::Refused
+        );
+        t.prepare_store(R, &ks(&[9]), &mut plan).unwrap();
+        assert_eq!(plan.evicted, ks(&[2]));
+        t.check_invariants().unwrap();
+    }
+}
