@@ -193,6 +193,48 @@ impl Drop for Fd {
     }
 }
 
+/// Opens `path` with `flags` (plus `O_DIRECT` when `direct`), mode 0644.
+/// When that fails with `ENOENT`, creates the directory `dir` names (once;
+/// one that exists already is fine) and tries again; when the file system
+/// refuses `O_DIRECT` (`EINVAL`), tries again without it.  Returns the
+/// errno of the failure otherwise.
+fn open_making_dir<'a>(
+    path: &CStr,
+    mut flags: libc::c_int,
+    direct: bool,
+    dir: impl FnOnce() -> &'a CStr,
+) -> Result<Fd, i32> {
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    let mut dir = Some(dir);
+    loop {
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
+        if fd >= 0 {
+            return Ok(Fd(fd));
+        }
+        let e = errno();
+        if e == libc::ENOENT {
+            if let Some(dir) = dir.take() {
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::mkdir(dir().as_ptr(), 0o755) } != 0 {
+                    let e = errno();
+                    if e != libc::EEXIST {
+                        return Err(e);
+                    }
+                }
+                continue;
+            }
+        }
+        if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
+            flags &= !libc::O_DIRECT;
+            continue;
+        }
+        return Err(e);
+    }
+}
+
 fn pwrite_all(fd: i32, mut ptr: *const u8, mut len: usize, mut off: u64) -> Result<(), i32> {
     while len > 0 {
         // SAFETY: `ptr..ptr+len` is readable memory owned by the caller.
@@ -309,69 +351,19 @@ impl BlockIo {
     fn open_temp(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = self.layout.temp_c(key, self.pid, n, &mut scratch.temp);
-        let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        let mut made_dirs = false;
-        loop {
-            // SAFETY: NUL-terminated path.
-            let fd = unsafe { libc::open(tmp.as_ptr(), flags, 0o644 as libc::c_uint) };
-            if fd >= 0 {
-                return Ok(Fd(fd));
-            }
-            let e = errno();
-            if e == libc::ENOENT && !made_dirs {
-                // Only the fan-out directory is created here: a missing
-                // root stays missing (and the store fails with its cause).
-                let c = self.layout.dir_c(key, &mut scratch.dir);
-                // SAFETY: NUL-terminated path.
-                if unsafe { libc::mkdir(c.as_ptr(), 0o755) } != 0 {
-                    let e = errno();
-                    if e != libc::EEXIST {
-                        return Err(e);
-                    }
-                }
-                made_dirs = true;
-                continue;
-            }
-            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
-                flags &= !libc::O_DIRECT;
-                continue;
-            }
-            return Err(e);
-        }
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+        // Only the fan-out directory is created here: a missing root stays
+        // missing (and the store fails with its cause).
+        open_making_dir(tmp, flags, direct, || {
+            self.layout.dir_c(key, &mut scratch.dir)
+        })
     }
 
     /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
     fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let dir = self.layout.dir_c(key, &mut scratch.dir);
-        let mut flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        let mut made_dir = false;
-        loop {
-            // SAFETY: NUL-terminated path.
-            let fd = unsafe { libc::open(dir.as_ptr(), flags, 0o644 as libc::c_uint) };
-            if fd >= 0 {
-                return Ok(Fd(fd));
-            }
-            let e = errno();
-            if e == libc::ENOENT && !made_dir {
-                // SAFETY: NUL-terminated path.
-                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0 && errno() != libc::EEXIST {
-                    return Err(errno());
-                }
-                made_dir = true;
-                continue;
-            }
-            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
-                flags &= !libc::O_DIRECT;
-                continue;
-            }
-            return Err(e);
-        }
+        let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+        open_making_dir(dir, flags, direct, || dir)
     }
 
     /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
