@@ -12,7 +12,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
-use ffi_calls::{ck, last_error, lookup, store_with};
+use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
 use kvtier::ffi::config::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
@@ -382,14 +382,7 @@ unsafe extern "C" fn d_submit(ud: *mut c_void, job: *const kvtier_job) -> i32 {
     let (manager, id) = (d.manager, unsafe { (*job).id });
     d.threads.push(std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let r = kvtier_job_result {
-            id,
-            success: true,
-            succeeded_keys: null(),
-            succeeded_len: 0,
-            bytes: 0,
-            duration_ns: 0,
-        };
+        let r = succeeded(id);
         let st = unsafe { kvtier_manager_complete_job(manager as *const kvtier_manager, 1, &r) };
         assert_eq!(st, S::Ok);
     }));

@@ -9,7 +9,7 @@ use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ffi_calls::{ck, last_error, lookup, store_with};
+use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
@@ -86,14 +86,7 @@ unsafe extern "C" fn c_lookup(
         let st = unsafe { kvtier_manager_lookup(mgr, name.as_ptr(), key, &mut out) };
         m.reenter_status = Some(st as i32);
         // the thread-safe completion call works from inside a callback
-        let res = kvtier_job_result {
-            id: 4242,
-            success: true,
-            succeeded_keys: null(),
-            succeeded_len: 0,
-            bytes: 0,
-            duration_ns: 0,
-        };
+        let res = succeeded(4242);
         assert_eq!(unsafe { kvtier_manager_complete_job(mgr, 1, &res) }, S::Ok);
     }
     if let Some(bad) = m.bad_status {
@@ -521,14 +514,7 @@ fn misbehaving_c_tier_costs_no_crash_and_no_slot() {
     );
     unsafe { &mut *mem_ptr }.bad_status = None;
     // an unknown job id and a repeated one
-    let r = kvtier_job_result {
-        id: 999,
-        success: true,
-        succeeded_keys: null(),
-        succeeded_len: 0,
-        bytes: 0,
-        duration_ns: 0,
-    };
+    let r = succeeded(999);
     unsafe { &mut *mem_ptr }.finished.push(r);
     unsafe { &mut *mem_ptr }.finished.push(r);
     assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
@@ -622,14 +608,7 @@ fn completions_from_another_thread_and_request_level_policy() {
     std::thread::spawn(move || {
         let mem = unsafe { &mut *(mem_ptr as *mut Mem) };
         for (id, _, _) in mem.held.drain(..) {
-            let r = kvtier_job_result {
-                id,
-                success: true,
-                succeeded_keys: null(),
-                succeeded_len: 0,
-                bytes: 0,
-                duration_ns: 0,
-            };
+            let r = succeeded(id);
             assert_eq!(
                 unsafe { kvtier_manager_complete_job(mp as *const kvtier_manager, 1, &r) },
                 S::Ok

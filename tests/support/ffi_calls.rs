@@ -1,14 +1,16 @@
 //! Calls on a manager through the C ABI that several tests make the same
-//! way: the last error message, key views, lookups and whole stores.
+//! way: the last error message, key views, lookups, whole stores, and the
+//! plain "job succeeded" result a C tier reports.
 
 #![allow(dead_code)]
 
 use std::ffi::CStr;
-use std::ptr::null_mut;
+use std::ptr::{null, null_mut};
 
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
+use kvtier::ffi::tier::kvtier_job_result;
 
 /// This thread's last error message.
 pub fn last_error() -> String {
@@ -22,6 +24,19 @@ pub fn ck(b: &[u8]) -> kvtier_key {
     kvtier_key {
         data: b.as_ptr(),
         len: b.len(),
+    }
+}
+
+/// The result of job `id` that succeeded as a whole (no per-key list, no
+/// figures).
+pub fn succeeded(id: u64) -> kvtier_job_result {
+    kvtier_job_result {
+        id,
+        success: true,
+        succeeded_keys: null(),
+        succeeded_len: 0,
+        bytes: 0,
+        duration_ns: 0,
     }
 }
 
