@@ -516,30 +516,7 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
     // Three keys through two slots: three stored, one removed.
     let ks: Vec<[u8; 8]> = (0..3).map(key).collect();
     for k in &ks {
-        let keys = [ck(k)];
-        let (mut idx, mut slot) = (0usize, 0u32);
-        let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
-        let st = unsafe {
-            kvtier_manager_prepare_store(
-                m,
-                req.as_ptr(),
-                keys.as_ptr(),
-                1,
-                &mut idx,
-                &mut slot,
-                1,
-                &mut ns,
-                null_mut(),
-                0,
-                &mut ne,
-                &mut refused,
-            )
-        };
-        assert_eq!(st, S::Ok, "{}", last_error());
-        assert_eq!(
-            unsafe { kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), 1, true) },
-            S::Ok
-        );
+        assert_eq!(store_with(m, req, &[*k], |_, _| {}), 1);
     }
     let by_callback: Vec<(i32, Vec<u8>)> = seen
         .lock()
