@@ -13,6 +13,9 @@
 //!
 //!     cargo bench --bench primary -- [--out FILE.json] [--quick] [--sizes N,N..]
 
+#[path = "../tests/support/rng.rs"]
+mod rng;
+
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Instant;
@@ -22,23 +25,12 @@ use kvtier::primary::{
     PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryTier, StoreOutcome, StorePlan,
 };
 use kvtier::request::RequestId;
+use rng::Rng;
 
 const BATCH: usize = 16;
 const HOT: u64 = 10_000;
 /// Keys per request: requests are finished (their accesses committed) after this many.
 const REQUEST_KEYS: usize = 1024;
-
-/// splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// Key `i`: 12 bytes like vLLM's (8-byte block hash, 4-byte group index).
 fn key(i: u64) -> Key {

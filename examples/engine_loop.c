@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kvtier.h"
+#include "example_util.h"
 
 #define SLOTS 32
 #define BLOCK 256
@@ -25,23 +26,7 @@
 #define REQUESTS 96
 #define BATCH 4
 
-#define CHECK(call)                                                                     \
-    do {                                                                                \
-        kvtier_status st_ = (call);                                                     \
-        if (st_ != KVTIER_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, kvtier_status_str(st_), \
-                    kvtier_last_error_message());                                       \
-            exit(EXIT_FAILURE);                                                         \
-        }                                                                               \
-    } while (0)
-
 static uint8_t *slot_memory; /* SLOTS * BLOCK bytes: the primary tier's slots */
-
-static uint8_t pattern(const uint8_t *key, size_t len, size_t offset) {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < len; i++) h = (h ^ key[i]) * 16777619u;
-    return (uint8_t)((h >> 8) + offset * 31u);
-}
 
 /* ---- the C tier: unbounded in-memory block store ---- */
 
@@ -227,7 +212,7 @@ int main(void) {
                 for (size_t j = 0; j < h; j++) { /* the "GPU" reads the block */
                     const uint8_t *blk = slot_memory + (size_t)slots[j] * BLOCK;
                     for (size_t o = 0; o < BLOCK; o++) {
-                        if (blk[o] != pattern(r->keys[j], 8, o)) {
+                        if (blk[o] != example_pattern(r->keys[j], 8, o)) {
                             fprintf(stderr, "%s: block %zu (slot %u) byte %zu is wrong\n", r->id, j, slots[j], o);
                             return EXIT_FAILURE;
                         }
@@ -244,7 +229,7 @@ int main(void) {
                 for (size_t s = 0; !refused && s < n_store; s++) { /* the "GPU" writes the block */
                     size_t j = h + index[s];
                     uint8_t *blk = slot_memory + (size_t)slots[s] * BLOCK;
-                    for (size_t o = 0; o < BLOCK; o++) blk[o] = pattern(r->keys[j], 8, o);
+                    for (size_t o = 0; o < BLOCK; o++) blk[o] = example_pattern(r->keys[j], 8, o);
                     r->to_store[r->n_store++] = j;
                 }
             }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "example_util.h"
 
 #define SLOTS 16u
 #define SLOT_BYTES ((size_t)64 * 1024)
@@ -37,12 +38,6 @@ static int fail(const char *what, kvtier_status s) {
 static void make_key(int request, int block, uint8_t out[KEY_LEN]) {
     memset(out, 0, KEY_LEN);
     snprintf((char *)out, KEY_LEN, "r%02d-b%02d", block < 2 ? 0 : request, block);
-}
-
-static uint8_t pattern(const uint8_t key[KEY_LEN], size_t i) {
-    uint32_t h = 2166136261u;
-    for (int k = 0; k < KEY_LEN; k++) h = (h ^ key[k]) * 16777619u;
-    return (uint8_t)(h + i * 7u);
 }
 
 static void sleep_ms(long ms) {
@@ -120,7 +115,7 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
             if (s != KVTIER_STATUS_OK) return fail("slot_address", s);
             const uint8_t *p = (const uint8_t *)addr;
             for (size_t i = 0; i < SLOT_BYTES; i++)
-                if (p[i] != pattern(kb[b], i)) {
+                if (p[i] != example_pattern(kb[b], KEY_LEN, i)) {
                     t->bad_bytes++;
                     break;
                 }
@@ -163,7 +158,7 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
                 if (s != KVTIER_STATUS_OK) return fail("slot_address", s);
                 uint8_t *p = (uint8_t *)addr;
                 const uint8_t *k = kb[hits + idx[i]];
-                for (size_t j = 0; j < SLOT_BYTES; j++) p[j] = pattern(k, j);
+                for (size_t j = 0; j < SLOT_BYTES; j++) p[j] = example_pattern(k, KEY_LEN, j);
                 stored[i] = keys[hits + idx[i]];
             }
             s = kvtier_manager_complete_store(m, req, stored, n_store, true);

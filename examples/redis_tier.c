@@ -20,27 +20,14 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "example_util.h"
 
 #define SLOTS 32
 #define BLOCK 4096
 #define NKEYS 16
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        kvtier_status st_ = (call);                                                          \
-        if (st_ != KVTIER_STATUS_OK) {                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, kvtier_status_str(st_), \
-                    kvtier_last_error_message());                                            \
-            exit(EXIT_FAILURE);                                                              \
-        }                                                                                    \
-    } while (0)
-
 static uint8_t key_bytes[NKEYS][12];
 static kvtier_key keys[NKEYS];
-
-static uint8_t pattern(size_t key, size_t offset) {
-    return (uint8_t)(key * 131u + offset * 7u + (offset >> 8));
-}
 
 static void sleep_ms(long ms) {
     struct timespec ts;
@@ -130,7 +117,7 @@ int main(void) {
     }
     for (size_t s = 0; s < n_store; s++) {
         uint8_t *blk = slot(&a, slots[s]);
-        for (size_t o = 0; o < BLOCK; o++) blk[o] = pattern(index[s], o);
+        for (size_t o = 0; o < BLOCK; o++) blk[o] = example_pattern(key_bytes[index[s]], sizeof key_bytes[0], o);
     }
     CHECK(kvtier_manager_on_schedule_end(a.manager));
     CHECK(kvtier_manager_complete_store(a.manager, "a", keys, NKEYS, true));
@@ -176,7 +163,7 @@ int main(void) {
     for (size_t i = 0; i < NKEYS; i++) {
         const uint8_t *blk = slot(&b, slots[i]);
         for (size_t o = 0; o < BLOCK; o++) {
-            if (blk[o] != pattern(i, o)) {
+            if (blk[o] != example_pattern(key_bytes[i], sizeof key_bytes[0], o)) {
                 fprintf(stderr, "redis_tier: block %zu byte %zu is wrong in instance B\n", i, o);
                 return EXIT_FAILURE;
             }

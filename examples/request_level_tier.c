@@ -12,16 +12,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-
-#define CHECK(call)                                                                     \
-    do {                                                                                \
-        kvtier_status st_ = (call);                                                     \
-        if (st_ != KVTIER_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, kvtier_status_str(st_), \
-                    kvtier_last_error_message());                                       \
-            exit(EXIT_FAILURE);                                                         \
-        }                                                                               \
-    } while (0)
+#include "example_util.h"
 
 #define MAX_REQ 8
 #define MAX_KEYS 16
@@ -107,10 +98,7 @@ static size_t store(kvtier_manager *m, const char *req, const uint8_t *bytes, si
     size_t idx[MAX_KEYS], n_store = 0, n_evicted = 0;
     uint32_t slots[MAX_KEYS];
     bool refused = false;
-    for (size_t i = 0; i < n; i++) {
-        keys[i].data = &bytes[i];
-        keys[i].len = 1;
-    }
+    example_byte_keys(bytes, n, keys);
     CHECK(kvtier_manager_prepare_store(m, req, keys, n, idx, slots, MAX_KEYS, &n_store, NULL, 0, &n_evicted,
                                        &refused));
     if (refused) {

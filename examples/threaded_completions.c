@@ -14,16 +14,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-
-#define CHECK(call)                                                                     \
-    do {                                                                                \
-        kvtier_status st_ = (call);                                                     \
-        if (st_ != KVTIER_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, kvtier_status_str(st_), \
-                    kvtier_last_error_message());                                       \
-            exit(EXIT_FAILURE);                                                         \
-        }                                                                               \
-    } while (0)
+#include "example_util.h"
 
 #define SLOTS 16
 #define BLOCK 128
@@ -33,8 +24,6 @@
 #define QUEUE 256
 
 static uint8_t *slot_memory;
-
-static uint8_t pattern(uint8_t key, size_t offset) { return (uint8_t)(key * 37u + offset * 7u + 1u); }
 
 typedef struct {
     uint64_t id;
@@ -187,10 +176,7 @@ static void store(kvtier_manager *m, const char *req, uint8_t *key_bytes, size_t
     size_t idx[KEYS], n_store = 0, n_evicted = 0;
     uint32_t slots[KEYS];
     bool refused = false;
-    for (size_t i = 0; i < n; i++) {
-        keys[i].data = &key_bytes[first + i];
-        keys[i].len = 1;
-    }
+    example_byte_keys(key_bytes + first, n, keys);
     CHECK(kvtier_manager_prepare_store(m, req, keys, n, idx, slots, KEYS, &n_store, NULL, 0, &n_evicted, &refused));
     if (refused) {
         fprintf(stderr, "store refused\n");
@@ -199,7 +185,7 @@ static void store(kvtier_manager *m, const char *req, uint8_t *key_bytes, size_t
     kvtier_key done[KEYS];
     for (size_t s = 0; s < n_store; s++) {
         uint8_t k = key_bytes[first + idx[s]];
-        for (size_t o = 0; o < BLOCK; o++) slot_memory[(size_t)slots[s] * BLOCK + o] = pattern(k, o);
+        for (size_t o = 0; o < BLOCK; o++) slot_memory[(size_t)slots[s] * BLOCK + o] = example_pattern(&k, 1, o);
         done[s] = keys[idx[s]];
     }
     CHECK(kvtier_manager_complete_store(m, req, done, n_store, true));
@@ -266,7 +252,7 @@ int main(void) {
         uint32_t slot;
         CHECK(kvtier_manager_prepare_load(m, "reader", &k, 1, &slot, 1));
         for (size_t o = 0; o < BLOCK; o++) {
-            if (slot_memory[(size_t)slot * BLOCK + o] != pattern(key_bytes[i], o)) {
+            if (slot_memory[(size_t)slot * BLOCK + o] != example_pattern(&key_bytes[i], 1, o)) {
                 fprintf(stderr, "key %u: byte %zu of slot %u is wrong\n", key_bytes[i], o, slot);
                 return EXIT_FAILURE;
             }

@@ -3,26 +3,25 @@
 //! when the tier's workers finish), the event callback, Prometheus text
 //! (checked with the reference Python parser), and configuration errors.
 
+#[path = "support/ffi_calls.rs"]
+mod ffi_calls;
+#[path = "support/prometheus.rs"]
+mod prometheus;
+
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
+use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
 use kvtier::ffi::config::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::observe::*;
 use kvtier::ffi::tier::*;
+use prometheus::parse_with_prometheus_client;
 
 const BLOCK: usize = 4096;
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier::ffi::kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 fn from_json(json: &str) -> Result<*mut kvtier_manager, (S, String)> {
     let mut m = null_mut();
@@ -37,13 +36,6 @@ fn from_json(json: &str) -> Result<*mut kvtier_manager, (S, String)> {
 
 fn key(i: u32) -> [u8; 8] {
     (0xC0FFEE00_00000000u64 | i as u64).to_be_bytes()
-}
-
-fn ck(b: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: b.as_ptr(),
-        len: b.len(),
-    }
 }
 
 fn readable(fd: c_int, timeout_ms: i32) -> bool {
@@ -82,89 +74,12 @@ fn has_line(samples: &[String], line: &str) -> bool {
     samples.iter().any(|s| s == line)
 }
 
-/// Parses `text` with prometheus_client; returns "name|type|labels|value" lines.
-fn parse_with_prometheus_client(text: &str) -> Vec<String> {
-    let script = r#"
-import sys
-from prometheus_client.parser import text_string_to_metric_families
-for fam in text_string_to_metric_families(sys.stdin.read()):
-    for s in fam.samples:
-        print(f"{s.name}|{fam.type}|{sorted(s.labels.items())}|{float(s.value)!r}")
-"#;
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "prometheus_client rejected the text (install it with `python3 -m pip install prometheus-client`):\n{}\n---\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 /// Stores `ks` for `req`, filling each new slot with its key's pattern.
 fn store(m: *mut kvtier_manager, base: *mut u8, stride: usize, req: &CStr, ks: &[[u8; 8]]) {
-    let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
-    let n = keys.len();
-    let (mut idx, mut slots) = (vec![0usize; n], vec![0u32; n]);
-    let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
-    let st = unsafe {
-        kvtier_manager_prepare_store(
-            m,
-            req.as_ptr(),
-            keys.as_ptr(),
-            n,
-            idx.as_mut_ptr(),
-            slots.as_mut_ptr(),
-            n,
-            &mut ns,
-            null_mut(),
-            0,
-            &mut ne,
-            &mut refused,
-        )
-    };
-    assert_eq!(st, S::Ok, "{}", last_error());
-    assert!(!refused);
-    for j in 0..ns {
-        let dst = unsafe { base.add(slots[j] as usize * stride) };
-        let pattern = ks[idx[j]][7];
-        unsafe { std::ptr::write_bytes(dst, pattern, BLOCK) };
-    }
-    let done: Vec<kvtier_key> = idx[..ns].iter().map(|&i| keys[i]).collect();
-    assert_eq!(
-        unsafe { kvtier_manager_complete_store(m, req.as_ptr(), done.as_ptr(), ns, true) },
-        S::Ok,
-        "{}",
-        last_error()
-    );
-}
-
-fn lookup(m: *mut kvtier_manager, req: &CStr, k: &[u8]) -> i32 {
-    let mut out = -1;
-    let kk = ck(k);
-    assert_eq!(
-        unsafe { kvtier_manager_lookup(m, req.as_ptr(), &kk, &mut out) },
-        S::Ok,
-        "{}",
-        last_error()
-    );
-    out
+    store_with(m, req, ks, |i, slot| {
+        let dst = unsafe { base.add(slot as usize * stride) };
+        unsafe { std::ptr::write_bytes(dst, ks[i][7], BLOCK) };
+    });
 }
 
 /// Sleeps on the wake-up descriptor until the manager has no pending work:
@@ -467,14 +382,7 @@ unsafe extern "C" fn d_submit(ud: *mut c_void, job: *const kvtier_job) -> i32 {
     let (manager, id) = (d.manager, unsafe { (*job).id });
     d.threads.push(std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let r = kvtier_job_result {
-            id,
-            success: true,
-            succeeded_keys: null(),
-            succeeded_len: 0,
-            bytes: 0,
-            duration_ns: 0,
-        };
+        let r = succeeded(id);
         let st = unsafe { kvtier_manager_complete_job(manager as *const kvtier_manager, 1, &r) };
         assert_eq!(st, S::Ok);
     }));
@@ -608,30 +516,7 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
     // Three keys through two slots: three stored, one removed.
     let ks: Vec<[u8; 8]> = (0..3).map(key).collect();
     for k in &ks {
-        let keys = [ck(k)];
-        let (mut idx, mut slot) = (0usize, 0u32);
-        let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
-        let st = unsafe {
-            kvtier_manager_prepare_store(
-                m,
-                req.as_ptr(),
-                keys.as_ptr(),
-                1,
-                &mut idx,
-                &mut slot,
-                1,
-                &mut ns,
-                null_mut(),
-                0,
-                &mut ne,
-                &mut refused,
-            )
-        };
-        assert_eq!(st, S::Ok, "{}", last_error());
-        assert_eq!(
-            unsafe { kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), 1, true) },
-            S::Ok
-        );
+        assert_eq!(store_with(m, req, &[*k], |_, _| {}), 1);
     }
     let by_callback: Vec<(i32, Vec<u8>)> = seen
         .lock()

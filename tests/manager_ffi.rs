@@ -1,11 +1,15 @@
 //! The manager through its C ABI, with a secondary tier written as
 //! `extern "C"` functions behind a `kvtier_tier_vtable`.
 
+#[path = "support/ffi_calls.rs"]
+mod ffi_calls;
+
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
@@ -82,14 +86,7 @@ unsafe extern "C" fn c_lookup(
         let st = unsafe { kvtier_manager_lookup(mgr, name.as_ptr(), key, &mut out) };
         m.reenter_status = Some(st as i32);
         // the thread-safe completion call works from inside a callback
-        let res = kvtier_job_result {
-            id: 4242,
-            success: true,
-            succeeded_keys: null(),
-            succeeded_len: 0,
-            bytes: 0,
-            duration_ns: 0,
-        };
+        let res = succeeded(4242);
         assert_eq!(unsafe { kvtier_manager_complete_job(mgr, 1, &res) }, S::Ok);
     }
     if let Some(bad) = m.bad_status {
@@ -254,19 +251,6 @@ fn key(i: u32) -> [u8; 4] {
     i.to_be_bytes()
 }
 
-fn ck(b: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: b.as_ptr(),
-        len: b.len(),
-    }
-}
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier::ffi::kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 fn start(m: *mut kvtier_manager, name: &CStr) -> i32 {
     let mut policy = -1;
     assert_eq!(
@@ -280,46 +264,7 @@ fn start(m: *mut kvtier_manager, name: &CStr) -> i32 {
 
 /// prepare_store + complete_store; returns the stored positions.
 fn store(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]]) -> usize {
-    let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
-    let n = keys.len();
-    let (mut idx, mut slots) = (vec![0usize; n], vec![0u32; n]);
-    let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
-    let st = unsafe {
-        kvtier_manager_prepare_store(
-            m,
-            req.as_ptr(),
-            keys.as_ptr(),
-            n,
-            idx.as_mut_ptr(),
-            slots.as_mut_ptr(),
-            n,
-            &mut ns,
-            null_mut(),
-            0,
-            &mut ne,
-            &mut refused,
-        )
-    };
-    assert_eq!(st, S::Ok, "{}", last_error());
-    assert!(!refused);
-    let to_store: Vec<kvtier_key> = idx[..ns].iter().map(|&i| keys[i]).collect();
-    assert_eq!(
-        unsafe { kvtier_manager_complete_store(m, req.as_ptr(), to_store.as_ptr(), ns, true) },
-        S::Ok
-    );
-    ns
-}
-
-fn lookup(m: *mut kvtier_manager, req: &CStr, k: &[u8]) -> i32 {
-    let mut out = -1;
-    let kk = ck(k);
-    assert_eq!(
-        unsafe { kvtier_manager_lookup(m, req.as_ptr(), &kk, &mut out) },
-        S::Ok,
-        "{}",
-        last_error()
-    );
-    out
+    store_with(m, req, ks, |_, _| {})
 }
 
 fn stats(m: *mut kvtier_manager) -> HashMap<(i32, String), f64> {
@@ -569,14 +514,7 @@ fn misbehaving_c_tier_costs_no_crash_and_no_slot() {
     );
     unsafe { &mut *mem_ptr }.bad_status = None;
     // an unknown job id and a repeated one
-    let r = kvtier_job_result {
-        id: 999,
-        success: true,
-        succeeded_keys: null(),
-        succeeded_len: 0,
-        bytes: 0,
-        duration_ns: 0,
-    };
+    let r = succeeded(999);
     unsafe { &mut *mem_ptr }.finished.push(r);
     unsafe { &mut *mem_ptr }.finished.push(r);
     assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
@@ -670,14 +608,7 @@ fn completions_from_another_thread_and_request_level_policy() {
     std::thread::spawn(move || {
         let mem = unsafe { &mut *(mem_ptr as *mut Mem) };
         for (id, _, _) in mem.held.drain(..) {
-            let r = kvtier_job_result {
-                id,
-                success: true,
-                succeeded_keys: null(),
-                succeeded_len: 0,
-                bytes: 0,
-                duration_ns: 0,
-            };
+            let r = succeeded(id);
             assert_eq!(
                 unsafe { kvtier_manager_complete_job(mp as *const kvtier_manager, 1, &r) },
                 S::Ok

@@ -11,13 +11,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use kvtier::events::Event;
 use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
-use kvtier::request::{Request, RequestId};
-use kvtier::stats::Stat;
-use kvtier::tiering::backend::{
-    CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
-};
+use kvtier::request::Request;
+use kvtier::tiering::backend::{PrimaryBackend, PrimaryLookup, Shared, StoreOutcome, StorePlan};
 use kvtier::tiering::model::SharedModel;
 use kvtier::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
@@ -46,58 +42,7 @@ fn key(i: u64) -> Key {
 }
 
 /// The real primary tier, shared so the test can check its invariants.
-#[derive(Clone)]
-struct SharedReal(Arc<Mutex<PrimaryTier>>);
-
-impl PrimaryBackend for SharedReal {
-    fn capacity(&self) -> u32 {
-        self.0.lock().capacity()
-    }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().begin_request(req)
-    }
-    fn lookup(&self, key: &Key) -> PrimaryLookup {
-        self.0.lock().lookup(key)
-    }
-    fn prepare_load(&mut self, req: RequestId, keys: &[Key], out: &mut Vec<u32>) -> Result<()> {
-        self.0.lock().prepare_load(req, keys, out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.0.lock().touch(req, keys)
-    }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.0.lock().complete_load(req, keys)
-    }
-    fn prepare_store(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        self.0.lock().prepare_store(req, keys, plan)
-    }
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.0.lock().complete_store(keys, success)
-    }
-    fn pin_for_transfer(&mut self, keys: &[Key], out: &mut Vec<u32>) -> Result<()> {
-        self.0.lock().pin_for_transfer(keys, out)
-    }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.0.lock().unpin_for_transfer(keys)
-    }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().on_request_finished(req)
-    }
-    fn reset(&mut self) {
-        self.0.lock().reset()
-    }
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        self.0.lock().take_events(out)
-    }
-    fn stat_list(&self) -> Vec<Stat> {
-        self.0.lock().stat_list()
-    }
-}
+type SharedReal = Shared<PrimaryTier>;
 
 /// The fault-injecting tier's state, shared with the driver.
 struct Faulty {
@@ -535,7 +480,7 @@ fn random_operations_over_the_real_primary() {
             ..Default::default()
         })
         .unwrap();
-        let real = SharedReal(Arc::new(Mutex::new(tier)));
+        let real = SharedReal::wrap(tier);
         let (r1, r2) = (real.clone(), real.clone());
         let refs = move |k: &Key| -> Option<i32> {
             let p = r2.0.lock();

@@ -7,6 +7,9 @@
 //! the policy order and the events must match, and the invariants must
 //! hold.  At least 100,000 operations per run; `KVTIER_MODEL_OPS=N` runs N.
 
+#[path = "support/rng.rs"]
+mod rng;
+
 use kvtier::Error;
 use kvtier::Key;
 use kvtier::events::{Event, EventKind};
@@ -15,25 +18,7 @@ use kvtier::primary::{
     StorePlan,
 };
 use kvtier::request::RequestId;
-
-/// splitmix64: small, deterministic, good enough for test sequences.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use rng::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Entry {

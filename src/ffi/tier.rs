@@ -335,6 +335,28 @@ unsafe impl Send for CTier {}
 
 const RESULT_BATCH: usize = 64;
 
+/// Lets the tier callback `f` write up to [`RESULT_BATCH`] entries into
+/// `buf` (cleared first; its capacity is kept, so nothing is allocated once
+/// it holds a batch).  Returns the status `f` returned and the count it
+/// wrote to `*written`; `buf` holds that many entries only when the status
+/// is OK and the count fits, and stays empty otherwise.
+fn fill_batch<T>(
+    buf: &mut Vec<T>,
+    user_data: *mut c_void,
+    f: unsafe extern "C" fn(*mut c_void, *mut T, usize, *mut usize) -> i32,
+) -> (i32, usize) {
+    buf.clear();
+    buf.reserve(RESULT_BATCH);
+    let mut written = 0usize;
+    // SAFETY: the buffer has RESULT_BATCH writable entries.
+    let rc = unsafe { f(user_data, buf.as_mut_ptr(), RESULT_BATCH, &mut written) };
+    if rc == kvtier_status::Ok as i32 && written <= RESULT_BATCH {
+        // SAFETY: the callback initialized `written` entries.
+        unsafe { buf.set_len(written) };
+    }
+    (rc, written)
+}
+
 fn medium_of(v: i32) -> Result<Option<Medium>> {
     match v {
         KVTIER_TIER_ANY => Ok(None),
@@ -484,6 +506,29 @@ impl CTier {
         self.errors.push(message);
     }
 
+    /// Calls the optional callback `f` named `what` (drain, shutdown): an
+    /// absent one succeeds; a status other than OK is noted like any
+    /// callback failure and returned as a tier error naming `what`.
+    fn call_checked(
+        &mut self,
+        what: &str,
+        f: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
+    ) -> Result<()> {
+        let Some(f) = f else {
+            return Ok(());
+        };
+        // SAFETY: the vtable contract.
+        let rc = unsafe { f(self.vt.user_data) };
+        if self.ok(what, rc) {
+            Ok(())
+        } else {
+            Err(Error::Tier {
+                tier: self.name.clone(),
+                message: format!("{what} returned status {rc}"),
+            })
+        }
+    }
+
     /// The C view of `info`, made once per request.
     fn request(&mut self, info: &Request) -> *const kvtier_request {
         let id = Arc::as_ptr(info) as usize;
@@ -597,17 +642,7 @@ impl SecondaryTier for CTier {
             return;
         };
         loop {
-            self.results.clear();
-            let mut written = 0usize;
-            // SAFETY: the buffer has RESULT_BATCH writable entries.
-            let rc = unsafe {
-                f(
-                    self.vt.user_data,
-                    self.results.as_mut_ptr(),
-                    RESULT_BATCH,
-                    &mut written,
-                )
-            };
+            let (rc, written) = fill_batch(&mut self.results, self.vt.user_data, f);
             if !self.ok("poll_finished", rc) {
                 return;
             }
@@ -617,8 +652,6 @@ impl SecondaryTier for CTier {
                 ));
                 return;
             }
-            // SAFETY: the callback initialized `written` entries.
-            unsafe { self.results.set_len(written) };
             for i in 0..written {
                 let r = self.results[i];
                 // SAFETY: the tier keeps its key lists valid until its next
@@ -704,19 +737,7 @@ impl SecondaryTier for CTier {
     }
 
     fn drain(&mut self) -> Result<()> {
-        let Some(f) = self.vt.drain else {
-            return Ok(());
-        };
-        // SAFETY: the vtable contract.
-        let rc = unsafe { f(self.vt.user_data) };
-        if self.ok("drain", rc) {
-            Ok(())
-        } else {
-            Err(Error::Tier {
-                tier: self.name.clone(),
-                message: format!("drain returned status {rc}"),
-            })
-        }
+        self.call_checked("drain", self.vt.drain)
     }
 
     fn stats(&self) -> Vec<Stat> {
@@ -725,21 +746,10 @@ impl SecondaryTier for CTier {
             return out;
         };
         let mut buf: Vec<kvtier_tier_stat> = Vec::with_capacity(RESULT_BATCH);
-        let mut written = 0usize;
-        // SAFETY: the buffer has RESULT_BATCH writable entries.
-        let rc = unsafe {
-            f(
-                self.vt.user_data,
-                buf.as_mut_ptr(),
-                RESULT_BATCH,
-                &mut written,
-            )
-        };
+        let (rc, written) = fill_batch(&mut buf, self.vt.user_data, f);
         if rc != kvtier_status::Ok as i32 || written > RESULT_BATCH {
             return out;
         }
-        // SAFETY: the callback initialized `written` entries.
-        unsafe { buf.set_len(written) };
         for s in &buf {
             let name = fixed_name(&s.name);
             out.push(if s.kind == KVTIER_STAT_COUNTER {
@@ -761,22 +771,10 @@ impl SecondaryTier for CTier {
         };
         let mut buf: Vec<kvtier_event> = Vec::with_capacity(RESULT_BATCH);
         loop {
-            buf.clear();
-            let mut written = 0usize;
-            // SAFETY: the buffer has RESULT_BATCH writable entries.
-            let rc = unsafe {
-                f(
-                    self.vt.user_data,
-                    buf.as_mut_ptr(),
-                    RESULT_BATCH,
-                    &mut written,
-                )
-            };
+            let (rc, written) = fill_batch(&mut buf, self.vt.user_data, f);
             if !self.ok("take_events", rc) || written > RESULT_BATCH {
                 return;
             }
-            // SAFETY: the callback initialized `written` entries.
-            unsafe { buf.set_len(written) };
             for e in &buf {
                 let kind = match e.kind {
                     KVTIER_EVENT_STORED => EventKind::Stored,
@@ -811,19 +809,7 @@ impl SecondaryTier for CTier {
     }
 
     fn shutdown(&mut self) -> Result<()> {
-        let Some(f) = self.vt.shutdown else {
-            return Ok(());
-        };
-        // SAFETY: the vtable contract.
-        let rc = unsafe { f(self.vt.user_data) };
-        if self.ok("shutdown", rc) {
-            Ok(())
-        } else {
-            Err(Error::Tier {
-                tier: self.name.clone(),
-                message: format!("shutdown returned status {rc}"),
-            })
-        }
+        self.call_checked("shutdown", self.vt.shutdown)
     }
 }
 

@@ -91,18 +91,7 @@ impl TagIndex {
     /// comparing keys; for prefetching what a lookup will read next.
     #[inline]
     pub(crate) fn peek(&self, h: u64) -> Option<u32> {
-        let tag = tag_of(h);
-        let mut i = self.home(tag);
-        loop {
-            let e = self.table[i];
-            if e == EMPTY {
-                return None;
-            }
-            if (e >> 32) as u32 == tag {
-                return Some(id_of(e));
-            }
-            i = self.next(i);
-        }
+        self.find(h, |_| true)
     }
 
     /// The id with hash `h` for which `eq` holds, if any; `eq` is called

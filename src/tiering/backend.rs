@@ -5,6 +5,10 @@
 //! check the manager against it.  The plan and report types are the primary
 //! tier's own.
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
 use crate::error::Result;
 use crate::events::Event;
 use crate::key::Key;
@@ -110,5 +114,79 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn stat_list(&self) -> Vec<Stat> {
         crate::primary::PrimaryTier::stat_list(self)
+    }
+}
+
+/// A primary backend shared behind a lock: the manager drives one clone
+/// while the code that built it keeps another to inspect the same state
+/// (tests check invariants of the model and of the real tier this way).
+#[derive(Debug)]
+pub struct Shared<T>(pub Arc<Mutex<T>>);
+
+impl<T> Shared<T> {
+    /// `inner`, shared.
+    pub fn wrap(inner: T) -> Shared<T> {
+        Shared(Arc::new(Mutex::new(inner)))
+    }
+}
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(Arc::clone(&self.0))
+    }
+}
+
+impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
+    fn capacity(&self) -> u32 {
+        self.0.lock().capacity()
+    }
+    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().begin_request(req)
+    }
+    fn lookup(&self, key: &Key) -> PrimaryLookup {
+        self.0.lock().lookup(key)
+    }
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.0.lock().prepare_load(req, keys, slots_out)
+    }
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.0.lock().touch(req, keys)
+    }
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.0.lock().complete_load(req, keys)
+    }
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.0.lock().prepare_store(req, keys, plan)
+    }
+    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        self.0.lock().complete_store(keys, success)
+    }
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        self.0.lock().pin_for_transfer(keys, slots_out)
+    }
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        self.0.lock().unpin_for_transfer(keys)
+    }
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().on_request_finished(req)
+    }
+    fn reset(&mut self) {
+        self.0.lock().reset()
+    }
+    fn take_events(&mut self, out: &mut Vec<Event>) {
+        self.0.lock().take_events(out)
+    }
+    fn stat_list(&self) -> Vec<Stat> {
+        self.0.lock().stat_list()
     }
 }

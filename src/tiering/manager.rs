@@ -888,24 +888,13 @@ impl Manager {
         ] {
             push(&mut out, None, &m, Stat::counter(n, v));
         }
-        push(
-            &mut out,
-            None,
-            &m,
-            Stat::gauge("jobs_in_flight", s.jobs.len() as f64),
-        );
-        push(
-            &mut out,
-            None,
-            &m,
-            Stat::gauge("active_requests", s.reqs.len() as f64),
-        );
-        push(
-            &mut out,
-            None,
-            &m,
-            Stat::gauge("promotions_held", if s.held { 1.0 } else { 0.0 }),
-        );
+        for (n, v) in [
+            ("jobs_in_flight", s.jobs.len() as f64),
+            ("active_requests", s.reqs.len() as f64),
+            ("promotions_held", if s.held { 1.0 } else { 0.0 }),
+        ] {
+            push(&mut out, None, &m, Stat::gauge(n, v));
+        }
         let p: Arc<str> = Arc::from("primary");
         for st in s.primary.stat_list() {
             push(&mut out, Some(0), &p, st);
@@ -931,31 +920,19 @@ impl Manager {
             ] {
                 push(&mut out, Some(i + 1), &t.name, Stat::counter(n, v));
             }
-            push(
-                &mut out,
-                Some(i + 1),
-                &t.name,
-                Stat::gauge("load_seconds", c.load_time.as_secs_f64()),
-            );
-            push(
-                &mut out,
-                Some(i + 1),
-                &t.name,
-                Stat::gauge("store_seconds", c.store_time.as_secs_f64()),
-            );
+            for (n, v) in [
+                ("load_seconds", c.load_time.as_secs_f64()),
+                ("store_seconds", c.store_time.as_secs_f64()),
+            ] {
+                push(&mut out, Some(i + 1), &t.name, Stat::gauge(n, v));
+            }
             if let Some(d) = &t.detector {
-                push(
-                    &mut out,
-                    Some(i + 1),
-                    &t.name,
-                    Stat::gauge("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
-                );
-                push(
-                    &mut out,
-                    Some(i + 1),
-                    &t.name,
-                    Stat::gauge("store_latency_ema", d.ema()),
-                );
+                for (n, v) in [
+                    ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
+                    ("store_latency_ema", d.ema()),
+                ] {
+                    push(&mut out, Some(i + 1), &t.name, Stat::gauge(n, v));
+                }
             }
             for st in t.tier.stats() {
                 push(&mut out, Some(i + 1), &t.name, st);

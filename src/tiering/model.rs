@@ -5,7 +5,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::backend::{CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan};
+use super::backend::{
+    CompleteStoreReport, PrimaryBackend, PrimaryLookup, Shared, StoreOutcome, StorePlan,
+};
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
 use crate::key::Key;
@@ -288,73 +290,15 @@ impl PrimaryBackend for ModelPrimary {
 }
 
 /// The model shared between a manager and the test that inspects it.
-#[derive(Clone, Debug)]
-pub struct SharedModel(pub std::sync::Arc<parking_lot::Mutex<ModelPrimary>>);
+pub type SharedModel = Shared<ModelPrimary>;
 
 impl SharedModel {
     /// A shared model of `capacity` slots.
     pub fn new(capacity: u32) -> SharedModel {
-        SharedModel(std::sync::Arc::new(parking_lot::Mutex::new(
-            ModelPrimary::new(capacity),
-        )))
+        Shared::wrap(ModelPrimary::new(capacity))
     }
     /// Ref count of `key` (None if absent).
     pub fn refs(&self, key: &Key) -> Option<i32> {
         self.0.lock().entries.get(key).map(|e| e.refs)
-    }
-}
-
-impl PrimaryBackend for SharedModel {
-    fn capacity(&self) -> u32 {
-        self.0.lock().capacity()
-    }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().begin_request(req)
-    }
-    fn lookup(&self, key: &Key) -> PrimaryLookup {
-        self.0.lock().lookup(key)
-    }
-    fn prepare_load(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.0.lock().prepare_load(req, keys, slots_out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.0.lock().touch(req, keys)
-    }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.0.lock().complete_load(req, keys)
-    }
-    fn prepare_store(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        self.0.lock().prepare_store(req, keys, plan)
-    }
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.0.lock().complete_store(keys, success)
-    }
-    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
-        self.0.lock().pin_for_transfer(keys, slots_out)
-    }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.0.lock().unpin_for_transfer(keys)
-    }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().on_request_finished(req)
-    }
-    fn reset(&mut self) {
-        self.0.lock().reset()
-    }
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        self.0.lock().take_events(out)
-    }
-    fn stat_list(&self) -> Vec<Stat> {
-        self.0.lock().stat_list()
     }
 }

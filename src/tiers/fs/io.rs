@@ -193,6 +193,75 @@ impl Drop for Fd {
     }
 }
 
+/// Opens `path` with `flags` (plus `O_DIRECT` when `direct`), mode 0644.
+/// When that fails with `ENOENT` and `dir` names a directory, creates it
+/// (once; one that exists already is fine) and tries again; when the file
+/// system refuses `O_DIRECT` (`EINVAL`), tries again without it.  Returns
+/// the errno of the failure otherwise.
+fn open_file<'a>(
+    path: &CStr,
+    mut flags: libc::c_int,
+    direct: bool,
+    dir: impl FnOnce() -> Option<&'a CStr>,
+) -> Result<Fd, i32> {
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    let mut dir = Some(dir);
+    loop {
+        // SAFETY: NUL-terminated path.
+        let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
+        if fd >= 0 {
+            return Ok(Fd(fd));
+        }
+        let e = errno();
+        if e == libc::ENOENT {
+            if let Some(dir) = dir.take().and_then(|dir| dir()) {
+                // SAFETY: NUL-terminated path.
+                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0 {
+                    let e = errno();
+                    if e != libc::EEXIST {
+                        return Err(e);
+                    }
+                }
+                continue;
+            }
+        }
+        if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
+            flags &= !libc::O_DIRECT;
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+/// The two-part vector of a block file: the `HEADER_LEN`-byte header page,
+/// then the `len` bytes of data at `data`.
+fn header_and_data(header: &mut [u8; HEADER_LEN], data: *mut u8, len: usize) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: header.as_mut_ptr().cast(),
+            iov_len: HEADER_LEN,
+        },
+        libc::iovec {
+            iov_base: data.cast(),
+            iov_len: len,
+        },
+    ]
+}
+
+/// Runs the system call `call` again while it fails with `EINTR`; returns
+/// its last result.
+fn retrying_eintr(mut call: impl FnMut() -> isize) -> isize {
+    loop {
+        let n = call();
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        return n;
+    }
+}
+
 fn pwrite_all(fd: i32, mut ptr: *const u8, mut len: usize, mut off: u64) -> Result<(), i32> {
     while len > 0 {
         // SAFETY: `ptr..ptr+len` is readable memory owned by the caller.
@@ -309,69 +378,19 @@ impl BlockIo {
     fn open_temp(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = self.layout.temp_c(key, self.pid, n, &mut scratch.temp);
-        let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        let mut made_dirs = false;
-        loop {
-            // SAFETY: NUL-terminated path.
-            let fd = unsafe { libc::open(tmp.as_ptr(), flags, 0o644 as libc::c_uint) };
-            if fd >= 0 {
-                return Ok(Fd(fd));
-            }
-            let e = errno();
-            if e == libc::ENOENT && !made_dirs {
-                // Only the fan-out directory is created here: a missing
-                // root stays missing (and the store fails with its cause).
-                let c = self.layout.dir_c(key, &mut scratch.dir);
-                // SAFETY: NUL-terminated path.
-                if unsafe { libc::mkdir(c.as_ptr(), 0o755) } != 0 {
-                    let e = errno();
-                    if e != libc::EEXIST {
-                        return Err(e);
-                    }
-                }
-                made_dirs = true;
-                continue;
-            }
-            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
-                flags &= !libc::O_DIRECT;
-                continue;
-            }
-            return Err(e);
-        }
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+        // Only the fan-out directory is created here: a missing root stays
+        // missing (and the store fails with its cause).
+        open_file(tmp, flags, direct, || {
+            Some(self.layout.dir_c(key, &mut scratch.dir))
+        })
     }
 
     /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
     fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let dir = self.layout.dir_c(key, &mut scratch.dir);
-        let mut flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        let mut made_dir = false;
-        loop {
-            // SAFETY: NUL-terminated path.
-            let fd = unsafe { libc::open(dir.as_ptr(), flags, 0o644 as libc::c_uint) };
-            if fd >= 0 {
-                return Ok(Fd(fd));
-            }
-            let e = errno();
-            if e == libc::ENOENT && !made_dir {
-                // SAFETY: NUL-terminated path.
-                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0 && errno() != libc::EEXIST {
-                    return Err(errno());
-                }
-                made_dir = true;
-                continue;
-            }
-            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
-                flags &= !libc::O_DIRECT;
-                continue;
-            }
-            return Err(e);
-        }
+        let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+        open_file(dir, flags, direct, || Some(dir))
     }
 
     /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
@@ -487,24 +506,9 @@ impl BlockIo {
         let buf = page;
         encode_header(&header, buf);
         let total = HEADER_LEN + len;
-        let iov = [
-            libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: HEADER_LEN,
-            },
-            libc::iovec {
-                iov_base: base as *mut libc::c_void,
-                iov_len: len,
-            },
-        ];
+        let iov = header_and_data(buf, base as *mut u8, len);
         // SAFETY: both buffers are valid for their lengths.
-        let n = loop {
-            let n = unsafe { libc::pwritev(fd.0, iov.as_ptr(), 2, 0) };
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
-            break n;
-        };
+        let n = retrying_eintr(|| unsafe { libc::pwritev(fd.0, iov.as_ptr(), 2, 0) });
         if n < 0 {
             return Err(errno());
         }
@@ -558,45 +562,15 @@ impl BlockIo {
         direct: bool,
         page: &mut [u8; HEADER_LEN],
     ) -> Result<u64, Cause> {
-        let mut flags = libc::O_RDONLY | libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        let fd = loop {
-            // SAFETY: NUL-terminated path.
-            let fd = unsafe { libc::open(path.as_ptr(), flags) };
-            if fd >= 0 {
-                break Fd(fd);
-            }
-            let e = errno();
-            if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
-                flags &= !libc::O_DIRECT;
-                continue;
-            }
-            return Err(Cause::of_load_errno(e));
-        };
+        let fd = open_file(path, libc::O_RDONLY | libc::O_CLOEXEC, direct, || None)
+            .map_err(Cause::of_load_errno)?;
         // Header and data in one system call, the data straight into the
         // slot; the header is checked before the data counts for anything.
         let total = HEADER_LEN + len;
-        let iov = [
-            libc::iovec {
-                iov_base: page.as_mut_ptr().cast(),
-                iov_len: HEADER_LEN,
-            },
-            libc::iovec {
-                iov_base: base.cast(),
-                iov_len: len,
-            },
-        ];
-        let n = loop {
-            // SAFETY: both buffers are valid for their lengths (the slot is
-            // write pending, reserved for this job).
-            let n = unsafe { libc::preadv(fd.0, iov.as_ptr(), 2, 0) };
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
-            break n;
-        };
+        let iov = header_and_data(page, base, len);
+        // SAFETY: both buffers are valid for their lengths (the slot is
+        // write pending, reserved for this job).
+        let n = retrying_eintr(|| unsafe { libc::preadv(fd.0, iov.as_ptr(), 2, 0) });
         if n < 0 {
             return Err(Cause::of_load_errno(errno()));
         }

@@ -435,22 +435,17 @@ fn to_cmd(op: &Op<'_>) -> Cmd {
             }
             c
         }
-        Op::Get(name) => {
-            let mut c = ::redis::cmd("GET");
-            c.arg(name);
-            c
-        }
-        Op::Exists(name) => {
-            let mut c = ::redis::cmd("EXISTS");
-            c.arg(name);
-            c
-        }
-        Op::Del(name) => {
-            let mut c = ::redis::cmd("DEL");
-            c.arg(name);
-            c
-        }
+        Op::Get(name) => one_key("GET", name),
+        Op::Exists(name) => one_key("EXISTS", name),
+        Op::Del(name) => one_key("DEL", name),
     }
+}
+
+/// The command `verb name`.
+fn one_key(verb: &str, name: &[u8]) -> Cmd {
+    let mut c = ::redis::cmd(verb);
+    c.arg(name);
+    c
 }
 
 fn bulk(buf: &mut Vec<u8>, parts: &[&[u8]]) {

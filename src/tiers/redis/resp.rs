@@ -307,6 +307,12 @@ mod tests {
                 s.flush().unwrap();
             }
         });
+        params(addr)
+    }
+
+    /// Plain connection parameters for `addr`: no login, database 0, two
+    /// seconds for connecting and for each command.
+    fn params(addr: String) -> RawParams {
         RawParams {
             addr,
             username: None,
@@ -386,14 +392,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         drop(l);
-        let p = RawParams {
-            addr,
-            username: None,
-            password: None,
-            db: 0,
-            connect_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
-        };
+        let p = params(addr);
         assert_eq!(RawConn::connect(&p).err().unwrap().cause, Cause::ServerDown);
     }
 
