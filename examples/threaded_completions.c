@@ -7,11 +7,13 @@
  * checks their bytes.  `drain` waits for the workers, as reset_cache needs.
  * Exits non-zero on any mismatch or failed call.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvtier.h"
 #include "example_util.h"
@@ -158,16 +160,37 @@ static void tt_destroy(void *ud) {
     free(t);
 }
 
+/* Sleeps up to 10 ms on the manager's wake-up descriptor, which the
+ * workers' kvtier_manager_complete_job calls make readable, then resets it. */
+static void sleep_on_wake_fd(kvtier_manager *m) {
+    int fd = -1;
+    CHECK(kvtier_manager_wake_fd(m, &fd));
+    struct pollfd p;
+    p.fd = fd;
+    p.events = POLLIN;
+    p.revents = 0;
+    if (poll(&p, 1, 10) > 0) {
+        uint64_t count;
+        if (read(fd, &count, sizeof count) < 0) {
+            /* Already reset by an earlier read: nothing to do. */
+        }
+    }
+}
+
+/* Waits (up to 30 s) until the manager has no pending work, sleeping
+ * between steps instead of spinning. */
 static void wait_idle(kvtier_manager *m) {
     bool pending = true;
-    for (int i = 0; i < 100000 && pending; i++) {
+    for (int waited_ms = 0; waited_ms < 30000; waited_ms += 10) {
         CHECK(kvtier_manager_on_schedule_end(m));
         CHECK(kvtier_manager_has_pending_work(m, &pending));
+        if (!pending) {
+            return;
+        }
+        sleep_on_wake_fd(m);
     }
-    if (pending) {
-        fprintf(stderr, "the tier never finished its jobs\n");
-        exit(EXIT_FAILURE);
-    }
+    fprintf(stderr, "the tier never finished its jobs\n");
+    exit(EXIT_FAILURE);
 }
 
 /* Stores keys first..first+n-1 for request `req`, writing their pattern. */
@@ -239,11 +262,12 @@ int main(void) {
         k.data = &key_bytes[i];
         k.len = 1;
         int32_t answer = KVTIER_MANAGER_LOOKUP_MISS;
-        for (int tries = 0; tries < 100000; tries++) {
+        for (int tries = 0; tries < 3000; tries++) { /* up to about 30 s */
             CHECK(kvtier_manager_lookup(m, "reader", &k, &answer));
             if (answer == KVTIER_MANAGER_LOOKUP_HIT || answer == KVTIER_MANAGER_LOOKUP_MISS) break;
             if (tries == 0) promoted++;
             CHECK(kvtier_manager_on_schedule_end(m)); /* submits the load; workers finish it */
+            sleep_on_wake_fd(m);
         }
         if (answer != KVTIER_MANAGER_LOOKUP_HIT) {
             fprintf(stderr, "key %u was not promoted back\n", key_bytes[i]);
