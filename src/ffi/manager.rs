@@ -954,3 +954,23 @@ pub unsafe extern "C" fn kvtier_manager_attach_region(
         Ok(m.attach_region(Box::new(r.slots()))?)
     })
 }
+
+/// Test support: attaches a Rust [`crate::tiering::SecondaryTier`] to a C
+/// manager handle inside the boundary and writes its index to `*index_out`,
+/// so tests can drive a real export into a tier that panics (the path a
+/// bug in a built-in tier takes).
+///
+/// # Safety
+/// `manager` must be NULL or a live handle; `index_out` NULL or valid.
+#[doc(hidden)]
+pub unsafe fn attach_rust_tier(
+    manager: *mut kvtier_manager,
+    tier: Box<dyn crate::tiering::SecondaryTier>,
+    index_out: *mut usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let out = unsafe { out_ref(index_out, "index_out") }?;
+        *out = add_rust_tier(manager, tier, TierOptions::default())?;
+        Ok(())
+    })
+}
