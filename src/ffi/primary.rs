@@ -291,7 +291,11 @@ pub unsafe extern "C" fn kvtier_primary_new(
 /// used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_free(primary: *mut kvtier_primary) {
-    unsafe { free_handle(primary) }
+    // Inside the boundary: a panic while releasing never unwinds into C.
+    let _ = super::boundary::run(|| {
+        unsafe { free_handle(primary) };
+        Ok(())
+    });
 }
 
 /// Starts the request named `request_id`; every load and store names an
