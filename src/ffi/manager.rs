@@ -471,7 +471,10 @@ pub unsafe extern "C" fn kvtier_manager_lookup(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let name = unsafe { in_str(request, "request") }?;
         let key = unsafe { key.as_ref() }.ok_or(Failure::Null("key"))?;
-        let key = unsafe { read_key(key, 0) }?;
+        let key = unsafe { read_key(key, 0) }.map_err(|f| match f {
+            Failure::Null(_) => Failure::Null("key->data"),
+            other => other,
+        })?;
         let out = unsafe { out_ref(result_out, "result_out") }?;
         *out = match m.lookup(name, &key)? {
             LookupResult::Miss => KVTIER_MANAGER_LOOKUP_MISS,
