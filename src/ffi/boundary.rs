@@ -267,15 +267,22 @@ pub(crate) unsafe fn free_handle<C: Castable>(ptr: *mut C) {
 }
 
 /// Frees the handle made by [`into_handle`] and returns its value, for
-/// calls that consume a handle and report on the release; NULL gives `None`.
+/// calls that consume a handle and report on the release.  NULL is
+/// `Failure::Null` naming the handle; a poisoned handle is freed (as
+/// `_free` would) and is `Failure::Poisoned`.
 ///
 /// # Safety
 /// `ptr` must be NULL or a live handle of type `C`, not used afterwards.
-pub(crate) unsafe fn take_handle<C: Castable>(ptr: *mut C) -> Option<C::Rust> {
+pub(crate) unsafe fn take_handle<C: Castable>(ptr: *mut C) -> Result<C::Rust, Failure> {
     if ptr.is_null() {
-        return None;
+        return Err(Failure::Null(C::NAME));
     }
-    Some(unsafe { Box::from_raw(ptr.cast::<Handle<C::Rust>>()) }.value)
+    let handle = unsafe { Box::from_raw(ptr.cast::<Handle<C::Rust>>()) };
+    if handle.poisoned.load(Ordering::Relaxed) {
+        drop(handle);
+        return Err(Failure::Poisoned(C::NAME));
+    }
+    Ok(handle.value)
 }
 
 /// Checks an output pointer and returns it as a mutable reference.

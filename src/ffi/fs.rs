@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::boundary::{Failure, enter, ffi_call, in_str, out_ref};
-use super::manager::{add_rust_tier, kvtier_manager};
+use super::manager::kvtier_manager;
 use super::region::kvtier_region;
 use super::status::kvtier_status;
 use super::tier::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
@@ -107,6 +107,8 @@ pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
     tier_index_out: *mut usize,
 ) -> kvtier_status {
     ffi_call!({
+        // The manager first: a NULL or poisoned manager opens no tier.
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let r = unsafe { enter::<kvtier_region>(region) }?;
         let c = unsafe { options.as_ref() }.ok_or(Failure::Null("options"))?;
         let out = unsafe { out_ref(tier_index_out, "tier_index_out") }?;
@@ -137,7 +139,7 @@ pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
             stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
         };
         let tier = FsTier::open(r.slots(), opts)?;
-        *out = add_rust_tier(manager, Box::new(tier), TierOptions::default())?;
+        *out = m.add_tier_with(Box::new(tier), TierOptions::default())?;
         Ok(())
     })
 }

@@ -471,7 +471,10 @@ pub unsafe extern "C" fn kvtier_manager_lookup(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let name = unsafe { in_str(request, "request") }?;
         let key = unsafe { key.as_ref() }.ok_or(Failure::Null("key"))?;
-        let key = unsafe { read_key(key, 0) }?;
+        let key = unsafe { read_key(key, 0) }.map_err(|f| match f {
+            Failure::Null(_) => Failure::Null("key->data"),
+            other => other,
+        })?;
         let out = unsafe { out_ref(result_out, "result_out") }?;
         *out = match m.lookup(name, &key)? {
             LookupResult::Miss => KVTIER_MANAGER_LOOKUP_MISS,
@@ -952,5 +955,25 @@ pub unsafe extern "C" fn kvtier_manager_attach_region(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let r = unsafe { enter::<super::region::kvtier_region>(region) }?;
         Ok(m.attach_region(Box::new(r.slots()))?)
+    })
+}
+
+/// Test support: attaches a Rust [`crate::tiering::SecondaryTier`] to a C
+/// manager handle inside the boundary and writes its index to `*index_out`,
+/// so tests can drive a real export into a tier that panics (the path a
+/// bug in a built-in tier takes).
+///
+/// # Safety
+/// `manager` must be NULL or a live handle; `index_out` NULL or valid.
+#[doc(hidden)]
+pub unsafe fn attach_rust_tier(
+    manager: *mut kvtier_manager,
+    tier: Box<dyn crate::tiering::SecondaryTier>,
+    index_out: *mut usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let out = unsafe { out_ref(index_out, "index_out") }?;
+        *out = add_rust_tier(manager, tier, TierOptions::default())?;
+        Ok(())
     })
 }

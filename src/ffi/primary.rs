@@ -291,7 +291,11 @@ pub unsafe extern "C" fn kvtier_primary_new(
 /// used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_free(primary: *mut kvtier_primary) {
-    unsafe { free_handle(primary) }
+    // Inside the boundary: a panic while releasing never unwinds into C.
+    let _ = super::boundary::run(|| {
+        unsafe { free_handle(primary) };
+        Ok(())
+    });
 }
 
 /// Starts the request named `request_id`; every load and store names an
@@ -646,5 +650,19 @@ pub unsafe extern "C" fn kvtier_primary_read_stats(
         let out = unsafe { out_ref(stats_out, "stats_out") }?;
         *out = h.core.tier.stats().into();
         Ok(())
+    })
+}
+
+/// Test support: a call on `primary` that panics inside the boundary while
+/// it holds the handle exclusively, as a bug in any export would; returns
+/// `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives NULL_ARGUMENT).
+///
+/// # Safety
+/// `primary` must be NULL or a live handle.
+#[doc(hidden)]
+pub unsafe fn panic_in_call(primary: *mut kvtier_primary) -> kvtier_status {
+    ffi_call!({
+        let _h = unsafe { enter_mut(primary) }?;
+        panic!("deliberate panic inside a kvtier_primary call")
     })
 }

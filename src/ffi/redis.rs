@@ -127,9 +127,8 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
     tier_index_out: *mut usize,
 ) -> kvtier_status {
     ffi_call!({
-        if manager.is_null() {
-            return Err(Failure::Null("manager"));
-        }
+        // The manager first: a NULL or poisoned manager builds no tier.
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let region = unsafe { enter::<kvtier_region>(region) }?;
         let index_out = unsafe { out_ref(tier_index_out, "tier_index_out") }?;
         let o = unsafe { options.as_ref() }
@@ -151,7 +150,7 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
             ca,
             region.slots(),
         )?;
-        *index_out = super::manager::add_rust_tier(manager, tier, Default::default())?;
+        *index_out = m.add_tier_with(tier, Default::default())?;
         Ok(())
     })
 }

@@ -292,7 +292,7 @@ pub unsafe extern "C" fn kvtier_region_close(
 ) -> kvtier_status {
     ffi_call!({
         // SAFETY: a live handle made by `into_handle`, consumed here.
-        let region = unsafe { take_handle(region) }.ok_or(Failure::Null("region"))?;
+        let region = unsafe { take_handle::<kvtier_region>(region) }?;
         let report = region.close()?;
         if let Some(k) = unsafe { kept_mapping.as_mut() } {
             *k = report.kept_mapping;
@@ -308,7 +308,11 @@ pub unsafe extern "C" fn kvtier_region_close(
 /// `region` must be NULL or a live handle, not used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_region_free(region: *mut kvtier_region) {
-    unsafe { free_handle(region) }
+    // Inside the boundary: a panic while releasing never unwinds into C.
+    let _ = super::boundary::run(|| {
+        unsafe { free_handle(region) };
+        Ok(())
+    });
 }
 
 /// Writes `KVTIER_REGION_ROLE_CREATOR` or `KVTIER_REGION_ROLE_JOINER` to
@@ -484,6 +488,20 @@ pub unsafe extern "C" fn kvtier_region_set_lent_slots(
         let r = unsafe { enter(region) }?;
         r.set_lent_slots(count);
         Ok(())
+    })
+}
+
+/// Test support: a call on `region` that panics inside the boundary while
+/// it holds the handle, as a bug in any export would; returns
+/// `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives NULL_ARGUMENT).
+///
+/// # Safety
+/// `region` must be NULL or a live handle.
+#[doc(hidden)]
+pub unsafe fn panic_in_call(region: *const kvtier_region) -> kvtier_status {
+    ffi_call!({
+        let _r = unsafe { enter(region) }?;
+        panic!("deliberate panic inside a kvtier_region call")
     })
 }
 

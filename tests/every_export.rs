@@ -1,0 +1,1405 @@
+//! Every export of `include/kvtier.h`, called with NULL arguments and
+//! driven into a panic: each call returns its documented status (none
+//! crashes), the message names the NULL argument, a panic poisons the handle
+//! it happened on, and `_free` still releases a poisoned handle.
+//!
+//! The table below must name every function the header declares (checked
+//! against the header), and the poisoned-handle lists every function taking
+//! that handle, so a new export without these checks fails the suite.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::Path;
+use std::ptr::{NonNull, null, null_mut};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use kvtier::Key;
+use kvtier::events::Event;
+use kvtier::ffi::config::*;
+use kvtier::ffi::fs::*;
+use kvtier::ffi::key::kvtier_key;
+use kvtier::ffi::log::*;
+use kvtier::ffi::manager::*;
+use kvtier::ffi::observe::*;
+use kvtier::ffi::primary::*;
+use kvtier::ffi::redis::*;
+use kvtier::ffi::region::*;
+use kvtier::ffi::tier::*;
+use kvtier::ffi::{kvtier_last_error_message, kvtier_status, kvtier_status_str, kvtier_version};
+use kvtier::request::Request;
+use kvtier::tiering::{JobRef, JobResult, SecondaryTier, TierLookup};
+
+use kvtier_status as S;
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `status` is NULL_ARGUMENT and the message names `arg`.
+#[track_caller]
+fn is_null_arg(f: &str, arg: &str, status: kvtier_status) {
+    let msg = last_error();
+    assert_eq!(
+        status,
+        S::NullArgument,
+        "{f} with `{arg}` NULL returned {status:?} ({msg})"
+    );
+    assert!(
+        msg.contains(&format!("`{arg}`")) && msg.contains("NULL"),
+        "{f} with `{arg}` NULL: the message does not name it: {msg:?}"
+    );
+}
+
+/// `status` is `want` (for NULLs the documentation allows).
+#[track_caller]
+fn expect(f: &str, what: &str, status: kvtier_status, want: kvtier_status) {
+    assert_eq!(status, want, "{f} ({what}): {}", last_error());
+}
+
+const K: &[u8] = b"every-export-key";
+
+fn key() -> kvtier_key {
+    kvtier_key {
+        data: K.as_ptr(),
+        len: K.len(),
+    }
+}
+
+/// A key whose `data` is NULL (with a valid length).
+fn null_data_key() -> kvtier_key {
+    kvtier_key {
+        data: null(),
+        len: K.len(),
+    }
+}
+
+fn dangling<T>() -> *mut T {
+    NonNull::dangling().as_ptr()
+}
+
+static NAMES: AtomicU32 = AtomicU32::new(0);
+
+fn unique_name() -> CString {
+    let n = NAMES.fetch_add(1, Ordering::Relaxed);
+    CString::new(format!("kvtier-every-export-{}-{n}", std::process::id())).unwrap()
+}
+
+fn region_in(dir: &Path, slots: u32) -> *mut kvtier_region {
+    let name = unique_name();
+    let dir = CString::new(dir.to_str().unwrap()).unwrap();
+    let mut o = kvtier_region_options_default();
+    o.name = name.as_ptr();
+    o.directory = dir.as_ptr();
+    o.slot_count = slots;
+    o.slot_bytes = 4096;
+    o.prefault = KVTIER_REGION_PREFAULT_OFF;
+    let mut r = null_mut();
+    let st = unsafe { kvtier_region_new(&o, &mut r) };
+    assert_eq!(st, S::Ok, "region: {}", last_error());
+    r
+}
+
+fn manager(capacity: u32) -> *mut kvtier_manager {
+    let mut o = kvtier_manager_options_default();
+    o.capacity = capacity;
+    let mut m = null_mut();
+    let st = unsafe { kvtier_manager_new(&o, &mut m) };
+    assert_eq!(st, S::Ok, "manager: {}", last_error());
+    m
+}
+
+fn primary(capacity: u32) -> *mut kvtier_primary {
+    let mut o = kvtier_primary_options_default();
+    o.capacity = capacity;
+    let mut p = null_mut();
+    let st = unsafe { kvtier_primary_new(&o, &mut p) };
+    assert_eq!(st, S::Ok, "primary: {}", last_error());
+    p
+}
+
+/// Live handles for one export's checks: a manager and a primary tier of
+/// `SLOTS` slots, and a region of as many slots in a temporary directory.
+struct Fx {
+    dir: tempfile::TempDir,
+    manager: *mut kvtier_manager,
+    primary: *mut kvtier_primary,
+    region: *mut kvtier_region,
+}
+
+const SLOTS: u32 = 4;
+
+impl Fx {
+    fn new() -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let region = region_in(dir.path(), SLOTS);
+        Fx {
+            manager: manager(SLOTS),
+            primary: primary(SLOTS),
+            region,
+            dir,
+        }
+    }
+
+    /// Starts request `name` on the manager and the primary tier.
+    fn start(&self, name: &CStr) {
+        let mut policy = -1;
+        let st = unsafe {
+            kvtier_manager_on_new_request(self.manager, name.as_ptr(), null(), &mut policy)
+        };
+        assert_eq!(st, S::Ok, "{}", last_error());
+        let st = unsafe { kvtier_primary_request_begin(self.primary, name.as_ptr()) };
+        assert_eq!(st, S::Ok, "{}", last_error());
+    }
+}
+
+impl Drop for Fx {
+    fn drop(&mut self) {
+        unsafe {
+            kvtier_manager_free(self.manager);
+            kvtier_primary_free(self.primary);
+            kvtier_region_free(self.region);
+        }
+    }
+}
+
+// A minimal C tier: every key misses, jobs are accepted and never finish.
+unsafe extern "C" fn c_lookup(
+    _: *mut c_void,
+    _: *const kvtier_key,
+    _: *const kvtier_request,
+    answer: *mut i32,
+) -> i32 {
+    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    0
+}
+
+unsafe extern "C" fn c_submit(_: *mut c_void, _: *const kvtier_job) -> i32 {
+    0
+}
+
+unsafe extern "C" fn on_events(_: *mut c_void, _: *const kvtier_event_batch) {}
+
+fn vtable() -> kvtier_tier_vtable {
+    kvtier_tier_vtable {
+        user_data: null_mut(),
+        name: null(),
+        medium: KVTIER_TIER_ANY,
+        locality: KVTIER_TIER_ANY,
+        lookup: Some(c_lookup),
+        submit_store: Some(c_submit),
+        submit_load: Some(c_submit),
+        poll_finished: None,
+        touch: None,
+        on_new_request: None,
+        on_request_finished: None,
+        on_schedule_end: None,
+        has_pending_work: None,
+        drain: None,
+        stats: None,
+        shutdown: None,
+        destroy: None,
+        take_events: None,
+    }
+}
+
+fn fs_options(dir: &CStr) -> kvtier_fs_options {
+    let mut o = kvtier_fs_options_default();
+    o.directory = dir.as_ptr();
+    o.read_threads = 1;
+    o.write_threads = 1;
+    o.direct_io = false;
+    o
+}
+
+fn key_buf() -> kvtier_key_buf {
+    kvtier_key_buf {
+        len: 0,
+        bytes: [0; 64],
+    }
+}
+
+fn primary_event() -> kvtier_primary_event {
+    kvtier_primary_event {
+        kind: kvtier_primary_event_kind::Cleared,
+        key_len: 0,
+        key: [0; 64],
+    }
+}
+
+fn manager_event() -> kvtier_event {
+    kvtier_event {
+        kind: 0,
+        tier: 0,
+        key_len: 0,
+        key: [0; 64],
+    }
+}
+
+fn region_view() -> kvtier_region_view {
+    kvtier_region_view::default()
+}
+
+// ---------------------------------------------------------------------------
+// The table: one entry per export, checking it with each pointer argument
+// NULL in turn (the others valid, so the call reaches that check), with
+// the NULLs its documentation allows, and with every pointer NULL.
+
+struct Export {
+    name: &'static str,
+    nulls: fn(&'static str),
+}
+
+/// `export!(kvtier_x, f, { ... })`: an entry named after the function (which
+/// must exist under `kvtier::ffi`), whose checks run with `f` = its name.
+macro_rules! export {
+    ($func:ident, $f:ident, $body:block) => {
+        Export {
+            name: stringify!($func),
+            nulls: {
+                let _ = $func as *const ();
+                #[allow(unused_unsafe, unused_variables)]
+                fn check($f: &'static str) {
+                    unsafe { $body }
+                }
+                check
+            },
+        }
+    };
+}
+
+#[rustfmt::skip] // a table: one line per call reads best
+fn table() -> Vec<Export> {
+    vec![
+        // --- the boundary: no pointer arguments -------------------------
+        export!(kvtier_last_error_message, f, {
+            assert!(!kvtier_last_error_message().is_null(), "{f} returned NULL");
+        }),
+        export!(kvtier_status_str, f, {
+            for s in [-1, 0, 1, 20, 9999] {
+                assert!(!kvtier_status_str(s).is_null(), "{f}({s}) returned NULL");
+            }
+        }),
+        export!(kvtier_version, f, {
+            assert!(!kvtier_version().is_null(), "{f} returned NULL");
+        }),
+        export!(kvtier_set_log_callback, f, {
+            // A NULL callback (and NULL user data) removes the callback.
+            expect(f, "callback NULL", kvtier_set_log_callback(None, null_mut(), 1), S::Ok);
+            expect(f, "callback NULL, level OFF", kvtier_set_log_callback(None, null_mut(), 0), S::Ok);
+        }),
+        // --- option initializers: no arguments; pointers start NULL -----
+        export!(kvtier_manager_options_default, f, {
+            assert!(kvtier_manager_options_default().policy.is_null(), "{f}");
+        }),
+        export!(kvtier_tier_options_default, f, {
+            assert!(!kvtier_tier_options_default().backpressure, "{f}");
+        }),
+        export!(kvtier_request_params_default, f, {
+            let p = kvtier_request_params_default();
+            assert!(p.user_data.is_null() && p.params.is_null() && p.filter.is_null(), "{f}");
+            assert!(!p.filter_set && p.params_len == 0 && p.filter_len == 0, "{f}");
+        }),
+        export!(kvtier_fs_options_default, f, {
+            assert!(kvtier_fs_options_default().directory.is_null(), "{f}");
+        }),
+        export!(kvtier_primary_options_default, f, {
+            assert!(kvtier_primary_options_default().policy.is_null(), "{f}");
+        }),
+        export!(kvtier_redis_options_default, f, {
+            let o = kvtier_redis_options_default();
+            for p in [o.name, o.nodes, o.key_namespace, o.username, o.password, o.tls_ca_file] {
+                assert!(p.is_null(), "{f}");
+            }
+        }),
+        export!(kvtier_region_options_default, f, {
+            let o = kvtier_region_options_default();
+            assert!(o.name.is_null() && o.directory.is_null(), "{f}");
+            assert!(o.barrier.is_none() && o.barrier_user_data.is_null(), "{f}");
+        }),
+        // --- _free(NULL) is a no-op ---------------------------------------
+        export!(kvtier_manager_free, f, {
+            is_null_arg("setup", "manager", kvtier_manager_on_schedule_end(null_mut()));
+            let before = last_error();
+            kvtier_manager_free(null_mut());
+            assert_eq!(last_error(), before, "{f}(NULL) changed the last error");
+        }),
+        export!(kvtier_primary_free, f, {
+            is_null_arg("setup", "primary", kvtier_primary_reset(null_mut()));
+            let before = last_error();
+            kvtier_primary_free(null_mut());
+            assert_eq!(last_error(), before, "{f}(NULL) changed the last error");
+        }),
+        export!(kvtier_region_free, f, {
+            is_null_arg("setup", "region", kvtier_region_set_lent_slots(null(), 0));
+            let before = last_error();
+            kvtier_region_free(null_mut());
+            assert_eq!(last_error(), before, "{f}(NULL) changed the last error");
+        }),
+        // --- manager: creation ----------------------------------------------
+        export!(kvtier_manager_new, f, {
+            let o = kvtier_manager_options_default();
+            let mut m: *mut kvtier_manager = dangling();
+            is_null_arg(f, "out", kvtier_manager_new(&o, null_mut()));
+            is_null_arg(f, "out", kvtier_manager_new(null(), null_mut()));
+            // NULL options: the defaults; a NULL policy: "lru".
+            expect(f, "options NULL", kvtier_manager_new(null(), &mut m), S::Ok);
+            assert!(!m.is_null(), "{f}");
+            kvtier_manager_free(m);
+            assert!(o.policy.is_null());
+            let mut m = null_mut();
+            expect(f, "options->policy NULL", kvtier_manager_new(&o, &mut m), S::Ok);
+            kvtier_manager_free(m);
+        }),
+        export!(kvtier_manager_new_from_json, f, {
+            let json = b"{\"capacity\": 4}";
+            let mut m: *mut kvtier_manager = dangling();
+            is_null_arg(f, "out", kvtier_manager_new_from_json(json.as_ptr().cast(), json.len(), null_mut()));
+            is_null_arg(f, "json", kvtier_manager_new_from_json(null(), json.len(), &mut m));
+            // NULL is allowed with length 0: an empty document, which is not JSON.
+            expect(f, "json NULL, len 0", kvtier_manager_new_from_json(null(), 0, &mut m), S::InvalidArgument);
+            assert_eq!(m, dangling(), "{f} wrote *out on failure");
+            is_null_arg(f, "out", kvtier_manager_new_from_json(null(), json.len(), null_mut()));
+            is_null_arg(f, "out", kvtier_manager_new_from_json(null(), 0, null_mut()));
+        }),
+        export!(kvtier_manager_slot_memory, f, {
+            let fx = Fx::new();
+            let (mut base, mut stride, mut bytes, mut count) = (null_mut(), 0usize, 0usize, 0u32);
+            is_null_arg(f, "manager", kvtier_manager_slot_memory(null(), &mut base, &mut stride, &mut bytes, &mut count));
+            is_null_arg(f, "base", kvtier_manager_slot_memory(fx.manager, null_mut(), &mut stride, &mut bytes, &mut count));
+            is_null_arg(f, "stride", kvtier_manager_slot_memory(fx.manager, &mut base, null_mut(), &mut bytes, &mut count));
+            is_null_arg(f, "slot_bytes", kvtier_manager_slot_memory(fx.manager, &mut base, &mut stride, null_mut(), &mut count));
+            is_null_arg(f, "slot_count", kvtier_manager_slot_memory(fx.manager, &mut base, &mut stride, &mut bytes, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_slot_memory(null(), null_mut(), null_mut(), null_mut(), null_mut()));
+            // Every output valid: a manager from kvtier_manager_new has no slot memory.
+            expect(f, "all valid", kvtier_manager_slot_memory(fx.manager, &mut base, &mut stride, &mut bytes, &mut count), S::NotFound);
+        }),
+        // --- manager: tiers ---------------------------------------------------
+        export!(kvtier_manager_add_tier, f, {
+            let fx = Fx::new();
+            let vt = vtable();
+            let o = kvtier_tier_options_default();
+            let mut index = 0usize;
+            is_null_arg(f, "manager", kvtier_manager_add_tier(null_mut(), &vt, &o, &mut index));
+            is_null_arg(f, "vtable", kvtier_manager_add_tier(fx.manager, null(), &o, &mut index));
+            is_null_arg(f, "index_out", kvtier_manager_add_tier(fx.manager, &vt, &o, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_add_tier(null_mut(), null(), null(), null_mut()));
+            // Required callbacks left NULL: named in an INVALID_ARGUMENT.
+            for (entry, vt) in [
+                ("lookup", kvtier_tier_vtable { lookup: None, ..vtable() }),
+                ("submit_store", kvtier_tier_vtable { submit_store: None, ..vtable() }),
+                ("submit_load", kvtier_tier_vtable { submit_load: None, ..vtable() }),
+            ] {
+                expect(f, entry, kvtier_manager_add_tier(fx.manager, &vt, &o, &mut index), S::InvalidArgument);
+                assert!(last_error().contains(entry), "{f}: {}", last_error());
+            }
+            // NULL options (defaults), NULL name ("c-tier"), NULL user data and optional entries.
+            expect(f, "options NULL", kvtier_manager_add_tier(fx.manager, &vt, null(), &mut index), S::Ok);
+            assert_eq!(index, 1, "{f}");
+        }),
+        export!(kvtier_manager_add_fs_tier, f, {
+            let fx = Fx::new();
+            let path = fx.dir.path().join("fs");
+            let dir = CString::new(path.to_str().unwrap()).unwrap();
+            let o = fs_options(&dir);
+            let no_dir = kvtier_fs_options { directory: null(), ..o };
+            let mut index = 0usize;
+            is_null_arg(f, "manager", kvtier_manager_add_fs_tier(null_mut(), fx.region, &o, &mut index));
+            is_null_arg(f, "region", kvtier_manager_add_fs_tier(fx.manager, null(), &o, &mut index));
+            is_null_arg(f, "options", kvtier_manager_add_fs_tier(fx.manager, fx.region, null(), &mut index));
+            is_null_arg(f, "options->directory", kvtier_manager_add_fs_tier(fx.manager, fx.region, &no_dir, &mut index));
+            is_null_arg(f, "tier_index_out", kvtier_manager_add_fs_tier(fx.manager, fx.region, &o, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_add_fs_tier(null_mut(), null(), null(), null_mut()));
+            // None of them opened a tier (which would create the directory).
+            assert!(!path.exists(), "{f} opened a tier on a NULL argument");
+            expect(f, "all valid", kvtier_manager_add_fs_tier(fx.manager, fx.region, &o, &mut index), S::Ok);
+            assert!(index == 1 && path.is_dir(), "{f}");
+        }),
+        export!(kvtier_manager_add_redis_tier, f, {
+            let fx = Fx::new();
+            let o = kvtier_redis_options_default();
+            let mut index = 0usize;
+            is_null_arg(f, "manager", kvtier_manager_add_redis_tier(null_mut(), fx.region, &o, &mut index));
+            is_null_arg(f, "region", kvtier_manager_add_redis_tier(fx.manager, null(), &o, &mut index));
+            is_null_arg(f, "tier_index_out", kvtier_manager_add_redis_tier(fx.manager, fx.region, &o, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_add_redis_tier(null_mut(), null(), null(), null_mut()));
+            // NULL options and NULL option strings mean the defaults; the
+            // call connects nothing.  Without the build feature: UNSUPPORTED.
+            let want = if cfg!(feature = "redis-tier") { S::Ok } else { S::Unsupported };
+            expect(f, "options NULL", kvtier_manager_add_redis_tier(fx.manager, fx.region, null(), &mut index), want);
+            expect(f, "option strings NULL", kvtier_manager_add_redis_tier(fx.manager, fx.region, &o, &mut index), want);
+            if want == S::Ok {
+                assert_eq!(index, 2, "{f}");
+            }
+        }),
+        export!(kvtier_manager_attach_region, f, {
+            let fx = Fx::new();
+            is_null_arg(f, "manager", kvtier_manager_attach_region(null(), fx.region));
+            is_null_arg(f, "region", kvtier_manager_attach_region(fx.manager, null()));
+            is_null_arg(f, "manager", kvtier_manager_attach_region(null(), null()));
+            expect(f, "all valid", kvtier_manager_attach_region(fx.manager, fx.region), S::Ok);
+        }),
+        // --- manager: requests --------------------------------------------
+        export!(kvtier_manager_on_new_request, f, {
+            let fx = Fx::new();
+            let mut policy = -1;
+            let value = c"v";
+            is_null_arg(f, "manager", kvtier_manager_on_new_request(null_mut(), c"r".as_ptr(), null(), &mut policy));
+            is_null_arg(f, "request", kvtier_manager_on_new_request(fx.manager, null(), null(), &mut policy));
+            is_null_arg(f, "policy_out", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), null(), null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_on_new_request(null_mut(), null(), null(), null_mut()));
+            let base = kvtier_request_params_default();
+            let p = kvtier_request_params { params: null(), params_len: 1, ..base };
+            is_null_arg(f, "params->params", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            let kv = [kvtier_param { key: null(), value: value.as_ptr() }];
+            let p = kvtier_request_params { params: kv.as_ptr(), params_len: 1, ..base };
+            is_null_arg(f, "params->params[].key", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            let kv = [kvtier_param { key: value.as_ptr(), value: null() }];
+            let p = kvtier_request_params { params: kv.as_ptr(), params_len: 1, ..base };
+            is_null_arg(f, "params->params[].value", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            let p = kvtier_request_params { filter_set: true, filter: null(), filter_len: 1, ..base };
+            is_null_arg(f, "params->filter", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            // Allowed: NULL params; the defaults (NULL arrays of length 0, NULL
+            // user data); an empty set filter at NULL.
+            expect(f, "params NULL", kvtier_manager_on_new_request(fx.manager, c"a".as_ptr(), null(), &mut policy), S::Ok);
+            assert_eq!(policy, KVTIER_OFFLOAD_BLOCK_LEVEL, "{f}");
+            expect(f, "default params", kvtier_manager_on_new_request(fx.manager, c"b".as_ptr(), &base, &mut policy), S::Ok);
+            let p = kvtier_request_params { filter_set: true, ..base };
+            expect(f, "empty filter at NULL", kvtier_manager_on_new_request(fx.manager, c"c".as_ptr(), &p, &mut policy), S::Ok);
+        }),
+        export!(kvtier_manager_on_request_finished, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            is_null_arg(f, "manager", kvtier_manager_on_request_finished(null_mut(), c"r".as_ptr()));
+            is_null_arg(f, "request", kvtier_manager_on_request_finished(fx.manager, null()));
+            is_null_arg(f, "manager", kvtier_manager_on_request_finished(null_mut(), null()));
+            expect(f, "all valid", kvtier_manager_on_request_finished(fx.manager, c"r".as_ptr()), S::Ok);
+        }),
+        export!(kvtier_manager_lookup, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = (key(), null_data_key());
+            let mut result = -1;
+            is_null_arg(f, "manager", kvtier_manager_lookup(null_mut(), c"r".as_ptr(), &k, &mut result));
+            is_null_arg(f, "request", kvtier_manager_lookup(fx.manager, null(), &k, &mut result));
+            is_null_arg(f, "key", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), null(), &mut result));
+            is_null_arg(f, "key->data", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), &bad, &mut result));
+            is_null_arg(f, "result_out", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), &k, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_lookup(null_mut(), null(), null(), null_mut()));
+            expect(f, "all valid", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), &k, &mut result), S::Ok);
+            assert_eq!(result, KVTIER_MANAGER_LOOKUP_MISS, "{f}");
+        }),
+        export!(kvtier_manager_prepare_load, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let mut slots = [0u32; 1];
+            let r = c"r".as_ptr();
+            is_null_arg(f, "manager", kvtier_manager_prepare_load(null_mut(), r, k.as_ptr(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "request", kvtier_manager_prepare_load(fx.manager, null(), k.as_ptr(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_manager_prepare_load(fx.manager, r, null(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "keys[].data", kvtier_manager_prepare_load(fx.manager, r, bad.as_ptr(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "slots_out", kvtier_manager_prepare_load(fx.manager, r, k.as_ptr(), 1, null_mut(), 1));
+            is_null_arg(f, "manager", kvtier_manager_prepare_load(null_mut(), null(), null(), 1, null_mut(), 1));
+            expect(f, "empty arrays at NULL", kvtier_manager_prepare_load(fx.manager, r, null(), 0, null_mut(), 0), S::Ok);
+        }),
+        export!(kvtier_manager_touch, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            is_null_arg(f, "manager", kvtier_manager_touch(null_mut(), r, k.as_ptr(), 1));
+            is_null_arg(f, "request", kvtier_manager_touch(fx.manager, null(), k.as_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_manager_touch(fx.manager, r, null(), 1));
+            is_null_arg(f, "keys[].data", kvtier_manager_touch(fx.manager, r, bad.as_ptr(), 1));
+            is_null_arg(f, "manager", kvtier_manager_touch(null_mut(), null(), null(), 1));
+            expect(f, "no keys at NULL", kvtier_manager_touch(fx.manager, r, null(), 0), S::Ok);
+        }),
+        export!(kvtier_manager_complete_load, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            is_null_arg(f, "manager", kvtier_manager_complete_load(null_mut(), r, k.as_ptr(), 1));
+            is_null_arg(f, "request", kvtier_manager_complete_load(fx.manager, null(), k.as_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_manager_complete_load(fx.manager, r, null(), 1));
+            is_null_arg(f, "keys[].data", kvtier_manager_complete_load(fx.manager, r, bad.as_ptr(), 1));
+            is_null_arg(f, "manager", kvtier_manager_complete_load(null_mut(), null(), null(), 1));
+            expect(f, "no keys at NULL", kvtier_manager_complete_load(fx.manager, r, null(), 0), S::Ok);
+        }),
+        export!(kvtier_manager_prepare_store, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            let (mut idx, mut slots, mut ev) = ([0usize; 1], [0u32; 1], [key_buf()]);
+            let (mut n_store, mut n_ev, mut refused) = (0usize, 0usize, false);
+            let (i, s, e) = (idx.as_mut_ptr(), slots.as_mut_ptr(), ev.as_mut_ptr());
+            is_null_arg(f, "manager", kvtier_manager_prepare_store(null_mut(), r, k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "request", kvtier_manager_prepare_store(fx.manager, null(), k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "keys", kvtier_manager_prepare_store(fx.manager, r, null(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "keys[].data", kvtier_manager_prepare_store(fx.manager, r, bad.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "store_index_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, null_mut(), s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "slots_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, null_mut(), 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "n_store_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, null_mut(), e, 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "evicted_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, null_mut(), 1, &mut n_ev, &mut refused));
+            is_null_arg(f, "n_evicted_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, null_mut(), &mut refused));
+            is_null_arg(f, "refused_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_prepare_store(null_mut(), null(), null(), 1, null_mut(), null_mut(), 1, null_mut(), null_mut(), 1, null_mut(), null_mut()));
+            // `evicted_out` may be NULL when `evicted_len` is 0.
+            expect(f, "evicted_out NULL, evicted_len 0", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, null_mut(), 0, &mut n_ev, &mut refused), S::Ok);
+            assert!(n_store == 1 && !refused, "{f}");
+        }),
+        export!(kvtier_manager_complete_store, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            is_null_arg(f, "manager", kvtier_manager_complete_store(null_mut(), r, k.as_ptr(), 1, true));
+            is_null_arg(f, "request", kvtier_manager_complete_store(fx.manager, null(), k.as_ptr(), 1, true));
+            is_null_arg(f, "keys", kvtier_manager_complete_store(fx.manager, r, null(), 1, true));
+            is_null_arg(f, "keys[].data", kvtier_manager_complete_store(fx.manager, r, bad.as_ptr(), 1, true));
+            is_null_arg(f, "manager", kvtier_manager_complete_store(null_mut(), null(), null(), 1, true));
+        }),
+        export!(kvtier_manager_on_schedule_end, f, {
+            is_null_arg(f, "manager", kvtier_manager_on_schedule_end(null_mut()));
+        }),
+        export!(kvtier_manager_has_pending_work, f, {
+            let fx = Fx::new();
+            let mut pending = true;
+            is_null_arg(f, "manager", kvtier_manager_has_pending_work(null_mut(), &mut pending));
+            is_null_arg(f, "pending_out", kvtier_manager_has_pending_work(fx.manager, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_has_pending_work(null_mut(), null_mut()));
+        }),
+        export!(kvtier_manager_take_events, f, {
+            let fx = Fx::new();
+            let mut ev = [manager_event()];
+            let (mut written, mut more) = (9usize, true);
+            is_null_arg(f, "manager", kvtier_manager_take_events(null_mut(), ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "out", kvtier_manager_take_events(fx.manager, null_mut(), 1, &mut written, &mut more));
+            is_null_arg(f, "written_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, null_mut(), &mut more));
+            is_null_arg(f, "more_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, &mut written, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_take_events(null_mut(), null_mut(), 1, null_mut(), null_mut()));
+            expect(f, "out NULL, len 0", kvtier_manager_take_events(fx.manager, null_mut(), 0, &mut written, &mut more), S::Ok);
+            assert_eq!(written, 0, "{f}");
+        }),
+        export!(kvtier_manager_reset_cache, f, {
+            is_null_arg(f, "manager", kvtier_manager_reset_cache(null_mut()));
+        }),
+        export!(kvtier_manager_reset_flushed, f, {
+            is_null_arg(f, "manager", kvtier_manager_reset_flushed(null_mut()));
+        }),
+        export!(kvtier_manager_shutdown, f, {
+            is_null_arg(f, "manager", kvtier_manager_shutdown(null_mut()));
+        }),
+        // --- manager: observing ---------------------------------------------
+        export!(kvtier_manager_stats, f, {
+            let fx = Fx::new();
+            let mut written = 0usize;
+            let mut one = [kvtier_manager_stat { tier: 0, tier_name: [0; 32], name: [0; 64], kind: 0, value: 0.0 }];
+            is_null_arg(f, "manager", kvtier_manager_stats(null_mut(), one.as_mut_ptr(), 1, &mut written));
+            is_null_arg(f, "written_out", kvtier_manager_stats(fx.manager, one.as_mut_ptr(), 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_stats(null_mut(), null_mut(), 1, null_mut()));
+            // NULL with length 0: too small, and the number needed is written.
+            expect(f, "out NULL, len 0", kvtier_manager_stats(fx.manager, null_mut(), 0, &mut written), S::BufferTooSmall);
+            assert!(written > 0, "{f}");
+            is_null_arg(f, "out", kvtier_manager_stats(fx.manager, null_mut(), written, &mut written));
+        }),
+        export!(kvtier_manager_take_error, f, {
+            let fx = Fx::new();
+            let mut buf = [0 as c_char; 8];
+            let (mut needed, mut found) = (0usize, true);
+            is_null_arg(f, "manager", kvtier_manager_take_error(null_mut(), buf.as_mut_ptr(), 8, &mut needed, &mut found));
+            is_null_arg(f, "buf", kvtier_manager_take_error(fx.manager, null_mut(), 8, &mut needed, &mut found));
+            is_null_arg(f, "needed_out", kvtier_manager_take_error(fx.manager, buf.as_mut_ptr(), 8, null_mut(), &mut found));
+            is_null_arg(f, "found_out", kvtier_manager_take_error(fx.manager, buf.as_mut_ptr(), 8, &mut needed, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_take_error(null_mut(), null_mut(), 8, null_mut(), null_mut()));
+            expect(f, "buf NULL, len 0", kvtier_manager_take_error(fx.manager, null_mut(), 0, &mut needed, &mut found), S::Ok);
+            assert!(!found && needed == 1, "{f}");
+        }),
+        export!(kvtier_manager_complete_job, f, {
+            let fx = Fx::new();
+            let mut tier = 0usize;
+            assert_eq!(kvtier_manager_add_tier(fx.manager, &vtable(), null(), &mut tier), S::Ok, "{}", last_error());
+            let ok = kvtier_job_result { id: 77, success: false, succeeded_keys: null(), succeeded_len: 0, bytes: 0, duration_ns: 0 };
+            is_null_arg(f, "manager", kvtier_manager_complete_job(null(), tier, &ok));
+            is_null_arg(f, "result", kvtier_manager_complete_job(fx.manager, tier, null()));
+            is_null_arg(f, "manager", kvtier_manager_complete_job(null(), tier, null()));
+            // A key list at NULL is "none listed" only with length 0.
+            let bad = kvtier_job_result { succeeded_len: 1, ..ok };
+            expect(f, "succeeded_keys NULL, len 1", kvtier_manager_complete_job(fx.manager, tier, &bad), S::InvalidArgument);
+            assert!(last_error().contains("NULL"), "{f}: {}", last_error());
+            expect(f, "succeeded_keys NULL, len 0", kvtier_manager_complete_job(fx.manager, tier, &ok), S::Ok);
+        }),
+        export!(kvtier_manager_metrics_prometheus, f, {
+            let fx = Fx::new();
+            let mut buf = [0 as c_char; 8];
+            let mut needed = 0usize;
+            is_null_arg(f, "manager", kvtier_manager_metrics_prometheus(null(), buf.as_mut_ptr(), 8, &mut needed));
+            is_null_arg(f, "needed", kvtier_manager_metrics_prometheus(fx.manager, buf.as_mut_ptr(), 8, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_metrics_prometheus(null(), null_mut(), 8, null_mut()));
+            // NULL with length 0: too small, and the size needed is written.
+            expect(f, "buf NULL, len 0", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), 0, &mut needed), S::BufferTooSmall);
+            assert!(needed > 1, "{f}");
+            is_null_arg(f, "buf", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), needed + 4096, &mut needed));
+        }),
+        export!(kvtier_manager_set_event_callback, f, {
+            let fx = Fx::new();
+            is_null_arg(f, "manager", kvtier_manager_set_event_callback(null_mut(), Some(on_events), null_mut(), true));
+            is_null_arg(f, "manager", kvtier_manager_set_event_callback(null_mut(), None, null_mut(), false));
+            // NULL user data is passed through; a NULL callback removes it.
+            expect(f, "user_data NULL", kvtier_manager_set_event_callback(fx.manager, Some(on_events), null_mut(), true), S::Ok);
+            expect(f, "callback NULL", kvtier_manager_set_event_callback(fx.manager, None, null_mut(), true), S::Ok);
+        }),
+        export!(kvtier_manager_wake_fd, f, {
+            let fx = Fx::new();
+            let mut fd: c_int = -1;
+            is_null_arg(f, "manager", kvtier_manager_wake_fd(null(), &mut fd));
+            is_null_arg(f, "fd_out", kvtier_manager_wake_fd(fx.manager, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_wake_fd(null(), null_mut()));
+        }),
+        // --- primary tier ------------------------------------------------------
+        export!(kvtier_primary_new, f, {
+            let o = kvtier_primary_options_default();
+            let mut p: *mut kvtier_primary = dangling();
+            is_null_arg(f, "options", kvtier_primary_new(null(), &mut p));
+            is_null_arg(f, "out", kvtier_primary_new(&o, null_mut()));
+            is_null_arg(f, "options", kvtier_primary_new(null(), null_mut()));
+            assert_eq!(p, dangling(), "{f} wrote *out on failure");
+            // A NULL policy is "lru".
+            expect(f, "options->policy NULL", kvtier_primary_new(&o, &mut p), S::Ok);
+            kvtier_primary_free(p);
+        }),
+        export!(kvtier_primary_request_begin, f, {
+            let fx = Fx::new();
+            is_null_arg(f, "primary", kvtier_primary_request_begin(null_mut(), c"r".as_ptr()));
+            is_null_arg(f, "request_id", kvtier_primary_request_begin(fx.primary, null()));
+            is_null_arg(f, "primary", kvtier_primary_request_begin(null_mut(), null()));
+        }),
+        export!(kvtier_primary_request_finished, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            is_null_arg(f, "primary", kvtier_primary_request_finished(null_mut(), c"r".as_ptr()));
+            is_null_arg(f, "request_id", kvtier_primary_request_finished(fx.primary, null()));
+            is_null_arg(f, "primary", kvtier_primary_request_finished(null_mut(), null()));
+            expect(f, "all valid", kvtier_primary_request_finished(fx.primary, c"r".as_ptr()), S::Ok);
+        }),
+        export!(kvtier_primary_lookup, f, {
+            let fx = Fx::new();
+            let (k, bad) = ([key()], [null_data_key()]);
+            let mut res = [kvtier_primary_lookup_result::Hit];
+            is_null_arg(f, "primary", kvtier_primary_lookup(null(), k.as_ptr(), 1, res.as_mut_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_primary_lookup(fx.primary, null(), 1, res.as_mut_ptr(), 1));
+            is_null_arg(f, "keys[].data", kvtier_primary_lookup(fx.primary, bad.as_ptr(), 1, res.as_mut_ptr(), 1));
+            is_null_arg(f, "results_out", kvtier_primary_lookup(fx.primary, k.as_ptr(), 1, null_mut(), 1));
+            is_null_arg(f, "primary", kvtier_primary_lookup(null(), null(), 1, null_mut(), 1));
+            expect(f, "empty arrays at NULL", kvtier_primary_lookup(fx.primary, null(), 0, null_mut(), 0), S::Ok);
+        }),
+        export!(kvtier_primary_prepare_load, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            let mut slots = [0u32; 1];
+            is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), r, k.as_ptr(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "request_id", kvtier_primary_prepare_load(fx.primary, null(), k.as_ptr(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_primary_prepare_load(fx.primary, r, null(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "keys[].data", kvtier_primary_prepare_load(fx.primary, r, bad.as_ptr(), 1, slots.as_mut_ptr(), 1));
+            is_null_arg(f, "slots_out", kvtier_primary_prepare_load(fx.primary, r, k.as_ptr(), 1, null_mut(), 1));
+            is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), null(), null(), 1, null_mut(), 1));
+            expect(f, "empty arrays at NULL", kvtier_primary_prepare_load(fx.primary, r, null(), 0, null_mut(), 0), S::Ok);
+        }),
+        export!(kvtier_primary_touch, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            is_null_arg(f, "primary", kvtier_primary_touch(null_mut(), r, k.as_ptr(), 1));
+            is_null_arg(f, "request_id", kvtier_primary_touch(fx.primary, null(), k.as_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_primary_touch(fx.primary, r, null(), 1));
+            is_null_arg(f, "keys[].data", kvtier_primary_touch(fx.primary, r, bad.as_ptr(), 1));
+            is_null_arg(f, "primary", kvtier_primary_touch(null_mut(), null(), null(), 1));
+            expect(f, "no keys at NULL", kvtier_primary_touch(fx.primary, r, null(), 0), S::Ok);
+        }),
+        export!(kvtier_primary_complete_load, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            is_null_arg(f, "primary", kvtier_primary_complete_load(null_mut(), r, k.as_ptr(), 1));
+            is_null_arg(f, "request_id", kvtier_primary_complete_load(fx.primary, null(), k.as_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_primary_complete_load(fx.primary, r, null(), 1));
+            is_null_arg(f, "keys[].data", kvtier_primary_complete_load(fx.primary, r, bad.as_ptr(), 1));
+            is_null_arg(f, "primary", kvtier_primary_complete_load(null_mut(), null(), null(), 1));
+            expect(f, "no keys at NULL", kvtier_primary_complete_load(fx.primary, r, null(), 0), S::Ok);
+        }),
+        export!(kvtier_primary_prepare_store, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
+            let (mut to, mut slots, mut ev, mut lens) = ([0usize; 1], [0u32; 1], [0u8; 64], [0usize; 1]);
+            let (t, s, e, l) = (to.as_mut_ptr(), slots.as_mut_ptr(), ev.as_mut_ptr(), lens.as_mut_ptr());
+            let mut res = kvtier_primary_store_result::default();
+            is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), r, k.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
+            is_null_arg(f, "request_id", kvtier_primary_prepare_store(fx.primary, null(), k.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
+            is_null_arg(f, "keys", kvtier_primary_prepare_store(fx.primary, r, null(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
+            is_null_arg(f, "keys[].data", kvtier_primary_prepare_store(fx.primary, r, bad.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
+            is_null_arg(f, "to_store_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, null_mut(), 1, s, 1, e, 64, l, 1, &mut res));
+            is_null_arg(f, "slots_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, null_mut(), 1, e, 64, l, 1, &mut res));
+            is_null_arg(f, "evicted_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, s, 1, null_mut(), 64, l, 1, &mut res));
+            is_null_arg(f, "evicted_lens_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, s, 1, e, 64, null_mut(), 1, &mut res));
+            is_null_arg(f, "result_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), null(), null(), 1, null_mut(), 1, null_mut(), 1, null_mut(), 64, null_mut(), 1, null_mut()));
+            expect(f, "empty arrays at NULL", kvtier_primary_prepare_store(fx.primary, r, null(), 0, null_mut(), 0, null_mut(), 0, null_mut(), 0, null_mut(), 0, &mut res), S::Ok);
+        }),
+        export!(kvtier_primary_complete_store, f, {
+            let fx = Fx::new();
+            let (k, bad) = ([key()], [null_data_key()]);
+            let mut res = kvtier_primary_complete_result::default();
+            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), k.as_ptr(), 1, true, &mut res));
+            is_null_arg(f, "keys", kvtier_primary_complete_store(fx.primary, null(), 1, true, &mut res));
+            is_null_arg(f, "keys[].data", kvtier_primary_complete_store(fx.primary, bad.as_ptr(), 1, true, &mut res));
+            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), null(), 1, true, null_mut()));
+            // `result_out` may be NULL: no counts written.
+            expect(f, "result_out NULL", kvtier_primary_complete_store(fx.primary, k.as_ptr(), 1, true, null_mut()), S::Ok);
+        }),
+        export!(kvtier_primary_reset, f, {
+            is_null_arg(f, "primary", kvtier_primary_reset(null_mut()));
+        }),
+        export!(kvtier_primary_take_events, f, {
+            let fx = Fx::new();
+            let mut ev = [primary_event()];
+            let (mut count, mut more) = (9usize, true);
+            is_null_arg(f, "primary", kvtier_primary_take_events(null_mut(), ev.as_mut_ptr(), 1, &mut count, &mut more));
+            is_null_arg(f, "events_out", kvtier_primary_take_events(fx.primary, null_mut(), 1, &mut count, &mut more));
+            is_null_arg(f, "count_out", kvtier_primary_take_events(fx.primary, ev.as_mut_ptr(), 1, null_mut(), &mut more));
+            is_null_arg(f, "more_out", kvtier_primary_take_events(fx.primary, ev.as_mut_ptr(), 1, &mut count, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_take_events(null_mut(), null_mut(), 1, null_mut(), null_mut()));
+            expect(f, "events_out NULL, len 0", kvtier_primary_take_events(fx.primary, null_mut(), 0, &mut count, &mut more), S::Ok);
+            assert!(count == 0 && !more, "{f}");
+        }),
+        export!(kvtier_primary_read_stats, f, {
+            let fx = Fx::new();
+            let mut stats = kvtier_primary_stats::default();
+            is_null_arg(f, "primary", kvtier_primary_read_stats(null(), &mut stats));
+            is_null_arg(f, "stats_out", kvtier_primary_read_stats(fx.primary, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_read_stats(null(), null_mut()));
+        }),
+        // --- region ------------------------------------------------------------
+        export!(kvtier_region_new, f, {
+            let dir = tempfile::tempdir().unwrap();
+            let name = unique_name();
+            let d = CString::new(dir.path().to_str().unwrap()).unwrap();
+            let mut o = kvtier_region_options_default();
+            o.name = name.as_ptr();
+            o.directory = d.as_ptr();
+            o.slot_count = 1;
+            o.slot_bytes = 4096;
+            o.prefault = KVTIER_REGION_PREFAULT_OFF;
+            let mut r: *mut kvtier_region = dangling();
+            is_null_arg(f, "options", kvtier_region_new(null(), &mut r));
+            is_null_arg(f, "out", kvtier_region_new(&o, null_mut()));
+            let no_name = kvtier_region_options { name: null(), ..o };
+            is_null_arg(f, "options.name", kvtier_region_new(&no_name, &mut r));
+            is_null_arg(f, "options", kvtier_region_new(null(), null_mut()));
+            assert_eq!(r, dangling(), "{f} wrote *out on failure");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{f} left files behind");
+            // No barrier (NULL) and NULL barrier data: the defaults.
+            expect(f, "barrier NULL", kvtier_region_new(&o, &mut r), S::Ok);
+            kvtier_region_free(r);
+            // A NULL directory is /dev/shm.
+            if Path::new("/dev/shm").is_dir() {
+                let name = unique_name();
+                let shm = kvtier_region_options { name: name.as_ptr(), directory: null(), ..o };
+                let mut r = null_mut();
+                expect(f, "directory NULL", kvtier_region_new(&shm, &mut r), S::Ok);
+                expect(f, "close", kvtier_region_close(r, null_mut()), S::Ok);
+            }
+        }),
+        export!(kvtier_region_close, f, {
+            let dir = tempfile::tempdir().unwrap();
+            is_null_arg(f, "region", kvtier_region_close(null_mut(), null_mut()));
+            let mut kept = true;
+            is_null_arg(f, "region", kvtier_region_close(null_mut(), &mut kept));
+            // `kept_mapping` may be NULL.
+            let r = region_in(dir.path(), 1);
+            expect(f, "kept_mapping NULL", kvtier_region_close(r, null_mut()), S::Ok);
+        }),
+        export!(kvtier_region_role, f, {
+            let fx = Fx::new();
+            let mut role = 0u32;
+            is_null_arg(f, "region", kvtier_region_role(null(), &mut role));
+            is_null_arg(f, "role", kvtier_region_role(fx.region, null_mut()));
+            is_null_arg(f, "region", kvtier_region_role(null(), null_mut()));
+        }),
+        export!(kvtier_region_base, f, {
+            let fx = Fx::new();
+            let mut base = null_mut();
+            is_null_arg(f, "region", kvtier_region_base(null(), &mut base));
+            is_null_arg(f, "base", kvtier_region_base(fx.region, null_mut()));
+            is_null_arg(f, "region", kvtier_region_base(null(), null_mut()));
+        }),
+        export!(kvtier_region_stride, f, {
+            let fx = Fx::new();
+            let mut stride = 0usize;
+            is_null_arg(f, "region", kvtier_region_stride(null(), &mut stride));
+            is_null_arg(f, "stride", kvtier_region_stride(fx.region, null_mut()));
+            is_null_arg(f, "region", kvtier_region_stride(null(), null_mut()));
+        }),
+        export!(kvtier_region_slot_count, f, {
+            let fx = Fx::new();
+            let mut n = 0u32;
+            is_null_arg(f, "region", kvtier_region_slot_count(null(), &mut n));
+            is_null_arg(f, "slot_count", kvtier_region_slot_count(fx.region, null_mut()));
+            is_null_arg(f, "region", kvtier_region_slot_count(null(), null_mut()));
+        }),
+        export!(kvtier_region_slot_address, f, {
+            let fx = Fx::new();
+            let mut a = null_mut();
+            is_null_arg(f, "region", kvtier_region_slot_address(null(), 0, &mut a));
+            is_null_arg(f, "address", kvtier_region_slot_address(fx.region, 0, null_mut()));
+            is_null_arg(f, "region", kvtier_region_slot_address(null(), 0, null_mut()));
+        }),
+        export!(kvtier_region_worker_view, f, {
+            let fx = Fx::new();
+            let mut v = region_view();
+            is_null_arg(f, "region", kvtier_region_worker_view(null(), 0, 0, 1, &mut v));
+            is_null_arg(f, "view", kvtier_region_worker_view(fx.region, 0, 0, 1, null_mut()));
+            is_null_arg(f, "region", kvtier_region_worker_view(null(), 0, 0, 1, null_mut()));
+        }),
+        export!(kvtier_region_canonical_view, f, {
+            let fx = Fx::new();
+            let mut v = region_view();
+            is_null_arg(f, "region", kvtier_region_canonical_view(null(), 0, 1, &mut v));
+            is_null_arg(f, "view", kvtier_region_canonical_view(fx.region, 0, 1, null_mut()));
+            is_null_arg(f, "region", kvtier_region_canonical_view(null(), 0, 1, null_mut()));
+        }),
+        export!(kvtier_region_unlink, f, {
+            let fx = Fx::new();
+            let mut removed = false;
+            is_null_arg(f, "region", kvtier_region_unlink(null(), &mut removed));
+            is_null_arg(f, "region", kvtier_region_unlink(null(), null_mut()));
+            // `removed` may be NULL.
+            expect(f, "removed NULL", kvtier_region_unlink(fx.region, null_mut()), S::Ok);
+        }),
+        export!(kvtier_region_set_lent_slots, f, {
+            is_null_arg(f, "region", kvtier_region_set_lent_slots(null(), 0));
+        }),
+    ]
+}
+
+#[test]
+fn every_export_answers_null_arguments_with_its_documented_status() {
+    for e in table() {
+        (e.nulls)(e.name);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Completeness against the header
+
+/// Every function the header declares: its name and its parameter list.
+fn header_functions() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/include/kvtier.h");
+    let text = std::fs::read_to_string(path).expect("include/kvtier.h");
+    // Drop comments, so names mentioned in documentation do not count.
+    let mut code = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.find("*/").map_or("", |i| &after[i + 2..]);
+        } else if let Some(after) = rest.strip_prefix("//") {
+            rest = after.find('\n').map_or("", |i| &after[i..]);
+        } else {
+            let c = rest.chars().next().unwrap();
+            code.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = code[i..].find("kvtier_").map(|p| p + i) {
+        let mut end = at;
+        while end < bytes.len() && ident(bytes[end]) {
+            end += 1;
+        }
+        let starts_word = at == 0 || !ident(bytes[at - 1]);
+        let mut open = end;
+        while open < bytes.len() && bytes[open].is_ascii_whitespace() {
+            open += 1;
+        }
+        if starts_word && open < bytes.len() && bytes[open] == b'(' {
+            let mut depth = 0;
+            let mut close = open;
+            for (j, &b) in bytes[open..].iter().enumerate() {
+                match b {
+                    b'(' => depth += 1,
+                    b')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = open + j;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out.push((code[at..end].to_string(), code[open + 1..close].to_string()));
+            i = close;
+        } else {
+            i = end;
+        }
+    }
+    assert!(
+        out.len() > 50,
+        "found only {} functions in {path}",
+        out.len()
+    );
+    out
+}
+
+/// Whether a parameter list takes an existing `handle` (`T *` or `const T *`,
+/// not the `T **` a constructor writes).
+fn takes(params: &str, handle: &str) -> bool {
+    params.split(',').any(|p| {
+        let spaced = p.replace('*', " * ");
+        let t: Vec<&str> = spaced.split_whitespace().collect();
+        t.windows(3)
+            .any(|w| w[0] == handle && w[1] == "*" && w[2] != "*")
+            || (t.len() >= 2 && t[t.len() - 2] == handle && t[t.len() - 1] == "*")
+    })
+}
+
+#[test]
+fn the_table_names_every_export_of_the_header() {
+    let declared: Vec<String> = header_functions().into_iter().map(|(n, _)| n).collect();
+    let table = table();
+    let mut tested: Vec<&str> = table.iter().map(|e| e.name).collect();
+    let missing: Vec<&String> = declared
+        .iter()
+        .filter(|n| !tested.contains(&n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "exports of include/kvtier.h without NULL-argument checks in tests/every_export.rs: {missing:?}"
+    );
+    let stale: Vec<&&str> = tested
+        .iter()
+        .filter(|n| !declared.iter().any(|d| d == *n))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "table entries not in the header: {stale:?}"
+    );
+    tested.sort_unstable();
+    let before = tested.len();
+    tested.dedup();
+    assert_eq!(before, tested.len(), "an export is listed twice");
+}
+
+// ---------------------------------------------------------------------------
+// Panics: each handle type, driven into a panic inside the boundary
+
+type Calls = Vec<(&'static str, Box<dyn Fn() -> kvtier_status>)>;
+
+/// `call!(kvtier_x, expr)`: a named call for a poisoned-handle list.
+macro_rules! call {
+    ($func:ident, $body:expr) => {
+        (stringify!($func), {
+            let _ = $func as *const ();
+            Box::new(move || unsafe { $body }) as Box<dyn Fn() -> kvtier_status>
+        })
+    };
+}
+
+/// Runs every call of `calls` (each must return POISONED with a message
+/// saying the `handle` is poisoned), after checking that `calls` names every
+/// export of the header taking that handle except those in `elsewhere`.
+fn all_poisoned(handle: &str, calls: &Calls, elsewhere: &[&str]) {
+    let header = header_functions();
+    for (name, _) in calls {
+        assert!(
+            header.iter().any(|(n, p)| n == name && takes(p, handle)),
+            "{name} does not take a {handle} in include/kvtier.h"
+        );
+    }
+    let missing: Vec<String> = header
+        .into_iter()
+        .filter(|(n, p)| takes(p, handle) && !n.ends_with("_free"))
+        .map(|(n, _)| n)
+        .filter(|n| !calls.iter().any(|(c, _)| c == n) && !elsewhere.contains(&n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "exports taking a {handle} without a poisoned-handle check in tests/every_export.rs: {missing:?}"
+    );
+    for (name, call) in calls {
+        let status = call();
+        let msg = last_error();
+        assert_eq!(status, S::Poisoned, "{name} on a poisoned {handle}: {msg}");
+        let what = handle.trim_start_matches("kvtier_");
+        assert!(
+            msg.contains(&format!("{what} handle is poisoned")),
+            "{name}: {msg:?}"
+        );
+    }
+}
+
+/// A Rust secondary tier whose lookup panics, like a bug in a built-in tier.
+struct PanickingTier;
+
+impl SecondaryTier for PanickingTier {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+    fn lookup(&mut self, _key: &Key, _request: &Request) -> TierLookup {
+        panic!("deliberate panic in a tier lookup")
+    }
+    fn submit_store(&mut self, _job: JobRef) {}
+    fn submit_load(&mut self, _job: JobRef) {}
+    fn poll_finished(&mut self, _out: &mut Vec<JobResult>) {}
+    fn has_pending_work(&self) -> bool {
+        false
+    }
+    fn drain(&mut self) -> kvtier::Result<()> {
+        Ok(())
+    }
+    fn take_events(&mut self, _out: &mut Vec<Event>) {}
+    fn shutdown(&mut self) -> kvtier::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let region = region_in(dir.path(), SLOTS);
+    let m = manager(SLOTS);
+    let mut index = 0usize;
+    let st =
+        unsafe { kvtier::ffi::manager::attach_rust_tier(m, Box::new(PanickingTier), &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    let mut policy = -1;
+    let st = unsafe { kvtier_manager_on_new_request(m, c"r".as_ptr(), null(), &mut policy) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    // A primary miss asks the tier, which panics inside the real export.
+    let k = key();
+    let mut result = -1;
+    let st = unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &k, &mut result) };
+    let msg = last_error();
+    assert_eq!(st, S::Panic, "{msg}");
+    assert!(
+        msg.contains("deliberate panic in a tier lookup") && msg.contains("poisoned"),
+        "{msg}"
+    );
+    assert_eq!(result, -1, "a panicking lookup wrote its answer");
+
+    let fs_dir = CString::new(dir.path().join("fs").to_str().unwrap()).unwrap();
+    let r = region;
+    let calls: Calls = vec![
+        call!(kvtier_manager_slot_memory, {
+            let (mut b, mut s, mut sb, mut n) = (null_mut(), 0, 0, 0);
+            kvtier_manager_slot_memory(m, &mut b, &mut s, &mut sb, &mut n)
+        }),
+        call!(kvtier_manager_add_tier, {
+            let mut i = 0;
+            kvtier_manager_add_tier(m, &vtable(), null(), &mut i)
+        }),
+        call!(kvtier_manager_add_fs_tier, {
+            let mut i = 0;
+            kvtier_manager_add_fs_tier(m, r, &fs_options(&fs_dir), &mut i)
+        }),
+        call!(kvtier_manager_add_redis_tier, {
+            let mut i = 0;
+            kvtier_manager_add_redis_tier(m, r, null(), &mut i)
+        }),
+        call!(
+            kvtier_manager_attach_region,
+            kvtier_manager_attach_region(m, r)
+        ),
+        call!(kvtier_manager_on_new_request, {
+            let mut p = 0;
+            kvtier_manager_on_new_request(m, c"s".as_ptr(), null(), &mut p)
+        }),
+        call!(kvtier_manager_lookup, {
+            let mut x = 0;
+            kvtier_manager_lookup(m, c"r".as_ptr(), &key(), &mut x)
+        }),
+        call!(kvtier_manager_prepare_load, {
+            let mut s = [0u32; 1];
+            kvtier_manager_prepare_load(m, c"r".as_ptr(), &key(), 1, s.as_mut_ptr(), 1)
+        }),
+        call!(
+            kvtier_manager_touch,
+            kvtier_manager_touch(m, c"r".as_ptr(), &key(), 1)
+        ),
+        call!(
+            kvtier_manager_complete_load,
+            kvtier_manager_complete_load(m, c"r".as_ptr(), &key(), 1)
+        ),
+        call!(kvtier_manager_prepare_store, {
+            let (mut i, mut s, mut e) = (0usize, 0u32, key_buf());
+            let (mut ns, mut ne, mut rf) = (0, 0, false);
+            kvtier_manager_prepare_store(
+                m,
+                c"r".as_ptr(),
+                &key(),
+                1,
+                &mut i,
+                &mut s,
+                1,
+                &mut ns,
+                &mut e,
+                1,
+                &mut ne,
+                &mut rf,
+            )
+        }),
+        call!(
+            kvtier_manager_complete_store,
+            kvtier_manager_complete_store(m, c"r".as_ptr(), &key(), 1, true)
+        ),
+        call!(
+            kvtier_manager_on_request_finished,
+            kvtier_manager_on_request_finished(m, c"r".as_ptr())
+        ),
+        call!(
+            kvtier_manager_on_schedule_end,
+            kvtier_manager_on_schedule_end(m)
+        ),
+        call!(kvtier_manager_has_pending_work, {
+            let mut p = false;
+            kvtier_manager_has_pending_work(m, &mut p)
+        }),
+        call!(kvtier_manager_take_events, {
+            let (mut w, mut more) = (0, false);
+            kvtier_manager_take_events(m, null_mut(), 0, &mut w, &mut more)
+        }),
+        call!(kvtier_manager_reset_cache, kvtier_manager_reset_cache(m)),
+        call!(
+            kvtier_manager_reset_flushed,
+            kvtier_manager_reset_flushed(m)
+        ),
+        call!(kvtier_manager_stats, {
+            let mut w = 0;
+            kvtier_manager_stats(m, null_mut(), 0, &mut w)
+        }),
+        call!(kvtier_manager_take_error, {
+            let (mut n, mut found) = (0, false);
+            kvtier_manager_take_error(m, null_mut(), 0, &mut n, &mut found)
+        }),
+        call!(kvtier_manager_complete_job, {
+            let jr = kvtier_job_result {
+                id: 1,
+                success: true,
+                succeeded_keys: null(),
+                succeeded_len: 0,
+                bytes: 0,
+                duration_ns: 0,
+            };
+            kvtier_manager_complete_job(m, index, &jr)
+        }),
+        call!(kvtier_manager_metrics_prometheus, {
+            let mut n = 0;
+            kvtier_manager_metrics_prometheus(m, null_mut(), 0, &mut n)
+        }),
+        call!(
+            kvtier_manager_set_event_callback,
+            kvtier_manager_set_event_callback(m, None, null_mut(), true)
+        ),
+        call!(kvtier_manager_wake_fd, {
+            let mut fd = -1;
+            kvtier_manager_wake_fd(m, &mut fd)
+        }),
+        call!(kvtier_manager_shutdown, kvtier_manager_shutdown(m)),
+    ];
+    all_poisoned("kvtier_manager", &calls, &[]);
+    assert!(
+        !dir.path().join("fs").exists(),
+        "a poisoned manager opened an fs tier"
+    );
+    // `_free` still releases it (and shuts its tiers down).
+    unsafe { kvtier_manager_free(m) };
+    unsafe { kvtier_region_free(region) };
+}
+
+#[test]
+fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
+    let p = primary(SLOTS);
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, c"r".as_ptr()) },
+        S::Ok
+    );
+    assert_eq!(
+        unsafe { kvtier::ffi::primary::panic_in_call(null_mut()) },
+        S::NullArgument
+    );
+    let st = unsafe { kvtier::ffi::primary::panic_in_call(p) };
+    let msg = last_error();
+    assert_eq!(st, S::Panic, "{msg}");
+    assert!(
+        msg.contains("deliberate panic") && msg.contains("poisoned"),
+        "{msg}"
+    );
+    let r = c"r".as_ptr();
+    let calls: Calls = vec![
+        call!(
+            kvtier_primary_request_begin,
+            kvtier_primary_request_begin(p, c"s".as_ptr())
+        ),
+        call!(
+            kvtier_primary_request_finished,
+            kvtier_primary_request_finished(p, r)
+        ),
+        call!(kvtier_primary_lookup, {
+            let mut res = [kvtier_primary_lookup_result::Miss];
+            kvtier_primary_lookup(p, &key(), 1, res.as_mut_ptr(), 1)
+        }),
+        call!(kvtier_primary_prepare_load, {
+            let mut s = [0u32];
+            kvtier_primary_prepare_load(p, r, &key(), 1, s.as_mut_ptr(), 1)
+        }),
+        call!(kvtier_primary_touch, kvtier_primary_touch(p, r, &key(), 1)),
+        call!(
+            kvtier_primary_complete_load,
+            kvtier_primary_complete_load(p, r, &key(), 1)
+        ),
+        call!(kvtier_primary_prepare_store, {
+            let (mut t, mut s, mut e, mut l) = ([0usize], [0u32], [0u8; 64], [0usize]);
+            let mut res = kvtier_primary_store_result::default();
+            kvtier_primary_prepare_store(
+                p,
+                r,
+                &key(),
+                1,
+                t.as_mut_ptr(),
+                1,
+                s.as_mut_ptr(),
+                1,
+                e.as_mut_ptr(),
+                64,
+                l.as_mut_ptr(),
+                1,
+                &mut res,
+            )
+        }),
+        call!(
+            kvtier_primary_complete_store,
+            kvtier_primary_complete_store(p, &key(), 1, true, null_mut())
+        ),
+        call!(kvtier_primary_reset, kvtier_primary_reset(p)),
+        call!(kvtier_primary_take_events, {
+            let (mut n, mut more) = (0, false);
+            kvtier_primary_take_events(p, null_mut(), 0, &mut n, &mut more)
+        }),
+        call!(kvtier_primary_read_stats, {
+            let mut s = kvtier_primary_stats::default();
+            kvtier_primary_read_stats(p, &mut s)
+        }),
+    ];
+    all_poisoned("kvtier_primary", &calls, &[]);
+    unsafe { kvtier_primary_free(p) };
+}
+
+#[test]
+fn a_panic_in_a_region_call_poisons_the_region_and_free_or_close_still_release_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(SLOTS);
+    let reg = region_in(dir.path(), SLOTS);
+    assert_eq!(
+        unsafe { kvtier::ffi::region::panic_in_call(null()) },
+        S::NullArgument
+    );
+    let st = unsafe { kvtier::ffi::region::panic_in_call(reg) };
+    let msg = last_error();
+    assert_eq!(st, S::Panic, "{msg}");
+    assert!(
+        msg.contains("deliberate panic") && msg.contains("poisoned"),
+        "{msg}"
+    );
+    let fs_dir = CString::new(dir.path().join("fs").to_str().unwrap()).unwrap();
+    let r = reg;
+    let calls: Calls = vec![
+        call!(kvtier_manager_add_fs_tier, {
+            let mut i = 0;
+            kvtier_manager_add_fs_tier(m, r, &fs_options(&fs_dir), &mut i)
+        }),
+        call!(kvtier_manager_add_redis_tier, {
+            let mut i = 0;
+            kvtier_manager_add_redis_tier(m, r, null(), &mut i)
+        }),
+        call!(
+            kvtier_manager_attach_region,
+            kvtier_manager_attach_region(m, r)
+        ),
+        call!(kvtier_region_role, {
+            let mut x = 0;
+            kvtier_region_role(r, &mut x)
+        }),
+        call!(kvtier_region_base, {
+            let mut b = null_mut();
+            kvtier_region_base(r, &mut b)
+        }),
+        call!(kvtier_region_stride, {
+            let mut s = 0;
+            kvtier_region_stride(r, &mut s)
+        }),
+        call!(kvtier_region_slot_count, {
+            let mut n = 0;
+            kvtier_region_slot_count(r, &mut n)
+        }),
+        call!(kvtier_region_slot_address, {
+            let mut a = null_mut();
+            kvtier_region_slot_address(r, 0, &mut a)
+        }),
+        call!(kvtier_region_worker_view, {
+            let mut v = region_view();
+            kvtier_region_worker_view(r, 0, 0, 1, &mut v)
+        }),
+        call!(kvtier_region_canonical_view, {
+            let mut v = region_view();
+            kvtier_region_canonical_view(r, 0, 1, &mut v)
+        }),
+        call!(kvtier_region_unlink, kvtier_region_unlink(r, null_mut())),
+        call!(
+            kvtier_region_set_lent_slots,
+            kvtier_region_set_lent_slots(r, 1)
+        ),
+    ];
+    // `kvtier_region_close` consumes the handle: checked last, below.
+    all_poisoned("kvtier_region", &calls, &["kvtier_region_close"]);
+    assert!(
+        !dir.path().join("fs").exists(),
+        "a poisoned region opened an fs tier"
+    );
+    // The manager was not poisoned by the region's panic.
+    assert_eq!(
+        unsafe { kvtier_manager_on_schedule_end(m) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+    // `_free` releases a poisoned region ...
+    unsafe { kvtier_region_free(reg) };
+    // ... and `_close`, which consumes it whatever the result, says POISONED.
+    let other = region_in(dir.path(), 1);
+    assert_eq!(
+        unsafe { kvtier::ffi::region::panic_in_call(other) },
+        S::Panic
+    );
+    let mut kept = true;
+    let st = unsafe { kvtier_region_close(other, &mut kept) };
+    assert_eq!(st, S::Poisoned, "{}", last_error());
+    assert!(
+        last_error().contains("region handle is poisoned"),
+        "{}",
+        last_error()
+    );
+    unsafe { kvtier_manager_free(m) };
+}
