@@ -4,6 +4,7 @@
 #   make test       every test: cargo tests, then ctest
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
+#   make bench      every benchmark: JSON results in build/bench/, one summary table
 #   make install PREFIX=/usr/local
 
 CARGO  ?= cargo
@@ -19,7 +20,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available
+.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available bench
 
 all: lib c
 
@@ -90,3 +91,20 @@ install-files:
 clean:
 	$(CARGO) clean
 	rm -rf $(BUILD)
+
+# Benchmarks: every cargo bench target in benches/ (each run as
+# `cargo bench --bench NAME -- --out build/bench/NAME.json`), then the
+# control-plane replays and the scaling run (tools/bench-replay.sh), then one
+# summary table of every build/bench/*.json.
+BENCH_DIR   := $(abspath $(BUILD))/bench
+BENCH_NAMES := $(sort $(basename $(notdir $(wildcard benches/*.rs))))
+
+bench: all
+	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/*.json
+	@for b in $(BENCH_NAMES); do \
+	  echo "== cargo bench --bench $$b -- --out $(BENCH_DIR)/$$b.json"; \
+	  $(CARGO) bench -q --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
+	done
+	@sh tools/bench-replay.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR)
+	@echo
+	@python3 tools/bench-summary.py $(BENCH_DIR)

@@ -1,0 +1,55 @@
+#!/bin/sh
+# The control-plane benchmarks of `make bench`: workload replays through the
+# C ABI and the scaling run.  Writes one JSON file per benchmark into OUTDIR.
+#
+#   tools/bench-replay.sh REPLAY GENERATOR OUTDIR
+#
+# REPLAY is build/bin/kvtier-replay, GENERATOR target/release/kvtier-workload.
+set -eu
+replay=$1
+gen=$2
+out=$3
+
+if [ ! -x "$replay" ]; then
+  echo "== replay: $replay is not built; skipped"
+  exit 0
+fi
+mkdir -p "$out/workloads"
+for preset in medium large; do
+  "$gen" --preset "$preset" --out "$out/workloads/$preset.txt"
+done
+
+# One replay: NAME, then the replay's flags.  Median wall time of 3 runs.
+run() {
+  name=$1
+  shift
+  echo "== kvtier-replay $* --repeat 3 > $out/$name.json"
+  "$replay" "$@" --repeat 3 > "$out/$name.json"
+}
+
+medium="--workload $out/workloads/medium.txt --blocks 16384 --batch 16"
+run replay-medium-lru-mem $medium --policy lru --tiers mem
+run replay-medium-lru-mem-hit-pending $medium --policy lru --tiers mem --hit-pending
+run replay-medium-arc-mem $medium --policy arc --tiers mem
+run replay-medium-lru-none $medium --policy lru --tiers none
+
+# Scaling: the same large workload, only the capacity changes.
+scaling="$out/scaling.json"
+tmp="$out/scaling.part"
+printf '{"preset": "large", "policy": "lru", "batch": 16, "tiers": "mem", "runs": [' > "$tmp"
+sep=""
+first_ns=""
+last_ns=""
+for blocks in 10000 100000 1000000 10000000; do
+  echo "== kvtier-replay --workload $out/workloads/large.txt --blocks $blocks --policy lru --batch 16 --tiers mem --repeat 3"
+  result=$("$replay" --workload "$out/workloads/large.txt" --blocks "$blocks" \
+    --policy lru --batch 16 --tiers mem --repeat 3)
+  ns=$(printf '%s' "$result" | sed -n 's/.*"ns_per_call": *\([0-9.eE+-]*\).*/\1/p')
+  [ -n "$first_ns" ] || first_ns=$ns
+  last_ns=$ns
+  printf '%s{"blocks": %s, %s' "$sep" "$blocks" "${result#\{}" >> "$tmp"
+  sep=", "
+done
+ratio=$(awk -v a="$last_ns" -v b="$first_ns" 'BEGIN { printf "%.3f", a / b }')
+printf '], "ns_per_call_1e7_over_1e4": %s}\n' "$ratio" >> "$tmp"
+mv "$tmp" "$scaling"
