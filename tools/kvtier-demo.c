@@ -341,7 +341,9 @@ int main(int argc, char **argv) {
     size_t block_bytes = (size_t)block_kib * 1024;
 
     workload wl;
+    double t_parse = now_s();
     workload_load(wl_path, &wl);
+    t_parse = now_s() - t_parse;
     if (wl.n_reqs == 0) {
         fprintf(stderr, "%s: %s holds no requests\n", prog, wl_path);
         return EXIT_FAILURE;
@@ -548,11 +550,15 @@ int main(int argc, char **argv) {
     double evicted = stat_value(stats, n_stats, 0, "evictions");
     free(stats);
 
+    double t_close = now_s();
     kvtier_status sd = kvtier_manager_shutdown(m);
     kvtier_manager_free(m);
     bool kept_mapping = false;
     kvtier_status sc = kvtier_region_close(region, &kept_mapping);
+    t_close = now_s() - t_close;
+    double t_remove = now_s();
     int removed = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    t_remove = now_s() - t_remove;
 
     size_t loaded = t.primary_hits + t.promoted_hits;
     double gib = 1024.0 * 1024.0 * 1024.0;
@@ -566,22 +572,23 @@ int main(int argc, char **argv) {
            t.steps, batch);
     printf("  deferred       %zu times for promotions, %zu for a free slot; %zu steps idle on the wake fd\n",
            t.deferrals - t.refused, t.refused, t.waits);
-    printf("  blocks hit     %zu in the primary tier, %zu promoted from the fs tier (all verified)\n",
-           t.primary_hits, t.promoted_hits);
+    printf("  blocks hit     %zu in the primary tier, %zu promoted from the fs tier (%.0f promoted in all)\n",
+           t.primary_hits, t.promoted_hits, promo_blocks);
     printf("  blocks computed %zu (stored)\n", t.computed);
     printf("  primary tier   %.0f blocks evicted; fs tier holds %.0f blocks at the end\n", evicted, fs_blocks);
     printf("  engine -> slots  %.2f GiB written (computed blocks)\n", engine_out / gib);
     printf("  slots -> engine  %.2f GiB read and verified (loaded blocks)\n", engine_in / gib);
-    printf("  slots -> fs      %.2f GiB in %.0f blocks: %.2f GB/s over the wall time, %.2f GB/s per I/O thread\n",
+    printf("  slots -> fs      %.2f GiB in %.0f blocks: %.2f GB/s over the wall time, %.2f GB/s per busy I/O thread\n",
            write_bytes / gib, cascade_blocks, write_bytes / wall / 1e9,
            write_us > 0 ? write_bytes / (write_us * 1e-6) / 1e9 : 0.0);
-    printf("  fs -> slots      %.2f GiB in %.0f blocks: %.2f GB/s over the wall time, %.2f GB/s per I/O thread\n",
+    printf("  fs -> slots      %.2f GiB in %.0f blocks: %.2f GB/s over the wall time, %.2f GB/s per busy I/O thread\n",
            read_bytes / gib, promo_blocks, read_bytes / wall / 1e9,
            read_us > 0 ? read_bytes / (read_us * 1e-6) / 1e9 : 0.0);
     printf("  failed jobs    %.0f promotions, %.0f cascades\n", promo_fail, cascade_fail);
-    printf("  wall time      %.2f s\n", wall);
+    printf("  wall time      %.2f s replaying and draining (%.2f s reading the workload, %.2f s shutting down)\n",
+           wall, t_parse, t_close);
     printf("  verification failures %zu\n", t.failures);
-    printf("  removed        /dev/shm/%s and %s\n", region_name, dir);
+    printf("  removed        /dev/shm/%s and %s (%.2f s)\n", region_name, dir, t_remove);
 
     int rc = EXIT_SUCCESS;
     if (t.failures > 0) {
