@@ -34,10 +34,12 @@
 #include "kvtier.h"
 
 #define MAX_KEY_LEN 64
-/* A request deferred this many steps in a row is a bug, not a slow disk. */
-#define MAX_DEFERRALS 100000
-/* How long the engine waits for the fs tier when nothing else can run. */
-#define DRAIN_LIMIT_S 60.0
+/* A request that cannot run for this long (blocks never promoted, no room
+ * ever), or transfers still running this long after the last request, is
+ * a failure, not a slow disk. */
+#ifndef WAIT_LIMIT_S
+#define WAIT_LIMIT_S 60.0
+#endif
 
 static const char *prog = "kvtier-demo";
 
@@ -248,6 +250,14 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path);
 }
 
+/* The directory the demo made, removed at exit whatever happens. */
+static char demo_dir[4096];
+
+static void remove_demo_dir(void) {
+    if (demo_dir[0]) nftw(demo_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    demo_dir[0] = '\0';
+}
+
 static double stat_value(const kvtier_manager_stat *stats, size_t n, int32_t tier, const char *name) {
     for (size_t i = 0; i < n; i++)
         if (stats[i].tier == tier && strcmp(stats[i].name, name) == 0) return stats[i].value;
@@ -261,6 +271,7 @@ typedef struct {
     const wl_request *r;
     bool deferred;      /* waiting for blocks being promoted */
     size_t defers;      /* steps deferred in a row */
+    double since;       /* when the first of them began */
     size_t h;           /* blocks loaded this step */
     uint32_t *slots;    /* their slots */
     size_t n_store;     /* blocks computed this step */
@@ -279,9 +290,11 @@ typedef struct {
 /* The request waits for a later step (blocks being promoted, or room). */
 static void defer(active_req *q, totals *t) {
     t->deferrals++;
-    if (++q->defers > t->max_defers) t->max_defers = q->defers;
-    if (q->defers > MAX_DEFERRALS) {
-        fprintf(stderr, "%s: request %s waited %d steps\n", prog, q->r->name, MAX_DEFERRALS);
+    if (q->defers++ == 0) q->since = now_s();
+    if (q->defers > t->max_defers) t->max_defers = q->defers;
+    if (now_s() - q->since > WAIT_LIMIT_S) {
+        fprintf(stderr, "%s: request %s could not run for %.0f s (%zu steps)\n", prog, q->r->name,
+                WAIT_LIMIT_S, q->defers);
         exit(EXIT_FAILURE);
     }
 }
@@ -358,17 +371,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: cannot create a directory under %s: %s\n", prog, parent, strerror(errno));
         return EXIT_FAILURE;
     }
+    memcpy(demo_dir, dir, sizeof dir);
+    atexit(remove_demo_dir);
 
     kvtier_region_options ro = kvtier_region_options_default();
     ro.name = region_name;
     ro.slot_count = (uint32_t)slots;
     ro.slot_bytes = block_bytes;
     kvtier_region *region = NULL;
-    kvtier_status rs = kvtier_region_new(&ro, &region);
-    if (rs != KVTIER_STATUS_OK) {
-        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-        die_status("kvtier_region_new", rs);
-    }
+    CALL("kvtier_region_new", kvtier_region_new(&ro, &region));
+    /* Every process that maps the region (only this one here) has it:
+     * remove its name now, so that even a crash leaves nothing in /dev/shm.
+     * The mapping stays until the region is closed and the manager freed. */
+    bool unlinked = false;
+    CALL("kvtier_region_unlink", kvtier_region_unlink(region, &unlinked));
     void *base_v = NULL;
     size_t stride = 0;
     CALL("kvtier_region_base", kvtier_region_base(region, &base_v));
@@ -464,6 +480,11 @@ int main(int argc, char **argv) {
                     /* No free slot (they are pinned by loads and by stores
                      * still on their way to disk): give the loaded blocks
                      * back and run the whole request in a later step. */
+                    if (n - q->h > slots) {
+                        fprintf(stderr, "%s: request %s stores %zu blocks; the primary tier has %lu slots\n",
+                                prog, q->r->name, n - q->h, slots);
+                        exit(EXIT_FAILURE);
+                    }
                     t.refused++;
                     if (q->h) CALL("complete_load", kvtier_manager_complete_load(m, q->r->name, keys, q->h));
                     q->h = 0;
@@ -521,7 +542,7 @@ int main(int argc, char **argv) {
     for (;;) {
         CALL("on_schedule_end", kvtier_manager_on_schedule_end(m));
         CALL("has_pending_work", kvtier_manager_has_pending_work(m, &pending));
-        if (!pending || now_s() - drain_start > DRAIN_LIMIT_S) break;
+        if (!pending || now_s() - drain_start > WAIT_LIMIT_S) break;
         wait_wake(wake, 100);
     }
     double wall = now_s() - t0;
@@ -558,6 +579,7 @@ int main(int argc, char **argv) {
     t_close = now_s() - t_close;
     double t_remove = now_s();
     int removed = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    demo_dir[0] = '\0';
     t_remove = now_s() - t_remove;
 
     size_t loaded = t.primary_hits + t.promoted_hits;
@@ -588,7 +610,7 @@ int main(int argc, char **argv) {
     printf("  wall time      %.2f s replaying and draining (%.2f s reading the workload, %.2f s shutting down)\n",
            wall, t_parse, t_close);
     printf("  verification failures %zu\n", t.failures);
-    printf("  removed        /dev/shm/%s and %s (%.2f s)\n", region_name, dir, t_remove);
+    printf("  removed        /dev/shm/%s (once mapped) and %s (%.2f s)\n", region_name, dir, t_remove);
 
     int rc = EXIT_SUCCESS;
     if (t.failures > 0) {
@@ -596,10 +618,10 @@ int main(int argc, char **argv) {
         rc = EXIT_FAILURE;
     }
     if (pending) {
-        fprintf(stderr, "%s: work still pending after %.0f s\n", prog, DRAIN_LIMIT_S);
+        fprintf(stderr, "%s: work still pending after %.0f s\n", prog, WAIT_LIMIT_S);
         rc = EXIT_FAILURE;
     }
-    if (sd != KVTIER_STATUS_OK || sc != KVTIER_STATUS_OK || kept_mapping || removed != 0) {
+    if (sd != KVTIER_STATUS_OK || sc != KVTIER_STATUS_OK || kept_mapping || !unlinked || removed != 0) {
         fprintf(stderr, "%s: clean-up failed (shutdown %s, region close %s, directory removal %d)\n", prog,
                 kvtier_status_str(sd), kvtier_status_str(sc), removed);
         rc = EXIT_FAILURE;
