@@ -586,18 +586,19 @@ int main(int argc, char **argv) {
     double gib = 1024.0 * 1024.0 * 1024.0;
     double engine_in = (double)loaded * (double)block_bytes, engine_out = (double)t.computed * (double)block_bytes;
     printf("kvtier demo: %s\n", wl_path);
-    printf("  primary tier   %lu slots x %lu KiB = %.0f MiB in /dev/shm/%s (LRU)\n", slots, block_kib,
+    printf("  primary tier     %lu slots x %lu KiB = %.0f MiB, LRU, in /dev/shm/%s\n", slots, block_kib,
            (double)slots * (double)block_bytes / (1024.0 * 1024.0), region_name);
-    printf("  fs tier        %s (%s, %lu read + %lu write threads)\n", dir, direct > 0 ? "O_DIRECT" : "buffered",
+    printf("  fs tier          %s (%s, %lu read + %lu write threads)\n", dir, direct > 0 ? "O_DIRECT" : "buffered",
            fs_threads, fs_threads);
-    printf("  requests       %zu (%zu block references) in %zu steps of up to %lu\n", wl.n_reqs, wl.n_keys,
+    printf("  requests         %zu (%zu block references) in %zu steps of up to %lu\n", wl.n_reqs, wl.n_keys,
            t.steps, batch);
-    printf("  deferred       %zu times for promotions, %zu for a free slot; %zu steps idle on the wake fd\n",
+    printf("  deferred         %zu times for promotions, %zu for a free slot; %zu steps idle on the wake fd\n",
            t.deferrals - t.refused, t.refused, t.waits);
-    printf("  blocks hit     %zu in the primary tier, %zu promoted from the fs tier (%.0f promoted in all)\n",
+    printf("  blocks hit       %zu in the primary tier, %zu promoted from the fs tier (%.0f promoted in all)\n",
            t.primary_hits, t.promoted_hits, promo_blocks);
-    printf("  blocks computed %zu (stored)\n", t.computed);
-    printf("  primary tier   %.0f blocks evicted; fs tier holds %.0f blocks at the end\n", evicted, fs_blocks);
+    printf("  blocks computed  %zu (stored)\n", t.computed);
+    printf("  evictions        %.0f from the primary tier; the fs tier holds %.0f blocks at the end\n", evicted,
+           fs_blocks);
     printf("  engine -> slots  %.2f GiB written (computed blocks)\n", engine_out / gib);
     printf("  slots -> engine  %.2f GiB read and verified (loaded blocks)\n", engine_in / gib);
     printf("  slots -> fs      %.2f GiB in %.0f blocks: %.2f GB/s over the wall time, %.2f GB/s per busy I/O thread\n",
@@ -606,11 +607,11 @@ int main(int argc, char **argv) {
     printf("  fs -> slots      %.2f GiB in %.0f blocks: %.2f GB/s over the wall time, %.2f GB/s per busy I/O thread\n",
            read_bytes / gib, promo_blocks, read_bytes / wall / 1e9,
            read_us > 0 ? read_bytes / (read_us * 1e-6) / 1e9 : 0.0);
-    printf("  failed jobs    %.0f promotions, %.0f cascades\n", promo_fail, cascade_fail);
-    printf("  wall time      %.2f s replaying and draining (%.2f s reading the workload, %.2f s shutting down)\n",
+    printf("  failed jobs      %.0f promotions, %.0f cascades\n", promo_fail, cascade_fail);
+    printf("  wall time        %.2f s replaying and draining (%.2f s reading the workload, %.2f s shutting down)\n",
            wall, t_parse, t_close);
-    printf("  verification failures %zu\n", t.failures);
-    printf("  removed        /dev/shm/%s (once mapped) and %s (%.2f s)\n", region_name, dir, t_remove);
+    printf("  verification     %zu failures in %zu loaded blocks\n", t.failures, loaded);
+    printf("  removed          /dev/shm/%s (once mapped) and %s (%.2f s)\n", region_name, dir, t_remove);
 
     int rc = EXIT_SUCCESS;
     if (t.failures > 0) {
