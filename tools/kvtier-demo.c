@@ -273,6 +273,7 @@ typedef struct {
     size_t defers;      /* steps deferred in a row */
     double since;       /* when the first of them began */
     size_t h;           /* blocks loaded this step */
+    size_t pinned;      /* leading blocks pinned (prepare_load) so far */
     uint32_t *slots;    /* their slots */
     size_t n_store;     /* blocks computed this step */
     size_t *store_idx;  /* their positions after h */
@@ -433,6 +434,7 @@ int main(int argc, char **argv) {
             active_req *q = spare[--n_spare];
             q->r = &wl.reqs[next++];
             q->defers = 0;
+            q->pinned = 0;
             memset(q->promoted, 0, q->r->n);
             int32_t policy = 0;
             CALL("on_new_request", kvtier_manager_on_new_request(m, q->r->name, NULL, &policy));
@@ -452,7 +454,18 @@ int main(int argc, char **argv) {
                 int32_t ans = 0;
                 CALL("lookup", kvtier_manager_lookup(m, q->r->name, &keys[i], &ans));
                 t.lookups++;
-                if (ans == KVTIER_MANAGER_LOOKUP_HIT) continue;
+                if (ans == KVTIER_MANAGER_LOOKUP_HIT) {
+                    /* Pin each leading hit at once: a promotion started by
+                     * a later lookup (this request's or, while it waits,
+                     * another's) could evict it otherwise, and the request
+                     * would go round again. */
+                    if (i == q->pinned) {
+                        CALL("prepare_load",
+                             kvtier_manager_prepare_load(m, q->r->name, keys + i, 1, q->slots + i, mk - i));
+                        q->pinned++;
+                    }
+                    continue;
+                }
                 if (ans == KVTIER_MANAGER_LOOKUP_RETRY || ans == KVTIER_MANAGER_LOOKUP_HIT_PENDING) {
                     if (ans == KVTIER_MANAGER_LOOKUP_RETRY) q->promoted[i] = 1;
                     pending = true;
@@ -462,14 +475,17 @@ int main(int argc, char **argv) {
             }
             q->deferred = pending;
             if (pending) {
+                /* Its leading blocks stay pinned while the rest comes in. */
                 defer(q, &t);
                 continue;
             }
             q->h = i;
-            if (q->h > 0) {
-                CALL("prepare_load", kvtier_manager_prepare_load(m, q->r->name, keys, q->h, q->slots, mk));
-                CALL("touch", kvtier_manager_touch(m, q->r->name, keys, q->h));
+            if (q->pinned != q->h) {
+                fprintf(stderr, "%s: request %s: %zu leading hits but %zu pinned\n", prog, q->r->name, q->h,
+                        q->pinned);
+                exit(EXIT_FAILURE);
             }
+            if (q->h > 0) CALL("touch", kvtier_manager_touch(m, q->r->name, keys, q->h));
             if (q->h < n) {
                 size_t n_ev = 0;
                 bool refused = false;
@@ -486,7 +502,9 @@ int main(int argc, char **argv) {
                         exit(EXIT_FAILURE);
                     }
                     t.refused++;
-                    if (q->h) CALL("complete_load", kvtier_manager_complete_load(m, q->r->name, keys, q->h));
+                    if (q->pinned)
+                        CALL("complete_load", kvtier_manager_complete_load(m, q->r->name, keys, q->pinned));
+                    q->pinned = 0;
                     q->h = 0;
                     q->n_store = 0;
                     q->deferred = true;
@@ -515,6 +533,7 @@ int main(int argc, char **argv) {
                 else t.primary_hits++;
             }
             if (q->h) CALL("complete_load", kvtier_manager_complete_load(m, q->r->name, keys, q->h));
+            q->pinned = 0;
             for (size_t s = 0; s < q->n_store; s++) {
                 const kvtier_key *k = &keys[q->h + q->store_idx[s]];
                 write_block(base + (size_t)q->store_slots[s] * stride, block_bytes, k);
@@ -590,10 +609,11 @@ int main(int argc, char **argv) {
            (double)slots * (double)block_bytes / (1024.0 * 1024.0), region_name);
     printf("  fs tier          %s (%s, %lu read + %lu write threads)\n", dir, direct > 0 ? "O_DIRECT" : "buffered",
            fs_threads, fs_threads);
-    printf("  requests         %zu (%zu block references) in %zu steps of up to %lu\n", wl.n_reqs, wl.n_keys,
-           t.steps, batch);
-    printf("  deferred         %zu times for promotions, %zu for a free slot; %zu steps idle on the wake fd\n",
-           t.deferrals - t.refused, t.refused, t.waits);
+    printf("  requests         %zu (%zu block references, %zu lookups) in %zu steps of up to %lu\n", wl.n_reqs,
+           wl.n_keys, t.lookups, t.steps, batch);
+    printf("  deferred         %zu times for promotions, %zu for a free slot (at most %zu steps in a row);\n"
+           "                   %zu steps idle on the wake fd\n",
+           t.deferrals - t.refused, t.refused, t.max_defers, t.waits);
     printf("  blocks hit       %zu in the primary tier, %zu promoted from the fs tier (%.0f promoted in all)\n",
            t.primary_hits, t.promoted_hits, promo_blocks);
     printf("  blocks computed  %zu (stored)\n", t.computed);
