@@ -444,7 +444,8 @@ int main(int argc, char **argv) {
         for (size_t a = 0; a < n_run; a++) {
             active_req *q = run[a];
             const kvtier_key *keys = wl.keys + q->r->first;
-            size_t n = q->r->n, i = 0;
+            /* The blocks it pinned while waiting are hits: look up the rest. */
+            size_t n = q->r->n, i = q->pinned;
             bool pending = false;
             q->h = 0;
             q->n_store = 0;
