@@ -112,7 +112,7 @@ bench: all
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/*.json
 	@for b in $(BENCH_NAMES); do \
 	  echo "== cargo bench --bench $$b -- --out $(BENCH_DIR)/$$b.json"; \
-	  $(CARGO) bench -q --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
+	  $(CARGO) bench -q $(CARGO_FEATURES) --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
 	done
 	@sh tools/bench-replay.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR)
 	@echo
