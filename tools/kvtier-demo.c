@@ -9,9 +9,18 @@
  * completed store cascades to the fs tier.  The primary tier is smaller
  * than the working set, so blocks are evicted and later come back from
  * disk (promotions).  Every block the engine loads is checked byte for
- * byte against its key's pattern.  At the end it prints a summary and
- * removes the region and the directory it created.  Exits non-zero on any
- * verification failure or failed call.
+ * byte against its key's pattern.
+ *
+ * Each step serves a batch of requests as an engine's scheduler does:
+ * lookups (a request whose blocks are being promoted waits for a later
+ * step, keeping the leading blocks it already has pinned), loads of the
+ * leading hits, a store of the rest, the end of the step, then the "GPU"
+ * work and the completions.  A request whose store finds no free slot runs
+ * again later; when no request can run, the engine sleeps on the
+ * manager's wake-up descriptor.  At the end it waits for the last
+ * transfers, prints a summary and removes what it created (the region's
+ * name goes as soon as the region is mapped; the directory at exit).
+ * Exits non-zero on any verification failure or failed call.
  *
  *     kvtier-demo --workload FILE [--slots N] [--block-kib N] [--batch N]
  *                 [--fs-threads N] [--fs-capacity-mib N] [--dir PARENT]
