@@ -62,8 +62,17 @@ test-deps:
 test-c: c redis-available
 	ctest --test-dir $(BUILD) --output-on-failure
 
+# The demo: the `medium` chat workload (written once into $(BUILD)/workloads/)
+# replayed with real bytes through a 4096-slot primary tier of 16 KiB blocks
+# in /dev/shm and the fs tier in a new directory under $${TMPDIR:-/tmp}.
+DEMO_WORKLOAD := $(BUILD)/workloads/medium.txt
+DEMO_FLAGS    ?= --slots 4096 --block-kib 16 --batch 16 --fs-threads 4 --require-promotions
+
 demo: all
-	$(BUILD)/bin/hello
+	@test -s $(DEMO_WORKLOAD) || { mkdir -p $(dir $(DEMO_WORKLOAD)) && \
+	  $(LIBDIR)/kvtier-workload --preset medium --out $(DEMO_WORKLOAD).part && \
+	  mv $(DEMO_WORKLOAD).part $(DEMO_WORKLOAD); }
+	$(BUILD)/bin/kvtier-demo --workload $(DEMO_WORKLOAD) $(DEMO_FLAGS)
 
 header:
 	KVTIER_REGENERATE_HEADER=1 $(CARGO) test $(CARGO_FEATURES) --test header
