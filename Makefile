@@ -53,6 +53,7 @@ redis-available:
 	  fi; }
 
 test-rust: redis-available test-deps
+	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test $(CARGO_FEATURES)
 
 # Tools the tests use beyond the toolchain: the reference Prometheus parser.

@@ -3,20 +3,28 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// `target/<profile>/libkvtier.so`, next to the directory of this test binary.
+/// The cdylib of this build (`target/<profile>/libkvtier.so`, which
+/// `make test` builds with `cargo build` first), else the release one.
 fn shared_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target/<profile>/deps/<test>");
-    let lib = profile_dir.join("libkvtier.so");
-    assert!(
-        lib.exists(),
-        "{} not built (cargo builds the cdylib with the tests)",
-        lib.display()
-    );
-    lib
+    let candidates = [
+        profile_dir.join("libkvtier.so"),
+        profile_dir.join("../release/libkvtier.so"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{} not built: run `cargo build` (or `make`) before this test",
+                candidates[0].display()
+            )
+        })
 }
 
 #[test]
