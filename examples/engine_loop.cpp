@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kvtier.hpp"
+#include "example_util.h"
 
 namespace {
 
@@ -268,8 +269,8 @@ bool owners_work() {
   kvtier_manager_options mo = kvtier::manager::default_options();
   mo.capacity = 4;
   kvtier::manager m = kvtier::manager::create(mo);
-  char dir[] = "/tmp/kvtier-engine-loop-XXXXXX";
-  if (!mkdtemp(dir)) return false;
+  char dir[64];
+  if (!example_temp_dir(dir, sizeof dir, "engine-loop")) return false;
   kvtier_fs_options fo = kvtier_fs_options_default();
   fo.directory = dir;
   fo.read_threads = 1;

@@ -12,6 +12,7 @@
  *                        what the "GPU" writes into a slot and what a load
  *                        must bring back.
  *   example_byte_keys()  key views of single bytes.
+ *   example_temp_dir()   a fresh private directory under /tmp (mkdtemp).
  */
 #ifndef KVTIER_EXAMPLE_UTIL_H
 #define KVTIER_EXAMPLE_UTIL_H
@@ -20,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvtier.h"
 
@@ -51,6 +53,17 @@ static inline void example_byte_keys(const uint8_t *bytes, size_t n, kvtier_key 
         keys[i].data = &bytes[i];
         keys[i].len = 1;
     }
+}
+
+/* Creates a fresh directory /tmp/kvtier-<name>-<6 random characters>
+ * (mode 0700, with mkdtemp) and writes its path to `out` (`len` bytes).
+ * Returns `out`, or NULL if the name does not fit or mkdtemp failed. */
+static inline char *example_temp_dir(char *out, size_t len, const char *name) {
+    int n = snprintf(out, len, "/tmp/kvtier-%s-", name);
+    if (n < 0 || (size_t)n + 7 > len) return NULL;
+    memset(out + n, 'X', 6); /* mkdtemp's template characters */
+    out[n + 6] = '\0';
+    return mkdtemp(out);
 }
 
 #endif /* KVTIER_EXAMPLE_UTIL_H */

@@ -230,8 +230,8 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 int main(int argc, char **argv) {
-    char tmp[] = "/tmp/kvtier-fs-example-XXXXXX";
-    const char *dir = argc > 1 ? argv[1] : mkdtemp(tmp);
+    char tmp[64];
+    const char *dir = argc > 1 ? argv[1] : example_temp_dir(tmp, sizeof tmp, "fs-example");
     if (dir == NULL) {
         perror("mkdtemp");
         return EXIT_FAILURE;

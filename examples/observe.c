@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "example_util.h"
 
 #define BLOCK 4096
 #define KEYS 8
@@ -167,8 +168,8 @@ static int run(kvtier_manager *m, char *base, size_t stride, int fd, struct seen
 }
 
 int main(void) {
-    char dir[] = "/tmp/kvtier-observe-XXXXXX";
-    if (!mkdtemp(dir)) return EXIT_FAILURE;
+    char dir[64];
+    if (!example_temp_dir(dir, sizeof dir, "observe")) return EXIT_FAILURE;
     char json[1024];
     snprintf(json, sizeof json,
              "{\"block_bytes\": %d, \"primary\": {\"capacity\": 4, \"event_capacity\": 256},"

@@ -10,20 +10,11 @@
 #include <unistd.h>
 
 #include "kvtier.h"
-
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        kvtier_status s_ = (call);                                                    \
-        if (s_ != KVTIER_STATUS_OK) {                                                 \
-            fprintf(stderr, "%s: %s: %s\n", #call, kvtier_status_str(s_),             \
-                    kvtier_last_error_message());                                     \
-            exit(EXIT_FAILURE);                                                       \
-        }                                                                             \
-    } while (0)
+#include "example_util.h"
 
 int main(void) {
-    char dir[] = "/tmp/kvtier-quickstart-XXXXXX";
-    if (mkdtemp(dir) == NULL) return EXIT_FAILURE;
+    char dir[64];
+    if (example_temp_dir(dir, sizeof dir, "quickstart") == NULL) return EXIT_FAILURE;
     char json[512];
     snprintf(json, sizeof json,
              "{\"block_bytes\": 4096, \"primary\": {\"capacity\": 64, \"policy\": \"lru\"},"
