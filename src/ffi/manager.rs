@@ -924,7 +924,6 @@ pub unsafe extern "C" fn kvtier_manager_shutdown(
 
 /// Attaches a built-in Rust tier (used by the other handle modules'
 /// `kvtier_manager_add_*_tier` functions).
-#[allow(dead_code)] // used by the built-in tiers' handle modules
 pub(crate) fn add_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,

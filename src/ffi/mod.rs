@@ -5,11 +5,9 @@
 //! fallible export returns `kvtier_status`, runs inside the panic boundary,
 //! NULL-checks every pointer, and documents ownership and thread safety.
 
-#[allow(dead_code)] // helpers used by the handle modules
 pub(crate) mod boundary;
 pub mod config;
 pub mod fs;
-#[allow(dead_code)]
 pub mod key;
 pub mod log;
 pub mod manager;

@@ -150,8 +150,8 @@ impl<const N: usize> Lists<N> {
         self.prev.capacity() * 4 + self.next.capacity() * 4 + self.tag.capacity()
     }
 
-    /// The ids of `list`, front (oldest) to back; for tests and checks.
-    #[allow(dead_code)]
+    /// The ids of `list`, front (oldest) to back; for tests.
+    #[cfg(test)]
     pub(crate) fn collect(&self, list: usize) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.len(list));
         let mut id = self.head[list];
