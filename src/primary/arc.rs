@@ -14,6 +14,7 @@
 use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 
+use super::huge;
 use super::index::TagIndex;
 use super::lists::{Lists, NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
@@ -65,6 +66,7 @@ impl Ghosts {
                 if self.keys.len() == self.keys.capacity() {
                     let want = (self.keys.capacity() * 2).max(16).min(max);
                     self.keys.reserve_exact(want - self.keys.len());
+                    huge::advise(&self.keys);
                 }
                 self.keys.push(key);
                 self.lists.grow_to(self.keys.len(), max);

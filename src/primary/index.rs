@@ -44,7 +44,7 @@ impl TagIndex {
     /// An index with room for `max` entries.
     pub(crate) fn new(max: usize) -> TagIndex {
         let buckets = Self::buckets_for(max);
-        let table = vec![EMPTY; buckets].into_boxed_slice();
+        let table = super::huge::zeroed::<u64>(buckets).into_boxed_slice();
         TagIndex { table, len: 0 }
     }
 

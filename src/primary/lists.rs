@@ -8,6 +8,8 @@
 //! eviction candidates in the same order; both sets of links of an id sit
 //! in one 20-byte node, so one cache line serves an update of either.
 
+use super::huge;
+
 /// The "no id" link value.
 pub(crate) const NIL: u32 = u32::MAX;
 /// The tag of an id that is in no list.
@@ -28,9 +30,9 @@ impl<const N: usize> Lists<N> {
     /// Lists over ids `0..ids`, all empty.
     pub(crate) fn new(ids: usize) -> Self {
         Lists {
-            prev: vec![NIL; ids],
-            next: vec![NIL; ids],
-            tag: vec![NO_LIST; ids],
+            prev: huge::filled(ids, NIL),
+            next: huge::filled(ids, NIL),
+            tag: huge::filled(ids, NO_LIST),
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],
@@ -47,6 +49,9 @@ impl<const N: usize> Lists<N> {
                 self.prev.reserve_exact(extra);
                 self.next.reserve_exact(extra);
                 self.tag.reserve_exact(extra);
+                huge::advise(&self.prev);
+                huge::advise(&self.next);
+                huge::advise(&self.tag);
             }
             self.prev.resize(ids, NIL);
             self.next.resize(ids, NIL);
@@ -208,7 +213,7 @@ impl<const N: usize> OrderLists<N> {
     /// Lists over ids `0..ids`, all empty.
     pub(crate) fn new(ids: usize) -> Self {
         OrderLists {
-            nodes: vec![EMPTY_NODE; ids],
+            nodes: huge::filled(ids, EMPTY_NODE),
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],

@@ -23,6 +23,7 @@
 
 mod admission;
 mod arc;
+mod huge;
 mod index;
 mod lists;
 mod lru;

@@ -8,6 +8,7 @@
 use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 
+use super::huge;
 use super::index::{TagIndex, prefetch_read};
 use super::lists::NIL;
 use crate::key::Key;
@@ -61,9 +62,9 @@ impl Slots {
     /// A table of `capacity` free slots.
     pub(crate) fn new(capacity: u32) -> Slots {
         let n = capacity as usize;
-        let keys: Vec<Key> = Vec::with_capacity(n);
-        let refs = vec![0; n];
-        let flags = vec![0; n];
+        let keys: Vec<Key> = huge::with_capacity(n);
+        let refs = huge::zeroed(n);
+        let flags = huge::zeroed(n);
         Slots {
             keys,
             refs,
