@@ -122,6 +122,23 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
             (per_rep, ns)
         });
         out.push(Fig {
+            name: format!("{label}/lookup_single/{pattern}"),
+            ns,
+        });
+        // Lookups as the C API takes them: batches of 16.
+        let mut results = [PrimaryLookup::Miss; BATCH];
+        let ns = best(|_| {
+            let t0 = Instant::now();
+            let mut hits = 0u64;
+            for chunk in probe.chunks_exact(BATCH) {
+                t.lookup_batch(black_box(chunk), &mut results);
+                hits += results.iter().filter(|&&r| r == PrimaryLookup::Hit).count() as u64;
+            }
+            let ns = t0.elapsed().as_nanos() as f64;
+            assert_eq!(hits, per_rep);
+            (per_rep, ns)
+        });
+        out.push(Fig {
             name: format!("{label}/lookup/{pattern}"),
             ns,
         });
@@ -282,11 +299,18 @@ fn main() {
         _ if quick => &[10_000, 1_000_000],
         _ => &[10_000, 1_000_000, 10_000_000],
     };
+    // `--policies lru`: only these policies.
+    let policies: Vec<PolicyKind> = args
+        .iter()
+        .position(|a| a == "--policies")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| list.split(',').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_else(|| vec![PolicyKind::Lru, PolicyKind::Arc]);
     let ops = 1_000_000u64;
     let mut figs = Vec::new();
     let mut meta = Vec::new();
     for &n in sizes {
-        for policy in [PolicyKind::Lru, PolicyKind::Arc] {
+        for &policy in &policies {
             run(policy, n, ops, &mut figs, &mut meta);
         }
     }

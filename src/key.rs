@@ -20,6 +20,13 @@ pub struct Key {
 }
 
 impl Key {
+    /// A valid one-byte key (a zero byte): filler for fixed arrays that are
+    /// written before they are read.
+    pub(crate) const FILLER: Key = Key {
+        len: 1,
+        bytes: [0; MAX_KEY_LEN],
+    };
+
     /// Builds a key from `bytes`; empty or longer than [`MAX_KEY_LEN`] is an error.
     pub fn new(bytes: &[u8]) -> Result<Key, Error> {
         Self::at(bytes, 0)

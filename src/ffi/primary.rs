@@ -361,13 +361,23 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         for (i, k) in raw.iter().enumerate() {
             unsafe { read_key(k, i) }?;
         }
-        for (i, k) in raw.iter().enumerate() {
-            let key = unsafe { read_key(k, i) }?;
-            out[i] = match h.core.tier.lookup(&key) {
-                PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
-                PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
-                PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
-            };
+        // Keys are copied a window at a time (no allocation) and looked up
+        // together, so their memory reads overlap.
+        const WINDOW: usize = 16;
+        let mut keys = [Key::FILLER; WINDOW];
+        let mut found = [PrimaryLookup::Miss; WINDOW];
+        for (w, (raw, out)) in raw.chunks(WINDOW).zip(out.chunks_mut(WINDOW)).enumerate() {
+            for (j, (k, slot)) in raw.iter().zip(keys.iter_mut()).enumerate() {
+                *slot = unsafe { read_key(k, w * WINDOW + j) }?;
+            }
+            h.core.tier.lookup_batch(&keys[..raw.len()], &mut found);
+            for (o, f) in out.iter_mut().zip(&found[..raw.len()]) {
+                *o = match f {
+                    PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
+                    PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
+                    PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
+                };
+            }
         }
         Ok(())
     })

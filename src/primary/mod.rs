@@ -48,7 +48,7 @@ use crate::stats::Stat;
 use admission::Admission;
 use lists::NIL;
 use policy::Policy;
-use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
+use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WINDOW, WRITE_PENDING};
 
 pub use named::NamedPrimary;
 
@@ -436,6 +436,30 @@ impl PrimaryTier {
         }
     }
 
+    /// [`PrimaryTier::lookup`] of every key of `keys`, into `out` (one
+    /// result per key, in order; `out` must be at least as long as `keys`,
+    /// extra entries are left alone).  Changes nothing.  Faster per key
+    /// than single lookups on large tiers: the memory reads of a batch
+    /// overlap.
+    pub fn lookup_batch(&self, keys: &[Key], out: &mut [PrimaryLookup]) {
+        let mut found = [(0u64, NIL); slots::WINDOW];
+        for (keys, out) in keys
+            .chunks(slots::WINDOW)
+            .zip(out.chunks_mut(slots::WINDOW))
+        {
+            self.slots.find_window(keys, &mut found);
+            for (o, &(_, s)) in out.iter_mut().zip(&found[..keys.len()]) {
+                *o = if s == NIL {
+                    PrimaryLookup::Miss
+                } else if self.slots.refs[s as usize] == WRITE_PENDING {
+                    PrimaryLookup::HitPending
+                } else {
+                    PrimaryLookup::Hit
+                };
+            }
+        }
+    }
+
     /// The slot of resident `key`, if any; changes nothing.
     pub fn slot_of(&self, key: &Key) -> Option<u32> {
         self.slots.find(key, self.slots.hash(key))
@@ -451,24 +475,23 @@ impl PrimaryTier {
     /// into `slots_out` (cleared first); nothing changes on error.
     fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         slots_out.clear();
-        for (i, key) in keys.iter().enumerate() {
-            if i % PREFETCH_WINDOW == 0 {
-                self.slots
-                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+        let mut found = [(0u64, NIL); WINDOW];
+        for (w, window) in keys.chunks(WINDOW).enumerate() {
+            self.slots.find_window(window, &mut found);
+            for (j, (key, &(_, slot))) in window.iter().zip(&found).enumerate() {
+                let i = w * WINDOW + j;
+                if slot == NIL {
+                    return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
+                }
+                let r = self.slots.refs[slot as usize];
+                if r == WRITE_PENDING {
+                    return Err(key_error(i, key, "write pending (not readable yet)"));
+                }
+                if r as i64 + keys.len() as i64 > i32::MAX as i64 {
+                    return Err(key_error(i, key, "pinned too many times"));
+                }
+                slots_out.push(slot);
             }
-            let h = self.slots.hash(key);
-            let slot = match self.slots.find(key, h) {
-                None => return Err(key_error(i, key, "not resident (cannot pin an absent key)")),
-                Some(s) => s,
-            };
-            let r = self.slots.refs[slot as usize];
-            if r == WRITE_PENDING {
-                return Err(key_error(i, key, "write pending (not readable yet)"));
-            }
-            if r as i64 + keys.len() as i64 > i32::MAX as i64 {
-                return Err(key_error(i, key, "pinned too many times"));
-            }
-            slots_out.push(slot);
         }
         for &slot in slots_out.iter() {
             let r = &mut self.slots.refs[slot as usize];
@@ -488,30 +511,32 @@ impl PrimaryTier {
         done.clear();
         let mut to_idle = 0u32;
         let mut failure = None;
-        for (i, key) in keys.iter().enumerate() {
-            if i % PREFETCH_WINDOW == 0 {
-                self.slots
-                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+        let mut found = [(0u64, NIL); WINDOW];
+        'windows: for (w, window) in keys.chunks(WINDOW).enumerate() {
+            // Only ref counts change below, never the index: the window's
+            // slots stay valid while it is processed.
+            self.slots.find_window(window, &mut found);
+            for (j, (key, &(_, s))) in window.iter().zip(&found).enumerate() {
+                let i = w * WINDOW + j;
+                if s == NIL {
+                    failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
+                    break 'windows;
+                }
+                let r = &mut self.slots.refs[s as usize];
+                if *r <= 0 {
+                    let reason = if *r == 0 {
+                        "not pinned"
+                    } else {
+                        "write pending, not pinned"
+                    };
+                    failure = Some(key_error(i, key, reason));
+                    break 'windows;
+                }
+                *r -= 1;
+                // A slot reaches 0 at most once per batch: counts only go down here.
+                to_idle += (*r == 0) as u32;
+                done.push(s);
             }
-            let h = self.slots.hash(key);
-            let Some(s) = self.slots.find(key, h) else {
-                failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
-                break;
-            };
-            let r = &mut self.slots.refs[s as usize];
-            if *r <= 0 {
-                let reason = if *r == 0 {
-                    "not pinned"
-                } else {
-                    "write pending, not pinned"
-                };
-                failure = Some(key_error(i, key, reason));
-                break;
-            }
-            *r -= 1;
-            // A slot reaches 0 at most once per batch: counts only go down here.
-            to_idle += (*r == 0) as u32;
-            done.push(s);
         }
         if let Some(e) = failure {
             for &s in &done {
@@ -658,13 +683,15 @@ impl PrimaryTier {
         if use_table {
             self.scratch_dedup.clear();
         }
+        let mut found = [(0u64, NIL); WINDOW];
         for (pos, key) in keys.iter().enumerate() {
-            if pos % PREFETCH_WINDOW == 0 {
-                self.slots
-                    .prefetch(&keys[pos..keys.len().min(pos + PREFETCH_WINDOW)]);
+            // Only flags change in this loop, never the index: a window's
+            // slots stay valid while it is processed.
+            if pos % WINDOW == 0 {
+                self.slots.find_window(&keys[pos..], &mut found);
             }
-            let h = self.slots.hash(key);
-            match self.slots.find(key, h) {
+            let (h, slot) = found[pos % WINDOW];
+            match (slot != NIL).then_some(slot) {
                 Some(s) => {
                     let f = &mut self.slots.flags[s as usize];
                     if *f & NAMED == 0 && self.slots.refs[s as usize] == 0 {
