@@ -959,3 +959,47 @@ fn arc_ghosts_of_tiny_tiers_fit_their_index() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn batched_lookups_agree_with_single_lookups() {
+    // Small and large (prefetching) tiers; batches across window edges,
+    // with misses, write-pending and ready keys, and repeats.
+    for n in [64u32, (1 << 16) + 8] {
+        let mut t = tier(n, PolicyKind::Lru);
+        t.begin_request(R).unwrap();
+        let ready: Vec<u32> = (0..n / 2).collect();
+        for chunk in ready.chunks(40) {
+            store(&mut t, R, chunk);
+        }
+        let mut plan = StorePlan::default();
+        let pending = ks(&[n / 2, n / 2 + 1, n / 2 + 2]);
+        t.prepare_store(R, &pending, &mut plan).unwrap();
+        assert_eq!(plan.to_store.len(), 3);
+        let mut probe: Vec<Key> = (0..40u32).map(|i| k(i * (n / 80) % (n / 2))).collect();
+        probe.extend((0..13u32).map(|i| k(n + 1000 + i)));
+        probe.extend(&pending);
+        probe.push(probe[0]);
+        let mut out = vec![PrimaryLookup::Miss; probe.len() + 2];
+        out[probe.len()] = PrimaryLookup::Hit;
+        t.lookup_batch(&probe, &mut out);
+        for (key, got) in probe.iter().zip(&out) {
+            assert_eq!(*got, t.lookup(key), "{n}: {key:?}");
+        }
+        assert_eq!(
+            out[probe.len()],
+            PrimaryLookup::Hit,
+            "extra entries left alone"
+        );
+        let kinds = |want: PrimaryLookup| out[..probe.len()].iter().filter(|&&r| r == want).count();
+        assert_eq!(
+            [
+                PrimaryLookup::Hit,
+                PrimaryLookup::Miss,
+                PrimaryLookup::HitPending
+            ]
+            .map(kinds),
+            [41, 13, 3],
+            "{n}"
+        );
+    }
+}
