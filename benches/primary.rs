@@ -11,7 +11,11 @@
 //! apart (`commit_loads`, ns per committed key).  Also reports metadata bytes per block (key bytes
 //! excluded), measured on the live tier.
 //!
-//!     cargo bench --bench primary -- [--out FILE.json] [--quick] [--sizes N,N..]
+//! `machine/N/memory_floor/uniform` calibrates: what the memory reads of
+//! a uniform batched lookup cost on this machine with no tier logic at all
+//! (see [`memory_floor`]); the tier cannot be faster than it.
+//!
+//!     cargo bench --bench primary -- [--out FILE.json] [--quick] [--sizes N,N..] [--policies lru,arc]
 
 #[path = "../tests/support/rng.rs"]
 mod rng;
@@ -252,6 +256,71 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
     eprintln!("  {label}: filled in {fill_s:.2} s");
 }
 
+/// The machine's own cost of the memory reads a uniform lookup needs, with
+/// no tier logic: per key one random 8-byte entry of an index-sized array
+/// (2 entries per slot) and then the 72-byte record it names in a
+/// keys-sized array, in windows of 16 keys (all index reads requested
+/// first, then all record reads), as the tier's batched lookup does; ns per
+/// key.  Arrays ask for huge pages, as the tier's do.
+fn memory_floor(n: u64) -> f64 {
+    fn advised<T: Clone>(len: usize, value: T) -> Vec<T> {
+        let mut v: Vec<T> = Vec::with_capacity(len);
+        let bytes = len * std::mem::size_of::<T>();
+        let (start, huge) = (v.as_ptr() as usize, 2usize << 20);
+        let first = start.next_multiple_of(huge);
+        let end = (start + bytes) / huge * huge;
+        if end > first {
+            // SAFETY: the range lies inside `v`'s allocation; advice only.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+            }
+        }
+        v.resize(len, value);
+        v
+    }
+    let mut rng = Rng(7);
+    let mut index = advised(2 * n as usize, 0u64);
+    for e in index.iter_mut() {
+        *e = rng.next() % n;
+    }
+    let records = advised(n as usize, [1u8; 72]);
+    let probes: Vec<u64> = (0..1 << 20).map(|_| rng.next() % (2 * n)).collect();
+    best(|_| {
+        let t0 = Instant::now();
+        let mut sum = 0u64;
+        let mut at = [0u64; BATCH];
+        for window in probes.chunks_exact(BATCH) {
+            for &p in window {
+                prefetch(&index[p as usize]);
+            }
+            for (a, &p) in at.iter_mut().zip(window) {
+                *a = index[p as usize];
+                prefetch(&records[*a as usize]);
+            }
+            for &a in &at {
+                sum += records[a as usize][5] as u64;
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as f64;
+        assert_eq!(sum, probes.len() as u64);
+        (probes.len() as u64, ns)
+    })
+}
+
+#[inline(always)]
+fn prefetch<T>(p: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint and never faults.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(
+            p as *const T as *const i8,
+            core::arch::x86_64::_MM_HINT_T0,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// ARC metadata with both ghost lists full and heavy churn: half of each
 /// batch is touched right after its store completes (so T2 and B2 fill as
 /// well as T1 and B1), over `rounds` passes of `n` new keys.
@@ -310,6 +379,10 @@ fn main() {
     let mut figs = Vec::new();
     let mut meta = Vec::new();
     for &n in sizes {
+        figs.push(Fig {
+            name: format!("machine/{n}/memory_floor/uniform"),
+            ns: memory_floor(n),
+        });
         for &policy in &policies {
             run(policy, n, ops, &mut figs, &mut meta);
         }
