@@ -59,6 +59,14 @@ fn config_is_checked_and_policy_names_parse() {
         })
         .is_err()
     );
+    let e = PrimaryTier::new(PrimaryConfig {
+        capacity: arc::MAX_CAPACITY + 1,
+        policy: PolicyKind::Arc,
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("too large for arc"), "{e}");
     assert_eq!("lru".parse::<PolicyKind>().unwrap(), PolicyKind::Lru);
     assert_eq!("arc".parse::<PolicyKind>().unwrap(), PolicyKind::Arc);
     let e = "lfu".parse::<PolicyKind>().unwrap_err().to_string();
@@ -684,6 +692,30 @@ fn arc_ghost_lists_are_bounded_by_capacity_oldest_forgotten() {
     assert_eq!(arc_stats(&t).4, 0.0);
     t.touch(R, &ks(&[6])).unwrap(); // still a ghost
     assert_eq!(arc_stats(&t).4, 1.0);
+}
+
+#[test]
+fn metadata_per_slot_counts_every_array() {
+    // 1000 slots: ref counts 4 + flags 1 + index 4 x (2 x 1000 + 16) buckets
+    // + list nodes 16 + list state 1, per slot.
+    let lru = tier(1000, PolicyKind::Lru);
+    assert_eq!(lru.metadata_bytes_per_slot(), 30.064);
+    let mut arc = tier(1000, PolicyKind::Arc);
+    // ARC: an empty ghost index (16 buckets) until the first eviction.
+    assert_eq!(arc.metadata_bytes_per_slot(), 30.128);
+    // Churn until both ghost lists are full: new keys, half touched into T2.
+    arc.begin_request(R).unwrap();
+    for i in (0..8000).step_by(16) {
+        let batch: Vec<u32> = (i..i + 16).collect();
+        store(&mut arc, R, &batch);
+        arc.touch(R, &ks(&batch[..8])).unwrap();
+    }
+    let s = arc.stats();
+    assert_eq!((s.arc_b1, s.arc_b2), (1000, 1000));
+    // Plus the ghost index, 4 x (2 x 2000 + 16) buckets, and prev/next
+    // links (8 bytes) of 2000 ghosts.
+    assert_eq!(arc.metadata_bytes_per_slot(), 62.128);
+    arc.check_invariants().unwrap();
 }
 
 #[test]
