@@ -975,7 +975,7 @@ fn same_key_agrees_with_key_equality_at_every_length() {
 
 #[test]
 fn arc_ghosts_of_tiny_tiers_fit_their_index() {
-    // Ghost lists of a 1..8-slot tier fill up to 2 x capacity + 1 ghosts.
+    // Ghost lists of a 1..8-slot tier fill up to capacity ghosts each.
     for cap in 1..=8u32 {
         let mut t = tier(cap, PolicyKind::Arc);
         t.begin_request(R).unwrap();
