@@ -13,6 +13,13 @@
 //! is reported apart, and "besides the key" is the rest.  The tier's own
 //! estimate (`metadata_bytes_per_slot`) is printed next to the measurement.
 //! No region is mapped: the figure is metadata only.
+//!
+//! Filling evicts nothing, so ARC has no ghosts there.  One more run
+//! (`arc+ghosts`, 10^6 blocks) then stores `CHURN_ROUNDS` x blocks new keys,
+//! touching half of each batch, until both ghost lists hold one key per
+//! block (B1 and B2 full); ghost keys are `Key` values too, so "besides the
+//! key" there subtracts three keys per block (the resident one and two
+//! ghosts).
 
 use std::io::Write;
 use std::process::{Command, ExitCode};
@@ -27,6 +34,10 @@ const KEY_LEN: usize = 12;
 const BATCH: usize = 16;
 const COUNTS: [u32; 2] = [1_000_000, 10_000_000];
 const POLICIES: [&str; 2] = ["lru", "arc"];
+/// Blocks of the run with both ARC ghost lists full.
+const CHURN_BLOCKS: u32 = 1_000_000;
+/// Passes of `blocks` new keys after the fill in that run.
+const CHURN_ROUNDS: u64 = 4;
 
 /// The process's resident set size in bytes, from /proc/self/statm.
 fn rss_bytes() -> u64 {
@@ -55,9 +66,11 @@ fn key_of(i: u64) -> Key {
     Key::new(&bytes).expect("12 bytes is a valid key")
 }
 
-/// Child: fills a tier of `blocks` slots and prints `rss_before rss_after
-/// fill_s estimate` (the tier's own estimate of its metadata per slot).
-fn child(blocks: u32, policy: &str) -> Result<(), String> {
+/// Child: fills a tier of `blocks` slots, then stores `rounds` x `blocks`
+/// more new keys touching half of each batch (evicting as it goes), and
+/// prints `rss_before rss_after fill_s estimate` (the tier's own estimate
+/// of its metadata per slot).
+fn child(blocks: u32, policy: &str, rounds: u64) -> Result<(), String> {
     let policy: PolicyKind = policy.parse().map_err(|e| format!("{e}"))?;
     let mut keys: Vec<Key> = Vec::with_capacity(BATCH);
     let mut plan = StorePlan::default();
@@ -74,9 +87,11 @@ fn child(blocks: u32, policy: &str) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let mut next: u64 = 0;
     let mut request: u64 = 0;
-    while next < u64::from(blocks) {
+    let filled = u64::from(blocks);
+    let total = filled * (1 + rounds);
+    while next < total {
         keys.clear();
-        let n = (u64::from(blocks) - next).min(BATCH as u64);
+        let n = (total - next).min(BATCH as u64);
         keys.extend((next..next + n).map(key_of));
         next += n;
         let req = RequestId(request);
@@ -89,16 +104,28 @@ fn child(blocks: u32, policy: &str) -> Result<(), String> {
             StoreOutcome::Planned => {}
             StoreOutcome::Refused => return Err(format!("store refused at block {next}")),
         }
-        if plan.to_store.len() != keys.len() || !plan.evicted.is_empty() {
+        let want_evicted = if next <= filled { 0 } else { keys.len() };
+        if plan.to_store.len() != keys.len() || plan.evicted.len() != want_evicted {
             return Err(format!(
-                "filling an empty tier stored {} of {} keys and evicted {}",
+                "storing new keys stored {} of {} keys and evicted {} (expected {want_evicted})",
                 plan.to_store.len(),
                 keys.len(),
                 plan.evicted.len()
             ));
         }
         tier.complete_store(&plan.to_store, true);
+        if rounds > 0 {
+            tier.touch(req, &keys[..keys.len() / 2])
+                .map_err(|e| e.to_string())?;
+        }
         tier.on_request_finished(req).map_err(|e| e.to_string())?;
+    }
+    let s = tier.stats();
+    if rounds > 0 && (s.arc_b1, s.arc_b2) != (blocks, blocks) {
+        return Err(format!(
+            "ghost lists not full after {rounds} rounds: B1 {}, B2 {}",
+            s.arc_b1, s.arc_b2
+        ));
     }
     let fill_s = start.elapsed().as_secs_f64();
     let after = rss_bytes();
@@ -110,16 +137,18 @@ fn child(blocks: u32, policy: &str) -> Result<(), String> {
 
 struct Run {
     policy: &'static str,
+    /// Ghost keys per block (0, or 2 with both ARC ghost lists full).
+    ghosts: u32,
     blocks: u32,
     growth: u64,
     fill_s: f64,
     estimate: f64,
 }
 
-fn measure(policy: &'static str, blocks: u32) -> Result<Run, String> {
+fn measure(policy: &'static str, blocks: u32, rounds: u64) -> Result<Run, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
-        .args(["--child", &blocks.to_string(), policy])
+        .args(["--child", &blocks.to_string(), policy, &rounds.to_string()])
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
@@ -138,6 +167,7 @@ fn measure(policy: &'static str, blocks: u32) -> Result<Run, String> {
     let (before, after, fill_s, estimate) = (parse(0)?, parse(1)?, parse(2)?, parse(3)?);
     Ok(Run {
         policy,
+        ghosts: if rounds > 0 { 2 } else { 0 },
         blocks,
         growth: (after - before).max(0.0) as u64,
         fill_s,
@@ -150,8 +180,9 @@ fn main() -> ExitCode {
     if let Some(i) = args.iter().position(|a| a == "--child") {
         let blocks = args.get(i + 1).and_then(|v| v.parse().ok());
         let policy = args.get(i + 2);
-        return match (blocks, policy) {
-            (Some(b), Some(p)) => match child(b, p) {
+        let rounds = args.get(i + 3).and_then(|v| v.parse().ok());
+        return match (blocks, policy, rounds) {
+            (Some(b), Some(p), Some(r)) => match child(b, p, r) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("memory: {e}");
@@ -159,7 +190,7 @@ fn main() -> ExitCode {
                 }
             },
             _ => {
-                eprintln!("memory: --child needs a block count and a policy");
+                eprintln!("memory: --child needs a block count, a policy and a round count");
                 ExitCode::FAILURE
             }
         };
@@ -174,32 +205,38 @@ fn main() -> ExitCode {
         "primary-tier metadata, resident bytes per block (keys of {KEY_LEN} bytes, kept as {key_inline}-byte Key values)"
     );
     println!(
-        "{:<6} {:>10} {:>14} {:>10} {:>16} {:>9} {:>8}",
+        "{:<10} {:>10} {:>14} {:>10} {:>16} {:>9} {:>8}",
         "policy", "blocks", "rss growth", "per block", "besides the key", "estimate", "fill s"
     );
     let mut runs = Vec::new();
-    for policy in POLICIES {
-        for blocks in COUNTS {
-            let run = match measure(policy, blocks) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("memory: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let per = run.growth as f64 / f64::from(run.blocks);
-            println!(
-                "{:<6} {:>10} {:>14} {:>10.1} {:>16.1} {:>9.1} {:>8.2}",
-                run.policy,
-                run.blocks,
-                run.growth,
-                per,
-                per - key_inline as f64,
-                run.estimate,
-                run.fill_s
-            );
-            runs.push(run);
-        }
+    let plan = POLICIES
+        .iter()
+        .flat_map(|&p| COUNTS.iter().map(move |&b| (p, b, 0)))
+        .chain([("arc", CHURN_BLOCKS, CHURN_ROUNDS)]);
+    for (policy, blocks, rounds) in plan {
+        let run = match measure(policy, blocks, rounds) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("memory: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let per = run.growth as f64 / f64::from(run.blocks);
+        println!(
+            "{:<10} {:>10} {:>14} {:>10.1} {:>16.1} {:>9.1} {:>8.2}",
+            if run.ghosts > 0 {
+                "arc+ghosts"
+            } else {
+                run.policy
+            },
+            run.blocks,
+            run.growth,
+            per,
+            per - key_inline as f64 * f64::from(1 + run.ghosts),
+            run.estimate,
+            run.fill_s
+        );
+        runs.push(run);
     }
 
     if let Some(path) = out {
@@ -209,13 +246,14 @@ fn main() -> ExitCode {
         for (i, r) in runs.iter().enumerate() {
             let per = r.growth as f64 / f64::from(r.blocks);
             json.push_str(&format!(
-                "{}{{\"policy\": \"{}\", \"blocks\": {}, \"rss_growth_bytes\": {}, \"bytes_per_block\": {:.2}, \"bytes_per_block_besides_key\": {:.2}, \"estimate_bytes_besides_key\": {:.2}, \"fill_s\": {:.3}}}",
+                "{}{{\"policy\": \"{}\", \"ghost_keys_per_block\": {}, \"blocks\": {}, \"rss_growth_bytes\": {}, \"bytes_per_block\": {:.2}, \"bytes_per_block_besides_key\": {:.2}, \"estimate_bytes_besides_key\": {:.2}, \"fill_s\": {:.3}}}",
                 if i > 0 { ", " } else { "" },
                 r.policy,
+                r.ghosts,
                 r.blocks,
                 r.growth,
                 per,
-                per - key_inline as f64,
+                per - key_inline as f64 * f64::from(1 + r.ghosts),
                 r.estimate,
                 r.fill_s
             ));

@@ -979,7 +979,7 @@ typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event_batch *batch
  */
 typedef struct {
   /**
-   * Number of slots, at least 1 (default 1024).
+   * Number of slots, at least 1 (default 1024); at most 2^31 - 1 for `"arc"`.
    */
   uint32_t capacity;
   /**

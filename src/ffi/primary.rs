@@ -47,7 +47,7 @@ impl Castable for kvtier_primary {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_primary_options {
-    /// Number of slots, at least 1 (default 1024).
+    /// Number of slots, at least 1 (default 1024); at most 2^31 - 1 for `"arc"`.
     pub capacity: u32,
     /// Eviction policy name, `"lru"` or `"arc"`; NULL means `"lru"`.  Copied at creation.
     pub policy: *const c_char,

@@ -7,16 +7,24 @@
 //! `prepare_store`).  Eviction takes from T1 while |T1| is at or above the
 //! truncated target, else from T2, falling back to the other list.
 //!
-//! Ghosts live in their own arena (key, links, tag) with their own
-//! [`TagIndex`], sized once (at the first eviction) for the most ghosts
-//! there can be, so nothing scans and nothing grows under churn.
+//! Ghosts live apart from the slots: B1 and B2 each in an arena of their
+//! own (keys and prev/next links, 8 bytes per ghost besides the key), so a
+//! ghost's list is known from its id (B1's ids first, then B2's), with no
+//! tag.  One [`TagIndex`] over both (narrow entries up to 2^25 slots: 8
+//! bytes per ghost, 16 beyond), sized once
+//! (at the first eviction) for the most ghosts there can be (the capacity
+//! in each list), so nothing scans and nothing grows under churn.  A full
+//! list reuses its oldest ghost's place for a new one; a ghost removed from
+//! the middle (its key stored again) leaves a place the next one reuses.
+//! With both lists full: 16 bytes of ghost links and 16 of ghost index per
+//! slot.
 
 use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 
 use super::huge;
 use super::index::TagIndex;
-use super::lists::{Lists, NIL, OrderLists};
+use super::lists::{NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
 use super::slots::{PARKED, Slots, same_key};
 use crate::key::Key;
@@ -25,74 +33,223 @@ const T1: usize = 0;
 const T2: usize = 1;
 const B1: usize = 0;
 const B2: usize = 1;
-const GHOST_FREE: usize = 2;
 
-/// Keys evicted from T1 (B1) and T2 (B2), without data.
+/// The largest capacity ARC supports: the ghost ids of both lists
+/// (2 x capacity) must fit in a `u32` below [`NIL`].
+pub(crate) const MAX_CAPACITY: u32 = i32::MAX as u32;
+
+/// One ghost list over local ids `0..keys.len()`: a doubly linked list,
+/// oldest at the front, and a stack of free ids linked through `next`.
+#[derive(Debug)]
+struct GhostList {
+    keys: Vec<Key>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    head: u32,
+    tail: u32,
+    len: u32,
+    free: u32,
+}
+
+impl GhostList {
+    fn new() -> GhostList {
+        GhostList {
+            keys: Vec::new(),
+            prev: Vec::new(),
+            next: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            len: 0,
+            free: NIL,
+        }
+    }
+
+    /// A local id for a new ghost: a freed one, else a fresh one (growing
+    /// the arrays, amortized O(1), never beyond `bound`).
+    fn take_id(&mut self, key: Key, bound: usize) -> u32 {
+        if self.free != NIL {
+            let i = self.free;
+            self.free = self.next[i as usize];
+            self.keys[i as usize] = key;
+            return i;
+        }
+        let i = self.keys.len();
+        if i == self.keys.capacity() {
+            let want = (i * 2).max(16).min(bound).max(i + 1) - i;
+            self.keys.reserve_exact(want);
+            self.prev.reserve_exact(want);
+            self.next.reserve_exact(want);
+            huge::advise(&self.keys);
+            huge::advise(&self.prev);
+            huge::advise(&self.next);
+        }
+        self.keys.push(key);
+        self.prev.push(NIL);
+        self.next.push(NIL);
+        i as u32
+    }
+
+    /// Appends local id `i` (in no list) at the back.
+    fn push_back(&mut self, i: u32) {
+        self.prev[i as usize] = self.tail;
+        self.next[i as usize] = NIL;
+        if self.tail == NIL {
+            self.head = i;
+        } else {
+            self.next[self.tail as usize] = i;
+        }
+        self.tail = i;
+        self.len += 1;
+    }
+
+    /// Takes local id `i` out of the list.
+    fn unlink(&mut self, i: u32) {
+        let (p, n) = (self.prev[i as usize], self.next[i as usize]);
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.next[p as usize] = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.prev[n as usize] = p;
+        }
+        self.len -= 1;
+    }
+
+    /// Makes local id `i` the most recent.
+    fn move_to_back(&mut self, i: u32) {
+        if self.tail != i {
+            self.unlink(i);
+            self.push_back(i);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.prev.clear();
+        self.next.clear();
+        self.head = NIL;
+        self.tail = NIL;
+        self.len = 0;
+        self.free = NIL;
+    }
+
+    fn bytes(&self) -> usize {
+        (self.prev.capacity() + self.next.capacity()) * 4
+    }
+}
+
+/// Keys evicted from T1 (B1) and T2 (B2), without data.  A ghost's id in
+/// the index is its local id in B1, or `bound` + its local id in B2.
 #[derive(Debug)]
 struct Ghosts {
-    keys: Vec<Key>,
-    lists: Lists<3>,
+    lists: [GhostList; 2],
     index: TagIndex,
     hasher: RandomState,
     bound: usize,
 }
 
 impl Ghosts {
-    fn find(&self, key: &Key, h: u64) -> Option<u32> {
-        let keys = &self.keys;
-        self.index.find(h, |g| same_key(&keys[g as usize], key))
-    }
-
-    fn len(&self, list: usize) -> usize {
-        self.lists.len(list)
-    }
-
-    /// Adds `key` (hash `h`, not a ghost) at the back of `list`, then forgets
-    /// the oldest ghosts of that list beyond the bound.
-    fn add(&mut self, list: usize, key: Key, h: u64) {
-        let g = match self.lists.pop_front(GHOST_FREE) {
-            Some(g) => {
-                self.keys[g as usize] = key;
-                g
-            }
-            None => {
-                let g = self.keys.len() as u32;
-                // B1 and B2 hold at most `bound` each, plus one being added.
-                let max = 2 * self.bound + 1;
-                if g == 0 && !self.index.has_room_for(max) {
-                    // Sized once for the most ghosts there can be.
-                    self.index = TagIndex::new(max);
-                }
-                if self.keys.len() == self.keys.capacity() {
-                    let want = (self.keys.capacity() * 2).max(16).min(max);
-                    self.keys.reserve_exact(want - self.keys.len());
-                    huge::advise(&self.keys);
-                }
-                self.keys.push(key);
-                self.lists.grow_to(self.keys.len(), max);
-                g
-            }
-        };
-        self.lists.push_back(list, g);
-        self.index.insert(h, g);
-        while self.lists.len(list) > self.bound {
-            let old = self.lists.front(list);
-            self.remove(old);
+    /// The list and local id of ghost `g`.
+    #[inline]
+    fn split(bound: usize, g: u32) -> (usize, u32) {
+        if (g as usize) < bound {
+            (B1, g)
+        } else {
+            (B2, g - bound as u32)
         }
     }
 
-    /// Forgets ghost `g`.
-    fn remove(&mut self, g: u32) {
-        let h = self.hasher.hash_one(self.keys[g as usize].as_bytes());
-        self.index.remove(h, g);
-        self.lists.unlink(g);
-        self.lists.push_back(GHOST_FREE, g);
+    /// The key of ghost `g`.
+    #[inline]
+    fn key(lists: &[GhostList; 2], bound: usize, g: u32) -> &Key {
+        let (list, i) = Self::split(bound, g);
+        &lists[list].keys[i as usize]
+    }
+
+    fn find(&self, key: &Key, h: u64) -> Option<u32> {
+        let (lists, bound) = (&self.lists, self.bound);
+        self.index
+            .find(h, |g| same_key(Self::key(lists, bound, g), key))
+    }
+
+    fn len(&self, list: usize) -> usize {
+        self.lists[list].len as usize
+    }
+
+    /// The list of ghost `g`.
+    fn list_of(&self, g: u32) -> usize {
+        Self::split(self.bound, g).0
+    }
+
+    /// Removes ghost `g` from the index (hash `h`).
+    fn unindex(&mut self, g: u32, h: u64) {
+        let Ghosts {
+            lists,
+            index,
+            hasher,
+            bound,
+        } = self;
+        index.remove(h, g, |o| {
+            hasher.hash_one(Self::key(lists, *bound, o).as_bytes())
+        });
+    }
+
+    /// Adds `key` (hash `h`, not a ghost) at the back of `list`, forgetting
+    /// the oldest ghost of that list if it is full.
+    fn add(&mut self, list: usize, key: Key, h: u64) {
+        if !self.index.has_room_for(2 * self.bound) {
+            // Sized once for the most ghosts there can be.
+            self.index = TagIndex::new(2 * self.bound);
+        }
+        let base = (list * self.bound) as u32;
+        let i = if self.len(list) >= self.bound {
+            // Full: the oldest ghost is forgotten, its place reused.
+            let old = self.lists[list].head;
+            let old_h = self
+                .hasher
+                .hash_one(self.lists[list].keys[old as usize].as_bytes());
+            self.unindex(base + old, old_h);
+            let l = &mut self.lists[list];
+            l.keys[old as usize] = key;
+            l.move_to_back(old);
+            old
+        } else {
+            let l = &mut self.lists[list];
+            let i = l.take_id(key, self.bound);
+            l.push_back(i);
+            i
+        };
+        self.index.insert(h, base + i);
+    }
+
+    /// Forgets ghost `g` (hash `h`).
+    fn remove(&mut self, g: u32, h: u64) {
+        self.unindex(g, h);
+        let (list, i) = Self::split(self.bound, g);
+        let l = &mut self.lists[list];
+        l.unlink(i);
+        l.next[i as usize] = l.free;
+        l.free = i;
+    }
+
+    /// Makes ghost `g` the most recent of its list.
+    fn touch(&mut self, g: u32) {
+        let (list, i) = Self::split(self.bound, g);
+        self.lists[list].move_to_back(i);
     }
 
     fn clear(&mut self) {
-        self.lists.clear();
-        self.keys.clear();
+        for l in &mut self.lists {
+            l.clear();
+        }
         self.index.clear();
+    }
+
+    fn bytes(&self) -> usize {
+        self.lists[B1].bytes() + self.lists[B2].bytes() + self.index.bytes()
     }
 }
 
@@ -106,13 +263,13 @@ pub(crate) struct ArcPolicy {
 }
 
 impl ArcPolicy {
-    /// An empty policy over `capacity` slots; `hasher` must be the tier's.
+    /// An empty policy over `capacity` (at most [`MAX_CAPACITY`]) slots;
+    /// `hasher` must be the tier's.
     pub(crate) fn new(capacity: u32, hasher: RandomState) -> ArcPolicy {
         ArcPolicy {
             lists: OrderLists::new(capacity as usize),
             ghosts: Ghosts {
-                keys: Vec::new(),
-                lists: Lists::new(0),
+                lists: [GhostList::new(), GhostList::new()],
                 index: TagIndex::new(0),
                 hasher,
                 bound: capacity as usize,
@@ -158,7 +315,7 @@ impl Policy for ArcPolicy {
         self.lists.push_back(T1, slot);
         if maybe_ghost {
             if let Some(g) = self.ghosts.find(&slots.keys[slot as usize], h) {
-                self.ghosts.remove(g);
+                self.ghosts.remove(g, h);
             }
         }
     }
@@ -177,17 +334,12 @@ impl Policy for ArcPolicy {
 
     fn touch_absent(&mut self, key: &Key, h: u64) {
         if let Some(g) = self.ghosts.find(key, h) {
-            match self.ghosts.lists.list_of(g) {
-                Some(B1) => {
-                    self.grow();
-                    self.ghosts.lists.move_to_back(B1, g);
-                }
-                Some(B2) => {
-                    self.shrink();
-                    self.ghosts.lists.move_to_back(B2, g);
-                }
-                _ => {}
+            if self.ghosts.list_of(g) == B1 {
+                self.grow();
+            } else {
+                self.shrink();
             }
+            self.ghosts.touch(g);
         }
     }
 
@@ -197,10 +349,10 @@ impl Policy for ArcPolicy {
 
     fn adapt_on_offer(&mut self, key: &Key, h: u64) {
         if let Some(g) = self.ghosts.find(key, h) {
-            match self.ghosts.lists.list_of(g) {
-                Some(B1) => self.grow(),
-                Some(B2) => self.shrink(),
-                _ => {}
+            if self.ghosts.list_of(g) == B1 {
+                self.grow();
+            } else {
+                self.shrink();
             }
         }
     }
@@ -275,7 +427,7 @@ impl Policy for ArcPolicy {
     }
 
     fn metadata_bytes(&self) -> usize {
-        self.lists.bytes() + self.ghosts.lists.bytes() + self.ghosts.index.bytes()
+        self.lists.bytes() + self.ghosts.bytes()
     }
 
     fn order(&self) -> Vec<u32> {

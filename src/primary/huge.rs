@@ -60,6 +60,9 @@ pub(crate) trait ZeroInt: Copy {
 impl ZeroInt for u8 {
     const ZERO: u8 = 0;
 }
+impl ZeroInt for u32 {
+    const ZERO: u32 = 0;
+}
 impl ZeroInt for i32 {
     const ZERO: i32 = 0;
 }

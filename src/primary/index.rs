@@ -1,90 +1,320 @@
 //! A fixed-size open-addressing index from key hashes to ids, with a hash
 //! tag beside each id.
 //!
-//! Each entry is one `u64`: the id (plus one) in the low half, the high 32 bits of the
-//! key's hash (the tag) in the high half.  The home bucket is computed from
-//! the tag alone, so the table never needs the key to move an entry, and a
-//! probe compares keys (a memory access elsewhere) only on a tag match.
 //! Linear probing with backward-shift deletion: no tombstones, so the table
 //! never grows or rehashes under churn; its size is fixed at creation for
-//! at most `max` entries (load factor at most 1/2).  A lookup usually reads
-//! one cache line of the table; [`TagIndex::prefetch`] lets batch callers
-//! start that read early.
+//! at most `max` entries (load factor at most 1/2) with ids below `max`.  A
+//! probe compares keys (a memory access elsewhere) only on a tag match.  A
+//! lookup usually reads one cache line of the table; [`TagIndex::prefetch`]
+//! lets batch callers start that read early.
+//!
+//! Two entry widths, chosen at creation:
+//! - narrow (ids below 2^26, every practical size): one `u32` per bucket,
+//!   `id + 1` in the low `k` bits (`k` the bits `max` needs), then the
+//!   entry's distance from its home bucket (2 bits: 0, 1, 2, or "3 or
+//!   more"), then a tag of the hash in the high `30 - k` bits (6 bits at
+//!   10^7 ids: a probe meets a false tag match about once in 64 entries).
+//!   4 bytes per bucket, 8 per key.  The home bucket is not in the entry:
+//!   a removal shifting an entry back takes its home from the recorded
+//!   distance, or, for the few entries 3 or more buckets from home, from
+//!   its key (the caller passes `hash_of`).
+//! - wide: one `u64` per bucket, `id + 1` in the low half and 32 bits of the
+//!   hash in the high half, from which the home bucket is computed, so a
+//!   removal needs no key.  16 bytes per key.
+//!
+//! Both take the home bucket from the high 32 bits of the mixed hash and
+//! keep empty buckets all zero, so a new table is untouched zero pages,
+//! committed only as entries land in them.
 
-/// An empty entry.  Entries hold `id + 1` in their low half (ids are below
-/// `u32::MAX`), so an empty table is all zeros: the allocator hands it out
-/// as untouched zero pages, committed only as entries land in them.
-const EMPTY: u64 = 0;
+use super::huge::{self, ZeroInt};
 
+/// Most id bits a narrow entry holds (leaving it at least 4 tag bits).
+const NARROW_ID_BITS: u32 = 26;
+
+/// The displacement field of a narrow entry: buckets from its home, this
+/// value meaning "this many or more" (then the home comes from the key).
+const DISP_SAT: u32 = 3;
+
+/// The hash with its bits mixed upward by one multiply (so every bit of `h`
+/// counts in the high half, and the low 32 bits of `h` in the low half).
 #[inline(always)]
-fn entry(tag: u32, id: u32) -> u64 {
-    (tag as u64) << 32 | (id as u64 + 1)
+fn mix(h: u64) -> u64 {
+    h.wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-#[inline(always)]
-fn id_of(e: u64) -> u32 {
-    (e as u32).wrapping_sub(1)
+/// One bucket of a table: `id + 1` and a tag, or all zeros when empty.
+/// `bits` is the number of id bits of a narrow entry.
+pub(crate) trait Entry: ZeroInt + Eq {
+    /// Narrow: `u32`, home bucket not in the entry.
+    const NARROW: bool;
+    /// The entry of `id` under mixed hash `m`, `d` buckets after its home.
+    fn new(m: u64, id: u32, d: usize, bits: u32) -> Self;
+    /// The entry's id.
+    fn id(self, bits: u32) -> u32;
+    /// Whether the entry's tag is that of mixed hash `m`.
+    fn tag_matches(self, m: u64, bits: u32) -> bool;
+    /// The entry without its displacement (its id and tag).
+    fn sans_disp(self, bits: u32) -> Self;
+    /// The displacement a narrow entry records ([`DISP_SAT`]: unknown).
+    fn disp(self, bits: u32) -> u32;
+    /// The entry recording displacement `d` instead.
+    fn with_disp(self, d: usize, bits: u32) -> Self;
+    /// The high half of a wide entry's mixed hash (its home's source).
+    fn home_bits(self) -> u32;
 }
 
-/// Id index keyed by 64-bit hashes, for at most `max` ids.
+/// Narrow layout, high to low: tag (32 - 2 - `bits` bits of the mixed
+/// hash's low half), displacement (2 bits), `id + 1` (`bits` bits).
+impl Entry for u32 {
+    const NARROW: bool = true;
+    #[inline(always)]
+    fn new(m: u64, id: u32, d: usize, bits: u32) -> u32 {
+        (m as u32 & !((4 << bits) - 1)) | (d.min(DISP_SAT as usize) as u32) << bits | (id + 1)
+    }
+    #[inline(always)]
+    fn id(self, bits: u32) -> u32 {
+        (self & ((1 << bits) - 1)).wrapping_sub(1)
+    }
+    #[inline(always)]
+    fn tag_matches(self, m: u64, bits: u32) -> bool {
+        (self ^ m as u32) & !((4 << bits) - 1) == 0
+    }
+    #[inline(always)]
+    fn sans_disp(self, bits: u32) -> u32 {
+        self & !(DISP_SAT << bits)
+    }
+    #[inline(always)]
+    fn disp(self, bits: u32) -> u32 {
+        (self >> bits) & DISP_SAT
+    }
+    #[inline(always)]
+    fn with_disp(self, d: usize, bits: u32) -> u32 {
+        self.sans_disp(bits) | (d.min(DISP_SAT as usize) as u32) << bits
+    }
+    #[inline(always)]
+    fn home_bits(self) -> u32 {
+        0
+    }
+}
+
+/// Wide layout: the mixed hash's high half, then `id + 1` (32 bits each).
+impl Entry for u64 {
+    const NARROW: bool = false;
+    #[inline(always)]
+    fn new(m: u64, id: u32, _d: usize, _bits: u32) -> u64 {
+        (m >> 32) << 32 | (id as u64 + 1)
+    }
+    #[inline(always)]
+    fn id(self, _bits: u32) -> u32 {
+        (self as u32).wrapping_sub(1)
+    }
+    #[inline(always)]
+    fn tag_matches(self, m: u64, _bits: u32) -> bool {
+        self >> 32 == m >> 32
+    }
+    #[inline(always)]
+    fn sans_disp(self, _bits: u32) -> u64 {
+        self
+    }
+    #[inline(always)]
+    fn disp(self, _bits: u32) -> u32 {
+        DISP_SAT
+    }
+    #[inline(always)]
+    fn with_disp(self, _d: usize, _bits: u32) -> u64 {
+        self
+    }
+    #[inline(always)]
+    fn home_bits(self) -> u32 {
+        (self >> 32) as u32
+    }
+}
+
+/// An open-addressing table of one entry width.
 #[derive(Debug, Clone)]
-pub(crate) struct TagIndex {
-    table: Box<[u64]>,
+pub(crate) struct Table<E> {
+    slots: Box<[E]>,
+    /// The id bits of a narrow entry (32 for wide ones).
+    bits: u32,
     len: usize,
 }
 
-/// The tag of hash `h`: its bits mixed upward by one multiply (so every bit
-/// of `h` counts), the high 32 kept.
-#[inline]
-fn tag_of(h: u64) -> u32 {
-    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32
+/// Table size for at most `max` entries: at most half full.
+fn buckets_for(max: usize) -> usize {
+    2 * max + 16
+}
+
+impl<E: Entry> Table<E> {
+    fn new(max: usize, bits: u32) -> Self {
+        Table {
+            slots: huge::zeroed::<E>(buckets_for(max)).into_boxed_slice(),
+            bits,
+            len: 0,
+        }
+    }
+
+    /// Whether ids below `max` fit the entries.
+    fn ids_fit(&self, max: usize) -> bool {
+        (max as u64) < 1u64 << self.bits
+    }
+
+    /// The home bucket of an entry whose mixed hash has high half `hi`.
+    #[inline(always)]
+    fn home(&self, hi: u32) -> usize {
+        let n = self.slots.len();
+        if E::NARROW || n <= u32::MAX as usize {
+            ((hi as u64 * n as u64) >> 32) as usize
+        } else {
+            ((hi as u128 * n as u128) >> 32) as usize
+        }
+    }
+
+    #[inline(always)]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() { 0 } else { i + 1 }
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, h: u64) {
+        let i = self.home((mix(h) >> 32) as u32);
+        prefetch_read(&self.slots[i]);
+    }
+
+    #[inline(always)]
+    fn find(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        let m = mix(h);
+        let mut i = self.home((m >> 32) as u32);
+        loop {
+            let e = self.slots[i];
+            if e == E::ZERO {
+                return None;
+            }
+            if e.tag_matches(m, self.bits) && eq(e.id(self.bits)) {
+                return Some(e.id(self.bits));
+            }
+            i = self.next(i);
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, h: u64, id: u32) {
+        debug_assert!(self.len * 2 < self.slots.len());
+        debug_assert!(self.ids_fit(id as usize + 1));
+        let m = mix(h);
+        let mut i = self.home((m >> 32) as u32);
+        let mut d = 0;
+        while self.slots[i] != E::ZERO {
+            i = self.next(i);
+            d += 1;
+        }
+        self.slots[i] = E::new(m, id, d, self.bits);
+        self.len += 1;
+    }
+
+    #[inline]
+    fn remove(&mut self, h: u64, id: u32, hash_of: impl Fn(u32) -> u64) {
+        let m = mix(h);
+        let want = E::new(m, id, 0, self.bits).sans_disp(self.bits);
+        let mut hole = self.home((m >> 32) as u32);
+        loop {
+            let e = self.slots[hole];
+            if e == E::ZERO {
+                return;
+            }
+            if e.sans_disp(self.bits) == want {
+                break;
+            }
+            hole = self.next(hole);
+        }
+        // Backward shift: pull later entries of the run into the hole when
+        // their home bucket is not after the hole (cyclically), i.e. when
+        // they sit at least as far from their home as from the hole.
+        let n = self.slots.len();
+        // Cyclic distance from `a` forward to `b`.
+        let dist = |a: usize, b: usize| if b >= a { b - a } else { b + n - a };
+        let mut j = hole;
+        loop {
+            j = self.next(j);
+            let e = self.slots[j];
+            if e == E::ZERO {
+                break;
+            }
+            let d = if !E::NARROW {
+                dist(self.home(e.home_bits()), j)
+            } else if e.disp(self.bits) < DISP_SAT {
+                e.disp(self.bits) as usize
+            } else {
+                dist(self.home((mix(hash_of(e.id(self.bits))) >> 32) as u32), j)
+            };
+            let gap = dist(hole, j);
+            if d >= gap {
+                self.slots[hole] = e.with_disp(d - gap, self.bits);
+                hole = j;
+            }
+        }
+        self.slots[hole] = E::ZERO;
+        self.len -= 1;
+    }
+
+    fn clear(&mut self) {
+        if self.len > 0 {
+            self.slots.fill(E::ZERO);
+            self.len = 0;
+        }
+    }
+}
+
+/// Id index keyed by 64-bit hashes, for at most `max` ids, all below `max`.
+#[derive(Debug, Clone)]
+pub(crate) enum TagIndex {
+    /// `u32` entries: ids below 2^28.
+    Narrow(Table<u32>),
+    /// `u64` entries: any id below `u32::MAX`.
+    Wide(Table<u64>),
+}
+
+/// Dispatches `$body` to the table of either width as `$t`.
+macro_rules! with_table {
+    ($self:expr, $t:ident => $body:expr) => {
+        match $self {
+            TagIndex::Narrow($t) => $body,
+            TagIndex::Wide($t) => $body,
+        }
+    };
 }
 
 impl TagIndex {
-    /// An index with room for `max` entries.
+    /// An index with room for `max` entries with ids below `max`: narrow
+    /// entries where the ids fit them, else wide ones.
     pub(crate) fn new(max: usize) -> TagIndex {
-        let buckets = Self::buckets_for(max);
-        let table = super::huge::zeroed::<u64>(buckets).into_boxed_slice();
-        TagIndex { table, len: 0 }
+        let bits = usize::BITS - max.leading_zeros();
+        if bits <= NARROW_ID_BITS {
+            TagIndex::Narrow(Table::new(max, bits.max(1)))
+        } else {
+            Self::new_wide(max)
+        }
     }
 
-    /// Table size for at most `max` entries: at most half full.
-    fn buckets_for(max: usize) -> usize {
-        2 * max + 16
+    /// An index of wide entries whatever `max` is (tests use it at small sizes).
+    pub(crate) fn new_wide(max: usize) -> TagIndex {
+        TagIndex::Wide(Table::new(max, 32))
     }
 
-    /// Whether the table was sized for at least `max` entries.
+    /// Whether the index was sized for at least `max` entries with ids below `max`.
     pub(crate) fn has_room_for(&self, max: usize) -> bool {
-        self.table.len() >= Self::buckets_for(max)
+        with_table!(self, t => t.slots.len() >= buckets_for(max) && t.ids_fit(max))
     }
 
     /// Number of entries.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The home bucket of tag `tag`.
-    #[inline(always)]
-    fn home(&self, tag: u32) -> usize {
-        let n = self.table.len();
-        if n <= u32::MAX as usize {
-            ((tag as u64 * n as u64) >> 32) as usize
-        } else {
-            ((tag as u64 as u128 * n as u128) >> 32) as usize
-        }
-    }
-
-    #[inline]
-    fn next(&self, i: usize) -> usize {
-        if i + 1 == self.table.len() { 0 } else { i + 1 }
+        with_table!(self, t => t.len)
     }
 
     /// Starts loading the table line where a probe for hash `h` begins.
     #[inline]
     pub(crate) fn prefetch(&self, h: u64) {
-        let i = self.home(tag_of(h));
-        prefetch_read(&self.table[i]);
+        with_table!(self, t => t.prefetch(h))
     }
 
     /// The first id whose tag matches `h` (a likely match), without
@@ -97,84 +327,33 @@ impl TagIndex {
     /// The id with hash `h` for which `eq` holds, if any; `eq` is called
     /// only for ids whose tag matches.
     #[inline(always)]
-    pub(crate) fn find(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        let tag = tag_of(h);
-        let mut i = self.home(tag);
-        loop {
-            let e = self.table[i];
-            if e == EMPTY {
-                return None;
-            }
-            if (e >> 32) as u32 == tag && eq(id_of(e)) {
-                return Some(id_of(e));
-            }
-            i = self.next(i);
-        }
+    pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        with_table!(self, t => t.find(h, eq))
     }
 
-    /// Adds `id` under hash `h` (the caller knows it is absent and that
-    /// fewer than `max` entries are present).
+    /// Adds `id` (below `max`) under hash `h`; the caller knows it is
+    /// absent and that fewer than `max` entries are present.
     #[inline]
     pub(crate) fn insert(&mut self, h: u64, id: u32) {
-        debug_assert!(self.len * 2 < self.table.len());
-        let tag = tag_of(h);
-        let mut i = self.home(tag);
-        while self.table[i] != EMPTY {
-            i = self.next(i);
-        }
-        self.table[i] = entry(tag, id);
-        self.len += 1;
+        with_table!(self, t => t.insert(h, id))
     }
 
     /// Removes `id` (added under hash `h`); absent ids are left alone.
+    /// `hash_of(i)` must give the hash every other present id `i` was added
+    /// under (a narrow table asks it for the entries it shifts back).
     #[inline]
-    pub(crate) fn remove(&mut self, h: u64, id: u32) {
-        let tag = tag_of(h);
-        let want = entry(tag, id);
-        let mut hole = self.home(tag);
-        loop {
-            let e = self.table[hole];
-            if e == EMPTY {
-                return;
-            }
-            if e == want {
-                break;
-            }
-            hole = self.next(hole);
-        }
-        // Backward shift: pull later entries of the run into the hole when
-        // their home bucket is not after the hole (cyclically).
-        let n = self.table.len();
-        // Cyclic distance from `a` forward to `b`.
-        let dist = |a: usize, b: usize| if b >= a { b - a } else { b + n - a };
-        let mut j = hole;
-        loop {
-            j = self.next(j);
-            let e = self.table[j];
-            if e == EMPTY {
-                break;
-            }
-            let home = self.home((e >> 32) as u32);
-            if dist(home, j) >= dist(hole, j) {
-                self.table[hole] = e;
-                hole = j;
-            }
-        }
-        self.table[hole] = EMPTY;
-        self.len -= 1;
+    pub(crate) fn remove(&mut self, h: u64, id: u32, hash_of: impl Fn(u32) -> u64) {
+        with_table!(self, t => t.remove(h, id, hash_of))
     }
 
     /// Removes every entry.
     pub(crate) fn clear(&mut self) {
-        if self.len > 0 {
-            self.table.fill(EMPTY);
-            self.len = 0;
-        }
+        with_table!(self, t => t.clear())
     }
 
     /// Bytes of table storage.
     pub(crate) fn bytes(&self) -> usize {
-        self.table.len() * 8
+        with_table!(self, t => std::mem::size_of_val(&*t.slots))
     }
 }
 
@@ -197,57 +376,127 @@ pub(crate) fn prefetch_read<T>(p: &T) {
 mod tests {
     use super::*;
 
+    /// Both widths at `max`.
+    fn both(max: usize) -> [TagIndex; 2] {
+        [TagIndex::new(max), TagIndex::new_wide(max)]
+    }
+
+    #[test]
+    fn width_follows_the_ids() {
+        assert!(matches!(TagIndex::new(10_000_000), TagIndex::Narrow(_)));
+        assert!(matches!(TagIndex::new((1 << 26) - 1), TagIndex::Narrow(_)));
+        assert!(matches!(TagIndex::new(1 << 26), TagIndex::Wide(_)));
+        assert!(matches!(TagIndex::new(0), TagIndex::Narrow(_)));
+        let narrow = TagIndex::new(1000);
+        assert_eq!(narrow.bytes(), 4 * (2 * 1000 + 16));
+        assert!(narrow.has_room_for(1000) && !narrow.has_room_for(1001));
+        assert!(matches!(&narrow, TagIndex::Narrow(t) if t.bits == 10));
+        assert!(!TagIndex::new(0).has_room_for(5));
+        let wide = TagIndex::new_wide(1000);
+        assert_eq!(wide.bytes(), 8 * (2 * 1000 + 16));
+        assert!(wide.has_room_for(1000) && !wide.has_room_for(1001));
+    }
+
     #[test]
     fn insert_find_and_backward_shift_removal_under_collisions() {
-        let mut ix = TagIndex::new(64);
-        // Five distinct hashes: equal hashes collide fully; ids tell them apart.
-        let h = |i: u64| i % 5;
-        for i in 0..64u64 {
-            ix.insert(h(i), i as u32);
+        for mut ix in both(64) {
+            // Five distinct hashes: equal hashes collide fully; ids tell them apart.
+            let h = |i: u64| i % 5;
+            let hash_of = |id: u32| h(id as u64);
+            for i in 0..64u64 {
+                ix.insert(h(i), i as u32);
+            }
+            assert_eq!(ix.len(), 64);
+            for i in 0..64u64 {
+                assert_eq!(ix.find(h(i), |id| id == i as u32), Some(i as u32));
+            }
+            for i in (0..64u64).step_by(3) {
+                ix.remove(h(i), i as u32, hash_of);
+                ix.remove(h(i), i as u32, hash_of);
+            }
+            for i in 0..64u64 {
+                let want = (i % 3 != 0).then_some(i as u32);
+                assert_eq!(ix.find(h(i), |id| id == i as u32), want, "{i}");
+            }
+            assert_eq!(ix.len(), 64 - 22);
+            assert_eq!(ix.peek(h(1)).map(|id| id % 5), Some(1));
+            assert_eq!(ix.find(7, |_| true), None);
+            ix.clear();
+            assert_eq!((ix.len(), ix.find(h(1), |_| true)), (0, None));
         }
-        assert_eq!(ix.len(), 64);
-        for i in 0..64u64 {
-            assert_eq!(ix.find(h(i), |id| id == i as u32), Some(i as u32));
+    }
+
+    #[test]
+    fn tags_spare_key_compares_and_displacements_spare_rehashes() {
+        // Well-mixed hashes: a probe compares keys almost only for its own id.
+        for mut ix in both(1000) {
+            let h = |i: u32| {
+                (i as u64 + 1)
+                    .wrapping_mul(0xd6e8_feb8_6659_fd93)
+                    .rotate_left(29)
+            };
+            for i in 0..1000 {
+                ix.insert(h(i), i);
+            }
+            let mut compares = 0;
+            for i in 0..1000 {
+                let found = ix.find(h(i), |id| {
+                    compares += 1;
+                    id == i
+                });
+                assert_eq!(found, Some(i));
+            }
+            assert!(compares < 1100, "{compares} key compares for 1000 finds");
+            // A removal seldom needs another entry's key (narrow entries
+            // record displacements up to 2), a wide one never.
+            let rehashes = std::cell::Cell::new(0);
+            for i in 0..1000 {
+                ix.remove(h(i), i, |id| {
+                    rehashes.set(rehashes.get() + 1);
+                    h(id)
+                });
+                assert_eq!(ix.find(h(i), |id| id == i), None);
+            }
+            assert_eq!(ix.len(), 0);
+            let narrow = matches!(ix, TagIndex::Narrow(_));
+            assert!(
+                rehashes.get() < if narrow { 200 } else { 1 },
+                "{}",
+                rehashes.get()
+            );
         }
-        for i in (0..64u64).step_by(3) {
-            ix.remove(h(i), i as u32);
-            ix.remove(h(i), i as u32);
-        }
-        for i in 0..64u64 {
-            let want = (i % 3 != 0).then_some(i as u32);
-            assert_eq!(ix.find(h(i), |id| id == i as u32), want, "{i}");
-        }
-        assert_eq!(ix.len(), 64 - 22);
-        assert_eq!(ix.peek(h(1)).map(|id| id % 5), Some(1));
-        assert_eq!(ix.find(7, |_| true), None);
-        ix.clear();
-        assert_eq!((ix.len(), ix.find(h(1), |_| true)), (0, None));
     }
 
     #[test]
     fn churn_never_loses_entries() {
-        let mut ix = TagIndex::new(100);
-        let mut rng = 0x1234_5678_u64;
-        let mut live: Vec<(u64, u32)> = Vec::new();
-        for step in 0..20_000u32 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            if live.len() < 100 && (live.is_empty() || rng % 3 != 0) {
-                // Few distinct hashes: long runs that wrap around the table.
-                let h = rng % 7;
-                ix.insert(h, step);
-                live.push((h, step));
-            } else {
-                let (h, id) = live.swap_remove((rng % live.len() as u64) as usize);
-                ix.remove(h, id);
-            }
-            if step % 97 == 0 {
-                for &(h, id) in &live {
-                    assert_eq!(ix.find(h, |x| x == id), Some(id));
+        for mut ix in both(100) {
+            let mut rng = 0x1234_5678_u64;
+            // Ids below 100 are reused as entries come and go; few distinct
+            // hashes make long runs that wrap around the table.
+            let mut hash = [0u64; 100];
+            let mut free: Vec<u32> = (0..100).rev().collect();
+            let mut live: Vec<u32> = Vec::new();
+            for step in 0..20_000u32 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                if !free.is_empty() && (live.is_empty() || rng % 3 != 0) {
+                    let id = free.pop().unwrap();
+                    hash[id as usize] = rng % 7;
+                    ix.insert(hash[id as usize], id);
+                    live.push(id);
+                } else {
+                    let id = live.swap_remove((rng % live.len() as u64) as usize);
+                    ix.remove(hash[id as usize], id, |i| hash[i as usize]);
+                    free.push(id);
+                }
+                if step % 97 == 0 {
+                    for &id in &live {
+                        assert_eq!(ix.find(hash[id as usize], |x| x == id), Some(id));
+                    }
                 }
             }
+            assert_eq!(ix.len(), live.len());
         }
-        assert_eq!(ix.len(), live.len());
     }
 }

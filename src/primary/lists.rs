@@ -3,10 +3,11 @@
 //! [`Lists`]: every id belongs to at most one of `N` lists; links and the
 //! list tag live in three parallel arrays indexed by id (4 + 4 + 1 bytes per
 //! id), so moving an id between lists or to a list's back is O(1) and
-//! allocates nothing (ARC's ghosts, the admission table).
+//! allocates nothing (the admission table).
 //! [`OrderLists`]: recency lists of resident slots, each with a sub-list of
 //! eviction candidates in the same order; both sets of links of an id sit
-//! in one 20-byte node, so one cache line serves an update of either.
+//! in one 16-byte node, so one cache line serves an update of either, and
+//! its list and candidate bit in one byte beside it: 17 bytes per id.
 
 use super::huge;
 
@@ -57,13 +58,6 @@ impl<const N: usize> Lists<N> {
             self.next.resize(ids, NIL);
             self.tag.resize(ids, NO_LIST);
         }
-    }
-
-    /// The list holding `id`, if any.
-    #[inline]
-    pub(crate) fn list_of(&self, id: u32) -> Option<usize> {
-        let t = self.tag[id as usize];
-        (t != NO_LIST).then_some(t as usize)
     }
 
     /// Number of ids in `list`.
@@ -132,29 +126,6 @@ impl<const N: usize> Lists<N> {
         self.push_back(list, id);
     }
 
-    /// Removes and returns the front id of `list`.
-    #[inline]
-    pub(crate) fn pop_front(&mut self, list: usize) -> Option<u32> {
-        let h = self.head[list];
-        if h == NIL {
-            return None;
-        }
-        self.unlink(h);
-        Some(h)
-    }
-
-    /// Empties every list, touching only the ids that were in one.
-    pub(crate) fn clear(&mut self) {
-        for list in 0..N {
-            while self.pop_front(list).is_some() {}
-        }
-    }
-
-    /// Bytes of link and tag storage.
-    pub(crate) fn bytes(&self) -> usize {
-        self.prev.capacity() * 4 + self.next.capacity() * 4 + self.tag.capacity()
-    }
-
     /// The ids of `list`, front (oldest) to back; for tests.
     #[cfg(test)]
     pub(crate) fn collect(&self, list: usize) -> Vec<u32> {
@@ -169,15 +140,14 @@ impl<const N: usize> Lists<N> {
 }
 
 /// Links of one id in [`OrderLists`]: its place in the full order and in
-/// the candidate order, kept together so one cache line serves both.
+/// the candidate order, kept together (16 bytes, four to a cache line) so
+/// one line serves an update of either.
 #[derive(Debug, Clone, Copy)]
 struct Node {
     prev: u32,
     next: u32,
     cprev: u32,
     cnext: u32,
-    tag: u8,
-    ctag: u8,
 }
 
 const EMPTY_NODE: Node = Node {
@@ -185,9 +155,15 @@ const EMPTY_NODE: Node = Node {
     next: NIL,
     cprev: NIL,
     cnext: NIL,
-    tag: NO_LIST,
-    ctag: NO_LIST,
 };
+
+/// [`OrderLists`] state bits of an id: its list in the low bits
+/// ([`OUT`] when in none), plus [`CANDIDATE`].
+const LIST_BITS: u8 = 0x7f;
+/// The state of an id that is in no list.
+const OUT: u8 = LIST_BITS;
+/// State flag: the id is in its list's candidate sub-list.
+const CANDIDATE: u8 = 0x80;
 
 /// `N` recency lists, each with a candidate sub-list for eviction.
 ///
@@ -199,9 +175,14 @@ const EMPTY_NODE: Node = Node {
 /// walk never meets it again; when it becomes idle,
 /// [`OrderLists::restore`] puts it back at its place in the order (after
 /// the nearest older candidate), so it keeps its recency.
+///
+/// Per id: a 16-byte [`Node`] of links and one state byte (its list and
+/// whether it is a candidate: a candidate is always in its own list's
+/// candidates), 17 bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct OrderLists<const N: usize> {
     nodes: Vec<Node>,
+    state: Vec<u8>,
     head: [u32; N],
     tail: [u32; N],
     len: [u32; N],
@@ -212,8 +193,10 @@ pub(crate) struct OrderLists<const N: usize> {
 impl<const N: usize> OrderLists<N> {
     /// Lists over ids `0..ids`, all empty.
     pub(crate) fn new(ids: usize) -> Self {
+        const { assert!(N < OUT as usize) };
         OrderLists {
             nodes: huge::filled(ids, EMPTY_NODE),
+            state: huge::filled(ids, OUT),
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],
@@ -225,8 +208,14 @@ impl<const N: usize> OrderLists<N> {
     /// The list holding `id`, if any.
     #[inline]
     pub(crate) fn list_of(&self, id: u32) -> Option<usize> {
-        let t = self.nodes[id as usize].tag;
-        (t != NO_LIST).then_some(t as usize)
+        let list = self.state[id as usize] & LIST_BITS;
+        (list != OUT).then_some(list as usize)
+    }
+
+    /// Whether `id` is a candidate (in its list's candidate sub-list).
+    #[inline]
+    fn is_candidate(&self, id: u32) -> bool {
+        self.state[id as usize] & CANDIDATE != 0
     }
 
     /// Number of ids in `list` (candidates or not).
@@ -251,7 +240,7 @@ impl<const N: usize> OrderLists<N> {
     #[inline]
     pub(crate) fn push_back(&mut self, list: usize, id: u32) {
         let i = id as usize;
-        debug_assert_eq!(self.nodes[i].tag, NO_LIST);
+        debug_assert_eq!(self.state[i], OUT);
         let t = self.tail[list];
         let ct = self.ctail[list];
         self.nodes[i] = Node {
@@ -259,9 +248,8 @@ impl<const N: usize> OrderLists<N> {
             next: NIL,
             cprev: ct,
             cnext: NIL,
-            tag: list as u8,
-            ctag: list as u8,
         };
+        self.state[i] = list as u8 | CANDIDATE;
         if t == NIL {
             self.head[list] = id;
         } else {
@@ -287,11 +275,12 @@ impl<const N: usize> OrderLists<N> {
     #[inline]
     pub(crate) fn park(&mut self, id: u32) {
         let i = id as usize;
-        let n = self.nodes[i];
-        if n.ctag == NO_LIST {
+        let s = self.state[i];
+        if s & CANDIDATE == 0 {
             return;
         }
-        let list = n.ctag as usize;
+        let list = (s & LIST_BITS) as usize;
+        let n = self.nodes[i];
         if n.cprev == NIL {
             self.chead[list] = n.cnext;
         } else {
@@ -305,7 +294,7 @@ impl<const N: usize> OrderLists<N> {
         let node = &mut self.nodes[i];
         node.cprev = NIL;
         node.cnext = NIL;
-        node.ctag = NO_LIST;
+        self.state[i] = s & LIST_BITS;
     }
 
     /// Makes `id` (in a list) a candidate again at its place in the order:
@@ -314,13 +303,13 @@ impl<const N: usize> OrderLists<N> {
     /// walk over idle ids.
     pub(crate) fn restore(&mut self, id: u32) {
         let i = id as usize;
-        let n = self.nodes[i];
-        if n.ctag != NO_LIST || n.tag == NO_LIST {
+        let s = self.state[i];
+        if s & CANDIDATE != 0 || s == OUT {
             return;
         }
-        let list = n.tag as usize;
-        let mut p = n.prev;
-        while p != NIL && self.nodes[p as usize].ctag == NO_LIST {
+        let list = s as usize;
+        let mut p = self.nodes[i].prev;
+        while p != NIL && !self.is_candidate(p) {
             p = self.nodes[p as usize].prev;
         }
         let next = if p == NIL {
@@ -332,8 +321,8 @@ impl<const N: usize> OrderLists<N> {
             let node = &mut self.nodes[i];
             node.cprev = p;
             node.cnext = next;
-            node.ctag = list as u8;
         }
+        self.state[i] = s | CANDIDATE;
         if p == NIL {
             self.chead[list] = id;
         } else {
@@ -350,12 +339,13 @@ impl<const N: usize> OrderLists<N> {
     #[inline]
     pub(crate) fn unlink(&mut self, id: u32) {
         let i = id as usize;
-        let n = self.nodes[i];
-        if n.tag == NO_LIST {
+        let s = self.state[i];
+        if s == OUT {
             return;
         }
         self.park(id);
-        let list = n.tag as usize;
+        let list = (s & LIST_BITS) as usize;
+        let n = self.nodes[i];
         if n.prev == NIL {
             self.head[list] = n.next;
         } else {
@@ -369,7 +359,7 @@ impl<const N: usize> OrderLists<N> {
         let node = &mut self.nodes[i];
         node.prev = NIL;
         node.next = NIL;
-        node.tag = NO_LIST;
+        self.state[i] = OUT;
         self.len[list] -= 1;
     }
 
@@ -380,7 +370,7 @@ impl<const N: usize> OrderLists<N> {
         if self.tail[list] == id {
             return;
         }
-        let was_candidate = self.nodes[id as usize].ctag != NO_LIST;
+        let was_candidate = self.is_candidate(id);
         self.unlink(id);
         self.push_back(list, id);
         if !was_candidate {
@@ -395,6 +385,7 @@ impl<const N: usize> OrderLists<N> {
             while id != NIL {
                 let next = self.nodes[id as usize].next;
                 self.nodes[id as usize] = EMPTY_NODE;
+                self.state[id as usize] = OUT;
                 id = next;
             }
             self.head[list] = NIL;
@@ -405,9 +396,9 @@ impl<const N: usize> OrderLists<N> {
         }
     }
 
-    /// Bytes of link and tag storage.
+    /// Bytes of link and state storage.
     pub(crate) fn bytes(&self) -> usize {
-        self.nodes.capacity() * std::mem::size_of::<Node>()
+        self.nodes.capacity() * std::mem::size_of::<Node>() + self.state.capacity()
     }
 
     /// The ids of `list`, front (oldest) to back; for tests and checks.
@@ -438,7 +429,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn push_move_unlink_and_pop_keep_order_and_lengths() {
+    fn push_move_and_unlink_keep_order_and_lengths() {
         let mut l: Lists<2> = Lists::new(5);
         for id in 0..4 {
             l.push_back(0, id);
@@ -448,18 +439,19 @@ mod tests {
         l.move_to_back(1, 2);
         assert_eq!(l.collect(0), vec![0, 3, 1]);
         assert_eq!(l.collect(1), vec![2]);
-        assert_eq!(l.list_of(2), Some(1));
         l.unlink(0);
         l.unlink(0);
-        assert_eq!(l.list_of(0), None);
-        assert_eq!(l.pop_front(0), Some(3));
+        assert_eq!(l.collect(0), vec![3, 1]);
+        assert_eq!(l.front(0), 3);
+        l.unlink(3);
         assert_eq!((l.len(0), l.len(1)), (1, 1));
         l.grow_to(8, 8);
         l.push_back(1, 7);
         assert_eq!(l.collect(1), vec![2, 7]);
-        l.clear();
-        assert_eq!((l.len(0), l.len(1), l.front(0)), (0, 0, NIL));
-        assert_eq!(l.list_of(7), None);
+        l.unlink(1);
+        assert_eq!((l.len(0), l.front(0)), (0, NIL));
+        l.move_to_back(0, 0);
+        assert_eq!(l.collect(0), vec![0]);
     }
 
     #[test]

@@ -20,6 +20,11 @@
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
 //! key it stores or loads once; records reuse their buffers, so the hot
 //! path allocates nothing per key.
+//!
+//! Size: metadata per slot, key bytes excluded, is fixed at creation: 13
+//! bytes of slot state and index (`slots.rs`) and 17 of policy lists
+//! (`lists.rs`), 30 in all.  ARC adds its ghosts as they come, up to 32
+//! bytes per slot with both ghost lists full (`arc.rs`): 62 in all.
 
 mod admission;
 mod arc;
@@ -96,7 +101,7 @@ impl FromStr for PolicyKind {
 /// How to build a [`PrimaryTier`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrimaryConfig {
-    /// Number of slots (1 ..= u32::MAX - 1).
+    /// Number of slots (1 ..= u32::MAX - 1; for arc 1 ..= 2^31 - 1).
     pub capacity: u32,
     /// Eviction policy.
     pub policy: PolicyKind,
@@ -369,6 +374,13 @@ impl PrimaryTier {
                 "capacity {} (must be 1 to {})",
                 config.capacity,
                 u32::MAX - 1
+            )));
+        }
+        if config.policy == PolicyKind::Arc && config.capacity > arc::MAX_CAPACITY {
+            return Err(Error::InvalidArgument(format!(
+                "capacity {} is too large for arc (at most {}: its ghost lists hold up to 2 x capacity keys)",
+                config.capacity,
+                arc::MAX_CAPACITY
             )));
         }
         if config.store_threshold >= 2 && config.admission_table_size == 0 {

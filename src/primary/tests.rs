@@ -59,6 +59,14 @@ fn config_is_checked_and_policy_names_parse() {
         })
         .is_err()
     );
+    let e = PrimaryTier::new(PrimaryConfig {
+        capacity: arc::MAX_CAPACITY + 1,
+        policy: PolicyKind::Arc,
+        ..Default::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("too large for arc"), "{e}");
     assert_eq!("lru".parse::<PolicyKind>().unwrap(), PolicyKind::Lru);
     assert_eq!("arc".parse::<PolicyKind>().unwrap(), PolicyKind::Arc);
     let e = "lfu".parse::<PolicyKind>().unwrap_err().to_string();
@@ -687,6 +695,30 @@ fn arc_ghost_lists_are_bounded_by_capacity_oldest_forgotten() {
 }
 
 #[test]
+fn metadata_per_slot_counts_every_array() {
+    // 1000 slots: ref counts 4 + flags 1 + index 4 x (2 x 1000 + 16) buckets
+    // + list nodes 16 + list state 1, per slot.
+    let lru = tier(1000, PolicyKind::Lru);
+    assert_eq!(lru.metadata_bytes_per_slot(), 30.064);
+    let mut arc = tier(1000, PolicyKind::Arc);
+    // ARC: an empty ghost index (16 buckets) until the first eviction.
+    assert_eq!(arc.metadata_bytes_per_slot(), 30.128);
+    // Churn until both ghost lists are full: new keys, half touched into T2.
+    arc.begin_request(R).unwrap();
+    for i in (0..8000).step_by(16) {
+        let batch: Vec<u32> = (i..i + 16).collect();
+        store(&mut arc, R, &batch);
+        arc.touch(R, &ks(&batch[..8])).unwrap();
+    }
+    let s = arc.stats();
+    assert_eq!((s.arc_b1, s.arc_b2), (1000, 1000));
+    // Plus the ghost index, 4 x (2 x 2000 + 16) buckets, and prev/next
+    // links (8 bytes) of 2000 ghosts.
+    assert_eq!(arc.metadata_bytes_per_slot(), 62.128);
+    arc.check_invariants().unwrap();
+}
+
+#[test]
 fn arc_request_finish_promotes_reused_keys_and_refreshes_inserted_ones() {
     let mut t = tier(8, PolicyKind::Arc);
     t.begin_request(R).unwrap();
@@ -943,7 +975,7 @@ fn same_key_agrees_with_key_equality_at_every_length() {
 
 #[test]
 fn arc_ghosts_of_tiny_tiers_fit_their_index() {
-    // Ghost lists of a 1..8-slot tier fill up to 2 x capacity + 1 ghosts.
+    // Ghost lists of a 1..8-slot tier fill up to capacity ghosts each.
     for cap in 1..=8u32 {
         let mut t = tier(cap, PolicyKind::Arc);
         t.begin_request(R).unwrap();
