@@ -23,8 +23,9 @@
 //!   removal needs no key.  16 bytes per key.
 //!
 //! Both take the home bucket from the high 32 bits of the mixed hash and
-//! keep empty buckets all zero, so a new table is untouched zero pages,
-//! committed only as entries land in them.
+//! keep empty buckets all zero, so a new table comes from the allocator's
+//! zero pages without being written (large ones are committed at once:
+//! `huge.rs`).
 
 use super::huge::{self, ZeroInt};
 

@@ -8,7 +8,7 @@
 pub mod options;
 pub mod shared;
 pub mod slots;
-mod sys;
+pub(crate) mod sys;
 
 pub use options::{OpenMode, Prefault, RegionOptions, Share};
 pub use shared::{CloseReport, Region, Role, StridedView};

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14): fault pages in writable without
 /// touching their bytes.  Spelled out because older libc headers lack it.
-const MADV_POPULATE_WRITE: libc::c_int = 23;
+pub(crate) const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 /// `HUGETLBFS_MAGIC` from `statfs(2)`: on hugetlbfs the page is the huge page.
 const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
