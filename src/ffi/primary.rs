@@ -19,6 +19,7 @@ use crate::events::{Event, EventKind};
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::primary::{
     NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
+    WINDOW,
 };
 
 /// Opaque handle of one CPU primary tier.
@@ -358,12 +359,12 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         let raw = unsafe { in_slice(keys, n, "keys") }?;
         need("results_out", results_len, n)?;
         let out = unsafe { out_slice(results_out, results_len, "results_out") }?;
+        // Every key is checked first, so a bad one leaves `results_out` untouched.
         for (i, k) in raw.iter().enumerate() {
             unsafe { read_key(k, i) }?;
         }
         // Keys are copied a window at a time (no allocation) and looked up
         // together, so their memory reads overlap.
-        const WINDOW: usize = 16;
         let mut keys = [Key::FILLER; WINDOW];
         let mut found = [PrimaryLookup::Miss; WINDOW];
         for (w, (raw, out)) in raw.chunks(WINDOW).zip(out.chunks_mut(WINDOW)).enumerate() {

@@ -53,7 +53,11 @@ use crate::stats::Stat;
 use admission::Admission;
 use lists::NIL;
 use policy::Policy;
-use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WINDOW, WRITE_PENDING};
+use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
+
+/// Batch operations resolve (or prefetch) keys this many at a time; also
+/// the window callers copying keys for [`PrimaryTier::lookup_batch`] use.
+pub(crate) use slots::WINDOW;
 
 pub use named::NamedPrimary;
 
@@ -310,9 +314,6 @@ const GHOST: u8 = 4;
 /// Like `STORED`, and a ghost when the call began.
 const STORED_GHOST: u8 = 5;
 
-/// Batch operations prefetch what they will read this many keys ahead.
-const PREFETCH_WINDOW: usize = 16;
-
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
 
@@ -454,11 +455,8 @@ impl PrimaryTier {
     /// than single lookups on large tiers: the memory reads of a batch
     /// overlap.
     pub fn lookup_batch(&self, keys: &[Key], out: &mut [PrimaryLookup]) {
-        let mut found = [(0u64, NIL); slots::WINDOW];
-        for (keys, out) in keys
-            .chunks(slots::WINDOW)
-            .zip(out.chunks_mut(slots::WINDOW))
-        {
+        let mut found = [(0u64, NIL); WINDOW];
+        for (keys, out) in keys.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
             self.slots.find_window(keys, &mut found);
             for (o, &(_, s)) in out.iter_mut().zip(&found[..keys.len()]) {
                 *o = if s == NIL {
@@ -859,9 +857,8 @@ impl PrimaryTier {
     pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         let mut report = CompleteStoreReport::default();
         for (i, key) in keys.iter().enumerate() {
-            if i % PREFETCH_WINDOW == 0 {
-                self.slots
-                    .prefetch(&keys[i..keys.len().min(i + PREFETCH_WINDOW)]);
+            if i % WINDOW == 0 {
+                self.slots.prefetch(&keys[i..keys.len().min(i + WINDOW)]);
             }
             let h = self.slots.hash(key);
             let Some(slot) = self.slots.find(key, h) else {
@@ -897,7 +894,7 @@ impl PrimaryTier {
     /// loaded that is still resident gets one access, its head most recent.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        for chunk in record.accesses.rchunks(PREFETCH_WINDOW) {
+        for chunk in record.accesses.rchunks(WINDOW) {
             self.slots.prefetch_iter(chunk.iter().map(|(k, _)| k));
             for (key, reused) in chunk.iter().rev() {
                 let h = self.slots.hash(key);
