@@ -33,6 +33,7 @@ use rng::Rng;
 
 const BATCH: usize = 16;
 const HOT: u64 = 10_000;
+const LONG: usize = 128;
 /// Keys per request: requests are finished (their accesses committed) after this many.
 const REQUEST_KEYS: usize = 1024;
 
@@ -144,6 +145,22 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
         });
         out.push(Fig {
             name: format!("{label}/lookup/{pattern}"),
+            ns,
+        });
+        // Lookups of a whole request's keys per call.
+        let mut results = vec![PrimaryLookup::Miss; LONG];
+        let ns = best(|_| {
+            let t0 = Instant::now();
+            let mut hits = 0u64;
+            for chunk in probe.chunks_exact(LONG) {
+                t.lookup_batch(black_box(chunk), &mut results);
+                hits += results.iter().filter(|&&r| r == PrimaryLookup::Hit).count() as u64;
+            }
+            let ns = t0.elapsed().as_nanos() as f64;
+            (per_rep / LONG as u64 * LONG as u64, ns)
+        });
+        out.push(Fig {
+            name: format!("{label}/lookup_long/{pattern}"),
             ns,
         });
 

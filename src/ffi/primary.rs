@@ -19,7 +19,7 @@ use crate::events::{Event, EventKind};
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::primary::{
     NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
-    WINDOW,
+    LOOKUP_WINDOW,
 };
 
 /// Opaque handle of one CPU primary tier.
@@ -365,11 +365,11 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         }
         // Keys are copied a window at a time (no allocation) and looked up
         // together, so their memory reads overlap.
-        let mut keys = [Key::FILLER; WINDOW];
-        let mut found = [PrimaryLookup::Miss; WINDOW];
-        for (w, (raw, out)) in raw.chunks(WINDOW).zip(out.chunks_mut(WINDOW)).enumerate() {
+        let mut keys = [Key::FILLER; LOOKUP_WINDOW];
+        let mut found = [PrimaryLookup::Miss; LOOKUP_WINDOW];
+        for (w, (raw, out)) in raw.chunks(LOOKUP_WINDOW).zip(out.chunks_mut(LOOKUP_WINDOW)).enumerate() {
             for (j, (k, slot)) in raw.iter().zip(keys.iter_mut()).enumerate() {
-                *slot = unsafe { read_key(k, w * WINDOW + j) }?;
+                *slot = unsafe { read_key(k, w * LOOKUP_WINDOW + j) }?;
             }
             h.core.tier.lookup_batch(&keys[..raw.len()], &mut found);
             for (o, f) in out.iter_mut().zip(&found[..raw.len()]) {

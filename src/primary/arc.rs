@@ -410,6 +410,14 @@ impl Policy for ArcPolicy {
         }
     }
 
+    fn prefetch_links(&self, slot: u32) {
+        self.lists.prefetch(slot);
+    }
+
+    fn prefetch_neighbours(&self, slot: u32) {
+        self.lists.prefetch_neighbours(slot);
+    }
+
     fn clear(&mut self) {
         self.lists.clear();
         self.ghosts.clear();

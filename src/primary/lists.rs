@@ -10,6 +10,7 @@
 //! its list and candidate bit in one byte beside it: 17 bytes per id.
 
 use super::huge;
+use super::index::prefetch_read;
 
 /// The "no id" link value.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -210,6 +211,28 @@ impl<const N: usize> OrderLists<N> {
     pub(crate) fn list_of(&self, id: u32) -> Option<usize> {
         let list = self.state[id as usize] & LIST_BITS;
         (list != OUT).then_some(list as usize)
+    }
+
+    /// Requests the links and state of `id` (a hint, for a move soon).
+    #[inline]
+    pub(crate) fn prefetch(&self, id: u32) {
+        if let (Some(n), Some(s)) = (self.nodes.get(id as usize), self.state.get(id as usize)) {
+            prefetch_read(n);
+            prefetch_read(s);
+        }
+    }
+
+    /// Requests the links of `id`'s neighbours, in both orders (a hint; reads
+    /// `id`'s own links, requested earlier by [`OrderLists::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch_neighbours(&self, id: u32) {
+        if let Some(n) = self.nodes.get(id as usize) {
+            for other in [n.prev, n.next, n.cprev, n.cnext] {
+                if let Some(o) = self.nodes.get(other as usize) {
+                    prefetch_read(o);
+                }
+            }
+        }
     }
 
     /// Whether `id` is a candidate (in its list's candidate sub-list).

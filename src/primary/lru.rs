@@ -68,6 +68,14 @@ impl Policy for LruPolicy {
         self.lists.move_to_back(MAIN, slot);
     }
 
+    fn prefetch_links(&self, slot: u32) {
+        self.lists.prefetch(slot);
+    }
+
+    fn prefetch_neighbours(&self, slot: u32) {
+        self.lists.prefetch_neighbours(slot);
+    }
+
     fn clear(&mut self) {
         self.lists.clear();
     }

@@ -53,11 +53,12 @@ use crate::stats::Stat;
 use admission::Admission;
 use lists::NIL;
 use policy::Policy;
-use slots::{ANNOUNCED, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
+use slots::{ANNOUNCED, Lookahead, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
 
-/// Batch operations resolve (or prefetch) keys this many at a time; also
-/// the window callers copying keys for [`PrimaryTier::lookup_batch`] use.
-pub(crate) use slots::WINDOW;
+/// Callers that copy keys (on the stack) for [`PrimaryTier::lookup_batch`]
+/// copy this many at a time: long enough that the memory reads of a
+/// window overlap, small enough for a stack (about 8 KiB of keys).
+pub(crate) const LOOKUP_WINDOW: usize = 128;
 
 pub use named::NamedPrimary;
 
@@ -455,18 +456,17 @@ impl PrimaryTier {
     /// than single lookups on large tiers: the memory reads of a batch
     /// overlap.
     pub fn lookup_batch(&self, keys: &[Key], out: &mut [PrimaryLookup]) {
-        let mut found = [(0u64, NIL); WINDOW];
-        for (keys, out) in keys.chunks(WINDOW).zip(out.chunks_mut(WINDOW)) {
-            self.slots.find_window(keys, &mut found);
-            for (o, &(_, s)) in out.iter_mut().zip(&found[..keys.len()]) {
-                *o = if s == NIL {
-                    PrimaryLookup::Miss
-                } else if self.slots.refs[s as usize] == WRITE_PENDING {
-                    PrimaryLookup::HitPending
-                } else {
-                    PrimaryLookup::Hit
-                };
-            }
+        let key = |j: usize| &keys[j];
+        let mut ahead = Lookahead::new(&self.slots, keys.len(), key);
+        for (i, o) in out.iter_mut().enumerate().take(keys.len()) {
+            let (_, s) = ahead.find(&self.slots, i, key);
+            *o = if s == NIL {
+                PrimaryLookup::Miss
+            } else if self.slots.refs[s as usize] == WRITE_PENDING {
+                PrimaryLookup::HitPending
+            } else {
+                PrimaryLookup::Hit
+            };
         }
     }
 
@@ -485,23 +485,21 @@ impl PrimaryTier {
     /// into `slots_out` (cleared first); nothing changes on error.
     fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         slots_out.clear();
-        let mut found = [(0u64, NIL); WINDOW];
-        for (w, window) in keys.chunks(WINDOW).enumerate() {
-            self.slots.find_window(window, &mut found);
-            for (j, (key, &(_, slot))) in window.iter().zip(&found).enumerate() {
-                let i = w * WINDOW + j;
-                if slot == NIL {
-                    return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
-                }
-                let r = self.slots.refs[slot as usize];
-                if r == WRITE_PENDING {
-                    return Err(key_error(i, key, "write pending (not readable yet)"));
-                }
-                if r as i64 + keys.len() as i64 > i32::MAX as i64 {
-                    return Err(key_error(i, key, "pinned too many times"));
-                }
-                slots_out.push(slot);
+        let at = |j: usize| &keys[j];
+        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
+        for (i, key) in keys.iter().enumerate() {
+            let (_, slot) = ahead.find(&self.slots, i, at);
+            if slot == NIL {
+                return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
             }
+            let r = self.slots.refs[slot as usize];
+            if r == WRITE_PENDING {
+                return Err(key_error(i, key, "write pending (not readable yet)"));
+            }
+            if r as i64 + keys.len() as i64 > i32::MAX as i64 {
+                return Err(key_error(i, key, "pinned too many times"));
+            }
+            slots_out.push(slot);
         }
         for &slot in slots_out.iter() {
             let r = &mut self.slots.refs[slot as usize];
@@ -521,32 +519,28 @@ impl PrimaryTier {
         done.clear();
         let mut to_idle = 0u32;
         let mut failure = None;
-        let mut found = [(0u64, NIL); WINDOW];
-        'windows: for (w, window) in keys.chunks(WINDOW).enumerate() {
-            // Only ref counts change below, never the index: the window's
-            // slots stay valid while it is processed.
-            self.slots.find_window(window, &mut found);
-            for (j, (key, &(_, s))) in window.iter().zip(&found).enumerate() {
-                let i = w * WINDOW + j;
-                if s == NIL {
-                    failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
-                    break 'windows;
-                }
-                let r = &mut self.slots.refs[s as usize];
-                if *r <= 0 {
-                    let reason = if *r == 0 {
-                        "not pinned"
-                    } else {
-                        "write pending, not pinned"
-                    };
-                    failure = Some(key_error(i, key, reason));
-                    break 'windows;
-                }
-                *r -= 1;
-                // A slot reaches 0 at most once per batch: counts only go down here.
-                to_idle += (*r == 0) as u32;
-                done.push(s);
+        let at = |j: usize| &keys[j];
+        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
+        for (i, key) in keys.iter().enumerate() {
+            let (_, s) = ahead.find(&self.slots, i, at);
+            if s == NIL {
+                failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
+                break;
             }
+            let r = &mut self.slots.refs[s as usize];
+            if *r <= 0 {
+                let reason = if *r == 0 {
+                    "not pinned"
+                } else {
+                    "write pending, not pinned"
+                };
+                failure = Some(key_error(i, key, reason));
+                break;
+            }
+            *r -= 1;
+            // A slot reaches 0 at most once per batch: counts only go down here.
+            to_idle += (*r == 0) as u32;
+            done.push(s);
         }
         if let Some(e) = failure {
             for &s in &done {
@@ -597,11 +591,13 @@ impl PrimaryTier {
         if !self.requests.contains_key(&req) {
             return Err(unknown(req));
         }
-        for key in keys.iter().rev() {
-            let h = self.slots.hash(key);
-            match self.slots.find(key, h) {
-                Some(s) => self.policy.touch(&self.slots, s),
-                None => self.policy.touch_absent(key, h),
+        let n = keys.len();
+        let at = |j: usize| &keys[n - 1 - j];
+        let mut ahead = ReorderAhead::new(&self.slots, &*self.policy, n, at);
+        for j in 0..n {
+            match ahead.find(&self.slots, &*self.policy, j, at) {
+                (h, NIL) => self.policy.touch_absent(at(j), h),
+                (_, s) => self.policy.touch(&self.slots, s),
             }
         }
         Ok(())
@@ -693,14 +689,10 @@ impl PrimaryTier {
         if use_table {
             self.scratch_dedup.clear();
         }
-        let mut found = [(0u64, NIL); WINDOW];
+        let at = |j: usize| &keys[j];
+        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
         for (pos, key) in keys.iter().enumerate() {
-            // Only flags change in this loop, never the index: a window's
-            // slots stay valid while it is processed.
-            if pos % WINDOW == 0 {
-                self.slots.find_window(&keys[pos..], &mut found);
-            }
-            let (h, slot) = found[pos % WINDOW];
+            let (h, slot) = ahead.find(&self.slots, pos, at);
             match (slot != NIL).then_some(slot) {
                 Some(s) => {
                     let f = &mut self.slots.flags[s as usize];
@@ -856,15 +848,16 @@ impl PrimaryTier {
     /// counted.  Takes no request: completions may arrive after it finished.
     pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         let mut report = CompleteStoreReport::default();
+        let at = |j: usize| &keys[j];
+        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
         for (i, key) in keys.iter().enumerate() {
-            if i % WINDOW == 0 {
-                self.slots.prefetch(&keys[i..keys.len().min(i + WINDOW)]);
-            }
-            let h = self.slots.hash(key);
-            let Some(slot) = self.slots.find(key, h) else {
+            // A failed store frees slots as it goes: each key is resolved
+            // against the table as it is at its turn.
+            let (h, slot) = ahead.find(&self.slots, i, at);
+            if slot == NIL {
                 report.ignored += 1;
                 continue;
-            };
+            }
             let i = slot as usize;
             if self.slots.refs[i] != WRITE_PENDING {
                 continue;
@@ -894,13 +887,15 @@ impl PrimaryTier {
     /// loaded that is still resident gets one access, its head most recent.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        for chunk in record.accesses.rchunks(WINDOW) {
-            self.slots.prefetch_iter(chunk.iter().map(|(k, _)| k));
-            for (key, reused) in chunk.iter().rev() {
-                let h = self.slots.hash(key);
-                if let Some(s) = self.slots.find(key, h) {
-                    self.policy.commit(&self.slots, s, *reused);
-                }
+        // From the request's tail to its head.
+        let accesses = &record.accesses;
+        let n = accesses.len();
+        let at = |j: usize| &accesses[n - 1 - j].0;
+        let mut ahead = ReorderAhead::new(&self.slots, &*self.policy, n, at);
+        for j in 0..n {
+            let (_, s) = ahead.find(&self.slots, &*self.policy, j, at);
+            if s != NIL {
+                self.policy.commit(&self.slots, s, accesses[n - 1 - j].1);
             }
         }
         for key in record.adapted.drain(..) {
@@ -1107,5 +1102,85 @@ impl PrimaryTier {
             }
         }
         Ok(())
+    }
+}
+
+/// How many keys ahead a [`ReorderAhead`] resolves a key and requests its
+/// slot's policy links; its neighbours' links are requested half as far ahead.
+const LINKS_AHEAD: usize = 8;
+
+/// Resolves a batch's keys for a call that reorders the policy's lists but
+/// never changes the index (touches, request commits): each key is
+/// resolved [`LINKS_AHEAD`] positions before its turn (its index and slot
+/// reads requested further ahead still, by a [`Lookahead`]), then its
+/// slot's links are requested, then its neighbours' links, so that moving
+/// the slot in its list finds its lines loaded.  Only on tables that read
+/// ahead; otherwise each key is simply resolved at its turn.
+struct ReorderAhead {
+    ahead: Lookahead,
+    /// Hash and slot of the keys in `j..j + LINKS_AHEAD`, at `position % LINKS_AHEAD`.
+    found: [(u64, u32); LINKS_AHEAD],
+    len: usize,
+    prefetching: bool,
+}
+
+impl ReorderAhead {
+    /// Starts resolving the `len` keys `key(0..len)`.
+    fn new<'k>(
+        slots: &Slots,
+        policy: &dyn Policy,
+        len: usize,
+        key: impl Fn(usize) -> &'k Key + Copy,
+    ) -> ReorderAhead {
+        let mut r = ReorderAhead {
+            ahead: Lookahead::new(slots, len, key),
+            found: [(0, NIL); LINKS_AHEAD],
+            len,
+            prefetching: slots.prefetch,
+        };
+        if r.prefetching {
+            for j in 0..len.min(LINKS_AHEAD) {
+                r.found[j] = r.ahead.find(slots, j, key);
+                if r.found[j].1 != NIL {
+                    policy.prefetch_links(r.found[j].1);
+                }
+            }
+            for f in &r.found[..len.min(LINKS_AHEAD / 2)] {
+                if f.1 != NIL {
+                    policy.prefetch_neighbours(f.1);
+                }
+            }
+        }
+        r
+    }
+
+    /// The hash and slot ([`NIL`] if absent) of key `j`; calls go
+    /// `j = 0, 1, 2, ...`, and nothing may change the index in between.
+    #[inline]
+    fn find<'k>(
+        &mut self,
+        slots: &Slots,
+        policy: &dyn Policy,
+        j: usize,
+        key: impl Fn(usize) -> &'k Key + Copy,
+    ) -> (u64, u32) {
+        if !self.prefetching {
+            return self.ahead.find(slots, j, key);
+        }
+        let here = self.found[j % LINKS_AHEAD];
+        if j + LINKS_AHEAD < self.len {
+            let next = self.ahead.find(slots, j + LINKS_AHEAD, key);
+            self.found[j % LINKS_AHEAD] = next;
+            if next.1 != NIL {
+                policy.prefetch_links(next.1);
+            }
+        }
+        if j + LINKS_AHEAD / 2 < self.len {
+            let mid = self.found[(j + LINKS_AHEAD / 2) % LINKS_AHEAD].1;
+            if mid != NIL {
+                policy.prefetch_neighbours(mid);
+            }
+        }
+        here
     }
 }

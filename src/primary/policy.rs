@@ -68,6 +68,13 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// loaded the key or found it ready at store (not merely inserted it).
     fn commit(&mut self, slots: &Slots, slot: u32, reused: bool);
 
+    /// Requests what reordering `slot` will read (a hint): its own links.
+    fn prefetch_links(&self, _slot: u32) {}
+
+    /// Requests the links of `slot`'s neighbours (a hint, after
+    /// [`Policy::prefetch_links`] of `slot` had time to arrive).
+    fn prefetch_neighbours(&self, _slot: u32) {}
+
     /// Forgets everything (reset).
     fn clear(&mut self);
 

@@ -11,7 +11,7 @@ use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 
 use super::huge;
-use super::index::{TagIndex, prefetch_read};
+use super::index::{TagIndex, prefetch_addr, prefetch_read};
 use super::lists::NIL;
 use crate::key::Key;
 
@@ -30,8 +30,6 @@ pub(crate) const PARKED: u8 = 8;
 /// Tables of fewer slots stay in the CPU caches: no prefetching.
 const PREFETCH_MIN_SLOTS: u32 = 1 << 16;
 
-/// Batch operations resolve their keys this many at a time ([`Slots::find_window`]).
-pub(crate) const WINDOW: usize = 16;
 
 /// Reference count of a write-pending key.
 pub(crate) const WRITE_PENDING: i32 = -1;
@@ -61,6 +59,9 @@ pub(crate) struct Slots {
     pub(crate) capacity: u32,
     /// Stamp of the current `prepare_store` call (for the admission table).
     pub(crate) epoch: u32,
+    /// Whether batches request their reads ahead (the table outgrows the
+    /// caches); tests turn it on for small tables.
+    pub(crate) prefetch: bool,
 }
 
 impl Slots {
@@ -81,6 +82,7 @@ impl Slots {
             fresh: 0,
             capacity,
             epoch: 0,
+            prefetch: capacity >= PREFETCH_MIN_SLOTS,
         }
     }
 
@@ -97,63 +99,15 @@ impl Slots {
         self.index.find(h, |s| same_key(&keys[s as usize], key))
     }
 
-    /// Starts loading what finding `keys` will read: their index lines now,
-    /// and (once those arrive) the key and ref count of each likely slot.
-    /// For batches: the misses of all keys overlap instead of queuing.
-    #[inline]
-    pub(crate) fn prefetch(&self, keys: &[Key]) {
-        self.prefetch_iter(keys.iter());
-    }
-
-    /// [`Slots::prefetch`] over any (cheaply cloned) iterator of keys.
-    #[inline]
-    pub(crate) fn prefetch_iter<'a>(&self, keys: impl Iterator<Item = &'a Key> + Clone) {
-        if self.capacity < PREFETCH_MIN_SLOTS {
-            return;
-        }
-        for key in keys.clone() {
-            self.index.prefetch(self.hash(key));
-        }
-        for key in keys {
-            if let Some(s) = self.index.peek(self.hash(key)) {
-                if let (Some(k), Some(r)) = (self.keys.get(s as usize), self.refs.get(s as usize)) {
-                    prefetch_read(k);
-                    prefetch_read(r);
-                }
-            }
-        }
-    }
-
-    /// Finds the first `keys.len()` (at most [`WINDOW`]) keys at once: the
-    /// hash and slot ([`NIL`] if absent) of each into `found`.  On large
-    /// tables the reads of all keys overlap: every index line is requested
-    /// first, then the key and ref count of each likely slot, then the
-    /// keys are compared; two memory latencies per window instead of up
-    /// to three per key.
-    #[inline]
-    pub(crate) fn find_window(&self, keys: &[Key], found: &mut [(u64, u32); WINDOW]) {
-        let n = keys.len().min(WINDOW);
-        for (f, key) in found.iter_mut().zip(&keys[..n]) {
-            f.0 = self.hash(key);
-        }
-        if self.capacity >= PREFETCH_MIN_SLOTS {
-            for f in &found[..n] {
-                self.index.prefetch(f.0);
-            }
-            for f in &found[..n] {
-                if let Some(s) = self.index.peek(f.0) {
-                    if let (Some(k), Some(r)) =
-                        (self.keys.get(s as usize), self.refs.get(s as usize))
-                    {
-                        prefetch_read(k);
-                        prefetch_read(r);
-                    }
-                }
-            }
-        }
-        for (f, key) in found.iter_mut().zip(&keys[..n]) {
-            f.1 = self.find(key, f.0).unwrap_or(NIL);
-        }
+    /// Requests the bytes a comparison of stored key `k` with a key of
+    /// `len` bytes reads: its length byte through its `len`-th byte (one
+    /// or two cache lines).
+    #[inline(always)]
+    pub(crate) fn prefetch_key(&self, k: &Key, len: usize) {
+        let first = k as *const Key as *const u8;
+        prefetch_addr(first);
+        // The last byte compared lies inside the key: `len` is at most 64.
+        prefetch_addr(first.wrapping_add(len));
     }
 
     /// Whether `slot` is ready and unpinned (an eviction candidate when unmarked).
@@ -275,4 +229,89 @@ pub(crate) fn same_key(a: &Key, b: &Key) -> bool {
         i += 8;
     }
     word(a, n - 8) == word(b, n - 8)
+}
+
+/// How many keys ahead a [`Lookahead`] requests a key's index line; the
+/// stored key and ref count of its likely slot are requested half as far
+/// ahead.  About a memory latency's worth of per-key work at each stage.
+const AHEAD: usize = 16;
+
+/// Resolves a batch's keys in order while the memory reads of later keys
+/// are under way: when key `i` is resolved, the index line of key
+/// `i + AHEAD` and the likely slot of key `i + AHEAD / 2` have been
+/// requested, so on large tables the misses of a long batch overlap each
+/// other and the work on earlier keys.  What is read ahead is only a hint:
+/// each key is resolved against the table as it is when its turn comes,
+/// so callers may change the table between keys.
+///
+/// Keys are named by position: `key(j)` is the batch's `j`-th key, for
+/// `j < len` (a slice, a reversed slice, a field of records).
+pub(crate) struct Lookahead {
+    /// Hashes of the keys in `i..i + AHEAD`, each at `position % AHEAD`.
+    hashes: [u64; AHEAD],
+    len: usize,
+    prefetching: bool,
+}
+
+impl Lookahead {
+    /// Starts resolving the `len` keys `key(0..len)`: hashes the first
+    /// ones and requests their reads.
+    #[inline]
+    pub(crate) fn new<'k>(slots: &Slots, len: usize, key: impl Fn(usize) -> &'k Key) -> Lookahead {
+        let mut ahead = Lookahead {
+            hashes: [0; AHEAD],
+            len,
+            prefetching: slots.prefetch,
+        };
+        if ahead.prefetching {
+            for j in 0..len.min(AHEAD) {
+                let h = slots.hash(key(j));
+                ahead.hashes[j] = h;
+                slots.index.prefetch(h);
+            }
+            for j in 0..len.min(AHEAD / 2) {
+                ahead.request_slot(slots, j, key(j));
+            }
+        }
+        ahead
+    }
+
+    /// Requests the stored key and ref count of the slot that key `j`'s
+    /// index line names (the line was requested earlier).
+    #[inline(always)]
+    fn request_slot(&self, slots: &Slots, j: usize, key: &Key) {
+        if let Some(s) = slots.index.peek(self.hashes[j % AHEAD]) {
+            if let (Some(k), Some(r)) = (slots.keys.get(s as usize), slots.refs.get(s as usize)) {
+                slots.prefetch_key(k, key.len());
+                prefetch_read(r);
+            }
+        }
+    }
+
+    /// The hash and slot ([`NIL`] if absent) of key `i`.  Calls go
+    /// `i = 0, 1, 2, ...` with the `key` of [`Lookahead::new`] (stopping
+    /// early is fine).
+    #[inline(always)]
+    pub(crate) fn find<'k>(
+        &mut self,
+        slots: &Slots,
+        i: usize,
+        key: impl Fn(usize) -> &'k Key,
+    ) -> (u64, u32) {
+        let h = if self.prefetching {
+            let h = self.hashes[i % AHEAD];
+            if i + AHEAD < self.len {
+                let next = slots.hash(key(i + AHEAD));
+                self.hashes[i % AHEAD] = next;
+                slots.index.prefetch(next);
+            }
+            if i + AHEAD / 2 < self.len {
+                self.request_slot(slots, i + AHEAD / 2, key(i + AHEAD / 2));
+            }
+            h
+        } else {
+            slots.hash(key(i))
+        };
+        (h, slots.find(key(i), h).unwrap_or(NIL))
+    }
 }

@@ -1035,3 +1035,63 @@ fn batched_lookups_agree_with_single_lookups() {
         );
     }
 }
+
+#[test]
+fn reading_ahead_changes_no_outcome() {
+    // The same random calls on two equal tiers, one of them reading ahead
+    // as large tiers do: every result, the eviction order, the stats and
+    // the events agree after every call.  Failed stores free slots in the
+    // middle of a batch; repeats and absent keys are mixed in.
+    for p in BOTH {
+        let (mut plain, mut ahead) = (tier(300, p), tier(300, p));
+        ahead.slots.prefetch = true;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut pending: Vec<Key> = Vec::new();
+        for t in [&mut plain, &mut ahead] {
+            t.begin_request(R).unwrap();
+        }
+        for step in 0..4000 {
+            let len = 1 + rand(40) as usize;
+            let batch: Vec<Key> = (0..len).map(|_| k(rand(600) as u32)).collect();
+            let op = rand(7);
+            let success = rand(2) == 0;
+            let mut got = Vec::new();
+            for t in [&mut plain, &mut ahead] {
+                let mut plan = StorePlan::default();
+                let mut slots = Vec::new();
+                let mut looked = vec![PrimaryLookup::Miss; len];
+                let result = match op {
+                    0 => format!("{:?} {plan:?}", t.prepare_store(R, &batch, &mut plan)),
+                    1 => {
+                        let some = &pending[..pending.len().min(len)];
+                        format!("{:?}", t.complete_store(some, success))
+                    }
+                    2 => format!("{:?} {slots:?}", t.prepare_load(R, &batch, &mut slots)),
+                    3 => format!("{:?}", t.complete_load(R, &batch)),
+                    4 => format!("{:?}", t.touch(R, &batch)),
+                    5 => {
+                        t.lookup_batch(&batch, &mut looked);
+                        format!("{looked:?}")
+                    }
+                    _ => format!("{:?} {:?}", t.on_request_finished(R), t.begin_request(R)),
+                };
+                let mut events = Vec::new();
+                t.take_events(&mut events);
+                got.push((result, order(t), format!("{:?}", t.stats()), events));
+                t.check_invariants().unwrap();
+            }
+            assert_eq!(got[0], got[1], "{p:?} step {step} op {op}");
+            if op == 0 {
+                pending.extend(batch.iter().filter(|key| plain.lookup(key) == PrimaryLookup::HitPending));
+            } else if op == 1 {
+                pending.drain(..pending.len().min(len));
+            }
+        }
+    }
+}
