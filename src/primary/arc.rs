@@ -301,7 +301,7 @@ impl ArcPolicy {
             *cursor = self.lists.candidate_next(id);
             if !slots.is_idle(id) {
                 self.lists.park(id);
-                slots.flags[id as usize] |= PARKED;
+                *slots.flags_mut(id) |= PARKED;
             } else if !slots.is_marked(id) {
                 return Some(id);
             }
@@ -314,7 +314,7 @@ impl Policy for ArcPolicy {
     fn insert(&mut self, slots: &Slots, slot: u32, h: u64, maybe_ghost: bool) {
         self.lists.push_back(T1, slot);
         if maybe_ghost {
-            if let Some(g) = self.ghosts.find(&slots.keys[slot as usize], h) {
+            if let Some(g) = self.ghosts.find(slots.key(slot), h) {
                 self.ghosts.remove(g, h);
             }
         }
@@ -326,7 +326,7 @@ impl Policy for ArcPolicy {
 
     fn touch(&mut self, slots: &Slots, slot: u32) {
         match self.lists.list_of(slot) {
-            Some(T1) if slots.refs[slot as usize] >= 0 => self.lists.move_to_back(T2, slot),
+            Some(T1) if slots.refs(slot) >= 0 => self.lists.move_to_back(T2, slot),
             Some(list) => self.lists.move_to_back(list, slot),
             None => {}
         }
@@ -399,7 +399,7 @@ impl Policy for ArcPolicy {
             _ => B2,
         };
         self.lists.unlink(slot);
-        self.ghosts.add(ghost_list, slots.keys[slot as usize], h);
+        self.ghosts.add(ghost_list, *slots.key(slot), h);
     }
 
     fn commit(&mut self, _slots: &Slots, slot: u32, reused: bool) {
@@ -464,7 +464,7 @@ mod tests {
             let key = Key::new(&i.to_be_bytes()).unwrap();
             let h = s.hash(&key);
             s.occupy(slot, key, h);
-            s.refs[slot as usize] = 0;
+            s.set_refs(slot, 0);
         }
         s
     }
@@ -474,7 +474,7 @@ mod tests {
         let mut s = slots(4);
         let mut p = ArcPolicy::new(4, s.hasher.clone());
         for i in 0..4 {
-            p.insert(&s, i, s.hash(&s.keys[i as usize]), true);
+            p.insert(&s, i, s.hash(s.key(i)), true);
         }
         p.touch(&s, 2);
         p.touch(&s, 3); // T1 = [0, 1], T2 = [2, 3]

@@ -47,7 +47,7 @@ impl Policy for LruPolicy {
             let next = self.lists.candidate_next(id);
             if !slots.is_idle(id) {
                 self.lists.park(id);
-                slots.flags[id as usize] |= PARKED;
+                *slots.flags_mut(id) |= PARKED;
             } else if !slots.is_marked(id) {
                 out.push(id);
             }

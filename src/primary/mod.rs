@@ -445,7 +445,7 @@ impl PrimaryTier {
     pub fn lookup(&self, key: &Key) -> PrimaryLookup {
         match self.slots.find(key, self.slots.hash(key)) {
             None => PrimaryLookup::Miss,
-            Some(s) if self.slots.refs[s as usize] == WRITE_PENDING => PrimaryLookup::HitPending,
+            Some(s) if self.slots.refs(s) == WRITE_PENDING => PrimaryLookup::HitPending,
             Some(_) => PrimaryLookup::Hit,
         }
     }
@@ -462,7 +462,7 @@ impl PrimaryTier {
             let (_, s) = ahead.find(&self.slots, i, key);
             *o = if s == NIL {
                 PrimaryLookup::Miss
-            } else if self.slots.refs[s as usize] == WRITE_PENDING {
+            } else if self.slots.refs(s) == WRITE_PENDING {
                 PrimaryLookup::HitPending
             } else {
                 PrimaryLookup::Hit
@@ -478,7 +478,7 @@ impl PrimaryTier {
     /// The reference count of resident `key` (-1 write pending, 0 idle,
     /// n > 0 pinned n times), or `None` if absent; changes nothing.
     pub fn ref_count(&self, key: &Key) -> Option<i32> {
-        self.slot_of(key).map(|s| self.slots.refs[s as usize])
+        self.slot_of(key).map(|s| self.slots.refs(s))
     }
 
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
@@ -492,7 +492,7 @@ impl PrimaryTier {
             if slot == NIL {
                 return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
             }
-            let r = self.slots.refs[slot as usize];
+            let r = self.slots.refs(slot);
             if r == WRITE_PENDING {
                 return Err(key_error(i, key, "write pending (not readable yet)"));
             }
@@ -502,12 +502,12 @@ impl PrimaryTier {
             slots_out.push(slot);
         }
         for &slot in slots_out.iter() {
-            let r = &mut self.slots.refs[slot as usize];
-            if *r == 0 {
+            let r = self.slots.refs(slot);
+            if r == 0 {
                 self.idle -= 1;
                 self.pinned += 1;
             }
-            *r += 1;
+            self.slots.set_refs(slot, r + 1);
         }
         Ok(())
     }
@@ -527,9 +527,9 @@ impl PrimaryTier {
                 failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
                 break;
             }
-            let r = &mut self.slots.refs[s as usize];
-            if *r <= 0 {
-                let reason = if *r == 0 {
+            let r = self.slots.refs(s);
+            if r <= 0 {
+                let reason = if r == 0 {
                     "not pinned"
                 } else {
                     "write pending, not pinned"
@@ -537,14 +537,14 @@ impl PrimaryTier {
                 failure = Some(key_error(i, key, reason));
                 break;
             }
-            *r -= 1;
+            self.slots.set_refs(s, r - 1);
             // A slot reaches 0 at most once per batch: counts only go down here.
-            to_idle += (*r == 0) as u32;
+            to_idle += (r == 1) as u32;
             done.push(s);
         }
         if let Some(e) = failure {
             for &s in &done {
-                self.slots.refs[s as usize] += 1;
+                self.slots.set_refs(s, self.slots.refs(s) + 1);
             }
             done.clear();
             self.scratch_victims = done;
@@ -629,9 +629,8 @@ impl PrimaryTier {
     /// candidate again at its recency.
     #[inline]
     fn became_idle(&mut self, slot: u32) {
-        let i = slot as usize;
-        if self.slots.flags[i] & PARKED != 0 && self.slots.refs[i] == 0 {
-            self.slots.flags[i] &= !PARKED;
+        if self.slots.flags(slot) & PARKED != 0 && self.slots.refs(slot) == 0 {
+            *self.slots.flags_mut(slot) &= !PARKED;
             self.policy.became_idle(slot);
         }
     }
@@ -695,12 +694,13 @@ impl PrimaryTier {
             let (h, slot) = ahead.find(&self.slots, pos, at);
             match (slot != NIL).then_some(slot) {
                 Some(s) => {
-                    let f = &mut self.slots.flags[s as usize];
-                    if *f & NAMED == 0 && self.slots.refs[s as usize] == 0 {
+                    let r = self.slots.refs(s);
+                    let f = self.slots.flags_mut(s);
+                    if *f & NAMED == 0 && r == 0 {
                         named_idle += 1;
                     }
                     *f |= NAMED;
-                    let kind = if self.slots.refs[s as usize] == WRITE_PENDING {
+                    let kind = if r == WRITE_PENDING {
                         FOUND_PENDING
                     } else {
                         FOUND_READY
@@ -779,10 +779,10 @@ impl PrimaryTier {
             plan.clear();
         } else if need > 0 {
             for &slot in &victims {
-                let key = self.slots.keys[slot as usize];
+                let key = *self.slots.key(slot);
                 let h = self.slots.hash(&key);
                 self.policy.evict(&self.slots, slot, h);
-                if self.slots.flags[slot as usize] & ANNOUNCED != 0 {
+                if self.slots.flags(slot) & ANNOUNCED != 0 {
                     self.emit(EventKind::Removed, Some(key));
                 }
                 self.slots.release(slot, h);
@@ -797,7 +797,7 @@ impl PrimaryTier {
         // Named keys are protected only during this call.
         for &(_, kind, s) in &scratch {
             if kind == FOUND_READY || kind == FOUND_PENDING {
-                self.slots.flags[s as usize] &= !NAMED;
+                *self.slots.flags_mut(s) &= !NAMED;
             }
         }
 
@@ -858,18 +858,17 @@ impl PrimaryTier {
                 report.ignored += 1;
                 continue;
             }
-            let i = slot as usize;
-            if self.slots.refs[i] != WRITE_PENDING {
+            if self.slots.refs(slot) != WRITE_PENDING {
                 continue;
             }
             self.write_pending -= 1;
             if success {
-                self.slots.refs[i] = 0;
+                self.slots.set_refs(slot, 0);
                 self.became_idle(slot);
                 self.idle += 1;
                 report.ready += 1;
                 if self.emit(EventKind::Stored, Some(*key)) {
-                    self.slots.flags[i] |= ANNOUNCED;
+                    *self.slots.flags_mut(slot) |= ANNOUNCED;
                 }
             } else {
                 self.policy.remove(slot);
@@ -1027,7 +1026,7 @@ impl PrimaryTier {
         self.policy
             .order()
             .into_iter()
-            .map(|s| self.slots.keys[s as usize])
+            .map(|s| *self.slots.key(s))
             .collect()
     }
 
@@ -1049,14 +1048,17 @@ impl PrimaryTier {
             seen[f] += 1;
         }
         let (mut wp, mut pinned, mut idle) = (0u32, 0u32, 0u32);
-        for s in 0..self.slots.fresh as usize {
-            if self.slots.flags[s] & RESIDENT != 0 {
-                seen[s] += 1;
-                let key = &self.slots.keys[s];
-                if self.slots.find(key, self.slots.hash(key)) != Some(s as u32) {
+        if self.slots.records.len() != self.slots.fresh as usize {
+            return Err("records differ from allocated slots".into());
+        }
+        for s in 0..self.slots.fresh {
+            if self.slots.flags(s) & RESIDENT != 0 {
+                seen[s as usize] += 1;
+                let key = self.slots.key(s);
+                if self.slots.find(key, self.slots.hash(key)) != Some(s) {
                     return Err(format!("slot {s} resident but not indexed"));
                 }
-                match self.slots.refs[s] {
+                match self.slots.refs(s) {
                     WRITE_PENDING => wp += 1,
                     0 => idle += 1,
                     r if r > 0 => pinned += 1,
@@ -1084,20 +1086,20 @@ impl PrimaryTier {
             return Err("policy lists differ from resident keys".into());
         }
         for &s in &order {
-            if self.slots.flags[s as usize] & RESIDENT == 0 {
+            if self.slots.flags(s) & RESIDENT == 0 {
                 return Err(format!("policy lists free slot {s}"));
             }
         }
         // Candidates: the order less the parked slots, which are all busy.
         let unparked: Vec<u32> = order
             .into_iter()
-            .filter(|&s| self.slots.flags[s as usize] & PARKED == 0)
+            .filter(|&s| self.slots.flags(s) & PARKED == 0)
             .collect();
         if unparked != self.policy.candidate_order() {
             return Err("eviction candidates differ from the unparked order".into());
         }
-        for s in 0..self.slots.fresh as usize {
-            if self.slots.flags[s] & PARKED != 0 && self.slots.refs[s] == 0 {
+        for s in 0..self.slots.fresh {
+            if self.slots.flags(s) & PARKED != 0 && self.slots.refs(s) == 0 {
                 return Err(format!("slot {s} is idle but parked"));
             }
         }

@@ -1,17 +1,19 @@
 //! The slot table: per-slot key, reference count, call mark and flags, the
 //! key index, and slot allocation.
 //!
-//! Every array is indexed by slot id.  The index is a [`TagIndex`] of slot
-//! ids (each with a tag of its key's hash) hashed (foldhash) over the key
-//! bytes kept in `keys`, so each key is stored once.  Per slot, besides the
-//! key: ref count 4 bytes, flags 1, index 8 (narrow entries, at most half
-//! full; 16 with wide ones, beyond 2^26 slots): 13 bytes.
+//! Each slot has one [`Record`]: ref count, flags and key together, so
+//! finding a key and reading its state usually costs one cache line.  The
+//! index is a [`TagIndex`] of slot ids (each with a tag of its key's hash)
+//! hashed (foldhash) over the key bytes kept in the records, so each key
+//! is stored once.  Per slot, besides the key: ref count 4 bytes, flags 1,
+//! index 8 (narrow entries, at most half full; 16 with wide ones, beyond
+//! 2^26 slots): 13 bytes.
 
 use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 
 use super::huge;
-use super::index::{TagIndex, prefetch_addr, prefetch_read};
+use super::index::{TagIndex, prefetch_addr};
 use super::lists::NIL;
 use crate::key::Key;
 
@@ -30,26 +32,62 @@ pub(crate) const PARKED: u8 = 8;
 /// Tables of fewer slots stay in the CPU caches: no prefetching.
 const PREFETCH_MIN_SLOTS: u32 = 1 << 16;
 
+/// Where a record's key starts.
+const KEY_OFFSET: usize = std::mem::offset_of!(Record, key);
 
 /// Reference count of a write-pending key.
 pub(crate) const WRITE_PENDING: i32 = -1;
 
+/// One slot: its ref count, flags and key, packed (70 bytes, no padding).
+///
+/// The ref count of a resident slot: -1 write pending, 0 ready and idle,
+/// n > 0 ready and pinned n times.  Of a freed slot: the next slot of the
+/// free stack (as `u32`, [`NIL`] at the bottom), so the stack costs no
+/// extra memory.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Record {
+    /// The ref count, native byte order (unaligned, so records pack).
+    refs: [u8; 4],
+    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`].
+    pub(crate) flags: u8,
+    /// The slot's key (meaningful while resident).
+    pub(crate) key: Key,
+}
+
+impl Record {
+    /// A freed slot's record for `key` (never read while not resident).
+    const fn free(key: Key) -> Record {
+        Record {
+            refs: [0; 4],
+            flags: 0,
+            key,
+        }
+    }
+
+    /// The ref count.
+    #[inline(always)]
+    pub(crate) fn refs(&self) -> i32 {
+        i32::from_ne_bytes(self.refs)
+    }
+
+    /// Sets the ref count.
+    #[inline(always)]
+    pub(crate) fn set_refs(&mut self, r: i32) {
+        self.refs = r.to_ne_bytes();
+    }
+}
+
 /// Per-slot state and the key index.  Policies read it; the tier changes it.
 #[derive(Debug)]
 pub(crate) struct Slots {
-    /// Key of each slot ever allocated (grows as fresh slots are handed out).
-    pub(crate) keys: Vec<Key>,
-    /// Resident slot: -1 write pending, 0 ready and idle, n > 0 ready and
-    /// pinned n times.  Freed slot: the next slot of the free stack (as
-    /// `u32`, [`NIL`] at the bottom), so the stack costs no extra memory.
-    pub(crate) refs: Vec<i32>,
-    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`].
-    pub(crate) flags: Vec<u8>,
+    /// Record of each slot ever allocated (grows as fresh slots are handed out).
+    pub(crate) records: Vec<Record>,
     /// Slot ids of resident keys, hashed over their key bytes.
     pub(crate) index: TagIndex,
     /// The hasher of the index (and of ARC's ghost index).
     pub(crate) hasher: RandomState,
-    /// Top of the stack of freed slots (most recently freed), linked through `refs`.
+    /// Top of the stack of freed slots (most recently freed), linked through ref counts.
     pub(crate) free_top: u32,
     /// Number of slots on the free stack.
     pub(crate) free_len: u32,
@@ -68,13 +106,8 @@ impl Slots {
     /// A table of `capacity` free slots.
     pub(crate) fn new(capacity: u32) -> Slots {
         let n = capacity as usize;
-        let keys: Vec<Key> = huge::with_capacity(n);
-        let refs = huge::zeroed(n);
-        let flags = huge::zeroed(n);
         Slots {
-            keys,
-            refs,
-            flags,
+            records: huge::with_capacity(n),
             index: TagIndex::new(n),
             hasher: RandomState::default(),
             free_top: NIL,
@@ -86,6 +119,36 @@ impl Slots {
         }
     }
 
+    /// The key of allocated `slot`.
+    #[inline(always)]
+    pub(crate) fn key(&self, slot: u32) -> &Key {
+        &self.records[slot as usize].key
+    }
+
+    /// The ref count of allocated `slot`.
+    #[inline(always)]
+    pub(crate) fn refs(&self, slot: u32) -> i32 {
+        self.records[slot as usize].refs()
+    }
+
+    /// Sets the ref count of allocated `slot`.
+    #[inline(always)]
+    pub(crate) fn set_refs(&mut self, slot: u32, r: i32) {
+        self.records[slot as usize].set_refs(r);
+    }
+
+    /// The flags of allocated `slot`.
+    #[inline(always)]
+    pub(crate) fn flags(&self, slot: u32) -> u8 {
+        self.records[slot as usize].flags
+    }
+
+    /// The flags of allocated `slot`, to change.
+    #[inline(always)]
+    pub(crate) fn flags_mut(&mut self, slot: u32) -> &mut u8 {
+        &mut self.records[slot as usize].flags
+    }
+
     /// The hash of `key` in the index.
     #[inline]
     pub(crate) fn hash(&self, key: &Key) -> u64 {
@@ -95,31 +158,31 @@ impl Slots {
     /// The slot holding `key` (hash `h`), if resident.
     #[inline]
     pub(crate) fn find(&self, key: &Key, h: u64) -> Option<u32> {
-        let keys = &self.keys;
-        self.index.find(h, |s| same_key(&keys[s as usize], key))
+        let records = &self.records;
+        self.index.find(h, |s| same_key(&records[s as usize].key, key))
     }
 
-    /// Requests the bytes a comparison of stored key `k` with a key of
-    /// `len` bytes reads: its length byte through its `len`-th byte (one
-    /// or two cache lines).
+    /// Requests what resolving a key of `len` bytes to record `r` reads:
+    /// the ref count and flags, and the stored key's length byte through
+    /// its `len`-th byte (one or two cache lines).
     #[inline(always)]
-    pub(crate) fn prefetch_key(&self, k: &Key, len: usize) {
-        let first = k as *const Key as *const u8;
+    pub(crate) fn prefetch_record(&self, r: &Record, len: usize) {
+        let first = r as *const Record as *const u8;
         prefetch_addr(first);
-        // The last byte compared lies inside the key: `len` is at most 64.
-        prefetch_addr(first.wrapping_add(len));
+        // The last byte compared lies inside the record: `len` is at most 64.
+        prefetch_addr(first.wrapping_add(KEY_OFFSET + len));
     }
 
     /// Whether `slot` is ready and unpinned (an eviction candidate when unmarked).
     #[inline]
     pub(crate) fn is_idle(&self, slot: u32) -> bool {
-        self.refs[slot as usize] == 0
+        self.refs(slot) == 0
     }
 
     /// Whether `slot`'s key was named in the current call.
     #[inline]
     pub(crate) fn is_marked(&self, slot: u32) -> bool {
-        self.flags[slot as usize] & NAMED != 0
+        self.flags(slot) & NAMED != 0
     }
 
     /// Starts a new call stamp (never 0: wraps around to 1).
@@ -145,7 +208,7 @@ impl Slots {
             Some(s)
         } else if self.free_top != NIL {
             let s = self.free_top;
-            self.free_top = self.refs[s as usize] as u32;
+            self.free_top = self.refs(s) as u32;
             self.free_len -= 1;
             Some(s)
         } else {
@@ -156,26 +219,27 @@ impl Slots {
     /// Makes `slot` resident with `key` (hash `h`), write pending.
     #[inline]
     pub(crate) fn occupy(&mut self, slot: u32, key: Key, h: u64) {
+        let mut record = Record::free(key);
+        record.set_refs(WRITE_PENDING);
+        record.flags = RESIDENT;
         let i = slot as usize;
-        if i == self.keys.len() {
-            self.keys.push(key);
+        if i == self.records.len() {
+            self.records.push(record);
         } else {
-            self.keys[i] = key;
+            self.records[i] = record;
         }
-        self.refs[i] = WRITE_PENDING;
-        self.flags[i] = RESIDENT;
         self.index.insert(h, slot);
     }
 
     /// Removes `slot`'s key (hash `h`) from the index and frees the slot.
     #[inline]
     pub(crate) fn release(&mut self, slot: u32, h: u64) {
-        let (keys, hasher) = (&self.keys, &self.hasher);
+        let (records, hasher) = (&self.records, &self.hasher);
         self.index
-            .remove(h, slot, |s| hasher.hash_one(keys[s as usize].as_bytes()));
-        let i = slot as usize;
-        self.refs[i] = self.free_top as i32;
-        self.flags[i] = 0;
+            .remove(h, slot, |s| hasher.hash_one(records[s as usize].key.as_bytes()));
+        let record = &mut self.records[slot as usize];
+        record.set_refs(self.free_top as i32);
+        record.flags = 0;
         self.free_top = slot;
         self.free_len += 1;
     }
@@ -186,16 +250,14 @@ impl Slots {
         let mut s = self.free_top;
         while s != NIL && out.len() <= self.capacity as usize {
             out.push(s);
-            s = self.refs[s as usize] as u32;
+            s = self.refs(s) as u32;
         }
         out
     }
 
     /// Forgets every key and frees every slot; allocation restarts at 0.
     pub(crate) fn clear(&mut self) {
-        let used = self.fresh as usize;
-        self.refs[..used].fill(0);
-        self.flags[..used].fill(0);
+        self.records.clear();
         self.index.clear();
         self.free_top = NIL;
         self.free_len = 0;
@@ -204,7 +266,8 @@ impl Slots {
 
     /// Bytes of per-slot metadata (everything but the key bytes).
     pub(crate) fn metadata_bytes(&self) -> usize {
-        self.refs.capacity() * 4 + self.flags.capacity() + self.index.bytes()
+        let key = std::mem::size_of::<Key>();
+        self.records.capacity() * (std::mem::size_of::<Record>() - key) + self.index.bytes()
     }
 }
 
@@ -281,9 +344,8 @@ impl Lookahead {
     #[inline(always)]
     fn request_slot(&self, slots: &Slots, j: usize, key: &Key) {
         if let Some(s) = slots.index.peek(self.hashes[j % AHEAD]) {
-            if let (Some(k), Some(r)) = (slots.keys.get(s as usize), slots.refs.get(s as usize)) {
-                slots.prefetch_key(k, key.len());
-                prefetch_read(r);
+            if let Some(r) = slots.records.get(s as usize) {
+                slots.prefetch_record(r, key.len());
             }
         }
     }
