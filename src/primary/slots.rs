@@ -312,6 +312,9 @@ const AHEAD: usize = 16;
 pub(crate) struct Lookahead {
     /// Hashes of the keys in `i..i + AHEAD`, each at `position % AHEAD`.
     hashes: [u64; AHEAD],
+    /// The likely slot of each key in `i..i + AHEAD / 2` (the first whose
+    /// tag matched, or [`NIL`]), at the same positions.
+    likely: [u32; AHEAD],
     len: usize,
     prefetching: bool,
 }
@@ -323,6 +326,7 @@ impl Lookahead {
     pub(crate) fn new<'k>(slots: &Slots, len: usize, key: impl Fn(usize) -> &'k Key) -> Lookahead {
         let mut ahead = Lookahead {
             hashes: [0; AHEAD],
+            likely: [NIL; AHEAD],
             len,
             prefetching: slots.prefetch,
         };
@@ -339,14 +343,14 @@ impl Lookahead {
         ahead
     }
 
-    /// Requests the stored key and ref count of the slot that key `j`'s
-    /// index line names (the line was requested earlier).
+    /// Notes and requests the record of the slot that key `j`'s index
+    /// line names (the line was requested earlier).
     #[inline(always)]
-    fn request_slot(&self, slots: &Slots, j: usize, key: &Key) {
-        if let Some(s) = slots.index.peek(self.hashes[j % AHEAD]) {
-            if let Some(r) = slots.records.get(s as usize) {
-                slots.prefetch_record(r, key.len());
-            }
+    fn request_slot(&mut self, slots: &Slots, j: usize, key: &Key) {
+        let s = slots.index.peek(self.hashes[j % AHEAD]).unwrap_or(NIL);
+        self.likely[j % AHEAD] = s;
+        if let Some(r) = slots.records.get(s as usize) {
+            slots.prefetch_record(r, key.len());
         }
     }
 
@@ -360,8 +364,10 @@ impl Lookahead {
         i: usize,
         key: impl Fn(usize) -> &'k Key,
     ) -> (u64, u32) {
-        let h = if self.prefetching {
+        let k = key(i);
+        if self.prefetching {
             let h = self.hashes[i % AHEAD];
+            let likely = self.likely[i % AHEAD];
             if i + AHEAD < self.len {
                 let next = slots.hash(key(i + AHEAD));
                 self.hashes[i % AHEAD] = next;
@@ -370,10 +376,18 @@ impl Lookahead {
             if i + AHEAD / 2 < self.len {
                 self.request_slot(slots, i + AHEAD / 2, key(i + AHEAD / 2));
             }
-            h
+            // The likely slot may be stale (the table may have changed
+            // since): it is the answer only if it holds `k` now, as a key
+            // is resident in one slot at most.
+            if let Some(r) = slots.records.get(likely as usize) {
+                if r.flags & RESIDENT != 0 && same_key(&r.key, k) {
+                    return (h, likely);
+                }
+            }
+            (h, slots.find(k, h).unwrap_or(NIL))
         } else {
-            slots.hash(key(i))
-        };
-        (h, slots.find(key(i), h).unwrap_or(NIL))
+            let h = slots.hash(k);
+            (h, slots.find(k, h).unwrap_or(NIL))
+        }
     }
 }
