@@ -410,6 +410,15 @@ impl Policy for ArcPolicy {
         }
     }
 
+    fn prefetch_history(&self, h: u64) {
+        self.ghosts.index.prefetch(h);
+    }
+
+    fn prefetch_eviction(&self, slot: u32, h: u64) {
+        self.lists.prefetch_neighbours(slot);
+        self.ghosts.index.prefetch(h);
+    }
+
     fn prefetch_links(&self, slot: u32) {
         self.lists.prefetch(slot);
     }

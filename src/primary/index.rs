@@ -178,7 +178,10 @@ impl<E: Entry> Table<E> {
     #[inline(always)]
     fn prefetch(&self, h: u64) {
         let i = self.home((mix(h) >> 32) as u32);
-        prefetch_read(&self.slots[i]);
+        // A table not sized yet has no line to load.
+        if let Some(e) = self.slots.get(i) {
+            prefetch_read(e);
+        }
     }
 
     #[inline(always)]

@@ -68,6 +68,10 @@ impl Policy for LruPolicy {
         self.lists.move_to_back(MAIN, slot);
     }
 
+    fn prefetch_eviction(&self, slot: u32, _h: u64) {
+        self.lists.prefetch_neighbours(slot);
+    }
+
     fn prefetch_links(&self, slot: u32) {
         self.lists.prefetch(slot);
     }

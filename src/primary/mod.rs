@@ -708,6 +708,10 @@ impl PrimaryTier {
                     scratch.push((h, kind, s));
                 }
                 None => {
+                    if self.slots.prefetch {
+                        // Asked below (ARC: whether it is a ghost).
+                        self.policy.prefetch_history(h);
+                    }
                     scratch.push((h, ABSENT, NIL));
                     let seen = if use_table {
                         self.scratch_dedup
@@ -778,6 +782,14 @@ impl PrimaryTier {
             self.counters.refusals += 1;
             plan.clear();
         } else if need > 0 {
+            if self.slots.prefetch {
+                // Every victim's index line and policy lines load together.
+                for &slot in &victims {
+                    let h = self.slots.hash(self.slots.key(slot));
+                    self.slots.index.prefetch(h);
+                    self.policy.prefetch_eviction(slot, h);
+                }
+            }
             for &slot in &victims {
                 let key = *self.slots.key(slot);
                 let h = self.slots.hash(&key);

@@ -68,6 +68,14 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// loaded the key or found it ready at store (not merely inserted it).
     fn commit(&mut self, slots: &Slots, slot: u32, reused: bool);
 
+    /// Requests what asking whether an absent key (hash `h`) is remembered
+    /// will read (a hint): ARC's ghost index line.
+    fn prefetch_history(&self, _h: u64) {}
+
+    /// Requests what evicting `slot` (key hash `h`) will read (a hint): its
+    /// neighbours' links, and where ARC will remember it.
+    fn prefetch_eviction(&self, _slot: u32, _h: u64) {}
+
     /// Requests what reordering `slot` will read (a hint): its own links.
     fn prefetch_links(&self, _slot: u32) {}
 
