@@ -708,10 +708,8 @@ impl PrimaryTier {
                     scratch.push((h, kind, s));
                 }
                 None => {
-                    if self.slots.prefetch {
-                        // Asked below (ARC: whether it is a ghost).
-                        self.policy.prefetch_history(h);
-                    }
+                    // Asked below (ARC: whether it is a ghost).
+                    self.policy.prefetch_history(h);
                     scratch.push((h, ABSENT, NIL));
                     let seen = if use_table {
                         self.scratch_dedup
@@ -782,13 +780,11 @@ impl PrimaryTier {
             self.counters.refusals += 1;
             plan.clear();
         } else if need > 0 {
-            if self.slots.prefetch {
-                // Every victim's index line and policy lines load together.
-                for &slot in &victims {
-                    let h = self.slots.hash(self.slots.key(slot));
-                    self.slots.index.prefetch(h);
-                    self.policy.prefetch_eviction(slot, h);
-                }
+            // Every victim's index line and policy lines load together.
+            for &slot in &victims {
+                let h = self.slots.hash(self.slots.key(slot));
+                self.slots.index.prefetch(h);
+                self.policy.prefetch_eviction(slot, h);
             }
             for &slot in &victims {
                 let key = *self.slots.key(slot);
@@ -1128,14 +1124,12 @@ const LINKS_AHEAD: usize = 8;
 /// resolved [`LINKS_AHEAD`] positions before its turn (its index and slot
 /// reads requested further ahead still, by a [`Lookahead`]), then its
 /// slot's links are requested, then its neighbours' links, so that moving
-/// the slot in its list finds its lines loaded.  Only on tables that read
-/// ahead; otherwise each key is simply resolved at its turn.
+/// the slot in its list finds its lines loaded.
 struct ReorderAhead {
     ahead: Lookahead,
     /// Hash and slot of the keys in `j..j + LINKS_AHEAD`, at `position % LINKS_AHEAD`.
     found: [(u64, u32); LINKS_AHEAD],
     len: usize,
-    prefetching: bool,
 }
 
 impl ReorderAhead {
@@ -1150,19 +1144,16 @@ impl ReorderAhead {
             ahead: Lookahead::new(slots, len, key),
             found: [(0, NIL); LINKS_AHEAD],
             len,
-            prefetching: slots.prefetch,
         };
-        if r.prefetching {
-            for j in 0..len.min(LINKS_AHEAD) {
-                r.found[j] = r.ahead.find(slots, j, key);
-                if r.found[j].1 != NIL {
-                    policy.prefetch_links(r.found[j].1);
-                }
+        for j in 0..len.min(LINKS_AHEAD) {
+            r.found[j] = r.ahead.find(slots, j, key);
+            if r.found[j].1 != NIL {
+                policy.prefetch_links(r.found[j].1);
             }
-            for f in &r.found[..len.min(LINKS_AHEAD / 2)] {
-                if f.1 != NIL {
-                    policy.prefetch_neighbours(f.1);
-                }
+        }
+        for f in &r.found[..len.min(LINKS_AHEAD / 2)] {
+            if f.1 != NIL {
+                policy.prefetch_neighbours(f.1);
             }
         }
         r
@@ -1178,9 +1169,6 @@ impl ReorderAhead {
         j: usize,
         key: impl Fn(usize) -> &'k Key + Copy,
     ) -> (u64, u32) {
-        if !self.prefetching {
-            return self.ahead.find(slots, j, key);
-        }
         let here = self.found[j % LINKS_AHEAD];
         if j + LINKS_AHEAD < self.len {
             let next = self.ahead.find(slots, j + LINKS_AHEAD, key);

@@ -29,8 +29,6 @@ pub(crate) const NAMED: u8 = 4;
 /// an eviction passed over it; it must be restored when the key turns idle.
 pub(crate) const PARKED: u8 = 8;
 
-/// Tables of fewer slots stay in the CPU caches: no prefetching.
-const PREFETCH_MIN_SLOTS: u32 = 1 << 16;
 
 /// Where a record's key starts.
 const KEY_OFFSET: usize = std::mem::offset_of!(Record, key);
@@ -97,9 +95,9 @@ pub(crate) struct Slots {
     pub(crate) capacity: u32,
     /// Stamp of the current `prepare_store` call (for the admission table).
     pub(crate) epoch: u32,
-    /// Whether batches request their reads ahead (the table outgrows the
-    /// caches); tests turn it on for small tables.
-    pub(crate) prefetch: bool,
+    /// Changes whenever a key comes or goes (wrapping), so what was read
+    /// of the index can be known to be still current.
+    pub(crate) version: u32,
 }
 
 impl Slots {
@@ -115,7 +113,7 @@ impl Slots {
             fresh: 0,
             capacity,
             epoch: 0,
-            prefetch: capacity >= PREFETCH_MIN_SLOTS,
+            version: 0,
         }
     }
 
@@ -229,6 +227,7 @@ impl Slots {
             self.records[i] = record;
         }
         self.index.insert(h, slot);
+        self.version = self.version.wrapping_add(1);
     }
 
     /// Removes `slot`'s key (hash `h`) from the index and frees the slot.
@@ -240,6 +239,7 @@ impl Slots {
         let record = &mut self.records[slot as usize];
         record.set_refs(self.free_top as i32);
         record.flags = 0;
+        self.version = self.version.wrapping_add(1);
         self.free_top = slot;
         self.free_len += 1;
     }
@@ -259,6 +259,7 @@ impl Slots {
     pub(crate) fn clear(&mut self) {
         self.records.clear();
         self.index.clear();
+        self.version = self.version.wrapping_add(1);
         self.free_top = NIL;
         self.free_len = 0;
         self.fresh = 0;
@@ -301,11 +302,12 @@ const AHEAD: usize = 16;
 
 /// Resolves a batch's keys in order while the memory reads of later keys
 /// are under way: when key `i` is resolved, the index line of key
-/// `i + AHEAD` and the likely slot of key `i + AHEAD / 2` have been
-/// requested, so on large tables the misses of a long batch overlap each
-/// other and the work on earlier keys.  What is read ahead is only a hint:
-/// each key is resolved against the table as it is when its turn comes,
-/// so callers may change the table between keys.
+/// `i + AHEAD` and the record of key `i + AHEAD / 2`'s likely slot have
+/// been requested, so on large tables the misses of a long batch overlap
+/// each other and the work on earlier keys (and in the caches, the keys'
+/// work overlaps).  What was read ahead is checked, never trusted: a key
+/// is resolved against the table as it is when its turn comes, so callers
+/// may change the table between keys.
 ///
 /// Keys are named by position: `key(j)` is the batch's `j`-th key, for
 /// `j < len` (a slice, a reversed slice, a field of records).
@@ -315,8 +317,9 @@ pub(crate) struct Lookahead {
     /// The likely slot of each key in `i..i + AHEAD / 2` (the first whose
     /// tag matched, or [`NIL`]), at the same positions.
     likely: [u32; AHEAD],
+    /// The table's [`Slots::version`] when each likely slot was read.
+    seen: [u32; AHEAD],
     len: usize,
-    prefetching: bool,
 }
 
 impl Lookahead {
@@ -327,18 +330,16 @@ impl Lookahead {
         let mut ahead = Lookahead {
             hashes: [0; AHEAD],
             likely: [NIL; AHEAD],
+            seen: [0; AHEAD],
             len,
-            prefetching: slots.prefetch,
         };
-        if ahead.prefetching {
-            for j in 0..len.min(AHEAD) {
-                let h = slots.hash(key(j));
-                ahead.hashes[j] = h;
-                slots.index.prefetch(h);
-            }
-            for j in 0..len.min(AHEAD / 2) {
-                ahead.request_slot(slots, j, key(j));
-            }
+        for j in 0..len.min(AHEAD) {
+            let h = slots.hash(key(j));
+            ahead.hashes[j] = h;
+            slots.index.prefetch(h);
+        }
+        for j in 0..len.min(AHEAD / 2) {
+            ahead.request_slot(slots, j, key(j));
         }
         ahead
     }
@@ -349,6 +350,7 @@ impl Lookahead {
     fn request_slot(&mut self, slots: &Slots, j: usize, key: &Key) {
         let s = slots.index.peek(self.hashes[j % AHEAD]).unwrap_or(NIL);
         self.likely[j % AHEAD] = s;
+        self.seen[j % AHEAD] = slots.version;
         if let Some(r) = slots.records.get(s as usize) {
             slots.prefetch_record(r, key.len());
         }
@@ -365,29 +367,25 @@ impl Lookahead {
         key: impl Fn(usize) -> &'k Key,
     ) -> (u64, u32) {
         let k = key(i);
-        if self.prefetching {
-            let h = self.hashes[i % AHEAD];
-            let likely = self.likely[i % AHEAD];
-            if i + AHEAD < self.len {
-                let next = slots.hash(key(i + AHEAD));
-                self.hashes[i % AHEAD] = next;
-                slots.index.prefetch(next);
-            }
-            if i + AHEAD / 2 < self.len {
-                self.request_slot(slots, i + AHEAD / 2, key(i + AHEAD / 2));
-            }
-            // The likely slot may be stale (the table may have changed
-            // since): it is the answer only if it holds `k` now, as a key
-            // is resident in one slot at most.
-            if let Some(r) = slots.records.get(likely as usize) {
-                if r.flags & RESIDENT != 0 && same_key(&r.key, k) {
-                    return (h, likely);
-                }
-            }
-            (h, slots.find(k, h).unwrap_or(NIL))
-        } else {
-            let h = slots.hash(k);
-            (h, slots.find(k, h).unwrap_or(NIL))
+        let h = self.hashes[i % AHEAD];
+        let likely = self.likely[i % AHEAD];
+        let unchanged = self.seen[i % AHEAD] == slots.version;
+        if i + AHEAD < self.len {
+            let next = slots.hash(key(i + AHEAD));
+            self.hashes[i % AHEAD] = next;
+            slots.index.prefetch(next);
         }
+        if i + AHEAD / 2 < self.len {
+            self.request_slot(slots, i + AHEAD / 2, key(i + AHEAD / 2));
+        }
+        match slots.records.get(likely as usize) {
+            // No tag matched, and no key came or went since: absent.
+            None if unchanged => return (h, NIL),
+            // A key is resident in one slot at most: if the likely slot
+            // holds `k` now, it is the answer, whatever changed since.
+            Some(r) if r.flags & RESIDENT != 0 && same_key(&r.key, k) => return (h, likely),
+            _ => {}
+        }
+        (h, slots.find(k, h).unwrap_or(NIL))
     }
 }
