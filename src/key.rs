@@ -13,7 +13,11 @@ use crate::error::Error;
 pub const MAX_KEY_LEN: usize = 64;
 
 /// One block's name: 1..=64 opaque bytes, stored inline.
+///
+/// The length comes first (`repr(C)`): a comparison of a short key then
+/// reads the first bytes of the struct only, usually one cache line.
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub struct Key {
     len: u8,
     bytes: [u8; MAX_KEY_LEN],
