@@ -6,9 +6,11 @@
 //! key (the worst case for caches: at 10^7 slots most accesses miss the CPU
 //! caches), `hot` draws from a fixed working set of 10^4 resident keys (the
 //! same working set at every size, so the figure shows what the data
-//! structure's size itself costs).  Batches of 16 keys, as an engine's
-//! per-request calls, in requests of 1024 keys; request commits are timed
-//! apart (`commit_loads`, ns per committed key).  Also reports metadata bytes per block (key bytes
+//! structure's size itself costs).  Calls of 16 keys, as an engine's
+//! per-step calls, in requests of 1024 keys; lookups and loads also in
+//! calls of 128 keys (`lookup_request`, `load_request`: a request's keys in
+//! one call).  Request commits are timed apart (`commit_loads`, ns per
+//! committed key).  Also reports metadata bytes per block (key bytes
 //! excluded), measured on the live tier.
 //!
 //! `machine/N/memory_floor/uniform` calibrates: what the memory reads of
@@ -31,9 +33,11 @@ use kvtier::primary::{
 use kvtier::request::RequestId;
 use rng::Rng;
 
+/// Keys per call.
 const BATCH: usize = 16;
+/// Keys per call when a call carries a request's keys (lookups and loads).
+const REQUEST_CALL: usize = 128;
 const HOT: u64 = 10_000;
-const LONG: usize = 128;
 /// Keys per request: requests are finished (their accesses committed) after this many.
 const REQUEST_KEYS: usize = 1024;
 
@@ -108,7 +112,7 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
     let hot_base = (n - HOT.min(n)) / 2;
     let mut keys: Vec<Key> = Vec::with_capacity(BATCH);
     let mut slots = Vec::with_capacity(BATCH);
-    let per_rep = ops / REPS / BATCH as u64 * BATCH as u64;
+    let per_rep = ops / REPS / REQUEST_KEYS as u64 * REQUEST_KEYS as u64;
 
     for hot in [false, true] {
         let pattern = if hot { "hot" } else { "uniform" };
@@ -130,71 +134,59 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
             name: format!("{label}/lookup_single/{pattern}"),
             ns,
         });
-        // Lookups as the C API takes them: batches of 16.
-        let mut results = [PrimaryLookup::Miss; BATCH];
-        let ns = best(|_| {
-            let t0 = Instant::now();
-            let mut hits = 0u64;
-            for chunk in probe.chunks_exact(BATCH) {
-                t.lookup_batch(black_box(chunk), &mut results);
-                hits += results.iter().filter(|&&r| r == PrimaryLookup::Hit).count() as u64;
-            }
-            let ns = t0.elapsed().as_nanos() as f64;
-            assert_eq!(hits, per_rep);
-            (per_rep, ns)
-        });
-        out.push(Fig {
-            name: format!("{label}/lookup/{pattern}"),
-            ns,
-        });
-        // Lookups of a whole request's keys per call.
-        let mut results = vec![PrimaryLookup::Miss; LONG];
-        let ns = best(|_| {
-            let t0 = Instant::now();
-            let mut hits = 0u64;
-            for chunk in probe.chunks_exact(LONG) {
-                t.lookup_batch(black_box(chunk), &mut results);
-                hits += results.iter().filter(|&&r| r == PrimaryLookup::Hit).count() as u64;
-            }
-            let ns = t0.elapsed().as_nanos() as f64;
-            (per_rep / LONG as u64 * LONG as u64, ns)
-        });
-        out.push(Fig {
-            name: format!("{label}/lookup_long/{pattern}"),
-            ns,
-        });
-
-        // prepare_load + complete_load in batches of 16, as requests of
-        // REQUEST_KEYS keys; their commits (on_request_finished) are timed
-        // apart, per committed key.
-        let mut commit = f64::INFINITY;
-        let ns = best(|_| {
-            let (mut op_ns, mut fin_ns) = (0.0, 0.0);
-            for request in probe.chunks(REQUEST_KEYS) {
+        // Lookups and loads in calls of 16 keys (an engine's per-step
+        // calls) and of 128 (a request's keys in one call: a 2,048-token
+        // prompt at 16 tokens per block).
+        for (call, suffix) in [(BATCH, ""), (REQUEST_CALL, "_request")] {
+            let mut results = vec![PrimaryLookup::Miss; call];
+            let ns = best(|_| {
                 let t0 = Instant::now();
-                for chunk in request.chunks_exact(BATCH) {
-                    keys.clear();
-                    keys.extend_from_slice(chunk);
-                    t.prepare_load(req, &keys, &mut slots).unwrap();
-                    t.complete_load(req, &keys).unwrap();
+                let mut hits = 0u64;
+                for chunk in probe.chunks_exact(call) {
+                    t.lookup_batch(black_box(chunk), &mut results);
+                    hits += results.iter().filter(|&&r| r == PrimaryLookup::Hit).count() as u64;
                 }
-                op_ns += t0.elapsed().as_nanos() as f64;
-                let t0 = Instant::now();
-                t.on_request_finished(req).unwrap();
-                fin_ns += t0.elapsed().as_nanos() as f64;
-                t.begin_request(req).unwrap();
+                let ns = t0.elapsed().as_nanos() as f64;
+                assert_eq!(hits, per_rep);
+                (per_rep, ns)
+            });
+            out.push(Fig {
+                name: format!("{label}/lookup{suffix}/{pattern}"),
+                ns,
+            });
+
+            // prepare_load + complete_load, as requests of REQUEST_KEYS
+            // keys; their commits (on_request_finished) are timed apart,
+            // per committed key.
+            let mut commit = f64::INFINITY;
+            let ns = best(|_| {
+                let (mut op_ns, mut fin_ns) = (0.0, 0.0);
+                for request in probe.chunks(REQUEST_KEYS) {
+                    let t0 = Instant::now();
+                    for chunk in request.chunks_exact(call) {
+                        t.prepare_load(req, black_box(chunk), &mut slots).unwrap();
+                        t.complete_load(req, chunk).unwrap();
+                    }
+                    op_ns += t0.elapsed().as_nanos() as f64;
+                    let t0 = Instant::now();
+                    t.on_request_finished(req).unwrap();
+                    fin_ns += t0.elapsed().as_nanos() as f64;
+                    t.begin_request(req).unwrap();
+                }
+                commit = commit.min(fin_ns / per_rep as f64);
+                (per_rep, op_ns)
+            });
+            out.push(Fig {
+                name: format!("{label}/load{suffix}/{pattern}"),
+                ns,
+            });
+            if call == BATCH {
+                out.push(Fig {
+                    name: format!("{label}/commit_loads/{pattern}"),
+                    ns: commit,
+                });
             }
-            commit = commit.min(fin_ns / per_rep as f64);
-            (per_rep, op_ns)
-        });
-        out.push(Fig {
-            name: format!("{label}/load/{pattern}"),
-            ns,
-        });
-        out.push(Fig {
-            name: format!("{label}/commit_loads/{pattern}"),
-            ns: commit,
-        });
+        }
     }
 
     // prepare_store + complete_store without eviction: a second tier filled
