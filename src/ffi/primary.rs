@@ -18,8 +18,8 @@ use crate::error::Error;
 use crate::events::{Event, EventKind};
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::primary::{
-    NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
-    LOOKUP_WINDOW,
+    LOOKUP_WINDOW, NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats,
+    StoreOutcome, StorePlan,
 };
 
 /// Opaque handle of one CPU primary tier.
@@ -367,7 +367,11 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         // together, so their memory reads overlap.
         let mut keys = [Key::FILLER; LOOKUP_WINDOW];
         let mut found = [PrimaryLookup::Miss; LOOKUP_WINDOW];
-        for (w, (raw, out)) in raw.chunks(LOOKUP_WINDOW).zip(out.chunks_mut(LOOKUP_WINDOW)).enumerate() {
+        for (w, (raw, out)) in raw
+            .chunks(LOOKUP_WINDOW)
+            .zip(out.chunks_mut(LOOKUP_WINDOW))
+            .enumerate()
+        {
             for (j, (k, slot)) in raw.iter().zip(keys.iter_mut()).enumerate() {
                 *slot = unsafe { read_key(k, w * LOOKUP_WINDOW + j) }?;
             }

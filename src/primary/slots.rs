@@ -29,7 +29,6 @@ pub(crate) const NAMED: u8 = 4;
 /// an eviction passed over it; it must be restored when the key turns idle.
 pub(crate) const PARKED: u8 = 8;
 
-
 /// Where a record's key starts.
 const KEY_OFFSET: usize = std::mem::offset_of!(Record, key);
 
@@ -157,7 +156,8 @@ impl Slots {
     #[inline]
     pub(crate) fn find(&self, key: &Key, h: u64) -> Option<u32> {
         let records = &self.records;
-        self.index.find(h, |s| same_key(&records[s as usize].key, key))
+        self.index
+            .find(h, |s| same_key(&records[s as usize].key, key))
     }
 
     /// Requests what resolving a key of `len` bytes to record `r` reads:
@@ -234,8 +234,9 @@ impl Slots {
     #[inline]
     pub(crate) fn release(&mut self, slot: u32, h: u64) {
         let (records, hasher) = (&self.records, &self.hasher);
-        self.index
-            .remove(h, slot, |s| hasher.hash_one(records[s as usize].key.as_bytes()));
+        self.index.remove(h, slot, |s| {
+            hasher.hash_one(records[s as usize].key.as_bytes())
+        });
         let record = &mut self.records[slot as usize];
         record.set_refs(self.free_top as i32);
         record.flags = 0;
