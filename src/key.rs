@@ -38,6 +38,18 @@ impl Key {
 
     /// Like [`Key::new`], naming `index` (the key's position in its batch) in the error.
     pub fn at(bytes: &[u8], index: usize) -> Result<Key, Error> {
+        let mut key = Key::FILLER;
+        key.assign(bytes, index)?;
+        Ok(key)
+    }
+
+    /// Makes this key `bytes`, in place; an empty or too long `bytes` is an
+    /// error naming `index` (the key's position in its batch), and leaves
+    /// the key as it was.  Filling a key where it is kept (a slot of a
+    /// vector) spares a copy of a freshly written key, which the CPU
+    /// cannot forward from its store buffer and stalls on.
+    #[inline]
+    pub fn assign(&mut self, bytes: &[u8], index: usize) -> Result<(), Error> {
         if bytes.is_empty() {
             return Err(Error::InvalidKey {
                 index,
@@ -50,12 +62,10 @@ impl Key {
                 reason: format!("key of {} bytes (keys are 1 to 64 bytes)", bytes.len()),
             });
         }
-        let mut key = Key {
-            len: bytes.len() as u8,
-            bytes: [0; MAX_KEY_LEN],
-        };
-        key.bytes[..bytes.len()].copy_from_slice(bytes);
-        Ok(key)
+        self.bytes = [0; MAX_KEY_LEN];
+        self.bytes[..bytes.len()].copy_from_slice(bytes);
+        self.len = bytes.len() as u8;
+        Ok(())
     }
 
     /// The key's bytes.

@@ -30,9 +30,26 @@ pub(crate) unsafe fn read_keys(
     let raw = unsafe { in_slice(keys, n, "keys") }?;
     out.reserve(raw.len());
     for (index, k) in raw.iter().enumerate() {
-        out.push(unsafe { read_key(k, index) }?);
+        out.push(Key::FILLER);
+        if let Some(slot) = out.last_mut() {
+            unsafe { read_key_into(k, index, slot) }?;
+        }
     }
     Ok(())
+}
+
+/// Copies one C key into `out` (in place), naming `index` in the error;
+/// `out` is left as it was on error.
+///
+/// # Safety
+/// `key.data` must be valid for reads of `key.len` bytes.
+pub(crate) unsafe fn read_key_into(
+    key: &kvtier_key,
+    index: usize,
+    out: &mut Key,
+) -> Result<(), Failure> {
+    let bytes = unsafe { checked_key_bytes(key, index) }?;
+    Ok(out.assign(bytes, index)?)
 }
 
 /// Copies one C key, naming `index` in the error.
@@ -40,6 +57,15 @@ pub(crate) unsafe fn read_keys(
 /// # Safety
 /// `key.data` must be valid for reads of `key.len` bytes.
 pub(crate) unsafe fn read_key(key: &kvtier_key, index: usize) -> Result<Key, Failure> {
+    let bytes = unsafe { checked_key_bytes(key, index) }?;
+    Ok(Key::at(bytes, index)?)
+}
+
+/// The bytes of one C key, checked (length 1..=64, data not null).
+///
+/// # Safety
+/// `key.data` must be valid for reads of `key.len` bytes.
+pub(crate) unsafe fn checked_key_bytes(key: &kvtier_key, index: usize) -> Result<&[u8], Failure> {
     if key.len == 0 || key.len > crate::key::MAX_KEY_LEN {
         return Err(Failure::Core(crate::Error::InvalidKey {
             index,
@@ -49,8 +75,7 @@ pub(crate) unsafe fn read_key(key: &kvtier_key, index: usize) -> Result<Key, Fai
     if key.data.is_null() {
         return Err(Failure::Null("keys[].data"));
     }
-    let bytes = unsafe { std::slice::from_raw_parts(key.data, key.len) };
-    Ok(Key::at(bytes, index)?)
+    Ok(unsafe { std::slice::from_raw_parts(key.data, key.len) })
 }
 
 /// Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).

@@ -12,7 +12,7 @@ use super::boundary::{
     Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
     out_ref, out_slice,
 };
-use super::key::{KVTIER_MAX_KEY_LEN, kvtier_key, read_key, read_keys};
+use super::key::{KVTIER_MAX_KEY_LEN, checked_key_bytes, kvtier_key, read_key_into, read_keys};
 use super::status::kvtier_status;
 use crate::error::Error;
 use crate::events::{Event, EventKind};
@@ -361,7 +361,7 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         let out = unsafe { out_slice(results_out, results_len, "results_out") }?;
         // Every key is checked first, so a bad one leaves `results_out` untouched.
         for (i, k) in raw.iter().enumerate() {
-            unsafe { read_key(k, i) }?;
+            unsafe { checked_key_bytes(k, i) }?;
         }
         // Keys are copied a window at a time (no allocation) and looked up
         // together, so their memory reads overlap.
@@ -373,7 +373,7 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
             .enumerate()
         {
             for (j, (k, slot)) in raw.iter().zip(keys.iter_mut()).enumerate() {
-                *slot = unsafe { read_key(k, w * LOOKUP_WINDOW + j) }?;
+                unsafe { read_key_into(k, w * LOOKUP_WINDOW + j, slot) }?;
             }
             h.core.tier.lookup_batch(&keys[..raw.len()], &mut found);
             for (o, f) in out.iter_mut().zip(&found[..raw.len()]) {

@@ -819,8 +819,7 @@ impl PrimaryTier {
                 let Some(slot) = self.slots.allocate() else {
                     break;
                 };
-                let key = plan.to_store[plan.slots.len()];
-                self.slots.occupy(slot, key, h);
+                self.slots.occupy(slot, &plan.to_store[plan.slots.len()], h);
                 self.policy
                     .insert(&self.slots, slot, h, kind == STORED_GHOST);
                 plan.slots.push(slot);

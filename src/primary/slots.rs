@@ -53,14 +53,12 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// A freed slot's record for `key` (never read while not resident).
-    const fn free(key: Key) -> Record {
-        Record {
-            refs: [0; 4],
-            flags: 0,
-            key,
-        }
-    }
+    /// A fresh slot's record, before it is first occupied.
+    const FREE: Record = Record {
+        refs: [0; 4],
+        flags: 0,
+        key: Key::FILLER,
+    };
 
     /// The ref count.
     #[inline(always)]
@@ -216,16 +214,18 @@ impl Slots {
 
     /// Makes `slot` resident with `key` (hash `h`), write pending.
     #[inline]
-    pub(crate) fn occupy(&mut self, slot: u32, key: Key, h: u64) {
-        let mut record = Record::free(key);
-        record.set_refs(WRITE_PENDING);
-        record.flags = RESIDENT;
+    pub(crate) fn occupy(&mut self, slot: u32, key: &Key, h: u64) {
         let i = slot as usize;
         if i == self.records.len() {
-            self.records.push(record);
-        } else {
-            self.records[i] = record;
+            self.records.push(Record::FREE);
         }
+        // Field by field, in place: a whole record built elsewhere and
+        // copied in would be read back from the store buffer at offsets it
+        // was not written at, which stalls.
+        let record = &mut self.records[i];
+        record.key = *key;
+        record.set_refs(WRITE_PENDING);
+        record.flags = RESIDENT;
         self.index.insert(h, slot);
         self.version = self.version.wrapping_add(1);
     }

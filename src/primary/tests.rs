@@ -1045,7 +1045,7 @@ fn keys_read_ahead_are_resolved_against_the_table_at_their_turn() {
     let put = |s: &mut slots::Slots, key: &Key| {
         let slot = s.allocate().unwrap();
         let h = s.hash(key);
-        s.occupy(slot, *key, h);
+        s.occupy(slot, key, h);
         slot
     };
     let one = put(&mut s, &keys[0]);
