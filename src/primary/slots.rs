@@ -339,7 +339,9 @@ impl Lookahead {
             ahead.hashes[j] = h;
             slots.index.prefetch(h);
         }
-        for j in 0..len.min(AHEAD / 2) {
+        // The first keys' records are requested all at once: one wait for
+        // their index lines, then one for the records.
+        for j in 0..len.min(AHEAD) {
             ahead.request_slot(slots, j, key(j));
         }
         ahead
@@ -376,7 +378,7 @@ impl Lookahead {
             self.hashes[i % AHEAD] = next;
             slots.index.prefetch(next);
         }
-        if i + AHEAD / 2 < self.len {
+        if i + AHEAD / 2 < self.len && i + AHEAD / 2 >= AHEAD {
             self.request_slot(slots, i + AHEAD / 2, key(i + AHEAD / 2));
         }
         match slots.records.get(likely as usize) {
