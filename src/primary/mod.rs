@@ -15,7 +15,10 @@
 //! period, and restored at their recency when they turn idle (a walk back
 //! over parked keys only, which are in flight).  A refusal for lack of idle
 //! keys is decided from counts, without looking at the lists.  Per-slot
-//! state lives in arrays indexed by slot id (`slots.rs`); policies (the
+//! state lives in one record per slot, indexed by slot id (`slots.rs`);
+//! batch calls read ahead as they go (`Lookahead` there, `ReorderAhead`
+//! here), so on tables beyond the CPU caches the memory misses of a call
+//! overlap; policies (the
 //! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
 //! key it stores or loads once; records reuse their buffers, so the hot
