@@ -275,15 +275,25 @@ struct Counters {
 /// One active request's accesses, committed at its finish.
 #[derive(Debug, Default)]
 struct RequestRecord {
-    /// Distinct keys stored or loaded, in first-presentation order; `true` =
-    /// reused (loaded, or found ready at store, by any of its presentations).
-    accesses: Vec<(Key, bool)>,
+    /// Distinct keys stored or loaded, in first-presentation order.
+    accesses: Vec<Access>,
     /// Positions in `accesses`, hashed over the key bytes: each key is
     /// recorded once, so the log is bounded by the request's distinct keys
     /// however often it presents them.
     seen: hashbrown::HashTable<u32>,
     /// Ghost keys whose offer already adapted ARC's target in this request.
     adapted: Vec<Key>,
+}
+
+/// One key a request stored or loaded.
+#[derive(Debug, Clone, Copy)]
+struct Access {
+    key: Key,
+    /// The slot the key had at its latest presentation: where the commit
+    /// looks first (checked there, as the key may have left since).
+    slot: u32,
+    /// Loaded, or found ready at store, by any of its presentations.
+    reused: bool,
 }
 
 /// The CPU primary tier.  Not thread safe by itself: callers serialize access.
@@ -334,24 +344,33 @@ fn unknown(req: RequestId) -> Error {
 }
 
 impl RequestRecord {
-    /// Records one access of `key` (hash `h` under `hasher`): appended at its
-    /// first presentation, else its `reused` flag is or-ed into the entry.
-    /// O(1); allocates only when the request's distinct keys outgrow the
-    /// record's buffers (which are reused by later requests).
+    /// Records one access of `key` (hash `h` under `hasher`, now in `slot`):
+    /// appended at its first presentation, else its `reused` flag is or-ed
+    /// into the entry and its slot updated.  O(1); allocates only when the
+    /// request's distinct keys outgrow the record's buffers (which are
+    /// reused by later requests).
     #[inline]
-    fn record(&mut self, hasher: &RandomState, key: &Key, h: u64, reused: bool) {
+    fn record(&mut self, hasher: &RandomState, key: &Key, h: u64, slot: u32, reused: bool) {
         let accesses = &mut self.accesses;
         match self
             .seen
-            .find(h, |&i| slots::same_key(&accesses[i as usize].0, key))
+            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
         {
-            Some(&i) => accesses[i as usize].1 |= reused,
+            Some(&i) => {
+                let a = &mut accesses[i as usize];
+                a.reused |= reused;
+                a.slot = slot;
+            }
             None => {
                 let i = accesses.len() as u32;
-                accesses.push((*key, reused));
+                accesses.push(Access {
+                    key: *key,
+                    slot,
+                    reused,
+                });
                 let acc = &*accesses;
                 self.seen
-                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].0.as_bytes()));
+                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].key.as_bytes()));
             }
         }
     }
@@ -581,8 +600,8 @@ impl PrimaryTier {
         self.counters.loads += keys.len() as u64;
         let hasher = &self.slots.hasher;
         let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
-        for key in keys {
-            record.record(hasher, key, hasher.hash_one(key.as_bytes()), true);
+        for (key, &slot) in keys.iter().zip(slots_out.iter()) {
+            record.record(hasher, key, hasher.hash_one(key.as_bytes()), slot, true);
         }
         Ok(())
     }
@@ -814,7 +833,8 @@ impl PrimaryTier {
 
         if !refused {
             // 5. Allocate and insert, in call order (the last key most recent).
-            for &(h, kind, _) in &scratch {
+            for (h, kind, s) in scratch.iter_mut() {
+                let (h, kind) = (*h, *kind);
                 if kind != STORED && kind != STORED_GHOST {
                     continue;
                 }
@@ -822,6 +842,7 @@ impl PrimaryTier {
                 let Some(slot) = self.slots.allocate() else {
                     break;
                 };
+                *s = slot;
                 self.slots.occupy(slot, &plan.to_store[plan.slots.len()], h);
                 self.policy
                     .insert(&self.slots, slot, h, kind == STORED_GHOST);
@@ -834,10 +855,10 @@ impl PrimaryTier {
             //    occurrences of stored keys; every ready key found).
             let hasher = &self.slots.hasher;
             if let Some(record) = self.requests.get_mut(&req) {
-                for (key, &(h, kind, _)) in keys.iter().zip(scratch.iter()) {
+                for (key, &(h, kind, s)) in keys.iter().zip(scratch.iter()) {
                     match kind {
-                        FOUND_READY => record.record(hasher, key, h, true),
-                        STORED | STORED_GHOST => record.record(hasher, key, h, false),
+                        FOUND_READY => record.record(hasher, key, h, s, true),
+                        STORED | STORED_GHOST => record.record(hasher, key, h, s, false),
                         _ => {}
                     }
                 }
@@ -896,15 +917,39 @@ impl PrimaryTier {
     /// loaded that is still resident gets one access, its head most recent.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        // From the request's tail to its head.
+        // From the request's tail to its head.  Each key is looked for
+        // first in the slot it had when recorded; what that commit reads
+        // (the slot's record, its links, then its neighbours' links) is
+        // requested LINKS_AHEAD and LINKS_AHEAD / 2 keys ahead.
         let accesses = &record.accesses;
         let n = accesses.len();
-        let at = |j: usize| &accesses[n - 1 - j].0;
-        let mut ahead = ReorderAhead::new(&self.slots, &*self.policy, n, at);
+        let at = |j: usize| &accesses[n - 1 - j];
+        let (slots, policy) = (&self.slots, &mut self.policy);
+        let request = |policy: &dyn Policy, a: &Access| {
+            slots.prefetch_slot(a.slot, a.key.len());
+            policy.prefetch_links(a.slot);
+        };
+        for j in 0..n.min(LINKS_AHEAD) {
+            request(&**policy, at(j));
+        }
+        for j in 0..n.min(LINKS_AHEAD / 2) {
+            policy.prefetch_neighbours(at(j).slot);
+        }
         for j in 0..n {
-            let (_, s) = ahead.find(&self.slots, &*self.policy, j, at);
+            if j + LINKS_AHEAD < n {
+                request(&**policy, at(j + LINKS_AHEAD));
+            }
+            if j + LINKS_AHEAD / 2 < n {
+                policy.prefetch_neighbours(at(j + LINKS_AHEAD / 2).slot);
+            }
+            let a = at(j);
+            let s = if slots.holds(a.slot, &a.key) {
+                a.slot
+            } else {
+                slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
+            };
             if s != NIL {
-                self.policy.commit(&self.slots, s, accesses[n - 1 - j].1);
+                policy.commit(slots, s, a.reused);
             }
         }
         for key in record.adapted.drain(..) {

@@ -158,6 +158,23 @@ impl Slots {
             .find(h, |s| same_key(&records[s as usize].key, key))
     }
 
+    /// Whether resident `slot` holds `key` ([`NIL`] or a freed slot: false).
+    #[inline(always)]
+    pub(crate) fn holds(&self, slot: u32, key: &Key) -> bool {
+        self.records
+            .get(slot as usize)
+            .is_some_and(|r| r.flags & RESIDENT != 0 && same_key(&r.key, key))
+    }
+
+    /// Requests what [`Slots::holds`] of `slot` and a key of `len` bytes
+    /// reads (a hint; nothing for [`NIL`]).
+    #[inline(always)]
+    pub(crate) fn prefetch_slot(&self, slot: u32, len: usize) {
+        if let Some(r) = self.records.get(slot as usize) {
+            self.prefetch_record(r, len);
+        }
+    }
+
     /// Requests what resolving a key of `len` bytes to record `r` reads:
     /// the ref count and flags, and the stored key's length byte through
     /// its `len`-th byte (one or two cache lines).

@@ -882,10 +882,15 @@ fn a_request_records_each_key_once_however_often_it_presents_it() {
             3,
             "{p:?}: one entry per distinct key"
         );
+        let seen: Vec<(Key, u32, bool)> = record
+            .accesses
+            .iter()
+            .map(|a| (a.key, a.slot, a.reused))
+            .collect();
         assert_eq!(
-            record.accesses,
-            vec![(k(1), true), (k(2), true), (k(3), true)],
-            "{p:?}: first-presentation order; 1 was stored, then found ready (reused)"
+            seen,
+            vec![(k(1), 0, true), (k(2), 1, true), (k(3), 2, true)],
+            "{p:?}: first-presentation order, with the keys' slots; 1 was stored, then found ready (reused)"
         );
         t.on_request_finished(R).unwrap();
         if p == PolicyKind::Lru {
@@ -1056,4 +1061,33 @@ fn keys_read_ahead_are_resolved_against_the_table_at_their_turn() {
     s.release(two, s.hash(&keys[1]));
     let found: Vec<u32> = (0..keys.len()).map(|i| ahead.find(&s, i, at).1).collect();
     assert_eq!(found, vec![one, NIL, three, NIL]);
+}
+
+#[test]
+fn commits_find_keys_that_moved_since_they_were_recorded() {
+    // A request records where each key was; keys evicted and stored again
+    // elsewhere by other requests, or gone, are still committed correctly.
+    let mut t = tier(4, PolicyKind::Lru);
+    let other = RequestId(2);
+    t.begin_request(R).unwrap();
+    t.begin_request(other).unwrap();
+    store(&mut t, R, &[1, 2]); // slots 0, 1
+    store(&mut t, other, &[3, 4]); // slots 2, 3
+    // Other evicts 1 and 2 (oldest), then stores 1 again: it lands in a freed slot.
+    store(&mut t, other, &[5, 6]);
+    assert_eq!(t.lookup(&k(1)), PrimaryLookup::Miss);
+    store(&mut t, other, &[1]);
+    let slot_of_1 = t.slot_of(&k(1)).unwrap();
+    assert_eq!(
+        t.slot_of(&k(5)),
+        Some(1),
+        "5 took 2's slot, 1's old slot went to 6"
+    );
+    assert_ne!(slot_of_1, 0);
+    t.on_request_finished(R).unwrap();
+    // R's commit made 1 most recent, at its new slot; 2 is gone, and the
+    // slot it had (now 5's) was not committed in its place.
+    assert_eq!(order(&t).last(), Some(&k(1)));
+    assert_eq!(order(&t), ks(&[4, 5, 6, 1]));
+    t.check_invariants().unwrap();
 }
