@@ -1164,7 +1164,7 @@ impl PrimaryTier {
 
 /// How many keys ahead a [`ReorderAhead`] resolves a key and requests its
 /// slot's policy links; its neighbours' links are requested half as far ahead.
-const LINKS_AHEAD: usize = 8;
+const LINKS_AHEAD: usize = 16;
 
 /// Resolves a batch's keys for a call that reorders the policy's lists but
 /// never changes the index (touches, request commits): each key is
