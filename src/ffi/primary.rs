@@ -7,6 +7,7 @@
 //! so no call allocates memory the caller must free.
 
 use std::ffi::c_char;
+use std::mem::MaybeUninit;
 
 use super::boundary::{
     Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
@@ -364,8 +365,9 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
             unsafe { checked_key_bytes(k, i) }?;
         }
         // Keys are copied a window at a time (no allocation) and looked up
-        // together, so their memory reads overlap.
-        let mut keys = [Key::FILLER; LOOKUP_WINDOW];
+        // together, so their memory reads overlap.  The window is left
+        // uninitialized (8 KiB): a call writes only the keys it has.
+        let mut keys = [const { MaybeUninit::<Key>::uninit() }; LOOKUP_WINDOW];
         let mut found = [PrimaryLookup::Miss; LOOKUP_WINDOW];
         for (w, (raw, out)) in raw
             .chunks(LOOKUP_WINDOW)
@@ -373,9 +375,13 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
             .enumerate()
         {
             for (j, (k, slot)) in raw.iter().zip(keys.iter_mut()).enumerate() {
-                unsafe { read_key_into(k, w * LOOKUP_WINDOW + j, slot) }?;
+                let key = slot.write(Key::FILLER);
+                unsafe { read_key_into(k, w * LOOKUP_WINDOW + j, key) }?;
             }
-            h.core.tier.lookup_batch(&keys[..raw.len()], &mut found);
+            // SAFETY: the first `raw.len()` entries were written just above.
+            let window =
+                unsafe { std::slice::from_raw_parts(keys.as_ptr().cast::<Key>(), raw.len()) };
+            h.core.tier.lookup_batch(window, &mut found);
             for (o, f) in out.iter_mut().zip(&found[..raw.len()]) {
                 *o = match f {
                     PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
