@@ -216,3 +216,62 @@ fn store_load_and_misuse_through_the_c_api() {
     );
     unsafe { kvtier_primary_free(p) };
 }
+
+#[test]
+fn long_lookups_cross_windows_and_a_bad_key_anywhere_writes_nothing() {
+    // 300 keys (more than two of the lookup's 128-key windows): ready,
+    // write-pending and absent keys in every window, each answered as a
+    // lookup of that key alone answers it.
+    let p = new(512, c"lru");
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ) },
+        kvtier_status::Ok
+    );
+    let names: Vec<[u8; 4]> = (0..300u32).map(|i| i.to_be_bytes()).collect();
+    let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
+    let ready: Vec<kvtier_key> = keys.iter().step_by(3).copied().collect();
+    let pending: Vec<kvtier_key> = keys.iter().skip(1).step_by(7).copied().collect();
+    let (st, _) = store(p, &ready);
+    assert_eq!(st, kvtier_status::Ok);
+    let mut done = kvtier_primary_complete_result::default();
+    assert_eq!(
+        unsafe { kvtier_primary_complete_store(p, ready.as_ptr(), ready.len(), true, &mut done) },
+        kvtier_status::Ok
+    );
+    let (st, _) = store(p, &pending);
+    assert_eq!(st, kvtier_status::Ok);
+    let mut all = vec![kvtier_primary_lookup_result::Miss; keys.len()];
+    let st =
+        unsafe { kvtier_primary_lookup(p, keys.as_ptr(), keys.len(), all.as_mut_ptr(), all.len()) };
+    assert_eq!(st, kvtier_status::Ok);
+    for (i, k) in keys.iter().enumerate() {
+        let mut one = [kvtier_primary_lookup_result::Miss];
+        let st = unsafe { kvtier_primary_lookup(p, k, 1, one.as_mut_ptr(), 1) };
+        assert_eq!(st, kvtier_status::Ok);
+        assert_eq!(all[i], one[0], "key {i}");
+        let want = if i % 3 == 0 {
+            kvtier_primary_lookup_result::Hit
+        } else if i % 7 == 1 {
+            kvtier_primary_lookup_result::HitPending
+        } else {
+            kvtier_primary_lookup_result::Miss
+        };
+        assert_eq!(all[i], want, "key {i}");
+    }
+    // A bad key in the third window: an error naming it, results untouched.
+    let mut bad = keys.clone();
+    bad[260] = kvtier_key {
+        data: names[0].as_ptr(),
+        len: 65,
+    };
+    let mut res = vec![kvtier_primary_lookup_result::HitPending; bad.len()];
+    let st =
+        unsafe { kvtier_primary_lookup(p, bad.as_ptr(), bad.len(), res.as_mut_ptr(), res.len()) };
+    assert_eq!(st, kvtier_status::InvalidKey);
+    assert!(last_error().contains("260"), "{}", last_error());
+    assert!(
+        res.iter()
+            .all(|&r| r == kvtier_primary_lookup_result::HitPending)
+    );
+    unsafe { kvtier_primary_free(p) };
+}
