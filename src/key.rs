@@ -139,6 +139,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn assign_rewrites_in_place_and_a_bad_key_changes_nothing() {
+        let long: Vec<u8> = (1..=64).collect();
+        let mut k = Key::new(&long).unwrap();
+        k.assign(b"abc", 0).unwrap();
+        assert_eq!(k, Key::new(b"abc").unwrap());
+        assert_eq!(k.as_bytes(), b"abc");
+        // Nothing of the longer key is left past the new length.
+        assert_eq!(k.bytes[3..], [0u8; MAX_KEY_LEN - 3]);
+        assert!(matches!(
+            k.assign(&[], 5),
+            Err(Error::InvalidKey { index: 5, .. })
+        ));
+        assert!(matches!(
+            k.assign(&[1; 65], 6),
+            Err(Error::InvalidKey { index: 6, .. })
+        ));
+        assert_eq!(k.as_bytes(), b"abc");
+    }
+
+    #[test]
     fn accepts_one_to_sixty_four_bytes() {
         assert_eq!(Key::new(&[7]).unwrap().as_bytes(), &[7]);
         let long = [0xabu8; 64];
