@@ -315,6 +315,9 @@ pub struct PrimaryTier {
     scratch_new: Vec<(Key, u64, u32)>,
     scratch_dedup: hashbrown::HashTable<u32>,
     scratch_victims: Vec<u32>,
+    /// Hashes of the keys a call handles in bulk, in order: a pin's keys
+    /// (for the request record), an eviction's victims.
+    scratch_hashes: Vec<u64>,
 }
 
 /// `scratch_keys` kinds: what the key was at the start of `prepare_store`
@@ -434,6 +437,7 @@ impl PrimaryTier {
             scratch_new: Vec::new(),
             scratch_dedup: hashbrown::HashTable::new(),
             scratch_victims: Vec::new(),
+            scratch_hashes: Vec::new(),
             config,
         })
     }
@@ -504,13 +508,15 @@ impl PrimaryTier {
     }
 
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
-    /// into `slots_out` (cleared first); nothing changes on error.
+    /// into `slots_out` (cleared first) and their hashes into
+    /// `scratch_hashes`; nothing changes on error.
     fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         slots_out.clear();
+        self.scratch_hashes.clear();
         let at = |j: usize| &keys[j];
         let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
         for (i, key) in keys.iter().enumerate() {
-            let (_, slot) = ahead.find(&self.slots, i, at);
+            let (h, slot) = ahead.find(&self.slots, i, at);
             if slot == NIL {
                 return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
             }
@@ -522,6 +528,7 @@ impl PrimaryTier {
                 return Err(key_error(i, key, "pinned too many times"));
             }
             slots_out.push(slot);
+            self.scratch_hashes.push(h);
         }
         for &slot in slots_out.iter() {
             let r = self.slots.refs(slot);
@@ -600,8 +607,9 @@ impl PrimaryTier {
         self.counters.loads += keys.len() as u64;
         let hasher = &self.slots.hasher;
         let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
-        for (key, &slot) in keys.iter().zip(slots_out.iter()) {
-            record.record(hasher, key, hasher.hash_one(key.as_bytes()), slot, true);
+        let hashes = &self.scratch_hashes;
+        for ((key, &slot), &h) in keys.iter().zip(slots_out.iter()).zip(hashes) {
+            record.record(hasher, key, h, slot, true);
         }
         Ok(())
     }
@@ -803,14 +811,16 @@ impl PrimaryTier {
             plan.clear();
         } else if need > 0 {
             // Every victim's index line and policy lines load together.
+            let mut hashes = std::mem::take(&mut self.scratch_hashes);
+            hashes.clear();
             for &slot in &victims {
                 let h = self.slots.hash(self.slots.key(slot));
                 self.slots.index.prefetch(h);
                 self.policy.prefetch_eviction(slot, h);
+                hashes.push(h);
             }
-            for &slot in &victims {
+            for (&slot, &h) in victims.iter().zip(&hashes) {
                 let key = *self.slots.key(slot);
-                let h = self.slots.hash(&key);
                 self.policy.evict(&self.slots, slot, h);
                 if self.slots.flags(slot) & ANNOUNCED != 0 {
                     self.emit(EventKind::Removed, Some(key));
@@ -820,6 +830,7 @@ impl PrimaryTier {
                 self.counters.evictions += 1;
                 plan.evicted.push(key);
             }
+            self.scratch_hashes = hashes;
         }
         victims.clear();
         self.scratch_victims = victims;
@@ -918,30 +929,21 @@ impl PrimaryTier {
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
         // From the request's tail to its head.  Each key is looked for
-        // first in the slot it had when recorded; what that commit reads
-        // (the slot's record, its links, then its neighbours' links) is
-        // requested LINKS_AHEAD and LINKS_AHEAD / 2 keys ahead.
+        // first in the slot it had when recorded; that slot's record and
+        // policy lines are requested ahead.
         let accesses = &record.accesses;
         let n = accesses.len();
         let at = |j: usize| &accesses[n - 1 - j];
         let (slots, policy) = (&self.slots, &mut self.policy);
-        let request = |policy: &dyn Policy, a: &Access| {
-            slots.prefetch_slot(a.slot, a.key.len());
-            policy.prefetch_links(a.slot);
-        };
         for j in 0..n.min(LINKS_AHEAD) {
-            request(&**policy, at(j));
+            slots.prefetch_slot(at(j).slot, at(j).key.len());
         }
-        for j in 0..n.min(LINKS_AHEAD / 2) {
-            policy.prefetch_neighbours(at(j).slot);
-        }
+        request_links_first(&**policy, n, |j| at(j).slot);
         for j in 0..n {
-            if j + LINKS_AHEAD < n {
-                request(&**policy, at(j + LINKS_AHEAD));
+            if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
+                slots.prefetch_slot(a.slot, a.key.len());
             }
-            if j + LINKS_AHEAD / 2 < n {
-                policy.prefetch_neighbours(at(j + LINKS_AHEAD / 2).slot);
-            }
+            request_links_at(&**policy, j, n, |k| at(k).slot);
             let a = at(j);
             let s = if slots.holds(a.slot, &a.key) {
                 a.slot
@@ -1162,16 +1164,42 @@ impl PrimaryTier {
     }
 }
 
-/// How many keys ahead a [`ReorderAhead`] resolves a key and requests its
-/// slot's policy links; its neighbours' links are requested half as far ahead.
+/// How many keys ahead a call that reorders the policy's lists (touches,
+/// request commits) requests a slot's policy links; its neighbours' links
+/// are requested half as far ahead.
 const LINKS_AHEAD: usize = 16;
 
-/// Resolves a batch's keys for a call that reorders the policy's lists but
-/// never changes the index (touches, request commits): each key is
-/// resolved [`LINKS_AHEAD`] positions before its turn (its index and slot
-/// reads requested further ahead still, by a [`Lookahead`]), then its
-/// slot's links are requested, then its neighbours' links, so that moving
-/// the slot in its list finds its lines loaded.
+/// Requests the policy lines the first keys of a reordering call will
+/// read: the links of the slots of keys `0..LINKS_AHEAD`, then the
+/// neighbours' links of keys `0..LINKS_AHEAD / 2`.  `slot_at(j)` is key
+/// `j`'s slot or a likely one: [`NIL`] or a stale slot is a harmless hint.
+fn request_links_first(policy: &dyn Policy, len: usize, slot_at: impl Fn(usize) -> u32) {
+    for j in 0..len.min(LINKS_AHEAD) {
+        policy.prefetch_links(slot_at(j));
+    }
+    for j in 0..len.min(LINKS_AHEAD / 2) {
+        policy.prefetch_neighbours(slot_at(j));
+    }
+}
+
+/// At key `j` of a reordering call of `len` keys: requests the links of key
+/// `j + LINKS_AHEAD`'s slot and the neighbours' links of key
+/// `j + LINKS_AHEAD / 2`'s slot (`slot_at` as for [`request_links_first`]).
+#[inline]
+fn request_links_at(policy: &dyn Policy, j: usize, len: usize, slot_at: impl Fn(usize) -> u32) {
+    if j + LINKS_AHEAD < len {
+        policy.prefetch_links(slot_at(j + LINKS_AHEAD));
+    }
+    if j + LINKS_AHEAD / 2 < len {
+        policy.prefetch_neighbours(slot_at(j + LINKS_AHEAD / 2));
+    }
+}
+
+/// Resolves the keys of a touch, which reorders the policy's lists but
+/// never changes the index: each key is resolved [`LINKS_AHEAD`] positions
+/// before its turn (its index and slot reads requested further ahead
+/// still, by a [`Lookahead`]), so that its slot's policy lines can be
+/// requested ahead too.
 struct ReorderAhead {
     ahead: Lookahead,
     /// Hash and slot of the keys in `j..j + LINKS_AHEAD`, at `position % LINKS_AHEAD`.
@@ -1194,15 +1222,8 @@ impl ReorderAhead {
         };
         for j in 0..len.min(LINKS_AHEAD) {
             r.found[j] = r.ahead.find(slots, j, key);
-            if r.found[j].1 != NIL {
-                policy.prefetch_links(r.found[j].1);
-            }
         }
-        for f in &r.found[..len.min(LINKS_AHEAD / 2)] {
-            if f.1 != NIL {
-                policy.prefetch_neighbours(f.1);
-            }
-        }
+        request_links_first(policy, len, |j| r.found[j].1);
         r
     }
 
@@ -1218,18 +1239,9 @@ impl ReorderAhead {
     ) -> (u64, u32) {
         let here = self.found[j % LINKS_AHEAD];
         if j + LINKS_AHEAD < self.len {
-            let next = self.ahead.find(slots, j + LINKS_AHEAD, key);
-            self.found[j % LINKS_AHEAD] = next;
-            if next.1 != NIL {
-                policy.prefetch_links(next.1);
-            }
+            self.found[j % LINKS_AHEAD] = self.ahead.find(slots, j + LINKS_AHEAD, key);
         }
-        if j + LINKS_AHEAD / 2 < self.len {
-            let mid = self.found[(j + LINKS_AHEAD / 2) % LINKS_AHEAD].1;
-            if mid != NIL {
-                policy.prefetch_neighbours(mid);
-            }
-        }
+        request_links_at(policy, j, self.len, |k| self.found[k % LINKS_AHEAD].1);
         here
     }
 }

@@ -77,10 +77,12 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     fn prefetch_eviction(&self, _slot: u32, _h: u64) {}
 
     /// Requests what reordering `slot` will read (a hint): its own links.
+    /// Any slot id is accepted, [`NIL`](super::lists::NIL) included.
     fn prefetch_links(&self, _slot: u32) {}
 
     /// Requests the links of `slot`'s neighbours (a hint, after
-    /// [`Policy::prefetch_links`] of `slot` had time to arrive).
+    /// [`Policy::prefetch_links`] of `slot` had time to arrive); any slot
+    /// id is accepted, as for [`Policy::prefetch_links`].
     fn prefetch_neighbours(&self, _slot: u32) {}
 
     /// Forgets everything (reset).
