@@ -16,6 +16,12 @@
 //! `machine/N/memory_floor/uniform` calibrates: what the memory reads of
 //! a uniform batched lookup cost on this machine with no tier logic at all
 //! (see [`memory_floor`]); the tier cannot be faster than it.
+//! `machine/N/memory_latency/uniform`: one read that depends on the one
+//! before, over an array the size of the tier's records (see
+//! [`memory_latency`]).  A lookup that misses the caches makes two such
+//! reads in sequence (its index line, then its record); only reading
+//! ahead within a call, or the processor running the next call's first
+//! reads early, hides them.
 //!
 //!     cargo bench --bench primary -- [--out FILE.json] [--quick] [--sizes N,N..] [--policies lru,arc]
 
@@ -265,6 +271,24 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
     eprintln!("  {label}: filled in {fill_s:.2} s");
 }
 
+/// `len` copies of `value` in a buffer that asked for huge pages first,
+/// as the tier's large arrays do.
+fn advised_vec<T: Clone>(len: usize, value: T) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(len);
+    let bytes = len * std::mem::size_of::<T>();
+    let (start, huge) = (v.as_ptr() as usize, 2usize << 20);
+    let first = start.next_multiple_of(huge);
+    let end = (start + bytes) / huge * huge;
+    if end > first {
+        // SAFETY: the range lies inside `v`'s allocation; advice only.
+        unsafe {
+            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+        }
+    }
+    v.resize(len, value);
+    v
+}
+
 /// The machine's own cost of the memory reads a uniform lookup needs, with
 /// no tier logic: per key one random 8-byte entry of an index-sized array
 /// (2 entries per slot) and then the 72-byte record it names in a
@@ -272,27 +296,12 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
 /// first, then all record reads), as the tier's batched lookup does; ns per
 /// key.  Arrays ask for huge pages, as the tier's do.
 fn memory_floor(n: u64) -> f64 {
-    fn advised<T: Clone>(len: usize, value: T) -> Vec<T> {
-        let mut v: Vec<T> = Vec::with_capacity(len);
-        let bytes = len * std::mem::size_of::<T>();
-        let (start, huge) = (v.as_ptr() as usize, 2usize << 20);
-        let first = start.next_multiple_of(huge);
-        let end = (start + bytes) / huge * huge;
-        if end > first {
-            // SAFETY: the range lies inside `v`'s allocation; advice only.
-            unsafe {
-                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-            }
-        }
-        v.resize(len, value);
-        v
-    }
     let mut rng = Rng(7);
-    let mut index = advised(2 * n as usize, 0u64);
+    let mut index = advised_vec(2 * n as usize, 0u64);
     for e in index.iter_mut() {
         *e = rng.next() % n;
     }
-    let records = advised(n as usize, [1u8; 72]);
+    let records = advised_vec(n as usize, [1u8; 72]);
     let probes: Vec<u64> = (0..1 << 20).map(|_| rng.next() % (2 * n)).collect();
     best(|_| {
         let t0 = Instant::now();
@@ -313,6 +322,36 @@ fn memory_floor(n: u64) -> f64 {
         let ns = t0.elapsed().as_nanos() as f64;
         assert_eq!(sum, probes.len() as u64);
         (probes.len() as u64, ns)
+    })
+}
+
+/// The machine's latency for one read that depends on the one before
+/// (what a call's first key waits for, twice: its index line, then its
+/// record): a chase through `n` 72-byte records in one random cycle,
+/// in an array the size of the tier's records; ns per read.
+fn memory_latency(n: u64) -> f64 {
+    let n = n as usize;
+    let mut next = advised_vec(n, [0u64; 9]);
+    // Sattolo's shuffle: one cycle through every record.
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut rng = Rng(11);
+    for i in (1..n).rev() {
+        order.swap(i, (rng.next() % i as u64) as usize);
+    }
+    for i in 0..n {
+        next[order[i] as usize][0] = order[(i + 1) % n] as u64;
+    }
+    drop(order);
+    let reads = 1u64 << 20;
+    best(|_| {
+        let t0 = Instant::now();
+        let mut at = 0usize;
+        for _ in 0..reads {
+            at = next[at][0] as usize;
+        }
+        let ns = t0.elapsed().as_nanos() as f64;
+        black_box(at);
+        (reads, ns)
     })
 }
 
@@ -391,6 +430,10 @@ fn main() {
         figs.push(Fig {
             name: format!("machine/{n}/memory_floor/uniform"),
             ns: memory_floor(n),
+        });
+        figs.push(Fig {
+            name: format!("machine/{n}/memory_latency/uniform"),
+            ns: memory_latency(n),
         });
         for &policy in &policies {
             run(policy, n, ops, &mut figs, &mut meta);
