@@ -23,6 +23,28 @@ pub struct Key {
     bytes: [u8; MAX_KEY_LEN],
 }
 
+/// What a key can be read from without copying it: a [`Key`], or the
+/// bytes of one as C passes them (checked to be 1..=64 bytes).  Lookups
+/// take either, so keys from C need not be copied into [`Key`]s first.
+pub(crate) trait KeyBytes {
+    /// The key's bytes.
+    fn key_bytes(&self) -> &[u8];
+}
+
+impl KeyBytes for Key {
+    #[inline(always)]
+    fn key_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl KeyBytes for [u8] {
+    #[inline(always)]
+    fn key_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 impl Key {
     /// A valid one-byte key (a zero byte): filler for fixed arrays that are
     /// written before they are read.

@@ -218,10 +218,10 @@ fn store_load_and_misuse_through_the_c_api() {
 }
 
 #[test]
-fn long_lookups_cross_windows_and_a_bad_key_anywhere_writes_nothing() {
-    // 300 keys (more than two of the lookup's 128-key windows): ready,
-    // write-pending and absent keys in every window, each answered as a
-    // lookup of that key alone answers it.
+fn long_lookups_agree_with_single_ones_and_a_bad_key_anywhere_writes_nothing() {
+    // 300 keys (far more than a lookup reads ahead): ready, write-pending
+    // and absent keys throughout, each answered as a lookup of that key
+    // alone answers it.
     let p = new(512, c"lru");
     assert_eq!(
         unsafe { kvtier_primary_request_begin(p, REQ) },
@@ -258,7 +258,7 @@ fn long_lookups_cross_windows_and_a_bad_key_anywhere_writes_nothing() {
         };
         assert_eq!(all[i], want, "key {i}");
     }
-    // A bad key in the third window: an error naming it, results untouched.
+    // A bad key late in the call: an error naming it, results untouched.
     let mut bad = keys.clone();
     bad[260] = kvtier_key {
         data: names[0].as_ptr(),
@@ -273,5 +273,53 @@ fn long_lookups_cross_windows_and_a_bad_key_anywhere_writes_nothing() {
         res.iter()
             .all(|&r| r == kvtier_primary_lookup_result::HitPending)
     );
+    unsafe { kvtier_primary_free(p) };
+}
+
+#[test]
+fn lookups_compare_the_callers_bytes_at_every_key_length() {
+    // Keys of 1 to 64 bytes, each a prefix of the next: only the stored
+    // odd lengths are found, whatever the bytes they share.  Looked up in
+    // one call, in place in the caller's memory.
+    let p = new(64, c"lru");
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ) },
+        kvtier_status::Ok
+    );
+    let bytes: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(37)).collect();
+    let keys: Vec<kvtier_key> = (1..=64).map(|n| ck(&bytes[..n])).collect();
+    let odd: Vec<kvtier_key> = keys.iter().step_by(2).copied().collect();
+    let (st, _) = store(p, &odd);
+    assert_eq!(st, kvtier_status::Ok);
+    assert_eq!(
+        unsafe { kvtier_primary_complete_store(p, odd.as_ptr(), odd.len(), true, ptr::null_mut()) },
+        kvtier_status::Ok
+    );
+    let mut res = vec![kvtier_primary_lookup_result::HitPending; keys.len()];
+    let st =
+        unsafe { kvtier_primary_lookup(p, keys.as_ptr(), keys.len(), res.as_mut_ptr(), res.len()) };
+    assert_eq!(st, kvtier_status::Ok);
+    for (i, r) in res.iter().enumerate() {
+        let want = if i % 2 == 0 {
+            kvtier_primary_lookup_result::Hit
+        } else {
+            kvtier_primary_lookup_result::Miss
+        };
+        assert_eq!(*r, want, "key of {} bytes", i + 1);
+    }
+    // The same bytes at another address are the same key.
+    let copy = bytes.clone();
+    let moved: Vec<kvtier_key> = (1..=64).map(|n| ck(&copy[..n])).collect();
+    let mut again = vec![kvtier_primary_lookup_result::HitPending; moved.len()];
+    let st = unsafe {
+        kvtier_primary_lookup(
+            p,
+            moved.as_ptr(),
+            moved.len(),
+            again.as_mut_ptr(),
+            again.len(),
+        )
+    };
+    assert_eq!((st, again), (kvtier_status::Ok, res));
     unsafe { kvtier_primary_free(p) };
 }

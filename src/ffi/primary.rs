@@ -7,20 +7,18 @@
 //! so no call allocates memory the caller must free.
 
 use std::ffi::c_char;
-use std::mem::MaybeUninit;
 
 use super::boundary::{
     Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
     out_ref, out_slice,
 };
-use super::key::{KVTIER_MAX_KEY_LEN, checked_key_bytes, kvtier_key, read_key_into, read_keys};
+use super::key::{KVTIER_MAX_KEY_LEN, checked_key_bytes, kvtier_key, read_keys};
 use super::status::kvtier_status;
 use crate::error::Error;
 use crate::events::{Event, EventKind};
 use crate::key::{Key, MAX_KEY_LEN};
 use crate::primary::{
-    LOOKUP_WINDOW, NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats,
-    StoreOutcome, StorePlan,
+    NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
 };
 
 /// Opaque handle of one CPU primary tier.
@@ -364,32 +362,17 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         for (i, k) in raw.iter().enumerate() {
             unsafe { checked_key_bytes(k, i) }?;
         }
-        // Keys are copied a window at a time (no allocation) and looked up
-        // together, so their memory reads overlap.  The window is left
-        // uninitialized (8 KiB): a call writes only the keys it has.
-        let mut keys = [const { MaybeUninit::<Key>::uninit() }; LOOKUP_WINDOW];
-        let mut found = [PrimaryLookup::Miss; LOOKUP_WINDOW];
-        for (w, (raw, out)) in raw
-            .chunks(LOOKUP_WINDOW)
-            .zip(out.chunks_mut(LOOKUP_WINDOW))
-            .enumerate()
-        {
-            for (j, (k, slot)) in raw.iter().zip(keys.iter_mut()).enumerate() {
-                let key = slot.write(Key::FILLER);
-                unsafe { read_key_into(k, w * LOOKUP_WINDOW + j, key) }?;
+        // Looked up in place (no copy), so their memory reads overlap.
+        // SAFETY: each key was checked above (data not null, 1..=64 bytes),
+        // and the caller keeps its bytes readable for the call.
+        let bytes = |j: usize| unsafe { std::slice::from_raw_parts(raw[j].data, raw[j].len) };
+        h.core.tier.lookup_each(raw.len(), bytes, |i, found| {
+            out[i] = match found {
+                PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
+                PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
+                PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
             }
-            // SAFETY: the first `raw.len()` entries were written just above.
-            let window =
-                unsafe { std::slice::from_raw_parts(keys.as_ptr().cast::<Key>(), raw.len()) };
-            h.core.tier.lookup_batch(window, &mut found);
-            for (o, f) in out.iter_mut().zip(&found[..raw.len()]) {
-                *o = match f {
-                    PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
-                    PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
-                    PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
-                };
-            }
-        }
+        });
         Ok(())
     })
 }

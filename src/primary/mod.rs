@@ -49,7 +49,7 @@ use foldhash::fast::RandomState;
 
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
-use crate::key::Key;
+use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
 use crate::stats::Stat;
 
@@ -57,11 +57,6 @@ use admission::Admission;
 use lists::NIL;
 use policy::Policy;
 use slots::{ANNOUNCED, Lookahead, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
-
-/// Callers that copy keys (on the stack) for [`PrimaryTier::lookup_batch`]
-/// copy this many at a time: long enough that the memory reads of a
-/// window overlap, small enough for a stack (about 8 KiB of keys).
-pub(crate) const LOOKUP_WINDOW: usize = 128;
 
 pub use named::NamedPrimary;
 
@@ -482,17 +477,33 @@ impl PrimaryTier {
     /// than single lookups on large tiers: the memory reads of a batch
     /// overlap.
     pub fn lookup_batch(&self, keys: &[Key], out: &mut [PrimaryLookup]) {
-        let key = |j: usize| &keys[j];
-        let mut ahead = Lookahead::new(&self.slots, keys.len(), key);
-        for (i, o) in out.iter_mut().enumerate().take(keys.len()) {
-            let (_, s) = ahead.find(&self.slots, i, key);
-            *o = if s == NIL {
-                PrimaryLookup::Miss
-            } else if self.slots.refs(s) == WRITE_PENDING {
-                PrimaryLookup::HitPending
-            } else {
-                PrimaryLookup::Hit
-            };
+        let n = keys.len().min(out.len());
+        self.lookup_each(n, |j| &keys[j], |i, r| out[i] = r);
+    }
+
+    /// [`PrimaryTier::lookup`] of keys `key(0..n)`, in order, each result
+    /// handed to `put(i, result)`.  Keys may be [`Key`]s or bytes (as C
+    /// passes them), so callers need not copy keys first.  Changes nothing.
+    #[inline]
+    pub(crate) fn lookup_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        mut put: impl FnMut(usize, PrimaryLookup),
+    ) {
+        let mut ahead = Lookahead::new(&self.slots, n, &key);
+        for i in 0..n {
+            let (_, s) = ahead.find(&self.slots, i, &key);
+            put(
+                i,
+                if s == NIL {
+                    PrimaryLookup::Miss
+                } else if self.slots.refs(s) == WRITE_PENDING {
+                    PrimaryLookup::HitPending
+                } else {
+                    PrimaryLookup::Hit
+                },
+            );
         }
     }
 

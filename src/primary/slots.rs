@@ -15,7 +15,7 @@ use std::hash::BuildHasher;
 use super::huge;
 use super::index::{TagIndex, prefetch_addr};
 use super::lists::NIL;
-use crate::key::Key;
+use crate::key::{Key, KeyBytes};
 
 /// Flag: the slot holds a resident key (write pending or ready).
 pub(crate) const RESIDENT: u8 = 1;
@@ -146,13 +146,13 @@ impl Slots {
 
     /// The hash of `key` in the index.
     #[inline]
-    pub(crate) fn hash(&self, key: &Key) -> u64 {
-        self.hasher.hash_one(key.as_bytes())
+    pub(crate) fn hash(&self, key: &(impl KeyBytes + ?Sized)) -> u64 {
+        self.hasher.hash_one(key.key_bytes())
     }
 
     /// The slot holding `key` (hash `h`), if resident.
     #[inline]
-    pub(crate) fn find(&self, key: &Key, h: u64) -> Option<u32> {
+    pub(crate) fn find(&self, key: &(impl KeyBytes + ?Sized), h: u64) -> Option<u32> {
         let records = &self.records;
         self.index
             .find(h, |s| same_key(&records[s as usize].key, key))
@@ -160,7 +160,7 @@ impl Slots {
 
     /// Whether resident `slot` holds `key` ([`NIL`] or a freed slot: false).
     #[inline(always)]
-    pub(crate) fn holds(&self, slot: u32, key: &Key) -> bool {
+    pub(crate) fn holds(&self, slot: u32, key: &(impl KeyBytes + ?Sized)) -> bool {
         self.records
             .get(slot as usize)
             .is_some_and(|r| r.flags & RESIDENT != 0 && same_key(&r.key, key))
@@ -293,8 +293,8 @@ impl Slots {
 /// Whether `a` and `b` are the same key: lengths, then 8-byte words (the
 /// last one overlapping), without a call into `memcmp`.
 #[inline(always)]
-pub(crate) fn same_key(a: &Key, b: &Key) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+pub(crate) fn same_key(a: &Key, b: &(impl KeyBytes + ?Sized)) -> bool {
+    let (a, b) = (a.as_bytes(), b.key_bytes());
     let n = a.len();
     if n != b.len() {
         return false;
@@ -344,7 +344,11 @@ impl Lookahead {
     /// Starts resolving the `len` keys `key(0..len)`: hashes the first
     /// ones and requests their reads.
     #[inline]
-    pub(crate) fn new<'k>(slots: &Slots, len: usize, key: impl Fn(usize) -> &'k Key) -> Lookahead {
+    pub(crate) fn new<'k, K: KeyBytes + ?Sized + 'k>(
+        slots: &Slots,
+        len: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Lookahead {
         let mut ahead = Lookahead {
             hashes: [0; AHEAD],
             likely: [NIL; AHEAD],
@@ -367,12 +371,12 @@ impl Lookahead {
     /// Notes and requests the record of the slot that key `j`'s index
     /// line names (the line was requested earlier).
     #[inline(always)]
-    fn request_slot(&mut self, slots: &Slots, j: usize, key: &Key) {
+    fn request_slot(&mut self, slots: &Slots, j: usize, key: &(impl KeyBytes + ?Sized)) {
         let s = slots.index.peek(self.hashes[j % AHEAD]).unwrap_or(NIL);
         self.likely[j % AHEAD] = s;
         self.seen[j % AHEAD] = slots.version;
         if let Some(r) = slots.records.get(s as usize) {
-            slots.prefetch_record(r, key.len());
+            slots.prefetch_record(r, key.key_bytes().len());
         }
     }
 
@@ -380,11 +384,11 @@ impl Lookahead {
     /// `i = 0, 1, 2, ...` with the `key` of [`Lookahead::new`] (stopping
     /// early is fine).
     #[inline(always)]
-    pub(crate) fn find<'k>(
+    pub(crate) fn find<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         slots: &Slots,
         i: usize,
-        key: impl Fn(usize) -> &'k Key,
+        key: impl Fn(usize) -> &'k K,
     ) -> (u64, u32) {
         let k = key(i);
         let h = self.hashes[i % AHEAD];
