@@ -369,6 +369,107 @@ fn prefetch<T>(p: &T) {
     let _ = p;
 }
 
+/// Lookups as a C engine makes them: `kvtier_primary_lookup` on a tier
+/// made and filled through the C API, keys passed as (pointer, length)
+/// pairs over the engine's own key bytes (12 each, packed), in calls of 16
+/// and of 128, uniform and hot as in [`run`]; ns per key.
+fn run_c_lookups(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
+    use kvtier::ffi::key::kvtier_key;
+    use kvtier::ffi::primary::*;
+    use std::ffi::CString;
+
+    let label = format!("{}/{}", policy.name(), n);
+    let name = CString::new(policy.name()).unwrap();
+    let req = CString::new("bench").unwrap();
+    let mut opts = kvtier_primary_options_default();
+    opts.capacity = n as u32;
+    opts.policy = name.as_ptr();
+    let mut p = std::ptr::null_mut();
+    // SAFETY (every call below): `p` is the live handle made here, freed at
+    // the end; every pointer passed names a live buffer of the length given.
+    let ok = |status: kvtier::ffi::kvtier_status| assert!(status == kvtier::ffi::kvtier_status::Ok);
+    ok(unsafe { kvtier_primary_new(&opts, &mut p) });
+    ok(unsafe { kvtier_primary_request_begin(p, req.as_ptr()) });
+    let bytes_of = |i: u64| -> [u8; 12] { key(i).as_bytes().try_into().unwrap() };
+    let pairs = |keys: &[[u8; 12]]| -> Vec<kvtier_key> {
+        keys.iter()
+            .map(|k| kvtier_key {
+                data: k.as_ptr(),
+                len: k.len(),
+            })
+            .collect()
+    };
+    let (mut to_store, mut slots) = ([0usize; BATCH], [0u32; BATCH]);
+    let (mut evicted, mut evicted_lens) = ([0u8; BATCH * 64], [0usize; BATCH]);
+    let mut result = kvtier_primary_store_result::default();
+    for start in (0..n).step_by(BATCH) {
+        let keys: Vec<[u8; 12]> = (start..(start + BATCH as u64).min(n))
+            .map(bytes_of)
+            .collect();
+        let c = pairs(&keys);
+        ok(unsafe {
+            kvtier_primary_prepare_store(
+                p,
+                req.as_ptr(),
+                c.as_ptr(),
+                c.len(),
+                to_store.as_mut_ptr(),
+                BATCH,
+                slots.as_mut_ptr(),
+                BATCH,
+                evicted.as_mut_ptr(),
+                evicted.len(),
+                evicted_lens.as_mut_ptr(),
+                BATCH,
+                &mut result,
+            )
+        });
+        ok(unsafe {
+            kvtier_primary_complete_store(p, c.as_ptr(), c.len(), true, std::ptr::null_mut())
+        });
+    }
+    let hot_base = (n - HOT.min(n)) / 2;
+    let per_rep = ops / REPS / REQUEST_KEYS as u64 * REQUEST_KEYS as u64;
+    for hot in [false, true] {
+        let pattern = if hot { "hot" } else { "uniform" };
+        let mut rng = Rng(1);
+        let keys: Vec<[u8; 12]> = (0..per_rep)
+            .map(|_| bytes_of(pick(&mut rng, n, hot, hot_base)))
+            .collect();
+        let probe = pairs(&keys);
+        for (call, suffix) in [(BATCH, ""), (REQUEST_CALL, "_request")] {
+            let mut results = vec![kvtier_primary_lookup_result::Miss; call];
+            let ns = best(|_| {
+                let t0 = Instant::now();
+                let mut hits = 0u64;
+                for chunk in probe.chunks_exact(call) {
+                    ok(unsafe {
+                        kvtier_primary_lookup(
+                            p,
+                            black_box(chunk.as_ptr()),
+                            call,
+                            results.as_mut_ptr(),
+                            call,
+                        )
+                    });
+                    hits += results
+                        .iter()
+                        .filter(|&&r| r == kvtier_primary_lookup_result::Hit)
+                        .count() as u64;
+                }
+                let ns = t0.elapsed().as_nanos() as f64;
+                assert_eq!(hits, per_rep);
+                (per_rep, ns)
+            });
+            out.push(Fig {
+                name: format!("{label}/lookup{suffix}_c/{pattern}"),
+                ns,
+            });
+        }
+    }
+    unsafe { kvtier_primary_free(p) };
+}
+
 /// ARC metadata with both ghost lists full and heavy churn: half of each
 /// batch is touched right after its store completes (so T2 and B2 fill as
 /// well as T1 and B1), over `rounds` passes of `n` new keys.
@@ -437,6 +538,7 @@ fn main() {
         });
         for &policy in &policies {
             run(policy, n, ops, &mut figs, &mut meta);
+            run_c_lookups(policy, n, ops, &mut figs);
         }
     }
 
