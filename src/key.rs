@@ -26,15 +26,26 @@ pub struct Key {
 /// What a key can be read from without copying it: a [`Key`], or the
 /// bytes of one as C passes them (checked to be 1..=64 bytes).  Lookups
 /// take either, so keys from C need not be copied into [`Key`]s first.
+/// Bytes are taken only once checked: callers build no `[u8]` keys any
+/// other way.
 pub(crate) trait KeyBytes {
     /// The key's bytes.
     fn key_bytes(&self) -> &[u8];
+
+    /// Makes `out` this key, in place (no key built elsewhere and copied:
+    /// see [`Key::assign`]).
+    fn write_to(&self, out: &mut Key);
 }
 
 impl KeyBytes for Key {
     #[inline(always)]
     fn key_bytes(&self) -> &[u8] {
         self.as_bytes()
+    }
+
+    #[inline(always)]
+    fn write_to(&self, out: &mut Key) {
+        *out = *self;
     }
 }
 
@@ -43,6 +54,23 @@ impl KeyBytes for [u8] {
     fn key_bytes(&self) -> &[u8] {
         self
     }
+
+    /// Checked bytes (1..=64) only: others leave `out` as it was.
+    #[inline]
+    fn write_to(&self, out: &mut Key) {
+        debug_assert!((1..=MAX_KEY_LEN).contains(&self.len()));
+        let _ = out.assign(self, 0);
+    }
+}
+
+/// Lower-case hex of `bytes` (two characters per byte).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(HEX[(b >> 4) as usize]));
+        s.push(char::from(HEX[(b & 15) as usize]));
+    }
+    s
 }
 
 impl Key {
@@ -105,12 +133,7 @@ impl Key {
 
     /// Lower-case hex of the key's bytes (two characters per byte).
     pub fn to_hex(&self) -> String {
-        let mut s = String::with_capacity(self.len() * 2);
-        for b in self.as_bytes() {
-            s.push(char::from(HEX[(b >> 4) as usize]));
-            s.push(char::from(HEX[(b & 15) as usize]));
-        }
-        s
+        hex(self.as_bytes())
     }
 }
 

@@ -323,3 +323,56 @@ fn lookups_compare_the_callers_bytes_at_every_key_length() {
     assert_eq!((st, again), (kvtier_status::Ok, res));
     unsafe { kvtier_primary_free(p) };
 }
+
+#[test]
+fn loads_from_c_commit_the_keys_they_name() {
+    // Keys of 1, 20, 33 and 64 bytes stored in that order by one request:
+    // when it finishes the first is the most recent, the last the least.
+    // Then the last two are loaded through the C API (their bytes read in
+    // place): when that request finishes they become the most recent, so
+    // storing two more keys evicts the first two.
+    let p = new(4, c"lru");
+    let begin = || {
+        assert_eq!(
+            unsafe { kvtier_primary_request_begin(p, REQ) },
+            kvtier_status::Ok
+        )
+    };
+    let finish = || {
+        assert_eq!(
+            unsafe { kvtier_primary_request_finished(p, REQ) },
+            kvtier_status::Ok
+        )
+    };
+    let names: Vec<Vec<u8>> = [1usize, 20, 33, 64]
+        .iter()
+        .map(|&n| (0..n as u8).map(|b| b ^ n as u8).collect())
+        .collect();
+    let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
+    begin();
+    assert_eq!(store(p, &keys).0, kvtier_status::Ok);
+    let st = unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), 4, true, ptr::null_mut()) };
+    assert_eq!(st, kvtier_status::Ok);
+    finish();
+    begin();
+    let load = [keys[3], keys[2]];
+    let mut slots = [u32::MAX; 2];
+    let st =
+        unsafe { kvtier_primary_prepare_load(p, REQ, load.as_ptr(), 2, slots.as_mut_ptr(), 2) };
+    assert_eq!((st, slots), (kvtier_status::Ok, [3, 2]));
+    let st = unsafe { kvtier_primary_complete_load(p, REQ, load.as_ptr(), 2) };
+    assert_eq!(st, kvtier_status::Ok);
+    finish();
+    begin();
+    let fresh = [ck(b"fresh-1"), ck(b"fresh-2")];
+    let (st, s) = store(p, &fresh);
+    assert_eq!((st, s.result.evicted), (kvtier_status::Ok, 2));
+    let mut evicted: Vec<&[u8]> = (0..2)
+        .map(|i| &s.evicted[i * 64..i * 64 + s.lens[i]])
+        .collect();
+    evicted.sort();
+    let mut want = vec![&names[0][..], &names[1][..]];
+    want.sort();
+    assert_eq!(evicted, want);
+    unsafe { kvtier_primary_free(p) };
+}

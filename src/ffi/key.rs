@@ -78,6 +78,38 @@ pub(crate) unsafe fn checked_key_bytes(key: &kvtier_key, index: usize) -> Result
     Ok(unsafe { std::slice::from_raw_parts(key.data, key.len) })
 }
 
+/// C keys, each checked (length 1..=64, data not null), to be read in
+/// place: the bytes stay in the caller's memory for the call.
+pub(crate) struct CheckedKeys<'a>(&'a [kvtier_key]);
+
+impl<'a> CheckedKeys<'a> {
+    /// Checks the `n` keys at `keys`; an error names the first bad one.
+    ///
+    /// # Safety
+    /// `keys` must be valid for reads of `n` entries, each naming `len`
+    /// readable bytes, for `'a`.
+    pub(crate) unsafe fn new(keys: *const kvtier_key, n: usize) -> Result<Self, Failure> {
+        let raw = unsafe { in_slice(keys, n, "keys") }?;
+        for (i, k) in raw.iter().enumerate() {
+            unsafe { checked_key_bytes(k, i) }?;
+        }
+        Ok(CheckedKeys(raw))
+    }
+
+    /// Number of keys.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The bytes of key `j` (`j < len`).
+    #[inline(always)]
+    pub(crate) fn bytes(&self, j: usize) -> &'a [u8] {
+        let k = &self.0[j];
+        // SAFETY: checked in `new`: not null, 1..=64 bytes, readable for 'a.
+        unsafe { std::slice::from_raw_parts(k.data, k.len) }
+    }
+}
+
 /// Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
 /// A literal, so that cbindgen emits it into the header.
 pub const KVTIER_MAX_KEY_LEN: usize = 64;

@@ -9,10 +9,10 @@
 use std::ffi::c_char;
 
 use super::boundary::{
-    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
-    out_ref, out_slice,
+    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_str, into_handle, out_ref,
+    out_slice,
 };
-use super::key::{KVTIER_MAX_KEY_LEN, checked_key_bytes, kvtier_key, read_keys};
+use super::key::{CheckedKeys, KVTIER_MAX_KEY_LEN, kvtier_key, read_keys};
 use super::status::kvtier_status;
 use crate::error::Error;
 use crate::events::{Event, EventKind};
@@ -355,24 +355,22 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
 ) -> kvtier_status {
     ffi_call!({
         let h = unsafe { enter(primary) }?;
-        let raw = unsafe { in_slice(keys, n, "keys") }?;
         need("results_out", results_len, n)?;
+        // Every key is checked first, so a bad one leaves `results_out`
+        // untouched; then they are looked up in place, without a copy.
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
         let out = unsafe { out_slice(results_out, results_len, "results_out") }?;
-        // Every key is checked first, so a bad one leaves `results_out` untouched.
-        for (i, k) in raw.iter().enumerate() {
-            unsafe { checked_key_bytes(k, i) }?;
-        }
-        // Looked up in place (no copy), so their memory reads overlap.
-        // SAFETY: each key was checked above (data not null, 1..=64 bytes),
-        // and the caller keeps its bytes readable for the call.
-        let bytes = |j: usize| unsafe { std::slice::from_raw_parts(raw[j].data, raw[j].len) };
-        h.core.tier.lookup_each(raw.len(), bytes, |i, found| {
-            out[i] = match found {
-                PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
-                PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
-                PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
-            }
-        });
+        h.core.tier.lookup_each(
+            keys.len(),
+            |j| keys.bytes(j),
+            |i, found| {
+                out[i] = match found {
+                    PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
+                    PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
+                    PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
+                }
+            },
+        );
         Ok(())
     })
 }
@@ -401,8 +399,9 @@ pub unsafe extern "C" fn kvtier_primary_prepare_load(
         need("slots_out", slots_len, n)?;
         let out = unsafe { out_slice(slots_out, slots_len, "slots_out") }?;
         let h = &mut *h;
-        unsafe { read_keys(keys, n, &mut h.keys) }?;
-        h.core.prepare_load(name, &h.keys, &mut h.slots)?;
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        h.core
+            .prepare_load_each(name, keys.len(), |j| keys.bytes(j), &mut h.slots)?;
         out[..n].copy_from_slice(&h.slots);
         Ok(())
     })
@@ -450,8 +449,9 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
         let mut h = unsafe { enter_mut(primary) }?;
         let name = unsafe { in_str(request_id, "request_id") }?;
         let h = &mut *h;
-        unsafe { read_keys(keys, n, &mut h.keys) }?;
-        h.core.complete_load(name, &h.keys)?;
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        h.core
+            .complete_load_each(name, keys.len(), |j| keys.bytes(j))?;
         Ok(())
     })
 }

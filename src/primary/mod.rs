@@ -329,10 +329,10 @@ const STORED_GHOST: u8 = 5;
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
 
-fn key_error(index: usize, key: &Key, reason: impl Into<String>) -> Error {
+fn key_error(index: usize, key: &(impl KeyBytes + ?Sized), reason: impl Into<String>) -> Error {
     Error::KeyState {
         index,
-        key: key.to_hex(),
+        key: crate::key::hex(key.key_bytes()),
         reason: reason.into(),
     }
 }
@@ -348,7 +348,14 @@ impl RequestRecord {
     /// request's distinct keys outgrow the record's buffers (which are
     /// reused by later requests).
     #[inline]
-    fn record(&mut self, hasher: &RandomState, key: &Key, h: u64, slot: u32, reused: bool) {
+    fn record(
+        &mut self,
+        hasher: &RandomState,
+        key: &(impl KeyBytes + ?Sized),
+        h: u64,
+        slot: u32,
+        reused: bool,
+    ) {
         let accesses = &mut self.accesses;
         match self
             .seen
@@ -362,10 +369,13 @@ impl RequestRecord {
             None => {
                 let i = accesses.len() as u32;
                 accesses.push(Access {
-                    key: *key,
+                    key: Key::FILLER,
                     slot,
                     reused,
                 });
+                if let Some(a) = accesses.last_mut() {
+                    key.write_to(&mut a.key);
+                }
                 let acc = &*accesses;
                 self.seen
                     .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].key.as_bytes()));
@@ -521,13 +531,18 @@ impl PrimaryTier {
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
     /// into `slots_out` (cleared first) and their hashes into
     /// `scratch_hashes`; nothing changes on error.
-    fn pin(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+    fn pin<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
         slots_out.clear();
         self.scratch_hashes.clear();
-        let at = |j: usize| &keys[j];
-        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
-        for (i, key) in keys.iter().enumerate() {
-            let (h, slot) = ahead.find(&self.slots, i, at);
+        let mut ahead = Lookahead::new(&self.slots, n, &at);
+        for i in 0..n {
+            let key = at(i);
+            let (h, slot) = ahead.find(&self.slots, i, &at);
             if slot == NIL {
                 return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
             }
@@ -535,7 +550,7 @@ impl PrimaryTier {
             if r == WRITE_PENDING {
                 return Err(key_error(i, key, "write pending (not readable yet)"));
             }
-            if r as i64 + keys.len() as i64 > i32::MAX as i64 {
+            if r as i64 + n as i64 > i32::MAX as i64 {
                 return Err(key_error(i, key, "pinned too many times"));
             }
             slots_out.push(slot);
@@ -554,15 +569,19 @@ impl PrimaryTier {
 
     /// Unpins `keys` (each must be pinned, counting repeats in the batch);
     /// on error every decrement already made is undone.
-    fn unpin(&mut self, keys: &[Key]) -> Result<()> {
+    fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
         let mut to_idle = 0u32;
         let mut failure = None;
-        let at = |j: usize| &keys[j];
-        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
-        for (i, key) in keys.iter().enumerate() {
-            let (_, s) = ahead.find(&self.slots, i, at);
+        let mut ahead = Lookahead::new(&self.slots, n, &at);
+        for i in 0..n {
+            let key = at(i);
+            let (_, s) = ahead.find(&self.slots, i, &at);
             if s == NIL {
                 failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
                 break;
@@ -611,16 +630,28 @@ impl PrimaryTier {
         keys: &[Key],
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
+        self.prepare_load_each(req, keys.len(), |j| &keys[j], slots_out)
+    }
+
+    /// [`PrimaryTier::prepare_load`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
         if !self.requests.contains_key(&req) {
             return Err(unknown(req));
         }
-        self.pin(keys, slots_out)?;
-        self.counters.loads += keys.len() as u64;
+        self.pin(n, &key, slots_out)?;
+        self.counters.loads += n as u64;
         let hasher = &self.slots.hasher;
         let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
         let hashes = &self.scratch_hashes;
-        for ((key, &slot), &h) in keys.iter().zip(slots_out.iter()).zip(hashes) {
-            record.record(hasher, key, h, slot, true);
+        for (i, (&slot, &h)) in slots_out.iter().zip(hashes).enumerate() {
+            record.record(hasher, key(i), h, slot, true);
         }
         Ok(())
     }
@@ -647,23 +678,34 @@ impl PrimaryTier {
     /// Unpins `keys` after a load by `req`; a key that is absent or not
     /// pinned is an error naming its position, nothing changed.
     pub fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.complete_load_each(req, keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::complete_load`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
         if !self.requests.contains_key(&req) {
             return Err(unknown(req));
         }
-        self.unpin(keys)
+        self.unpin(n, key)
     }
 
     /// Pins ready `keys` for a cascade (primary -> secondary) and writes their
     /// slots into `slots_out`; not an access of any request.
     pub fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
-        self.pin(keys, slots_out)?;
+        self.pin(keys.len(), |j| &keys[j], slots_out)?;
         self.counters.transfer_pins += keys.len() as u64;
         Ok(())
     }
 
     /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
     pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.unpin(keys)
+        self.unpin(keys.len(), |j| &keys[j])
     }
 
     /// `slot` turned idle (or is idle): a parked key becomes an eviction

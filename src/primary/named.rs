@@ -3,7 +3,7 @@
 
 use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
 use crate::error::Result;
-use crate::key::Key;
+use crate::key::{Key, KeyBytes};
 use crate::request::{RequestId, RequestNames};
 
 /// A [`PrimaryTier`] plus the map from request id strings to request ids.
@@ -49,6 +49,30 @@ impl NamedPrimary {
     pub fn prepare_load(&mut self, name: &str, keys: &[Key], slots: &mut Vec<u32>) -> Result<()> {
         let id = self.id(name)?;
         self.tier.prepare_load(id, keys, slots)
+    }
+
+    /// [`PrimaryTier::prepare_load`] of keys `key(0..n)` (keys or checked
+    /// bytes, read in place) for request `name`.
+    pub(crate) fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        slots: &mut Vec<u32>,
+    ) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.prepare_load_each(id, n, key, slots)
+    }
+
+    /// [`PrimaryTier::complete_load`] of keys `key(0..n)` for request `name`.
+    pub(crate) fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.complete_load_each(id, n, key)
     }
 
     /// [`PrimaryTier::touch`] for request `name`.
