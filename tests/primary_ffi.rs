@@ -376,3 +376,69 @@ fn loads_from_c_commit_the_keys_they_name() {
     assert_eq!(evicted, want);
     unsafe { kvtier_primary_free(p) };
 }
+
+#[test]
+fn c_stores_plan_as_the_rust_api_plans() {
+    // Batches of 5 and of 60 keys (the second past the size where repeats
+    // are found through a table), with repeats, keys already resident and
+    // keys of many lengths, stored through the C API (bytes read in place)
+    // and through the Rust API on a twin tier: the same positions, slots
+    // and evictions.
+    use kvtier::Key;
+    use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
+    use kvtier::request::RequestId;
+    let p = new(48, c"lru");
+    let mut twin = PrimaryTier::new(PrimaryConfig {
+        capacity: 48,
+        policy: PolicyKind::Lru,
+        event_capacity: 16,
+        ..Default::default()
+    })
+    .unwrap();
+    let req = RequestId(7);
+    twin.begin_request(req).unwrap();
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ) },
+        kvtier_status::Ok
+    );
+    let name = |i: usize| -> Vec<u8> { (0..1 + i % 64).map(|b| (b * 7 + i) as u8).collect() };
+    let batches: [Vec<usize>; 3] = [
+        vec![3, 9, 3, 40, 9],
+        (0..60).map(|i| (i * 13) % 45).collect(),
+        (30..90).collect(),
+    ];
+    let mut plan = StorePlan::default();
+    let mut positions = Vec::new();
+    for (b, ids) in batches.iter().enumerate() {
+        let names: Vec<Vec<u8>> = ids.iter().map(|&i| name(i)).collect();
+        let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
+        let rust: Vec<Key> = names.iter().map(|b| Key::new(b).unwrap()).collect();
+        let (st, s) = store(p, &keys);
+        assert_eq!(st, kvtier_status::Ok);
+        let outcome = twin.prepare_store(req, &rust, &mut plan).unwrap();
+        assert_eq!(s.result.refused, outcome == StoreOutcome::Refused);
+        plan.positions_in(&rust, &mut positions);
+        assert_eq!(s.result.stored, plan.slots.len());
+        assert_eq!(&s.to_store[..s.result.stored], &positions[..]);
+        if b == 0 {
+            // First occurrences of the three distinct keys.
+            assert_eq!(&s.to_store[..s.result.stored], &[0, 1, 3]);
+        }
+        assert_eq!(&s.slots[..s.result.stored], &plan.slots[..]);
+        let evicted: Vec<&[u8]> = (0..s.result.evicted)
+            .map(|i| &s.evicted[i * 64..i * 64 + s.lens[i]])
+            .collect();
+        let want: Vec<&[u8]> = plan.evicted.iter().map(|k| k.as_bytes()).collect();
+        assert_eq!(evicted, want);
+        let mut done = kvtier_primary_complete_result::default();
+        let st =
+            unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), keys.len(), true, &mut done) };
+        assert_eq!(st, kvtier_status::Ok);
+        let r = twin.complete_store(&rust, true);
+        assert_eq!(
+            (done.ready, done.dropped, done.ignored),
+            (r.ready, r.dropped, r.ignored)
+        );
+    }
+    unsafe { kvtier_primary_free(p) };
+}

@@ -515,8 +515,10 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
         let evicted_lens =
             unsafe { out_slice(evicted_lens_out, evicted_lens_len, "evicted_lens_out") }?;
         let h = &mut *h;
-        unsafe { read_keys(keys, n, &mut h.keys) }?;
-        let outcome = h.core.prepare_store(name, &h.keys, &mut h.plan)?;
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        let outcome =
+            h.core
+                .prepare_store_each(name, keys.len(), |j| keys.bytes(j), &mut h.plan)?;
         if outcome == StoreOutcome::Refused {
             *result = kvtier_primary_store_result {
                 refused: true,
@@ -525,7 +527,8 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
             };
             return Ok(());
         }
-        h.plan.positions_in(&h.keys, &mut h.positions);
+        h.plan
+            .positions_in_each(keys.len(), |j| keys.bytes(j), &mut h.positions);
         to_store[..h.positions.len()].copy_from_slice(&h.positions);
         slots[..h.plan.slots.len()].copy_from_slice(&h.plan.slots);
         for (i, key) in h.plan.evicted.iter().enumerate() {
@@ -563,8 +566,10 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
         let h = &mut *h;
-        unsafe { read_keys(keys, n, &mut h.keys) }?;
-        let r = h.core.complete_store(&h.keys, success);
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        let r = h
+            .core
+            .complete_store_each(keys.len(), |j| keys.bytes(j), success);
         if let Some(out) = unsafe { result_out.as_mut() } {
             *out = kvtier_primary_complete_result {
                 ready: r.ready,

@@ -163,10 +163,21 @@ impl StorePlan {
     /// Writes into `out` (cleared first) the position in `keys` (the batch
     /// given to `prepare_store`) of each key to store: its first occurrence.
     pub fn positions_in(&self, keys: &[Key], out: &mut Vec<usize>) {
+        self.positions_in_each(keys.len(), |j| &keys[j], out)
+    }
+
+    /// [`StorePlan::positions_in`] a batch of `n` keys `key(0..n)`
+    /// ([`Key`]s, or checked bytes read in place).
+    pub(crate) fn positions_in_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        out: &mut Vec<usize>,
+    ) {
         out.clear();
         let mut i = 0;
-        for key in &self.to_store {
-            while i < keys.len() && keys[i] != *key {
+        for stored in &self.to_store {
+            while i < n && !slots::same_key(stored, key(i)) {
                 i += 1;
             }
             out.push(i);
@@ -753,6 +764,18 @@ impl PrimaryTier {
         keys: &[Key],
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
+        self.prepare_store_each(req, keys.len(), |j| &keys[j], plan)
+    }
+
+    /// [`PrimaryTier::prepare_store`] of keys `at(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
         plan.clear();
         if !self.requests.contains_key(&req) {
             return Err(unknown(req));
@@ -766,15 +789,15 @@ impl PrimaryTier {
         let mut fresh = std::mem::take(&mut self.scratch_new);
         scratch.clear();
         fresh.clear();
-        let use_table = keys.len() > SMALL_BATCH;
+        let use_table = n > SMALL_BATCH;
         let mut named_idle = 0u32;
         if use_table {
             self.scratch_dedup.clear();
         }
-        let at = |j: usize| &keys[j];
-        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
-        for (pos, key) in keys.iter().enumerate() {
-            let (h, slot) = ahead.find(&self.slots, pos, at);
+        let mut ahead = Lookahead::new(&self.slots, n, &at);
+        for pos in 0..n {
+            let key = at(pos);
+            let (h, slot) = ahead.find(&self.slots, pos, &at);
             match (slot != NIL).then_some(slot) {
                 Some(s) => {
                     let r = self.slots.refs(s);
@@ -796,10 +819,12 @@ impl PrimaryTier {
                     scratch.push((h, ABSENT, NIL));
                     let seen = if use_table {
                         self.scratch_dedup
-                            .find(h, |&i| fresh[i as usize].0 == *key)
+                            .find(h, |&i| slots::same_key(&fresh[i as usize].0, key))
                             .is_some()
                     } else {
-                        fresh.iter().any(|(k, fh, _)| *fh == h && k == key)
+                        fresh
+                            .iter()
+                            .any(|(k, fh, _)| *fh == h && slots::same_key(k, key))
                     };
                     if seen {
                         continue;
@@ -809,7 +834,11 @@ impl PrimaryTier {
                         self.scratch_dedup
                             .insert_unique(h, n, |&i| fresh[i as usize].1);
                     }
-                    fresh.push((*key, h, pos as u32));
+                    // The key is written where it is kept (see `Key::assign`).
+                    fresh.push((Key::FILLER, h, pos as u32));
+                    if let Some(f) = fresh.last_mut() {
+                        key.write_to(&mut f.0);
+                    }
                 }
             }
         }
@@ -919,7 +948,8 @@ impl PrimaryTier {
             //    occurrences of stored keys; every ready key found).
             let hasher = &self.slots.hasher;
             if let Some(record) = self.requests.get_mut(&req) {
-                for (key, &(h, kind, s)) in keys.iter().zip(scratch.iter()) {
+                for (pos, &(h, kind, s)) in scratch.iter().enumerate() {
+                    let key = at(pos);
                     match kind {
                         FOUND_READY => record.record(hasher, key, h, s, true),
                         STORED | STORED_GHOST => record.record(hasher, key, h, s, false),
@@ -942,13 +972,23 @@ impl PrimaryTier {
     /// slots freed.  Ready keys are left alone; absent keys are ignored and
     /// counted.  Takes no request: completions may arrive after it finished.
     pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        self.complete_store_each(keys.len(), |j| &keys[j], success)
+    }
+
+    /// [`PrimaryTier::complete_store`] of keys `at(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+        success: bool,
+    ) -> CompleteStoreReport {
         let mut report = CompleteStoreReport::default();
-        let at = |j: usize| &keys[j];
-        let mut ahead = Lookahead::new(&self.slots, keys.len(), at);
-        for (i, key) in keys.iter().enumerate() {
+        let mut ahead = Lookahead::new(&self.slots, n, &at);
+        for i in 0..n {
             // A failed store frees slots as it goes: each key is resolved
             // against the table as it is at its turn.
-            let (h, slot) = ahead.find(&self.slots, i, at);
+            let (h, slot) = ahead.find(&self.slots, i, &at);
             if slot == NIL {
                 report.ignored += 1;
                 continue;
@@ -962,7 +1002,8 @@ impl PrimaryTier {
                 self.became_idle(slot);
                 self.idle += 1;
                 report.ready += 1;
-                if self.emit(EventKind::Stored, Some(*key)) {
+                let key = *self.slots.key(slot);
+                if self.emit(EventKind::Stored, Some(key)) {
                     *self.slots.flags_mut(slot) |= ANNOUNCED;
                 }
             } else {

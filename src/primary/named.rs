@@ -75,6 +75,29 @@ impl NamedPrimary {
         self.tier.complete_load_each(id, n, key)
     }
 
+    /// [`PrimaryTier::prepare_store`] of keys `key(0..n)` (keys or checked
+    /// bytes, read in place) for request `name`.
+    pub(crate) fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        let id = self.id(name)?;
+        self.tier.prepare_store_each(id, n, key, plan)
+    }
+
+    /// [`PrimaryTier::complete_store`] of keys `key(0..n)`.
+    pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        success: bool,
+    ) -> CompleteStoreReport {
+        self.tier.complete_store_each(n, key, success)
+    }
+
     /// [`PrimaryTier::touch`] for request `name`.
     pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
         let id = self.id(name)?;
