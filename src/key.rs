@@ -32,9 +32,14 @@ pub(crate) trait KeyBytes {
     /// The key's bytes.
     fn key_bytes(&self) -> &[u8];
 
-    /// Makes `out` this key, in place (no key built elsewhere and copied:
-    /// see [`Key::assign`]).
-    fn write_to(&self, out: &mut Key);
+    /// Keeping the key takes two steps, so that bytes are written where
+    /// the key is kept (a key built elsewhere and copied stalls: see
+    /// [`Key::assign`]): put `keep_value()` there, then call
+    /// `keep_finish` on it.  A [`Key`] is kept whole in the first step.
+    fn keep_value(&self) -> Key;
+
+    /// Second step of keeping the key (see [`KeyBytes::keep_value`]).
+    fn keep_finish(&self, kept: &mut Key);
 }
 
 impl KeyBytes for Key {
@@ -44,9 +49,12 @@ impl KeyBytes for Key {
     }
 
     #[inline(always)]
-    fn write_to(&self, out: &mut Key) {
-        *out = *self;
+    fn keep_value(&self) -> Key {
+        *self
     }
+
+    #[inline(always)]
+    fn keep_finish(&self, _kept: &mut Key) {}
 }
 
 impl KeyBytes for [u8] {
@@ -55,11 +63,16 @@ impl KeyBytes for [u8] {
         self
     }
 
-    /// Checked bytes (1..=64) only: others leave `out` as it was.
+    #[inline(always)]
+    fn keep_value(&self) -> Key {
+        Key::FILLER
+    }
+
+    /// Checked bytes (1..=64) only: others leave `kept` as it was.
     #[inline]
-    fn write_to(&self, out: &mut Key) {
+    fn keep_finish(&self, kept: &mut Key) {
         debug_assert!((1..=MAX_KEY_LEN).contains(&self.len()));
-        let _ = out.assign(self, 0);
+        let _ = kept.assign(self, 0);
     }
 }
 

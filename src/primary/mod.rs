@@ -380,12 +380,12 @@ impl RequestRecord {
             None => {
                 let i = accesses.len() as u32;
                 accesses.push(Access {
-                    key: Key::FILLER,
+                    key: key.keep_value(),
                     slot,
                     reused,
                 });
                 if let Some(a) = accesses.last_mut() {
-                    key.write_to(&mut a.key);
+                    key.keep_finish(&mut a.key);
                 }
                 let acc = &*accesses;
                 self.seen
@@ -834,10 +834,9 @@ impl PrimaryTier {
                         self.scratch_dedup
                             .insert_unique(h, n, |&i| fresh[i as usize].1);
                     }
-                    // The key is written where it is kept (see `Key::assign`).
-                    fresh.push((Key::FILLER, h, pos as u32));
+                    fresh.push((key.keep_value(), h, pos as u32));
                     if let Some(f) = fresh.last_mut() {
-                        key.write_to(&mut f.0);
+                        key.keep_finish(&mut f.0);
                     }
                 }
             }
