@@ -442,3 +442,53 @@ fn c_stores_plan_as_the_rust_api_plans() {
     }
     unsafe { kvtier_primary_free(p) };
 }
+
+#[test]
+fn touches_from_c_reorder_and_teach_arc() {
+    // LRU: three keys stored by one request (the first ends most recent),
+    // then the least recent touched through the C API: a new key evicts
+    // the middle one instead.  ARC: touching (through C) a key it just
+    // evicted is a ghost hit in B1, which raises its target for T1.
+    for policy in [c"lru", c"arc"] {
+        let p = new(3, policy);
+        let run = |f: unsafe extern "C" fn(*mut kvtier_primary, *const c_char) -> kvtier_status| {
+            assert_eq!(unsafe { f(p, REQ) }, kvtier_status::Ok)
+        };
+        let names: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 3 + 10 * i as usize]).collect();
+        let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
+        run(kvtier_primary_request_begin);
+        assert_eq!(store(p, &keys[..3]).0, kvtier_status::Ok);
+        let st =
+            unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), 3, true, ptr::null_mut()) };
+        assert_eq!(st, kvtier_status::Ok);
+        run(kvtier_primary_request_finished);
+        run(kvtier_primary_request_begin);
+        assert_eq!(
+            unsafe { kvtier_primary_touch(p, REQ, &keys[2], 1) },
+            kvtier_status::Ok
+        );
+        let (st, s) = store(p, &keys[3..4]);
+        assert_eq!((st, s.result.evicted), (kvtier_status::Ok, 1));
+        // ARC: the touched key went to T2, and T1's oldest went to B1.
+        assert_eq!(&s.evicted[..s.lens[0]], &names[1][..]);
+        if policy == c"arc" {
+            let mut before = kvtier_primary_stats::default();
+            assert_eq!(
+                unsafe { kvtier_primary_read_stats(p, &mut before) },
+                kvtier_status::Ok
+            );
+            let ghost = ck(&names[1]);
+            assert_eq!(
+                unsafe { kvtier_primary_touch(p, REQ, &ghost, 1) },
+                kvtier_status::Ok
+            );
+            let mut after = kvtier_primary_stats::default();
+            assert_eq!(
+                unsafe { kvtier_primary_read_stats(p, &mut after) },
+                kvtier_status::Ok
+            );
+            assert!(after.arc_target > before.arc_target, "{before:?} {after:?}");
+        }
+        unsafe { kvtier_primary_free(p) };
+    }
+}

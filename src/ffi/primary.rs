@@ -12,11 +12,11 @@ use super::boundary::{
     Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_str, into_handle, out_ref,
     out_slice,
 };
-use super::key::{CheckedKeys, KVTIER_MAX_KEY_LEN, kvtier_key, read_keys};
+use super::key::{CheckedKeys, KVTIER_MAX_KEY_LEN, kvtier_key};
 use super::status::kvtier_status;
 use crate::error::Error;
 use crate::events::{Event, EventKind};
-use crate::key::{Key, MAX_KEY_LEN};
+use crate::key::MAX_KEY_LEN;
 use crate::primary::{
     NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
 };
@@ -30,7 +30,6 @@ pub struct kvtier_primary {
 /// The tier plus reusable conversion buffers (no allocation per call once warm).
 pub(crate) struct PrimaryHandle {
     core: NamedPrimary,
-    keys: Vec<Key>,
     slots: Vec<u32>,
     plan: StorePlan,
     positions: Vec<usize>,
@@ -273,7 +272,6 @@ pub unsafe extern "C" fn kvtier_primary_new(
         })?;
         *out = into_handle::<kvtier_primary>(PrimaryHandle {
             core,
-            keys: Vec::new(),
             slots: Vec::new(),
             plan: StorePlan::default(),
             positions: Vec::new(),
@@ -425,8 +423,8 @@ pub unsafe extern "C" fn kvtier_primary_touch(
         let mut h = unsafe { enter_mut(primary) }?;
         let name = unsafe { in_str(request_id, "request_id") }?;
         let h = &mut *h;
-        unsafe { read_keys(keys, n, &mut h.keys) }?;
-        h.core.touch(name, &h.keys)?;
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        h.core.touch_each(name, keys.len(), |j| keys.bytes(j))?;
         Ok(())
     })
 }

@@ -27,7 +27,7 @@ use super::index::TagIndex;
 use super::lists::{NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
 use super::slots::{PARKED, Slots, same_key};
-use crate::key::Key;
+use crate::key::{Key, KeyBytes};
 
 const T1: usize = 0;
 const T2: usize = 1;
@@ -169,7 +169,7 @@ impl Ghosts {
         &lists[list].keys[i as usize]
     }
 
-    fn find(&self, key: &Key, h: u64) -> Option<u32> {
+    fn find(&self, key: &(impl KeyBytes + ?Sized), h: u64) -> Option<u32> {
         let (lists, bound) = (&self.lists, self.bound);
         self.index
             .find(h, |g| same_key(Self::key(lists, bound, g), key))
@@ -332,7 +332,7 @@ impl Policy for ArcPolicy {
         }
     }
 
-    fn touch_absent(&mut self, key: &Key, h: u64) {
+    fn touch_absent(&mut self, key: &[u8], h: u64) {
         if let Some(g) = self.ghosts.find(key, h) {
             if self.ghosts.list_of(g) == B1 {
                 self.grow();

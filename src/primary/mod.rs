@@ -671,15 +671,25 @@ impl PrimaryTier {
     /// order so the first key ends most recent); absent keys are ignored,
     /// except that ARC learns from ghost hits.
     pub fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.touch_each(req, keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::touch`] of keys `key(0..n)`: [`Key`]s, or checked
+    /// bytes read in place.
+    pub(crate) fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K + Copy,
+    ) -> Result<()> {
         if !self.requests.contains_key(&req) {
             return Err(unknown(req));
         }
-        let n = keys.len();
-        let at = |j: usize| &keys[n - 1 - j];
+        let at = move |j: usize| key(n - 1 - j);
         let mut ahead = ReorderAhead::new(&self.slots, &*self.policy, n, at);
         for j in 0..n {
             match ahead.find(&self.slots, &*self.policy, j, at) {
-                (h, NIL) => self.policy.touch_absent(at(j), h),
+                (h, NIL) => self.policy.touch_absent(at(j).key_bytes(), h),
                 (_, s) => self.policy.touch(&self.slots, s),
             }
         }
@@ -1302,11 +1312,11 @@ struct ReorderAhead {
 
 impl ReorderAhead {
     /// Starts resolving the `len` keys `key(0..len)`.
-    fn new<'k>(
+    fn new<'k, K: KeyBytes + ?Sized + 'k>(
         slots: &Slots,
         policy: &dyn Policy,
         len: usize,
-        key: impl Fn(usize) -> &'k Key + Copy,
+        key: impl Fn(usize) -> &'k K + Copy,
     ) -> ReorderAhead {
         let mut r = ReorderAhead {
             ahead: Lookahead::new(slots, len, key),
@@ -1323,12 +1333,12 @@ impl ReorderAhead {
     /// The hash and slot ([`NIL`] if absent) of key `j`; calls go
     /// `j = 0, 1, 2, ...`, and nothing may change the index in between.
     #[inline]
-    fn find<'k>(
+    fn find<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         slots: &Slots,
         policy: &dyn Policy,
         j: usize,
-        key: impl Fn(usize) -> &'k Key + Copy,
+        key: impl Fn(usize) -> &'k K + Copy,
     ) -> (u64, u32) {
         let here = self.found[j % LINKS_AHEAD];
         if j + LINKS_AHEAD < self.len {

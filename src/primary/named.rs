@@ -98,6 +98,18 @@ impl NamedPrimary {
         self.tier.complete_store_each(n, key, success)
     }
 
+    /// [`PrimaryTier::touch`] of keys `key(0..n)` (keys or checked bytes,
+    /// read in place) for request `name`.
+    pub(crate) fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K + Copy,
+    ) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.touch_each(id, n, key)
+    }
+
     /// [`PrimaryTier::touch`] for request `name`.
     pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
         let id = self.id(name)?;

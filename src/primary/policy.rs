@@ -38,7 +38,7 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     fn touch(&mut self, slots: &Slots, slot: u32);
 
     /// `touch` of a key that is not resident (ARC learns from ghost hits).
-    fn touch_absent(&mut self, _key: &Key, _h: u64) {}
+    fn touch_absent(&mut self, _key: &[u8], _h: u64) {}
 
     /// Whether an absent key is remembered in a ghost list.
     fn is_ghost(&self, _key: &Key, _h: u64) -> bool {
