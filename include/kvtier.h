@@ -1919,6 +1919,8 @@ kvtier_status kvtier_primary_request_finished(kvtier_primary *primary, const cha
 /**
  * Looks up `n` keys and writes one result per key into `results_out`
  * (`results_len` >= `n`): MISS, HIT_PENDING or HIT.  Changes nothing.
+ * The keys are read where they are, as results are written, so
+ * `results_out` must not overlap them (`KVTIER_STATUS_INVALID_ARGUMENT`).
  * A const call: may run concurrently with other const calls on the handle.
  *
  * # Safety

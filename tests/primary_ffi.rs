@@ -321,6 +321,15 @@ fn lookups_compare_the_callers_bytes_at_every_key_length() {
         )
     };
     assert_eq!((st, again), (kvtier_status::Ok, res));
+    // Results written over the keys' own bytes are refused, nothing written.
+    let mut shared = [0u8; 8];
+    let key = kvtier_key {
+        data: shared.as_ptr(),
+        len: 8,
+    };
+    let st = unsafe { kvtier_primary_lookup(p, &key, 1, shared.as_mut_ptr().cast(), 1) };
+    assert_eq!((st, shared), (kvtier_status::InvalidArgument, [0; 8]));
+    assert!(last_error().contains("overlaps"), "{}", last_error());
     unsafe { kvtier_primary_free(p) };
 }
 

@@ -338,6 +338,8 @@ pub unsafe extern "C" fn kvtier_primary_request_finished(
 
 /// Looks up `n` keys and writes one result per key into `results_out`
 /// (`results_len` >= `n`): MISS, HIT_PENDING or HIT.  Changes nothing.
+/// The keys are read where they are, as results are written, so
+/// `results_out` must not overlap them (`KVTIER_STATUS_INVALID_ARGUMENT`).
 /// A const call: may run concurrently with other const calls on the handle.
 ///
 /// # Safety
@@ -357,6 +359,7 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         // Every key is checked first, so a bad one leaves `results_out`
         // untouched; then they are looked up in place, without a copy.
         let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        keys.check_apart(results_out, results_len, "results_out")?;
         let out = unsafe { out_slice(results_out, results_len, "results_out") }?;
         h.core.tier.lookup_each(
             keys.len(),
