@@ -47,12 +47,11 @@ impl NamedPrimary {
 
     /// [`PrimaryTier::prepare_load`] for request `name`.
     pub fn prepare_load(&mut self, name: &str, keys: &[Key], slots: &mut Vec<u32>) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.prepare_load(id, keys, slots)
+        self.prepare_load_each(name, keys.len(), |j| &keys[j], slots)
     }
 
-    /// [`PrimaryTier::prepare_load`] of keys `key(0..n)` (keys or checked
-    /// bytes, read in place) for request `name`.
+    /// [`NamedPrimary::prepare_load`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
     pub(crate) fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         name: &str,
@@ -64,42 +63,13 @@ impl NamedPrimary {
         self.tier.prepare_load_each(id, n, key, slots)
     }
 
-    /// [`PrimaryTier::complete_load`] of keys `key(0..n)` for request `name`.
-    pub(crate) fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-    ) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.complete_load_each(id, n, key)
+    /// [`PrimaryTier::touch`] for request `name`.
+    pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
+        self.touch_each(name, keys.len(), |j| &keys[j])
     }
 
-    /// [`PrimaryTier::prepare_store`] of keys `key(0..n)` (keys or checked
-    /// bytes, read in place) for request `name`.
-    pub(crate) fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        let id = self.id(name)?;
-        self.tier.prepare_store_each(id, n, key, plan)
-    }
-
-    /// [`PrimaryTier::complete_store`] of keys `key(0..n)`.
-    pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        success: bool,
-    ) -> CompleteStoreReport {
-        self.tier.complete_store_each(n, key, success)
-    }
-
-    /// [`PrimaryTier::touch`] of keys `key(0..n)` (keys or checked bytes,
-    /// read in place) for request `name`.
+    /// [`NamedPrimary::touch`] of keys `key(0..n)`: [`Key`]s, or checked
+    /// bytes read in place.
     pub(crate) fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         name: &str,
@@ -110,16 +80,21 @@ impl NamedPrimary {
         self.tier.touch_each(id, n, key)
     }
 
-    /// [`PrimaryTier::touch`] for request `name`.
-    pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.touch(id, keys)
-    }
-
     /// [`PrimaryTier::complete_load`] for request `name`.
     pub fn complete_load(&mut self, name: &str, keys: &[Key]) -> Result<()> {
+        self.complete_load_each(name, keys.len(), |j| &keys[j])
+    }
+
+    /// [`NamedPrimary::complete_load`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
         let id = self.id(name)?;
-        self.tier.complete_load(id, keys)
+        self.tier.complete_load_each(id, n, key)
     }
 
     /// [`PrimaryTier::prepare_store`] for request `name`.
@@ -129,14 +104,37 @@ impl NamedPrimary {
         keys: &[Key],
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
+        self.prepare_store_each(name, keys.len(), |j| &keys[j], plan)
+    }
+
+    /// [`NamedPrimary::prepare_store`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
         plan.clear();
         let id = self.id(name)?;
-        self.tier.prepare_store(id, keys, plan)
+        self.tier.prepare_store_each(id, n, key, plan)
     }
 
     /// [`PrimaryTier::complete_store`] (no request).
     pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         self.tier.complete_store(keys, success)
+    }
+
+    /// [`NamedPrimary::complete_store`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        success: bool,
+    ) -> CompleteStoreReport {
+        self.tier.complete_store_each(n, key, success)
     }
 
     /// Number of active requests.
