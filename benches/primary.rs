@@ -369,11 +369,13 @@ fn prefetch<T>(p: &T) {
     let _ = p;
 }
 
-/// Lookups as a C engine makes them: `kvtier_primary_lookup` on a tier
-/// made and filled through the C API, keys passed as (pointer, length)
-/// pairs over the engine's own key bytes (12 each, packed), in calls of 16
-/// and of 128, uniform and hot as in [`run`]; ns per key.
-fn run_c_lookups(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
+/// The C API as an engine calls it, on a tier made and filled through it,
+/// keys passed as (pointer, length) pairs over the engine's own key bytes
+/// (12 each, packed): `kvtier_primary_lookup` and prepare_load +
+/// complete_load in calls of 16 and of 128, uniform and hot as in [`run`],
+/// and prepare_store + complete_store with eviction in calls of 16; ns
+/// per key.  Request commits are left out of the timing, as in [`run`].
+fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
     use kvtier::ffi::key::kvtier_key;
     use kvtier::ffi::primary::*;
     use std::ffi::CString;
@@ -399,35 +401,56 @@ fn run_c_lookups(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
             })
             .collect()
     };
-    let (mut to_store, mut slots) = ([0usize; BATCH], [0u32; BATCH]);
-    let (mut evicted, mut evicted_lens) = ([0u8; BATCH * 64], [0usize; BATCH]);
-    let mut result = kvtier_primary_store_result::default();
-    for start in (0..n).step_by(BATCH) {
-        let keys: Vec<[u8; 12]> = (start..(start + BATCH as u64).min(n))
-            .map(bytes_of)
-            .collect();
-        let c = pairs(&keys);
-        ok(unsafe {
-            kvtier_primary_prepare_store(
-                p,
-                req.as_ptr(),
-                c.as_ptr(),
-                c.len(),
-                to_store.as_mut_ptr(),
-                BATCH,
-                slots.as_mut_ptr(),
-                BATCH,
-                evicted.as_mut_ptr(),
-                evicted.len(),
-                evicted_lens.as_mut_ptr(),
-                BATCH,
-                &mut result,
-            )
-        });
-        ok(unsafe {
-            kvtier_primary_complete_store(p, c.as_ptr(), c.len(), true, std::ptr::null_mut())
-        });
-    }
+    let finish = || {
+        ok(unsafe { kvtier_primary_request_finished(p, req.as_ptr()) });
+        ok(unsafe { kvtier_primary_request_begin(p, req.as_ptr()) });
+    };
+    // Stores keys `from..to` in calls of BATCH; the number evicted.
+    let store = |from: u64, to: u64| -> usize {
+        let (mut to_store, mut slots) = ([0usize; BATCH], [0u32; BATCH]);
+        let (mut evicted, mut evicted_lens) = ([0u8; BATCH * 64], [0usize; BATCH]);
+        let mut result = kvtier_primary_store_result::default();
+        let mut count = 0;
+        let mut bytes = [[0u8; 12]; BATCH];
+        let mut c = [kvtier_key {
+            data: std::ptr::null(),
+            len: 0,
+        }; BATCH];
+        for start in (from..to).step_by(BATCH) {
+            let m = (to - start).min(BATCH as u64) as usize;
+            for j in 0..m {
+                bytes[j] = bytes_of(start + j as u64);
+                c[j] = kvtier_key {
+                    data: bytes[j].as_ptr(),
+                    len: 12,
+                };
+            }
+            ok(unsafe {
+                kvtier_primary_prepare_store(
+                    p,
+                    req.as_ptr(),
+                    c.as_ptr(),
+                    m,
+                    to_store.as_mut_ptr(),
+                    BATCH,
+                    slots.as_mut_ptr(),
+                    BATCH,
+                    evicted.as_mut_ptr(),
+                    evicted.len(),
+                    evicted_lens.as_mut_ptr(),
+                    BATCH,
+                    &mut result,
+                )
+            });
+            count += result.evicted;
+            ok(unsafe {
+                kvtier_primary_complete_store(p, c.as_ptr(), m, true, std::ptr::null_mut())
+            });
+        }
+        count
+    };
+    store(0, n);
+    finish();
     let hot_base = (n - HOT.min(n)) / 2;
     let per_rep = ops / REPS / REQUEST_KEYS as u64 * REQUEST_KEYS as u64;
     for hot in [false, true] {
@@ -465,8 +488,58 @@ fn run_c_lookups(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
                 name: format!("{label}/lookup{suffix}_c/{pattern}"),
                 ns,
             });
+
+            let mut slots = vec![0u32; call];
+            let ns = best(|_| {
+                let mut ns = 0.0;
+                for request in probe.chunks(REQUEST_KEYS) {
+                    let t0 = Instant::now();
+                    for chunk in request.chunks_exact(call) {
+                        let keys = black_box(chunk.as_ptr());
+                        ok(unsafe {
+                            kvtier_primary_prepare_load(
+                                p,
+                                req.as_ptr(),
+                                keys,
+                                call,
+                                slots.as_mut_ptr(),
+                                call,
+                            )
+                        });
+                        ok(unsafe { kvtier_primary_complete_load(p, req.as_ptr(), keys, call) });
+                    }
+                    ns += t0.elapsed().as_nanos() as f64;
+                    finish();
+                }
+                (per_rep, ns)
+            });
+            out.push(Fig {
+                name: format!("{label}/load{suffix}_c/{pattern}"),
+                ns,
+            });
         }
     }
+
+    // Stores with eviction: the tier is full of idle keys; every call of
+    // 16 new keys evicts 16.
+    let base = 1u64 << 41;
+    let ns = best(|rep| {
+        let from = base + rep * per_rep;
+        let mut ns = 0.0;
+        let mut evicted = 0;
+        for request in (from..from + per_rep).step_by(REQUEST_KEYS) {
+            let t0 = Instant::now();
+            evicted += store(request, request + REQUEST_KEYS as u64);
+            ns += t0.elapsed().as_nanos() as f64;
+            finish();
+        }
+        assert_eq!(evicted as u64, per_rep, "every stored key evicted one");
+        (per_rep, ns)
+    });
+    out.push(Fig {
+        name: format!("{label}/store/eviction_c"),
+        ns,
+    });
     unsafe { kvtier_primary_free(p) };
 }
 
@@ -538,7 +611,7 @@ fn main() {
         });
         for &policy in &policies {
             run(policy, n, ops, &mut figs, &mut meta);
-            run_c_lookups(policy, n, ops, &mut figs);
+            run_c_api(policy, n, ops, &mut figs);
         }
     }
 
