@@ -55,6 +55,7 @@ redis-available:
 test-rust: redis-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test $(CARGO_FEATURES)
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(CARGO_FEATURES)
 
 # Tools the tests use beyond the toolchain: the reference Prometheus parser.
 test-deps:

@@ -18,6 +18,8 @@
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
 //! - [`config`]: a whole manager from one JSON document.
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod error;
 pub mod events;

@@ -1,7 +1,7 @@
 //! `kvtier_manager_add_redis_tier`: the built-in redis tier, from C.
 //!
-//! Converts the options and checks pointers, then builds
-//! [`crate::tiers::redis::RedisTier`] over the region's slots and attaches
+//! Converts the options and checks pointers, then builds the redis tier
+//! (`crate::tiers::redis::RedisTier`) over the region's slots and attaches
 //! it to the manager.  Without the `redis-tier` cargo feature the call
 //! exists but answers `KVTIER_STATUS_UNSUPPORTED`, so the header is the same
 //! in every build.

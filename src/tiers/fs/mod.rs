@@ -1,7 +1,7 @@
 //! The built-in file-system secondary tier: KV blocks as files under one
 //! directory (local NVMe, tmpfs, or a shared file system).
 //!
-//! - One file per block, `<root>/<aa>/<key hex>.kvb` (see [`format`]):
+//! - One file per block, `<root>/<aa>/<key hex>.kvb` (see [`mod@format`]):
 //!   a page-sized header (magic, version, key, length, xxh3 checksum of key
 //!   and data), then the data, page-aligned.
 //! - Stores write an unnamed file (`O_TMPFILE`) and link it under its name,
