@@ -36,6 +36,10 @@ const NARROW_ID_BITS: u32 = 26;
 /// value meaning "this many or more" (then the home comes from the key).
 const DISP_SAT: u32 = 3;
 
+/// How many keys ahead [`TagIndex::find_each`] requests a key's table
+/// line (and half as far ahead, what checking its likely id reads).
+pub(crate) const BATCH_AHEAD: usize = 16;
+
 /// The hash with its bits mixed upward by one multiply (so every bit of `h`
 /// counts in the high half, and the low 32 bits of `h` in the low half).
 #[inline(always)]
@@ -185,8 +189,12 @@ impl<E: Entry> Table<E> {
     }
 
     #[inline(always)]
-    fn find(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        let m = mix(h);
+    fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.find_mixed(mix(h), eq)
+    }
+
+    #[inline(always)]
+    fn find_mixed(&self, m: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let mut i = self.home((m >> 32) as u32);
         loop {
             let e = self.slots[i];
@@ -197,6 +205,79 @@ impl<E: Entry> Table<E> {
                 return Some(e.id(self.bits));
             }
             i = self.next(i);
+        }
+    }
+
+    /// The first id whose tag matches mixed hash `m`, or `u32::MAX`.
+    #[inline(always)]
+    fn peek_mixed(&self, m: u64) -> u32 {
+        let mut i = self.home((m >> 32) as u32);
+        loop {
+            let e = self.slots[i];
+            if e == E::ZERO {
+                return u32::MAX;
+            }
+            if e.tag_matches(m, self.bits) {
+                return e.id(self.bits);
+            }
+            i = self.next(i);
+        }
+    }
+
+    /// Starts loading the line where a probe for mixed hash `m` begins.
+    #[inline(always)]
+    fn prefetch_mixed(&self, m: u64) {
+        if let Some(e) = self.slots.get(self.home((m >> 32) as u32)) {
+            prefetch_read(e);
+        }
+    }
+
+    /// See [`TagIndex::find_each`].
+    #[inline(always)]
+    fn find_each(
+        &self,
+        n: usize,
+        hash: impl Fn(usize) -> u64,
+        request: impl Fn(usize, u32),
+        is_key: impl Fn(usize, u32) -> bool,
+        mut put: impl FnMut(usize, u32),
+    ) {
+        let mut mixed = [0u64; BATCH_AHEAD];
+        let mut likely = [u32::MAX; BATCH_AHEAD];
+        for (j, m) in mixed.iter_mut().enumerate().take(n) {
+            *m = mix(hash(j));
+            self.prefetch_mixed(*m);
+        }
+        // The first keys' likely ids are requested all at once: one wait
+        // for their table lines, then one for what checking them reads.
+        for j in 0..n.min(BATCH_AHEAD) {
+            likely[j] = self.peek_mixed(mixed[j]);
+            if likely[j] != u32::MAX {
+                request(j, likely[j]);
+            }
+        }
+        for i in 0..n {
+            let at = i % BATCH_AHEAD;
+            let (m, id) = (mixed[at], likely[at]);
+            if i + BATCH_AHEAD < n {
+                mixed[at] = mix(hash(i + BATCH_AHEAD));
+                self.prefetch_mixed(mixed[at]);
+            }
+            let next = i + BATCH_AHEAD / 2;
+            if next < n && next >= BATCH_AHEAD {
+                let at = next % BATCH_AHEAD;
+                likely[at] = self.peek_mixed(mixed[at]);
+                if likely[at] != u32::MAX {
+                    request(next, likely[at]);
+                }
+            }
+            // No tag matched: absent.  A false tag match: probe on.
+            let found = if id == u32::MAX || is_key(i, id) {
+                id
+            } else {
+                self.find_mixed(m, |id| is_key(i, id)).unwrap_or(u32::MAX)
+            };
+            put(i, found);
         }
     }
 
@@ -335,6 +416,25 @@ impl TagIndex {
         with_table!(self, t => t.find(h, eq))
     }
 
+    /// Resolves `n` keys in order, key `j` having hash `hash(j)`: hands
+    /// `put(j, id)` the id for which `is_key(j, id)` holds, or `u32::MAX`
+    /// if none.  The table lines of later keys are requested
+    /// [`BATCH_AHEAD`] keys ahead, and `request(j, id)` is asked to
+    /// request what `is_key(j, id)` will read half as far ahead, so the
+    /// memory reads of a long batch overlap.  Read-only: nothing may
+    /// change the index during the call.
+    #[inline]
+    pub(crate) fn find_each(
+        &self,
+        n: usize,
+        hash: impl Fn(usize) -> u64,
+        request: impl Fn(usize, u32),
+        is_key: impl Fn(usize, u32) -> bool,
+        put: impl FnMut(usize, u32),
+    ) {
+        with_table!(self, t => t.find_each(n, hash, request, is_key, put))
+    }
+
     /// Adds `id` (below `max`) under hash `h`; the caller knows it is
     /// absent and that fewer than `max` entries are present.
     #[inline]
@@ -431,6 +531,55 @@ mod tests {
             assert_eq!(ix.find(7, |_| true), None);
             ix.clear();
             assert_eq!((ix.len(), ix.find(h(1), |_| true)), (0, None));
+        }
+    }
+
+    #[test]
+    fn find_each_agrees_with_find_over_batches_of_every_length() {
+        for mut ix in both(300) {
+            // Ids 0..300 present; keys 300..400 absent.  Few distinct
+            // hashes for some keys (false tag matches, long runs), well
+            // mixed for the rest.
+            let h = |k: u32| {
+                if k % 4 == 0 {
+                    (k % 3) as u64
+                } else {
+                    (k as u64 + 1)
+                        .wrapping_mul(0xd6e8_feb8_6659_fd93)
+                        .rotate_left(29)
+                }
+            };
+            for id in 0..300 {
+                ix.insert(h(id), id);
+            }
+            for n in [0, 1, BATCH_AHEAD / 2 - 1, BATCH_AHEAD, BATCH_AHEAD + 1, 400] {
+                // A batch of `n` keys, present and absent mixed, repeats included.
+                let keys: Vec<u32> = (0..n as u32).map(|j| (j * 37 + n as u32) % 400).collect();
+                let requested = std::cell::RefCell::new(Vec::new());
+                let mut got = vec![u32::MAX - 1; n];
+                ix.find_each(
+                    n,
+                    |j| h(keys[j]),
+                    |j, id| requested.borrow_mut().push((j, id)),
+                    |j, id| id == keys[j],
+                    |j, id| got[j] = id,
+                );
+                for (j, &k) in keys.iter().enumerate() {
+                    let want = ix.find(h(k), |id| id == k).unwrap_or(u32::MAX);
+                    assert_eq!(got[j], want, "n {n}, key {j} ({k})");
+                }
+                // Every key with a tag match had its likely id requested,
+                // in key order, each once.
+                let requested = requested.into_inner();
+                let positions: Vec<usize> = requested.iter().map(|&(j, _)| j).collect();
+                assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+                for (j, &k) in keys.iter().enumerate().filter(|&(_, &k)| k < 300) {
+                    assert!(
+                        positions.contains(&j),
+                        "n {n}: present key {j} ({k}) not requested"
+                    );
+                }
+            }
         }
     }
 

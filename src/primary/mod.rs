@@ -17,8 +17,9 @@
 //! keys is decided from counts, without looking at the lists.  Per-slot
 //! state lives in one record per slot, indexed by slot id (`slots.rs`);
 //! batch calls read ahead as they go (`Lookahead` there, `ReorderAhead`
-//! here), so on tables beyond the CPU caches the memory misses of a call
-//! overlap; policies (the
+//! here, and for lookups, which change nothing, the leaner
+//! `TagIndex::find_each` in `index.rs`), so on tables beyond the CPU
+//! caches the memory misses of a call overlap; policies (the
 //! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
 //! key it stores or loads once; records reuse their buffers, so the hot
@@ -512,20 +513,25 @@ impl PrimaryTier {
         key: impl Fn(usize) -> &'k K,
         mut put: impl FnMut(usize, PrimaryLookup),
     ) {
-        let mut ahead = Lookahead::new(&self.slots, n, &key);
-        for i in 0..n {
-            let (_, s) = ahead.find(&self.slots, i, &key);
-            put(
-                i,
-                if s == NIL {
-                    PrimaryLookup::Miss
-                } else if self.slots.refs(s) == WRITE_PENDING {
-                    PrimaryLookup::HitPending
-                } else {
-                    PrimaryLookup::Hit
-                },
-            );
-        }
+        let slots = &self.slots;
+        slots.index.find_each(
+            n,
+            |j| slots.hash(key(j)),
+            |j, s| slots.prefetch_slot(s, key(j).key_bytes().len()),
+            |j, s| slots.holds(s, key(j)),
+            |i, s| {
+                put(
+                    i,
+                    if s == NIL {
+                        PrimaryLookup::Miss
+                    } else if slots.refs(s) == WRITE_PENDING {
+                        PrimaryLookup::HitPending
+                    } else {
+                        PrimaryLookup::Hit
+                    },
+                )
+            },
+        );
     }
 
     /// The slot of resident `key`, if any; changes nothing.
