@@ -240,13 +240,16 @@ impl<E: Entry> Table<E> {
         hash: impl Fn(usize) -> u64,
         request: impl Fn(usize, u32),
         is_key: impl Fn(usize, u32) -> bool,
-        mut put: impl FnMut(usize, u32),
+        mut put: impl FnMut(usize, u32, u64),
     ) {
+        // Each key's hash, mixed hash and likely id, at `position % BATCH_AHEAD`.
+        let mut hashes = [0u64; BATCH_AHEAD];
         let mut mixed = [0u64; BATCH_AHEAD];
         let mut likely = [u32::MAX; BATCH_AHEAD];
-        for (j, m) in mixed.iter_mut().enumerate().take(n) {
-            *m = mix(hash(j));
-            self.prefetch_mixed(*m);
+        for j in 0..n.min(BATCH_AHEAD) {
+            hashes[j] = hash(j);
+            mixed[j] = mix(hashes[j]);
+            self.prefetch_mixed(mixed[j]);
         }
         // The first keys' likely ids are requested all at once: one wait
         // for their table lines, then one for what checking them reads.
@@ -258,9 +261,10 @@ impl<E: Entry> Table<E> {
         }
         for i in 0..n {
             let at = i % BATCH_AHEAD;
-            let (m, id) = (mixed[at], likely[at]);
+            let (h, m, id) = (hashes[at], mixed[at], likely[at]);
             if i + BATCH_AHEAD < n {
-                mixed[at] = mix(hash(i + BATCH_AHEAD));
+                hashes[at] = hash(i + BATCH_AHEAD);
+                mixed[at] = mix(hashes[at]);
                 self.prefetch_mixed(mixed[at]);
             }
             let next = i + BATCH_AHEAD / 2;
@@ -277,7 +281,7 @@ impl<E: Entry> Table<E> {
             } else {
                 self.find_mixed(m, |id| is_key(i, id)).unwrap_or(u32::MAX)
             };
-            put(i, found);
+            put(i, found, h);
         }
     }
 
@@ -417,8 +421,8 @@ impl TagIndex {
     }
 
     /// Resolves `n` keys in order, key `j` having hash `hash(j)`: hands
-    /// `put(j, id)` the id for which `is_key(j, id)` holds, or `u32::MAX`
-    /// if none.  The table lines of later keys are requested
+    /// `put(j, id, hash(j))` the id for which `is_key(j, id)` holds, or
+    /// `u32::MAX` if none.  The table lines of later keys are requested
     /// [`BATCH_AHEAD`] keys ahead, and `request(j, id)` is asked to
     /// request what `is_key(j, id)` will read half as far ahead, so the
     /// memory reads of a long batch overlap.  Read-only: nothing may
@@ -430,7 +434,7 @@ impl TagIndex {
         hash: impl Fn(usize) -> u64,
         request: impl Fn(usize, u32),
         is_key: impl Fn(usize, u32) -> bool,
-        put: impl FnMut(usize, u32),
+        put: impl FnMut(usize, u32, u64),
     ) {
         with_table!(self, t => t.find_each(n, hash, request, is_key, put))
     }
@@ -562,7 +566,10 @@ mod tests {
                     |j| h(keys[j]),
                     |j, id| requested.borrow_mut().push((j, id)),
                     |j, id| id == keys[j],
-                    |j, id| got[j] = id,
+                    |j, id, hj| {
+                        assert_eq!(hj, h(keys[j]));
+                        got[j] = id;
+                    },
                 );
                 for (j, &k) in keys.iter().enumerate() {
                     let want = ix.find(h(k), |id| id == k).unwrap_or(u32::MAX);

@@ -514,24 +514,18 @@ impl PrimaryTier {
         mut put: impl FnMut(usize, PrimaryLookup),
     ) {
         let slots = &self.slots;
-        slots.index.find_each(
-            n,
-            |j| slots.hash(key(j)),
-            |j, s| slots.prefetch_slot(s, key(j).key_bytes().len()),
-            |j, s| slots.holds(s, key(j)),
-            |i, s| {
-                put(
-                    i,
-                    if s == NIL {
-                        PrimaryLookup::Miss
-                    } else if slots.refs(s) == WRITE_PENDING {
-                        PrimaryLookup::HitPending
-                    } else {
-                        PrimaryLookup::Hit
-                    },
-                )
-            },
-        );
+        slots.resolve_each(n, key, |i, s, _| {
+            put(
+                i,
+                if s == NIL {
+                    PrimaryLookup::Miss
+                } else if slots.refs(s) == WRITE_PENDING {
+                    PrimaryLookup::HitPending
+                } else {
+                    PrimaryLookup::Hit
+                },
+            )
+        });
     }
 
     /// The slot of resident `key`, if any; changes nothing.
@@ -556,10 +550,13 @@ impl PrimaryTier {
     ) -> Result<()> {
         slots_out.clear();
         self.scratch_hashes.clear();
-        let mut ahead = Lookahead::new(&self.slots, n, &at);
-        for i in 0..n {
+        let hashes = &mut self.scratch_hashes;
+        self.slots.resolve_each(n, &at, |_, s, h| {
+            slots_out.push(s);
+            hashes.push(h);
+        });
+        for (i, &slot) in slots_out.iter().enumerate() {
             let key = at(i);
-            let (h, slot) = ahead.find(&self.slots, i, &at);
             if slot == NIL {
                 return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
             }
@@ -570,8 +567,6 @@ impl PrimaryTier {
             if r as i64 + n as i64 > i32::MAX as i64 {
                 return Err(key_error(i, key, "pinned too many times"));
             }
-            slots_out.push(slot);
-            self.scratch_hashes.push(h);
         }
         for &slot in slots_out.iter() {
             let r = self.slots.refs(slot);
@@ -593,14 +588,13 @@ impl PrimaryTier {
     ) -> Result<()> {
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
+        self.slots.resolve_each(n, &at, |_, s, _| done.push(s));
         let mut to_idle = 0u32;
         let mut failure = None;
-        let mut ahead = Lookahead::new(&self.slots, n, &at);
-        for i in 0..n {
+        for (i, &s) in done.iter().enumerate() {
             let key = at(i);
-            let (_, s) = ahead.find(&self.slots, i, &at);
             if s == NIL {
-                failure = Some(key_error(i, key, "not resident (nothing to unpin)"));
+                failure = Some((i, key_error(i, key, "not resident (nothing to unpin)")));
                 break;
             }
             let r = self.slots.refs(s);
@@ -610,16 +604,15 @@ impl PrimaryTier {
                 } else {
                     "write pending, not pinned"
                 };
-                failure = Some(key_error(i, key, reason));
+                failure = Some((i, key_error(i, key, reason)));
                 break;
             }
             self.slots.set_refs(s, r - 1);
             // A slot reaches 0 at most once per batch: counts only go down here.
             to_idle += (r == 1) as u32;
-            done.push(s);
         }
-        if let Some(e) = failure {
-            for &s in &done {
+        if let Some((failed, e)) = failure {
+            for &s in &done[..failed] {
                 self.slots.set_refs(s, self.slots.refs(s) + 1);
             }
             done.clear();

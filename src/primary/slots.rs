@@ -158,6 +158,27 @@ impl Slots {
             .find(h, |s| same_key(&records[s as usize].key, key))
     }
 
+    /// Resolves keys `key(0..n)` in order, reading ahead: hands
+    /// `put(j, slot, hash)` key `j`'s slot ([`NIL`] if absent) and hash.
+    /// For calls that change no key's residence while resolving (lookups,
+    /// pins and unpins resolve first, then act); calls that do use
+    /// [`Lookahead`].
+    #[inline]
+    pub(crate) fn resolve_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        put: impl FnMut(usize, u32, u64),
+    ) {
+        self.index.find_each(
+            n,
+            |j| self.hash(key(j)),
+            |j, s| self.prefetch_slot(s, key(j).key_bytes().len()),
+            |j, s| self.holds(s, key(j)),
+            put,
+        );
+    }
+
     /// Whether resident `slot` holds `key` ([`NIL`] or a freed slot: false).
     #[inline(always)]
     pub(crate) fn holds(&self, slot: u32, key: &(impl KeyBytes + ?Sized)) -> bool {
