@@ -181,11 +181,7 @@ impl<E: Entry> Table<E> {
 
     #[inline(always)]
     fn prefetch(&self, h: u64) {
-        let i = self.home((mix(h) >> 32) as u32);
-        // A table not sized yet has no line to load.
-        if let Some(e) = self.slots.get(i) {
-            prefetch_read(e);
-        }
+        self.prefetch_mixed(mix(h));
     }
 
     #[inline(always)]
@@ -211,22 +207,13 @@ impl<E: Entry> Table<E> {
     /// The first id whose tag matches mixed hash `m`, or `u32::MAX`.
     #[inline(always)]
     fn peek_mixed(&self, m: u64) -> u32 {
-        let mut i = self.home((m >> 32) as u32);
-        loop {
-            let e = self.slots[i];
-            if e == E::ZERO {
-                return u32::MAX;
-            }
-            if e.tag_matches(m, self.bits) {
-                return e.id(self.bits);
-            }
-            i = self.next(i);
-        }
+        self.find_mixed(m, |_| true).unwrap_or(u32::MAX)
     }
 
     /// Starts loading the line where a probe for mixed hash `m` begins.
     #[inline(always)]
     fn prefetch_mixed(&self, m: u64) {
+        // A table not sized yet has no line to load.
         if let Some(e) = self.slots.get(self.home((m >> 32) as u32)) {
             prefetch_read(e);
         }
