@@ -36,9 +36,11 @@ const NARROW_ID_BITS: u32 = 26;
 /// value meaning "this many or more" (then the home comes from the key).
 const DISP_SAT: u32 = 3;
 
-/// How many keys ahead [`TagIndex::find_each`] requests a key's table
-/// line (and half as far ahead, what checking its likely id reads).
-pub(crate) const BATCH_AHEAD: usize = 16;
+/// How many keys ahead a batch's read-ahead ([`TagIndex::find_each`], and
+/// `Lookahead` in `slots.rs`) requests a key's table line; what checking
+/// its likely id reads is requested half as far ahead.  About a memory
+/// latency's worth of per-key work at each stage.
+pub(crate) const READ_AHEAD: usize = 16;
 
 /// The hash with its bits mixed upward by one multiply (so every bit of `h`
 /// counts in the high half, and the low 32 bits of `h` in the low half).
@@ -229,34 +231,34 @@ impl<E: Entry> Table<E> {
         is_key: impl Fn(usize, u32) -> bool,
         mut put: impl FnMut(usize, u32, u64),
     ) {
-        // Each key's hash, mixed hash and likely id, at `position % BATCH_AHEAD`.
-        let mut hashes = [0u64; BATCH_AHEAD];
-        let mut mixed = [0u64; BATCH_AHEAD];
-        let mut likely = [u32::MAX; BATCH_AHEAD];
-        for j in 0..n.min(BATCH_AHEAD) {
+        // Each key's hash, mixed hash and likely id, at `position % READ_AHEAD`.
+        let mut hashes = [0u64; READ_AHEAD];
+        let mut mixed = [0u64; READ_AHEAD];
+        let mut likely = [u32::MAX; READ_AHEAD];
+        for j in 0..n.min(READ_AHEAD) {
             hashes[j] = hash(j);
             mixed[j] = mix(hashes[j]);
             self.prefetch_mixed(mixed[j]);
         }
         // The first keys' likely ids are requested all at once: one wait
         // for their table lines, then one for what checking them reads.
-        for j in 0..n.min(BATCH_AHEAD) {
+        for j in 0..n.min(READ_AHEAD) {
             likely[j] = self.peek_mixed(mixed[j]);
             if likely[j] != u32::MAX {
                 request(j, likely[j]);
             }
         }
         for i in 0..n {
-            let at = i % BATCH_AHEAD;
+            let at = i % READ_AHEAD;
             let (h, m, id) = (hashes[at], mixed[at], likely[at]);
-            if i + BATCH_AHEAD < n {
-                hashes[at] = hash(i + BATCH_AHEAD);
+            if i + READ_AHEAD < n {
+                hashes[at] = hash(i + READ_AHEAD);
                 mixed[at] = mix(hashes[at]);
                 self.prefetch_mixed(mixed[at]);
             }
-            let next = i + BATCH_AHEAD / 2;
-            if next < n && next >= BATCH_AHEAD {
-                let at = next % BATCH_AHEAD;
+            let next = i + READ_AHEAD / 2;
+            if next < n && next >= READ_AHEAD {
+                let at = next % READ_AHEAD;
                 likely[at] = self.peek_mixed(mixed[at]);
                 if likely[at] != u32::MAX {
                     request(next, likely[at]);
@@ -410,7 +412,7 @@ impl TagIndex {
     /// Resolves `n` keys in order, key `j` having hash `hash(j)`: hands
     /// `put(j, id, hash(j))` the id for which `is_key(j, id)` holds, or
     /// `u32::MAX` if none.  The table lines of later keys are requested
-    /// [`BATCH_AHEAD`] keys ahead, and `request(j, id)` is asked to
+    /// [`READ_AHEAD`] keys ahead, and `request(j, id)` is asked to
     /// request what `is_key(j, id)` will read half as far ahead, so the
     /// memory reads of a long batch overlap.  Read-only: nothing may
     /// change the index during the call.
@@ -543,7 +545,7 @@ mod tests {
             for id in 0..300 {
                 ix.insert(h(id), id);
             }
-            for n in [0, 1, BATCH_AHEAD / 2 - 1, BATCH_AHEAD, BATCH_AHEAD + 1, 400] {
+            for n in [0, 1, READ_AHEAD / 2 - 1, READ_AHEAD, READ_AHEAD + 1, 400] {
                 // A batch of `n` keys, present and absent mixed, repeats included.
                 let keys: Vec<u32> = (0..n as u32).map(|j| (j * 37 + n as u32) % 400).collect();
                 let requested = std::cell::RefCell::new(Vec::new());

@@ -17,9 +17,10 @@
 //! keys is decided from counts, without looking at the lists.  Per-slot
 //! state lives in one record per slot, indexed by slot id (`slots.rs`);
 //! batch calls read ahead as they go (`Lookahead` there, `ReorderAhead`
-//! here, and for lookups, which change nothing, the leaner
-//! `TagIndex::find_each` in `index.rs`), so on tables beyond the CPU
-//! caches the memory misses of a call overlap; policies (the
+//! here, and for lookups, pins and unpins, which resolve every key
+//! before they change anything, the leaner `TagIndex::find_each` in
+//! `index.rs`), so on tables beyond the CPU caches the memory misses of a
+//! call overlap; policies (the
 //! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
 //! key it stores or loads once; records reuse their buffers, so the hot

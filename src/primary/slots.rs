@@ -13,7 +13,7 @@ use foldhash::fast::RandomState;
 use std::hash::BuildHasher;
 
 use super::huge;
-use super::index::{TagIndex, prefetch_addr};
+use super::index::{READ_AHEAD, TagIndex, prefetch_addr};
 use super::lists::NIL;
 use crate::key::{Key, KeyBytes};
 
@@ -334,14 +334,9 @@ pub(crate) fn same_key(a: &Key, b: &(impl KeyBytes + ?Sized)) -> bool {
     word(a, n - 8) == word(b, n - 8)
 }
 
-/// How many keys ahead a [`Lookahead`] requests a key's index line; the
-/// stored key and ref count of its likely slot are requested half as far
-/// ahead.  About a memory latency's worth of per-key work at each stage.
-const AHEAD: usize = 16;
-
 /// Resolves a batch's keys in order while the memory reads of later keys
 /// are under way: when key `i` is resolved, the index line of key
-/// `i + AHEAD` and the record of key `i + AHEAD / 2`'s likely slot have
+/// `i + READ_AHEAD` and the record of key `i + READ_AHEAD / 2`'s likely slot have
 /// been requested, so on large tables the misses of a long batch overlap
 /// each other and the work on earlier keys (and in the caches, the keys'
 /// work overlaps).  What was read ahead is checked, never trusted: a key
@@ -351,13 +346,13 @@ const AHEAD: usize = 16;
 /// Keys are named by position: `key(j)` is the batch's `j`-th key, for
 /// `j < len` (a slice, a reversed slice, a field of records).
 pub(crate) struct Lookahead {
-    /// Hashes of the keys in `i..i + AHEAD`, each at `position % AHEAD`.
-    hashes: [u64; AHEAD],
-    /// The likely slot of each key in `i..i + AHEAD / 2` (the first whose
+    /// Hashes of the keys in `i..i + READ_AHEAD`, each at `position % READ_AHEAD`.
+    hashes: [u64; READ_AHEAD],
+    /// The likely slot of each key in `i..i + READ_AHEAD / 2` (the first whose
     /// tag matched, or [`NIL`]), at the same positions.
-    likely: [u32; AHEAD],
+    likely: [u32; READ_AHEAD],
     /// The table's [`Slots::version`] when each likely slot was read.
-    seen: [u32; AHEAD],
+    seen: [u32; READ_AHEAD],
     len: usize,
 }
 
@@ -371,19 +366,19 @@ impl Lookahead {
         key: impl Fn(usize) -> &'k K,
     ) -> Lookahead {
         let mut ahead = Lookahead {
-            hashes: [0; AHEAD],
-            likely: [NIL; AHEAD],
-            seen: [0; AHEAD],
+            hashes: [0; READ_AHEAD],
+            likely: [NIL; READ_AHEAD],
+            seen: [0; READ_AHEAD],
             len,
         };
-        for j in 0..len.min(AHEAD) {
+        for j in 0..len.min(READ_AHEAD) {
             let h = slots.hash(key(j));
             ahead.hashes[j] = h;
             slots.index.prefetch(h);
         }
         // The first keys' records are requested all at once: one wait for
         // their index lines, then one for the records.
-        for j in 0..len.min(AHEAD) {
+        for j in 0..len.min(READ_AHEAD) {
             ahead.request_slot(slots, j, key(j));
         }
         ahead
@@ -393,9 +388,9 @@ impl Lookahead {
     /// line names (the line was requested earlier).
     #[inline(always)]
     fn request_slot(&mut self, slots: &Slots, j: usize, key: &(impl KeyBytes + ?Sized)) {
-        let s = slots.index.peek(self.hashes[j % AHEAD]).unwrap_or(NIL);
-        self.likely[j % AHEAD] = s;
-        self.seen[j % AHEAD] = slots.version;
+        let s = slots.index.peek(self.hashes[j % READ_AHEAD]).unwrap_or(NIL);
+        self.likely[j % READ_AHEAD] = s;
+        self.seen[j % READ_AHEAD] = slots.version;
         if let Some(r) = slots.records.get(s as usize) {
             slots.prefetch_record(r, key.key_bytes().len());
         }
@@ -412,16 +407,16 @@ impl Lookahead {
         key: impl Fn(usize) -> &'k K,
     ) -> (u64, u32) {
         let k = key(i);
-        let h = self.hashes[i % AHEAD];
-        let likely = self.likely[i % AHEAD];
-        let unchanged = self.seen[i % AHEAD] == slots.version;
-        if i + AHEAD < self.len {
-            let next = slots.hash(key(i + AHEAD));
-            self.hashes[i % AHEAD] = next;
+        let h = self.hashes[i % READ_AHEAD];
+        let likely = self.likely[i % READ_AHEAD];
+        let unchanged = self.seen[i % READ_AHEAD] == slots.version;
+        if i + READ_AHEAD < self.len {
+            let next = slots.hash(key(i + READ_AHEAD));
+            self.hashes[i % READ_AHEAD] = next;
             slots.index.prefetch(next);
         }
-        if i + AHEAD / 2 < self.len && i + AHEAD / 2 >= AHEAD {
-            self.request_slot(slots, i + AHEAD / 2, key(i + AHEAD / 2));
+        if i + READ_AHEAD / 2 < self.len && i + READ_AHEAD / 2 >= READ_AHEAD {
+            self.request_slot(slots, i + READ_AHEAD / 2, key(i + READ_AHEAD / 2));
         }
         match slots.records.get(likely as usize) {
             // No tag matched, and no key came or went since: absent.
