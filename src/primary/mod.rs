@@ -542,7 +542,8 @@ impl PrimaryTier {
 
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
     /// into `slots_out` (cleared first) and their hashes into
-    /// `scratch_hashes`; nothing changes on error.
+    /// `scratch_hashes`; on error nothing changes and `slots_out` is left
+    /// empty.
     fn pin<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         n: usize,
@@ -556,18 +557,21 @@ impl PrimaryTier {
             slots_out.push(s);
             hashes.push(h);
         });
-        for (i, &slot) in slots_out.iter().enumerate() {
-            let key = at(i);
-            if slot == NIL {
-                return Err(key_error(i, key, "not resident (cannot pin an absent key)"));
-            }
-            let r = self.slots.refs(slot);
-            if r == WRITE_PENDING {
-                return Err(key_error(i, key, "write pending (not readable yet)"));
-            }
-            if r as i64 + n as i64 > i32::MAX as i64 {
-                return Err(key_error(i, key, "pinned too many times"));
-            }
+        let refusal = slots_out.iter().enumerate().find_map(|(i, &slot)| {
+            let reason = if slot == NIL {
+                "not resident (cannot pin an absent key)"
+            } else if self.slots.refs(slot) == WRITE_PENDING {
+                "write pending (not readable yet)"
+            } else if self.slots.refs(slot) as i64 + n as i64 > i32::MAX as i64 {
+                "pinned too many times"
+            } else {
+                return None;
+            };
+            Some((i, reason))
+        });
+        if let Some((i, reason)) = refusal {
+            slots_out.clear();
+            return Err(key_error(i, at(i), reason));
         }
         for &slot in slots_out.iter() {
             let r = self.slots.refs(slot);
@@ -634,7 +638,8 @@ impl PrimaryTier {
 
     /// Pins `keys` for a load by `req` and writes their slots, in key order,
     /// into `slots_out` (cleared first).  Every key must be ready; otherwise
-    /// an error naming the first bad key's position, nothing changed.
+    /// an error naming the first bad key's position, nothing changed and
+    /// `slots_out` left empty.
     pub fn prepare_load(
         &mut self,
         req: RequestId,

@@ -145,8 +145,11 @@ fn prepare_load_pins_in_key_order_and_misuse_changes_nothing() {
         let e = t.prepare_load(R, &ks(&[1, 3]), &mut slots).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
         assert!(e.to_string().contains("write pending"), "{e}");
+        assert!(slots.is_empty(), "{slots:?}");
+        slots.push(99);
         let e = t.prepare_load(R, &ks(&[1, 1, 7]), &mut slots).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 2, .. }), "{e}");
+        assert!(slots.is_empty(), "{slots:?}");
         assert_eq!((t.stats(), order(&t)), before);
         assert!(matches!(
             t.prepare_load(RequestId(9), &ks(&[1]), &mut slots),
