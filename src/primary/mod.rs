@@ -558,11 +558,16 @@ impl PrimaryTier {
             hashes.push(h);
         });
         let refusal = slots_out.iter().enumerate().find_map(|(i, &slot)| {
+            let r = if slot == NIL {
+                0
+            } else {
+                self.slots.refs(slot)
+            };
             let reason = if slot == NIL {
                 "not resident (cannot pin an absent key)"
-            } else if self.slots.refs(slot) == WRITE_PENDING {
+            } else if r == WRITE_PENDING {
                 "write pending (not readable yet)"
-            } else if self.slots.refs(slot) as i64 + n as i64 > i32::MAX as i64 {
+            } else if r as i64 + n as i64 > i32::MAX as i64 {
                 "pinned too many times"
             } else {
                 return None;
