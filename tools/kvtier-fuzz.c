@@ -1,0 +1,801 @@
+/*
+ * kvtier-fuzz: a random C-API fuzzer with an oracle.
+ *
+ * Several requests make random sequences of valid and invalid calls on one
+ * manager: lookups, loads, touches, stores completed whole, in parts, with
+ * failure, or naming keys other requests planned; step ends, event drains,
+ * statistics, cache resets.  Behind the primary tier sit a C tier whose
+ * worker threads complete jobs through kvtier_manager_complete_job (with
+ * failed jobs and partial loads that leave garbage in the slots they did
+ * not deliver) and, with --fs, the built-in file-system tier.
+ *
+ * The oracle checks what an engine relies on:
+ *   - every block a load hands out holds its own key's bytes;
+ *   - every slot a store plan or a promotion hands out is in use by nobody
+ *     (no outstanding plan, load pin or tier job on it);
+ *   - every block a cascade reads holds its own key's bytes;
+ *   - every invalid call is refused with a status, and valid calls succeed;
+ *   - at the end, once every request finished and the tiers are idle, no
+ *     slot is write pending or pinned, and every resident block is right.
+ *
+ * Usage: kvtier-fuzz [--seed N] [--ops N | --seconds N] [--fs] [--rss-limit-mib N]
+ * Prints one summary line; exits 1 on the first oracle failure (naming it).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+
+#define SLOTS 48
+#define BLOCK 4096
+#define NKEYS 96
+#define NREQ 6
+#define MAX_BATCH 8
+#define TIER_QUEUE 1024
+#define WORKERS 2
+
+/* ---------- failures and randomness ---------- */
+
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void expect_ok(kvtier_status st, const char *what) {
+    if (st != KVTIER_STATUS_OK)
+        fail("%s failed: %s: %s", what, kvtier_status_str(st), kvtier_last_error_message());
+}
+
+static uint64_t rng_state;
+static uint64_t next_u64(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static uint32_t below(uint32_t n) { return (uint32_t)(next_u64() % n); }
+static bool chance(uint32_t percent) { return below(100) < percent; }
+
+/* ---------- keys and their bytes ---------- */
+
+static uint8_t key_bytes[NKEYS][64];
+static size_t key_len[NKEYS];
+
+static void make_keys(void) {
+    for (int i = 0; i < NKEYS; i++) {
+        key_len[i] = 2 + (size_t)(i * 7) % 63; /* 2..64 bytes */
+        key_bytes[i][0] = (uint8_t)i;
+        key_bytes[i][1] = 0xA5;
+        for (size_t b = 2; b < key_len[i]; b++) key_bytes[i][b] = (uint8_t)(i * 31 + b * 7);
+    }
+}
+
+static kvtier_key key_view(int id) {
+    kvtier_key k;
+    k.data = key_bytes[id];
+    k.len = key_len[id];
+    return k;
+}
+
+/* The key id of key bytes handed to a tier; fails on bytes that are no key of ours. */
+static int key_id(const kvtier_key *k) {
+    if (k->len < 2 || k->len > 64) fail("a tier was handed a key of %zu bytes", k->len);
+    int id = k->data[0];
+    if (id >= NKEYS || k->len != key_len[id] || memcmp(k->data, key_bytes[id], k->len) != 0)
+        fail("a tier was handed key bytes that no caller passed");
+    return id;
+}
+
+static uint8_t pattern(int id, size_t offset) { return (uint8_t)(id * 131 + offset * 29 + (offset >> 8)); }
+
+static uint8_t *slot_base;
+static size_t slot_stride;
+
+static uint8_t *slot_at(uint32_t slot) {
+    if (slot >= SLOTS) fail("slot %u handed out, beyond the %d slots", slot, SLOTS);
+    return slot_base + (size_t)slot * slot_stride;
+}
+
+static void write_block(uint32_t slot, int id) {
+    uint8_t *p = slot_at(slot);
+    for (size_t o = 0; o < BLOCK; o++) p[o] = pattern(id, o);
+}
+
+static void write_garbage(uint32_t slot) { memset(slot_at(slot), 0xEE, BLOCK); }
+
+static bool block_is(uint32_t slot, int id) {
+    const uint8_t *p = slot_at(slot);
+    for (size_t o = 0; o < BLOCK; o++)
+        if (p[o] != pattern(id, o)) return false;
+    return true;
+}
+
+/* ---------- who uses each slot (the oracle's view) ---------- */
+
+static pthread_mutex_t oracle_lock = PTHREAD_MUTEX_INITIALIZER;
+static int slot_plans[SLOTS];     /* outstanding store plans on the slot */
+static int slot_pins[SLOTS];      /* outstanding load pins held by requests */
+static int slot_tier_jobs[SLOTS]; /* C-tier jobs in flight on the slot */
+
+static void check_free_for_handout(uint32_t slot, const char *what) {
+    pthread_mutex_lock(&oracle_lock);
+    int plans = slot_plans[slot], pins = slot_pins[slot], jobs = slot_tier_jobs[slot];
+    pthread_mutex_unlock(&oracle_lock);
+    if (plans || pins || jobs)
+        fail("%s handed out slot %u while it is in use (%d plans, %d load pins, %d tier jobs)", what, slot, plans,
+             pins, jobs);
+}
+
+static void slot_count(int *table, uint32_t slot, int delta) {
+    pthread_mutex_lock(&oracle_lock);
+    table[slot] += delta;
+    pthread_mutex_unlock(&oracle_lock);
+}
+
+/* ---------- the C tier: memory, worker threads, complete_job ---------- */
+
+typedef struct {
+    uint64_t id;
+    int32_t direction;
+    size_t len;
+    int keys[MAX_BATCH * 4];
+    uint32_t slots[MAX_BATCH * 4];
+} tier_job;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    tier_job queue[TIER_QUEUE];
+    size_t head, count, busy;
+    bool stop;
+    pthread_t threads[WORKERS];
+    bool present[NKEYS];
+    uint8_t data[NKEYS][BLOCK];
+    const kvtier_manager *manager;
+    size_t index;
+    uint64_t rng;
+    size_t jobs_done, jobs_failed, partial_loads, blocks_checked;
+} c_tier;
+
+static uint64_t tier_rand(c_tier *t) { /* under t->lock */
+    t->rng = t->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return t->rng >> 33;
+}
+
+static void *tier_worker(void *arg) {
+    c_tier *t = (c_tier *)arg;
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        while (!t->stop && t->count == 0) pthread_cond_wait(&t->wake, &t->lock);
+        if (t->count == 0 && t->stop) break;
+        tier_job job = t->queue[t->head];
+        t->head = (t->head + 1) % TIER_QUEUE;
+        t->count--;
+        t->busy++;
+        uint64_t roll = tier_rand(t) % 100;
+        pthread_mutex_unlock(&t->lock);
+
+        kvtier_key delivered[MAX_BATCH * 4];
+        size_t n_delivered = 0;
+        bool ok = roll >= 5; /* 5% of jobs fail */
+        bool partial = job.direction == KVTIER_JOB_LOAD && roll >= 5 && roll < 15;
+        for (size_t i = 0; i < job.len; i++) {
+            int id = job.keys[i];
+            uint32_t slot = job.slots[i];
+            if (job.direction == KVTIER_JOB_STORE) {
+                if (!block_is(slot, id)) fail("a cascade of key %d read slot %u, which holds another block", id, slot);
+                pthread_mutex_lock(&t->lock);
+                memcpy(t->data[id], slot_at(slot), BLOCK);
+                if (ok) t->present[id] = true;
+                t->blocks_checked++;
+                pthread_mutex_unlock(&t->lock);
+            } else {
+                pthread_mutex_lock(&t->lock);
+                bool have = t->present[id];
+                bool deliver = have && ok && !(partial && (i % 2 == 1));
+                if (deliver) memcpy(slot_at(slot), t->data[id], BLOCK);
+                pthread_mutex_unlock(&t->lock);
+                if (deliver) {
+                    delivered[n_delivered++] = key_view(id);
+                } else {
+                    write_garbage(slot); /* what a torn transfer leaves */
+                    ok = partial ? ok : false;
+                }
+            }
+        }
+        for (size_t i = 0; i < job.len; i++) slot_count(slot_tier_jobs, job.slots[i], -1);
+        kvtier_job_result r;
+        memset(&r, 0, sizeof r);
+        r.id = job.id;
+        r.success = ok && (!partial || n_delivered == job.len);
+        if (job.direction == KVTIER_JOB_LOAD && !r.success) {
+            r.succeeded_keys = n_delivered ? delivered : NULL;
+            r.succeeded_len = n_delivered;
+        }
+        r.bytes = (uint64_t)job.len * BLOCK;
+        kvtier_status st = kvtier_manager_complete_job(t->manager, t->index, &r);
+        if (st != KVTIER_STATUS_OK) fail("complete_job of a real job: %s", kvtier_status_str(st));
+        pthread_mutex_lock(&t->lock);
+        t->jobs_done++;
+        if (!r.success) t->jobs_failed++;
+        if (partial) t->partial_loads++;
+        t->busy--;
+        if (t->busy == 0 && t->count == 0) pthread_cond_broadcast(&t->idle);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+static int32_t ct_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, int32_t *answer) {
+    c_tier *t = (c_tier *)ud;
+    (void)r;
+    int id = key_id(k);
+    pthread_mutex_lock(&t->lock);
+    *answer = t->present[id] ? KVTIER_TIER_LOOKUP_HIT : KVTIER_TIER_LOOKUP_MISS;
+    if (tier_rand(t) % 100 < 3) *answer = KVTIER_TIER_LOOKUP_RETRY;
+    pthread_mutex_unlock(&t->lock);
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t ct_submit(void *ud, const kvtier_job *job) {
+    c_tier *t = (c_tier *)ud;
+    if (job->len == 0 || job->len > MAX_BATCH * 4) return KVTIER_STATUS_INVALID_ARGUMENT;
+    for (size_t i = 0; i < job->len; i++) {
+        if (job->direction == KVTIER_JOB_LOAD) check_free_for_handout(job->slots[i], "a promotion");
+        slot_at(job->slots[i]);
+    }
+    pthread_mutex_lock(&t->lock);
+    if (t->count == TIER_QUEUE) {
+        pthread_mutex_unlock(&t->lock);
+        return KVTIER_STATUS_NO_SPACE;
+    }
+    tier_job *q = &t->queue[(t->head + t->count) % TIER_QUEUE];
+    q->id = job->id;
+    q->direction = job->direction;
+    q->len = job->len;
+    for (size_t i = 0; i < job->len; i++) {
+        q->keys[i] = key_id(&job->keys[i]);
+        q->slots[i] = job->slots[i];
+        slot_count(slot_tier_jobs, job->slots[i], 1);
+    }
+    t->count++;
+    pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->lock);
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t ct_pending(void *ud, bool *pending) {
+    c_tier *t = (c_tier *)ud;
+    pthread_mutex_lock(&t->lock);
+    *pending = t->count > 0 || t->busy > 0;
+    pthread_mutex_unlock(&t->lock);
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t ct_drain(void *ud) {
+    c_tier *t = (c_tier *)ud;
+    pthread_mutex_lock(&t->lock);
+    while (t->count > 0 || t->busy > 0) pthread_cond_wait(&t->idle, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t ct_shutdown(void *ud) {
+    c_tier *t = (c_tier *)ud;
+    pthread_mutex_lock(&t->lock);
+    t->stop = true;
+    pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->lock);
+    for (int i = 0; i < WORKERS; i++) pthread_join(t->threads[i], NULL);
+    return KVTIER_STATUS_OK;
+}
+
+static size_t tier_jobs_done, tier_jobs_failed, tier_partial_loads, tier_blocks_checked;
+
+static void ct_destroy(void *ud) {
+    c_tier *t = (c_tier *)ud;
+    tier_jobs_done = t->jobs_done;
+    tier_jobs_failed = t->jobs_failed;
+    tier_partial_loads = t->partial_loads;
+    tier_blocks_checked = t->blocks_checked;
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->wake);
+    pthread_cond_destroy(&t->idle);
+    free(t);
+}
+
+/* ---------- requests as the oracle sees them ---------- */
+
+typedef struct {
+    int key;
+    uint32_t slot;
+} held;
+
+typedef struct {
+    char name[32];
+    unsigned generation;
+    bool active;   /* started, not finished */
+    bool finished; /* finished, waiting only on its plans */
+    held pins[64];
+    size_t n_pins;
+    held plans[64];
+    size_t n_plans;
+} request;
+
+static request reqs[NREQ];
+static bool fs_tier_present;
+static kvtier_manager *mgr;
+
+static struct {
+    uint64_t calls, invalid_rejected, loads_verified, blocks_stored, plans_completed_in_parts, foreign_keys_named,
+        resets, lookups_hit, lookups_pending;
+} counts;
+
+static void drop_pin(request *r, size_t i) {
+    slot_count(slot_pins, r->pins[i].slot, -1);
+    r->pins[i] = r->pins[--r->n_pins];
+}
+
+static void drop_plan(request *r, size_t i) {
+    slot_count(slot_plans, r->plans[i].slot, -1);
+    r->plans[i] = r->plans[--r->n_plans];
+}
+
+static void start_request(request *r) {
+    r->generation++;
+    snprintf(r->name, sizeof r->name, "fz%d.%u", (int)(r - reqs), r->generation);
+    int32_t policy;
+    counts.calls++;
+    expect_ok(kvtier_manager_on_new_request(mgr, r->name, NULL, &policy), "on_new_request");
+    r->active = true;
+    r->finished = false;
+}
+
+static void do_lookup(request *r) {
+    int id = (int)below(NKEYS);
+    kvtier_key k = key_view(id);
+    int32_t answer = -1;
+    counts.calls++;
+    expect_ok(kvtier_manager_lookup(mgr, r->name, &k, &answer), "lookup");
+    if (answer == KVTIER_MANAGER_LOOKUP_HIT) counts.lookups_hit++;
+    else if (answer == KVTIER_MANAGER_LOOKUP_HIT_PENDING || answer == KVTIER_MANAGER_LOOKUP_RETRY) counts.lookups_pending++;
+    else if (answer != KVTIER_MANAGER_LOOKUP_MISS) fail("lookup answered %d", answer);
+}
+
+/* Loads up to MAX_BATCH keys that answer HIT, and checks every block. */
+static void do_load(request *r) {
+    int ids[MAX_BATCH];
+    kvtier_key keys[MAX_BATCH];
+    size_t n = 0;
+    for (int tries = 0; tries < 3 * MAX_BATCH && n < 1 + below(MAX_BATCH); tries++) {
+        int id = (int)below(NKEYS);
+        kvtier_key k = key_view(id);
+        int32_t answer;
+        counts.calls++;
+        expect_ok(kvtier_manager_lookup(mgr, r->name, &k, &answer), "lookup before load");
+        if (answer == KVTIER_MANAGER_LOOKUP_HIT && r->n_pins + n < 64) {
+            ids[n] = id;
+            keys[n++] = k;
+        }
+    }
+    /* A lookup that started a promotion may have evicted a key found
+     * before it: look the keys up again until one pass finds every kept
+     * key HIT (such a pass starts nothing), and prepare_load must then
+     * accept them. */
+    for (bool stable = false; !stable && n > 0;) {
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) {
+            int32_t answer;
+            counts.calls++;
+            expect_ok(kvtier_manager_lookup(mgr, r->name, &keys[i], &answer), "lookup before load");
+            if (answer == KVTIER_MANAGER_LOOKUP_HIT) {
+                ids[kept] = ids[i];
+                keys[kept++] = keys[i];
+            }
+        }
+        stable = kept == n;
+        n = kept;
+    }
+    if (n == 0) return;
+    uint32_t slots[MAX_BATCH];
+    counts.calls++;
+    expect_ok(kvtier_manager_prepare_load(mgr, r->name, keys, n, slots, MAX_BATCH), "prepare_load of HIT keys");
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&oracle_lock);
+        int plans = slot_plans[slots[i]];
+        pthread_mutex_unlock(&oracle_lock);
+        if (plans) fail("prepare_load of key %d handed out slot %u, which a store plan still holds", ids[i], slots[i]);
+        if (!block_is(slots[i], ids[i])) fail("prepare_load of key %d: slot %u holds another block", ids[i], slots[i]);
+        counts.loads_verified++;
+        r->pins[r->n_pins].key = ids[i];
+        r->pins[r->n_pins++].slot = slots[i];
+        slot_count(slot_pins, slots[i], 1);
+    }
+    kvtier_key touched[MAX_BATCH];
+    for (size_t i = 0; i < n; i++) touched[i] = keys[n - 1 - i];
+    counts.calls++;
+    expect_ok(kvtier_manager_touch(mgr, r->name, touched, n), "touch");
+}
+
+static void do_complete_load(request *r) {
+    if (r->n_pins == 0) return;
+    size_t i = below((uint32_t)r->n_pins);
+    kvtier_key k = key_view(r->pins[i].key);
+    counts.calls++;
+    expect_ok(kvtier_manager_complete_load(mgr, r->name, &k, 1), "complete_load of a held pin");
+    drop_pin(r, i);
+}
+
+static void do_prepare_store(request *r) {
+    if (r->n_plans + MAX_BATCH > 64) return;
+    int ids[MAX_BATCH];
+    kvtier_key keys[MAX_BATCH];
+    size_t n = 1 + below(MAX_BATCH);
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = (int)below(NKEYS);
+        keys[i] = key_view(ids[i]);
+    }
+    size_t idx[MAX_BATCH], n_store = 0, n_evicted = 0;
+    uint32_t slots[MAX_BATCH];
+    bool refused = false;
+    counts.calls++;
+    expect_ok(kvtier_manager_prepare_store(mgr, r->name, keys, n, idx, slots, MAX_BATCH, &n_store, NULL, 0, &n_evicted,
+                                           &refused),
+              "prepare_store");
+    if (refused) return;
+    for (size_t s = 0; s < n_store; s++) {
+        if (idx[s] >= n) fail("prepare_store named position %zu of %zu keys", idx[s], n);
+        check_free_for_handout(slots[s], "a store plan");
+        r->plans[r->n_plans].key = ids[idx[s]];
+        r->plans[r->n_plans++].slot = slots[s];
+        slot_count(slot_plans, slots[s], 1);
+    }
+    /* The GPU writes some blocks now, the rest at completion. */
+    for (size_t s = 0; s < n_store; s++)
+        if (chance(50)) write_block(slots[s], ids[idx[s]]);
+}
+
+/* Completes part or all of the request's plan, with success or failure,
+ * sometimes naming keys this request did not plan (other requests' planned
+ * keys, random keys): those must be left alone. */
+static void do_complete_store(request *r) {
+    if (r->n_plans == 0) return;
+    bool success = !chance(10);
+    size_t take = chance(40) ? 1 + below((uint32_t)r->n_plans) : r->n_plans;
+    if (take < r->n_plans) counts.plans_completed_in_parts++;
+    kvtier_key keys[64 + 4];
+    size_t n = 0;
+    for (size_t c = 0; c < take; c++) {
+        size_t i = below((uint32_t)r->n_plans);
+        if (success) write_block(r->plans[i].slot, r->plans[i].key);
+        else write_garbage(r->plans[i].slot);
+        keys[n++] = key_view(r->plans[i].key);
+        counts.blocks_stored += success;
+        drop_plan(r, i);
+    }
+    if (chance(30)) { /* a key another request planned, or any key */
+        request *o = &reqs[below(NREQ)];
+        int id = (o != r && o->n_plans) ? o->plans[below((uint32_t)o->n_plans)].key : (int)below(NKEYS);
+        keys[n++] = key_view(id);
+        counts.foreign_keys_named++;
+    }
+    counts.calls++;
+    expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, success), "complete_store");
+}
+
+static void finish_request(request *r) {
+    while (r->n_pins) do_complete_load(r);
+    counts.calls++;
+    expect_ok(kvtier_manager_on_request_finished(mgr, r->name), "on_request_finished");
+    r->active = false;
+    r->finished = true;
+}
+
+/* Completes every outstanding plan (success), so the request can go. */
+static void settle_request(request *r) {
+    while (r->n_plans) {
+        kvtier_key keys[64];
+        size_t n = 0;
+        while (r->n_plans) {
+            write_block(r->plans[r->n_plans - 1].slot, r->plans[r->n_plans - 1].key);
+            keys[n++] = key_view(r->plans[r->n_plans - 1].key);
+            drop_plan(r, r->n_plans - 1);
+        }
+        counts.calls++;
+        expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, true), "complete_store (settle)");
+    }
+}
+
+static void drain_events(void) {
+    kvtier_event ev[16];
+    size_t written;
+    bool more = true;
+    while (more) {
+        counts.calls++;
+        expect_ok(kvtier_manager_take_events(mgr, ev, 16, &written, &more), "take_events");
+        for (size_t i = 0; i < written; i++) {
+            if (ev[i].kind != KVTIER_EVENT_STORED && ev[i].kind != KVTIER_EVENT_REMOVED && ev[i].kind != KVTIER_EVENT_CLEARED)
+                fail("event of kind %d", ev[i].kind);
+            if (ev[i].kind != KVTIER_EVENT_CLEARED && (ev[i].key_len < 2 || ev[i].key_len > 64))
+                fail("event key of %zu bytes", ev[i].key_len);
+        }
+    }
+}
+
+/* A cache reset, between batches: every load finishes first.  Outstanding
+ * plans become void: their slots are freed, so the "GPU" no longer writes
+ * them, and their completions are ignored. */
+static void do_reset(void) {
+    for (int q = 0; q < NREQ; q++)
+        while (reqs[q].n_pins) do_complete_load(&reqs[q]);
+    counts.calls++;
+    expect_ok(kvtier_manager_reset_cache(mgr), "reset_cache");
+    counts.resets++;
+    for (int q = 0; q < NREQ; q++) {
+        request *r = &reqs[q];
+        kvtier_key keys[64];
+        size_t n = 0;
+        while (r->n_plans) {
+            keys[n++] = key_view(r->plans[r->n_plans - 1].key);
+            drop_plan(r, r->n_plans - 1);
+        }
+        /* A finished request is finalized by the reset; an active one
+         * completes its void plan, which is ignored. */
+        if (n && r->active) {
+            counts.calls++;
+            expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, true), "complete_store after reset");
+        }
+    }
+    counts.calls++;
+    expect_ok(kvtier_manager_reset_flushed(mgr), "reset_flushed");
+}
+
+/* Invalid calls: each must be refused with a status and change nothing. */
+static void do_invalid(request *r) {
+    kvtier_status st = KVTIER_STATUS_OK;
+    kvtier_key k = key_view((int)below(NKEYS));
+    uint8_t long_key[65] = {0};
+    int32_t answer;
+    uint32_t slot;
+    switch (below(9)) {
+    case 0:
+        st = kvtier_manager_lookup(NULL, r->name, &k, &answer);
+        break;
+    case 1:
+        st = kvtier_manager_lookup(mgr, "fz-never-started", &k, &answer);
+        break;
+    case 2:
+        k.len = 0;
+        st = kvtier_manager_lookup(mgr, r->name, &k, &answer);
+        break;
+    case 3:
+        k.data = long_key;
+        k.len = 65;
+        st = kvtier_manager_prepare_store(mgr, r->name, &k, 1, NULL, NULL, 0, NULL, NULL, 0, NULL, NULL);
+        break;
+    case 4:
+        st = kvtier_manager_prepare_load(mgr, r->name, NULL, 3, &slot, 1);
+        break;
+    case 5: { /* a key that is absent from the primary tier cannot be loaded */
+        counts.calls++;
+        expect_ok(kvtier_manager_lookup(mgr, r->name, &k, &answer), "lookup");
+        if (answer == KVTIER_MANAGER_LOOKUP_HIT) return;
+        st = kvtier_manager_prepare_load(mgr, r->name, &k, 1, &slot, 1);
+        break;
+    }
+    case 6: {
+        kvtier_job_result res;
+        memset(&res, 0, sizeof res);
+        res.id = 1u << 30;
+        /* Tier 0 is the primary tier, 99 no tier, and a built-in tier
+         * (fs, index 1) reports through polling only. */
+        size_t bad[3] = {0, 99, 1};
+        st = kvtier_manager_complete_job(mgr, bad[below(fs_tier_present ? 3 : 2)], &res);
+        break;
+    }
+    case 7:
+        st = kvtier_manager_on_new_request(mgr, r->name, NULL, &answer); /* r is active: a duplicate */
+        break;
+    default:
+        st = kvtier_manager_on_request_finished(mgr, "fz-never-started");
+        break;
+    }
+    counts.calls++;
+    if (st == KVTIER_STATUS_OK) fail("an invalid call was accepted");
+    counts.invalid_rejected++;
+}
+
+static void wait_idle(void) {
+    int fd = -1;
+    expect_ok(kvtier_manager_wake_fd(mgr, &fd), "wake_fd");
+    bool pending = true;
+    for (int waited = 0; waited < 20000 && pending; waited += 5) {
+        counts.calls += 2;
+        expect_ok(kvtier_manager_on_schedule_end(mgr), "on_schedule_end");
+        expect_ok(kvtier_manager_has_pending_work(mgr, &pending), "has_pending_work");
+        if (pending) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 5) > 0) {
+                uint64_t c;
+                if (read(fd, &c, sizeof c) < 0 && errno != EAGAIN) fail("read of the wake descriptor failed");
+            }
+        }
+    }
+    if (pending) fail("the manager still has pending work after 20 s");
+}
+
+static double stat_value(const char *tier, const char *name) {
+    static kvtier_manager_stat stats[512];
+    size_t n = 0;
+    expect_ok(kvtier_manager_stats(mgr, stats, 512, &n), "stats");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(stats[i].tier_name, tier) == 0 && strcmp(stats[i].name, name) == 0) return stats[i].value;
+    fail("no statistic %s of tier %s", name, tier);
+    return 0;
+}
+
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    fclose(f);
+    return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    uint64_t seed = 1, ops = 20000;
+    double seconds = 0;
+    bool with_fs = false;
+    long rss_limit_mib = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--ops") && i + 1 < argc) ops = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--fs")) with_fs = true;
+        else if (!strcmp(argv[i], "--rss-limit-mib") && i + 1 < argc) rss_limit_mib = atol(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--seed N] [--ops N | --seconds N] [--fs] [--rss-limit-mib N]\n", argv[0]);
+            return 2;
+        }
+    }
+    rng_state = seed;
+    fs_tier_present = with_fs;
+    make_keys();
+
+    char dir[64] = "";
+    char json[512];
+    if (with_fs) {
+        snprintf(dir, sizeof dir, "/tmp/kvtier-fuzz-XXXXXX");
+        if (!mkdtemp(dir)) fail("mkdtemp failed");
+        snprintf(json, sizeof json,
+                 "{\"block_bytes\": %d, \"primary\": {\"capacity\": %d, \"event_capacity\": 64},"
+                 " \"tiers\": [{\"type\": \"fs\", \"options\": {\"directory\": \"%s\", \"capacity_bytes\": %d,"
+                 " \"direct_io\": false, \"read_threads\": 2, \"write_threads\": 2}}]}",
+                 BLOCK, SLOTS, dir, 40 * (BLOCK + 4096));
+    } else {
+        snprintf(json, sizeof json, "{\"block_bytes\": %d, \"primary\": {\"capacity\": %d, \"event_capacity\": 64}}",
+                 BLOCK, SLOTS);
+    }
+    expect_ok(kvtier_manager_new_from_json(json, strlen(json), &mgr), "manager_new_from_json");
+    size_t slot_bytes;
+    uint32_t slot_count_out;
+    expect_ok(kvtier_manager_slot_memory(mgr, (void **)&slot_base, &slot_stride, &slot_bytes, &slot_count_out),
+              "slot_memory");
+    if (slot_count_out != SLOTS || slot_bytes < BLOCK) fail("slot memory of %u slots of %zu bytes", slot_count_out, slot_bytes);
+
+    c_tier *t = (c_tier *)calloc(1, sizeof *t);
+    if (!t) fail("out of memory");
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    pthread_cond_init(&t->idle, NULL);
+    t->rng = seed * 2654435761u + 1;
+    kvtier_tier_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.user_data = t;
+    vt.name = "fuzz";
+    vt.lookup = ct_lookup;
+    vt.submit_store = ct_submit;
+    vt.submit_load = ct_submit;
+    vt.has_pending_work = ct_pending;
+    vt.drain = ct_drain;
+    vt.shutdown = ct_shutdown;
+    vt.destroy = ct_destroy;
+    expect_ok(kvtier_manager_add_tier(mgr, &vt, NULL, &t->index), "add_tier");
+    t->manager = mgr;
+    for (int i = 0; i < WORKERS; i++) pthread_create(&t->threads[i], NULL, tier_worker, t);
+
+    double start = now_s();
+    long rss_start = -1;
+    uint64_t op = 0;
+    for (;; op++) {
+        if (seconds > 0 ? now_s() - start >= seconds : op >= ops) break;
+        if (op == 2000) rss_start = rss_kib();
+        request *r = &reqs[below(NREQ)];
+        if (!r->active) {
+            if (r->finished && r->n_plans) do_complete_store(r); /* a finished request completes late */
+            else start_request(r);
+            continue;
+        }
+        uint32_t roll = below(1000);
+        if (roll < 200) do_lookup(r);
+        else if (roll < 380) do_load(r);
+        else if (roll < 500) do_complete_load(r);
+        else if (roll < 680) do_prepare_store(r);
+        else if (roll < 820) do_complete_store(r);
+        else if (roll < 860) finish_request(r);
+        else if (roll < 930) {
+            counts.calls++;
+            expect_ok(kvtier_manager_on_schedule_end(mgr), "on_schedule_end");
+        } else if (roll < 960) drain_events();
+        else if (roll < 995) do_invalid(r);
+        else if (roll < 998) (void)stat_value("primary", "pinned");
+        else do_reset();
+        if (rss_limit_mib > 0 && op % 100000 == 0 && rss_start > 0 && rss_kib() - rss_start > rss_limit_mib * 1024)
+            fail("resident memory grew by %ld KiB (limit %ld MiB)", rss_kib() - rss_start, rss_limit_mib);
+    }
+
+    /* The end: every request settles and finishes, the tiers go idle. */
+    for (int q = 0; q < NREQ; q++) {
+        if (reqs[q].active) finish_request(&reqs[q]);
+        settle_request(&reqs[q]);
+    }
+    wait_idle();
+    drain_events();
+    double pending = stat_value("primary", "write_pending"), pinned = stat_value("primary", "pinned");
+    if (pending != 0 || pinned != 0) fail("at the end %g slots are write pending and %g pinned", pending, pinned);
+    /* Every resident block is right. */
+    request *v = &reqs[0];
+    start_request(v);
+    size_t resident = 0;
+    for (int id = 0; id < NKEYS; id++) {
+        kvtier_key k = key_view(id);
+        int32_t answer;
+        expect_ok(kvtier_manager_lookup(mgr, v->name, &k, &answer), "final lookup");
+        if (answer != KVTIER_MANAGER_LOOKUP_HIT) continue;
+        uint32_t slot;
+        expect_ok(kvtier_manager_prepare_load(mgr, v->name, &k, 1, &slot, 1), "final prepare_load");
+        if (!block_is(slot, id)) fail("at the end key %d's slot %u holds another block", id, slot);
+        expect_ok(kvtier_manager_complete_load(mgr, v->name, &k, 1), "final complete_load");
+        resident++;
+    }
+    finish_request(v);
+    wait_idle();
+    long rss_end = rss_kib();
+    expect_ok(kvtier_manager_shutdown(mgr), "shutdown");
+    kvtier_manager_free(mgr);
+    if (with_fs) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "kvtier-fuzz: could not remove %s\n", dir);
+    }
+    printf("kvtier-fuzz: seed=%llu fs=%d ops=%llu calls=%llu invalid_rejected=%llu loads_verified=%llu "
+           "blocks_stored=%llu parts=%llu foreign_keys=%llu resets=%llu tier_jobs=%zu tier_failed=%zu "
+           "partial_loads=%zu cascade_blocks_checked=%zu resident_verified=%zu rss_kib=%ld->%ld secs=%.1f\n",
+           (unsigned long long)seed, with_fs, (unsigned long long)op, (unsigned long long)counts.calls,
+           (unsigned long long)counts.invalid_rejected, (unsigned long long)counts.loads_verified,
+           (unsigned long long)counts.blocks_stored, (unsigned long long)counts.plans_completed_in_parts,
+           (unsigned long long)counts.foreign_keys_named, (unsigned long long)counts.resets, tier_jobs_done,
+           tier_jobs_failed, tier_partial_loads, tier_blocks_checked, resident, rss_start, rss_end, now_s() - start);
+    return 0;
+}
