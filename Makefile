@@ -20,7 +20,8 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available bench
+.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available bench \
+	nightly-available test-sanitizers test-asan test-tsan test-miri soak
 
 all: lib c
 
@@ -119,3 +120,38 @@ bench: all
 	@sh tools/bench-replay.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR)
 	@echo
 	@python3 tools/bench-summary.py $(BENCH_DIR)
+
+# Reliability runs beyond `make test` (docs/reliability.md): sanitizers and
+# Miri need a nightly toolchain with rust-src and miri, installed here by
+# rustup when missing.
+NIGHTLY ?= nightly
+
+nightly-available:
+	@rustup component list --installed --toolchain $(NIGHTLY) 2>/dev/null | grep -q '^rust-src' && \
+	 rustup component list --installed --toolchain $(NIGHTLY) 2>/dev/null | grep -q '^miri' || { \
+	  echo "installing the $(NIGHTLY) toolchain with rust-src and miri (rustup)"; \
+	  rustup toolchain install $(NIGHTLY) --profile minimal --component rust-src,miri; }
+
+test-sanitizers: test-asan test-tsan test-miri
+
+# AddressSanitizer, then ThreadSanitizer: the library, the C and C++
+# programs, the fuzzer and the threaded completion tests.
+test-asan: nightly-available cmake-available
+	FEATURES=$(FEATURES) tools/sanitize.sh address $(NIGHTLY)
+
+test-tsan: nightly-available cmake-available
+	FEATURES=$(FEATURES) tools/sanitize.sh thread $(NIGHTLY)
+
+# Miri: undefined behaviour in the primary tier (index, slots, lists,
+# policies) and the key types, through their unit tests.
+MIRI_TESTS ?= primary:: key::
+test-miri: nightly-available
+	MIRIFLAGS="-Zmiri-disable-isolation" $(CARGO) +$(NIGHTLY) miri test --lib -- $(MIRI_TESTS)
+
+# The fuzzer for MINUTES minutes (default 5), with and without the fs tier,
+# failing if resident memory grows by more than 64 MiB after warm-up.
+MINUTES ?= 5
+soak: c
+	@secs=$$(( $(MINUTES) * 30 )); \
+	$(BUILD)/bin/kvtier-fuzz --seed $$(date +%s) --seconds $$secs --rss-limit-mib 64 && \
+	$(BUILD)/bin/kvtier-fuzz --seed $$(( $$(date +%s) + 1 )) --seconds $$secs --fs --rss-limit-mib 64
