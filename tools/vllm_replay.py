@@ -18,10 +18,11 @@ Python files are read).  The managers used are `CPUOffloadingManager`
 `CPUPrimaryTierOffloadingManager` plus the in-memory tier below for
 `--tiers mem`.  Events are enabled; the admission threshold is vLLM's default
 (every offer stored).  Only the imports that need torch (or, through it, the
-rest of vLLM) are replaced by stand-ins: `torch` itself (a bare `Tensor`
-class for a type annotation), the package `__init__` files of `vllm`,
-`vllm.utils` and `vllm.distributed...` (bare packages over the wheel's
-directories), `vllm.logger` (Python's logging), the connector's stats class
+rest of vLLM and its dependencies) are replaced by stand-ins: `torch` itself
+(a bare `Tensor` class for a type annotation), the package `__init__` files
+of `vllm`, `vllm.utils` and `vllm.distributed...` (bare packages over the
+wheel's directories), `vllm.logger` (Python's logging), `vllm.v1.kv_hints`
+(a type annotation; it needs msgspec), the connector's stats class
 (`OffloadingConnectorStats`: a sink, stats change no decision) and the
 shared-memory region of the primary tier (a plain buffer: no KV bytes move).
 It needs `python3` and `numpy` (and `typing_extensions`, as vLLM does).
