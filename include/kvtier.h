@@ -338,6 +338,12 @@ typedef enum {
    * A bug inside kvtier was caught at the boundary; the handle is poisoned.
    */
   KVTIER_STATUS_PANIC = 20,
+  /**
+   * Memory the call needed (sized by its arguments: a capacity, a key
+   * count) could not be allocated; nothing changed and the handle stays
+   * usable.
+   */
+  KVTIER_STATUS_OUT_OF_MEMORY = 21,
 } kvtier_status;
 
 /**
@@ -523,7 +529,8 @@ typedef struct {
    */
   uint32_t store_threshold;
   /**
-   * Bound of the recent-offers table (used when `store_threshold` >= 2).
+   * Bound of the recent-offers table (used when `store_threshold` >= 2),
+   * at most 4294967294.
    */
   size_t admission_table_size;
   /**
@@ -991,7 +998,8 @@ typedef struct {
    */
   uint32_t store_threshold;
   /**
-   * Bound of the table of recent offers, used when `store_threshold` >= 2 (default 64000).
+   * Bound of the table of recent offers, used when `store_threshold` >= 2
+   * (default 64000), at most 4294967294.
    */
   size_t admission_table_size;
   /**
@@ -1386,7 +1394,9 @@ const char *kvtier_last_error_message(void);
  * `json` must not be NULL unless `len` is 0; `out` must not be NULL.
  * Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
  * and a message (`kvtier_last_error_message`) that starts with the field's
- * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`.  On
+ * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`; a
+ * capacity whose slot tables (or slot memory) cannot be allocated is
+ * `KVTIER_STATUS_OUT_OF_MEMORY`.  On
  * success writes the new handle to `*out`; on failure writes nothing and
  * leaves nothing behind.  The caller owns the handle (free it with
  * `kvtier_manager_free`, which also releases the region).  The document
@@ -1495,7 +1505,9 @@ kvtier_request_params kvtier_request_params_default(void);
  * Creates a tiering manager over a new primary tier.
  *
  * `options` must be NULL (defaults) or point to options initialized with
- * `kvtier_manager_options_default()`; `out` must not be NULL.  On success
+ * `kvtier_manager_options_default()`; `out` must not be NULL.  Options out
+ * of range are `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot
+ * tables cannot be allocated is `KVTIER_STATUS_OUT_OF_MEMORY`.  On success
  * writes the new handle to `*out`; on failure writes nothing.  The caller
  * owns the handle and releases it with `kvtier_manager_free`.  Thread
  * safety: the handle is internally synchronized.
@@ -1872,8 +1884,10 @@ kvtier_primary_options kvtier_primary_options_default(void);
  * Creates a primary tier with `options->capacity` free slots.
  *
  * `options` must point to options (start from
- * [`kvtier_primary_options_default`]); an unknown policy name or a zero
- * capacity is `KVTIER_STATUS_INVALID_ARGUMENT`.  On success writes the new
+ * [`kvtier_primary_options_default`]); an unknown policy name, a zero
+ * capacity or a size beyond its limit is `KVTIER_STATUS_INVALID_ARGUMENT`;
+ * a capacity whose slot tables cannot be allocated is
+ * `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).  On success writes the new
  * handle to `*out`; on failure `*out` is untouched and nothing is
  * allocated.  The caller owns the handle and frees it with
  * [`kvtier_primary_free`].  Safe to call from any thread.
