@@ -157,11 +157,14 @@ fn bad_inputs_map_to_statuses_with_messages() {
         assert!(m.contains(text), "{m} lacks {text}");
         assert!(!path_of(&name).exists(), "nothing left on disk after: {m}");
     }
-    // An existing name with the wrong size.
+    // An existing name with another layout: both are named.
     let r = new(&options(&name, 2, PAGE)).unwrap();
     let (s, m) = new(&options(&name, 3, PAGE)).unwrap_err();
     assert_eq!(s, S::InvalidArgument);
-    assert!(m.contains("exists with 8192 bytes"), "{m}");
+    assert!(
+        m.contains("2 slots of 4096 bytes") && m.contains("3 slots of 4096 bytes"),
+        "{m}"
+    );
     unsafe { kvtier_region_free(r) };
     assert!(!path_of(&name).exists());
 }

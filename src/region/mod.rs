@@ -5,7 +5,9 @@
 //! by the others under one name; [`SlotMemory`] is the view of its slots
 //! that secondary tiers copy through.
 
+mod header;
 pub mod options;
+mod setup;
 pub mod shared;
 pub mod slots;
 pub(crate) mod sys;
