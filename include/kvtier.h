@@ -1445,7 +1445,9 @@ kvtier_fs_options kvtier_fs_options_default(void);
  * `options` must be initialized by `kvtier_fs_options_default()` with
  * `directory` set; its strings are read during the call only.  Bad options
  * give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
- * directory with `create_dir` off) and change nothing.  The manager owns
+ * directory with `create_dir` off) and change nothing; so does a region
+ * with fewer slots than the manager's primary tier (the tier would be
+ * handed slot ids past its end).  The manager owns
  * the tier; the tier keeps the region's mapping alive for as long as it
  * lives, so the region handle may be closed earlier.  Blocks while it
  * scans the directory.  Internally synchronized (as the manager).
@@ -1805,7 +1807,8 @@ kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
  *
  * `region` stays owned by the caller, who may free it at any time; the
  * mapping itself lives on while the manager (or any tier) holds a view.
- * Internally synchronized.
+ * A region with fewer slots than the manager's primary tier is
+ * `KVTIER_STATUS_INVALID_ARGUMENT`.  Internally synchronized.
  *
  * # Safety
  * `manager` and `region` must be live handles (or NULL, which is an error).
@@ -2106,7 +2109,7 @@ kvtier_redis_options kvtier_redis_options_default(void);
  *
  * `manager` and `region` must be live handles, the manager's primary
  * slots being the region's slots (its capacity at most the region's slot
- * count); `options` NULL (defaults) or initialized with
+ * count, else `KVTIER_STATUS_INVALID_ARGUMENT`); `options` NULL (defaults) or initialized with
  * `kvtier_redis_options_default()`.  On success the manager owns the tier
  * (shut down by `kvtier_manager_shutdown` or `_free`), and the tier keeps
  * the region's mapping alive until then, even if the region handle is

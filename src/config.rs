@@ -546,7 +546,7 @@ impl Config {
             manager.set_slot_memory(s.clone())?;
         }
         if let Some(r) = region {
-            manager.attach_region(Box::new(r))?;
+            manager.attach_region(r)?;
         }
         for (i, t) in self.tiers.iter().enumerate() {
             let opts = TierOptions {

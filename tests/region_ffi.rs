@@ -344,3 +344,22 @@ fn a_manager_keeps_an_attached_region_mapped_after_the_region_handle_is_freed() 
         "the creator's free removed the name"
     );
 }
+
+#[test]
+fn a_region_with_fewer_slots_than_the_manager_cannot_be_attached() {
+    use kvtier::ffi::manager::*;
+    let name = unique("attach-small");
+    let region = new(&options(&name, 4, PAGE)).expect("region");
+    let mut m: *mut kvtier_manager = ptr::null_mut();
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 5;
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_attach_region(m, region) },
+        S::InvalidArgument
+    );
+    let e = last_error();
+    assert!(e.contains("4 slots") && e.contains("5"), "{e}");
+    unsafe { kvtier_manager_free(m) };
+    unsafe { kvtier_region_free(region) };
+}

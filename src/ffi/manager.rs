@@ -946,7 +946,8 @@ pub(crate) fn add_rust_tier(
 ///
 /// `region` stays owned by the caller, who may free it at any time; the
 /// mapping itself lives on while the manager (or any tier) holds a view.
-/// Internally synchronized.
+/// A region with fewer slots than the manager's primary tier is
+/// `KVTIER_STATUS_INVALID_ARGUMENT`.  Internally synchronized.
 ///
 /// # Safety
 /// `manager` and `region` must be live handles (or NULL, which is an error).
@@ -958,7 +959,7 @@ pub unsafe extern "C" fn kvtier_manager_attach_region(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let r = unsafe { enter::<super::region::kvtier_region>(region) }?;
-        Ok(m.attach_region(Box::new(r.slots()))?)
+        Ok(m.attach_region(r.slots())?)
     })
 }
 

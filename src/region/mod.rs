@@ -14,5 +14,5 @@ pub(crate) mod sys;
 
 pub use options::{OpenMode, Prefault, RegionOptions, Share};
 pub use shared::{CloseReport, Region, Role, StridedView};
-pub use slots::SlotMemory;
+pub use slots::{SlotMemory, SlotOwner};
 pub use sys::PrefaultMethod;

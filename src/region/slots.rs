@@ -176,6 +176,27 @@ impl SlotMemory {
     }
 }
 
+/// Something that keeps the memory of a number of slots mapped: a
+/// [`Region`](super::Region) or a [`SlotMemory`] view of one.  A manager
+/// keeps one alive for its tiers, and checks that it holds every slot of
+/// its primary tier.
+pub trait SlotOwner: Any + Send {
+    /// Number of slots in the memory.
+    fn slot_count(&self) -> u32;
+}
+
+impl SlotOwner for SlotMemory {
+    fn slot_count(&self) -> u32 {
+        SlotMemory::slot_count(self)
+    }
+}
+
+impl SlotOwner for super::Region {
+    fn slot_count(&self) -> u32 {
+        super::Region::slot_count(self)
+    }
+}
+
 impl std::fmt::Debug for SlotMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotMemory")
