@@ -338,6 +338,12 @@ typedef enum {
    * A bug inside kvtier was caught at the boundary; the handle is poisoned.
    */
   KVTIER_STATUS_PANIC = 20,
+  /**
+   * Memory the call needed (sized by its arguments: a capacity, a key
+   * count) could not be allocated; nothing changed and the handle stays
+   * usable.
+   */
+  KVTIER_STATUS_OUT_OF_MEMORY = 21,
 } kvtier_status;
 
 /**
@@ -523,7 +529,8 @@ typedef struct {
    */
   uint32_t store_threshold;
   /**
-   * Bound of the recent-offers table (used when `store_threshold` >= 2).
+   * Bound of the recent-offers table (used when `store_threshold` >= 2),
+   * at most 4294967294.
    */
   size_t admission_table_size;
   /**
@@ -991,7 +998,8 @@ typedef struct {
    */
   uint32_t store_threshold;
   /**
-   * Bound of the table of recent offers, used when `store_threshold` >= 2 (default 64000).
+   * Bound of the table of recent offers, used when `store_threshold` >= 2
+   * (default 64000), at most 4294967294.
    */
   size_t admission_table_size;
   /**
@@ -1260,7 +1268,7 @@ typedef int32_t (*kvtier_region_barrier_fn)(void *user_data, int32_t setup_statu
  * Options for `kvtier_region_new`.  Initialize with
  * `kvtier_region_options_default()`, then set `name`, `slot_count` and
  * `slot_bytes` at least.  Every process of one region passes the same
- * geometry (`slot_count`, `slot_bytes`, `segments`).
+ * layout (`slot_count`, `slot_bytes`, `worker_bytes`, `segments`).
  */
 typedef struct {
   /**
@@ -1297,7 +1305,8 @@ typedef struct {
    */
   uint32_t segments;
   /**
-   * `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.
+   * `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.  Even
+   * off, the creator reserves the region's room on the file system.
    */
   uint32_t prefault;
   /**
@@ -1386,7 +1395,9 @@ const char *kvtier_last_error_message(void);
  * `json` must not be NULL unless `len` is 0; `out` must not be NULL.
  * Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
  * and a message (`kvtier_last_error_message`) that starts with the field's
- * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`.  On
+ * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`; a
+ * capacity whose slot tables (or slot memory) cannot be allocated is
+ * `KVTIER_STATUS_OUT_OF_MEMORY`.  On
  * success writes the new handle to `*out`; on failure writes nothing and
  * leaves nothing behind.  The caller owns the handle (free it with
  * `kvtier_manager_free`, which also releases the region).  The document
@@ -1434,7 +1445,9 @@ kvtier_fs_options kvtier_fs_options_default(void);
  * `options` must be initialized by `kvtier_fs_options_default()` with
  * `directory` set; its strings are read during the call only.  Bad options
  * give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
- * directory with `create_dir` off) and change nothing.  The manager owns
+ * directory with `create_dir` off) and change nothing; so does a region
+ * with fewer slots than the manager's primary tier (the tier would be
+ * handed slot ids past its end).  The manager owns
  * the tier; the tier keeps the region's mapping alive for as long as it
  * lives, so the region handle may be closed earlier.  Blocks while it
  * scans the directory.  Internally synchronized (as the manager).
@@ -1495,7 +1508,9 @@ kvtier_request_params kvtier_request_params_default(void);
  * Creates a tiering manager over a new primary tier.
  *
  * `options` must be NULL (defaults) or point to options initialized with
- * `kvtier_manager_options_default()`; `out` must not be NULL.  On success
+ * `kvtier_manager_options_default()`; `out` must not be NULL.  Options out
+ * of range are `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot
+ * tables cannot be allocated is `KVTIER_STATUS_OUT_OF_MEMORY`.  On success
  * writes the new handle to `*out`; on failure writes nothing.  The caller
  * owns the handle and releases it with `kvtier_manager_free`.  Thread
  * safety: the handle is internally synchronized.
@@ -1792,7 +1807,8 @@ kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
  *
  * `region` stays owned by the caller, who may free it at any time; the
  * mapping itself lives on while the manager (or any tier) holds a view.
- * Internally synchronized.
+ * A region with fewer slots than the manager's primary tier is
+ * `KVTIER_STATUS_INVALID_ARGUMENT`.  Internally synchronized.
  *
  * # Safety
  * `manager` and `region` must be live handles (or NULL, which is an error).
@@ -1872,8 +1888,10 @@ kvtier_primary_options kvtier_primary_options_default(void);
  * Creates a primary tier with `options->capacity` free slots.
  *
  * `options` must point to options (start from
- * [`kvtier_primary_options_default`]); an unknown policy name or a zero
- * capacity is `KVTIER_STATUS_INVALID_ARGUMENT`.  On success writes the new
+ * [`kvtier_primary_options_default`]); an unknown policy name, a zero
+ * capacity or a size beyond its limit is `KVTIER_STATUS_INVALID_ARGUMENT`;
+ * a capacity whose slot tables cannot be allocated is
+ * `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).  On success writes the new
  * handle to `*out`; on failure `*out` is untouched and nothing is
  * allocated.  The caller owns the handle and frees it with
  * [`kvtier_primary_free`].  Safe to call from any thread.
@@ -2091,7 +2109,7 @@ kvtier_redis_options kvtier_redis_options_default(void);
  *
  * `manager` and `region` must be live handles, the manager's primary
  * slots being the region's slots (its capacity at most the region's slot
- * count); `options` NULL (defaults) or initialized with
+ * count, else `KVTIER_STATUS_INVALID_ARGUMENT`); `options` NULL (defaults) or initialized with
  * `kvtier_redis_options_default()`.  On success the manager owns the tier
  * (shut down by `kvtier_manager_shutdown` or `_free`), and the tier keeps
  * the region's mapping alive until then, even if the region handle is
@@ -2121,8 +2139,14 @@ kvtier_region_options kvtier_region_options_default(void);
  * Creates the region named `options->name` in `options->directory`, or
  * joins it if another process created it (the first process to create
  * the backing file exclusively is the creator; the rest wait, up to
- * `join_timeout_ms`, until it is sized).  A joiner whose creator fails
- * during set-up fails at once with `KVTIER_STATUS_PEER_FAILED`.  With a
+ * `join_timeout_ms`, until it is sized).  The creator records the layout
+ * (slot count, slot bytes, worker bytes, segments) in a one-page header
+ * before the slots of the first backing file, and a joiner that asks for
+ * another layout fails with `KVTIER_STATUS_INVALID_ARGUMENT` naming both.
+ * The creator reserves the region's room on the file system (also with
+ * pre-faulting off): too little room is `KVTIER_STATUS_NO_SPACE`.  A
+ * joiner whose creator fails during set-up fails at once with
+ * `KVTIER_STATUS_PEER_FAILED`.  With a
  * barrier, the barrier runs once (even if set-up failed: a set-up error is
  * then returned as it was) and the names are removed afterwards.
  *

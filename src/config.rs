@@ -527,7 +527,10 @@ impl Config {
             admission_table_size: self.primary.admission_table_size,
             event_capacity: self.primary.event_capacity,
         })
-        .map_err(|e| Error::InvalidArgument(format!("configuration: primary: {e}")))?;
+        .map_err(|e| match e {
+            Error::OutOfMemory(m) => Error::OutOfMemory(format!("configuration: primary: {m}")),
+            e => Error::InvalidArgument(format!("configuration: primary: {e}")),
+        })?;
         let manager = Manager::new(
             primary,
             ManagerOptions {
@@ -543,7 +546,7 @@ impl Config {
             manager.set_slot_memory(s.clone())?;
         }
         if let Some(r) = region {
-            manager.attach_region(Box::new(r))?;
+            manager.attach_region(r)?;
         }
         for (i, t) in self.tiers.iter().enumerate() {
             let opts = TierOptions {

@@ -102,6 +102,11 @@ pub enum Error {
     #[error("unsupported: {0}")]
     Unsupported(String),
 
+    /// Memory sized by the caller (a capacity, a batch of keys) could not
+    /// be allocated.  Nothing changed; a smaller size may succeed.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+
     /// A caller-provided output buffer is too small; `needed` is the size that fits.
     #[error("buffer too small: {needed} needed, {given} given")]
     BufferTooSmall {

@@ -23,6 +23,7 @@
 pub mod config;
 pub mod error;
 pub mod events;
+pub(crate) mod fallible;
 pub mod ffi;
 pub mod key;
 pub mod logging;

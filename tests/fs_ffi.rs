@@ -121,3 +121,30 @@ fn attaches_a_tier_and_rejects_bad_arguments() {
     assert_eq!(st, S::Ok, "{}", last_error());
     assert_eq!(index, 1);
 }
+
+#[test]
+fn a_region_with_fewer_slots_than_the_primary_tier_is_refused() {
+    // The region has 8 slots; a manager of 16 would hand the tier slot ids
+    // 8..15, past the end of the mapping.
+    let s = Setup::new("fewer-slots");
+    let mut mo = kvtier_manager_options_default();
+    mo.capacity = 16;
+    let mut manager = ptr::null_mut();
+    assert_eq!(unsafe { kvtier_manager_new(&mo, &mut manager) }, S::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let mut o = kvtier_fs_options_default();
+    o.directory = cdir.as_ptr();
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let mut index = 99usize;
+    let st = unsafe { kvtier_manager_add_fs_tier(manager, s.region, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument, "{}", last_error());
+    let e = last_error();
+    assert!(e.contains("8 slots") && e.contains("16"), "{e}");
+    assert_eq!(index, 99, "nothing written on failure");
+    // A region with as many slots as the primary tier (or more) is accepted.
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    unsafe { kvtier_manager_free(manager) };
+}

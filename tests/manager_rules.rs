@@ -465,6 +465,41 @@ fn reset_without_secondary_tiers_does_not_hold() {
     assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
 }
 
+#[test]
+fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
+    use kvtier::region::SlotMemory;
+    use kvtier::tiers::fs::{FsOptions, FsTier};
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let small = SlotMemory::anonymous(4, 4096).unwrap();
+    let e = m.set_slot_memory(small.clone()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(
+        e.to_string().contains("4 slots") && e.to_string().contains("8"),
+        "{e}"
+    );
+    assert!(m.slot_memory().is_none());
+    assert!(matches!(
+        m.attach_region(small.clone()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(m.check_slots(&small).is_err());
+    // A tier copying through too few slots is refused when added.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = FsOptions::new(dir.path());
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let tier = FsTier::open(small, o.clone()).unwrap();
+    let e = m.add_tier(Box::new(tier)).unwrap_err();
+    assert!(e.to_string().contains("tier \"fs\""), "{e}");
+    assert_eq!(m.tier_count(), 0);
+    // As many slots as the primary tier, or more, are accepted.
+    let big = SlotMemory::anonymous(16, 4096).unwrap();
+    m.set_slot_memory(big.clone()).unwrap();
+    m.attach_region(big.clone()).unwrap();
+    m.add_tier(Box::new(FsTier::open(big, o).unwrap())).unwrap();
+    m.shutdown().unwrap();
+}
+
 fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
     let (m, model) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("stuck");
@@ -674,6 +709,11 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
             *self.0.lock() = true;
         }
     }
+    impl kvtier::region::SlotOwner for Flag {
+        fn slot_count(&self) -> u32 {
+            4
+        }
+    }
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
@@ -681,7 +721,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
     m.add_tier(wrap(t2)).unwrap();
     s1.lock().fail_shutdown = true;
     let released = Arc::new(Mutex::new(false));
-    m.attach_region(Box::new(Flag(released.clone()))).unwrap();
+    m.attach_region(Flag(released.clone())).unwrap();
     let e = m.shutdown().unwrap_err().to_string();
     assert!(e.contains("one") && e.contains("stays mapped"), "{e}");
     assert_eq!(s2.lock().shutdowns, 1, "every tier gets a try");
@@ -694,7 +734,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
 
     let (m, _) = model_manager(4, ManagerOptions::default());
     let released = Arc::new(Mutex::new(false));
-    m.attach_region(Box::new(Flag(released.clone()))).unwrap();
+    m.attach_region(Flag(released.clone())).unwrap();
     m.shutdown().unwrap();
     assert!(*released.lock());
 }

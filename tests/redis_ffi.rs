@@ -7,7 +7,9 @@ use std::ptr;
 
 use kvtier::ffi::kvtier_last_error_message;
 use kvtier::ffi::kvtier_status as S;
-use kvtier::ffi::manager::{kvtier_manager, kvtier_manager_free, kvtier_manager_new};
+use kvtier::ffi::manager::{
+    kvtier_manager, kvtier_manager_free, kvtier_manager_new, kvtier_manager_options_default,
+};
 use kvtier::ffi::redis::*;
 use kvtier::ffi::region::*;
 
@@ -37,11 +39,12 @@ impl Fixture {
             "{}",
             last_error()
         );
+        // As many primary slots as the region has: a region of fewer
+        // slots than the primary tier is refused.
+        let mut mo = kvtier_manager_options_default();
+        mo.capacity = 8;
         let mut manager = ptr::null_mut();
-        assert_eq!(
-            unsafe { kvtier_manager_new(ptr::null(), &mut manager) },
-            S::Ok
-        );
+        assert_eq!(unsafe { kvtier_manager_new(&mo, &mut manager) }, S::Ok);
         Fixture { manager, region }
     }
 }

@@ -343,7 +343,10 @@ fn segments_are_one_contiguous_mapping() {
     let r = Region::create_or_join(&o).unwrap();
     assert_eq!(r.prefault_method(), PrefaultMethod::None);
     assert_eq!(r.paths().len(), 2);
-    let seg0 = std::fs::metadata(&r.paths()[0]).unwrap().len() as usize;
+    // The first file holds the layout header (one page), then its slots.
+    let header = r.header_bytes();
+    assert_eq!(header, PAGE);
+    let seg0 = std::fs::metadata(&r.paths()[0]).unwrap().len() as usize - header;
     let seg1 = std::fs::metadata(&r.paths()[1]).unwrap().len() as usize;
     assert_eq!(seg0 + seg1, r.len());
     assert!(seg0 >= 1 << 30 && seg1 >= 1 << 30);
@@ -357,7 +360,7 @@ fn segments_are_one_contiguous_mapping() {
     let mut a = vec![0u8; in0];
     std::fs::File::open(&r.paths()[0])
         .unwrap()
-        .read_exact_at(&mut a, (row as usize * stride) as u64)
+        .read_exact_at(&mut a, (header + row as usize * stride) as u64)
         .unwrap();
     let mut b = vec![0u8; stride - in0];
     std::fs::File::open(&r.paths()[1])
@@ -564,11 +567,12 @@ fn bad_inputs_get_their_own_errors() {
         matches!(e, Error::NotFound(_)) && e.to_string().contains("does not exist"),
         "{e}"
     );
-    // An existing name with the wrong size.
+    // An existing name with another layout: both are named.
     let r = Region::create_or_join(&opts(&name, 4, PAGE)).unwrap();
     let m = msg(&opts(&name, 8, PAGE));
     assert!(
-        m.contains("exists with 16384 bytes") && m.contains("need 32768"),
+        m.contains("created with 4 slots of 4096 bytes")
+            && m.contains("asks for 8 slots of 4096 bytes"),
         "{m}"
     );
     // A slot out of range.
@@ -638,15 +642,21 @@ fn prefault_modes_shares_and_threads() {
         0
     );
     drop(jr);
-    // Per-worker share: worker 3's area of every row.
-    let mut w = o.clone();
+    // Per-worker share: worker 3's area of every row (in a region of that
+    // layout: every process of a region passes the same worker areas).
+    let wname = unique("prefault-workers");
+    let _cw = Cleanup(wname.clone());
+    let mut w = opts(&wname, 64, 4 * PAGE);
     w.worker_bytes = PAGE;
+    w.prefault = Prefault::Off;
+    let wc = Region::create_or_join(&w).unwrap();
+    let wbase = wc.base().as_ptr();
     w.prefault = Prefault::Touch;
     w.prefault_share = Some(Share { index: 3, count: 4 });
     let wr = Region::create_or_join(&w).unwrap();
     assert_eq!(wr.prefault_method(), PrefaultMethod::Touch);
     for row in 0..64 {
-        let p = unsafe { base.add(row * 4 * PAGE) };
+        let p = unsafe { wbase.add(row * 4 * PAGE) };
         assert_eq!(
             resident_pages(unsafe { p.add(3 * PAGE) }, PAGE),
             1,
@@ -654,6 +664,7 @@ fn prefault_modes_shares_and_threads() {
         );
     }
     drop(wr);
+    wc.close().unwrap();
     // Touching keeps bytes a peer already wrote, on many threads.
     write_pattern(&r);
     let mut t = o.clone();
@@ -716,6 +727,137 @@ fn many_racing_processes_agree_on_one_creator() {
     assert!(leftovers(&name).is_empty());
 }
 
+fn a_joiner_with_another_layout_of_the_same_size_is_refused() {
+    // 128 rows of 8 KiB and 256 rows of 4 KiB are the same 1 MiB: the file
+    // size cannot tell them apart, the layout stored in it does.
+    let name = unique("layout-mismatch");
+    let _c = Cleanup(name.clone());
+    let r = Region::create_or_join(&opts(&name, 128, 2 * PAGE)).unwrap();
+    let e = Region::create_or_join(&opts(&name, 256, PAGE)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("128 slots of 8192 bytes") && m.contains("256 slots of 4096 bytes"),
+        "{m}"
+    );
+    // The same rows split among workers differently.
+    let mut w = opts(&name, 128, 2 * PAGE);
+    w.worker_bytes = PAGE;
+    let m = Region::create_or_join(&w).unwrap_err().to_string();
+    assert!(
+        m.contains("worker areas of 4096 bytes") && m.contains("no worker areas"),
+        "{m}"
+    );
+    // The same layout joins.
+    let j = Region::create_or_join(&opts(&name, 128, 2 * PAGE)).unwrap();
+    assert_eq!(j.role(), Role::Joiner);
+    drop(j);
+    r.close().unwrap();
+    assert!(leftovers(&name).is_empty());
+}
+
+fn old_format_files_are_replaced_when_stale_and_refused_when_live() {
+    use std::os::fd::AsRawFd;
+    // A file of the right size with no layout header (what earlier versions
+    // wrote), held by no process: left by a crashed run, so replaced.
+    let name = unique("old-format");
+    let _c = Cleanup(name.clone());
+    let path = shm().join(&name);
+    let old = std::fs::File::create(&path).unwrap();
+    old.set_len((4 * PAGE) as u64).unwrap();
+    drop(old);
+    let r = Region::create_or_join(&opts(&name, 4, PAGE)).unwrap();
+    assert_eq!(r.role(), Role::Creator);
+    r.close().unwrap();
+    assert!(leftovers(&name).is_empty());
+    // Held by a live process: never joined as if it were a region of this
+    // format, and never replaced; refused at once, not after the timeout.
+    let live = std::fs::File::create(&path).unwrap();
+    live.set_len((4 * PAGE) as u64).unwrap();
+    assert_eq!(unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_SH) }, 0);
+    let t = Instant::now();
+    let e = Region::create_or_join(&opts(&name, 4, PAGE)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("no layout header"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(path.exists(), "a live file is left alone");
+}
+
+/// A fresh tmpfs of `bytes` mounted on a new directory, unmounted on drop;
+/// `None` where this process may not mount (not root, or in a container
+/// that forbids it).
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn mount(bytes: usize) -> Option<SmallTmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let target = std::ffi::CString::new(dir.path().to_str()?).ok()?;
+        let data = std::ffi::CString::new(format!("size={bytes},mode=0700")).ok()?;
+        let r = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                data.as_ptr().cast(),
+            )
+        };
+        if r != 0 {
+            eprintln!(
+                "  skipped: mounting a tmpfs failed ({})",
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        Some(SmallTmpfs(dir))
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let target = std::ffi::CString::new(self.0.path().to_str().unwrap()).unwrap();
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn memory_is_reserved_at_creation_even_without_pre_faulting() {
+    // Without a reservation, a second region passed the free-space check
+    // (nothing of the first was faulted in yet), and whichever process
+    // touched its pages last died of SIGBUS.
+    let Some(fs) = SmallTmpfs::mount(8 << 20) else {
+        return;
+    };
+    let mut a = opts(&unique("reserve-a"), 6, 1 << 20);
+    a.directory = fs.0.path().to_path_buf();
+    a.prefault = Prefault::Off;
+    let ra = Region::create_or_join(&a).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let allocated: u64 = ra
+        .paths()
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().blocks() * 512)
+        .sum();
+    assert!(allocated >= 6 << 20, "only {allocated} bytes reserved");
+    let mut b = a.clone();
+    b.name = unique("reserve-b");
+    let e = Region::create_or_join(&b).unwrap_err();
+    assert!(matches!(e, Error::NoSpace(_)), "{e}");
+    assert!(
+        std::fs::read_dir(fs.0.path()).unwrap().count() == 1,
+        "b left nothing"
+    );
+    // The first region's memory is all there: every page can be written.
+    write_pattern(&ra);
+    check_pattern(&ra);
+    ra.close().unwrap();
+    // Freed again: a region of the whole size fits now.
+    let mut c = a.clone();
+    c.slot_count = 7;
+    let rc = Region::create_or_join(&c).unwrap();
+    write_pattern(&rc);
+    rc.close().unwrap();
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(CHILD_VAR) {
         std::process::exit(child_main(&spec));
@@ -774,6 +916,18 @@ fn main() {
         (
             "many_racing_processes_agree_on_one_creator",
             many_racing_processes_agree_on_one_creator,
+        ),
+        (
+            "a_joiner_with_another_layout_of_the_same_size_is_refused",
+            a_joiner_with_another_layout_of_the_same_size_is_refused,
+        ),
+        (
+            "old_format_files_are_replaced_when_stale_and_refused_when_live",
+            old_format_files_are_replaced_when_stale_and_refused_when_live,
+        ),
+        (
+            "memory_is_reserved_at_creation_even_without_pre_faulting",
+            memory_is_reserved_at_creation_even_without_pre_faulting,
         ),
     ];
     if std::env::args().any(|a| a == "--list") {

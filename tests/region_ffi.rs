@@ -157,11 +157,14 @@ fn bad_inputs_map_to_statuses_with_messages() {
         assert!(m.contains(text), "{m} lacks {text}");
         assert!(!path_of(&name).exists(), "nothing left on disk after: {m}");
     }
-    // An existing name with the wrong size.
+    // An existing name with another layout: both are named.
     let r = new(&options(&name, 2, PAGE)).unwrap();
     let (s, m) = new(&options(&name, 3, PAGE)).unwrap_err();
     assert_eq!(s, S::InvalidArgument);
-    assert!(m.contains("exists with 8192 bytes"), "{m}");
+    assert!(
+        m.contains("2 slots of 4096 bytes") && m.contains("3 slots of 4096 bytes"),
+        "{m}"
+    );
     unsafe { kvtier_region_free(r) };
     assert!(!path_of(&name).exists());
 }
@@ -340,4 +343,23 @@ fn a_manager_keeps_an_attached_region_mapped_after_the_region_handle_is_freed() 
         !path_of(&name).exists(),
         "the creator's free removed the name"
     );
+}
+
+#[test]
+fn a_region_with_fewer_slots_than_the_manager_cannot_be_attached() {
+    use kvtier::ffi::manager::*;
+    let name = unique("attach-small");
+    let region = new(&options(&name, 4, PAGE)).expect("region");
+    let mut m: *mut kvtier_manager = ptr::null_mut();
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 5;
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_attach_region(m, region) },
+        S::InvalidArgument
+    );
+    let e = last_error();
+    assert!(e.contains("4 slots") && e.contains("5"), "{e}");
+    unsafe { kvtier_manager_free(m) };
+    unsafe { kvtier_region_free(region) };
 }

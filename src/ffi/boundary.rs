@@ -308,6 +308,7 @@ pub(crate) unsafe fn in_slice<'a, T>(
     if ptr.is_null() {
         return Err(Failure::Null(name));
     }
+    check_extent(ptr as usize, len, std::mem::size_of::<T>(), name)?;
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 
@@ -326,7 +327,32 @@ pub(crate) unsafe fn out_slice<'a, T>(
     if ptr.is_null() {
         return Err(Failure::Null(name));
     }
+    check_extent(ptr as usize, len, std::mem::size_of::<T>(), name)?;
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// An error unless `len` items of `size` bytes at address `start` can be
+/// real memory: at most `isize::MAX` bytes, ending inside the address
+/// space.  A length past that is a caller's mistake (an uninitialized or
+/// negative count), reported as an invalid argument instead of being
+/// trusted.
+pub(crate) fn check_extent(
+    start: usize,
+    len: usize,
+    size: usize,
+    name: &str,
+) -> Result<(), Failure> {
+    let fits = len
+        .checked_mul(size)
+        .filter(|&bytes| bytes <= isize::MAX as usize)
+        .and_then(|bytes| start.checked_add(bytes))
+        .is_some();
+    if fits {
+        return Ok(());
+    }
+    Err(Failure::Core(Error::InvalidArgument(format!(
+        "`{name}` has {len} entries of {size} bytes at {start:#x}: more than the address space holds"
+    ))))
 }
 
 /// Borrows a NUL-terminated UTF-8 string argument.

@@ -18,7 +18,9 @@ use crate::error::Error;
 /// `json` must not be NULL unless `len` is 0; `out` must not be NULL.
 /// Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
 /// and a message (`kvtier_last_error_message`) that starts with the field's
-/// path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`.  On
+/// path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`; a
+/// capacity whose slot tables (or slot memory) cannot be allocated is
+/// `KVTIER_STATUS_OUT_OF_MEMORY`.  On
 /// success writes the new handle to `*out`; on failure writes nothing and
 /// leaves nothing behind.  The caller owns the handle (free it with
 /// `kvtier_manager_free`, which also releases the region).  The document

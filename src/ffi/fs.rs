@@ -91,7 +91,9 @@ pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
 /// `options` must be initialized by `kvtier_fs_options_default()` with
 /// `directory` set; its strings are read during the call only.  Bad options
 /// give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
-/// directory with `create_dir` off) and change nothing.  The manager owns
+/// directory with `create_dir` off) and change nothing; so does a region
+/// with fewer slots than the manager's primary tier (the tier would be
+/// handed slot ids past its end).  The manager owns
 /// the tier; the tier keeps the region's mapping alive for as long as it
 /// lives, so the region handle may be closed earlier.  Blocks while it
 /// scans the directory.  Internally synchronized (as the manager).
@@ -138,6 +140,9 @@ pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
             locality,
             stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
         };
+        // Checked before the directory is scanned: a region of fewer slots
+        // than the primary tier is refused either way.
+        m.check_slots(&r.slots())?;
         let tier = FsTier::open(r.slots(), opts)?;
         *out = m.add_tier_with(Box::new(tier), TierOptions::default())?;
         Ok(())

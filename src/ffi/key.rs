@@ -28,7 +28,7 @@ pub(crate) unsafe fn read_keys(
 ) -> Result<(), Failure> {
     out.clear();
     let raw = unsafe { in_slice(keys, n, "keys") }?;
-    out.reserve(raw.len());
+    crate::fallible::reserve(out, raw.len(), "copying the keys of a batch")?;
     for (index, k) in raw.iter().enumerate() {
         out.push(Key::FILLER);
         if let Some(slot) = out.last_mut() {

@@ -77,7 +77,8 @@ pub struct kvtier_manager_options {
     pub policy: *const c_char,
     /// Store a key only at its `store_threshold`-th offer; 0 or 1 = at the first.
     pub store_threshold: u32,
-    /// Bound of the recent-offers table (used when `store_threshold` >= 2).
+    /// Bound of the recent-offers table (used when `store_threshold` >= 2),
+    /// at most 4294967294.
     pub admission_table_size: usize,
     /// Bound of the primary tier's event buffer; 0 turns its events off.
     pub event_capacity: usize,
@@ -277,7 +278,9 @@ fn with_scratch<R>(f: impl FnOnce(&mut Vec<Key>, &mut Vec<u32>, &mut StorePlan) 
 /// Creates a tiering manager over a new primary tier.
 ///
 /// `options` must be NULL (defaults) or point to options initialized with
-/// `kvtier_manager_options_default()`; `out` must not be NULL.  On success
+/// `kvtier_manager_options_default()`; `out` must not be NULL.  Options out
+/// of range are `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot
+/// tables cannot be allocated is `KVTIER_STATUS_OUT_OF_MEMORY`.  On success
 /// writes the new handle to `*out`; on failure writes nothing.  The caller
 /// owns the handle and releases it with `kvtier_manager_free`.  Thread
 /// safety: the handle is internally synchronized.
@@ -429,14 +432,16 @@ pub unsafe extern "C" fn kvtier_manager_on_new_request(
         let mut rp = RequestParams::default();
         if let Some(p) = unsafe { params.as_ref() } {
             rp.user_data = p.user_data as usize;
-            for kv in unsafe { in_slice(p.params, p.params_len, "params->params") }? {
+            let raw = unsafe { in_slice(p.params, p.params_len, "params->params") }?;
+            crate::fallible::reserve(&mut rp.params, raw.len(), "request parameters")?;
+            for kv in raw {
                 let k = unsafe { in_str(kv.key, "params->params[].key") }?;
                 let v = unsafe { in_str(kv.value, "params->params[].value") }?;
                 rp.params.push((k.to_string(), v.to_string()));
             }
             if p.filter_set {
                 let raw = unsafe { in_slice(p.filter, p.filter_len, "params->filter") }?;
-                let mut ms = Vec::with_capacity(raw.len());
+                let mut ms = crate::fallible::with_capacity(raw.len(), "request tier filter")?;
                 for (i, mt) in raw.iter().enumerate() {
                     ms.push(matcher_of(mt, i)?);
                 }
@@ -941,7 +946,8 @@ pub(crate) fn add_rust_tier(
 ///
 /// `region` stays owned by the caller, who may free it at any time; the
 /// mapping itself lives on while the manager (or any tier) holds a view.
-/// Internally synchronized.
+/// A region with fewer slots than the manager's primary tier is
+/// `KVTIER_STATUS_INVALID_ARGUMENT`.  Internally synchronized.
 ///
 /// # Safety
 /// `manager` and `region` must be live handles (or NULL, which is an error).
@@ -953,7 +959,7 @@ pub unsafe extern "C" fn kvtier_manager_attach_region(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let r = unsafe { enter::<super::region::kvtier_region>(region) }?;
-        Ok(m.attach_region(Box::new(r.slots()))?)
+        Ok(m.attach_region(r.slots())?)
     })
 }
 

@@ -52,7 +52,8 @@ pub struct kvtier_primary_options {
     pub policy: *const c_char,
     /// Store a key only at its `store_threshold`-th offer to prepare_store; 0 or 1 = at once (default 0).
     pub store_threshold: u32,
-    /// Bound of the table of recent offers, used when `store_threshold` >= 2 (default 64000).
+    /// Bound of the table of recent offers, used when `store_threshold` >= 2
+    /// (default 64000), at most 4294967294.
     pub admission_table_size: usize,
     /// Bound of the event buffer; 0 (default) turns events off.  When full,
     /// new events are dropped and counted in `events_dropped`, and a key
@@ -241,8 +242,10 @@ pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
 /// Creates a primary tier with `options->capacity` free slots.
 ///
 /// `options` must point to options (start from
-/// [`kvtier_primary_options_default`]); an unknown policy name or a zero
-/// capacity is `KVTIER_STATUS_INVALID_ARGUMENT`.  On success writes the new
+/// [`kvtier_primary_options_default`]); an unknown policy name, a zero
+/// capacity or a size beyond its limit is `KVTIER_STATUS_INVALID_ARGUMENT`;
+/// a capacity whose slot tables cannot be allocated is
+/// `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).  On success writes the new
 /// handle to `*out`; on failure `*out` is untouched and nothing is
 /// allocated.  The caller owns the handle and frees it with
 /// [`kvtier_primary_free`].  Safe to call from any thread.

@@ -108,7 +108,7 @@ unsafe fn opt_str<'a>(p: *const c_char, name: &'static str) -> Result<Option<&'a
 ///
 /// `manager` and `region` must be live handles, the manager's primary
 /// slots being the region's slots (its capacity at most the region's slot
-/// count); `options` NULL (defaults) or initialized with
+/// count, else `KVTIER_STATUS_INVALID_ARGUMENT`); `options` NULL (defaults) or initialized with
 /// `kvtier_redis_options_default()`.  On success the manager owns the tier
 /// (shut down by `kvtier_manager_shutdown` or `_free`), and the tier keeps
 /// the region's mapping alive until then, even if the region handle is
@@ -140,6 +140,7 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
         let username = unsafe { opt_str(o.username, "options->username") }?;
         let password = unsafe { opt_str(o.password, "options->password") }?;
         let ca = unsafe { opt_str(o.tls_ca_file, "options->tls_ca_file") }?;
+        m.check_slots(&region.slots())?;
         let tier = build(
             name,
             &o,

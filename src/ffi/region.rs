@@ -64,7 +64,7 @@ pub type kvtier_region_barrier_fn =
 /// Options for `kvtier_region_new`.  Initialize with
 /// `kvtier_region_options_default()`, then set `name`, `slot_count` and
 /// `slot_bytes` at least.  Every process of one region passes the same
-/// geometry (`slot_count`, `slot_bytes`, `segments`).
+/// layout (`slot_count`, `slot_bytes`, `worker_bytes`, `segments`).
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +86,8 @@ pub struct kvtier_region_options {
     pub join_timeout_ms: u32,
     /// Number of backing files, each at least 1 GiB (default 1).
     pub segments: u32,
-    /// `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.
+    /// `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.  Even
+    /// off, the creator reserves the region's room on the file system.
     pub prefault: u32,
     /// With `prefault_share_count > 0`, pre-fault only share
     /// `prefault_share_index` of `prefault_share_count`: this worker's area
@@ -219,8 +220,14 @@ unsafe fn convert(o: &kvtier_region_options) -> Result<RegionOptions, Failure> {
 /// Creates the region named `options->name` in `options->directory`, or
 /// joins it if another process created it (the first process to create
 /// the backing file exclusively is the creator; the rest wait, up to
-/// `join_timeout_ms`, until it is sized).  A joiner whose creator fails
-/// during set-up fails at once with `KVTIER_STATUS_PEER_FAILED`.  With a
+/// `join_timeout_ms`, until it is sized).  The creator records the layout
+/// (slot count, slot bytes, worker bytes, segments) in a one-page header
+/// before the slots of the first backing file, and a joiner that asks for
+/// another layout fails with `KVTIER_STATUS_INVALID_ARGUMENT` naming both.
+/// The creator reserves the region's room on the file system (also with
+/// pre-faulting off): too little room is `KVTIER_STATUS_NO_SPACE`.  A
+/// joiner whose creator fails during set-up fails at once with
+/// `KVTIER_STATUS_PEER_FAILED`.  With a
 /// barrier, the barrier runs once (even if set-up failed: a set-up error is
 /// then returned as it was) and the names are removed afterwards.
 ///

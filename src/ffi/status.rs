@@ -54,6 +54,10 @@ pub enum kvtier_status {
     Poisoned = 19,
     /// A bug inside kvtier was caught at the boundary; the handle is poisoned.
     Panic = 20,
+    /// Memory the call needed (sized by its arguments: a capacity, a key
+    /// count) could not be allocated; nothing changed and the handle stays
+    /// usable.
+    OutOfMemory = 21,
 }
 
 impl kvtier_status {
@@ -81,6 +85,7 @@ impl kvtier_status {
             kvtier_status::BufferTooSmall => c"KVTIER_STATUS_BUFFER_TOO_SMALL",
             kvtier_status::Poisoned => c"KVTIER_STATUS_POISONED",
             kvtier_status::Panic => c"KVTIER_STATUS_PANIC",
+            kvtier_status::OutOfMemory => c"KVTIER_STATUS_OUT_OF_MEMORY",
         }
     }
 
@@ -88,7 +93,7 @@ impl kvtier_status {
     /// not a known status are `None` (the caller treats them as a tier error).
     pub(crate) fn from_i32(value: i32) -> Option<kvtier_status> {
         use kvtier_status::*;
-        const ALL: [kvtier_status; 21] = [
+        const ALL: [kvtier_status; 22] = [
             Ok,
             NullArgument,
             InvalidArgument,
@@ -110,6 +115,7 @@ impl kvtier_status {
             BufferTooSmall,
             Poisoned,
             Panic,
+            OutOfMemory,
         ];
         ALL.into_iter().find(|s| *s as i32 == value)
     }
@@ -135,6 +141,7 @@ pub(crate) fn status_of(error: &Error) -> kvtier_status {
         Error::Closed(_) => kvtier_status::Closed,
         Error::Unsupported(_) => kvtier_status::Unsupported,
         Error::BufferTooSmall { .. } => kvtier_status::BufferTooSmall,
+        Error::OutOfMemory(_) => kvtier_status::OutOfMemory,
     }
 }
 

@@ -393,8 +393,11 @@ pub(crate) unsafe fn copy_keys(
     if keys.is_null() {
         return Err(format!("{len} keys listed at a NULL pointer"));
     }
-    let raw = unsafe { std::slice::from_raw_parts(keys, len) };
-    let mut out = Vec::with_capacity(len);
+    let raw = unsafe { super::boundary::in_slice(keys, len, "keys") }
+        .map_err(|_| format!("{len} keys listed: more than the address space holds"))?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len)
+        .map_err(|_| format!("{len} keys listed: no memory to copy them"))?;
     for (i, k) in raw.iter().enumerate() {
         match unsafe { read_key(k, i) } {
             Ok(key) => out.push(key),

@@ -26,6 +26,8 @@ use std::hash::BuildHasher;
 
 use super::lists::Lists;
 use super::slots::same_key;
+use crate::error::Result;
+use crate::fallible;
 use crate::key::{Key, KeyBytes};
 
 const RECENT: usize = 0;
@@ -44,16 +46,39 @@ pub(crate) struct Admission {
 
 impl Admission {
     /// A table of at most `bound` keys; `hasher` must be the tier's.
+    /// Nothing is allocated until offers come.
     pub(crate) fn new(bound: usize, hasher: RandomState) -> Admission {
         Admission {
             keys: Vec::new(),
             counts: Vec::new(),
             marks: Vec::new(),
-            lists: Lists::new(0),
+            lists: Lists::empty(),
             index: HashTable::new(),
             hasher,
             bound,
         }
+    }
+
+    /// Makes room, fallibly, for `offers` more keys on record (never beyond
+    /// the bound), so that as many new entries ([`Admission::record_new`]) allocate
+    /// nothing.
+    pub(crate) fn reserve(&mut self, offers: usize) -> Result<()> {
+        let room = offers.min(self.bound.saturating_sub(self.keys.len()));
+        if room == 0 {
+            return Ok(());
+        }
+        let what = "the admission table";
+        fallible::reserve(&mut self.keys, room, what)?;
+        fallible::reserve(&mut self.counts, room, what)?;
+        fallible::reserve(&mut self.marks, room, what)?;
+        self.lists.reserve_ids(self.keys.len() + room, self.bound)?;
+        let (keys, hasher) = (&self.keys, &self.hasher);
+        fallible::reserve_table(
+            &mut self.index,
+            room,
+            |&x| hasher.hash_one(keys[x as usize].as_bytes()),
+            what,
+        )
     }
 
     /// Pass 1 of a call (`epoch`): if `key` (hash `h`) is on record, one

@@ -28,6 +28,8 @@ use super::index::TagIndex;
 use super::lists::{NIL, OrderLists};
 use super::policy::{Policy, PolicyStats};
 use super::slots::{PARKED, Slots, same_key};
+use crate::error::Result;
+use crate::fallible;
 use crate::key::{Key, KeyBytes};
 
 const T1: usize = 0;
@@ -76,7 +78,7 @@ impl GhostList {
         }
         let i = self.keys.len();
         if i == self.keys.capacity() {
-            let want = (i * 2).max(16).min(bound).max(i + 1) - i;
+            let want = Self::growth(i, bound);
             self.keys.reserve_exact(want);
             self.prev.reserve_exact(want);
             self.next.reserve_exact(want);
@@ -88,6 +90,31 @@ impl GhostList {
         self.prev.push(NIL);
         self.next.push(NIL);
         i as u32
+    }
+
+    /// How many ids to add when the arena of `len` ids is full: as many
+    /// again (at least 16), never beyond `bound`, at least one.
+    fn growth(len: usize, bound: usize) -> usize {
+        (len * 2).max(16).min(bound).max(len + 1) - len
+    }
+
+    /// Makes room, fallibly, for `additional` more ghosts (never beyond
+    /// `bound` in all), so that [`GhostList::take_id`] does not allocate.
+    fn reserve(&mut self, additional: usize, bound: usize) -> Result<()> {
+        let i = self.keys.len();
+        let wanted = additional.min(bound.saturating_sub(i));
+        if wanted == 0 || self.keys.capacity() - i >= wanted {
+            return Ok(());
+        }
+        let extra = Self::growth(i, bound).max(wanted);
+        let what = "the ghost lists";
+        fallible::reserve_exact(&mut self.keys, extra, what)?;
+        fallible::reserve_exact(&mut self.prev, extra, what)?;
+        fallible::reserve_exact(&mut self.next, extra, what)?;
+        huge::advise(&self.keys);
+        huge::advise(&self.prev);
+        huge::advise(&self.next);
+        Ok(())
     }
 
     /// Appends local id `i` (in no list) at the back.
@@ -200,10 +227,15 @@ impl Ghosts {
 
     /// Adds `key` (hash `h`, not a ghost) at the back of `list`, forgetting
     /// the oldest ghost of that list if it is full.
+    ///
+    /// [`Ghosts::reserve`] makes the room first; should it not have, and
+    /// the index cannot be had now, the key is not remembered.
     fn add(&mut self, list: usize, key: Key, h: u64) {
         if !self.index.has_room_for(2 * self.bound) {
-            // Sized once for the most ghosts there can be.
-            self.index = TagIndex::new(2 * self.bound);
+            match TagIndex::new(2 * self.bound) {
+                Ok(index) => self.index = index,
+                Err(_) => return,
+            }
         }
         let base = (list * self.bound) as u32;
         let i = if self.len(list) >= self.bound {
@@ -224,6 +256,18 @@ impl Ghosts {
             i
         };
         self.index.insert(h, base + i);
+    }
+
+    /// Makes room, fallibly, for `n` more ghosts: the index, sized once for
+    /// the most ghosts there can be, and both lists' arenas.
+    fn reserve(&mut self, n: usize) -> Result<()> {
+        if !self.index.has_room_for(2 * self.bound) {
+            self.index = TagIndex::new(2 * self.bound)?;
+        }
+        for l in &mut self.lists {
+            l.reserve(n, self.bound)?;
+        }
+        Ok(())
     }
 
     /// Forgets ghost `g` (hash `h`).
@@ -266,18 +310,19 @@ pub(crate) struct ArcPolicy {
 impl ArcPolicy {
     /// An empty policy over `capacity` (at most [`MAX_CAPACITY`]) slots;
     /// `hasher` must be the tier's.
-    pub(crate) fn new(capacity: u32, hasher: RandomState) -> ArcPolicy {
-        ArcPolicy {
-            lists: OrderLists::new(capacity as usize),
+    /// An out-of-memory error if its lists cannot be had.
+    pub(crate) fn new(capacity: u32, hasher: RandomState) -> Result<ArcPolicy> {
+        Ok(ArcPolicy {
+            lists: OrderLists::new(capacity as usize)?,
             ghosts: Ghosts {
                 lists: [GhostList::new(), GhostList::new()],
-                index: TagIndex::new(0),
+                index: TagIndex::new(0)?,
                 hasher,
                 bound: capacity as usize,
             },
             capacity,
             target: 0.0,
-        }
+        })
     }
 
     /// Ghost hit in B1: grow the target by max(1, |B2|/|B1|), capped at capacity.
@@ -400,6 +445,10 @@ impl Policy for ArcPolicy {
         true
     }
 
+    fn reserve_evictions(&mut self, n: usize) -> Result<()> {
+        self.ghosts.reserve(n)
+    }
+
     fn evict(&mut self, slots: &Slots, slot: u32, h: u64) {
         let ghost_list = match self.lists.list_of(slot) {
             Some(T1) => B1,
@@ -473,7 +522,7 @@ mod tests {
 
     /// A slot table with `n` idle resident keys 0..n.
     fn slots(n: u32) -> Slots {
-        let mut s = Slots::new(n);
+        let mut s = Slots::new(n).unwrap();
         s.next_epoch();
         for i in 0..n {
             let slot = s.allocate().unwrap();
@@ -488,7 +537,7 @@ mod tests {
     #[test]
     fn eviction_compares_t1_with_the_truncated_target() {
         let mut s = slots(4);
-        let mut p = ArcPolicy::new(4, s.hasher.clone());
+        let mut p = ArcPolicy::new(4, s.hasher.clone()).unwrap();
         for i in 0..4 {
             p.insert(&s, i, s.hash(s.key(i)), true);
         }

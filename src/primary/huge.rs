@@ -16,6 +16,9 @@
 //! the slot's own bytes in the region, which is pre-faulted as well.
 //! Arrays under 4 MiB are left alone.
 
+use crate::error::Result;
+use crate::fallible;
+
 /// The huge page size asked for.
 const HUGE_PAGE: usize = 2 << 20;
 
@@ -54,20 +57,34 @@ pub(crate) fn advise<T>(v: &Vec<T>) {
 }
 
 /// `n` copies of `value`, in a buffer that asked for huge pages before it
-/// was written.
-pub(crate) fn filled<T: Clone>(n: usize, value: T) -> Vec<T> {
-    let mut v = Vec::with_capacity(n);
+/// was written; [`Error::OutOfMemory`](crate::Error::OutOfMemory) naming
+/// `what` if it cannot be had.
+pub(crate) fn filled<T: Clone>(n: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = fallible::with_capacity(n, what)?;
     advise(&v);
     v.resize(n, value);
-    v
+    Ok(v)
 }
 
 /// `n` zeros of an integer type: fresh zero pages from the allocator
-/// (never written by us), committed at once.
-pub(crate) fn zeroed<T: ZeroInt>(n: usize) -> Vec<T> {
-    let v = vec![T::ZERO; n];
+/// (never written by us), committed at once; an error naming `what` if
+/// they cannot be had.
+pub(crate) fn zeroed<T: ZeroInt>(n: usize, what: &str) -> Result<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout =
+        std::alloc::Layout::array::<T>(n).map_err(|_| fallible::out_of_memory::<T>(what, n))?;
+    // SAFETY: the layout has a non-zero size (n > 0, and T is an integer).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        return Err(fallible::out_of_memory::<T>(what, n));
+    }
+    // SAFETY: `p` comes from the global allocator with the layout of `n`
+    // items of `T`, all bytes zero, which is a valid `T` (`ZeroInt`).
+    let v = unsafe { Vec::from_raw_parts(p, n, n) };
     advise(&v);
-    v
+    Ok(v)
 }
 
 /// Integer types whose default is all zero bytes (so `vec!` gets them from
@@ -89,11 +106,12 @@ impl ZeroInt for u64 {
     const ZERO: u64 = 0;
 }
 
-/// An empty vector with room for `n` elements, its buffer advised.
-pub(crate) fn with_capacity<T>(n: usize) -> Vec<T> {
-    let v = Vec::with_capacity(n);
+/// An empty vector with room for `n` elements, its buffer advised; an
+/// error naming `what` if it cannot be had.
+pub(crate) fn with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let v = fallible::with_capacity(n, what)?;
     advise(&v);
-    v
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -103,14 +121,27 @@ mod tests {
     #[test]
     fn advised_buffers_keep_their_contents() {
         let big = 3 * HUGE_PAGE / 8 + 5;
-        let v: Vec<u64> = zeroed(big);
+        let v: Vec<u64> = zeroed(big, "test").unwrap();
         assert!(v.iter().all(|&x| x == 0));
-        let w = filled(big, 7u32);
+        let w = filled(big, 7u32, "test").unwrap();
         assert_eq!((w.len(), w.iter().all(|&x| x == 7)), (big, true));
-        let mut k: Vec<u8> = with_capacity(big * 8);
+        let mut k: Vec<u8> = with_capacity(big * 8, "test").unwrap();
         k.extend(std::iter::repeat_n(9, 100));
         assert_eq!(k.iter().map(|&b| b as usize).sum::<usize>(), 900);
         // Small buffers are left alone (nothing to check but that they work).
-        assert_eq!(filled(3, 1u8), vec![1, 1, 1]);
+        assert_eq!(filled(3, 1u8, "test").unwrap(), vec![1, 1, 1]);
+        assert!(zeroed::<u8>(0, "test").unwrap().is_empty());
+    }
+
+    #[test]
+    fn sizes_beyond_memory_are_errors_not_aborts() {
+        for e in [
+            zeroed::<u64>(usize::MAX / 8, "index").unwrap_err(),
+            zeroed::<u64>(usize::MAX / 4, "index").unwrap_err(),
+            filled(isize::MAX as usize / 4, 0u32, "links").unwrap_err(),
+            with_capacity::<u64>(isize::MAX as usize / 8, "records").unwrap_err(),
+        ] {
+            assert!(matches!(e, crate::Error::OutOfMemory(_)), "{e}");
+        }
     }
 }

@@ -28,6 +28,7 @@
 //! `huge.rs`).
 
 use super::huge::{self, ZeroInt};
+use crate::error::Result;
 
 /// Most id bits a narrow entry holds (leaving it at least 4 tag bits).
 const NARROW_ID_BITS: u32 = 26;
@@ -148,16 +149,16 @@ pub(crate) struct Table<E> {
 
 /// Table size for at most `max` entries: at most half full.
 fn buckets_for(max: usize) -> usize {
-    2 * max + 16
+    max.saturating_mul(2).saturating_add(16)
 }
 
 impl<E: Entry> Table<E> {
-    fn new(max: usize, bits: u32) -> Self {
-        Table {
-            slots: huge::zeroed::<E>(buckets_for(max)).into_boxed_slice(),
+    fn new(max: usize, bits: u32) -> Result<Self> {
+        Ok(Table {
+            slots: huge::zeroed::<E>(buckets_for(max), "the key index")?.into_boxed_slice(),
             bits,
             len: 0,
-        }
+        })
     }
 
     /// Whether ids below `max` fit the entries.
@@ -364,18 +365,20 @@ macro_rules! with_table {
 impl TagIndex {
     /// An index with room for `max` entries with ids below `max`: narrow
     /// entries where the ids fit them, else wide ones.
-    pub(crate) fn new(max: usize) -> TagIndex {
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) if its table
+    /// cannot be had.
+    pub(crate) fn new(max: usize) -> Result<TagIndex> {
         let bits = usize::BITS - max.leading_zeros();
         if bits <= NARROW_ID_BITS {
-            TagIndex::Narrow(Table::new(max, bits.max(1)))
+            Ok(TagIndex::Narrow(Table::new(max, bits.max(1))?))
         } else {
             Self::new_wide(max)
         }
     }
 
     /// An index of wide entries whatever `max` is (tests use it at small sizes).
-    pub(crate) fn new_wide(max: usize) -> TagIndex {
-        TagIndex::Wide(Table::new(max, 32))
+    pub(crate) fn new_wide(max: usize) -> Result<TagIndex> {
+        Ok(TagIndex::Wide(Table::new(max, 32)?))
     }
 
     /// Whether the index was sized for at least `max` entries with ids below `max`.
@@ -479,21 +482,30 @@ mod tests {
 
     /// Both widths at `max`.
     fn both(max: usize) -> [TagIndex; 2] {
-        [TagIndex::new(max), TagIndex::new_wide(max)]
+        [
+            TagIndex::new(max).unwrap(),
+            TagIndex::new_wide(max).unwrap(),
+        ]
     }
 
     #[test]
     fn width_follows_the_ids() {
-        assert!(matches!(TagIndex::new(10_000_000), TagIndex::Narrow(_)));
-        assert!(matches!(TagIndex::new((1 << 26) - 1), TagIndex::Narrow(_)));
-        assert!(matches!(TagIndex::new(1 << 26), TagIndex::Wide(_)));
-        assert!(matches!(TagIndex::new(0), TagIndex::Narrow(_)));
-        let narrow = TagIndex::new(1000);
+        assert!(matches!(
+            TagIndex::new(10_000_000).unwrap(),
+            TagIndex::Narrow(_)
+        ));
+        assert!(matches!(
+            TagIndex::new((1 << 26) - 1).unwrap(),
+            TagIndex::Narrow(_)
+        ));
+        assert!(matches!(TagIndex::new(1 << 26).unwrap(), TagIndex::Wide(_)));
+        assert!(matches!(TagIndex::new(0).unwrap(), TagIndex::Narrow(_)));
+        let narrow = TagIndex::new(1000).unwrap();
         assert_eq!(narrow.bytes(), 4 * (2 * 1000 + 16));
         assert!(narrow.has_room_for(1000) && !narrow.has_room_for(1001));
         assert!(matches!(&narrow, TagIndex::Narrow(t) if t.bits == 10));
-        assert!(!TagIndex::new(0).has_room_for(5));
-        let wide = TagIndex::new_wide(1000);
+        assert!(!TagIndex::new(0).unwrap().has_room_for(5));
+        let wide = TagIndex::new_wide(1000).unwrap();
         assert_eq!(wide.bytes(), 8 * (2 * 1000 + 16));
         assert!(wide.has_room_for(1000) && !wide.has_room_for(1001));
     }

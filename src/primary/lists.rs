@@ -11,6 +11,8 @@
 
 use super::huge;
 use super::index::prefetch_read;
+use crate::error::Result;
+use crate::fallible;
 
 /// The "no id" link value.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -29,16 +31,52 @@ pub(crate) struct Lists<const N: usize> {
 }
 
 impl<const N: usize> Lists<N> {
-    /// Lists over ids `0..ids`, all empty.
-    pub(crate) fn new(ids: usize) -> Self {
+    /// Lists over ids `0..ids`, all empty; an out-of-memory error if their
+    /// links cannot be had.
+    #[cfg(test)]
+    pub(crate) fn new(ids: usize) -> Result<Self> {
+        Ok(Lists {
+            prev: huge::filled(ids, NIL, "list links")?,
+            next: huge::filled(ids, NIL, "list links")?,
+            tag: huge::filled(ids, NO_LIST, "list tags")?,
+            head: [NIL; N],
+            tail: [NIL; N],
+            len: [0; N],
+        })
+    }
+
+    /// Lists over no ids (they grow with [`Lists::grow_to`]); allocates nothing.
+    pub(crate) fn empty() -> Self {
         Lists {
-            prev: huge::filled(ids, NIL),
-            next: huge::filled(ids, NIL),
-            tag: huge::filled(ids, NO_LIST),
+            prev: Vec::new(),
+            next: Vec::new(),
+            tag: Vec::new(),
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],
         }
+    }
+
+    /// Makes room for ids below `ids`, as [`Lists::grow_to`] would, but
+    /// fallibly: callers reserve first, so growing never aborts.
+    pub(crate) fn reserve_ids(&mut self, ids: usize, max: usize) -> Result<()> {
+        if ids <= self.tag.capacity() {
+            return Ok(());
+        }
+        let extra = self.grown_capacity(ids, max) - self.tag.len();
+        fallible::reserve_exact(&mut self.prev, extra, "list links")?;
+        fallible::reserve_exact(&mut self.next, extra, "list links")?;
+        fallible::reserve_exact(&mut self.tag, extra, "list tags")?;
+        huge::advise(&self.prev);
+        huge::advise(&self.next);
+        huge::advise(&self.tag);
+        Ok(())
+    }
+
+    /// The capacity growing to hold ids below `ids` takes: double, at
+    /// least `ids`, at most `max` (unless `ids` is more).
+    fn grown_capacity(&self, ids: usize, max: usize) -> usize {
+        (self.tag.capacity() * 2).clamp(ids, max.max(ids))
     }
 
     /// Makes room for ids below `ids` (amortized O(1) per new id), never
@@ -46,8 +84,7 @@ impl<const N: usize> Lists<N> {
     pub(crate) fn grow_to(&mut self, ids: usize, max: usize) {
         if ids > self.tag.len() {
             if ids > self.tag.capacity() {
-                let want = (self.tag.capacity() * 2).clamp(ids, max.max(ids));
-                let extra = want - self.tag.len();
+                let extra = self.grown_capacity(ids, max) - self.tag.len();
                 self.prev.reserve_exact(extra);
                 self.next.reserve_exact(extra);
                 self.tag.reserve_exact(extra);
@@ -193,17 +230,18 @@ pub(crate) struct OrderLists<const N: usize> {
 
 impl<const N: usize> OrderLists<N> {
     /// Lists over ids `0..ids`, all empty.
-    pub(crate) fn new(ids: usize) -> Self {
+    /// An out-of-memory error if the links cannot be had.
+    pub(crate) fn new(ids: usize) -> Result<Self> {
         const { assert!(N < OUT as usize) };
-        OrderLists {
-            nodes: huge::filled(ids, EMPTY_NODE),
-            state: huge::filled(ids, OUT),
+        Ok(OrderLists {
+            nodes: huge::filled(ids, EMPTY_NODE, "recency list links")?,
+            state: huge::filled(ids, OUT, "recency list states")?,
             head: [NIL; N],
             tail: [NIL; N],
             len: [0; N],
             chead: [NIL; N],
             ctail: [NIL; N],
-        }
+        })
     }
 
     /// The list holding `id`, if any.
@@ -453,7 +491,7 @@ mod tests {
 
     #[test]
     fn push_move_and_unlink_keep_order_and_lengths() {
-        let mut l: Lists<2> = Lists::new(5);
+        let mut l: Lists<2> = Lists::new(5).unwrap();
         for id in 0..4 {
             l.push_back(0, id);
         }
@@ -479,7 +517,7 @@ mod tests {
 
     #[test]
     fn parked_ids_are_restored_at_their_place_in_the_order() {
-        let mut l: OrderLists<2> = OrderLists::new(8);
+        let mut l: OrderLists<2> = OrderLists::new(8).unwrap();
         for id in 0..6 {
             l.push_back(0, id);
         }

@@ -19,11 +19,12 @@ pub(crate) struct LruPolicy {
 }
 
 impl LruPolicy {
-    /// An empty policy over `capacity` slots.
-    pub(crate) fn new(capacity: u32) -> LruPolicy {
-        LruPolicy {
-            lists: OrderLists::new(capacity as usize),
-        }
+    /// An empty policy over `capacity` slots; an out-of-memory error if its
+    /// list cannot be had.
+    pub(crate) fn new(capacity: u32) -> crate::error::Result<LruPolicy> {
+        Ok(LruPolicy {
+            lists: OrderLists::new(capacity as usize)?,
+        })
     }
 }
 

@@ -53,6 +53,7 @@ use foldhash::fast::RandomState;
 
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
+use crate::fallible;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
 use crate::stats::Stat;
@@ -83,11 +84,11 @@ impl PolicyKind {
         }
     }
 
-    fn build(self, capacity: u32, hasher: RandomState) -> Box<dyn Policy> {
-        match self {
-            PolicyKind::Lru => Box::new(lru::LruPolicy::new(capacity)),
-            PolicyKind::Arc => Box::new(arc::ArcPolicy::new(capacity, hasher)),
-        }
+    fn build(self, capacity: u32, hasher: RandomState) -> Result<Box<dyn Policy>> {
+        Ok(match self {
+            PolicyKind::Lru => Box::new(lru::LruPolicy::new(capacity)?),
+            PolicyKind::Arc => Box::new(arc::ArcPolicy::new(capacity, hasher)?),
+        })
     }
 }
 
@@ -105,6 +106,10 @@ impl FromStr for PolicyKind {
     }
 }
 
+/// The largest `admission_table_size`: the table numbers its keys with
+/// 32-bit ids, one value kept for "none".
+pub const MAX_ADMISSION_TABLE_SIZE: usize = u32::MAX as usize - 1;
+
 /// How to build a [`PrimaryTier`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrimaryConfig {
@@ -117,7 +122,8 @@ pub struct PrimaryConfig {
     /// resident or not; a call's offers are all counted before the table
     /// forgets any entry, and never one offered in the same call.
     pub store_threshold: u32,
-    /// Bound of the recent-offers table (used when `store_threshold` >= 2; must then be > 0).
+    /// Bound of the recent-offers table (used when `store_threshold` >= 2;
+    /// must then be > 0), at most [`MAX_ADMISSION_TABLE_SIZE`].
     pub admission_table_size: usize,
     /// Bound of the event buffer; 0 turns events off.  When the buffer is
     /// full, new events are dropped and counted (`events_dropped`); a key
@@ -416,7 +422,9 @@ impl RequestRecord {
 }
 
 impl PrimaryTier {
-    /// A tier with `config.capacity` free slots.
+    /// A tier with `config.capacity` free slots.  Options out of range are
+    /// [`Error::InvalidArgument`]; memory for that many slots that cannot
+    /// be had is [`Error::OutOfMemory`], with nothing left allocated.
     pub fn new(config: PrimaryConfig) -> Result<PrimaryTier> {
         if config.capacity == 0 || config.capacity == u32::MAX {
             return Err(Error::InvalidArgument(format!(
@@ -438,9 +446,25 @@ impl PrimaryTier {
                 config.store_threshold
             )));
         }
-        let slots = Slots::new(config.capacity);
+        if config.admission_table_size > MAX_ADMISSION_TABLE_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "admission_table_size {} is beyond the limit {MAX_ADMISSION_TABLE_SIZE}",
+                config.admission_table_size
+            )));
+        }
+        // Everything sized by the capacity is allocated here, fallibly.
+        let sized = |e: Error| match e {
+            Error::OutOfMemory(m) => {
+                Error::OutOfMemory(format!("a primary tier of {} slots: {m}", config.capacity))
+            }
+            other => other,
+        };
+        let slots = Slots::new(config.capacity).map_err(sized)?;
         let hasher = slots.hasher.clone();
-        let policy = config.policy.build(config.capacity, hasher.clone());
+        let policy = config
+            .policy
+            .build(config.capacity, hasher.clone())
+            .map_err(sized)?;
         let admission = (config.store_threshold >= 2)
             .then(|| Admission::new(config.admission_table_size, hasher.clone()));
         Ok(PrimaryTier {
@@ -556,6 +580,8 @@ impl PrimaryTier {
     ) -> Result<()> {
         slots_out.clear();
         self.scratch_hashes.clear();
+        fallible::reserve(slots_out, n, "the slots of a batch")?;
+        fallible::reserve(&mut self.scratch_hashes, n, "the hashes of a batch")?;
         let hashes = &mut self.scratch_hashes;
         self.slots.resolve_each(n, &at, |_, s, h| {
             slots_out.push(s);
@@ -600,6 +626,7 @@ impl PrimaryTier {
         n: usize,
         at: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
+        fallible::reserve(&mut self.scratch_victims, n, "the slots of a batch")?;
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
         self.slots.resolve_each(n, &at, |_, s, _| done.push(s));
@@ -667,9 +694,7 @@ impl PrimaryTier {
         key: impl Fn(usize) -> &'k K,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
-        if !self.requests.contains_key(&req) {
-            return Err(unknown(req));
-        }
+        self.reserve_record(req, n)?;
         self.pin(n, &key, slots_out)?;
         self.counters.loads += n as u64;
         let hasher = &self.slots.hasher;
@@ -801,9 +826,8 @@ impl PrimaryTier {
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
         plan.clear();
-        if !self.requests.contains_key(&req) {
-            return Err(unknown(req));
-        }
+        self.reserve_record(req, n)?;
+        self.reserve_store(n, plan)?;
         self.next_epoch();
         let epoch = self.slots.epoch;
 
@@ -926,8 +950,17 @@ impl PrimaryTier {
                 || !self
                     .policy
                     .select_victims(&mut self.slots, need, &mut victims));
-        if refused {
-            self.counters.refusals += 1;
+        // Room for what the evictions remember (ARC's ghosts); without it
+        // the call fails as a refusal would, before evicting anything.
+        let no_room = if refused || need == 0 {
+            None
+        } else {
+            self.policy.reserve_evictions(need).err()
+        };
+        if refused || no_room.is_some() {
+            if refused {
+                self.counters.refusals += 1;
+            }
             plan.clear();
         } else if need > 0 {
             // Every victim's index line and policy lines load together.
@@ -962,6 +995,11 @@ impl PrimaryTier {
             }
         }
 
+        if let Some(e) = no_room {
+            self.scratch_keys = scratch;
+            self.scratch_new = fresh;
+            return Err(e);
+        }
         if !refused {
             // 5. Allocate and insert, in call order (the last key most recent).
             for (h, kind, s) in scratch.iter_mut() {
@@ -1003,6 +1041,55 @@ impl PrimaryTier {
         } else {
             StoreOutcome::Planned
         })
+    }
+
+    /// Makes room, fallibly, in request `req`'s record for `n` more keys;
+    /// an unknown request is an error.
+    fn reserve_record(&mut self, req: RequestId, n: usize) -> Result<()> {
+        let hasher = &self.slots.hasher;
+        let arc = self.config.policy == PolicyKind::Arc;
+        let r = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        let what = "the request's record of its keys";
+        fallible::reserve(&mut r.accesses, n, what)?;
+        let accesses = &r.accesses;
+        fallible::reserve_table(
+            &mut r.seen,
+            n,
+            |&i| hasher.hash_one(accesses[i as usize].key.as_bytes()),
+            what,
+        )?;
+        if arc {
+            fallible::reserve(&mut r.adapted, n, what)?;
+        }
+        Ok(())
+    }
+
+    /// Makes room, fallibly, for everything `prepare_store` of `n` keys may
+    /// add to the scratch buffers, the plan and the admission table, so
+    /// the call never fails halfway for lack of memory.
+    fn reserve_store(&mut self, n: usize, plan: &mut StorePlan) -> Result<()> {
+        let what = "planning a store";
+        fallible::reserve(&mut self.scratch_keys, n, what)?;
+        fallible::reserve(&mut self.scratch_new, n, what)?;
+        fallible::reserve(&mut self.scratch_victims, n, what)?;
+        fallible::reserve(&mut self.scratch_hashes, n, what)?;
+        if n > SMALL_BATCH {
+            // Cleared before use: nothing to rehash.
+            self.scratch_dedup.clear();
+            fallible::reserve_table(&mut self.scratch_dedup, n, |_| 0, what)?;
+        }
+        fallible::reserve(&mut plan.to_store, n, what)?;
+        fallible::reserve(&mut plan.slots, n, what)?;
+        fallible::reserve(&mut plan.evicted, n, what)?;
+        if let Some(a) = self.admission.as_mut() {
+            a.reserve(n)?;
+        }
+        if self.config.policy == PolicyKind::Arc {
+            self.adapted
+                .try_reserve(n)
+                .map_err(|_| fallible::out_of_memory::<(RequestId, Key)>(what, n))?;
+        }
+        Ok(())
     }
 
     /// Finishes writes of `keys`: on success write-pending keys become ready

@@ -6,6 +6,7 @@
 //! arm in [`PolicyKind`](super::PolicyKind)'s constructor.
 
 use super::slots::Slots;
+use crate::error::Result;
 use crate::key::Key;
 
 /// Sizes a policy reports in the tier's stats (zero where meaningless).
@@ -66,6 +67,13 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// Parked `slot` turned idle: it becomes a candidate again at the
     /// recency it has (the tier clears the flag).
     fn became_idle(&mut self, slot: u32);
+
+    /// Makes room, fallibly, for what evicting `n` keys will remember (ARC's
+    /// ghosts), so that [`Policy::evict`] allocates nothing; called before
+    /// the victims are evicted.
+    fn reserve_evictions(&mut self, _n: usize) -> Result<()> {
+        Ok(())
+    }
 
     /// Evicts `slot` (chosen by `select_victims`, key hash `h`); the slot's
     /// key is still readable in `slots`.

@@ -15,6 +15,7 @@ use std::hash::BuildHasher;
 use super::huge;
 use super::index::{READ_AHEAD, TagIndex, prefetch_addr};
 use super::lists::NIL;
+use crate::error::Result;
 use crate::key::{Key, KeyBytes};
 
 /// Flag: the slot holds a resident key (write pending or ready).
@@ -98,12 +99,13 @@ pub(crate) struct Slots {
 }
 
 impl Slots {
-    /// A table of `capacity` free slots.
-    pub(crate) fn new(capacity: u32) -> Slots {
+    /// A table of `capacity` free slots; an out-of-memory error if its
+    /// records or index cannot be had.
+    pub(crate) fn new(capacity: u32) -> Result<Slots> {
         let n = capacity as usize;
-        Slots {
-            records: huge::with_capacity(n),
-            index: TagIndex::new(n),
+        Ok(Slots {
+            records: huge::with_capacity(n, "slot records")?,
+            index: TagIndex::new(n)?,
             hasher: RandomState::default(),
             free_top: NIL,
             free_len: 0,
@@ -111,7 +113,7 @@ impl Slots {
             capacity,
             epoch: 0,
             version: 0,
-        }
+        })
     }
 
     /// The key of allocated `slot`.

@@ -1048,7 +1048,7 @@ fn batched_lookups_agree_with_single_lookups() {
 fn keys_read_ahead_are_resolved_against_the_table_at_their_turn() {
     // A key absent when its index line was read ahead, stored before its
     // turn, is found; a key released before its turn is absent.
-    let mut s = slots::Slots::new(64);
+    let mut s = slots::Slots::new(64).unwrap();
     let keys = ks(&[1, 2, 3, 4]);
     let put = |s: &mut slots::Slots, key: &Key| {
         let slot = s.allocate().unwrap();
@@ -1092,5 +1092,27 @@ fn commits_find_keys_that_moved_since_they_were_recorded() {
     // slot it had (now 5's) was not committed in its place.
     assert_eq!(order(&t).last(), Some(&k(1)));
     assert_eq!(order(&t), ks(&[4, 5, 6, 1]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn sizes_beyond_their_limits_are_invalid_arguments() {
+    let config = |admission_table_size| PrimaryConfig {
+        capacity: 8,
+        store_threshold: 2,
+        admission_table_size,
+        ..Default::default()
+    };
+    let e = PrimaryTier::new(config(MAX_ADMISSION_TABLE_SIZE + 1)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("admission_table_size"), "{e}");
+    // At the limit the table allocates nothing up front: it grows with offers.
+    let mut t = PrimaryTier::new(config(MAX_ADMISSION_TABLE_SIZE)).unwrap();
+    t.begin_request(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
+    assert!(plan.to_store.is_empty(), "first offers are only counted");
+    t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
+    assert_eq!(plan.to_store, ks(&[1, 2]));
     t.check_invariants().unwrap();
 }

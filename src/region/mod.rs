@@ -5,12 +5,14 @@
 //! by the others under one name; [`SlotMemory`] is the view of its slots
 //! that secondary tiers copy through.
 
+mod header;
 pub mod options;
+mod setup;
 pub mod shared;
 pub mod slots;
 pub(crate) mod sys;
 
 pub use options::{OpenMode, Prefault, RegionOptions, Share};
 pub use shared::{CloseReport, Region, Role, StridedView};
-pub use slots::SlotMemory;
+pub use slots::{SlotMemory, SlotOwner};
 pub use sys::PrefaultMethod;

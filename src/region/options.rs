@@ -20,7 +20,8 @@ pub enum OpenMode {
 /// How pages are faulted in when the region is mapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prefault {
-    /// Leave pages to fault on first use.
+    /// Leave pages to fault on first use (the creator reserves their room
+    /// on the file system all the same, so a first use never fails).
     Off,
     /// `MADV_POPULATE_WRITE` where the kernel has it, else touch each page.
     Auto,
@@ -39,8 +40,10 @@ pub struct Share {
 }
 
 /// Options for [`Region::create_or_join`](super::Region::create_or_join).
-/// Every process of one region passes the same geometry (slot count, slot
-/// bytes, segments); a joiner whose geometry differs gets an error.
+/// Every process of one region passes the same layout (slot count, slot
+/// bytes, worker bytes, segments): the creator records it in the first
+/// backing file, and a joiner whose layout differs gets an error naming
+/// both.
 #[derive(Debug, Clone)]
 pub struct RegionOptions {
     /// File name of the region (no `/`), unique per engine instance.
@@ -124,6 +127,8 @@ impl RegionOptions {
 pub(crate) struct Geometry {
     pub(crate) total: usize,
     pub(crate) page: usize,
+    /// Bytes of the layout header before slot 0 in the first file: one page.
+    pub(crate) header: usize,
     /// Length of each segment, in mapping order.
     pub(crate) segments: Vec<usize>,
 }
@@ -236,6 +241,7 @@ pub(crate) fn geometry(o: &RegionOptions, page: usize) -> Result<Geometry> {
     Ok(Geometry {
         total,
         page,
+        header: page,
         segments,
     })
 }

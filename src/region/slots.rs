@@ -42,11 +42,21 @@ impl SlotMemory {
         }
         let len = (slot_count as usize)
             .checked_mul(slot_bytes)
+            .filter(|&len| len <= isize::MAX as usize)
             .ok_or_else(|| {
-                Error::InvalidArgument(format!("{slot_count} slots of {slot_bytes} bytes overflow"))
+                Error::InvalidArgument(format!(
+                    "{slot_count} slots of {slot_bytes} bytes are more than the address space holds"
+                ))
             })?;
-        let mut map = memmap2::MmapMut::map_anon(len)
-            .map_err(|e| Error::io(format!("mapping {len} bytes of anonymous memory"), e))?;
+        let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOMEM) {
+                Error::OutOfMemory(format!(
+                    "{slot_count} slots of {slot_bytes} bytes ({len} bytes of memory) could not be mapped"
+                ))
+            } else {
+                Error::io(format!("mapping {len} bytes of anonymous memory"), e)
+            }
+        })?;
         let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns NULL");
         // SAFETY: `map` owns `len` bytes at `base` and is kept alive by `_backing`.
         Ok(
@@ -166,6 +176,27 @@ impl SlotMemory {
     }
 }
 
+/// Something that keeps the memory of a number of slots mapped: a
+/// [`Region`](super::Region) or a [`SlotMemory`] view of one.  A manager
+/// keeps one alive for its tiers, and checks that it holds every slot of
+/// its primary tier.
+pub trait SlotOwner: Any + Send {
+    /// Number of slots in the memory.
+    fn slot_count(&self) -> u32;
+}
+
+impl SlotOwner for SlotMemory {
+    fn slot_count(&self) -> u32 {
+        SlotMemory::slot_count(self)
+    }
+}
+
+impl SlotOwner for super::Region {
+    fn slot_count(&self) -> u32 {
+        super::Region::slot_count(self)
+    }
+}
+
 impl std::fmt::Debug for SlotMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotMemory")
@@ -190,5 +221,7 @@ mod tests {
         assert!(m.slot_ptr(4).is_err());
         assert!(m.write(0, 4094, b"abc").is_err());
         assert!(SlotMemory::anonymous(0, 4096).is_err());
+        let e = SlotMemory::anonymous(u32::MAX, usize::MAX / 2).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     }
 }

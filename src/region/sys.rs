@@ -175,6 +175,46 @@ pub(crate) fn set_len(file: &File, len: usize, path: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("sizing {} to {len} bytes", path.display()), e))
 }
 
+/// Reserves `len` bytes of `file` at `offset` on its file system
+/// (`fallocate`, mode 0: the file grows to `offset + len` if shorter), so
+/// that touching them later can never fail for lack of room (a SIGBUS).
+/// `Ok(false)` where the file system cannot reserve (the caller sizes the
+/// file instead); a full file system is [`Error::NoSpace`].
+pub(crate) fn allocate(file: &File, offset: usize, len: usize, path: &Path) -> Result<bool> {
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(Error::InvalidArgument(format!(
+            "{} bytes at offset {offset} of {} exceed the largest file offset",
+            len,
+            path.display()
+        )));
+    };
+    loop {
+        // SAFETY: the descriptor is open for the duration of the call.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, off, n) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Interrupted: what was allocated stays; allocate the rest.
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Ok(false),
+            Some(libc::ENOSPC) => {
+                return Err(Error::NoSpace(format!(
+                    "reserving {len} bytes of {}: the file system is full \
+                     (other regions or files took the room)",
+                    path.display()
+                )));
+            }
+            _ => {
+                return Err(Error::io(
+                    format!("reserving {len} bytes of {}", path.display()),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
 /// Sets the file's permission bits exactly (the process umask does not apply).
 pub(crate) fn set_mode(file: &File, mode: u32, path: &Path) -> Result<()> {
     // SAFETY: the descriptor is open for the duration of the call.
@@ -240,13 +280,15 @@ impl Span {
         })
     }
 
-    /// Maps `len` bytes of `file` shared and writable at `offset` within
-    /// the span, replacing the reservation there.
+    /// Maps `len` bytes of `file`, from byte `file_offset` (page-aligned)
+    /// on, shared and writable at `offset` within the span, replacing the
+    /// reservation there.
     pub(crate) fn map_file(
         &self,
         offset: usize,
         len: usize,
         file: &File,
+        file_offset: usize,
         path: &Path,
     ) -> Result<()> {
         assert!(offset + len <= self.len);
@@ -259,7 +301,7 @@ impl Span {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_FIXED,
                 file.as_raw_fd(),
-                0,
+                file_offset as libc::off_t,
             )
         };
         if p == libc::MAP_FAILED {
@@ -392,4 +434,44 @@ pub(crate) fn prefault(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocate_reserves_room_and_a_full_file_system_is_no_space() {
+        // A tmpfs of 1 MiB of its own (needs the right to mount; skipped
+        // otherwise).
+        let dir = tempfile::tempdir().unwrap();
+        let target = cpath(dir.path()).unwrap();
+        // SAFETY: plain system call with NUL-terminated arguments.
+        let mounted = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                c"size=1m".as_ptr().cast(),
+            )
+        } == 0;
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here");
+            return;
+        }
+        let path = dir.path().join("f");
+        let f = std::fs::File::create_new(&path).unwrap();
+        let half = 512 << 10;
+        assert!(allocate(&f, 4096, half, &path).unwrap());
+        let m = f.metadata().unwrap();
+        assert_eq!(m.len(), 4096 + half as u64, "the file grows to the end");
+        assert!(m.blocks() * 512 >= half as u64, "the room is taken");
+        let e = allocate(&f, 0, 2 << 20, &path).unwrap_err();
+        assert!(matches!(e, Error::NoSpace(_)), "{e}");
+        assert!(e.to_string().contains("file system is full"), "{e}");
+        drop(f);
+        // SAFETY: as above.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
 }

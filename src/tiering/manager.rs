@@ -32,6 +32,7 @@ use super::tier::{
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::key::Key;
+use crate::region::{SlotMemory, SlotOwner};
 use crate::request::{Locality, Medium, Request, RequestId, RequestInfo, RequestNames, TierFilter};
 use crate::stats::Stat;
 
@@ -178,7 +179,7 @@ pub struct Manager {
     queue: CompletionQueue,
     tier_count: AtomicUsize,
     notifier: Notifier,
-    slots: std::sync::OnceLock<crate::region::SlotMemory>,
+    slots: std::sync::OnceLock<SlotMemory>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -308,6 +309,19 @@ fn filter_allows(filter: &TierFilter, medium: Option<Medium>, locality: Option<L
     }
 }
 
+/// An error unless memory of `slot_count` slots (`what`) holds every one
+/// of the primary tier's `capacity` slots.
+fn covers(capacity: u32, slot_count: u32, what: &str) -> Result<()> {
+    if slot_count >= capacity {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "{what} has {slot_count} slots, fewer than the primary tier's {capacity}: \
+         slot ids {slot_count} to {} would fall outside it (give it at least {capacity} slots)",
+        capacity - 1
+    )))
+}
+
 impl Manager {
     /// A manager over `primary` with no secondary tier yet.
     pub fn with_backend(primary: Box<dyn PrimaryBackend>, opts: ManagerOptions) -> Manager {
@@ -399,6 +413,13 @@ impl Manager {
         if let Some(bp) = &opts.backpressure {
             bp.validate()?;
         }
+        if let Some(n) = tier.slot_count() {
+            covers(
+                s.primary.capacity(),
+                n,
+                &format!("the slot memory of tier {:?}", tier.name()),
+            )?;
+        }
         let mut tier = tier;
         tier.set_notifier(self.notifier.clone());
         let name: Arc<str> = Arc::from(tier.name());
@@ -419,11 +440,21 @@ impl Manager {
 
     /// Keeps `keep` (a region or slot memory) alive until a successful
     /// shutdown; if a tier fails to shut down it is never released, so the
-    /// mapping stays valid for that tier.
-    pub fn attach_region(&self, keep: Box<dyn Any + Send>) -> Result<()> {
+    /// mapping stays valid for that tier.  Memory of fewer slots than the
+    /// primary tier has is refused ([`Error::InvalidArgument`]).
+    pub fn attach_region(&self, keep: impl SlotOwner) -> Result<()> {
         let mut s = self.enter("attach_region")?;
-        s.keepalive = Some(keep);
+        covers(s.primary.capacity(), keep.slot_count(), "the region")?;
+        s.keepalive = Some(Box::new(keep));
         Ok(())
+    }
+
+    /// An error unless `slots` holds every slot of the primary tier (a
+    /// tier copying through it would otherwise be handed slot ids past its
+    /// end); for checking a region before opening a tier over it.
+    pub fn check_slots(&self, slots: &SlotMemory) -> Result<()> {
+        let s = self.enter("check_slots")?;
+        covers(s.primary.capacity(), slots.slot_count(), "the region")
     }
 
     /// Number of secondary tiers.
@@ -991,15 +1022,17 @@ impl Manager {
 
     /// Records the slot memory the primary tier's slots live in, so
     /// callers that did not build it (a manager made from a configuration)
-    /// can find it.  Set once; a second call is an error.
-    pub fn set_slot_memory(&self, slots: crate::region::SlotMemory) -> Result<()> {
+    /// can find it.  Set once; a second call is an error, and so is memory
+    /// of fewer slots than the primary tier has.
+    pub fn set_slot_memory(&self, slots: SlotMemory) -> Result<()> {
+        self.check_slots(&slots)?;
         self.slots
             .set(slots)
             .map_err(|_| Error::InvalidArgument("the manager's slot memory is already set".into()))
     }
 
     /// The slot memory recorded with [`Manager::set_slot_memory`], if any.
-    pub fn slot_memory(&self) -> Option<&crate::region::SlotMemory> {
+    pub fn slot_memory(&self) -> Option<&SlotMemory> {
         self.slots.get()
     }
 

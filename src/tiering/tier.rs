@@ -113,6 +113,15 @@ pub trait SecondaryTier: Send {
         None
     }
 
+    /// How many primary slots the tier copies through (the slot memory it
+    /// was opened over), if it says.  The manager refuses a tier that
+    /// reaches fewer slots than the primary tier has: slot ids past the end
+    /// of its memory would reach it.  Tiers that address the region on
+    /// their own (C tiers) do not say.
+    fn slot_count(&self) -> Option<u32> {
+        None
+    }
+
     /// Whether `key` is present and readable.
     fn lookup(&mut self, key: &Key, request: &Request) -> TierLookup;
 

@@ -625,6 +625,10 @@ impl SecondaryTier for FsTier {
         "fs"
     }
 
+    fn slot_count(&self) -> Option<u32> {
+        Some(self.pool.shared().io.slots.slot_count())
+    }
+
     fn medium(&self) -> Option<Medium> {
         Some(Medium::Storage)
     }

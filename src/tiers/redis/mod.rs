@@ -242,6 +242,8 @@ pub struct RedisTier {
     breaker: Breaker,
     counters: Counters,
     closed: bool,
+    /// Slots of the memory the workers copy through.
+    slot_count: u32,
 }
 
 /// Most existence checks sent in one batch; a larger step sends several.
@@ -313,6 +315,7 @@ impl RedisTier {
             breaker: Breaker::default(),
             counters: Counters::default(),
             closed: false,
+            slot_count: slots.slot_count(),
         })
     }
 
@@ -629,6 +632,10 @@ fn stop_workers(shared: &Shared, workers: &mut Vec<JoinHandle<()>>) -> bool {
 impl SecondaryTier for RedisTier {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn slot_count(&self) -> Option<u32> {
+        Some(self.slot_count)
     }
 
     fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {

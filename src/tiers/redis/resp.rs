@@ -202,7 +202,13 @@ impl RawConn {
             self.end -= self.start;
             self.start = 0;
             if n > self.buf.len() {
-                self.buf.resize(n.next_power_of_two(), 0);
+                // The length comes from the server: a reply too large for
+                // memory breaks the connection instead of aborting.
+                let want = n.checked_next_power_of_two().unwrap_or(n);
+                if self.buf.try_reserve_exact(want - self.buf.len()).is_err() {
+                    return Err(broken(Cause::Other));
+                }
+                self.buf.resize(want, 0);
             }
         }
         while self.end - self.start < n {
@@ -257,8 +263,8 @@ impl RawConn {
                 if n < 0 {
                     f(i, Reply::Nil)
                 } else {
-                    let n = n as usize;
-                    self.fill(n + 2)?;
+                    let n = usize::try_from(n).map_err(|_| broken(Cause::Other))?;
+                    self.fill(n.checked_add(2).ok_or_else(|| broken(Cause::Other))?)?;
                     let s = self.start;
                     if &self.buf[s + n..s + n + 2] != b"\r\n" {
                         return Err(broken(Cause::Other));
@@ -388,6 +394,15 @@ mod tests {
         let p = serve(packed.len(), b"hello\r\n".to_vec());
         let mut c = RawConn::connect(&p).unwrap();
         assert_eq!(collect(&mut c, &packed, 1).unwrap_err().cause, Cause::Other);
+        // A reply claiming more bytes than memory holds, or than a length
+        // can say: the connection breaks, the process does not abort.
+        for huge in [i64::MAX as u64, 1 << 50] {
+            let p = serve(packed.len(), format!("${huge}\r\nabc").into_bytes());
+            let mut c = RawConn::connect(&p).unwrap();
+            let e = collect(&mut c, &packed, 1).unwrap_err();
+            assert_eq!(e.cause, Cause::Other, "${huge}");
+            assert!(e.drop_conn);
+        }
         // Nothing listens: the server is down.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
