@@ -141,6 +141,9 @@ impl SecondaryTier for FaultyTier {
     fn name(&self) -> &str {
         "faulty"
     }
+    fn reports_through_complete_job(&self) -> bool {
+        true
+    }
     fn lookup(&mut self, key: &Key, r: &Request) -> TierLookup {
         let mut f = self.0.lock();
         f.named("lookup", r);

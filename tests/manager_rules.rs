@@ -1265,6 +1265,40 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     assert_eq!(stat(&m, None, "ignored_store_completions"), 0.0);
 }
 
+/// Only a tier that reports through `complete_job` may be completed
+/// through it: the fs tier reports through `poll_finished`, so a made-up
+/// result for its index (which could make a key readable while its slot
+/// holds another block) is refused and nothing is queued.
+#[test]
+fn complete_job_refuses_a_tier_that_reports_through_poll_finished() {
+    use kvtier::tiering::JobId;
+    use kvtier::tiers::fs::{FsOptions, FsTier};
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = FsOptions::new(dir.path());
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let mem = kvtier::region::SlotMemory::anonymous(8, 4096).unwrap();
+    let fs = m.add_tier(Box::new(FsTier::open(mem, o).unwrap())).unwrap();
+    let (t, _) = TestTier::new("t");
+    let test_tier = m.add_tier(rust(t)).unwrap();
+    start(&m, "r");
+    assert!(!m.has_pending_work().unwrap());
+    let e = m
+        .complete_job(fs, JobResult::new(JobId(0), true))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(msg)
+            if msg.contains("\"fs\"") && msg.contains("poll_finished")),
+        "{e}"
+    );
+    assert!(!m.has_pending_work().unwrap(), "nothing queued");
+    // A tier that reports through `complete_job` is still completed through it.
+    m.complete_job(test_tier, JobResult::new(JobId(0), true))
+        .unwrap();
+    assert!(m.has_pending_work().unwrap(), "queued for the next poll");
+}
+
 /// Every rule above, once with the Rust tier and once with the same tier
 /// behind the C vtable adapter.
 macro_rules! both_tiers {

@@ -883,9 +883,13 @@ pub unsafe extern "C" fn kvtier_manager_take_error(
 /// Reports a finished job of tier `tier` (the index `add_tier` gave) from
 /// any thread, at any time, including from inside a tier callback; the
 /// manager applies it at its next poll.  The result and its key list are
-/// copied.  An id the tier was never given, or one reported twice, is
-/// logged as a tier bug then (not an error here).  Thread-safe; never
-/// blocks on the manager's main lock.
+/// copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
+/// tiers) report through this call: the index of a built-in tier (fs,
+/// redis), which reports through its own polling, is
+/// `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
+/// that names no secondary tier.  An id the tier was never given, or one
+/// reported twice, is logged as a tier bug then (not an error here).
+/// Thread-safe; never blocks on the manager's main lock.
 ///
 /// # Safety
 /// `manager` a live handle; `result` valid, with `succeeded_keys` valid for

@@ -17,7 +17,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -177,6 +177,11 @@ pub struct Manager {
     state: Mutex<State>,
     queue: CompletionQueue,
     tier_count: AtomicUsize,
+    /// Bit `i` set: secondary tier `i + 1` reports through
+    /// [`Manager::complete_job`] (written before `tier_count` publishes the tier).
+    completes_through_queue: AtomicU64,
+    /// Tier names for `complete_job`'s refusals, which run without the main lock.
+    queue_tier_names: Mutex<Vec<Arc<str>>>,
     notifier: Notifier,
     slots: std::sync::OnceLock<crate::region::SlotMemory>,
 }
@@ -346,6 +351,8 @@ impl Manager {
             }),
             queue: CompletionQueue::default(),
             tier_count: AtomicUsize::new(0),
+            completes_through_queue: AtomicU64::new(0),
+            queue_tier_names: Mutex::new(Vec::new()),
             notifier: Notifier::new(),
             slots: std::sync::OnceLock::new(),
         }
@@ -411,8 +418,14 @@ impl Manager {
             stores_in_flight: 0,
             c: TierCounters::default(),
         };
+        let through_queue = entry.tier.reports_through_complete_job();
+        self.queue_tier_names.lock().push(entry.name.clone());
         s.tiers.push(entry);
         let n = s.tiers.len();
+        if through_queue {
+            self.completes_through_queue
+                .fetch_or(1 << (n - 1), Ordering::Relaxed);
+        }
         self.tier_count.store(n, Ordering::Release);
         Ok(n)
     }
@@ -836,13 +849,31 @@ impl Manager {
     }
 
     /// Reports a finished job from any thread, without the main lock; the
-    /// next poll collects it.  `tier` is the index `add_tier` returned.
-    /// Reports of unknown or repeated job ids are tier bugs, logged then.
+    /// next poll collects it.  `tier` is the index `add_tier` returned, of
+    /// a tier that reports through this call
+    /// ([`SecondaryTier::reports_through_complete_job`]); any other index
+    /// (the primary tier's, one past the last tier, a built-in tier that
+    /// reports through `poll_finished`) is [`Error::InvalidArgument`] and
+    /// nothing is queued.  Reports of unknown or repeated job ids are tier
+    /// bugs, logged then.
     pub fn complete_job(&self, tier: usize, result: JobResult) -> Result<()> {
         let n = self.tier_count.load(Ordering::Acquire);
         if tier == 0 || tier > n {
             return Err(Error::InvalidArgument(format!(
                 "complete_job: tier index {tier} is not a secondary tier (1..={n})"
+            )));
+        }
+        if self.completes_through_queue.load(Ordering::Relaxed) & (1 << (tier - 1)) == 0 {
+            let name = self
+                .queue_tier_names
+                .lock()
+                .get(tier - 1)
+                .cloned()
+                .unwrap_or_else(|| Arc::from("?"));
+            return Err(Error::InvalidArgument(format!(
+                "complete_job: tier {tier} ({name:?}) reports its jobs through poll_finished, \
+                 not complete_job; the result of job {} was refused",
+                result.id.0
             )));
         }
         let mut q = self.queue.items.lock();
