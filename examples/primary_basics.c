@@ -51,11 +51,11 @@ static kvtier_status store(kvtier_primary *p, const char *req, const int *ids, s
                                         &o->result);
 }
 
-static void complete(kvtier_primary *p, const int *ids, size_t n, bool success,
+static void complete(kvtier_primary *p, const char *req, const int *ids, size_t n, bool success,
                      kvtier_primary_complete_result *r) {
     kvtier_key keys[MAXN];
     for (size_t i = 0; i < n; i++) keys[i] = key_of(ids[i]);
-    OK(kvtier_primary_complete_store(p, keys, n, success, r));
+    OK(kvtier_primary_complete_store(p, req, keys, n, success, r));
 }
 
 static int evicted_id(const store_out *o, size_t i) {
@@ -101,7 +101,7 @@ int main(void) {
     CHECK(res[2] == KVTIER_PRIMARY_LOOKUP_RESULT_MISS);
 
     kvtier_primary_complete_result cr;
-    complete(p, first, 4, true, &cr);
+    complete(p, "req-1", first, 4, true, &cr);
     CHECK(cr.ready == 4 && cr.dropped == 0 && cr.ignored == 0);
     OK(kvtier_primary_lookup(p, look, 3, res, 3));
     CHECK(res[0] == KVTIER_PRIMARY_LOOKUP_RESULT_HIT && res[1] == KVTIER_PRIMARY_LOOKUP_RESULT_HIT);
@@ -135,9 +135,9 @@ int main(void) {
     /* One write fails, one succeeds; a late completion is ignored. */
     const int fail[] = {5};
     const int ok_late[] = {4, 9};
-    complete(p, fail, 1, false, &cr);
+    complete(p, "req-1", fail, 1, false, &cr);
     CHECK(cr.dropped == 1);
-    complete(p, ok_late, 2, true, &cr);
+    complete(p, "req-1", ok_late, 2, true, &cr);
     CHECK(cr.ready == 1 && cr.ignored == 1);
 
     OK(kvtier_primary_complete_load(p, "req-1", load, 2));
