@@ -132,6 +132,14 @@ int main(void) {
     CHECK(evicted_id(&o, 0) == 2 && evicted_id(&o, 1) == 3);
     CHECK(o.slots[0] == 3 && o.slots[1] == 2); /* most recently freed first */
 
+    /* Only the request that planned a key completes it: req-2 naming keys
+       4 and 5, which req-1 is writing, changes nothing (counted). */
+    const int theirs[] = {4, 5};
+    OK(kvtier_primary_request_begin(p, "req-2"));
+    complete(p, "req-2", theirs, 2, true, &cr);
+    CHECK(cr.ready == 0 && cr.dropped == 0 && cr.foreign == 2);
+    OK(kvtier_primary_request_finished(p, "req-2"));
+
     /* One write fails, one succeeds; a late completion is ignored. */
     const int fail[] = {5};
     const int ok_late[] = {4, 9};
@@ -163,6 +171,7 @@ int main(void) {
     OK(kvtier_primary_read_stats(p, &st));
     CHECK(st.capacity == 4 && st.used == 3 && st.idle == 3 && st.pinned == 0);
     CHECK(st.evictions == 2 && st.refusals == 1 && st.late_completions == 1 && st.stores_failed == 1);
+    CHECK(st.foreign_completions == 2);
     printf("primary: used %u/%u, evictions %llu, refusals %llu, usage %.2f\n", st.used, st.capacity,
            (unsigned long long)st.evictions, (unsigned long long)st.refusals, st.usage);
 

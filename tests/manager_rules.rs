@@ -1450,6 +1450,15 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
             m.prepare_store("r2", &[k(3), k(4)], &mut plan).unwrap(),
             StoreOutcome::Planned
         );
+        // A reset ends the stores in flight: the rest of a part-completed
+        // plan is counted and ignored, and the request finalizes at once.
+        assert_eq!(m.complete_store("r2", &[k(3)], true).unwrap().ready, 1);
+        m.reset_cache().unwrap();
+        let late = m.complete_store("r2", &[k(4)], true).unwrap();
+        assert_eq!(late, Default::default());
+        assert_eq!(stat(m, None, "ignored_store_completions"), 1.0);
+        m.on_request_finished("r2").unwrap();
+        assert!(s.lock().log.iter().any(|l| l == "finished r2"));
     });
 }
 
