@@ -113,7 +113,7 @@ fn child(blocks: u32, policy: &str, rounds: u64) -> Result<(), String> {
                 plan.evicted.len()
             ));
         }
-        tier.complete_store(&plan.to_store, true);
+        tier.complete_store(req, &plan.to_store, true);
         if rounds > 0 {
             tier.touch(req, &keys[..keys.len() / 2])
                 .map_err(|e| e.to_string())?;

@@ -72,7 +72,7 @@ fn fill(t: &mut PrimaryTier, from: u64, to: u64, plan: &mut StorePlan) {
             t.prepare_store(req, &keys, plan).unwrap(),
             StoreOutcome::Planned
         );
-        t.complete_store(&plan.to_store, true);
+        t.complete_store(req, &plan.to_store, true);
         i = end;
     }
 }
@@ -214,7 +214,7 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
                 keys.extend((i..i + BATCH as u64).map(|j| key(base + j)));
                 spare.prepare_store(req, &keys, &mut plan).unwrap();
                 assert!(plan.evicted.is_empty() && plan.to_store.len() == BATCH);
-                spare.complete_store(&plan.to_store, true);
+                spare.complete_store(req, &plan.to_store, true);
                 i += BATCH as u64;
                 if (i - from) % REQUEST_KEYS as u64 == 0 {
                     let pause = Instant::now();
@@ -248,7 +248,7 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
             keys.extend((i..i + BATCH as u64).map(|j| key(base + j)));
             t.prepare_store(req, &keys, &mut plan).unwrap();
             evicted += plan.evicted.len();
-            t.complete_store(&plan.to_store, true);
+            t.complete_store(req, &plan.to_store, true);
             i += BATCH as u64;
             if (i - from) % REQUEST_KEYS as u64 == 0 {
                 let pause = Instant::now();
@@ -444,7 +444,14 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
             });
             count += result.evicted;
             ok(unsafe {
-                kvtier_primary_complete_store(p, c.as_ptr(), m, true, std::ptr::null_mut())
+                kvtier_primary_complete_store(
+                    p,
+                    req.as_ptr(),
+                    c.as_ptr(),
+                    m,
+                    true,
+                    std::ptr::null_mut(),
+                )
             });
         }
         count
@@ -561,7 +568,7 @@ fn arc_churned_metadata(n: u64, rounds: u64) -> (f64, u32, u32) {
         keys.clear();
         keys.extend((i..i + BATCH as u64).map(key));
         t.prepare_store(req, &keys, &mut plan).unwrap();
-        t.complete_store(&plan.to_store, true);
+        t.complete_store(req, &plan.to_store, true);
         t.touch(req, &keys[..BATCH / 2]).unwrap();
         if i % (64 * BATCH as u64) == 0 {
             t.on_request_finished(req).unwrap();

@@ -51,11 +51,11 @@ static kvtier_status store(kvtier_primary *p, const char *req, const int *ids, s
                                         &o->result);
 }
 
-static void complete(kvtier_primary *p, const int *ids, size_t n, bool success,
+static void complete(kvtier_primary *p, const char *req, const int *ids, size_t n, bool success,
                      kvtier_primary_complete_result *r) {
     kvtier_key keys[MAXN];
     for (size_t i = 0; i < n; i++) keys[i] = key_of(ids[i]);
-    OK(kvtier_primary_complete_store(p, keys, n, success, r));
+    OK(kvtier_primary_complete_store(p, req, keys, n, success, r));
 }
 
 static int evicted_id(const store_out *o, size_t i) {
@@ -101,7 +101,7 @@ int main(void) {
     CHECK(res[2] == KVTIER_PRIMARY_LOOKUP_RESULT_MISS);
 
     kvtier_primary_complete_result cr;
-    complete(p, first, 4, true, &cr);
+    complete(p, "req-1", first, 4, true, &cr);
     CHECK(cr.ready == 4 && cr.dropped == 0 && cr.ignored == 0);
     OK(kvtier_primary_lookup(p, look, 3, res, 3));
     CHECK(res[0] == KVTIER_PRIMARY_LOOKUP_RESULT_HIT && res[1] == KVTIER_PRIMARY_LOOKUP_RESULT_HIT);
@@ -132,12 +132,20 @@ int main(void) {
     CHECK(evicted_id(&o, 0) == 2 && evicted_id(&o, 1) == 3);
     CHECK(o.slots[0] == 3 && o.slots[1] == 2); /* most recently freed first */
 
+    /* Only the request that planned a key completes it: req-2 naming keys
+       4 and 5, which req-1 is writing, changes nothing (counted). */
+    const int theirs[] = {4, 5};
+    OK(kvtier_primary_request_begin(p, "req-2"));
+    complete(p, "req-2", theirs, 2, true, &cr);
+    CHECK(cr.ready == 0 && cr.dropped == 0 && cr.foreign == 2);
+    OK(kvtier_primary_request_finished(p, "req-2"));
+
     /* One write fails, one succeeds; a late completion is ignored. */
     const int fail[] = {5};
     const int ok_late[] = {4, 9};
-    complete(p, fail, 1, false, &cr);
+    complete(p, "req-1", fail, 1, false, &cr);
     CHECK(cr.dropped == 1);
-    complete(p, ok_late, 2, true, &cr);
+    complete(p, "req-1", ok_late, 2, true, &cr);
     CHECK(cr.ready == 1 && cr.ignored == 1);
 
     OK(kvtier_primary_complete_load(p, "req-1", load, 2));
@@ -163,6 +171,7 @@ int main(void) {
     OK(kvtier_primary_read_stats(p, &st));
     CHECK(st.capacity == 4 && st.used == 3 && st.idle == 3 && st.pinned == 0);
     CHECK(st.evictions == 2 && st.refusals == 1 && st.late_completions == 1 && st.stores_failed == 1);
+    CHECK(st.foreign_completions == 2);
     printf("primary: used %u/%u, evictions %llu, refusals %llu, usage %.2f\n", st.used, st.capacity,
            (unsigned long long)st.evictions, (unsigned long long)st.refusals, st.usage);
 

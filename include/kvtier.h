@@ -1045,6 +1045,15 @@ typedef struct {
    * Absent keys ignored (late completions).
    */
   size_t ignored;
+  /**
+   * Keys being written for another request, or for a promotion, left
+   * alone (only the request that planned a key completes it).
+   */
+  size_t foreign;
+  /**
+   * Keys already readable, left alone.
+   */
+  size_t already_ready;
 } kvtier_primary_complete_result;
 
 /**
@@ -1133,6 +1142,15 @@ typedef struct {
    * Absent keys in complete_store (late completions), ignored.
    */
   uint64_t late_completions;
+  /**
+   * Keys in complete_store being written for another request (or a
+   * promotion), left alone.
+   */
+  uint64_t foreign_completions;
+  /**
+   * Keys in complete_store already readable, left alone.
+   */
+  uint64_t already_ready_completions;
   /**
    * Keys pinned by prepare_load.
    */
@@ -1637,9 +1655,11 @@ kvtier_status kvtier_manager_complete_load(kvtier_manager *manager,
  * (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
  * to `*n_evicted_out`, copying the first `evicted_len` of them to
  * `evicted_out` (which may be NULL when `evicted_len` is 0; evictions are
- * also announced as events).  Keys already resident are not stored again;
- * for tiers that asked for request-level offload they are cascaded now
- * (ready) or once ready (write pending).  Internally synchronized.
+ * also announced as events).  The keys to store are written by this
+ * request: only its own `kvtier_manager_complete_store` finishes them.
+ * Keys already resident are not stored again; for tiers that asked for
+ * request-level offload they are cascaded now (ready) or once ready
+ * (write pending).  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `request` NUL-terminated; `keys` valid for
@@ -1659,11 +1679,19 @@ kvtier_status kvtier_manager_prepare_store(kvtier_manager *manager,
                                            bool *refused_out);
 
 /**
- * Finishes a store of `len` keys into the primary tier: on success they
- * become ready and cascade to every secondary tier; on failure they are
- * dropped.  The request may already be finished (it is finalized when its
- * last store completes).  A completion for a request with no store in
- * flight (after a reset) is counted and ignored.  Internally synchronized.
+ * Finishes (part of) `request`'s store: of the `len` keys, those this
+ * request's own `kvtier_manager_prepare_store` planned and that are still
+ * being written for it become ready and cascade to every secondary tier
+ * (success), or are dropped (failure).  Every other key is left alone and
+ * counted in the primary tier's stats: a key another request or a
+ * promotion is writing (`foreign_completions`), a ready key
+ * (`already_ready_completions`), an absent key (`late_completions`).  So
+ * passing every key given to prepare_store is safe.  A plan may be
+ * completed in several calls, a part of its keys each time.  The request
+ * may already be finished: it is finalized once every key it planned was
+ * completed.  A completion for a request with no store in flight (after a
+ * reset) is counted (`ignored_store_completions`) and ignored.
+ * Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
@@ -1776,9 +1804,13 @@ kvtier_status kvtier_manager_take_error(kvtier_manager *manager,
  * Reports a finished job of tier `tier` (the index `add_tier` gave) from
  * any thread, at any time, including from inside a tier callback; the
  * manager applies it at its next poll.  The result and its key list are
- * copied.  An id the tier was never given, or one reported twice, is
- * logged as a tier bug then (not an error here).  Thread-safe; never
- * blocks on the manager's main lock.
+ * copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
+ * tiers) report through this call: the index of a built-in tier (fs,
+ * redis), which reports through its own polling, is
+ * `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
+ * that names no secondary tier.  An id the tier was never given, or one
+ * reported twice, is logged as a tier bug then (not an error here).
+ * Thread-safe; never blocks on the manager's main lock.
  *
  * # Safety
  * `manager` a live handle; `result` valid, with `succeeded_keys` valid for
@@ -1914,9 +1946,9 @@ void kvtier_primary_free(kvtier_primary *primary);
 
 /**
  * Starts the request named `request_id`; every load and store names an
- * active request.  A name already active is
- * `KVTIER_STATUS_DUPLICATE_REQUEST`.  The string is copied.  Exclusive
- * access to the handle.
+ * active request.  A name already active, or finished with keys it
+ * planned still being written, is `KVTIER_STATUS_DUPLICATE_REQUEST`.  The
+ * string is copied.  Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
@@ -1926,8 +1958,10 @@ kvtier_status kvtier_primary_request_begin(kvtier_primary *primary, const char *
 /**
  * Ends the request named `request_id`, committing its accesses: every key
  * it stored or loaded that is still resident gets one access, its first
- * keys most recent.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
- * Exclusive access to the handle.
+ * keys most recent.  Keys it planned and did not complete yet stay
+ * write pending for it: `kvtier_primary_complete_store` with its name
+ * still completes them.  An unknown name is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
@@ -2004,8 +2038,9 @@ kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
  * exactly the shortfall is evicted from idle keys not named in this call;
  * if that many are not available, the call succeeds with
  * `result_out->refused = true` and changes nothing.  Otherwise the keys to
- * store enter the write-pending state; write their data, then call
- * [`kvtier_primary_complete_store`].
+ * store enter the write-pending state, written by this request; write
+ * their data, then call [`kvtier_primary_complete_store`] with the same
+ * request (once or in several calls).
  *
  * Buffers, each sized by the input count `n` (at most `n` keys are stored
  * and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the
@@ -2036,18 +2071,28 @@ kvtier_status kvtier_primary_prepare_store(kvtier_primary *primary,
                                            kvtier_primary_store_result *result_out);
 
 /**
- * Finishes writes of `n` keys: with `success`, keys being written become
- * readable and evictable ("stored" events); without, they are dropped and
- * their slots freed.  Keys already readable are left alone; absent keys
- * (a completion after a reset) are ignored and counted.  Takes no request:
- * completions may arrive after the request finished.  Writes counts to
- * `*result_out` unless it is NULL.  Exclusive access to the handle.
+ * Finishes writes of `n` keys that request `request_id` planned: with
+ * `success`, its keys still being written become readable and evictable
+ * ("stored" events); without, they are dropped and their slots freed.
+ *
+ * Only keys that this request's own `kvtier_primary_prepare_store`
+ * planned, and that are still being written for it, are acted on; every
+ * other key is left alone and counted: keys being written for another
+ * request (`foreign`), keys already readable (`already_ready`), absent
+ * keys (`ignored`: a completion after a reset).  Passing every key given
+ * to prepare_store is therefore safe.  A plan may be completed in
+ * several calls, a part of its keys each time.  The request may have
+ * finished: its name stays known for its completions until every key it
+ * planned was completed (or the tier was reset); an unknown name is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Writes counts to `*result_out` unless
+ * it is NULL.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `keys` valid for `n` entries;
- * `result_out` NULL or valid for writes.
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` valid for `n` entries; `result_out` NULL or valid for writes.
  */
 kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
+                                            const char *request_id,
                                             const kvtier_key *keys,
                                             size_t n,
                                             bool success,
@@ -2056,8 +2101,9 @@ kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
 /**
  * Forgets every key and frees every slot, whatever its state (pins and
  * writes in flight included); slot allocation restarts at 0.  Drops queued
- * events and queues one "cleared" event.  Active requests stay active.
- * Exclusive access to the handle.
+ * events and queues one "cleared" event.  Active requests stay active;
+ * writes in flight are forgotten (their completions find nothing), and
+ * finished requests' names are released.  Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle.

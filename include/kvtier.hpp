@@ -846,6 +846,8 @@ class manager {
       plan.evicted.push_back(copy_key(ev[i].bytes, ev[i].len));
     return plan;
   }
+  /// Finishes (part of) `request`'s store: only keys its own prepare_store
+  /// planned, still being written for it, are acted on; others are counted.
   result<void> try_complete_store(const std::string &request, const key_list &keys, bool success) {
     return detail::check(kvtier_manager_complete_store(h_, request.c_str(), keys.data(), keys.size(), success));
   }
@@ -897,7 +899,8 @@ class manager {
   result<void> try_reset_cache() { return detail::check(kvtier_manager_reset_cache(h_)); }
   result<void> try_reset_flushed() { return detail::check(kvtier_manager_reset_flushed(h_)); }
   result<void> try_shutdown() { return detail::check(kvtier_manager_shutdown(h_)); }
-  /// Reports a finished job of tier `index` (thread-safe).
+  /// Reports a finished job of tier `index` (thread-safe); only a C vtable
+  /// tier's index is accepted, a built-in tier's is INVALID_ARGUMENT.
   result<void> try_complete_job(std::size_t index, const kvtier_job_result &r) const {
     return detail::check(kvtier_manager_complete_job(h_, index, &r));
   }

@@ -758,14 +758,18 @@ fn table() -> Vec<Export> {
         }),
         export!(kvtier_primary_complete_store, f, {
             let fx = Fx::new();
+            fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
+            let r = c"r".as_ptr();
             let mut res = kvtier_primary_complete_result::default();
-            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), k.as_ptr(), 1, true, &mut res));
-            is_null_arg(f, "keys", kvtier_primary_complete_store(fx.primary, null(), 1, true, &mut res));
-            is_null_arg(f, "keys[].data", kvtier_primary_complete_store(fx.primary, bad.as_ptr(), 1, true, &mut res));
-            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), null(), 1, true, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), r, k.as_ptr(), 1, true, &mut res));
+            is_null_arg(f, "request_id", kvtier_primary_complete_store(fx.primary, null(), k.as_ptr(), 1, true, &mut res));
+            is_null_arg(f, "keys", kvtier_primary_complete_store(fx.primary, r, null(), 1, true, &mut res));
+            is_null_arg(f, "keys[].data", kvtier_primary_complete_store(fx.primary, r, bad.as_ptr(), 1, true, &mut res));
+            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), null(), null(), 1, true, null_mut()));
+            expect(f, "unknown request", kvtier_primary_complete_store(fx.primary, c"nobody".as_ptr(), k.as_ptr(), 1, true, &mut res), S::UnknownRequest);
             // `result_out` may be NULL: no counts written.
-            expect(f, "result_out NULL", kvtier_primary_complete_store(fx.primary, k.as_ptr(), 1, true, null_mut()), S::Ok);
+            expect(f, "result_out NULL", kvtier_primary_complete_store(fx.primary, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
         export!(kvtier_primary_reset, f, {
             is_null_arg(f, "primary", kvtier_primary_reset(null_mut()));
@@ -1291,7 +1295,7 @@ fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
         }),
         call!(
             kvtier_primary_complete_store,
-            kvtier_primary_complete_store(p, &key(), 1, true, null_mut())
+            kvtier_primary_complete_store(p, r, &key(), 1, true, null_mut())
         ),
         call!(kvtier_primary_reset, kvtier_primary_reset(p)),
         call!(kvtier_primary_take_events, {

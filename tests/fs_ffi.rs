@@ -148,3 +148,36 @@ fn a_region_with_fewer_slots_than_the_primary_tier_is_refused() {
     assert_eq!(st, S::Ok, "{}", last_error());
     unsafe { kvtier_manager_free(manager) };
 }
+
+/// The fs tier reports its jobs through its own polling: a result handed to
+/// `kvtier_manager_complete_job` for its index is refused, nothing queued.
+#[test]
+fn complete_job_refuses_the_fs_tier() {
+    use kvtier::ffi::tier::kvtier_job_result;
+    let s = Setup::new("complete-job");
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let mut o = kvtier_fs_options_default();
+    o.directory = cdir.as_ptr();
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let mut index = 0usize;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    let made_up = kvtier_job_result {
+        id: 0,
+        success: true,
+        succeeded_keys: ptr::null(),
+        succeeded_len: 0,
+        bytes: 0,
+        duration_ns: 0,
+    };
+    let st = unsafe { kvtier_manager_complete_job(s.manager, index, &made_up) };
+    assert_eq!(st, S::InvalidArgument);
+    let e = last_error();
+    assert!(e.contains("\"fs\"") && e.contains("poll_finished"), "{e}");
+    let mut pending = true;
+    let st = unsafe { kvtier_manager_has_pending_work(s.manager, &mut pending) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    assert!(!pending, "nothing queued");
+}

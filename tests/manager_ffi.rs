@@ -867,3 +867,75 @@ fn tier_filter_through_the_c_api() {
     );
     unsafe { kvtier_manager_free(m) };
 }
+
+/// prepare_store of `ks` for `req` through C: (refused, slots of the keys to store).
+fn prepare(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]]) -> (bool, Vec<u32>) {
+    let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
+    let n = keys.len();
+    let (mut idx, mut slots) = (vec![0usize; n], vec![0u32; n]);
+    let (mut ns, mut ne, mut refused) = (0usize, 0usize, false);
+    let mut evicted = vec![unsafe { std::mem::zeroed::<kvtier_key_buf>() }; n];
+    let st = unsafe {
+        kvtier_manager_prepare_store(
+            m,
+            req.as_ptr(),
+            keys.as_ptr(),
+            n,
+            idx.as_mut_ptr(),
+            slots.as_mut_ptr(),
+            n,
+            &mut ns,
+            evicted.as_mut_ptr(),
+            n,
+            &mut ne,
+            &mut refused,
+        )
+    };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    slots.truncate(ns);
+    (refused, slots)
+}
+
+/// complete_store of `ks` for `req` through C.
+fn complete(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]], success: bool) {
+    let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
+    let st = unsafe {
+        kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), keys.len(), success)
+    };
+    assert_eq!(st, S::Ok, "{}", last_error());
+}
+
+#[test]
+fn completions_through_c_act_only_on_their_own_requests_plan_in_any_number_of_calls() {
+    let m = manager(2);
+    let (a, b, c, d) = (key(1), key(2), key(3), key(4));
+    for r in [c"r1", c"r2", c"r3"] {
+        start(m, r);
+    }
+    // r1 plans A in slot 0; r2 names A and B and plans only B; r2 then
+    // completes (with failure) every key it named: A stays r1's.
+    assert_eq!(prepare(m, c"r1", &[a]), (false, vec![0]));
+    assert_eq!(prepare(m, c"r2", &[a, b]), (false, vec![1]));
+    complete(m, c"r2", &[a, b], false);
+    assert_eq!(lookup(m, c"r2", &a), KVTIER_MANAGER_LOOKUP_HIT_PENDING);
+    assert!(
+        prepare(m, c"r3", &[c, d]).0,
+        "refused: A's slot is neither free nor evictable"
+    );
+    complete(m, c"r1", &[a], true);
+    assert_eq!(lookup(m, c"r1", &a), KVTIER_MANAGER_LOOKUP_HIT);
+    // r3's plan of C and D (evicting A) completed in two calls.
+    assert!(!prepare(m, c"r3", &[c, d]).0, "planned");
+    assert_eq!(
+        unsafe { kvtier_manager_on_request_finished(m, c"r3".as_ptr()) },
+        S::Ok
+    );
+    complete(m, c"r3", &[c], true);
+    complete(m, c"r3", &[d], true);
+    assert_eq!(lookup(m, c"r1", &c), KVTIER_MANAGER_LOOKUP_HIT);
+    assert_eq!(lookup(m, c"r1", &d), KVTIER_MANAGER_LOOKUP_HIT);
+    let s = stats(m);
+    assert_eq!(s[&(0, "foreign_completions".to_string())], 1.0);
+    assert_eq!(s[&(-1, "ignored_store_completions".to_string())], 0.0);
+    unsafe { kvtier_manager_free(m) };
+}

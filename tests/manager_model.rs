@@ -1,6 +1,8 @@
 //! Model-based test of the manager: random engine operations over a random,
 //! fault-injecting tier (delays, failures, partial loads, duplicate and
-//! unknown completions, completions through the thread-safe call), with the
+//! unknown completions, completions through the thread-safe call), stores
+//! completed in parts or naming every key given to `prepare_store` (so
+//! also keys that other requests or promotions are writing), with the
 //! invariants checked after every step, over both the reference primary
 //! model and the real primary tier.  When every request finished and every
 //! job drained, every slot is free or idle and every injected bogus report
@@ -13,7 +15,7 @@ use parking_lot::Mutex;
 
 use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
 use kvtier::request::Request;
-use kvtier::tiering::backend::{PrimaryBackend, PrimaryLookup, Shared, StoreOutcome, StorePlan};
+use kvtier::tiering::backend::{PrimaryBackend, Shared, StoreOutcome, StorePlan};
 use kvtier::tiering::model::SharedModel;
 use kvtier::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
@@ -141,6 +143,9 @@ impl SecondaryTier for FaultyTier {
     fn name(&self) -> &str {
         "faulty"
     }
+    fn reports_through_complete_job(&self) -> bool {
+        true
+    }
     fn lookup(&mut self, key: &Key, r: &Request) -> TierLookup {
         let mut f = self.0.lock();
         f.named("lookup", r);
@@ -211,7 +216,9 @@ impl SecondaryTier for FaultyTier {
 #[derive(Default)]
 struct Req {
     pins: Vec<Key>,
-    stores: Vec<Vec<Key>>,
+    /// Each plan not completed yet: its keys still to complete, and every
+    /// key the `prepare_store` call named.
+    stores: Vec<(Vec<Key>, Vec<Key>)>,
     finished: bool,
 }
 
@@ -289,7 +296,7 @@ fn run(
                         reqs.get_mut(&name)
                             .unwrap()
                             .stores
-                            .push(plan.to_store.clone());
+                            .push((plan.to_store.clone(), ks));
                     }
                 }
                 56..=62 => {
@@ -314,7 +321,7 @@ fn run(
                     // completions of stores from before the reset are ignored
                     let pending: Vec<(String, Vec<Key>)> = reqs
                         .iter_mut()
-                        .flat_map(|(n, r)| r.stores.drain(..).map(move |s| (n.clone(), s)))
+                        .flat_map(|(n, r)| r.stores.drain(..).map(move |s| (n.clone(), s.0)))
                         .collect();
                     for (n, s) in pending {
                         let finalized = reqs[&n].finished;
@@ -343,8 +350,37 @@ fn run(
             if !with.is_empty() {
                 let n = with[rng.below(with.len() as u64) as usize].clone();
                 let r = reqs.get_mut(&n).unwrap();
-                let s = r.stores.remove(0);
-                m.complete_store(&n, &s, rng.chance(85)).unwrap();
+                let (planned, named) = r.stores[0].clone();
+                let success = rng.chance(85);
+                let pick = rng.below(3);
+                let keys: Vec<Key> = if pick == 0 && planned.len() > 1 {
+                    // A part of the plan now, the rest later.
+                    let part = 1 + rng.below(planned.len() as u64 - 1) as usize;
+                    planned[..part].to_vec()
+                } else if pick == 1 {
+                    // Every key named at prepare_store: only the request's
+                    // own write-pending keys (of this plan or an earlier
+                    // one) are acted on; other requests' and promotions'
+                    // are left alone.
+                    named
+                } else {
+                    planned
+                };
+                let report = m.complete_store(&n, &keys, success).unwrap();
+                let mut acted: Vec<Key> = Vec::new();
+                for k in &keys {
+                    if !acted.contains(k) && r.stores.iter().any(|(p, _)| p.contains(k)) {
+                        acted.push(*k);
+                    }
+                }
+                for (p, _) in r.stores.iter_mut() {
+                    p.retain(|k| !acted.contains(k));
+                }
+                r.stores.retain(|(p, _)| !p.is_empty());
+                assert_eq!(report.ready + report.dropped, acted.len(), "seed {seed}");
+                if pick != 1 {
+                    assert_eq!(report.foreign + report.already_ready, 0, "seed {seed}");
+                }
                 if r.finished && r.stores.is_empty() {
                     reqs.remove(&n);
                 }
@@ -383,8 +419,8 @@ fn run(
         if !r.finished {
             m.on_request_finished(n).unwrap();
         }
-        for s in r.stores.drain(..) {
-            m.complete_store(n, &s, true).unwrap();
+        for (planned, _) in r.stores.drain(..) {
+            m.complete_store(n, &planned, true).unwrap();
         }
     }
     for _ in 0..50 {
@@ -482,23 +518,14 @@ fn random_operations_over_the_real_primary() {
         .unwrap();
         let real = SharedReal::wrap(tier);
         let (r1, r2) = (real.clone(), real.clone());
-        let refs = move |k: &Key| -> Option<i32> {
-            let p = r2.0.lock();
-            match p.lookup(k) {
-                PrimaryLookup::Miss => None,
-                PrimaryLookup::HitPending => Some(-1),
-                // The real tier exposes no ref count; a ready key counts as
-                // pinned-or-idle, checked precisely by its stats at the end.
-                PrimaryLookup::Hit => Some(1),
-            }
-        };
+        let refs = move |k: &Key| -> Option<i32> { r2.0.lock().ref_count(k) };
         run(
             seed,
             Box::new(real.clone()),
             &move || r1.0.lock().check_invariants(),
             &refs,
             seed % 3 == 0,
-            false,
+            true,
         );
         let st = real.0.lock().stats();
         assert_eq!(st.write_pending, 0, "seed {seed}: {st:?}");

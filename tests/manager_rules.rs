@@ -13,7 +13,7 @@ use kvtier::events::EventKind;
 use kvtier::request::{Medium, TierFilter, TierMatcher};
 use kvtier::tiering::backend::{StoreOutcome, StorePlan};
 use kvtier::tiering::{
-    BackpressureConfig, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
+    BackpressureConfig, Direction, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
     PressurePolicy, PromotionAnswer, RequestParams, TierOptions,
 };
 
@@ -1140,6 +1140,14 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
         keys(10..12),
         "a key absent from the primary tier is not cascaded"
     );
+    start(&m, "p");
+    m.prepare_store("p", &[k(0), k(20)], &mut plan).unwrap();
+    m.complete_store("p", &[k(0), k(20)], true).unwrap();
+    assert_eq!(
+        s1.lock().submitted[2].keys,
+        vec![k(20)],
+        "only the keys this completion made ready are cascaded, not r's ready k0 again"
+    );
     assert_eq!(stat(&m, None, "internal_errors"), 0.0);
 }
 
@@ -1303,6 +1311,195 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     assert_eq!(model.refs(&k(1)), Some(0));
     assert_eq!(stat(&m, None, "lookups"), 0.0);
     assert_eq!(stat(&m, None, "ignored_store_completions"), 0.0);
+}
+
+/// Only a tier that reports through `complete_job` may be completed
+/// through it: the fs tier reports through `poll_finished`, so a made-up
+/// result for its index (which could make a key readable while its slot
+/// holds another block) is refused and nothing is queued.
+#[test]
+fn complete_job_refuses_a_tier_that_reports_through_poll_finished() {
+    use kvtier::tiering::JobId;
+    use kvtier::tiers::fs::{FsOptions, FsTier};
+    let (m, _) = model_manager(8, ManagerOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = FsOptions::new(dir.path());
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let mem = kvtier::region::SlotMemory::anonymous(8, 4096).unwrap();
+    let fs = m.add_tier(Box::new(FsTier::open(mem, o).unwrap())).unwrap();
+    let (t, _) = TestTier::new("t");
+    let test_tier = m.add_tier(rust(t)).unwrap();
+    start(&m, "r");
+    assert!(!m.has_pending_work().unwrap());
+    let e = m
+        .complete_job(fs, JobResult::new(JobId(0), true))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(msg)
+            if msg.contains("\"fs\"") && msg.contains("poll_finished")),
+        "{e}"
+    );
+    assert!(!m.has_pending_work().unwrap(), "nothing queued");
+    // A tier that reports through `complete_job` is still completed through it.
+    m.complete_job(test_tier, JobResult::new(JobId(0), true))
+        .unwrap();
+    assert!(m.has_pending_work().unwrap(), "queued for the next poll");
+}
+
+/// Runs `check` on a manager over the real primary tier, then on one over
+/// the reference model; `refs` answers a key's ref count in the primary
+/// tier (-1 write pending, `None` absent).
+fn on_real_and_model(
+    capacity: u32,
+    check: impl Fn(&Manager, &dyn Fn(&kvtier::Key) -> Option<i32>),
+) {
+    use kvtier::primary::{PrimaryConfig, PrimaryTier};
+    use kvtier::tiering::backend::Shared;
+    let real = Shared::wrap(
+        PrimaryTier::new(PrimaryConfig {
+            capacity,
+            event_capacity: 64,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let m = Manager::with_backend(Box::new(real.clone()), ManagerOptions::default());
+    check(&m, &|key| real.0.lock().ref_count(key));
+    let (m, model) = model_manager(capacity, ManagerOptions::default());
+    check(&m, &|key| model.refs(key));
+}
+
+/// r1 plans A (slot 0); r2 names [A, B] and plans only B; r2 completes
+/// every key it named.  A stays write pending for r1 (neither dropped,
+/// which would let a later store reuse slot 0 while r1 still writes it,
+/// nor published before r1 wrote it), A's slot cannot be handed out, and
+/// r1's own completion makes A ready.
+#[test]
+fn a_completion_leaves_another_requests_write_pending_key_alone() {
+    for success in [false, true] {
+        on_real_and_model(2, |m, refs| {
+            let what = format!("success {success}");
+            start(m, "r1");
+            start(m, "r2");
+            let mut plan = StorePlan::default();
+            m.prepare_store("r1", &[k(1)], &mut plan).unwrap();
+            assert_eq!(plan.slots, vec![0], "{what}");
+            m.prepare_store("r2", &[k(1), k(2)], &mut plan).unwrap();
+            assert_eq!(plan.to_store, vec![k(2)], "{what}");
+            let r = m.complete_store("r2", &[k(1), k(2)], success).unwrap();
+            assert_eq!(
+                refs(&k(1)),
+                Some(-1),
+                "{what}: A still write pending for r1"
+            );
+            assert_eq!(
+                (r.ready, r.dropped, r.foreign),
+                (success as usize, !success as usize, 1),
+                "{what}: only B acted on, A counted"
+            );
+            assert_eq!(
+                m.lookup("r2", &k(1)).unwrap(),
+                LookupResult::HitPending,
+                "{what}"
+            );
+            start(m, "r3");
+            assert_eq!(
+                m.prepare_store("r3", &[k(3), k(4)], &mut plan).unwrap(),
+                StoreOutcome::Refused,
+                "{what}: A's slot is not free and A is not evictable"
+            );
+            let r = m.complete_store("r1", &[k(1)], true).unwrap();
+            assert_eq!((r.ready, r.foreign), (1, 0), "{what}");
+            assert_eq!(refs(&k(1)), Some(0), "{what}: r1's completion made A ready");
+        });
+    }
+}
+
+/// A store completion never publishes or drops the slot a promotion
+/// reserved: only the promotion's own load job finishes it.
+#[test]
+fn a_store_completion_leaves_a_promotions_reserved_slot_alone() {
+    for success in [false, true] {
+        on_real_and_model(4, |m, refs| {
+            let what = format!("success {success}");
+            let (t, s) = TestTier::new("t");
+            s.lock().auto_finish = false;
+            s.lock().stored.insert(k(9));
+            m.add_tier(rust(t)).unwrap();
+            start(m, "r1");
+            start(m, "r2");
+            assert_eq!(m.lookup("r1", &k(9)).unwrap(), LookupResult::Retry);
+            assert_eq!(refs(&k(9)), Some(-1), "{what}: slot reserved");
+            let mut plan = StorePlan::default();
+            m.prepare_store("r2", &[k(9), k(2)], &mut plan).unwrap();
+            assert_eq!(plan.to_store, vec![k(2)], "{what}");
+            m.prepare_store("r1", &[k(3)], &mut plan).unwrap();
+            for r in ["r1", "r2"] {
+                let rep = m.complete_store(r, &[k(9), k(2), k(3)], success).unwrap();
+                assert_eq!(rep.foreign, if r == "r1" { 2 } else { 1 }, "{what} {r}");
+                assert_eq!(
+                    refs(&k(9)),
+                    Some(-1),
+                    "{what}: {r} left the promotion alone"
+                );
+            }
+            m.on_schedule_end().unwrap();
+            let mut sc = s.lock();
+            let load = sc.held.iter().find(|j| j.direction == Direction::Load);
+            let load = load.unwrap().id;
+            sc.finish(load, true);
+            drop(sc);
+            collect(m);
+            assert_eq!(refs(&k(9)), Some(0), "{what}: the load made it ready");
+        });
+    }
+}
+
+/// A plan may be completed in several calls: the request keeps a store in
+/// flight (and is not finalized) until every planned key was completed.
+#[test]
+fn a_plan_completed_in_two_calls_completes_every_key() {
+    on_real_and_model(2, |m, refs| {
+        let (t, s) = TestTier::new("t");
+        m.add_tier(rust(t)).unwrap();
+        start(m, "r");
+        start(m, "r2");
+        let mut plan = StorePlan::default();
+        m.prepare_store("r", &[k(1), k(2)], &mut plan).unwrap();
+        assert_eq!(m.complete_store("r", &[k(1)], true).unwrap().ready, 1);
+        m.on_request_finished("r").unwrap();
+        assert!(
+            !s.lock().log.iter().any(|l| l == "finished r"),
+            "B is still in flight: not finalized"
+        );
+        assert_eq!(m.complete_store("r", &[k(2)], true).unwrap().ready, 1);
+        for key in [k(1), k(2)] {
+            assert!(
+                refs(&key) >= Some(0),
+                "ready (pinned by its cascade, maybe)"
+            );
+            assert_eq!(m.lookup("r2", &key).unwrap(), LookupResult::Hit);
+        }
+        assert!(s.lock().log.iter().any(|l| l == "finished r"), "finalized");
+        assert_eq!(stat(m, None, "ignored_store_completions"), 0.0);
+        // Nothing leaked: once the cascades finished, a full-size store
+        // evicts both and is planned.
+        collect(m);
+        assert_eq!(
+            m.prepare_store("r2", &[k(3), k(4)], &mut plan).unwrap(),
+            StoreOutcome::Planned
+        );
+        // A reset ends the stores in flight: the rest of a part-completed
+        // plan is counted and ignored, and the request finalizes at once.
+        assert_eq!(m.complete_store("r2", &[k(3)], true).unwrap().ready, 1);
+        m.reset_cache().unwrap();
+        let late = m.complete_store("r2", &[k(4)], true).unwrap();
+        assert_eq!(late, Default::default());
+        assert_eq!(stat(m, None, "ignored_store_completions"), 1.0);
+        m.on_request_finished("r2").unwrap();
+        assert!(s.lock().log.iter().any(|l| l == "finished r2"));
+    });
 }
 
 /// Every rule above, once with the Rust tier and once with the same tier

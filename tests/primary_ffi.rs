@@ -112,7 +112,7 @@ fn store_load_and_misuse_through_the_c_api() {
     assert_eq!(&s.to_store[..2], &[0, 2], "positions of first occurrences");
     assert_eq!(&s.slots[..2], &[0, 1]);
     let keys = [ck(&a), ck(&b)];
-    unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), 2, true, ptr::null_mut()) };
+    unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 2, true, ptr::null_mut()) };
 
     // Pin a; store c evicts b.
     let mut slots = [0u32; 1];
@@ -235,7 +235,9 @@ fn long_lookups_agree_with_single_ones_and_a_bad_key_anywhere_writes_nothing() {
     assert_eq!(st, kvtier_status::Ok);
     let mut done = kvtier_primary_complete_result::default();
     assert_eq!(
-        unsafe { kvtier_primary_complete_store(p, ready.as_ptr(), ready.len(), true, &mut done) },
+        unsafe {
+            kvtier_primary_complete_store(p, REQ, ready.as_ptr(), ready.len(), true, &mut done)
+        },
         kvtier_status::Ok
     );
     let (st, _) = store(p, &pending);
@@ -292,7 +294,9 @@ fn lookups_compare_the_callers_bytes_at_every_key_length() {
     let (st, _) = store(p, &odd);
     assert_eq!(st, kvtier_status::Ok);
     assert_eq!(
-        unsafe { kvtier_primary_complete_store(p, odd.as_ptr(), odd.len(), true, ptr::null_mut()) },
+        unsafe {
+            kvtier_primary_complete_store(p, REQ, odd.as_ptr(), odd.len(), true, ptr::null_mut())
+        },
         kvtier_status::Ok
     );
     let mut res = vec![kvtier_primary_lookup_result::HitPending; keys.len()];
@@ -360,7 +364,8 @@ fn loads_from_c_commit_the_keys_they_name() {
     let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
     begin();
     assert_eq!(store(p, &keys).0, kvtier_status::Ok);
-    let st = unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), 4, true, ptr::null_mut()) };
+    let st =
+        unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 4, true, ptr::null_mut()) };
     assert_eq!(st, kvtier_status::Ok);
     finish();
     begin();
@@ -440,13 +445,20 @@ fn c_stores_plan_as_the_rust_api_plans() {
         let want: Vec<&[u8]> = plan.evicted.iter().map(|k| k.as_bytes()).collect();
         assert_eq!(evicted, want);
         let mut done = kvtier_primary_complete_result::default();
-        let st =
-            unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), keys.len(), true, &mut done) };
+        let st = unsafe {
+            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), keys.len(), true, &mut done)
+        };
         assert_eq!(st, kvtier_status::Ok);
-        let r = twin.complete_store(&rust, true);
+        let r = twin.complete_store(req, &rust, true);
         assert_eq!(
-            (done.ready, done.dropped, done.ignored),
-            (r.ready, r.dropped, r.ignored)
+            (
+                done.ready,
+                done.dropped,
+                done.ignored,
+                done.foreign,
+                done.already_ready
+            ),
+            (r.ready, r.dropped, r.ignored, r.foreign, r.already_ready)
         );
     }
     unsafe { kvtier_primary_free(p) };
@@ -467,8 +479,9 @@ fn touches_from_c_reorder_and_teach_arc() {
         let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
         run(kvtier_primary_request_begin);
         assert_eq!(store(p, &keys[..3]).0, kvtier_status::Ok);
-        let st =
-            unsafe { kvtier_primary_complete_store(p, keys.as_ptr(), 3, true, ptr::null_mut()) };
+        let st = unsafe {
+            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 3, true, ptr::null_mut())
+        };
         assert_eq!(st, kvtier_status::Ok);
         run(kvtier_primary_request_finished);
         run(kvtier_primary_request_begin);
@@ -500,4 +513,91 @@ fn touches_from_c_reorder_and_teach_arc() {
         }
         unsafe { kvtier_primary_free(p) };
     }
+}
+
+#[test]
+fn c_completions_act_only_on_their_own_requests_keys_even_after_it_finished() {
+    // r1 plans A (slot 0); r2 names A and B and plans only B; r2 completes
+    // both with failure: A stays r1's, so a later store cannot take slot 0.
+    // r1 finishes, then completes A under its name: A becomes readable.
+    let p = new(2, c"lru");
+    let (r1, r2) = (c"r1".as_ptr(), c"r2".as_ptr());
+    let (a, b, c, d) = (ck(b"A"), ck(b"B"), ck(b"C"), ck(b"D"));
+    let plan = |req: *const c_char, keys: &[kvtier_key]| {
+        let n = keys.len();
+        let (mut to, mut slots, mut ev, mut lens) =
+            (vec![0; n], vec![0u32; n], vec![0; 64 * n], vec![0; n]);
+        let mut res = kvtier_primary_store_result::default();
+        let st = unsafe {
+            kvtier_primary_prepare_store(
+                p,
+                req,
+                keys.as_ptr(),
+                n,
+                to.as_mut_ptr(),
+                n,
+                slots.as_mut_ptr(),
+                n,
+                ev.as_mut_ptr(),
+                64 * n,
+                lens.as_mut_ptr(),
+                n,
+                &mut res,
+            )
+        };
+        assert_eq!(st, kvtier_status::Ok, "{}", last_error());
+        slots.truncate(res.stored);
+        (res.refused, slots)
+    };
+    let complete = |req: *const c_char, keys: &[kvtier_key], success: bool| {
+        let mut done = kvtier_primary_complete_result::default();
+        let st = unsafe {
+            kvtier_primary_complete_store(p, req, keys.as_ptr(), keys.len(), success, &mut done)
+        };
+        assert_eq!(st, kvtier_status::Ok, "{}", last_error());
+        done
+    };
+    for r in [r1, r2] {
+        assert_eq!(
+            unsafe { kvtier_primary_request_begin(p, r) },
+            kvtier_status::Ok
+        );
+    }
+    assert_eq!(plan(r1, &[a]), (false, vec![0]));
+    assert_eq!(plan(r2, &[a, b]), (false, vec![1]));
+    let done = complete(r2, &[a, b], false);
+    assert_eq!((done.dropped, done.foreign, done.ready), (1, 1, 0));
+    assert!(
+        plan(r2, &[c, d]).0,
+        "refused: A's slot is taken, A not evictable"
+    );
+    assert_eq!(
+        unsafe { kvtier_primary_request_finished(p, r1) },
+        kvtier_status::Ok
+    );
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, r1) },
+        kvtier_status::DuplicateRequest,
+        "r1's store is still in flight"
+    );
+    assert_eq!(complete(r1, &[a], true).ready, 1);
+    let mut res = [kvtier_primary_lookup_result::Miss];
+    assert_eq!(
+        unsafe { kvtier_primary_lookup(p, &a, 1, res.as_mut_ptr(), 1) },
+        kvtier_status::Ok
+    );
+    assert_eq!(res[0], kvtier_primary_lookup_result::Hit);
+    let st = unsafe { kvtier_primary_complete_store(p, r1, &a, 1, true, ptr::null_mut()) };
+    assert_eq!(
+        st,
+        kvtier_status::UnknownRequest,
+        "r1 is done: its name is released"
+    );
+    let mut stats = kvtier_primary_stats::default();
+    assert_eq!(
+        unsafe { kvtier_primary_read_stats(p, &mut stats) },
+        kvtier_status::Ok
+    );
+    assert_eq!((stats.foreign_completions, stats.stores_completed), (1, 1));
+    unsafe { kvtier_primary_free(p) };
 }

@@ -2,7 +2,8 @@
 //!
 //! A small reference model written from SPEC.md ("Primary tier"), with
 //! plain vectors and linear scans so that it is obviously correct, runs the
-//! same random operation sequences as the real tier (misuse mixed in).
+//! same random operation sequences as the real tier (misuse mixed in,
+//! promotions, and completions naming keys other writers are writing).
 //! After every operation the results, the lookups of every key, the stats,
 //! the policy order and the events must match, and the invariants must
 //! hold.  At least 100,000 operations per run; `KVTIER_MODEL_OPS=N` runs N.
@@ -15,7 +16,7 @@ use kvtier::Key;
 use kvtier::events::{Event, EventKind};
 use kvtier::primary::{
     CompleteStoreReport, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryTier, StoreOutcome,
-    StorePlan,
+    StorePlan, Writer,
 };
 use kvtier::request::RequestId;
 use rng::Rng;
@@ -26,6 +27,8 @@ struct Entry {
     slot: u32,
     refc: i32,
     announced: bool,
+    /// Who writes it, while write pending: only that writer completes it.
+    writer: Option<Writer>,
 }
 
 #[derive(Debug, Default)]
@@ -87,6 +90,8 @@ struct Model {
     completed: u64,
     failed: u64,
     late: u64,
+    foreign: u64,
+    already_ready: u64,
     loads: u64,
     tpins: u64,
     dropped: u64,
@@ -134,6 +139,8 @@ impl Model {
             completed: 0,
             failed: 0,
             late: 0,
+            foreign: 0,
+            already_ready: 0,
             loads: 0,
             tpins: 0,
             dropped: 0,
@@ -322,7 +329,7 @@ impl Model {
         (chosen.len() == n).then_some(chosen)
     }
 
-    fn prepare_store(&mut self, id: u64, keys: &[Key]) -> Out {
+    fn prepare_store(&mut self, id: u64, keys: &[Key], writer: Writer) -> Out {
         let Some(r) = self.req(id) else {
             return Out::Err("unknown_request", None);
         };
@@ -440,6 +447,7 @@ impl Model {
                 slot,
                 refc: -1,
                 announced: false,
+                writer: Some(writer),
             });
             match self.policy {
                 PolicyKind::Lru => self.lru.push(*k),
@@ -472,7 +480,7 @@ impl Model {
         )
     }
 
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> Out {
+    fn complete_store(&mut self, by: Writer, keys: &[Key], success: bool) -> Out {
         let mut rep = CompleteStoreReport::default();
         for k in keys {
             let Some(e) = self.entry(k) else {
@@ -480,10 +488,16 @@ impl Model {
                 continue;
             };
             if self.entries[e].refc != -1 {
+                rep.already_ready += 1;
+                continue;
+            }
+            if self.entries[e].writer != Some(by) {
+                rep.foreign += 1;
                 continue;
             }
             if success {
                 self.entries[e].refc = 0;
+                self.entries[e].writer = None;
                 rep.ready += 1;
                 if self.emit(EventKind::Stored, Some(*k)) {
                     self.entries[e].announced = true;
@@ -500,6 +514,8 @@ impl Model {
         self.completed += rep.ready as u64;
         self.failed += rep.dropped as u64;
         self.late += rep.ignored as u64;
+        self.foreign += rep.foreign as u64;
+        self.already_ready += rep.already_ready as u64;
         Out::Complete(rep)
     }
 
@@ -571,6 +587,8 @@ fn check_same(t: &PrimaryTier, m: &Model, keyspace: &[Key], what: &str) {
         assert_eq!(t.lookup(k), m.lookup(k), "{what}: lookup {k}");
         let mr = m.entry(k).map(|e| m.entries[e].refc);
         assert_eq!(t.ref_count(k), mr, "{what}: ref count of {k}");
+        let mw = m.entry(k).and_then(|e| m.entries[e].writer);
+        assert_eq!(t.writer(k), mw, "{what}: writer of {k}");
     }
     assert_eq!(t.eviction_order(), m.order(), "{what}: policy order");
     let s = t.stats();
@@ -591,6 +609,8 @@ fn check_same(t: &PrimaryTier, m: &Model, keyspace: &[Key], what: &str) {
             s.stores_completed,
             s.stores_failed,
             s.late_completions,
+            s.foreign_completions,
+            s.already_ready_completions,
             s.loads,
             s.transfer_pins,
             s.events_dropped,
@@ -603,6 +623,8 @@ fn check_same(t: &PrimaryTier, m: &Model, keyspace: &[Key], what: &str) {
             m.completed,
             m.failed,
             m.late,
+            m.foreign,
+            m.already_ready,
             m.loads,
             m.tpins,
             m.dropped,
@@ -687,7 +709,9 @@ fn resident_pick(rng: &mut Rng, m: &Model, ready: bool, pinned: bool) -> Vec<Key
         .collect()
 }
 
-fn run(seed: u64, ops: u64) {
+/// Runs `ops` random operations; returns how many keys completions left
+/// alone because another writer writes them.
+fn run(seed: u64, ops: u64) -> u64 {
     let mut rng = Rng(seed);
     let config = PrimaryConfig {
         capacity: 1 + rng.below(10) as u32,
@@ -730,13 +754,23 @@ fn run(seed: u64, ops: u64) {
                 // Now and then a batch longer than the linear-scan limit.
                 let max = if rng.chance(5) { 40 } else { 4 };
                 let keys = pick_keys(&mut rng, &keyspace, max);
-                (
-                    res(t.prepare_store(rid, &keys, &mut plan), |o| {
-                        Out::Store(o, plan.clone())
-                    }),
-                    m.prepare_store(req, &keys),
-                    "prepare_store",
-                )
+                if rng.chance(20) {
+                    (
+                        res(t.prepare_promotion(rid, &keys, &mut plan), |o| {
+                            Out::Store(o, plan.clone())
+                        }),
+                        m.prepare_store(req, &keys, Writer::Promotion),
+                        "prepare_promotion",
+                    )
+                } else {
+                    (
+                        res(t.prepare_store(rid, &keys, &mut plan), |o| {
+                            Out::Store(o, plan.clone())
+                        }),
+                        m.prepare_store(req, &keys, Writer::Request(rid)),
+                        "prepare_store",
+                    )
+                }
             }
             35..=49 => {
                 let mut keys = resident_pick(&mut rng, &m, false, false);
@@ -744,11 +778,19 @@ fn run(seed: u64, ops: u64) {
                     keys.extend(pick_keys(&mut rng, &keyspace, 2));
                 }
                 let ok = rng.chance(80);
-                (
-                    Out::Complete(t.complete_store(&keys, ok)),
-                    m.complete_store(&keys, ok),
-                    "complete_store",
-                )
+                if rng.chance(20) {
+                    (
+                        Out::Complete(t.complete_promotion(&keys, ok)),
+                        m.complete_store(Writer::Promotion, &keys, ok),
+                        "complete_promotion",
+                    )
+                } else {
+                    (
+                        Out::Complete(t.complete_store(rid, &keys, ok)),
+                        m.complete_store(Writer::Request(rid), &keys, ok),
+                        "complete_store",
+                    )
+                }
             }
             50..=61 => {
                 let mut keys = resident_pick(&mut rng, &m, true, false);
@@ -829,6 +871,7 @@ fn run(seed: u64, ops: u64) {
     tev.clear();
     t.take_events(&mut tev);
     assert_eq!(tev, m.events);
+    m.foreign
 }
 
 #[test]
@@ -839,7 +882,9 @@ fn random_sequences_match_the_model() {
         .unwrap_or(100_000);
     let per_run = 2_000;
     let runs = total.div_ceil(per_run);
+    let mut foreign = 0;
     for seed in 0..runs {
-        run(0x5eed_0000 + seed, per_run);
+        foreign += run(0x5eed_0000 + seed, per_run);
     }
+    assert!(foreign > 0, "completions named other writers' keys");
 }

@@ -580,9 +580,11 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
 /// (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
 /// to `*n_evicted_out`, copying the first `evicted_len` of them to
 /// `evicted_out` (which may be NULL when `evicted_len` is 0; evictions are
-/// also announced as events).  Keys already resident are not stored again;
-/// for tiers that asked for request-level offload they are cascaded now
-/// (ready) or once ready (write pending).  Internally synchronized.
+/// also announced as events).  The keys to store are written by this
+/// request: only its own `kvtier_manager_complete_store` finishes them.
+/// Keys already resident are not stored again; for tiers that asked for
+/// request-level offload they are cascaded now (ready) or once ready
+/// (write pending).  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `request` NUL-terminated; `keys` valid for
@@ -642,11 +644,19 @@ pub unsafe extern "C" fn kvtier_manager_prepare_store(
     })
 }
 
-/// Finishes a store of `len` keys into the primary tier: on success they
-/// become ready and cascade to every secondary tier; on failure they are
-/// dropped.  The request may already be finished (it is finalized when its
-/// last store completes).  A completion for a request with no store in
-/// flight (after a reset) is counted and ignored.  Internally synchronized.
+/// Finishes (part of) `request`'s store: of the `len` keys, those this
+/// request's own `kvtier_manager_prepare_store` planned and that are still
+/// being written for it become ready and cascade to every secondary tier
+/// (success), or are dropped (failure).  Every other key is left alone and
+/// counted in the primary tier's stats: a key another request or a
+/// promotion is writing (`foreign_completions`), a ready key
+/// (`already_ready_completions`), an absent key (`late_completions`).  So
+/// passing every key given to prepare_store is safe.  A plan may be
+/// completed in several calls, a part of its keys each time.  The request
+/// may already be finished: it is finalized once every key it planned was
+/// completed.  A completion for a request with no store in flight (after a
+/// reset) is counted (`ignored_store_completions`) and ignored.
+/// Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
@@ -888,9 +898,13 @@ pub unsafe extern "C" fn kvtier_manager_take_error(
 /// Reports a finished job of tier `tier` (the index `add_tier` gave) from
 /// any thread, at any time, including from inside a tier callback; the
 /// manager applies it at its next poll.  The result and its key list are
-/// copied.  An id the tier was never given, or one reported twice, is
-/// logged as a tier bug then (not an error here).  Thread-safe; never
-/// blocks on the manager's main lock.
+/// copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
+/// tiers) report through this call: the index of a built-in tier (fs,
+/// redis), which reports through its own polling, is
+/// `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
+/// that names no secondary tier.  An id the tier was never given, or one
+/// reported twice, is logged as a tier bug then (not an error here).
+/// Thread-safe; never blocks on the manager's main lock.
 ///
 /// # Safety
 /// `manager` a live handle; `result` valid, with `succeeded_keys` valid for

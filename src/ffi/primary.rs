@@ -99,6 +99,11 @@ pub struct kvtier_primary_complete_result {
     pub dropped: usize,
     /// Absent keys ignored (late completions).
     pub ignored: usize,
+    /// Keys being written for another request, or for a promotion, left
+    /// alone (only the request that planned a key completes it).
+    pub foreign: usize,
+    /// Keys already readable, left alone.
+    pub already_ready: usize,
 }
 
 /// Kind of one event.
@@ -164,6 +169,11 @@ pub struct kvtier_primary_stats {
     pub stores_failed: u64,
     /// Absent keys in complete_store (late completions), ignored.
     pub late_completions: u64,
+    /// Keys in complete_store being written for another request (or a
+    /// promotion), left alone.
+    pub foreign_completions: u64,
+    /// Keys in complete_store already readable, left alone.
+    pub already_ready_completions: u64,
     /// Keys pinned by prepare_load.
     pub loads: u64,
     /// Events waiting to be taken.
@@ -201,6 +211,8 @@ impl From<PrimaryStats> for kvtier_primary_stats {
             stores_completed: s.stores_completed,
             stores_failed: s.stores_failed,
             late_completions: s.late_completions,
+            foreign_completions: s.foreign_completions,
+            already_ready_completions: s.already_ready_completions,
             loads: s.loads,
             events_queued: s.events_queued,
             events_dropped: s.events_dropped,
@@ -300,9 +312,9 @@ pub unsafe extern "C" fn kvtier_primary_free(primary: *mut kvtier_primary) {
 }
 
 /// Starts the request named `request_id`; every load and store names an
-/// active request.  A name already active is
-/// `KVTIER_STATUS_DUPLICATE_REQUEST`.  The string is copied.  Exclusive
-/// access to the handle.
+/// active request.  A name already active, or finished with keys it
+/// planned still being written, is `KVTIER_STATUS_DUPLICATE_REQUEST`.  The
+/// string is copied.  Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
@@ -321,8 +333,10 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
 
 /// Ends the request named `request_id`, committing its accesses: every key
 /// it stored or loaded that is still resident gets one access, its first
-/// keys most recent.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
-/// Exclusive access to the handle.
+/// keys most recent.  Keys it planned and did not complete yet stay
+/// write pending for it: `kvtier_primary_complete_store` with its name
+/// still completes them.  An unknown name is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
@@ -466,8 +480,9 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
 /// exactly the shortfall is evicted from idle keys not named in this call;
 /// if that many are not available, the call succeeds with
 /// `result_out->refused = true` and changes nothing.  Otherwise the keys to
-/// store enter the write-pending state; write their data, then call
-/// [`kvtier_primary_complete_store`].
+/// store enter the write-pending state, written by this request; write
+/// their data, then call [`kvtier_primary_complete_store`] with the same
+/// request (once or in several calls).
 ///
 /// Buffers, each sized by the input count `n` (at most `n` keys are stored
 /// and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the
@@ -549,19 +564,29 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
     })
 }
 
-/// Finishes writes of `n` keys: with `success`, keys being written become
-/// readable and evictable ("stored" events); without, they are dropped and
-/// their slots freed.  Keys already readable are left alone; absent keys
-/// (a completion after a reset) are ignored and counted.  Takes no request:
-/// completions may arrive after the request finished.  Writes counts to
-/// `*result_out` unless it is NULL.  Exclusive access to the handle.
+/// Finishes writes of `n` keys that request `request_id` planned: with
+/// `success`, its keys still being written become readable and evictable
+/// ("stored" events); without, they are dropped and their slots freed.
+///
+/// Only keys that this request's own `kvtier_primary_prepare_store`
+/// planned, and that are still being written for it, are acted on; every
+/// other key is left alone and counted: keys being written for another
+/// request (`foreign`), keys already readable (`already_ready`), absent
+/// keys (`ignored`: a completion after a reset).  Passing every key given
+/// to prepare_store is therefore safe.  A plan may be completed in
+/// several calls, a part of its keys each time.  The request may have
+/// finished: its name stays known for its completions until every key it
+/// planned was completed (or the tier was reset); an unknown name is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Writes counts to `*result_out` unless
+/// it is NULL.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `keys` valid for `n` entries;
-/// `result_out` NULL or valid for writes.
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` valid for `n` entries; `result_out` NULL or valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_complete_store(
     primary: *mut kvtier_primary,
+    request_id: *const c_char,
     keys: *const kvtier_key,
     n: usize,
     success: bool,
@@ -569,16 +594,19 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
         let h = &mut *h;
         let keys = unsafe { CheckedKeys::new(keys, n) }?;
         let r = h
             .core
-            .complete_store_each(keys.len(), |j| keys.bytes(j), success);
+            .complete_store_each(name, keys.len(), |j| keys.bytes(j), success)?;
         if let Some(out) = unsafe { result_out.as_mut() } {
             *out = kvtier_primary_complete_result {
                 ready: r.ready,
                 dropped: r.dropped,
                 ignored: r.ignored,
+                foreign: r.foreign,
+                already_ready: r.already_ready,
             };
         }
         Ok(())
@@ -587,8 +615,9 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 
 /// Forgets every key and frees every slot, whatever its state (pins and
 /// writes in flight included); slot allocation restarts at 0.  Drops queued
-/// events and queues one "cleared" event.  Active requests stay active.
-/// Exclusive access to the handle.
+/// events and queues one "cleared" event.  Active requests stay active;
+/// writes in flight are forgotten (their completions find nothing), and
+/// finished requests' names are released.  Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle.
@@ -596,7 +625,7 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 pub unsafe extern "C" fn kvtier_primary_reset(primary: *mut kvtier_primary) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        h.core.tier.reset();
+        h.core.reset();
         Ok(())
     })
 }

@@ -597,6 +597,9 @@ impl SecondaryTier for CTier {
         &self.name
     }
 
+    fn reports_through_complete_job(&self) -> bool {
+        true
+    }
     fn medium(&self) -> Option<Medium> {
         self.medium
     }

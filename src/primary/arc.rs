@@ -528,7 +528,7 @@ mod tests {
             let slot = s.allocate().unwrap();
             let key = Key::new(&i.to_be_bytes()).unwrap();
             let h = s.hash(&key);
-            s.occupy(slot, &key, h);
+            s.occupy(slot, &key, h, 0);
             s.set_refs(slot, 0);
         }
         s

@@ -7,6 +7,10 @@
 //! are handed out fresh from 0 upward, then most recently freed first.
 //! `prepare_store` plans a store or refuses it atomically; eviction takes
 //! exactly the shortfall from idle keys, never a key named in the same call.
+//! A write-pending key is written by the request that planned it (or by a
+//! promotion, `prepare_promotion`), and only that writer's completion
+//! finishes it; other keys a completion names are left alone and counted
+//! (`completion.rs`, `writers.rs`).
 //!
 //! Cost: every operation is O(1) per key (amortized); eviction of k keys is
 //! O(k + m), m the keys named in the same call that the policy passes over
@@ -27,12 +31,15 @@
 //! path allocates nothing per key.
 //!
 //! Size: metadata per slot, key bytes excluded, is fixed at creation: 13
-//! bytes of slot state and index (`slots.rs`) and 17 of policy lists
-//! (`lists.rs`), 30 in all.  ARC adds its ghosts as they come, up to 32
+//! bytes of slot state and index (`slots.rs`; a write-pending slot's
+//! writer is carried by its ref count, at no cost) and 17 of policy lists
+//! (`lists.rs`), 30 in all; the writers themselves take a few bytes per
+//! request with writes in flight.  ARC adds its ghosts as they come, up to 32
 //! bytes per slot with both ghost lists full (`arc.rs`): 62 in all.
 
 mod admission;
 mod arc;
+mod completion;
 mod huge;
 mod index;
 mod lists;
@@ -44,6 +51,7 @@ mod slots;
 mod tests;
 #[cfg(test)]
 mod vllm_tests;
+mod writers;
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -62,8 +70,10 @@ use admission::Admission;
 use lists::NIL;
 use policy::Policy;
 use slots::{ANNOUNCED, Lookahead, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
+use writers::Writers;
 
 pub use named::NamedPrimary;
+pub use writers::Writer;
 
 /// Eviction policy, chosen by name at creation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -215,8 +225,13 @@ pub struct CompleteStoreReport {
     pub ready: usize,
     /// Write-pending keys dropped and their slots freed (failure).
     pub dropped: usize,
-    /// Absent keys ignored (late completions); keys already ready are in no count.
+    /// Absent keys ignored (late completions).
     pub ignored: usize,
+    /// Keys write pending for another writer (another request, or a
+    /// promotion), left alone.
+    pub foreign: usize,
+    /// Keys already ready, left alone.
+    pub already_ready: usize,
 }
 
 /// The tier's numbers.  Counters count since creation; gauges are current.
@@ -254,6 +269,11 @@ pub struct PrimaryStats {
     pub stores_failed: u64,
     /// Absent keys in `complete_store` (late completions), ignored.
     pub late_completions: u64,
+    /// Keys in `complete_store` write pending for another writer (another
+    /// request, or a promotion), left alone.
+    pub foreign_completions: u64,
+    /// Keys in `complete_store` already ready, left alone.
+    pub already_ready_completions: u64,
     /// Keys pinned by `prepare_load`.
     pub loads: u64,
     /// Keys pinned by `pin_for_transfer`.
@@ -286,6 +306,8 @@ struct Counters {
     stores_completed: u64,
     stores_failed: u64,
     late_completions: u64,
+    foreign_completions: u64,
+    already_ready_completions: u64,
     loads: u64,
     transfer_pins: u64,
     events_dropped: u64,
@@ -330,6 +352,8 @@ pub struct PrimaryTier {
     events: VecDeque<Event>,
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     spare_records: Vec<RequestRecord>,
+    /// Who writes each write-pending key (named by its ref count).
+    writers: Writers,
     adapted: hashbrown::HashSet<(RequestId, Key), RandomState>,
     scratch_keys: Vec<(u64, u8, u32)>,
     scratch_new: Vec<(Key, u64, u32)>,
@@ -478,6 +502,7 @@ impl PrimaryTier {
             events: VecDeque::with_capacity(config.event_capacity.min(4096)),
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
+            writers: Writers::new(hasher.clone()),
             adapted: hashbrown::HashSet::with_hasher(hasher),
             scratch_keys: Vec::new(),
             scratch_new: Vec::new(),
@@ -517,7 +542,7 @@ impl PrimaryTier {
     pub fn lookup(&self, key: &Key) -> PrimaryLookup {
         match self.slots.find(key, self.slots.hash(key)) {
             None => PrimaryLookup::Miss,
-            Some(s) if self.slots.refs(s) == WRITE_PENDING => PrimaryLookup::HitPending,
+            Some(s) if self.slots.refs(s) < 0 => PrimaryLookup::HitPending,
             Some(_) => PrimaryLookup::Hit,
         }
     }
@@ -548,7 +573,7 @@ impl PrimaryTier {
                 i,
                 if s == NIL {
                     PrimaryLookup::Miss
-                } else if slots.refs(s) == WRITE_PENDING {
+                } else if slots.refs(s) < 0 {
                     PrimaryLookup::HitPending
                 } else {
                     PrimaryLookup::Hit
@@ -565,7 +590,18 @@ impl PrimaryTier {
     /// The reference count of resident `key` (-1 write pending, 0 idle,
     /// n > 0 pinned n times), or `None` if absent; changes nothing.
     pub fn ref_count(&self, key: &Key) -> Option<i32> {
-        self.slot_of(key).map(|s| self.slots.refs(s))
+        self.slot_of(key)
+            .map(|s| self.slots.refs(s).max(WRITE_PENDING))
+    }
+
+    /// Who writes `key`, if it is write pending; changes nothing.
+    pub fn writer(&self, key: &Key) -> Option<Writer> {
+        let r = self.slots.refs(self.slot_of(key)?);
+        if r < 0 {
+            self.writers.writer(slots::writer_id(r))
+        } else {
+            None
+        }
     }
 
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
@@ -595,7 +631,7 @@ impl PrimaryTier {
             };
             let reason = if slot == NIL {
                 "not resident (cannot pin an absent key)"
-            } else if r == WRITE_PENDING {
+            } else if r < 0 {
                 "write pending (not readable yet)"
             } else if r as i64 + n as i64 > i32::MAX as i64 {
                 "pinned too many times"
@@ -806,7 +842,11 @@ impl PrimaryTier {
     /// the threshold, are stored.  If free slots are short, exactly the
     /// shortfall is evicted from idle keys not named in this call; if that
     /// many are not available the call is refused and changes nothing but
-    /// counters, admission offers and ARC's store-miss adaptation.
+    /// counters, admission offers and ARC's store-miss adaptation.  The
+    /// keys to store are write pending for `req`: only its own
+    /// [`PrimaryTier::complete_store`] finishes them.  (A request can plan
+    /// keys while fewer than 2^31 - 1 other requests have writes in
+    /// flight; beyond, its store is refused.)
     pub fn prepare_store(
         &mut self,
         req: RequestId,
@@ -816,11 +856,38 @@ impl PrimaryTier {
         self.prepare_store_each(req, keys.len(), |j| &keys[j], plan)
     }
 
+    /// Plans a promotion of `keys` (blocks a secondary tier will copy in)
+    /// for `req`: like [`PrimaryTier::prepare_store`], an access of `req`,
+    /// but the keys to store are written by the promotion, not by `req`:
+    /// only [`PrimaryTier::complete_promotion`] finishes them, never a
+    /// request's store completion.
+    pub fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.plan_each(req, false, keys.len(), |j| &keys[j], plan)
+    }
+
     /// [`PrimaryTier::prepare_store`] of keys `at(0..n)`: [`Key`]s, or
     /// checked bytes read in place.
     pub(crate) fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.plan_each(req, true, n, at, plan)
+    }
+
+    /// Plans a store of keys `at(0..n)` for `req`, written by `req` itself
+    /// (`by_request`) or by a promotion.
+    fn plan_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        by_request: bool,
         n: usize,
         at: impl Fn(usize) -> &'k K,
         plan: &mut StorePlan,
@@ -854,11 +921,7 @@ impl PrimaryTier {
                         named_idle += 1;
                     }
                     *f |= NAMED;
-                    let kind = if r == WRITE_PENDING {
-                        FOUND_PENDING
-                    } else {
-                        FOUND_READY
-                    };
+                    let kind = if r < 0 { FOUND_PENDING } else { FOUND_READY };
                     scratch.push((h, kind, s));
                 }
                 None => {
@@ -945,11 +1008,13 @@ impl PrimaryTier {
         // policy's lists (no scan).  Otherwise enough exist, and the policy
         // finds them passing over only pinned, pending and named keys.
         let evictable = (self.idle - named_idle) as usize;
-        let refused = need > 0
-            && (evictable < need
-                || !self
-                    .policy
-                    .select_victims(&mut self.slots, need, &mut victims));
+        let no_writer_id = by_request && !plan.to_store.is_empty() && !self.writers.can_plan(req);
+        let refused = no_writer_id
+            || need > 0
+                && (evictable < need
+                    || !self
+                        .policy
+                        .select_victims(&mut self.slots, need, &mut victims));
         // Room for what the evictions remember (ARC's ghosts); without it
         // the call fails as a refusal would, before evicting anything.
         let no_room = if refused || need == 0 {
@@ -1001,7 +1066,13 @@ impl PrimaryTier {
             return Err(e);
         }
         if !refused {
-            // 5. Allocate and insert, in call order (the last key most recent).
+            // 5. Allocate and insert, in call order (the last key most
+            //    recent), write pending for their writer.
+            let writer = if by_request && !plan.to_store.is_empty() {
+                self.writers.id_for(req)
+            } else {
+                writers::PROMOTION
+            };
             for (h, kind, s) in scratch.iter_mut() {
                 let (h, kind) = (*h, *kind);
                 if kind != STORED && kind != STORED_GHOST {
@@ -1012,13 +1083,17 @@ impl PrimaryTier {
                     break;
                 };
                 *s = slot;
-                self.slots.occupy(slot, &plan.to_store[plan.slots.len()], h);
+                self.slots
+                    .occupy(slot, &plan.to_store[plan.slots.len()], h, writer);
                 self.policy
                     .insert(&self.slots, slot, h, kind == STORED_GHOST);
                 plan.slots.push(slot);
             }
             self.write_pending += plan.slots.len() as u32;
             self.counters.stores_planned += plan.slots.len() as u64;
+            if writer != writers::PROMOTION {
+                self.writers.planned(req, plan.slots.len() as u32);
+            }
 
             // 6. Record the request's accesses in call order (first
             //    occurrences of stored keys; every ready key found).
@@ -1092,57 +1167,6 @@ impl PrimaryTier {
         Ok(())
     }
 
-    /// Finishes writes of `keys`: on success write-pending keys become ready
-    /// and idle ("stored" events); on failure they are dropped and their
-    /// slots freed.  Ready keys are left alone; absent keys are ignored and
-    /// counted.  Takes no request: completions may arrive after it finished.
-    pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.complete_store_each(keys.len(), |j| &keys[j], success)
-    }
-
-    /// [`PrimaryTier::complete_store`] of keys `at(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        n: usize,
-        at: impl Fn(usize) -> &'k K,
-        success: bool,
-    ) -> CompleteStoreReport {
-        let mut report = CompleteStoreReport::default();
-        let mut ahead = Lookahead::new(&self.slots, n, &at);
-        for i in 0..n {
-            // A failed store frees slots as it goes: each key is resolved
-            // against the table as it is at its turn.
-            let (h, slot) = ahead.find(&self.slots, i, &at);
-            if slot == NIL {
-                report.ignored += 1;
-                continue;
-            }
-            if self.slots.refs(slot) != WRITE_PENDING {
-                continue;
-            }
-            self.write_pending -= 1;
-            if success {
-                self.slots.set_refs(slot, 0);
-                self.became_idle(slot);
-                self.idle += 1;
-                report.ready += 1;
-                let key = *self.slots.key(slot);
-                if self.emit(EventKind::Stored, Some(key)) {
-                    *self.slots.flags_mut(slot) |= ANNOUNCED;
-                }
-            } else {
-                self.policy.remove(slot);
-                self.slots.release(slot, h);
-                report.dropped += 1;
-            }
-        }
-        self.counters.stores_completed += report.ready as u64;
-        self.counters.stores_failed += report.dropped as u64;
-        self.counters.late_completions += report.ignored as u64;
-        report
-    }
-
     /// [0.33] Commits `req`'s accesses and ends it: every key it stored or
     /// loaded that is still resident gets one access, its head most recent.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
@@ -1183,7 +1207,8 @@ impl PrimaryTier {
 
     /// Forgets every key and frees every slot, whatever its state; slot
     /// allocation restarts at 0.  Drops queued events and queues one
-    /// "cleared" event.  Active requests stay active with nothing recorded.
+    /// "cleared" event.  Active requests stay active with nothing recorded
+    /// and no write in flight (their later completions find nothing).
     pub fn reset(&mut self) {
         self.slots.clear();
         self.policy.clear();
@@ -1193,6 +1218,7 @@ impl PrimaryTier {
         self.events.clear();
         self.emit(EventKind::Cleared, None);
         self.adapted.clear();
+        self.writers.clear();
         for r in self.requests.values_mut() {
             r.clear();
         }
@@ -1237,6 +1263,8 @@ impl PrimaryTier {
             stores_completed: c.stores_completed,
             stores_failed: c.stores_failed,
             late_completions: c.late_completions,
+            foreign_completions: c.foreign_completions,
+            already_ready_completions: c.already_ready_completions,
             loads: c.loads,
             transfer_pins: c.transfer_pins,
             events_queued: self.events.len() as u32,
@@ -1270,6 +1298,8 @@ impl PrimaryTier {
             Stat::counter("stores_completed", s.stores_completed),
             Stat::counter("stores_failed", s.stores_failed),
             Stat::counter("late_completions", s.late_completions),
+            Stat::counter("foreign_completions", s.foreign_completions),
+            Stat::counter("already_ready_completions", s.already_ready_completions),
             Stat::counter("loads", s.loads),
             Stat::counter("transfer_pins", s.transfer_pins),
             Stat::gauge("events_queued", s.events_queued as f64),
@@ -1324,6 +1354,7 @@ impl PrimaryTier {
             seen[f] += 1;
         }
         let (mut wp, mut pinned, mut idle) = (0u32, 0u32, 0u32);
+        let mut per_writer = std::collections::HashMap::new();
         if self.slots.records.len() != self.slots.fresh as usize {
             return Err("records differ from allocated slots".into());
         }
@@ -1335,10 +1366,12 @@ impl PrimaryTier {
                     return Err(format!("slot {s} resident but not indexed"));
                 }
                 match self.slots.refs(s) {
-                    WRITE_PENDING => wp += 1,
+                    r if r < 0 => {
+                        wp += 1;
+                        *per_writer.entry(slots::writer_id(r)).or_insert(0u32) += 1;
+                    }
                     0 => idle += 1,
-                    r if r > 0 => pinned += 1,
-                    r => return Err(format!("slot {s} has ref count {r}")),
+                    _ => pinned += 1,
                 }
             }
         }
@@ -1347,6 +1380,7 @@ impl PrimaryTier {
                 return Err(format!("slot {s} is free/resident {n} times"));
             }
         }
+        self.writers.check(&per_writer)?;
         if self.slots.index.len() != (wp + pinned + idle) as usize {
             return Err("index size differs from resident count".into());
         }

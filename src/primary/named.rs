@@ -1,8 +1,15 @@
 //! [`NamedPrimary`]: a primary tier whose requests are named by caller
 //! strings, as the C API names them.
+//!
+//! A request's name stays known after it finished for as long as keys it
+//! planned are still write pending, so that their completions (which name
+//! the request) still find it; meanwhile the name cannot start a new
+//! request, as with the tiering manager.
+
+use std::collections::HashMap;
 
 use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::{Key, KeyBytes};
 use crate::request::{RequestId, RequestNames};
 
@@ -12,6 +19,8 @@ pub struct NamedPrimary {
     /// The tier itself (lookups, completions, stats, events need no request).
     pub tier: PrimaryTier,
     names: RequestNames,
+    /// Finished requests with keys still write pending for them.
+    finishing: HashMap<String, RequestId>,
 }
 
 impl NamedPrimary {
@@ -20,6 +29,7 @@ impl NamedPrimary {
         Ok(NamedPrimary {
             tier: PrimaryTier::new(config)?,
             names: RequestNames::default(),
+            finishing: HashMap::new(),
         })
     }
 
@@ -27,8 +37,15 @@ impl NamedPrimary {
         self.names.get(name)
     }
 
-    /// Starts request `name`; an active name is `DuplicateRequest`.
+    /// Starts request `name`; an active name, or a finished one whose
+    /// stores are still in flight, is `DuplicateRequest`.
     pub fn begin(&mut self, name: &str) -> Result<()> {
+        if let Some(&old) = self.finishing.get(name) {
+            if self.tier.stores_pending(old) > 0 {
+                return Err(Error::DuplicateRequest(name.to_string()));
+            }
+            self.finishing.remove(name);
+        }
         let id = self.names.insert(name)?;
         if let Err(e) = self.tier.begin_request(id) {
             let _ = self.names.remove(name);
@@ -37,12 +54,24 @@ impl NamedPrimary {
         Ok(())
     }
 
-    /// Commits request `name`'s accesses and ends it.
+    /// Commits request `name`'s accesses and ends it; its name stays
+    /// known to [`NamedPrimary::complete_store`] until every key it
+    /// planned was completed.
     pub fn finish(&mut self, name: &str) -> Result<()> {
         let id = self.id(name)?;
         self.tier.on_request_finished(id)?;
         self.names.remove(name)?;
+        if self.tier.stores_pending(id) > 0 {
+            self.finishing.insert(name.to_string(), id);
+        }
         Ok(())
+    }
+
+    /// [`PrimaryTier::reset`], forgetting finished requests' names too
+    /// (their stores are no longer in flight).
+    pub fn reset(&mut self) {
+        self.tier.reset();
+        self.finishing.clear();
     }
 
     /// [`PrimaryTier::prepare_load`] for request `name`.
@@ -121,20 +150,37 @@ impl NamedPrimary {
         self.tier.prepare_store_each(id, n, key, plan)
     }
 
-    /// [`PrimaryTier::complete_store`] (no request).
-    pub fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.tier.complete_store(keys, success)
+    /// [`PrimaryTier::complete_store`] for request `name` (active, or
+    /// finished with keys still write pending).
+    pub fn complete_store(
+        &mut self,
+        name: &str,
+        keys: &[Key],
+        success: bool,
+    ) -> Result<CompleteStoreReport> {
+        self.complete_store_each(name, keys.len(), |j| &keys[j], success)
     }
 
     /// [`NamedPrimary::complete_store`] of keys `key(0..n)`: [`Key`]s, or
     /// checked bytes read in place.
     pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
+        name: &str,
         n: usize,
         key: impl Fn(usize) -> &'k K,
         success: bool,
-    ) -> CompleteStoreReport {
-        self.tier.complete_store_each(n, key, success)
+    ) -> Result<CompleteStoreReport> {
+        if let Ok(id) = self.names.get(name) {
+            return Ok(self.tier.complete_store_each(id, n, key, success));
+        }
+        let Some(&id) = self.finishing.get(name) else {
+            return Err(Error::UnknownRequest(name.to_string()));
+        };
+        let report = self.tier.complete_store_each(id, n, key, success);
+        if self.tier.stores_pending(id) == 0 {
+            self.finishing.remove(name);
+        }
+        Ok(report)
     }
 
     /// Number of active requests.
@@ -171,7 +217,41 @@ mod tests {
         p.finish("r").unwrap();
         assert!(matches!(p.finish("r"), Err(Error::UnknownRequest(_))));
         assert_eq!(p.active_requests(), 0);
+        p.complete_store("r", &[k], true).unwrap();
         p.begin("r").unwrap();
         assert_eq!(p.active_requests(), 1);
+    }
+
+    #[test]
+    fn a_finished_request_completes_its_stores_and_its_name_waits_for_them() {
+        let mut p = NamedPrimary::new(PrimaryConfig {
+            capacity: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let (a, b) = (Key::new(b"a").unwrap(), Key::new(b"b").unwrap());
+        let mut plan = StorePlan::default();
+        p.begin("r").unwrap();
+        p.prepare_store("r", &[a, b], &mut plan).unwrap();
+        p.finish("r").unwrap();
+        assert!(
+            matches!(p.begin("r"), Err(Error::DuplicateRequest(_))),
+            "its stores are in flight"
+        );
+        assert_eq!(p.complete_store("r", &[a], true).unwrap().ready, 1);
+        assert_eq!(p.complete_store("r", &[b], false).unwrap().dropped, 1);
+        assert!(matches!(
+            p.complete_store("r", &[a], true),
+            Err(Error::UnknownRequest(_))
+        ));
+        p.begin("r").unwrap();
+        p.prepare_store("r", &[b], &mut plan).unwrap();
+        p.finish("r").unwrap();
+        p.reset();
+        assert!(matches!(
+            p.complete_store("r", &[b], true),
+            Err(Error::UnknownRequest(_))
+        ));
+        p.begin("r").unwrap();
     }
 }

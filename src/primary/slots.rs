@@ -5,7 +5,8 @@
 //! finding a key and reading its state usually costs one cache line.  The
 //! index is a [`TagIndex`] of slot ids (each with a tag of its key's hash)
 //! hashed (foldhash) over the key bytes kept in the records, so each key
-//! is stored once.  Per slot, besides the key: ref count 4 bytes, flags 1,
+//! is stored once.  Per slot, besides the key: ref count 4 bytes (which,
+//! while the key is write pending, also names who writes it), flags 1,
 //! index 8 (narrow entries, at most half full; 16 with wide ones, beyond
 //! 2^26 slots): 13 bytes.
 
@@ -33,13 +34,28 @@ pub(crate) const PARKED: u8 = 8;
 /// Where a record's key starts.
 const KEY_OFFSET: usize = std::mem::offset_of!(Record, key);
 
-/// Reference count of a write-pending key.
+/// The reference count a write-pending key reports outside the tier (its
+/// ref count proper is negative and names its writer: -1 - writer id).
 pub(crate) const WRITE_PENDING: i32 = -1;
+
+/// The ref count of a slot write pending for writer `id` (`writers.rs`):
+/// -1 for promotions (id 0), -2, -3, ... for requests.
+#[inline(always)]
+pub(crate) fn pending_for(id: u32) -> i32 {
+    -1 - id as i32
+}
+
+/// The writer id of a write-pending (negative) ref count.
+#[inline(always)]
+pub(crate) fn writer_id(refs: i32) -> u32 {
+    (-1 - refs) as u32
+}
 
 /// One slot: its ref count, flags and key, packed (70 bytes, no padding).
 ///
-/// The ref count of a resident slot: -1 write pending, 0 ready and idle,
-/// n > 0 ready and pinned n times.  Of a freed slot: the next slot of the
+/// The ref count of a resident slot: negative write pending (-1 - the
+/// writer's id, see [`pending_for`]), 0 ready and idle, n > 0 ready and
+/// pinned n times.  Of a freed slot: the next slot of the
 /// free stack (as `u32`, [`NIL`] at the bottom), so the stack costs no
 /// extra memory.
 #[derive(Clone, Copy, Debug)]
@@ -252,9 +268,10 @@ impl Slots {
         }
     }
 
-    /// Makes `slot` resident with `key` (hash `h`), write pending.
+    /// Makes `slot` resident with `key` (hash `h`), write pending for
+    /// writer `writer` (its id, see [`pending_for`]).
     #[inline]
-    pub(crate) fn occupy(&mut self, slot: u32, key: &Key, h: u64) {
+    pub(crate) fn occupy(&mut self, slot: u32, key: &Key, h: u64, writer: u32) {
         let i = slot as usize;
         if i == self.records.len() {
             self.records.push(Record::FREE);
@@ -264,7 +281,7 @@ impl Slots {
         // was not written at, which stalls.
         let record = &mut self.records[i];
         record.key = *key;
-        record.set_refs(WRITE_PENDING);
+        record.set_refs(pending_for(writer));
         record.flags = RESIDENT;
         self.index.insert(h, slot);
         self.version = self.version.wrapping_add(1);

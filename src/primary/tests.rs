@@ -30,7 +30,7 @@ fn store(t: &mut PrimaryTier, req: RequestId, ns: &[u32]) -> StorePlan {
         t.prepare_store(req, &ks(ns), &mut plan).unwrap(),
         StoreOutcome::Planned
     );
-    t.complete_store(&plan.to_store, true);
+    t.complete_store(req, &plan.to_store, true);
     plan
 }
 
@@ -90,7 +90,7 @@ fn lookup_reports_the_three_states_and_changes_nothing() {
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
         assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
-        t.complete_store(&ks(&[1]), true);
+        t.complete_store(R, &ks(&[1]), true);
         assert_eq!(t.lookup(&k(1)), PrimaryLookup::Hit);
         assert_eq!(t.lookup(&k(2)), PrimaryLookup::HitPending);
         assert_eq!(t.lookup(&k(3)), PrimaryLookup::Miss);
@@ -114,15 +114,15 @@ fn slots_are_fresh_upward_then_most_recently_freed_first() {
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[4]), &mut plan).unwrap();
         assert_eq!(plan.slots, vec![3], "the last fresh slot before reuse");
-        t.complete_store(&ks(&[4]), false);
+        t.complete_store(R, &ks(&[4]), false);
         t.reset();
         let plan = store(&mut t, R, &[5, 6]);
         assert_eq!(plan.slots, vec![0, 1], "reset restarts allocation at 0");
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[7, 8]), &mut plan).unwrap();
         assert_eq!(plan.slots, vec![2, 3]);
-        t.complete_store(&ks(&[8]), false); // frees 3
-        t.complete_store(&ks(&[7]), false); // frees 2, most recent
+        t.complete_store(R, &ks(&[8]), false); // frees 3
+        t.complete_store(R, &ks(&[7]), false); // frees 2, most recent
         t.prepare_store(R, &ks(&[9, 10]), &mut plan).unwrap();
         assert_eq!(plan.slots, vec![2, 3], "most recently freed first");
         t.check_invariants().unwrap();
@@ -287,22 +287,22 @@ fn complete_store_success_failure_and_late_completions() {
         t.begin_request(R).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1, 2, 3]), &mut plan).unwrap();
-        let r = t.complete_store(&ks(&[1, 9]), true);
+        let r = t.complete_store(R, &ks(&[1, 9]), true);
         assert_eq!(
             r,
             CompleteStoreReport {
                 ready: 1,
-                dropped: 0,
-                ignored: 1
+                ignored: 1,
+                ..Default::default()
             }
         );
-        let r = t.complete_store(&ks(&[1, 2]), false);
+        let r = t.complete_store(R, &ks(&[1, 2]), false);
         assert_eq!(
             r,
             CompleteStoreReport {
-                ready: 0,
                 dropped: 1,
-                ignored: 0
+                already_ready: 1,
+                ..Default::default()
             }
         );
         assert_eq!(
@@ -311,22 +311,29 @@ fn complete_store_success_failure_and_late_completions() {
             "ready keys are left alone"
         );
         assert_eq!(t.lookup(&k(2)), PrimaryLookup::Miss);
-        let r = t.complete_store(&ks(&[2, 3, 3]), true);
+        let r = t.complete_store(R, &ks(&[2, 3, 3]), true);
         assert_eq!(
             r,
             CompleteStoreReport {
                 ready: 1,
-                dropped: 0,
-                ignored: 1
+                ignored: 1,
+                already_ready: 1,
+                ..Default::default()
             }
         );
         t.reset();
-        let r = t.complete_store(&ks(&[1, 3]), true);
+        let r = t.complete_store(R, &ks(&[1, 3]), true);
         assert_eq!(r.ignored, 2);
         let s = t.stats();
         assert_eq!(
-            (s.stores_completed, s.stores_failed, s.late_completions),
-            (2, 1, 4)
+            (
+                s.stores_completed,
+                s.stores_failed,
+                s.late_completions,
+                s.already_ready_completions,
+                s.foreign_completions
+            ),
+            (2, 1, 4, 2, 0)
         );
         t.check_invariants().unwrap();
     }
@@ -339,8 +346,8 @@ fn events_stored_removed_cleared_and_unannounced_keys_are_never_removed() {
         t.begin_request(R).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
-        t.complete_store(&ks(&[1]), true);
-        t.complete_store(&ks(&[2]), false);
+        t.complete_store(R, &ks(&[1]), true);
+        t.complete_store(R, &ks(&[2]), false);
         store(&mut t, R, &[3]);
         store(&mut t, R, &[4]); // evicts 1 (announced)
         let mut ev = Vec::new();
@@ -1053,7 +1060,7 @@ fn keys_read_ahead_are_resolved_against_the_table_at_their_turn() {
     let put = |s: &mut slots::Slots, key: &Key| {
         let slot = s.allocate().unwrap();
         let h = s.hash(key);
-        s.occupy(slot, key, h);
+        s.occupy(slot, key, h, 0);
         slot
     };
     let one = put(&mut s, &keys[0]);
@@ -1114,5 +1121,156 @@ fn sizes_beyond_their_limits_are_invalid_arguments() {
     assert!(plan.to_store.is_empty(), "first offers are only counted");
     t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
     assert_eq!(plan.to_store, ks(&[1, 2]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn a_completion_acts_only_on_keys_its_own_request_planned() {
+    // r1 plans A (slot 0); r2 names [A, B] and plans only B; r2 completes
+    // every key it named.  A stays write pending for r1: dropping it would
+    // let a later store reuse slot 0 while r1 still writes A there, and
+    // publishing it would make A readable before anyone wrote it.
+    let (r1, r2, r3) = (RequestId(1), RequestId(2), RequestId(3));
+    for p in BOTH {
+        for success in [false, true] {
+            let what = format!("{p:?} success {success}");
+            let mut t = tier(2, p);
+            for r in [r1, r2, r3] {
+                t.begin_request(r).unwrap();
+            }
+            let mut plan = StorePlan::default();
+            t.prepare_store(r1, &ks(&[1]), &mut plan).unwrap();
+            assert_eq!(plan.slots, vec![0], "{what}");
+            t.prepare_store(r2, &ks(&[1, 2]), &mut plan).unwrap();
+            assert_eq!(
+                (plan.to_store.clone(), plan.slots.clone()),
+                (ks(&[2]), vec![1])
+            );
+            assert_eq!(
+                (t.stores_pending(r1), t.stores_pending(r2)),
+                (1, 1),
+                "{what}"
+            );
+            let r = t.complete_store(r2, &ks(&[1, 2]), success);
+            assert_eq!(
+                r,
+                CompleteStoreReport {
+                    ready: success as usize,
+                    dropped: !success as usize,
+                    foreign: 1,
+                    ..Default::default()
+                },
+                "{what}"
+            );
+            assert_eq!(
+                t.ref_count(&k(1)),
+                Some(-1),
+                "{what}: A still write pending"
+            );
+            assert_eq!(t.slot_of(&k(1)), Some(0), "{what}");
+            assert_eq!(
+                (t.stores_pending(r1), t.stores_pending(r2)),
+                (1, 0),
+                "{what}"
+            );
+            // A's slot is neither free nor evictable.
+            assert_eq!(
+                t.prepare_store(r3, &ks(&[3, 4]), &mut plan).unwrap(),
+                StoreOutcome::Refused,
+                "{what}"
+            );
+            if !success {
+                t.prepare_store(r3, &ks(&[3]), &mut plan).unwrap();
+                assert_eq!(plan.slots, vec![1], "{what}: only B's slot was freed");
+                t.complete_store(r3, &ks(&[3]), true);
+            }
+            let r = t.complete_store(r1, &ks(&[1]), true);
+            assert_eq!((r.ready, r.foreign), (1, 0), "{what}");
+            assert_eq!(t.lookup(&k(1)), PrimaryLookup::Hit, "{what}");
+            assert_eq!(t.slot_of(&k(1)), Some(0), "{what}");
+            assert_eq!(t.stats().foreign_completions, 1, "{what}");
+            t.check_invariants().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_store_completion_never_finishes_a_promotions_slot_nor_the_reverse() {
+    let (r1, r2) = (RequestId(1), RequestId(2));
+    for success in [false, true] {
+        let what = format!("success {success}");
+        let mut t = tier(4, PolicyKind::Lru);
+        t.begin_request(r1).unwrap();
+        t.begin_request(r2).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_promotion(r1, &ks(&[9]), &mut plan).unwrap();
+        assert_eq!(plan.slots, vec![0]);
+        assert_eq!(t.stores_pending(r1), 0, "a promotion is not r1's store");
+        t.prepare_store(r2, &ks(&[2]), &mut plan).unwrap();
+        for r in [r1, r2] {
+            let rep = t.complete_store(r, &ks(&[9, 2]), success);
+            assert_eq!(rep.foreign, if r == r1 { 2 } else { 1 }, "{what}");
+            assert_eq!(t.ref_count(&k(9)), Some(-1), "{what}: promotion left alone");
+        }
+        // A promotion's completion leaves a request's write-pending key alone.
+        t.prepare_store(r2, &ks(&[5]), &mut plan).unwrap();
+        let rep = t.complete_promotion(&ks(&[9, 5]), true);
+        assert_eq!((rep.ready, rep.foreign), (1, 1), "{what}");
+        assert_eq!(t.ref_count(&k(9)), Some(0), "{what}");
+        assert_eq!(t.ref_count(&k(5)), Some(-1), "{what}");
+        assert_eq!(t.stores_pending(r2), 1, "{what}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_plan_may_be_completed_in_several_calls_and_after_its_request_finished() {
+    let mut t = tier(4, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[1, 2, 3]), &mut plan).unwrap();
+    assert_eq!(t.stores_pending(R), 3);
+    assert_eq!(t.complete_store(R, &ks(&[1]), true).ready, 1);
+    assert_eq!(t.stores_pending(R), 2);
+    t.on_request_finished(R).unwrap();
+    let r = t.complete_store(R, &ks(&[2, 3]), true);
+    assert_eq!(
+        r.ready, 2,
+        "completions may arrive after the request finished"
+    );
+    assert_eq!(t.stores_pending(R), 0);
+    for n in 1..=3 {
+        assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
+    }
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn a_writer_is_forgotten_once_done_or_reset_and_never_confused_with_a_later_one() {
+    let (r1, r2) = (RequestId(1), RequestId(2));
+    let mut t = tier(4, PolicyKind::Lru);
+    t.begin_request(r1).unwrap();
+    t.begin_request(r2).unwrap();
+    // r1 done: whatever stood for it may stand for r2 now, but r1's late
+    // completion of r2's key is still foreign.
+    store(&mut t, r1, &[1]);
+    let mut plan = StorePlan::default();
+    t.prepare_store(r2, &ks(&[2]), &mut plan).unwrap();
+    assert_eq!(t.complete_store(r1, &ks(&[2]), true).foreign, 1);
+    assert_eq!(t.ref_count(&k(2)), Some(-1));
+    // A reset forgets every writer.
+    t.prepare_store(r1, &ks(&[3]), &mut plan).unwrap();
+    t.reset();
+    assert_eq!((t.stores_pending(r1), t.stores_pending(r2)), (0, 0));
+    assert_eq!(t.complete_store(r1, &ks(&[3]), true).ignored, 1);
+    t.prepare_store(r2, &ks(&[3]), &mut plan).unwrap();
+    assert_eq!(plan.slots, vec![0]);
+    let r = t.complete_store(r1, &ks(&[3]), false);
+    assert_eq!(
+        (r.foreign, r.dropped),
+        (1, 0),
+        "r1's write of 3 ended at the reset"
+    );
+    assert_eq!(t.complete_store(r2, &ks(&[3]), true).ready, 1);
     t.check_invariants().unwrap();
 }

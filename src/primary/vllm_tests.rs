@@ -48,7 +48,7 @@ fn store(t: &mut PrimaryTier, req: RequestId, ns: &[u32]) -> StorePlan {
         t.prepare_store(req, &ks(ns), &mut plan).unwrap(),
         StoreOutcome::Planned
     );
-    t.complete_store(&plan.to_store, true);
+    t.complete_store(req, &plan.to_store, true);
     plan
 }
 
@@ -278,7 +278,7 @@ fn arc_ghost_offer_adapts_once_per_request_before_insertion() {
         StoreOutcome::Planned
     );
     assert_eq!(target(&t), after_first);
-    t.complete_store(&[ghost], true);
+    t.complete_store(g, &[ghost], true);
     t.on_request_finished(g).unwrap();
     let s = t.stats();
     assert_eq!((s.arc_t1, s.arc_t2), (2, 0), "the ghost entered T1");
@@ -386,7 +386,7 @@ fn lru_scenario_of_vllms_cpu_manager_test() {
     assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
     assert_eq!(t.lookup(&k(2)), PrimaryLookup::HitPending);
     assert_eq!(drain(&mut t), vec![]);
-    t.complete_store(&ks(&[1, 2]), true);
+    t.complete_store(any, &ks(&[1, 2]), true);
     assert_eq!(drain(&mut t), vec![(Stored, ks(&[1, 2]))]);
     assert_eq!(t.lookup(&k(1)), PrimaryLookup::Hit);
     assert_eq!(t.lookup(&k(3)), PrimaryLookup::Miss);
@@ -397,7 +397,7 @@ fn lru_scenario_of_vllms_cpu_manager_test() {
     );
     assert_eq!(drain(&mut t), vec![(Removed, ks(&[1]))]);
     assert_eq!(offer(&mut t, any, &[1, 6]), None, "no room");
-    t.complete_store(&ks(&[2, 3, 4, 5]), true);
+    t.complete_store(any, &ks(&[2, 3, 4, 5]), true);
     assert_eq!(t.lookup(&k(1)), PrimaryLookup::Miss);
     for n in [2, 3, 4, 5] {
         assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
@@ -420,14 +420,14 @@ fn lru_scenario_of_vllms_cpu_manager_test() {
         (&plan.to_store, &plan.slots, &plan.evicted),
         (&ks(&[6, 7, 8]), &vec![2, 0, 3], &ks(&[4, 5, 3]))
     );
-    t.complete_store(&ks(&[6, 7, 8]), true);
+    t.complete_store(any, &ks(&[6, 7, 8]), true);
     t.touch(any, &ks(&[2, 6, 7])).unwrap();
     t.prepare_store(any, &ks(&[9]), &mut plan).unwrap();
     assert_eq!(
         (&plan.to_store, &plan.slots, &plan.evicted),
         (&ks(&[9]), &vec![3], &ks(&[8]))
     );
-    t.complete_store(&ks(&[7, 9]), false);
+    t.complete_store(any, &ks(&[7, 9]), false);
     assert_eq!(t.lookup(&k(7)), PrimaryLookup::Hit);
     assert_eq!(t.lookup(&k(9)), PrimaryLookup::Miss);
     assert_eq!(
@@ -449,7 +449,7 @@ fn failed_writes_are_not_announced_and_a_drain_hands_each_event_out_once() {
     let mut t = tier(4, PolicyKind::Lru);
     t.begin_request(R).unwrap();
     assert!(offer(&mut t, R, &[1, 2]).is_some());
-    t.complete_store(&ks(&[1, 2]), false);
+    t.complete_store(R, &ks(&[1, 2]), false);
     assert!(offer(&mut t, R, &[1]).is_some()); // a retry re-allocates 1
     store(&mut t, R, &[3]);
     assert_eq!(drain(&mut t), vec![(Stored, ks(&[3]))]);
@@ -472,7 +472,7 @@ fn arc_basic_stores_lookups_and_events() {
     assert_eq!((&plan.to_store, &plan.slots), (&ks(&[1, 2]), &vec![0, 1]));
     assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
     assert_eq!(drain(&mut t), vec![]);
-    t.complete_store(&ks(&[1, 2]), true);
+    t.complete_store(R, &ks(&[1, 2]), true);
     assert_eq!(drain(&mut t), vec![(Stored, ks(&[1, 2]))]);
     assert_eq!(t.lookup(&k(2)), PrimaryLookup::Hit);
     assert_eq!(t.lookup(&k(3)), PrimaryLookup::Miss);
@@ -565,7 +565,7 @@ fn arc_store_falls_back_to_t1_when_t2_cannot_satisfy_the_eviction() {
                     (plan.to_store.clone(), plan.evicted.clone()),
                     (ks(new), ks(evicted))
                 );
-                t.complete_store(&ks(new), true);
+                t.complete_store(R, &ks(new), true);
                 for &n in new {
                     assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
                 }
@@ -614,7 +614,7 @@ fn arc_failed_store_leaves_no_key_and_keeps_the_evicted_ghost() {
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[5]), &mut plan).unwrap();
     assert_eq!(plan.evicted.len(), 1);
-    t.complete_store(&ks(&[5]), false);
+    t.complete_store(R, &ks(&[5]), false);
     assert_eq!(t.lookup(&k(5)), PrimaryLookup::Miss);
     assert_eq!(t1_t2(&t), (3, 0));
     assert_eq!(ghosts(&t), (1, 0), "the evicted key is a B1 ghost");

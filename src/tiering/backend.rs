@@ -46,8 +46,29 @@ pub trait PrimaryBackend: Send {
         keys: &[Key],
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome>;
-    /// Finishes a store: ready on success, dropped on failure.
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport;
+    /// Plans a promotion of `keys` into the primary tier: like
+    /// `prepare_store` (an access of `req`), but the planned keys are
+    /// written by the promotion's load job, not by `req`.
+    fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome>;
+    /// Finishes `req`'s store: of `keys`, only those `req` planned and that
+    /// are still write pending for it become ready (success) or are dropped
+    /// (failure); every other key is left alone and counted.  Appends the
+    /// keys it made ready to `made_ready`.
+    fn complete_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        success: bool,
+        made_ready: &mut Vec<Key>,
+    ) -> CompleteStoreReport;
+    /// Finishes a promotion: of `keys`, only those reserved by a promotion
+    /// and still write pending become ready (success) or are dropped.
+    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport;
     /// Pins ready keys for a cascade (not an access of any request).
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
     /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
@@ -94,8 +115,25 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     ) -> Result<StoreOutcome> {
         crate::primary::PrimaryTier::prepare_store(self, req, keys, plan)
     }
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        crate::primary::PrimaryTier::complete_store(self, keys, success)
+    fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        crate::primary::PrimaryTier::prepare_promotion(self, req, keys, plan)
+    }
+    fn complete_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        success: bool,
+        made_ready: &mut Vec<Key>,
+    ) -> CompleteStoreReport {
+        crate::primary::PrimaryTier::complete_store_into(self, req, keys, success, made_ready)
+    }
+    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        crate::primary::PrimaryTier::complete_promotion(self, keys, success)
     }
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
@@ -168,8 +206,25 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     ) -> Result<StoreOutcome> {
         self.0.lock().prepare_store(req, keys, plan)
     }
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.0.lock().complete_store(keys, success)
+    fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.0.lock().prepare_promotion(req, keys, plan)
+    }
+    fn complete_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        success: bool,
+        made_ready: &mut Vec<Key>,
+    ) -> CompleteStoreReport {
+        self.0.lock().complete_store(req, keys, success, made_ready)
+    }
+    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        self.0.lock().complete_promotion(keys, success)
     }
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         self.0.lock().pin_for_transfer(keys, slots_out)

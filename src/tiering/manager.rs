@@ -17,7 +17,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -178,6 +178,11 @@ pub struct Manager {
     state: Mutex<State>,
     queue: CompletionQueue,
     tier_count: AtomicUsize,
+    /// Bit `i` set: secondary tier `i + 1` reports through
+    /// [`Manager::complete_job`] (written before `tier_count` publishes the tier).
+    completes_through_queue: AtomicU64,
+    /// Tier names for `complete_job`'s refusals, which run without the main lock.
+    queue_tier_names: Mutex<Vec<Arc<str>>>,
     notifier: Notifier,
     slots: std::sync::OnceLock<SlotMemory>,
 }
@@ -243,7 +248,9 @@ struct ReqState {
     id: RequestId,
     info: Request,
     request_level: u64,
-    stores_in_flight: u32,
+    /// Keys its `prepare_store` calls planned that are still write pending
+    /// for it: it has a store in flight until every one was completed.
+    store_keys_pending: u64,
     finished: bool,
     parked: Vec<Key>,
     staged: u32,
@@ -251,7 +258,7 @@ struct ReqState {
 
 impl ReqState {
     fn can_finalize(&self) -> bool {
-        self.finished && self.stores_in_flight == 0 && self.parked.is_empty() && self.staged == 0
+        self.finished && self.store_keys_pending == 0 && self.parked.is_empty() && self.staged == 0
     }
 }
 
@@ -360,6 +367,8 @@ impl Manager {
             }),
             queue: CompletionQueue::default(),
             tier_count: AtomicUsize::new(0),
+            completes_through_queue: AtomicU64::new(0),
+            queue_tier_names: Mutex::new(Vec::new()),
             notifier: Notifier::new(),
             slots: std::sync::OnceLock::new(),
         }
@@ -432,8 +441,14 @@ impl Manager {
             stores_in_flight: 0,
             c: TierCounters::default(),
         };
+        let through_queue = entry.tier.reports_through_complete_job();
+        self.queue_tier_names.lock().push(entry.name.clone());
         s.tiers.push(entry);
         let n = s.tiers.len();
+        if through_queue {
+            self.completes_through_queue
+                .fetch_or(1 << (n - 1), Ordering::Relaxed);
+        }
         self.tier_count.store(n, Ordering::Release);
         Ok(n)
     }
@@ -491,7 +506,7 @@ impl Manager {
                 id,
                 info,
                 request_level,
-                stores_in_flight: 0,
+                store_keys_pending: 0,
                 finished: false,
                 parked: Vec::new(),
                 staged: 0,
@@ -604,6 +619,8 @@ impl Manager {
     /// Plans a store of `keys` into the primary tier (always polling first),
     /// and cascades the request's already resident ready keys to the tiers
     /// that asked for request-level offload (write-pending ones are parked).
+    /// The keys to store are write pending for `request`: only its own
+    /// [`Manager::complete_store`] finishes them.
     pub fn prepare_store(
         &self,
         request: &str,
@@ -623,9 +640,7 @@ impl Manager {
         let Some(st) = s.reqs.get_mut(&rid) else {
             return Ok(outcome);
         };
-        if !plan.to_store.is_empty() {
-            st.stores_in_flight += 1;
-        }
+        st.store_keys_pending += plan.slots.len() as u64;
         if st.request_level == 0 {
             return Ok(outcome);
         }
@@ -660,9 +675,16 @@ impl Manager {
         Ok(outcome)
     }
 
-    /// Finishes a store of `keys` into the primary tier; on success the
-    /// ready keys cascade to every secondary tier.  A completion for a
-    /// request with no store in flight (after a reset) is counted and ignored.
+    /// Finishes (part of) `request`'s store of `keys` into the primary
+    /// tier: only the keys its own `prepare_store` planned, and that are
+    /// still write pending for it, become ready (success) or are dropped
+    /// (failure); every other key named (another request's, a promotion's,
+    /// a ready or an absent key) is left alone and counted in the primary
+    /// tier's stats.  On success the keys it made ready cascade to every
+    /// secondary tier.  A plan may be completed in several calls: the
+    /// request has a store in flight, and is not finalized, until every
+    /// key it planned was completed.  A completion for a request with no
+    /// store in flight (after a reset) is counted and ignored.
     pub fn complete_store(
         &self,
         request: &str,
@@ -675,28 +697,29 @@ impl Manager {
         let Some(st) = s.reqs.get_mut(&rid) else {
             return Err(Error::UnknownRequest(request.to_string()));
         };
-        if st.stores_in_flight == 0 {
+        if st.store_keys_pending == 0 {
             s.c.ignored_store_completions += 1;
             return Ok(CompleteStoreReport::default());
         }
-        st.stores_in_flight -= 1;
         let info = st.info.clone();
-        let report = s.primary.complete_store(keys, success);
+        let mut made_ready = std::mem::take(&mut s.keys_b);
+        made_ready.clear();
+        let report = s
+            .primary
+            .complete_store(rid, keys, success, &mut made_ready);
+        if let Some(st) = s.reqs.get_mut(&rid) {
+            let done = (report.ready + report.dropped) as u64;
+            st.store_keys_pending = st.store_keys_pending.saturating_sub(done);
+        }
         if success && !s.tiers.is_empty() {
-            let mut ready = std::mem::take(&mut s.keys_a);
-            ready.clear();
-            ready.extend(
-                keys.iter()
-                    .filter(|k| s.primary.lookup(k) == PrimaryLookup::Hit),
-            );
             let all = if s.tiers.len() == 64 {
                 u64::MAX
             } else {
                 (1u64 << s.tiers.len()) - 1
             };
-            s.cascade_to(all, &ready, &info);
-            s.keys_a = ready;
+            s.cascade_to(all, &made_ready, &info);
         }
+        s.keys_b = made_ready;
         s.maybe_finalize(rid);
         Ok(report)
     }
@@ -789,7 +812,9 @@ impl Manager {
     }
 
     /// Drains every tier, collects their finished jobs, drops staged
-    /// promotions, clears in-flight store counts and parked keys, finalizes
+    /// promotions, clears in-flight stores (the primary tier forgets who
+    /// wrote what: later completions of those stores are counted and
+    /// ignored) and parked keys, finalizes
     /// finished requests and resets the primary tier.  With secondary
     /// tiers, promotions are then held until [`Manager::reset_flushed`].
     /// If a tier fails to drain, nothing is reset and the error says which.
@@ -834,7 +859,7 @@ impl Manager {
         let mut ids = std::mem::take(&mut s.ids);
         ids.clear();
         for st in s.reqs.values_mut() {
-            st.stores_in_flight = 0;
+            st.store_keys_pending = 0;
             st.parked.clear();
             st.staged = 0;
             if st.finished {
@@ -867,13 +892,31 @@ impl Manager {
     }
 
     /// Reports a finished job from any thread, without the main lock; the
-    /// next poll collects it.  `tier` is the index `add_tier` returned.
-    /// Reports of unknown or repeated job ids are tier bugs, logged then.
+    /// next poll collects it.  `tier` is the index `add_tier` returned, of
+    /// a tier that reports through this call
+    /// ([`SecondaryTier::reports_through_complete_job`]); any other index
+    /// (the primary tier's, one past the last tier, a built-in tier that
+    /// reports through `poll_finished`) is [`Error::InvalidArgument`] and
+    /// nothing is queued.  Reports of unknown or repeated job ids are tier
+    /// bugs, logged then.
     pub fn complete_job(&self, tier: usize, result: JobResult) -> Result<()> {
         let n = self.tier_count.load(Ordering::Acquire);
         if tier == 0 || tier > n {
             return Err(Error::InvalidArgument(format!(
                 "complete_job: tier index {tier} is not a secondary tier (1..={n})"
+            )));
+        }
+        if self.completes_through_queue.load(Ordering::Relaxed) & (1 << (tier - 1)) == 0 {
+            let name = self
+                .queue_tier_names
+                .lock()
+                .get(tier - 1)
+                .cloned()
+                .unwrap_or_else(|| Arc::from("?"));
+            return Err(Error::InvalidArgument(format!(
+                "complete_job: tier {tier} ({name:?}) reports its jobs through poll_finished, \
+                 not complete_job; the result of job {} was refused",
+                result.id.0
             )));
         }
         let mut q = self.queue.items.lock();
@@ -1298,16 +1341,19 @@ impl State {
         }
     }
 
+    /// Applies a finished promotion: its slots become ready or are dropped
+    /// through the promotion's own completion, which acts only on slots
+    /// promotions reserved (never on a request's write-pending key).
     fn finish_load(&mut self, t: usize, job: &Job, r: &JobResult, elapsed: Duration) {
         self.tiers[t].c.load_time += elapsed;
         if r.success {
             self.tiers[t].c.bytes_loaded += r.bytes;
-            self.primary.complete_store(&job.keys, true);
+            self.primary.complete_promotion(&job.keys, true);
             return;
         }
         self.tiers[t].c.promotion_failures += 1;
         let Some(list) = &r.succeeded_keys else {
-            self.primary.complete_store(&job.keys, false);
+            self.primary.complete_promotion(&job.keys, false);
             return;
         };
         if let Some(bad) = list.iter().find(|k| !job.keys.contains(k)) {
@@ -1317,25 +1363,26 @@ impl State {
                 "load job {} listed key {bad} as arrived, which is not in the job; the whole job counts as failed",
                 job.id.0
             ));
-            self.primary.complete_store(&job.keys, false);
+            self.primary.complete_promotion(&job.keys, false);
             return;
         }
         self.tiers[t].c.partial_promotions += 1;
         self.tiers[t].c.bytes_loaded += r.bytes;
-        self.primary.complete_store(list, true);
+        self.primary.complete_promotion(list, true);
         let mut rest = std::mem::take(&mut self.keys_b);
         rest.clear();
         rest.extend(job.keys.iter().filter(|k| !list.contains(k)));
-        self.primary.complete_store(&rest, false);
+        self.primary.complete_promotion(&rest, false);
         self.keys_b = rest;
     }
 
-    /// Reserves a primary slot for `key` and stages its load from tier `t`.
+    /// Reserves a primary slot for `key` (written by the promotion, not by
+    /// request `rid`) and stages its load from tier `t`.
     fn start_promotion(&mut self, t: usize, rid: RequestId, key: &Key) -> bool {
         let mut plan = std::mem::take(&mut self.plan);
         let ok = match self
             .primary
-            .prepare_store(rid, std::slice::from_ref(key), &mut plan)
+            .prepare_promotion(rid, std::slice::from_ref(key), &mut plan)
         {
             Ok(StoreOutcome::Planned) if plan.to_store.len() == 1 => {
                 let slot = plan.slots[0];

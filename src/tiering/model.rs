@@ -1,5 +1,7 @@
 //! A reference model of the primary tier: the SPEC.md rules written as
-//! plainly as possible (LRU, no admission threshold, linear scans).  It is
+//! plainly as possible (LRU, no admission threshold, linear scans).  Each
+//! write-pending key remembers its writer, and a completion acts only on
+//! its own writer's keys.  It is
 //! slow on purpose; tests drive the manager over it and over the real tier
 //! and compare, and check slot invariants against it.
 
@@ -11,6 +13,7 @@ use super::backend::{
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
 use crate::key::Key;
+use crate::primary::Writer;
 use crate::request::RequestId;
 use crate::stats::Stat;
 
@@ -25,6 +28,8 @@ pub struct ModelEntry {
     pub recency: u64,
     /// Whether a Stored event was emitted for it.
     pub announced: bool,
+    /// Who writes it, while it is write pending.
+    pub writer: Option<Writer>,
 }
 
 /// The reference model.  See the module docs.
@@ -69,6 +74,9 @@ impl ModelPrimary {
             if e.refs < -1 {
                 return Err(format!("key {k} has ref count {}", e.refs));
             }
+            if e.writer.is_some() != (e.refs == -1) {
+                return Err(format!("key {k}: writer {:?}, refs {}", e.writer, e.refs));
+            }
             if self.freed.contains(&e.slot) || e.slot >= self.fresh {
                 return Err(format!("key {k} holds free slot {}", e.slot));
             }
@@ -99,6 +107,102 @@ impl ModelPrimary {
         } else {
             Err(Error::UnknownRequest(format!("{}", req.0)))
         }
+    }
+
+    /// Plans a store of `keys` for `req`, written by `writer`.
+    fn plan(
+        &mut self,
+        req: RequestId,
+        writer: Writer,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.need_request(req)?;
+        plan.to_store.clear();
+        plan.slots.clear();
+        plan.evicted.clear();
+        let mut new: Vec<Key> = Vec::new();
+        for k in keys {
+            if !self.entries.contains_key(k) && !new.contains(k) {
+                new.push(*k);
+            }
+        }
+        let free = self.free_slots() as usize;
+        let short = new.len().saturating_sub(free);
+        let mut idle: Vec<(u64, Key)> = self
+            .entries
+            .iter()
+            .filter(|(k, e)| e.refs == 0 && !keys.contains(k))
+            .map(|(k, e)| (e.recency, *k))
+            .collect();
+        if idle.len() < short {
+            return Ok(StoreOutcome::Refused);
+        }
+        idle.sort();
+        for (_, k) in idle.into_iter().take(short) {
+            let e = self.entries.remove(&k).expect("idle key is resident");
+            self.freed.push(e.slot);
+            if e.announced {
+                self.events.push(Event {
+                    kind: EventKind::Removed,
+                    key: Some(k),
+                });
+            }
+            plan.evicted.push(k);
+        }
+        for k in new {
+            let slot = self.alloc();
+            self.clock += 1;
+            self.entries.insert(
+                k,
+                ModelEntry {
+                    slot,
+                    refs: -1,
+                    recency: self.clock,
+                    announced: false,
+                    writer: Some(writer),
+                },
+            );
+            plan.to_store.push(k);
+            plan.slots.push(slot);
+        }
+        Ok(StoreOutcome::Planned)
+    }
+
+    /// Finishes `by`'s writes among `keys`; every other key is counted.
+    fn complete(
+        &mut self,
+        by: Writer,
+        keys: &[Key],
+        success: bool,
+        made_ready: &mut Vec<Key>,
+    ) -> CompleteStoreReport {
+        let mut r = CompleteStoreReport::default();
+        for k in keys {
+            match self.entries.get_mut(k) {
+                None => r.ignored += 1,
+                Some(e) if e.refs >= 0 => r.already_ready += 1,
+                Some(e) if e.writer != Some(by) => r.foreign += 1,
+                Some(e) if success => {
+                    e.refs = 0;
+                    e.writer = None;
+                    e.announced = true;
+                    self.events.push(Event {
+                        kind: EventKind::Stored,
+                        key: Some(*k),
+                    });
+                    r.ready += 1;
+                    made_ready.push(*k);
+                }
+                Some(e) => {
+                    let slot = e.slot;
+                    self.entries.remove(k);
+                    self.freed.push(slot);
+                    r.dropped += 1;
+                }
+            }
+        }
+        r
     }
 
     fn key_state(index: usize, key: &Key, reason: &str) -> Error {
@@ -156,81 +260,27 @@ impl PrimaryBackend for ModelPrimary {
         keys: &[Key],
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
-        self.need_request(req)?;
-        plan.to_store.clear();
-        plan.slots.clear();
-        plan.evicted.clear();
-        let mut new: Vec<Key> = Vec::new();
-        for k in keys {
-            if !self.entries.contains_key(k) && !new.contains(k) {
-                new.push(*k);
-            }
-        }
-        let free = self.free_slots() as usize;
-        let short = new.len().saturating_sub(free);
-        let mut idle: Vec<(u64, Key)> = self
-            .entries
-            .iter()
-            .filter(|(k, e)| e.refs == 0 && !keys.contains(k))
-            .map(|(k, e)| (e.recency, *k))
-            .collect();
-        if idle.len() < short {
-            return Ok(StoreOutcome::Refused);
-        }
-        idle.sort();
-        for (_, k) in idle.into_iter().take(short) {
-            let e = self.entries.remove(&k).expect("idle key is resident");
-            self.freed.push(e.slot);
-            if e.announced {
-                self.events.push(Event {
-                    kind: EventKind::Removed,
-                    key: Some(k),
-                });
-            }
-            plan.evicted.push(k);
-        }
-        for k in new {
-            let slot = self.alloc();
-            self.clock += 1;
-            self.entries.insert(
-                k,
-                ModelEntry {
-                    slot,
-                    refs: -1,
-                    recency: self.clock,
-                    announced: false,
-                },
-            );
-            plan.to_store.push(k);
-            plan.slots.push(slot);
-        }
-        Ok(StoreOutcome::Planned)
+        self.plan(req, Writer::Request(req), keys, plan)
     }
-    fn complete_store(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        let mut r = CompleteStoreReport::default();
-        for k in keys {
-            match self.entries.get_mut(k) {
-                Some(e) if e.refs == -1 => {
-                    if success {
-                        e.refs = 0;
-                        e.announced = true;
-                        self.events.push(Event {
-                            kind: EventKind::Stored,
-                            key: Some(*k),
-                        });
-                        r.ready += 1;
-                    } else {
-                        let slot = e.slot;
-                        self.entries.remove(k);
-                        self.freed.push(slot);
-                        r.dropped += 1;
-                    }
-                }
-                Some(_) => {}
-                None => r.ignored += 1,
-            }
-        }
-        r
+    fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        self.plan(req, Writer::Promotion, keys, plan)
+    }
+    fn complete_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        success: bool,
+        made_ready: &mut Vec<Key>,
+    ) -> CompleteStoreReport {
+        self.complete(Writer::Request(req), keys, success, made_ready)
+    }
+    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        self.complete(Writer::Promotion, keys, success, &mut Vec::new())
     }
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         for (i, k) in keys.iter().enumerate() {

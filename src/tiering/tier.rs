@@ -173,6 +173,18 @@ pub trait SecondaryTier: Send {
     /// Stops the tier; after it, the tier no longer touches the region.
     fn shutdown(&mut self) -> Result<()>;
 
+    /// Whether the tier reports finished jobs through
+    /// `Manager::complete_job`, the thread-safe completion call (it may
+    /// also report through [`SecondaryTier::poll_finished`]).  Only such a
+    /// tier may be completed through that call: for any other tier it is
+    /// refused, so that no made-up result can make a key readable while
+    /// the tier is still writing its slot.  Built-in tiers report only
+    /// through `poll_finished` and answer false (the default); tiers
+    /// behind a C vtable answer true.  Asked once, when the tier is added.
+    fn reports_through_complete_job(&self) -> bool {
+        false
+    }
+
     /// Receives the manager's wake-up signal when the tier is added.  A
     /// tier whose worker threads finish jobs should keep it and call
     /// [`Notifier::notify`] when a job is ready for `poll_finished`, so an

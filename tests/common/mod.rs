@@ -109,6 +109,9 @@ impl SecondaryTier for TestTier {
     fn name(&self) -> &str {
         &self.name
     }
+    fn reports_through_complete_job(&self) -> bool {
+        true
+    }
     fn medium(&self) -> Option<Medium> {
         self.s.lock().medium
     }
