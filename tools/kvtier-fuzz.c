@@ -18,7 +18,9 @@
  *   - at the end, once every request finished and the tiers are idle, no
  *     slot is write pending or pinned, and every resident block is right.
  *
- * Usage: kvtier-fuzz [--seed N] [--ops N | --seconds N] [--fs] [--rss-limit-mib N]
+ * Usage: kvtier-fuzz [--seed N] [--ops N | --seconds N] [--fs] [--sync-tier] [--rss-limit-mib N]
+ * (--sync-tier: the C tier finishes each job inside its submit call, so a
+ * run without --fs is the same on every run of one seed.)
  * Prints one summary line; exits 1 on the first oracle failure (naming it).
  */
 #include <errno.h>
@@ -110,12 +112,54 @@ static uint8_t *slot_at(uint32_t slot) {
     return slot_base + (size_t)slot * slot_stride;
 }
 
+/* ---------- each slot's recent history, printed when a check fails ---------- */
+
+#define HISTORY 24
+static pthread_mutex_t history_lock = PTHREAD_MUTEX_INITIALIZER;
+static char history[SLOTS][HISTORY][72];
+static unsigned history_next[SLOTS];
+static unsigned long history_seq;
+
+static void note(uint32_t slot, const char *fmt, ...) {
+    if (slot >= SLOTS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&history_lock);
+    char *line = history[slot][history_next[slot]++ % HISTORY];
+    int n = snprintf(line, 72, "%lu ", ++history_seq);
+    vsnprintf(line + n, (size_t)(72 - n), fmt, ap);
+    pthread_mutex_unlock(&history_lock);
+    va_end(ap);
+}
+
+/* Fails, printing the recent history of `slot` first. */
+static void fail_at(uint32_t slot, const char *fmt, ...) {
+    pthread_mutex_lock(&history_lock);
+    if (slot < SLOTS) {
+        fprintf(stderr, "kvtier-fuzz: history of slot %u, oldest first:\n", slot);
+        unsigned n = history_next[slot];
+        for (unsigned i = n > HISTORY ? n - HISTORY : 0; i < n; i++) fprintf(stderr, "  %s\n", history[slot][i % HISTORY]);
+    }
+    pthread_mutex_unlock(&history_lock);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
 static void write_block(uint32_t slot, int id) {
+    note(slot, "write key %d", id);
     uint8_t *p = slot_at(slot);
     for (size_t o = 0; o < BLOCK; o++) p[o] = pattern(id, o);
 }
 
-static void write_garbage(uint32_t slot) { memset(slot_at(slot), 0xEE, BLOCK); }
+static void write_garbage(uint32_t slot) {
+    note(slot, "write garbage");
+    memset(slot_at(slot), 0xEE, BLOCK);
+}
 
 static bool block_is(uint32_t slot, int id) {
     const uint8_t *p = slot_at(slot);
@@ -136,7 +180,7 @@ static void check_free_for_handout(uint32_t slot, const char *what) {
     int plans = slot_plans[slot], pins = slot_pins[slot], jobs = slot_tier_jobs[slot];
     pthread_mutex_unlock(&oracle_lock);
     if (plans || pins || jobs)
-        fail("%s handed out slot %u while it is in use (%d plans, %d load pins, %d tier jobs)", what, slot, plans,
+        fail_at(slot, "%s handed out slot %u while it is in use (%d plans, %d load pins, %d tier jobs)", what, slot, plans,
              pins, jobs);
 }
 
@@ -176,18 +220,10 @@ static uint64_t tier_rand(c_tier *t) { /* under t->lock */
     return t->rng >> 33;
 }
 
-static void *tier_worker(void *arg) {
-    c_tier *t = (c_tier *)arg;
-    pthread_mutex_lock(&t->lock);
-    for (;;) {
-        while (!t->stop && t->count == 0) pthread_cond_wait(&t->wake, &t->lock);
-        if (t->count == 0 && t->stop) break;
-        tier_job job = t->queue[t->head];
-        t->head = (t->head + 1) % TIER_QUEUE;
-        t->count--;
-        t->busy++;
-        uint64_t roll = tier_rand(t) % 100;
-        pthread_mutex_unlock(&t->lock);
+/* Runs one job: copies, checks, reports it through complete_job.  Called
+ * without t->lock, by a worker thread or (--sync-tier) inside submit. */
+static void run_job(c_tier *t, const tier_job *jp, uint64_t roll) {
+        tier_job job = *jp;
 
         kvtier_key delivered[MAX_BATCH * 4];
         size_t n_delivered = 0;
@@ -197,7 +233,7 @@ static void *tier_worker(void *arg) {
             int id = job.keys[i];
             uint32_t slot = job.slots[i];
             if (job.direction == KVTIER_JOB_STORE) {
-                if (!block_is(slot, id)) fail("a cascade of key %d read slot %u, which holds another block", id, slot);
+                if (!block_is(slot, id)) fail_at(slot, "a cascade of key %d read slot %u, which holds another block", id, slot);
                 pthread_mutex_lock(&t->lock);
                 memcpy(t->data[id], slot_at(slot), BLOCK);
                 if (ok) t->present[id] = true;
@@ -217,7 +253,11 @@ static void *tier_worker(void *arg) {
                 }
             }
         }
-        for (size_t i = 0; i < job.len; i++) slot_count(slot_tier_jobs, job.slots[i], -1);
+        for (size_t i = 0; i < job.len; i++) {
+            note(job.slots[i], "tier job %llu %s key %d done (job ok=%d)", (unsigned long long)job.id,
+                 job.direction == KVTIER_JOB_STORE ? "store" : "load", job.keys[i], (int)ok);
+            slot_count(slot_tier_jobs, job.slots[i], -1);
+        }
         kvtier_job_result r;
         memset(&r, 0, sizeof r);
         r.id = job.id;
@@ -233,6 +273,23 @@ static void *tier_worker(void *arg) {
         t->jobs_done++;
         if (!r.success) t->jobs_failed++;
         if (partial) t->partial_loads++;
+        pthread_mutex_unlock(&t->lock);
+}
+
+static void *tier_worker(void *arg) {
+    c_tier *t = (c_tier *)arg;
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        while (!t->stop && t->count == 0) pthread_cond_wait(&t->wake, &t->lock);
+        if (t->count == 0 && t->stop) break;
+        tier_job job = t->queue[t->head];
+        t->head = (t->head + 1) % TIER_QUEUE;
+        t->count--;
+        t->busy++;
+        uint64_t roll = tier_rand(t) % 100;
+        pthread_mutex_unlock(&t->lock);
+        run_job(t, &job, roll);
+        pthread_mutex_lock(&t->lock);
         t->busy--;
         if (t->busy == 0 && t->count == 0) pthread_cond_broadcast(&t->idle);
     }
@@ -251,12 +308,33 @@ static int32_t ct_lookup(void *ud, const kvtier_key *k, const kvtier_request *r,
     return KVTIER_STATUS_OK;
 }
 
+static bool sync_tier;
+
 static int32_t ct_submit(void *ud, const kvtier_job *job) {
+    const kvtier_job *job_in = job;
     c_tier *t = (c_tier *)ud;
     if (job->len == 0 || job->len > MAX_BATCH * 4) return KVTIER_STATUS_INVALID_ARGUMENT;
     for (size_t i = 0; i < job->len; i++) {
         if (job->direction == KVTIER_JOB_LOAD) check_free_for_handout(job->slots[i], "a promotion");
         slot_at(job->slots[i]);
+    }
+    if (sync_tier) { /* deterministic: the job runs and is reported now */
+        tier_job job;
+        job.id = job_in->id;
+        job.direction = job_in->direction;
+        job.len = job_in->len;
+        for (size_t i = 0; i < job_in->len; i++) {
+            job.keys[i] = key_id(&job_in->keys[i]);
+            job.slots[i] = job_in->slots[i];
+            note(job.slots[i], "tier job %llu %s key %d submitted", (unsigned long long)job.id,
+                 job.direction == KVTIER_JOB_STORE ? "store" : "load", job.keys[i]);
+            slot_count(slot_tier_jobs, job.slots[i], 1);
+        }
+        pthread_mutex_lock(&t->lock);
+        uint64_t roll = tier_rand(t) % 100;
+        pthread_mutex_unlock(&t->lock);
+        run_job(t, &job, roll);
+        return KVTIER_STATUS_OK;
     }
     pthread_mutex_lock(&t->lock);
     if (t->count == TIER_QUEUE) {
@@ -270,6 +348,8 @@ static int32_t ct_submit(void *ud, const kvtier_job *job) {
     for (size_t i = 0; i < job->len; i++) {
         q->keys[i] = key_id(&job->keys[i]);
         q->slots[i] = job->slots[i];
+        note(job->slots[i], "tier job %llu %s key %d submitted", (unsigned long long)job->id,
+             job->direction == KVTIER_JOB_STORE ? "store" : "load", q->keys[i]);
         slot_count(slot_tier_jobs, job->slots[i], 1);
     }
     t->count++;
@@ -346,11 +426,13 @@ static struct {
 } counts;
 
 static void drop_pin(request *r, size_t i) {
+    note(r->pins[i].slot, "%s unpins key %d", r->name, r->pins[i].key);
     slot_count(slot_pins, r->pins[i].slot, -1);
     r->pins[i] = r->pins[--r->n_pins];
 }
 
 static void drop_plan(request *r, size_t i) {
+    note(r->plans[i].slot, "%s plan of key %d ends", r->name, r->plans[i].key);
     slot_count(slot_plans, r->plans[i].slot, -1);
     r->plans[i] = r->plans[--r->n_plans];
 }
@@ -418,8 +500,9 @@ static void do_load(request *r) {
         pthread_mutex_lock(&oracle_lock);
         int plans = slot_plans[slots[i]];
         pthread_mutex_unlock(&oracle_lock);
-        if (plans) fail("prepare_load of key %d handed out slot %u, which a store plan still holds", ids[i], slots[i]);
-        if (!block_is(slots[i], ids[i])) fail("prepare_load of key %d: slot %u holds another block", ids[i], slots[i]);
+        if (plans) fail_at(slots[i], "prepare_load of key %d handed out slot %u, which a store plan still holds", ids[i], slots[i]);
+        if (!block_is(slots[i], ids[i])) fail_at(slots[i], "prepare_load of key %d: slot %u holds another block", ids[i], slots[i]);
+        note(slots[i], "%s pins key %d", r->name, ids[i]);
         counts.loads_verified++;
         r->pins[r->n_pins].key = ids[i];
         r->pins[r->n_pins++].slot = slots[i];
@@ -460,6 +543,7 @@ static void do_prepare_store(request *r) {
     for (size_t s = 0; s < n_store; s++) {
         if (idx[s] >= n) fail("prepare_store named position %zu of %zu keys", idx[s], n);
         check_free_for_handout(slots[s], "a store plan");
+        note(slots[s], "%s plans key %d", r->name, ids[idx[s]]);
         r->plans[r->n_plans].key = ids[idx[s]];
         r->plans[r->n_plans++].slot = slots[s];
         slot_count(slot_plans, slots[s], 1);
@@ -489,9 +573,20 @@ static void do_complete_store(request *r) {
     }
     if (chance(30)) { /* a key another request planned, or any key */
         request *o = &reqs[below(NREQ)];
-        int id = (o != r && o->n_plans) ? o->plans[below((uint32_t)o->n_plans)].key : (int)below(NKEYS);
-        keys[n++] = key_view(id);
-        counts.foreign_keys_named++;
+        int id = (int)below(NKEYS);
+        if (o != r && o->n_plans) {
+            held *h = &o->plans[below((uint32_t)o->n_plans)];
+            id = h->key;
+            note(h->slot, "%s names %s's key %d in its completion (success %d)", r->name, o->name, id, (int)success);
+        }
+        /* A random key may be one this request still plans: completing it
+         * would be right, so it is no foreign key then. */
+        bool own = false;
+        for (size_t i = 0; i < r->n_plans; i++) own |= r->plans[i].key == id;
+        if (!own) {
+            keys[n++] = key_view(id);
+            counts.foreign_keys_named++;
+        }
     }
     counts.calls++;
     expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, success), "complete_store");
@@ -544,6 +639,7 @@ static void do_reset(void) {
         while (reqs[q].n_pins) do_complete_load(&reqs[q]);
     counts.calls++;
     expect_ok(kvtier_manager_reset_cache(mgr), "reset_cache");
+    for (uint32_t slot = 0; slot < SLOTS; slot++) note(slot, "reset");
     counts.resets++;
     for (int q = 0; q < NREQ; q++) {
         request *r = &reqs[q];
@@ -673,9 +769,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ops") && i + 1 < argc) ops = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--fs")) with_fs = true;
+        else if (!strcmp(argv[i], "--sync-tier")) sync_tier = true;
         else if (!strcmp(argv[i], "--rss-limit-mib") && i + 1 < argc) rss_limit_mib = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--seed N] [--ops N | --seconds N] [--fs] [--rss-limit-mib N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--seed N] [--ops N | --seconds N] [--fs] [--sync-tier] [--rss-limit-mib N]\n", argv[0]);
             return 2;
         }
     }
@@ -775,7 +872,7 @@ int main(int argc, char **argv) {
         if (answer != KVTIER_MANAGER_LOOKUP_HIT) continue;
         uint32_t slot;
         expect_ok(kvtier_manager_prepare_load(mgr, v->name, &k, 1, &slot, 1), "final prepare_load");
-        if (!block_is(slot, id)) fail("at the end key %d's slot %u holds another block", id, slot);
+        if (!block_is(slot, id)) fail_at(slot, "at the end key %d's slot %u holds another block", id, slot);
         expect_ok(kvtier_manager_complete_load(mgr, v->name, &k, 1), "final complete_load");
         resident++;
     }
