@@ -24,17 +24,18 @@
 //!   by a worker (lookup answers RETRY meanwhile), so several processes can
 //!   use one directory.
 
+pub mod cause;
 pub mod format;
 pub mod index;
 pub mod io;
 pub mod pool;
+pub mod rebuild;
 
 use std::fs;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hashbrown::HashMap;
 
@@ -46,10 +47,11 @@ use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
 
-use format::{HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_temp_name};
+use format::{Layout, file_len};
 use index::{Index, State};
 use io::{BlockIo, Cause};
 use pool::{JobState, Pool, outcome};
+pub use rebuild::RebuildReport;
 
 /// Options of a file-system tier.
 #[derive(Clone, Debug, PartialEq)]
@@ -134,20 +136,6 @@ impl FsOptions {
         }
         Ok(())
     }
-}
-
-/// What a restart found in the directory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RebuildReport {
-    /// Whole blocks indexed.
-    pub blocks: u64,
-    /// Files skipped: another format version, a damaged header, another
-    /// block size, or a name that does not match the header's key.
-    pub skipped: u64,
-    /// Temporary files left by crashed writers, removed.
-    pub temp_removed: u64,
-    /// Blocks evicted because the directory held more than the capacity.
-    pub evicted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -238,7 +226,7 @@ impl FsTier {
         let layout = Layout::new(root.clone());
         let mut index = Index::new(file_len(block_bytes));
         let mut events = Vec::new();
-        let rebuild = rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
+        let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
         let link = if opts.unnamed_temp_files {
             io::probe_tmpfile(root)
         } else {
@@ -505,119 +493,6 @@ impl FsTier {
         let room = cap.saturating_sub(self.index.used()) / one;
         new.min(room as usize)
     }
-}
-
-/// Rebuilds `index` from the files under `layout`'s root.
-fn rebuild(
-    layout: &Layout,
-    block_bytes: usize,
-    opts: &FsOptions,
-    index: &mut Index,
-    events: &mut Vec<Event>,
-) -> Result<RebuildReport> {
-    let mut report = RebuildReport::default();
-    let mut found: Vec<(SystemTime, Key)> = Vec::new();
-    let expected_len = file_len(block_bytes);
-    let mut header = vec![0u8; HEADER_LEN];
-    let is_fanout = |name: &str| name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit());
-    let read = |p: &Path| {
-        fs::read_dir(p).map_err(|e| Error::io(format!("fs tier: listing {}", p.display()), e))
-    };
-    for dir in read(layout.root())? {
-        let Ok(dir) = dir else { continue };
-        if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
-            continue;
-        }
-        for entry in read(&dir.path())? {
-            let Ok(entry) = entry else { continue };
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let path = entry.path();
-            if name.ends_with(".tmp") {
-                if stale_temp(&path, name, opts.stale_temp_age) && fs::remove_file(&path).is_ok() {
-                    report.temp_removed += 1;
-                }
-                continue;
-            }
-            let Some(key) = key_of_block_name(name) else {
-                continue;
-            };
-            match check_block(&path, &key, block_bytes, expected_len, &mut header) {
-                Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
-                Some(_) => {}
-                None => report.skipped += 1,
-            }
-        }
-    }
-    // Oldest first, so the newest file ends up the most recently used.
-    found.sort_by_key(|(t, _)| *t);
-    for (_, key) in found {
-        index.insert(key, State::Ready);
-        events.push(Event {
-            kind: EventKind::Stored,
-            key: Some(key),
-        });
-        report.blocks += 1;
-    }
-    let cap = opts.capacity_bytes;
-    if cap > 0 && index.used() > (cap as f64 * opts.high_watermark) as u64 {
-        let low = (cap as f64 * opts.low_watermark) as u64;
-        while index.used() > low {
-            let Some(victim) = index.evict_one(false) else {
-                break;
-            };
-            let _ = fs::remove_file(layout.block_path(&victim));
-            events.push(Event {
-                kind: EventKind::Removed,
-                key: Some(victim),
-            });
-            report.evicted += 1;
-            report.blocks -= 1;
-        }
-    }
-    Ok(report)
-}
-
-/// The file's mtime if it holds a whole block of `key` in the current format.
-fn check_block(
-    path: &Path,
-    key: &Key,
-    block_bytes: usize,
-    expected_len: u64,
-    header: &mut [u8],
-) -> Option<SystemTime> {
-    let f = fs::File::open(path).ok()?;
-    let meta = f.metadata().ok()?;
-    if meta.len() != expected_len {
-        return None;
-    }
-    f.read_exact_at(header, 0).ok()?;
-    let h = decode_header(header).ok()?;
-    if h.key != *key || h.data_len != block_bytes as u64 {
-        return None;
-    }
-    meta.modified().ok()
-}
-
-/// Whether a temporary file's writer is gone: its pid is dead on this host,
-/// or the file is older than `max_age`.
-fn stale_temp(path: &Path, name: &str, max_age: Duration) -> bool {
-    if let Some(pid) = pid_of_temp_name(name) {
-        // SAFETY: signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            return true;
-        }
-    }
-    fs::metadata(path)
-        .map(|m| {
-            let mtime = std::time::UNIX_EPOCH + Duration::from_secs(m.mtime().max(0) as u64);
-            SystemTime::now()
-                .duration_since(mtime)
-                .is_ok_and(|age| age > max_age)
-        })
-        .unwrap_or(false)
 }
 
 impl SecondaryTier for FsTier {
