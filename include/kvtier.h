@@ -249,6 +249,14 @@
 #define FAILED 16
 
 /**
+ * Longest TTL a stored block may have, in milliseconds (2^62, about 146
+ * million years).  Redis adds the current time to a `PX` expiry in a
+ * signed 64-bit count of milliseconds and refuses a sum that overflows,
+ * so a TTL near `i64::MAX` ms would fail every store.
+ */
+#define MAX_TTL_MS (1 << 62)
+
+/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
@@ -1191,7 +1199,7 @@ typedef struct {
    */
   const char *password;
   /**
-   * Database number (standalone only; default 0).
+   * Database number (standalone only; default 0): 0 to `INT32_MAX`.
    */
   int64_t db;
   /**
@@ -1203,7 +1211,8 @@ typedef struct {
    */
   const char *tls_ca_file;
   /**
-   * Expiry of stored blocks in milliseconds; 0: none.
+   * Expiry of stored blocks in milliseconds; 0: none; at most 2^62
+   * (longer cannot work: Redis refuses such an expiry).
    */
   uint64_t ttl_ms;
   /**

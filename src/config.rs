@@ -344,7 +344,7 @@ pub struct RedisJson {
     /// Password for AUTH.  Default none.
     #[serde(default)]
     pub password: Option<String>,
-    /// Database number (standalone).  Default 0.
+    /// Database number (standalone), 0 to 2147483647.  Default 0.
     #[serde(default)]
     pub db: i64,
     /// TLS (needs the `redis-tls` feature).  Default false.
@@ -353,7 +353,7 @@ pub struct RedisJson {
     /// PEM file of CAs to trust for TLS.  Default: the system's.
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
-    /// Expiry of stored blocks in ms; 0 (default) keeps them.
+    /// Expiry of stored blocks in ms; 0 (default) keeps them; at most 2^62.
     #[serde(default)]
     pub ttl_ms: u64,
     /// Bound on opening a connection.  Default 1000.

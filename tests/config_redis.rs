@@ -114,3 +114,20 @@ fn json_redis_tier_round_trips_and_wakes() {
     m.on_request_finished("r").unwrap();
     m.shutdown().unwrap();
 }
+
+#[test]
+fn json_redis_options_redis_would_refuse_are_errors() {
+    let err = |options: &str| {
+        let json = format!(
+            r#"{{"block_bytes": {BLOCK}, "tiers": [{{"type": "redis", "options": {options}}}]}}"#
+        );
+        match Config::from_json(&json).and_then(|c| c.build()) {
+            Ok(_) => panic!("accepted: {options}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = err(r#"{"db": -1}"#);
+    assert!(e.contains("tiers[0]") && e.contains("db"), "{e}");
+    let e = err(r#"{"ttl_ms": 9223372036854775807}"#);
+    assert!(e.contains("tiers[0]") && e.contains("ttl"), "{e}");
+}

@@ -683,3 +683,38 @@ fn tls_without_the_feature_is_unsupported() {
     let e = RedisTier::new("redis", cfg, mem).err().unwrap().to_string();
     assert!(e.contains("redis-tls"), "{e}");
 }
+
+#[test]
+fn impossible_ttl_or_database_is_refused_at_creation() {
+    let mem = SlotMemory::anonymous(4, 4096).unwrap();
+    let bad = |f: &dyn Fn(&mut RedisTierConfig)| {
+        let mut c = RedisTierConfig::default();
+        f(&mut c);
+        RedisTier::new("redis", c, mem.clone())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    // Redis adds the current time to a PX expiry and refuses a sum past
+    // i64::MAX ms: such a TTL would fail every store.
+    let e = bad(&|c| c.ttl = Some(Duration::from_millis(i64::MAX as u64)));
+    assert!(e.contains("ttl"), "{e:?}");
+    assert!(bad(&|c| c.ttl = Some(Duration::from_millis(u64::MAX))).contains("ttl"));
+    assert!(bad(&|c| c.ttl = Some(Duration::MAX)).contains("ttl"));
+    let e = bad(&|c| c.db = -1);
+    assert!(e.contains("db"), "{e:?}");
+    assert!(bad(&|c| c.db = 1 << 40).contains("db"));
+    assert_eq!(bad(&|c| c.ttl = Some(Duration::from_millis(1 << 62))), "");
+}
+
+#[test]
+fn the_longest_ttl_accepted_works_with_a_server() {
+    let server = server_or_skip!(RedisServer::start());
+    let mem = SlotMemory::anonymous(4, SLOT_BYTES).unwrap();
+    let mut cfg = config(server.addr(), "long-ttl");
+    cfg.ttl = Some(Duration::from_millis(1 << 62));
+    let mut t = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    store_all(&mut t, &mem, &[key(20, 1)], 1);
+    let req = Arc::new(RequestInfo::default());
+    assert_eq!(t.lookup(&key(20, 1), &req), TierLookup::Hit);
+}

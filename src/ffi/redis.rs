@@ -33,13 +33,14 @@ pub struct kvtier_redis_options {
     pub username: *const c_char,
     /// Password for AUTH; NULL: none.
     pub password: *const c_char,
-    /// Database number (standalone only; default 0).
+    /// Database number (standalone only; default 0): 0 to `INT32_MAX`.
     pub db: i64,
     /// TLS to the server (needs a build with the `redis-tls` feature).
     pub tls: bool,
     /// PEM file of the CA(s) to trust for TLS; NULL: the system's.
     pub tls_ca_file: *const c_char,
-    /// Expiry of stored blocks in milliseconds; 0: none.
+    /// Expiry of stored blocks in milliseconds; 0: none; at most 2^62
+    /// (longer cannot work: Redis refuses such an expiry).
     pub ttl_ms: u64,
     /// Bound on opening a connection, in milliseconds (default 1000).
     pub connect_timeout_ms: u32,

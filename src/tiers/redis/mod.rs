@@ -25,6 +25,7 @@
 //!   blocks the caller's thread: the other methods queue work and read
 //!   finished work from a channel without waiting.
 
+pub mod config;
 pub mod conn;
 pub mod header;
 pub mod resp;
@@ -48,114 +49,12 @@ use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
 
+pub use config::{MAX_TTL_MS, RedisTierConfig};
 use conn::{Cause, Endpoint};
 use worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
-
-/// How the redis tier connects and behaves.  `Default` gives a standalone
-/// server on `127.0.0.1:6379` with conservative timeouts.
-#[derive(Clone, Debug)]
-pub struct RedisTierConfig {
-    /// `host:port` of the server, or of one or more cluster nodes.
-    pub nodes: Vec<String>,
-    /// Whether `nodes` are Redis Cluster nodes.
-    pub cluster: bool,
-    /// Prefix of every key (`namespace:hex`), so models or layouts sharing a
-    /// server never collide: give each block layout its own namespace.
-    pub namespace: String,
-    /// ACL user name for AUTH, if any.
-    pub username: Option<String>,
-    /// Password for AUTH, if any.
-    pub password: Option<String>,
-    /// Database number (standalone only).
-    pub db: i64,
-    /// TLS to the server (needs the `redis-tls` cargo feature).
-    pub tls: bool,
-    /// PEM file of the CA(s) to trust for TLS instead of the system's.
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// Expiry of every stored block; `None` keeps blocks until Redis evicts them.
-    pub ttl: Option<Duration>,
-    /// Bound on opening one connection.
-    pub connect_timeout: Duration,
-    /// Bound on one command round trip (read and write each).
-    pub command_timeout: Duration,
-    /// Worker threads, each with one connection.
-    pub connections: usize,
-    /// Most value bytes per pipelined round trip.
-    pub pipeline_bytes: usize,
-    /// Most commands per pipelined round trip.
-    pub pipeline_ops: usize,
-    /// Consecutive failed operations that open the circuit breaker.
-    pub breaker_failures: u32,
-    /// How long the breaker stays open before a probe.
-    pub breaker_cooldown: Duration,
-    /// How long a negative existence check answers MISS without asking again.
-    pub miss_cache: Duration,
-    /// Most keys this instance remembers as present (about 200 bytes each);
-    /// beyond it the oldest are forgotten (checked with the server again
-    /// when looked up).
-    pub max_known_keys: usize,
-}
-
-impl Default for RedisTierConfig {
-    fn default() -> RedisTierConfig {
-        RedisTierConfig {
-            nodes: vec!["127.0.0.1:6379".into()],
-            cluster: false,
-            namespace: "kvtier".into(),
-            username: None,
-            password: None,
-            db: 0,
-            tls: false,
-            tls_ca_file: None,
-            ttl: None,
-            connect_timeout: Duration::from_millis(1000),
-            command_timeout: Duration::from_millis(2000),
-            connections: 4,
-            pipeline_bytes: 4 << 20,
-            pipeline_ops: 256,
-            breaker_failures: 3,
-            breaker_cooldown: Duration::from_millis(1000),
-            miss_cache: Duration::from_millis(500),
-            max_known_keys: 1 << 18,
-        }
-    }
-}
-
-impl RedisTierConfig {
-    fn check(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidArgument(m));
-        if self.namespace.is_empty() || self.namespace.len() > 256 {
-            return bad(format!(
-                "redis namespace must be 1 to 256 bytes (got {})",
-                self.namespace.len()
-            ));
-        }
-        if self.connections == 0 || self.connections > 256 {
-            return bad(format!(
-                "redis connections must be 1 to 256 (got {})",
-                self.connections
-            ));
-        }
-        if self.connect_timeout.is_zero() || self.command_timeout.is_zero() {
-            return bad("redis connect and command timeouts must be above zero".into());
-        }
-        if self.pipeline_ops == 0 || self.pipeline_bytes == 0 {
-            return bad("redis pipeline bounds must be above zero".into());
-        }
-        if self.breaker_failures == 0 {
-            return bad("redis breaker_failures must be at least 1".into());
-        }
-        if let Some(ttl) = self.ttl
-            && ttl.as_millis() == 0
-        {
-            return bad("redis ttl must be at least one millisecond (or none)".into());
-        }
-        Ok(())
-    }
-}
 
 /// What this instance knows about a key in Redis.
 #[derive(Clone, Copy)]
