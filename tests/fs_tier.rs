@@ -889,3 +889,40 @@ fn two_processes_share_one_directory() {
     assert!(st.success(), "{st}");
     assert!(stat(&tier, "existence_checks") >= 2.0);
 }
+
+/// Where block `i`'s file lives under `root`.
+fn block_file(root: &Path, i: u32) -> PathBuf {
+    kvtier::tiers::fs::format::Layout::new(root.to_path_buf()).block_path(&key(i))
+}
+
+#[test]
+fn files_skipped_at_restart_are_removed_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
+    drop(tier);
+    // A truncated block, garbage under a block name, and a block file
+    // whose header names another key.
+    let mut short = std::fs::read(block_file(dir.path(), 1)).unwrap();
+    short.truncate(4096 + 100);
+    std::fs::write(block_file(dir.path(), 1), &short).unwrap();
+    let junk = block_file(dir.path(), 8);
+    std::fs::create_dir_all(junk.parent().unwrap()).unwrap();
+    std::fs::write(&junk, b"junk").unwrap();
+    let swapped = block_file(dir.path(), 9);
+    std::fs::create_dir_all(swapped.parent().unwrap()).unwrap();
+    std::fs::copy(block_file(dir.path(), 2), &swapped).unwrap();
+    // A file that is not a block file is not the tier's to remove.
+    let notes = dir.path().join("README.txt");
+    std::fs::write(&notes, b"mine").unwrap();
+
+    let tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let rep = tier.rebuild_report();
+    assert_eq!((rep.blocks, rep.skipped, rep.removed), (2, 3, 3));
+    assert_eq!(stat(&tier, "restart_removed_files"), 3.0);
+    assert!(!block_file(dir.path(), 1).exists());
+    assert!(!junk.exists() && !swapped.exists() && notes.exists());
+    // What the tier counts is what the directory holds (besides the note).
+    assert_eq!(tier.bytes_used() + 4, disk_bytes(dir.path()));
+}

@@ -19,7 +19,8 @@
 //! - A byte capacity with high/low watermarks and LRU eviction that never
 //!   removes a block a load is reading.
 //! - Opening an existing directory rebuilds the index and byte accounting
-//!   from the headers on disk.
+//!   from the headers on disk; files under block names that are not whole
+//!   blocks of this format and size are removed ([`mod@rebuild`]).
 //! - With `shared`, keys absent from the local index are looked for on disk
 //!   by a worker (lookup answers RETRY meanwhile), so several processes can
 //!   use one directory.
@@ -691,6 +692,7 @@ impl SecondaryTier for FsTier {
             Stat::counter("write_time_us", load(&c.write_ns) / 1000),
             Stat::counter("restart_blocks", r.blocks),
             Stat::counter("restart_skipped_files", r.skipped),
+            Stat::counter("restart_removed_files", r.removed),
             Stat::counter("restart_temp_removed", r.temp_removed),
         ];
         for cause in Cause::ALL {

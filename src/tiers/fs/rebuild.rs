@@ -1,5 +1,18 @@
 //! The restart scan: rebuilds the tier's index and byte accounting from
 //! the block files already in its directory.
+//!
+//! - Whole blocks of the current format, block size and key are indexed,
+//!   oldest file first (so the newest ends up the most recently used).
+//! - A file under a block name that is not such a block (another format
+//!   version, a damaged or truncated file, another block size, a header
+//!   naming another key) is skipped and removed, so nothing stays on disk
+//!   outside the capacity count.  A tier must therefore not share its
+//!   directory with processes using another block size or format version.
+//!   Files whose names are not block names are left alone.
+//! - Temporary files of writers that are gone (dead on this host, or older
+//!   than `stale_temp_age`) are removed.
+//! - If the directory holds more than the capacity, the least recently
+//!   used blocks are evicted down to the low watermark.
 
 use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -23,6 +36,9 @@ pub struct RebuildReport {
     /// Files skipped: another format version, a damaged header, another
     /// block size, or a name that does not match the header's key.
     pub skipped: u64,
+    /// Skipped files removed (those that could not be, a directory under a
+    /// block name for instance, are counted as skipped only).
+    pub removed: u64,
     /// Temporary files left by crashed writers, removed.
     pub temp_removed: u64,
     /// Blocks evicted because the directory held more than the capacity.
@@ -67,7 +83,12 @@ pub(super) fn rebuild(
             match check_block(&path, &key, block_bytes, expected_len, &mut header) {
                 Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
                 Some(_) => {}
-                None => report.skipped += 1,
+                None => {
+                    report.skipped += 1;
+                    if fs::remove_file(&path).is_ok() {
+                        report.removed += 1;
+                    }
+                }
             }
         }
     }
@@ -110,7 +131,7 @@ fn check_block(
 ) -> Option<SystemTime> {
     let f = fs::File::open(path).ok()?;
     let meta = f.metadata().ok()?;
-    if meta.len() != expected_len {
+    if !meta.is_file() || meta.len() != expected_len {
         return None;
     }
     f.read_exact_at(header, 0).ok()?;
