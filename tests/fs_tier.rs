@@ -926,3 +926,42 @@ fn files_skipped_at_restart_are_removed_and_counted() {
     // What the tier counts is what the directory holds (besides the note).
     assert_eq!(tier.bytes_used() + 4, disk_bytes(dir.path()));
 }
+
+#[test]
+fn an_unreadable_block_fails_one_load_then_answers_miss() {
+    for unnamed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+        let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+        assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
+        let _ = events(&mut tier);
+        // A directory in place of block 1's file: opening it works, reading
+        // it fails (EISDIR), and waiting will not change that.
+        let path = block_file(dir.path(), 1);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let req = request();
+        assert_eq!(tier.lookup(&key(1), &req), TierLookup::Hit);
+        let r = load(&mut tier, 2, &[1, 2], 4);
+        assert!(!r.success);
+        assert_eq!(r.succeeded_keys, Some(vec![key(2)]));
+        assert!(holds(&mem, 5, 2));
+        assert_eq!(tier.errors(Cause::Io), 1);
+        // The block left the tier: the next lookup is a MISS, not another
+        // promotion that fails the same way.
+        assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+        assert_eq!(tier.lookup(&key(2), &req), TierLookup::Hit);
+        assert_eq!(tier.block_count(), 1);
+        assert_eq!(tier.bytes_used(), (4096 + SLOT) as u64);
+        assert_eq!(stat(&tier, "unreadable_blocks_dropped"), 1.0);
+        let ev = events(&mut tier);
+        assert_eq!(
+            ev,
+            vec![Event {
+                kind: EventKind::Removed,
+                key: Some(key(1))
+            }]
+        );
+        tier.shutdown().unwrap();
+    }
+}

@@ -435,7 +435,8 @@ impl BlockIo {
     }
 
     /// Loads `key`'s block into slot `slot`, verifying header and checksum.
-    /// A bad file is removed.  On failure the slot holds unspecified bytes
+    /// A damaged or unreadable file is removed (if it can be; see
+    /// [`Cause::loses_block`]).  On failure the slot holds unspecified bytes
     /// (it is write pending; the key is reported failed and never readable).
     pub fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
         let len = self.block_bytes();
@@ -447,11 +448,12 @@ impl BlockIo {
         let direct = self.direct_for(base);
         let path = self.layout.block_c(key, &mut scratch.path);
         let result = self.read_file(key, path, base, len, direct, &mut scratch.page.0);
-        if let Err(cause) = result {
-            if cause.is_corruption() {
-                // SAFETY: NUL-terminated path.
-                unsafe { libc::unlink(path.as_ptr()) };
-            }
+        if let Err(cause) = result
+            && cause.loses_block()
+            && cause != Cause::Vanished
+        {
+            // SAFETY: NUL-terminated path.
+            unsafe { libc::unlink(path.as_ptr()) };
         }
         result
     }

@@ -11,7 +11,11 @@
 //!   directory.
 //! - Loads verify header and checksum; a bad block's key is reported failed
 //!   (the other keys of the job still arrive), its file removed, the cause
-//!   counted.
+//!   counted.  A block that cannot be read for a reason that will not pass
+//!   by itself (permission denied, an I/O error, a vanished file) leaves the
+//!   index the same way, so the next lookup answers MISS rather than start a
+//!   promotion that fails again; shortages that pass (`EAGAIN`, `ENOMEM`,
+//!   too many open files, ...) keep it (see [`io::Cause::loses_block`]).
 //! - Copies go straight between region slots and files (`pread`/`pwrite`),
 //!   with `O_DIRECT` where the file system takes it.
 //! - Read-priority and write-priority worker pools; nothing but `drain` and
@@ -152,6 +156,7 @@ struct Totals {
     jobs_failed: u64,
     evictions: u64,
     corrupt_removed: u64,
+    unreadable_removed: u64,
     adopted: u64,
 }
 
@@ -427,12 +432,13 @@ impl FsTier {
                     if cause != Cause::NotPresent {
                         self.index.drop_reader(key);
                     }
-                    // A bad or vanished file is no longer in the tier.
-                    if (cause.is_corruption() || cause == Cause::Vanished)
-                        && self.index.get(key).map(|s| s.0) == Some(State::Ready)
+                    // A bad, unreadable or vanished file is no longer in the tier.
+                    if cause.loses_block() && self.index.get(key).map(|s| s.0) == Some(State::Ready)
                     {
                         if cause.is_corruption() {
                             self.totals.corrupt_removed += 1;
+                        } else if cause != Cause::Vanished {
+                            self.totals.unreadable_removed += 1;
                         }
                         self.index.remove(key);
                         self.events.push(Event {
@@ -685,6 +691,7 @@ impl SecondaryTier for FsTier {
             Stat::counter("jobs_failed", t.jobs_failed),
             Stat::counter("evictions", t.evictions + r.evicted),
             Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
+            Stat::counter("unreadable_blocks_dropped", t.unreadable_removed),
             Stat::counter("removal_errors", load(&c.removal_errors)),
             Stat::counter("read_bytes", load(&c.read_bytes)),
             Stat::counter("read_time_us", load(&c.read_ns) / 1000),
