@@ -603,15 +603,16 @@ fn missing_directory(unnamed: bool) {
     assert_eq!(tier.lookup(&key(2), &req), TierLookup::Miss);
     assert_eq!(tier.lookup(&key(other), &req), TierLookup::Hit);
     assert!(files(&root, ".tmp").is_empty());
-    // The whole directory goes away: stores fail, counted; loads fail.
+    // The whole directory goes away: stores fail, counted, and the failed
+    // store takes the blocks out of the index; loads fail.
     std::fs::remove_dir_all(&root).unwrap();
     let r = store(&mut tier, &mem, 3, &[5]);
     assert!(!r.success);
     assert_eq!(tier.errors(Cause::MissingDir), 2);
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
     let r = load(&mut tier, 4, &[1], 4);
     assert!(!r.success);
-    assert_eq!(tier.errors(Cause::Vanished), 1);
-    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+    assert_eq!(tier.errors(Cause::NotPresent), 1);
     // It comes back: the tier serves again.
     std::fs::create_dir_all(&root).unwrap();
     assert!(store(&mut tier, &mem, 5, &[5]).success);
@@ -964,4 +965,56 @@ fn an_unreadable_block_fails_one_load_then_answers_miss() {
         );
         tier.shutdown().unwrap();
     }
+}
+
+#[test]
+fn a_removed_directory_takes_its_blocks_out_of_the_index() {
+    for unnamed in [true, false] {
+        removed_directory(unnamed);
+    }
+}
+
+fn removed_directory(unnamed: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cache");
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let one = (4096 + SLOT) as u64;
+    let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
+    assert_eq!((tier.block_count(), tier.bytes_used()), (4, 4 * one));
+    let _ = events(&mut tier);
+    // The whole directory goes: the first store that finds it gone drops
+    // every block from the index, announcing each as removed.
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(!store(&mut tier, &mem, 2, &[5]).success);
+    assert_eq!((tier.block_count(), tier.bytes_used()), (0, 0));
+    assert_eq!(stat(&tier, "blocks_found_missing"), 4.0);
+    let req = request();
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+    let removed = events(&mut tier)
+        .iter()
+        .filter(|e| e.kind == EventKind::Removed)
+        .count();
+    assert_eq!(removed, 4);
+    // It comes back and fills again; then it is emptied behind the tier's
+    // back and made anew between two stores.  The store that has to make a
+    // fan-out directory again proves the blocks indexed there gone.
+    std::fs::create_dir_all(&root).unwrap();
+    let fan = kvtier::tiers::fs::format::Layout::fanout;
+    let same = (7..400).find(|&i| fan(&key(i)) == fan(&key(6))).unwrap();
+    let other = (7..400).find(|&i| fan(&key(i)) != fan(&key(6))).unwrap();
+    assert!(store(&mut tier, &mem, 3, &[6, other]).success);
+    assert_eq!(tier.block_count(), 2);
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    assert!(store(&mut tier, &mem, 4, &[same]).success);
+    assert_eq!(tier.lookup(&key(6), &req), TierLookup::Miss);
+    assert_eq!(tier.lookup(&key(same), &req), TierLookup::Hit);
+    // A block in another fan-out directory is found gone when a load
+    // reads it.
+    assert!(!load(&mut tier, 5, &[other], 4).success);
+    assert_eq!(tier.lookup(&key(other), &req), TierLookup::Miss);
+    assert_eq!((tier.block_count(), tier.bytes_used()), (1, one));
+    assert_eq!(tier.bytes_used(), disk_bytes(&root));
+    tier.shutdown().unwrap();
 }

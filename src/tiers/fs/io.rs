@@ -9,7 +9,7 @@ use std::ffi::{CStr, CString};
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use super::cause::Cause;
 use super::format::{
@@ -49,6 +49,34 @@ impl Default for Scratch {
     }
 }
 
+/// Directories the workers found missing, for the tier to take the blocks
+/// they held out of its index (see `FsTier`'s module docs).
+#[derive(Default)]
+pub struct LostDirs {
+    root: AtomicBool,
+    fanouts: [AtomicU64; 4],
+}
+
+impl LostDirs {
+    /// The root directory was found missing.
+    fn root_lost(&self) {
+        self.root.store(true, Ordering::Release);
+    }
+
+    /// Fan-out directory `fanout` had to be made again.
+    fn fanout_made(&self, fanout: u8) {
+        self.fanouts[fanout as usize / 64].fetch_or(1 << (fanout % 64), Ordering::AcqRel);
+    }
+
+    /// Takes what was found since the last call: whether the root was
+    /// missing, and a bit per fan-out directory made since.
+    pub fn take(&self) -> (bool, [u64; 4]) {
+        let root = self.root.swap(false, Ordering::AcqRel);
+        let fanouts = std::array::from_fn(|i| self.fanouts[i].swap(0, Ordering::AcqRel));
+        (root, fanouts)
+    }
+}
+
 /// What the worker threads share to move blocks.
 pub struct BlockIo {
     /// Key → path mapping.
@@ -65,6 +93,9 @@ pub struct BlockIo {
     /// How stores link unnamed files (`O_TMPFILE`) under their names
     /// (probed at open); `None`: temporary files and a rename instead.
     pub link: Option<LinkVia>,
+    /// Directories found missing since the tier last looked.
+    pub lost: LostDirs,
+    root_c: CString,
     pid: u32,
     temp_seq: AtomicU64,
 }
@@ -98,19 +129,22 @@ impl Drop for Fd {
 
 /// Opens `path` with `flags` (plus `O_DIRECT` when `direct`), mode 0644.
 /// When that fails with `ENOENT` and `dir` names a directory, creates it
-/// (once; one that exists already is fine) and tries again; when the file
-/// system refuses `O_DIRECT` (`EINVAL`), tries again without it.  Returns
-/// the errno of the failure otherwise.
+/// (once; one that exists already is fine), calls `made` if this call
+/// created it, and tries again; when the file system refuses `O_DIRECT`
+/// (`EINVAL`), tries again without it.  Returns the errno of the failure
+/// otherwise.
 fn open_file<'a>(
     path: &CStr,
     mut flags: libc::c_int,
     direct: bool,
     dir: impl FnOnce() -> Option<&'a CStr>,
+    made: impl FnOnce(),
 ) -> Result<Fd, i32> {
     if direct {
         flags |= libc::O_DIRECT;
     }
     let mut dir = Some(dir);
+    let mut made = Some(made);
     loop {
         // SAFETY: NUL-terminated path.
         let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
@@ -126,6 +160,8 @@ fn open_file<'a>(
                     if e != libc::EEXIST {
                         return Err(e);
                     }
+                } else if let Some(made) = made.take() {
+                    made();
                 }
                 continue;
             }
@@ -233,12 +269,14 @@ impl BlockIo {
         link: Option<LinkVia>,
     ) -> BlockIo {
         BlockIo {
+            root_c: cpath(layout.root()),
             layout,
             slots,
             direct,
             durable,
             shared,
             link,
+            lost: LostDirs::default(),
             pid: std::process::id(),
             temp_seq: AtomicU64::new(0),
         }
@@ -247,6 +285,18 @@ impl BlockIo {
     /// Bytes of data per block (the slot size).
     pub fn block_bytes(&self) -> usize {
         self.slots.slot_bytes()
+    }
+
+    /// Notes the root directory lost if it is missing (or not a directory).
+    fn check_root(&self) {
+        // SAFETY: plain stat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::stat(self.root_c.as_ptr(), &mut st) };
+        if (rc != 0 && matches!(errno(), libc::ENOENT | libc::ENOTDIR))
+            || (rc == 0 && (st.st_mode & libc::S_IFMT) != libc::S_IFDIR)
+        {
+            self.lost.root_lost();
+        }
     }
 
     fn direct_for(&self, ptr: *const u8) -> bool {
@@ -284,16 +334,26 @@ impl BlockIo {
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
         // Only the fan-out directory is created here: a missing root stays
         // missing (and the store fails with its cause).
-        open_file(tmp, flags, direct, || {
-            Some(self.layout.dir_c(key, &mut scratch.dir))
-        })
+        open_file(
+            tmp,
+            flags,
+            direct,
+            || Some(self.layout.dir_c(key, &mut scratch.dir)),
+            || self.lost.fanout_made(Layout::fanout_index(key)),
+        )
     }
 
     /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
     fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let dir = self.layout.dir_c(key, &mut scratch.dir);
         let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
-        open_file(dir, flags, direct, || Some(dir))
+        open_file(
+            dir,
+            flags,
+            direct,
+            || Some(dir),
+            || self.lost.fanout_made(Layout::fanout_index(key)),
+        )
     }
 
     /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
@@ -314,6 +374,14 @@ impl BlockIo {
     /// written and then linked under its name (a crash leaves no trace);
     /// elsewhere a temporary file in the final directory is renamed.
     pub fn store(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
+        let result = self.store_block(key, slot, scratch);
+        if result == Err(Cause::MissingDir) {
+            self.check_root();
+        }
+        result
+    }
+
+    fn store_block(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
         if self.shared && self.exists(key, scratch) {
             return Ok(Stored::Present);
         }
@@ -448,12 +516,13 @@ impl BlockIo {
         let direct = self.direct_for(base);
         let path = self.layout.block_c(key, &mut scratch.path);
         let result = self.read_file(key, path, base, len, direct, &mut scratch.page.0);
-        if let Err(cause) = result
-            && cause.loses_block()
-            && cause != Cause::Vanished
-        {
-            // SAFETY: NUL-terminated path.
-            unsafe { libc::unlink(path.as_ptr()) };
+        match result {
+            Err(Cause::Vanished) => self.check_root(),
+            Err(cause) if cause.loses_block() => {
+                // SAFETY: NUL-terminated path.
+                unsafe { libc::unlink(path.as_ptr()) };
+            }
+            _ => {}
         }
         result
     }
@@ -467,8 +536,14 @@ impl BlockIo {
         direct: bool,
         page: &mut [u8; HEADER_LEN],
     ) -> Result<u64, Cause> {
-        let fd = open_file(path, libc::O_RDONLY | libc::O_CLOEXEC, direct, || None)
-            .map_err(Cause::of_load_errno)?;
+        let fd = open_file(
+            path,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            direct,
+            || None,
+            || (),
+        )
+        .map_err(Cause::of_load_errno)?;
         // Header and data in one system call, the data straight into the
         // slot; the header is checked before the data counts for anything.
         let total = HEADER_LEN + len;

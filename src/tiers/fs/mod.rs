@@ -25,6 +25,15 @@
 //! - Opening an existing directory rebuilds the index and byte accounting
 //!   from the headers on disk; files under block names that are not whole
 //!   blocks of this format and size are removed ([`mod@rebuild`]).
+//! - Blocks removed behind the tier's back are taken out of the index (and
+//!   the byte count) when a transfer proves them gone: a load that finds a
+//!   file missing drops its key; a store or load that finds the root
+//!   directory missing drops every readable block; a store that has to make
+//!   a fan-out directory again drops the readable blocks indexed in it (they
+//!   were stored before the directory disappeared).  This costs nothing
+//!   while the directory is intact.  Blocks of a directory removed and made
+//!   again with no store in between are found out this way block by block
+//!   (when loaded) or fan-out directory by fan-out directory.
 //! - With `shared`, keys absent from the local index are looked for on disk
 //!   by a worker (lookup answers RETRY meanwhile), so several processes can
 //!   use one directory.
@@ -157,6 +166,7 @@ struct Totals {
     evictions: u64,
     corrupt_removed: u64,
     unreadable_removed: u64,
+    found_missing: u64,
     adopted: u64,
 }
 
@@ -179,6 +189,7 @@ pub struct FsTier {
     closed: bool,
     finished_buf: Vec<Arc<JobState>>,
     checked_buf: Vec<(Key, bool)>,
+    lost_buf: Vec<(Key, bool)>,
     /// Descriptions of failed transfers for the manager's error log
     /// (bounded: the counters keep the totals).
     errors: Vec<String>,
@@ -254,6 +265,7 @@ impl FsTier {
             closed: false,
             finished_buf: Vec::new(),
             checked_buf: Vec::new(),
+            lost_buf: Vec::new(),
             errors: Vec::new(),
         })
     }
@@ -317,10 +329,44 @@ impl FsTier {
             .submit(Arc::new(JobState::new(job, codes, Vec::new(), Vec::new())));
     }
 
+    /// Takes out of the index the Ready blocks that the workers proved
+    /// gone: all of them if the root directory was missing, else those of
+    /// every fan-out directory that had to be made again.
+    fn drop_lost(&mut self) {
+        let (root, fanouts) = self.pool.shared().io.lost.take();
+        if !root && fanouts == [0; 4] {
+            return;
+        }
+        let mut lost = std::mem::take(&mut self.lost_buf);
+        if root {
+            self.index.drop_ready(None, &mut lost);
+        }
+        for (word, bits) in fanouts.iter().enumerate() {
+            let mut bits = *bits;
+            while bits != 0 {
+                let bit = bits.trailing_zeros();
+                bits &= bits - 1;
+                self.index
+                    .drop_ready(Some((word * 64) as u8 + bit as u8), &mut lost);
+            }
+        }
+        self.totals.found_missing += lost.len() as u64;
+        for (key, _) in lost.drain(..) {
+            self.events.push(Event {
+                kind: EventKind::Removed,
+                key: Some(key),
+            });
+        }
+        self.lost_buf = lost;
+    }
+
     fn absorb(&mut self) {
         let mut jobs = std::mem::take(&mut self.finished_buf);
         let mut checks = std::mem::take(&mut self.checked_buf);
         self.pool.take(&mut jobs, &mut checks);
+        // Before the jobs just taken are settled: a store among them may
+        // have written its block after the directory came back.
+        self.drop_lost();
         for (key, found) in checks.drain(..) {
             if self.checks.get(&key) != Some(&true) {
                 continue;
@@ -692,6 +738,7 @@ impl SecondaryTier for FsTier {
             Stat::counter("evictions", t.evictions + r.evicted),
             Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
             Stat::counter("unreadable_blocks_dropped", t.unreadable_removed),
+            Stat::counter("blocks_found_missing", t.found_missing),
             Stat::counter("removal_errors", load(&c.removal_errors)),
             Stat::counter("read_bytes", load(&c.read_bytes)),
             Stat::counter("read_time_us", load(&c.read_ns) / 1000),
