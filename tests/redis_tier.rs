@@ -718,3 +718,31 @@ fn the_longest_ttl_accepted_works_with_a_server() {
     let req = Arc::new(RequestInfo::default());
     assert_eq!(t.lookup(&key(20, 1), &req), TierLookup::Hit);
 }
+
+#[test]
+fn a_refused_password_is_described_for_the_error_log() {
+    let server = server_or_skip!(RedisServer::start_with(&[
+        "--user", "default", "off", "--user", "kv", "on", ">s3cret", "~*", "&*", "+@all",
+    ]));
+    let mem = SlotMemory::anonymous(8, SLOT_BYTES).unwrap();
+    let mut cfg = config(server.addr(), "auth-log");
+    cfg.username = Some("kv".into());
+    cfg.password = Some("wrong".into());
+    cfg.breaker_failures = 100;
+    let mut t = RedisTier::new("cache", cfg, mem.clone()).unwrap();
+    for i in 0..5 {
+        t.submit_store(job(i, Direction::Store, vec![key(22, i as u32)], vec![0]));
+        assert!(!wait_results(&mut t, 1, Duration::from_secs(10))[0].success);
+    }
+    let mut errors = Vec::new();
+    t.take_errors(&mut errors);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("redis tier \"cache\": connecting to") && e.contains("AUTH")),
+        "{errors:?}"
+    );
+    assert!(errors.iter().any(|e| e.contains("store job")), "{errors:?}");
+    // Five failures of each kind within a second: one description each.
+    assert_eq!(errors.len(), 2, "{errors:?}");
+}

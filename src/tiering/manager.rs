@@ -1106,6 +1106,8 @@ impl State {
             }
         }
         self.results = results;
+        // Tier failures reach the log (and the log callback) as they happen.
+        self.gather_errors();
     }
 
     fn tier_bug(&mut self, tier: &str, message: String) {

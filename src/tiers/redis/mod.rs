@@ -21,6 +21,9 @@
 //!   once, stores are dropped (reported failed, counted) and loads fail at
 //!   once; after `breaker_cooldown` a worker probes the server, and the
 //!   breaker closes when it answers.
+//! - Failures also reach the manager's error log (and the log callback)
+//!   through `take_errors`, each kind at most once a second ([`report`]):
+//!   a refused AUTH shows there, not only in a counter.
 //! - Nothing but [`SecondaryTier::drain`] and [`SecondaryTier::shutdown`]
 //!   blocks the caller's thread: the other methods queue work and read
 //!   finished work from a channel without waiting.
@@ -28,6 +31,7 @@
 pub mod config;
 pub mod conn;
 pub mod header;
+pub mod report;
 pub mod resp;
 pub mod worker;
 
@@ -51,6 +55,7 @@ use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
 
 pub use config::{MAX_TTL_MS, RedisTierConfig};
 use conn::{Cause, Endpoint};
+use report::Reporter;
 use worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -137,6 +142,11 @@ pub struct RedisTier {
     absent_order: VecDeque<(Key, Instant)>,
     finished: Vec<JobResult>,
     events: Vec<Event>,
+    reporter: Reporter,
+    /// `host:port` list, for failure descriptions.
+    nodes: String,
+    /// Connection failures the workers counted that were already described.
+    connect_failures_seen: u64,
     in_flight: usize,
     breaker: Breaker,
     counters: Counters,
@@ -159,6 +169,8 @@ impl RedisTier {
             idle: Condvar::new(),
             breaker_open: Default::default(),
             notifier: Default::default(),
+            connect_failures: Default::default(),
+            last_connect_cause: Default::default(),
         });
         let (tx, rx) = std::sync::mpsc::channel();
         let mut prefix = config.namespace.clone().into_bytes();
@@ -208,6 +220,9 @@ impl RedisTier {
             absent_order: VecDeque::new(),
             finished: Vec::new(),
             events: Vec::new(),
+            reporter: Reporter::new(name),
+            nodes: config.nodes.join(","),
+            connect_failures_seen: 0,
             in_flight: 0,
             breaker: Breaker::default(),
             counters: Counters::default(),
@@ -236,6 +251,16 @@ impl RedisTier {
         while let Ok(d) = self.done_rx.try_recv() {
             self.apply(d);
         }
+        let n = self.shared.connect_failures.load(Ordering::Acquire);
+        if n > self.connect_failures_seen {
+            let cause = Cause::ALL
+                .get(self.shared.last_connect_cause.load(Ordering::Relaxed))
+                .copied()
+                .unwrap_or(Cause::Other);
+            self.reporter
+                .connect_failed(&self.nodes, n - self.connect_failures_seen, cause);
+            self.connect_failures_seen = n;
+        }
     }
 
     fn record_failure(&mut self, cause: Cause) {
@@ -248,6 +273,10 @@ impl RedisTier {
             self.breaker.open_since = Some(Instant::now());
             self.shared.breaker_open.store(true, Ordering::Release);
             self.counters.breaker_opens += 1;
+            self.reporter.note(format!(
+                "circuit breaker opened after {} failures in a row; lookups answer MISS and transfers fail at once until a probe succeeds",
+                self.breaker.consecutive
+            ));
         }
     }
 
@@ -327,6 +356,9 @@ impl RedisTier {
                 match failure {
                     Some(c) => {
                         self.record_failure(c);
+                        let n = keys.len();
+                        self.reporter
+                            .failed(|| format!("existence check of {n} keys"), c);
                         // Answer MISS rather than RETRY forever while the
                         // server is unwell.
                         for k in keys {
@@ -355,6 +387,7 @@ impl RedisTier {
                     Some(c) => {
                         self.counters.probes_failed += 1;
                         self.counters.failures[c.index()] += 1;
+                        self.reporter.failed(|| "probe of the server".into(), c);
                         if self.breaker.open_since.is_some() {
                             self.breaker.open_since = Some(Instant::now());
                         }
@@ -375,7 +408,16 @@ impl RedisTier {
         self.counters.round_trips += d.round_trips;
         let job = &d.job;
         match d.failure {
-            Some(c) => self.record_failure(c),
+            Some(c) => {
+                self.record_failure(c);
+                let what = match d.direction {
+                    Direction::Store => "store",
+                    Direction::Load => "load",
+                };
+                let n = job.keys.len();
+                self.reporter
+                    .failed(|| format!("{what} job {} of {n} blocks", job.id.0), c);
+            }
             None => self.record_success(),
         }
         let result = match d.direction {
@@ -721,6 +763,11 @@ impl SecondaryTier for RedisTier {
     fn take_events(&mut self, out: &mut Vec<Event>) {
         self.collect();
         out.append(&mut self.events);
+    }
+
+    fn take_errors(&mut self, out: &mut Vec<String>) {
+        self.collect();
+        self.reporter.take(out);
     }
 
     fn shutdown(&mut self) -> Result<()> {
