@@ -80,7 +80,8 @@ pub struct PrimaryJson {
     /// Bound of the recent-offers table.  Default 64000.
     #[serde(default = "default_admission_table")]
     pub admission_table_size: usize,
-    /// Bound of the event buffer; 0 (default) turns the primary tier's events off.
+    /// Bound of each tier's event queue (the primary tier's and every
+    /// secondary tier's); 0 (default) turns every tier's events off.
     #[serde(default)]
     pub event_capacity: usize,
 }
@@ -212,6 +213,11 @@ pub struct TierJson {
     /// Back-pressure for cascades to this tier (absent: never dropped).
     #[serde(default)]
     pub backpressure: Option<BackpressureJson>,
+    /// Whether the tier's events reach the engine.  Default true; the
+    /// tier's queue holds at most `primary.event_capacity` events (so 0,
+    /// the default capacity, turns every tier's events off).
+    #[serde(default = "yes")]
+    pub events: bool,
     /// The type's options (an object).
     #[serde(default = "empty_object")]
     pub options: serde_json::Value,
@@ -558,6 +564,7 @@ impl Config {
                         PressureJson::Throttle => PressurePolicy::Throttle,
                     },
                 }),
+                events: t.events,
             };
             let tier = t
                 .open(i, slots.as_ref())

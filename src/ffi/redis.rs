@@ -61,6 +61,10 @@ pub struct kvtier_redis_options {
     /// Most keys the tier remembers as present (default 262144, about
     /// 200 bytes each); older ones are checked with the server again.
     pub max_known_keys: usize,
+    /// Whether the tier's events ("stored", "removed") reach
+    /// `kvtier_manager_take_events` (default true); its queue holds at most
+    /// the manager's `event_capacity` events.
+    pub events: bool,
 }
 
 /// Returns the default redis tier options: standalone `127.0.0.1:6379`,
@@ -89,6 +93,7 @@ pub extern "C" fn kvtier_redis_options_default() -> kvtier_redis_options {
         breaker_cooldown_ms: 1000,
         miss_cache_ms: 500,
         max_known_keys: 1 << 18,
+        events: true,
     }
 }
 
@@ -151,7 +156,11 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
             ca,
             region.slots(),
         )?;
-        *index_out = m.add_tier_with(tier, Default::default())?;
+        let tier_options = crate::tiering::TierOptions {
+            events: o.events,
+            ..Default::default()
+        };
+        *index_out = m.add_tier_with(tier, tier_options)?;
         Ok(())
     })
 }

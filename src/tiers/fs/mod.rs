@@ -34,6 +34,11 @@
 //!   while the directory is intact.  Blocks of a directory removed and made
 //!   again with no store in between are found out this way block by block
 //!   (when loaded) or fan-out directory by fan-out directory.
+//! - Events ("stored", "removed") go to a queue bounded by the capacity the
+//!   manager gives ([`SecondaryTier::set_event_capacity`]; standalone,
+//!   [`crate::tiering::DEFAULT_TIER_EVENT_CAPACITY`]); when it is full new
+//!   events are dropped and counted (`events_dropped`), and a key whose
+//!   "stored" event was dropped is never announced as removed.
 //! - With `shared`, keys absent from the local index are looked for on disk
 //!   by a worker (lookup answers RETRY meanwhile), so several processes can
 //!   use one directory.
@@ -45,6 +50,7 @@ pub mod io;
 pub mod pool;
 pub mod rebuild;
 
+use std::collections::VecDeque;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,7 +65,9 @@ use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
-use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
+use crate::tiering::{
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, JobRef, JobResult, SecondaryTier, TierLookup,
+};
 
 use format::{Layout, file_len};
 use index::{Index, State};
@@ -168,6 +176,7 @@ struct Totals {
     unreadable_removed: u64,
     found_missing: u64,
     adopted: u64,
+    events_dropped: u64,
 }
 
 /// The file-system tier.
@@ -182,7 +191,8 @@ pub struct FsTier {
     pending_checks: usize,
     /// Keys answered absent this step (forgotten at its end).
     absent: Vec<Key>,
-    events: Vec<Event>,
+    events: VecDeque<Event>,
+    event_capacity: usize,
     totals: Totals,
     rebuild: RebuildReport,
     outstanding: usize,
@@ -242,8 +252,7 @@ impl FsTier {
         let direct = opts.direct_io && io::probe_direct(root);
         let layout = Layout::new(root.clone());
         let mut index = Index::new(file_len(block_bytes));
-        let mut events = Vec::new();
-        let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
+        let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
         let link = if opts.unnamed_temp_files {
             io::probe_tmpfile(root)
         } else {
@@ -251,14 +260,15 @@ impl FsTier {
         };
         let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
         let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
-        Ok(FsTier {
+        let mut tier = FsTier {
             opts,
             pool,
             index,
             checks: HashMap::default(),
             pending_checks: 0,
             absent: Vec::new(),
-            events,
+            events: VecDeque::new(),
+            event_capacity: DEFAULT_TIER_EVENT_CAPACITY,
             totals: Totals::default(),
             rebuild,
             outstanding: 0,
@@ -267,7 +277,78 @@ impl FsTier {
             checked_buf: Vec::new(),
             lost_buf: Vec::new(),
             errors: Vec::new(),
-        })
+        };
+        // The rebuilt blocks are announced, oldest first, so a router learns of them.
+        let mut keys = Vec::new();
+        tier.index.ready_keys(&mut keys);
+        for key in keys {
+            tier.announce_stored(key);
+        }
+        Ok(tier)
+    }
+
+    /// Queues an event; false (and counted) if the queue is full, false
+    /// (not counted) if events are off.
+    fn emit(&mut self, kind: EventKind, key: Key) -> bool {
+        if self.event_capacity == 0 {
+            return false;
+        }
+        if self.events.len() >= self.event_capacity {
+            self.totals.events_dropped += 1;
+            return false;
+        }
+        self.events.push_back(Event {
+            kind,
+            key: Some(key),
+        });
+        true
+    }
+
+    /// Announces Ready `key` as stored, remembering whether it was.
+    fn announce_stored(&mut self, key: Key) {
+        if self.emit(EventKind::Stored, key) {
+            self.index.set_announced(&key);
+        }
+    }
+
+    /// Removes `key` from the index, announcing it as removed if it was
+    /// announced as stored.
+    fn forget(&mut self, key: &Key) {
+        let announced = self.index.announced(key);
+        self.index.remove(key);
+        if announced {
+            self.emit(EventKind::Removed, *key);
+        }
+    }
+
+    /// Takes out of the index the Ready blocks that the workers proved
+    /// gone: all of them if the root directory was missing, else those of
+    /// every fan-out directory that had to be made again.
+    fn drop_lost(&mut self) {
+        let (root, fanouts) = self.pool.shared().io.lost.take();
+        if !root && fanouts == [0; 4] {
+            return;
+        }
+        let mut lost = std::mem::take(&mut self.lost_buf);
+        if root {
+            self.index.drop_ready(None, &mut lost);
+        }
+        for (word, bits) in fanouts.iter().enumerate() {
+            let mut bits = *bits;
+            while bits != 0 {
+                let bit = bits.trailing_zeros();
+                bits &= bits - 1;
+                self.index
+                    .drop_ready(Some((word * 64) as u8 + bit as u8), &mut lost);
+            }
+        }
+        self.totals.found_missing += lost.len() as u64;
+        for (key, announced) in lost.drain(..) {
+            if announced {
+                self.emit(EventKind::Removed, key);
+            }
+        }
+        self.lost_buf = lost;
     }
 
     /// The options the tier runs with.
@@ -329,37 +410,6 @@ impl FsTier {
             .submit(Arc::new(JobState::new(job, codes, Vec::new(), Vec::new())));
     }
 
-    /// Takes out of the index the Ready blocks that the workers proved
-    /// gone: all of them if the root directory was missing, else those of
-    /// every fan-out directory that had to be made again.
-    fn drop_lost(&mut self) {
-        let (root, fanouts) = self.pool.shared().io.lost.take();
-        if !root && fanouts == [0; 4] {
-            return;
-        }
-        let mut lost = std::mem::take(&mut self.lost_buf);
-        if root {
-            self.index.drop_ready(None, &mut lost);
-        }
-        for (word, bits) in fanouts.iter().enumerate() {
-            let mut bits = *bits;
-            while bits != 0 {
-                let bit = bits.trailing_zeros();
-                bits &= bits - 1;
-                self.index
-                    .drop_ready(Some((word * 64) as u8 + bit as u8), &mut lost);
-            }
-        }
-        self.totals.found_missing += lost.len() as u64;
-        for (key, _) in lost.drain(..) {
-            self.events.push(Event {
-                kind: EventKind::Removed,
-                key: Some(key),
-            });
-        }
-        self.lost_buf = lost;
-    }
-
     fn absorb(&mut self) {
         let mut jobs = std::mem::take(&mut self.finished_buf);
         let mut checks = std::mem::take(&mut self.checked_buf);
@@ -381,10 +431,7 @@ impl FsTier {
             if self.index.get(&key).is_none() {
                 self.index.insert(key, State::Ready);
                 self.totals.adopted += 1;
-                self.events.push(Event {
-                    kind: EventKind::Stored,
-                    key: Some(key),
-                });
+                self.announce_stored(key);
             }
         }
         self.checked_buf = checks;
@@ -435,10 +482,7 @@ impl FsTier {
                                 self.totals.stores_present += 1;
                             }
                             if self.index.set_ready(&key) {
-                                self.events.push(Event {
-                                    kind: EventKind::Stored,
-                                    key: Some(key),
-                                });
+                                self.announce_stored(key);
                             }
                         }
                         _ => {
@@ -486,11 +530,7 @@ impl FsTier {
                         } else if cause != Cause::Vanished {
                             self.totals.unreadable_removed += 1;
                         }
-                        self.index.remove(key);
-                        self.events.push(Event {
-                            kind: EventKind::Removed,
-                            key: Some(*key),
-                        });
+                        self.forget(key);
                     }
                 }
             }
@@ -536,10 +576,9 @@ impl FsTier {
                     break;
                 };
                 self.totals.evictions += 1;
-                self.events.push(Event {
-                    kind: EventKind::Removed,
-                    key: Some(victim),
-                });
+                if self.index.announced(&victim) {
+                    self.emit(EventKind::Removed, victim);
+                }
                 victims.push(victim);
             }
         }
@@ -675,10 +714,11 @@ impl SecondaryTier for FsTier {
             .submit(Arc::new(JobState::new(job, codes, work, Vec::new())));
     }
 
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
         self.absorb();
         let mut jobs = std::mem::take(&mut self.finished_buf);
-        for state in jobs.drain(..) {
+        let n = max.min(jobs.len());
+        for state in jobs.drain(..n) {
             out.push(self.settle(&state));
             self.outstanding -= 1;
         }
@@ -739,6 +779,8 @@ impl SecondaryTier for FsTier {
             Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
             Stat::counter("unreadable_blocks_dropped", t.unreadable_removed),
             Stat::counter("blocks_found_missing", t.found_missing),
+            Stat::counter("events_dropped", t.events_dropped),
+            Stat::gauge("events_queued", self.events.len() as f64),
             Stat::counter("removal_errors", load(&c.removal_errors)),
             Stat::counter("read_bytes", load(&c.read_bytes)),
             Stat::counter("read_time_us", load(&c.read_ns) / 1000),
@@ -758,8 +800,24 @@ impl SecondaryTier for FsTier {
         s
     }
 
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.events);
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        let n = max.min(self.events.len());
+        out.extend(self.events.drain(..n));
+    }
+
+    fn set_event_capacity(&mut self, capacity: usize) {
+        self.event_capacity = capacity;
+        while self.events.len() > capacity {
+            let Some(e) = self.events.pop_back() else {
+                break;
+            };
+            if let (EventKind::Stored, Some(key)) = (e.kind, e.key) {
+                self.index.clear_announced(&key);
+            }
+            if capacity > 0 {
+                self.totals.events_dropped += 1;
+            }
+        }
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {

@@ -25,7 +25,6 @@ use super::format::{
 };
 use super::index::{Index, State};
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
 use crate::key::Key;
 
 /// What a restart found in the directory.
@@ -51,7 +50,6 @@ pub(super) fn rebuild(
     block_bytes: usize,
     opts: &FsOptions,
     index: &mut Index,
-    events: &mut Vec<Event>,
 ) -> Result<RebuildReport> {
     let mut report = RebuildReport::default();
     let mut found: Vec<(SystemTime, Key)> = Vec::new();
@@ -96,10 +94,6 @@ pub(super) fn rebuild(
     found.sort_by_key(|(t, _)| *t);
     for (_, key) in found {
         index.insert(key, State::Ready);
-        events.push(Event {
-            kind: EventKind::Stored,
-            key: Some(key),
-        });
         report.blocks += 1;
     }
     let cap = opts.capacity_bytes;
@@ -110,10 +104,6 @@ pub(super) fn rebuild(
                 break;
             };
             let _ = fs::remove_file(layout.block_path(&victim));
-            events.push(Event {
-                kind: EventKind::Removed,
-                key: Some(victim),
-            });
             report.evicted += 1;
             report.blocks -= 1;
         }

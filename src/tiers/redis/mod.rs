@@ -24,6 +24,10 @@
 //! - Failures also reach the manager's error log (and the log callback)
 //!   through `take_errors`, each kind at most once a second ([`report`]):
 //!   a refused AUTH shows there, not only in a counter.
+//! - Events ("stored", "removed") go to a queue bounded by the capacity the
+//!   manager gives ([`SecondaryTier::set_event_capacity`]); when it is full
+//!   new events are dropped and counted (`events_dropped`), and a key whose
+//!   "stored" event was dropped is never announced as removed.
 //! - Nothing but [`SecondaryTier::drain`] and [`SecondaryTier::shutdown`]
 //!   blocks the caller's thread: the other methods queue work and read
 //!   finished work from a channel without waiting.
@@ -51,7 +55,9 @@ use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
-use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
+use crate::tiering::{
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, JobRef, JobResult, SecondaryTier, TierLookup,
+};
 
 pub use config::{MAX_TTL_MS, RedisTierConfig};
 use conn::{Cause, Endpoint};
@@ -114,6 +120,7 @@ struct Counters {
     probes_failed: u64,
     expired: u64,
     known_forgotten: u64,
+    events_dropped: u64,
 }
 
 /// The redis secondary tier.  See the module docs.
@@ -140,8 +147,9 @@ pub struct RedisTier {
     /// Keys found absent, until the given time.
     absent: Map<Key, Instant>,
     absent_order: VecDeque<(Key, Instant)>,
-    finished: Vec<JobResult>,
-    events: Vec<Event>,
+    finished: VecDeque<JobResult>,
+    events: VecDeque<Event>,
+    event_capacity: usize,
     reporter: Reporter,
     /// `host:port` list, for failure descriptions.
     nodes: String,
@@ -218,8 +226,9 @@ impl RedisTier {
             batch: Vec::new(),
             absent: Map::default(),
             absent_order: VecDeque::new(),
-            finished: Vec::new(),
-            events: Vec::new(),
+            finished: VecDeque::new(),
+            events: VecDeque::new(),
+            event_capacity: DEFAULT_TIER_EVENT_CAPACITY,
             reporter: Reporter::new(name),
             nodes: config.nodes.join(","),
             connect_failures_seen: 0,
@@ -280,6 +289,23 @@ impl RedisTier {
         }
     }
 
+    /// Queues an event; false (and counted) if the queue is full, false
+    /// (not counted) if events are off.
+    fn emit(&mut self, kind: EventKind, key: Key) -> bool {
+        if self.event_capacity == 0 {
+            return false;
+        }
+        if self.events.len() >= self.event_capacity {
+            self.counters.events_dropped += 1;
+            return false;
+        }
+        self.events.push_back(Event {
+            kind,
+            key: Some(key),
+        });
+        true
+    }
+
     /// A task went through.  While the breaker is open this changes
     /// nothing: the task may have been sent before the failures that opened
     /// it, and only a probe closes the breaker.
@@ -321,12 +347,11 @@ impl RedisTier {
         });
         entry.expires = expires;
         entry.since = now;
-        if announce && !entry.announced {
-            entry.announced = true;
-            self.events.push(Event {
-                kind: EventKind::Stored,
-                key: Some(key),
-            });
+        let announce = announce && !entry.announced;
+        if announce && self.emit(EventKind::Stored, key) {
+            if let Some(e) = self.known.get_mut(&key) {
+                e.announced = true;
+            }
         }
         self.order.push_back((key, now));
     }
@@ -335,10 +360,7 @@ impl RedisTier {
         if let Some(k) = self.known.remove(key)
             && k.announced
         {
-            self.events.push(Event {
-                kind: EventKind::Removed,
-                key: Some(*key),
-            });
+            self.emit(EventKind::Removed, *key);
         }
     }
 
@@ -471,7 +493,7 @@ impl RedisTier {
                 }
             }
         };
-        self.finished.push(result);
+        self.finished.push_back(result);
     }
 
     /// Reports a job as failed without sending it (breaker open, closed tier).
@@ -481,7 +503,7 @@ impl RedisTier {
         if job.direction == Direction::Load {
             r.succeeded_keys = Some(Vec::new());
         }
-        self.finished.push(r);
+        self.finished.push_back(r);
     }
 
     fn flush_batch(&mut self) {
@@ -656,7 +678,7 @@ impl SecondaryTier for RedisTier {
             .collect();
         self.counters.blocks_skipped += (job.keys.len() - positions.len()) as u64;
         if positions.is_empty() {
-            self.finished.push(JobResult::new(job.id, true));
+            self.finished.push_back(JobResult::new(job.id, true));
             return;
         }
         self.in_flight += 1;
@@ -682,10 +704,11 @@ impl SecondaryTier for RedisTier {
         self.enqueue(Task::Load(job), false);
     }
 
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
         self.collect();
         self.maybe_probe();
-        out.append(&mut self.finished);
+        let n = max.min(self.finished.len());
+        out.extend(self.finished.drain(..n));
     }
 
     fn on_schedule_end(&mut self) {
@@ -746,6 +769,7 @@ impl SecondaryTier for RedisTier {
             Stat::counter("probes_failed", c.probes_failed),
             Stat::counter("expired", c.expired),
             Stat::counter("known_forgotten", c.known_forgotten),
+            Stat::counter("events_dropped", c.events_dropped),
         ];
         for cause in Cause::ALL {
             v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
@@ -755,14 +779,33 @@ impl SecondaryTier for RedisTier {
             if self.breaker_open() { 1.0 } else { 0.0 },
         ));
         v.push(Stat::gauge("known_keys", self.known.len() as f64));
+        v.push(Stat::gauge("events_queued", self.events.len() as f64));
         v.push(Stat::gauge("jobs_in_flight", self.in_flight as f64));
         v.push(Stat::gauge("connections", self.connections as f64));
         v
     }
 
-    fn take_events(&mut self, out: &mut Vec<Event>) {
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
         self.collect();
-        out.append(&mut self.events);
+        let n = max.min(self.events.len());
+        out.extend(self.events.drain(..n));
+    }
+
+    fn set_event_capacity(&mut self, capacity: usize) {
+        self.event_capacity = capacity;
+        while self.events.len() > capacity {
+            let Some(e) = self.events.pop_back() else {
+                break;
+            };
+            if let (EventKind::Stored, Some(key)) = (e.kind, e.key)
+                && let Some(k) = self.known.get_mut(&key)
+            {
+                k.announced = false;
+            }
+            if capacity > 0 {
+                self.counters.events_dropped += 1;
+            }
+        }
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {
