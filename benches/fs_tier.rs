@@ -202,7 +202,7 @@ fn through_tier(tier: &mut FsTier, mem: &SlotMemory, store: bool, first_id: u64)
     }
     let mut out = Vec::new();
     while out.len() < jobs {
-        tier.poll_finished(&mut out);
+        tier.poll_finished(usize::MAX, &mut out);
         // An engine polls once per scheduler step; 1 ms keeps the polling
         // thread off the cores the transfers use.
         std::thread::sleep(Duration::from_millis(1));

@@ -141,7 +141,7 @@ fn run_jobs(t: &mut RedisTier, dir: Direction, keys: &[Key], per_job: usize) -> 
     }
     let mut out = Vec::new();
     while out.len() < n {
-        t.poll_finished(&mut out);
+        t.poll_finished(usize::MAX, &mut out);
         std::thread::sleep(Duration::from_micros(500));
     }
     let el = t0.elapsed();

@@ -209,6 +209,27 @@
 #define MAX_SECONDARY_TIERS 64
 
 /**
+ * Most finished jobs the manager takes from one tier in one poll
+ * ([`SecondaryTier::poll_finished`]'s `max`); the rest wait for the next
+ * poll, so a tier that always has more to report cannot hold the manager.
+ */
+#define MAX_FINISHED_PER_POLL 1024
+
+/**
+ * Most events the manager takes from one tier in one call
+ * ([`SecondaryTier::take_events`]'s `max` is at most this); the rest wait
+ * in the tier for the next call.
+ */
+#define MAX_EVENTS_PER_TAKE 4096
+
+/**
+ * Event capacity of a tier that was never given one with
+ * [`SecondaryTier::set_event_capacity`] (a tier used on its own, outside a
+ * manager).
+ */
+#define DEFAULT_TIER_EVENT_CAPACITY 65536
+
+/**
  * Bytes before the data: one page, so the data is page-aligned.
  */
 #define HEADER_LEN 4096
@@ -247,6 +268,14 @@
  * First failure code; add `Cause::index()`.
  */
 #define FAILED 16
+
+/**
+ * Longest TTL a stored block may have, in milliseconds (2^62, about 146
+ * million years).  Redis adds the current time to a `PX` expiry in a
+ * signed 64-bit count of milliseconds and refuses a sum that overflows,
+ * so a TTL near `i64::MAX` ms would fail every store.
+ */
+#define MAX_TTL_MS (1 << 62)
 
 /**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
@@ -500,6 +529,12 @@ typedef struct {
    * their writer cannot be shown dead (default 15 minutes).
    */
   uint64_t stale_temp_age_ms;
+  /**
+   * Whether the tier's events ("stored", "removed") reach
+   * `kvtier_manager_take_events` (default true); its queue holds at most
+   * the manager's `event_capacity` events.
+   */
+  bool events;
 } kvtier_fs_options;
 
 /**
@@ -534,7 +569,9 @@ typedef struct {
    */
   size_t admission_table_size;
   /**
-   * Bound of the primary tier's event buffer; 0 turns its events off.
+   * Bound of each tier's event queue: the primary tier's and every
+   * secondary tier's (overflow dropped and counted in each tier's
+   * `events_dropped`); 0 turns every tier's events off.
    */
   size_t event_capacity;
   /**
@@ -585,6 +622,14 @@ typedef struct {
    * `KVTIER_PRESSURE_DROP` or `KVTIER_PRESSURE_THROTTLE`.
    */
   int32_t policy;
+  /**
+   * Whether the tier's events reach `kvtier_manager_take_events`
+   * (default true).  Every tier queues at most the manager's
+   * `event_capacity` events (0 turns every tier's events off); false
+   * turns this tier's events off: whatever its `take_events` gives is
+   * discarded.
+   */
+  bool events;
 } kvtier_tier_options;
 
 /**
@@ -850,7 +895,10 @@ typedef struct {
   int32_t (*submit_load)(void *user_data, const kvtier_job *job);
   /**
    * Writes up to `capacity` finished jobs to `out` and their number to
-   * `*written`; called again while it fills the buffer.
+   * `*written`; called again while it fills the buffer, until 1024
+   * results (`kvtier::tiering::MAX_FINISHED_PER_POLL`) are taken in one
+   * poll: the rest wait for the next poll (counted in the tier's
+   * `poll_limit_reached` stat).
    */
   int32_t (*poll_finished)(void *user_data, kvtier_job_result *out, size_t capacity, size_t *written);
   /**
@@ -895,7 +943,12 @@ typedef struct {
   void (*destroy)(void *user_data);
   /**
    * Writes up to `capacity` of the tier's own events to `out` (their
-   * `tier` field is ignored) and their number to `*written`.
+   * `tier` field is ignored) and their number to `*written`; called
+   * again while it fills the buffer, until the manager's
+   * `event_capacity` (at most 4096) events are taken: the rest stay with
+   * the tier for the next take.  An event whose `key_len` is 0 or more
+   * than 64 is refused, not cut short (counted in the tier's
+   * `events_rejected` stat and logged).
    */
   int32_t (*take_events)(void *user_data, kvtier_event *out, size_t capacity, size_t *written);
 } kvtier_tier_vtable;
@@ -1217,7 +1270,7 @@ typedef struct {
    */
   const char *password;
   /**
-   * Database number (standalone only; default 0).
+   * Database number (standalone only; default 0): 0 to `INT32_MAX`.
    */
   int64_t db;
   /**
@@ -1229,7 +1282,8 @@ typedef struct {
    */
   const char *tls_ca_file;
   /**
-   * Expiry of stored blocks in milliseconds; 0: none.
+   * Expiry of stored blocks in milliseconds; 0: none; at most 2^62
+   * (longer cannot work: Redis refuses such an expiry).
    */
   uint64_t ttl_ms;
   /**
@@ -1269,6 +1323,12 @@ typedef struct {
    * 200 bytes each); older ones are checked with the server again.
    */
   size_t max_known_keys;
+  /**
+   * Whether the tier's events ("stored", "removed") reach
+   * `kvtier_manager_take_events` (default true); its queue holds at most
+   * the manager's `event_capacity` events.
+   */
+  bool events;
 } kvtier_redis_options;
 
 /**
@@ -1511,7 +1571,8 @@ kvtier_manager_options kvtier_manager_options_default(void);
 
 /**
  * Returns the default tier options: back-pressure off; when turned on,
- * alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop.
+ * alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop;
+ * events on.
  * Safe to call from any thread.
  */
 kvtier_tier_options kvtier_tier_options_default(void);

@@ -80,7 +80,8 @@ pub struct PrimaryJson {
     /// Bound of the recent-offers table.  Default 64000.
     #[serde(default = "default_admission_table")]
     pub admission_table_size: usize,
-    /// Bound of the event buffer; 0 (default) turns the primary tier's events off.
+    /// Bound of each tier's event queue (the primary tier's and every
+    /// secondary tier's); 0 (default) turns every tier's events off.
     #[serde(default)]
     pub event_capacity: usize,
 }
@@ -212,6 +213,11 @@ pub struct TierJson {
     /// Back-pressure for cascades to this tier (absent: never dropped).
     #[serde(default)]
     pub backpressure: Option<BackpressureJson>,
+    /// Whether the tier's events reach the engine.  Default true; the
+    /// tier's queue holds at most `primary.event_capacity` events (so 0,
+    /// the default capacity, turns every tier's events off).
+    #[serde(default = "yes")]
+    pub events: bool,
     /// The type's options (an object).
     #[serde(default = "empty_object")]
     pub options: serde_json::Value,
@@ -344,7 +350,7 @@ pub struct RedisJson {
     /// Password for AUTH.  Default none.
     #[serde(default)]
     pub password: Option<String>,
-    /// Database number (standalone).  Default 0.
+    /// Database number (standalone), 0 to 2147483647.  Default 0.
     #[serde(default)]
     pub db: i64,
     /// TLS (needs the `redis-tls` feature).  Default false.
@@ -353,7 +359,7 @@ pub struct RedisJson {
     /// PEM file of CAs to trust for TLS.  Default: the system's.
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
-    /// Expiry of stored blocks in ms; 0 (default) keeps them.
+    /// Expiry of stored blocks in ms; 0 (default) keeps them; at most 2^62.
     #[serde(default)]
     pub ttl_ms: u64,
     /// Bound on opening a connection.  Default 1000.
@@ -561,6 +567,7 @@ impl Config {
                         PressureJson::Throttle => PressurePolicy::Throttle,
                     },
                 }),
+                events: t.events,
             };
             let tier = t
                 .open(i, slots.as_ref())

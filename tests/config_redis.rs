@@ -114,3 +114,65 @@ fn json_redis_tier_round_trips_and_wakes() {
     m.on_request_finished("r").unwrap();
     m.shutdown().unwrap();
 }
+
+#[test]
+fn json_redis_options_redis_would_refuse_are_errors() {
+    let err = |options: &str| {
+        let json = format!(
+            r#"{{"block_bytes": {BLOCK}, "tiers": [{{"type": "redis", "options": {options}}}]}}"#
+        );
+        match Config::from_json(&json).and_then(|c| c.build()) {
+            Ok(_) => panic!("accepted: {options}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = err(r#"{"db": -1}"#);
+    assert!(e.contains("tiers[0]") && e.contains("db"), "{e}");
+    let e = err(r#"{"ttl_ms": 9223372036854775807}"#);
+    assert!(e.contains("tiers[0]") && e.contains("ttl"), "{e}");
+}
+
+#[test]
+fn a_refused_password_reaches_the_error_log() {
+    let server = match RedisServer::start_with(&[
+        "--user", "default", "off", "--user", "kv", "on", ">s3cret", "~*", "&*", "+@all",
+    ]) {
+        Ok(s) => s,
+        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
+            println!("SKIPPED: cannot start a redis server: {why}");
+            return;
+        }
+        Err(why) => panic!("starting redis failed: {why}"),
+    };
+    let json = format!(
+        r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 64}},
+            "tiers": [{{"type": "redis", "options": {{"nodes": ["{}"], "username": "kv",
+                        "password": "wrong", "connections": 1, "breaker_failures": 1000}}}}]}}"#,
+        server.addr()
+    );
+    let m = Config::from_json(&json).unwrap().build().unwrap();
+    let fd = m.notifier().fd().unwrap();
+    m.on_new_request("r", RequestParams::default()).unwrap();
+    for i in 0..10u8 {
+        store(&m, &[Key::new(&[i; 8]).unwrap()]);
+        settle(&m, fd);
+    }
+    let stats = m.stats().unwrap();
+    let failed = stats
+        .iter()
+        .find(|s| s.tier == Some(1) && s.stat.name == "cascade_failures")
+        .unwrap()
+        .stat
+        .value;
+    assert_eq!(failed, 10.0);
+    let mut errors = Vec::new();
+    m.take_errors(&mut errors).unwrap();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("connecting to") && e.contains("AUTH")),
+        "{errors:?}"
+    );
+    // Repeats are counted, not all written out.
+    assert!(errors.len() < 10, "{errors:?}");
+}

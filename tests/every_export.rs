@@ -1067,14 +1067,14 @@ impl SecondaryTier for PanickingTier {
     }
     fn submit_store(&mut self, _job: JobRef) {}
     fn submit_load(&mut self, _job: JobRef) {}
-    fn poll_finished(&mut self, _out: &mut Vec<JobResult>) {}
+    fn poll_finished(&mut self, _max: usize, _out: &mut Vec<JobResult>) {}
     fn has_pending_work(&self) -> bool {
         false
     }
     fn drain(&mut self) -> kvtier::Result<()> {
         Ok(())
     }
-    fn take_events(&mut self, _out: &mut Vec<Event>) {}
+    fn take_events(&mut self, _max: usize, _out: &mut Vec<Event>) {}
     fn shutdown(&mut self) -> kvtier::Result<()> {
         Ok(())
     }

@@ -101,7 +101,7 @@ fn wait(tier: &mut FsTier, n: usize) -> Vec<JobResult> {
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while out.len() < n {
-        tier.poll_finished(&mut out);
+        tier.poll_finished(usize::MAX, &mut out);
         assert!(Instant::now() < deadline, "jobs did not finish: {out:?}");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -161,7 +161,7 @@ fn stat(tier: &FsTier, name: &str) -> f64 {
 
 fn events(tier: &mut FsTier) -> Vec<Event> {
     let mut out = Vec::new();
-    tier.take_events(&mut out);
+    tier.take_events(usize::MAX, &mut out);
     out
 }
 
@@ -465,7 +465,7 @@ fn drain_waits_and_shutdown_fails_later_jobs() {
     assert!(tier.has_pending_work());
     tier.drain().unwrap();
     let mut out = Vec::new();
-    tier.poll_finished(&mut out);
+    tier.poll_finished(usize::MAX, &mut out);
     assert_eq!(out.len(), 1);
     assert!(out[0].success);
     assert!(!tier.has_pending_work());
@@ -603,15 +603,16 @@ fn missing_directory(unnamed: bool) {
     assert_eq!(tier.lookup(&key(2), &req), TierLookup::Miss);
     assert_eq!(tier.lookup(&key(other), &req), TierLookup::Hit);
     assert!(files(&root, ".tmp").is_empty());
-    // The whole directory goes away: stores fail, counted; loads fail.
+    // The whole directory goes away: stores fail, counted, and the failed
+    // store takes the blocks out of the index; loads fail.
     std::fs::remove_dir_all(&root).unwrap();
     let r = store(&mut tier, &mem, 3, &[5]);
     assert!(!r.success);
     assert_eq!(tier.errors(Cause::MissingDir), 2);
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
     let r = load(&mut tier, 4, &[1], 4);
     assert!(!r.success);
-    assert_eq!(tier.errors(Cause::Vanished), 1);
-    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+    assert_eq!(tier.errors(Cause::NotPresent), 1);
     // It comes back: the tier serves again.
     std::fs::create_dir_all(&root).unwrap();
     assert!(store(&mut tier, &mem, 5, &[5]).success);
@@ -736,7 +737,7 @@ fn child_writer() {
         next += 8;
         // Slots are refilled for the next job only once this one is done.
         while tier.has_pending_work() {
-            tier.poll_finished(&mut out);
+            tier.poll_finished(usize::MAX, &mut out);
             std::thread::sleep(Duration::from_micros(100));
         }
     }
@@ -888,4 +889,205 @@ fn two_processes_share_one_directory() {
     let st = child("child_sharer", &env("load")).status().unwrap();
     assert!(st.success(), "{st}");
     assert!(stat(&tier, "existence_checks") >= 2.0);
+}
+
+/// Where block `i`'s file lives under `root`.
+fn block_file(root: &Path, i: u32) -> PathBuf {
+    kvtier::tiers::fs::format::Layout::new(root.to_path_buf()).block_path(&key(i))
+}
+
+#[test]
+fn an_unreadable_block_fails_one_load_then_answers_miss() {
+    for unnamed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+        let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+        assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
+        let _ = events(&mut tier);
+        // A directory in place of block 1's file: opening it works, reading
+        // it fails (EISDIR), and waiting will not change that.
+        let path = block_file(dir.path(), 1);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let req = request();
+        assert_eq!(tier.lookup(&key(1), &req), TierLookup::Hit);
+        let r = load(&mut tier, 2, &[1, 2], 4);
+        assert!(!r.success);
+        assert_eq!(r.succeeded_keys, Some(vec![key(2)]));
+        assert!(holds(&mem, 5, 2));
+        assert_eq!(tier.errors(Cause::Io), 1);
+        // The block left the tier: the next lookup is a MISS, not another
+        // promotion that fails the same way.
+        assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+        assert_eq!(tier.lookup(&key(2), &req), TierLookup::Hit);
+        assert_eq!(tier.block_count(), 1);
+        assert_eq!(tier.bytes_used(), (4096 + SLOT) as u64);
+        assert_eq!(stat(&tier, "unreadable_blocks_dropped"), 1.0);
+        let ev = events(&mut tier);
+        assert_eq!(
+            ev,
+            vec![Event {
+                kind: EventKind::Removed,
+                key: Some(key(1))
+            }]
+        );
+        tier.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn a_removed_directory_takes_its_blocks_out_of_the_index() {
+    for unnamed in [true, false] {
+        removed_directory(unnamed);
+    }
+}
+
+fn removed_directory(unnamed: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cache");
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let one = (4096 + SLOT) as u64;
+    let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
+    assert_eq!((tier.block_count(), tier.bytes_used()), (4, 4 * one));
+    let _ = events(&mut tier);
+    // The whole directory goes: the first store that finds it gone drops
+    // every block from the index, announcing each as removed.
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(!store(&mut tier, &mem, 2, &[5]).success);
+    assert_eq!((tier.block_count(), tier.bytes_used()), (0, 0));
+    assert_eq!(stat(&tier, "blocks_found_missing"), 4.0);
+    let req = request();
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
+    let removed = events(&mut tier)
+        .iter()
+        .filter(|e| e.kind == EventKind::Removed)
+        .count();
+    assert_eq!(removed, 4);
+    // It comes back and fills again; then it is emptied behind the tier's
+    // back and made anew between two stores.  The store that has to make a
+    // fan-out directory again proves the blocks indexed there gone.
+    std::fs::create_dir_all(&root).unwrap();
+    let fan = kvtier::tiers::fs::format::Layout::fanout;
+    let same = (7..400).find(|&i| fan(&key(i)) == fan(&key(6))).unwrap();
+    let other = (7..400).find(|&i| fan(&key(i)) != fan(&key(6))).unwrap();
+    assert!(store(&mut tier, &mem, 3, &[6, other]).success);
+    assert_eq!(tier.block_count(), 2);
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    assert!(store(&mut tier, &mem, 4, &[same]).success);
+    assert_eq!(tier.lookup(&key(6), &req), TierLookup::Miss);
+    assert_eq!(tier.lookup(&key(same), &req), TierLookup::Hit);
+    // A block in another fan-out directory is found gone when a load
+    // reads it.
+    assert!(!load(&mut tier, 5, &[other], 4).success);
+    assert_eq!(tier.lookup(&key(other), &req), TierLookup::Miss);
+    assert_eq!((tier.block_count(), tier.bytes_used()), (1, one));
+    assert_eq!(tier.bytes_used(), disk_bytes(&root));
+    tier.shutdown().unwrap();
+}
+
+#[test]
+fn files_skipped_at_restart_are_removed_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
+    drop(tier);
+    // A truncated block, garbage under a block name, and a block file
+    // whose header names another key.
+    let mut short = std::fs::read(block_file(dir.path(), 1)).unwrap();
+    short.truncate(4096 + 100);
+    std::fs::write(block_file(dir.path(), 1), &short).unwrap();
+    let junk = block_file(dir.path(), 8);
+    std::fs::create_dir_all(junk.parent().unwrap()).unwrap();
+    std::fs::write(&junk, b"junk").unwrap();
+    let swapped = block_file(dir.path(), 9);
+    std::fs::create_dir_all(swapped.parent().unwrap()).unwrap();
+    std::fs::copy(block_file(dir.path(), 2), &swapped).unwrap();
+    // A file that is not a block file is not the tier's to remove.
+    let notes = dir.path().join("README.txt");
+    std::fs::write(&notes, b"mine").unwrap();
+
+    let tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let rep = tier.rebuild_report();
+    assert_eq!((rep.blocks, rep.skipped, rep.removed), (2, 3, 3));
+    assert_eq!(stat(&tier, "restart_removed_files"), 3.0);
+    assert!(!block_file(dir.path(), 1).exists());
+    assert!(!junk.exists() && !swapped.exists() && notes.exists());
+    // What the tier counts is what the directory holds (besides the note).
+    assert_eq!(tier.bytes_used() + 4, disk_bytes(dir.path()));
+}
+
+#[test]
+fn events_stay_within_the_capacity_when_nobody_takes_them() {
+    use kvtier::primary::{PrimaryConfig, PrimaryTier};
+    use kvtier::tiering::backend::StorePlan;
+    use kvtier::tiering::{Manager, ManagerOptions, TierOptions};
+    const CAP: usize = 16;
+    const N: u32 = 100;
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mem = SlotMemory::anonymous(N, 4096).unwrap();
+    let primary = PrimaryTier::new(PrimaryConfig {
+        capacity: N,
+        event_capacity: CAP,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = Manager::new(primary, ManagerOptions::default());
+    m.add_tier(Box::new(
+        FsTier::open(mem.clone(), opts(d1.path())).unwrap(),
+    ))
+    .unwrap();
+    // A second tier with its events turned off.
+    let off = TierOptions {
+        events: false,
+        ..Default::default()
+    };
+    m.add_tier_with(
+        Box::new(FsTier::open(mem.clone(), opts(d2.path())).unwrap()),
+        off,
+    )
+    .unwrap();
+    m.on_new_request("r", Default::default()).unwrap();
+    let keys: Vec<Key> = (0..N).map(key).collect();
+    for batch in keys.chunks(10) {
+        let mut plan = StorePlan::default();
+        m.prepare_store("r", batch, &mut plan).unwrap();
+        m.complete_store("r", &plan.to_store, true).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.has_pending_work().unwrap() {
+        assert!(Instant::now() < deadline, "cascades did not finish");
+        m.on_schedule_end().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stats = m.stats().unwrap();
+    let stat = |tier: usize, name: &str| {
+        stats
+            .iter()
+            .find(|s| s.tier == Some(tier) && s.stat.name == name)
+            .unwrap_or_else(|| panic!("no stat {name} for tier {tier}"))
+            .stat
+            .value
+    };
+    assert_eq!(stat(1, "blocks"), N as f64);
+    assert_eq!(stat(1, "events_queued"), CAP as f64);
+    assert_eq!(stat(1, "events_dropped"), (N as usize - CAP) as f64);
+    assert_eq!(stat(0, "events_dropped"), (N as usize - CAP) as f64);
+    assert_eq!(
+        (stat(2, "events_queued"), stat(2, "events_dropped")),
+        (0.0, 0.0)
+    );
+    let mut ev = Vec::new();
+    m.take_events(&mut ev).unwrap();
+    assert_eq!(ev.len(), 2 * CAP);
+    assert_eq!(ev.iter().filter(|e| e.tier == 1).count(), CAP);
+    assert!(
+        ev.iter()
+            .all(|e| e.tier < 2 && e.event.kind == EventKind::Stored)
+    );
+    ev.clear();
+    m.take_events(&mut ev).unwrap();
+    assert!(ev.is_empty());
 }

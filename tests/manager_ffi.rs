@@ -939,3 +939,190 @@ fn completions_through_c_act_only_on_their_own_requests_plan_in_any_number_of_ca
     assert_eq!(s[&(-1, "ignored_store_completions".to_string())], 0.0);
     unsafe { kvtier_manager_free(m) };
 }
+
+/// A C tier gone wrong: every poll fills the whole buffer with results of
+/// jobs it never had, every take of events fills the whole buffer; or it
+/// hands out one event whose key is longer than 64 bytes.
+#[derive(Default)]
+struct Flood {
+    polls: usize,
+    takes: usize,
+    next_key: u32,
+    long_key_once: bool,
+}
+
+unsafe extern "C" fn flood_lookup(
+    _ud: *mut c_void,
+    _key: *const kvtier_key,
+    _r: *const kvtier_request,
+    answer: *mut i32,
+) -> i32 {
+    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    0
+}
+
+unsafe extern "C" fn flood_submit(_ud: *mut c_void, _job: *const kvtier_job) -> i32 {
+    0
+}
+
+unsafe extern "C" fn flood_poll(
+    ud: *mut c_void,
+    out: *mut kvtier_job_result,
+    cap: usize,
+    written: *mut usize,
+) -> i32 {
+    let f = unsafe { &mut *(ud as *mut Flood) };
+    f.polls += 1;
+    for i in 0..cap {
+        unsafe { *out.add(i) = succeeded(1_000_000 + i as u64) };
+    }
+    unsafe { *written = cap };
+    0
+}
+
+unsafe extern "C" fn flood_events(
+    ud: *mut c_void,
+    out: *mut kvtier_event,
+    cap: usize,
+    written: *mut usize,
+) -> i32 {
+    let f = unsafe { &mut *(ud as *mut Flood) };
+    f.takes += 1;
+    let mut n = cap;
+    if f.long_key_once {
+        f.long_key_once = false;
+        n = cap.min(2);
+        let mut long = kvtier_event {
+            kind: KVTIER_EVENT_STORED,
+            tier: 0,
+            key_len: 100,
+            key: [7; 64],
+        };
+        unsafe { *out = long };
+        long.key_len = 4;
+        long.key[..4].copy_from_slice(&key(5));
+        if n == 2 {
+            unsafe { *out.add(1) = long };
+        }
+    } else {
+        for i in 0..n {
+            let mut e = kvtier_event {
+                kind: KVTIER_EVENT_STORED,
+                tier: 0,
+                key_len: 4,
+                key: [0; 64],
+            };
+            e.key[..4].copy_from_slice(&key(f.next_key));
+            f.next_key += 1;
+            unsafe { *out.add(i) = e };
+        }
+    }
+    unsafe { *written = n };
+    0
+}
+
+unsafe extern "C" fn flood_destroy(ud: *mut c_void) {
+    drop(unsafe { Box::from_raw(ud as *mut Flood) });
+}
+
+fn flood_vtable(f: Box<Flood>) -> kvtier_tier_vtable {
+    kvtier_tier_vtable {
+        user_data: Box::into_raw(f) as *mut c_void,
+        name: c"flood".as_ptr(),
+        medium: KVTIER_TIER_ANY,
+        locality: KVTIER_TIER_ANY,
+        lookup: Some(flood_lookup),
+        submit_store: Some(flood_submit),
+        submit_load: Some(flood_submit),
+        poll_finished: Some(flood_poll),
+        touch: None,
+        on_new_request: None,
+        on_request_finished: None,
+        on_schedule_end: None,
+        has_pending_work: None,
+        drain: None,
+        stats: None,
+        shutdown: None,
+        destroy: Some(flood_destroy),
+        take_events: Some(flood_events),
+    }
+}
+
+fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_event>, bool) {
+    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; len];
+    let (mut n, mut more) = (0, false);
+    assert_eq!(
+        unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), len, &mut n, &mut more) },
+        S::Ok
+    );
+    evs.truncate(n);
+    (evs, more)
+}
+
+#[test]
+fn a_tier_that_always_fills_its_buffers_cannot_hold_the_manager() {
+    let m = manager(4); // event capacity 1024
+    let vt = flood_vtable(Box::default());
+    let flood = vt.user_data as *mut Flood;
+    let mut index = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut index) },
+        S::Ok
+    );
+    start(m, c"r");
+    // Each step takes a bounded number of results and returns; the rest
+    // wait for the next step.
+    for step in 1..=3 {
+        assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+        let st = stats(m);
+        assert_eq!(st[&(1, "poll_limit_reached".into())], step as f64);
+        assert_eq!(
+            st[&(1, "tier_bugs".into())],
+            (step * kvtier::tiering::MAX_FINISHED_PER_POLL) as f64,
+            "every made-up job is a tier bug"
+        );
+    }
+    let polls = unsafe { &*flood }.polls;
+    assert!(polls <= 3 * kvtier::tiering::MAX_FINISHED_PER_POLL.div_ceil(64));
+    // Events: one take gives at most the event capacity and says more wait.
+    let (evs, more) = take_events(m, 5000);
+    assert_eq!(evs.len(), 1024);
+    assert!(more);
+    assert!(evs.iter().all(|e| e.tier == 1 && e.key_len == 4));
+    let takes = unsafe { &*flood }.takes;
+    assert!(takes <= 2 * 1024usize.div_ceil(64), "{takes} callbacks");
+    let st = stats(m);
+    assert!(st[&(-1, "events_queued".into())] <= 1024.0);
+    // The error log stays bounded whatever the tier reports.
+    let mut errors = 0;
+    while take_error(m).is_some() {
+        errors += 1;
+    }
+    assert!(errors <= 64, "{errors} errors kept");
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn an_event_key_longer_than_64_bytes_is_rejected_and_counted() {
+    let m = manager(4);
+    let vt = flood_vtable(Box::new(Flood {
+        long_key_once: true,
+        ..Default::default()
+    }));
+    let mut index = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut index) },
+        S::Ok
+    );
+    let (evs, _) = take_events(m, 2);
+    assert_eq!(
+        evs.len(),
+        1,
+        "the event with a 100-byte key is dropped, not cut short"
+    );
+    assert_eq!((evs[0].key_len, &evs[0].key[..4]), (4, &key(5)[..]));
+    assert_eq!(stats(m)[&(1, "events_rejected".into())], 1.0);
+    let error = take_error(m).unwrap();
+    assert!(error.contains("100 bytes"), "{error}");
+    unsafe { kvtier_manager_free(m) };
+}

@@ -176,8 +176,10 @@ impl SecondaryTier for FaultyTier {
         f.live.remove(&r.name);
         f.finished += 1;
     }
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
-        out.append(&mut self.0.lock().ready)
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
+        let mut f = self.0.lock();
+        let n = max.min(f.ready.len());
+        out.extend(f.ready.drain(..n));
     }
     fn on_new_request(&mut self, r: &Request) -> OffloadPolicy {
         let mut f = self.0.lock();

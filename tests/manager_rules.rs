@@ -561,6 +561,7 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
         wrap(t),
         TierOptions {
             backpressure: Some(bp),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -595,6 +596,7 @@ fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
         wrap(t),
         TierOptions {
             backpressure: Some(bp),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -1066,6 +1068,34 @@ fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap
     assert_eq!(m.lookup("r", &k(40)).unwrap(), LookupResult::Retry);
 }
 
+fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(wrap: Wrap) {
+    let max = kvtier::tiering::MAX_FINISHED_PER_POLL;
+    let n = max as u32 + 76;
+    let (m, _) = model_manager(2 * n, ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(wrap(t)).unwrap();
+    s.lock().auto_finish = false;
+    start(&m, "r");
+    for i in 0..n {
+        store(&m, "r", &[k(i)]);
+    }
+    s.lock().finish_all(true);
+    collect(&m);
+    assert_eq!(stat(&m, Some(1), "poll_limit_reached"), 1.0);
+    assert_eq!(stat(&m, None, "jobs_in_flight"), 76.0, "the rest wait");
+    m.on_schedule_end().unwrap();
+    assert_eq!(stat(&m, None, "jobs_in_flight"), 0.0);
+    // A reset polls as often as the drained jobs need.
+    for i in n..2 * n {
+        store(&m, "r", &[k(i)]);
+    }
+    s.lock().finish_on_drain = true;
+    m.reset_cache().unwrap();
+    assert_eq!(stat(&m, None, "jobs_in_flight"), 0.0);
+    assert_eq!(stat(&m, Some(1), "tier_bugs"), 0.0);
+    assert_eq!(stat(&m, Some(1), "poll_limit_reached"), 2.0);
+}
+
 fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
     let (m, _) = model_manager(32, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
@@ -1078,6 +1108,7 @@ fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
         wrap(t),
         TierOptions {
             backpressure: Some(bp),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -1547,6 +1578,7 @@ both_tiers!(
     has_pending_work_sees_staged_promotions_and_parked_keys,
     reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing,
     back_pressure_drops_request_level_cascades_too,
+    a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several,
     destroy_runs_once_after_the_last_callback,
     complete_store_cascades_only_ready_keys,
     request_level_duplicate_key_in_one_store_is_not_parked,

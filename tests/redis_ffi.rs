@@ -148,3 +148,35 @@ fn a_tier_attaches_without_waiting_for_the_server() {
         assert_eq!(index2, 2);
     }
 }
+
+#[test]
+fn options_redis_would_refuse_are_refused_when_the_tier_is_added() {
+    if !cfg!(feature = "redis-tier") {
+        return;
+    }
+    let f = Fixture::new("refuse");
+    let mut index = 0usize;
+    let mut bad = kvtier_redis_options_default();
+    bad.db = -1;
+    assert_eq!(
+        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &bad, &mut index) },
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("db"), "{}", last_error());
+    let mut bad = kvtier_redis_options_default();
+    bad.ttl_ms = i64::MAX as u64;
+    assert_eq!(
+        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &bad, &mut index) },
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("ttl"), "{}", last_error());
+    // The longest TTL Redis takes for sure is accepted.
+    let mut ok = kvtier_redis_options_default();
+    ok.ttl_ms = 1 << 62;
+    assert_eq!(
+        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &ok, &mut index) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+}

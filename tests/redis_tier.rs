@@ -92,7 +92,7 @@ fn wait_results(tier: &mut RedisTier, n: usize, timeout: Duration) -> Vec<JobRes
     let deadline = Instant::now() + timeout;
     let mut out = Vec::new();
     while out.len() < n {
-        tier.poll_finished(&mut out);
+        tier.poll_finished(usize::MAX, &mut out);
         assert!(
             Instant::now() < deadline,
             "only {} of {n} jobs finished in {timeout:?}",
@@ -150,7 +150,7 @@ fn stores_and_loads_verified_bytes_through_one_server() {
     assert_eq!(stat(&a, "blocks_stored"), 24.0);
     assert_eq!(stat(&a, "bytes_stored"), (24 * SLOT_BYTES) as f64);
     let mut ev = Vec::new();
-    a.take_events(&mut ev);
+    a.take_events(usize::MAX, &mut ev);
     assert_eq!(ev.len(), 24);
     assert!(ev.iter().all(|e| e.kind == EventKind::Stored));
 
@@ -211,7 +211,7 @@ fn stores_and_loads_verified_bytes_through_one_server() {
     // After shutdown jobs fail at once and lookups miss.
     a.submit_load(job(9, Direction::Load, keys[..1].to_vec(), vec![0]));
     let mut out = Vec::new();
-    a.poll_finished(&mut out);
+    a.poll_finished(usize::MAX, &mut out);
     assert_eq!(out.len(), 1);
     assert!(!out[0].success);
     assert_eq!(a.lookup(&keys[0], &req), TierLookup::Miss);
@@ -280,7 +280,7 @@ fn corrupted_values_are_never_served_and_are_deleted() {
     let keys: Vec<Key> = (0..4).map(|i| key(3, i)).collect();
     store_all(&mut t, &mem, &keys, 1);
     let mut ev = Vec::new();
-    t.take_events(&mut ev);
+    t.take_events(usize::MAX, &mut ev);
 
     let name = |k: &Key| String::from_utf8(redis_key_name("bad", k)).unwrap();
     // Flip one payload byte of key 1; put key 0's value under key 2's name.
@@ -317,7 +317,7 @@ fn corrupted_values_are_never_served_and_are_deleted() {
     assert_eq!(server.cli_text(&["EXISTS", &name(&keys[1])]), "0");
     assert_eq!(server.cli_text(&["EXISTS", &name(&keys[2])]), "0");
     ev.clear();
-    t.take_events(&mut ev);
+    t.take_events(usize::MAX, &mut ev);
     assert_eq!(ev.len(), 2);
     assert!(ev.iter().all(|e| e.kind == EventKind::Removed));
     // The tier forgot them: the next lookup asks the server, which has none.
@@ -350,7 +350,7 @@ fn blocks_expire_after_their_ttl() {
     assert_eq!(settle(&mut t, &keys), vec![TierLookup::Miss; 4]);
     assert_eq!(stat(&t, "expired"), 4.0);
     let mut ev = Vec::new();
-    t.take_events(&mut ev);
+    t.take_events(usize::MAX, &mut ev);
     let removed = ev.iter().filter(|e| e.kind == EventKind::Removed).count();
     assert_eq!(removed, 4, "{ev:?}");
     // A load of an expired block fails cleanly.
@@ -438,7 +438,7 @@ fn server_killed_mid_run_opens_the_breaker_which_closes_after_restart() {
     assert_eq!(t.lookup(&key(9, 1), &req), TierLookup::Miss);
     t.submit_store(job(id, Direction::Store, vec![key(9, 2)], vec![1]));
     let mut out = Vec::new();
-    t.poll_finished(&mut out);
+    t.poll_finished(usize::MAX, &mut out);
     assert!(
         t0.elapsed() < Duration::from_millis(100),
         "the caller was blocked"
@@ -682,4 +682,111 @@ fn tls_without_the_feature_is_unsupported() {
     };
     let e = RedisTier::new("redis", cfg, mem).err().unwrap().to_string();
     assert!(e.contains("redis-tls"), "{e}");
+}
+
+#[test]
+fn impossible_ttl_or_database_is_refused_at_creation() {
+    let mem = SlotMemory::anonymous(4, 4096).unwrap();
+    let bad = |f: &dyn Fn(&mut RedisTierConfig)| {
+        let mut c = RedisTierConfig::default();
+        f(&mut c);
+        RedisTier::new("redis", c, mem.clone())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    // Redis adds the current time to a PX expiry and refuses a sum past
+    // i64::MAX ms: such a TTL would fail every store.
+    let e = bad(&|c| c.ttl = Some(Duration::from_millis(i64::MAX as u64)));
+    assert!(e.contains("ttl"), "{e:?}");
+    assert!(bad(&|c| c.ttl = Some(Duration::from_millis(u64::MAX))).contains("ttl"));
+    assert!(bad(&|c| c.ttl = Some(Duration::MAX)).contains("ttl"));
+    let e = bad(&|c| c.db = -1);
+    assert!(e.contains("db"), "{e:?}");
+    assert!(bad(&|c| c.db = 1 << 40).contains("db"));
+    assert_eq!(bad(&|c| c.ttl = Some(Duration::from_millis(1 << 62))), "");
+}
+
+#[test]
+fn the_longest_ttl_accepted_works_with_a_server() {
+    let server = server_or_skip!(RedisServer::start());
+    let mem = SlotMemory::anonymous(4, SLOT_BYTES).unwrap();
+    let mut cfg = config(server.addr(), "long-ttl");
+    cfg.ttl = Some(Duration::from_millis(1 << 62));
+    let mut t = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    store_all(&mut t, &mem, &[key(20, 1)], 1);
+    let req = Arc::new(RequestInfo::default());
+    assert_eq!(t.lookup(&key(20, 1), &req), TierLookup::Hit);
+}
+
+#[test]
+fn events_stay_within_the_capacity_and_unannounced_keys_are_never_removed() {
+    let server = server_or_skip!(RedisServer::start());
+    let mem = SlotMemory::anonymous(16, SLOT_BYTES).unwrap();
+    let mut t = RedisTier::new("redis", config(server.addr(), "events"), mem.clone()).unwrap();
+    t.set_event_capacity(4);
+    let keys: Vec<Key> = (0..10).map(|i| key(21, i)).collect();
+    store_all(&mut t, &mem, &keys, 1);
+    assert_eq!(stat(&t, "events_queued"), 4.0);
+    assert_eq!(stat(&t, "events_dropped"), 6.0);
+    let mut ev = Vec::new();
+    t.take_events(2, &mut ev);
+    assert_eq!(ev.len(), 2, "a take gives at most what it is asked for");
+    t.take_events(usize::MAX, &mut ev);
+    assert_eq!(ev.len(), 4);
+    assert!(ev.iter().all(|e| e.kind == EventKind::Stored));
+    let announced = ev[0].key.unwrap();
+    let silent = keys[9];
+    assert!(!ev.iter().any(|e| e.key == Some(silent)));
+    // Both leave Redis; loads find them gone.  Only the announced one is
+    // announced as removed.
+    let name = |k: &Key| String::from_utf8(redis_key_name("events", k)).unwrap();
+    assert_eq!(
+        server.cli_text(&["DEL", &name(&announced), &name(&silent)]),
+        "2"
+    );
+    t.submit_load(job(
+        2,
+        Direction::Load,
+        vec![announced, silent],
+        vec![10, 11],
+    ));
+    assert!(!wait_results(&mut t, 1, Duration::from_secs(10))[0].success);
+    ev.clear();
+    t.take_events(usize::MAX, &mut ev);
+    assert_eq!(
+        ev,
+        vec![kvtier::events::Event {
+            kind: EventKind::Removed,
+            key: Some(announced)
+        }]
+    );
+}
+
+#[test]
+fn a_refused_password_is_described_for_the_error_log() {
+    let server = server_or_skip!(RedisServer::start_with(&[
+        "--user", "default", "off", "--user", "kv", "on", ">s3cret", "~*", "&*", "+@all",
+    ]));
+    let mem = SlotMemory::anonymous(8, SLOT_BYTES).unwrap();
+    let mut cfg = config(server.addr(), "auth-log");
+    cfg.username = Some("kv".into());
+    cfg.password = Some("wrong".into());
+    cfg.breaker_failures = 100;
+    let mut t = RedisTier::new("cache", cfg, mem.clone()).unwrap();
+    for i in 0..5 {
+        t.submit_store(job(i, Direction::Store, vec![key(22, i as u32)], vec![0]));
+        assert!(!wait_results(&mut t, 1, Duration::from_secs(10))[0].success);
+    }
+    let mut errors = Vec::new();
+    t.take_errors(&mut errors);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("redis tier \"cache\": connecting to") && e.contains("AUTH")),
+        "{errors:?}"
+    );
+    assert!(errors.iter().any(|e| e.contains("store job")), "{errors:?}");
+    // Five failures of each kind within a second: one description each.
+    assert_eq!(errors.len(), 2, "{errors:?}");
 }

@@ -58,6 +58,10 @@ pub struct kvtier_fs_options {
     /// Temporary files older than this (ms) are removed at open even when
     /// their writer cannot be shown dead (default 15 minutes).
     pub stale_temp_age_ms: u64,
+    /// Whether the tier's events ("stored", "removed") reach
+    /// `kvtier_manager_take_events` (default true); its queue holds at most
+    /// the manager's `event_capacity` events.
+    pub events: bool,
 }
 
 /// Returns the default file-system tier options (directory NULL: set it).
@@ -79,6 +83,7 @@ pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
         shared: d.shared,
         locality: KVTIER_LOCALITY_LOCAL,
         stale_temp_age_ms: d.stale_temp_age.as_millis() as u64,
+        events: true,
     }
 }
 
@@ -144,7 +149,11 @@ pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
         // than the primary tier is refused either way.
         m.check_slots(&r.slots())?;
         let tier = FsTier::open(r.slots(), opts)?;
-        *out = m.add_tier_with(Box::new(tier), TierOptions::default())?;
+        let tier_options = TierOptions {
+            events: c.events,
+            ..TierOptions::default()
+        };
+        *out = m.add_tier_with(Box::new(tier), tier_options)?;
         Ok(())
     })
 }

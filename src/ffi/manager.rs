@@ -80,7 +80,9 @@ pub struct kvtier_manager_options {
     /// Bound of the recent-offers table (used when `store_threshold` >= 2),
     /// at most 4294967294.
     pub admission_table_size: usize,
-    /// Bound of the primary tier's event buffer; 0 turns its events off.
+    /// Bound of each tier's event queue: the primary tier's and every
+    /// secondary tier's (overflow dropped and counted in each tier's
+    /// `events_dropped`); 0 turns every tier's events off.
     pub event_capacity: usize,
     /// `KVTIER_PROMOTION_ANSWER_RETRY` (default) or `_HIT_PENDING`.
     pub promotion_answer: i32,
@@ -130,10 +132,17 @@ pub struct kvtier_tier_options {
     pub max_consecutive_failures: u32,
     /// `KVTIER_PRESSURE_DROP` or `KVTIER_PRESSURE_THROTTLE`.
     pub policy: i32,
+    /// Whether the tier's events reach `kvtier_manager_take_events`
+    /// (default true).  Every tier queues at most the manager's
+    /// `event_capacity` events (0 turns every tier's events off); false
+    /// turns this tier's events off: whatever its `take_events` gives is
+    /// discarded.
+    pub events: bool,
 }
 
 /// Returns the default tier options: back-pressure off; when turned on,
-/// alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop.
+/// alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop;
+/// events on.
 /// Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kvtier_tier_options_default() -> kvtier_tier_options {
@@ -146,6 +155,7 @@ pub extern "C" fn kvtier_tier_options_default() -> kvtier_tier_options {
         warmup: b.warmup,
         max_consecutive_failures: b.max_consecutive_failures,
         policy: KVTIER_PRESSURE_DROP,
+        events: true,
     }
 }
 
@@ -400,7 +410,13 @@ pub unsafe extern "C" fn kvtier_manager_add_tier(
         };
         let armed = Arc::new(AtomicBool::new(false));
         let tier = unsafe { CTier::new(vt, armed.clone()) }?;
-        let index = m.add_tier_with(Box::new(tier), TierOptions { backpressure })?;
+        let index = m.add_tier_with(
+            Box::new(tier),
+            TierOptions {
+                backpressure,
+                events: o.events,
+            },
+        )?;
         armed.store(true, Ordering::Release);
         *index_out = index;
         Ok(())

@@ -33,13 +33,14 @@ pub struct kvtier_redis_options {
     pub username: *const c_char,
     /// Password for AUTH; NULL: none.
     pub password: *const c_char,
-    /// Database number (standalone only; default 0).
+    /// Database number (standalone only; default 0): 0 to `INT32_MAX`.
     pub db: i64,
     /// TLS to the server (needs a build with the `redis-tls` feature).
     pub tls: bool,
     /// PEM file of the CA(s) to trust for TLS; NULL: the system's.
     pub tls_ca_file: *const c_char,
-    /// Expiry of stored blocks in milliseconds; 0: none.
+    /// Expiry of stored blocks in milliseconds; 0: none; at most 2^62
+    /// (longer cannot work: Redis refuses such an expiry).
     pub ttl_ms: u64,
     /// Bound on opening a connection, in milliseconds (default 1000).
     pub connect_timeout_ms: u32,
@@ -60,6 +61,10 @@ pub struct kvtier_redis_options {
     /// Most keys the tier remembers as present (default 262144, about
     /// 200 bytes each); older ones are checked with the server again.
     pub max_known_keys: usize,
+    /// Whether the tier's events ("stored", "removed") reach
+    /// `kvtier_manager_take_events` (default true); its queue holds at most
+    /// the manager's `event_capacity` events.
+    pub events: bool,
 }
 
 /// Returns the default redis tier options: standalone `127.0.0.1:6379`,
@@ -88,6 +93,7 @@ pub extern "C" fn kvtier_redis_options_default() -> kvtier_redis_options {
         breaker_cooldown_ms: 1000,
         miss_cache_ms: 500,
         max_known_keys: 1 << 18,
+        events: true,
     }
 }
 
@@ -151,7 +157,11 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
             ca,
             region.slots(),
         )?;
-        *index_out = m.add_tier_with(tier, Default::default())?;
+        let tier_options = crate::tiering::TierOptions {
+            events: o.events,
+            ..Default::default()
+        };
+        *index_out = m.add_tier_with(tier, tier_options)?;
         Ok(())
     })
 }

@@ -211,7 +211,10 @@ pub struct kvtier_tier_vtable {
     pub submit_load:
         Option<unsafe extern "C" fn(user_data: *mut c_void, job: *const kvtier_job) -> i32>,
     /// Writes up to `capacity` finished jobs to `out` and their number to
-    /// `*written`; called again while it fills the buffer.
+    /// `*written`; called again while it fills the buffer, until 1024
+    /// results (`kvtier::tiering::MAX_FINISHED_PER_POLL`) are taken in one
+    /// poll: the rest wait for the next poll (counted in the tier's
+    /// `poll_limit_reached` stat).
     pub poll_finished: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,
@@ -262,7 +265,12 @@ pub struct kvtier_tier_vtable {
     /// Releases `user_data`; runs exactly once, after the last callback.
     pub destroy: Option<unsafe extern "C" fn(user_data: *mut c_void)>,
     /// Writes up to `capacity` of the tier's own events to `out` (their
-    /// `tier` field is ignored) and their number to `*written`.
+    /// `tier` field is ignored) and their number to `*written`; called
+    /// again while it fills the buffer, until the manager's
+    /// `event_capacity` (at most 4096) events are taken: the rest stay with
+    /// the tier for the next take.  An event whose `key_len` is 0 or more
+    /// than 64 is refused, not cut short (counted in the tier's
+    /// `events_rejected` stat and logged).
     pub take_events: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,
@@ -324,8 +332,11 @@ pub(crate) struct CTier {
     keys: Vec<kvtier_key>,
     results: Vec<kvtier_job_result>,
     failed_submits: Vec<JobResult>,
+    events: Vec<kvtier_event>,
     errors: Vec<String>,
     callback_errors: u64,
+    /// Events refused because their key was empty or longer than 64 bytes.
+    events_rejected: u64,
 }
 
 // SAFETY: the vtable contract lets any thread call the callbacks as long as
@@ -335,22 +346,29 @@ unsafe impl Send for CTier {}
 
 const RESULT_BATCH: usize = 64;
 
-/// Lets the tier callback `f` write up to [`RESULT_BATCH`] entries into
-/// `buf` (cleared first; its capacity is kept, so nothing is allocated once
-/// it holds a batch).  Returns the status `f` returned and the count it
-/// wrote to `*written`; `buf` holds that many entries only when the status
-/// is OK and the count fits, and stays empty otherwise.
+/// Most errors a C tier keeps between two `take_errors` calls (the
+/// `callback_errors` counter keeps the total).
+const MAX_PENDING_ERRORS: usize = 64;
+
+/// Lets the tier callback `f` write up to `capacity` (at most
+/// [`RESULT_BATCH`]) entries into `buf` (cleared first; its capacity is
+/// kept, so nothing is allocated once it holds a batch).  Returns the
+/// status `f` returned and the count it wrote to `*written`; `buf` holds
+/// that many entries only when the status is OK and the count fits, and
+/// stays empty otherwise.
 fn fill_batch<T>(
     buf: &mut Vec<T>,
+    capacity: usize,
     user_data: *mut c_void,
     f: unsafe extern "C" fn(*mut c_void, *mut T, usize, *mut usize) -> i32,
 ) -> (i32, usize) {
+    let capacity = capacity.min(RESULT_BATCH);
     buf.clear();
     buf.reserve(RESULT_BATCH);
     let mut written = 0usize;
-    // SAFETY: the buffer has RESULT_BATCH writable entries.
-    let rc = unsafe { f(user_data, buf.as_mut_ptr(), RESULT_BATCH, &mut written) };
-    if rc == kvtier_status::Ok as i32 && written <= RESULT_BATCH {
+    // SAFETY: the buffer has at least `capacity` writable entries.
+    let rc = unsafe { f(user_data, buf.as_mut_ptr(), capacity, &mut written) };
+    if rc == kvtier_status::Ok as i32 && written <= capacity {
         // SAFETY: the callback initialized `written` entries.
         unsafe { buf.set_len(written) };
     }
@@ -477,8 +495,10 @@ impl CTier {
             keys: Vec::new(),
             results: Vec::with_capacity(RESULT_BATCH),
             failed_submits: Vec::new(),
+            events: Vec::new(),
             errors: Vec::new(),
             callback_errors: 0,
+            events_rejected: 0,
         })
     }
 
@@ -487,16 +507,14 @@ impl CTier {
         match kvtier_status::from_i32(rc) {
             Some(kvtier_status::Ok) => true,
             Some(s) => {
-                self.callback_errors += 1;
-                self.errors.push(format!(
+                self.note(format!(
                     "callback {what} returned {}",
                     s.as_cstr().to_string_lossy()
                 ));
                 false
             }
             None => {
-                self.callback_errors += 1;
-                self.errors.push(format!(
+                self.note(format!(
                     "callback {what} returned {rc}, which is not a kvtier_status"
                 ));
                 false
@@ -504,9 +522,13 @@ impl CTier {
         }
     }
 
+    /// Counts a callback failure and keeps its description (a bounded
+    /// number between two `take_errors`).
     fn note(&mut self, message: String) {
         self.callback_errors += 1;
-        self.errors.push(message);
+        if self.errors.len() < MAX_PENDING_ERRORS {
+            self.errors.push(message);
+        }
     }
 
     /// Calls the optional callback `f` named `what` (drain, shutdown): an
@@ -642,22 +664,30 @@ impl SecondaryTier for CTier {
         self.submit(job)
     }
 
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
-        out.append(&mut self.failed_submits);
+    /// Takes at most `max` results: the callback is called again while it
+    /// fills its buffer, until `max` are taken; the rest wait for the next
+    /// poll.
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
+        let mut left = max;
+        let n = left.min(self.failed_submits.len());
+        out.extend(self.failed_submits.drain(..n));
+        left -= n;
         let Some(f) = self.vt.poll_finished else {
             return;
         };
-        loop {
-            let (rc, written) = fill_batch(&mut self.results, self.vt.user_data, f);
+        while left > 0 {
+            let capacity = left.min(RESULT_BATCH);
+            let (rc, written) = fill_batch(&mut self.results, capacity, self.vt.user_data, f);
             if !self.ok("poll_finished", rc) {
                 return;
             }
-            if written > RESULT_BATCH {
+            if written > capacity {
                 self.note(format!(
-                    "poll_finished wrote {written} results into a buffer of {RESULT_BATCH}"
+                    "poll_finished wrote {written} results into a buffer of {capacity}"
                 ));
                 return;
             }
+            left -= written;
             for i in 0..written {
                 let r = self.results[i];
                 // SAFETY: the tier keeps its key lists valid until its next
@@ -673,7 +703,7 @@ impl SecondaryTier for CTier {
                     }
                 }
             }
-            if written < RESULT_BATCH {
+            if written < capacity {
                 return;
             }
         }
@@ -747,12 +777,15 @@ impl SecondaryTier for CTier {
     }
 
     fn stats(&self) -> Vec<Stat> {
-        let mut out = vec![Stat::counter("callback_errors", self.callback_errors)];
+        let mut out = vec![
+            Stat::counter("callback_errors", self.callback_errors),
+            Stat::counter("events_rejected", self.events_rejected),
+        ];
         let Some(f) = self.vt.stats else {
             return out;
         };
         let mut buf: Vec<kvtier_tier_stat> = Vec::with_capacity(RESULT_BATCH);
-        let (rc, written) = fill_batch(&mut buf, self.vt.user_data, f);
+        let (rc, written) = fill_batch(&mut buf, RESULT_BATCH, self.vt.user_data, f);
         if rc != kvtier_status::Ok as i32 || written > RESULT_BATCH {
             return out;
         }
@@ -771,16 +804,29 @@ impl SecondaryTier for CTier {
         out
     }
 
-    fn take_events(&mut self, out: &mut Vec<Event>) {
+    /// Takes at most `max` events: the callback is called again while it
+    /// fills its buffer, until `max` are taken; the rest stay with the tier.
+    /// An event whose key is empty or longer than 64 bytes is refused (not
+    /// cut short), counted in `events_rejected` and noted as a callback error.
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
         let Some(f) = self.vt.take_events else {
             return;
         };
-        let mut buf: Vec<kvtier_event> = Vec::with_capacity(RESULT_BATCH);
-        loop {
-            let (rc, written) = fill_batch(&mut buf, self.vt.user_data, f);
-            if !self.ok("take_events", rc) || written > RESULT_BATCH {
-                return;
+        let mut buf = std::mem::take(&mut self.events);
+        let mut left = max;
+        while left > 0 {
+            let capacity = left.min(RESULT_BATCH);
+            let (rc, written) = fill_batch(&mut buf, capacity, self.vt.user_data, f);
+            if !self.ok("take_events", rc) {
+                break;
             }
+            if written > capacity {
+                self.note(format!(
+                    "take_events wrote {written} events into a buffer of {capacity}"
+                ));
+                break;
+            }
+            left -= written;
             for e in &buf {
                 let kind = match e.kind {
                     KVTIER_EVENT_STORED => EventKind::Stored,
@@ -794,20 +840,25 @@ impl SecondaryTier for CTier {
                 let key = if kind == EventKind::Cleared {
                     None
                 } else {
-                    match Key::new(&e.key[..e.key_len.min(64)]) {
-                        Ok(k) => Some(k),
-                        Err(_) => {
-                            self.note(format!("take_events gave a key of {} bytes", e.key_len));
-                            continue;
-                        }
+                    let key = e.key.get(..e.key_len).and_then(|b| Key::new(b).ok());
+                    if key.is_none() {
+                        self.events_rejected += 1;
+                        self.note(format!(
+                            "take_events gave a key of {} bytes (keys are 1 to 64 bytes); the event was dropped",
+                            e.key_len
+                        ));
+                        continue;
                     }
+                    key
                 };
                 out.push(Event { kind, key });
             }
-            if written < RESULT_BATCH {
-                return;
+            if written < capacity {
+                break;
             }
         }
+        buf.clear();
+        self.events = buf;
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {

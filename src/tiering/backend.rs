@@ -77,8 +77,11 @@ pub trait PrimaryBackend: Send {
     fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
     /// Forgets every key and frees every slot; emits one Cleared event.
     fn reset(&mut self);
-    /// Appends the tier's events since the last call, oldest first.
-    fn take_events(&mut self, out: &mut Vec<Event>);
+    /// Moves up to `max` queued events, oldest first, into `out`.
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>);
+    /// Bound of the tier's event queue (0: events off).  The manager bounds
+    /// its own queue of events, and every secondary tier's, by it too.
+    fn event_capacity(&self) -> usize;
     /// The tier's statistics, as named values.
     fn stat_list(&self) -> Vec<Stat>;
 }
@@ -147,8 +150,11 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn reset(&mut self) {
         crate::primary::PrimaryTier::reset(self)
     }
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        crate::primary::PrimaryTier::take_events(self, out)
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        crate::primary::PrimaryTier::take_events_up_to(self, max, out);
+    }
+    fn event_capacity(&self) -> usize {
+        self.config().event_capacity
     }
     fn stat_list(&self) -> Vec<Stat> {
         crate::primary::PrimaryTier::stat_list(self)
@@ -238,8 +244,11 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn reset(&mut self) {
         self.0.lock().reset()
     }
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        self.0.lock().take_events(out)
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        self.0.lock().take_events(max, out)
+    }
+    fn event_capacity(&self) -> usize {
+        self.0.lock().event_capacity()
     }
     fn stat_list(&self) -> Vec<Stat> {
         self.0.lock().stat_list()

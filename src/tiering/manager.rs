@@ -12,6 +12,16 @@
 //!
 //! Tier numbering, used by events, stats and `complete_job`: 0 is the
 //! primary tier, 1.. are the secondary tiers in the order they were added.
+//!
+//! Bounds: one poll takes at most [`MAX_FINISHED_PER_POLL`] finished jobs
+//! from each tier and one gathering of events at most
+//! [`MAX_EVENTS_PER_TAKE`] events; the rest wait in the tier for the next
+//! one (counted per tier: `poll_limit_reached`, `event_limit_reached`), so
+//! a tier that always has more cannot keep the manager's lock.  Events wait
+//! in one queue holding at most the primary tier's event capacity per tier;
+//! each secondary tier bounds its own queue by the same capacity
+//! ([`SecondaryTier::set_event_capacity`]), or queues none when its events
+//! are off ([`TierOptions::events`]).
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -27,7 +37,8 @@ use super::backpressure::{BackpressureConfig, Detector, PressurePolicy};
 use super::listen::{EventListener, Listener};
 use super::notify::Notifier;
 use super::tier::{
-    Direction, Job, JobId, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup,
+    Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE, MAX_FINISHED_PER_POLL,
+    OffloadPolicy, SecondaryTier, TierLookup,
 };
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -87,10 +98,25 @@ impl Default for ManagerOptions {
 }
 
 /// Per-tier options given at registration.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct TierOptions {
     /// Back-pressure detector and policy for cascades to this tier (none: never dropped).
     pub backpressure: Option<BackpressureConfig>,
+    /// Whether the tier's events reach [`Manager::take_events`] (default
+    /// true).  The tier queues at most the primary tier's event capacity
+    /// (so a capacity of 0 turns every tier's events off); false turns this
+    /// tier's events off whatever the capacity: the tier queues none, and
+    /// any a tier reports anyway are discarded.
+    pub events: bool,
+}
+
+impl Default for TierOptions {
+    fn default() -> Self {
+        TierOptions {
+            backpressure: None,
+            events: true,
+        }
+    }
 }
 
 /// What the caller attaches to a request at `on_new_request`.
@@ -206,6 +232,10 @@ struct TierCounters {
     load_time: Duration,
     store_time: Duration,
     tier_bugs: u64,
+    /// Polls that took [`MAX_FINISHED_PER_POLL`] jobs and left the rest.
+    poll_limit_reached: u64,
+    /// Event takes that took [`MAX_EVENTS_PER_TAKE`] events and left the rest.
+    event_limit_reached: u64,
 }
 
 struct TierEntry {
@@ -215,6 +245,8 @@ struct TierEntry {
     locality: Option<Locality>,
     detector: Option<Detector>,
     stores_in_flight: usize,
+    /// Whether the tier's events are queued (on, and the capacity is not 0).
+    events_on: bool,
     c: TierCounters,
 }
 
@@ -292,7 +324,10 @@ struct State {
     last_name: String,
     last_id: Option<RequestId>,
     errors: VecDeque<String>,
+    /// Events gathered from the tiers, not yet taken: at most the event
+    /// capacity per tier (`pending_per_tier`, indexed by tier number).
     pending_events: VecDeque<TierEvent>,
+    pending_per_tier: Vec<usize>,
     listener: Option<Listener>,
     // scratch, reused across calls
     results: Vec<JobResult>,
@@ -355,6 +390,7 @@ impl Manager {
                 last_id: None,
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),
+                pending_per_tier: vec![0],
                 listener: None,
                 results: Vec::new(),
                 queue_buf: Vec::new(),
@@ -431,6 +467,12 @@ impl Manager {
         }
         let mut tier = tier;
         tier.set_notifier(self.notifier.clone());
+        let events_on = opts.events && s.primary.event_capacity() > 0;
+        tier.set_event_capacity(if events_on {
+            s.primary.event_capacity()
+        } else {
+            0
+        });
         let name: Arc<str> = Arc::from(tier.name());
         let entry = TierEntry {
             medium: tier.medium(),
@@ -439,11 +481,13 @@ impl Manager {
             name,
             detector: opts.backpressure.map(Detector::new),
             stores_in_flight: 0,
+            events_on,
             c: TierCounters::default(),
         };
         let through_queue = entry.tier.reports_through_complete_job();
         self.queue_tier_names.lock().push(entry.name.clone());
         s.tiers.push(entry);
+        s.pending_per_tier.push(0);
         let n = s.tiers.len();
         if through_queue {
             self.completes_through_queue
@@ -630,7 +674,7 @@ impl Manager {
         let mut s = self.enter("prepare_store")?;
         let s = &mut *s;
         let rid = s.active(request)?;
-        s.poll_now(&self.queue);
+        let _ = s.poll_now(&self.queue);
         s.gate_spent = true;
         let outcome = s.primary.prepare_store(rid, keys, plan)?;
         if outcome == StoreOutcome::Refused {
@@ -785,12 +829,15 @@ impl Manager {
             || s.tiers.iter().any(|t| t.tier.has_pending_work()))
     }
 
-    /// Appends every event since the last call: the primary tier's, then
-    /// each secondary tier's own.
+    /// Appends the queued events: the primary tier's, then each secondary
+    /// tier's own.  One call takes at most the event capacity from each
+    /// tier (and at most [`MAX_EVENTS_PER_TAKE`] from a secondary tier);
+    /// what a tier still holds comes with the next call.
     pub fn take_events(&self, out: &mut Vec<TierEvent>) -> Result<()> {
         let mut s = self.enter("take_events")?;
         s.gather_events();
         out.extend(s.pending_events.drain(..));
+        s.pending_per_tier.fill(0);
         Ok(())
     }
 
@@ -803,10 +850,16 @@ impl Manager {
         mut sink: impl FnMut(usize, &TierEvent),
     ) -> Result<(usize, bool)> {
         let mut s = self.enter("take_events")?;
+        let s = &mut *s;
         s.gather_events();
         let n = max.min(s.pending_events.len());
         for (i, e) in s.pending_events.drain(..n).enumerate() {
+            s.pending_per_tier[e.tier] -= 1;
             sink(i, &e);
+        }
+        if s.pending_events.is_empty() {
+            // Whether the tiers still hold some.
+            s.gather_events();
         }
         Ok((n, !s.pending_events.is_empty()))
     }
@@ -829,7 +882,12 @@ impl Manager {
                 });
             }
         }
-        s.poll_now(&self.queue);
+        // Every drained job is reported now; a tier holding more than one
+        // poll takes gets further polls, as many as its jobs need.
+        let mut rounds = s.jobs.len() / MAX_FINISHED_PER_POLL + 1;
+        while s.poll_now(&self.queue) && rounds > 0 {
+            rounds -= 1;
+        }
         if !s.jobs.is_empty() {
             let mut orphans: Vec<(usize, u64)> = s
                 .jobs
@@ -966,6 +1024,7 @@ impl Manager {
             ("jobs_in_flight", s.jobs.len() as f64),
             ("active_requests", s.reqs.len() as f64),
             ("promotions_held", if s.held { 1.0 } else { 0.0 }),
+            ("events_queued", s.pending_events.len() as f64),
         ] {
             push(&mut out, None, &m, Stat::gauge(n, v));
         }
@@ -991,6 +1050,8 @@ impl Manager {
                 ("bytes_loaded", c.bytes_loaded),
                 ("bytes_stored", c.bytes_stored),
                 ("tier_bugs", c.tier_bugs),
+                ("poll_limit_reached", c.poll_limit_reached),
+                ("event_limit_reached", c.event_limit_reached),
             ] {
                 push(&mut out, Some(i + 1), &t.name, Stat::counter(n, v));
             }
@@ -1046,6 +1107,7 @@ impl Manager {
         if s.listener.is_some() && !also_queue {
             // Earlier undrained events go to the listener, not to a queue nobody drains.
             let pending: Vec<TierEvent> = s.pending_events.drain(..).collect();
+            s.pending_per_tier.fill(0);
             let s = &mut *s;
             let tiers = &s.tiers;
             if let Some(l) = &mut s.listener {
@@ -1153,11 +1215,13 @@ impl State {
     fn poll_gated(&mut self, queue: &CompletionQueue) {
         if !self.gate_spent {
             self.gate_spent = true;
-            self.poll_now(queue);
+            let _ = self.poll_now(queue);
         }
     }
 
-    fn poll_now(&mut self, queue: &CompletionQueue) {
+    /// Collects finished jobs: the completion queue, then at most
+    /// [`MAX_FINISHED_PER_POLL`] from each tier.  True if a tier may hold more.
+    fn poll_now(&mut self, queue: &CompletionQueue) -> bool {
         if queue.nonempty.load(Ordering::Acquire) {
             let mut buf = std::mem::take(&mut self.queue_buf);
             {
@@ -1171,17 +1235,28 @@ impl State {
             self.queue_buf = buf;
         }
         if self.tiers.is_empty() {
-            return;
+            return false;
         }
+        let mut more = false;
         let mut results = std::mem::take(&mut self.results);
         for t in 0..self.tiers.len() {
             results.clear();
-            self.tiers[t].tier.poll_finished(&mut results);
+            self.tiers[t]
+                .tier
+                .poll_finished(MAX_FINISHED_PER_POLL, &mut results);
+            if results.len() >= MAX_FINISHED_PER_POLL {
+                // The rest waits for the next poll.
+                self.tiers[t].c.poll_limit_reached += 1;
+                more = true;
+            }
             for r in results.drain(..) {
                 self.finish_job(t, r);
             }
         }
         self.results = results;
+        // Tier failures reach the log (and the log callback) as they happen.
+        self.gather_errors();
+        more
     }
 
     fn tier_bug(&mut self, tier: &str, message: String) {
@@ -1240,25 +1315,56 @@ impl State {
                 }
             });
             if !listener.also_queue {
-                self.pending_events.truncate(start);
+                for e in self.pending_events.drain(start..) {
+                    self.pending_per_tier[e.tier] -= 1;
+                }
             }
         }
     }
 
+    /// Moves events from the tiers into `pending_events`: from each tier
+    /// at most what its share of the queue has room for (the event
+    /// capacity per tier) and, from a secondary tier, at most
+    /// [`MAX_EVENTS_PER_TAKE`]; the rest stays in the tier.
     fn collect_events(&mut self) {
+        let cap = self.primary.event_capacity();
         let mut events = std::mem::take(&mut self.events);
         events.clear();
-        self.primary.take_events(&mut events);
-        self.pending_events
-            .extend(events.drain(..).map(|event| TierEvent { tier: 0, event }));
+        let room = cap.saturating_sub(self.pending_per_tier[0]);
+        if room > 0 {
+            self.primary.take_events(room, &mut events);
+            self.pending_per_tier[0] += events.len();
+            self.pending_events
+                .extend(events.drain(..).map(|event| TierEvent { tier: 0, event }));
+        }
         for t in 0..self.tiers.len() {
-            self.tiers[t].tier.take_events(&mut events);
+            events.clear();
+            let entry = &mut self.tiers[t];
+            if !entry.events_on {
+                // A tier with its events off queues none; whatever one
+                // reports anyway (a C tier keeps its own queue) is discarded.
+                entry.tier.take_events(MAX_EVENTS_PER_TAKE, &mut events);
+                continue;
+            }
+            let room = cap
+                .saturating_sub(self.pending_per_tier[t + 1])
+                .min(MAX_EVENTS_PER_TAKE);
+            if room == 0 {
+                continue;
+            }
+            entry.tier.take_events(room, &mut events);
+            if events.len() >= MAX_EVENTS_PER_TAKE {
+                entry.c.event_limit_reached += 1;
+            }
+            events.truncate(room);
+            self.pending_per_tier[t + 1] += events.len();
             self.pending_events.extend(
                 events
                     .drain(..)
                     .map(|event| TierEvent { tier: t + 1, event }),
             );
         }
+        events.clear();
         self.events = events;
     }
 

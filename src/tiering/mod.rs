@@ -17,5 +17,6 @@ pub use manager::{
 };
 pub use notify::Notifier;
 pub use tier::{
-    Direction, Job, JobId, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup,
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE,
+    MAX_FINISHED_PER_POLL, OffloadPolicy, SecondaryTier, TierLookup,
 };

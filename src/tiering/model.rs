@@ -331,8 +331,13 @@ impl PrimaryBackend for ModelPrimary {
             key: None,
         });
     }
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.events);
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        let n = max.min(self.events.len());
+        out.extend(self.events.drain(..n));
+    }
+    /// The model's queue is unbounded.
+    fn event_capacity(&self) -> usize {
+        usize::MAX
     }
     fn stat_list(&self) -> Vec<Stat> {
         vec![Stat::gauge("resident", self.entries.len() as f64)]

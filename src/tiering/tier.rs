@@ -47,6 +47,21 @@ pub struct Job {
 /// Shared handle to a job: the manager keeps one, the tier may keep others.
 pub type JobRef = Arc<Job>;
 
+/// Most finished jobs the manager takes from one tier in one poll
+/// ([`SecondaryTier::poll_finished`]'s `max`); the rest wait for the next
+/// poll, so a tier that always has more to report cannot hold the manager.
+pub const MAX_FINISHED_PER_POLL: usize = 1024;
+
+/// Most events the manager takes from one tier in one call
+/// ([`SecondaryTier::take_events`]'s `max` is at most this); the rest wait
+/// in the tier for the next call.
+pub const MAX_EVENTS_PER_TAKE: usize = 4096;
+
+/// Event capacity of a tier that was never given one with
+/// [`SecondaryTier::set_event_capacity`] (a tier used on its own, outside a
+/// manager).
+pub const DEFAULT_TIER_EVENT_CAPACITY: usize = 65_536;
+
 /// A finished job as a tier reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobResult {
@@ -132,9 +147,11 @@ pub trait SecondaryTier: Send {
     /// Starts copying from the tier into the job's (write pending) slots.
     fn submit_load(&mut self, job: JobRef);
 
-    /// Appends every job that finished since the last call to `out`; every
-    /// submitted job is reported exactly once.
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>);
+    /// Appends jobs that finished since the last call to `out`, at most
+    /// `max` of them (the manager passes [`MAX_FINISHED_PER_POLL`]); the
+    /// others wait for a later call.  Every submitted job is reported
+    /// exactly once.
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>);
 
     /// Marks keys recently used.
     fn touch(&mut self, _keys: &[Key], _request: &Request) {}
@@ -163,8 +180,18 @@ pub trait SecondaryTier: Send {
         Vec::new()
     }
 
-    /// Appends the tier's own events since the last call to `out`.
-    fn take_events(&mut self, _out: &mut Vec<Event>) {}
+    /// Moves the tier's own queued events, oldest first, into `out`, at
+    /// most `max` of them; the others stay queued for a later call.
+    fn take_events(&mut self, _max: usize, _out: &mut Vec<Event>) {}
+
+    /// Bounds the tier's queue of events to `capacity` (0: the tier queues
+    /// none).  The manager calls it once, when the tier is added, with its
+    /// primary tier's event capacity (or 0 when the tier's events are
+    /// turned off).  A tier whose queue is full drops new events and
+    /// counts them in its `events_dropped` stat; a key whose "stored" event
+    /// was dropped is never announced as removed.  Tiers that queue no
+    /// events can ignore it.
+    fn set_event_capacity(&mut self, _capacity: usize) {}
 
     /// Appends descriptions of the tier's own failures since the last call
     /// (failed callbacks, bad answers), for the manager's error log.

@@ -160,11 +160,12 @@ impl SecondaryTier for TestTier {
             s.finish(job.id, ok);
         }
     }
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
         let mut s = self.s.lock();
         s.polls += 1;
         s.log.push("poll".into());
-        out.append(&mut s.ready);
+        let n = max.min(s.ready.len());
+        out.extend(s.ready.drain(..n));
     }
     fn touch(&mut self, _keys: &[Key], _request: &Request) {
         self.s.lock().touches += 1;
@@ -207,8 +208,10 @@ impl SecondaryTier for TestTier {
             self.s.lock().stored.len() as f64,
         )]
     }
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.s.lock().events);
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        let mut s = self.s.lock();
+        let n = max.min(s.events.len());
+        out.extend(s.events.drain(..n));
     }
     fn shutdown(&mut self) -> kvtier::Result<()> {
         let mut s = self.s.lock();
@@ -391,7 +394,7 @@ mod c_bridge {
         if br.results.is_empty() {
             br.keys.clear();
             br.owned.clear();
-            br.tier.poll_finished(&mut br.results);
+            br.tier.poll_finished(usize::MAX, &mut br.results);
         }
         let n = br.results.len().min(cap);
         for (i, r) in br.results.drain(..n).enumerate() {
@@ -490,7 +493,7 @@ mod c_bridge {
         written: *mut usize,
     ) -> i32 {
         let mut evs = Vec::new();
-        unsafe { b(ud) }.tier.take_events(&mut evs);
+        unsafe { b(ud) }.tier.take_events(cap, &mut evs);
         assert!(evs.len() <= cap);
         for (i, e) in evs.iter().enumerate() {
             let mut c = kvtier_event {

@@ -185,8 +185,14 @@ impl Layout {
 
     /// The fan-out directory name of `key` (`aa`, two hex digits).
     pub fn fanout(key: &Key) -> [u8; 2] {
-        let a = (xxh3_64(key.as_bytes()) & 0xff) as u8;
+        let a = Self::fanout_index(key);
         [HEX[(a >> 4) as usize], HEX[(a & 15) as usize]]
+    }
+
+    /// The number (0..=255) of `key`'s fan-out directory: the two hex
+    /// digits of its name.
+    pub fn fanout_index(key: &Key) -> u8 {
+        (xxh3_64(key.as_bytes()) & 0xff) as u8
     }
 
     fn push_dir(&self, key: &Key, out: &mut Vec<u8>) {

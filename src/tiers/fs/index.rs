@@ -6,6 +6,7 @@
 
 use hashbrown::HashMap;
 
+use super::format::Layout;
 use crate::key::Key;
 
 /// State of one key in the index.
@@ -29,6 +30,10 @@ struct Node {
     readers: u32,
     prev: u32,
     next: u32,
+    /// Number of the key's fan-out directory.
+    fanout: u8,
+    /// Whether a "stored" event announced the key.
+    announced: bool,
 }
 
 /// Keys, states, byte accounting and LRU order.
@@ -45,6 +50,8 @@ pub struct Index {
     /// or removing but not yet accounted as freed).
     used: u64,
     ready: usize,
+    /// Ready keys per fan-out directory.
+    ready_in_fanout: [u32; 256],
     file_bytes: u64,
 }
 
@@ -59,6 +66,7 @@ impl Index {
             tail: NIL,
             used: 0,
             ready: 0,
+            ready_in_fanout: [0; 256],
             file_bytes,
         }
     }
@@ -84,6 +92,18 @@ impl Index {
             let n = &self.nodes[i as usize];
             (n.state, n.readers)
         })
+    }
+
+    /// Counts node `i` in or out of the Ready keys.
+    fn count_ready(&mut self, i: u32, ready: bool) {
+        let f = self.nodes[i as usize].fanout as usize;
+        if ready {
+            self.ready += 1;
+            self.ready_in_fanout[f] += 1;
+        } else {
+            self.ready -= 1;
+            self.ready_in_fanout[f] -= 1;
+        }
     }
 
     fn unlink(&mut self, i: u32) {
@@ -131,6 +151,8 @@ impl Index {
             readers: 0,
             prev: NIL,
             next: NIL,
+            fanout: Layout::fanout_index(&key),
+            announced: false,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -145,7 +167,7 @@ impl Index {
         self.map.insert(key, i);
         self.used += self.file_bytes;
         if state == State::Ready {
-            self.ready += 1;
+            self.count_ready(i, true);
             self.push_head(i);
         }
     }
@@ -159,7 +181,7 @@ impl Index {
             return false;
         }
         self.nodes[i as usize].state = State::Ready;
-        self.ready += 1;
+        self.count_ready(i, true);
         self.push_head(i);
         true
     }
@@ -172,7 +194,7 @@ impl Index {
         match state {
             State::Ready => {
                 self.unlink(i);
-                self.ready -= 1;
+                self.count_ready(i, false);
                 self.used -= self.file_bytes;
             }
             State::Writing => self.used -= self.file_bytes,
@@ -223,7 +245,7 @@ impl Index {
             return None;
         }
         self.unlink(i);
-        self.ready -= 1;
+        self.count_ready(i, false);
         self.used -= self.file_bytes;
         let key = self.nodes[i as usize].key;
         if keep_removing {
@@ -233,6 +255,61 @@ impl Index {
             self.free.push(i);
         }
         Some(key)
+    }
+
+    /// Records that a "stored" event announced `key`.
+    pub fn set_announced(&mut self, key: &Key) {
+        if let Some(&i) = self.map.get(key) {
+            self.nodes[i as usize].announced = true;
+        }
+    }
+
+    /// Whether a "stored" event announced `key` (false if absent).
+    pub fn announced(&self, key: &Key) -> bool {
+        self.map
+            .get(key)
+            .is_some_and(|&i| self.nodes[i as usize].announced)
+    }
+
+    /// Forgets that `key` was announced (its "stored" event was dropped).
+    pub fn clear_announced(&mut self, key: &Key) {
+        if let Some(&i) = self.map.get(key) {
+            self.nodes[i as usize].announced = false;
+        }
+    }
+
+    /// Appends the Ready keys to `out`, least recently used first.
+    pub fn ready_keys(&self, out: &mut Vec<Key>) {
+        let mut i = self.tail;
+        while i != NIL {
+            out.push(self.nodes[i as usize].key);
+            i = self.nodes[i as usize].prev;
+        }
+    }
+
+    /// Forgets every Ready key, or those in fan-out directory `fanout`
+    /// (their files are known to be gone), freeing their bytes; appends
+    /// each with whether it was announced to `out`.  Costs nothing when no
+    /// Ready key is concerned, a walk of the Ready keys otherwise.
+    pub fn drop_ready(&mut self, fanout: Option<u8>, out: &mut Vec<(Key, bool)>) {
+        let concerned = match fanout {
+            None => self.ready,
+            Some(f) => self.ready_in_fanout[f as usize] as usize,
+        };
+        if concerned == 0 {
+            return;
+        }
+        let mut i = self.tail;
+        while i != NIL {
+            let prev = self.nodes[i as usize].prev;
+            let n = &self.nodes[i as usize];
+            if fanout.is_none_or(|f| n.fanout == f) {
+                let (key, announced) = (n.key, n.announced);
+                self.remove(&key);
+                out.push((key, announced));
+            }
+            i = prev;
+        }
     }
 }
 
@@ -264,6 +341,40 @@ mod tests {
         ix.drop_reader(&k(1));
         assert_eq!(ix.evict_one(false), Some(k(1)));
         assert_eq!((ix.used(), ix.ready_count()), (0, 0));
+    }
+
+    #[test]
+    fn dropping_a_fanout_forgets_only_its_ready_keys() {
+        let mut ix = Index::new(10);
+        let keys: Vec<Key> = (0..40).map(k).collect();
+        let f = Layout::fanout_index(&keys[0]);
+        for key in &keys {
+            ix.insert(*key, State::Ready);
+        }
+        ix.set_announced(&keys[0]);
+        let writing = (0..=255u8)
+            .map(|i| Key::new(&[i, 1]).unwrap())
+            .find(|key| Layout::fanout_index(key) == f)
+            .unwrap();
+        ix.insert(writing, State::Writing);
+        let in_f = keys
+            .iter()
+            .filter(|key| Layout::fanout_index(key) == f)
+            .count();
+        let mut out = Vec::new();
+        ix.drop_ready(Some(f), &mut out);
+        assert_eq!(out.len(), in_f);
+        assert!(out.contains(&(keys[0], true)));
+        assert!(out.iter().all(|(key, _)| Layout::fanout_index(key) == f));
+        assert_eq!(ix.ready_count(), 40 - in_f);
+        assert_eq!(ix.get(&writing), Some((State::Writing, 0)));
+        assert_eq!(ix.used(), (40 - in_f as u64 + 1) * 10);
+        out.clear();
+        ix.drop_ready(Some(f), &mut out);
+        assert!(out.is_empty());
+        ix.drop_ready(None, &mut out);
+        assert_eq!(out.len(), 40 - in_f);
+        assert_eq!((ix.ready_count(), ix.used()), (0, 10));
     }
 
     #[test]

@@ -9,111 +9,14 @@ use std::ffi::{CStr, CString};
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub use super::cause::Cause;
 use super::format::{
     BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
 };
 use crate::key::Key;
 use crate::region::SlotMemory;
-
-/// Why one block's transfer failed; each is counted separately.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Cause {
-    /// The file system is full (`ENOSPC`, `EDQUOT`, `EFBIG`).
-    NoSpace,
-    /// The file system is read-only (`EROFS`).
-    ReadOnly,
-    /// Permission denied (`EACCES`, `EPERM`).
-    Permission,
-    /// The tier's directory (or a fan-out directory) is missing or not a
-    /// directory (`ENOENT`, `ENOTDIR` on a store).
-    MissingDir,
-    /// Another I/O error.
-    Io,
-    /// The block file disappeared before it could be read.
-    Vanished,
-    /// The file is shorter than its header says.
-    Truncated,
-    /// The header is not ours, of another version, damaged, or for another
-    /// key or block size.
-    BadHeader,
-    /// The data does not match the checksum.
-    Checksum,
-    /// The key was not in the tier when the load was submitted.
-    NotPresent,
-    /// The tier was shut down before the transfer ran.
-    Closed,
-    /// The job named a slot outside the region, or its keys and slots
-    /// differ in number.
-    BadSlot,
-}
-
-impl Cause {
-    /// Every cause, in stats order.
-    pub const ALL: [Cause; 12] = [
-        Cause::NoSpace,
-        Cause::ReadOnly,
-        Cause::Permission,
-        Cause::MissingDir,
-        Cause::Io,
-        Cause::Vanished,
-        Cause::Truncated,
-        Cause::BadHeader,
-        Cause::Checksum,
-        Cause::NotPresent,
-        Cause::Closed,
-        Cause::BadSlot,
-    ];
-
-    /// Stat name of the cause's counter.
-    pub fn stat_name(self) -> &'static str {
-        match self {
-            Cause::NoSpace => "errors_no_space",
-            Cause::ReadOnly => "errors_read_only",
-            Cause::Permission => "errors_permission",
-            Cause::MissingDir => "errors_missing_dir",
-            Cause::Io => "errors_io",
-            Cause::Vanished => "errors_vanished",
-            Cause::Truncated => "errors_truncated",
-            Cause::BadHeader => "errors_bad_header",
-            Cause::Checksum => "errors_checksum",
-            Cause::NotPresent => "errors_not_present",
-            Cause::Closed => "errors_closed",
-            Cause::BadSlot => "errors_bad_slot",
-        }
-    }
-
-    /// Index into [`Cause::ALL`].
-    pub fn index(self) -> usize {
-        Cause::ALL.iter().position(|c| *c == self).expect("listed")
-    }
-
-    /// Whether the cause means the stored file was bad (and is removed).
-    pub fn is_corruption(self) -> bool {
-        matches!(self, Cause::Truncated | Cause::BadHeader | Cause::Checksum)
-    }
-
-    /// The cause of OS error `errno` during a store.
-    pub fn of_store_errno(errno: i32) -> Cause {
-        match errno {
-            libc::ENOSPC | libc::EDQUOT | libc::EFBIG => Cause::NoSpace,
-            libc::EROFS => Cause::ReadOnly,
-            libc::EACCES | libc::EPERM => Cause::Permission,
-            libc::ENOENT | libc::ENOTDIR => Cause::MissingDir,
-            _ => Cause::Io,
-        }
-    }
-
-    /// The cause of OS error `errno` during a load.
-    pub fn of_load_errno(errno: i32) -> Cause {
-        match errno {
-            libc::ENOENT => Cause::Vanished,
-            libc::EACCES | libc::EPERM => Cause::Permission,
-            _ => Cause::Io,
-        }
-    }
-}
 
 /// A worker's reusable buffers: one page-aligned page for the header
 /// (`O_DIRECT` needs aligned buffers) and the paths it builds, so moving a
@@ -146,6 +49,34 @@ impl Default for Scratch {
     }
 }
 
+/// Directories the workers found missing, for the tier to take the blocks
+/// they held out of its index (see `FsTier`'s module docs).
+#[derive(Default)]
+pub struct LostDirs {
+    root: AtomicBool,
+    fanouts: [AtomicU64; 4],
+}
+
+impl LostDirs {
+    /// The root directory was found missing.
+    fn root_lost(&self) {
+        self.root.store(true, Ordering::Release);
+    }
+
+    /// Fan-out directory `fanout` had to be made again.
+    fn fanout_made(&self, fanout: u8) {
+        self.fanouts[fanout as usize / 64].fetch_or(1 << (fanout % 64), Ordering::AcqRel);
+    }
+
+    /// Takes what was found since the last call: whether the root was
+    /// missing, and a bit per fan-out directory made since.
+    pub fn take(&self) -> (bool, [u64; 4]) {
+        let root = self.root.swap(false, Ordering::AcqRel);
+        let fanouts = std::array::from_fn(|i| self.fanouts[i].swap(0, Ordering::AcqRel));
+        (root, fanouts)
+    }
+}
+
 /// What the worker threads share to move blocks.
 pub struct BlockIo {
     /// Key → path mapping.
@@ -162,6 +93,9 @@ pub struct BlockIo {
     /// How stores link unnamed files (`O_TMPFILE`) under their names
     /// (probed at open); `None`: temporary files and a rename instead.
     pub link: Option<LinkVia>,
+    /// Directories found missing since the tier last looked.
+    pub lost: LostDirs,
+    root_c: CString,
     pid: u32,
     temp_seq: AtomicU64,
 }
@@ -195,19 +129,22 @@ impl Drop for Fd {
 
 /// Opens `path` with `flags` (plus `O_DIRECT` when `direct`), mode 0644.
 /// When that fails with `ENOENT` and `dir` names a directory, creates it
-/// (once; one that exists already is fine) and tries again; when the file
-/// system refuses `O_DIRECT` (`EINVAL`), tries again without it.  Returns
-/// the errno of the failure otherwise.
+/// (once; one that exists already is fine), calls `made` if this call
+/// created it, and tries again; when the file system refuses `O_DIRECT`
+/// (`EINVAL`), tries again without it.  Returns the errno of the failure
+/// otherwise.
 fn open_file<'a>(
     path: &CStr,
     mut flags: libc::c_int,
     direct: bool,
     dir: impl FnOnce() -> Option<&'a CStr>,
+    made: impl FnOnce(),
 ) -> Result<Fd, i32> {
     if direct {
         flags |= libc::O_DIRECT;
     }
     let mut dir = Some(dir);
+    let mut made = Some(made);
     loop {
         // SAFETY: NUL-terminated path.
         let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
@@ -223,6 +160,8 @@ fn open_file<'a>(
                     if e != libc::EEXIST {
                         return Err(e);
                     }
+                } else if let Some(made) = made.take() {
+                    made();
                 }
                 continue;
             }
@@ -330,12 +269,14 @@ impl BlockIo {
         link: Option<LinkVia>,
     ) -> BlockIo {
         BlockIo {
+            root_c: cpath(layout.root()),
             layout,
             slots,
             direct,
             durable,
             shared,
             link,
+            lost: LostDirs::default(),
             pid: std::process::id(),
             temp_seq: AtomicU64::new(0),
         }
@@ -344,6 +285,18 @@ impl BlockIo {
     /// Bytes of data per block (the slot size).
     pub fn block_bytes(&self) -> usize {
         self.slots.slot_bytes()
+    }
+
+    /// Notes the root directory lost if it is missing (or not a directory).
+    fn check_root(&self) {
+        // SAFETY: plain stat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::stat(self.root_c.as_ptr(), &mut st) };
+        if (rc != 0 && matches!(errno(), libc::ENOENT | libc::ENOTDIR))
+            || (rc == 0 && (st.st_mode & libc::S_IFMT) != libc::S_IFDIR)
+        {
+            self.lost.root_lost();
+        }
     }
 
     fn direct_for(&self, ptr: *const u8) -> bool {
@@ -381,16 +334,26 @@ impl BlockIo {
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
         // Only the fan-out directory is created here: a missing root stays
         // missing (and the store fails with its cause).
-        open_file(tmp, flags, direct, || {
-            Some(self.layout.dir_c(key, &mut scratch.dir))
-        })
+        open_file(
+            tmp,
+            flags,
+            direct,
+            || Some(self.layout.dir_c(key, &mut scratch.dir)),
+            || self.lost.fanout_made(Layout::fanout_index(key)),
+        )
     }
 
     /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
     fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
         let dir = self.layout.dir_c(key, &mut scratch.dir);
         let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
-        open_file(dir, flags, direct, || Some(dir))
+        open_file(
+            dir,
+            flags,
+            direct,
+            || Some(dir),
+            || self.lost.fanout_made(Layout::fanout_index(key)),
+        )
     }
 
     /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
@@ -411,6 +374,14 @@ impl BlockIo {
     /// written and then linked under its name (a crash leaves no trace);
     /// elsewhere a temporary file in the final directory is renamed.
     pub fn store(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
+        let result = self.store_block(key, slot, scratch);
+        if result == Err(Cause::MissingDir) {
+            self.check_root();
+        }
+        result
+    }
+
+    fn store_block(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
         if self.shared && self.exists(key, scratch) {
             return Ok(Stored::Present);
         }
@@ -532,7 +503,8 @@ impl BlockIo {
     }
 
     /// Loads `key`'s block into slot `slot`, verifying header and checksum.
-    /// A bad file is removed.  On failure the slot holds unspecified bytes
+    /// A damaged or unreadable file is removed (if it can be; see
+    /// [`Cause::loses_block`]).  On failure the slot holds unspecified bytes
     /// (it is write pending; the key is reported failed and never readable).
     pub fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
         let len = self.block_bytes();
@@ -544,11 +516,13 @@ impl BlockIo {
         let direct = self.direct_for(base);
         let path = self.layout.block_c(key, &mut scratch.path);
         let result = self.read_file(key, path, base, len, direct, &mut scratch.page.0);
-        if let Err(cause) = result {
-            if cause.is_corruption() {
+        match result {
+            Err(Cause::Vanished) => self.check_root(),
+            Err(cause) if cause.loses_block() => {
                 // SAFETY: NUL-terminated path.
                 unsafe { libc::unlink(path.as_ptr()) };
             }
+            _ => {}
         }
         result
     }
@@ -562,8 +536,14 @@ impl BlockIo {
         direct: bool,
         page: &mut [u8; HEADER_LEN],
     ) -> Result<u64, Cause> {
-        let fd = open_file(path, libc::O_RDONLY | libc::O_CLOEXEC, direct, || None)
-            .map_err(Cause::of_load_errno)?;
+        let fd = open_file(
+            path,
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            direct,
+            || None,
+            || (),
+        )
+        .map_err(Cause::of_load_errno)?;
         // Header and data in one system call, the data straight into the
         // slot; the header is checked before the data counts for anything.
         let total = HEADER_LEN + len;

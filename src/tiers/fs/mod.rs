@@ -11,7 +11,11 @@
 //!   directory.
 //! - Loads verify header and checksum; a bad block's key is reported failed
 //!   (the other keys of the job still arrive), its file removed, the cause
-//!   counted.
+//!   counted.  A block that cannot be read for a reason that will not pass
+//!   by itself (permission denied, an I/O error, a vanished file) leaves the
+//!   index the same way, so the next lookup answers MISS rather than start a
+//!   promotion that fails again; shortages that pass (`EAGAIN`, `ENOMEM`,
+//!   too many open files, ...) keep it (see [`io::Cause::loses_block`]).
 //! - Copies go straight between region slots and files (`pread`/`pwrite`),
 //!   with `O_DIRECT` where the file system takes it.
 //! - Read-priority and write-priority worker pools; nothing but `drain` and
@@ -19,22 +23,39 @@
 //! - A byte capacity with high/low watermarks and LRU eviction that never
 //!   removes a block a load is reading.
 //! - Opening an existing directory rebuilds the index and byte accounting
-//!   from the headers on disk.
+//!   from the headers on disk; files under block names that are not whole
+//!   blocks of this format and size are removed ([`mod@rebuild`]).
+//! - Blocks removed behind the tier's back are taken out of the index (and
+//!   the byte count) when a transfer proves them gone: a load that finds a
+//!   file missing drops its key; a store or load that finds the root
+//!   directory missing drops every readable block; a store that has to make
+//!   a fan-out directory again drops the readable blocks indexed in it (they
+//!   were stored before the directory disappeared).  This costs nothing
+//!   while the directory is intact.  Blocks of a directory removed and made
+//!   again with no store in between are found out this way block by block
+//!   (when loaded) or fan-out directory by fan-out directory.
+//! - Events ("stored", "removed") go to a queue bounded by the capacity the
+//!   manager gives ([`SecondaryTier::set_event_capacity`]; standalone,
+//!   [`crate::tiering::DEFAULT_TIER_EVENT_CAPACITY`]); when it is full new
+//!   events are dropped and counted (`events_dropped`), and a key whose
+//!   "stored" event was dropped is never announced as removed.
 //! - With `shared`, keys absent from the local index are looked for on disk
 //!   by a worker (lookup answers RETRY meanwhile), so several processes can
 //!   use one directory.
 
+pub mod cause;
 pub mod format;
 pub mod index;
 pub mod io;
 pub mod pool;
+pub mod rebuild;
 
+use std::collections::VecDeque;
 use std::fs;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hashbrown::HashMap;
 
@@ -44,12 +65,15 @@ use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
-use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
+use crate::tiering::{
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, JobRef, JobResult, SecondaryTier, TierLookup,
+};
 
-use format::{HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_temp_name};
+use format::{Layout, file_len};
 use index::{Index, State};
 use io::{BlockIo, Cause};
 use pool::{JobState, Pool, outcome};
+pub use rebuild::RebuildReport;
 
 /// Options of a file-system tier.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,20 +160,6 @@ impl FsOptions {
     }
 }
 
-/// What a restart found in the directory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RebuildReport {
-    /// Whole blocks indexed.
-    pub blocks: u64,
-    /// Files skipped: another format version, a damaged header, another
-    /// block size, or a name that does not match the header's key.
-    pub skipped: u64,
-    /// Temporary files left by crashed writers, removed.
-    pub temp_removed: u64,
-    /// Blocks evicted because the directory held more than the capacity.
-    pub evicted: u64,
-}
-
 #[derive(Debug, Default)]
 struct Totals {
     hits: u64,
@@ -163,7 +173,10 @@ struct Totals {
     jobs_failed: u64,
     evictions: u64,
     corrupt_removed: u64,
+    unreadable_removed: u64,
+    found_missing: u64,
     adopted: u64,
+    events_dropped: u64,
 }
 
 /// The file-system tier.
@@ -178,13 +191,15 @@ pub struct FsTier {
     pending_checks: usize,
     /// Keys answered absent this step (forgotten at its end).
     absent: Vec<Key>,
-    events: Vec<Event>,
+    events: VecDeque<Event>,
+    event_capacity: usize,
     totals: Totals,
     rebuild: RebuildReport,
     outstanding: usize,
     closed: bool,
     finished_buf: Vec<Arc<JobState>>,
     checked_buf: Vec<(Key, bool)>,
+    lost_buf: Vec<(Key, bool)>,
     /// Descriptions of failed transfers for the manager's error log
     /// (bounded: the counters keep the totals).
     errors: Vec<String>,
@@ -237,8 +252,7 @@ impl FsTier {
         let direct = opts.direct_io && io::probe_direct(root);
         let layout = Layout::new(root.clone());
         let mut index = Index::new(file_len(block_bytes));
-        let mut events = Vec::new();
-        let rebuild = rebuild(&layout, block_bytes, &opts, &mut index, &mut events)?;
+        let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
         let link = if opts.unnamed_temp_files {
             io::probe_tmpfile(root)
         } else {
@@ -246,22 +260,95 @@ impl FsTier {
         };
         let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
         let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
-        Ok(FsTier {
+        let mut tier = FsTier {
             opts,
             pool,
             index,
             checks: HashMap::default(),
             pending_checks: 0,
             absent: Vec::new(),
-            events,
+            events: VecDeque::new(),
+            event_capacity: DEFAULT_TIER_EVENT_CAPACITY,
             totals: Totals::default(),
             rebuild,
             outstanding: 0,
             closed: false,
             finished_buf: Vec::new(),
             checked_buf: Vec::new(),
+            lost_buf: Vec::new(),
             errors: Vec::new(),
-        })
+        };
+        // The rebuilt blocks are announced, oldest first, so a router learns of them.
+        let mut keys = Vec::new();
+        tier.index.ready_keys(&mut keys);
+        for key in keys {
+            tier.announce_stored(key);
+        }
+        Ok(tier)
+    }
+
+    /// Queues an event; false (and counted) if the queue is full, false
+    /// (not counted) if events are off.
+    fn emit(&mut self, kind: EventKind, key: Key) -> bool {
+        if self.event_capacity == 0 {
+            return false;
+        }
+        if self.events.len() >= self.event_capacity {
+            self.totals.events_dropped += 1;
+            return false;
+        }
+        self.events.push_back(Event {
+            kind,
+            key: Some(key),
+        });
+        true
+    }
+
+    /// Announces Ready `key` as stored, remembering whether it was.
+    fn announce_stored(&mut self, key: Key) {
+        if self.emit(EventKind::Stored, key) {
+            self.index.set_announced(&key);
+        }
+    }
+
+    /// Removes `key` from the index, announcing it as removed if it was
+    /// announced as stored.
+    fn forget(&mut self, key: &Key) {
+        let announced = self.index.announced(key);
+        self.index.remove(key);
+        if announced {
+            self.emit(EventKind::Removed, *key);
+        }
+    }
+
+    /// Takes out of the index the Ready blocks that the workers proved
+    /// gone: all of them if the root directory was missing, else those of
+    /// every fan-out directory that had to be made again.
+    fn drop_lost(&mut self) {
+        let (root, fanouts) = self.pool.shared().io.lost.take();
+        if !root && fanouts == [0; 4] {
+            return;
+        }
+        let mut lost = std::mem::take(&mut self.lost_buf);
+        if root {
+            self.index.drop_ready(None, &mut lost);
+        }
+        for (word, bits) in fanouts.iter().enumerate() {
+            let mut bits = *bits;
+            while bits != 0 {
+                let bit = bits.trailing_zeros();
+                bits &= bits - 1;
+                self.index
+                    .drop_ready(Some((word * 64) as u8 + bit as u8), &mut lost);
+            }
+        }
+        self.totals.found_missing += lost.len() as u64;
+        for (key, announced) in lost.drain(..) {
+            if announced {
+                self.emit(EventKind::Removed, key);
+            }
+        }
+        self.lost_buf = lost;
     }
 
     /// The options the tier runs with.
@@ -327,6 +414,9 @@ impl FsTier {
         let mut jobs = std::mem::take(&mut self.finished_buf);
         let mut checks = std::mem::take(&mut self.checked_buf);
         self.pool.take(&mut jobs, &mut checks);
+        // Before the jobs just taken are settled: a store among them may
+        // have written its block after the directory came back.
+        self.drop_lost();
         for (key, found) in checks.drain(..) {
             if self.checks.get(&key) != Some(&true) {
                 continue;
@@ -341,10 +431,7 @@ impl FsTier {
             if self.index.get(&key).is_none() {
                 self.index.insert(key, State::Ready);
                 self.totals.adopted += 1;
-                self.events.push(Event {
-                    kind: EventKind::Stored,
-                    key: Some(key),
-                });
+                self.announce_stored(key);
             }
         }
         self.checked_buf = checks;
@@ -395,10 +482,7 @@ impl FsTier {
                                 self.totals.stores_present += 1;
                             }
                             if self.index.set_ready(&key) {
-                                self.events.push(Event {
-                                    kind: EventKind::Stored,
-                                    key: Some(key),
-                                });
+                                self.announce_stored(key);
                             }
                         }
                         _ => {
@@ -438,18 +522,15 @@ impl FsTier {
                     if cause != Cause::NotPresent {
                         self.index.drop_reader(key);
                     }
-                    // A bad or vanished file is no longer in the tier.
-                    if (cause.is_corruption() || cause == Cause::Vanished)
-                        && self.index.get(key).map(|s| s.0) == Some(State::Ready)
+                    // A bad, unreadable or vanished file is no longer in the tier.
+                    if cause.loses_block() && self.index.get(key).map(|s| s.0) == Some(State::Ready)
                     {
                         if cause.is_corruption() {
                             self.totals.corrupt_removed += 1;
+                        } else if cause != Cause::Vanished {
+                            self.totals.unreadable_removed += 1;
                         }
-                        self.index.remove(key);
-                        self.events.push(Event {
-                            kind: EventKind::Removed,
-                            key: Some(*key),
-                        });
+                        self.forget(key);
                     }
                 }
             }
@@ -495,129 +576,15 @@ impl FsTier {
                     break;
                 };
                 self.totals.evictions += 1;
-                self.events.push(Event {
-                    kind: EventKind::Removed,
-                    key: Some(victim),
-                });
+                if self.index.announced(&victim) {
+                    self.emit(EventKind::Removed, victim);
+                }
                 victims.push(victim);
             }
         }
         let room = cap.saturating_sub(self.index.used()) / one;
         new.min(room as usize)
     }
-}
-
-/// Rebuilds `index` from the files under `layout`'s root.
-fn rebuild(
-    layout: &Layout,
-    block_bytes: usize,
-    opts: &FsOptions,
-    index: &mut Index,
-    events: &mut Vec<Event>,
-) -> Result<RebuildReport> {
-    let mut report = RebuildReport::default();
-    let mut found: Vec<(SystemTime, Key)> = Vec::new();
-    let expected_len = file_len(block_bytes);
-    let mut header = vec![0u8; HEADER_LEN];
-    let is_fanout = |name: &str| name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit());
-    let read = |p: &Path| {
-        fs::read_dir(p).map_err(|e| Error::io(format!("fs tier: listing {}", p.display()), e))
-    };
-    for dir in read(layout.root())? {
-        let Ok(dir) = dir else { continue };
-        if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
-            continue;
-        }
-        for entry in read(&dir.path())? {
-            let Ok(entry) = entry else { continue };
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let path = entry.path();
-            if name.ends_with(".tmp") {
-                if stale_temp(&path, name, opts.stale_temp_age) && fs::remove_file(&path).is_ok() {
-                    report.temp_removed += 1;
-                }
-                continue;
-            }
-            let Some(key) = key_of_block_name(name) else {
-                continue;
-            };
-            match check_block(&path, &key, block_bytes, expected_len, &mut header) {
-                Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
-                Some(_) => {}
-                None => report.skipped += 1,
-            }
-        }
-    }
-    // Oldest first, so the newest file ends up the most recently used.
-    found.sort_by_key(|(t, _)| *t);
-    for (_, key) in found {
-        index.insert(key, State::Ready);
-        events.push(Event {
-            kind: EventKind::Stored,
-            key: Some(key),
-        });
-        report.blocks += 1;
-    }
-    let cap = opts.capacity_bytes;
-    if cap > 0 && index.used() > (cap as f64 * opts.high_watermark) as u64 {
-        let low = (cap as f64 * opts.low_watermark) as u64;
-        while index.used() > low {
-            let Some(victim) = index.evict_one(false) else {
-                break;
-            };
-            let _ = fs::remove_file(layout.block_path(&victim));
-            events.push(Event {
-                kind: EventKind::Removed,
-                key: Some(victim),
-            });
-            report.evicted += 1;
-            report.blocks -= 1;
-        }
-    }
-    Ok(report)
-}
-
-/// The file's mtime if it holds a whole block of `key` in the current format.
-fn check_block(
-    path: &Path,
-    key: &Key,
-    block_bytes: usize,
-    expected_len: u64,
-    header: &mut [u8],
-) -> Option<SystemTime> {
-    let f = fs::File::open(path).ok()?;
-    let meta = f.metadata().ok()?;
-    if meta.len() != expected_len {
-        return None;
-    }
-    f.read_exact_at(header, 0).ok()?;
-    let h = decode_header(header).ok()?;
-    if h.key != *key || h.data_len != block_bytes as u64 {
-        return None;
-    }
-    meta.modified().ok()
-}
-
-/// Whether a temporary file's writer is gone: its pid is dead on this host,
-/// or the file is older than `max_age`.
-fn stale_temp(path: &Path, name: &str, max_age: Duration) -> bool {
-    if let Some(pid) = pid_of_temp_name(name) {
-        // SAFETY: signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            return true;
-        }
-    }
-    fs::metadata(path)
-        .map(|m| {
-            let mtime = std::time::UNIX_EPOCH + Duration::from_secs(m.mtime().max(0) as u64);
-            SystemTime::now()
-                .duration_since(mtime)
-                .is_ok_and(|age| age > max_age)
-        })
-        .unwrap_or(false)
 }
 
 impl SecondaryTier for FsTier {
@@ -751,10 +718,11 @@ impl SecondaryTier for FsTier {
             .submit(Arc::new(JobState::new(job, codes, work, Vec::new())));
     }
 
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
         self.absorb();
         let mut jobs = std::mem::take(&mut self.finished_buf);
-        for state in jobs.drain(..) {
+        let n = max.min(jobs.len());
+        for state in jobs.drain(..n) {
             out.push(self.settle(&state));
             self.outstanding -= 1;
         }
@@ -813,6 +781,10 @@ impl SecondaryTier for FsTier {
             Stat::counter("jobs_failed", t.jobs_failed),
             Stat::counter("evictions", t.evictions + r.evicted),
             Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
+            Stat::counter("unreadable_blocks_dropped", t.unreadable_removed),
+            Stat::counter("blocks_found_missing", t.found_missing),
+            Stat::counter("events_dropped", t.events_dropped),
+            Stat::gauge("events_queued", self.events.len() as f64),
             Stat::counter("removal_errors", load(&c.removal_errors)),
             Stat::counter("read_bytes", load(&c.read_bytes)),
             Stat::counter("read_time_us", load(&c.read_ns) / 1000),
@@ -820,6 +792,7 @@ impl SecondaryTier for FsTier {
             Stat::counter("write_time_us", load(&c.write_ns) / 1000),
             Stat::counter("restart_blocks", r.blocks),
             Stat::counter("restart_skipped_files", r.skipped),
+            Stat::counter("restart_removed_files", r.removed),
             Stat::counter("restart_temp_removed", r.temp_removed),
         ];
         for cause in Cause::ALL {
@@ -831,8 +804,24 @@ impl SecondaryTier for FsTier {
         s
     }
 
-    fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.events);
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        let n = max.min(self.events.len());
+        out.extend(self.events.drain(..n));
+    }
+
+    fn set_event_capacity(&mut self, capacity: usize) {
+        self.event_capacity = capacity;
+        while self.events.len() > capacity {
+            let Some(e) = self.events.pop_back() else {
+                break;
+            };
+            if let (EventKind::Stored, Some(key)) = (e.kind, e.key) {
+                self.index.clear_announced(&key);
+            }
+            if capacity > 0 {
+                self.totals.events_dropped += 1;
+            }
+        }
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {

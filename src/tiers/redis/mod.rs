@@ -21,12 +21,21 @@
 //!   once, stores are dropped (reported failed, counted) and loads fail at
 //!   once; after `breaker_cooldown` a worker probes the server, and the
 //!   breaker closes when it answers.
+//! - Failures also reach the manager's error log (and the log callback)
+//!   through `take_errors`, each kind at most once a second ([`report`]):
+//!   a refused AUTH shows there, not only in a counter.
+//! - Events ("stored", "removed") go to a queue bounded by the capacity the
+//!   manager gives ([`SecondaryTier::set_event_capacity`]); when it is full
+//!   new events are dropped and counted (`events_dropped`), and a key whose
+//!   "stored" event was dropped is never announced as removed.
 //! - Nothing but [`SecondaryTier::drain`] and [`SecondaryTier::shutdown`]
 //!   blocks the caller's thread: the other methods queue work and read
 //!   finished work from a channel without waiting.
 
+pub mod config;
 pub mod conn;
 pub mod header;
+pub mod report;
 pub mod resp;
 pub mod worker;
 
@@ -46,116 +55,17 @@ use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
-use crate::tiering::{Direction, JobRef, JobResult, SecondaryTier, TierLookup};
+use crate::tiering::{
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, JobRef, JobResult, SecondaryTier, TierLookup,
+};
 
+pub use config::{MAX_TTL_MS, RedisTierConfig};
 use conn::{Cause, Endpoint};
+use report::Reporter;
 use worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
-
-/// How the redis tier connects and behaves.  `Default` gives a standalone
-/// server on `127.0.0.1:6379` with conservative timeouts.
-#[derive(Clone, Debug)]
-pub struct RedisTierConfig {
-    /// `host:port` of the server, or of one or more cluster nodes.
-    pub nodes: Vec<String>,
-    /// Whether `nodes` are Redis Cluster nodes.
-    pub cluster: bool,
-    /// Prefix of every key (`namespace:hex`), so models or layouts sharing a
-    /// server never collide: give each block layout its own namespace.
-    pub namespace: String,
-    /// ACL user name for AUTH, if any.
-    pub username: Option<String>,
-    /// Password for AUTH, if any.
-    pub password: Option<String>,
-    /// Database number (standalone only).
-    pub db: i64,
-    /// TLS to the server (needs the `redis-tls` cargo feature).
-    pub tls: bool,
-    /// PEM file of the CA(s) to trust for TLS instead of the system's.
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// Expiry of every stored block; `None` keeps blocks until Redis evicts them.
-    pub ttl: Option<Duration>,
-    /// Bound on opening one connection.
-    pub connect_timeout: Duration,
-    /// Bound on one command round trip (read and write each).
-    pub command_timeout: Duration,
-    /// Worker threads, each with one connection.
-    pub connections: usize,
-    /// Most value bytes per pipelined round trip.
-    pub pipeline_bytes: usize,
-    /// Most commands per pipelined round trip.
-    pub pipeline_ops: usize,
-    /// Consecutive failed operations that open the circuit breaker.
-    pub breaker_failures: u32,
-    /// How long the breaker stays open before a probe.
-    pub breaker_cooldown: Duration,
-    /// How long a negative existence check answers MISS without asking again.
-    pub miss_cache: Duration,
-    /// Most keys this instance remembers as present (about 200 bytes each);
-    /// beyond it the oldest are forgotten (checked with the server again
-    /// when looked up).
-    pub max_known_keys: usize,
-}
-
-impl Default for RedisTierConfig {
-    fn default() -> RedisTierConfig {
-        RedisTierConfig {
-            nodes: vec!["127.0.0.1:6379".into()],
-            cluster: false,
-            namespace: "kvtier".into(),
-            username: None,
-            password: None,
-            db: 0,
-            tls: false,
-            tls_ca_file: None,
-            ttl: None,
-            connect_timeout: Duration::from_millis(1000),
-            command_timeout: Duration::from_millis(2000),
-            connections: 4,
-            pipeline_bytes: 4 << 20,
-            pipeline_ops: 256,
-            breaker_failures: 3,
-            breaker_cooldown: Duration::from_millis(1000),
-            miss_cache: Duration::from_millis(500),
-            max_known_keys: 1 << 18,
-        }
-    }
-}
-
-impl RedisTierConfig {
-    fn check(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidArgument(m));
-        if self.namespace.is_empty() || self.namespace.len() > 256 {
-            return bad(format!(
-                "redis namespace must be 1 to 256 bytes (got {})",
-                self.namespace.len()
-            ));
-        }
-        if self.connections == 0 || self.connections > 256 {
-            return bad(format!(
-                "redis connections must be 1 to 256 (got {})",
-                self.connections
-            ));
-        }
-        if self.connect_timeout.is_zero() || self.command_timeout.is_zero() {
-            return bad("redis connect and command timeouts must be above zero".into());
-        }
-        if self.pipeline_ops == 0 || self.pipeline_bytes == 0 {
-            return bad("redis pipeline bounds must be above zero".into());
-        }
-        if self.breaker_failures == 0 {
-            return bad("redis breaker_failures must be at least 1".into());
-        }
-        if let Some(ttl) = self.ttl
-            && ttl.as_millis() == 0
-        {
-            return bad("redis ttl must be at least one millisecond (or none)".into());
-        }
-        Ok(())
-    }
-}
 
 /// What this instance knows about a key in Redis.
 #[derive(Clone, Copy)]
@@ -210,6 +120,7 @@ struct Counters {
     probes_failed: u64,
     expired: u64,
     known_forgotten: u64,
+    events_dropped: u64,
 }
 
 /// The redis secondary tier.  See the module docs.
@@ -236,8 +147,14 @@ pub struct RedisTier {
     /// Keys found absent, until the given time.
     absent: Map<Key, Instant>,
     absent_order: VecDeque<(Key, Instant)>,
-    finished: Vec<JobResult>,
-    events: Vec<Event>,
+    finished: VecDeque<JobResult>,
+    events: VecDeque<Event>,
+    event_capacity: usize,
+    reporter: Reporter,
+    /// `host:port` list, for failure descriptions.
+    nodes: String,
+    /// Connection failures the workers counted that were already described.
+    connect_failures_seen: u64,
     in_flight: usize,
     breaker: Breaker,
     counters: Counters,
@@ -262,6 +179,8 @@ impl RedisTier {
             idle: Condvar::new(),
             breaker_open: Default::default(),
             notifier: Default::default(),
+            connect_failures: Default::default(),
+            last_connect_cause: Default::default(),
         });
         let (tx, rx) = std::sync::mpsc::channel();
         let mut prefix = config.namespace.clone().into_bytes();
@@ -309,8 +228,12 @@ impl RedisTier {
             batch: Vec::new(),
             absent: Map::default(),
             absent_order: VecDeque::new(),
-            finished: Vec::new(),
-            events: Vec::new(),
+            finished: VecDeque::new(),
+            events: VecDeque::new(),
+            event_capacity: DEFAULT_TIER_EVENT_CAPACITY,
+            reporter: Reporter::new(name),
+            nodes: config.nodes.join(","),
+            connect_failures_seen: 0,
             in_flight: 0,
             breaker: Breaker::default(),
             counters: Counters::default(),
@@ -340,6 +263,16 @@ impl RedisTier {
         while let Ok(d) = self.done_rx.try_recv() {
             self.apply(d);
         }
+        let n = self.shared.connect_failures.load(Ordering::Acquire);
+        if n > self.connect_failures_seen {
+            let cause = Cause::ALL
+                .get(self.shared.last_connect_cause.load(Ordering::Relaxed))
+                .copied()
+                .unwrap_or(Cause::Other);
+            self.reporter
+                .connect_failed(&self.nodes, n - self.connect_failures_seen, cause);
+            self.connect_failures_seen = n;
+        }
     }
 
     fn record_failure(&mut self, cause: Cause) {
@@ -352,7 +285,28 @@ impl RedisTier {
             self.breaker.open_since = Some(Instant::now());
             self.shared.breaker_open.store(true, Ordering::Release);
             self.counters.breaker_opens += 1;
+            self.reporter.note(format!(
+                "circuit breaker opened after {} failures in a row; lookups answer MISS and transfers fail at once until a probe succeeds",
+                self.breaker.consecutive
+            ));
         }
+    }
+
+    /// Queues an event; false (and counted) if the queue is full, false
+    /// (not counted) if events are off.
+    fn emit(&mut self, kind: EventKind, key: Key) -> bool {
+        if self.event_capacity == 0 {
+            return false;
+        }
+        if self.events.len() >= self.event_capacity {
+            self.counters.events_dropped += 1;
+            return false;
+        }
+        self.events.push_back(Event {
+            kind,
+            key: Some(key),
+        });
+        true
     }
 
     /// A task went through.  While the breaker is open this changes
@@ -396,12 +350,11 @@ impl RedisTier {
         });
         entry.expires = expires;
         entry.since = now;
-        if announce && !entry.announced {
-            entry.announced = true;
-            self.events.push(Event {
-                kind: EventKind::Stored,
-                key: Some(key),
-            });
+        let announce = announce && !entry.announced;
+        if announce && self.emit(EventKind::Stored, key) {
+            if let Some(e) = self.known.get_mut(&key) {
+                e.announced = true;
+            }
         }
         self.order.push_back((key, now));
     }
@@ -410,10 +363,7 @@ impl RedisTier {
         if let Some(k) = self.known.remove(key)
             && k.announced
         {
-            self.events.push(Event {
-                kind: EventKind::Removed,
-                key: Some(*key),
-            });
+            self.emit(EventKind::Removed, *key);
         }
     }
 
@@ -431,6 +381,9 @@ impl RedisTier {
                 match failure {
                     Some(c) => {
                         self.record_failure(c);
+                        let n = keys.len();
+                        self.reporter
+                            .failed(|| format!("existence check of {n} keys"), c);
                         // Answer MISS rather than RETRY forever while the
                         // server is unwell.
                         for k in keys {
@@ -459,6 +412,7 @@ impl RedisTier {
                     Some(c) => {
                         self.counters.probes_failed += 1;
                         self.counters.failures[c.index()] += 1;
+                        self.reporter.failed(|| "probe of the server".into(), c);
                         if self.breaker.open_since.is_some() {
                             self.breaker.open_since = Some(Instant::now());
                         }
@@ -479,7 +433,16 @@ impl RedisTier {
         self.counters.round_trips += d.round_trips;
         let job = &d.job;
         match d.failure {
-            Some(c) => self.record_failure(c),
+            Some(c) => {
+                self.record_failure(c);
+                let what = match d.direction {
+                    Direction::Store => "store",
+                    Direction::Load => "load",
+                };
+                let n = job.keys.len();
+                self.reporter
+                    .failed(|| format!("{what} job {} of {n} blocks", job.id.0), c);
+            }
             None => self.record_success(),
         }
         let result = match d.direction {
@@ -533,7 +496,7 @@ impl RedisTier {
                 }
             }
         };
-        self.finished.push(result);
+        self.finished.push_back(result);
     }
 
     /// Reports a job as failed without sending it (breaker open, closed tier).
@@ -543,7 +506,7 @@ impl RedisTier {
         if job.direction == Direction::Load {
             r.succeeded_keys = Some(Vec::new());
         }
-        self.finished.push(r);
+        self.finished.push_back(r);
     }
 
     fn flush_batch(&mut self) {
@@ -722,7 +685,7 @@ impl SecondaryTier for RedisTier {
             .collect();
         self.counters.blocks_skipped += (job.keys.len() - positions.len()) as u64;
         if positions.is_empty() {
-            self.finished.push(JobResult::new(job.id, true));
+            self.finished.push_back(JobResult::new(job.id, true));
             return;
         }
         self.in_flight += 1;
@@ -748,10 +711,11 @@ impl SecondaryTier for RedisTier {
         self.enqueue(Task::Load(job), false);
     }
 
-    fn poll_finished(&mut self, out: &mut Vec<JobResult>) {
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
         self.collect();
         self.maybe_probe();
-        out.append(&mut self.finished);
+        let n = max.min(self.finished.len());
+        out.extend(self.finished.drain(..n));
     }
 
     fn on_schedule_end(&mut self) {
@@ -812,6 +776,7 @@ impl SecondaryTier for RedisTier {
             Stat::counter("probes_failed", c.probes_failed),
             Stat::counter("expired", c.expired),
             Stat::counter("known_forgotten", c.known_forgotten),
+            Stat::counter("events_dropped", c.events_dropped),
         ];
         for cause in Cause::ALL {
             v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
@@ -821,14 +786,38 @@ impl SecondaryTier for RedisTier {
             if self.breaker_open() { 1.0 } else { 0.0 },
         ));
         v.push(Stat::gauge("known_keys", self.known.len() as f64));
+        v.push(Stat::gauge("events_queued", self.events.len() as f64));
         v.push(Stat::gauge("jobs_in_flight", self.in_flight as f64));
         v.push(Stat::gauge("connections", self.connections as f64));
         v
     }
 
-    fn take_events(&mut self, out: &mut Vec<Event>) {
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
         self.collect();
-        out.append(&mut self.events);
+        let n = max.min(self.events.len());
+        out.extend(self.events.drain(..n));
+    }
+
+    fn set_event_capacity(&mut self, capacity: usize) {
+        self.event_capacity = capacity;
+        while self.events.len() > capacity {
+            let Some(e) = self.events.pop_back() else {
+                break;
+            };
+            if let (EventKind::Stored, Some(key)) = (e.kind, e.key)
+                && let Some(k) = self.known.get_mut(&key)
+            {
+                k.announced = false;
+            }
+            if capacity > 0 {
+                self.counters.events_dropped += 1;
+            }
+        }
+    }
+
+    fn take_errors(&mut self, out: &mut Vec<String>) {
+        self.collect();
+        self.reporter.take(out);
     }
 
     fn shutdown(&mut self) -> Result<()> {

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,10 @@ pub struct Shared {
     pub breaker_open: AtomicBool,
     /// The manager's wake-up signal, raised when a task is reported.
     pub notifier: std::sync::OnceLock<crate::tiering::Notifier>,
+    /// Failed attempts to connect (and authenticate, select the database).
+    pub connect_failures: AtomicU64,
+    /// [`Cause::index`] of the last failed attempt to connect.
+    pub last_connect_cause: AtomicUsize,
 }
 
 /// The queue proper.
@@ -222,7 +226,17 @@ pub fn key_name(prefix: &[u8], key: &Key) -> Vec<u8> {
 
 fn ensure<'a>(ctx: &WorkerCtx, conn: &'a mut Option<Conn>) -> Result<&'a mut Conn, Cause> {
     if conn.is_none() {
-        *conn = Some(ctx.endpoint.connect().map_err(|f| f.cause)?);
+        match ctx.endpoint.connect() {
+            Ok(c) => *conn = Some(c),
+            Err(f) => {
+                let shared = &ctx.shared;
+                shared
+                    .last_connect_cause
+                    .store(f.cause.index(), Ordering::Relaxed);
+                shared.connect_failures.fetch_add(1, Ordering::Release);
+                return Err(f.cause);
+            }
+        }
     }
     Ok(conn.as_mut().expect("connected above"))
 }

@@ -1,0 +1,176 @@
+//! Why a block's transfer failed: the causes the fs tier counts apart, how
+//! OS errors map to them, and which of them take a block out of the tier.
+
+/// Why one block's transfer failed; each is counted separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cause {
+    /// The file system is full (`ENOSPC`, `EDQUOT`, `EFBIG`).
+    NoSpace,
+    /// The file system is read-only (`EROFS`).
+    ReadOnly,
+    /// Permission denied (`EACCES`, `EPERM`).
+    Permission,
+    /// The tier's directory (or a fan-out directory) is missing or not a
+    /// directory (`ENOENT`, `ENOTDIR` on a store).
+    MissingDir,
+    /// Another I/O error.
+    Io,
+    /// The block file disappeared before it could be read.
+    Vanished,
+    /// The file is shorter than its header says.
+    Truncated,
+    /// The header is not ours, of another version, damaged, or for another
+    /// key or block size.
+    BadHeader,
+    /// The data does not match the checksum.
+    Checksum,
+    /// The key was not in the tier when the load was submitted.
+    NotPresent,
+    /// The tier was shut down before the transfer ran.
+    Closed,
+    /// The job named a slot outside the region, or its keys and slots
+    /// differ in number.
+    BadSlot,
+    /// A shortage that passes by itself (`EAGAIN`, `EINTR`, `ENOMEM`,
+    /// `ENOBUFS`, `EMFILE`, `ENFILE`, `EBUSY`, `ETIMEDOUT`): the block stays
+    /// in the tier and a later load may succeed.
+    Transient,
+}
+
+impl Cause {
+    /// Every cause, in stats order.
+    pub const ALL: [Cause; 13] = [
+        Cause::NoSpace,
+        Cause::ReadOnly,
+        Cause::Permission,
+        Cause::MissingDir,
+        Cause::Io,
+        Cause::Vanished,
+        Cause::Truncated,
+        Cause::BadHeader,
+        Cause::Checksum,
+        Cause::NotPresent,
+        Cause::Closed,
+        Cause::BadSlot,
+        Cause::Transient,
+    ];
+
+    /// Stat name of the cause's counter.
+    pub fn stat_name(self) -> &'static str {
+        match self {
+            Cause::NoSpace => "errors_no_space",
+            Cause::ReadOnly => "errors_read_only",
+            Cause::Permission => "errors_permission",
+            Cause::MissingDir => "errors_missing_dir",
+            Cause::Io => "errors_io",
+            Cause::Vanished => "errors_vanished",
+            Cause::Truncated => "errors_truncated",
+            Cause::BadHeader => "errors_bad_header",
+            Cause::Checksum => "errors_checksum",
+            Cause::NotPresent => "errors_not_present",
+            Cause::Closed => "errors_closed",
+            Cause::BadSlot => "errors_bad_slot",
+            Cause::Transient => "errors_transient",
+        }
+    }
+
+    /// Index into [`Cause::ALL`].
+    pub fn index(self) -> usize {
+        Cause::ALL.iter().position(|c| *c == self).expect("listed")
+    }
+
+    /// Whether the cause means the stored file was bad (and is removed).
+    pub fn is_corruption(self) -> bool {
+        matches!(self, Cause::Truncated | Cause::BadHeader | Cause::Checksum)
+    }
+
+    /// Whether a load that failed with this cause shows that the block can
+    /// no longer be read, and waiting will not change that: a damaged file
+    /// (removed), a vanished one, permission denied or another I/O error
+    /// (the file is removed if it can be).  The key then leaves the tier,
+    /// so the next lookup answers MISS instead of starting a promotion that
+    /// fails the same way.  [`Cause::Transient`] and the causes that are
+    /// not about the file (not present, closed, bad slot) keep the key.
+    pub fn loses_block(self) -> bool {
+        self.is_corruption() || matches!(self, Cause::Vanished | Cause::Permission | Cause::Io)
+    }
+
+    fn transient(errno: i32) -> bool {
+        matches!(
+            errno,
+            libc::EAGAIN
+                | libc::EINTR
+                | libc::ENOMEM
+                | libc::ENOBUFS
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::EBUSY
+                | libc::ETIMEDOUT
+        )
+    }
+
+    /// The cause of OS error `errno` during a store.
+    pub fn of_store_errno(errno: i32) -> Cause {
+        if Cause::transient(errno) {
+            return Cause::Transient;
+        }
+        match errno {
+            libc::ENOSPC | libc::EDQUOT | libc::EFBIG => Cause::NoSpace,
+            libc::EROFS => Cause::ReadOnly,
+            libc::EACCES | libc::EPERM => Cause::Permission,
+            libc::ENOENT | libc::ENOTDIR => Cause::MissingDir,
+            _ => Cause::Io,
+        }
+    }
+
+    /// The cause of OS error `errno` during a load.
+    pub fn of_load_errno(errno: i32) -> Cause {
+        if Cause::transient(errno) {
+            return Cause::Transient;
+        }
+        match errno {
+            libc::ENOENT => Cause::Vanished,
+            libc::EACCES | libc::EPERM => Cause::Permission,
+            _ => Cause::Io,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lasting_read_failures_lose_the_block_and_passing_ones_keep_it() {
+        for e in [
+            libc::EAGAIN,
+            libc::EINTR,
+            libc::ENOMEM,
+            libc::EMFILE,
+            libc::ENFILE,
+        ] {
+            assert_eq!(Cause::of_load_errno(e), Cause::Transient);
+            assert_eq!(Cause::of_store_errno(e), Cause::Transient);
+        }
+        assert!(!Cause::Transient.loses_block());
+        for (e, cause) in [
+            (libc::EACCES, Cause::Permission),
+            (libc::EIO, Cause::Io),
+            (libc::EISDIR, Cause::Io),
+            (libc::ENOENT, Cause::Vanished),
+        ] {
+            assert_eq!(Cause::of_load_errno(e), cause);
+            assert!(cause.loses_block(), "{cause:?}");
+        }
+        for cause in [
+            Cause::NotPresent,
+            Cause::Closed,
+            Cause::BadSlot,
+            Cause::NoSpace,
+        ] {
+            assert!(!cause.loses_block(), "{cause:?}");
+        }
+        assert_eq!(Cause::Transient.stat_name(), "errors_transient");
+        assert_eq!(Cause::ALL[Cause::Transient.index()], Cause::Transient);
+    }
+}

@@ -1,0 +1,132 @@
+//! The redis tier's options ([`RedisTierConfig`]) and their checks: options
+//! that cannot work are refused when the tier is created, not discovered
+//! as failed stores later.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Longest TTL a stored block may have, in milliseconds (2^62, about 146
+/// million years).  Redis adds the current time to a `PX` expiry in a
+/// signed 64-bit count of milliseconds and refuses a sum that overflows,
+/// so a TTL near `i64::MAX` ms would fail every store.
+pub const MAX_TTL_MS: u64 = 1 << 62;
+
+/// How the redis tier connects and behaves.  `Default` gives a standalone
+/// server on `127.0.0.1:6379` with conservative timeouts.
+#[derive(Clone, Debug)]
+pub struct RedisTierConfig {
+    /// `host:port` of the server, or of one or more cluster nodes.
+    pub nodes: Vec<String>,
+    /// Whether `nodes` are Redis Cluster nodes.
+    pub cluster: bool,
+    /// Prefix of every key (`namespace:hex`), so models or layouts sharing a
+    /// server never collide: give each block layout its own namespace.
+    pub namespace: String,
+    /// ACL user name for AUTH, if any.
+    pub username: Option<String>,
+    /// Password for AUTH, if any.
+    pub password: Option<String>,
+    /// Database number (standalone only): 0 ..= `i32::MAX`, and below the
+    /// server's `databases` setting (16 by default).
+    pub db: i64,
+    /// TLS to the server (needs the `redis-tls` cargo feature).
+    pub tls: bool,
+    /// PEM file of the CA(s) to trust for TLS instead of the system's.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// Expiry of every stored block, 1 ms ..= [`MAX_TTL_MS`]; `None` keeps
+    /// blocks until Redis evicts them.
+    pub ttl: Option<Duration>,
+    /// Bound on opening one connection.
+    pub connect_timeout: Duration,
+    /// Bound on one command round trip (read and write each).
+    pub command_timeout: Duration,
+    /// Worker threads, each with one connection.
+    pub connections: usize,
+    /// Most value bytes per pipelined round trip.
+    pub pipeline_bytes: usize,
+    /// Most commands per pipelined round trip.
+    pub pipeline_ops: usize,
+    /// Consecutive failed operations that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before a probe.
+    pub breaker_cooldown: Duration,
+    /// How long a negative existence check answers MISS without asking again.
+    pub miss_cache: Duration,
+    /// Most keys this instance remembers as present (about 200 bytes each);
+    /// beyond it the oldest are forgotten (checked with the server again
+    /// when looked up).
+    pub max_known_keys: usize,
+}
+
+impl Default for RedisTierConfig {
+    fn default() -> RedisTierConfig {
+        RedisTierConfig {
+            nodes: vec!["127.0.0.1:6379".into()],
+            cluster: false,
+            namespace: "kvtier".into(),
+            username: None,
+            password: None,
+            db: 0,
+            tls: false,
+            tls_ca_file: None,
+            ttl: None,
+            connect_timeout: Duration::from_millis(1000),
+            command_timeout: Duration::from_millis(2000),
+            connections: 4,
+            pipeline_bytes: 4 << 20,
+            pipeline_ops: 256,
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_millis(1000),
+            miss_cache: Duration::from_millis(500),
+            max_known_keys: 1 << 18,
+        }
+    }
+}
+
+impl RedisTierConfig {
+    /// Refuses options that cannot work, with a message naming the option.
+    pub(super) fn check(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.namespace.is_empty() || self.namespace.len() > 256 {
+            return bad(format!(
+                "redis namespace must be 1 to 256 bytes (got {})",
+                self.namespace.len()
+            ));
+        }
+        if self.connections == 0 || self.connections > 256 {
+            return bad(format!(
+                "redis connections must be 1 to 256 (got {})",
+                self.connections
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.command_timeout.is_zero() {
+            return bad("redis connect and command timeouts must be above zero".into());
+        }
+        if self.pipeline_ops == 0 || self.pipeline_bytes == 0 {
+            return bad("redis pipeline bounds must be above zero".into());
+        }
+        if self.breaker_failures == 0 {
+            return bad("redis breaker_failures must be at least 1".into());
+        }
+        if let Some(ttl) = self.ttl {
+            if ttl.as_millis() == 0 {
+                return bad("redis ttl must be at least one millisecond (or none)".into());
+            }
+            if ttl.as_millis() > MAX_TTL_MS as u128 {
+                return bad(format!(
+                    "redis ttl of {} ms is beyond what Redis accepts for an expiry (at most {MAX_TTL_MS} ms)",
+                    ttl.as_millis()
+                ));
+            }
+        }
+        if self.db < 0 || self.db > i32::MAX as i64 {
+            return bad(format!(
+                "redis db must be a database number from 0 to {} (got {})",
+                i32::MAX,
+                self.db
+            ));
+        }
+        Ok(())
+    }
+}
