@@ -200,7 +200,8 @@
 #define KVTIER_EVENT_CLEARED 2
 
 /**
- * Stat kind: a counter (only grows).
+ * Stat kind: a counter, cumulative from creation (only grows; never
+ * reset, so per-interval numbers are the difference of two reads).
  */
 #define KVTIER_STAT_COUNTER 0
 
@@ -761,7 +762,8 @@ typedef struct {
    */
   char name[48];
   /**
-   * `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+   * `KVTIER_STAT_COUNTER` (cumulative, never decreases) or
+   * `KVTIER_STAT_GAUGE` (a current value).
    */
   int32_t kind;
   /**
@@ -881,7 +883,13 @@ typedef struct {
    */
   int32_t (*drain)(void *user_data);
   /**
-   * Writes up to `capacity` statistics to `out` and their number to `*written`.
+   * Writes up to `capacity` statistics to `out` and their number to
+   * `*written`.  Counters (`KVTIER_STAT_COUNTER`) are cumulative from the
+   * tier's creation and never decrease, resets included; gauges are
+   * current values.  Report every counter every time: one no longer
+   * reported keeps its last value in the manager's stats, and one
+   * reported below its previous report keeps the value shown before and
+   * counts as a tier bug (`tier_bugs`, error log).
    */
   int32_t (*stats)(void *user_data, kvtier_tier_stat *out, size_t capacity, size_t *written);
   /**
@@ -1845,7 +1853,10 @@ kvtier_status kvtier_manager_attach_region(const kvtier_manager *manager,
 /**
  * Writes the manager's statistics (its own totals, the primary tier's,
  * and each secondary tier's, labelled `tier="..."`) in the Prometheus text
- * exposition format (version 0.0.4), NUL-terminated, to `buf`.
+ * exposition format (version 0.0.4), NUL-terminated, to `buf`.  Counters
+ * and histograms (the primary tier's `kvtier_allocation_size_blocks`) are
+ * cumulative and never go back, as in `kvtier_manager_stats`; gauges are
+ * current values.
  *
  * `buf` must be valid for `len` bytes (NULL if `len` is 0); `needed` must
  * not be NULL.  Always writes the text's length plus one (the NUL) to

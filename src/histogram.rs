@@ -22,8 +22,8 @@ pub const fn bounds_are_valid(bounds: &[f64]) -> bool {
     }
     let mut i = 1;
     while i < n {
-        // Also false when either is NaN.
-        if !(bounds[i - 1] < bounds[i]) {
+        let (below, above) = (bounds[i - 1], bounds[i]);
+        if below.is_nan() || above.is_nan() || below >= above {
             return false;
         }
         i += 1;
