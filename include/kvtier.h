@@ -69,6 +69,12 @@
 #define KVTIER_STAT_TIER_MANAGER -1
 
 /**
+ * Number of buckets of the primary tier's allocation-size histogram
+ * (`kvtier_primary_stats.allocation_size_buckets`), the +Inf bucket included.
+ */
+#define KVTIER_ALLOCATION_SIZE_BUCKETS 11
+
+/**
  * `kvtier_region_options.open`: create the region if nobody has, else join it.
  */
 #define KVTIER_REGION_CREATE_OR_JOIN 0
@@ -194,7 +200,8 @@
 #define KVTIER_EVENT_CLEARED 2
 
 /**
- * Stat kind: a counter (only grows).
+ * Stat kind: a counter, cumulative from creation (only grows; never
+ * reset, so per-interval numbers are the difference of two reads).
  */
 #define KVTIER_STAT_COUNTER 0
 
@@ -807,7 +814,8 @@ typedef struct {
    */
   char name[48];
   /**
-   * `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+   * `KVTIER_STAT_COUNTER` (cumulative, never decreases) or
+   * `KVTIER_STAT_GAUGE` (a current value).
    */
   int32_t kind;
   /**
@@ -930,7 +938,13 @@ typedef struct {
    */
   int32_t (*drain)(void *user_data);
   /**
-   * Writes up to `capacity` statistics to `out` and their number to `*written`.
+   * Writes up to `capacity` statistics to `out` and their number to
+   * `*written`.  Counters (`KVTIER_STAT_COUNTER`) are cumulative from the
+   * tier's creation and never decrease, resets included; gauges are
+   * current values.  Report every counter every time: one no longer
+   * reported keeps its last value in the manager's stats, and one
+   * reported below its previous report keeps the value shown before and
+   * counts as a tier bug (`tier_bugs`, error log).
    */
   int32_t (*stats)(void *user_data, kvtier_tier_stat *out, size_t capacity, size_t *written);
   /**
@@ -985,7 +999,8 @@ typedef struct {
    */
   char name[64];
   /**
-   * `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+   * `KVTIER_STAT_COUNTER` (cumulative, never decreases; histogram
+   * series too) or `KVTIER_STAT_GAUGE` (a current value).
    */
   int32_t kind;
   /**
@@ -1128,7 +1143,10 @@ typedef struct {
 } kvtier_primary_event;
 
 /**
- * The tier's numbers.  Counters count since creation; the rest are current.
+ * The tier's numbers.  Counters (the allocation-size histogram included)
+ * are cumulative from the tier's creation and never decrease, not even at
+ * `kvtier_primary_reset`; the rest are current values.  For numbers per
+ * interval, keep the previous read and subtract (`now - before`).
  */
 typedef struct {
   /**
@@ -1236,6 +1254,23 @@ typedef struct {
    * ARC: the adaptive T1 target.
    */
   double arc_target;
+  /**
+   * Allocation sizes, cumulative buckets: `allocation_size_buckets[i]`
+   * counts the prepare_store calls that had at most the i-th bound of
+   * 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, +Inf keys to
+   * store (the last equals `allocation_size_count`).  As vLLM 0.33, one
+   * observation per call with keys to store (absent, distinct, admitted),
+   * refused calls included; none for a call with nothing to store.
+   */
+  uint64_t allocation_size_buckets[KVTIER_ALLOCATION_SIZE_BUCKETS];
+  /**
+   * Allocation sizes: total keys over every observation.
+   */
+  uint64_t allocation_size_sum;
+  /**
+   * Allocation sizes: number of observations.
+   */
+  uint64_t allocation_size_count;
 } kvtier_primary_stats;
 
 /**
@@ -1837,6 +1872,21 @@ kvtier_status kvtier_manager_reset_flushed(kvtier_manager *manager);
  * nothing to `out`, sets `*written_out` to the number needed and returns
  * `KVTIER_STATUS_BUFFER_TOO_SMALL`.  Internally synchronized.
  *
+ * Counters (`KVTIER_STAT_COUNTER`) are cumulative from creation and never
+ * decrease: a counter a secondary tier stops reporting keeps its last
+ * value, and one it reports smaller than before keeps its previous value
+ * (and counts in the tier's `tier_bugs`).  Gauges are current values.
+ * For vLLM-style numbers per interval, keep the previous read and
+ * subtract: `now - before` per counter.
+ *
+ * A histogram is written as counters, one per series: for the histogram
+ * `h`, `h_bucket_le_<bound>` per bucket (cumulative: observations at most
+ * the bound, written in decimal with `.` as `_`; the last is
+ * `h_bucket_le_inf`), then `h_sum` and `h_count`.  The primary tier's
+ * `allocation_size_blocks` has buckets `le_1`, `le_4`, `le_16`, `le_64`,
+ * `le_256`, `le_1024`, `le_4096`, `le_16384`, `le_65536`, `le_262144`
+ * and `le_inf`.
+ *
  * # Safety
  * `manager` a live handle; `out` valid for `len` writes; `written_out` valid.
  */
@@ -1912,7 +1962,10 @@ kvtier_status kvtier_manager_attach_region(const kvtier_manager *manager,
 /**
  * Writes the manager's statistics (its own totals, the primary tier's,
  * and each secondary tier's, labelled `tier="..."`) in the Prometheus text
- * exposition format (version 0.0.4), NUL-terminated, to `buf`.
+ * exposition format (version 0.0.4), NUL-terminated, to `buf`.  Counters
+ * and histograms (the primary tier's `kvtier_allocation_size_blocks`) are
+ * cumulative and never go back, as in `kvtier_manager_stats`; gauges are
+ * current values.
  *
  * `buf` must be valid for `len` bytes (NULL if `len` is 0); `needed` must
  * not be NULL.  Always writes the text's length plus one (the NUL) to
@@ -2190,7 +2243,10 @@ kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
 
 /**
  * Writes the tier's numbers to `*stats_out`.  A const call: may run
- * concurrently with other const calls on the handle.
+ * concurrently with other const calls on the handle.  Counters are
+ * cumulative from creation and never decrease; gauges are current.  For
+ * per-interval numbers (vLLM reports deltas since the previous read),
+ * keep the previous `kvtier_primary_stats` and subtract field by field.
  *
  * # Safety
  * `primary` must be a live handle; `stats_out` valid for writes.

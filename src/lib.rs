@@ -14,7 +14,7 @@
 //! - [`primary`]: the CPU primary tier (slots, ref counts, LRU/ARC eviction).
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`tiers`]: built-in secondary tiers (the file-system tier; `redis` with the `redis-tier` feature).
-//! - [`request`], [`events`], [`stats`]: shared vocabulary.
+//! - [`request`], [`events`], [`stats`], [`histogram`]: shared vocabulary.
 //! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
 //! - [`config`]: a whole manager from one JSON document.
 
@@ -25,6 +25,7 @@ pub mod error;
 pub mod events;
 pub(crate) mod fallible;
 pub mod ffi;
+pub mod histogram;
 pub mod key;
 pub mod logging;
 pub mod metrics;

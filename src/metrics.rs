@@ -18,9 +18,13 @@ pub struct TierStats<'a> {
 }
 
 /// Renders `groups` in the Prometheus text format (version 0.0.4): one
-/// `# TYPE` line per family, then one sample per tier, families in the
+/// `# TYPE` line per family, then each tier's samples, families in the
 /// order they first appear.  A name used as a counter by one tier and a
 /// gauge by another is emitted under two families (`_total` and plain).
+/// A histogram (the [`StatKind::HistogramBucket`], [`StatKind::HistogramSum`]
+/// and [`StatKind::HistogramCount`] series of one name) is one
+/// `histogram` family: per tier, its cumulative `_bucket{le="..."}`
+/// samples up to `le="+Inf"`, then `_sum` and `_count`.
 pub fn prometheus_text(groups: &[TierStats<'_>]) -> String {
     let mut families: Vec<(String, StatKind)> = Vec::new();
     for group in groups {
@@ -36,18 +40,34 @@ pub fn prometheus_text(groups: &[TierStats<'_>]) -> String {
         let type_name = match kind {
             StatKind::Counter => "counter",
             StatKind::Gauge => "gauge",
+            StatKind::HistogramBucket { .. }
+            | StatKind::HistogramSum
+            | StatKind::HistogramCount => "histogram",
         };
         let _ = writeln!(out, "# TYPE {family} {type_name}");
         for group in groups {
             for stat in group.stats {
-                if family_name(&stat.name, stat.kind) == *family {
-                    let _ = writeln!(
-                        out,
-                        "{family}{{tier=\"{}\"}} {}",
-                        escape_label(group.tier),
-                        format_value(stat.value)
-                    );
+                if family_name(&stat.name, stat.kind) != *family {
+                    continue;
                 }
+                let tier = escape_label(group.tier);
+                let value = format_value(stat.value);
+                let _ = match stat.kind {
+                    StatKind::Counter | StatKind::Gauge => {
+                        writeln!(out, "{family}{{tier=\"{tier}\"}} {value}")
+                    }
+                    StatKind::HistogramBucket { le } => writeln!(
+                        out,
+                        "{family}_bucket{{tier=\"{tier}\",le=\"{}\"}} {value}",
+                        format_value(le)
+                    ),
+                    StatKind::HistogramSum => {
+                        writeln!(out, "{family}_sum{{tier=\"{tier}\"}} {value}")
+                    }
+                    StatKind::HistogramCount => {
+                        writeln!(out, "{family}_count{{tier=\"{tier}\"}} {value}")
+                    }
+                };
             }
         }
     }
@@ -93,10 +113,15 @@ pub fn manager_prometheus_text(stats: &[crate::tiering::ManagerStat]) -> String 
             let mut group: Vec<Stat> = Vec::with_capacity(b - a);
             for s in &stats[a..b] {
                 let mut stat = s.stat.clone();
-                let taken = |n: &str, kind| {
-                    group
-                        .iter()
-                        .any(|g| family_name(&g.name, g.kind) == family_name(n, kind))
+                // The series of one histogram share its family name.
+                let taken = |n: &str, kind: StatKind| {
+                    group.iter().any(|g| {
+                        family_name(&g.name, g.kind) == family_name(n, kind)
+                            && !(g.name == n
+                                && g.kind.is_histogram()
+                                && kind.is_histogram()
+                                && g.kind != kind)
+                    })
                 };
                 if taken(&stat.name, stat.kind) {
                     stat.name = format!("tier_{}", stat.name).into();
@@ -115,7 +140,8 @@ pub fn manager_prometheus_text(stats: &[crate::tiering::ManagerStat]) -> String 
 }
 
 /// `kvtier_<name>` with characters outside `[a-zA-Z0-9_]` replaced by `_`,
-/// and `_total` appended to counters that lack it.
+/// and `_total` appended to counters that lack it (a histogram's family
+/// name is its samples' name without `_bucket`, `_sum` or `_count`).
 fn family_name(name: &str, kind: StatKind) -> String {
     let mut family = String::with_capacity(name.len() + 13);
     family.push_str("kvtier_");
@@ -217,6 +243,79 @@ kvtier_hits_total{tier=\"fs#2\"} 7\n\
 # TYPE kvtier_tier_hits_total counter\n\
 kvtier_tier_hits_total{tier=\"fs#1\"} 5\n";
         assert_eq!(text, expected);
+    }
+
+    fn histogram(name: &'static str, sizes: &[f64]) -> Vec<Stat> {
+        static BOUNDS: [f64; 3] = [1.0, 4.0, f64::INFINITY];
+        let mut h = crate::histogram::Histogram::new(&BOUNDS);
+        for &v in sizes {
+            h.record(v);
+        }
+        let mut out = Vec::new();
+        h.push_stats(name, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_histogram_is_one_family_with_buckets_sum_and_count_per_tier() {
+        let mut primary = histogram("allocation_size_blocks", &[1.0, 3.0, 9.0]);
+        primary.push(Stat::counter("evictions", 2));
+        let other = histogram("allocation_size_blocks", &[2.0]);
+        let text = prometheus_text(&[
+            TierStats {
+                tier: "primary",
+                stats: &primary,
+            },
+            TierStats {
+                tier: "mem",
+                stats: &other,
+            },
+        ]);
+        let expected = "# TYPE kvtier_allocation_size_blocks histogram\n\
+kvtier_allocation_size_blocks_bucket{tier=\"primary\",le=\"1\"} 1\n\
+kvtier_allocation_size_blocks_bucket{tier=\"primary\",le=\"4\"} 2\n\
+kvtier_allocation_size_blocks_bucket{tier=\"primary\",le=\"+Inf\"} 3\n\
+kvtier_allocation_size_blocks_sum{tier=\"primary\"} 13\n\
+kvtier_allocation_size_blocks_count{tier=\"primary\"} 3\n\
+kvtier_allocation_size_blocks_bucket{tier=\"mem\",le=\"1\"} 0\n\
+kvtier_allocation_size_blocks_bucket{tier=\"mem\",le=\"4\"} 1\n\
+kvtier_allocation_size_blocks_bucket{tier=\"mem\",le=\"+Inf\"} 1\n\
+kvtier_allocation_size_blocks_sum{tier=\"mem\"} 2\n\
+kvtier_allocation_size_blocks_count{tier=\"mem\"} 1\n\
+# TYPE kvtier_evictions_total counter\n\
+kvtier_evictions_total{tier=\"primary\"} 2\n";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_histogram_series_is_renamed_only_when_another_stat_takes_its_family() {
+        use crate::tiering::ManagerStat;
+        use std::sync::Arc;
+        let mut own = histogram("sizes", &[2.0]);
+        own.insert(0, Stat::gauge("sizes", 1.0));
+        let stats: Vec<ManagerStat> = own
+            .into_iter()
+            .map(|stat| ManagerStat {
+                tier: Some(1),
+                tier_name: Arc::from("t"),
+                stat,
+            })
+            .collect();
+        let text = manager_prometheus_text(&stats);
+        assert!(text.contains("# TYPE kvtier_sizes gauge\n"), "{text}");
+        assert!(
+            text.contains("# TYPE kvtier_tier_sizes histogram\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("kvtier_tier_sizes_bucket{").count(),
+            3,
+            "{text}"
+        );
+        assert!(
+            text.contains("kvtier_tier_sizes_count{tier=\"t\"} 1\n"),
+            "{text}"
+        );
     }
 
     #[test]

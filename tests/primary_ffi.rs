@@ -601,3 +601,57 @@ fn c_completions_act_only_on_their_own_requests_keys_even_after_it_finished() {
     assert_eq!((stats.foreign_completions, stats.stores_completed), (1, 1));
     unsafe { kvtier_primary_free(p) };
 }
+
+fn read_stats(p: *mut kvtier_primary) -> kvtier_primary_stats {
+    let mut stats = kvtier_primary_stats::default();
+    assert_eq!(
+        unsafe { kvtier_primary_read_stats(p, &mut stats) },
+        kvtier_status::Ok
+    );
+    stats
+}
+
+/// The allocation-size histogram through the C struct: one observation per
+/// prepare_store with keys to store, refused ones included (as vLLM 0.33),
+/// none for a call that stores nothing.
+#[test]
+fn allocation_sizes_are_a_histogram_in_the_stats_struct() {
+    assert_eq!(KVTIER_ALLOCATION_SIZE_BUCKETS, 11);
+    let p = new(5, c"lru");
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ) },
+        kvtier_status::Ok
+    );
+    let names: Vec<[u8; 1]> = (0..7u8).map(|i| [i]).collect();
+    let keys: Vec<kvtier_key> = names.iter().map(|n| ck(n)).collect();
+    let (st, s) = store(p, &keys[..5]);
+    assert_eq!((st, s.result.refused), (kvtier_status::Ok, false));
+    // Every key resident: nothing to store, no observation.
+    let (st, _) = store(p, &keys[..2]);
+    assert_eq!(st, kvtier_status::Ok);
+    // Nothing evictable (all write pending): refused, yet observed.
+    let (st, s) = store(p, &keys[5..7]);
+    assert_eq!((st, s.result.refused), (kvtier_status::Ok, true));
+    let stats = read_stats(p);
+    // Bounds 1, 4, 16, ...: the 2-key call is at most 4, the 5-key at most 16.
+    assert_eq!(
+        stats.allocation_size_buckets,
+        [0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+    );
+    assert_eq!(
+        (stats.allocation_size_count, stats.allocation_size_sum),
+        (2, 7)
+    );
+    assert_eq!(stats.refusals, 1);
+    // Reset frees every slot but keeps the counters.
+    assert_eq!(unsafe { kvtier_primary_reset(p) }, kvtier_status::Ok);
+    let (st, _) = store(p, &keys[..1]);
+    assert_eq!(st, kvtier_status::Ok);
+    let after = read_stats(p);
+    assert_eq!(
+        (after.allocation_size_count, after.allocation_size_sum),
+        (3, 8)
+    );
+    assert_eq!(after.allocation_size_buckets[0], 1);
+    unsafe { kvtier_primary_free(p) };
+}

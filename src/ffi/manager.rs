@@ -227,7 +227,8 @@ pub struct kvtier_manager_stat {
     pub tier_name: [c_char; 32],
     /// Snake-case statistic name, NUL-terminated, truncated.
     pub name: [c_char; 64],
-    /// `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+    /// `KVTIER_STAT_COUNTER` (cumulative, never decreases; histogram
+    /// series too) or `KVTIER_STAT_GAUGE` (a current value).
     pub kind: i32,
     /// The value.
     pub value: f64,
@@ -830,6 +831,21 @@ pub unsafe extern "C" fn kvtier_manager_reset_flushed(
 /// nothing to `out`, sets `*written_out` to the number needed and returns
 /// `KVTIER_STATUS_BUFFER_TOO_SMALL`.  Internally synchronized.
 ///
+/// Counters (`KVTIER_STAT_COUNTER`) are cumulative from creation and never
+/// decrease: a counter a secondary tier stops reporting keeps its last
+/// value, and one it reports smaller than before keeps its previous value
+/// (and counts in the tier's `tier_bugs`).  Gauges are current values.
+/// For vLLM-style numbers per interval, keep the previous read and
+/// subtract: `now - before` per counter.
+///
+/// A histogram is written as counters, one per series: for the histogram
+/// `h`, `h_bucket_le_<bound>` per bucket (cumulative: observations at most
+/// the bound, written in decimal with `.` as `_`; the last is
+/// `h_bucket_le_inf`), then `h_sum` and `h_count`.  The primary tier's
+/// `allocation_size_blocks` has buckets `le_1`, `le_4`, `le_16`, `le_64`,
+/// `le_256`, `le_1024`, `le_4096`, `le_16384`, `le_65536`, `le_262144`
+/// and `le_inf`.
+///
 /// # Safety
 /// `manager` a live handle; `out` valid for `len` writes; `written_out` valid.
 #[unsafe(no_mangle)]
@@ -855,10 +871,11 @@ pub unsafe extern "C" fn kvtier_manager_stats(
         for (dst, s) in buf.iter_mut().zip(stats.iter()) {
             dst.tier = s.tier.map_or(KVTIER_STAT_TIER_MANAGER, |t| t as i32);
             copy_name(&mut dst.tier_name, &s.tier_name);
-            copy_name(&mut dst.name, &s.stat.name);
-            dst.kind = match s.stat.kind {
-                StatKind::Counter => KVTIER_STAT_COUNTER,
-                StatKind::Gauge => KVTIER_STAT_GAUGE,
+            copy_name(&mut dst.name, &s.stat.series_name());
+            dst.kind = if s.stat.kind == StatKind::Gauge {
+                KVTIER_STAT_GAUGE
+            } else {
+                KVTIER_STAT_COUNTER
             };
             dst.value = s.stat.value;
         }

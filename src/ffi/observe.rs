@@ -17,7 +17,10 @@ use crate::tiering::EventBatch;
 
 /// Writes the manager's statistics (its own totals, the primary tier's,
 /// and each secondary tier's, labelled `tier="..."`) in the Prometheus text
-/// exposition format (version 0.0.4), NUL-terminated, to `buf`.
+/// exposition format (version 0.0.4), NUL-terminated, to `buf`.  Counters
+/// and histograms (the primary tier's `kvtier_allocation_size_blocks`) are
+/// cumulative and never go back, as in `kvtier_manager_stats`; gauges are
+/// current values.
 ///
 /// `buf` must be valid for `len` bytes (NULL if `len` is 0); `needed` must
 /// not be NULL.  Always writes the text's length plus one (the NUL) to

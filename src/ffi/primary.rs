@@ -132,7 +132,15 @@ pub struct kvtier_primary_event {
     pub key: [u8; KVTIER_MAX_KEY_LEN],
 }
 
-/// The tier's numbers.  Counters count since creation; the rest are current.
+/// Number of buckets of the primary tier's allocation-size histogram
+/// (`kvtier_primary_stats.allocation_size_buckets`), the +Inf bucket included.
+pub const KVTIER_ALLOCATION_SIZE_BUCKETS: usize = 11;
+const _: () = assert!(KVTIER_ALLOCATION_SIZE_BUCKETS == crate::primary::ALLOCATION_SIZE_BUCKETS);
+
+/// The tier's numbers.  Counters (the allocation-size histogram included)
+/// are cumulative from the tier's creation and never decrease, not even at
+/// `kvtier_primary_reset`; the rest are current values.  For numbers per
+/// interval, keep the previous read and subtract (`now - before`).
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -190,6 +198,17 @@ pub struct kvtier_primary_stats {
     pub arc_b2: u32,
     /// ARC: the adaptive T1 target.
     pub arc_target: f64,
+    /// Allocation sizes, cumulative buckets: `allocation_size_buckets[i]`
+    /// counts the prepare_store calls that had at most the i-th bound of
+    /// 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, +Inf keys to
+    /// store (the last equals `allocation_size_count`).  As vLLM 0.33, one
+    /// observation per call with keys to store (absent, distinct, admitted),
+    /// refused calls included; none for a call with nothing to store.
+    pub allocation_size_buckets: [u64; KVTIER_ALLOCATION_SIZE_BUCKETS],
+    /// Allocation sizes: total keys over every observation.
+    pub allocation_size_sum: u64,
+    /// Allocation sizes: number of observations.
+    pub allocation_size_count: u64,
 }
 
 impl From<PrimaryStats> for kvtier_primary_stats {
@@ -221,6 +240,9 @@ impl From<PrimaryStats> for kvtier_primary_stats {
             arc_b1: s.arc_b1,
             arc_b2: s.arc_b2,
             arc_target: s.arc_target,
+            allocation_size_buckets: s.allocation_sizes.cumulative,
+            allocation_size_sum: s.allocation_sizes.sum as u64,
+            allocation_size_count: s.allocation_sizes.count,
         }
     }
 }
@@ -678,7 +700,10 @@ pub unsafe extern "C" fn kvtier_primary_take_events(
 }
 
 /// Writes the tier's numbers to `*stats_out`.  A const call: may run
-/// concurrently with other const calls on the handle.
+/// concurrently with other const calls on the handle.  Counters are
+/// cumulative from creation and never decrease; gauges are current.  For
+/// per-interval numbers (vLLM reports deltas since the previous read),
+/// keep the previous `kvtier_primary_stats` and subtract field by field.
 ///
 /// # Safety
 /// `primary` must be a live handle; `stats_out` valid for writes.

@@ -59,7 +59,8 @@ pub const KVTIER_EVENT_REMOVED: i32 = 1;
 /// Event kind: the tier forgot every key (no key).
 pub const KVTIER_EVENT_CLEARED: i32 = 2;
 
-/// Stat kind: a counter (only grows).
+/// Stat kind: a counter, cumulative from creation (only grows; never
+/// reset, so per-interval numbers are the difference of two reads).
 pub const KVTIER_STAT_COUNTER: i32 = 0;
 /// Stat kind: a gauge (current level).
 pub const KVTIER_STAT_GAUGE: i32 = 1;
@@ -141,7 +142,8 @@ pub struct kvtier_job_result {
 pub struct kvtier_tier_stat {
     /// Snake-case name, NUL-terminated.
     pub name: [c_char; 48],
-    /// `KVTIER_STAT_COUNTER` or `KVTIER_STAT_GAUGE`.
+    /// `KVTIER_STAT_COUNTER` (cumulative, never decreases) or
+    /// `KVTIER_STAT_GAUGE` (a current value).
     pub kind: i32,
     /// The value.
     pub value: f64,
@@ -251,7 +253,13 @@ pub struct kvtier_tier_vtable {
     /// Blocks until none of the tier's copies touches the region (queued
     /// jobs may be cancelled, but are still reported).
     pub drain: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
-    /// Writes up to `capacity` statistics to `out` and their number to `*written`.
+    /// Writes up to `capacity` statistics to `out` and their number to
+    /// `*written`.  Counters (`KVTIER_STAT_COUNTER`) are cumulative from the
+    /// tier's creation and never decrease, resets included; gauges are
+    /// current values.  Report every counter every time: one no longer
+    /// reported keeps its last value in the manager's stats, and one
+    /// reported below its previous report keeps the value shown before and
+    /// counts as a tier bug (`tier_bugs`, error log).
     pub stats: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,

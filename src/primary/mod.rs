@@ -38,6 +38,7 @@
 //! bytes per slot with both ghost lists full (`arc.rs`): 62 in all.
 
 mod admission;
+mod allocation_sizes;
 mod arc;
 mod completion;
 mod huge;
@@ -62,6 +63,7 @@ use foldhash::fast::RandomState;
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
 use crate::fallible;
+use crate::histogram::Histogram;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
 use crate::stats::Stat;
@@ -72,6 +74,9 @@ use policy::Policy;
 use slots::{ANNOUNCED, Lookahead, NAMED, PARKED, RESIDENT, Slots, WRITE_PENDING};
 use writers::Writers;
 
+pub use allocation_sizes::{
+    ALLOCATION_SIZE_BOUNDS, ALLOCATION_SIZE_BUCKETS, ALLOCATION_SIZE_STAT, AllocationSizes,
+};
 pub use named::NamedPrimary;
 pub use writers::Writer;
 
@@ -234,7 +239,12 @@ pub struct CompleteStoreReport {
     pub already_ready: usize,
 }
 
-/// The tier's numbers.  Counters count since creation; gauges are current.
+/// The tier's numbers.
+///
+/// Counters (and the histogram) are cumulative from the tier's creation and
+/// never decrease, not even at [`PrimaryTier::reset`]; gauges (the sizes,
+/// usages, queue lengths and ARC lists) are current values.  For numbers
+/// per interval, subtract two reads (see [`crate::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrimaryStats {
     /// Number of slots.
@@ -294,6 +304,10 @@ pub struct PrimaryStats {
     pub arc_b2: u32,
     /// ARC: the adaptive T1 target.
     pub arc_target: f64,
+    /// [0.33] Allocation sizes: one observation per `prepare_store` with
+    /// keys to store (refused ones included), of their number; buckets
+    /// bounded by [`ALLOCATION_SIZE_BOUNDS`].
+    pub allocation_sizes: AllocationSizes,
 }
 
 /// Monotonic counters of the tier.
@@ -349,6 +363,7 @@ pub struct PrimaryTier {
     pinned: u32,
     idle: u32,
     counters: Counters,
+    allocation_sizes: Histogram<ALLOCATION_SIZE_BUCKETS>,
     events: VecDeque<Event>,
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     spare_records: Vec<RequestRecord>,
@@ -499,6 +514,7 @@ impl PrimaryTier {
             pinned: 0,
             idle: 0,
             counters: Counters::default(),
+            allocation_sizes: allocation_sizes::new_histogram(),
             events: VecDeque::with_capacity(config.event_capacity.min(4096)),
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
@@ -842,8 +858,9 @@ impl PrimaryTier {
     /// the threshold, are stored.  If free slots are short, exactly the
     /// shortfall is evicted from idle keys not named in this call; if that
     /// many are not available the call is refused and changes nothing but
-    /// counters, admission offers and ARC's store-miss adaptation.  The
-    /// keys to store are write pending for `req`: only its own
+    /// counters (the allocation-size histogram included: vLLM observes a
+    /// refused call), admission offers and ARC's store-miss adaptation.
+    /// The keys to store are write pending for `req`: only its own
     /// [`PrimaryTier::complete_store`] finishes them.  (A request can plan
     /// keys while fewer than 2^31 - 1 other requests have writes in
     /// flight; beyond, its store is refused.)
@@ -999,6 +1016,13 @@ impl PrimaryTier {
                     *kind = STORED_GHOST;
                 }
             }
+        }
+
+        // [0.33] One allocation-size observation per call with keys to
+        // store, made before the eviction check as vLLM does (a refused
+        // call is observed too).
+        if !plan.to_store.is_empty() {
+            self.allocation_sizes.record(plan.to_store.len() as f64);
         }
 
         // 4. Evict the shortfall, or refuse.
@@ -1275,10 +1299,12 @@ impl PrimaryTier {
             arc_b1: p.b1,
             arc_b2: p.b2,
             arc_target: p.target,
+            allocation_sizes: self.allocation_sizes.snapshot(),
         }
     }
 
-    /// The same numbers as named stats (counters and gauges).
+    /// The same numbers as named stats (counters, gauges, and the
+    /// allocation sizes as the histogram [`ALLOCATION_SIZE_STAT`]).
     pub fn stat_list(&self) -> Vec<Stat> {
         let s = self.stats();
         let mut v = vec![
@@ -1315,6 +1341,8 @@ impl PrimaryTier {
                 Stat::gauge("arc_target", s.arc_target),
             ]);
         }
+        self.allocation_sizes
+            .push_stats(ALLOCATION_SIZE_STAT, &mut v);
         v
     }
 

@@ -34,6 +34,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::backend::{CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan};
 use super::backpressure::{BackpressureConfig, Detector, PressurePolicy};
+use super::counter_memory::CounterMemory;
 use super::listen::{EventListener, Listener};
 use super::notify::Notifier;
 use super::tier::{
@@ -248,6 +249,8 @@ struct TierEntry {
     /// Whether the tier's events are queued (on, and the capacity is not 0).
     events_on: bool,
     c: TierCounters,
+    /// The tier's own counters as last reported (never go back).
+    reported: CounterMemory,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -483,6 +486,7 @@ impl Manager {
             stores_in_flight: 0,
             events_on,
             c: TierCounters::default(),
+            reported: CounterMemory::default(),
         };
         let through_queue = entry.tier.reports_through_complete_job();
         self.queue_tier_names.lock().push(entry.name.clone());
@@ -987,9 +991,40 @@ impl Manager {
 
     /// Merged statistics: the manager's totals, the primary tier's, then
     /// per secondary tier the manager's counters for it and its own.
+    ///
+    /// Counters (histogram series included) are cumulative from creation
+    /// and never decrease; gauges are current values.  A secondary tier's
+    /// own counters are held to this: one the tier no longer reports keeps
+    /// its last value (after the tier's reported stats), and one it reports
+    /// below its previous report keeps the value shown before and counts as
+    /// a tier bug (`tier_bugs`, and a message in the error log), once per
+    /// decrease.  For per-interval numbers, as vLLM's statistics are, keep
+    /// the previous result and subtract counter by counter (see
+    /// [`crate::stats`]).
     pub fn stats(&self) -> Result<Vec<ManagerStat>> {
         let mut s = self.enter("stats")?;
         s.gather_errors();
+        // The tiers' own reports first: a decrease found now is counted in
+        // the `tier_bugs` this call returns.
+        let mut reports: Vec<Vec<Stat>> = Vec::with_capacity(s.tiers.len());
+        for i in 0..s.tiers.len() {
+            let t = &mut s.tiers[i];
+            let mut report = t.tier.stats();
+            let mut decreases = Vec::new();
+            t.reported.apply(&mut report, |d| decreases.push(d));
+            reports.push(report);
+            for d in decreases {
+                let name = s.tiers[i].name.clone();
+                s.tiers[i].c.tier_bugs += 1;
+                s.tier_bug(
+                    &name,
+                    format!(
+                        "counter {} went back from {} to {}; {} is reported (counters never decrease)",
+                        d.series, d.before, d.now, d.shown
+                    ),
+                );
+            }
+        }
         let mut out = Vec::new();
         let m: Arc<str> = Arc::from("manager");
         let c = s.c;
@@ -1032,7 +1067,7 @@ impl Manager {
         for st in s.primary.stat_list() {
             push(&mut out, Some(0), &p, st);
         }
-        for (i, t) in s.tiers.iter().enumerate() {
+        for ((i, t), report) in s.tiers.iter().enumerate().zip(reports) {
             let c = t.c;
             for (n, v) in [
                 ("lookups", c.lookups),
@@ -1069,7 +1104,7 @@ impl Manager {
                     push(&mut out, Some(i + 1), &t.name, Stat::gauge(n, v));
                 }
             }
-            for st in t.tier.stats() {
+            for st in report {
                 push(&mut out, Some(i + 1), &t.name, st);
             }
         }

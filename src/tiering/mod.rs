@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod backpressure;
+mod counter_memory;
 pub mod listen;
 pub mod manager;
 pub mod model;

@@ -176,6 +176,15 @@ pub trait SecondaryTier: Send {
     fn drain(&mut self) -> Result<()>;
 
     /// The tier's statistics.
+    ///
+    /// Counters (and histogram series) are cumulative from the tier's
+    /// creation and never decrease, also across resets and reconnections;
+    /// gauges are current values.  Report every counter at every call.  The
+    /// manager holds a tier to this: a counter it no longer reports keeps
+    /// its last value in the merged stats, and one reported below its
+    /// previous report keeps the value shown before and counts as a tier
+    /// bug.  Per-interval numbers are for the caller to compute (two reads
+    /// subtracted).
     fn stats(&self) -> Vec<Stat> {
         Vec::new()
     }
