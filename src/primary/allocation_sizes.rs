@@ -89,7 +89,7 @@ mod tests {
         for p in BOTH {
             let mut t = tier(4, p, 1);
             let (_, plan) = prepare(&mut t, &ks([1, 2]));
-            t.complete_store(&plan.to_store, true);
+            t.complete_store(R, &plan.to_store, true);
             let (outcome, plan) = prepare(&mut t, &ks([1, 2, 3]));
             assert_eq!((outcome, plan.to_store.len()), (StoreOutcome::Planned, 1));
             assert_eq!(count_and_sum(&t), (2, 3.0), "{p:?}");
@@ -129,7 +129,7 @@ mod tests {
             assert_eq!(count_and_sum(&t), (1, 2.0));
             // Empty call; every key resident (one still write pending).
             prepare(&mut t, &[]);
-            t.complete_store(&plan.to_store[..1], true);
+            t.complete_store(R, &plan.to_store[..1], true);
             assert_eq!(prepare(&mut t, &ks([1, 2])).1.to_store.len(), 0);
             assert_eq!(count_and_sum(&t), (1, 2.0), "{p:?}");
         }
