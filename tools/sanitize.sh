@@ -36,9 +36,13 @@ if [ "$san" = thread ]; then
   runtime=$(ls "$sysroot/lib/rustlib/$triple/lib/"librustc-*_rt.tsan.a | head -n1)
 fi
 
+# The replay checks' workload generator: an ordinary build is enough.
+cargo build -q --release --features "$features" --bin kvtier-workload
+gen="$PWD/target/release/kvtier-workload"
+
 echo "== the C and C++ programs with -fsanitize=$san"
 cmake -S examples -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_ROOT="$PWD" \
-  -DKVTIER_LIB_DIR="$libdir" -DKVTIER_SANITIZER="$san" -DKVTIER_SANITIZER_RUNTIME="$runtime" >/dev/null
+  -DKVTIER_LIB_DIR="$libdir" -DKVTIER_SANITIZER="$san" -DKVTIER_SANITIZER_RUNTIME="$runtime" -DKVTIER_WORKLOAD_GEN="$gen" >/dev/null
 cmake --build "$build" -j 2 >/dev/null
 
 # Reports fail the run: ASan exits non-zero on its own; TSan and leaks too.
