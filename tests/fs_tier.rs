@@ -530,13 +530,25 @@ fn restart_skips_bad_files_and_removes_temp_files_of_dead_writers() {
     let live_tmp = fanout.join(format!(".{}.{}.0.tmp", key(9).to_hex(), std::process::id()));
     std::fs::write(&dead_tmp, b"partial").unwrap();
     std::fs::write(&live_tmp, b"partial").unwrap();
+    // The probe files an open writes in the root, left by a process killed
+    // while opening: the dead one's go, a live one's (the parent's: this
+    // process's own are rewritten by the open) stay.
+    let probes = |pid: u32| {
+        ["odirect", "tmpfile"].map(|kind| dir.path().join(format!(".{kind}-probe.{pid}.tmp")))
+    };
+    let live = std::os::unix::process::parent_id();
+    for p in probes(dead).iter().chain(&probes(live)) {
+        std::fs::write(p, b"probe").unwrap();
+    }
 
     let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
     let rep = tier.rebuild_report();
     assert_eq!(rep.blocks, 2);
     assert_eq!(rep.skipped, 3);
-    assert_eq!(rep.temp_removed, 1);
+    assert_eq!(rep.temp_removed, 3);
     assert!(!dead_tmp.exists() && live_tmp.exists());
+    assert!(probes(dead).iter().all(|p| !p.exists()));
+    assert!(probes(live).iter().all(|p| p.exists()));
     assert_eq!(tier.bytes_used(), 2 * (4096 + SLOT) as u64);
     let req = request();
     assert_eq!(tier.lookup(&key(7), &req), TierLookup::Miss);

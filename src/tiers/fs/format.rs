@@ -285,9 +285,45 @@ pub fn pid_of_temp_name(name: &str) -> Option<u32> {
     parts.next()?.parse().ok()
 }
 
+/// The kinds of probe file the tier writes in its root at open (`io.rs`).
+pub const PROBE_KINDS: [&str; 2] = ["odirect", "tmpfile"];
+
+/// The name of the `kind` probe file of process `pid` (kind one of
+/// [`PROBE_KINDS`]): `.<kind>-probe.<pid>.tmp`.
+pub fn probe_name(kind: &str, pid: u32) -> String {
+    format!(".{kind}-probe.{pid}.tmp")
+}
+
+/// The process id in a probe file name written by [`probe_name`].
+pub fn pid_of_probe_name(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (kind, pid) = rest.split_once("-probe.")?;
+    if !PROBE_KINDS.contains(&kind) || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_names_parse_back_and_nothing_else_does() {
+        for kind in PROBE_KINDS {
+            assert_eq!(pid_of_probe_name(&probe_name(kind, 4242)), Some(4242));
+        }
+        for other in [
+            ".other-probe.12.tmp",
+            ".odirect-probe..tmp",
+            ".odirect-probe.12x.tmp",
+            "odirect-probe.12.tmp",
+            ".odirect-probe.12",
+            ".0a0b.12.3.tmp",
+        ] {
+            assert_eq!(pid_of_probe_name(other), None, "{other}");
+        }
+    }
 
     fn key(b: &[u8]) -> Key {
         Key::new(b).unwrap()

@@ -665,7 +665,7 @@ pub fn probe_tmpfile(dir: &Path) -> Option<LinkVia> {
             return None;
         }
         let fd = Fd(fd);
-        let dst = cpath(&dir.join(format!(".tmpfile-probe.{}.tmp", std::process::id())));
+        let dst = cpath(&dir.join(super::format::probe_name("tmpfile", std::process::id())));
         if link_fd(fd.0, &dst, via, &mut scratch).is_ok() {
             // SAFETY: NUL-terminated path.
             unsafe { libc::unlink(dst.as_ptr()) };
@@ -677,7 +677,7 @@ pub fn probe_tmpfile(dir: &Path) -> Option<LinkVia> {
 
 /// Whether `O_DIRECT` works in `dir`: writes one aligned page to a probe file.
 pub fn probe_direct(dir: &Path) -> bool {
-    let probe = dir.join(format!(".odirect-probe.{}.tmp", std::process::id()));
+    let probe = dir.join(super::format::probe_name("odirect", std::process::id()));
     let c = cpath(&probe);
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECT | libc::O_CLOEXEC;
     // SAFETY: NUL-terminated path.

@@ -10,7 +10,8 @@
 //!   directory with processes using another block size or format version.
 //!   Files whose names are not block names are left alone.
 //! - Temporary files of writers that are gone (dead on this host, or older
-//!   than `stale_temp_age`) are removed.
+//!   than `stale_temp_age`) are removed, and so are the probe files a
+//!   process killed while opening the tier left in its root.
 //! - If the directory holds more than the capacity, the least recently
 //!   used blocks are evicted down to the low watermark.
 
@@ -21,7 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use super::FsOptions;
 use super::format::{
-    HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_temp_name,
+    HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_probe_name,
+    pid_of_temp_name,
 };
 use super::index::{Index, State};
 use crate::error::{Error, Result};
@@ -38,7 +40,8 @@ pub struct RebuildReport {
     /// Skipped files removed (those that could not be, a directory under a
     /// block name for instance, are counted as skipped only).
     pub removed: u64,
-    /// Temporary files left by crashed writers, removed.
+    /// Temporary files left by crashed writers (block stores, and the
+    /// probe files of an open), removed.
     pub temp_removed: u64,
     /// Blocks evicted because the directory held more than the capacity.
     pub evicted: u64,
@@ -61,6 +64,16 @@ pub(super) fn rebuild(
     };
     for dir in read(layout.root())? {
         let Ok(dir) = dir else { continue };
+        if let Some(name) = dir.file_name().to_str()
+            && let Some(pid) = pid_of_probe_name(name)
+        {
+            if stale_temp(&dir.path(), Some(pid), opts.stale_temp_age)
+                && fs::remove_file(dir.path()).is_ok()
+            {
+                report.temp_removed += 1;
+            }
+            continue;
+        }
         if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
             continue;
         }
@@ -70,7 +83,9 @@ pub(super) fn rebuild(
             let Some(name) = name.to_str() else { continue };
             let path = entry.path();
             if name.ends_with(".tmp") {
-                if stale_temp(&path, name, opts.stale_temp_age) && fs::remove_file(&path).is_ok() {
+                if stale_temp(&path, pid_of_temp_name(name), opts.stale_temp_age)
+                    && fs::remove_file(&path).is_ok()
+                {
                     report.temp_removed += 1;
                 }
                 continue;
@@ -132,10 +147,10 @@ fn check_block(
     meta.modified().ok()
 }
 
-/// Whether a temporary file's writer is gone: its pid is dead on this host,
-/// or the file is older than `max_age`.
-fn stale_temp(path: &Path, name: &str, max_age: Duration) -> bool {
-    if let Some(pid) = pid_of_temp_name(name) {
+/// Whether a temporary file's writer (`pid`, when its name tells) is gone:
+/// dead on this host, or the file is older than `max_age`.
+fn stale_temp(path: &Path, pid: Option<u32>, max_age: Duration) -> bool {
+    if let Some(pid) = pid {
         // SAFETY: signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
