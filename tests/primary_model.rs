@@ -77,8 +77,7 @@ struct Model {
     b1: Vec<Key>,
     b2: Vec<Key>,
     target: f64,
-    table: Vec<(Key, u32, u64)>,
-    calls: u64,
+    table: Vec<(Key, u32)>,
     reqs: Vec<Req>,
     events: Vec<Event>,
     evictions: u64,
@@ -126,7 +125,6 @@ impl Model {
             b2: vec![],
             target: 0.0,
             table: vec![],
-            calls: 0,
             reqs: vec![],
             events: vec![],
             evictions: 0,
@@ -328,8 +326,6 @@ impl Model {
         let Some(r) = self.req(id) else {
             return Out::Err("unknown_request", None);
         };
-        self.calls += 1;
-        let call = self.calls;
         let kinds: Vec<Option<bool>> = keys
             .iter()
             .map(|k| self.entry(k).map(|e| self.entries[e].refc >= 0))
@@ -340,49 +336,63 @@ impl Model {
                 fresh.push(*k);
             }
         }
-        if self.policy == PolicyKind::Arc {
-            for k in &fresh {
-                if self.reqs[r].adapted.contains(k) {
+        // Admission: vLLM's offer table, literally (every named key is an
+        // offer; keys on record count first and are protected, then new
+        // keys enter, pushing out unprotected entries oldest first).
+        if self.threshold >= 2 {
+            let mut protected: Vec<Key> = vec![];
+            for k in keys {
+                if let Some(i) = self.table.iter().position(|t| t.0 == *k) {
+                    let mut t = self.table.remove(i);
+                    t.1 += 1;
+                    self.table.push(t);
+                    if !protected.contains(k) {
+                        protected.push(*k);
+                    }
+                }
+            }
+            let mut unprotected = self.table.len() - protected.len();
+            for k in keys {
+                if self.table.iter().any(|t| t.0 == *k) {
                     continue;
                 }
-                if self.b1.contains(k) {
-                    self.grow();
-                } else if self.b2.contains(k) {
-                    self.shrink();
-                } else {
-                    continue;
+                if self.table.len() >= self.table_size {
+                    if unprotected == 0 {
+                        continue;
+                    }
+                    self.table.remove(0);
+                    unprotected -= 1;
                 }
-                self.reqs[r].adapted.push(*k);
+                self.table.push((*k, 1));
             }
         }
         let mut to_store = vec![];
         for k in &fresh {
-            let admitted = if self.threshold >= 2 {
-                let count = if let Some(i) = self.table.iter().position(|t| t.0 == *k) {
-                    let mut t = self.table.remove(i);
-                    t.1 += 1;
-                    t.2 = call;
-                    self.table.push(t);
-                    t.1
-                } else if self.table.len() < self.table_size {
-                    self.table.push((*k, 1, call));
-                    1
-                } else if self.table[0].2 == call {
-                    1
-                } else {
-                    self.table.remove(0);
-                    self.table.push((*k, 1, call));
-                    1
-                };
-                count >= self.threshold
-            } else {
-                true
-            };
-            if admitted {
+            let count = self.table.iter().find(|t| t.0 == *k).map_or(0, |t| t.1);
+            if self.threshold < 2 || count >= self.threshold {
                 to_store.push(*k);
             } else {
                 self.skips += 1;
             }
+        }
+        // ARC store-miss adaptation: the admitted keys the request had not
+        // offered, last to first; ghosts adapt and become most recent.
+        if self.policy == PolicyKind::Arc {
+            let new: Vec<Key> = to_store
+                .iter()
+                .filter(|k| !self.reqs[r].adapted.contains(k))
+                .copied()
+                .collect();
+            for k in new.iter().rev() {
+                if self.b1.contains(k) {
+                    self.grow();
+                    to_back(&mut self.b1, k);
+                } else if self.b2.contains(k) {
+                    self.shrink();
+                    to_back(&mut self.b2, k);
+                }
+            }
+            self.reqs[r].adapted.extend(new);
         }
         let free = (self.cap - self.fresh) as usize + self.free.len();
         let need = to_store.len().saturating_sub(free);

@@ -1,18 +1,32 @@
 //! [0.33] Admission threshold: a bounded table of recent store offers.
 //!
 //! A key is stored only once it has been offered to `prepare_store`
-//! `threshold` times.  Offers are counted in a table of at most `bound`
-//! keys, kept in least-recently-offered order: when it is full, the entry
-//! offered longest ago is forgotten, never one offered in the current call
-//! (if every entry was offered in this call, the new offer is not recorded
-//! and counts as a first offer).
+//! `threshold` times.  Every key a call names is an offer, resident or not.
+//! Offers are counted in a table of at most `bound` keys, kept in
+//! least-recently-offered order, one call at a time, in two passes:
+//!
+//! 1. [`Admission::count_known`] for every key the call names: a key on
+//!    record counts one more offer (per time the call names it), becomes
+//!    the most recent and is marked as offered in this call;
+//! 2. [`Admission::record_new`] for every key the call names: a key not on
+//!    record enters at one offer (once, however often the call names it),
+//!    most recent and marked; when the table is full, the entry offered
+//!    longest ago is forgotten first, never one offered in this call, so a
+//!    key offered again within the call is never pushed out by a new one.
+//!    If every entry was offered in this call the key is not recorded (it
+//!    has no offer on record, [`Admission::offers`] says 0), so a call naming
+//!    more distinct keys than the table holds records the first ones and
+//!    the rest wait for a later call.
+//!
+//! Then [`Admission::offers`] gives a candidate's count.
 
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
 use super::lists::Lists;
-use crate::key::Key;
+use super::slots::same_key;
+use crate::key::{Key, KeyBytes};
 
 const RECENT: usize = 0;
 
@@ -42,23 +56,42 @@ impl Admission {
         }
     }
 
-    /// Counts one offer of `key` (hash `h`) in call `epoch`; returns the
-    /// number of offers now on record (1 if it could not be recorded).
-    pub(crate) fn offer(&mut self, key: &Key, h: u64, epoch: u32) -> u32 {
+    /// Pass 1 of a call (`epoch`): if `key` (hash `h`) is on record, one
+    /// more offer, most recent, marked; true if it was.
+    pub(crate) fn count_known(
+        &mut self,
+        key: &(impl KeyBytes + ?Sized),
+        h: u64,
+        epoch: u32,
+    ) -> bool {
         let keys = &self.keys;
-        if let Some(&e) = self.index.find(h, |&e| keys[e as usize] == *key) {
-            let i = e as usize;
-            self.counts[i] = self.counts[i].saturating_add(1);
-            self.marks[i] = epoch;
-            self.lists.move_to_back(RECENT, e);
-            return self.counts[i];
-        }
-        if self.bound == 0 {
-            return 1;
+        let Some(&e) = self.index.find(h, |&e| same_key(&keys[e as usize], key)) else {
+            return false;
+        };
+        let i = e as usize;
+        self.counts[i] = self.counts[i].saturating_add(1);
+        self.marks[i] = epoch;
+        self.lists.move_to_back(RECENT, e);
+        true
+    }
+
+    /// Pass 2 of a call (`epoch`): if `key` (hash `h`) is not on record, it
+    /// enters at one offer, forgetting the entry offered longest ago if the
+    /// table is full, unless that entry was offered in this call (then the
+    /// key is not recorded).
+    pub(crate) fn record_new(&mut self, key: &(impl KeyBytes + ?Sized), h: u64, epoch: u32) {
+        let keys = &self.keys;
+        if self.bound == 0
+            || self
+                .index
+                .find(h, |&e| same_key(&keys[e as usize], key))
+                .is_some()
+        {
+            return;
         }
         let e = if self.keys.len() < self.bound {
             let e = self.keys.len() as u32;
-            self.keys.push(*key);
+            self.keys.push(key.keep_value());
             self.counts.push(0);
             self.marks.push(0);
             self.lists.grow_to(self.keys.len(), self.bound);
@@ -66,24 +99,32 @@ impl Admission {
         } else {
             let old = self.lists.front(RECENT);
             if self.marks[old as usize] == epoch {
-                return 1;
+                return;
             }
             let oh = self.hasher.hash_one(self.keys[old as usize].as_bytes());
             if let Ok(entry) = self.index.find_entry(oh, |&x| x == old) {
                 entry.remove();
             }
             self.lists.unlink(old);
-            self.keys[old as usize] = *key;
+            self.keys[old as usize] = key.keep_value();
             old
         };
         let i = e as usize;
+        key.keep_finish(&mut self.keys[i]);
         self.counts[i] = 1;
         self.marks[i] = epoch;
         self.lists.push_back(RECENT, e);
         let (keys, hasher) = (&self.keys, &self.hasher);
         self.index
             .insert_unique(h, e, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
-        1
+    }
+
+    /// The offers on record for `key` (hash `h`): 0 if it is not on record.
+    pub(crate) fn offers(&self, key: &(impl KeyBytes + ?Sized), h: u64) -> u32 {
+        let keys = &self.keys;
+        self.index
+            .find(h, |&e| same_key(&keys[e as usize], key))
+            .map_or(0, |&e| self.counts[e as usize])
     }
 
     /// Number of keys on record.

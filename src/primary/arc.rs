@@ -3,8 +3,9 @@
 //! T1 holds resident keys seen once, T2 resident keys reused; B1 and B2 are
 //! ghost lists (keys only) of keys evicted from T1 and T2, each bounded by
 //! the capacity, oldest forgotten first.  The T1 target adapts on ghost hits
-//! (by `touch`, and [0.33] once per request and key when offered to
-//! `prepare_store`).  Eviction takes from T1 while |T1| is at or above the
+//! (by `touch`, and [0.33] when `prepare_store` offers a ghost: see
+//! [`Policy::store_miss`]); a ghost hit makes the ghost the most recent of
+//! its list.  Eviction takes from T1 while |T1| is at or above the
 //! truncated target, else from T2, falling back to the other list.
 //!
 //! Ghosts live apart from the slots: B1 and B2 each in an arena of their
@@ -293,6 +294,17 @@ impl ArcPolicy {
         self.target = (self.target - delta).max(0.0);
     }
 
+    /// A hit on ghost `g`: adapt the target, and make `g` the most recent
+    /// of its list.
+    fn ghost_hit(&mut self, g: u32) {
+        if self.ghosts.list_of(g) == B1 {
+            self.grow();
+        } else {
+            self.shrink();
+        }
+        self.ghosts.touch(g);
+    }
+
     /// The next idle, unmarked candidate from `*cursor` on, advancing the
     /// cursor past it; busy candidates met are parked.
     fn next_candidate(&mut self, slots: &mut Slots, cursor: &mut u32) -> Option<u32> {
@@ -334,27 +346,22 @@ impl Policy for ArcPolicy {
 
     fn touch_absent(&mut self, key: &[u8], h: u64) {
         if let Some(g) = self.ghosts.find(key, h) {
-            if self.ghosts.list_of(g) == B1 {
-                self.grow();
-            } else {
-                self.shrink();
-            }
-            self.ghosts.touch(g);
+            self.ghost_hit(g);
         }
     }
 
-    fn is_ghost(&self, key: &Key, h: u64) -> bool {
-        self.ghosts.find(key, h).is_some()
+    fn learns_from_store_misses(&self) -> bool {
+        true
     }
 
-    fn adapt_on_offer(&mut self, key: &Key, h: u64) {
-        if let Some(g) = self.ghosts.find(key, h) {
-            if self.ghosts.list_of(g) == B1 {
-                self.grow();
-            } else {
-                self.shrink();
-            }
+    fn store_miss(&mut self, key: &Key, h: u64, first: bool) -> bool {
+        let Some(g) = self.ghosts.find(key, h) else {
+            return false;
+        };
+        if first {
+            self.ghost_hit(g);
         }
+        true
     }
 
     fn became_idle(&mut self, slot: u32) {

@@ -42,6 +42,8 @@ mod policy;
 mod slots;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vllm_tests;
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -110,7 +112,10 @@ pub struct PrimaryConfig {
     pub capacity: u32,
     /// Eviction policy.
     pub policy: PolicyKind,
-    /// [0.33] Store a key only at its `store_threshold`-th offer; 0 or 1 = at the first.
+    /// [0.33] Store a key only at its `store_threshold`-th offer; 0 or 1 =
+    /// at the first.  Every key a `prepare_store` names is an offer,
+    /// resident or not; a call's offers are all counted before the table
+    /// forgets any entry, and never one offered in the same call.
     pub store_threshold: u32,
     /// Bound of the recent-offers table (used when `store_threshold` >= 2; must then be > 0).
     pub admission_table_size: usize,
@@ -289,7 +294,8 @@ struct RequestRecord {
     /// recorded once, so the log is bounded by the request's distinct keys
     /// however often it presents them.
     seen: hashbrown::HashTable<u32>,
-    /// Ghost keys whose offer already adapted ARC's target in this request.
+    /// Store candidates this request offered (the policy learns from each
+    /// once per request: ARC's store-miss adaptation).
     adapted: Vec<Key>,
 }
 
@@ -334,10 +340,8 @@ const ABSENT: u8 = 0;
 const FOUND_READY: u8 = 1;
 const FOUND_PENDING: u8 = 2;
 const STORED: u8 = 3;
-/// Absent but remembered by the policy as a ghost (not stored).
-const GHOST: u8 = 4;
 /// Like `STORED`, and a ghost when the call began.
-const STORED_GHOST: u8 = 5;
+const STORED_GHOST: u8 = 4;
 
 /// Batches up to this size find repeated keys by a linear scan, larger ones by a table.
 const SMALL_BATCH: usize = 32;
@@ -862,36 +866,51 @@ impl PrimaryTier {
             }
         }
 
-        // 2. [0.33] ARC store-miss adaptation, once per request and key.
-        //    Ghost keys are noted (kind GHOST) for the insertion below.
-        for (key, h, pos) in &fresh {
-            if !self.policy.is_ghost(key, *h) {
-                continue;
+        // 2. [0.33] Admission threshold: every key the call names is an
+        //    offer, all counted before any is judged (see `admission`).
+        //    Admitted keys are marked STORED in `scratch` at their first
+        //    position.
+        let threshold = self.config.store_threshold;
+        if let Some(a) = self.admission.as_mut() {
+            for (pos, &(h, _, _)) in scratch.iter().enumerate() {
+                a.count_known(at(pos), h, epoch);
             }
-            scratch[*pos as usize].1 = GHOST;
-            if !self.adapted.contains(&(req, *key)) {
-                self.policy.adapt_on_offer(key, *h);
-                self.adapted.insert((req, *key));
-                if let Some(r) = self.requests.get_mut(&req) {
-                    r.adapted.push(*key);
-                }
+            for (pos, &(h, _, _)) in scratch.iter().enumerate() {
+                a.record_new(at(pos), h, epoch);
+            }
+        }
+        for (key, h, pos) in &fresh {
+            let admitted = self
+                .admission
+                .as_ref()
+                .is_none_or(|a| a.offers(key, *h) >= threshold);
+            if admitted {
+                plan.to_store.push(*key);
+                scratch[*pos as usize].1 = STORED;
+            } else {
+                self.counters.admission_skips += 1;
             }
         }
 
-        // 3. [0.33] Admission threshold; admitted keys are marked STORED in
-        //    `scratch` at their first position.
-        let threshold = self.config.store_threshold;
-        for (key, h, pos) in &fresh {
-            let admitted = match self.admission.as_mut() {
-                Some(a) => a.offer(key, *h, epoch) >= threshold,
-                None => true,
-            };
-            if admitted {
-                plan.to_store.push(*key);
-                let k = &mut scratch[*pos as usize].1;
-                *k = if *k == GHOST { STORED_GHOST } else { STORED };
-            } else {
-                self.counters.admission_skips += 1;
+        // 3. [0.33] ARC store-miss adaptation: the admitted keys, last to
+        //    first; those this request offers for the first time adapt (if
+        //    ghosts) and are remembered for it.  Ghosts become STORED_GHOST
+        //    for the insertion below.
+        if self.policy.learns_from_store_misses() {
+            for (key, h, pos) in fresh.iter().rev() {
+                let kind = &mut scratch[*pos as usize].1;
+                if *kind != STORED {
+                    continue;
+                }
+                let first = self.adapted.insert((req, *key));
+                if first {
+                    if let Some(r) = self.requests.get_mut(&req) {
+                        r.adapted.push(*key);
+                    }
+                }
+                if self.policy.store_miss(key, *h, first) {
+                    *kind = STORED_GHOST;
+                }
             }
         }
 

@@ -40,14 +40,22 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// `touch` of a key that is not resident (ARC learns from ghost hits).
     fn touch_absent(&mut self, _key: &[u8], _h: u64) {}
 
-    /// Whether an absent key is remembered in a ghost list.
-    fn is_ghost(&self, _key: &Key, _h: u64) -> bool {
+    /// Whether the policy learns from store candidates absent from the tier
+    /// (ARC, from its ghosts): only then does the tier remember, per
+    /// request, which candidates the request has offered.
+    fn learns_from_store_misses(&self) -> bool {
         false
     }
 
-    /// An absent key remembered as a ghost was offered to `prepare_store`:
-    /// adapt as a ghost hit would, without reordering anything.
-    fn adapt_on_offer(&mut self, _key: &Key, _h: u64) {}
+    /// [0.33] A store candidate absent from the tier (hash `h`) that passed
+    /// the admission threshold; `first`: this request offers it for the
+    /// first time.  Returns whether the key is remembered in a ghost list;
+    /// if it is and `first`, adapts as a ghost hit would and makes it the
+    /// most recent of its ghost list.  The tier calls it for a call's
+    /// candidates from the last to the first.
+    fn store_miss(&mut self, _key: &Key, _h: u64, _first: bool) -> bool {
+        false
+    }
 
     /// Chooses `n` idle, unmarked slots to evict, in eviction order, into
     /// `out` (cleared first); false if fewer exist.  The order does not
