@@ -63,7 +63,8 @@ event drain included), `lookups`, `hit_blocks`, `stops_miss`,
 of drained "removed" events of the primary tier), `promotion_blocks` and
 `cascade_blocks` (keys of load and store jobs submitted to the `mem` tier),
 `events` (keys of all drained events), `wall_s` (the replay loop) and
-`ns_per_call`.
+`ns_per_call`.  vLLM's metadata-only removals (the cleanup of a failed
+write, which is no public eviction) are not counted; this replay has none.
 
 `--hit-pending` is accepted so that every case of the C driver has a
 counterpart: it selects kvtier's option answering HIT_PENDING (rather than
@@ -263,6 +264,10 @@ def replay(v, args, requests):
     def drain():
         c["manager_calls"] += 1
         for ev in m.take_events():
+            if ev.metadata_only:
+                # The cleanup of a failed write: no public event (kvtier
+                # announces no removal of a key never announced as stored).
+                continue
             c["events"] += len(ev.keys)
             if ev.removed and ev.ownership is None:
                 c["blocks_evicted"] += len(ev.keys)

@@ -284,3 +284,380 @@ fn arc_ghost_offer_adapts_once_per_request_before_insertion() {
     assert_eq!((s.arc_t1, s.arc_t2), (2, 0), "the ghost entered T1");
     t.check_invariants().unwrap();
 }
+
+/// Mirrors vLLM's `test_filter_reused_manager_reports_stores_skipped_counter`
+/// (vLLM reports the count since the last read; here it is cumulative).
+#[test]
+fn admission_skips_count_every_candidate_held_back() {
+    let mut t = configured(4, PolicyKind::Lru, 2, 64_000);
+    t.begin_request(R).unwrap();
+    let plan = store(&mut t, R, &[1, 2, 3]);
+    assert_eq!(
+        (plan.to_store, plan.slots, plan.evicted),
+        (vec![], vec![], vec![])
+    );
+    assert_eq!(t.stats().admission_skips, 3);
+    assert_eq!(t.stats().admission_skips, 3, "a read resets nothing");
+}
+
+/// Mirrors vLLM's `test_store_threshold_does_not_hide_ready_reuse`: a
+/// resident key whose offers the table forgot is still found ready (reused,
+/// not a skipped store), and its reuse refreshes it.
+#[test]
+fn admission_does_not_hide_the_reuse_of_a_ready_key() {
+    let mut t = configured(2, PolicyKind::Lru, 2, 2);
+    let (head, tail, noise_1, noise_2, replacement) = (0, 1, 2, 3, 4);
+    let seed = RequestId(10);
+    t.begin_request(seed).unwrap();
+    assert_eq!(offer(&mut t, seed, &[head, tail]), Some(vec![]));
+    assert_eq!(
+        store(&mut t, seed, &[head, tail]).to_store,
+        ks(&[head, tail])
+    );
+    t.on_request_finished(seed).unwrap();
+    // The noise ages both resident keys out of the table.
+    let noise = RequestId(11);
+    t.begin_request(noise).unwrap();
+    assert_eq!(offer(&mut t, noise, &[noise_1, noise_2]), Some(vec![]));
+    let reuse = RequestId(12);
+    t.begin_request(reuse).unwrap();
+    let skips = t.stats().admission_skips;
+    assert_eq!(offer(&mut t, reuse, &[tail]), Some(vec![]));
+    assert_eq!(
+        t.stats().admission_skips,
+        skips,
+        "a resident key is no skipped store"
+    );
+    t.on_request_finished(reuse).unwrap();
+    let r = RequestId(13);
+    t.begin_request(r).unwrap();
+    assert_eq!(offer(&mut t, r, &[replacement]), Some(vec![]));
+    let mut plan = StorePlan::default();
+    t.prepare_store(r, &ks(&[replacement]), &mut plan).unwrap();
+    assert_eq!(
+        plan.evicted,
+        ks(&[head]),
+        "the reused tail outlives the head"
+    );
+}
+
+/// The events drained, consecutive keys of one kind together.
+fn drain(t: &mut PrimaryTier) -> Vec<(EventKind, Vec<Key>)> {
+    let mut events = Vec::new();
+    t.take_events(&mut events);
+    let mut out: Vec<(EventKind, Vec<Key>)> = Vec::new();
+    for e in events {
+        match out.last_mut() {
+            Some((kind, keys)) if *kind == e.kind => keys.extend(e.key),
+            _ => out.push((e.kind, e.key.into_iter().collect())),
+        }
+    }
+    out
+}
+
+use EventKind::{Removed, Stored};
+
+/// Mirrors vLLM's `test_cpu_eviction_removed_precedes_stored`.
+#[test]
+fn an_eviction_is_announced_before_the_store_that_takes_its_slot() {
+    for p in [PolicyKind::Lru, PolicyKind::Arc] {
+        let mut t = tier(2, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        drain(&mut t);
+        store(&mut t, R, &[3]);
+        assert_eq!(drain(&mut t), vec![(Removed, ks(&[1])), (Stored, ks(&[3]))]);
+    }
+}
+
+/// Mirrors vLLM's `test_cpu_manager` (lru: stores, lookups, loads, touches,
+/// refusals, a failed store, and the events of each).  One difference: the
+/// failed write of 9 was never announced as stored, so its removal is not
+/// announced either (vLLM queues a metadata-only removal, which is no
+/// public eviction).
+#[test]
+fn lru_scenario_of_vllms_cpu_manager_test() {
+    let mut t = tier(4, PolicyKind::Lru);
+    let any = RequestId(20);
+    t.begin_request(any).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(any, &ks(&[1, 2]), &mut plan).unwrap();
+    assert_eq!((&plan.to_store, &plan.slots), (&ks(&[1, 2]), &vec![0, 1]));
+    assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
+    assert_eq!(t.lookup(&k(2)), PrimaryLookup::HitPending);
+    assert_eq!(drain(&mut t), vec![]);
+    t.complete_store(&ks(&[1, 2]), true);
+    assert_eq!(drain(&mut t), vec![(Stored, ks(&[1, 2]))]);
+    assert_eq!(t.lookup(&k(1)), PrimaryLookup::Hit);
+    assert_eq!(t.lookup(&k(3)), PrimaryLookup::Miss);
+    t.prepare_store(any, &ks(&[2, 3, 4, 5]), &mut plan).unwrap();
+    assert_eq!(
+        (&plan.to_store, &plan.slots, &plan.evicted),
+        (&ks(&[3, 4, 5]), &vec![2, 3, 0], &ks(&[1]))
+    );
+    assert_eq!(drain(&mut t), vec![(Removed, ks(&[1]))]);
+    assert_eq!(offer(&mut t, any, &[1, 6]), None, "no room");
+    t.complete_store(&ks(&[2, 3, 4, 5]), true);
+    assert_eq!(t.lookup(&k(1)), PrimaryLookup::Miss);
+    for n in [2, 3, 4, 5] {
+        assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
+    }
+    let load = RequestId(21);
+    t.begin_request(load).unwrap();
+    let mut slots = Vec::new();
+    t.prepare_load(load, &ks(&[2, 3]), &mut slots).unwrap();
+    assert_eq!(slots, vec![1, 2]);
+    assert_eq!(
+        offer(&mut t, any, &[6, 7, 8]),
+        None,
+        "2 and 3 are being loaded"
+    );
+    t.complete_load(load, &ks(&[2, 3])).unwrap();
+    t.on_request_finished(load).unwrap();
+    // The loaded prefix [2, 3] is most recent, its tail before its head.
+    t.prepare_store(any, &ks(&[6, 7, 8]), &mut plan).unwrap();
+    assert_eq!(
+        (&plan.to_store, &plan.slots, &plan.evicted),
+        (&ks(&[6, 7, 8]), &vec![2, 0, 3], &ks(&[4, 5, 3]))
+    );
+    t.complete_store(&ks(&[6, 7, 8]), true);
+    t.touch(any, &ks(&[2, 6, 7])).unwrap();
+    t.prepare_store(any, &ks(&[9]), &mut plan).unwrap();
+    assert_eq!(
+        (&plan.to_store, &plan.slots, &plan.evicted),
+        (&ks(&[9]), &vec![3], &ks(&[8]))
+    );
+    t.complete_store(&ks(&[7, 9]), false);
+    assert_eq!(t.lookup(&k(7)), PrimaryLookup::Hit);
+    assert_eq!(t.lookup(&k(9)), PrimaryLookup::Miss);
+    assert_eq!(
+        drain(&mut t),
+        vec![
+            (Stored, ks(&[3, 4, 5])),
+            (Removed, ks(&[4, 5, 3])),
+            (Stored, ks(&[6, 7, 8])),
+            (Removed, ks(&[8])),
+        ]
+    );
+}
+
+/// Mirrors vLLM's `test_take_events_prunes_retried_cleanup_and_drains_once`:
+/// a failed write is never announced, a retry of the key is announced once
+/// it is stored, and a drain hands each event out once.
+#[test]
+fn failed_writes_are_not_announced_and_a_drain_hands_each_event_out_once() {
+    let mut t = tier(4, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    assert!(offer(&mut t, R, &[1, 2]).is_some());
+    t.complete_store(&ks(&[1, 2]), false);
+    assert!(offer(&mut t, R, &[1]).is_some()); // a retry re-allocates 1
+    store(&mut t, R, &[3]);
+    assert_eq!(drain(&mut t), vec![(Stored, ks(&[3]))]);
+    assert_eq!(drain(&mut t), vec![]);
+}
+
+// ---- vLLM's TestARCPolicy, through the tier's interface ----
+
+fn t1_t2(t: &PrimaryTier) -> (u32, u32) {
+    let s = t.stats();
+    (s.arc_t1, s.arc_t2)
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_basic`.
+#[test]
+fn arc_basic_stores_lookups_and_events() {
+    let mut t = arc(4);
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
+    assert_eq!((&plan.to_store, &plan.slots), (&ks(&[1, 2]), &vec![0, 1]));
+    assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
+    assert_eq!(drain(&mut t), vec![]);
+    t.complete_store(&ks(&[1, 2]), true);
+    assert_eq!(drain(&mut t), vec![(Stored, ks(&[1, 2]))]);
+    assert_eq!(t.lookup(&k(2)), PrimaryLookup::Hit);
+    assert_eq!(t.lookup(&k(3)), PrimaryLookup::Miss);
+    assert_eq!(t1_t2(&t), (2, 0));
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_t1_to_t2_promotion`.
+#[test]
+fn arc_touch_of_a_ready_t1_key_moves_it_to_t2() {
+    let mut t = arc(4);
+    store(&mut t, R, &[1]);
+    assert_eq!(t1_t2(&t), (1, 0));
+    t.touch(R, &ks(&[1])).unwrap();
+    assert_eq!(t1_t2(&t), (0, 1));
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_eviction_with_load`.
+#[test]
+fn arc_keys_being_loaded_are_not_evicted() {
+    let mut t = arc(4);
+    let plan = store(&mut t, R, &[1, 2, 3, 4]);
+    assert_eq!(plan.slots, vec![0, 1, 2, 3]);
+    let mut slots = Vec::new();
+    t.prepare_load(R, &ks(&[2, 3]), &mut slots).unwrap();
+    assert_eq!(slots, vec![1, 2]);
+    assert_eq!(offer(&mut t, R, &[5, 6, 7]), None);
+    t.complete_load(R, &ks(&[2, 3])).unwrap();
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[5, 6, 7]), &mut plan).unwrap();
+    assert_eq!(plan.evicted.len(), 3);
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_adaptive_target`.
+#[test]
+fn arc_touch_of_a_b1_ghost_raises_the_target() {
+    let mut t = arc(2);
+    store(&mut t, R, &[1, 2]);
+    let before = target(&t);
+    assert_eq!(store(&mut t, R, &[3]).evicted, ks(&[1]));
+    assert_eq!(ghosts(&t), (1, 0));
+    t.touch(R, &ks(&[1])).unwrap();
+    assert!(target(&t) > before);
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction`
+/// (each parameter set: keys pinned, resident keys named, new keys, the
+/// expected evictions or a refusal).
+#[test]
+fn arc_store_falls_back_to_t1_when_t2_cannot_satisfy_the_eviction() {
+    type Case = (
+        &'static [u32],
+        &'static [u32],
+        &'static [u32],
+        Option<&'static [u32]>,
+    );
+    let cases: [Case; 6] = [
+        (&[], &[], &[7, 8, 9], Some(&[6, 5, 3])),
+        (&[], &[], &[7, 8, 9, 10], Some(&[6, 5, 3, 4])),
+        (&[5, 6], &[], &[7, 8], Some(&[3, 4])),
+        (&[], &[5, 6], &[7, 8], Some(&[3, 4])),
+        (&[5, 6], &[3], &[7], Some(&[4])),
+        (&[5, 6], &[3], &[7, 8], None),
+    ];
+    for (pinned, named, new, expected) in cases {
+        let mut t = arc(4);
+        store(&mut t, R, &[1, 2, 3, 4]);
+        store(&mut t, R, &[5, 6]);
+        // Ghost hits raise the target to 3; T1 keeps [3, 4], T2 [6, 5].
+        t.touch(R, &ks(&[1, 2])).unwrap();
+        t.touch(R, &ks(&[1])).unwrap();
+        t.touch(R, &ks(&[5, 6])).unwrap();
+        assert_eq!(target(&t), 3.0);
+        assert_eq!(t.eviction_order(), ks(&[3, 4, 6, 5]));
+        let q = RequestId(2);
+        t.begin_request(q).unwrap();
+        let mut slots = Vec::new();
+        t.prepare_load(q, &ks(pinned), &mut slots).unwrap();
+        let lists = |t: &PrimaryTier| (t.eviction_order(), t1_t2(t), ghosts(t), target(t));
+        let before = lists(&t);
+        let offered: Vec<u32> = named.iter().chain(new).copied().collect();
+        let mut plan = StorePlan::default();
+        let outcome = t.prepare_store(R, &ks(&offered), &mut plan).unwrap();
+        match expected {
+            None => {
+                assert_eq!(outcome, StoreOutcome::Refused);
+                assert_eq!(lists(&t), before, "a refusal changes no list");
+            }
+            Some(evicted) => {
+                assert_eq!(
+                    (plan.to_store.clone(), plan.evicted.clone()),
+                    (ks(new), ks(evicted))
+                );
+                t.complete_store(&ks(new), true);
+                for &n in new {
+                    assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
+                }
+            }
+        }
+        for &n in pinned.iter().chain(named) {
+            assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
+        }
+        t.complete_load(q, &ks(pinned)).unwrap();
+        t.check_invariants().unwrap();
+    }
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_ghost_list_bounds`.
+#[test]
+fn arc_ghost_lists_stay_within_the_capacity() {
+    let mut t = arc(2);
+    store(&mut t, R, &[1, 2]);
+    for n in 3..20 {
+        store(&mut t, R, &[n]);
+    }
+    let (b1, b2) = ghosts(&t);
+    assert!(b1 <= 2 && b2 <= 2);
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_touch_ordering`.
+#[test]
+fn arc_touch_promotes_and_refreshes_in_batch_order() {
+    let mut t = arc(4);
+    store(&mut t, R, &[1, 2, 3, 4]);
+    t.touch(R, &ks(&[3, 4])).unwrap();
+    t.touch(R, &ks(&[1, 3, 4])).unwrap();
+    assert_eq!(t1_t2(&t), (1, 3));
+    let plan = store(&mut t, R, &[5]);
+    assert_eq!(
+        (plan.to_store, plan.slots, plan.evicted),
+        (ks(&[5]), vec![1], ks(&[2]))
+    );
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_failed_store`.
+#[test]
+fn arc_failed_store_leaves_no_key_and_keeps_the_evicted_ghost() {
+    let mut t = arc(4);
+    store(&mut t, R, &[1, 2, 3, 4]);
+    let mut plan = StorePlan::default();
+    t.prepare_store(R, &ks(&[5]), &mut plan).unwrap();
+    assert_eq!(plan.evicted.len(), 1);
+    t.complete_store(&ks(&[5]), false);
+    assert_eq!(t.lookup(&k(5)), PrimaryLookup::Miss);
+    assert_eq!(t1_t2(&t), (3, 0));
+    assert_eq!(ghosts(&t), (1, 0), "the evicted key is a B1 ghost");
+    t.touch(R, &plan.evicted).unwrap();
+    assert_eq!(target(&t), 1.0, "and adapts as one");
+}
+
+/// Mirrors vLLM's `TestARCPolicy::test_full_scenario`.
+#[test]
+fn arc_full_scenario_keeps_t2_keys_and_announces_events() {
+    let mut t = arc(4);
+    store(&mut t, R, &[1, 2]);
+    assert_eq!(store(&mut t, R, &[3, 4, 5]).evicted.len(), 1);
+    t.touch(R, &ks(&[2, 3])).unwrap();
+    assert_eq!(t1_t2(&t), (2, 2));
+    store(&mut t, R, &[6]);
+    assert_eq!(t.lookup(&k(2)), PrimaryLookup::Hit);
+    assert_eq!(t.lookup(&k(3)), PrimaryLookup::Hit);
+    assert_eq!(
+        drain(&mut t),
+        vec![
+            (Stored, ks(&[1, 2])),
+            (Removed, ks(&[1])),
+            (Stored, ks(&[3, 4, 5])),
+            (Removed, ks(&[4])),
+            (Stored, ks(&[6])),
+        ]
+    );
+}
+
+/// Mirrors vLLM's `test_already_stored_chunk_not_evicted_during_prepare_store`.
+#[test]
+fn a_resident_key_named_in_the_store_is_not_evicted_by_it() {
+    for p in [PolicyKind::Lru, PolicyKind::Arc] {
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        store(&mut t, R, &[1, 2]);
+        t.touch(R, &ks(&[1])).unwrap();
+        let plan = store(&mut t, R, &[2, 3, 4, 5]);
+        assert_eq!(
+            (plan.to_store, plan.slots, plan.evicted),
+            (ks(&[3, 4, 5]), vec![2, 3, 0], ks(&[1]))
+        );
+        assert_eq!(t.lookup(&k(2)), PrimaryLookup::Hit);
+    }
+}
