@@ -83,6 +83,11 @@ pub struct PrimaryJson {
     /// Bound of the event buffer; 0 (default) turns the primary tier's events off.
     #[serde(default)]
     pub event_capacity: usize,
+    /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's keys):
+    /// a request's finish commits its keys group by group, and keys shorter
+    /// than 5 bytes are refused.  Default false (one group).
+    #[serde(default)]
+    pub kv_groups: bool,
 }
 
 impl Default for PrimaryJson {
@@ -94,6 +99,7 @@ impl Default for PrimaryJson {
             store_threshold: 0,
             admission_table_size: default_admission_table(),
             event_capacity: 0,
+            kv_groups: false,
         }
     }
 }
@@ -526,6 +532,7 @@ impl Config {
             store_threshold: self.primary.store_threshold,
             admission_table_size: self.primary.admission_table_size,
             event_capacity: self.primary.event_capacity,
+            kv_groups: self.primary.kv_groups,
         })
         .map_err(|e| Error::InvalidArgument(format!("configuration: primary: {e}")))?;
         let manager = Manager::new(
@@ -537,6 +544,7 @@ impl Config {
                 },
                 block_bytes: self.block_bytes,
                 error_log_capacity: self.error_log_capacity,
+                kv_groups: self.primary.kv_groups,
             },
         );
         if let Some(s) = &slots {

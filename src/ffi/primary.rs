@@ -9,8 +9,8 @@
 use std::ffi::c_char;
 
 use super::boundary::{
-    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_str, into_handle, out_ref,
-    out_slice,
+    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
+    out_ref, out_slice,
 };
 use super::key::{CheckedKeys, KVTIER_MAX_KEY_LEN, kvtier_key};
 use super::status::kvtier_status;
@@ -58,6 +58,13 @@ pub struct kvtier_primary_options {
     /// new events are dropped and counted in `events_dropped`, and a key
     /// whose "stored" event was dropped is never announced as removed.
     pub event_capacity: usize,
+    /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+    /// `block_hash || u32_be(group)`): a request's finish commits its keys
+    /// group by group, ascending.  Calls that record keys for a request
+    /// (prepare_store, prepare_load, set_positions) then refuse keys
+    /// shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
+    /// one group.
+    pub kv_groups: bool,
 }
 
 /// What lookup found for one key.
@@ -235,6 +242,7 @@ pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
         store_threshold: d.store_threshold,
         admission_table_size: d.admission_table_size,
         event_capacity: d.event_capacity,
+        kv_groups: d.kv_groups,
     }
 }
 
@@ -269,6 +277,7 @@ pub unsafe extern "C" fn kvtier_primary_new(
             store_threshold: o.store_threshold,
             admission_table_size: o.admission_table_size,
             event_capacity: o.event_capacity,
+            kv_groups: o.kv_groups,
         })?;
         *out = into_handle::<kvtier_primary>(PrimaryHandle {
             core,
@@ -404,6 +413,54 @@ pub unsafe extern "C" fn kvtier_primary_prepare_load(
         h.core
             .prepare_load_each(name, keys.len(), |j| keys.bytes(j), &mut h.slots)?;
         out[..n].copy_from_slice(&h.slots);
+        Ok(())
+    })
+}
+
+/// [0.33] Gives `n` keys of active request `request_id` their token
+/// positions: `positions[i]` is the end-token position of the block of
+/// `keys[i]` (block `i` of a request of 16-token blocks ends at token
+/// `16 * (i + 1)`).  A later position replaces an earlier one for the same
+/// key.  Call it before the request's first call or between its calls;
+/// positions are read when used and kept until the request finishes (a
+/// reset keeps them).
+///
+/// What positions change: with `"lru"`, a key with a position that the
+/// request stores, or first presents while resident (a load, or a ready
+/// key offered to prepare_store), ranks within the request's one rank,
+/// the tail evicted before the head, until the request finishes; an access
+/// never lowers a key's rank.  At [`kvtier_primary_request_finished`], a
+/// request's keys are committed head to tail by position when all of them
+/// (or, per KV group, all of the group's) have one.  Keys without a
+/// position behave as if this call was never made.
+///
+/// Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not begun, or
+/// finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64
+/// bytes, or (with `kv_groups`) fewer than 5, the message naming its
+/// position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+/// NULL with `n` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+/// `n` = 0 does nothing.  The arrays are read during the call only; the
+/// keys are copied.  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` and `positions` valid for `n` entries each.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_set_positions(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+    keys: *const kvtier_key,
+    positions: *const u64,
+    n: usize,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        let h = &mut *h;
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        let positions = unsafe { in_slice(positions, n, "positions") }?;
+        h.core
+            .set_positions_each(name, keys.len(), |j| keys.bytes(j), |j| positions[j])?;
         Ok(())
     })
 }
