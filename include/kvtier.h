@@ -543,6 +543,14 @@ typedef struct {
    * How many messages the error log keeps.
    */
   size_t error_log_capacity;
+  /**
+   * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+   * `block_hash || u32_be(group)`): a request's finish commits its keys
+   * group by group, ascending, and calls that record keys for a request
+   * (prepare_store, prepare_load, set_positions) refuse keys shorter
+   * than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
+   */
+  bool kv_groups;
 } kvtier_manager_options;
 
 /**
@@ -1000,6 +1008,15 @@ typedef struct {
    * whose "stored" event was dropped is never announced as removed.
    */
   size_t event_capacity;
+  /**
+   * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+   * `block_hash || u32_be(group)`): a request's finish commits its keys
+   * group by group, ascending.  Calls that record keys for a request
+   * (prepare_store, prepare_load, set_positions) then refuse keys
+   * shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
+   * one group.
+   */
+  bool kv_groups;
 } kvtier_primary_options;
 
 /**
@@ -1590,6 +1607,43 @@ kvtier_status kvtier_manager_prepare_load(kvtier_manager *manager,
                                           size_t slots_len);
 
 /**
+ * [0.33] Gives `len` keys of active `request` their token positions in
+ * the primary tier: `positions[i]` is the end-token position of the block
+ * of `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * `16 * (i + 1)`).  A later position replaces an earlier one for the same
+ * key.  Call it before the request's first call or between its calls
+ * (vLLM's scheduler records a position for each key it will present);
+ * positions are read when used and kept until the request finishes (a
+ * reset keeps them).
+ *
+ * What positions change: with `"lru"`, a key with a position that the
+ * request stores, or first presents while resident (a load, or a ready
+ * key offered to prepare_store), ranks within the request's one rank,
+ * the tail evicted before the head, until the request finishes; an access
+ * never lowers a key's rank.  At `kvtier_manager_on_request_finished`, a
+ * request's keys are committed head to tail by position when all of them
+ * (or, per KV group, all of the group's) have one.  Keys without a
+ * position behave as if this call was never made.
+ *
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not started,
+ * or finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than
+ * 64 bytes, or (with `kv_groups`) fewer than 5, the message naming its
+ * position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+ * NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * `len` = 0 does nothing.  The arrays are read during the call only; the
+ * keys are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` and
+ * `positions` valid for `len` reads each.
+ */
+kvtier_status kvtier_manager_set_positions(kvtier_manager *manager,
+                                           const char *request,
+                                           const kvtier_key *keys,
+                                           const uint64_t *positions,
+                                           size_t len);
+
+/**
  * Marks `len` keys recently used in the primary tier and every secondary
  * tier.  Internally synchronized.
  *
@@ -1950,6 +2004,42 @@ kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
                                           size_t n,
                                           uint32_t *slots_out,
                                           size_t slots_len);
+
+/**
+ * [0.33] Gives `n` keys of active request `request_id` their token
+ * positions: `positions[i]` is the end-token position of the block of
+ * `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * `16 * (i + 1)`).  A later position replaces an earlier one for the same
+ * key.  Call it before the request's first call or between its calls;
+ * positions are read when used and kept until the request finishes (a
+ * reset keeps them).
+ *
+ * What positions change: with `"lru"`, a key with a position that the
+ * request stores, or first presents while resident (a load, or a ready
+ * key offered to prepare_store), ranks within the request's one rank,
+ * the tail evicted before the head, until the request finishes; an access
+ * never lowers a key's rank.  At [`kvtier_primary_request_finished`], a
+ * request's keys are committed head to tail by position when all of them
+ * (or, per KV group, all of the group's) have one.  Keys without a
+ * position behave as if this call was never made.
+ *
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not begun, or
+ * finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64
+ * bytes, or (with `kv_groups`) fewer than 5, the message naming its
+ * position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+ * NULL with `n` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * `n` = 0 does nothing.  The arrays are read during the call only; the
+ * keys are copied.  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` and `positions` valid for `n` entries each.
+ */
+kvtier_status kvtier_primary_set_positions(kvtier_primary *primary,
+                                           const char *request_id,
+                                           const kvtier_key *keys,
+                                           const uint64_t *positions,
+                                           size_t n);
 
 /**
  * Marks `n` keys recently used for request `request_id` (policy-specific;

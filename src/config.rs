@@ -726,6 +726,24 @@ mod tests {
     }
 
     #[test]
+    fn kv_groups_reach_the_primary_tier() {
+        let c = Config::from_json(r#"{"primary": {"capacity": 4, "kv_groups": true}}"#).unwrap();
+        assert!(c.primary.kv_groups);
+        let m = c.build().unwrap();
+        m.on_new_request("r", Default::default()).unwrap();
+        let short = crate::Key::new(b"tiny").unwrap();
+        let mut plan = crate::tiering::backend::StorePlan::default();
+        let e = m.prepare_store("r", &[short], &mut plan).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 0, .. }), "{e}");
+        assert!(m.set_positions("r", &[short], &[16]).is_err());
+        // Off by default: the same key is an ordinary key.
+        let m = Config::from_json("{}").unwrap().build().unwrap();
+        m.on_new_request("r", Default::default()).unwrap();
+        m.prepare_store("r", &[short], &mut plan).unwrap();
+        m.set_positions("r", &[short], &[16]).unwrap();
+    }
+
+    #[test]
     fn errors_name_the_field_path() {
         let e = err(
             r#"{"block_bytes": 4096, "tiers": [{"type": "fs", "options": {"directory": "/tmp/x"}},
