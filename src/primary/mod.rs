@@ -23,13 +23,22 @@
 //! call overlap; policies (the
 //! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
-//! key it stores or loads once; records reuse their buffers, so the hot
-//! path allocates nothing per key.
+//! key it stores or loads once, at its first presentation and, for a
+//! store, before the eviction (so a refused store records its keys too);
+//! records reuse their buffers, so the hot path allocates nothing per key.
+//! [0.33] Token positions and KV-cache groups (`positions.rs`) order a
+//! request's finish, and lru ranks an active request's keys by position
+//! (`lru.rs`); a request without positions pays one check per call.
 //!
 //! Size: metadata per slot, key bytes excluded, is fixed at creation: 13
 //! bytes of slot state and index (`slots.rs`) and 17 of policy lists
-//! (`lists.rs`), 30 in all.  ARC adds its ghosts as they come, up to 32
-//! bytes per slot with both ghost lists full (`arc.rs`): 62 in all.
+//! (`lists.rs`), 30 in all.  lru adds room for the rank markers of active
+//! requests (two list entries, 34 bytes, per request; room for one request
+//! per 64 slots at creation, about 0.5 byte per slot, grown as more are
+//! active), and once positions are in use, 16 bytes per slot of rank
+//! (`lru.rs`): about 46.5 in all.  ARC adds its ghosts as they come, up to
+//! 32 bytes per slot with both ghost lists full (`arc.rs`): 62 in all
+//! (positions add nothing to ARC).
 
 mod admission;
 mod arc;

@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn group_index_is_the_last_four_bytes_big_endian() {
-        assert_eq!(group_of(&gk(1, 7).as_bytes()[..]), 7);
+        assert_eq!(group_of(gk(1, 7).as_bytes()), 7);
         assert_eq!(group_of(&[9, 0, 0, 1, 0]), 256);
         assert_eq!(group_of(&[1, 2, 3]), 0);
     }
