@@ -1024,8 +1024,10 @@ typedef struct {
  */
 typedef struct {
   /**
-   * True if the store was refused (not enough evictable keys): nothing
-   * changed and no other output was written.  A refusal is not an error.
+   * True if the store was refused (not enough evictable keys): no key,
+   * slot or event changed and no other output was written (the request
+   * still recorded the keys it offered, see
+   * [`kvtier_primary_prepare_store`]).  A refusal is not an error.
    */
   bool refused;
   /**
@@ -1670,8 +1672,9 @@ kvtier_status kvtier_manager_complete_load(kvtier_manager *manager,
 
 /**
  * Plans a store of `len` keys into the primary tier (collecting finished
- * jobs first).  On success writes `*refused_out` (true: no room, nothing
- * changed), the number of keys to store to `*n_store_out`, for each the
+ * jobs first).  On success writes `*refused_out` (true: no room, no key,
+ * slot or event changed; the request still records its offer for its
+ * finish, as in vLLM 0.33), the number of keys to store to `*n_store_out`, for each the
  * position of the key in `keys` (`store_index_out`) and its slot
  * (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
  * to `*n_evicted_out`, copying the first `evicted_len` of them to
@@ -1716,7 +1719,12 @@ kvtier_status kvtier_manager_complete_store(kvtier_manager *manager,
 /**
  * Marks `request` finished.  Tiers hear of it (and the id may be reused)
  * once it has no store in flight, no parked key and no staged promotion.
- * Internally synchronized.
+ * The primary tier commits the request's accesses at once: every key it
+ * stored, loaded or offered to store that is still resident gets one
+ * access, its head most recent (head to tail: first presentation order;
+ * with `kv_groups`, group by group, each by token position when all its
+ * keys have one; by position when every key has one; see
+ * `kvtier_manager_set_positions`).  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `request` NUL-terminated.
@@ -1961,8 +1969,12 @@ kvtier_status kvtier_primary_request_begin(kvtier_primary *primary, const char *
 
 /**
  * Ends the request named `request_id`, committing its accesses: every key
- * it stored or loaded that is still resident gets one access, its first
- * keys most recent.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+ * it stored, loaded or offered to store that is still resident gets one
+ * access, its head most recent.  Head to tail is the order in which the
+ * request first presented its keys; with `kv_groups`, group by group
+ * (ascending), each group by token position when all its keys have one
+ * ([`kvtier_primary_set_positions`]); when every key has a position, all
+ * by position.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
  * Exclusive access to the handle.
  *
  * # Safety
@@ -2075,9 +2087,13 @@ kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
  * Keys already resident are not stored again.  If free slots are short,
  * exactly the shortfall is evicted from idle keys not named in this call;
  * if that many are not available, the call succeeds with
- * `result_out->refused = true` and changes nothing.  Otherwise the keys to
- * store enter the write-pending state; write their data, then call
- * [`kvtier_primary_complete_store`].
+ * `result_out->refused = true` and no key, slot or event changes.
+ * Otherwise the keys to store enter the write-pending state; write their
+ * data, then call [`kvtier_primary_complete_store`].  Either way the
+ * request records, before any eviction, the keys it offered to store and
+ * the ready keys it named (as vLLM 0.33 does): they are committed at its
+ * finish if resident then, and with `"lru"` a ready key with a token
+ * position presented for the first time is raised to the request's rank.
  *
  * Buffers, each sized by the input count `n` (at most `n` keys are stored
  * and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the

@@ -626,8 +626,9 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
 }
 
 /// Plans a store of `len` keys into the primary tier (collecting finished
-/// jobs first).  On success writes `*refused_out` (true: no room, nothing
-/// changed), the number of keys to store to `*n_store_out`, for each the
+/// jobs first).  On success writes `*refused_out` (true: no room, no key,
+/// slot or event changed; the request still records its offer for its
+/// finish, as in vLLM 0.33), the number of keys to store to `*n_store_out`, for each the
 /// position of the key in `keys` (`store_index_out`) and its slot
 /// (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
 /// to `*n_evicted_out`, copying the first `evicted_len` of them to
@@ -723,7 +724,12 @@ pub unsafe extern "C" fn kvtier_manager_complete_store(
 
 /// Marks `request` finished.  Tiers hear of it (and the id may be reused)
 /// once it has no store in flight, no parked key and no staged promotion.
-/// Internally synchronized.
+/// The primary tier commits the request's accesses at once: every key it
+/// stored, loaded or offered to store that is still resident gets one
+/// access, its head most recent (head to tail: first presentation order;
+/// with `kv_groups`, group by group, each by token position when all its
+/// keys have one; by position when every key has one; see
+/// `kvtier_manager_set_positions`).  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `request` NUL-terminated.

@@ -85,8 +85,10 @@ pub enum kvtier_primary_lookup_result {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct kvtier_primary_store_result {
-    /// True if the store was refused (not enough evictable keys): nothing
-    /// changed and no other output was written.  A refusal is not an error.
+    /// True if the store was refused (not enough evictable keys): no key,
+    /// slot or event changed and no other output was written (the request
+    /// still recorded the keys it offered, see
+    /// [`kvtier_primary_prepare_store`]).  A refusal is not an error.
     pub refused: bool,
     /// Number of keys to store (entries written to `to_store_out` and `slots_out`).
     pub stored: usize,
@@ -326,8 +328,12 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
 }
 
 /// Ends the request named `request_id`, committing its accesses: every key
-/// it stored or loaded that is still resident gets one access, its first
-/// keys most recent.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+/// it stored, loaded or offered to store that is still resident gets one
+/// access, its head most recent.  Head to tail is the order in which the
+/// request first presented its keys; with `kv_groups`, group by group
+/// (ascending), each group by token position when all its keys have one
+/// ([`kvtier_primary_set_positions`]); when every key has a position, all
+/// by position.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
 /// Exclusive access to the handle.
 ///
 /// # Safety
@@ -519,9 +525,13 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
 /// Keys already resident are not stored again.  If free slots are short,
 /// exactly the shortfall is evicted from idle keys not named in this call;
 /// if that many are not available, the call succeeds with
-/// `result_out->refused = true` and changes nothing.  Otherwise the keys to
-/// store enter the write-pending state; write their data, then call
-/// [`kvtier_primary_complete_store`].
+/// `result_out->refused = true` and no key, slot or event changes.
+/// Otherwise the keys to store enter the write-pending state; write their
+/// data, then call [`kvtier_primary_complete_store`].  Either way the
+/// request records, before any eviction, the keys it offered to store and
+/// the ready keys it named (as vLLM 0.33 does): they are committed at its
+/// finish if resident then, and with `"lru"` a ready key with a token
+/// position presented for the first time is raised to the request's rank.
 ///
 /// Buffers, each sized by the input count `n` (at most `n` keys are stored
 /// and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the

@@ -7,7 +7,9 @@
 //! [`OrderLists`]: recency lists of resident slots, each with a sub-list of
 //! eviction candidates in the same order; both sets of links of an id sit
 //! in one 16-byte node, so one cache line serves an update of either, and
-//! its list and candidate bit in one byte beside it: 17 bytes per id.
+//! its list and candidate bit in one byte beside it: 17 bytes per id.  Ids
+//! past the slot range may mark places in a list (lru's request markers:
+//! never candidates); the lists grow to hold them.
 
 use super::huge;
 use super::index::prefetch_read;

@@ -98,6 +98,10 @@ pub(crate) struct LruPolicy {
     pairs_made: u32,
     /// Pairs given back, handed out again first.
     free_pairs: Vec<u32>,
+    /// Block entries walked past to place keys (tests check it stays 0
+    /// for keys arriving in position order).
+    #[cfg(test)]
+    walked: u64,
 }
 
 impl LruPolicy {
@@ -112,6 +116,8 @@ impl LruPolicy {
             clock: 0,
             pairs_made: 0,
             free_pairs: Vec::new(),
+            #[cfg(test)]
+            walked: 0,
         }
     }
 
@@ -200,6 +206,10 @@ impl LruPolicy {
                 // Between the head and the tail of the block: walk it.
                 let mut at = first;
                 loop {
+                    #[cfg(test)]
+                    {
+                        self.walked += 1;
+                    }
                     let next = self.lists.next(at);
                     if next == end || self.goes_before(slots, position, key, next) {
                         break at;
@@ -326,8 +336,9 @@ impl Policy for LruPolicy {
     }
 
     fn touch(&mut self, _slots: &Slots, slot: u32) {
-        self.lists.move_to_back(MAIN, slot);
+        // Stamp first: the move is then the last call (a jump).
         self.stamp_fresh(slot);
+        self.lists.move_to_back(MAIN, slot);
     }
 
     fn select_victims(&mut self, slots: &mut Slots, n: usize, out: &mut Vec<u32>) -> bool {
@@ -355,8 +366,8 @@ impl Policy for LruPolicy {
     }
 
     fn commit(&mut self, _slots: &Slots, slot: u32, _reused: bool, _inserted: bool) {
-        self.lists.move_to_back(MAIN, slot);
         self.stamp_fresh(slot);
+        self.lists.move_to_back(MAIN, slot);
     }
 
     fn prefetch_eviction(&self, slot: u32, _h: u64) {
@@ -395,5 +406,58 @@ impl Policy for LruPolicy {
 
     fn candidate_order(&self) -> Vec<u32> {
         self.lists.collect_candidates(MAIN)
+    }
+
+    #[cfg(test)]
+    fn walked(&self) -> u64 {
+        self.walked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{PrimaryConfig, PrimaryTier, StorePlan};
+    use crate::key::Key;
+    use crate::request::RequestId;
+
+    fn walked(t: &PrimaryTier) -> u64 {
+        t.policy.walked()
+    }
+
+    /// Mirrors vLLM's `test_lru_incremental_stores_do_not_rescan_the_prefix`:
+    /// a request storing its keys one call at a time, head to tail (or
+    /// tail to head), places each without walking its block.
+    #[test]
+    fn keys_in_position_order_are_placed_without_a_walk() {
+        for ascending in [true, false] {
+            let mut t = PrimaryTier::new(PrimaryConfig {
+                capacity: 64,
+                ..Default::default()
+            })
+            .unwrap();
+            let r = RequestId(1);
+            t.begin_request(r).unwrap();
+            let mut plan = StorePlan::default();
+            for i in 0..64u32 {
+                let n = if ascending { i } else { 63 - i };
+                let k = Key::new(&n.to_be_bytes()).unwrap();
+                t.set_positions(r, &[k], &[16 * (n as u64 + 1)]).unwrap();
+                t.prepare_store(r, &[k], &mut plan).unwrap();
+                t.complete_store(&plan.to_store, true);
+            }
+            assert_eq!(walked(&t), 0, "ascending: {ascending}");
+            let tail_first: Vec<Key> = (0..64u32)
+                .rev()
+                .map(|n| Key::new(&n.to_be_bytes()).unwrap())
+                .collect();
+            assert_eq!(t.eviction_order(), tail_first);
+            // A backfill in the middle walks.
+            let k = Key::new(&100u32.to_be_bytes()).unwrap();
+            t.set_positions(r, &[k], &[16 * 32 + 8]).unwrap();
+            t.touch(r, &tail_first[..1]).unwrap();
+            t.prepare_store(r, &[k], &mut plan).unwrap();
+            assert!(walked(&t) > 0);
+            t.check_invariants().unwrap();
+        }
     }
 }

@@ -217,7 +217,8 @@ impl StorePlan {
 pub enum StoreOutcome {
     /// The plan is filled (possibly with nothing to store).
     Planned,
-    /// Not enough idle keys to evict: nothing changed, the plan is empty.
+    /// Not enough idle keys to evict: no key, slot or event changed (the
+    /// request recorded its offer), the plan is empty.
     Refused,
 }
 
@@ -831,11 +832,12 @@ impl PrimaryTier {
         let hashes = &self.scratch_hashes;
         let mut raises = std::mem::take(&mut self.scratch_raises);
         raises.clear();
+        let positioned = !record.positions.is_empty();
         let mut any_new = false;
         for (i, (&slot, &h)) in slots_out.iter().zip(hashes).enumerate() {
             let (_, new) = record.record(hasher, key(i), h, slot, true);
             any_new |= new;
-            if new {
+            if new && positioned {
                 if let Some(p) = record.positions.get(key(i), h) {
                     raises.push((slot, p));
                 }
@@ -950,8 +952,14 @@ impl PrimaryTier {
     /// Resident keys (any state) are not stored again; the rest, admitted by
     /// the threshold, are stored.  If free slots are short, exactly the
     /// shortfall is evicted from idle keys not named in this call; if that
-    /// many are not available the call is refused and changes nothing but
-    /// counters, admission offers and ARC's store-miss adaptation.
+    /// many are not available the call is refused and changes no key, slot
+    /// or event: only counters, admission offers, ARC's store-miss
+    /// adaptation and [0.33] the request's record.  The request records,
+    /// before any eviction and refused or not, the keys to store and the
+    /// ready keys found, in call order (as vLLM 0.33 does); with lru, a
+    /// ready key with a position that the request presents for the first
+    /// time is raised to the request's rank, and keys stored with a
+    /// position rank within it (see [`PrimaryTier::set_positions`]).
     pub fn prepare_store(
         &mut self,
         req: RequestId,
@@ -1096,6 +1104,7 @@ impl PrimaryTier {
         raises.clear();
         if let Some(record) = self.requests.get_mut(&req) {
             let hasher = &self.slots.hasher;
+            let positioned = !record.positions.is_empty();
             let mut any_new = false;
             for (pos, &(h, kind, s)) in scratch.iter().enumerate() {
                 let key = at(pos);
@@ -1103,7 +1112,7 @@ impl PrimaryTier {
                     FOUND_READY => {
                         let (_, new) = record.record(hasher, key, h, s, true);
                         any_new |= new;
-                        if new {
+                        if new && positioned {
                             if let Some(p) = record.positions.get(key, h) {
                                 raises.push((s, p));
                             }
@@ -1179,6 +1188,7 @@ impl PrimaryTier {
             //    recent; [0.33] keys with a position at their place within
             //    the request's rank), and mark them inserted by the request.
             let mut record = self.requests.get_mut(&req);
+            let positioned = record.as_ref().is_some_and(|r| !r.positions.is_empty());
             for (h, kind, s) in scratch.iter_mut() {
                 let (h, kind) = (*h, *kind);
                 if kind != STORED && kind != STORED_GHOST {
@@ -1195,7 +1205,7 @@ impl PrimaryTier {
                 let ghost = kind == STORED_GHOST;
                 match record.as_deref_mut() {
                     Some(r) => {
-                        match r.positions.get(key, h) {
+                        match positioned.then(|| r.positions.get(key, h)).flatten() {
                             Some(p) => self.policy.insert_positioned(
                                 &self.slots,
                                 slot,
@@ -1313,38 +1323,17 @@ impl PrimaryTier {
             }
         };
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        // From the request's tail to its head.  Each key is looked for
-        // first in the slot it had when recorded; that slot's record and
-        // policy lines are requested ahead.
+        // From the request's tail to its head.
         let accesses = &record.accesses;
         let n = accesses.len();
-        let order = &self.scratch_order;
-        let at = |j: usize| {
-            if ordered {
-                &accesses[order[n - 1 - j].index as usize]
-            } else {
-                &accesses[n - 1 - j]
-            }
-        };
         let (slots, policy) = (&self.slots, &mut self.policy);
-        for j in 0..n.min(LINKS_AHEAD) {
-            slots.prefetch_slot(at(j).slot, at(j).key.len());
-        }
-        request_links_first(&**policy, n, |j| at(j).slot);
-        for j in 0..n {
-            if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
-                slots.prefetch_slot(a.slot, a.key.len());
-            }
-            request_links_at(&**policy, j, n, |k| at(k).slot);
-            let a = at(j);
-            let s = if slots.holds(a.slot, &a.key) {
-                a.slot
-            } else {
-                slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
-            };
-            if s != NIL {
-                policy.commit(slots, s, a.reused, a.inserted);
-            }
+        if ordered {
+            let order = &self.scratch_order;
+            commit_accesses(slots, &mut **policy, n, |j| {
+                &accesses[order[n - 1 - j].index as usize]
+            });
+        } else {
+            commit_accesses(slots, &mut **policy, n, |j| &accesses[n - 1 - j]);
         }
         policy.end_request(&mut record.rank);
         for key in record.adapted.drain(..) {
@@ -1556,6 +1545,37 @@ impl PrimaryTier {
             }
         }
         Ok(())
+    }
+}
+
+/// Commits the `n` accesses `at(0..n)` (tail first) of a finishing
+/// request: each key is looked for first in the slot it had when recorded;
+/// that slot's record and policy lines are requested ahead.
+#[inline]
+fn commit_accesses<'a>(
+    slots: &Slots,
+    policy: &mut dyn Policy,
+    n: usize,
+    at: impl Fn(usize) -> &'a Access,
+) {
+    for j in 0..n.min(LINKS_AHEAD) {
+        slots.prefetch_slot(at(j).slot, at(j).key.len());
+    }
+    request_links_first(policy, n, |j| at(j).slot);
+    for j in 0..n {
+        if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
+            slots.prefetch_slot(a.slot, a.key.len());
+        }
+        request_links_at(policy, j, n, |k| at(k).slot);
+        let a = at(j);
+        let s = if slots.holds(a.slot, &a.key) {
+            a.slot
+        } else {
+            slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
+        };
+        if s != NIL {
+            policy.commit(slots, s, a.reused, a.inserted);
+        }
     }
 }
 

@@ -160,4 +160,10 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// The eviction candidates in the same order (every resident slot but
     /// the parked ones); for tests and checks, O(n).
     fn candidate_order(&self) -> Vec<u32>;
+
+    /// Entries walked past to place keys by position (lru), for tests.
+    #[cfg(test)]
+    fn walked(&self) -> u64 {
+        0
+    }
 }
