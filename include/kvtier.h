@@ -594,6 +594,14 @@ typedef struct {
    * How many messages the error log keeps.
    */
   size_t error_log_capacity;
+  /**
+   * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+   * `block_hash || u32_be(group)`): a request's finish commits its keys
+   * group by group, ascending, and calls that record keys for a request
+   * (prepare_store, prepare_load, set_positions) refuse keys shorter
+   * than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
+   */
+  bool kv_groups;
 } kvtier_manager_options;
 
 /**
@@ -1076,6 +1084,15 @@ typedef struct {
    * whose "stored" event was dropped is never announced as removed.
    */
   size_t event_capacity;
+  /**
+   * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+   * `block_hash || u32_be(group)`): a request's finish commits its keys
+   * group by group, ascending.  Calls that record keys for a request
+   * (prepare_store, prepare_load, set_positions) then refuse keys
+   * shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
+   * one group.
+   */
+  bool kv_groups;
 } kvtier_primary_options;
 
 /**
@@ -1083,8 +1100,10 @@ typedef struct {
  */
 typedef struct {
   /**
-   * True if the store was refused (not enough evictable keys): nothing
-   * changed and no other output was written.  A refusal is not an error.
+   * True if the store was refused (not enough evictable keys): no key,
+   * slot or event changed and no other output was written (the request
+   * still recorded the keys it offered, see
+   * [`kvtier_primary_prepare_store`]).  A refusal is not an error.
    */
   bool refused;
   /**
@@ -1719,6 +1738,43 @@ kvtier_status kvtier_manager_prepare_load(kvtier_manager *manager,
                                           size_t slots_len);
 
 /**
+ * [0.33] Gives `len` keys of active `request` their token positions in
+ * the primary tier: `positions[i]` is the end-token position of the block
+ * of `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * `16 * (i + 1)`).  A later position replaces an earlier one for the same
+ * key.  Call it before the request's first call or between its calls
+ * (vLLM's scheduler records a position for each key it will present);
+ * positions are read when used and kept until the request finishes (a
+ * reset keeps them).
+ *
+ * What positions change: with `"lru"`, a key with a position that the
+ * request stores, or first presents while resident (a load, or a ready
+ * key offered to prepare_store), ranks within the request's one rank,
+ * the tail evicted before the head, until the request finishes; an access
+ * never lowers a key's rank.  At `kvtier_manager_on_request_finished`, a
+ * request's keys are committed head to tail by position when all of them
+ * (or, per KV group, all of the group's) have one.  Keys without a
+ * position behave as if this call was never made.
+ *
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not started,
+ * or finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than
+ * 64 bytes, or (with `kv_groups`) fewer than 5, the message naming its
+ * position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+ * NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * `len` = 0 does nothing.  The arrays are read during the call only; the
+ * keys are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `request` NUL-terminated; `keys` and
+ * `positions` valid for `len` reads each.
+ */
+kvtier_status kvtier_manager_set_positions(kvtier_manager *manager,
+                                           const char *request,
+                                           const kvtier_key *keys,
+                                           const uint64_t *positions,
+                                           size_t len);
+
+/**
  * Marks `len` keys recently used in the primary tier and every secondary
  * tier.  Internally synchronized.
  *
@@ -1745,8 +1801,9 @@ kvtier_status kvtier_manager_complete_load(kvtier_manager *manager,
 
 /**
  * Plans a store of `len` keys into the primary tier (collecting finished
- * jobs first).  On success writes `*refused_out` (true: no room, nothing
- * changed), the number of keys to store to `*n_store_out`, for each the
+ * jobs first).  On success writes `*refused_out` (true: no room, no key,
+ * slot or event changed; the request still records its offer for its
+ * finish, as in vLLM 0.33), the number of keys to store to `*n_store_out`, for each the
  * position of the key in `keys` (`store_index_out`) and its slot
  * (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
  * to `*n_evicted_out`, copying the first `evicted_len` of them to
@@ -1801,7 +1858,12 @@ kvtier_status kvtier_manager_complete_store(kvtier_manager *manager,
 /**
  * Marks `request` finished.  Tiers hear of it (and the id may be reused)
  * once it has no store in flight, no parked key and no staged promotion.
- * Internally synchronized.
+ * The primary tier commits the request's accesses at once: every key it
+ * stored, loaded or offered to store that is still resident gets one
+ * access, its head most recent (head to tail: first presentation order;
+ * with `kv_groups`, group by group, each by token position when all its
+ * keys have one; by position when every key has one; see
+ * `kvtier_manager_set_positions`).  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `request` NUL-terminated.
@@ -2071,11 +2133,15 @@ kvtier_status kvtier_primary_request_begin(kvtier_primary *primary, const char *
 
 /**
  * Ends the request named `request_id`, committing its accesses: every key
- * it stored or loaded that is still resident gets one access, its first
- * keys most recent.  Keys it planned and did not complete yet stay
- * write pending for it: `kvtier_primary_complete_store` with its name
- * still completes them.  An unknown name is
- * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
+ * it stored, loaded or offered to store that is still resident gets one
+ * access, its head most recent.  Head to tail is the order in which the
+ * request first presented its keys; with `kv_groups`, group by group
+ * (ascending), each group by token position when all its keys have one
+ * ([`kvtier_primary_set_positions`]); when every key has a position, all
+ * by position.  Keys it planned and did not complete yet stay write
+ * pending for it: `kvtier_primary_complete_store` with its name still
+ * completes them.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+ * Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
@@ -2118,6 +2184,42 @@ kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
                                           size_t slots_len);
 
 /**
+ * [0.33] Gives `n` keys of active request `request_id` their token
+ * positions: `positions[i]` is the end-token position of the block of
+ * `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * `16 * (i + 1)`).  A later position replaces an earlier one for the same
+ * key.  Call it before the request's first call or between its calls;
+ * positions are read when used and kept until the request finishes (a
+ * reset keeps them).
+ *
+ * What positions change: with `"lru"`, a key with a position that the
+ * request stores, or first presents while resident (a load, or a ready
+ * key offered to prepare_store), ranks within the request's one rank,
+ * the tail evicted before the head, until the request finishes; an access
+ * never lowers a key's rank.  At [`kvtier_primary_request_finished`], a
+ * request's keys are committed head to tail by position when all of them
+ * (or, per KV group, all of the group's) have one.  Keys without a
+ * position behave as if this call was never made.
+ *
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not begun, or
+ * finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64
+ * bytes, or (with `kv_groups`) fewer than 5, the message naming its
+ * position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+ * NULL with `n` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * `n` = 0 does nothing.  The arrays are read during the call only; the
+ * keys are copied.  Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `request_id` a NUL-terminated string;
+ * `keys` and `positions` valid for `n` entries each.
+ */
+kvtier_status kvtier_primary_set_positions(kvtier_primary *primary,
+                                           const char *request_id,
+                                           const kvtier_key *keys,
+                                           const uint64_t *positions,
+                                           size_t n);
+
+/**
  * Marks `n` keys recently used for request `request_id` (policy-specific;
  * the first key ends up most recent); absent keys are ignored (ARC learns
  * from keys it evicted recently).  Exclusive access to the handle.
@@ -2151,10 +2253,15 @@ kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
  * Keys already resident are not stored again.  If free slots are short,
  * exactly the shortfall is evicted from idle keys not named in this call;
  * if that many are not available, the call succeeds with
- * `result_out->refused = true` and changes nothing.  Otherwise the keys to
- * store enter the write-pending state, written by this request; write
- * their data, then call [`kvtier_primary_complete_store`] with the same
- * request (once or in several calls).
+ * `result_out->refused = true` and no key, slot or event changes.
+ * Otherwise the keys to store enter the write-pending state, written by
+ * this request; write their data, then call
+ * [`kvtier_primary_complete_store`] with the same request (once or in
+ * several calls).  Either way the request records, before any eviction,
+ * the keys it offered to store and the ready keys it named (as vLLM 0.33
+ * does): they are committed at its finish if resident then, and with
+ * `"lru"` a ready key with a token position presented for the first time
+ * is raised to the request's rank.
  *
  * Buffers, each sized by the input count `n` (at most `n` keys are stored
  * and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the

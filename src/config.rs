@@ -84,6 +84,11 @@ pub struct PrimaryJson {
     /// secondary tier's); 0 (default) turns every tier's events off.
     #[serde(default)]
     pub event_capacity: usize,
+    /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's keys):
+    /// a request's finish commits its keys group by group, and keys shorter
+    /// than 5 bytes are refused.  Default false (one group).
+    #[serde(default)]
+    pub kv_groups: bool,
 }
 
 impl Default for PrimaryJson {
@@ -95,6 +100,7 @@ impl Default for PrimaryJson {
             store_threshold: 0,
             admission_table_size: default_admission_table(),
             event_capacity: 0,
+            kv_groups: false,
         }
     }
 }
@@ -532,6 +538,7 @@ impl Config {
             store_threshold: self.primary.store_threshold,
             admission_table_size: self.primary.admission_table_size,
             event_capacity: self.primary.event_capacity,
+            kv_groups: self.primary.kv_groups,
         })
         .map_err(|e| match e {
             Error::OutOfMemory(m) => Error::OutOfMemory(format!("configuration: primary: {m}")),
@@ -546,6 +553,7 @@ impl Config {
                 },
                 block_bytes: self.block_bytes,
                 error_log_capacity: self.error_log_capacity,
+                kv_groups: self.primary.kv_groups,
             },
         );
         if let Some(s) = &slots {
@@ -725,6 +733,24 @@ mod tests {
         let m = c.build().unwrap();
         assert_eq!(m.tier_count(), 0);
         assert!(m.slot_memory().is_none());
+    }
+
+    #[test]
+    fn kv_groups_reach_the_primary_tier() {
+        let c = Config::from_json(r#"{"primary": {"capacity": 4, "kv_groups": true}}"#).unwrap();
+        assert!(c.primary.kv_groups);
+        let m = c.build().unwrap();
+        m.on_new_request("r", Default::default()).unwrap();
+        let short = crate::Key::new(b"tiny").unwrap();
+        let mut plan = crate::tiering::backend::StorePlan::default();
+        let e = m.prepare_store("r", &[short], &mut plan).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 0, .. }), "{e}");
+        assert!(m.set_positions("r", &[short], &[16]).is_err());
+        // Off by default: the same key is an ordinary key.
+        let m = Config::from_json("{}").unwrap().build().unwrap();
+        m.on_new_request("r", Default::default()).unwrap();
+        m.prepare_store("r", &[short], &mut plan).unwrap();
+        m.set_positions("r", &[short], &[16]).unwrap();
     }
 
     #[test]

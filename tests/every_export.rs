@@ -506,6 +506,21 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "manager", kvtier_manager_prepare_load(null_mut(), null(), null(), 1, null_mut(), 1));
             expect(f, "empty arrays at NULL", kvtier_manager_prepare_load(fx.manager, r, null(), 0, null_mut(), 0), S::Ok);
         }),
+        export!(kvtier_manager_set_positions, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let pos = [16u64];
+            let r = c"r".as_ptr();
+            is_null_arg(f, "manager", kvtier_manager_set_positions(null_mut(), r, k.as_ptr(), pos.as_ptr(), 1));
+            is_null_arg(f, "request", kvtier_manager_set_positions(fx.manager, null(), k.as_ptr(), pos.as_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_manager_set_positions(fx.manager, r, null(), pos.as_ptr(), 1));
+            is_null_arg(f, "keys[].data", kvtier_manager_set_positions(fx.manager, r, bad.as_ptr(), pos.as_ptr(), 1));
+            is_null_arg(f, "positions", kvtier_manager_set_positions(fx.manager, r, k.as_ptr(), null(), 1));
+            is_null_arg(f, "manager", kvtier_manager_set_positions(null_mut(), null(), null(), null(), 1));
+            expect(f, "empty arrays at NULL", kvtier_manager_set_positions(fx.manager, r, null(), null(), 0), S::Ok);
+            expect(f, "all valid", kvtier_manager_set_positions(fx.manager, r, k.as_ptr(), pos.as_ptr(), 1), S::Ok);
+        }),
         export!(kvtier_manager_touch, f, {
             let fx = Fx::new();
             fx.start(c"r");
@@ -711,6 +726,21 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "slots_out", kvtier_primary_prepare_load(fx.primary, r, k.as_ptr(), 1, null_mut(), 1));
             is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), null(), null(), 1, null_mut(), 1));
             expect(f, "empty arrays at NULL", kvtier_primary_prepare_load(fx.primary, r, null(), 0, null_mut(), 0), S::Ok);
+        }),
+        export!(kvtier_primary_set_positions, f, {
+            let fx = Fx::new();
+            fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let pos = [16u64];
+            let r = c"r".as_ptr();
+            is_null_arg(f, "primary", kvtier_primary_set_positions(null_mut(), r, k.as_ptr(), pos.as_ptr(), 1));
+            is_null_arg(f, "request_id", kvtier_primary_set_positions(fx.primary, null(), k.as_ptr(), pos.as_ptr(), 1));
+            is_null_arg(f, "keys", kvtier_primary_set_positions(fx.primary, r, null(), pos.as_ptr(), 1));
+            is_null_arg(f, "keys[].data", kvtier_primary_set_positions(fx.primary, r, bad.as_ptr(), pos.as_ptr(), 1));
+            is_null_arg(f, "positions", kvtier_primary_set_positions(fx.primary, r, k.as_ptr(), null(), 1));
+            is_null_arg(f, "primary", kvtier_primary_set_positions(null_mut(), null(), null(), null(), 1));
+            expect(f, "empty arrays at NULL", kvtier_primary_set_positions(fx.primary, r, null(), null(), 0), S::Ok);
+            expect(f, "all valid", kvtier_primary_set_positions(fx.primary, r, k.as_ptr(), pos.as_ptr(), 1), S::Ok);
         }),
         export!(kvtier_primary_touch, f, {
             let fx = Fx::new();
@@ -1144,6 +1174,10 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
             kvtier_manager_touch(m, c"r".as_ptr(), &key(), 1)
         ),
         call!(
+            kvtier_manager_set_positions,
+            kvtier_manager_set_positions(m, c"r".as_ptr(), &key(), &16, 1)
+        ),
+        call!(
             kvtier_manager_complete_load,
             kvtier_manager_complete_load(m, c"r".as_ptr(), &key(), 1)
         ),
@@ -1270,6 +1304,10 @@ fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
             kvtier_primary_prepare_load(p, r, &key(), 1, s.as_mut_ptr(), 1)
         }),
         call!(kvtier_primary_touch, kvtier_primary_touch(p, r, &key(), 1)),
+        call!(
+            kvtier_primary_set_positions,
+            kvtier_primary_set_positions(p, r, &key(), &16, 1)
+        ),
         call!(
             kvtier_primary_complete_load,
             kvtier_primary_complete_load(p, r, &key(), 1)

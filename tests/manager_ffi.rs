@@ -1126,3 +1126,43 @@ fn an_event_key_longer_than_64_bytes_is_rejected_and_counted() {
     assert!(error.contains("100 bytes"), "{error}");
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn positions_and_kv_groups_through_the_c_api() {
+    // A request stores head, middle and tail with positions (its block i
+    // ends at token 16 (i + 1)); while it is active, another request's
+    // store of one key evicts its tail, not its head.
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 3;
+    o.kv_groups = true;
+    let mut m = null_mut();
+    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    let names: Vec<Vec<u8>> = [&b"head"[..], b"middle", b"tail"]
+        .iter()
+        .map(|n| [*n, &0u32.to_be_bytes()[..]].concat())
+        .collect();
+    let keys: Vec<kvtier_key> = names.iter().map(|n| ck(n)).collect();
+    let pos = [16u64, 32, 48];
+    let st =
+        unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), keys.as_ptr(), pos.as_ptr(), 3) };
+    assert_eq!(st, S::UnknownRequest, "{}", last_error());
+    start(m, c"r");
+    let st =
+        unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), keys.as_ptr(), pos.as_ptr(), 3) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    // A key too short for a group index, and NULL positions, change nothing.
+    let short = [ck(b"tiny")];
+    let st =
+        unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), short.as_ptr(), pos.as_ptr(), 1) };
+    assert_eq!(st, S::InvalidKey, "{}", last_error());
+    let st = unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), keys.as_ptr(), null(), 1) };
+    assert_eq!(st, S::NullArgument, "{}", last_error());
+    assert_eq!(store_with(m, c"r", &names, |_, _| {}), 3);
+    start(m, c"s");
+    let fresh = [b"fresh".to_vec(), 0u32.to_be_bytes().to_vec()].concat();
+    assert_eq!(store_with(m, c"s", &[fresh], |_, _| {}), 1);
+    assert_eq!(lookup(m, c"s", &names[2]), KVTIER_MANAGER_LOOKUP_MISS);
+    assert_eq!(lookup(m, c"s", &names[0]), KVTIER_MANAGER_LOOKUP_HIT);
+    assert_eq!(lookup(m, c"s", &names[1]), KVTIER_MANAGER_LOOKUP_HIT);
+    unsafe { kvtier_manager_free(m) };
+}

@@ -6,7 +6,10 @@
 //! invariants checked after every step, over both the reference primary
 //! model and the real primary tier.  When every request finished and every
 //! job drained, every slot is free or idle and every injected bogus report
-//! was counted as a tier bug.
+//! was counted as a tier bug.  Half the requests get token positions for
+//! some keys, and a third of the runs have KV groups on: the reference
+//! model checks those calls' arguments (its recency is coarser than the
+//! tier's, which `tests/primary_model.rs` checks exactly).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -238,6 +241,8 @@ fn run(
         } else {
             PromotionAnswer::HitPending
         },
+        // Keys are 8 bytes: with groups, all in group 0.
+        kv_groups: seed % 3 == 0,
         ..Default::default()
     };
     let m = Manager::with_backend(backend, opts);
@@ -275,6 +280,12 @@ fn run(
                 let name = format!("req{next_req}");
                 next_req += 1;
                 m.on_new_request(&name, RequestParams::default()).unwrap();
+                if rng.chance(50) {
+                    // Token positions for some keys the request may present.
+                    let ks: Vec<Key> = (0..1 + rng.below(6)).map(|_| key(rng.below(40))).collect();
+                    let pos: Vec<u64> = ks.iter().map(|_| 16 * (1 + rng.below(8))).collect();
+                    m.set_positions(&name, &ks, &pos).unwrap();
+                }
                 reqs.insert(name, Req::default());
             }
         } else {

@@ -655,3 +655,154 @@ fn allocation_sizes_are_a_histogram_in_the_stats_struct() {
     assert_eq!(after.allocation_size_buckets[0], 1);
     unsafe { kvtier_primary_free(p) };
 }
+
+/// A key as vLLM makes it: `name` then the 4-byte big-endian `group`.
+fn group_key(name: &[u8], group: u32) -> Vec<u8> {
+    [name, &group.to_be_bytes()[..]].concat()
+}
+
+/// The keys a store's plan evicted, in eviction order.
+fn evicted_keys(s: &Store) -> Vec<Vec<u8>> {
+    (0..s.result.evicted)
+        .map(|i| s.evicted[i * 64..i * 64 + s.lens[i]].to_vec())
+        .collect()
+}
+
+#[test]
+fn positions_from_c_rank_a_requests_tail_below_its_head() {
+    // The same request stores head, middle and tail in one call, with and
+    // without positions; while it is active, a store of two new keys
+    // evicts its tail first with positions, its head first without.
+    for with_positions in [true, false] {
+        let p = new(3, c"lru");
+        assert_eq!(
+            unsafe { kvtier_primary_request_begin(p, REQ) },
+            kvtier_status::Ok
+        );
+        let names = [b"head".to_vec(), b"middle".to_vec(), b"tail".to_vec()];
+        let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
+        if with_positions {
+            let pos = [16u64, 32, 48];
+            let st =
+                unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), pos.as_ptr(), 3) };
+            assert_eq!(st, kvtier_status::Ok, "{}", last_error());
+        }
+        let (st, _) = store(p, &keys);
+        assert_eq!(st, kvtier_status::Ok);
+        let st =
+            unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 3, true, ptr::null_mut()) };
+        assert_eq!(st, kvtier_status::Ok);
+        let other = c"other".as_ptr();
+        assert_eq!(
+            unsafe { kvtier_primary_request_begin(p, other) },
+            kvtier_status::Ok
+        );
+        let fresh = [ck(b"fresh-1"), ck(b"fresh-2")];
+        let mut s = Store {
+            to_store: vec![0; 2],
+            slots: vec![0; 2],
+            evicted: vec![0; 128],
+            lens: vec![0; 2],
+            result: Default::default(),
+        };
+        let st = unsafe {
+            kvtier_primary_prepare_store(
+                p,
+                other,
+                fresh.as_ptr(),
+                2,
+                s.to_store.as_mut_ptr(),
+                2,
+                s.slots.as_mut_ptr(),
+                2,
+                s.evicted.as_mut_ptr(),
+                128,
+                s.lens.as_mut_ptr(),
+                2,
+                &mut s.result,
+            )
+        };
+        assert_eq!(st, kvtier_status::Ok);
+        let want: Vec<Vec<u8>> = if with_positions {
+            vec![names[2].clone(), names[1].clone()]
+        } else {
+            vec![names[0].clone(), names[1].clone()]
+        };
+        assert_eq!(evicted_keys(&s), want, "with positions: {with_positions}");
+        unsafe { kvtier_primary_free(p) };
+    }
+}
+
+#[test]
+fn set_positions_from_c_names_unknown_requests_bad_keys_and_nulls() {
+    let mut o = kvtier_primary_options_default();
+    o.capacity = 4;
+    o.kv_groups = true;
+    let mut p = ptr::null_mut();
+    assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, kvtier_status::Ok);
+    let good = group_key(b"k", 0);
+    let keys = [ck(&good), ck(b"four")];
+    let pos = [16u64, 32];
+    let st = unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), pos.as_ptr(), 1) };
+    assert_eq!(st, kvtier_status::UnknownRequest);
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ) },
+        kvtier_status::Ok
+    );
+    // With KV groups a 4-byte key has no room for its group index.
+    let st = unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), pos.as_ptr(), 2) };
+    assert_eq!(st, kvtier_status::InvalidKey);
+    assert!(last_error().contains("position 1"), "{}", last_error());
+    let st = unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), ptr::null(), 1) };
+    assert_eq!(st, kvtier_status::NullArgument);
+    assert!(last_error().contains("positions"), "{}", last_error());
+    let st = unsafe { kvtier_primary_set_positions(p, REQ, ptr::null(), ptr::null(), 0) };
+    assert_eq!(st, kvtier_status::Ok);
+    // A store naming the short key is refused as a whole, nothing stored.
+    let (st, _) = store(p, &keys);
+    assert_eq!(st, kvtier_status::InvalidKey);
+    let mut res = [kvtier_primary_lookup_result::Hit];
+    let st = unsafe { kvtier_primary_lookup(p, keys.as_ptr(), 1, res.as_mut_ptr(), 1) };
+    assert_eq!(
+        (st, res[0]),
+        (kvtier_status::Ok, kvtier_primary_lookup_result::Miss)
+    );
+    unsafe { kvtier_primary_free(p) };
+}
+
+#[test]
+fn a_finish_from_c_commits_group_by_group_with_kv_groups() {
+    // One request stores a group-1 key, then a group-0 key.  Without the
+    // option its first key ends most recent; with it, group 0 does.
+    for kv_groups in [false, true] {
+        let mut o = kvtier_primary_options_default();
+        o.capacity = 2;
+        o.kv_groups = kv_groups;
+        let mut p = ptr::null_mut();
+        assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, kvtier_status::Ok);
+        assert_eq!(
+            unsafe { kvtier_primary_request_begin(p, REQ) },
+            kvtier_status::Ok
+        );
+        let (g1, g0) = (group_key(b"one", 1), group_key(b"zero", 0));
+        let keys = [ck(&g1), ck(&g0)];
+        assert_eq!(store(p, &keys).0, kvtier_status::Ok);
+        let st =
+            unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 2, true, ptr::null_mut()) };
+        assert_eq!(st, kvtier_status::Ok);
+        assert_eq!(
+            unsafe { kvtier_primary_request_finished(p, REQ) },
+            kvtier_status::Ok
+        );
+        assert_eq!(
+            unsafe { kvtier_primary_request_begin(p, REQ) },
+            kvtier_status::Ok
+        );
+        let fresh = group_key(b"fresh", 0);
+        let (st, s) = store(p, &[ck(&fresh)]);
+        assert_eq!(st, kvtier_status::Ok);
+        let want = if kv_groups { g1.clone() } else { g0.clone() };
+        assert_eq!(evicted_keys(&s), vec![want], "kv_groups {kv_groups}");
+        unsafe { kvtier_primary_free(p) };
+    }
+}

@@ -7,6 +7,15 @@
 //! After every operation the results, the lookups of every key, the stats,
 //! the policy order and the events must match, and the invariants must
 //! hold.  At least 100,000 operations per run; `KVTIER_MODEL_OPS=N` runs N.
+//!
+//! The model follows vLLM 0.33's own code literally where kvtier follows
+//! it: lru ranks are pairs (a fresh rank `(n, 0)`, or `(request rank,
+//! -position)` for a key with a token position stored or first presented
+//! by an active request), the order being the ranks sorted with ties by
+//! key bytes; a request records each key once, in first presentation
+//! order, before a store's eviction; its finish orders its keys by KV
+//! group and position (`order_request_keys`) and commits them from the
+//! tail.  Runs draw the KV-group option and whether positions are given.
 
 #[path = "support/rng.rs"]
 mod rng;
@@ -34,9 +43,24 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Req {
     id: u64,
-    accesses: Vec<(Key, bool)>,
+    /// Keys in first presentation order (vLLM's `seen_keys` and `key_groups`).
+    seen: Vec<Key>,
+    inserted: Vec<Key>,
+    reused: Vec<Key>,
     adapted: Vec<Key>,
+    positions: Vec<(Key, u64)>,
+    /// The request's lru rank in this cache generation.
+    rank: Option<u64>,
 }
+
+impl Req {
+    fn position(&self, k: &Key) -> Option<u64> {
+        self.positions.iter().find(|(x, _)| x == k).map(|p| p.1)
+    }
+}
+
+/// An lru rank: compared as a pair, ties broken by key bytes.
+type Rank = (u64, i64);
 
 /// What an operation returned, in comparable form.
 #[derive(Debug, PartialEq)]
@@ -51,6 +75,8 @@ enum Out {
 fn err_out(e: &Error) -> Out {
     match e {
         Error::KeyState { index, .. } => Out::Err("key_state", Some(*index)),
+        Error::InvalidKey { index, .. } => Out::Err("invalid_key", Some(*index)),
+        Error::InvalidArgument(_) => Out::Err("invalid_argument", None),
         Error::UnknownRequest(_) => Out::Err("unknown_request", None),
         Error::DuplicateRequest(_) => Out::Err("duplicate_request", None),
         other => panic!("unexpected error kind: {other}"),
@@ -71,10 +97,13 @@ struct Model {
     threshold: u32,
     table_size: usize,
     event_cap: usize,
+    kv_groups: bool,
     entries: Vec<Entry>,
     free: Vec<u32>,
     fresh: u32,
-    lru: Vec<Key>,
+    /// lru: the rank of every resident key, and the rank counter.
+    ranks: Vec<(Key, Rank)>,
+    clock: u64,
     t1: Vec<Key>,
     t2: Vec<Key>,
     b1: Vec<Key>,
@@ -120,10 +149,12 @@ impl Model {
             threshold: c.store_threshold,
             table_size: c.admission_table_size,
             event_cap: c.event_capacity,
+            kv_groups: c.kv_groups,
             entries: vec![],
             free: vec![],
             fresh: 0,
-            lru: vec![],
+            ranks: vec![],
+            clock: 0,
             t1: vec![],
             t2: vec![],
             b1: vec![],
@@ -153,6 +184,124 @@ impl Model {
 
     fn req(&self, id: u64) -> Option<usize> {
         self.reqs.iter().position(|r| r.id == id)
+    }
+
+    /// With KV groups, the error for the first key too short for a group.
+    fn group_error(&self, keys: &[Key]) -> Option<Out> {
+        let i = keys.iter().position(|k| self.kv_groups && k.len() < 5)?;
+        Some(Out::Err("invalid_key", Some(i)))
+    }
+
+    fn rank_of(&self, k: &Key) -> Option<Rank> {
+        self.ranks.iter().find(|(x, _)| x == k).map(|r| r.1)
+    }
+
+    fn set_rank(&mut self, k: &Key, rank: Rank) {
+        match self.ranks.iter_mut().find(|(x, _)| x == k) {
+            Some(r) => r.1 = rank,
+            None => self.ranks.push((*k, rank)),
+        }
+    }
+
+    /// A fresh lru rank for resident `k`.
+    fn fresh_rank(&mut self, k: &Key) {
+        if self.entry(k).is_some() {
+            self.clock += 1;
+            let c = self.clock;
+            self.set_rank(k, (c, 0));
+        }
+    }
+
+    /// Request `r`'s rank, given it on first need (vLLM's `_get_request_rank`).
+    fn request_rank(&mut self, r: usize) -> u64 {
+        if let Some(rank) = self.reqs[r].rank {
+            return rank;
+        }
+        self.clock += 1;
+        self.reqs[r].rank = Some(self.clock);
+        self.clock
+    }
+
+    /// vLLM's `_record_request_cache_access`, then the policy's
+    /// `on_request_access` (lru) for the keys new to the request.
+    fn record(&mut self, r: usize, keys: &[Key], reused: &[Key]) {
+        let mut new = vec![];
+        for k in keys {
+            if !self.reqs[r].seen.contains(k) {
+                self.reqs[r].seen.push(*k);
+                new.push(*k);
+            }
+        }
+        if !new.is_empty() && self.policy == PolicyKind::Lru {
+            let rr = self.request_rank(r);
+            for k in &new {
+                let Some(p) = self.reqs[r].position(k) else {
+                    continue;
+                };
+                let Some(now) = self.rank_of(k) else {
+                    continue;
+                };
+                let rank = (rr, -(p as i64));
+                if now < rank {
+                    self.set_rank(k, rank);
+                }
+            }
+        }
+        for k in reused {
+            let req = &mut self.reqs[r];
+            if !req.inserted.contains(k) && !req.reused.contains(k) {
+                req.reused.push(*k);
+            }
+        }
+    }
+
+    /// vLLM's `on_request_finished` ordering: groups ascending, each by
+    /// position if all its keys have one, then all by position if all do.
+    fn finish_order(&self, req: &Req) -> Vec<Key> {
+        let group = |k: &Key| {
+            let b = k.as_bytes();
+            if self.kv_groups {
+                u32::from_be_bytes(b[b.len() - 4..].try_into().unwrap())
+            } else {
+                0
+            }
+        };
+        let mut groups: Vec<u32> = req.seen.iter().map(group).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let mut keys = vec![];
+        for g in groups {
+            let mut in_group: Vec<Key> =
+                req.seen.iter().filter(|k| group(k) == g).copied().collect();
+            if in_group.iter().all(|k| req.position(k).is_some()) {
+                in_group.sort_by_key(|k| req.position(k)); // stable
+            }
+            keys.extend(in_group);
+        }
+        if keys.iter().all(|k| req.position(k).is_some()) {
+            keys.sort_by_key(|k| req.position(k)); // stable
+        }
+        keys
+    }
+
+    fn set_positions(&mut self, id: u64, keys: &[Key], positions: &[u64]) -> Out {
+        if keys.len() != positions.len() {
+            return Out::Err("invalid_argument", None);
+        }
+        let Some(r) = self.req(id) else {
+            return Out::Err("unknown_request", None);
+        };
+        if let Some(e) = self.group_error(keys) {
+            return e;
+        }
+        for (k, p) in keys.iter().zip(positions) {
+            let req = &mut self.reqs[r];
+            match req.positions.iter_mut().find(|(x, _)| x == k) {
+                Some(e) => e.1 = *p,
+                None => req.positions.push((*k, *p)),
+            }
+        }
+        Out::Unit
     }
 
     fn emit(&mut self, kind: EventKind, key: Option<Key>) -> bool {
@@ -224,12 +373,13 @@ impl Model {
         let Some(r) = self.req(id) else {
             return Out::Err("unknown_request", None);
         };
+        if let Some(e) = self.group_error(keys) {
+            return e;
+        }
         match self.pin(keys) {
             Ok(slots) => {
                 self.loads += keys.len() as u64;
-                self.reqs[r]
-                    .accesses
-                    .extend(keys.iter().map(|k| (*k, true)));
+                self.record(r, keys, keys);
                 Out::Slots(slots)
             }
             Err(o) => o,
@@ -259,7 +409,7 @@ impl Model {
         }
         for k in keys.iter().rev() {
             match (self.policy, self.entry(k)) {
-                (PolicyKind::Lru, Some(_)) => to_back(&mut self.lru, k),
+                (PolicyKind::Lru, Some(_)) => self.fresh_rank(k),
                 (PolicyKind::Lru, None) => {}
                 (PolicyKind::Arc, Some(e)) => {
                     if self.t1.contains(k) && self.entries[e].refc >= 0 {
@@ -294,7 +444,7 @@ impl Model {
         let mut chosen: Vec<Key> = vec![];
         match self.policy {
             PolicyKind::Lru => {
-                for k in &self.lru {
+                for k in &self.order() {
                     if chosen.len() < n && self.idle_free_to_evict(k, named, &chosen) {
                         chosen.push(*k);
                     }
@@ -333,6 +483,9 @@ impl Model {
         let Some(r) = self.req(id) else {
             return Out::Err("unknown_request", None);
         };
+        if let Some(e) = self.group_error(keys) {
+            return e;
+        }
         let kinds: Vec<Option<bool>> = keys
             .iter()
             .map(|k| self.entry(k).map(|e| self.entries[e].refc >= 0))
@@ -401,6 +554,20 @@ impl Model {
             }
             self.reqs[r].adapted.extend(new);
         }
+        // Record before any eviction, refused or not: the keys to store
+        // and the ready keys found, in call order; the ready ones reused.
+        let ready: Vec<Key> = keys
+            .iter()
+            .zip(&kinds)
+            .filter(|(_, kind)| **kind == Some(true))
+            .map(|(k, _)| *k)
+            .collect();
+        let recorded: Vec<Key> = keys
+            .iter()
+            .filter(|k| to_store.contains(k) || ready.contains(k))
+            .copied()
+            .collect();
+        self.record(r, &recorded, &ready);
         let free = (self.cap - self.fresh) as usize + self.free.len();
         let need = to_store.len().saturating_sub(free);
         let Some(victims) = self.victims(need, keys) else {
@@ -412,7 +579,7 @@ impl Model {
             let entry = self.entries.remove(e);
             match self.policy {
                 PolicyKind::Lru => {
-                    remove_key(&mut self.lru, v);
+                    self.ranks.retain(|(x, _)| x != v);
                 }
                 PolicyKind::Arc => {
                     let ghost = if remove_key(&mut self.t1, v) {
@@ -450,7 +617,13 @@ impl Model {
                 writer: Some(writer),
             });
             match self.policy {
-                PolicyKind::Lru => self.lru.push(*k),
+                PolicyKind::Lru => match self.reqs[r].position(k) {
+                    Some(p) => {
+                        let rr = self.request_rank(r);
+                        self.set_rank(k, (rr, -(p as i64)));
+                    }
+                    None => self.fresh_rank(k),
+                },
                 PolicyKind::Arc => {
                     self.t1.push(*k);
                     remove_key(&mut self.b1, k);
@@ -459,15 +632,9 @@ impl Model {
             }
         }
         self.planned += to_store.len() as u64;
-        for (k, kind) in keys.iter().zip(&kinds) {
-            match kind {
-                Some(true) => self.reqs[r].accesses.push((*k, true)),
-                Some(false) => {}
-                None => {
-                    if to_store.contains(k) {
-                        self.reqs[r].accesses.push((*k, false));
-                    }
-                }
+        for k in &to_store {
+            if !self.reqs[r].inserted.contains(k) {
+                self.reqs[r].inserted.push(*k);
             }
         }
         Out::Store(
@@ -504,7 +671,7 @@ impl Model {
                 }
             } else {
                 let entry = self.entries.remove(e);
-                remove_key(&mut self.lru, k);
+                self.ranks.retain(|(x, _)| x != k);
                 remove_key(&mut self.t1, k);
                 remove_key(&mut self.t2, k);
                 self.free.push(entry.slot);
@@ -524,19 +691,23 @@ impl Model {
             return Out::Err("unknown_request", None);
         };
         let req = self.reqs.remove(r);
-        for (k, reused) in req.accesses.iter().rev() {
+        for k in self.finish_order(&req).iter().rev() {
             if self.entry(k).is_none() {
                 continue;
             }
+            let reused = req.reused.contains(k);
+            let insertion_only = req.inserted.contains(k) && !reused;
             match self.policy {
-                PolicyKind::Lru => to_back(&mut self.lru, k),
+                PolicyKind::Lru => self.fresh_rank(k),
                 PolicyKind::Arc => {
-                    if *reused {
+                    if insertion_only {
+                        if self.t1.contains(k) {
+                            to_back(&mut self.t1, k);
+                        } else {
+                            to_back(&mut self.t2, k);
+                        }
+                    } else if reused {
                         remove_key(&mut self.t1, k);
-                        to_back(&mut self.t2, k);
-                    } else if self.t1.contains(k) {
-                        to_back(&mut self.t1, k);
-                    } else {
                         to_back(&mut self.t2, k);
                     }
                 }
@@ -549,7 +720,7 @@ impl Model {
         self.entries.clear();
         self.free.clear();
         self.fresh = 0;
-        self.lru.clear();
+        self.ranks.clear();
         self.t1.clear();
         self.t2.clear();
         self.b1.clear();
@@ -557,16 +728,24 @@ impl Model {
         self.target = 0.0;
         self.events.clear();
         self.emit(EventKind::Cleared, None);
+        // A new cache generation: requests keep only their positions.
         for r in &mut self.reqs {
-            r.accesses.clear();
+            r.seen.clear();
+            r.inserted.clear();
+            r.reused.clear();
             r.adapted.clear();
+            r.rank = None;
         }
         Out::Unit
     }
 
     fn order(&self) -> Vec<Key> {
         match self.policy {
-            PolicyKind::Lru => self.lru.clone(),
+            PolicyKind::Lru => {
+                let mut v: Vec<(Rank, Key)> = self.ranks.iter().map(|(k, r)| (*r, *k)).collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.as_bytes().cmp(b.1.as_bytes())));
+                v.into_iter().map(|(_, k)| k).collect()
+            }
             PolicyKind::Arc => self.t1.iter().chain(self.t2.iter()).copied().collect(),
         }
     }
@@ -579,6 +758,19 @@ fn key(n: u64) -> Key {
     let mut v = vec![0xa5u8; len.max(2)];
     v[0] = bytes[0];
     v[1] = bytes[1];
+    Key::new(&v).unwrap()
+}
+
+/// Key `n` for a tier with KV groups: a 2-byte name then a 4-byte group
+/// index (0, 1 or 2); every seventh is 4 bytes long, too short for a group.
+fn group_key(n: u64) -> Key {
+    let bytes = n.to_le_bytes();
+    if n % 7 == 6 {
+        return Key::new(&[bytes[0], bytes[1], 0xee, 0xee]).unwrap();
+    }
+    let g = (n % 3) as u32;
+    let mut v = vec![bytes[0], bytes[1]];
+    v.extend_from_slice(&g.to_be_bytes());
     Key::new(&v).unwrap()
 }
 
@@ -727,10 +919,16 @@ fn run(seed: u64, ops: u64) -> u64 {
         },
         admission_table_size: 1 + rng.below(6) as usize,
         event_capacity: [0, 3, 64][rng.below(3) as usize],
+        kv_groups: rng.chance(30),
     };
+    // Some runs never give a position (the tier then keeps no ranks).
+    let with_positions = rng.chance(70);
     let mut t = PrimaryTier::new(config.clone()).unwrap();
     let mut m = Model::new(&config);
-    let keyspace: Vec<Key> = (0..(config.capacity as u64 * 3 + 2)).map(key).collect();
+    let make_key = if config.kv_groups { group_key } else { key };
+    let keyspace: Vec<Key> = (0..(config.capacity as u64 * 3 + 2))
+        .map(make_key)
+        .collect();
     let mut slots = Vec::new();
     let mut plan = StorePlan::default();
     let mut tev = Vec::new();
@@ -738,7 +936,10 @@ fn run(seed: u64, ops: u64) -> u64 {
         let req = rng.below(4);
         let rid = RequestId(req);
         let what = format!("seed {seed} op {op} config {config:?}");
-        let choice = rng.below(100);
+        let mut choice = rng.below(108);
+        if choice >= 100 && !with_positions {
+            choice = 74; // a touch instead
+        }
         let (got, want, name) = match choice {
             0..=4 => (
                 res(t.begin_request(rid), |_| Out::Unit),
@@ -856,13 +1057,28 @@ fn run(seed: u64, ops: u64) -> u64 {
                 t.reset();
                 (Out::Unit, m.reset(), "reset")
             }
-            _ => {
+            100..=107 => {
+                // Positions from a small range, so that ties happen; now
+                // and then one position too few.
+                let keys = pick_keys(&mut rng, &keyspace, 4);
+                let mut pos: Vec<u64> = keys.iter().map(|_| 16 * (1 + rng.below(4))).collect();
+                if rng.chance(5) && !pos.is_empty() {
+                    pos.pop();
+                }
+                (
+                    res(t.set_positions(rid, &keys, &pos), |_| Out::Unit),
+                    m.set_positions(req, &keys, &pos),
+                    "set_positions",
+                )
+            }
+            95..=99 => {
                 tev.clear();
                 t.take_events(&mut tev);
                 assert_eq!(tev, m.events, "{what}: events");
                 m.events.clear();
                 (Out::Unit, Out::Unit, "take_events")
             }
+            _ => unreachable!("choice {choice}"),
         };
         assert_eq!(got, want, "{what}: {name}");
         check_same(&t, &m, &keyspace, &format!("{what} after {name}"));

@@ -2,7 +2,7 @@
  * an engine's scheduler would, and reports what happened as one JSON object.
  *
  *   kvtier-replay --workload FILE --blocks N [--policy lru|arc] [--batch B]
- *                 [--tiers none|mem] [--repeat K] [--hit-pending]
+ *                 [--tiers none|mem] [--repeat K] [--hit-pending] [--positions]
  *
  * It moves no KV bytes: transfers "finish" when the driver says so.  Every
  * step follows the benchmark rules exactly (requests in file order, B per
@@ -28,6 +28,13 @@
  * `--hit-pending` makes a lookup that starts a promotion answer HIT_PENDING
  * instead of RETRY.  `--repeat K` runs the replay K times, each on a fresh
  * manager, checks that the counters agree, and reports the median time.
+ * `--positions` gives every request's keys token positions right after its
+ * on_new_request, before its first other call: block i (0-based) ends at
+ * token 16 * (i + 1) (kvtier_manager_set_positions).  That call is not
+ * counted in manager_calls: in vLLM the scheduler writes positions into
+ * the request's context, not through the manager.  With one step per
+ * request, positions change no counter (the finish commits every request
+ * head to tail either way).
  *
  * Output fields: requests, steps (batches), manager_calls (every call on
  * the manager, has_pending_work and each event drain included), lookups,
@@ -140,6 +147,7 @@ typedef struct {
     size_t batch;
     bool mem;
     bool hit_pending;
+    bool positions;
     unsigned repeat;
 } options;
 
@@ -227,6 +235,8 @@ static counters replay_once(const options *o, const workload *wl) {
     step_req *reqs = (step_req *)calloc(o->batch, sizeof(step_req));
     size_t *store_index = (size_t *)xrealloc(NULL, max_keys * sizeof(size_t));
     uint32_t *slots = (uint32_t *)xrealloc(NULL, max_keys * sizeof(uint32_t));
+    uint64_t *positions = (uint64_t *)xrealloc(NULL, max_keys * sizeof(uint64_t));
+    for (size_t i = 0; i < max_keys; i++) positions[i] = 16 * (uint64_t)(i + 1);
     kvtier_event *events = (kvtier_event *)xrealloc(NULL, EVENT_BUF * sizeof(kvtier_event));
     if (!reqs) {
         fprintf(stderr, "kvtier-replay: out of memory\n");
@@ -246,6 +256,12 @@ static counters replay_once(const options *o, const workload *wl) {
             CHECK(kvtier_manager_on_new_request(m, wl->requests[first + i].name, NULL, &policy),
                   "on_new_request");
             c.requests++;
+            if (o->positions) {
+                const wl_request *r = &wl->requests[first + i];
+                CHECK(kvtier_manager_set_positions(m, r->name, wl->keys + r->first_key, positions,
+                                                   r->n_keys),
+                      "set_positions");
+            }
         }
         /* 2. lookups, loads of the leading hits, stores of the rest */
         for (size_t i = 0; i < n; i++) {
@@ -342,6 +358,7 @@ static counters replay_once(const options *o, const workload *wl) {
     free(reqs);
     free(store_index);
     free(slots);
+    free(positions);
     free(events);
     return c;
 }
@@ -351,7 +368,7 @@ static counters replay_once(const options *o, const workload *wl) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvtier-replay --workload FILE --blocks N [--policy lru|arc] [--batch B]\n"
-            "                     [--tiers none|mem] [--repeat K] [--hit-pending]\n"
+            "                     [--tiers none|mem] [--repeat K] [--hit-pending] [--positions]\n"
             "Replays a workload (kvtier-workload's format) through the tiering manager and\n"
             "prints one JSON object of counters and time.\n"
             "  --blocks N      primary-tier capacity in blocks\n"
@@ -359,7 +376,8 @@ static void usage(FILE *f) {
             "  --batch B       requests per engine step (default 16)\n"
             "  --tiers T       none (default), or mem: one unbounded in-memory C tier\n"
             "  --repeat K      run K times on fresh managers, report the median time\n"
-            "  --hit-pending   a lookup that starts a promotion answers HIT_PENDING, not RETRY\n");
+            "  --hit-pending   a lookup that starts a promotion answers HIT_PENDING, not RETRY\n"
+            "  --positions     give each request's block i the token position 16 * (i + 1)\n");
 }
 
 static unsigned long long parse_count(const char *flag, const char *v, unsigned long long max) {
@@ -393,6 +411,9 @@ int main(int argc, char **argv) {
             return 0;
         } else if (strcmp(a, "--hit-pending") == 0) {
             o.hit_pending = true;
+            continue;
+        } else if (strcmp(a, "--positions") == 0) {
+            o.positions = true;
             continue;
         }
         if (!v) {

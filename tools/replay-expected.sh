@@ -11,7 +11,9 @@
 #
 # For every case it writes the workload (once per preset and seed), runs
 # tools/vllm_replay.py with the case's flags and writes the counters to
-# tests/replay-expected/<preset>-s<seed>-<blocks>-<policy>-<tiers>[-hit-pending].json.
+# tests/replay-expected/<preset>-s<seed>-<blocks>-<policy>-<tiers>[-hit-pending].json;
+# a case with --positions instead checks that vLLM's counters with positions
+# equal the file of the same case without them.
 set -eu
 if [ $# -lt 2 ]; then
     echo "usage: $0 VLLM_ROOT WORKLOAD_GEN [CASE_FILTER]" >&2
@@ -31,9 +33,25 @@ grep -v '^#' "$here/replay-cases.txt" | grep -e "$filter" | while read -r preset
     w="$wl/$preset-$seed.txt"
     [ -f "$w" ] || "$gen" --preset "$preset" --seed "$seed" --out "$w"
     name="$preset-s$seed-$blocks-$policy-$tiers"
-    [ -z "$extra" ] || name="$name-hit-pending"
-    echo "$name" >&2
-    python3 "$here/vllm_replay.py" --vllm-root "$vllm_root" --workload "$w" \
-        --blocks "$blocks" --policy "$policy" --batch 16 --tiers "$tiers" $extra \
-        --expected-out "$out/$name.json" >/dev/null
+    case " $extra " in *" --hit-pending "*) name="$name-hit-pending" ;; esac
+    case " $extra " in
+    *" --positions "*)
+        # Checks the file of the case without --positions (listed before
+        # it): vLLM's counters with positions must be the same.
+        echo "$name (positions)" >&2
+        python3 "$here/vllm_replay.py" --vllm-root "$vllm_root" --workload "$w" \
+            --blocks "$blocks" --policy "$policy" --batch 16 --tiers "$tiers" $extra \
+            --expected-out "$wl/positions.json" >/dev/null
+        cmp -s "$wl/positions.json" "$out/$name.json" || {
+            echo "$name: vLLM's counters with --positions differ from $out/$name.json" >&2
+            exit 1
+        }
+        ;;
+    *)
+        echo "$name" >&2
+        python3 "$here/vllm_replay.py" --vllm-root "$vllm_root" --workload "$w" \
+            --blocks "$blocks" --policy "$policy" --batch 16 --tiers "$tiers" $extra \
+            --expected-out "$out/$name.json" >/dev/null
+        ;;
+    esac
 done

@@ -91,6 +91,12 @@ pub struct kvtier_manager_options {
     pub block_bytes: u64,
     /// How many messages the error log keeps.
     pub error_log_capacity: usize,
+    /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+    /// `block_hash || u32_be(group)`): a request's finish commits its keys
+    /// group by group, ascending, and calls that record keys for a request
+    /// (prepare_store, prepare_load, set_positions) refuse keys shorter
+    /// than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
+    pub kv_groups: bool,
 }
 
 /// Returns the default manager options: 1024 slots, "lru", no admission
@@ -109,6 +115,7 @@ pub extern "C" fn kvtier_manager_options_default() -> kvtier_manager_options {
         promotion_answer: KVTIER_PROMOTION_ANSWER_RETRY,
         block_bytes: m.block_bytes,
         error_log_capacity: m.error_log_capacity,
+        kv_groups: m.kv_groups,
     }
 }
 
@@ -330,6 +337,7 @@ pub unsafe extern "C" fn kvtier_manager_new(
             store_threshold: o.store_threshold,
             admission_table_size: o.admission_table_size,
             event_capacity: o.event_capacity,
+            kv_groups: o.kv_groups,
         })?;
         let manager = Manager::new(
             primary,
@@ -337,6 +345,7 @@ pub unsafe extern "C" fn kvtier_manager_new(
                 promotion_answer,
                 block_bytes: o.block_bytes,
                 error_log_capacity: o.error_log_capacity,
+                kv_groups: o.kv_groups,
             },
         );
         *out = into_handle::<kvtier_manager>(manager);
@@ -545,6 +554,54 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
     })
 }
 
+/// [0.33] Gives `len` keys of active `request` their token positions in
+/// the primary tier: `positions[i]` is the end-token position of the block
+/// of `keys[i]` (block `i` of a request of 16-token blocks ends at token
+/// `16 * (i + 1)`).  A later position replaces an earlier one for the same
+/// key.  Call it before the request's first call or between its calls
+/// (vLLM's scheduler records a position for each key it will present);
+/// positions are read when used and kept until the request finishes (a
+/// reset keeps them).
+///
+/// What positions change: with `"lru"`, a key with a position that the
+/// request stores, or first presents while resident (a load, or a ready
+/// key offered to prepare_store), ranks within the request's one rank,
+/// the tail evicted before the head, until the request finishes; an access
+/// never lowers a key's rank.  At `kvtier_manager_on_request_finished`, a
+/// request's keys are committed head to tail by position when all of them
+/// (or, per KV group, all of the group's) have one.  Keys without a
+/// position behave as if this call was never made.
+///
+/// Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not started,
+/// or finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than
+/// 64 bytes, or (with `kv_groups`) fewer than 5, the message naming its
+/// position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+/// NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+/// `len` = 0 does nothing.  The arrays are read during the call only; the
+/// keys are copied.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `request` NUL-terminated; `keys` and
+/// `positions` valid for `len` reads each.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_set_positions(
+    manager: *mut kvtier_manager,
+    request: *const c_char,
+    keys: *const kvtier_key,
+    positions: *const u64,
+    len: usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(request, "request") }?;
+        let positions = unsafe { in_slice(positions, len, "positions") }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            Ok(m.set_positions(name, ks, positions)?)
+        })
+    })
+}
+
 /// Marks `len` keys recently used in the primary tier and every secondary
 /// tier.  Internally synchronized.
 ///
@@ -591,8 +648,9 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
 }
 
 /// Plans a store of `len` keys into the primary tier (collecting finished
-/// jobs first).  On success writes `*refused_out` (true: no room, nothing
-/// changed), the number of keys to store to `*n_store_out`, for each the
+/// jobs first).  On success writes `*refused_out` (true: no room, no key,
+/// slot or event changed; the request still records its offer for its
+/// finish, as in vLLM 0.33), the number of keys to store to `*n_store_out`, for each the
 /// position of the key in `keys` (`store_index_out`) and its slot
 /// (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
 /// to `*n_evicted_out`, copying the first `evicted_len` of them to
@@ -698,7 +756,12 @@ pub unsafe extern "C" fn kvtier_manager_complete_store(
 
 /// Marks `request` finished.  Tiers hear of it (and the id may be reused)
 /// once it has no store in flight, no parked key and no staged promotion.
-/// Internally synchronized.
+/// The primary tier commits the request's accesses at once: every key it
+/// stored, loaded or offered to store that is still resident gets one
+/// access, its head most recent (head to tail: first presentation order;
+/// with `kv_groups`, group by group, each by token position when all its
+/// keys have one; by position when every key has one; see
+/// `kvtier_manager_set_positions`).  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `request` NUL-terminated.

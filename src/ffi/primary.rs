@@ -9,8 +9,8 @@
 use std::ffi::c_char;
 
 use super::boundary::{
-    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_str, into_handle, out_ref,
-    out_slice,
+    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
+    out_ref, out_slice,
 };
 use super::key::{CheckedKeys, KVTIER_MAX_KEY_LEN, kvtier_key};
 use super::status::kvtier_status;
@@ -59,6 +59,13 @@ pub struct kvtier_primary_options {
     /// new events are dropped and counted in `events_dropped`, and a key
     /// whose "stored" event was dropped is never announced as removed.
     pub event_capacity: usize,
+    /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's
+    /// `block_hash || u32_be(group)`): a request's finish commits its keys
+    /// group by group, ascending.  Calls that record keys for a request
+    /// (prepare_store, prepare_load, set_positions) then refuse keys
+    /// shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
+    /// one group.
+    pub kv_groups: bool,
 }
 
 /// What lookup found for one key.
@@ -79,8 +86,10 @@ pub enum kvtier_primary_lookup_result {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct kvtier_primary_store_result {
-    /// True if the store was refused (not enough evictable keys): nothing
-    /// changed and no other output was written.  A refusal is not an error.
+    /// True if the store was refused (not enough evictable keys): no key,
+    /// slot or event changed and no other output was written (the request
+    /// still recorded the keys it offered, see
+    /// [`kvtier_primary_prepare_store`]).  A refusal is not an error.
     pub refused: bool,
     /// Number of keys to store (entries written to `to_store_out` and `slots_out`).
     pub stored: usize,
@@ -270,6 +279,7 @@ pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
         store_threshold: d.store_threshold,
         admission_table_size: d.admission_table_size,
         event_capacity: d.event_capacity,
+        kv_groups: d.kv_groups,
     }
 }
 
@@ -306,6 +316,7 @@ pub unsafe extern "C" fn kvtier_primary_new(
             store_threshold: o.store_threshold,
             admission_table_size: o.admission_table_size,
             event_capacity: o.event_capacity,
+            kv_groups: o.kv_groups,
         })?;
         *out = into_handle::<kvtier_primary>(PrimaryHandle {
             core,
@@ -354,11 +365,15 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
 }
 
 /// Ends the request named `request_id`, committing its accesses: every key
-/// it stored or loaded that is still resident gets one access, its first
-/// keys most recent.  Keys it planned and did not complete yet stay
-/// write pending for it: `kvtier_primary_complete_store` with its name
-/// still completes them.  An unknown name is
-/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
+/// it stored, loaded or offered to store that is still resident gets one
+/// access, its head most recent.  Head to tail is the order in which the
+/// request first presented its keys; with `kv_groups`, group by group
+/// (ascending), each group by token position when all its keys have one
+/// ([`kvtier_primary_set_positions`]); when every key has a position, all
+/// by position.  Keys it planned and did not complete yet stay write
+/// pending for it: `kvtier_primary_complete_store` with its name still
+/// completes them.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+/// Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
@@ -447,6 +462,54 @@ pub unsafe extern "C" fn kvtier_primary_prepare_load(
     })
 }
 
+/// [0.33] Gives `n` keys of active request `request_id` their token
+/// positions: `positions[i]` is the end-token position of the block of
+/// `keys[i]` (block `i` of a request of 16-token blocks ends at token
+/// `16 * (i + 1)`).  A later position replaces an earlier one for the same
+/// key.  Call it before the request's first call or between its calls;
+/// positions are read when used and kept until the request finishes (a
+/// reset keeps them).
+///
+/// What positions change: with `"lru"`, a key with a position that the
+/// request stores, or first presents while resident (a load, or a ready
+/// key offered to prepare_store), ranks within the request's one rank,
+/// the tail evicted before the head, until the request finishes; an access
+/// never lowers a key's rank.  At [`kvtier_primary_request_finished`], a
+/// request's keys are committed head to tail by position when all of them
+/// (or, per KV group, all of the group's) have one.  Keys without a
+/// position behave as if this call was never made.
+///
+/// Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not begun, or
+/// finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64
+/// bytes, or (with `kv_groups`) fewer than 5, the message naming its
+/// position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+/// NULL with `n` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+/// `n` = 0 does nothing.  The arrays are read during the call only; the
+/// keys are copied.  Exclusive access to the handle.
+///
+/// # Safety
+/// `primary` must be a live handle; `request_id` a NUL-terminated string;
+/// `keys` and `positions` valid for `n` entries each.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_set_positions(
+    primary: *mut kvtier_primary,
+    request_id: *const c_char,
+    keys: *const kvtier_key,
+    positions: *const u64,
+    n: usize,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(request_id, "request_id") }?;
+        let h = &mut *h;
+        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        let positions = unsafe { in_slice(positions, n, "positions") }?;
+        h.core
+            .set_positions_each(name, keys.len(), |j| keys.bytes(j), |j| positions[j])?;
+        Ok(())
+    })
+}
+
 /// Marks `n` keys recently used for request `request_id` (policy-specific;
 /// the first key ends up most recent); absent keys are ignored (ARC learns
 /// from keys it evicted recently).  Exclusive access to the handle.
@@ -501,10 +564,15 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
 /// Keys already resident are not stored again.  If free slots are short,
 /// exactly the shortfall is evicted from idle keys not named in this call;
 /// if that many are not available, the call succeeds with
-/// `result_out->refused = true` and changes nothing.  Otherwise the keys to
-/// store enter the write-pending state, written by this request; write
-/// their data, then call [`kvtier_primary_complete_store`] with the same
-/// request (once or in several calls).
+/// `result_out->refused = true` and no key, slot or event changes.
+/// Otherwise the keys to store enter the write-pending state, written by
+/// this request; write their data, then call
+/// [`kvtier_primary_complete_store`] with the same request (once or in
+/// several calls).  Either way the request records, before any eviction,
+/// the keys it offered to store and the ready keys it named (as vLLM 0.33
+/// does): they are committed at its finish if resident then, and with
+/// `"lru"` a ready key with a token position presented for the first time
+/// is raised to the request's rank.
 ///
 /// Buffers, each sized by the input count `n` (at most `n` keys are stored
 /// and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the

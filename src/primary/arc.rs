@@ -458,11 +458,11 @@ impl Policy for ArcPolicy {
         self.ghosts.add(ghost_list, *slots.key(slot), h);
     }
 
-    fn commit(&mut self, _slots: &Slots, slot: u32, reused: bool) {
+    fn commit(&mut self, _slots: &Slots, slot: u32, reused: bool, inserted: bool) {
         match self.lists.list_of(slot) {
             Some(_) if reused => self.lists.move_to_back(T2, slot),
-            Some(list) => self.lists.move_to_back(list, slot),
-            None => {}
+            Some(list) if inserted => self.lists.move_to_back(list, slot),
+            _ => {}
         }
     }
 

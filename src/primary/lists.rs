@@ -7,7 +7,9 @@
 //! [`OrderLists`]: recency lists of resident slots, each with a sub-list of
 //! eviction candidates in the same order; both sets of links of an id sit
 //! in one 16-byte node, so one cache line serves an update of either, and
-//! its list and candidate bit in one byte beside it: 17 bytes per id.
+//! its list and candidate bit in one byte beside it: 17 bytes per id.  Ids
+//! past the slot range may mark places in a list (lru's request markers:
+//! never candidates); the lists grow to hold them.
 
 use super::huge;
 use super::index::prefetch_read;
@@ -273,9 +275,41 @@ impl<const N: usize> OrderLists<N> {
         }
     }
 
+    /// Number of ids the lists have room for (`0..ids()`).
+    #[inline]
+    pub(crate) fn ids(&self) -> usize {
+        self.state.len()
+    }
+
+    /// Makes room for ids below `ids` (nothing if there is room already);
+    /// an allocation failure changes nothing.
+    pub(crate) fn grow_to(&mut self, ids: usize) -> Result<(), std::collections::TryReserveError> {
+        if ids <= self.state.len() {
+            return Ok(());
+        }
+        let extra = ids - self.state.len();
+        self.nodes.try_reserve_exact(extra)?;
+        self.state.try_reserve_exact(extra)?;
+        self.nodes.resize(ids, EMPTY_NODE);
+        self.state.resize(ids, OUT);
+        Ok(())
+    }
+
+    /// The id after `id` in its list (towards the back), or [`NIL`].
+    #[inline]
+    pub(crate) fn next(&self, id: u32) -> u32 {
+        self.nodes[id as usize].next
+    }
+
+    /// The id before `id` in its list (towards the front), or [`NIL`].
+    #[inline]
+    pub(crate) fn prev(&self, id: u32) -> u32 {
+        self.nodes[id as usize].prev
+    }
+
     /// Whether `id` is a candidate (in its list's candidate sub-list).
     #[inline]
-    fn is_candidate(&self, id: u32) -> bool {
+    pub(crate) fn is_candidate(&self, id: u32) -> bool {
         self.state[id as usize] & CANDIDATE != 0
     }
 
@@ -283,6 +317,12 @@ impl<const N: usize> OrderLists<N> {
     #[inline]
     pub(crate) fn len(&self, list: usize) -> usize {
         self.len[list] as usize
+    }
+
+    /// Oldest id of `list` (front), or [`NIL`].
+    #[inline]
+    pub(crate) fn front(&self, list: usize) -> u32 {
+        self.head[list]
     }
 
     /// Oldest candidate of `list`, or [`NIL`].
@@ -319,6 +359,31 @@ impl<const N: usize> OrderLists<N> {
         self.tail[list] = id;
         self.len[list] += 1;
         self.clink_back(list, id, ct);
+    }
+
+    /// Links `id` (in no list) into `list` right after `after` (an id of
+    /// `list`), not as a candidate: [`OrderLists::restore`] makes it one
+    /// at its place.
+    #[inline]
+    pub(crate) fn insert_after(&mut self, list: usize, after: u32, id: u32) {
+        let i = id as usize;
+        debug_assert_eq!(self.state[i], OUT);
+        debug_assert_eq!(self.list_of(after), Some(list));
+        let next = self.nodes[after as usize].next;
+        self.nodes[i] = Node {
+            prev: after,
+            next,
+            cprev: NIL,
+            cnext: NIL,
+        };
+        self.state[i] = list as u8;
+        self.nodes[after as usize].next = id;
+        if next == NIL {
+            self.tail[list] = id;
+        } else {
+            self.nodes[next as usize].prev = id;
+        }
+        self.len[list] += 1;
     }
 
     #[inline]

@@ -27,15 +27,24 @@
 //! call overlap; policies (the
 //! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
-//! key it stores or loads once; records reuse their buffers, so the hot
-//! path allocates nothing per key.
+//! key it stores or loads once, at its first presentation and, for a
+//! store, before the eviction (so a refused store records its keys too);
+//! records reuse their buffers, so the hot path allocates nothing per key.
+//! [0.33] Token positions and KV-cache groups (`positions.rs`) order a
+//! request's finish, and lru ranks an active request's keys by position
+//! (`lru.rs`); a request without positions pays one check per call.
 //!
 //! Size: metadata per slot, key bytes excluded, is fixed at creation: 13
 //! bytes of slot state and index (`slots.rs`; a write-pending slot's
 //! writer is carried by its ref count, at no cost) and 17 of policy lists
 //! (`lists.rs`), 30 in all; the writers themselves take a few bytes per
-//! request with writes in flight.  ARC adds its ghosts as they come, up to 32
-//! bytes per slot with both ghost lists full (`arc.rs`): 62 in all.
+//! request with writes in flight.  lru adds room for the rank markers of
+//! active requests (two list entries, 34 bytes, per request; room for one
+//! request per 64 slots at creation, about 0.5 byte per slot, grown as more
+//! are active), and once positions are in use, 16 bytes per slot of rank
+//! (`lru.rs`): about 46.5 in all.  ARC adds its ghosts as they come, up to
+//! 32 bytes per slot with both ghost lists full (`arc.rs`): 62 in all
+//! (positions add nothing to ARC).
 
 mod admission;
 mod allocation_sizes;
@@ -47,6 +56,9 @@ mod lists;
 mod lru;
 mod named;
 mod policy;
+#[cfg(test)]
+mod position_tests;
+mod positions;
 mod slots;
 #[cfg(test)]
 mod tests;
@@ -144,6 +156,12 @@ pub struct PrimaryConfig {
     /// full, new events are dropped and counted (`events_dropped`); a key
     /// whose "stored" event was dropped is never announced as removed.
     pub event_capacity: usize,
+    /// [0.33] Keys end with a 4-byte big-endian KV-cache group index
+    /// (vLLM's `block_hash || u32_be(group)`): a request's finish commits
+    /// its keys group by group, ascending.  Calls that record keys for a
+    /// request (`prepare_store`, `prepare_load`, `set_positions`) then
+    /// refuse keys shorter than 5 bytes.  Off (default): one group.
+    pub kv_groups: bool,
 }
 
 impl Default for PrimaryConfig {
@@ -154,6 +172,7 @@ impl Default for PrimaryConfig {
             store_threshold: 0,
             admission_table_size: 64_000,
             event_capacity: 0,
+            kv_groups: false,
         }
     }
 }
@@ -219,7 +238,8 @@ impl StorePlan {
 pub enum StoreOutcome {
     /// The plan is filled (possibly with nothing to store).
     Planned,
-    /// Not enough idle keys to evict: nothing changed, the plan is empty.
+    /// Not enough idle keys to evict: no key, slot or event changed (the
+    /// request recorded its offer), the plan is empty.
     Refused,
 }
 
@@ -328,7 +348,7 @@ struct Counters {
 }
 
 /// One active request's accesses, committed at its finish.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RequestRecord {
     /// Distinct keys stored or loaded, in first-presentation order.
     accesses: Vec<Access>,
@@ -339,6 +359,23 @@ struct RequestRecord {
     /// Store candidates this request offered (the policy learns from each
     /// once per request: ARC's store-miss adaptation).
     adapted: Vec<Key>,
+    /// [0.33] The token positions the caller gave the request's keys.
+    positions: positions::Positions,
+    /// The policy's handle on the request's rank ([`NIL`]: none in this
+    /// cache generation).
+    rank: u32,
+}
+
+impl Default for RequestRecord {
+    fn default() -> Self {
+        RequestRecord {
+            accesses: Vec::new(),
+            seen: hashbrown::HashTable::new(),
+            adapted: Vec::new(),
+            positions: positions::Positions::default(),
+            rank: NIL,
+        }
+    }
 }
 
 /// One key a request stored or loaded.
@@ -348,8 +385,11 @@ struct Access {
     /// The slot the key had at its latest presentation: where the commit
     /// looks first (checked there, as the key may have left since).
     slot: u32,
-    /// Loaded, or found ready at store, by any of its presentations.
+    /// Loaded, or found ready at store, by a presentation before the
+    /// request inserted the key itself.
     reused: bool,
+    /// Put in the tier by one of the request's stores.
+    inserted: bool,
 }
 
 /// The CPU primary tier.  Not thread safe by itself: callers serialize access.
@@ -377,6 +417,13 @@ pub struct PrimaryTier {
     /// Hashes of the keys a call handles in bulk, in order: a pin's keys
     /// (for the request record), an eviction's victims.
     scratch_hashes: Vec<u64>,
+    /// Resident keys a call presents for the first time that have a
+    /// position (slot, position): raised once the request has its rank.
+    scratch_raises: Vec<(u32, u64)>,
+    /// The record index of each key a `prepare_store` stores, in plan order.
+    scratch_stored: Vec<u32>,
+    /// A finishing request's keys in commit order.
+    scratch_order: Vec<positions::Ordered>,
 }
 
 /// `scratch_keys` kinds: what the key was at the start of `prepare_store`
@@ -405,10 +452,11 @@ fn unknown(req: RequestId) -> Error {
 
 impl RequestRecord {
     /// Records one access of `key` (hash `h` under `hasher`, now in `slot`):
-    /// appended at its first presentation, else its `reused` flag is or-ed
-    /// into the entry and its slot updated.  O(1); allocates only when the
-    /// request's distinct keys outgrow the record's buffers (which are
-    /// reused by later requests).
+    /// appended at its first presentation, else its slot updated and, if
+    /// `reused` and the request did not insert the key itself, marked
+    /// reused.  Returns the entry's index and whether it is new.  O(1);
+    /// allocates only when the request's distinct keys outgrow the
+    /// record's buffers (which are reused by later requests).
     #[inline]
     fn record(
         &mut self,
@@ -417,7 +465,7 @@ impl RequestRecord {
         h: u64,
         slot: u32,
         reused: bool,
-    ) {
+    ) -> (u32, bool) {
         let accesses = &mut self.accesses;
         match self
             .seen
@@ -425,8 +473,9 @@ impl RequestRecord {
         {
             Some(&i) => {
                 let a = &mut accesses[i as usize];
-                a.reused |= reused;
+                a.reused |= reused && !a.inserted;
                 a.slot = slot;
+                (i, false)
             }
             None => {
                 let i = accesses.len() as u32;
@@ -434,6 +483,7 @@ impl RequestRecord {
                     key: key.keep_value(),
                     slot,
                     reused,
+                    inserted: false,
                 });
                 if let Some(a) = accesses.last_mut() {
                     key.keep_finish(&mut a.key);
@@ -441,14 +491,16 @@ impl RequestRecord {
                 let acc = &*accesses;
                 self.seen
                     .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].key.as_bytes()));
+                (i, true)
             }
         }
     }
 
     /// Forgets every access, keeping buffers of a usual request's size
     /// (clearing a table costs its size: one huge request must not make
-    /// every later finish slow).
-    fn clear(&mut self) {
+    /// every later finish slow), and the rank handle (the policy gave the
+    /// rank back or forgot it).  Positions stay (see [`RequestRecord::clear`]).
+    fn forget_accesses(&mut self) {
         const KEEP: usize = 4096;
         self.accesses.clear();
         self.accesses.shrink_to(KEEP);
@@ -457,6 +509,13 @@ impl RequestRecord {
             self.seen = hashbrown::HashTable::with_capacity(KEEP);
         }
         self.adapted.clear();
+        self.rank = NIL;
+    }
+
+    /// Forgets everything, positions included, for reuse by a later request.
+    fn clear(&mut self) {
+        self.forget_accesses();
+        self.positions.clear();
     }
 }
 
@@ -525,6 +584,9 @@ impl PrimaryTier {
             scratch_dedup: hashbrown::HashTable::new(),
             scratch_victims: Vec::new(),
             scratch_hashes: Vec::new(),
+            scratch_raises: Vec::new(),
+            scratch_stored: Vec::new(),
+            scratch_order: Vec::new(),
             config,
         })
     }
@@ -544,6 +606,8 @@ impl PrimaryTier {
         if self.requests.contains_key(&req) {
             return Err(Error::DuplicateRequest(format!("#{}", req.0)));
         }
+        // Room for the request's rank now, so that giving it one never fails.
+        self.policy.reserve_requests(self.requests.len() + 1)?;
         let record = self.spare_records.pop().unwrap_or_default();
         self.requests.insert(req, record);
         Ok(())
@@ -552,6 +616,96 @@ impl PrimaryTier {
     /// Whether `req` is active (begun and not finished).
     pub fn is_active(&self, req: RequestId) -> bool {
         self.requests.contains_key(&req)
+    }
+
+    /// Whether keys carry a KV-cache group index ([`PrimaryConfig::kv_groups`]).
+    pub fn kv_groups(&self) -> bool {
+        self.config.kv_groups
+    }
+
+    /// Turns the KV-group option on ([`PrimaryConfig::kv_groups`]), for the
+    /// calls made from now on.  A tiering manager whose options ask for
+    /// groups turns it on in its primary tier.
+    pub fn enable_kv_groups(&mut self) {
+        self.config.kv_groups = true;
+    }
+
+    /// With the KV-group option on, an error naming the first of keys
+    /// `key(0..n)` too short to end with a group index; nothing otherwise.
+    fn check_group_keys<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
+        if !self.config.kv_groups {
+            return Ok(());
+        }
+        match (0..n).find(|&i| key(i).key_bytes().len() <= positions::GROUP_BYTES) {
+            Some(index) => Err(Error::InvalidKey {
+                index,
+                reason: format!(
+                    "key of {} bytes: with KV groups on, a key is at least 1 byte and a \
+                     4-byte group index (5 bytes or more)",
+                    key(index).key_bytes().len()
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// [0.33] Gives keys of active request `req` their token positions:
+    /// `positions[i]` is the end-token position of the block of `keys[i]`
+    /// (block `i` of a request of 16-token blocks ends at 16 x (i + 1)).  A
+    /// later position replaces an earlier one for the same key.  Callable
+    /// before the request's first call or between its calls; positions are
+    /// read when used, and kept until the request finishes (a reset keeps
+    /// them).  With lru, a key with a position that the request stores, or
+    /// first presents while resident, ranks within the request's rank,
+    /// tail below head; at the finish, positions order the commit (see
+    /// [`PrimaryTier::on_request_finished`]).
+    ///
+    /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
+    /// slices differ in length; `InvalidKey` (with KV groups on) for a key
+    /// too short to carry a group; `NoSpace` if memory runs out.  The first
+    /// position given to the tier prepares it for positions once (lru: 16
+    /// bytes more per slot, and one pass over its list).
+    pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        if keys.len() != positions.len() {
+            return Err(Error::InvalidArgument(format!(
+                "set_positions: {} keys but {} positions",
+                keys.len(),
+                positions.len()
+            )));
+        }
+        self.set_positions_each(req, keys.len(), |j| &keys[j], |j| positions[j])
+    }
+
+    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` ([`Key`]s, or
+    /// checked bytes read in place) with positions `position(0..n)`.
+    pub(crate) fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        position: impl Fn(usize) -> u64,
+    ) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.check_group_keys(n, &key)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.policy.use_positions()?;
+        let hasher = &self.slots.hasher;
+        let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        record.positions.reserve(hasher, n)?;
+        for j in 0..n {
+            let k = key(j);
+            let h = hasher.hash_one(k.key_bytes());
+            record.positions.set(hasher, k, h, position(j));
+        }
+        Ok(())
     }
 
     /// MISS, HIT_PENDING or HIT for `key`; changes nothing.
@@ -747,14 +901,32 @@ impl PrimaryTier {
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         self.reserve_record(req, n)?;
+        self.check_group_keys(n, &key)?;
         self.pin(n, &key, slots_out)?;
         self.counters.loads += n as u64;
         let hasher = &self.slots.hasher;
         let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
         let hashes = &self.scratch_hashes;
+        let mut raises = std::mem::take(&mut self.scratch_raises);
+        raises.clear();
+        let positioned = !record.positions.is_empty();
+        let mut any_new = false;
         for (i, (&slot, &h)) in slots_out.iter().zip(hashes).enumerate() {
-            record.record(hasher, key(i), h, slot, true);
+            let (_, new) = record.record(hasher, key(i), h, slot, true);
+            any_new |= new;
+            if new && positioned {
+                if let Some(p) = record.positions.get(key(i), h) {
+                    raises.push((slot, p));
+                }
+            }
         }
+        if any_new {
+            self.policy.request_access(&mut record.rank);
+            for &(slot, p) in &raises {
+                self.policy.raise(&self.slots, slot, &mut record.rank, p);
+            }
+        }
+        self.scratch_raises = raises;
         Ok(())
     }
 
@@ -857,9 +1029,15 @@ impl PrimaryTier {
     /// Resident keys (any state) are not stored again; the rest, admitted by
     /// the threshold, are stored.  If free slots are short, exactly the
     /// shortfall is evicted from idle keys not named in this call; if that
-    /// many are not available the call is refused and changes nothing but
-    /// counters (the allocation-size histogram included: vLLM observes a
-    /// refused call), admission offers and ARC's store-miss adaptation.
+    /// many are not available the call is refused and changes no key, slot
+    /// or event: only counters (the allocation-size histogram included:
+    /// vLLM observes a refused call), admission offers, ARC's store-miss
+    /// adaptation and [0.33] the request's record.  The request records,
+    /// before any eviction and refused or not, the keys to store and the
+    /// ready keys found, in call order (as vLLM 0.33 does); with lru, a
+    /// ready key with a position that the request presents for the first
+    /// time is raised to the request's rank, and keys stored with a
+    /// position rank within it (see [`PrimaryTier::set_positions`]).
     /// The keys to store are write pending for `req`: only its own
     /// [`PrimaryTier::complete_store`] finishes them.  (A request can plan
     /// keys while fewer than 2^31 - 1 other requests have writes in
@@ -912,6 +1090,7 @@ impl PrimaryTier {
         plan.clear();
         self.reserve_record(req, n)?;
         self.reserve_store(n, plan)?;
+        self.check_group_keys(n, &at)?;
         self.next_epoch();
         let epoch = self.slots.epoch;
 
@@ -1025,6 +1204,48 @@ impl PrimaryTier {
             self.allocation_sizes.record(plan.to_store.len() as f64);
         }
 
+        // 3b. [0.33] Record the request's accesses, in call order, before
+        //     any eviction (a refused store records them too): every ready
+        //     key found (reused) and the first occurrence of every key to
+        //     store.  If some are new to the request, it gets its rank, and
+        //     the new resident ones with positions are raised to it.
+        let mut stored_at = std::mem::take(&mut self.scratch_stored);
+        let mut raises = std::mem::take(&mut self.scratch_raises);
+        stored_at.clear();
+        raises.clear();
+        if let Some(record) = self.requests.get_mut(&req) {
+            let hasher = &self.slots.hasher;
+            let positioned = !record.positions.is_empty();
+            let mut any_new = false;
+            for (pos, &(h, kind, s)) in scratch.iter().enumerate() {
+                let key = at(pos);
+                match kind {
+                    FOUND_READY => {
+                        let (_, new) = record.record(hasher, key, h, s, true);
+                        any_new |= new;
+                        if new && positioned {
+                            if let Some(p) = record.positions.get(key, h) {
+                                raises.push((s, p));
+                            }
+                        }
+                    }
+                    STORED | STORED_GHOST => {
+                        let (i, new) = record.record(hasher, key, h, NIL, false);
+                        any_new |= new;
+                        stored_at.push(i);
+                    }
+                    _ => {}
+                }
+            }
+            if any_new {
+                self.policy.request_access(&mut record.rank);
+                for &(slot, p) in &raises {
+                    self.policy.raise(&self.slots, slot, &mut record.rank, p);
+                }
+            }
+        }
+        self.scratch_raises = raises;
+
         // 4. Evict the shortfall, or refuse.
         let need = plan.to_store.len().saturating_sub(self.slots.free_count());
         let mut victims = std::mem::take(&mut self.scratch_victims);
@@ -1091,12 +1312,16 @@ impl PrimaryTier {
         }
         if !refused {
             // 5. Allocate and insert, in call order (the last key most
-            //    recent), write pending for their writer.
+            //    recent; [0.33] keys with a position at their place within
+            //    the request's rank), write pending for their writer, and
+            //    mark them inserted by the request.
             let writer = if by_request && !plan.to_store.is_empty() {
                 self.writers.id_for(req)
             } else {
                 writers::PROMOTION
             };
+            let mut record = self.requests.get_mut(&req);
+            let positioned = record.as_ref().is_some_and(|r| !r.positions.is_empty());
             for (h, kind, s) in scratch.iter_mut() {
                 let (h, kind) = (*h, *kind);
                 if kind != STORED && kind != STORED_GHOST {
@@ -1107,10 +1332,33 @@ impl PrimaryTier {
                     break;
                 };
                 *s = slot;
-                self.slots
-                    .occupy(slot, &plan.to_store[plan.slots.len()], h, writer);
-                self.policy
-                    .insert(&self.slots, slot, h, kind == STORED_GHOST);
+                let planned = plan.slots.len();
+                let key = &plan.to_store[planned];
+                self.slots.occupy(slot, key, h, writer);
+                let ghost = kind == STORED_GHOST;
+                match record.as_deref_mut() {
+                    Some(r) => {
+                        match positioned.then(|| r.positions.get(key, h)).flatten() {
+                            Some(p) => self.policy.insert_positioned(
+                                &self.slots,
+                                slot,
+                                h,
+                                ghost,
+                                &mut r.rank,
+                                p,
+                            ),
+                            None => self.policy.insert(&self.slots, slot, h, ghost),
+                        }
+                        if let Some(a) = stored_at
+                            .get(planned)
+                            .and_then(|&i| r.accesses.get_mut(i as usize))
+                        {
+                            a.inserted = true;
+                            a.slot = slot;
+                        }
+                    }
+                    None => self.policy.insert(&self.slots, slot, h, ghost),
+                }
                 plan.slots.push(slot);
             }
             self.write_pending += plan.slots.len() as u32;
@@ -1118,21 +1366,8 @@ impl PrimaryTier {
             if writer != writers::PROMOTION {
                 self.writers.planned(req, plan.slots.len() as u32);
             }
-
-            // 6. Record the request's accesses in call order (first
-            //    occurrences of stored keys; every ready key found).
-            let hasher = &self.slots.hasher;
-            if let Some(record) = self.requests.get_mut(&req) {
-                for (pos, &(h, kind, s)) in scratch.iter().enumerate() {
-                    let key = at(pos);
-                    match kind {
-                        FOUND_READY => record.record(hasher, key, h, s, true),
-                        STORED | STORED_GHOST => record.record(hasher, key, h, s, false),
-                        _ => {}
-                    }
-                }
-            }
         }
+        self.scratch_stored = stored_at;
         self.scratch_keys = scratch;
         self.scratch_new = fresh;
         Ok(if refused {
@@ -1193,34 +1428,48 @@ impl PrimaryTier {
 
     /// [0.33] Commits `req`'s accesses and ends it: every key it stored or
     /// loaded that is still resident gets one access, its head most recent.
+    ///
+    /// Head to tail is the order in which the request first presented its
+    /// keys, unless positions or KV groups say otherwise: the keys in
+    /// ascending group index (with [`PrimaryConfig::kv_groups`]), each
+    /// group by position when every key of the group has one; and when
+    /// every key of the request has a position, all of them by position
+    /// (ties: ascending group, then first presentation).  lru gives the
+    /// keys fresh ranks from the tail to the head; arc moves the keys the
+    /// request reused (loaded, or found ready at store, before inserting
+    /// them itself) to T2's most recent end, refreshes within its list a
+    /// key the request only inserted, and leaves other keys alone.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        let ordered = match self.requests.get(&req) {
+            None => return Err(unknown(req)),
+            Some(r) if r.positions.is_empty() && !self.config.kv_groups => false,
+            Some(r) => {
+                let accesses = &r.accesses;
+                positions::commit_order(
+                    accesses.len(),
+                    |i| &accesses[i].key,
+                    &r.positions,
+                    &self.slots.hasher,
+                    self.config.kv_groups,
+                    &mut self.scratch_order,
+                )?;
+                true
+            }
+        };
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
-        // From the request's tail to its head.  Each key is looked for
-        // first in the slot it had when recorded; that slot's record and
-        // policy lines are requested ahead.
+        // From the request's tail to its head.
         let accesses = &record.accesses;
         let n = accesses.len();
-        let at = |j: usize| &accesses[n - 1 - j];
         let (slots, policy) = (&self.slots, &mut self.policy);
-        for j in 0..n.min(LINKS_AHEAD) {
-            slots.prefetch_slot(at(j).slot, at(j).key.len());
+        if ordered {
+            let order = &self.scratch_order;
+            commit_accesses(slots, &mut **policy, n, |j| {
+                &accesses[order[n - 1 - j].index as usize]
+            });
+        } else {
+            commit_accesses(slots, &mut **policy, n, |j| &accesses[n - 1 - j]);
         }
-        request_links_first(&**policy, n, |j| at(j).slot);
-        for j in 0..n {
-            if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
-                slots.prefetch_slot(a.slot, a.key.len());
-            }
-            request_links_at(&**policy, j, n, |k| at(k).slot);
-            let a = at(j);
-            let s = if slots.holds(a.slot, &a.key) {
-                a.slot
-            } else {
-                slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
-            };
-            if s != NIL {
-                policy.commit(slots, s, a.reused);
-            }
-        }
+        policy.end_request(&mut record.rank);
         for key in record.adapted.drain(..) {
             self.adapted.remove(&(req, key));
         }
@@ -1243,8 +1492,10 @@ impl PrimaryTier {
         self.emit(EventKind::Cleared, None);
         self.adapted.clear();
         self.writers.clear();
+        // A new cache generation: requests start again with no access
+        // and no rank (the policy forgot them), but keep their positions.
         for r in self.requests.values_mut() {
-            r.clear();
+            r.forget_accesses();
         }
     }
 
@@ -1442,6 +1693,37 @@ impl PrimaryTier {
             }
         }
         Ok(())
+    }
+}
+
+/// Commits the `n` accesses `at(0..n)` (tail first) of a finishing
+/// request: each key is looked for first in the slot it had when recorded;
+/// that slot's record and policy lines are requested ahead.
+#[inline]
+fn commit_accesses<'a>(
+    slots: &Slots,
+    policy: &mut dyn Policy,
+    n: usize,
+    at: impl Fn(usize) -> &'a Access,
+) {
+    for j in 0..n.min(LINKS_AHEAD) {
+        slots.prefetch_slot(at(j).slot, at(j).key.len());
+    }
+    request_links_first(policy, n, |j| at(j).slot);
+    for j in 0..n {
+        if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
+            slots.prefetch_slot(a.slot, a.key.len());
+        }
+        request_links_at(policy, j, n, |k| at(k).slot);
+        let a = at(j);
+        let s = if slots.holds(a.slot, &a.key) {
+            a.slot
+        } else {
+            slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
+        };
+        if s != NIL {
+            policy.commit(slots, s, a.reused, a.inserted);
+        }
     }
 }
 

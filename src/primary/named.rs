@@ -92,6 +92,25 @@ impl NamedPrimary {
         self.tier.prepare_load_each(id, n, key, slots)
     }
 
+    /// [`PrimaryTier::set_positions`] for request `name`.
+    pub fn set_positions(&mut self, name: &str, keys: &[Key], positions: &[u64]) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.set_positions(id, keys, positions)
+    }
+
+    /// [`NamedPrimary::set_positions`] of keys `key(0..n)` (checked bytes
+    /// read in place) with positions `position(0..n)`.
+    pub(crate) fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        name: &str,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        position: impl Fn(usize) -> u64,
+    ) -> Result<()> {
+        let id = self.id(name)?;
+        self.tier.set_positions_each(id, n, key, position)
+    }
+
     /// [`PrimaryTier::touch`] for request `name`.
     pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
         self.touch_each(name, keys.len(), |j| &keys[j])

@@ -32,6 +32,53 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// saves ARC a lookup).
     fn insert(&mut self, slots: &Slots, slot: u32, h: u64, maybe_ghost: bool);
 
+    /// [0.33] Like [`Policy::insert`], for a key with token `position`
+    /// stored by the active request whose rank handle is `rank` (see
+    /// [`Policy::request_access`]).  Policies that rank by position (lru)
+    /// place the key at `(request rank, -position)`; the others insert it
+    /// as usual.
+    fn insert_positioned(
+        &mut self,
+        slots: &Slots,
+        slot: u32,
+        h: u64,
+        maybe_ghost: bool,
+        _rank: &mut u32,
+        _position: u64,
+    ) {
+        self.insert(slots, slot, h, maybe_ghost);
+    }
+
+    /// [0.33] An active request recorded keys it had not presented before:
+    /// lru gives the request its rank if it has none in this cache
+    /// generation.  `rank` is the request's handle, kept by the tier,
+    /// [`NIL`](super::lists::NIL) while it has none (and after a reset).
+    fn request_access(&mut self, _rank: &mut u32) {}
+
+    /// [0.33] The active request with handle `rank` presents resident
+    /// `slot`, which has token `position`, for the first time: lru raises
+    /// the key's rank to `(request rank, -position)` if that is higher.
+    fn raise(&mut self, _slots: &Slots, _slot: u32, _rank: &mut u32, _position: u64) {}
+
+    /// The request with handle `rank` finished (after its commits): its
+    /// rank is given back and the handle set to [`NIL`](super::lists::NIL).
+    fn end_request(&mut self, rank: &mut u32) {
+        *rank = super::lists::NIL;
+    }
+
+    /// Positions are given to the tier from now on (called before the
+    /// first one is used); may allocate, and fails without changing
+    /// anything.
+    fn use_positions(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Makes room for the ranks of `active` active requests, so that
+    /// giving one its rank never allocates; fails without changing anything.
+    fn reserve_requests(&mut self, _active: usize) -> Result<()> {
+        Ok(())
+    }
+
     /// `slot` left without eviction (a failed store): no history is kept.
     fn remove(&mut self, slot: u32);
 
@@ -81,8 +128,11 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
 
     /// One committed access of resident `slot` at request finish; the tier
     /// calls it from the request's tail to its head.  `reused`: the request
-    /// loaded the key or found it ready at store (not merely inserted it).
-    fn commit(&mut self, slots: &Slots, slot: u32, reused: bool);
+    /// loaded the key or found it ready at store before it inserted it
+    /// itself; `inserted`: the request's store put the key in the tier.
+    /// A key with neither (offered by a refused store, resident since) is
+    /// still an access for lru.
+    fn commit(&mut self, slots: &Slots, slot: u32, reused: bool, inserted: bool);
 
     /// Requests what asking whether an absent key (hash `h`) is remembered
     /// will read (a hint): ARC's ghost index line.
@@ -117,4 +167,10 @@ pub(crate) trait Policy: Send + Sync + std::fmt::Debug {
     /// The eviction candidates in the same order (every resident slot but
     /// the parked ones); for tests and checks, O(n).
     fn candidate_order(&self) -> Vec<u32>;
+
+    /// Entries walked past to place keys by position (lru), for tests.
+    #[cfg(test)]
+    fn walked(&self) -> u64 {
+        0
+    }
 }

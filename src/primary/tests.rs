@@ -707,9 +707,14 @@ fn arc_ghost_lists_are_bounded_by_capacity_oldest_forgotten() {
 #[test]
 fn metadata_per_slot_counts_every_array() {
     // 1000 slots: ref counts 4 + flags 1 + index 4 x (2 x 1000 + 16) buckets
-    // + list nodes 16 + list state 1, per slot.
-    let lru = tier(1000, PolicyKind::Lru);
-    assert_eq!(lru.metadata_bytes_per_slot(), 30.064);
+    // + list nodes 16 + list state 1, per slot; lru adds room for the rank
+    // markers of 15 active requests (2 list entries each, 17 bytes).
+    let mut lru = tier(1000, PolicyKind::Lru);
+    assert_eq!(lru.metadata_bytes_per_slot(), 30.064 + 0.51);
+    // Once positions are in use, 16 bytes of rank per slot and marker.
+    lru.begin_request(R).unwrap();
+    lru.set_positions(R, &ks(&[1]), &[16]).unwrap();
+    assert_eq!(lru.metadata_bytes_per_slot(), 30.064 + 0.51 + 16.48);
     let mut arc = tier(1000, PolicyKind::Arc);
     // ARC: an empty ghost index (16 buckets) until the first eviction.
     assert_eq!(arc.metadata_bytes_per_slot(), 30.128);
@@ -899,15 +904,21 @@ fn a_request_records_each_key_once_however_often_it_presents_it() {
             .collect();
         assert_eq!(
             seen,
-            vec![(k(1), 0, true), (k(2), 1, true), (k(3), 2, true)],
-            "{p:?}: first-presentation order, with the keys' slots; 1 was stored, then found ready (reused)"
+            vec![(k(1), 0, false), (k(2), 1, false), (k(3), 2, false)],
+            "{p:?}: first-presentation order, with the keys' slots; all were \
+             stored by the request, so finding them ready later is no reuse"
         );
         t.on_request_finished(R).unwrap();
         if p == PolicyKind::Lru {
             // Head most recent: 1 (first presented), then 2, then 3.
             assert_eq!(order(&t), ks(&[3, 2, 1]));
         } else {
-            assert_eq!((arc_stats(&t).0, arc_stats(&t).1), (0, 3), "all reused: T2");
+            assert_eq!(
+                (arc_stats(&t).0, arc_stats(&t).1),
+                (3, 0),
+                "only inserted: refreshed in T1"
+            );
+            assert_eq!(order(&t), ks(&[3, 2, 1]));
         }
         t.check_invariants().unwrap();
     }

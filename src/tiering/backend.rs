@@ -37,6 +37,10 @@ pub trait PrimaryBackend: Send {
     ) -> Result<()>;
     /// Marks keys recently used.
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// [0.33] Gives keys of an active request their token positions.
+    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
+    /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
+    fn enable_kv_groups(&mut self);
     /// Unpins keys after a load to the GPU.
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
     /// Plans a store (slots for new keys, evictions) or refuses it.
@@ -106,6 +110,12 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::touch(self, req, keys)
+    }
+    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
+    }
+    fn enable_kv_groups(&mut self) {
+        crate::primary::PrimaryTier::enable_kv_groups(self)
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::complete_load(self, req, keys)
@@ -200,6 +210,12 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.0.lock().touch(req, keys)
+    }
+    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        self.0.lock().set_positions(req, keys, positions)
+    }
+    fn enable_kv_groups(&mut self) {
+        self.0.lock().enable_kv_groups()
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.0.lock().complete_load(req, keys)

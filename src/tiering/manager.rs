@@ -86,6 +86,11 @@ pub struct ManagerOptions {
     pub block_bytes: u64,
     /// How many tier error messages the error log keeps (oldest dropped).
     pub error_log_capacity: usize,
+    /// [0.33] Keys end with a 4-byte big-endian KV-cache group index: the
+    /// manager turns its primary tier's KV-group option on (see
+    /// [`PrimaryConfig::kv_groups`](crate::primary::PrimaryConfig::kv_groups));
+    /// a primary tier built with the option keeps it either way.
+    pub kv_groups: bool,
 }
 
 impl Default for ManagerOptions {
@@ -94,6 +99,7 @@ impl Default for ManagerOptions {
             promotion_answer: PromotionAnswer::Retry,
             block_bytes: 0,
             error_log_capacity: 64,
+            kv_groups: false,
         }
     }
 }
@@ -369,7 +375,10 @@ fn covers(capacity: u32, slot_count: u32, what: &str) -> Result<()> {
 
 impl Manager {
     /// A manager over `primary` with no secondary tier yet.
-    pub fn with_backend(primary: Box<dyn PrimaryBackend>, opts: ManagerOptions) -> Manager {
+    pub fn with_backend(mut primary: Box<dyn PrimaryBackend>, opts: ManagerOptions) -> Manager {
+        if opts.kv_groups {
+            primary.enable_kv_groups();
+        }
         Manager {
             state: Mutex::new(State {
                 primary,
@@ -640,6 +649,21 @@ impl Manager {
         let rid = s.active(request)?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load(rid, keys, slots_out)
+    }
+
+    /// [0.33] Gives keys of active `request` their token positions in the
+    /// primary tier: `positions[i]` is the end-token position of the block
+    /// of `keys[i]`; a later position replaces an earlier one.  Callable
+    /// before the request's first call or between its calls.  See
+    /// [`PrimaryTier::set_positions`](crate::primary::PrimaryTier::set_positions):
+    /// with lru an active request's keys rank by position, tail evicted
+    /// before head, and its finish commits them head to tail by position.
+    /// Errors, nothing changed: unknown request, slices of different
+    /// lengths, a key too short for its group index (KV groups on).
+    pub fn set_positions(&self, request: &str, keys: &[Key], positions: &[u64]) -> Result<()> {
+        let mut s = self.enter("set_positions")?;
+        let rid = s.active(request)?;
+        s.primary.set_positions(rid, keys, positions)
     }
 
     /// Marks `keys` recently used in the primary tier and every secondary tier.

@@ -4,6 +4,12 @@
 //! its own writer's keys.  It is
 //! slow on purpose; tests drive the manager over it and over the real tier
 //! and compare, and check slot invariants against it.
+//!
+//! It models slots, states and the argument checks, not the finer order of
+//! recency: request finishes commit nothing here, and token positions are
+//! checked (request, lengths, KV-group key sizes) and otherwise ignored.
+//! The primary tier's own model test (`tests/primary_model.rs`) models
+//! ranks, positions and groups exactly.
 
 use std::collections::{HashMap, HashSet};
 
@@ -43,6 +49,7 @@ pub struct ModelPrimary {
     clock: u64,
     requests: HashSet<RequestId>,
     events: Vec<Event>,
+    kv_groups: bool,
 }
 
 impl ModelPrimary {
@@ -56,6 +63,7 @@ impl ModelPrimary {
             clock: 0,
             requests: HashSet::new(),
             events: Vec::new(),
+            kv_groups: false,
         }
     }
 
@@ -118,6 +126,7 @@ impl ModelPrimary {
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
         self.need_request(req)?;
+        self.check_groups(keys)?;
         plan.to_store.clear();
         plan.slots.clear();
         plan.evicted.clear();
@@ -205,6 +214,18 @@ impl ModelPrimary {
         r
     }
 
+    /// With KV groups on, an error for the first key too short to end
+    /// with a 4-byte group index.
+    fn check_groups(&self, keys: &[Key]) -> Result<()> {
+        match keys.iter().position(|k| self.kv_groups && k.len() < 5) {
+            Some(index) => Err(Error::InvalidKey {
+                index,
+                reason: "too short for a group index".into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn key_state(index: usize, key: &Key, reason: &str) -> Error {
         Error::KeyState {
             index,
@@ -238,6 +259,7 @@ impl PrimaryBackend for ModelPrimary {
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         self.need_request(req)?;
+        self.check_groups(keys)?;
         self.pin_for_transfer(keys, slots_out)
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
@@ -249,6 +271,16 @@ impl PrimaryBackend for ModelPrimary {
             }
         }
         Ok(())
+    }
+    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        self.need_request(req)?;
+        if keys.len() != positions.len() {
+            return Err(Error::InvalidArgument("keys and positions differ".into()));
+        }
+        self.check_groups(keys)
+    }
+    fn enable_kv_groups(&mut self) {
+        self.kv_groups = true;
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.need_request(req)?;

@@ -1,0 +1,866 @@
+//! Unit tests of the [0.33] rules about token positions, the rank of an
+//! active request (lru), KV-cache groups and the order of a request's
+//! finish; then vLLM 0.33.0's own tests of those rules
+//! (`tests/v1/kv_offload/cpu/test_manager.py`) re-expressed through this
+//! tier's public interface, each naming the vLLM test it mirrors.
+
+use super::*;
+
+fn k(n: u32) -> Key {
+    Key::new(&n.to_be_bytes()).unwrap()
+}
+
+fn ks(ns: &[u32]) -> Vec<Key> {
+    ns.iter().map(|&n| k(n)).collect()
+}
+
+/// A key as vLLM makes it: `name` then the 4-byte big-endian `group`.
+fn gk(name: &str, group: u32) -> Key {
+    let mut b = name.as_bytes().to_vec();
+    b.extend_from_slice(&group.to_be_bytes());
+    Key::new(&b).unwrap()
+}
+
+fn tier(capacity: u32, policy: PolicyKind) -> PrimaryTier {
+    PrimaryTier::new(PrimaryConfig {
+        capacity,
+        policy,
+        event_capacity: 1024,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn grouped(capacity: u32, policy: PolicyKind) -> PrimaryTier {
+    PrimaryTier::new(PrimaryConfig {
+        capacity,
+        policy,
+        kv_groups: true,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn lru(capacity: u32) -> PrimaryTier {
+    tier(capacity, PolicyKind::Lru)
+}
+
+const R: RequestId = RequestId(1);
+const S: RequestId = RequestId(2);
+const BOTH: [PolicyKind; 2] = [PolicyKind::Lru, PolicyKind::Arc];
+
+/// `prepare_store` of `keys` for `req`: the plan, or `None` if refused.
+fn offer(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) -> Option<StorePlan> {
+    let mut plan = StorePlan::default();
+    match t.prepare_store(req, keys, &mut plan).unwrap() {
+        StoreOutcome::Planned => Some(plan),
+        StoreOutcome::Refused => None,
+    }
+}
+
+/// Stores `keys` for `req` and completes what the plan stores.
+fn put(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) -> StorePlan {
+    let plan = offer(t, req, keys).expect("store planned");
+    t.complete_store(req, &plan.to_store, true);
+    plan
+}
+
+/// Gives `keys` positions 16, 32, 48, ... (block i ends at 16 x (i + 1)).
+fn blocks(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) {
+    let pos: Vec<u64> = (1..=keys.len() as u64).map(|i| 16 * i).collect();
+    t.set_positions(req, keys, &pos).unwrap();
+}
+
+fn pin(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) {
+    let mut slots = Vec::new();
+    t.prepare_load(req, keys, &mut slots).unwrap();
+}
+
+/// The keys an eviction of `n` by a fresh request takes: stores `n` new
+/// keys (numbers from 1000) that need exactly `n` evictions.
+fn pressure(t: &mut PrimaryTier, n: u32) -> Vec<Key> {
+    let p = RequestId(999);
+    t.begin_request(p).unwrap();
+    let free = t.capacity() - t.stats().used;
+    let plan = offer(t, p, &ks(&(1000..1000 + n + free).collect::<Vec<_>>()))
+        .expect("pressure store planned");
+    t.check_invariants().unwrap();
+    plan.evicted
+}
+
+// ---- ranks of an active request (lru) ----
+
+#[test]
+fn lru_the_tail_of_an_active_request_is_evicted_before_its_head() {
+    let mut t = lru(4);
+    t.begin_request(R).unwrap();
+    blocks(&mut t, R, &ks(&[1, 2, 3]));
+    put(&mut t, R, &ks(&[1, 2, 3]));
+    // Without positions the last stored (3) would be the most recent.
+    assert_eq!(t.eviction_order(), ks(&[3, 2, 1]));
+    assert_eq!(pressure(&mut t, 2), ks(&[3, 2]));
+}
+
+#[test]
+fn lru_every_batch_of_a_request_shares_its_one_rank() {
+    let mut t = lru(8);
+    t.begin_request(R).unwrap();
+    t.begin_request(S).unwrap();
+    blocks(&mut t, R, &ks(&[1, 2, 3]));
+    put(&mut t, R, &ks(&[1]));
+    // Another request's key, without a position, after R got its rank.
+    put(&mut t, S, &ks(&[9]));
+    put(&mut t, R, &ks(&[2]));
+    put(&mut t, R, &ks(&[3]));
+    // R's later batches rank below 9: they share R's first rank.
+    assert_eq!(t.eviction_order(), ks(&[3, 2, 1, 9]));
+    // R's finish commits head most recent, after 9.
+    t.on_request_finished(R).unwrap();
+    assert_eq!(t.eviction_order(), ks(&[9, 3, 2, 1]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_a_request_has_its_rank_from_its_first_recorded_access() {
+    let mut t = lru(8);
+    t.begin_request(R).unwrap();
+    t.begin_request(S).unwrap();
+    // R's first access (a key without a position) gives R its rank ...
+    put(&mut t, R, &ks(&[1]));
+    put(&mut t, S, &ks(&[9]));
+    // ... so a key stored later with a position ranks (R, -32): below 9,
+    // and below 1 too (1 got a fresh rank, after R's).
+    t.set_positions(R, &ks(&[2]), &[32]).unwrap();
+    put(&mut t, R, &ks(&[2]));
+    assert_eq!(t.eviction_order(), ks(&[2, 1, 9]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_an_access_only_ever_raises_a_rank() {
+    let mut t = lru(8);
+    for r in 1..=3 {
+        t.begin_request(RequestId(r)).unwrap();
+    }
+    let (old, mid, new) = (RequestId(1), RequestId(2), RequestId(3));
+    // old gets its rank first, then mid's key, then new's.
+    put(&mut t, old, &ks(&[1]));
+    put(&mut t, mid, &ks(&[2]));
+    put(&mut t, new, &ks(&[3]));
+    t.set_positions(old, &ks(&[2, 3]), &[16, 32]).unwrap();
+    // 2 and 3 were stored after old got its rank: old's load leaves them.
+    pin(&mut t, old, &ks(&[2, 3]));
+    t.complete_load(old, &ks(&[2, 3])).unwrap();
+    assert_eq!(t.eviction_order(), ks(&[1, 2, 3]));
+    // new's rank is above 1's: new's load raises 1 into new's rank.
+    t.set_positions(new, &ks(&[1]), &[16]).unwrap();
+    pin(&mut t, new, &ks(&[1]));
+    t.complete_load(new, &ks(&[1])).unwrap();
+    assert_eq!(t.eviction_order(), ks(&[2, 1, 3]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_an_access_raises_a_key_of_an_older_request_into_the_newer_one() {
+    let mut t = lru(8);
+    t.begin_request(R).unwrap();
+    t.begin_request(S).unwrap();
+    blocks(&mut t, R, &ks(&[1, 2]));
+    put(&mut t, R, &ks(&[1, 2]));
+    put(&mut t, S, &ks(&[7]));
+    // S presents R's head at position 16: (S, -16) > (R, -16).
+    t.set_positions(S, &ks(&[1, 8]), &[16, 32]).unwrap();
+    pin(&mut t, S, &ks(&[1]));
+    t.complete_load(S, &ks(&[1])).unwrap();
+    put(&mut t, S, &ks(&[8]));
+    assert_eq!(t.eviction_order(), ks(&[2, 8, 1, 7]));
+    // A second presentation changes nothing (recorded once).
+    t.set_positions(S, &ks(&[1]), &[64]).unwrap();
+    pin(&mut t, S, &ks(&[1]));
+    t.complete_load(S, &ks(&[1])).unwrap();
+    assert_eq!(t.eviction_order(), ks(&[2, 8, 1, 7]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_positions_given_after_keys_were_stored_compare_with_earlier_ranks() {
+    // The tier numbers its list when the first position arrives: keys
+    // stored before then keep their order relative to requests' ranks.
+    let mut t = lru(8);
+    t.begin_request(S).unwrap();
+    put(&mut t, S, &ks(&[1, 3]));
+    t.begin_request(R).unwrap();
+    put(&mut t, R, &ks(&[5])); // R's rank: above 1 and 3
+    put(&mut t, S, &ks(&[2])); // above R's rank
+    assert_eq!(t.eviction_order(), ks(&[1, 3, 5, 2]));
+    blocks(&mut t, R, &ks(&[2, 1]));
+    pin(&mut t, R, &ks(&[1, 2]));
+    t.complete_load(R, &ks(&[1, 2])).unwrap();
+    // 1 (below R's rank) is raised to (R, -32); 2 (above) stays.
+    assert_eq!(t.eviction_order(), ks(&[3, 1, 5, 2]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_a_block_keeps_position_order_whatever_order_keys_arrive_in() {
+    let mut t = lru(16);
+    t.begin_request(R).unwrap();
+    let keys = ks(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    blocks(&mut t, R, &keys);
+    // Head first, then tail first, then the middle (backfills).
+    for batch in [&[1, 2][..], &[8, 7], &[4], &[6, 3], &[5]] {
+        put(&mut t, R, &ks(batch));
+        t.check_invariants().unwrap();
+    }
+    assert_eq!(t.eviction_order(), ks(&[8, 7, 6, 5, 4, 3, 2, 1]));
+    // Equal positions: the smaller key bytes rank lower.
+    t.set_positions(R, &ks(&[20, 10]), &[200, 200]).unwrap();
+    put(&mut t, R, &ks(&[20, 10]));
+    assert_eq!(&t.eviction_order()[..3], &ks(&[10, 20, 8])[..]);
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_keys_without_positions_behave_as_if_none_were_ever_given() {
+    // The same calls, once on a tier where another request has positions
+    // for keys it never presents: the order of every key is the same.
+    let run = |with_positions: bool| {
+        let mut t = lru(6);
+        t.begin_request(R).unwrap();
+        t.begin_request(S).unwrap();
+        if with_positions {
+            blocks(&mut t, S, &ks(&[100, 101]));
+        }
+        put(&mut t, R, &ks(&[1, 2, 3]));
+        put(&mut t, S, &ks(&[4]));
+        t.touch(S, &ks(&[2, 1])).unwrap();
+        pin(&mut t, S, &ks(&[3]));
+        put(&mut t, R, &ks(&[5, 6, 7]));
+        t.complete_load(S, &ks(&[3])).unwrap();
+        t.on_request_finished(R).unwrap();
+        let o = t.eviction_order();
+        t.on_request_finished(S).unwrap();
+        t.check_invariants().unwrap();
+        (o, t.eviction_order())
+    };
+    assert_eq!(run(true), run(false));
+}
+
+#[test]
+fn lru_reset_starts_a_new_generation_and_keeps_positions() {
+    let mut t = lru(4);
+    t.begin_request(R).unwrap();
+    t.begin_request(S).unwrap();
+    blocks(&mut t, R, &ks(&[1, 2]));
+    put(&mut t, R, &ks(&[1]));
+    t.reset();
+    // S accesses first in the new generation, then R (a new rank, after S).
+    put(&mut t, S, &ks(&[9]));
+    put(&mut t, R, &ks(&[1, 2]));
+    // R's positions survived the reset: 2 (tail) below 1 (head).
+    assert_eq!(t.eviction_order(), ks(&[9, 2, 1]));
+    t.on_request_finished(R).unwrap();
+    assert_eq!(t.eviction_order(), ks(&[9, 2, 1]));
+    t.check_invariants().unwrap();
+}
+
+#[test]
+fn lru_ranks_of_many_active_requests_are_recycled() {
+    // More active requests than the tier first has room for, finishing
+    // and beginning again, with and without positions.
+    let mut t = lru(64);
+    for round in 0..3u32 {
+        for r in 0..40u32 {
+            let id = RequestId(r as u64 + 10);
+            t.begin_request(id).unwrap();
+            let key = k(round * 100 + r);
+            if r % 2 == 0 {
+                t.set_positions(id, &[key], &[16]).unwrap();
+            }
+            put(&mut t, id, &[key]);
+        }
+        t.check_invariants().unwrap();
+        for r in 0..40u32 {
+            t.on_request_finished(RequestId(r as u64 + 10)).unwrap();
+        }
+        t.check_invariants().unwrap();
+        assert_eq!(t.eviction_order().len() as u32, t.stats().used);
+    }
+    let bytes = t.metadata_bytes_per_slot();
+    for r in 0..40u32 {
+        t.begin_request(RequestId(r as u64 + 10)).unwrap();
+        put(&mut t, RequestId(r as u64 + 10), &[k(r)]);
+        t.on_request_finished(RequestId(r as u64 + 10)).unwrap();
+    }
+    assert_eq!(
+        t.metadata_bytes_per_slot(),
+        bytes,
+        "markers reused, no growth"
+    );
+}
+
+// ---- what a request records ----
+
+#[test]
+fn a_refused_store_records_its_keys_for_the_finish() {
+    for p in BOTH {
+        let mut t = tier(1, p);
+        t.begin_request(R).unwrap();
+        t.begin_request(S).unwrap();
+        put(&mut t, S, &ks(&[1]));
+        pin(&mut t, S, &ks(&[1]));
+        // R offers 2 (a store candidate) and 1 (ready): refused.
+        assert!(offer(&mut t, R, &ks(&[2, 1])).is_none());
+        t.complete_load(S, &ks(&[1])).unwrap();
+        t.on_request_finished(S).unwrap();
+        // 1 was found ready by R: a reuse, committed at R's finish.
+        t.on_request_finished(R).unwrap();
+        if p == PolicyKind::Arc {
+            assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
+        }
+        t.check_invariants().unwrap();
+    }
+    // lru: a candidate of a refused store that another request stored
+    // since is committed at the finish of the request that offered it.
+    let mut t = lru(2);
+    t.begin_request(R).unwrap();
+    t.begin_request(S).unwrap();
+    put(&mut t, S, &ks(&[1]));
+    pin(&mut t, S, &ks(&[1]));
+    assert!(offer(&mut t, R, &ks(&[2, 3])).is_none());
+    t.complete_load(S, &ks(&[1])).unwrap();
+    t.on_request_finished(S).unwrap();
+    put_new(&mut t, RequestId(3), &ks(&[2, 4]));
+    assert_eq!(t.eviction_order(), ks(&[2, 4]));
+    t.on_request_finished(R).unwrap();
+    assert_eq!(t.eviction_order(), ks(&[4, 2]));
+    t.check_invariants().unwrap();
+}
+
+fn put_new(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) -> StorePlan {
+    if !t.is_active(req) {
+        t.begin_request(req).unwrap();
+    }
+    put(t, req, keys)
+}
+
+// ---- positions and groups: arguments ----
+
+#[test]
+fn set_positions_checks_its_arguments_and_changes_nothing_on_error() {
+    let mut t = lru(4);
+    assert!(matches!(
+        t.set_positions(R, &ks(&[1]), &[16]),
+        Err(Error::UnknownRequest(_))
+    ));
+    t.begin_request(R).unwrap();
+    assert!(matches!(
+        t.set_positions(R, &ks(&[1, 2]), &[16]),
+        Err(Error::InvalidArgument(_))
+    ));
+    t.set_positions(R, &[], &[]).unwrap();
+    // Nothing was given: the request's keys behave as without positions.
+    put(&mut t, R, &ks(&[1, 2]));
+    assert_eq!(t.eviction_order(), ks(&[1, 2]));
+    // A later position replaces an earlier one.
+    t.set_positions(R, &ks(&[3, 4]), &[16, 32]).unwrap();
+    t.set_positions(R, &ks(&[3]), &[48]).unwrap();
+    put(&mut t, R, &ks(&[3, 4]));
+    assert_eq!(&t.eviction_order()[..2], &ks(&[3, 4])[..]);
+    t.on_request_finished(R).unwrap();
+    assert!(matches!(
+        t.set_positions(R, &ks(&[1]), &[16]),
+        Err(Error::UnknownRequest(_))
+    ));
+}
+
+#[test]
+fn with_kv_groups_keys_too_short_for_a_group_are_refused() {
+    for p in BOTH {
+        let mut t = grouped(4, p);
+        t.begin_request(R).unwrap();
+        let short = Key::new(&[1, 2, 3, 4]).unwrap();
+        let good = gk("a", 0);
+        let e = t.set_positions(R, &[good, short], &[16, 32]).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 1, .. }), "{e}");
+        let mut plan = StorePlan::default();
+        let e = t.prepare_store(R, &[good, short], &mut plan).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 1, .. }), "{e}");
+        assert_eq!(t.stats().used, 0, "nothing stored");
+        put(&mut t, R, &[good]);
+        let mut slots = Vec::new();
+        let e = t.prepare_load(R, &[good, short], &mut slots).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 1, .. }), "{e}");
+        assert_eq!(t.ref_count(&good), Some(0), "nothing pinned");
+        // Without the option, the same key is an ordinary key.
+        let mut t = tier(4, p);
+        t.begin_request(R).unwrap();
+        put(&mut t, R, &[short]);
+        t.check_invariants().unwrap();
+    }
+}
+
+// ---- the finish order ----
+
+/// The keys in the order `t`'s request `req` commits them, head first:
+/// every key is resident, finished as the only access, so the lru order
+/// after the finish is the commit order reversed.
+fn finish_order(t: &mut PrimaryTier, req: RequestId) -> Vec<Key> {
+    t.on_request_finished(req).unwrap();
+    let mut o = t.eviction_order();
+    o.reverse();
+    o
+}
+
+#[test]
+fn finish_goes_by_group_then_by_position_where_a_whole_group_has_them() {
+    let mut t = grouped(8, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    let (a0, b0, a1, b1, c1) = (gk("a", 0), gk("b", 0), gk("a", 1), gk("b", 1), gk("c", 1));
+    // Group 0 fully positioned (presented tail first), group 1 partly.
+    t.set_positions(R, &[a0, b0, a1, c1], &[16, 32, 16, 48])
+        .unwrap();
+    put(&mut t, R, &[c1, a1, b0, b1, a0]);
+    assert_eq!(finish_order(&mut t, R), vec![a0, b0, c1, a1, b1]);
+}
+
+#[test]
+fn finish_goes_by_position_across_groups_when_every_key_has_one() {
+    let mut t = grouped(8, PolicyKind::Lru);
+    t.begin_request(R).unwrap();
+    let (h0, t0, h1, t1) = (gk("h", 0), gk("t", 0), gk("h", 1), gk("t", 1));
+    t.set_positions(R, &[h0, h1, t0, t1], &[16, 16, 32, 32])
+        .unwrap();
+    put(&mut t, R, &[t1, h1, t0, h0]);
+    // Equal positions: ascending group.
+    assert_eq!(finish_order(&mut t, R), vec![h0, h1, t0, t1]);
+}
+
+#[test]
+fn finish_without_groups_sorts_by_position_only_when_every_key_has_one() {
+    let mut t = lru(8);
+    t.begin_request(R).unwrap();
+    t.set_positions(R, &ks(&[1, 2]), &[32, 16]).unwrap();
+    put(&mut t, R, &ks(&[1, 2, 3]));
+    // 3 has no position: first-presentation order.
+    assert_eq!(finish_order(&mut t, R), ks(&[1, 2, 3]));
+    t.begin_request(S).unwrap();
+    t.set_positions(S, &ks(&[1, 2, 3]), &[32, 16, 8]).unwrap();
+    pin(&mut t, S, &ks(&[1, 2, 3]));
+    t.complete_load(S, &ks(&[1, 2, 3])).unwrap();
+    assert_eq!(finish_order(&mut t, S), ks(&[3, 2, 1]));
+}
+
+#[test]
+fn arc_finish_walks_the_same_order_from_the_tail() {
+    let mut t = grouped(8, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    let (h0, t0, h1, t1) = (gk("h", 0), gk("t", 0), gk("h", 1), gk("t", 1));
+    put(&mut t, R, &[t1, h1, t0, h0]);
+    t.on_request_finished(R).unwrap();
+    // Inserted only: refreshed in T1, group 0's first key most recent.
+    assert_eq!(t.eviction_order(), vec![h1, t1, h0, t0]);
+    // Reused by S, every key positioned: T2, by position.
+    t.begin_request(S).unwrap();
+    t.set_positions(S, &[h0, h1, t0, t1], &[16, 16, 32, 32])
+        .unwrap();
+    pin(&mut t, S, &[t1, h1, t0, h0]);
+    t.complete_load(S, &[t1, h1, t0, h0]).unwrap();
+    t.on_request_finished(S).unwrap();
+    assert_eq!(t.stats().arc_t2, 4);
+    assert_eq!(t.eviction_order(), vec![t1, t0, h1, h0]);
+    t.check_invariants().unwrap();
+}
+
+// ---- vLLM 0.33.0's tests, re-expressed ----
+
+/// Mirrors vLLM's `test_request_finish_orders_lru_prefix_independent_of_store_completion`.
+#[test]
+fn a_finish_makes_the_head_most_recent_whenever_the_stores_complete() {
+    for finish_first in [false, true] {
+        let mut t = lru(4);
+        t.begin_request(R).unwrap();
+        let prefix = ks(&[1, 2, 3, 4]);
+        let plan = offer(&mut t, R, &prefix).unwrap();
+        if finish_first {
+            t.on_request_finished(R).unwrap();
+        }
+        // Completion order reversed on purpose.
+        let mut done = plan.to_store.clone();
+        done.reverse();
+        t.complete_store(R, &done, true);
+        if !finish_first {
+            t.on_request_finished(R).unwrap();
+        }
+        put_new(&mut t, S, &ks(&[5]));
+        assert_eq!(t.stats().evictions, 1);
+        assert_eq!(t.lookup(&k(4)), PrimaryLookup::Miss, "tail evicted");
+    }
+}
+
+/// Mirrors vLLM's `test_request_finish_orders_lru_prefix_independent_of_load_completion`.
+#[test]
+fn a_finish_makes_the_head_most_recent_whenever_the_loads_complete() {
+    for finish_first in [false, true] {
+        let mut t = lru(4);
+        let prefix = ks(&[1, 2, 3, 4]);
+        put_new(&mut t, R, &prefix);
+        t.begin_request(S).unwrap();
+        pin(&mut t, S, &prefix);
+        if finish_first {
+            t.on_request_finished(S).unwrap();
+        }
+        t.complete_load(if finish_first { R } else { S }, &ks(&[4, 3, 2, 1]))
+            .unwrap();
+        if !finish_first {
+            t.on_request_finished(S).unwrap();
+        }
+        let plan = put_new(&mut t, RequestId(3), &ks(&[5]));
+        assert_eq!(plan.evicted, ks(&[4]));
+    }
+}
+
+/// Mirrors vLLM's `test_late_old_completion_does_not_override_newer_request_recency`.
+#[test]
+fn a_late_completion_does_not_make_an_old_request_recent() {
+    let mut t = lru(4);
+    t.begin_request(R).unwrap();
+    let old = offer(&mut t, R, &ks(&[1, 2])).unwrap();
+    t.on_request_finished(R).unwrap();
+    put_new(&mut t, S, &ks(&[3, 4]));
+    t.on_request_finished(S).unwrap();
+    t.complete_store(R, &old.to_store, true);
+    let plan = put_new(&mut t, RequestId(3), &ks(&[5]));
+    assert_eq!(plan.evicted, ks(&[2]));
+}
+
+/// Mirrors vLLM's `test_arc_counts_reuse_once_and_keeps_insertions_in_t1`.
+#[test]
+fn arc_counts_a_reuse_once_and_keeps_a_requests_own_insertions_in_t1() {
+    let mut t = tier(4, PolicyKind::Arc);
+    let prefix = ks(&[1, 2, 3, 4]);
+    put_new(&mut t, R, &prefix);
+    // Offering its own keys again, or reading them back (as a cascade
+    // does), is no reuse for the request that stored them.
+    offer(&mut t, R, &prefix).unwrap();
+    pin(&mut t, R, &prefix);
+    t.complete_load(R, &prefix).unwrap();
+    t.on_request_finished(R).unwrap();
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (4, 0));
+    assert_eq!(t.eviction_order(), ks(&[4, 3, 2, 1]));
+    t.begin_request(S).unwrap();
+    for _ in 0..2 {
+        pin(&mut t, S, &prefix);
+        t.complete_load(S, &prefix).unwrap();
+    }
+    t.on_request_finished(S).unwrap();
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 4));
+    assert_eq!(t.eviction_order(), ks(&[4, 3, 2, 1]));
+}
+
+/// Mirrors vLLM's `test_arc_reuse_wins_if_same_request_later_reinserts_key`.
+#[test]
+fn arc_a_reuse_counts_even_if_the_request_later_stores_the_key_again() {
+    let mut t = tier(1, PolicyKind::Arc);
+    put_new(&mut t, RequestId(5), &ks(&[1]));
+    t.on_request_finished(RequestId(5)).unwrap();
+    t.begin_request(R).unwrap();
+    pin(&mut t, R, &ks(&[1]));
+    t.complete_load(R, &ks(&[1])).unwrap();
+    put_new(&mut t, S, &ks(&[2])); // evicts 1
+    t.on_request_finished(S).unwrap();
+    put(&mut t, R, &ks(&[1])); // evicts 2
+    t.on_request_finished(R).unwrap();
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
+    assert_eq!(t.eviction_order(), ks(&[1]));
+}
+
+/// Mirrors vLLM's `test_request_finish_forwards_grouped_deduplicated_accesses`
+/// (there a spy on the policy; here the order and lists the finish leaves).
+#[test]
+fn a_finish_commits_each_key_once_group_by_group() {
+    for p in BOTH {
+        let mut t = grouped(5, p);
+        let existing = gk("existing", 0);
+        let g0_new = gk("group-0-new", 0);
+        let g1_head = gk("group-1-head", 1);
+        let g1_tail = gk("group-1-tail", 1);
+        put_new(&mut t, S, &[existing]);
+        t.on_request_finished(S).unwrap();
+        t.begin_request(R).unwrap();
+        // Group 1 first presented, but the finish goes by group index.
+        offer(&mut t, R, &[g1_head, existing, g0_new]).unwrap();
+        offer(&mut t, R, &[g0_new, g1_head, g1_tail]).unwrap();
+        t.complete_store(R, &[g1_head, g0_new, g1_tail], true);
+        t.on_request_finished(R).unwrap();
+        assert!(t.on_request_finished(R).is_err(), "finished once");
+        match p {
+            // Head (existing, then group 0's new key) most recent.
+            PolicyKind::Lru => {
+                assert_eq!(t.eviction_order(), vec![g1_tail, g1_head, g0_new, existing])
+            }
+            // existing reused: T2; the others only inserted: T1.
+            PolicyKind::Arc => {
+                assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (3, 1));
+                assert_eq!(t.eviction_order(), vec![g1_tail, g1_head, g0_new, existing]);
+            }
+        }
+        t.check_invariants().unwrap();
+    }
+}
+
+/// Mirrors vLLM's `test_failed_store_records_access_once_and_uses_store_miss_hook`:
+/// a refused store records its candidate and its ready key, once, in
+/// call order; the ready key counts as reused at the finish.
+#[test]
+fn a_refused_store_records_the_candidate_and_the_ready_key_once() {
+    let mut t = tier(1, PolicyKind::Arc);
+    put_new(&mut t, S, &ks(&[1]));
+    t.on_request_finished(S).unwrap();
+    t.begin_request(RequestId(3)).unwrap();
+    pin(&mut t, RequestId(3), &ks(&[1]));
+    t.begin_request(R).unwrap();
+    assert!(offer(&mut t, R, &ks(&[2, 1])).is_none());
+    let a: Vec<(Key, bool, bool)> = t.requests[&R]
+        .accesses
+        .iter()
+        .map(|a| (a.key, a.reused, a.inserted))
+        .collect();
+    assert_eq!(a, vec![(k(2), false, false), (k(1), true, false)]);
+    t.on_request_finished(R).unwrap();
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
+    t.complete_load(RequestId(3), &ks(&[1])).unwrap();
+}
+
+/// Mirrors vLLM's `test_arc_pending_chunk_is_not_a_frequency_hit`.
+#[test]
+fn arc_a_write_pending_key_offered_again_is_no_reuse() {
+    let mut t = tier(2, PolicyKind::Arc);
+    t.begin_request(R).unwrap();
+    offer(&mut t, R, &ks(&[1])).unwrap();
+    t.begin_request(S).unwrap();
+    let plan = offer(&mut t, S, &ks(&[1])).unwrap();
+    assert!(plan.to_store.is_empty());
+    t.on_request_finished(S).unwrap();
+    assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (1, 0));
+}
+
+/// Mirrors vLLM's `test_reset_discards_stale_request_access_classification`.
+#[test]
+fn arc_a_reset_forgets_what_an_active_request_inserted() {
+    let mut t = tier(1, PolicyKind::Arc);
+    put_new(&mut t, R, &ks(&[1]));
+    t.reset();
+    put_new(&mut t, S, &ks(&[1]));
+    t.on_request_finished(S).unwrap();
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (1, 0));
+    // R inserted 1 before the reset: after it, R's load is a reuse.
+    pin(&mut t, R, &ks(&[1]));
+    t.complete_load(R, &ks(&[1])).unwrap();
+    t.on_request_finished(R).unwrap();
+    assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
+}
+
+/// Mirrors vLLM's `test_request_key_positions_override_store_observation_order`.
+#[test]
+fn positions_order_the_finish_whatever_order_the_keys_were_stored_in() {
+    let mut t = lru(2);
+    t.begin_request(R).unwrap();
+    let (head, tail) = (k(1), k(2));
+    t.set_positions(R, &[head, tail], &[16, 32]).unwrap();
+    let a = offer(&mut t, R, &[tail]).unwrap();
+    let b = offer(&mut t, R, &[head]).unwrap();
+    t.on_request_finished(R).unwrap();
+    t.complete_store(R, &[b.to_store, a.to_store].concat(), true);
+    let plan = put_new(&mut t, S, &ks(&[3]));
+    assert_eq!(plan.evicted, vec![tail]);
+}
+
+/// Mirrors vLLM's `test_request_key_positions_order_tails_across_kv_groups`.
+#[test]
+fn positions_evict_the_tails_of_every_group_first() {
+    let mut t = grouped(4, PolicyKind::Lru);
+    let (h0, t0, h1, t1) = (
+        gk("group-0-head", 0),
+        gk("group-0-tail", 0),
+        gk("group-1-head", 1),
+        gk("group-1-tail", 1),
+    );
+    t.begin_request(R).unwrap();
+    t.set_positions(R, &[h0, h1, t0, t1], &[16, 16, 32, 32])
+        .unwrap();
+    put(&mut t, R, &[h0, t0, h1, t1]);
+    t.on_request_finished(R).unwrap();
+    let mut plan = StorePlan::default();
+    t.begin_request(S).unwrap();
+    t.prepare_store(S, &[gk("x", 0), gk("y", 0)], &mut plan)
+        .unwrap();
+    let mut evicted = plan.evicted.clone();
+    evicted.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    assert_eq!(evicted, vec![t0, t1]);
+}
+
+/// Mirrors vLLM's `test_unfinished_lru_prefix_survives_pressure_across_store_batches`.
+#[test]
+fn an_unfinished_prefix_survives_pressure_across_store_batches() {
+    for batch in 1..=3usize {
+        for reverse_completion in [false, true] {
+            let mut t = grouped(8, PolicyKind::Lru);
+            t.begin_request(R).unwrap();
+            let groups: Vec<Vec<Key>> = (0..2)
+                .map(|g| (0..3).map(|p| gk(&p.to_string(), g)).collect())
+                .collect();
+            let mut batches = Vec::new();
+            for start in (0..3).step_by(batch) {
+                let end = (start + batch).min(3);
+                let keys: Vec<Key> = groups.iter().flat_map(|g| g[start..end].to_vec()).collect();
+                for g in &groups {
+                    let pos: Vec<u64> = (start..end).map(|p| (p as u64 + 1) * 16).collect();
+                    t.set_positions(R, &g[start..end], &pos).unwrap();
+                }
+                let plan = offer(&mut t, R, &keys).unwrap();
+                if !reverse_completion {
+                    t.complete_store(R, &plan.to_store, true);
+                }
+                batches.push(plan.to_store);
+            }
+            if reverse_completion {
+                for b in batches.iter().rev() {
+                    t.complete_store(R, b, true);
+                }
+            }
+            t.begin_request(S).unwrap();
+            let fresh: Vec<Key> = (10..14).map(|i| gk(&i.to_string(), 0)).collect();
+            let plan = offer(&mut t, S, &fresh).unwrap();
+            let mut evicted = plan.evicted.clone();
+            evicted.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            assert_eq!(evicted, vec![groups[0][2], groups[1][2]], "batch {batch}");
+            for g in &groups {
+                for key in &g[..2] {
+                    assert_eq!(t.lookup(key), PrimaryLookup::Hit);
+                }
+            }
+            t.check_invariants().unwrap();
+        }
+    }
+}
+
+/// Mirrors vLLM's `test_unfinished_lru_reused_prefix_outlives_new_tail`.
+#[test]
+fn an_unfinished_reused_prefix_outlives_the_new_tail() {
+    for by_load in [true, false] {
+        let mut t = lru(4);
+        let (head, middle, tail) = (k(1), k(2), k(3));
+        put_new(&mut t, S, &[head, middle]);
+        t.on_request_finished(S).unwrap();
+        t.begin_request(R).unwrap();
+        blocks(&mut t, R, &[head, middle, tail]);
+        if by_load {
+            pin(&mut t, R, &[head, middle]);
+            t.complete_load(R, &[middle, head]).unwrap();
+        } else {
+            offer(&mut t, R, &[head, middle]).unwrap();
+        }
+        put(&mut t, R, &[tail]);
+        let plan = put_new(&mut t, RequestId(3), &ks(&[10, 11, 12]));
+        let mut evicted = plan.evicted.clone();
+        evicted.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        assert_eq!(evicted, vec![middle, tail]);
+        assert_eq!(t.lookup(&head), PrimaryLookup::Hit);
+    }
+}
+
+/// Mirrors vLLM's `test_unfinished_lru_backfill_orders_by_token_position`.
+#[test]
+fn an_unfinished_backfill_orders_by_token_position() {
+    let mut t = lru(3);
+    t.begin_request(R).unwrap();
+    let (head, middle, tail) = (k(1), k(2), k(3));
+    blocks(&mut t, R, &[head, middle, tail]);
+    for key in [head, tail, middle] {
+        put(&mut t, R, &[key]);
+    }
+    let plan = put_new(&mut t, S, &ks(&[4]));
+    assert_eq!(plan.evicted, vec![tail]);
+}
+
+/// Mirrors vLLM's `test_lru_failed_store_retry_preserves_prefix_order`.
+#[test]
+fn a_retried_store_keeps_the_prefix_order() {
+    let mut t = lru(2);
+    t.begin_request(R).unwrap();
+    let (head, tail) = (k(1), k(2));
+    t.set_positions(R, &[head, tail], &[16, 32]).unwrap();
+    offer(&mut t, R, &[head]).unwrap();
+    t.complete_store(R, &[head], false);
+    for key in [head, tail] {
+        put(&mut t, R, &[key]);
+    }
+    let plan = put_new(&mut t, S, &ks(&[3]));
+    assert_eq!(plan.evicted, vec![tail]);
+}
+
+/// Mirrors vLLM's `test_lru_reset_discards_unfinished_request_recency`.
+#[test]
+fn a_reset_discards_the_rank_of_an_unfinished_request() {
+    let mut t = lru(2);
+    t.begin_request(R).unwrap();
+    let head = k(1);
+    t.set_positions(R, &[head], &[16]).unwrap();
+    put(&mut t, R, &[head]);
+    t.reset();
+    t.begin_request(S).unwrap();
+    let other = k(9);
+    t.set_positions(S, &[other], &[16]).unwrap();
+    put(&mut t, S, &[other]);
+    put(&mut t, R, &[head]);
+    let plan = put_new(&mut t, RequestId(3), &ks(&[10]));
+    assert_eq!(plan.evicted, vec![other]);
+}
+
+/// Mirrors vLLM's `test_older_lru_request_does_not_demote_a_newer_shared_access`.
+#[test]
+fn an_older_request_does_not_demote_a_newer_shared_access() {
+    let mut t = lru(3);
+    let (old, cold, newer) = (RequestId(1), RequestId(2), RequestId(3));
+    let (pinned, cold_key, shared) = (k(1), k(2), k(3));
+    for (req, key, p) in [(old, pinned, 16), (cold, cold_key, 16), (newer, shared, 32)] {
+        t.begin_request(req).unwrap();
+        t.set_positions(req, &[key], &[p]).unwrap();
+        put(&mut t, req, &[key]);
+    }
+    pin(&mut t, old, &[pinned]);
+    t.set_positions(old, &[shared], &[32]).unwrap();
+    pin(&mut t, old, &[shared]);
+    t.complete_load(old, &[shared]).unwrap();
+    let plan = put_new(&mut t, RequestId(4), &ks(&[4]));
+    assert_eq!(plan.evicted, vec![cold_key]);
+    t.complete_load(old, &[pinned]).unwrap();
+}
+
+/// Mirrors vLLM's `test_lru_insert_orders_positioned_chunks_without_followup_access`
+/// (there on the policy alone; here through stores, completed at once or
+/// only after every store).
+#[test]
+fn stores_alone_order_positioned_keys_including_backfills() {
+    for complete_at_once in [true, false] {
+        let mut t = lru(3);
+        t.begin_request(R).unwrap();
+        let (head, middle, tail) = (k(1), k(2), k(3));
+        blocks(&mut t, R, &[head, middle, tail]);
+        for key in [head, tail, middle] {
+            offer(&mut t, R, &[key]).unwrap();
+            if complete_at_once {
+                t.complete_store(R, &[key], true);
+            }
+        }
+        if !complete_at_once {
+            t.complete_store(R, &[head, middle, tail], true);
+        }
+        t.begin_request(S).unwrap();
+        let plan = offer(&mut t, S, &ks(&[4, 5])).unwrap();
+        assert_eq!(plan.evicted, vec![tail, middle]);
+        assert_eq!(t.lookup(&head), PrimaryLookup::Hit);
+    }
+}
