@@ -146,13 +146,19 @@ faults: redis-available
 #   make mutants FILES="src/primary/admission.rs src/tiers/fs/format.rs"
 #   make mutants BASE=origin/main
 # Results in $(BUILD)/mutants/mutants.out (caught.txt, missed.txt, ...).
+# MUTANTS_TESTS narrows the tests run against each mutant to the named
+# targets ("lib" for the unit tests, else a tests/*.rs name), e.g.
+# MUTANTS_TESTS="lib fs_tier fs_faults"; empty runs every test.
 # MUTANTS_JOBS builds and tests that many mutants at once;
 # MUTANTS_TIMEOUT bounds one mutant's test run, in seconds (a mutant that
-# loops is then counted as caught by the timeout).
+# loops is then counted as caught by the timeout); MUTANTS_ARGS are further
+# cargo-mutants options (--iterate retries only the mutants missed last time).
 MUTANTS_DIR     := $(abspath $(BUILD))/mutants
 MUTANTS_JOBS    ?= 1
 MUTANTS_TIMEOUT ?= 600
+MUTANTS_TESTS   ?=
 MUTANTS_ARGS    ?=
+MUTANTS_TEST_ARGS := $(foreach t,$(MUTANTS_TESTS),--cargo-test-arg=$(if $(filter lib,$(t)),--lib,--test=$(t)))
 
 mutants-available:
 	@$(CARGO) mutants --version >/dev/null 2>&1 || { \
@@ -169,6 +175,6 @@ mutants: mutants-available redis-available test-deps
 	else \
 	  echo 'make mutants: give FILES="src/x.rs ..." or BASE=<git revision>'; exit 2; \
 	fi; \
-	echo "== cargo mutants $$* $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) --output $(MUTANTS_DIR) $(MUTANTS_ARGS)"; \
+	echo "== cargo mutants $$* $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)"; \
 	$(CARGO) mutants "$$@" $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) \
-	  --output $(MUTANTS_DIR) $(MUTANTS_ARGS)
+	  --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)
