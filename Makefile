@@ -158,7 +158,7 @@ MUTANTS_JOBS    ?= 1
 MUTANTS_TIMEOUT ?= 600
 MUTANTS_TESTS   ?=
 MUTANTS_ARGS    ?=
-MUTANTS_TEST_ARGS := $(foreach t,$(MUTANTS_TESTS),--cargo-test-arg=$(if $(filter lib,$(t)),--lib,--test=$(t)))
+MUTANTS_TEST_ARGS := $(foreach t,$(MUTANTS_TESTS),--cargo-arg=$(if $(filter lib,$(t)),--lib,--test=$(t)))
 
 mutants-available:
 	@$(CARGO) mutants --version >/dev/null 2>&1 || { \
