@@ -137,7 +137,7 @@ faults: redis-available
 	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test --test fs_faults --test redis_faults (log: $(FAULT_DIR)/log.txt)"
 	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test $(CARGO_FEATURES) --test fs_faults --test redis_faults \
 	  -- --nocapture --test-threads=1 >$(FAULT_DIR)/log.txt 2>&1; rc=$$?; \
-	  grep -h -e '^fault-run' -e '^SKIPPED' $(FAULT_DIR)/log.txt | tee $(FAULT_DIR)/figures.txt; \
+	  grep -ho -e 'fault-run .*' -e 'SKIPPED: .*' $(FAULT_DIR)/log.txt | tee $(FAULT_DIR)/figures.txt; \
 	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/log.txt; exit $$rc; fi
 
 # Mutation testing with cargo-mutants (installed from crates.io when
