@@ -144,6 +144,23 @@ mod tests {
         assert_eq!(a.len(), 1);
     }
 
+    /// Forgetting a key removes its index entry too: the table's memory
+    /// stays bounded however many keys pass through it.
+    #[test]
+    fn the_index_holds_one_entry_per_recorded_key_after_many_replacements() {
+        let mut a = Admission::new(4, RandomState::default());
+        for i in 0..200 {
+            assert_eq!(offer(&mut a, i, i + 1), 1);
+        }
+        assert_eq!(a.len(), 4);
+        assert_eq!(a.index.len(), 4);
+        // The last four are on record; an early key is new again.
+        for i in 196..200 {
+            assert_eq!(offer(&mut a, i, 500), 2, "key {i}");
+        }
+        assert_eq!(offer(&mut a, 3, 501), 1);
+    }
+
     #[test]
     fn a_table_of_no_entries_counts_every_offer_as_the_first() {
         let mut a = Admission::new(0, RandomState::default());
