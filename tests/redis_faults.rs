@@ -456,7 +456,11 @@ fn a_redis_server_killed_corrupted_and_evicting_never_yields_a_bad_block() {
         // Everything stored before is gone with the old server: loads of
         // it deliver nothing (and never wrong bytes).
         let gone: Vec<u32> = live.iter().copied().take(32).collect();
-        load_and_check(&mut tier, &mem, &gone, &mut job_id, &mut f);
+        let got = load_and_check(&mut tier, &mem, &gone, &mut job_id, &mut f);
+        assert!(
+            got.is_empty(),
+            "blocks of the old server were delivered: {got:?}"
+        );
         live.clear();
         // Work flows again, with correct bytes.
         let ids: Vec<u32> = (next..next + 16).collect();
