@@ -141,8 +141,9 @@ faults: redis-available
 	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/log.txt; exit $$rc; fi
 
 # Mutation testing with cargo-mutants (installed from crates.io when
-# missing): every mutant of the named files, or of the lines changed
-# against a base revision, must make some test fail.
+# missing): every mutant of the named files, or of the lines this branch
+# changed since it left a base revision (committed or not), must make some
+# test fail.
 #   make mutants FILES="src/primary/admission.rs src/tiers/fs/format.rs"
 #   make mutants BASE=origin/main
 # Results in $(BUILD)/mutants/mutants.out (caught.txt, missed.txt, ...).
@@ -168,7 +169,8 @@ mutants-available:
 mutants: mutants-available redis-available test-deps
 	@mkdir -p $(MUTANTS_DIR)
 	@if [ -n "$(BASE)" ]; then \
-	  git diff $(BASE) >$(MUTANTS_DIR)/base.diff || exit 1; \
+	  base=$$(git merge-base $(BASE) HEAD) || exit 1; \
+	  git diff $$base >$(MUTANTS_DIR)/base.diff || exit 1; \
 	  set -- --in-diff $(MUTANTS_DIR)/base.diff; \
 	elif [ -n "$(FILES)" ]; then \
 	  set -- $(foreach f,$(FILES),--file $(f)); \
