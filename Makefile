@@ -6,6 +6,8 @@
 #   make header     regenerate include/kvtier.h from the sources
 #   make bench      every benchmark: JSON results in build/bench/, one summary table
 #   make install PREFIX=/usr/local
+#   make faults     the fault runs, long: crashes, damaged files, full disk, redis faults
+#   make mutants FILES="src/a.rs src/b.rs" | BASE=origin/main   mutation testing
 
 CARGO  ?= cargo
 BUILD  ?= build
@@ -21,7 +23,7 @@ FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
 .PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available bench \
-	nightly-available test-sanitizers test-asan test-tsan test-miri soak
+	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
 
@@ -155,3 +157,62 @@ soak: c
 	@secs=$$(( $(MINUTES) * 30 )); \
 	$(BUILD)/bin/kvtier-fuzz --seed $$(date +%s) --seconds $$secs --rss-limit-mib 64 && \
 	$(BUILD)/bin/kvtier-fuzz --seed $$(( $$(date +%s) + 1 )) --seconds $$secs --fs --rss-limit-mib 64
+
+# Fault runs (tests/fs_faults.rs, tests/redis_faults.rs): `kill -9` of an fs
+# tier writer then a restart verifying every acknowledged block, a matrix of
+# damaged block files, a full file system (a small tmpfs; skipped where
+# mounting is not permitted), and a redis server killed, corrupted and
+# evicted under the tier.  `make test` runs them short (3 rounds each);
+# this runs FAULT_ROUNDS rounds (KVTIER_FAULT_SEED=N repeats a run) and
+# prints each run's figures, kept in $(BUILD)/faults/figures.txt.
+FAULT_ROUNDS ?= 40
+FAULT_DIR    := $(abspath $(BUILD))/faults
+
+faults: redis-available
+	@mkdir -p $(FAULT_DIR)
+	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test --test fs_faults --test redis_faults (log: $(FAULT_DIR)/log.txt)"
+	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test $(CARGO_FEATURES) --test fs_faults --test redis_faults \
+	  -- --nocapture --test-threads=1 >$(FAULT_DIR)/log.txt 2>&1; rc=$$?; \
+	  grep -ho -e 'fault-run .*' -e 'SKIPPED: .*' $(FAULT_DIR)/log.txt | tee $(FAULT_DIR)/figures.txt; \
+	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/log.txt; exit $$rc; fi
+
+# Mutation testing with cargo-mutants (installed from crates.io when
+# missing): every mutant of the named files, or of the lines this branch
+# changed since it left a base revision (committed or not), must make some
+# test fail.
+#   make mutants FILES="src/primary/admission.rs src/tiers/fs/format.rs"
+#   make mutants BASE=origin/main
+# Results in $(BUILD)/mutants/mutants.out (caught.txt, missed.txt, ...).
+# MUTANTS_TESTS narrows the tests run against each mutant to the named
+# targets ("lib" for the unit tests, else a tests/*.rs name), e.g.
+# MUTANTS_TESTS="lib fs_tier fs_faults"; empty runs every test.
+# MUTANTS_JOBS builds and tests that many mutants at once;
+# MUTANTS_TIMEOUT bounds one mutant's test run, in seconds (a mutant that
+# loops is then counted as caught by the timeout); MUTANTS_ARGS are further
+# cargo-mutants options (--iterate retries only the mutants missed last time).
+MUTANTS_DIR     := $(abspath $(BUILD))/mutants
+MUTANTS_JOBS    ?= 1
+MUTANTS_TIMEOUT ?= 600
+MUTANTS_TESTS   ?=
+MUTANTS_ARGS    ?=
+MUTANTS_TEST_ARGS := $(foreach t,$(MUTANTS_TESTS),--cargo-arg=$(if $(filter lib,$(t)),--lib,--test=$(t)))
+
+mutants-available:
+	@$(CARGO) mutants --version >/dev/null 2>&1 || { \
+	  echo "cargo-mutants is missing: installing it with cargo install --locked cargo-mutants"; \
+	  $(CARGO) install --locked cargo-mutants || exit 1; }
+
+mutants: mutants-available redis-available test-deps
+	@mkdir -p $(MUTANTS_DIR)
+	@if [ -n "$(BASE)" ]; then \
+	  base=$$(git merge-base $(BASE) HEAD) || exit 1; \
+	  git diff $$base >$(MUTANTS_DIR)/base.diff || exit 1; \
+	  set -- --in-diff $(MUTANTS_DIR)/base.diff; \
+	elif [ -n "$(FILES)" ]; then \
+	  set -- $(foreach f,$(FILES),--file $(f)); \
+	else \
+	  echo 'make mutants: give FILES="src/x.rs ..." or BASE=<git revision>'; exit 2; \
+	fi; \
+	echo "== cargo mutants $$* $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)"; \
+	$(CARGO) mutants "$$@" $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) \
+	  --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)

@@ -402,4 +402,147 @@ mod tests {
         assert_eq!(align_up(100, 4096), 4096);
         assert_eq!(align_up(8192, 4096), 8192);
     }
+
+    fn header(k: Key) -> Header {
+        Header {
+            key: k,
+            data_len: 8192,
+            checksum: 0x1234_5678_9abc_def0,
+        }
+    }
+
+    fn encoded(h: &Header) -> Vec<u8> {
+        let mut buf = vec![0u8; HEADER_LEN];
+        encode_header(h, &mut buf);
+        buf
+    }
+
+    /// Rewrites the header's own checksum after a field was changed, so
+    /// the later checks (not the checksum) must catch the change.
+    fn rehash(buf: &mut [u8]) {
+        let hh = xxh3_64(&buf[..HEADER_HASHED]);
+        buf[HEADER_HASHED..HEADER_HASHED + 8].copy_from_slice(&hh.to_le_bytes());
+    }
+
+    #[test]
+    fn a_key_of_the_longest_length_round_trips_and_one_byte_more_is_damage() {
+        let h = header(key(&[0xc3; MAX_KEY_LEN]));
+        let mut buf = encoded(&h);
+        assert_eq!(buf[32] as usize, MAX_KEY_LEN);
+        assert_eq!(decode_header(&buf), Ok(h));
+        // A key length field one past the longest key, made consistent.
+        buf[32] = (MAX_KEY_LEN + 1) as u8;
+        rehash(&mut buf);
+        assert_eq!(decode_header(&buf), Err(HeaderError::Damaged));
+        // And a zero key length.
+        buf[32] = 0;
+        rehash(&mut buf);
+        assert_eq!(decode_header(&buf), Err(HeaderError::Damaged));
+        // A shorter key length field with a valid checksum decodes as the
+        // shorter key: the name-to-header check at restart and the data
+        // checksum on load are what reject such a file.
+        buf[32] = 3;
+        rehash(&mut buf);
+        assert_eq!(decode_header(&buf).map(|d| d.key), Ok(key(&[0xc3; 3])));
+    }
+
+    #[test]
+    fn names_of_the_longest_keys_parse_back_and_longer_names_are_not_blocks() {
+        let layout = Layout::new(PathBuf::from("/r"));
+        let longest = key(&[0x5a; MAX_KEY_LEN]);
+        let p = layout.block_path(&longest);
+        let name = p.file_name().unwrap().to_str().unwrap();
+        assert_eq!(name.len(), 2 * MAX_KEY_LEN + ".kvb".len());
+        assert_eq!(key_of_block_name(name), Some(longest));
+        // One byte (two hex digits) more is no block name, nor is an odd
+        // or empty one.
+        let longer = format!("5a{name}");
+        assert_eq!(key_of_block_name(&longer), None);
+        assert_eq!(key_of_block_name(&format!("0{name}")), None);
+        assert_eq!(key_of_block_name(".kvb"), None);
+        assert_eq!(key_of_block_name("0a0b"), None, "no suffix");
+        assert_eq!(key_of_block_name("0a0b.kvb"), Some(key(&[10, 11])));
+    }
+
+    #[test]
+    fn short_headers_and_foreign_magic_are_not_block_files() {
+        let buf = encoded(&header(key(b"block-7")));
+        // Our magic, but cut short anywhere before the end of the header.
+        for len in [8usize, 16, 112, HEADER_LEN - 1] {
+            assert_eq!(
+                decode_header(&buf[..len]),
+                Err(HeaderError::BadMagic),
+                "a {len}-byte header"
+            );
+        }
+        // A whole header with another magic (its checksum made consistent):
+        // not ours at all, rather than damaged.
+        let mut other = buf.clone();
+        other[0..8].copy_from_slice(b"KVTIERFZ");
+        rehash(&mut other);
+        assert_eq!(decode_header(&other), Err(HeaderError::BadMagic));
+        other[0..8].copy_from_slice(&[0; 8]);
+        assert_eq!(decode_header(&other), Err(HeaderError::BadMagic));
+        // Another version, made consistent, is an old format; another header
+        // length is damage.
+        let mut v2 = buf.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        rehash(&mut v2);
+        assert_eq!(decode_header(&v2), Err(HeaderError::OldFormat(2)));
+        let mut len = buf.clone();
+        len[12..16].copy_from_slice(&8192u32.to_le_bytes());
+        rehash(&mut len);
+        assert_eq!(decode_header(&len), Err(HeaderError::Damaged));
+        // A longer buffer (header and data read together) decodes.
+        let mut with_data = buf.clone();
+        with_data.extend_from_slice(&[7u8; 100]);
+        assert!(decode_header(&with_data).is_ok());
+    }
+
+    /// The on-disk format of a known block, byte for byte: a change to the
+    /// layout, the hash or the fan-out breaks every existing cache
+    /// directory and must fail here first.
+    #[test]
+    fn the_on_disk_format_of_a_known_block_is_fixed() {
+        let k = key(b"block-7");
+        let layout = Layout::new(PathBuf::from("/r"));
+        assert_eq!(&Layout::fanout(&k), b"2d");
+        assert_eq!(
+            layout.block_path(&k),
+            PathBuf::from("/r/2d/626c6f636b2d37.kvb")
+        );
+        assert_eq!(layout.dir(&k), PathBuf::from("/r/2d"));
+        assert_eq!(
+            layout.temp_path(&k, 42, 7),
+            PathBuf::from("/r/2d/.626c6f636b2d37.42.7.tmp")
+        );
+        assert_eq!(&Layout::fanout(&key(&[0x5a; MAX_KEY_LEN])), b"d8");
+        let mut c = Vec::new();
+        assert_eq!(
+            layout.block_c(&k, &mut c).to_bytes(),
+            b"/r/2d/626c6f636b2d37.kvb"
+        );
+        assert_eq!(layout.dir_c(&k, &mut c).to_bytes(), b"/r/2d");
+
+        let buf = encoded(&header(k));
+        let mut want = vec![0u8; HEADER_LEN];
+        want[0..8].copy_from_slice(b"KVTIERFS");
+        want[8..12].copy_from_slice(&1u32.to_le_bytes());
+        want[12..16].copy_from_slice(&4096u32.to_le_bytes());
+        want[16..24].copy_from_slice(&8192u64.to_le_bytes());
+        want[24..32].copy_from_slice(&0x1234_5678_9abc_def0u64.to_le_bytes());
+        want[32] = 7;
+        want[40..47].copy_from_slice(b"block-7");
+        want[104..112].copy_from_slice(&0x528e_46ff_3b70_5f4au64.to_le_bytes());
+        assert_eq!(buf, want);
+        // The data checksum: xxh3-64 of key length, key, data length, data.
+        let mut h = BlockHasher::new(&k, 4);
+        h.update(b"abcd");
+        let mut whole = vec![7u8];
+        whole.extend_from_slice(b"block-7");
+        whole.extend_from_slice(&4u64.to_le_bytes());
+        whole.extend_from_slice(b"abcd");
+        assert_eq!(h.finish(), xxh3_64(&whole));
+        assert_eq!(h.finish(), 0x7190_76f0_c18f_1b7b);
+    }
 }
