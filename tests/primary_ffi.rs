@@ -689,8 +689,9 @@ fn positions_from_c_rank_a_requests_tail_below_its_head() {
         }
         let (st, _) = store(p, &keys);
         assert_eq!(st, kvtier_status::Ok);
-        let st =
-            unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 3, true, ptr::null_mut()) };
+        let st = unsafe {
+            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 3, true, ptr::null_mut())
+        };
         assert_eq!(st, kvtier_status::Ok);
         let other = c"other".as_ptr();
         assert_eq!(
@@ -787,8 +788,9 @@ fn a_finish_from_c_commits_group_by_group_with_kv_groups() {
         let (g1, g0) = (group_key(b"one", 1), group_key(b"zero", 0));
         let keys = [ck(&g1), ck(&g0)];
         assert_eq!(store(p, &keys).0, kvtier_status::Ok);
-        let st =
-            unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 2, true, ptr::null_mut()) };
+        let st = unsafe {
+            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 2, true, ptr::null_mut())
+        };
         assert_eq!(st, kvtier_status::Ok);
         assert_eq!(
             unsafe { kvtier_primary_request_finished(p, REQ) },

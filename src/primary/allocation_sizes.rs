@@ -149,7 +149,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore = "hundreds of thousands of keys or megabytes of memory: too slow under Miri")]
+    #[cfg_attr(
+        miri,
+        ignore = "hundreds of thousands of keys or megabytes of memory: too slow under Miri"
+    )]
     fn bucket_edges_hold_their_bound() {
         let sizes = [1u32, 2, 4, 5, 262_144, 262_145];
         let total: u32 = sizes.iter().sum();

@@ -121,7 +121,10 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg_attr(miri, ignore = "hundreds of thousands of keys or megabytes of memory: too slow under Miri")]
+    #[cfg_attr(
+        miri,
+        ignore = "hundreds of thousands of keys or megabytes of memory: too slow under Miri"
+    )]
     fn advised_buffers_keep_their_contents() {
         let big = 3 * HUGE_PAGE / 8 + 5;
         let v: Vec<u64> = zeroed(big, "test").unwrap();
@@ -137,7 +140,10 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore = "Miri stops at an allocation beyond its memory instead of failing it")]
+    #[cfg_attr(
+        miri,
+        ignore = "Miri stops at an allocation beyond its memory instead of failing it"
+    )]
     fn sizes_beyond_memory_are_errors_not_aborts() {
         for e in [
             zeroed::<u64>(usize::MAX / 8, "index").unwrap_err(),
