@@ -171,10 +171,15 @@ mod tests {
         Key::new(&i.to_be_bytes()).unwrap()
     }
 
+    /// A call offering key `i` alone (call stamp `epoch`): the offers now
+    /// on record, 1 if the key could not be recorded.
     fn offer(a: &mut Admission, i: u32, epoch: u32) -> u32 {
         let k = key(i);
         let h = a.hasher.hash_one(k.as_bytes());
-        a.offer(&k, h, epoch)
+        if !a.count_known(&k, h, epoch) {
+            a.record_new(&k, h, epoch);
+        }
+        a.offers(&k, h).max(1)
     }
 
     #[test]
