@@ -50,7 +50,6 @@ pub mod io;
 pub mod pool;
 pub mod rebuild;
 
-use std::collections::VecDeque;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,7 +59,7 @@ use std::time::Duration;
 use hashbrown::HashMap;
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, EventQueue};
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
@@ -176,7 +175,6 @@ struct Totals {
     unreadable_removed: u64,
     found_missing: u64,
     adopted: u64,
-    events_dropped: u64,
 }
 
 /// The file-system tier.
@@ -191,8 +189,7 @@ pub struct FsTier {
     pending_checks: usize,
     /// Keys answered absent this step (forgotten at its end).
     absent: Vec<Key>,
-    events: VecDeque<Event>,
-    event_capacity: usize,
+    events: EventQueue,
     totals: Totals,
     rebuild: RebuildReport,
     outstanding: usize,
@@ -267,8 +264,7 @@ impl FsTier {
             checks: HashMap::default(),
             pending_checks: 0,
             absent: Vec::new(),
-            events: VecDeque::new(),
-            event_capacity: DEFAULT_TIER_EVENT_CAPACITY,
+            events: EventQueue::new(DEFAULT_TIER_EVENT_CAPACITY),
             totals: Totals::default(),
             rebuild,
             outstanding: 0,
@@ -287,21 +283,10 @@ impl FsTier {
         Ok(tier)
     }
 
-    /// Queues an event; false (and counted) if the queue is full, false
-    /// (not counted) if events are off.
+    /// Queues an event; false if it was dropped (the queue is full,
+    /// counted) or events are off.
     fn emit(&mut self, kind: EventKind, key: Key) -> bool {
-        if self.event_capacity == 0 {
-            return false;
-        }
-        if self.events.len() >= self.event_capacity {
-            self.totals.events_dropped += 1;
-            return false;
-        }
-        self.events.push_back(Event {
-            kind,
-            key: Some(key),
-        });
-        true
+        self.events.push(kind, key)
     }
 
     /// Announces Ready `key` as stored, remembering whether it was.
@@ -783,7 +768,7 @@ impl SecondaryTier for FsTier {
             Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
             Stat::counter("unreadable_blocks_dropped", t.unreadable_removed),
             Stat::counter("blocks_found_missing", t.found_missing),
-            Stat::counter("events_dropped", t.events_dropped),
+            Stat::counter("events_dropped", self.events.dropped()),
             Stat::gauge("events_queued", self.events.len() as f64),
             Stat::counter("removal_errors", load(&c.removal_errors)),
             Stat::counter("read_bytes", load(&c.read_bytes)),
@@ -805,23 +790,16 @@ impl SecondaryTier for FsTier {
     }
 
     fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
-        let n = max.min(self.events.len());
-        out.extend(self.events.drain(..n));
+        self.events.take(max, out);
     }
 
     fn set_event_capacity(&mut self, capacity: usize) {
-        self.event_capacity = capacity;
-        while self.events.len() > capacity {
-            let Some(e) = self.events.pop_back() else {
-                break;
-            };
+        let index = &mut self.index;
+        self.events.set_capacity(capacity, |e| {
             if let (EventKind::Stored, Some(key)) = (e.kind, e.key) {
-                self.index.clear_announced(&key);
+                index.clear_announced(&key);
             }
-            if capacity > 0 {
-                self.totals.events_dropped += 1;
-            }
-        }
+        });
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {

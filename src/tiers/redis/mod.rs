@@ -50,7 +50,7 @@ use hashbrown::{HashMap, HashSet};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventKind, EventQueue};
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
@@ -120,7 +120,6 @@ struct Counters {
     probes_failed: u64,
     expired: u64,
     known_forgotten: u64,
-    events_dropped: u64,
 }
 
 /// The redis secondary tier.  See the module docs.
@@ -148,8 +147,7 @@ pub struct RedisTier {
     absent: Map<Key, Instant>,
     absent_order: VecDeque<(Key, Instant)>,
     finished: VecDeque<JobResult>,
-    events: VecDeque<Event>,
-    event_capacity: usize,
+    events: EventQueue,
     reporter: Reporter,
     /// `host:port` list, for failure descriptions.
     nodes: String,
@@ -229,8 +227,7 @@ impl RedisTier {
             absent: Map::default(),
             absent_order: VecDeque::new(),
             finished: VecDeque::new(),
-            events: VecDeque::new(),
-            event_capacity: DEFAULT_TIER_EVENT_CAPACITY,
+            events: EventQueue::new(DEFAULT_TIER_EVENT_CAPACITY),
             reporter: Reporter::new(name),
             nodes: config.nodes.join(","),
             connect_failures_seen: 0,
@@ -292,21 +289,10 @@ impl RedisTier {
         }
     }
 
-    /// Queues an event; false (and counted) if the queue is full, false
-    /// (not counted) if events are off.
+    /// Queues an event; false if it was dropped (the queue is full,
+    /// counted) or events are off.
     fn emit(&mut self, kind: EventKind, key: Key) -> bool {
-        if self.event_capacity == 0 {
-            return false;
-        }
-        if self.events.len() >= self.event_capacity {
-            self.counters.events_dropped += 1;
-            return false;
-        }
-        self.events.push_back(Event {
-            kind,
-            key: Some(key),
-        });
-        true
+        self.events.push(kind, key)
     }
 
     /// A task went through.  While the breaker is open this changes
@@ -776,7 +762,7 @@ impl SecondaryTier for RedisTier {
             Stat::counter("probes_failed", c.probes_failed),
             Stat::counter("expired", c.expired),
             Stat::counter("known_forgotten", c.known_forgotten),
-            Stat::counter("events_dropped", c.events_dropped),
+            Stat::counter("events_dropped", self.events.dropped()),
         ];
         for cause in Cause::ALL {
             v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
@@ -794,25 +780,18 @@ impl SecondaryTier for RedisTier {
 
     fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
         self.collect();
-        let n = max.min(self.events.len());
-        out.extend(self.events.drain(..n));
+        self.events.take(max, out);
     }
 
     fn set_event_capacity(&mut self, capacity: usize) {
-        self.event_capacity = capacity;
-        while self.events.len() > capacity {
-            let Some(e) = self.events.pop_back() else {
-                break;
-            };
+        let known = &mut self.known;
+        self.events.set_capacity(capacity, |e| {
             if let (EventKind::Stored, Some(key)) = (e.kind, e.key)
-                && let Some(k) = self.known.get_mut(&key)
+                && let Some(k) = known.get_mut(&key)
             {
                 k.announced = false;
             }
-            if capacity > 0 {
-                self.counters.events_dropped += 1;
-            }
-        }
+        });
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {
