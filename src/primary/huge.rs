@@ -123,7 +123,7 @@ mod tests {
     #[test]
     #[cfg_attr(
         miri,
-        ignore = "hundreds of thousands of keys or megabytes of memory: too slow under Miri"
+        ignore = "megabyte buffers, and Miri skips the advice this checks"
     )]
     fn advised_buffers_keep_their_contents() {
         let big = 3 * HUGE_PAGE / 8 + 5;
