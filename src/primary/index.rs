@@ -541,10 +541,12 @@ mod tests {
 
     #[test]
     fn find_each_agrees_with_find_over_batches_of_every_length() {
-        for mut ix in both(300) {
-            // Ids 0..300 present; keys 300..400 absent.  Few distinct
-            // hashes for some keys (false tag matches, long runs), well
-            // mixed for the rest.
+        // Ids 0..300 present; keys 300..400 absent.  Under Miri, where
+        // checking the longest batch takes a minute, 48 and 64.
+        let (present, total) = if cfg!(miri) { (48, 64) } else { (300, 400) };
+        for mut ix in both(present as usize) {
+            // Few distinct hashes for some keys (false tag matches, long
+            // runs), well mixed for the rest.
             let h = |k: u32| {
                 if k % 4 == 0 {
                     (k % 3) as u64
@@ -554,12 +556,14 @@ mod tests {
                         .rotate_left(29)
                 }
             };
-            for id in 0..300 {
+            for id in 0..present {
                 ix.insert(h(id), id);
             }
-            for n in [0, 1, READ_AHEAD / 2 - 1, READ_AHEAD, READ_AHEAD + 1, 400] {
+            for n in [0, 1, READ_AHEAD / 2 - 1, READ_AHEAD, READ_AHEAD + 1, total] {
                 // A batch of `n` keys, present and absent mixed, repeats included.
-                let keys: Vec<u32> = (0..n as u32).map(|j| (j * 37 + n as u32) % 400).collect();
+                let keys: Vec<u32> = (0..n as u32)
+                    .map(|j| (j * 37 + n as u32) % total as u32)
+                    .collect();
                 let requested = std::cell::RefCell::new(Vec::new());
                 let mut got = vec![u32::MAX - 1; n];
                 ix.find_each(
@@ -581,7 +585,7 @@ mod tests {
                 let requested = requested.into_inner();
                 let positions: Vec<usize> = requested.iter().map(|&(j, _)| j).collect();
                 assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
-                for (j, &k) in keys.iter().enumerate().filter(|&(_, &k)| k < 300) {
+                for (j, &k) in keys.iter().enumerate().filter(|&(_, &k)| k < present) {
                     assert!(
                         positions.contains(&j),
                         "n {n}: present key {j} ({k}) not requested"
@@ -632,22 +636,43 @@ mod tests {
         }
     }
 
+    /// The home bucket of hash `h` in `ix`.
+    fn home(ix: &TagIndex, h: u64) -> usize {
+        with_table!(ix, t => t.home((mix(h) >> 32) as u32))
+    }
+
+    /// Whether some entry of `t` sits before its home bucket: its run
+    /// wrapped around the end of the table.  `hash` gives each id's hash.
+    fn some_run_wraps<E: Entry>(t: &Table<E>, hash: &[u64]) -> bool {
+        t.slots.iter().enumerate().any(|(i, &e)| {
+            e != E::ZERO && i < t.home((mix(hash[e.id(t.bits) as usize]) >> 32) as u32)
+        })
+    }
+
     #[test]
     fn churn_never_loses_entries() {
+        // The table is as full as it gets (100 entries) after a few hundred
+        // steps; under Miri, a thousand times slower, the churn stops sooner.
+        let steps = if cfg!(miri) { 1_000 } else { 20_000 };
         for mut ix in both(100) {
             let mut rng = 0x1234_5678_u64;
             // Ids below 100 are reused as entries come and go; few distinct
-            // hashes make long runs that wrap around the table.
+            // hashes make long runs, and the last one's home is the table's
+            // last bucket, so its run wraps around to the first buckets.
+            let last = with_table!(&ix, t => t.slots.len() - 1);
+            let wrapping = (0..).find(|&h| home(&ix, h) == last).unwrap();
+            let hashes = [0, 1, 2, 3, 4, 5, wrapping];
             let mut hash = [0u64; 100];
             let mut free: Vec<u32> = (0..100).rev().collect();
             let mut live: Vec<u32> = Vec::new();
-            for step in 0..20_000u32 {
+            let mut wrapped = false;
+            for step in 0..steps {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 if !free.is_empty() && (live.is_empty() || rng % 3 != 0) {
                     let id = free.pop().unwrap();
-                    hash[id as usize] = rng % 7;
+                    hash[id as usize] = hashes[(rng % 7) as usize];
                     ix.insert(hash[id as usize], id);
                     live.push(id);
                 } else {
@@ -659,9 +684,11 @@ mod tests {
                     for &id in &live {
                         assert_eq!(ix.find(hash[id as usize], |x| x == id), Some(id));
                     }
+                    wrapped |= with_table!(&ix, t => some_run_wraps(t, &hash));
                 }
             }
             assert_eq!(ix.len(), live.len());
+            assert!(wrapped, "no run wrapped around the table");
         }
     }
 }
