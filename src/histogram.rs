@@ -219,4 +219,14 @@ mod tests {
         let s = HistogramSnapshot::<3>::default();
         assert_eq!((s.cumulative, s.sum, s.count), ([0; 3], 0.0, 0));
     }
+
+    #[test]
+    fn count_sum_and_bounds_read_back() {
+        let mut h = Histogram::new(&BOUNDS);
+        assert_eq!((h.count(), h.sum()), (0, 0.0));
+        h.record(2.5);
+        h.record(3.0);
+        assert_eq!((h.count(), h.sum()), (2, 5.5));
+        assert_eq!(h.bounds(), &BOUNDS);
+    }
 }

@@ -1103,3 +1103,115 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
     m.take_events(&mut ev).unwrap();
     assert!(ev.is_empty());
 }
+
+#[test]
+fn a_restart_indexes_only_blocks_in_fanout_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
+    drop(tier);
+    // Whole blocks moved under directories whose names are not fanout
+    // names (two hex digits): not the tier's, neither indexed nor removed.
+    let mut moved = Vec::new();
+    for (i, sub) in [(2, "zz"), (3, "abc")] {
+        let from = block_file(dir.path(), i);
+        let to = dir.path().join(sub).join(from.file_name().unwrap());
+        std::fs::create_dir(to.parent().unwrap()).unwrap();
+        std::fs::rename(&from, &to).unwrap();
+        moved.push(to);
+    }
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let rep = tier.rebuild_report();
+    assert_eq!((rep.blocks, rep.skipped, rep.removed), (1, 0, 0));
+    assert!(moved.iter().all(|p| p.exists()));
+    let req = request();
+    assert_eq!(tier.lookup(&key(1), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(2), &req), TierLookup::Miss);
+}
+
+#[test]
+fn a_restart_evicts_only_above_the_high_watermark_and_down_to_the_low_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let file = (4096 + SLOT) as u64;
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
+    drop(tier);
+    let mut bounded = opts(dir.path());
+    bounded.capacity_bytes = 4 * file;
+    bounded.high_watermark = 0.75; // 3 files
+    bounded.low_watermark = 0.5; // 2 files
+    let counts = |tier: &FsTier| {
+        let rep = tier.rebuild_report();
+        (rep.blocks, rep.evicted)
+    };
+    // Exactly at the high watermark: nothing evicted.
+    let tier = FsTier::open(mem.clone(), bounded.clone()).unwrap();
+    assert_eq!(counts(&tier), (3, 0));
+    drop(tier);
+    // No capacity: nothing evicted.
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert_eq!(counts(&tier), (3, 0));
+    assert!(store(&mut tier, &mem, 2, &[4]).success);
+    drop(tier);
+    // Above it: evicted down to the low watermark, and no further.
+    let tier = FsTier::open(mem.clone(), bounded).unwrap();
+    assert_eq!(counts(&tier), (2, 2));
+    assert_eq!(tier.bytes_used(), 2 * file);
+    assert_eq!(disk_bytes(dir.path()), 2 * file);
+}
+
+#[test]
+fn a_restart_removes_a_block_found_outside_its_own_fanout_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1]).success);
+    drop(tier);
+    // A copy of the block under another fan-out directory: the tier never
+    // looks for the key there, so the copy is not one of its blocks.
+    let own = block_file(dir.path(), 1);
+    let other = if own.parent().unwrap().ends_with("00") {
+        "01"
+    } else {
+        "00"
+    };
+    let copy = dir.path().join(other).join(own.file_name().unwrap());
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(&own, &copy).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let rep = tier.rebuild_report();
+    assert_eq!((rep.blocks, rep.skipped, rep.removed), (1, 1, 1));
+    assert!(own.exists() && !copy.exists());
+    assert_eq!(tier.bytes_used(), (4096 + SLOT) as u64);
+    assert_eq!(tier.lookup(&key(1), &request()), TierLookup::Hit);
+}
+
+#[test]
+fn a_restart_removes_temp_files_older_than_the_stale_age_even_of_live_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(8, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1]).success);
+    drop(tier);
+    let fanout = block_file(dir.path(), 1).parent().unwrap().to_path_buf();
+    // Both of a live writer (this process): one written an hour ago, one now.
+    let me = std::process::id();
+    let old = fanout.join(format!(".{}.{me}.0.tmp", key(2).to_hex()));
+    let young = fanout.join(format!(".{}.{me}.0.tmp", key(3).to_hex()));
+    std::fs::write(&old, b"partial").unwrap();
+    std::fs::write(&young, b"partial").unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    let mut o = opts(dir.path());
+    o.stale_temp_age = Duration::from_secs(600);
+    let tier = FsTier::open(mem.clone(), o).unwrap();
+    assert_eq!(tier.rebuild_report().temp_removed, 1);
+    assert!(!old.exists() && young.exists());
+}

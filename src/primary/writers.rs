@@ -49,6 +49,8 @@ pub(crate) struct Writers {
     request_of: Vec<RequestId>,
     /// Ids given back, for reuse.
     free: Vec<u32>,
+    /// The largest id handed out ([`MAX_ID`]; smaller in tests).
+    max_id: u32,
 }
 
 impl Writers {
@@ -58,6 +60,7 @@ impl Writers {
             by_request: hashbrown::HashMap::with_hasher(hasher),
             request_of: vec![RequestId(0)],
             free: Vec::new(),
+            max_id: MAX_ID,
         }
     }
 
@@ -72,7 +75,7 @@ impl Writers {
     pub(crate) fn can_plan(&self, req: RequestId) -> bool {
         self.by_request.contains_key(&req)
             || !self.free.is_empty()
-            || self.request_of.len() <= MAX_ID as usize
+            || self.request_of.len() <= self.max_id as usize
     }
 
     /// The id under which `req`'s next planned keys are written (one is
@@ -207,5 +210,52 @@ mod tests {
         w.clear();
         assert_eq!((w.pending(b), w.id_of(b)), (0, None));
         assert_eq!(w.id_for(a), 1, "ids restart after a reset");
+    }
+
+    #[test]
+    fn check_finds_every_disagreement_between_registry_and_slots() {
+        let mut w = Writers::new(RandomState::default());
+        let (a, b) = (RequestId(7), RequestId(8));
+        let ida = w.id_for(a);
+        w.planned(a, 2);
+        let idb = w.id_for(b);
+        w.planned(b, 1);
+        let counted = |v: &[(u32, u32)]| v.iter().copied().collect();
+        assert_eq!(w.check(&counted(&[(ida, 2), (idb, 1)])), Ok(()));
+        // Promotions' slots are not counted by request.
+        assert_eq!(
+            w.check(&counted(&[(ida, 2), (idb, 1), (PROMOTION, 5)])),
+            Ok(())
+        );
+        // Slots under an id nobody holds.
+        assert!(
+            w.check(&counted(&[(ida, 2), (idb, 1), (idb + 1, 1)]))
+                .is_err()
+        );
+        // Fewer or more slots than the request counts.
+        assert!(w.check(&counted(&[(ida, 1), (idb, 1)])).is_err());
+        assert!(w.check(&counted(&[(ida, 3), (idb, 1)])).is_err());
+        // A request counting keys pending of which no slot was found.
+        assert!(w.check(&counted(&[(idb, 1)])).is_err());
+        // A given-back id is neither lost nor anyone's.
+        w.completed(a, 2);
+        assert_eq!(w.check(&counted(&[(idb, 1)])), Ok(()));
+        assert!(w.check(&counted(&[(ida, 1), (idb, 1)])).is_err());
+    }
+
+    #[test]
+    fn no_new_request_can_plan_once_every_id_is_taken() {
+        let mut w = Writers::new(RandomState::default());
+        w.max_id = 2;
+        let (a, b, c) = (RequestId(1), RequestId(2), RequestId(3));
+        for r in [a, b] {
+            assert!(w.can_plan(r));
+            w.id_for(r);
+            w.planned(r, 1);
+        }
+        assert!(!w.can_plan(c), "ids 1 and 2 are taken");
+        assert!(w.can_plan(a), "a request holding an id may plan more");
+        w.completed(a, 1);
+        assert!(w.can_plan(c), "a given-back id is free again");
     }
 }

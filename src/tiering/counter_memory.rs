@@ -268,4 +268,32 @@ mod tests {
             (2, cap)
         );
     }
+
+    #[test]
+    fn a_counter_reported_unchanged_is_no_decrease() {
+        let mut m = CounterMemory::default();
+        apply(&mut m, vec![Stat::counter("hits", 5)]);
+        let (shown, bugs) = apply(&mut m, vec![Stat::counter("hits", 5)]);
+        assert_eq!((shown, bugs), (named(&[("hits", 5.0)]), vec![]));
+    }
+
+    #[test]
+    fn many_counters_are_each_remembered_under_their_own_name() {
+        // Enough series that the table grows several times and lookups of
+        // one name meet entries of others.
+        let mut m = CounterMemory::default();
+        let report = || -> Vec<Stat> {
+            (0..1000u64)
+                .map(|i| Stat::counter(format!("c{i}"), i))
+                .collect()
+        };
+        let expected: Vec<(String, f64)> =
+            (0..1000u64).map(|i| (format!("c{i}"), i as f64)).collect();
+        for _ in 0..2 {
+            let (shown, bugs) = apply(&mut m, report());
+            assert_eq!((shown, bugs.len()), (expected.clone(), 0));
+        }
+        let (shown, bugs) = apply(&mut m, vec![]);
+        assert_eq!((shown, bugs.len()), (expected, 0));
+    }
 }

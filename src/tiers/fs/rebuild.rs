@@ -5,7 +5,8 @@
 //!   oldest file first (so the newest ends up the most recently used).
 //! - A file under a block name that is not such a block (another format
 //!   version, a damaged or truncated file, another block size, a header
-//!   naming another key) is skipped and removed, so nothing stays on disk
+//!   naming another key, a block under another fan-out directory than its
+//!   key's) is skipped and removed, so nothing stays on disk
 //!   outside the capacity count.  A tier must therefore not share its
 //!   directory with processes using another block size or format version.
 //!   Files whose names are not block names are left alone.
@@ -16,6 +17,7 @@
 //!   used blocks are evicted down to the low watermark.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -35,7 +37,8 @@ pub struct RebuildReport {
     /// Whole blocks indexed.
     pub blocks: u64,
     /// Files skipped: another format version, a damaged header, another
-    /// block size, or a name that does not match the header's key.
+    /// block size, a name that does not match the header's key, or a block
+    /// under another fan-out directory than its key's.
     pub skipped: u64,
     /// Skipped files removed (those that could not be, a directory under a
     /// block name for instance, are counted as skipped only).
@@ -77,6 +80,7 @@ pub(super) fn rebuild(
         if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
             continue;
         }
+        let fanout = dir.file_name();
         for entry in read(&dir.path())? {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name();
@@ -93,7 +97,13 @@ pub(super) fn rebuild(
             let Some(key) = key_of_block_name(name) else {
                 continue;
             };
-            match check_block(&path, &key, block_bytes, expected_len, &mut header) {
+            // A block under another fan-out directory than its key's is
+            // not where the tier looks for it (nor counted): not a block.
+            let in_place = fanout.as_bytes() == Layout::fanout(&key);
+            let block = in_place
+                .then(|| check_block(&path, &key, block_bytes, expected_len, &mut header))
+                .flatten();
+            match block {
                 Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
                 Some(_) => {}
                 None => {
