@@ -211,80 +211,6 @@
 #define KVTIER_STAT_GAUGE 1
 
 /**
- * Most secondary tiers one manager holds (request-level tiers are a bit set).
- */
-#define MAX_SECONDARY_TIERS 64
-
-/**
- * Most finished jobs the manager takes from one tier in one poll
- * ([`SecondaryTier::poll_finished`]'s `max`); the rest wait for the next
- * poll, so a tier that always has more to report cannot hold the manager.
- */
-#define MAX_FINISHED_PER_POLL 1024
-
-/**
- * Most events the manager takes from one tier in one call
- * ([`SecondaryTier::take_events`]'s `max` is at most this); the rest wait
- * in the tier for the next call.
- */
-#define MAX_EVENTS_PER_TAKE 4096
-
-/**
- * Event capacity of a tier that was never given one with
- * [`SecondaryTier::set_event_capacity`] (a tier used on its own, outside a
- * manager).
- */
-#define DEFAULT_TIER_EVENT_CAPACITY 65536
-
-/**
- * Bytes before the data: one page, so the data is page-aligned.
- */
-#define HEADER_LEN 4096
-
-/**
- * Current format version; files of another version are skipped at restart.
- */
-#define FORMAT_VERSION 1
-
-/**
- * Not transferred and nothing to do (already present, duplicate).
- */
-#define SKIPPED 0
-
-/**
- * Transferred.
- */
-#define DONE 1
-
-/**
- * Store found a whole file already there.
- */
-#define PRESENT 2
-
-/**
- * Store refused: no room even after eviction.
- */
-#define REJECTED_FULL 3
-
-/**
- * Task queued, not run yet.
- */
-#define QUEUED 4
-
-/**
- * First failure code; add `Cause::index()`.
- */
-#define FAILED 16
-
-/**
- * Longest TTL a stored block may have, in milliseconds (2^62, about 146
- * million years).  Redis adds the current time to a `PX` expiry in a
- * signed 64-bit count of milliseconds and refuses a sum that overflows,
- * so a TTL near `i64::MAX` ms would fail every store.
- */
-#define MAX_TTL_MS (1 << 62)
-
-/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
@@ -448,11 +374,6 @@ typedef enum {
    */
   KVTIER_LOG_LEVEL_TRACE = 5,
 } kvtier_log_level;
-
-/**
- * Why one block's transfer failed; each is counted separately.
- */
-typedef struct Cause Cause;
 
 /**
  * Opaque handle of a tiering manager (internally synchronized).
