@@ -48,3 +48,110 @@ fn committed_header_is_up_to_date() {
         );
     }
 }
+
+/// Every identifier a C header declares at file scope: macros, types,
+/// enum constants, functions and function-pointer types (struct fields are
+/// scoped to their struct and are left out).
+fn declared_names(header: &str) -> Vec<String> {
+    // Comments out, keeping line breaks.
+    let mut text = String::with_capacity(header.len());
+    let mut rest = header;
+    while let Some(start) = rest.find("/*") {
+        text.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find("*/")
+            .map_or(rest.len(), |e| start + e + 2);
+        text.extend(rest[start..end].chars().filter(|&c| c == '\n'));
+        rest = &rest[end..];
+    }
+    text.push_str(rest);
+    let ident = |s: &str| -> Option<String> {
+        let s = s.trim_start();
+        let n = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        (n > 0).then(|| s[..n].to_string())
+    };
+    let mut names = Vec::new();
+    let (mut depth, mut in_enum) = (0i32, false);
+    for line in text.lines() {
+        let t = line.trim();
+        // C++ linkage braces enclose the declarations; they are no scope.
+        if t == "extern \"C\" {" || t.starts_with("}  // extern") {
+            continue;
+        }
+        if let Some(d) = t.strip_prefix("#define") {
+            names.extend(ident(d));
+        } else if depth == 0 {
+            if t.starts_with("typedef enum") {
+                in_enum = true;
+            }
+            if let Some(p) = t.find("(*") {
+                names.extend(ident(&t[p + 2..]));
+            } else if let Some(d) = t
+                .strip_prefix("typedef struct ")
+                .filter(|d| d.ends_with(';'))
+            {
+                // `typedef struct X X;`: both names.
+                names.extend(d.trim_end_matches(';').split_whitespace().map(String::from));
+            } else if !t.starts_with('#') && !t.starts_with("typedef") && t.contains('(') {
+                let before = &t[..t.find('(').unwrap_or(0)];
+                names.extend(before.rsplit([' ', '*']).next().and_then(ident));
+            }
+        } else if in_enum && depth == 1 && !t.starts_with('}') {
+            names.extend(ident(t));
+        }
+        if depth > 0 && t.starts_with('}') && depth == 1 {
+            // `} name;` closes a typedef at file scope.
+            names.extend(ident(t.trim_start_matches('}')));
+            in_enum = false;
+        }
+        depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
+    }
+    names.retain(|n| !n.is_empty());
+    names
+}
+
+/// The names of `header` that do not start with `kvtier_` or `KVTIER_`.
+fn foreign_names(header: &str) -> Vec<String> {
+    declared_names(header)
+        .into_iter()
+        .filter(|n| !(n.starts_with("kvtier_") || n.starts_with("KVTIER_")))
+        .collect()
+}
+
+#[test]
+fn every_name_the_header_declares_is_in_the_kvtier_namespace() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("include/kvtier.h");
+    let header = std::fs::read_to_string(path).expect("include/kvtier.h is readable");
+    let names = declared_names(&header);
+    assert!(
+        names.iter().any(|n| n == "kvtier_manager_lookup")
+            && names.iter().any(|n| n == "KVTIER_STATUS_OK")
+            && names.iter().any(|n| n == "kvtier_key")
+            && names.iter().any(|n| n == "kvtier_log_fn"),
+        "the scanner finds functions, enum constants, types and callbacks: {names:?}"
+    );
+    let foreign = foreign_names(&header);
+    assert!(
+        foreign.is_empty(),
+        "include/kvtier.h declares names outside kvtier_/KVTIER_: {foreign:?}"
+    );
+}
+
+#[test]
+fn the_namespace_check_names_each_kind_of_foreign_declaration() {
+    let sample = "/* FAILED in a comment is fine */\n\
+                  #define FAILED 16\n\
+                  typedef struct Cause Cause;\n\
+                  typedef enum {\n  KVTIER_STATUS_OK = 0,\n  DONE = 1,\n} outcome;\n\
+                  typedef struct {\n  int32_t kind;\n} kvtier_event;\n\
+                  typedef void (*log_fn)(void *user_data);\n\
+                  int32_t helper(const kvtier_event *e);\n";
+    assert_eq!(
+        foreign_names(sample),
+        [
+            "FAILED", "Cause", "Cause", "DONE", "outcome", "log_fn", "helper"
+        ]
+    );
+}
