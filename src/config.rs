@@ -120,7 +120,7 @@ pub enum PolicyJson {
     Arc,
 }
 
-/// A shared region (SPEC.md, "Shared region").
+/// A shared region (see [`crate::region`]).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegionConfig {

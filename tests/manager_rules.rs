@@ -1,5 +1,5 @@
-//! The tiering manager's rules (SPEC.md "Tiering manager"; the seed's
-//! docstrings as the checklist), with a Rust test tier over the reference
+//! The tiering manager's rules (as `src/tiering/manager.rs` documents them,
+//! one test or more per rule), with a Rust test tier over the reference
 //! primary model.
 
 mod common;

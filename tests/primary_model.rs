@@ -1,6 +1,7 @@
 //! Model-based test of the primary tier.
 //!
-//! A small reference model written from SPEC.md ("Primary tier"), with
+//! A small reference model written from the primary tier's rules (the
+//! module doc of `src/primary/mod.rs` and its methods' docs), with
 //! plain vectors and linear scans so that it is obviously correct, runs the
 //! same random operation sequences as the real tier (misuse mixed in,
 //! promotions, and completions naming keys other writers are writing).

@@ -1,7 +1,7 @@
 //! The C ABI: every `extern "C"` item of kvtier lives under this module.
 //!
 //! Each file converts and checks arguments, then calls the safe core; no
-//! behaviour is decided here.  Conventions (see `CONVENTIONS.md`): every
+//! behaviour is decided here.  Conventions: every
 //! fallible export returns `kvtier_status`, runs inside the panic boundary,
 //! NULL-checks every pointer, and documents ownership and thread safety.
 

@@ -1,7 +1,7 @@
 //! The CPU primary tier: which key lives in which slot of the shared region,
 //! reference counts that protect slots during transfers, and eviction.
 //!
-//! Behaviour: SPEC.md, "Primary tier".  A key is write pending (ref count
+//! Behaviour, in short (the methods' docs give each rule).  A key is write pending (ref count
 //! -1: being written, not readable), ready and idle (0: readable,
 //! evictable) or ready and pinned (n > 0: readable, not evictable).  Slots
 //! are handed out fresh from 0 upward, then most recently freed first.

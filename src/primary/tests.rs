@@ -1,4 +1,5 @@
-//! Unit tests: one or more per SPEC.md "Primary tier" rule, for both policies.
+//! Unit tests: one or more per primary-tier rule (the module doc of
+//! `primary/mod.rs` states them), for both policies.
 
 use super::*;
 

@@ -19,7 +19,7 @@ pub use crate::primary::{CompleteStoreReport, PrimaryLookup, StoreOutcome, Store
 
 /// The operations of a primary tier that the tiering manager calls.
 ///
-/// Semantics are the primary tier's (SPEC.md, "Primary tier"): every
+/// Semantics are the primary tier's ([`crate::primary::PrimaryTier`]): every
 /// fallible call leaves the state unchanged on error.
 pub trait PrimaryBackend: Send {
     /// Number of slots.

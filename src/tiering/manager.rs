@@ -1,6 +1,6 @@
 //! The tiering manager: one primary tier, an ordered list of secondary
-//! tiers, and the rules that move blocks between them (SPEC.md, "Tiering
-//! manager").
+//! tiers, and the rules that move blocks between them (each method's doc
+//! states its rule).
 //!
 //! The manager is internally synchronized: every method takes `&self` and
 //! runs under one mutex, so any thread may call it.  A tier callback that

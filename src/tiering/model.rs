@@ -1,4 +1,4 @@
-//! A reference model of the primary tier: the SPEC.md rules written as
+//! A reference model of the primary tier: its rules (`primary/mod.rs`) written as
 //! plainly as possible (LRU, no admission threshold, linear scans).  Each
 //! write-pending key remembers its writer, and a completion acts only on
 //! its own writer's keys.  It is
