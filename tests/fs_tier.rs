@@ -8,66 +8,22 @@
 //! sizes for one process only.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kvtier::events::{Event, EventKind};
 use kvtier::region::SlotMemory;
-use kvtier::request::{Request, RequestInfo};
-use kvtier::tiering::{Direction, Job, JobId, JobResult, SecondaryTier, TierLookup};
+
+use kvtier::tiering::{Direction, JobId, JobResult, SecondaryTier, TierLookup};
 use kvtier::tiers::fs::io::Cause;
 use kvtier::tiers::fs::{FsOptions, FsTier};
 use kvtier::{Error, Key};
 
+#[path = "support/fs_blocks.rs"]
+mod fs_blocks;
+use fs_blocks::{child, files, fill, holds, job, key, pattern, request, stat, wait};
+
 const SLOT: usize = 64 << 10;
-
-fn request() -> Request {
-    Arc::new(RequestInfo {
-        name: "req".into(),
-        ..Default::default()
-    })
-}
-
-fn key(i: u32) -> Key {
-    Key::new(format!("block-{i:06}").as_bytes()).unwrap()
-}
-
-fn job(id: u64, direction: Direction, keys: &[u32], slots: &[u32]) -> Arc<Job> {
-    Arc::new(Job {
-        id: JobId(id),
-        direction,
-        keys: keys.iter().map(|&i| key(i)).collect(),
-        slots: slots.to_vec(),
-        request: request(),
-    })
-}
-
-/// The bytes block `i` carries.
-fn pattern(i: u32, out: &mut [u8]) {
-    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for chunk in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
-}
-
-fn fill(mem: &SlotMemory, slot: u32, i: u32) {
-    let mut buf = vec![0u8; mem.slot_bytes()];
-    pattern(i, &mut buf);
-    mem.write(slot, 0, &buf).unwrap();
-}
-
-fn holds(mem: &SlotMemory, slot: u32, i: u32) -> bool {
-    let mut want = vec![0u8; mem.slot_bytes()];
-    pattern(i, &mut want);
-    let mut got = vec![0u8; mem.slot_bytes()];
-    mem.read(slot, 0, &mut got).unwrap();
-    got == want
-}
 
 fn opts(dir: &Path) -> FsOptions {
     let mut o = FsOptions::new(dir);
@@ -96,18 +52,6 @@ fn mode_env(unnamed: bool) -> (&'static str, String) {
     )
 }
 
-/// Polls until `n` jobs have been reported.
-fn wait(tier: &mut FsTier, n: usize) -> Vec<JobResult> {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while out.len() < n {
-        tier.poll_finished(usize::MAX, &mut out);
-        assert!(Instant::now() < deadline, "jobs did not finish: {out:?}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    out
-}
-
 /// Stores blocks `ids` through slots 0.. as one job, and waits for it.
 fn store(tier: &mut FsTier, mem: &SlotMemory, id: u64, ids: &[u32]) -> JobResult {
     let slots: Vec<u32> = (0..ids.len() as u32).collect();
@@ -125,25 +69,6 @@ fn load(tier: &mut FsTier, id: u64, ids: &[u32], first: u32) -> JobResult {
     wait(tier, 1).remove(0)
 }
 
-fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.to_str().unwrap().ends_with(ext) {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
 fn disk_bytes(dir: &Path) -> u64 {
     files(dir, "")
         .iter()
@@ -151,28 +76,10 @@ fn disk_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-fn stat(tier: &FsTier, name: &str) -> f64 {
-    tier.stats()
-        .into_iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no stat {name}"))
-        .value
-}
-
 fn events(tier: &mut FsTier) -> Vec<Event> {
     let mut out = Vec::new();
     tier.take_events(usize::MAX, &mut out);
     out
-}
-
-fn child(test: &str, envs: &[(&str, String)]) -> Command {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--ignored", "--exact", test, "--test-threads=1", "--quiet"]);
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    c.stdout(Stdio::null());
-    c
 }
 
 #[test]
