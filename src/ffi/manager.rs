@@ -15,6 +15,7 @@ use super::boundary::{
     out_slice,
 };
 use super::key::{kvtier_key, read_key, read_keys};
+pub use super::dialect::kvtier_key_buf;
 use super::tier::{
     CTier, KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED,
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER,
@@ -209,17 +210,6 @@ pub extern "C" fn kvtier_request_params_default() -> kvtier_request_params {
         filter: std::ptr::null(),
         filter_len: 0,
     }
-}
-
-/// An owned copy of one key (`len` bytes of `bytes`).
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy)]
-pub struct kvtier_key_buf {
-    /// Number of bytes, 1..=64.
-    pub len: usize,
-    /// The key's bytes.
-    pub bytes: [u8; 64],
 }
 
 /// One merged statistic with its source.

@@ -7,6 +7,7 @@
 
 pub(crate) mod boundary;
 pub mod config;
+pub mod dialect;
 pub mod fs;
 pub mod key;
 pub mod log;

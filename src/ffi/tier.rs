@@ -38,26 +38,16 @@ pub const KVTIER_OFFLOAD_REQUEST_LEVEL: i32 = 1;
 
 /// Medium or locality not declared (matches every filter).
 pub const KVTIER_TIER_ANY: i32 = 0;
-/// Medium: memory.
-pub const KVTIER_MEDIUM_CPU: i32 = 1;
-/// Medium: storage.
-pub const KVTIER_MEDIUM_STORAGE: i32 = 2;
-/// Locality: this machine.
-pub const KVTIER_LOCALITY_LOCAL: i32 = 1;
-/// Locality: another machine.
-pub const KVTIER_LOCALITY_REMOTE: i32 = 2;
+pub use super::dialect::{
+    KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_LOCAL,
+    KVTIER_LOCALITY_REMOTE, KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE,
+};
 
 /// Job direction: primary → tier (a cascade; the slots are pinned).
 pub const KVTIER_JOB_STORE: i32 = 0;
 /// Job direction: tier → primary (a promotion; the slots are write pending).
 pub const KVTIER_JOB_LOAD: i32 = 1;
 
-/// Event kind: the key became readable in the tier.
-pub const KVTIER_EVENT_STORED: i32 = 0;
-/// Event kind: the key left the tier.
-pub const KVTIER_EVENT_REMOVED: i32 = 1;
-/// Event kind: the tier forgot every key (no key).
-pub const KVTIER_EVENT_CLEARED: i32 = 2;
 
 /// Stat kind: a counter, cumulative from creation (only grows; never
 /// reset, so per-interval numbers are the difference of two reads).
