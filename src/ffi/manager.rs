@@ -14,8 +14,8 @@ use super::boundary::{
     Castable, Failure, enter, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
     out_slice,
 };
-use super::key::{kvtier_key, read_key, read_keys};
 pub use super::dialect::kvtier_key_buf;
+use super::key::{kvtier_key, read_key, read_keys};
 use super::tier::{
     CTier, KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED,
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER,

@@ -9,6 +9,7 @@ pub(crate) mod boundary;
 pub mod config;
 pub mod dialect;
 pub mod fs;
+pub(crate) mod growth;
 pub mod key;
 pub mod log;
 pub mod manager;

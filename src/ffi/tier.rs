@@ -48,7 +48,6 @@ pub const KVTIER_JOB_STORE: i32 = 0;
 /// Job direction: tier → primary (a promotion; the slots are write pending).
 pub const KVTIER_JOB_LOAD: i32 = 1;
 
-
 /// Stat kind: a counter, cumulative from creation (only grows; never
 /// reset, so per-interval numbers are the difference of two reads).
 pub const KVTIER_STAT_COUNTER: i32 = 0;
