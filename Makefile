@@ -22,7 +22,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available bench \
+.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available libcxx-available bench \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -64,7 +64,17 @@ test-rust: redis-available test-deps
 test-deps:
 	@python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install --quiet prometheus-client
 
-test-c: c redis-available
+# clang with libc++, for the C++ header's libc++ build in the install test.
+libcxx-available:
+	@command -v clang++ >/dev/null 2>&1 && test -n "$$(ls /usr/lib/llvm-*/lib/libc++.so 2>/dev/null)" || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "clang or libc++ is missing: installing them with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libc++-dev libc++abi-dev >/dev/null) || exit 1; \
+	  else \
+	    echo "clang or libc++ is missing: install them (Debian: sudo apt-get install -y clang libc++-dev libc++abi-dev); the libc++ build is skipped without them"; \
+	  fi; }
+
+test-c: c redis-available libcxx-available
 	ctest --test-dir $(BUILD) --output-on-failure
 
 # The demo: the `medium` chat workload (written once into $(BUILD)/workloads/)
@@ -84,17 +94,23 @@ header:
 
 install: all install-files
 
-# Copies what `make` built into $(PREFIX): headers, libraries, pkg-config
-# and CMake package files.  Builds nothing.
-NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl
+# Copies what `make` built into $(PREFIX): headers, libraries without their
+# debug information (the build keeps it for profiling), pkg-config and CMake
+# package files.  Builds nothing.  NATIVE_LIBS are what the static library
+# needs besides libc (`rustc --print native-static-libs`), with gcc's
+# static unwinder (-lgcc_eh) in place of libgcc_s, so that `-static` links.
+NATIVE_LIBS := -lgcc_eh -lutil -lrt -lpthread -lm -ldl
+STRIP ?= strip
 CMAKEDIR := $(DESTDIR)$(PREFIX)/lib/cmake/kvtier
 install-files:
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR)
 	install -m 644 include/kvtier.h $(DESTDIR)$(PREFIX)/include/
 	if [ -f include/kvtier.hpp ]; then install -m 644 include/kvtier.hpp $(DESTDIR)$(PREFIX)/include/; fi
 	install -m 755 $(LIBDIR)/libkvtier.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	$(STRIP) --strip-unneeded $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvtier.so
 	install -m 644 $(LIBDIR)/libkvtier.a $(DESTDIR)$(PREFIX)/lib/
+	$(STRIP) --strip-debug $(DESTDIR)$(PREFIX)/lib/libkvtier.a
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@NATIVE_LIBS@|$(NATIVE_LIBS)|' \
 	  packaging/kvtier.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvtier.pc
 	sed -e 's|@SONAME@|$(SONAME)|g' -e 's|@NATIVE_LIBS_CMAKE@|$(subst -l,,$(subst $(eval) ,;,$(NATIVE_LIBS)))|' \

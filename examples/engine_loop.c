@@ -179,7 +179,7 @@ int main(void) {
     size_t n_active = 0;
     uint32_t slots[KEYS_PER_REQ];
     size_t index[KEYS_PER_REQ];
-    kvtier_event events[64];
+    kvtier_tier_event events[64];
 
     while ((next < REQUESTS || n_active > 0) && steps < 1000) {
         steps++;

@@ -776,52 +776,26 @@ typedef struct {
 } kvtier_tier_stat;
 
 /**
- * What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
- */
-typedef int32_t kvtier_event_kind;
-
-/**
- * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
- */
-typedef int32_t kvtier_medium;
-
-/**
- * How far a tier is: a `KVTIER_LOCALITY_*` value.
- */
-typedef int32_t kvtier_locality;
-
-/**
- * Consecutive cache events of one tier and kind: the one shape of the
- * event callback and of `take_events`.  `keys` belongs to the library:
- * valid during the callback, or until the next `take_events` call on the
- * same object.
+ * One cache event with its tier (0 primary, 1.. secondary) and key copy.
  */
 typedef struct {
   /**
-   * 0 for the primary tier, 1.. for secondary tiers in the order added.
+   * `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
+   */
+  int32_t kind;
+  /**
+   * Tier index: 0 primary, 1.. secondary tiers in the order added.
    */
   uint32_t tier;
   /**
-   * Stored, removed or cleared.
+   * Number of key bytes (0 for `KVTIER_EVENT_CLEARED`).
    */
-  kvtier_event_kind kind;
+  size_t key_len;
   /**
-   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
+   * The key's bytes.
    */
-  kvtier_medium medium;
-  /**
-   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
-   */
-  kvtier_locality locality;
-  /**
-   * The keys (NULL when `len` is 0).
-   */
-  const kvtier_key *keys;
-  /**
-   * Number of keys.
-   */
-  size_t len;
-} kvtier_event;
+  uint8_t key[64];
+} kvtier_tier_event;
 
 /**
  * The callbacks of a secondary tier written in C or C++.
@@ -941,7 +915,7 @@ typedef struct {
    * than 64 is refused, not cut short (counted in the tier's
    * `events_rejected` stat and logged).
    */
-  int32_t (*take_events)(void *user_data, kvtier_event *out, size_t capacity, size_t *written);
+  int32_t (*take_events)(void *user_data, kvtier_tier_event *out, size_t capacity, size_t *written);
 } kvtier_tier_vtable;
 
 /**
@@ -1481,6 +1455,21 @@ typedef int32_t kvtier_lookup_result;
 typedef int32_t kvtier_miss_reason;
 
 /**
+ * What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
+ */
+typedef int32_t kvtier_event_kind;
+
+/**
+ * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
+ */
+typedef int32_t kvtier_medium;
+
+/**
+ * How far a tier is: a `KVTIER_LOCALITY_*` value.
+ */
+typedef int32_t kvtier_locality;
+
+/**
  * Not readable, and nothing is on its way (see `kvtier_miss_reason`).
  */
 #define KVTIER_LOOKUP_MISS 0
@@ -1961,7 +1950,7 @@ kvtier_status kvtier_manager_has_pending_work(kvtier_manager *manager, bool *pen
  * `written_out` and `more_out` valid for writes.
  */
 kvtier_status kvtier_manager_take_events(kvtier_manager *manager,
-                                         kvtier_event *out,
+                                         kvtier_tier_event *out,
                                          size_t len,
                                          size_t *written_out,
                                          bool *more_out);

@@ -517,7 +517,7 @@ class tier {
   /// (KVTIER_EVENT_CLEARED, key ignored), for KV-aware routers.  Thread-safe;
   /// the manager collects announcements with its events.
   void announce(int32_t kind, key_view key = key_view()) {
-    kvtier_event e;
+    kvtier_tier_event e;
     std::memset(&e, 0, sizeof e);
     e.kind = kind;
     if (kind != KVTIER_EVENT_CLEARED) {
@@ -552,7 +552,7 @@ class tier {
   std::string name_;
   std::vector<kvtier_tier_stat> stat_buf_;
   std::mutex events_mu_;
-  std::vector<kvtier_event> events_;
+  std::vector<kvtier_tier_event> events_;
 };
 
 /// The C callbacks behind kvtier::tier: every one noexcept, exceptions
@@ -648,11 +648,11 @@ struct tier_adapter {
       return KVTIER_STATUS_OK;
     });
   }
-  static int32_t take_events(void *ud, kvtier_event *out, std::size_t capacity, std::size_t *written) noexcept {
+  static int32_t take_events(void *ud, kvtier_tier_event *out, std::size_t capacity, std::size_t *written) noexcept {
     tier &t = self(ud);
     std::lock_guard<std::mutex> g(t.events_mu_);
     std::size_t n = t.events_.size() < capacity ? t.events_.size() : capacity;
-    if (n > 0) std::memcpy(out, t.events_.data(), n * sizeof(kvtier_event));
+    if (n > 0) std::memcpy(out, t.events_.data(), n * sizeof(kvtier_tier_event));
     t.events_.erase(t.events_.begin(), t.events_.begin() + static_cast<std::ptrdiff_t>(n));
     *written = n;
     return KVTIER_STATUS_OK;
@@ -862,7 +862,7 @@ class manager {
   /// Drains every queued event.
   result<std::vector<event>> try_take_events() {
     std::vector<event> out;
-    kvtier_event buf[64];
+    kvtier_tier_event buf[64];
     for (;;) {
       std::size_t n = 0;
       bool more = false;

@@ -244,7 +244,7 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
         assert_eq!(fs_stored, 8, "{seen:?}");
     }
     // Delivered only: nothing is left to drain.
-    let mut ev = [kvtier_event {
+    let mut ev = [kvtier_tier_event {
         kind: 0,
         tier: 0,
         key_len: 0,
@@ -524,7 +524,7 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
         .iter()
         .flat_map(|e| e.4.iter().map(move |k| (e.1, k.clone())))
         .collect();
-    let mut ev = [kvtier_event {
+    let mut ev = [kvtier_tier_event {
         kind: 0,
         tier: 0,
         key_len: 0,

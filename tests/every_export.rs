@@ -230,8 +230,8 @@ fn primary_event() -> kvtier_primary_event {
     }
 }
 
-fn manager_event() -> kvtier_event {
-    kvtier_event {
+fn manager_event() -> kvtier_tier_event {
+    kvtier_tier_event {
         kind: 0,
         tier: 0,
         key_len: 0,

@@ -145,9 +145,9 @@ fn the_namespace_check_names_each_kind_of_foreign_declaration() {
                   #define FAILED 16\n\
                   typedef struct Cause Cause;\n\
                   typedef enum {\n  KVTIER_STATUS_OK = 0,\n  DONE = 1,\n} outcome;\n\
-                  typedef struct {\n  int32_t kind;\n} kvtier_event;\n\
+                  typedef struct {\n  int32_t kind;\n} kvtier_tier_event;\n\
                   typedef void (*log_fn)(void *user_data);\n\
-                  int32_t helper(const kvtier_event *e);\n";
+                  int32_t helper(const kvtier_tier_event *e);\n";
     assert_eq!(
         foreign_names(sample),
         [

@@ -383,7 +383,7 @@ fn cascades_promotions_and_request_data_reach_the_c_tier() {
         S::Ok
     );
     // events: primary stored/removed, each labelled tier 0
-    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; 3];
+    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_tier_event>() }; 3];
     let (mut n, mut more) = (0, false);
     assert_eq!(
         unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), 3, &mut n, &mut more) },
@@ -982,7 +982,7 @@ unsafe extern "C" fn flood_poll(
 
 unsafe extern "C" fn flood_events(
     ud: *mut c_void,
-    out: *mut kvtier_event,
+    out: *mut kvtier_tier_event,
     cap: usize,
     written: *mut usize,
 ) -> i32 {
@@ -992,7 +992,7 @@ unsafe extern "C" fn flood_events(
     if f.long_key_once {
         f.long_key_once = false;
         n = cap.min(2);
-        let mut long = kvtier_event {
+        let mut long = kvtier_tier_event {
             kind: KVTIER_EVENT_STORED,
             tier: 0,
             key_len: 100,
@@ -1006,7 +1006,7 @@ unsafe extern "C" fn flood_events(
         }
     } else {
         for i in 0..n {
-            let mut e = kvtier_event {
+            let mut e = kvtier_tier_event {
                 kind: KVTIER_EVENT_STORED,
                 tier: 0,
                 key_len: 4,
@@ -1048,8 +1048,8 @@ fn flood_vtable(f: Box<Flood>) -> kvtier_tier_vtable {
     }
 }
 
-fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_event>, bool) {
-    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; len];
+fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_tier_event>, bool) {
+    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_tier_event>() }; len];
     let (mut n, mut more) = (0, false);
     assert_eq!(
         unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), len, &mut n, &mut more) },

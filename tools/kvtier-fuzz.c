@@ -616,7 +616,7 @@ static void settle_request(request *r) {
 }
 
 static void drain_events(void) {
-    kvtier_event ev[16];
+    kvtier_tier_event ev[16];
     size_t written;
     bool more = true;
     while (more) {

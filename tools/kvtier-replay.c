@@ -174,7 +174,7 @@ typedef struct {
 enum { EVENT_BUF = 4096 };
 
 /* Drains every event; counts keys and primary removals. */
-static void drain_events(kvtier_manager *m, kvtier_event *buf, counters *c) {
+static void drain_events(kvtier_manager *m, kvtier_tier_event *buf, counters *c) {
     bool more = true;
     while (more) {
         size_t n = 0;
@@ -237,7 +237,7 @@ static counters replay_once(const options *o, const workload *wl) {
     uint32_t *slots = (uint32_t *)xrealloc(NULL, max_keys * sizeof(uint32_t));
     uint64_t *positions = (uint64_t *)xrealloc(NULL, max_keys * sizeof(uint64_t));
     for (size_t i = 0; i < max_keys; i++) positions[i] = 16 * (uint64_t)(i + 1);
-    kvtier_event *events = (kvtier_event *)xrealloc(NULL, EVENT_BUF * sizeof(kvtier_event));
+    kvtier_tier_event *events = (kvtier_tier_event *)xrealloc(NULL, EVENT_BUF * sizeof(kvtier_tier_event));
     if (!reqs) {
         fprintf(stderr, "kvtier-replay: out of memory\n");
         exit(1);

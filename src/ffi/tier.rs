@@ -142,7 +142,7 @@ pub struct kvtier_tier_stat {
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
-pub struct kvtier_event {
+pub struct kvtier_tier_event {
     /// `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
     pub kind: i32,
     /// Tier index: 0 primary, 1.. secondary tiers in the order added.
@@ -271,7 +271,7 @@ pub struct kvtier_tier_vtable {
     pub take_events: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,
-            out: *mut kvtier_event,
+            out: *mut kvtier_tier_event,
             capacity: usize,
             written: *mut usize,
         ) -> i32,
@@ -329,7 +329,7 @@ pub(crate) struct CTier {
     keys: Vec<kvtier_key>,
     results: Vec<kvtier_job_result>,
     failed_submits: Vec<JobResult>,
-    events: Vec<kvtier_event>,
+    events: Vec<kvtier_tier_event>,
     errors: Vec<String>,
     callback_errors: u64,
     /// Events refused because their key was empty or longer than 64 bytes.

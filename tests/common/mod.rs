@@ -488,7 +488,7 @@ mod c_bridge {
 
     pub unsafe extern "C" fn events(
         ud: *mut c_void,
-        out: *mut kvtier_event,
+        out: *mut kvtier_tier_event,
         cap: usize,
         written: *mut usize,
     ) -> i32 {
@@ -496,7 +496,7 @@ mod c_bridge {
         unsafe { b(ud) }.tier.take_events(cap, &mut evs);
         assert!(evs.len() <= cap);
         for (i, e) in evs.iter().enumerate() {
-            let mut c = kvtier_event {
+            let mut c = kvtier_tier_event {
                 kind: KVTIER_EVENT_STORED,
                 tier: 0,
                 key_len: 0,
