@@ -20,6 +20,10 @@
 #ifndef KVTIER_HPP
 #define KVTIER_HPP
 
+#if !defined(__cplusplus) || (__cplusplus < 201703L && (!defined(_MSVC_LANG) || _MSVC_LANG < 201703L))
+#error "kvtier.hpp needs C++17 or later (use kvtier.h, the C API, from older C++ or C)"
+#endif
+
 #include "kvtier.h"
 
 #include <cstddef>
@@ -245,6 +249,8 @@ class key_list {
   std::size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   key_view operator[](std::size_t i) const noexcept { return key_view(data_[i]); }
+  const kvtier_key *begin() const noexcept { return data_; }
+  const kvtier_key *end() const noexcept { return data_ + size_; }
 
  private:
   void adopt() noexcept {
@@ -256,10 +262,12 @@ class key_list {
   std::vector<kvtier_key> owned_;
 };
 
-/// An owned copy of a key (what evictions and events hand back).
-using key_bytes = std::basic_string<uint8_t>;
+/// An owned copy of a key (what evictions and events hand back).  A vector,
+/// not std::basic_string<uint8_t>: char_traits<unsigned char> is not
+/// standard and current libc++ no longer has it.
+using key_bytes = std::vector<uint8_t>;
 
-inline key_bytes copy_key(const uint8_t *data, std::size_t len) { return key_bytes(data, len); }
+inline key_bytes copy_key(const uint8_t *data, std::size_t len) { return key_bytes(data, data + len); }
 
 /// Answers of manager::lookup.
 enum class lookup_result : int32_t {
