@@ -29,6 +29,7 @@ all: lib c
 
 lib:
 	$(CARGO) build --release $(CARGO_FEATURES)
+	$(CARGO) build --release -p kvtier-workload
 	ln -sf libkvtier.so $(LIBDIR)/$(SONAME)
 
 cmake-available:
@@ -58,6 +59,7 @@ redis-available:
 test-rust: redis-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test $(CARGO_FEATURES)
+	$(CARGO) test -p kvtier-workload
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(CARGO_FEATURES)
 
 # Tools the tests use beyond the toolchain: the reference Prometheus parser.

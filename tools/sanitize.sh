@@ -37,7 +37,7 @@ if [ "$san" = thread ]; then
 fi
 
 # The replay checks' workload generator: an ordinary build is enough.
-cargo build -q --release --features "$features" --bin kvtier-workload
+cargo build -q --release -p kvtier-workload
 gen="$PWD/target/release/kvtier-workload"
 
 echo "== the C and C++ programs with -fsanitize=$san"

@@ -19,7 +19,7 @@ use super::key::{kvtier_key, read_key, read_keys};
 use super::tier::{
     CTier, KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED,
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER,
-    KVTIER_STAT_GAUGE, job_result_of, kvtier_tier_event, kvtier_job_result, kvtier_param,
+    KVTIER_STAT_GAUGE, job_result_of, kvtier_job_result, kvtier_param, kvtier_tier_event,
     kvtier_tier_vtable,
 };
 use crate::error::Error;

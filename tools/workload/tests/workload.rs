@@ -1,4 +1,4 @@
-//! The project's workload generator (`kvtier-workload`) against the
+//! The workload generator (`kvtier-workload`) against the
 //! reference generator (`../shared/bench/gen_workload.py`): byte-identical
 //! output for every preset and a few seeds.  Runs only where the reference
 //! and `python3` are present; otherwise it says why and passes.
@@ -8,7 +8,7 @@ use std::process::Command;
 
 /// The reference generator, if the shared tree sits beside the repository.
 fn reference() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/bench/gen_workload.py");
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/gen_workload.py");
     p.is_file().then_some(p)
 }
 
