@@ -35,6 +35,7 @@
 pub mod config;
 pub mod conn;
 pub mod header;
+pub mod outcome;
 pub mod report;
 pub mod resp;
 pub mod worker;
@@ -60,7 +61,8 @@ use crate::tiering::{
 };
 
 pub use config::{MAX_TTL_MS, RedisTierConfig};
-use conn::{Cause, Endpoint};
+use conn::Endpoint;
+use outcome::Cause;
 use report::Reporter;
 use worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
 

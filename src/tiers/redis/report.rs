@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::conn::Cause;
+use super::outcome::Cause;
 
 /// Least time between two descriptions of one kind of failure.
 pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);

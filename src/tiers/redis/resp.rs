@@ -13,7 +13,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use super::conn::{Cause, Failure, Reply};
+use super::outcome::{Cause, Failure, Reply};
 
 /// Size of a fresh read buffer: room for a pipeline of 16 blocks of 64 KiB
 /// with their headers, so replies rarely have to be moved.

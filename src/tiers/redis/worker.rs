@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::conn::{Cause, Conn, Endpoint, Op, Reply};
+use super::conn::{Conn, Endpoint, Op};
 use super::header::{self, Corruption};
+use super::outcome::{Cause, Reply};
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::tiering::{Direction, JobRef};
