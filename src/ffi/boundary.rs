@@ -7,7 +7,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{CString, c_char};
-use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,30 +177,47 @@ pub(crate) trait Castable {
     const NAME: &'static str;
 }
 
-/// Access to a handle's value that poisons the handle if a panic unwinds
-/// through it.
+/// Shared access to a handle's value (from [`enter`]); poisons the handle
+/// if a panic unwinds through it.
 pub(crate) struct Entered<'a, T> {
     handle: &'a Handle<T>,
-    value: *mut T,
-    _borrow: PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for Entered<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: `value` points into `handle`, which outlives 'a.
-        unsafe { &*self.value }
-    }
-}
-
-impl<T> DerefMut for Entered<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: only built by `enter_mut`, which had exclusive access.
-        unsafe { &mut *self.value }
+        &self.handle.value
     }
 }
 
 impl<T> Drop for Entered<'_, T> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.handle.poisoned.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Exclusive access to a handle's value (from [`enter_mut`]); poisons the
+/// handle if a panic unwinds through it.
+pub(crate) struct EnteredMut<'a, T> {
+    handle: &'a mut Handle<T>,
+}
+
+impl<T> Deref for EnteredMut<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.handle.value
+    }
+}
+
+impl<T> DerefMut for EnteredMut<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.handle.value
+    }
+}
+
+impl<T> Drop for EnteredMut<'_, T> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.handle.poisoned.store(true, Ordering::Relaxed);
@@ -225,15 +241,12 @@ pub(crate) fn into_handle<C: Castable>(value: C::Rust) -> *mut C {
 pub(crate) unsafe fn enter<'a, C: Castable>(
     ptr: *const C,
 ) -> Result<Entered<'a, C::Rust>, Failure> {
+    // SAFETY: the caller passes NULL or a live handle of type `C`.
     let handle = unsafe { ptr.cast::<Handle<C::Rust>>().as_ref() }.ok_or(Failure::Null(C::NAME))?;
     if handle.poisoned.load(Ordering::Relaxed) {
         return Err(Failure::Poisoned(C::NAME));
     }
-    Ok(Entered {
-        handle,
-        value: &handle.value as *const C::Rust as *mut C::Rust,
-        _borrow: PhantomData,
-    })
+    Ok(Entered { handle })
 }
 
 /// Exclusive access to the value behind `ptr`, checking NULL and poison.
@@ -243,17 +256,14 @@ pub(crate) unsafe fn enter<'a, C: Castable>(
 /// not used by any other thread during the call.
 pub(crate) unsafe fn enter_mut<'a, C: Castable>(
     ptr: *mut C,
-) -> Result<Entered<'a, C::Rust>, Failure> {
+) -> Result<EnteredMut<'a, C::Rust>, Failure> {
+    // SAFETY: the caller passes NULL or a live handle of type `C` that no
+    // other thread uses during the call.
     let handle = unsafe { ptr.cast::<Handle<C::Rust>>().as_mut() }.ok_or(Failure::Null(C::NAME))?;
     if handle.poisoned.load(Ordering::Relaxed) {
         return Err(Failure::Poisoned(C::NAME));
     }
-    let value = &mut handle.value as *mut C::Rust;
-    Ok(Entered {
-        handle,
-        value,
-        _borrow: PhantomData,
-    })
+    Ok(EnteredMut { handle })
 }
 
 /// Frees the handle made by [`into_handle`]; NULL is ignored.
