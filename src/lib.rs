@@ -19,6 +19,8 @@
 //! - [`config`]: a whole manager from one JSON document.
 
 #![warn(missing_docs)]
+// Every unsafe block outside the C boundary says why it is sound.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod config;
 pub mod error;

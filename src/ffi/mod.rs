@@ -4,6 +4,19 @@
 //! behaviour is decided here.  Conventions: every
 //! fallible export returns `kvtier_status`, runs inside the panic boundary,
 //! NULL-checks every pointer, and documents ownership and thread safety.
+//!
+//! # Safety contract of the boundary
+//!
+//! Every `unsafe` block in this module relies on what the calling C code
+//! promises in the export's `# Safety` section: pointers are NULL or valid
+//! for the stated reads and writes and lengths, strings are NUL-terminated,
+//! handles are live and of the named kind, and a handle the header takes
+//! non-const is not used by another thread during the call.  Blocks that
+//! rely on nothing more carry no comment of their own; a block that relies
+//! on more (an invariant of its own, a lifetime beyond the call) says so in
+//! a `// SAFETY:` comment.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod boundary;
 pub mod config;

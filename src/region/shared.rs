@@ -65,6 +65,8 @@ struct Mapping {
 // SAFETY: the span is shared memory; who writes which bytes when is the
 // callers' protocol (slot pinning), not Rust aliasing.
 unsafe impl Send for Mapping {}
+// SAFETY: as for Send: no Rust reference into the span is handed out that
+// another thread could invalidate.
 unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
@@ -96,6 +98,7 @@ pub struct Region {
 
 // SAFETY: see `Mapping`; the remaining fields are plain data.
 unsafe impl Send for Region {}
+// SAFETY: see `Mapping`; the remaining fields are plain data.
 unsafe impl Sync for Region {}
 
 impl Region {

@@ -29,6 +29,7 @@ struct Inner {
 // SAFETY: the mapping is shared memory; access discipline (which slot may be
 // read or written when) is the manager's pinning protocol, not Rust aliasing.
 unsafe impl Send for Inner {}
+// SAFETY: as for Send.
 unsafe impl Sync for Inner {}
 
 impl SlotMemory {
@@ -130,6 +131,8 @@ impl SlotMemory {
     /// pin on it (a store job's slots are pinned until the job finishes).
     pub unsafe fn slot(&self, slot: u32) -> Result<&[u8]> {
         let p = self.slot_ptr(slot)?;
+        // SAFETY: `slot_ptr` checked the slot lies inside the mapping; the
+        // caller guarantees nobody writes it while the borrow lives.
         Ok(unsafe { std::slice::from_raw_parts(p.as_ptr(), self.inner.slot_bytes) })
     }
 
@@ -142,6 +145,8 @@ impl SlotMemory {
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slot_mut(&self, slot: u32) -> Result<&mut [u8]> {
         let p = self.slot_ptr(slot)?;
+        // SAFETY: `slot_ptr` checked the slot lies inside the mapping; the
+        // caller guarantees nobody else uses it while the borrow lives.
         Ok(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), self.inner.slot_bytes) })
     }
 

@@ -31,6 +31,7 @@ pub(crate) fn system_page_size() -> usize {
 /// page size on hugetlbfs, else the system page size.
 pub(crate) fn page_size_for(dir: &Path) -> Result<usize> {
     let c = cpath(dir)?;
+    // SAFETY: statfs is plain data, valid when zeroed.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is NUL-terminated and `s` is a valid out-parameter.
     if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
@@ -46,6 +47,7 @@ pub(crate) fn page_size_for(dir: &Path) -> Result<usize> {
 /// Bytes available to unprivileged users on the file system holding `dir`.
 pub(crate) fn free_bytes(dir: &Path) -> Result<u64> {
     let c = cpath(dir)?;
+    // SAFETY: statvfs is plain data, valid when zeroed.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is NUL-terminated and `s` is a valid out-parameter.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {

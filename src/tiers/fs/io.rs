@@ -289,8 +289,9 @@ impl BlockIo {
 
     /// Notes the root directory lost if it is missing (or not a directory).
     fn check_root(&self) {
-        // SAFETY: plain stat into a zeroed struct.
+        // SAFETY: stat is plain data, valid when zeroed.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a valid out-parameter.
         let rc = unsafe { libc::stat(self.root_c.as_ptr(), &mut st) };
         if (rc != 0 && matches!(errno(), libc::ENOENT | libc::ENOTDIR))
             || (rc == 0 && (st.st_mode & libc::S_IFMT) != libc::S_IFDIR)
@@ -307,8 +308,9 @@ impl BlockIo {
     /// verified only when loaded).
     pub fn exists(&self, key: &Key, scratch: &mut Scratch) -> bool {
         let p = self.layout.block_c(key, &mut scratch.path);
-        // SAFETY: plain stat into a zeroed struct.
+        // SAFETY: stat is plain data, valid when zeroed.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a valid out-parameter.
         let rc = unsafe { libc::stat(p.as_ptr(), &mut st) };
         rc == 0
             && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
@@ -614,8 +616,8 @@ pub enum LinkVia {
 
 /// Links open file `fd` as `dst`.
 fn link_fd(fd: i32, dst: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(), i32> {
-    // SAFETY: NUL-terminated paths; `fd` is open.
     let rc = match via {
+        // SAFETY: NUL-terminated paths; `fd` is open.
         LinkVia::EmptyPath => unsafe {
             libc::linkat(
                 fd,
@@ -630,6 +632,7 @@ fn link_fd(fd: i32, dst: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(
             // Writing into a Vec cannot fail.
             let _ = write!(scratch, "/proc/self/fd/{fd}\0");
             let src = cstr(scratch);
+            // SAFETY: NUL-terminated paths; `fd` is open.
             unsafe {
                 libc::linkat(
                     libc::AT_FDCWD,
