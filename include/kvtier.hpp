@@ -737,7 +737,7 @@ class manager {
     if (s != KVTIER_STATUS_OK) return last_error(s);
     return manager(h);
   }
-  /// A manager from a JSON document (README, "JSON configuration").
+  /// A manager from a JSON document (docs/configuration.md).
   static result<manager> try_from_json(std::string_view json) {
     kvtier_manager *h = nullptr;
     kvtier_status s = kvtier_manager_new_from_json(json.data(), json.size(), &h);

@@ -5,7 +5,7 @@
 //! Parsing is strict: unknown fields and wrong types are errors whose
 //! message starts with the field's path (`tiers[1].options.capacity_bytes:
 //! invalid type: ...`).  Every field has a default except a region's
-//! `name` and an fs tier's `directory`; README.md ("JSON configuration")
+//! `name` and an fs tier's `directory`; docs/configuration.md
 //! documents them all.  Tiers implemented in C or C++ are added afterwards
 //! with `kvtier_manager_add_tier`, behind the configured ones.
 
@@ -56,7 +56,7 @@ fn default_error_log() -> usize {
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PromotionJson {
-    /// Ask again later (the seed's answer).
+    /// Ask again later (vLLM's answer before 0.33; the default).
     #[default]
     Retry,
     /// The block is on its way (vLLM 0.33).

@@ -20,7 +20,7 @@ function(run_replay out_var)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "kvtier-replay ${ARGS} failed (${rc}): ${err}")
   endif()
-  # Exactly the README's fields, no more.
+  # Exactly the fields kvtier-replay.c documents (COUNTERS, wall_s, ns_per_call), no more.
   string(JSON n LENGTH "${out}")
   list(LENGTH FIELDS expected_n)
   if(NOT n EQUAL expected_n)

@@ -1,5 +1,5 @@
 //! `kvtier_manager_new_from_json`: a manager built from one JSON document
-//! (see `crate::config` and README.md, "JSON configuration"), and
+//! (see `crate::config` and docs/configuration.md), and
 //! `kvtier_manager_slot_memory`, where its slots are.
 
 use std::ffi::{c_char, c_void};

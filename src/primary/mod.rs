@@ -95,10 +95,10 @@ pub use writers::Writer;
 /// Eviction policy, chosen by name at creation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PolicyKind {
-    /// [0.33] least recently used, logical recency (SPEC "lru").
+    /// [0.33] least recently used, logical recency (docs/design.md, "lru").
     #[default]
     Lru,
-    /// Adaptive Replacement Cache (SPEC "arc").
+    /// Adaptive Replacement Cache (docs/design.md, "arc").
     Arc,
 }
 

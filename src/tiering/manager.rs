@@ -56,7 +56,7 @@ pub const MAX_SECONDARY_TIERS: usize = 64;
 /// What `lookup` answers for a key whose promotion it just started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PromotionAnswer {
-    /// The seed's answer: ask again later.
+    /// vLLM's answer before 0.33 (the default): ask again later.
     #[default]
     Retry,
     /// vLLM 0.33's answer: the block is on its way (write pending).
