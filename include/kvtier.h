@@ -1127,7 +1127,7 @@ typedef struct {
 } kvtier_store_completion;
 
 /**
- * The tier's numbers, as [`kvtier_primary_read_stats`] fills them.
+ * The tier's numbers, as `kvtier_primary_read_stats` fills them.
  * Counters (the allocation-size histogram included) are cumulative from
  * the tier's creation and never decrease, not even at
  * `kvtier_primary_reset`; the rest are current values.  For numbers per
