@@ -376,8 +376,11 @@ fn prefetch<T>(p: &T) {
 /// and prepare_store + complete_store with eviction in calls of 16; ns
 /// per key.  Request commits are left out of the timing, as in [`run`].
 fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
+    use kvtier::ffi::dialect::{KVTIER_LOOKUP_HIT, kvtier_key_buf, kvtier_lookup_answer};
+    use kvtier::ffi::dialect::{kvtier_request_handle, kvtier_store_plan};
     use kvtier::ffi::key::kvtier_key;
     use kvtier::ffi::primary::*;
+    use std::cell::Cell;
     use std::ffi::CString;
 
     let label = format!("{}/{}", policy.name(), n);
@@ -391,7 +394,13 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
     // the end; every pointer passed names a live buffer of the length given.
     let ok = |status: kvtier::ffi::kvtier_status| assert!(status == kvtier::ffi::kvtier_status::Ok);
     ok(unsafe { kvtier_primary_new(&opts, &mut p) });
-    ok(unsafe { kvtier_primary_request_begin(p, req.as_ptr()) });
+    let begin = || -> kvtier_request_handle {
+        let mut r = 0;
+        ok(unsafe { kvtier_primary_request_begin(p, req.as_ptr(), &mut r) });
+        r
+    };
+    // The bench's one request at a time: its handle changes at each finish.
+    let current = Cell::new(begin());
     let bytes_of = |i: u64| -> [u8; 12] { key(i).as_bytes().try_into().unwrap() };
     let pairs = |keys: &[[u8; 12]]| -> Vec<kvtier_key> {
         keys.iter()
@@ -402,14 +411,24 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
             .collect()
     };
     let finish = || {
-        ok(unsafe { kvtier_primary_request_finished(p, req.as_ptr()) });
-        ok(unsafe { kvtier_primary_request_begin(p, req.as_ptr()) });
+        ok(unsafe { kvtier_primary_request_finished(p, current.get()) });
+        current.set(begin());
     };
     // Stores keys `from..to` in calls of BATCH; the number evicted.
     let store = |from: u64, to: u64| -> usize {
-        let (mut to_store, mut slots) = ([0usize; BATCH], [0u32; BATCH]);
-        let (mut evicted, mut evicted_lens) = ([0u8; BATCH * 64], [0usize; BATCH]);
-        let mut result = kvtier_primary_store_result::default();
+        let (mut store_indices, mut slots) = ([0usize; BATCH], [0u32; BATCH]);
+        let mut evicted = [kvtier_key_buf {
+            len: 0,
+            bytes: [0; 64],
+        }; BATCH];
+        let mut plan = kvtier_store_plan {
+            store_indices: store_indices.as_mut_ptr(),
+            slots: slots.as_mut_ptr(),
+            evicted: evicted.as_mut_ptr(),
+            store_count: 0,
+            evicted_count: 0,
+            refused: false,
+        };
         let mut count = 0;
         let mut bytes = [[0u8; 12]; BATCH];
         let mut c = [kvtier_key {
@@ -425,28 +444,12 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
                     len: 12,
                 };
             }
-            ok(unsafe {
-                kvtier_primary_prepare_store(
-                    p,
-                    req.as_ptr(),
-                    c.as_ptr(),
-                    m,
-                    to_store.as_mut_ptr(),
-                    BATCH,
-                    slots.as_mut_ptr(),
-                    BATCH,
-                    evicted.as_mut_ptr(),
-                    evicted.len(),
-                    evicted_lens.as_mut_ptr(),
-                    BATCH,
-                    &mut result,
-                )
-            });
-            count += result.evicted;
+            ok(unsafe { kvtier_primary_prepare_store(p, current.get(), c.as_ptr(), m, &mut plan) });
+            count += plan.evicted_count;
             ok(unsafe {
                 kvtier_primary_complete_store(
                     p,
-                    req.as_ptr(),
+                    current.get(),
                     c.as_ptr(),
                     m,
                     true,
@@ -468,24 +471,20 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
             .collect();
         let probe = pairs(&keys);
         for (call, suffix) in [(BATCH, ""), (REQUEST_CALL, "_request")] {
-            let mut results = vec![kvtier_primary_lookup_result::Miss; call];
+            let mut answer = kvtier_lookup_answer {
+                hits: 0,
+                stop: 0,
+                reason: 0,
+            };
             let ns = best(|_| {
                 let t0 = Instant::now();
                 let mut hits = 0u64;
                 for chunk in probe.chunks_exact(call) {
                     ok(unsafe {
-                        kvtier_primary_lookup(
-                            p,
-                            black_box(chunk.as_ptr()),
-                            call,
-                            results.as_mut_ptr(),
-                            call,
-                        )
+                        kvtier_primary_lookup(p, black_box(chunk.as_ptr()), call, &mut answer)
                     });
-                    hits += results
-                        .iter()
-                        .filter(|&&r| r == kvtier_primary_lookup_result::Hit)
-                        .count() as u64;
+                    assert_eq!(answer.stop, KVTIER_LOOKUP_HIT);
+                    hits += answer.hits as u64;
                 }
                 let ns = t0.elapsed().as_nanos() as f64;
                 assert_eq!(hits, per_rep);
@@ -506,14 +505,13 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
                         ok(unsafe {
                             kvtier_primary_prepare_load(
                                 p,
-                                req.as_ptr(),
+                                current.get(),
                                 keys,
                                 call,
                                 slots.as_mut_ptr(),
-                                call,
                             )
                         });
-                        ok(unsafe { kvtier_primary_complete_load(p, req.as_ptr(), keys, call) });
+                        ok(unsafe { kvtier_primary_complete_load(p, current.get(), keys, call) });
                     }
                     ns += t0.elapsed().as_nanos() as f64;
                     finish();

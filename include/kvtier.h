@@ -331,42 +331,6 @@ typedef enum {
 } kvtier_status;
 
 /**
- * What lookup found for one key.
- */
-typedef enum {
-  /**
-   * Not resident.
-   */
-  KVTIER_PRIMARY_LOOKUP_RESULT_MISS = 0,
-  /**
-   * Resident, being written: not readable yet (retry later).
-   */
-  KVTIER_PRIMARY_LOOKUP_RESULT_HIT_PENDING = 1,
-  /**
-   * Resident and readable.
-   */
-  KVTIER_PRIMARY_LOOKUP_RESULT_HIT = 2,
-} kvtier_primary_lookup_result;
-
-/**
- * Kind of one event.
- */
-typedef enum {
-  /**
-   * The key became readable.
-   */
-  KVTIER_PRIMARY_EVENT_KIND_STORED = 0,
-  /**
-   * The key was evicted (only keys announced as stored).
-   */
-  KVTIER_PRIMARY_EVENT_KIND_REMOVED = 1,
-  /**
-   * The tier was reset and forgot every key (no key).
-   */
-  KVTIER_PRIMARY_EVENT_KIND_CLEARED = 2,
-} kvtier_primary_event_kind;
-
-/**
  * Severity of a log record; a callback receives records at its maximum
  * level or more severe.
  */
@@ -1039,78 +1003,168 @@ typedef struct {
 } kvtier_primary_options;
 
 /**
- * Summary of one prepare_store call.
+ * A started request, as `kvtier_manager_request_begin` and
+ * `kvtier_primary_request_begin` hand it out; every later call of that
+ * request takes it instead of the request's name.  Never 0, never reused
+ * by the same object: a finished or unknown handle is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`, never another request's state.
  */
-typedef struct {
-  /**
-   * True if the store was refused (not enough evictable keys): no key,
-   * slot or event changed and no other output was written (the request
-   * still recorded the keys it offered, see
-   * [`kvtier_primary_prepare_store`]).  A refusal is not an error.
-   */
-  bool refused;
-  /**
-   * Number of keys to store (entries written to `to_store_out` and `slots_out`).
-   */
-  size_t stored;
-  /**
-   * Number of keys evicted (entries written to `evicted_out` and `evicted_lens_out`).
-   */
-  size_t evicted;
-} kvtier_primary_store_result;
+typedef uint64_t kvtier_request_handle;
 
 /**
- * Summary of one complete_store call.
+ * How one key looked up: a `KVTIER_LOOKUP_*` value.  Secondary tiers
+ * answer their `lookup` callback with MISS, HIT or RETRY.
+ */
+typedef int32_t kvtier_lookup_result;
+
+/**
+ * Why a lookup answered MISS: a `KVTIER_MISS_*` value.
+ */
+typedef int32_t kvtier_miss_reason;
+
+/**
+ * The answer of a batched lookup: how many leading keys are HIT, and how
+ * the first other key answered.  The keys after it were not looked up.
  */
 typedef struct {
   /**
-   * Write-pending keys that became ready (success).
+   * Number of leading keys that are HIT.
+   */
+  size_t hits;
+  /**
+   * The answer of key `hits` (HIT when every key is a hit).
+   */
+  kvtier_lookup_result stop;
+  /**
+   * Why, when `stop` is MISS; `KVTIER_MISS_NONE` otherwise.
+   */
+  kvtier_miss_reason reason;
+} kvtier_lookup_answer;
+
+/**
+ * What a `prepare_store` call planned.  The caller provides the three
+ * arrays, each with room for as many entries as keys were passed (a
+ * store plans and evicts at most one slot per key); the call fills the
+ * counts and `refused`.
+ */
+typedef struct {
+  /**
+   * Out: positions, in the keys passed, of the keys to write now.
+   */
+  size_t *store_indices;
+  /**
+   * Out: the slot of each key to write, parallel to `store_indices`.
+   */
+  uint32_t *slots;
+  /**
+   * Out: the keys evicted to make room (the engine drops its copies).
+   */
+  kvtier_key_buf *evicted;
+  /**
+   * Written: entries used in `store_indices` and `slots`.
+   */
+  size_t store_count;
+  /**
+   * Written: entries used in `evicted`.
+   */
+  size_t evicted_count;
+  /**
+   * Written: true when the store was refused as a whole (no room).
+   */
+  bool refused;
+} kvtier_store_plan;
+
+/**
+ * What a `complete_store` call did with the keys it was given.
+ */
+typedef struct {
+  /**
+   * Keys made readable.
    */
   size_t ready;
   /**
-   * Write-pending keys dropped and their slots freed (failure).
+   * Keys whose failed write freed their slot.
    */
   size_t dropped;
   /**
-   * Absent keys ignored (late completions).
+   * Keys not write pending at all (absent or evicted since): ignored.
    */
   size_t ignored;
   /**
-   * Keys being written for another request, or for a promotion, left
-   * alone (only the request that planned a key completes it).
+   * Keys write pending for another request or a promotion: ignored.
    */
   size_t foreign;
   /**
-   * Keys already readable, left alone.
+   * Keys already readable: ignored.
    */
   size_t already_ready;
-} kvtier_primary_complete_result;
+} kvtier_store_completion;
 
 /**
- * One event, key copied inline.
+ * What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
+ */
+typedef int32_t kvtier_event_kind;
+
+/**
+ * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
+ */
+typedef int32_t kvtier_medium;
+
+/**
+ * How far a tier is: a `KVTIER_LOCALITY_*` value.
+ */
+typedef int32_t kvtier_locality;
+
+/**
+ * Consecutive cache events of one tier and kind: the one shape of the
+ * event callback and of `take_events`.  `keys` belongs to the library:
+ * valid during the callback, or until the next `take_events` call on the
+ * same object.
  */
 typedef struct {
   /**
-   * What happened.
+   * 0 for the primary tier, 1.. for secondary tiers in the order added.
    */
-  kvtier_primary_event_kind kind;
+  uint32_t tier;
   /**
-   * Number of key bytes (0 for `Cleared`).
+   * Stored, removed or cleared.
    */
-  size_t key_len;
+  kvtier_event_kind kind;
   /**
-   * The key's bytes (the first `key_len` are meaningful).
+   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
    */
-  uint8_t key[KVTIER_MAX_KEY_LEN];
-} kvtier_primary_event;
+  kvtier_medium medium;
+  /**
+   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
+   */
+  kvtier_locality locality;
+  /**
+   * The keys (NULL when `len` is 0).
+   */
+  const kvtier_key *keys;
+  /**
+   * Number of keys.
+   */
+  size_t len;
+} kvtier_event;
 
 /**
- * The tier's numbers.  Counters (the allocation-size histogram included)
- * are cumulative from the tier's creation and never decrease, not even at
+ * The tier's numbers, as `kvtier_primary_read_stats` fills them.
+ * Counters (the allocation-size histogram included) are cumulative from
+ * the tier's creation and never decrease, not even at
  * `kvtier_primary_reset`; the rest are current values.  For numbers per
  * interval, keep the previous read and subtract (`now - before`).
+ *
+ * Under the growth rule: set `struct_size` to `sizeof(kvtier_primary_stats)`
+ * before the call; the library fills only the fields inside it, so a
+ * program built against an older, shorter layout gets the fields it knows.
  */
 typedef struct {
+  /**
+   * `sizeof(kvtier_primary_stats)` as the caller was compiled with: set
+   * it before the call; the library keeps it.
+   */
+  size_t struct_size;
   /**
    * Number of slots.
    */
@@ -1442,32 +1496,6 @@ typedef struct {
    */
   uint32_t rows;
 } kvtier_region_view;
-
-/**
- * How one key looked up: a `KVTIER_LOOKUP_*` value.  Secondary tiers
- * answer their `lookup` callback with MISS, HIT or RETRY.
- */
-typedef int32_t kvtier_lookup_result;
-
-/**
- * Why a lookup answered MISS: a `KVTIER_MISS_*` value.
- */
-typedef int32_t kvtier_miss_reason;
-
-/**
- * What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
- */
-typedef int32_t kvtier_event_kind;
-
-/**
- * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
- */
-typedef int32_t kvtier_medium;
-
-/**
- * How far a tier is: a `KVTIER_LOCALITY_*` value.
- */
-typedef int32_t kvtier_locality;
 
 /**
  * Not readable, and nothing is on its way (see `kvtier_miss_reason`).
@@ -2171,72 +2199,86 @@ kvtier_status kvtier_primary_new(const kvtier_primary_options *options, kvtier_p
 void kvtier_primary_free(kvtier_primary *primary);
 
 /**
- * Starts the request named `request_id`; every load and store names an
- * active request.  A name already active, or finished with keys it
- * planned still being written, is `KVTIER_STATUS_DUPLICATE_REQUEST`.  The
- * string is copied.  Exclusive access to the handle.
- *
- * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
- */
-kvtier_status kvtier_primary_request_begin(kvtier_primary *primary, const char *request_id);
-
-/**
- * Ends the request named `request_id`, committing its accesses: every key
- * it stored, loaded or offered to store that is still resident gets one
- * access, its head most recent.  Head to tail is the order in which the
- * request first presented its keys; with `kv_groups`, group by group
- * (ascending), each group by token position when all its keys have one
- * ([`kvtier_primary_set_positions`]); when every key has a position, all
- * by position.  Keys it planned and did not complete yet stay write
- * pending for it: `kvtier_primary_complete_store` with its name still
- * completes them.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+ * Starts a request labelled `name` and writes its handle to
+ * `*request_out`; every load, store, touch and position of the request
+ * takes the handle.  Handles start at 1 and are never reused by the same
+ * tier.  A name already active is `KVTIER_STATUS_DUPLICATE_REQUEST` (names
+ * are unique among active requests; a finished request's name is free at
+ * once).  The name is copied.  On failure `*request_out` is untouched.
  * Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
+ * `primary` must be a live handle; `name` a NUL-terminated UTF-8 string;
+ * `request_out` valid for writes.
  */
-kvtier_status kvtier_primary_request_finished(kvtier_primary *primary, const char *request_id);
+kvtier_status kvtier_primary_request_begin(kvtier_primary *primary,
+                                           const char *name,
+                                           kvtier_request_handle *request_out);
 
 /**
- * Looks up `n` keys and writes one result per key into `results_out`
- * (`results_len` >= `n`): MISS, HIT_PENDING or HIT.  Changes nothing.
- * The keys are read where they are, as results are written, so
- * `results_out` must not overlap them (`KVTIER_STATUS_INVALID_ARGUMENT`).
- * A const call: may run concurrently with other const calls on the handle.
+ * Ends `request`, committing its accesses: every key it stored, loaded or
+ * offered to store that is still resident gets one access, its head most
+ * recent.  Head to tail is the order in which the request first presented
+ * its keys; with `kv_groups`, group by group (ascending), each group by
+ * token position when all its keys have one
+ * ([`kvtier_primary_set_positions`]); when every key has a position, all
+ * by position.  Keys it planned and did not complete yet stay write
+ * pending for it: `kvtier_primary_complete_store` with its handle still
+ * completes them.  A handle that is not active (never handed out, or
+ * finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the
+ * handle.
  *
  * # Safety
- * `primary` must be a live handle; `keys` valid for `n` entries;
- * `results_out` valid for writes of `results_len` entries.
+ * `primary` must be a live handle.
  */
-kvtier_status kvtier_primary_lookup(const kvtier_primary *primary,
+kvtier_status kvtier_primary_request_finished(kvtier_primary *primary,
+                                              kvtier_request_handle request);
+
+/**
+ * Looks up `len` keys in order, as an engine finds a request's cached
+ * prefix, and stops at the first key that is not `KVTIER_LOOKUP_HIT`:
+ * `answer_out->hits` is the number of leading keys that are HIT,
+ * `answer_out->stop` the answer of the key after them
+ * (`KVTIER_LOOKUP_MISS`: not resident, with reason `KVTIER_MISS_ABSENT`;
+ * `KVTIER_LOOKUP_HIT_PENDING`: being written, ask again later; or
+ * `KVTIER_LOOKUP_HIT` when every key is a hit, `len` = 0 included), and
+ * `answer_out->reason` `KVTIER_MISS_NONE` unless it is a miss.  The keys
+ * after the stop are not looked up.  Changes nothing; takes no request.
+ * The keys are read in place.  Every key is checked first: a bad one is
+ * `KVTIER_STATUS_INVALID_KEY` naming its position, nothing written.
+ * Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` must be a live handle; `keys` valid for `len` entries;
+ * `answer_out` valid for writes.
+ */
+kvtier_status kvtier_primary_lookup(kvtier_primary *primary,
                                     const kvtier_key *keys,
-                                    size_t n,
-                                    kvtier_primary_lookup_result *results_out,
-                                    size_t results_len);
+                                    size_t len,
+                                    kvtier_lookup_answer *answer_out);
 
 /**
- * Pins `n` ready keys for a load by request `request_id` and writes their
- * slot ids, in key order, into `slots_out` (`slots_len` >= `n`).  A key
- * that is absent or being written is `KVTIER_STATUS_KEY_STATE`, the message
- * naming its position; nothing changes then.  Release the pins with
- * [`kvtier_primary_complete_load`].  Exclusive access to the handle.
+ * Pins `len` ready keys for a load by `request` and writes their slot ids,
+ * in key order, into `slots_out` (room for `len` entries).  A key that is
+ * absent or being written is `KVTIER_STATUS_KEY_STATE`, the message naming
+ * its position; nothing changes then.  Release the pins with
+ * [`kvtier_primary_complete_load`].  A request that is not active is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated string;
- * `keys` valid for `n` entries; `slots_out` valid for `slots_len` writes.
+ * `primary` must be a live handle; `keys` valid for `len` entries;
+ * `slots_out` valid for `len` writes.
  */
 kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
-                                          const char *request_id,
+                                          kvtier_request_handle request,
                                           const kvtier_key *keys,
-                                          size_t n,
-                                          uint32_t *slots_out,
-                                          size_t slots_len);
+                                          size_t len,
+                                          uint32_t *slots_out);
 
 /**
- * [0.33] Gives `n` keys of active request `request_id` their token
- * positions: `positions[i]` is the end-token position of the block of
- * `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * [0.33] Gives `len` keys of active `request` their token positions:
+ * `positions[i]` is the end-token position of the block of `keys[i]`
+ * (block `i` of a request of 16-token blocks ends at token
  * `16 * (i + 1)`).  A later position replaces an earlier one for the same
  * key.  Call it before the request's first call or between its calls;
  * positions are read when used and kept until the request finishes (a
@@ -2251,61 +2293,61 @@ kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
  * (or, per KV group, all of the group's) have one.  Keys without a
  * position behave as if this call was never made.
  *
- * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not begun, or
- * finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64
- * bytes, or (with `kv_groups`) fewer than 5, the message naming its
- * position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
- * NULL with `n` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
- * `n` = 0 does nothing.  The arrays are read during the call only; the
- * keys are copied.  Exclusive access to the handle.
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not active);
+ * `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64 bytes, or
+ * (with `kv_groups`) fewer than 5, the message naming its position;
+ * `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is NULL with
+ * `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.  `len` = 0 does
+ * nothing.  The arrays are read during the call only; the keys are
+ * copied.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated string;
- * `keys` and `positions` valid for `n` entries each.
+ * `primary` must be a live handle; `keys` and `positions` valid for `len`
+ * entries each.
  */
 kvtier_status kvtier_primary_set_positions(kvtier_primary *primary,
-                                           const char *request_id,
+                                           kvtier_request_handle request,
                                            const kvtier_key *keys,
-                                           const uint64_t *positions,
-                                           size_t n);
+                                           size_t len,
+                                           const uint64_t *positions);
 
 /**
- * Marks `n` keys recently used for request `request_id` (policy-specific;
- * the first key ends up most recent); absent keys are ignored (ARC learns
- * from keys it evicted recently).  Exclusive access to the handle.
+ * Marks `len` keys recently used for `request` (policy-specific; the
+ * first key ends up most recent); absent keys are ignored (ARC learns
+ * from keys it evicted recently).  A request that is not active is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated string;
- * `keys` valid for `n` entries.
+ * `primary` must be a live handle; `keys` valid for `len` entries.
  */
 kvtier_status kvtier_primary_touch(kvtier_primary *primary,
-                                   const char *request_id,
+                                   kvtier_request_handle request,
                                    const kvtier_key *keys,
-                                   size_t n);
+                                   size_t len);
 
 /**
- * Releases the pins [`kvtier_primary_prepare_load`] took on `n` keys.  A
- * key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming its
- * position; nothing changes then.  Exclusive access to the handle.
+ * Releases the pins [`kvtier_primary_prepare_load`] took on `len` keys.  A
+ * key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming
+ * its position; nothing changes then.  A request that is not active is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated string;
- * `keys` valid for `n` entries.
+ * `primary` must be a live handle; `keys` valid for `len` entries.
  */
 kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
-                                           const char *request_id,
+                                           kvtier_request_handle request,
                                            const kvtier_key *keys,
-                                           size_t n);
+                                           size_t len);
 
 /**
- * Plans storing `n` keys for request `request_id`.
+ * Plans storing `len` keys for `request`.
  *
  * Keys already resident are not stored again.  If free slots are short,
  * exactly the shortfall is evicted from idle keys not named in this call;
  * if that many are not available, the call succeeds with
- * `result_out->refused = true` and no key, slot or event changes.
- * Otherwise the keys to store enter the write-pending state, written by
- * this request; write their data, then call
+ * `plan_out->refused = true`, both counts 0, and no key, slot or event
+ * changes.  Otherwise the keys to store enter the write-pending state,
+ * written by this request; write their data, then call
  * [`kvtier_primary_complete_store`] with the same request (once or in
  * several calls).  Either way the request records, before any eviction,
  * the keys it offered to store and the ready keys it named (as vLLM 0.33
@@ -2313,38 +2355,31 @@ kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
  * `"lru"` a ready key with a token position presented for the first time
  * is raised to the request's rank.
  *
- * Buffers, each sized by the input count `n` (at most `n` keys are stored
- * and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the
- * position in `keys` of each key to store, in call order; `slots_out`
- * (`slots_len` >= n) its slot id; `evicted_out` (`evicted_len` >= n *
- * `KVTIER_MAX_KEY_LEN` bytes) gets evicted key `i` at byte offset `i *
- * KVTIER_MAX_KEY_LEN`, its length in `evicted_lens_out[i]`
- * (`evicted_lens_len` >= n).  Counts go to `*result_out`.  Nothing is
- * allocated for the caller.  Exclusive access to the handle.
+ * The caller fills `plan_out`'s three arrays, each with room for `len`
+ * entries (at most `len` keys are stored and at most `len` evicted; NULL
+ * when `len` is 0); the call writes `store_indices[i]`, the position in
+ * `keys` of the i-th key to store (its first occurrence, in call order),
+ * `slots[i]`, its slot, and `evicted[i]`, a copy of the i-th key evicted
+ * to make room (the engine drops its copies), then `store_count`,
+ * `evicted_count` and `refused`.  On a refusal or an error the arrays are
+ * untouched.  A request that is not active is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated string;
- * `keys` valid for `n` entries; each output valid for writes of its length;
- * `result_out` valid for writes.
+ * `primary` must be a live handle; `keys` valid for `len` entries;
+ * `plan_out` valid for reads and writes, its arrays valid for `len`
+ * writes each.
  */
 kvtier_status kvtier_primary_prepare_store(kvtier_primary *primary,
-                                           const char *request_id,
+                                           kvtier_request_handle request,
                                            const kvtier_key *keys,
-                                           size_t n,
-                                           size_t *to_store_out,
-                                           size_t to_store_len,
-                                           uint32_t *slots_out,
-                                           size_t slots_len,
-                                           uint8_t *evicted_out,
-                                           size_t evicted_len,
-                                           size_t *evicted_lens_out,
-                                           size_t evicted_lens_len,
-                                           kvtier_primary_store_result *result_out);
+                                           size_t len,
+                                           kvtier_store_plan *plan_out);
 
 /**
- * Finishes writes of `n` keys that request `request_id` planned: with
- * `success`, its keys still being written become readable and evictable
- * ("stored" events); without, they are dropped and their slots freed.
+ * Finishes writes of `len` keys that `request` planned: with `success`,
+ * its keys still being written become readable and evictable ("stored"
+ * events); without, they are dropped and their slots freed.
  *
  * Only keys that this request's own `kvtier_primary_prepare_store`
  * planned, and that are still being written for it, are acted on; every
@@ -2353,28 +2388,29 @@ kvtier_status kvtier_primary_prepare_store(kvtier_primary *primary,
  * keys (`ignored`: a completion after a reset).  Passing every key given
  * to prepare_store is therefore safe.  A plan may be completed in
  * several calls, a part of its keys each time.  The request may have
- * finished: its name stays known for its completions until every key it
- * planned was completed (or the tier was reset); an unknown name is
+ * finished: its handle stays valid here until every key it planned was
+ * completed (or the tier was reset); any other handle is
  * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Writes counts to `*result_out` unless
  * it is NULL.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `request_id` a NUL-terminated string;
- * `keys` valid for `n` entries; `result_out` NULL or valid for writes.
+ * `primary` must be a live handle; `keys` valid for `len` entries;
+ * `result_out` NULL or valid for writes.
  */
 kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
-                                            const char *request_id,
+                                            kvtier_request_handle request,
                                             const kvtier_key *keys,
-                                            size_t n,
+                                            size_t len,
                                             bool success,
-                                            kvtier_primary_complete_result *result_out);
+                                            kvtier_store_completion *result_out);
 
 /**
  * Forgets every key and frees every slot, whatever its state (pins and
  * writes in flight included); slot allocation restarts at 0.  Drops queued
- * events and queues one "cleared" event.  Active requests stay active;
- * writes in flight are forgotten (their completions find nothing), and
- * finished requests' names are released.  Exclusive access to the handle.
+ * events and queues one "cleared" event.  Active requests stay active
+ * (their handles stay valid); writes in flight are forgotten (their
+ * completions find nothing), and finished requests' handles are
+ * released.  Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle.
@@ -2382,34 +2418,51 @@ kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
 kvtier_status kvtier_primary_reset(kvtier_primary *primary);
 
 /**
- * Moves up to `events_len` queued events, oldest first, into `events_out`
- * and writes how many to `*count_out` and whether more remain to
- * `*more_out`.  Keys are copied into the events.  Events are buffered up to
- * the `event_capacity` option; beyond it new events are dropped and
- * counted (stats `events_dropped`).  Exclusive access to the handle.
+ * Moves the oldest queued events into `events_out`, at most `capacity`
+ * entries, writes how many to `*written_out` and whether more remain to
+ * `*more_out` (a queue: what fits is handed over, the rest waits).
+ *
+ * Each `kvtier_event` carries consecutive events of one kind: `tier` 0,
+ * `medium` `KVTIER_MEDIUM_CPU`, `locality` `KVTIER_LOCALITY_LOCAL`,
+ * `kind` `KVTIER_EVENT_STORED` (the keys became readable),
+ * `KVTIER_EVENT_REMOVED` (they were evicted; only keys announced as
+ * stored) or `KVTIER_EVENT_CLEARED` (a reset; no keys, `keys` NULL), and
+ * `len` keys at `keys`.  The keys point into memory this handle owns,
+ * valid until the next `kvtier_primary_take_events` call on it or its
+ * `_free`; copy what you keep.
+ *
+ * Events are buffered up to the `event_capacity` option; beyond it new
+ * events are dropped and counted (stats `events_dropped`).  `capacity` 0
+ * (with `events_out` NULL allowed) takes nothing and tells, in
+ * `*more_out`, whether events wait.  Exclusive access to the handle.
  *
  * # Safety
- * `primary` must be a live handle; `events_out` valid for `events_len`
- * writes (NULL allowed when 0); `count_out` and `more_out` valid for writes.
+ * `primary` must be a live handle; `events_out` valid for `capacity`
+ * writes (NULL allowed when 0); `written_out` and `more_out` valid for
+ * writes.
  */
 kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
-                                         kvtier_primary_event *events_out,
-                                         size_t events_len,
-                                         size_t *count_out,
+                                         kvtier_event *events_out,
+                                         size_t capacity,
+                                         size_t *written_out,
                                          bool *more_out);
 
 /**
- * Writes the tier's numbers to `*stats_out`.  A const call: may run
- * concurrently with other const calls on the handle.  Counters are
+ * Writes the tier's numbers to `*stats_out`, under the growth rule: set
+ * `stats_out->struct_size` to `sizeof(kvtier_primary_stats)` first; only
+ * the fields inside it are written (a size smaller than the first
+ * published layout, or larger than this library's, is
+ * `KVTIER_STATUS_INVALID_ARGUMENT`, nothing written).  Counters are
  * cumulative from creation and never decrease; gauges are current.  For
  * per-interval numbers (vLLM reports deltas since the previous read),
  * keep the previous `kvtier_primary_stats` and subtract field by field.
+ * Exclusive access to the handle, like every primary call.
  *
  * # Safety
- * `primary` must be a live handle; `stats_out` valid for writes.
+ * `primary` must be a live handle; `stats_out` valid for reads and writes
+ * of its `struct_size` bytes.
  */
-kvtier_status kvtier_primary_read_stats(const kvtier_primary *primary,
-                                        kvtier_primary_stats *stats_out);
+kvtier_status kvtier_primary_read_stats(kvtier_primary *primary, kvtier_primary_stats *stats_out);
 
 /**
  * Returns the default redis tier options: standalone `127.0.0.1:6379`,

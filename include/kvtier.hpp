@@ -354,7 +354,8 @@ class region {
 // --------------------------------------------------------------- primary
 
 /// Owner of a standalone kvtier_primary (move-only); use get() for the
-/// rest of the kvtier_primary_* calls.
+/// rest of the kvtier_primary_* calls.  Like the C handle, not internally
+/// synchronized: calls on one primary must not overlap.
 class primary {
  public:
   primary() noexcept = default;
@@ -389,29 +390,31 @@ class primary {
     if (h_) kvtier_primary_free(std::exchange(h_, nullptr));
   }
 
-  result<void> try_request_begin(const std::string &request) {
-    return detail::check(kvtier_primary_request_begin(h_, request.c_str()));
+  /// Starts a request labelled `name`; its handle, for every later call
+  /// of the request.
+  result<kvtier_request_handle> try_request_begin(const std::string &name) {
+    kvtier_request_handle r = 0;
+    return detail::check(kvtier_primary_request_begin(h_, name.c_str(), &r), std::move(r));
   }
-  result<void> try_request_finished(const std::string &request) {
-    return detail::check(kvtier_primary_request_finished(h_, request.c_str()));
+  result<void> try_request_finished(kvtier_request_handle request) {
+    return detail::check(kvtier_primary_request_finished(h_, request));
   }
-  result<std::vector<kvtier_primary_lookup_result>> try_lookup(const key_list &keys) const {
-    std::vector<kvtier_primary_lookup_result> out(keys.size());
-    return detail::check(kvtier_primary_lookup(h_, keys.data(), keys.size(), out.data(), out.size()),
-                         std::move(out));
+  /// Looks `keys` up in order, stopping at the first that is not HIT.
+  result<kvtier_lookup_answer> try_lookup(const key_list &keys) {
+    kvtier_lookup_answer a{};
+    return detail::check(kvtier_primary_lookup(h_, keys.data(), keys.size(), &a), std::move(a));
   }
-  result<kvtier_primary_stats> try_stats() const {
+  result<kvtier_primary_stats> try_stats() {
     kvtier_primary_stats s;
     std::memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
     return detail::check(kvtier_primary_read_stats(h_, &s), std::move(s));
   }
 #if KVTIER_HPP_EXCEPTIONS
-  void request_begin(const std::string &r) { detail::unwrap(try_request_begin(r)); }
-  void request_finished(const std::string &r) { detail::unwrap(try_request_finished(r)); }
-  std::vector<kvtier_primary_lookup_result> lookup(const key_list &keys) const {
-    return detail::unwrap(try_lookup(keys));
-  }
-  kvtier_primary_stats stats() const { return detail::unwrap(try_stats()); }
+  kvtier_request_handle request_begin(const std::string &name) { return detail::unwrap(try_request_begin(name)); }
+  void request_finished(kvtier_request_handle r) { detail::unwrap(try_request_finished(r)); }
+  kvtier_lookup_answer lookup(const key_list &keys) { return detail::unwrap(try_lookup(keys)); }
+  kvtier_primary_stats stats() { return detail::unwrap(try_stats()); }
 #endif
 
  private:

@@ -15,6 +15,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use kvtier::Key;
 use kvtier::events::Event;
 use kvtier::ffi::config::*;
+use kvtier::ffi::dialect::{
+    kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
+};
 use kvtier::ffi::fs::*;
 use kvtier::ffi::key::kvtier_key;
 use kvtier::ffi::log::*;
@@ -151,8 +154,15 @@ impl Fx {
             kvtier_manager_on_new_request(self.manager, name.as_ptr(), null(), &mut policy)
         };
         assert_eq!(st, S::Ok, "{}", last_error());
-        let st = unsafe { kvtier_primary_request_begin(self.primary, name.as_ptr()) };
+        self.primary_request(name);
+    }
+
+    /// Starts request `name` on the primary tier; its handle.
+    fn primary_request(&self, name: &CStr) -> kvtier_request_handle {
+        let mut r = 0;
+        let st = unsafe { kvtier_primary_request_begin(self.primary, name.as_ptr(), &mut r) };
         assert_eq!(st, S::Ok, "{}", last_error());
+        r
     }
 }
 
@@ -222,11 +232,14 @@ fn key_buf() -> kvtier_key_buf {
     }
 }
 
-fn primary_event() -> kvtier_primary_event {
-    kvtier_primary_event {
-        kind: kvtier_primary_event_kind::Cleared,
-        key_len: 0,
-        key: [0; 64],
+fn shared_event() -> kvtier::ffi::dialect::kvtier_event {
+    kvtier::ffi::dialect::kvtier_event {
+        tier: 0,
+        kind: 0,
+        medium: 0,
+        locality: 0,
+        keys: null(),
+        len: 0,
     }
 }
 
@@ -690,114 +703,118 @@ fn table() -> Vec<Export> {
         }),
         export!(kvtier_primary_request_begin, f, {
             let fx = Fx::new();
-            is_null_arg(f, "primary", kvtier_primary_request_begin(null_mut(), c"r".as_ptr()));
-            is_null_arg(f, "request_id", kvtier_primary_request_begin(fx.primary, null()));
-            is_null_arg(f, "primary", kvtier_primary_request_begin(null_mut(), null()));
+            let mut h: kvtier_request_handle = 77;
+            is_null_arg(f, "primary", kvtier_primary_request_begin(null_mut(), c"r".as_ptr(), &mut h));
+            is_null_arg(f, "name", kvtier_primary_request_begin(fx.primary, null(), &mut h));
+            is_null_arg(f, "request_out", kvtier_primary_request_begin(fx.primary, c"r".as_ptr(), null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_request_begin(null_mut(), null(), null_mut()));
+            assert_eq!(h, 77, "{f} wrote *request_out on failure");
+            expect(f, "all valid", kvtier_primary_request_begin(fx.primary, c"r".as_ptr(), &mut h), S::Ok);
+            assert_ne!(h, 0, "{f}");
         }),
         export!(kvtier_primary_request_finished, f, {
             let fx = Fx::new();
-            fx.start(c"r");
-            is_null_arg(f, "primary", kvtier_primary_request_finished(null_mut(), c"r".as_ptr()));
-            is_null_arg(f, "request_id", kvtier_primary_request_finished(fx.primary, null()));
-            is_null_arg(f, "primary", kvtier_primary_request_finished(null_mut(), null()));
-            expect(f, "all valid", kvtier_primary_request_finished(fx.primary, c"r".as_ptr()), S::Ok);
+            let r = fx.primary_request(c"r");
+            is_null_arg(f, "primary", kvtier_primary_request_finished(null_mut(), r));
+            expect(f, "handle 0", kvtier_primary_request_finished(fx.primary, 0), S::UnknownRequest);
+            expect(f, "all valid", kvtier_primary_request_finished(fx.primary, r), S::Ok);
+            expect(f, "finished", kvtier_primary_request_finished(fx.primary, r), S::UnknownRequest);
         }),
         export!(kvtier_primary_lookup, f, {
             let fx = Fx::new();
             let (k, bad) = ([key()], [null_data_key()]);
-            let mut res = [kvtier_primary_lookup_result::Hit];
-            is_null_arg(f, "primary", kvtier_primary_lookup(null(), k.as_ptr(), 1, res.as_mut_ptr(), 1));
-            is_null_arg(f, "keys", kvtier_primary_lookup(fx.primary, null(), 1, res.as_mut_ptr(), 1));
-            is_null_arg(f, "keys[].data", kvtier_primary_lookup(fx.primary, bad.as_ptr(), 1, res.as_mut_ptr(), 1));
-            is_null_arg(f, "results_out", kvtier_primary_lookup(fx.primary, k.as_ptr(), 1, null_mut(), 1));
-            is_null_arg(f, "primary", kvtier_primary_lookup(null(), null(), 1, null_mut(), 1));
-            expect(f, "empty arrays at NULL", kvtier_primary_lookup(fx.primary, null(), 0, null_mut(), 0), S::Ok);
+            let mut a = kvtier_lookup_answer { hits: 0, stop: 0, reason: 0 };
+            is_null_arg(f, "primary", kvtier_primary_lookup(null_mut(), k.as_ptr(), 1, &mut a));
+            is_null_arg(f, "keys", kvtier_primary_lookup(fx.primary, null(), 1, &mut a));
+            is_null_arg(f, "keys[].data", kvtier_primary_lookup(fx.primary, bad.as_ptr(), 1, &mut a));
+            is_null_arg(f, "answer_out", kvtier_primary_lookup(fx.primary, k.as_ptr(), 1, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_lookup(null_mut(), null(), 1, null_mut()));
+            expect(f, "no keys at NULL", kvtier_primary_lookup(fx.primary, null(), 0, &mut a), S::Ok);
         }),
         export!(kvtier_primary_prepare_load, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.primary_request(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
             let mut slots = [0u32; 1];
-            is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), r, k.as_ptr(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "request_id", kvtier_primary_prepare_load(fx.primary, null(), k.as_ptr(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "keys", kvtier_primary_prepare_load(fx.primary, r, null(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "keys[].data", kvtier_primary_prepare_load(fx.primary, r, bad.as_ptr(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "slots_out", kvtier_primary_prepare_load(fx.primary, r, k.as_ptr(), 1, null_mut(), 1));
-            is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), null(), null(), 1, null_mut(), 1));
-            expect(f, "empty arrays at NULL", kvtier_primary_prepare_load(fx.primary, r, null(), 0, null_mut(), 0), S::Ok);
+            is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), r, k.as_ptr(), 1, slots.as_mut_ptr()));
+            is_null_arg(f, "keys", kvtier_primary_prepare_load(fx.primary, r, null(), 1, slots.as_mut_ptr()));
+            is_null_arg(f, "keys[].data", kvtier_primary_prepare_load(fx.primary, r, bad.as_ptr(), 1, slots.as_mut_ptr()));
+            is_null_arg(f, "slots_out", kvtier_primary_prepare_load(fx.primary, r, k.as_ptr(), 1, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_prepare_load(null_mut(), r, null(), 1, null_mut()));
+            expect(f, "empty arrays at NULL", kvtier_primary_prepare_load(fx.primary, r, null(), 0, null_mut()), S::Ok);
+            expect(f, "handle 0", kvtier_primary_prepare_load(fx.primary, 0, null(), 0, null_mut()), S::UnknownRequest);
         }),
         export!(kvtier_primary_set_positions, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.primary_request(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
             let pos = [16u64];
-            let r = c"r".as_ptr();
-            is_null_arg(f, "primary", kvtier_primary_set_positions(null_mut(), r, k.as_ptr(), pos.as_ptr(), 1));
-            is_null_arg(f, "request_id", kvtier_primary_set_positions(fx.primary, null(), k.as_ptr(), pos.as_ptr(), 1));
-            is_null_arg(f, "keys", kvtier_primary_set_positions(fx.primary, r, null(), pos.as_ptr(), 1));
-            is_null_arg(f, "keys[].data", kvtier_primary_set_positions(fx.primary, r, bad.as_ptr(), pos.as_ptr(), 1));
-            is_null_arg(f, "positions", kvtier_primary_set_positions(fx.primary, r, k.as_ptr(), null(), 1));
-            is_null_arg(f, "primary", kvtier_primary_set_positions(null_mut(), null(), null(), null(), 1));
-            expect(f, "empty arrays at NULL", kvtier_primary_set_positions(fx.primary, r, null(), null(), 0), S::Ok);
-            expect(f, "all valid", kvtier_primary_set_positions(fx.primary, r, k.as_ptr(), pos.as_ptr(), 1), S::Ok);
+            is_null_arg(f, "primary", kvtier_primary_set_positions(null_mut(), r, k.as_ptr(), 1, pos.as_ptr()));
+            is_null_arg(f, "keys", kvtier_primary_set_positions(fx.primary, r, null(), 1, pos.as_ptr()));
+            is_null_arg(f, "keys[].data", kvtier_primary_set_positions(fx.primary, r, bad.as_ptr(), 1, pos.as_ptr()));
+            is_null_arg(f, "positions", kvtier_primary_set_positions(fx.primary, r, k.as_ptr(), 1, null()));
+            is_null_arg(f, "primary", kvtier_primary_set_positions(null_mut(), r, null(), 1, null()));
+            expect(f, "empty arrays at NULL", kvtier_primary_set_positions(fx.primary, r, null(), 0, null()), S::Ok);
+            expect(f, "all valid", kvtier_primary_set_positions(fx.primary, r, k.as_ptr(), 1, pos.as_ptr()), S::Ok);
         }),
         export!(kvtier_primary_touch, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.primary_request(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
             is_null_arg(f, "primary", kvtier_primary_touch(null_mut(), r, k.as_ptr(), 1));
-            is_null_arg(f, "request_id", kvtier_primary_touch(fx.primary, null(), k.as_ptr(), 1));
             is_null_arg(f, "keys", kvtier_primary_touch(fx.primary, r, null(), 1));
             is_null_arg(f, "keys[].data", kvtier_primary_touch(fx.primary, r, bad.as_ptr(), 1));
-            is_null_arg(f, "primary", kvtier_primary_touch(null_mut(), null(), null(), 1));
+            is_null_arg(f, "primary", kvtier_primary_touch(null_mut(), r, null(), 1));
             expect(f, "no keys at NULL", kvtier_primary_touch(fx.primary, r, null(), 0), S::Ok);
         }),
         export!(kvtier_primary_complete_load, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.primary_request(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
             is_null_arg(f, "primary", kvtier_primary_complete_load(null_mut(), r, k.as_ptr(), 1));
-            is_null_arg(f, "request_id", kvtier_primary_complete_load(fx.primary, null(), k.as_ptr(), 1));
             is_null_arg(f, "keys", kvtier_primary_complete_load(fx.primary, r, null(), 1));
             is_null_arg(f, "keys[].data", kvtier_primary_complete_load(fx.primary, r, bad.as_ptr(), 1));
-            is_null_arg(f, "primary", kvtier_primary_complete_load(null_mut(), null(), null(), 1));
+            is_null_arg(f, "primary", kvtier_primary_complete_load(null_mut(), r, null(), 1));
             expect(f, "no keys at NULL", kvtier_primary_complete_load(fx.primary, r, null(), 0), S::Ok);
         }),
         export!(kvtier_primary_prepare_store, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.primary_request(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
-            let (mut to, mut slots, mut ev, mut lens) = ([0usize; 1], [0u32; 1], [0u8; 64], [0usize; 1]);
-            let (t, s, e, l) = (to.as_mut_ptr(), slots.as_mut_ptr(), ev.as_mut_ptr(), lens.as_mut_ptr());
-            let mut res = kvtier_primary_store_result::default();
-            is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), r, k.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
-            is_null_arg(f, "request_id", kvtier_primary_prepare_store(fx.primary, null(), k.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
-            is_null_arg(f, "keys", kvtier_primary_prepare_store(fx.primary, r, null(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
-            is_null_arg(f, "keys[].data", kvtier_primary_prepare_store(fx.primary, r, bad.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, &mut res));
-            is_null_arg(f, "to_store_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, null_mut(), 1, s, 1, e, 64, l, 1, &mut res));
-            is_null_arg(f, "slots_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, null_mut(), 1, e, 64, l, 1, &mut res));
-            is_null_arg(f, "evicted_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, s, 1, null_mut(), 64, l, 1, &mut res));
-            is_null_arg(f, "evicted_lens_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, s, 1, e, 64, null_mut(), 1, &mut res));
-            is_null_arg(f, "result_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, t, 1, s, 1, e, 64, l, 1, null_mut()));
-            is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), null(), null(), 1, null_mut(), 1, null_mut(), 1, null_mut(), 64, null_mut(), 1, null_mut()));
-            expect(f, "empty arrays at NULL", kvtier_primary_prepare_store(fx.primary, r, null(), 0, null_mut(), 0, null_mut(), 0, null_mut(), 0, null_mut(), 0, &mut res), S::Ok);
+            let (mut idx, mut slots, mut ev) = ([0usize; 1], [0u32; 1], [key_buf(); 1]);
+            let plan = kvtier_store_plan {
+                store_indices: idx.as_mut_ptr(),
+                slots: slots.as_mut_ptr(),
+                evicted: ev.as_mut_ptr(),
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            let (mut p, mut no_idx, mut no_slots, mut no_ev) = (plan, plan, plan, plan);
+            no_idx.store_indices = null_mut();
+            no_slots.slots = null_mut();
+            no_ev.evicted = null_mut();
+            is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), r, k.as_ptr(), 1, &mut p));
+            is_null_arg(f, "keys", kvtier_primary_prepare_store(fx.primary, r, null(), 1, &mut p));
+            is_null_arg(f, "keys[].data", kvtier_primary_prepare_store(fx.primary, r, bad.as_ptr(), 1, &mut p));
+            is_null_arg(f, "plan_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, null_mut()));
+            is_null_arg(f, "plan_out->store_indices", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_idx));
+            is_null_arg(f, "plan_out->slots", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_slots));
+            is_null_arg(f, "plan_out->evicted", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_ev));
+            is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), r, null(), 1, null_mut()));
+            let mut empty = kvtier_store_plan { store_indices: null_mut(), slots: null_mut(), evicted: null_mut(), ..plan };
+            expect(f, "empty arrays at NULL", kvtier_primary_prepare_store(fx.primary, r, null(), 0, &mut empty), S::Ok);
         }),
         export!(kvtier_primary_complete_store, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.primary_request(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
-            let mut res = kvtier_primary_complete_result::default();
+            let mut res = kvtier_store_completion::default();
             is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), r, k.as_ptr(), 1, true, &mut res));
-            is_null_arg(f, "request_id", kvtier_primary_complete_store(fx.primary, null(), k.as_ptr(), 1, true, &mut res));
             is_null_arg(f, "keys", kvtier_primary_complete_store(fx.primary, r, null(), 1, true, &mut res));
             is_null_arg(f, "keys[].data", kvtier_primary_complete_store(fx.primary, r, bad.as_ptr(), 1, true, &mut res));
-            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), null(), null(), 1, true, null_mut()));
-            expect(f, "unknown request", kvtier_primary_complete_store(fx.primary, c"nobody".as_ptr(), k.as_ptr(), 1, true, &mut res), S::UnknownRequest);
+            is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), r, null(), 1, true, null_mut()));
+            expect(f, "unknown request", kvtier_primary_complete_store(fx.primary, r + 1, k.as_ptr(), 1, true, &mut res), S::UnknownRequest);
             // `result_out` may be NULL: no counts written.
             expect(f, "result_out NULL", kvtier_primary_complete_store(fx.primary, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
@@ -806,22 +823,24 @@ fn table() -> Vec<Export> {
         }),
         export!(kvtier_primary_take_events, f, {
             let fx = Fx::new();
-            let mut ev = [primary_event()];
-            let (mut count, mut more) = (9usize, true);
-            is_null_arg(f, "primary", kvtier_primary_take_events(null_mut(), ev.as_mut_ptr(), 1, &mut count, &mut more));
-            is_null_arg(f, "events_out", kvtier_primary_take_events(fx.primary, null_mut(), 1, &mut count, &mut more));
-            is_null_arg(f, "count_out", kvtier_primary_take_events(fx.primary, ev.as_mut_ptr(), 1, null_mut(), &mut more));
-            is_null_arg(f, "more_out", kvtier_primary_take_events(fx.primary, ev.as_mut_ptr(), 1, &mut count, null_mut()));
+            let mut ev = [shared_event()];
+            let (mut written, mut more) = (9usize, true);
+            is_null_arg(f, "primary", kvtier_primary_take_events(null_mut(), ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "events_out", kvtier_primary_take_events(fx.primary, null_mut(), 1, &mut written, &mut more));
+            is_null_arg(f, "written_out", kvtier_primary_take_events(fx.primary, ev.as_mut_ptr(), 1, null_mut(), &mut more));
+            is_null_arg(f, "more_out", kvtier_primary_take_events(fx.primary, ev.as_mut_ptr(), 1, &mut written, null_mut()));
             is_null_arg(f, "primary", kvtier_primary_take_events(null_mut(), null_mut(), 1, null_mut(), null_mut()));
-            expect(f, "events_out NULL, len 0", kvtier_primary_take_events(fx.primary, null_mut(), 0, &mut count, &mut more), S::Ok);
-            assert!(count == 0 && !more, "{f}");
+            expect(f, "events_out NULL, capacity 0", kvtier_primary_take_events(fx.primary, null_mut(), 0, &mut written, &mut more), S::Ok);
+            assert!(written == 0 && !more, "{f}");
         }),
         export!(kvtier_primary_read_stats, f, {
             let fx = Fx::new();
             let mut stats = kvtier_primary_stats::default();
-            is_null_arg(f, "primary", kvtier_primary_read_stats(null(), &mut stats));
+            is_null_arg(f, "primary", kvtier_primary_read_stats(null_mut(), &mut stats));
             is_null_arg(f, "stats_out", kvtier_primary_read_stats(fx.primary, null_mut()));
-            is_null_arg(f, "primary", kvtier_primary_read_stats(null(), null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_read_stats(null_mut(), null_mut()));
+            stats.struct_size = 0;
+            expect(f, "struct_size 0", kvtier_primary_read_stats(fx.primary, &mut stats), S::InvalidArgument);
         }),
         // --- region ------------------------------------------------------------
         export!(kvtier_region_new, f, {
@@ -1270,8 +1289,9 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
 #[test]
 fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
     let p = primary(SLOTS);
+    let mut r = 0;
     assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, c"r".as_ptr()) },
+        unsafe { kvtier_primary_request_begin(p, c"r".as_ptr(), &mut r) },
         S::Ok
     );
     assert_eq!(
@@ -1285,51 +1305,47 @@ fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
         msg.contains("deliberate panic") && msg.contains("poisoned"),
         "{msg}"
     );
-    let r = c"r".as_ptr();
     let calls: Calls = vec![
-        call!(
-            kvtier_primary_request_begin,
-            kvtier_primary_request_begin(p, c"s".as_ptr())
-        ),
+        call!(kvtier_primary_request_begin, {
+            let mut h = 0;
+            kvtier_primary_request_begin(p, c"s".as_ptr(), &mut h)
+        }),
         call!(
             kvtier_primary_request_finished,
             kvtier_primary_request_finished(p, r)
         ),
         call!(kvtier_primary_lookup, {
-            let mut res = [kvtier_primary_lookup_result::Miss];
-            kvtier_primary_lookup(p, &key(), 1, res.as_mut_ptr(), 1)
+            let mut a = kvtier_lookup_answer {
+                hits: 0,
+                stop: 0,
+                reason: 0,
+            };
+            kvtier_primary_lookup(p, &key(), 1, &mut a)
         }),
         call!(kvtier_primary_prepare_load, {
             let mut s = [0u32];
-            kvtier_primary_prepare_load(p, r, &key(), 1, s.as_mut_ptr(), 1)
+            kvtier_primary_prepare_load(p, r, &key(), 1, s.as_mut_ptr())
         }),
         call!(kvtier_primary_touch, kvtier_primary_touch(p, r, &key(), 1)),
         call!(
             kvtier_primary_set_positions,
-            kvtier_primary_set_positions(p, r, &key(), &16, 1)
+            kvtier_primary_set_positions(p, r, &key(), 1, &16)
         ),
         call!(
             kvtier_primary_complete_load,
             kvtier_primary_complete_load(p, r, &key(), 1)
         ),
         call!(kvtier_primary_prepare_store, {
-            let (mut t, mut s, mut e, mut l) = ([0usize], [0u32], [0u8; 64], [0usize]);
-            let mut res = kvtier_primary_store_result::default();
-            kvtier_primary_prepare_store(
-                p,
-                r,
-                &key(),
-                1,
-                t.as_mut_ptr(),
-                1,
-                s.as_mut_ptr(),
-                1,
-                e.as_mut_ptr(),
-                64,
-                l.as_mut_ptr(),
-                1,
-                &mut res,
-            )
+            let (mut i, mut s, mut e) = ([0usize], [0u32], [key_buf()]);
+            let mut plan = kvtier_store_plan {
+                store_indices: i.as_mut_ptr(),
+                slots: s.as_mut_ptr(),
+                evicted: e.as_mut_ptr(),
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            kvtier_primary_prepare_store(p, r, &key(), 1, &mut plan)
         }),
         call!(
             kvtier_primary_complete_store,

@@ -14,6 +14,7 @@ use std::ffi::{CStr, c_char};
 use std::ptr;
 
 use kvtier::ffi::config::kvtier_manager_new_from_json;
+use kvtier::ffi::dialect::{KVTIER_LOOKUP_MISS, kvtier_lookup_answer};
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::primary::*;
@@ -133,11 +134,19 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_primary_tie
     o.capacity = 4;
     let mut p = ptr::null_mut();
     assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, S::Ok);
-    assert_eq!(unsafe { kvtier_primary_request_begin(p, REQ) }, S::Ok);
+    let mut r = 0;
+    assert_eq!(
+        unsafe { kvtier_primary_request_begin(p, REQ, &mut r) },
+        S::Ok
+    );
     let k = key(b"k");
-    let mut result = kvtier_primary_lookup_result::Miss;
+    let mut answer = kvtier_lookup_answer {
+        hits: 0,
+        stop: 0,
+        reason: 0,
+    };
     for n in impossible_counts() {
-        let st = unsafe { kvtier_primary_lookup(p, &k, n, &mut result, n) };
+        let st = unsafe { kvtier_primary_lookup(p, &k, n, &mut answer) };
         assert_eq!(
             st,
             S::InvalidArgument,
@@ -146,17 +155,17 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_primary_tie
         );
         assert!(last_error().contains("address space"), "{}", last_error());
         let mut slot = 0u32;
-        let st = unsafe { kvtier_primary_prepare_load(p, REQ, &k, n, &mut slot, n) };
+        let st = unsafe { kvtier_primary_prepare_load(p, r, &k, n, &mut slot) };
         assert_eq!(st, S::InvalidArgument, "prepare_load of {n} keys");
-        let st = unsafe { kvtier_primary_touch(p, REQ, &k, n) };
+        let st = unsafe { kvtier_primary_touch(p, r, &k, n) };
         assert_eq!(st, S::InvalidArgument, "touch of {n} keys");
     }
     // The handle is not poisoned: a real batch still works.
     assert_eq!(
-        unsafe { kvtier_primary_lookup(p, &k, 1, &mut result, 1) },
+        unsafe { kvtier_primary_lookup(p, &k, 1, &mut answer) },
         S::Ok
     );
-    assert_eq!(result, kvtier_primary_lookup_result::Miss);
+    assert_eq!((answer.hits, answer.stop), (0, KVTIER_LOOKUP_MISS));
     unsafe { kvtier_primary_free(p) };
 }
 

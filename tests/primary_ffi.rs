@@ -1,76 +1,18 @@
-//! The `kvtier_primary_*` C API called directly: NULL arguments, short
-//! buffers, bad keys and misuse return statuses with messages and change
-//! nothing; a refusal is a successful call.
+//! The `kvtier_primary_*` C API called directly: NULL arguments, bad keys
+//! and misuse return statuses with messages and change nothing; a refusal
+//! is a successful call; stores, loads, touches, positions and KV groups
+//! act as the Rust API does.
 
-use std::ffi::{CStr, c_char};
+#[path = "support/primary_calls.rs"]
+mod primary_calls;
+
 use std::ptr;
 
+use kvtier::ffi::dialect::*;
+use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status;
 use kvtier::ffi::primary::*;
-use kvtier::ffi::{kvtier_key, kvtier_last_error_message};
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn ck(bytes: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: bytes.as_ptr(),
-        len: bytes.len(),
-    }
-}
-
-const REQ: *const c_char = c"r".as_ptr();
-
-fn new(capacity: u32, policy: &CStr) -> *mut kvtier_primary {
-    let mut o = kvtier_primary_options_default();
-    o.capacity = capacity;
-    o.policy = policy.as_ptr();
-    o.event_capacity = 16;
-    let mut p = ptr::null_mut();
-    assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, kvtier_status::Ok);
-    assert!(!p.is_null());
-    p
-}
-
-struct Store {
-    to_store: Vec<usize>,
-    slots: Vec<u32>,
-    evicted: Vec<u8>,
-    lens: Vec<usize>,
-    result: kvtier_primary_store_result,
-}
-
-fn store(p: *mut kvtier_primary, keys: &[kvtier_key]) -> (kvtier_status, Store) {
-    let n = keys.len();
-    let mut s = Store {
-        to_store: vec![usize::MAX; n],
-        slots: vec![u32::MAX; n],
-        evicted: vec![0; n * 64],
-        lens: vec![0; n],
-        result: Default::default(),
-    };
-    let st = unsafe {
-        kvtier_primary_prepare_store(
-            p,
-            REQ,
-            keys.as_ptr(),
-            n,
-            s.to_store.as_mut_ptr(),
-            n,
-            s.slots.as_mut_ptr(),
-            n,
-            s.evicted.as_mut_ptr(),
-            n * 64,
-            s.lens.as_mut_ptr(),
-            n,
-            &mut s.result,
-        )
-    };
-    (st, s)
-}
+use primary_calls::*;
 
 #[test]
 fn constructor_checks_options_and_writes_out_only_on_success() {
@@ -99,115 +41,96 @@ fn constructor_checks_options_and_writes_out_only_on_success() {
 fn store_load_and_misuse_through_the_c_api() {
     let p = new(2, c"arc");
     let (a, b, c) = (b"aa".to_vec(), b"bbb".to_vec(), b"c".to_vec());
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, REQ) },
-        kvtier_status::Ok
-    );
-    let (st, s) = store(p, &[ck(&a), ck(&a), ck(&b)]);
+    let r = begin(p, c"r");
+    let (st, s) = store_for(p, r, &[ck(&a), ck(&a), ck(&b)]);
     assert_eq!(st, kvtier_status::Ok);
+    assert_eq!((s.refused, s.stored, s.evicted_count), (false, 2, 0));
     assert_eq!(
-        (s.result.refused, s.result.stored, s.result.evicted),
-        (false, 2, 0)
+        &s.store_indices[..2],
+        &[0, 2],
+        "positions of first occurrences"
     );
-    assert_eq!(&s.to_store[..2], &[0, 2], "positions of first occurrences");
     assert_eq!(&s.slots[..2], &[0, 1]);
     let keys = [ck(&a), ck(&b)];
-    unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 2, true, ptr::null_mut()) };
+    complete_for(p, r, &keys, true);
 
     // Pin a; store c evicts b.
     let mut slots = [0u32; 1];
     assert_eq!(
-        unsafe { kvtier_primary_prepare_load(p, REQ, keys.as_ptr(), 1, slots.as_mut_ptr(), 1) },
+        unsafe { kvtier_primary_prepare_load(p, r, keys.as_ptr(), 1, slots.as_mut_ptr()) },
         kvtier_status::Ok
     );
-    let (st, s) = store(p, &[ck(&c)]);
+    let (st, s) = store_for(p, r, &[ck(&c)]);
     assert_eq!(st, kvtier_status::Ok);
-    assert_eq!(s.result.evicted, 1);
-    assert_eq!(&s.evicted[..s.lens[0]], b"bbb");
+    assert_eq!(s.evicted_keys(), vec![b.clone()]);
     // Nothing evictable left: a refusal is a successful call.
     let d = b"d".to_vec();
-    let (st, s) = store(p, &[ck(&d)]);
+    let (st, s) = store_for(p, r, &[ck(&d)]);
     assert_eq!(st, kvtier_status::Ok);
-    assert!(s.result.refused);
-    assert_eq!(s.slots[0], u32::MAX, "no output written on refusal");
-
-    // Short output buffer, bad key, unknown request, misuse.
+    assert!(s.refused);
+    assert_eq!((s.stored, s.evicted_count), (0, 0));
+    assert_eq!(s.slots[0], u32::MAX, "no array written on refusal");
     assert_eq!(
-        unsafe { kvtier_primary_prepare_load(p, REQ, keys.as_ptr(), 2, slots.as_mut_ptr(), 1) },
-        kvtier_status::InvalidArgument
+        s.store_indices[0],
+        usize::MAX,
+        "no array written on refusal"
     );
+
+    // Bad key, unknown request, misuse.
     let long = [0u8; 65];
     let bad = [ck(&a), ck(&long)];
     assert_eq!(
-        unsafe { kvtier_primary_touch(p, REQ, bad.as_ptr(), 2) },
+        unsafe { kvtier_primary_touch(p, r, bad.as_ptr(), 2) },
         kvtier_status::InvalidKey
     );
     assert!(last_error().contains("position 1"), "{}", last_error());
     assert_eq!(
-        unsafe { kvtier_primary_complete_load(p, c"x".as_ptr(), keys.as_ptr(), 1) },
+        unsafe { kvtier_primary_complete_load(p, r + 1, keys.as_ptr(), 1) },
         kvtier_status::UnknownRequest
     );
     let absent = [ck(&a), ck(&d)];
     assert_eq!(
-        unsafe { kvtier_primary_complete_load(p, REQ, absent.as_ptr(), 2) },
+        unsafe { kvtier_primary_complete_load(p, r, absent.as_ptr(), 2) },
         kvtier_status::KeyState
     );
     assert!(last_error().contains("position 1"), "{}", last_error());
-    let mut stats = kvtier_primary_stats::default();
-    assert_eq!(
-        unsafe { kvtier_primary_read_stats(p, &mut stats) },
-        kvtier_status::Ok
-    );
+    let stats = read_stats(p);
     assert_eq!((stats.pinned, stats.refusals, stats.arc_b1), (1, 1, 1));
     assert_eq!(
-        unsafe { kvtier_primary_complete_load(p, REQ, keys.as_ptr(), 1) },
+        unsafe { kvtier_primary_complete_load(p, r, keys.as_ptr(), 1) },
         kvtier_status::Ok
     );
 
-    // Events, in pieces.
-    let mut ev = [kvtier_primary_event {
-        kind: kvtier_primary_event_kind::Cleared,
-        key_len: 0,
-        key: [0; 64],
-    }; 2];
-    let (mut n, mut more) = (0usize, false);
+    // Events, in pieces: stored a and b (one event), removed b.
+    let mut ev = [no_event(); 1];
+    let (mut n, mut more) = (9usize, false);
     assert_eq!(
-        unsafe { kvtier_primary_take_events(p, ev.as_mut_ptr(), 2, &mut n, &mut more) },
+        unsafe { kvtier_primary_take_events(p, ev.as_mut_ptr(), 1, &mut n, &mut more) },
         kvtier_status::Ok
     );
-    assert_eq!((n, more), (2, true));
+    assert_eq!((n, more), (1, true));
+    assert_eq!(event_keys(&ev[0]), vec![a.clone(), b.clone()]);
     assert_eq!(
         unsafe { kvtier_primary_take_events(p, ptr::null_mut(), 0, &mut n, &mut more) },
         kvtier_status::Ok
     );
     assert_eq!((n, more), (0, true));
     assert_eq!(
-        unsafe { kvtier_primary_take_events(p, ev.as_mut_ptr(), 2, &mut n, &mut more) },
+        unsafe { kvtier_primary_take_events(p, ev.as_mut_ptr(), 1, &mut n, &mut more) },
         kvtier_status::Ok
     );
-    assert_eq!((n, more), (1, false));
-    assert_eq!(ev[0].kind, kvtier_primary_event_kind::Removed);
-    assert_eq!(&ev[0].key[..ev[0].key_len], b"bbb");
+    assert_eq!((n, more), (1, false), "c is still being written: no event");
+    assert_eq!(ev[0].kind, KVTIER_EVENT_REMOVED);
+    assert_eq!(event_keys(&ev[0]), vec![b.clone()]);
 
-    let mut results = [kvtier_primary_lookup_result::Miss; 2];
     assert_eq!(
-        unsafe { kvtier_primary_lookup(p, keys.as_ptr(), 2, results.as_mut_ptr(), 2) },
-        kvtier_status::Ok
-    );
-    assert_eq!(
-        results,
-        [
-            kvtier_primary_lookup_result::Hit,
-            kvtier_primary_lookup_result::Miss
-        ]
+        lookup(p, &keys),
+        (kvtier_status::Ok, answer(1, KVTIER_LOOKUP_MISS))
     );
     assert_eq!(unsafe { kvtier_primary_reset(p) }, kvtier_status::Ok);
+    finish(p, r);
     assert_eq!(
-        unsafe { kvtier_primary_request_finished(p, REQ) },
-        kvtier_status::Ok
-    );
-    assert_eq!(
-        unsafe { kvtier_primary_request_finished(p, REQ) },
+        unsafe { kvtier_primary_request_finished(p, r) },
         kvtier_status::UnknownRequest
     );
     assert_eq!(
@@ -220,61 +143,56 @@ fn store_load_and_misuse_through_the_c_api() {
 #[test]
 fn long_lookups_agree_with_single_ones_and_a_bad_key_anywhere_writes_nothing() {
     // 300 keys (far more than a lookup reads ahead): ready, write-pending
-    // and absent keys throughout, each answered as a lookup of that key
-    // alone answers it.
+    // and absent keys throughout.  A lookup of any prefix stops where the
+    // lookups of its keys one by one first answer other than HIT, with
+    // that key's answer.
     let p = new(512, c"lru");
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, REQ) },
-        kvtier_status::Ok
-    );
+    let r = begin(p, c"r");
     let names: Vec<[u8; 4]> = (0..300u32).map(|i| i.to_be_bytes()).collect();
     let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
     let ready: Vec<kvtier_key> = keys.iter().step_by(3).copied().collect();
     let pending: Vec<kvtier_key> = keys.iter().skip(1).step_by(7).copied().collect();
-    let (st, _) = store(p, &ready);
+    let (st, _) = store_for(p, r, &ready);
     assert_eq!(st, kvtier_status::Ok);
-    let mut done = kvtier_primary_complete_result::default();
-    assert_eq!(
-        unsafe {
-            kvtier_primary_complete_store(p, REQ, ready.as_ptr(), ready.len(), true, &mut done)
-        },
-        kvtier_status::Ok
-    );
-    let (st, _) = store(p, &pending);
+    complete_for(p, r, &ready, true);
+    let (st, _) = store_for(p, r, &pending);
     assert_eq!(st, kvtier_status::Ok);
-    let mut all = vec![kvtier_primary_lookup_result::Miss; keys.len()];
-    let st =
-        unsafe { kvtier_primary_lookup(p, keys.as_ptr(), keys.len(), all.as_mut_ptr(), all.len()) };
-    assert_eq!(st, kvtier_status::Ok);
-    for (i, k) in keys.iter().enumerate() {
-        let mut one = [kvtier_primary_lookup_result::Miss];
-        let st = unsafe { kvtier_primary_lookup(p, k, 1, one.as_mut_ptr(), 1) };
-        assert_eq!(st, kvtier_status::Ok);
-        assert_eq!(all[i], one[0], "key {i}");
+    let one: Vec<kvtier_lookup_result> = keys.iter().map(|&k| lookup_one(p, k)).collect();
+    for (i, &got) in one.iter().enumerate() {
         let want = if i % 3 == 0 {
-            kvtier_primary_lookup_result::Hit
+            KVTIER_LOOKUP_HIT
         } else if i % 7 == 1 {
-            kvtier_primary_lookup_result::HitPending
+            KVTIER_LOOKUP_HIT_PENDING
         } else {
-            kvtier_primary_lookup_result::Miss
+            KVTIER_LOOKUP_MISS
         };
-        assert_eq!(all[i], want, "key {i}");
+        assert_eq!(got, want, "key {i}");
     }
-    // A bad key late in the call: an error naming it, results untouched.
+    // Every third key from 0 on is ready: a run of 100 hits.
+    let hits: Vec<kvtier_key> = ready.clone();
+    assert_eq!(
+        lookup(p, &hits),
+        (kvtier_status::Ok, answer(100, KVTIER_LOOKUP_HIT))
+    );
+    for start in (0..300).step_by(7) {
+        let from = &keys[start..];
+        let want = match one[start..].iter().position(|&a| a != KVTIER_LOOKUP_HIT) {
+            Some(i) => answer(i, one[start + i]),
+            None => answer(from.len(), KVTIER_LOOKUP_HIT),
+        };
+        assert_eq!(lookup(p, from), (kvtier_status::Ok, want), "from {start}");
+    }
+    // A bad key late in the call, after the stop: an error naming it,
+    // the answer untouched.
     let mut bad = keys.clone();
     bad[260] = kvtier_key {
         data: names[0].as_ptr(),
         len: 65,
     };
-    let mut res = vec![kvtier_primary_lookup_result::HitPending; bad.len()];
-    let st =
-        unsafe { kvtier_primary_lookup(p, bad.as_ptr(), bad.len(), res.as_mut_ptr(), res.len()) };
+    let (st, a) = lookup(p, &bad);
     assert_eq!(st, kvtier_status::InvalidKey);
     assert!(last_error().contains("260"), "{}", last_error());
-    assert!(
-        res.iter()
-            .all(|&r| r == kvtier_primary_lookup_result::HitPending)
-    );
+    assert_eq!(a.hits, usize::MAX, "nothing written");
     unsafe { kvtier_primary_free(p) };
 }
 
@@ -282,58 +200,34 @@ fn long_lookups_agree_with_single_ones_and_a_bad_key_anywhere_writes_nothing() {
 fn lookups_compare_the_callers_bytes_at_every_key_length() {
     // Keys of 1 to 64 bytes, each a prefix of the next: only the stored
     // odd lengths are found, whatever the bytes they share.  Looked up in
-    // one call, in place in the caller's memory.
+    // place in the caller's memory.
     let p = new(64, c"lru");
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, REQ) },
-        kvtier_status::Ok
-    );
+    let r = begin(p, c"r");
     let bytes: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(37)).collect();
     let keys: Vec<kvtier_key> = (1..=64).map(|n| ck(&bytes[..n])).collect();
     let odd: Vec<kvtier_key> = keys.iter().step_by(2).copied().collect();
-    let (st, _) = store(p, &odd);
+    let (st, _) = store_for(p, r, &odd);
     assert_eq!(st, kvtier_status::Ok);
-    assert_eq!(
-        unsafe {
-            kvtier_primary_complete_store(p, REQ, odd.as_ptr(), odd.len(), true, ptr::null_mut())
-        },
-        kvtier_status::Ok
-    );
-    let mut res = vec![kvtier_primary_lookup_result::HitPending; keys.len()];
-    let st =
-        unsafe { kvtier_primary_lookup(p, keys.as_ptr(), keys.len(), res.as_mut_ptr(), res.len()) };
-    assert_eq!(st, kvtier_status::Ok);
-    for (i, r) in res.iter().enumerate() {
+    complete_for(p, r, &odd, true);
+    for (i, &k) in keys.iter().enumerate() {
         let want = if i % 2 == 0 {
-            kvtier_primary_lookup_result::Hit
+            KVTIER_LOOKUP_HIT
         } else {
-            kvtier_primary_lookup_result::Miss
+            KVTIER_LOOKUP_MISS
         };
-        assert_eq!(*r, want, "key of {} bytes", i + 1);
+        assert_eq!(lookup_one(p, k), want, "key of {} bytes", i + 1);
     }
-    // The same bytes at another address are the same key.
+    assert_eq!(
+        lookup(p, &odd),
+        (kvtier_status::Ok, answer(32, KVTIER_LOOKUP_HIT))
+    );
+    // The same bytes at another address are the same keys.
     let copy = bytes.clone();
-    let moved: Vec<kvtier_key> = (1..=64).map(|n| ck(&copy[..n])).collect();
-    let mut again = vec![kvtier_primary_lookup_result::HitPending; moved.len()];
-    let st = unsafe {
-        kvtier_primary_lookup(
-            p,
-            moved.as_ptr(),
-            moved.len(),
-            again.as_mut_ptr(),
-            again.len(),
-        )
-    };
-    assert_eq!((st, again), (kvtier_status::Ok, res));
-    // Results written over the keys' own bytes are refused, nothing written.
-    let mut shared = [0u8; 8];
-    let key = kvtier_key {
-        data: shared.as_ptr(),
-        len: 8,
-    };
-    let st = unsafe { kvtier_primary_lookup(p, &key, 1, shared.as_mut_ptr().cast(), 1) };
-    assert_eq!((st, shared), (kvtier_status::InvalidArgument, [0; 8]));
-    assert!(last_error().contains("overlaps"), "{}", last_error());
+    let moved: Vec<kvtier_key> = (1..=64).step_by(2).map(|n| ck(&copy[..n])).collect();
+    assert_eq!(
+        lookup(p, &moved),
+        (kvtier_status::Ok, answer(32, KVTIER_LOOKUP_HIT))
+    );
     unsafe { kvtier_primary_free(p) };
 }
 
@@ -345,47 +239,30 @@ fn loads_from_c_commit_the_keys_they_name() {
     // place): when that request finishes they become the most recent, so
     // storing two more keys evicts the first two.
     let p = new(4, c"lru");
-    let begin = || {
-        assert_eq!(
-            unsafe { kvtier_primary_request_begin(p, REQ) },
-            kvtier_status::Ok
-        )
-    };
-    let finish = || {
-        assert_eq!(
-            unsafe { kvtier_primary_request_finished(p, REQ) },
-            kvtier_status::Ok
-        )
-    };
     let names: Vec<Vec<u8>> = [1usize, 20, 33, 64]
         .iter()
         .map(|&n| (0..n as u8).map(|b| b ^ n as u8).collect())
         .collect();
     let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
-    begin();
-    assert_eq!(store(p, &keys).0, kvtier_status::Ok);
-    let st =
-        unsafe { kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 4, true, ptr::null_mut()) };
-    assert_eq!(st, kvtier_status::Ok);
-    finish();
-    begin();
+    let r = begin(p, c"r");
+    assert_eq!(store_for(p, r, &keys).0, kvtier_status::Ok);
+    complete_for(p, r, &keys, true);
+    finish(p, r);
+    let r = begin(p, c"r");
     let load = [keys[3], keys[2]];
     let mut slots = [u32::MAX; 2];
-    let st =
-        unsafe { kvtier_primary_prepare_load(p, REQ, load.as_ptr(), 2, slots.as_mut_ptr(), 2) };
+    let st = unsafe { kvtier_primary_prepare_load(p, r, load.as_ptr(), 2, slots.as_mut_ptr()) };
     assert_eq!((st, slots), (kvtier_status::Ok, [3, 2]));
-    let st = unsafe { kvtier_primary_complete_load(p, REQ, load.as_ptr(), 2) };
+    let st = unsafe { kvtier_primary_complete_load(p, r, load.as_ptr(), 2) };
     assert_eq!(st, kvtier_status::Ok);
-    finish();
-    begin();
+    finish(p, r);
+    let r = begin(p, c"r");
     let fresh = [ck(b"fresh-1"), ck(b"fresh-2")];
-    let (st, s) = store(p, &fresh);
-    assert_eq!((st, s.result.evicted), (kvtier_status::Ok, 2));
-    let mut evicted: Vec<&[u8]> = (0..2)
-        .map(|i| &s.evicted[i * 64..i * 64 + s.lens[i]])
-        .collect();
+    let (st, s) = store_for(p, r, &fresh);
+    assert_eq!((st, s.evicted_count), (kvtier_status::Ok, 2));
+    let mut evicted = s.evicted_keys();
     evicted.sort();
-    let mut want = vec![&names[0][..], &names[1][..]];
+    let mut want = vec![names[0].clone(), names[1].clone()];
     want.sort();
     assert_eq!(evicted, want);
     unsafe { kvtier_primary_free(p) };
@@ -411,10 +288,7 @@ fn c_stores_plan_as_the_rust_api_plans() {
     .unwrap();
     let req = RequestId(7);
     twin.begin_request(req).unwrap();
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, REQ) },
-        kvtier_status::Ok
-    );
+    let r = begin(p, c"r");
     let name = |i: usize| -> Vec<u8> { (0..1 + i % 64).map(|b| (b * 7 + i) as u8).collect() };
     let batches: [Vec<usize>; 3] = [
         vec![3, 9, 3, 40, 9],
@@ -427,29 +301,22 @@ fn c_stores_plan_as_the_rust_api_plans() {
         let names: Vec<Vec<u8>> = ids.iter().map(|&i| name(i)).collect();
         let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
         let rust: Vec<Key> = names.iter().map(|b| Key::new(b).unwrap()).collect();
-        let (st, s) = store(p, &keys);
+        let (st, s) = store_for(p, r, &keys);
         assert_eq!(st, kvtier_status::Ok);
         let outcome = twin.prepare_store(req, &rust, &mut plan).unwrap();
-        assert_eq!(s.result.refused, outcome == StoreOutcome::Refused);
+        assert_eq!(s.refused, outcome == StoreOutcome::Refused);
         plan.positions_in(&rust, &mut positions);
-        assert_eq!(s.result.stored, plan.slots.len());
-        assert_eq!(&s.to_store[..s.result.stored], &positions[..]);
+        assert_eq!(s.stored, plan.slots.len());
+        assert_eq!(&s.store_indices[..s.stored], &positions[..]);
         if b == 0 {
             // First occurrences of the three distinct keys.
-            assert_eq!(&s.to_store[..s.result.stored], &[0, 1, 3]);
+            assert_eq!(&s.store_indices[..s.stored], &[0, 1, 3]);
         }
-        assert_eq!(&s.slots[..s.result.stored], &plan.slots[..]);
-        let evicted: Vec<&[u8]> = (0..s.result.evicted)
-            .map(|i| &s.evicted[i * 64..i * 64 + s.lens[i]])
-            .collect();
-        let want: Vec<&[u8]> = plan.evicted.iter().map(|k| k.as_bytes()).collect();
-        assert_eq!(evicted, want);
-        let mut done = kvtier_primary_complete_result::default();
-        let st = unsafe {
-            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), keys.len(), true, &mut done)
-        };
-        assert_eq!(st, kvtier_status::Ok);
-        let r = twin.complete_store(req, &rust, true);
+        assert_eq!(&s.slots[..s.stored], &plan.slots[..]);
+        let want: Vec<Vec<u8>> = plan.evicted.iter().map(|k| k.as_bytes().to_vec()).collect();
+        assert_eq!(s.evicted_keys(), want);
+        let done = complete_for(p, r, &keys, true);
+        let report = twin.complete_store(req, &rust, true);
         assert_eq!(
             (
                 done.ready,
@@ -458,7 +325,13 @@ fn c_stores_plan_as_the_rust_api_plans() {
                 done.foreign,
                 done.already_ready
             ),
-            (r.ready, r.dropped, r.ignored, r.foreign, r.already_ready)
+            (
+                report.ready,
+                report.dropped,
+                report.ignored,
+                report.foreign,
+                report.already_ready
+            )
         );
     }
     unsafe { kvtier_primary_free(p) };
@@ -472,43 +345,29 @@ fn touches_from_c_reorder_and_teach_arc() {
     // evicted is a ghost hit in B1, which raises its target for T1.
     for policy in [c"lru", c"arc"] {
         let p = new(3, policy);
-        let run = |f: unsafe extern "C" fn(*mut kvtier_primary, *const c_char) -> kvtier_status| {
-            assert_eq!(unsafe { f(p, REQ) }, kvtier_status::Ok)
-        };
         let names: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 3 + 10 * i as usize]).collect();
         let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
-        run(kvtier_primary_request_begin);
-        assert_eq!(store(p, &keys[..3]).0, kvtier_status::Ok);
-        let st = unsafe {
-            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 3, true, ptr::null_mut())
-        };
-        assert_eq!(st, kvtier_status::Ok);
-        run(kvtier_primary_request_finished);
-        run(kvtier_primary_request_begin);
+        let r = begin(p, c"r");
+        assert_eq!(store_for(p, r, &keys[..3]).0, kvtier_status::Ok);
+        complete_for(p, r, &keys[..3], true);
+        finish(p, r);
+        let r = begin(p, c"r");
         assert_eq!(
-            unsafe { kvtier_primary_touch(p, REQ, &keys[2], 1) },
+            unsafe { kvtier_primary_touch(p, r, &keys[2], 1) },
             kvtier_status::Ok
         );
-        let (st, s) = store(p, &keys[3..4]);
-        assert_eq!((st, s.result.evicted), (kvtier_status::Ok, 1));
+        let (st, s) = store_for(p, r, &keys[3..4]);
+        assert_eq!((st, s.evicted_count), (kvtier_status::Ok, 1));
         // ARC: the touched key went to T2, and T1's oldest went to B1.
-        assert_eq!(&s.evicted[..s.lens[0]], &names[1][..]);
+        assert_eq!(s.evicted_keys(), vec![names[1].clone()]);
         if policy == c"arc" {
-            let mut before = kvtier_primary_stats::default();
-            assert_eq!(
-                unsafe { kvtier_primary_read_stats(p, &mut before) },
-                kvtier_status::Ok
-            );
+            let before = read_stats(p);
             let ghost = ck(&names[1]);
             assert_eq!(
-                unsafe { kvtier_primary_touch(p, REQ, &ghost, 1) },
+                unsafe { kvtier_primary_touch(p, r, &ghost, 1) },
                 kvtier_status::Ok
             );
-            let mut after = kvtier_primary_stats::default();
-            assert_eq!(
-                unsafe { kvtier_primary_read_stats(p, &mut after) },
-                kvtier_status::Ok
-            );
+            let after = read_stats(p);
             assert!(after.arc_target > before.arc_target, "{before:?} {after:?}");
         }
         unsafe { kvtier_primary_free(p) };
@@ -519,96 +378,40 @@ fn touches_from_c_reorder_and_teach_arc() {
 fn c_completions_act_only_on_their_own_requests_keys_even_after_it_finished() {
     // r1 plans A (slot 0); r2 names A and B and plans only B; r2 completes
     // both with failure: A stays r1's, so a later store cannot take slot 0.
-    // r1 finishes, then completes A under its name: A becomes readable.
+    // r1 finishes, then completes A with its handle: A becomes readable.
     let p = new(2, c"lru");
-    let (r1, r2) = (c"r1".as_ptr(), c"r2".as_ptr());
     let (a, b, c, d) = (ck(b"A"), ck(b"B"), ck(b"C"), ck(b"D"));
-    let plan = |req: *const c_char, keys: &[kvtier_key]| {
-        let n = keys.len();
-        let (mut to, mut slots, mut ev, mut lens) =
-            (vec![0; n], vec![0u32; n], vec![0; 64 * n], vec![0; n]);
-        let mut res = kvtier_primary_store_result::default();
-        let st = unsafe {
-            kvtier_primary_prepare_store(
-                p,
-                req,
-                keys.as_ptr(),
-                n,
-                to.as_mut_ptr(),
-                n,
-                slots.as_mut_ptr(),
-                n,
-                ev.as_mut_ptr(),
-                64 * n,
-                lens.as_mut_ptr(),
-                n,
-                &mut res,
-            )
-        };
+    let plan = |r: kvtier_request_handle, keys: &[kvtier_key]| {
+        let (st, s) = store_for(p, r, keys);
         assert_eq!(st, kvtier_status::Ok, "{}", last_error());
-        slots.truncate(res.stored);
-        (res.refused, slots)
+        (s.refused, s.slots[..s.stored].to_vec())
     };
-    let complete = |req: *const c_char, keys: &[kvtier_key], success: bool| {
-        let mut done = kvtier_primary_complete_result::default();
-        let st = unsafe {
-            kvtier_primary_complete_store(p, req, keys.as_ptr(), keys.len(), success, &mut done)
-        };
-        assert_eq!(st, kvtier_status::Ok, "{}", last_error());
-        done
-    };
-    for r in [r1, r2] {
-        assert_eq!(
-            unsafe { kvtier_primary_request_begin(p, r) },
-            kvtier_status::Ok
-        );
-    }
+    let (r1, r2) = (begin(p, c"r1"), begin(p, c"r2"));
     assert_eq!(plan(r1, &[a]), (false, vec![0]));
     assert_eq!(plan(r2, &[a, b]), (false, vec![1]));
-    let done = complete(r2, &[a, b], false);
+    let done = complete_for(p, r2, &[a, b], false);
     assert_eq!((done.dropped, done.foreign, done.ready), (1, 1, 0));
     assert!(
         plan(r2, &[c, d]).0,
         "refused: A's slot is taken, A not evictable"
     );
-    assert_eq!(
-        unsafe { kvtier_primary_request_finished(p, r1) },
-        kvtier_status::Ok
-    );
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, r1) },
-        kvtier_status::DuplicateRequest,
-        "r1's store is still in flight"
-    );
-    assert_eq!(complete(r1, &[a], true).ready, 1);
-    let mut res = [kvtier_primary_lookup_result::Miss];
-    assert_eq!(
-        unsafe { kvtier_primary_lookup(p, &a, 1, res.as_mut_ptr(), 1) },
-        kvtier_status::Ok
-    );
-    assert_eq!(res[0], kvtier_primary_lookup_result::Hit);
+    finish(p, r1);
+    // The name is free again at once; the new request is another handle,
+    // which does not complete r1's key.
+    let again = begin(p, c"r1");
+    assert_ne!(again, r1);
+    assert_eq!(complete_for(p, again, &[a], true).foreign, 1);
+    assert_eq!(complete_for(p, r1, &[a], true).ready, 1);
+    assert_eq!(lookup_one(p, a), KVTIER_LOOKUP_HIT);
     let st = unsafe { kvtier_primary_complete_store(p, r1, &a, 1, true, ptr::null_mut()) };
     assert_eq!(
         st,
         kvtier_status::UnknownRequest,
-        "r1 is done: its name is released"
+        "r1 is done: its handle is released"
     );
-    let mut stats = kvtier_primary_stats::default();
-    assert_eq!(
-        unsafe { kvtier_primary_read_stats(p, &mut stats) },
-        kvtier_status::Ok
-    );
-    assert_eq!((stats.foreign_completions, stats.stores_completed), (1, 1));
+    let stats = read_stats(p);
+    assert_eq!((stats.foreign_completions, stats.stores_completed), (2, 1));
     unsafe { kvtier_primary_free(p) };
-}
-
-fn read_stats(p: *mut kvtier_primary) -> kvtier_primary_stats {
-    let mut stats = kvtier_primary_stats::default();
-    assert_eq!(
-        unsafe { kvtier_primary_read_stats(p, &mut stats) },
-        kvtier_status::Ok
-    );
-    stats
 }
 
 /// The allocation-size histogram through the C struct: one observation per
@@ -618,20 +421,17 @@ fn read_stats(p: *mut kvtier_primary) -> kvtier_primary_stats {
 fn allocation_sizes_are_a_histogram_in_the_stats_struct() {
     assert_eq!(KVTIER_ALLOCATION_SIZE_BUCKETS, 11);
     let p = new(5, c"lru");
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, REQ) },
-        kvtier_status::Ok
-    );
+    let r = begin(p, c"r");
     let names: Vec<[u8; 1]> = (0..7u8).map(|i| [i]).collect();
     let keys: Vec<kvtier_key> = names.iter().map(|n| ck(n)).collect();
-    let (st, s) = store(p, &keys[..5]);
-    assert_eq!((st, s.result.refused), (kvtier_status::Ok, false));
+    let (st, s) = store_for(p, r, &keys[..5]);
+    assert_eq!((st, s.refused), (kvtier_status::Ok, false));
     // Every key resident: nothing to store, no observation.
-    let (st, _) = store(p, &keys[..2]);
+    let (st, _) = store_for(p, r, &keys[..2]);
     assert_eq!(st, kvtier_status::Ok);
     // Nothing evictable (all write pending): refused, yet observed.
-    let (st, s) = store(p, &keys[5..7]);
-    assert_eq!((st, s.result.refused), (kvtier_status::Ok, true));
+    let (st, s) = store_for(p, r, &keys[5..7]);
+    assert_eq!((st, s.refused), (kvtier_status::Ok, true));
     let stats = read_stats(p);
     // Bounds 1, 4, 16, ...: the 2-key call is at most 4, the 5-key at most 16.
     assert_eq!(
@@ -645,7 +445,7 @@ fn allocation_sizes_are_a_histogram_in_the_stats_struct() {
     assert_eq!(stats.refusals, 1);
     // Reset frees every slot but keeps the counters.
     assert_eq!(unsafe { kvtier_primary_reset(p) }, kvtier_status::Ok);
-    let (st, _) = store(p, &keys[..1]);
+    let (st, _) = store_for(p, r, &keys[..1]);
     assert_eq!(st, kvtier_status::Ok);
     let after = read_stats(p);
     assert_eq!(
@@ -661,13 +461,6 @@ fn group_key(name: &[u8], group: u32) -> Vec<u8> {
     [name, &group.to_be_bytes()[..]].concat()
 }
 
-/// The keys a store's plan evicted, in eviction order.
-fn evicted_keys(s: &Store) -> Vec<Vec<u8>> {
-    (0..s.result.evicted)
-        .map(|i| s.evicted[i * 64..i * 64 + s.lens[i]].to_vec())
-        .collect()
-}
-
 #[test]
 fn positions_from_c_rank_a_requests_tail_below_its_head() {
     // The same request stores head, middle and tail in one call, with and
@@ -675,61 +468,27 @@ fn positions_from_c_rank_a_requests_tail_below_its_head() {
     // evicts its tail first with positions, its head first without.
     for with_positions in [true, false] {
         let p = new(3, c"lru");
-        assert_eq!(
-            unsafe { kvtier_primary_request_begin(p, REQ) },
-            kvtier_status::Ok
-        );
+        let r = begin(p, c"r");
         let names = [b"head".to_vec(), b"middle".to_vec(), b"tail".to_vec()];
         let keys: Vec<kvtier_key> = names.iter().map(|b| ck(b)).collect();
         if with_positions {
             let pos = [16u64, 32, 48];
-            let st =
-                unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), pos.as_ptr(), 3) };
+            let st = unsafe { kvtier_primary_set_positions(p, r, keys.as_ptr(), 3, pos.as_ptr()) };
             assert_eq!(st, kvtier_status::Ok, "{}", last_error());
         }
-        let (st, _) = store(p, &keys);
+        let (st, _) = store_for(p, r, &keys);
         assert_eq!(st, kvtier_status::Ok);
-        let st = unsafe {
-            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 3, true, ptr::null_mut())
-        };
-        assert_eq!(st, kvtier_status::Ok);
-        let other = c"other".as_ptr();
-        assert_eq!(
-            unsafe { kvtier_primary_request_begin(p, other) },
-            kvtier_status::Ok
-        );
+        complete_for(p, r, &keys, true);
+        let other = begin(p, c"other");
         let fresh = [ck(b"fresh-1"), ck(b"fresh-2")];
-        let mut s = Store {
-            to_store: vec![0; 2],
-            slots: vec![0; 2],
-            evicted: vec![0; 128],
-            lens: vec![0; 2],
-            result: Default::default(),
-        };
-        let st = unsafe {
-            kvtier_primary_prepare_store(
-                p,
-                other,
-                fresh.as_ptr(),
-                2,
-                s.to_store.as_mut_ptr(),
-                2,
-                s.slots.as_mut_ptr(),
-                2,
-                s.evicted.as_mut_ptr(),
-                128,
-                s.lens.as_mut_ptr(),
-                2,
-                &mut s.result,
-            )
-        };
+        let (st, s) = store_for(p, other, &fresh);
         assert_eq!(st, kvtier_status::Ok);
         let want: Vec<Vec<u8>> = if with_positions {
             vec![names[2].clone(), names[1].clone()]
         } else {
             vec![names[0].clone(), names[1].clone()]
         };
-        assert_eq!(evicted_keys(&s), want, "with positions: {with_positions}");
+        assert_eq!(s.evicted_keys(), want, "with positions: {with_positions}");
         unsafe { kvtier_primary_free(p) };
     }
 }
@@ -744,30 +503,22 @@ fn set_positions_from_c_names_unknown_requests_bad_keys_and_nulls() {
     let good = group_key(b"k", 0);
     let keys = [ck(&good), ck(b"four")];
     let pos = [16u64, 32];
-    let st = unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), pos.as_ptr(), 1) };
+    let st = unsafe { kvtier_primary_set_positions(p, 1, keys.as_ptr(), 1, pos.as_ptr()) };
     assert_eq!(st, kvtier_status::UnknownRequest);
-    assert_eq!(
-        unsafe { kvtier_primary_request_begin(p, REQ) },
-        kvtier_status::Ok
-    );
+    let r = begin(p, c"r");
     // With KV groups a 4-byte key has no room for its group index.
-    let st = unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), pos.as_ptr(), 2) };
+    let st = unsafe { kvtier_primary_set_positions(p, r, keys.as_ptr(), 2, pos.as_ptr()) };
     assert_eq!(st, kvtier_status::InvalidKey);
     assert!(last_error().contains("position 1"), "{}", last_error());
-    let st = unsafe { kvtier_primary_set_positions(p, REQ, keys.as_ptr(), ptr::null(), 1) };
+    let st = unsafe { kvtier_primary_set_positions(p, r, keys.as_ptr(), 1, ptr::null()) };
     assert_eq!(st, kvtier_status::NullArgument);
     assert!(last_error().contains("positions"), "{}", last_error());
-    let st = unsafe { kvtier_primary_set_positions(p, REQ, ptr::null(), ptr::null(), 0) };
+    let st = unsafe { kvtier_primary_set_positions(p, r, ptr::null(), 0, ptr::null()) };
     assert_eq!(st, kvtier_status::Ok);
     // A store naming the short key is refused as a whole, nothing stored.
-    let (st, _) = store(p, &keys);
+    let (st, _) = store_for(p, r, &keys);
     assert_eq!(st, kvtier_status::InvalidKey);
-    let mut res = [kvtier_primary_lookup_result::Hit];
-    let st = unsafe { kvtier_primary_lookup(p, keys.as_ptr(), 1, res.as_mut_ptr(), 1) };
-    assert_eq!(
-        (st, res[0]),
-        (kvtier_status::Ok, kvtier_primary_lookup_result::Miss)
-    );
+    assert_eq!(lookup_one(p, keys[0]), KVTIER_LOOKUP_MISS);
     unsafe { kvtier_primary_free(p) };
 }
 
@@ -781,30 +532,18 @@ fn a_finish_from_c_commits_group_by_group_with_kv_groups() {
         o.kv_groups = kv_groups;
         let mut p = ptr::null_mut();
         assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, kvtier_status::Ok);
-        assert_eq!(
-            unsafe { kvtier_primary_request_begin(p, REQ) },
-            kvtier_status::Ok
-        );
+        let r = begin(p, c"r");
         let (g1, g0) = (group_key(b"one", 1), group_key(b"zero", 0));
         let keys = [ck(&g1), ck(&g0)];
-        assert_eq!(store(p, &keys).0, kvtier_status::Ok);
-        let st = unsafe {
-            kvtier_primary_complete_store(p, REQ, keys.as_ptr(), 2, true, ptr::null_mut())
-        };
-        assert_eq!(st, kvtier_status::Ok);
-        assert_eq!(
-            unsafe { kvtier_primary_request_finished(p, REQ) },
-            kvtier_status::Ok
-        );
-        assert_eq!(
-            unsafe { kvtier_primary_request_begin(p, REQ) },
-            kvtier_status::Ok
-        );
+        assert_eq!(store_for(p, r, &keys).0, kvtier_status::Ok);
+        complete_for(p, r, &keys, true);
+        finish(p, r);
+        let r = begin(p, c"r");
         let fresh = group_key(b"fresh", 0);
-        let (st, s) = store(p, &[ck(&fresh)]);
+        let (st, s) = store_for(p, r, &[ck(&fresh)]);
         assert_eq!(st, kvtier_status::Ok);
         let want = if kv_groups { g1.clone() } else { g0.clone() };
-        assert_eq!(evicted_keys(&s), vec![want], "kv_groups {kv_groups}");
+        assert_eq!(s.evicted_keys(), vec![want], "kv_groups {kv_groups}");
         unsafe { kvtier_primary_free(p) };
     }
 }

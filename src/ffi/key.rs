@@ -101,29 +101,6 @@ impl<'a> CheckedKeys<'a> {
         self.0.len()
     }
 
-    /// An error unless the `len` entries of `T` at `out` (named `name`)
-    /// share no byte with the keys or their array: a call that writes
-    /// there while it still reads keys must not change them underfoot.
-    pub(crate) fn check_apart<T>(
-        &self,
-        out: *const T,
-        len: usize,
-        name: &str,
-    ) -> Result<(), Failure> {
-        let start = out as usize;
-        let end = start.saturating_add(len.saturating_mul(std::mem::size_of::<T>()));
-        let apart = |p: usize, n: usize| p.saturating_add(n) <= start || p >= end;
-        let keys = self.0.as_ptr() as usize;
-        let overlaps = !apart(keys, std::mem::size_of_val(self.0))
-            || self.0.iter().any(|k| !apart(k.data as usize, k.len));
-        if overlaps {
-            return Err(Failure::Core(crate::Error::InvalidArgument(format!(
-                "`{name}` overlaps the keys"
-            ))));
-        }
-        Ok(())
-    }
-
     /// The bytes of key `j` (`j < len`).
     #[inline(always)]
     pub(crate) fn bytes(&self, j: usize) -> &'a [u8] {

@@ -2,24 +2,38 @@
 //!
 //! Engines that want only a CPU tier (as vLLM uses its CPU offloading
 //! manager) drive it directly: slots of a region they manage, reference
-//! counts, and LRU or ARC eviction.  Requests are named by NUL-terminated id
-//! strings.  Every output goes into caller buffers sized by the input count,
+//! counts, and LRU or ARC eviction.  A request starts by name with
+//! [`kvtier_primary_request_begin`], which hands out a
+//! [`kvtier_request_handle`]; every later call of the request takes the
+//! handle.  Keys are read in place; every output goes into caller memory
+//! sized by the key count (or, for events, into memory the handle owns),
 //! so no call allocates memory the caller must free.
+//!
+//! The primary tier is not internally synchronized: no call takes a const
+//! handle, and calls on one `kvtier_primary` must not overlap (any thread
+//! may make them, one at a time).
 
 use std::ffi::c_char;
 
 use super::boundary::{
-    Castable, Failure, enter, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle,
-    out_ref, out_slice,
+    Castable, Failure, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
+    out_slice,
 };
-use super::key::{CheckedKeys, KVTIER_MAX_KEY_LEN, kvtier_key};
+use super::dialect::{
+    KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_LOCAL,
+    KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_HIT_PENDING, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_CPU,
+    KVTIER_MISS_ABSENT, KVTIER_MISS_NONE, kvtier_event, kvtier_event_kind, kvtier_lookup_answer,
+    kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
+};
+use super::growth::write_grown;
+use super::key::{CheckedKeys, kvtier_key};
 use super::status::kvtier_status;
-use crate::error::Error;
 use crate::events::{Event, EventKind};
-use crate::key::MAX_KEY_LEN;
+use crate::fallible;
 use crate::primary::{
-    NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryStats, StoreOutcome, StorePlan,
+    NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, StoreOutcome, StorePlan,
 };
+use crate::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
 #[allow(non_camel_case_types)]
@@ -27,14 +41,33 @@ pub struct kvtier_primary {
     _private: [u8; 0],
 }
 
-/// The tier plus reusable conversion buffers (no allocation per call once warm).
+/// The tier plus reusable buffers (no allocation per call once warm).
 pub(crate) struct PrimaryHandle {
     core: NamedPrimary,
     slots: Vec<u32>,
     plan: StorePlan,
     positions: Vec<usize>,
+    /// The events the latest take_events handed over: their keys are what
+    /// `event_keys` points into, until the next take_events.
     events: Vec<Event>,
+    event_keys: Vec<kvtier_key>,
 }
+
+impl PrimaryHandle {
+    fn new(core: NamedPrimary) -> PrimaryHandle {
+        PrimaryHandle {
+            core,
+            slots: Vec::new(),
+            plan: StorePlan::default(),
+            positions: Vec::new(),
+            events: Vec::new(),
+            event_keys: Vec::new(),
+        }
+    }
+}
+
+mod stats;
+pub use stats::{KVTIER_ALLOCATION_SIZE_BUCKETS, kvtier_primary_stats};
 
 impl Castable for kvtier_primary {
     type Rust = PrimaryHandle;
@@ -66,204 +99,6 @@ pub struct kvtier_primary_options {
     /// shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
     /// one group.
     pub kv_groups: bool,
-}
-
-/// What lookup found for one key.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum kvtier_primary_lookup_result {
-    /// Not resident.
-    Miss = 0,
-    /// Resident, being written: not readable yet (retry later).
-    HitPending = 1,
-    /// Resident and readable.
-    Hit = 2,
-}
-
-/// Summary of one prepare_store call.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct kvtier_primary_store_result {
-    /// True if the store was refused (not enough evictable keys): no key,
-    /// slot or event changed and no other output was written (the request
-    /// still recorded the keys it offered, see
-    /// [`kvtier_primary_prepare_store`]).  A refusal is not an error.
-    pub refused: bool,
-    /// Number of keys to store (entries written to `to_store_out` and `slots_out`).
-    pub stored: usize,
-    /// Number of keys evicted (entries written to `evicted_out` and `evicted_lens_out`).
-    pub evicted: usize,
-}
-
-/// Summary of one complete_store call.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct kvtier_primary_complete_result {
-    /// Write-pending keys that became ready (success).
-    pub ready: usize,
-    /// Write-pending keys dropped and their slots freed (failure).
-    pub dropped: usize,
-    /// Absent keys ignored (late completions).
-    pub ignored: usize,
-    /// Keys being written for another request, or for a promotion, left
-    /// alone (only the request that planned a key completes it).
-    pub foreign: usize,
-    /// Keys already readable, left alone.
-    pub already_ready: usize,
-}
-
-/// Kind of one event.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum kvtier_primary_event_kind {
-    /// The key became readable.
-    Stored = 0,
-    /// The key was evicted (only keys announced as stored).
-    Removed = 1,
-    /// The tier was reset and forgot every key (no key).
-    Cleared = 2,
-}
-
-/// One event, key copied inline.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy)]
-pub struct kvtier_primary_event {
-    /// What happened.
-    pub kind: kvtier_primary_event_kind,
-    /// Number of key bytes (0 for `Cleared`).
-    pub key_len: usize,
-    /// The key's bytes (the first `key_len` are meaningful).
-    pub key: [u8; KVTIER_MAX_KEY_LEN],
-}
-
-/// Number of buckets of the primary tier's allocation-size histogram
-/// (`kvtier_primary_stats.allocation_size_buckets`), the +Inf bucket included.
-pub const KVTIER_ALLOCATION_SIZE_BUCKETS: usize = 11;
-const _: () = assert!(KVTIER_ALLOCATION_SIZE_BUCKETS == crate::primary::ALLOCATION_SIZE_BUCKETS);
-
-/// The tier's numbers.  Counters (the allocation-size histogram included)
-/// are cumulative from the tier's creation and never decrease, not even at
-/// `kvtier_primary_reset`; the rest are current values.  For numbers per
-/// interval, keep the previous read and subtract (`now - before`).
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct kvtier_primary_stats {
-    /// Number of slots.
-    pub capacity: u32,
-    /// Slots holding a key (any state).
-    pub used: u32,
-    /// Slots handed out fresh since creation or the last reset.
-    pub allocated: u32,
-    /// Keys being written.
-    pub write_pending: u32,
-    /// Keys ready and pinned.
-    pub pinned: u32,
-    /// Keys ready and idle (evictable).
-    pub idle: u32,
-    /// (write pending + pinned) / capacity.
-    pub usage: f64,
-    /// write pending / capacity.
-    pub write_usage: f64,
-    /// pinned / capacity.
-    pub read_usage: f64,
-    /// Keys evicted.
-    pub evictions: u64,
-    /// prepare_store calls refused.
-    pub refusals: u64,
-    /// Keys not stored because offered fewer than `store_threshold` times.
-    pub admission_skips: u64,
-    /// Keys prepare_store planned to store.
-    pub stores_planned: u64,
-    /// Keys made ready by complete_store.
-    pub stores_completed: u64,
-    /// Keys dropped by a failed complete_store.
-    pub stores_failed: u64,
-    /// Absent keys in complete_store (late completions), ignored.
-    pub late_completions: u64,
-    /// Keys in complete_store being written for another request (or a
-    /// promotion), left alone.
-    pub foreign_completions: u64,
-    /// Keys in complete_store already readable, left alone.
-    pub already_ready_completions: u64,
-    /// Keys pinned by prepare_load.
-    pub loads: u64,
-    /// Events waiting to be taken.
-    pub events_queued: u32,
-    /// Events dropped because the buffer was full.
-    pub events_dropped: u64,
-    /// ARC: resident keys seen once (0 for lru).
-    pub arc_t1: u32,
-    /// ARC: resident keys reused (0 for lru).
-    pub arc_t2: u32,
-    /// ARC: ghosts of keys evicted from T1.
-    pub arc_b1: u32,
-    /// ARC: ghosts of keys evicted from T2.
-    pub arc_b2: u32,
-    /// ARC: the adaptive T1 target.
-    pub arc_target: f64,
-    /// Allocation sizes, cumulative buckets: `allocation_size_buckets[i]`
-    /// counts the prepare_store calls that had at most the i-th bound of
-    /// 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, +Inf keys to
-    /// store (the last equals `allocation_size_count`).  As vLLM 0.33, one
-    /// observation per call with keys to store (absent, distinct, admitted),
-    /// refused calls included; none for a call with nothing to store.
-    pub allocation_size_buckets: [u64; KVTIER_ALLOCATION_SIZE_BUCKETS],
-    /// Allocation sizes: total keys over every observation.
-    pub allocation_size_sum: u64,
-    /// Allocation sizes: number of observations.
-    pub allocation_size_count: u64,
-}
-
-impl From<PrimaryStats> for kvtier_primary_stats {
-    fn from(s: PrimaryStats) -> Self {
-        kvtier_primary_stats {
-            capacity: s.capacity,
-            used: s.used,
-            allocated: s.allocated,
-            write_pending: s.write_pending,
-            pinned: s.pinned,
-            idle: s.idle,
-            usage: s.usage,
-            write_usage: s.write_usage,
-            read_usage: s.read_usage,
-            evictions: s.evictions,
-            refusals: s.refusals,
-            admission_skips: s.admission_skips,
-            stores_planned: s.stores_planned,
-            stores_completed: s.stores_completed,
-            stores_failed: s.stores_failed,
-            late_completions: s.late_completions,
-            foreign_completions: s.foreign_completions,
-            already_ready_completions: s.already_ready_completions,
-            loads: s.loads,
-            events_queued: s.events_queued,
-            events_dropped: s.events_dropped,
-            arc_t1: s.arc_t1,
-            arc_t2: s.arc_t2,
-            arc_b1: s.arc_b1,
-            arc_b2: s.arc_b2,
-            arc_target: s.arc_target,
-            allocation_size_buckets: s.allocation_sizes.cumulative,
-            allocation_size_sum: s.allocation_sizes.sum as u64,
-            allocation_size_count: s.allocation_sizes.count,
-        }
-    }
-}
-
-fn need(buffer: &'static str, given: usize, needed: usize) -> Result<(), Failure> {
-    if given < needed {
-        return Err(Error::InvalidArgument(format!(
-            "`{buffer}` holds {given} entries; {needed} needed (one per input key)"
-        ))
-        .into());
-    }
-    Ok(())
 }
 
 /// Returns the default options: capacity 1024, `"lru"`, no admission
@@ -318,13 +153,7 @@ pub unsafe extern "C" fn kvtier_primary_new(
             event_capacity: o.event_capacity,
             kv_groups: o.kv_groups,
         })?;
-        *out = into_handle::<kvtier_primary>(PrimaryHandle {
-            core,
-            slots: Vec::new(),
-            plan: StorePlan::default(),
-            positions: Vec::new(),
-            events: Vec::new(),
-        });
+        *out = into_handle::<kvtier_primary>(PrimaryHandle::new(core));
         Ok(())
     })
 }
@@ -344,127 +173,140 @@ pub unsafe extern "C" fn kvtier_primary_free(primary: *mut kvtier_primary) {
     });
 }
 
-/// Starts the request named `request_id`; every load and store names an
-/// active request.  A name already active, or finished with keys it
-/// planned still being written, is `KVTIER_STATUS_DUPLICATE_REQUEST`.  The
-/// string is copied.  Exclusive access to the handle.
-///
-/// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kvtier_primary_request_begin(
-    primary: *mut kvtier_primary,
-    request_id: *const c_char,
-) -> kvtier_status {
-    ffi_call!({
-        let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        h.core.begin(name)?;
-        Ok(())
-    })
-}
-
-/// Ends the request named `request_id`, committing its accesses: every key
-/// it stored, loaded or offered to store that is still resident gets one
-/// access, its head most recent.  Head to tail is the order in which the
-/// request first presented its keys; with `kv_groups`, group by group
-/// (ascending), each group by token position when all its keys have one
-/// ([`kvtier_primary_set_positions`]); when every key has a position, all
-/// by position.  Keys it planned and did not complete yet stay write
-/// pending for it: `kvtier_primary_complete_store` with its name still
-/// completes them.  An unknown name is `KVTIER_STATUS_UNKNOWN_REQUEST`.
+/// Starts a request labelled `name` and writes its handle to
+/// `*request_out`; every load, store, touch and position of the request
+/// takes the handle.  Handles start at 1 and are never reused by the same
+/// tier.  A name already active is `KVTIER_STATUS_DUPLICATE_REQUEST` (names
+/// are unique among active requests; a finished request's name is free at
+/// once).  The name is copied.  On failure `*request_out` is untouched.
 /// Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated UTF-8 string.
+/// `primary` must be a live handle; `name` a NUL-terminated UTF-8 string;
+/// `request_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_primary_request_begin(
+    primary: *mut kvtier_primary,
+    name: *const c_char,
+    request_out: *mut kvtier_request_handle,
+) -> kvtier_status {
+    ffi_call!({
+        let mut h = unsafe { enter_mut(primary) }?;
+        let name = unsafe { in_str(name, "name") }?;
+        let out = unsafe { out_ref(request_out, "request_out") }?;
+        *out = h.core.begin(name)?.0;
+        Ok(())
+    })
+}
+
+/// Ends `request`, committing its accesses: every key it stored, loaded or
+/// offered to store that is still resident gets one access, its head most
+/// recent.  Head to tail is the order in which the request first presented
+/// its keys; with `kv_groups`, group by group (ascending), each group by
+/// token position when all its keys have one
+/// ([`kvtier_primary_set_positions`]); when every key has a position, all
+/// by position.  Keys it planned and did not complete yet stay write
+/// pending for it: `kvtier_primary_complete_store` with its handle still
+/// completes them.  A handle that is not active (never handed out, or
+/// finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the
+/// handle.
+///
+/// # Safety
+/// `primary` must be a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_request_finished(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        h.core.finish(name)?;
+        h.core.finish(RequestId(request))?;
         Ok(())
     })
 }
 
-/// Looks up `n` keys and writes one result per key into `results_out`
-/// (`results_len` >= `n`): MISS, HIT_PENDING or HIT.  Changes nothing.
-/// The keys are read where they are, as results are written, so
-/// `results_out` must not overlap them (`KVTIER_STATUS_INVALID_ARGUMENT`).
-/// A const call: may run concurrently with other const calls on the handle.
+/// Looks up `len` keys in order, as an engine finds a request's cached
+/// prefix, and stops at the first key that is not `KVTIER_LOOKUP_HIT`:
+/// `answer_out->hits` is the number of leading keys that are HIT,
+/// `answer_out->stop` the answer of the key after them
+/// (`KVTIER_LOOKUP_MISS`: not resident, with reason `KVTIER_MISS_ABSENT`;
+/// `KVTIER_LOOKUP_HIT_PENDING`: being written, ask again later; or
+/// `KVTIER_LOOKUP_HIT` when every key is a hit, `len` = 0 included), and
+/// `answer_out->reason` `KVTIER_MISS_NONE` unless it is a miss.  The keys
+/// after the stop are not looked up.  Changes nothing; takes no request.
+/// The keys are read in place.  Every key is checked first: a bad one is
+/// `KVTIER_STATUS_INVALID_KEY` naming its position, nothing written.
+/// Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `keys` valid for `n` entries;
-/// `results_out` valid for writes of `results_len` entries.
+/// `primary` must be a live handle; `keys` valid for `len` entries;
+/// `answer_out` valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_lookup(
-    primary: *const kvtier_primary,
+    primary: *mut kvtier_primary,
     keys: *const kvtier_key,
-    n: usize,
-    results_out: *mut kvtier_primary_lookup_result,
-    results_len: usize,
+    len: usize,
+    answer_out: *mut kvtier_lookup_answer,
 ) -> kvtier_status {
     ffi_call!({
-        let h = unsafe { enter(primary) }?;
-        need("results_out", results_len, n)?;
-        // Every key is checked first, so a bad one leaves `results_out`
-        // untouched; then they are looked up in place, without a copy.
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
-        keys.check_apart(results_out, results_len, "results_out")?;
-        let out = unsafe { out_slice(results_out, results_len, "results_out") }?;
-        h.core.tier.lookup_each(
-            keys.len(),
-            |j| keys.bytes(j),
-            |i, found| {
-                out[i] = match found {
-                    PrimaryLookup::Miss => kvtier_primary_lookup_result::Miss,
-                    PrimaryLookup::HitPending => kvtier_primary_lookup_result::HitPending,
-                    PrimaryLookup::Hit => kvtier_primary_lookup_result::Hit,
-                }
-            },
-        );
+        let h = unsafe { enter_mut(primary) }?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        let answer = unsafe { out_ref(answer_out, "answer_out") }?;
+        let found = h
+            .core
+            .tier
+            .lookup_prefix_each(keys.len(), |j| keys.bytes(j));
+        let (stop, reason) = match found.stop {
+            PrimaryLookup::Miss => (KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT),
+            PrimaryLookup::HitPending => (KVTIER_LOOKUP_HIT_PENDING, KVTIER_MISS_NONE),
+            PrimaryLookup::Hit => (KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE),
+        };
+        *answer = kvtier_lookup_answer {
+            hits: found.hits,
+            stop,
+            reason,
+        };
         Ok(())
     })
 }
 
-/// Pins `n` ready keys for a load by request `request_id` and writes their
-/// slot ids, in key order, into `slots_out` (`slots_len` >= `n`).  A key
-/// that is absent or being written is `KVTIER_STATUS_KEY_STATE`, the message
-/// naming its position; nothing changes then.  Release the pins with
-/// [`kvtier_primary_complete_load`].  Exclusive access to the handle.
+/// Pins `len` ready keys for a load by `request` and writes their slot ids,
+/// in key order, into `slots_out` (room for `len` entries).  A key that is
+/// absent or being written is `KVTIER_STATUS_KEY_STATE`, the message naming
+/// its position; nothing changes then.  Release the pins with
+/// [`kvtier_primary_complete_load`].  A request that is not active is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated string;
-/// `keys` valid for `n` entries; `slots_out` valid for `slots_len` writes.
+/// `primary` must be a live handle; `keys` valid for `len` entries;
+/// `slots_out` valid for `len` writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_prepare_load(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
     keys: *const kvtier_key,
-    n: usize,
+    len: usize,
     slots_out: *mut u32,
-    slots_len: usize,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        need("slots_out", slots_len, n)?;
-        let out = unsafe { out_slice(slots_out, slots_len, "slots_out") }?;
+        let out = unsafe { out_slice(slots_out, len, "slots_out") }?;
         let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
-        h.core
-            .prepare_load_each(name, keys.len(), |j| keys.bytes(j), &mut h.slots)?;
-        out[..n].copy_from_slice(&h.slots);
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        h.core.tier.prepare_load_each(
+            RequestId(request),
+            keys.len(),
+            |j| keys.bytes(j),
+            &mut h.slots,
+        )?;
+        out.copy_from_slice(&h.slots);
         Ok(())
     })
 }
 
-/// [0.33] Gives `n` keys of active request `request_id` their token
-/// positions: `positions[i]` is the end-token position of the block of
-/// `keys[i]` (block `i` of a request of 16-token blocks ends at token
+/// [0.33] Gives `len` keys of active `request` their token positions:
+/// `positions[i]` is the end-token position of the block of `keys[i]`
+/// (block `i` of a request of 16-token blocks ends at token
 /// `16 * (i + 1)`).  A later position replaces an earlier one for the same
 /// key.  Call it before the request's first call or between its calls;
 /// positions are read when used and kept until the request finishes (a
@@ -479,94 +321,95 @@ pub unsafe extern "C" fn kvtier_primary_prepare_load(
 /// (or, per KV group, all of the group's) have one.  Keys without a
 /// position behave as if this call was never made.
 ///
-/// Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not begun, or
-/// finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64
-/// bytes, or (with `kv_groups`) fewer than 5, the message naming its
-/// position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
-/// NULL with `n` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
-/// `n` = 0 does nothing.  The arrays are read during the call only; the
-/// keys are copied.  Exclusive access to the handle.
+/// Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not active);
+/// `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64 bytes, or
+/// (with `kv_groups`) fewer than 5, the message naming its position;
+/// `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is NULL with
+/// `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.  `len` = 0 does
+/// nothing.  The arrays are read during the call only; the keys are
+/// copied.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated string;
-/// `keys` and `positions` valid for `n` entries each.
+/// `primary` must be a live handle; `keys` and `positions` valid for `len`
+/// entries each.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_set_positions(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
     keys: *const kvtier_key,
+    len: usize,
     positions: *const u64,
-    n: usize,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
-        let positions = unsafe { in_slice(positions, n, "positions") }?;
-        h.core
-            .set_positions_each(name, keys.len(), |j| keys.bytes(j), |j| positions[j])?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        let positions = unsafe { in_slice(positions, len, "positions") }?;
+        h.core.tier.set_positions_each(
+            RequestId(request),
+            keys.len(),
+            |j| keys.bytes(j),
+            |j| positions[j],
+        )?;
         Ok(())
     })
 }
 
-/// Marks `n` keys recently used for request `request_id` (policy-specific;
-/// the first key ends up most recent); absent keys are ignored (ARC learns
-/// from keys it evicted recently).  Exclusive access to the handle.
+/// Marks `len` keys recently used for `request` (policy-specific; the
+/// first key ends up most recent); absent keys are ignored (ARC learns
+/// from keys it evicted recently).  A request that is not active is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated string;
-/// `keys` valid for `n` entries.
+/// `primary` must be a live handle; `keys` valid for `len` entries.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_touch(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
     keys: *const kvtier_key,
-    n: usize,
+    len: usize,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
-        h.core.touch_each(name, keys.len(), |j| keys.bytes(j))?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        h.core
+            .tier
+            .touch_each(RequestId(request), keys.len(), |j| keys.bytes(j))?;
         Ok(())
     })
 }
 
-/// Releases the pins [`kvtier_primary_prepare_load`] took on `n` keys.  A
-/// key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming its
-/// position; nothing changes then.  Exclusive access to the handle.
+/// Releases the pins [`kvtier_primary_prepare_load`] took on `len` keys.  A
+/// key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming
+/// its position; nothing changes then.  A request that is not active is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated string;
-/// `keys` valid for `n` entries.
+/// `primary` must be a live handle; `keys` valid for `len` entries.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_complete_load(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
     keys: *const kvtier_key,
-    n: usize,
+    len: usize,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
         h.core
-            .complete_load_each(name, keys.len(), |j| keys.bytes(j))?;
+            .tier
+            .complete_load_each(RequestId(request), keys.len(), |j| keys.bytes(j))?;
         Ok(())
     })
 }
 
-/// Plans storing `n` keys for request `request_id`.
+/// Plans storing `len` keys for `request`.
 ///
 /// Keys already resident are not stored again.  If free slots are short,
 /// exactly the shortfall is evicted from idle keys not named in this call;
 /// if that many are not available, the call succeeds with
-/// `result_out->refused = true` and no key, slot or event changes.
-/// Otherwise the keys to store enter the write-pending state, written by
-/// this request; write their data, then call
+/// `plan_out->refused = true`, both counts 0, and no key, slot or event
+/// changes.  Otherwise the keys to store enter the write-pending state,
+/// written by this request; write their data, then call
 /// [`kvtier_primary_complete_store`] with the same request (once or in
 /// several calls).  Either way the request records, before any eviction,
 /// the keys it offered to store and the ready keys it named (as vLLM 0.33
@@ -574,89 +417,68 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
 /// `"lru"` a ready key with a token position presented for the first time
 /// is raised to the request's rank.
 ///
-/// Buffers, each sized by the input count `n` (at most `n` keys are stored
-/// and at most `n` evicted): `to_store_out` (`to_store_len` >= n) gets the
-/// position in `keys` of each key to store, in call order; `slots_out`
-/// (`slots_len` >= n) its slot id; `evicted_out` (`evicted_len` >= n *
-/// `KVTIER_MAX_KEY_LEN` bytes) gets evicted key `i` at byte offset `i *
-/// KVTIER_MAX_KEY_LEN`, its length in `evicted_lens_out[i]`
-/// (`evicted_lens_len` >= n).  Counts go to `*result_out`.  Nothing is
-/// allocated for the caller.  Exclusive access to the handle.
+/// The caller fills `plan_out`'s three arrays, each with room for `len`
+/// entries (at most `len` keys are stored and at most `len` evicted; NULL
+/// when `len` is 0); the call writes `store_indices[i]`, the position in
+/// `keys` of the i-th key to store (its first occurrence, in call order),
+/// `slots[i]`, its slot, and `evicted[i]`, a copy of the i-th key evicted
+/// to make room (the engine drops its copies), then `store_count`,
+/// `evicted_count` and `refused`.  On a refusal or an error the arrays are
+/// untouched.  A request that is not active is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated string;
-/// `keys` valid for `n` entries; each output valid for writes of its length;
-/// `result_out` valid for writes.
+/// `primary` must be a live handle; `keys` valid for `len` entries;
+/// `plan_out` valid for reads and writes, its arrays valid for `len`
+/// writes each.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn kvtier_primary_prepare_store(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
     keys: *const kvtier_key,
-    n: usize,
-    to_store_out: *mut usize,
-    to_store_len: usize,
-    slots_out: *mut u32,
-    slots_len: usize,
-    evicted_out: *mut u8,
-    evicted_len: usize,
-    evicted_lens_out: *mut usize,
-    evicted_lens_len: usize,
-    result_out: *mut kvtier_primary_store_result,
+    len: usize,
+    plan_out: *mut kvtier_store_plan,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        let result = unsafe { out_ref(result_out, "result_out") }?;
-        need("to_store_out", to_store_len, n)?;
-        need("slots_out", slots_len, n)?;
-        need("evicted_lens_out", evicted_lens_len, n)?;
-        if evicted_len < n.saturating_mul(MAX_KEY_LEN) {
-            return Err(Error::InvalidArgument(format!(
-                "`evicted_out` holds {evicted_len} bytes; {} needed (KVTIER_MAX_KEY_LEN per input key)",
-                n.saturating_mul(MAX_KEY_LEN)
-            ))
-            .into());
-        }
-        let to_store = unsafe { out_slice(to_store_out, to_store_len, "to_store_out") }?;
-        let slots = unsafe { out_slice(slots_out, slots_len, "slots_out") }?;
-        let evicted = unsafe { out_slice(evicted_out, evicted_len, "evicted_out") }?;
-        let evicted_lens =
-            unsafe { out_slice(evicted_lens_out, evicted_lens_len, "evicted_lens_out") }?;
+        let plan = unsafe { out_ref(plan_out, "plan_out") }?;
+        let store_indices =
+            unsafe { out_slice(plan.store_indices, len, "plan_out->store_indices") }?;
+        let slots = unsafe { out_slice(plan.slots, len, "plan_out->slots") }?;
+        let evicted = unsafe { out_slice(plan.evicted, len, "plan_out->evicted") }?;
         let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
-        let outcome =
-            h.core
-                .prepare_store_each(name, keys.len(), |j| keys.bytes(j), &mut h.plan)?;
-        if outcome == StoreOutcome::Refused {
-            *result = kvtier_primary_store_result {
-                refused: true,
-                stored: 0,
-                evicted: 0,
-            };
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        let outcome = h.core.tier.prepare_store_each(
+            RequestId(request),
+            keys.len(),
+            |j| keys.bytes(j),
+            &mut h.plan,
+        )?;
+        plan.refused = outcome == StoreOutcome::Refused;
+        if plan.refused {
+            plan.store_count = 0;
+            plan.evicted_count = 0;
             return Ok(());
         }
         h.plan
             .positions_in_each(keys.len(), |j| keys.bytes(j), &mut h.positions);
-        to_store[..h.positions.len()].copy_from_slice(&h.positions);
-        slots[..h.plan.slots.len()].copy_from_slice(&h.plan.slots);
-        for (i, key) in h.plan.evicted.iter().enumerate() {
-            let at = i * MAX_KEY_LEN;
-            evicted[at..at + key.len()].copy_from_slice(key.as_bytes());
-            evicted_lens[i] = key.len();
+        let stored = h.positions.len();
+        store_indices[..stored].copy_from_slice(&h.positions);
+        slots[..stored].copy_from_slice(&h.plan.slots);
+        for (out, key) in evicted.iter_mut().zip(&h.plan.evicted) {
+            let bytes = key.as_bytes();
+            out.len = bytes.len();
+            out.bytes[..bytes.len()].copy_from_slice(bytes);
         }
-        *result = kvtier_primary_store_result {
-            refused: false,
-            stored: h.plan.to_store.len(),
-            evicted: h.plan.evicted.len(),
-        };
+        plan.store_count = stored;
+        plan.evicted_count = h.plan.evicted.len();
         Ok(())
     })
 }
 
-/// Finishes writes of `n` keys that request `request_id` planned: with
-/// `success`, its keys still being written become readable and evictable
-/// ("stored" events); without, they are dropped and their slots freed.
+/// Finishes writes of `len` keys that `request` planned: with `success`,
+/// its keys still being written become readable and evictable ("stored"
+/// events); without, they are dropped and their slots freed.
 ///
 /// Only keys that this request's own `kvtier_primary_prepare_store`
 /// planned, and that are still being written for it, are acted on; every
@@ -665,33 +487,34 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
 /// keys (`ignored`: a completion after a reset).  Passing every key given
 /// to prepare_store is therefore safe.  A plan may be completed in
 /// several calls, a part of its keys each time.  The request may have
-/// finished: its name stays known for its completions until every key it
-/// planned was completed (or the tier was reset); an unknown name is
+/// finished: its handle stays valid here until every key it planned was
+/// completed (or the tier was reset); any other handle is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Writes counts to `*result_out` unless
 /// it is NULL.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `request_id` a NUL-terminated string;
-/// `keys` valid for `n` entries; `result_out` NULL or valid for writes.
+/// `primary` must be a live handle; `keys` valid for `len` entries;
+/// `result_out` NULL or valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_complete_store(
     primary: *mut kvtier_primary,
-    request_id: *const c_char,
+    request: kvtier_request_handle,
     keys: *const kvtier_key,
-    n: usize,
+    len: usize,
     success: bool,
-    result_out: *mut kvtier_primary_complete_result,
+    result_out: *mut kvtier_store_completion,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let name = unsafe { in_str(request_id, "request_id") }?;
-        let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, n) }?;
-        let r = h
-            .core
-            .complete_store_each(name, keys.len(), |j| keys.bytes(j), success)?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        let r = h.core.complete_store_each(
+            RequestId(request),
+            keys.len(),
+            |j| keys.bytes(j),
+            success,
+        )?;
         if let Some(out) = unsafe { result_out.as_mut() } {
-            *out = kvtier_primary_complete_result {
+            *out = kvtier_store_completion {
                 ready: r.ready,
                 dropped: r.dropped,
                 ignored: r.ignored,
@@ -705,9 +528,10 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 
 /// Forgets every key and frees every slot, whatever its state (pins and
 /// writes in flight included); slot allocation restarts at 0.  Drops queued
-/// events and queues one "cleared" event.  Active requests stay active;
-/// writes in flight are forgotten (their completions find nothing), and
-/// finished requests' names are released.  Exclusive access to the handle.
+/// events and queues one "cleared" event.  Active requests stay active
+/// (their handles stay valid); writes in flight are forgotten (their
+/// completions find nothing), and finished requests' handles are
+/// released.  Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle.
@@ -720,70 +544,128 @@ pub unsafe extern "C" fn kvtier_primary_reset(primary: *mut kvtier_primary) -> k
     })
 }
 
-/// Moves up to `events_len` queued events, oldest first, into `events_out`
-/// and writes how many to `*count_out` and whether more remain to
-/// `*more_out`.  Keys are copied into the events.  Events are buffered up to
-/// the `event_capacity` option; beyond it new events are dropped and
-/// counted (stats `events_dropped`).  Exclusive access to the handle.
+fn event_kind(kind: EventKind) -> kvtier_event_kind {
+    match kind {
+        EventKind::Stored => KVTIER_EVENT_STORED,
+        EventKind::Removed => KVTIER_EVENT_REMOVED,
+        EventKind::Cleared => KVTIER_EVENT_CLEARED,
+    }
+}
+
+/// Moves the oldest queued events into `events_out`, at most `capacity`
+/// entries, writes how many to `*written_out` and whether more remain to
+/// `*more_out` (a queue: what fits is handed over, the rest waits).
+///
+/// Each `kvtier_event` carries consecutive events of one kind: `tier` 0,
+/// `medium` `KVTIER_MEDIUM_CPU`, `locality` `KVTIER_LOCALITY_LOCAL`,
+/// `kind` `KVTIER_EVENT_STORED` (the keys became readable),
+/// `KVTIER_EVENT_REMOVED` (they were evicted; only keys announced as
+/// stored) or `KVTIER_EVENT_CLEARED` (a reset; no keys, `keys` NULL), and
+/// `len` keys at `keys`.  The keys point into memory this handle owns,
+/// valid until the next `kvtier_primary_take_events` call on it or its
+/// `_free`; copy what you keep.
+///
+/// Events are buffered up to the `event_capacity` option; beyond it new
+/// events are dropped and counted (stats `events_dropped`).  `capacity` 0
+/// (with `events_out` NULL allowed) takes nothing and tells, in
+/// `*more_out`, whether events wait.  Exclusive access to the handle.
 ///
 /// # Safety
-/// `primary` must be a live handle; `events_out` valid for `events_len`
-/// writes (NULL allowed when 0); `count_out` and `more_out` valid for writes.
+/// `primary` must be a live handle; `events_out` valid for `capacity`
+/// writes (NULL allowed when 0); `written_out` and `more_out` valid for
+/// writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_take_events(
     primary: *mut kvtier_primary,
-    events_out: *mut kvtier_primary_event,
-    events_len: usize,
-    count_out: *mut usize,
+    events_out: *mut kvtier_event,
+    capacity: usize,
+    written_out: *mut usize,
     more_out: *mut bool,
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let out = unsafe { out_slice(events_out, events_len, "events_out") }?;
-        let count = unsafe { out_ref(count_out, "count_out") }?;
+        let out = unsafe { out_slice(events_out, capacity, "events_out") }?;
+        let written = unsafe { out_ref(written_out, "written_out") }?;
         let more = unsafe { out_ref(more_out, "more_out") }?;
         let h = &mut *h;
+        // The previous call's keys are released only now.
+        h.event_keys.clear();
         h.events.clear();
-        let n = h.core.tier.take_events_up_to(events_len, &mut h.events);
-        for (slot, e) in out.iter_mut().zip(h.events.iter()) {
-            let mut key = [0u8; MAX_KEY_LEN];
-            let len = e.key.map_or(0, |k| {
-                key[..k.len()].copy_from_slice(k.as_bytes());
-                k.len()
-            });
-            *slot = kvtier_primary_event {
-                kind: match e.kind {
-                    EventKind::Stored => kvtier_primary_event_kind::Stored,
-                    EventKind::Removed => kvtier_primary_event_kind::Removed,
-                    EventKind::Cleared => kvtier_primary_event_kind::Cleared,
-                },
-                key_len: len,
-                key,
-            };
+        let n = h.core.tier.events_in_runs(capacity);
+        fallible::reserve(&mut h.events, n, "the events taken")?;
+        fallible::reserve(&mut h.event_keys, n, "the keys of the events taken")?;
+        h.core.tier.take_events_up_to(n, &mut h.events);
+        // `events` is not touched again before the next call, so the keys
+        // stay where `event_keys` points.
+        for e in &h.events {
+            if let Some(key) = e.key.as_ref() {
+                let bytes = key.as_bytes();
+                h.event_keys.push(kvtier_key {
+                    data: bytes.as_ptr(),
+                    len: bytes.len(),
+                });
+            }
         }
-        *count = n;
+        let mut runs = 0;
+        let mut first_key = 0;
+        let mut i = 0;
+        while i < h.events.len() {
+            let kind = h.events[i].kind;
+            let mut end = i + 1;
+            if kind != EventKind::Cleared {
+                while end < h.events.len() && h.events[end].kind == kind {
+                    end += 1;
+                }
+            }
+            let keys = if kind == EventKind::Cleared {
+                0
+            } else {
+                end - i
+            };
+            out[runs] = kvtier_event {
+                tier: 0,
+                kind: event_kind(kind),
+                medium: KVTIER_MEDIUM_CPU,
+                locality: KVTIER_LOCALITY_LOCAL,
+                keys: if keys == 0 {
+                    std::ptr::null()
+                } else {
+                    h.event_keys[first_key..].as_ptr()
+                },
+                len: keys,
+            };
+            first_key += keys;
+            runs += 1;
+            i = end;
+        }
+        *written = runs;
         *more = h.core.tier.events_queued() > 0;
         Ok(())
     })
 }
 
-/// Writes the tier's numbers to `*stats_out`.  A const call: may run
-/// concurrently with other const calls on the handle.  Counters are
+/// Writes the tier's numbers to `*stats_out`, under the growth rule: set
+/// `stats_out->struct_size` to `sizeof(kvtier_primary_stats)` first; only
+/// the fields inside it are written (a size smaller than the first
+/// published layout, or larger than this library's, is
+/// `KVTIER_STATUS_INVALID_ARGUMENT`, nothing written).  Counters are
 /// cumulative from creation and never decrease; gauges are current.  For
 /// per-interval numbers (vLLM reports deltas since the previous read),
 /// keep the previous `kvtier_primary_stats` and subtract field by field.
+/// Exclusive access to the handle, like every primary call.
 ///
 /// # Safety
-/// `primary` must be a live handle; `stats_out` valid for writes.
+/// `primary` must be a live handle; `stats_out` valid for reads and writes
+/// of its `struct_size` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_read_stats(
-    primary: *const kvtier_primary,
+    primary: *mut kvtier_primary,
     stats_out: *mut kvtier_primary_stats,
 ) -> kvtier_status {
     ffi_call!({
-        let h = unsafe { enter(primary) }?;
-        let out = unsafe { out_ref(stats_out, "stats_out") }?;
-        *out = h.core.tier.stats().into();
+        let h = unsafe { enter_mut(primary) }?;
+        let stats: kvtier_primary_stats = h.core.tier.stats().into();
+        unsafe { write_grown(stats_out, &stats, "stats_out") }?;
         Ok(())
     })
 }

@@ -49,6 +49,7 @@
 mod admission;
 mod allocation_sizes;
 mod arc;
+mod batched;
 mod completion;
 mod huge;
 mod index;
@@ -89,6 +90,7 @@ use writers::Writers;
 pub use allocation_sizes::{
     ALLOCATION_SIZE_BOUNDS, ALLOCATION_SIZE_BUCKETS, ALLOCATION_SIZE_STAT, AllocationSizes,
 };
+pub use batched::PrefixLookup;
 pub use named::NamedPrimary;
 pub use writers::Writer;
 

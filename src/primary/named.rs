@@ -1,26 +1,38 @@
-//! [`NamedPrimary`]: a primary tier whose requests are named by caller
-//! strings, as the C API names them.
+//! [`NamedPrimary`]: a primary tier whose requests are started by name and
+//! then driven by handle, as the C API drives them.
 //!
-//! A request's name stays known after it finished for as long as keys it
-//! planned are still write pending, so that their completions (which name
-//! the request) still find it; meanwhile the name cannot start a new
-//! request, as with the tiering manager.
+//! [`NamedPrimary::begin`] hands out a [`RequestId`]: 1 for the first
+//! request, then one more each time, never reused by the same tier, so 0
+//! and every finished request's id are never active.  The id is all a
+//! later call needs: the tier checks it as it works (one lookup of an
+//! integer), and no name is read or hashed on the way.  Names stay unique
+//! among active requests and are kept as their labels.
+//!
+//! A finished request's id stays valid for [`NamedPrimary::complete_store`]
+//! for as long as keys it planned are still write pending, so that their
+//! completions (which name the request) still find it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
+use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier};
 use crate::error::{Error, Result};
 use crate::key::{Key, KeyBytes};
-use crate::request::{RequestId, RequestNames};
+use crate::request::RequestId;
 
-/// A [`PrimaryTier`] plus the map from request id strings to request ids.
+/// A [`PrimaryTier`] plus its requests' names and ids.
 #[derive(Debug)]
 pub struct NamedPrimary {
-    /// The tier itself (lookups, completions, stats, events need no request).
+    /// The tier itself: every call of an active request goes to it with the
+    /// request's id (and lookups, stats and events need no request).
     pub tier: PrimaryTier,
-    names: RequestNames,
+    /// Active requests' names, to keep them unique.
+    names: HashSet<String>,
+    /// Each active request's name (its label).
+    labels: HashMap<RequestId, String>,
     /// Finished requests with keys still write pending for them.
-    finishing: HashMap<String, RequestId>,
+    finishing: HashSet<RequestId>,
+    /// The id the next request gets.
+    next: u64,
 }
 
 impl NamedPrimary {
@@ -28,183 +40,95 @@ impl NamedPrimary {
     pub fn new(config: PrimaryConfig) -> Result<NamedPrimary> {
         Ok(NamedPrimary {
             tier: PrimaryTier::new(config)?,
-            names: RequestNames::default(),
-            finishing: HashMap::new(),
+            names: HashSet::new(),
+            labels: HashMap::new(),
+            finishing: HashSet::new(),
+            next: 1,
         })
     }
 
-    fn id(&self, name: &str) -> Result<RequestId> {
-        self.names.get(name)
+    /// Starts a request labelled `name` and returns its id; a name already
+    /// active is `DuplicateRequest` (a finished request's name is free
+    /// again at once, even with its stores still in flight).
+    pub fn begin(&mut self, name: &str) -> Result<RequestId> {
+        if self.names.contains(name) {
+            return Err(Error::DuplicateRequest(name.to_string()));
+        }
+        let mut label = String::new();
+        label
+            .try_reserve_exact(name.len())
+            .map_err(|_| crate::fallible::out_of_memory::<u8>("a request's name", name.len()))?;
+        label.push_str(name);
+        let id = RequestId(self.next);
+        self.tier.begin_request(id)?;
+        self.next += 1;
+        self.names.insert(label.clone());
+        self.labels.insert(id, label);
+        Ok(id)
     }
 
-    /// Starts request `name`; an active name, or a finished one whose
-    /// stores are still in flight, is `DuplicateRequest`.
-    pub fn begin(&mut self, name: &str) -> Result<()> {
-        if let Some(&old) = self.finishing.get(name) {
-            if self.tier.stores_pending(old) > 0 {
-                return Err(Error::DuplicateRequest(name.to_string()));
-            }
-            self.finishing.remove(name);
-        }
-        let id = self.names.insert(name)?;
-        if let Err(e) = self.tier.begin_request(id) {
-            let _ = self.names.remove(name);
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// Commits request `name`'s accesses and ends it; its name stays
-    /// known to [`NamedPrimary::complete_store`] until every key it
-    /// planned was completed.
-    pub fn finish(&mut self, name: &str) -> Result<()> {
-        let id = self.id(name)?;
+    /// Commits request `id`'s accesses and ends it; its id stays known to
+    /// [`NamedPrimary::complete_store`] until every key it planned was
+    /// completed.  An id that is not active is `UnknownRequest`.
+    pub fn finish(&mut self, id: RequestId) -> Result<()> {
         self.tier.on_request_finished(id)?;
-        self.names.remove(name)?;
+        if let Some(name) = self.labels.remove(&id) {
+            self.names.remove(&name);
+        }
         if self.tier.stores_pending(id) > 0 {
-            self.finishing.insert(name.to_string(), id);
+            self.finishing.insert(id);
         }
         Ok(())
     }
 
-    /// [`PrimaryTier::reset`], forgetting finished requests' names too
-    /// (their stores are no longer in flight).
+    /// The name request `id` was started with, while it is active.
+    pub fn name(&self, id: RequestId) -> Option<&str> {
+        self.labels.get(&id).map(String::as_str)
+    }
+
+    /// [`PrimaryTier::reset`], forgetting finished requests too (their
+    /// stores are no longer in flight).
     pub fn reset(&mut self) {
         self.tier.reset();
         self.finishing.clear();
     }
 
-    /// [`PrimaryTier::prepare_load`] for request `name`.
-    pub fn prepare_load(&mut self, name: &str, keys: &[Key], slots: &mut Vec<u32>) -> Result<()> {
-        self.prepare_load_each(name, keys.len(), |j| &keys[j], slots)
-    }
-
-    /// [`NamedPrimary::prepare_load`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    pub(crate) fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        slots: &mut Vec<u32>,
-    ) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.prepare_load_each(id, n, key, slots)
-    }
-
-    /// [`PrimaryTier::set_positions`] for request `name`.
-    pub fn set_positions(&mut self, name: &str, keys: &[Key], positions: &[u64]) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.set_positions(id, keys, positions)
-    }
-
-    /// [`NamedPrimary::set_positions`] of keys `key(0..n)` (checked bytes
-    /// read in place) with positions `position(0..n)`.
-    pub(crate) fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        position: impl Fn(usize) -> u64,
-    ) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.set_positions_each(id, n, key, position)
-    }
-
-    /// [`PrimaryTier::touch`] for request `name`.
-    pub fn touch(&mut self, name: &str, keys: &[Key]) -> Result<()> {
-        self.touch_each(name, keys.len(), |j| &keys[j])
-    }
-
-    /// [`NamedPrimary::touch`] of keys `key(0..n)`: [`Key`]s, or checked
-    /// bytes read in place.
-    pub(crate) fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K + Copy,
-    ) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.touch_each(id, n, key)
-    }
-
-    /// [`PrimaryTier::complete_load`] for request `name`.
-    pub fn complete_load(&mut self, name: &str, keys: &[Key]) -> Result<()> {
-        self.complete_load_each(name, keys.len(), |j| &keys[j])
-    }
-
-    /// [`NamedPrimary::complete_load`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    pub(crate) fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-    ) -> Result<()> {
-        let id = self.id(name)?;
-        self.tier.complete_load_each(id, n, key)
-    }
-
-    /// [`PrimaryTier::prepare_store`] for request `name`.
-    pub fn prepare_store(
-        &mut self,
-        name: &str,
-        keys: &[Key],
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        self.prepare_store_each(name, keys.len(), |j| &keys[j], plan)
-    }
-
-    /// [`NamedPrimary::prepare_store`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    pub(crate) fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        name: &str,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        plan.clear();
-        let id = self.id(name)?;
-        self.tier.prepare_store_each(id, n, key, plan)
-    }
-
-    /// [`PrimaryTier::complete_store`] for request `name` (active, or
-    /// finished with keys still write pending).
+    /// [`PrimaryTier::complete_store`] for request `id` (active, or finished
+    /// with keys still write pending); any other id is `UnknownRequest`.
     pub fn complete_store(
         &mut self,
-        name: &str,
+        id: RequestId,
         keys: &[Key],
         success: bool,
     ) -> Result<CompleteStoreReport> {
-        self.complete_store_each(name, keys.len(), |j| &keys[j], success)
+        self.complete_store_each(id, keys.len(), |j| &keys[j], success)
     }
 
     /// [`NamedPrimary::complete_store`] of keys `key(0..n)`: [`Key`]s, or
     /// checked bytes read in place.
     pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
-        name: &str,
+        id: RequestId,
         n: usize,
         key: impl Fn(usize) -> &'k K,
         success: bool,
     ) -> Result<CompleteStoreReport> {
-        if let Ok(id) = self.names.get(name) {
+        if self.tier.is_active(id) {
             return Ok(self.tier.complete_store_each(id, n, key, success));
         }
-        let Some(&id) = self.finishing.get(name) else {
-            return Err(Error::UnknownRequest(name.to_string()));
-        };
+        if !self.finishing.contains(&id) {
+            return Err(Error::UnknownRequest(format!("#{}", id.0)));
+        }
         let report = self.tier.complete_store_each(id, n, key, success);
         if self.tier.stores_pending(id) == 0 {
-            self.finishing.remove(name);
+            self.finishing.remove(&id);
         }
         Ok(report)
     }
 
     /// Number of active requests.
     pub fn active_requests(&self) -> usize {
-        self.names.len()
+        self.labels.len()
     }
 }
 
@@ -212,65 +136,83 @@ impl NamedPrimary {
 mod tests {
     use super::*;
     use crate::Error;
+    use crate::primary::{StoreOutcome, StorePlan};
 
-    #[test]
-    fn names_map_to_requests_and_unknown_names_are_errors() {
-        let mut p = NamedPrimary::new(PrimaryConfig {
+    fn tier() -> NamedPrimary {
+        NamedPrimary::new(PrimaryConfig {
             capacity: 4,
             ..Default::default()
         })
-        .unwrap();
-        let k = Key::new(b"a").unwrap();
-        let mut plan = StorePlan::default();
-        assert!(matches!(
-            p.prepare_store("r", &[k], &mut plan),
-            Err(Error::UnknownRequest(n)) if n == "r"
-        ));
-        p.begin("r").unwrap();
-        assert!(matches!(p.begin("r"), Err(Error::DuplicateRequest(_))));
-        assert_eq!(
-            p.prepare_store("r", &[k], &mut plan).unwrap(),
-            StoreOutcome::Planned
-        );
-        assert_eq!(plan.slots, vec![0]);
-        p.finish("r").unwrap();
-        assert!(matches!(p.finish("r"), Err(Error::UnknownRequest(_))));
-        assert_eq!(p.active_requests(), 0);
-        p.complete_store("r", &[k], true).unwrap();
-        p.begin("r").unwrap();
-        assert_eq!(p.active_requests(), 1);
+        .unwrap()
     }
 
     #[test]
-    fn a_finished_request_completes_its_stores_and_its_name_waits_for_them() {
-        let mut p = NamedPrimary::new(PrimaryConfig {
-            capacity: 4,
-            ..Default::default()
-        })
-        .unwrap();
+    fn ids_start_at_one_are_never_reused_and_names_are_unique_while_active() {
+        let mut p = tier();
+        let k = Key::new(b"a").unwrap();
+        let mut plan = StorePlan::default();
+        assert!(matches!(
+            p.tier.prepare_store(RequestId(0), &[k], &mut plan),
+            Err(Error::UnknownRequest(_))
+        ));
+        let r = p.begin("r").unwrap();
+        assert_eq!(r, RequestId(1));
+        assert_eq!(p.name(r), Some("r"));
+        assert!(matches!(p.begin("r"), Err(Error::DuplicateRequest(n)) if n == "r"));
+        let s = p.begin("s").unwrap();
+        assert_eq!(s, RequestId(2), "a refused begin uses no id");
+        assert_eq!(
+            p.tier.prepare_store(r, &[k], &mut plan).unwrap(),
+            StoreOutcome::Planned
+        );
+        p.finish(r).unwrap();
+        assert!(matches!(p.finish(r), Err(Error::UnknownRequest(_))));
+        assert_eq!(p.name(r), None);
+        assert_eq!(p.active_requests(), 1);
+        // The name is free again (its store still in flight): a new id.
+        let again = p.begin("r").unwrap();
+        assert_eq!(again, RequestId(3));
+        assert!(matches!(
+            p.tier.touch(r, &[k]),
+            Err(Error::UnknownRequest(_))
+        ));
+        // Only the finished request completes the key it planned.
+        assert_eq!(p.complete_store(again, &[k], true).unwrap().foreign, 1);
+        assert_eq!(p.complete_store(r, &[k], true).unwrap().ready, 1);
+        assert!(matches!(
+            p.complete_store(r, &[k], true),
+            Err(Error::UnknownRequest(_))
+        ));
+    }
+
+    #[test]
+    fn a_finished_request_completes_its_stores_until_none_is_left_or_a_reset() {
+        let mut p = tier();
         let (a, b) = (Key::new(b"a").unwrap(), Key::new(b"b").unwrap());
         let mut plan = StorePlan::default();
-        p.begin("r").unwrap();
-        p.prepare_store("r", &[a, b], &mut plan).unwrap();
-        p.finish("r").unwrap();
-        assert!(
-            matches!(p.begin("r"), Err(Error::DuplicateRequest(_))),
-            "its stores are in flight"
-        );
-        assert_eq!(p.complete_store("r", &[a], true).unwrap().ready, 1);
-        assert_eq!(p.complete_store("r", &[b], false).unwrap().dropped, 1);
+        let r = p.begin("r").unwrap();
+        p.tier.prepare_store(r, &[a, b], &mut plan).unwrap();
+        p.finish(r).unwrap();
+        assert_eq!(p.complete_store(r, &[a], true).unwrap().ready, 1);
+        assert_eq!(p.complete_store(r, &[b], false).unwrap().dropped, 1);
         assert!(matches!(
-            p.complete_store("r", &[a], true),
+            p.complete_store(r, &[a], true),
             Err(Error::UnknownRequest(_))
         ));
-        p.begin("r").unwrap();
-        p.prepare_store("r", &[b], &mut plan).unwrap();
-        p.finish("r").unwrap();
+        let r = p.begin("r").unwrap();
+        p.tier.prepare_store(r, &[b], &mut plan).unwrap();
+        p.finish(r).unwrap();
         p.reset();
         assert!(matches!(
-            p.complete_store("r", &[b], true),
+            p.complete_store(r, &[b], true),
             Err(Error::UnknownRequest(_))
         ));
-        p.begin("r").unwrap();
+        // A request finished with nothing in flight is unknown at once.
+        let q = p.begin("q").unwrap();
+        p.finish(q).unwrap();
+        assert!(matches!(
+            p.complete_store(q, &[a], true),
+            Err(Error::UnknownRequest(_))
+        ));
     }
 }
