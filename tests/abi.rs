@@ -297,8 +297,7 @@ fn item(decl: &[String], out: &mut BTreeSet<String>) {
     let body = if typedef { &decl[1..] } else { decl };
     let kind = body.first().map(String::as_str).unwrap_or("");
     let brace = body.iter().position(|t| t == "{");
-    if ["struct", "union", "enum"].contains(&kind) && brace.is_some() {
-        let open = brace.unwrap();
+    if let Some(open) = brace.filter(|_| ["struct", "union", "enum"].contains(&kind)) {
         let close = matching(body, open);
         let tag = body[1..open].iter().find(|t| is_ident(t)).cloned();
         // `enum tag : int32_t {` (C++ only, but harmless): the base type.

@@ -3,7 +3,7 @@
 //! `kvtier_tier_options` and the vtable's default).
 //!
 //! The option structs follow the growth rule (`struct_size` first, read
-//! with [`read_grown`]); their defaults are built from the core options'
+//! with `read_grown`); their defaults are built from the core options'
 //! `Default` ([`Config`], [`PrimaryConfig`], [`TierOptions`]), and they are
 //! converted into those same types, so C, Rust and JSON share one set of
 //! options and defaults.

@@ -797,8 +797,8 @@ pub unsafe extern "C" fn kvtier_manager_shutdown(
     })
 }
 
-/// Attaches a built-in Rust tier (used by the other handle modules'
-/// `kvtier_manager_add_*_tier` functions).
+/// Attaches a Rust tier (for [`attach_rust_tier`]; the built-in tiers are
+/// added by `crate::config::add_builtin_tier`).
 pub(crate) fn add_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,

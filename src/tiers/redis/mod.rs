@@ -3,7 +3,7 @@
 //! uses the same server and namespace.
 //!
 //! - Each block is stored under `namespace:hex(key)` as `header || slot
-//!   bytes`; the header ([`header`]) binds the value to its key and carries
+//!   bytes`; the header (`header`) binds the value to its key and carries
 //!   checksums, verified on every load.  A value that fails verification is
 //!   never copied into a slot: the load reports the keys that did arrive
 //!   (partial promotion), and the bad value is counted and deleted.  A
@@ -22,7 +22,7 @@
 //!   once; after `breaker_cooldown` a worker probes the server, and the
 //!   breaker closes when it answers.
 //! - Failures also reach the manager's error log (and the log callback)
-//!   through `take_errors`, each kind at most once a second ([`report`]):
+//!   through `take_errors`, each kind at most once a second (`report`):
 //!   a refused AUTH shows there, not only in a counter.
 //! - Events ("stored", "removed") go to a queue bounded by the capacity the
 //!   manager gives ([`SecondaryTier::set_event_capacity`]); when it is full
@@ -31,6 +31,10 @@
 //! - Nothing but [`SecondaryTier::drain`] and [`SecondaryTier::shutdown`]
 //!   blocks the caller's thread: the other methods queue work and read
 //!   finished work from a channel without waiting.
+//!
+//! [`SecondaryTier::set_event_capacity`]: crate::tiering::SecondaryTier::set_event_capacity
+//! [`SecondaryTier::drain`]: crate::tiering::SecondaryTier::drain
+//! [`SecondaryTier::shutdown`]: crate::tiering::SecondaryTier::shutdown
 //!
 //! The options ([`config`]) exist in every build, so a JSON configuration
 //! and the C options read the same way with or without the tier; the tier
