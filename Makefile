@@ -4,6 +4,7 @@
 #   make test       every test: cargo tests, then ctest
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
+#   make abi        record the header's ABI in abi/kvtier.abi (after a version change)
 #   make bench      every benchmark: JSON results in build/bench/, one summary table
 #   make install PREFIX=/usr/local
 #   make faults     the fault runs, long: crashes, damaged files, full disk, redis faults
@@ -22,7 +23,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header install install-files clean cmake-available test-deps redis-available libcxx-available bench \
+.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -93,6 +94,12 @@ demo: all
 
 header:
 	KVTIER_REGENERATE_HEADER=1 $(CARGO) test $(CARGO_FEATURES) --test header
+
+# The ABI listing tests/abi.rs compares the header with: a change of a
+# signature, layout or constant fails it until KVTIER_VERSION_MINOR (the
+# minor version in Cargo.toml) changes; this then records the new ABI.
+abi:
+	KVTIER_REGENERATE_ABI=1 $(CARGO) test $(CARGO_FEATURES) --test abi
 
 install: all install-files
 

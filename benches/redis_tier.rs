@@ -116,7 +116,7 @@ fn tier(server: &RedisServer, a: &Args, mem: &SlotMemory) -> RedisTier {
         pipeline_bytes: usize::MAX,
         ..RedisTierConfig::default()
     };
-    RedisTier::new("redis", cfg, mem.clone()).expect("creating the tier")
+    RedisTier::new(cfg, mem.clone()).expect("creating the tier")
 }
 
 /// Submits `keys` in jobs of `pipeline * 4` blocks and waits for all.

@@ -154,10 +154,9 @@ int main(void) {
     opts.capacity = SLOTS;
     opts.event_capacity = 4096;
     kvtier_manager *m = NULL;
-    CHECK(kvtier_manager_new(&opts, &m));
+    CHECK(kvtier_manager_new(&opts, NULL, &m));
 
-    kvtier_tier_vtable vt;
-    memset(&vt, 0, sizeof vt);
+    kvtier_tier_vtable vt = kvtier_tier_vtable_default();
     vt.user_data = tier;
     vt.name = "mem";
     vt.medium = KVTIER_MEDIUM_CPU;

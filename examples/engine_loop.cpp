@@ -253,8 +253,9 @@ void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &
   m.on_schedule_end();
 }
 
-// The owners: a region and a manager made from C options, the built-in fs
-// tier over the region's slots, ownership moved between owners.
+// The owners: a region and a manager made from C options over the
+// region's slots, the built-in fs tier over them, ownership moved between
+// owners.
 bool owners_work() {
   kvtier_region_options ro = kvtier::region::default_options();
   std::string name = "kvtier-engine-loop-" + std::to_string(getpid());
@@ -268,7 +269,9 @@ bool owners_work() {
 
   kvtier_manager_options mo = kvtier::manager::default_options();
   mo.capacity = 4;
-  kvtier::manager m = kvtier::manager::create(mo);
+  kvtier::result<kvtier::manager> none = kvtier::manager::try_create(mo, kvtier::region());  // no region
+  if (none || none.status() != KVTIER_STATUS_NULL_ARGUMENT) return false;
+  kvtier::manager m = kvtier::manager::create(mo, moved);
   char dir[64];
   if (!example_temp_dir(dir, sizeof dir, "engine-loop")) return false;
   kvtier_fs_options fo = kvtier_fs_options_default();
@@ -276,10 +279,14 @@ bool owners_work() {
   fo.read_threads = 1;
   fo.write_threads = 1;
   fo.direct_io = false;
-  bool ok = m.add_fs_tier(moved, fo) == 1;
-  kvtier::result<std::size_t> again = m.try_add_fs_tier(kvtier::region(), fo);  // no region
-  ok = ok && !again && again.status() == KVTIER_STATUS_NULL_ARGUMENT;
-  m.reset();  // the tier stops before the region goes
+  bool ok = m.add_fs_tier(fo) == 1;
+  // A manager without slot memory has no room for a built-in tier.
+  kvtier::manager bare = kvtier::manager::create(mo);
+  kvtier::result<std::size_t> refused = bare.try_add_fs_tier(fo);
+  ok = ok && !refused && refused.status() == KVTIER_STATUS_INVALID_ARGUMENT;
+  moved.reset();  // the manager keeps the region's slots mapped
+  ok = ok && m.slots().slot_count == 4;
+  m.reset();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return ok && !ec;

@@ -189,7 +189,7 @@ static int run(const char *dir, int number, struct totals *t, double *fs_loads,
     mo.capacity = SLOTS;
     mo.block_bytes = SLOT_BYTES;
     kvtier_manager *m = NULL;
-    s = kvtier_manager_new(&mo, &m);
+    s = kvtier_manager_new(&mo, region, &m); /* its slots are the region's */
     if (s != KVTIER_STATUS_OK) return fail("kvtier_manager_new", s);
 
     kvtier_fs_options fo = kvtier_fs_options_default();
@@ -198,7 +198,7 @@ static int run(const char *dir, int number, struct totals *t, double *fs_loads,
     fo.write_threads = 2;
     fo.capacity_bytes = 64u << 20;
     size_t tier = 0;
-    s = kvtier_manager_add_fs_tier(m, region, &fo, &tier);
+    s = kvtier_manager_add_fs_tier(m, &fo, &tier);
     if (s != KVTIER_STATUS_OK) return fail("kvtier_manager_add_fs_tier", s);
 
     int rc = EXIT_SUCCESS;

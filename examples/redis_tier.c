@@ -47,18 +47,18 @@ static void open_instance(instance *in, const char *name, const char *addr, cons
     ro.name = name;
     ro.slot_count = SLOTS;
     ro.slot_bytes = BLOCK;
-    ro.open = KVTIER_REGION_CREATE;
+    ro.open = KVTIER_REGION_OPEN_MODE_CREATE;
     CHECK(kvtier_region_new(&ro, &in->region));
 
     kvtier_manager_options mo = kvtier_manager_options_default();
     mo.capacity = SLOTS;
-    CHECK(kvtier_manager_new(&mo, &in->manager));
+    CHECK(kvtier_manager_new(&mo, in->region, &in->manager));
 
     kvtier_redis_options o = kvtier_redis_options_default();
     o.nodes = addr;
     o.key_namespace = ns;
     o.connections = 2;
-    CHECK(kvtier_manager_add_redis_tier(in->manager, in->region, &o, &in->tier));
+    CHECK(kvtier_manager_add_redis_tier(in->manager, &o, &in->tier));
 }
 
 static void close_instance(instance *in) {

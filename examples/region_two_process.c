@@ -46,11 +46,11 @@ static int joiner(const char *name) {
     kvtier_region *region = NULL;
     kvtier_status s = kvtier_region_new(&o, &region);
     if (s != KVTIER_STATUS_OK) return fail("joiner", "kvtier_region_new", s);
-    uint32_t role = 0;
-    s = kvtier_region_role(region, &role);
-    if (s != KVTIER_STATUS_OK) return fail("joiner", "kvtier_region_role", s);
+    kvtier_region_role role = 0;
+    s = kvtier_region_read_role(region, &role);
+    if (s != KVTIER_STATUS_OK) return fail("joiner", "kvtier_region_read_role", s);
     if (role != KVTIER_REGION_ROLE_JOINER) {
-        fprintf(stderr, "joiner: expected to join, got role %u\n", role);
+        fprintf(stderr, "joiner: expected to join, got role %d\n", (int)role);
         return EXIT_FAILURE;
     }
     for (uint32_t slot = 0; slot < SLOTS; slot++) {
@@ -85,10 +85,10 @@ static int creator(const char *self) {
     kvtier_region *region = NULL;
     kvtier_status s = kvtier_region_new(&o, &region);
     if (s != KVTIER_STATUS_OK) return fail("creator", "kvtier_region_new", s);
-    uint32_t role = 0;
-    kvtier_region_role(region, &role);
+    kvtier_region_role role = 0;
+    kvtier_region_read_role(region, &role);
     if (role != KVTIER_REGION_ROLE_CREATOR) {
-        fprintf(stderr, "creator: expected to create, got role %u\n", role);
+        fprintf(stderr, "creator: expected to create, got role %d\n", (int)role);
         kvtier_region_free(region);
         return EXIT_FAILURE;
     }

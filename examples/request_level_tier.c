@@ -143,11 +143,10 @@ int main(void) {
     kvtier_manager_options opts = kvtier_manager_options_default();
     opts.capacity = 32;
     kvtier_manager *m = NULL;
-    CHECK(kvtier_manager_new(&opts, &m));
+    CHECK(kvtier_manager_new(&opts, NULL, &m));
     rl_tier *t = (rl_tier *)calloc(1, sizeof *t);
     if (!t) return EXIT_FAILURE;
-    kvtier_tier_vtable vt;
-    memset(&vt, 0, sizeof vt);
+    kvtier_tier_vtable vt = kvtier_tier_vtable_default();
     vt.user_data = t;
     vt.name = "request-level";
     vt.lookup = rl_lookup;

@@ -227,9 +227,8 @@ int main(void) {
     kvtier_manager_options opts = kvtier_manager_options_default();
     opts.capacity = SLOTS;
     kvtier_manager *m = NULL;
-    CHECK(kvtier_manager_new(&opts, &m));
-    kvtier_tier_vtable vt;
-    memset(&vt, 0, sizeof vt);
+    CHECK(kvtier_manager_new(&opts, NULL, &m));
+    kvtier_tier_vtable vt = kvtier_tier_vtable_default();
     vt.user_data = t;
     vt.name = "threaded";
     vt.lookup = tt_lookup;

@@ -70,7 +70,7 @@
 #include <stdint.h>
 
 #define KVTIER_VERSION_MAJOR 0
-#define KVTIER_VERSION_MINOR 1
+#define KVTIER_VERSION_MINOR 2
 #define KVTIER_VERSION_PATCH 0
 
 
@@ -101,26 +101,6 @@
 #define KVTIER_MANAGER_LOOKUP_RETRY 3
 
 /**
- * Promotion answer option: a lookup that starts a promotion answers RETRY (default).
- */
-#define KVTIER_PROMOTION_ANSWER_RETRY 0
-
-/**
- * Promotion answer option: a lookup that starts a promotion answers HIT_PENDING.
- */
-#define KVTIER_PROMOTION_ANSWER_HIT_PENDING 1
-
-/**
- * Back-pressure policy: drop every cascade while the tier is under pressure.
- */
-#define KVTIER_PRESSURE_DROP 0
-
-/**
- * Back-pressure policy: admit one cascade at a time while under pressure.
- */
-#define KVTIER_PRESSURE_THROTTLE 1
-
-/**
  * Tier index of the manager's own totals in `kvtier_manager_stat`.
  */
 #define KVTIER_STAT_TIER_MANAGER -1
@@ -132,36 +112,6 @@
 #define KVTIER_ALLOCATION_SIZE_BUCKETS 11
 
 /**
- * `kvtier_region_options.open`: create the region if nobody has, else join it.
- */
-#define KVTIER_REGION_CREATE_OR_JOIN 0
-
-/**
- * `kvtier_region_options.open`: create the region; fail if a live one exists.
- */
-#define KVTIER_REGION_CREATE 1
-
-/**
- * `kvtier_region_options.open`: join the region, waiting for it to appear.
- */
-#define KVTIER_REGION_JOIN 2
-
-/**
- * `kvtier_region_options.prefault`: no pre-faulting.
- */
-#define KVTIER_REGION_PREFAULT_OFF 0
-
-/**
- * `kvtier_region_options.prefault`: `MADV_POPULATE_WRITE`, else touch each page.
- */
-#define KVTIER_REGION_PREFAULT_AUTO 1
-
-/**
- * `kvtier_region_options.prefault`: touch each page (keeping its bytes).
- */
-#define KVTIER_REGION_PREFAULT_TOUCH 2
-
-/**
  * Smallest segment size (1 GiB) when `kvtier_region_options.segments > 1`.
  */
 #define KVTIER_REGION_MIN_SEGMENT_BYTES (1 << 30)
@@ -170,16 +120,6 @@
  * Longest region name in bytes.
  */
 #define KVTIER_REGION_MAX_NAME_LEN 200
-
-/**
- * `kvtier_region_role` result: this process created the region.
- */
-#define KVTIER_REGION_ROLE_CREATOR 1
-
-/**
- * `kvtier_region_role` result: this process joined a region another created.
- */
-#define KVTIER_REGION_ROLE_JOINER 2
 
 /**
  * Tier lookup answer written by `lookup`: not present.
@@ -379,98 +319,30 @@ typedef struct kvtier_primary kvtier_primary;
 typedef struct kvtier_region kvtier_region;
 
 /**
- * Options of `kvtier_manager_add_fs_tier`.  Start from
- * `kvtier_fs_options_default()`, then set `directory` at least.
+ * What a lookup that starts a promotion answers: a
+ * `KVTIER_PROMOTION_ANSWER_*` value.
+ */
+typedef int32_t kvtier_promotion_answer;
+
+/**
+ * Options of `kvtier_manager_new`: the manager and its primary tier.
+ * Initialize with `kvtier_manager_options_default()` (growth rule).  The
+ * JSON configuration of `kvtier_manager_new_from_json` names the same
+ * options (the primary tier's under `"primary"`) with the same defaults.
  */
 typedef struct {
   /**
-   * Directory holding the block files (NUL-terminated; required).
+   * `sizeof(kvtier_manager_options)` as the caller was compiled with.
    */
-  const char *directory;
+  size_t struct_size;
   /**
-   * Create the directory (and its parents) if missing (default true);
-   * when false a missing directory is `KVTIER_STATUS_NOT_FOUND`.
-   */
-  bool create_dir;
-  /**
-   * Byte limit of the files, headers included; 0 = unbounded (default).
-   */
-  uint64_t capacity_bytes;
-  /**
-   * Fraction of the capacity above which a store evicts (default 0.95).
-   */
-  double high_watermark;
-  /**
-   * Fraction of the capacity eviction goes down to (default 0.85);
-   * 0 < low <= high <= 1.
-   */
-  double low_watermark;
-  /**
-   * Read-priority worker threads, 1..=256 (default 8).
-   */
-  uint32_t read_threads;
-  /**
-   * Write-priority worker threads, 1..=256 (default 8).
-   */
-  uint32_t write_threads;
-  /**
-   * Use `O_DIRECT` where the file system supports it (default true).
-   */
-  bool direct_io;
-  /**
-   * Make every stored block durable (fdatasync, directory fsync) before
-   * reporting it (default false).
-   */
-  bool durable;
-  /**
-   * Write stores as unnamed files (`O_TMPFILE`) linked in when whole,
-   * where supported (default true); false: named temporary files renamed.
-   */
-  bool unnamed_temp_files;
-  /**
-   * Other processes use the directory too: keys missing from this
-   * tier's index are looked for on disk, off the caller's thread, with
-   * lookups answering RETRY meanwhile (default false).
-   */
-  bool shared;
-  /**
-   * `KVTIER_LOCALITY_LOCAL` (default) or `KVTIER_LOCALITY_REMOTE` (a
-   * network file system), for request tier filters.
-   */
-  int32_t locality;
-  /**
-   * Temporary files older than this (ms) are removed at open even when
-   * their writer cannot be shown dead (default 15 minutes).
-   */
-  uint64_t stale_temp_age_ms;
-  /**
-   * Whether the tier's events ("stored", "removed") reach
-   * `kvtier_manager_take_events` (default true); its queue holds at most
-   * the manager's `event_capacity` events.
-   */
-  bool events;
-} kvtier_fs_options;
-
-/**
- * Receives one log record.  `level` is a `kvtier_log_level` value;
- * `target` names the kvtier module that logged and `message` is the text,
- * both NUL-terminated and borrowed for the duration of the call only.
- */
-typedef void (*kvtier_log_fn)(void *user_data,
-                              int32_t level,
-                              const char *target,
-                              const char *message);
-
-/**
- * Options of `kvtier_manager_new`; start from `kvtier_manager_options_default()`.
- */
-typedef struct {
-  /**
-   * Number of primary slots (> 0).
+   * Number of primary slots (> 0; default 1024).  With a region, at
+   * most its slot count.
    */
   uint32_t capacity;
   /**
-   * Eviction policy name, "lru" or "arc" (NUL-terminated); NULL = "lru".
+   * Eviction policy name, "lru" (default) or "arc" (NUL-terminated,
+   * read during the call); NULL means the default.
    */
   const char *policy;
   /**
@@ -479,26 +351,26 @@ typedef struct {
   uint32_t store_threshold;
   /**
    * Bound of the recent-offers table (used when `store_threshold` >= 2),
-   * at most 4294967294.
+   * at most 4294967294 (default 64000).
    */
   size_t admission_table_size;
   /**
    * Bound of each tier's event queue: the primary tier's and every
    * secondary tier's (overflow dropped and counted in each tier's
-   * `events_dropped`); 0 turns every tier's events off.
+   * `events_dropped`); 0 (default) turns every tier's events off.
    */
   size_t event_capacity;
   /**
    * `KVTIER_PROMOTION_ANSWER_RETRY` (default) or `_HIT_PENDING`.
    */
-  int32_t promotion_answer;
+  kvtier_promotion_answer promotion_answer;
   /**
    * Bytes per block, for back-pressure latency per byte when a tier
-   * reports no byte count (0: latency per block).
+   * reports no byte count (0, default: latency per block).
    */
   uint64_t block_bytes;
   /**
-   * How many messages the error log keeps.
+   * How many messages the error log keeps (default 64).
    */
   size_t error_log_capacity;
   /**
@@ -512,38 +384,50 @@ typedef struct {
 } kvtier_manager_options;
 
 /**
- * Per-tier options of `kvtier_manager_add_tier`; start from
- * `kvtier_tier_options_default()`.
+ * What happens to cascades to a tier under back-pressure: a
+ * `KVTIER_PRESSURE_POLICY_*` value.
+ */
+typedef int32_t kvtier_pressure_policy;
+
+/**
+ * Per-tier options of `kvtier_manager_add_tier`.  Initialize with
+ * `kvtier_tier_options_default()` (growth rule).
  */
 typedef struct {
   /**
-   * Whether cascades to this tier are subject to back-pressure.
+   * `sizeof(kvtier_tier_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Whether cascades to this tier are subject to back-pressure (default false).
    */
   bool backpressure;
   /**
-   * Weight of a new latency sample, in (0, 1].
+   * Weight of a new latency sample, in (0, 1] (default 0.3).
    */
   double alpha;
   /**
-   * Enter pressure above this store latency (ns per byte, or per block).
+   * Enter pressure above this store latency, ns per byte or per block
+   * (default 1.0).
    */
   double high_ns_per_byte;
   /**
-   * Leave pressure below this (<= high).
+   * Leave pressure below this (<= high; default 0.5).
    */
   double low_ns_per_byte;
   /**
-   * Samples averaged before the detector may signal.
+   * Samples averaged before the detector may signal (default 3).
    */
   uint32_t warmup;
   /**
-   * Enter pressure after this many consecutive failed stores (0 = never).
+   * Enter pressure after this many consecutive failed stores (0 = never;
+   * default 3).
    */
   uint32_t max_consecutive_failures;
   /**
-   * `KVTIER_PRESSURE_DROP` or `KVTIER_PRESSURE_THROTTLE`.
+   * `KVTIER_PRESSURE_POLICY_DROP` (default) or `_THROTTLE`.
    */
-  int32_t policy;
+  kvtier_pressure_policy policy;
   /**
    * Whether the tier's events reach `kvtier_manager_take_events`
    * (default true).  Every tier queues at most the manager's
@@ -553,65 +437,6 @@ typedef struct {
    */
   bool events;
 } kvtier_tier_options;
-
-/**
- * One per-request parameter: two NUL-terminated strings.
- */
-typedef struct {
-  /**
-   * The parameter's name.
-   */
-  const char *key;
-  /**
-   * Its value.
-   */
-  const char *value;
-} kvtier_param;
-
-/**
- * One matcher of a request's tier filter (`KVTIER_TIER_ANY` matches anything).
- */
-typedef struct {
-  /**
-   * `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
-   */
-  int32_t medium;
-  /**
-   * `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
-   */
-  int32_t locality;
-} kvtier_tier_matcher;
-
-/**
- * What the engine attaches to a request; start from
- * `kvtier_request_params_default()`.
- */
-typedef struct {
-  /**
-   * Opaque pointer passed back to tiers as is.
-   */
-  void *user_data;
-  /**
-   * Key/value parameters tiers may read (copied).
-   */
-  const kvtier_param *params;
-  /**
-   * Number of parameters.
-   */
-  size_t params_len;
-  /**
-   * Whether the request carries a tier filter (lookups only).
-   */
-  bool filter_set;
-  /**
-   * The filter's matchers; an empty set filter excludes every tier.
-   */
-  const kvtier_tier_matcher *filter;
-  /**
-   * Number of matchers.
-   */
-  size_t filter_len;
-} kvtier_request_params;
 
 /**
  * One key as C passes it: `len` bytes at `data` (1..=64 bytes).
@@ -629,6 +454,20 @@ typedef struct {
    */
   size_t len;
 } kvtier_key;
+
+/**
+ * One per-request parameter: two NUL-terminated strings.
+ */
+typedef struct {
+  /**
+   * The parameter's name.
+   */
+  const char *key;
+  /**
+   * Its value.
+   */
+  const char *value;
+} kvtier_param;
 
 /**
  * A request as a tier sees it.  Borrowed for the callback only.
@@ -772,6 +611,8 @@ typedef struct {
  * through `kvtier_manager_complete_job`; a tier without `drain` declares
  * that none of its copies outlives the job's report.
  *
+ * Start from `kvtier_tier_vtable_default()` (every entry NULL,
+ * `struct_size` set: the growth rule), then set the entries the tier has.
  * The struct is copied at registration.  After a successful registration
  * the manager owns `user_data`: `destroy(user_data)` runs exactly once,
  * after the last callback returned (when the manager is freed); not at
@@ -784,6 +625,10 @@ typedef struct {
  * `kvtier_manager_complete_job`.  C++ callbacks must be `noexcept`.
  */
 typedef struct {
+  /**
+   * `sizeof(kvtier_tier_vtable)` as the caller was compiled with.
+   */
+  size_t struct_size;
   /**
    * Passed as the first argument of every callback.
    */
@@ -883,6 +728,149 @@ typedef struct {
 } kvtier_tier_vtable;
 
 /**
+ * How far a tier is: a `KVTIER_LOCALITY_*` value.
+ */
+typedef int32_t kvtier_locality;
+
+/**
+ * Options of `kvtier_manager_add_fs_tier`.  Initialize with
+ * `kvtier_fs_options_default()` (growth rule), then set `directory` at
+ * least.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_fs_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Directory holding the block files (NUL-terminated; required: NULL
+   * is `KVTIER_STATUS_INVALID_ARGUMENT`).
+   */
+  const char *directory;
+  /**
+   * Create the directory (and its parents) if missing (default true);
+   * when false a missing directory is `KVTIER_STATUS_NOT_FOUND`.
+   */
+  bool create_dir;
+  /**
+   * Byte limit of the files, headers included; 0 = unbounded (default).
+   */
+  uint64_t capacity_bytes;
+  /**
+   * Fraction of the capacity above which a store evicts (default 0.95).
+   */
+  double high_watermark;
+  /**
+   * Fraction of the capacity eviction goes down to (default 0.85);
+   * 0 < low <= high <= 1.
+   */
+  double low_watermark;
+  /**
+   * Read-priority worker threads, 1..=256 (default 8).
+   */
+  uint32_t read_threads;
+  /**
+   * Write-priority worker threads, 1..=256 (default 8).
+   */
+  uint32_t write_threads;
+  /**
+   * Use `O_DIRECT` where the file system supports it (default true).
+   */
+  bool direct_io;
+  /**
+   * Make every stored block durable (fdatasync, directory fsync) before
+   * reporting it (default false).
+   */
+  bool durable;
+  /**
+   * Write stores as unnamed files (`O_TMPFILE`) linked in when whole,
+   * where supported (default true); false: named temporary files renamed.
+   */
+  bool unnamed_temp_files;
+  /**
+   * Other processes use the directory too: keys missing from this
+   * tier's index are looked for on disk, off the caller's thread, with
+   * lookups answering RETRY meanwhile (default false).
+   */
+  bool shared;
+  /**
+   * `KVTIER_LOCALITY_LOCAL` (default) or `KVTIER_LOCALITY_REMOTE` (a
+   * network file system), for request tier filters.
+   */
+  kvtier_locality locality;
+  /**
+   * Temporary files older than this (ms) are removed at open even when
+   * their writer cannot be shown dead (default 15 minutes).
+   */
+  uint64_t stale_temp_age_ms;
+  /**
+   * Whether the tier's events ("stored", "removed") reach
+   * `kvtier_manager_take_events` (default true); its queue holds at most
+   * the manager's `event_capacity` events.
+   */
+  bool events;
+} kvtier_fs_options;
+
+/**
+ * Receives one log record.  `level` is a `kvtier_log_level` value;
+ * `target` names the kvtier module that logged and `message` is the text,
+ * both NUL-terminated and borrowed for the duration of the call only.
+ */
+typedef void (*kvtier_log_fn)(void *user_data,
+                              int32_t level,
+                              const char *target,
+                              const char *message);
+
+/**
+ * One matcher of a request's tier filter (`KVTIER_TIER_ANY` matches anything).
+ */
+typedef struct {
+  /**
+   * `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+   */
+  int32_t medium;
+  /**
+   * `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+   */
+  int32_t locality;
+} kvtier_tier_matcher;
+
+/**
+ * What the engine attaches to a request.  Initialize with
+ * `kvtier_request_params_default()` (growth rule).
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_request_params)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Opaque pointer passed back to tiers as is.
+   */
+  void *user_data;
+  /**
+   * Key/value parameters tiers may read (copied).
+   */
+  const kvtier_param *params;
+  /**
+   * Number of parameters.
+   */
+  size_t params_len;
+  /**
+   * Whether the request carries a tier filter (lookups only).
+   */
+  bool filter_set;
+  /**
+   * The filter's matchers; an empty set filter excludes every tier.
+   */
+  const kvtier_tier_matcher *filter;
+  /**
+   * Number of matchers.
+   */
+  size_t filter_len;
+} kvtier_request_params;
+
+/**
  * An owned copy of one key: `len` bytes of `bytes`.
  */
 typedef struct {
@@ -965,15 +953,22 @@ typedef struct {
 typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event_batch *batch);
 
 /**
- * Options of [`kvtier_primary_new`]; start from [`kvtier_primary_options_default`].
+ * Options of [`kvtier_primary_new`].  Initialize with
+ * [`kvtier_primary_options_default`] (growth rule).  The same options as
+ * the primary tier's in `kvtier_manager_options`, with the same defaults.
  */
 typedef struct {
+  /**
+   * `sizeof(kvtier_primary_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
   /**
    * Number of slots, at least 1 (default 1024); at most 2^31 - 1 for `"arc"`.
    */
   uint32_t capacity;
   /**
-   * Eviction policy name, `"lru"` or `"arc"`; NULL means `"lru"`.  Copied at creation.
+   * Eviction policy name, `"lru"` (default) or `"arc"`; NULL means the
+   * default.  Read during the call only.
    */
   const char *policy;
   /**
@@ -1109,11 +1104,6 @@ typedef int32_t kvtier_event_kind;
  * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
  */
 typedef int32_t kvtier_medium;
-
-/**
- * How far a tier is: a `KVTIER_LOCALITY_*` value.
- */
-typedef int32_t kvtier_locality;
 
 /**
  * Consecutive cache events of one tier and kind: the one shape of the
@@ -1290,11 +1280,16 @@ typedef struct {
 } kvtier_primary_stats;
 
 /**
- * Options of `kvtier_manager_add_redis_tier`; start from
- * `kvtier_redis_options_default()`.  Strings are NUL-terminated, read
- * during the call only; NULL means the default stated for each.
+ * Options of `kvtier_manager_add_redis_tier`.  Initialize with
+ * `kvtier_redis_options_default()` (growth rule).  Strings are
+ * NUL-terminated, read during the call only; NULL means the default
+ * stated for each.
  */
 typedef struct {
+  /**
+   * `sizeof(kvtier_redis_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
   /**
    * Tier name in stats and errors; NULL: "redis".
    */
@@ -1305,7 +1300,7 @@ typedef struct {
    */
   const char *nodes;
   /**
-   * Whether `nodes` are Redis Cluster nodes.
+   * Whether `nodes` are Redis Cluster nodes (default false).
    */
   bool cluster;
   /**
@@ -1325,7 +1320,8 @@ typedef struct {
    */
   int64_t db;
   /**
-   * TLS to the server (needs a build with the `redis-tls` feature).
+   * TLS to the server (needs a build with the `redis-tls` feature;
+   * default false).
    */
   bool tls;
   /**
@@ -1333,8 +1329,8 @@ typedef struct {
    */
   const char *tls_ca_file;
   /**
-   * Expiry of stored blocks in milliseconds; 0: none; at most 2^62
-   * (longer cannot work: Redis refuses such an expiry).
+   * Expiry of stored blocks in milliseconds; 0 (default): none; at most
+   * 2^62 (longer cannot work: Redis refuses such an expiry).
    */
   uint64_t ttl_ms;
   /**
@@ -1383,6 +1379,17 @@ typedef struct {
 } kvtier_redis_options;
 
 /**
+ * Whether `kvtier_region_new` may create the region, join it, or either:
+ * a `KVTIER_REGION_OPEN_MODE_*` value.
+ */
+typedef int32_t kvtier_region_open_mode;
+
+/**
+ * How the region's pages are faulted in: a `KVTIER_REGION_PREFAULT_*` value.
+ */
+typedef int32_t kvtier_region_prefault;
+
+/**
  * Barrier callback given at creation: called exactly once by
  * `kvtier_region_new`, on the calling thread, after this process's set-up
  * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
@@ -1395,13 +1402,19 @@ typedef int32_t (*kvtier_region_barrier_fn)(void *user_data, int32_t setup_statu
 
 /**
  * Options for `kvtier_region_new`.  Initialize with
- * `kvtier_region_options_default()`, then set `name`, `slot_count` and
- * `slot_bytes` at least.  Every process of one region passes the same
- * layout (`slot_count`, `slot_bytes`, `worker_bytes`, `segments`).
+ * `kvtier_region_options_default()` (growth rule), then set `name`,
+ * `slot_count` and `slot_bytes` at least.  Every process of one region
+ * passes the same layout (`slot_count`, `slot_bytes`, `worker_bytes`,
+ * `segments`).
  */
 typedef struct {
   /**
-   * Region name (NUL-terminated UTF-8 file name, no `/`); required.
+   * `sizeof(kvtier_region_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Region name (NUL-terminated UTF-8 file name, no `/`); required
+   * (NULL is `KVTIER_STATUS_INVALID_ARGUMENT`).
    */
   const char *name;
   /**
@@ -1421,9 +1434,9 @@ typedef struct {
    */
   size_t worker_bytes;
   /**
-   * `KVTIER_REGION_CREATE_OR_JOIN` (default), `_CREATE` or `_JOIN`.
+   * `KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN` (default), `_CREATE` or `_JOIN`.
    */
-  uint32_t open;
+  kvtier_region_open_mode open;
   /**
    * How long a joiner waits for the region to appear and be sized, in
    * milliseconds (default 30000).
@@ -1437,7 +1450,7 @@ typedef struct {
    * `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.  Even
    * off, the creator reserves the region's room on the file system.
    */
-  uint32_t prefault;
+  kvtier_region_prefault prefault;
   /**
    * With `prefault_share_count > 0`, pre-fault only share
    * `prefault_share_index` of `prefault_share_count`: this worker's area
@@ -1475,6 +1488,12 @@ typedef struct {
 } kvtier_region_options;
 
 /**
+ * What part this process took in making the region: a
+ * `KVTIER_REGION_ROLE_*` value (`kvtier_region_read_role`).
+ */
+typedef int32_t kvtier_region_role;
+
+/**
  * A strided view of a region: `rows` rows of `length` bytes, row `r` at
  * byte `offset + r * stride` from the region's base address.
  */
@@ -1496,6 +1515,26 @@ typedef struct {
    */
   uint32_t rows;
 } kvtier_region_view;
+
+/**
+ * The lookup answers RETRY: ask again later (default).
+ */
+#define KVTIER_PROMOTION_ANSWER_RETRY 0
+
+/**
+ * The lookup answers HIT_PENDING: the block is on its way (vLLM 0.33).
+ */
+#define KVTIER_PROMOTION_ANSWER_HIT_PENDING 1
+
+/**
+ * Drop every cascade while the tier is under pressure (default).
+ */
+#define KVTIER_PRESSURE_POLICY_DROP 0
+
+/**
+ * Admit one cascade at a time while the tier is under pressure.
+ */
+#define KVTIER_PRESSURE_POLICY_THROTTLE 1
 
 /**
  * Not readable, and nothing is on its way (see `kvtier_miss_reason`).
@@ -1578,6 +1617,46 @@ typedef struct {
  */
 #define KVTIER_LOCALITY_REMOTE 2
 
+/**
+ * Create the region if nobody has, else join it (default).
+ */
+#define KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN 0
+
+/**
+ * Create the region; fail if a live one exists.
+ */
+#define KVTIER_REGION_OPEN_MODE_CREATE 1
+
+/**
+ * Join the region, waiting for it to appear.
+ */
+#define KVTIER_REGION_OPEN_MODE_JOIN 2
+
+/**
+ * No pre-faulting.
+ */
+#define KVTIER_REGION_PREFAULT_OFF 0
+
+/**
+ * `MADV_POPULATE_WRITE`, else touch each page (default).
+ */
+#define KVTIER_REGION_PREFAULT_AUTO 1
+
+/**
+ * Touch each page (keeping its bytes).
+ */
+#define KVTIER_REGION_PREFAULT_TOUCH 2
+
+/**
+ * This process created the region.
+ */
+#define KVTIER_REGION_ROLE_CREATOR 1
+
+/**
+ * This process joined a region another created.
+ */
+#define KVTIER_REGION_ROLE_JOINER 2
+
 
 
 #ifdef __cplusplus
@@ -1596,80 +1675,162 @@ extern "C" {
 const char *kvtier_last_error_message(void);
 
 /**
+ * Returns the default manager options (the core defaults): 1024 slots,
+ * "lru", no admission threshold, events off, RETRY for started
+ * promotions, an error log of 64, one KV group; `struct_size` set.
+ * Safe to call from any thread.
+ */
+kvtier_manager_options kvtier_manager_options_default(void);
+
+/**
+ * Creates a tiering manager over a new primary tier, with `region`'s
+ * slots as its slot memory: the memory the built-in tiers
+ * (`kvtier_manager_add_fs_tier`, `kvtier_manager_add_redis_tier`) copy
+ * blocks through, reported by `kvtier_manager_slot_memory`.  A NULL
+ * `region` gives a manager without slot memory, for tiers implemented in
+ * C that bring their own (`kvtier_manager_add_tier`).
+ *
+ * `options` NULL means the defaults; else initialized with
+ * `kvtier_manager_options_default()` (growth rule).  The region must have
+ * at least `capacity` slots.  Options out of range are
+ * `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot tables cannot
+ * be allocated is `KVTIER_STATUS_OUT_OF_MEMORY`.  On success writes the
+ * new handle to `*manager_out`; on failure writes nothing.  The caller
+ * owns the handle and releases it with `kvtier_manager_free`.  The region
+ * stays the caller's (free it whenever): the manager keeps its mapping
+ * alive until it shuts down successfully, and for good if a secondary
+ * tier fails to shut down (that tier may still write into the slots).
+ * `kvtier_manager_new_from_json` builds a manager from the same options
+ * written as JSON.  Thread-safe; the handle is internally synchronized.
+ *
+ * # Safety
+ * `options` NULL or valid for its `struct_size` with `policy` NULL or
+ * NUL-terminated; `region` NULL or a live handle; `manager_out` valid for
+ * writes.
+ */
+kvtier_status kvtier_manager_new(const kvtier_manager_options *options,
+                                 const kvtier_region *region,
+                                 kvtier_manager **manager_out);
+
+/**
+ * Returns the default tier options (the core defaults): back-pressure
+ * off; when turned on, alpha 0.3, high 1.0 and low 0.5 ns per byte,
+ * warm-up 3, 3 failures, drop; events on; `struct_size` set.
+ * Safe to call from any thread.
+ */
+kvtier_tier_options kvtier_tier_options_default(void);
+
+/**
+ * Returns a vtable with every entry NULL, no name, medium and locality
+ * `_ANY`, and `struct_size` set: start every `kvtier_tier_vtable` from
+ * it, then set the entries the tier implements (`lookup`, `submit_store`
+ * and `submit_load` at least).  Safe to call from any thread.
+ */
+kvtier_tier_vtable kvtier_tier_vtable_default(void);
+
+/**
+ * Registers a secondary tier implemented by a C vtable (copied) and writes
+ * its tier index (1 for the first) to `*index_out`.  Allowed until the
+ * first request starts.
+ *
+ * `vtable` is required and initialized with `kvtier_tier_vtable_default()`
+ * (growth rule), with `lookup`, `submit_store` and `submit_load` set;
+ * `options` NULL means the defaults, else initialized with
+ * `kvtier_tier_options_default()`.  On success the manager owns
+ * `vtable->user_data` and calls `destroy` exactly once when it is freed;
+ * on failure nothing is kept and `destroy` is not called.  Internally
+ * synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `vtable` valid for its `struct_size` with
+ * `name` NULL or NUL-terminated; `options` NULL or valid for its
+ * `struct_size`; `index_out` valid for writes.
+ */
+kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
+                                      const kvtier_tier_vtable *vtable,
+                                      const kvtier_tier_options *options,
+                                      size_t *index_out);
+
+/**
  * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
  * no NUL needed): slot memory (a shared region if `"region"` is given,
  * else private memory when `"block_bytes"` > 0), the primary tier, and
- * the built-in secondary tiers listed in `"tiers"`.  C and C++ tiers are
- * added afterwards with `kvtier_manager_add_tier`.
+ * the built-in secondary tiers listed in `"tiers"`.  The document holds
+ * the options of `kvtier_manager_options` (the primary tier's under
+ * `"primary"`) with the same defaults, and the manager is built the same
+ * way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
+ * may be added afterwards with the `kvtier_manager_add_*` calls.
  *
- * `json` must not be NULL unless `len` is 0; `out` must not be NULL.
+ * `json` must not be NULL unless `len` is 0; `manager_out` must not be NULL.
  * Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
  * and a message (`kvtier_last_error_message`) that starts with the field's
  * path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`; a
  * capacity whose slot tables (or slot memory) cannot be allocated is
  * `KVTIER_STATUS_OUT_OF_MEMORY`.  On
- * success writes the new handle to `*out`; on failure writes nothing and
- * leaves nothing behind.  The caller owns the handle (free it with
+ * success writes the new handle to `*manager_out`; on failure writes
+ * nothing and leaves nothing behind.  The caller owns the handle (free it with
  * `kvtier_manager_free`, which also releases the region).  The document
  * is read during the call only.  Thread-safe.
  *
  * # Safety
- * `json` valid for `len` reads; `out` valid for writes.
+ * `json` valid for `len` reads; `manager_out` valid for writes.
  */
-kvtier_status kvtier_manager_new_from_json(const char *json, size_t len, kvtier_manager **out);
+kvtier_status kvtier_manager_new_from_json(const char *json,
+                                           size_t len,
+                                           kvtier_manager **manager_out);
 
 /**
  * Writes where the manager's slots are: the address of slot 0 to
- * `*base`, the distance between slots to `*stride`, the usable bytes of
- * each slot to `*slot_bytes` and the number of slots to `*slot_count`
- * (slot `i` is at `base + i * stride`).  Managers made by
- * `kvtier_manager_new` have no slot memory of their own (the engine
- * brought it): `KVTIER_STATUS_NOT_FOUND`; so do configurations without
- * `block_bytes`.
+ * `*base_out`, the distance between slots to `*stride_out`, the usable
+ * bytes of each slot to `*slot_bytes_out` and the number of slots to
+ * `*slot_count_out` (slot `i` is at `base + i * stride`).  A manager
+ * without slot memory (made by `kvtier_manager_new` without a region, or
+ * from JSON without `block_bytes`) is `KVTIER_STATUS_NOT_FOUND`.
  *
- * Every output must be non-NULL.  The memory is owned by the manager and
- * stays valid until `kvtier_manager_free`.  Thread-safe.
+ * Every output must be non-NULL.  The memory stays valid until
+ * `kvtier_manager_free`.  Thread-safe.
  *
  * # Safety
  * `manager` a live handle; outputs valid for writes.
  */
 kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
-                                         void **base,
-                                         size_t *stride,
-                                         size_t *slot_bytes,
-                                         uint32_t *slot_count);
+                                         void **base_out,
+                                         size_t *stride_out,
+                                         size_t *slot_bytes_out,
+                                         uint32_t *slot_count_out);
 
 /**
- * Returns the default file-system tier options (directory NULL: set it).
- * Safe to call from any thread.
+ * Returns the default file-system tier options (the core defaults; the
+ * directory NULL: set it) with `struct_size` set.  Safe to call from any
+ * thread.
  */
 kvtier_fs_options kvtier_fs_options_default(void);
 
 /**
- * Opens a file-system tier over `region`'s slots (blocks of the region's
- * row size) in `options->directory`, rebuilding its index from the files
- * already there, and registers it with `manager` as the next secondary
- * tier (name "fs", medium storage); writes its tier index to
- * `*tier_index_out`.  Allowed until the first request starts.
+ * Opens a file-system tier over the manager's slot memory (blocks of its
+ * slot size) in `options->directory`, rebuilding its index from the files
+ * already there, and registers it as the next secondary tier (name "fs",
+ * medium storage); writes its tier index to `*index_out`.  Allowed until
+ * the first request starts.
  *
- * `options` must be initialized by `kvtier_fs_options_default()` with
- * `directory` set; its strings are read during the call only.  Bad options
- * give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
- * directory with `create_dir` off) and change nothing; so does a region
- * with fewer slots than the manager's primary tier (the tier would be
- * handed slot ids past its end).  The manager owns
- * the tier; the tier keeps the region's mapping alive for as long as it
- * lives, so the region handle may be closed earlier.  Blocks while it
- * scans the directory.  Internally synchronized (as the manager).
+ * The manager must have slot memory (made by `kvtier_manager_new` with a
+ * region, or from JSON with `block_bytes`), else
+ * `KVTIER_STATUS_INVALID_ARGUMENT` saying so.  `options` initialized with
+ * `kvtier_fs_options_default()` (growth rule) with `directory` set (NULL
+ * options are the defaults, which have no directory); its strings are
+ * read during the call only.  Bad options give
+ * `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
+ * directory with `create_dir` off) and change nothing.  The manager owns
+ * the tier.  Blocks while it scans the directory.  Internally
+ * synchronized (as the manager).
  *
  * # Safety
- * `manager` and `region` must be live handles; `options` valid for reads
- * with `directory` a NUL-terminated string; `tier_index_out` valid for writes.
+ * `manager` a live handle; `options` NULL or valid for its `struct_size`
+ * with `directory` NULL or NUL-terminated; `index_out` valid for writes.
  */
-kvtier_status kvtier_manager_add_fs_tier(kvtier_manager *manager,
-                                         const kvtier_region *region,
+kvtier_status kvtier_manager_add_fs_tier(const kvtier_manager *manager,
                                          const kvtier_fs_options *options,
-                                         size_t *tier_index_out);
+                                         size_t *index_out);
 
 /**
  * Installs `callback` to receive kvtier's log records at `max_level` or
@@ -1695,42 +1856,10 @@ kvtier_status kvtier_manager_add_fs_tier(kvtier_manager *manager,
 kvtier_status kvtier_set_log_callback(kvtier_log_fn callback, void *user_data, int32_t max_level);
 
 /**
- * Returns the default manager options: 1024 slots, "lru", no admission
- * threshold, events off, RETRY for started promotions, an error log of 64.
- * Safe to call from any thread.
- */
-kvtier_manager_options kvtier_manager_options_default(void);
-
-/**
- * Returns the default tier options: back-pressure off; when turned on,
- * alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop;
- * events on.
- * Safe to call from any thread.
- */
-kvtier_tier_options kvtier_tier_options_default(void);
-
-/**
- * Returns request parameters with nothing attached and no filter.
- * Safe to call from any thread.
+ * Returns request parameters with nothing attached and no filter, and
+ * `struct_size` set.  Safe to call from any thread.
  */
 kvtier_request_params kvtier_request_params_default(void);
-
-/**
- * Creates a tiering manager over a new primary tier.
- *
- * `options` must be NULL (defaults) or point to options initialized with
- * `kvtier_manager_options_default()`; `out` must not be NULL.  Options out
- * of range are `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot
- * tables cannot be allocated is `KVTIER_STATUS_OUT_OF_MEMORY`.  On success
- * writes the new handle to `*out`; on failure writes nothing.  The caller
- * owns the handle and releases it with `kvtier_manager_free`.  Thread
- * safety: the handle is internally synchronized.
- *
- * # Safety
- * `options` must be NULL or valid for reads; `options->policy` NULL or a
- * NUL-terminated string; `out` valid for writes.
- */
-kvtier_status kvtier_manager_new(const kvtier_manager_options *options, kvtier_manager **out);
 
 /**
  * Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
@@ -1745,37 +1874,19 @@ kvtier_status kvtier_manager_new(const kvtier_manager_options *options, kvtier_m
 void kvtier_manager_free(kvtier_manager *manager);
 
 /**
- * Registers a secondary tier implemented by a C vtable (copied) and writes
- * its tier index (1 for the first) to `*index_out`.  Allowed until the
- * first request starts.
- *
- * `vtable` must have `lookup`, `submit_store` and `submit_load`; `options`
- * may be NULL (defaults).  On success the manager owns
- * `vtable->user_data` and calls `destroy` exactly once when it is freed;
- * on failure nothing is kept and `destroy` is not called.  Internally
- * synchronized.
- *
- * # Safety
- * `manager` a live handle; `vtable` valid for reads with `name` NULL or
- * NUL-terminated; `options` NULL or valid; `index_out` valid for writes.
- */
-kvtier_status kvtier_manager_add_tier(kvtier_manager *manager,
-                                      const kvtier_tier_vtable *vtable,
-                                      const kvtier_tier_options *options,
-                                      size_t *index_out);
-
-/**
  * Starts request `request` (an id string, unique among active requests):
  * asks every tier for its offload policy and writes
  * `KVTIER_OFFLOAD_REQUEST_LEVEL` to `*policy_out` if any tier wants it,
  * else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
  *
- * `params` may be NULL (nothing attached, no filter); its strings and
+ * `params` may be NULL (nothing attached, no filter), else initialized
+ * with `kvtier_request_params_default()` (growth rule); its strings and
  * arrays are copied.  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `request` NUL-terminated; `params` NULL or
- * valid, with its arrays valid for their lengths; `policy_out` valid for writes.
+ * valid for its `struct_size`, with its arrays valid for their lengths;
+ * `policy_out` valid for writes.
  */
 kvtier_status kvtier_manager_on_new_request(kvtier_manager *manager,
                                             const char *request,
@@ -2083,23 +2194,6 @@ kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
 kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
 
 /**
- * Ties `region`'s mapping to `manager`: the manager keeps a view of the
- * region's slots until it shuts down successfully, and for good if a
- * secondary tier fails to shut down (that tier may still write into the
- * slots, so the address range must never be reused).
- *
- * `region` stays owned by the caller, who may free it at any time; the
- * mapping itself lives on while the manager (or any tier) holds a view.
- * A region with fewer slots than the manager's primary tier is
- * `KVTIER_STATUS_INVALID_ARGUMENT`.  Internally synchronized.
- *
- * # Safety
- * `manager` and `region` must be live handles (or NULL, which is an error).
- */
-kvtier_status kvtier_manager_attach_region(const kvtier_manager *manager,
-                                           const kvtier_region *region);
-
-/**
  * Writes the manager's statistics (its own totals, the primary tier's,
  * and each secondary tier's, labelled `tier="..."`) in the Prometheus text
  * exposition format (version 0.0.4), NUL-terminated, to `buf`.  Counters
@@ -2163,30 +2257,31 @@ kvtier_status kvtier_manager_set_event_callback(kvtier_manager *manager,
 kvtier_status kvtier_manager_wake_fd(const kvtier_manager *manager, int *fd_out);
 
 /**
- * Returns the default options: capacity 1024, `"lru"`, no admission
- * threshold (table size 64000), events off.
- *
- * Plain value: nothing to free.  Safe to call from any thread.
+ * Returns the default options (the core defaults: 1024 slots, "lru", no
+ * admission threshold, events off, one KV group) with `struct_size` set.
+ * Safe to call from any thread.
  */
 kvtier_primary_options kvtier_primary_options_default(void);
 
 /**
  * Creates a primary tier with `options->capacity` free slots.
  *
- * `options` must point to options (start from
- * [`kvtier_primary_options_default`]); an unknown policy name, a zero
- * capacity or a size beyond its limit is `KVTIER_STATUS_INVALID_ARGUMENT`;
- * a capacity whose slot tables cannot be allocated is
- * `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).  On success writes the new
- * handle to `*out`; on failure `*out` is untouched and nothing is
- * allocated.  The caller owns the handle and frees it with
- * [`kvtier_primary_free`].  Safe to call from any thread.
+ * `options` NULL means the defaults; else initialized with
+ * [`kvtier_primary_options_default`] (growth rule).  An unknown policy
+ * name, a zero capacity or a size beyond its limit is
+ * `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot tables cannot be
+ * allocated is `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).
+ * On success writes the new handle to `*primary_out`; on failure
+ * `*primary_out` is untouched and nothing is allocated.  The caller owns
+ * the handle and frees it with [`kvtier_primary_free`].  Safe to call
+ * from any thread.
  *
  * # Safety
- * `options` must be NULL or valid for reads; `options->policy` NULL or a
- * NUL-terminated string; `out` NULL or valid for writes.
+ * `options` NULL or valid for its `struct_size`, `options->policy` NULL
+ * or a NUL-terminated string; `primary_out` valid for writes.
  */
-kvtier_status kvtier_primary_new(const kvtier_primary_options *options, kvtier_primary **out);
+kvtier_status kvtier_primary_new(const kvtier_primary_options *options,
+                                 kvtier_primary **primary_out);
 
 /**
  * Frees a primary tier; NULL is ignored.  Forgets every key and pending
@@ -2465,44 +2560,45 @@ kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
 kvtier_status kvtier_primary_read_stats(kvtier_primary *primary, kvtier_primary_stats *stats_out);
 
 /**
- * Returns the default redis tier options: standalone `127.0.0.1:6379`,
- * namespace "kvtier", no AUTH, no TLS, no TTL, 4 connections, 1 s connect
- * and 2 s command timeouts, breaker after 3 failures with a 1 s cool-down.
- * Safe to call from any thread.
+ * Returns the default redis tier options (the core defaults: standalone
+ * `127.0.0.1:6379`, namespace "kvtier", no AUTH, no TLS, no TTL, 4
+ * connections, 1 s connect and 2 s command timeouts, breaker after 3
+ * failures with a 1 s cool-down), the strings NULL (their defaults), and
+ * `struct_size` set.  Safe to call from any thread.
  */
 kvtier_redis_options kvtier_redis_options_default(void);
 
 /**
- * Creates a redis tier that copies blocks between `region`'s slots and
- * Redis, and attaches it to `manager` as its next secondary tier; writes
- * its tier index (1 for the first secondary tier) to `*tier_index_out`.
+ * Creates a redis tier that copies blocks between the manager's slot
+ * memory and Redis, and adds it as the manager's next secondary tier;
+ * writes its tier index (1 for the first secondary tier) to `*index_out`.
  * Allowed until the first request starts.  Connects nothing during the
  * call (the tier's threads connect on their first transfer), so an
  * unreachable server shows later as failed jobs and MISS answers.
  *
- * `manager` and `region` must be live handles, the manager's primary
- * slots being the region's slots (its capacity at most the region's slot
- * count, else `KVTIER_STATUS_INVALID_ARGUMENT`); `options` NULL (defaults) or initialized with
- * `kvtier_redis_options_default()`.  On success the manager owns the tier
- * (shut down by `kvtier_manager_shutdown` or `_free`), and the tier keeps
- * the region's mapping alive until then, even if the region handle is
- * freed first.  On failure nothing is attached.  Without the `redis-tier`
- * build feature: `KVTIER_STATUS_UNSUPPORTED`.  Internally synchronized
- * like the manager.
+ * The manager must have slot memory (made by `kvtier_manager_new` with a
+ * region, or from JSON with `block_bytes`), else
+ * `KVTIER_STATUS_INVALID_ARGUMENT` saying so.  `options` NULL (defaults)
+ * or initialized with `kvtier_redis_options_default()` (growth rule);
+ * options that cannot work are `KVTIER_STATUS_INVALID_ARGUMENT`.  On
+ * success the manager owns the tier (shut down by
+ * `kvtier_manager_shutdown` or `_free`).  On failure nothing is added.
+ * Without the `redis-tier` build feature: `KVTIER_STATUS_UNSUPPORTED`.
+ * Internally synchronized like the manager.
  *
  * # Safety
- * `manager`, `region` live handles; `options` NULL or valid, with its
- * strings NULL or NUL-terminated; `tier_index_out` valid for writes.
+ * `manager` a live handle; `options` NULL or valid for its `struct_size`,
+ * with its strings NULL or NUL-terminated; `index_out` valid for writes.
  */
-kvtier_status kvtier_manager_add_redis_tier(kvtier_manager *manager,
-                                            const kvtier_region *region,
+kvtier_status kvtier_manager_add_redis_tier(const kvtier_manager *manager,
                                             const kvtier_redis_options *options,
-                                            size_t *tier_index_out);
+                                            size_t *index_out);
 
 /**
- * Returns the default options: no name, directory `/dev/shm`, create or
- * join, 30 s join timeout, one segment, automatic pre-faulting of the
- * whole region on one thread, mode 0600, stale files replaced, no barrier.
+ * Returns the default options (the core defaults): no name, directory
+ * NULL (`/dev/shm`), create or join, 30 s join timeout, one segment,
+ * automatic pre-faulting of the whole region on one thread, mode 0600,
+ * stale files replaced, no barrier; `struct_size` set.
  *
  * The result is a plain value owned by the caller.  Thread-safe.
  */
@@ -2523,18 +2619,19 @@ kvtier_region_options kvtier_region_options_default(void);
  * barrier, the barrier runs once (even if set-up failed: a set-up error is
  * then returned as it was) and the names are removed afterwards.
  *
- * `options` must be initialized by `kvtier_region_options_default()`; its
+ * `options` NULL means the defaults (which have no name: an error); else
+ * initialized with `kvtier_region_options_default()` (growth rule).  Its
  * strings are read during the call only.  On success writes a new handle
- * to `*out`; on failure writes nothing and leaves nothing it created on
- * disk.  The caller owns the handle and releases it with
+ * to `*region_out`; on failure writes nothing and leaves nothing it
+ * created on disk.  The caller owns the handle and releases it with
  * `kvtier_region_close` or `kvtier_region_free`.  May block up to the join
  * timeout.  Thread-safe.
  *
  * # Safety
- * `options` and `out` must be NULL or valid; the barrier, if any, must be
- * callable with `barrier_user_data`.
+ * `options` NULL or valid for its `struct_size`; `region_out` valid for
+ * writes; the barrier, if any, must be callable with `barrier_user_data`.
  */
-kvtier_status kvtier_region_new(const kvtier_region_options *options, kvtier_region **out);
+kvtier_status kvtier_region_new(const kvtier_region_options *options, kvtier_region **region_out);
 
 /**
  * Cleans up and releases the region: removes the backing-file names if
@@ -2543,15 +2640,15 @@ kvtier_status kvtier_region_new(const kvtier_region_options *options, kvtier_reg
  * mapping is kept for good.
  *
  * `region` is consumed whatever the result and must not be used again;
- * NULL is an error.  Writes to `*kept_mapping` (which may be NULL)
+ * NULL is an error.  Writes to `*kept_mapping_out` (which may be NULL)
  * whether the mapping was kept.  Must not run concurrently with other
  * calls on `region`.  A failure (removing a name) is reported after the
  * release.
  *
  * # Safety
- * `region` must be a live handle; `kept_mapping` NULL or valid.
+ * `region` must be a live handle; `kept_mapping_out` NULL or valid.
  */
-kvtier_status kvtier_region_close(kvtier_region *region, bool *kept_mapping);
+kvtier_status kvtier_region_close(kvtier_region *region, bool *kept_mapping_out);
 
 /**
  * Releases the region like `kvtier_region_close`, ignoring errors.
@@ -2564,89 +2661,90 @@ void kvtier_region_free(kvtier_region *region);
 
 /**
  * Writes `KVTIER_REGION_ROLE_CREATOR` or `KVTIER_REGION_ROLE_JOINER` to
- * `*role`.  Thread-safe.
+ * `*role_out`.  Thread-safe.
  *
  * # Safety
- * `region` and `role` must be NULL or valid.
+ * `region` and `role_out` must be NULL or valid.
  */
-kvtier_status kvtier_region_role(const kvtier_region *region, uint32_t *role);
+kvtier_status kvtier_region_read_role(const kvtier_region *region, kvtier_region_role *role_out);
 
 /**
- * Writes the region's base address to `*base`: `slot_count * stride`
+ * Writes the region's base address to `*base_out`: `slot_count * stride`
  * contiguous bytes, valid until the region is released (or for good
  * while slots are lent).  Thread-safe.
  *
  * # Safety
- * `region` and `base` must be NULL or valid.
+ * `region` and `base_out` must be NULL or valid.
  */
-kvtier_status kvtier_region_base(const kvtier_region *region, void **base);
+kvtier_status kvtier_region_base(const kvtier_region *region, void **base_out);
 
 /**
- * Writes the row stride (bytes per slot) to `*stride`.  Thread-safe.
+ * Writes the row stride (bytes per slot) to `*stride_out`.  Thread-safe.
  *
  * # Safety
- * `region` and `stride` must be NULL or valid.
+ * `region` and `stride_out` must be NULL or valid.
  */
-kvtier_status kvtier_region_stride(const kvtier_region *region, size_t *stride);
+kvtier_status kvtier_region_stride(const kvtier_region *region, size_t *stride_out);
 
 /**
- * Writes the number of slots to `*slot_count`.  Thread-safe.
+ * Writes the number of slots to `*slot_count_out`.  Thread-safe.
  *
  * # Safety
- * `region` and `slot_count` must be NULL or valid.
+ * `region` and `slot_count_out` must be NULL or valid.
  */
-kvtier_status kvtier_region_slot_count(const kvtier_region *region, uint32_t *slot_count);
+kvtier_status kvtier_region_slot_count(const kvtier_region *region, uint32_t *slot_count_out);
 
 /**
- * Writes the address of slot `slot` to `*address`; a slot at or beyond
+ * Writes the address of slot `slot` to `*address_out`; a slot at or beyond
  * the slot count is `KVTIER_STATUS_INVALID_ARGUMENT`.  The address lives
  * as long as the base address.  Thread-safe.
  *
  * # Safety
- * `region` and `address` must be NULL or valid.
+ * `region` and `address_out` must be NULL or valid.
  */
 kvtier_status kvtier_region_slot_address(const kvtier_region *region,
                                          uint32_t slot,
-                                         void **address);
+                                         void **address_out);
 
 /**
- * Per-worker layout: writes to `*view` the view of `length` bytes at
+ * Per-worker layout: writes to `*view_out` the view of `length` bytes at
  * `offset` within worker `worker`'s area of every row.  The region must
  * have been created with `worker_bytes > 0`, and `offset + length` must
  * fit in `worker_bytes`.  Thread-safe.
  *
  * # Safety
- * `region` and `view` must be NULL or valid.
+ * `region` and `view_out` must be NULL or valid.
  */
 kvtier_status kvtier_region_worker_view(const kvtier_region *region,
                                         uint32_t worker,
                                         size_t offset,
                                         size_t length,
-                                        kvtier_region_view *view);
+                                        kvtier_region_view *view_out);
 
 /**
- * Canonical layout: writes to `*view` the view of `length` bytes at
+ * Canonical layout: writes to `*view_out` the view of `length` bytes at
  * `offset` of every row, the same bytes for every worker; `offset +
  * length` must fit in the stride.  Thread-safe.
  *
  * # Safety
- * `region` and `view` must be NULL or valid.
+ * `region` and `view_out` must be NULL or valid.
  */
 kvtier_status kvtier_region_canonical_view(const kvtier_region *region,
                                            size_t offset,
                                            size_t length,
-                                           kvtier_region_view *view);
+                                           kvtier_region_view *view_out);
 
 /**
  * Removes the backing files' names if they still name this region's
  * files; call it once every process has joined.  Mappings stay valid and
- * the memory is freed when the last process unmaps.  Writes to `*removed`
- * (which may be NULL) whether this call removed a name.  Thread-safe.
+ * the memory is freed when the last process unmaps.  Writes to
+ * `*removed_out` (which may be NULL) whether this call removed a name.
+ * Thread-safe.
  *
  * # Safety
- * `region` must be NULL or valid; `removed` NULL or valid.
+ * `region` must be NULL or valid; `removed_out` NULL or valid.
  */
-kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed);
+kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed_out);
 
 /**
  * Declares how many slots are lent out to a device (registered with a GPU

@@ -734,11 +734,14 @@ class manager {
   static kvtier_manager_options default_options() noexcept { return kvtier_manager_options_default(); }
   static kvtier_tier_options default_tier_options() noexcept { return kvtier_tier_options_default(); }
 
-  static result<manager> try_create(const kvtier_manager_options &o) {
-    kvtier_manager *h = nullptr;
-    kvtier_status s = kvtier_manager_new(&o, &h);
-    if (s != KVTIER_STATUS_OK) return last_error(s);
-    return manager(h);
+  /// A manager without slot memory (only C and C++ tiers, which bring
+  /// their own), or over `slots`: the region's slots are then the
+  /// manager's, the built-in tiers copy through them, and the manager
+  /// keeps them mapped (the region owner may go first).
+  static result<manager> try_create(const kvtier_manager_options &o) { return try_new(o, nullptr); }
+  static result<manager> try_create(const kvtier_manager_options &o, const region &slots) {
+    if (!slots) return error_info{KVTIER_STATUS_NULL_ARGUMENT, "manager: no region given"};
+    return try_new(o, slots.get());
   }
   /// A manager from a JSON document (docs/configuration.md).
   static result<manager> try_from_json(std::string_view json) {
@@ -749,6 +752,9 @@ class manager {
   }
 #if KVTIER_HPP_EXCEPTIONS
   static manager create(const kvtier_manager_options &o) { return detail::unwrap(try_create(o)); }
+  static manager create(const kvtier_manager_options &o, const region &slots) {
+    return detail::unwrap(try_create(o, slots));
+  }
   static manager from_json(std::string_view json) { return detail::unwrap(try_from_json(json)); }
 #endif
 
@@ -768,8 +774,7 @@ class manager {
     if (!t) return error_info{KVTIER_STATUS_NULL_ARGUMENT, "add_tier: no tier given"};
     t->name_ = t->name();
     t->manager_ = h_;
-    kvtier_tier_vtable vt;
-    std::memset(&vt, 0, sizeof vt);
+    kvtier_tier_vtable vt = kvtier_tier_vtable_default();
     vt.user_data = t.get();
     vt.name = t->name_.c_str();
     vt.medium = t->medium();
@@ -803,17 +808,19 @@ class manager {
     return detail::check(kvtier_manager_add_tier(h_, &vt, &o, &index), std::move(index));
   }
 
-  /// Adds the built-in file-system tier over `r`'s slots (see kvtier_fs_options).
-  result<std::size_t> try_add_fs_tier(const region &r, const kvtier_fs_options &o) {
+  /// Adds the built-in file-system tier over the manager's slots (see
+  /// kvtier_fs_options; a manager without slot memory refuses it).
+  result<std::size_t> try_add_fs_tier(const kvtier_fs_options &o) {
     std::size_t index = 0;
-    return detail::check(kvtier_manager_add_fs_tier(h_, r.get(), &o, &index), std::move(index));
+    return detail::check(kvtier_manager_add_fs_tier(h_, &o, &index), std::move(index));
   }
 
-  /// Adds the built-in redis tier over `r`'s slots (see kvtier_redis_options;
-  /// KVTIER_STATUS_UNSUPPORTED if kvtier was built without it).
-  result<std::size_t> try_add_redis_tier(const region &r, const kvtier_redis_options &o) {
+  /// Adds the built-in redis tier over the manager's slots (see
+  /// kvtier_redis_options; KVTIER_STATUS_UNSUPPORTED if kvtier was built
+  /// without it).
+  result<std::size_t> try_add_redis_tier(const kvtier_redis_options &o) {
     std::size_t index = 0;
-    return detail::check(kvtier_manager_add_redis_tier(h_, r.get(), &o, &index), std::move(index));
+    return detail::check(kvtier_manager_add_redis_tier(h_, &o, &index), std::move(index));
   }
 
   result<offload_policy> try_on_new_request(const std::string &request,
@@ -934,7 +941,7 @@ class manager {
     int fd = -1;
     return detail::check(kvtier_manager_wake_fd(h_, &fd), std::move(fd));
   }
-  /// Where a JSON-built manager's slots are.
+  /// Where the manager's slots are (its region's, or from JSON block_bytes).
   result<slot_memory> try_slots() const {
     slot_memory m;
     return detail::check(kvtier_manager_slot_memory(h_, &m.base, &m.stride, &m.slot_bytes, &m.slot_count),
@@ -963,12 +970,8 @@ class manager {
   std::size_t add_tier(const kvtier_tier_vtable &vt, const kvtier_tier_options &o = kvtier_tier_options_default()) {
     return detail::unwrap(try_add_tier(vt, o));
   }
-  std::size_t add_fs_tier(const region &r, const kvtier_fs_options &o) {
-    return detail::unwrap(try_add_fs_tier(r, o));
-  }
-  std::size_t add_redis_tier(const region &r, const kvtier_redis_options &o) {
-    return detail::unwrap(try_add_redis_tier(r, o));
-  }
+  std::size_t add_fs_tier(const kvtier_fs_options &o) { return detail::unwrap(try_add_fs_tier(o)); }
+  std::size_t add_redis_tier(const kvtier_redis_options &o) { return detail::unwrap(try_add_redis_tier(o)); }
   offload_policy on_new_request(const std::string &r, const kvtier_request_params *p = nullptr) {
     return detail::unwrap(try_on_new_request(r, p));
   }
@@ -1005,6 +1008,13 @@ class manager {
 #endif
 
  private:
+  static result<manager> try_new(const kvtier_manager_options &o, const kvtier_region *slots) {
+    kvtier_manager *h = nullptr;
+    kvtier_status s = kvtier_manager_new(&o, slots, &h);
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    return manager(h);
+  }
+
   static void deliver_events(void *ud, const kvtier_event_batch *b) noexcept {
     const event_callback &cb = *static_cast<const event_callback *>(ud);
     event_batch batch{b->tier, b->kind, b->medium, b->locality, key_list(b->keys, b->len)};

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod primary;
 pub mod region;
 pub mod request;
+pub(crate) mod serde_forms;
 pub mod stats;
 pub mod tiering;
 pub mod tiers;

@@ -13,6 +13,7 @@ use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
 use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
+use kvtier::ffi::build::*;
 use kvtier::ffi::config::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
@@ -404,6 +405,7 @@ fn poll_wakes_when_a_worker_thread_completes_a_job() {
         threads: Vec::new(),
     }));
     let vt = kvtier_tier_vtable {
+        struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: ud.cast(),
         name: c"delayed".as_ptr(),
         medium: KVTIER_TIER_ANY,

@@ -1,15 +1,17 @@
 //! The file-system tier's C API, called the way C calls it: defaults, NULL
-//! arguments, bad options and their statuses, and attaching a tier.
+//! arguments, bad options and their statuses, and adding a tier over the
+//! manager's slot memory.
 
 use std::ffi::{CStr, CString};
 use std::ptr;
 
+use kvtier::ffi::build::*;
+use kvtier::ffi::dialect::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
 use kvtier::ffi::fs::*;
 use kvtier::ffi::kvtier_last_error_message;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::region::*;
-use kvtier::ffi::tier::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
 
 fn last_error() -> String {
     unsafe { CStr::from_ptr(kvtier_last_error_message()) }
@@ -23,6 +25,7 @@ struct Setup {
 }
 
 impl Setup {
+    /// A region of 8 slots and a manager of 8 slots over it.
     fn new(tag: &str) -> Setup {
         let name = CString::new(format!("kvtier-fs-ffi-{}-{tag}", std::process::id())).unwrap();
         let mut ro = kvtier_region_options_default();
@@ -39,13 +42,14 @@ impl Setup {
         let mut mo = kvtier_manager_options_default();
         mo.capacity = 8;
         let mut manager = ptr::null_mut();
-        assert_eq!(
-            unsafe { kvtier_manager_new(&mo, &mut manager) },
-            S::Ok,
-            "{}",
-            last_error()
-        );
-        Setup { region, manager }
+        let st = unsafe { kvtier_manager_new(&mo, region, &mut manager) };
+        if st != S::Ok {
+            unsafe { kvtier_region_free(region) };
+            manager = ptr::null_mut();
+        }
+        let s = Setup { region, manager };
+        assert!(!s.manager.is_null(), "{}", last_error());
+        s
     }
 }
 
@@ -77,75 +81,84 @@ fn attaches_a_tier_and_rejects_bad_arguments() {
     let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
     let mut o = kvtier_fs_options_default();
     let mut index = 99usize;
-    // No directory.
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
-    assert_eq!(st, S::NullArgument);
-    assert!(
-        last_error().contains("options->directory"),
-        "{}",
-        last_error()
-    );
+    // No directory: the default options (NULL) have none either.
+    for options in [&o as *const kvtier_fs_options, ptr::null()] {
+        let st = unsafe { kvtier_manager_add_fs_tier(s.manager, options, &mut index) };
+        assert_eq!(st, S::InvalidArgument);
+        assert!(last_error().contains("directory"), "{}", last_error());
+    }
     o.directory = cdir.as_ptr();
     // NULL handles and outputs.
-    let st = unsafe { kvtier_manager_add_fs_tier(ptr::null_mut(), s.region, &o, &mut index) };
+    let st = unsafe { kvtier_manager_add_fs_tier(ptr::null_mut(), &o, &mut index) };
     assert_eq!(st, S::NullArgument);
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, ptr::null(), &o, &mut index) };
-    assert_eq!(st, S::NullArgument);
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, ptr::null(), &mut index) };
-    assert_eq!(st, S::NullArgument);
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, ptr::null_mut()) };
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, ptr::null_mut()) };
     assert_eq!(st, S::NullArgument);
     // Bad options: clear errors, nothing attached.
     let mut bad = o;
     bad.low_watermark = 2.0;
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &bad, &mut index) };
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &bad, &mut index) };
     assert_eq!(st, S::InvalidArgument);
     assert!(last_error().contains("watermarks"), "{}", last_error());
     let mut bad = o;
     bad.locality = 7;
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &bad, &mut index) };
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &bad, &mut index) };
     assert_eq!(st, S::InvalidArgument);
     assert!(last_error().contains("locality"), "{}", last_error());
     let missing = CString::new(dir.path().join("nope").to_str().unwrap()).unwrap();
     let mut bad = o;
     bad.directory = missing.as_ptr();
     bad.create_dir = false;
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &bad, &mut index) };
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &bad, &mut index) };
     assert_eq!(st, S::NotFound);
     assert_eq!(index, 99, "nothing written on failure");
     // Attached: the first secondary tier.
     o.locality = KVTIER_LOCALITY_REMOTE;
     o.read_threads = 1;
     o.write_threads = 1;
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
     assert_eq!(st, S::Ok, "{}", last_error());
     assert_eq!(index, 1);
 }
 
 #[test]
 fn a_region_with_fewer_slots_than_the_primary_tier_is_refused() {
-    // The region has 8 slots; a manager of 16 would hand the tier slot ids
-    // 8..15, past the end of the mapping.
+    // The region has 8 slots; a manager of 16 would hand its tiers slot
+    // ids 8..15, past the end of the mapping.
     let s = Setup::new("fewer-slots");
     let mut mo = kvtier_manager_options_default();
     mo.capacity = 16;
     let mut manager = ptr::null_mut();
-    assert_eq!(unsafe { kvtier_manager_new(&mo, &mut manager) }, S::Ok);
+    let st = unsafe { kvtier_manager_new(&mo, s.region, &mut manager) };
+    assert_eq!(st, S::InvalidArgument, "{}", last_error());
+    let e = last_error();
+    assert!(e.contains("8 slots") && e.contains("16"), "{e}");
+    assert!(manager.is_null(), "nothing written on failure");
+    // A region with as many slots as the primary tier (or more) is accepted.
+    mo.capacity = 8;
+    assert_eq!(
+        unsafe { kvtier_manager_new(&mo, s.region, &mut manager) },
+        S::Ok
+    );
+    unsafe { kvtier_manager_free(manager) };
+}
+
+#[test]
+fn a_manager_without_slot_memory_has_no_room_for_an_fs_tier() {
+    let mut manager = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_manager_new(ptr::null(), ptr::null(), &mut manager) },
+        S::Ok
+    );
     let dir = tempfile::tempdir().unwrap();
     let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
     let mut o = kvtier_fs_options_default();
     o.directory = cdir.as_ptr();
-    o.read_threads = 1;
-    o.write_threads = 1;
     let mut index = 99usize;
-    let st = unsafe { kvtier_manager_add_fs_tier(manager, s.region, &o, &mut index) };
-    assert_eq!(st, S::InvalidArgument, "{}", last_error());
+    let st = unsafe { kvtier_manager_add_fs_tier(manager, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
     let e = last_error();
-    assert!(e.contains("8 slots") && e.contains("16"), "{e}");
+    assert!(e.contains("slot memory") && e.contains("region"), "{e}");
     assert_eq!(index, 99, "nothing written on failure");
-    // A region with as many slots as the primary tier (or more) is accepted.
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
-    assert_eq!(st, S::Ok, "{}", last_error());
     unsafe { kvtier_manager_free(manager) };
 }
 
@@ -162,7 +175,7 @@ fn complete_job_refuses_the_fs_tier() {
     o.read_threads = 1;
     o.write_threads = 1;
     let mut index = 0usize;
-    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, s.region, &o, &mut index) };
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
     assert_eq!(st, S::Ok, "{}", last_error());
     let made_up = kvtier_job_result {
         id: 0,

@@ -10,6 +10,7 @@ use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
+use kvtier::ffi::build::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
@@ -217,6 +218,7 @@ unsafe extern "C" fn c_destroy(ud: *mut c_void) {
 
 fn vtable(m: Box<Mem>) -> kvtier_tier_vtable {
     kvtier_tier_vtable {
+        struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: Box::into_raw(m) as *mut c_void,
         name: c"mem".as_ptr(),
         medium: KVTIER_MEDIUM_CPU,
@@ -243,7 +245,10 @@ fn manager(capacity: u32) -> *mut kvtier_manager {
     o.capacity = capacity;
     o.event_capacity = 1024;
     let mut m = null_mut();
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
+        S::Ok
+    );
     m
 }
 
@@ -681,7 +686,7 @@ fn null_arguments_and_unknown_requests_are_errors() {
     o.policy = c"fifo".as_ptr();
     let mut m2 = null_mut();
     assert_eq!(
-        unsafe { kvtier_manager_new(&o, &mut m2) },
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m2) },
         S::InvalidArgument
     );
     assert!(m2.is_null());
@@ -778,7 +783,7 @@ fn promotion_answer_option_through_the_c_api() {
     o.promotion_answer = 5;
     let mut m = null_mut();
     assert_eq!(
-        unsafe { kvtier_manager_new(&o, &mut m) },
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
         S::InvalidArgument
     );
     assert!(m.is_null());
@@ -788,7 +793,10 @@ fn promotion_answer_option_through_the_c_api() {
         last_error()
     );
     o.promotion_answer = KVTIER_PROMOTION_ANSWER_HIT_PENDING;
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
+        S::Ok
+    );
     let mut mem = Mem::default();
     mem.stored.insert(key(7).to_vec());
     let vt = vtable(Box::new(mem));
@@ -1027,6 +1035,7 @@ unsafe extern "C" fn flood_destroy(ud: *mut c_void) {
 
 fn flood_vtable(f: Box<Flood>) -> kvtier_tier_vtable {
     kvtier_tier_vtable {
+        struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: Box::into_raw(f) as *mut c_void,
         name: c"flood".as_ptr(),
         medium: KVTIER_TIER_ANY,
@@ -1136,7 +1145,10 @@ fn positions_and_kv_groups_through_the_c_api() {
     o.capacity = 3;
     o.kv_groups = true;
     let mut m = null_mut();
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
+        S::Ok
+    );
     let names: Vec<Vec<u8>> = [&b"head"[..], b"middle", b"tail"]
         .iter()
         .map(|n| [*n, &0u32.to_be_bytes()[..]].concat())

@@ -13,6 +13,7 @@
 use std::ffi::{CStr, c_char};
 use std::ptr;
 
+use kvtier::ffi::build::*;
 use kvtier::ffi::config::kvtier_manager_new_from_json;
 use kvtier::ffi::dialect::{KVTIER_LOOKUP_MISS, kvtier_lookup_answer};
 use kvtier::ffi::kvtier_status as S;
@@ -89,7 +90,7 @@ fn a_capacity_beyond_memory_is_out_of_memory_through_kvtier_manager_new() {
         };
         o.policy = policy.as_ptr();
         let mut m = ptr::null_mut();
-        let st = unsafe { kvtier_manager_new(&o, &mut m) };
+        let st = unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) };
         assert_eq!(st, S::OutOfMemory, "{policy:?}: {}", last_error());
         assert!(m.is_null());
     }
@@ -174,7 +175,10 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_manager() {
     let mut o = kvtier_manager_options_default();
     o.capacity = 4;
     let mut m = ptr::null_mut();
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
+        S::Ok
+    );
     let params = kvtier_request_params_default();
     let mut policy = 0;
     assert_eq!(

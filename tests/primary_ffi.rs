@@ -16,11 +16,15 @@ use primary_calls::*;
 
 #[test]
 fn constructor_checks_options_and_writes_out_only_on_success() {
+    // NULL options are the defaults.
     let mut p = ptr::null_mut();
     assert_eq!(
         unsafe { kvtier_primary_new(ptr::null(), &mut p) },
-        kvtier_status::NullArgument
+        kvtier_status::Ok
     );
+    assert!(!p.is_null());
+    unsafe { kvtier_primary_free(p) };
+    let mut p = ptr::null_mut();
     let mut o = kvtier_primary_options_default();
     o.capacity = 0;
     assert_eq!(

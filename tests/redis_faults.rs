@@ -347,7 +347,7 @@ fn a_redis_server_killed_corrupted_and_evicting_never_yields_a_bad_block() {
         breaker_cooldown: Duration::from_millis(100),
         ..RedisTierConfig::default()
     };
-    let mut tier = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut tier = RedisTier::new(cfg, mem.clone()).unwrap();
     let mut f = Figures::default();
     let mut job_id = 0u64;
     let mut next = 0u32;

@@ -5,11 +5,10 @@
 use std::ffi::{CStr, CString};
 use std::ptr;
 
+use kvtier::ffi::build::{kvtier_manager_new, kvtier_manager_options_default};
 use kvtier::ffi::kvtier_last_error_message;
 use kvtier::ffi::kvtier_status as S;
-use kvtier::ffi::manager::{
-    kvtier_manager, kvtier_manager_free, kvtier_manager_new, kvtier_manager_options_default,
-};
+use kvtier::ffi::manager::{kvtier_manager, kvtier_manager_free};
 use kvtier::ffi::redis::*;
 use kvtier::ffi::region::*;
 
@@ -31,7 +30,7 @@ impl Fixture {
         o.name = name.as_ptr();
         o.slot_count = 8;
         o.slot_bytes = 4096;
-        o.open = KVTIER_REGION_CREATE;
+        o.open = KVTIER_REGION_OPEN_MODE_CREATE;
         let mut region = ptr::null_mut();
         assert_eq!(
             unsafe { kvtier_region_new(&o, &mut region) },
@@ -44,7 +43,10 @@ impl Fixture {
         let mut mo = kvtier_manager_options_default();
         mo.capacity = 8;
         let mut manager = ptr::null_mut();
-        assert_eq!(unsafe { kvtier_manager_new(&mo, &mut manager) }, S::Ok);
+        assert_eq!(
+            unsafe { kvtier_manager_new(&mo, region, &mut manager) },
+            S::Ok
+        );
         Fixture { manager, region }
     }
 }
@@ -76,48 +78,32 @@ fn null_arguments_and_bad_options_are_errors_naming_the_problem() {
     let f = Fixture::new("bad");
     let mut index = 0usize;
     let o = kvtier_redis_options_default();
-    let add = |m, r, o: *const kvtier_redis_options, i: *mut usize| unsafe {
-        kvtier_manager_add_redis_tier(m, r, o, i)
+    let add = |m, o: *const kvtier_redis_options, i: *mut usize| unsafe {
+        kvtier_manager_add_redis_tier(m, o, i)
     };
-    assert_eq!(
-        add(ptr::null_mut(), f.region, &o, &mut index),
-        S::NullArgument
-    );
-    assert_eq!(add(f.manager, ptr::null(), &o, &mut index), S::NullArgument);
-    assert_eq!(
-        add(f.manager, f.region, &o, ptr::null_mut()),
-        S::NullArgument
-    );
-    assert!(last_error().contains("tier_index_out"), "{}", last_error());
+    assert_eq!(add(ptr::null_mut(), &o, &mut index), S::NullArgument);
+    assert_eq!(add(f.manager, &o, ptr::null_mut()), S::NullArgument);
+    assert!(last_error().contains("index_out"), "{}", last_error());
     if !cfg!(feature = "redis-tier") {
-        assert_eq!(add(f.manager, f.region, &o, &mut index), S::Unsupported);
+        assert_eq!(add(f.manager, &o, &mut index), S::Unsupported);
         return;
     }
 
     let mut bad = kvtier_redis_options_default();
     bad.connections = 0;
-    assert_eq!(
-        add(f.manager, f.region, &bad, &mut index),
-        S::InvalidArgument
-    );
+    assert_eq!(add(f.manager, &bad, &mut index), S::InvalidArgument);
     assert!(last_error().contains("connections"), "{}", last_error());
 
     let nodes = CString::new("no-port-here").unwrap();
     let mut bad = kvtier_redis_options_default();
     bad.nodes = nodes.as_ptr();
-    assert_eq!(
-        add(f.manager, f.region, &bad, &mut index),
-        S::InvalidArgument
-    );
+    assert_eq!(add(f.manager, &bad, &mut index), S::InvalidArgument);
     assert!(last_error().contains("host:port"), "{}", last_error());
 
     let ns = CString::new("").unwrap();
     let mut bad = kvtier_redis_options_default();
     bad.key_namespace = ns.as_ptr();
-    assert_eq!(
-        add(f.manager, f.region, &bad, &mut index),
-        S::InvalidArgument
-    );
+    assert_eq!(add(f.manager, &bad, &mut index), S::InvalidArgument);
     assert!(last_error().contains("namespace"), "{}", last_error());
 }
 
@@ -130,7 +116,7 @@ fn a_tier_attaches_without_waiting_for_the_server() {
     o.nodes = nodes.as_ptr();
     let mut index = 0usize;
     let t0 = std::time::Instant::now();
-    let st = unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &o, &mut index) };
+    let st = unsafe { kvtier_manager_add_redis_tier(f.manager, &o, &mut index) };
     if cfg!(feature = "redis-tier") {
         assert_eq!(st, S::Ok, "{}", last_error());
         assert_eq!(index, 1);
@@ -141,8 +127,7 @@ fn a_tier_attaches_without_waiting_for_the_server() {
     }
     // NULL options mean the defaults.
     let mut index2 = 0usize;
-    let st =
-        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, ptr::null(), &mut index2) };
+    let st = unsafe { kvtier_manager_add_redis_tier(f.manager, ptr::null(), &mut index2) };
     if cfg!(feature = "redis-tier") {
         assert_eq!(st, S::Ok, "{}", last_error());
         assert_eq!(index2, 2);
@@ -159,14 +144,14 @@ fn options_redis_would_refuse_are_refused_when_the_tier_is_added() {
     let mut bad = kvtier_redis_options_default();
     bad.db = -1;
     assert_eq!(
-        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &bad, &mut index) },
+        unsafe { kvtier_manager_add_redis_tier(f.manager, &bad, &mut index) },
         S::InvalidArgument
     );
     assert!(last_error().contains("db"), "{}", last_error());
     let mut bad = kvtier_redis_options_default();
     bad.ttl_ms = i64::MAX as u64;
     assert_eq!(
-        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &bad, &mut index) },
+        unsafe { kvtier_manager_add_redis_tier(f.manager, &bad, &mut index) },
         S::InvalidArgument
     );
     assert!(last_error().contains("ttl"), "{}", last_error());
@@ -174,9 +159,25 @@ fn options_redis_would_refuse_are_refused_when_the_tier_is_added() {
     let mut ok = kvtier_redis_options_default();
     ok.ttl_ms = 1 << 62;
     assert_eq!(
-        unsafe { kvtier_manager_add_redis_tier(f.manager, f.region, &ok, &mut index) },
+        unsafe { kvtier_manager_add_redis_tier(f.manager, &ok, &mut index) },
         S::Ok,
         "{}",
         last_error()
     );
+}
+
+#[test]
+fn a_manager_without_slot_memory_has_no_room_for_a_redis_tier() {
+    let mut manager = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_manager_new(ptr::null(), ptr::null(), &mut manager) },
+        S::Ok
+    );
+    let mut index = 99usize;
+    let st = unsafe { kvtier_manager_add_redis_tier(manager, ptr::null(), &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    let e = last_error();
+    assert!(e.contains("slot memory") && e.contains("region"), "{e}");
+    assert_eq!(index, 99, "nothing written on failure");
+    unsafe { kvtier_manager_free(manager) };
 }

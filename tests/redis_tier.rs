@@ -143,7 +143,7 @@ fn store_all(tier: &mut RedisTier, mem: &SlotMemory, keys: &[Key], id: u64) {
 fn stores_and_loads_verified_bytes_through_one_server() {
     let server = server_or_skip!(RedisServer::start());
     let mem = SlotMemory::anonymous(64, SLOT_BYTES).unwrap();
-    let mut a = RedisTier::new("redis", config(server.addr(), "basic"), mem.clone()).unwrap();
+    let mut a = RedisTier::new(config(server.addr(), "basic"), mem.clone()).unwrap();
     assert_eq!(a.name(), "redis");
     let keys: Vec<Key> = (0..24).map(|i| key(1, i)).collect();
     store_all(&mut a, &mem, &keys, 1);
@@ -179,7 +179,7 @@ fn stores_and_loads_verified_bytes_through_one_server() {
     assert!(!a.has_pending_work());
 
     // A second instance learns of the keys through batched existence checks.
-    let mut b = RedisTier::new("redis", config(server.addr(), "basic"), mem.clone()).unwrap();
+    let mut b = RedisTier::new(config(server.addr(), "basic"), mem.clone()).unwrap();
     assert_eq!(b.lookup(&keys[0], &req), TierLookup::Retry);
     assert_eq!(b.lookup(&keys[0], &req), TierLookup::Retry, "still pending");
     let mut probe = keys.clone();
@@ -192,7 +192,7 @@ fn stores_and_loads_verified_bytes_through_one_server() {
     // end; looking one up asks the server again, which still has it.
     let mut cfg = config(server.addr(), "basic");
     cfg.max_known_keys = 8;
-    let mut small = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut small = RedisTier::new(cfg, mem.clone()).unwrap();
     store_all(&mut small, &mem, &keys, 50);
     assert_eq!(small.lookup(&keys[0], &req), TierLookup::Hit);
     small.on_schedule_end();
@@ -201,7 +201,7 @@ fn stores_and_loads_verified_bytes_through_one_server() {
     assert_eq!(small.lookup(&keys[0], &req), TierLookup::Retry);
     assert_eq!(settle(&mut small, &keys[..1]), vec![TierLookup::Hit]);
     // Another namespace sees nothing.
-    let mut c = RedisTier::new("redis", config(server.addr(), "other"), mem.clone()).unwrap();
+    let mut c = RedisTier::new(config(server.addr(), "other"), mem.clone()).unwrap();
     assert_eq!(settle(&mut c, &keys[..2]), vec![TierLookup::Miss; 2]);
     for t in [&mut a, &mut b, &mut c] {
         t.drain().unwrap();
@@ -222,7 +222,7 @@ const CHILD_ENV: &str = "KVTIER_REDIS_TEST_CHILD_ADDR";
 /// Process B: finds A's blocks through the server, loads them, checks bytes.
 fn child_loads(addr: String) {
     let mem = SlotMemory::anonymous(64, SLOT_BYTES).unwrap();
-    let mut b = RedisTier::new("redis", config(addr, "shared"), mem.clone()).unwrap();
+    let mut b = RedisTier::new(config(addr, "shared"), mem.clone()).unwrap();
     let keys: Vec<Key> = (0..40).map(|i| key(7, i)).collect();
     let answers = settle(&mut b, &keys);
     assert!(answers.iter().all(|a| *a == TierLookup::Hit), "{answers:?}");
@@ -245,7 +245,7 @@ fn two_processes_share_blocks_through_one_server() {
     }
     let server = server_or_skip!(RedisServer::start());
     let mem = SlotMemory::anonymous(64, SLOT_BYTES).unwrap();
-    let mut a = RedisTier::new("redis", config(server.addr(), "shared"), mem.clone()).unwrap();
+    let mut a = RedisTier::new(config(server.addr(), "shared"), mem.clone()).unwrap();
     let keys: Vec<Key> = (0..40).map(|i| key(7, i)).collect();
     store_all(&mut a, &mem, &keys, 1);
     a.shutdown().unwrap();
@@ -276,7 +276,7 @@ fn two_processes_share_blocks_through_one_server() {
 fn corrupted_values_are_never_served_and_are_deleted() {
     let server = server_or_skip!(RedisServer::start());
     let mem = SlotMemory::anonymous(16, SLOT_BYTES).unwrap();
-    let mut t = RedisTier::new("redis", config(server.addr(), "bad"), mem.clone()).unwrap();
+    let mut t = RedisTier::new(config(server.addr(), "bad"), mem.clone()).unwrap();
     let keys: Vec<Key> = (0..4).map(|i| key(3, i)).collect();
     store_all(&mut t, &mem, &keys, 1);
     let mut ev = Vec::new();
@@ -335,7 +335,7 @@ fn blocks_expire_after_their_ttl() {
     let mem = SlotMemory::anonymous(16, SLOT_BYTES).unwrap();
     let mut cfg = config(server.addr(), "ttl");
     cfg.ttl = Some(Duration::from_millis(400));
-    let mut t = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut t = RedisTier::new(cfg, mem.clone()).unwrap();
     let keys: Vec<Key> = (0..4).map(|i| key(4, i)).collect();
     store_all(&mut t, &mem, &keys, 1);
     let name = String::from_utf8(redis_key_name("ttl", &keys[0])).unwrap();
@@ -371,7 +371,7 @@ fn server_killed_mid_run_opens_the_breaker_which_closes_after_restart() {
     cfg.breaker_failures = 2;
     cfg.breaker_cooldown = Duration::from_millis(200);
     cfg.pipeline_ops = 8;
-    let mut t = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut t = RedisTier::new(cfg, mem.clone()).unwrap();
     let req = Arc::new(RequestInfo::default());
 
     let old: Vec<Key> = (0..64).map(|i| key(5, i)).collect();
@@ -500,7 +500,7 @@ fn out_of_memory_replies_fail_stores_with_their_cause() {
     let mem = SlotMemory::anonymous(256, SLOT_BYTES).unwrap();
     let mut cfg = config(server.addr(), "oom");
     cfg.breaker_failures = 100;
-    let mut t = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut t = RedisTier::new(cfg, mem.clone()).unwrap();
     let keys: Vec<Key> = (0..256).map(|i| key(11, i)).collect();
     for (i, k) in keys.iter().enumerate() {
         fill(&mem, i as u32, k);
@@ -526,7 +526,7 @@ fn auth_with_user_and_password() {
     cfg.username = Some("kv".into());
     cfg.password = Some("wrong".into());
     cfg.breaker_failures = 100;
-    let mut bad = RedisTier::new("redis", cfg.clone(), mem.clone()).unwrap();
+    let mut bad = RedisTier::new(cfg.clone(), mem.clone()).unwrap();
     for (i, k) in keys.iter().enumerate() {
         fill(&mem, i as u32, k);
     }
@@ -534,7 +534,7 @@ fn auth_with_user_and_password() {
     assert!(!wait_results(&mut bad, 1, Duration::from_secs(10))[0].success);
 
     cfg.password = Some("s3cret".into());
-    let mut good = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut good = RedisTier::new(cfg, mem.clone()).unwrap();
     store_all(&mut good, &mem, &keys, 2);
     good.submit_load(job(3, Direction::Load, keys.clone(), vec![7, 6, 5, 4]));
     assert!(wait_results(&mut good, 1, Duration::from_secs(10))[0].success);
@@ -553,7 +553,7 @@ fn cluster_spreads_blocks_over_every_node() {
         connections: 2,
         ..RedisTierConfig::default()
     };
-    let mut t = RedisTier::new("redis", cfg.clone(), mem.clone()).unwrap();
+    let mut t = RedisTier::new(cfg.clone(), mem.clone()).unwrap();
     let keys: Vec<Key> = (0..60).map(|i| key(13, i)).collect();
     store_all(&mut t, &mem, &keys, 1);
     for n in &cluster.nodes {
@@ -570,7 +570,7 @@ fn cluster_spreads_blocks_over_every_node() {
     // A second instance seeded with another node finds them all.
     let mut cfg2 = cfg;
     cfg2.nodes = vec![cluster.nodes[2].addr()];
-    let mut u = RedisTier::new("redis", cfg2, mem.clone()).unwrap();
+    let mut u = RedisTier::new(cfg2, mem.clone()).unwrap();
     let mut probe = keys.clone();
     probe.push(key(13, 1000));
     let answers = settle(&mut u, &probe);
@@ -617,10 +617,7 @@ fn misconfiguration_is_an_error_naming_the_problem() {
     let bad = |f: &dyn Fn(&mut RedisTierConfig)| {
         let mut c = RedisTierConfig::default();
         f(&mut c);
-        RedisTier::new("redis", c, mem.clone())
-            .err()
-            .unwrap()
-            .to_string()
+        RedisTier::new(c, mem.clone()).err().unwrap().to_string()
     };
     assert!(bad(&|c| c.nodes.clear()).contains("at least one node"));
     assert!(bad(&|c| c.nodes = vec!["nohost".into()]).contains("host:port"));
@@ -642,7 +639,7 @@ fn misconfiguration_is_an_error_naming_the_problem() {
         nodes: vec!["127.0.0.1:1".into()],
         ..RedisTierConfig::default()
     };
-    let mut t = RedisTier::new("redis", c, mem.clone()).unwrap();
+    let mut t = RedisTier::new(c, mem.clone()).unwrap();
     let req = Arc::new(RequestInfo::default());
     assert_eq!(t.lookup(&key(1, 1), &req), TierLookup::Retry);
     t.on_schedule_end();
@@ -659,7 +656,7 @@ fn tls_connections_verify_the_server_and_move_blocks() {
     let mut cfg = config(server.addr(), "tls");
     cfg.tls = true;
     cfg.tls_ca_file = Some(server.ca_file());
-    let mut t = RedisTier::new("redis", cfg.clone(), mem.clone()).unwrap();
+    let mut t = RedisTier::new(cfg.clone(), mem.clone()).unwrap();
     store_all(&mut t, &mem, &keys, 1);
     t.submit_load(job(2, Direction::Load, keys.clone(), vec![7, 6, 5, 4]));
     assert!(wait_results(&mut t, 1, Duration::from_secs(10))[0].success);
@@ -667,7 +664,7 @@ fn tls_connections_verify_the_server_and_move_blocks() {
     // Without the test CA the server's certificate is not trusted.
     cfg.tls_ca_file = None;
     cfg.breaker_failures = 100;
-    let mut u = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut u = RedisTier::new(cfg, mem.clone()).unwrap();
     u.submit_load(job(3, Direction::Load, keys.clone(), vec![0, 1, 2, 3]));
     assert!(!wait_results(&mut u, 1, Duration::from_secs(10))[0].success);
 }
@@ -680,7 +677,7 @@ fn tls_without_the_feature_is_unsupported() {
         tls: true,
         ..RedisTierConfig::default()
     };
-    let e = RedisTier::new("redis", cfg, mem).err().unwrap().to_string();
+    let e = RedisTier::new(cfg, mem).err().unwrap().to_string();
     assert!(e.contains("redis-tls"), "{e}");
 }
 
@@ -690,7 +687,7 @@ fn impossible_ttl_or_database_is_refused_at_creation() {
     let bad = |f: &dyn Fn(&mut RedisTierConfig)| {
         let mut c = RedisTierConfig::default();
         f(&mut c);
-        RedisTier::new("redis", c, mem.clone())
+        RedisTier::new(c, mem.clone())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default()
@@ -713,7 +710,7 @@ fn the_longest_ttl_accepted_works_with_a_server() {
     let mem = SlotMemory::anonymous(4, SLOT_BYTES).unwrap();
     let mut cfg = config(server.addr(), "long-ttl");
     cfg.ttl = Some(Duration::from_millis(1 << 62));
-    let mut t = RedisTier::new("redis", cfg, mem.clone()).unwrap();
+    let mut t = RedisTier::new(cfg, mem.clone()).unwrap();
     store_all(&mut t, &mem, &[key(20, 1)], 1);
     let req = Arc::new(RequestInfo::default());
     assert_eq!(t.lookup(&key(20, 1), &req), TierLookup::Hit);
@@ -723,7 +720,7 @@ fn the_longest_ttl_accepted_works_with_a_server() {
 fn events_stay_within_the_capacity_and_unannounced_keys_are_never_removed() {
     let server = server_or_skip!(RedisServer::start());
     let mem = SlotMemory::anonymous(16, SLOT_BYTES).unwrap();
-    let mut t = RedisTier::new("redis", config(server.addr(), "events"), mem.clone()).unwrap();
+    let mut t = RedisTier::new(config(server.addr(), "events"), mem.clone()).unwrap();
     t.set_event_capacity(4);
     let keys: Vec<Key> = (0..10).map(|i| key(21, i)).collect();
     store_all(&mut t, &mem, &keys, 1);
@@ -773,7 +770,8 @@ fn a_refused_password_is_described_for_the_error_log() {
     cfg.username = Some("kv".into());
     cfg.password = Some("wrong".into());
     cfg.breaker_failures = 100;
-    let mut t = RedisTier::new("cache", cfg, mem.clone()).unwrap();
+    cfg.name = "cache".into();
+    let mut t = RedisTier::new(cfg, mem.clone()).unwrap();
     for i in 0..5 {
         t.submit_store(job(i, Direction::Store, vec![key(22, i as u32)], vec![0]));
         assert!(!wait_results(&mut t, 1, Duration::from_secs(10))[0].success);

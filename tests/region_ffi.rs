@@ -57,7 +57,7 @@ fn new(o: &kvtier_region_options) -> Result<*mut kvtier_region, (S, String)> {
 fn defaults_are_documented_values() {
     let d = kvtier_region_options_default();
     assert!(d.name.is_null() && d.directory.is_null());
-    assert_eq!(d.open, KVTIER_REGION_CREATE_OR_JOIN);
+    assert_eq!(d.open, KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN);
     assert_eq!(d.join_timeout_ms, 30_000);
     assert_eq!(d.segments, 1);
     assert_eq!(d.prefault, KVTIER_REGION_PREFAULT_AUTO);
@@ -72,17 +72,20 @@ fn null_arguments_are_rejected() {
     let o = options(&name, 2, PAGE);
     let mut r: *mut kvtier_region = ptr::null_mut();
     assert_eq!(
-        unsafe { kvtier_region_new(ptr::null(), &mut r) },
-        S::NullArgument
-    );
-    assert_eq!(
         unsafe { kvtier_region_new(&o, ptr::null_mut()) },
         S::NullArgument
     );
+    // NULL options are the defaults, which name no region; nor does a NULL name.
+    assert_eq!(
+        unsafe { kvtier_region_new(ptr::null(), &mut r) },
+        S::InvalidArgument
+    );
+    assert!(last_error().contains("region name"), "{}", last_error());
+    assert!(r.is_null());
     let mut no_name = o;
     no_name.name = ptr::null();
-    assert_eq!(new(&no_name).unwrap_err().0, S::NullArgument);
-    assert!(last_error().contains("options.name"));
+    assert_eq!(new(&no_name).unwrap_err().0, S::InvalidArgument);
+    assert!(last_error().contains("region name"), "{}", last_error());
     let mut out = 0usize;
     assert_eq!(
         unsafe { kvtier_region_stride(ptr::null(), &mut out) },
@@ -128,7 +131,7 @@ fn bad_inputs_map_to_statuses_with_messages() {
                 o
             },
             S::InvalidArgument,
-            "options.prefault",
+            "options->prefault",
         ),
         (
             {
@@ -137,12 +140,12 @@ fn bad_inputs_map_to_statuses_with_messages() {
                 o
             },
             S::InvalidArgument,
-            "options.open",
+            "options->open",
         ),
         (
             {
                 let mut o = options(&name, 2, PAGE);
-                o.open = KVTIER_REGION_JOIN;
+                o.open = KVTIER_REGION_OPEN_MODE_JOIN;
                 o.join_timeout_ms = 50;
                 o
             },
@@ -177,8 +180,8 @@ fn accessors_views_and_roles() {
     let a = new(&o).unwrap();
     let b = new(&o).unwrap();
     let role = |r| {
-        let mut v = 0u32;
-        assert_eq!(unsafe { kvtier_region_role(r, &mut v) }, S::Ok);
+        let mut v: kvtier_region_role = 0;
+        assert_eq!(unsafe { kvtier_region_read_role(r, &mut v) }, S::Ok);
         v
     };
     assert_eq!(role(a), KVTIER_REGION_ROLE_CREATOR);
@@ -307,7 +310,8 @@ fn barrier_runs_once_then_names_are_removed() {
 }
 
 #[test]
-fn a_manager_keeps_an_attached_region_mapped_after_the_region_handle_is_freed() {
+fn a_manager_keeps_its_region_mapped_after_the_region_handle_is_freed() {
+    use kvtier::ffi::build::*;
     use kvtier::ffi::manager::*;
     let name = unique("attach");
     let region = new(&options(&name, 4, PAGE)).expect("region");
@@ -320,16 +324,7 @@ fn a_manager_keeps_an_attached_region_mapped_after_the_region_handle_is_freed() 
     let mut m: *mut kvtier_manager = ptr::null_mut();
     let mut o = kvtier_manager_options_default();
     o.capacity = 4;
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
-    assert_eq!(
-        unsafe { kvtier_manager_attach_region(m, ptr::null()) },
-        S::NullArgument
-    );
-    assert_eq!(
-        unsafe { kvtier_manager_attach_region(ptr::null(), region) },
-        S::NullArgument
-    );
-    assert_eq!(unsafe { kvtier_manager_attach_region(m, region) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_new(&o, region, &mut m) }, S::Ok);
 
     unsafe { kvtier_region_free(region) };
     // The manager's view keeps the mapping: writing and reading slot 3 works
@@ -346,20 +341,36 @@ fn a_manager_keeps_an_attached_region_mapped_after_the_region_handle_is_freed() 
 }
 
 #[test]
-fn a_region_with_fewer_slots_than_the_manager_cannot_be_attached() {
+fn a_region_with_fewer_slots_than_the_manager_is_refused() {
+    use kvtier::ffi::build::*;
+    use kvtier::ffi::config::kvtier_manager_slot_memory;
     use kvtier::ffi::manager::*;
     let name = unique("attach-small");
     let region = new(&options(&name, 4, PAGE)).expect("region");
     let mut m: *mut kvtier_manager = ptr::null_mut();
     let mut o = kvtier_manager_options_default();
     o.capacity = 5;
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
     assert_eq!(
-        unsafe { kvtier_manager_attach_region(m, region) },
+        unsafe { kvtier_manager_new(&o, region, &mut m) },
         S::InvalidArgument
     );
     let e = last_error();
     assert!(e.contains("4 slots") && e.contains("5"), "{e}");
+    assert!(m.is_null(), "nothing written on failure");
+    // As many primary slots as the region has: its slots are the manager's.
+    o.capacity = 4;
+    assert_eq!(unsafe { kvtier_manager_new(&o, region, &mut m) }, S::Ok);
+    let (mut base, mut stride, mut bytes, mut count) = (ptr::null_mut(), 0, 0, 0);
+    assert_eq!(
+        unsafe { kvtier_manager_slot_memory(m, &mut base, &mut stride, &mut bytes, &mut count) },
+        S::Ok
+    );
+    let mut region_base = ptr::null_mut();
+    assert_eq!(
+        unsafe { kvtier_region_base(region, &mut region_base) },
+        S::Ok
+    );
+    assert_eq!((base, stride, bytes, count), (region_base, PAGE, PAGE, 4));
     unsafe { kvtier_manager_free(m) };
     unsafe { kvtier_region_free(region) };
 }

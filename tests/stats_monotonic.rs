@@ -11,6 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use kvtier::Key;
+use kvtier::ffi::build::*;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::tier::*;
@@ -194,9 +195,13 @@ fn c_manager() -> (*mut kvtier_manager, Arc<CStats>) {
     let mut o = kvtier_manager_options_default();
     o.capacity = 8;
     let mut m = null_mut();
-    assert_eq!(unsafe { kvtier_manager_new(&o, &mut m) }, S::Ok);
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
+        S::Ok
+    );
     let stats: Arc<CStats> = Arc::default();
     let vt = kvtier_tier_vtable {
+        struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: Arc::into_raw(stats.clone()) as *mut c_void,
         name: c"ctier".as_ptr(),
         medium: KVTIER_TIER_ANY,

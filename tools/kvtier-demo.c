@@ -405,8 +405,8 @@ int main(int argc, char **argv) {
     mo.capacity = (uint32_t)slots;
     mo.block_bytes = block_bytes;
     kvtier_manager *m = NULL;
-    CALL("kvtier_manager_new", kvtier_manager_new(&mo, &m));
-    CALL("kvtier_manager_attach_region", kvtier_manager_attach_region(m, region));
+    /* The manager's slots are the region's: the fs tier copies through them. */
+    CALL("kvtier_manager_new", kvtier_manager_new(&mo, region, &m));
 
     kvtier_fs_options fo = kvtier_fs_options_default();
     fo.directory = dir;
@@ -414,7 +414,7 @@ int main(int argc, char **argv) {
     fo.write_threads = (uint32_t)fs_threads;
     fo.capacity_bytes = (uint64_t)fs_cap_mib << 20;
     size_t fs_tier = 0;
-    CALL("kvtier_manager_add_fs_tier", kvtier_manager_add_fs_tier(m, region, &fo, &fs_tier));
+    CALL("kvtier_manager_add_fs_tier", kvtier_manager_add_fs_tier(m, &fo, &fs_tier));
     int wake = -1;
     CALL("kvtier_manager_wake_fd", kvtier_manager_wake_fd(m, &wake));
 

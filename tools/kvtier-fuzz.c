@@ -807,8 +807,7 @@ int main(int argc, char **argv) {
     pthread_cond_init(&t->wake, NULL);
     pthread_cond_init(&t->idle, NULL);
     t->rng = seed * 2654435761u + 1;
-    kvtier_tier_vtable vt;
-    memset(&vt, 0, sizeof vt);
+    kvtier_tier_vtable vt = kvtier_tier_vtable_default();
     vt.user_data = t;
     vt.name = "fuzz";
     vt.lookup = ct_lookup;

@@ -201,7 +201,7 @@ static counters replay_once(const options *o, const workload *wl) {
     mo.promotion_answer =
         o->hit_pending ? KVTIER_PROMOTION_ANSWER_HIT_PENDING : KVTIER_PROMOTION_ANSWER_RETRY;
     kvtier_manager *m = NULL;
-    CHECK(kvtier_manager_new(&mo, &m), "manager_new");
+    CHECK(kvtier_manager_new(&mo, NULL, &m), "manager_new");
 
     if (o->mem) {
         mem_tier *t = (mem_tier *)calloc(1, sizeof(mem_tier));
@@ -211,8 +211,7 @@ static counters replay_once(const options *o, const workload *wl) {
         }
         key_set_init(&t->keys);
         t->count = &c;
-        kvtier_tier_vtable vt;
-        memset(&vt, 0, sizeof vt);
+        kvtier_tier_vtable vt = kvtier_tier_vtable_default();
         vt.user_data = t;
         vt.name = "mem";
         vt.medium = KVTIER_MEDIUM_CPU;

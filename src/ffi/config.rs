@@ -1,6 +1,7 @@
 //! `kvtier_manager_new_from_json`: a manager built from one JSON document
-//! (see `crate::config` and docs/configuration.md), and
-//! `kvtier_manager_slot_memory`, where its slots are.
+//! (see `crate::config` and docs/configuration.md), the same
+//! options as `kvtier_manager_new`'s read the same way, and
+//! `kvtier_manager_slot_memory`, where a manager's slots are.
 
 use std::ffi::{c_char, c_void};
 
@@ -12,30 +13,33 @@ use crate::error::Error;
 /// Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
 /// no NUL needed): slot memory (a shared region if `"region"` is given,
 /// else private memory when `"block_bytes"` > 0), the primary tier, and
-/// the built-in secondary tiers listed in `"tiers"`.  C and C++ tiers are
-/// added afterwards with `kvtier_manager_add_tier`.
+/// the built-in secondary tiers listed in `"tiers"`.  The document holds
+/// the options of `kvtier_manager_options` (the primary tier's under
+/// `"primary"`) with the same defaults, and the manager is built the same
+/// way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
+/// may be added afterwards with the `kvtier_manager_add_*` calls.
 ///
-/// `json` must not be NULL unless `len` is 0; `out` must not be NULL.
+/// `json` must not be NULL unless `len` is 0; `manager_out` must not be NULL.
 /// Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
 /// and a message (`kvtier_last_error_message`) that starts with the field's
 /// path, e.g. `tiers[1].options.capacity_bytes: invalid type: ...`; a
 /// capacity whose slot tables (or slot memory) cannot be allocated is
 /// `KVTIER_STATUS_OUT_OF_MEMORY`.  On
-/// success writes the new handle to `*out`; on failure writes nothing and
-/// leaves nothing behind.  The caller owns the handle (free it with
+/// success writes the new handle to `*manager_out`; on failure writes
+/// nothing and leaves nothing behind.  The caller owns the handle (free it with
 /// `kvtier_manager_free`, which also releases the region).  The document
 /// is read during the call only.  Thread-safe.
 ///
 /// # Safety
-/// `json` valid for `len` reads; `out` valid for writes.
+/// `json` valid for `len` reads; `manager_out` valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_manager_new_from_json(
     json: *const c_char,
     len: usize,
-    out: *mut *mut kvtier_manager,
+    manager_out: *mut *mut kvtier_manager,
 ) -> super::kvtier_status {
     ffi_call!({
-        let out = unsafe { out_ref(out, "out") }?;
+        let out = unsafe { out_ref(manager_out, "manager_out") }?;
         let bytes = unsafe { in_slice(json.cast::<u8>(), len, "json") }?;
         let text = std::str::from_utf8(bytes).map_err(|e| {
             Error::InvalidArgument(format!("configuration: the document is not UTF-8: {e}"))
@@ -47,35 +51,34 @@ pub unsafe extern "C" fn kvtier_manager_new_from_json(
 }
 
 /// Writes where the manager's slots are: the address of slot 0 to
-/// `*base`, the distance between slots to `*stride`, the usable bytes of
-/// each slot to `*slot_bytes` and the number of slots to `*slot_count`
-/// (slot `i` is at `base + i * stride`).  Managers made by
-/// `kvtier_manager_new` have no slot memory of their own (the engine
-/// brought it): `KVTIER_STATUS_NOT_FOUND`; so do configurations without
-/// `block_bytes`.
+/// `*base_out`, the distance between slots to `*stride_out`, the usable
+/// bytes of each slot to `*slot_bytes_out` and the number of slots to
+/// `*slot_count_out` (slot `i` is at `base + i * stride`).  A manager
+/// without slot memory (made by `kvtier_manager_new` without a region, or
+/// from JSON without `block_bytes`) is `KVTIER_STATUS_NOT_FOUND`.
 ///
-/// Every output must be non-NULL.  The memory is owned by the manager and
-/// stays valid until `kvtier_manager_free`.  Thread-safe.
+/// Every output must be non-NULL.  The memory stays valid until
+/// `kvtier_manager_free`.  Thread-safe.
 ///
 /// # Safety
 /// `manager` a live handle; outputs valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_manager_slot_memory(
     manager: *const kvtier_manager,
-    base: *mut *mut c_void,
-    stride: *mut usize,
-    slot_bytes: *mut usize,
-    slot_count: *mut u32,
+    base_out: *mut *mut c_void,
+    stride_out: *mut usize,
+    slot_bytes_out: *mut usize,
+    slot_count_out: *mut u32,
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let base = unsafe { out_ref(base, "base") }?;
-        let stride = unsafe { out_ref(stride, "stride") }?;
-        let slot_bytes = unsafe { out_ref(slot_bytes, "slot_bytes") }?;
-        let slot_count = unsafe { out_ref(slot_count, "slot_count") }?;
+        let base = unsafe { out_ref(base_out, "base_out") }?;
+        let stride = unsafe { out_ref(stride_out, "stride_out") }?;
+        let slot_bytes = unsafe { out_ref(slot_bytes_out, "slot_bytes_out") }?;
+        let slot_count = unsafe { out_ref(slot_count_out, "slot_count_out") }?;
         let s = m.slot_memory().ok_or_else(|| {
             Error::NotFound(
-                "slot memory: this manager has none (made without block_bytes, or by kvtier_manager_new)"
+                "slot memory: this manager has none (made without a region, or from JSON without block_bytes)"
                     .into(),
             )
         })?;

@@ -1,30 +1,36 @@
-//! The built-in file-system tier, from C: options and attaching it to a
-//! manager over a region's slots.
+//! The built-in file-system tier, from C: its options and
+//! `kvtier_manager_add_fs_tier`, which adds one over the manager's slot
+//! memory.
 //!
-//! Converts and checks, then calls [`crate::tiers::fs::FsTier::open`] and
-//! the manager's `add_tier`.
+//! `kvtier_fs_options` is read into the core [`FsOptions`] (whose
+//! `Default` gives the C defaults too), then [`add_builtin_tier`] opens the
+//! tier, the same path a JSON configuration takes.
 
 use std::ffi::c_char;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::boundary::{Failure, enter, ffi_call, in_str, out_ref};
+use super::build::{locality_code, locality_of};
+use super::dialect::kvtier_locality;
+use super::growth::{Grows, read_grown};
 use super::manager::kvtier_manager;
-use super::region::kvtier_region;
 use super::status::kvtier_status;
-use super::tier::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
-use crate::error::Error;
-use crate::request::Locality;
+use crate::config::{BuiltinTier, add_builtin_tier};
 use crate::tiering::TierOptions;
-use crate::tiers::fs::{FsOptions, FsTier};
+use crate::tiers::fs::FsOptions;
 
-/// Options of `kvtier_manager_add_fs_tier`.  Start from
-/// `kvtier_fs_options_default()`, then set `directory` at least.
+/// Options of `kvtier_manager_add_fs_tier`.  Initialize with
+/// `kvtier_fs_options_default()` (growth rule), then set `directory` at
+/// least.
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_fs_options {
-    /// Directory holding the block files (NUL-terminated; required).
+    /// `sizeof(kvtier_fs_options)` as the caller was compiled with.
+    pub struct_size: usize,
+    /// Directory holding the block files (NUL-terminated; required: NULL
+    /// is `KVTIER_STATUS_INVALID_ARGUMENT`).
     pub directory: *const c_char,
     /// Create the directory (and its parents) if missing (default true);
     /// when false a missing directory is `KVTIER_STATUS_NOT_FOUND`.
@@ -54,7 +60,7 @@ pub struct kvtier_fs_options {
     pub shared: bool,
     /// `KVTIER_LOCALITY_LOCAL` (default) or `KVTIER_LOCALITY_REMOTE` (a
     /// network file system), for request tier filters.
-    pub locality: i32,
+    pub locality: kvtier_locality,
     /// Temporary files older than this (ms) are removed at open even when
     /// their writer cannot be shown dead (default 15 minutes).
     pub stale_temp_age_ms: u64,
@@ -64,96 +70,122 @@ pub struct kvtier_fs_options {
     pub events: bool,
 }
 
-/// Returns the default file-system tier options (directory NULL: set it).
-/// Safe to call from any thread.
+impl Grows for kvtier_fs_options {
+    const NAME: &'static str = "kvtier_fs_options";
+    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+/// Returns the default file-system tier options (the core defaults; the
+/// directory NULL: set it) with `struct_size` set.  Safe to call from any
+/// thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
-    let d = FsOptions::new("");
+    let d = FsOptions::default();
     kvtier_fs_options {
+        struct_size: std::mem::size_of::<kvtier_fs_options>(),
         directory: std::ptr::null(),
         create_dir: d.create_dir,
         capacity_bytes: d.capacity_bytes,
         high_watermark: d.high_watermark,
         low_watermark: d.low_watermark,
-        read_threads: d.read_threads as u32,
-        write_threads: d.write_threads as u32,
+        read_threads: u32::try_from(d.read_threads).unwrap_or(u32::MAX),
+        write_threads: u32::try_from(d.write_threads).unwrap_or(u32::MAX),
         direct_io: d.direct_io,
         durable: d.durable,
         unnamed_temp_files: d.unnamed_temp_files,
         shared: d.shared,
-        locality: KVTIER_LOCALITY_LOCAL,
-        stale_temp_age_ms: d.stale_temp_age.as_millis() as u64,
-        events: true,
+        locality: locality_code(d.locality),
+        stale_temp_age_ms: u64::try_from(d.stale_temp_age.as_millis()).unwrap_or(u64::MAX),
+        events: TierOptions::default().events,
     }
 }
 
-/// Opens a file-system tier over `region`'s slots (blocks of the region's
-/// row size) in `options->directory`, rebuilding its index from the files
-/// already there, and registers it with `manager` as the next secondary
-/// tier (name "fs", medium storage); writes its tier index to
-/// `*tier_index_out`.  Allowed until the first request starts.
-///
-/// `options` must be initialized by `kvtier_fs_options_default()` with
-/// `directory` set; its strings are read during the call only.  Bad options
-/// give `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
-/// directory with `create_dir` off) and change nothing; so does a region
-/// with fewer slots than the manager's primary tier (the tier would be
-/// handed slot ids past its end).  The manager owns
-/// the tier; the tier keeps the region's mapping alive for as long as it
-/// lives, so the region handle may be closed earlier.  Blocks while it
-/// scans the directory.  Internally synchronized (as the manager).
+/// The core options of the caller's `kvtier_fs_options` (NULL: the
+/// defaults), and whether the tier's events are on.  A NULL directory is
+/// the core's empty one.
 ///
 /// # Safety
-/// `manager` and `region` must be live handles; `options` valid for reads
-/// with `directory` a NUL-terminated string; `tier_index_out` valid for writes.
+/// `options` NULL or valid for its `struct_size`, `directory` NULL or
+/// NUL-terminated.
+pub(crate) unsafe fn fs_options_of(
+    options: *const kvtier_fs_options,
+) -> Result<(FsOptions, TierOptions), Failure> {
+    let c = unsafe { read_grown(options, kvtier_fs_options_default()) }?;
+    let root = if c.directory.is_null() {
+        PathBuf::new()
+    } else {
+        PathBuf::from(unsafe { in_str(c.directory, "options->directory") }?)
+    };
+    let fs = FsOptions {
+        root,
+        create_dir: c.create_dir,
+        capacity_bytes: c.capacity_bytes,
+        high_watermark: c.high_watermark,
+        low_watermark: c.low_watermark,
+        read_threads: c.read_threads as usize,
+        write_threads: c.write_threads as usize,
+        direct_io: c.direct_io,
+        durable: c.durable,
+        unnamed_temp_files: c.unnamed_temp_files,
+        shared: c.shared,
+        locality: locality_of(c.locality, "options->locality")?,
+        stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
+    };
+    let tier = TierOptions {
+        events: c.events,
+        ..TierOptions::default()
+    };
+    Ok((fs, tier))
+}
+
+/// Opens a file-system tier over the manager's slot memory (blocks of its
+/// slot size) in `options->directory`, rebuilding its index from the files
+/// already there, and registers it as the next secondary tier (name "fs",
+/// medium storage); writes its tier index to `*index_out`.  Allowed until
+/// the first request starts.
+///
+/// The manager must have slot memory (made by `kvtier_manager_new` with a
+/// region, or from JSON with `block_bytes`), else
+/// `KVTIER_STATUS_INVALID_ARGUMENT` saying so.  `options` initialized with
+/// `kvtier_fs_options_default()` (growth rule) with `directory` set (NULL
+/// options are the defaults, which have no directory); its strings are
+/// read during the call only.  Bad options give
+/// `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
+/// directory with `create_dir` off) and change nothing.  The manager owns
+/// the tier.  Blocks while it scans the directory.  Internally
+/// synchronized (as the manager).
+///
+/// # Safety
+/// `manager` a live handle; `options` NULL or valid for its `struct_size`
+/// with `directory` NULL or NUL-terminated; `index_out` valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
-    manager: *mut kvtier_manager,
-    region: *const kvtier_region,
+    manager: *const kvtier_manager,
     options: *const kvtier_fs_options,
-    tier_index_out: *mut usize,
+    index_out: *mut usize,
 ) -> kvtier_status {
     ffi_call!({
         // The manager first: a NULL or poisoned manager opens no tier.
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let r = unsafe { enter::<kvtier_region>(region) }?;
-        let c = unsafe { options.as_ref() }.ok_or(Failure::Null("options"))?;
-        let out = unsafe { out_ref(tier_index_out, "tier_index_out") }?;
-        let dir = unsafe { in_str(c.directory, "options->directory") }?;
-        let locality = match c.locality {
-            KVTIER_LOCALITY_LOCAL => Locality::Local,
-            KVTIER_LOCALITY_REMOTE => Locality::Remote,
-            v => {
-                return Err(Error::InvalidArgument(format!(
-                    "options->locality {v} is not KVTIER_LOCALITY_LOCAL or _REMOTE"
-                ))
-                .into());
-            }
-        };
-        let opts = FsOptions {
-            root: PathBuf::from(dir),
-            create_dir: c.create_dir,
-            capacity_bytes: c.capacity_bytes,
-            high_watermark: c.high_watermark,
-            low_watermark: c.low_watermark,
-            read_threads: c.read_threads as usize,
-            write_threads: c.write_threads as usize,
-            direct_io: c.direct_io,
-            durable: c.durable,
-            unnamed_temp_files: c.unnamed_temp_files,
-            shared: c.shared,
-            locality,
-            stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
-        };
-        // Checked before the directory is scanned: a region of fewer slots
-        // than the primary tier is refused either way.
-        m.check_slots(&r.slots())?;
-        let tier = FsTier::open(r.slots(), opts)?;
-        let tier_options = TierOptions {
-            events: c.events,
-            ..TierOptions::default()
-        };
-        *out = m.add_tier_with(Box::new(tier), tier_options)?;
+        let out = unsafe { out_ref(index_out, "index_out") }?;
+        let (fs, tier) = unsafe { fs_options_of(options) }?;
+        *out = add_builtin_tier(&m, BuiltinTier::Fs(fs), tier)?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_defaults_are_the_core_defaults() {
+        let (fs, tier) = unsafe { fs_options_of(&kvtier_fs_options_default()) }.unwrap();
+        assert_eq!(fs, FsOptions::default());
+        assert_eq!(tier, TierOptions::default());
+        let json: FsOptions = serde_json::from_str("{}").unwrap();
+        assert_eq!(json, FsOptions::default());
+        let (null, _) = unsafe { fs_options_of(std::ptr::null()) }.unwrap();
+        assert_eq!(null, FsOptions::default());
+    }
 }

@@ -64,6 +64,7 @@ pub(crate) unsafe fn read_grown<T: Grows>(ptr: *const T, default: T) -> Result<T
 ///
 /// # Safety
 /// `ptr` valid for reads and writes of its own `struct_size` bytes.
+#[allow(dead_code)] // for the statistics structs the library fills
 pub(crate) unsafe fn write_grown<T: Grows>(
     ptr: *mut T,
     value: &T,

@@ -7,32 +7,25 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::boundary::{
-    Castable, Failure, enter, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
-    out_slice,
+    Castable, Failure, enter, ffi_call, free_handle, in_slice, in_str, out_ref, out_slice,
 };
 pub use super::dialect::kvtier_key_buf;
+use super::growth::{Grows, read_grown};
 use super::key::{kvtier_key, read_key, read_keys};
 use super::tier::{
-    CTier, KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED,
-    KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER,
-    KVTIER_STAT_GAUGE, job_result_of, kvtier_job_result, kvtier_param, kvtier_tier_event,
-    kvtier_tier_vtable,
+    KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_OFFLOAD_BLOCK_LEVEL,
+    KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER, KVTIER_STAT_GAUGE, job_result_of,
+    kvtier_job_result, kvtier_param, kvtier_tier_event,
 };
 use crate::error::Error;
 use crate::events::EventKind;
 use crate::key::Key;
-use crate::primary::{PrimaryConfig, PrimaryTier};
 use crate::request::{Locality, Medium, TierFilter, TierMatcher};
 use crate::stats::StatKind;
 use crate::tiering::backend::{StoreOutcome, StorePlan};
-use crate::tiering::{
-    BackpressureConfig, LookupResult, Manager, ManagerOptions, OffloadPolicy, PressurePolicy,
-    PromotionAnswer, RequestParams, TierOptions,
-};
+use crate::tiering::{LookupResult, Manager, OffloadPolicy, RequestParams, TierOptions};
 
 /// Opaque handle of a tiering manager (internally synchronized).
 #[allow(non_camel_case_types)]
@@ -54,118 +47,8 @@ pub const KVTIER_MANAGER_LOOKUP_HIT_PENDING: i32 = 2;
 /// Manager lookup answer: ask again later (a promotion started, a tier is busy).
 pub const KVTIER_MANAGER_LOOKUP_RETRY: i32 = 3;
 
-/// Promotion answer option: a lookup that starts a promotion answers RETRY (default).
-pub const KVTIER_PROMOTION_ANSWER_RETRY: i32 = 0;
-/// Promotion answer option: a lookup that starts a promotion answers HIT_PENDING.
-pub const KVTIER_PROMOTION_ANSWER_HIT_PENDING: i32 = 1;
-
-/// Back-pressure policy: drop every cascade while the tier is under pressure.
-pub const KVTIER_PRESSURE_DROP: i32 = 0;
-/// Back-pressure policy: admit one cascade at a time while under pressure.
-pub const KVTIER_PRESSURE_THROTTLE: i32 = 1;
-
 /// Tier index of the manager's own totals in `kvtier_manager_stat`.
 pub const KVTIER_STAT_TIER_MANAGER: i32 = -1;
-
-/// Options of `kvtier_manager_new`; start from `kvtier_manager_options_default()`.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy)]
-pub struct kvtier_manager_options {
-    /// Number of primary slots (> 0).
-    pub capacity: u32,
-    /// Eviction policy name, "lru" or "arc" (NUL-terminated); NULL = "lru".
-    pub policy: *const c_char,
-    /// Store a key only at its `store_threshold`-th offer; 0 or 1 = at the first.
-    pub store_threshold: u32,
-    /// Bound of the recent-offers table (used when `store_threshold` >= 2),
-    /// at most 4294967294.
-    pub admission_table_size: usize,
-    /// Bound of each tier's event queue: the primary tier's and every
-    /// secondary tier's (overflow dropped and counted in each tier's
-    /// `events_dropped`); 0 turns every tier's events off.
-    pub event_capacity: usize,
-    /// `KVTIER_PROMOTION_ANSWER_RETRY` (default) or `_HIT_PENDING`.
-    pub promotion_answer: i32,
-    /// Bytes per block, for back-pressure latency per byte when a tier
-    /// reports no byte count (0: latency per block).
-    pub block_bytes: u64,
-    /// How many messages the error log keeps.
-    pub error_log_capacity: usize,
-    /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's
-    /// `block_hash || u32_be(group)`): a request's finish commits its keys
-    /// group by group, ascending, and calls that record keys for a request
-    /// (prepare_store, prepare_load, set_positions) refuse keys shorter
-    /// than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
-    pub kv_groups: bool,
-}
-
-/// Returns the default manager options: 1024 slots, "lru", no admission
-/// threshold, events off, RETRY for started promotions, an error log of 64.
-/// Safe to call from any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn kvtier_manager_options_default() -> kvtier_manager_options {
-    let p = PrimaryConfig::default();
-    let m = ManagerOptions::default();
-    kvtier_manager_options {
-        capacity: p.capacity,
-        policy: std::ptr::null(),
-        store_threshold: p.store_threshold,
-        admission_table_size: p.admission_table_size,
-        event_capacity: p.event_capacity,
-        promotion_answer: KVTIER_PROMOTION_ANSWER_RETRY,
-        block_bytes: m.block_bytes,
-        error_log_capacity: m.error_log_capacity,
-        kv_groups: m.kv_groups,
-    }
-}
-
-/// Per-tier options of `kvtier_manager_add_tier`; start from
-/// `kvtier_tier_options_default()`.
-#[repr(C)]
-#[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy)]
-pub struct kvtier_tier_options {
-    /// Whether cascades to this tier are subject to back-pressure.
-    pub backpressure: bool,
-    /// Weight of a new latency sample, in (0, 1].
-    pub alpha: f64,
-    /// Enter pressure above this store latency (ns per byte, or per block).
-    pub high_ns_per_byte: f64,
-    /// Leave pressure below this (<= high).
-    pub low_ns_per_byte: f64,
-    /// Samples averaged before the detector may signal.
-    pub warmup: u32,
-    /// Enter pressure after this many consecutive failed stores (0 = never).
-    pub max_consecutive_failures: u32,
-    /// `KVTIER_PRESSURE_DROP` or `KVTIER_PRESSURE_THROTTLE`.
-    pub policy: i32,
-    /// Whether the tier's events reach `kvtier_manager_take_events`
-    /// (default true).  Every tier queues at most the manager's
-    /// `event_capacity` events (0 turns every tier's events off); false
-    /// turns this tier's events off: whatever its `take_events` gives is
-    /// discarded.
-    pub events: bool,
-}
-
-/// Returns the default tier options: back-pressure off; when turned on,
-/// alpha 0.3, high 1.0 and low 0.5 ns per byte, warm-up 3, 3 failures, drop;
-/// events on.
-/// Safe to call from any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn kvtier_tier_options_default() -> kvtier_tier_options {
-    let b = BackpressureConfig::default();
-    kvtier_tier_options {
-        backpressure: false,
-        alpha: b.alpha,
-        high_ns_per_byte: b.high_ns_per_byte,
-        low_ns_per_byte: b.low_ns_per_byte,
-        warmup: b.warmup,
-        max_consecutive_failures: b.max_consecutive_failures,
-        policy: KVTIER_PRESSURE_DROP,
-        events: true,
-    }
-}
 
 /// One matcher of a request's tier filter (`KVTIER_TIER_ANY` matches anything).
 #[repr(C)]
@@ -178,12 +61,14 @@ pub struct kvtier_tier_matcher {
     pub locality: i32,
 }
 
-/// What the engine attaches to a request; start from
-/// `kvtier_request_params_default()`.
+/// What the engine attaches to a request.  Initialize with
+/// `kvtier_request_params_default()` (growth rule).
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_request_params {
+    /// `sizeof(kvtier_request_params)` as the caller was compiled with.
+    pub struct_size: usize,
     /// Opaque pointer passed back to tiers as is.
     pub user_data: *mut c_void,
     /// Key/value parameters tiers may read (copied).
@@ -198,11 +83,17 @@ pub struct kvtier_request_params {
     pub filter_len: usize,
 }
 
-/// Returns request parameters with nothing attached and no filter.
-/// Safe to call from any thread.
+impl Grows for kvtier_request_params {
+    const NAME: &'static str = "kvtier_request_params";
+    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+/// Returns request parameters with nothing attached and no filter, and
+/// `struct_size` set.  Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kvtier_request_params_default() -> kvtier_request_params {
     kvtier_request_params {
+        struct_size: std::mem::size_of::<kvtier_request_params>(),
         user_data: std::ptr::null_mut(),
         params: std::ptr::null(),
         params_len: 0,
@@ -283,66 +174,6 @@ fn with_scratch<R>(f: impl FnOnce(&mut Vec<Key>, &mut Vec<u32>, &mut StorePlan) 
     })
 }
 
-/// Creates a tiering manager over a new primary tier.
-///
-/// `options` must be NULL (defaults) or point to options initialized with
-/// `kvtier_manager_options_default()`; `out` must not be NULL.  Options out
-/// of range are `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot
-/// tables cannot be allocated is `KVTIER_STATUS_OUT_OF_MEMORY`.  On success
-/// writes the new handle to `*out`; on failure writes nothing.  The caller
-/// owns the handle and releases it with `kvtier_manager_free`.  Thread
-/// safety: the handle is internally synchronized.
-///
-/// # Safety
-/// `options` must be NULL or valid for reads; `options->policy` NULL or a
-/// NUL-terminated string; `out` valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kvtier_manager_new(
-    options: *const kvtier_manager_options,
-    out: *mut *mut kvtier_manager,
-) -> super::kvtier_status {
-    ffi_call!({
-        let out = unsafe { out_ref(out, "out") }?;
-        let o = unsafe { options.as_ref() }
-            .copied()
-            .unwrap_or_else(|| kvtier_manager_options_default());
-        let policy = if o.policy.is_null() {
-            "lru"
-        } else {
-            unsafe { in_str(o.policy, "options->policy") }?
-        };
-        let promotion_answer = match o.promotion_answer {
-            KVTIER_PROMOTION_ANSWER_RETRY => PromotionAnswer::Retry,
-            KVTIER_PROMOTION_ANSWER_HIT_PENDING => PromotionAnswer::HitPending,
-            v => {
-                return Err(Error::InvalidArgument(format!(
-                    "options->promotion_answer {v} is not KVTIER_PROMOTION_ANSWER_RETRY or _HIT_PENDING"
-                ))
-                .into());
-            }
-        };
-        let primary = PrimaryTier::new(PrimaryConfig {
-            capacity: o.capacity,
-            policy: policy.parse()?,
-            store_threshold: o.store_threshold,
-            admission_table_size: o.admission_table_size,
-            event_capacity: o.event_capacity,
-            kv_groups: o.kv_groups,
-        })?;
-        let manager = Manager::new(
-            primary,
-            ManagerOptions {
-                promotion_answer,
-                block_bytes: o.block_bytes,
-                error_log_capacity: o.error_log_capacity,
-                kv_groups: o.kv_groups,
-            },
-        );
-        *out = into_handle::<kvtier_manager>(manager);
-        Ok(())
-    })
-}
-
 /// Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
 /// not called, then runs every tier's `destroy`.  NULL is a no-op.
 ///
@@ -359,81 +190,19 @@ pub unsafe extern "C" fn kvtier_manager_free(manager: *mut kvtier_manager) {
     });
 }
 
-/// Registers a secondary tier implemented by a C vtable (copied) and writes
-/// its tier index (1 for the first) to `*index_out`.  Allowed until the
-/// first request starts.
-///
-/// `vtable` must have `lookup`, `submit_store` and `submit_load`; `options`
-/// may be NULL (defaults).  On success the manager owns
-/// `vtable->user_data` and calls `destroy` exactly once when it is freed;
-/// on failure nothing is kept and `destroy` is not called.  Internally
-/// synchronized.
-///
-/// # Safety
-/// `manager` a live handle; `vtable` valid for reads with `name` NULL or
-/// NUL-terminated; `options` NULL or valid; `index_out` valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kvtier_manager_add_tier(
-    manager: *mut kvtier_manager,
-    vtable: *const kvtier_tier_vtable,
-    options: *const kvtier_tier_options,
-    index_out: *mut usize,
-) -> super::kvtier_status {
-    ffi_call!({
-        let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let vt = unsafe { vtable.as_ref() }.ok_or(Failure::Null("vtable"))?;
-        let index_out = unsafe { out_ref(index_out, "index_out") }?;
-        let o = unsafe { options.as_ref() }
-            .copied()
-            .unwrap_or_else(|| kvtier_tier_options_default());
-        let backpressure = if o.backpressure {
-            let policy = match o.policy {
-                KVTIER_PRESSURE_DROP => PressurePolicy::Drop,
-                KVTIER_PRESSURE_THROTTLE => PressurePolicy::Throttle,
-                v => {
-                    return Err(Error::InvalidArgument(format!(
-                        "options->policy {v} is not KVTIER_PRESSURE_DROP or _THROTTLE"
-                    ))
-                    .into());
-                }
-            };
-            Some(BackpressureConfig {
-                alpha: o.alpha,
-                high_ns_per_byte: o.high_ns_per_byte,
-                low_ns_per_byte: o.low_ns_per_byte,
-                warmup: o.warmup,
-                max_consecutive_failures: o.max_consecutive_failures,
-                policy,
-            })
-        } else {
-            None
-        };
-        let armed = Arc::new(AtomicBool::new(false));
-        let tier = unsafe { CTier::new(vt, armed.clone()) }?;
-        let index = m.add_tier_with(
-            Box::new(tier),
-            TierOptions {
-                backpressure,
-                events: o.events,
-            },
-        )?;
-        armed.store(true, Ordering::Release);
-        *index_out = index;
-        Ok(())
-    })
-}
-
 /// Starts request `request` (an id string, unique among active requests):
 /// asks every tier for its offload policy and writes
 /// `KVTIER_OFFLOAD_REQUEST_LEVEL` to `*policy_out` if any tier wants it,
 /// else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
 ///
-/// `params` may be NULL (nothing attached, no filter); its strings and
+/// `params` may be NULL (nothing attached, no filter), else initialized
+/// with `kvtier_request_params_default()` (growth rule); its strings and
 /// arrays are copied.  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `request` NUL-terminated; `params` NULL or
-/// valid, with its arrays valid for their lengths; `policy_out` valid for writes.
+/// valid for its `struct_size`, with its arrays valid for their lengths;
+/// `policy_out` valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_manager_on_new_request(
     manager: *mut kvtier_manager,
@@ -446,7 +215,8 @@ pub unsafe extern "C" fn kvtier_manager_on_new_request(
         let name = unsafe { in_str(request, "request") }?;
         let policy_out = unsafe { out_ref(policy_out, "policy_out") }?;
         let mut rp = RequestParams::default();
-        if let Some(p) = unsafe { params.as_ref() } {
+        if !params.is_null() {
+            let p = &unsafe { read_grown(params, kvtier_request_params_default()) }?;
             rp.user_data = p.user_data as usize;
             let raw = unsafe { in_slice(p.params, p.params_len, "params->params") }?;
             crate::fallible::reserve(&mut rp.params, raw.len(), "request parameters")?;
@@ -1027,8 +797,8 @@ pub unsafe extern "C" fn kvtier_manager_shutdown(
     })
 }
 
-/// Attaches a built-in Rust tier (used by the other handle modules'
-/// `kvtier_manager_add_*_tier` functions).
+/// Attaches a Rust tier (for [`attach_rust_tier`]; the built-in tiers are
+/// added by `crate::config::add_builtin_tier`).
 pub(crate) fn add_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,
@@ -1037,30 +807,6 @@ pub(crate) fn add_rust_tier(
     // SAFETY: the caller passes a handle it got from C, checked here.
     let m = unsafe { enter::<kvtier_manager>(manager) }?;
     Ok(m.add_tier_with(tier, opts)?)
-}
-
-/// Ties `region`'s mapping to `manager`: the manager keeps a view of the
-/// region's slots until it shuts down successfully, and for good if a
-/// secondary tier fails to shut down (that tier may still write into the
-/// slots, so the address range must never be reused).
-///
-/// `region` stays owned by the caller, who may free it at any time; the
-/// mapping itself lives on while the manager (or any tier) holds a view.
-/// A region with fewer slots than the manager's primary tier is
-/// `KVTIER_STATUS_INVALID_ARGUMENT`.  Internally synchronized.
-///
-/// # Safety
-/// `manager` and `region` must be live handles (or NULL, which is an error).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kvtier_manager_attach_region(
-    manager: *const kvtier_manager,
-    region: *const super::region::kvtier_region,
-) -> super::kvtier_status {
-    ffi_call!({
-        let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let r = unsafe { enter::<super::region::kvtier_region>(region) }?;
-        Ok(m.attach_region(r.slots())?)
-    })
 }
 
 /// Test support: attaches a Rust [`crate::tiering::SecondaryTier`] to a C

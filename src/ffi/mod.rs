@@ -19,6 +19,7 @@
 #![allow(clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod boundary;
+pub mod build;
 pub mod config;
 pub mod dialect;
 pub mod fs;

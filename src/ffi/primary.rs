@@ -19,19 +19,20 @@ use super::boundary::{
     Castable, Failure, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
     out_slice,
 };
+use super::build::{policy_name, policy_of};
 use super::dialect::{
     KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_LOCAL,
     KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_HIT_PENDING, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_CPU,
     KVTIER_MISS_ABSENT, KVTIER_MISS_NONE, kvtier_event, kvtier_event_kind, kvtier_lookup_answer,
     kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
-use super::growth::write_grown;
+use super::growth::{Grows, read_grown, write_grown};
 use super::key::{CheckedKeys, kvtier_key};
 use super::status::kvtier_status;
 use crate::events::{Event, EventKind};
 use crate::fallible;
 use crate::primary::{
-    NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, StoreOutcome, StorePlan,
+    NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, StorePlan,
 };
 use crate::request::RequestId;
 
@@ -74,14 +75,19 @@ impl Castable for kvtier_primary {
     const NAME: &'static str = "primary";
 }
 
-/// Options of [`kvtier_primary_new`]; start from [`kvtier_primary_options_default`].
+/// Options of [`kvtier_primary_new`].  Initialize with
+/// [`kvtier_primary_options_default`] (growth rule).  The same options as
+/// the primary tier's in `kvtier_manager_options`, with the same defaults.
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_primary_options {
+    /// `sizeof(kvtier_primary_options)` as the caller was compiled with.
+    pub struct_size: usize,
     /// Number of slots, at least 1 (default 1024); at most 2^31 - 1 for `"arc"`.
     pub capacity: u32,
-    /// Eviction policy name, `"lru"` or `"arc"`; NULL means `"lru"`.  Copied at creation.
+    /// Eviction policy name, `"lru"` (default) or `"arc"`; NULL means the
+    /// default.  Read during the call only.
     pub policy: *const c_char,
     /// Store a key only at its `store_threshold`-th offer to prepare_store; 0 or 1 = at once (default 0).
     pub store_threshold: u32,
@@ -101,16 +107,21 @@ pub struct kvtier_primary_options {
     pub kv_groups: bool,
 }
 
-/// Returns the default options: capacity 1024, `"lru"`, no admission
-/// threshold (table size 64000), events off.
-///
-/// Plain value: nothing to free.  Safe to call from any thread.
+impl Grows for kvtier_primary_options {
+    const NAME: &'static str = "kvtier_primary_options";
+    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+/// Returns the default options (the core defaults: 1024 slots, "lru", no
+/// admission threshold, events off, one KV group) with `struct_size` set.
+/// Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
     let d = PrimaryConfig::default();
     kvtier_primary_options {
+        struct_size: std::mem::size_of::<kvtier_primary_options>(),
         capacity: d.capacity,
-        policy: std::ptr::null(),
+        policy: policy_name(d.policy),
         store_threshold: d.store_threshold,
         admission_table_size: d.admission_table_size,
         event_capacity: d.event_capacity,
@@ -118,41 +129,48 @@ pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
     }
 }
 
-/// Creates a primary tier with `options->capacity` free slots.
-///
-/// `options` must point to options (start from
-/// [`kvtier_primary_options_default`]); an unknown policy name, a zero
-/// capacity or a size beyond its limit is `KVTIER_STATUS_INVALID_ARGUMENT`;
-/// a capacity whose slot tables cannot be allocated is
-/// `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).  On success writes the new
-/// handle to `*out`; on failure `*out` is untouched and nothing is
-/// allocated.  The caller owns the handle and frees it with
-/// [`kvtier_primary_free`].  Safe to call from any thread.
+/// The core options of the caller's `kvtier_primary_options` (NULL: the
+/// defaults).
 ///
 /// # Safety
-/// `options` must be NULL or valid for reads; `options->policy` NULL or a
-/// NUL-terminated string; `out` NULL or valid for writes.
+/// `options` NULL or valid for its `struct_size`, `policy` NULL or NUL-terminated.
+pub(crate) unsafe fn primary_config_of(
+    options: *const kvtier_primary_options,
+) -> Result<PrimaryConfig, Failure> {
+    let o = unsafe { read_grown(options, kvtier_primary_options_default()) }?;
+    Ok(PrimaryConfig {
+        capacity: o.capacity,
+        policy: unsafe { policy_of(o.policy, "options->policy") }?,
+        store_threshold: o.store_threshold,
+        admission_table_size: o.admission_table_size,
+        event_capacity: o.event_capacity,
+        kv_groups: o.kv_groups,
+    })
+}
+
+/// Creates a primary tier with `options->capacity` free slots.
+///
+/// `options` NULL means the defaults; else initialized with
+/// [`kvtier_primary_options_default`] (growth rule).  An unknown policy
+/// name, a zero capacity or a size beyond its limit is
+/// `KVTIER_STATUS_INVALID_ARGUMENT`; a capacity whose slot tables cannot be
+/// allocated is `KVTIER_STATUS_OUT_OF_MEMORY` (about 100 bytes per slot).
+/// On success writes the new handle to `*primary_out`; on failure
+/// `*primary_out` is untouched and nothing is allocated.  The caller owns
+/// the handle and frees it with [`kvtier_primary_free`].  Safe to call
+/// from any thread.
+///
+/// # Safety
+/// `options` NULL or valid for its `struct_size`, `options->policy` NULL
+/// or a NUL-terminated string; `primary_out` valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_new(
     options: *const kvtier_primary_options,
-    out: *mut *mut kvtier_primary,
+    primary_out: *mut *mut kvtier_primary,
 ) -> kvtier_status {
     ffi_call!({
-        let o = unsafe { options.as_ref() }.ok_or(Failure::Null("options"))?;
-        let out = unsafe { out_ref(out, "out") }?;
-        let policy = if o.policy.is_null() {
-            PolicyKind::Lru
-        } else {
-            unsafe { in_str(o.policy, "options->policy") }?.parse()?
-        };
-        let core = NamedPrimary::new(PrimaryConfig {
-            capacity: o.capacity,
-            policy,
-            store_threshold: o.store_threshold,
-            admission_table_size: o.admission_table_size,
-            event_capacity: o.event_capacity,
-            kv_groups: o.kv_groups,
-        })?;
+        let out = unsafe { out_ref(primary_out, "primary_out") }?;
+        let core = NamedPrimary::new(unsafe { primary_config_of(options) }?)?;
         *out = into_handle::<kvtier_primary>(PrimaryHandle::new(core));
         Ok(())
     })

@@ -1,31 +1,40 @@
 //! `kvtier_manager_add_redis_tier`: the built-in redis tier, from C.
 //!
-//! Converts the options and checks pointers, then builds the redis tier
-//! (`crate::tiers::redis::RedisTier`) over the region's slots and attaches
-//! it to the manager.  Without the `redis-tier` cargo feature the call
+//! `kvtier_redis_options` is read into the core [`RedisTierConfig`] (whose
+//! `Default` gives the C defaults too), then [`add_builtin_tier`] builds
+//! the tier over the manager's slot memory, the same path a JSON
+//! configuration takes.  Without the `redis-tier` cargo feature the call
 //! exists but answers `KVTIER_STATUS_UNSUPPORTED`, so the header is the same
 //! in every build.
 
 use std::ffi::c_char;
+use std::time::Duration;
 
-use super::boundary::{Failure, enter, ffi_call, in_str, out_ref};
+use super::boundary::{Failure, enter, ffi_call, out_ref};
+use super::build::opt_str;
+use super::growth::{Grows, read_grown};
 use super::manager::kvtier_manager;
-use super::region::kvtier_region;
 use super::status::kvtier_status;
+use crate::config::{BuiltinTier, add_builtin_tier};
+use crate::tiering::TierOptions;
+use crate::tiers::redis::RedisTierConfig;
 
-/// Options of `kvtier_manager_add_redis_tier`; start from
-/// `kvtier_redis_options_default()`.  Strings are NUL-terminated, read
-/// during the call only; NULL means the default stated for each.
+/// Options of `kvtier_manager_add_redis_tier`.  Initialize with
+/// `kvtier_redis_options_default()` (growth rule).  Strings are
+/// NUL-terminated, read during the call only; NULL means the default
+/// stated for each.
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_redis_options {
+    /// `sizeof(kvtier_redis_options)` as the caller was compiled with.
+    pub struct_size: usize,
     /// Tier name in stats and errors; NULL: "redis".
     pub name: *const c_char,
     /// Comma-separated `host:port` list: the server, or cluster seed nodes;
     /// NULL: "127.0.0.1:6379".
     pub nodes: *const c_char,
-    /// Whether `nodes` are Redis Cluster nodes.
+    /// Whether `nodes` are Redis Cluster nodes (default false).
     pub cluster: bool,
     /// Key prefix (`namespace:hex(key)`); one per block layout; NULL: "kvtier".
     pub key_namespace: *const c_char,
@@ -35,12 +44,13 @@ pub struct kvtier_redis_options {
     pub password: *const c_char,
     /// Database number (standalone only; default 0): 0 to `INT32_MAX`.
     pub db: i64,
-    /// TLS to the server (needs a build with the `redis-tls` feature).
+    /// TLS to the server (needs a build with the `redis-tls` feature;
+    /// default false).
     pub tls: bool,
     /// PEM file of the CA(s) to trust for TLS; NULL: the system's.
     pub tls_ca_file: *const c_char,
-    /// Expiry of stored blocks in milliseconds; 0: none; at most 2^62
-    /// (longer cannot work: Redis refuses such an expiry).
+    /// Expiry of stored blocks in milliseconds; 0 (default): none; at most
+    /// 2^62 (longer cannot work: Redis refuses such an expiry).
     pub ttl_ms: u64,
     /// Bound on opening a connection, in milliseconds (default 1000).
     pub connect_timeout_ms: u32,
@@ -67,123 +77,67 @@ pub struct kvtier_redis_options {
     pub events: bool,
 }
 
-/// Returns the default redis tier options: standalone `127.0.0.1:6379`,
-/// namespace "kvtier", no AUTH, no TLS, no TTL, 4 connections, 1 s connect
-/// and 2 s command timeouts, breaker after 3 failures with a 1 s cool-down.
-/// Safe to call from any thread.
+impl Grows for kvtier_redis_options {
+    const NAME: &'static str = "kvtier_redis_options";
+    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+/// Milliseconds of `d` for a 32-bit C field, saturating.
+fn ms_u32(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// Returns the default redis tier options (the core defaults: standalone
+/// `127.0.0.1:6379`, namespace "kvtier", no AUTH, no TLS, no TTL, 4
+/// connections, 1 s connect and 2 s command timeouts, breaker after 3
+/// failures with a 1 s cool-down), the strings NULL (their defaults), and
+/// `struct_size` set.  Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kvtier_redis_options_default() -> kvtier_redis_options {
+    let d = RedisTierConfig::default();
     kvtier_redis_options {
+        struct_size: std::mem::size_of::<kvtier_redis_options>(),
         name: std::ptr::null(),
         nodes: std::ptr::null(),
-        cluster: false,
+        cluster: d.cluster,
         key_namespace: std::ptr::null(),
         username: std::ptr::null(),
         password: std::ptr::null(),
-        db: 0,
-        tls: false,
+        db: d.db,
+        tls: d.tls,
         tls_ca_file: std::ptr::null(),
-        ttl_ms: 0,
-        connect_timeout_ms: 1000,
-        command_timeout_ms: 2000,
-        connections: 4,
-        pipeline_bytes: 4 << 20,
-        pipeline_ops: 256,
-        breaker_failures: 3,
-        breaker_cooldown_ms: 1000,
-        miss_cache_ms: 500,
-        max_known_keys: 1 << 18,
-        events: true,
+        ttl_ms: d
+            .ttl
+            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        connect_timeout_ms: ms_u32(d.connect_timeout),
+        command_timeout_ms: ms_u32(d.command_timeout),
+        connections: u32::try_from(d.connections).unwrap_or(u32::MAX),
+        pipeline_bytes: d.pipeline_bytes,
+        pipeline_ops: u32::try_from(d.pipeline_ops).unwrap_or(u32::MAX),
+        breaker_failures: d.breaker_failures,
+        breaker_cooldown_ms: ms_u32(d.breaker_cooldown),
+        miss_cache_ms: ms_u32(d.miss_cache),
+        max_known_keys: d.max_known_keys,
+        events: TierOptions::default().events,
     }
 }
 
-unsafe fn opt_str<'a>(p: *const c_char, name: &'static str) -> Result<Option<&'a str>, Failure> {
-    if p.is_null() {
-        Ok(None)
-    } else {
-        unsafe { in_str(p, name) }.map(Some)
-    }
-}
-
-/// Creates a redis tier that copies blocks between `region`'s slots and
-/// Redis, and attaches it to `manager` as its next secondary tier; writes
-/// its tier index (1 for the first secondary tier) to `*tier_index_out`.
-/// Allowed until the first request starts.  Connects nothing during the
-/// call (the tier's threads connect on their first transfer), so an
-/// unreachable server shows later as failed jobs and MISS answers.
-///
-/// `manager` and `region` must be live handles, the manager's primary
-/// slots being the region's slots (its capacity at most the region's slot
-/// count, else `KVTIER_STATUS_INVALID_ARGUMENT`); `options` NULL (defaults) or initialized with
-/// `kvtier_redis_options_default()`.  On success the manager owns the tier
-/// (shut down by `kvtier_manager_shutdown` or `_free`), and the tier keeps
-/// the region's mapping alive until then, even if the region handle is
-/// freed first.  On failure nothing is attached.  Without the `redis-tier`
-/// build feature: `KVTIER_STATUS_UNSUPPORTED`.  Internally synchronized
-/// like the manager.
+/// The core options of the caller's `kvtier_redis_options` (NULL: the
+/// defaults), and whether the tier's events are on.
 ///
 /// # Safety
-/// `manager`, `region` live handles; `options` NULL or valid, with its
-/// strings NULL or NUL-terminated; `tier_index_out` valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
-    manager: *mut kvtier_manager,
-    region: *const kvtier_region,
+/// `options` NULL or valid for its `struct_size`, its strings NULL or
+/// NUL-terminated.
+pub(crate) unsafe fn redis_options_of(
     options: *const kvtier_redis_options,
-    tier_index_out: *mut usize,
-) -> kvtier_status {
-    ffi_call!({
-        // The manager first: a NULL or poisoned manager builds no tier.
-        let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let region = unsafe { enter::<kvtier_region>(region) }?;
-        let index_out = unsafe { out_ref(tier_index_out, "tier_index_out") }?;
-        let o = unsafe { options.as_ref() }
-            .copied()
-            .unwrap_or_else(|| kvtier_redis_options_default());
-        let name = unsafe { opt_str(o.name, "options->name") }?.unwrap_or("redis");
-        let nodes = unsafe { opt_str(o.nodes, "options->nodes") }?;
-        let namespace = unsafe { opt_str(o.key_namespace, "options->key_namespace") }?;
-        let username = unsafe { opt_str(o.username, "options->username") }?;
-        let password = unsafe { opt_str(o.password, "options->password") }?;
-        let ca = unsafe { opt_str(o.tls_ca_file, "options->tls_ca_file") }?;
-        m.check_slots(&region.slots())?;
-        let tier = build(
-            name,
-            &o,
-            nodes,
-            namespace,
-            username,
-            password,
-            ca,
-            region.slots(),
-        )?;
-        let tier_options = crate::tiering::TierOptions {
-            events: o.events,
-            ..Default::default()
-        };
-        *index_out = m.add_tier_with(tier, tier_options)?;
-        Ok(())
-    })
-}
-
-#[cfg(feature = "redis-tier")]
-#[allow(clippy::too_many_arguments)]
-fn build(
-    name: &str,
-    o: &kvtier_redis_options,
-    nodes: Option<&str>,
-    namespace: Option<&str>,
-    username: Option<&str>,
-    password: Option<&str>,
-    ca: Option<&str>,
-    slots: crate::region::SlotMemory,
-) -> Result<Box<dyn crate::tiering::SecondaryTier>, Failure> {
-    use crate::tiers::redis::{RedisTier, RedisTierConfig};
-    use std::time::Duration;
+) -> Result<(RedisTierConfig, TierOptions), Failure> {
+    let o = unsafe { read_grown(options, kvtier_redis_options_default()) }?;
     let d = RedisTierConfig::default();
-    let ms = |v: u32| Duration::from_millis(v as u64);
+    let text = |p, what| unsafe { opt_str(p, what) }.map(|s| s.map(String::from));
+    let millis = |v: u32| Duration::from_millis(v as u64);
     let config = RedisTierConfig {
-        nodes: match nodes {
+        name: text(o.name, "options->name")?.unwrap_or(d.name),
+        nodes: match unsafe { opt_str(o.nodes, "options->nodes") }? {
             Some(n) => n
                 .split(',')
                 .map(str::trim)
@@ -193,40 +147,94 @@ fn build(
             None => d.nodes,
         },
         cluster: o.cluster,
-        namespace: namespace.map(String::from).unwrap_or(d.namespace),
-        username: username.map(String::from),
-        password: password.map(String::from),
+        namespace: text(o.key_namespace, "options->key_namespace")?.unwrap_or(d.namespace),
+        username: text(o.username, "options->username")?,
+        password: text(o.password, "options->password")?,
         db: o.db,
         tls: o.tls,
-        tls_ca_file: ca.map(Into::into),
+        tls_ca_file: text(o.tls_ca_file, "options->tls_ca_file")?.map(Into::into),
         ttl: (o.ttl_ms > 0).then(|| Duration::from_millis(o.ttl_ms)),
-        connect_timeout: ms(o.connect_timeout_ms),
-        command_timeout: ms(o.command_timeout_ms),
+        connect_timeout: millis(o.connect_timeout_ms),
+        command_timeout: millis(o.command_timeout_ms),
         connections: o.connections as usize,
         pipeline_bytes: o.pipeline_bytes,
         pipeline_ops: o.pipeline_ops as usize,
         breaker_failures: o.breaker_failures,
-        breaker_cooldown: ms(o.breaker_cooldown_ms),
-        miss_cache: ms(o.miss_cache_ms),
+        breaker_cooldown: millis(o.breaker_cooldown_ms),
+        miss_cache: millis(o.miss_cache_ms),
         max_known_keys: o.max_known_keys,
     };
-    Ok(Box::new(RedisTier::new(name, config, slots)?))
+    let tier = TierOptions {
+        events: o.events,
+        ..TierOptions::default()
+    };
+    Ok((config, tier))
 }
 
-#[cfg(not(feature = "redis-tier"))]
-#[allow(clippy::too_many_arguments)]
-fn build(
-    _name: &str,
-    _o: &kvtier_redis_options,
-    _nodes: Option<&str>,
-    _namespace: Option<&str>,
-    _username: Option<&str>,
-    _password: Option<&str>,
-    _ca: Option<&str>,
-    _slots: crate::region::SlotMemory,
-) -> Result<Box<dyn crate::tiering::SecondaryTier>, Failure> {
-    Err(crate::Error::Unsupported(
-        "the redis tier needs kvtier built with the `redis-tier` cargo feature".into(),
-    )
-    .into())
+/// Creates a redis tier that copies blocks between the manager's slot
+/// memory and Redis, and adds it as the manager's next secondary tier;
+/// writes its tier index (1 for the first secondary tier) to `*index_out`.
+/// Allowed until the first request starts.  Connects nothing during the
+/// call (the tier's threads connect on their first transfer), so an
+/// unreachable server shows later as failed jobs and MISS answers.
+///
+/// The manager must have slot memory (made by `kvtier_manager_new` with a
+/// region, or from JSON with `block_bytes`), else
+/// `KVTIER_STATUS_INVALID_ARGUMENT` saying so.  `options` NULL (defaults)
+/// or initialized with `kvtier_redis_options_default()` (growth rule);
+/// options that cannot work are `KVTIER_STATUS_INVALID_ARGUMENT`.  On
+/// success the manager owns the tier (shut down by
+/// `kvtier_manager_shutdown` or `_free`).  On failure nothing is added.
+/// Without the `redis-tier` build feature: `KVTIER_STATUS_UNSUPPORTED`.
+/// Internally synchronized like the manager.
+///
+/// # Safety
+/// `manager` a live handle; `options` NULL or valid for its `struct_size`,
+/// with its strings NULL or NUL-terminated; `index_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
+    manager: *const kvtier_manager,
+    options: *const kvtier_redis_options,
+    index_out: *mut usize,
+) -> kvtier_status {
+    ffi_call!({
+        // The manager first: a NULL or poisoned manager builds no tier.
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let out = unsafe { out_ref(index_out, "index_out") }?;
+        let (config, tier) = unsafe { redis_options_of(options) }?;
+        *out = add_builtin_tier(&m, BuiltinTier::Redis(config), tier)?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_defaults_are_the_core_defaults() {
+        let (c, tier) = unsafe { redis_options_of(&kvtier_redis_options_default()) }.unwrap();
+        assert_eq!(c, RedisTierConfig::default());
+        assert_eq!(tier, TierOptions::default());
+        let json: RedisTierConfig = serde_json::from_str("{}").unwrap();
+        assert_eq!(json, RedisTierConfig::default());
+        let (null, _) = unsafe { redis_options_of(std::ptr::null()) }.unwrap();
+        assert_eq!(null, RedisTierConfig::default());
+    }
+
+    #[test]
+    fn strings_and_durations_reach_the_core_options() {
+        let mut o = kvtier_redis_options_default();
+        o.name = c"cache".as_ptr();
+        o.nodes = c" a:1, b:2 ,".as_ptr();
+        o.ttl_ms = 5;
+        o.miss_cache_ms = 7;
+        let (c, _) = unsafe { redis_options_of(&o) }.unwrap();
+        let json: RedisTierConfig = serde_json::from_str(
+            r#"{"name": "cache", "nodes": ["a:1", "b:2"], "ttl_ms": 5, "miss_cache_ms": 7}"#,
+        )
+        .unwrap();
+        assert_eq!(c, json);
+        assert_eq!(c.ttl, Some(Duration::from_millis(5)));
+    }
 }

@@ -163,6 +163,8 @@ pub struct kvtier_tier_event {
 /// through `kvtier_manager_complete_job`; a tier without `drain` declares
 /// that none of its copies outlives the job's report.
 ///
+/// Start from `kvtier_tier_vtable_default()` (every entry NULL,
+/// `struct_size` set: the growth rule), then set the entries the tier has.
 /// The struct is copied at registration.  After a successful registration
 /// the manager owns `user_data`: `destroy(user_data)` runs exactly once,
 /// after the last callback returned (when the manager is freed); not at
@@ -177,6 +179,8 @@ pub struct kvtier_tier_event {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_tier_vtable {
+    /// `sizeof(kvtier_tier_vtable)` as the caller was compiled with.
+    pub struct_size: usize,
     /// Passed as the first argument of every callback.
     pub user_data: *mut c_void,
     /// Short name for stats and errors (NUL-terminated, copied); NULL = "c-tier".

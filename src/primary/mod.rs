@@ -94,8 +94,10 @@ pub use batched::PrefixLookup;
 pub use named::NamedPrimary;
 pub use writers::Writer;
 
-/// Eviction policy, chosen by name at creation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Eviction policy, chosen by name at creation (`"lru"` or `"arc"`, in
+/// C and in JSON).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
     /// [0.33] least recently used, logical recency (docs/design.md, "lru").
     #[default]
@@ -139,8 +141,11 @@ impl FromStr for PolicyKind {
 /// 32-bit ids, one value kept for "none".
 pub const MAX_ADMISSION_TABLE_SIZE: usize = u32::MAX as usize - 1;
 
-/// How to build a [`PrimaryTier`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How to build a [`PrimaryTier`]: the one set of primary-tier options
+/// (`kvtier_primary_options` and the `"primary"` section of a JSON
+/// configuration read into it; missing fields take [`Default`]'s values).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PrimaryConfig {
     /// Number of slots (1 ..= u32::MAX - 1; for arc 1 ..= 2^31 - 1).
     pub capacity: u32,

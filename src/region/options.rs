@@ -5,11 +5,14 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// Whether this process may create the region, join it, or either.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether this process may create the region, join it, or either
+/// (`"create_or_join"`, `"create"` or `"join"` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OpenMode {
     /// Create it if nobody has, else join it (the usual choice: every
     /// process passes the same options and the first one creates).
+    #[default]
     CreateOrJoin,
     /// Create it; fail if a live region of that name exists.
     Create,
@@ -17,13 +20,16 @@ pub enum OpenMode {
     Join,
 }
 
-/// How pages are faulted in when the region is mapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How pages are faulted in when the region is mapped (`"off"`, `"auto"`
+/// or `"touch"` in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Prefault {
     /// Leave pages to fault on first use (the creator reserves their room
     /// on the file system all the same, so a first use never fails).
     Off,
     /// `MADV_POPULATE_WRITE` where the kernel has it, else touch each page.
+    #[default]
     Auto,
     /// Always touch each page (one atomic add of zero, which keeps bytes a
     /// peer may already have written).
@@ -31,7 +37,8 @@ pub enum Prefault {
 }
 
 /// A share of the region for one of `count` processes: index `index`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Share {
     /// Which share, `0..count`.
     pub index: u32,
@@ -44,7 +51,14 @@ pub struct Share {
 /// bytes, worker bytes, segments): the creator records it in the first
 /// backing file, and a joiner whose layout differs gets an error naming
 /// both.
-#[derive(Debug, Clone)]
+///
+/// This is the one set of region options: `kvtier_region_options` is read
+/// into it, and so is the `"region"` object of a JSON configuration, where
+/// durations are milliseconds (`join_timeout_ms`) and the geometry
+/// (`slot_count`, `slot_bytes`) comes from the manager's capacity and
+/// `block_bytes` instead.  Missing fields take [`Default`]'s values.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RegionOptions {
     /// File name of the region (no `/`), unique per engine instance.
     pub name: String,
@@ -52,8 +66,10 @@ pub struct RegionOptions {
     /// (hugetlbfs or a DAX mount are valid choices).
     pub directory: PathBuf,
     /// Number of slots (rows).
+    #[serde(skip)]
     pub slot_count: u32,
     /// Bytes per slot, which is also the row stride: a multiple of the page size.
+    #[serde(skip)]
     pub slot_bytes: usize,
     /// Bytes of each worker's area within a row, for the per-worker layout;
     /// 0 when rows are not split per worker.
@@ -61,6 +77,10 @@ pub struct RegionOptions {
     /// Create, join, or either.
     pub open: OpenMode,
     /// How long a joiner waits for the region to appear and be sized.
+    #[serde(
+        rename = "join_timeout_ms",
+        deserialize_with = "crate::serde_forms::millis"
+    )]
     pub join_timeout: Duration,
     /// Number of backing files (each at least 1 GiB); 0 and 1 mean one file.
     pub segments: u32,
@@ -88,10 +108,10 @@ impl Default for RegionOptions {
             slot_count: 0,
             slot_bytes: 0,
             worker_bytes: 0,
-            open: OpenMode::CreateOrJoin,
+            open: OpenMode::default(),
             join_timeout: RegionOptions::DEFAULT_JOIN_TIMEOUT,
             segments: 1,
-            prefault: Prefault::Auto,
+            prefault: Prefault::default(),
             prefault_share: None,
             prefault_threads: 1,
             mode: RegionOptions::DEFAULT_MODE,

@@ -9,8 +9,10 @@
 
 use std::time::Duration;
 
-/// What to do with a cascade to a tier under pressure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What to do with a cascade to a tier under pressure (`"drop"` or
+/// `"throttle"` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PressurePolicy {
     /// Drop every cascade while under pressure.
     #[default]
@@ -20,8 +22,11 @@ pub enum PressurePolicy {
     Throttle,
 }
 
-/// Configuration of one tier's back-pressure detector and policy.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Configuration of one tier's back-pressure detector and policy (the
+/// back-pressure fields of `kvtier_tier_options`, and a tier's
+/// `"backpressure"` object in JSON; missing fields take [`Default`]'s).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct BackpressureConfig {
     /// Weight of a new sample in the moving average, in (0, 1].
     pub alpha: f64,

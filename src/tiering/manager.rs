@@ -53,8 +53,10 @@ type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 /// Most secondary tiers one manager holds (request-level tiers are a bit set).
 pub const MAX_SECONDARY_TIERS: usize = 64;
 
-/// What `lookup` answers for a key whose promotion it just started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What `lookup` answers for a key whose promotion it just started
+/// (`"retry"` or `"hit_pending"` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PromotionAnswer {
     /// vLLM's answer before 0.33 (the default): ask again later.
     #[default]
@@ -105,7 +107,7 @@ impl Default for ManagerOptions {
 }
 
 /// Per-tier options given at registration.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TierOptions {
     /// Back-pressure detector and policy for cascades to this tier (none: never dropped).
     pub backpressure: Option<BackpressureConfig>,

@@ -3,8 +3,8 @@
 //!
 //! - [`fs`]: blocks as verified files under a directory (local disk, tmpfs,
 //!   or a file system shared by several processes).
-//! - `redis` (feature `redis-tier`): blocks in Redis or Valkey.
+//! - [`redis`]: blocks in Redis or Valkey (the tier needs the feature
+//!   `redis-tier`; its options exist in every build).
 
 pub mod fs;
-#[cfg(feature = "redis-tier")]
 pub mod redis;

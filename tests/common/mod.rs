@@ -296,6 +296,7 @@ pub fn via_c(t: TestTier) -> Box<dyn SecondaryTier> {
         shutdown: Some(c_bridge::shutdown),
         destroy: Some(c_bridge::destroy),
         take_events: Some(c_bridge::events),
+        ..kvtier::ffi::build::kvtier_tier_vtable_default()
     };
     unsafe { tier_from_vtable(&vt) }.unwrap()
 }

@@ -74,10 +74,17 @@ use io::{BlockIo, Cause};
 use pool::{JobState, Pool, outcome};
 pub use rebuild::RebuildReport;
 
-/// Options of a file-system tier.
-#[derive(Clone, Debug, PartialEq)]
+/// Options of a file-system tier: the one set of them
+/// (`kvtier_fs_options` and the `"options"` of a JSON tier of type `"fs"`
+/// are read into it; JSON names the root `directory`, gives
+/// `stale_temp_age_ms` in milliseconds and the locality as `"local"` or
+/// `"remote"`).  Missing fields take [`Default`]'s values, whose directory
+/// is empty: a tier cannot open until one is given.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FsOptions {
     /// Directory holding the blocks.
+    #[serde(rename = "directory")]
     pub root: PathBuf,
     /// Create `root` (and its parents) if missing; if false, a missing
     /// directory is an error at open.
@@ -105,18 +112,24 @@ pub struct FsOptions {
     /// the local index on disk (off the caller's thread).
     pub shared: bool,
     /// Where the storage is, for request tier filters.
+    #[serde(deserialize_with = "crate::serde_forms::locality")]
     pub locality: Locality,
     /// Temporary files older than this are removed at open even if their
     /// writer cannot be shown dead (a writer on another host).
+    #[serde(
+        rename = "stale_temp_age_ms",
+        deserialize_with = "crate::serde_forms::millis"
+    )]
     pub stale_temp_age: Duration,
 }
 
-impl FsOptions {
-    /// Defaults for a tier rooted at `root`: unbounded, 8 + 8 threads,
-    /// `O_DIRECT`, no fsync, not shared, watermarks 0.95 / 0.85.
-    pub fn new(root: impl Into<PathBuf>) -> FsOptions {
+impl Default for FsOptions {
+    /// No directory (set one), unbounded, 8 + 8 threads, `O_DIRECT`, no
+    /// fsync, unnamed temporary files, not shared, local, watermarks
+    /// 0.95 / 0.85, stale temporary files removed after 15 minutes.
+    fn default() -> FsOptions {
         FsOptions {
-            root: root.into(),
+            root: PathBuf::new(),
             create_dir: true,
             capacity_bytes: 0,
             high_watermark: 0.95,
@@ -129,6 +142,16 @@ impl FsOptions {
             shared: false,
             locality: Locality::Local,
             stale_temp_age: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+impl FsOptions {
+    /// [`Default`]'s options for a tier rooted at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> FsOptions {
+        FsOptions {
+            root: root.into(),
+            ..FsOptions::default()
         }
     }
 

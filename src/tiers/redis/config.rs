@@ -1,6 +1,10 @@
 //! The redis tier's options ([`RedisTierConfig`]) and their checks: options
 //! that cannot work are refused when the tier is created, not discovered
 //! as failed stores later.
+//!
+//! These are the only redis options: `kvtier_redis_options` (C) and the
+//! `"options"` of a JSON tier of type `"redis"` are read into
+//! [`RedisTierConfig`], and both take their defaults from its [`Default`].
 
 use std::time::Duration;
 
@@ -14,8 +18,16 @@ pub const MAX_TTL_MS: u64 = 1 << 62;
 
 /// How the redis tier connects and behaves.  `Default` gives a standalone
 /// server on `127.0.0.1:6379` with conservative timeouts.
-#[derive(Clone, Debug)]
+///
+/// In JSON every duration is a whole number of milliseconds in a field
+/// named after it with `_ms` (`ttl_ms`: 0 for none, `connect_timeout_ms`,
+/// `command_timeout_ms`, `breaker_cooldown_ms`, `miss_cache_ms`); missing
+/// fields take [`Default`]'s values.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RedisTierConfig {
+    /// The tier's name in stats, metrics and errors.
+    pub name: String,
     /// `host:port` of the server, or of one or more cluster nodes.
     pub nodes: Vec<String>,
     /// Whether `nodes` are Redis Cluster nodes.
@@ -36,10 +48,22 @@ pub struct RedisTierConfig {
     pub tls_ca_file: Option<std::path::PathBuf>,
     /// Expiry of every stored block, 1 ms ..= [`MAX_TTL_MS`]; `None` keeps
     /// blocks until Redis evicts them.
+    #[serde(
+        rename = "ttl_ms",
+        deserialize_with = "crate::serde_forms::millis_or_none"
+    )]
     pub ttl: Option<Duration>,
     /// Bound on opening one connection.
+    #[serde(
+        rename = "connect_timeout_ms",
+        deserialize_with = "crate::serde_forms::millis"
+    )]
     pub connect_timeout: Duration,
     /// Bound on one command round trip (read and write each).
+    #[serde(
+        rename = "command_timeout_ms",
+        deserialize_with = "crate::serde_forms::millis"
+    )]
     pub command_timeout: Duration,
     /// Worker threads, each with one connection.
     pub connections: usize,
@@ -50,8 +74,16 @@ pub struct RedisTierConfig {
     /// Consecutive failed operations that open the circuit breaker.
     pub breaker_failures: u32,
     /// How long the breaker stays open before a probe.
+    #[serde(
+        rename = "breaker_cooldown_ms",
+        deserialize_with = "crate::serde_forms::millis"
+    )]
     pub breaker_cooldown: Duration,
     /// How long a negative existence check answers MISS without asking again.
+    #[serde(
+        rename = "miss_cache_ms",
+        deserialize_with = "crate::serde_forms::millis"
+    )]
     pub miss_cache: Duration,
     /// Most keys this instance remembers as present (about 200 bytes each);
     /// beyond it the oldest are forgotten (checked with the server again
@@ -62,6 +94,7 @@ pub struct RedisTierConfig {
 impl Default for RedisTierConfig {
     fn default() -> RedisTierConfig {
         RedisTierConfig {
+            name: "redis".into(),
             nodes: vec!["127.0.0.1:6379".into()],
             cluster: false,
             namespace: "kvtier".into(),
@@ -86,7 +119,7 @@ impl Default for RedisTierConfig {
 
 impl RedisTierConfig {
     /// Refuses options that cannot work, with a message naming the option.
-    pub(super) fn check(&self) -> Result<()> {
+    pub fn check(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
         if self.namespace.is_empty() || self.namespace.len() > 256 {
             return bad(format!(

@@ -1,0 +1,796 @@
+//! The redis tier itself: [`RedisTier`] (see the module above for how it
+//! behaves).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hashbrown::{HashMap, HashSet};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::events::{Event, EventKind, EventQueue};
+use crate::key::Key;
+use crate::region::SlotMemory;
+use crate::request::{Locality, Medium, Request};
+use crate::stats::Stat;
+use crate::tiering::{
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, JobRef, JobResult, SecondaryTier, TierLookup,
+};
+
+use super::config::RedisTierConfig;
+use super::conn::Endpoint;
+use super::outcome::Cause;
+use super::report::Reporter;
+use super::worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
+
+/// What this instance knows about a key in Redis.
+#[derive(Clone, Copy)]
+struct Known {
+    /// When the value expires (TTL), if it does.
+    expires: Option<Instant>,
+    /// When this instance learnt of it (matches its entry in `order`).
+    since: Instant,
+    /// Whether this instance announced it with a "stored" event.
+    announced: bool,
+}
+
+/// The circuit breaker, kept on the caller's side; workers only read the flag.
+#[derive(Default)]
+struct Breaker {
+    consecutive: u32,
+    open_since: Option<Instant>,
+    probe_in_flight: bool,
+}
+
+/// Counters since creation.
+#[derive(Default)]
+struct Counters {
+    lookups: u64,
+    lookup_hits: u64,
+    lookup_misses: u64,
+    lookup_retries: u64,
+    lookup_breaker_misses: u64,
+    exists_checks: u64,
+    exists_batches: u64,
+    store_jobs: u64,
+    store_jobs_failed: u64,
+    stores_dropped: u64,
+    blocks_dropped: u64,
+    blocks_stored: u64,
+    blocks_skipped: u64,
+    bytes_stored: u64,
+    load_jobs: u64,
+    load_jobs_failed: u64,
+    loads_rejected: u64,
+    blocks_loaded: u64,
+    bytes_loaded: u64,
+    blocks_missing: u64,
+    blocks_corrupt: u64,
+    blocks_wrong_size: u64,
+    corrupt_deleted: u64,
+    round_trips: u64,
+    failures: [u64; Cause::ALL.len()],
+    breaker_opens: u64,
+    breaker_closes: u64,
+    probes: u64,
+    probes_failed: u64,
+    expired: u64,
+    known_forgotten: u64,
+}
+
+/// The redis secondary tier.  See the module docs.
+pub struct RedisTier {
+    name: String,
+    ttl: Option<Duration>,
+    miss_cache: Duration,
+    breaker_failures: u32,
+    breaker_cooldown: Duration,
+    connections: usize,
+    shared: Arc<Shared>,
+    done_rx: Receiver<Done>,
+    workers: Vec<JoinHandle<()>>,
+    known: Map<Key, Known>,
+    /// Known keys in the order they were learnt, with the time (entries
+    /// whose time no longer matches `known` are stale): expiry order under
+    /// a TTL, and the order in which keys are forgotten beyond `max_known`.
+    order: VecDeque<(Key, Instant)>,
+    max_known: usize,
+    /// Keys with an existence check queued or running.
+    pending: Set<Key>,
+    /// Existence checks gathered in this step.
+    batch: Vec<Key>,
+    /// Keys found absent, until the given time.
+    absent: Map<Key, Instant>,
+    absent_order: VecDeque<(Key, Instant)>,
+    finished: VecDeque<JobResult>,
+    events: EventQueue,
+    reporter: Reporter,
+    /// `host:port` list, for failure descriptions.
+    nodes: String,
+    /// Connection failures the workers counted that were already described.
+    connect_failures_seen: u64,
+    in_flight: usize,
+    breaker: Breaker,
+    counters: Counters,
+    closed: bool,
+    /// Slots of the memory the workers copy through.
+    slot_count: u32,
+}
+
+/// Most existence checks sent in one batch; a larger step sends several.
+const EXISTS_BATCH: usize = 1024;
+
+impl RedisTier {
+    /// Creates the tier named `config.name` over `slots`.  Checks the configuration
+    /// and starts the worker threads; connects nothing yet (workers connect
+    /// on their first task), so it never waits on the network.
+    pub fn new(config: RedisTierConfig, slots: SlotMemory) -> Result<RedisTier> {
+        config.check()?;
+        let endpoint = Endpoint::new(&config)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(QueueState::default()),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+            breaker_open: Default::default(),
+            notifier: Default::default(),
+            connect_failures: Default::default(),
+            last_connect_cause: Default::default(),
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut prefix = config.namespace.clone().into_bytes();
+        prefix.push(b':');
+        let ttl_ms = config
+            .ttl
+            .map(|t| t.as_millis().min(u64::MAX as u128) as u64);
+        let mut workers = Vec::with_capacity(config.connections);
+        for i in 0..config.connections {
+            let ctx = WorkerCtx {
+                shared: shared.clone(),
+                done: tx.clone(),
+                endpoint: endpoint.clone(),
+                slots: slots.clone(),
+                prefix: prefix.clone(),
+                ttl_ms,
+                pipeline_bytes: config.pipeline_bytes,
+                pipeline_ops: config.pipeline_ops,
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("kvtier-redis-{i}"))
+                .spawn(move || super::worker::run(ctx));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    stop_workers(&shared, &mut workers);
+                    return Err(Error::io("starting a redis tier worker thread", e));
+                }
+            }
+        }
+        Ok(RedisTier {
+            name: config.name.clone(),
+            ttl: config.ttl,
+            miss_cache: config.miss_cache,
+            breaker_failures: config.breaker_failures,
+            breaker_cooldown: config.breaker_cooldown,
+            connections: config.connections,
+            shared,
+            done_rx: rx,
+            workers,
+            known: Map::default(),
+            order: VecDeque::new(),
+            max_known: config.max_known_keys,
+            pending: Set::default(),
+            batch: Vec::new(),
+            absent: Map::default(),
+            absent_order: VecDeque::new(),
+            finished: VecDeque::new(),
+            events: EventQueue::new(DEFAULT_TIER_EVENT_CAPACITY),
+            reporter: Reporter::new(&config.name),
+            nodes: config.nodes.join(","),
+            connect_failures_seen: 0,
+            in_flight: 0,
+            breaker: Breaker::default(),
+            counters: Counters::default(),
+            closed: false,
+            slot_count: slots.slot_count(),
+        })
+    }
+
+    /// Whether the circuit breaker is open (work is not being sent).
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.open_since.is_some()
+    }
+
+    fn enqueue(&self, task: Task, front: bool) {
+        let mut st = self.shared.state.lock();
+        if front {
+            st.tasks.push_front(task);
+        } else {
+            st.tasks.push_back(task);
+        }
+        drop(st);
+        self.shared.work.notify_one();
+    }
+
+    /// Applies every report the workers have sent, without waiting.
+    fn collect(&mut self) {
+        while let Ok(d) = self.done_rx.try_recv() {
+            self.apply(d);
+        }
+        let n = self.shared.connect_failures.load(Ordering::Acquire);
+        if n > self.connect_failures_seen {
+            let cause = Cause::ALL
+                .get(self.shared.last_connect_cause.load(Ordering::Relaxed))
+                .copied()
+                .unwrap_or(Cause::Other);
+            self.reporter
+                .connect_failed(&self.nodes, n - self.connect_failures_seen, cause);
+            self.connect_failures_seen = n;
+        }
+    }
+
+    fn record_failure(&mut self, cause: Cause) {
+        self.counters.failures[cause.index()] += 1;
+        if !cause.counts_for_breaker() {
+            return;
+        }
+        self.breaker.consecutive = self.breaker.consecutive.saturating_add(1);
+        if self.breaker.open_since.is_none() && self.breaker.consecutive >= self.breaker_failures {
+            self.breaker.open_since = Some(Instant::now());
+            self.shared.breaker_open.store(true, Ordering::Release);
+            self.counters.breaker_opens += 1;
+            self.reporter.note(format!(
+                "circuit breaker opened after {} failures in a row; lookups answer MISS and transfers fail at once until a probe succeeds",
+                self.breaker.consecutive
+            ));
+        }
+    }
+
+    /// Queues an event; false if it was dropped (the queue is full,
+    /// counted) or events are off.
+    fn emit(&mut self, kind: EventKind, key: Key) -> bool {
+        self.events.push(kind, key)
+    }
+
+    /// A task went through.  While the breaker is open this changes
+    /// nothing: the task may have been sent before the failures that opened
+    /// it, and only a probe closes the breaker.
+    fn record_success(&mut self) {
+        if self.breaker.open_since.is_none() {
+            self.breaker.consecutive = 0;
+        }
+    }
+
+    fn close_breaker(&mut self) {
+        self.breaker.consecutive = 0;
+        if self.breaker.open_since.take().is_some() {
+            self.shared.breaker_open.store(false, Ordering::Release);
+            self.counters.breaker_closes += 1;
+        }
+    }
+
+    /// Sends a probe if the breaker has been open for its cooldown.
+    fn maybe_probe(&mut self) {
+        if self.closed || self.breaker.probe_in_flight {
+            return;
+        }
+        if let Some(since) = self.breaker.open_since
+            && since.elapsed() >= self.breaker_cooldown
+        {
+            self.breaker.probe_in_flight = true;
+            self.counters.probes += 1;
+            self.enqueue(Task::Probe, true);
+        }
+    }
+
+    fn remember(&mut self, key: Key, announce: bool) {
+        let now = Instant::now();
+        let expires = self.ttl.map(|t| now + t);
+        let entry = self.known.entry(key).or_insert(Known {
+            expires,
+            since: now,
+            announced: false,
+        });
+        entry.expires = expires;
+        entry.since = now;
+        let announce = announce && !entry.announced;
+        if announce && self.emit(EventKind::Stored, key) {
+            if let Some(e) = self.known.get_mut(&key) {
+                e.announced = true;
+            }
+        }
+        self.order.push_back((key, now));
+    }
+
+    fn forget(&mut self, key: &Key) {
+        if let Some(k) = self.known.remove(key)
+            && k.announced
+        {
+            self.emit(EventKind::Removed, *key);
+        }
+    }
+
+    fn apply(&mut self, done: Done) {
+        match done {
+            Done::Job(d) => self.apply_job(d),
+            Done::Exists {
+                keys,
+                present,
+                failure,
+            } => {
+                for k in &keys {
+                    self.pending.remove(k);
+                }
+                match failure {
+                    Some(c) => {
+                        self.record_failure(c);
+                        let n = keys.len();
+                        self.reporter
+                            .failed(|| format!("existence check of {n} keys"), c);
+                        // Answer MISS rather than RETRY forever while the
+                        // server is unwell.
+                        for k in keys {
+                            self.mark_absent(k);
+                        }
+                    }
+                    None => {
+                        self.record_success();
+                        for (k, p) in keys.into_iter().zip(present) {
+                            if p {
+                                self.absent.remove(&k);
+                                if !self.known.contains_key(&k) {
+                                    self.remember(k, false);
+                                }
+                            } else {
+                                self.mark_absent(k);
+                            }
+                        }
+                    }
+                }
+            }
+            Done::Probe(failure) => {
+                self.breaker.probe_in_flight = false;
+                match failure {
+                    None => self.close_breaker(),
+                    Some(c) => {
+                        self.counters.probes_failed += 1;
+                        self.counters.failures[c.index()] += 1;
+                        self.reporter.failed(|| "probe of the server".into(), c);
+                        if self.breaker.open_since.is_some() {
+                            self.breaker.open_since = Some(Instant::now());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn mark_absent(&mut self, key: Key) {
+        let until = Instant::now() + self.miss_cache;
+        self.absent.insert(key, until);
+        self.absent_order.push_back((key, until));
+    }
+
+    fn apply_job(&mut self, d: JobDone) {
+        self.in_flight -= 1;
+        self.counters.round_trips += d.round_trips;
+        let job = &d.job;
+        match d.failure {
+            Some(c) => {
+                self.record_failure(c);
+                let what = match d.direction {
+                    Direction::Store => "store",
+                    Direction::Load => "load",
+                };
+                let n = job.keys.len();
+                self.reporter
+                    .failed(|| format!("{what} job {} of {n} blocks", job.id.0), c);
+            }
+            None => self.record_success(),
+        }
+        let result = match d.direction {
+            Direction::Store => {
+                for &p in &d.done {
+                    self.remember(job.keys[p], true);
+                }
+                self.counters.blocks_stored += d.done.len() as u64;
+                self.counters.bytes_stored += d.bytes;
+                if d.failure.is_some() {
+                    self.counters.store_jobs_failed += 1;
+                }
+                JobResult {
+                    id: job.id,
+                    success: d.failure.is_none(),
+                    succeeded_keys: None,
+                    bytes: d.bytes,
+                    duration: Some(d.duration),
+                }
+            }
+            Direction::Load => {
+                for &p in &d.missing {
+                    self.forget(&job.keys[p]);
+                }
+                for &(p, _) in &d.corrupt {
+                    self.forget(&job.keys[p]);
+                }
+                for &p in &d.mismatched {
+                    self.forget(&job.keys[p]);
+                }
+                self.counters.blocks_wrong_size += d.mismatched.len() as u64;
+                self.counters.blocks_missing += d.missing.len() as u64;
+                self.counters.blocks_corrupt += d.corrupt.len() as u64;
+                self.counters.corrupt_deleted += d.deleted as u64;
+                self.counters.blocks_loaded += d.done.len() as u64;
+                self.counters.bytes_loaded += d.bytes;
+                let success = d.failure.is_none() && d.done.len() == job.keys.len();
+                if !success {
+                    self.counters.load_jobs_failed += 1;
+                }
+                JobResult {
+                    id: job.id,
+                    success,
+                    succeeded_keys: if success {
+                        None
+                    } else {
+                        Some(d.done.iter().map(|&p| job.keys[p]).collect())
+                    },
+                    bytes: d.bytes,
+                    duration: Some(d.duration),
+                }
+            }
+        };
+        self.finished.push_back(result);
+    }
+
+    /// Reports a job as failed without sending it (breaker open, closed tier).
+    fn fail_now(&mut self, job: &JobRef, cause: Cause) {
+        self.counters.failures[cause.index()] += 1;
+        let mut r = JobResult::new(job.id, false);
+        if job.direction == Direction::Load {
+            r.succeeded_keys = Some(Vec::new());
+        }
+        self.finished.push_back(r);
+    }
+
+    fn flush_batch(&mut self) {
+        while !self.batch.is_empty() {
+            let n = self.batch.len().min(EXISTS_BATCH);
+            let keys: Vec<Key> = self.batch.drain(..n).collect();
+            self.counters.exists_batches += 1;
+            self.enqueue(Task::Exists(keys), false);
+        }
+    }
+
+    fn prune(&mut self) {
+        let now = Instant::now();
+        while let Some(&(k, since)) = self.order.front() {
+            let expired = self.ttl.is_some_and(|t| since + t <= now);
+            let over =
+                self.known.len() > self.max_known || self.order.len() > 2 * self.max_known.max(1);
+            if !expired && !over {
+                break;
+            }
+            self.order.pop_front();
+            if self.known.get(&k).is_some_and(|e| e.since == since) {
+                if expired {
+                    self.counters.expired += 1;
+                    self.forget(&k);
+                } else {
+                    // Still in Redis: a later lookup asks the server again.
+                    self.known.remove(&k);
+                    self.counters.known_forgotten += 1;
+                }
+            }
+        }
+        while let Some(&(k, at)) = self.absent_order.front() {
+            if at > now {
+                break;
+            }
+            self.absent_order.pop_front();
+            if self.absent.get(&k).is_some_and(|x| *x <= now) {
+                self.absent.remove(&k);
+            }
+        }
+    }
+
+    /// Cancels queued tasks and waits until no worker runs one.
+    fn quiesce(&mut self) {
+        let cancelled: Vec<Task> = self.shared.state.lock().tasks.drain(..).collect();
+        for t in cancelled {
+            match t {
+                Task::Store(job, _) => {
+                    self.in_flight -= 1;
+                    self.counters.store_jobs_failed += 1;
+                    self.fail_now(&job, Cause::Cancelled);
+                }
+                Task::Load(job) => {
+                    self.in_flight -= 1;
+                    self.counters.load_jobs_failed += 1;
+                    self.fail_now(&job, Cause::Cancelled);
+                }
+                Task::Exists(keys) => {
+                    for k in &keys {
+                        self.pending.remove(k);
+                    }
+                }
+                Task::Probe => self.breaker.probe_in_flight = false,
+            }
+        }
+        let mut st = self.shared.state.lock();
+        while st.active > 0 {
+            self.shared.idle.wait(&mut st);
+        }
+        drop(st);
+        self.collect();
+    }
+}
+
+fn stop_workers(shared: &Shared, workers: &mut Vec<JoinHandle<()>>) -> bool {
+    shared.state.lock().stop = true;
+    shared.work.notify_all();
+    let mut ok = true;
+    for h in workers.drain(..) {
+        ok &= h.join().is_ok();
+    }
+    ok
+}
+
+impl SecondaryTier for RedisTier {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn slot_count(&self) -> Option<u32> {
+        Some(self.slot_count)
+    }
+
+    fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {
+        let _ = self.shared.notifier.set(notifier);
+    }
+
+    fn medium(&self) -> Option<Medium> {
+        Some(Medium::Storage)
+    }
+
+    fn locality(&self) -> Option<Locality> {
+        Some(Locality::Remote)
+    }
+
+    fn lookup(&mut self, key: &Key, _request: &Request) -> TierLookup {
+        self.counters.lookups += 1;
+        self.collect();
+        if self.closed {
+            self.counters.lookup_misses += 1;
+            return TierLookup::Miss;
+        }
+        if self.breaker.open_since.is_some() {
+            self.maybe_probe();
+            self.counters.lookup_breaker_misses += 1;
+            self.counters.lookup_misses += 1;
+            return TierLookup::Miss;
+        }
+        if let Some(k) = self.known.get(key) {
+            if k.expires.is_none_or(|at| at > Instant::now()) {
+                self.counters.lookup_hits += 1;
+                return TierLookup::Hit;
+            }
+            self.counters.expired += 1;
+            self.forget(key);
+        }
+        if self.pending.contains(key) {
+            self.counters.lookup_retries += 1;
+            return TierLookup::Retry;
+        }
+        if let Some(until) = self.absent.get(key) {
+            if *until > Instant::now() {
+                self.counters.lookup_misses += 1;
+                return TierLookup::Miss;
+            }
+            self.absent.remove(key);
+        }
+        self.pending.insert(*key);
+        self.batch.push(*key);
+        self.counters.exists_checks += 1;
+        if self.batch.len() >= EXISTS_BATCH {
+            self.flush_batch();
+        }
+        self.counters.lookup_retries += 1;
+        TierLookup::Retry
+    }
+
+    fn submit_store(&mut self, job: JobRef) {
+        self.collect();
+        self.counters.store_jobs += 1;
+        if self.closed {
+            self.counters.store_jobs_failed += 1;
+            self.fail_now(&job, Cause::Cancelled);
+            return;
+        }
+        if self.breaker.open_since.is_some() {
+            self.maybe_probe();
+            self.counters.stores_dropped += 1;
+            self.counters.blocks_dropped += job.keys.len() as u64;
+            self.counters.store_jobs_failed += 1;
+            self.fail_now(&job, Cause::BreakerOpen);
+            return;
+        }
+        let now = Instant::now();
+        let positions: Vec<usize> = job
+            .keys
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| {
+                self.known
+                    .get(*k)
+                    .is_none_or(|e| e.expires.is_some_and(|at| at <= now))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        self.counters.blocks_skipped += (job.keys.len() - positions.len()) as u64;
+        if positions.is_empty() {
+            self.finished.push_back(JobResult::new(job.id, true));
+            return;
+        }
+        self.in_flight += 1;
+        self.enqueue(Task::Store(job, positions), false);
+    }
+
+    fn submit_load(&mut self, job: JobRef) {
+        self.collect();
+        self.counters.load_jobs += 1;
+        if self.closed || self.breaker.open_since.is_some() {
+            self.maybe_probe();
+            self.counters.loads_rejected += 1;
+            self.counters.load_jobs_failed += 1;
+            let cause = if self.closed {
+                Cause::Cancelled
+            } else {
+                Cause::BreakerOpen
+            };
+            self.fail_now(&job, cause);
+            return;
+        }
+        self.in_flight += 1;
+        self.enqueue(Task::Load(job), false);
+    }
+
+    fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
+        self.collect();
+        self.maybe_probe();
+        let n = max.min(self.finished.len());
+        out.extend(self.finished.drain(..n));
+    }
+
+    fn on_schedule_end(&mut self) {
+        self.collect();
+        if !self.closed {
+            if self.breaker.open_since.is_some() {
+                // Nothing goes out while the breaker is open: answer MISS.
+                for k in std::mem::take(&mut self.batch) {
+                    self.pending.remove(&k);
+                }
+            } else {
+                self.flush_batch();
+            }
+        }
+        self.maybe_probe();
+        self.prune();
+    }
+
+    fn has_pending_work(&self) -> bool {
+        self.in_flight > 0 || !self.finished.is_empty()
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        self.quiesce();
+        Ok(())
+    }
+
+    fn stats(&self) -> Vec<Stat> {
+        let c = &self.counters;
+        let mut v = vec![
+            Stat::counter("lookups", c.lookups),
+            Stat::counter("lookup_hits", c.lookup_hits),
+            Stat::counter("lookup_misses", c.lookup_misses),
+            Stat::counter("lookup_retries", c.lookup_retries),
+            Stat::counter("lookup_breaker_misses", c.lookup_breaker_misses),
+            Stat::counter("exists_checks", c.exists_checks),
+            Stat::counter("exists_batches", c.exists_batches),
+            Stat::counter("store_jobs", c.store_jobs),
+            Stat::counter("store_jobs_failed", c.store_jobs_failed),
+            Stat::counter("stores_dropped", c.stores_dropped),
+            Stat::counter("blocks_dropped", c.blocks_dropped),
+            Stat::counter("blocks_stored", c.blocks_stored),
+            Stat::counter("blocks_skipped", c.blocks_skipped),
+            Stat::counter("bytes_stored", c.bytes_stored),
+            Stat::counter("load_jobs", c.load_jobs),
+            Stat::counter("load_jobs_failed", c.load_jobs_failed),
+            Stat::counter("loads_rejected", c.loads_rejected),
+            Stat::counter("blocks_loaded", c.blocks_loaded),
+            Stat::counter("bytes_loaded", c.bytes_loaded),
+            Stat::counter("blocks_missing", c.blocks_missing),
+            Stat::counter("blocks_corrupt", c.blocks_corrupt),
+            Stat::counter("blocks_wrong_size", c.blocks_wrong_size),
+            Stat::counter("corrupt_deleted", c.corrupt_deleted),
+            Stat::counter("round_trips", c.round_trips),
+            Stat::counter("breaker_opens", c.breaker_opens),
+            Stat::counter("breaker_closes", c.breaker_closes),
+            Stat::counter("probes", c.probes),
+            Stat::counter("probes_failed", c.probes_failed),
+            Stat::counter("expired", c.expired),
+            Stat::counter("known_forgotten", c.known_forgotten),
+            Stat::counter("events_dropped", self.events.dropped()),
+        ];
+        for cause in Cause::ALL {
+            v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
+        }
+        v.push(Stat::gauge(
+            "breaker_open",
+            if self.breaker_open() { 1.0 } else { 0.0 },
+        ));
+        v.push(Stat::gauge("known_keys", self.known.len() as f64));
+        v.push(Stat::gauge("events_queued", self.events.len() as f64));
+        v.push(Stat::gauge("jobs_in_flight", self.in_flight as f64));
+        v.push(Stat::gauge("connections", self.connections as f64));
+        v
+    }
+
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        self.collect();
+        self.events.take(max, out);
+    }
+
+    fn set_event_capacity(&mut self, capacity: usize) {
+        let known = &mut self.known;
+        self.events.set_capacity(capacity, |e| {
+            if let (EventKind::Stored, Some(key)) = (e.kind, e.key)
+                && let Some(k) = known.get_mut(&key)
+            {
+                k.announced = false;
+            }
+        });
+    }
+
+    fn take_errors(&mut self, out: &mut Vec<String>) {
+        self.collect();
+        self.reporter.take(out);
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.quiesce();
+        self.closed = true;
+        if stop_workers(&self.shared, &mut self.workers) {
+            Ok(())
+        } else {
+            Err(Error::Tier {
+                tier: self.name.clone(),
+                message: "a redis worker thread panicked".into(),
+            })
+        }
+    }
+}
+
+impl Drop for RedisTier {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// The Redis key a block is stored under, for tools and tests that inspect
+/// the server directly.
+pub fn redis_key_name(namespace: &str, key: &Key) -> Vec<u8> {
+    let mut prefix = namespace.as_bytes().to_vec();
+    prefix.push(b':');
+    super::worker::key_name(&prefix, key)
+}
