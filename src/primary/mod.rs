@@ -51,16 +51,19 @@ mod allocation_sizes;
 mod arc;
 mod batched;
 mod completion;
+mod config;
 mod huge;
 mod index;
 mod lists;
 mod lru;
 mod named;
+mod outcomes;
 mod policy;
 #[cfg(test)]
 mod position_tests;
 mod positions;
 mod slots;
+mod stats;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -69,7 +72,6 @@ mod writers;
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::str::FromStr;
 
 use foldhash::fast::RandomState;
 
@@ -79,7 +81,6 @@ use crate::fallible;
 use crate::histogram::Histogram;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
-use crate::stats::Stat;
 
 use admission::Admission;
 use lists::NIL;
@@ -91,246 +92,11 @@ pub use allocation_sizes::{
     ALLOCATION_SIZE_BOUNDS, ALLOCATION_SIZE_BUCKETS, ALLOCATION_SIZE_STAT, AllocationSizes,
 };
 pub use batched::PrefixLookup;
+pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
 pub use named::NamedPrimary;
+pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub use stats::PrimaryStats;
 pub use writers::Writer;
-
-/// Eviction policy, chosen by name at creation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PolicyKind {
-    /// [0.33] least recently used, logical recency (docs/design.md, "lru").
-    #[default]
-    Lru,
-    /// Adaptive Replacement Cache (docs/design.md, "arc").
-    Arc,
-}
-
-impl PolicyKind {
-    /// The policy's name as accepted by [`FromStr`].
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Lru => "lru",
-            PolicyKind::Arc => "arc",
-        }
-    }
-
-    fn build(self, capacity: u32, hasher: RandomState) -> Result<Box<dyn Policy>> {
-        Ok(match self {
-            PolicyKind::Lru => Box::new(lru::LruPolicy::new(capacity)?),
-            PolicyKind::Arc => Box::new(arc::ArcPolicy::new(capacity, hasher)?),
-        })
-    }
-}
-
-impl FromStr for PolicyKind {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<PolicyKind> {
-        match s {
-            "lru" => Ok(PolicyKind::Lru),
-            "arc" => Ok(PolicyKind::Arc),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown eviction policy {other:?}; valid policies: \"lru\", \"arc\""
-            ))),
-        }
-    }
-}
-
-/// The largest `admission_table_size`: the table numbers its keys with
-/// 32-bit ids, one value kept for "none".
-pub const MAX_ADMISSION_TABLE_SIZE: usize = u32::MAX as usize - 1;
-
-/// How to build a [`PrimaryTier`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PrimaryConfig {
-    /// Number of slots (1 ..= u32::MAX - 1; for arc 1 ..= 2^31 - 1).
-    pub capacity: u32,
-    /// Eviction policy.
-    pub policy: PolicyKind,
-    /// [0.33] Store a key only at its `store_threshold`-th offer; 0 or 1 =
-    /// at the first.  Every key a `prepare_store` names is an offer,
-    /// resident or not; a call's offers are all counted before the table
-    /// forgets any entry, and never one offered in the same call.
-    pub store_threshold: u32,
-    /// Bound of the recent-offers table (used when `store_threshold` >= 2;
-    /// must then be > 0), at most [`MAX_ADMISSION_TABLE_SIZE`].
-    pub admission_table_size: usize,
-    /// Bound of the event buffer; 0 turns events off.  When the buffer is
-    /// full, new events are dropped and counted (`events_dropped`); a key
-    /// whose "stored" event was dropped is never announced as removed.
-    pub event_capacity: usize,
-    /// [0.33] Keys end with a 4-byte big-endian KV-cache group index
-    /// (vLLM's `block_hash || u32_be(group)`): a request's finish commits
-    /// its keys group by group, ascending.  Calls that record keys for a
-    /// request (`prepare_store`, `prepare_load`, `set_positions`) then
-    /// refuse keys shorter than 5 bytes.  Off (default): one group.
-    pub kv_groups: bool,
-}
-
-impl Default for PrimaryConfig {
-    fn default() -> Self {
-        PrimaryConfig {
-            capacity: 1024,
-            policy: PolicyKind::Lru,
-            store_threshold: 0,
-            admission_table_size: 64_000,
-            event_capacity: 0,
-            kv_groups: false,
-        }
-    }
-}
-
-/// What `lookup` found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrimaryLookup {
-    /// Not resident.
-    Miss,
-    /// Resident, write pending (not readable yet).
-    HitPending,
-    /// Resident and ready.
-    Hit,
-}
-
-/// The plan `prepare_store` fills: reused across calls, cleared by each call.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StorePlan {
-    /// Keys to store, in call order.
-    pub to_store: Vec<Key>,
-    /// Their slots (co-indexed with `to_store`).
-    pub slots: Vec<u32>,
-    /// Keys evicted to make room, in eviction order.
-    pub evicted: Vec<Key>,
-}
-
-impl StorePlan {
-    /// Empties the plan, keeping its buffers.
-    pub fn clear(&mut self) {
-        self.to_store.clear();
-        self.slots.clear();
-        self.evicted.clear();
-    }
-
-    /// Writes into `out` (cleared first) the position in `keys` (the batch
-    /// given to `prepare_store`) of each key to store: its first occurrence.
-    pub fn positions_in(&self, keys: &[Key], out: &mut Vec<usize>) {
-        self.positions_in_each(keys.len(), |j| &keys[j], out)
-    }
-
-    /// [`StorePlan::positions_in`] a batch of `n` keys `key(0..n)`
-    /// ([`Key`]s, or checked bytes read in place).
-    pub(crate) fn positions_in_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &self,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        out: &mut Vec<usize>,
-    ) {
-        out.clear();
-        let mut i = 0;
-        for stored in &self.to_store {
-            while i < n && !slots::same_key(stored, key(i)) {
-                i += 1;
-            }
-            out.push(i);
-            i += 1;
-        }
-    }
-}
-
-/// Whether `prepare_store` planned the store or refused it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreOutcome {
-    /// The plan is filled (possibly with nothing to store).
-    Planned,
-    /// Not enough idle keys to evict: no key, slot or event changed (the
-    /// request recorded its offer), the plan is empty.
-    Refused,
-}
-
-/// What `complete_store` did with its keys.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompleteStoreReport {
-    /// Write-pending keys that became ready (success).
-    pub ready: usize,
-    /// Write-pending keys dropped and their slots freed (failure).
-    pub dropped: usize,
-    /// Absent keys ignored (late completions).
-    pub ignored: usize,
-    /// Keys write pending for another writer (another request, or a
-    /// promotion), left alone.
-    pub foreign: usize,
-    /// Keys already ready, left alone.
-    pub already_ready: usize,
-}
-
-/// The tier's numbers.
-///
-/// Counters (and the histogram) are cumulative from the tier's creation and
-/// never decrease, not even at [`PrimaryTier::reset`]; gauges (the sizes,
-/// usages, queue lengths and ARC lists) are current values.  For numbers
-/// per interval, subtract two reads (see [`crate::stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PrimaryStats {
-    /// Number of slots.
-    pub capacity: u32,
-    /// Slots holding a key (any state).
-    pub used: u32,
-    /// Slots handed out fresh since creation or the last reset (high-water mark).
-    pub allocated: u32,
-    /// Keys write pending.
-    pub write_pending: u32,
-    /// Keys ready and pinned.
-    pub pinned: u32,
-    /// Keys ready and idle (evictable).
-    pub idle: u32,
-    /// (write pending + pinned) / capacity: slots neither free nor idle.
-    pub usage: f64,
-    /// write pending / capacity.
-    pub write_usage: f64,
-    /// pinned / capacity.
-    pub read_usage: f64,
-    /// Keys evicted.
-    pub evictions: u64,
-    /// `prepare_store` calls refused for lack of evictable keys.
-    pub refusals: u64,
-    /// [0.33] Keys not stored because they were offered fewer than `store_threshold` times.
-    pub admission_skips: u64,
-    /// Keys `prepare_store` planned to store.
-    pub stores_planned: u64,
-    /// Write-pending keys made ready by `complete_store`.
-    pub stores_completed: u64,
-    /// Write-pending keys dropped by a failed `complete_store`.
-    pub stores_failed: u64,
-    /// Absent keys in `complete_store` (late completions), ignored.
-    pub late_completions: u64,
-    /// Keys in `complete_store` write pending for another writer (another
-    /// request, or a promotion), left alone.
-    pub foreign_completions: u64,
-    /// Keys in `complete_store` already ready, left alone.
-    pub already_ready_completions: u64,
-    /// Keys pinned by `prepare_load`.
-    pub loads: u64,
-    /// Keys pinned by `pin_for_transfer`.
-    pub transfer_pins: u64,
-    /// Events waiting in the buffer.
-    pub events_queued: u32,
-    /// Events dropped because the buffer was full.
-    pub events_dropped: u64,
-    /// Keys in the recent-offers table.
-    pub admission_table_len: u32,
-    /// ARC: resident keys seen once (0 for lru).
-    pub arc_t1: u32,
-    /// ARC: resident keys reused (0 for lru).
-    pub arc_t2: u32,
-    /// ARC: ghosts of keys evicted from T1.
-    pub arc_b1: u32,
-    /// ARC: ghosts of keys evicted from T2.
-    pub arc_b2: u32,
-    /// ARC: the adaptive T1 target.
-    pub arc_target: f64,
-    /// [0.33] Allocation sizes: one observation per `prepare_store` with
-    /// keys to store (refused ones included), of their number; buckets
-    /// bounded by [`ALLOCATION_SIZE_BOUNDS`].
-    pub allocation_sizes: AllocationSizes,
-}
 
 /// Monotonic counters of the tier.
 #[derive(Clone, Copy, Debug, Default)]
@@ -1516,87 +1282,6 @@ impl PrimaryTier {
         let n = max.min(self.events.len());
         out.extend(self.events.drain(..n));
         n
-    }
-
-    /// The tier's numbers.
-    pub fn stats(&self) -> PrimaryStats {
-        let cap = self.config.capacity as f64;
-        let p = self.policy.stats();
-        let c = &self.counters;
-        PrimaryStats {
-            capacity: self.config.capacity,
-            used: self.config.capacity - self.slots.free_count() as u32,
-            allocated: self.slots.fresh,
-            write_pending: self.write_pending,
-            pinned: self.pinned,
-            idle: self.idle,
-            usage: (self.write_pending + self.pinned) as f64 / cap,
-            write_usage: self.write_pending as f64 / cap,
-            read_usage: self.pinned as f64 / cap,
-            evictions: c.evictions,
-            refusals: c.refusals,
-            admission_skips: c.admission_skips,
-            stores_planned: c.stores_planned,
-            stores_completed: c.stores_completed,
-            stores_failed: c.stores_failed,
-            late_completions: c.late_completions,
-            foreign_completions: c.foreign_completions,
-            already_ready_completions: c.already_ready_completions,
-            loads: c.loads,
-            transfer_pins: c.transfer_pins,
-            events_queued: self.events.len() as u32,
-            events_dropped: c.events_dropped,
-            admission_table_len: self.admission.as_ref().map_or(0, |a| a.len() as u32),
-            arc_t1: p.t1,
-            arc_t2: p.t2,
-            arc_b1: p.b1,
-            arc_b2: p.b2,
-            arc_target: p.target,
-            allocation_sizes: self.allocation_sizes.snapshot(),
-        }
-    }
-
-    /// The same numbers as named stats (counters, gauges, and the
-    /// allocation sizes as the histogram [`ALLOCATION_SIZE_STAT`]).
-    pub fn stat_list(&self) -> Vec<Stat> {
-        let s = self.stats();
-        let mut v = vec![
-            Stat::gauge("capacity", s.capacity as f64),
-            Stat::gauge("used", s.used as f64),
-            Stat::gauge("allocated", s.allocated as f64),
-            Stat::gauge("write_pending", s.write_pending as f64),
-            Stat::gauge("pinned", s.pinned as f64),
-            Stat::gauge("idle", s.idle as f64),
-            Stat::gauge("usage", s.usage),
-            Stat::gauge("write_usage", s.write_usage),
-            Stat::gauge("read_usage", s.read_usage),
-            Stat::counter("evictions", s.evictions),
-            Stat::counter("refusals", s.refusals),
-            Stat::counter("admission_skips", s.admission_skips),
-            Stat::counter("stores_planned", s.stores_planned),
-            Stat::counter("stores_completed", s.stores_completed),
-            Stat::counter("stores_failed", s.stores_failed),
-            Stat::counter("late_completions", s.late_completions),
-            Stat::counter("foreign_completions", s.foreign_completions),
-            Stat::counter("already_ready_completions", s.already_ready_completions),
-            Stat::counter("loads", s.loads),
-            Stat::counter("transfer_pins", s.transfer_pins),
-            Stat::gauge("events_queued", s.events_queued as f64),
-            Stat::counter("events_dropped", s.events_dropped),
-            Stat::gauge("admission_table_len", s.admission_table_len as f64),
-        ];
-        if self.config.policy == PolicyKind::Arc {
-            v.extend([
-                Stat::gauge("arc_t1", s.arc_t1 as f64),
-                Stat::gauge("arc_t2", s.arc_t2 as f64),
-                Stat::gauge("arc_b1", s.arc_b1 as f64),
-                Stat::gauge("arc_b2", s.arc_b2 as f64),
-                Stat::gauge("arc_target", s.arc_target),
-            ]);
-        }
-        self.allocation_sizes
-            .push_stats(ALLOCATION_SIZE_STAT, &mut v);
-        v
     }
 
     /// Bytes of metadata per slot, excluding key bytes: slot arrays, key
