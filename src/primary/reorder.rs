@@ -17,6 +17,7 @@ pub(super) const LINKS_AHEAD: usize = 16;
 /// read: the links of the slots of keys `0..LINKS_AHEAD`, then the
 /// neighbours' links of keys `0..LINKS_AHEAD / 2`.  `slot_at(j)` is key
 /// `j`'s slot or a likely one: [`NIL`] or a stale slot is a harmless hint.
+#[inline]
 pub(super) fn request_links_first(policy: &dyn Policy, len: usize, slot_at: impl Fn(usize) -> u32) {
     for j in 0..len.min(LINKS_AHEAD) {
         policy.prefetch_links(slot_at(j));
@@ -58,6 +59,7 @@ pub(super) struct ReorderAhead {
 
 impl ReorderAhead {
     /// Starts resolving the `len` keys `key(0..len)`.
+    #[inline]
     pub(super) fn new<'k, K: KeyBytes + ?Sized + 'k>(
         slots: &Slots,
         policy: &dyn Policy,

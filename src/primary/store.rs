@@ -9,7 +9,7 @@ use super::lists::NIL;
 use super::slots::{self, ANNOUNCED, Lookahead, NAMED};
 use super::writers;
 use super::{PolicyKind, PrimaryTier, StoreOutcome, StorePlan};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::fallible;
 use crate::key::{Key, KeyBytes};
@@ -82,7 +82,12 @@ impl PrimaryTier {
     }
 
     /// Plans a store of keys `at(0..n)` for `req`, written by `req` itself
-    /// (`by_request`) or by a promotion.
+    /// (`by_request`) or by a promotion: every key classified, the
+    /// admission threshold applied, ARC's store-miss adaptation, the
+    /// request's accesses recorded, the shortfall evicted or the call
+    /// refused, then the keys to store inserted (the steps below, in
+    /// that order).  The steps are one function's parts, named for
+    /// reading: each is inlined here.
     fn plan_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
@@ -96,14 +101,64 @@ impl PrimaryTier {
         self.reserve_store(n, plan)?;
         self.check_group_keys(n, &at)?;
         self.next_epoch();
-        let epoch = self.slots.epoch;
 
-        // 1. Classify every key; flag resident ones as named (protected from
-        //    eviction); collect the distinct absent keys in call order.
         let mut scratch = std::mem::take(&mut self.scratch_keys);
         let mut fresh = std::mem::take(&mut self.scratch_new);
         scratch.clear();
         fresh.clear();
+        let named_idle = self.classify(n, &at, &mut scratch, &mut fresh);
+        self.admit(&at, &mut scratch, &fresh, plan);
+        self.adapt_to_store_misses(req, &mut scratch, &fresh);
+
+        // [0.33] One allocation-size observation per call with keys to
+        // store, made before the eviction check as vLLM does (a refused
+        // call is observed too).
+        if !plan.to_store.is_empty() {
+            self.allocation_sizes.record(plan.to_store.len() as f64);
+        }
+        let mut stored_at = std::mem::take(&mut self.scratch_stored);
+        stored_at.clear();
+        self.record_accesses(req, &at, &scratch, &mut stored_at);
+        let (refused, no_room) = self.evict_or_refuse(req, by_request, named_idle, plan);
+
+        // Named keys are protected only during this call.
+        for &(_, kind, s) in &scratch {
+            if kind == FOUND_READY || kind == FOUND_PENDING {
+                *self.slots.flags_mut(s) &= !NAMED;
+            }
+        }
+
+        if let Some(e) = no_room {
+            self.scratch_keys = scratch;
+            self.scratch_new = fresh;
+            return Err(e);
+        }
+        if !refused {
+            self.insert_planned(req, by_request, &mut scratch, &stored_at, plan);
+        }
+        self.scratch_stored = stored_at;
+        self.scratch_keys = scratch;
+        self.scratch_new = fresh;
+        Ok(if refused {
+            StoreOutcome::Refused
+        } else {
+            StoreOutcome::Planned
+        })
+    }
+
+    /// Step 1: classifies every key into `scratch` (hash, kind and slot,
+    /// in call order); flags resident ones as named (protected from
+    /// eviction); collects the distinct absent keys in `fresh` (key, hash
+    /// and first position, in call order).  Returns how many idle keys it
+    /// named.
+    #[inline(always)]
+    fn classify<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+        scratch: &mut Vec<(u64, u8, u32)>,
+        fresh: &mut Vec<(Key, u64, u32)>,
+    ) -> u32 {
         let use_table = n > SMALL_BATCH;
         let mut named_idle = 0u32;
         if use_table {
@@ -152,11 +207,22 @@ impl PrimaryTier {
                 }
             }
         }
+        named_idle
+    }
 
-        // 2. [0.33] Admission threshold: every key the call names is an
-        //    offer, all counted before any is judged (see `admission`).
-        //    Admitted keys are marked STORED in `scratch` at their first
-        //    position.
+    /// Step 2, [0.33] the admission threshold: every key the call names is
+    /// an offer, all counted before any is judged (see `admission`).
+    /// Admitted keys go to the plan and are marked STORED in `scratch` at
+    /// their first position.
+    #[inline(always)]
+    fn admit<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        at: impl Fn(usize) -> &'k K,
+        scratch: &mut [(u64, u8, u32)],
+        fresh: &[(Key, u64, u32)],
+        plan: &mut StorePlan,
+    ) {
+        let epoch = self.slots.epoch;
         let threshold = self.config.store_threshold;
         if let Some(a) = self.admission.as_mut() {
             for (pos, &(h, _, _)) in scratch.iter().enumerate() {
@@ -166,7 +232,7 @@ impl PrimaryTier {
                 a.record_new(at(pos), h, epoch);
             }
         }
-        for (key, h, pos) in &fresh {
+        for (key, h, pos) in fresh {
             let admitted = self
                 .admission
                 .as_ref()
@@ -178,11 +244,19 @@ impl PrimaryTier {
                 self.counters.admission_skips += 1;
             }
         }
+    }
 
-        // 3. [0.33] ARC store-miss adaptation: the admitted keys, last to
-        //    first; those this request offers for the first time adapt (if
-        //    ghosts) and are remembered for it.  Ghosts become STORED_GHOST
-        //    for the insertion below.
+    /// Step 3, [0.33] ARC store-miss adaptation: the admitted keys, last
+    /// to first; those this request offers for the first time adapt (if
+    /// ghosts) and are remembered for it.  Ghosts become STORED_GHOST for
+    /// the insertion below.
+    #[inline(always)]
+    fn adapt_to_store_misses(
+        &mut self,
+        req: RequestId,
+        scratch: &mut [(u64, u8, u32)],
+        fresh: &[(Key, u64, u32)],
+    ) {
         if self.policy.learns_from_store_misses() {
             for (key, h, pos) in fresh.iter().rev() {
                 let kind = &mut scratch[*pos as usize].1;
@@ -200,22 +274,23 @@ impl PrimaryTier {
                 }
             }
         }
+    }
 
-        // [0.33] One allocation-size observation per call with keys to
-        // store, made before the eviction check as vLLM does (a refused
-        // call is observed too).
-        if !plan.to_store.is_empty() {
-            self.allocation_sizes.record(plan.to_store.len() as f64);
-        }
-
-        // 3b. [0.33] Record the request's accesses, in call order, before
-        //     any eviction (a refused store records them too): every ready
-        //     key found (reused) and the first occurrence of every key to
-        //     store.  If some are new to the request, it gets its rank, and
-        //     the new resident ones with positions are raised to it.
-        let mut stored_at = std::mem::take(&mut self.scratch_stored);
+    /// Step 4, [0.33]: records the request's accesses, in call order,
+    /// before any eviction (a refused store records them too): every ready
+    /// key found (reused) and the first occurrence of every key to store.
+    /// If some are new to the request, it gets its rank, and the new
+    /// resident ones with positions are raised to it.  The record index of
+    /// each key to store goes to `stored_at`, in plan order.
+    #[inline(always)]
+    fn record_accesses<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        at: impl Fn(usize) -> &'k K,
+        scratch: &[(u64, u8, u32)],
+        stored_at: &mut Vec<u32>,
+    ) {
         let mut raises = std::mem::take(&mut self.scratch_raises);
-        stored_at.clear();
         raises.clear();
         if let Some(record) = self.requests.get_mut(&req) {
             let hasher = &self.slots.hasher;
@@ -249,8 +324,19 @@ impl PrimaryTier {
             }
         }
         self.scratch_raises = raises;
+    }
 
-        // 4. Evict the shortfall, or refuse.
+    /// Step 5: evicts the shortfall, or refuses.  Returns whether the call
+    /// is refused, and the error if there is no room for what the
+    /// evictions remember (then nothing was evicted either).
+    #[inline(always)]
+    fn evict_or_refuse(
+        &mut self,
+        req: RequestId,
+        by_request: bool,
+        named_idle: u32,
+        plan: &mut StorePlan,
+    ) -> (bool, Option<Error>) {
         let need = plan.to_store.len().saturating_sub(self.slots.free_count());
         let mut victims = std::mem::take(&mut self.scratch_victims);
         // Fewer evictable keys than needed: refuse without looking at the
@@ -301,84 +387,73 @@ impl PrimaryTier {
         }
         victims.clear();
         self.scratch_victims = victims;
+        (refused, no_room)
+    }
 
-        // Named keys are protected only during this call.
-        for &(_, kind, s) in &scratch {
-            if kind == FOUND_READY || kind == FOUND_PENDING {
-                *self.slots.flags_mut(s) &= !NAMED;
-            }
-        }
-
-        if let Some(e) = no_room {
-            self.scratch_keys = scratch;
-            self.scratch_new = fresh;
-            return Err(e);
-        }
-        if !refused {
-            // 5. Allocate and insert, in call order (the last key most
-            //    recent; [0.33] keys with a position at their place within
-            //    the request's rank), write pending for their writer, and
-            //    mark them inserted by the request.
-            let writer = if by_request && !plan.to_store.is_empty() {
-                self.writers.id_for(req)
-            } else {
-                writers::PROMOTION
-            };
-            let mut record = self.requests.get_mut(&req);
-            let positioned = record.as_ref().is_some_and(|r| !r.positions.is_empty());
-            for (h, kind, s) in scratch.iter_mut() {
-                let (h, kind) = (*h, *kind);
-                if kind != STORED && kind != STORED_GHOST {
-                    continue;
-                }
-                // Enough slots are free now: the shortfall was evicted.
-                let Some(slot) = self.slots.allocate() else {
-                    break;
-                };
-                *s = slot;
-                let planned = plan.slots.len();
-                let key = &plan.to_store[planned];
-                self.slots.occupy(slot, key, h, writer);
-                let ghost = kind == STORED_GHOST;
-                match record.as_deref_mut() {
-                    Some(r) => {
-                        match positioned.then(|| r.positions.get(key, h)).flatten() {
-                            Some(p) => self.policy.insert_positioned(
-                                &self.slots,
-                                slot,
-                                h,
-                                ghost,
-                                &mut r.rank,
-                                p,
-                            ),
-                            None => self.policy.insert(&self.slots, slot, h, ghost),
-                        }
-                        if let Some(a) = stored_at
-                            .get(planned)
-                            .and_then(|&i| r.accesses.get_mut(i as usize))
-                        {
-                            a.inserted = true;
-                            a.slot = slot;
-                        }
-                    }
-                    None => self.policy.insert(&self.slots, slot, h, ghost),
-                }
-                plan.slots.push(slot);
-            }
-            self.write_pending += plan.slots.len() as u32;
-            self.counters.stores_planned += plan.slots.len() as u64;
-            if writer != writers::PROMOTION {
-                self.writers.planned(req, plan.slots.len() as u32);
-            }
-        }
-        self.scratch_stored = stored_at;
-        self.scratch_keys = scratch;
-        self.scratch_new = fresh;
-        Ok(if refused {
-            StoreOutcome::Refused
+    /// Step 6: allocates and inserts the keys to store, in call order (the
+    /// last key most recent; [0.33] keys with a position at their place
+    /// within the request's rank), write pending for their writer, and
+    /// marks them inserted by the request.
+    #[inline(always)]
+    fn insert_planned(
+        &mut self,
+        req: RequestId,
+        by_request: bool,
+        scratch: &mut [(u64, u8, u32)],
+        stored_at: &[u32],
+        plan: &mut StorePlan,
+    ) {
+        let writer = if by_request && !plan.to_store.is_empty() {
+            self.writers.id_for(req)
         } else {
-            StoreOutcome::Planned
-        })
+            writers::PROMOTION
+        };
+        let mut record = self.requests.get_mut(&req);
+        let positioned = record.as_ref().is_some_and(|r| !r.positions.is_empty());
+        for (h, kind, s) in scratch.iter_mut() {
+            let (h, kind) = (*h, *kind);
+            if kind != STORED && kind != STORED_GHOST {
+                continue;
+            }
+            // Enough slots are free now: the shortfall was evicted.
+            let Some(slot) = self.slots.allocate() else {
+                break;
+            };
+            *s = slot;
+            let planned = plan.slots.len();
+            let key = &plan.to_store[planned];
+            self.slots.occupy(slot, key, h, writer);
+            let ghost = kind == STORED_GHOST;
+            match record.as_deref_mut() {
+                Some(r) => {
+                    match positioned.then(|| r.positions.get(key, h)).flatten() {
+                        Some(p) => self.policy.insert_positioned(
+                            &self.slots,
+                            slot,
+                            h,
+                            ghost,
+                            &mut r.rank,
+                            p,
+                        ),
+                        None => self.policy.insert(&self.slots, slot, h, ghost),
+                    }
+                    if let Some(a) = stored_at
+                        .get(planned)
+                        .and_then(|&i| r.accesses.get_mut(i as usize))
+                    {
+                        a.inserted = true;
+                        a.slot = slot;
+                    }
+                }
+                None => self.policy.insert(&self.slots, slot, h, ghost),
+            }
+            plan.slots.push(slot);
+        }
+        self.write_pending += plan.slots.len() as u32;
+        self.counters.stores_planned += plan.slots.len() as u64;
+        if writer != writers::PROMOTION {
+            self.writers.planned(req, plan.slots.len() as u32);
+        }
     }
 
     /// Makes room, fallibly, for everything `prepare_store` of `n` keys may
