@@ -45,6 +45,13 @@
 //! (`lru.rs`): about 46.5 in all.  ARC adds its ghosts as they come, up to
 //! 32 bytes per slot with both ghost lists full (`arc.rs`): 62 in all
 //! (positions add nothing to ARC).
+//!
+//! Where things are: this file holds [`PrimaryTier`], its constructor and
+//! accessors, lookups, events and reset; `config.rs`, `outcomes.rs` and
+//! `stats.rs` the public types; `store.rs` plans stores and promotions,
+//! `completion.rs` completes them; `loads.rs` pins, touches and unpins;
+//! `requests.rs` keeps what a request records and commits it at its
+//! finish; `diagnostics.rs` the views for tests and benchmarks.
 
 mod admission;
 mod allocation_sizes;

@@ -215,7 +215,7 @@ impl PrimaryTier {
     ///
     /// Head to tail is the order in which the request first presented its
     /// keys, unless positions or KV groups say otherwise: the keys in
-    /// ascending group index (with [`PrimaryConfig::kv_groups`]), each
+    /// ascending group index (with [`PrimaryConfig::kv_groups`](super::PrimaryConfig::kv_groups)), each
     /// group by position when every key of the group has one; and when
     /// every key of the request has a position, all of them by position
     /// (ties: ascending group, then first presentation).  lru gives the
