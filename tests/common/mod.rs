@@ -259,12 +259,12 @@ pub fn via_c(t: TestTier) -> Box<dyn SecondaryTier> {
         let s = t.s.lock();
         (
             match s.medium {
-                None => KVTIER_TIER_ANY,
+                None => KVTIER_MEDIUM_ANY,
                 Some(Medium::Cpu) => KVTIER_MEDIUM_CPU,
                 Some(Medium::Storage) => KVTIER_MEDIUM_STORAGE,
             },
             match s.locality {
-                None => KVTIER_TIER_ANY,
+                None => KVTIER_LOCALITY_ANY,
                 Some(Locality::Local) => KVTIER_LOCALITY_LOCAL,
                 Some(Locality::Remote) => KVTIER_LOCALITY_REMOTE,
             },
@@ -355,9 +355,9 @@ mod c_bridge {
         let a = unsafe { b(ud) }.tier.lookup(&key, &unsafe { req(r) });
         unsafe {
             *answer = match a {
-                TierLookup::Hit => KVTIER_TIER_LOOKUP_HIT,
-                TierLookup::Miss => KVTIER_TIER_LOOKUP_MISS,
-                TierLookup::Retry => KVTIER_TIER_LOOKUP_RETRY,
+                TierLookup::Hit => KVTIER_LOOKUP_HIT,
+                TierLookup::Miss => KVTIER_LOOKUP_MISS,
+                TierLookup::Retry => KVTIER_LOOKUP_RETRY,
             }
         };
         0
@@ -488,7 +488,7 @@ mod c_bridge {
 
     pub unsafe extern "C" fn events(
         ud: *mut c_void,
-        out: *mut kvtier_event,
+        out: *mut kvtier_tier_event,
         cap: usize,
         written: *mut usize,
     ) -> i32 {
@@ -496,11 +496,12 @@ mod c_bridge {
         unsafe { b(ud) }.tier.take_events(cap, &mut evs);
         assert!(evs.len() <= cap);
         for (i, e) in evs.iter().enumerate() {
-            let mut c = kvtier_event {
+            let mut c = kvtier_tier_event {
                 kind: KVTIER_EVENT_STORED,
-                tier: 0,
-                key_len: 0,
-                key: [0; 64],
+                key: kvtier::ffi::dialect::kvtier_key_buf {
+                    len: 0,
+                    bytes: [0; 64],
+                },
             };
             c.kind = match e.kind {
                 kvtier::events::EventKind::Stored => KVTIER_EVENT_STORED,
@@ -508,8 +509,8 @@ mod c_bridge {
                 kvtier::events::EventKind::Cleared => KVTIER_EVENT_CLEARED,
             };
             if let Some(k) = e.key {
-                c.key_len = k.len();
-                c.key[..k.len()].copy_from_slice(k.as_bytes());
+                c.key.len = k.len();
+                c.key.bytes[..k.len()].copy_from_slice(k.as_bytes());
             }
             unsafe { *out.add(i) = c };
         }
