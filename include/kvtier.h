@@ -607,7 +607,8 @@ typedef struct {
  */
 typedef struct {
   /**
-   * The id string the engine chose (NUL-terminated).
+   * The request's name, as given to `kvtier_manager_request_begin`
+   * (NUL-terminated): its label, unique among active requests.
    */
   const char *id;
   /**
@@ -2625,6 +2626,12 @@ kvtier_status kvtier_manager_request_begin(const kvtier_manager *manager,
  * `KVTIER_MISS_ABSENT` (no tier has it, or none was asked: promotions
  * are held after a reset, or the request's filter excludes every tier).
  * Both reasons are counted (`misses_absent`, `misses_no_room`).
+ *
+ * The leading hits are not pinned: a promotion the stop key started may
+ * evict one of them to make room, so an engine that loads them after a
+ * RETRY or HIT_PENDING stop looks them up again first (or looks up one key
+ * per call and pins each hit with `kvtier_manager_prepare_load` before the
+ * next lookup).  A MISS stop started nothing.
  *
  * The keys are read in place during the call.  Errors, nothing looked
  * up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a

@@ -56,7 +56,8 @@ pub enum TierFilter {
 /// Shared (`Arc`) between the manager and the jobs it hands to tiers.
 #[derive(Debug, Default)]
 pub struct RequestInfo {
-    /// The id string the caller chose at `on_new_request`.
+    /// The name the caller gave at `on_new_request`: the request's label
+    /// (unique among active requests), not its handle.
     pub name: String,
     /// Per-request parameters the caller attached (small key/value list).
     pub params: Vec<(String, String)>,

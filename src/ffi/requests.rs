@@ -105,6 +105,12 @@ pub unsafe extern "C" fn kvtier_manager_request_begin(
 /// are held after a reset, or the request's filter excludes every tier).
 /// Both reasons are counted (`misses_absent`, `misses_no_room`).
 ///
+/// The leading hits are not pinned: a promotion the stop key started may
+/// evict one of them to make room, so an engine that loads them after a
+/// RETRY or HIT_PENDING stop looks them up again first (or looks up one key
+/// per call and pins each hit with `kvtier_manager_prepare_load` before the
+/// next lookup).  A MISS stop started nothing.
+///
 /// The keys are read in place during the call.  Errors, nothing looked
 /// up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
 /// key of 0 or more than 64 bytes (its position named);

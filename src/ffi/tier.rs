@@ -76,7 +76,8 @@ pub struct kvtier_param {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_request {
-    /// The id string the engine chose (NUL-terminated).
+    /// The request's name, as given to `kvtier_manager_request_begin`
+    /// (NUL-terminated): its label, unique among active requests.
     pub id: *const c_char,
     /// Its length in bytes, without the NUL.
     pub id_len: usize,
