@@ -20,7 +20,9 @@
  * No call panics across the boundary, aborts, or prints.
  *
  * Enumerations are int32_t typedefs with KVTIER_<TYPE>_<VALUE> constants,
- * so their size never depends on the compiler.
+ * so their size never depends on the compiler; the two exceptions are
+ * kvtier_status and kvtier_log_level, C enums the library only returns or
+ * passes out.
  *
  * Requests.  kvtier_<object>_request_begin returns a kvtier_request_handle
  * that every later call of that request takes; the name passed to it is
@@ -46,16 +48,20 @@
  * Threads.  A call whose object is a const pointer may run on any thread
  * concurrently with any other call on that object except _free.  The
  * manager and the region are internally synchronized: every call but _free
- * takes them const.  The primary tier is not: calls on one kvtier_primary
- * must not overlap.  Callbacks run on the thread that made the call that
- * triggered them, and must not call back into the same object.
+ * (and the region's _close) takes them const.  The primary tier is not:
+ * calls on one kvtier_primary must not overlap.  Tier and event callbacks
+ * run on the thread that made the call that triggered them and must not
+ * call back into the same object; the log callback may run on any thread.
  *
- * Growth.  Every options struct (and every struct the library fills, such
- * as statistics) starts with size_t struct_size.  Initialize options with
+ * Growth.  Every options struct, the tier vtable and the statistics
+ * structs the library fills start with size_t struct_size (the small
+ * answer structs, such as kvtier_lookup_answer, kvtier_store_plan and
+ * kvtier_event, have fixed layouts).  Initialize options with
  * their kvtier_<name>_default() function, which sets struct_size to the
  * sizeof the caller was compiled with; the library reads only the fields
  * inside struct_size and uses defaults for the rest, and fills only the
- * fields inside struct_size.  A struct_size smaller than the first
+ * fields inside struct_size (set struct_size yourself in the statistics
+ * structs before reading them).  A struct_size smaller than the first
  * published layout, or larger than the library knows, is
  * KVTIER_STATUS_INVALID_ARGUMENT.  So a program built against an older
  * header keeps working with a newer library of the same major version.
@@ -2246,7 +2252,7 @@ kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
  * `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64 bytes, or
  * (with `kv_groups`) fewer than 5, the message naming its position;
  * `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is NULL with
- * `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.  `len` = 0 does
+ * `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.  `len` = 0 does
  * nothing.  The arrays are read during the call only; the keys are
  * copied.  Exclusive access to the handle.
  *
@@ -2717,7 +2723,7 @@ kvtier_status kvtier_manager_prepare_load(const kvtier_manager *manager,
  * finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
  * than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
  * its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
- * NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * NULL with `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.
  * `len` = 0 does nothing.  The arrays are read during the call only; the
  * keys are copied.  Internally synchronized.
  *

@@ -201,7 +201,7 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
 /// finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
 /// than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
 /// its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
-/// NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+/// NULL with `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.
 /// `len` = 0 does nothing.  The arrays are read during the call only; the
 /// keys are copied.  Internally synchronized.
 ///

@@ -147,7 +147,7 @@ impl PrimaryTier {
     ///
     /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
     /// slices differ in length; `InvalidKey` (with KV groups on) for a key
-    /// too short to carry a group; `NoSpace` if memory runs out.  The first
+    /// too short to carry a group; `OutOfMemory` if memory runs out.  The first
     /// position given to the tier prepares it for positions once (lru: 16
     /// bytes more per slot, and one pass over its list).
     pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
