@@ -1,0 +1,1 @@
+"""kvtier inside vLLM 0.33 (see docs/vllm.md)."""
