@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from ._ffi import CONSTANTS, ffi, lib
 from .errors import KvtierError, Status
+from .manager import Manager, TierMatcher, TierStat
 from .primary import Primary
 from .region import Region, RegionView
+from .tier import Job, JobResult, Tier, TierRequest
 from .types import (
     Event,
     EventKind,
@@ -39,7 +41,10 @@ __all__ = [
     "Event",
     "EventKind",
     "JobDirection",
+    "Job",
+    "JobResult",
     "KvtierError",
+    "Manager",
     "Locality",
     "LookupAnswer",
     "LookupResult",
@@ -51,6 +56,10 @@ __all__ = [
     "Region",
     "RegionView",
     "Status",
+    "Tier",
+    "TierMatcher",
+    "TierRequest",
+    "TierStat",
     "StoreCompletion",
     "StorePlan",
     "library_version",
