@@ -23,7 +23,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench \
+.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -145,8 +145,16 @@ bench: all
 	  $(CARGO) bench -q $(CARGO_FEATURES) --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
 	done
 	@sh tools/bench-replay.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR)
+	@VLLM_DIR=$(abspath $(BUILD))/vllm sh tools/bench-vs-vllm.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR) $(VS_VLLM_ROUNDS)
 	@echo
 	@python3 tools/bench-summary.py $(BENCH_DIR)
+
+# kvtier beside vLLM 0.33's own managers on the same replays, in one run
+# (VS_VLLM_ROUNDS interleaved rounds, default 5; the wheel is downloaded
+# into $(BUILD)/vllm once).  Also part of `make bench`.
+VS_VLLM_ROUNDS ?= 5
+bench-vs-vllm: c
+	@VLLM_DIR=$(abspath $(BUILD))/vllm sh tools/bench-vs-vllm.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR) $(VS_VLLM_ROUNDS)
 
 # Reliability runs beyond `make test` (docs/reliability.md): sanitizers and
 # Miri need a nightly toolchain with rust-src and miri, installed here by

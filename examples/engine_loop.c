@@ -51,9 +51,10 @@ static stored_block *find(mem_tier *t, const kvtier_key *k) {
     return NULL;
 }
 
-static int32_t tier_lookup(void *ud, const kvtier_key *key, const kvtier_request *req, int32_t *answer) {
+static int32_t tier_lookup(void *ud, const kvtier_key *key, const kvtier_request *req,
+                           kvtier_lookup_result *answer) {
     (void)req;
-    *answer = find((mem_tier *)ud, key) ? KVTIER_TIER_LOOKUP_HIT : KVTIER_TIER_LOOKUP_MISS;
+    *answer = find((mem_tier *)ud, key) ? KVTIER_LOOKUP_HIT : KVTIER_LOOKUP_MISS;
     return KVTIER_STATUS_OK;
 }
 
@@ -124,6 +125,7 @@ static void tier_destroy(void *ud) {
 
 typedef struct {
     char id[32];
+    kvtier_request_handle handle; /* from kvtier_manager_request_begin */
     uint8_t keys[KEYS_PER_REQ][8];
     kvtier_key ckeys[KEYS_PER_REQ];
     int started;
@@ -178,7 +180,7 @@ int main(void) {
     size_t n_active = 0;
     uint32_t slots[KEYS_PER_REQ];
     size_t index[KEYS_PER_REQ];
-    kvtier_tier_event events[64];
+    kvtier_event events[64];
 
     while ((next < REQUESTS || n_active > 0) && steps < 1000) {
         steps++;
@@ -187,27 +189,23 @@ int main(void) {
         for (size_t a = 0; a < n_active; a++) {
             request *r = active[a];
             if (!r->started) {
-                int32_t policy;
-                CHECK(kvtier_manager_on_new_request(m, r->id, NULL, &policy));
+                CHECK(kvtier_manager_request_begin(m, r->id, NULL, &r->handle, NULL));
                 r->started = 1;
             }
-            size_t h = 0;
-            int32_t answer = KVTIER_MANAGER_LOOKUP_HIT;
-            while (h < KEYS_PER_REQ) {
-                CHECK(kvtier_manager_lookup(m, r->id, &r->ckeys[h], &answer));
-                if (answer != KVTIER_MANAGER_LOOKUP_HIT) break;
-                h++;
-            }
+            /* The request's keys in order, up to the first that is not a hit. */
+            kvtier_lookup_answer answer;
+            CHECK(kvtier_manager_lookup(m, r->handle, r->ckeys, KEYS_PER_REQ, &answer));
+            size_t h = answer.hits;
             r->hits = 0;
             r->n_store = 0;
-            if (h < KEYS_PER_REQ && answer != KVTIER_MANAGER_LOOKUP_MISS) {
+            if (answer.stop != KVTIER_LOOKUP_HIT && answer.stop != KVTIER_LOOKUP_MISS) {
                 deferred[a] = 1; /* wait for the promotion */
                 deferrals++;
                 continue;
             }
             if (h > 0) {
-                CHECK(kvtier_manager_prepare_load(m, r->id, r->ckeys, h, slots, KEYS_PER_REQ));
-                CHECK(kvtier_manager_touch(m, r->id, r->ckeys, h));
+                CHECK(kvtier_manager_prepare_load(m, r->handle, r->ckeys, h, slots));
+                CHECK(kvtier_manager_touch(m, r->handle, r->ckeys, h));
                 for (size_t j = 0; j < h; j++) { /* the "GPU" reads the block */
                     const uint8_t *blk = slot_memory + (size_t)slots[j] * BLOCK;
                     for (size_t o = 0; o < BLOCK; o++) {
@@ -221,11 +219,9 @@ int main(void) {
                 r->hits = h;
             }
             if (h < KEYS_PER_REQ) {
-                size_t n_store = 0, n_evicted = 0;
-                bool refused = false;
-                CHECK(kvtier_manager_prepare_store(m, r->id, r->ckeys + h, KEYS_PER_REQ - h, index, slots,
-                                                   KEYS_PER_REQ, &n_store, NULL, 0, &n_evicted, &refused));
-                for (size_t s = 0; !refused && s < n_store; s++) { /* the "GPU" writes the block */
+                kvtier_store_plan plan = {index, slots, NULL, 0, 0, false};
+                CHECK(kvtier_manager_prepare_store(m, r->handle, r->ckeys + h, KEYS_PER_REQ - h, &plan));
+                for (size_t s = 0; !plan.refused && s < plan.store_count; s++) { /* the "GPU" writes the block */
                     size_t j = h + index[s];
                     uint8_t *blk = slot_memory + (size_t)slots[s] * BLOCK;
                     for (size_t o = 0; o < BLOCK; o++) blk[o] = example_pattern(r->keys[j], 8, o);
@@ -233,7 +229,7 @@ int main(void) {
                 }
             }
         }
-        CHECK(kvtier_manager_on_schedule_end(m));
+        CHECK(kvtier_manager_schedule_end(m));
         size_t kept = 0;
         for (size_t a = 0; a < n_active; a++) {
             request *r = active[a];
@@ -241,12 +237,12 @@ int main(void) {
                 active[kept++] = r;
                 continue;
             }
-            if (r->hits) CHECK(kvtier_manager_complete_load(m, r->id, r->ckeys, r->hits));
+            if (r->hits) CHECK(kvtier_manager_complete_load(m, r->handle, r->ckeys, r->hits));
             kvtier_key done[KEYS_PER_REQ];
             for (size_t s = 0; s < r->n_store; s++) done[s] = r->ckeys[r->to_store[s]];
-            if (r->n_store) CHECK(kvtier_manager_complete_store(m, r->id, done, r->n_store, true));
+            if (r->n_store) CHECK(kvtier_manager_complete_store(m, r->handle, done, r->n_store, true, NULL));
             stored_blocks += r->n_store;
-            CHECK(kvtier_manager_on_request_finished(m, r->id));
+            CHECK(kvtier_manager_request_finished(m, r->handle));
         }
         n_active = kept;
         size_t n_ev = 0;
@@ -255,18 +251,19 @@ int main(void) {
     }
     bool pending = true;
     for (int i = 0; i < 10 && pending; i++) {
-        CHECK(kvtier_manager_on_schedule_end(m));
+        CHECK(kvtier_manager_schedule_end(m));
         CHECK(kvtier_manager_has_pending_work(m, &pending));
     }
+    /* Tier statistics are name/value pairs (docs/statistics.md lists them). */
     size_t n_stats = 0;
-    kvtier_manager_stat stats[128];
-    CHECK(kvtier_manager_stats(m, stats, 128, &n_stats));
+    kvtier_tier_stat stats[128];
     double promotions = -1, pinned = -1;
-    for (size_t i = 0; i < n_stats; i++) {
-        if (stats[i].tier == (int32_t)tier_index && strcmp(stats[i].name, "promotion_blocks") == 0)
-            promotions = stats[i].value;
-        if (stats[i].tier == 0 && strcmp(stats[i].name, "pinned") == 0) pinned = stats[i].value;
-    }
+    CHECK(kvtier_manager_read_tier_stats(m, tier_index, stats, 128, &n_stats));
+    for (size_t i = 0; i < n_stats; i++)
+        if (strcmp(stats[i].name, "promotion_blocks") == 0) promotions = stats[i].value;
+    CHECK(kvtier_manager_read_tier_stats(m, 0, stats, 128, &n_stats));
+    for (size_t i = 0; i < n_stats; i++)
+        if (strcmp(stats[i].name, "pinned") == 0) pinned = stats[i].value;
     CHECK(kvtier_manager_shutdown(m));
     kvtier_manager_free(m);
     free(slot_memory);

@@ -56,8 +56,8 @@ class memory_tier : public kvtier::tier {
   ~memory_tier() override { stop(); }
 
   std::string name() const override { return "cxx-mem"; }
-  int32_t medium() const override { return KVTIER_MEDIUM_CPU; }
-  int32_t locality() const override { return KVTIER_LOCALITY_LOCAL; }
+  kvtier_medium medium() const override { return KVTIER_MEDIUM_CPU; }
+  kvtier_locality locality() const override { return KVTIER_LOCALITY_LOCAL; }
 
   kvtier::tier_lookup lookup(kvtier::key_view key, kvtier::request_view) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -194,30 +194,22 @@ void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &
   std::string req = "req-" + std::to_string(r);
   std::vector<std::string> keys;
   for (int b = 0; b < kBlocks; ++b) keys.push_back(key_of(r, b));
-  m.on_new_request(req);
+  kvtier_request_handle h = m.request_begin(req).handle;
 
-  // Longest prefix ready in the primary tier, waiting while blocks arrive.
+  // Longest prefix ready in the primary tier, waiting while blocks arrive:
+  // one lookup of the request's keys stops at the first that is not a hit.
   std::size_t hits = 0;
   for (int step = 0;; ++step) {
-    hits = 0;
-    bool waiting = false;
-    for (const std::string &k : keys) {
-      kvtier::lookup_result res = m.lookup(req, k);
-      if (res == kvtier::lookup_result::hit) {
-        ++hits;
-        continue;
-      }
-      waiting = res != kvtier::lookup_result::miss;
-      break;
-    }
-    if (!waiting) break;
+    kvtier::lookup_answer a = m.lookup(h, keys);
+    hits = a.hits;
+    if (a.stop == kvtier::lookup_result::hit || a.stop == kvtier::lookup_result::miss) break;
     if (step > 1000) throw std::runtime_error(req + ": promotions never finished");
-    m.on_schedule_end();  // submits the promotions this step started
+    m.schedule_end();  // submits the promotions this step started
     wait_for_jobs(m, c);
   }
   if (hits > 0) {
     std::vector<std::string> ready(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(hits));
-    std::vector<uint32_t> got = m.prepare_load(req, ready);
+    std::vector<uint32_t> got = m.prepare_load(h, ready);
     for (std::size_t b = 0; b < hits; ++b) {
       const auto *slot = static_cast<const uint8_t *>(slots.slot(got[b]));
       for (std::size_t i = 0; i < kBlockBytes; ++i)
@@ -226,17 +218,17 @@ void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &
           break;
         }
     }
-    m.complete_load(req, ready);
+    m.complete_load(h, ready);
     c.hits += static_cast<int>(hits);
   }
 
   std::vector<std::string> rest(keys.begin() + static_cast<std::ptrdiff_t>(hits), keys.end());
   if (!rest.empty()) {
-    kvtier::store_plan plan = m.prepare_store(req, rest);
+    kvtier::store_plan plan = m.prepare_store(h, rest);
     for (int tries = 0; plan.refused && tries < 100; ++tries) {
-      m.on_schedule_end();
+      m.schedule_end();
       wait_for_jobs(m, c);
-      plan = m.prepare_store(req, rest);
+      plan = m.prepare_store(h, rest);
     }
     if (plan.refused) throw std::runtime_error(req + ": no room in the primary tier");
     std::vector<std::string> written;
@@ -246,11 +238,12 @@ void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &
       for (std::size_t i = 0; i < kBlockBytes; ++i) slot[i] = pattern(k, i);  // the "GPU" writes
       written.push_back(k);
     }
-    m.complete_store(req, written, true);
+    kvtier_store_completion done = m.complete_store(h, written, true);
+    if (done.ready != written.size()) throw std::runtime_error(req + ": a planned block did not become ready");
     c.stored += static_cast<int>(written.size());
   }
-  m.on_request_finished(req);
-  m.on_schedule_end();
+  m.request_finished(h);
+  m.schedule_end();
 }
 
 // The owners: a region and a manager made from C options over the
@@ -304,7 +297,7 @@ int run() {
   kvtier::slot_memory slots = m.slots();
 
   std::map<std::pair<uint32_t, int32_t>, int> events;  // (tier, kind) -> keys
-  m.set_event_callback([&events](const kvtier::event_batch &b) {
+  m.set_event_callback([&events](const kvtier::event_view &b) {
     events[{b.tier, b.kind}] += static_cast<int>(b.keys.size());
   });
 
@@ -312,14 +305,16 @@ int run() {
   std::size_t thrower = m.add_tier(std::make_unique<throwing_tier>());
 
   // The non-throwing API: errors are values.
-  kvtier::result<kvtier::lookup_result> nope = m.try_lookup("no-such-request", key_of(0, 0));
+  const kvtier_request_handle never_started = 12345;
+  const std::string probe = key_of(0, 0);
+  kvtier::result<kvtier::lookup_answer> nope = m.try_lookup(never_started, kvtier::key_view(probe));
   if (nope || nope.status() != KVTIER_STATUS_UNKNOWN_REQUEST) {
     std::fprintf(stderr, "engine_loop: an unknown request should fail\n");
     return 1;
   }
   // The throwing API: the same error as kvtier::error.
   try {
-    (void)m.lookup("no-such-request", key_of(0, 0));
+    (void)m.lookup(never_started, kvtier::key_view(probe));
     std::fprintf(stderr, "engine_loop: expected kvtier::error\n");
     return 1;
   } catch (const kvtier::error &e) {
@@ -337,7 +332,7 @@ int run() {
   counts pass1, pass2;
   for (int r = 0; r < kRequests; ++r) serve(m, slots, r, pass1);
   while (m.has_pending_work()) {
-    m.on_schedule_end();
+    m.schedule_end();
     wait_for_jobs(m, pass1);
   }
   for (int r = 0; r < kRequests; ++r) serve(m, slots, r, pass2);

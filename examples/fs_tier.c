@@ -47,13 +47,12 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
-static double fs_stat(kvtier_manager *m, size_t tier, const char *name) {
-    kvtier_manager_stat stats[256];
+static double fs_stat(const kvtier_manager *m, size_t tier, const char *name) {
+    kvtier_tier_stat stats[256];
     size_t n = 0;
-    if (kvtier_manager_stats(m, stats, 256, &n) != KVTIER_STATUS_OK) return -1.0;
-    for (size_t i = 0; i < n && i < 256; i++)
-        if (stats[i].tier == (int32_t)tier && strcmp(stats[i].name, name) == 0)
-            return stats[i].value;
+    if (kvtier_manager_read_tier_stats(m, tier, stats, 256, &n) != KVTIER_STATUS_OK) return -1.0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(stats[i].name, name) == 0) return stats[i].value;
     return -1.0;
 }
 
@@ -75,29 +74,20 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
         keys[b].data = kb[b];
         keys[b].len = KEY_LEN;
     }
-    int32_t policy = 0;
-    kvtier_status s = kvtier_manager_on_new_request(m, req, NULL, &policy);
-    if (s != KVTIER_STATUS_OK) return fail("on_new_request", s);
+    kvtier_request_handle h = 0;
+    kvtier_status s = kvtier_manager_request_begin(m, req, NULL, &h, NULL);
+    if (s != KVTIER_STATUS_OK) return fail("request_begin", s);
 
     size_t hits = 0;
     for (int step = 0;; step++) {
-        int pending = 0;
-        hits = 0;
-        for (int b = 0; b < BLOCKS_PER_REQUEST; b++) {
-            int32_t res = 0;
-            s = kvtier_manager_lookup(m, req, &keys[b], &res);
-            if (s != KVTIER_STATUS_OK) return fail("lookup", s);
-            if (res == KVTIER_MANAGER_LOOKUP_HIT) {
-                hits++;
-                continue;
-            }
-            pending = res != KVTIER_MANAGER_LOOKUP_MISS;
-            break;
-        }
-        if (!pending) break;
+        kvtier_lookup_answer answer;
+        s = kvtier_manager_lookup(m, h, keys, BLOCKS_PER_REQUEST, &answer);
+        if (s != KVTIER_STATUS_OK) return fail("lookup", s);
+        hits = answer.hits;
+        if (answer.stop == KVTIER_LOOKUP_HIT || answer.stop == KVTIER_LOOKUP_MISS) break;
         /* Blocks are on their way from disk: end the step, try again. */
-        s = kvtier_manager_on_schedule_end(m);
-        if (s != KVTIER_STATUS_OK) return fail("on_schedule_end", s);
+        s = kvtier_manager_schedule_end(m);
+        if (s != KVTIER_STATUS_OK) return fail("schedule_end", s);
         if (step > 5000) {
             fprintf(stderr, "fs_tier: %s: promotions never finished\n", req);
             return EXIT_FAILURE;
@@ -107,7 +97,7 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
 
     if (hits > 0) {
         uint32_t slots[BLOCKS_PER_REQUEST];
-        s = kvtier_manager_prepare_load(m, req, keys, hits, slots, BLOCKS_PER_REQUEST);
+        s = kvtier_manager_prepare_load(m, h, keys, hits, slots);
         if (s != KVTIER_STATUS_OK) return fail("prepare_load", s);
         for (size_t b = 0; b < hits; b++) {
             void *addr = NULL;
@@ -120,9 +110,9 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
                     break;
                 }
         }
-        s = kvtier_manager_touch(m, req, keys, hits);
+        s = kvtier_manager_touch(m, h, keys, hits);
         if (s != KVTIER_STATUS_OK) return fail("touch", s);
-        s = kvtier_manager_complete_load(m, req, keys, hits);
+        s = kvtier_manager_complete_load(m, h, keys, hits);
         if (s != KVTIER_STATUS_OK) return fail("complete_load", s);
         t->hit_blocks += (int)hits;
     }
@@ -131,25 +121,23 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
     if (rest > 0) {
         size_t idx[BLOCKS_PER_REQUEST];
         uint32_t slots[BLOCKS_PER_REQUEST];
-        size_t n_store = 0, n_evicted = 0;
-        bool refused = true;
+        kvtier_store_plan plan = {idx, slots, NULL, 0, 0, true};
         /* Refused while every slot is pinned by cascades still writing to
          * disk: end the step and offer the blocks again. */
-        for (int step = 0; refused; step++) {
-            s = kvtier_manager_prepare_store(m, req, keys + hits, rest, idx, slots,
-                                             BLOCKS_PER_REQUEST, &n_store, NULL, 0,
-                                             &n_evicted, &refused);
+        for (int step = 0; plan.refused; step++) {
+            s = kvtier_manager_prepare_store(m, h, keys + hits, rest, &plan);
             if (s != KVTIER_STATUS_OK) return fail("prepare_store", s);
-            if (!refused) break;
+            if (!plan.refused) break;
             if (step > 5000) {
                 fprintf(stderr, "fs_tier: %s: no room in the primary tier\n", req);
                 return EXIT_FAILURE;
             }
-            s = kvtier_manager_on_schedule_end(m);
-            if (s != KVTIER_STATUS_OK) return fail("on_schedule_end", s);
+            s = kvtier_manager_schedule_end(m);
+            if (s != KVTIER_STATUS_OK) return fail("schedule_end", s);
             sleep_ms(1);
         }
         {
+            size_t n_store = plan.store_count;
             kvtier_key stored[BLOCKS_PER_REQUEST];
             for (size_t i = 0; i < n_store; i++) {
                 /* The GPU writes the block's KV bytes into its slot. */
@@ -161,15 +149,15 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
                 for (size_t j = 0; j < SLOT_BYTES; j++) p[j] = example_pattern(k, KEY_LEN, j);
                 stored[i] = keys[hits + idx[i]];
             }
-            s = kvtier_manager_complete_store(m, req, stored, n_store, true);
+            s = kvtier_manager_complete_store(m, h, stored, n_store, true, NULL);
             if (s != KVTIER_STATUS_OK) return fail("complete_store", s);
             t->stored_blocks += (int)n_store;
         }
     }
-    s = kvtier_manager_on_request_finished(m, req);
-    if (s != KVTIER_STATUS_OK) return fail("on_request_finished", s);
-    s = kvtier_manager_on_schedule_end(m);
-    if (s != KVTIER_STATUS_OK) return fail("on_schedule_end", s);
+    s = kvtier_manager_request_finished(m, h);
+    if (s != KVTIER_STATUS_OK) return fail("request_finished", s);
+    s = kvtier_manager_schedule_end(m);
+    if (s != KVTIER_STATUS_OK) return fail("schedule_end", s);
     return EXIT_SUCCESS;
 }
 
@@ -206,7 +194,7 @@ static int run(const char *dir, int number, struct totals *t, double *fs_loads,
     /* Let the last cascades reach the disk. */
     bool pending = true;
     for (int i = 0; i < 5000 && pending && rc == EXIT_SUCCESS; i++) {
-        s = kvtier_manager_on_schedule_end(m);
+        s = kvtier_manager_schedule_end(m);
         if (s == KVTIER_STATUS_OK) s = kvtier_manager_has_pending_work(m, &pending);
         if (s != KVTIER_STATUS_OK) rc = fail("draining", s);
         if (pending) sleep_ms(1);

@@ -34,7 +34,7 @@ struct seen {
     int medium_ok;
 };
 
-static void on_events(void *user_data, const kvtier_event_batch *b) {
+static void on_events(void *user_data, const kvtier_event *b) {
     struct seen *s = (struct seen *)user_data;
     if (b->tier > 2) return;
     if (b->kind == KVTIER_EVENT_STORED) s->stored[b->tier] += b->len;
@@ -45,12 +45,12 @@ static void on_events(void *user_data, const kvtier_event_batch *b) {
 
 /* Ends the step, then sleeps on the descriptor between empty steps until
  * no work is pending; returns the number of wake-ups. */
-static int settle(kvtier_manager *m, int fd) {
+static int settle(const kvtier_manager *m, int fd) {
     int wakes = 0;
-    if (kvtier_manager_on_schedule_end(m) != KVTIER_STATUS_OK) return -1;
+    if (kvtier_manager_schedule_end(m) != KVTIER_STATUS_OK) return -1;
     for (int i = 0; i < 200; i++) {
         bool pending = true;
-        if (kvtier_manager_on_schedule_end(m) != KVTIER_STATUS_OK) return -1;
+        if (kvtier_manager_schedule_end(m) != KVTIER_STATUS_OK) return -1;
         if (kvtier_manager_has_pending_work(m, &pending) != KVTIER_STATUS_OK) return -1;
         if (!pending) return wakes;
         struct pollfd p;
@@ -72,8 +72,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return remove(path);
 }
 
-static int run(kvtier_manager *m, char *base, size_t stride, int fd, struct seen *seen) {
-    const char *req = "req-1";
+static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struct seen *seen) {
     uint8_t kb[KEYS][8];
     kvtier_key keys[KEYS];
     for (int i = 0; i < KEYS; i++) {
@@ -81,26 +80,25 @@ static int run(kvtier_manager *m, char *base, size_t stride, int fd, struct seen
         keys[i].data = kb[i];
         keys[i].len = sizeof kb[i];
     }
-    int32_t policy = 0;
-    kvtier_status s = kvtier_manager_on_new_request(m, req, NULL, &policy);
-    if (s != KVTIER_STATUS_OK) return fail("on_new_request", s);
+    kvtier_request_handle req = 0;
+    kvtier_status s = kvtier_manager_request_begin(m, "req-1", NULL, &req, NULL);
+    if (s != KVTIER_STATUS_OK) return fail("request_begin", s);
 
     int wakes = 0;
     for (int half = 0; half < 2; half++) {
         const kvtier_key *batch = keys + half * 4;
-        size_t idx[4], n_store = 0, n_evicted = 0;
+        size_t idx[4];
         uint32_t slots[4];
-        bool refused = true;
-        s = kvtier_manager_prepare_store(m, req, batch, 4, idx, slots, 4, &n_store, NULL, 0, &n_evicted,
-                                         &refused);
+        kvtier_store_plan plan = {idx, slots, NULL, 0, 0, true};
+        s = kvtier_manager_prepare_store(m, req, batch, 4, &plan);
         if (s != KVTIER_STATUS_OK) return fail("prepare_store", s);
-        if (refused || n_store != 4) {
+        if (plan.refused || plan.store_count != 4) {
             fprintf(stderr, "observe: the store was refused\n");
             return EXIT_FAILURE;
         }
-        for (size_t j = 0; j < n_store; j++) /* the "GPU" writes the block */
+        for (size_t j = 0; j < plan.store_count; j++) /* the "GPU" writes the block */
             memset(base + (size_t)slots[j] * stride, batch[idx[j]].data[0], BLOCK);
-        s = kvtier_manager_complete_store(m, req, batch, 4, true);
+        s = kvtier_manager_complete_store(m, req, batch, 4, true, NULL);
         if (s != KVTIER_STATUS_OK) return fail("complete_store", s);
         int w = settle(m, fd); /* the cascade to the fs tier */
         if (w < 0) return fail("settle", KVTIER_STATUS_TIMEOUT);
@@ -108,22 +106,22 @@ static int run(kvtier_manager *m, char *base, size_t stride, int fd, struct seen
     }
 
     /* Block 'a' was evicted by the second half: it comes back from disk. */
-    int32_t answer = KVTIER_MANAGER_LOOKUP_RETRY;
-    for (int i = 0; i < 50 && answer != KVTIER_MANAGER_LOOKUP_HIT; i++) {
-        s = kvtier_manager_lookup(m, req, &keys[0], &answer);
+    kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_RETRY, KVTIER_MISS_NONE};
+    for (int i = 0; i < 50 && answer.stop != KVTIER_LOOKUP_HIT; i++) {
+        s = kvtier_manager_lookup(m, req, &keys[0], 1, &answer);
         if (s != KVTIER_STATUS_OK) return fail("lookup", s);
-        if (answer == KVTIER_MANAGER_LOOKUP_MISS) {
+        if (answer.stop == KVTIER_LOOKUP_MISS) {
             fprintf(stderr, "observe: the fs tier lost block a\n");
             return EXIT_FAILURE;
         }
-        if (answer != KVTIER_MANAGER_LOOKUP_HIT) {
+        if (answer.stop != KVTIER_LOOKUP_HIT) {
             int w = settle(m, fd);
             if (w < 0) return fail("settle", KVTIER_STATUS_TIMEOUT);
             wakes += w;
         }
     }
     uint32_t slot = 0;
-    s = kvtier_manager_prepare_load(m, req, &keys[0], 1, &slot, 1);
+    s = kvtier_manager_prepare_load(m, req, &keys[0], 1, &slot);
     if (s != KVTIER_STATUS_OK) return fail("prepare_load", s);
     const char *got = base + (size_t)slot * stride;
     for (size_t i = 0; i < BLOCK; i++)
@@ -133,8 +131,8 @@ static int run(kvtier_manager *m, char *base, size_t stride, int fd, struct seen
         }
     s = kvtier_manager_complete_load(m, req, &keys[0], 1);
     if (s != KVTIER_STATUS_OK) return fail("complete_load", s);
-    s = kvtier_manager_on_request_finished(m, req);
-    if (s != KVTIER_STATUS_OK) return fail("on_request_finished", s);
+    s = kvtier_manager_request_finished(m, req);
+    if (s != KVTIER_STATUS_OK) return fail("request_finished", s);
 
     size_t needed = 0;
     s = kvtier_manager_metrics_prometheus(m, NULL, 0, &needed);

@@ -35,39 +35,36 @@ int main(void) {
     keys[1].len = 12;
 
     /* Request 1 computed the blocks on the GPU: store them. */
-    int32_t policy = 0;
-    CHECK(kvtier_manager_on_new_request(m, "req-1", NULL, &policy));
-    size_t positions[2], n_store = 0, n_evicted = 0;
+    kvtier_request_handle req1 = 0, req2 = 0;
+    CHECK(kvtier_manager_request_begin(m, "req-1", NULL, &req1, NULL));
+    size_t positions[2];
     uint32_t slots[2];
-    bool refused = false;
-    CHECK(kvtier_manager_prepare_store(m, "req-1", keys, 2, positions, slots, 2, &n_store, NULL, 0,
-                                       &n_evicted, &refused));
-    for (size_t j = 0; j < n_store; j++) { /* the GPU -> CPU copy */
+    kvtier_store_plan plan = {positions, slots, NULL, 0, 0, false};
+    CHECK(kvtier_manager_prepare_store(m, req1, keys, 2, &plan));
+    for (size_t j = 0; j < plan.store_count; j++) { /* the GPU -> CPU copy */
         memset((char *)base + slots[j] * stride, 'A' + (int)positions[j], slot_bytes);
     }
-    CHECK(kvtier_manager_complete_store(m, "req-1", keys, 2, true)); /* ready; cascades to fs */
-    CHECK(kvtier_manager_on_request_finished(m, "req-1"));
-    CHECK(kvtier_manager_on_schedule_end(m));
+    CHECK(kvtier_manager_complete_store(m, req1, keys, 2, true, NULL)); /* ready; cascades to fs */
+    CHECK(kvtier_manager_request_finished(m, req1));
+    CHECK(kvtier_manager_schedule_end(m));
 
     /* Request 2 shares the prefix: both blocks are hits; load them. */
-    CHECK(kvtier_manager_on_new_request(m, "req-2", NULL, &policy));
-    for (int i = 0; i < 2; i++) {
-        int32_t answer = KVTIER_MANAGER_LOOKUP_MISS;
-        CHECK(kvtier_manager_lookup(m, "req-2", &keys[i], &answer));
-        if (answer != KVTIER_MANAGER_LOOKUP_HIT) return EXIT_FAILURE;
-    }
-    CHECK(kvtier_manager_prepare_load(m, "req-2", keys, 2, slots, 2)); /* pinned */
+    CHECK(kvtier_manager_request_begin(m, "req-2", NULL, &req2, NULL));
+    kvtier_lookup_answer answer;
+    CHECK(kvtier_manager_lookup(m, req2, keys, 2, &answer));
+    if (answer.hits != 2) return EXIT_FAILURE;
+    CHECK(kvtier_manager_prepare_load(m, req2, keys, 2, slots)); /* pinned */
     for (int i = 0; i < 2; i++) { /* the CPU -> GPU copy */
         const unsigned char *block = (const unsigned char *)base + slots[i] * stride;
         if (block[0] != 'A' + i || block[slot_bytes - 1] != 'A' + i) return EXIT_FAILURE;
     }
-    CHECK(kvtier_manager_complete_load(m, "req-2", keys, 2));
-    CHECK(kvtier_manager_on_request_finished(m, "req-2"));
+    CHECK(kvtier_manager_complete_load(m, req2, keys, 2));
+    CHECK(kvtier_manager_request_finished(m, req2));
 
     /* Let the cascades reach the disk, then stop. */
     bool pending = true;
     for (int i = 0; i < 5000 && pending; i++) {
-        CHECK(kvtier_manager_on_schedule_end(m));
+        CHECK(kvtier_manager_schedule_end(m));
         CHECK(kvtier_manager_has_pending_work(m, &pending));
         if (pending) usleep(1000);
     }

@@ -68,11 +68,11 @@ static void close_instance(instance *in) {
 }
 
 static double tier_stat(instance *in, const char *name) {
-    kvtier_manager_stat stats[256];
+    kvtier_tier_stat stats[256];
     size_t n = 0;
-    CHECK(kvtier_manager_stats(in->manager, stats, 256, &n));
+    CHECK(kvtier_manager_read_tier_stats(in->manager, in->tier, stats, 256, &n));
     for (size_t i = 0; i < n; i++)
-        if (stats[i].tier == (int32_t)in->tier && strcmp(stats[i].name, name) == 0) return stats[i].value;
+        if (strcmp(stats[i].name, name) == 0) return stats[i].value;
     return -1;
 }
 
@@ -104,14 +104,14 @@ int main(void) {
     /* Instance A stores the blocks; completed stores cascade to Redis. */
     instance a;
     open_instance(&a, name_a, addr, ns);
-    int32_t policy = 0;
-    CHECK(kvtier_manager_on_new_request(a.manager, "a", NULL, &policy));
-    size_t index[NKEYS], n_store = 0, n_evicted = 0;
+    kvtier_request_handle req_a = 0, req_b = 0;
+    CHECK(kvtier_manager_request_begin(a.manager, "a", NULL, &req_a, NULL));
+    size_t index[NKEYS];
     uint32_t slots[NKEYS];
-    bool refused = false;
-    CHECK(kvtier_manager_prepare_store(a.manager, "a", keys, NKEYS, index, slots, NKEYS, &n_store, NULL, 0,
-                                       &n_evicted, &refused));
-    if (refused || n_store != NKEYS) {
+    kvtier_store_plan plan = {index, slots, NULL, 0, 0, false};
+    CHECK(kvtier_manager_prepare_store(a.manager, req_a, keys, NKEYS, &plan));
+    size_t n_store = plan.store_count;
+    if (plan.refused || n_store != NKEYS) {
         fprintf(stderr, "redis_tier: instance A could not plan the store\n");
         return EXIT_FAILURE;
     }
@@ -119,12 +119,12 @@ int main(void) {
         uint8_t *blk = slot(&a, slots[s]);
         for (size_t o = 0; o < BLOCK; o++) blk[o] = example_pattern(key_bytes[index[s]], sizeof key_bytes[0], o);
     }
-    CHECK(kvtier_manager_on_schedule_end(a.manager));
-    CHECK(kvtier_manager_complete_store(a.manager, "a", keys, NKEYS, true));
-    CHECK(kvtier_manager_on_request_finished(a.manager, "a"));
+    CHECK(kvtier_manager_schedule_end(a.manager));
+    CHECK(kvtier_manager_complete_store(a.manager, req_a, keys, NKEYS, true, NULL));
+    CHECK(kvtier_manager_request_finished(a.manager, req_a));
     bool pending = true;
     for (int i = 0; i < 500 && pending; i++) {
-        CHECK(kvtier_manager_on_schedule_end(a.manager));
+        CHECK(kvtier_manager_schedule_end(a.manager));
         CHECK(kvtier_manager_has_pending_work(a.manager, &pending));
         if (pending) sleep_ms(10);
     }
@@ -138,28 +138,30 @@ int main(void) {
     /* Instance B finds them through Redis and promotes them. */
     instance b;
     open_instance(&b, name_b, addr, ns);
-    CHECK(kvtier_manager_on_new_request(b.manager, "b", NULL, &policy));
+    CHECK(kvtier_manager_request_begin(b.manager, "b", NULL, &req_b, NULL));
     size_t hits = 0;
     int steps = 0;
     for (; steps < 500 && hits < NKEYS; steps++) {
         hits = 0;
+        /* One key per lookup, so every block's promotion starts in the
+         * first step (a batch would stop at the first block not a hit). */
         for (size_t i = 0; i < NKEYS; i++) {
-            int32_t answer = 0;
-            CHECK(kvtier_manager_lookup(b.manager, "b", &keys[i], &answer));
-            if (answer == KVTIER_MANAGER_LOOKUP_MISS) {
+            kvtier_lookup_answer answer;
+            CHECK(kvtier_manager_lookup(b.manager, req_b, &keys[i], 1, &answer));
+            if (answer.stop == KVTIER_LOOKUP_MISS) {
                 fprintf(stderr, "redis_tier: instance B missed block %zu\n", i);
                 return EXIT_FAILURE;
             }
-            if (answer == KVTIER_MANAGER_LOOKUP_HIT) hits++;
+            hits += answer.hits;
         }
-        CHECK(kvtier_manager_on_schedule_end(b.manager));
+        CHECK(kvtier_manager_schedule_end(b.manager));
         if (hits < NKEYS) sleep_ms(10);
     }
     if (hits != NKEYS) {
         fprintf(stderr, "redis_tier: only %zu of %d blocks promoted\n", hits, NKEYS);
         return EXIT_FAILURE;
     }
-    CHECK(kvtier_manager_prepare_load(b.manager, "b", keys, NKEYS, slots, NKEYS));
+    CHECK(kvtier_manager_prepare_load(b.manager, req_b, keys, NKEYS, slots));
     for (size_t i = 0; i < NKEYS; i++) {
         const uint8_t *blk = slot(&b, slots[i]);
         for (size_t o = 0; o < BLOCK; o++) {
@@ -169,8 +171,8 @@ int main(void) {
             }
         }
     }
-    CHECK(kvtier_manager_complete_load(b.manager, "b", keys, NKEYS));
-    CHECK(kvtier_manager_on_request_finished(b.manager, "b"));
+    CHECK(kvtier_manager_complete_load(b.manager, req_b, keys, NKEYS));
+    CHECK(kvtier_manager_request_finished(b.manager, req_b));
     double loaded = tier_stat(&b, "blocks_loaded");
     double corrupt = tier_stat(&b, "blocks_corrupt");
     close_instance(&b);

@@ -41,13 +41,13 @@ static req_record *record(rl_tier *t, const kvtier_request *r) {
     return rec;
 }
 
-static int32_t rl_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, int32_t *answer) {
+static int32_t rl_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, kvtier_lookup_result *answer) {
     (void)ud, (void)k, (void)r;
-    *answer = KVTIER_TIER_LOOKUP_MISS;
+    *answer = KVTIER_LOOKUP_MISS;
     return KVTIER_STATUS_OK;
 }
 
-static int32_t rl_new_request(void *ud, const kvtier_request *r, int32_t *policy) {
+static int32_t rl_new_request(void *ud, const kvtier_request *r, kvtier_offload_policy *policy) {
     if (!record((rl_tier *)ud, r)) return KVTIER_STATUS_NO_SPACE;
     *policy = KVTIER_OFFLOAD_REQUEST_LEVEL;
     return KVTIER_STATUS_OK;
@@ -92,16 +92,16 @@ static void rl_destroy(void *ud) { free(ud); }
 
 /* Stores keys (one byte each) for `req`: prepare_store, then complete_store
  * at once unless `hold` (then the caller completes later). */
-static size_t store(kvtier_manager *m, const char *req, const uint8_t *bytes, size_t n, int hold,
-                    kvtier_key *held, size_t *n_held) {
+static size_t store(const kvtier_manager *m, kvtier_request_handle req, const uint8_t *bytes, size_t n,
+                    int hold, kvtier_key *held, size_t *n_held) {
     kvtier_key keys[MAX_KEYS], done[MAX_KEYS];
-    size_t idx[MAX_KEYS], n_store = 0, n_evicted = 0;
+    size_t idx[MAX_KEYS];
     uint32_t slots[MAX_KEYS];
-    bool refused = false;
+    kvtier_store_plan plan = {idx, slots, NULL, 0, 0, false};
     example_byte_keys(bytes, n, keys);
-    CHECK(kvtier_manager_prepare_store(m, req, keys, n, idx, slots, MAX_KEYS, &n_store, NULL, 0, &n_evicted,
-                                       &refused));
-    if (refused) {
+    CHECK(kvtier_manager_prepare_store(m, req, keys, n, &plan));
+    size_t n_store = plan.store_count;
+    if (plan.refused) {
         fprintf(stderr, "store refused\n");
         exit(EXIT_FAILURE);
     }
@@ -110,7 +110,7 @@ static size_t store(kvtier_manager *m, const char *req, const uint8_t *bytes, si
         memcpy(held, done, n_store * sizeof *done);
         *n_held = n_store;
     } else if (n_store) {
-        CHECK(kvtier_manager_complete_store(m, req, done, n_store, true));
+        CHECK(kvtier_manager_complete_store(m, req, done, n_store, true, NULL));
     }
     return n_store;
 }
@@ -159,10 +159,11 @@ int main(void) {
     size_t index = 0;
     CHECK(kvtier_manager_add_tier(m, &vt, NULL, &index));
 
-    int32_t policy = -1;
+    kvtier_offload_policy policy = -1;
     const char *names[] = {"A", "B", "C", "D"};
+    kvtier_request_handle reqs[4];
     for (int i = 0; i < 4; i++) {
-        CHECK(kvtier_manager_on_new_request(m, names[i], NULL, &policy));
+        CHECK(kvtier_manager_request_begin(m, names[i], NULL, &reqs[i], &policy));
         if (policy != KVTIER_OFFLOAD_REQUEST_LEVEL) {
             fprintf(stderr, "expected request-level policy\n");
             return EXIT_FAILURE;
@@ -170,19 +171,20 @@ int main(void) {
     }
     kvtier_key held[MAX_KEYS];
     size_t n_held = 0, unused = 0;
-    store(m, "A", a_keys, 4, 0, held, &unused);
-    if (store(m, "B", b_keys, 6, 0, held, &unused) != 2) {
+    store(m, reqs[0], a_keys, 4, 0, held, &unused);
+    if (store(m, reqs[1], b_keys, 6, 0, held, &unused) != 2) {
         fprintf(stderr, "B should store only its two new keys\n");
         return EXIT_FAILURE;
     }
-    store(m, "C", c_keys, 2, 1, held, &n_held); /* C's write still in flight */
-    store(m, "D", d_keys, 3, 0, held, &unused);  /* 7, 8 parked for D */
-    for (int i = 0; i < 4; i++) CHECK(kvtier_manager_on_request_finished(m, names[i]));
-    CHECK(kvtier_manager_on_schedule_end(m));
-    CHECK(kvtier_manager_complete_store(m, "C", held, n_held, true)); /* 7, 8 ready now */
+    store(m, reqs[2], c_keys, 2, 1, held, &n_held); /* C's write still in flight */
+    store(m, reqs[3], d_keys, 3, 0, held, &unused);  /* 7, 8 parked for D */
+    for (int i = 0; i < 4; i++) CHECK(kvtier_manager_request_finished(m, reqs[i]));
+    CHECK(kvtier_manager_schedule_end(m));
+    /* C is finished but its store is in flight: its handle still completes it. */
+    CHECK(kvtier_manager_complete_store(m, reqs[2], held, n_held, true, NULL)); /* 7, 8 ready now */
     bool pending = true;
     for (int i = 0; i < 10 && pending; i++) {
-        CHECK(kvtier_manager_on_schedule_end(m));
+        CHECK(kvtier_manager_schedule_end(m));
         CHECK(kvtier_manager_has_pending_work(m, &pending));
     }
     int ok = !pending && check_all(t, "A", a_keys, 4) && check_all(t, "B", b_keys, 6) &&

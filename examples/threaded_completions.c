@@ -91,11 +91,11 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static int32_t tt_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, int32_t *answer) {
+static int32_t tt_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, kvtier_lookup_result *answer) {
     thread_tier *t = (thread_tier *)ud;
     (void)r;
     pthread_mutex_lock(&t->lock);
-    *answer = t->present[k->data[0]] ? KVTIER_TIER_LOOKUP_HIT : KVTIER_TIER_LOOKUP_MISS;
+    *answer = t->present[k->data[0]] ? KVTIER_LOOKUP_HIT : KVTIER_LOOKUP_MISS;
     pthread_mutex_unlock(&t->lock);
     return KVTIER_STATUS_OK;
 }
@@ -182,7 +182,7 @@ static void sleep_on_wake_fd(kvtier_manager *m) {
 static void wait_idle(kvtier_manager *m) {
     bool pending = true;
     for (int waited_ms = 0; waited_ms < 30000; waited_ms += 10) {
-        CHECK(kvtier_manager_on_schedule_end(m));
+        CHECK(kvtier_manager_schedule_end(m));
         CHECK(kvtier_manager_has_pending_work(m, &pending));
         if (!pending) {
             return;
@@ -194,14 +194,16 @@ static void wait_idle(kvtier_manager *m) {
 }
 
 /* Stores keys first..first+n-1 for request `req`, writing their pattern. */
-static void store(kvtier_manager *m, const char *req, uint8_t *key_bytes, size_t first, size_t n) {
+static void store(const kvtier_manager *m, kvtier_request_handle req, uint8_t *key_bytes, size_t first,
+                  size_t n) {
     kvtier_key keys[KEYS];
-    size_t idx[KEYS], n_store = 0, n_evicted = 0;
+    size_t idx[KEYS];
     uint32_t slots[KEYS];
-    bool refused = false;
+    kvtier_store_plan plan = {idx, slots, NULL, 0, 0, false};
     example_byte_keys(key_bytes + first, n, keys);
-    CHECK(kvtier_manager_prepare_store(m, req, keys, n, idx, slots, KEYS, &n_store, NULL, 0, &n_evicted, &refused));
-    if (refused) {
+    CHECK(kvtier_manager_prepare_store(m, req, keys, n, &plan));
+    size_t n_store = plan.store_count;
+    if (plan.refused) {
         fprintf(stderr, "store refused\n");
         exit(EXIT_FAILURE);
     }
@@ -211,7 +213,7 @@ static void store(kvtier_manager *m, const char *req, uint8_t *key_bytes, size_t
         for (size_t o = 0; o < BLOCK; o++) slot_memory[(size_t)slots[s] * BLOCK + o] = example_pattern(&k, 1, o);
         done[s] = keys[idx[s]];
     }
-    CHECK(kvtier_manager_complete_store(m, req, done, n_store, true));
+    CHECK(kvtier_manager_complete_store(m, req, done, n_store, true, NULL));
 }
 
 int main(void) {
@@ -243,37 +245,37 @@ int main(void) {
     for (int i = 0; i < WORKERS; i++) pthread_create(&t->threads[i], NULL, worker, t);
 
     /* 1. store keys 1..16 (they cascade), then 17..32 in small batches (evicting the first) */
-    int32_t policy;
-    CHECK(kvtier_manager_on_new_request(m, "writer", NULL, &policy));
-    store(m, "writer", key_bytes, 0, KEYS);
+    kvtier_request_handle writer = 0, reader = 0;
+    CHECK(kvtier_manager_request_begin(m, "writer", NULL, &writer, NULL));
+    store(m, writer, key_bytes, 0, KEYS);
     wait_idle(m);
     for (size_t b = 0; b < KEYS; b += 4) {
-        store(m, "writer", key_bytes, KEYS + b, 4);
+        store(m, writer, key_bytes, KEYS + b, 4);
         wait_idle(m);
     }
-    CHECK(kvtier_manager_on_request_finished(m, "writer"));
+    CHECK(kvtier_manager_request_finished(m, writer));
 
     /* 2. a reader finds keys 1..16 in the tier and promotes them back */
-    CHECK(kvtier_manager_on_new_request(m, "reader", NULL, &policy));
+    CHECK(kvtier_manager_request_begin(m, "reader", NULL, &reader, NULL));
     size_t promoted = 0, verified = 0;
     for (size_t i = 0; i < KEYS; i++) {
         kvtier_key k;
         k.data = &key_bytes[i];
         k.len = 1;
-        int32_t answer = KVTIER_MANAGER_LOOKUP_MISS;
+        kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_MISS, KVTIER_MISS_NONE};
         for (int tries = 0; tries < 3000; tries++) { /* up to about 30 s */
-            CHECK(kvtier_manager_lookup(m, "reader", &k, &answer));
-            if (answer == KVTIER_MANAGER_LOOKUP_HIT || answer == KVTIER_MANAGER_LOOKUP_MISS) break;
+            CHECK(kvtier_manager_lookup(m, reader, &k, 1, &answer));
+            if (answer.stop == KVTIER_LOOKUP_HIT || answer.stop == KVTIER_LOOKUP_MISS) break;
             if (tries == 0) promoted++;
-            CHECK(kvtier_manager_on_schedule_end(m)); /* submits the load; workers finish it */
+            CHECK(kvtier_manager_schedule_end(m)); /* submits the load; workers finish it */
             sleep_on_wake_fd(m);
         }
-        if (answer != KVTIER_MANAGER_LOOKUP_HIT) {
+        if (answer.stop != KVTIER_LOOKUP_HIT) {
             fprintf(stderr, "key %u was not promoted back\n", key_bytes[i]);
             return EXIT_FAILURE;
         }
         uint32_t slot;
-        CHECK(kvtier_manager_prepare_load(m, "reader", &k, 1, &slot, 1));
+        CHECK(kvtier_manager_prepare_load(m, reader, &k, 1, &slot));
         for (size_t o = 0; o < BLOCK; o++) {
             if (slot_memory[(size_t)slot * BLOCK + o] != example_pattern(&key_bytes[i], 1, o)) {
                 fprintf(stderr, "key %u: byte %zu of slot %u is wrong\n", key_bytes[i], o, slot);
@@ -281,9 +283,9 @@ int main(void) {
             }
         }
         verified++;
-        CHECK(kvtier_manager_complete_load(m, "reader", &k, 1));
+        CHECK(kvtier_manager_complete_load(m, reader, &k, 1));
     }
-    CHECK(kvtier_manager_on_request_finished(m, "reader"));
+    CHECK(kvtier_manager_request_finished(m, reader));
     CHECK(kvtier_manager_reset_cache(m)); /* drains the workers */
     wait_idle(m);
     CHECK(kvtier_manager_shutdown(m));

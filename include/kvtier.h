@@ -81,31 +81,6 @@
 #define KVTIER_MAX_KEY_LEN 64
 
 /**
- * Manager lookup answer: not in any tier (or no room to promote it).
- */
-#define KVTIER_MANAGER_LOOKUP_MISS 0
-
-/**
- * Manager lookup answer: ready in the primary tier.
- */
-#define KVTIER_MANAGER_LOOKUP_HIT 1
-
-/**
- * Manager lookup answer: coming into the primary tier (write pending).
- */
-#define KVTIER_MANAGER_LOOKUP_HIT_PENDING 2
-
-/**
- * Manager lookup answer: ask again later (a promotion started, a tier is busy).
- */
-#define KVTIER_MANAGER_LOOKUP_RETRY 3
-
-/**
- * Tier index of the manager's own totals in `kvtier_manager_stat`.
- */
-#define KVTIER_STAT_TIER_MANAGER -1
-
-/**
  * Number of buckets of the primary tier's allocation-size histogram
  * (`kvtier_primary_stats.allocation_size_buckets`), the +Inf bucket included.
  */
@@ -120,57 +95,6 @@
  * Longest region name in bytes.
  */
 #define KVTIER_REGION_MAX_NAME_LEN 200
-
-/**
- * Tier lookup answer written by `lookup`: not present.
- */
-#define KVTIER_TIER_LOOKUP_MISS 0
-
-/**
- * Tier lookup answer written by `lookup`: present and readable.
- */
-#define KVTIER_TIER_LOOKUP_HIT 1
-
-/**
- * Tier lookup answer written by `lookup`: busy, ask again later.
- */
-#define KVTIER_TIER_LOOKUP_RETRY 2
-
-/**
- * Offload policy: blocks newly stored in the primary tier are cascaded.
- */
-#define KVTIER_OFFLOAD_BLOCK_LEVEL 0
-
-/**
- * Offload policy: every block of the request is cascaded, resident ones too.
- */
-#define KVTIER_OFFLOAD_REQUEST_LEVEL 1
-
-/**
- * Medium or locality not declared (matches every filter).
- */
-#define KVTIER_TIER_ANY 0
-
-/**
- * Job direction: primary → tier (a cascade; the slots are pinned).
- */
-#define KVTIER_JOB_STORE 0
-
-/**
- * Job direction: tier → primary (a promotion; the slots are write pending).
- */
-#define KVTIER_JOB_LOAD 1
-
-/**
- * Stat kind: a counter, cumulative from creation (only grows; never
- * reset, so per-interval numbers are the difference of two reads).
- */
-#define KVTIER_STAT_COUNTER 0
-
-/**
- * Stat kind: a gauge (current level).
- */
-#define KVTIER_STAT_GAUGE 1
 
 /**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
@@ -439,6 +363,16 @@ typedef struct {
 } kvtier_tier_options;
 
 /**
+ * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
+ */
+typedef int32_t kvtier_medium;
+
+/**
+ * How far a tier is: a `KVTIER_LOCALITY_*` value.
+ */
+typedef int32_t kvtier_locality;
+
+/**
  * One key as C passes it: `len` bytes at `data` (1..=64 bytes).
  *
  * The bytes are borrowed for the duration of the call only; kvtier copies
@@ -474,7 +408,8 @@ typedef struct {
  */
 typedef struct {
   /**
-   * The id string the engine chose (NUL-terminated).
+   * The request's name, as given to `kvtier_manager_request_begin`
+   * (NUL-terminated): its label, unique among active requests.
    */
   const char *id;
   /**
@@ -496,6 +431,17 @@ typedef struct {
 } kvtier_request;
 
 /**
+ * How one key looked up: a `KVTIER_LOOKUP_*` value.  Secondary tiers
+ * answer their `lookup` callback with MISS, HIT or RETRY.
+ */
+typedef int32_t kvtier_lookup_result;
+
+/**
+ * Which way a job moves blocks: a `KVTIER_JOB_*` value.
+ */
+typedef int32_t kvtier_job_direction;
+
+/**
  * One transfer job handed to a tier.  Borrowed for the callback only:
  * copy what you keep (id, keys, slots).
  */
@@ -507,7 +453,7 @@ typedef struct {
   /**
    * `KVTIER_JOB_STORE` or `KVTIER_JOB_LOAD`.
    */
-  int32_t direction;
+  kvtier_job_direction direction;
   /**
    * The blocks' keys.
    */
@@ -560,6 +506,17 @@ typedef struct {
 } kvtier_job_result;
 
 /**
+ * Which blocks of a request are offloaded to secondary tiers: a
+ * `KVTIER_OFFLOAD_*` value.
+ */
+typedef int32_t kvtier_offload_policy;
+
+/**
+ * What a statistic is: a `KVTIER_STAT_*` value.
+ */
+typedef int32_t kvtier_stat_kind;
+
+/**
  * One statistic of a tier.
  */
 typedef struct {
@@ -571,7 +528,7 @@ typedef struct {
    * `KVTIER_STAT_COUNTER` (cumulative, never decreases) or
    * `KVTIER_STAT_GAUGE` (a current value).
    */
-  int32_t kind;
+  kvtier_stat_kind kind;
   /**
    * The value.
    */
@@ -579,25 +536,37 @@ typedef struct {
 } kvtier_tier_stat;
 
 /**
- * One cache event with its tier (0 primary, 1.. secondary) and key copy.
+ * What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
+ */
+typedef int32_t kvtier_event_kind;
+
+/**
+ * An owned copy of one key: `len` bytes of `bytes`.
+ */
+typedef struct {
+  /**
+   * Number of bytes, 1..=64.
+   */
+  size_t len;
+  /**
+   * The key's bytes.
+   */
+  uint8_t bytes[64];
+} kvtier_key_buf;
+
+/**
+ * One cache event of a tier written against the vtable, as its
+ * `take_events` callback reports it: a kind and a copy of the key.
  */
 typedef struct {
   /**
    * `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
    */
-  int32_t kind;
+  kvtier_event_kind kind;
   /**
-   * Tier index: 0 primary, 1.. secondary tiers in the order added.
+   * The key (`key.len` 1 to 64; ignored for `KVTIER_EVENT_CLEARED`).
    */
-  uint32_t tier;
-  /**
-   * Number of key bytes (0 for `KVTIER_EVENT_CLEARED`).
-   */
-  size_t key_len;
-  /**
-   * The key's bytes.
-   */
-  uint8_t key[64];
+  kvtier_key_buf key;
 } kvtier_tier_event;
 
 /**
@@ -638,20 +607,24 @@ typedef struct {
    */
   const char *name;
   /**
-   * `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+   * `KVTIER_MEDIUM_ANY` (none declared: matches every filter),
+   * `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
    */
-  int32_t medium;
+  kvtier_medium medium;
   /**
-   * `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+   * `KVTIER_LOCALITY_ANY` (none declared: matches every filter),
+   * `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
    */
-  int32_t locality;
+  kvtier_locality locality;
   /**
-   * Writes `KVTIER_TIER_LOOKUP_*` to `*answer` for `key`.
+   * Writes to `*answer` whether the tier has `key`: `KVTIER_LOOKUP_HIT`,
+   * `KVTIER_LOOKUP_MISS`, or `KVTIER_LOOKUP_RETRY` (cannot tell yet: ask
+   * again later).  Any other answer counts as a callback error and a miss.
    */
   int32_t (*lookup)(void *user_data,
                     const kvtier_key *key,
                     const kvtier_request *request,
-                    int32_t *answer);
+                    kvtier_lookup_result *answer);
   /**
    * Starts copying the job's (pinned) slots into the tier.  A failure
    * status fails the job (it is reported as failed for you).
@@ -679,7 +652,9 @@ typedef struct {
   /**
    * A request starts; writes `KVTIER_OFFLOAD_*` to `*policy`.
    */
-  int32_t (*on_new_request)(void *user_data, const kvtier_request *request, int32_t *policy);
+  int32_t (*on_new_request)(void *user_data,
+                            const kvtier_request *request,
+                            kvtier_offload_policy *policy);
   /**
    * A request finished: no later callback names it.
    */
@@ -716,21 +691,16 @@ typedef struct {
    */
   void (*destroy)(void *user_data);
   /**
-   * Writes up to `capacity` of the tier's own events to `out` (their
-   * `tier` field is ignored) and their number to `*written`; called
-   * again while it fills the buffer, until the manager's
-   * `event_capacity` (at most 4096) events are taken: the rest stay with
-   * the tier for the next take.  An event whose `key_len` is 0 or more
-   * than 64 is refused, not cut short (counted in the tier's
+   * Writes up to `capacity` of the tier's own events to `out`, oldest
+   * first, and their number to `*written`; called again while it fills
+   * the buffer, until the manager's `event_capacity` (at most 4096)
+   * events are taken: the rest stay with the tier for the next take.
+   * An event (other than `KVTIER_EVENT_CLEARED`) whose `key.len` is 0
+   * or more than 64 is refused, not cut short (counted in the tier's
    * `events_rejected` stat and logged).
    */
   int32_t (*take_events)(void *user_data, kvtier_tier_event *out, size_t capacity, size_t *written);
 } kvtier_tier_vtable;
-
-/**
- * How far a tier is: a `KVTIER_LOCALITY_*` value.
- */
-typedef int32_t kvtier_locality;
 
 /**
  * Options of `kvtier_manager_add_fs_tier`.  Initialize with
@@ -822,17 +792,19 @@ typedef void (*kvtier_log_fn)(void *user_data,
                               const char *message);
 
 /**
- * One matcher of a request's tier filter (`KVTIER_TIER_ANY` matches anything).
+ * One matcher of a request's tier filter: a tier matches when both its
+ * medium and its locality match (`_ANY`, or a tier that declared none,
+ * matches anything).
  */
 typedef struct {
   /**
-   * `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+   * `KVTIER_MEDIUM_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
    */
-  int32_t medium;
+  kvtier_medium medium;
   /**
-   * `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+   * `KVTIER_LOCALITY_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
    */
-  int32_t locality;
+  kvtier_locality locality;
 } kvtier_tier_matcher;
 
 /**
@@ -871,86 +843,148 @@ typedef struct {
 } kvtier_request_params;
 
 /**
- * An owned copy of one key: `len` bytes of `bytes`.
+ * The manager's own statistics, as `kvtier_manager_read_stats` writes
+ * them (each tier's are read with `kvtier_manager_read_tier_stats`).
+ * Counters are cumulative from the manager's creation and never decrease,
+ * resets included: for numbers per interval, keep the previous read and
+ * subtract.  Gauges are current values.  Set `struct_size` to
+ * `sizeof(kvtier_manager_stats)` before the call.
  */
 typedef struct {
   /**
-   * Number of bytes, 1..=64.
+   * `sizeof(kvtier_manager_stats)` as the caller was compiled with
+   * (the growth rule: only the fields inside it are written).
    */
-  size_t len;
+  size_t struct_size;
   /**
-   * The key's bytes.
+   * Counter: keys looked up.
    */
-  uint8_t bytes[64];
-} kvtier_key_buf;
+  uint64_t lookups;
+  /**
+   * Counter: lookups the primary tier answered HIT.
+   */
+  uint64_t primary_hits;
+  /**
+   * Counter: lookups the primary tier answered HIT_PENDING.
+   */
+  uint64_t primary_hit_pending;
+  /**
+   * Counter: promotions started (a slot reserved, a load staged).
+   */
+  uint64_t promotions_started;
+  /**
+   * Counter: promotions refused for want of a free primary slot.
+   */
+  uint64_t allocation_failures;
+  /**
+   * Counter: promotions the primary tier's admission threshold did not admit.
+   */
+  uint64_t promotions_not_admitted;
+  /**
+   * Counter: lookups answered MISS without asking the secondary tiers
+   * (promotions held after a reset).
+   */
+  uint64_t held_misses;
+  /**
+   * Counter: lookups answered MISS with `KVTIER_MISS_ABSENT`.
+   */
+  uint64_t misses_absent;
+  /**
+   * Counter: lookups answered MISS with `KVTIER_MISS_NO_ROOM`.
+   */
+  uint64_t misses_no_room;
+  /**
+   * Counter: stores refused as a whole (no room).
+   */
+  uint64_t store_refusals;
+  /**
+   * Counter: store completions of a request with no store in flight.
+   */
+  uint64_t ignored_store_completions;
+  /**
+   * Counter: keys of request-level cascades parked until written.
+   */
+  uint64_t parked_keys;
+  /**
+   * Counter: parked keys dropped because their write failed.
+   */
+  uint64_t parked_keys_dropped;
+  /**
+   * Counter: jobs that finished after a reset orphaned them.
+   */
+  uint64_t stale_completions;
+  /**
+   * Counter: misbehaviours of secondary tiers (all tiers together).
+   */
+  uint64_t tier_bugs;
+  /**
+   * Counter: internal errors (logged; never expected).
+   */
+  uint64_t internal_errors;
+  /**
+   * Counter: cache resets.
+   */
+  uint64_t resets;
+  /**
+   * Gauge: jobs submitted to secondary tiers and not yet finished.
+   */
+  uint64_t jobs_in_flight;
+  /**
+   * Gauge: requests started and not yet finalized.
+   */
+  uint64_t active_requests;
+  /**
+   * Gauge: 1 while promotions are held after a reset, else 0.
+   */
+  uint64_t promotions_held;
+  /**
+   * Gauge: events waiting to be taken.
+   */
+  uint64_t events_queued;
+} kvtier_manager_stats;
 
 /**
- * One merged statistic with its source.
+ * Consecutive cache events of one tier and kind: the one shape of the
+ * event callback and of `take_events`.  `keys` belongs to the library:
+ * valid during the callback, or until the next `take_events` call on the
+ * same object.
  */
 typedef struct {
   /**
-   * `KVTIER_STAT_TIER_MANAGER` (-1) for the manager's totals, 0 for the
-   * primary tier, 1.. for secondary tiers.
-   */
-  int32_t tier;
-  /**
-   * Name of the tier ("manager", "primary", or the tier's), NUL-terminated, truncated.
-   */
-  char tier_name[32];
-  /**
-   * Snake-case statistic name, NUL-terminated, truncated.
-   */
-  char name[64];
-  /**
-   * `KVTIER_STAT_COUNTER` (cumulative, never decreases; histogram
-   * series too) or `KVTIER_STAT_GAUGE` (a current value).
-   */
-  int32_t kind;
-  /**
-   * The value.
-   */
-  double value;
-} kvtier_manager_stat;
-
-/**
- * Consecutive cache events of one tier and kind, as the event callback
- * receives them.  Borrowed for the callback only: copy what you keep.
- */
-typedef struct {
-  /**
-   * Tier index: 0 primary, 1.. secondary tiers in the order added.
+   * 0 for the primary tier, 1.. for secondary tiers in the order added.
    */
   uint32_t tier;
   /**
-   * `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
+   * Stored, removed or cleared.
    */
-  int32_t kind;
+  kvtier_event_kind kind;
   /**
-   * `KVTIER_MEDIUM_CPU`, `KVTIER_MEDIUM_STORAGE` or `KVTIER_TIER_ANY` (undeclared).
+   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
    */
-  int32_t medium;
+  kvtier_medium medium;
   /**
-   * `KVTIER_LOCALITY_LOCAL`, `KVTIER_LOCALITY_REMOTE` or `KVTIER_TIER_ANY`.
+   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
    */
-  int32_t locality;
+  kvtier_locality locality;
   /**
-   * The keys (NULL and 0 for `KVTIER_EVENT_CLEARED`).
+   * The keys (NULL when `len` is 0).
    */
   const kvtier_key *keys;
   /**
    * Number of keys.
    */
   size_t len;
-} kvtier_event_batch;
+} kvtier_event;
 
 /**
- * Receives one batch of events.  Called at the end of the manager call
- * that produced the events, on that call's thread, with the manager's
- * lock held: it must not call the manager (such calls fail with
- * `KVTIER_STATUS_REENTRANT`), must return quickly, and must not unwind
- * (C++: `noexcept`).
+ * Receives one event: consecutive events of one tier and kind (see
+ * `kvtier_event`), whose keys are valid during the call only.  Called at
+ * the end of the manager call that produced the events, on that call's
+ * thread, with the manager's lock held: it must not call the manager
+ * (such calls fail with `KVTIER_STATUS_REENTRANT`), must return quickly,
+ * and must not unwind (C++: `noexcept`).
  */
-typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event_batch *batch);
+typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event *event);
 
 /**
  * Options of [`kvtier_primary_new`].  Initialize with
@@ -1005,12 +1039,6 @@ typedef struct {
  * `KVTIER_STATUS_UNKNOWN_REQUEST`, never another request's state.
  */
 typedef uint64_t kvtier_request_handle;
-
-/**
- * How one key looked up: a `KVTIER_LOOKUP_*` value.  Secondary tiers
- * answer their `lookup` callback with MISS, HIT or RETRY.
- */
-typedef int32_t kvtier_lookup_result;
 
 /**
  * Why a lookup answered MISS: a `KVTIER_MISS_*` value.
@@ -1094,49 +1122,6 @@ typedef struct {
    */
   size_t already_ready;
 } kvtier_store_completion;
-
-/**
- * What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
- */
-typedef int32_t kvtier_event_kind;
-
-/**
- * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
- */
-typedef int32_t kvtier_medium;
-
-/**
- * Consecutive cache events of one tier and kind: the one shape of the
- * event callback and of `take_events`.  `keys` belongs to the library:
- * valid during the callback, or until the next `take_events` call on the
- * same object.
- */
-typedef struct {
-  /**
-   * 0 for the primary tier, 1.. for secondary tiers in the order added.
-   */
-  uint32_t tier;
-  /**
-   * Stored, removed or cleared.
-   */
-  kvtier_event_kind kind;
-  /**
-   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
-   */
-  kvtier_medium medium;
-  /**
-   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
-   */
-  kvtier_locality locality;
-  /**
-   * The keys (NULL when `len` is 0).
-   */
-  const kvtier_key *keys;
-  /**
-   * Number of keys.
-   */
-  size_t len;
-} kvtier_event;
 
 /**
  * The tier's numbers, as `kvtier_primary_read_stats` fills them.
@@ -1657,6 +1642,38 @@ typedef struct {
  */
 #define KVTIER_REGION_ROLE_JOINER 2
 
+/**
+ * Blocks newly stored in the primary tier are cascaded.
+ */
+#define KVTIER_OFFLOAD_BLOCK_LEVEL 0
+
+/**
+ * Every block of the request is cascaded, resident ones too.
+ */
+#define KVTIER_OFFLOAD_REQUEST_LEVEL 1
+
+/**
+ * Primary tier to secondary tier (a cascade; the slots are pinned).
+ */
+#define KVTIER_JOB_STORE 0
+
+/**
+ * Secondary tier to primary tier (a promotion; the slots are write pending).
+ */
+#define KVTIER_JOB_LOAD 1
+
+/**
+ * A counter, cumulative from creation (only grows; never reset, so
+ * per-interval numbers are the difference of two reads).  The series of
+ * a histogram are counters too.
+ */
+#define KVTIER_STAT_COUNTER 0
+
+/**
+ * A gauge (a current level).
+ */
+#define KVTIER_STAT_GAUGE 1
+
 
 
 #ifdef __cplusplus
@@ -1874,225 +1891,13 @@ kvtier_request_params kvtier_request_params_default(void);
 void kvtier_manager_free(kvtier_manager *manager);
 
 /**
- * Starts request `request` (an id string, unique among active requests):
- * asks every tier for its offload policy and writes
- * `KVTIER_OFFLOAD_REQUEST_LEVEL` to `*policy_out` if any tier wants it,
- * else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
- *
- * `params` may be NULL (nothing attached, no filter), else initialized
- * with `kvtier_request_params_default()` (growth rule); its strings and
- * arrays are copied.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `params` NULL or
- * valid for its `struct_size`, with its arrays valid for their lengths;
- * `policy_out` valid for writes.
- */
-kvtier_status kvtier_manager_on_new_request(kvtier_manager *manager,
-                                            const char *request,
-                                            const kvtier_request_params *params,
-                                            int32_t *policy_out);
-
-/**
- * Looks one key up for `request` and writes a `KVTIER_MANAGER_LOOKUP_*`
- * answer to `*result_out`: HIT and HIT_PENDING from the primary tier; on a
- * primary miss the first secondary tier that has the key starts a
- * promotion (RETRY, or HIT_PENDING with that option); MISS if no tier has
- * it or the primary tier has no room.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `key` valid with
- * `len` readable bytes; `result_out` valid for writes.
- */
-kvtier_status kvtier_manager_lookup(kvtier_manager *manager,
-                                    const char *request,
-                                    const kvtier_key *key,
-                                    int32_t *result_out);
-
-/**
- * Pins `len` ready keys for a load to the GPU and writes their slots, in
- * key order, to `slots_out` (`slots_len` >= `len`).  Any key absent or not
- * ready is an error naming its position; nothing changes then.
- * Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `keys` valid for
- * `len` reads; `slots_out` valid for `slots_len` writes.
- */
-kvtier_status kvtier_manager_prepare_load(kvtier_manager *manager,
-                                          const char *request,
-                                          const kvtier_key *keys,
-                                          size_t len,
-                                          uint32_t *slots_out,
-                                          size_t slots_len);
-
-/**
- * [0.33] Gives `len` keys of active `request` their token positions in
- * the primary tier: `positions[i]` is the end-token position of the block
- * of `keys[i]` (block `i` of a request of 16-token blocks ends at token
- * `16 * (i + 1)`).  A later position replaces an earlier one for the same
- * key.  Call it before the request's first call or between its calls
- * (vLLM's scheduler records a position for each key it will present);
- * positions are read when used and kept until the request finishes (a
- * reset keeps them).
- *
- * What positions change: with `"lru"`, a key with a position that the
- * request stores, or first presents while resident (a load, or a ready
- * key offered to prepare_store), ranks within the request's one rank,
- * the tail evicted before the head, until the request finishes; an access
- * never lowers a key's rank.  At `kvtier_manager_on_request_finished`, a
- * request's keys are committed head to tail by position when all of them
- * (or, per KV group, all of the group's) have one.  Keys without a
- * position behave as if this call was never made.
- *
- * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (not started,
- * or finished); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than
- * 64 bytes, or (with `kv_groups`) fewer than 5, the message naming its
- * position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
- * NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
- * `len` = 0 does nothing.  The arrays are read during the call only; the
- * keys are copied.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `keys` and
- * `positions` valid for `len` reads each.
- */
-kvtier_status kvtier_manager_set_positions(kvtier_manager *manager,
-                                           const char *request,
-                                           const kvtier_key *keys,
-                                           const uint64_t *positions,
-                                           size_t len);
-
-/**
- * Marks `len` keys recently used in the primary tier and every secondary
- * tier.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
- */
-kvtier_status kvtier_manager_touch(kvtier_manager *manager,
-                                   const char *request,
-                                   const kvtier_key *keys,
-                                   size_t len);
-
-/**
- * Unpins `len` keys after their load to the GPU finished.  Unpinning a key
- * that is absent or not pinned is an error; nothing changes then.
- * Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
- */
-kvtier_status kvtier_manager_complete_load(kvtier_manager *manager,
-                                           const char *request,
-                                           const kvtier_key *keys,
-                                           size_t len);
-
-/**
- * Plans a store of `len` keys into the primary tier (collecting finished
- * jobs first).  On success writes `*refused_out` (true: no room, no key,
- * slot or event changed; the request still records its offer for its
- * finish, as in vLLM 0.33), the number of keys to store to `*n_store_out`, for each the
- * position of the key in `keys` (`store_index_out`) and its slot
- * (`slots_out`) (both `out_len` >= `len`), and the number of keys evicted
- * to `*n_evicted_out`, copying the first `evicted_len` of them to
- * `evicted_out` (which may be NULL when `evicted_len` is 0; evictions are
- * also announced as events).  The keys to store are written by this
- * request: only its own `kvtier_manager_complete_store` finishes them.
- * Keys already resident are not stored again; for tiers that asked for
- * request-level offload they are cascaded now (ready) or once ready
- * (write pending).  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `keys` valid for
- * `len` reads; output arrays valid for their lengths; scalar outputs valid.
- */
-kvtier_status kvtier_manager_prepare_store(kvtier_manager *manager,
-                                           const char *request,
-                                           const kvtier_key *keys,
-                                           size_t len,
-                                           size_t *store_index_out,
-                                           uint32_t *slots_out,
-                                           size_t out_len,
-                                           size_t *n_store_out,
-                                           kvtier_key_buf *evicted_out,
-                                           size_t evicted_len,
-                                           size_t *n_evicted_out,
-                                           bool *refused_out);
-
-/**
- * Finishes (part of) `request`'s store: of the `len` keys, those this
- * request's own `kvtier_manager_prepare_store` planned and that are still
- * being written for it become ready and cascade to every secondary tier
- * (success), or are dropped (failure).  Every other key is left alone and
- * counted in the primary tier's stats: a key another request or a
- * promotion is writing (`foreign_completions`), a ready key
- * (`already_ready_completions`), an absent key (`late_completions`).  So
- * passing every key given to prepare_store is safe.  A plan may be
- * completed in several calls, a part of its keys each time.  The request
- * may already be finished: it is finalized once every key it planned was
- * completed.  A completion for a request with no store in flight (after a
- * reset) is counted (`ignored_store_completions`) and ignored.
- * Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated; `keys` valid for `len` reads.
- */
-kvtier_status kvtier_manager_complete_store(kvtier_manager *manager,
-                                            const char *request,
-                                            const kvtier_key *keys,
-                                            size_t len,
-                                            bool success);
-
-/**
- * Marks `request` finished.  Tiers hear of it (and the id may be reused)
- * once it has no store in flight, no parked key and no staged promotion.
- * The primary tier commits the request's accesses at once: every key it
- * stored, loaded or offered to store that is still resident gets one
- * access, its head most recent (head to tail: first presentation order;
- * with `kv_groups`, group by group, each by token position when all its
- * keys have one; by position when every key has one; see
- * `kvtier_manager_set_positions`).  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `request` NUL-terminated.
- */
-kvtier_status kvtier_manager_on_request_finished(kvtier_manager *manager, const char *request);
-
-/**
- * Ends a scheduler step: collects finished jobs (once per step), submits
- * the promotions gathered in the step (one load job per tier and request),
- * retries parked cascades, and tells every tier.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_on_schedule_end(kvtier_manager *manager);
-
-/**
  * Writes whether jobs are in flight, keys parked, promotions staged, or
  * any tier has work outstanding to `*pending_out`.  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `pending_out` valid for writes.
  */
-kvtier_status kvtier_manager_has_pending_work(kvtier_manager *manager, bool *pending_out);
-
-/**
- * Moves up to `len` events (the primary tier's, then each secondary
- * tier's own, oldest first) into `out`, writes their number to
- * `*written_out` and whether more wait to `*more_out`.  Events are copies:
- * the caller owns the buffer.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `out` valid for `len` writes (NULL if 0);
- * `written_out` and `more_out` valid for writes.
- */
-kvtier_status kvtier_manager_take_events(kvtier_manager *manager,
-                                         kvtier_tier_event *out,
-                                         size_t len,
-                                         size_t *written_out,
-                                         bool *more_out);
+kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, bool *pending_out);
 
 /**
  * Drains every tier (blocks until no transfer touches the region), then
@@ -2105,7 +1910,7 @@ kvtier_status kvtier_manager_take_events(kvtier_manager *manager,
  * # Safety
  * `manager` a live handle.
  */
-kvtier_status kvtier_manager_reset_cache(kvtier_manager *manager);
+kvtier_status kvtier_manager_reset_cache(const kvtier_manager *manager);
 
 /**
  * Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
@@ -2114,53 +1919,7 @@ kvtier_status kvtier_manager_reset_cache(kvtier_manager *manager);
  * # Safety
  * `manager` a live handle.
  */
-kvtier_status kvtier_manager_reset_flushed(kvtier_manager *manager);
-
-/**
- * Writes the merged statistics (manager totals, primary tier, then each
- * secondary tier: the manager's counters for it and its own) to `out`
- * and their number to `*written_out`.  If `len` is too small, writes
- * nothing to `out`, sets `*written_out` to the number needed and returns
- * `KVTIER_STATUS_BUFFER_TOO_SMALL`.  Internally synchronized.
- *
- * Counters (`KVTIER_STAT_COUNTER`) are cumulative from creation and never
- * decrease: a counter a secondary tier stops reporting keeps its last
- * value, and one it reports smaller than before keeps its previous value
- * (and counts in the tier's `tier_bugs`).  Gauges are current values.
- * For vLLM-style numbers per interval, keep the previous read and
- * subtract: `now - before` per counter.
- *
- * A histogram is written as counters, one per series: for the histogram
- * `h`, `h_bucket_le_<bound>` per bucket (cumulative: observations at most
- * the bound, written in decimal with `.` as `_`; the last is
- * `h_bucket_le_inf`), then `h_sum` and `h_count`.  The primary tier's
- * `allocation_size_blocks` has buckets `le_1`, `le_4`, `le_16`, `le_64`,
- * `le_256`, `le_1024`, `le_4096`, `le_16384`, `le_65536`, `le_262144`
- * and `le_inf`.
- *
- * # Safety
- * `manager` a live handle; `out` valid for `len` writes; `written_out` valid.
- */
-kvtier_status kvtier_manager_stats(kvtier_manager *manager,
-                                   kvtier_manager_stat *out,
-                                   size_t len,
-                                   size_t *written_out);
-
-/**
- * Takes the oldest message of the manager's error log (tier bugs such as
- * unknown job ids, failed or misbehaving tier callbacks).  Writes whether
- * there was one to `*found_out`, and the message, NUL-terminated and
- * truncated to fit, to `buf` (`len` bytes; NULL if 0); `*needed_out` gets
- * the full length plus one.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `buf` valid for `len` writes; outputs valid.
- */
-kvtier_status kvtier_manager_take_error(kvtier_manager *manager,
-                                        char *buf,
-                                        size_t len,
-                                        size_t *needed_out,
-                                        bool *found_out);
+kvtier_status kvtier_manager_reset_flushed(const kvtier_manager *manager);
 
 /**
  * Reports a finished job of tier `tier` (the index `add_tier` gave) from
@@ -2191,30 +1950,125 @@ kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
  * # Safety
  * `manager` a live handle.
  */
-kvtier_status kvtier_manager_shutdown(kvtier_manager *manager);
+kvtier_status kvtier_manager_shutdown(const kvtier_manager *manager);
 
 /**
- * Writes the manager's statistics (its own totals, the primary tier's,
- * and each secondary tier's, labelled `tier="..."`) in the Prometheus text
- * exposition format (version 0.0.4), NUL-terminated, to `buf`.  Counters
- * and histograms (the primary tier's `kvtier_allocation_size_blocks`) are
- * cumulative and never go back, as in `kvtier_manager_stats`; gauges are
- * current values.
- *
- * `buf` must be valid for `len` bytes (NULL if `len` is 0); `needed` must
- * not be NULL.  Always writes the text's length plus one (the NUL) to
- * `*needed`; if that exceeds `len`, writes nothing to `buf` and returns
- * `KVTIER_STATUS_BUFFER_TOO_SMALL` (call again with a larger buffer; the
- * values may have changed by then, so leave some room).  The caller owns
- * `buf`.  Internally synchronized: any thread may call it.
+ * Writes the manager's own statistics to `*stats_out` (under the growth
+ * rule: set `stats_out->struct_size` first; a size this library does
+ * not know is `KVTIER_STATUS_INVALID_ARGUMENT`, nothing written).  The
+ * names of every statistic, the manager's and each tier's, are listed in
+ * the project's docs/statistics.md.  Internally synchronized.
  *
  * # Safety
- * `manager` a live handle; `buf` valid for `len` writes; `needed` valid.
+ * `manager` a live handle; `stats_out` valid for reads and writes of its
+ * own `struct_size` bytes.
+ */
+kvtier_status kvtier_manager_read_stats(const kvtier_manager *manager,
+                                        kvtier_manager_stats *stats_out);
+
+/**
+ * Writes the statistics of tier `tier` (0 the primary tier, 1.. the
+ * secondary tiers in the order added) to `stats_out` and their number to
+ * `*written_out`: for a secondary tier, the manager's counters for it,
+ * then the tier's own.  If `capacity` is too small, writes nothing to
+ * `stats_out`, sets `*written_out` to the number needed and returns
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL` (a capacity of 0 asks for it).  A tier
+ * that does not exist is `KVTIER_STATUS_INVALID_ARGUMENT`.  Names are
+ * snake case, NUL-terminated (every built-in name fits; a longer name a
+ * tier reports is cut short), listed in the project's docs/statistics.md.
+ * Internally synchronized.
+ *
+ * Counters (`KVTIER_STAT_COUNTER`) are cumulative from creation and never
+ * decrease: a counter a secondary tier stops reporting keeps its last
+ * value, and one it reports smaller than before keeps its previous value
+ * (and counts in the tier's `tier_bugs`).  Gauges are current values.
+ * For numbers per interval, keep the previous read and subtract.
+ *
+ * A histogram is written as counters, one per series: for the histogram
+ * `h`, `h_bucket_le_<bound>` per bucket (cumulative: observations at most
+ * the bound, written in decimal with `.` as `_`; the last is
+ * `h_bucket_le_inf`), then `h_sum` and `h_count`.  The primary tier's
+ * `allocation_size_blocks` has buckets `le_1`, `le_4`, `le_16`, `le_64`,
+ * `le_256`, `le_1024`, `le_4096`, `le_16384`, `le_65536`, `le_262144`
+ * and `le_inf`.
+ *
+ * # Safety
+ * `manager` a live handle; `stats_out` valid for `capacity` writes (NULL
+ * if 0); `written_out` valid for writes.
+ */
+kvtier_status kvtier_manager_read_tier_stats(const kvtier_manager *manager,
+                                             size_t tier,
+                                             kvtier_tier_stat *stats_out,
+                                             size_t capacity,
+                                             size_t *written_out);
+
+/**
+ * Writes the manager's statistics (its own, the primary tier's, and each
+ * secondary tier's, labelled `tier="..."`) in the Prometheus text
+ * exposition format (version 0.0.4), NUL-terminated, to `text_out`.
+ * Counters and histograms (the primary tier's
+ * `kvtier_allocation_size_blocks`) are cumulative and never go back;
+ * gauges are current values.
+ *
+ * The buffer idiom: when the text and its NUL fit in `capacity` bytes,
+ * writes them and sets `*written_out` to the text's length plus one;
+ * otherwise writes nothing to `text_out`, sets `*written_out` to the
+ * size needed and returns `KVTIER_STATUS_BUFFER_TOO_SMALL` (call again
+ * with a larger buffer; the values may have changed by then, so leave
+ * some room).  `text_out` may be NULL when `capacity` is 0.  Internally
+ * synchronized: any thread may call it.
+ *
+ * # Safety
+ * `manager` a live handle; `text_out` valid for `capacity` writes;
+ * `written_out` valid for writes.
  */
 kvtier_status kvtier_manager_metrics_prometheus(const kvtier_manager *manager,
-                                                char *buf,
-                                                size_t len,
-                                                size_t *needed);
+                                                char *text_out,
+                                                size_t capacity,
+                                                size_t *written_out);
+
+/**
+ * Takes the oldest message of the manager's error log (tier bugs such as
+ * unknown job ids, failed or misbehaving tier callbacks) under the buffer
+ * idiom: when it fits in `capacity` bytes with its NUL, writes it to
+ * `message_out`, removes it from the log and sets `*written_out` to its
+ * length plus one; when it does not fit, writes nothing, keeps it in the
+ * log, sets `*written_out` to the size needed and returns
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL`.  An empty log sets `*written_out` to
+ * 0 (no message) and returns `KVTIER_STATUS_OK`.  `message_out` may be
+ * NULL when `capacity` is 0.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `message_out` valid for `capacity` writes;
+ * `written_out` valid for writes.
+ */
+kvtier_status kvtier_manager_take_error(const kvtier_manager *manager,
+                                        char *message_out,
+                                        size_t capacity,
+                                        size_t *written_out);
+
+/**
+ * Moves up to `capacity` events into `events_out`, oldest first (the
+ * primary tier's, then each secondary tier's own), writes their number to
+ * `*written_out` and whether more wait to `*more_out`.  Each event is a
+ * batch: consecutive events of one tier and kind, with the tier's medium
+ * and locality and its keys (a `KVTIER_EVENT_CLEARED` event is one of its
+ * own, with no keys).  The keys point into the manager's memory and stay
+ * valid until the next `kvtier_manager_take_events` call on this manager
+ * (from any thread), which replaces them: copy what you keep.
+ * `events_out` may be NULL when `capacity` is 0.  If memory for the keys
+ * runs out, nothing is taken (`KVTIER_STATUS_OUT_OF_MEMORY`).
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `events_out` valid for `capacity` writes;
+ * `written_out` and `more_out` valid for writes.
+ */
+kvtier_status kvtier_manager_take_events(const kvtier_manager *manager,
+                                         kvtier_event *events_out,
+                                         size_t capacity,
+                                         size_t *written_out,
+                                         bool *more_out);
 
 /**
  * Installs `callback` to receive cache events (stored, removed, cleared;
@@ -2233,7 +2087,7 @@ kvtier_status kvtier_manager_metrics_prometheus(const kvtier_manager *manager,
  * `manager` a live handle; `callback` NULL or callable from any thread
  * that calls the manager, with `user_data`.
  */
-kvtier_status kvtier_manager_set_event_callback(kvtier_manager *manager,
+kvtier_status kvtier_manager_set_event_callback(const kvtier_manager *manager,
                                                 kvtier_event_fn callback,
                                                 void *user_data,
                                                 bool also_queue);
@@ -2756,6 +2610,238 @@ kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed_ou
  * `region` must be NULL or valid.
  */
 kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t count);
+
+/**
+ * Starts a request labelled `name` (NUL-terminated, unique among active
+ * requests: a name in use is `KVTIER_STATUS_DUPLICATE_REQUEST`): asks
+ * every tier for its offload policy.  Writes the request's handle to
+ * `*request_out`, and to `*policy_out` (which may be NULL)
+ * `KVTIER_OFFLOAD_REQUEST_LEVEL` if any tier wants every block of the
+ * request, else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
+ *
+ * Every later call of the request takes the handle (never 0, never
+ * reused by this manager); the name is only the request's label, which
+ * tiers see.  Once the request is finished the handle is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST` and the name may be used again.
+ * `params` may be NULL (nothing attached, no filter); its strings and
+ * arrays are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `name` NUL-terminated; `params` NULL or
+ * valid, with its arrays valid for their lengths; `request_out` valid
+ * for writes; `policy_out` NULL or valid for writes.
+ */
+kvtier_status kvtier_manager_request_begin(const kvtier_manager *manager,
+                                           const char *name,
+                                           const kvtier_request_params *params,
+                                           kvtier_request_handle *request_out,
+                                           kvtier_offload_policy *policy_out);
+
+/**
+ * Looks up `len` keys of `request` in order and stops at the first that
+ * is not HIT; writes to `*answer_out` how many leading keys are HIT
+ * (`hits`) and how key `hits` answered (`stop`: `KVTIER_LOOKUP_HIT` when
+ * every key is a hit).  The keys after it are not looked up: one call
+ * does what one lookup per key, stopping at the first key not HIT, did.
+ *
+ * Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
+ * written into it); on a primary miss, the first secondary tier that has
+ * the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
+ * `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
+ * could not answer yet; else MISS, with `reason`
+ * `KVTIER_MISS_NO_ROOM` when a secondary tier has the key but the primary
+ * tier did not take it (no free slot, or its admission threshold did not
+ * admit the key yet; asking a step later may find it) or
+ * `KVTIER_MISS_ABSENT` (no tier has it, or none was asked: promotions
+ * are held after a reset, or the request's filter excludes every tier).
+ * Both reasons are counted (`misses_absent`, `misses_no_room`).
+ *
+ * The leading hits are not pinned: a promotion the stop key started may
+ * evict one of them to make room, so an engine that loads them after a
+ * RETRY or HIT_PENDING stop looks them up again first (or looks up one key
+ * per call and pins each hit with `kvtier_manager_prepare_load` before the
+ * next lookup).  A MISS stop started nothing.
+ *
+ * The keys are read in place during the call.  Errors, nothing looked
+ * up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
+ * key of 0 or more than 64 bytes (its position named);
+ * `KVTIER_STATUS_NULL_ARGUMENT` for `keys` NULL with `len` > 0.  `len` 0
+ * answers 0 hits, stop HIT.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads, each naming
+ * `len` readable bytes; `answer_out` valid for writes.
+ */
+kvtier_status kvtier_manager_lookup(const kvtier_manager *manager,
+                                    kvtier_request_handle request,
+                                    const kvtier_key *keys,
+                                    size_t len,
+                                    kvtier_lookup_answer *answer_out);
+
+/**
+ * Pins `len` ready keys of `request` for a load to the GPU and writes
+ * their slots, in key order, to `slots_out` (room for `len`).  Any key
+ * absent or not ready is an error naming its position; nothing changes
+ * then.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads; `slots_out`
+ * valid for `len` writes.
+ */
+kvtier_status kvtier_manager_prepare_load(const kvtier_manager *manager,
+                                          kvtier_request_handle request,
+                                          const kvtier_key *keys,
+                                          size_t len,
+                                          uint32_t *slots_out);
+
+/**
+ * [0.33] Gives `len` keys of active `request` their token positions in
+ * the primary tier: `positions[i]` is the end-token position of the block
+ * of `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * `16 * (i + 1)`).  A later position replaces an earlier one for the same
+ * key.  Call it before the request's first call or between its calls
+ * (vLLM's scheduler records a position for each key it will present);
+ * positions are read when used and kept until the request finishes (a
+ * reset keeps them).
+ *
+ * What positions change: with `"lru"`, a key with a position that the
+ * request stores, or first presents while resident (a load, or a ready
+ * key offered to prepare_store), ranks within the request's one rank,
+ * the tail evicted before the head, until the request finishes; an access
+ * never lowers a key's rank.  At `kvtier_manager_request_finished`, a
+ * request's keys are committed head to tail by position when all of them
+ * (or, per KV group, all of the group's) have one.  Keys without a
+ * position behave as if this call was never made.
+ *
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (unknown or
+ * finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
+ * than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
+ * its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+ * NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * `len` = 0 does nothing.  The arrays are read during the call only; the
+ * keys are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` and `positions` valid for `len` reads each.
+ */
+kvtier_status kvtier_manager_set_positions(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           const kvtier_key *keys,
+                                           size_t len,
+                                           const uint64_t *positions);
+
+/**
+ * Marks `len` keys of `request` recently used in the primary tier and
+ * every secondary tier.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_touch(const kvtier_manager *manager,
+                                   kvtier_request_handle request,
+                                   const kvtier_key *keys,
+                                   size_t len);
+
+/**
+ * Unpins `len` keys of `request` after their load to the GPU finished.
+ * Unpinning a key that is absent or not pinned is an error; nothing
+ * changes then.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_complete_load(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           const kvtier_key *keys,
+                                           size_t len);
+
+/**
+ * Plans a store of `len` keys of `request` into the primary tier
+ * (collecting finished jobs first) and writes the plan to `*plan_out`:
+ * `refused` (true: no room, no key, slot or event changed; the request
+ * still records its offer for its finish, as in vLLM 0.33); the keys to
+ * write now, as their positions in `keys` (`store_indices`) and their
+ * slots (`slots`), `store_count` of each; and the keys evicted to make
+ * room, `evicted_count` of them (at most `len`), copied to `evicted`
+ * unless it is NULL (evictions are also announced as events).  The
+ * caller provides `store_indices` and `slots` with room for `len`
+ * entries each, and `evicted` with room for `len` or NULL.
+ *
+ * The keys to write are write pending for this request: only its own
+ * `kvtier_manager_complete_store` finishes them.  Keys already resident
+ * are not stored again; for tiers that asked for request-level offload
+ * they are cascaded now (ready) or once ready (write pending).  On an
+ * error nothing is planned and `*plan_out` is left as it was.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads; `plan_out`
+ * valid for reads and writes, its arrays valid for `len` writes each
+ * (`evicted` may be NULL).
+ */
+kvtier_status kvtier_manager_prepare_store(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           const kvtier_key *keys,
+                                           size_t len,
+                                           kvtier_store_plan *plan_out);
+
+/**
+ * Finishes (part of) `request`'s store: of the `len` keys, those this
+ * request's own `kvtier_manager_prepare_store` planned and that are still
+ * being written for it become ready and cascade to every secondary tier
+ * (success), or are dropped (failure).  Every other key is left alone and
+ * counted in the primary tier's stats: a key another request or a
+ * promotion is writing (`foreign_completions`), a ready key
+ * (`already_ready_completions`), an absent key (`late_completions`).  So
+ * passing every key given to prepare_store is safe.  A plan may be
+ * completed in several calls, a part of its keys each time.  The request
+ * may already be finished: it is finalized once every key it planned was
+ * completed.  A completion for a request with no store in flight (after a
+ * reset) is counted (`ignored_store_completions`) and ignored.
+ *
+ * Unless `result_out` is NULL, writes what happened to the keys to it:
+ * `ready`, `dropped`, and the keys left alone (`ignored`, `foreign`,
+ * `already_ready`); all 0 for an ignored completion.  Internally
+ * synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads; `result_out`
+ * NULL or valid for writes.
+ */
+kvtier_status kvtier_manager_complete_store(const kvtier_manager *manager,
+                                            kvtier_request_handle request,
+                                            const kvtier_key *keys,
+                                            size_t len,
+                                            bool success,
+                                            kvtier_store_completion *result_out);
+
+/**
+ * Marks `request` finished: its handle is unknown to every later call
+ * (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
+ * which still completes its stores in flight.  Tiers hear of it (and the
+ * name may be reused) once it has no store in flight, no parked key and
+ * no staged promotion.  The primary tier commits the request's accesses
+ * at once: every key it stored, loaded or offered to store that is still
+ * resident gets one access, its head most recent (head to tail: first
+ * presentation order; with `kv_groups`, group by group, each by token
+ * position when all its keys have one; by position when every key has
+ * one; see `kvtier_manager_set_positions`).  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_request_finished(const kvtier_manager *manager,
+                                              kvtier_request_handle request);
+
+/**
+ * Ends a scheduler step: collects finished jobs (once per step), submits
+ * the promotions gathered in the step (one load job per tier and request),
+ * retries parked cascades, and tells every tier.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_schedule_end(const kvtier_manager *manager);
 
 /**
  * Returns the name of `status` as a static NUL-terminated string, for

@@ -269,25 +269,49 @@ using key_bytes = std::vector<uint8_t>;
 
 inline key_bytes copy_key(const uint8_t *data, std::size_t len) { return key_bytes(data, data + len); }
 
-/// Answers of manager::lookup.
+/// How a key answered manager::lookup (the key that stopped a batch).
 enum class lookup_result : int32_t {
-  miss = KVTIER_MANAGER_LOOKUP_MISS,
-  hit = KVTIER_MANAGER_LOOKUP_HIT,
-  hit_pending = KVTIER_MANAGER_LOOKUP_HIT_PENDING,
-  retry = KVTIER_MANAGER_LOOKUP_RETRY,
+  miss = KVTIER_LOOKUP_MISS,
+  hit = KVTIER_LOOKUP_HIT,
+  hit_pending = KVTIER_LOOKUP_HIT_PENDING,
+  retry = KVTIER_LOOKUP_RETRY,
+};
+
+/// Why manager::lookup answered miss.
+enum class miss_reason : int32_t {
+  none = KVTIER_MISS_NONE,
+  /// No tier has the key.
+  absent = KVTIER_MISS_ABSENT,
+  /// A secondary tier has it, but the primary tier had no room for it now.
+  no_room = KVTIER_MISS_NO_ROOM,
+};
+
+/// What manager::lookup answered for a request's keys: the number of
+/// leading hits, and how the first other key answered (hit when all did).
+struct lookup_answer {
+  std::size_t hits = 0;
+  lookup_result stop = lookup_result::hit;
+  miss_reason reason = miss_reason::none;
 };
 
 /// Answers of tier::lookup.
 enum class tier_lookup : int32_t {
-  miss = KVTIER_TIER_LOOKUP_MISS,
-  hit = KVTIER_TIER_LOOKUP_HIT,
-  retry = KVTIER_TIER_LOOKUP_RETRY,
+  miss = KVTIER_LOOKUP_MISS,
+  hit = KVTIER_LOOKUP_HIT,
+  retry = KVTIER_LOOKUP_RETRY,
 };
 
 /// How blocks of a request are offloaded.
 enum class offload_policy : int32_t {
   block_level = KVTIER_OFFLOAD_BLOCK_LEVEL,
   request_level = KVTIER_OFFLOAD_REQUEST_LEVEL,
+};
+
+/// A request manager::request_begin started: the handle every later call
+/// of the request takes, and the offload policy the tiers asked for.
+struct started_request {
+  kvtier_request_handle handle = 0;
+  offload_policy policy = offload_policy::block_level;
 };
 
 // ---------------------------------------------------------------- region
@@ -481,10 +505,10 @@ class tier {
 
   /// Short name for stats and errors (copied at registration).
   virtual std::string name() const { return "cxx-tier"; }
-  /// KVTIER_MEDIUM_* or KVTIER_TIER_ANY.
-  virtual int32_t medium() const { return KVTIER_TIER_ANY; }
-  /// KVTIER_LOCALITY_* or KVTIER_TIER_ANY.
-  virtual int32_t locality() const { return KVTIER_TIER_ANY; }
+  /// KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE or KVTIER_MEDIUM_ANY (undeclared).
+  virtual kvtier_medium medium() const { return KVTIER_MEDIUM_ANY; }
+  /// KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE or KVTIER_LOCALITY_ANY (undeclared).
+  virtual kvtier_locality locality() const { return KVTIER_LOCALITY_ANY; }
 
   virtual tier_lookup lookup(key_view key, request_view request) = 0;
   /// Starts copying the job's (pinned) slots into the tier; a non-OK
@@ -527,13 +551,13 @@ class tier {
   /// the tier (KVTIER_EVENT_REMOVED), or that the tier forgot everything
   /// (KVTIER_EVENT_CLEARED, key ignored), for KV-aware routers.  Thread-safe;
   /// the manager collects announcements with its events.
-  void announce(int32_t kind, key_view key = key_view()) {
+  void announce(kvtier_event_kind kind, key_view key = key_view()) {
     kvtier_tier_event e;
     std::memset(&e, 0, sizeof e);
     e.kind = kind;
     if (kind != KVTIER_EVENT_CLEARED) {
-      e.key_len = key.size() < sizeof e.key ? key.size() : sizeof e.key;
-      if (e.key_len > 0) std::memcpy(e.key, key.data(), e.key_len);
+      e.key.len = key.size() < sizeof e.key.bytes ? key.size() : sizeof e.key.bytes;
+      if (e.key.len > 0) std::memcpy(e.key.bytes, key.data(), e.key.len);
     }
     std::lock_guard<std::mutex> g(events_mu_);
     events_.push_back(e);
@@ -587,9 +611,10 @@ struct tier_adapter {
 #endif
   }
 
-  static int32_t lookup(void *ud, const kvtier_key *key, const kvtier_request *req, int32_t *answer) noexcept {
+  static int32_t lookup(void *ud, const kvtier_key *key, const kvtier_request *req,
+                        kvtier_lookup_result *answer) noexcept {
     return guard([&] {
-      *answer = static_cast<int32_t>(self(ud).lookup(key_view(*key), request_view(req)));
+      *answer = static_cast<kvtier_lookup_result>(self(ud).lookup(key_view(*key), request_view(req)));
       return KVTIER_STATUS_OK;
     });
   }
@@ -605,9 +630,9 @@ struct tier_adapter {
       return KVTIER_STATUS_OK;
     });
   }
-  static int32_t on_new_request(void *ud, const kvtier_request *req, int32_t *policy) noexcept {
+  static int32_t on_new_request(void *ud, const kvtier_request *req, kvtier_offload_policy *policy) noexcept {
     return guard([&] {
-      *policy = static_cast<int32_t>(self(ud).on_new_request(request_view(req)));
+      *policy = static_cast<kvtier_offload_policy>(self(ud).on_new_request(request_view(req)));
       return KVTIER_STATUS_OK;
     });
   }
@@ -685,20 +710,24 @@ struct store_plan {
   std::vector<key_bytes> evicted;
 };
 
-/// One cache event (drained with manager::take_events).
-struct event {
-  int32_t kind = KVTIER_EVENT_STORED;
+/// Consecutive cache events of one tier and kind, as the event callback
+/// receives them (keys borrowed for the callback: copy what you keep).
+struct event_view {
   uint32_t tier = 0;
-  key_bytes key;
+  kvtier_event_kind kind = KVTIER_EVENT_STORED;
+  kvtier_medium medium = KVTIER_MEDIUM_ANY;
+  kvtier_locality locality = KVTIER_LOCALITY_ANY;
+  key_list keys;
 };
 
-/// Events of one tier and kind, as the event callback receives them.
-struct event_batch {
+/// Consecutive cache events of one tier and kind, copied (drained with
+/// manager::take_events).
+struct event {
   uint32_t tier = 0;
-  int32_t kind = KVTIER_EVENT_STORED;
-  int32_t medium = KVTIER_TIER_ANY;
-  int32_t locality = KVTIER_TIER_ANY;
-  key_list keys;
+  kvtier_event_kind kind = KVTIER_EVENT_STORED;
+  kvtier_medium medium = KVTIER_MEDIUM_ANY;
+  kvtier_locality locality = KVTIER_LOCALITY_ANY;
+  std::vector<key_bytes> keys;
 };
 
 /// Where a manager built from JSON keeps its slots.
@@ -714,7 +743,7 @@ struct slot_memory {
 /// the C handle; complete_job may be called from any thread.
 class manager {
  public:
-  using event_callback = std::function<void(const event_batch &)>;
+  using event_callback = std::function<void(const event_view &)>;
 
   manager() noexcept = default;
   explicit manager(kvtier_manager *adopt) noexcept : h_(adopt) {}
@@ -823,100 +852,137 @@ class manager {
     return detail::check(kvtier_manager_add_redis_tier(h_, &o, &index), std::move(index));
   }
 
-  result<offload_policy> try_on_new_request(const std::string &request,
+  /// Starts request `name` (unique among active requests): its handle,
+  /// which every later call of the request takes, and the offload policy.
+  result<started_request> try_request_begin(const std::string &name,
                                             const kvtier_request_params *params = nullptr) {
-    int32_t p = 0;
-    kvtier_status s = kvtier_manager_on_new_request(h_, request.c_str(), params, &p);
-    return detail::check(s, static_cast<offload_policy>(p));
+    started_request r;
+    kvtier_offload_policy p = KVTIER_OFFLOAD_BLOCK_LEVEL;
+    kvtier_status s = kvtier_manager_request_begin(h_, name.c_str(), params, &r.handle, &p);
+    r.policy = static_cast<offload_policy>(p);
+    return detail::check(s, std::move(r));
   }
-  result<lookup_result> try_lookup(const std::string &request, key_view key) {
-    int32_t r = 0;
-    kvtier_status s = kvtier_manager_lookup(h_, request.c_str(), &key.c(), &r);
-    return detail::check(s, static_cast<lookup_result>(r));
+  /// Looks `keys` up in order until the first that is not a hit (one key
+  /// converts to a key_list).
+  result<lookup_answer> try_lookup(kvtier_request_handle request, const key_list &keys) const {
+    kvtier_lookup_answer a;
+    std::memset(&a, 0, sizeof a);
+    kvtier_status s = kvtier_manager_lookup(h_, request, keys.data(), keys.size(), &a);
+    return detail::check(s, lookup_answer{a.hits, static_cast<lookup_result>(a.stop),
+                                          static_cast<miss_reason>(a.reason)});
   }
   /// Pins ready keys for a load to the GPU; their slots, in key order.
-  result<std::vector<uint32_t>> try_prepare_load(const std::string &request, const key_list &keys) {
+  result<std::vector<uint32_t>> try_prepare_load(kvtier_request_handle request, const key_list &keys) const {
     std::vector<uint32_t> slots(keys.size());
-    kvtier_status s =
-        kvtier_manager_prepare_load(h_, request.c_str(), keys.data(), keys.size(), slots.data(), slots.size());
+    kvtier_status s = kvtier_manager_prepare_load(h_, request, keys.data(), keys.size(), slots.data());
     return detail::check(s, std::move(slots));
   }
-  result<void> try_touch(const std::string &request, const key_list &keys) {
-    return detail::check(kvtier_manager_touch(h_, request.c_str(), keys.data(), keys.size()));
+  /// Gives keys of `request` their token positions (positions[i] for keys[i]).
+  result<void> try_set_positions(kvtier_request_handle request, const key_list &keys,
+                                 const std::vector<uint64_t> &positions) const {
+    if (positions.size() != keys.size())
+      return error_info{KVTIER_STATUS_INVALID_ARGUMENT, "set_positions: one position per key"};
+    return detail::check(kvtier_manager_set_positions(h_, request, keys.data(), keys.size(), positions.data()));
   }
-  result<void> try_complete_load(const std::string &request, const key_list &keys) {
-    return detail::check(kvtier_manager_complete_load(h_, request.c_str(), keys.data(), keys.size()));
+  result<void> try_touch(kvtier_request_handle request, const key_list &keys) const {
+    return detail::check(kvtier_manager_touch(h_, request, keys.data(), keys.size()));
   }
-  result<store_plan> try_prepare_store(const std::string &request, const key_list &keys,
-                                       std::size_t max_evicted = 64) {
+  result<void> try_complete_load(kvtier_request_handle request, const key_list &keys) const {
+    return detail::check(kvtier_manager_complete_load(h_, request, keys.data(), keys.size()));
+  }
+  result<store_plan> try_prepare_store(kvtier_request_handle request, const key_list &keys) const {
     store_plan plan;
     plan.positions.resize(keys.size());
     plan.slots.resize(keys.size());
-    std::vector<kvtier_key_buf> ev(max_evicted);
-    std::size_t n_store = 0, n_evicted = 0;
-    kvtier_status s = kvtier_manager_prepare_store(h_, request.c_str(), keys.data(), keys.size(),
-                                                   plan.positions.data(), plan.slots.data(), keys.size(),
-                                                   &n_store, ev.data(), ev.size(), &n_evicted, &plan.refused);
+    std::vector<kvtier_key_buf> ev(keys.size());
+    kvtier_store_plan c;
+    std::memset(&c, 0, sizeof c);
+    c.store_indices = plan.positions.data();
+    c.slots = plan.slots.data();
+    c.evicted = ev.data();
+    kvtier_status s = kvtier_manager_prepare_store(h_, request, keys.data(), keys.size(), &c);
     if (s != KVTIER_STATUS_OK) return last_error(s);
-    plan.positions.resize(n_store);
-    plan.slots.resize(n_store);
-    for (std::size_t i = 0; i < n_evicted && i < ev.size(); ++i)
+    plan.refused = c.refused;
+    plan.positions.resize(c.store_count);
+    plan.slots.resize(c.store_count);
+    for (std::size_t i = 0; i < c.evicted_count && i < ev.size(); ++i)
       plan.evicted.push_back(copy_key(ev[i].bytes, ev[i].len));
     return plan;
   }
   /// Finishes (part of) `request`'s store: only keys its own prepare_store
   /// planned, still being written for it, are acted on; others are counted.
-  result<void> try_complete_store(const std::string &request, const key_list &keys, bool success) {
-    return detail::check(kvtier_manager_complete_store(h_, request.c_str(), keys.data(), keys.size(), success));
+  result<kvtier_store_completion> try_complete_store(kvtier_request_handle request, const key_list &keys,
+                                                     bool success) const {
+    kvtier_store_completion done;
+    std::memset(&done, 0, sizeof done);
+    return detail::check(kvtier_manager_complete_store(h_, request, keys.data(), keys.size(), success, &done),
+                         std::move(done));
   }
-  result<void> try_on_request_finished(const std::string &request) {
-    return detail::check(kvtier_manager_on_request_finished(h_, request.c_str()));
+  result<void> try_request_finished(kvtier_request_handle request) const {
+    return detail::check(kvtier_manager_request_finished(h_, request));
   }
-  result<void> try_on_schedule_end() { return detail::check(kvtier_manager_on_schedule_end(h_)); }
-  result<bool> try_has_pending_work() {
+  result<void> try_schedule_end() const { return detail::check(kvtier_manager_schedule_end(h_)); }
+  result<bool> try_has_pending_work() const {
     bool p = false;
     return detail::check(kvtier_manager_has_pending_work(h_, &p), std::move(p));
   }
-  /// Drains every queued event.
-  result<std::vector<event>> try_take_events() {
+  /// Drains every queued event (copying the keys).
+  result<std::vector<event>> try_take_events() const {
     std::vector<event> out;
-    kvtier_tier_event buf[64];
+    kvtier_event buf[64];
     for (;;) {
       std::size_t n = 0;
       bool more = false;
       kvtier_status s = kvtier_manager_take_events(h_, buf, 64, &n, &more);
       if (s != KVTIER_STATUS_OK) return last_error(s);
-      for (std::size_t i = 0; i < n; ++i) out.push_back(event{buf[i].kind, buf[i].tier, copy_key(buf[i].key, buf[i].key_len)});
+      for (std::size_t i = 0; i < n; ++i) {
+        event e{buf[i].tier, buf[i].kind, buf[i].medium, buf[i].locality, {}};
+        for (std::size_t k = 0; k < buf[i].len; ++k)
+          e.keys.push_back(copy_key(buf[i].keys[k].data, buf[i].keys[k].len));
+        out.push_back(std::move(e));
+      }
       if (!more) return out;
     }
   }
-  result<std::vector<kvtier_manager_stat>> try_stats() {
-    std::size_t need = 0;
-    std::vector<kvtier_manager_stat> out;
+  /// The manager's own statistics (each tier's: try_tier_stats).
+  result<kvtier_manager_stats> try_stats() const {
+    kvtier_manager_stats st;
+    std::memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    return detail::check(kvtier_manager_read_stats(h_, &st), std::move(st));
+  }
+  /// The statistics of tier `tier` (0 the primary tier, 1.. secondary tiers).
+  result<std::vector<kvtier_tier_stat>> try_tier_stats(std::size_t tier) const {
+    std::vector<kvtier_tier_stat> out;
     for (;;) {
-      kvtier_status s = kvtier_manager_stats(h_, out.data(), out.size(), &need);
+      std::size_t written = 0;
+      kvtier_status s = kvtier_manager_read_tier_stats(h_, tier, out.data(), out.size(), &written);
       if (s == KVTIER_STATUS_OK) {
-        out.resize(need);
+        out.resize(written);
         return out;
       }
       if (s != KVTIER_STATUS_BUFFER_TOO_SMALL) return last_error(s);
-      out.resize(need);
+      out.resize(written);
     }
   }
-  /// The oldest message of the error log, if any (cut at 4095 bytes).
-  result<std::optional<std::string>> try_take_error() {
-    std::string msg(4096, '\0');
-    std::size_t need = 0;
-    bool found = false;
-    kvtier_status s = kvtier_manager_take_error(h_, &msg[0], msg.size(), &need, &found);
-    if (s != KVTIER_STATUS_OK) return last_error(s);
-    if (!found) return std::optional<std::string>();
-    msg.resize(std::strlen(msg.c_str()));
-    return std::optional<std::string>(std::move(msg));
+  /// The oldest message of the error log, if any.
+  result<std::optional<std::string>> try_take_error() const {
+    std::string msg(256, '\0');
+    for (;;) {
+      std::size_t written = 0;
+      kvtier_status s = kvtier_manager_take_error(h_, &msg[0], msg.size(), &written);
+      if (s == KVTIER_STATUS_OK) {
+        if (written == 0) return std::optional<std::string>();
+        msg.resize(written - 1);
+        return std::optional<std::string>(std::move(msg));
+      }
+      if (s != KVTIER_STATUS_BUFFER_TOO_SMALL) return last_error(s);
+      msg.assign(written, '\0');
+    }
   }
-  result<void> try_reset_cache() { return detail::check(kvtier_manager_reset_cache(h_)); }
-  result<void> try_reset_flushed() { return detail::check(kvtier_manager_reset_flushed(h_)); }
-  result<void> try_shutdown() { return detail::check(kvtier_manager_shutdown(h_)); }
+  result<void> try_reset_cache() const { return detail::check(kvtier_manager_reset_cache(h_)); }
+  result<void> try_reset_flushed() const { return detail::check(kvtier_manager_reset_flushed(h_)); }
+  result<void> try_shutdown() const { return detail::check(kvtier_manager_shutdown(h_)); }
   /// Reports a finished job of tier `index` (thread-safe); only a C vtable
   /// tier's index is accepted, a built-in tier's is INVALID_ARGUMENT.
   result<void> try_complete_job(std::size_t index, const kvtier_job_result &r) const {
@@ -926,14 +992,14 @@ class manager {
   result<std::string> try_metrics_prometheus() const {
     std::string text(4096, '\0');
     for (;;) {
-      std::size_t need = 0;
-      kvtier_status s = kvtier_manager_metrics_prometheus(h_, &text[0], text.size(), &need);
+      std::size_t written = 0;
+      kvtier_status s = kvtier_manager_metrics_prometheus(h_, &text[0], text.size(), &written);
       if (s == KVTIER_STATUS_OK) {
-        text.resize(need - 1);
+        text.resize(written - 1);
         return text;
       }
       if (s != KVTIER_STATUS_BUFFER_TOO_SMALL) return last_error(s);
-      text.assign(need + need / 4, '\0');
+      text.assign(written + written / 4, '\0');
     }
   }
   /// The wake-up descriptor: readable when jobs finish; read 8 bytes to reset.
@@ -972,30 +1038,34 @@ class manager {
   }
   std::size_t add_fs_tier(const kvtier_fs_options &o) { return detail::unwrap(try_add_fs_tier(o)); }
   std::size_t add_redis_tier(const kvtier_redis_options &o) { return detail::unwrap(try_add_redis_tier(o)); }
-  offload_policy on_new_request(const std::string &r, const kvtier_request_params *p = nullptr) {
-    return detail::unwrap(try_on_new_request(r, p));
+  started_request request_begin(const std::string &name, const kvtier_request_params *p = nullptr) {
+    return detail::unwrap(try_request_begin(name, p));
   }
-  lookup_result lookup(const std::string &r, key_view k) { return detail::unwrap(try_lookup(r, k)); }
-  std::vector<uint32_t> prepare_load(const std::string &r, const key_list &k) {
+  lookup_answer lookup(kvtier_request_handle r, const key_list &k) const { return detail::unwrap(try_lookup(r, k)); }
+  std::vector<uint32_t> prepare_load(kvtier_request_handle r, const key_list &k) const {
     return detail::unwrap(try_prepare_load(r, k));
   }
-  void touch(const std::string &r, const key_list &k) { detail::unwrap(try_touch(r, k)); }
-  void complete_load(const std::string &r, const key_list &k) { detail::unwrap(try_complete_load(r, k)); }
-  store_plan prepare_store(const std::string &r, const key_list &k, std::size_t max_evicted = 64) {
-    return detail::unwrap(try_prepare_store(r, k, max_evicted));
+  void set_positions(kvtier_request_handle r, const key_list &k, const std::vector<uint64_t> &positions) const {
+    detail::unwrap(try_set_positions(r, k, positions));
   }
-  void complete_store(const std::string &r, const key_list &k, bool success) {
-    detail::unwrap(try_complete_store(r, k, success));
+  void touch(kvtier_request_handle r, const key_list &k) const { detail::unwrap(try_touch(r, k)); }
+  void complete_load(kvtier_request_handle r, const key_list &k) const { detail::unwrap(try_complete_load(r, k)); }
+  store_plan prepare_store(kvtier_request_handle r, const key_list &k) const {
+    return detail::unwrap(try_prepare_store(r, k));
   }
-  void on_request_finished(const std::string &r) { detail::unwrap(try_on_request_finished(r)); }
-  void on_schedule_end() { detail::unwrap(try_on_schedule_end()); }
-  bool has_pending_work() { return detail::unwrap(try_has_pending_work()); }
-  std::vector<event> take_events() { return detail::unwrap(try_take_events()); }
-  std::vector<kvtier_manager_stat> stats() { return detail::unwrap(try_stats()); }
-  std::optional<std::string> take_error() { return detail::unwrap(try_take_error()); }
-  void reset_cache() { detail::unwrap(try_reset_cache()); }
-  void reset_flushed() { detail::unwrap(try_reset_flushed()); }
-  void shutdown() { detail::unwrap(try_shutdown()); }
+  kvtier_store_completion complete_store(kvtier_request_handle r, const key_list &k, bool success) const {
+    return detail::unwrap(try_complete_store(r, k, success));
+  }
+  void request_finished(kvtier_request_handle r) const { detail::unwrap(try_request_finished(r)); }
+  void schedule_end() const { detail::unwrap(try_schedule_end()); }
+  bool has_pending_work() const { return detail::unwrap(try_has_pending_work()); }
+  std::vector<event> take_events() const { return detail::unwrap(try_take_events()); }
+  kvtier_manager_stats stats() const { return detail::unwrap(try_stats()); }
+  std::vector<kvtier_tier_stat> tier_stats(std::size_t tier) const { return detail::unwrap(try_tier_stats(tier)); }
+  std::optional<std::string> take_error() const { return detail::unwrap(try_take_error()); }
+  void reset_cache() const { detail::unwrap(try_reset_cache()); }
+  void reset_flushed() const { detail::unwrap(try_reset_flushed()); }
+  void shutdown() const { detail::unwrap(try_shutdown()); }
   void complete_job(std::size_t index, const kvtier_job_result &r) const {
     detail::unwrap(try_complete_job(index, r));
   }
@@ -1015,17 +1085,17 @@ class manager {
     return manager(h);
   }
 
-  static void deliver_events(void *ud, const kvtier_event_batch *b) noexcept {
+  static void deliver_events(void *ud, const kvtier_event *e) noexcept {
     const event_callback &cb = *static_cast<const event_callback *>(ud);
-    event_batch batch{b->tier, b->kind, b->medium, b->locality, key_list(b->keys, b->len)};
+    event_view view{e->tier, e->kind, e->medium, e->locality, key_list(e->keys, e->len)};
 #if KVTIER_HPP_EXCEPTIONS
     try {
-      cb(batch);
+      cb(view);
     } catch (...) {
       // Never unwind into kvtier.
     }
 #else
-    cb(batch);
+    cb(view);
 #endif
   }
 

@@ -400,17 +400,17 @@ mod tests {
         let c = Config::from_json(r#"{"primary": {"capacity": 4, "kv_groups": true}}"#).unwrap();
         assert!(c.primary.kv_groups);
         let m = c.build().unwrap();
-        m.on_new_request("r", Default::default()).unwrap();
+        let r = m.on_new_request("r", Default::default()).unwrap().id;
         let short = crate::Key::new(b"tiny").unwrap();
         let mut plan = crate::tiering::backend::StorePlan::default();
-        let e = m.prepare_store("r", &[short], &mut plan).unwrap_err();
+        let e = m.prepare_store(r, &[short], &mut plan).unwrap_err();
         assert!(matches!(e, Error::InvalidKey { index: 0, .. }), "{e}");
-        assert!(m.set_positions("r", &[short], &[16]).is_err());
+        assert!(m.set_positions(r, &[short], &[16]).is_err());
         // Off by default: the same key is an ordinary key.
         let m = Config::from_json("{}").unwrap().build().unwrap();
-        m.on_new_request("r", Default::default()).unwrap();
-        m.prepare_store("r", &[short], &mut plan).unwrap();
-        m.set_positions("r", &[short], &[16]).unwrap();
+        let r = m.on_new_request("r", Default::default()).unwrap().id;
+        m.prepare_store(r, &[short], &mut plan).unwrap();
+        m.set_positions(r, &[short], &[16]).unwrap();
     }
 
     #[test]

@@ -2,9 +2,17 @@
 
 use std::sync::Arc;
 
-/// Compact id of one active request, assigned at `on_new_request`.
+/// Compact id of one request, assigned when it starts: the handle every
+/// later call of the request takes.  Ids start at 1 (0 is never an id) and
+/// are never reused by the same registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "request handle {}", self.0)
+    }
+}
 
 /// What the medium of a secondary tier is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,7 +56,8 @@ pub enum TierFilter {
 /// Shared (`Arc`) between the manager and the jobs it hands to tiers.
 #[derive(Debug, Default)]
 pub struct RequestInfo {
-    /// The id string the caller chose at `on_new_request`.
+    /// The name the caller gave at `on_new_request`: the request's label
+    /// (unique among active requests), not its handle.
     pub name: String,
     /// Per-request parameters the caller attached (small key/value list).
     pub params: Vec<(String, String)>,
@@ -62,11 +71,13 @@ pub struct RequestInfo {
 pub type Request = Arc<RequestInfo>;
 
 /// Maps the id strings callers choose to compact [`RequestId`]s, for the
-/// life of each request.  Ids are never reused within one registry.
+/// life of each request, so that names stay unique among active requests.
+/// Ids start at 1 and are never reused within one registry.
 #[derive(Debug, Default)]
 pub struct RequestNames {
     ids: std::collections::HashMap<String, RequestId>,
-    next: u64,
+    /// Ids handed out so far (the next id is one more).
+    issued: u64,
 }
 
 impl RequestNames {
@@ -75,8 +86,8 @@ impl RequestNames {
         if self.ids.contains_key(name) {
             return Err(crate::Error::DuplicateRequest(name.to_string()));
         }
-        let id = RequestId(self.next);
-        self.next += 1;
+        self.issued += 1;
+        let id = RequestId(self.issued);
         self.ids.insert(name.to_string(), id);
         Ok(id)
     }
@@ -117,6 +128,7 @@ mod tests {
         let a = names.insert("a").unwrap();
         let b = names.insert("b").unwrap();
         assert_ne!(a, b);
+        assert_eq!(a, RequestId(1), "ids start at 1: 0 is never a handle");
         assert!(matches!(
             names.insert("a"),
             Err(crate::Error::DuplicateRequest(_))

@@ -10,6 +10,7 @@ mod redis_server;
 
 use kvtier::Key;
 use kvtier::config::Config;
+use kvtier::request::RequestId;
 use kvtier::tiering::backend::StorePlan;
 use kvtier::tiering::{LookupResult, Manager, RequestParams};
 use redis_server::RedisServer;
@@ -41,15 +42,15 @@ fn settle(m: &Manager, fd: i32) {
     panic!("work never finished");
 }
 
-fn store(m: &Manager, keys: &[Key]) {
+fn store(m: &Manager, r: RequestId, keys: &[Key]) {
     let slots = m.slot_memory().unwrap().clone();
     let mut plan = StorePlan::default();
-    m.prepare_store("r", keys, &mut plan).unwrap();
+    m.prepare_store(r, keys, &mut plan).unwrap();
     for (k, &slot) in plan.to_store.iter().zip(&plan.slots) {
         slots.write(slot, 0, &[k.as_bytes()[0]; BLOCK]).unwrap();
     }
     let done = plan.to_store.clone();
-    m.complete_store("r", &done, true).unwrap();
+    m.complete_store(r, &done, true).unwrap();
 }
 
 #[test]
@@ -72,30 +73,30 @@ fn json_redis_tier_round_trips_and_wakes() {
     let m = Config::from_json(&json).unwrap().build().unwrap();
     assert_eq!(&*m.tier_name(1).unwrap(), "redis");
     let fd = m.notifier().fd().unwrap();
-    m.on_new_request("r", RequestParams::default()).unwrap();
+    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     let first: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
-    store(&m, &first);
+    store(&m, r, &first);
     assert!(
         readable(fd, 10_000),
         "the redis worker's report wakes the fd"
     );
     settle(&m, fd);
     let second: Vec<Key> = (5..=8u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
-    store(&m, &second);
+    store(&m, r, &second);
     settle(&m, fd);
     // Key 1 was evicted from the primary tier: it comes back from redis.
-    let mut answer = m.lookup("r", &first[0]).unwrap();
+    let mut answer = m.lookup(r, &first[0]).unwrap();
     for _ in 0..50 {
         if answer == LookupResult::Hit {
             break;
         }
         assert_ne!(answer, LookupResult::Miss, "redis has the block");
         settle(&m, fd);
-        answer = m.lookup("r", &first[0]).unwrap();
+        answer = m.lookup(r, &first[0]).unwrap();
     }
     assert_eq!(answer, LookupResult::Hit);
     let mut slots = Vec::new();
-    m.prepare_load("r", &first[..1], &mut slots).unwrap();
+    m.prepare_load(r, &first[..1], &mut slots).unwrap();
     let mut got = vec![0u8; BLOCK];
     m.slot_memory()
         .unwrap()
@@ -105,13 +106,13 @@ fn json_redis_tier_round_trips_and_wakes() {
         got.iter().all(|&b| b == 1),
         "the promoted block has its bytes"
     );
-    m.complete_load("r", &first[..1]).unwrap();
+    m.complete_load(r, &first[..1]).unwrap();
     let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
     assert!(
         text.contains("kvtier_promotion_jobs_total{tier=\"redis\"} 1"),
         "{text}"
     );
-    m.on_request_finished("r").unwrap();
+    m.on_request_finished(r).unwrap();
     m.shutdown().unwrap();
 }
 
@@ -152,9 +153,9 @@ fn a_refused_password_reaches_the_error_log() {
     );
     let m = Config::from_json(&json).unwrap().build().unwrap();
     let fd = m.notifier().fd().unwrap();
-    m.on_new_request("r", RequestParams::default()).unwrap();
+    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     for i in 0..10u8 {
-        store(&m, &[Key::new(&[i; 8]).unwrap()]);
+        store(&m, r, &[Key::new(&[i; 8]).unwrap()]);
         settle(&m, fd);
     }
     let stats = m.stats().unwrap();

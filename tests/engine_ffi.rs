@@ -12,13 +12,15 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
-use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
+use ffi_calls::{PlanBuf, begin, ck, last_error, lookup, store_with, succeeded};
 use kvtier::ffi::build::*;
 use kvtier::ffi::config::*;
+use kvtier::ffi::dialect::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::observe::*;
+use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
 use prometheus::parse_with_prometheus_client;
 
@@ -57,7 +59,7 @@ fn reset(fd: c_int) {
 /// Events the callback saw: (tier, kind, medium, locality, keys).
 type Seen = Mutex<Vec<(u32, i32, i32, i32, Vec<Vec<u8>>)>>;
 
-unsafe extern "C" fn on_events(ud: *mut c_void, b: *const kvtier_event_batch) {
+unsafe extern "C" fn on_events(ud: *mut c_void, b: *const kvtier_event) {
     let seen = unsafe { &*(ud as *const Seen) };
     let b = unsafe { &*b };
     let keys = (0..b.len)
@@ -76,7 +78,13 @@ fn has_line(samples: &[String], line: &str) -> bool {
 }
 
 /// Stores `ks` for `req`, filling each new slot with its key's pattern.
-fn store(m: *mut kvtier_manager, base: *mut u8, stride: usize, req: &CStr, ks: &[[u8; 8]]) {
+fn store(
+    m: *mut kvtier_manager,
+    base: *mut u8,
+    stride: usize,
+    req: kvtier_request_handle,
+    ks: &[[u8; 8]],
+) {
     store_with(m, req, ks, |i, slot| {
         let dst = unsafe { base.add(slot as usize * stride) };
         unsafe { std::ptr::write_bytes(dst, ks[i][7], BLOCK) };
@@ -88,10 +96,10 @@ fn store(m: *mut kvtier_manager, base: *mut u8, stride: usize, req: &CStr, ks: &
 /// collects what finished.
 fn settle(m: *mut kvtier_manager, fd: c_int) {
     // End the step in progress (its one collection may be spent).
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     for _ in 0..200 {
         // An empty step: collects finished jobs, then ends.
-        assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+        assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
         let mut pending = true;
         assert_eq!(
             unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
@@ -178,12 +186,7 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
     assert!(fd >= 0 && fd == fd2);
     assert!(!readable(fd, 0), "nothing finished yet");
 
-    let req = c"r1";
-    let mut policy = -1;
-    assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, req.as_ptr(), null(), &mut policy) },
-        S::Ok
-    );
+    let req = begin(m, c"r1");
     let first: Vec<[u8; 8]> = (0..4).map(key).collect();
     store(m, base, stride, req, &first);
     // The cascade to the fs tier runs on its worker: its finish wakes poll().
@@ -195,15 +198,15 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
     let second: Vec<[u8; 8]> = (4..8).map(key).collect();
     store(m, base, stride, req, &second);
     settle(m, fd);
-    assert_eq!(lookup(m, req, &key(0)), KVTIER_MANAGER_LOOKUP_RETRY);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(lookup(m, req, &key(0)), KVTIER_LOOKUP_RETRY);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     assert!(readable(fd, 10_000), "the promotion's finish wakes the fd");
     settle(m, fd);
-    assert_eq!(lookup(m, req, &key(0)), KVTIER_MANAGER_LOOKUP_HIT);
+    assert_eq!(lookup(m, req, &key(0)), KVTIER_LOOKUP_HIT);
     let mut slot = u32::MAX;
     let k0 = key(0);
     assert_eq!(
-        unsafe { kvtier_manager_prepare_load(m, req.as_ptr(), &ck(&k0), 1, &mut slot, 1) },
+        unsafe { kvtier_manager_prepare_load(m, req, &ck(&k0), 1, &mut slot) },
         S::Ok
     );
     let got = unsafe { std::slice::from_raw_parts(base.add(slot as usize * stride), BLOCK) };
@@ -212,7 +215,7 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
         "promoted bytes are the stored bytes"
     );
     assert_eq!(
-        unsafe { kvtier_manager_complete_load(m, req.as_ptr(), &ck(&k0), 1) },
+        unsafe { kvtier_manager_complete_load(m, req, &ck(&k0), 1) },
         S::Ok
     );
 
@@ -245,12 +248,7 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
         assert_eq!(fs_stored, 8, "{seen:?}");
     }
     // Delivered only: nothing is left to drain.
-    let mut ev = [kvtier_tier_event {
-        kind: 0,
-        tier: 0,
-        key_len: 0,
-        key: [0; 64],
-    }; 4];
+    let mut ev = [unsafe { std::mem::zeroed::<kvtier_event>() }; 4];
     let (mut written, mut more) = (9usize, true);
     assert_eq!(
         unsafe { kvtier_manager_take_events(m, ev.as_mut_ptr(), 4, &mut written, &mut more) },
@@ -299,10 +297,7 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
         unsafe { kvtier_manager_set_event_callback(m, None, null_mut(), false) },
         S::Ok
     );
-    assert_eq!(
-        unsafe { kvtier_manager_on_request_finished(m, req.as_ptr()) },
-        S::Ok
-    );
+    assert_eq!(unsafe { kvtier_manager_request_finished(m, req) }, S::Ok);
     unsafe { kvtier_manager_free(m) };
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -372,9 +367,9 @@ unsafe extern "C" fn d_lookup(
     _: *mut c_void,
     _: *const kvtier_key,
     _: *const kvtier_request,
-    answer: *mut i32,
+    answer: *mut kvtier_lookup_result,
 ) -> i32 {
-    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    unsafe { *answer = KVTIER_LOOKUP_MISS };
     0
 }
 
@@ -408,8 +403,8 @@ fn poll_wakes_when_a_worker_thread_completes_a_job() {
         struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: ud.cast(),
         name: c"delayed".as_ptr(),
-        medium: KVTIER_TIER_ANY,
-        locality: KVTIER_TIER_ANY,
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
         lookup: Some(d_lookup),
         submit_store: Some(d_submit),
         submit_load: Some(d_submit),
@@ -432,39 +427,21 @@ fn poll_wakes_when_a_worker_thread_completes_a_job() {
     );
     let mut fd: c_int = -1;
     assert_eq!(unsafe { kvtier_manager_wake_fd(m, &mut fd) }, S::Ok);
-    let req = c"r";
-    let mut policy = 0;
-    assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, req.as_ptr(), null(), &mut policy) },
-        S::Ok
-    );
+    let req = begin(m, c"r");
     // No slot memory needed: the C tier only reports.
     let k = key(1);
     let keys = [ck(&k)];
-    let (mut idx, mut slot) = (0usize, 0u32);
-    let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
+    let mut plan = PlanBuf::new(1);
     assert_eq!(
-        unsafe {
-            kvtier_manager_prepare_store(
-                m,
-                req.as_ptr(),
-                keys.as_ptr(),
-                1,
-                &mut idx,
-                &mut slot,
-                1,
-                &mut ns,
-                null_mut(),
-                0,
-                &mut ne,
-                &mut refused,
-            )
-        },
+        unsafe { kvtier_manager_prepare_store(m, req, keys.as_ptr(), 1, &mut plan.plan) },
         S::Ok
     );
+    assert_eq!(plan.plan.store_count, 1);
     let started = std::time::Instant::now();
     assert_eq!(
-        unsafe { kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), 1, true) },
+        unsafe {
+            kvtier_manager_complete_store(m, req, keys.as_ptr(), 1, true, std::ptr::null_mut())
+        },
         S::Ok
     );
     let mut pending = false;
@@ -484,8 +461,8 @@ fn poll_wakes_when_a_worker_thread_completes_a_job() {
     reset(fd);
     assert!(!readable(fd, 0), "reading resets it");
     // The next step collects the job; nothing is pending any more.
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     assert_eq!(
         unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
         S::Ok
@@ -509,12 +486,7 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
         },
         S::Ok
     );
-    let req = c"q";
-    let mut policy = 0;
-    assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, req.as_ptr(), null(), &mut policy) },
-        S::Ok
-    );
+    let req = begin(m, c"q");
     // Three keys through two slots: three stored, one removed.
     let ks: Vec<[u8; 8]> = (0..3).map(key).collect();
     for k in &ks {
@@ -526,20 +498,25 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
         .iter()
         .flat_map(|e| e.4.iter().map(move |k| (e.1, k.clone())))
         .collect();
-    let mut ev = [kvtier_tier_event {
-        kind: 0,
-        tier: 0,
-        key_len: 0,
-        key: [0; 64],
-    }; 16];
+    let mut ev = [unsafe { std::mem::zeroed::<kvtier_event>() }; 16];
     let (mut written, mut more) = (0usize, true);
     assert_eq!(
         unsafe { kvtier_manager_take_events(m, ev.as_mut_ptr(), 16, &mut written, &mut more) },
         S::Ok
     );
+    // One event per batch: (stored 0 1), (removed 0), (stored 2).
+    assert_eq!((written, more), (3, false));
     let drained: Vec<(i32, Vec<u8>)> = ev[..written]
         .iter()
-        .map(|e| (e.kind, e.key[..e.key_len].to_vec()))
+        .flat_map(|e| {
+            (0..e.len).map(move |i| {
+                let k = unsafe { &*e.keys.add(i) };
+                (
+                    e.kind,
+                    unsafe { std::slice::from_raw_parts(k.data, k.len) }.to_vec(),
+                )
+            })
+        })
         .collect();
     assert_eq!(drained, by_callback, "the same events, in the same order");
     assert_eq!(

@@ -16,9 +16,7 @@ use kvtier::Key;
 use kvtier::events::Event;
 use kvtier::ffi::build::*;
 use kvtier::ffi::config::*;
-use kvtier::ffi::dialect::{
-    kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
-};
+use kvtier::ffi::dialect::*;
 use kvtier::ffi::fs::*;
 use kvtier::ffi::key::kvtier_key;
 use kvtier::ffi::log::*;
@@ -27,6 +25,7 @@ use kvtier::ffi::observe::*;
 use kvtier::ffi::primary::*;
 use kvtier::ffi::redis::*;
 use kvtier::ffi::region::*;
+use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
 use kvtier::ffi::{kvtier_last_error_message, kvtier_status, kvtier_status_str, kvtier_version};
 use kvtier::request::Request;
@@ -150,14 +149,16 @@ impl Fx {
         }
     }
 
-    /// Starts request `name` on the manager and the primary tier.
-    fn start(&self, name: &CStr) {
-        let mut policy = -1;
+    /// Starts request `name` on the manager and the primary tier; the
+    /// manager's handle of it.
+    fn start(&self, name: &CStr) -> kvtier_request_handle {
+        let mut h = 0;
         let st = unsafe {
-            kvtier_manager_on_new_request(self.manager, name.as_ptr(), null(), &mut policy)
+            kvtier_manager_request_begin(self.manager, name.as_ptr(), null(), &mut h, null_mut())
         };
         assert_eq!(st, S::Ok, "{}", last_error());
         self.primary_request(name);
+        h
     }
 
     /// Starts request `name` on the primary tier; its handle.
@@ -184,9 +185,9 @@ unsafe extern "C" fn c_lookup(
     _: *mut c_void,
     _: *const kvtier_key,
     _: *const kvtier_request,
-    answer: *mut i32,
+    answer: *mut kvtier_lookup_result,
 ) -> i32 {
-    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    unsafe { *answer = KVTIER_LOOKUP_MISS };
     0
 }
 
@@ -194,15 +195,15 @@ unsafe extern "C" fn c_submit(_: *mut c_void, _: *const kvtier_job) -> i32 {
     0
 }
 
-unsafe extern "C" fn on_events(_: *mut c_void, _: *const kvtier_event_batch) {}
+unsafe extern "C" fn on_events(_: *mut c_void, _: *const kvtier_event) {}
 
 fn vtable() -> kvtier_tier_vtable {
     kvtier_tier_vtable {
         struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: null_mut(),
         name: null(),
-        medium: KVTIER_TIER_ANY,
-        locality: KVTIER_TIER_ANY,
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
         lookup: Some(c_lookup),
         submit_store: Some(c_submit),
         submit_load: Some(c_submit),
@@ -247,12 +248,14 @@ fn shared_event() -> kvtier::ffi::dialect::kvtier_event {
     }
 }
 
-fn manager_event() -> kvtier_tier_event {
-    kvtier_tier_event {
-        kind: 0,
+fn manager_event() -> kvtier_event {
+    kvtier_event {
         tier: 0,
-        key_len: 0,
-        key: [0; 64],
+        kind: KVTIER_EVENT_CLEARED,
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
+        keys: null(),
+        len: 0,
     }
 }
 
@@ -358,7 +361,7 @@ fn table() -> Vec<Export> {
         }),
         // --- _free(NULL) is a no-op ---------------------------------------
         export!(kvtier_manager_free, f, {
-            is_null_arg("setup", "manager", kvtier_manager_on_schedule_end(null_mut()));
+            is_null_arg("setup", "manager", kvtier_manager_schedule_end(null()));
             let before = last_error();
             kvtier_manager_free(null_mut());
             assert_eq!(last_error(), before, "{f}(NULL) changed the last error");
@@ -478,197 +481,211 @@ fn table() -> Vec<Export> {
             }
         }),
         // --- manager: requests --------------------------------------------
-        export!(kvtier_manager_on_new_request, f, {
+        export!(kvtier_manager_request_begin, f, {
             let fx = Fx::new();
-            let mut policy = -1;
+            let (mut h, mut policy) = (0, -1);
             let value = c"v";
-            is_null_arg(f, "manager", kvtier_manager_on_new_request(null_mut(), c"r".as_ptr(), null(), &mut policy));
-            is_null_arg(f, "request", kvtier_manager_on_new_request(fx.manager, null(), null(), &mut policy));
-            is_null_arg(f, "policy_out", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), null(), null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_on_new_request(null_mut(), null(), null(), null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_request_begin(null(), c"r".as_ptr(), null(), &mut h, &mut policy));
+            is_null_arg(f, "name", kvtier_manager_request_begin(fx.manager, null(), null(), &mut h, &mut policy));
+            is_null_arg(f, "request_out", kvtier_manager_request_begin(fx.manager, c"r".as_ptr(), null(), null_mut(), &mut policy));
+            is_null_arg(f, "manager", kvtier_manager_request_begin(null(), null(), null(), null_mut(), null_mut()));
             let base = kvtier_request_params_default();
             let p = kvtier_request_params { params: null(), params_len: 1, ..base };
-            is_null_arg(f, "params->params", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            is_null_arg(f, "params->params", kvtier_manager_request_begin(fx.manager, c"r".as_ptr(), &p, &mut h, &mut policy));
             let kv = [kvtier_param { key: null(), value: value.as_ptr() }];
             let p = kvtier_request_params { params: kv.as_ptr(), params_len: 1, ..base };
-            is_null_arg(f, "params->params[].key", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            is_null_arg(f, "params->params[].key", kvtier_manager_request_begin(fx.manager, c"r".as_ptr(), &p, &mut h, &mut policy));
             let kv = [kvtier_param { key: value.as_ptr(), value: null() }];
             let p = kvtier_request_params { params: kv.as_ptr(), params_len: 1, ..base };
-            is_null_arg(f, "params->params[].value", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            is_null_arg(f, "params->params[].value", kvtier_manager_request_begin(fx.manager, c"r".as_ptr(), &p, &mut h, &mut policy));
             let p = kvtier_request_params { filter_set: true, filter: null(), filter_len: 1, ..base };
-            is_null_arg(f, "params->filter", kvtier_manager_on_new_request(fx.manager, c"r".as_ptr(), &p, &mut policy));
+            is_null_arg(f, "params->filter", kvtier_manager_request_begin(fx.manager, c"r".as_ptr(), &p, &mut h, &mut policy));
+            assert_eq!(h, 0, "{f} wrote a handle on failure");
             // Allowed: NULL params; the defaults (NULL arrays of length 0, NULL
-            // user data); an empty set filter at NULL.
-            expect(f, "params NULL", kvtier_manager_on_new_request(fx.manager, c"a".as_ptr(), null(), &mut policy), S::Ok);
-            assert_eq!(policy, KVTIER_OFFLOAD_BLOCK_LEVEL, "{f}");
-            expect(f, "default params", kvtier_manager_on_new_request(fx.manager, c"b".as_ptr(), &base, &mut policy), S::Ok);
+            // user data); an empty set filter at NULL; a NULL policy_out.
+            expect(f, "params NULL", kvtier_manager_request_begin(fx.manager, c"a".as_ptr(), null(), &mut h, &mut policy), S::Ok);
+            assert_eq!((h, policy), (1, KVTIER_OFFLOAD_BLOCK_LEVEL), "{f}");
+            expect(f, "default params", kvtier_manager_request_begin(fx.manager, c"b".as_ptr(), &base, &mut h, &mut policy), S::Ok);
             let p = kvtier_request_params { filter_set: true, ..base };
-            expect(f, "empty filter at NULL", kvtier_manager_on_new_request(fx.manager, c"c".as_ptr(), &p, &mut policy), S::Ok);
+            expect(f, "empty filter at NULL", kvtier_manager_request_begin(fx.manager, c"c".as_ptr(), &p, &mut h, &mut policy), S::Ok);
+            expect(f, "policy_out NULL", kvtier_manager_request_begin(fx.manager, c"d".as_ptr(), null(), &mut h, null_mut()), S::Ok);
+            assert_eq!(h, 4, "{f}");
         }),
-        export!(kvtier_manager_on_request_finished, f, {
+        export!(kvtier_manager_request_finished, f, {
             let fx = Fx::new();
-            fx.start(c"r");
-            is_null_arg(f, "manager", kvtier_manager_on_request_finished(null_mut(), c"r".as_ptr()));
-            is_null_arg(f, "request", kvtier_manager_on_request_finished(fx.manager, null()));
-            is_null_arg(f, "manager", kvtier_manager_on_request_finished(null_mut(), null()));
-            expect(f, "all valid", kvtier_manager_on_request_finished(fx.manager, c"r".as_ptr()), S::Ok);
+            let r = fx.start(c"r");
+            is_null_arg(f, "manager", kvtier_manager_request_finished(null(), r));
+            expect(f, "all valid", kvtier_manager_request_finished(fx.manager, r), S::Ok);
+            expect(f, "finished", kvtier_manager_request_finished(fx.manager, r), S::UnknownRequest);
         }),
         export!(kvtier_manager_lookup, f, {
             let fx = Fx::new();
-            fx.start(c"r");
-            let (k, bad) = (key(), null_data_key());
-            let mut result = -1;
-            is_null_arg(f, "manager", kvtier_manager_lookup(null_mut(), c"r".as_ptr(), &k, &mut result));
-            is_null_arg(f, "request", kvtier_manager_lookup(fx.manager, null(), &k, &mut result));
-            is_null_arg(f, "key", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), null(), &mut result));
-            is_null_arg(f, "key->data", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), &bad, &mut result));
-            is_null_arg(f, "result_out", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), &k, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_lookup(null_mut(), null(), null(), null_mut()));
-            expect(f, "all valid", kvtier_manager_lookup(fx.manager, c"r".as_ptr(), &k, &mut result), S::Ok);
-            assert_eq!(result, KVTIER_MANAGER_LOOKUP_MISS, "{f}");
+            let r = fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9 };
+            is_null_arg(f, "manager", kvtier_manager_lookup(null(), r, k.as_ptr(), 1, &mut a));
+            is_null_arg(f, "keys", kvtier_manager_lookup(fx.manager, r, null(), 1, &mut a));
+            is_null_arg(f, "keys[].data", kvtier_manager_lookup(fx.manager, r, bad.as_ptr(), 1, &mut a));
+            is_null_arg(f, "answer_out", kvtier_manager_lookup(fx.manager, r, k.as_ptr(), 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_lookup(null(), r, null(), 1, null_mut()));
+            assert_eq!((a.hits, a.stop, a.reason), (9, 9, 9), "{f} wrote on failure");
+            expect(f, "no keys at NULL", kvtier_manager_lookup(fx.manager, r, null(), 0, &mut a), S::Ok);
+            assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE), "{f}");
+            expect(f, "all valid", kvtier_manager_lookup(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
+            assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT), "{f}");
         }),
         export!(kvtier_manager_prepare_load, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
             let mut slots = [0u32; 1];
-            let r = c"r".as_ptr();
-            is_null_arg(f, "manager", kvtier_manager_prepare_load(null_mut(), r, k.as_ptr(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "request", kvtier_manager_prepare_load(fx.manager, null(), k.as_ptr(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "keys", kvtier_manager_prepare_load(fx.manager, r, null(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "keys[].data", kvtier_manager_prepare_load(fx.manager, r, bad.as_ptr(), 1, slots.as_mut_ptr(), 1));
-            is_null_arg(f, "slots_out", kvtier_manager_prepare_load(fx.manager, r, k.as_ptr(), 1, null_mut(), 1));
-            is_null_arg(f, "manager", kvtier_manager_prepare_load(null_mut(), null(), null(), 1, null_mut(), 1));
-            expect(f, "empty arrays at NULL", kvtier_manager_prepare_load(fx.manager, r, null(), 0, null_mut(), 0), S::Ok);
+            is_null_arg(f, "manager", kvtier_manager_prepare_load(null(), r, k.as_ptr(), 1, slots.as_mut_ptr()));
+            is_null_arg(f, "keys", kvtier_manager_prepare_load(fx.manager, r, null(), 1, slots.as_mut_ptr()));
+            is_null_arg(f, "keys[].data", kvtier_manager_prepare_load(fx.manager, r, bad.as_ptr(), 1, slots.as_mut_ptr()));
+            is_null_arg(f, "slots_out", kvtier_manager_prepare_load(fx.manager, r, k.as_ptr(), 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_prepare_load(null(), r, null(), 1, null_mut()));
+            expect(f, "empty arrays at NULL", kvtier_manager_prepare_load(fx.manager, r, null(), 0, null_mut()), S::Ok);
         }),
         export!(kvtier_manager_set_positions, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
             let pos = [16u64];
-            let r = c"r".as_ptr();
-            is_null_arg(f, "manager", kvtier_manager_set_positions(null_mut(), r, k.as_ptr(), pos.as_ptr(), 1));
-            is_null_arg(f, "request", kvtier_manager_set_positions(fx.manager, null(), k.as_ptr(), pos.as_ptr(), 1));
-            is_null_arg(f, "keys", kvtier_manager_set_positions(fx.manager, r, null(), pos.as_ptr(), 1));
-            is_null_arg(f, "keys[].data", kvtier_manager_set_positions(fx.manager, r, bad.as_ptr(), pos.as_ptr(), 1));
-            is_null_arg(f, "positions", kvtier_manager_set_positions(fx.manager, r, k.as_ptr(), null(), 1));
-            is_null_arg(f, "manager", kvtier_manager_set_positions(null_mut(), null(), null(), null(), 1));
-            expect(f, "empty arrays at NULL", kvtier_manager_set_positions(fx.manager, r, null(), null(), 0), S::Ok);
-            expect(f, "all valid", kvtier_manager_set_positions(fx.manager, r, k.as_ptr(), pos.as_ptr(), 1), S::Ok);
+            is_null_arg(f, "manager", kvtier_manager_set_positions(null(), r, k.as_ptr(), 1, pos.as_ptr()));
+            is_null_arg(f, "keys", kvtier_manager_set_positions(fx.manager, r, null(), 1, pos.as_ptr()));
+            is_null_arg(f, "keys[].data", kvtier_manager_set_positions(fx.manager, r, bad.as_ptr(), 1, pos.as_ptr()));
+            is_null_arg(f, "positions", kvtier_manager_set_positions(fx.manager, r, k.as_ptr(), 1, null()));
+            is_null_arg(f, "manager", kvtier_manager_set_positions(null(), r, null(), 1, null()));
+            expect(f, "empty arrays at NULL", kvtier_manager_set_positions(fx.manager, r, null(), 0, null()), S::Ok);
+            expect(f, "all valid", kvtier_manager_set_positions(fx.manager, r, k.as_ptr(), 1, pos.as_ptr()), S::Ok);
         }),
         export!(kvtier_manager_touch, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
-            is_null_arg(f, "manager", kvtier_manager_touch(null_mut(), r, k.as_ptr(), 1));
-            is_null_arg(f, "request", kvtier_manager_touch(fx.manager, null(), k.as_ptr(), 1));
+            is_null_arg(f, "manager", kvtier_manager_touch(null(), r, k.as_ptr(), 1));
             is_null_arg(f, "keys", kvtier_manager_touch(fx.manager, r, null(), 1));
             is_null_arg(f, "keys[].data", kvtier_manager_touch(fx.manager, r, bad.as_ptr(), 1));
-            is_null_arg(f, "manager", kvtier_manager_touch(null_mut(), null(), null(), 1));
+            is_null_arg(f, "manager", kvtier_manager_touch(null(), r, null(), 1));
             expect(f, "no keys at NULL", kvtier_manager_touch(fx.manager, r, null(), 0), S::Ok);
         }),
         export!(kvtier_manager_complete_load, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
-            is_null_arg(f, "manager", kvtier_manager_complete_load(null_mut(), r, k.as_ptr(), 1));
-            is_null_arg(f, "request", kvtier_manager_complete_load(fx.manager, null(), k.as_ptr(), 1));
+            is_null_arg(f, "manager", kvtier_manager_complete_load(null(), r, k.as_ptr(), 1));
             is_null_arg(f, "keys", kvtier_manager_complete_load(fx.manager, r, null(), 1));
             is_null_arg(f, "keys[].data", kvtier_manager_complete_load(fx.manager, r, bad.as_ptr(), 1));
-            is_null_arg(f, "manager", kvtier_manager_complete_load(null_mut(), null(), null(), 1));
+            is_null_arg(f, "manager", kvtier_manager_complete_load(null(), r, null(), 1));
             expect(f, "no keys at NULL", kvtier_manager_complete_load(fx.manager, r, null(), 0), S::Ok);
         }),
         export!(kvtier_manager_prepare_store, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
             let (mut idx, mut slots, mut ev) = ([0usize; 1], [0u32; 1], [key_buf()]);
-            let (mut n_store, mut n_ev, mut refused) = (0usize, 0usize, false);
-            let (i, s, e) = (idx.as_mut_ptr(), slots.as_mut_ptr(), ev.as_mut_ptr());
-            is_null_arg(f, "manager", kvtier_manager_prepare_store(null_mut(), r, k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "request", kvtier_manager_prepare_store(fx.manager, null(), k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "keys", kvtier_manager_prepare_store(fx.manager, r, null(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "keys[].data", kvtier_manager_prepare_store(fx.manager, r, bad.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "store_index_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, null_mut(), s, 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "slots_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, null_mut(), 1, &mut n_store, e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "n_store_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, null_mut(), e, 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "evicted_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, null_mut(), 1, &mut n_ev, &mut refused));
-            is_null_arg(f, "n_evicted_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, null_mut(), &mut refused));
-            is_null_arg(f, "refused_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, e, 1, &mut n_ev, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_prepare_store(null_mut(), null(), null(), 1, null_mut(), null_mut(), 1, null_mut(), null_mut(), 1, null_mut(), null_mut()));
-            // `evicted_out` may be NULL when `evicted_len` is 0.
-            expect(f, "evicted_out NULL, evicted_len 0", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, i, s, 1, &mut n_store, null_mut(), 0, &mut n_ev, &mut refused), S::Ok);
-            assert!(n_store == 1 && !refused, "{f}");
+            let plan = kvtier_store_plan {
+                store_indices: idx.as_mut_ptr(),
+                slots: slots.as_mut_ptr(),
+                evicted: ev.as_mut_ptr(),
+                store_count: 9,
+                evicted_count: 9,
+                refused: true,
+            };
+            let mut p = plan;
+            is_null_arg(f, "manager", kvtier_manager_prepare_store(null(), r, k.as_ptr(), 1, &mut p));
+            is_null_arg(f, "keys", kvtier_manager_prepare_store(fx.manager, r, null(), 1, &mut p));
+            is_null_arg(f, "keys[].data", kvtier_manager_prepare_store(fx.manager, r, bad.as_ptr(), 1, &mut p));
+            is_null_arg(f, "plan_out", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, null_mut()));
+            let mut p = kvtier_store_plan { store_indices: null_mut(), ..plan };
+            is_null_arg(f, "plan_out->store_indices", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, &mut p));
+            let mut p = kvtier_store_plan { slots: null_mut(), ..plan };
+            is_null_arg(f, "plan_out->slots", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, &mut p));
+            is_null_arg(f, "manager", kvtier_manager_prepare_store(null(), r, null(), 1, null_mut()));
+            assert_eq!((p.store_count, p.evicted_count, p.refused), (9, 9, true), "{f} wrote on failure");
+            // `evicted` may be NULL: only the count is written.
+            let mut p = kvtier_store_plan { evicted: null_mut(), ..plan };
+            expect(f, "evicted NULL", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, &mut p), S::Ok);
+            assert!(p.store_count == 1 && p.evicted_count == 0 && !p.refused, "{f}");
+            // No keys: the arrays may all be NULL.
+            let mut p = kvtier_store_plan { store_indices: null_mut(), slots: null_mut(), evicted: null_mut(), ..plan };
+            expect(f, "no keys, arrays NULL", kvtier_manager_prepare_store(fx.manager, r, null(), 0, &mut p), S::Ok);
+            assert!(p.store_count == 0 && !p.refused, "{f}");
         }),
         export!(kvtier_manager_complete_store, f, {
             let fx = Fx::new();
-            fx.start(c"r");
+            let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let r = c"r".as_ptr();
-            is_null_arg(f, "manager", kvtier_manager_complete_store(null_mut(), r, k.as_ptr(), 1, true));
-            is_null_arg(f, "request", kvtier_manager_complete_store(fx.manager, null(), k.as_ptr(), 1, true));
-            is_null_arg(f, "keys", kvtier_manager_complete_store(fx.manager, r, null(), 1, true));
-            is_null_arg(f, "keys[].data", kvtier_manager_complete_store(fx.manager, r, bad.as_ptr(), 1, true));
-            is_null_arg(f, "manager", kvtier_manager_complete_store(null_mut(), null(), null(), 1, true));
+            let mut done = kvtier_store_completion::default();
+            is_null_arg(f, "manager", kvtier_manager_complete_store(null(), r, k.as_ptr(), 1, true, &mut done));
+            is_null_arg(f, "keys", kvtier_manager_complete_store(fx.manager, r, null(), 1, true, &mut done));
+            is_null_arg(f, "keys[].data", kvtier_manager_complete_store(fx.manager, r, bad.as_ptr(), 1, true, &mut done));
+            is_null_arg(f, "manager", kvtier_manager_complete_store(null(), r, null(), 1, true, null_mut()));
+            // `result_out` may be NULL.
+            expect(f, "result_out NULL", kvtier_manager_complete_store(fx.manager, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
-        export!(kvtier_manager_on_schedule_end, f, {
-            is_null_arg(f, "manager", kvtier_manager_on_schedule_end(null_mut()));
+        export!(kvtier_manager_schedule_end, f, {
+            is_null_arg(f, "manager", kvtier_manager_schedule_end(null()));
         }),
         export!(kvtier_manager_has_pending_work, f, {
             let fx = Fx::new();
             let mut pending = true;
-            is_null_arg(f, "manager", kvtier_manager_has_pending_work(null_mut(), &mut pending));
+            is_null_arg(f, "manager", kvtier_manager_has_pending_work(null(), &mut pending));
             is_null_arg(f, "pending_out", kvtier_manager_has_pending_work(fx.manager, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_has_pending_work(null_mut(), null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_has_pending_work(null(), null_mut()));
         }),
         export!(kvtier_manager_take_events, f, {
             let fx = Fx::new();
             let mut ev = [manager_event()];
             let (mut written, mut more) = (9usize, true);
-            is_null_arg(f, "manager", kvtier_manager_take_events(null_mut(), ev.as_mut_ptr(), 1, &mut written, &mut more));
-            is_null_arg(f, "out", kvtier_manager_take_events(fx.manager, null_mut(), 1, &mut written, &mut more));
+            is_null_arg(f, "manager", kvtier_manager_take_events(null(), ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "events_out", kvtier_manager_take_events(fx.manager, null_mut(), 1, &mut written, &mut more));
             is_null_arg(f, "written_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, null_mut(), &mut more));
             is_null_arg(f, "more_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, &mut written, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_take_events(null_mut(), null_mut(), 1, null_mut(), null_mut()));
-            expect(f, "out NULL, len 0", kvtier_manager_take_events(fx.manager, null_mut(), 0, &mut written, &mut more), S::Ok);
+            is_null_arg(f, "manager", kvtier_manager_take_events(null(), null_mut(), 1, null_mut(), null_mut()));
+            expect(f, "events_out NULL, capacity 0", kvtier_manager_take_events(fx.manager, null_mut(), 0, &mut written, &mut more), S::Ok);
             assert_eq!(written, 0, "{f}");
         }),
         export!(kvtier_manager_reset_cache, f, {
-            is_null_arg(f, "manager", kvtier_manager_reset_cache(null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_reset_cache(null()));
         }),
         export!(kvtier_manager_reset_flushed, f, {
-            is_null_arg(f, "manager", kvtier_manager_reset_flushed(null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_reset_flushed(null()));
         }),
         export!(kvtier_manager_shutdown, f, {
-            is_null_arg(f, "manager", kvtier_manager_shutdown(null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_shutdown(null()));
         }),
         // --- manager: observing ---------------------------------------------
-        export!(kvtier_manager_stats, f, {
+        export!(kvtier_manager_read_stats, f, {
+            let fx = Fx::new();
+            let mut s = kvtier_manager_stats { struct_size: std::mem::size_of::<kvtier_manager_stats>(), ..Default::default() };
+            is_null_arg(f, "manager", kvtier_manager_read_stats(null(), &mut s));
+            is_null_arg(f, "stats_out", kvtier_manager_read_stats(fx.manager, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_read_stats(null(), null_mut()));
+            expect(f, "all valid", kvtier_manager_read_stats(fx.manager, &mut s), S::Ok);
+        }),
+        export!(kvtier_manager_read_tier_stats, f, {
             let fx = Fx::new();
             let mut written = 0usize;
-            let mut one = [kvtier_manager_stat { tier: 0, tier_name: [0; 32], name: [0; 64], kind: 0, value: 0.0 }];
-            is_null_arg(f, "manager", kvtier_manager_stats(null_mut(), one.as_mut_ptr(), 1, &mut written));
-            is_null_arg(f, "written_out", kvtier_manager_stats(fx.manager, one.as_mut_ptr(), 1, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_stats(null_mut(), null_mut(), 1, null_mut()));
-            // NULL with length 0: too small, and the number needed is written.
-            expect(f, "out NULL, len 0", kvtier_manager_stats(fx.manager, null_mut(), 0, &mut written), S::BufferTooSmall);
+            let mut one = [unsafe { std::mem::zeroed::<kvtier_tier_stat>() }];
+            is_null_arg(f, "manager", kvtier_manager_read_tier_stats(null(), 0, one.as_mut_ptr(), 1, &mut written));
+            is_null_arg(f, "written_out", kvtier_manager_read_tier_stats(fx.manager, 0, one.as_mut_ptr(), 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_read_tier_stats(null(), 0, null_mut(), 1, null_mut()));
+            // NULL with capacity 0: too small, and the number needed is written.
+            expect(f, "stats_out NULL, capacity 0", kvtier_manager_read_tier_stats(fx.manager, 0, null_mut(), 0, &mut written), S::BufferTooSmall);
             assert!(written > 0, "{f}");
-            is_null_arg(f, "out", kvtier_manager_stats(fx.manager, null_mut(), written, &mut written));
+            is_null_arg(f, "stats_out", kvtier_manager_read_tier_stats(fx.manager, 0, null_mut(), written, &mut written));
         }),
         export!(kvtier_manager_take_error, f, {
             let fx = Fx::new();
             let mut buf = [0 as c_char; 8];
-            let (mut needed, mut found) = (0usize, true);
-            is_null_arg(f, "manager", kvtier_manager_take_error(null_mut(), buf.as_mut_ptr(), 8, &mut needed, &mut found));
-            is_null_arg(f, "buf", kvtier_manager_take_error(fx.manager, null_mut(), 8, &mut needed, &mut found));
-            is_null_arg(f, "needed_out", kvtier_manager_take_error(fx.manager, buf.as_mut_ptr(), 8, null_mut(), &mut found));
-            is_null_arg(f, "found_out", kvtier_manager_take_error(fx.manager, buf.as_mut_ptr(), 8, &mut needed, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_take_error(null_mut(), null_mut(), 8, null_mut(), null_mut()));
-            expect(f, "buf NULL, len 0", kvtier_manager_take_error(fx.manager, null_mut(), 0, &mut needed, &mut found), S::Ok);
-            assert!(!found && needed == 1, "{f}");
+            let mut written = 9usize;
+            is_null_arg(f, "manager", kvtier_manager_take_error(null(), buf.as_mut_ptr(), 8, &mut written));
+            is_null_arg(f, "message_out", kvtier_manager_take_error(fx.manager, null_mut(), 8, &mut written));
+            is_null_arg(f, "written_out", kvtier_manager_take_error(fx.manager, buf.as_mut_ptr(), 8, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_take_error(null(), null_mut(), 8, null_mut()));
+            expect(f, "message_out NULL, capacity 0", kvtier_manager_take_error(fx.manager, null_mut(), 0, &mut written), S::Ok);
+            assert_eq!(written, 0, "{f}: no message");
         }),
         export!(kvtier_manager_complete_job, f, {
             let fx = Fx::new();
@@ -689,17 +706,17 @@ fn table() -> Vec<Export> {
             let mut buf = [0 as c_char; 8];
             let mut needed = 0usize;
             is_null_arg(f, "manager", kvtier_manager_metrics_prometheus(null(), buf.as_mut_ptr(), 8, &mut needed));
-            is_null_arg(f, "needed", kvtier_manager_metrics_prometheus(fx.manager, buf.as_mut_ptr(), 8, null_mut()));
+            is_null_arg(f, "written_out", kvtier_manager_metrics_prometheus(fx.manager, buf.as_mut_ptr(), 8, null_mut()));
             is_null_arg(f, "manager", kvtier_manager_metrics_prometheus(null(), null_mut(), 8, null_mut()));
-            // NULL with length 0: too small, and the size needed is written.
-            expect(f, "buf NULL, len 0", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), 0, &mut needed), S::BufferTooSmall);
+            // NULL with capacity 0: too small, and the size needed is written.
+            expect(f, "text_out NULL, capacity 0", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), 0, &mut needed), S::BufferTooSmall);
             assert!(needed > 1, "{f}");
-            is_null_arg(f, "buf", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), needed + 4096, &mut needed));
+            is_null_arg(f, "text_out", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), needed + 4096, &mut needed));
         }),
         export!(kvtier_manager_set_event_callback, f, {
             let fx = Fx::new();
-            is_null_arg(f, "manager", kvtier_manager_set_event_callback(null_mut(), Some(on_events), null_mut(), true));
-            is_null_arg(f, "manager", kvtier_manager_set_event_callback(null_mut(), None, null_mut(), false));
+            is_null_arg(f, "manager", kvtier_manager_set_event_callback(null(), Some(on_events), null_mut(), true));
+            is_null_arg(f, "manager", kvtier_manager_set_event_callback(null(), None, null_mut(), false));
             // NULL user data is passed through; a NULL callback removes it.
             expect(f, "user_data NULL", kvtier_manager_set_event_callback(fx.manager, Some(on_events), null_mut(), true), S::Ok);
             expect(f, "callback NULL", kvtier_manager_set_event_callback(fx.manager, None, null_mut(), true), S::Ok);
@@ -1165,20 +1182,25 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
     let st =
         unsafe { kvtier::ffi::manager::attach_rust_tier(m, Box::new(PanickingTier), &mut index) };
     assert_eq!(st, S::Ok, "{}", last_error());
-    let mut policy = -1;
-    let st = unsafe { kvtier_manager_on_new_request(m, c"r".as_ptr(), null(), &mut policy) };
+    let mut req = 0;
+    let st =
+        unsafe { kvtier_manager_request_begin(m, c"r".as_ptr(), null(), &mut req, null_mut()) };
     assert_eq!(st, S::Ok, "{}", last_error());
     // A primary miss asks the tier, which panics inside the real export.
     let k = key();
-    let mut result = -1;
-    let st = unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &k, &mut result) };
+    let mut answer = kvtier_lookup_answer {
+        hits: 9,
+        stop: 9,
+        reason: 9,
+    };
+    let st = unsafe { kvtier_manager_lookup(m, req, &k, 1, &mut answer) };
     let msg = last_error();
     assert_eq!(st, S::Panic, "{msg}");
     assert!(
         msg.contains("deliberate panic in a tier lookup") && msg.contains("poisoned"),
         "{msg}"
     );
-    assert_eq!(result, -1, "a panicking lookup wrote its answer");
+    assert_eq!(answer.stop, 9, "a panicking lookup wrote its answer");
 
     let fs_dir = CString::new(dir.path().join("fs").to_str().unwrap()).unwrap();
     let calls: Calls = vec![
@@ -1198,60 +1220,55 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
             let mut i = 0;
             kvtier_manager_add_redis_tier(m, null(), &mut i)
         }),
-        call!(kvtier_manager_on_new_request, {
-            let mut p = 0;
-            kvtier_manager_on_new_request(m, c"s".as_ptr(), null(), &mut p)
+        call!(kvtier_manager_request_begin, {
+            let mut h = 0;
+            kvtier_manager_request_begin(m, c"s".as_ptr(), null(), &mut h, null_mut())
         }),
         call!(kvtier_manager_lookup, {
-            let mut x = 0;
-            kvtier_manager_lookup(m, c"r".as_ptr(), &key(), &mut x)
+            let mut a = kvtier_lookup_answer {
+                hits: 0,
+                stop: 0,
+                reason: 0,
+            };
+            kvtier_manager_lookup(m, req, &key(), 1, &mut a)
         }),
         call!(kvtier_manager_prepare_load, {
             let mut s = [0u32; 1];
-            kvtier_manager_prepare_load(m, c"r".as_ptr(), &key(), 1, s.as_mut_ptr(), 1)
+            kvtier_manager_prepare_load(m, req, &key(), 1, s.as_mut_ptr())
         }),
         call!(
             kvtier_manager_touch,
-            kvtier_manager_touch(m, c"r".as_ptr(), &key(), 1)
+            kvtier_manager_touch(m, req, &key(), 1)
         ),
         call!(
             kvtier_manager_set_positions,
-            kvtier_manager_set_positions(m, c"r".as_ptr(), &key(), &16, 1)
+            kvtier_manager_set_positions(m, req, &key(), 1, &16)
         ),
         call!(
             kvtier_manager_complete_load,
-            kvtier_manager_complete_load(m, c"r".as_ptr(), &key(), 1)
+            kvtier_manager_complete_load(m, req, &key(), 1)
         ),
         call!(kvtier_manager_prepare_store, {
             let (mut i, mut s, mut e) = (0usize, 0u32, key_buf());
-            let (mut ns, mut ne, mut rf) = (0, 0, false);
-            kvtier_manager_prepare_store(
-                m,
-                c"r".as_ptr(),
-                &key(),
-                1,
-                &mut i,
-                &mut s,
-                1,
-                &mut ns,
-                &mut e,
-                1,
-                &mut ne,
-                &mut rf,
-            )
+            let mut plan = kvtier_store_plan {
+                store_indices: &mut i,
+                slots: &mut s,
+                evicted: &mut e,
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            kvtier_manager_prepare_store(m, req, &key(), 1, &mut plan)
         }),
         call!(
             kvtier_manager_complete_store,
-            kvtier_manager_complete_store(m, c"r".as_ptr(), &key(), 1, true)
+            kvtier_manager_complete_store(m, req, &key(), 1, true, null_mut())
         ),
         call!(
-            kvtier_manager_on_request_finished,
-            kvtier_manager_on_request_finished(m, c"r".as_ptr())
+            kvtier_manager_request_finished,
+            kvtier_manager_request_finished(m, req)
         ),
-        call!(
-            kvtier_manager_on_schedule_end,
-            kvtier_manager_on_schedule_end(m)
-        ),
+        call!(kvtier_manager_schedule_end, kvtier_manager_schedule_end(m)),
         call!(kvtier_manager_has_pending_work, {
             let mut p = false;
             kvtier_manager_has_pending_work(m, &mut p)
@@ -1265,13 +1282,20 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
             kvtier_manager_reset_flushed,
             kvtier_manager_reset_flushed(m)
         ),
-        call!(kvtier_manager_stats, {
+        call!(kvtier_manager_read_stats, {
+            let mut s = kvtier_manager_stats {
+                struct_size: std::mem::size_of::<kvtier_manager_stats>(),
+                ..Default::default()
+            };
+            kvtier_manager_read_stats(m, &mut s)
+        }),
+        call!(kvtier_manager_read_tier_stats, {
             let mut w = 0;
-            kvtier_manager_stats(m, null_mut(), 0, &mut w)
+            kvtier_manager_read_tier_stats(m, 0, null_mut(), 0, &mut w)
         }),
         call!(kvtier_manager_take_error, {
-            let (mut n, mut found) = (0, false);
-            kvtier_manager_take_error(m, null_mut(), 0, &mut n, &mut found)
+            let mut w = 0;
+            kvtier_manager_take_error(m, null_mut(), 0, &mut w)
         }),
         call!(kvtier_manager_complete_job, {
             let jr = kvtier_job_result {
@@ -1447,7 +1471,7 @@ fn a_panic_in_a_region_call_poisons_the_region_and_free_or_close_still_release_i
     all_poisoned("kvtier_region", &calls, &["kvtier_region_close"]);
     // The manager was not poisoned by the region's panic.
     assert_eq!(
-        unsafe { kvtier_manager_on_schedule_end(m) },
+        unsafe { kvtier_manager_schedule_end(m) },
         S::Ok,
         "{}",
         last_error()

@@ -968,12 +968,12 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
         off,
     )
     .unwrap();
-    m.on_new_request("r", Default::default()).unwrap();
+    let r = m.on_new_request("r", Default::default()).unwrap().id;
     let keys: Vec<Key> = (0..N).map(key).collect();
     for batch in keys.chunks(10) {
         let mut plan = StorePlan::default();
-        m.prepare_store("r", batch, &mut plan).unwrap();
-        m.complete_store("r", &plan.to_store, true).unwrap();
+        m.prepare_store(r, batch, &mut plan).unwrap();
+        m.complete_store(r, &plan.to_store, true).unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while m.has_pending_work().unwrap() {

@@ -173,7 +173,7 @@ unsafe extern "C" fn c_lookup(
     _: *const kvtier_request,
     answer: *mut i32,
 ) -> i32 {
-    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    unsafe { *answer = kvtier::ffi::dialect::KVTIER_LOOKUP_MISS };
     0
 }
 
@@ -239,15 +239,32 @@ fn request_params() {
         "kvtier_request_params",
         kvtier_request_params_default(),
         |p| {
-            let st = unsafe { kvtier_manager_on_new_request(m, c"r".as_ptr(), p, &mut policy) };
-            started.set(policy != -1);
+            let mut h = 0;
+            let st = unsafe {
+                kvtier::ffi::requests::kvtier_manager_request_begin(
+                    m,
+                    c"r".as_ptr(),
+                    p,
+                    &mut h,
+                    &mut policy,
+                )
+            };
+            started.set(h != 0);
             st
         },
         || started.get(),
     );
     // NULL parameters are the defaults.
     assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, c"s".as_ptr(), null(), &mut policy) },
+        unsafe {
+            kvtier::ffi::requests::kvtier_manager_request_begin(
+                m,
+                c"s".as_ptr(),
+                null(),
+                &mut 0,
+                &mut policy,
+            )
+        },
         S::Ok
     );
     unsafe { kvtier_manager_free(m) };

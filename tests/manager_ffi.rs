@@ -5,15 +5,18 @@
 mod ffi_calls;
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CStr, c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ffi_calls::{ck, last_error, lookup, store_with, succeeded};
+use ffi_calls::{PlanBuf, ck, last_error, lookup, lookup_keys, store_with, succeeded};
 use kvtier::ffi::build::*;
+use kvtier::ffi::dialect::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
+use kvtier::ffi::observe::*;
+use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
 
 /// One job as the C tier recorded it: id, direction, keys, slots, request id, params, user data.
@@ -78,13 +81,17 @@ unsafe extern "C" fn c_lookup(
     ud: *mut c_void,
     key: *const kvtier_key,
     _r: *const kvtier_request,
-    answer: *mut i32,
+    answer: *mut kvtier_lookup_result,
 ) -> i32 {
     let m = unsafe { mem(ud) };
     if let Some(mgr) = m.reenter.take() {
-        let mut out = 0;
-        let name = CString::new("r").unwrap();
-        let st = unsafe { kvtier_manager_lookup(mgr, name.as_ptr(), key, &mut out) };
+        let mut out = kvtier_lookup_answer {
+            hits: 0,
+            stop: 0,
+            reason: 0,
+        };
+        // The handle of the request that is looking up (the first).
+        let st = unsafe { kvtier_manager_lookup(mgr, 1, key, 1, &mut out) };
         m.reenter_status = Some(st as i32);
         // the thread-safe completion call works from inside a callback
         let res = succeeded(4242);
@@ -96,9 +103,9 @@ unsafe extern "C" fn c_lookup(
     let k = unsafe { key_bytes(&*key) };
     unsafe {
         *answer = if m.stored.contains(&k) {
-            KVTIER_TIER_LOOKUP_HIT
+            KVTIER_LOOKUP_HIT
         } else {
-            KVTIER_TIER_LOOKUP_MISS
+            KVTIER_LOOKUP_MISS
         }
     };
     0
@@ -153,7 +160,7 @@ unsafe extern "C" fn c_poll(
 unsafe extern "C" fn c_new_request(
     ud: *mut c_void,
     _r: *const kvtier_request,
-    policy: *mut i32,
+    policy: *mut kvtier_offload_policy,
 ) -> i32 {
     let m = unsafe { mem(ud) };
     unsafe {
@@ -256,62 +263,86 @@ fn key(i: u32) -> [u8; 4] {
     i.to_be_bytes()
 }
 
-fn start(m: *mut kvtier_manager, name: &CStr) -> i32 {
-    let mut policy = -1;
+/// Starts request `name`: its handle and offload policy.
+fn start_policy(m: *mut kvtier_manager, name: &CStr) -> (kvtier_request_handle, i32) {
+    let (mut h, mut policy) = (0, -1);
     assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, name.as_ptr(), null(), &mut policy) },
+        unsafe { kvtier_manager_request_begin(m, name.as_ptr(), null(), &mut h, &mut policy) },
         S::Ok,
         "{}",
         last_error()
     );
-    policy
+    (h, policy)
+}
+
+/// Starts request `name`; its handle.
+fn start(m: *mut kvtier_manager, name: &CStr) -> kvtier_request_handle {
+    start_policy(m, name).0
 }
 
 /// prepare_store + complete_store; returns the stored positions.
-fn store(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]]) -> usize {
+fn store(m: *mut kvtier_manager, req: kvtier_request_handle, ks: &[[u8; 4]]) -> usize {
     store_with(m, req, ks, |_, _| {})
 }
 
-fn stats(m: *mut kvtier_manager) -> HashMap<(i32, String), f64> {
-    let mut need = 0;
-    assert_eq!(
-        unsafe { kvtier_manager_stats(m, null_mut(), 0, &mut need) },
-        S::BufferTooSmall
-    );
-    let mut buf = vec![unsafe { std::mem::zeroed::<kvtier_manager_stat>() }; need];
-    let mut got = 0;
-    assert_eq!(
-        unsafe { kvtier_manager_stats(m, buf.as_mut_ptr(), need, &mut got) },
-        S::Ok
-    );
-    buf[..got]
-        .iter()
-        .map(|s| {
-            (
-                (
-                    s.tier,
-                    unsafe { CStr::from_ptr(s.name.as_ptr()) }
-                        .to_string_lossy()
-                        .into_owned(),
-                ),
-                s.value,
-            )
-        })
-        .collect()
+/// The manager's own statistics.
+fn own_stats(m: *mut kvtier_manager) -> kvtier_manager_stats {
+    let mut s = kvtier_manager_stats {
+        struct_size: std::mem::size_of::<kvtier_manager_stats>(),
+        ..Default::default()
+    };
+    assert_eq!(unsafe { kvtier_manager_read_stats(m, &mut s) }, S::Ok);
+    s
+}
+
+/// The statistics of the primary tier (0) and each secondary tier, by
+/// (tier, name).
+fn stats(m: *mut kvtier_manager) -> HashMap<(usize, String), f64> {
+    let mut out = HashMap::new();
+    for tier in 0.. {
+        let mut need = 0;
+        let st = unsafe { kvtier_manager_read_tier_stats(m, tier, null_mut(), 0, &mut need) };
+        if st == S::InvalidArgument {
+            break;
+        }
+        assert_eq!(st, S::BufferTooSmall);
+        let mut buf = vec![unsafe { std::mem::zeroed::<kvtier_tier_stat>() }; need];
+        let mut got = 0;
+        assert_eq!(
+            unsafe { kvtier_manager_read_tier_stats(m, tier, buf.as_mut_ptr(), need, &mut got) },
+            S::Ok
+        );
+        for s in &buf[..got] {
+            let name = unsafe { CStr::from_ptr(s.name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
+            out.insert((tier, name), s.value);
+        }
+    }
+    out
 }
 
 fn take_error(m: *mut kvtier_manager) -> Option<String> {
     let mut buf = [0 as c_char; 512];
-    let (mut need, mut found) = (0, false);
+    let mut written = usize::MAX;
     assert_eq!(
-        unsafe { kvtier_manager_take_error(m, buf.as_mut_ptr(), buf.len(), &mut need, &mut found) },
+        unsafe { kvtier_manager_take_error(m, buf.as_mut_ptr(), buf.len(), &mut written) },
         S::Ok
     );
-    found.then(|| {
-        unsafe { CStr::from_ptr(buf.as_ptr()) }
+    (written > 0).then(|| {
+        let text = unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()
-            .into_owned()
+            .into_owned();
+        assert_eq!(text.len() + 1, written);
+        text
     })
+}
+
+/// The keys of one event, copied.
+fn event_keys(e: &kvtier_event) -> Vec<Vec<u8>> {
+    (0..e.len)
+        .map(|i| unsafe { key_bytes(&*e.keys.add(i)) })
+        .collect()
 }
 
 #[test]
@@ -338,13 +369,13 @@ fn cascades_promotions_and_request_data_reach_the_c_tier() {
     rp.params = params.as_ptr();
     rp.params_len = 1;
     rp.user_data = 0x1234 as *mut c_void;
-    let mut policy = -1;
+    let (mut r, mut policy) = (0, -1);
     assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, c"r".as_ptr(), &rp, &mut policy) },
+        unsafe { kvtier_manager_request_begin(m, c"r".as_ptr(), &rp, &mut r, &mut policy) },
         S::Ok
     );
     assert_eq!(policy, KVTIER_OFFLOAD_BLOCK_LEVEL);
-    assert_eq!(store(m, c"r", &[key(1), key(2)]), 2);
+    assert_eq!(store(m, r, &[key(1), key(2)]), 2);
     {
         let mem = unsafe { &*mem_ptr };
         let j = &mem.jobs[0];
@@ -354,23 +385,21 @@ fn cascades_promotions_and_request_data_reach_the_c_tier() {
         assert_eq!(j.6, 0x1234);
     }
     // collect the cascade, then evict key 1 and 2 by storing two more
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(store(m, c"r", &[key(3), key(4)]), 2);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(store(m, r, &[key(3), key(4)]), 2);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     // key 1 is gone from the primary tier but in the C tier: promoted back
-    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_RETRY);
-    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_HIT_PENDING);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_HIT);
+    assert_eq!(lookup(m, r, &key(1)), KVTIER_LOOKUP_RETRY);
+    assert_eq!(lookup(m, r, &key(1)), KVTIER_LOOKUP_HIT_PENDING);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(lookup(m, r, &key(1)), KVTIER_LOOKUP_HIT);
     let mut slot = [u32::MAX];
     let k1 = key(1);
     let kk = [ck(&k1)];
     assert_eq!(
-        unsafe {
-            kvtier_manager_prepare_load(m, c"r".as_ptr(), kk.as_ptr(), 1, slot.as_mut_ptr(), 1)
-        },
+        unsafe { kvtier_manager_prepare_load(m, r, kk.as_ptr(), 1, slot.as_mut_ptr()) },
         S::Ok
     );
     let load_job = unsafe { &*mem_ptr }
@@ -384,38 +413,38 @@ fn cascades_promotions_and_request_data_reach_the_c_tier() {
         "the load wrote the slot the engine reads"
     );
     assert_eq!(
-        unsafe { kvtier_manager_complete_load(m, c"r".as_ptr(), kk.as_ptr(), 1) },
+        unsafe { kvtier_manager_complete_load(m, r, kk.as_ptr(), 1) },
         S::Ok
     );
-    // events: primary stored/removed, each labelled tier 0
-    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_tier_event>() }; 3];
-    let (mut n, mut more) = (0, false);
+    // events: primary stored/removed batches, each labelled tier 0
+    let (evs, more) = take_events(m, 1);
+    assert!(more);
     assert_eq!(
-        unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), 3, &mut n, &mut more) },
-        S::Ok
+        (evs[0].kind, evs[0].tier, evs[0].medium, evs[0].locality),
+        (
+            KVTIER_EVENT_STORED,
+            0,
+            KVTIER_MEDIUM_CPU,
+            KVTIER_LOCALITY_LOCAL
+        )
     );
-    assert_eq!((n, more), (3, true));
-    assert_eq!(
-        (evs[0].kind, evs[0].tier, evs[0].key_len),
-        (KVTIER_EVENT_STORED, 0, 4)
-    );
-    assert_eq!(&evs[0].key[..4], &key(1));
+    assert_eq!(event_keys(&evs[0]), vec![key(1).to_vec(), key(2).to_vec()]);
+    let (evs, more) = take_events(m, 1);
+    assert!(more);
+    assert_eq!(evs[0].kind, KVTIER_EVENT_REMOVED);
     let st = stats(m);
     assert_eq!(st[&(1, "promotion_jobs".into())], 1.0);
     assert_eq!(st[&(1, "stored_keys".into())], 4.0);
     assert_eq!(st[&(1, "bytes_stored".into())], 4.0 * 4096.0);
-    assert_eq!(st[&(-1, "lookups".into())], 3.0);
+    assert_eq!(own_stats(m).lookups, 3);
     assert_eq!(st[&(0, "pinned".into())], 0.0);
-    assert_eq!(
-        unsafe { kvtier_manager_on_request_finished(m, c"r".as_ptr()) },
-        S::Ok
-    );
+    assert_eq!(unsafe { kvtier_manager_request_finished(m, r) }, S::Ok);
     assert_eq!(
         unsafe { &*mem_ptr }.finished_requests,
         vec!["r".to_string()]
     );
     assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Closed);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Closed);
     assert_eq!(DESTROYED.load(Ordering::SeqCst), 0);
     unsafe { kvtier_manager_free(m) };
     assert_eq!(
@@ -447,7 +476,7 @@ fn registration_checks_and_destroy_only_after_success() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
         S::InvalidArgument
     );
-    vt.medium = 0;
+    vt.medium = KVTIER_MEDIUM_ANY;
     let mut o = kvtier_tier_options_default();
     o.backpressure = true;
     o.alpha = 2.0;
@@ -492,10 +521,10 @@ fn misbehaving_c_tier_costs_no_crash_and_no_slot() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
         S::Ok
     );
-    start(m, c"r");
-    store(m, c"r", &[key(1), key(2)]);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    let r = start(m, c"r");
+    store(m, r, &[key(1), key(2)]);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     let st = stats(m);
     assert_eq!(
         st[&(0, "pinned".into())],
@@ -511,7 +540,7 @@ fn misbehaving_c_tier_costs_no_crash_and_no_slot() {
     );
     // unknown status values from a callback
     unsafe { &mut *mem_ptr }.bad_status = Some(12345);
-    assert_eq!(lookup(m, c"r", &key(9)), KVTIER_MANAGER_LOOKUP_MISS);
+    assert_eq!(lookup(m, r, &key(9)), KVTIER_LOOKUP_MISS);
     let e = take_error(m).unwrap();
     assert!(
         e.contains("12345") && e.contains("not a kvtier_status"),
@@ -522,8 +551,8 @@ fn misbehaving_c_tier_costs_no_crash_and_no_slot() {
     let r = succeeded(999);
     unsafe { &mut *mem_ptr }.finished.push(r);
     unsafe { &mut *mem_ptr }.finished.push(r);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     assert_eq!(stats(m)[&(1, "tier_bugs".into())], 2.0);
     assert!(take_error(m).unwrap().contains("unknown job 999"));
     // a bad key list in a thread-safe completion is refused at the call
@@ -564,14 +593,14 @@ fn reentrant_callback_gets_an_error_and_complete_job_works_from_it() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
         S::Ok
     );
-    start(m, c"r");
-    assert_eq!(lookup(m, c"r", &key(1)), KVTIER_MANAGER_LOOKUP_MISS);
+    let r = start(m, c"r");
+    assert_eq!(lookup(m, r, &key(1)), KVTIER_LOOKUP_MISS);
     assert_eq!(
         unsafe { &*mem_ptr }.reenter_status,
         Some(S::Reentrant as i32)
     );
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok); // gate spent
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok); // gate spent
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     assert_eq!(
         stats(m)[&(1, "tier_bugs".into())],
         1.0,
@@ -594,11 +623,12 @@ fn completions_from_another_thread_and_request_level_policy() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
         S::Ok
     );
-    assert_eq!(start(m, c"a"), KVTIER_OFFLOAD_REQUEST_LEVEL);
-    start(m, c"b");
-    store(m, c"a", &[key(1), key(2)]);
+    let (a, policy) = start_policy(m, c"a");
+    assert_eq!(policy, KVTIER_OFFLOAD_REQUEST_LEVEL);
+    let b = start(m, c"b");
+    store(m, a, &[key(1), key(2)]);
     // b stores the same keys: they are resident, so b's request-level tier gets them now
-    assert_eq!(store(m, c"b", &[key(1), key(2), key(3)]), 1);
+    assert_eq!(store(m, b, &[key(1), key(2), key(3)]), 1);
     let jobs: Vec<(u64, String)> = unsafe { &*(mem_ptr as *const Mem) }
         .jobs
         .iter()
@@ -628,8 +658,8 @@ fn completions_from_another_thread_and_request_level_policy() {
         S::Ok
     );
     assert!(pending);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     assert_eq!(
         unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
         S::Ok
@@ -642,44 +672,72 @@ fn completions_from_another_thread_and_request_level_policy() {
 #[test]
 fn null_arguments_and_unknown_requests_are_errors() {
     let m = manager(4);
-    let mut out = 0;
+    let mut out = kvtier_lookup_answer {
+        hits: 7,
+        stop: 7,
+        reason: 7,
+    };
     let k = key(1);
     let kk = ck(&k);
     assert_eq!(
-        unsafe { kvtier_manager_lookup(null_mut(), c"r".as_ptr(), &kk, &mut out) },
+        unsafe { kvtier_manager_lookup(null_mut(), 1, &kk, 1, &mut out) },
         S::NullArgument
     );
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, null(), &kk, &mut out) },
+        unsafe { kvtier_manager_lookup(m, 1, null(), 1, &mut out) },
         S::NullArgument
     );
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), null(), &mut out) },
+        unsafe { kvtier_manager_lookup(m, 1, &kk, 1, null_mut()) },
         S::NullArgument
     );
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &kk, null_mut()) },
-        S::NullArgument
-    );
-    assert_eq!(
-        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &kk, &mut out) },
+        unsafe { kvtier_manager_lookup(m, 1, &kk, 1, &mut out) },
         S::UnknownRequest
     );
-    assert!(last_error().contains("\"r\""), "{}", last_error());
-    start(m, c"r");
-    let mut slots = [0u32; 1];
+    assert!(last_error().contains("handle 1"), "{}", last_error());
     assert_eq!(
-        unsafe { kvtier_manager_prepare_load(m, c"r".as_ptr(), &kk, 1, slots.as_mut_ptr(), 0) },
-        S::BufferTooSmall
+        (out.hits, out.stop, out.reason),
+        (7, 7, 7),
+        "nothing written"
+    );
+    let mut h = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_request_begin(m, null(), null(), &mut h, null_mut()) },
+        S::NullArgument
     );
     assert_eq!(
-        unsafe { kvtier_manager_prepare_load(m, c"r".as_ptr(), &kk, 1, slots.as_mut_ptr(), 1) },
+        unsafe { kvtier_manager_request_begin(m, c"r".as_ptr(), null(), null_mut(), null_mut()) },
+        S::NullArgument
+    );
+    let r = start(m, c"r");
+    assert_eq!(r, 1, "the first handle is 1");
+    assert_eq!(
+        unsafe { kvtier_manager_request_begin(m, c"r".as_ptr(), null(), &mut h, null_mut()) },
+        S::DuplicateRequest
+    );
+    // A handle never started, or 0, is unknown too.
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, 0, &kk, 1, &mut out) },
+        S::UnknownRequest
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, 2, &kk, 1, &mut out) },
+        S::UnknownRequest
+    );
+    let mut slots = [0u32; 1];
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_load(m, r, &kk, 1, null_mut()) },
+        S::NullArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_load(m, r, &kk, 1, slots.as_mut_ptr()) },
         S::KeyState
     );
     let long = [0u8; 65];
     let kl = ck(&long);
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, c"r".as_ptr(), &kl, &mut out) },
+        unsafe { kvtier_manager_lookup(m, r, &kl, 1, &mut out) },
         S::InvalidKey
     );
     let mut o = kvtier_manager_options_default();
@@ -754,19 +812,19 @@ fn unknown_answers_and_statuses_from_callbacks_are_tier_errors() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
         S::Ok
     );
+    let (r, policy) = start_policy(m, c"r");
     assert_eq!(
-        start(m, c"r"),
-        KVTIER_OFFLOAD_BLOCK_LEVEL,
+        policy, KVTIER_OFFLOAD_BLOCK_LEVEL,
         "an unknown policy reads as the default"
     );
     assert!(take_error(m).unwrap().contains("policy 9"));
     assert_eq!(
-        lookup(m, c"r", &key(1)),
-        KVTIER_MANAGER_LOOKUP_MISS,
+        lookup(m, r, &key(1)),
+        KVTIER_LOOKUP_MISS,
         "an unknown answer reads as MISS"
     );
     assert!(take_error(m).unwrap().contains("answered 7"));
-    assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+    assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
     let e = take_error(m).unwrap();
     assert!(
         e.contains("on_schedule_end") && e.contains("7777") && e.contains("not a kvtier_status"),
@@ -805,13 +863,13 @@ fn promotion_answer_option_through_the_c_api() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
         S::Ok
     );
-    start(m, c"r");
+    let r = start(m, c"r");
     assert_eq!(
-        lookup(m, c"r", &key(7)),
-        KVTIER_MANAGER_LOOKUP_HIT_PENDING,
+        lookup(m, r, &key(7)),
+        KVTIER_LOOKUP_HIT_PENDING,
         "a started promotion answers HIT_PENDING with the option"
     );
-    assert_eq!(lookup(m, c"r", &key(8)), KVTIER_MANAGER_LOOKUP_MISS);
+    assert_eq!(lookup(m, r, &key(8)), KVTIER_LOOKUP_MISS);
     unsafe { kvtier_manager_free(m) };
 }
 
@@ -837,114 +895,126 @@ fn tier_filter_through_the_c_api() {
             filter.as_ptr()
         };
         p.filter_len = filter.len();
-        let mut policy = -1;
-        unsafe { kvtier_manager_on_new_request(m, name.as_ptr(), &p, &mut policy) }
+        let mut h = 0;
+        let st = unsafe { kvtier_manager_request_begin(m, name.as_ptr(), &p, &mut h, null_mut()) };
+        (st, h)
     };
-    let any = KVTIER_TIER_ANY;
-    assert_eq!(new_with(c"none", &[]), S::Ok);
+    let any_medium = KVTIER_MEDIUM_ANY;
+    let any_locality = KVTIER_LOCALITY_ANY;
+    let (st, none) = new_with(c"none", &[]);
+    assert_eq!(st, S::Ok);
     assert_eq!(
-        lookup(m, c"none", &key(7)),
-        KVTIER_MANAGER_LOOKUP_MISS,
+        lookup(m, none, &key(7)),
+        KVTIER_LOOKUP_MISS,
         "an empty filter excludes every tier"
     );
     let cpu = kvtier_tier_matcher {
         medium: KVTIER_MEDIUM_CPU,
-        locality: any,
+        locality: any_locality,
     };
-    assert_eq!(new_with(c"cpu", &[cpu]), S::Ok);
-    assert_eq!(lookup(m, c"cpu", &key(7)), KVTIER_MANAGER_LOOKUP_MISS);
+    let (st, cpu_only) = new_with(c"cpu", &[cpu]);
+    assert_eq!(st, S::Ok);
+    assert_eq!(lookup(m, cpu_only, &key(7)), KVTIER_LOOKUP_MISS);
     let bad = kvtier_tier_matcher {
         medium: 42,
-        locality: any,
+        locality: any_locality,
     };
-    assert_eq!(new_with(c"bad", &[cpu, bad]), S::InvalidArgument);
+    assert_eq!(new_with(c"bad", &[cpu, bad]).0, S::InvalidArgument);
     assert!(last_error().contains("matcher 1"), "{}", last_error());
     let remote = kvtier_tier_matcher {
-        medium: any,
+        medium: any_medium,
         locality: KVTIER_LOCALITY_REMOTE,
     };
+    let (st, bad) = new_with(c"bad", &[cpu, remote]);
+    assert_eq!(st, S::Ok, "the refused request was not started");
     assert_eq!(
-        new_with(c"bad", &[cpu, remote]),
-        S::Ok,
-        "the refused request was not started"
-    );
-    assert_eq!(
-        lookup(m, c"bad", &key(7)),
-        KVTIER_MANAGER_LOOKUP_RETRY,
+        lookup(m, bad, &key(7)),
+        KVTIER_LOOKUP_RETRY,
         "an unset medium matches the tier's"
     );
     unsafe { kvtier_manager_free(m) };
 }
 
 /// prepare_store of `ks` for `req` through C: (refused, slots of the keys to store).
-fn prepare(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]]) -> (bool, Vec<u32>) {
+fn prepare(m: *mut kvtier_manager, req: kvtier_request_handle, ks: &[[u8; 4]]) -> (bool, Vec<u32>) {
     let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
     let n = keys.len();
-    let (mut idx, mut slots) = (vec![0usize; n], vec![0u32; n]);
-    let (mut ns, mut ne, mut refused) = (0usize, 0usize, false);
+    let mut b = PlanBuf::new(n);
     let mut evicted = vec![unsafe { std::mem::zeroed::<kvtier_key_buf>() }; n];
-    let st = unsafe {
-        kvtier_manager_prepare_store(
-            m,
-            req.as_ptr(),
-            keys.as_ptr(),
-            n,
-            idx.as_mut_ptr(),
-            slots.as_mut_ptr(),
-            n,
-            &mut ns,
-            evicted.as_mut_ptr(),
-            n,
-            &mut ne,
-            &mut refused,
-        )
-    };
+    b.plan.evicted = evicted.as_mut_ptr();
+    let st = unsafe { kvtier_manager_prepare_store(m, req, keys.as_ptr(), n, &mut b.plan) };
     assert_eq!(st, S::Ok, "{}", last_error());
-    slots.truncate(ns);
-    (refused, slots)
+    assert!(b.plan.evicted_count <= n);
+    b.slots.truncate(b.plan.store_count);
+    (b.plan.refused, b.slots.clone())
 }
 
-/// complete_store of `ks` for `req` through C.
-fn complete(m: *mut kvtier_manager, req: &CStr, ks: &[[u8; 4]], success: bool) {
+/// complete_store of `ks` for `req` through C: what it did.
+fn complete(
+    m: *mut kvtier_manager,
+    req: kvtier_request_handle,
+    ks: &[[u8; 4]],
+    success: bool,
+) -> kvtier_store_completion {
     let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
+    let mut done = kvtier_store_completion {
+        ready: 9,
+        dropped: 9,
+        ignored: 9,
+        foreign: 9,
+        already_ready: 9,
+    };
     let st = unsafe {
-        kvtier_manager_complete_store(m, req.as_ptr(), keys.as_ptr(), keys.len(), success)
+        kvtier_manager_complete_store(m, req, keys.as_ptr(), keys.len(), success, &mut done)
     };
     assert_eq!(st, S::Ok, "{}", last_error());
+    done
 }
 
 #[test]
 fn completions_through_c_act_only_on_their_own_requests_plan_in_any_number_of_calls() {
     let m = manager(2);
     let (a, b, c, d) = (key(1), key(2), key(3), key(4));
-    for r in [c"r1", c"r2", c"r3"] {
-        start(m, r);
-    }
+    let [r1, r2, r3] = [c"r1", c"r2", c"r3"].map(|r| start(m, r));
     // r1 plans A in slot 0; r2 names A and B and plans only B; r2 then
     // completes (with failure) every key it named: A stays r1's.
-    assert_eq!(prepare(m, c"r1", &[a]), (false, vec![0]));
-    assert_eq!(prepare(m, c"r2", &[a, b]), (false, vec![1]));
-    complete(m, c"r2", &[a, b], false);
-    assert_eq!(lookup(m, c"r2", &a), KVTIER_MANAGER_LOOKUP_HIT_PENDING);
+    assert_eq!(prepare(m, r1, &[a]), (false, vec![0]));
+    assert_eq!(prepare(m, r2, &[a, b]), (false, vec![1]));
+    let done = complete(m, r2, &[a, b], false);
+    assert_eq!(
+        (
+            done.ready,
+            done.dropped,
+            done.ignored,
+            done.foreign,
+            done.already_ready
+        ),
+        (0, 1, 0, 1, 0),
+        "B dropped, A left to r1"
+    );
+    assert_eq!(lookup(m, r2, &a), KVTIER_LOOKUP_HIT_PENDING);
     assert!(
-        prepare(m, c"r3", &[c, d]).0,
+        prepare(m, r3, &[c, d]).0,
         "refused: A's slot is neither free nor evictable"
     );
-    complete(m, c"r1", &[a], true);
-    assert_eq!(lookup(m, c"r1", &a), KVTIER_MANAGER_LOOKUP_HIT);
-    // r3's plan of C and D (evicting A) completed in two calls.
-    assert!(!prepare(m, c"r3", &[c, d]).0, "planned");
+    assert_eq!(complete(m, r1, &[a], true).ready, 1);
     assert_eq!(
-        unsafe { kvtier_manager_on_request_finished(m, c"r3".as_ptr()) },
-        S::Ok
+        complete(m, r1, &[a], true),
+        kvtier_store_completion::default(),
+        "r1 has no store in flight any more: ignored, all zeros"
     );
-    complete(m, c"r3", &[c], true);
-    complete(m, c"r3", &[d], true);
-    assert_eq!(lookup(m, c"r1", &c), KVTIER_MANAGER_LOOKUP_HIT);
-    assert_eq!(lookup(m, c"r1", &d), KVTIER_MANAGER_LOOKUP_HIT);
+    assert_eq!(own_stats(m).ignored_store_completions, 1);
+    assert_eq!(lookup(m, r1, &a), KVTIER_LOOKUP_HIT);
+    // r3's plan of C and D (evicting A) completed in two calls.
+    assert!(!prepare(m, r3, &[c, d]).0, "planned");
+    assert_eq!(unsafe { kvtier_manager_request_finished(m, r3) }, S::Ok);
+    complete(m, r3, &[c], true);
+    complete(m, r3, &[d], true);
+    assert_eq!(lookup(m, r1, &c), KVTIER_LOOKUP_HIT);
+    assert_eq!(lookup(m, r1, &d), KVTIER_LOOKUP_HIT);
     let s = stats(m);
     assert_eq!(s[&(0, "foreign_completions".to_string())], 1.0);
-    assert_eq!(s[&(-1, "ignored_store_completions".to_string())], 0.0);
+    assert_eq!(own_stats(m).ignored_store_completions, 1);
     unsafe { kvtier_manager_free(m) };
 }
 
@@ -965,7 +1035,7 @@ unsafe extern "C" fn flood_lookup(
     _r: *const kvtier_request,
     answer: *mut i32,
 ) -> i32 {
-    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    unsafe { *answer = KVTIER_LOOKUP_MISS };
     0
 }
 
@@ -1002,13 +1072,14 @@ unsafe extern "C" fn flood_events(
         n = cap.min(2);
         let mut long = kvtier_tier_event {
             kind: KVTIER_EVENT_STORED,
-            tier: 0,
-            key_len: 100,
-            key: [7; 64],
+            key: kvtier_key_buf {
+                len: 100,
+                bytes: [7; 64],
+            },
         };
         unsafe { *out = long };
-        long.key_len = 4;
-        long.key[..4].copy_from_slice(&key(5));
+        long.key.len = 4;
+        long.key.bytes[..4].copy_from_slice(&key(5));
         if n == 2 {
             unsafe { *out.add(1) = long };
         }
@@ -1016,11 +1087,12 @@ unsafe extern "C" fn flood_events(
         for i in 0..n {
             let mut e = kvtier_tier_event {
                 kind: KVTIER_EVENT_STORED,
-                tier: 0,
-                key_len: 4,
-                key: [0; 64],
+                key: kvtier_key_buf {
+                    len: 4,
+                    bytes: [0; 64],
+                },
             };
-            e.key[..4].copy_from_slice(&key(f.next_key));
+            e.key.bytes[..4].copy_from_slice(&key(f.next_key));
             f.next_key += 1;
             unsafe { *out.add(i) = e };
         }
@@ -1038,8 +1110,8 @@ fn flood_vtable(f: Box<Flood>) -> kvtier_tier_vtable {
         struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: Box::into_raw(f) as *mut c_void,
         name: c"flood".as_ptr(),
-        medium: KVTIER_TIER_ANY,
-        locality: KVTIER_TIER_ANY,
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
         lookup: Some(flood_lookup),
         submit_store: Some(flood_submit),
         submit_load: Some(flood_submit),
@@ -1057,8 +1129,8 @@ fn flood_vtable(f: Box<Flood>) -> kvtier_tier_vtable {
     }
 }
 
-fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_tier_event>, bool) {
-    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_tier_event>() }; len];
+fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_event>, bool) {
+    let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; len];
     let (mut n, mut more) = (0, false);
     assert_eq!(
         unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), len, &mut n, &mut more) },
@@ -1082,7 +1154,7 @@ fn a_tier_that_always_fills_its_buffers_cannot_hold_the_manager() {
     // Each step takes a bounded number of results and returns; the rest
     // wait for the next step.
     for step in 1..=3 {
-        assert_eq!(unsafe { kvtier_manager_on_schedule_end(m) }, S::Ok);
+        assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
         let st = stats(m);
         assert_eq!(st[&(1, "poll_limit_reached".into())], step as f64);
         assert_eq!(
@@ -1095,13 +1167,17 @@ fn a_tier_that_always_fills_its_buffers_cannot_hold_the_manager() {
     assert!(polls <= 3 * kvtier::tiering::MAX_FINISHED_PER_POLL.div_ceil(64));
     // Events: one take gives at most the event capacity and says more wait.
     let (evs, more) = take_events(m, 5000);
-    assert_eq!(evs.len(), 1024);
+    assert_eq!(evs.len(), 1, "one batch: the tier's stored keys");
+    assert_eq!(evs[0].len, 1024);
     assert!(more);
-    assert!(evs.iter().all(|e| e.tier == 1 && e.key_len == 4));
+    assert!(
+        evs.iter()
+            .all(|e| e.tier == 1 && e.kind == KVTIER_EVENT_STORED)
+    );
+    assert!(event_keys(&evs[0]).iter().all(|k| k.len() == 4));
     let takes = unsafe { &*flood }.takes;
     assert!(takes <= 2 * 1024usize.div_ceil(64), "{takes} callbacks");
-    let st = stats(m);
-    assert!(st[&(-1, "events_queued".into())] <= 1024.0);
+    assert!(own_stats(m).events_queued <= 1024);
     // The error log stays bounded whatever the tier reports.
     let mut errors = 0;
     while take_error(m).is_some() {
@@ -1125,11 +1201,10 @@ fn an_event_key_longer_than_64_bytes_is_rejected_and_counted() {
     );
     let (evs, _) = take_events(m, 2);
     assert_eq!(
-        evs.len(),
-        1,
+        event_keys(&evs[0]),
+        vec![key(5).to_vec()],
         "the event with a 100-byte key is dropped, not cut short"
     );
-    assert_eq!((evs[0].key_len, &evs[0].key[..4]), (4, &key(5)[..]));
     assert_eq!(stats(m)[&(1, "events_rejected".into())], 1.0);
     let error = take_error(m).unwrap();
     assert!(error.contains("100 bytes"), "{error}");
@@ -1155,26 +1230,213 @@ fn positions_and_kv_groups_through_the_c_api() {
         .collect();
     let keys: Vec<kvtier_key> = names.iter().map(|n| ck(n)).collect();
     let pos = [16u64, 32, 48];
-    let st =
-        unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), keys.as_ptr(), pos.as_ptr(), 3) };
+    let st = unsafe { kvtier_manager_set_positions(m, 1, keys.as_ptr(), 3, pos.as_ptr()) };
     assert_eq!(st, S::UnknownRequest, "{}", last_error());
-    start(m, c"r");
-    let st =
-        unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), keys.as_ptr(), pos.as_ptr(), 3) };
+    let r = start(m, c"r");
+    let st = unsafe { kvtier_manager_set_positions(m, r, keys.as_ptr(), 3, pos.as_ptr()) };
     assert_eq!(st, S::Ok, "{}", last_error());
     // A key too short for a group index, and NULL positions, change nothing.
     let short = [ck(b"tiny")];
-    let st =
-        unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), short.as_ptr(), pos.as_ptr(), 1) };
+    let st = unsafe { kvtier_manager_set_positions(m, r, short.as_ptr(), 1, pos.as_ptr()) };
     assert_eq!(st, S::InvalidKey, "{}", last_error());
-    let st = unsafe { kvtier_manager_set_positions(m, c"r".as_ptr(), keys.as_ptr(), null(), 1) };
+    let st = unsafe { kvtier_manager_set_positions(m, r, keys.as_ptr(), 1, null()) };
     assert_eq!(st, S::NullArgument, "{}", last_error());
-    assert_eq!(store_with(m, c"r", &names, |_, _| {}), 3);
-    start(m, c"s");
+    assert_eq!(store_with(m, r, &names, |_, _| {}), 3);
+    let s = start(m, c"s");
     let fresh = [b"fresh".to_vec(), 0u32.to_be_bytes().to_vec()].concat();
-    assert_eq!(store_with(m, c"s", &[fresh], |_, _| {}), 1);
-    assert_eq!(lookup(m, c"s", &names[2]), KVTIER_MANAGER_LOOKUP_MISS);
-    assert_eq!(lookup(m, c"s", &names[0]), KVTIER_MANAGER_LOOKUP_HIT);
-    assert_eq!(lookup(m, c"s", &names[1]), KVTIER_MANAGER_LOOKUP_HIT);
+    assert_eq!(store_with(m, s, &[fresh], |_, _| {}), 1);
+    assert_eq!(lookup(m, s, &names[2]), KVTIER_LOOKUP_MISS);
+    assert_eq!(lookup(m, s, &names[0]), KVTIER_LOOKUP_HIT);
+    assert_eq!(lookup(m, s, &names[1]), KVTIER_LOOKUP_HIT);
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
+    let m = manager(1);
+    let mut mem = Mem {
+        hold: true,
+        ..Default::default()
+    };
+    mem.stored.insert(key(2).to_vec());
+    let vt = vtable(Box::new(mem));
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    let r = start(m, c"r");
+    assert_eq!(store(m, r, &[key(1)]), 1);
+    let a = lookup_keys(m, r, &[key(1)]);
+    assert_eq!(
+        (a.hits, a.stop, a.reason),
+        (1, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE),
+        "every key a hit"
+    );
+    // The only slot is pinned by a load: the tier has key 2, but there is
+    // no room to bring it back.
+    let k1 = key(1);
+    let mut slot = 0u32;
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_load(m, r, &ck(&k1), 1, &mut slot) },
+        S::Ok
+    );
+    let a = lookup_keys(m, r, &[key(1), key(2), key(3)]);
+    assert_eq!(
+        (a.hits, a.stop, a.reason),
+        (1, KVTIER_LOOKUP_MISS, KVTIER_MISS_NO_ROOM)
+    );
+    let a = lookup_keys(m, r, &[key(3), key(1)]);
+    assert_eq!(
+        (a.hits, a.stop, a.reason),
+        (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT)
+    );
+    let empty: [[u8; 4]; 0] = [];
+    let a = lookup_keys(m, r, &empty);
+    assert_eq!(
+        (a.hits, a.stop, a.reason),
+        (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE)
+    );
+    let s = own_stats(m);
+    assert_eq!(
+        (s.lookups, s.primary_hits, s.misses_no_room, s.misses_absent),
+        (4, 2, 1, 1),
+        "the keys after a stop are not looked up"
+    );
+    // An invalid key anywhere in the batch: nothing looked up.
+    let long = [0u8; 65];
+    let bad = [ck(&k1), ck(&long)];
+    let mut out = kvtier_lookup_answer {
+        hits: 9,
+        stop: 9,
+        reason: 9,
+    };
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, r, bad.as_ptr(), 2, &mut out) },
+        S::InvalidKey
+    );
+    assert!(last_error().contains("position 1"), "{}", last_error());
+    assert_eq!((out.hits, out.stop), (9, 9), "nothing written");
+    assert_eq!(own_stats(m).lookups, 4);
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn a_finished_handle_is_unknown_and_its_name_can_start_a_new_request() {
+    let m = manager(4);
+    let first = start(m, c"r");
+    assert_eq!(unsafe { kvtier_manager_request_finished(m, first) }, S::Ok);
+    let second = start(m, c"r");
+    assert_ne!(first, second, "handles are never reused");
+    let k = key(1);
+    let kk = ck(&k);
+    let mut slot = 0u32;
+    for st in [
+        unsafe { kvtier_manager_request_finished(m, first) },
+        unsafe { kvtier_manager_touch(m, first, &kk, 1) },
+        unsafe { kvtier_manager_complete_load(m, first, &kk, 1) },
+        unsafe { kvtier_manager_prepare_load(m, first, &kk, 1, &mut slot) },
+        unsafe { kvtier_manager_complete_store(m, first, &kk, 1, true, null_mut()) },
+        unsafe { kvtier_manager_set_positions(m, first, &kk, 1, [16u64].as_ptr()) },
+    ] {
+        assert_eq!(st, S::UnknownRequest);
+    }
+    let mut plan = PlanBuf::new(1);
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_store(m, first, &kk, 1, &mut plan.plan) },
+        S::UnknownRequest
+    );
+    assert_eq!(plan.plan.store_count, usize::MAX, "nothing written");
+    assert_eq!(store(m, second, &[k]), 1, "the new request works");
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn the_error_log_and_the_stats_follow_the_buffer_and_growth_rules() {
+    let m = manager(4);
+    let vt = vtable(Box::new(Mem {
+        bad_status: Some(12345),
+        ..Default::default()
+    }));
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    let mut written = usize::MAX;
+    assert_eq!(
+        unsafe { kvtier_manager_take_error(m, null_mut(), 0, &mut written) },
+        S::Ok
+    );
+    assert_eq!(written, 0, "an empty log: no message");
+    let r = start(m, c"r");
+    assert_eq!(lookup(m, r, &key(1)), KVTIER_LOOKUP_MISS);
+    // Too small: the size needed, nothing written, the message kept.
+    let mut small = [1 as c_char; 8];
+    assert_eq!(
+        unsafe { kvtier_manager_take_error(m, small.as_mut_ptr(), 8, &mut written) },
+        S::BufferTooSmall
+    );
+    assert!(written > 8);
+    assert!(small.iter().all(|&c| c == 1), "nothing written");
+    let mut buf = vec![0 as c_char; written];
+    let needed = written;
+    assert_eq!(
+        unsafe { kvtier_manager_take_error(m, buf.as_mut_ptr(), buf.len(), &mut written) },
+        S::Ok
+    );
+    assert_eq!(written, needed, "an exact fit");
+    let text = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
+    assert!(text.contains("12345"), "{text}");
+    assert_eq!(take_error(m), None, "taken once");
+    assert_eq!(
+        unsafe { kvtier_manager_take_error(m, null_mut(), 0, null_mut()) },
+        S::NullArgument
+    );
+
+    // The manager's stats: struct_size is checked, and only the fields
+    // inside it are written.
+    let size = std::mem::size_of::<kvtier_manager_stats>();
+    for bad in [0, 8, size - 1, size + 8] {
+        let mut s = kvtier_manager_stats {
+            struct_size: bad,
+            lookups: 77,
+            ..Default::default()
+        };
+        assert_eq!(
+            unsafe { kvtier_manager_read_stats(m, &mut s) },
+            S::InvalidArgument,
+            "struct_size {bad}"
+        );
+        assert_eq!(s.lookups, 77, "nothing written");
+    }
+    assert_eq!(
+        unsafe { kvtier_manager_read_stats(m, null_mut()) },
+        S::NullArgument
+    );
+    let s = own_stats(m);
+    assert_eq!((s.struct_size, s.lookups, s.misses_absent), (size, 1, 1));
+    assert_eq!(s.active_requests, 1);
+    // Tier statistics: a tier that does not exist, and a short buffer.
+    let mut n = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_read_tier_stats(m, 2, null_mut(), 0, &mut n) },
+        S::InvalidArgument
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_read_tier_stats(m, 1, null_mut(), 0, &mut n) },
+        S::BufferTooSmall
+    );
+    let mut one = [unsafe { std::mem::zeroed::<kvtier_tier_stat>() }; 1];
+    one[0].value = -5.0;
+    let needed = n;
+    assert_eq!(
+        unsafe { kvtier_manager_read_tier_stats(m, 1, one.as_mut_ptr(), 1, &mut n) },
+        S::BufferTooSmall
+    );
+    assert_eq!((n, one[0].value), (needed, -5.0), "nothing written");
+    let st = stats(m);
+    assert_eq!(st[&(1, "lookups".to_string())], 1.0);
+    assert_eq!(st[&(1, "callback_errors".to_string())], 1.0);
     unsafe { kvtier_manager_free(m) };
 }

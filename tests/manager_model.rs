@@ -17,7 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
-use kvtier::request::Request;
+use kvtier::request::{Request, RequestId};
 use kvtier::tiering::backend::{PrimaryBackend, Shared, StoreOutcome, StorePlan};
 use kvtier::tiering::model::SharedModel;
 use kvtier::tiering::{
@@ -265,6 +265,7 @@ fn run(
     let tier_index = m.add_tier(Box::new(FaultyTier(faulty.clone()))).unwrap();
     let mut rng = Rng(seed + 17);
     let mut reqs: HashMap<String, Req> = HashMap::new();
+    let mut ids: HashMap<String, RequestId> = HashMap::new();
     let mut next_req = 0u64;
     let mut plan = StorePlan::default();
     let mut slots = Vec::new();
@@ -279,12 +280,16 @@ fn run(
             if names.len() < 6 {
                 let name = format!("req{next_req}");
                 next_req += 1;
-                m.on_new_request(&name, RequestParams::default()).unwrap();
+                let id = m
+                    .on_new_request(&name, RequestParams::default())
+                    .unwrap()
+                    .id;
+                ids.insert(name.clone(), id);
                 if rng.chance(50) {
                     // Token positions for some keys the request may present.
                     let ks: Vec<Key> = (0..1 + rng.below(6)).map(|_| key(rng.below(40))).collect();
                     let pos: Vec<u64> = ks.iter().map(|_| 16 * (1 + rng.below(8))).collect();
-                    m.set_positions(&name, &ks, &pos).unwrap();
+                    m.set_positions(ids[&name], &ks, &pos).unwrap();
                 }
                 reqs.insert(name, Req::default());
             }
@@ -293,17 +298,17 @@ fn run(
             match op {
                 8..=35 => {
                     let k = key(rng.below(40));
-                    let r = m.lookup(&name, &k).unwrap();
+                    let r = m.lookup(ids[&name], &k).unwrap();
                     if r == LookupResult::Hit && rng.chance(50) {
-                        m.prepare_load(&name, &[k], &mut slots).unwrap();
-                        m.touch(&name, &[k]).unwrap();
+                        m.prepare_load(ids[&name], &[k], &mut slots).unwrap();
+                        m.touch(ids[&name], &[k]).unwrap();
                         reqs.get_mut(&name).unwrap().pins.push(k);
                     }
                 }
                 36..=55 => {
                     let n = 1 + rng.below(5);
                     let ks: Vec<Key> = (0..n).map(|_| key(rng.below(40))).collect();
-                    if m.prepare_store(&name, &ks, &mut plan).unwrap() == StoreOutcome::Planned
+                    if m.prepare_store(ids[&name], &ks, &mut plan).unwrap() == StoreOutcome::Planned
                         && !plan.to_store.is_empty()
                     {
                         reqs.get_mut(&name)
@@ -315,16 +320,16 @@ fn run(
                 56..=62 => {
                     let r = reqs.get_mut(&name).unwrap();
                     if let Some(k) = r.pins.pop() {
-                        m.complete_load(&name, &[k]).unwrap();
+                        m.complete_load(ids[&name], &[k]).unwrap();
                     }
                 }
                 63..=70 => {
                     let r = reqs.get_mut(&name).unwrap();
                     for k in r.pins.drain(..) {
-                        m.complete_load(&name, &[k]).unwrap();
+                        m.complete_load(ids[&name], &[k]).unwrap();
                     }
                     r.finished = true;
-                    m.on_request_finished(&name).unwrap();
+                    m.on_request_finished(ids[&name]).unwrap();
                 }
                 71..=71 if rng.chance(20) => {
                     m.reset_cache().unwrap();
@@ -338,7 +343,7 @@ fn run(
                         .collect();
                     for (n, s) in pending {
                         let finalized = reqs[&n].finished;
-                        match m.complete_store(&n, &s, true) {
+                        match m.complete_store(ids[&n], &s, true) {
                             Ok(_) => assert!(!finalized),
                             Err(kvtier::Error::UnknownRequest(_)) => assert!(finalized, "{n}"),
                             Err(e) => panic!("{e}"),
@@ -379,7 +384,7 @@ fn run(
                 } else {
                     planned
                 };
-                let report = m.complete_store(&n, &keys, success).unwrap();
+                let report = m.complete_store(ids[&n], &keys, success).unwrap();
                 let mut acted: Vec<Key> = Vec::new();
                 for k in &keys {
                     if !acted.contains(k) && r.stores.iter().any(|(p, _)| p.contains(k)) {
@@ -427,13 +432,13 @@ fn run(
     faulty.lock().faults_on = false;
     for (n, r) in reqs.iter_mut() {
         for k in r.pins.drain(..) {
-            m.complete_load(n, &[k]).unwrap();
+            m.complete_load(ids[n], &[k]).unwrap();
         }
         if !r.finished {
-            m.on_request_finished(n).unwrap();
+            m.on_request_finished(ids[n]).unwrap();
         }
         for (planned, _) in r.stores.drain(..) {
-            m.complete_store(n, &planned, true).unwrap();
+            m.complete_store(ids[n], &planned, true).unwrap();
         }
     }
     for _ in 0..50 {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::*;
 use kvtier::Error;
 use kvtier::events::EventKind;
-use kvtier::request::{Medium, TierFilter, TierMatcher};
+use kvtier::request::{Medium, RequestId, TierFilter, TierMatcher};
 use kvtier::tiering::backend::{StoreOutcome, StorePlan};
 use kvtier::tiering::{
     BackpressureConfig, Direction, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
@@ -24,12 +24,13 @@ fn collect(m: &Manager) {
     m.on_schedule_end().unwrap();
 }
 
-fn start(m: &Manager, name: &str) -> OffloadPolicy {
-    m.on_new_request(name, RequestParams::default()).unwrap()
+/// Starts request `name`; its handle.
+fn start(m: &Manager, name: &str) -> RequestId {
+    m.on_new_request(name, RequestParams::default()).unwrap().id
 }
 
 /// Stores `keys` through the manager for `req` and completes the store.
-fn store(m: &Manager, req: &str, keys: &[kvtier::Key]) -> StorePlan {
+fn store(m: &Manager, req: RequestId, keys: &[kvtier::Key]) -> StorePlan {
     let mut plan = StorePlan::default();
     assert_eq!(
         m.prepare_store(req, keys, &mut plan).unwrap(),
@@ -43,18 +44,18 @@ fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    m.lookup("r", &k(1)).unwrap();
-    m.lookup("r", &k(2)).unwrap();
-    m.prepare_load("r", &[], &mut Vec::new()).unwrap();
+    let r = start(&m, "r");
+    m.lookup(r, &k(1)).unwrap();
+    m.lookup(r, &k(2)).unwrap();
+    m.prepare_load(r, &[], &mut Vec::new()).unwrap();
     assert_eq!(
         s.lock().polls,
         1,
         "first lookup polls, the rest of the step does not"
     );
     let mut plan = StorePlan::default();
-    m.prepare_store("r", &[k(3)], &mut plan).unwrap();
-    m.prepare_store("r", &[k(4)], &mut plan).unwrap();
+    m.prepare_store(r, &[k(3)], &mut plan).unwrap();
+    m.prepare_store(r, &[k(4)], &mut plan).unwrap();
     assert_eq!(s.lock().polls, 3, "prepare_store always polls");
     m.on_schedule_end().unwrap();
     assert_eq!(
@@ -64,7 +65,7 @@ fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
     );
     m.on_schedule_end().unwrap();
     assert_eq!(s.lock().polls, 4, "gate re-armed: on_schedule_end polls");
-    m.lookup("r", &k(1)).unwrap();
+    m.lookup(r, &k(1)).unwrap();
     assert_eq!(
         s.lock().polls,
         5,
@@ -77,17 +78,17 @@ fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(w
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(10..14));
-    start(&m, "a");
-    start(&m, "b");
-    assert_eq!(m.lookup("a", &k(10)).unwrap(), LookupResult::Retry);
+    let a = start(&m, "a");
+    let b = start(&m, "b");
+    assert_eq!(m.lookup(a, &k(10)).unwrap(), LookupResult::Retry);
     assert_eq!(model.refs(&k(10)), Some(-1), "slot reserved write pending");
     assert_eq!(
-        m.lookup("b", &k(10)).unwrap(),
+        m.lookup(b, &k(10)).unwrap(),
         LookupResult::HitPending,
         "no second promotion"
     );
-    assert_eq!(m.lookup("b", &k(12)).unwrap(), LookupResult::Retry);
-    assert_eq!(m.lookup("a", &k(11)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(b, &k(12)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(a, &k(11)).unwrap(), LookupResult::Retry);
     assert!(
         s.lock().submitted.is_empty(),
         "load deferred to on_schedule_end"
@@ -103,7 +104,7 @@ fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(w
         assert_eq!(slots.len(), 2);
     }
     // the tier finished at submit; the next step's first lookup polls
-    assert_eq!(m.lookup("a", &k(10)).unwrap(), LookupResult::Hit);
+    assert_eq!(m.lookup(a, &k(10)).unwrap(), LookupResult::Hit);
     assert_eq!(model.refs(&k(12)), Some(0));
     assert_eq!(stat(&m, Some(1), "promotion_jobs"), 2.0);
     assert_eq!(stat(&m, Some(1), "promotion_blocks"), 3.0);
@@ -119,21 +120,21 @@ fn promotion_answer_hit_pending_option(wrap: Wrap) {
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(1));
-    start(&m, "r");
-    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::HitPending);
+    let r = start(&m, "r");
+    assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::HitPending);
 }
 
 fn full_primary_answers_miss(wrap: Wrap) {
     let (m, _) = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     let mut slots = Vec::new();
-    m.prepare_load("r", &[k(1)], &mut slots).unwrap();
+    m.prepare_load(r, &[k(1)], &mut slots).unwrap();
     s.lock().stored.insert(k(2));
     m.on_schedule_end().unwrap(); // the cascade of k(1) finishes; k(1) stays pinned by the load
-    assert_eq!(m.lookup("r", &k(2)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(r, &k(2)).unwrap(), LookupResult::Miss);
     assert_eq!(stat(&m, None, "allocation_failures"), 1.0);
 }
 
@@ -141,10 +142,10 @@ fn tier_retry_answers_retry_and_misses_miss(wrap: Wrap) {
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
+    let r = start(&m, "r");
+    assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::Miss);
     s.lock().retry_lookups = true;
-    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::Retry);
 }
 
 fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
@@ -155,8 +156,8 @@ fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
     assert_eq!(m.add_tier(wrap(t2)).unwrap(), 2);
     s1.lock().auto_finish = false;
     s2.lock().auto_finish = false;
-    start(&m, "r");
-    store(&m, "r", &keys(0..3));
+    let r = start(&m, "r");
+    store(&m, r, &keys(0..3));
     assert_eq!(model.refs(&k(0)), Some(2), "pinned once per tier");
     assert_eq!(s1.lock().submitted.len(), 1);
     assert_eq!(s2.lock().submitted[0].keys, keys(0..3));
@@ -178,16 +179,16 @@ fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
+    let r = start(&m, "r");
     let mut plan = StorePlan::default();
-    m.prepare_store("r", &[k(1)], &mut plan).unwrap();
-    m.on_request_finished("r").unwrap();
+    m.prepare_store(r, &[k(1)], &mut plan).unwrap();
+    m.on_request_finished(r).unwrap();
     assert!(!s.lock().log.iter().any(|l| l == "finished r"));
     assert!(
-        matches!(m.lookup("r", &k(1)), Err(Error::UnknownRequest(_))),
+        matches!(m.lookup(r, &k(1)), Err(Error::UnknownRequest(_))),
         "finished request"
     );
-    m.complete_store("r", &[k(1)], true).unwrap();
+    m.complete_store(r, &[k(1)], true).unwrap();
     let log = s.lock().log.clone();
     let cascade = log.iter().position(|l| l.starts_with("store")).unwrap();
     let fin = log.iter().position(|l| l == "finished r").unwrap();
@@ -196,13 +197,13 @@ fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
         "cascade submitted before the tier hears the request finished: {log:?}"
     );
     assert!(matches!(
-        m.complete_store("r", &[k(1)], true),
+        m.complete_store(r, &[k(1)], true),
         Err(Error::UnknownRequest(_))
     ));
     // the name can be reused once finalized, as a new request
-    start(&m, "r");
-    store(&m, "r", &[k(2)]);
-    m.on_request_finished("r").unwrap();
+    let r = start(&m, "r");
+    store(&m, r, &[k(2)]);
+    m.on_request_finished(r).unwrap();
     assert_eq!(
         s.lock().log.iter().filter(|l| *l == "finished r").count(),
         2
@@ -214,9 +215,9 @@ fn finalization_waits_for_staged_promotions(wrap: Wrap) {
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(5));
-    start(&m, "r");
-    assert_eq!(m.lookup("r", &k(5)).unwrap(), LookupResult::Retry);
-    m.on_request_finished("r").unwrap();
+    let r = start(&m, "r");
+    assert_eq!(m.lookup(r, &k(5)).unwrap(), LookupResult::Retry);
+    m.on_request_finished(r).unwrap();
     assert!(!s.lock().log.iter().any(|l| l == "finished r"));
     m.on_schedule_end().unwrap();
     let log = s.lock().log.clone();
@@ -231,14 +232,17 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     s.lock().auto_finish = false;
-    assert_eq!(start(&m, "a"), OffloadPolicy::RequestLevel);
-    assert_eq!(start(&m, "b"), OffloadPolicy::RequestLevel);
-    store(&m, "a", &keys(0..2)); // ready, cascaded (block-level path)
+    let a = m.on_new_request("a", RequestParams::default()).unwrap();
+    let b = m.on_new_request("b", RequestParams::default()).unwrap();
+    assert_eq!(a.policy, OffloadPolicy::RequestLevel);
+    assert_eq!(b.policy, OffloadPolicy::RequestLevel);
+    let (a, b) = (a.id, b.id);
+    store(&m, a, &keys(0..2)); // ready, cascaded (block-level path)
     let mut plan_a = StorePlan::default();
-    m.prepare_store("a", &[k(7)], &mut plan_a).unwrap(); // k7 write pending
+    m.prepare_store(a, &[k(7)], &mut plan_a).unwrap(); // k7 write pending
     let before = s.lock().submitted.len();
     let mut plan = StorePlan::default();
-    m.prepare_store("b", &[k(0), k(1), k(7), k(9)], &mut plan)
+    m.prepare_store(b, &[k(0), k(1), k(7), k(9)], &mut plan)
         .unwrap();
     assert_eq!(plan.to_store, vec![k(9)]);
     {
@@ -252,14 +256,14 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
         assert_eq!(sc.submitted.last().unwrap().request.name, "b");
     }
     assert_eq!(model.refs(&k(0)), Some(2), "pinned by both cascades");
-    m.on_request_finished("b").unwrap();
-    m.complete_store("b", &[k(9)], true).unwrap();
+    m.on_request_finished(b).unwrap();
+    m.complete_store(b, &[k(9)], true).unwrap();
     assert!(
         !s.lock().log.iter().any(|l| l == "finished b"),
         "k7 still parked"
     );
     assert!(m.has_pending_work().unwrap());
-    m.complete_store("a", &[k(7)], true).unwrap();
+    m.complete_store(a, &[k(7)], true).unwrap();
     m.on_schedule_end().unwrap();
     let sc = s.lock();
     let last = sc.submitted.last().unwrap();
@@ -276,13 +280,13 @@ fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
-    start(&m, "a");
-    start(&m, "b");
+    let a = start(&m, "a");
+    let b = start(&m, "b");
     let mut plan = StorePlan::default();
-    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
-    m.prepare_store("b", &[k(1)], &mut plan).unwrap();
-    m.complete_store("a", &[k(1)], false).unwrap();
-    m.on_request_finished("b").unwrap();
+    m.prepare_store(a, &[k(1)], &mut plan).unwrap();
+    m.prepare_store(b, &[k(1)], &mut plan).unwrap();
+    m.complete_store(a, &[k(1)], false).unwrap();
+    m.on_request_finished(b).unwrap();
     m.on_schedule_end().unwrap();
     assert_eq!(stat(&m, None, "parked_keys_dropped"), 1.0);
     assert!(s.lock().log.iter().any(|l| l == "finished b"));
@@ -295,9 +299,9 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(0..3));
     s.lock().auto_finish = false;
-    start(&m, "r");
+    let r = start(&m, "r");
     for i in 0..3 {
-        m.lookup("r", &k(i)).unwrap();
+        m.lookup(r, &k(i)).unwrap();
     }
     m.on_schedule_end().unwrap();
     let id = s.lock().held[0].id;
@@ -313,7 +317,7 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
     assert_eq!(stat(&m, Some(1), "partial_promotions"), 1.0);
 
     // a list naming a key not in the job: the whole job fails, logged as a tier bug
-    m.lookup("r", &k(1)).unwrap();
+    m.lookup(r, &k(1)).unwrap();
     m.on_schedule_end().unwrap();
     let id = s.lock().held[0].id;
     s.lock().held.clear();
@@ -325,7 +329,7 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
     assert_eq!(model.refs(&k(1)), None);
     assert_eq!(stat(&m, Some(1), "tier_bugs"), 1.0);
     // a success is a success whatever keys it lists
-    m.lookup("r", &k(1)).unwrap();
+    m.lookup(r, &k(1)).unwrap();
     m.on_schedule_end().unwrap();
     let id = s.lock().held[0].id;
     s.lock().held.clear();
@@ -348,8 +352,8 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
     m.add_tier(wrap(t1)).unwrap();
     m.add_tier(wrap(t2)).unwrap();
     s2.lock().auto_finish = false;
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     m.on_schedule_end().unwrap();
     let done = s1.lock().submitted[0].id;
     let other = s2.lock().submitted[0].id;
@@ -385,8 +389,8 @@ fn complete_job_from_another_thread(wrap: Wrap) {
     let (t, s) = TestTier::new("t");
     let idx = m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
-    start(&m, "r");
-    store(&m, "r", &keys(0..4));
+    let r = start(&m, "r");
+    store(&m, r, &keys(0..4));
     let id = s.lock().held.pop().unwrap().id;
     let m2 = m.clone();
     std::thread::spawn(move || m2.complete_job(idx, JobResult::new(id, true)).unwrap())
@@ -410,13 +414,13 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(50));
-    start(&m, "live");
-    start(&m, "done");
+    let live = start(&m, "live");
+    let done = start(&m, "done");
     let mut plan = StorePlan::default();
-    m.prepare_store("done", &[k(1)], &mut plan).unwrap();
-    m.on_request_finished("done").unwrap();
-    m.prepare_store("live", &[k(2)], &mut plan).unwrap();
-    assert_eq!(m.lookup("live", &k(50)).unwrap(), LookupResult::Retry); // staged
+    m.prepare_store(done, &[k(1)], &mut plan).unwrap();
+    m.on_request_finished(done).unwrap();
+    m.prepare_store(live, &[k(2)], &mut plan).unwrap();
+    assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Retry); // staged
     m.reset_cache().unwrap();
     {
         let sc = s.lock();
@@ -434,23 +438,23 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
     assert_eq!(model.0.lock().entries.len(), 0, "primary reset");
     // the live request keeps its state; its store count was cleared
     assert_eq!(
-        m.complete_store("live", &[k(2)], true).unwrap(),
+        m.complete_store(live, &[k(2)], true).unwrap(),
         Default::default()
     );
     assert_eq!(stat(&m, None, "ignored_store_completions"), 1.0);
     // promotions held until reset_flushed
-    assert_eq!(m.lookup("live", &k(50)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Miss);
     assert_eq!(stat(&m, None, "held_misses"), 1.0);
     m.on_schedule_end().unwrap();
     m.reset_flushed().unwrap();
-    assert_eq!(m.lookup("live", &k(50)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Retry);
     let mut ev = Vec::new();
     m.take_events(&mut ev).unwrap();
     assert!(
         ev.iter()
             .any(|e| e.tier == 0 && e.event.kind == EventKind::Cleared)
     );
-    m.on_request_finished("live").unwrap();
+    m.on_request_finished(live).unwrap();
     m.on_schedule_end().unwrap();
     assert!(s.lock().log.iter().any(|l| l == "finished live"));
 }
@@ -458,11 +462,11 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
 #[test]
 fn reset_without_secondary_tiers_does_not_hold() {
     let (m, _) = model_manager(4, ManagerOptions::default());
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     m.reset_cache().unwrap();
     assert_eq!(stat(&m, None, "promotions_held"), 0.0);
-    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::Miss);
 }
 
 #[test]
@@ -505,8 +509,8 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
     let (t, s) = TestTier::new("stuck");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     for _ in 0..3 {
         m.on_schedule_end().unwrap();
     }
@@ -520,7 +524,7 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
         "{errs:?}"
     );
     // its late completion is ignored: the slots belong to the new epoch
-    store(&m, "r", &[k(2)]);
+    store(&m, r, &[k(2)]);
     s.lock().finish_all(true);
     collect(&m);
     assert_eq!(stat(&m, None, "stale_completions"), 1.0);
@@ -533,10 +537,10 @@ fn every_job_failing_leaks_no_slot(wrap: Wrap) {
     m.add_tier(wrap(t)).unwrap();
     s.lock().fail_all = true;
     s.lock().stored.extend(keys(100..104));
-    start(&m, "r");
+    let r = start(&m, "r");
     for round in 0..5u32 {
-        store(&m, "r", &[k(round)]);
-        m.lookup("r", &k(100 + round % 4)).unwrap();
+        store(&m, r, &[k(round)]);
+        m.lookup(r, &k(100 + round % 4)).unwrap();
         m.on_schedule_end().unwrap();
         m.on_schedule_end().unwrap();
     }
@@ -566,18 +570,18 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
     )
     .unwrap();
     s.lock().fail_all = true;
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
-    store(&m, "r", &[k(2)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
+    store(&m, r, &[k(2)]);
     collect(&m); // both failures collected
     assert_eq!(stat(&m, Some(1), "under_pressure"), 1.0);
-    store(&m, "r", &keys(3..6));
+    store(&m, r, &keys(3..6));
     assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
     assert_eq!(stat(&m, Some(1), "dropped_cascade_blocks"), 3.0);
     // loads are never dropped
     s.lock().stored.insert(k(77));
     s.lock().fail_all = false;
-    m.lookup("r", &k(77)).unwrap();
+    m.lookup(r, &k(77)).unwrap();
     m.on_schedule_end().unwrap();
     assert_eq!(stat(&m, Some(1), "promotion_jobs"), 1.0);
     m.reset_cache().unwrap();
@@ -601,12 +605,12 @@ fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
     )
     .unwrap();
     s.lock().fail_all = true;
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     m.on_schedule_end().unwrap();
     s.lock().auto_finish = false;
-    store(&m, "r", &[k(2)]); // admitted: nothing in flight
-    store(&m, "r", &[k(3)]); // dropped: one in flight
+    store(&m, r, &[k(2)]); // admitted: nothing in flight
+    store(&m, r, &[k(3)]); // dropped: one in flight
     assert_eq!(stat(&m, Some(1), "cascade_jobs"), 2.0);
     assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
 }
@@ -621,29 +625,33 @@ fn tier_filter_affects_lookups_only(wrap: Wrap) {
         medium: Some(Medium::Cpu),
         locality: None,
     }]);
-    m.on_new_request(
-        "f",
-        RequestParams {
-            filter: only_cpu,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    m.on_new_request(
-        "none",
-        RequestParams {
-            filter: TierFilter::Only(vec![]),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    start(&m, "all");
-    assert_eq!(m.lookup("f", &k(9)).unwrap(), LookupResult::Miss);
-    assert_eq!(m.lookup("none", &k(9)).unwrap(), LookupResult::Miss);
+    let f = m
+        .on_new_request(
+            "f",
+            RequestParams {
+                filter: only_cpu,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .id;
+    let none = m
+        .on_new_request(
+            "none",
+            RequestParams {
+                filter: TierFilter::Only(vec![]),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .id;
+    let all = start(&m, "all");
+    assert_eq!(m.lookup(f, &k(9)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(none, &k(9)).unwrap(), LookupResult::Miss);
     assert_eq!(s.lock().lookups, 0);
-    store(&m, "f", &[k(1)]);
+    store(&m, f, &[k(1)]);
     assert_eq!(s.lock().submitted.len(), 1, "cascades ignore the filter");
-    assert_eq!(m.lookup("all", &k(9)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(all, &k(9)).unwrap(), LookupResult::Retry);
 }
 
 fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
@@ -652,18 +660,18 @@ fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let seen = Arc::new(Mutex::new(None));
+    let r = start(&m, "r");
     let (weak, seen2) = (Arc::downgrade(&m), seen.clone());
     s.lock().on_lookup = Some(Box::new(move || {
         let m = weak.upgrade().unwrap();
-        *seen2.lock() = Some(m.lookup("r", &k(1)).map_err(|e| e.to_string()));
+        *seen2.lock() = Some(m.lookup(r, &k(1)).map_err(|e| e.to_string()));
         // the thread-safe completion call is allowed from a callback
         assert!(
             m.complete_job(1, JobResult::new(kvtier::tiering::JobId(5), true))
                 .is_ok()
         );
     }));
-    start(&m, "r");
-    assert_eq!(m.lookup("r", &k(1)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::Miss);
     let got = seen.lock().take().unwrap();
     assert!(
         matches!(&got, Err(e) if e.contains("re-entrant")),
@@ -679,17 +687,33 @@ fn events_are_labelled_and_tiers_own_theirs(wrap: Wrap) {
     let (m, _) = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     m.on_schedule_end().unwrap();
     m.on_schedule_end().unwrap();
-    store(&m, "r", &[k(2)]); // evicts k1
+    store(&m, r, &[k(2)]); // evicts k1
     s.lock().events.push(kvtier::events::Event {
         kind: EventKind::Stored,
         key: Some(k(1)),
     });
     let mut got = Vec::new();
-    let (n, more) = m.take_events_with(2, |_, e| got.push(*e)).unwrap();
+    // Batches: (0, stored k1), (0, removed k1), then the rest.
+    let (n, more) = m
+        .take_event_batches(2, |t| {
+            for b in t.batches {
+                for key in t.keys_of(b) {
+                    got.push(kvtier::tiering::TierEvent {
+                        tier: b.tier,
+                        event: kvtier::events::Event {
+                            kind: b.kind,
+                            key: Some(*key),
+                        },
+                    });
+                }
+            }
+            (t.batches.len(), t.more)
+        })
+        .unwrap();
     assert_eq!((n, more), (2, true));
     m.take_events(&mut got).unwrap();
     let kinds: Vec<(usize, EventKind)> = got.iter().map(|e| (e.tier, e.event.kind)).collect();
@@ -727,7 +751,10 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
     let e = m.shutdown().unwrap_err().to_string();
     assert!(e.contains("one") && e.contains("stays mapped"), "{e}");
     assert_eq!(s2.lock().shutdowns, 1, "every tier gets a try");
-    assert!(matches!(m.lookup("x", &k(1)), Err(Error::Closed(_))));
+    assert!(matches!(
+        m.lookup(RequestId(1), &k(1)),
+        Err(Error::Closed(_))
+    ));
     drop(m);
     assert!(
         !*released.lock(),
@@ -745,13 +772,14 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
     let (m, model) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
+    let nope = RequestId(1);
     assert!(matches!(
-        m.lookup("nope", &k(1)),
+        m.lookup(nope, &k(1)),
         Err(Error::UnknownRequest(_))
     ));
     let mut plan = StorePlan::default();
     assert!(matches!(
-        m.prepare_store("nope", &[k(1)], &mut plan),
+        m.prepare_store(nope, &[k(1)], &mut plan),
         Err(Error::UnknownRequest(_))
     ));
     assert_eq!(
@@ -759,13 +787,14 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
         0,
         "no slot allocated for an unknown request"
     );
-    start(&m, "r");
+    let r = start(&m, "r");
+    assert_eq!(r, nope, "the first handle is 1");
     assert!(matches!(
         m.on_new_request("r", RequestParams::default()),
         Err(Error::DuplicateRequest(_))
     ));
     assert!(matches!(
-        m.prepare_load("r", &[k(1)], &mut Vec::new()),
+        m.prepare_load(r, &[k(1)], &mut Vec::new()),
         Err(Error::KeyState { .. })
     ));
     let (t2, _) = TestTier::new("late");
@@ -773,9 +802,9 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
         m.add_tier(wrap(t2)),
         Err(Error::InvalidArgument(_))
     ));
-    m.on_request_finished("r").unwrap();
+    m.on_request_finished(r).unwrap();
     assert!(matches!(
-        m.on_request_finished("r"),
+        m.on_request_finished(r),
         Err(Error::UnknownRequest(_))
     ));
     assert_eq!(
@@ -788,8 +817,8 @@ fn touch_reaches_every_tier_and_has_pending_work_sees_tiers(wrap: Wrap) {
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    m.touch("r", &[k(1)]).unwrap();
+    let r = start(&m, "r");
+    m.touch(r, &[k(1)]).unwrap();
     assert_eq!(s.lock().touches, 1);
     assert!(!m.has_pending_work().unwrap());
     s.lock()
@@ -813,10 +842,10 @@ fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) 
     let (m, _) = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    m.prepare_load("r", &[], &mut Vec::new()).unwrap();
+    let r = start(&m, "r");
+    m.prepare_load(r, &[], &mut Vec::new()).unwrap();
     assert_eq!(s.lock().polls, 1, "prepare_load first in the step polls");
-    m.lookup("r", &k(1)).unwrap();
+    m.lookup(r, &k(1)).unwrap();
     assert_eq!(s.lock().polls, 1, "gate spent by prepare_load");
     m.on_schedule_end().unwrap();
     assert_eq!(
@@ -825,24 +854,24 @@ fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) 
         "gate spent: on_schedule_end does not poll"
     );
     // the gate is armed now: none of these may spend it or poll
-    m.touch("r", &[]).unwrap();
-    m.complete_load("r", &[]).unwrap();
+    m.touch(r, &[]).unwrap();
+    m.complete_load(r, &[]).unwrap();
     m.has_pending_work().unwrap();
     m.stats().unwrap();
     m.take_events(&mut Vec::new()).unwrap();
-    start(&m, "q");
-    m.on_request_finished("q").unwrap();
+    let q = start(&m, "q");
+    m.on_request_finished(q).unwrap();
     assert_eq!(
         s.lock().polls,
         1,
         "only lookup, prepare_load, prepare_store and on_schedule_end poll"
     );
-    m.lookup("r", &k(1)).unwrap();
+    m.lookup(r, &k(1)).unwrap();
     assert_eq!(s.lock().polls, 2, "the gate was still armed");
     // reset_cache collects unconditionally and re-arms the gate
     m.reset_cache().unwrap();
     assert_eq!(s.lock().polls, 3);
-    m.prepare_load("r", &[], &mut Vec::new()).unwrap();
+    m.prepare_load(r, &[], &mut Vec::new()).unwrap();
     assert_eq!(s.lock().polls, 4, "gate re-armed by reset_cache");
 }
 
@@ -853,16 +882,16 @@ fn on_schedule_end_order_of_work(wrap: Wrap) {
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     s.lock().auto_finish = false;
     s.lock().stored.extend([k(50), k(60), k(70)]);
-    start(&m, "a");
-    start(&m, "b");
+    let a = start(&m, "a");
+    let b = start(&m, "b");
     // step 1: a promotes k50
-    m.lookup("a", &k(50)).unwrap();
+    m.lookup(a, &k(50)).unwrap();
     m.on_schedule_end().unwrap();
     // step 2: b names k50 (write pending): parked; b finishes, waiting on it
     let mut plan = StorePlan::default();
-    m.prepare_store("b", &[k(50)], &mut plan).unwrap();
+    m.prepare_store(b, &[k(50)], &mut plan).unwrap();
     assert!(plan.to_store.is_empty());
-    m.on_request_finished("b").unwrap();
+    m.on_request_finished(b).unwrap();
     m.on_schedule_end().unwrap();
     s.lock().finish_all(true); // the promotion of k50 is done
     // step 3, nothing else called: the end-of-step poll must come before
@@ -884,15 +913,15 @@ fn on_schedule_end_order_of_work(wrap: Wrap) {
         assert!(log[store].ends_with(" b"), "{}", log[store]);
     }
     // step 4: c promotes k60 (staged) and parks k70 behind a's promotion
-    start(&m, "c");
-    m.lookup("a", &k(70)).unwrap();
+    let c = start(&m, "c");
+    m.lookup(a, &k(70)).unwrap();
     m.on_schedule_end().unwrap();
-    m.prepare_store("c", &[k(70)], &mut plan).unwrap();
+    m.prepare_store(c, &[k(70)], &mut plan).unwrap();
     m.on_schedule_end().unwrap();
     s.lock().finish_all(true);
     let mark = s.lock().log.len();
-    m.lookup("c", &k(60)).unwrap(); // polls (k70 ready) and stages k60
-    m.on_request_finished("c").unwrap();
+    m.lookup(c, &k(60)).unwrap(); // polls (k70 ready) and stages k60
+    m.on_request_finished(c).unwrap();
     m.on_schedule_end().unwrap();
     let log = s.lock().log.clone();
     let load = at(&log, mark, "load");
@@ -919,9 +948,9 @@ fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
     s2.lock().stored.insert(k(2));
     s2.lock().auto_finish = false;
     s3.lock().retry_lookups = true;
-    start(&m, "r");
+    let r = start(&m, "r");
     assert_eq!(
-        m.lookup("r", &k(1)).unwrap(),
+        m.lookup(r, &k(1)).unwrap(),
         LookupResult::Retry,
         "a RETRY before the HIT does not stop the search"
     );
@@ -937,10 +966,10 @@ fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
     assert_eq!(stat(&m, Some(2), "hits"), 1.0);
     // the only slot holds k1, write pending: a HIT that cannot be promoted is
     // a MISS, even though other tiers answered RETRY
-    assert_eq!(m.lookup("r", &k(2)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(r, &k(2)).unwrap(), LookupResult::Miss);
     assert_eq!(s3.lock().lookups, 0);
     // no HIT anywhere, one RETRY: RETRY
-    assert_eq!(m.lookup("r", &k(3)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(r, &k(3)).unwrap(), LookupResult::Retry);
     assert_eq!(s3.lock().lookups, 1, "every tier asked when none hits");
 }
 
@@ -987,16 +1016,18 @@ fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
     ];
     for (i, (filter, want)) in cases.into_iter().enumerate() {
         let name = format!("r{i}");
-        m.on_new_request(
-            &name,
-            RequestParams {
-                filter: filter.clone(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let r = m
+            .on_new_request(
+                &name,
+                RequestParams {
+                    filter: filter.clone(),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .id;
         let before: Vec<u32> = scripts.iter().map(|s| s.lock().lookups).collect();
-        assert_eq!(m.lookup(&name, &k(1)).unwrap(), LookupResult::Miss);
+        assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::Miss);
         let asked: Vec<u32> = scripts
             .iter()
             .zip(&before)
@@ -1012,19 +1043,19 @@ fn has_pending_work_sees_staged_promotions_and_parked_keys(wrap: Wrap) {
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     s.lock().stored.insert(k(9));
-    start(&m, "a");
-    start(&m, "b");
+    let a = start(&m, "a");
+    let b = start(&m, "b");
     assert!(!m.has_pending_work().unwrap());
-    m.lookup("a", &k(9)).unwrap();
+    m.lookup(a, &k(9)).unwrap();
     assert!(m.has_pending_work().unwrap(), "a staged promotion");
     collect(&m);
     assert!(!m.has_pending_work().unwrap());
     let mut plan = StorePlan::default();
-    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
-    m.prepare_store("b", &[k(1)], &mut plan).unwrap(); // k1 parked for b
+    m.prepare_store(a, &[k(1)], &mut plan).unwrap();
+    m.prepare_store(b, &[k(1)], &mut plan).unwrap(); // k1 parked for b
     assert!(s.lock().held.is_empty() && s.lock().ready.is_empty());
     assert!(m.has_pending_work().unwrap(), "a parked key");
-    m.complete_store("a", &[k(1)], true).unwrap();
+    m.complete_store(a, &[k(1)], true).unwrap();
     collect(&m);
     collect(&m);
     assert!(!m.has_pending_work().unwrap());
@@ -1036,8 +1067,8 @@ fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
     s.lock().stored.insert(k(40));
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     assert_eq!(model.refs(&k(1)), Some(1));
     s.lock().fail_drain = true;
     assert!(m.reset_cache().is_err());
@@ -1062,10 +1093,10 @@ fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap
     assert_eq!(stat(&m, None, "stale_completions"), 0.0);
     // held: a key absent from the primary tier is a MISS without asking the tier
     let asked = s.lock().lookups;
-    assert_eq!(m.lookup("r", &k(40)).unwrap(), LookupResult::Miss);
+    assert_eq!(m.lookup(r, &k(40)).unwrap(), LookupResult::Miss);
     assert_eq!(s.lock().lookups, asked, "tiers not asked while held");
     m.reset_flushed().unwrap();
-    assert_eq!(m.lookup("r", &k(40)).unwrap(), LookupResult::Retry);
+    assert_eq!(m.lookup(r, &k(40)).unwrap(), LookupResult::Retry);
 }
 
 fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(wrap: Wrap) {
@@ -1075,9 +1106,9 @@ fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
-    start(&m, "r");
+    let r = start(&m, "r");
     for i in 0..n {
-        store(&m, "r", &[k(i)]);
+        store(&m, r, &[k(i)]);
     }
     s.lock().finish_all(true);
     collect(&m);
@@ -1087,7 +1118,7 @@ fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(
     assert_eq!(stat(&m, None, "jobs_in_flight"), 0.0);
     // A reset polls as often as the drained jobs need.
     for i in n..2 * n {
-        store(&m, "r", &[k(i)]);
+        store(&m, r, &[k(i)]);
     }
     s.lock().finish_on_drain = true;
     m.reset_cache().unwrap();
@@ -1114,14 +1145,14 @@ fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
     .unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     s.lock().fail_all = true;
-    start(&m, "a");
-    start(&m, "b");
-    store(&m, "a", &keys(0..2));
+    let a = start(&m, "a");
+    let b = start(&m, "b");
+    store(&m, a, &keys(0..2));
     collect(&m);
     assert_eq!(stat(&m, Some(1), "under_pressure"), 1.0);
     let jobs = s.lock().submitted.len();
     let mut plan = StorePlan::default();
-    m.prepare_store("b", &keys(0..3), &mut plan).unwrap();
+    m.prepare_store(b, &keys(0..3), &mut plan).unwrap();
     assert_eq!(plan.to_store, vec![k(2)]);
     assert_eq!(
         s.lock().submitted.len(),
@@ -1136,8 +1167,8 @@ fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
     let (m, _) = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
-    start(&m, "r");
-    store(&m, "r", &[k(1)]);
+    let r = start(&m, "r");
+    store(&m, r, &[k(1)]);
     drop(m);
     let log = s.lock().log.clone();
     assert_eq!(log.iter().filter(|l| *l == "dropped").count(), 1, "{log:?}");
@@ -1151,11 +1182,11 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
     m.add_tier(wrap(t2)).unwrap();
-    start(&m, "r");
+    let r = start(&m, "r");
     let mut plan = StorePlan::default();
-    m.prepare_store("r", &keys(0..3), &mut plan).unwrap();
+    m.prepare_store(r, &keys(0..3), &mut plan).unwrap();
     // k9 was never planned: absent from the primary tier
-    m.complete_store("r", &[k(0), k(1), k(2), k(9)], true)
+    m.complete_store(r, &[k(0), k(1), k(2), k(9)], true)
         .unwrap();
     for s in [&s1, &s2] {
         let sc = s.lock();
@@ -1163,17 +1194,17 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
         assert_eq!(sc.submitted[0].keys, keys(0..3));
     }
     assert_eq!(stat(&m, None, "internal_errors"), 0.0);
-    start(&m, "q");
-    m.prepare_store("q", &keys(10..12), &mut plan).unwrap();
-    m.complete_store("q", &[k(10), k(11), k(12)], true).unwrap();
+    let q = start(&m, "q");
+    m.prepare_store(q, &keys(10..12), &mut plan).unwrap();
+    m.complete_store(q, &[k(10), k(11), k(12)], true).unwrap();
     assert_eq!(
         s1.lock().submitted[1].keys,
         keys(10..12),
         "a key absent from the primary tier is not cascaded"
     );
-    start(&m, "p");
-    m.prepare_store("p", &[k(0), k(20)], &mut plan).unwrap();
-    m.complete_store("p", &[k(0), k(20)], true).unwrap();
+    let p = start(&m, "p");
+    m.prepare_store(p, &[k(0), k(20)], &mut plan).unwrap();
+    m.complete_store(p, &[k(0), k(20)], true).unwrap();
     assert_eq!(
         s1.lock().submitted[2].keys,
         vec![k(20)],
@@ -1187,17 +1218,16 @@ fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
-    start(&m, "a");
+    let a = start(&m, "a");
     let mut plan = StorePlan::default();
-    m.prepare_store("a", &[k(1), k(2), k(1)], &mut plan)
-        .unwrap();
+    m.prepare_store(a, &[k(1), k(2), k(1)], &mut plan).unwrap();
     assert_eq!(plan.to_store, vec![k(1), k(2)]);
     assert_eq!(
         stat(&m, None, "parked_keys"),
         0.0,
         "k1 was not resident before the call"
     );
-    m.complete_store("a", &plan.to_store, true).unwrap();
+    m.complete_store(a, &plan.to_store, true).unwrap();
     collect(&m);
     let sc = s.lock();
     let stored: Vec<_> = sc.submitted.iter().map(|j| j.keys.clone()).collect();
@@ -1211,19 +1241,23 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
     m.add_tier(wrap(t1)).unwrap();
     m.add_tier(wrap(t2)).unwrap();
     s2.lock().policy = Some(OffloadPolicy::RequestLevel);
+    let a = m.on_new_request("a", RequestParams::default()).unwrap();
     assert_eq!(
-        start(&m, "a"),
+        a.policy,
         OffloadPolicy::RequestLevel,
         "any tier asking is enough"
     );
+    let a = a.id;
     s2.lock().policy = None;
-    assert_eq!(start(&m, "c"), OffloadPolicy::BlockLevel);
-    store(&m, "a", &keys(0..2));
+    let c = m.on_new_request("c", RequestParams::default()).unwrap();
+    assert_eq!(c.policy, OffloadPolicy::BlockLevel);
+    let c = c.id;
+    store(&m, a, &keys(0..2));
     let (n1, n2) = (s1.lock().submitted.len(), s2.lock().submitted.len());
     assert_eq!((n1, n2), (1, 1), "complete_store cascades to every tier");
-    start(&m, "b"); // asks again: block-level everywhere now
+    let b = start(&m, "b"); // asks again: block-level everywhere now
     let mut plan = StorePlan::default();
-    m.prepare_store("a", &keys(0..3), &mut plan).unwrap();
+    m.prepare_store(a, &keys(0..3), &mut plan).unwrap();
     assert_eq!(
         s1.lock().submitted.len(),
         1,
@@ -1231,8 +1265,8 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
     );
     assert_eq!(s2.lock().submitted.len(), 2);
     assert_eq!(s2.lock().submitted[1].keys, keys(0..2));
-    m.prepare_store("c", &keys(0..2), &mut plan).unwrap();
-    m.prepare_store("b", &keys(0..2), &mut plan).unwrap();
+    m.prepare_store(c, &keys(0..2), &mut plan).unwrap();
+    m.prepare_store(b, &keys(0..2), &mut plan).unwrap();
     assert_eq!(
         s2.lock().submitted.len(),
         2,
@@ -1245,12 +1279,12 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
-    start(&m, "a");
-    start(&m, "b");
+    let a = start(&m, "a");
+    let b = start(&m, "b");
     let mut plan = StorePlan::default();
-    m.prepare_store("a", &[k(1)], &mut plan).unwrap();
-    m.prepare_store("b", &[k(1)], &mut plan).unwrap(); // parked for b
-    m.on_request_finished("b").unwrap();
+    m.prepare_store(a, &[k(1)], &mut plan).unwrap();
+    m.prepare_store(b, &[k(1)], &mut plan).unwrap(); // parked for b
+    m.on_request_finished(b).unwrap();
     m.on_schedule_end().unwrap();
     assert!(!s.lock().log.iter().any(|l| l == "finished b"));
     m.reset_cache().unwrap();
@@ -1267,7 +1301,7 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
         "no parked cascade after the reset"
     );
     assert!(matches!(
-        m.complete_store("b", &[k(1)], true),
+        m.complete_store(b, &[k(1)], true),
         Err(Error::UnknownRequest(_))
     ));
 }
@@ -1277,20 +1311,20 @@ fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
-    start(&m, "a");
-    store(&m, "a", &[k(0)]);
+    let a = start(&m, "a");
+    store(&m, a, &[k(0)]);
     collect(&m);
-    m.prepare_load("a", &[k(0)], &mut Vec::new()).unwrap(); // k0 pinned: no room left
-    start(&m, "b");
+    m.prepare_load(a, &[k(0)], &mut Vec::new()).unwrap(); // k0 pinned: no room left
+    let b = start(&m, "b");
     let jobs = s.lock().submitted.len();
     let mut plan = StorePlan::default();
     assert_eq!(
-        m.prepare_store("b", &[k(0), k(5)], &mut plan).unwrap(),
+        m.prepare_store(b, &[k(0), k(5)], &mut plan).unwrap(),
         StoreOutcome::Refused
     );
     assert_eq!(s.lock().submitted.len(), jobs, "nothing cascaded");
     assert_eq!(stat(&m, None, "store_refusals"), 1.0);
-    m.on_request_finished("b").unwrap();
+    m.on_request_finished(b).unwrap();
     assert!(
         s.lock().log.iter().any(|l| l == "finished b"),
         "no store in flight: finalized at once"
@@ -1302,9 +1336,9 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(9));
-    start(&m, "gone");
-    store(&m, "gone", &[k(1)]);
-    m.on_request_finished("gone").unwrap();
+    let gone = start(&m, "gone");
+    store(&m, gone, &[k(1)]);
+    m.on_request_finished(gone).unwrap();
     collect(&m);
     assert!(s.lock().log.iter().any(|l| l == "finished gone"));
     let before = |s: &Arc<Mutex<common::Script>>| {
@@ -1319,10 +1353,11 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     };
     let snapshot = before(&s);
     let entries = model.0.lock().entries.len();
-    for name in ["never", "gone"] {
+    let never = RequestId(gone.0 + 1000);
+    for name in [never, gone] {
         let unknown = |r: kvtier::Result<()>| {
             assert!(
-                matches!(&r, Err(Error::UnknownRequest(n)) if n == name),
+                matches!(&r, Err(Error::UnknownRequest(n)) if *n == name.to_string()),
                 "{name}: {r:?}"
             )
         };
@@ -1411,14 +1446,14 @@ fn a_completion_leaves_another_requests_write_pending_key_alone() {
     for success in [false, true] {
         on_real_and_model(2, |m, refs| {
             let what = format!("success {success}");
-            start(m, "r1");
-            start(m, "r2");
+            let r1 = start(m, "r1");
+            let r2 = start(m, "r2");
             let mut plan = StorePlan::default();
-            m.prepare_store("r1", &[k(1)], &mut plan).unwrap();
+            m.prepare_store(r1, &[k(1)], &mut plan).unwrap();
             assert_eq!(plan.slots, vec![0], "{what}");
-            m.prepare_store("r2", &[k(1), k(2)], &mut plan).unwrap();
+            m.prepare_store(r2, &[k(1), k(2)], &mut plan).unwrap();
             assert_eq!(plan.to_store, vec![k(2)], "{what}");
-            let r = m.complete_store("r2", &[k(1), k(2)], success).unwrap();
+            let r = m.complete_store(r2, &[k(1), k(2)], success).unwrap();
             assert_eq!(
                 refs(&k(1)),
                 Some(-1),
@@ -1430,17 +1465,17 @@ fn a_completion_leaves_another_requests_write_pending_key_alone() {
                 "{what}: only B acted on, A counted"
             );
             assert_eq!(
-                m.lookup("r2", &k(1)).unwrap(),
+                m.lookup(r2, &k(1)).unwrap(),
                 LookupResult::HitPending,
                 "{what}"
             );
-            start(m, "r3");
+            let r3 = start(m, "r3");
             assert_eq!(
-                m.prepare_store("r3", &[k(3), k(4)], &mut plan).unwrap(),
+                m.prepare_store(r3, &[k(3), k(4)], &mut plan).unwrap(),
                 StoreOutcome::Refused,
                 "{what}: A's slot is not free and A is not evictable"
             );
-            let r = m.complete_store("r1", &[k(1)], true).unwrap();
+            let r = m.complete_store(r1, &[k(1)], true).unwrap();
             assert_eq!((r.ready, r.foreign), (1, 0), "{what}");
             assert_eq!(refs(&k(1)), Some(0), "{what}: r1's completion made A ready");
         });
@@ -1458,17 +1493,17 @@ fn a_store_completion_leaves_a_promotions_reserved_slot_alone() {
             s.lock().auto_finish = false;
             s.lock().stored.insert(k(9));
             m.add_tier(rust(t)).unwrap();
-            start(m, "r1");
-            start(m, "r2");
-            assert_eq!(m.lookup("r1", &k(9)).unwrap(), LookupResult::Retry);
+            let r1 = start(m, "r1");
+            let r2 = start(m, "r2");
+            assert_eq!(m.lookup(r1, &k(9)).unwrap(), LookupResult::Retry);
             assert_eq!(refs(&k(9)), Some(-1), "{what}: slot reserved");
             let mut plan = StorePlan::default();
-            m.prepare_store("r2", &[k(9), k(2)], &mut plan).unwrap();
+            m.prepare_store(r2, &[k(9), k(2)], &mut plan).unwrap();
             assert_eq!(plan.to_store, vec![k(2)], "{what}");
-            m.prepare_store("r1", &[k(3)], &mut plan).unwrap();
-            for r in ["r1", "r2"] {
+            m.prepare_store(r1, &[k(3)], &mut plan).unwrap();
+            for r in [r1, r2] {
                 let rep = m.complete_store(r, &[k(9), k(2), k(3)], success).unwrap();
-                assert_eq!(rep.foreign, if r == "r1" { 2 } else { 1 }, "{what} {r}");
+                assert_eq!(rep.foreign, if r == r1 { 2 } else { 1 }, "{what} {r}");
                 assert_eq!(
                     refs(&k(9)),
                     Some(-1),
@@ -1494,23 +1529,23 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
     on_real_and_model(2, |m, refs| {
         let (t, s) = TestTier::new("t");
         m.add_tier(rust(t)).unwrap();
-        start(m, "r");
-        start(m, "r2");
+        let r = start(m, "r");
+        let r2 = start(m, "r2");
         let mut plan = StorePlan::default();
-        m.prepare_store("r", &[k(1), k(2)], &mut plan).unwrap();
-        assert_eq!(m.complete_store("r", &[k(1)], true).unwrap().ready, 1);
-        m.on_request_finished("r").unwrap();
+        m.prepare_store(r, &[k(1), k(2)], &mut plan).unwrap();
+        assert_eq!(m.complete_store(r, &[k(1)], true).unwrap().ready, 1);
+        m.on_request_finished(r).unwrap();
         assert!(
             !s.lock().log.iter().any(|l| l == "finished r"),
             "B is still in flight: not finalized"
         );
-        assert_eq!(m.complete_store("r", &[k(2)], true).unwrap().ready, 1);
+        assert_eq!(m.complete_store(r, &[k(2)], true).unwrap().ready, 1);
         for key in [k(1), k(2)] {
             assert!(
                 refs(&key) >= Some(0),
                 "ready (pinned by its cascade, maybe)"
             );
-            assert_eq!(m.lookup("r2", &key).unwrap(), LookupResult::Hit);
+            assert_eq!(m.lookup(r2, &key).unwrap(), LookupResult::Hit);
         }
         assert!(s.lock().log.iter().any(|l| l == "finished r"), "finalized");
         assert_eq!(stat(m, None, "ignored_store_completions"), 0.0);
@@ -1518,17 +1553,17 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
         // evicts both and is planned.
         collect(m);
         assert_eq!(
-            m.prepare_store("r2", &[k(3), k(4)], &mut plan).unwrap(),
+            m.prepare_store(r2, &[k(3), k(4)], &mut plan).unwrap(),
             StoreOutcome::Planned
         );
         // A reset ends the stores in flight: the rest of a part-completed
         // plan is counted and ignored, and the request finalizes at once.
-        assert_eq!(m.complete_store("r2", &[k(3)], true).unwrap().ready, 1);
+        assert_eq!(m.complete_store(r2, &[k(3)], true).unwrap().ready, 1);
         m.reset_cache().unwrap();
-        let late = m.complete_store("r2", &[k(4)], true).unwrap();
+        let late = m.complete_store(r2, &[k(4)], true).unwrap();
         assert_eq!(late, Default::default());
         assert_eq!(stat(m, None, "ignored_store_completions"), 1.0);
-        m.on_request_finished("r2").unwrap();
+        m.on_request_finished(r2).unwrap();
         assert!(s.lock().log.iter().any(|l| l == "finished r2"));
     });
 }

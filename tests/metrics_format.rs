@@ -71,14 +71,14 @@ fn reference_parser_reads_the_allocation_size_histogram() {
     })
     .unwrap();
     let m = Manager::new(primary, ManagerOptions::default());
-    m.on_new_request("r", RequestParams::default()).unwrap();
+    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     let keys: Vec<Key> = (0u32..7)
         .map(|i| Key::new(&i.to_be_bytes()).unwrap())
         .collect();
     let mut plan = StorePlan::default();
     // Allocations of 2 and 5 keys.
-    m.prepare_store("r", &keys[..2], &mut plan).unwrap();
-    m.prepare_store("r", &keys, &mut plan).unwrap();
+    m.prepare_store(r, &keys[..2], &mut plan).unwrap();
+    m.prepare_store(r, &keys, &mut plan).unwrap();
     let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
     let samples = parse_with_prometheus_client(&text);
     let family = "kvtier_allocation_size_blocks";

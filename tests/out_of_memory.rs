@@ -19,6 +19,7 @@ use kvtier::ffi::dialect::{KVTIER_LOOKUP_MISS, kvtier_lookup_answer};
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::primary::*;
+use kvtier::ffi::requests::*;
 use kvtier::ffi::{kvtier_key, kvtier_last_error_message};
 
 fn last_error() -> String {
@@ -180,16 +181,23 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_manager() {
         S::Ok
     );
     let params = kvtier_request_params_default();
-    let mut policy = 0;
+    let mut r = 0;
     assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, REQ, &params, &mut policy) },
+        unsafe { kvtier_manager_request_begin(m, REQ, &params, &mut r, ptr::null_mut()) },
         S::Ok,
         "{}",
         last_error()
     );
     let k = key(b"k");
+    let mut answer = kvtier::ffi::dialect::kvtier_lookup_answer {
+        hits: 0,
+        stop: 0,
+        reason: 0,
+    };
     for n in impossible_counts() {
-        let st = unsafe { kvtier_manager_touch(m, REQ, &k, n) };
+        let st = unsafe { kvtier_manager_lookup(m, r, &k, n, &mut answer) };
+        assert_eq!(st, S::InvalidArgument, "lookup of {n} keys");
+        let st = unsafe { kvtier_manager_touch(m, r, &k, n) };
         assert_eq!(
             st,
             S::InvalidArgument,
@@ -197,15 +205,14 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_manager() {
             last_error()
         );
         assert!(last_error().contains("address space"), "{}", last_error());
-        let st = unsafe { kvtier_manager_complete_store(m, REQ, &k, n, true) };
+        let st = unsafe { kvtier_manager_complete_store(m, r, &k, n, true, ptr::null_mut()) };
         assert_eq!(st, S::InvalidArgument, "complete_store of {n} keys");
         let mut slot = 0u32;
-        let st = unsafe { kvtier_manager_prepare_load(m, REQ, &k, n, &mut slot, n) };
+        let st = unsafe { kvtier_manager_prepare_load(m, r, &k, n, &mut slot) };
         assert_eq!(st, S::InvalidArgument, "prepare_load of {n} keys");
     }
-    let mut answer = -1;
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, REQ, &k, &mut answer) },
+        unsafe { kvtier_manager_lookup(m, r, &k, 1, &mut answer) },
         S::Ok,
         "the manager is not poisoned: {}",
         last_error()

@@ -12,8 +12,11 @@ use parking_lot::Mutex;
 
 use kvtier::Key;
 use kvtier::ffi::build::*;
+use kvtier::ffi::dialect::*;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
+use kvtier::ffi::observe::*;
+use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
 use kvtier::primary::{PrimaryConfig, PrimaryTier};
 use kvtier::request::Request;
@@ -153,9 +156,9 @@ unsafe extern "C" fn c_lookup(
     _ud: *mut c_void,
     _key: *const kvtier::ffi::kvtier_key,
     _request: *const kvtier_request,
-    answer: *mut i32,
+    answer: *mut kvtier_lookup_result,
 ) -> i32 {
-    unsafe { *answer = KVTIER_TIER_LOOKUP_MISS };
+    unsafe { *answer = KVTIER_LOOKUP_MISS };
     0
 }
 
@@ -204,8 +207,8 @@ fn c_manager() -> (*mut kvtier_manager, Arc<CStats>) {
         struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
         user_data: Arc::into_raw(stats.clone()) as *mut c_void,
         name: c"ctier".as_ptr(),
-        medium: KVTIER_TIER_ANY,
-        locality: KVTIER_TIER_ANY,
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
         lookup: Some(c_lookup),
         submit_store: Some(c_submit),
         submit_load: Some(c_submit),
@@ -230,21 +233,33 @@ fn c_manager() -> (*mut kvtier_manager, Arc<CStats>) {
     (m, stats)
 }
 
-/// One `kvtier_manager_stats` read: (tier, name) -> (kind, value).
-fn c_read(m: *mut kvtier_manager) -> HashMap<(i32, String), (i32, f64)> {
-    let mut buf = vec![unsafe { std::mem::zeroed::<kvtier_manager_stat>() }; 512];
-    let mut got = 0;
-    assert_eq!(
-        unsafe { kvtier_manager_stats(m, buf.as_mut_ptr(), buf.len(), &mut got) },
-        S::Ok
-    );
+/// One `kvtier_manager_read_tier_stats` read of the primary tier and the
+/// C tier: (tier, name) -> (kind, value).
+fn c_read(m: *mut kvtier_manager) -> HashMap<(usize, String), (i32, f64)> {
     let mut out = HashMap::new();
-    for s in &buf[..got] {
-        let name = unsafe { CStr::from_ptr(s.name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        // The last of a name wins: the tier's own come after the manager's.
-        out.insert((s.tier, name), (s.kind, s.value));
+    for tier in 0..=1 {
+        let mut got = 0;
+        assert_eq!(
+            unsafe { kvtier_manager_read_tier_stats(m, tier, null_mut(), 0, &mut got) },
+            S::BufferTooSmall,
+            "a capacity of 0 asks for the size"
+        );
+        let mut buf = vec![unsafe { std::mem::zeroed::<kvtier_tier_stat>() }; got];
+        let mut written = 0;
+        assert_eq!(
+            unsafe {
+                kvtier_manager_read_tier_stats(m, tier, buf.as_mut_ptr(), buf.len(), &mut written)
+            },
+            S::Ok
+        );
+        assert_eq!(written, got);
+        for s in &buf {
+            let name = unsafe { CStr::from_ptr(s.name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
+            // The last of a name wins: the tier's own come after the manager's.
+            out.insert((tier, name), (s.kind, s.value));
+        }
     }
     out
 }
@@ -305,9 +320,9 @@ fn c_tier_counters_never_go_back_in_the_c_stats_and_metrics() {
 #[test]
 fn the_c_stats_list_names_each_series_of_the_allocation_size_histogram() {
     let (m, _stats) = c_manager();
-    let mut policy = -1;
+    let mut r = 0;
     assert_eq!(
-        unsafe { kvtier_manager_on_new_request(m, c"r".as_ptr(), null(), &mut policy) },
+        unsafe { kvtier_manager_request_begin(m, c"r".as_ptr(), null(), &mut r, null_mut()) },
         S::Ok
     );
     let names: Vec<[u8; 1]> = (0..3u8).map(|i| [i]).collect();
@@ -321,27 +336,19 @@ fn the_c_stats_list_names_each_series_of_the_allocation_size_histogram() {
     let mut to_store = vec![0usize; 3];
     let mut slots = vec![0u32; 3];
     let mut evicted = vec![unsafe { std::mem::zeroed::<kvtier_key_buf>() }; 3];
-    let (mut stored, mut n_evicted, mut refused) = (0usize, 0usize, true);
+    let mut plan = kvtier_store_plan {
+        store_indices: to_store.as_mut_ptr(),
+        slots: slots.as_mut_ptr(),
+        evicted: evicted.as_mut_ptr(),
+        store_count: 0,
+        evicted_count: 0,
+        refused: true,
+    };
     assert_eq!(
-        unsafe {
-            kvtier_manager_prepare_store(
-                m,
-                c"r".as_ptr(),
-                keys.as_ptr(),
-                3,
-                to_store.as_mut_ptr(),
-                slots.as_mut_ptr(),
-                3,
-                &mut stored,
-                evicted.as_mut_ptr(),
-                3,
-                &mut n_evicted,
-                &mut refused,
-            )
-        },
+        unsafe { kvtier_manager_prepare_store(m, r, keys.as_ptr(), 3, &mut plan) },
         S::Ok
     );
-    assert_eq!((stored, refused), (3, false));
+    assert_eq!((plan.store_count, plan.refused), (3, false));
     let read = c_read(m);
     let series = |name: &str| read[&(0, format!("allocation_size_blocks_{name}"))];
     for (bucket, count) in [

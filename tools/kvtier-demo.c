@@ -267,9 +267,14 @@ static void remove_demo_dir(void) {
     demo_dir[0] = '\0';
 }
 
-static double stat_value(const kvtier_manager_stat *stats, size_t n, int32_t tier, const char *name) {
+/* The value of tier `tier`'s statistic `name` (0 if it has none). */
+static double stat_value(const kvtier_manager *m, size_t tier, const char *name) {
+    kvtier_tier_stat stats[256];
+    size_t n = 0;
+    kvtier_status st = kvtier_manager_read_tier_stats(m, tier, stats, 256, &n);
+    if (st != KVTIER_STATUS_OK) die_status("read_tier_stats", st);
     for (size_t i = 0; i < n; i++)
-        if (stats[i].tier == tier && strcmp(stats[i].name, name) == 0) return stats[i].value;
+        if (strcmp(stats[i].name, name) == 0) return stats[i].value;
     return 0.0;
 }
 
@@ -278,6 +283,7 @@ static double stat_value(const kvtier_manager_stat *stats, size_t n, int32_t tie
 /* One request in the running batch, with buffers sized for the longest. */
 typedef struct {
     const wl_request *r;
+    kvtier_request_handle handle; /* from kvtier_manager_request_begin */
     bool deferred;      /* waiting for blocks being promoted */
     size_t defers;      /* steps deferred in a row */
     double since;       /* when the first of them began */
@@ -445,8 +451,7 @@ int main(int argc, char **argv) {
             q->defers = 0;
             q->pinned = 0;
             memset(q->promoted, 0, q->r->n);
-            int32_t policy = 0;
-            CALL("on_new_request", kvtier_manager_on_new_request(m, q->r->name, NULL, &policy));
+            CALL("request_begin", kvtier_manager_request_begin(m, q->r->name, NULL, &q->handle, NULL));
             run[n_run++] = q;
         }
         /* 2. Lookups; loads of leading hits; stores of the rest. */
@@ -459,25 +464,27 @@ int main(int argc, char **argv) {
             q->h = 0;
             q->n_store = 0;
             /* Past a pending key, keep looking so that every block this
-             * request can get from the fs tier is promoted in one job. */
+             * request can get from the fs tier is promoted in one job.  One
+             * key per lookup here (an engine that does not pin as it goes
+             * passes them all at once): each leading hit is pinned before
+             * the next lookup, whose promotion could evict it otherwise. */
             for (; i < n; i++) {
-                int32_t ans = 0;
-                CALL("lookup", kvtier_manager_lookup(m, q->r->name, &keys[i], &ans));
+                kvtier_lookup_answer ans;
+                CALL("lookup", kvtier_manager_lookup(m, q->handle, &keys[i], 1, &ans));
                 t.lookups++;
-                if (ans == KVTIER_MANAGER_LOOKUP_HIT) {
+                if (ans.stop == KVTIER_LOOKUP_HIT) {
                     /* Pin each leading hit at once: a promotion started by
                      * a later lookup (this request's or, while it waits,
                      * another's) could evict it otherwise, and the request
                      * would go round again. */
                     if (i == q->pinned) {
-                        CALL("prepare_load",
-                             kvtier_manager_prepare_load(m, q->r->name, keys + i, 1, q->slots + i, mk - i));
+                        CALL("prepare_load", kvtier_manager_prepare_load(m, q->handle, keys + i, 1, q->slots + i));
                         q->pinned++;
                     }
                     continue;
                 }
-                if (ans == KVTIER_MANAGER_LOOKUP_RETRY || ans == KVTIER_MANAGER_LOOKUP_HIT_PENDING) {
-                    if (ans == KVTIER_MANAGER_LOOKUP_RETRY) q->promoted[i] = 1;
+                if (ans.stop == KVTIER_LOOKUP_RETRY || ans.stop == KVTIER_LOOKUP_HIT_PENDING) {
+                    if (ans.stop == KVTIER_LOOKUP_RETRY) q->promoted[i] = 1;
                     pending = true;
                     continue;
                 }
@@ -495,14 +502,12 @@ int main(int argc, char **argv) {
                         q->pinned);
                 exit(EXIT_FAILURE);
             }
-            if (q->h > 0) CALL("touch", kvtier_manager_touch(m, q->r->name, keys, q->h));
+            if (q->h > 0) CALL("touch", kvtier_manager_touch(m, q->handle, keys, q->h));
             if (q->h < n) {
-                size_t n_ev = 0;
-                bool refused = false;
-                CALL("prepare_store",
-                     kvtier_manager_prepare_store(m, q->r->name, keys + q->h, n - q->h, q->store_idx,
-                                                  q->store_slots, mk, &q->n_store, NULL, 0, &n_ev, &refused));
-                if (refused) {
+                kvtier_store_plan plan = {q->store_idx, q->store_slots, NULL, 0, 0, false};
+                CALL("prepare_store", kvtier_manager_prepare_store(m, q->handle, keys + q->h, n - q->h, &plan));
+                q->n_store = plan.store_count;
+                if (plan.refused) {
                     /* No free slot (they are pinned by loads and by stores
                      * still on their way to disk): give the loaded blocks
                      * back and run the whole request in a later step. */
@@ -513,7 +518,7 @@ int main(int argc, char **argv) {
                     }
                     t.refused++;
                     if (q->pinned)
-                        CALL("complete_load", kvtier_manager_complete_load(m, q->r->name, keys, q->pinned));
+                        CALL("complete_load", kvtier_manager_complete_load(m, q->handle, keys, q->pinned));
                     q->pinned = 0;
                     q->h = 0;
                     q->n_store = 0;
@@ -523,7 +528,7 @@ int main(int argc, char **argv) {
             }
         }
         /* 3. End of the scheduler step: promotions go to the fs tier. */
-        CALL("on_schedule_end", kvtier_manager_on_schedule_end(m));
+        CALL("schedule_end", kvtier_manager_schedule_end(m));
         /* 4. The "GPU" runs: reads the loaded blocks, computes the rest. */
         size_t kept = 0;
         for (size_t a = 0; a < n_run; a++) {
@@ -542,7 +547,7 @@ int main(int argc, char **argv) {
                 if (q->promoted[j]) t.promoted_hits++;
                 else t.primary_hits++;
             }
-            if (q->h) CALL("complete_load", kvtier_manager_complete_load(m, q->r->name, keys, q->h));
+            if (q->h) CALL("complete_load", kvtier_manager_complete_load(m, q->handle, keys, q->h));
             q->pinned = 0;
             for (size_t s = 0; s < q->n_store; s++) {
                 const kvtier_key *k = &keys[q->h + q->store_idx[s]];
@@ -550,9 +555,10 @@ int main(int argc, char **argv) {
                 q->store_keys[s] = *k;
             }
             if (q->n_store)
-                CALL("complete_store", kvtier_manager_complete_store(m, q->r->name, q->store_keys, q->n_store, true));
+                CALL("complete_store",
+                     kvtier_manager_complete_store(m, q->handle, q->store_keys, q->n_store, true, NULL));
             t.computed += q->n_store;
-            CALL("on_request_finished", kvtier_manager_on_request_finished(m, q->r->name));
+            CALL("request_finished", kvtier_manager_request_finished(m, q->handle));
             spare[n_spare++] = q;
         }
         /* Every request left is waiting on the disk: sleep until a job ends. */
@@ -569,36 +575,24 @@ int main(int argc, char **argv) {
     bool pending = true;
     double drain_start = now_s();
     for (;;) {
-        CALL("on_schedule_end", kvtier_manager_on_schedule_end(m));
+        CALL("schedule_end", kvtier_manager_schedule_end(m));
         CALL("has_pending_work", kvtier_manager_has_pending_work(m, &pending));
         if (!pending || now_s() - drain_start > WAIT_LIMIT_S) break;
         wait_wake(wake, 100);
     }
     double wall = now_s() - t0;
 
-    size_t cap_stats = 256, n_stats = 0;
-    kvtier_manager_stat *stats = (kvtier_manager_stat *)xmalloc(cap_stats * sizeof *stats);
-    kvtier_status ss = kvtier_manager_stats(m, stats, cap_stats, &n_stats);
-    if (ss == KVTIER_STATUS_BUFFER_TOO_SMALL) {
-        cap_stats = n_stats;
-        free(stats);
-        stats = (kvtier_manager_stat *)xmalloc(cap_stats * sizeof *stats);
-        ss = kvtier_manager_stats(m, stats, cap_stats, &n_stats);
-    }
-    if (ss != KVTIER_STATUS_OK) die_status("stats", ss);
-    int32_t ft = (int32_t)fs_tier;
-    double promo_blocks = stat_value(stats, n_stats, ft, "promotion_blocks");
-    double promo_fail = stat_value(stats, n_stats, ft, "promotion_failures");
-    double cascade_blocks = stat_value(stats, n_stats, ft, "cascade_blocks");
-    double cascade_fail = stat_value(stats, n_stats, ft, "cascade_failures");
-    double read_bytes = stat_value(stats, n_stats, ft, "read_bytes");
-    double write_bytes = stat_value(stats, n_stats, ft, "write_bytes");
-    double read_us = stat_value(stats, n_stats, ft, "read_time_us");
-    double write_us = stat_value(stats, n_stats, ft, "write_time_us");
-    double fs_blocks = stat_value(stats, n_stats, ft, "blocks");
-    double direct = stat_value(stats, n_stats, ft, "direct_io");
-    double evicted = stat_value(stats, n_stats, 0, "evictions");
-    free(stats);
+    double promo_blocks = stat_value(m, fs_tier, "promotion_blocks");
+    double promo_fail = stat_value(m, fs_tier, "promotion_failures");
+    double cascade_blocks = stat_value(m, fs_tier, "cascade_blocks");
+    double cascade_fail = stat_value(m, fs_tier, "cascade_failures");
+    double read_bytes = stat_value(m, fs_tier, "read_bytes");
+    double write_bytes = stat_value(m, fs_tier, "write_bytes");
+    double read_us = stat_value(m, fs_tier, "read_time_us");
+    double write_us = stat_value(m, fs_tier, "write_time_us");
+    double fs_blocks = stat_value(m, fs_tier, "blocks");
+    double direct = stat_value(m, fs_tier, "direct_io");
+    double evicted = stat_value(m, 0, "evictions");
 
     double t_close = now_s();
     kvtier_status sd = kvtier_manager_shutdown(m);

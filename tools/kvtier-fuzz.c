@@ -297,13 +297,13 @@ static void *tier_worker(void *arg) {
     return NULL;
 }
 
-static int32_t ct_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, int32_t *answer) {
+static int32_t ct_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, kvtier_lookup_result *answer) {
     c_tier *t = (c_tier *)ud;
     (void)r;
     int id = key_id(k);
     pthread_mutex_lock(&t->lock);
-    *answer = t->present[id] ? KVTIER_TIER_LOOKUP_HIT : KVTIER_TIER_LOOKUP_MISS;
-    if (tier_rand(t) % 100 < 3) *answer = KVTIER_TIER_LOOKUP_RETRY;
+    *answer = t->present[id] ? KVTIER_LOOKUP_HIT : KVTIER_LOOKUP_MISS;
+    if (tier_rand(t) % 100 < 3) *answer = KVTIER_LOOKUP_RETRY;
     pthread_mutex_unlock(&t->lock);
     return KVTIER_STATUS_OK;
 }
@@ -407,6 +407,7 @@ typedef struct {
 
 typedef struct {
     char name[32];
+    kvtier_request_handle handle; /* from kvtier_manager_request_begin */
     unsigned generation;
     bool active;   /* started, not finished */
     bool finished; /* finished, waiting only on its plans */
@@ -440,22 +441,41 @@ static void drop_plan(request *r, size_t i) {
 static void start_request(request *r) {
     r->generation++;
     snprintf(r->name, sizeof r->name, "fz%d.%u", (int)(r - reqs), r->generation);
-    int32_t policy;
+    kvtier_request_handle before = r->handle;
     counts.calls++;
-    expect_ok(kvtier_manager_on_new_request(mgr, r->name, NULL, &policy), "on_new_request");
+    expect_ok(kvtier_manager_request_begin(mgr, r->name, NULL, &r->handle, NULL), "request_begin");
+    if (r->handle == 0 || r->handle == before) fail("request_begin handed out handle %llu again", (unsigned long long)r->handle);
     r->active = true;
     r->finished = false;
 }
 
+/* Looks up 1..MAX_BATCH random keys in one call, which stops at the first
+ * key that is not a hit. */
 static void do_lookup(request *r) {
-    int id = (int)below(NKEYS);
-    kvtier_key k = key_view(id);
-    int32_t answer = -1;
+    kvtier_key keys[MAX_BATCH];
+    size_t n = 1 + below(MAX_BATCH);
+    for (size_t i = 0; i < n; i++) keys[i] = key_view((int)below(NKEYS));
+    kvtier_lookup_answer a;
+    memset(&a, 0xff, sizeof a);
     counts.calls++;
-    expect_ok(kvtier_manager_lookup(mgr, r->name, &k, &answer), "lookup");
-    if (answer == KVTIER_MANAGER_LOOKUP_HIT) counts.lookups_hit++;
-    else if (answer == KVTIER_MANAGER_LOOKUP_HIT_PENDING || answer == KVTIER_MANAGER_LOOKUP_RETRY) counts.lookups_pending++;
-    else if (answer != KVTIER_MANAGER_LOOKUP_MISS) fail("lookup answered %d", answer);
+    expect_ok(kvtier_manager_lookup(mgr, r->handle, keys, n, &a), "lookup");
+    if (a.hits > n) fail("lookup of %zu keys answered %zu hits", n, a.hits);
+    if ((a.hits == n) != (a.stop == KVTIER_LOOKUP_HIT)) fail("lookup: %zu of %zu hits, stop %d", a.hits, n, a.stop);
+    if ((a.stop == KVTIER_LOOKUP_MISS) != (a.reason != KVTIER_MISS_NONE))
+        fail("lookup: stop %d with reason %d", a.stop, a.reason);
+    counts.lookups_hit += a.hits;
+    if (a.stop == KVTIER_LOOKUP_HIT_PENDING || a.stop == KVTIER_LOOKUP_RETRY) counts.lookups_pending++;
+    else if (a.stop == KVTIER_LOOKUP_MISS) {
+        if (a.reason != KVTIER_MISS_ABSENT && a.reason != KVTIER_MISS_NO_ROOM) fail("miss reason %d", a.reason);
+    } else if (a.stop != KVTIER_LOOKUP_HIT) fail("lookup answered %d", a.stop);
+}
+
+/* Whether `k` answers HIT for `r` now. */
+static bool is_hit(request *r, const kvtier_key *k) {
+    kvtier_lookup_answer a;
+    counts.calls++;
+    expect_ok(kvtier_manager_lookup(mgr, r->handle, k, 1, &a), "lookup before load");
+    return a.stop == KVTIER_LOOKUP_HIT;
 }
 
 /* Loads up to MAX_BATCH keys that answer HIT, and checks every block. */
@@ -466,10 +486,7 @@ static void do_load(request *r) {
     for (int tries = 0; tries < 3 * MAX_BATCH && n < 1 + below(MAX_BATCH); tries++) {
         int id = (int)below(NKEYS);
         kvtier_key k = key_view(id);
-        int32_t answer;
-        counts.calls++;
-        expect_ok(kvtier_manager_lookup(mgr, r->name, &k, &answer), "lookup before load");
-        if (answer == KVTIER_MANAGER_LOOKUP_HIT && r->n_pins + n < 64) {
+        if (is_hit(r, &k) && r->n_pins + n < 64) {
             ids[n] = id;
             keys[n++] = k;
         }
@@ -481,10 +498,7 @@ static void do_load(request *r) {
     for (bool stable = false; !stable && n > 0;) {
         size_t kept = 0;
         for (size_t i = 0; i < n; i++) {
-            int32_t answer;
-            counts.calls++;
-            expect_ok(kvtier_manager_lookup(mgr, r->name, &keys[i], &answer), "lookup before load");
-            if (answer == KVTIER_MANAGER_LOOKUP_HIT) {
+            if (is_hit(r, &keys[i])) {
                 ids[kept] = ids[i];
                 keys[kept++] = keys[i];
             }
@@ -495,7 +509,7 @@ static void do_load(request *r) {
     if (n == 0) return;
     uint32_t slots[MAX_BATCH];
     counts.calls++;
-    expect_ok(kvtier_manager_prepare_load(mgr, r->name, keys, n, slots, MAX_BATCH), "prepare_load of HIT keys");
+    expect_ok(kvtier_manager_prepare_load(mgr, r->handle, keys, n, slots), "prepare_load of HIT keys");
     for (size_t i = 0; i < n; i++) {
         pthread_mutex_lock(&oracle_lock);
         int plans = slot_plans[slots[i]];
@@ -511,7 +525,7 @@ static void do_load(request *r) {
     kvtier_key touched[MAX_BATCH];
     for (size_t i = 0; i < n; i++) touched[i] = keys[n - 1 - i];
     counts.calls++;
-    expect_ok(kvtier_manager_touch(mgr, r->name, touched, n), "touch");
+    expect_ok(kvtier_manager_touch(mgr, r->handle, touched, n), "touch");
 }
 
 static void do_complete_load(request *r) {
@@ -519,7 +533,7 @@ static void do_complete_load(request *r) {
     size_t i = below((uint32_t)r->n_pins);
     kvtier_key k = key_view(r->pins[i].key);
     counts.calls++;
-    expect_ok(kvtier_manager_complete_load(mgr, r->name, &k, 1), "complete_load of a held pin");
+    expect_ok(kvtier_manager_complete_load(mgr, r->handle, &k, 1), "complete_load of a held pin");
     drop_pin(r, i);
 }
 
@@ -532,14 +546,17 @@ static void do_prepare_store(request *r) {
         ids[i] = (int)below(NKEYS);
         keys[i] = key_view(ids[i]);
     }
-    size_t idx[MAX_BATCH], n_store = 0, n_evicted = 0;
+    size_t idx[MAX_BATCH];
     uint32_t slots[MAX_BATCH];
-    bool refused = false;
+    kvtier_key_buf evicted[MAX_BATCH];
+    kvtier_store_plan plan = {idx, slots, evicted, 0, 0, false};
     counts.calls++;
-    expect_ok(kvtier_manager_prepare_store(mgr, r->name, keys, n, idx, slots, MAX_BATCH, &n_store, NULL, 0, &n_evicted,
-                                           &refused),
-              "prepare_store");
-    if (refused) return;
+    expect_ok(kvtier_manager_prepare_store(mgr, r->handle, keys, n, &plan), "prepare_store");
+    if (plan.evicted_count > n) fail("prepare_store of %zu keys evicted %zu", n, plan.evicted_count);
+    for (size_t e = 0; e < plan.evicted_count; e++)
+        if (evicted[e].len < 2 || evicted[e].len > 64) fail("evicted key of %zu bytes", evicted[e].len);
+    if (plan.refused) return;
+    size_t n_store = plan.store_count;
     for (size_t s = 0; s < n_store; s++) {
         if (idx[s] >= n) fail("prepare_store named position %zu of %zu keys", idx[s], n);
         check_free_for_handout(slots[s], "a store plan");
@@ -589,13 +606,20 @@ static void do_complete_store(request *r) {
         }
     }
     counts.calls++;
-    expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, success), "complete_store");
+    kvtier_store_completion done;
+    expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, success, &done), "complete_store");
+    if (done.ready + done.dropped + done.ignored + done.foreign + done.already_ready > n)
+        fail("complete_store of %zu keys accounted for more", n);
 }
+
+/* The handle of the request finished last (0 before any). */
+static kvtier_request_handle last_finished;
 
 static void finish_request(request *r) {
     while (r->n_pins) do_complete_load(r);
     counts.calls++;
-    expect_ok(kvtier_manager_on_request_finished(mgr, r->name), "on_request_finished");
+    expect_ok(kvtier_manager_request_finished(mgr, r->handle), "request_finished");
+    last_finished = r->handle;
     r->active = false;
     r->finished = true;
 }
@@ -611,12 +635,12 @@ static void settle_request(request *r) {
             drop_plan(r, r->n_plans - 1);
         }
         counts.calls++;
-        expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, true), "complete_store (settle)");
+        expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, true, NULL), "complete_store (settle)");
     }
 }
 
 static void drain_events(void) {
-    kvtier_tier_event ev[16];
+    kvtier_event ev[16];
     size_t written;
     bool more = true;
     while (more) {
@@ -625,8 +649,9 @@ static void drain_events(void) {
         for (size_t i = 0; i < written; i++) {
             if (ev[i].kind != KVTIER_EVENT_STORED && ev[i].kind != KVTIER_EVENT_REMOVED && ev[i].kind != KVTIER_EVENT_CLEARED)
                 fail("event of kind %d", ev[i].kind);
-            if (ev[i].kind != KVTIER_EVENT_CLEARED && (ev[i].key_len < 2 || ev[i].key_len > 64))
-                fail("event key of %zu bytes", ev[i].key_len);
+            if ((ev[i].kind == KVTIER_EVENT_CLEARED) != (ev[i].len == 0)) fail("event of kind %d with %zu keys", ev[i].kind, ev[i].len);
+            for (size_t k = 0; k < ev[i].len; k++)
+                if (ev[i].keys[k].len < 2 || ev[i].keys[k].len > 64) fail("event key of %zu bytes", ev[i].keys[k].len);
         }
     }
 }
@@ -653,7 +678,7 @@ static void do_reset(void) {
          * completes its void plan, which is ignored. */
         if (n && r->active) {
             counts.calls++;
-            expect_ok(kvtier_manager_complete_store(mgr, r->name, keys, n, true), "complete_store after reset");
+            expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, true, NULL), "complete_store after reset");
         }
     }
     counts.calls++;
@@ -665,32 +690,32 @@ static void do_invalid(request *r) {
     kvtier_status st = KVTIER_STATUS_OK;
     kvtier_key k = key_view((int)below(NKEYS));
     uint8_t long_key[65] = {0};
-    int32_t answer;
+    kvtier_lookup_answer answer;
     uint32_t slot;
+    size_t idx;
+    kvtier_store_plan plan = {&idx, &slot, NULL, 0, 0, false};
     switch (below(9)) {
     case 0:
-        st = kvtier_manager_lookup(NULL, r->name, &k, &answer);
+        st = kvtier_manager_lookup(NULL, r->handle, &k, 1, &answer);
         break;
-    case 1:
-        st = kvtier_manager_lookup(mgr, "fz-never-started", &k, &answer);
+    case 1: /* 0 is never a handle; a finished request's handle is unknown */
+        st = kvtier_manager_lookup(mgr, below(2) ? 0 : last_finished, &k, 1, &answer);
         break;
     case 2:
         k.len = 0;
-        st = kvtier_manager_lookup(mgr, r->name, &k, &answer);
+        st = kvtier_manager_lookup(mgr, r->handle, &k, 1, &answer);
         break;
     case 3:
         k.data = long_key;
         k.len = 65;
-        st = kvtier_manager_prepare_store(mgr, r->name, &k, 1, NULL, NULL, 0, NULL, NULL, 0, NULL, NULL);
+        st = kvtier_manager_prepare_store(mgr, r->handle, &k, 1, &plan);
         break;
     case 4:
-        st = kvtier_manager_prepare_load(mgr, r->name, NULL, 3, &slot, 1);
+        st = kvtier_manager_prepare_load(mgr, r->handle, NULL, 3, &slot);
         break;
     case 5: { /* a key that is absent from the primary tier cannot be loaded */
-        counts.calls++;
-        expect_ok(kvtier_manager_lookup(mgr, r->name, &k, &answer), "lookup");
-        if (answer == KVTIER_MANAGER_LOOKUP_HIT) return;
-        st = kvtier_manager_prepare_load(mgr, r->name, &k, 1, &slot, 1);
+        if (is_hit(r, &k)) return;
+        st = kvtier_manager_prepare_load(mgr, r->handle, &k, 1, &slot);
         break;
     }
     case 6: {
@@ -703,11 +728,14 @@ static void do_invalid(request *r) {
         st = kvtier_manager_complete_job(mgr, bad[below(fs_tier_present ? 3 : 2)], &res);
         break;
     }
-    case 7:
-        st = kvtier_manager_on_new_request(mgr, r->name, NULL, &answer); /* r is active: a duplicate */
+    case 7: {
+        kvtier_request_handle h = 0;
+        st = kvtier_manager_request_begin(mgr, r->name, NULL, &h, NULL); /* r is active: a duplicate */
+        if (st != KVTIER_STATUS_OK && h != 0) fail("a refused request_begin wrote a handle");
         break;
+    }
     default:
-        st = kvtier_manager_on_request_finished(mgr, "fz-never-started");
+        st = kvtier_manager_request_finished(mgr, 0);
         break;
     }
     counts.calls++;
@@ -721,7 +749,7 @@ static void wait_idle(void) {
     bool pending = true;
     for (int waited = 0; waited < 20000 && pending; waited += 5) {
         counts.calls += 2;
-        expect_ok(kvtier_manager_on_schedule_end(mgr), "on_schedule_end");
+        expect_ok(kvtier_manager_schedule_end(mgr), "schedule_end");
         expect_ok(kvtier_manager_has_pending_work(mgr, &pending), "has_pending_work");
         if (pending) {
             struct pollfd p = {fd, POLLIN, 0};
@@ -734,13 +762,13 @@ static void wait_idle(void) {
     if (pending) fail("the manager still has pending work after 20 s");
 }
 
-static double stat_value(const char *tier, const char *name) {
-    static kvtier_manager_stat stats[512];
+static double stat_value(size_t tier, const char *name) {
+    static kvtier_tier_stat stats[512];
     size_t n = 0;
-    expect_ok(kvtier_manager_stats(mgr, stats, 512, &n), "stats");
+    expect_ok(kvtier_manager_read_tier_stats(mgr, tier, stats, 512, &n), "read_tier_stats");
     for (size_t i = 0; i < n; i++)
-        if (strcmp(stats[i].tier_name, tier) == 0 && strcmp(stats[i].name, name) == 0) return stats[i].value;
-    fail("no statistic %s of tier %s", name, tier);
+        if (strcmp(stats[i].name, name) == 0) return stats[i].value;
+    fail("no statistic %s of tier %zu", name, tier);
     return 0;
 }
 
@@ -842,10 +870,10 @@ int main(int argc, char **argv) {
         else if (roll < 860) finish_request(r);
         else if (roll < 930) {
             counts.calls++;
-            expect_ok(kvtier_manager_on_schedule_end(mgr), "on_schedule_end");
+            expect_ok(kvtier_manager_schedule_end(mgr), "schedule_end");
         } else if (roll < 960) drain_events();
         else if (roll < 995) do_invalid(r);
-        else if (roll < 998) (void)stat_value("primary", "pinned");
+        else if (roll < 998) (void)stat_value(0, "pinned");
         else do_reset();
         if (rss_limit_mib > 0 && op % 100000 == 0 && rss_start > 0 && rss_kib() - rss_start > rss_limit_mib * 1024)
             fail("resident memory grew by %ld KiB (limit %ld MiB)", rss_kib() - rss_start, rss_limit_mib);
@@ -858,7 +886,7 @@ int main(int argc, char **argv) {
     }
     wait_idle();
     drain_events();
-    double pending = stat_value("primary", "write_pending"), pinned = stat_value("primary", "pinned");
+    double pending = stat_value(0, "write_pending"), pinned = stat_value(0, "pinned");
     if (pending != 0 || pinned != 0) fail("at the end %g slots are write pending and %g pinned", pending, pinned);
     /* Every resident block is right. */
     request *v = &reqs[0];
@@ -866,13 +894,11 @@ int main(int argc, char **argv) {
     size_t resident = 0;
     for (int id = 0; id < NKEYS; id++) {
         kvtier_key k = key_view(id);
-        int32_t answer;
-        expect_ok(kvtier_manager_lookup(mgr, v->name, &k, &answer), "final lookup");
-        if (answer != KVTIER_MANAGER_LOOKUP_HIT) continue;
+        if (!is_hit(v, &k)) continue;
         uint32_t slot;
-        expect_ok(kvtier_manager_prepare_load(mgr, v->name, &k, 1, &slot, 1), "final prepare_load");
+        expect_ok(kvtier_manager_prepare_load(mgr, v->handle, &k, 1, &slot), "final prepare_load");
         if (!block_is(slot, id)) fail_at(slot, "at the end key %d's slot %u holds another block", id, slot);
-        expect_ok(kvtier_manager_complete_load(mgr, v->name, &k, 1), "final complete_load");
+        expect_ok(kvtier_manager_complete_load(mgr, v->handle, &k, 1), "final complete_load");
         resident++;
     }
     finish_request(v);

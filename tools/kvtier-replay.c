@@ -7,19 +7,21 @@
  * It moves no KV bytes: transfers "finish" when the driver says so.  Every
  * step follows the benchmark rules exactly (requests in file order, B per
  * step):
- *   1. on_new_request for every request of the batch;
- *   2. per request: lookup its keys in order and count the leading HITs h,
- *      stopping at the first other answer.  A HIT_PENDING or RETRY stop
- *      defers the request (it loads and stores nothing this step, and its h
- *      hits are not counted).  Otherwise prepare_load + touch the first h
- *      keys (if h > 0) and, on a MISS stop, prepare_store the rest;
- *   3. on_schedule_end;
+ *   1. request_begin for every request of the batch (its handle is what
+ *      every later call of the request takes);
+ *   2. per request: one batched lookup of its keys, which looks them up in
+ *      order and stops at the first that is not HIT: h leading HITs.  A
+ *      HIT_PENDING or RETRY stop defers the request (it loads and stores
+ *      nothing this step, and its h hits are not counted).  Otherwise
+ *      prepare_load + touch the first h keys (if h > 0) and, on a MISS
+ *      stop, prepare_store the rest;
+ *   3. schedule_end;
  *   4. per request: complete_load of its h loaded keys, complete_store
  *      (success) of the keys prepare_store said to store, then
- *      on_request_finished;
+ *      request_finished;
  *   5. drain the manager's events.
  * After the last batch: while the manager reports pending work, at most 10
- * times, a step with no requests (on_schedule_end, then the event drain);
+ * times, a step with no requests (schedule_end, then the event drain);
  * `steps` counts batches only.
  *
  * `--tiers mem` adds one secondary tier written in C against the vtable
@@ -29,20 +31,24 @@
  * instead of RETRY.  `--repeat K` runs the replay K times, each on a fresh
  * manager, checks that the counters agree, and reports the median time.
  * `--positions` gives every request's keys token positions right after its
- * on_new_request, before its first other call: block i (0-based) ends at
+ * request_begin, before its first other call: block i (0-based) ends at
  * token 16 * (i + 1) (kvtier_manager_set_positions).  That call is not
  * counted in manager_calls: in vLLM the scheduler writes positions into
  * the request's context, not through the manager.  With one step per
  * request, positions change no counter (the finish commits every request
  * head to tail either way).
  *
- * Output fields: requests, steps (batches), manager_calls (every call on
- * the manager, has_pending_work and each event drain included), lookups,
- * hit_blocks, stops_miss, stops_pending, blocks_stored, rejected_stores,
- * blocks_evicted (keys of drained "removed" events of the primary tier),
- * promotion_blocks and cascade_blocks (keys of load and store jobs
- * submitted to the mem tier), events (keys of all drained events), wall_s
- * (the replay loop alone) and ns_per_call (wall_s over manager_calls). */
+ * Output fields: requests, steps (batches), manager_calls (the calls
+ * vLLM's scheduler makes for the same work: one lookup per key looked up,
+ * one per event drain, has_pending_work included; kvtier's own C calls are
+ * fewer, a batched lookup being one call, so ns_per_call compares with
+ * vLLM's and with earlier versions of this driver), lookups (keys looked
+ * up), hit_blocks, stops_miss, stops_pending, blocks_stored,
+ * rejected_stores, blocks_evicted (keys of drained "removed" events of the
+ * primary tier), promotion_blocks and cascade_blocks (keys of load and
+ * store jobs submitted to the mem tier), events (keys of all drained
+ * events), wall_s (the replay loop alone) and ns_per_call (wall_s over
+ * manager_calls). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,11 +94,11 @@ static void mem_push_job(mem_tier *t, uint64_t id) {
 }
 
 static int32_t mem_lookup(void *user_data, const kvtier_key *key, const kvtier_request *request,
-                          int32_t *answer) {
+                          kvtier_lookup_result *answer) {
     (void)request;
     mem_tier *t = (mem_tier *)user_data;
-    *answer = key_set_contains(&t->keys, key->data, key->len) ? KVTIER_TIER_LOOKUP_HIT
-                                                                : KVTIER_TIER_LOOKUP_MISS;
+    *answer = key_set_contains(&t->keys, key->data, key->len) ? KVTIER_LOOKUP_HIT
+                                                                : KVTIER_LOOKUP_MISS;
     return KVTIER_STATUS_OK;
 }
 
@@ -165,6 +171,7 @@ static void die_status(const char *what, kvtier_status st) {
 
 /* Per-request state within one step. */
 typedef struct {
+    kvtier_request_handle request;
     size_t h;            /* leading hits loaded (0 if deferred) */
     bool deferred;
     size_t n_store;      /* keys prepare_store said to store */
@@ -173,17 +180,19 @@ typedef struct {
 
 enum { EVENT_BUF = 4096 };
 
-/* Drains every event; counts keys and primary removals. */
-static void drain_events(kvtier_manager *m, kvtier_tier_event *buf, counters *c) {
+/* Drains every event (one drain, as vLLM counts it, whatever the number of
+ * take_events calls); counts keys and primary removals. */
+static void drain_events(const kvtier_manager *m, kvtier_event *buf, counters *c) {
     bool more = true;
+    c->manager_calls++;
     while (more) {
         size_t n = 0;
-        c->manager_calls++;
         CHECK(kvtier_manager_take_events(m, buf, EVENT_BUF, &n, &more), "take_events");
         for (size_t i = 0; i < n; i++) {
             if (buf[i].kind == KVTIER_EVENT_CLEARED) continue;
-            c->events++;
-            if (buf[i].kind == KVTIER_EVENT_REMOVED && buf[i].tier == 0) c->blocks_evicted++;
+            c->events += buf[i].len;
+            if (buf[i].kind == KVTIER_EVENT_REMOVED && buf[i].tier == 0)
+                c->blocks_evicted += buf[i].len;
         }
     }
 }
@@ -236,7 +245,7 @@ static counters replay_once(const options *o, const workload *wl) {
     uint32_t *slots = (uint32_t *)xrealloc(NULL, max_keys * sizeof(uint32_t));
     uint64_t *positions = (uint64_t *)xrealloc(NULL, max_keys * sizeof(uint64_t));
     for (size_t i = 0; i < max_keys; i++) positions[i] = 16 * (uint64_t)(i + 1);
-    kvtier_tier_event *events = (kvtier_tier_event *)xrealloc(NULL, EVENT_BUF * sizeof(kvtier_tier_event));
+    kvtier_event *events = (kvtier_event *)xrealloc(NULL, EVENT_BUF * sizeof(kvtier_event));
     if (!reqs) {
         fprintf(stderr, "kvtier-replay: out of memory\n");
         exit(1);
@@ -250,15 +259,14 @@ static counters replay_once(const options *o, const workload *wl) {
         c.steps++;
         /* 1. start the batch's requests */
         for (size_t i = 0; i < n; i++) {
-            int32_t policy = 0;
+            const wl_request *r = &wl->requests[first + i];
             c.manager_calls++;
-            CHECK(kvtier_manager_on_new_request(m, wl->requests[first + i].name, NULL, &policy),
-                  "on_new_request");
+            CHECK(kvtier_manager_request_begin(m, r->name, NULL, &reqs[i].request, NULL),
+                  "request_begin");
             c.requests++;
             if (o->positions) {
-                const wl_request *r = &wl->requests[first + i];
-                CHECK(kvtier_manager_set_positions(m, r->name, wl->keys + r->first_key, positions,
-                                                   r->n_keys),
+                CHECK(kvtier_manager_set_positions(m, reqs[i].request, wl->keys + r->first_key,
+                                                   r->n_keys, positions),
                       "set_positions");
             }
         }
@@ -270,74 +278,72 @@ static counters replay_once(const options *o, const workload *wl) {
             s->h = 0;
             s->deferred = false;
             s->n_store = 0;
-            size_t h = 0;
-            int32_t stop = KVTIER_MANAGER_LOOKUP_HIT;
-            for (; h < r->n_keys; h++) {
-                int32_t answer = 0;
-                c.manager_calls++;
-                c.lookups++;
-                CHECK(kvtier_manager_lookup(m, r->name, &keys[h], &answer), "lookup");
-                if (answer != KVTIER_MANAGER_LOOKUP_HIT) {
-                    stop = answer;
-                    break;
-                }
-            }
-            if (stop == KVTIER_MANAGER_LOOKUP_HIT_PENDING || stop == KVTIER_MANAGER_LOOKUP_RETRY) {
+            kvtier_lookup_answer answer;
+            CHECK(kvtier_manager_lookup(m, s->request, keys, r->n_keys, &answer), "lookup");
+            /* Counted as vLLM's one lookup call per key looked up. */
+            size_t looked = answer.hits + (answer.stop != KVTIER_LOOKUP_HIT);
+            c.manager_calls += looked;
+            c.lookups += looked;
+            size_t h = answer.hits;
+            kvtier_lookup_result stop = answer.stop;
+            if (stop == KVTIER_LOOKUP_HIT_PENDING || stop == KVTIER_LOOKUP_RETRY) {
                 c.stops_pending++;
                 s->deferred = true;
                 continue;
             }
             if (h > 0) {
                 c.manager_calls += 2;
-                CHECK(kvtier_manager_prepare_load(m, r->name, keys, h, slots, max_keys),
-                      "prepare_load");
-                CHECK(kvtier_manager_touch(m, r->name, keys, h), "touch");
+                CHECK(kvtier_manager_prepare_load(m, s->request, keys, h, slots), "prepare_load");
+                CHECK(kvtier_manager_touch(m, s->request, keys, h), "touch");
                 c.hit_blocks += h;
                 s->h = h;
             }
-            if (stop == KVTIER_MANAGER_LOOKUP_MISS) {
+            if (stop == KVTIER_LOOKUP_MISS) {
                 c.stops_miss++;
                 size_t rest = r->n_keys - h;
-                size_t n_store = 0, n_evicted = 0;
-                bool refused = false;
+                kvtier_store_plan plan;
+                memset(&plan, 0, sizeof plan);
+                plan.store_indices = store_index;
+                plan.slots = slots;
+                plan.evicted = NULL; /* evictions are counted from the events */
                 c.manager_calls++;
-                CHECK(kvtier_manager_prepare_store(m, r->name, keys + h, rest, store_index, slots,
-                                                   max_keys, &n_store, NULL, 0, &n_evicted,
-                                                   &refused),
+                CHECK(kvtier_manager_prepare_store(m, s->request, keys + h, rest, &plan),
                       "prepare_store");
-                if (refused) {
+                if (plan.refused) {
                     c.rejected_stores++;
                 } else {
-                    for (size_t k = 0; k < n_store; k++) s->store[k] = keys[h + store_index[k]];
-                    s->n_store = n_store;
-                    c.blocks_stored += n_store;
+                    for (size_t k = 0; k < plan.store_count; k++)
+                        s->store[k] = keys[h + store_index[k]];
+                    s->n_store = plan.store_count;
+                    c.blocks_stored += plan.store_count;
                 }
             }
         }
         /* 3. end of the step */
         c.manager_calls++;
-        CHECK(kvtier_manager_on_schedule_end(m), "on_schedule_end");
+        CHECK(kvtier_manager_schedule_end(m), "schedule_end");
         /* 4. transfers finish, requests finish */
         for (size_t i = 0; i < n; i++) {
             const wl_request *r = &wl->requests[first + i];
             step_req *s = &reqs[i];
             if (s->h > 0) {
                 c.manager_calls++;
-                CHECK(kvtier_manager_complete_load(m, r->name, wl->keys + r->first_key, s->h),
+                CHECK(kvtier_manager_complete_load(m, s->request, wl->keys + r->first_key, s->h),
                       "complete_load");
             }
             if (s->n_store > 0) {
                 c.manager_calls++;
-                CHECK(kvtier_manager_complete_store(m, r->name, s->store, s->n_store, true),
+                CHECK(kvtier_manager_complete_store(m, s->request, s->store, s->n_store, true,
+                                                    NULL),
                       "complete_store");
             }
             c.manager_calls++;
-            CHECK(kvtier_manager_on_request_finished(m, r->name), "on_request_finished");
+            CHECK(kvtier_manager_request_finished(m, s->request), "request_finished");
         }
         /* 5. events */
         drain_events(m, events, &c);
     }
-    /* Trailing steps: steps with no requests (on_schedule_end, then the
+    /* Trailing steps: steps with no requests (schedule_end, then the
      * event drain) while work is pending, at most 10.  They are not counted
      * in `steps`. */
     for (int i = 0; i < 10; i++) {
@@ -346,7 +352,7 @@ static counters replay_once(const options *o, const workload *wl) {
         CHECK(kvtier_manager_has_pending_work(m, &pending), "has_pending_work");
         if (!pending) break;
         c.manager_calls++;
-        CHECK(kvtier_manager_on_schedule_end(m), "on_schedule_end");
+        CHECK(kvtier_manager_schedule_end(m), "schedule_end");
         drain_events(m, events, &c);
     }
     c.wall_s = now_s() - start;

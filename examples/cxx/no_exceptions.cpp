@@ -42,18 +42,20 @@ int main() {
   if (!idx) return fail("add_tier", idx.error());
 
   std::vector<std::string> keys{"block-a", "block-b"};
-  if (auto r = m.try_on_new_request("r1"); !r) return fail("on_new_request", r.error());
-  auto plan = m.try_prepare_store("r1", keys);
+  auto r1 = m.try_request_begin("r1");
+  if (!r1) return fail("request_begin", r1.error());
+  kvtier_request_handle h = r1->handle;
+  auto plan = m.try_prepare_store(h, keys);
   if (!plan) return fail("prepare_store", plan.error());
   if (plan->refused || plan->slots.size() != 2) return 1;
-  if (auto r = m.try_complete_store("r1", keys, true); !r) return fail("complete_store", r.error());
+  if (auto r = m.try_complete_store(h, keys, true); !r || r->ready != 2) return fail("complete_store", r.error());
   // The tier refused the cascade: a failed status, logged, nothing thrown;
   // the job counts as failed once the next step collects it.
   for (int step = 0; step < 2; ++step)
-    if (auto r = m.try_on_schedule_end(); !r) return fail("on_schedule_end", r.error());
+    if (auto r = m.try_schedule_end(); !r) return fail("schedule_end", r.error());
   auto err = m.try_take_error();
   if (!err) return fail("take_error", err.error());
-  auto again = m.try_on_new_request("r1");
+  auto again = m.try_request_begin("r1");
   if (again || again.status() != KVTIER_STATUS_DUPLICATE_REQUEST) {
     std::fprintf(stderr, "no_exceptions: a duplicate request should fail\n");
     return 1;

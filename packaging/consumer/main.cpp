@@ -6,8 +6,9 @@
 
 int main() {
   kvtier::manager m = kvtier::manager::from_json(R"({"primary": {"capacity": 8}})");
-  m.on_new_request("r");
-  if (m.lookup("r", "some-key") != kvtier::lookup_result::miss) return 1;
+  kvtier_request_handle r = m.request_begin("r").handle;
+  kvtier::lookup_answer a = m.lookup(r, kvtier::key_view("some-key"));
+  if (a.hits != 0 || a.stop != kvtier::lookup_result::miss || a.reason != kvtier::miss_reason::absent) return 1;
   std::string text = m.metrics_prometheus();
   if (text.find("kvtier_lookups_total{tier=\"manager\"} 1") == std::string::npos) return 1;
   std::printf("consumer (C++): ok\n");

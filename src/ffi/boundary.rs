@@ -225,11 +225,12 @@ impl<T> Drop for EnteredMut<'_, T> {
     }
 }
 
-/// Moves `value` to the heap and returns the opaque handle for it.
-pub(crate) fn into_handle<C: Castable>(value: C::Rust) -> *mut C {
+/// Moves `value` (or what it converts into) to the heap and returns the
+/// opaque handle for it.
+pub(crate) fn into_handle<C: Castable>(value: impl Into<C::Rust>) -> *mut C {
     Box::into_raw(Box::new(Handle {
         poisoned: AtomicBool::new(false),
-        value,
+        value: value.into(),
     }))
     .cast::<C>()
 }

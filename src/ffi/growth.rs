@@ -39,6 +39,7 @@ fn check_size<T: Grows>(size: usize) -> Result<(), Failure> {
 ///
 /// # Safety
 /// `ptr` NULL or valid for reads of its own `struct_size` bytes.
+#[cfg_attr(not(test), allow(dead_code))] // for the options structs' readers
 pub(crate) unsafe fn read_grown<T: Grows>(ptr: *const T, default: T) -> Result<T, Failure> {
     let mut value = default;
     if ptr.is_null() {

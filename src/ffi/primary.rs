@@ -31,9 +31,7 @@ use super::key::{CheckedKeys, kvtier_key};
 use super::status::kvtier_status;
 use crate::events::{Event, EventKind};
 use crate::fallible;
-use crate::primary::{
-    NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, StorePlan,
-};
+use crate::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, StorePlan};
 use crate::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.

@@ -24,35 +24,41 @@ use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 use crate::tiering::{Direction, JobRef, JobResult, OffloadPolicy, SecondaryTier, TierLookup};
 
-/// Tier lookup answer written by `lookup`: not present.
-pub const KVTIER_TIER_LOOKUP_MISS: i32 = 0;
-/// Tier lookup answer written by `lookup`: present and readable.
-pub const KVTIER_TIER_LOOKUP_HIT: i32 = 1;
-/// Tier lookup answer written by `lookup`: busy, ask again later.
-pub const KVTIER_TIER_LOOKUP_RETRY: i32 = 2;
-
-/// Offload policy: blocks newly stored in the primary tier are cascaded.
-pub const KVTIER_OFFLOAD_BLOCK_LEVEL: i32 = 0;
-/// Offload policy: every block of the request is cascaded, resident ones too.
-pub const KVTIER_OFFLOAD_REQUEST_LEVEL: i32 = 1;
-
-/// Medium or locality not declared (matches every filter).
-pub const KVTIER_TIER_ANY: i32 = 0;
 pub use super::dialect::{
-    KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_LOCAL,
-    KVTIER_LOCALITY_REMOTE, KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE,
+    KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_ANY,
+    KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE, KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_MISS,
+    KVTIER_LOOKUP_RETRY, KVTIER_MEDIUM_ANY, KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE,
+};
+use super::dialect::{
+    kvtier_event_kind, kvtier_key_buf, kvtier_locality, kvtier_lookup_result, kvtier_medium,
 };
 
-/// Job direction: primary → tier (a cascade; the slots are pinned).
-pub const KVTIER_JOB_STORE: i32 = 0;
-/// Job direction: tier → primary (a promotion; the slots are write pending).
-pub const KVTIER_JOB_LOAD: i32 = 1;
+/// Which blocks of a request are offloaded to secondary tiers: a
+/// `KVTIER_OFFLOAD_*` value.
+#[allow(non_camel_case_types)]
+pub type kvtier_offload_policy = i32;
+/// Blocks newly stored in the primary tier are cascaded.
+pub const KVTIER_OFFLOAD_BLOCK_LEVEL: kvtier_offload_policy = 0;
+/// Every block of the request is cascaded, resident ones too.
+pub const KVTIER_OFFLOAD_REQUEST_LEVEL: kvtier_offload_policy = 1;
 
-/// Stat kind: a counter, cumulative from creation (only grows; never
-/// reset, so per-interval numbers are the difference of two reads).
-pub const KVTIER_STAT_COUNTER: i32 = 0;
-/// Stat kind: a gauge (current level).
-pub const KVTIER_STAT_GAUGE: i32 = 1;
+/// Which way a job moves blocks: a `KVTIER_JOB_*` value.
+#[allow(non_camel_case_types)]
+pub type kvtier_job_direction = i32;
+/// Primary tier to secondary tier (a cascade; the slots are pinned).
+pub const KVTIER_JOB_STORE: kvtier_job_direction = 0;
+/// Secondary tier to primary tier (a promotion; the slots are write pending).
+pub const KVTIER_JOB_LOAD: kvtier_job_direction = 1;
+
+/// What a statistic is: a `KVTIER_STAT_*` value.
+#[allow(non_camel_case_types)]
+pub type kvtier_stat_kind = i32;
+/// A counter, cumulative from creation (only grows; never reset, so
+/// per-interval numbers are the difference of two reads).  The series of
+/// a histogram are counters too.
+pub const KVTIER_STAT_COUNTER: kvtier_stat_kind = 0;
+/// A gauge (a current level).
+pub const KVTIER_STAT_GAUGE: kvtier_stat_kind = 1;
 
 /// One per-request parameter: two NUL-terminated strings.
 #[repr(C)]
@@ -70,7 +76,8 @@ pub struct kvtier_param {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_request {
-    /// The id string the engine chose (NUL-terminated).
+    /// The request's name, as given to `kvtier_manager_request_begin`
+    /// (NUL-terminated): its label, unique among active requests.
     pub id: *const c_char,
     /// Its length in bytes, without the NUL.
     pub id_len: usize,
@@ -91,7 +98,7 @@ pub struct kvtier_job {
     /// The job's id: report it exactly once.
     pub id: u64,
     /// `KVTIER_JOB_STORE` or `KVTIER_JOB_LOAD`.
-    pub direction: i32,
+    pub direction: kvtier_job_direction,
     /// The blocks' keys.
     pub keys: *const kvtier_key,
     /// Primary slot of each key (co-indexed with `keys`).
@@ -133,24 +140,21 @@ pub struct kvtier_tier_stat {
     pub name: [c_char; 48],
     /// `KVTIER_STAT_COUNTER` (cumulative, never decreases) or
     /// `KVTIER_STAT_GAUGE` (a current value).
-    pub kind: i32,
+    pub kind: kvtier_stat_kind,
     /// The value.
     pub value: f64,
 }
 
-/// One cache event with its tier (0 primary, 1.. secondary) and key copy.
+/// One cache event of a tier written against the vtable, as its
+/// `take_events` callback reports it: a kind and a copy of the key.
 #[repr(C)]
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_tier_event {
     /// `KVTIER_EVENT_STORED`, `KVTIER_EVENT_REMOVED` or `KVTIER_EVENT_CLEARED`.
-    pub kind: i32,
-    /// Tier index: 0 primary, 1.. secondary tiers in the order added.
-    pub tier: u32,
-    /// Number of key bytes (0 for `KVTIER_EVENT_CLEARED`).
-    pub key_len: usize,
-    /// The key's bytes.
-    pub key: [u8; 64],
+    pub kind: kvtier_event_kind,
+    /// The key (`key.len` 1 to 64; ignored for `KVTIER_EVENT_CLEARED`).
+    pub key: kvtier_key_buf,
 }
 
 /// The callbacks of a secondary tier written in C or C++.
@@ -185,17 +189,21 @@ pub struct kvtier_tier_vtable {
     pub user_data: *mut c_void,
     /// Short name for stats and errors (NUL-terminated, copied); NULL = "c-tier".
     pub name: *const c_char,
-    /// `KVTIER_TIER_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
-    pub medium: i32,
-    /// `KVTIER_TIER_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
-    pub locality: i32,
-    /// Writes `KVTIER_TIER_LOOKUP_*` to `*answer` for `key`.
+    /// `KVTIER_MEDIUM_ANY` (none declared: matches every filter),
+    /// `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
+    pub medium: kvtier_medium,
+    /// `KVTIER_LOCALITY_ANY` (none declared: matches every filter),
+    /// `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
+    pub locality: kvtier_locality,
+    /// Writes to `*answer` whether the tier has `key`: `KVTIER_LOOKUP_HIT`,
+    /// `KVTIER_LOOKUP_MISS`, or `KVTIER_LOOKUP_RETRY` (cannot tell yet: ask
+    /// again later).  Any other answer counts as a callback error and a miss.
     pub lookup: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,
             key: *const kvtier_key,
             request: *const kvtier_request,
-            answer: *mut i32,
+            answer: *mut kvtier_lookup_result,
         ) -> i32,
     >,
     /// Starts copying the job's (pinned) slots into the tier.  A failure
@@ -232,7 +240,7 @@ pub struct kvtier_tier_vtable {
         unsafe extern "C" fn(
             user_data: *mut c_void,
             request: *const kvtier_request,
-            policy: *mut i32,
+            policy: *mut kvtier_offload_policy,
         ) -> i32,
     >,
     /// A request finished: no later callback names it.
@@ -265,12 +273,12 @@ pub struct kvtier_tier_vtable {
     pub shutdown: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
     /// Releases `user_data`; runs exactly once, after the last callback.
     pub destroy: Option<unsafe extern "C" fn(user_data: *mut c_void)>,
-    /// Writes up to `capacity` of the tier's own events to `out` (their
-    /// `tier` field is ignored) and their number to `*written`; called
-    /// again while it fills the buffer, until the manager's
-    /// `event_capacity` (at most 4096) events are taken: the rest stay with
-    /// the tier for the next take.  An event whose `key_len` is 0 or more
-    /// than 64 is refused, not cut short (counted in the tier's
+    /// Writes up to `capacity` of the tier's own events to `out`, oldest
+    /// first, and their number to `*written`; called again while it fills
+    /// the buffer, until the manager's `event_capacity` (at most 4096)
+    /// events are taken: the rest stay with the tier for the next take.
+    /// An event (other than `KVTIER_EVENT_CLEARED`) whose `key.len` is 0
+    /// or more than 64 is refused, not cut short (counted in the tier's
     /// `events_rejected` stat and logged).
     pub take_events: Option<
         unsafe extern "C" fn(
@@ -376,24 +384,24 @@ fn fill_batch<T>(
     (rc, written)
 }
 
-fn medium_of(v: i32) -> Result<Option<Medium>> {
+fn medium_of(v: kvtier_medium) -> Result<Option<Medium>> {
     match v {
-        KVTIER_TIER_ANY => Ok(None),
+        KVTIER_MEDIUM_ANY => Ok(None),
         KVTIER_MEDIUM_CPU => Ok(Some(Medium::Cpu)),
         KVTIER_MEDIUM_STORAGE => Ok(Some(Medium::Storage)),
         other => Err(Error::InvalidArgument(format!(
-            "tier vtable medium {other} is not KVTIER_TIER_ANY, KVTIER_MEDIUM_CPU or KVTIER_MEDIUM_STORAGE"
+            "tier vtable medium {other} is not KVTIER_MEDIUM_ANY, KVTIER_MEDIUM_CPU or KVTIER_MEDIUM_STORAGE"
         ))),
     }
 }
 
-fn locality_of(v: i32) -> Result<Option<Locality>> {
+fn locality_of(v: kvtier_locality) -> Result<Option<Locality>> {
     match v {
-        KVTIER_TIER_ANY => Ok(None),
+        KVTIER_LOCALITY_ANY => Ok(None),
         KVTIER_LOCALITY_LOCAL => Ok(Some(Locality::Local)),
         KVTIER_LOCALITY_REMOTE => Ok(Some(Locality::Remote)),
         other => Err(Error::InvalidArgument(format!(
-            "tier vtable locality {other} is not KVTIER_TIER_ANY, KVTIER_LOCALITY_LOCAL or KVTIER_LOCALITY_REMOTE"
+            "tier vtable locality {other} is not KVTIER_LOCALITY_ANY, KVTIER_LOCALITY_LOCAL or KVTIER_LOCALITY_REMOTE"
         ))),
     }
 }
@@ -637,20 +645,23 @@ impl SecondaryTier for CTier {
             data: key.as_bytes().as_ptr(),
             len: key.len(),
         };
-        let mut answer = KVTIER_TIER_LOOKUP_MISS;
-        let f = self.vt.lookup.expect("checked at registration");
+        let mut answer = KVTIER_LOOKUP_MISS;
+        let Some(f) = self.vt.lookup else {
+            // Checked at registration.
+            return TierLookup::Miss;
+        };
         // SAFETY: the vtable contract; arguments live for the call.
         let rc = unsafe { f(self.vt.user_data, &k, req, &mut answer) };
         if !self.ok("lookup", rc) {
             return TierLookup::Miss;
         }
         match answer {
-            KVTIER_TIER_LOOKUP_MISS => TierLookup::Miss,
-            KVTIER_TIER_LOOKUP_HIT => TierLookup::Hit,
-            KVTIER_TIER_LOOKUP_RETRY => TierLookup::Retry,
+            KVTIER_LOOKUP_MISS => TierLookup::Miss,
+            KVTIER_LOOKUP_HIT => TierLookup::Hit,
+            KVTIER_LOOKUP_RETRY => TierLookup::Retry,
             other => {
                 self.note(format!(
-                    "lookup answered {other}, which is not a KVTIER_TIER_LOOKUP_* value"
+                    "lookup answered {other}, which is not KVTIER_LOOKUP_MISS, _HIT or _RETRY"
                 ));
                 TierLookup::Miss
             }
@@ -841,12 +852,12 @@ impl SecondaryTier for CTier {
                 let key = if kind == EventKind::Cleared {
                     None
                 } else {
-                    let key = e.key.get(..e.key_len).and_then(|b| Key::new(b).ok());
+                    let key = e.key.bytes.get(..e.key.len).and_then(|b| Key::new(b).ok());
                     if key.is_none() {
                         self.events_rejected += 1;
                         self.note(format!(
                             "take_events gave a key of {} bytes (keys are 1 to 64 bytes); the event was dropped",
-                            e.key_len
+                            e.key.len
                         ));
                         continue;
                     }

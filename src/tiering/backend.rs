@@ -28,6 +28,14 @@ pub trait PrimaryBackend: Send {
     fn begin_request(&mut self, req: RequestId) -> Result<()>;
     /// MISS, HIT_PENDING or HIT; changes nothing.
     fn lookup(&self, key: &Key) -> PrimaryLookup;
+    /// [`PrimaryBackend::lookup`] of each of `keys` (each 1..=64 bytes,
+    /// read in place) into `out[i]` (`out` at least as long); changes
+    /// nothing.  By default one [`PrimaryBackend::lookup`] per key.
+    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+        }
+    }
     /// Pins ready keys for a load to the GPU; `slots_out` gets their slots.
     fn prepare_load(
         &mut self,
@@ -99,6 +107,11 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         crate::primary::PrimaryTier::lookup(self, key)
+    }
+    /// One pass over the keys, their memory reads overlapping.
+    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+        let n = keys.len().min(out.len());
+        self.lookup_each(n, |j| keys[j], |i, r| out[i] = r);
     }
     fn prepare_load(
         &mut self,
@@ -199,6 +212,9 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         self.0.lock().lookup(key)
+    }
+    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+        self.0.lock().lookup_bytes(keys, out)
     }
     fn prepare_load(
         &mut self,

@@ -48,6 +48,13 @@ use crate::region::{SlotMemory, SlotOwner};
 use crate::request::{Locality, Medium, Request, RequestId, RequestInfo, RequestNames, TierFilter};
 use crate::stats::Stat;
 
+mod jobs;
+mod lookup;
+mod observe;
+
+use observe::Handout;
+pub use observe::{ManagerStats, TakenBatch, TakenEvents};
+
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Most secondary tiers one manager holds (request-level tiers are a bit set).
@@ -68,7 +75,7 @@ pub enum PromotionAnswer {
 /// The manager's answer to a lookup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LookupResult {
-    /// Not found in any tier (or the primary tier has no room to promote it).
+    /// Not readable, and nothing is on its way: see [`MissReason`].
     Miss,
     /// Ready in the primary tier.
     Hit,
@@ -76,6 +83,49 @@ pub enum LookupResult {
     HitPending,
     /// Ask again later (a promotion started, or a tier is busy).
     Retry,
+}
+
+/// Why a lookup answered [`LookupResult::Miss`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissReason {
+    /// No tier has the key, or none was asked: there is no secondary tier,
+    /// the request's filter excludes every tier, or promotions are held
+    /// after a reset.  Counted in `misses_absent`.
+    Absent,
+    /// A secondary tier has the key, but the primary tier did not take its
+    /// promotion: no free slot, or its admission threshold did not admit
+    /// the key yet.  Asking again a step later may find it.  Counted in
+    /// `misses_no_room`.
+    NoRoom,
+}
+
+/// The answer of [`Manager::lookup_prefix`]: keys are looked up in order
+/// until the first that is not HIT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LookupAnswer {
+    /// Number of leading keys that are HIT.
+    pub hits: usize,
+    /// The answer of key `hits` ([`LookupResult::Hit`] when every key is).
+    pub stop: LookupResult,
+    /// Why, when `stop` is [`LookupResult::Miss`].
+    pub reason: Option<MissReason>,
+}
+
+impl LookupAnswer {
+    /// The number of keys looked up: the hits and the key that stopped them.
+    pub fn looked_up(&self) -> usize {
+        self.hits + usize::from(self.stop != LookupResult::Hit)
+    }
+}
+
+/// A started request: the handle its later calls take, and the offload
+/// policy the tiers asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartedRequest {
+    /// The request's handle: never 0, never reused by the same manager.
+    pub id: RequestId,
+    /// Request-level if any tier asked for it, else block-level.
+    pub policy: OffloadPolicy,
 }
 
 /// Options of a manager beyond its primary tier.
@@ -270,6 +320,8 @@ struct ManagerCounters {
     allocation_failures: u64,
     promotions_not_admitted: u64,
     held_misses: u64,
+    misses_absent: u64,
+    misses_no_room: u64,
     store_refusals: u64,
     ignored_store_completions: u64,
     parked_keys: u64,
@@ -330,16 +382,15 @@ struct State {
     shutdown_failed: bool,
     keepalive: Option<Box<dyn Any + Send>>,
     c: ManagerCounters,
-    /// The last request name resolved and its id: engines make runs of
-    /// calls for one request, and this skips hashing the name.
-    last_name: String,
-    last_id: Option<RequestId>,
     errors: VecDeque<String>,
     /// Events gathered from the tiers, not yet taken: at most the event
     /// capacity per tier (`pending_per_tier`, indexed by tier number).
     pending_events: VecDeque<TierEvent>,
     pending_per_tier: Vec<usize>,
     listener: Option<Listener>,
+    /// What the last [`Manager::take_event_batches`] handed out, kept
+    /// until the next one.
+    handout: Handout,
     // scratch, reused across calls
     results: Vec<JobResult>,
     queue_buf: Vec<(usize, JobResult)>,
@@ -400,12 +451,11 @@ impl Manager {
                 shutdown_failed: false,
                 keepalive: None,
                 c: ManagerCounters::default(),
-                last_name: String::new(),
-                last_id: None,
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),
                 pending_per_tier: vec![0],
                 listener: None,
+                handout: Handout::default(),
                 results: Vec::new(),
                 queue_buf: Vec::new(),
                 keys_a: Vec::new(),
@@ -536,9 +586,12 @@ impl Manager {
         self.tier_count.load(Ordering::Acquire)
     }
 
-    /// Starts request `name`: asks every tier for its offload policy and
-    /// answers request-level if any tier wants it.
-    pub fn on_new_request(&self, name: &str, params: RequestParams) -> Result<OffloadPolicy> {
+    /// Starts request `name` (unique among active requests: a name in use
+    /// is [`Error::DuplicateRequest`]): asks every tier for its offload
+    /// policy and answers request-level if any tier wants it.  The
+    /// returned id is the handle every later call of the request takes;
+    /// the name stays the request's label for tiers, events and logs.
+    pub fn on_new_request(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
         let mut s = self.enter("on_new_request")?;
         let s = &mut *s;
         let id = s.names.insert(name)?;
@@ -571,86 +624,26 @@ impl Manager {
                 staged: 0,
             },
         );
-        Ok(if request_level != 0 {
+        let policy = if request_level != 0 {
             OffloadPolicy::RequestLevel
         } else {
             OffloadPolicy::BlockLevel
-        })
-    }
-
-    /// Looks one key up for `request`; see [`LookupResult`].
-    pub fn lookup(&self, request: &str, key: &Key) -> Result<LookupResult> {
-        let mut s = self.enter("lookup")?;
-        let s = &mut *s;
-        let rid = s.active(request)?;
-        s.poll_gated(&self.queue);
-        s.c.lookups += 1;
-        match s.primary.lookup(key) {
-            PrimaryLookup::Hit => {
-                s.c.primary_hits += 1;
-                return Ok(LookupResult::Hit);
-            }
-            PrimaryLookup::HitPending => {
-                s.c.primary_hit_pending += 1;
-                return Ok(LookupResult::HitPending);
-            }
-            PrimaryLookup::Miss => {}
-        }
-        if s.tiers.is_empty() {
-            return Ok(LookupResult::Miss);
-        }
-        if s.held {
-            s.c.held_misses += 1;
-            return Ok(LookupResult::Miss);
-        }
-        let info = match s.reqs.get(&rid) {
-            Some(st) => st.info.clone(),
-            None => return Err(Error::UnknownRequest(request.to_string())),
         };
-        let mut any_retry = false;
-        for t in 0..s.tiers.len() {
-            let entry = &mut s.tiers[t];
-            if !filter_allows(&info.filter, entry.medium, entry.locality) {
-                continue;
-            }
-            entry.c.lookups += 1;
-            match entry.tier.lookup(key, &info) {
-                TierLookup::Hit => {
-                    entry.c.hits += 1;
-                    if !s.start_promotion(t, rid, key) {
-                        return Ok(LookupResult::Miss);
-                    }
-                    return Ok(match s.opts.promotion_answer {
-                        PromotionAnswer::Retry => LookupResult::Retry,
-                        PromotionAnswer::HitPending => LookupResult::HitPending,
-                    });
-                }
-                TierLookup::Retry => {
-                    entry.c.retries += 1;
-                    any_retry = true;
-                }
-                TierLookup::Miss => {}
-            }
-        }
-        Ok(if any_retry {
-            LookupResult::Retry
-        } else {
-            LookupResult::Miss
-        })
+        Ok(StartedRequest { id, policy })
     }
 
     /// Pins `keys` (all ready) for a load to the GPU; `slots_out` gets
     /// their slots in key order.
     pub fn prepare_load(
         &self,
-        request: &str,
+        request: RequestId,
         keys: &[Key],
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         let mut s = self.enter("prepare_load")?;
-        let rid = s.active(request)?;
+        s.active(request)?;
         s.poll_gated(&self.queue);
-        s.primary.prepare_load(rid, keys, slots_out)
+        s.primary.prepare_load(request, keys, slots_out)
     }
 
     /// [0.33] Gives keys of active `request` their token positions in the
@@ -662,20 +655,20 @@ impl Manager {
     /// before head, and its finish commits them head to tail by position.
     /// Errors, nothing changed: unknown request, slices of different
     /// lengths, a key too short for its group index (KV groups on).
-    pub fn set_positions(&self, request: &str, keys: &[Key], positions: &[u64]) -> Result<()> {
+    pub fn set_positions(&self, request: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         let mut s = self.enter("set_positions")?;
-        let rid = s.active(request)?;
-        s.primary.set_positions(rid, keys, positions)
+        s.active(request)?;
+        s.primary.set_positions(request, keys, positions)
     }
 
     /// Marks `keys` recently used in the primary tier and every secondary tier.
-    pub fn touch(&self, request: &str, keys: &[Key]) -> Result<()> {
+    pub fn touch(&self, request: RequestId, keys: &[Key]) -> Result<()> {
         let mut s = self.enter("touch")?;
         let s = &mut *s;
-        let rid = s.active(request)?;
-        s.primary.touch(rid, keys)?;
+        s.active(request)?;
+        s.primary.touch(request, keys)?;
         if !s.tiers.is_empty() {
-            let info = &s.reqs[&rid].info;
+            let info = &s.reqs[&request].info;
             for t in &mut s.tiers {
                 t.tier.touch(keys, info);
             }
@@ -684,10 +677,10 @@ impl Manager {
     }
 
     /// Unpins `keys` after a load to the GPU.
-    pub fn complete_load(&self, request: &str, keys: &[Key]) -> Result<()> {
+    pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
         let mut s = self.enter("complete_load")?;
-        let rid = s.active(request)?;
-        s.primary.complete_load(rid, keys)
+        s.active(request)?;
+        s.primary.complete_load(request, keys)
     }
 
     /// Plans a store of `keys` into the primary tier (always polling first),
@@ -697,7 +690,7 @@ impl Manager {
     /// [`Manager::complete_store`] finishes them.
     pub fn prepare_store(
         &self,
-        request: &str,
+        request: RequestId,
         keys: &[Key],
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
@@ -754,22 +747,24 @@ impl Manager {
     /// still write pending for it, become ready (success) or are dropped
     /// (failure); every other key named (another request's, a promotion's,
     /// a ready or an absent key) is left alone and counted in the primary
-    /// tier's stats.  On success the keys it made ready cascade to every
-    /// secondary tier.  A plan may be completed in several calls: the
-    /// request has a store in flight, and is not finalized, until every
-    /// key it planned was completed.  A completion for a request with no
-    /// store in flight (after a reset) is counted and ignored.
+    /// tier's stats and in the report.  On success the keys it made ready
+    /// cascade to every secondary tier.  A plan may be completed in several
+    /// calls: the request has a store in flight, and is not finalized,
+    /// until every key it planned was completed.  The request may already
+    /// be finished (not yet finalized).  A completion for a request with no
+    /// store in flight (after a reset) is counted
+    /// (`ignored_store_completions`) and ignored: the report is all zeros.
     pub fn complete_store(
         &self,
-        request: &str,
+        request: RequestId,
         keys: &[Key],
         success: bool,
     ) -> Result<CompleteStoreReport> {
         let mut s = self.enter("complete_store")?;
         let s = &mut *s;
-        let rid = s.resolve(request)?;
+        let rid = request;
         let Some(st) = s.reqs.get_mut(&rid) else {
-            return Err(Error::UnknownRequest(request.to_string()));
+            return Err(Error::UnknownRequest(rid.to_string()));
         };
         if st.store_keys_pending == 0 {
             s.c.ignored_store_completions += 1;
@@ -800,7 +795,8 @@ impl Manager {
 
     /// Marks `request` finished; its state goes (and tiers hear of it) once
     /// no store is in flight, no key is parked and no promotion is staged.
-    pub fn on_request_finished(&self, request: &str) -> Result<()> {
+    /// Its handle is then unknown to every call; its name may be reused.
+    pub fn on_request_finished(&self, request: RequestId) -> Result<()> {
         let mut s = self.enter("on_request_finished")?;
         let rid = s.active(request)?;
         s.primary.on_request_finished(rid)?;
@@ -857,41 +853,6 @@ impl Manager {
             || !s.staged.is_empty()
             || self.queue.nonempty.load(Ordering::Acquire)
             || s.tiers.iter().any(|t| t.tier.has_pending_work()))
-    }
-
-    /// Appends the queued events: the primary tier's, then each secondary
-    /// tier's own.  One call takes at most the event capacity from each
-    /// tier (and at most [`MAX_EVENTS_PER_TAKE`] from a secondary tier);
-    /// what a tier still holds comes with the next call.
-    pub fn take_events(&self, out: &mut Vec<TierEvent>) -> Result<()> {
-        let mut s = self.enter("take_events")?;
-        s.gather_events();
-        out.extend(s.pending_events.drain(..));
-        s.pending_per_tier.fill(0);
-        Ok(())
-    }
-
-    /// Like [`Manager::take_events`] into at most `max` calls of `sink`;
-    /// events that do not fit wait for the next call.  Returns how many were
-    /// given and whether more remain.
-    pub fn take_events_with(
-        &self,
-        max: usize,
-        mut sink: impl FnMut(usize, &TierEvent),
-    ) -> Result<(usize, bool)> {
-        let mut s = self.enter("take_events")?;
-        let s = &mut *s;
-        s.gather_events();
-        let n = max.min(s.pending_events.len());
-        for (i, e) in s.pending_events.drain(..n).enumerate() {
-            s.pending_per_tier[e.tier] -= 1;
-            sink(i, &e);
-        }
-        if s.pending_events.is_empty() {
-            // Whether the tiers still hold some.
-            s.gather_events();
-        }
-        Ok((n, !s.pending_events.is_empty()))
     }
 
     /// Drains every tier, collects their finished jobs, drops staged
@@ -1015,177 +976,6 @@ impl Manager {
         Ok(())
     }
 
-    /// Merged statistics: the manager's totals, the primary tier's, then
-    /// per secondary tier the manager's counters for it and its own.
-    ///
-    /// Counters (histogram series included) are cumulative from creation
-    /// and never decrease; gauges are current values.  A secondary tier's
-    /// own counters are held to this: one the tier no longer reports keeps
-    /// its last value (after the tier's reported stats), and one it reports
-    /// below its previous report keeps the value shown before and counts as
-    /// a tier bug (`tier_bugs`, and a message in the error log), once per
-    /// decrease.  For per-interval numbers, as vLLM's statistics are, keep
-    /// the previous result and subtract counter by counter (see
-    /// [`crate::stats`]).
-    pub fn stats(&self) -> Result<Vec<ManagerStat>> {
-        let mut s = self.enter("stats")?;
-        s.gather_errors();
-        // The tiers' own reports first: a decrease found now is counted in
-        // the `tier_bugs` this call returns.
-        let mut reports: Vec<Vec<Stat>> = Vec::with_capacity(s.tiers.len());
-        for i in 0..s.tiers.len() {
-            let t = &mut s.tiers[i];
-            let mut report = t.tier.stats();
-            let mut decreases = Vec::new();
-            t.reported.apply(&mut report, |d| decreases.push(d));
-            reports.push(report);
-            for d in decreases {
-                let name = s.tiers[i].name.clone();
-                s.tiers[i].c.tier_bugs += 1;
-                s.tier_bug(
-                    &name,
-                    format!(
-                        "counter {} went back from {} to {}; {} is reported (counters never decrease)",
-                        d.series, d.before, d.now, d.shown
-                    ),
-                );
-            }
-        }
-        let mut out = Vec::new();
-        let m: Arc<str> = Arc::from("manager");
-        let c = s.c;
-        let push =
-            |out: &mut Vec<ManagerStat>, tier: Option<usize>, name: &Arc<str>, stat: Stat| {
-                out.push(ManagerStat {
-                    tier,
-                    tier_name: name.clone(),
-                    stat,
-                })
-            };
-        for (n, v) in [
-            ("lookups", c.lookups),
-            ("primary_hits", c.primary_hits),
-            ("primary_hit_pending", c.primary_hit_pending),
-            ("promotions_started", c.promotions_started),
-            ("allocation_failures", c.allocation_failures),
-            ("promotions_not_admitted", c.promotions_not_admitted),
-            ("held_misses", c.held_misses),
-            ("store_refusals", c.store_refusals),
-            ("ignored_store_completions", c.ignored_store_completions),
-            ("parked_keys", c.parked_keys),
-            ("parked_keys_dropped", c.parked_keys_dropped),
-            ("stale_completions", c.stale_completions),
-            ("tier_bugs", c.tier_bugs),
-            ("internal_errors", c.internal_errors),
-            ("resets", c.resets),
-        ] {
-            push(&mut out, None, &m, Stat::counter(n, v));
-        }
-        for (n, v) in [
-            ("jobs_in_flight", s.jobs.len() as f64),
-            ("active_requests", s.reqs.len() as f64),
-            ("promotions_held", if s.held { 1.0 } else { 0.0 }),
-            ("events_queued", s.pending_events.len() as f64),
-        ] {
-            push(&mut out, None, &m, Stat::gauge(n, v));
-        }
-        let p: Arc<str> = Arc::from("primary");
-        for st in s.primary.stat_list() {
-            push(&mut out, Some(0), &p, st);
-        }
-        for ((i, t), report) in s.tiers.iter().enumerate().zip(reports) {
-            let c = t.c;
-            for (n, v) in [
-                ("lookups", c.lookups),
-                ("hits", c.hits),
-                ("retries", c.retries),
-                ("promotion_jobs", c.promotion_jobs),
-                ("promotion_blocks", c.promotion_blocks),
-                ("promotion_failures", c.promotion_failures),
-                ("partial_promotions", c.partial_promotions),
-                ("cascade_jobs", c.cascade_jobs),
-                ("cascade_blocks", c.cascade_blocks),
-                ("cascade_failures", c.cascade_failures),
-                ("dropped_cascade_jobs", c.dropped_cascade_jobs),
-                ("dropped_cascade_blocks", c.dropped_cascade_blocks),
-                ("bytes_loaded", c.bytes_loaded),
-                ("bytes_stored", c.bytes_stored),
-                ("tier_bugs", c.tier_bugs),
-                ("poll_limit_reached", c.poll_limit_reached),
-                ("event_limit_reached", c.event_limit_reached),
-            ] {
-                push(&mut out, Some(i + 1), &t.name, Stat::counter(n, v));
-            }
-            for (n, v) in [
-                ("load_seconds", c.load_time.as_secs_f64()),
-                ("store_seconds", c.store_time.as_secs_f64()),
-            ] {
-                push(&mut out, Some(i + 1), &t.name, Stat::gauge(n, v));
-            }
-            if let Some(d) = &t.detector {
-                for (n, v) in [
-                    ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
-                    ("store_latency_ema", d.ema()),
-                ] {
-                    push(&mut out, Some(i + 1), &t.name, Stat::gauge(n, v));
-                }
-            }
-            for st in report {
-                push(&mut out, Some(i + 1), &t.name, st);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Moves the error log (tier bugs, failed tier calls), oldest first, into `out`.
-    pub fn take_errors(&self, out: &mut Vec<String>) -> Result<()> {
-        let mut s = self.enter("take_errors")?;
-        s.gather_errors();
-        out.extend(s.errors.drain(..));
-        Ok(())
-    }
-
-    /// Removes and returns the oldest message of the error log.
-    pub fn pop_error(&self) -> Result<Option<String>> {
-        let mut s = self.enter("pop_error")?;
-        s.gather_errors();
-        Ok(s.errors.pop_front())
-    }
-
-    /// Installs `listener` to receive events as they happen (at the end of
-    /// the call that produced them), or removes it (`None`).  With
-    /// `also_queue`, delivered events also stay queued for
-    /// [`Manager::take_events`]; without, they are delivered only.  Events
-    /// queued before the call are delivered at the end of this call.  See
-    /// [`crate::tiering::listen`].
-    pub fn set_event_listener(
-        &self,
-        listener: Option<EventListener>,
-        also_queue: bool,
-    ) -> Result<()> {
-        let mut s = self.enter("set_event_listener")?;
-        s.listener = listener.map(|l| Listener::new(l, also_queue));
-        if s.listener.is_some() && !also_queue {
-            // Earlier undrained events go to the listener, not to a queue nobody drains.
-            let pending: Vec<TierEvent> = s.pending_events.drain(..).collect();
-            s.pending_per_tier.fill(0);
-            let s = &mut *s;
-            let tiers = &s.tiers;
-            if let Some(l) = &mut s.listener {
-                l.deliver(pending.iter(), |t| {
-                    if t == 0 {
-                        (Some(Medium::Cpu), Some(Locality::Local))
-                    } else {
-                        tiers
-                            .get(t - 1)
-                            .map_or((None, None), |e| (e.medium, e.locality))
-                    }
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Records the slot memory the primary tier's slots live in, so
     /// callers that did not build it (a manager made from a configuration)
     /// can find it.  Set once; a second call is an error, and so is memory
@@ -1250,26 +1040,13 @@ impl Drop for Manager {
 }
 
 impl State {
-    /// Id of started request `name` (finished or not).
-    fn resolve(&mut self, name: &str) -> Result<RequestId> {
-        if let Some(id) = self.last_id
-            && self.last_name == name
-        {
-            return Ok(id);
-        }
-        let id = self.names.get(name)?;
-        self.last_name.clear();
-        self.last_name.push_str(name);
-        self.last_id = Some(id);
-        Ok(id)
-    }
-
-    /// Id of `name`, which must be started and not finished.
-    fn active(&mut self, name: &str) -> Result<RequestId> {
-        let id = self.resolve(name)?;
+    /// `id`, if it names a started request that is not finished; else
+    /// [`Error::UnknownRequest`].
+    #[inline]
+    fn active(&self, id: RequestId) -> Result<RequestId> {
         match self.reqs.get(&id) {
             Some(st) if !st.finished => Ok(id),
-            _ => Err(Error::UnknownRequest(name.to_string())),
+            _ => Err(Error::UnknownRequest(id.to_string())),
         }
     }
 
@@ -1361,349 +1138,6 @@ impl State {
         self.strings = strings;
     }
 
-    fn gather_events(&mut self) {
-        let start = self.pending_events.len();
-        self.collect_events();
-        if let Some(listener) = &mut self.listener {
-            let tiers = &self.tiers;
-            listener.deliver(self.pending_events.range(start..), |t| {
-                if t == 0 {
-                    (Some(Medium::Cpu), Some(Locality::Local))
-                } else {
-                    tiers
-                        .get(t - 1)
-                        .map_or((None, None), |e| (e.medium, e.locality))
-                }
-            });
-            if !listener.also_queue {
-                for e in self.pending_events.drain(start..) {
-                    self.pending_per_tier[e.tier] -= 1;
-                }
-            }
-        }
-    }
-
-    /// Moves events from the tiers into `pending_events`: from each tier
-    /// at most what its share of the queue has room for (the event
-    /// capacity per tier) and, from a secondary tier, at most
-    /// [`MAX_EVENTS_PER_TAKE`]; the rest stays in the tier.
-    fn collect_events(&mut self) {
-        let cap = self.primary.event_capacity();
-        let mut events = std::mem::take(&mut self.events);
-        events.clear();
-        let room = cap.saturating_sub(self.pending_per_tier[0]);
-        if room > 0 {
-            self.primary.take_events(room, &mut events);
-            self.pending_per_tier[0] += events.len();
-            self.pending_events
-                .extend(events.drain(..).map(|event| TierEvent { tier: 0, event }));
-        }
-        for t in 0..self.tiers.len() {
-            events.clear();
-            let entry = &mut self.tiers[t];
-            if !entry.events_on {
-                // A tier with its events off queues none; whatever one
-                // reports anyway (a C tier keeps its own queue) is discarded.
-                entry.tier.take_events(MAX_EVENTS_PER_TAKE, &mut events);
-                continue;
-            }
-            let room = cap
-                .saturating_sub(self.pending_per_tier[t + 1])
-                .min(MAX_EVENTS_PER_TAKE);
-            if room == 0 {
-                continue;
-            }
-            entry.tier.take_events(room, &mut events);
-            if events.len() >= MAX_EVENTS_PER_TAKE {
-                entry.c.event_limit_reached += 1;
-            }
-            events.truncate(room);
-            self.pending_per_tier[t + 1] += events.len();
-            self.pending_events.extend(
-                events
-                    .drain(..)
-                    .map(|event| TierEvent { tier: t + 1, event }),
-            );
-        }
-        events.clear();
-        self.events = events;
-    }
-
-    /// Applies one finished job reported by tier `t` (internal index).
-    fn finish_job(&mut self, t: usize, r: JobResult) {
-        let owner = match self.jobs.get(&r.id) {
-            None => {
-                let name = self.tiers[t].name.clone();
-                self.tiers[t].c.tier_bugs += 1;
-                self.tier_bug(
-                    &name,
-                    format!(
-                        "{}",
-                        Error::UnknownJob {
-                            job: r.id.0,
-                            tier: name.to_string()
-                        }
-                    ) + " (never given to it, or already reported); ignored",
-                );
-                return;
-            }
-            Some(e) => e.tier,
-        };
-        if owner != t {
-            let name = self.tiers[t].name.clone();
-            let other = self.tiers[owner].name.clone();
-            self.tiers[t].c.tier_bugs += 1;
-            self.tier_bug(
-                &name,
-                format!(
-                    "reported job {} that belongs to tier {other:?}; ignored",
-                    r.id.0
-                ),
-            );
-            return;
-        }
-        let Some(entry) = self.jobs.remove(&r.id) else {
-            return;
-        };
-        let job = entry.job;
-        let elapsed = r.duration.unwrap_or_else(|| entry.submitted.elapsed());
-        if job.direction == Direction::Store {
-            let tier = &mut self.tiers[t];
-            tier.stores_in_flight = tier.stores_in_flight.saturating_sub(1);
-        }
-        if entry.epoch != self.epoch {
-            // Orphaned by a reset: its slots belong to the new epoch now.
-            self.c.stale_completions += 1;
-            return;
-        }
-        match job.direction {
-            Direction::Load => self.finish_load(t, &job, &r, elapsed),
-            Direction::Store => {
-                let block_bytes = self.opts.block_bytes;
-                let tier = &mut self.tiers[t];
-                if r.success {
-                    tier.c.bytes_stored += r.bytes;
-                } else {
-                    tier.c.cascade_failures += 1;
-                }
-                tier.c.store_time += elapsed;
-                if let Some(d) = &mut tier.detector {
-                    let units = if r.bytes > 0 {
-                        r.bytes
-                    } else if block_bytes > 0 {
-                        block_bytes * job.keys.len() as u64
-                    } else {
-                        job.keys.len() as u64
-                    };
-                    d.on_store_finished(r.success, units, elapsed);
-                }
-                if let Err(e) = self.primary.unpin_for_transfer(&job.keys) {
-                    self.c.internal_errors += 1;
-                    self.log(format!(
-                        "internal error: unpinning cascade job {} failed: {e}",
-                        job.id.0
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Applies a finished promotion: its slots become ready or are dropped
-    /// through the promotion's own completion, which acts only on slots
-    /// promotions reserved (never on a request's write-pending key).
-    fn finish_load(&mut self, t: usize, job: &Job, r: &JobResult, elapsed: Duration) {
-        self.tiers[t].c.load_time += elapsed;
-        if r.success {
-            self.tiers[t].c.bytes_loaded += r.bytes;
-            self.primary.complete_promotion(&job.keys, true);
-            return;
-        }
-        self.tiers[t].c.promotion_failures += 1;
-        let Some(list) = &r.succeeded_keys else {
-            self.primary.complete_promotion(&job.keys, false);
-            return;
-        };
-        if let Some(bad) = list.iter().find(|k| !job.keys.contains(k)) {
-            let name = self.tiers[t].name.clone();
-            self.tiers[t].c.tier_bugs += 1;
-            self.tier_bug(&name, format!(
-                "load job {} listed key {bad} as arrived, which is not in the job; the whole job counts as failed",
-                job.id.0
-            ));
-            self.primary.complete_promotion(&job.keys, false);
-            return;
-        }
-        self.tiers[t].c.partial_promotions += 1;
-        self.tiers[t].c.bytes_loaded += r.bytes;
-        self.primary.complete_promotion(list, true);
-        let mut rest = std::mem::take(&mut self.keys_b);
-        rest.clear();
-        rest.extend(job.keys.iter().filter(|k| !list.contains(k)));
-        self.primary.complete_promotion(&rest, false);
-        self.keys_b = rest;
-    }
-
-    /// Reserves a primary slot for `key` (written by the promotion, not by
-    /// request `rid`) and stages its load from tier `t`.
-    fn start_promotion(&mut self, t: usize, rid: RequestId, key: &Key) -> bool {
-        let mut plan = std::mem::take(&mut self.plan);
-        let ok = match self
-            .primary
-            .prepare_promotion(rid, std::slice::from_ref(key), &mut plan)
-        {
-            Ok(StoreOutcome::Planned) if plan.to_store.len() == 1 => {
-                let slot = plan.slots[0];
-                if let Some(e) = self.staged.iter_mut().find(|e| e.tier == t && e.req == rid) {
-                    e.keys.push(*key);
-                    e.slots.push(slot);
-                } else {
-                    self.staged.push(Staged {
-                        tier: t,
-                        req: rid,
-                        keys: vec![*key],
-                        slots: vec![slot],
-                    });
-                    if let Some(st) = self.reqs.get_mut(&rid) {
-                        st.staged += 1;
-                    }
-                }
-                self.c.promotions_started += 1;
-                true
-            }
-            Ok(StoreOutcome::Planned) => {
-                self.c.promotions_not_admitted += 1;
-                false
-            }
-            Ok(StoreOutcome::Refused) => {
-                self.c.allocation_failures += 1;
-                false
-            }
-            Err(e) => {
-                self.c.internal_errors += 1;
-                self.log(format!(
-                    "internal error: reserving a slot for a promotion failed: {e}"
-                ));
-                false
-            }
-        };
-        self.plan = plan;
-        ok
-    }
-
-    /// Cascades ready `keys` to every tier in `mask`: one store job per
-    /// tier, pinning once per tier, subject to each tier's back-pressure.
-    fn cascade_to(&mut self, mask: u64, keys: &[Key], info: &Request) {
-        if keys.is_empty() {
-            return;
-        }
-        for t in 0..self.tiers.len() {
-            if mask & (1 << t) == 0 {
-                continue;
-            }
-            let tier = &mut self.tiers[t];
-            if let Some(d) = &tier.detector
-                && d.under_pressure()
-            {
-                let admit = match d.config().policy {
-                    PressurePolicy::Drop => false,
-                    PressurePolicy::Throttle => tier.stores_in_flight == 0,
-                };
-                if !admit {
-                    tier.c.dropped_cascade_jobs += 1;
-                    tier.c.dropped_cascade_blocks += keys.len() as u64;
-                    continue;
-                }
-            }
-            let mut slots = Vec::with_capacity(keys.len());
-            if let Err(e) = self.primary.pin_for_transfer(keys, &mut slots) {
-                self.c.internal_errors += 1;
-                self.log(format!("internal error: pinning for a cascade failed: {e}"));
-                continue;
-            }
-            let tier = &mut self.tiers[t];
-            tier.c.cascade_jobs += 1;
-            tier.c.cascade_blocks += keys.len() as u64;
-            self.submit(t, Direction::Store, keys.to_vec(), slots, info.clone());
-        }
-    }
-
-    fn submit(
-        &mut self,
-        t: usize,
-        direction: Direction,
-        keys: Vec<Key>,
-        slots: Vec<u32>,
-        request: Request,
-    ) {
-        let id = JobId(self.next_job);
-        self.next_job += 1;
-        let job = Arc::new(Job {
-            id,
-            direction,
-            keys,
-            slots,
-            request,
-        });
-        self.jobs.insert(
-            id,
-            JobEntry {
-                tier: t,
-                job: job.clone(),
-                submitted: Instant::now(),
-                epoch: self.epoch,
-            },
-        );
-        let tier = &mut self.tiers[t];
-        match direction {
-            Direction::Store => {
-                tier.stores_in_flight += 1;
-                tier.tier.submit_store(job);
-            }
-            Direction::Load => tier.tier.submit_load(job),
-        }
-    }
-
-    /// Cascades parked keys that became ready; drops those whose write
-    /// failed; pushes requests left with nothing parked onto `done`.
-    fn retry_parked(&mut self, done: &mut Vec<RequestId>) {
-        if self.parked_reqs.is_empty() {
-            return;
-        }
-        let reqs = std::mem::take(&mut self.parked_reqs);
-        let mut keep = Vec::with_capacity(reqs.len());
-        let mut ready = std::mem::take(&mut self.keys_a);
-        for rid in reqs {
-            let Some(st) = self.reqs.get_mut(&rid) else {
-                continue;
-            };
-            ready.clear();
-            let primary = &self.primary;
-            let mut dropped = 0;
-            st.parked.retain(|k| match primary.lookup(k) {
-                PrimaryLookup::Hit => {
-                    ready.push(*k);
-                    false
-                }
-                PrimaryLookup::HitPending => true,
-                PrimaryLookup::Miss => {
-                    dropped += 1;
-                    false
-                }
-            });
-            self.c.parked_keys_dropped += dropped;
-            let mask = st.request_level;
-            let info = st.info.clone();
-            if st.parked.is_empty() {
-                done.push(rid);
-            } else {
-                keep.push(rid);
-            }
-            self.cascade_to(mask, &ready, &info);
-        }
-        self.keys_a = ready;
-        self.parked_reqs = keep;
-    }
-
     fn maybe_finalize(&mut self, rid: RequestId) {
         match self.reqs.get(&rid) {
             Some(st) if st.can_finalize() => {}
@@ -1713,9 +1147,6 @@ impl State {
             return;
         };
         let _ = self.names.remove(&st.info.name);
-        if self.last_id == Some(rid) {
-            self.last_id = None;
-        }
         for t in &mut self.tiers {
             t.tier.on_request_finished(&st.info);
         }

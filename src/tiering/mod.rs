@@ -13,7 +13,8 @@ pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
 pub use manager::{
-    LookupResult, Manager, ManagerOptions, ManagerStat, PromotionAnswer, RequestParams, TierEvent,
+    LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,
+    PromotionAnswer, RequestParams, StartedRequest, TakenBatch, TakenEvents, TierEvent,
     TierOptions,
 };
 pub use notify::Notifier;

@@ -259,12 +259,12 @@ pub fn via_c(t: TestTier) -> Box<dyn SecondaryTier> {
         let s = t.s.lock();
         (
             match s.medium {
-                None => KVTIER_TIER_ANY,
+                None => KVTIER_MEDIUM_ANY,
                 Some(Medium::Cpu) => KVTIER_MEDIUM_CPU,
                 Some(Medium::Storage) => KVTIER_MEDIUM_STORAGE,
             },
             match s.locality {
-                None => KVTIER_TIER_ANY,
+                None => KVTIER_LOCALITY_ANY,
                 Some(Locality::Local) => KVTIER_LOCALITY_LOCAL,
                 Some(Locality::Remote) => KVTIER_LOCALITY_REMOTE,
             },
@@ -356,9 +356,9 @@ mod c_bridge {
         let a = unsafe { b(ud) }.tier.lookup(&key, &unsafe { req(r) });
         unsafe {
             *answer = match a {
-                TierLookup::Hit => KVTIER_TIER_LOOKUP_HIT,
-                TierLookup::Miss => KVTIER_TIER_LOOKUP_MISS,
-                TierLookup::Retry => KVTIER_TIER_LOOKUP_RETRY,
+                TierLookup::Hit => KVTIER_LOOKUP_HIT,
+                TierLookup::Miss => KVTIER_LOOKUP_MISS,
+                TierLookup::Retry => KVTIER_LOOKUP_RETRY,
             }
         };
         0
@@ -499,9 +499,10 @@ mod c_bridge {
         for (i, e) in evs.iter().enumerate() {
             let mut c = kvtier_tier_event {
                 kind: KVTIER_EVENT_STORED,
-                tier: 0,
-                key_len: 0,
-                key: [0; 64],
+                key: kvtier::ffi::dialect::kvtier_key_buf {
+                    len: 0,
+                    bytes: [0; 64],
+                },
             };
             c.kind = match e.kind {
                 kvtier::events::EventKind::Stored => KVTIER_EVENT_STORED,
@@ -509,8 +510,8 @@ mod c_bridge {
                 kvtier::events::EventKind::Cleared => KVTIER_EVENT_CLEARED,
             };
             if let Some(k) = e.key {
-                c.key_len = k.len();
-                c.key[..k.len()].copy_from_slice(k.as_bytes());
+                c.key.len = k.len();
+                c.key.bytes[..k.len()].copy_from_slice(k.as_bytes());
             }
             unsafe { *out.add(i) = c };
         }

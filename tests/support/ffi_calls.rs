@@ -1,15 +1,19 @@
 //! Calls on a manager through the C ABI that several tests make the same
-//! way: the last error message, key views, lookups, whole stores, and the
-//! plain "job succeeded" result a C tier reports.
+//! way: the last error message, key views, starting requests, lookups,
+//! whole stores, and the plain "job succeeded" result a C tier reports.
 
 #![allow(dead_code)]
 
 use std::ffi::CStr;
 use std::ptr::{null, null_mut};
 
+use kvtier::ffi::dialect::{
+    kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
+};
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
+use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::kvtier_job_result;
 
 /// This thread's last error message.
@@ -40,12 +44,33 @@ pub fn succeeded(id: u64) -> kvtier_job_result {
     }
 }
 
-/// `kvtier_manager_lookup` of `k` for `req`; returns what it wrote.
-pub fn lookup(m: *mut kvtier_manager, req: &CStr, k: &[u8]) -> i32 {
-    let mut out = -1;
-    let kk = ck(k);
+/// Starts request `name` (no parameters); its handle.
+pub fn begin(m: *const kvtier_manager, name: &CStr) -> kvtier_request_handle {
+    let mut h = 0;
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, req.as_ptr(), &kk, &mut out) },
+        unsafe { kvtier_manager_request_begin(m, name.as_ptr(), null(), &mut h, null_mut()) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+    assert_ne!(h, 0, "0 is never a handle");
+    h
+}
+
+/// `kvtier_manager_lookup` of `ks` for `req`; returns what it wrote.
+pub fn lookup_keys<K: AsRef<[u8]>>(
+    m: *const kvtier_manager,
+    req: kvtier_request_handle,
+    ks: &[K],
+) -> kvtier_lookup_answer {
+    let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k.as_ref())).collect();
+    let mut out = kvtier_lookup_answer {
+        hits: usize::MAX,
+        stop: -1,
+        reason: -1,
+    };
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, req, keys.as_ptr(), keys.len(), &mut out) },
         S::Ok,
         "{}",
         last_error()
@@ -53,46 +78,71 @@ pub fn lookup(m: *mut kvtier_manager, req: &CStr, k: &[u8]) -> i32 {
     out
 }
 
+/// `kvtier_manager_lookup` of the one key `k` for `req`; its answer (a
+/// `KVTIER_LOOKUP_*` value).
+pub fn lookup(m: *const kvtier_manager, req: kvtier_request_handle, k: &[u8]) -> i32 {
+    let a = lookup_keys(m, req, &[k]);
+    assert_eq!(
+        a.hits,
+        usize::from(a.stop == kvtier::ffi::dialect::KVTIER_LOOKUP_HIT)
+    );
+    a.stop
+}
+
+/// A store plan over caller arrays for `n` keys (evictions not copied).
+pub struct PlanBuf {
+    pub indices: Vec<usize>,
+    pub slots: Vec<u32>,
+    pub plan: kvtier_store_plan,
+}
+
+impl PlanBuf {
+    pub fn new(n: usize) -> Box<PlanBuf> {
+        let mut b = Box::new(PlanBuf {
+            indices: vec![0; n.max(1)],
+            slots: vec![0; n.max(1)],
+            plan: kvtier_store_plan {
+                store_indices: null_mut(),
+                slots: null_mut(),
+                evicted: null_mut(),
+                store_count: usize::MAX,
+                evicted_count: usize::MAX,
+                refused: true,
+            },
+        });
+        b.plan.store_indices = b.indices.as_mut_ptr();
+        b.plan.slots = b.slots.as_mut_ptr();
+        b
+    }
+}
+
 /// prepare_store of `ks` for `req` (which must not be refused), then
 /// `fill(index into ks, slot)` for each position to store, then
 /// complete_store of those with success; returns how many were stored.
 pub fn store_with<K: AsRef<[u8]>>(
-    m: *mut kvtier_manager,
-    req: &CStr,
+    m: *const kvtier_manager,
+    req: kvtier_request_handle,
     ks: &[K],
     mut fill: impl FnMut(usize, u32),
 ) -> usize {
     let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k.as_ref())).collect();
     let n = keys.len();
-    let (mut idx, mut slots) = (vec![0usize; n], vec![0u32; n]);
-    let (mut ns, mut ne, mut refused) = (0usize, 0usize, true);
-    let st = unsafe {
-        kvtier_manager_prepare_store(
-            m,
-            req.as_ptr(),
-            keys.as_ptr(),
-            n,
-            idx.as_mut_ptr(),
-            slots.as_mut_ptr(),
-            n,
-            &mut ns,
-            null_mut(),
-            0,
-            &mut ne,
-            &mut refused,
-        )
-    };
+    let mut b = PlanBuf::new(n);
+    let st = unsafe { kvtier_manager_prepare_store(m, req, keys.as_ptr(), n, &mut b.plan) };
     assert_eq!(st, S::Ok, "{}", last_error());
-    assert!(!refused);
+    assert!(!b.plan.refused);
+    let ns = b.plan.store_count;
     for j in 0..ns {
-        fill(idx[j], slots[j]);
+        fill(b.indices[j], b.slots[j]);
     }
-    let to_store: Vec<kvtier_key> = idx[..ns].iter().map(|&i| keys[i]).collect();
+    let to_store: Vec<kvtier_key> = b.indices[..ns].iter().map(|&i| keys[i]).collect();
+    let mut done = kvtier_store_completion::default();
     assert_eq!(
-        unsafe { kvtier_manager_complete_store(m, req.as_ptr(), to_store.as_ptr(), ns, true) },
+        unsafe { kvtier_manager_complete_store(m, req, to_store.as_ptr(), ns, true, &mut done) },
         S::Ok,
         "{}",
         last_error()
     );
+    assert_eq!(done.ready, ns, "every planned key made ready");
     ns
 }

@@ -1,0 +1,424 @@
+//! The manager's per-request calls: a request begins with a name and gets
+//! a `kvtier_request_handle`, which every later call of the request takes
+//! (no name is checked or hashed per call), until it finishes.
+//!
+//! Every call here takes the manager `const`: the manager is internally
+//! synchronized, so any thread may make any of them at any time.
+
+use std::cell::RefCell;
+use std::ffi::c_char;
+
+use super::boundary::{Failure, enter, ffi_call, in_slice, in_str, out_ref, out_slice};
+use super::dialect::{
+    KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_HIT_PENDING, KVTIER_LOOKUP_MISS, KVTIER_LOOKUP_RETRY,
+    KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, kvtier_lookup_answer,
+    kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
+};
+use super::key::{CheckedKeys, kvtier_key, read_keys};
+use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
+use super::tier::{
+    KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, kvtier_offload_policy,
+};
+use crate::key::Key;
+use crate::request::RequestId;
+use crate::tiering::backend::{StoreOutcome, StorePlan};
+use crate::tiering::{LookupResult, MissReason, OffloadPolicy};
+
+thread_local! {
+    /// Per-thread scratch for key and slot batches (no allocation per call).
+    static SCRATCH: RefCell<(Vec<Key>, Vec<u32>, StorePlan)> = RefCell::new(Default::default());
+}
+
+/// Runs `f` with this thread's scratch buffers (fresh ones if a callback
+/// nested inside another kvtier call already holds them).
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<Key>, &mut Vec<u32>, &mut StorePlan) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            let (k, sl, p) = &mut *s;
+            f(k, sl, p)
+        }
+        Err(_) => {
+            let (mut k, mut sl, mut p) = Default::default();
+            f(&mut k, &mut sl, &mut p)
+        }
+    })
+}
+
+/// Starts a request labelled `name` (NUL-terminated, unique among active
+/// requests: a name in use is `KVTIER_STATUS_DUPLICATE_REQUEST`): asks
+/// every tier for its offload policy.  Writes the request's handle to
+/// `*request_out`, and to `*policy_out` (which may be NULL)
+/// `KVTIER_OFFLOAD_REQUEST_LEVEL` if any tier wants every block of the
+/// request, else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
+///
+/// Every later call of the request takes the handle (never 0, never
+/// reused by this manager); the name is only the request's label, which
+/// tiers see.  Once the request is finished the handle is
+/// `KVTIER_STATUS_UNKNOWN_REQUEST` and the name may be used again.
+/// `params` may be NULL (nothing attached, no filter); its strings and
+/// arrays are copied.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `name` NUL-terminated; `params` NULL or
+/// valid, with its arrays valid for their lengths; `request_out` valid
+/// for writes; `policy_out` NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_request_begin(
+    manager: *const kvtier_manager,
+    name: *const c_char,
+    params: *const kvtier_request_params,
+    request_out: *mut kvtier_request_handle,
+    policy_out: *mut kvtier_offload_policy,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let name = unsafe { in_str(name, "name") }?;
+        let request_out = unsafe { out_ref(request_out, "request_out") }?;
+        let rp = unsafe { read_request_params(params) }?;
+        let started = m.on_new_request(name, rp)?;
+        *request_out = started.id.0;
+        if let Some(p) = unsafe { policy_out.as_mut() } {
+            *p = match started.policy {
+                OffloadPolicy::BlockLevel => KVTIER_OFFLOAD_BLOCK_LEVEL,
+                OffloadPolicy::RequestLevel => KVTIER_OFFLOAD_REQUEST_LEVEL,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// Looks up `len` keys of `request` in order and stops at the first that
+/// is not HIT; writes to `*answer_out` how many leading keys are HIT
+/// (`hits`) and how key `hits` answered (`stop`: `KVTIER_LOOKUP_HIT` when
+/// every key is a hit).  The keys after it are not looked up: one call
+/// does what one lookup per key, stopping at the first key not HIT, did.
+///
+/// Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
+/// written into it); on a primary miss, the first secondary tier that has
+/// the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
+/// `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
+/// could not answer yet; else MISS, with `reason`
+/// `KVTIER_MISS_NO_ROOM` when a secondary tier has the key but the primary
+/// tier did not take it (no free slot, or its admission threshold did not
+/// admit the key yet; asking a step later may find it) or
+/// `KVTIER_MISS_ABSENT` (no tier has it, or none was asked: promotions
+/// are held after a reset, or the request's filter excludes every tier).
+/// Both reasons are counted (`misses_absent`, `misses_no_room`).
+///
+/// The leading hits are not pinned: a promotion the stop key started may
+/// evict one of them to make room, so an engine that loads them after a
+/// RETRY or HIT_PENDING stop looks them up again first (or looks up one key
+/// per call and pins each hit with `kvtier_manager_prepare_load` before the
+/// next lookup).  A MISS stop started nothing.
+///
+/// The keys are read in place during the call.  Errors, nothing looked
+/// up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
+/// key of 0 or more than 64 bytes (its position named);
+/// `KVTIER_STATUS_NULL_ARGUMENT` for `keys` NULL with `len` > 0.  `len` 0
+/// answers 0 hits, stop HIT.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads, each naming
+/// `len` readable bytes; `answer_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_lookup(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    answer_out: *mut kvtier_lookup_answer,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        let out = unsafe { out_ref(answer_out, "answer_out") }?;
+        let a = m.lookup_prefix_with(RequestId(request), keys.len(), |j| keys.bytes(j))?;
+        *out = kvtier_lookup_answer {
+            hits: a.hits,
+            stop: match a.stop {
+                LookupResult::Miss => KVTIER_LOOKUP_MISS,
+                LookupResult::Hit => KVTIER_LOOKUP_HIT,
+                LookupResult::HitPending => KVTIER_LOOKUP_HIT_PENDING,
+                LookupResult::Retry => KVTIER_LOOKUP_RETRY,
+            },
+            reason: match a.reason {
+                None => KVTIER_MISS_NONE,
+                Some(MissReason::Absent) => KVTIER_MISS_ABSENT,
+                Some(MissReason::NoRoom) => KVTIER_MISS_NO_ROOM,
+            },
+        };
+        Ok(())
+    })
+}
+
+/// Pins `len` ready keys of `request` for a load to the GPU and writes
+/// their slots, in key order, to `slots_out` (room for `len`).  Any key
+/// absent or not ready is an error naming its position; nothing changes
+/// then.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads; `slots_out`
+/// valid for `len` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_prepare_load(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    slots_out: *mut u32,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let out = unsafe { out_slice(slots_out, len, "slots_out") }?;
+        with_scratch(|ks, slots, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            m.prepare_load(RequestId(request), ks, slots)?;
+            out[..slots.len()].copy_from_slice(slots);
+            Ok(())
+        })
+    })
+}
+
+/// [0.33] Gives `len` keys of active `request` their token positions in
+/// the primary tier: `positions[i]` is the end-token position of the block
+/// of `keys[i]` (block `i` of a request of 16-token blocks ends at token
+/// `16 * (i + 1)`).  A later position replaces an earlier one for the same
+/// key.  Call it before the request's first call or between its calls
+/// (vLLM's scheduler records a position for each key it will present);
+/// positions are read when used and kept until the request finishes (a
+/// reset keeps them).
+///
+/// What positions change: with `"lru"`, a key with a position that the
+/// request stores, or first presents while resident (a load, or a ready
+/// key offered to prepare_store), ranks within the request's one rank,
+/// the tail evicted before the head, until the request finishes; an access
+/// never lowers a key's rank.  At `kvtier_manager_request_finished`, a
+/// request's keys are committed head to tail by position when all of them
+/// (or, per KV group, all of the group's) have one.  Keys without a
+/// position behave as if this call was never made.
+///
+/// Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (unknown or
+/// finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
+/// than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
+/// its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+/// NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+/// `len` = 0 does nothing.  The arrays are read during the call only; the
+/// keys are copied.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` and `positions` valid for `len` reads each.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_set_positions(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    positions: *const u64,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let positions = unsafe { in_slice(positions, len, "positions") }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            Ok(m.set_positions(RequestId(request), ks, positions)?)
+        })
+    })
+}
+
+/// Marks `len` keys of `request` recently used in the primary tier and
+/// every secondary tier.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_touch(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            Ok(m.touch(RequestId(request), ks)?)
+        })
+    })
+}
+
+/// Unpins `len` keys of `request` after their load to the GPU finished.
+/// Unpinning a key that is absent or not pinned is an error; nothing
+/// changes then.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_complete_load(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            Ok(m.complete_load(RequestId(request), ks)?)
+        })
+    })
+}
+
+/// Plans a store of `len` keys of `request` into the primary tier
+/// (collecting finished jobs first) and writes the plan to `*plan_out`:
+/// `refused` (true: no room, no key, slot or event changed; the request
+/// still records its offer for its finish, as in vLLM 0.33); the keys to
+/// write now, as their positions in `keys` (`store_indices`) and their
+/// slots (`slots`), `store_count` of each; and the keys evicted to make
+/// room, `evicted_count` of them (at most `len`), copied to `evicted`
+/// unless it is NULL (evictions are also announced as events).  The
+/// caller provides `store_indices` and `slots` with room for `len`
+/// entries each, and `evicted` with room for `len` or NULL.
+///
+/// The keys to write are write pending for this request: only its own
+/// `kvtier_manager_complete_store` finishes them.  Keys already resident
+/// are not stored again; for tiers that asked for request-level offload
+/// they are cascaded now (ready) or once ready (write pending).  On an
+/// error nothing is planned and `*plan_out` is left as it was.
+/// Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads; `plan_out`
+/// valid for reads and writes, its arrays valid for `len` writes each
+/// (`evicted` may be NULL).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_prepare_store(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    plan_out: *mut kvtier_store_plan,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let plan_out = unsafe { out_ref(plan_out, "plan_out") }?;
+        let idx_out = unsafe { out_slice(plan_out.store_indices, len, "plan_out->store_indices") }?;
+        let slots_o = unsafe { out_slice(plan_out.slots, len, "plan_out->slots") }?;
+        let ev_out = if plan_out.evicted.is_null() {
+            None
+        } else {
+            Some(unsafe { out_slice(plan_out.evicted, len, "plan_out->evicted") }?)
+        };
+        with_scratch(|ks, _, plan| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            let outcome = m.prepare_store(RequestId(request), ks, plan)?;
+            // to_store is in call order: walk the keys once to find positions.
+            let mut j = 0;
+            for (i, k) in ks.iter().enumerate() {
+                if j < plan.to_store.len() && plan.to_store[j] == *k {
+                    idx_out[j] = i;
+                    slots_o[j] = plan.slots[j];
+                    j += 1;
+                }
+            }
+            if let Some(ev_out) = ev_out {
+                for (dst, k) in ev_out.iter_mut().zip(plan.evicted.iter()) {
+                    dst.len = k.len();
+                    dst.bytes[..k.len()].copy_from_slice(k.as_bytes());
+                }
+            }
+            plan_out.store_count = j;
+            plan_out.evicted_count = plan.evicted.len();
+            plan_out.refused = outcome == StoreOutcome::Refused;
+            Ok(())
+        })
+    })
+}
+
+/// Finishes (part of) `request`'s store: of the `len` keys, those this
+/// request's own `kvtier_manager_prepare_store` planned and that are still
+/// being written for it become ready and cascade to every secondary tier
+/// (success), or are dropped (failure).  Every other key is left alone and
+/// counted in the primary tier's stats: a key another request or a
+/// promotion is writing (`foreign_completions`), a ready key
+/// (`already_ready_completions`), an absent key (`late_completions`).  So
+/// passing every key given to prepare_store is safe.  A plan may be
+/// completed in several calls, a part of its keys each time.  The request
+/// may already be finished: it is finalized once every key it planned was
+/// completed.  A completion for a request with no store in flight (after a
+/// reset) is counted (`ignored_store_completions`) and ignored.
+///
+/// Unless `result_out` is NULL, writes what happened to the keys to it:
+/// `ready`, `dropped`, and the keys left alone (`ignored`, `foreign`,
+/// `already_ready`); all 0 for an ignored completion.  Internally
+/// synchronized.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads; `result_out`
+/// NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_complete_store(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    success: bool,
+    result_out: *mut kvtier_store_completion,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        with_scratch(|ks, _, _| -> Result<(), Failure> {
+            unsafe { read_keys(keys, len, ks) }?;
+            let r = m.complete_store(RequestId(request), ks, success)?;
+            if let Some(out) = unsafe { result_out.as_mut() } {
+                *out = kvtier_store_completion {
+                    ready: r.ready,
+                    dropped: r.dropped,
+                    ignored: r.ignored,
+                    foreign: r.foreign,
+                    already_ready: r.already_ready,
+                };
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Marks `request` finished: its handle is unknown to every later call
+/// (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
+/// which still completes its stores in flight.  Tiers hear of it (and the
+/// name may be reused) once it has no store in flight, no parked key and
+/// no staged promotion.  The primary tier commits the request's accesses
+/// at once: every key it stored, loaded or offered to store that is still
+/// resident gets one access, its head most recent (head to tail: first
+/// presentation order; with `kv_groups`, group by group, each by token
+/// position when all its keys have one; by position when every key has
+/// one; see `kvtier_manager_set_positions`).  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_request_finished(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        Ok(m.on_request_finished(RequestId(request))?)
+    })
+}
+
+/// Ends a scheduler step: collects finished jobs (once per step), submits
+/// the promotions gathered in the step (one load job per tier and request),
+/// retries parked cascades, and tells every tier.  Internally synchronized.
+///
+/// # Safety
+/// `manager` a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_schedule_end(
+    manager: *const kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        Ok(m.on_schedule_end()?)
+    })
+}

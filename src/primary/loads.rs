@@ -1,0 +1,233 @@
+//! Pins and unpins: a request's loads (`prepare_load`, `complete_load`),
+//! its touches, and the pins of a cascade (`pin_for_transfer`).  A batch
+//! is checked whole before any count changes, so a refused call changes
+//! nothing.
+
+use super::PrimaryTier;
+use super::lists::NIL;
+use super::reorder::ReorderAhead;
+use super::{key_error, unknown};
+use crate::error::Result;
+use crate::fallible;
+use crate::key::{Key, KeyBytes};
+use crate::request::RequestId;
+
+impl PrimaryTier {
+    /// Pins `keys` (all must be ready) and writes their slots, in key order,
+    /// into `slots_out` (cleared first) and their hashes into
+    /// `scratch_hashes`; on error nothing changes and `slots_out` is left
+    /// empty.
+    fn pin<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        slots_out.clear();
+        self.scratch_hashes.clear();
+        fallible::reserve(slots_out, n, "the slots of a batch")?;
+        fallible::reserve(&mut self.scratch_hashes, n, "the hashes of a batch")?;
+        let hashes = &mut self.scratch_hashes;
+        self.slots.resolve_each(n, &at, |_, s, h| {
+            slots_out.push(s);
+            hashes.push(h);
+        });
+        let refusal = slots_out.iter().enumerate().find_map(|(i, &slot)| {
+            let r = if slot == NIL {
+                0
+            } else {
+                self.slots.refs(slot)
+            };
+            let reason = if slot == NIL {
+                "not resident (cannot pin an absent key)"
+            } else if r < 0 {
+                "write pending (not readable yet)"
+            } else if r as i64 + n as i64 > i32::MAX as i64 {
+                "pinned too many times"
+            } else {
+                return None;
+            };
+            Some((i, reason))
+        });
+        if let Some((i, reason)) = refusal {
+            slots_out.clear();
+            return Err(key_error(i, at(i), reason));
+        }
+        for &slot in slots_out.iter() {
+            let r = self.slots.refs(slot);
+            if r == 0 {
+                self.idle -= 1;
+                self.pinned += 1;
+            }
+            self.slots.set_refs(slot, r + 1);
+        }
+        Ok(())
+    }
+
+    /// Unpins `keys` (each must be pinned, counting repeats in the batch);
+    /// on error every decrement already made is undone.
+    fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        n: usize,
+        at: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
+        fallible::reserve(&mut self.scratch_victims, n, "the slots of a batch")?;
+        let mut done = std::mem::take(&mut self.scratch_victims);
+        done.clear();
+        self.slots.resolve_each(n, &at, |_, s, _| done.push(s));
+        let mut to_idle = 0u32;
+        let mut failure = None;
+        for (i, &s) in done.iter().enumerate() {
+            let key = at(i);
+            if s == NIL {
+                failure = Some((i, key_error(i, key, "not resident (nothing to unpin)")));
+                break;
+            }
+            let r = self.slots.refs(s);
+            if r <= 0 {
+                let reason = if r == 0 {
+                    "not pinned"
+                } else {
+                    "write pending, not pinned"
+                };
+                failure = Some((i, key_error(i, key, reason)));
+                break;
+            }
+            self.slots.set_refs(s, r - 1);
+            // A slot reaches 0 at most once per batch: counts only go down here.
+            to_idle += (r == 1) as u32;
+        }
+        if let Some((failed, e)) = failure {
+            for &s in &done[..failed] {
+                self.slots.set_refs(s, self.slots.refs(s) + 1);
+            }
+            done.clear();
+            self.scratch_victims = done;
+            return Err(e);
+        }
+        self.pinned -= to_idle;
+        self.idle += to_idle;
+        if to_idle > 0 {
+            for &s in &done {
+                self.became_idle(s);
+            }
+        }
+        done.clear();
+        self.scratch_victims = done;
+        Ok(())
+    }
+
+    /// Pins `keys` for a load by `req` and writes their slots, in key order,
+    /// into `slots_out` (cleared first).  Every key must be ready; otherwise
+    /// an error naming the first bad key's position, nothing changed and
+    /// `slots_out` left empty.
+    pub fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load_each(req, keys.len(), |j| &keys[j], slots_out)
+    }
+
+    /// [`PrimaryTier::prepare_load`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.reserve_record(req, n)?;
+        self.check_group_keys(n, &key)?;
+        self.pin(n, &key, slots_out)?;
+        self.counters.loads += n as u64;
+        let hasher = &self.slots.hasher;
+        let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        let hashes = &self.scratch_hashes;
+        let mut raises = std::mem::take(&mut self.scratch_raises);
+        raises.clear();
+        let positioned = !record.positions.is_empty();
+        let mut any_new = false;
+        for (i, (&slot, &h)) in slots_out.iter().zip(hashes).enumerate() {
+            let (_, new) = record.record(hasher, key(i), h, slot, true);
+            any_new |= new;
+            if new && positioned {
+                if let Some(p) = record.positions.get(key(i), h) {
+                    raises.push((slot, p));
+                }
+            }
+        }
+        if any_new {
+            self.policy.request_access(&mut record.rank);
+            for &(slot, p) in &raises {
+                self.policy.raise(&self.slots, slot, &mut record.rank, p);
+            }
+        }
+        self.scratch_raises = raises;
+        Ok(())
+    }
+
+    /// Marks resident `keys` recently used (policy-specific, in reversed batch
+    /// order so the first key ends most recent); absent keys are ignored,
+    /// except that ARC learns from ghost hits.
+    pub fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.touch_each(req, keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::touch`] of keys `key(0..n)`: [`Key`]s, or checked
+    /// bytes read in place.
+    pub(crate) fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K + Copy,
+    ) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        let at = move |j: usize| key(n - 1 - j);
+        let mut ahead = ReorderAhead::new(&self.slots, &*self.policy, n, at);
+        for j in 0..n {
+            match ahead.find(&self.slots, &*self.policy, j, at) {
+                (h, NIL) => self.policy.touch_absent(at(j).key_bytes(), h),
+                (_, s) => self.policy.touch(&self.slots, s),
+            }
+        }
+        Ok(())
+    }
+
+    /// Unpins `keys` after a load by `req`; a key that is absent or not
+    /// pinned is an error naming its position, nothing changed.
+    pub fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        self.complete_load_each(req, keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::complete_load`] of keys `key(0..n)`: [`Key`]s, or
+    /// checked bytes read in place.
+    pub(crate) fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.unpin(n, key)
+    }
+
+    /// Pins ready `keys` for a cascade (primary -> secondary) and writes their
+    /// slots into `slots_out`; not an access of any request.
+    pub fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        self.pin(keys.len(), |j| &keys[j], slots_out)?;
+        self.counters.transfer_pins += keys.len() as u64;
+        Ok(())
+    }
+
+    /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
+    pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        self.unpin(keys.len(), |j| &keys[j])
+    }
+}

@@ -1,0 +1,295 @@
+//! What a request records, and its finish.  An active request records
+//! each key it stores or loads once, at its first presentation (in
+//! [`RequestRecord`], buffers reused by later requests); the token
+//! positions the caller gives its keys are kept with it; at
+//! [`PrimaryTier::on_request_finished`] its accesses are committed to the
+//! policy, in the order positions and KV groups give.
+
+use std::hash::BuildHasher;
+
+use foldhash::fast::RandomState;
+
+use super::lists::NIL;
+use super::policy::Policy;
+use super::reorder::{LINKS_AHEAD, request_links_at, request_links_first};
+use super::slots::{self, Slots};
+use super::{PolicyKind, PrimaryTier, positions, unknown};
+use crate::error::{Error, Result};
+use crate::fallible;
+use crate::key::{Key, KeyBytes};
+use crate::request::RequestId;
+
+/// One active request's accesses, committed at its finish.
+#[derive(Debug)]
+pub(super) struct RequestRecord {
+    /// Distinct keys stored or loaded, in first-presentation order.
+    pub(super) accesses: Vec<Access>,
+    /// Positions in `accesses`, hashed over the key bytes: each key is
+    /// recorded once, so the log is bounded by the request's distinct keys
+    /// however often it presents them.
+    pub(super) seen: hashbrown::HashTable<u32>,
+    /// Store candidates this request offered (the policy learns from each
+    /// once per request: ARC's store-miss adaptation).
+    pub(super) adapted: Vec<Key>,
+    /// [0.33] The token positions the caller gave the request's keys.
+    pub(super) positions: positions::Positions,
+    /// The policy's handle on the request's rank ([`NIL`]: none in this
+    /// cache generation).
+    pub(super) rank: u32,
+}
+
+impl Default for RequestRecord {
+    fn default() -> Self {
+        RequestRecord {
+            accesses: Vec::new(),
+            seen: hashbrown::HashTable::new(),
+            adapted: Vec::new(),
+            positions: positions::Positions::default(),
+            rank: NIL,
+        }
+    }
+}
+
+/// One key a request stored or loaded.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Access {
+    pub(super) key: Key,
+    /// The slot the key had at its latest presentation: where the commit
+    /// looks first (checked there, as the key may have left since).
+    pub(super) slot: u32,
+    /// Loaded, or found ready at store, by a presentation before the
+    /// request inserted the key itself.
+    pub(super) reused: bool,
+    /// Put in the tier by one of the request's stores.
+    pub(super) inserted: bool,
+}
+
+impl RequestRecord {
+    /// Records one access of `key` (hash `h` under `hasher`, now in `slot`):
+    /// appended at its first presentation, else its slot updated and, if
+    /// `reused` and the request did not insert the key itself, marked
+    /// reused.  Returns the entry's index and whether it is new.  O(1);
+    /// allocates only when the request's distinct keys outgrow the
+    /// record's buffers (which are reused by later requests).
+    #[inline]
+    pub(super) fn record(
+        &mut self,
+        hasher: &RandomState,
+        key: &(impl KeyBytes + ?Sized),
+        h: u64,
+        slot: u32,
+        reused: bool,
+    ) -> (u32, bool) {
+        let accesses = &mut self.accesses;
+        match self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+        {
+            Some(&i) => {
+                let a = &mut accesses[i as usize];
+                a.reused |= reused && !a.inserted;
+                a.slot = slot;
+                (i, false)
+            }
+            None => {
+                let i = accesses.len() as u32;
+                accesses.push(Access {
+                    key: key.keep_value(),
+                    slot,
+                    reused,
+                    inserted: false,
+                });
+                if let Some(a) = accesses.last_mut() {
+                    key.keep_finish(&mut a.key);
+                }
+                let acc = &*accesses;
+                self.seen
+                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].key.as_bytes()));
+                (i, true)
+            }
+        }
+    }
+
+    /// Forgets every access, keeping buffers of a usual request's size
+    /// (clearing a table costs its size: one huge request must not make
+    /// every later finish slow), and the rank handle (the policy gave the
+    /// rank back or forgot it).  Positions stay (see [`RequestRecord::clear`]).
+    pub(super) fn forget_accesses(&mut self) {
+        const KEEP: usize = 4096;
+        self.accesses.clear();
+        self.accesses.shrink_to(KEEP);
+        self.seen.clear();
+        if self.seen.capacity() > KEEP {
+            self.seen = hashbrown::HashTable::with_capacity(KEEP);
+        }
+        self.adapted.clear();
+        self.rank = NIL;
+    }
+
+    /// Forgets everything, positions included, for reuse by a later request.
+    pub(super) fn clear(&mut self) {
+        self.forget_accesses();
+        self.positions.clear();
+    }
+}
+
+impl PrimaryTier {
+    /// [0.33] Gives keys of active request `req` their token positions:
+    /// `positions[i]` is the end-token position of the block of `keys[i]`
+    /// (block `i` of a request of 16-token blocks ends at 16 x (i + 1)).  A
+    /// later position replaces an earlier one for the same key.  Callable
+    /// before the request's first call or between its calls; positions are
+    /// read when used, and kept until the request finishes (a reset keeps
+    /// them).  With lru, a key with a position that the request stores, or
+    /// first presents while resident, ranks within the request's rank,
+    /// tail below head; at the finish, positions order the commit (see
+    /// [`PrimaryTier::on_request_finished`]).
+    ///
+    /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
+    /// slices differ in length; `InvalidKey` (with KV groups on) for a key
+    /// too short to carry a group; `NoSpace` if memory runs out.  The first
+    /// position given to the tier prepares it for positions once (lru: 16
+    /// bytes more per slot, and one pass over its list).
+    pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        if keys.len() != positions.len() {
+            return Err(Error::InvalidArgument(format!(
+                "set_positions: {} keys but {} positions",
+                keys.len(),
+                positions.len()
+            )));
+        }
+        self.set_positions_each(req, keys.len(), |j| &keys[j], |j| positions[j])
+    }
+
+    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` ([`Key`]s, or
+    /// checked bytes read in place) with positions `position(0..n)`.
+    pub(crate) fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        position: impl Fn(usize) -> u64,
+    ) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.check_group_keys(n, &key)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.policy.use_positions()?;
+        let hasher = &self.slots.hasher;
+        let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        record.positions.reserve(hasher, n)?;
+        for j in 0..n {
+            let k = key(j);
+            let h = hasher.hash_one(k.key_bytes());
+            record.positions.set(hasher, k, h, position(j));
+        }
+        Ok(())
+    }
+
+    /// Makes room, fallibly, in request `req`'s record for `n` more keys;
+    /// an unknown request is an error.
+    pub(super) fn reserve_record(&mut self, req: RequestId, n: usize) -> Result<()> {
+        let hasher = &self.slots.hasher;
+        let arc = self.config.policy == PolicyKind::Arc;
+        let r = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        let what = "the request's record of its keys";
+        fallible::reserve(&mut r.accesses, n, what)?;
+        let accesses = &r.accesses;
+        fallible::reserve_table(
+            &mut r.seen,
+            n,
+            |&i| hasher.hash_one(accesses[i as usize].key.as_bytes()),
+            what,
+        )?;
+        if arc {
+            fallible::reserve(&mut r.adapted, n, what)?;
+        }
+        Ok(())
+    }
+
+    /// [0.33] Commits `req`'s accesses and ends it: every key it stored or
+    /// loaded that is still resident gets one access, its head most recent.
+    ///
+    /// Head to tail is the order in which the request first presented its
+    /// keys, unless positions or KV groups say otherwise: the keys in
+    /// ascending group index (with [`PrimaryConfig::kv_groups`](super::PrimaryConfig::kv_groups)), each
+    /// group by position when every key of the group has one; and when
+    /// every key of the request has a position, all of them by position
+    /// (ties: ascending group, then first presentation).  lru gives the
+    /// keys fresh ranks from the tail to the head; arc moves the keys the
+    /// request reused (loaded, or found ready at store, before inserting
+    /// them itself) to T2's most recent end, refreshes within its list a
+    /// key the request only inserted, and leaves other keys alone.
+    pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        let ordered = match self.requests.get(&req) {
+            None => return Err(unknown(req)),
+            Some(r) if r.positions.is_empty() && !self.config.kv_groups => false,
+            Some(r) => {
+                let accesses = &r.accesses;
+                positions::commit_order(
+                    accesses.len(),
+                    |i| &accesses[i].key,
+                    &r.positions,
+                    &self.slots.hasher,
+                    self.config.kv_groups,
+                    &mut self.scratch_order,
+                )?;
+                true
+            }
+        };
+        let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
+        // From the request's tail to its head.
+        let accesses = &record.accesses;
+        let n = accesses.len();
+        let (slots, policy) = (&self.slots, &mut self.policy);
+        if ordered {
+            let order = &self.scratch_order;
+            commit_accesses(slots, &mut **policy, n, |j| {
+                &accesses[order[n - 1 - j].index as usize]
+            });
+        } else {
+            commit_accesses(slots, &mut **policy, n, |j| &accesses[n - 1 - j]);
+        }
+        policy.end_request(&mut record.rank);
+        for key in record.adapted.drain(..) {
+            self.adapted.remove(&(req, key));
+        }
+        record.clear();
+        self.spare_records.push(record);
+        Ok(())
+    }
+}
+
+/// Commits the `n` accesses `at(0..n)` (tail first) of a finishing
+/// request: each key is looked for first in the slot it had when recorded;
+/// that slot's record and policy lines are requested ahead.
+#[inline]
+fn commit_accesses<'a>(
+    slots: &Slots,
+    policy: &mut dyn Policy,
+    n: usize,
+    at: impl Fn(usize) -> &'a Access,
+) {
+    for j in 0..n.min(LINKS_AHEAD) {
+        slots.prefetch_slot(at(j).slot, at(j).key.len());
+    }
+    request_links_first(policy, n, |j| at(j).slot);
+    for j in 0..n {
+        if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
+            slots.prefetch_slot(a.slot, a.key.len());
+        }
+        request_links_at(policy, j, n, |k| at(k).slot);
+        let a = at(j);
+        let s = if slots.holds(a.slot, &a.key) {
+            a.slot
+        } else {
+            slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
+        };
+        if s != NIL {
+            policy.commit(slots, s, a.reused, a.inserted);
+        }
+    }
+}

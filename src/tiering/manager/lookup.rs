@@ -1,0 +1,154 @@
+//! Lookups: a request's keys, looked up in order until the first that is
+//! not HIT, as engines do them.  A batch behaves exactly as looking its
+//! keys up one call each until one is not HIT: the same answers, the same
+//! promotions started, the same counters.
+
+use super::{
+    Key, LookupAnswer, LookupResult, Manager, MissReason, PrimaryLookup, PromotionAnswer,
+    RequestId, Result, State, TierLookup, filter_allows,
+};
+
+/// Keys whose primary-tier answers are read at once: their memory reads
+/// overlap.  A batch reads at most this many keys past its stop.
+const READ_TOGETHER: usize = 8;
+
+impl Manager {
+    /// Looks one key up for `request`: [`LookupResult::Hit`] and
+    /// [`LookupResult::HitPending`] from the primary tier; on a primary
+    /// miss, the first secondary tier that has the key starts a promotion
+    /// (RETRY, or HIT_PENDING with that option); MISS if none does (see
+    /// [`Manager::lookup_prefix`] for the reasons).
+    pub fn lookup(&self, request: RequestId, key: &Key) -> Result<LookupResult> {
+        Ok(self.lookup_prefix(request, std::slice::from_ref(key))?.stop)
+    }
+
+    /// Looks `keys` up for `request` in order and stops at the first that
+    /// is not HIT, whose answer (and, for a MISS, its reason) the answer
+    /// gives; the keys after it are not looked up.  Each key is answered
+    /// as [`Manager::lookup`] answers it: HIT and HIT_PENDING from the
+    /// primary tier; on a primary miss the first secondary tier that has
+    /// the key (in order, those the request's filter allows) starts a
+    /// promotion, answered RETRY or, with that option, HIT_PENDING; RETRY
+    /// if a tier asked to be asked again; else MISS, with
+    /// [`MissReason::NoRoom`] when a tier had the key but the primary
+    /// tier did not take it, [`MissReason::Absent`] otherwise.  Empty
+    /// `keys`: zero hits, stop HIT, nothing polled.
+    pub fn lookup_prefix(&self, request: RequestId, keys: &[Key]) -> Result<LookupAnswer> {
+        self.lookup_prefix_with(request, keys.len(), |j| keys[j].as_bytes())
+    }
+
+    /// [`Manager::lookup_prefix`] of the keys `key(0..n)`, read in place
+    /// (as C passes them): each must be 1..=64 bytes.
+    pub(crate) fn lookup_prefix_with<'k>(
+        &self,
+        request: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k [u8],
+    ) -> Result<LookupAnswer> {
+        let mut s = self.enter("lookup")?;
+        let s = &mut *s;
+        s.active(request)?;
+        let mut answer = LookupAnswer {
+            hits: 0,
+            stop: LookupResult::Hit,
+            reason: None,
+        };
+        if n == 0 {
+            return Ok(answer);
+        }
+        s.poll_gated(&self.queue);
+        let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
+        let mut found = [PrimaryLookup::Miss; READ_TOGETHER];
+        let mut first = 0;
+        while first < n {
+            let m = (n - first).min(READ_TOGETHER);
+            for (j, v) in views[..m].iter_mut().enumerate() {
+                *v = key(first + j);
+            }
+            s.primary.lookup_bytes(&views[..m], &mut found[..m]);
+            for j in 0..m {
+                s.c.lookups += 1;
+                match found[j] {
+                    PrimaryLookup::Hit => {
+                        s.c.primary_hits += 1;
+                        answer.hits += 1;
+                    }
+                    PrimaryLookup::HitPending => {
+                        s.c.primary_hit_pending += 1;
+                        answer.stop = LookupResult::HitPending;
+                        return Ok(answer);
+                    }
+                    PrimaryLookup::Miss => {
+                        let k = Key::at(views[j], first + j)?;
+                        let (stop, reason) = s.lookup_secondary(request, &k);
+                        match reason {
+                            Some(MissReason::Absent) => s.c.misses_absent += 1,
+                            Some(MissReason::NoRoom) => s.c.misses_no_room += 1,
+                            None => {}
+                        }
+                        answer.stop = stop;
+                        answer.reason = reason;
+                        return Ok(answer);
+                    }
+                }
+            }
+            first += m;
+        }
+        Ok(answer)
+    }
+}
+
+impl State {
+    /// Answers `key`, which the primary tier does not have, from the
+    /// secondary tiers for active request `rid` (starting a promotion from
+    /// the first that has it).
+    fn lookup_secondary(
+        &mut self,
+        rid: RequestId,
+        key: &Key,
+    ) -> (LookupResult, Option<MissReason>) {
+        const ABSENT: (LookupResult, Option<MissReason>) =
+            (LookupResult::Miss, Some(MissReason::Absent));
+        if self.tiers.is_empty() {
+            return ABSENT;
+        }
+        if self.held {
+            self.c.held_misses += 1;
+            return ABSENT;
+        }
+        let Some(info) = self.reqs.get(&rid).map(|st| st.info.clone()) else {
+            return ABSENT;
+        };
+        let mut any_retry = false;
+        for t in 0..self.tiers.len() {
+            let entry = &mut self.tiers[t];
+            if !filter_allows(&info.filter, entry.medium, entry.locality) {
+                continue;
+            }
+            entry.c.lookups += 1;
+            match entry.tier.lookup(key, &info) {
+                TierLookup::Hit => {
+                    entry.c.hits += 1;
+                    if !self.start_promotion(t, rid, key) {
+                        return (LookupResult::Miss, Some(MissReason::NoRoom));
+                    }
+                    let answer = match self.opts.promotion_answer {
+                        PromotionAnswer::Retry => LookupResult::Retry,
+                        PromotionAnswer::HitPending => LookupResult::HitPending,
+                    };
+                    return (answer, None);
+                }
+                TierLookup::Retry => {
+                    entry.c.retries += 1;
+                    any_retry = true;
+                }
+                TierLookup::Miss => {}
+            }
+        }
+        if any_retry {
+            (LookupResult::Retry, None)
+        } else {
+            ABSENT
+        }
+    }
+}

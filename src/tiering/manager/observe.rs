@@ -1,0 +1,554 @@
+//! What the engine reads from a manager: statistics (the manager's own as
+//! a typed struct, each tier's as named values), cache events (drained in
+//! batches or pushed to a listener) and the error log.
+
+use std::sync::Arc;
+
+use super::{
+    EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, Result, State, TierEvent,
+};
+use crate::error::Error;
+use crate::events::EventKind;
+use crate::key::Key;
+use crate::request::{Locality, Medium};
+use crate::stats::Stat;
+
+/// The manager's own statistics (besides each tier's, see
+/// [`Manager::tier_stats`]).  Counters are cumulative from the manager's
+/// creation and never decrease, resets included; gauges are current.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ManagerStats {
+    /// Counter: keys looked up.
+    pub lookups: u64,
+    /// Counter: lookups the primary tier answered HIT.
+    pub primary_hits: u64,
+    /// Counter: lookups the primary tier answered HIT_PENDING (being written).
+    pub primary_hit_pending: u64,
+    /// Counter: promotions started (a slot reserved, a load staged).
+    pub promotions_started: u64,
+    /// Counter: promotions the primary tier refused for want of a free slot.
+    pub allocation_failures: u64,
+    /// Counter: promotions the primary tier's admission threshold did not admit.
+    pub promotions_not_admitted: u64,
+    /// Counter: lookups answered MISS without asking the secondary tiers,
+    /// because promotions are held after a reset.
+    pub held_misses: u64,
+    /// Counter: lookups answered MISS because no tier has the key (or
+    /// none was asked).
+    pub misses_absent: u64,
+    /// Counter: lookups answered MISS although a secondary tier has the
+    /// key, because the primary tier did not take its promotion.
+    pub misses_no_room: u64,
+    /// Counter: stores the primary tier refused as a whole (no room).
+    pub store_refusals: u64,
+    /// Counter: store completions of a request with no store in flight.
+    pub ignored_store_completions: u64,
+    /// Counter: keys of request-level cascades parked until their write finished.
+    pub parked_keys: u64,
+    /// Counter: parked keys dropped because their write failed.
+    pub parked_keys_dropped: u64,
+    /// Counter: jobs that finished after a reset orphaned them.
+    pub stale_completions: u64,
+    /// Counter: misbehaviours of secondary tiers (all tiers together).
+    pub tier_bugs: u64,
+    /// Counter: internal errors (logged; never expected).
+    pub internal_errors: u64,
+    /// Counter: cache resets.
+    pub resets: u64,
+    /// Gauge: jobs submitted to secondary tiers and not yet finished.
+    pub jobs_in_flight: u64,
+    /// Gauge: requests started and not yet finalized.
+    pub active_requests: u64,
+    /// Gauge: 1 while promotions are held after a reset, else 0.
+    pub promotions_held: u64,
+    /// Gauge: events waiting to be taken.
+    pub events_queued: u64,
+}
+
+impl ManagerStats {
+    /// The statistics as named values, in field order.
+    pub fn stat_list(&self) -> Vec<Stat> {
+        let mut out = Vec::with_capacity(21);
+        for (n, v) in [
+            ("lookups", self.lookups),
+            ("primary_hits", self.primary_hits),
+            ("primary_hit_pending", self.primary_hit_pending),
+            ("promotions_started", self.promotions_started),
+            ("allocation_failures", self.allocation_failures),
+            ("promotions_not_admitted", self.promotions_not_admitted),
+            ("held_misses", self.held_misses),
+            ("misses_absent", self.misses_absent),
+            ("misses_no_room", self.misses_no_room),
+            ("store_refusals", self.store_refusals),
+            ("ignored_store_completions", self.ignored_store_completions),
+            ("parked_keys", self.parked_keys),
+            ("parked_keys_dropped", self.parked_keys_dropped),
+            ("stale_completions", self.stale_completions),
+            ("tier_bugs", self.tier_bugs),
+            ("internal_errors", self.internal_errors),
+            ("resets", self.resets),
+        ] {
+            out.push(Stat::counter(n, v));
+        }
+        for (n, v) in [
+            ("jobs_in_flight", self.jobs_in_flight),
+            ("active_requests", self.active_requests),
+            ("promotions_held", self.promotions_held),
+            ("events_queued", self.events_queued),
+        ] {
+            out.push(Stat::gauge(n, v as f64));
+        }
+        out
+    }
+}
+
+/// One batch handed out by [`Manager::take_event_batches`]: consecutive
+/// events of one tier and kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakenBatch {
+    /// Tier index: 0 primary, 1.. secondary tiers in the order added.
+    pub tier: usize,
+    /// Stored, removed or cleared (a cleared batch has no keys).
+    pub kind: EventKind,
+    /// The tier's medium (the primary tier is CPU memory), if declared.
+    pub medium: Option<Medium>,
+    /// The tier's locality (the primary tier is local), if declared.
+    pub locality: Option<Locality>,
+    /// Index of its first key in [`TakenEvents::keys`].
+    pub first: usize,
+    /// Number of keys.
+    pub len: usize,
+}
+
+/// What one [`Manager::take_event_batches`] handed out.
+#[derive(Clone, Copy, Debug)]
+pub struct TakenEvents<'a> {
+    /// The batches, oldest first.
+    pub batches: &'a [TakenBatch],
+    /// Their keys, batch after batch.
+    pub keys: &'a [Key],
+    /// Whether more events wait.
+    pub more: bool,
+}
+
+impl TakenEvents<'_> {
+    /// The keys of `batch`.
+    pub fn keys_of(&self, batch: &TakenBatch) -> &[Key] {
+        &self.keys[batch.first..batch.first + batch.len]
+    }
+}
+
+/// The batches and keys of the last take, kept until the next one.
+#[derive(Debug, Default)]
+pub(super) struct Handout {
+    batches: Vec<TakenBatch>,
+    keys: Vec<Key>,
+}
+
+impl Manager {
+    /// Appends the queued events: the primary tier's, then each secondary
+    /// tier's own.  One call takes at most the event capacity from each
+    /// tier (and at most [`MAX_EVENTS_PER_TAKE`] from a secondary tier);
+    /// what a tier still holds comes with the next call.
+    pub fn take_events(&self, out: &mut Vec<TierEvent>) -> Result<()> {
+        let mut s = self.enter("take_events")?;
+        s.gather_events();
+        out.extend(s.pending_events.drain(..));
+        s.pending_per_tier.fill(0);
+        Ok(())
+    }
+
+    /// Takes up to `max` batches of queued events (consecutive events of
+    /// one tier and kind form one batch; a cleared event is a batch of its
+    /// own) and hands them to `f`, with whether more wait.  The batches
+    /// and their keys stay in the manager, unmoved and unchanged, until the
+    /// next call of this method, which replaces them (the C API hands out
+    /// pointers to these keys).  Batches that do not fit wait for the next
+    /// call.  Memory for the keys that cannot be had is
+    /// [`Error::OutOfMemory`], with nothing taken.
+    pub fn take_event_batches<R>(
+        &self,
+        max: usize,
+        f: impl FnOnce(TakenEvents<'_>) -> R,
+    ) -> Result<R> {
+        self.take_event_batches_with(max, |_| Ok(()), f)
+    }
+
+    /// [`Manager::take_event_batches`] that first hands `reserve` the
+    /// number of keys it is about to take, while nothing is taken yet: an
+    /// error there (memory for what the caller keeps beside the keys)
+    /// takes nothing and is returned.
+    pub(crate) fn take_event_batches_with<R>(
+        &self,
+        max: usize,
+        reserve: impl FnOnce(usize) -> Result<()>,
+        f: impl FnOnce(TakenEvents<'_>) -> R,
+    ) -> Result<R> {
+        let mut s = self.enter("take_events")?;
+        let s = &mut *s;
+        s.gather_events();
+        let mut batches = 0;
+        let mut events = 0;
+        let mut last: Option<(usize, EventKind)> = None;
+        for e in &s.pending_events {
+            let group = (e.tier, e.event.kind);
+            if last != Some(group) || e.event.kind == EventKind::Cleared {
+                if batches == max {
+                    break;
+                }
+                batches += 1;
+                last = Some(group);
+            }
+            events += 1;
+        }
+        let h = &mut s.handout;
+        h.batches.clear();
+        h.keys.clear();
+        crate::fallible::reserve(&mut h.batches, batches, "the batches of an event take")?;
+        crate::fallible::reserve(&mut h.keys, events, "the keys of an event take")?;
+        reserve(events)?;
+        let tiers = &s.tiers;
+        for e in s.pending_events.drain(..events) {
+            s.pending_per_tier[e.tier] -= 1;
+            let same = h.batches.last().is_some_and(|b| {
+                b.tier == e.tier && b.kind == e.event.kind && b.kind != EventKind::Cleared
+            });
+            if !same {
+                let (medium, locality) = tier_traits(tiers, e.tier);
+                h.batches.push(TakenBatch {
+                    tier: e.tier,
+                    kind: e.event.kind,
+                    medium,
+                    locality,
+                    first: h.keys.len(),
+                    len: 0,
+                });
+            }
+            if let Some(k) = e.event.key
+                && let Some(b) = h.batches.last_mut()
+            {
+                h.keys.push(k);
+                b.len += 1;
+            }
+        }
+        if s.pending_events.is_empty() {
+            // Whether the tiers still hold some.
+            s.gather_events();
+        }
+        let more = !s.pending_events.is_empty();
+        let h = &s.handout;
+        Ok(f(TakenEvents {
+            batches: &h.batches,
+            keys: &h.keys,
+            more,
+        }))
+    }
+
+    /// Merged statistics: the manager's totals, the primary tier's, then
+    /// per secondary tier the manager's counters for it and its own.
+    ///
+    /// Counters (histogram series included) are cumulative from creation
+    /// and never decrease; gauges are current values.  A secondary tier's
+    /// own counters are held to this: one the tier no longer reports keeps
+    /// its last value (after the tier's reported stats), and one it reports
+    /// below its previous report keeps the value shown before and counts as
+    /// a tier bug (`tier_bugs`, and a message in the error log), once per
+    /// decrease.  For per-interval numbers, as vLLM's statistics are, keep
+    /// the previous result and subtract counter by counter (see
+    /// [`crate::stats`]).
+    pub fn stats(&self) -> Result<Vec<ManagerStat>> {
+        let mut s = self.enter("stats")?;
+        s.gather_errors();
+        // The tiers' own reports first: a decrease found now is counted in
+        // the `tier_bugs` this call returns.
+        let mut reports: Vec<Vec<Stat>> = Vec::with_capacity(s.tiers.len());
+        for i in 0..s.tiers.len() {
+            reports.push(s.tier_report(i));
+        }
+        let mut out = Vec::new();
+        let m: Arc<str> = Arc::from("manager");
+        for stat in s.manager_stats().stat_list() {
+            out.push(ManagerStat {
+                tier: None,
+                tier_name: m.clone(),
+                stat,
+            });
+        }
+        let p: Arc<str> = Arc::from("primary");
+        for stat in s.primary.stat_list() {
+            out.push(ManagerStat {
+                tier: Some(0),
+                tier_name: p.clone(),
+                stat,
+            });
+        }
+        for (i, report) in reports.into_iter().enumerate() {
+            let name = s.tiers[i].name.clone();
+            for stat in s.tier_stat_list(i, report) {
+                out.push(ManagerStat {
+                    tier: Some(i + 1),
+                    tier_name: name.clone(),
+                    stat,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The manager's own statistics.
+    pub fn manager_stats(&self) -> Result<ManagerStats> {
+        let mut s = self.enter("manager_stats")?;
+        s.gather_errors();
+        Ok(s.manager_stats())
+    }
+
+    /// The statistics of tier `tier` (0 the primary tier, 1.. the
+    /// secondary tiers in the order added), as [`Manager::stats`] lists
+    /// them for that tier: for a secondary tier, the manager's counters
+    /// for it, then its own report (held to never decrease).  A tier that
+    /// does not exist is [`Error::InvalidArgument`].
+    pub fn tier_stats(&self, tier: usize) -> Result<Vec<Stat>> {
+        let mut s = self.enter("tier_stats")?;
+        if tier == 0 {
+            return Ok(s.primary.stat_list());
+        }
+        if tier > s.tiers.len() {
+            return Err(Error::InvalidArgument(format!(
+                "no tier {tier} (the manager has {} secondary tiers)",
+                s.tiers.len()
+            )));
+        }
+        s.gather_errors();
+        let report = s.tier_report(tier - 1);
+        Ok(s.tier_stat_list(tier - 1, report))
+    }
+
+    /// Moves the error log (tier bugs, failed tier calls), oldest first, into `out`.
+    pub fn take_errors(&self, out: &mut Vec<String>) -> Result<()> {
+        let mut s = self.enter("take_errors")?;
+        s.gather_errors();
+        out.extend(s.errors.drain(..));
+        Ok(())
+    }
+
+    /// Removes and returns the oldest message of the error log.
+    pub fn pop_error(&self) -> Result<Option<String>> {
+        let mut s = self.enter("pop_error")?;
+        s.gather_errors();
+        Ok(s.errors.pop_front())
+    }
+
+    /// Hands the oldest message of the error log to `f`, which answers
+    /// whether to remove it (and a value returned here); `None` when the
+    /// log is empty.
+    pub fn take_error_if<R>(&self, f: impl FnOnce(&str) -> (bool, R)) -> Result<Option<R>> {
+        let mut s = self.enter("take_error")?;
+        s.gather_errors();
+        let Some(message) = s.errors.front() else {
+            return Ok(None);
+        };
+        let (remove, r) = f(message);
+        if remove {
+            s.errors.pop_front();
+        }
+        Ok(Some(r))
+    }
+
+    /// Installs `listener` to receive events as they happen (at the end of
+    /// the call that produced them), or removes it (`None`).  With
+    /// `also_queue`, delivered events also stay queued for
+    /// [`Manager::take_events`]; without, they are delivered only.  Events
+    /// queued before the call are delivered at the end of this call.  See
+    /// [`crate::tiering::listen`].
+    pub fn set_event_listener(
+        &self,
+        listener: Option<EventListener>,
+        also_queue: bool,
+    ) -> Result<()> {
+        let mut s = self.enter("set_event_listener")?;
+        s.listener = listener.map(|l| Listener::new(l, also_queue));
+        if s.listener.is_some() && !also_queue {
+            // Earlier undrained events go to the listener, not to a queue nobody drains.
+            let pending: Vec<TierEvent> = s.pending_events.drain(..).collect();
+            s.pending_per_tier.fill(0);
+            let s = &mut *s;
+            let tiers = &s.tiers;
+            if let Some(l) = &mut s.listener {
+                l.deliver(pending.iter(), |t| tier_traits(tiers, t));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The medium and locality of tier `t` (0: the primary tier, CPU memory on
+/// this host).
+fn tier_traits(tiers: &[super::TierEntry], t: usize) -> (Option<Medium>, Option<Locality>) {
+    if t == 0 {
+        (Some(Medium::Cpu), Some(Locality::Local))
+    } else {
+        tiers
+            .get(t - 1)
+            .map_or((None, None), |e| (e.medium, e.locality))
+    }
+}
+
+impl State {
+    /// The manager's own statistics now.
+    fn manager_stats(&self) -> ManagerStats {
+        let c = &self.c;
+        ManagerStats {
+            lookups: c.lookups,
+            primary_hits: c.primary_hits,
+            primary_hit_pending: c.primary_hit_pending,
+            promotions_started: c.promotions_started,
+            allocation_failures: c.allocation_failures,
+            promotions_not_admitted: c.promotions_not_admitted,
+            held_misses: c.held_misses,
+            misses_absent: c.misses_absent,
+            misses_no_room: c.misses_no_room,
+            store_refusals: c.store_refusals,
+            ignored_store_completions: c.ignored_store_completions,
+            parked_keys: c.parked_keys,
+            parked_keys_dropped: c.parked_keys_dropped,
+            stale_completions: c.stale_completions,
+            tier_bugs: c.tier_bugs,
+            internal_errors: c.internal_errors,
+            resets: c.resets,
+            jobs_in_flight: self.jobs.len() as u64,
+            active_requests: self.reqs.len() as u64,
+            promotions_held: u64::from(self.held),
+            events_queued: self.pending_events.len() as u64,
+        }
+    }
+
+    /// Secondary tier `i`'s own report (internal index), its counters held
+    /// to never decrease: each decrease found counts as a tier bug.
+    fn tier_report(&mut self, i: usize) -> Vec<Stat> {
+        let t = &mut self.tiers[i];
+        let mut report = t.tier.stats();
+        let mut decreases = Vec::new();
+        t.reported.apply(&mut report, |d| decreases.push(d));
+        for d in decreases {
+            let name = self.tiers[i].name.clone();
+            self.tiers[i].c.tier_bugs += 1;
+            self.tier_bug(
+                &name,
+                format!(
+                    "counter {} went back from {} to {}; {} is reported (counters never decrease)",
+                    d.series, d.before, d.now, d.shown
+                ),
+            );
+        }
+        report
+    }
+
+    /// Secondary tier `i`'s statistics (internal index): the manager's
+    /// counters for it, then `report`, its own.
+    fn tier_stat_list(&self, i: usize, report: Vec<Stat>) -> Vec<Stat> {
+        let t = &self.tiers[i];
+        let c = t.c;
+        let mut out = Vec::with_capacity(23 + report.len());
+        for (n, v) in [
+            ("lookups", c.lookups),
+            ("hits", c.hits),
+            ("retries", c.retries),
+            ("promotion_jobs", c.promotion_jobs),
+            ("promotion_blocks", c.promotion_blocks),
+            ("promotion_failures", c.promotion_failures),
+            ("partial_promotions", c.partial_promotions),
+            ("cascade_jobs", c.cascade_jobs),
+            ("cascade_blocks", c.cascade_blocks),
+            ("cascade_failures", c.cascade_failures),
+            ("dropped_cascade_jobs", c.dropped_cascade_jobs),
+            ("dropped_cascade_blocks", c.dropped_cascade_blocks),
+            ("bytes_loaded", c.bytes_loaded),
+            ("bytes_stored", c.bytes_stored),
+            ("tier_bugs", c.tier_bugs),
+            ("poll_limit_reached", c.poll_limit_reached),
+            ("event_limit_reached", c.event_limit_reached),
+        ] {
+            out.push(Stat::counter(n, v));
+        }
+        for (n, v) in [
+            ("load_seconds", c.load_time.as_secs_f64()),
+            ("store_seconds", c.store_time.as_secs_f64()),
+        ] {
+            out.push(Stat::gauge(n, v));
+        }
+        if let Some(d) = &t.detector {
+            for (n, v) in [
+                ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
+                ("store_latency_ema", d.ema()),
+            ] {
+                out.push(Stat::gauge(n, v));
+            }
+        }
+        out.extend(report);
+        out
+    }
+
+    /// Collects the tiers' events and, with a listener, delivers the new
+    /// ones (taking them off the queue unless it also queues).
+    pub(super) fn gather_events(&mut self) {
+        let start = self.pending_events.len();
+        self.collect_events();
+        if let Some(listener) = &mut self.listener {
+            let tiers = &self.tiers;
+            listener.deliver(self.pending_events.range(start..), |t| {
+                tier_traits(tiers, t)
+            });
+            if !listener.also_queue {
+                for e in self.pending_events.drain(start..) {
+                    self.pending_per_tier[e.tier] -= 1;
+                }
+            }
+        }
+    }
+
+    /// Moves events from the tiers into `pending_events`: from each tier
+    /// at most what its share of the queue has room for (the event
+    /// capacity per tier) and, from a secondary tier, at most
+    /// [`MAX_EVENTS_PER_TAKE`]; the rest stays in the tier.
+    fn collect_events(&mut self) {
+        let cap = self.primary.event_capacity();
+        let mut events = std::mem::take(&mut self.events);
+        events.clear();
+        let room = cap.saturating_sub(self.pending_per_tier[0]);
+        if room > 0 {
+            self.primary.take_events(room, &mut events);
+            self.pending_per_tier[0] += events.len();
+            self.pending_events
+                .extend(events.drain(..).map(|event| TierEvent { tier: 0, event }));
+        }
+        for t in 0..self.tiers.len() {
+            events.clear();
+            let entry = &mut self.tiers[t];
+            if !entry.events_on {
+                // A tier with its events off queues none; whatever one
+                // reports anyway (a C tier keeps its own queue) is discarded.
+                entry.tier.take_events(MAX_EVENTS_PER_TAKE, &mut events);
+                continue;
+            }
+            let room = cap
+                .saturating_sub(self.pending_per_tier[t + 1])
+                .min(MAX_EVENTS_PER_TAKE);
+            if room == 0 {
+                continue;
+            }
+            entry.tier.take_events(room, &mut events);
+            if events.len() >= MAX_EVENTS_PER_TAKE {
+                entry.c.event_limit_reached += 1;
+            }
+            events.truncate(room);
+            self.pending_per_tier[t + 1] += events.len();
+            self.pending_events.extend(
+                events
+                    .drain(..)
+                    .map(|event| TierEvent { tier: t + 1, event }),
+            );
+        }
+        events.clear();
+        self.events = events;
+    }
+}

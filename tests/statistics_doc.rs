@@ -1,0 +1,161 @@
+//! docs/statistics.md lists every statistic the library reports: the
+//! manager's own, the primary tier's (lru and arc), the manager's counters
+//! for a secondary tier, and the fs, redis and vtable tiers' own.
+
+use std::ffi::{CStr, CString, c_void};
+use std::ptr::{null, null_mut};
+
+use kvtier::ffi::build::*;
+use kvtier::ffi::dialect::{KVTIER_LOCALITY_ANY, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_ANY};
+use kvtier::ffi::fs::*;
+use kvtier::ffi::kvtier_key;
+use kvtier::ffi::kvtier_status as S;
+use kvtier::ffi::manager::*;
+use kvtier::ffi::observe::*;
+use kvtier::ffi::redis::*;
+use kvtier::ffi::region::*;
+use kvtier::ffi::tier::*;
+use kvtier::tiering::ManagerStats;
+
+fn doc() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/statistics.md")).unwrap()
+}
+
+/// Whether the page names `name` (a histogram series by its family and
+/// its bucket bound).
+fn listed(doc: &str, name: &str) -> bool {
+    let quoted = |s: &str| doc.contains(&format!("`{s}`"));
+    match name.split_once("_bucket_") {
+        Some((family, bound)) => quoted(family) && quoted(bound),
+        None => quoted(name),
+    }
+}
+
+unsafe extern "C" fn miss(
+    _: *mut c_void,
+    _: *const kvtier_key,
+    _: *const kvtier_request,
+    answer: *mut kvtier::ffi::dialect::kvtier_lookup_result,
+) -> i32 {
+    unsafe { *answer = KVTIER_LOOKUP_MISS };
+    0
+}
+
+unsafe extern "C" fn accept(_: *mut c_void, _: *const kvtier_job) -> i32 {
+    0
+}
+
+/// Names of every statistic of every tier of a manager with policy
+/// `policy`, an fs tier, a redis tier (when built in) and a vtable tier
+/// with back-pressure on.
+fn tier_stat_names(policy: &CStr, dir: &std::path::Path) -> Vec<(usize, String)> {
+    let name = CString::new(format!("kvtier-stats-doc-{}", std::process::id())).unwrap();
+    let cdir = CString::new(dir.to_str().unwrap()).unwrap();
+    let mut ro = kvtier_region_options_default();
+    ro.name = name.as_ptr();
+    ro.directory = cdir.as_ptr();
+    ro.slot_count = 4;
+    ro.slot_bytes = 4096;
+    ro.prefault = KVTIER_REGION_PREFAULT_OFF;
+    let mut region = null_mut();
+    assert_eq!(unsafe { kvtier_region_new(&ro, &mut region) }, S::Ok);
+    let mut mo = kvtier_manager_options_default();
+    mo.capacity = 4;
+    mo.policy = policy.as_ptr();
+    let mut m = null_mut();
+    assert_eq!(unsafe { kvtier_manager_new(&mo, region, &mut m) }, S::Ok);
+    let fs_dir = CString::new(dir.join("fs").to_str().unwrap()).unwrap();
+    let mut fo = kvtier_fs_options_default();
+    fo.directory = fs_dir.as_ptr();
+    fo.read_threads = 1;
+    fo.write_threads = 1;
+    fo.direct_io = false;
+    let mut index = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_fs_tier(m, &fo, &mut index) },
+        S::Ok
+    );
+    if cfg!(feature = "redis-tier") {
+        // Connects nothing until it is used.
+        assert_eq!(
+            unsafe { kvtier_manager_add_redis_tier(m, null(), &mut index) },
+            S::Ok
+        );
+    }
+    let vt = kvtier_tier_vtable {
+        name: c"vtable".as_ptr(),
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
+        lookup: Some(miss),
+        submit_store: Some(accept),
+        submit_load: Some(accept),
+        ..kvtier_tier_vtable_default()
+    };
+    let mut to = kvtier_tier_options_default();
+    to.backpressure = true;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, &to, &mut index) },
+        S::Ok
+    );
+    let mut out = Vec::new();
+    for tier in 0..=index {
+        let mut n = 0;
+        assert_eq!(
+            unsafe { kvtier_manager_read_tier_stats(m, tier, null_mut(), 0, &mut n) },
+            S::BufferTooSmall
+        );
+        let mut buf = vec![unsafe { std::mem::zeroed::<kvtier_tier_stat>() }; n];
+        assert_eq!(
+            unsafe { kvtier_manager_read_tier_stats(m, tier, buf.as_mut_ptr(), n, &mut n) },
+            S::Ok
+        );
+        for s in &buf {
+            let name = unsafe { CStr::from_ptr(s.name.as_ptr()) }.to_str().unwrap();
+            assert!(name.len() < s.name.len(), "{name} was cut short");
+            out.push((tier, name.to_string()));
+        }
+    }
+    unsafe { kvtier_manager_free(m) };
+    unsafe { kvtier_region_free(region) };
+    out
+}
+
+#[test]
+fn every_statistic_the_library_reports_is_listed() {
+    let doc = doc();
+    let mut missing: Vec<String> = ManagerStats::default()
+        .stat_list()
+        .iter()
+        .map(|s| s.series_name().into_owned())
+        .filter(|n| !listed(&doc, n))
+        .map(|n| format!("manager: {n}"))
+        .collect();
+    for policy in [c"lru", c"arc"] {
+        let dir = tempfile::tempdir().unwrap();
+        let names = tier_stat_names(policy, dir.path());
+        assert!(names.iter().any(|(t, n)| *t == 0 && n == "capacity"));
+        assert!(names.iter().any(|(t, n)| *t == 1 && n == "bytes_used"));
+        assert!(names.iter().any(|(_, n)| n == "callback_errors"));
+        assert!(names.iter().any(|(_, n)| n == "store_latency_ema"));
+        for (tier, name) in names {
+            if !listed(&doc, &name) {
+                missing.push(format!("tier {tier}: {name}"));
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "statistics the library reports that docs/statistics.md does not list: {missing:?}"
+    );
+}
+
+#[test]
+fn the_check_finds_a_name_the_page_lacks() {
+    let doc = doc();
+    assert!(listed(&doc, "misses_no_room"));
+    assert!(listed(&doc, "allocation_size_blocks_bucket_le_16384"));
+    assert!(!listed(&doc, "allocation_size_blocks_bucket_le_3"));
+    assert!(!listed(&doc, "no_such_statistic"));
+}
