@@ -96,6 +96,11 @@ def _load() -> tuple[Any, Any, dict[str, int]]:
     declarations, constants = _declarations(header_path.read_text())
     ffi.cdef(declarations)
     library = ffi.dlopen(str(library_path))
+    # Resolve every function now: cffi resolves a name under a lock that is
+    # not reentrant, and a finalizer (``__del__`` freeing a handle) that ran
+    # inside a resolution by the garbage collector would wait on it forever.
+    for name in dir(library):
+        getattr(library, name)
     return ffi, library, constants
 
 

@@ -48,7 +48,7 @@ class CPUOffloadingManager(KvtierOffloadingManager):
         max_tracker_size: int = 64_000,
         info: Any = None,
     ):
-        built = KvtierOffloadingManager.create(
+        self._setup(
             num_chunks,
             cache_policy=_policy(cache_policy, cache_policy_module_path),
             enable_events=enable_events,
@@ -56,7 +56,6 @@ class CPUOffloadingManager(KvtierOffloadingManager):
             max_tracker_size=max_tracker_size,
             info=info,
         )
-        self.__dict__.update(built.__dict__)
         self._options = dict(
             num_chunks=num_chunks,
             cache_policy=cache_policy,
@@ -131,7 +130,7 @@ class TieringOffloadingManager(KvtierOffloadingManager):
         tier_poll_interval_s: float = 0.0,
     ):
         options = primary_tier._options
-        built = KvtierOffloadingManager.create(
+        self._setup(
             options["num_chunks"],
             cache_policy=options["cache_policy"],
             enable_events=options["enable_events"],
@@ -141,10 +140,6 @@ class TieringOffloadingManager(KvtierOffloadingManager):
             vllm_tiers=list(secondary_tiers or []),
             tiering=True,
         )
-        self.__dict__.update(built.__dict__)
-        for adapter in self._adapters:
-            adapter.owner = self
-        self._metrics.owner = self
         self.primary_tier = primary_tier
         self.secondary_tiers = list(secondary_tiers or [])
         primary_tier._bind(self)

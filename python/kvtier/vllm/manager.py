@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -72,7 +73,48 @@ class _Request:
     loads: int = 0  # keys pinned by prepare_load and not completed
     stores: int = 0  # keys planned by prepare_store and not completed
     pending: set[bytes] = field(default_factory=set)  # planned, not completed (events on)
-    finish_deferred: bool = False
+    finish_deferred: bool = False  # finished while loads were pinned
+    tiers_pending: bool = False  # finished, the secondary tiers not yet told
+
+
+def build_kvtier_manager(
+    num_chunks: int,
+    *,
+    cache_policy: str = "lru",
+    enable_events: bool = False,
+    store_threshold: int = 0,
+    max_tracker_size: int = 64_000,
+    builtin_tiers: Sequence[dict[str, Any]] = (),
+    region: Any = None,
+) -> tuple[Manager, list[str]]:
+    """A kvtier manager with vLLM's CPU-manager options (0.33's behaviour:
+    HIT_PENDING for started promotions, keys with KV groups) and the
+    built-in tiers of `builtin_tiers` (``{"type": "fs", "directory": ...}``
+    or ``{"type": "redis", ...}``); and the tiers' labels.  A zero-chunk
+    cache (vLLM allows one) is a one-slot kvtier manager that
+    `KvtierOffloadingManager` never stores into."""
+    manager = Manager(
+        max(num_chunks, 1),
+        policy=cache_policy,
+        store_threshold=store_threshold,
+        admission_table_size=max_tracker_size,
+        event_capacity=_EVENT_CAPACITY if enable_events else 0,
+        promotion_answer="hit_pending",
+        kv_groups=True,
+        region=region,
+    )
+    labels = []
+    for tier in builtin_tiers:
+        options = dict(tier)
+        kind = options.pop("type")
+        if kind == "fs":
+            manager.add_fs_tier(options.pop("directory"), **options)
+        elif kind == "redis":
+            manager.add_redis_tier(**options)
+        else:
+            raise ValueError(f"unknown built-in kvtier tier type {kind!r}")
+        labels.append(f"{len(labels) + 1}:{kind}")
+    return manager, labels
 
 
 class KvtierOffloadingManager(v.OffloadingManager):
@@ -132,8 +174,15 @@ class KvtierOffloadingManager(v.OffloadingManager):
         }
 
     @classmethod
-    def create(
-        cls,
+    def create(cls, num_chunks: int, **options: Any) -> KvtierOffloadingManager:
+        """A manager over a new kvtier manager built with these options
+        (see `build_kvtier_manager`)."""
+        self = cls.__new__(cls)
+        self._setup(num_chunks, **options)
+        return self
+
+    def _setup(
+        self,
         num_chunks: int,
         *,
         cache_policy: str = "lru",
@@ -145,30 +194,18 @@ class KvtierOffloadingManager(v.OffloadingManager):
         builtin_tiers: Sequence[dict[str, Any]] = (),
         region: Any = None,
         tiering: bool = False,
-    ) -> KvtierOffloadingManager:
-        """A manager over a new kvtier manager built with these options."""
-        manager = Manager(
+    ) -> None:
+        manager, labels = build_kvtier_manager(
             num_chunks,
-            policy=cache_policy,
+            cache_policy=cache_policy,
+            enable_events=enable_events,
             store_threshold=store_threshold,
-            admission_table_size=max_tracker_size,
-            event_capacity=_EVENT_CAPACITY if enable_events else 0,
-            promotion_answer="hit_pending",
-            kv_groups=True,
+            max_tracker_size=max_tracker_size,
+            builtin_tiers=builtin_tiers,
             region=region,
         )
-        labels = []
-        for tier in builtin_tiers:
-            options = dict(tier)
-            kind = options.pop("type")
-            if kind == "fs":
-                manager.add_fs_tier(options.pop("directory"), **options)
-            elif kind == "redis":
-                manager.add_redis_tier(**options)
-            else:
-                raise ValueError(f"unknown built-in kvtier tier type {kind!r}")
-            labels.append(f"{len(labels) + 1}:{kind}")
-        return cls(
+        KvtierOffloadingManager.__init__(
+            self,
             manager,
             num_chunks=num_chunks,
             store_threshold=store_threshold,
@@ -226,9 +263,23 @@ class KvtierOffloadingManager(v.OffloadingManager):
         return ctx if ctx is not None else v.ReqContext(req_id=name)
 
     def _forget_name(self, name: str) -> None:
-        state = self._reqs.get(self._by_name.get(name, v.ReqContext(req_id="")).req_id)
-        if state is None or state.name != name:
-            self._by_name.pop(name, None)
+        """The secondary tiers were told that request `name` finished."""
+        ctx = self._by_name.get(name)
+        if ctx is None:
+            return
+        for state in self._finishing.get(ctx.req_id, ()):
+            if state.name == name:
+                state.tiers_pending = False
+                self._maybe_drop(state)
+                return
+
+    @property
+    def _req_state(self) -> dict[str, _Request]:
+        """Requests by id until kvtier is done with them (active ones, and
+        finished ones whose stores or tier notifications are outstanding)."""
+        states = {req_id: states[-1] for req_id, states in self._finishing.items() if states}
+        states.update(self._reqs)
+        return states
 
     def _push_positions(self, state: _Request, keys: Sequence[bytes]) -> None:
         ctx = state.ctx
@@ -278,7 +329,14 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._reqs.get(req_context.req_id)
         if state is None:
             state = self._begin(req_context)
-        return self._lookup_handle(state.handle, key)
+        if not self._tiering:
+            return self._lookup_handle(state.handle, key)
+        start = time.monotonic()
+        answer = self._lookup_handle(state.handle, key)
+        # The primary tier answers every lookup at once (vLLM's sync delay
+        # of tier 0); the secondary tiers' answers are timed by their adapters.
+        self._metrics.observe_lookup("0:primary", time.monotonic() - start)
+        return answer
 
     def get_load_source(self, key: bytes, req_context: Any) -> Any:
         sources = self._load_sources.get(req_context.req_id)
@@ -310,6 +368,22 @@ class KvtierOffloadingManager(v.OffloadingManager):
         if state.finish_deferred and state.loads == 0:
             state.finish_deferred = False
             self._finish(state)
+        elif state.loads == 0 and self._reqs.get(req_context.req_id) is not state:
+            self._maybe_drop(state)
+
+    def _maybe_drop(self, state: _Request) -> None:
+        """Forgets a finished request once kvtier is done with it."""
+        if state.stores or state.loads or state.finish_deferred or state.tiers_pending:
+            return
+        req_id = state.ctx.req_id
+        states = self._finishing.get(req_id)
+        if states and state in states:
+            states.remove(state)
+            if not states:
+                del self._finishing[req_id]
+        active = self._reqs.get(req_id)
+        if active is None or active.name != state.name:
+            self._by_name.pop(state.name, None)
 
     def _finishing_with_loads(self, req_id: str) -> _Request | None:
         for state in self._finishing.get(req_id, ()):
@@ -320,6 +394,8 @@ class KvtierOffloadingManager(v.OffloadingManager):
     def prepare_store(self, keys: Collection[bytes], req_context: Any) -> v.PrepareStoreOutput | None:
         keys = list(keys)
         state = self._state(req_context)
+        if self._num_chunks == 0:
+            return None if keys else v.PrepareStoreOutput([], v.CPULoadStoreSpec([]), [])
         self._push_positions(state, keys)
         plan = self._m.prepare_store(state.handle, keys)
         if plan.refused:
@@ -357,36 +433,24 @@ class KvtierOffloadingManager(v.OffloadingManager):
                     )
             state.pending.difference_update(keys)
         if state.stores == 0 and self._reqs.get(req_context.req_id) is not state:
-            self._drop_finishing(state, req_context.req_id)
-
-    def _drop_finishing(self, state: _Request, req_id: str) -> None:
-        states = self._finishing.get(req_id)
-        if states and state in states and not state.loads and not state.finish_deferred:
-            states.remove(state)
-            if not states:
-                del self._finishing[req_id]
-            if not self._adapters:
-                self._by_name.pop(state.name, None)
+            self._maybe_drop(state)
 
     def on_request_finished(self, req_context: Any) -> None:
         state = self._reqs.pop(req_context.req_id, None)
         self._load_sources.pop(req_context.req_id, None)
         if state is None:
             return
+        self._finishing.setdefault(req_context.req_id, []).append(state)
         if state.loads:
             state.finish_deferred = True
-            self._finishing.setdefault(req_context.req_id, []).append(state)
             return
         self._finish(state)
 
     def _finish(self, state: _Request) -> None:
+        """Passes a request's finish on to kvtier (it is in `_finishing`)."""
+        state.tiers_pending = bool(self._adapters)
         self._m.request_finished(state.handle)
-        req_id = state.ctx.req_id
-        states = self._finishing.setdefault(req_id, [])
-        if state not in states:
-            states.append(state)
-        if not state.stores:
-            self._drop_finishing(state, req_id)
+        self._maybe_drop(state)
 
     def on_schedule_end(self, context: Any) -> None:
         self._step_context = context
@@ -403,10 +467,13 @@ class KvtierOffloadingManager(v.OffloadingManager):
             state.pending.clear()
         for states in list(self._finishing.values()):
             for state in list(states):
+                state.stores = state.loads = 0
+                state.pending.clear()
                 if state.finish_deferred:
                     state.finish_deferred = False
-                    self._m.request_finished(state.handle)
-        self._finishing.clear()
+                    self._finish(state)
+                else:
+                    self._maybe_drop(state)
         self._load_sources.clear()
 
     def on_reset_flushed(self) -> None:
@@ -457,7 +524,12 @@ class KvtierOffloadingManager(v.OffloadingManager):
     def config_info(self) -> Sequence[Any]:
         if not self._tiering:
             return [self._config_info]
-        infos = [{**self._config_info, "tier": "0:primary"}]
+        primary_tier = getattr(self, "primary_tier", None)
+        if primary_tier is not None:
+            [primary_info] = primary_tier.config_info()
+        else:
+            primary_info = self._config_info
+        infos = [{**primary_info, "tier": "0:primary"}]
         for adapter in self._adapters:
             own = dict(adapter.vllm_tier.config_info())
             infos.append({"tier": adapter.name, **own})

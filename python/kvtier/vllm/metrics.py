@@ -61,6 +61,13 @@ class StatsReader:
         self._previous[name] = value
         return value - before
 
+    def observe_lookup(self, label: str, seconds: float, resolved_later: bool = False) -> None:
+        """A lookup a tier answered (not RETRY) in `seconds`; with
+        `resolved_later`, the time since its first RETRY."""
+        M = v.TieringOffloadingMetrics
+        name = M.LOOKUP_ASYNC_DELAY if resolved_later else M.LOOKUP_SYNC_DELAY
+        self._pending.append(("h", name, seconds, (label,)))
+
     # Job observations made by the Python tier adapters.
     def on_job_finished(
         self, tier: VllmTierAdapter, promotion: bool, seconds: float, result: Any, keys: list[bytes], name: str

@@ -51,12 +51,24 @@ class VllmTierAdapter(Tier):
         self.locality = LOCALITY_TO_KVTIER.get(getattr(tier, "locality", None), kt.Locality.ANY)
         self.last = False  # the last tier: request clean-up follows its finish callback
         self._submitted: dict[int, tuple[bool, float, list[bytes], str]] = {}
+        self._retrying: dict[tuple[str, bytes], float] = {}  # first RETRY of a request's key
 
     def _ctx(self, request: TierRequest) -> v.ReqContext:
         return self.owner._context_for(request.name)
 
     def lookup(self, key: bytes, request: TierRequest) -> kt.LookupResult:
-        return _LOOKUP[self.vllm_tier.lookup(key, self._ctx(request))]
+        start = time.monotonic()
+        answer = self.vllm_tier.lookup(key, self._ctx(request))
+        now = time.monotonic()
+        metrics = self.owner._metrics
+        if answer is v.LookupResult.RETRY:
+            self._retrying.setdefault((request.name, key), start)
+        else:
+            metrics.observe_lookup(self.name, now - start)
+            first = self._retrying.pop((request.name, key), None)
+            if first is not None:
+                metrics.observe_lookup(self.name, now - first, resolved_later=True)
+        return _LOOKUP[answer]
 
     def _transfer(self, job: Job, promotion: bool) -> v.TransferJob:
         ctx = self._ctx(job.request)
@@ -107,6 +119,9 @@ class VllmTierAdapter(Tier):
         return kt.OffloadPolicy.BLOCK_LEVEL
 
     def on_request_finished(self, request: TierRequest) -> None:
+        if self._retrying:
+            for pending in [k for k in self._retrying if k[0] == request.name]:
+                del self._retrying[pending]
         try:
             self.vllm_tier.on_request_finished(self._ctx(request))
         finally:
