@@ -446,4 +446,5 @@ class Manager:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if getattr(self, "_manager", None) is not None:
+            self.close()

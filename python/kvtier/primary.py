@@ -189,4 +189,5 @@ class Primary:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if getattr(self, "_primary", None) is not None:
+            self.close()
