@@ -136,10 +136,9 @@ def run_pytest(vllm_root: Path, tests_root: Path, managers: str, report: Path) -
     subprocess.run(command, cwd=tests_root, env=env)
     outcomes: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
-        path = case.get("classname", "").replace(".", "/")
-        module, _, cls = path.rpartition("/Test")
-        file = (module if cls else path) + ".py"
-        name = f"{file}::" + (f"Test{cls}::" if cls else "") + case.get("name", "")
+        parts = case.get("classname", "").split(".")
+        cls = parts.pop() if parts and parts[-1].startswith("Test") else None
+        name = "/".join(parts) + ".py::" + (f"{cls}::" if cls else "") + case.get("name", "")
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error"):
