@@ -1,7 +1,8 @@
 # kvtier: the single entry point for C users and CI.
 #
 #   make            cargo release build, then the C/C++ programs into build/
-#   make test       every test: cargo tests, then ctest
+#   make test       every test: cargo tests, ctest, the Python package's tests
+#   make test-vllm  vLLM 0.33's own manager tests against kvtier (and vLLM's managers)
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
 #   make abi        record the header's ABI in abi/kvtier.abi (after a version change)
@@ -23,7 +24,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm \
+.PHONY: all lib c test test-rust test-c test-python test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -46,7 +47,25 @@ c: lib cmake-available
 	cmake -S examples -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKVTIER_ROOT=$(CURDIR) >/dev/null
 	cmake --build $(BUILD) -j 2
 
-test: all test-rust test-c
+test: all test-rust test-c test-python
+
+# The Python package (python/, `pip install ./python`): its pytest suite,
+# over the library `make lib` built (the package finds target/release
+# from a source checkout), and one fresh-virtualenv install.
+PYTHON ?= python3
+python-test-deps:
+	@$(PYTHON) -c 'import cffi, numpy, pytest, prometheus_client, typing_extensions' 2>/dev/null || $(PYTHON) -m pip install --quiet cffi numpy pytest prometheus-client typing-extensions
+
+test-python: lib python-test-deps
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# vLLM 0.33.0's manager tests (cpu/test_manager.py and
+# tiering/test_tiering_offloading.py) against kvtier's managers and, for
+# comparison, vLLM's own (VLLM_MANAGERS=kvtier|vllm|both); the wheel and the
+# source archive are downloaded into $(BUILD)/vllm once.
+VLLM_MANAGERS ?= both
+test-vllm: lib python-test-deps
+	$(PYTHON) tools/vllm_tests/run.py --managers $(VLLM_MANAGERS) --build-dir $(abspath $(BUILD))/vllm
 
 redis-available:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
