@@ -753,6 +753,30 @@ fn null_arguments_and_unknown_requests_are_errors() {
     unsafe { kvtier_manager_free(m) };
 }
 
+/// A bad key is named by its position in the whole batch, also past the
+/// first keys the lookup reads together.
+#[test]
+fn a_bad_key_after_many_hits_is_named_by_its_position() {
+    let m = manager(16);
+    let r = start(m, c"r");
+    let stored: Vec<[u8; 4]> = (0..9).map(key).collect();
+    assert_eq!(store_with(m, r, &stored, |_, _| {}), 9);
+    let long = [7u8; 65];
+    let mut batch: Vec<kvtier_key> = stored.iter().map(|k| ck(k)).collect();
+    batch.push(ck(&long));
+    let mut out = kvtier_lookup_answer {
+        hits: 0,
+        stop: 0,
+        reason: 0,
+    };
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, r, batch.as_ptr(), batch.len(), &mut out) },
+        S::InvalidKey
+    );
+    assert!(last_error().contains("position 9"), "{}", last_error());
+    unsafe { kvtier_manager_free(m) };
+}
+
 #[test]
 fn failed_shutdown_is_reported_and_every_tier_tried() {
     let m = manager(4);

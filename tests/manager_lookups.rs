@@ -362,3 +362,31 @@ fn event_batches_group_one_tiers_events_of_one_kind_and_keep_their_keys_until_th
         .unwrap();
     assert_eq!(cleared, vec![(0, EventKind::Cleared, 0)]);
 }
+
+#[test]
+fn a_write_pending_stop_and_each_tiers_lookups_are_counted() {
+    let m = Manager::with_backend(primary(16, 0), ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    let r = start(&m, "r");
+    let mut plan = StorePlan::default();
+    m.prepare_store(r, &keys(0..9), &mut plan).unwrap();
+    m.complete_store(r, &plan.to_store, true).unwrap();
+    // k9 planned and not written yet: write pending.
+    m.prepare_store(r, &[k(9)], &mut plan).unwrap();
+    let a = m.lookup_prefix(r, &keys(0..12)).unwrap();
+    assert_eq!((a.hits, a.stop), (9, LookupResult::HitPending));
+    let st = m.manager_stats().unwrap();
+    assert_eq!(
+        (st.lookups, st.primary_hits, st.primary_hit_pending),
+        (10, 9, 1)
+    );
+    // Two misses reach the tier, one lookup each.
+    for key in [k(20), k(21)] {
+        let a = m.lookup_prefix(r, &[key]).unwrap();
+        assert_eq!(a.reason, Some(MissReason::Absent));
+    }
+    assert_eq!(s.lock().lookups, 2);
+    assert_eq!(stat(&m, Some(1), "lookups"), 2.0);
+    assert_eq!(m.manager_stats().unwrap().misses_absent, 2);
+}

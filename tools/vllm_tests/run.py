@@ -69,13 +69,17 @@ def _sdist(build: Path) -> Path:
     if archive.is_file():
         return archive
     # pip cannot download this source archive without building its metadata
-    # (which needs torch), so the file is fetched from the package index's
-    # JSON description of the release.
+    # (which needs torch), so the file is fetched as pip finds it: from the
+    # index's simple API (PEP 691, JSON form), checked against its sha256.
     print(f"== downloading the vllm=={VERSION} source archive into {build}", flush=True)
-    index = os.environ.get("KVTIER_PYPI_JSON", "https://pypi.org/pypi")
-    with urllib.request.urlopen(f"{index}/vllm/{VERSION}/json", timeout=60) as response:
-        release = json.load(response)
-    [sdist] = [u for u in release["urls"] if u["packagetype"] == "sdist"]
+    index = os.environ.get("KVTIER_PYPI_SIMPLE", "https://pypi.org/simple")
+    request = urllib.request.Request(
+        f"{index}/vllm/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    [found] = [f for f in files if f["filename"] == archive.name]
+    sdist = {"url": found["url"], "digests": {"sha256": found["hashes"]["sha256"]}}
     partial = archive.with_suffix(".part")
     with urllib.request.urlopen(sdist["url"], timeout=600) as response, open(partial, "wb") as out:
         while chunk := response.read(1 << 20):
