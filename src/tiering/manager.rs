@@ -43,6 +43,7 @@ use super::tier::{
 };
 use crate::error::{Error, Result};
 use crate::events::Event;
+pub use crate::events::TierEvent;
 use crate::key::Key;
 use crate::region::{SlotMemory, SlotOwner};
 use crate::request::{Locality, Medium, Request, RequestId, RequestInfo, RequestNames, TierFilter};
@@ -187,15 +188,6 @@ pub struct RequestParams {
     pub user_data: usize,
     /// Which secondary tiers lookups may use.
     pub filter: TierFilter,
-}
-
-/// One event with the tier it happened in (0 primary, 1.. secondary).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TierEvent {
-    /// Tier index.
-    pub tier: usize,
-    /// The event.
-    pub event: Event,
 }
 
 /// One merged statistic, labelled with where it comes from.
