@@ -70,13 +70,18 @@ pub trait PrimaryBackend: Send {
     /// Finishes `req`'s store: of `keys`, only those `req` planned and that
     /// are still write pending for it become ready (success) or are dropped
     /// (failure); every other key is left alone and counted.  Appends the
-    /// keys it made ready to `made_ready`.
+    /// keys it made ready to `made_ready` and their slots to `slots`, each
+    /// key pinned `pins` times for transfers (as `pins` calls of
+    /// [`PrimaryBackend::pin_for_transfer`] over them would: the manager
+    /// cascades them to that many tiers).
     fn complete_store(
         &mut self,
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport;
     /// Finishes a promotion: of `keys`, only those reserved by a promotion
     /// and still write pending become ready (success) or are dropped.
@@ -154,9 +159,13 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
-        crate::primary::PrimaryTier::complete_store_into(self, req, keys, success, made_ready)
+        crate::primary::PrimaryTier::complete_store_pinned(
+            self, req, keys, success, pins, made_ready, slots,
+        )
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         crate::primary::PrimaryTier::complete_promotion(self, keys, success)
@@ -257,9 +266,13 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
-        self.0.lock().complete_store(req, keys, success, made_ready)
+        self.0
+            .lock()
+            .complete_store(req, keys, success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         self.0.lock().complete_promotion(keys, success)

@@ -295,6 +295,7 @@ struct State {
     queue_buf: Vec<(usize, JobResult)>,
     keys_a: Vec<Key>,
     keys_b: Vec<Key>,
+    slots_b: Vec<u32>,
     plan: StorePlan,
     events: Vec<Event>,
     ids: Vec<RequestId>,
@@ -499,24 +500,11 @@ impl Manager {
             return Ok(CompleteStoreReport::default());
         }
         let info = st.info.clone();
-        let mut made_ready = std::mem::take(&mut s.keys_b);
-        made_ready.clear();
-        let report = s
-            .primary
-            .complete_store(rid, keys, success, &mut made_ready);
+        let report = s.complete_and_cascade(rid, keys, success, &info);
         if let Some(st) = s.reqs.get_mut(&rid) {
             let done = (report.ready + report.dropped) as u64;
             st.store_keys_pending = st.store_keys_pending.saturating_sub(done);
         }
-        if success && !s.tiers.is_empty() {
-            let all = if s.tiers.len() == 64 {
-                u64::MAX
-            } else {
-                (1u64 << s.tiers.len()) - 1
-            };
-            s.cascade_to(all, &made_ready, &info);
-        }
-        s.keys_b = made_ready;
         s.maybe_finalize(rid);
         Ok(report)
     }

@@ -178,13 +178,16 @@ impl ModelPrimary {
         Ok(StoreOutcome::Planned)
     }
 
-    /// Finishes `by`'s writes among `keys`; every other key is counted.
+    /// Finishes `by`'s writes among `keys`, pinning each key made ready
+    /// `pins` times; every other key is counted.
     fn complete(
         &mut self,
         by: Writer,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
         let mut r = CompleteStoreReport::default();
         for k in keys {
@@ -193,7 +196,7 @@ impl ModelPrimary {
                 Some(e) if e.refs >= 0 => r.already_ready += 1,
                 Some(e) if e.writer != Some(by) => r.foreign += 1,
                 Some(e) if success => {
-                    e.refs = 0;
+                    e.refs = pins as i32;
                     e.writer = None;
                     e.announced = true;
                     self.events.push(Event {
@@ -202,6 +205,7 @@ impl ModelPrimary {
                     });
                     r.ready += 1;
                     made_ready.push(*k);
+                    slots.push(e.slot);
                 }
                 Some(e) => {
                     let slot = e.slot;
@@ -307,12 +311,22 @@ impl PrimaryBackend for ModelPrimary {
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
-        self.complete(Writer::Request(req), keys, success, made_ready)
+        let by = Writer::Request(req);
+        self.complete(by, keys, success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.complete(Writer::Promotion, keys, success, &mut Vec::new())
+        self.complete(
+            Writer::Promotion,
+            keys,
+            success,
+            0,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        )
     }
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         for (i, k) in keys.iter().enumerate() {

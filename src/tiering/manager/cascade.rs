@@ -4,7 +4,10 @@
 //! cascade parks while they are still being written, retried at the end
 //! of each step.
 
-use super::{Direction, Key, PressurePolicy, PrimaryLookup, Request, RequestId, State, StorePlan};
+use super::{
+    CompleteStoreReport, Direction, Key, PressurePolicy, PrimaryLookup, Request, RequestId, State,
+    StorePlan,
+};
 
 impl State {
     /// Cascades the keys of a store by request-level request `rid` that
@@ -45,6 +48,85 @@ impl State {
         self.keys_a = ready;
     }
 
+    /// Completes request `rid`'s store of `keys` in the primary tier and,
+    /// on success, cascades the keys it made ready to every secondary
+    /// tier, in one trip to the primary tier: its completion hands them
+    /// back with their slots, already pinned once per tier that takes the
+    /// cascade.  Which tiers take it is decided before the completion
+    /// (each tier's back-pressure depends only on its own detector and
+    /// stores in flight, which the completion does not change), with the
+    /// same answers and counters as [`State::cascade_to`] after it.
+    pub(super) fn complete_and_cascade(
+        &mut self,
+        rid: RequestId,
+        keys: &[Key],
+        success: bool,
+        info: &Request,
+    ) -> CompleteStoreReport {
+        let mut taken = 0u64;
+        if success {
+            for t in 0..self.tiers.len() {
+                if self.admits_cascade(t) {
+                    taken |= 1 << t;
+                }
+            }
+        }
+        let mut ready = std::mem::take(&mut self.keys_b);
+        let mut slots = std::mem::take(&mut self.slots_b);
+        ready.clear();
+        slots.clear();
+        let report = self.primary.complete_store(
+            rid,
+            keys,
+            success,
+            taken.count_ones(),
+            &mut ready,
+            &mut slots,
+        );
+        if !ready.is_empty() {
+            for t in 0..self.tiers.len() {
+                if taken & (1 << t) == 0 {
+                    self.drop_cascade(t, ready.len());
+                    continue;
+                }
+                let tier = &mut self.tiers[t];
+                tier.c.cascade_jobs += 1;
+                tier.c.cascade_blocks += ready.len() as u64;
+                self.submit(
+                    t,
+                    Direction::Store,
+                    ready.clone(),
+                    slots.clone(),
+                    info.clone(),
+                );
+            }
+        }
+        self.keys_b = ready;
+        self.slots_b = slots;
+        report
+    }
+
+    /// Whether secondary tier `t` takes a cascade now: always, unless its
+    /// back-pressure detector reports pressure, when its policy drops
+    /// every cascade, or throttles to one store in flight.
+    fn admits_cascade(&self, t: usize) -> bool {
+        let tier = &self.tiers[t];
+        match &tier.detector {
+            Some(d) if d.under_pressure() => match d.config().policy {
+                PressurePolicy::Drop => false,
+                PressurePolicy::Throttle => tier.stores_in_flight == 0,
+            },
+            _ => true,
+        }
+    }
+
+    /// Counts a cascade of `blocks` blocks that tier `t` did not take.
+    fn drop_cascade(&mut self, t: usize, blocks: usize) {
+        let c = &mut self.tiers[t].c;
+        c.dropped_cascade_jobs += 1;
+        c.dropped_cascade_blocks += blocks as u64;
+    }
+
     /// Cascades ready `keys` to every tier in `mask`: one store job per
     /// tier, pinning once per tier, subject to each tier's back-pressure.
     pub(super) fn cascade_to(&mut self, mask: u64, keys: &[Key], info: &Request) {
@@ -55,19 +137,9 @@ impl State {
             if mask & (1 << t) == 0 {
                 continue;
             }
-            let tier = &mut self.tiers[t];
-            if let Some(d) = &tier.detector
-                && d.under_pressure()
-            {
-                let admit = match d.config().policy {
-                    PressurePolicy::Drop => false,
-                    PressurePolicy::Throttle => tier.stores_in_flight == 0,
-                };
-                if !admit {
-                    tier.c.dropped_cascade_jobs += 1;
-                    tier.c.dropped_cascade_blocks += keys.len() as u64;
-                    continue;
-                }
+            if !self.admits_cascade(t) {
+                self.drop_cascade(t, keys.len());
+                continue;
             }
             let mut slots = Vec::with_capacity(keys.len());
             if let Err(e) = self.primary.pin_for_transfer(keys, &mut slots) {

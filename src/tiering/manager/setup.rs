@@ -52,6 +52,7 @@ impl Manager {
                 queue_buf: Vec::new(),
                 keys_a: Vec::new(),
                 keys_b: Vec::new(),
+                slots_b: Vec::new(),
                 plan: StorePlan::default(),
                 events: Vec::new(),
                 ids: Vec::new(),
