@@ -22,7 +22,7 @@ use super::key::kvtier_key;
 use super::tier::{job_result_of, kvtier_job_result, kvtier_param};
 use crate::error::Error;
 use crate::request::{Locality, Medium, TierFilter, TierMatcher};
-use crate::tiering::{Manager, RequestParams, TierOptions};
+use crate::tiering::{Manager, RequestParams};
 
 /// Opaque handle of a tiering manager (internally synchronized).
 #[allow(non_camel_case_types)]
@@ -289,24 +289,26 @@ pub unsafe extern "C" fn kvtier_manager_shutdown(
 
 /// Attaches a Rust tier (for [`attach_rust_tier`]; the built-in tiers are
 /// added by `crate::config::add_builtin_tier`).
-pub(crate) fn add_rust_tier(
+#[cfg(feature = "testing")]
+fn add_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,
-    opts: TierOptions,
+    opts: crate::tiering::TierOptions,
 ) -> Result<usize, Failure> {
     // SAFETY: the caller passes a handle it got from C, checked here.
     let m = unsafe { enter::<kvtier_manager>(manager) }?;
     Ok(m.add_tier_with(tier, opts)?)
 }
 
-/// Test support: attaches a Rust [`crate::tiering::SecondaryTier`] to a C
-/// manager handle inside the boundary and writes its index to `*index_out`,
-/// so tests can drive a real export into a tier that panics (the path a
-/// bug in a built-in tier takes).
+/// Test support (feature `testing`): attaches a Rust
+/// [`crate::tiering::SecondaryTier`] to a C manager handle inside the
+/// boundary and writes its index to `*index_out`, so tests can drive a
+/// real export into a tier that panics (the path a bug in a built-in tier
+/// takes).
 ///
 /// # Safety
 /// `manager` must be NULL or a live handle; `index_out` NULL or valid.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub unsafe fn attach_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,
@@ -314,7 +316,7 @@ pub unsafe fn attach_rust_tier(
 ) -> super::kvtier_status {
     ffi_call!({
         let out = unsafe { out_ref(index_out, "index_out") }?;
-        *out = add_rust_tier(manager, tier, TierOptions::default())?;
+        *out = add_rust_tier(manager, tier, Default::default())?;
         Ok(())
     })
 }

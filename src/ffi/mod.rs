@@ -41,9 +41,10 @@ pub use key::kvtier_key;
 pub use status::{kvtier_status, kvtier_status_str};
 pub use version::kvtier_version;
 
-/// Test support: runs `body` inside the same panic boundary every export
-/// uses, so tests can prove that a panic becomes `KVTIER_STATUS_PANIC`.
-#[doc(hidden)]
+/// Test support (feature `testing`): runs `body` inside the same panic
+/// boundary every export uses, so tests can prove that a panic becomes
+/// `KVTIER_STATUS_PANIC`.
+#[cfg(feature = "testing")]
 pub fn run_in_boundary(body: impl FnOnce() -> Result<(), crate::Error>) -> kvtier_status {
     boundary::ffi_call!({ body().map_err(boundary::Failure::from) })
 }

@@ -5,7 +5,6 @@ pub mod backpressure;
 mod counter_memory;
 pub mod listen;
 pub mod manager;
-pub mod model;
 pub mod notify;
 pub mod tier;
 

@@ -1,9 +1,9 @@
-//! A reference model of the primary tier: its rules (`primary/mod.rs`) written as
-//! plainly as possible (LRU, no admission threshold, linear scans).  Each
-//! write-pending key remembers its writer, and a completion acts only on
-//! its own writer's keys.  It is
-//! slow on purpose; tests drive the manager over it and over the real tier
-//! and compare, and check slot invariants against it.
+//! A reference model of the primary tier: its rules (`src/primary/mod.rs`)
+//! written as plainly as possible (LRU, no admission threshold, linear
+//! scans).  Each write-pending key remembers its writer, and a completion
+//! acts only on its own writer's keys.  It is slow on purpose; tests drive
+//! the manager over it and over the real tier and compare, and check slot
+//! invariants against it (through `Manager::inspect_primary`).
 //!
 //! It models slots, states and the argument checks, not the finer order of
 //! recency: request finishes commit nothing here, and token positions are
@@ -11,17 +11,18 @@
 //! The primary tier's own model test (`tests/primary_model.rs`) models
 //! ranks, positions and groups exactly.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 
-use super::backend::{
-    CompleteStoreReport, PrimaryBackend, PrimaryLookup, Shared, StoreOutcome, StorePlan,
+use kvtier::events::{Event, EventKind};
+use kvtier::key::Key;
+use kvtier::primary::Writer;
+use kvtier::request::RequestId;
+use kvtier::stats::Stat;
+use kvtier::tiering::backend::{
+    CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
 };
-use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
-use crate::key::Key;
-use crate::primary::Writer;
-use crate::request::RequestId;
-use crate::stats::Stat;
+use kvtier::{Error, Result};
 
 /// State of one resident key in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +66,11 @@ impl ModelPrimary {
             events: Vec::new(),
             kv_groups: false,
         }
+    }
+
+    /// Ref count of `key` (None if absent).
+    pub fn refs(&self, key: &Key) -> Option<i32> {
+        self.entries.get(key).map(|e| e.refs)
     }
 
     /// Number of free slots.
@@ -388,18 +394,7 @@ impl PrimaryBackend for ModelPrimary {
     fn stat_list(&self) -> Vec<Stat> {
         vec![Stat::gauge("resident", self.entries.len() as f64)]
     }
-}
-
-/// The model shared between a manager and the test that inspects it.
-pub type SharedModel = Shared<ModelPrimary>;
-
-impl SharedModel {
-    /// A shared model of `capacity` slots.
-    pub fn new(capacity: u32) -> SharedModel {
-        Shared::wrap(ModelPrimary::new(capacity))
-    }
-    /// Ref count of `key` (None if absent).
-    pub fn refs(&self, key: &Key) -> Option<i32> {
-        self.0.lock().entries.get(key).map(|e| e.refs)
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
