@@ -25,7 +25,6 @@ use crate::request::{Locality, Medium, TierFilter, TierMatcher};
 use crate::tiering::{Manager, RequestParams};
 
 /// Opaque handle of a tiering manager (internally synchronized).
-#[allow(non_camel_case_types)]
 pub struct kvtier_manager {
     _private: [u8; 0],
 }
@@ -65,7 +64,6 @@ impl std::ops::Deref for CManager {
 /// medium and its locality match (`_ANY`, or a tier that declared none,
 /// matches anything).
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_tier_matcher {
     /// `KVTIER_MEDIUM_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
@@ -77,7 +75,6 @@ pub struct kvtier_tier_matcher {
 /// What the engine attaches to a request.  Initialize with
 /// `kvtier_request_params_default()` (growth rule).
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_request_params {
     /// `sizeof(kvtier_request_params)` as the caller was compiled with.

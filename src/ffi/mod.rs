@@ -17,6 +17,8 @@
 //! a `// SAFETY:` comment.
 
 #![allow(clippy::undocumented_unsafe_blocks)]
+// C names: `kvtier_manager`, `kvtier_status`, ... are the header's types.
+#![allow(non_camel_case_types)]
 
 pub(crate) mod boundary;
 pub mod build;

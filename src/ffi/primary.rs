@@ -35,7 +35,6 @@ use crate::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, S
 use crate::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
-#[allow(non_camel_case_types)]
 pub struct kvtier_primary {
     _private: [u8; 0],
 }
@@ -77,7 +76,6 @@ impl Castable for kvtier_primary {
 /// [`kvtier_primary_options_default`] (growth rule).  The same options as
 /// the primary tier's in `kvtier_manager_options`, with the same defaults.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_primary_options {
     /// `sizeof(kvtier_primary_options)` as the caller was compiled with.
