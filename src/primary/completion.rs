@@ -46,7 +46,9 @@ impl PrimaryTier {
     /// ready is appended to `made_ready`, its slot to `slots`, and it is
     /// pinned `pins` times, as that many [`PrimaryTier::pin_for_transfer`]
     /// calls over those keys would pin them (a manager pins once per
-    /// secondary tier it cascades them to; 0 pins nothing).
+    /// secondary tier it cascades them to).  With `pins` 0 it is
+    /// [`PrimaryTier::complete_store`] and hands back nothing (the report
+    /// counts the keys it made ready).
     pub fn complete_store_pinned(
         &mut self,
         req: RequestId,
@@ -56,6 +58,9 @@ impl PrimaryTier {
         made_ready: &mut Vec<Key>,
         slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
+        if pins == 0 {
+            return self.complete_store(req, keys, success);
+        }
         self.complete_each(
             Writer::Request(req),
             keys.len(),

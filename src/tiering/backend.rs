@@ -70,11 +70,12 @@ pub trait PrimaryBackend: Send + 'static {
     ) -> Result<StoreOutcome>;
     /// Finishes `req`'s store: of `keys`, only those `req` planned and that
     /// are still write pending for it become ready (success) or are dropped
-    /// (failure); every other key is left alone and counted.  Appends the
-    /// keys it made ready to `made_ready` and their slots to `slots`, each
-    /// key pinned `pins` times for transfers (as `pins` calls of
-    /// [`PrimaryBackend::pin_for_transfer`] over them would: the manager
-    /// cascades them to that many tiers).
+    /// (failure); every other key is left alone and counted.  With `pins`
+    /// above 0, appends the keys it made ready to `made_ready` and their
+    /// slots to `slots`, each key pinned `pins` times for transfers (as
+    /// `pins` calls of [`PrimaryBackend::pin_for_transfer`] over them
+    /// would: the manager cascades them to that many tiers); with 0 it
+    /// appends nothing.
     fn complete_store(
         &mut self,
         req: RequestId,

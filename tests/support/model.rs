@@ -210,8 +210,10 @@ impl ModelPrimary {
                         key: Some(*k),
                     });
                     r.ready += 1;
-                    made_ready.push(*k);
-                    slots.push(e.slot);
+                    if pins > 0 {
+                        made_ready.push(*k);
+                        slots.push(e.slot);
+                    }
                 }
                 Some(e) => {
                     let slot = e.slot;

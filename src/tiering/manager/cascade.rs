@@ -83,15 +83,15 @@ impl State {
             &mut ready,
             &mut slots,
         );
-        if !ready.is_empty() {
+        if report.ready > 0 {
             for t in 0..self.tiers.len() {
                 if taken & (1 << t) == 0 {
-                    self.drop_cascade(t, ready.len());
+                    self.drop_cascade(t, report.ready);
                     continue;
                 }
                 let tier = &mut self.tiers[t];
                 tier.c.cascade_jobs += 1;
-                tier.c.cascade_blocks += ready.len() as u64;
+                tier.c.cascade_blocks += report.ready as u64;
                 self.submit(
                     t,
                     Direction::Store,
