@@ -9,7 +9,7 @@ use kvtier::Error;
 use kvtier::events::EventKind;
 use kvtier::primary::{PrimaryConfig, PrimaryTier};
 use kvtier::request::{Locality, Medium, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, Shared, StoreOutcome, StorePlan};
+use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
 use kvtier::tiering::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, MissReason, PromotionAnswer, RequestParams,
 };
@@ -54,7 +54,7 @@ fn comparable(m: &Manager) -> Vec<(Option<usize>, String, f64)> {
 }
 
 fn primary(capacity: u32, store_threshold: u32) -> Box<dyn PrimaryBackend> {
-    Box::new(Shared::wrap(
+    Box::new(
         PrimaryTier::new(PrimaryConfig {
             capacity,
             store_threshold,
@@ -62,7 +62,7 @@ fn primary(capacity: u32, store_threshold: u32) -> Box<dyn PrimaryBackend> {
             ..Default::default()
         })
         .unwrap(),
-    ))
+    )
 }
 
 /// One engine's run, the same for both managers but for how it looks up:
@@ -83,7 +83,7 @@ fn same_run(
         let backend = if real {
             primary(12, store_threshold)
         } else {
-            Box::new(kvtier::tiering::model::SharedModel::new(12)) as Box<dyn PrimaryBackend>
+            Box::new(common::model::ModelPrimary::new(12)) as Box<dyn PrimaryBackend>
         };
         let m = Manager::with_backend(backend, opts.clone());
         let (t, s) = TestTier::new("t");

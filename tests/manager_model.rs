@@ -18,13 +18,16 @@ use parking_lot::Mutex;
 
 use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
 use kvtier::request::{Request, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, Shared, StoreOutcome, StorePlan};
-use kvtier::tiering::model::SharedModel;
+use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
 use kvtier::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
     PromotionAnswer, RequestParams, SecondaryTier, TierLookup,
 };
 use kvtier::{Key, Result};
+
+#[path = "support/model.rs"]
+mod model;
+use model::ModelPrimary;
 
 struct Rng(u64);
 impl Rng {
@@ -45,9 +48,6 @@ impl Rng {
 fn key(i: u64) -> Key {
     Key::new(&i.to_le_bytes()).unwrap()
 }
-
-/// The real primary tier, shared so the test can check its invariants.
-type SharedReal = Shared<PrimaryTier>;
 
 /// The fault-injecting tier's state, shared with the driver.
 struct Faulty {
@@ -230,11 +230,11 @@ struct Req {
 fn run(
     seed: u64,
     backend: Box<dyn PrimaryBackend>,
-    check: &dyn Fn() -> std::result::Result<(), String>,
-    refs: &dyn Fn(&Key) -> Option<i32>,
+    check: &dyn Fn(&Manager) -> std::result::Result<(), String>,
+    refs: &dyn Fn(&Manager, &Key) -> Option<i32>,
     request_level: bool,
     exact: bool,
-) {
+) -> Manager {
     let opts = ManagerOptions {
         promotion_answer: if seed % 2 == 0 {
             PromotionAnswer::Retry
@@ -417,10 +417,10 @@ fn run(
                 });
             });
         }
-        check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+        check(&m).unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
         for (n, r) in &reqs {
             for k in &r.pins {
-                let c = refs(k).unwrap_or(i32::MAX);
+                let c = refs(&m, k).unwrap_or(i32::MAX);
                 assert!(
                     c >= 1,
                     "seed {seed} step {step}: {n} pins {k} but its ref count is {c}"
@@ -455,7 +455,7 @@ fn run(
         !m.has_pending_work().unwrap(),
         "seed {seed}: work left after draining"
     );
-    check().unwrap();
+    check(&m).unwrap();
     let stats = m.stats().unwrap();
     let get = |tier: Option<usize>, name: &str| {
         stats
@@ -497,22 +497,24 @@ fn run(
         if !exact {
             break;
         }
-        if let Some(r) = refs(&key(i)) {
+        if let Some(r) = refs(&m, &key(i)) {
             assert_eq!(r, 0, "seed {seed}: key {i} left with ref count {r}");
         }
     }
+    m
 }
 
 #[test]
 fn random_operations_over_the_model_primary() {
     for seed in 1..=12 {
-        let model = SharedModel::new(12);
-        let (m1, m2) = (model.clone(), model.clone());
         run(
             seed,
-            Box::new(model),
-            &move || m1.0.lock().check(),
-            &move |k| m2.refs(k),
+            Box::new(ModelPrimary::new(12)),
+            &|m| m.inspect_primary(ModelPrimary::check).unwrap(),
+            &|m, k| {
+                m.inspect_primary(|model: &ModelPrimary| model.refs(k))
+                    .unwrap()
+            },
             seed % 3 == 0,
             true,
         );
@@ -534,18 +536,18 @@ fn random_operations_over_the_real_primary() {
             ..Default::default()
         })
         .unwrap();
-        let real = SharedReal::wrap(tier);
-        let (r1, r2) = (real.clone(), real.clone());
-        let refs = move |k: &Key| -> Option<i32> { r2.0.lock().ref_count(k) };
-        run(
+        let m = run(
             seed,
-            Box::new(real.clone()),
-            &move || r1.0.lock().check_invariants(),
-            &refs,
+            Box::new(tier),
+            &|m| m.inspect_primary(PrimaryTier::check_invariants).unwrap(),
+            &|m, k| {
+                m.inspect_primary(|real: &PrimaryTier| real.ref_count(k))
+                    .unwrap()
+            },
             seed % 3 == 0,
             true,
         );
-        let st = real.0.lock().stats();
+        let st = m.inspect_primary(PrimaryTier::stats).unwrap();
         assert_eq!(st.write_pending, 0, "seed {seed}: {st:?}");
         assert_eq!(st.pinned, 0, "seed {seed}: every slot free or idle: {st:?}");
     }

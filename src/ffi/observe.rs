@@ -28,7 +28,6 @@ use crate::tiering::{EventBatch, ManagerStats};
 /// subtract.  Gauges are current values.  Set `struct_size` to
 /// `sizeof(kvtier_manager_stats)` before the call.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct kvtier_manager_stats {
     /// `sizeof(kvtier_manager_stats)` as the caller was compiled with
@@ -402,7 +401,6 @@ pub unsafe extern "C" fn kvtier_manager_take_events(
 /// thread, with the manager's lock held: it must not call the manager
 /// (such calls fail with `KVTIER_STATUS_REENTRANT`), must return quickly,
 /// and must not unwind (C++: `noexcept`).
-#[allow(non_camel_case_types)]
 pub type kvtier_event_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, event: *const kvtier_event)>;
 

@@ -35,7 +35,6 @@ use crate::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, S
 use crate::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
-#[allow(non_camel_case_types)]
 pub struct kvtier_primary {
     _private: [u8; 0],
 }
@@ -77,7 +76,6 @@ impl Castable for kvtier_primary {
 /// [`kvtier_primary_options_default`] (growth rule).  The same options as
 /// the primary tier's in `kvtier_manager_options`, with the same defaults.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_primary_options {
     /// `sizeof(kvtier_primary_options)` as the caller was compiled with.
@@ -686,13 +684,14 @@ pub unsafe extern "C" fn kvtier_primary_read_stats(
     })
 }
 
-/// Test support: a call on `primary` that panics inside the boundary while
-/// it holds the handle exclusively, as a bug in any export would; returns
-/// `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives NULL_ARGUMENT).
+/// Test support (feature `testing`): a call on `primary` that panics
+/// inside the boundary while it holds the handle exclusively, as a bug in
+/// any export would; returns `KVTIER_STATUS_PANIC` and poisons the handle
+/// (NULL gives NULL_ARGUMENT).
 ///
 /// # Safety
 /// `primary` must be NULL or a live handle.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub unsafe fn panic_in_call(primary: *mut kvtier_primary) -> kvtier_status {
     ffi_call!({
         let _h = unsafe { enter_mut(primary) }?;

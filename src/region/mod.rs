@@ -12,7 +12,7 @@ pub mod shared;
 pub mod slots;
 pub(crate) mod sys;
 
-pub use options::{OpenMode, Prefault, RegionOptions, Share};
-pub use shared::{CloseReport, Region, Role, StridedView};
+pub use options::{OpenMode, Prefault, RegionOptions, Role, Share};
+pub use shared::{CloseReport, Region, StridedView};
 pub use slots::{SlotMemory, SlotOwner};
 pub use sys::PrefaultMethod;

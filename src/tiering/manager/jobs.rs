@@ -1,12 +1,12 @@
 //! Jobs on the secondary tiers: applying finished ones, staging
-//! promotions, submitting cascades, and retrying parked keys.
+//! promotions, and submitting jobs (cascades are in `cascade.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Direction, Error, Job, JobEntry, JobId, JobResult, Key, PressurePolicy, PrimaryLookup, Request,
-    RequestId, Staged, State, StoreOutcome,
+    Direction, Error, Job, JobEntry, JobId, JobResult, Key, Request, RequestId, Staged, State,
+    StoreOutcome,
 };
 
 impl State {
@@ -171,43 +171,6 @@ impl State {
         ok
     }
 
-    /// Cascades ready `keys` to every tier in `mask`: one store job per
-    /// tier, pinning once per tier, subject to each tier's back-pressure.
-    pub(super) fn cascade_to(&mut self, mask: u64, keys: &[Key], info: &Request) {
-        if keys.is_empty() {
-            return;
-        }
-        for t in 0..self.tiers.len() {
-            if mask & (1 << t) == 0 {
-                continue;
-            }
-            let tier = &mut self.tiers[t];
-            if let Some(d) = &tier.detector
-                && d.under_pressure()
-            {
-                let admit = match d.config().policy {
-                    PressurePolicy::Drop => false,
-                    PressurePolicy::Throttle => tier.stores_in_flight == 0,
-                };
-                if !admit {
-                    tier.c.dropped_cascade_jobs += 1;
-                    tier.c.dropped_cascade_blocks += keys.len() as u64;
-                    continue;
-                }
-            }
-            let mut slots = Vec::with_capacity(keys.len());
-            if let Err(e) = self.primary.pin_for_transfer(keys, &mut slots) {
-                self.c.internal_errors += 1;
-                self.log(format!("internal error: pinning for a cascade failed: {e}"));
-                continue;
-            }
-            let tier = &mut self.tiers[t];
-            tier.c.cascade_jobs += 1;
-            tier.c.cascade_blocks += keys.len() as u64;
-            self.submit(t, Direction::Store, keys.to_vec(), slots, info.clone());
-        }
-    }
-
     pub(super) fn submit(
         &mut self,
         t: usize,
@@ -242,46 +205,5 @@ impl State {
             }
             Direction::Load => tier.tier.submit_load(job),
         }
-    }
-
-    /// Cascades parked keys that became ready; drops those whose write
-    /// failed; pushes requests left with nothing parked onto `done`.
-    pub(super) fn retry_parked(&mut self, done: &mut Vec<RequestId>) {
-        if self.parked_reqs.is_empty() {
-            return;
-        }
-        let reqs = std::mem::take(&mut self.parked_reqs);
-        let mut keep = Vec::with_capacity(reqs.len());
-        let mut ready = std::mem::take(&mut self.keys_a);
-        for rid in reqs {
-            let Some(st) = self.reqs.get_mut(&rid) else {
-                continue;
-            };
-            ready.clear();
-            let primary = &self.primary;
-            let mut dropped = 0;
-            st.parked.retain(|k| match primary.lookup(k) {
-                PrimaryLookup::Hit => {
-                    ready.push(*k);
-                    false
-                }
-                PrimaryLookup::HitPending => true,
-                PrimaryLookup::Miss => {
-                    dropped += 1;
-                    false
-                }
-            });
-            self.c.parked_keys_dropped += dropped;
-            let mask = st.request_level;
-            let info = st.info.clone();
-            if st.parked.is_empty() {
-                done.push(rid);
-            } else {
-                keep.push(rid);
-            }
-            self.cascade_to(mask, &ready, &info);
-        }
-        self.keys_a = ready;
-        self.parked_reqs = keep;
     }
 }
