@@ -1907,8 +1907,9 @@ kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, boo
 
 /**
  * Drains every tier (blocks until no transfer touches the region), then
- * forgets every block of the primary tier, drops staged promotions and
- * parked keys, and finalizes finished requests; secondary tiers keep
+ * forgets every block of the primary tier (and the pins finished
+ * requests' loads held), drops staged promotions and parked keys, and
+ * finalizes finished requests; secondary tiers keep
  * their data and active requests keep going.  With secondary tiers,
  * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
  * If a tier fails to drain, nothing is reset.  Internally synchronized.
@@ -2179,9 +2180,13 @@ kvtier_status kvtier_primary_request_begin(kvtier_primary *primary,
  * ([`kvtier_primary_set_positions`]); when every key has a position, all
  * by position.  Keys it planned and did not complete yet stay write
  * pending for it: `kvtier_primary_complete_store` with its handle still
- * completes them.  A handle that is not active (never handed out, or
- * finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the
- * handle.
+ * completes them.  Keys it pinned with [`kvtier_primary_prepare_load`]
+ * and did not release stay pinned (as in vLLM 0.33, an aborted request
+ * may finish while its load is in flight): [`kvtier_primary_complete_load`]
+ * with its handle still releases them, and only them.  Every other call
+ * takes the handle as unknown.  A handle that is not active (never handed
+ * out, or finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access
+ * to the handle.
  *
  * # Safety
  * `primary` must be a live handle.
@@ -2283,7 +2288,15 @@ kvtier_status kvtier_primary_touch(kvtier_primary *primary,
 /**
  * Releases the pins [`kvtier_primary_prepare_load`] took on `len` keys.  A
  * key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming
- * its position; nothing changes then.  A request that is not active is
+ * its position; nothing changes then.
+ *
+ * The request may have finished with keys its loads pinned still pinned
+ * (an aborted request whose load is in flight, as vLLM 0.33 allows): its
+ * handle then releases only those pins, a key it holds no pin of
+ * (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
+ * nothing changed, so it never unpins another request's blocks.  Once its
+ * last pin is released (or the tier is reset) the handle is unknown here
+ * too.  Any other handle that is not active is
  * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
@@ -2365,7 +2378,8 @@ kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
  * events and queues one "cleared" event.  Active requests stay active
  * (their handles stay valid); writes in flight are forgotten (their
  * completions find nothing), and finished requests' handles are
- * released.  Exclusive access to the handle.
+ * released (for their stores and their loads alike).  Exclusive access
+ * to the handle.
  *
  * # Safety
  * `primary` must be a live handle.
@@ -2628,7 +2642,9 @@ kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t
  * Every later call of the request takes the handle (never 0, never
  * reused by this manager); the name is only the request's label, which
  * tiers see.  Once the request is finished the handle is
- * `KVTIER_STATUS_UNKNOWN_REQUEST` and the name may be used again.
+ * `KVTIER_STATUS_UNKNOWN_REQUEST` (but for completing its stores and
+ * loads in flight, see [`kvtier_manager_request_finished`]) and the name
+ * may be used again.
  * `params` may be NULL (nothing attached, no filter); its strings and
  * arrays are copied.  Internally synchronized.
  *
@@ -2750,8 +2766,17 @@ kvtier_status kvtier_manager_touch(const kvtier_manager *manager,
 
 /**
  * Unpins `len` keys of `request` after their load to the GPU finished.
- * Unpinning a key that is absent or not pinned is an error; nothing
- * changes then.  Internally synchronized.
+ * Unpinning a key that is absent or not pinned is
+ * `KVTIER_STATUS_KEY_STATE`, naming its position; nothing changes then.
+ *
+ * The request may have finished with keys its
+ * `kvtier_manager_prepare_load` pinned still pinned (an aborted request
+ * whose load is in flight, as vLLM 0.33 allows): its handle then
+ * releases only those pins, a key it holds no pin of (counting repeats in
+ * the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
+ * never unpins another request's blocks.  Once its last pin is released
+ * (or the cache is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST`
+ * here too.  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `keys` valid for `len` reads.
@@ -2824,9 +2849,12 @@ kvtier_status kvtier_manager_complete_store(const kvtier_manager *manager,
 /**
  * Marks `request` finished: its handle is unknown to every later call
  * (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
- * which still completes its stores in flight.  Tiers hear of it (and the
- * name may be reused) once it has no store in flight, no parked key and
- * no staged promotion.  The primary tier commits the request's accesses
+ * which still completes its stores in flight, and
+ * `kvtier_manager_complete_load`, which still releases the pins its
+ * loads hold (those alone; an aborted request may finish while its load
+ * is in flight).  Tiers hear of it (and the name may be reused) once it
+ * has no store in flight, no parked key and no staged promotion, whatever
+ * its loads.  The primary tier commits the request's accesses
  * at once: every key it stored, loaded or offered to store that is still
  * resident gets one access, its head most recent (head to tail: first
  * presentation order; with `kv_groups`, group by group, each by token

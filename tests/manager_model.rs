@@ -6,7 +6,8 @@
 //! invariants checked after every step, over both the reference primary
 //! model and the real primary tier.  When every request finished and every
 //! job drained, every slot is free or idle and every injected bogus report
-//! was counted as a tier bug.  Half the requests get token positions for
+//! was counted as a tier bug.  Half the requests that finish leave their
+//! loads in flight and complete them after the finish.  Half the requests get token positions for
 //! some keys, and a third of the runs have KV groups on: the reference
 //! model checks those calls' arguments (its recency is coarser than the
 //! tier's, which `tests/primary_model.rs` checks exactly).
@@ -325,8 +326,12 @@ fn run(
                 }
                 63..=70 => {
                     let r = reqs.get_mut(&name).unwrap();
-                    for k in r.pins.drain(..) {
-                        m.complete_load(ids[&name], &[k]).unwrap();
+                    // Half the time the request finishes with its loads
+                    // still in flight (an abort) and completes them later.
+                    if rng.chance(50) {
+                        for k in r.pins.drain(..) {
+                            m.complete_load(ids[&name], &[k]).unwrap();
+                        }
                     }
                     r.finished = true;
                     m.on_request_finished(ids[&name]).unwrap();
@@ -399,12 +404,36 @@ fn run(
                 if pick != 1 {
                     assert_eq!(report.foreign + report.already_ready, 0, "seed {seed}");
                 }
-                if r.finished && r.stores.is_empty() {
+                if r.finished && r.stores.is_empty() && r.pins.is_empty() {
                     reqs.remove(&n);
                 }
             }
         }
-        reqs.retain(|_, r| !(r.finished && r.stores.is_empty()));
+        // complete a load of a finished request: its handle is known to
+        // complete_load until its last pin is released
+        if rng.chance(30) {
+            let with: Vec<String> = reqs
+                .iter()
+                .filter(|(_, r)| r.finished && !r.pins.is_empty())
+                .map(|(n, _)| n.clone())
+                .collect();
+            if !with.is_empty() {
+                let n = with[rng.below(with.len() as u64) as usize].clone();
+                let r = reqs.get_mut(&n).unwrap();
+                let k = r.pins.swap_remove(rng.below(r.pins.len() as u64) as usize);
+                m.complete_load(ids[&n], &[k]).unwrap();
+                if r.pins.is_empty() {
+                    assert!(
+                        matches!(
+                            m.complete_load(ids[&n], &[k]),
+                            Err(kvtier::Error::UnknownRequest(_))
+                        ),
+                        "seed {seed}: {n} is forgotten with its last pin"
+                    );
+                }
+            }
+        }
+        reqs.retain(|_, r| !(r.finished && r.stores.is_empty() && r.pins.is_empty()));
         // completions reported from another thread
         let queued: Vec<JobResult> = faulty.lock().via_queue.drain(..).collect();
         if !queued.is_empty() {

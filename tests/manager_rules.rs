@@ -1491,6 +1491,61 @@ fn a_completion_leaves_another_requests_write_pending_key_alone() {
     }
 }
 
+/// [0.33] A request may finish with its loads still in flight (an abort):
+/// the finish commits and finalizes it as usual (the tiers hear of it at
+/// once), and its handle stays valid for `complete_load` of the pins its
+/// loads still hold, and nothing else, until the last goes or a reset.
+#[test]
+fn a_finished_request_completes_the_loads_it_still_holds() {
+    on_real_and_model(4, |m, refs| {
+        let (t, s) = TestTier::new("t");
+        m.add_tier(rust(t)).unwrap();
+        let other = start(m, "other");
+        store(m, other, &[k(1), k(2), k(3)]);
+        collect(m);
+        assert_eq!(refs(&k(1)), Some(0), "the cascades finished");
+        let r = start(m, "r");
+        let mut slots = Vec::new();
+        m.prepare_load(r, &[k(1), k(2)], &mut slots).unwrap();
+        m.prepare_load(other, &[k(1), k(3)], &mut slots).unwrap();
+        m.on_request_finished(r).unwrap();
+        assert!(
+            s.lock().log.iter().any(|l| l == "finished r"),
+            "finalized at once, loads in flight or not"
+        );
+        assert_eq!(stat(m, None, "active_requests"), 1.0);
+        let unknown = |e: Error| matches!(&e, Error::UnknownRequest(n) if *n == r.to_string());
+        assert!(unknown(m.touch(r, &[k(1)]).unwrap_err()));
+        assert!(unknown(m.prepare_load(r, &[k(1)], &mut slots).unwrap_err()));
+        assert!(unknown(m.lookup(r, &k(1)).unwrap_err()));
+        assert!(unknown(m.on_request_finished(r).unwrap_err()));
+        // Another request's pin cannot be released through the handle.
+        let e = m.complete_load(r, &[k(3)]).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 0, .. }), "{e}");
+        assert_eq!(refs(&k(3)), Some(1));
+        m.complete_load(r, &[k(1)]).unwrap();
+        assert_eq!(refs(&k(1)), Some(1), "the other request's pin stays");
+        let e = m.complete_load(r, &[k(2), k(1)]).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
+        assert_eq!(refs(&k(2)), Some(1), "a refused batch changes nothing");
+        m.complete_load(r, &[k(2)]).unwrap();
+        assert_eq!(refs(&k(2)), Some(0));
+        // The last pin released: the handle is unknown to complete_load too.
+        assert!(unknown(m.complete_load(r, &[k(1)]).unwrap_err()));
+        assert_eq!(refs(&k(1)), Some(1));
+        m.complete_load(other, &[k(1), k(3)]).unwrap();
+        // A reset forgets the pins of a finished request.
+        let late = start(m, "late");
+        m.prepare_load(late, &[k(2)], &mut slots).unwrap();
+        m.on_request_finished(late).unwrap();
+        m.reset_cache().unwrap();
+        assert!(matches!(
+            m.complete_load(late, &[k(2)]),
+            Err(Error::UnknownRequest(_))
+        ));
+    });
+}
+
 /// A store completion never publishes or drops the slot a promotion
 /// reserved: only the promotion's own load job finishes it.
 #[test]

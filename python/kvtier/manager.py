@@ -235,7 +235,8 @@ class Manager:
         return int(handle[0]), OffloadPolicy(policy[0])
 
     def request_finished(self, request: int) -> None:
-        """Marks `request` finished (its stores in flight still complete)."""
+        """Marks `request` finished (its stores in flight still complete,
+        and its loads in flight still release their pins)."""
         check(lib.kvtier_manager_request_finished(self.handle, request), "kvtier_manager_request_finished")
 
     @contextmanager

@@ -109,7 +109,8 @@ class Primary:
         return list(ffi.unpack(slots, len(keys)))
 
     def complete_load(self, request: int, keys: Sequence[bytes]) -> None:
-        """Releases the pins `prepare_load` took on `keys`."""
+        """Releases the pins `prepare_load` took on `keys` (also after the
+        request finished: then only its own)."""
         array = key_array(keys)
         check(lib.kvtier_primary_complete_load(self.handle, request, array.ptr, array.len), "kvtier_primary_complete_load")
 

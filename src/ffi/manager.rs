@@ -205,8 +205,9 @@ pub unsafe extern "C" fn kvtier_manager_has_pending_work(
 }
 
 /// Drains every tier (blocks until no transfer touches the region), then
-/// forgets every block of the primary tier, drops staged promotions and
-/// parked keys, and finalizes finished requests; secondary tiers keep
+/// forgets every block of the primary tier (and the pins finished
+/// requests' loads held), drops staged promotions and parked keys, and
+/// finalizes finished requests; secondary tiers keep
 /// their data and active requests keep going.  With secondary tiers,
 /// lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
 /// If a tier fails to drain, nothing is reset.  Internally synchronized.

@@ -221,9 +221,13 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
 /// ([`kvtier_primary_set_positions`]); when every key has a position, all
 /// by position.  Keys it planned and did not complete yet stay write
 /// pending for it: `kvtier_primary_complete_store` with its handle still
-/// completes them.  A handle that is not active (never handed out, or
-/// finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the
-/// handle.
+/// completes them.  Keys it pinned with [`kvtier_primary_prepare_load`]
+/// and did not release stay pinned (as in vLLM 0.33, an aborted request
+/// may finish while its load is in flight): [`kvtier_primary_complete_load`]
+/// with its handle still releases them, and only them.  Every other call
+/// takes the handle as unknown.  A handle that is not active (never handed
+/// out, or finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access
+/// to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle.
@@ -394,7 +398,15 @@ pub unsafe extern "C" fn kvtier_primary_touch(
 
 /// Releases the pins [`kvtier_primary_prepare_load`] took on `len` keys.  A
 /// key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming
-/// its position; nothing changes then.  A request that is not active is
+/// its position; nothing changes then.
+///
+/// The request may have finished with keys its loads pinned still pinned
+/// (an aborted request whose load is in flight, as vLLM 0.33 allows): its
+/// handle then releases only those pins, a key it holds no pin of
+/// (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
+/// nothing changed, so it never unpins another request's blocks.  Once its
+/// last pin is released (or the tier is reset) the handle is unknown here
+/// too.  Any other handle that is not active is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
@@ -545,7 +557,8 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 /// events and queues one "cleared" event.  Active requests stay active
 /// (their handles stay valid); writes in flight are forgotten (their
 /// completions find nothing), and finished requests' handles are
-/// released.  Exclusive access to the handle.
+/// released (for their stores and their loads alike).  Exclusive access
+/// to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle.

@@ -3,11 +3,13 @@
 //! call follows; in the submodules (files under `primary/tests/`) the
 //! eviction policies and the admission threshold (`policies`), what
 //! batches meet (`batches`), store completions and their writers
-//! (`writers`).
+//! (`writers`), loads completed after their request finished
+//! (`finished_loads`).
 
 use super::*;
 
 mod batches;
+mod finished_loads;
 mod policies;
 mod writers;
 

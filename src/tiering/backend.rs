@@ -50,7 +50,10 @@ pub trait PrimaryBackend: Send + 'static {
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
     fn enable_kv_groups(&mut self);
-    /// Unpins keys after a load to the GPU.
+    /// Unpins keys after a load to the GPU.  [0.33] `req` may have
+    /// finished with pins of its loads still held: it then releases only
+    /// those, and is forgotten (`UnknownRequest`) with the last; any id
+    /// neither active nor holding such pins is `UnknownRequest`.
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
     /// Plans a store (slots for new keys, evictions) or refuses it.
     fn prepare_store(
@@ -92,7 +95,9 @@ pub trait PrimaryBackend: Send + 'static {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
     /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
     fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
-    /// Commits the request's accesses and forgets it.
+    /// Commits the request's accesses and ends it: only
+    /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
+    /// takes it after that.
     fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
     /// Forgets every key and frees every slot; emits one Cleared event.
     fn reset(&mut self);

@@ -434,10 +434,21 @@ impl Manager {
     }
 
     /// Unpins `keys` after a load to the GPU.
+    ///
+    /// [0.33] As in vLLM, the load may complete after the request finished
+    /// (an aborted request whose load was in flight): the handle of a
+    /// request that finished with keys its [`Manager::prepare_load`] pinned
+    /// still pinned stays valid here, for those pins alone (any other key
+    /// is an error, nothing changed), until the last is released or the
+    /// cache is reset; every other call takes it as unknown.
     pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
         let mut s = self.enter("complete_load")?;
-        s.active(request)?;
-        s.primary.complete_load(request, keys)
+        // The primary tier knows both the active requests and the finished
+        // ones whose loads still hold pins.
+        s.primary.complete_load(request, keys).map_err(|e| match e {
+            Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
+            other => other,
+        })
     }
 
     /// Plans a store of `keys` into the primary tier (always polling first),
@@ -511,7 +522,9 @@ impl Manager {
 
     /// Marks `request` finished; its state goes (and tiers hear of it) once
     /// no store is in flight, no key is parked and no promotion is staged.
-    /// Its handle is then unknown to every call; its name may be reused.
+    /// Its handle is then unknown to every call (but
+    /// [`Manager::complete_load`] of keys its loads still pin); its name
+    /// may be reused.
     pub fn on_request_finished(&self, request: RequestId) -> Result<()> {
         let mut s = self.enter("on_request_finished")?;
         let rid = s.active(request)?;

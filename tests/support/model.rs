@@ -8,6 +8,8 @@
 //! It models slots, states and the argument checks, not the finer order of
 //! recency: request finishes commit nothing here, and token positions are
 //! checked (request, lengths, KV-group key sizes) and otherwise ignored.
+//! A request that finishes with pins of its loads still held keeps them
+//! for its late `complete_load`, which releases only those.
 //! The primary tier's own model test (`tests/primary_model.rs`) models
 //! ranks, positions and groups exactly.
 
@@ -49,6 +51,9 @@ pub struct ModelPrimary {
     freed: Vec<u32>,
     clock: u64,
     requests: HashSet<RequestId>,
+    /// The pins each request's loads took and have not released (one
+    /// entry per pin), active requests and finished ones alike.
+    loads: HashMap<RequestId, Vec<Key>>,
     events: Vec<Event>,
     kv_groups: bool,
 }
@@ -63,6 +68,7 @@ impl ModelPrimary {
             freed: Vec::new(),
             clock: 0,
             requests: HashSet::new(),
+            loads: HashMap::new(),
             events: Vec::new(),
             kv_groups: false,
         }
@@ -252,6 +258,9 @@ impl PrimaryBackend for ModelPrimary {
         self.capacity
     }
     fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        if self.loads.contains_key(&req) && !self.requests.contains(&req) {
+            return Err(Error::DuplicateRequest(format!("{} (loads pinned)", req.0)));
+        }
         if !self.requests.insert(req) {
             return Err(Error::DuplicateRequest(format!("{}", req.0)));
         }
@@ -272,7 +281,11 @@ impl PrimaryBackend for ModelPrimary {
     ) -> Result<()> {
         self.need_request(req)?;
         self.check_groups(keys)?;
-        self.pin_for_transfer(keys, slots_out)
+        self.pin_for_transfer(keys, slots_out)?;
+        if !keys.is_empty() {
+            self.loads.entry(req).or_default().extend_from_slice(keys);
+        }
+        Ok(())
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.need_request(req)?;
@@ -295,8 +308,38 @@ impl PrimaryBackend for ModelPrimary {
         self.kv_groups = true;
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.need_request(req)?;
-        self.unpin_for_transfer(keys)
+        let active = self.requests.contains(&req);
+        let mut own = match self.loads.get(&req) {
+            Some(own) => own.clone(),
+            None if active => Vec::new(),
+            None => return Err(Error::UnknownRequest(format!("{}", req.0))),
+        };
+        let release = |own: &mut Vec<Key>, k: &Key| match own.iter().position(|x| x == k) {
+            Some(i) => {
+                own.swap_remove(i);
+                true
+            }
+            None => false,
+        };
+        if !active {
+            for (i, k) in keys.iter().enumerate() {
+                if !release(&mut own, k) {
+                    return Err(Self::key_state(i, k, "not pinned by this request"));
+                }
+            }
+        }
+        self.unpin_for_transfer(keys)?;
+        if active {
+            for k in keys {
+                release(&mut own, k);
+            }
+        }
+        if own.is_empty() {
+            self.loads.remove(&req);
+        } else {
+            self.loads.insert(req, own);
+        }
+        Ok(())
     }
     fn prepare_store(
         &mut self,
@@ -373,9 +416,11 @@ impl PrimaryBackend for ModelPrimary {
         if !self.requests.remove(&req) {
             return Err(Error::UnknownRequest(format!("{}", req.0)));
         }
+        // Kept in `loads` while its loads hold pins.
         Ok(())
     }
     fn reset(&mut self) {
+        self.loads.clear();
         self.entries.clear();
         self.freed.clear();
         self.fresh = 0;

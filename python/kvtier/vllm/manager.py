@@ -73,7 +73,6 @@ class _Request:
     loads: int = 0  # keys pinned by prepare_load and not completed
     stores: int = 0  # keys planned by prepare_store and not completed
     pending: set[bytes] = field(default_factory=set)  # planned, not completed (events on)
-    finish_deferred: bool = False  # finished while loads were pinned
     tiers_pending: bool = False  # finished, the secondary tiers not yet told
 
 
@@ -276,7 +275,8 @@ class KvtierOffloadingManager(v.OffloadingManager):
     @property
     def _req_state(self) -> dict[str, _Request]:
         """Requests by id until kvtier is done with them (active ones, and
-        finished ones whose stores or tier notifications are outstanding)."""
+        finished ones whose stores, loads or tier notifications are
+        outstanding)."""
         states = {req_id: states[-1] for req_id, states in self._finishing.items() if states}
         states.update(self._reqs)
         return states
@@ -363,17 +363,15 @@ class KvtierOffloadingManager(v.OffloadingManager):
             state = self._finishing_with_loads(req_context.req_id) or state
         if state is None:
             raise KvtierError(Status.UNKNOWN_REQUEST, f"complete_load for request {req_context.req_id!r}, never seen")
+        # A finished request's handle still releases its loads' pins.
         self._m.complete_load(state.handle, keys)
         state.loads = max(state.loads - len(keys), 0)
-        if state.finish_deferred and state.loads == 0:
-            state.finish_deferred = False
-            self._finish(state)
-        elif state.loads == 0 and self._reqs.get(req_context.req_id) is not state:
+        if state.loads == 0 and self._reqs.get(req_context.req_id) is not state:
             self._maybe_drop(state)
 
     def _maybe_drop(self, state: _Request) -> None:
         """Forgets a finished request once kvtier is done with it."""
-        if state.stores or state.loads or state.finish_deferred or state.tiers_pending:
+        if state.stores or state.loads or state.tiers_pending:
             return
         req_id = state.ctx.req_id
         states = self._finishing.get(req_id)
@@ -441,9 +439,6 @@ class KvtierOffloadingManager(v.OffloadingManager):
         if state is None:
             return
         self._finishing.setdefault(req_context.req_id, []).append(state)
-        if state.loads:
-            state.finish_deferred = True
-            return
         self._finish(state)
 
     def _finish(self, state: _Request) -> None:
@@ -469,11 +464,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
             for state in list(states):
                 state.stores = state.loads = 0
                 state.pending.clear()
-                if state.finish_deferred:
-                    state.finish_deferred = False
-                    self._finish(state)
-                else:
-                    self._maybe_drop(state)
+                self._maybe_drop(state)
         self._load_sources.clear()
 
     def on_reset_flushed(self) -> None:
