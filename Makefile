@@ -23,7 +23,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench \
+.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available prometheus-available libcxx-available bench \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -57,7 +57,20 @@ redis-available:
 	    echo "redis-server or openssl is missing: install them (Debian: sudo apt-get install -y redis-server openssl); the redis tier tests skip without them"; \
 	  fi; }
 
-test-rust: redis-available test-deps
+# promtool (checks the metrics text) and prometheus (scrapes the metrics
+# endpoint in a test) come in Debian's prometheus package; their tests
+# skip with a message without them.
+prometheus-available:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "promtool or prometheus is missing: installing Debian's prometheus package with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) || \
+	      echo "installing prometheus failed; the promtool and Prometheus tests skip"; \
+	  else \
+	    echo "promtool or prometheus is missing: install them (Debian: sudo apt-get install -y prometheus); their tests skip without them"; \
+	  fi; }
+
+test-rust: redis-available prometheus-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test $(CARGO_FEATURES)
 	$(CARGO) test -p kvtier-workload

@@ -277,6 +277,8 @@ struct TierCounters {
     lookups: u64,
     hits: u64,
     retries: u64,
+    /// Lookups that started a promotion from this tier.
+    promotions_started: u64,
     promotion_jobs: u64,
     promotion_blocks: u64,
     promotion_failures: u64,

@@ -132,6 +132,7 @@ impl State {
                     if !self.start_promotion(t, rid, key) {
                         return (LookupResult::Miss, Some(MissReason::NoRoom));
                     }
+                    self.tiers[t].c.promotions_started += 1;
                     let answer = match self.opts.promotion_answer {
                         PromotionAnswer::Retry => LookupResult::Retry,
                         PromotionAnswer::HitPending => LookupResult::HitPending,

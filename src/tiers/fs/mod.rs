@@ -766,6 +766,10 @@ impl SecondaryTier for FsTier {
         Ok(())
     }
 
+    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
+        Some(crate::metrics::BuiltinStats::Fs)
+    }
+
     fn stats(&self) -> Vec<Stat> {
         let c = &self.pool.shared().counters;
         let t = &self.totals;
