@@ -130,6 +130,19 @@ fn every_statistic_the_library_reports_is_listed() {
         .filter(|n| !listed(&doc, n))
         .map(|n| format!("manager: {n}"))
         .collect();
+    // The manager's histograms, beside the struct's fields.
+    let primary = kvtier::primary::PrimaryTier::new(kvtier::primary::PrimaryConfig {
+        capacity: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = kvtier::tiering::Manager::new(primary, Default::default());
+    for s in m.stats().unwrap().iter().filter(|s| s.tier.is_none()) {
+        let name = s.stat.series_name().into_owned();
+        if !listed(&doc, &name) {
+            missing.push(format!("manager: {name}"));
+        }
+    }
     for policy in [c"lru", c"arc"] {
         let dir = tempfile::tempdir().unwrap();
         let names = tier_stat_names(policy, dir.path());

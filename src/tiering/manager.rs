@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -51,6 +51,7 @@ use crate::stats::Stat;
 mod jobs;
 mod lookup;
 mod observe;
+mod report;
 
 use observe::Handout;
 pub use observe::{ManagerStats, TakenBatch, TakenEvents};
@@ -290,8 +291,10 @@ struct TierCounters {
     dropped_cascade_blocks: u64,
     bytes_loaded: u64,
     bytes_stored: u64,
-    load_time: Duration,
-    store_time: Duration,
+    /// Finished loads (promotions): duration and size.
+    loads: observe::JobHistograms,
+    /// Finished stores (cascades): duration and size.
+    stores: observe::JobHistograms,
     tier_bugs: u64,
     /// Polls that took [`MAX_FINISHED_PER_POLL`] jobs and left the rest.
     poll_limit_reached: u64,
@@ -351,6 +354,8 @@ struct ReqState {
     finished: bool,
     parked: Vec<Key>,
     staged: u32,
+    /// What happened to it, for its report and the promotion-wait histogram.
+    tally: report::RequestTally,
 }
 
 impl ReqState {
@@ -384,6 +389,8 @@ struct State {
     shutdown_failed: bool,
     keepalive: Option<Box<dyn Any + Send>>,
     c: ManagerCounters,
+    /// Histograms and the request-report listener.
+    obs: report::Observations,
     errors: VecDeque<String>,
     /// Events gathered from the tiers, not yet taken: at most the event
     /// capacity per tier (`pending_per_tier`, indexed by tier number).
@@ -453,6 +460,7 @@ impl Manager {
                 shutdown_failed: false,
                 keepalive: None,
                 c: ManagerCounters::default(),
+                obs: report::Observations::default(),
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),
                 pending_per_tier: vec![0],
@@ -624,6 +632,7 @@ impl Manager {
                 finished: false,
                 parked: Vec::new(),
                 staged: 0,
+                tally: report::RequestTally::default(),
             },
         );
         let policy = if request_level != 0 {

@@ -67,7 +67,7 @@ impl State {
                 } else {
                     tier.c.cascade_failures += 1;
                 }
-                tier.c.store_time += elapsed;
+                tier.c.stores.record(elapsed, job.keys.len());
                 if let Some(d) = &mut tier.detector {
                     let units = if r.bytes > 0 {
                         r.bytes
@@ -93,7 +93,7 @@ impl State {
     /// through the promotion's own completion, which acts only on slots
     /// promotions reserved (never on a request's write-pending key).
     fn finish_load(&mut self, t: usize, job: &Job, r: &JobResult, elapsed: Duration) {
-        self.tiers[t].c.load_time += elapsed;
+        self.tiers[t].c.loads.record(elapsed, job.keys.len());
         if r.success {
             self.tiers[t].c.bytes_loaded += r.bytes;
             self.primary.complete_promotion(&job.keys, true);

@@ -48,7 +48,7 @@ impl Manager {
         let mut s = self.enter("lookup")?;
         let s = &mut *s;
         s.active(request)?;
-        let mut answer = LookupAnswer {
+        let answer = LookupAnswer {
             hits: 0,
             stop: LookupResult::Hit,
             reason: None,
@@ -57,6 +57,24 @@ impl Manager {
             return Ok(answer);
         }
         s.poll_gated(&self.queue);
+        let started = s.c.promotions_started;
+        let answer = s.lookup_keys(request, n, key, answer)?;
+        s.note_lookup(request, &answer, s.c.promotions_started != started);
+        Ok(answer)
+    }
+}
+
+impl State {
+    /// The lookups of [`Manager::lookup_prefix_with`], counted.
+    #[inline]
+    fn lookup_keys<'k>(
+        &mut self,
+        request: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k [u8],
+        mut answer: LookupAnswer,
+    ) -> Result<LookupAnswer> {
+        let s = self;
         let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
         let mut found = [PrimaryLookup::Miss; READ_TOGETHER];
         let mut first = 0;
@@ -96,9 +114,7 @@ impl Manager {
         }
         Ok(answer)
     }
-}
 
-impl State {
     /// Answers `key`, which the primary tier does not have, from the
     /// secondary tiers for active request `rid` (starting a promotion from
     /// the first that has it).

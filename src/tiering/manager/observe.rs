@@ -3,16 +3,20 @@
 //! batches or pushed to a listener) and the error log.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{
     EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, Result, State, TierEvent,
 };
 use crate::error::Error;
 use crate::events::EventKind;
+use crate::histogram::{
+    Histogram, JOB_SIZE_BLOCKS_BOUNDS, JOB_SIZE_BUCKETS, LATENCY_BUCKETS, LATENCY_SECONDS_BOUNDS,
+};
 use crate::key::Key;
 use crate::metrics::{MetricGroup, StatSource};
 use crate::request::{Locality, Medium};
-use crate::stats::{Stat, StatKind};
+use crate::stats::Stat;
 
 /// The manager's own statistics (besides each tier's, see
 /// [`Manager::tier_stats`]).  Counters are cumulative from the manager's
@@ -100,6 +104,39 @@ impl ManagerStats {
             out.push(Stat::gauge(n, v as f64));
         }
         out
+    }
+}
+
+/// Finished jobs of one direction on one tier: how long each took
+/// (seconds) and how many blocks it carried.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct JobHistograms {
+    seconds: Histogram<LATENCY_BUCKETS>,
+    blocks: Histogram<JOB_SIZE_BUCKETS>,
+}
+
+impl Default for JobHistograms {
+    fn default() -> Self {
+        JobHistograms {
+            seconds: Histogram::new(&LATENCY_SECONDS_BOUNDS),
+            blocks: Histogram::new(&JOB_SIZE_BLOCKS_BOUNDS),
+        }
+    }
+}
+
+impl JobHistograms {
+    /// Records a job of `blocks` blocks that took `elapsed`.
+    #[inline]
+    pub(super) fn record(&mut self, elapsed: Duration, blocks: usize) {
+        self.seconds.record(elapsed.as_secs_f64());
+        self.blocks.record(blocks as f64);
+    }
+
+    /// Appends `<direction>_duration_seconds` and
+    /// `<direction>_size_blocks` to `out`.
+    fn push_stats(&self, duration: &'static str, size: &'static str, out: &mut Vec<Stat>) {
+        self.seconds.push_stats(duration, out);
+        self.blocks.push_stats(size, out);
     }
 }
 
@@ -478,14 +515,16 @@ impl State {
 
     /// The manager's own statistics as named values.
     fn manager_stat_list(&self) -> Vec<Stat> {
-        self.manager_stats().stat_list()
+        let mut out = self.manager_stats().stat_list();
+        self.obs.push_stats(&mut out);
+        out
     }
 
     /// The manager's counters for secondary tier `i` (internal index).
     fn tier_counter_stats(&self, i: usize) -> Vec<Stat> {
         let t = &self.tiers[i];
         let c = t.c;
-        let mut out = Vec::with_capacity(24);
+        let mut out = Vec::with_capacity(96);
         for (n, v) in [
             ("lookups", c.lookups),
             ("hits", c.hits),
@@ -508,16 +547,10 @@ impl State {
         ] {
             out.push(Stat::counter(n, v));
         }
-        for (n, v) in [
-            ("load_seconds", c.load_time.as_secs_f64()),
-            ("store_seconds", c.store_time.as_secs_f64()),
-        ] {
-            out.push(Stat {
-                name: n.into(),
-                kind: StatKind::Counter,
-                value: v,
-            });
-        }
+        c.loads
+            .push_stats("load_duration_seconds", "load_size_blocks", &mut out);
+        c.stores
+            .push_stats("store_duration_seconds", "store_size_blocks", &mut out);
         if let Some(d) = &t.detector {
             for (n, v) in [
                 ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
