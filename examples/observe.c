@@ -10,10 +10,15 @@
  * bytes; finally the metrics are written in the Prometheus text format
  * (every family is listed in docs/metrics.md).
  *
- *   observe [--metrics FILE]
+ * Each finished request is reported to a callback, which writes it as one
+ * line of JSON (a JSONL trace: keys looked up, hits per tier, blocks
+ * loaded, stored, promoted, failed, time waiting for promotions).
+ *
+ *   observe [--metrics FILE] [--requests FILE]
  *
  * With --metrics, the whole text goes to FILE (for `promtool check
- * metrics FILE`, or a look); the fs tier's job counters are printed.
+ * metrics FILE`, or a look); the job counters are printed.  With
+ * --requests, the JSONL trace goes to FILE, else to standard output.
  */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -100,6 +105,44 @@ static kvtier_status add_counting_tier(const kvtier_manager *m) {
     return s;
 }
 
+/* The request reports: written as JSONL to `out`, the last kept to check. */
+struct trace {
+    FILE *out;
+    size_t reports;
+    kvtier_request_report last;
+    uint64_t last_hits[4];
+};
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void on_request_report(void *user_data, const kvtier_request_report *r) {
+    struct trace *t = (struct trace *)user_data;
+    fprintf(t->out, "{\"request\": %llu, \"name\": ", (unsigned long long)r->request);
+    json_string(t->out, r->name);
+    fprintf(t->out, ", \"lookups\": %llu, \"tier_hits\": [", (unsigned long long)r->lookups);
+    for (size_t i = 0; i < r->tier_count; i++)
+        fprintf(t->out, "%s%llu", i ? ", " : "", (unsigned long long)r->tier_hits[i]);
+    fprintf(t->out,
+            "], \"loaded\": %llu, \"stored\": %llu, \"promoted\": %llu, \"failed\": %llu,"
+            " \"promotion_wait_ms\": %.3f}\n",
+            (unsigned long long)r->loaded, (unsigned long long)r->stored, (unsigned long long)r->promoted,
+            (unsigned long long)r->failed, (double)r->promotion_wait_ns / 1e6);
+    fflush(t->out);
+    t->reports++;
+    t->last = *r;
+    memset(t->last_hits, 0, sizeof t->last_hits);
+    for (size_t i = 0; i < r->tier_count && i < 4; i++) t->last_hits[i] = r->tier_hits[i];
+}
+
 static int fail(const char *what, kvtier_status s) {
     fprintf(stderr, "observe: %s: %s: %s\n", what, kvtier_status_str(s), kvtier_last_error_message());
     return EXIT_FAILURE;
@@ -150,7 +193,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 }
 
 static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struct seen *seen,
-               const char *metrics_path) {
+               const char *metrics_path, struct trace *trace) {
     uint8_t kb[KEYS][8];
     kvtier_key keys[KEYS];
     for (int i = 0; i < KEYS; i++) {
@@ -250,16 +293,33 @@ static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struc
         fprintf(stderr, "observe: poll() was never woken\n");
         ok = 0;
     }
+    /* One report: 8 blocks stored, block a promoted from the fs tier
+     * (tier 1) and loaded to the "GPU". */
+    if (trace->reports != 1 || trace->last.stored != KEYS || trace->last.promoted != 1 ||
+        trace->last.loaded != 1 || trace->last.tier_count != 3 || trace->last_hits[1] != 1) {
+        fprintf(stderr, "observe: unexpected request report (%zu reports)\n", trace->reports);
+        ok = 0;
+    }
     return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 int main(int argc, char **argv) {
     const char *metrics_path = NULL;
+    struct trace trace;
+    memset(&trace, 0, sizeof trace);
+    trace.out = stdout;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--metrics") == 0 && i + 1 < argc) {
             metrics_path = argv[++i];
+        } else if (strcmp(argv[i], "--requests") == 0 && i + 1 < argc) {
+            if (trace.out != stdout) fclose(trace.out);
+            trace.out = fopen(argv[++i], "w");
+            if (!trace.out) {
+                fprintf(stderr, "observe: cannot write %s\n", argv[i]);
+                return EXIT_FAILURE;
+            }
         } else {
-            fprintf(stderr, "usage: %s [--metrics FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--metrics FILE] [--requests FILE]\n", argv[0]);
             return EXIT_FAILURE;
         }
     }
@@ -292,10 +352,13 @@ int main(int argc, char **argv) {
             rc = fail("set_event_callback", s);
         else if ((s = kvtier_manager_wake_fd(m, &fd)) != KVTIER_STATUS_OK)
             rc = fail("wake_fd", s);
+        else if ((s = kvtier_manager_set_request_report_callback(m, on_request_report, &trace)) != KVTIER_STATUS_OK)
+            rc = fail("set_request_report_callback", s);
         else
-            rc = run(m, (char *)base, stride, fd, &seen, metrics_path);
+            rc = run(m, (char *)base, stride, fd, &seen, metrics_path, &trace);
         kvtier_manager_free(m);
     }
+    if (trace.out != stdout) fclose(trace.out);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     if (rc == EXIT_SUCCESS) printf("observe: ok\n");
     return rc;

@@ -55,6 +55,7 @@ mod report;
 
 use observe::Handout;
 pub use observe::{ManagerStats, TakenBatch, TakenEvents};
+pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
 
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -654,7 +655,9 @@ impl Manager {
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
         s.poll_gated(&self.queue);
-        s.primary.prepare_load(request, keys, slots_out)
+        s.primary.prepare_load(request, keys, slots_out)?;
+        s.note_loaded(request, keys.len());
+        Ok(())
     }
 
     /// [0.33] Gives keys of active `request` their token positions in the
@@ -790,6 +793,7 @@ impl Manager {
         if let Some(st) = s.reqs.get_mut(&rid) {
             let done = (report.ready + report.dropped) as u64;
             st.store_keys_pending = st.store_keys_pending.saturating_sub(done);
+            st.tally.on_store(&report);
         }
         if success && !s.tiers.is_empty() {
             let all = if s.tiers.len() == 64 {
@@ -1161,6 +1165,7 @@ impl State {
         for t in &mut self.tiers {
             t.tier.on_request_finished(&st.info);
         }
+        self.report_finished(&st);
     }
 
     fn shutdown_now(&mut self) -> Result<()> {

@@ -47,7 +47,7 @@ impl Manager {
     ) -> Result<LookupAnswer> {
         let mut s = self.enter("lookup")?;
         let s = &mut *s;
-        s.active(request)?;
+        let waiting = s.active_waiting(request)?;
         let answer = LookupAnswer {
             hits: 0,
             stop: LookupResult::Hit,
@@ -59,7 +59,8 @@ impl Manager {
         s.poll_gated(&self.queue);
         let started = s.c.promotions_started;
         let answer = s.lookup_keys(request, n, key, answer)?;
-        s.note_lookup(request, &answer, s.c.promotions_started != started);
+        let started = s.c.promotions_started != started;
+        s.note_lookup(request, &answer, started, waiting);
         Ok(answer)
     }
 }
@@ -149,6 +150,7 @@ impl State {
                         return (LookupResult::Miss, Some(MissReason::NoRoom));
                     }
                     self.tiers[t].c.promotions_started += 1;
+                    self.note_promotion_from(t);
                     let answer = match self.opts.promotion_answer {
                         PromotionAnswer::Retry => LookupResult::Retry,
                         PromotionAnswer::HitPending => LookupResult::HitPending,
