@@ -11,6 +11,7 @@
 //! docs/metrics.md.
 
 pub mod catalogue;
+pub mod server;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
