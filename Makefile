@@ -116,7 +116,8 @@ abi:
 
 install: all install-files
 
-# Copies what `make` built into $(PREFIX): headers, libraries without their
+# Copies what `make` built into $(PREFIX): headers, the kvtier-inspect
+# tool (bin/), libraries without their
 # debug information (the build keeps it for profiling), pkg-config and CMake
 # package files.  Builds nothing.  NATIVE_LIBS are what the static library
 # needs besides libc (`rustc --print native-static-libs`), with gcc's
@@ -125,7 +126,9 @@ NATIVE_LIBS := -lgcc_eh -lutil -lrt -lpthread -lm -ldl
 STRIP ?= strip
 CMAKEDIR := $(DESTDIR)$(PREFIX)/lib/cmake/kvtier
 install-files:
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR) $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(LIBDIR)/kvtier-inspect $(DESTDIR)$(PREFIX)/bin/
+	$(STRIP) --strip-unneeded $(DESTDIR)$(PREFIX)/bin/kvtier-inspect
 	install -m 644 include/kvtier.h $(DESTDIR)$(PREFIX)/include/
 	if [ -f include/kvtier.hpp ]; then install -m 644 include/kvtier.hpp $(DESTDIR)$(PREFIX)/include/; fi
 	install -m 755 $(LIBDIR)/libkvtier.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)

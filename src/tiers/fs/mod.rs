@@ -46,6 +46,7 @@
 pub mod cause;
 pub mod format;
 pub mod index;
+pub mod inspect;
 pub mod io;
 pub mod pool;
 pub mod rebuild;
