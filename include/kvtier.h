@@ -1842,7 +1842,11 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
  * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
  * no NUL needed): slot memory (a shared region if `"region"` is given,
  * else private memory when `"block_bytes"` > 0), the primary tier, and
- * the built-in secondary tiers listed in `"tiers"`.  The document holds
+ * the built-in secondary tiers listed in `"tiers"`, and, with
+ * `"metrics": {"listen": "IP:port"}`, an HTTP endpoint serving
+ * `/metrics` (the text of `kvtier_manager_metrics_prometheus`) from a
+ * thread of its own until the manager is freed; an address that cannot
+ * be listened on (bad, in use) fails the call with a message naming it.  The document holds
  * the options of `kvtier_manager_options` (the primary tier's under
  * `"primary"`) with the same defaults, and the manager is built the same
  * way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
