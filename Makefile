@@ -24,7 +24,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c test-python test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm \
+.PHONY: all lib c test test-rust test-c test-python test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -76,7 +76,20 @@ redis-available:
 	    echo "redis-server or openssl is missing: install them (Debian: sudo apt-get install -y redis-server openssl); the redis tier tests skip without them"; \
 	  fi; }
 
-test-rust: redis-available test-deps
+# promtool (checks the metrics text) and prometheus (scrapes the metrics
+# endpoint in a test) come in Debian's prometheus package; their tests
+# skip with a message without them.
+prometheus-available:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "promtool or prometheus is missing: installing Debian's prometheus package with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) || \
+	      echo "installing prometheus failed; the promtool and Prometheus tests skip"; \
+	  else \
+	    echo "promtool or prometheus is missing: install them (Debian: sudo apt-get install -y prometheus); their tests skip without them"; \
+	  fi; }
+
+test-rust: redis-available prometheus-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test $(CARGO_FEATURES)
 	$(CARGO) test -p kvtier-workload
@@ -122,7 +135,8 @@ abi:
 
 install: all install-files
 
-# Copies what `make` built into $(PREFIX): headers, libraries without their
+# Copies what `make` built into $(PREFIX): headers, the kvtier-inspect
+# tool (bin/), libraries without their
 # debug information (the build keeps it for profiling), pkg-config and CMake
 # package files.  Builds nothing.  NATIVE_LIBS are what the static library
 # needs besides libc (`rustc --print native-static-libs`), with gcc's
@@ -131,7 +145,9 @@ NATIVE_LIBS := -lgcc_eh -lutil -lrt -lpthread -lm -ldl
 STRIP ?= strip
 CMAKEDIR := $(DESTDIR)$(PREFIX)/lib/cmake/kvtier
 install-files:
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR) $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(LIBDIR)/kvtier-inspect $(DESTDIR)$(PREFIX)/bin/
+	$(STRIP) --strip-unneeded $(DESTDIR)$(PREFIX)/bin/kvtier-inspect
 	install -m 644 include/kvtier.h $(DESTDIR)$(PREFIX)/include/
 	if [ -f include/kvtier.hpp ]; then install -m 644 include/kvtier.hpp $(DESTDIR)$(PREFIX)/include/; fi
 	install -m 755 $(LIBDIR)/libkvtier.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)

@@ -367,9 +367,9 @@ int run() {
   expect(warnings.load() >= tier_errors, "every logged tier failure reached the log callback");
   expect(events[{static_cast<uint32_t>(mem), kvtier::event_kind::stored}] == pass1.stored,
          "the C++ tier announces each block it stores once");
-  expect(metrics.find("kvtier_cascade_jobs_total{tier=\"cxx-mem\"}") != std::string::npos,
+  expect(metrics.find("kvtier_tier_jobs_total{tier=\"cxx-mem\",medium=\"cpu\",direction=\"store\"}") != std::string::npos,
          "metrics name the C++ tier");
-  expect(metrics.find("kvtier_copies_total{tier=\"cxx-mem\"}") != std::string::npos,
+  expect(metrics.find("kvtier_custom_copies_total{tier=\"cxx-mem\",medium=\"cpu\"}") != std::string::npos,
          "the C++ tier's own stats reach the metrics");
   m.shutdown();
   kvtier::set_log_callback(nullptr);  // before `warnings` goes out of scope

@@ -1508,6 +1508,76 @@ typedef struct {
 } kvtier_region_view;
 
 /**
+ * What happened to one finished request, as the report callback receives
+ * it; every pointer in it is valid during the call only.  Under the growth
+ * rule: `struct_size` is the size of the library's layout; a caller built
+ * against a newer header reads a field only if it lies within
+ * `struct_size`.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_request_report)` as this library lays it out.
+   */
+  size_t struct_size;
+  /**
+   * The request's handle.
+   */
+  kvtier_request_handle request;
+  /**
+   * The request's name, NUL-terminated.
+   */
+  const char *name;
+  /**
+   * Keys its lookups looked at (a batched lookup counts the keys up to
+   * the one it stopped at).
+   */
+  uint64_t lookups;
+  /**
+   * Keys its lookups found, by tier number (`tier_count` entries):
+   * `tier_hits[0]` in the primary tier (answered HIT), `tier_hits[t]` in
+   * secondary tier `t` (a promotion from it started).
+   */
+  const uint64_t *tier_hits;
+  /**
+   * Entries of `tier_hits`: the primary tier and each secondary tier.
+   */
+  size_t tier_count;
+  /**
+   * Keys its `kvtier_manager_prepare_load` calls pinned for loads to the GPU.
+   */
+  uint64_t loaded;
+  /**
+   * Keys its stores made ready in the primary tier.
+   */
+  uint64_t stored;
+  /**
+   * Keys promoted for it that arrived in the primary tier.
+   */
+  uint64_t promoted;
+  /**
+   * Keys of its stores that failed and of its promotions that failed.
+   */
+  uint64_t failed;
+  /**
+   * Nanoseconds it waited for promotions: each wait runs from a lookup
+   * that started a promotion to its first later lookup that stopped at
+   * a HIT or a MISS; a wait still running when it finished counts up to
+   * then.
+   */
+  uint64_t promotion_wait_ns;
+} kvtier_request_report;
+
+/**
+ * Receives the report of one finished request (see
+ * `kvtier_manager_set_request_report_callback`).  Called on the thread
+ * of the manager call that let the request go, with the manager's lock
+ * held: it must not call the manager (such calls fail with
+ * `KVTIER_STATUS_REENTRANT`), should return quickly, and must not unwind
+ * (C++: `noexcept`).
+ */
+typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_report *report);
+
+/**
  * The lookup answers RETRY: ask again later (default).
  */
 #define KVTIER_PROMOTION_ANSWER_RETRY 0
@@ -1778,7 +1848,11 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
  * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
  * no NUL needed): slot memory (a shared region if `"region"` is given,
  * else private memory when `"block_bytes"` > 0), the primary tier, and
- * the built-in secondary tiers listed in `"tiers"`.  The document holds
+ * the built-in secondary tiers listed in `"tiers"`, and, with
+ * `"metrics": {"listen": "IP:port"}`, an HTTP endpoint serving
+ * `/metrics` (the text of `kvtier_manager_metrics_prometheus`) from a
+ * thread of its own until the manager is freed; an address that cannot
+ * be listened on (bad, in use) fails the call with a message naming it.  The document holds
  * the options of `kvtier_manager_options` (the primary tier's under
  * `"primary"`) with the same defaults, and the manager is built the same
  * way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
@@ -2011,11 +2085,13 @@ kvtier_status kvtier_manager_read_tier_stats(const kvtier_manager *manager,
 
 /**
  * Writes the manager's statistics (its own, the primary tier's, and each
- * secondary tier's, labelled `tier="..."`) in the Prometheus text
- * exposition format (version 0.0.4), NUL-terminated, to `text_out`.
- * Counters and histograms (the primary tier's
- * `kvtier_allocation_size_blocks`) are cumulative and never go back;
- * gauges are current values.
+ * secondary tier's) in the Prometheus text exposition format (version
+ * 0.0.4), NUL-terminated, to `text_out`: every family with `# HELP` and
+ * `# TYPE`, named in base units; the manager's as `kvtier_manager_*`
+ * without a `tier` label, each tier's labelled `tier` and `medium`; what
+ * a C tier's own `stats` callback reports as `kvtier_custom_<name>`.  The
+ * project's docs/metrics.md lists every family.  Counters and histograms
+ * are cumulative and never go back; gauges are current values.
  *
  * The buffer idiom: when the text and its NUL fit in `capacity` bytes,
  * writes them and sets `*written_out` to the text's length plus one;
@@ -2630,6 +2706,28 @@ kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed_ou
  * `region` must be NULL or valid.
  */
 kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t count);
+
+/**
+ * Installs `callback` to receive a `kvtier_request_report` for each
+ * request the manager lets go from now on (after
+ * `kvtier_manager_request_finished`, once no store of the request is in
+ * flight and none of its promotions is staged), replacing any previous
+ * one; NULL removes it.  Counting per request starts with the callback:
+ * a request already running reports only what happened since.  Requests
+ * still active when the manager is shut down are not reported.
+ *
+ * `user_data` is passed back to every call and never freed; it and the
+ * callback must stay valid until the callback is replaced or removed, or
+ * the manager is freed.  See `kvtier_request_report_fn` for what the
+ * callback may do.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `callback` NULL or callable from any thread
+ * that calls the manager, with `user_data`.
+ */
+kvtier_status kvtier_manager_set_request_report_callback(const kvtier_manager *manager,
+                                                         kvtier_request_report_fn callback,
+                                                         void *user_data);
 
 /**
  * Starts a request labelled `name` (NUL-terminated, unique among active

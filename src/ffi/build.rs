@@ -244,6 +244,7 @@ pub(crate) unsafe fn manager_config_of(
         promotion_answer,
         error_log_capacity: o.error_log_capacity,
         tiers: Vec::new(),
+        metrics: None,
     })
 }
 

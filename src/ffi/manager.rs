@@ -34,11 +34,14 @@ impl Castable for kvtier_manager {
     const NAME: &'static str = "manager";
 }
 
-/// A manager as the C handle holds it: the manager, and the key views of
-/// the events the last `kvtier_manager_take_events` handed out (which stay
-/// valid until the next take).
+/// A manager as the C handle holds it: the manager, its `/metrics`
+/// endpoint if it has one (stopped first when the handle is freed), and
+/// the key views of the events the last `kvtier_manager_take_events`
+/// handed out (which stay valid until the next take).
 pub(crate) struct CManager {
-    manager: Manager,
+    /// Declared before `manager`, so it stops before the manager goes.
+    _metrics: Option<crate::metrics::server::MetricsServer>,
+    manager: std::sync::Arc<Manager>,
     /// Views of the keys the manager keeps for its last event take; only
     /// changed while the manager's lock is held.
     pub(crate) taken_keys: Mutex<Vec<kvtier_key>>,
@@ -46,7 +49,18 @@ pub(crate) struct CManager {
 
 impl From<Manager> for CManager {
     fn from(manager: Manager) -> CManager {
+        CManager::serving(std::sync::Arc::new(manager), None)
+    }
+}
+
+impl CManager {
+    /// The handle's value for `manager` and its `/metrics` endpoint.
+    pub(crate) fn serving(
+        manager: std::sync::Arc<Manager>,
+        metrics: Option<crate::metrics::server::MetricsServer>,
+    ) -> CManager {
         CManager {
+            _metrics: metrics,
             manager,
             taken_keys: Mutex::new(Vec::new()),
         }

@@ -33,6 +33,7 @@ pub mod observe;
 pub mod primary;
 pub mod redis;
 pub mod region;
+pub mod report;
 pub mod requests;
 pub mod status;
 pub mod tier;

@@ -212,11 +212,13 @@ pub unsafe extern "C" fn kvtier_manager_read_tier_stats(
 }
 
 /// Writes the manager's statistics (its own, the primary tier's, and each
-/// secondary tier's, labelled `tier="..."`) in the Prometheus text
-/// exposition format (version 0.0.4), NUL-terminated, to `text_out`.
-/// Counters and histograms (the primary tier's
-/// `kvtier_allocation_size_blocks`) are cumulative and never go back;
-/// gauges are current values.
+/// secondary tier's) in the Prometheus text exposition format (version
+/// 0.0.4), NUL-terminated, to `text_out`: every family with `# HELP` and
+/// `# TYPE`, named in base units; the manager's as `kvtier_manager_*`
+/// without a `tier` label, each tier's labelled `tier` and `medium`; what
+/// a C tier's own `stats` callback reports as `kvtier_custom_<name>`.  The
+/// project's docs/metrics.md lists every family.  Counters and histograms
+/// are cumulative and never go back; gauges are current values.
 ///
 /// The buffer idiom: when the text and its NUL fit in `capacity` bytes,
 /// writes them and sets `*written_out` to the text's length plus one;
@@ -240,7 +242,7 @@ pub unsafe extern "C" fn kvtier_manager_metrics_prometheus(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_slice(text_out.cast::<u8>(), capacity, "text_out") }?;
         let written = unsafe { out_ref(written_out, "written_out") }?;
-        let text = crate::metrics::manager_prometheus_text(&m.stats()?);
+        let text = m.prometheus_text()?;
         *written = text.len() + 1;
         if capacity < text.len() + 1 {
             return Err(Error::BufferTooSmall {

@@ -6,6 +6,7 @@
 //! that secondary tiers copy through.
 
 mod header;
+pub mod inspect;
 pub mod options;
 mod setup;
 pub mod shared;

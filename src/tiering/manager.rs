@@ -65,6 +65,7 @@ mod jobs;
 mod lookup;
 mod observe;
 mod poll;
+mod report;
 mod setup;
 mod step;
 
@@ -73,6 +74,7 @@ pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{ManagerStats, TakenBatch, TakenEvents};
 use poll::CompletionQueue;
+pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
 
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -248,6 +250,8 @@ struct ReqState {
     finished: bool,
     parked: Vec<Key>,
     staged: u32,
+    /// What happened to it, for its report and the promotion-wait histogram.
+    tally: report::RequestTally,
 }
 
 impl ReqState {
@@ -281,6 +285,8 @@ struct State {
     shutdown_failed: bool,
     keepalive: Option<Box<dyn Any + Send>>,
     c: ManagerCounters,
+    /// Histograms and the request-report listener.
+    obs: report::Observations,
     errors: VecDeque<String>,
     /// Events gathered from the tiers, not yet taken: at most the event
     /// capacity per tier (`pending_per_tier`, indexed by tier number).
@@ -379,6 +385,7 @@ impl Manager {
                 finished: false,
                 parked: Vec::new(),
                 staged: 0,
+                tally: report::RequestTally::default(),
             },
         );
         let policy = if request_level != 0 {
@@ -400,7 +407,9 @@ impl Manager {
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
         s.poll_gated(&self.queue);
-        s.primary.prepare_load(request, keys, slots_out)
+        s.primary.prepare_load(request, keys, slots_out)?;
+        s.note_loaded(request, keys.len());
+        Ok(())
     }
 
     /// [0.33] Gives keys of active `request` their token positions in the
@@ -515,6 +524,7 @@ impl Manager {
         if let Some(st) = s.reqs.get_mut(&rid) {
             let done = (report.ready + report.dropped) as u64;
             st.store_keys_pending = st.store_keys_pending.saturating_sub(done);
+            st.tally.on_store(&report);
         }
         s.maybe_finalize(rid);
         Ok(report)

@@ -524,6 +524,10 @@ impl SecondaryTier for CTier {
         self.call_checked("drain", self.vt.drain)
     }
 
+    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
+        Some(crate::metrics::BuiltinStats::Vtable)
+    }
+
     fn stats(&self) -> Vec<Stat> {
         let mut out = vec![
             Stat::counter("callback_errors", self.callback_errors),

@@ -2,14 +2,14 @@
 //! those it keeps per secondary tier (listed first in that tier's stats).
 //! Cumulative from the manager's creation; resets keep them.
 
-use std::time::Duration;
-
 /// What the manager counted for one secondary tier.
 #[derive(Default, Clone, Copy)]
 pub(super) struct TierCounters {
     pub(super) lookups: u64,
     pub(super) hits: u64,
     pub(super) retries: u64,
+    /// Lookups that started a promotion from this tier.
+    pub(super) promotions_started: u64,
     pub(super) promotion_jobs: u64,
     pub(super) promotion_blocks: u64,
     pub(super) promotion_failures: u64,
@@ -21,8 +21,10 @@ pub(super) struct TierCounters {
     pub(super) dropped_cascade_blocks: u64,
     pub(super) bytes_loaded: u64,
     pub(super) bytes_stored: u64,
-    pub(super) load_time: Duration,
-    pub(super) store_time: Duration,
+    /// Finished loads (promotions): duration and size.
+    pub(super) loads: super::observe::JobHistograms,
+    /// Finished stores (cascades): duration and size.
+    pub(super) stores: super::observe::JobHistograms,
     pub(super) tier_bugs: u64,
     /// Polls that took [`MAX_FINISHED_PER_POLL`](crate::tiering::MAX_FINISHED_PER_POLL)
     /// jobs and left the rest.

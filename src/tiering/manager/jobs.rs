@@ -67,7 +67,7 @@ impl State {
                 } else {
                     tier.c.cascade_failures += 1;
                 }
-                tier.c.store_time += elapsed;
+                tier.c.stores.record(elapsed, job.keys.len());
                 if let Some(d) = &mut tier.detector {
                     let units = if r.bytes > 0 {
                         r.bytes
@@ -93,15 +93,17 @@ impl State {
     /// through the promotion's own completion, which acts only on slots
     /// promotions reserved (never on a request's write-pending key).
     fn finish_load(&mut self, t: usize, job: &Job, r: &JobResult, elapsed: Duration) {
-        self.tiers[t].c.load_time += elapsed;
+        self.tiers[t].c.loads.record(elapsed, job.keys.len());
         if r.success {
             self.tiers[t].c.bytes_loaded += r.bytes;
             self.primary.complete_promotion(&job.keys, true);
+            self.note_promotion_done(job, job.keys.len());
             return;
         }
         self.tiers[t].c.promotion_failures += 1;
         let Some(list) = &r.succeeded_keys else {
             self.primary.complete_promotion(&job.keys, false);
+            self.note_promotion_done(job, 0);
             return;
         };
         if let Some(bad) = list.iter().find(|k| !job.keys.contains(k)) {
@@ -112,9 +114,11 @@ impl State {
                 job.id.0
             ));
             self.primary.complete_promotion(&job.keys, false);
+            self.note_promotion_done(job, 0);
             return;
         }
         self.tiers[t].c.partial_promotions += 1;
+        self.note_promotion_done(job, list.len());
         self.tiers[t].c.bytes_loaded += r.bytes;
         self.primary.complete_promotion(list, true);
         let mut rest = std::mem::take(&mut self.keys_b);

@@ -103,8 +103,8 @@ impl Manager {
     ) -> Result<LookupAnswer> {
         let mut s = self.enter("lookup")?;
         let s = &mut *s;
-        s.active(request)?;
-        let mut answer = LookupAnswer {
+        let waiting = s.active_waiting(request)?;
+        let answer = LookupAnswer {
             hits: 0,
             stop: LookupResult::Hit,
             reason: None,
@@ -113,6 +113,25 @@ impl Manager {
             return Ok(answer);
         }
         s.poll_gated(&self.queue);
+        let started = s.c.promotions_started;
+        let answer = s.lookup_keys(request, n, key, answer)?;
+        let started = s.c.promotions_started != started;
+        s.note_lookup(request, &answer, started, waiting);
+        Ok(answer)
+    }
+}
+
+impl State {
+    /// The lookups of [`Manager::lookup_prefix_with`], counted.
+    #[inline]
+    fn lookup_keys<'k>(
+        &mut self,
+        request: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k [u8],
+        mut answer: LookupAnswer,
+    ) -> Result<LookupAnswer> {
+        let s = self;
         let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
         let mut found = [PrimaryLookup::Miss; READ_TOGETHER];
         let mut first = 0;
@@ -152,9 +171,7 @@ impl Manager {
         }
         Ok(answer)
     }
-}
 
-impl State {
     /// Answers `key`, which the primary tier does not have, from the
     /// secondary tiers for active request `rid` (starting a promotion from
     /// the first that has it).
@@ -188,6 +205,8 @@ impl State {
                     if !self.start_promotion(t, rid, key) {
                         return (LookupResult::Miss, Some(MissReason::NoRoom));
                     }
+                    self.tiers[t].c.promotions_started += 1;
+                    self.note_promotion_from(t);
                     let answer = match self.opts.promotion_answer {
                         PromotionAnswer::Retry => LookupResult::Retry,
                         PromotionAnswer::HitPending => LookupResult::HitPending,

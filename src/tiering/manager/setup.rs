@@ -43,6 +43,7 @@ impl Manager {
                 shutdown_failed: false,
                 keepalive: None,
                 c: ManagerCounters::default(),
+                obs: super::report::Observations::default(),
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),
                 pending_per_tier: vec![0],

@@ -140,5 +140,6 @@ impl State {
         for t in &mut self.tiers {
             t.tier.on_request_finished(&st.info);
         }
+        self.report_finished(&st);
     }
 }
