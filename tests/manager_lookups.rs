@@ -390,3 +390,16 @@ fn a_write_pending_stop_and_each_tiers_lookups_are_counted() {
     assert_eq!(stat(&m, Some(1), "lookups"), 2.0);
     assert_eq!(m.manager_stats().unwrap().misses_absent, 2);
 }
+
+#[test]
+fn an_answer_counts_the_hits_and_the_key_that_stopped_them_as_looked_up() {
+    let answer = |hits, stop| LookupAnswer {
+        hits,
+        stop,
+        reason: None,
+    };
+    assert_eq!(answer(3, LookupResult::Hit).looked_up(), 3);
+    assert_eq!(answer(3, LookupResult::Miss).looked_up(), 4);
+    assert_eq!(answer(0, LookupResult::Retry).looked_up(), 1);
+    assert_eq!(answer(0, LookupResult::Hit).looked_up(), 0);
+}
