@@ -49,7 +49,8 @@ pub(crate) unsafe fn read_key_into(
     out: &mut Key,
 ) -> Result<(), Failure> {
     let bytes = unsafe { checked_key_bytes(key, index) }?;
-    Ok(out.assign(bytes, index)?)
+    out.set_checked(bytes);
+    Ok(())
 }
 
 /// Copies one C key, naming `index` in the error.
