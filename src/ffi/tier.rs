@@ -733,10 +733,11 @@ impl SecondaryTier for CTier {
     }
 
     fn on_new_request(&mut self, request: &Request) -> OffloadPolicy {
-        let req = self.request(request);
+        // The C view of the request is made when a callback first needs it.
         let Some(f) = self.vt.on_new_request else {
             return OffloadPolicy::BlockLevel;
         };
+        let req = self.request(request);
         let mut policy = KVTIER_OFFLOAD_BLOCK_LEVEL;
         // SAFETY: the vtable contract; arguments live for the call.
         let rc = unsafe { f(self.vt.user_data, req, &mut policy) };
