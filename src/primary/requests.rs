@@ -9,6 +9,7 @@ use std::hash::BuildHasher;
 
 use foldhash::fast::RandomState;
 
+use super::hints::Hints;
 use super::lists::NIL;
 use super::policy::Policy;
 use super::reorder::{LINKS_AHEAD, request_links_at, request_links_first};
@@ -36,6 +37,8 @@ pub(super) struct RequestRecord {
     /// The policy's handle on the request's rank ([`NIL`]: none in this
     /// cache generation).
     pub(super) rank: u32,
+    /// Where the request's latest lookup found its hits.
+    pub(super) hints: Hints,
 }
 
 impl Default for RequestRecord {
@@ -46,6 +49,7 @@ impl Default for RequestRecord {
             adapted: Vec::new(),
             positions: positions::Positions::default(),
             rank: NIL,
+            hints: Hints::default(),
         }
     }
 }
@@ -124,6 +128,7 @@ impl RequestRecord {
         }
         self.adapted.clear();
         self.rank = NIL;
+        self.hints.clear();
     }
 
     /// Forgets everything, positions included, for reuse by a later request.

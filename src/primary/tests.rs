@@ -8,6 +8,7 @@
 use super::*;
 
 mod batches;
+mod hints;
 mod policies;
 mod writers;
 

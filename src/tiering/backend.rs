@@ -15,7 +15,9 @@ use crate::key::Key;
 use crate::request::RequestId;
 use crate::stats::Stat;
 
-pub use crate::primary::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub use crate::primary::{
+    CompleteStoreReport, PrefixLookup, PrimaryLookup, StoreOutcome, StorePlan,
+};
 
 /// The operations of a primary tier that the tiering manager calls.
 ///
@@ -34,6 +36,30 @@ pub trait PrimaryBackend: Send {
     fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
         for (k, o) in keys.iter().zip(out.iter_mut()) {
             *o = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+        }
+    }
+    /// [`PrimaryBackend::lookup`] of `keys` (each 1..=64 bytes, read in
+    /// place) in order for active request `req`, stopping at the first
+    /// that is not HIT: the number of leading hits and the answer of the
+    /// key after them (HIT when every key is one).  `keys` are keys
+    /// `first..` of the request's lookup (`first` 0 starts a new one); the
+    /// tier may remember where the hits are, to find them faster when the
+    /// request's next calls name the same keys (the CPU tier does).
+    /// Changes nothing else.  By default one lookup per key.
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        let _ = (req, first);
+        for (i, k) in keys.iter().enumerate() {
+            let answer = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            if answer != PrimaryLookup::Hit {
+                return PrefixLookup {
+                    hits: i,
+                    stop: answer,
+                };
+            }
+        }
+        PrefixLookup {
+            hits: keys.len(),
+            stop: PrimaryLookup::Hit,
         }
     }
     /// Pins ready keys for a load to the GPU; `slots_out` gets their slots.
@@ -112,6 +138,10 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
         let n = keys.len().min(out.len());
         self.lookup_each(n, |j| keys[j], |i, r| out[i] = r);
+    }
+    /// One pass over the keys; the request remembers where its hits are.
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| keys[j])
     }
     fn prepare_load(
         &mut self,
@@ -215,6 +245,9 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     }
     fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
         self.0.lock().lookup_bytes(keys, out)
+    }
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        self.0.lock().lookup_prefix_for(req, first, keys)
     }
     fn prepare_load(
         &mut self,
