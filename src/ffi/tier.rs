@@ -721,6 +721,10 @@ impl SecondaryTier for CTier {
         }
     }
 
+    fn wants_touches(&self) -> bool {
+        self.vt.touch.is_some()
+    }
+
     fn touch(&mut self, keys: &[Key], request: &Request) {
         let Some(f) = self.vt.touch else {
             return;

@@ -69,14 +69,34 @@ pub trait PrimaryBackend: Send {
         keys: &[Key],
         slots_out: &mut Vec<u32>,
     ) -> Result<()>;
+    /// [`PrimaryBackend::prepare_load`] of keys given as bytes (each
+    /// 1..=64, read in place).  By default the keys are copied first.
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load(req, &copied(keys)?, slots_out)
+    }
     /// Marks keys recently used.
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::touch`] of keys given as bytes (each 1..=64, read
+    /// in place).  By default the keys are copied first.
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.touch(req, &copied(keys)?)
+    }
     /// [0.33] Gives keys of an active request their token positions.
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
     fn enable_kv_groups(&mut self);
     /// Unpins keys after a load to the GPU.
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
+    /// 1..=64, read in place).  By default the keys are copied first.
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.complete_load(req, &copied(keys)?)
+    }
     /// Plans a store (slots for new keys, evictions) or refuses it.
     fn prepare_store(
         &mut self,
@@ -124,6 +144,15 @@ pub trait PrimaryBackend: Send {
     fn stat_list(&self) -> Vec<Stat>;
 }
 
+/// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
+/// its position.
+fn copied(keys: &[&[u8]]) -> Result<Vec<Key>> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| Key::at(k, i))
+        .collect()
+}
+
 impl PrimaryBackend for crate::primary::PrimaryTier {
     fn capacity(&self) -> u32 {
         crate::primary::PrimaryTier::capacity(self)
@@ -151,8 +180,19 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     ) -> Result<()> {
         crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
     }
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load_each(req, keys.len(), |j| keys[j], slots_out)
+    }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::touch(self, req, keys)
+    }
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.touch_each(req, keys.len(), |j| keys[j])
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
@@ -162,6 +202,9 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::complete_load(self, req, keys)
+    }
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.complete_load_each(req, keys.len(), |j| keys[j])
     }
     fn prepare_store(
         &mut self,
@@ -257,8 +300,19 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     ) -> Result<()> {
         self.0.lock().prepare_load(req, keys, slots_out)
     }
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.0.lock().prepare_load_bytes(req, keys, slots_out)
+    }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.0.lock().touch(req, keys)
+    }
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.0.lock().touch_bytes(req, keys)
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         self.0.lock().set_positions(req, keys, positions)
@@ -268,6 +322,9 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.0.lock().complete_load(req, keys)
+    }
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.0.lock().complete_load_bytes(req, keys)
     }
     fn prepare_store(
         &mut self,

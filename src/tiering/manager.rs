@@ -48,6 +48,7 @@ use crate::region::{SlotMemory, SlotOwner};
 use crate::request::{Locality, Medium, Request, RequestId, RequestInfo, RequestNames, TierFilter};
 use crate::stats::Stat;
 
+mod in_place;
 mod jobs;
 mod lookup;
 mod observe;
