@@ -35,7 +35,7 @@ wl="$out/workloads/medium.txt"
 
 # field NAME JSON: the numeric field NAME of a one-line JSON object.
 field() {
-  printf '%s' "$2" | sed -n "s/.*\"$1\": *\([0-9.eE+-]*\).*/\1/p"
+  printf '%s\n' "$2" | sed -n "s/.*\"$1\": *\([0-9.eE+-]*\).*/\1/p"
 }
 # median of the numbers on stdin.
 median() {
