@@ -5,7 +5,7 @@
 //! [`PrimaryTier::on_request_finished`] its accesses are committed to the
 //! policy, in the order positions and KV groups give.
 
-use std::hash::BuildHasher;
+use super::slots::key_hash;
 
 use foldhash::fast::RandomState;
 
@@ -108,7 +108,7 @@ impl RequestRecord {
                 }
                 let acc = &*accesses;
                 self.seen
-                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].key.as_bytes()));
+                    .insert_unique(h, i, |&j| key_hash(&hasher, acc[j as usize].key.as_bytes()));
                 (i, true)
             }
         }
@@ -188,7 +188,7 @@ impl PrimaryTier {
         record.positions.reserve(hasher, n)?;
         for j in 0..n {
             let k = key(j);
-            let h = hasher.hash_one(k.key_bytes());
+            let h = key_hash(&hasher, k.key_bytes());
             record.positions.set(hasher, k, h, position(j));
         }
         Ok(())
@@ -206,7 +206,7 @@ impl PrimaryTier {
         fallible::reserve_table(
             &mut r.seen,
             n,
-            |&i| hasher.hash_one(accesses[i as usize].key.as_bytes()),
+            |&i| key_hash(&hasher, accesses[i as usize].key.as_bytes()),
             what,
         )?;
         if arc {
