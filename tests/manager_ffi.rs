@@ -1341,7 +1341,7 @@ fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
 fn touches_reach_the_c_tiers_that_take_them_with_their_keys_in_order() {
     let m = manager(8);
     // The first tier takes touches; the second (no callback) does not.
-    let mut vt = vtable(Box::new(Mem::default()));
+    let mut vt = vtable(Box::default());
     vt.touch = Some(c_touch);
     // The tier's state, which the manager owns (destroyed at its free).
     let with = vt.user_data as *mut Mem;
@@ -1350,7 +1350,7 @@ fn touches_reach_the_c_tiers_that_take_them_with_their_keys_in_order() {
         unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut index) },
         S::Ok
     );
-    let without = vtable(Box::new(Mem::default()));
+    let without = vtable(Box::default());
     assert_eq!(
         unsafe { kvtier_manager_add_tier(m, &without, null(), &mut index) },
         S::Ok

@@ -45,11 +45,11 @@ pub(crate) unsafe fn read_keys(
 ///
 /// # Safety
 /// `keys` must be valid for reads of `n` entries, each naming `len`
-/// readable bytes, for `'a`.
-pub(crate) unsafe fn read_views<'a>(
+/// readable bytes, for as long as `out` holds their bytes.
+pub(crate) unsafe fn read_views(
     keys: *const kvtier_key,
     n: usize,
-    out: &mut Vec<&'a [u8]>,
+    out: &mut Vec<&[u8]>,
 ) -> Result<(), Failure> {
     out.clear();
     let raw = unsafe { in_slice(keys, n, "keys") }?;

@@ -76,7 +76,7 @@ impl Admission {
         fallible::reserve_table(
             &mut self.index,
             room,
-            |&x| key_hash(&hasher, keys[x as usize].as_bytes()),
+            |&x| key_hash(hasher, keys[x as usize].as_bytes()),
             what,
         )
     }
@@ -141,7 +141,7 @@ impl Admission {
         self.lists.push_back(RECENT, e);
         let (keys, hasher) = (&self.keys, &self.hasher);
         self.index
-            .insert_unique(h, e, |&x| key_hash(&hasher, keys[x as usize].as_bytes()));
+            .insert_unique(h, e, |&x| key_hash(hasher, keys[x as usize].as_bytes()));
     }
 
     /// The offers on record for `key` (hash `h`): 0 if it is not on record.

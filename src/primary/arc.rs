@@ -221,7 +221,7 @@ impl Ghosts {
             bound,
         } = self;
         index.remove(h, g, |o| {
-            key_hash(&hasher, Self::key(lists, *bound, o).as_bytes())
+            key_hash(hasher, Self::key(lists, *bound, o).as_bytes())
         });
     }
 

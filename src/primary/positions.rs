@@ -80,7 +80,7 @@ impl Positions {
         self.entries.try_reserve(n).map_err(no_room)?;
         let entries = &self.entries;
         self.index
-            .try_reserve(n, |&i| key_hash(&hasher, entries[i as usize].0.as_bytes()))
+            .try_reserve(n, |&i| key_hash(hasher, entries[i as usize].0.as_bytes()))
             .map_err(|_| Error::NoSpace("request positions: the table cannot grow".into()))?;
         Ok(())
     }
@@ -107,7 +107,7 @@ impl Positions {
                 }
                 let entries = &*entries;
                 self.index.insert_unique(h, i, |&j| {
-                    key_hash(&hasher, entries[j as usize].0.as_bytes())
+                    key_hash(hasher, entries[j as usize].0.as_bytes())
                 });
             }
         }
@@ -157,7 +157,7 @@ pub(crate) fn commit_order<'k>(
     for i in 0..n {
         let k = key(i);
         let group = if kv_groups { group_of(k.as_bytes()) } else { 0 };
-        let position = positions.get(k, key_hash(&hasher, k.as_bytes()));
+        let position = positions.get(k, key_hash(hasher, k.as_bytes()));
         every &= position.is_some();
         out.push(Ordered {
             group,

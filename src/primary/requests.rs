@@ -108,7 +108,7 @@ impl RequestRecord {
                 }
                 let acc = &*accesses;
                 self.seen
-                    .insert_unique(h, i, |&j| key_hash(&hasher, acc[j as usize].key.as_bytes()));
+                    .insert_unique(h, i, |&j| key_hash(hasher, acc[j as usize].key.as_bytes()));
                 (i, true)
             }
         }
@@ -188,7 +188,7 @@ impl PrimaryTier {
         record.positions.reserve(hasher, n)?;
         for j in 0..n {
             let k = key(j);
-            let h = key_hash(&hasher, k.key_bytes());
+            let h = key_hash(hasher, k.key_bytes());
             record.positions.set(hasher, k, h, position(j));
         }
         Ok(())
@@ -206,7 +206,7 @@ impl PrimaryTier {
         fallible::reserve_table(
             &mut r.seen,
             n,
-            |&i| key_hash(&hasher, accesses[i as usize].key.as_bytes()),
+            |&i| key_hash(hasher, accesses[i as usize].key.as_bytes()),
             what,
         )?;
         if arc {

@@ -292,7 +292,7 @@ impl Slots {
     pub(crate) fn release(&mut self, slot: u32, h: u64) {
         let (records, hasher) = (&self.records, &self.hasher);
         self.index.remove(h, slot, |s| {
-            key_hash(&hasher, records[s as usize].key.as_bytes())
+            key_hash(hasher, records[s as usize].key.as_bytes())
         });
         let record = &mut self.records[slot as usize];
         record.set_refs(self.free_top as i32);
