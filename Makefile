@@ -1,7 +1,8 @@
 # kvtier: the single entry point for C users and CI.
 #
 #   make            cargo release build, then the C/C++ programs into build/
-#   make test       every test: cargo tests, then ctest
+#   make test       every test: cargo tests, ctest, the Python package's tests
+#   make test-vllm  vLLM 0.33's own manager tests against kvtier (and vLLM's managers)
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
 #   make abi        record the header's ABI in abi/kvtier.abi (after a version change)
@@ -23,7 +24,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm \
+.PHONY: all lib c test test-rust test-c test-python test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -46,7 +47,25 @@ c: lib cmake-available
 	cmake -S examples -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKVTIER_ROOT=$(CURDIR) >/dev/null
 	cmake --build $(BUILD) -j 2
 
-test: all test-rust test-c
+test: all test-rust test-c test-python
+
+# The Python package (python/, `pip install ./python`): its pytest suite,
+# over the library `make lib` built (the package finds target/release
+# from a source checkout), and one fresh-virtualenv install.
+PYTHON ?= python3
+python-test-deps:
+	@$(PYTHON) -c 'import cffi, numpy, pytest, prometheus_client, typing_extensions' 2>/dev/null || $(PYTHON) -m pip install --quiet cffi numpy pytest prometheus-client typing-extensions
+
+test-python: lib python-test-deps
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# vLLM 0.33.0's manager tests (cpu/test_manager.py and
+# tiering/test_tiering_offloading.py) against kvtier's managers and, for
+# comparison, vLLM's own (VLLM_MANAGERS=kvtier|vllm|both); the wheel and the
+# source archive are downloaded into $(BUILD)/vllm once.
+VLLM_MANAGERS ?= both
+test-vllm: lib python-test-deps
+	$(PYTHON) tools/vllm_tests/run.py --managers $(VLLM_MANAGERS) --build-dir $(abspath $(BUILD))/vllm
 
 redis-available:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \
@@ -57,7 +76,20 @@ redis-available:
 	    echo "redis-server or openssl is missing: install them (Debian: sudo apt-get install -y redis-server openssl); the redis tier tests skip without them"; \
 	  fi; }
 
-test-rust: redis-available test-deps
+# promtool (checks the metrics text) and prometheus (scrapes the metrics
+# endpoint in a test) come in Debian's prometheus package; their tests
+# skip with a message without them.
+prometheus-available:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "promtool or prometheus is missing: installing Debian's prometheus package with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null) || \
+	      echo "installing prometheus failed; the promtool and Prometheus tests skip"; \
+	  else \
+	    echo "promtool or prometheus is missing: install them (Debian: sudo apt-get install -y prometheus); their tests skip without them"; \
+	  fi; }
+
+test-rust: redis-available prometheus-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test $(CARGO_FEATURES)
 	$(CARGO) test -p kvtier-workload
@@ -103,7 +135,8 @@ abi:
 
 install: all install-files
 
-# Copies what `make` built into $(PREFIX): headers, libraries without their
+# Copies what `make` built into $(PREFIX): headers, the kvtier-inspect
+# tool (bin/), libraries without their
 # debug information (the build keeps it for profiling), pkg-config and CMake
 # package files.  Builds nothing.  NATIVE_LIBS are what the static library
 # needs besides libc (`rustc --print native-static-libs`), with gcc's
@@ -112,7 +145,9 @@ NATIVE_LIBS := -lgcc_eh -lutil -lrt -lpthread -lm -ldl
 STRIP ?= strip
 CMAKEDIR := $(DESTDIR)$(PREFIX)/lib/cmake/kvtier
 install-files:
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR) $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(LIBDIR)/kvtier-inspect $(DESTDIR)$(PREFIX)/bin/
+	$(STRIP) --strip-unneeded $(DESTDIR)$(PREFIX)/bin/kvtier-inspect
 	install -m 644 include/kvtier.h $(DESTDIR)$(PREFIX)/include/
 	if [ -f include/kvtier.hpp ]; then install -m 644 include/kvtier.hpp $(DESTDIR)$(PREFIX)/include/; fi
 	install -m 755 $(LIBDIR)/libkvtier.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)

@@ -56,8 +56,8 @@ class memory_tier : public kvtier::tier {
   ~memory_tier() override { stop(); }
 
   std::string name() const override { return "cxx-mem"; }
-  kvtier_medium medium() const override { return KVTIER_MEDIUM_CPU; }
-  kvtier_locality locality() const override { return KVTIER_LOCALITY_LOCAL; }
+  kvtier::medium medium() const override { return kvtier::medium::cpu; }
+  kvtier::locality locality() const override { return kvtier::locality::local; }
 
   kvtier::tier_lookup lookup(kvtier::key_view key, kvtier::request_view) override {
     std::lock_guard<std::mutex> g(mu_);
@@ -119,7 +119,7 @@ class memory_tier : public kvtier::tier {
         if (w.store) {
           auto [it, fresh] = blocks_.try_emplace(w.keys[i]);
           it->second.assign(slot, slot + kBlockBytes);
-          if (fresh) announce(KVTIER_EVENT_STORED, w.keys[i]);  // for KV-aware routers
+          if (fresh) announce(kvtier::event_kind::stored, w.keys[i]);  // for KV-aware routers
         } else {
           auto it = blocks_.find(w.keys[i]);
           if (it == blocks_.end()) {
@@ -296,7 +296,7 @@ int run() {
   })");
   kvtier::slot_memory slots = m.slots();
 
-  std::map<std::pair<uint32_t, int32_t>, int> events;  // (tier, kind) -> keys
+  std::map<std::pair<uint32_t, kvtier::event_kind>, int> events;  // (tier, kind) -> keys
   m.set_event_callback([&events](const kvtier::event_view &b) {
     events[{b.tier, b.kind}] += static_cast<int>(b.keys.size());
   });
@@ -345,8 +345,8 @@ int run() {
   std::printf("pass 1: %d hits, %d stored, %d wake-ups\n", pass1.hits, pass1.stored, pass1.wakes);
   std::printf("pass 2: %d hits, %d stored, %d wake-ups, %d bad blocks\n", pass2.hits, pass2.stored,
               pass2.wakes, pass2.bad_bytes);
-  std::printf("events: primary stored %d removed %d; %s stored %d\n", events[{0u, KVTIER_EVENT_STORED}],
-              events[{0u, KVTIER_EVENT_REMOVED}], "cxx-mem", events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}]);
+  std::printf("events: primary stored %d removed %d; %s stored %d\n", events[{0u, kvtier::event_kind::stored}],
+              events[{0u, kvtier::event_kind::removed}], "cxx-mem", events[{static_cast<uint32_t>(mem), kvtier::event_kind::stored}]);
   std::printf("thrower (tier %zu) errors logged: %d; log callback warnings: %d\n", thrower, tier_errors,
               warnings.load());
 
@@ -363,13 +363,13 @@ int run() {
   expect(pass2.bad_bytes == 0 && pass1.bad_bytes == 0, "every loaded block has its bytes");
   expect(pass2.wakes > 0, "the engine slept in poll() and was woken");
   expect(tier_errors > 0, "the throwing tier's failures are logged");
-  expect(events[{0u, KVTIER_EVENT_REMOVED}] > 0, "evictions arrive as events");
+  expect(events[{0u, kvtier::event_kind::removed}] > 0, "evictions arrive as events");
   expect(warnings.load() >= tier_errors, "every logged tier failure reached the log callback");
-  expect(events[{static_cast<uint32_t>(mem), KVTIER_EVENT_STORED}] == pass1.stored,
+  expect(events[{static_cast<uint32_t>(mem), kvtier::event_kind::stored}] == pass1.stored,
          "the C++ tier announces each block it stores once");
-  expect(metrics.find("kvtier_cascade_jobs_total{tier=\"cxx-mem\"}") != std::string::npos,
+  expect(metrics.find("kvtier_tier_jobs_total{tier=\"cxx-mem\",medium=\"cpu\",direction=\"store\"}") != std::string::npos,
          "metrics name the C++ tier");
-  expect(metrics.find("kvtier_copies_total{tier=\"cxx-mem\"}") != std::string::npos,
+  expect(metrics.find("kvtier_custom_copies_total{tier=\"cxx-mem\",medium=\"cpu\"}") != std::string::npos,
          "the C++ tier's own stats reach the metrics");
   m.shutdown();
   kvtier::set_log_callback(nullptr);  // before `warnings` goes out of scope

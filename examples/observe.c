@@ -2,11 +2,23 @@
  * observe.c: what an engine watches a manager with, in C.
  *
  * A manager from one JSON document (a 4-slot primary tier in private
- * memory and the built-in fs tier in a scratch directory).  An event
- * callback counts what is stored and removed, per tier, as it happens; the
- * loop sleeps in poll() on the wake-up descriptor while the fs workers
- * copy; an evicted block comes back from disk with its bytes; finally the
- * metrics are written in the Prometheus text format.
+ * memory and the built-in fs tier in a scratch directory), plus a small C
+ * tier that counts the blocks it is sent and reports that count as its own
+ * statistic.  An event callback counts what is stored and removed, per
+ * tier, as it happens; the loop sleeps in poll() on the wake-up descriptor
+ * while the fs workers copy; an evicted block comes back from disk with its
+ * bytes; finally the metrics are written in the Prometheus text format
+ * (every family is listed in docs/metrics.md).
+ *
+ * Each finished request is reported to a callback, which writes it as one
+ * line of JSON (a JSONL trace: keys looked up, hits per tier, blocks
+ * loaded, stored, promoted, failed, time waiting for promotions).
+ *
+ *   observe [--metrics FILE] [--requests FILE]
+ *
+ * With --metrics, the whole text goes to FILE (for `promtool check
+ * metrics FILE`, or a look); the job counters are printed.  With
+ * --requests, the JSONL trace goes to FILE, else to standard output.
  */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -22,6 +34,114 @@
 
 #define BLOCK 4096
 #define KEYS 8
+
+/* The C tier: remembers nothing, misses every lookup, takes every store
+ * (reporting it done at the next poll) and counts the blocks it was sent. */
+#define C_TIER_RESULTS 64
+
+struct counting_tier {
+    kvtier_job_result results[C_TIER_RESULTS];
+    size_t n_results;
+    uint64_t blocks_seen;
+};
+
+static int32_t c_lookup(void *ud, const kvtier_key *k, const kvtier_request *r, kvtier_lookup_result *answer) {
+    (void)ud, (void)k, (void)r;
+    *answer = KVTIER_LOOKUP_MISS;
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t c_submit(void *ud, const kvtier_job *job) {
+    struct counting_tier *t = (struct counting_tier *)ud;
+    if (t->n_results == C_TIER_RESULTS) return KVTIER_STATUS_NO_SPACE;
+    kvtier_job_result *res = &t->results[t->n_results++];
+    memset(res, 0, sizeof *res);
+    res->id = job->id;
+    res->success = true;
+    t->blocks_seen += job->len;
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t c_poll(void *ud, kvtier_job_result *out, size_t cap, size_t *written) {
+    struct counting_tier *t = (struct counting_tier *)ud;
+    size_t n = t->n_results < cap ? t->n_results : cap;
+    memcpy(out, t->results, n * sizeof *out);
+    memmove(t->results, t->results + n, (t->n_results - n) * sizeof *out);
+    t->n_results -= n;
+    *written = n;
+    return KVTIER_STATUS_OK;
+}
+
+static int32_t c_stats(void *ud, kvtier_tier_stat *out, size_t cap, size_t *written) {
+    struct counting_tier *t = (struct counting_tier *)ud;
+    *written = 1;
+    if (cap < 1) return KVTIER_STATUS_BUFFER_TOO_SMALL;
+    memset(&out[0], 0, sizeof out[0]);
+    snprintf(out[0].name, sizeof out[0].name, "blocks_seen");
+    out[0].kind = KVTIER_STAT_COUNTER;
+    out[0].value = (double)t->blocks_seen;
+    return KVTIER_STATUS_OK;
+}
+
+static void c_destroy(void *ud) { free(ud); }
+
+static kvtier_status add_counting_tier(const kvtier_manager *m) {
+    struct counting_tier *t = (struct counting_tier *)calloc(1, sizeof *t);
+    if (!t) return KVTIER_STATUS_OUT_OF_MEMORY;
+    kvtier_tier_vtable vt = kvtier_tier_vtable_default();
+    vt.user_data = t;
+    vt.name = "counting";
+    vt.medium = KVTIER_MEDIUM_CPU;
+    vt.locality = KVTIER_LOCALITY_REMOTE;
+    vt.lookup = c_lookup;
+    vt.submit_store = c_submit;
+    vt.submit_load = c_submit;
+    vt.poll_finished = c_poll;
+    vt.stats = c_stats;
+    vt.destroy = c_destroy;
+    size_t index = 0;
+    kvtier_status s = kvtier_manager_add_tier(m, &vt, NULL, &index);
+    if (s != KVTIER_STATUS_OK) free(t); /* on failure the manager keeps nothing */
+    return s;
+}
+
+/* The request reports: written as JSONL to `out`, the last kept to check. */
+struct trace {
+    FILE *out;
+    size_t reports;
+    kvtier_request_report last;
+    uint64_t last_hits[4];
+};
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void on_request_report(void *user_data, const kvtier_request_report *r) {
+    struct trace *t = (struct trace *)user_data;
+    fprintf(t->out, "{\"request\": %llu, \"name\": ", (unsigned long long)r->request);
+    json_string(t->out, r->name);
+    fprintf(t->out, ", \"lookups\": %llu, \"tier_hits\": [", (unsigned long long)r->lookups);
+    for (size_t i = 0; i < r->tier_count; i++)
+        fprintf(t->out, "%s%llu", i ? ", " : "", (unsigned long long)r->tier_hits[i]);
+    fprintf(t->out,
+            "], \"loaded\": %llu, \"stored\": %llu, \"promoted\": %llu, \"failed\": %llu,"
+            " \"promotion_wait_ms\": %.3f}\n",
+            (unsigned long long)r->loaded, (unsigned long long)r->stored, (unsigned long long)r->promoted,
+            (unsigned long long)r->failed, (double)r->promotion_wait_ns / 1e6);
+    fflush(t->out);
+    t->reports++;
+    t->last = *r;
+    memset(t->last_hits, 0, sizeof t->last_hits);
+    for (size_t i = 0; i < r->tier_count && i < 4; i++) t->last_hits[i] = r->tier_hits[i];
+}
 
 static int fail(const char *what, kvtier_status s) {
     fprintf(stderr, "observe: %s: %s: %s\n", what, kvtier_status_str(s), kvtier_last_error_message());
@@ -72,7 +192,8 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return remove(path);
 }
 
-static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struct seen *seen) {
+static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struct seen *seen,
+               const char *metrics_path, struct trace *trace) {
     uint8_t kb[KEYS][8];
     kvtier_key keys[KEYS];
     for (int i = 0; i < KEYS; i++) {
@@ -144,16 +265,26 @@ static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struc
         free(text);
         return fail("metrics", s);
     }
-    int ok = strstr(text, "kvtier_promotion_jobs_total{tier=\"fs\"} 1\n") != NULL &&
-             strstr(text, "kvtier_cascade_jobs_total{tier=\"fs\"} 2\n") != NULL;
-    /* Show the fs tier's own lines. */
+    int ok = strstr(text, "kvtier_tier_jobs_total{tier=\"fs\",medium=\"storage\",direction=\"load\"} 1\n") != NULL &&
+             strstr(text, "kvtier_tier_jobs_total{tier=\"fs\",medium=\"storage\",direction=\"store\"} 2\n") != NULL &&
+             strstr(text, "kvtier_custom_blocks_seen_total{tier=\"counting\",medium=\"cpu\"} 8\n") != NULL;
+    if (metrics_path) {
+        FILE *f = fopen(metrics_path, "w");
+        if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "observe: cannot write %s\n", metrics_path);
+            free(text);
+            return EXIT_FAILURE;
+        }
+        printf("metrics: %zu bytes written to %s\n", strlen(text), metrics_path);
+    }
+    /* Show the job counters. */
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-        if (strstr(line, "tier=\"fs\"") && strstr(line, "_total")) printf("  %s\n", line);
+        if (strncmp(line, "kvtier_tier_jobs_total{", 23) == 0) printf("  %s\n", line);
     free(text);
 
     printf("events: primary stored %zu removed %zu; fs stored %zu; %d wake-ups\n", seen->stored[0],
            seen->removed[0], seen->stored[1], wakes);
-    if (!ok) fprintf(stderr, "observe: metrics lack the fs tier's jobs\n");
+    if (!ok) fprintf(stderr, "observe: metrics lack the fs tier's jobs or the C tier's count\n");
     if (seen->stored[1] != KEYS || seen->removed[0] < 4 || !seen->medium_ok) {
         fprintf(stderr, "observe: unexpected events\n");
         ok = 0;
@@ -162,10 +293,36 @@ static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struc
         fprintf(stderr, "observe: poll() was never woken\n");
         ok = 0;
     }
+    /* One report: 8 blocks stored, block a promoted from the fs tier
+     * (tier 1) and loaded to the "GPU". */
+    if (trace->reports != 1 || trace->last.stored != KEYS || trace->last.promoted != 1 ||
+        trace->last.loaded != 1 || trace->last.tier_count != 3 || trace->last_hits[1] != 1) {
+        fprintf(stderr, "observe: unexpected request report (%zu reports)\n", trace->reports);
+        ok = 0;
+    }
     return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *metrics_path = NULL;
+    struct trace trace;
+    memset(&trace, 0, sizeof trace);
+    trace.out = stdout;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--metrics") == 0 && i + 1 < argc) {
+            metrics_path = argv[++i];
+        } else if (strcmp(argv[i], "--requests") == 0 && i + 1 < argc) {
+            if (trace.out != stdout) fclose(trace.out);
+            trace.out = fopen(argv[++i], "w");
+            if (!trace.out) {
+                fprintf(stderr, "observe: cannot write %s\n", argv[i]);
+                return EXIT_FAILURE;
+            }
+        } else {
+            fprintf(stderr, "usage: %s [--metrics FILE] [--requests FILE]\n", argv[0]);
+            return EXIT_FAILURE;
+        }
+    }
     char dir[64];
     if (!example_temp_dir(dir, sizeof dir, "observe")) return EXIT_FAILURE;
     char json[1024];
@@ -187,16 +344,21 @@ int main(void) {
         struct seen seen;
         memset(&seen, 0, sizeof seen);
         seen.medium_ok = 1;
-        if ((s = kvtier_manager_slot_memory(m, &base, &stride, &slot_bytes, &count)) != KVTIER_STATUS_OK)
+        if ((s = add_counting_tier(m)) != KVTIER_STATUS_OK)
+            rc = fail("add_tier", s);
+        else if ((s = kvtier_manager_slot_memory(m, &base, &stride, &slot_bytes, &count)) != KVTIER_STATUS_OK)
             rc = fail("slot_memory", s);
         else if ((s = kvtier_manager_set_event_callback(m, on_events, &seen, false)) != KVTIER_STATUS_OK)
             rc = fail("set_event_callback", s);
         else if ((s = kvtier_manager_wake_fd(m, &fd)) != KVTIER_STATUS_OK)
             rc = fail("wake_fd", s);
+        else if ((s = kvtier_manager_set_request_report_callback(m, on_request_report, &trace)) != KVTIER_STATUS_OK)
+            rc = fail("set_request_report_callback", s);
         else
-            rc = run(m, (char *)base, stride, fd, &seen);
+            rc = run(m, (char *)base, stride, fd, &seen, metrics_path, &trace);
         kvtier_manager_free(m);
     }
+    if (trace.out != stdout) fclose(trace.out);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     if (rc == EXIT_SUCCESS) printf("observe: ok\n");
     return rc;

@@ -20,7 +20,9 @@
  * No call panics across the boundary, aborts, or prints.
  *
  * Enumerations are int32_t typedefs with KVTIER_<TYPE>_<VALUE> constants,
- * so their size never depends on the compiler.
+ * so their size never depends on the compiler; the two exceptions are
+ * kvtier_status and kvtier_log_level, C enums the library only returns or
+ * passes out.
  *
  * Requests.  kvtier_<object>_request_begin returns a kvtier_request_handle
  * that every later call of that request takes; the name passed to it is
@@ -46,16 +48,20 @@
  * Threads.  A call whose object is a const pointer may run on any thread
  * concurrently with any other call on that object except _free.  The
  * manager and the region are internally synchronized: every call but _free
- * takes them const.  The primary tier is not: calls on one kvtier_primary
- * must not overlap.  Callbacks run on the thread that made the call that
- * triggered them, and must not call back into the same object.
+ * (and the region's _close) takes them const.  The primary tier is not:
+ * calls on one kvtier_primary must not overlap.  Tier and event callbacks
+ * run on the thread that made the call that triggered them and must not
+ * call back into the same object; the log callback may run on any thread.
  *
- * Growth.  Every options struct (and every struct the library fills, such
- * as statistics) starts with size_t struct_size.  Initialize options with
+ * Growth.  Every options struct, the tier vtable and the statistics
+ * structs the library fills start with size_t struct_size (the small
+ * answer structs, such as kvtier_lookup_answer, kvtier_store_plan and
+ * kvtier_event, have fixed layouts).  Initialize options with
  * their kvtier_<name>_default() function, which sets struct_size to the
  * sizeof the caller was compiled with; the library reads only the fields
  * inside struct_size and uses defaults for the rest, and fills only the
- * fields inside struct_size.  A struct_size smaller than the first
+ * fields inside struct_size (set struct_size yourself in the statistics
+ * structs before reading them).  A struct_size smaller than the first
  * published layout, or larger than the library knows, is
  * KVTIER_STATUS_INVALID_ARGUMENT.  So a program built against an older
  * header keeps working with a newer library of the same major version.
@@ -1502,6 +1508,76 @@ typedef struct {
 } kvtier_region_view;
 
 /**
+ * What happened to one finished request, as the report callback receives
+ * it; every pointer in it is valid during the call only.  Under the growth
+ * rule: `struct_size` is the size of the library's layout; a caller built
+ * against a newer header reads a field only if it lies within
+ * `struct_size`.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_request_report)` as this library lays it out.
+   */
+  size_t struct_size;
+  /**
+   * The request's handle.
+   */
+  kvtier_request_handle request;
+  /**
+   * The request's name, NUL-terminated.
+   */
+  const char *name;
+  /**
+   * Keys its lookups looked at (a batched lookup counts the keys up to
+   * the one it stopped at).
+   */
+  uint64_t lookups;
+  /**
+   * Keys its lookups found, by tier number (`tier_count` entries):
+   * `tier_hits[0]` in the primary tier (answered HIT), `tier_hits[t]` in
+   * secondary tier `t` (a promotion from it started).
+   */
+  const uint64_t *tier_hits;
+  /**
+   * Entries of `tier_hits`: the primary tier and each secondary tier.
+   */
+  size_t tier_count;
+  /**
+   * Keys its `kvtier_manager_prepare_load` calls pinned for loads to the GPU.
+   */
+  uint64_t loaded;
+  /**
+   * Keys its stores made ready in the primary tier.
+   */
+  uint64_t stored;
+  /**
+   * Keys promoted for it that arrived in the primary tier.
+   */
+  uint64_t promoted;
+  /**
+   * Keys of its stores that failed and of its promotions that failed.
+   */
+  uint64_t failed;
+  /**
+   * Nanoseconds it waited for promotions: each wait runs from a lookup
+   * that started a promotion to its first later lookup that stopped at
+   * a HIT or a MISS; a wait still running when it finished counts up to
+   * then.
+   */
+  uint64_t promotion_wait_ns;
+} kvtier_request_report;
+
+/**
+ * Receives the report of one finished request (see
+ * `kvtier_manager_set_request_report_callback`).  Called on the thread
+ * of the manager call that let the request go, with the manager's lock
+ * held: it must not call the manager (such calls fail with
+ * `KVTIER_STATUS_REENTRANT`), should return quickly, and must not unwind
+ * (C++: `noexcept`).
+ */
+typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_report *report);
+
+/**
  * The lookup answers RETRY: ask again later (default).
  */
 #define KVTIER_PROMOTION_ANSWER_RETRY 0
@@ -1772,7 +1848,11 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
  * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
  * no NUL needed): slot memory (a shared region if `"region"` is given,
  * else private memory when `"block_bytes"` > 0), the primary tier, and
- * the built-in secondary tiers listed in `"tiers"`.  The document holds
+ * the built-in secondary tiers listed in `"tiers"`, and, with
+ * `"metrics": {"listen": "IP:port"}`, an HTTP endpoint serving
+ * `/metrics` (the text of `kvtier_manager_metrics_prometheus`) from a
+ * thread of its own until the manager is freed; an address that cannot
+ * be listened on (bad, in use) fails the call with a message naming it.  The document holds
  * the options of `kvtier_manager_options` (the primary tier's under
  * `"primary"`) with the same defaults, and the manager is built the same
  * way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
@@ -1901,8 +1981,9 @@ kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, boo
 
 /**
  * Drains every tier (blocks until no transfer touches the region), then
- * forgets every block of the primary tier, drops staged promotions and
- * parked keys, and finalizes finished requests; secondary tiers keep
+ * forgets every block of the primary tier (and the pins finished
+ * requests' loads held), drops staged promotions and parked keys, and
+ * finalizes finished requests; secondary tiers keep
  * their data and active requests keep going.  With secondary tiers,
  * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
  * If a tier fails to drain, nothing is reset.  Internally synchronized.
@@ -2004,11 +2085,13 @@ kvtier_status kvtier_manager_read_tier_stats(const kvtier_manager *manager,
 
 /**
  * Writes the manager's statistics (its own, the primary tier's, and each
- * secondary tier's, labelled `tier="..."`) in the Prometheus text
- * exposition format (version 0.0.4), NUL-terminated, to `text_out`.
- * Counters and histograms (the primary tier's
- * `kvtier_allocation_size_blocks`) are cumulative and never go back;
- * gauges are current values.
+ * secondary tier's) in the Prometheus text exposition format (version
+ * 0.0.4), NUL-terminated, to `text_out`: every family with `# HELP` and
+ * `# TYPE`, named in base units; the manager's as `kvtier_manager_*`
+ * without a `tier` label, each tier's labelled `tier` and `medium`; what
+ * a C tier's own `stats` callback reports as `kvtier_custom_<name>`.  The
+ * project's docs/metrics.md lists every family.  Counters and histograms
+ * are cumulative and never go back; gauges are current values.
  *
  * The buffer idiom: when the text and its NUL fit in `capacity` bytes,
  * writes them and sets `*written_out` to the text's length plus one;
@@ -2173,9 +2256,13 @@ kvtier_status kvtier_primary_request_begin(kvtier_primary *primary,
  * ([`kvtier_primary_set_positions`]); when every key has a position, all
  * by position.  Keys it planned and did not complete yet stay write
  * pending for it: `kvtier_primary_complete_store` with its handle still
- * completes them.  A handle that is not active (never handed out, or
- * finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the
- * handle.
+ * completes them.  Keys it pinned with [`kvtier_primary_prepare_load`]
+ * and did not release stay pinned (as in vLLM 0.33, an aborted request
+ * may finish while its load is in flight): [`kvtier_primary_complete_load`]
+ * with its handle still releases them, and only them.  Every other call
+ * takes the handle as unknown.  A handle that is not active (never handed
+ * out, or finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access
+ * to the handle.
  *
  * # Safety
  * `primary` must be a live handle.
@@ -2246,7 +2333,7 @@ kvtier_status kvtier_primary_prepare_load(kvtier_primary *primary,
  * `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64 bytes, or
  * (with `kv_groups`) fewer than 5, the message naming its position;
  * `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is NULL with
- * `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.  `len` = 0 does
+ * `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.  `len` = 0 does
  * nothing.  The arrays are read during the call only; the keys are
  * copied.  Exclusive access to the handle.
  *
@@ -2277,7 +2364,15 @@ kvtier_status kvtier_primary_touch(kvtier_primary *primary,
 /**
  * Releases the pins [`kvtier_primary_prepare_load`] took on `len` keys.  A
  * key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming
- * its position; nothing changes then.  A request that is not active is
+ * its position; nothing changes then.
+ *
+ * The request may have finished with keys its loads pinned still pinned
+ * (an aborted request whose load is in flight, as vLLM 0.33 allows): its
+ * handle then releases only those pins, a key it holds no pin of
+ * (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
+ * nothing changed, so it never unpins another request's blocks.  Once its
+ * last pin is released (or the tier is reset) the handle is unknown here
+ * too.  Any other handle that is not active is
  * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
@@ -2359,7 +2454,8 @@ kvtier_status kvtier_primary_complete_store(kvtier_primary *primary,
  * events and queues one "cleared" event.  Active requests stay active
  * (their handles stay valid); writes in flight are forgotten (their
  * completions find nothing), and finished requests' handles are
- * released.  Exclusive access to the handle.
+ * released (for their stores and their loads alike).  Exclusive access
+ * to the handle.
  *
  * # Safety
  * `primary` must be a live handle.
@@ -2612,6 +2708,28 @@ kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed_ou
 kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t count);
 
 /**
+ * Installs `callback` to receive a `kvtier_request_report` for each
+ * request the manager lets go from now on (after
+ * `kvtier_manager_request_finished`, once no store of the request is in
+ * flight and none of its promotions is staged), replacing any previous
+ * one; NULL removes it.  Counting per request starts with the callback:
+ * a request already running reports only what happened since.  Requests
+ * still active when the manager is shut down are not reported.
+ *
+ * `user_data` is passed back to every call and never freed; it and the
+ * callback must stay valid until the callback is replaced or removed, or
+ * the manager is freed.  See `kvtier_request_report_fn` for what the
+ * callback may do.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `callback` NULL or callable from any thread
+ * that calls the manager, with `user_data`.
+ */
+kvtier_status kvtier_manager_set_request_report_callback(const kvtier_manager *manager,
+                                                         kvtier_request_report_fn callback,
+                                                         void *user_data);
+
+/**
  * Starts a request labelled `name` (NUL-terminated, unique among active
  * requests: a name in use is `KVTIER_STATUS_DUPLICATE_REQUEST`): asks
  * every tier for its offload policy.  Writes the request's handle to
@@ -2622,7 +2740,9 @@ kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t
  * Every later call of the request takes the handle (never 0, never
  * reused by this manager); the name is only the request's label, which
  * tiers see.  Once the request is finished the handle is
- * `KVTIER_STATUS_UNKNOWN_REQUEST` and the name may be used again.
+ * `KVTIER_STATUS_UNKNOWN_REQUEST` (but for completing its stores and
+ * loads in flight, see [`kvtier_manager_request_finished`]) and the name
+ * may be used again.
  * `params` may be NULL (nothing attached, no filter); its strings and
  * arrays are copied.  Internally synchronized.
  *
@@ -2717,7 +2837,7 @@ kvtier_status kvtier_manager_prepare_load(const kvtier_manager *manager,
  * finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
  * than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
  * its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
- * NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+ * NULL with `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.
  * `len` = 0 does nothing.  The arrays are read during the call only; the
  * keys are copied.  Internally synchronized.
  *
@@ -2744,8 +2864,17 @@ kvtier_status kvtier_manager_touch(const kvtier_manager *manager,
 
 /**
  * Unpins `len` keys of `request` after their load to the GPU finished.
- * Unpinning a key that is absent or not pinned is an error; nothing
- * changes then.  Internally synchronized.
+ * Unpinning a key that is absent or not pinned is
+ * `KVTIER_STATUS_KEY_STATE`, naming its position; nothing changes then.
+ *
+ * The request may have finished with keys its
+ * `kvtier_manager_prepare_load` pinned still pinned (an aborted request
+ * whose load is in flight, as vLLM 0.33 allows): its handle then
+ * releases only those pins, a key it holds no pin of (counting repeats in
+ * the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
+ * never unpins another request's blocks.  Once its last pin is released
+ * (or the cache is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST`
+ * here too.  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `keys` valid for `len` reads.
@@ -2818,9 +2947,12 @@ kvtier_status kvtier_manager_complete_store(const kvtier_manager *manager,
 /**
  * Marks `request` finished: its handle is unknown to every later call
  * (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
- * which still completes its stores in flight.  Tiers hear of it (and the
- * name may be reused) once it has no store in flight, no parked key and
- * no staged promotion.  The primary tier commits the request's accesses
+ * which still completes its stores in flight, and
+ * `kvtier_manager_complete_load`, which still releases the pins its
+ * loads hold (those alone; an aborted request may finish while its load
+ * is in flight).  Tiers hear of it (and the name may be reused) once it
+ * has no store in flight, no parked key and no staged promotion, whatever
+ * its loads.  The primary tier commits the request's accesses
  * at once: every key it stored, loaded or offered to store that is still
  * resident gets one access, its head most recent (head to tail: first
  * presentation order; with `kv_groups`, group by group, each by token

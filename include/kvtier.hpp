@@ -301,6 +301,30 @@ enum class tier_lookup : int32_t {
   retry = KVTIER_LOOKUP_RETRY,
 };
 
+/// What happened to the keys of a cache event.
+enum class event_kind : int32_t {
+  /// The keys became readable in the tier.
+  stored = KVTIER_EVENT_STORED,
+  /// The keys left the tier.
+  removed = KVTIER_EVENT_REMOVED,
+  /// The tier was emptied (no keys).
+  cleared = KVTIER_EVENT_CLEARED,
+};
+
+/// Where a tier keeps blocks (any: undeclared).
+enum class medium : int32_t {
+  any = KVTIER_MEDIUM_ANY,
+  cpu = KVTIER_MEDIUM_CPU,
+  storage = KVTIER_MEDIUM_STORAGE,
+};
+
+/// How far a tier is (any: undeclared).
+enum class locality : int32_t {
+  any = KVTIER_LOCALITY_ANY,
+  local = KVTIER_LOCALITY_LOCAL,
+  remote = KVTIER_LOCALITY_REMOTE,
+};
+
 /// How blocks of a request are offloaded.
 enum class offload_policy : int32_t {
   block_level = KVTIER_OFFLOAD_BLOCK_LEVEL,
@@ -505,10 +529,10 @@ class tier {
 
   /// Short name for stats and errors (copied at registration).
   virtual std::string name() const { return "cxx-tier"; }
-  /// KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE or KVTIER_MEDIUM_ANY (undeclared).
-  virtual kvtier_medium medium() const { return KVTIER_MEDIUM_ANY; }
-  /// KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE or KVTIER_LOCALITY_ANY (undeclared).
-  virtual kvtier_locality locality() const { return KVTIER_LOCALITY_ANY; }
+  /// Where the tier keeps blocks (medium::any: undeclared).
+  virtual kvtier::medium medium() const { return medium::any; }
+  /// How far the tier is (locality::any: undeclared).
+  virtual kvtier::locality locality() const { return locality::any; }
 
   virtual tier_lookup lookup(key_view key, request_view request) = 0;
   /// Starts copying the job's (pinned) slots into the tier; a non-OK
@@ -547,15 +571,15 @@ class tier {
     r.duration_ns = duration_ns;
     return report_raw(r);
   }
-  /// Announces that `key` became readable (KVTIER_EVENT_STORED) or left
-  /// the tier (KVTIER_EVENT_REMOVED), or that the tier forgot everything
-  /// (KVTIER_EVENT_CLEARED, key ignored), for KV-aware routers.  Thread-safe;
+  /// Announces that `key` became readable (event_kind::stored) or left
+  /// the tier (event_kind::removed), or that the tier forgot everything
+  /// (event_kind::cleared, key ignored), for KV-aware routers.  Thread-safe;
   /// the manager collects announcements with its events.
-  void announce(kvtier_event_kind kind, key_view key = key_view()) {
+  void announce(event_kind kind, key_view key = key_view()) {
     kvtier_tier_event e;
     std::memset(&e, 0, sizeof e);
-    e.kind = kind;
-    if (kind != KVTIER_EVENT_CLEARED) {
+    e.kind = static_cast<kvtier_event_kind>(kind);
+    if (kind != event_kind::cleared) {
       e.key.len = key.size() < sizeof e.key.bytes ? key.size() : sizeof e.key.bytes;
       if (e.key.len > 0) std::memcpy(e.key.bytes, key.data(), e.key.len);
     }
@@ -714,9 +738,9 @@ struct store_plan {
 /// receives them (keys borrowed for the callback: copy what you keep).
 struct event_view {
   uint32_t tier = 0;
-  kvtier_event_kind kind = KVTIER_EVENT_STORED;
-  kvtier_medium medium = KVTIER_MEDIUM_ANY;
-  kvtier_locality locality = KVTIER_LOCALITY_ANY;
+  event_kind kind = event_kind::stored;
+  kvtier::medium medium = medium::any;
+  kvtier::locality locality = locality::any;
   key_list keys;
 };
 
@@ -724,9 +748,9 @@ struct event_view {
 /// manager::take_events).
 struct event {
   uint32_t tier = 0;
-  kvtier_event_kind kind = KVTIER_EVENT_STORED;
-  kvtier_medium medium = KVTIER_MEDIUM_ANY;
-  kvtier_locality locality = KVTIER_LOCALITY_ANY;
+  event_kind kind = event_kind::stored;
+  kvtier::medium medium = medium::any;
+  kvtier::locality locality = locality::any;
   std::vector<key_bytes> keys;
 };
 
@@ -806,8 +830,8 @@ class manager {
     kvtier_tier_vtable vt = kvtier_tier_vtable_default();
     vt.user_data = t.get();
     vt.name = t->name_.c_str();
-    vt.medium = t->medium();
-    vt.locality = t->locality();
+    vt.medium = static_cast<kvtier_medium>(t->medium());
+    vt.locality = static_cast<kvtier_locality>(t->locality());
     vt.lookup = &tier_adapter::lookup;
     vt.submit_store = &tier_adapter::submit_store;
     vt.submit_load = &tier_adapter::submit_load;
@@ -936,7 +960,8 @@ class manager {
       kvtier_status s = kvtier_manager_take_events(h_, buf, 64, &n, &more);
       if (s != KVTIER_STATUS_OK) return last_error(s);
       for (std::size_t i = 0; i < n; ++i) {
-        event e{buf[i].tier, buf[i].kind, buf[i].medium, buf[i].locality, {}};
+        event e{buf[i].tier, static_cast<event_kind>(buf[i].kind), static_cast<kvtier::medium>(buf[i].medium),
+                static_cast<kvtier::locality>(buf[i].locality), {}};
         for (std::size_t k = 0; k < buf[i].len; ++k)
           e.keys.push_back(copy_key(buf[i].keys[k].data, buf[i].keys[k].len));
         out.push_back(std::move(e));
@@ -1087,7 +1112,8 @@ class manager {
 
   static void deliver_events(void *ud, const kvtier_event *e) noexcept {
     const event_callback &cb = *static_cast<const event_callback *>(ud);
-    event_view view{e->tier, e->kind, e->medium, e->locality, key_list(e->keys, e->len)};
+    event_view view{e->tier, static_cast<event_kind>(e->kind), static_cast<kvtier::medium>(e->medium),
+                    static_cast<kvtier::locality>(e->locality), key_list(e->keys, e->len)};
 #if KVTIER_HPP_EXCEPTIONS
     try {
       cb(view);

@@ -16,6 +16,9 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)
 
 make -s -C "$root" install-files PREFIX="$prefix"
 
+# The inspection tool is installed beside the library and runs.
+"$prefix/bin/kvtier-inspect" fs "$work" --json >/dev/null
+
 # Stripped: no DWARF sections in what was installed.
 for lib in "$prefix"/lib/libkvtier.so.* "$prefix/lib/libkvtier.a"; do
   if readelf -S "$lib" 2>/dev/null | grep -q '\.debug_info'; then

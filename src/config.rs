@@ -54,6 +54,19 @@ pub struct Config {
     pub error_log_capacity: usize,
     /// Built-in secondary tiers, in lookup order (JSON only).
     pub tiers: Vec<TierConfig>,
+    /// The `/metrics` endpoint (JSON only; none by default).
+    pub metrics: Option<MetricsConfig>,
+}
+
+/// The optional `/metrics` endpoint of a manager built from JSON:
+/// `"metrics": {"listen": "127.0.0.1:9400"}` serves the manager's
+/// Prometheus text over HTTP from a thread of its own (see
+/// [`crate::metrics::server`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:port` (or `host:port`) to listen on; port 0 picks a free one.
+    pub listen: String,
 }
 
 impl Default for Config {
@@ -66,6 +79,7 @@ impl Default for Config {
             promotion_answer: m.promotion_answer,
             error_log_capacity: m.error_log_capacity,
             tiers: Vec::new(),
+            metrics: None,
         }
     }
 }
@@ -196,6 +210,10 @@ impl Config {
         for (i, t) in config.tiers.iter().enumerate() {
             // Every tier's options are checked before anything is built.
             t.builtin(i)?;
+        }
+        if let Some(m) = &config.metrics {
+            crate::metrics::server::parse_listen(&m.listen)
+                .map_err(|e| within("configuration", e))?;
         }
         Ok(config)
     }

@@ -23,6 +23,16 @@ pub struct Event {
     pub key: Option<Key>,
 }
 
+/// One event with the tier it happened in: 0 the primary tier, 1.. the
+/// secondary tiers in the order they were added to the manager.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TierEvent {
+    /// Tier index.
+    pub tier: usize,
+    /// The event.
+    pub event: Event,
+}
+
 /// A tier's queue of events waiting to be taken, bounded by the event
 /// capacity the manager gives every tier: when it is full, new events are
 /// dropped and counted; capacity 0 turns events off (nothing is queued or

@@ -31,6 +31,54 @@ pub const fn bounds_are_valid(bounds: &[f64]) -> bool {
     true
 }
 
+/// Buckets of [`LATENCY_SECONDS_BOUNDS`].
+pub const LATENCY_BUCKETS: usize = 18;
+
+/// Upper bounds for latencies in seconds: 50 µs to 10 s, roughly 1-2.5-5
+/// per decade, then +Inf.
+pub static LATENCY_SECONDS_BOUNDS: [f64; LATENCY_BUCKETS] = [
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    f64::INFINITY,
+];
+const _: () = assert!(bounds_are_valid(&LATENCY_SECONDS_BOUNDS));
+
+/// Buckets of [`JOB_SIZE_BLOCKS_BOUNDS`].
+pub const JOB_SIZE_BUCKETS: usize = 12;
+
+/// Upper bounds for job sizes in blocks: powers of 4 from 1 to 4096, then
+/// +Inf (a job carries one request's blocks of one step).
+pub static JOB_SIZE_BLOCKS_BOUNDS: [f64; JOB_SIZE_BUCKETS] = [
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    1024.0,
+    4096.0,
+    f64::INFINITY,
+];
+const _: () = assert!(bounds_are_valid(&JOB_SIZE_BLOCKS_BOUNDS));
+
 /// A histogram over `N` buckets with fixed upper bounds (the last +Inf).
 #[derive(Clone, Copy, Debug)]
 pub struct Histogram<const N: usize> {

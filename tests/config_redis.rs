@@ -107,9 +107,11 @@ fn json_redis_tier_round_trips_and_wakes() {
         "the promoted block has its bytes"
     );
     m.complete_load(r, &first[..1]).unwrap();
-    let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
+    let text = m.prometheus_text().unwrap();
     assert!(
-        text.contains("kvtier_promotion_jobs_total{tier=\"redis\"} 1"),
+        text.contains(
+            "kvtier_tier_jobs_total{tier=\"redis\",medium=\"storage\",direction=\"load\"} 1"
+        ),
         "{text}"
     );
     m.on_request_finished(r).unwrap();

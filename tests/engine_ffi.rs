@@ -270,25 +270,26 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
     assert!(
         has_line(
             &samples,
-            "kvtier_tier_hits_total|counter|[('tier', 'fs')]|1.0"
+            "kvtier_fs_lookup_results_total|counter|[('medium', 'storage'), ('result', 'hit'), ('tier', 'fs')]|1.0"
         ),
         "the fs tier's own hits beside the manager's: {text}"
     );
     let has = |prefix: &str| samples.iter().any(|s| s.starts_with(prefix));
     assert!(
-        has("kvtier_cascade_jobs_total|counter|[('tier', 'fs')]|2.0"),
+        has(
+            "kvtier_tier_jobs_total|counter|[('direction', 'store'), ('medium', 'storage'), ('tier', 'fs')]|2.0"
+        ),
         "{text}"
     );
     assert!(
-        has("kvtier_promotion_jobs_total|counter|[('tier', 'fs')]|1.0"),
+        has(
+            "kvtier_tier_jobs_total|counter|[('direction', 'load'), ('medium', 'storage'), ('tier', 'fs')]|1.0"
+        ),
         "{text}"
     );
+    assert!(has("kvtier_manager_lookups_total|counter|[]|2.0"), "{text}");
     assert!(
-        has("kvtier_lookups_total|counter|[('tier', 'manager')]|2.0"),
-        "{text}"
-    );
-    assert!(
-        has("kvtier_evictions_total|counter|[('tier', 'primary')]"),
+        has("kvtier_tier_evictions_total|counter|[('medium', 'cpu'), ('tier', 'primary')]"),
         "{text}"
     );
 

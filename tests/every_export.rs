@@ -25,6 +25,7 @@ use kvtier::ffi::observe::*;
 use kvtier::ffi::primary::*;
 use kvtier::ffi::redis::*;
 use kvtier::ffi::region::*;
+use kvtier::ffi::report::*;
 use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
 use kvtier::ffi::{kvtier_last_error_message, kvtier_status, kvtier_status_str, kvtier_version};
@@ -196,6 +197,8 @@ unsafe extern "C" fn c_submit(_: *mut c_void, _: *const kvtier_job) -> i32 {
 }
 
 unsafe extern "C" fn on_events(_: *mut c_void, _: *const kvtier_event) {}
+
+unsafe extern "C" fn on_report(_: *mut c_void, _: *const kvtier_request_report) {}
 
 fn vtable() -> kvtier_tier_vtable {
     kvtier_tier_vtable {
@@ -720,6 +723,14 @@ fn table() -> Vec<Export> {
             // NULL user data is passed through; a NULL callback removes it.
             expect(f, "user_data NULL", kvtier_manager_set_event_callback(fx.manager, Some(on_events), null_mut(), true), S::Ok);
             expect(f, "callback NULL", kvtier_manager_set_event_callback(fx.manager, None, null_mut(), true), S::Ok);
+        }),
+        export!(kvtier_manager_set_request_report_callback, f, {
+            let fx = Fx::new();
+            is_null_arg(f, "manager", kvtier_manager_set_request_report_callback(null(), Some(on_report), null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_set_request_report_callback(null(), None, null_mut()));
+            // NULL user data is passed through; a NULL callback removes it.
+            expect(f, "user_data NULL", kvtier_manager_set_request_report_callback(fx.manager, Some(on_report), null_mut()), S::Ok);
+            expect(f, "callback NULL", kvtier_manager_set_request_report_callback(fx.manager, None, null_mut()), S::Ok);
         }),
         export!(kvtier_manager_wake_fd, f, {
             let fx = Fx::new();
@@ -1315,6 +1326,10 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
         call!(
             kvtier_manager_set_event_callback,
             kvtier_manager_set_event_callback(m, None, null_mut(), true)
+        ),
+        call!(
+            kvtier_manager_set_request_report_callback,
+            kvtier_manager_set_request_report_callback(m, None, null_mut())
         ),
         call!(kvtier_manager_wake_fd, {
             let mut fd = -1;

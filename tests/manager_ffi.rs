@@ -769,6 +769,30 @@ fn null_arguments_and_unknown_requests_are_errors() {
     unsafe { kvtier_manager_free(m) };
 }
 
+/// A bad key is named by its position in the whole batch, also past the
+/// first keys the lookup reads together.
+#[test]
+fn a_bad_key_after_many_hits_is_named_by_its_position() {
+    let m = manager(16);
+    let r = start(m, c"r");
+    let stored: Vec<[u8; 4]> = (0..9).map(key).collect();
+    assert_eq!(store_with(m, r, &stored, |_, _| {}), 9);
+    let long = [7u8; 65];
+    let mut batch: Vec<kvtier_key> = stored.iter().map(|k| ck(k)).collect();
+    batch.push(ck(&long));
+    let mut out = kvtier_lookup_answer {
+        hits: 0,
+        stop: 0,
+        reason: 0,
+    };
+    assert_eq!(
+        unsafe { kvtier_manager_lookup(m, r, batch.as_ptr(), batch.len(), &mut out) },
+        S::InvalidKey
+    );
+    assert!(last_error().contains("position 9"), "{}", last_error());
+    unsafe { kvtier_manager_free(m) };
+}
+
 #[test]
 fn failed_shutdown_is_reported_and_every_tier_tried() {
     let m = manager(4);
@@ -1419,6 +1443,55 @@ fn a_finished_handle_is_unknown_and_its_name_can_start_a_new_request() {
     );
     assert_eq!(plan.plan.store_count, usize::MAX, "nothing written");
     assert_eq!(store(m, second, &[k]), 1, "the new request works");
+    unsafe { kvtier_manager_free(m) };
+}
+
+/// As vLLM 0.33 allows, a request may finish while its load is in flight
+/// (an abort) and complete the load afterwards: its handle still releases
+/// the pins its own loads hold, and only those, and is unknown once the
+/// last is released.
+#[test]
+fn a_finished_request_releases_only_its_own_loads() {
+    let m = manager(4);
+    let other = start(m, c"other");
+    let (a, b, c) = (key(1), key(2), key(3));
+    assert_eq!(store(m, other, &[a, b, c]), 3);
+    let r = start(m, c"r");
+    let mut slots = [u32::MAX; 2];
+    let (ab, ac) = ([ck(&a), ck(&b)], [ck(&a), ck(&c)]);
+    for (req, keys) in [(r, &ab), (other, &ac)] {
+        assert_eq!(
+            unsafe { kvtier_manager_prepare_load(m, req, keys.as_ptr(), 2, slots.as_mut_ptr()) },
+            S::Ok
+        );
+    }
+    assert_eq!(unsafe { kvtier_manager_request_finished(m, r) }, S::Ok);
+    assert_eq!(own_stats(m).active_requests, 1, "finalized at once");
+    let pinned = || stats(m)[&(0, "pinned".to_string())];
+    assert_eq!(pinned(), 3.0);
+    let complete = |keys: &[kvtier_key]| unsafe {
+        kvtier_manager_complete_load(m, r, keys.as_ptr(), keys.len())
+    };
+    assert_eq!(
+        unsafe { kvtier_manager_touch(m, r, ab.as_ptr(), 1) },
+        S::UnknownRequest
+    );
+    // Another request's pin cannot be released through the handle.
+    assert_eq!(complete(&[ck(&c)]), S::KeyState);
+    assert!(last_error().contains("position 0"), "{}", last_error());
+    assert_eq!(pinned(), 3.0, "a refused call changes nothing");
+    assert_eq!(complete(&[ck(&a)]), S::Ok);
+    assert_eq!(pinned(), 3.0, "a stays pinned by the other request");
+    assert_eq!(complete(&[ck(&a)]), S::KeyState, "released once");
+    assert_eq!(complete(&[ck(&b)]), S::Ok);
+    assert_eq!(pinned(), 2.0);
+    // The last pin released: the handle is unknown.
+    assert_eq!(complete(&[ck(&a)]), S::UnknownRequest);
+    assert_eq!(
+        unsafe { kvtier_manager_complete_load(m, other, ac.as_ptr(), 2) },
+        S::Ok
+    );
+    assert_eq!(pinned(), 0.0);
     unsafe { kvtier_manager_free(m) };
 }
 

@@ -9,7 +9,7 @@ use kvtier::Error;
 use kvtier::events::EventKind;
 use kvtier::primary::{PrimaryConfig, PrimaryTier};
 use kvtier::request::{Locality, Medium, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, Shared, StoreOutcome, StorePlan};
+use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
 use kvtier::tiering::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, MissReason, PromotionAnswer, RequestParams,
 };
@@ -54,7 +54,7 @@ fn comparable(m: &Manager) -> Vec<(Option<usize>, String, f64)> {
 }
 
 fn primary(capacity: u32, store_threshold: u32) -> Box<dyn PrimaryBackend> {
-    Box::new(Shared::wrap(
+    Box::new(
         PrimaryTier::new(PrimaryConfig {
             capacity,
             store_threshold,
@@ -62,7 +62,7 @@ fn primary(capacity: u32, store_threshold: u32) -> Box<dyn PrimaryBackend> {
             ..Default::default()
         })
         .unwrap(),
-    ))
+    )
 }
 
 /// One engine's run, the same for both managers but for how it looks up:
@@ -83,7 +83,7 @@ fn same_run(
         let backend = if real {
             primary(12, store_threshold)
         } else {
-            Box::new(kvtier::tiering::model::SharedModel::new(12)) as Box<dyn PrimaryBackend>
+            Box::new(common::model::ModelPrimary::new(12)) as Box<dyn PrimaryBackend>
         };
         let m = Manager::with_backend(backend, opts.clone());
         let (t, s) = TestTier::new("t");
@@ -361,4 +361,45 @@ fn event_batches_group_one_tiers_events_of_one_kind_and_keep_their_keys_until_th
         })
         .unwrap();
     assert_eq!(cleared, vec![(0, EventKind::Cleared, 0)]);
+}
+
+#[test]
+fn a_write_pending_stop_and_each_tiers_lookups_are_counted() {
+    let m = Manager::with_backend(primary(16, 0), ManagerOptions::default());
+    let (t, s) = TestTier::new("t");
+    m.add_tier(Box::new(t)).unwrap();
+    let r = start(&m, "r");
+    let mut plan = StorePlan::default();
+    m.prepare_store(r, &keys(0..9), &mut plan).unwrap();
+    m.complete_store(r, &plan.to_store, true).unwrap();
+    // k9 planned and not written yet: write pending.
+    m.prepare_store(r, &[k(9)], &mut plan).unwrap();
+    let a = m.lookup_prefix(r, &keys(0..12)).unwrap();
+    assert_eq!((a.hits, a.stop), (9, LookupResult::HitPending));
+    let st = m.manager_stats().unwrap();
+    assert_eq!(
+        (st.lookups, st.primary_hits, st.primary_hit_pending),
+        (10, 9, 1)
+    );
+    // Two misses reach the tier, one lookup each.
+    for key in [k(20), k(21)] {
+        let a = m.lookup_prefix(r, &[key]).unwrap();
+        assert_eq!(a.reason, Some(MissReason::Absent));
+    }
+    assert_eq!(s.lock().lookups, 2);
+    assert_eq!(stat(&m, Some(1), "lookups"), 2.0);
+    assert_eq!(m.manager_stats().unwrap().misses_absent, 2);
+}
+
+#[test]
+fn an_answer_counts_the_hits_and_the_key_that_stopped_them_as_looked_up() {
+    let answer = |hits, stop| LookupAnswer {
+        hits,
+        stop,
+        reason: None,
+    };
+    assert_eq!(answer(3, LookupResult::Hit).looked_up(), 3);
+    assert_eq!(answer(3, LookupResult::Miss).looked_up(), 4);
+    assert_eq!(answer(0, LookupResult::Retry).looked_up(), 1);
+    assert_eq!(answer(0, LookupResult::Hit).looked_up(), 0);
 }

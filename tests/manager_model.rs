@@ -6,7 +6,8 @@
 //! invariants checked after every step, over both the reference primary
 //! model and the real primary tier.  When every request finished and every
 //! job drained, every slot is free or idle and every injected bogus report
-//! was counted as a tier bug.  Half the requests get token positions for
+//! was counted as a tier bug.  Half the requests that finish leave their
+//! loads in flight and complete them after the finish.  Half the requests get token positions for
 //! some keys, and a third of the runs have KV groups on: the reference
 //! model checks those calls' arguments (its recency is coarser than the
 //! tier's, which `tests/primary_model.rs` checks exactly).
@@ -18,13 +19,16 @@ use parking_lot::Mutex;
 
 use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
 use kvtier::request::{Request, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, Shared, StoreOutcome, StorePlan};
-use kvtier::tiering::model::SharedModel;
+use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
 use kvtier::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
     PromotionAnswer, RequestParams, SecondaryTier, TierLookup,
 };
 use kvtier::{Key, Result};
+
+#[path = "support/model.rs"]
+mod model;
+use model::ModelPrimary;
 
 struct Rng(u64);
 impl Rng {
@@ -45,9 +49,6 @@ impl Rng {
 fn key(i: u64) -> Key {
     Key::new(&i.to_le_bytes()).unwrap()
 }
-
-/// The real primary tier, shared so the test can check its invariants.
-type SharedReal = Shared<PrimaryTier>;
 
 /// The fault-injecting tier's state, shared with the driver.
 struct Faulty {
@@ -230,11 +231,11 @@ struct Req {
 fn run(
     seed: u64,
     backend: Box<dyn PrimaryBackend>,
-    check: &dyn Fn() -> std::result::Result<(), String>,
-    refs: &dyn Fn(&Key) -> Option<i32>,
+    check: &dyn Fn(&Manager) -> std::result::Result<(), String>,
+    refs: &dyn Fn(&Manager, &Key) -> Option<i32>,
     request_level: bool,
     exact: bool,
-) {
+) -> Manager {
     let opts = ManagerOptions {
         promotion_answer: if seed % 2 == 0 {
             PromotionAnswer::Retry
@@ -325,8 +326,12 @@ fn run(
                 }
                 63..=70 => {
                     let r = reqs.get_mut(&name).unwrap();
-                    for k in r.pins.drain(..) {
-                        m.complete_load(ids[&name], &[k]).unwrap();
+                    // Half the time the request finishes with its loads
+                    // still in flight (an abort) and completes them later.
+                    if rng.chance(50) {
+                        for k in r.pins.drain(..) {
+                            m.complete_load(ids[&name], &[k]).unwrap();
+                        }
                     }
                     r.finished = true;
                     m.on_request_finished(ids[&name]).unwrap();
@@ -399,12 +404,36 @@ fn run(
                 if pick != 1 {
                     assert_eq!(report.foreign + report.already_ready, 0, "seed {seed}");
                 }
-                if r.finished && r.stores.is_empty() {
+                if r.finished && r.stores.is_empty() && r.pins.is_empty() {
                     reqs.remove(&n);
                 }
             }
         }
-        reqs.retain(|_, r| !(r.finished && r.stores.is_empty()));
+        // complete a load of a finished request: its handle is known to
+        // complete_load until its last pin is released
+        if rng.chance(30) {
+            let with: Vec<String> = reqs
+                .iter()
+                .filter(|(_, r)| r.finished && !r.pins.is_empty())
+                .map(|(n, _)| n.clone())
+                .collect();
+            if !with.is_empty() {
+                let n = with[rng.below(with.len() as u64) as usize].clone();
+                let r = reqs.get_mut(&n).unwrap();
+                let k = r.pins.swap_remove(rng.below(r.pins.len() as u64) as usize);
+                m.complete_load(ids[&n], &[k]).unwrap();
+                if r.pins.is_empty() {
+                    assert!(
+                        matches!(
+                            m.complete_load(ids[&n], &[k]),
+                            Err(kvtier::Error::UnknownRequest(_))
+                        ),
+                        "seed {seed}: {n} is forgotten with its last pin"
+                    );
+                }
+            }
+        }
+        reqs.retain(|_, r| !(r.finished && r.stores.is_empty() && r.pins.is_empty()));
         // completions reported from another thread
         let queued: Vec<JobResult> = faulty.lock().via_queue.drain(..).collect();
         if !queued.is_empty() {
@@ -417,10 +446,10 @@ fn run(
                 });
             });
         }
-        check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+        check(&m).unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
         for (n, r) in &reqs {
             for k in &r.pins {
-                let c = refs(k).unwrap_or(i32::MAX);
+                let c = refs(&m, k).unwrap_or(i32::MAX);
                 assert!(
                     c >= 1,
                     "seed {seed} step {step}: {n} pins {k} but its ref count is {c}"
@@ -455,7 +484,7 @@ fn run(
         !m.has_pending_work().unwrap(),
         "seed {seed}: work left after draining"
     );
-    check().unwrap();
+    check(&m).unwrap();
     let stats = m.stats().unwrap();
     let get = |tier: Option<usize>, name: &str| {
         stats
@@ -497,22 +526,24 @@ fn run(
         if !exact {
             break;
         }
-        if let Some(r) = refs(&key(i)) {
+        if let Some(r) = refs(&m, &key(i)) {
             assert_eq!(r, 0, "seed {seed}: key {i} left with ref count {r}");
         }
     }
+    m
 }
 
 #[test]
 fn random_operations_over_the_model_primary() {
     for seed in 1..=12 {
-        let model = SharedModel::new(12);
-        let (m1, m2) = (model.clone(), model.clone());
         run(
             seed,
-            Box::new(model),
-            &move || m1.0.lock().check(),
-            &move |k| m2.refs(k),
+            Box::new(ModelPrimary::new(12)),
+            &|m| m.inspect_primary(ModelPrimary::check).unwrap(),
+            &|m, k| {
+                m.inspect_primary(|model: &ModelPrimary| model.refs(k))
+                    .unwrap()
+            },
             seed % 3 == 0,
             true,
         );
@@ -534,18 +565,18 @@ fn random_operations_over_the_real_primary() {
             ..Default::default()
         })
         .unwrap();
-        let real = SharedReal::wrap(tier);
-        let (r1, r2) = (real.clone(), real.clone());
-        let refs = move |k: &Key| -> Option<i32> { r2.0.lock().ref_count(k) };
-        run(
+        let m = run(
             seed,
-            Box::new(real.clone()),
-            &move || r1.0.lock().check_invariants(),
-            &refs,
+            Box::new(tier),
+            &|m| m.inspect_primary(PrimaryTier::check_invariants).unwrap(),
+            &|m, k| {
+                m.inspect_primary(|real: &PrimaryTier| real.ref_count(k))
+                    .unwrap()
+            },
             seed % 3 == 0,
             true,
         );
-        let st = real.0.lock().stats();
+        let st = m.inspect_primary(PrimaryTier::stats).unwrap();
         assert_eq!(st.write_pending, 0, "seed {seed}: {st:?}");
         assert_eq!(st.pinned, 0, "seed {seed}: every slot free or idle: {st:?}");
     }

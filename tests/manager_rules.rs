@@ -41,7 +41,7 @@ fn store(m: &Manager, req: RequestId, keys: &[kvtier::Key]) -> StorePlan {
 }
 
 fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -74,14 +74,18 @@ fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
 }
 
 fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(10..14));
     let a = start(&m, "a");
     let b = start(&m, "b");
     assert_eq!(m.lookup(a, &k(10)).unwrap(), LookupResult::Retry);
-    assert_eq!(model.refs(&k(10)), Some(-1), "slot reserved write pending");
+    assert_eq!(
+        model_refs(&m, &k(10)),
+        Some(-1),
+        "slot reserved write pending"
+    );
     assert_eq!(
         m.lookup(b, &k(10)).unwrap(),
         LookupResult::HitPending,
@@ -105,7 +109,7 @@ fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(w
     }
     // the tier finished at submit; the next step's first lookup polls
     assert_eq!(m.lookup(a, &k(10)).unwrap(), LookupResult::Hit);
-    assert_eq!(model.refs(&k(12)), Some(0));
+    assert_eq!(model_refs(&m, &k(12)), Some(0));
     assert_eq!(stat(&m, Some(1), "promotion_jobs"), 2.0);
     assert_eq!(stat(&m, Some(1), "promotion_blocks"), 3.0);
     assert_eq!(stat(&m, Some(1), "hits"), 3.0);
@@ -116,7 +120,7 @@ fn promotion_answer_hit_pending_option(wrap: Wrap) {
         promotion_answer: PromotionAnswer::HitPending,
         ..Default::default()
     };
-    let (m, _) = model_manager(8, opts);
+    let m = model_manager(8, opts);
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(1));
@@ -125,7 +129,7 @@ fn promotion_answer_hit_pending_option(wrap: Wrap) {
 }
 
 fn full_primary_answers_miss(wrap: Wrap) {
-    let (m, _) = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -139,7 +143,7 @@ fn full_primary_answers_miss(wrap: Wrap) {
 }
 
 fn tier_retry_answers_retry_and_misses_miss(wrap: Wrap) {
-    let (m, _) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -149,7 +153,7 @@ fn tier_retry_answers_retry_and_misses_miss(wrap: Wrap) {
 }
 
 fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     assert_eq!(m.add_tier(wrap(t1)).unwrap(), 1);
@@ -158,16 +162,16 @@ fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
     s2.lock().auto_finish = false;
     let r = start(&m, "r");
     store(&m, r, &keys(0..3));
-    assert_eq!(model.refs(&k(0)), Some(2), "pinned once per tier");
+    assert_eq!(model_refs(&m, &k(0)), Some(2), "pinned once per tier");
     assert_eq!(s1.lock().submitted.len(), 1);
     assert_eq!(s2.lock().submitted[0].keys, keys(0..3));
     s1.lock().finish_all(true);
     collect(&m);
-    assert_eq!(model.refs(&k(0)), Some(1));
+    assert_eq!(model_refs(&m, &k(0)), Some(1));
     s2.lock().finish_all(false);
     collect(&m);
     assert_eq!(
-        model.refs(&k(0)),
+        model_refs(&m, &k(0)),
         Some(0),
         "a failed cascade unpins and keeps the primary copy"
     );
@@ -176,7 +180,7 @@ fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
 }
 
 fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -211,7 +215,7 @@ fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
 }
 
 fn finalization_waits_for_staged_promotions(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(5));
@@ -227,7 +231,7 @@ fn finalization_waits_for_staged_promotions(wrap: Wrap) {
 }
 
 fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap: Wrap) {
-    let (m, model) = model_manager(16, ManagerOptions::default());
+    let m = model_manager(16, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -255,7 +259,7 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
         assert_eq!(sc.submitted.last().unwrap().keys, vec![k(0), k(1)]);
         assert_eq!(sc.submitted.last().unwrap().request.name, "b");
     }
-    assert_eq!(model.refs(&k(0)), Some(2), "pinned by both cascades");
+    assert_eq!(model_refs(&m, &k(0)), Some(2), "pinned by both cascades");
     m.on_request_finished(b).unwrap();
     m.complete_store(b, &[k(9)], true).unwrap();
     assert!(
@@ -276,7 +280,7 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
 }
 
 fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
-    let (m, _) = model_manager(16, ManagerOptions::default());
+    let m = model_manager(16, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -294,7 +298,7 @@ fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
 }
 
 fn partial_promotion_and_bad_lists(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(0..3));
@@ -311,9 +315,9 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
         ..JobResult::new(id, false)
     });
     m.on_schedule_end().unwrap();
-    assert_eq!(model.refs(&k(0)), Some(0));
-    assert_eq!(model.refs(&k(1)), None, "the rest dropped");
-    assert_eq!(model.refs(&k(2)), Some(0));
+    assert_eq!(model_refs(&m, &k(0)), Some(0));
+    assert_eq!(model_refs(&m, &k(1)), None, "the rest dropped");
+    assert_eq!(model_refs(&m, &k(2)), Some(0));
     assert_eq!(stat(&m, Some(1), "partial_promotions"), 1.0);
 
     // a list naming a key not in the job: the whole job fails, logged as a tier bug
@@ -326,7 +330,7 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
         ..JobResult::new(id, false)
     });
     m.on_schedule_end().unwrap();
-    assert_eq!(model.refs(&k(1)), None);
+    assert_eq!(model_refs(&m, &k(1)), None);
     assert_eq!(stat(&m, Some(1), "tier_bugs"), 1.0);
     // a success is a success whatever keys it lists
     m.lookup(r, &k(1)).unwrap();
@@ -338,7 +342,7 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
         ..JobResult::new(id, true)
     });
     m.on_schedule_end().unwrap();
-    assert_eq!(model.refs(&k(1)), Some(0));
+    assert_eq!(model_refs(&m, &k(1)), Some(0));
     let mut errs = Vec::new();
     m.take_errors(&mut errs).unwrap();
     assert_eq!(errs.len(), 1);
@@ -346,7 +350,7 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
 }
 
 fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
@@ -366,7 +370,7 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
     assert_eq!(stat(&m, Some(1), "tier_bugs"), 3.0);
     assert_eq!(stat(&m, None, "tier_bugs"), 3.0);
     assert_eq!(
-        model.refs(&k(1)),
+        model_refs(&m, &k(1)),
         Some(1),
         "tier two's job still holds its pin"
     );
@@ -380,11 +384,11 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
     assert!(errs[2].contains("belongs to tier \"two\""), "{errs:?}");
     s2.lock().finish_all(true);
     m.on_schedule_end().unwrap();
-    assert_eq!(model.refs(&k(1)), Some(0));
+    assert_eq!(model_refs(&m, &k(1)), Some(0));
 }
 
 fn complete_job_from_another_thread(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let m = Arc::new(m);
     let (t, s) = TestTier::new("t");
     let idx = m.add_tier(wrap(t)).unwrap();
@@ -398,7 +402,7 @@ fn complete_job_from_another_thread(wrap: Wrap) {
         .unwrap();
     assert!(m.has_pending_work().unwrap());
     collect(&m);
-    assert_eq!(model.refs(&k(0)), Some(0));
+    assert_eq!(model_refs(&m, &k(0)), Some(0));
     assert!(matches!(
         m.complete_job(0, JobResult::new(id, true)),
         Err(Error::InvalidArgument(_))
@@ -410,7 +414,7 @@ fn complete_job_from_another_thread(wrap: Wrap) {
 }
 
 fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(50));
@@ -435,7 +439,11 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
         );
         assert!(sc.stored.contains(&k(50)), "secondary data kept");
     }
-    assert_eq!(model.0.lock().entries.len(), 0, "primary reset");
+    assert_eq!(
+        with_model(&m, |model| model.entries.len()),
+        0,
+        "primary reset"
+    );
     // the live request keeps its state; its store count was cleared
     assert_eq!(
         m.complete_store(live, &[k(2)], true).unwrap(),
@@ -461,7 +469,7 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
 
 #[test]
 fn reset_without_secondary_tiers_does_not_hold() {
-    let (m, _) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
     m.reset_cache().unwrap();
@@ -473,7 +481,7 @@ fn reset_without_secondary_tiers_does_not_hold() {
 fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
     use kvtier::region::SlotMemory;
     use kvtier::tiers::fs::{FsOptions, FsTier};
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let small = SlotMemory::anonymous(4, 4096).unwrap();
     let e = m.set_slot_memory(small.clone()).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
@@ -505,7 +513,7 @@ fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
 }
 
 fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
-    let (m, model) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("stuck");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
@@ -515,7 +523,7 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
         m.on_schedule_end().unwrap();
     }
     assert!(m.has_pending_work().unwrap());
-    assert_eq!(model.refs(&k(1)), Some(1));
+    assert_eq!(model_refs(&m, &k(1)), Some(1));
     m.reset_cache().unwrap();
     let mut errs = Vec::new();
     m.take_errors(&mut errs).unwrap();
@@ -528,11 +536,11 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
     s.lock().finish_all(true);
     collect(&m);
     assert_eq!(stat(&m, None, "stale_completions"), 1.0);
-    assert_eq!(model.refs(&k(2)), Some(0));
+    assert_eq!(model_refs(&m, &k(2)), Some(0));
 }
 
 fn every_job_failing_leaks_no_slot(wrap: Wrap) {
-    let (m, model) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("bad");
     m.add_tier(wrap(t)).unwrap();
     s.lock().fail_all = true;
@@ -544,17 +552,18 @@ fn every_job_failing_leaks_no_slot(wrap: Wrap) {
         m.on_schedule_end().unwrap();
         m.on_schedule_end().unwrap();
     }
-    let model = model.0.lock();
-    assert!(
-        model.entries.values().all(|e| e.refs == 0),
-        "{:?}",
-        model.entries
-    );
-    model.check().unwrap();
+    with_model(&m, |model| {
+        assert!(
+            model.entries.values().all(|e| e.refs == 0),
+            "{:?}",
+            model.entries
+        );
+        model.check().unwrap();
+    });
 }
 
 fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
-    let (m, _) = model_manager(32, ManagerOptions::default());
+    let m = model_manager(32, ManagerOptions::default());
     let (t, s) = TestTier::new("slow");
     let bp = BackpressureConfig {
         max_consecutive_failures: 2,
@@ -589,7 +598,7 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
 }
 
 fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
-    let (m, _) = model_manager(32, ManagerOptions::default());
+    let m = model_manager(32, ManagerOptions::default());
     let (t, s) = TestTier::new("slow");
     let bp = BackpressureConfig {
         max_consecutive_failures: 1,
@@ -616,7 +625,7 @@ fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
 }
 
 fn tier_filter_affects_lookups_only(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("disk");
     s.lock().medium = Some(Medium::Storage);
     m.add_tier(wrap(t)).unwrap();
@@ -655,7 +664,7 @@ fn tier_filter_affects_lookups_only(wrap: Wrap) {
 }
 
 fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let m = Arc::new(m);
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
@@ -684,7 +693,7 @@ fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
 }
 
 fn events_are_labelled_and_tiers_own_theirs(wrap: Wrap) {
-    let (m, _) = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -740,7 +749,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
             4
         }
     }
-    let (m, _) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
@@ -761,7 +770,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
         "region kept mapped after a failed shutdown"
     );
 
-    let (m, _) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let released = Arc::new(Mutex::new(false));
     m.attach_region(Flag(released.clone())).unwrap();
     m.shutdown().unwrap();
@@ -769,7 +778,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
 }
 
 fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
-    let (m, model) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let nope = RequestId(1);
@@ -783,7 +792,7 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
         Err(Error::UnknownRequest(_))
     ));
     assert_eq!(
-        model.0.lock().entries.len(),
+        with_model(&m, |model| model.entries.len()),
         0,
         "no slot allocated for an unknown request"
     );
@@ -814,7 +823,7 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
 }
 
 fn touch_reaches_every_tier_and_has_pending_work_sees_tiers(wrap: Wrap) {
-    let (m, _) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -839,7 +848,7 @@ fn at(log: &[String], from: usize, what: &str) -> usize {
 }
 
 fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -876,7 +885,7 @@ fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) 
 }
 
 fn on_schedule_end_order_of_work(wrap: Wrap) {
-    let (m, _) = model_manager(16, ManagerOptions::default());
+    let m = model_manager(16, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -936,7 +945,7 @@ fn on_schedule_end_order_of_work(wrap: Wrap) {
 }
 
 fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
-    let (m, _) = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, ManagerOptions::default());
     let (t1, s1) = TestTier::new("busy");
     let (t2, s2) = TestTier::new("has");
     let (t3, s3) = TestTier::new("last");
@@ -975,7 +984,7 @@ fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
 
 fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
     use kvtier::request::Locality;
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let mut scripts = Vec::new();
     for (name, medium, locality) in [
         ("any", None, None),
@@ -1038,7 +1047,7 @@ fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
 }
 
 fn has_pending_work_sees_staged_promotions_and_parked_keys(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1062,17 +1071,17 @@ fn has_pending_work_sees_staged_promotions_and_parked_keys(wrap: Wrap) {
 }
 
 fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap) {
-    let (m, model) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
     s.lock().stored.insert(k(40));
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
-    assert_eq!(model.refs(&k(1)), Some(1));
+    assert_eq!(model_refs(&m, &k(1)), Some(1));
     s.lock().fail_drain = true;
     assert!(m.reset_cache().is_err());
-    assert_eq!(model.refs(&k(1)), Some(1), "nothing reset");
+    assert_eq!(model_refs(&m, &k(1)), Some(1), "nothing reset");
     assert_eq!(stat(&m, None, "promotions_held"), 0.0);
     assert_eq!(stat(&m, None, "resets"), 0.0);
     s.lock().fail_drain = false;
@@ -1102,7 +1111,7 @@ fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap
 fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(wrap: Wrap) {
     let max = kvtier::tiering::MAX_FINISHED_PER_POLL;
     let n = max as u32 + 76;
-    let (m, _) = model_manager(2 * n, ManagerOptions::default());
+    let m = model_manager(2 * n, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
@@ -1128,7 +1137,7 @@ fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(
 }
 
 fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
-    let (m, _) = model_manager(32, ManagerOptions::default());
+    let m = model_manager(32, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     let bp = BackpressureConfig {
         max_consecutive_failures: 1,
@@ -1164,7 +1173,7 @@ fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
 }
 
 fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
-    let (m, _) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -1177,7 +1186,7 @@ fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
 }
 
 fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
@@ -1214,7 +1223,7 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
 }
 
 fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1235,7 +1244,7 @@ fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
 }
 
 fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t1, s1) = TestTier::new("blk");
     let (t2, s2) = TestTier::new("rl");
     m.add_tier(wrap(t1)).unwrap();
@@ -1275,7 +1284,7 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
 }
 
 fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: Wrap) {
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1307,7 +1316,7 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
 }
 
 fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
-    let (m, _) = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, ManagerOptions::default());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1332,7 +1341,7 @@ fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
 }
 
 fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(wrap: Wrap) {
-    let (m, model) = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, ManagerOptions::default());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(9));
@@ -1352,7 +1361,7 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
         )
     };
     let snapshot = before(&s);
-    let entries = model.0.lock().entries.len();
+    let entries = with_model(&m, |model| model.entries.len());
     let never = RequestId(gone.0 + 1000);
     for name in [never, gone] {
         let unknown = |r: kvtier::Result<()>| {
@@ -1373,8 +1382,8 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
         unknown(m.on_request_finished(name));
     }
     assert_eq!(before(&s), snapshot, "no tier saw anything");
-    assert_eq!(model.0.lock().entries.len(), entries);
-    assert_eq!(model.refs(&k(1)), Some(0));
+    assert_eq!(with_model(&m, |model| model.entries.len()), entries);
+    assert_eq!(model_refs(&m, &k(1)), Some(0));
     assert_eq!(stat(&m, None, "lookups"), 0.0);
     assert_eq!(stat(&m, None, "ignored_store_completions"), 0.0);
 }
@@ -1387,7 +1396,7 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
 fn complete_job_refuses_a_tier_that_reports_through_poll_finished() {
     use kvtier::tiering::JobId;
     use kvtier::tiers::fs::{FsOptions, FsTier};
-    let (m, _) = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, ManagerOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let mut o = FsOptions::new(dir.path());
     o.read_threads = 1;
@@ -1421,19 +1430,19 @@ fn on_real_and_model(
     check: impl Fn(&Manager, &dyn Fn(&kvtier::Key) -> Option<i32>),
 ) {
     use kvtier::primary::{PrimaryConfig, PrimaryTier};
-    use kvtier::tiering::backend::Shared;
-    let real = Shared::wrap(
-        PrimaryTier::new(PrimaryConfig {
-            capacity,
-            event_capacity: 64,
-            ..Default::default()
-        })
-        .unwrap(),
-    );
-    let m = Manager::with_backend(Box::new(real.clone()), ManagerOptions::default());
-    check(&m, &|key| real.0.lock().ref_count(key));
-    let (m, model) = model_manager(capacity, ManagerOptions::default());
-    check(&m, &|key| model.refs(key));
+    let real = PrimaryTier::new(PrimaryConfig {
+        capacity,
+        event_capacity: 64,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = Manager::new(real, ManagerOptions::default());
+    check(&m, &|key| {
+        m.inspect_primary(|real: &PrimaryTier| real.ref_count(key))
+            .unwrap()
+    });
+    let m = model_manager(capacity, ManagerOptions::default());
+    check(&m, &|key| model_refs(&m, key));
 }
 
 /// r1 plans A (slot 0); r2 names [A, B] and plans only B; r2 completes
@@ -1480,6 +1489,61 @@ fn a_completion_leaves_another_requests_write_pending_key_alone() {
             assert_eq!(refs(&k(1)), Some(0), "{what}: r1's completion made A ready");
         });
     }
+}
+
+/// [0.33] A request may finish with its loads still in flight (an abort):
+/// the finish commits and finalizes it as usual (the tiers hear of it at
+/// once), and its handle stays valid for `complete_load` of the pins its
+/// loads still hold, and nothing else, until the last goes or a reset.
+#[test]
+fn a_finished_request_completes_the_loads_it_still_holds() {
+    on_real_and_model(4, |m, refs| {
+        let (t, s) = TestTier::new("t");
+        m.add_tier(rust(t)).unwrap();
+        let other = start(m, "other");
+        store(m, other, &[k(1), k(2), k(3)]);
+        collect(m);
+        assert_eq!(refs(&k(1)), Some(0), "the cascades finished");
+        let r = start(m, "r");
+        let mut slots = Vec::new();
+        m.prepare_load(r, &[k(1), k(2)], &mut slots).unwrap();
+        m.prepare_load(other, &[k(1), k(3)], &mut slots).unwrap();
+        m.on_request_finished(r).unwrap();
+        assert!(
+            s.lock().log.iter().any(|l| l == "finished r"),
+            "finalized at once, loads in flight or not"
+        );
+        assert_eq!(stat(m, None, "active_requests"), 1.0);
+        let unknown = |e: Error| matches!(&e, Error::UnknownRequest(n) if *n == r.to_string());
+        assert!(unknown(m.touch(r, &[k(1)]).unwrap_err()));
+        assert!(unknown(m.prepare_load(r, &[k(1)], &mut slots).unwrap_err()));
+        assert!(unknown(m.lookup(r, &k(1)).unwrap_err()));
+        assert!(unknown(m.on_request_finished(r).unwrap_err()));
+        // Another request's pin cannot be released through the handle.
+        let e = m.complete_load(r, &[k(3)]).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 0, .. }), "{e}");
+        assert_eq!(refs(&k(3)), Some(1));
+        m.complete_load(r, &[k(1)]).unwrap();
+        assert_eq!(refs(&k(1)), Some(1), "the other request's pin stays");
+        let e = m.complete_load(r, &[k(2), k(1)]).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
+        assert_eq!(refs(&k(2)), Some(1), "a refused batch changes nothing");
+        m.complete_load(r, &[k(2)]).unwrap();
+        assert_eq!(refs(&k(2)), Some(0));
+        // The last pin released: the handle is unknown to complete_load too.
+        assert!(unknown(m.complete_load(r, &[k(1)]).unwrap_err()));
+        assert_eq!(refs(&k(1)), Some(1));
+        m.complete_load(other, &[k(1), k(3)]).unwrap();
+        // A reset forgets the pins of a finished request.
+        let late = start(m, "late");
+        m.prepare_load(late, &[k(2)], &mut slots).unwrap();
+        m.on_request_finished(late).unwrap();
+        m.reset_cache().unwrap();
+        assert!(matches!(
+            m.complete_load(late, &[k(2)]),
+            Err(Error::UnknownRequest(_))
+        ));
+    });
 }
 
 /// A store completion never publishes or drops the slot a promotion

@@ -1,118 +1,146 @@
-//! The Prometheus text kvtier writes is accepted by the reference Python
-//! parser (`prometheus_client`), which `make test` installs if missing.
+//! The Prometheus text of a manager with every built-in tier and a C tier:
+//! each family once, with HELP and TYPE, named by the conventions; read by
+//! the reference parser (`prometheus_client`) and passed by `promtool
+//! check metrics` without a warning (both installed by `make test`; the
+//! promtool test skips with a message where it is missing).
 
+#[path = "support/exposition.rs"]
+mod exposition;
 #[path = "support/prometheus.rs"]
 mod prometheus;
 
-use kvtier::metrics::{TierStats, prometheus_text};
-use kvtier::stats::Stat;
+use exposition::{NO_PROMTOOL, busy_manager, family_problems, promtool_check};
 use prometheus::parse_with_prometheus_client;
 
-#[test]
-fn reference_parser_accepts_every_shape_we_emit() {
-    let primary = [
-        Stat::counter("evictions", 12),
-        Stat::gauge("usage", 0.25),
-        Stat::counter("stores_refused_total", 1),
-    ];
-    let fs = [
-        Stat::counter("evictions", 3),
-        Stat::gauge("bytes_used", 1.5e9),
-    ];
-    let text = prometheus_text(&[
-        TierStats {
-            tier: "primary",
-            stats: &primary,
-        },
-        TierStats {
-            tier: "fs\\0 \"quoted\"",
-            stats: &fs,
-        },
-    ]);
-    let samples = parse_with_prometheus_client(&text);
-    assert!(
-        samples.contains(&"kvtier_evictions_total|counter|[('tier', 'primary')]|12.0".to_string()),
-        "{samples:?}"
-    );
-    assert!(
-        samples.contains(
-            &"kvtier_evictions_total|counter|[('tier', 'fs\\\\0 \"quoted\"')]|3.0".to_string()
-        ),
-        "{samples:?}"
-    );
-    assert!(
-        samples.contains(&"kvtier_usage|gauge|[('tier', 'primary')]|0.25".to_string()),
-        "{samples:?}"
-    );
-    assert!(
-        samples
-            .contains(&"kvtier_stores_refused_total|counter|[('tier', 'primary')]|1.0".to_string()),
-        "{samples:?}"
-    );
-    assert!(
-        samples.contains(
-            &"kvtier_bytes_used|gauge|[('tier', 'fs\\\\0 \"quoted\"')]|1500000000.0".to_string()
-        ),
-        "{samples:?}"
-    );
-    assert_eq!(samples.len(), 5);
+fn text() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let m = busy_manager(dir.path());
+    let text = m.prometheus_text().unwrap();
+    m.shutdown().unwrap();
+    text
 }
 
 #[test]
-fn reference_parser_reads_the_allocation_size_histogram() {
-    use kvtier::Key;
-    use kvtier::primary::{PrimaryConfig, PrimaryTier};
-    use kvtier::tiering::backend::StorePlan;
-    use kvtier::tiering::{Manager, ManagerOptions, RequestParams};
-
-    let primary = PrimaryTier::new(PrimaryConfig {
-        capacity: 64,
-        ..Default::default()
-    })
-    .unwrap();
-    let m = Manager::new(primary, ManagerOptions::default());
-    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
-    let keys: Vec<Key> = (0u32..7)
-        .map(|i| Key::new(&i.to_be_bytes()).unwrap())
-        .collect();
-    let mut plan = StorePlan::default();
-    // Allocations of 2 and 5 keys.
-    m.prepare_store(r, &keys[..2], &mut plan).unwrap();
-    m.prepare_store(r, &keys, &mut plan).unwrap();
-    let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
-    let samples = parse_with_prometheus_client(&text);
-    let family = "kvtier_allocation_size_blocks";
-    let histogram: Vec<&String> = samples
-        .iter()
-        .filter(|s| s.starts_with(&format!("{family}_")))
-        .collect();
-    let sample = |suffix: &str, le: Option<&str>, value: f64| {
-        let labels = match le {
-            Some(le) => format!("[('le', '{le}'), ('tier', 'primary')]"),
-            None => "[('tier', 'primary')]".to_string(),
-        };
-        format!("{family}{suffix}|histogram|{labels}|{value:?}")
-    };
-    let mut expected = Vec::new();
-    for (le, count) in [
-        ("1", 0.0),
-        ("4", 1.0),
-        ("16", 2.0),
-        ("64", 2.0),
-        ("256", 2.0),
-        ("1024", 2.0),
-        ("4096", 2.0),
-        ("16384", 2.0),
-        ("65536", 2.0),
-        ("262144", 2.0),
-        ("+Inf", 2.0),
-    ] {
-        expected.push(sample("_bucket", Some(le), count));
+fn every_family_has_help_and_a_name_of_its_own() {
+    let text = text();
+    let problems = family_problems(&text);
+    assert!(problems.is_empty(), "{problems:#?}\n{text}");
+    // Only the C tier's own statistics are custom ones.
+    for line in text.lines().filter(|l| l.starts_with("kvtier_custom_")) {
+        assert!(line.contains("tier=\"ctier\""), "{line}");
     }
-    expected.push(sample("_count", None, 2.0));
-    expected.push(sample("_sum", None, 7.0));
-    let mut got: Vec<String> = histogram.into_iter().cloned().collect();
-    got.sort();
-    expected.sort();
-    assert_eq!(got, expected, "{text}");
+    for family in [
+        "kvtier_custom_copies_total",
+        "kvtier_custom_queue_depth",
+        "kvtier_custom_evictions_total",
+        "kvtier_custom_callback_errors_total",
+        "kvtier_tier_callback_errors_total",
+        "kvtier_fs_errors_total",
+        "kvtier_primary_allocation_size_blocks",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "{family}:\n{text}"
+        );
+    }
+    if cfg!(feature = "redis-tier") {
+        assert!(
+            text.contains("# TYPE kvtier_redis_failures_total counter\n"),
+            "{text}"
+        );
+    }
+    // The fs tier's failure causes are one family.
+    assert_eq!(text.matches("# TYPE kvtier_fs_errors").count(), 1);
+    assert!(
+        text.contains(
+            "kvtier_fs_errors_total{tier=\"fs\",medium=\"storage\",cause=\"checksum\"} 0\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_check_finds_a_family_without_help_and_two_families_of_one_name() {
+    let good = "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n";
+    assert!(family_problems(good).is_empty());
+    let no_help = "# TYPE a_total counter\na_total 1\n";
+    assert_eq!(
+        family_problems(no_help),
+        ["family a_total has no HELP line"]
+    );
+    let twice = format!("{good}{good}");
+    assert_eq!(family_problems(&twice), ["family a_total appears twice"]);
+    let clash = format!("{good}# HELP a A.\n# TYPE a gauge\na 2\n");
+    assert_eq!(
+        family_problems(&clash),
+        ["families a_total and a share the name a"]
+    );
+    let outside = "# HELP a_total A.\n# TYPE a_total counter\nb_total 1\n";
+    assert_eq!(
+        family_problems(outside),
+        ["sample b_total is outside its family a_total"]
+    );
+}
+
+#[test]
+fn the_reference_parser_reads_every_family() {
+    let text = text();
+    let samples = parse_with_prometheus_client(&text);
+    let has = |line: &str| samples.iter().any(|s| s == line);
+    // Hit accounting: the primary tier's hits and the fs tier's
+    // promotions are one family, beside the lookups they divide.
+    assert!(
+        has("kvtier_manager_lookup_hits_total|counter|[('tier', 'fs')]|1.0"),
+        "{samples:#?}"
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|s| s
+                .starts_with("kvtier_manager_lookup_hits_total|counter|[('tier', 'primary')]|")),
+        "{samples:#?}"
+    );
+    assert!(
+        has("kvtier_manager_lookup_misses_total|counter|[('reason', 'absent')]|1.0"),
+        "{samples:#?}"
+    );
+    assert!(
+        has(
+            "kvtier_tier_jobs_total|counter|[('direction', 'store'), ('medium', 'cpu'), ('tier', 'ctier')]|2.0"
+        ),
+        "{samples:#?}"
+    );
+    assert!(
+        has("kvtier_custom_queue_depth|gauge|[('medium', 'cpu'), ('tier', 'ctier')]|1.0"),
+        "{samples:#?}"
+    );
+    // Two stores of 4 keys and the promotion's allocation of 1.
+    assert!(
+        has(
+            "kvtier_primary_allocation_size_blocks_bucket|histogram|[('le', '+Inf'), ('medium', 'cpu'), ('tier', 'primary')]|3.0"
+        ),
+        "{samples:#?}"
+    );
+    // Every series once.
+    let mut series: Vec<&str> = samples
+        .iter()
+        .map(|s| s.rsplit_once('|').unwrap().0)
+        .collect();
+    let all = series.len();
+    series.sort();
+    series.dedup();
+    assert_eq!(series.len(), all, "{text}");
+}
+
+#[test]
+fn promtool_passes_the_text_without_a_warning() {
+    let text = text();
+    let Some((ok, said)) = promtool_check(&text) else {
+        println!("{NO_PROMTOOL}");
+        return;
+    };
+    assert!(ok && said.trim().is_empty(), "promtool: {said}\n{text}");
+    // And it does warn where the conventions are not followed.
+    let (_, said) = promtool_check("# TYPE kvtier_x_ms counter\nkvtier_x_ms 1\n").unwrap();
+    assert!(!said.trim().is_empty(), "promtool warned of nothing");
 }

@@ -551,3 +551,67 @@ fn a_finish_from_c_commits_group_by_group_with_kv_groups() {
         unsafe { kvtier_primary_free(p) };
     }
 }
+
+/// As vLLM 0.33 allows, a request may finish while its load is in flight
+/// (an abort) and complete the load afterwards: its handle still releases
+/// the pins its own loads hold, and only those, and is unknown once the
+/// last is released.
+#[test]
+fn a_finished_request_releases_only_its_own_loads_through_the_c_api() {
+    let p = new(4, c"lru");
+    let (a, b, c) = (b"a".to_vec(), b"b".to_vec(), b"c".to_vec());
+    let other = begin(p, c"other");
+    let all = [ck(&a), ck(&b), ck(&c)];
+    assert_eq!(store_for(p, other, &all).0, kvtier_status::Ok);
+    complete_for(p, other, &all, true);
+    let r = begin(p, c"r");
+    let mut slots = [u32::MAX; 2];
+    let (ab, ac) = ([ck(&a), ck(&b)], [ck(&a), ck(&c)]);
+    for (req, keys) in [(r, &ab), (other, &ac)] {
+        assert_eq!(
+            unsafe { kvtier_primary_prepare_load(p, req, keys.as_ptr(), 2, slots.as_mut_ptr()) },
+            kvtier_status::Ok
+        );
+    }
+    finish(p, r);
+    assert_eq!(read_stats(p).pinned, 3);
+    let complete = |keys: &[kvtier_key]| unsafe {
+        kvtier_primary_complete_load(p, r, keys.as_ptr(), keys.len())
+    };
+    // Every other call takes the handle as unknown.
+    assert_eq!(
+        unsafe { kvtier_primary_touch(p, r, ab.as_ptr(), 1) },
+        kvtier_status::UnknownRequest
+    );
+    assert_eq!(
+        unsafe { kvtier_primary_prepare_load(p, r, ab.as_ptr(), 1, slots.as_mut_ptr()) },
+        kvtier_status::UnknownRequest
+    );
+    // Another request's pin cannot be released through the handle.
+    assert_eq!(complete(&[ck(&c)]), kvtier_status::KeyState);
+    assert!(last_error().contains("position 0"), "{}", last_error());
+    assert_eq!(complete(&[ck(&b), ck(&b)]), kvtier_status::KeyState);
+    assert!(last_error().contains("position 1"), "{}", last_error());
+    assert_eq!(read_stats(p).pinned, 3, "refused calls change nothing");
+    assert_eq!(complete(&[ck(&a)]), kvtier_status::Ok);
+    assert_eq!(
+        read_stats(p).pinned,
+        3,
+        "a stays pinned by the other request"
+    );
+    assert_eq!(
+        complete(&[ck(&a)]),
+        kvtier_status::KeyState,
+        "released once"
+    );
+    assert_eq!(complete(&[ck(&b)]), kvtier_status::Ok);
+    assert_eq!(read_stats(p).pinned, 2);
+    // The last pin released: the handle is unknown.
+    assert_eq!(complete(&[ck(&a)]), kvtier_status::UnknownRequest);
+    assert_eq!(
+        unsafe { kvtier_primary_complete_load(p, other, ac.as_ptr(), 2) },
+        kvtier_status::Ok
+    );
+    assert_eq!(read_stats(p).pinned, 0);
+    unsafe { kvtier_primary_free(p) };
+}

@@ -16,7 +16,9 @@
 //! key bytes; a request records each key once, in first presentation
 //! order, before a store's eviction; its finish orders its keys by KV
 //! group and position (`order_request_keys`) and commits them from the
-//! tail.  Runs draw the KV-group option and whether positions are given.
+//! tail.  A request that finishes with pins of its loads still held keeps
+//! them for its late `complete_load`, which releases only those.  Runs
+//! draw the KV-group option and whether positions are given.
 
 #[path = "support/rng.rs"]
 mod rng;
@@ -52,6 +54,8 @@ struct Req {
     positions: Vec<(Key, u64)>,
     /// The request's lru rank in this cache generation.
     rank: Option<u64>,
+    /// One entry per pin its loads took and have not released.
+    pins: Vec<Key>,
 }
 
 impl Req {
@@ -112,6 +116,10 @@ struct Model {
     target: f64,
     table: Vec<(Key, u32)>,
     reqs: Vec<Req>,
+    /// Finished requests whose loads still hold pins.
+    finished_loads: Vec<Req>,
+    /// Loads completed by a finished request.
+    late_loads: u64,
     events: Vec<Event>,
     evictions: u64,
     refusals: u64,
@@ -163,6 +171,8 @@ impl Model {
             target: 0.0,
             table: vec![],
             reqs: vec![],
+            finished_loads: vec![],
+            late_loads: 0,
             events: vec![],
             evictions: 0,
             refusals: 0,
@@ -326,7 +336,7 @@ impl Model {
     }
 
     fn begin(&mut self, id: u64) -> Out {
-        if self.req(id).is_some() {
+        if self.req(id).is_some() || self.finished_loads.iter().any(|r| r.id == id) {
             return Out::Err("duplicate_request", None);
         }
         self.reqs.push(Req {
@@ -381,17 +391,45 @@ impl Model {
             Ok(slots) => {
                 self.loads += keys.len() as u64;
                 self.record(r, keys, keys);
+                self.reqs[r].pins.extend_from_slice(keys);
                 Out::Slots(slots)
             }
             Err(o) => o,
         }
     }
 
+    /// An active request unpins any pinned key, releasing its own pins
+    /// of them; a finished one only its own pins, and is forgotten with
+    /// the last.
     fn complete_load(&mut self, id: u64, keys: &[Key]) -> Out {
-        if self.req(id).is_none() {
-            return Out::Err("unknown_request", None);
+        if let Some(r) = self.req(id) {
+            let out = self.unpin(keys);
+            if out == Out::Unit {
+                for k in keys {
+                    remove_key(&mut self.reqs[r].pins, k);
+                }
+            }
+            return out;
         }
-        self.unpin(keys)
+        let Some(f) = self.finished_loads.iter().position(|r| r.id == id) else {
+            return Out::Err("unknown_request", None);
+        };
+        let mut pins = self.finished_loads[f].pins.clone();
+        for (i, k) in keys.iter().enumerate() {
+            if !remove_key(&mut pins, k) {
+                return Out::Err("key_state", Some(i));
+            }
+        }
+        let out = self.unpin(keys);
+        if out == Out::Unit {
+            self.late_loads += 1;
+            if pins.is_empty() {
+                self.finished_loads.remove(f);
+            } else {
+                self.finished_loads[f].pins = pins;
+            }
+        }
+        out
     }
 
     fn grow(&mut self) {
@@ -714,6 +752,9 @@ impl Model {
                 }
             }
         }
+        if !req.pins.is_empty() {
+            self.finished_loads.push(req);
+        }
         Out::Unit
     }
 
@@ -736,7 +777,9 @@ impl Model {
             r.reused.clear();
             r.adapted.clear();
             r.rank = None;
+            r.pins.clear();
         }
+        self.finished_loads.clear();
         Out::Unit
     }
 
@@ -903,8 +946,9 @@ fn resident_pick(rng: &mut Rng, m: &Model, ready: bool, pinned: bool) -> Vec<Key
 }
 
 /// Runs `ops` random operations; returns how many keys completions left
-/// alone because another writer writes them.
-fn run(seed: u64, ops: u64) -> u64 {
+/// alone because another writer writes them, and how many loads finished
+/// requests completed.
+fn run(seed: u64, ops: u64) -> (u64, u64) {
     let mut rng = Rng(seed);
     let config = PrimaryConfig {
         capacity: 1 + rng.below(10) as u32,
@@ -1088,7 +1132,7 @@ fn run(seed: u64, ops: u64) -> u64 {
     tev.clear();
     t.take_events(&mut tev);
     assert_eq!(tev, m.events);
-    m.foreign
+    (m.foreign, m.late_loads)
 }
 
 #[test]
@@ -1099,9 +1143,12 @@ fn random_sequences_match_the_model() {
         .unwrap_or(100_000);
     let per_run = 2_000;
     let runs = total.div_ceil(per_run);
-    let mut foreign = 0;
+    let (mut foreign, mut late_loads) = (0, 0);
     for seed in 0..runs {
-        foreign += run(0x5eed_0000 + seed, per_run);
+        let (f, l) = run(0x5eed_0000 + seed, per_run);
+        foreign += f;
+        late_loads += l;
     }
     assert!(foreign > 0, "completions named other writers' keys");
+    assert!(late_loads > 0, "finished requests completed loads");
 }

@@ -130,6 +130,19 @@ fn every_statistic_the_library_reports_is_listed() {
         .filter(|n| !listed(&doc, n))
         .map(|n| format!("manager: {n}"))
         .collect();
+    // The manager's histograms, beside the struct's fields.
+    let primary = kvtier::primary::PrimaryTier::new(kvtier::primary::PrimaryConfig {
+        capacity: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = kvtier::tiering::Manager::new(primary, Default::default());
+    for s in m.stats().unwrap().iter().filter(|s| s.tier.is_none()) {
+        let name = s.stat.series_name().into_owned();
+        if !listed(&doc, &name) {
+            missing.push(format!("manager: {name}"));
+        }
+    }
     for policy in [c"lru", c"arc"] {
         let dir = tempfile::tempdir().unwrap();
         let names = tier_stat_names(policy, dir.path());
@@ -158,4 +171,59 @@ fn the_check_finds_a_name_the_page_lacks() {
     assert!(listed(&doc, "allocation_size_blocks_bucket_le_16384"));
     assert!(!listed(&doc, "allocation_size_blocks_bucket_le_3"));
     assert!(!listed(&doc, "no_such_statistic"));
+}
+
+fn metrics_doc() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap()
+}
+
+/// The row docs/metrics.md must have for `family`: name, type, labels.
+fn family_row(family: &kvtier::metrics::catalogue::Family) -> String {
+    use kvtier::metrics::catalogue::Scope;
+    let mut labels: Vec<&str> = match family.scope {
+        Scope::Manager => vec![],
+        Scope::ManagerByTier => vec!["tier"],
+        Scope::Tier => vec!["tier", "medium"],
+    };
+    labels.extend(family.label);
+    let labels: Vec<String> = labels.iter().map(|l| format!("`{l}`")).collect();
+    let labels = if labels.is_empty() {
+        "(none)".to_string()
+    } else {
+        labels.join(", ")
+    };
+    format!(
+        "| `{}` | {} | {} |",
+        family.name,
+        family.ty.as_str(),
+        labels
+    )
+}
+
+#[test]
+fn every_metric_family_is_documented_with_its_type_and_labels() {
+    let doc = metrics_doc();
+    let mut missing = Vec::new();
+    for table in kvtier::metrics::catalogue::TABLES {
+        for e in table.iter() {
+            let row = family_row(e.family);
+            if !doc.contains(&row) && !missing.contains(&row) {
+                missing.push(row);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "families docs/metrics.md does not list (or lists with another type or labels):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_family_check_finds_a_wrong_row() {
+    let doc = metrics_doc();
+    let f = &kvtier::metrics::catalogue::FS_ERRORS;
+    assert!(doc.contains(&family_row(f)));
+    assert!(!doc.contains("| `kvtier_fs_errors_total` | gauge |"));
+    assert!(!doc.contains("| `kvtier_fs_errors_total` | counter | `tier`, `medium` |"));
 }

@@ -107,10 +107,10 @@ fn a_counter_a_rust_tier_stops_reporting_keeps_its_last_value() {
     *script.lock() = vec![Stat::gauge("level", 1.0)];
     assert_eq!(own(&m, "widgets"), Some(7.0), "held at its last value");
     assert_eq!(own(&m, "level"), Some(1.0), "gauges are current");
-    let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
+    let text = m.prometheus_text().unwrap();
     assert!(
         text.contains(
-            "# TYPE kvtier_widgets_total counter\nkvtier_widgets_total{tier=\"scripted\"} 7\n"
+            "# TYPE kvtier_custom_widgets_total counter\nkvtier_custom_widgets_total{tier=\"scripted\",medium=\"any\"} 7\n"
         ),
         "{text}"
     );
@@ -137,9 +137,9 @@ fn a_rust_tier_counter_that_goes_back_is_held_and_counted_as_a_bug() {
             .any(|e| e.contains("widgets") && e.contains("went back")),
         "{errors:?}"
     );
-    let text = kvtier::metrics::manager_prometheus_text(&m.stats().unwrap());
+    let text = m.prometheus_text().unwrap();
     assert!(
-        text.contains("kvtier_widgets_total{tier=\"scripted\"} 10\n"),
+        text.contains("kvtier_custom_widgets_total{tier=\"scripted\",medium=\"any\"} 10\n"),
         "{text}"
     );
     *script.lock() = vec![Stat::counter("widgets", 12)];
@@ -299,7 +299,7 @@ fn c_tier_counters_never_go_back_in_the_c_stats_and_metrics() {
     assert_eq!(read[&(1, "level".to_string())], (KVTIER_STAT_GAUGE, 1.0));
     let text = c_metrics(m);
     assert!(
-        text.contains("kvtier_widgets_total{tier=\"ctier\"} 5\n"),
+        text.contains("kvtier_custom_widgets_total{tier=\"ctier\",medium=\"any\"} 5\n"),
         "{text}"
     );
     assert_eq!(read[&(1, "tier_bugs".to_string())].1, 0.0);
@@ -310,7 +310,7 @@ fn c_tier_counters_never_go_back_in_the_c_stats_and_metrics() {
     assert_eq!(read[&(1, "tier_bugs".to_string())].1, 1.0);
     let text = c_metrics(m);
     assert!(
-        text.contains("kvtier_widgets_total{tier=\"ctier\"} 5\n"),
+        text.contains("kvtier_custom_widgets_total{tier=\"ctier\",medium=\"any\"} 5\n"),
         "{text}"
     );
     assert_eq!(c_read(m)[&(1, "tier_bugs".to_string())].1, 1.0);

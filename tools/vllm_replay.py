@@ -8,7 +8,7 @@ files in `tests/replay-expected/` are vLLM's behaviour, not kvtier's.
 
     python3 tools/vllm_replay.py --vllm-root DIR --workload FILE --blocks N \
         [--policy lru|arc] [--batch B] [--tiers none|mem] [--hit-pending] \
-        [--positions]
+        [--positions] [--managers vllm|kvtier]
 
 `DIR` is a directory holding the `vllm/` package of the vLLM 0.33.0 wheel
 (`pip download vllm==0.33.0 --no-deps`, then unzip the wheel; only its
@@ -72,6 +72,14 @@ counterpart: it selects kvtier's option answering HIT_PENDING (rather than
 RETRY) to a lookup that starts a promotion.  vLLM 0.33 always answers
 HIT_PENDING there; the driver defers a request on either answer, so the
 counters are the same with or without it.
+
+`--managers kvtier` runs the same driver over kvtier's managers instead:
+`kvtier.vllm.compat`'s classes (one kvtier manager each, through the C
+API, the `mem` tier behind the C vtable) take the place of vLLM's, with
+the same constructor arguments.  The package is imported from `python/`
+beside this script (the library from `target/release`, or `KVTIER_LIBRARY`).
+The counters must be the same; `ns_per_call` then gives the Python layer's
+cost per manager call beside vLLM's own managers.
 
 Regenerating the expected files (`tests/replay-expected/`, named
 `<preset>-<seed>-<blocks>-<policy>-<tiers>[-hit-pending].json`): write the
@@ -223,6 +231,16 @@ def make_mem_tier(v, counts):
     return MemTier()
 
 
+def use_kvtier(v):
+    """Puts kvtier's drop-in managers in the place of vLLM's."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    from kvtier.vllm import compat
+
+    v.cpu.CPUOffloadingManager = compat.CPUOffloadingManager
+    v.tiering.CPUPrimaryTierOffloadingManager = compat.CPUPrimaryTierOffloadingManager
+    v.tiering.TieringOffloadingManager = compat.TieringOffloadingManager
+
+
 def read_workload(path):
     """[(req_id, [key bytes])] in file order."""
     requests = []
@@ -356,6 +374,7 @@ def main():
     p.add_argument("--tiers", choices=("none", "mem"), default="none")
     p.add_argument("--hit-pending", action="store_true")
     p.add_argument("--positions", action="store_true")
+    p.add_argument("--managers", choices=("vllm", "kvtier"), default="vllm")
     p.add_argument(
         "--expected-out",
         metavar="FILE",
@@ -365,6 +384,8 @@ def main():
     if args.blocks < 1 or args.batch < 1:
         p.error("--blocks and --batch must be at least 1")
     v = load_vllm(os.path.abspath(args.vllm_root))
+    if args.managers == "kvtier":
+        use_kvtier(v)
     counts = replay(v, args, read_workload(args.workload))
     print(json.dumps(counts))
     if args.expected_out:

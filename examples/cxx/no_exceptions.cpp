@@ -61,7 +61,7 @@ int main() {
     return 1;
   }
   auto text = m.try_metrics_prometheus();
-  if (!text || text->find("kvtier_cascade_failures_total{tier=\"refuser\"} 1") == std::string::npos) {
+  if (!text || text->find("kvtier_tier_job_failures_total{tier=\"refuser\",medium=\"any\",direction=\"store\"} 1") == std::string::npos) {
     std::fprintf(stderr, "no_exceptions: metrics should count the refused cascade:\n%s\n",
                  text ? text->c_str() : "(none)");
     return 1;

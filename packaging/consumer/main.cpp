@@ -10,7 +10,7 @@ int main() {
   kvtier::lookup_answer a = m.lookup(r, kvtier::key_view("some-key"));
   if (a.hits != 0 || a.stop != kvtier::lookup_result::miss || a.reason != kvtier::miss_reason::absent) return 1;
   std::string text = m.metrics_prometheus();
-  if (text.find("kvtier_lookups_total{tier=\"manager\"} 1") == std::string::npos) return 1;
+  if (text.find("kvtier_manager_lookups_total 1\n") == std::string::npos) return 1;
   std::printf("consumer (C++): ok\n");
   return 0;
 }

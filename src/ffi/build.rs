@@ -30,7 +30,6 @@ use crate::tiering::{BackpressureConfig, PressurePolicy, PromotionAnswer, TierOp
 
 /// What a lookup that starts a promotion answers: a
 /// `KVTIER_PROMOTION_ANSWER_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_promotion_answer = i32;
 /// The lookup answers RETRY: ask again later (default).
 pub const KVTIER_PROMOTION_ANSWER_RETRY: kvtier_promotion_answer = 0;
@@ -39,7 +38,6 @@ pub const KVTIER_PROMOTION_ANSWER_HIT_PENDING: kvtier_promotion_answer = 1;
 
 /// What happens to cascades to a tier under back-pressure: a
 /// `KVTIER_PRESSURE_POLICY_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_pressure_policy = i32;
 /// Drop every cascade while the tier is under pressure (default).
 pub const KVTIER_PRESSURE_POLICY_DROP: kvtier_pressure_policy = 0;
@@ -51,7 +49,6 @@ pub const KVTIER_PRESSURE_POLICY_THROTTLE: kvtier_pressure_policy = 1;
 /// JSON configuration of `kvtier_manager_new_from_json` names the same
 /// options (the primary tier's under `"primary"`) with the same defaults.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_manager_options {
     /// `sizeof(kvtier_manager_options)` as the caller was compiled with.
@@ -89,7 +86,6 @@ pub struct kvtier_manager_options {
 /// Per-tier options of `kvtier_manager_add_tier`.  Initialize with
 /// `kvtier_tier_options_default()` (growth rule).
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_tier_options {
     /// `sizeof(kvtier_tier_options)` as the caller was compiled with.
@@ -248,6 +244,7 @@ pub(crate) unsafe fn manager_config_of(
         promotion_answer,
         error_log_capacity: o.error_log_capacity,
         tiers: Vec::new(),
+        metrics: None,
     })
 }
 

@@ -6,14 +6,19 @@
 use std::ffi::{c_char, c_void};
 
 use super::boundary::{enter, ffi_call, in_slice, into_handle, out_ref};
-use super::manager::kvtier_manager;
+use super::manager::{CManager, kvtier_manager};
 use crate::config::Config;
 use crate::error::Error;
+use crate::metrics::server::MetricsServer;
 
 /// Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
 /// no NUL needed): slot memory (a shared region if `"region"` is given,
 /// else private memory when `"block_bytes"` > 0), the primary tier, and
-/// the built-in secondary tiers listed in `"tiers"`.  The document holds
+/// the built-in secondary tiers listed in `"tiers"`, and, with
+/// `"metrics": {"listen": "IP:port"}`, an HTTP endpoint serving
+/// `/metrics` (the text of `kvtier_manager_metrics_prometheus`) from a
+/// thread of its own until the manager is freed; an address that cannot
+/// be listened on (bad, in use) fails the call with a message naming it.  The document holds
 /// the options of `kvtier_manager_options` (the primary tier's under
 /// `"primary"`) with the same defaults, and the manager is built the same
 /// way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
@@ -44,8 +49,13 @@ pub unsafe extern "C" fn kvtier_manager_new_from_json(
         let text = std::str::from_utf8(bytes).map_err(|e| {
             Error::InvalidArgument(format!("configuration: the document is not UTF-8: {e}"))
         })?;
-        let manager = Config::from_json(text)?.build()?;
-        *out = into_handle::<kvtier_manager>(manager);
+        let config = Config::from_json(text)?;
+        let manager = std::sync::Arc::new(config.build()?);
+        let metrics = match &config.metrics {
+            Some(m) => Some(MetricsServer::start(&m.listen, &manager)?),
+            None => None,
+        };
+        *out = into_handle::<kvtier_manager>(CManager::serving(manager, metrics));
         Ok(())
     })
 }

@@ -10,12 +10,10 @@ use super::key::kvtier_key;
 /// request takes it instead of the request's name.  Never 0, never reused
 /// by the same object: a finished or unknown handle is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`, never another request's state.
-#[allow(non_camel_case_types)]
 pub type kvtier_request_handle = u64;
 
 /// How one key looked up: a `KVTIER_LOOKUP_*` value.  Secondary tiers
 /// answer their `lookup` callback with MISS, HIT or RETRY.
-#[allow(non_camel_case_types)]
 pub type kvtier_lookup_result = i32;
 /// Not readable, and nothing is on its way (see `kvtier_miss_reason`).
 pub const KVTIER_LOOKUP_MISS: kvtier_lookup_result = 0;
@@ -27,7 +25,6 @@ pub const KVTIER_LOOKUP_HIT_PENDING: kvtier_lookup_result = 2;
 pub const KVTIER_LOOKUP_RETRY: kvtier_lookup_result = 3;
 
 /// Why a lookup answered MISS: a `KVTIER_MISS_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_miss_reason = i32;
 /// The answer was not MISS.
 pub const KVTIER_MISS_NONE: kvtier_miss_reason = 0;
@@ -40,7 +37,6 @@ pub const KVTIER_MISS_NO_ROOM: kvtier_miss_reason = 2;
 /// The answer of a batched lookup: how many leading keys are HIT, and how
 /// the first other key answered.  The keys after it were not looked up.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct kvtier_lookup_answer {
     /// Number of leading keys that are HIT.
@@ -53,7 +49,6 @@ pub struct kvtier_lookup_answer {
 
 /// An owned copy of one key: `len` bytes of `bytes`.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_key_buf {
     /// Number of bytes, 1..=64.
@@ -67,7 +62,6 @@ pub struct kvtier_key_buf {
 /// store plans and evicts at most one slot per key); the call fills the
 /// counts and `refused`.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_store_plan {
     /// Out: positions, in the keys passed, of the keys to write now.
@@ -86,7 +80,6 @@ pub struct kvtier_store_plan {
 
 /// What a `complete_store` call did with the keys it was given.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct kvtier_store_completion {
     /// Keys made readable.
@@ -102,7 +95,6 @@ pub struct kvtier_store_completion {
 }
 
 /// What happened to the keys of a cache event: a `KVTIER_EVENT_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_event_kind = i32;
 /// The keys became readable in the tier.
 pub const KVTIER_EVENT_STORED: kvtier_event_kind = 0;
@@ -112,7 +104,6 @@ pub const KVTIER_EVENT_REMOVED: kvtier_event_kind = 1;
 pub const KVTIER_EVENT_CLEARED: kvtier_event_kind = 2;
 
 /// Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_medium = i32;
 /// Any medium (in a tier filter), or none declared (in an event).
 pub const KVTIER_MEDIUM_ANY: kvtier_medium = 0;
@@ -122,7 +113,6 @@ pub const KVTIER_MEDIUM_CPU: kvtier_medium = 1;
 pub const KVTIER_MEDIUM_STORAGE: kvtier_medium = 2;
 
 /// How far a tier is: a `KVTIER_LOCALITY_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_locality = i32;
 /// Any locality (in a tier filter), or none declared (in an event).
 pub const KVTIER_LOCALITY_ANY: kvtier_locality = 0;
@@ -136,7 +126,6 @@ pub const KVTIER_LOCALITY_REMOTE: kvtier_locality = 2;
 /// valid during the callback, or until the next `take_events` call on the
 /// same object.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_event {
     /// 0 for the primary tier, 1.. for secondary tiers in the order added.

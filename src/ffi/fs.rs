@@ -24,7 +24,6 @@ use crate::tiers::fs::FsOptions;
 /// `kvtier_fs_options_default()` (growth rule), then set `directory` at
 /// least.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_fs_options {
     /// `sizeof(kvtier_fs_options)` as the caller was compiled with.

@@ -10,7 +10,6 @@ use crate::key::Key;
 /// The bytes are borrowed for the duration of the call only; kvtier copies
 /// what it keeps.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_key {
     /// First byte of the key; may be NULL only if `len` is 0 (which is an error).

@@ -9,7 +9,6 @@ use crate::logging::{self, LogSink};
 /// Severity of a log record; a callback receives records at its maximum
 /// level or more severe.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum kvtier_log_level {
     /// Nothing is logged.
@@ -29,7 +28,6 @@ pub enum kvtier_log_level {
 /// Receives one log record.  `level` is a `kvtier_log_level` value;
 /// `target` names the kvtier module that logged and `message` is the text,
 /// both NUL-terminated and borrowed for the duration of the call only.
-#[allow(non_camel_case_types)]
 pub type kvtier_log_fn = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,

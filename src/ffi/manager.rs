@@ -22,10 +22,9 @@ use super::key::kvtier_key;
 use super::tier::{job_result_of, kvtier_job_result, kvtier_param};
 use crate::error::Error;
 use crate::request::{Locality, Medium, TierFilter, TierMatcher};
-use crate::tiering::{Manager, RequestParams, TierOptions};
+use crate::tiering::{Manager, RequestParams};
 
 /// Opaque handle of a tiering manager (internally synchronized).
-#[allow(non_camel_case_types)]
 pub struct kvtier_manager {
     _private: [u8; 0],
 }
@@ -35,11 +34,14 @@ impl Castable for kvtier_manager {
     const NAME: &'static str = "manager";
 }
 
-/// A manager as the C handle holds it: the manager, and the key views of
-/// the events the last `kvtier_manager_take_events` handed out (which stay
-/// valid until the next take).
+/// A manager as the C handle holds it: the manager, its `/metrics`
+/// endpoint if it has one (stopped first when the handle is freed), and
+/// the key views of the events the last `kvtier_manager_take_events`
+/// handed out (which stay valid until the next take).
 pub(crate) struct CManager {
-    manager: Manager,
+    /// Declared before `manager`, so it stops before the manager goes.
+    _metrics: Option<crate::metrics::server::MetricsServer>,
+    manager: std::sync::Arc<Manager>,
     /// Views of the keys the manager keeps for its last event take; only
     /// changed while the manager's lock is held.
     pub(crate) taken_keys: Mutex<Vec<kvtier_key>>,
@@ -47,7 +49,18 @@ pub(crate) struct CManager {
 
 impl From<Manager> for CManager {
     fn from(manager: Manager) -> CManager {
+        CManager::serving(std::sync::Arc::new(manager), None)
+    }
+}
+
+impl CManager {
+    /// The handle's value for `manager` and its `/metrics` endpoint.
+    pub(crate) fn serving(
+        manager: std::sync::Arc<Manager>,
+        metrics: Option<crate::metrics::server::MetricsServer>,
+    ) -> CManager {
         CManager {
+            _metrics: metrics,
             manager,
             taken_keys: Mutex::new(Vec::new()),
         }
@@ -65,7 +78,6 @@ impl std::ops::Deref for CManager {
 /// medium and its locality match (`_ANY`, or a tier that declared none,
 /// matches anything).
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_tier_matcher {
     /// `KVTIER_MEDIUM_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
@@ -77,7 +89,6 @@ pub struct kvtier_tier_matcher {
 /// What the engine attaches to a request.  Initialize with
 /// `kvtier_request_params_default()` (growth rule).
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_request_params {
     /// `sizeof(kvtier_request_params)` as the caller was compiled with.
@@ -208,8 +219,9 @@ pub unsafe extern "C" fn kvtier_manager_has_pending_work(
 }
 
 /// Drains every tier (blocks until no transfer touches the region), then
-/// forgets every block of the primary tier, drops staged promotions and
-/// parked keys, and finalizes finished requests; secondary tiers keep
+/// forgets every block of the primary tier (and the pins finished
+/// requests' loads held), drops staged promotions and parked keys, and
+/// finalizes finished requests; secondary tiers keep
 /// their data and active requests keep going.  With secondary tiers,
 /// lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
 /// If a tier fails to drain, nothing is reset.  Internally synchronized.
@@ -289,24 +301,26 @@ pub unsafe extern "C" fn kvtier_manager_shutdown(
 
 /// Attaches a Rust tier (for [`attach_rust_tier`]; the built-in tiers are
 /// added by `crate::config::add_builtin_tier`).
-pub(crate) fn add_rust_tier(
+#[cfg(feature = "testing")]
+fn add_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,
-    opts: TierOptions,
+    opts: crate::tiering::TierOptions,
 ) -> Result<usize, Failure> {
     // SAFETY: the caller passes a handle it got from C, checked here.
     let m = unsafe { enter::<kvtier_manager>(manager) }?;
     Ok(m.add_tier_with(tier, opts)?)
 }
 
-/// Test support: attaches a Rust [`crate::tiering::SecondaryTier`] to a C
-/// manager handle inside the boundary and writes its index to `*index_out`,
-/// so tests can drive a real export into a tier that panics (the path a
-/// bug in a built-in tier takes).
+/// Test support (feature `testing`): attaches a Rust
+/// [`crate::tiering::SecondaryTier`] to a C manager handle inside the
+/// boundary and writes its index to `*index_out`, so tests can drive a
+/// real export into a tier that panics (the path a bug in a built-in tier
+/// takes).
 ///
 /// # Safety
 /// `manager` must be NULL or a live handle; `index_out` NULL or valid.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub unsafe fn attach_rust_tier(
     manager: *mut kvtier_manager,
     tier: Box<dyn crate::tiering::SecondaryTier>,
@@ -314,7 +328,7 @@ pub unsafe fn attach_rust_tier(
 ) -> super::kvtier_status {
     ffi_call!({
         let out = unsafe { out_ref(index_out, "index_out") }?;
-        *out = add_rust_tier(manager, tier, TierOptions::default())?;
+        *out = add_rust_tier(manager, tier, Default::default())?;
         Ok(())
     })
 }

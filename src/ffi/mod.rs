@@ -17,6 +17,8 @@
 //! a `// SAFETY:` comment.
 
 #![allow(clippy::undocumented_unsafe_blocks)]
+// C names: `kvtier_manager`, `kvtier_status`, ... are the header's types.
+#![allow(non_camel_case_types)]
 
 pub(crate) mod boundary;
 pub mod build;
@@ -31,6 +33,7 @@ pub mod observe;
 pub mod primary;
 pub mod redis;
 pub mod region;
+pub mod report;
 pub mod requests;
 pub mod status;
 pub mod tier;
@@ -41,9 +44,10 @@ pub use key::kvtier_key;
 pub use status::{kvtier_status, kvtier_status_str};
 pub use version::kvtier_version;
 
-/// Test support: runs `body` inside the same panic boundary every export
-/// uses, so tests can prove that a panic becomes `KVTIER_STATUS_PANIC`.
-#[doc(hidden)]
+/// Test support (feature `testing`): runs `body` inside the same panic
+/// boundary every export uses, so tests can prove that a panic becomes
+/// `KVTIER_STATUS_PANIC`.
+#[cfg(feature = "testing")]
 pub fn run_in_boundary(body: impl FnOnce() -> Result<(), crate::Error>) -> kvtier_status {
     boundary::ffi_call!({ body().map_err(boundary::Failure::from) })
 }

@@ -28,7 +28,6 @@ use crate::tiering::{EventBatch, ManagerStats};
 /// subtract.  Gauges are current values.  Set `struct_size` to
 /// `sizeof(kvtier_manager_stats)` before the call.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct kvtier_manager_stats {
     /// `sizeof(kvtier_manager_stats)` as the caller was compiled with
@@ -213,11 +212,13 @@ pub unsafe extern "C" fn kvtier_manager_read_tier_stats(
 }
 
 /// Writes the manager's statistics (its own, the primary tier's, and each
-/// secondary tier's, labelled `tier="..."`) in the Prometheus text
-/// exposition format (version 0.0.4), NUL-terminated, to `text_out`.
-/// Counters and histograms (the primary tier's
-/// `kvtier_allocation_size_blocks`) are cumulative and never go back;
-/// gauges are current values.
+/// secondary tier's) in the Prometheus text exposition format (version
+/// 0.0.4), NUL-terminated, to `text_out`: every family with `# HELP` and
+/// `# TYPE`, named in base units; the manager's as `kvtier_manager_*`
+/// without a `tier` label, each tier's labelled `tier` and `medium`; what
+/// a C tier's own `stats` callback reports as `kvtier_custom_<name>`.  The
+/// project's docs/metrics.md lists every family.  Counters and histograms
+/// are cumulative and never go back; gauges are current values.
 ///
 /// The buffer idiom: when the text and its NUL fit in `capacity` bytes,
 /// writes them and sets `*written_out` to the text's length plus one;
@@ -241,7 +242,7 @@ pub unsafe extern "C" fn kvtier_manager_metrics_prometheus(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_slice(text_out.cast::<u8>(), capacity, "text_out") }?;
         let written = unsafe { out_ref(written_out, "written_out") }?;
-        let text = crate::metrics::manager_prometheus_text(&m.stats()?);
+        let text = m.prometheus_text()?;
         *written = text.len() + 1;
         if capacity < text.len() + 1 {
             return Err(Error::BufferTooSmall {
@@ -402,7 +403,6 @@ pub unsafe extern "C" fn kvtier_manager_take_events(
 /// thread, with the manager's lock held: it must not call the manager
 /// (such calls fail with `KVTIER_STATUS_REENTRANT`), must return quickly,
 /// and must not unwind (C++: `noexcept`).
-#[allow(non_camel_case_types)]
 pub type kvtier_event_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, event: *const kvtier_event)>;
 

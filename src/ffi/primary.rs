@@ -35,7 +35,6 @@ use crate::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, S
 use crate::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
-#[allow(non_camel_case_types)]
 pub struct kvtier_primary {
     _private: [u8; 0],
 }
@@ -77,7 +76,6 @@ impl Castable for kvtier_primary {
 /// [`kvtier_primary_options_default`] (growth rule).  The same options as
 /// the primary tier's in `kvtier_manager_options`, with the same defaults.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_primary_options {
     /// `sizeof(kvtier_primary_options)` as the caller was compiled with.
@@ -223,9 +221,13 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
 /// ([`kvtier_primary_set_positions`]); when every key has a position, all
 /// by position.  Keys it planned and did not complete yet stay write
 /// pending for it: `kvtier_primary_complete_store` with its handle still
-/// completes them.  A handle that is not active (never handed out, or
-/// finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the
-/// handle.
+/// completes them.  Keys it pinned with [`kvtier_primary_prepare_load`]
+/// and did not release stay pinned (as in vLLM 0.33, an aborted request
+/// may finish while its load is in flight): [`kvtier_primary_complete_load`]
+/// with its handle still releases them, and only them.  Every other call
+/// takes the handle as unknown.  A handle that is not active (never handed
+/// out, or finished) is `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access
+/// to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle.
@@ -341,7 +343,7 @@ pub unsafe extern "C" fn kvtier_primary_prepare_load(
 /// `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more than 64 bytes, or
 /// (with `kv_groups`) fewer than 5, the message naming its position;
 /// `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is NULL with
-/// `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.  `len` = 0 does
+/// `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.  `len` = 0 does
 /// nothing.  The arrays are read during the call only; the keys are
 /// copied.  Exclusive access to the handle.
 ///
@@ -396,7 +398,15 @@ pub unsafe extern "C" fn kvtier_primary_touch(
 
 /// Releases the pins [`kvtier_primary_prepare_load`] took on `len` keys.  A
 /// key that is absent or not pinned is `KVTIER_STATUS_KEY_STATE`, naming
-/// its position; nothing changes then.  A request that is not active is
+/// its position; nothing changes then.
+///
+/// The request may have finished with keys its loads pinned still pinned
+/// (an aborted request whose load is in flight, as vLLM 0.33 allows): its
+/// handle then releases only those pins, a key it holds no pin of
+/// (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
+/// nothing changed, so it never unpins another request's blocks.  Once its
+/// last pin is released (or the tier is reset) the handle is unknown here
+/// too.  Any other handle that is not active is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
@@ -547,7 +557,8 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 /// events and queues one "cleared" event.  Active requests stay active
 /// (their handles stay valid); writes in flight are forgotten (their
 /// completions find nothing), and finished requests' handles are
-/// released.  Exclusive access to the handle.
+/// released (for their stores and their loads alike).  Exclusive access
+/// to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle.
@@ -686,13 +697,14 @@ pub unsafe extern "C" fn kvtier_primary_read_stats(
     })
 }
 
-/// Test support: a call on `primary` that panics inside the boundary while
-/// it holds the handle exclusively, as a bug in any export would; returns
-/// `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives NULL_ARGUMENT).
+/// Test support (feature `testing`): a call on `primary` that panics
+/// inside the boundary while it holds the handle exclusively, as a bug in
+/// any export would; returns `KVTIER_STATUS_PANIC` and poisons the handle
+/// (NULL gives NULL_ARGUMENT).
 ///
 /// # Safety
 /// `primary` must be NULL or a live handle.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub unsafe fn panic_in_call(primary: *mut kvtier_primary) -> kvtier_status {
     ffi_call!({
         let _h = unsafe { enter_mut(primary) }?;

@@ -24,7 +24,6 @@ use crate::tiers::redis::RedisTierConfig;
 /// NUL-terminated, read during the call only; NULL means the default
 /// stated for each.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_redis_options {
     /// `sizeof(kvtier_redis_options)` as the caller was compiled with.

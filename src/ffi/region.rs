@@ -19,7 +19,6 @@ use crate::region::{OpenMode, Prefault, Region, RegionOptions, Role, Share, Stri
 /// A shared offload region mapped in this process.  Opaque; made by
 /// `kvtier_region_new`, released by `kvtier_region_close` or
 /// `kvtier_region_free`.  Const calls may run concurrently from any thread.
-#[allow(non_camel_case_types)]
 pub struct kvtier_region {
     _private: [u8; 0],
 }
@@ -31,7 +30,6 @@ impl Castable for kvtier_region {
 
 /// Whether `kvtier_region_new` may create the region, join it, or either:
 /// a `KVTIER_REGION_OPEN_MODE_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_region_open_mode = i32;
 /// Create the region if nobody has, else join it (default).
 pub const KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN: kvtier_region_open_mode = 0;
@@ -41,7 +39,6 @@ pub const KVTIER_REGION_OPEN_MODE_CREATE: kvtier_region_open_mode = 1;
 pub const KVTIER_REGION_OPEN_MODE_JOIN: kvtier_region_open_mode = 2;
 
 /// How the region's pages are faulted in: a `KVTIER_REGION_PREFAULT_*` value.
-#[allow(non_camel_case_types)]
 pub type kvtier_region_prefault = i32;
 /// No pre-faulting.
 pub const KVTIER_REGION_PREFAULT_OFF: kvtier_region_prefault = 0;
@@ -57,7 +54,6 @@ pub const KVTIER_REGION_MAX_NAME_LEN: usize = 200;
 
 /// What part this process took in making the region: a
 /// `KVTIER_REGION_ROLE_*` value (`kvtier_region_read_role`).
-#[allow(non_camel_case_types)]
 pub type kvtier_region_role = i32;
 /// This process created the region.
 pub const KVTIER_REGION_ROLE_CREATOR: kvtier_region_role = 1;
@@ -71,7 +67,6 @@ pub const KVTIER_REGION_ROLE_JOINER: kvtier_region_role = 2;
 /// called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
 /// value fails `kvtier_region_new`.  It must not call kvtier region
 /// functions.
-#[allow(non_camel_case_types)]
 pub type kvtier_region_barrier_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, setup_status: i32) -> i32>;
 
@@ -81,7 +76,6 @@ pub type kvtier_region_barrier_fn =
 /// passes the same layout (`slot_count`, `slot_bytes`, `worker_bytes`,
 /// `segments`).
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_region_options {
     /// `sizeof(kvtier_region_options)` as the caller was compiled with.
@@ -132,7 +126,6 @@ pub struct kvtier_region_options {
 /// A strided view of a region: `rows` rows of `length` bytes, row `r` at
 /// byte `offset + r * stride` from the region's base address.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct kvtier_region_view {
     /// Offset of row 0 from the base, in bytes.
@@ -543,13 +536,14 @@ pub unsafe extern "C" fn kvtier_region_set_lent_slots(
     })
 }
 
-/// Test support: a call on `region` that panics inside the boundary while
-/// it holds the handle, as a bug in any export would; returns
-/// `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives NULL_ARGUMENT).
+/// Test support (feature `testing`): a call on `region` that panics
+/// inside the boundary while it holds the handle, as a bug in any export
+/// would; returns `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives
+/// NULL_ARGUMENT).
 ///
 /// # Safety
 /// `region` must be NULL or a live handle.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub unsafe fn panic_in_call(region: *const kvtier_region) -> kvtier_status {
     ffi_call!({
         let _r = unsafe { enter(region) }?;

@@ -54,7 +54,9 @@ fn with_scratch<R>(f: impl FnOnce(&mut Vec<Key>, &mut Vec<u32>, &mut StorePlan) 
 /// Every later call of the request takes the handle (never 0, never
 /// reused by this manager); the name is only the request's label, which
 /// tiers see.  Once the request is finished the handle is
-/// `KVTIER_STATUS_UNKNOWN_REQUEST` and the name may be used again.
+/// `KVTIER_STATUS_UNKNOWN_REQUEST` (but for completing its stores and
+/// loads in flight, see [`kvtier_manager_request_finished`]) and the name
+/// may be used again.
 /// `params` may be NULL (nothing attached, no filter); its strings and
 /// arrays are copied.  Internally synchronized.
 ///
@@ -203,7 +205,7 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
 /// finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
 /// than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
 /// its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
-/// NULL with `len` > 0; `KVTIER_STATUS_NO_SPACE` if memory runs out.
+/// NULL with `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.
 /// `len` = 0 does nothing.  The arrays are read during the call only; the
 /// keys are copied.  Internally synchronized.
 ///
@@ -249,8 +251,17 @@ pub unsafe extern "C" fn kvtier_manager_touch(
 }
 
 /// Unpins `len` keys of `request` after their load to the GPU finished.
-/// Unpinning a key that is absent or not pinned is an error; nothing
-/// changes then.  Internally synchronized.
+/// Unpinning a key that is absent or not pinned is
+/// `KVTIER_STATUS_KEY_STATE`, naming its position; nothing changes then.
+///
+/// The request may have finished with keys its
+/// `kvtier_manager_prepare_load` pinned still pinned (an aborted request
+/// whose load is in flight, as vLLM 0.33 allows): its handle then
+/// releases only those pins, a key it holds no pin of (counting repeats in
+/// the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
+/// never unpins another request's blocks.  Once its last pin is released
+/// (or the cache is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST`
+/// here too.  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `keys` valid for `len` reads.
@@ -387,9 +398,12 @@ pub unsafe extern "C" fn kvtier_manager_complete_store(
 
 /// Marks `request` finished: its handle is unknown to every later call
 /// (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
-/// which still completes its stores in flight.  Tiers hear of it (and the
-/// name may be reused) once it has no store in flight, no parked key and
-/// no staged promotion.  The primary tier commits the request's accesses
+/// which still completes its stores in flight, and
+/// `kvtier_manager_complete_load`, which still releases the pins its
+/// loads hold (those alone; an aborted request may finish while its load
+/// is in flight).  Tiers hear of it (and the name may be reused) once it
+/// has no store in flight, no parked key and no staged promotion, whatever
+/// its loads.  The primary tier commits the request's accesses
 /// at once: every key it stored, loaded or offered to store that is still
 /// resident gets one access, its head most recent (head to tail: first
 /// presentation order; with `kv_groups`, group by group, each by token

@@ -9,7 +9,6 @@ use crate::error::Error;
 /// explicit and never reused.  On any other value,
 /// `kvtier_last_error_message()` describes what went wrong.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum kvtier_status {
     /// Success.

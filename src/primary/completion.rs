@@ -41,21 +41,36 @@ impl PrimaryTier {
         self.complete_store_each(req, keys.len(), |j| &keys[j], success)
     }
 
-    /// [`PrimaryTier::complete_store`], appending the keys it made ready
-    /// to `made_ready`.
-    pub fn complete_store_into(
+    /// [`PrimaryTier::complete_store`] that hands back what it made
+    /// ready, pinned for transfers, in the same pass: each key it made
+    /// ready is appended to `made_ready`, its slot to `slots`, and it is
+    /// pinned `pins` times, as that many [`PrimaryTier::pin_for_transfer`]
+    /// calls over those keys would pin them (a manager pins once per
+    /// secondary tier it cascades them to).  With `pins` 0 it is
+    /// [`PrimaryTier::complete_store`] and hands back nothing (the report
+    /// counts the keys it made ready).
+    pub fn complete_store_pinned(
         &mut self,
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
+        if pins == 0 {
+            return self.complete_store(req, keys, success);
+        }
         self.complete_each(
             Writer::Request(req),
             keys.len(),
             |j| &keys[j],
             success,
-            |k| made_ready.push(*k),
+            pins,
+            |k, slot| {
+                made_ready.push(*k);
+                slots.push(slot);
+            },
         )
     }
 
@@ -63,7 +78,14 @@ impl PrimaryTier {
     /// [`PrimaryTier::complete_store`], acting only on slots that
     /// [`PrimaryTier::prepare_promotion`] reserved.
     pub fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.complete_each(Writer::Promotion, keys.len(), |j| &keys[j], success, |_| {})
+        self.complete_each(
+            Writer::Promotion,
+            keys.len(),
+            |j| &keys[j],
+            success,
+            0,
+            |_, _| {},
+        )
     }
 
     /// Number of keys `req` planned that are still write pending for it
@@ -81,19 +103,22 @@ impl PrimaryTier {
         at: impl Fn(usize) -> &'k K,
         success: bool,
     ) -> CompleteStoreReport {
-        self.complete_each(Writer::Request(req), n, at, success, |_| {})
+        self.complete_each(Writer::Request(req), n, at, success, 0, |_, _| {})
     }
 
-    /// Finishes `by`'s writes of keys `at(0..n)`, handing each key made
-    /// ready to `on_ready`.
+    /// Finishes `by`'s writes of keys `at(0..n)`, pinning each key made
+    /// ready `pins` times for transfers and handing it and its slot to
+    /// `on_ready`.
     fn complete_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         by: Writer,
         n: usize,
         at: impl Fn(usize) -> &'k K,
         success: bool,
-        mut on_ready: impl FnMut(&Key),
+        pins: u32,
+        mut on_ready: impl FnMut(&Key, u32),
     ) -> CompleteStoreReport {
+        let pins = i32::try_from(pins).unwrap_or(i32::MAX);
         let mut report = CompleteStoreReport::default();
         // The ref count a slot written by `by` has (none: `by` writes nothing).
         let own = match by {
@@ -123,10 +148,16 @@ impl PrimaryTier {
             if success {
                 self.slots.set_refs(slot, 0);
                 self.became_idle(slot);
-                self.idle += 1;
+                if pins == 0 {
+                    self.idle += 1;
+                } else {
+                    // Ready, then pinned for the transfers at once.
+                    self.slots.set_refs(slot, pins);
+                    self.pinned += 1;
+                }
                 report.ready += 1;
                 let key = *self.slots.key(slot);
-                on_ready(&key);
+                on_ready(&key, slot);
                 if self.emit(EventKind::Stored, Some(key)) {
                     *self.slots.flags_mut(slot) |= ANNOUNCED;
                 }
@@ -146,6 +177,7 @@ impl PrimaryTier {
         c.late_completions += report.ignored as u64;
         c.foreign_completions += report.foreign as u64;
         c.already_ready_completions += report.already_ready as u64;
+        c.transfer_pins += report.ready as u64 * pins as u64;
         report
     }
 }

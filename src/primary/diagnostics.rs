@@ -27,7 +27,8 @@ impl PrimaryTier {
     }
 
     /// Checks the internal invariants (every slot free or resident exactly
-    /// once, index and lists agree, gauges match).  O(capacity): for tests.
+    /// once, index and lists agree, gauges match, requests' pin counts
+    /// add up).  O(capacity): for tests.
     #[allow(clippy::needless_range_loop)]
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let cap = self.config.capacity as usize;
@@ -101,6 +102,25 @@ impl PrimaryTier {
         for s in 0..self.slots.fresh {
             if self.slots.flags(s) & PARKED != 0 && self.slots.refs(s) == 0 {
                 return Err(format!("slot {s} is idle but parked"));
+            }
+        }
+        for (id, r) in self.requests.iter().chain(&self.finished_loads) {
+            let held: u64 = r.accesses.iter().map(|a| a.pins as u64).sum();
+            if held != r.pins {
+                return Err(format!(
+                    "request #{} counts {} pins, its keys {held}",
+                    id.0, r.pins
+                ));
+            }
+        }
+        for (id, r) in &self.finished_loads {
+            if r.pins == 0 || self.requests.contains_key(id) {
+                return Err(format!(
+                    "finished request #{} kept with {} pins (active: {})",
+                    id.0,
+                    r.pins,
+                    self.requests.contains_key(id)
+                ));
             }
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! Pins and unpins: a request's loads (`prepare_load`, `complete_load`),
 //! its touches, and the pins of a cascade (`pin_for_transfer`).  A batch
 //! is checked whole before any count changes, so a refused call changes
-//! nothing.
+//! nothing.  A request's loads may complete after it finished: it then
+//! releases only the pins its own loads still hold.
 
 use super::PrimaryTier;
 use super::hints::Hints;
@@ -78,8 +79,9 @@ impl PrimaryTier {
         Ok(())
     }
 
-    /// Unpins `keys` (each must be pinned, counting repeats in the batch);
-    /// on error every decrement already made is undone.
+    /// Unpins `keys` (each must be pinned, counting repeats in the batch),
+    /// leaving their hashes in `scratch_hashes`; on error every decrement
+    /// already made is undone.
     /// A request's unpin (`req`) finds its keys at the hints of its
     /// latest lookup first.
     fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
@@ -89,11 +91,21 @@ impl PrimaryTier {
         at: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
         fallible::reserve(&mut self.scratch_victims, n, "the slots of a batch")?;
+        self.scratch_hashes.clear();
+        fallible::reserve(&mut self.scratch_hashes, n, "the hashes of a batch")?;
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
+        let hashes = &mut self.scratch_hashes;
+        let slots = &self.slots;
         match hints_covering(&self.requests, req, n) {
-            Some(hints) => hints.resolve_each(&self.slots, n, &at, |_, s, _| done.push(s)),
-            None => self.slots.resolve_each(n, &at, |_, s, _| done.push(s)),
+            Some(hints) => hints.resolve_each(slots, n, &at, |j, s, h| {
+                done.push(s);
+                hashes.push(h.unwrap_or_else(|| slots.hash(at(j))));
+            }),
+            None => slots.resolve_each(n, &at, |_, s, h| {
+                done.push(s);
+                hashes.push(h);
+            }),
         }
         let mut to_idle = 0u32;
         let mut failure = None;
@@ -171,7 +183,8 @@ impl PrimaryTier {
         let positioned = !record.positions.is_empty();
         let mut any_new = false;
         for (i, (&slot, &h)) in slots_out.iter().zip(hashes).enumerate() {
-            let (_, new) = record.record(hasher, key(i), h, slot, true);
+            let (at, new) = record.record(hasher, key(i), h, slot, true);
+            record.add_pin(at);
             any_new |= new;
             if new && positioned {
                 if let Some(p) = record.positions.get(key(i), h) {
@@ -241,6 +254,12 @@ impl PrimaryTier {
 
     /// Unpins `keys` after a load by `req`; a key that is absent or not
     /// pinned is an error naming its position, nothing changed.
+    ///
+    /// [0.33] `req` may have finished with pins of its loads still held
+    /// (see [`PrimaryTier::on_request_finished`]): it then releases only
+    /// those (a key it holds no pin of, counting repeats in the batch, is
+    /// an error naming its position, nothing changed), and is forgotten
+    /// once it holds none.  Any other id is `UnknownRequest`.
     pub fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.complete_load_each(req, keys.len(), |j| &keys[j])
     }
@@ -253,10 +272,63 @@ impl PrimaryTier {
         n: usize,
         key: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
-        if !self.requests.contains_key(&req) {
-            return Err(unknown(req));
+        let holds_pins = match self.requests.get(&req) {
+            Some(r) => r.pins > 0,
+            None => return self.complete_finished_load(req, n, key),
+        };
+        self.unpin(Some(req), n, &key)?;
+        if holds_pins {
+            // The pins the request took that this call released (an
+            // active request may release other pins too, as vLLM allows).
+            if let Some(r) = self.requests.get_mut(&req) {
+                for (j, &h) in self.scratch_hashes.iter().enumerate() {
+                    r.release_pin(key(j), h);
+                }
+            }
         }
-        self.unpin(Some(req), n, key)
+        Ok(())
+    }
+
+    /// [`PrimaryTier::complete_load`] for a request that is not active:
+    /// one finished with pins of its loads still held releases some of
+    /// them, and is forgotten with the last.
+    fn complete_finished_load<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
+        let slots = &self.slots;
+        let record = self
+            .finished_loads
+            .get_mut(&req)
+            .ok_or_else(|| unknown(req))?;
+        let hash = |j: usize| slots.hash(key(j));
+        // Its own pins first, then the unpin; either refused, the pins
+        // released so far are given back.
+        if let Some(bad) = (0..n).find(|&j| !record.release_pin(key(j), hash(j))) {
+            (0..bad).for_each(|j| record.restore_pin(key(j), hash(j)));
+            return Err(key_error(
+                bad,
+                key(bad),
+                "not pinned by this request (a finished request only releases its own loads)",
+            ));
+        }
+        let pins_left = record.pins;
+        if let Err(e) = self.unpin(None, n, &key) {
+            if let Some(record) = self.finished_loads.get_mut(&req) {
+                let slots = &self.slots;
+                (0..n).for_each(|j| record.restore_pin(key(j), slots.hash(key(j))));
+            }
+            return Err(e);
+        }
+        if pins_left == 0 {
+            if let Some(mut record) = self.finished_loads.remove(&req) {
+                record.clear();
+                self.spare_records.push(record);
+            }
+        }
+        Ok(())
     }
 
     /// Pins ready `keys` for a cascade (primary -> secondary) and writes their

@@ -70,7 +70,7 @@ fn max_pairs(capacity: u32) -> u32 {
 }
 
 fn no_room(e: std::collections::TryReserveError) -> Error {
-    Error::NoSpace(format!("lru request ranks: {e}"))
+    Error::OutOfMemory(format!("lru request ranks: {e}"))
 }
 
 /// What a comparison of ranks needs of one id: its stamp (the counter value

@@ -32,6 +32,10 @@
 //! key it stores or loads once, at its first presentation and, for a
 //! store, before the eviction (so a refused store records its keys too);
 //! records reuse their buffers, so the hot path allocates nothing per key.
+//! [0.33] A record counts the pins its loads hold, per key; a request that
+//! finishes with some still held (an aborted request whose load is in
+//! flight) keeps its record, for `complete_load` of those pins alone,
+//! until the last is released.
 //! [0.33] Token positions and KV-cache groups (`positions.rs`) order a
 //! request's finish, and lru ranks an active request's keys by position
 //! (`lru.rs`); a request without positions pays one check per call.
@@ -144,6 +148,9 @@ pub struct PrimaryTier {
     allocation_sizes: Histogram<ALLOCATION_SIZE_BUCKETS>,
     events: VecDeque<Event>,
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
+    /// Finished requests whose loads still hold pins: known to
+    /// `complete_load` alone, until their last pin is released.
+    finished_loads: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     spare_records: Vec<RequestRecord>,
     /// Who writes each write-pending key (named by its ref count).
     writers: Writers,
@@ -233,6 +240,7 @@ impl PrimaryTier {
             allocation_sizes: allocation_sizes::new_histogram(),
             events: VecDeque::with_capacity(config.event_capacity.min(4096)),
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
+            finished_loads: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
             writers: Writers::new(hasher.clone()),
             adapted: hashbrown::HashSet::with_hasher(hasher),
@@ -258,10 +266,18 @@ impl PrimaryTier {
         &self.config
     }
 
-    /// Starts request `req`; `DuplicateRequest` if it is active.
+    /// Starts request `req`; `DuplicateRequest` if it is active, or
+    /// finished with loads still pinned (see
+    /// [`PrimaryTier::on_request_finished`]).
     pub fn begin_request(&mut self, req: RequestId) -> Result<()> {
         if self.requests.contains_key(&req) {
             return Err(Error::DuplicateRequest(format!("#{}", req.0)));
+        }
+        if self.finished_loads.contains_key(&req) {
+            return Err(Error::DuplicateRequest(format!(
+                "#{} (finished, its loads still pinned)",
+                req.0
+            )));
         }
         // Room for the request's rank now, so that giving it one never fails.
         self.policy.reserve_requests(self.requests.len() + 1)?;
@@ -411,7 +427,8 @@ impl PrimaryTier {
     /// Forgets every key and frees every slot, whatever its state; slot
     /// allocation restarts at 0.  Drops queued events and queues one
     /// "cleared" event.  Active requests stay active with nothing recorded
-    /// and no write in flight (their later completions find nothing).
+    /// and no write in flight (their later completions find nothing);
+    /// finished requests kept for their loads are forgotten.
     pub fn reset(&mut self) {
         self.slots.clear();
         self.policy.clear();
@@ -426,6 +443,10 @@ impl PrimaryTier {
         // and no rank (the policy forgot them), but keep their positions.
         for r in self.requests.values_mut() {
             r.forget_accesses();
+        }
+        for (_, mut r) in self.finished_loads.drain() {
+            r.clear();
+            self.spare_records.push(r);
         }
     }
 

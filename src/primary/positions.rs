@@ -76,12 +76,12 @@ impl Positions {
     /// Makes room for `n` more keys, so that as many [`Positions::set`]
     /// calls allocate nothing; fails without changing anything.
     pub(crate) fn reserve(&mut self, hasher: &RandomState, n: usize) -> Result<()> {
-        let no_room = |e| Error::NoSpace(format!("request positions: {e}"));
+        let no_room = |e| Error::OutOfMemory(format!("request positions: {e}"));
         self.entries.try_reserve(n).map_err(no_room)?;
         let entries = &self.entries;
         self.index
             .try_reserve(n, |&i| key_hash(hasher, entries[i as usize].0.as_bytes()))
-            .map_err(|_| Error::NoSpace("request positions: the table cannot grow".into()))?;
+            .map_err(|_| Error::OutOfMemory("request positions: the table cannot grow".into()))?;
         Ok(())
     }
 
@@ -152,7 +152,7 @@ pub(crate) fn commit_order<'k>(
 ) -> Result<()> {
     out.clear();
     out.try_reserve(n)
-        .map_err(|e| Error::NoSpace(format!("request finish order: {e}")))?;
+        .map_err(|e| Error::OutOfMemory(format!("request finish order: {e}")))?;
     let mut every = true;
     for i in 0..n {
         let k = key(i);

@@ -3,7 +3,9 @@
 //! [`RequestRecord`], buffers reused by later requests); the token
 //! positions the caller gives its keys are kept with it; at
 //! [`PrimaryTier::on_request_finished`] its accesses are committed to the
-//! policy, in the order positions and KV groups give.
+//! policy, in the order positions and KV groups give.  The record also
+//! counts, per key, the pins the request's loads hold: a request that
+//! finishes with some keeps its record for their `complete_load`.
 
 use super::slots::key_hash;
 
@@ -39,6 +41,10 @@ pub(super) struct RequestRecord {
     pub(super) rank: u32,
     /// Where the request's latest lookup found its hits.
     pub(super) hints: Hints,
+    /// Pins its `prepare_load` calls took and its `complete_load` calls
+    /// have not released yet (the sum of its accesses' `pins`): while any
+    /// remain, a finished request is kept for its late `complete_load`.
+    pub(super) pins: u64,
 }
 
 impl Default for RequestRecord {
@@ -50,6 +56,7 @@ impl Default for RequestRecord {
             positions: positions::Positions::default(),
             rank: NIL,
             hints: Hints::default(),
+            pins: 0,
         }
     }
 }
@@ -66,6 +73,9 @@ pub(super) struct Access {
     pub(super) reused: bool,
     /// Put in the tier by one of the request's stores.
     pub(super) inserted: bool,
+    /// Pins of the key that the request's loads took and have not
+    /// released yet.
+    pub(super) pins: u32,
 }
 
 impl RequestRecord {
@@ -102,6 +112,7 @@ impl RequestRecord {
                     slot,
                     reused,
                     inserted: false,
+                    pins: 0,
                 });
                 if let Some(a) = accesses.last_mut() {
                     key.keep_finish(&mut a.key);
@@ -111,6 +122,45 @@ impl RequestRecord {
                     .insert_unique(h, i, |&j| key_hash(hasher, acc[j as usize].key.as_bytes()));
                 (i, true)
             }
+        }
+    }
+
+    /// Counts one more pin of access `i`, taken by one of the request's loads.
+    #[inline]
+    pub(super) fn add_pin(&mut self, i: u32) {
+        self.accesses[i as usize].pins += 1;
+        self.pins += 1;
+    }
+
+    /// Releases one of the request's pins of `key` (hash `h`): false,
+    /// nothing changed, if it holds none.  O(1).
+    #[inline]
+    pub(super) fn release_pin(&mut self, key: &(impl KeyBytes + ?Sized), h: u64) -> bool {
+        let accesses = &mut self.accesses;
+        match self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+        {
+            Some(&i) if accesses[i as usize].pins > 0 => {
+                accesses[i as usize].pins -= 1;
+                self.pins -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives back a pin of `key` that [`RequestRecord::release_pin`]
+    /// released.
+    #[inline]
+    pub(super) fn restore_pin(&mut self, key: &(impl KeyBytes + ?Sized), h: u64) {
+        let accesses = &mut self.accesses;
+        if let Some(&i) = self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+        {
+            accesses[i as usize].pins += 1;
+            self.pins += 1;
         }
     }
 
@@ -129,6 +179,7 @@ impl RequestRecord {
         self.adapted.clear();
         self.rank = NIL;
         self.hints.clear();
+        self.pins = 0;
     }
 
     /// Forgets everything, positions included, for reuse by a later request.
@@ -152,7 +203,7 @@ impl PrimaryTier {
     ///
     /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
     /// slices differ in length; `InvalidKey` (with KV groups on) for a key
-    /// too short to carry a group; `NoSpace` if memory runs out.  The first
+    /// too short to carry a group; `OutOfMemory` if memory runs out.  The first
     /// position given to the tier prepares it for positions once (lru: 16
     /// bytes more per slot, and one pass over its list).
     pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
@@ -228,23 +279,36 @@ impl PrimaryTier {
     /// request reused (loaded, or found ready at store, before inserting
     /// them itself) to T2's most recent end, refreshes within its list a
     /// key the request only inserted, and leaves other keys alone.
+    ///
+    /// [0.33] Keys the request pinned with [`PrimaryTier::prepare_load`]
+    /// and has not released stay pinned: an aborted request may finish
+    /// while its load is still in flight.  Its id then stays known to
+    /// [`PrimaryTier::complete_load`] alone, which releases those pins and
+    /// no other, and is forgotten with the last of them (or at a reset);
+    /// until then [`PrimaryTier::begin_request`] refuses the id.
     pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        let ordered = match self.requests.get(&req) {
-            None => return Err(unknown(req)),
-            Some(r) if r.positions.is_empty() && !self.config.kv_groups => false,
-            Some(r) => {
-                let accesses = &r.accesses;
-                positions::commit_order(
-                    accesses.len(),
-                    |i| &accesses[i].key,
-                    &r.positions,
-                    &self.slots.hasher,
-                    self.config.kv_groups,
-                    &mut self.scratch_order,
-                )?;
-                true
-            }
+        let Some(r) = self.requests.get(&req) else {
+            return Err(unknown(req));
         };
+        let ordered = if r.positions.is_empty() && !self.config.kv_groups {
+            false
+        } else {
+            let accesses = &r.accesses;
+            positions::commit_order(
+                accesses.len(),
+                |i| &accesses[i].key,
+                &r.positions,
+                &self.slots.hasher,
+                self.config.kv_groups,
+                &mut self.scratch_order,
+            )?;
+            true
+        };
+        if r.pins > 0 {
+            self.finished_loads.try_reserve(1).map_err(|_| {
+                fallible::out_of_memory::<RequestRecord>("the finished requests' loads", 1)
+            })?;
+        }
         let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
         // From the request's tail to its head.
         let accesses = &record.accesses;
@@ -262,8 +326,14 @@ impl PrimaryTier {
         for key in record.adapted.drain(..) {
             self.adapted.remove(&(req, key));
         }
-        record.clear();
-        self.spare_records.push(record);
+        if record.pins > 0 {
+            // Kept, for its `complete_load` only, until its last pin goes
+            // (room reserved above).
+            self.finished_loads.insert(req, record);
+        } else {
+            record.clear();
+            self.spare_records.push(record);
+        }
         Ok(())
     }
 }

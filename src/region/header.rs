@@ -41,7 +41,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"KVTIERRG");
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// Bytes of the header that carry data (the rest of its page is zero).
-const LEN: usize = 72;
+pub(crate) const LEN: usize = 72;
 
 /// What every process of one region must agree on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,35 +169,35 @@ pub(crate) fn write(file: &File, path: &Path, layout: &Layout) -> Result<()> {
 pub(crate) fn read(file: &File, path: &Path, bytes: usize) -> Result<Found> {
     let m = map(file, bytes, path)?;
     let seen = magic(&m).load(Ordering::Acquire);
+    Ok(parse(seen, &m[..LEN]))
+}
+
+/// The header whose magic is `seen` and whose first [`LEN`] bytes are
+/// `b` (read after the magic).
+pub(crate) fn parse(seen: u64, b: &[u8]) -> Found {
     if seen == 0 {
-        return Ok(Found::NotWritten);
+        return Found::NotWritten;
     }
     if seen != MAGIC {
-        return Ok(Found::Foreign(
-            "it does not start with a kvtier region's layout header".into(),
-        ));
+        return Found::Foreign("it does not start with a kvtier region's layout header".into());
     }
-    let mut b = [0u8; LEN];
-    b.copy_from_slice(&m[..LEN]);
     let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
     if version != FORMAT_VERSION {
-        return Ok(Found::Foreign(format!(
+        return Found::Foreign(format!(
             "its layout header is of format version {version}, and this kvtier reads version {FORMAT_VERSION}"
-        )));
-    }
-    if fnv1a(&b[8..64]) != u64_at(&b, 64) {
-        return Ok(Found::Foreign(
-            "its layout header is damaged (checksum mismatch)".into(),
         ));
     }
-    Ok(Found::Layout(Layout {
-        header_bytes: u64_at(&b, 16),
-        slot_count: u64_at(&b, 24),
-        slot_bytes: u64_at(&b, 32),
-        worker_bytes: u64_at(&b, 40),
-        segments: u64_at(&b, 48),
-        total: u64_at(&b, 56),
-    }))
+    if fnv1a(&b[8..64]) != u64_at(b, 64) {
+        return Found::Foreign("its layout header is damaged (checksum mismatch)".into());
+    }
+    Found::Layout(Layout {
+        header_bytes: u64_at(b, 16),
+        slot_count: u64_at(b, 24),
+        slot_bytes: u64_at(b, 32),
+        worker_bytes: u64_at(b, 40),
+        segments: u64_at(b, 48),
+        total: u64_at(b, 56),
+    })
 }
 
 #[cfg(test)]

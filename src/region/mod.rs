@@ -6,13 +6,14 @@
 //! that secondary tiers copy through.
 
 mod header;
+pub mod inspect;
 pub mod options;
 mod setup;
 pub mod shared;
 pub mod slots;
 pub(crate) mod sys;
 
-pub use options::{OpenMode, Prefault, RegionOptions, Share};
-pub use shared::{CloseReport, Region, Role, StridedView};
+pub use options::{OpenMode, Prefault, RegionOptions, Role, Share};
+pub use shared::{CloseReport, Region, StridedView};
 pub use slots::{SlotMemory, SlotOwner};
 pub use sys::PrefaultMethod;

@@ -36,6 +36,15 @@ pub enum Prefault {
     Touch,
 }
 
+/// Whether this process created the region or joined it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Created (and sized) the backing files; removes them at cleanup.
+    Creator,
+    /// Joined a region another process created.
+    Joiner,
+}
+
 /// A share of the region for one of `count` processes: index `index`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

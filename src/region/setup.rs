@@ -37,8 +37,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::header::{self, Found, Layout};
-use super::options::{Geometry, OpenMode, RegionOptions};
-use super::shared::Role;
+use super::options::{Geometry, OpenMode, RegionOptions, Role};
 use super::sys::{self, FileId};
 use crate::error::{Error, Result};
 

@@ -12,20 +12,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::options::{Geometry, Prefault, RegionOptions, geometry};
+use super::options::{Geometry, Prefault, RegionOptions, Role, geometry};
 use super::setup::{Opened, open_files, segment_paths};
-use super::slots::SlotMemory;
+use super::slots::{SlotMemory, SlotOwner};
 use super::sys::{self, FileId, PrefaultMethod, Span};
 use crate::error::{Error, Result};
-
-/// Whether this process created the region or joined it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Created (and sized) the backing files; removes them at cleanup.
-    Creator,
-    /// Joined a region another process created.
-    Joiner,
-}
 
 /// A strided view of the region: `rows` rows of `length` bytes, row `r` at
 /// byte `offset + r * stride` from the base.
@@ -401,6 +392,12 @@ impl Region {
             views_alive,
             removed_names: removed?,
         })
+    }
+}
+
+impl SlotOwner for Region {
+    fn slot_count(&self) -> u32 {
+        Region::slot_count(self)
     }
 }
 

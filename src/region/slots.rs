@@ -196,12 +196,6 @@ impl SlotOwner for SlotMemory {
     }
 }
 
-impl SlotOwner for super::Region {
-    fn slot_count(&self) -> u32 {
-        super::Region::slot_count(self)
-    }
-}
-
 impl std::fmt::Debug for SlotMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotMemory")

@@ -2,12 +2,13 @@
 //!
 //! The manager drives the primary tier only through [`PrimaryBackend`]: the
 //! real CPU tier implements it, and tests can plug in a reference model to
-//! check the manager against it.  The plan and report types are the primary
-//! tier's own.
+//! check the manager against it.  A test looks into the backend the
+//! manager drives, its own model or the real tier, through
+//! `Manager::inspect_primary` (feature `testing`), which hands it over as
+//! its own type ([`PrimaryBackend::as_any`]).  The plan and report types
+//! are the primary tier's own.
 
-use std::sync::Arc;
-
-use parking_lot::Mutex;
+use std::any::Any;
 
 use crate::error::Result;
 use crate::events::Event;
@@ -23,7 +24,7 @@ pub use crate::primary::{
 ///
 /// Semantics are the primary tier's ([`crate::primary::PrimaryTier`]): every
 /// fallible call leaves the state unchanged on error.
-pub trait PrimaryBackend: Send {
+pub trait PrimaryBackend: Send + 'static {
     /// Number of slots.
     fn capacity(&self) -> u32;
     /// Starts a request (its accesses are committed at `on_request_finished`).
@@ -90,7 +91,10 @@ pub trait PrimaryBackend: Send {
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
     fn enable_kv_groups(&mut self);
-    /// Unpins keys after a load to the GPU.
+    /// Unpins keys after a load to the GPU.  [0.33] `req` may have
+    /// finished with pins of its loads still held: it then releases only
+    /// those, and is forgotten (`UnknownRequest`) with the last; any id
+    /// neither active nor holding such pins is `UnknownRequest`.
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
     /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
     /// 1..=64, read in place).  By default the keys are copied first.
@@ -115,14 +119,20 @@ pub trait PrimaryBackend: Send {
     ) -> Result<StoreOutcome>;
     /// Finishes `req`'s store: of `keys`, only those `req` planned and that
     /// are still write pending for it become ready (success) or are dropped
-    /// (failure); every other key is left alone and counted.  Appends the
-    /// keys it made ready to `made_ready`.
+    /// (failure); every other key is left alone and counted.  With `pins`
+    /// above 0, appends the keys it made ready to `made_ready` and their
+    /// slots to `slots`, each key pinned `pins` times for transfers (as
+    /// `pins` calls of [`PrimaryBackend::pin_for_transfer`] over them
+    /// would: the manager cascades them to that many tiers); with 0 it
+    /// appends nothing.
     fn complete_store(
         &mut self,
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport;
     /// Finishes a promotion: of `keys`, only those reserved by a promotion
     /// and still write pending become ready (success) or are dropped.
@@ -131,7 +141,9 @@ pub trait PrimaryBackend: Send {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
     /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
     fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
-    /// Commits the request's accesses and forgets it.
+    /// Commits the request's accesses and ends it: only
+    /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
+    /// takes it after that.
     fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
     /// Forgets every key and frees every slot; emits one Cleared event.
     fn reset(&mut self);
@@ -142,6 +154,8 @@ pub trait PrimaryBackend: Send {
     fn event_capacity(&self) -> usize;
     /// The tier's statistics, as named values.
     fn stat_list(&self) -> Vec<Stat>;
+    /// The backend itself, to be seen as its own type (`self`).
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
@@ -227,9 +241,13 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
-        crate::primary::PrimaryTier::complete_store_into(self, req, keys, success, made_ready)
+        crate::primary::PrimaryTier::complete_store_pinned(
+            self, req, keys, success, pins, made_ready, slots,
+        )
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         crate::primary::PrimaryTier::complete_promotion(self, keys, success)
@@ -255,124 +273,7 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn stat_list(&self) -> Vec<Stat> {
         crate::primary::PrimaryTier::stat_list(self)
     }
-}
-
-/// A primary backend shared behind a lock: the manager drives one clone
-/// while the code that built it keeps another to inspect the same state
-/// (tests check invariants of the model and of the real tier this way).
-#[derive(Debug)]
-pub struct Shared<T>(pub Arc<Mutex<T>>);
-
-impl<T> Shared<T> {
-    /// `inner`, shared.
-    pub fn wrap(inner: T) -> Shared<T> {
-        Shared(Arc::new(Mutex::new(inner)))
-    }
-}
-
-impl<T> Clone for Shared<T> {
-    fn clone(&self) -> Self {
-        Shared(Arc::clone(&self.0))
-    }
-}
-
-impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
-    fn capacity(&self) -> u32 {
-        self.0.lock().capacity()
-    }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().begin_request(req)
-    }
-    fn lookup(&self, key: &Key) -> PrimaryLookup {
-        self.0.lock().lookup(key)
-    }
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
-        self.0.lock().lookup_bytes(keys, out)
-    }
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
-        self.0.lock().lookup_prefix_for(req, first, keys)
-    }
-    fn prepare_load(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.0.lock().prepare_load(req, keys, slots_out)
-    }
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.0.lock().prepare_load_bytes(req, keys, slots_out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.0.lock().touch(req, keys)
-    }
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.0.lock().touch_bytes(req, keys)
-    }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
-        self.0.lock().set_positions(req, keys, positions)
-    }
-    fn enable_kv_groups(&mut self) {
-        self.0.lock().enable_kv_groups()
-    }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.0.lock().complete_load(req, keys)
-    }
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.0.lock().complete_load_bytes(req, keys)
-    }
-    fn prepare_store(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        self.0.lock().prepare_store(req, keys, plan)
-    }
-    fn prepare_promotion(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        self.0.lock().prepare_promotion(req, keys, plan)
-    }
-    fn complete_store(
-        &mut self,
-        req: RequestId,
-        keys: &[Key],
-        success: bool,
-        made_ready: &mut Vec<Key>,
-    ) -> CompleteStoreReport {
-        self.0.lock().complete_store(req, keys, success, made_ready)
-    }
-    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.0.lock().complete_promotion(keys, success)
-    }
-    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
-        self.0.lock().pin_for_transfer(keys, slots_out)
-    }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.0.lock().unpin_for_transfer(keys)
-    }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().on_request_finished(req)
-    }
-    fn reset(&mut self) {
-        self.0.lock().reset()
-    }
-    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
-        self.0.lock().take_events(max, out)
-    }
-    fn event_capacity(&self) -> usize {
-        self.0.lock().event_capacity()
-    }
-    fn stat_list(&self) -> Vec<Stat> {
-        self.0.lock().stat_list()
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }

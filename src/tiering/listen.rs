@@ -8,11 +8,9 @@
 //! [`EventBatch`].  The listener runs with the manager's lock held: it must
 //! not call the manager (such calls fail as re-entrant) and should be quick.
 
-use crate::events::EventKind;
+use crate::events::{EventKind, TierEvent};
 use crate::key::Key;
 use crate::request::{Locality, Medium};
-
-use super::manager::TierEvent;
 
 /// Consecutive events of one tier and one kind.
 #[derive(Debug, Clone, Copy)]

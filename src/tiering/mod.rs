@@ -5,17 +5,17 @@ pub mod backpressure;
 mod counter_memory;
 pub mod listen;
 pub mod manager;
-pub mod model;
 pub mod notify;
 pub mod tier;
 
+pub use crate::events::TierEvent;
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
 pub use manager::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,
-    PromotionAnswer, RequestParams, StartedRequest, TakenBatch, TakenEvents, TierEvent,
-    TierOptions,
+    PromotionAnswer, RequestParams, RequestReport, RequestReportListener, StartedRequest,
+    TakenBatch, TakenEvents, TierOptions,
 };
 pub use notify::Notifier;
 pub use tier::{

@@ -196,6 +196,15 @@ pub trait SecondaryTier: Send {
         Vec::new()
     }
 
+    /// Which of kvtier's built-in statistics [`SecondaryTier::stats`]
+    /// reports, so the Prometheus exposition can give them their families
+    /// (see [`crate::metrics`]); `None` (the default) for a tier of its
+    /// own, whose statistics keep their names under the `kvtier_custom_`
+    /// prefix.
+    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
+        None
+    }
+
     /// Moves the tier's own queued events, oldest first, into `out`, at
     /// most `max` of them; the others stay queued for a later call.
     fn take_events(&mut self, _max: usize, _out: &mut Vec<Event>) {}

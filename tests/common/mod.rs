@@ -1,5 +1,9 @@
-//! A scriptable in-memory secondary tier for manager tests.
+//! A scriptable in-memory secondary tier for manager tests, and managers
+//! over the reference model of the primary tier.
 #![allow(dead_code)]
+
+#[path = "../support/model.rs"]
+pub mod model;
 
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -9,7 +13,6 @@ use kvtier::Key;
 use kvtier::events::Event;
 use kvtier::request::{Locality, Medium, Request};
 use kvtier::stats::Stat;
-use kvtier::tiering::model::SharedModel;
 use kvtier::tiering::{
     Direction, JobId, JobRef, JobResult, Manager, ManagerOptions, OffloadPolicy, SecondaryTier,
     TierLookup,
@@ -228,9 +231,18 @@ impl SecondaryTier for TestTier {
 }
 
 /// A manager over the reference model with `capacity` slots.
-pub fn model_manager(capacity: u32, opts: ManagerOptions) -> (Manager, SharedModel) {
-    let model = SharedModel::new(capacity);
-    (Manager::with_backend(Box::new(model.clone()), opts), model)
+pub fn model_manager(capacity: u32, opts: ManagerOptions) -> Manager {
+    Manager::with_backend(Box::new(model::ModelPrimary::new(capacity)), opts)
+}
+
+/// `f` of the reference model `m` drives (`m` from [`model_manager`]).
+pub fn with_model<R>(m: &Manager, f: impl FnOnce(&model::ModelPrimary) -> R) -> R {
+    m.inspect_primary(f).unwrap()
+}
+
+/// Ref count of `key` in the model `m` drives (-1 write pending, `None` absent).
+pub fn model_refs(m: &Manager, key: &Key) -> Option<i32> {
+    with_model(m, |model| model.refs(key))
 }
 
 pub fn stat(m: &Manager, tier: Option<usize>, name: &str) -> f64 {

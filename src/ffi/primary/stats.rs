@@ -19,7 +19,6 @@ const _: () = assert!(KVTIER_ALLOCATION_SIZE_BUCKETS == crate::primary::ALLOCATI
 /// before the call; the library fills only the fields inside it, so a
 /// program built against an older, shorter layout gets the fields it knows.
 #[repr(C)]
-#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy)]
 pub struct kvtier_primary_stats {
     /// `sizeof(kvtier_primary_stats)` as the caller was compiled with: set

@@ -4,6 +4,7 @@
 //! [`Manager::complete_load`], without copying the keys first.
 
 use super::{Manager, RequestId, Result};
+use crate::error::Error;
 use crate::fallible;
 use crate::key::Key;
 
@@ -18,7 +19,9 @@ impl Manager {
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
         s.poll_gated(&self.queue);
-        s.primary.prepare_load_bytes(request, keys, slots_out)
+        s.primary.prepare_load_bytes(request, keys, slots_out)?;
+        s.note_loaded(request, keys.len());
+        Ok(())
     }
 
     /// [`Manager::touch`] of keys read in place; they are copied only for
@@ -58,7 +61,13 @@ impl Manager {
     /// [`Manager::complete_load`] of keys read in place.
     pub(crate) fn complete_load_in_place(&self, request: RequestId, keys: &[&[u8]]) -> Result<()> {
         let mut s = self.enter("complete_load")?;
-        s.active(request)?;
-        s.primary.complete_load_bytes(request, keys)
+        // The primary tier knows both the active requests and the finished
+        // ones whose loads still hold pins.
+        s.primary
+            .complete_load_bytes(request, keys)
+            .map_err(|e| match e {
+                Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
+                other => other,
+            })
     }
 }

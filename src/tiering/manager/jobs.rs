@@ -1,12 +1,12 @@
 //! Jobs on the secondary tiers: applying finished ones, staging
-//! promotions, submitting cascades, and retrying parked keys.
+//! promotions, and submitting jobs (cascades are in `cascade.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Direction, Error, Job, JobEntry, JobId, JobResult, Key, PressurePolicy, PrimaryLookup, Request,
-    RequestId, Staged, State, StoreOutcome,
+    Direction, Error, Job, JobEntry, JobId, JobResult, Key, Request, RequestId, Staged, State,
+    StoreOutcome,
 };
 
 impl State {
@@ -67,7 +67,7 @@ impl State {
                 } else {
                     tier.c.cascade_failures += 1;
                 }
-                tier.c.store_time += elapsed;
+                tier.c.stores.record(elapsed, job.keys.len());
                 if let Some(d) = &mut tier.detector {
                     let units = if r.bytes > 0 {
                         r.bytes
@@ -93,15 +93,17 @@ impl State {
     /// through the promotion's own completion, which acts only on slots
     /// promotions reserved (never on a request's write-pending key).
     fn finish_load(&mut self, t: usize, job: &Job, r: &JobResult, elapsed: Duration) {
-        self.tiers[t].c.load_time += elapsed;
+        self.tiers[t].c.loads.record(elapsed, job.keys.len());
         if r.success {
             self.tiers[t].c.bytes_loaded += r.bytes;
             self.primary.complete_promotion(&job.keys, true);
+            self.note_promotion_done(job, job.keys.len());
             return;
         }
         self.tiers[t].c.promotion_failures += 1;
         let Some(list) = &r.succeeded_keys else {
             self.primary.complete_promotion(&job.keys, false);
+            self.note_promotion_done(job, 0);
             return;
         };
         if let Some(bad) = list.iter().find(|k| !job.keys.contains(k)) {
@@ -112,9 +114,11 @@ impl State {
                 job.id.0
             ));
             self.primary.complete_promotion(&job.keys, false);
+            self.note_promotion_done(job, 0);
             return;
         }
         self.tiers[t].c.partial_promotions += 1;
+        self.note_promotion_done(job, list.len());
         self.tiers[t].c.bytes_loaded += r.bytes;
         self.primary.complete_promotion(list, true);
         let mut rest = std::mem::take(&mut self.keys_b);
@@ -171,43 +175,6 @@ impl State {
         ok
     }
 
-    /// Cascades ready `keys` to every tier in `mask`: one store job per
-    /// tier, pinning once per tier, subject to each tier's back-pressure.
-    pub(super) fn cascade_to(&mut self, mask: u64, keys: &[Key], info: &Request) {
-        if keys.is_empty() {
-            return;
-        }
-        for t in 0..self.tiers.len() {
-            if mask & (1 << t) == 0 {
-                continue;
-            }
-            let tier = &mut self.tiers[t];
-            if let Some(d) = &tier.detector
-                && d.under_pressure()
-            {
-                let admit = match d.config().policy {
-                    PressurePolicy::Drop => false,
-                    PressurePolicy::Throttle => tier.stores_in_flight == 0,
-                };
-                if !admit {
-                    tier.c.dropped_cascade_jobs += 1;
-                    tier.c.dropped_cascade_blocks += keys.len() as u64;
-                    continue;
-                }
-            }
-            let mut slots = Vec::with_capacity(keys.len());
-            if let Err(e) = self.primary.pin_for_transfer(keys, &mut slots) {
-                self.c.internal_errors += 1;
-                self.log(format!("internal error: pinning for a cascade failed: {e}"));
-                continue;
-            }
-            let tier = &mut self.tiers[t];
-            tier.c.cascade_jobs += 1;
-            tier.c.cascade_blocks += keys.len() as u64;
-            self.submit(t, Direction::Store, keys.to_vec(), slots, info.clone());
-        }
-    }
-
     pub(super) fn submit(
         &mut self,
         t: usize,
@@ -242,46 +209,5 @@ impl State {
             }
             Direction::Load => tier.tier.submit_load(job),
         }
-    }
-
-    /// Cascades parked keys that became ready; drops those whose write
-    /// failed; pushes requests left with nothing parked onto `done`.
-    pub(super) fn retry_parked(&mut self, done: &mut Vec<RequestId>) {
-        if self.parked_reqs.is_empty() {
-            return;
-        }
-        let reqs = std::mem::take(&mut self.parked_reqs);
-        let mut keep = Vec::with_capacity(reqs.len());
-        let mut ready = std::mem::take(&mut self.keys_a);
-        for rid in reqs {
-            let Some(st) = self.reqs.get_mut(&rid) else {
-                continue;
-            };
-            ready.clear();
-            let primary = &self.primary;
-            let mut dropped = 0;
-            st.parked.retain(|k| match primary.lookup(k) {
-                PrimaryLookup::Hit => {
-                    ready.push(*k);
-                    false
-                }
-                PrimaryLookup::HitPending => true,
-                PrimaryLookup::Miss => {
-                    dropped += 1;
-                    false
-                }
-            });
-            self.c.parked_keys_dropped += dropped;
-            let mask = st.request_level;
-            let info = st.info.clone();
-            if st.parked.is_empty() {
-                done.push(rid);
-            } else {
-                keep.push(rid);
-            }
-            self.cascade_to(mask, &ready, &info);
-        }
-        self.keys_a = ready;
-        self.parked_reqs = keep;
     }
 }

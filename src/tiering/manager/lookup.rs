@@ -1,12 +1,68 @@
 //! Lookups: a request's keys, looked up in order until the first that is
 //! not HIT, as engines do them.  A batch behaves exactly as looking its
 //! keys up one call each until one is not HIT: the same answers, the same
-//! promotions started, the same counters.
+//! promotions started, the same counters.  The answers' types are here
+//! too.
 
-use super::{
-    Key, LookupAnswer, LookupResult, Manager, MissReason, PrimaryLookup, PromotionAnswer,
-    RequestId, Result, State, TierLookup, filter_allows,
-};
+use super::{Key, Manager, PrimaryLookup, RequestId, Result, State, TierLookup, filter_allows};
+
+/// What `lookup` answers for a key whose promotion it just started
+/// (`"retry"` or `"hit_pending"` in JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromotionAnswer {
+    /// vLLM's answer before 0.33 (the default): ask again later.
+    #[default]
+    Retry,
+    /// vLLM 0.33's answer: the block is on its way (write pending).
+    HitPending,
+}
+
+/// The manager's answer to a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LookupResult {
+    /// Not readable, and nothing is on its way: see [`MissReason`].
+    Miss,
+    /// Ready in the primary tier.
+    Hit,
+    /// Coming into the primary tier (write pending).
+    HitPending,
+    /// Ask again later (a promotion started, or a tier is busy).
+    Retry,
+}
+
+/// Why a lookup answered [`LookupResult::Miss`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissReason {
+    /// No tier has the key, or none was asked: there is no secondary tier,
+    /// the request's filter excludes every tier, or promotions are held
+    /// after a reset.  Counted in `misses_absent`.
+    Absent,
+    /// A secondary tier has the key, but the primary tier did not take its
+    /// promotion: no free slot, or its admission threshold did not admit
+    /// the key yet.  Asking again a step later may find it.  Counted in
+    /// `misses_no_room`.
+    NoRoom,
+}
+
+/// The answer of [`Manager::lookup_prefix`]: keys are looked up in order
+/// until the first that is not HIT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LookupAnswer {
+    /// Number of leading keys that are HIT.
+    pub hits: usize,
+    /// The answer of key `hits` ([`LookupResult::Hit`] when every key is).
+    pub stop: LookupResult,
+    /// Why, when `stop` is [`LookupResult::Miss`].
+    pub reason: Option<MissReason>,
+}
+
+impl LookupAnswer {
+    /// The number of keys looked up: the hits and the key that stopped them.
+    pub fn looked_up(&self) -> usize {
+        self.hits + usize::from(self.stop != LookupResult::Hit)
+    }
+}
 
 /// Keys whose primary-tier answers are read in one call: their memory
 /// reads overlap, and the primary tier remembers where the hits are for
@@ -48,8 +104,8 @@ impl Manager {
     ) -> Result<LookupAnswer> {
         let mut s = self.enter("lookup")?;
         let s = &mut *s;
-        s.active(request)?;
-        let mut answer = LookupAnswer {
+        let waiting = s.active_waiting(request)?;
+        let answer = LookupAnswer {
             hits: 0,
             stop: LookupResult::Hit,
             reason: None,
@@ -58,6 +114,25 @@ impl Manager {
             return Ok(answer);
         }
         s.poll_gated(&self.queue);
+        let started = s.c.promotions_started;
+        let answer = s.lookup_keys(request, n, key, answer)?;
+        let started = s.c.promotions_started != started;
+        s.note_lookup(request, &answer, started, waiting);
+        Ok(answer)
+    }
+}
+
+impl State {
+    /// The lookups of [`Manager::lookup_prefix_with`], counted.
+    #[inline]
+    fn lookup_keys<'k>(
+        &mut self,
+        request: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k [u8],
+        mut answer: LookupAnswer,
+    ) -> Result<LookupAnswer> {
+        let s = self;
         let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
         let mut first = 0;
         while first < n {
@@ -96,9 +171,7 @@ impl Manager {
         }
         Ok(answer)
     }
-}
 
-impl State {
     /// Answers `key`, which the primary tier does not have, from the
     /// secondary tiers for active request `rid` (starting a promotion from
     /// the first that has it).
@@ -132,6 +205,8 @@ impl State {
                     if !self.start_promotion(t, rid, key) {
                         return (LookupResult::Miss, Some(MissReason::NoRoom));
                     }
+                    self.tiers[t].c.promotions_started += 1;
+                    self.note_promotion_from(t);
                     let answer = match self.opts.promotion_answer {
                         PromotionAnswer::Retry => LookupResult::Retry,
                         PromotionAnswer::HitPending => LookupResult::HitPending,

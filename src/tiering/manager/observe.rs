@@ -3,13 +3,18 @@
 //! batches or pushed to a listener) and the error log.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{
     EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, Result, State, TierEvent,
 };
 use crate::error::Error;
 use crate::events::EventKind;
+use crate::histogram::{
+    Histogram, JOB_SIZE_BLOCKS_BOUNDS, JOB_SIZE_BUCKETS, LATENCY_BUCKETS, LATENCY_SECONDS_BOUNDS,
+};
 use crate::key::Key;
+use crate::metrics::{MetricGroup, StatSource};
 use crate::request::{Locality, Medium};
 use crate::stats::Stat;
 
@@ -99,6 +104,39 @@ impl ManagerStats {
             out.push(Stat::gauge(n, v as f64));
         }
         out
+    }
+}
+
+/// Finished jobs of one direction on one tier: how long each took
+/// (seconds) and how many blocks it carried.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct JobHistograms {
+    seconds: Histogram<LATENCY_BUCKETS>,
+    blocks: Histogram<JOB_SIZE_BUCKETS>,
+}
+
+impl Default for JobHistograms {
+    fn default() -> Self {
+        JobHistograms {
+            seconds: Histogram::new(&LATENCY_SECONDS_BOUNDS),
+            blocks: Histogram::new(&JOB_SIZE_BLOCKS_BOUNDS),
+        }
+    }
+}
+
+impl JobHistograms {
+    /// Records a job of `blocks` blocks that took `elapsed`.
+    #[inline]
+    pub(super) fn record(&mut self, elapsed: Duration, blocks: usize) {
+        self.seconds.record(elapsed.as_secs_f64());
+        self.blocks.record(blocks as f64);
+    }
+
+    /// Appends `<direction>_duration_seconds` and
+    /// `<direction>_size_blocks` to `out`.
+    fn push_stats(&self, duration: &'static str, size: &'static str, out: &mut Vec<Stat>) {
+        self.seconds.push_stats(duration, out);
+        self.blocks.push_stats(size, out);
     }
 }
 
@@ -257,6 +295,25 @@ impl Manager {
     /// the previous result and subtract counter by counter (see
     /// [`crate::stats`]).
     pub fn stats(&self) -> Result<Vec<ManagerStat>> {
+        let groups = self.metric_groups()?;
+        let mut out = Vec::with_capacity(groups.iter().map(|g| g.stats.len()).sum());
+        for g in groups {
+            for stat in g.stats {
+                out.push(ManagerStat {
+                    tier: g.tier,
+                    tier_name: g.tier_name.clone(),
+                    stat,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The statistics of [`Manager::stats`] in groups by source (the
+    /// manager's own, the primary tier's, then per secondary tier the
+    /// manager's counters for it and its own report), with each tier's
+    /// medium: what [`crate::metrics::exposition`] writes.
+    pub fn metric_groups(&self) -> Result<Vec<MetricGroup>> {
         let mut s = self.enter("stats")?;
         s.gather_errors();
         // The tiers' own reports first: a decrease found now is counted in
@@ -265,34 +322,45 @@ impl Manager {
         for i in 0..s.tiers.len() {
             reports.push(s.tier_report(i));
         }
-        let mut out = Vec::new();
-        let m: Arc<str> = Arc::from("manager");
-        for stat in s.manager_stats().stat_list() {
-            out.push(ManagerStat {
-                tier: None,
-                tier_name: m.clone(),
-                stat,
-            });
-        }
-        let p: Arc<str> = Arc::from("primary");
-        for stat in s.primary.stat_list() {
-            out.push(ManagerStat {
-                tier: Some(0),
-                tier_name: p.clone(),
-                stat,
-            });
-        }
+        let mut out = Vec::with_capacity(2 + 2 * s.tiers.len());
+        out.push(MetricGroup {
+            source: StatSource::Manager,
+            tier: None,
+            tier_name: Arc::from("manager"),
+            medium: None,
+            stats: s.manager_stat_list(),
+        });
+        out.push(MetricGroup {
+            source: StatSource::Primary,
+            tier: Some(0),
+            tier_name: Arc::from("primary"),
+            medium: Some(Medium::Cpu),
+            stats: s.primary.stat_list(),
+        });
         for (i, report) in reports.into_iter().enumerate() {
-            let name = s.tiers[i].name.clone();
-            for stat in s.tier_stat_list(i, report) {
-                out.push(ManagerStat {
-                    tier: Some(i + 1),
-                    tier_name: name.clone(),
-                    stat,
-                });
-            }
+            let t = &s.tiers[i];
+            out.push(MetricGroup {
+                source: StatSource::TierManaged,
+                tier: Some(i + 1),
+                tier_name: t.name.clone(),
+                medium: t.medium,
+                stats: s.tier_counter_stats(i),
+            });
+            out.push(MetricGroup {
+                source: StatSource::TierOwn(t.tier.builtin_stats()),
+                tier: Some(i + 1),
+                tier_name: t.name.clone(),
+                medium: t.medium,
+                stats: report,
+            });
         }
         Ok(out)
+    }
+
+    /// Every statistic in the Prometheus text format (see
+    /// [`crate::metrics::exposition`]).
+    pub fn prometheus_text(&self) -> Result<String> {
+        Ok(crate::metrics::exposition(&self.metric_groups()?))
     }
 
     /// The manager's own statistics.
@@ -320,7 +388,9 @@ impl Manager {
         }
         s.gather_errors();
         let report = s.tier_report(tier - 1);
-        Ok(s.tier_stat_list(tier - 1, report))
+        let mut out = s.tier_counter_stats(tier - 1);
+        out.extend(report);
+        Ok(out)
     }
 
     /// Moves the error log (tier bugs, failed tier calls), oldest first, into `out`.
@@ -443,16 +513,23 @@ impl State {
         report
     }
 
-    /// Secondary tier `i`'s statistics (internal index): the manager's
-    /// counters for it, then `report`, its own.
-    fn tier_stat_list(&self, i: usize, report: Vec<Stat>) -> Vec<Stat> {
+    /// The manager's own statistics as named values.
+    fn manager_stat_list(&self) -> Vec<Stat> {
+        let mut out = self.manager_stats().stat_list();
+        self.obs.push_stats(&mut out);
+        out
+    }
+
+    /// The manager's counters for secondary tier `i` (internal index).
+    fn tier_counter_stats(&self, i: usize) -> Vec<Stat> {
         let t = &self.tiers[i];
         let c = t.c;
-        let mut out = Vec::with_capacity(23 + report.len());
+        let mut out = Vec::with_capacity(96);
         for (n, v) in [
             ("lookups", c.lookups),
             ("hits", c.hits),
             ("retries", c.retries),
+            ("promotions_started", c.promotions_started),
             ("promotion_jobs", c.promotion_jobs),
             ("promotion_blocks", c.promotion_blocks),
             ("promotion_failures", c.promotion_failures),
@@ -470,12 +547,10 @@ impl State {
         ] {
             out.push(Stat::counter(n, v));
         }
-        for (n, v) in [
-            ("load_seconds", c.load_time.as_secs_f64()),
-            ("store_seconds", c.store_time.as_secs_f64()),
-        ] {
-            out.push(Stat::gauge(n, v));
-        }
+        c.loads
+            .push_stats("load_duration_seconds", "load_size_blocks", &mut out);
+        c.stores
+            .push_stats("store_duration_seconds", "store_size_blocks", &mut out);
         if let Some(d) = &t.detector {
             for (n, v) in [
                 ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
@@ -484,7 +559,6 @@ impl State {
                 out.push(Stat::gauge(n, v));
             }
         }
-        out.extend(report);
         out
     }
 

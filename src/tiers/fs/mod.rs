@@ -46,6 +46,7 @@
 pub mod cause;
 pub mod format;
 pub mod index;
+pub mod inspect;
 pub mod io;
 pub mod pool;
 pub mod rebuild;
@@ -764,6 +765,10 @@ impl SecondaryTier for FsTier {
     fn drain(&mut self) -> Result<()> {
         self.pool.wait_idle(false);
         Ok(())
+    }
+
+    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
+        Some(crate::metrics::BuiltinStats::Fs)
     }
 
     fn stats(&self) -> Vec<Stat> {

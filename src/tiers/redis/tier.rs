@@ -692,6 +692,10 @@ impl SecondaryTier for RedisTier {
         Ok(())
     }
 
+    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
+        Some(crate::metrics::BuiltinStats::Redis)
+    }
+
     fn stats(&self) -> Vec<Stat> {
         let c = &self.counters;
         let mut v = vec![

@@ -1,27 +1,30 @@
-//! A reference model of the primary tier: its rules (`primary/mod.rs`) written as
-//! plainly as possible (LRU, no admission threshold, linear scans).  Each
-//! write-pending key remembers its writer, and a completion acts only on
-//! its own writer's keys.  It is
-//! slow on purpose; tests drive the manager over it and over the real tier
-//! and compare, and check slot invariants against it.
+//! A reference model of the primary tier: its rules (`src/primary/mod.rs`)
+//! written as plainly as possible (LRU, no admission threshold, linear
+//! scans).  Each write-pending key remembers its writer, and a completion
+//! acts only on its own writer's keys.  It is slow on purpose; tests drive
+//! the manager over it and over the real tier and compare, and check slot
+//! invariants against it (through `Manager::inspect_primary`).
 //!
 //! It models slots, states and the argument checks, not the finer order of
 //! recency: request finishes commit nothing here, and token positions are
 //! checked (request, lengths, KV-group key sizes) and otherwise ignored.
+//! A request that finishes with pins of its loads still held keeps them
+//! for its late `complete_load`, which releases only those.
 //! The primary tier's own model test (`tests/primary_model.rs`) models
 //! ranks, positions and groups exactly.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 
-use super::backend::{
-    CompleteStoreReport, PrimaryBackend, PrimaryLookup, Shared, StoreOutcome, StorePlan,
+use kvtier::events::{Event, EventKind};
+use kvtier::key::Key;
+use kvtier::primary::Writer;
+use kvtier::request::RequestId;
+use kvtier::stats::Stat;
+use kvtier::tiering::backend::{
+    CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
 };
-use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
-use crate::key::Key;
-use crate::primary::Writer;
-use crate::request::RequestId;
-use crate::stats::Stat;
+use kvtier::{Error, Result};
 
 /// State of one resident key in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +51,9 @@ pub struct ModelPrimary {
     freed: Vec<u32>,
     clock: u64,
     requests: HashSet<RequestId>,
+    /// The pins each request's loads took and have not released (one
+    /// entry per pin), active requests and finished ones alike.
+    loads: HashMap<RequestId, Vec<Key>>,
     events: Vec<Event>,
     kv_groups: bool,
 }
@@ -62,9 +68,15 @@ impl ModelPrimary {
             freed: Vec::new(),
             clock: 0,
             requests: HashSet::new(),
+            loads: HashMap::new(),
             events: Vec::new(),
             kv_groups: false,
         }
+    }
+
+    /// Ref count of `key` (None if absent).
+    pub fn refs(&self, key: &Key) -> Option<i32> {
+        self.entries.get(key).map(|e| e.refs)
     }
 
     /// Number of free slots.
@@ -178,13 +190,16 @@ impl ModelPrimary {
         Ok(StoreOutcome::Planned)
     }
 
-    /// Finishes `by`'s writes among `keys`; every other key is counted.
+    /// Finishes `by`'s writes among `keys`, pinning each key made ready
+    /// `pins` times; every other key is counted.
     fn complete(
         &mut self,
         by: Writer,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
         let mut r = CompleteStoreReport::default();
         for k in keys {
@@ -193,7 +208,7 @@ impl ModelPrimary {
                 Some(e) if e.refs >= 0 => r.already_ready += 1,
                 Some(e) if e.writer != Some(by) => r.foreign += 1,
                 Some(e) if success => {
-                    e.refs = 0;
+                    e.refs = pins as i32;
                     e.writer = None;
                     e.announced = true;
                     self.events.push(Event {
@@ -201,7 +216,10 @@ impl ModelPrimary {
                         key: Some(*k),
                     });
                     r.ready += 1;
-                    made_ready.push(*k);
+                    if pins > 0 {
+                        made_ready.push(*k);
+                        slots.push(e.slot);
+                    }
                 }
                 Some(e) => {
                     let slot = e.slot;
@@ -240,6 +258,9 @@ impl PrimaryBackend for ModelPrimary {
         self.capacity
     }
     fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        if self.loads.contains_key(&req) && !self.requests.contains(&req) {
+            return Err(Error::DuplicateRequest(format!("{} (loads pinned)", req.0)));
+        }
         if !self.requests.insert(req) {
             return Err(Error::DuplicateRequest(format!("{}", req.0)));
         }
@@ -260,7 +281,11 @@ impl PrimaryBackend for ModelPrimary {
     ) -> Result<()> {
         self.need_request(req)?;
         self.check_groups(keys)?;
-        self.pin_for_transfer(keys, slots_out)
+        self.pin_for_transfer(keys, slots_out)?;
+        if !keys.is_empty() {
+            self.loads.entry(req).or_default().extend_from_slice(keys);
+        }
+        Ok(())
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.need_request(req)?;
@@ -283,8 +308,38 @@ impl PrimaryBackend for ModelPrimary {
         self.kv_groups = true;
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.need_request(req)?;
-        self.unpin_for_transfer(keys)
+        let active = self.requests.contains(&req);
+        let mut own = match self.loads.get(&req) {
+            Some(own) => own.clone(),
+            None if active => Vec::new(),
+            None => return Err(Error::UnknownRequest(format!("{}", req.0))),
+        };
+        let release = |own: &mut Vec<Key>, k: &Key| match own.iter().position(|x| x == k) {
+            Some(i) => {
+                own.swap_remove(i);
+                true
+            }
+            None => false,
+        };
+        if !active {
+            for (i, k) in keys.iter().enumerate() {
+                if !release(&mut own, k) {
+                    return Err(Self::key_state(i, k, "not pinned by this request"));
+                }
+            }
+        }
+        self.unpin_for_transfer(keys)?;
+        if active {
+            for k in keys {
+                release(&mut own, k);
+            }
+        }
+        if own.is_empty() {
+            self.loads.remove(&req);
+        } else {
+            self.loads.insert(req, own);
+        }
+        Ok(())
     }
     fn prepare_store(
         &mut self,
@@ -307,12 +362,22 @@ impl PrimaryBackend for ModelPrimary {
         req: RequestId,
         keys: &[Key],
         success: bool,
+        pins: u32,
         made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
-        self.complete(Writer::Request(req), keys, success, made_ready)
+        let by = Writer::Request(req);
+        self.complete(by, keys, success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        self.complete(Writer::Promotion, keys, success, &mut Vec::new())
+        self.complete(
+            Writer::Promotion,
+            keys,
+            success,
+            0,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        )
     }
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         for (i, k) in keys.iter().enumerate() {
@@ -351,9 +416,11 @@ impl PrimaryBackend for ModelPrimary {
         if !self.requests.remove(&req) {
             return Err(Error::UnknownRequest(format!("{}", req.0)));
         }
+        // Kept in `loads` while its loads hold pins.
         Ok(())
     }
     fn reset(&mut self) {
+        self.loads.clear();
         self.entries.clear();
         self.freed.clear();
         self.fresh = 0;
@@ -374,18 +441,7 @@ impl PrimaryBackend for ModelPrimary {
     fn stat_list(&self) -> Vec<Stat> {
         vec![Stat::gauge("resident", self.entries.len() as f64)]
     }
-}
-
-/// The model shared between a manager and the test that inspects it.
-pub type SharedModel = Shared<ModelPrimary>;
-
-impl SharedModel {
-    /// A shared model of `capacity` slots.
-    pub fn new(capacity: u32) -> SharedModel {
-        Shared::wrap(ModelPrimary::new(capacity))
-    }
-    /// Ref count of `key` (None if absent).
-    pub fn refs(&self, key: &Key) -> Option<i32> {
-        self.0.lock().entries.get(key).map(|e| e.refs)
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }

@@ -1,0 +1,74 @@
+"""kvtier: a multi-tier KV cache for LLM inference engines, from Python.
+
+The bindings sit on kvtier's C ABI (``libkvtier.so`` and ``kvtier.h``,
+loaded with cffi), so Python drives exactly the calls a C engine makes:
+
+* `Region`: shared slot memory every process of an engine maps;
+* `Primary`: the primary tier on its own;
+* `Manager`: the primary tier with secondary tiers (files, Redis, or tiers
+  written in Python: `Tier`);
+* `kvtier.vllm`: an offloading spec for vLLM 0.33.
+
+Keys are ``bytes`` (1 to 64 bytes).  A failed call raises `KvtierError`
+with the library's status and message.
+"""
+
+from __future__ import annotations
+
+from ._ffi import CONSTANTS, ffi, lib
+from .errors import KvtierError, Status
+from .manager import Manager, TierMatcher, TierStat
+from .primary import Primary
+from .region import Region, RegionView
+from .tier import Job, JobResult, Tier, TierRequest
+from .types import (
+    Event,
+    EventKind,
+    JobDirection,
+    Locality,
+    LookupAnswer,
+    LookupResult,
+    Medium,
+    MissReason,
+    OffloadPolicy,
+    PromotionAnswer,
+    StoreCompletion,
+    StorePlan,
+)
+
+__all__ = [
+    "CONSTANTS",
+    "Event",
+    "EventKind",
+    "JobDirection",
+    "Job",
+    "JobResult",
+    "KvtierError",
+    "Manager",
+    "Locality",
+    "LookupAnswer",
+    "LookupResult",
+    "Medium",
+    "MissReason",
+    "OffloadPolicy",
+    "Primary",
+    "PromotionAnswer",
+    "Region",
+    "RegionView",
+    "Status",
+    "Tier",
+    "TierMatcher",
+    "TierRequest",
+    "TierStat",
+    "StoreCompletion",
+    "StorePlan",
+    "library_version",
+]
+
+
+def library_version() -> str:
+    """The loaded library's version, ``"MAJOR.MINOR.PATCH"``."""
+    return ffi.string(lib.kvtier_version()).decode()
+
+
+__version__ = library_version()

@@ -1,0 +1,60 @@
+"""kvtier's status codes and the exception every failed call raises."""
+
+from __future__ import annotations
+
+import enum
+
+from ._ffi import ffi, lib
+
+__all__ = ["Status", "KvtierError", "check"]
+
+
+class Status(enum.IntEnum):
+    """The C API's ``kvtier_status`` values (``KVTIER_STATUS_<NAME>``)."""
+
+    OK = 0
+    NULL_ARGUMENT = 1
+    INVALID_ARGUMENT = 2
+    INVALID_KEY = 3
+    KEY_STATE = 4
+    UNKNOWN_REQUEST = 5
+    DUPLICATE_REQUEST = 6
+    UNKNOWN_JOB = 7
+    IO = 8
+    NOT_FOUND = 9
+    ALREADY_EXISTS = 10
+    TIMEOUT = 11
+    NO_SPACE = 12
+    PEER_FAILED = 13
+    TIER = 14
+    REENTRANT = 15
+    CLOSED = 16
+    UNSUPPORTED = 17
+    BUFFER_TOO_SMALL = 18
+    POISONED = 19
+    PANIC = 20
+    OUT_OF_MEMORY = 21
+
+
+class KvtierError(Exception):
+    """A kvtier call failed: ``status`` says how, ``message`` what happened
+    (the library's ``kvtier_last_error_message``)."""
+
+    def __init__(self, status: int, message: str, call: str = ""):
+        try:
+            self.status: Status | int = Status(status)
+            name = self.status.name
+        except ValueError:
+            self.status = status
+            name = f"status {status}"
+        self.message = message
+        self.call = call
+        where = f"{call}: " if call else ""
+        super().__init__(f"{where}{name}: {message}" if message else f"{where}{name}")
+
+
+def check(status: int, call: str = "") -> None:
+    """Raises `KvtierError` unless `status` is ``KVTIER_STATUS_OK``."""
+    if status:
+        message = ffi.string(lib.kvtier_last_error_message()).decode("utf-8", "replace")
+        raise KvtierError(status, message, call)

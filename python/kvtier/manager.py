@@ -1,0 +1,451 @@
+"""The tiering manager (``kvtier_manager_*``): a primary tier in host
+memory with secondary tiers below it (files, Redis, or tiers written in
+Python, `kvtier.Tier`), internally synchronized.
+
+A request begins with a name (`Manager.request_begin`) and gets a handle,
+an int that every later call of the request takes.  Keys are ``bytes``.
+"""
+
+from __future__ import annotations
+
+import json as _json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ._calls import PlanBuffers, completion, lookup_answer, positions_array
+from ._ffi import CONSTANTS, ffi, lib
+from ._keys import key_array
+from .errors import KvtierError, Status, check
+from .types import (
+    Event,
+    Locality,
+    LookupAnswer,
+    Medium,
+    OffloadPolicy,
+    PromotionAnswer,
+    StoreCompletion,
+    StorePlan,
+    event_from_c,
+    struct_dict,
+)
+
+if TYPE_CHECKING:
+    from .region import Region
+    from .tier import Tier
+
+__all__ = ["Manager", "TierStat", "TierMatcher"]
+
+_EVENT_BATCH = 64
+
+
+class TierStat(NamedTuple):
+    """One statistic of a tier: its value, and whether it is a counter
+    (cumulative, never decreasing) or a gauge (a current value)."""
+
+    value: float
+    counter: bool
+
+
+class TierMatcher(NamedTuple):
+    """One matcher of a request's tier filter (``ANY`` matches anything)."""
+
+    medium: Medium = Medium.ANY
+    locality: Locality = Locality.ANY
+
+
+class Manager:
+    """A tiering manager (see ``kvtier_manager_new``).
+
+    Primary tier: `capacity` slots, `policy` ``"lru"`` or ``"arc"``,
+    `store_threshold` / `admission_table_size` (admission at the n-th
+    offer), `kv_groups` (keys end with a 4-byte big-endian KV-group
+    index).  `event_capacity` bounds each tier's event queue (0: no
+    events).  `promotion_answer` is what a lookup that starts a promotion
+    answers (``"retry"``, or ``"hit_pending"`` as vLLM 0.33).
+    `block_bytes` is the block size for back-pressure per byte.
+    `region`, if given, is the slot memory the built-in tiers copy through.
+
+    Use it as a context manager, or call `close`.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 1024,
+        *,
+        policy: str = "lru",
+        store_threshold: int = 0,
+        admission_table_size: int = 64000,
+        event_capacity: int = 0,
+        promotion_answer: str = "retry",
+        block_bytes: int = 0,
+        error_log_capacity: int = 64,
+        kv_groups: bool = False,
+        region: Region | None = None,
+    ):
+        options = ffi.new("kvtier_manager_options *", lib.kvtier_manager_options_default())
+        policy_c = ffi.new("char[]", policy.encode())
+        options.capacity = capacity
+        options.policy = policy_c
+        options.store_threshold = store_threshold
+        options.admission_table_size = admission_table_size
+        options.event_capacity = event_capacity
+        options.promotion_answer = PromotionAnswer[promotion_answer.upper()]
+        options.block_bytes = block_bytes
+        options.error_log_capacity = error_log_capacity
+        options.kv_groups = kv_groups
+        out = ffi.new("kvtier_manager **")
+        region_c = region.handle if region is not None else ffi.NULL
+        check(lib.kvtier_manager_new(options, region_c, out), "kvtier_manager_new")
+        self._init(out[0], capacity)
+        self._region = region
+
+    @classmethod
+    def from_json(cls, config: str | Mapping[str, Any]) -> Manager:
+        """A manager built from a JSON configuration (a string, or a mapping
+        dumped to JSON), as ``kvtier_manager_new_from_json``."""
+        text = config if isinstance(config, str) else _json.dumps(config)
+        data = text.encode()
+        out = ffi.new("kvtier_manager **")
+        check(lib.kvtier_manager_new_from_json(data, len(data), out), "kvtier_manager_new_from_json")
+        self = cls.__new__(cls)
+        primary = {} if isinstance(config, str) else dict(config.get("primary", {}))
+        self._init(out[0], int(primary.get("capacity", 0)))
+        self._region = None
+        return self
+
+    def _init(self, handle: Any, capacity: int) -> None:
+        self._manager: Any = handle
+        self.capacity = capacity
+        self._answer = ffi.new("kvtier_lookup_answer *")
+        self._events = ffi.new("kvtier_event[]", _EVENT_BATCH)
+        self._tiers: list[Any] = []  # Python tiers' adapters, kept alive here too
+
+    @property
+    def handle(self) -> Any:
+        """The ``kvtier_manager *``; an error once closed."""
+        if self._manager is None:
+            raise KvtierError(Status.CLOSED, "the manager is closed")
+        return self._manager
+
+    # -- tiers --------------------------------------------------------
+
+    def add_tier(
+        self,
+        tier: Tier,
+        *,
+        backpressure: bool = False,
+        events: bool = True,
+        **backpressure_options: Any,
+    ) -> int:
+        """Adds a secondary tier written in Python (see `kvtier.Tier`),
+        through the C vtable; its tier index (1 for the first).
+        `backpressure_options` are fields of ``kvtier_tier_options``
+        (``alpha``, ``high_ns_per_byte``, ``low_ns_per_byte``, ``warmup``,
+        ``max_consecutive_failures``, ``policy``)."""
+        from .tier import TierAdapter
+
+        options = ffi.new("kvtier_tier_options *", lib.kvtier_tier_options_default())
+        options.backpressure = backpressure
+        options.events = events
+        for name, value in backpressure_options.items():
+            setattr(options, name, value)
+        adapter = TierAdapter(tier, self)
+        index = ffi.new("size_t *")
+        try:
+            check(lib.kvtier_manager_add_tier(self.handle, adapter.vtable, options, index), "kvtier_manager_add_tier")
+        except BaseException:
+            adapter.release()
+            raise
+        adapter.index = int(index[0])
+        self._tiers.append(adapter)
+        return adapter.index
+
+    def add_fs_tier(self, directory: str, **options: Any) -> int:
+        """Adds the file-system tier over the manager's slot memory, in
+        `directory`; `options` are fields of ``kvtier_fs_options``
+        (``capacity_bytes``, ``read_threads``, ``direct_io``, ...,
+        ``locality`` a `Locality`).  Its tier index."""
+        c_options = ffi.new("kvtier_fs_options *", lib.kvtier_fs_options_default())
+        directory_c = ffi.new("char[]", str(directory).encode())
+        c_options.directory = directory_c
+        for name, value in options.items():
+            setattr(c_options, name, value)
+        index = ffi.new("size_t *")
+        check(lib.kvtier_manager_add_fs_tier(self.handle, c_options, index), "kvtier_manager_add_fs_tier")
+        return int(index[0])
+
+    def add_redis_tier(self, **options: Any) -> int:
+        """Adds the redis tier; `options` are fields of
+        ``kvtier_redis_options`` (strings as ``str``).  Its tier index."""
+        c_options = ffi.new("kvtier_redis_options *", lib.kvtier_redis_options_default())
+        keep = []
+        for name, value in options.items():
+            if isinstance(value, str):
+                keep.append(ffi.new("char[]", value.encode()))
+                value = keep[-1]
+            setattr(c_options, name, value)
+        index = ffi.new("size_t *")
+        check(lib.kvtier_manager_add_redis_tier(self.handle, c_options, index), "kvtier_manager_add_redis_tier")
+        return int(index[0])
+
+    # -- requests -----------------------------------------------------
+
+    def request_begin(
+        self,
+        name: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        tier_filter: Sequence[TierMatcher] | None = None,
+    ) -> tuple[int, OffloadPolicy]:
+        """Starts request `name` (unique among active requests): its handle,
+        and the offload policy the tiers asked for.  `params` are strings
+        tiers may read; `tier_filter`, if given, limits the tiers its
+        lookups ask (an empty filter asks none)."""
+        handle = ffi.new("kvtier_request_handle *")
+        policy = ffi.new("kvtier_offload_policy *")
+        c_params = ffi.NULL
+        keep: list[Any] = []
+        if params or tier_filter is not None:
+            c_params = ffi.new("kvtier_request_params *", lib.kvtier_request_params_default())
+            if params:
+                entries = ffi.new("kvtier_param[]", len(params))
+                for i, (key, value) in enumerate(params.items()):
+                    keep.append(ffi.new("char[]", str(key).encode()))
+                    entries[i].key = keep[-1]
+                    keep.append(ffi.new("char[]", str(value).encode()))
+                    entries[i].value = keep[-1]
+                keep.append(entries)
+                c_params.params = entries
+                c_params.params_len = len(params)
+            if tier_filter is not None:
+                c_params.filter_set = True
+                if tier_filter:
+                    matchers = ffi.new("kvtier_tier_matcher[]", len(tier_filter))
+                    for i, m in enumerate(tier_filter):
+                        matchers[i].medium = m.medium
+                        matchers[i].locality = m.locality
+                    keep.append(matchers)
+                    c_params.filter = matchers
+                    c_params.filter_len = len(tier_filter)
+        check(
+            lib.kvtier_manager_request_begin(self.handle, name.encode(), c_params, handle, policy),
+            "kvtier_manager_request_begin",
+        )
+        return int(handle[0]), OffloadPolicy(policy[0])
+
+    def request_finished(self, request: int) -> None:
+        """Marks `request` finished (its stores in flight still complete,
+        and its loads in flight still release their pins)."""
+        check(lib.kvtier_manager_request_finished(self.handle, request), "kvtier_manager_request_finished")
+
+    @contextmanager
+    def request(self, name: str, **kwargs: Any) -> Iterator[int]:
+        """A request's handle for the ``with`` block, finished at its end."""
+        handle, _policy = self.request_begin(name, **kwargs)
+        try:
+            yield handle
+        finally:
+            if self._manager is not None:
+                self.request_finished(handle)
+
+    # -- keys ---------------------------------------------------------
+
+    def lookup(self, request: int, keys: Sequence[bytes]) -> LookupAnswer:
+        """Looks `keys` up in order for `request`, stopping at the first
+        that is not HIT (which may start a promotion)."""
+        array = key_array(keys)
+        check(lib.kvtier_manager_lookup(self.handle, request, array.ptr, array.len, self._answer), "kvtier_manager_lookup")
+        return lookup_answer(self._answer)
+
+    def prepare_load(self, request: int, keys: Sequence[bytes]) -> list[int]:
+        """Pins ready `keys` for a load to the GPU; their slots, in key order."""
+        array = key_array(keys)
+        slots = ffi.new("uint32_t[]", max(len(keys), 1))
+        check(lib.kvtier_manager_prepare_load(self.handle, request, array.ptr, array.len, slots), "kvtier_manager_prepare_load")
+        return list(ffi.unpack(slots, len(keys)))
+
+    def complete_load(self, request: int, keys: Sequence[bytes]) -> None:
+        """Unpins `keys` after their load finished."""
+        array = key_array(keys)
+        check(lib.kvtier_manager_complete_load(self.handle, request, array.ptr, array.len), "kvtier_manager_complete_load")
+
+    def touch(self, request: int, keys: Sequence[bytes]) -> None:
+        """Marks `keys` recently used in every tier."""
+        array = key_array(keys)
+        check(lib.kvtier_manager_touch(self.handle, request, array.ptr, array.len), "kvtier_manager_touch")
+
+    def set_positions(self, request: int, keys: Sequence[bytes], positions: Sequence[int]) -> None:
+        """Gives `keys` of `request` their end-token positions."""
+        if len(keys) != len(positions):
+            raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
+        array = key_array(keys)
+        check(
+            lib.kvtier_manager_set_positions(self.handle, request, array.ptr, array.len, positions_array(positions)),
+            "kvtier_manager_set_positions",
+        )
+
+    def prepare_store(self, request: int, keys: Sequence[bytes]) -> StorePlan:
+        """Plans a store of `keys` into the primary tier."""
+        array = key_array(keys)
+        buffers = PlanBuffers(len(keys))
+        check(lib.kvtier_manager_prepare_store(self.handle, request, array.ptr, array.len, buffers.plan), "kvtier_manager_prepare_store")
+        return buffers.read()
+
+    def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
+        """Finishes (part of) `request`'s store of `keys`."""
+        array = key_array(keys)
+        result = ffi.new("kvtier_store_completion *")
+        check(
+            lib.kvtier_manager_complete_store(self.handle, request, array.ptr, array.len, success, result),
+            "kvtier_manager_complete_store",
+        )
+        return completion(result)
+
+    # -- steps --------------------------------------------------------
+
+    def schedule_end(self) -> None:
+        """Ends a scheduler step (submits staged promotions, polls tiers)."""
+        check(lib.kvtier_manager_schedule_end(self.handle), "kvtier_manager_schedule_end")
+
+    def has_pending_work(self) -> bool:
+        """Whether jobs, parked keys or staged promotions are outstanding."""
+        out = ffi.new("bool *")
+        check(lib.kvtier_manager_has_pending_work(self.handle, out), "kvtier_manager_has_pending_work")
+        return bool(out[0])
+
+    def reset_cache(self) -> None:
+        """Drains every tier and empties the primary tier."""
+        check(lib.kvtier_manager_reset_cache(self.handle), "kvtier_manager_reset_cache")
+
+    def reset_flushed(self) -> None:
+        """Ends the promotion hold that follows `reset_cache`."""
+        check(lib.kvtier_manager_reset_flushed(self.handle), "kvtier_manager_reset_flushed")
+
+    def complete_job(
+        self,
+        tier: int,
+        job_id: int,
+        success: bool = True,
+        *,
+        succeeded_keys: Sequence[bytes] | None = None,
+        bytes_moved: int = 0,
+        duration_ns: int = 0,
+    ) -> None:
+        """Reports a finished job of Python tier `tier` from any thread."""
+        result = ffi.new("kvtier_job_result *")
+        result.id = job_id
+        result.success = success
+        keys = key_array(succeeded_keys or ())
+        result.succeeded_keys = keys.ptr
+        result.succeeded_len = keys.len
+        result.bytes = bytes_moved
+        result.duration_ns = duration_ns
+        check(lib.kvtier_manager_complete_job(self.handle, tier, result), "kvtier_manager_complete_job")
+
+    # -- observing ----------------------------------------------------
+
+    def take_events(self) -> list[Event]:
+        """Every queued event of every tier, oldest first (copied)."""
+        out: list[Event] = []
+        written = ffi.new("size_t *")
+        more = ffi.new("bool *", True)
+        while more[0]:
+            check(
+                lib.kvtier_manager_take_events(self.handle, self._events, _EVENT_BATCH, written, more),
+                "kvtier_manager_take_events",
+            )
+            out.extend(event_from_c(self._events[i]) for i in range(written[0]))
+        return out
+
+    def read_stats(self) -> dict[str, Any]:
+        """The manager's own numbers (``kvtier_manager_stats``) by name."""
+        stats = ffi.new("kvtier_manager_stats *")
+        stats.struct_size = ffi.sizeof("kvtier_manager_stats")
+        check(lib.kvtier_manager_read_stats(self.handle, stats), "kvtier_manager_read_stats")
+        return struct_dict(stats[0])
+
+    def read_tier_stats(self, tier: int) -> dict[str, TierStat]:
+        """Tier `tier`'s statistics (0 the primary tier) by name."""
+        written = ffi.new("size_t *")
+        capacity = 64
+        while True:
+            out = ffi.new("kvtier_tier_stat[]", capacity)
+            status = lib.kvtier_manager_read_tier_stats(self.handle, tier, out, capacity, written)
+            if status == Status.BUFFER_TOO_SMALL:
+                capacity = int(written[0])
+                continue
+            check(status, "kvtier_manager_read_tier_stats")
+            counter = CONSTANTS["KVTIER_STAT_COUNTER"]
+            return {
+                ffi.string(out[i].name).decode(): TierStat(out[i].value, out[i].kind == counter)
+                for i in range(written[0])
+            }
+
+    def metrics_prometheus(self) -> str:
+        """Every statistic in the Prometheus text format."""
+        written = ffi.new("size_t *")
+        capacity = 1 << 14
+        while True:
+            text = ffi.new("char[]", capacity)
+            status = lib.kvtier_manager_metrics_prometheus(self.handle, text, capacity, written)
+            if status == Status.BUFFER_TOO_SMALL:
+                capacity = int(written[0]) + 1024
+                continue
+            check(status, "kvtier_manager_metrics_prometheus")
+            return ffi.string(text).decode()
+
+    def take_errors(self) -> list[str]:
+        """Every message of the manager's error log (tier misbehaviour), oldest first."""
+        out: list[str] = []
+        written = ffi.new("size_t *")
+        capacity = 512
+        while True:
+            text = ffi.new("char[]", capacity)
+            status = lib.kvtier_manager_take_error(self.handle, text, capacity, written)
+            if status == Status.BUFFER_TOO_SMALL:
+                capacity = int(written[0])
+                continue
+            check(status, "kvtier_manager_take_error")
+            if written[0] == 0:
+                return out
+            out.append(ffi.string(text).decode("utf-8", "replace"))
+
+    def slot_memory(self) -> tuple[int, int, int, int]:
+        """(base address, stride, usable bytes per slot, slot count) of the
+        manager's slot memory."""
+        base = ffi.new("void **")
+        stride = ffi.new("size_t *")
+        slot_bytes = ffi.new("size_t *")
+        count = ffi.new("uint32_t *")
+        check(lib.kvtier_manager_slot_memory(self.handle, base, stride, slot_bytes, count), "kvtier_manager_slot_memory")
+        return int(ffi.cast("uintptr_t", base[0])), int(stride[0]), int(slot_bytes[0]), int(count[0])
+
+    def wake_fd(self) -> int:
+        """The descriptor that becomes readable when a tier finishes a job."""
+        fd = ffi.new("int *")
+        check(lib.kvtier_manager_wake_fd(self.handle, fd), "kvtier_manager_wake_fd")
+        return int(fd[0])
+
+    # -- lifetime -----------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Shuts every secondary tier down; later calls fail with CLOSED."""
+        check(lib.kvtier_manager_shutdown(self.handle), "kvtier_manager_shutdown")
+
+    def close(self) -> None:
+        """Frees the manager (shutting its tiers down first if needed)."""
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            lib.kvtier_manager_free(manager)
+            self._tiers.clear()
+
+    def __enter__(self) -> Manager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_manager", None) is not None:
+            self.close()

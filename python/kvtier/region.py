@@ -1,0 +1,233 @@
+"""A shared offload region: slot memory every process of one engine maps.
+
+The region is kvtier's (``kvtier_region_*``): the creator sizes backing
+files under ``/dev/shm`` (or another directory), records the layout in a
+header page, and holds a lock on the files for as long as it lives, so a
+file nobody holds is known to be left over from a crashed run and is
+replaced.  A vLLM scheduler and its workers each map the same region
+through this class; a worker's area of every row is its view
+(`Region.worker_array`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._ffi import CONSTANTS, ffi, lib
+from .errors import KvtierError, Status, check
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Region", "RegionView"]
+
+_OPEN = {
+    "create_or_join": CONSTANTS["KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN"],
+    "create": CONSTANTS["KVTIER_REGION_OPEN_MODE_CREATE"],
+    "join": CONSTANTS["KVTIER_REGION_OPEN_MODE_JOIN"],
+}
+_PREFAULT = {
+    "off": CONSTANTS["KVTIER_REGION_PREFAULT_OFF"],
+    "auto": CONSTANTS["KVTIER_REGION_PREFAULT_AUTO"],
+    "touch": CONSTANTS["KVTIER_REGION_PREFAULT_TOUCH"],
+}
+
+
+@dataclass(frozen=True)
+class RegionView:
+    """`rows` rows of `length` bytes, row ``r`` at ``offset + r * stride``
+    from the region's base address."""
+
+    offset: int
+    stride: int
+    length: int
+    rows: int
+
+
+class Region:
+    """Creates or joins the region `name` (see ``kvtier_region_new``).
+
+    Every process of one region passes the same layout: `slot_count` rows
+    of `slot_bytes` (a multiple of the page size), with `worker_bytes` per
+    worker inside each row when the per-worker layout is used.  `open` is
+    ``"create_or_join"`` (default), ``"create"`` or ``"join"``; `prefault`
+    ``"auto"``, ``"off"`` or ``"touch"``.  `barrier`, if given, is called
+    once with the set-up status and must return only when every process of
+    the region has called it (then the file names are removed).
+
+    Use it as a context manager, or call `close`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        slot_count: int,
+        slot_bytes: int,
+        *,
+        directory: str | None = None,
+        worker_bytes: int = 0,
+        open: str = "create_or_join",
+        join_timeout_ms: int = 30000,
+        segments: int = 1,
+        prefault: str = "auto",
+        prefault_threads: int = 1,
+        mode: int = 0o600,
+        replace_stale: bool = True,
+        barrier: Callable[[int], int] | None = None,
+    ):
+        options = ffi.new("kvtier_region_options *", lib.kvtier_region_options_default())
+        keep = [ffi.new("char[]", name.encode())]
+        options.name = keep[0]
+        if directory is not None:
+            keep.append(ffi.new("char[]", str(directory).encode()))
+            options.directory = keep[-1]
+        options.slot_count = slot_count
+        options.slot_bytes = slot_bytes
+        options.worker_bytes = worker_bytes
+        options.open = _OPEN[open]
+        options.join_timeout_ms = join_timeout_ms
+        options.segments = segments
+        options.prefault = _PREFAULT[prefault]
+        options.prefault_threads = prefault_threads
+        options.mode = mode
+        options.replace_stale = replace_stale
+        if barrier is not None:
+
+            def call_barrier(_user_data: Any, setup_status: int) -> int:
+                try:
+                    return int(barrier(setup_status))
+                except Exception:  # a barrier must not unwind into C
+                    return int(Status.PEER_FAILED)
+
+            keep.append(ffi.callback("kvtier_region_barrier_fn", call_barrier))
+            options.barrier = keep[-1]
+        out = ffi.new("kvtier_region **")
+        check(lib.kvtier_region_new(options, out), "kvtier_region_new")
+        self._region: Any = out[0]
+        self.name = name
+        base = ffi.new("void **")
+        check(lib.kvtier_region_base(self._region, base), "kvtier_region_base")
+        stride = ffi.new("size_t *")
+        check(lib.kvtier_region_stride(self._region, stride), "kvtier_region_stride")
+        count = ffi.new("uint32_t *")
+        check(lib.kvtier_region_slot_count(self._region, count), "kvtier_region_slot_count")
+        self._base = base[0]
+        #: Bytes from one slot (row) to the next.
+        self.stride: int = stride[0]
+        #: Number of slots (rows).
+        self.slot_count: int = count[0]
+        self.worker_bytes = worker_bytes
+
+    # -- the handle ---------------------------------------------------
+
+    @property
+    def handle(self) -> Any:
+        """The ``kvtier_region *`` (for `Manager`); an error once closed."""
+        if self._region is None:
+            raise KvtierError(Status.CLOSED, "the region is closed")
+        return self._region
+
+    @property
+    def role(self) -> str:
+        """``"creator"`` or ``"joiner"``: the part this process took."""
+        role = ffi.new("kvtier_region_role *")
+        check(lib.kvtier_region_read_role(self.handle, role), "kvtier_region_read_role")
+        return "creator" if role[0] == CONSTANTS["KVTIER_REGION_ROLE_CREATOR"] else "joiner"
+
+    @property
+    def base_address(self) -> int:
+        """Address of slot 0 in this process."""
+        self.handle  # raises once closed
+        return int(ffi.cast("uintptr_t", self._base))
+
+    # -- the memory ---------------------------------------------------
+
+    def buffer(self) -> memoryview:
+        """The whole region, ``slot_count * stride`` bytes, writable."""
+        self.handle  # raises once closed
+        return memoryview(ffi.buffer(ffi.cast("char *", self._base), self.slot_count * self.stride))
+
+    def slot(self, slot: int) -> memoryview:
+        """Slot `slot`'s ``stride`` bytes, writable."""
+        if not 0 <= slot < self.slot_count:
+            raise KvtierError(Status.INVALID_ARGUMENT, f"slot {slot} out of range 0..{self.slot_count}")
+        address = ffi.new("void **")
+        check(lib.kvtier_region_slot_address(self.handle, slot, address), "kvtier_region_slot_address")
+        return memoryview(ffi.buffer(ffi.cast("char *", address[0]), self.stride))
+
+    def worker_view(self, worker: int, offset: int = 0, length: int | None = None) -> RegionView:
+        """Worker `worker`'s `length` bytes at `offset` within its area of
+        every row (per-worker layout: worker ``w``'s area starts at
+        ``w * worker_bytes``)."""
+        if length is None:
+            length = self.worker_bytes - offset
+        view = ffi.new("kvtier_region_view *")
+        check(
+            lib.kvtier_region_worker_view(self.handle, worker, offset, length, view),
+            "kvtier_region_worker_view",
+        )
+        return RegionView(view.offset, view.stride, view.length, view.rows)
+
+    def canonical_view(self, offset: int, length: int) -> RegionView:
+        """`length` bytes at `offset` of every row (the same for every worker)."""
+        view = ffi.new("kvtier_region_view *")
+        check(
+            lib.kvtier_region_canonical_view(self.handle, offset, length, view),
+            "kvtier_region_canonical_view",
+        )
+        return RegionView(view.offset, view.stride, view.length, view.rows)
+
+    def array(self, view: RegionView | None = None) -> np.ndarray:
+        """A numpy ``uint8`` array over the region (rows x stride), or over
+        `view` (rows x length, strided): writes go to the shared memory."""
+        import numpy as np
+
+        whole = np.frombuffer(self.buffer(), dtype=np.uint8)
+        if view is None:
+            return whole.reshape(self.slot_count, self.stride)
+        return np.lib.stride_tricks.as_strided(
+            whole[view.offset :], shape=(view.rows, view.length), strides=(view.stride, 1)
+        )
+
+    def worker_array(self, worker: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """`array` of `worker_view` (worker w's area of every row)."""
+        return self.array(self.worker_view(worker, offset, length))
+
+    # -- lifetime -----------------------------------------------------
+
+    def unlink(self) -> bool:
+        """Removes the backing files' names (every process has joined);
+        whether this call removed one."""
+        removed = ffi.new("bool *")
+        check(lib.kvtier_region_unlink(self.handle, removed), "kvtier_region_unlink")
+        return bool(removed[0])
+
+    def set_lent_slots(self, count: int) -> None:
+        """Declares `count` slots lent to a device (the mapping is then kept
+        at close); 0 clears it."""
+        check(lib.kvtier_region_set_lent_slots(self.handle, count), "kvtier_region_set_lent_slots")
+
+    def close(self) -> bool:
+        """Releases the region (removing its names if this process created
+        them); whether the mapping was kept for lent slots.  Arrays and
+        buffers taken from it must not be used afterwards."""
+        if self._region is None:
+            return False
+        region, self._region = self._region, None
+        kept = ffi.new("bool *")
+        check(lib.kvtier_region_close(region, kept), "kvtier_region_close")
+        return bool(kept[0])
+
+    def __enter__(self) -> Region:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        region = getattr(self, "_region", None)
+        if region is not None:
+            self._region = None
+            lib.kvtier_region_free(region)

@@ -1,0 +1,534 @@
+"""vLLM 0.33's ``OffloadingManager`` over one kvtier manager.
+
+`KvtierOffloadingManager` is the scheduler side of kvtier's offloading
+spec: every call vLLM's offloading connector makes on its manager goes to
+one ``kvtier_manager`` (the primary tier plus its secondary tiers), through
+the C API.  What the Python layer itself adds:
+
+* requests: vLLM names a request by its ``ReqContext``; the first call
+  naming a request begins it in kvtier (``on_new_request`` or any other),
+  and its handle is kept by request id until kvtier is done with it;
+* token positions: the positions vLLM's scheduler recorded on the context
+  (``ReqContext.get_offload_key_position``) are passed with the keys of
+  every ``prepare_store`` and ``prepare_load``; keys carry their KV group
+  (kvtier's ``kv_groups``);
+* events: kvtier's event batches become ``OffloadingEvent``s (tier 0 the
+  primary, ``ownership`` None; a secondary tier's carry its label), and a
+  failed store's slots released before they were ever announced give a
+  ``metadata_only`` removal, as vLLM's managers do;
+* statistics: kvtier's cumulative counters become vLLM's per-read values
+  (`kvtier.vllm.metrics`);
+* a load completed after its request finished: kvtier ends a request's
+  load calls with its finish, vLLM may still complete loads afterwards, so
+  the finish is passed on once the request's loads are complete.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import Manager
+from .._ffi import ffi, lib
+from ..errors import KvtierError, Status, check
+from ..manager import TierMatcher
+from ..types import EventKind
+from ..types import Locality as KtLocality
+from ..types import Medium as KtMedium
+from . import _vllm as v
+from .metrics import StatsReader
+from .tiers import LOCALITY_TO_KVTIER, MEDIUM_TO_KVTIER, VllmTierAdapter
+
+__all__ = ["KvtierOffloadingManager", "TierSpec"]
+
+# kvtier's answers, as vLLM's (index: KVTIER_LOOKUP_* value).
+_ANSWERS = (v.LookupResult.MISS, v.LookupResult.HIT, v.LookupResult.HIT_PENDING, v.LookupResult.RETRY)
+_HIT = v.LookupResult.HIT
+_MEDIUM_FROM_KVTIER = {KtMedium.CPU: v.Medium.CPU, KtMedium.STORAGE: v.Medium.STORAGE}
+_LOCALITY_FROM_KVTIER = {KtLocality.LOCAL: v.Locality.LOCAL, KtLocality.REMOTE: v.Locality.REMOTE}
+_PROBE_NAME = "kvtier.vllm/primary-probe"
+_EVENT_CAPACITY = 1 << 16
+
+
+@dataclass
+class TierSpec:
+    """A secondary tier the manager is built with: a vLLM
+    ``SecondaryTierManager`` (run through the vtable), or a built-in kvtier
+    tier given as ``{"type": "fs" | "redis", ...options}``."""
+
+    vllm_tier: Any = None
+    builtin: dict[str, Any] | None = None
+
+
+@dataclass
+class _Request:
+    handle: int
+    name: str
+    ctx: Any
+    policy: Any
+    loads: int = 0  # keys pinned by prepare_load and not completed
+    stores: int = 0  # keys planned by prepare_store and not completed
+    pending: set[bytes] = field(default_factory=set)  # planned, not completed (events on)
+    tiers_pending: bool = False  # finished, the secondary tiers not yet told
+
+
+def build_kvtier_manager(
+    num_chunks: int,
+    *,
+    cache_policy: str = "lru",
+    enable_events: bool = False,
+    store_threshold: int = 0,
+    max_tracker_size: int = 64_000,
+    builtin_tiers: Sequence[dict[str, Any]] = (),
+    region: Any = None,
+) -> tuple[Manager, list[str]]:
+    """A kvtier manager with vLLM's CPU-manager options (0.33's behaviour:
+    HIT_PENDING for started promotions, keys with KV groups) and the
+    built-in tiers of `builtin_tiers` (``{"type": "fs", "directory": ...}``
+    or ``{"type": "redis", ...}``); and the tiers' labels.  A zero-chunk
+    cache (vLLM allows one) is a one-slot kvtier manager that
+    `KvtierOffloadingManager` never stores into."""
+    manager = Manager(
+        max(num_chunks, 1),
+        policy=cache_policy,
+        store_threshold=store_threshold,
+        admission_table_size=max_tracker_size,
+        event_capacity=_EVENT_CAPACITY if enable_events else 0,
+        promotion_answer="hit_pending",
+        kv_groups=True,
+        region=region,
+    )
+    labels = []
+    for tier in builtin_tiers:
+        options = dict(tier)
+        kind = options.pop("type")
+        if kind == "fs":
+            manager.add_fs_tier(options.pop("directory"), **options)
+        elif kind == "redis":
+            manager.add_redis_tier(**options)
+        else:
+            raise ValueError(f"unknown built-in kvtier tier type {kind!r}")
+        labels.append(f"{len(labels) + 1}:{kind}")
+    return manager, labels
+
+
+class KvtierOffloadingManager(v.OffloadingManager):
+    """vLLM's ``OffloadingManager`` interface over one `kvtier.Manager`.
+
+    Build it with `KvtierOffloadingManager.create` (or through
+    `kvtier.vllm.KvtierOffloadingSpec`): `num_chunks` primary slots,
+    `cache_policy` ``"lru"`` or ``"arc"``, `store_threshold` and
+    `max_tracker_size` as vLLM's CPU manager, `enable_events`, the vLLM
+    secondary tiers and built-in tiers in `tiers`, and the `region` the
+    built-in tiers copy through.
+    """
+
+    def __init__(
+        self,
+        manager: Manager,
+        *,
+        num_chunks: int,
+        store_threshold: int = 0,
+        enable_events: bool = False,
+        info: Any = None,
+        vllm_tiers: Sequence[Any] = (),
+        tier_labels: Sequence[str] = (),
+        tiering: bool = False,
+    ):
+        self._m = manager
+        self._handle = manager.handle
+        self.medium = v.Medium.CPU
+        self._num_chunks = num_chunks
+        self._events_on = enable_events
+        self._config_info = info.as_config_info() if info is not None else {}
+        self._reqs: dict[str, _Request] = {}
+        self._finishing: dict[str, list[_Request]] = {}
+        self._by_name: dict[str, Any] = {}
+        self._duplicates = itertools.count(1)
+        self._lock_obj = threading.Lock()
+        self._event_buffer: list[v.OffloadingEvent] = []
+        self._load_sources: dict[str, dict[bytes, Any]] = {}
+        self._step_context = v.ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
+        self._probe: int | None = None
+        self._key = ffi.new("kvtier_key *")
+        self._answer = ffi.new("kvtier_lookup_answer *")
+        self._tiering = tiering
+        self._adapters: list[VllmTierAdapter] = []
+        self._tier_labels = list(tier_labels)
+        self._metrics = StatsReader(self, store_threshold, tiering)
+        for tier in vllm_tiers:
+            adapter = VllmTierAdapter(tier, self, len(self._tier_labels) + 1)
+            adapter.index = manager.add_tier(adapter)
+            self._adapters.append(adapter)
+            self._tier_labels.append(adapter.name)
+        if self._adapters:
+            self._adapters[-1].last = True
+        self._tier_media = {
+            i + 1: (getattr(a.vllm_tier, "medium", None), getattr(a.vllm_tier, "locality", None), a.vllm_tier.tier_type)
+            for i, a in enumerate(self._adapters)
+        }
+
+    @classmethod
+    def create(cls, num_chunks: int, **options: Any) -> KvtierOffloadingManager:
+        """A manager over a new kvtier manager built with these options
+        (see `build_kvtier_manager`)."""
+        self = cls.__new__(cls)
+        self._setup(num_chunks, **options)
+        return self
+
+    def _setup(
+        self,
+        num_chunks: int,
+        *,
+        cache_policy: str = "lru",
+        enable_events: bool = False,
+        store_threshold: int = 0,
+        max_tracker_size: int = 64_000,
+        info: Any = None,
+        vllm_tiers: Sequence[Any] = (),
+        builtin_tiers: Sequence[dict[str, Any]] = (),
+        region: Any = None,
+        tiering: bool = False,
+    ) -> None:
+        manager, labels = build_kvtier_manager(
+            num_chunks,
+            cache_policy=cache_policy,
+            enable_events=enable_events,
+            store_threshold=store_threshold,
+            max_tracker_size=max_tracker_size,
+            builtin_tiers=builtin_tiers,
+            region=region,
+        )
+        KvtierOffloadingManager.__init__(
+            self,
+            manager,
+            num_chunks=num_chunks,
+            store_threshold=store_threshold,
+            enable_events=enable_events,
+            info=info,
+            vllm_tiers=vllm_tiers,
+            tier_labels=labels,
+            tiering=tiering or bool(vllm_tiers) or bool(builtin_tiers),
+        )
+
+    # ------------------------------------------------------------------
+    # Requests
+    # ------------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._lock_obj
+
+    def _begin(self, ctx: Any) -> _Request:
+        name = ctx.req_id
+        tier_filter = None
+        load_filter = getattr(ctx, "load_tier_filter", v.TierFilter.ALL)
+        if load_filter is not v.TierFilter.ALL:
+            tier_filter = [
+                TierMatcher(MEDIUM_TO_KVTIER.get(m.medium, KtMedium.ANY), LOCALITY_TO_KVTIER.get(m.locality, KtLocality.ANY))
+                for m in load_filter.matchers
+            ]
+        self._by_name[name] = ctx
+        while True:
+            try:
+                handle, policy = self._m.request_begin(name, tier_filter=tier_filter)
+                break
+            except KvtierError as e:
+                if e.status != Status.DUPLICATE_REQUEST:
+                    raise
+                # The id's earlier request still finishes its stores: a new one.
+                name = f"{ctx.req_id}#{next(self._duplicates)}"
+                self._by_name[name] = ctx
+        vllm_policy = v.OffloadPolicy.REQUEST_LEVEL if policy == 1 else v.OffloadPolicy.CHUNK_LEVEL
+        state = _Request(handle, name, ctx, vllm_policy)
+        self._reqs[ctx.req_id] = state
+        return state
+
+    def _state(self, ctx: Any) -> _Request:
+        state = self._reqs.get(ctx.req_id)
+        if state is None:
+            return self._begin(ctx)
+        if state.ctx is not ctx:
+            state.ctx = ctx
+            self._by_name[state.name] = ctx
+        return state
+
+    def _context_for(self, name: str) -> Any:
+        ctx = self._by_name.get(name)
+        return ctx if ctx is not None else v.ReqContext(req_id=name)
+
+    def _forget_name(self, name: str) -> None:
+        """The secondary tiers were told that request `name` finished."""
+        ctx = self._by_name.get(name)
+        if ctx is None:
+            return
+        for state in self._finishing.get(ctx.req_id, ()):
+            if state.name == name:
+                state.tiers_pending = False
+                self._maybe_drop(state)
+                return
+
+    @property
+    def _req_state(self) -> dict[str, _Request]:
+        """Requests by id until kvtier is done with them (active ones, and
+        finished ones whose stores, loads or tier notifications are
+        outstanding)."""
+        states = {req_id: states[-1] for req_id, states in self._finishing.items() if states}
+        states.update(self._reqs)
+        return states
+
+    def _push_positions(self, state: _Request, keys: Sequence[bytes]) -> None:
+        ctx = state.ctx
+        if not getattr(ctx, "_offload_key_positions", None):
+            return
+        found_keys, positions = [], []
+        for key in keys:
+            position = ctx.get_offload_key_position(key)
+            if position is not None:
+                found_keys.append(key)
+                positions.append(position)
+        if found_keys:
+            self._m.set_positions(state.handle, found_keys, positions)
+
+    def _primary_lookup(self, key: bytes) -> v.LookupResult:
+        """The primary tier's answer alone (a request asking no tier)."""
+        if self._probe is None:
+            self._probe, _ = self._m.request_begin(_PROBE_NAME, tier_filter=[])
+        return self._lookup_handle(self._probe, key)
+
+    def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
+        data = ffi.from_buffer(key)
+        self._key.data = data
+        self._key.len = len(key)
+        status = lib.kvtier_manager_lookup(self._handle, handle, self._key, 1, self._answer)
+        if status:
+            check(status, "kvtier_manager_lookup")
+        return _HIT if self._answer.hits else _ANSWERS[self._answer.stop]
+
+    def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
+        ctx = self._by_name.get(name)
+        req_id = ctx.req_id if ctx is not None else name
+        sources = self._load_sources.setdefault(req_id, {})
+        for key in keys:
+            sources[key] = source
+
+    # ------------------------------------------------------------------
+    # OffloadingManager
+    # ------------------------------------------------------------------
+
+    def on_new_request(self, req_context: Any) -> Any:
+        state = self._reqs.get(req_context.req_id) or self._begin(req_context)
+        state.ctx = req_context
+        return v.RequestOffloadingContext(policy=state.policy)
+
+    def lookup(self, key: bytes, req_context: Any) -> v.LookupResult:
+        state = self._reqs.get(req_context.req_id)
+        if state is None:
+            state = self._begin(req_context)
+        if not self._tiering:
+            return self._lookup_handle(state.handle, key)
+        start = time.monotonic()
+        answer = self._lookup_handle(state.handle, key)
+        # The primary tier answers every lookup at once (vLLM's sync delay
+        # of tier 0); the secondary tiers' answers are timed by their adapters.
+        self._metrics.observe_lookup("0:primary", time.monotonic() - start)
+        return answer
+
+    def get_load_source(self, key: bytes, req_context: Any) -> Any:
+        sources = self._load_sources.get(req_context.req_id)
+        if sources is not None and key in sources:
+            return sources[key]
+        return v.CacheHitSource.HOST
+
+    def prepare_load(self, keys: Collection[bytes], req_context: Any) -> v.LoadStoreSpec:
+        keys = list(keys)
+        state = self._state(req_context)
+        self._push_positions(state, keys)
+        slots = self._m.prepare_load(state.handle, keys)
+        state.loads += len(keys)
+        return v.CPULoadStoreSpec(slots)
+
+    def touch(self, keys: Collection[bytes], req_context: Any) -> None:
+        state = self._state(req_context)
+        self._m.touch(state.handle, list(keys))
+
+    def complete_load(self, keys: Collection[bytes], req_context: Any) -> None:
+        keys = list(keys)
+        state = self._reqs.get(req_context.req_id)
+        if state is None or state.loads == 0:
+            state = self._finishing_with_loads(req_context.req_id) or state
+        if state is None:
+            raise KvtierError(Status.UNKNOWN_REQUEST, f"complete_load for request {req_context.req_id!r}, never seen")
+        # A finished request's handle still releases its loads' pins.
+        self._m.complete_load(state.handle, keys)
+        state.loads = max(state.loads - len(keys), 0)
+        if state.loads == 0 and self._reqs.get(req_context.req_id) is not state:
+            self._maybe_drop(state)
+
+    def _maybe_drop(self, state: _Request) -> None:
+        """Forgets a finished request once kvtier is done with it."""
+        if state.stores or state.loads or state.tiers_pending:
+            return
+        req_id = state.ctx.req_id
+        states = self._finishing.get(req_id)
+        if states and state in states:
+            states.remove(state)
+            if not states:
+                del self._finishing[req_id]
+        active = self._reqs.get(req_id)
+        if active is None or active.name != state.name:
+            self._by_name.pop(state.name, None)
+
+    def _finishing_with_loads(self, req_id: str) -> _Request | None:
+        for state in self._finishing.get(req_id, ()):
+            if state.loads:
+                return state
+        return None
+
+    def prepare_store(self, keys: Collection[bytes], req_context: Any) -> v.PrepareStoreOutput | None:
+        keys = list(keys)
+        state = self._state(req_context)
+        if self._num_chunks == 0:
+            return None if keys else v.PrepareStoreOutput([], v.CPULoadStoreSpec([]), [])
+        self._push_positions(state, keys)
+        plan = self._m.prepare_store(state.handle, keys)
+        if plan.refused:
+            return None
+        to_store = [keys[i] for i in plan.store_indices]
+        state.stores += len(to_store)
+        if self._events_on and to_store:
+            state.pending.update(to_store)
+        return v.PrepareStoreOutput(
+            keys_to_store=to_store,
+            store_spec=v.CPULoadStoreSpec(plan.slots),
+            evicted_keys=plan.evicted,
+        )
+
+    def complete_store(self, keys: Collection[bytes], req_context: Any, success: bool = True) -> None:
+        keys = list(keys)
+        state = self._reqs.get(req_context.req_id)
+        if state is None or state.stores == 0:
+            for candidate in self._finishing.get(req_context.req_id, ()):
+                if candidate.stores:
+                    state = candidate
+                    break
+        if state is None or state.stores == 0:
+            return  # nothing of this request is being written (a reset, or never planned)
+        if self._events_on and not success and state.pending:
+            self._drain_events()
+        result = self._m.complete_store(state.handle, keys, success)
+        state.stores = max(state.stores - result.ready - result.dropped, 0)
+        if self._events_on and state.pending:
+            if not success and result.dropped:
+                dropped = [k for k in dict.fromkeys(keys) if k in state.pending]
+                if dropped:
+                    self._event_buffer.append(
+                        v.OffloadingEvent(keys=dropped, medium=self.medium, removed=True, metadata_only=True)
+                    )
+            state.pending.difference_update(keys)
+        if state.stores == 0 and self._reqs.get(req_context.req_id) is not state:
+            self._maybe_drop(state)
+
+    def on_request_finished(self, req_context: Any) -> None:
+        state = self._reqs.pop(req_context.req_id, None)
+        self._load_sources.pop(req_context.req_id, None)
+        if state is None:
+            return
+        self._finishing.setdefault(req_context.req_id, []).append(state)
+        self._finish(state)
+
+    def _finish(self, state: _Request) -> None:
+        """Passes a request's finish on to kvtier (it is in `_finishing`)."""
+        state.tiers_pending = bool(self._adapters)
+        self._m.request_finished(state.handle)
+        self._maybe_drop(state)
+
+    def on_schedule_end(self, context: Any) -> None:
+        self._step_context = context
+        self._m.schedule_end()
+
+    def has_pending_work(self) -> bool:
+        return self._m.has_pending_work()
+
+    def reset_cache(self) -> None:
+        self._m.reset_cache()
+        for state in self._reqs.values():
+            state.stores = 0
+            state.loads = 0
+            state.pending.clear()
+        for states in list(self._finishing.values()):
+            for state in list(states):
+                state.stores = state.loads = 0
+                state.pending.clear()
+                self._maybe_drop(state)
+        self._load_sources.clear()
+
+    def on_reset_flushed(self) -> None:
+        self._m.reset_flushed()
+
+    def _drain_events(self) -> None:
+        for event in self._m.take_events():
+            if event.kind == EventKind.CLEARED or not event.keys:
+                continue
+            if event.tier == 0:
+                medium, locality, ownership = self.medium, None, None
+            else:
+                medium, locality, ownership = self._tier_media.get(event.tier, (None, None, None))
+                if medium is None:
+                    medium = _MEDIUM_FROM_KVTIER.get(event.medium, v.Medium.STORAGE)
+                if locality is None:
+                    locality = _LOCALITY_FROM_KVTIER.get(event.locality)
+                if ownership is None:
+                    ownership = self._tier_labels[event.tier - 1] if event.tier <= len(self._tier_labels) else str(event.tier)
+            self._event_buffer.append(
+                v.OffloadingEvent(
+                    keys=event.keys,
+                    medium=medium,
+                    removed=event.kind == EventKind.REMOVED,
+                    locality=locality,
+                    ownership=ownership,
+                )
+            )
+
+    def take_events(self) -> Iterator[v.OffloadingEvent]:
+        if not self._events_on and not self._adapters:
+            return
+        self._drain_events()
+        # Detach the batch first: a drain stopped early does not replay it.
+        events, self._event_buffer = self._event_buffer, []
+        for event in events:
+            if event.metadata_only:
+                # A retry may own the key again by now: only absent keys.
+                keys = [k for k in event.keys if self._primary_lookup(k) is v.LookupResult.MISS]
+                if not keys:
+                    continue
+                event = replace(event, keys=keys)
+            yield event
+
+    def get_stats(self) -> Any:
+        return self._metrics.read()
+
+    def config_info(self) -> Sequence[Any]:
+        if not self._tiering:
+            return [self._config_info]
+        primary_tier = getattr(self, "primary_tier", None)
+        if primary_tier is not None:
+            [primary_info] = primary_tier.config_info()
+        else:
+            primary_info = self._config_info
+        infos = [{**primary_info, "tier": "0:primary"}]
+        for adapter in self._adapters:
+            own = dict(adapter.vllm_tier.config_info())
+            infos.append({"tier": adapter.name, **own})
+        return infos
+
+    def shutdown(self) -> None:
+        try:
+            self._m.shutdown()
+        except KvtierError as e:
+            if e.status != Status.CLOSED:
+                raise

@@ -1,0 +1,153 @@
+"""vLLM secondary tiers (``SecondaryTierManager``) as kvtier tiers: each
+runs unchanged behind the C vtable of one kvtier manager.
+
+The adapter turns kvtier's callbacks into the tier's methods: a lookup gets
+the request's own ``ReqContext``, a job becomes a ``TransferJob`` (its
+``chunk_ids`` the primary slots), finished ``JobResult``s go back as
+kvtier job results (a partial promotion's ``successful_keys`` included),
+and the tier's ``OffloadingEvent``s become kvtier events of its tier index.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import types as kt
+from ..tier import Job, JobResult, Tier, TierRequest
+from . import _vllm as v
+
+if TYPE_CHECKING:
+    from .manager import KvtierOffloadingManager
+
+_LOOKUP = {
+    v.LookupResult.MISS: kt.LookupResult.MISS,
+    v.LookupResult.HIT: kt.LookupResult.HIT,
+    v.LookupResult.RETRY: kt.LookupResult.RETRY,
+    # A tier writing the block answers "ask again", as RETRY.
+    v.LookupResult.HIT_PENDING: kt.LookupResult.RETRY,
+}
+MEDIUM_TO_KVTIER = {None: kt.Medium.ANY, v.Medium.CPU: kt.Medium.CPU, v.Medium.STORAGE: kt.Medium.STORAGE}
+LOCALITY_TO_KVTIER = {
+    None: kt.Locality.ANY,
+    v.Locality.LOCAL: kt.Locality.LOCAL,
+    v.Locality.REMOTE: kt.Locality.REMOTE,
+}
+
+
+class VllmTierAdapter(Tier):
+    """One vLLM ``SecondaryTierManager`` as a kvtier `Tier`."""
+
+    def __init__(self, tier: v.SecondaryTierManager, owner: KvtierOffloadingManager, index: int):
+        super().__init__()
+        self.vllm_tier = tier
+        self.owner = owner
+        self.index = index  # 1 for the first secondary tier
+        self.name = f"{index}:{tier.tier_type}"
+        self.medium = MEDIUM_TO_KVTIER.get(tier.medium, kt.Medium.ANY)
+        self.locality = LOCALITY_TO_KVTIER.get(getattr(tier, "locality", None), kt.Locality.ANY)
+        self.last = False  # the last tier: request clean-up follows its finish callback
+        self._submitted: dict[int, tuple[bool, float, list[bytes], str]] = {}
+        self._retrying: dict[tuple[str, bytes], float] = {}  # first RETRY of a request's key
+
+    def _ctx(self, request: TierRequest) -> v.ReqContext:
+        return self.owner._context_for(request.name)
+
+    def lookup(self, key: bytes, request: TierRequest) -> kt.LookupResult:
+        start = time.monotonic()
+        answer = self.vllm_tier.lookup(key, self._ctx(request))
+        now = time.monotonic()
+        metrics = self.owner._metrics
+        if answer is v.LookupResult.RETRY:
+            self._retrying.setdefault((request.name, key), start)
+        else:
+            metrics.observe_lookup(self.name, now - start)
+            first = self._retrying.pop((request.name, key), None)
+            if first is not None:
+                metrics.observe_lookup(self.name, now - first, resolved_later=True)
+        return _LOOKUP[answer]
+
+    def _transfer(self, job: Job, promotion: bool) -> v.TransferJob:
+        ctx = self._ctx(job.request)
+        now = time.monotonic()
+        self._submitted[job.id] = (promotion, now, job.keys, job.request.name)
+        return v.TransferJob(
+            job_id=job.id,
+            keys=job.keys,
+            chunk_ids=np.array(job.slots, dtype=np.int64),
+            is_promotion=promotion,
+            req_context=ctx,
+            submit_time=now,
+        )
+
+    def submit_store(self, job: Job) -> None:
+        self.vllm_tier.submit_store(self._transfer(job, False))
+
+    def submit_load(self, job: Job) -> None:
+        self.owner._record_load_source(job.request.name, job.keys, self.vllm_tier.cache_hit_source)
+        self.vllm_tier.submit_load(self._transfer(job, True))
+
+    def poll_finished(self) -> Iterable[JobResult]:
+        out = []
+        now = time.monotonic()
+        for result in self.vllm_tier.get_finished_jobs():
+            submitted = self._submitted.pop(result.job_id, None)
+            if submitted is not None:
+                promotion, start, keys, name = submitted
+                self.owner._metrics.on_job_finished(self, promotion, now - start, result, keys, name)
+            out.append(
+                JobResult(
+                    id=result.job_id,
+                    success=bool(result.success),
+                    succeeded_keys=None if result.successful_keys is None else list(result.successful_keys),
+                    bytes=int(result.transfer_bytes or 0),
+                    duration_ns=int((result.transfer_time or 0.0) * 1e9),
+                )
+            )
+        return out
+
+    def touch(self, keys: Sequence[bytes], request: TierRequest) -> None:
+        self.vllm_tier.touch(list(keys), self._ctx(request))
+
+    def on_new_request(self, request: TierRequest) -> kt.OffloadPolicy:
+        answer = self.vllm_tier.on_new_request(self._ctx(request))
+        if answer is not None and answer.policy == v.OffloadPolicy.REQUEST_LEVEL:
+            return kt.OffloadPolicy.REQUEST_LEVEL
+        return kt.OffloadPolicy.BLOCK_LEVEL
+
+    def on_request_finished(self, request: TierRequest) -> None:
+        if self._retrying:
+            for pending in [k for k in self._retrying if k[0] == request.name]:
+                del self._retrying[pending]
+        try:
+            self.vllm_tier.on_request_finished(self._ctx(request))
+        finally:
+            if self.last:
+                self.owner._forget_name(request.name)
+
+    def on_schedule_end(self) -> None:
+        self.vllm_tier.on_schedule_end(self.owner._step_context)
+
+    def has_pending_work(self) -> bool:
+        return bool(self.vllm_tier.has_pending_work())
+
+    def drain(self) -> None:
+        self.vllm_tier.drain_jobs()
+
+    def take_events(self) -> Iterable[tuple[kt.EventKind, bytes]]:
+        out: list[tuple[kt.EventKind, bytes]] = []
+        for event in self.vllm_tier.take_events():
+            kind = kt.EventKind.REMOVED if event.removed else kt.EventKind.STORED
+            out.extend((kind, bytes(key)) for key in event.keys)
+        return out
+
+    def shutdown(self) -> None:
+        self.vllm_tier.shutdown()
+
+
+def tier_event_medium(tier: Any) -> v.Medium | None:
+    """The vLLM medium a tier's events carry."""
+    return tier.medium

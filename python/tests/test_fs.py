@@ -1,0 +1,31 @@
+"""The fs tier over a shared region: bytes go to files and come back."""
+
+import kvtier
+from kvtier import LookupResult
+
+from conftest import keys
+
+
+def test_block_survives_a_reset_through_the_fs_tier(tmp_path, region_name):
+    k = keys(2)
+    with kvtier.Region(region_name, 4, 4096, directory=str(tmp_path)) as region:
+        with kvtier.Manager(4, region=region, promotion_answer="hit_pending", kv_groups=True) as m:
+            m.add_fs_tier(str(tmp_path / "blocks"), direct_io=False, read_threads=1, write_threads=1)
+            h, _ = m.request_begin("r")
+            plan = m.prepare_store(h, k)
+            for i, slot in enumerate(plan.slots):
+                region.slot(slot)[:5] = b"blk%d!" % i
+            m.complete_store(h, k)
+            while m.has_pending_work():
+                m.schedule_end()
+            m.reset_cache()
+            m.reset_flushed()
+            assert m.lookup(h, k).stop in (LookupResult.HIT_PENDING, LookupResult.RETRY)
+            for _ in range(200):
+                m.schedule_end()
+                if m.lookup(h, k[:1]).hits == 1:
+                    break
+            [slot] = m.prepare_load(h, k[:1])
+            assert bytes(region.slot(slot)[:5]) == b"blk0!"
+            m.complete_load(h, k[:1])
+            m.request_finished(h)

@@ -1,0 +1,77 @@
+"""Secondary tiers written in Python, behind the C vtable."""
+
+import kvtier
+from kvtier import JobDirection, JobResult, LookupResult, OffloadPolicy
+
+from conftest import keys
+
+
+class MemoryTier(kvtier.Tier):
+    """Keeps the keys it was asked to store; finishes every job at the next poll."""
+
+    name = "memory"
+
+    def __init__(self):
+        super().__init__()
+        self.stored: set[bytes] = set()
+        self.jobs = []
+        self.done: list[JobResult] = []
+
+    def lookup(self, key, request):
+        return LookupResult.HIT if key in self.stored else LookupResult.MISS
+
+    def submit_store(self, job):
+        self.jobs.append(job)
+        self.stored.update(job.keys)
+        self.done.append(JobResult(job.id))
+
+    def submit_load(self, job):
+        self.jobs.append(job)
+        self.done.append(JobResult(job.id, bytes=4096 * len(job.keys)))
+
+    def poll_finished(self):
+        done, self.done = self.done, []
+        return done
+
+    def stats(self):
+        return {"stored": len(self.stored), "jobs": (len(self.jobs), True)}
+
+
+def test_cascade_and_promotion_through_a_python_tier():
+    k = keys(2)
+    tier = MemoryTier()
+    with kvtier.Manager(2, promotion_answer="hit_pending", kv_groups=True) as m:
+        assert m.add_tier(tier) == 1
+        h, _ = m.request_begin("writer")
+        m.prepare_store(h, k)
+        m.complete_store(h, k)
+        assert tier.stored == set(k)
+        [cascade] = tier.jobs
+        assert cascade.direction == JobDirection.STORE and cascade.request.name == "writer"
+        m.schedule_end()
+        m.schedule_end()
+        m.reset_cache()
+        m.reset_flushed()
+        assert m.lookup(h, k[:1]).stop == LookupResult.HIT_PENDING  # promotion staged
+        m.schedule_end()  # submitted
+        m.schedule_end()  # finished
+        assert tier.jobs[-1].direction == JobDirection.LOAD
+        assert m.lookup(h, k[:1]).hits == 1
+        stats = m.read_tier_stats(1)
+        assert stats["promotion_jobs"].value == 1 and stats["stored"].value == 2
+        assert stats["jobs"] == kvtier.TierStat(2.0, True)
+
+
+class FailingTier(MemoryTier):
+    def on_new_request(self, request):
+        raise RuntimeError("boom")
+
+
+def test_an_exception_in_a_tier_is_a_callback_error():
+    tier = FailingTier()
+    with kvtier.Manager(2) as m:
+        m.add_tier(tier)
+        _, policy = m.request_begin("r")
+        assert policy == OffloadPolicy.BLOCK_LEVEL
+        assert isinstance(tier.errors[0], RuntimeError)
+        assert m.read_tier_stats(1)["callback_errors"].value == 1

@@ -1,0 +1,246 @@
+//! kvtier-inspect: looks at what kvtier keeps outside a process.
+//!
+//! ```text
+//! kvtier-inspect fs DIR [--verify [--repair]] [--json] [--quiet]
+//! kvtier-inspect region NAME [--directory DIR] [--json]
+//! ```
+//!
+//! `fs DIR`: the blocks and bytes an fs-tier directory holds and their
+//! ages; `--verify` reads every block back and checks its header, length
+//! and checksum, listing the bad ones; `--repair` also removes them (the
+//! only way this tool writes anything).  `region NAME`: the layout a
+//! region's header records and the processes holding it.  `--json` prints
+//! one JSON object instead of text.  Progress of long scans goes to
+//! standard error (once a second) unless `--quiet`.
+//!
+//! Exit status: 0, 1 when the verify pass found bad blocks, 2 for a usage
+//! error or a failure.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kvtier::region::inspect::{RegionReport, inspect};
+use kvtier::tiers::fs::inspect::{AGE_BOUNDS, DirReport, ScanOptions, scan};
+use serde_json::json;
+
+const USAGE: &str = "usage: kvtier-inspect fs DIR [--verify [--repair]] [--json] [--quiet]
+       kvtier-inspect region NAME [--directory DIR] [--json]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("kvtier-inspect: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+struct Flags {
+    json: bool,
+    quiet: bool,
+    verify: bool,
+    repair: bool,
+    directory: Option<PathBuf>,
+    positional: Vec<String>,
+}
+
+fn flags(args: &[String]) -> Result<Flags, String> {
+    let mut f = Flags {
+        json: false,
+        quiet: false,
+        verify: false,
+        repair: false,
+        directory: None,
+        positional: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => f.json = true,
+            "--quiet" => f.quiet = true,
+            "--verify" => f.verify = true,
+            "--repair" => f.repair = true,
+            "--directory" => {
+                let d = it.next().ok_or("--directory needs a directory")?;
+                f.directory = Some(PathBuf::from(d));
+            }
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            s if s.starts_with('-') => return Err(format!("unknown option {s}\n{USAGE}")),
+            s => f.positional.push(s.to_string()),
+        }
+    }
+    Ok(f)
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let f = flags(args)?;
+    match f.positional.as_slice() {
+        [what, dir] if what == "fs" => {
+            if f.repair && !f.verify {
+                return Err("--repair needs --verify".into());
+            }
+            if f.directory.is_some() {
+                return Err(format!("--directory is for regions\n{USAGE}"));
+            }
+            let quiet = f.quiet;
+            let report = scan(
+                &PathBuf::from(dir),
+                ScanOptions {
+                    verify: f.verify,
+                    repair: f.repair,
+                },
+                |done, total| {
+                    if !quiet {
+                        eprintln!("kvtier-inspect: {done} of {total} files scanned");
+                    }
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            if f.json {
+                println!("{}", fs_json(&report, f.verify));
+            } else {
+                print_fs(&report, f.verify);
+            }
+            Ok(if report.bad.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        [what, name] if what == "region" => {
+            if f.verify || f.repair {
+                return Err(format!("--verify is for fs directories\n{USAGE}"));
+            }
+            let dir = f.directory.unwrap_or_else(|| PathBuf::from("/dev/shm"));
+            let report = inspect(&dir, name).map_err(|e| e.to_string())?;
+            if f.json {
+                println!("{}", region_json(&report));
+            } else {
+                print_region(&report);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => Err(USAGE.to_string()),
+    }
+}
+
+fn seconds(d: Option<Duration>) -> serde_json::Value {
+    d.map_or(serde_json::Value::Null, |d| json!(d.as_secs_f64()))
+}
+
+fn fs_json(r: &DirReport, verify: bool) -> serde_json::Value {
+    let mut ages = serde_json::Map::new();
+    for (i, (name, _)) in AGE_BOUNDS.iter().enumerate() {
+        ages.insert(format!("le_{name}"), json!(r.ages[i]));
+    }
+    ages.insert("older".into(), json!(r.ages[AGE_BOUNDS.len()]));
+    let bad: Vec<serde_json::Value> = r
+        .bad
+        .iter()
+        .map(|b| json!({"path": b.path, "problem": b.problem.as_str(), "removed": b.removed}))
+        .collect();
+    let mut v = json!({
+        "directory": r.root,
+        "blocks": r.blocks,
+        "bytes": r.bytes,
+        "data_bytes": r.data_bytes,
+        "oldest_seconds": seconds(r.oldest),
+        "newest_seconds": seconds(r.newest),
+        "ages": ages,
+        "temp_files": r.temp_files,
+        "other_files": r.other_files,
+        "vanished": r.vanished,
+    });
+    if verify {
+        v["verified"] = json!(r.verified);
+        v["bad"] = json!(bad);
+    }
+    v
+}
+
+fn human_age(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        7200..=172_799 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86400),
+    }
+}
+
+fn print_fs(r: &DirReport, verify: bool) {
+    println!("fs tier directory {}", r.root.display());
+    println!(
+        "  blocks: {} ({} bytes on disk, {} data bytes)",
+        r.blocks, r.bytes, r.data_bytes
+    );
+    if let (Some(newest), Some(oldest)) = (r.newest, r.oldest) {
+        let buckets: Vec<String> = AGE_BOUNDS
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| format!("<={name} {}", r.ages[i]))
+            .chain([format!("older {}", r.ages[AGE_BOUNDS.len()])])
+            .collect();
+        println!(
+            "  ages: newest {}, oldest {}; {}",
+            human_age(newest),
+            human_age(oldest),
+            buckets.join(", ")
+        );
+    }
+    println!(
+        "  temporary files: {}, other files: {}",
+        r.temp_files, r.other_files
+    );
+    if verify {
+        println!("  verified: {} blocks, {} bad", r.verified, r.bad.len());
+        for b in &r.bad {
+            let removed = if b.removed { " (removed)" } else { "" };
+            println!("    {}: {}{removed}", b.path.display(), b.problem.as_str());
+        }
+    }
+}
+
+fn region_json(r: &RegionReport) -> serde_json::Value {
+    let layout = match &r.layout {
+        Ok(l) => json!({
+            "header_bytes": l.header_bytes,
+            "slot_count": l.slot_count,
+            "slot_bytes": l.slot_bytes,
+            "worker_bytes": l.worker_bytes,
+            "segments": l.segments,
+            "total_bytes": l.total_bytes,
+        }),
+        Err(why) => json!({"error": why}),
+    };
+    let holders: Vec<serde_json::Value> = r
+        .holders
+        .iter()
+        .map(|h| json!({"pid": h.pid, "command": h.command, "descriptors": h.descriptors, "maps": h.maps}))
+        .collect();
+    json!({"path": r.path, "file_bytes": r.file_bytes, "layout": layout, "holders": holders})
+}
+
+fn print_region(r: &RegionReport) {
+    println!("region {} ({} bytes)", r.path.display(), r.file_bytes);
+    match &r.layout {
+        Ok(l) => println!(
+            "  layout: {} slots of {} bytes ({} per worker), {} backing files, {} slot bytes, header {} bytes",
+            l.slot_count, l.slot_bytes, l.worker_bytes, l.segments, l.total_bytes, l.header_bytes
+        ),
+        Err(why) => println!("  layout: unreadable: {why}"),
+    }
+    println!("  holders: {}", r.holders.len());
+    for h in &r.holders {
+        println!(
+            "    pid {} ({}): {} descriptors{}",
+            h.pid,
+            h.command,
+            h.descriptors,
+            if h.maps { ", mapped" } else { "" }
+        );
+    }
+}

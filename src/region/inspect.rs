@@ -1,0 +1,142 @@
+//! What `kvtier-inspect` reports about a region: the layout its header
+//! records and the processes that hold its backing files (an open
+//! descriptor or a mapping, found in `/proc`).  Read-only: it maps the
+//! header page read-only and takes no lock, so it never disturbs the
+//! region's set-up protocol.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::header::{self, Found};
+use crate::error::{Error, Result};
+
+/// A region's layout, as its header records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionLayout {
+    /// Bytes before slot 0 in the first file (one page).
+    pub header_bytes: u64,
+    /// Number of slots.
+    pub slot_count: u64,
+    /// Bytes per slot (the row stride).
+    pub slot_bytes: u64,
+    /// Bytes of each worker's area in a row (0: rows not split).
+    pub worker_bytes: u64,
+    /// Number of backing files.
+    pub segments: u64,
+    /// Bytes of all slots.
+    pub total_bytes: u64,
+}
+
+/// A process holding a region's backing file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command name (`/proc/<pid>/comm`).
+    pub command: String,
+    /// Descriptors it has open on the first backing file.
+    pub descriptors: u32,
+    /// Whether it maps the first backing file.
+    pub maps: bool,
+}
+
+/// What [`inspect`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionReport {
+    /// The first backing file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub file_bytes: u64,
+    /// The layout, or why it cannot be read (`Err`: not written yet, or
+    /// not a region header of this format).
+    pub layout: std::result::Result<RegionLayout, String>,
+    /// Processes holding it (only those whose `/proc` entries this process
+    /// may read: all of them as root).
+    pub holders: Vec<Holder>,
+}
+
+/// Reads the header of region `name` in `directory` (`/dev/shm` for the
+/// default) and finds who holds it.
+pub fn inspect(directory: &Path, name: &str) -> Result<RegionReport> {
+    let path = directory.join(name);
+    let file =
+        File::open(&path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let page = super::sys::page_size_for(directory)?;
+    let layout = if meta.len() < page as u64 {
+        Err(format!(
+            "the file has {} bytes, less than its header page",
+            meta.len()
+        ))
+    } else {
+        // SAFETY: a read-only shared mapping of the header page; the region
+        // only ever writes the magic after the body, and the bytes are
+        // copied out at once.
+        let m = unsafe { memmap2::MmapOptions::new().len(page).map(&file) }
+            .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
+        let seen = u64::from_le_bytes(m[..8].try_into().unwrap_or([0; 8]));
+        match header::parse(seen, &m[..header::LEN]) {
+            Found::NotWritten => Err("its creator has not written the header yet".to_string()),
+            Found::Foreign(why) => Err(why),
+            Found::Layout(l) => Ok(RegionLayout {
+                header_bytes: l.header_bytes,
+                slot_count: l.slot_count,
+                slot_bytes: l.slot_bytes,
+                worker_bytes: l.worker_bytes,
+                segments: l.segments,
+                total_bytes: l.total,
+            }),
+        }
+    };
+    Ok(RegionReport {
+        holders: holders((meta.dev(), meta.ino())),
+        path,
+        file_bytes: meta.len(),
+        layout,
+    })
+}
+
+/// Processes with a descriptor open on, or a mapping of, the file `id`
+/// (device, inode).
+fn holders(id: (u64, u64)) -> Vec<Holder> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = p.path();
+        let mut descriptors = 0;
+        if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
+            for fd in fds.flatten() {
+                if std::fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == id) {
+                    descriptors += 1;
+                }
+            }
+        }
+        let inode = id.1.to_string();
+        let maps = std::fs::read_to_string(dir.join("maps")).is_ok_and(|text| {
+            text.lines()
+                .any(|l| l.split_whitespace().nth(4) == Some(inode.as_str()))
+        });
+        if descriptors == 0 && !maps {
+            continue;
+        }
+        let command = std::fs::read_to_string(dir.join("comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_default();
+        out.push(Holder {
+            pid,
+            command,
+            descriptors,
+            maps,
+        });
+    }
+    out.sort_by_key(|h| h.pid);
+    out
+}

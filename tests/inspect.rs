@@ -1,0 +1,214 @@
+//! kvtier-inspect, the command-line tool installed with the library: the
+//! summary of an fs-tier directory, a verify pass that finds a block
+//! damaged on disk (and removes it only with --repair), and a region's
+//! layout and holders.
+
+#[path = "support/exposition.rs"]
+mod exposition;
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use kvtier::Key;
+use kvtier::config::Config;
+use kvtier::region::{Prefault, Region, RegionOptions};
+use kvtier::tiering::RequestParams;
+use kvtier::tiering::backend::StorePlan;
+
+const BLOCK: usize = 4096;
+const HEADER: u64 = 4096;
+
+/// Runs kvtier-inspect with `args`: exit code and standard output.
+fn inspect(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvtier-inspect"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+fn json(args: &[&str]) -> (i32, serde_json::Value) {
+    let (code, out) = inspect(args);
+    (
+        code,
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")),
+    )
+}
+
+/// An fs tier in `dir` holding 4 blocks, filled with their key's first byte.
+fn fill(dir: &Path) {
+    let json = format!(
+        r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 8}},
+            "tiers": [{{"type": "fs", "options": {{"directory": "{}", "read_threads": 1,
+                        "write_threads": 1, "direct_io": false}}}}]}}"#,
+        dir.display()
+    );
+    let m = Config::from_json(&json).unwrap().build().unwrap();
+    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+    let keys: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
+    let mut plan = StorePlan::default();
+    m.prepare_store(r, &keys, &mut plan).unwrap();
+    for (k, s) in plan.to_store.iter().zip(&plan.slots) {
+        m.slot_memory()
+            .unwrap()
+            .write(*s, 0, &[k.as_bytes()[0]; BLOCK])
+            .unwrap();
+    }
+    let done = plan.to_store.clone();
+    m.complete_store(r, &done, true).unwrap();
+    exposition::settle(&m);
+    m.on_request_finished(r).unwrap();
+    m.shutdown().unwrap();
+}
+
+fn block_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(dir).unwrap().flatten() {
+        if d.path().is_dir() {
+            for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+                out.push(f.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_summary_counts_blocks_bytes_and_ages() {
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path());
+    let d = dir.path().to_str().unwrap();
+    let (code, v) = json(&["fs", d, "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["blocks"], 4, "{v}");
+    assert_eq!(v["bytes"], 4 * (HEADER + BLOCK as u64), "{v}");
+    assert_eq!(v["data_bytes"], 4 * BLOCK as u64, "{v}");
+    assert_eq!(v["ages"]["le_1m"], 4, "{v}");
+    assert!(v["oldest_seconds"].as_f64().unwrap() < 60.0, "{v}");
+    assert!(v.get("bad").is_none(), "no verify, no verdict: {v}");
+    let (code, text) = inspect(&["fs", d]);
+    assert_eq!(code, 0);
+    assert!(text.contains("blocks: 4 ("), "{text}");
+}
+
+#[test]
+fn verify_finds_a_block_damaged_on_disk_and_only_repair_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    fill(dir.path());
+    let d = dir.path().to_str().unwrap();
+    let files = block_files(dir.path());
+    assert_eq!(files.len(), 4);
+    let (code, v) = json(&["fs", d, "--verify", "--json"]);
+    assert_eq!(
+        (code, v["verified"].clone(), v["bad"].clone()),
+        (0, 4.into(), serde_json::json!([]))
+    );
+
+    // One data byte flipped, one file cut short.
+    let damaged = &files[1];
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(damaged)
+        .unwrap();
+    let mut byte = [0u8; 1];
+    f.read_exact_at(&mut byte, HEADER + 100).ok();
+    f.write_all_at(&[byte[0] ^ 0xff], HEADER + 100).unwrap();
+    drop(f);
+    let cut = &files[2];
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(cut)
+        .unwrap()
+        .set_len(HEADER + 10)
+        .unwrap();
+    let before = std::fs::read(damaged).unwrap();
+
+    let (code, v) = json(&["fs", d, "--verify", "--json", "--quiet"]);
+    assert_eq!(code, 1, "{v}");
+    let mut bad: Vec<(String, String, bool)> = v["bad"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["path"].as_str().unwrap().to_string(),
+                b["problem"].as_str().unwrap().to_string(),
+                b["removed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    bad.sort();
+    let mut want = vec![
+        (damaged.display().to_string(), "checksum".to_string(), false),
+        (cut.display().to_string(), "wrong_length".to_string(), false),
+    ];
+    want.sort();
+    assert_eq!(bad, want);
+    assert_eq!(
+        std::fs::read(damaged).unwrap(),
+        before,
+        "--verify wrote nothing"
+    );
+    let (_, text) = inspect(&["fs", d, "--verify"]);
+    assert!(text.contains("verified: 4 blocks, 2 bad"), "{text}");
+    assert!(text.contains(": checksum\n"), "{text}");
+
+    let (code, v) = json(&["fs", d, "--verify", "--repair", "--json"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["bad"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["removed"] == true),
+        "{v}"
+    );
+    assert!(!damaged.exists() && !cut.exists());
+    let (code, v) = json(&["fs", d, "--verify", "--json"]);
+    assert_eq!((code, v["blocks"].clone()), (0, 2.into()), "{v}");
+}
+
+#[test]
+fn a_regions_layout_and_holders() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("kvtier-inspect-{}", std::process::id());
+    let mut o = RegionOptions::new(name.clone(), 16, 8192);
+    o.directory = dir.path().to_path_buf();
+    o.prefault = Prefault::Off;
+    let region = Region::create_or_join(&o).unwrap();
+    let (code, v) = json(&[
+        "region",
+        &name,
+        "--directory",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["layout"]["slot_count"], 16, "{v}");
+    assert_eq!(v["layout"]["slot_bytes"], 8192, "{v}");
+    let me = std::process::id();
+    assert!(
+        v["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["pid"] == me && h["maps"] == true),
+        "this process holds it: {v}"
+    );
+    let (_, text) = inspect(&["region", &name, "--directory", dir.path().to_str().unwrap()]);
+    assert!(text.contains("16 slots of 8192 bytes"), "{text}");
+    drop(region);
+}
+
+#[test]
+fn usage_errors_exit_with_2() {
+    assert_eq!(inspect(&[]).0, 2);
+    assert_eq!(inspect(&["fs"]).0, 2);
+    assert_eq!(inspect(&["fs", "/nonexistent-kvtier-dir"]).0, 2);
+    assert_eq!(inspect(&["fs", "/tmp", "--repair"]).0, 2);
+}
