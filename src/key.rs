@@ -71,8 +71,9 @@ impl KeyBytes for [u8] {
     /// Checked bytes (1..=64) only: others leave `kept` as it was.
     #[inline]
     fn keep_finish(&self, kept: &mut Key) {
-        debug_assert!((1..=MAX_KEY_LEN).contains(&self.len()));
-        let _ = kept.assign(self, 0);
+        if (1..=MAX_KEY_LEN).contains(&self.len()) {
+            kept.set_checked(self);
+        }
     }
 }
 
@@ -125,10 +126,18 @@ impl Key {
                 reason: format!("key of {} bytes (keys are 1 to 64 bytes)", bytes.len()),
             });
         }
-        self.bytes = [0; MAX_KEY_LEN];
-        self.bytes[..bytes.len()].copy_from_slice(bytes);
-        self.len = bytes.len() as u8;
+        self.set_checked(bytes);
         Ok(())
+    }
+
+    /// [`Key::assign`] of bytes known to be 1..=64 long (checked by the
+    /// caller): the copy of every key a batch call reads, inline.
+    #[inline(always)]
+    pub(crate) fn set_checked(&mut self, bytes: &[u8]) {
+        debug_assert!((1..=MAX_KEY_LEN).contains(&bytes.len()));
+        self.bytes = [0; MAX_KEY_LEN];
+        copy_key_bytes(&mut self.bytes, bytes);
+        self.len = bytes.len() as u8;
     }
 
     /// The key's bytes.
@@ -151,6 +160,37 @@ impl Key {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Copies `src` (1..=64 bytes) to the start of `dst` in a few fixed-size
+/// pieces that may overlap (16-byte pieces from 16 bytes on, 8- or 4-byte
+/// ones below): inline, without a call into `memcpy`, whose call costs
+/// more than the copy of a usual key (8 to 40 bytes).
+#[inline(always)]
+fn copy_key_bytes(dst: &mut [u8; MAX_KEY_LEN], src: &[u8]) {
+    #[inline(always)]
+    fn piece<const W: usize>(dst: &mut [u8; MAX_KEY_LEN], src: &[u8], at: usize) {
+        dst[at..at + W].copy_from_slice(&src[at..at + W]);
+    }
+    let n = src.len();
+    if n >= 16 {
+        piece::<16>(dst, src, 0);
+        if n > 32 {
+            piece::<16>(dst, src, 16);
+            piece::<16>(dst, src, n - 32);
+        }
+        piece::<16>(dst, src, n - 16);
+    } else if n >= 8 {
+        piece::<8>(dst, src, 0);
+        piece::<8>(dst, src, n - 8);
+    } else if n >= 4 {
+        piece::<4>(dst, src, 0);
+        piece::<4>(dst, src, n - 4);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
+}
 
 impl PartialEq for Key {
     #[inline]
@@ -214,6 +254,17 @@ mod tests {
             Err(Error::InvalidKey { index: 6, .. })
         ));
         assert_eq!(k.as_bytes(), b"abc");
+    }
+
+    #[test]
+    fn every_length_is_copied_whole_and_nothing_past_it() {
+        let src: Vec<u8> = (1..=64).collect();
+        for n in 1..=64 {
+            let mut k = Key::new(&[0xff; 64]).unwrap();
+            k.assign(&src[..n], 0).unwrap();
+            assert_eq!(k.as_bytes(), &src[..n], "{n} bytes");
+            assert!(k.bytes[n..].iter().all(|&b| b == 0), "{n} bytes");
+        }
     }
 
     #[test]

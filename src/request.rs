@@ -75,7 +75,9 @@ pub type Request = Arc<RequestInfo>;
 /// Ids start at 1 and are never reused within one registry.
 #[derive(Debug, Default)]
 pub struct RequestNames {
-    ids: std::collections::HashMap<String, RequestId>,
+    /// Hashed with foldhash (seeded per registry): one hash of the name
+    /// per call.
+    ids: hashbrown::HashMap<String, RequestId, foldhash::fast::RandomState>,
     /// Ids handed out so far (the next id is one more).
     issued: u64,
 }
@@ -83,13 +85,17 @@ pub struct RequestNames {
 impl RequestNames {
     /// Registers `name`; starting a request that is active is an error.
     pub fn insert(&mut self, name: &str) -> crate::Result<RequestId> {
-        if self.ids.contains_key(name) {
-            return Err(crate::Error::DuplicateRequest(name.to_string()));
+        match self.ids.entry_ref(name) {
+            hashbrown::hash_map::EntryRef::Occupied(_) => {
+                Err(crate::Error::DuplicateRequest(name.to_string()))
+            }
+            hashbrown::hash_map::EntryRef::Vacant(slot) => {
+                self.issued += 1;
+                let id = RequestId(self.issued);
+                slot.insert(id);
+                Ok(id)
+            }
         }
-        self.issued += 1;
-        let id = RequestId(self.issued);
-        self.ids.insert(name.to_string(), id);
-        Ok(id)
     }
 
     /// The id of active request `name`.

@@ -46,6 +46,8 @@ struct Mem {
     reenter_status: Option<i32>,
     fail_shutdown: bool,
     destroyed: Option<&'static AtomicUsize>,
+    /// The keys of each touch, and the request that made it.
+    touched: Vec<(Vec<Vec<u8>>, String)>,
 }
 
 unsafe fn mem<'a>(ud: *mut c_void) -> &'a mut Mem {
@@ -154,6 +156,20 @@ unsafe extern "C" fn c_poll(
         unsafe { *out.add(i) = r };
     }
     unsafe { *written = n };
+    0
+}
+
+unsafe extern "C" fn c_touch(
+    ud: *mut c_void,
+    keys: *const kvtier_key,
+    len: usize,
+    r: *const kvtier_request,
+) -> i32 {
+    let m = unsafe { mem(ud) };
+    let keys = (0..len)
+        .map(|i| unsafe { key_bytes(&*keys.add(i)) })
+        .collect();
+    m.touched.push((keys, unsafe { req_info(r) }.0));
     0
 }
 
@@ -1342,6 +1358,61 @@ fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
     assert!(last_error().contains("position 1"), "{}", last_error());
     assert_eq!((out.hits, out.stop), (9, 9), "nothing written");
     assert_eq!(own_stats(m).lookups, 4);
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn touches_reach_the_c_tiers_that_take_them_with_their_keys_in_order() {
+    let m = manager(8);
+    // The first tier takes touches; the second (no callback) does not.
+    let mut vt = vtable(Box::default());
+    vt.touch = Some(c_touch);
+    // The tier's state, which the manager owns (destroyed at its free).
+    let with = vt.user_data as *mut Mem;
+    let mut index = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut index) },
+        S::Ok
+    );
+    let without = vtable(Box::default());
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &without, null(), &mut index) },
+        S::Ok
+    );
+    let r = start(m, c"r");
+    let ks = [key(1), key(2), key(3)];
+    assert_eq!(store(m, r, &ks), 3);
+    let named = [ck(&ks[2]), ck(&ks[0]), ck(&key(9))];
+    assert_eq!(
+        unsafe { kvtier_manager_touch(m, r, named.as_ptr(), 3) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+    let seen = unsafe { &(*with).touched };
+    assert_eq!(
+        seen,
+        &[(
+            vec![ks[2].to_vec(), ks[0].to_vec(), key(9).to_vec()],
+            "r".to_string()
+        )],
+        "every key named, absent ones too, in the call's order"
+    );
+    // A touch that fails touches no tier.
+    let empty = kvtier_key {
+        data: ks[0].as_ptr(),
+        len: 0,
+    };
+    let bad = [ck(&ks[0]), empty];
+    assert_eq!(
+        unsafe { kvtier_manager_touch(m, r, bad.as_ptr(), 2) },
+        S::InvalidKey
+    );
+    assert_eq!(
+        unsafe { kvtier_manager_touch(m, 999, named.as_ptr(), 3) },
+        S::UnknownRequest
+    );
+    assert_eq!(unsafe { &(*with).touched }.len(), 1);
     unsafe { kvtier_manager_free(m) };
 }
 

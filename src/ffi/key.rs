@@ -1,5 +1,7 @@
 //! `kvtier_key`: how C passes keys, and their conversion to [`Key`].
 
+use std::cell::Cell;
+
 use super::boundary::{Failure, in_slice};
 use crate::key::Key;
 
@@ -37,6 +39,49 @@ pub(crate) unsafe fn read_keys(
     Ok(())
 }
 
+/// Checks the `n` C keys at `keys` (as [`read_keys`] does) and puts their
+/// bytes, read in place, in `out` (cleared first).
+///
+/// # Safety
+/// `keys` must be valid for reads of `n` entries, each naming `len`
+/// readable bytes, for as long as `out` holds their bytes.
+pub(crate) unsafe fn read_views(
+    keys: *const kvtier_key,
+    n: usize,
+    out: &mut Vec<&[u8]>,
+) -> Result<(), Failure> {
+    out.clear();
+    let raw = unsafe { in_slice(keys, n, "keys") }?;
+    crate::fallible::reserve(out, raw.len(), "the keys of a batch")?;
+    for (index, k) in raw.iter().enumerate() {
+        out.push(unsafe { checked_key_bytes(k, index) }?);
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// This thread's buffer of key views, empty between calls.
+    static VIEWS: Cell<Vec<&'static [u8]>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's (empty) buffer of key views, which keeps its
+/// allocation from call to call: no allocation per call.  A call nested in
+/// another (from a tier callback) gets a buffer of its own.
+pub(crate) fn with_views<'a, R>(f: impl FnOnce(&mut Vec<&'a [u8]>) -> R) -> R {
+    let mut views: Vec<&'a [u8]> = VIEWS.with(Cell::take);
+    let result = f(&mut views);
+    VIEWS.with(|cell| cell.set(recycled(views)));
+    result
+}
+
+/// An empty vector with the allocation of `views`, for views of another
+/// lifetime (the standard library collects a vector's `into_iter` of a
+/// type of the same size and alignment in place).
+fn recycled<'b>(mut views: Vec<&[u8]>) -> Vec<&'b [u8]> {
+    views.clear();
+    views.into_iter().map(|_| -> &'b [u8] { &[] }).collect()
+}
+
 /// Copies one C key into `out` (in place), naming `index` in the error;
 /// `out` is left as it was on error.
 ///
@@ -48,7 +93,8 @@ pub(crate) unsafe fn read_key_into(
     out: &mut Key,
 ) -> Result<(), Failure> {
     let bytes = unsafe { checked_key_bytes(key, index) }?;
-    Ok(out.assign(bytes, index)?)
+    out.set_checked(bytes);
+    Ok(())
 }
 
 /// Copies one C key, naming `index` in the error.
@@ -114,3 +160,23 @@ impl<'a> CheckedKeys<'a> {
 pub const KVTIER_MAX_KEY_LEN: usize = 64;
 
 const _: () = assert!(KVTIER_MAX_KEY_LEN == crate::key::MAX_KEY_LEN);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_views_buffer_keeps_its_allocation_from_call_to_call() {
+        let (a, b) = ([1u8, 2], [3u8; 9]);
+        let first = with_views(|v| {
+            v.extend([&a[..], &b[..]]);
+            v.reserve(100);
+            (v.as_ptr() as usize, v.capacity())
+        });
+        let second = with_views(|v| {
+            assert!(v.is_empty());
+            (v.as_ptr() as usize, v.capacity())
+        });
+        assert_eq!(first, second);
+    }
+}

@@ -14,7 +14,7 @@ use super::dialect::{
     KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, kvtier_lookup_answer,
     kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
-use super::key::{CheckedKeys, kvtier_key, read_keys};
+use super::key::{CheckedKeys, kvtier_key, read_keys, read_views, with_views};
 use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
 use super::tier::{
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, kvtier_offload_policy,
@@ -172,11 +172,13 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_slice(slots_out, len, "slots_out") }?;
-        with_scratch(|ks, slots, _| -> Result<(), Failure> {
-            unsafe { read_keys(keys, len, ks) }?;
-            m.prepare_load(RequestId(request), ks, slots)?;
-            out[..slots.len()].copy_from_slice(slots);
-            Ok(())
+        with_views(|views| {
+            unsafe { read_views(keys, len, views) }?;
+            with_scratch(|_, slots, _| -> Result<(), Failure> {
+                m.prepare_load_in_place(RequestId(request), views, slots)?;
+                out[..slots.len()].copy_from_slice(slots);
+                Ok(())
+            })
         })
     })
 }
@@ -241,9 +243,9 @@ pub unsafe extern "C" fn kvtier_manager_touch(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        with_scratch(|ks, _, _| -> Result<(), Failure> {
-            unsafe { read_keys(keys, len, ks) }?;
-            Ok(m.touch(RequestId(request), ks)?)
+        with_views(|views| -> Result<(), Failure> {
+            unsafe { read_views(keys, len, views) }?;
+            Ok(m.touch_in_place(RequestId(request), views)?)
         })
     })
 }
@@ -272,9 +274,9 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        with_scratch(|ks, _, _| -> Result<(), Failure> {
-            unsafe { read_keys(keys, len, ks) }?;
-            Ok(m.complete_load(RequestId(request), ks)?)
+        with_views(|views| -> Result<(), Failure> {
+            unsafe { read_views(keys, len, views) }?;
+            Ok(m.complete_load_in_place(RequestId(request), views)?)
         })
     })
 }

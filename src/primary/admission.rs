@@ -20,9 +20,9 @@
 //!
 //! Then [`Admission::offers`] gives a candidate's count.
 
+use super::slots::key_hash;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
-use std::hash::BuildHasher;
 
 use super::lists::Lists;
 use super::slots::same_key;
@@ -76,7 +76,7 @@ impl Admission {
         fallible::reserve_table(
             &mut self.index,
             room,
-            |&x| hasher.hash_one(keys[x as usize].as_bytes()),
+            |&x| key_hash(hasher, keys[x as usize].as_bytes()),
             what,
         )
     }
@@ -126,7 +126,7 @@ impl Admission {
             if self.marks[old as usize] == epoch {
                 return;
             }
-            let oh = self.hasher.hash_one(self.keys[old as usize].as_bytes());
+            let oh = key_hash(&self.hasher, self.keys[old as usize].as_bytes());
             if let Ok(entry) = self.index.find_entry(oh, |&x| x == old) {
                 entry.remove();
             }
@@ -141,7 +141,7 @@ impl Admission {
         self.lists.push_back(RECENT, e);
         let (keys, hasher) = (&self.keys, &self.hasher);
         self.index
-            .insert_unique(h, e, |&x| hasher.hash_one(keys[x as usize].as_bytes()));
+            .insert_unique(h, e, |&x| key_hash(hasher, keys[x as usize].as_bytes()));
     }
 
     /// The offers on record for `key` (hash `h`): 0 if it is not on record.
@@ -175,7 +175,7 @@ mod tests {
     /// on record, 1 if the key could not be recorded.
     fn offer(a: &mut Admission, i: u32, epoch: u32) -> u32 {
         let k = key(i);
-        let h = a.hasher.hash_one(k.as_bytes());
+        let h = key_hash(&a.hasher, k.as_bytes());
         if !a.count_known(&k, h, epoch) {
             a.record_new(&k, h, epoch);
         }

@@ -20,8 +20,8 @@
 //! With both lists full: 16 bytes of ghost links and 16 of ghost index per
 //! slot.
 
+use super::slots::key_hash;
 use foldhash::fast::RandomState;
-use std::hash::BuildHasher;
 
 use super::huge;
 use super::index::TagIndex;
@@ -221,7 +221,7 @@ impl Ghosts {
             bound,
         } = self;
         index.remove(h, g, |o| {
-            hasher.hash_one(Self::key(lists, *bound, o).as_bytes())
+            key_hash(hasher, Self::key(lists, *bound, o).as_bytes())
         });
     }
 
@@ -241,9 +241,7 @@ impl Ghosts {
         let i = if self.len(list) >= self.bound {
             // Full: the oldest ghost is forgotten, its place reused.
             let old = self.lists[list].head;
-            let old_h = self
-                .hasher
-                .hash_one(self.lists[list].keys[old as usize].as_bytes());
+            let old_h = key_hash(&self.hasher, self.lists[list].keys[old as usize].as_bytes());
             self.unindex(base + old, old_h);
             let l = &mut self.lists[list];
             l.keys[old as usize] = key;

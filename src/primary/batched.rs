@@ -7,6 +7,7 @@ use super::slots::Lookahead;
 use super::{PrimaryLookup, PrimaryTier};
 use crate::events::EventKind;
 use crate::key::{Key, KeyBytes};
+use crate::request::RequestId;
 
 /// What [`PrimaryTier::lookup_prefix`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,47 @@ impl PrimaryTier {
                 (_, NIL) => PrimaryLookup::Miss,
                 (_, s) if slots.refs(s) < 0 => PrimaryLookup::HitPending,
                 _ => continue,
+            };
+            return PrefixLookup { hits: i, stop };
+        }
+        PrefixLookup {
+            hits: n,
+            stop: PrimaryLookup::Hit,
+        }
+    }
+
+    /// [`PrimaryTier::lookup_prefix`] of keys `key(0..n)` for active
+    /// request `req`, which are keys `first..first + n` of the request's
+    /// lookup (`first` 0: a new lookup, after which a later part may
+    /// follow): the same answer, and the request remembers where the hits
+    /// are, so that its next calls on the same keys, from the lookup's
+    /// first (a load's pin, its touch, its unpin), find them without a
+    /// probe (`hints.rs`).  Changes nothing else; an unknown request gets
+    /// the answer only.
+    pub(crate) fn lookup_prefix_for<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> PrefixLookup {
+        let slots = &self.slots;
+        let Some(record) = self.requests.get_mut(&req) else {
+            return self.lookup_prefix_each(n, key);
+        };
+        let hints = &mut record.hints;
+        let recording = hints.start(slots, first, n);
+        let mut ahead = Lookahead::new(slots, n, &key);
+        for i in 0..n {
+            let stop = match ahead.find(slots, i, &key) {
+                (_, NIL) => PrimaryLookup::Miss,
+                (_, s) if slots.refs(s) < 0 => PrimaryLookup::HitPending,
+                (h, s) => {
+                    if recording {
+                        hints.push(s, h);
+                    }
+                    continue;
+                }
             };
             return PrefixLookup { hits: i, stop };
         }

@@ -469,9 +469,19 @@ impl<const N: usize> OrderLists<N> {
         if s == OUT {
             return;
         }
-        self.park(id);
         let list = (s & LIST_BITS) as usize;
         let n = self.nodes[i];
+        self.detach(list, n, s & CANDIDATE != 0);
+        self.nodes[i] = EMPTY_NODE;
+        self.state[i] = OUT;
+        self.len[list] -= 1;
+    }
+
+    /// Takes the id whose links are `n` out of `list`'s order and, if it
+    /// is a `candidate`, out of the candidates; its own node and state
+    /// are left for the caller to rewrite.
+    #[inline(always)]
+    fn detach(&mut self, list: usize, n: Node, candidate: bool) {
         if n.prev == NIL {
             self.head[list] = n.next;
         } else {
@@ -482,25 +492,67 @@ impl<const N: usize> OrderLists<N> {
         } else {
             self.nodes[n.next as usize].prev = n.prev;
         }
-        let node = &mut self.nodes[i];
-        node.prev = NIL;
-        node.next = NIL;
-        self.state[i] = OUT;
-        self.len[list] -= 1;
+        if candidate {
+            if n.cprev == NIL {
+                self.chead[list] = n.cnext;
+            } else {
+                self.nodes[n.cprev as usize].cnext = n.cnext;
+            }
+            if n.cnext == NIL {
+                self.ctail[list] = n.cprev;
+            } else {
+                self.nodes[n.cnext as usize].cprev = n.cprev;
+            }
+        }
     }
 
     /// Moves `id` (in a list) to the back of `list`; a candidate stays one
     /// (at the back of `list`'s candidates), a parked id stays parked.
+    /// One pass over the id's links and its neighbours': the move of
+    /// every touch and request commit.
     #[inline]
     pub(crate) fn move_to_back(&mut self, list: usize, id: u32) {
         if self.tail[list] == id {
             return;
         }
-        let was_candidate = self.is_candidate(id);
-        self.unlink(id);
-        self.push_back(list, id);
-        if !was_candidate {
+        let i = id as usize;
+        let s = self.state[i];
+        let candidate = s & CANDIDATE != 0;
+        if s == OUT {
+            self.push_back(list, id);
             self.park(id);
+            return;
+        }
+        let old = (s & LIST_BITS) as usize;
+        let n = self.nodes[i];
+        self.detach(old, n, candidate);
+        if old != list {
+            self.len[old] -= 1;
+            self.len[list] += 1;
+        }
+        let t = self.tail[list];
+        if t == NIL {
+            self.head[list] = id;
+        } else {
+            self.nodes[t as usize].next = id;
+        }
+        self.tail[list] = id;
+        if candidate {
+            let ct = self.ctail[list];
+            self.clink_back(list, id, ct);
+            self.nodes[i] = Node {
+                prev: t,
+                next: NIL,
+                cprev: ct,
+                cnext: NIL,
+            };
+            self.state[i] = list as u8 | CANDIDATE;
+        } else {
+            self.nodes[i] = Node {
+                prev: t,
+                ..EMPTY_NODE
+            };
+            self.state[i] = list as u8;
         }
     }
 

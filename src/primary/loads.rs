@@ -5,9 +5,13 @@
 //! releases only the pins its own loads still hold.
 
 use super::PrimaryTier;
+use super::hints::Hints;
 use super::lists::NIL;
-use super::reorder::ReorderAhead;
+use super::reorder::{ReorderAhead, request_links_at, request_links_first};
+use super::requests::RequestRecord;
 use super::{key_error, unknown};
+use foldhash::fast::RandomState;
+
 use crate::error::Result;
 use crate::fallible;
 use crate::key::{Key, KeyBytes};
@@ -18,8 +22,11 @@ impl PrimaryTier {
     /// into `slots_out` (cleared first) and their hashes into
     /// `scratch_hashes`; on error nothing changes and `slots_out` is left
     /// empty.
+    /// A request's pin (`req`) finds its keys at the hints of its latest
+    /// lookup first.
     fn pin<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
+        req: Option<RequestId>,
         n: usize,
         at: impl Fn(usize) -> &'k K,
         slots_out: &mut Vec<u32>,
@@ -29,10 +36,17 @@ impl PrimaryTier {
         fallible::reserve(slots_out, n, "the slots of a batch")?;
         fallible::reserve(&mut self.scratch_hashes, n, "the hashes of a batch")?;
         let hashes = &mut self.scratch_hashes;
-        self.slots.resolve_each(n, &at, |_, s, h| {
-            slots_out.push(s);
-            hashes.push(h);
-        });
+        let slots = &self.slots;
+        match hints_covering(&self.requests, req, n) {
+            Some(hints) => hints.resolve_each(slots, n, &at, |j, s, h| {
+                slots_out.push(s);
+                hashes.push(h.unwrap_or_else(|| slots.hash(at(j))));
+            }),
+            None => slots.resolve_each(n, &at, |_, s, h| {
+                slots_out.push(s);
+                hashes.push(h);
+            }),
+        }
         let refusal = slots_out.iter().enumerate().find_map(|(i, &slot)| {
             let r = if slot == NIL {
                 0
@@ -68,8 +82,11 @@ impl PrimaryTier {
     /// Unpins `keys` (each must be pinned, counting repeats in the batch),
     /// leaving their hashes in `scratch_hashes`; on error every decrement
     /// already made is undone.
+    /// A request's unpin (`req`) finds its keys at the hints of its
+    /// latest lookup first.
     fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
+        req: Option<RequestId>,
         n: usize,
         at: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
@@ -79,10 +96,17 @@ impl PrimaryTier {
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
         let hashes = &mut self.scratch_hashes;
-        self.slots.resolve_each(n, &at, |_, s, h| {
-            done.push(s);
-            hashes.push(h);
-        });
+        let slots = &self.slots;
+        match hints_covering(&self.requests, req, n) {
+            Some(hints) => hints.resolve_each(slots, n, &at, |j, s, h| {
+                done.push(s);
+                hashes.push(h.unwrap_or_else(|| slots.hash(at(j))));
+            }),
+            None => slots.resolve_each(n, &at, |_, s, h| {
+                done.push(s);
+                hashes.push(h);
+            }),
+        }
         let mut to_idle = 0u32;
         let mut failure = None;
         for (i, &s) in done.iter().enumerate() {
@@ -149,7 +173,7 @@ impl PrimaryTier {
     ) -> Result<()> {
         self.reserve_record(req, n)?;
         self.check_group_keys(n, &key)?;
-        self.pin(n, &key, slots_out)?;
+        self.pin(Some(req), n, &key, slots_out)?;
         self.counters.loads += n as u64;
         let hasher = &self.slots.hasher;
         let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
@@ -193,15 +217,36 @@ impl PrimaryTier {
         n: usize,
         key: impl Fn(usize) -> &'k K + Copy,
     ) -> Result<()> {
-        if !self.requests.contains_key(&req) {
+        let Some(record) = self.requests.get(&req) else {
             return Err(unknown(req));
-        }
+        };
+        // Last key first, so that the first ends most recent.
         let at = move |j: usize| key(n - 1 - j);
-        let mut ahead = ReorderAhead::new(&self.slots, &*self.policy, n, at);
+        let (slots, policy) = (&self.slots, &mut self.policy);
+        if record.hints.covers(n) {
+            let hints = &record.hints;
+            let hint_at = |j: usize| hints.slot_hint(n - 1 - j);
+            request_links_first(&**policy, n, hint_at);
+            for j in 0..n {
+                request_links_at(&**policy, j, n, hint_at);
+                let (k, hint) = (at(j), hint_at(j));
+                if slots.holds(hint, k) {
+                    policy.touch(slots, hint);
+                    continue;
+                }
+                let h = slots.hash(k);
+                match slots.find(k, h) {
+                    None => policy.touch_absent(k.key_bytes(), h),
+                    Some(s) => policy.touch(slots, s),
+                }
+            }
+            return Ok(());
+        }
+        let mut ahead = ReorderAhead::new(slots, &**policy, n, at);
         for j in 0..n {
-            match ahead.find(&self.slots, &*self.policy, j, at) {
-                (h, NIL) => self.policy.touch_absent(at(j).key_bytes(), h),
-                (_, s) => self.policy.touch(&self.slots, s),
+            match ahead.find(slots, &**policy, j, at) {
+                (h, NIL) => policy.touch_absent(at(j).key_bytes(), h),
+                (_, s) => policy.touch(slots, s),
             }
         }
         Ok(())
@@ -231,7 +276,7 @@ impl PrimaryTier {
             Some(r) => r.pins > 0,
             None => return self.complete_finished_load(req, n, key),
         };
-        self.unpin(n, &key)?;
+        self.unpin(Some(req), n, &key)?;
         if holds_pins {
             // The pins the request took that this call released (an
             // active request may release other pins too, as vLLM allows).
@@ -270,7 +315,7 @@ impl PrimaryTier {
             ));
         }
         let pins_left = record.pins;
-        if let Err(e) = self.unpin(n, &key) {
+        if let Err(e) = self.unpin(None, n, &key) {
             if let Some(record) = self.finished_loads.get_mut(&req) {
                 let slots = &self.slots;
                 (0..n).for_each(|j| record.restore_pin(key(j), slots.hash(key(j))));
@@ -289,13 +334,25 @@ impl PrimaryTier {
     /// Pins ready `keys` for a cascade (primary -> secondary) and writes their
     /// slots into `slots_out`; not an access of any request.
     pub fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
-        self.pin(keys.len(), |j| &keys[j], slots_out)?;
+        self.pin(None, keys.len(), |j| &keys[j], slots_out)?;
         self.counters.transfer_pins += keys.len() as u64;
         Ok(())
     }
 
     /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
     pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.unpin(keys.len(), |j| &keys[j])
+        self.unpin(None, keys.len(), |j| &keys[j])
     }
+}
+
+/// The hints of active request `req`'s latest lookup, if there is one for
+/// each of `n` keys.
+#[inline]
+fn hints_covering(
+    requests: &hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
+    req: Option<RequestId>,
+    n: usize,
+) -> Option<&Hints> {
+    let hints = &requests.get(&req?)?.hints;
+    hints.covers(n).then_some(hints)
 }

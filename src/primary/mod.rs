@@ -24,7 +24,9 @@
 //! in `reorder.rs`, and for lookups, pins and unpins, which resolve every key
 //! before they change anything, the leaner `TagIndex::find_each` in
 //! `index.rs`), so on tables beyond the CPU caches the memory misses of a
-//! call overlap; policies (the
+//! call overlap; a request's lookup leaves hints (`hints.rs`): where its
+//! hits are, which its next pin, touch and unpin of the same keys check
+//! before probing the index; policies (the
 //! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
 //! keep intrusive lists over slot ids (`lists.rs`).  A request records each
 //! key it stores or loads once, at its first presentation and, for a
@@ -42,7 +44,8 @@
 //! bytes of slot state and index (`slots.rs`; a write-pending slot's
 //! writer is carried by its ref count, at no cost) and 17 of policy lists
 //! (`lists.rs`), 30 in all; the writers themselves take a few bytes per
-//! request with writes in flight.  lru adds room for the rank markers of
+//! request with writes in flight, and hints 16 bytes per hit of an active
+//! request's latest lookup.  lru adds room for the rank markers of
 //! active requests (two list entries, 34 bytes, per request; room for one
 //! request per 64 slots at creation, about 0.5 byte per slot, grown as more
 //! are active), and once positions are in use, 16 bytes per slot of rank
@@ -64,6 +67,7 @@ mod batched;
 mod completion;
 mod config;
 mod diagnostics;
+mod hints;
 mod huge;
 mod index;
 mod lists;

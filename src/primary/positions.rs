@@ -20,8 +20,8 @@
 //! a position, all of them by position (equal positions keep the order
 //! just described: ascending group, then first presentation).
 
+use super::slots::key_hash;
 use foldhash::fast::RandomState;
-use std::hash::BuildHasher;
 
 use super::slots;
 use crate::error::{Error, Result};
@@ -80,7 +80,7 @@ impl Positions {
         self.entries.try_reserve(n).map_err(no_room)?;
         let entries = &self.entries;
         self.index
-            .try_reserve(n, |&i| hasher.hash_one(entries[i as usize].0.as_bytes()))
+            .try_reserve(n, |&i| key_hash(hasher, entries[i as usize].0.as_bytes()))
             .map_err(|_| Error::OutOfMemory("request positions: the table cannot grow".into()))?;
         Ok(())
     }
@@ -106,8 +106,9 @@ impl Positions {
                     key.keep_finish(&mut e.0);
                 }
                 let entries = &*entries;
-                self.index
-                    .insert_unique(h, i, |&j| hasher.hash_one(entries[j as usize].0.as_bytes()));
+                self.index.insert_unique(h, i, |&j| {
+                    key_hash(hasher, entries[j as usize].0.as_bytes())
+                });
             }
         }
     }
@@ -156,7 +157,7 @@ pub(crate) fn commit_order<'k>(
     for i in 0..n {
         let k = key(i);
         let group = if kv_groups { group_of(k.as_bytes()) } else { 0 };
-        let position = positions.get(k, hasher.hash_one(k.as_bytes()));
+        let position = positions.get(k, key_hash(hasher, k.as_bytes()));
         every &= position.is_some();
         out.push(Ordered {
             group,
@@ -204,7 +205,7 @@ mod tests {
         let mut p = Positions::default();
         p.reserve(&hasher, pos.len()).unwrap();
         for (k, v) in pos {
-            p.set(&hasher, k, hasher.hash_one(k.as_bytes()), *v);
+            p.set(&hasher, k, key_hash(&hasher, k.as_bytes()), *v);
         }
         let mut out = Vec::new();
         commit_order(keys.len(), |i| &keys[i], &p, &hasher, groups, &mut out).unwrap();
@@ -223,7 +224,7 @@ mod tests {
         let hasher = RandomState::default();
         let mut p = Positions::default();
         let k = gk(1, 0);
-        let h = hasher.hash_one(k.as_bytes());
+        let h = key_hash(&hasher, k.as_bytes());
         p.reserve(&hasher, 2).unwrap();
         assert_eq!(p.get(&k, h), None);
         p.set(&hasher, &k, h, 16);

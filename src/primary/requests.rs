@@ -7,10 +7,11 @@
 //! counts, per key, the pins the request's loads hold: a request that
 //! finishes with some keeps its record for their `complete_load`.
 
-use std::hash::BuildHasher;
+use super::slots::key_hash;
 
 use foldhash::fast::RandomState;
 
+use super::hints::Hints;
 use super::lists::NIL;
 use super::policy::Policy;
 use super::reorder::{LINKS_AHEAD, request_links_at, request_links_first};
@@ -38,6 +39,8 @@ pub(super) struct RequestRecord {
     /// The policy's handle on the request's rank ([`NIL`]: none in this
     /// cache generation).
     pub(super) rank: u32,
+    /// Where the request's latest lookup found its hits.
+    pub(super) hints: Hints,
     /// Pins its `prepare_load` calls took and its `complete_load` calls
     /// have not released yet (the sum of its accesses' `pins`): while any
     /// remain, a finished request is kept for its late `complete_load`.
@@ -52,6 +55,7 @@ impl Default for RequestRecord {
             adapted: Vec::new(),
             positions: positions::Positions::default(),
             rank: NIL,
+            hints: Hints::default(),
             pins: 0,
         }
     }
@@ -115,7 +119,7 @@ impl RequestRecord {
                 }
                 let acc = &*accesses;
                 self.seen
-                    .insert_unique(h, i, |&j| hasher.hash_one(acc[j as usize].key.as_bytes()));
+                    .insert_unique(h, i, |&j| key_hash(hasher, acc[j as usize].key.as_bytes()));
                 (i, true)
             }
         }
@@ -174,6 +178,7 @@ impl RequestRecord {
         }
         self.adapted.clear();
         self.rank = NIL;
+        self.hints.clear();
         self.pins = 0;
     }
 
@@ -234,7 +239,7 @@ impl PrimaryTier {
         record.positions.reserve(hasher, n)?;
         for j in 0..n {
             let k = key(j);
-            let h = hasher.hash_one(k.key_bytes());
+            let h = key_hash(hasher, k.key_bytes());
             record.positions.set(hasher, k, h, position(j));
         }
         Ok(())
@@ -252,7 +257,7 @@ impl PrimaryTier {
         fallible::reserve_table(
             &mut r.seen,
             n,
-            |&i| hasher.hash_one(accesses[i as usize].key.as_bytes()),
+            |&i| key_hash(hasher, accesses[i as usize].key.as_bytes()),
             what,
         )?;
         if arc {

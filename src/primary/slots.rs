@@ -11,7 +11,7 @@
 //! 2^26 slots): 13 bytes.
 
 use foldhash::fast::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 
 use super::huge;
 use super::index::{READ_AHEAD, TagIndex, prefetch_addr};
@@ -165,7 +165,7 @@ impl Slots {
     /// The hash of `key` in the index.
     #[inline]
     pub(crate) fn hash(&self, key: &(impl KeyBytes + ?Sized)) -> u64 {
-        self.hasher.hash_one(key.key_bytes())
+        key_hash(&self.hasher, key.key_bytes())
     }
 
     /// The slot holding `key` (hash `h`), if resident.
@@ -292,7 +292,7 @@ impl Slots {
     pub(crate) fn release(&mut self, slot: u32, h: u64) {
         let (records, hasher) = (&self.records, &self.hasher);
         self.index.remove(h, slot, |s| {
-            hasher.hash_one(records[s as usize].key.as_bytes())
+            key_hash(hasher, records[s as usize].key.as_bytes())
         });
         let record = &mut self.records[slot as usize];
         record.set_refs(self.free_top as i32);
@@ -328,6 +328,18 @@ impl Slots {
         let key = std::mem::size_of::<Key>();
         self.records.capacity() * (std::mem::size_of::<Record>() - key) + self.index.bytes()
     }
+}
+
+/// The hash of a key's `bytes` under `hasher`, as every table over keys
+/// (the index, ARC's ghosts, the admission table, a request's record and
+/// positions) hashes them: the bytes alone, which foldhash mixes with
+/// their length (one multiply up to 16 bytes), not the length prefix and
+/// the extra multiply that hashing a slice as a value adds.
+#[inline(always)]
+pub(crate) fn key_hash(hasher: &RandomState, bytes: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(bytes);
+    h.finish()
 }
 
 /// Whether `a` and `b` are the same key: lengths, then 8-byte words (the

@@ -10,6 +10,7 @@ use super::*;
 
 mod batches;
 mod finished_loads;
+mod hints;
 mod policies;
 mod writers;
 

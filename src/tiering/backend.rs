@@ -16,7 +16,9 @@ use crate::key::Key;
 use crate::request::RequestId;
 use crate::stats::Stat;
 
-pub use crate::primary::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub use crate::primary::{
+    CompleteStoreReport, PrefixLookup, PrimaryLookup, StoreOutcome, StorePlan,
+};
 
 /// The operations of a primary tier that the tiering manager calls.
 ///
@@ -37,6 +39,30 @@ pub trait PrimaryBackend: Send + 'static {
             *o = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
         }
     }
+    /// [`PrimaryBackend::lookup`] of `keys` (each 1..=64 bytes, read in
+    /// place) in order for active request `req`, stopping at the first
+    /// that is not HIT: the number of leading hits and the answer of the
+    /// key after them (HIT when every key is one).  `keys` are keys
+    /// `first..` of the request's lookup (`first` 0 starts a new one); the
+    /// tier may remember where the hits are, to find them faster when the
+    /// request's next calls name the same keys (the CPU tier does).
+    /// Changes nothing else.  By default one lookup per key.
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        let _ = (req, first);
+        for (i, k) in keys.iter().enumerate() {
+            let answer = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            if answer != PrimaryLookup::Hit {
+                return PrefixLookup {
+                    hits: i,
+                    stop: answer,
+                };
+            }
+        }
+        PrefixLookup {
+            hits: keys.len(),
+            stop: PrimaryLookup::Hit,
+        }
+    }
     /// Pins ready keys for a load to the GPU; `slots_out` gets their slots.
     fn prepare_load(
         &mut self,
@@ -44,8 +70,23 @@ pub trait PrimaryBackend: Send + 'static {
         keys: &[Key],
         slots_out: &mut Vec<u32>,
     ) -> Result<()>;
+    /// [`PrimaryBackend::prepare_load`] of keys given as bytes (each
+    /// 1..=64, read in place).  By default the keys are copied first.
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load(req, &copied(keys)?, slots_out)
+    }
     /// Marks keys recently used.
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::touch`] of keys given as bytes (each 1..=64, read
+    /// in place).  By default the keys are copied first.
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.touch(req, &copied(keys)?)
+    }
     /// [0.33] Gives keys of an active request their token positions.
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
@@ -55,6 +96,11 @@ pub trait PrimaryBackend: Send + 'static {
     /// those, and is forgotten (`UnknownRequest`) with the last; any id
     /// neither active nor holding such pins is `UnknownRequest`.
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
+    /// 1..=64, read in place).  By default the keys are copied first.
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.complete_load(req, &copied(keys)?)
+    }
     /// Plans a store (slots for new keys, evictions) or refuses it.
     fn prepare_store(
         &mut self,
@@ -112,6 +158,15 @@ pub trait PrimaryBackend: Send + 'static {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
+/// its position.
+fn copied(keys: &[&[u8]]) -> Result<Vec<Key>> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| Key::at(k, i))
+        .collect()
+}
+
 impl PrimaryBackend for crate::primary::PrimaryTier {
     fn capacity(&self) -> u32 {
         crate::primary::PrimaryTier::capacity(self)
@@ -127,6 +182,10 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         let n = keys.len().min(out.len());
         self.lookup_each(n, |j| keys[j], |i, r| out[i] = r);
     }
+    /// One pass over the keys; the request remembers where its hits are.
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| keys[j])
+    }
     fn prepare_load(
         &mut self,
         req: RequestId,
@@ -135,8 +194,19 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     ) -> Result<()> {
         crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
     }
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load_each(req, keys.len(), |j| keys[j], slots_out)
+    }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::touch(self, req, keys)
+    }
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.touch_each(req, keys.len(), |j| keys[j])
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
@@ -146,6 +216,9 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::complete_load(self, req, keys)
+    }
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.complete_load_each(req, keys.len(), |j| keys[j])
     }
     fn prepare_store(
         &mut self,

@@ -61,6 +61,7 @@ use crate::stats::Stat;
 
 mod cascade;
 mod counters;
+mod in_place;
 mod jobs;
 mod lookup;
 mod observe;

@@ -156,6 +156,13 @@ pub trait SecondaryTier: Send {
     /// Marks keys recently used.
     fn touch(&mut self, _keys: &[Key], _request: &Request) {}
 
+    /// Whether the tier acts on [`SecondaryTier::touch`] (by default it
+    /// may): a tier that ignores touches says false, and the manager then
+    /// neither calls it nor copies a touch's keys for it.
+    fn wants_touches(&self) -> bool {
+        true
+    }
+
     /// A request starts; the answer is this tier's offload policy for it.
     fn on_new_request(&mut self, _request: &Request) -> OffloadPolicy {
         OffloadPolicy::BlockLevel

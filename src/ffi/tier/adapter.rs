@@ -34,13 +34,21 @@ struct CRequest {
     c: kvtier_request,
 }
 
+/// `s` as a C string, without the NUL bytes it may hold.
+fn c_string(s: &str) -> CString {
+    // One copy when there is no NUL to drop (the usual case).
+    CString::new(s)
+        .or_else(|_| CString::new(s.replace('\0', "")))
+        .unwrap_or_default()
+}
+
 impl CRequest {
     fn new(info: &Request) -> CRequest {
-        let id = CString::new(info.name.replace('\0', "")).unwrap_or_default();
+        let id = c_string(&info.name);
         let mut strings = Vec::with_capacity(info.params.len() * 2);
         for (k, v) in &info.params {
-            strings.push(CString::new(k.replace('\0', "")).unwrap_or_default());
-            strings.push(CString::new(v.replace('\0', "")).unwrap_or_default());
+            strings.push(c_string(k));
+            strings.push(c_string(v));
         }
         let params: Vec<kvtier_param> = strings
             .chunks(2)
@@ -457,6 +465,10 @@ impl SecondaryTier for CTier {
         }
     }
 
+    fn wants_touches(&self) -> bool {
+        self.vt.touch.is_some()
+    }
+
     fn touch(&mut self, keys: &[Key], request: &Request) {
         let Some(f) = self.vt.touch else {
             return;
@@ -469,10 +481,11 @@ impl SecondaryTier for CTier {
     }
 
     fn on_new_request(&mut self, request: &Request) -> OffloadPolicy {
-        let req = self.request(request);
+        // The C view of the request is made when a callback first needs it.
         let Some(f) = self.vt.on_new_request else {
             return OffloadPolicy::BlockLevel;
         };
+        let req = self.request(request);
         let mut policy = KVTIER_OFFLOAD_BLOCK_LEVEL;
         // SAFETY: the vtable contract; arguments live for the call.
         let rc = unsafe { f(self.vt.user_data, req, &mut policy) };
@@ -631,4 +644,16 @@ impl SecondaryTier for CTier {
 pub unsafe fn tier_from_vtable(vtable: &kvtier_tier_vtable) -> Result<Box<dyn SecondaryTier>> {
     let tier = unsafe { CTier::new(vtable, Arc::new(AtomicBool::new(true))) }?;
     Ok(Box::new(tier))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_c_string_drops_the_nul_bytes_it_would_hold() {
+        assert_eq!(c_string("req-1").as_bytes(), b"req-1");
+        assert_eq!(c_string("a\0b\0").as_bytes(), b"ab");
+        assert_eq!(c_string("").as_bytes(), b"");
+    }
 }

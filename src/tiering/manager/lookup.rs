@@ -64,9 +64,10 @@ impl LookupAnswer {
     }
 }
 
-/// Keys whose primary-tier answers are read at once: their memory reads
-/// overlap.  A batch reads at most this many keys past its stop.
-const READ_TOGETHER: usize = 8;
+/// Keys whose primary-tier answers are read in one call: their memory
+/// reads overlap, and the primary tier remembers where the hits are for
+/// the request's next calls (a load's pin, touch and unpin).
+const READ_TOGETHER: usize = 32;
 
 impl Manager {
     /// Looks one key up for `request`: [`LookupResult::Hit`] and
@@ -133,38 +134,37 @@ impl State {
     ) -> Result<LookupAnswer> {
         let s = self;
         let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
-        let mut found = [PrimaryLookup::Miss; READ_TOGETHER];
         let mut first = 0;
         while first < n {
             let m = (n - first).min(READ_TOGETHER);
             for (j, v) in views[..m].iter_mut().enumerate() {
                 *v = key(first + j);
             }
-            s.primary.lookup_bytes(&views[..m], &mut found[..m]);
-            for j in 0..m {
-                s.c.lookups += 1;
-                match found[j] {
-                    PrimaryLookup::Hit => {
-                        s.c.primary_hits += 1;
-                        answer.hits += 1;
+            let found = s.primary.lookup_prefix_for(request, first, &views[..m]);
+            s.c.lookups += found.hits as u64;
+            s.c.primary_hits += found.hits as u64;
+            answer.hits += found.hits;
+            match found.stop {
+                PrimaryLookup::Hit => {}
+                PrimaryLookup::HitPending => {
+                    s.c.lookups += 1;
+                    s.c.primary_hit_pending += 1;
+                    answer.stop = LookupResult::HitPending;
+                    return Ok(answer);
+                }
+                PrimaryLookup::Miss => {
+                    s.c.lookups += 1;
+                    let j = found.hits;
+                    let k = Key::at(views[j], first + j)?;
+                    let (stop, reason) = s.lookup_secondary(request, &k);
+                    match reason {
+                        Some(MissReason::Absent) => s.c.misses_absent += 1,
+                        Some(MissReason::NoRoom) => s.c.misses_no_room += 1,
+                        None => {}
                     }
-                    PrimaryLookup::HitPending => {
-                        s.c.primary_hit_pending += 1;
-                        answer.stop = LookupResult::HitPending;
-                        return Ok(answer);
-                    }
-                    PrimaryLookup::Miss => {
-                        let k = Key::at(views[j], first + j)?;
-                        let (stop, reason) = s.lookup_secondary(request, &k);
-                        match reason {
-                            Some(MissReason::Absent) => s.c.misses_absent += 1,
-                            Some(MissReason::NoRoom) => s.c.misses_no_room += 1,
-                            None => {}
-                        }
-                        answer.stop = stop;
-                        answer.reason = reason;
-                        return Ok(answer);
-                    }
+                    answer.stop = stop;
+                    answer.reason = reason;
+                    return Ok(answer);
                 }
             }
             first += m;
