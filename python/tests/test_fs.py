@@ -1,5 +1,7 @@
 """The fs tier over a shared region: bytes go to files and come back."""
 
+import time
+
 import kvtier
 from kvtier import LookupResult
 
@@ -21,10 +23,14 @@ def test_block_survives_a_reset_through_the_fs_tier(tmp_path, region_name):
             m.reset_cache()
             m.reset_flushed()
             assert m.lookup(h, k).stop in (LookupResult.HIT_PENDING, LookupResult.RETRY)
-            for _ in range(200):
+            # The fs tier reads on a thread of its own: wait for it (a
+            # deadline, not a number of steps, so a busy machine passes too).
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
                 m.schedule_end()
                 if m.lookup(h, k[:1]).hits == 1:
                     break
+                time.sleep(0.001)
             [slot] = m.prepare_load(h, k[:1])
             assert bytes(region.slot(slot)[:5]) == b"blk0!"
             m.complete_load(h, k[:1])
