@@ -1,15 +1,16 @@
 //! File-system tier throughput next to a plain baseline, in the same run.
 //!
 //! For each file system (tmpfs under /dev/shm, and the disk under target/)
-//! and each block size (256 KiB, 2 MiB): store 1 GiB from a region through
-//! the tier (jobs of 16 blocks, submitted at once) and load it back, and do
+//! and each block size (16 KiB, 256 KiB, 2 MiB): store 1 GiB from a region
+//! through the tier, in each of its layouts (a file per block; segment
+//! files), in jobs of 16 blocks submitted at once, and load it back, and do
 //! the same bytes with plain `pwrite`/`pread` from the same number of
 //! threads with the same open flags (`O_DIRECT` where the tier uses it):
 //! the baseline writes one file per thread (no metadata work at all); a
 //! second reference writes one file per block in one directory.  Each
 //! figure is the best of several rounds, the order rotating.
 //!
-//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B] [--blocks KIB,KIB]
+//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B] [--blocks KIB,KIB] [--layouts files,segments]
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -22,7 +23,8 @@ use kvtier::Key;
 use kvtier::region::SlotMemory;
 use kvtier::request::RequestInfo;
 use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
-use kvtier::tiers::fs::{FsOptions, FsTier};
+use kvtier::tiers::fs::format::file_len;
+use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 const JOB_BLOCKS: usize = 16;
 /// Rounds per configuration on tmpfs and on disk; each figure is the best
@@ -37,6 +39,7 @@ struct Args {
     write_threads: usize,
     dirs: Vec<PathBuf>,
     blocks: Vec<usize>,
+    layouts: Vec<FsLayout>,
 }
 
 fn parse() -> Args {
@@ -49,7 +52,8 @@ fn parse() -> Args {
             PathBuf::from("/dev/shm"),
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"),
         ],
-        blocks: vec![256 << 10, 2 << 20],
+        blocks: vec![16 << 10, 256 << 10, 2 << 20],
+        layouts: vec![FsLayout::Files, FsLayout::Segments],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -79,6 +83,18 @@ fn parse() -> Args {
                     .expect("--blocks KIB,KIB")
                     .split(',')
                     .map(|k| k.parse::<usize>().expect("block size in KiB") << 10)
+                    .collect();
+            }
+            "--layouts" => {
+                a.layouts = it
+                    .next()
+                    .expect("--layouts files,segments")
+                    .split(',')
+                    .map(|l| match l {
+                        "files" => FsLayout::Files,
+                        "segments" => FsLayout::Segments,
+                        other => panic!("unknown layout {other}"),
+                    })
                     .collect();
             }
             // Flags cargo passes to every bench target.
@@ -242,6 +258,7 @@ fn cpu_seconds() -> f64 {
 struct Row {
     fs: String,
     block: usize,
+    layout: FsLayout,
     direct: bool,
     per_thread: Figures,
     per_block: Figures,
@@ -262,7 +279,16 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-fn run(args: &Args, parent: &Path, block: usize) -> Row {
+fn layout_name(l: FsLayout) -> &'static str {
+    match l {
+        FsLayout::Files => "files",
+        FsLayout::Segments => "segments",
+    }
+}
+
+/// One round trip of every contender for `block`-byte blocks under
+/// `parent`: a row per tier layout, each beside the same baselines.
+fn run(args: &Args, parent: &Path, block: usize) -> Vec<Row> {
     let slots = (args.bytes / block) as u32;
     let total = slots as usize * block;
     let mem = SlotMemory::anonymous(slots, block).unwrap();
@@ -279,12 +305,14 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
         .prefix("kvtier-fs-bench-")
         .tempdir_in(parent)
         .expect("bench directory");
-    // 0: file per thread, 1: file per block, 2: the tier.
-    let mut best = [Figures::default(); 3];
-    // Tier over the strict baseline, measured back to back in each round.
-    let mut store_ratios = Vec::new();
-    let mut load_ratios = Vec::new();
-    let mut direct = false;
+    let layouts = &args.layouts;
+    // 0: file per thread, 1: file per block, 2..: the tier in each layout.
+    let contenders = 2 + layouts.len();
+    let mut best = vec![Figures::default(); contenders];
+    // Each layout over the strict baseline, measured back to back in each round.
+    let mut store_ratios = vec![Vec::new(); layouts.len()];
+    let mut load_ratios = vec![Vec::new(); layouts.len()];
+    let mut direct = vec![false; layouts.len()];
     let rounds = if parent.starts_with("/dev/shm") {
         ROUNDS_MEMORY
     } else {
@@ -293,32 +321,55 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
     for round in 0..rounds {
         let base_dir = root.path().join("base");
         std::fs::create_dir_all(&base_dir).unwrap();
-        let tier_dir = root.path().join("tier");
-        let mut o = FsOptions::new(&tier_dir);
-        o.read_threads = args.read_threads;
-        o.write_threads = args.write_threads;
-        let mut tier = FsTier::open(mem.clone(), o).unwrap();
-        direct = tier.direct_io();
+        let mut tiers: Vec<(FsTier, PathBuf)> = layouts
+            .iter()
+            .map(|&layout| {
+                let tier_dir = root.path().join(layout_name(layout));
+                let mut o = FsOptions::new(&tier_dir);
+                o.layout = layout;
+                o.read_threads = args.read_threads;
+                o.write_threads = args.write_threads;
+                if layout == FsLayout::Segments {
+                    // Room for every block: no eviction during the run.
+                    o.capacity_bytes = slots as u64 * file_len(block);
+                    o.high_watermark = 1.0;
+                    o.low_watermark = 1.0;
+                }
+                (FsTier::open(mem.clone(), o).unwrap(), tier_dir)
+            })
+            .collect();
+        for (l, (tier, _)) in tiers.iter().enumerate() {
+            direct[l] = tier.direct_io();
+        }
+        // The baselines use O_DIRECT where the first tier does.
+        let base_direct = direct[0];
         for store in [true, false] {
             // Rotate which goes first, so none always meets a warmer or
             // busier machine.
-            let mut this_round = [0f64; 3];
-            for k in 0..3 {
-                let who = (round as usize + k) % 3;
+            let mut this_round = vec![0f64; contenders];
+            for k in 0..contenders {
+                let who = (round as usize + k) % contenders;
                 let cpu0 = cpu_seconds();
                 let d = match who {
                     0 => baseline(
                         &mem,
                         &base_dir,
                         threads,
-                        direct,
+                        base_direct,
                         store,
                         Plain::FilePerThread,
                     ),
-                    1 => baseline(&mem, &base_dir, threads, direct, store, Plain::FilePerBlock),
-                    _ => {
+                    1 => baseline(
+                        &mem,
+                        &base_dir,
+                        threads,
+                        base_direct,
+                        store,
+                        Plain::FilePerBlock,
+                    ),
+                    t => {
                         let id = round * 1_000_000 + if store { 0 } else { 500_000 };
-                        through_tier(&mut tier, &mem, store, id)
+                        through_tier(&mut tiers[t - 2].0, &mem, store, id)
                     }
                 };
                 let cpu = (cpu_seconds() - cpu0) / (total as f64 / (1u64 << 30) as f64);
@@ -334,28 +385,37 @@ fn run(args: &Args, parent: &Path, block: usize) -> Row {
                     f.load_cpu = least(f.load_cpu);
                 }
             }
-            let ratio = this_round[2] / this_round[0];
-            if store {
-                store_ratios.push(ratio);
-            } else {
-                load_ratios.push(ratio);
+            for l in 0..layouts.len() {
+                let ratio = this_round[2 + l] / this_round[0];
+                if store {
+                    store_ratios[l].push(ratio);
+                } else {
+                    load_ratios[l].push(ratio);
+                }
             }
         }
-        tier.shutdown().unwrap();
-        drop(tier);
+        for (mut tier, dir) in tiers {
+            tier.shutdown().unwrap();
+            drop(tier);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
         std::fs::remove_dir_all(&base_dir).unwrap();
-        std::fs::remove_dir_all(&tier_dir).unwrap();
     }
-    Row {
-        fs: parent.display().to_string(),
-        block,
-        direct,
-        per_thread: best[0],
-        per_block: best[1],
-        tier: best[2],
-        store_ratio: median(&mut store_ratios),
-        load_ratio: median(&mut load_ratios),
-    }
+    layouts
+        .iter()
+        .enumerate()
+        .map(|(l, &layout)| Row {
+            fs: parent.display().to_string(),
+            block,
+            layout,
+            direct: direct[l],
+            per_thread: best[0],
+            per_block: best[1],
+            tier: best[2 + l],
+            store_ratio: median(&mut store_ratios[l]),
+            load_ratio: median(&mut load_ratios[l]),
+        })
+        .collect()
 }
 
 fn main() {
@@ -374,9 +434,10 @@ fn main() {
     );
     println!("ratio = median over rounds of tier / baseline, each pair run back to back");
     println!(
-        "{:<22} {:>6} {:>6} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5}",
+        "{:<22} {:>6} {:>8} {:>6} | {:>7} {:>7} {:>7} {:>5} | {:>7} {:>7} {:>7} {:>5}",
         "file system",
         "block",
+        "layout",
         "direct",
         "st thr",
         "st blk",
@@ -389,34 +450,45 @@ fn main() {
     );
     for dir in &args.dirs {
         for &block in &args.blocks {
-            let r = run(&args, dir, block);
-            println!(
-                "{:<22} {:>5}K {:>6} | {:>7.2} {:>7.2} {:>7.2} {:>4.0}% | {:>7.2} {:>7.2} {:>7.2} {:>4.0}%",
-                r.fs,
-                r.block >> 10,
-                r.direct,
-                r.per_thread.store,
-                r.per_block.store,
-                r.tier.store,
-                100.0 * r.store_ratio,
-                r.per_thread.load,
-                r.per_block.load,
-                r.tier.load,
-                100.0 * r.load_ratio
-            );
-            rows.push(r);
+            for r in run(&args, dir, block) {
+                println!(
+                    "{:<22} {:>5}K {:>8} {:>6} | {:>7.2} {:>7.2} {:>7.2} {:>4.0}% | {:>7.2} {:>7.2} {:>7.2} {:>4.0}%",
+                    r.fs,
+                    r.block >> 10,
+                    layout_name(r.layout),
+                    r.direct,
+                    r.per_thread.store,
+                    r.per_block.store,
+                    r.tier.store,
+                    100.0 * r.store_ratio,
+                    r.per_thread.load,
+                    r.per_block.load,
+                    r.tier.load,
+                    100.0 * r.load_ratio
+                );
+                rows.push(r);
+            }
         }
     }
     println!("CPU seconds per GiB (all threads, least of the rounds):");
     println!(
-        "{:<22} {:>6} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7}",
-        "file system", "block", "st thr", "st blk", "st tier", "ld thr", "ld blk", "ld tier"
+        "{:<22} {:>6} {:>8} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7}",
+        "file system",
+        "block",
+        "layout",
+        "st thr",
+        "st blk",
+        "st tier",
+        "ld thr",
+        "ld blk",
+        "ld tier"
     );
     for r in &rows {
         println!(
-            "{:<22} {:>5}K | {:>7.3} {:>7.3} {:>7.3} | {:>7.3} {:>7.3} {:>7.3}",
+            "{:<22} {:>5}K {:>8} | {:>7.3} {:>7.3} {:>7.3} | {:>7.3} {:>7.3} {:>7.3}",
             r.fs,
             r.block >> 10,
+            layout_name(r.layout),
             r.per_thread.store_cpu,
             r.per_block.store_cpu,
             r.tier.store_cpu,
@@ -432,7 +504,7 @@ fn main() {
             .map(|r| {
                 format!(
                     concat!(
-                        "{{\"fs\":\"{}\",\"block_bytes\":{},\"direct_io\":{},",
+                        "{{\"fs\":\"{}\",\"block_bytes\":{},\"layout\":\"{}\",\"direct_io\":{},",
                         "\"plain_file_per_thread_store_gbps\":{:.3},\"plain_file_per_block_store_gbps\":{:.3},",
                         "\"tier_store_gbps\":{:.3},\"store_ratio\":{:.3},",
                         "\"plain_file_per_thread_load_gbps\":{:.3},\"plain_file_per_block_load_gbps\":{:.3},",
@@ -441,6 +513,7 @@ fn main() {
                     ),
                     r.fs,
                     r.block,
+                    layout_name(r.layout),
                     r.direct,
                     r.per_thread.store,
                     r.per_block.store,

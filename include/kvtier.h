@@ -76,7 +76,7 @@
 #include <stdint.h>
 
 #define KVTIER_VERSION_MAJOR 0
-#define KVTIER_VERSION_MINOR 2
+#define KVTIER_VERSION_MINOR 3
 #define KVTIER_VERSION_PATCH 0
 
 
@@ -709,6 +709,11 @@ typedef struct {
 } kvtier_tier_vtable;
 
 /**
+ * How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
+ */
+typedef int32_t kvtier_fs_layout;
+
+/**
  * Options of `kvtier_manager_add_fs_tier`.  Initialize with
  * `kvtier_fs_options_default()` (growth rule), then set `directory` at
  * least.
@@ -785,6 +790,18 @@ typedef struct {
    * the manager's `event_capacity` events.
    */
   bool events;
+  /**
+   * In the segments layout, the size each segment file aims at
+   * (default 1 GiB; must be positive).  Since 0.3.
+   */
+  uint64_t segment_file_bytes;
+  /**
+   * `KVTIER_FS_LAYOUT_FILES` (default: a file per block) or
+   * `KVTIER_FS_LAYOUT_SEGMENTS` (records in preallocated segment files:
+   * no file-system metadata work per block; needs `capacity_bytes` and
+   * one process, so refuses `shared`).  Since 0.3.
+   */
+  kvtier_fs_layout layout;
 } kvtier_fs_options;
 
 /**
@@ -1677,6 +1694,18 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
  * On another host.
  */
 #define KVTIER_LOCALITY_REMOTE 2
+
+/**
+ * A file per block: any file system, and directories several processes
+ * or hosts share.
+ */
+#define KVTIER_FS_LAYOUT_FILES 0
+
+/**
+ * Records in large preallocated segment files: local storage used by one
+ * process, at the device's speed for small blocks too.
+ */
+#define KVTIER_FS_LAYOUT_SEGMENTS 1
 
 /**
  * Create the region if nobody has, else join it (default).

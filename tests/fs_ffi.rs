@@ -72,6 +72,70 @@ fn defaults_are_documented_values() {
     assert_eq!((d.read_threads, d.write_threads), (8, 8));
     assert_eq!(d.locality, KVTIER_LOCALITY_LOCAL);
     assert_eq!(d.stale_temp_age_ms, 15 * 60 * 1000);
+    assert_eq!(d.layout, KVTIER_FS_LAYOUT_FILES);
+    assert_eq!(d.segment_file_bytes, 1 << 30);
+}
+
+/// The segments layout from C: chosen by `layout`, refused with a clear
+/// error for unknown values and missing capacities; a caller built against
+/// the 0.2 header (its `struct_size` ends before `segment_file_bytes`)
+/// still attaches a tier, in the files layout.
+#[test]
+fn the_segments_layout_is_chosen_through_the_options() {
+    let s = Setup::new("segments");
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let mut o = kvtier_fs_options_default();
+    o.directory = cdir.as_ptr();
+    o.read_threads = 1;
+    o.write_threads = 1;
+    let mut index = 99usize;
+    let mut bad = o;
+    bad.layout = 7;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &bad, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(last_error().contains("layout 7"), "{}", last_error());
+    let mut bad = o;
+    bad.layout = KVTIER_FS_LAYOUT_SEGMENTS;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &bad, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(last_error().contains("capacity"), "{}", last_error());
+    assert_eq!(index, 99, "nothing written on failure");
+
+    let mut seg = o;
+    seg.layout = KVTIER_FS_LAYOUT_SEGMENTS;
+    seg.capacity_bytes = 64 * ((16 << 10) + 4096);
+    seg.segment_file_bytes = 16 * ((16 << 10) + 4096);
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &seg, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    let segs = std::fs::read_dir(dir.path().join("segments"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_str()
+                .unwrap()
+                .ends_with(".kvs")
+        })
+        .count();
+    assert_eq!(segs, 4, "64 records in files of 16");
+
+    let old_dir = tempfile::tempdir().unwrap();
+    let cold = CString::new(old_dir.path().to_str().unwrap()).unwrap();
+    let mut old = o;
+    old.directory = cold.as_ptr();
+    old.struct_size = std::mem::offset_of!(kvtier_fs_options, segment_file_bytes);
+    // Bytes past the old struct_size are not the caller's: whatever they
+    // hold is not read.
+    old.layout = 7;
+    old.segment_file_bytes = 0;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &old, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    assert!(
+        !old_dir.path().join("segments").exists(),
+        "the files layout"
+    );
 }
 
 #[test]

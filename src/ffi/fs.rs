@@ -17,8 +17,9 @@ use super::growth::{Grows, read_grown};
 use super::manager::kvtier_manager;
 use super::status::kvtier_status;
 use crate::config::{BuiltinTier, add_builtin_tier};
+use crate::error::Error;
 use crate::tiering::TierOptions;
-use crate::tiers::fs::FsOptions;
+use crate::tiers::fs::{FsLayout, FsOptions};
 
 /// Options of `kvtier_manager_add_fs_tier`.  Initialize with
 /// `kvtier_fs_options_default()` (growth rule), then set `directory` at
@@ -67,11 +68,42 @@ pub struct kvtier_fs_options {
     /// `kvtier_manager_take_events` (default true); its queue holds at most
     /// the manager's `event_capacity` events.
     pub events: bool,
+    /// In the segments layout, the size each segment file aims at
+    /// (default 1 GiB; must be positive).  Since 0.3.
+    pub segment_file_bytes: u64,
+    /// `KVTIER_FS_LAYOUT_FILES` (default: a file per block) or
+    /// `KVTIER_FS_LAYOUT_SEGMENTS` (records in preallocated segment files:
+    /// no file-system metadata work per block; needs `capacity_bytes` and
+    /// one process, so refuses `shared`).  Since 0.3.
+    pub layout: kvtier_fs_layout,
 }
+
+/// How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
+pub type kvtier_fs_layout = i32;
+/// A file per block: any file system, and directories several processes
+/// or hosts share.
+pub const KVTIER_FS_LAYOUT_FILES: kvtier_fs_layout = 0;
+/// Records in large preallocated segment files: local storage used by one
+/// process, at the device's speed for small blocks too.
+pub const KVTIER_FS_LAYOUT_SEGMENTS: kvtier_fs_layout = 1;
 
 impl Grows for kvtier_fs_options {
     const NAME: &'static str = "kvtier_fs_options";
-    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+    /// The 0.2 layout ended with `events` (its size, padding included, is
+    /// where the fields added in 0.3 begin).
+    const FIRST_LAYOUT_SIZE: usize = std::mem::offset_of!(Self, segment_file_bytes);
+}
+
+/// The core layout of a C value.
+fn fs_layout_of(code: kvtier_fs_layout) -> Result<FsLayout, Failure> {
+    match code {
+        KVTIER_FS_LAYOUT_FILES => Ok(FsLayout::Files),
+        KVTIER_FS_LAYOUT_SEGMENTS => Ok(FsLayout::Segments),
+        v => Err(Error::InvalidArgument(format!(
+            "options->layout {v} is not KVTIER_FS_LAYOUT_FILES or _SEGMENTS"
+        ))
+        .into()),
+    }
 }
 
 /// Returns the default file-system tier options (the core defaults; the
@@ -96,6 +128,11 @@ pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
         locality: locality_code(d.locality),
         stale_temp_age_ms: u64::try_from(d.stale_temp_age.as_millis()).unwrap_or(u64::MAX),
         events: TierOptions::default().events,
+        segment_file_bytes: d.segment_file_bytes,
+        layout: match d.layout {
+            FsLayout::Files => KVTIER_FS_LAYOUT_FILES,
+            FsLayout::Segments => KVTIER_FS_LAYOUT_SEGMENTS,
+        },
     }
 }
 
@@ -117,6 +154,8 @@ pub(crate) unsafe fn fs_options_of(
     };
     let fs = FsOptions {
         root,
+        layout: fs_layout_of(c.layout)?,
+        segment_file_bytes: c.segment_file_bytes,
         create_dir: c.create_dir,
         capacity_bytes: c.capacity_bytes,
         high_watermark: c.high_watermark,

@@ -34,7 +34,12 @@ struct Node {
     fanout: u8,
     /// Whether a "stored" event announced the key.
     announced: bool,
+    /// The key's segment record (segments layout), or [`NO_RECORD`].
+    record: u32,
 }
+
+/// A node without a segment record (files layout, or not assigned yet).
+pub(crate) const NO_RECORD: u32 = u32::MAX;
 
 /// Keys, states, byte accounting and LRU order.
 #[derive(Debug)]
@@ -53,6 +58,8 @@ pub struct Index {
     /// Ready keys per fan-out directory.
     ready_in_fanout: [u32; 256],
     file_bytes: u64,
+    /// Segment records no key holds (segments layout; empty otherwise).
+    free_records: Vec<u32>,
 }
 
 impl Index {
@@ -68,6 +75,68 @@ impl Index {
             ready: 0,
             ready_in_fanout: [0; 256],
             file_bytes,
+            free_records: Vec::new(),
+        }
+    }
+
+    /// An index over `records` segment records of `file_bytes` each, holding
+    /// the blocks a restart found, as (key, record) pairs in the order they
+    /// become the most recently used; every other record is free.  Fails
+    /// only when the free list cannot be allocated.
+    pub fn with_records(
+        file_bytes: u64,
+        records: u32,
+        found: &[(Key, u32)],
+    ) -> crate::Result<Index> {
+        let mut index = Index::new(file_bytes);
+        let mut taken = vec![false; records as usize];
+        for &(key, record) in found {
+            index.insert(key, State::Ready);
+            let i = index.map[&key];
+            index.nodes[i as usize].record = record;
+            taken[record as usize] = true;
+        }
+        let free = records as usize - found.len();
+        index.free_records.try_reserve_exact(free).map_err(|_| {
+            crate::Error::OutOfMemory(format!("fs tier: a free list of {free} records"))
+        })?;
+        // Lowest numbers first out.
+        index
+            .free_records
+            .extend((0..records).rev().filter(|&r| !taken[r as usize]));
+        Ok(index)
+    }
+
+    /// Gives Writing `key` a free segment record and returns it; `None` if
+    /// the key has one already, is not Writing, or no record is free.
+    pub fn assign_record(&mut self, key: &Key) -> Option<u32> {
+        let &i = self.map.get(key)?;
+        let n = &self.nodes[i as usize];
+        if n.state != State::Writing || n.record != NO_RECORD {
+            return None;
+        }
+        let record = self.free_records.pop()?;
+        self.nodes[i as usize].record = record;
+        Some(record)
+    }
+
+    /// `key`'s segment record, if it has one.
+    pub fn record(&self, key: &Key) -> Option<u32> {
+        let &i = self.map.get(key)?;
+        Some(self.nodes[i as usize].record).filter(|&r| r != NO_RECORD)
+    }
+
+    /// Number of free segment records.
+    pub fn free_records(&self) -> usize {
+        self.free_records.len()
+    }
+
+    /// Returns node `i`'s record, if any, to the free list.
+    fn release_record(&mut self, i: u32) {
+        let n = &mut self.nodes[i as usize];
+        if n.record != NO_RECORD {
+            self.free_records.push(n.record);
+            n.record = NO_RECORD;
         }
     }
 
@@ -153,6 +222,7 @@ impl Index {
             next: NIL,
             fanout: Layout::fanout_index(&key),
             announced: false,
+            record: NO_RECORD,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -200,6 +270,7 @@ impl Index {
             State::Writing => self.used -= self.file_bytes,
             State::Removing => {}
         }
+        self.release_record(i);
         self.free.push(i);
         Some(state)
     }
@@ -252,6 +323,7 @@ impl Index {
             self.nodes[i as usize].state = State::Removing;
         } else {
             self.map.remove(&key);
+            self.release_record(i);
             self.free.push(i);
         }
         Some(key)

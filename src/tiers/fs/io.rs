@@ -15,6 +15,7 @@ pub use super::cause::Cause;
 use super::format::{
     BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
 };
+use super::segments::Segments;
 use crate::key::Key;
 use crate::region::SlotMemory;
 
@@ -40,6 +41,13 @@ impl Scratch {
             temp: Vec::with_capacity(256),
             dir: Vec::with_capacity(256),
         }
+    }
+}
+
+impl Scratch {
+    /// The page-aligned header page.
+    pub(super) fn page_mut(&mut self) -> &mut [u8; HEADER_LEN] {
+        &mut self.page.0
     }
 }
 
@@ -95,6 +103,8 @@ pub struct BlockIo {
     pub link: Option<LinkVia>,
     /// Directories found missing since the tier last looked.
     pub lost: LostDirs,
+    /// The segment files, in the segments layout (`None`: a file per block).
+    pub segments: Option<Segments>,
     root_c: CString,
     pid: u32,
     temp_seq: AtomicU64,
@@ -102,7 +112,8 @@ pub struct BlockIo {
 
 const ALIGN: usize = 4096;
 
-fn errno() -> i32 {
+/// The calling thread's `errno`.
+pub(super) fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
@@ -118,7 +129,7 @@ fn cstr(bytes: &[u8]) -> &CStr {
 }
 
 /// A file descriptor closed on drop.
-struct Fd(i32);
+pub(super) struct Fd(pub(super) i32);
 
 impl Drop for Fd {
     fn drop(&mut self) {
@@ -277,6 +288,7 @@ impl BlockIo {
             shared,
             link,
             lost: LostDirs::default(),
+            segments: None,
             pid: std::process::id(),
             temp_seq: AtomicU64::new(0),
         }
@@ -400,7 +412,7 @@ impl BlockIo {
         let fd = self
             .open_temp(key, direct, scratch)
             .map_err(Cause::of_store_errno)?;
-        let written = self.write_file(key, &fd, base, len, &mut scratch.page.0);
+        let written = self.write_block(key, fd.0, 0, base, len, &mut scratch.page.0);
         drop(fd);
         let result = written.and_then(|()| {
             let tmp = cstr(&scratch.temp);
@@ -436,7 +448,7 @@ impl BlockIo {
         let fd = self
             .open_unnamed(key, direct, scratch)
             .map_err(Cause::of_store_errno)?;
-        self.write_file(key, &fd, base, len, &mut scratch.page.0)
+        self.write_block(key, fd.0, 0, base, len, &mut scratch.page.0)
             .map_err(Cause::of_store_errno)?;
         match self.publish(&fd, key, scratch) {
             Ok(()) => {}
@@ -458,10 +470,13 @@ impl BlockIo {
         Ok(Stored::Written(len as u64))
     }
 
-    fn write_file(
+    /// Writes `key`'s block (header, then the `len` bytes at `base`) at
+    /// byte `off` of file `fd`, and syncs it when durable.
+    fn write_block(
         &self,
         key: &Key,
-        fd: &Fd,
+        fd: i32,
+        off: u64,
         base: *const u8,
         len: usize,
         page: &mut [u8; HEADER_LEN],
@@ -481,7 +496,8 @@ impl BlockIo {
         let total = HEADER_LEN + len;
         let iov = header_and_data(buf, base as *mut u8, len);
         // SAFETY: both buffers are valid for their lengths.
-        let n = retrying_eintr(|| unsafe { libc::pwritev(fd.0, iov.as_ptr(), 2, 0) });
+        let n =
+            retrying_eintr(|| unsafe { libc::pwritev(fd, iov.as_ptr(), 2, off as libc::off_t) });
         if n < 0 {
             return Err(errno());
         }
@@ -489,16 +505,16 @@ impl BlockIo {
         if n < total {
             // A short write: finish the rest in plain writes.
             if n < HEADER_LEN {
-                pwrite_all(fd.0, buf[n..].as_ptr(), HEADER_LEN - n, n as u64)?;
-                pwrite_all(fd.0, base, len, HEADER_LEN as u64)?;
+                pwrite_all(fd, buf[n..].as_ptr(), HEADER_LEN - n, off + n as u64)?;
+                pwrite_all(fd, base, len, off + HEADER_LEN as u64)?;
             } else {
                 let done = n - HEADER_LEN;
                 // SAFETY: done < len.
-                pwrite_all(fd.0, unsafe { base.add(done) }, len - done, n as u64)?;
+                pwrite_all(fd, unsafe { base.add(done) }, len - done, off + n as u64)?;
             }
         }
         // SAFETY: plain fdatasync of an open descriptor.
-        if self.durable && unsafe { libc::fdatasync(fd.0) } != 0 {
+        if self.durable && unsafe { libc::fdatasync(fd) } != 0 {
             return Err(errno());
         }
         Ok(())
@@ -546,43 +562,105 @@ impl BlockIo {
             || (),
         )
         .map_err(Cause::of_load_errno)?;
-        // Header and data in one system call, the data straight into the
-        // slot; the header is checked before the data counts for anything.
-        let total = HEADER_LEN + len;
-        let iov = header_and_data(page, base, len);
-        // SAFETY: both buffers are valid for their lengths (the slot is
-        // write pending, reserved for this job).
-        let n = retrying_eintr(|| unsafe { libc::preadv(fd.0, iov.as_ptr(), 2, 0) });
-        if n < 0 {
-            return Err(Cause::of_load_errno(errno()));
-        }
-        let mut got = n as usize;
-        if got < HEADER_LEN {
-            return Err(Cause::Truncated);
-        }
-        let header = decode_header(&page[..]).map_err(|_| Cause::BadHeader)?;
-        if header.key != *key || header.data_len != len as u64 {
-            return Err(Cause::BadHeader);
-        }
-        if got < total {
-            // A short read (signals, network file systems): read the rest.
-            let done = got - HEADER_LEN;
-            // SAFETY: done < len, in bounds of the slot.
-            match pread_exact(fd.0, unsafe { base.add(done) }, len - done, got as u64) {
-                Ok(true) => got = total,
-                Ok(false) => return Err(Cause::Truncated),
-                Err(e) => return Err(Cause::of_load_errno(e)),
-            }
-        }
-        debug_assert_eq!(got, total);
-        let mut hasher = BlockHasher::new(key, len as u64);
-        // SAFETY: the slot's `len` bytes were just read.
-        hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
-        if hasher.finish() != header.checksum {
-            return Err(Cause::Checksum);
-        }
-        Ok(len as u64)
+        read_block(key, fd.0, 0, base, len, page)
     }
+
+    /// Stores slot `slot` as `key`'s block in segment record `record`
+    /// (the segments layout; the record is the store's, reserved by the
+    /// tier).
+    pub fn store_record(
+        &self,
+        key: &Key,
+        slot: u32,
+        record: u32,
+        scratch: &mut Scratch,
+    ) -> Result<Stored, Cause> {
+        let segments = self.segments.as_ref().ok_or(Cause::BadSlot)?;
+        let base = self.slot_base(slot)?;
+        if segments.direct() && !self.direct_for(base) {
+            return Err(Cause::BadSlot);
+        }
+        let (fd, off) = segments.locate(record);
+        let len = self.block_bytes();
+        self.write_block(key, fd, off, base, len, &mut scratch.page.0)
+            .map_err(Cause::of_store_errno)?;
+        Ok(Stored::Written(len as u64))
+    }
+
+    /// Loads `key`'s block from segment record `record` into slot `slot`,
+    /// verifying header and checksum (a record overwritten or torn since
+    /// is reported, never served).
+    pub fn load_record(
+        &self,
+        key: &Key,
+        slot: u32,
+        record: u32,
+        scratch: &mut Scratch,
+    ) -> Result<u64, Cause> {
+        let segments = self.segments.as_ref().ok_or(Cause::BadSlot)?;
+        let base = self.slot_base(slot)?.cast_mut();
+        if segments.direct() && !self.direct_for(base) {
+            return Err(Cause::BadSlot);
+        }
+        let (fd, off) = segments.locate(record);
+        read_block(key, fd, off, base, self.block_bytes(), &mut scratch.page.0)
+    }
+
+    fn slot_base(&self, slot: u32) -> Result<*const u8, Cause> {
+        Ok(self
+            .slots
+            .slot_ptr(slot)
+            .map_err(|_| Cause::BadSlot)?
+            .as_ptr() as *const u8)
+    }
+}
+
+/// Reads the block at byte `off` of file `fd` into the `len` bytes at
+/// `base`, verifying that the header is `key`'s and the checksum matches.
+fn read_block(
+    key: &Key,
+    fd: i32,
+    off: u64,
+    base: *mut u8,
+    len: usize,
+    page: &mut [u8; HEADER_LEN],
+) -> Result<u64, Cause> {
+    // Header and data in one system call, the data straight into the
+    // slot; the header is checked before the data counts for anything.
+    let total = HEADER_LEN + len;
+    let iov = header_and_data(page, base, len);
+    // SAFETY: both buffers are valid for their lengths (the slot is
+    // write pending, reserved for this job).
+    let n = retrying_eintr(|| unsafe { libc::preadv(fd, iov.as_ptr(), 2, off as libc::off_t) });
+    if n < 0 {
+        return Err(Cause::of_load_errno(errno()));
+    }
+    let mut got = n as usize;
+    if got < HEADER_LEN {
+        return Err(Cause::Truncated);
+    }
+    let header = decode_header(&page[..]).map_err(|_| Cause::BadHeader)?;
+    if header.key != *key || header.data_len != len as u64 {
+        return Err(Cause::BadHeader);
+    }
+    if got < total {
+        // A short read (signals, network file systems): read the rest.
+        let done = got - HEADER_LEN;
+        // SAFETY: done < len, in bounds of the slot.
+        match pread_exact(fd, unsafe { base.add(done) }, len - done, off + got as u64) {
+            Ok(true) => got = total,
+            Ok(false) => return Err(Cause::Truncated),
+            Err(e) => return Err(Cause::of_load_errno(e)),
+        }
+    }
+    debug_assert_eq!(got, total);
+    let mut hasher = BlockHasher::new(key, len as u64);
+    // SAFETY: the slot's `len` bytes were just read.
+    hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
+    if hasher.finish() != header.checksum {
+        return Err(Cause::Checksum);
+    }
+    Ok(len as u64)
 }
 
 fn sync_dir(c: &CStr) -> Result<(), i32> {

@@ -50,6 +50,7 @@ pub mod inspect;
 pub mod io;
 pub mod pool;
 pub mod rebuild;
+pub mod segments;
 
 use std::fs;
 use std::path::PathBuf;
@@ -74,6 +75,22 @@ use index::{Index, State};
 use io::{BlockIo, Cause};
 use pool::{JobState, Pool, outcome};
 pub use rebuild::RebuildReport;
+use segments::Segments;
+
+/// How the tier lays blocks out in its directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsLayout {
+    /// A file per block (`<root>/<aa>/<key hex>.kvb`): any file system,
+    /// and a directory several processes or hosts share.
+    #[default]
+    Files,
+    /// Records in large preallocated segment files
+    /// (`<root>/segments/`, [`mod@segments`]): no file-system metadata
+    /// work per block, for local storage used by one process; needs a
+    /// capacity, and refuses `shared`.
+    Segments,
+}
 
 /// Options of a file-system tier: the one set of them
 /// (`kvtier_fs_options` and the `"options"` of a JSON tier of type `"fs"`
@@ -87,6 +104,12 @@ pub struct FsOptions {
     /// Directory holding the blocks.
     #[serde(rename = "directory")]
     pub root: PathBuf,
+    /// A file per block, or segment files ([`FsLayout`]).
+    pub layout: FsLayout,
+    /// In the segments layout, the size each segment file aims at (the
+    /// last one may be smaller; a block larger than this gets a file of its
+    /// own).  Default 1 GiB.
+    pub segment_file_bytes: u64,
     /// Create `root` (and its parents) if missing; if false, a missing
     /// directory is an error at open.
     pub create_dir: bool,
@@ -125,12 +148,14 @@ pub struct FsOptions {
 }
 
 impl Default for FsOptions {
-    /// No directory (set one), unbounded, 8 + 8 threads, `O_DIRECT`, no
+    /// No directory (set one), a file per block, unbounded, 8 + 8 threads, `O_DIRECT`, no
     /// fsync, unnamed temporary files, not shared, local, watermarks
     /// 0.95 / 0.85, stale temporary files removed after 15 minutes.
     fn default() -> FsOptions {
         FsOptions {
             root: PathBuf::new(),
+            layout: FsLayout::Files,
+            segment_file_bytes: segments::SEGMENT_TARGET_BYTES,
             create_dir: true,
             capacity_bytes: 0,
             high_watermark: 0.95,
@@ -173,6 +198,22 @@ impl FsOptions {
             }
         }
         let one = file_len(block_bytes);
+        if self.layout == FsLayout::Segments {
+            if self.capacity_bytes < one {
+                return bad(format!(
+                    "the segments layout needs capacity_bytes of at least one block of {one} bytes, header included (got {})",
+                    self.capacity_bytes
+                ));
+            }
+            if self.segment_file_bytes == 0 {
+                return bad("segment_file_bytes must be positive".into());
+            }
+            if self.shared {
+                return bad(
+                    "the segments layout is for one process: shared needs the files layout".into(),
+                );
+            }
+        }
         if self.capacity_bytes != 0 && (self.capacity_bytes as f64 * lo) < one as f64 {
             return bad(format!(
                 "capacity {} bytes at low watermark {lo} holds no block of {one} bytes (header included)",
@@ -272,14 +313,30 @@ impl FsTier {
         }
         let direct = opts.direct_io && io::probe_direct(root);
         let layout = Layout::new(root.clone());
-        let mut index = Index::new(file_len(block_bytes));
-        let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
-        let link = if opts.unnamed_temp_files {
+        let (mut index, mut rebuild, segments) = match opts.layout {
+            FsLayout::Files => {
+                let mut index = Index::new(file_len(block_bytes));
+                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
+                (index, rebuild, None)
+            }
+            FsLayout::Segments => {
+                let (segments, found, rebuild) = Segments::open(root, block_bytes, &opts, direct)?;
+                let index = Index::with_records(file_len(block_bytes), segments.records(), &found)?;
+                (index, rebuild, Some(segments))
+            }
+        };
+        if segments.is_some() {
+            rebuild.evicted = rebuild::evict_over_capacity(&opts, &mut index, |_| ());
+            rebuild.blocks -= rebuild.evicted;
+        }
+        let link = if opts.unnamed_temp_files && segments.is_none() {
             io::probe_tmpfile(root)
         } else {
             None
         };
-        let io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
+        let direct = segments.as_ref().map_or(direct, Segments::direct);
+        let mut io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
+        io.segments = segments;
         let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
         let mut tier = FsTier {
             opts,
@@ -376,6 +433,16 @@ impl FsTier {
         self.pool.shared().io.direct
     }
 
+    /// The layout in use.
+    pub fn layout(&self) -> FsLayout {
+        self.opts.layout
+    }
+
+    /// Whether blocks live in segment records.
+    fn segmented(&self) -> bool {
+        self.pool.shared().io.segments.is_some()
+    }
+
     /// What the restart scan found.
     pub fn rebuild_report(&self) -> RebuildReport {
         self.rebuild
@@ -415,8 +482,13 @@ impl FsTier {
             counters.error(cause);
         }
         let codes = vec![outcome::FAILED + cause.index() as u8; n];
-        self.pool
-            .submit(Arc::new(JobState::new(job, codes, Vec::new(), Vec::new())));
+        self.pool.submit(Arc::new(JobState::new(
+            job,
+            codes,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        )));
     }
 
     fn absorb(&mut self) {
@@ -581,7 +653,9 @@ impl FsTier {
         let need = one * new as u64;
         if self.index.used() + need > high {
             while self.index.used() + need > low {
-                let Some(victim) = self.index.evict_one(true) else {
+                // Files are removed by the store's workers; a segment
+                // record is free at once (the store overwrites it).
+                let Some(victim) = self.index.evict_one(!self.segmented()) else {
                     break;
                 };
                 self.totals.evictions += 1;
@@ -688,17 +762,36 @@ impl SecondaryTier for FsTier {
         let mut victims = Vec::new();
         let admitted = self.make_room(new, &mut victims);
         let mut work = Vec::with_capacity(admitted);
+        let segmented = self.segmented();
+        let mut records = Vec::with_capacity(if segmented { admitted } else { 0 });
         for &i in &reserved {
+            let key = job.keys[i as usize];
             if work.len() < admitted {
-                self.index.insert(job.keys[i as usize], State::Writing);
+                self.index.insert(key, State::Writing);
+                if segmented {
+                    // The capacity bounds the keys to the records, so one
+                    // is free for each admitted key.
+                    let Some(record) = self.index.assign_record(&key) else {
+                        debug_assert!(false, "no free record for an admitted store");
+                        self.index.remove(&key);
+                        codes[i as usize] = outcome::REJECTED_FULL;
+                        self.totals.stores_rejected_full += 1;
+                        continue;
+                    };
+                    records.push(record);
+                }
                 work.push(i);
             } else {
                 codes[i as usize] = outcome::REJECTED_FULL;
                 self.totals.stores_rejected_full += 1;
             }
         }
+        if segmented {
+            // An evicted record is simply overwritten: nothing to remove.
+            victims.clear();
+        }
         self.pool
-            .submit(Arc::new(JobState::new(job, codes, work, victims)));
+            .submit(Arc::new(JobState::new(job, codes, work, victims, records)));
     }
 
     fn submit_load(&mut self, job: JobRef) {
@@ -711,10 +804,16 @@ impl SecondaryTier for FsTier {
         let not_present = outcome::FAILED + Cause::NotPresent.index() as u8;
         let mut codes = vec![not_present; n];
         let mut work = Vec::with_capacity(n);
+        let segmented = self.segmented();
+        let mut records = Vec::with_capacity(if segmented { n } else { 0 });
         for (i, key) in job.keys.iter().enumerate() {
             if self.index.add_reader(key) {
                 codes[i] = outcome::QUEUED;
                 work.push(i as u32);
+                if segmented {
+                    // Every Ready key of the segments layout has a record.
+                    records.push(self.index.record(key).unwrap_or(index::NO_RECORD));
+                }
             }
         }
         let counters = &self.pool.shared().counters;
@@ -723,8 +822,13 @@ impl SecondaryTier for FsTier {
                 counters.error(Cause::ALL[(c - outcome::FAILED) as usize]);
             }
         }
-        self.pool
-            .submit(Arc::new(JobState::new(job, codes, work, Vec::new())));
+        self.pool.submit(Arc::new(JobState::new(
+            job,
+            codes,
+            work,
+            Vec::new(),
+            records,
+        )));
     }
 
     fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {

@@ -45,6 +45,9 @@ pub struct JobState {
     pub work: Vec<u32>,
     /// Files to remove before writing (a store's eviction victims).
     pub victims: Vec<Key>,
+    /// In the segments layout, each task's record (co-indexed with
+    /// `work`); empty in the files layout.
+    pub records: Vec<u32>,
     /// Tasks not finished yet.
     pub remaining: AtomicUsize,
     /// Bytes moved.
@@ -54,8 +57,16 @@ pub struct JobState {
 }
 
 impl JobState {
-    /// A job with `work` tasks queued and every other key at `default`.
-    pub fn new(job: JobRef, codes: Vec<u8>, work: Vec<u32>, victims: Vec<Key>) -> JobState {
+    /// A job with `work` tasks queued (their segment `records`, if any)
+    /// and every other key at its code in `codes`.
+    pub fn new(
+        job: JobRef,
+        codes: Vec<u8>,
+        work: Vec<u32>,
+        victims: Vec<Key>,
+        records: Vec<u32>,
+    ) -> JobState {
+        debug_assert!(records.is_empty() || records.len() == work.len());
         let outcome = codes.into_iter().map(AtomicU8::new).collect();
         JobState {
             remaining: AtomicUsize::new(work.len()),
@@ -63,6 +74,7 @@ impl JobState {
             outcome,
             work,
             victims,
+            records,
             bytes: AtomicU64::new(0),
             started: Instant::now(),
         }
@@ -318,10 +330,39 @@ impl Shared {
         }
     }
 
+    /// Stores `key` from `slot`: into its segment `record`, or as a file.
+    fn store(
+        &self,
+        key: &Key,
+        slot: u32,
+        record: Option<u32>,
+        scratch: &mut Scratch,
+    ) -> Result<Stored, Cause> {
+        match record {
+            Some(r) => self.io.store_record(key, slot, r, scratch),
+            None => self.io.store(key, slot, scratch),
+        }
+    }
+
+    /// Loads `key` into `slot`: from its segment `record`, or its file.
+    fn load(
+        &self,
+        key: &Key,
+        slot: u32,
+        record: Option<u32>,
+        scratch: &mut Scratch,
+    ) -> Result<u64, Cause> {
+        match record {
+            Some(r) => self.io.load_record(key, slot, r, scratch),
+            None => self.io.load(key, slot, scratch),
+        }
+    }
+
     fn run_task(&self, state: Arc<JobState>, t: u32, scratch: &mut Scratch) {
         let i = state.work[t as usize] as usize;
         let key = state.job.keys[i];
         let slot = state.job.slots[i];
+        let record = state.records.get(t as usize).copied();
         let start = Instant::now();
         let code = match state.job.direction {
             Direction::Store => {
@@ -333,7 +374,7 @@ impl Shared {
                         self.counters.removal_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                match self.io.store(&key, slot, scratch) {
+                match self.store(&key, slot, record, scratch) {
                     Ok(Stored::Written(b)) => {
                         self.counters.write_bytes.fetch_add(b, Ordering::Relaxed);
                         self.counters
@@ -349,7 +390,7 @@ impl Shared {
                     }
                 }
             }
-            Direction::Load => match self.io.load(&key, slot, scratch) {
+            Direction::Load => match self.load(&key, slot, record, scratch) {
                 Ok(b) => {
                     self.counters.read_bytes.fetch_add(b, Ordering::Relaxed);
                     self.counters

@@ -121,19 +121,34 @@ pub(super) fn rebuild(
         index.insert(key, State::Ready);
         report.blocks += 1;
     }
+    report.evicted = evict_over_capacity(opts, index, |victim| {
+        let _ = fs::remove_file(layout.block_path(victim));
+    });
+    report.blocks -= report.evicted;
+    Ok(report)
+}
+
+/// When a restart found more than the high watermark of the capacity,
+/// evicts least recently used blocks down to the low watermark, calling
+/// `removed` for each; returns how many.
+pub(super) fn evict_over_capacity(
+    opts: &FsOptions,
+    index: &mut Index,
+    mut removed: impl FnMut(&Key),
+) -> u64 {
     let cap = opts.capacity_bytes;
+    let mut evicted = 0;
     if cap > 0 && index.used() > (cap as f64 * opts.high_watermark) as u64 {
         let low = (cap as f64 * opts.low_watermark) as u64;
         while index.used() > low {
             let Some(victim) = index.evict_one(false) else {
                 break;
             };
-            let _ = fs::remove_file(layout.block_path(&victim));
-            report.evicted += 1;
-            report.blocks -= 1;
+            removed(&victim);
+            evicted += 1;
         }
     }
-    Ok(report)
+    evicted
 }
 
 /// The file's mtime if it holds a whole block of `key` in the current format.
