@@ -41,9 +41,14 @@ fn json(args: &[&str]) -> (i32, serde_json::Value) {
 
 /// An fs tier in `dir` holding 4 blocks, filled with their key's first byte.
 fn fill(dir: &Path) {
+    fill_with(dir, "");
+}
+
+/// [`fill`] with more fs options (`extra`: JSON fields, each followed by a comma).
+fn fill_with(dir: &Path, extra: &str) {
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 8}},
-            "tiers": [{{"type": "fs", "options": {{"directory": "{}", "read_threads": 1,
+            "tiers": [{{"type": "fs", "options": {{{extra} "directory": "{}", "read_threads": 1,
                         "write_threads": 1, "direct_io": false}}}}]}}"#,
         dir.display()
     );
@@ -171,6 +176,91 @@ fn verify_finds_a_block_damaged_on_disk_and_only_repair_removes_it() {
     assert!(!damaged.exists() && !cut.exists());
     let (code, v) = json(&["fs", d, "--verify", "--json"]);
     assert_eq!((code, v["blocks"].clone()), (0, 2.into()), "{v}");
+}
+
+/// A segments-layout directory: its records are counted and verified, a
+/// damaged record is reported by file and record number, and repair
+/// clears its header (a tier reopening the directory no longer sees it).
+#[test]
+fn segment_records_are_counted_verified_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = HEADER + BLOCK as u64;
+    fill_with(
+        dir.path(),
+        &format!(
+            r#""layout": "segments", "capacity_bytes": {},"#,
+            16 * record
+        ),
+    );
+    let d = dir.path().to_str().unwrap();
+    let (code, v) = json(&["fs", d, "--verify", "--json"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        (v["blocks"].clone(), v["verified"].clone()),
+        (4.into(), 4.into()),
+        "{v}"
+    );
+    assert_eq!(v["bytes"], 4 * record, "{v}");
+    assert_eq!(v["data_bytes"], 4 * BLOCK as u64, "{v}");
+    assert_eq!(v["other_files"], 0, "the lock file is the tier's: {v}");
+    let seg = std::fs::read_dir(dir.path().join("segments"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "kvs"))
+        .unwrap();
+    // A data byte of record 2 flipped.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&seg)
+        .unwrap();
+    let at = 2 * record + HEADER + 7;
+    let mut byte = [0u8; 1];
+    f.read_exact_at(&mut byte, at).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x01], at).unwrap();
+    let (code, v) = json(&["fs", d, "--verify", "--json"]);
+    assert_eq!(code, 1, "{v}");
+    let bad = &v["bad"][0];
+    assert_eq!(
+        (
+            bad["path"].as_str().unwrap(),
+            bad["record"].clone(),
+            bad["problem"].clone(),
+            bad["removed"].clone()
+        ),
+        (
+            seg.to_str().unwrap(),
+            2.into(),
+            "checksum".into(),
+            false.into()
+        ),
+        "{v}"
+    );
+    let (_, text) = inspect(&["fs", d, "--verify"]);
+    assert!(text.contains(" record 2: checksum"), "{text}");
+    let (code, v) = json(&["fs", d, "--verify", "--repair", "--json"]);
+    assert_eq!(
+        (code, v["bad"][0]["removed"].clone()),
+        (1, true.into()),
+        "{v}"
+    );
+    let (code, v) = json(&["fs", d, "--verify", "--json"]);
+    assert_eq!((code, v["blocks"].clone()), (0, 3.into()), "{v}");
+    // The tier reopening the directory finds the other three.
+    let m = Config::from_json(&format!(
+        r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 8}},
+            "tiers": [{{"type": "fs", "options": {{"layout": "segments", "capacity_bytes": {},
+                        "directory": "{d}", "read_threads": 1, "write_threads": 1, "direct_io": false}}}}]}}"#,
+        16 * record
+    ))
+    .unwrap()
+    .build()
+    .unwrap();
+    // While a tier holds the directory, repair is refused.
+    let (code, _) = inspect(&["fs", d, "--verify", "--repair", "--quiet"]);
+    assert_eq!(code, 2);
+    m.shutdown().unwrap();
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! `fs DIR`: the blocks and bytes an fs-tier directory holds and their
 //! ages; `--verify` reads every block back and checks its header, length
 //! and checksum, listing the bad ones; `--repair` also removes them (the
-//! only way this tool writes anything).  `region NAME`: the layout a
+//! only way this tool writes anything; in a segments-layout directory it
+//! clears a bad record's header, under the directory's lock).  `region NAME`: the layout a
 //! region's header records and the processes holding it.  `--json` prints
 //! one JSON object instead of text.  Progress of long scans goes to
 //! standard error (once a second) unless `--quiet`.
@@ -140,7 +141,9 @@ fn fs_json(r: &DirReport, verify: bool) -> serde_json::Value {
     let bad: Vec<serde_json::Value> = r
         .bad
         .iter()
-        .map(|b| json!({"path": b.path, "problem": b.problem.as_str(), "removed": b.removed}))
+        .map(|b| {
+            json!({"path": b.path, "record": b.record, "problem": b.problem.as_str(), "removed": b.removed})
+        })
         .collect();
     let mut v = json!({
         "directory": r.root,
@@ -199,7 +202,12 @@ fn print_fs(r: &DirReport, verify: bool) {
         println!("  verified: {} blocks, {} bad", r.verified, r.bad.len());
         for b in &r.bad {
             let removed = if b.removed { " (removed)" } else { "" };
-            println!("    {}: {}{removed}", b.path.display(), b.problem.as_str());
+            let record = b.record.map(|n| format!(" record {n}")).unwrap_or_default();
+            println!(
+                "    {}{record}: {}{removed}",
+                b.path.display(),
+                b.problem.as_str()
+            );
         }
     }
 }

@@ -1,7 +1,10 @@
 //! What `kvtier-inspect` reports about an fs-tier directory: the blocks
 //! and bytes it holds and their ages, and, with a verify pass, every block
 //! whose file is not a whole block of its key (read back and checksummed),
-//! removed only when asked to repair.
+//! removed only when asked to repair.  Blocks in segment files (the
+//! segments layout) are counted and verified record by record; they have
+//! no age of their own, and repairing one clears its header, which needs
+//! the directory's lock (no tier running on it).
 //!
 //! Read-only unless [`ScanOptions::repair`]: a scan opens block files for
 //! reading and lists directories; it never writes, and it can run beside a
@@ -10,12 +13,14 @@
 
 use std::fs;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::format::{
     BlockHasher, HEADER_LEN, HeaderError, Layout, decode_header, key_of_block_name,
 };
+use super::segments::SEGMENTS_DIR;
 use crate::error::{Error, Result};
 
 /// What to do.
@@ -64,11 +69,13 @@ impl Problem {
     }
 }
 
-/// One bad block file.
+/// One bad block file, or bad segment record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadBlock {
-    /// Its path.
+    /// Its path (for a record, its segment file's).
     pub path: PathBuf,
+    /// For a segment record, its number within the file.
+    pub record: Option<u64>,
     /// What is wrong.
     pub problem: Problem,
     /// Whether it was removed (repair).
@@ -212,6 +219,7 @@ pub fn scan(
             let removed = opts.repair && fs::remove_file(path).is_ok();
             r.bad.push(BadBlock {
                 path: path.clone(),
+                record: None,
                 problem,
                 removed,
             });
@@ -220,7 +228,106 @@ pub fn scan(
     if total > 0 {
         progress(total, total);
     }
+    let segments = root.join(SEGMENTS_DIR);
+    if segments.is_dir() {
+        scan_segments(&segments, verify, opts.repair, &mut r, &mut buf)?;
+    }
     Ok(r)
+}
+
+/// Adds the records of the segment files under `dir` to `r`: whole
+/// headers are blocks; with `verify` every block is read back, and with
+/// `repair` a bad record's header is cleared (the record is free at the
+/// next open), under the directory's lock.
+fn scan_segments(
+    dir: &Path,
+    verify: bool,
+    repair: bool,
+    r: &mut DirReport,
+    buf: &mut [u8],
+) -> Result<()> {
+    let _lock = if repair {
+        Some(super::segments::lock_dir(dir)?)
+    } else {
+        None
+    };
+    let list = fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for entry in list.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((record_bytes, _)) = super::segments::parse_segment_name(&name) else {
+            if name != "lock" {
+                r.other_files += 1;
+            }
+            continue;
+        };
+        let Ok(file) = fs::OpenOptions::new().read(true).write(repair).open(&path) else {
+            r.vanished += 1;
+            continue;
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut header = vec![0u8; HEADER_LEN];
+        for n in 0..len / record_bytes.max(1) {
+            let off = n * record_bytes;
+            if file.read_exact_at(&mut header, off).is_err() {
+                continue;
+            }
+            if header[..8] == [0; 8] {
+                continue; // never written, or cleared
+            }
+            let problem = match decode_header(&header) {
+                Ok(h) if HEADER_LEN as u64 + h.data_len == record_bytes => {
+                    r.blocks += 1;
+                    r.bytes += record_bytes;
+                    r.data_bytes += h.data_len;
+                    if !verify {
+                        continue;
+                    }
+                    r.verified += 1;
+                    match record_checksum(&file, off, &h, buf) {
+                        Ok(true) => continue,
+                        Ok(false) => Problem::Checksum,
+                        Err(_) => Problem::Unreadable,
+                    }
+                }
+                Ok(_) => Problem::WrongLength,
+                Err(HeaderError::BadMagic) => Problem::NotABlock,
+                Err(HeaderError::OldFormat(_)) => Problem::OtherFormat,
+                Err(HeaderError::Damaged) => Problem::DamagedHeader,
+            };
+            if !verify {
+                continue;
+            }
+            let removed = repair && file.write_all_at(&[0u8; HEADER_LEN], off).is_ok();
+            r.bad.push(BadBlock {
+                path: path.clone(),
+                record: Some(n),
+                problem,
+                removed,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the data of the record at `off` matches its header's checksum.
+fn record_checksum(
+    file: &fs::File,
+    off: u64,
+    h: &super::format::Header,
+    buf: &mut [u8],
+) -> std::io::Result<bool> {
+    let mut hasher = BlockHasher::new(&h.key, h.data_len);
+    let mut at = off + HEADER_LEN as u64;
+    let mut left = h.data_len;
+    while left > 0 {
+        let n = (buf.len() as u64).min(left) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        hasher.update(&buf[..n]);
+        at += n as u64;
+        left -= n as u64;
+    }
+    Ok(hasher.finish() == h.checksum)
 }
 
 /// Reads the block file at `path` (of `len` bytes) back: what is wrong

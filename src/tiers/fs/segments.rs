@@ -80,7 +80,7 @@ fn segment_name(record_bytes: u64, n: u32) -> String {
 }
 
 /// The record size and number of a segment file's name.
-fn parse_segment_name(name: &str) -> Option<(u64, u32)> {
+pub(super) fn parse_segment_name(name: &str) -> Option<(u64, u32)> {
     let stem = name.strip_suffix(".kvs")?;
     let (bytes, n) = stem.split_once('-')?;
     Some((bytes.parse().ok()?, n.parse().ok()?))
@@ -281,7 +281,7 @@ impl Segments {
 }
 
 /// Takes `dir`'s lock file's `flock`, or says which process holds it.
-fn lock_dir(dir: &Path) -> Result<Fd> {
+pub(super) fn lock_dir(dir: &Path) -> Result<Fd> {
     let path = dir.join("lock");
     let (fd, _) = open_rw(&path, false)?;
     // SAFETY: an open descriptor.
