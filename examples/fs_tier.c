@@ -8,7 +8,12 @@
  * directory, as after a restart: it replays the same requests, finds every
  * block on disk, promotes it into the primary tier, and checks its bytes.
  *
- *     fs_tier [DIRECTORY]     (default: a new directory under /tmp, removed at the end)
+ *     fs_tier [--segments] [DIRECTORY]
+ *
+ * DIRECTORY: default a new directory under /tmp, removed at the end.
+ * --segments: the tier keeps blocks in records of preallocated segment
+ * files (KVTIER_FS_LAYOUT_SEGMENTS, for local storage used by one process)
+ * instead of a file per block.
  */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -161,7 +166,7 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
     return EXIT_SUCCESS;
 }
 
-static int run(const char *dir, int number, struct totals *t, double *fs_loads,
+static int run(const char *dir, kvtier_fs_layout layout, int number, struct totals *t, double *fs_loads,
                double *fs_blocks) {
     char name[64];
     snprintf(name, sizeof name, "kvtier-fs-example-%ld-%d", (long)getpid(), number);
@@ -185,6 +190,7 @@ static int run(const char *dir, int number, struct totals *t, double *fs_loads,
     fo.read_threads = 2;
     fo.write_threads = 2;
     fo.capacity_bytes = 64u << 20;
+    fo.layout = layout;
     size_t tier = 0;
     s = kvtier_manager_add_fs_tier(m, &fo, &tier);
     if (s != KVTIER_STATUS_OK) return fail("kvtier_manager_add_fs_tier", s);
@@ -218,6 +224,12 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 int main(int argc, char **argv) {
+    kvtier_fs_layout layout = KVTIER_FS_LAYOUT_FILES;
+    if (argc > 1 && strcmp(argv[1], "--segments") == 0) {
+        layout = KVTIER_FS_LAYOUT_SEGMENTS;
+        argc--;
+        argv++;
+    }
     char tmp[64];
     const char *dir = argc > 1 ? argv[1] : example_temp_dir(tmp, sizeof tmp, "fs-example");
     if (dir == NULL) {
@@ -226,8 +238,8 @@ int main(int argc, char **argv) {
     }
     struct totals first = {0, 0, 0}, second = {0, 0, 0};
     double loads1 = 0, blocks1 = 0, loads2 = 0, blocks2 = 0;
-    int rc = run(dir, 1, &first, &loads1, &blocks1);
-    if (rc == EXIT_SUCCESS) rc = run(dir, 2, &second, &loads2, &blocks2);
+    int rc = run(dir, layout, 1, &first, &loads1, &blocks1);
+    if (rc == EXIT_SUCCESS) rc = run(dir, layout, 2, &second, &loads2, &blocks2);
     int distinct = 2 + REQUESTS * (BLOCKS_PER_REQUEST - 2);
     printf("run 1: %d blocks hit, %d stored; fs tier holds %.0f blocks\n",
            first.hit_blocks, first.stored_blocks, blocks1);

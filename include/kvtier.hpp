@@ -325,6 +325,14 @@ enum class locality : int32_t {
   remote = KVTIER_LOCALITY_REMOTE,
 };
 
+/// How the file-system tier lays blocks out (kvtier_fs_options::layout).
+enum class fs_layout : int32_t {
+  /// A file per block: any file system, shared directories.
+  files = KVTIER_FS_LAYOUT_FILES,
+  /// Records in preallocated segment files: local storage, one process.
+  segments = KVTIER_FS_LAYOUT_SEGMENTS,
+};
+
 /// How blocks of a request are offloaded.
 enum class offload_policy : int32_t {
   block_level = KVTIER_OFFLOAD_BLOCK_LEVEL,
