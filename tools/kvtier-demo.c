@@ -23,8 +23,11 @@
  * Exits non-zero on any verification failure or failed call.
  *
  *     kvtier-demo --workload FILE [--slots N] [--block-kib N] [--batch N]
- *                 [--fs-threads N] [--fs-capacity-mib N] [--dir PARENT]
+ *                 [--fs-threads N] [--fs-capacity-mib N] [--fs-layout L] [--dir PARENT]
  *                 [--require-promotions]
+ *
+ * --fs-layout: `segments` (default: records in preallocated segment files,
+ * the capacity reserved at start) or `files` (a file per block).
  *
  * Uses only the public header.
  */
@@ -318,7 +321,8 @@ static void defer(active_req *q, totals *t) {
 static void usage(void) {
     fprintf(stderr,
             "usage: %s --workload FILE [--slots N] [--block-kib N] [--batch N]\n"
-            "          [--fs-threads N] [--fs-capacity-mib N] [--dir PARENT] [--require-promotions]\n",
+            "          [--fs-threads N] [--fs-capacity-mib N] [--fs-layout segments|files] [--dir PARENT]\n"
+            "          [--require-promotions]\n",
             prog);
     exit(2);
 }
@@ -349,7 +353,8 @@ static void wait_wake(int fd, int timeout_ms) {
 int main(int argc, char **argv) {
     const char *wl_path = NULL;
     const char *parent = getenv("TMPDIR");
-    unsigned long slots = 4096, block_kib = 16, batch = 16, fs_threads = 4, fs_cap_mib = 4096;
+    unsigned long slots = 4096, block_kib = 16, batch = 16, fs_threads = 4, fs_cap_mib = 2048;
+    kvtier_fs_layout fs_layout = KVTIER_FS_LAYOUT_SEGMENTS;
     bool require_promotions = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc) wl_path = argv[++i];
@@ -358,6 +363,12 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--batch") == 0) batch = num_arg(argc, argv, &i);
         else if (strcmp(argv[i], "--fs-threads") == 0) fs_threads = num_arg(argc, argv, &i);
         else if (strcmp(argv[i], "--fs-capacity-mib") == 0) fs_cap_mib = num_arg(argc, argv, &i);
+        else if (strcmp(argv[i], "--fs-layout") == 0 && i + 1 < argc) {
+            const char *l = argv[++i];
+            if (strcmp(l, "segments") == 0) fs_layout = KVTIER_FS_LAYOUT_SEGMENTS;
+            else if (strcmp(l, "files") == 0) fs_layout = KVTIER_FS_LAYOUT_FILES;
+            else usage();
+        }
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) parent = argv[++i];
         else if (strcmp(argv[i], "--require-promotions") == 0) require_promotions = true;
         else usage();
@@ -419,6 +430,7 @@ int main(int argc, char **argv) {
     fo.read_threads = (uint32_t)fs_threads;
     fo.write_threads = (uint32_t)fs_threads;
     fo.capacity_bytes = (uint64_t)fs_cap_mib << 20;
+    fo.layout = fs_layout;
     size_t fs_tier = 0;
     CALL("kvtier_manager_add_fs_tier", kvtier_manager_add_fs_tier(m, &fo, &fs_tier));
     int wake = -1;
@@ -611,8 +623,9 @@ int main(int argc, char **argv) {
     printf("kvtier demo: %s\n", wl_path);
     printf("  primary tier     %lu slots x %lu KiB = %.0f MiB, LRU, in /dev/shm/%s\n", slots, block_kib,
            (double)slots * (double)block_bytes / (1024.0 * 1024.0), region_name);
-    printf("  fs tier          %s (%s, %lu read + %lu write threads)\n", dir, direct > 0 ? "O_DIRECT" : "buffered",
-           fs_threads, fs_threads);
+    printf("  fs tier          %s (%s, %s, %lu read + %lu write threads, %lu MiB)\n", dir,
+           fs_layout == KVTIER_FS_LAYOUT_SEGMENTS ? "segment files" : "a file per block",
+           direct > 0 ? "O_DIRECT" : "buffered", fs_threads, fs_threads, fs_cap_mib);
     printf("  requests         %zu (%zu block references, %zu lookups) in %zu steps of up to %lu\n", wl.n_reqs,
            wl.n_keys, t.lookups, t.steps, batch);
     printf("  deferred         %zu times for promotions, %zu for a free slot (at most %zu steps in a row);\n"
