@@ -77,6 +77,14 @@ fn blocks_round_trip_through_segment_records_without_a_file_per_block() {
     let mem = SlotMemory::anonymous(16, SLOT).unwrap();
     let mut tier = FsTier::open(mem.clone(), opts(dir.path(), 32)).unwrap();
     assert_eq!(tier.layout(), FsLayout::Segments);
+    // O_DIRECT wherever the files layout finds it in the same directory.
+    let files_dir = tempfile::tempdir_in(dir.path()).unwrap();
+    let files_tier = FsTier::open(mem.clone(), FsOptions::new(files_dir.path())).unwrap();
+    assert_eq!(tier.direct_io(), files_tier.direct_io());
+    drop(files_tier);
+    let mut buffered = opts(&dir.path().join("buffered"), 4);
+    buffered.direct_io = false;
+    assert!(!FsTier::open(mem.clone(), buffered).unwrap().direct_io());
     let ids: Vec<u32> = (0..8).collect();
     let r = store(&mut tier, &mem, 1, &ids);
     assert!(r.success, "{r:?}");

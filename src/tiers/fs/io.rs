@@ -144,7 +144,7 @@ impl Drop for Fd {
 /// created it, and tries again; when the file system refuses `O_DIRECT`
 /// (`EINVAL`), tries again without it.  Returns the errno of the failure
 /// otherwise.
-fn open_file<'a>(
+pub(super) fn open_file<'a>(
     path: &CStr,
     mut flags: libc::c_int,
     direct: bool,

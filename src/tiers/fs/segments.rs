@@ -35,7 +35,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::format::{HEADER_LEN, decode_header, file_len};
-use super::io::{Fd, Scratch, errno};
+use super::io::{Fd, Scratch, errno, open_file};
 use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -96,25 +96,15 @@ fn c_path(p: &Path) -> Result<CString> {
 }
 
 /// Opens `path` read-write, creating it, with `O_DIRECT` when `direct`
-/// (falling back without it where the file system refuses it).
+/// (without it where the file system refuses it); says whether it has it.
 fn open_rw(path: &Path, direct: bool) -> Result<(Fd, bool)> {
     let c = c_path(path)?;
-    let base = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
-    for flags in [base | libc::O_DIRECT, base] {
-        if flags & libc::O_DIRECT != 0 && !direct {
-            continue;
-        }
-        // SAFETY: NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644 as libc::c_uint) };
-        if fd >= 0 {
-            return Ok((Fd(fd), flags & libc::O_DIRECT != 0));
-        }
-        let e = errno();
-        if e != libc::EINVAL || flags & libc::O_DIRECT == 0 {
-            return Err(io_error(format!("fs tier: opening {}", path.display()), e));
-        }
-    }
-    unreachable!("the last attempt returns")
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
+    let fd = open_file(&c, flags, direct, || None, || ())
+        .map_err(|e| io_error(format!("fs tier: opening {}", path.display()), e))?;
+    // SAFETY: an open descriptor.
+    let got = unsafe { libc::fcntl(fd.0, libc::F_GETFL) };
+    Ok((fd, got >= 0 && got & libc::O_DIRECT != 0))
 }
 
 /// Makes the file `fd` exactly `len` bytes long, its blocks allocated
