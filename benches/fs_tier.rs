@@ -10,7 +10,7 @@
 //! second reference writes one file per block in one directory.  Each
 //! figure is the best of several rounds, the order rotating.
 //!
-//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B] [--blocks KIB,KIB] [--layouts files,segments]
+//!     cargo bench --bench fs_tier -- [--out FILE.json] [--gib N] [--threads R,W] [--dirs A,B] [--blocks KIB,KIB] [--layouts files,segments] [--rounds N]
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +40,8 @@ struct Args {
     dirs: Vec<PathBuf>,
     blocks: Vec<usize>,
     layouts: Vec<FsLayout>,
+    /// Rounds per configuration, if not the defaults.
+    rounds: Option<u64>,
 }
 
 fn parse() -> Args {
@@ -54,6 +56,7 @@ fn parse() -> Args {
         ],
         blocks: vec![16 << 10, 256 << 10, 2 << 20],
         layouts: vec![FsLayout::Files, FsLayout::Segments],
+        rounds: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -85,6 +88,7 @@ fn parse() -> Args {
                     .map(|k| k.parse::<usize>().expect("block size in KiB") << 10)
                     .collect();
             }
+            "--rounds" => a.rounds = it.next().and_then(|v| v.parse().ok()),
             "--layouts" => {
                 a.layouts = it
                     .next()
@@ -313,11 +317,11 @@ fn run(args: &Args, parent: &Path, block: usize) -> Vec<Row> {
     let mut store_ratios = vec![Vec::new(); layouts.len()];
     let mut load_ratios = vec![Vec::new(); layouts.len()];
     let mut direct = vec![false; layouts.len()];
-    let rounds = if parent.starts_with("/dev/shm") {
+    let rounds = args.rounds.unwrap_or(if parent.starts_with("/dev/shm") {
         ROUNDS_MEMORY
     } else {
         ROUNDS_DISK
-    };
+    });
     for round in 0..rounds {
         let base_dir = root.path().join("base");
         std::fs::create_dir_all(&base_dir).unwrap();
@@ -422,8 +426,12 @@ fn main() {
     let args = parse();
     let started = Instant::now();
     let mut rows = Vec::new();
+    let rounds = match args.rounds {
+        Some(n) => format!("best of {n} rounds"),
+        None => format!("best of {ROUNDS_MEMORY} rounds on /dev/shm, {ROUNDS_DISK} elsewhere"),
+    };
     println!(
-        "fs tier vs plain pwrite/pread: {:.2} GiB per run, tier {}+{} threads, baselines {} threads, best of {ROUNDS_MEMORY} rounds on /dev/shm, {ROUNDS_DISK} elsewhere",
+        "fs tier vs plain pwrite/pread: {:.2} GiB per run, tier {}+{} threads, baselines {} threads, {rounds}",
         args.bytes as f64 / (1u64 << 30) as f64,
         args.read_threads,
         args.write_threads,
