@@ -332,3 +332,29 @@ fn the_json_form_names_the_layout() {
     assert_eq!(FsOptions::default().layout, FsLayout::Files);
     assert_eq!(file_len(SLOT), RECORD);
 }
+
+#[test]
+fn a_restart_over_the_high_watermark_evicts_down_to_the_low_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(10, SLOT).unwrap();
+    let mut o = opts(dir.path(), 10);
+    o.high_watermark = 1.0;
+    o.low_watermark = 1.0;
+    {
+        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        assert!(store(&mut tier, &mem, 1, &(0..10).collect::<Vec<_>>()).success);
+    }
+    o.high_watermark = 0.5;
+    o.low_watermark = 0.3;
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let report = tier.rebuild_report();
+    assert_eq!((report.blocks, report.evicted), (3, 7), "{report:?}");
+    assert_eq!(tier.block_count(), 3);
+    assert_eq!(tier.bytes_used(), 3 * RECORD);
+    // The newest records (highest numbers) stay; the freed ones take stores.
+    for b in 7..10 {
+        assert!(hit(&mut tier, b), "block {b}");
+    }
+    assert!(store(&mut tier, &mem, 2, &[20, 21]).success);
+    assert_eq!(tier.block_count(), 5);
+}
