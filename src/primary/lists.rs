@@ -510,7 +510,7 @@ impl<const N: usize> OrderLists<N> {
     /// (at the back of `list`'s candidates), a parked id stays parked.
     /// One pass over the id's links and its neighbours': the move of
     /// every touch and request commit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to_back(&mut self, list: usize, id: u32) {
         if self.tail[list] == id {
             return;

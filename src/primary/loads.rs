@@ -7,6 +7,7 @@
 use super::PrimaryTier;
 use super::hints::Hints;
 use super::lists::NIL;
+use super::policy::Policy;
 use super::reorder::{ReorderAhead, request_links_at, request_links_first};
 use super::requests::RequestRecord;
 use super::{key_error, unknown};
@@ -226,9 +227,9 @@ impl PrimaryTier {
         if record.hints.covers(n) {
             let hints = &record.hints;
             let hint_at = |j: usize| hints.slot_hint(n - 1 - j);
-            request_links_first(&**policy, n, hint_at);
+            request_links_first(&*policy, n, hint_at);
             for j in 0..n {
-                request_links_at(&**policy, j, n, hint_at);
+                request_links_at(&*policy, j, n, hint_at);
                 let (k, hint) = (at(j), hint_at(j));
                 if slots.holds(hint, k) {
                     policy.touch(slots, hint);
@@ -242,9 +243,9 @@ impl PrimaryTier {
             }
             return Ok(());
         }
-        let mut ahead = ReorderAhead::new(slots, &**policy, n, at);
+        let mut ahead = ReorderAhead::new(slots, &*policy, n, at);
         for j in 0..n {
-            match ahead.find(slots, &**policy, j, at) {
+            match ahead.find(slots, &*policy, j, at) {
                 (h, NIL) => policy.touch_absent(at(j).key_bytes(), h),
                 (_, s) => policy.touch(slots, s),
             }

@@ -316,11 +316,11 @@ impl PrimaryTier {
         let (slots, policy) = (&self.slots, &mut self.policy);
         if ordered {
             let order = &self.scratch_order;
-            commit_accesses(slots, &mut **policy, n, |j| {
+            commit_accesses(slots, &mut *policy, n, |j| {
                 &accesses[order[n - 1 - j].index as usize]
             });
         } else {
-            commit_accesses(slots, &mut **policy, n, |j| &accesses[n - 1 - j]);
+            commit_accesses(slots, &mut *policy, n, |j| &accesses[n - 1 - j]);
         }
         policy.end_request(&mut record.rank);
         for key in record.adapted.drain(..) {
@@ -344,7 +344,7 @@ impl PrimaryTier {
 #[inline]
 fn commit_accesses<'a>(
     slots: &Slots,
-    policy: &mut dyn Policy,
+    policy: &mut impl Policy,
     n: usize,
     at: impl Fn(usize) -> &'a Access,
 ) {
