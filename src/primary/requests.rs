@@ -94,18 +94,24 @@ impl RequestRecord {
         slot: u32,
         reused: bool,
     ) -> (u32, bool) {
+        // One probe finds the key or the place to add it.  (The callers
+        // reserved room for the call's keys: the probe never grows the
+        // table.)
         let accesses = &mut self.accesses;
-        match self
-            .seen
-            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
-        {
-            Some(&i) => {
+        let entry = self.seen.entry(
+            h,
+            |&i| slots::same_key(&accesses[i as usize].key, key),
+            |&j| key_hash(hasher, accesses[j as usize].key.as_bytes()),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => {
+                let i = *e.get();
                 let a = &mut accesses[i as usize];
                 a.reused |= reused && !a.inserted;
                 a.slot = slot;
                 (i, false)
             }
-            None => {
+            hashbrown::hash_table::Entry::Vacant(e) => {
                 let i = accesses.len() as u32;
                 accesses.push(Access {
                     key: key.keep_value(),
@@ -117,9 +123,7 @@ impl RequestRecord {
                 if let Some(a) = accesses.last_mut() {
                     key.keep_finish(&mut a.key);
                 }
-                let acc = &*accesses;
-                self.seen
-                    .insert_unique(h, i, |&j| key_hash(hasher, acc[j as usize].key.as_bytes()));
+                e.insert(i);
                 (i, true)
             }
         }
