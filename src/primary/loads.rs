@@ -282,8 +282,9 @@ impl PrimaryTier {
             // The pins the request took that this call released (an
             // active request may release other pins too, as vLLM allows).
             if let Some(r) = self.requests.get_mut(&req) {
+                let mut next = usize::MAX;
                 for (j, &h) in self.scratch_hashes.iter().enumerate() {
-                    r.release_pin(key(j), h);
+                    r.release_pin_after(key(j), h, &mut next);
                 }
             }
         }
