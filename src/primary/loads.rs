@@ -80,9 +80,8 @@ impl PrimaryTier {
         Ok(())
     }
 
-    /// Unpins `keys` (each must be pinned, counting repeats in the batch),
-    /// leaving their hashes in `scratch_hashes`; on error every decrement
-    /// already made is undone.
+    /// Unpins `keys` (each must be pinned, counting repeats in the batch);
+    /// on error every decrement already made is undone.
     /// A request's unpin (`req`) finds its keys at the hints of its
     /// latest lookup first.
     fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
@@ -92,21 +91,12 @@ impl PrimaryTier {
         at: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
         fallible::reserve(&mut self.scratch_victims, n, "the slots of a batch")?;
-        self.scratch_hashes.clear();
-        fallible::reserve(&mut self.scratch_hashes, n, "the hashes of a batch")?;
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
-        let hashes = &mut self.scratch_hashes;
         let slots = &self.slots;
         match hints_covering(&self.requests, req, n) {
-            Some(hints) => hints.resolve_each(slots, n, &at, |j, s, h| {
-                done.push(s);
-                hashes.push(h.unwrap_or_else(|| slots.hash(at(j))));
-            }),
-            None => slots.resolve_each(n, &at, |_, s, h| {
-                done.push(s);
-                hashes.push(h);
-            }),
+            Some(hints) => hints.resolve_each(slots, n, &at, |_, s, _| done.push(s)),
+            None => slots.resolve_each(n, &at, |_, s, _| done.push(s)),
         }
         let mut to_idle = 0u32;
         let mut failure = None;
@@ -282,9 +272,11 @@ impl PrimaryTier {
             // The pins the request took that this call released (an
             // active request may release other pins too, as vLLM allows).
             if let Some(r) = self.requests.get_mut(&req) {
+                let slots = &self.slots;
                 let mut next = usize::MAX;
-                for (j, &h) in self.scratch_hashes.iter().enumerate() {
-                    r.release_pin_after(key(j), h, &mut next);
+                for j in 0..n {
+                    let k = key(j);
+                    r.release_pin_after(k, || slots.hash(k), &mut next);
                 }
             }
         }

@@ -158,13 +158,14 @@ impl RequestRecord {
     /// then leaves in `*next` the index after the key's access: a load's
     /// keys were usually recorded one after another, in the order its
     /// completion names them, so the guess spares most keys a probe of
-    /// the table.  (A key has one access at most, so a guess holding
-    /// the key is the access the table names.)
+    /// the table, and the hash (`hash()`, asked only for a probe).  (A
+    /// key has one access at most, so a guess holding the key is the
+    /// access the table names.)
     #[inline]
     pub(super) fn release_pin_after(
         &mut self,
         key: &(impl KeyBytes + ?Sized),
-        h: u64,
+        hash: impl FnOnce() -> u64,
         next: &mut usize,
     ) -> bool {
         let accesses = &mut self.accesses;
@@ -172,7 +173,7 @@ impl RequestRecord {
             Some(a) if slots::same_key(&a.key, key) => Some(*next),
             _ => self
                 .seen
-                .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+                .find(hash(), |&i| slots::same_key(&accesses[i as usize].key, key))
                 .map(|&i| i as usize),
         };
         let Some(i) = found else {
@@ -452,7 +453,7 @@ mod tests {
                 let k = keys.get(j).unwrap_or(&absent);
                 let h = key_hash(&hasher, k.as_bytes());
                 assert_eq!(
-                    guessed.release_pin_after(k, h, &mut next),
+                    guessed.release_pin_after(k, || h, &mut next),
                     probed.release_pin(k, h),
                     "{order:?}: key {j}"
                 );
