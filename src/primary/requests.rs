@@ -14,7 +14,9 @@ use foldhash::fast::RandomState;
 use super::hints::Hints;
 use super::lists::NIL;
 use super::policy::Policy;
-use super::reorder::{LINKS_AHEAD, request_links_at, request_links_first};
+use super::reorder::LINKS_AHEAD;
+#[cfg(doc)]
+use super::reorder::{request_links_at, request_links_first};
 use super::slots::{self, Slots};
 use super::{PolicyKind, PrimaryTier, positions, unknown};
 use crate::error::{Error, Result};
@@ -355,12 +357,11 @@ impl PrimaryTier {
         let n = accesses.len();
         let (slots, policy) = (&self.slots, &mut self.policy);
         if ordered {
-            let order = &self.scratch_order;
-            commit_accesses(slots, &mut *policy, n, |j| {
-                &accesses[order[n - 1 - j].index as usize]
-            });
+            let order = &self.scratch_order[..n];
+            let seq = order.iter().rev().map(|o| &accesses[o.index as usize]);
+            commit_accesses(slots, &mut *policy, seq);
         } else {
-            commit_accesses(slots, &mut *policy, n, |j| &accesses[n - 1 - j]);
+            commit_accesses(slots, &mut *policy, accesses.iter().rev());
         }
         policy.end_request(&mut record.rank);
         for key in record.adapted.drain(..) {
@@ -378,26 +379,37 @@ impl PrimaryTier {
     }
 }
 
-/// Commits the `n` accesses `at(0..n)` (tail first) of a finishing
-/// request: each key is looked for first in the slot it had when recorded;
-/// that slot's record and policy lines are requested ahead.
+/// Commits the accesses `seq` yields (tail first) of a finishing
+/// request: each key is looked for first in the slot it had when
+/// recorded; that slot's record and policy lines are requested ahead (as
+/// [`request_links_first`] and [`request_links_at`] do, by position).
+/// Iterators that walk ahead of the commit, rather than indexing, spare
+/// the bounds checks of every look ahead.
 #[inline]
 fn commit_accesses<'a>(
     slots: &Slots,
     policy: &mut impl Policy,
-    n: usize,
-    at: impl Fn(usize) -> &'a Access,
+    seq: impl Iterator<Item = &'a Access> + Clone,
 ) {
-    for j in 0..n.min(LINKS_AHEAD) {
-        slots.prefetch_slot(at(j).slot, at(j).key.len());
+    for a in seq.clone().take(LINKS_AHEAD) {
+        slots.prefetch_slot(a.slot, a.key.len());
     }
-    request_links_first(policy, n, |j| at(j).slot);
-    for j in 0..n {
-        if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
-            slots.prefetch_slot(a.slot, a.key.len());
+    for a in seq.clone().take(LINKS_AHEAD) {
+        policy.prefetch_links(a.slot);
+    }
+    for a in seq.clone().take(LINKS_AHEAD / 2) {
+        policy.prefetch_neighbours(a.slot);
+    }
+    let mut far = seq.clone().skip(LINKS_AHEAD);
+    let mut near = seq.clone().skip(LINKS_AHEAD / 2);
+    for a in seq {
+        if let Some(b) = far.next() {
+            slots.prefetch_slot(b.slot, b.key.len());
+            policy.prefetch_links(b.slot);
         }
-        request_links_at(policy, j, n, |k| at(k).slot);
-        let a = at(j);
+        if let Some(b) = near.next() {
+            policy.prefetch_neighbours(b.slot);
+        }
         let s = if slots.holds(a.slot, &a.key) {
             a.slot
         } else {
