@@ -342,27 +342,10 @@ pub(crate) fn key_hash(hasher: &RandomState, bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-/// Whether `a` and `b` are the same key: lengths, then 8-byte words (the
-/// last one overlapping), without a call into `memcmp`.
+/// Whether `a` and `b` are the same key (see [`crate::key::same_bytes`]).
 #[inline(always)]
 pub(crate) fn same_key(a: &Key, b: &(impl KeyBytes + ?Sized)) -> bool {
-    let (a, b) = (a.as_bytes(), b.key_bytes());
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n < 8 {
-        return a == b;
-    }
-    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
-    let mut i = 0;
-    while i + 8 < n {
-        if word(a, i) != word(b, i) {
-            return false;
-        }
-        i += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
+    crate::key::same_bytes(a.as_bytes(), b.key_bytes())
 }
 
 /// Resolves a batch's keys in order while the memory reads of later keys
