@@ -82,11 +82,13 @@ impl PrimaryTier {
 
     /// Unpins `keys` (each must be pinned, counting repeats in the batch);
     /// on error every decrement already made is undone.
-    /// A request's unpin (`req`) finds its keys at the hints of its
-    /// latest lookup first.
+    /// Keys whose slots when pinned are `known` (at least `n` of them) are
+    /// looked for there first; a request's unpin (`req`) finds its keys at
+    /// the hints of its latest lookup first.
     fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: Option<RequestId>,
+        known: Option<&[u32]>,
         n: usize,
         at: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
@@ -94,9 +96,12 @@ impl PrimaryTier {
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
         let slots = &self.slots;
-        match hints_covering(&self.requests, req, n) {
-            Some(hints) => hints.resolve_each(slots, n, &at, |_, s, _| done.push(s)),
-            None => slots.resolve_each(n, &at, |_, s, _| done.push(s)),
+        match (known, hints_covering(&self.requests, req, n)) {
+            (Some(known), _) if known.len() >= n => {
+                slots.resolve_at(n, &at, known, |_, s| done.push(s))
+            }
+            (_, Some(hints)) => hints.resolve_each(slots, n, &at, |_, s, _| done.push(s)),
+            _ => slots.resolve_each(n, &at, |_, s, _| done.push(s)),
         }
         let mut to_idle = 0u32;
         let mut failure = None;
@@ -267,7 +272,7 @@ impl PrimaryTier {
             Some(r) => r.pins > 0,
             None => return self.complete_finished_load(req, n, key),
         };
-        self.unpin(Some(req), n, &key)?;
+        self.unpin(Some(req), None, n, &key)?;
         if holds_pins {
             // The pins the request took that this call released (an
             // active request may release other pins too, as vLLM allows).
@@ -309,7 +314,7 @@ impl PrimaryTier {
             ));
         }
         let pins_left = record.pins;
-        if let Err(e) = self.unpin(None, n, &key) {
+        if let Err(e) = self.unpin(None, None, n, &key) {
             if let Some(record) = self.finished_loads.get_mut(&req) {
                 let slots = &self.slots;
                 (0..n).for_each(|j| record.restore_pin(key(j), slots.hash(key(j))));
@@ -335,7 +340,17 @@ impl PrimaryTier {
 
     /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
     pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.unpin(None, keys.len(), |j| &keys[j])
+        self.unpin(None, None, keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::unpin_for_transfer`] of keys that were in `slots`
+    /// when pinned (`slots[i]` the slot of `keys[i]`): each key is looked
+    /// for there first, and in the index only if that slot no longer
+    /// holds it (so the answer is the same whatever `slots` says); a
+    /// pinned key stays in its slot, so its hash and index probe are
+    /// spared.  `slots` shorter than `keys` is ignored.
+    pub fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        self.unpin(None, Some(slots), keys.len(), |j| &keys[j])
     }
 }
 

@@ -197,6 +197,38 @@ impl Slots {
         );
     }
 
+    /// Resolves keys `key(0..n)` in order, each first at slot `likely[j]`
+    /// (`likely` at least `n` long): hands `put(j, slot)` key `j`'s slot
+    /// ([`NIL`] if absent), looking for a key in the index only when its
+    /// likely slot does not hold it.  Requests the likely slots' records
+    /// some keys ahead.  For calls that change no key's residence while
+    /// resolving.
+    #[inline]
+    pub(crate) fn resolve_at<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        likely: &[u32],
+        mut put: impl FnMut(usize, u32),
+    ) {
+        const AHEAD: usize = 8;
+        let likely = &likely[..n];
+        for (j, &s) in likely.iter().enumerate().take(AHEAD) {
+            self.prefetch_slot(s, key(j).key_bytes().len());
+        }
+        for (j, &s) in likely.iter().enumerate() {
+            if let Some(&t) = likely.get(j + AHEAD) {
+                self.prefetch_slot(t, key(j + AHEAD).key_bytes().len());
+            }
+            let k = key(j);
+            if self.holds(s, k) {
+                put(j, s);
+            } else {
+                put(j, self.find(k, self.hash(k)).unwrap_or(NIL));
+            }
+        }
+    }
+
     /// Whether resident `slot` holds `key` ([`NIL`] or a freed slot: false).
     #[inline(always)]
     pub(crate) fn holds(&self, slot: u32, key: &(impl KeyBytes + ?Sized)) -> bool {
