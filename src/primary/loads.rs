@@ -106,9 +106,8 @@ impl PrimaryTier {
         let mut to_idle = 0u32;
         let mut failure = None;
         for (i, &s) in done.iter().enumerate() {
-            let key = at(i);
             if s == NIL {
-                failure = Some((i, key_error(i, key, "not resident (nothing to unpin)")));
+                failure = Some((i, key_error(i, at(i), "not resident (nothing to unpin)")));
                 break;
             }
             let r = self.slots.refs(s);
@@ -118,7 +117,7 @@ impl PrimaryTier {
                 } else {
                     "write pending, not pinned"
                 };
-                failure = Some((i, key_error(i, key, reason)));
+                failure = Some((i, key_error(i, at(i), reason)));
                 break;
             }
             self.slots.set_refs(s, r - 1);
