@@ -195,8 +195,31 @@ fn copy_key_bytes(dst: &mut [u8; MAX_KEY_LEN], src: &[u8]) {
 impl PartialEq for Key {
     #[inline]
     fn eq(&self, other: &Key) -> bool {
-        self.as_bytes() == other.as_bytes()
+        same_bytes(self.as_bytes(), other.as_bytes())
     }
+}
+
+/// Whether key bytes `a` and `b` are equal: lengths, then 8-byte words
+/// (the last one overlapping), without a call into `memcmp`, whose call
+/// costs more than comparing a usual key (8 to 40 bytes).
+#[inline(always)]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
 }
 
 impl Eq for Key {}
@@ -235,6 +258,24 @@ impl fmt::Display for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_equality_is_byte_equality_at_every_length_and_position() {
+        for n in 1..=MAX_KEY_LEN {
+            let a: Vec<u8> = (0..n as u8).map(|b| b.wrapping_mul(37)).collect();
+            let ka = Key::new(&a).unwrap();
+            assert_eq!(ka, Key::new(&a).unwrap(), "{n} bytes");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x80;
+                assert_ne!(ka, Key::new(&b).unwrap(), "{n} bytes, byte {at} differs");
+            }
+            // A prefix is another key.
+            if n > 1 {
+                assert_ne!(ka, Key::new(&a[..n - 1]).unwrap(), "{n} bytes");
+            }
+        }
+    }
 
     #[test]
     fn assign_rewrites_in_place_and_a_bad_key_changes_nothing() {

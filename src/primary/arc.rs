@@ -366,6 +366,7 @@ impl ArcPolicy {
 }
 
 impl Policy for ArcPolicy {
+    #[inline]
     fn insert(&mut self, slots: &Slots, slot: u32, h: u64, maybe_ghost: bool) {
         self.lists.push_back(T1, slot);
         if maybe_ghost {
@@ -375,10 +376,12 @@ impl Policy for ArcPolicy {
         }
     }
 
+    #[inline]
     fn remove(&mut self, slot: u32) {
         self.lists.unlink(slot);
     }
 
+    #[inline(always)]
     fn touch(&mut self, slots: &Slots, slot: u32) {
         match self.lists.list_of(slot) {
             Some(T1) if slots.refs(slot) >= 0 => self.lists.move_to_back(T2, slot),
@@ -393,6 +396,7 @@ impl Policy for ArcPolicy {
         }
     }
 
+    #[inline]
     fn learns_from_store_misses(&self) -> bool {
         true
     }
@@ -407,6 +411,7 @@ impl Policy for ArcPolicy {
         true
     }
 
+    #[inline]
     fn became_idle(&mut self, slot: u32) {
         self.lists.restore(slot);
     }
@@ -447,6 +452,7 @@ impl Policy for ArcPolicy {
         self.ghosts.reserve(n)
     }
 
+    #[inline]
     fn evict(&mut self, slots: &Slots, slot: u32, h: u64) {
         let ghost_list = match self.lists.list_of(slot) {
             Some(T1) => B1,
@@ -456,6 +462,7 @@ impl Policy for ArcPolicy {
         self.ghosts.add(ghost_list, *slots.key(slot), h);
     }
 
+    #[inline(always)]
     fn commit(&mut self, _slots: &Slots, slot: u32, reused: bool, inserted: bool) {
         match self.lists.list_of(slot) {
             Some(_) if reused => self.lists.move_to_back(T2, slot),
@@ -464,19 +471,23 @@ impl Policy for ArcPolicy {
         }
     }
 
+    #[inline]
     fn prefetch_history(&self, h: u64) {
         self.ghosts.index.prefetch(h);
     }
 
+    #[inline]
     fn prefetch_eviction(&self, slot: u32, h: u64) {
         self.lists.prefetch_neighbours(slot);
         self.ghosts.index.prefetch(h);
     }
 
+    #[inline]
     fn prefetch_links(&self, slot: u32) {
         self.lists.prefetch(slot);
     }
 
+    #[inline]
     fn prefetch_neighbours(&self, slot: u32) {
         self.lists.prefetch_neighbours(slot);
     }

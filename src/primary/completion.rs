@@ -19,6 +19,7 @@
 //! completion makes anyway.
 
 use super::lists::NIL;
+use super::policy::Policy;
 use super::slots::{self, ANNOUNCED, Lookahead};
 use super::writers::{self, Writer};
 use super::{CompleteStoreReport, PrimaryTier};

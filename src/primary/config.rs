@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use foldhash::fast::RandomState;
 
-use super::policy::Policy;
+use super::policy::AnyPolicy;
 use super::{arc, lru};
 use crate::error::{Error, Result};
 
@@ -30,10 +30,10 @@ impl PolicyKind {
         }
     }
 
-    pub(super) fn build(self, capacity: u32, hasher: RandomState) -> Result<Box<dyn Policy>> {
+    pub(super) fn build(self, capacity: u32, hasher: RandomState) -> Result<AnyPolicy> {
         Ok(match self {
-            PolicyKind::Lru => Box::new(lru::LruPolicy::new(capacity)?),
-            PolicyKind::Arc => Box::new(arc::ArcPolicy::new(capacity, hasher)?),
+            PolicyKind::Lru => AnyPolicy::Lru(lru::LruPolicy::new(capacity)?),
+            PolicyKind::Arc => AnyPolicy::Arc(arc::ArcPolicy::new(capacity, hasher)?),
         })
     }
 }

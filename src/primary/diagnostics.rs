@@ -4,6 +4,7 @@
 //! O(resident keys)): never called on a hot path.
 
 use super::PrimaryTier;
+use super::policy::Policy;
 use super::slots::{self, PARKED, RESIDENT};
 use crate::key::Key;
 

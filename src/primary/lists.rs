@@ -351,10 +351,9 @@ impl<const N: usize> OrderLists<N> {
             cnext: NIL,
         };
         self.state[i] = list as u8 | CANDIDATE;
-        if t == NIL {
-            self.head[list] = id;
-        } else {
-            self.nodes[t as usize].next = id;
+        match self.nodes.get_mut(t as usize) {
+            Some(last) => last.next = id,
+            None => self.head[list] = id,
         }
         self.tail[list] = id;
         self.len[list] += 1;
@@ -388,10 +387,9 @@ impl<const N: usize> OrderLists<N> {
 
     #[inline]
     fn clink_back(&mut self, list: usize, id: u32, ct: u32) {
-        if ct == NIL {
-            self.chead[list] = id;
-        } else {
-            self.nodes[ct as usize].cnext = id;
+        match self.nodes.get_mut(ct as usize) {
+            Some(t) => t.cnext = id,
+            None => self.chead[list] = id,
         }
         self.ctail[list] = id;
     }
@@ -482,26 +480,24 @@ impl<const N: usize> OrderLists<N> {
     /// are left for the caller to rewrite.
     #[inline(always)]
     fn detach(&mut self, list: usize, n: Node, candidate: bool) {
-        if n.prev == NIL {
-            self.head[list] = n.next;
-        } else {
-            self.nodes[n.prev as usize].next = n.next;
+        // A neighbour is a node, or NIL (past every node): one bounds check
+        // tells them apart.
+        match self.nodes.get_mut(n.prev as usize) {
+            Some(p) => p.next = n.next,
+            None => self.head[list] = n.next,
         }
-        if n.next == NIL {
-            self.tail[list] = n.prev;
-        } else {
-            self.nodes[n.next as usize].prev = n.prev;
+        match self.nodes.get_mut(n.next as usize) {
+            Some(x) => x.prev = n.prev,
+            None => self.tail[list] = n.prev,
         }
         if candidate {
-            if n.cprev == NIL {
-                self.chead[list] = n.cnext;
-            } else {
-                self.nodes[n.cprev as usize].cnext = n.cnext;
+            match self.nodes.get_mut(n.cprev as usize) {
+                Some(p) => p.cnext = n.cnext,
+                None => self.chead[list] = n.cnext,
             }
-            if n.cnext == NIL {
-                self.ctail[list] = n.cprev;
-            } else {
-                self.nodes[n.cnext as usize].cprev = n.cprev;
+            match self.nodes.get_mut(n.cnext as usize) {
+                Some(x) => x.cprev = n.cprev,
+                None => self.ctail[list] = n.cprev,
             }
         }
     }
@@ -510,7 +506,7 @@ impl<const N: usize> OrderLists<N> {
     /// (at the back of `list`'s candidates), a parked id stays parked.
     /// One pass over the id's links and its neighbours': the move of
     /// every touch and request commit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to_back(&mut self, list: usize, id: u32) {
         if self.tail[list] == id {
             return;
@@ -531,10 +527,9 @@ impl<const N: usize> OrderLists<N> {
             self.len[list] += 1;
         }
         let t = self.tail[list];
-        if t == NIL {
-            self.head[list] = id;
-        } else {
-            self.nodes[t as usize].next = id;
+        match self.nodes.get_mut(t as usize) {
+            Some(last) => last.next = id,
+            None => self.head[list] = id,
         }
         self.tail[list] = id;
         if candidate {

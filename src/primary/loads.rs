@@ -7,6 +7,7 @@
 use super::PrimaryTier;
 use super::hints::Hints;
 use super::lists::NIL;
+use super::policy::Policy;
 use super::reorder::{ReorderAhead, request_links_at, request_links_first};
 use super::requests::RequestRecord;
 use super::{key_error, unknown};
@@ -79,40 +80,34 @@ impl PrimaryTier {
         Ok(())
     }
 
-    /// Unpins `keys` (each must be pinned, counting repeats in the batch),
-    /// leaving their hashes in `scratch_hashes`; on error every decrement
-    /// already made is undone.
-    /// A request's unpin (`req`) finds its keys at the hints of its
-    /// latest lookup first.
+    /// Unpins `keys` (each must be pinned, counting repeats in the batch);
+    /// on error every decrement already made is undone.
+    /// Keys whose slots when pinned are `known` (at least `n` of them) are
+    /// looked for there first; a request's unpin (`req`) finds its keys at
+    /// the hints of its latest lookup first.
     fn unpin<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: Option<RequestId>,
+        known: Option<&[u32]>,
         n: usize,
         at: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
         fallible::reserve(&mut self.scratch_victims, n, "the slots of a batch")?;
-        self.scratch_hashes.clear();
-        fallible::reserve(&mut self.scratch_hashes, n, "the hashes of a batch")?;
         let mut done = std::mem::take(&mut self.scratch_victims);
         done.clear();
-        let hashes = &mut self.scratch_hashes;
         let slots = &self.slots;
-        match hints_covering(&self.requests, req, n) {
-            Some(hints) => hints.resolve_each(slots, n, &at, |j, s, h| {
-                done.push(s);
-                hashes.push(h.unwrap_or_else(|| slots.hash(at(j))));
-            }),
-            None => slots.resolve_each(n, &at, |_, s, h| {
-                done.push(s);
-                hashes.push(h);
-            }),
+        match (known, hints_covering(&self.requests, req, n)) {
+            (Some(known), _) if known.len() >= n => {
+                slots.resolve_at(n, &at, known, |_, s| done.push(s))
+            }
+            (_, Some(hints)) => hints.resolve_each(slots, n, &at, |_, s, _| done.push(s)),
+            _ => slots.resolve_each(n, &at, |_, s, _| done.push(s)),
         }
         let mut to_idle = 0u32;
         let mut failure = None;
         for (i, &s) in done.iter().enumerate() {
-            let key = at(i);
             if s == NIL {
-                failure = Some((i, key_error(i, key, "not resident (nothing to unpin)")));
+                failure = Some((i, key_error(i, at(i), "not resident (nothing to unpin)")));
                 break;
             }
             let r = self.slots.refs(s);
@@ -122,7 +117,7 @@ impl PrimaryTier {
                 } else {
                     "write pending, not pinned"
                 };
-                failure = Some((i, key_error(i, key, reason)));
+                failure = Some((i, key_error(i, at(i), reason)));
                 break;
             }
             self.slots.set_refs(s, r - 1);
@@ -226,9 +221,9 @@ impl PrimaryTier {
         if record.hints.covers(n) {
             let hints = &record.hints;
             let hint_at = |j: usize| hints.slot_hint(n - 1 - j);
-            request_links_first(&**policy, n, hint_at);
+            request_links_first(&*policy, n, hint_at);
             for j in 0..n {
-                request_links_at(&**policy, j, n, hint_at);
+                request_links_at(&*policy, j, n, hint_at);
                 let (k, hint) = (at(j), hint_at(j));
                 if slots.holds(hint, k) {
                     policy.touch(slots, hint);
@@ -242,9 +237,9 @@ impl PrimaryTier {
             }
             return Ok(());
         }
-        let mut ahead = ReorderAhead::new(slots, &**policy, n, at);
+        let mut ahead = ReorderAhead::new(slots, &*policy, n, at);
         for j in 0..n {
-            match ahead.find(slots, &**policy, j, at) {
+            match ahead.find(slots, &*policy, j, at) {
                 (h, NIL) => policy.touch_absent(at(j).key_bytes(), h),
                 (_, s) => policy.touch(slots, s),
             }
@@ -276,13 +271,16 @@ impl PrimaryTier {
             Some(r) => r.pins > 0,
             None => return self.complete_finished_load(req, n, key),
         };
-        self.unpin(Some(req), n, &key)?;
+        self.unpin(Some(req), None, n, &key)?;
         if holds_pins {
             // The pins the request took that this call released (an
             // active request may release other pins too, as vLLM allows).
             if let Some(r) = self.requests.get_mut(&req) {
-                for (j, &h) in self.scratch_hashes.iter().enumerate() {
-                    r.release_pin(key(j), h);
+                let slots = &self.slots;
+                let mut next = usize::MAX;
+                for j in 0..n {
+                    let k = key(j);
+                    r.release_pin_after(k, || slots.hash(k), &mut next);
                 }
             }
         }
@@ -315,7 +313,7 @@ impl PrimaryTier {
             ));
         }
         let pins_left = record.pins;
-        if let Err(e) = self.unpin(None, n, &key) {
+        if let Err(e) = self.unpin(None, None, n, &key) {
             if let Some(record) = self.finished_loads.get_mut(&req) {
                 let slots = &self.slots;
                 (0..n).for_each(|j| record.restore_pin(key(j), slots.hash(key(j))));
@@ -341,7 +339,17 @@ impl PrimaryTier {
 
     /// Unpins `keys` pinned by [`PrimaryTier::pin_for_transfer`].
     pub fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.unpin(None, keys.len(), |j| &keys[j])
+        self.unpin(None, None, keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::unpin_for_transfer`] of keys that were in `slots`
+    /// when pinned (`slots[i]` the slot of `keys[i]`): each key is looked
+    /// for there first, and in the index only if that slot no longer
+    /// holds it (so the answer is the same whatever `slots` says); a
+    /// pinned key stays in its slot, so its hash and index probe are
+    /// spared.  `slots` shorter than `keys` is ignored.
+    pub fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        self.unpin(None, Some(slots), keys.len(), |j| &keys[j])
     }
 }
 

@@ -244,6 +244,7 @@ impl LruPolicy {
 }
 
 impl Policy for LruPolicy {
+    #[inline]
     fn insert(&mut self, _slots: &Slots, slot: u32, _h: u64, _maybe_ghost: bool) {
         self.lists.push_back(MAIN, slot);
         self.stamp_fresh(slot);
@@ -263,6 +264,7 @@ impl Policy for LruPolicy {
         self.place_in_block(slots, slot, start, position, true);
     }
 
+    #[inline]
     fn request_access(&mut self, rank: &mut u32) {
         self.start_of(rank);
     }
@@ -332,10 +334,12 @@ impl Policy for LruPolicy {
         self.grow_pairs(active.max(2 * have).min(most))
     }
 
+    #[inline]
     fn remove(&mut self, slot: u32) {
         self.lists.unlink(slot);
     }
 
+    #[inline(always)]
     fn touch(&mut self, _slots: &Slots, slot: u32) {
         // Stamp first: the move is then the last call (a jump).
         self.stamp_fresh(slot);
@@ -358,27 +362,33 @@ impl Policy for LruPolicy {
         out.len() == n
     }
 
+    #[inline]
     fn became_idle(&mut self, slot: u32) {
         self.lists.restore(slot);
     }
 
+    #[inline]
     fn evict(&mut self, _slots: &Slots, slot: u32, _h: u64) {
         self.lists.unlink(slot);
     }
 
+    #[inline(always)]
     fn commit(&mut self, _slots: &Slots, slot: u32, _reused: bool, _inserted: bool) {
         self.stamp_fresh(slot);
         self.lists.move_to_back(MAIN, slot);
     }
 
+    #[inline]
     fn prefetch_eviction(&self, slot: u32, _h: u64) {
         self.lists.prefetch_neighbours(slot);
     }
 
+    #[inline]
     fn prefetch_links(&self, slot: u32) {
         self.lists.prefetch(slot);
     }
 
+    #[inline]
     fn prefetch_neighbours(&self, slot: u32) {
         self.lists.prefetch_neighbours(slot);
     }
@@ -417,6 +427,7 @@ impl Policy for LruPolicy {
 
 #[cfg(test)]
 mod tests {
+    use super::super::policy::Policy;
     use super::super::{PrimaryConfig, PrimaryTier, StorePlan};
     use crate::key::Key;
     use crate::request::RequestId;

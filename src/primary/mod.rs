@@ -102,7 +102,7 @@ use crate::request::RequestId;
 
 use admission::Admission;
 use lists::NIL;
-use policy::Policy;
+use policy::{AnyPolicy, Policy};
 use requests::RequestRecord;
 use slots::{PARKED, Slots, WRITE_PENDING};
 use writers::Writers;
@@ -139,7 +139,7 @@ struct Counters {
 pub struct PrimaryTier {
     config: PrimaryConfig,
     slots: Slots,
-    policy: Box<dyn Policy>,
+    policy: AnyPolicy,
     admission: Option<Admission>,
     write_pending: u32,
     pinned: u32,

@@ -18,7 +18,11 @@ pub(super) const LINKS_AHEAD: usize = 16;
 /// neighbours' links of keys `0..LINKS_AHEAD / 2`.  `slot_at(j)` is key
 /// `j`'s slot or a likely one: [`NIL`] or a stale slot is a harmless hint.
 #[inline]
-pub(super) fn request_links_first(policy: &dyn Policy, len: usize, slot_at: impl Fn(usize) -> u32) {
+pub(super) fn request_links_first(
+    policy: &impl Policy,
+    len: usize,
+    slot_at: impl Fn(usize) -> u32,
+) {
     for j in 0..len.min(LINKS_AHEAD) {
         policy.prefetch_links(slot_at(j));
     }
@@ -32,7 +36,7 @@ pub(super) fn request_links_first(policy: &dyn Policy, len: usize, slot_at: impl
 /// `j + LINKS_AHEAD / 2`'s slot (`slot_at` as for [`request_links_first`]).
 #[inline]
 pub(super) fn request_links_at(
-    policy: &dyn Policy,
+    policy: &impl Policy,
     j: usize,
     len: usize,
     slot_at: impl Fn(usize) -> u32,
@@ -62,7 +66,7 @@ impl ReorderAhead {
     #[inline]
     pub(super) fn new<'k, K: KeyBytes + ?Sized + 'k>(
         slots: &Slots,
-        policy: &dyn Policy,
+        policy: &impl Policy,
         len: usize,
         key: impl Fn(usize) -> &'k K + Copy,
     ) -> ReorderAhead {
@@ -84,7 +88,7 @@ impl ReorderAhead {
     pub(super) fn find<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         slots: &Slots,
-        policy: &dyn Policy,
+        policy: &impl Policy,
         j: usize,
         key: impl Fn(usize) -> &'k K + Copy,
     ) -> (u64, u32) {

@@ -14,7 +14,9 @@ use foldhash::fast::RandomState;
 use super::hints::Hints;
 use super::lists::NIL;
 use super::policy::Policy;
-use super::reorder::{LINKS_AHEAD, request_links_at, request_links_first};
+use super::reorder::LINKS_AHEAD;
+#[cfg(doc)]
+use super::reorder::{request_links_at, request_links_first};
 use super::slots::{self, Slots};
 use super::{PolicyKind, PrimaryTier, positions, unknown};
 use crate::error::{Error, Result};
@@ -94,18 +96,24 @@ impl RequestRecord {
         slot: u32,
         reused: bool,
     ) -> (u32, bool) {
+        // One probe finds the key or the place to add it.  (The callers
+        // reserved room for the call's keys: the probe never grows the
+        // table.)
         let accesses = &mut self.accesses;
-        match self
-            .seen
-            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
-        {
-            Some(&i) => {
+        let entry = self.seen.entry(
+            h,
+            |&i| slots::same_key(&accesses[i as usize].key, key),
+            |&j| key_hash(hasher, accesses[j as usize].key.as_bytes()),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => {
+                let i = *e.get();
                 let a = &mut accesses[i as usize];
                 a.reused |= reused && !a.inserted;
                 a.slot = slot;
                 (i, false)
             }
-            None => {
+            hashbrown::hash_table::Entry::Vacant(e) => {
                 let i = accesses.len() as u32;
                 accesses.push(Access {
                     key: key.keep_value(),
@@ -117,9 +125,7 @@ impl RequestRecord {
                 if let Some(a) = accesses.last_mut() {
                     key.keep_finish(&mut a.key);
                 }
-                let acc = &*accesses;
-                self.seen
-                    .insert_unique(h, i, |&j| key_hash(hasher, acc[j as usize].key.as_bytes()));
+                e.insert(i);
                 (i, true)
             }
         }
@@ -143,6 +149,42 @@ impl RequestRecord {
         {
             Some(&i) if accesses[i as usize].pins > 0 => {
                 accesses[i as usize].pins -= 1;
+                self.pins -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`RequestRecord::release_pin`] that first tries access `*next`,
+    /// then leaves in `*next` the index after the key's access: a load's
+    /// keys were usually recorded one after another, in the order its
+    /// completion names them, so the guess spares most keys a probe of
+    /// the table, and the hash (`hash()`, asked only for a probe).  (A
+    /// key has one access at most, so a guess holding the key is the
+    /// access the table names.)
+    #[inline]
+    pub(super) fn release_pin_after(
+        &mut self,
+        key: &(impl KeyBytes + ?Sized),
+        hash: impl FnOnce() -> u64,
+        next: &mut usize,
+    ) -> bool {
+        let accesses = &mut self.accesses;
+        let found = match accesses.get(*next) {
+            Some(a) if slots::same_key(&a.key, key) => Some(*next),
+            _ => self
+                .seen
+                .find(hash(), |&i| slots::same_key(&accesses[i as usize].key, key))
+                .map(|&i| i as usize),
+        };
+        let Some(i) = found else {
+            return false;
+        };
+        *next = i + 1;
+        match accesses.get_mut(i) {
+            Some(a) if a.pins > 0 => {
+                a.pins -= 1;
                 self.pins -= 1;
                 true
             }
@@ -315,12 +357,11 @@ impl PrimaryTier {
         let n = accesses.len();
         let (slots, policy) = (&self.slots, &mut self.policy);
         if ordered {
-            let order = &self.scratch_order;
-            commit_accesses(slots, &mut **policy, n, |j| {
-                &accesses[order[n - 1 - j].index as usize]
-            });
+            let order = &self.scratch_order[..n];
+            let seq = order.iter().rev().map(|o| &accesses[o.index as usize]);
+            commit_accesses(slots, &mut *policy, seq);
         } else {
-            commit_accesses(slots, &mut **policy, n, |j| &accesses[n - 1 - j]);
+            commit_accesses(slots, &mut *policy, accesses.iter().rev());
         }
         policy.end_request(&mut record.rank);
         for key in record.adapted.drain(..) {
@@ -338,26 +379,37 @@ impl PrimaryTier {
     }
 }
 
-/// Commits the `n` accesses `at(0..n)` (tail first) of a finishing
-/// request: each key is looked for first in the slot it had when recorded;
-/// that slot's record and policy lines are requested ahead.
+/// Commits the accesses `seq` yields (tail first) of a finishing
+/// request: each key is looked for first in the slot it had when
+/// recorded; that slot's record and policy lines are requested ahead (as
+/// [`request_links_first`] and [`request_links_at`] do, by position).
+/// Iterators that walk ahead of the commit, rather than indexing, spare
+/// the bounds checks of every look ahead.
 #[inline]
 fn commit_accesses<'a>(
     slots: &Slots,
-    policy: &mut dyn Policy,
-    n: usize,
-    at: impl Fn(usize) -> &'a Access,
+    policy: &mut impl Policy,
+    seq: impl Iterator<Item = &'a Access> + Clone,
 ) {
-    for j in 0..n.min(LINKS_AHEAD) {
-        slots.prefetch_slot(at(j).slot, at(j).key.len());
+    for a in seq.clone().take(LINKS_AHEAD) {
+        slots.prefetch_slot(a.slot, a.key.len());
     }
-    request_links_first(policy, n, |j| at(j).slot);
-    for j in 0..n {
-        if let Some(a) = (j + LINKS_AHEAD < n).then(|| at(j + LINKS_AHEAD)) {
-            slots.prefetch_slot(a.slot, a.key.len());
+    for a in seq.clone().take(LINKS_AHEAD) {
+        policy.prefetch_links(a.slot);
+    }
+    for a in seq.clone().take(LINKS_AHEAD / 2) {
+        policy.prefetch_neighbours(a.slot);
+    }
+    let mut far = seq.clone().skip(LINKS_AHEAD);
+    let mut near = seq.clone().skip(LINKS_AHEAD / 2);
+    for a in seq {
+        if let Some(b) = far.next() {
+            slots.prefetch_slot(b.slot, b.key.len());
+            policy.prefetch_links(b.slot);
         }
-        request_links_at(policy, j, n, |k| at(k).slot);
-        let a = at(j);
+        if let Some(b) = near.next() {
+            policy.prefetch_neighbours(b.slot);
+        }
         let s = if slots.holds(a.slot, &a.key) {
             a.slot
         } else {
@@ -365,6 +417,60 @@ fn commit_accesses<'a>(
         };
         if s != NIL {
             policy.commit(slots, s, a.reused, a.inserted);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of keys 0..4, key `i` recorded at slot `i` with `i % 2 + 1`
+    /// pins.
+    fn pinned_record(hasher: &RandomState, keys: &[Key]) -> RequestRecord {
+        let mut r = RequestRecord::default();
+        for (i, k) in keys.iter().enumerate() {
+            let (at, new) = r.record(hasher, k, key_hash(hasher, k.as_bytes()), i as u32, true);
+            assert!(new);
+            for _ in 0..i % 2 + 1 {
+                r.add_pin(at);
+            }
+        }
+        r
+    }
+
+    fn pins(r: &RequestRecord) -> (Vec<u32>, u64) {
+        (r.accesses.iter().map(|a| a.pins).collect(), r.pins)
+    }
+
+    #[test]
+    fn a_guessed_release_takes_the_pin_the_table_names() {
+        let hasher = RandomState::default();
+        let keys: Vec<Key> = (0..4u8).map(|i| Key::new(&[i, 7]).unwrap()).collect();
+        let absent = Key::new(&[9, 9]).unwrap();
+        // In recording order, reversed, skipping, repeating (past the
+        // pins held), with a key never recorded (index 4).
+        let orders: [&[usize]; 5] = [
+            &[0, 1, 2, 3],
+            &[3, 2, 1, 0],
+            &[1, 3, 0],
+            &[0, 0, 1, 1, 1, 2],
+            &[4, 0, 4, 1, 3, 4],
+        ];
+        for order in orders {
+            let mut guessed = pinned_record(&hasher, &keys);
+            let mut probed = pinned_record(&hasher, &keys);
+            let mut next = usize::MAX;
+            for &j in order {
+                let k = keys.get(j).unwrap_or(&absent);
+                let h = key_hash(&hasher, k.as_bytes());
+                assert_eq!(
+                    guessed.release_pin_after(k, || h, &mut next),
+                    probed.release_pin(k, h),
+                    "{order:?}: key {j}"
+                );
+                assert_eq!(pins(&guessed), pins(&probed), "{order:?}: key {j}");
+            }
         }
     }
 }

@@ -197,6 +197,38 @@ impl Slots {
         );
     }
 
+    /// Resolves keys `key(0..n)` in order, each first at slot `likely[j]`
+    /// (`likely` at least `n` long): hands `put(j, slot)` key `j`'s slot
+    /// ([`NIL`] if absent), looking for a key in the index only when its
+    /// likely slot does not hold it.  Requests the likely slots' records
+    /// some keys ahead.  For calls that change no key's residence while
+    /// resolving.
+    #[inline]
+    pub(crate) fn resolve_at<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        likely: &[u32],
+        mut put: impl FnMut(usize, u32),
+    ) {
+        const AHEAD: usize = 8;
+        let likely = &likely[..n];
+        for (j, &s) in likely.iter().enumerate().take(AHEAD) {
+            self.prefetch_slot(s, key(j).key_bytes().len());
+        }
+        for (j, &s) in likely.iter().enumerate() {
+            if let Some(&t) = likely.get(j + AHEAD) {
+                self.prefetch_slot(t, key(j + AHEAD).key_bytes().len());
+            }
+            let k = key(j);
+            if self.holds(s, k) {
+                put(j, s);
+            } else {
+                put(j, self.find(k, self.hash(k)).unwrap_or(NIL));
+            }
+        }
+    }
+
     /// Whether resident `slot` holds `key` ([`NIL`] or a freed slot: false).
     #[inline(always)]
     pub(crate) fn holds(&self, slot: u32, key: &(impl KeyBytes + ?Sized)) -> bool {
@@ -342,27 +374,10 @@ pub(crate) fn key_hash(hasher: &RandomState, bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-/// Whether `a` and `b` are the same key: lengths, then 8-byte words (the
-/// last one overlapping), without a call into `memcmp`.
+/// Whether `a` and `b` are the same key (see [`crate::key::same_bytes`]).
 #[inline(always)]
 pub(crate) fn same_key(a: &Key, b: &(impl KeyBytes + ?Sized)) -> bool {
-    let (a, b) = (a.as_bytes(), b.key_bytes());
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n < 8 {
-        return a == b;
-    }
-    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
-    let mut i = 0;
-    while i + 8 < n {
-        if word(a, i) != word(b, i) {
-            return false;
-        }
-        i += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
+    crate::key::same_bytes(a.as_bytes(), b.key_bytes())
 }
 
 /// Resolves a batch's keys in order while the memory reads of later keys

@@ -2,6 +2,7 @@
 //! and the same numbers as named stats ([`PrimaryTier::stat_list`]).
 
 use super::allocation_sizes::{ALLOCATION_SIZE_STAT, AllocationSizes};
+use super::policy::Policy;
 use super::{PolicyKind, PrimaryTier};
 use crate::stats::Stat;
 

@@ -6,6 +6,7 @@
 //! writer.  Their completion is in `completion.rs`.
 
 use super::lists::NIL;
+use super::policy::Policy;
 use super::slots::{self, ANNOUNCED, Lookahead, NAMED};
 use super::writers;
 use super::{PolicyKind, PrimaryTier, StoreOutcome, StorePlan};

@@ -601,3 +601,49 @@ fn a_pinning_completion_is_a_completion_then_transfer_pins() {
         }
     }
 }
+
+#[test]
+fn an_unpin_for_transfer_in_stated_slots_gives_the_answers_of_one_without() {
+    // Stated slots right, wrong (another key's, a free one, NIL, past the
+    // end) or too few: every unpin has the same outcome, counts and error
+    // as one without slots.
+    for p in BOTH {
+        let setup = || {
+            let mut t = tier(8, p);
+            t.begin_request(R).unwrap();
+            store(&mut t, R, &[1, 2, 3]);
+            let mut slots = Vec::new();
+            t.pin_for_transfer(&ks(&[1, 2, 3]), &mut slots).unwrap();
+            (t, slots)
+        };
+        let (_, pinned) = setup();
+        let cases: [(Vec<u32>, Vec<u32>); 6] = [
+            (vec![1, 2, 3], pinned.clone()),
+            (vec![3, 1], vec![pinned[0], pinned[1]]),
+            (vec![1, 2, 3], vec![7, NIL, u32::MAX - 1]),
+            (vec![2, 2], pinned.clone()),
+            (vec![1, 9], pinned.clone()),
+            (vec![1, 2, 3], vec![pinned[0]]),
+        ];
+        for (ns, stated) in cases {
+            let (mut with, _) = setup();
+            let (mut without, _) = setup();
+            let a = with.unpin_for_transfer_in(&ks(&ns), &stated);
+            let b = without.unpin_for_transfer(&ks(&ns));
+            assert_eq!(
+                a.as_ref().map_err(ToString::to_string),
+                b.as_ref().map_err(ToString::to_string),
+                "{p:?} {ns:?} {stated:?}"
+            );
+            for n in [1, 2, 3, 9] {
+                assert_eq!(
+                    with.ref_count(&k(n)),
+                    without.ref_count(&k(n)),
+                    "{p:?} {ns:?}"
+                );
+            }
+            assert_eq!(with.stats(), without.stats(), "{p:?} {ns:?}");
+            with.check_invariants().unwrap();
+        }
+    }
+}

@@ -141,6 +141,14 @@ pub trait PrimaryBackend: Send + 'static {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
     /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
     fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::unpin_for_transfer`] of keys that were in `slots`
+    /// when pinned (`slots[i]` the slot of `keys[i]`), which a backend may
+    /// look at first; the answer must not depend on them.  By default the
+    /// slots are not used.
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        let _ = slots;
+        self.unpin_for_transfer(keys)
+    }
     /// Commits the request's accesses and ends it: only
     /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
     /// takes it after that.
@@ -257,6 +265,9 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::unpin_for_transfer(self, keys)
+    }
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        crate::primary::PrimaryTier::unpin_for_transfer_in(self, keys, slots)
     }
     fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
         crate::primary::PrimaryTier::on_request_finished(self, req)
