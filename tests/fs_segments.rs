@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use kvtier::Error;
 use kvtier::events::EventKind;
 use kvtier::region::SlotMemory;
-use kvtier::tiering::{Direction, JobResult, SecondaryTier, TierLookup};
+use kvtier::tiering::{Direction, SecondaryTier, TierLookup};
 use kvtier::tiers::fs::format::{HEADER_LEN, file_len};
 use kvtier::tiers::fs::io::Cause;
 use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 #[path = "support/fs_blocks.rs"]
 mod fs_blocks;
-use fs_blocks::{files, fill, holds, job, key, request, stat, wait};
+use fs_blocks::{files, fill, holds, job, key, load, request, stat, store, wait};
 
 const SLOT: usize = 64 << 10;
 const RECORD: u64 = (HEADER_LEN + SLOT) as u64;
@@ -29,21 +29,6 @@ fn opts(dir: &Path, records: u64) -> FsOptions {
     o.read_threads = 2;
     o.write_threads = 2;
     o
-}
-
-fn store(tier: &mut FsTier, mem: &SlotMemory, id: u64, ids: &[u32]) -> JobResult {
-    let slots: Vec<u32> = (0..ids.len() as u32).collect();
-    for (s, &i) in slots.iter().zip(ids) {
-        fill(mem, *s, i);
-    }
-    tier.submit_store(job(id, Direction::Store, ids, &slots));
-    wait(tier, 1).remove(0)
-}
-
-fn load(tier: &mut FsTier, id: u64, ids: &[u32], first: u32) -> JobResult {
-    let slots: Vec<u32> = (first..first + ids.len() as u32).collect();
-    tier.submit_load(job(id, Direction::Load, ids, &slots));
-    wait(tier, 1).remove(0)
 }
 
 fn segment_files(dir: &Path) -> Vec<PathBuf> {

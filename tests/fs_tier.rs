@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use kvtier::events::{Event, EventKind};
 use kvtier::region::SlotMemory;
 
-use kvtier::tiering::{Direction, JobId, JobResult, SecondaryTier, TierLookup};
+use kvtier::tiering::{Direction, JobId, SecondaryTier, TierLookup};
 use kvtier::tiers::fs::io::Cause;
 use kvtier::tiers::fs::{FsOptions, FsTier};
 use kvtier::{Error, Key};
 
 #[path = "support/fs_blocks.rs"]
 mod fs_blocks;
-use fs_blocks::{child, files, fill, holds, job, key, pattern, request, stat, wait};
+use fs_blocks::{child, files, fill, holds, job, key, load, pattern, request, stat, store, wait};
 
 const SLOT: usize = 64 << 10;
 
@@ -50,23 +50,6 @@ fn mode_env(unnamed: bool) -> (&'static str, String) {
         "KVTIER_FS_CHILD_UNNAMED",
         if unnamed { "1" } else { "0" }.to_string(),
     )
-}
-
-/// Stores blocks `ids` through slots 0.. as one job, and waits for it.
-fn store(tier: &mut FsTier, mem: &SlotMemory, id: u64, ids: &[u32]) -> JobResult {
-    let slots: Vec<u32> = (0..ids.len() as u32).collect();
-    for (s, &i) in slots.iter().zip(ids) {
-        fill(mem, *s, i);
-    }
-    tier.submit_store(job(id, Direction::Store, ids, &slots));
-    wait(tier, 1).remove(0)
-}
-
-/// Loads blocks `ids` into slots starting at `first`, and waits.
-fn load(tier: &mut FsTier, id: u64, ids: &[u32], first: u32) -> JobResult {
-    let slots: Vec<u32> = (first..first + ids.len() as u32).collect();
-    tier.submit_load(job(id, Direction::Load, ids, &slots));
-    wait(tier, 1).remove(0)
 }
 
 fn disk_bytes(dir: &Path) -> u64 {

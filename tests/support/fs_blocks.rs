@@ -133,3 +133,20 @@ pub fn child(test: &str, envs: &[(&str, String)]) -> Command {
     c.stdout(Stdio::null());
     c
 }
+
+/// Stores blocks `ids` through slots 0.. as one job, and waits for it.
+pub fn store(tier: &mut FsTier, mem: &SlotMemory, id: u64, ids: &[u32]) -> JobResult {
+    let slots: Vec<u32> = (0..ids.len() as u32).collect();
+    for (s, &i) in slots.iter().zip(ids) {
+        fill(mem, *s, i);
+    }
+    tier.submit_store(job(id, Direction::Store, ids, &slots));
+    wait(tier, 1).remove(0)
+}
+
+/// Loads blocks `ids` into slots starting at `first`, and waits.
+pub fn load(tier: &mut FsTier, id: u64, ids: &[u32], first: u32) -> JobResult {
+    let slots: Vec<u32> = (first..first + ids.len() as u32).collect();
+    tier.submit_load(job(id, Direction::Load, ids, &slots));
+    wait(tier, 1).remove(0)
+}

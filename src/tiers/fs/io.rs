@@ -575,12 +575,7 @@ impl BlockIo {
         record: u32,
         scratch: &mut Scratch,
     ) -> Result<Stored, Cause> {
-        let segments = self.segments.as_ref().ok_or(Cause::BadSlot)?;
-        let base = self.slot_base(slot)?;
-        if segments.direct() && !self.direct_for(base) {
-            return Err(Cause::BadSlot);
-        }
-        let (fd, off) = segments.locate(record);
+        let (fd, off, base) = self.record_target(slot, record)?;
         let len = self.block_bytes();
         self.write_block(key, fd, off, base, len, &mut scratch.page.0)
             .map_err(Cause::of_store_errno)?;
@@ -597,21 +592,32 @@ impl BlockIo {
         record: u32,
         scratch: &mut Scratch,
     ) -> Result<u64, Cause> {
+        let (fd, off, base) = self.record_target(slot, record)?;
+        read_block(
+            key,
+            fd,
+            off,
+            base.cast_mut(),
+            self.block_bytes(),
+            &mut scratch.page.0,
+        )
+    }
+
+    /// Where a transfer between slot `slot` and segment record `record`
+    /// goes: the segment's descriptor, the record's offset, and the slot's
+    /// address (one `O_DIRECT` can copy when the segments use it).
+    fn record_target(&self, slot: u32, record: u32) -> Result<(i32, u64, *const u8), Cause> {
         let segments = self.segments.as_ref().ok_or(Cause::BadSlot)?;
-        let base = self.slot_base(slot)?.cast_mut();
+        let base = self
+            .slots
+            .slot_ptr(slot)
+            .map_err(|_| Cause::BadSlot)?
+            .as_ptr() as *const u8;
         if segments.direct() && !self.direct_for(base) {
             return Err(Cause::BadSlot);
         }
         let (fd, off) = segments.locate(record);
-        read_block(key, fd, off, base, self.block_bytes(), &mut scratch.page.0)
-    }
-
-    fn slot_base(&self, slot: u32) -> Result<*const u8, Cause> {
-        Ok(self
-            .slots
-            .slot_ptr(slot)
-            .map_err(|_| Cause::BadSlot)?
-            .as_ptr() as *const u8)
+        Ok((fd, off, base))
     }
 }
 
