@@ -61,8 +61,9 @@
  * sizeof the caller was compiled with; the library reads only the fields
  * inside struct_size and uses defaults for the rest, and fills only the
  * fields inside struct_size (set struct_size yourself in the statistics
- * structs before reading them).  A struct_size smaller than the first
- * published layout, or larger than the library knows, is
+ * structs before reading them).  A struct_size that is not the size of
+ * a published layout (smaller than the first, larger than the library
+ * knows, or one that would cut a field) is
  * KVTIER_STATUS_INVALID_ARGUMENT.  So a program built against an older
  * header keeps working with a newer library of the same major version.
  * KVTIER_VERSION_MINOR changes whenever a signature or layout grows.

@@ -16,17 +16,26 @@ pub(crate) trait Grows: Copy {
     /// accepted.  Grows never shrink, so this stays as it is when fields
     /// are added (and `size_of::<Self>()` grows past it).
     const FIRST_LAYOUT_SIZE: usize;
+    /// Sizes of the layouts published between the first and the current
+    /// one (`size_of::<Self>()`); a `struct_size` must be one of the
+    /// published sizes, so no field is ever read in part.
+    const BETWEEN_LAYOUT_SIZES: &'static [usize] = &[];
 }
 
-/// Checks a caller's `struct_size` against what this library knows.
+/// Checks a caller's `struct_size` against the layouts this library knows.
 fn check_size<T: Grows>(size: usize) -> Result<(), Failure> {
     let known = std::mem::size_of::<T>();
-    if size < T::FIRST_LAYOUT_SIZE || size > known {
+    if size != T::FIRST_LAYOUT_SIZE && size != known && !T::BETWEEN_LAYOUT_SIZES.contains(&size) {
+        let mut sizes = vec![T::FIRST_LAYOUT_SIZE];
+        sizes.extend_from_slice(T::BETWEEN_LAYOUT_SIZES);
+        sizes.push(known);
+        sizes.dedup();
+        let sizes: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
         return Err(Error::InvalidArgument(format!(
-            "{}.struct_size is {size}; this library takes {} to {known} bytes \
+            "{}.struct_size is {size}; this library takes {} bytes \
              (initialize the struct with its _default() function)",
             T::NAME,
-            T::FIRST_LAYOUT_SIZE
+            sizes.join(" or ")
         ))
         .into());
     }
@@ -156,6 +165,9 @@ mod tests {
         for size in [
             0,
             std::mem::size_of::<Old>() - 1,
+            // Inside the new layout: `b` would be read in part.
+            std::mem::size_of::<Old>() + 4,
+            std::mem::size_of::<New>() - 1,
             std::mem::size_of::<New>() + 1,
         ] {
             let bad = New {
