@@ -5,9 +5,10 @@
 //! a block allocation per store, which small blocks cannot hide (on ext4
 //! with `O_DIRECT`, storing 256 KiB blocks one file each runs at a third of
 //! plain `pwrite`).  Here the capacity is cut into fixed-size records, one
-//! block each, laid end to end in segment files of about
-//! [`SEGMENT_TARGET_BYTES`] made once, at open, with `fallocate`; a store
-//! is one `pwritev` into its record, a load one `preadv`.
+//! block each, laid end to end in segment files of about the options'
+//! `segment_file_bytes` (default 1 GiB) made once, at open, with
+//! `fallocate`; a store is one `pwritev` into its record, a load one
+//! `preadv`.
 //!
 //! - A record is a block file's bytes: the same page-sized header (magic,
 //!   version, key, length, the key-bound checksum, the header's own
