@@ -39,7 +39,7 @@ struct Node {
 }
 
 /// A node without a segment record (files layout, or not assigned yet).
-pub(crate) const NO_RECORD: u32 = u32::MAX;
+const NO_RECORD: u32 = u32::MAX;
 
 /// Keys, states, byte accounting and LRU order.
 #[derive(Debug)]

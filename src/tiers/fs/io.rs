@@ -616,7 +616,9 @@ impl BlockIo {
         if segments.direct() && !self.direct_for(base) {
             return Err(Cause::BadSlot);
         }
-        let (fd, off) = segments.locate(record);
+        // Records come from the tier's index, always in range; one that
+        // is not fails its key rather than the worker.
+        let (fd, off) = segments.locate(record).ok_or(Cause::NotPresent)?;
         Ok((fd, off, base))
     }
 }

@@ -807,13 +807,20 @@ impl SecondaryTier for FsTier {
         let segmented = self.segmented();
         let mut records = Vec::with_capacity(if segmented { n } else { 0 });
         for (i, key) in job.keys.iter().enumerate() {
+            // In the segments layout a key is read from its record (every
+            // Ready key has one; one without is not present).
+            let record = if segmented {
+                match self.index.record(key) {
+                    Some(r) => Some(r),
+                    None => continue,
+                }
+            } else {
+                None
+            };
             if self.index.add_reader(key) {
                 codes[i] = outcome::QUEUED;
                 work.push(i as u32);
-                if segmented {
-                    // Every Ready key of the segments layout has a record.
-                    records.push(self.index.record(key).unwrap_or(index::NO_RECORD));
-                }
+                records.extend(record);
             }
         }
         let counters = &self.pool.shared().counters;

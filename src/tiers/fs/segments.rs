@@ -231,7 +231,9 @@ impl Segments {
         let mut seen = hashbrown::HashSet::<Key, foldhash::fast::RandomState>::default();
         let mut scratch = Scratch::new();
         for r in 0..self.records {
-            let (fd, off) = self.locate(r);
+            let Some((fd, off)) = self.locate(r) else {
+                break;
+            };
             let page = scratch.page_mut();
             // SAFETY: the page is HEADER_LEN writable, aligned bytes.
             let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
@@ -263,11 +265,15 @@ impl Segments {
         self.direct
     }
 
-    /// The descriptor and byte offset of record `record`.
-    pub fn locate(&self, record: u32) -> (i32, u64) {
+    /// The descriptor and byte offset of record `record`; `None` past the
+    /// last record.
+    pub fn locate(&self, record: u32) -> Option<(i32, u64)> {
+        if record >= self.records {
+            return None;
+        }
         let file = (record / self.per_segment) as usize;
         let off = (record % self.per_segment) as u64 * self.record_bytes;
-        (self.files[file].0, off)
+        Some((self.files[file].0, off))
     }
 }
 
@@ -345,7 +351,8 @@ mod tests {
         assert!(found.is_empty());
         assert_eq!(report.blocks, 0);
         assert_eq!(s.records(), 5);
-        let at = |r| s.locate(r);
+        let at = |r| s.locate(r).unwrap();
+        assert_eq!(s.locate(5), None, "past the last record");
         assert_eq!(at(0).0, at(1).0);
         assert_ne!(at(1).0, at(2).0);
         assert_ne!(at(3).0, at(4).0);
