@@ -80,30 +80,33 @@ impl Index {
     }
 
     /// An index over `records` segment records of `file_bytes` each, holding
-    /// the blocks a restart found, as (key, record) pairs in the order they
-    /// become the most recently used; every other record is free.  Fails
-    /// only when the free list cannot be allocated.
+    /// the blocks a restart found, as (key, record) pairs in record order
+    /// (which becomes their recency, the last most recent); every other
+    /// record is free.  Fails only when the free list cannot be allocated.
     pub fn with_records(
         file_bytes: u64,
         records: u32,
         found: &[(Key, u32)],
     ) -> crate::Result<Index> {
+        debug_assert!(found.windows(2).all(|w| w[0].1 < w[1].1));
         let mut index = Index::new(file_bytes);
-        let mut taken = vec![false; records as usize];
-        for &(key, record) in found {
-            index.insert(key, State::Ready);
-            let i = index.map[&key];
-            index.nodes[i as usize].record = record;
-            taken[record as usize] = true;
-        }
         let free = records as usize - found.len();
         index.free_records.try_reserve_exact(free).map_err(|_| {
             crate::Error::OutOfMemory(format!("fs tier: a free list of {free} records"))
         })?;
-        // Lowest numbers first out.
-        index
-            .free_records
-            .extend((0..records).rev().filter(|&r| !taken[r as usize]));
+        for &(key, record) in found {
+            index.insert(key, State::Ready);
+            let i = index.map[&key];
+            index.nodes[i as usize].record = record;
+        }
+        // Every record between the found ones, highest first, so the
+        // lowest numbers go out first.
+        let mut taken = found.iter().rev().map(|&(_, r)| r).peekable();
+        for r in (0..records).rev() {
+            if taken.next_if_eq(&r).is_none() {
+                index.free_records.push(r);
+            }
+        }
         Ok(index)
     }
 
@@ -462,5 +465,33 @@ mod tests {
         ix.insert(k(2), State::Writing);
         assert_eq!(ix.remove(&k(2)), Some(State::Writing));
         assert_eq!(ix.used(), 0);
+    }
+
+    #[test]
+    fn records_found_at_restart_stay_theirs_and_the_others_go_out_lowest_first() {
+        let mut ix = Index::with_records(100, 6, &[(k(1), 1), (k(2), 4)]).unwrap();
+        assert_eq!((ix.record(&k(1)), ix.record(&k(2))), (Some(1), Some(4)));
+        assert_eq!(ix.free_records(), 4);
+        let mut got = Vec::new();
+        for n in 10..14 {
+            ix.insert(k(n), State::Writing);
+            got.push(ix.assign_record(&k(n)).unwrap());
+        }
+        assert_eq!(got, [0, 2, 3, 5]);
+        ix.insert(k(20), State::Writing);
+        assert_eq!(ix.assign_record(&k(20)), None, "no record left");
+        // A Ready key, or one that has a record, gets none.
+        assert_eq!(ix.assign_record(&k(1)), None);
+        assert_eq!(ix.assign_record(&k(10)), None);
+        // Removing and evicting give records back.
+        ix.remove(&k(11));
+        assert_eq!(ix.free_records(), 1);
+        assert_eq!(
+            ix.evict_one(false),
+            Some(k(1)),
+            "the least recent found block"
+        );
+        assert_eq!(ix.free_records(), 2);
+        assert_eq!(ix.record(&k(1)), None);
     }
 }
