@@ -486,6 +486,8 @@ mod tests {
         // Removing and evicting give records back.
         ix.remove(&k(11));
         assert_eq!(ix.free_records(), 1);
+        assert_eq!(ix.assign_record(&k(10)), None, "one record per key");
+        assert_eq!(ix.free_records(), 1);
         assert_eq!(
             ix.evict_one(false),
             Some(k(1)),
