@@ -196,7 +196,7 @@ fn kill_9_at_random_moments_loses_no_acknowledged_block_in_segments() {
 /// Records per round for the segments runs: more than a writer stores in
 /// a round (about 1,200 here); a writer that comes near the capacity stops
 /// storing.
-const SEGMENT_RECORDS_PER_ROUND: u64 = 4_000;
+const SEGMENT_RECORDS_PER_ROUND: u64 = 2_500;
 
 fn kill_9_run(layout: FsLayout) {
     let rounds = fault_run::rounds(3);
