@@ -410,6 +410,25 @@ mod tests {
     }
 
     #[test]
+    fn every_segment_file_is_open_the_way_direct_says() {
+        // Under target/ (a disk, where O_DIRECT usually works), then
+        // asking for buffered files.
+        let parent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+        for want in [true, false] {
+            let dir = tempfile::tempdir_in(&parent).unwrap();
+            let record = file_len(4096);
+            let (s, _, _) =
+                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2).unwrap();
+            assert!(want || !s.direct());
+            for fd in &s.files {
+                // SAFETY: an open descriptor.
+                let flags = unsafe { libc::fcntl(fd.0, libc::F_GETFL) };
+                assert_eq!(flags & libc::O_DIRECT != 0, s.direct(), "want {want}");
+            }
+        }
+    }
+
+    #[test]
     fn a_capacity_below_one_record_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let err =
