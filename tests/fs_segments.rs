@@ -113,6 +113,18 @@ fn the_capacity_is_a_number_of_records_and_the_least_recently_used_go_first() {
     }
     assert_eq!(tier.block_count(), 10);
     assert_eq!(stat(&tier, "evictions"), 4.0);
+    // Each evicted block was announced as removed.
+    let mut ev = Vec::new();
+    tier.take_events(usize::MAX, &mut ev);
+    let mut removed: Vec<_> = ev
+        .iter()
+        .filter(|e| e.kind == EventKind::Removed)
+        .map(|e| e.key.unwrap())
+        .collect();
+    removed.sort();
+    let mut want: Vec<_> = [1, 2, 3, 4].map(key).to_vec();
+    want.sort();
+    assert_eq!(removed, want);
     for gone in [1, 2, 3, 4] {
         assert!(!hit(&mut tier, gone), "block {gone} should be evicted");
     }

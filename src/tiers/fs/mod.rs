@@ -313,22 +313,24 @@ impl FsTier {
         }
         let direct = opts.direct_io && io::probe_direct(root);
         let layout = Layout::new(root.clone());
-        let (mut index, mut rebuild, segments) = match opts.layout {
+        let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
                 let mut index = Index::new(file_len(block_bytes));
                 let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
                 (index, rebuild, None)
             }
             FsLayout::Segments => {
-                let (segments, found, rebuild) = Segments::open(root, block_bytes, &opts, direct)?;
-                let index = Index::with_records(file_len(block_bytes), segments.records(), &found)?;
+                let (segments, found, mut rebuild) =
+                    Segments::open(root, block_bytes, &opts, direct)?;
+                let mut index =
+                    Index::with_records(file_len(block_bytes), segments.records(), &found)?;
+                // As the files layout's rebuild does; an evicted record is
+                // only freed.
+                rebuild.evicted = rebuild::evict_over_capacity(&opts, &mut index, |_| ());
+                rebuild.blocks -= rebuild.evicted;
                 (index, rebuild, Some(segments))
             }
         };
-        if segments.is_some() {
-            rebuild.evicted = rebuild::evict_over_capacity(&opts, &mut index, |_| ());
-            rebuild.blocks -= rebuild.evicted;
-        }
         let link = if opts.unnamed_temp_files && segments.is_none() {
             io::probe_tmpfile(root)
         } else {
@@ -653,16 +655,21 @@ impl FsTier {
         let need = one * new as u64;
         if self.index.used() + need > high {
             while self.index.used() + need > low {
-                // Files are removed by the store's workers; a segment
-                // record is free at once (the store overwrites it).
-                let Some(victim) = self.index.evict_one(!self.segmented()) else {
+                let Some(victim) = self.index.evict_one(true) else {
                     break;
                 };
                 self.totals.evictions += 1;
                 if self.index.announced(&victim) {
                     self.emit(EventKind::Removed, victim);
                 }
-                victims.push(victim);
+                if self.segmented() {
+                    // The record is free at once: the next store
+                    // overwrites it, nothing to remove.
+                    self.index.remove(&victim);
+                } else {
+                    // The file goes before the job's new blocks are written.
+                    victims.push(victim);
+                }
             }
         }
         let room = cap.saturating_sub(self.index.used()) / one;
@@ -785,10 +792,6 @@ impl SecondaryTier for FsTier {
                 codes[i as usize] = outcome::REJECTED_FULL;
                 self.totals.stores_rejected_full += 1;
             }
-        }
-        if segmented {
-            // An evicted record is simply overwritten: nothing to remove.
-            victims.clear();
         }
         self.pool
             .submit(Arc::new(JobState::new(job, codes, work, victims, records)));
