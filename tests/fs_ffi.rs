@@ -13,6 +13,15 @@ use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::region::*;
 
+/// Default fs options in `dir`, one read and one write thread.
+fn small_options(dir: &CStr) -> kvtier_fs_options {
+    let mut o = kvtier_fs_options_default();
+    o.directory = dir.as_ptr();
+    o.read_threads = 1;
+    o.write_threads = 1;
+    o
+}
+
 fn last_error() -> String {
     unsafe { CStr::from_ptr(kvtier_last_error_message()) }
         .to_string_lossy()
@@ -85,10 +94,7 @@ fn the_segments_layout_is_chosen_through_the_options() {
     let s = Setup::new("segments");
     let dir = tempfile::tempdir().unwrap();
     let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
-    let mut o = kvtier_fs_options_default();
-    o.directory = cdir.as_ptr();
-    o.read_threads = 1;
-    o.write_threads = 1;
+    let o = small_options(&cdir);
     let mut index = 99usize;
     let mut bad = o;
     bad.layout = 7;
@@ -234,10 +240,7 @@ fn complete_job_refuses_the_fs_tier() {
     let s = Setup::new("complete-job");
     let dir = tempfile::tempdir().unwrap();
     let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
-    let mut o = kvtier_fs_options_default();
-    o.directory = cdir.as_ptr();
-    o.read_threads = 1;
-    o.write_threads = 1;
+    let o = small_options(&cdir);
     let mut index = 0usize;
     let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
     assert_eq!(st, S::Ok, "{}", last_error());
