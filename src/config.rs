@@ -169,16 +169,6 @@ fn configuration(message: String) -> Error {
     Error::InvalidArgument(format!("configuration: {message}"))
 }
 
-/// `e` with `what` in front of its message: an invalid argument or out of
-/// memory stays one; anything else becomes an invalid argument.
-fn within(what: &str, e: Error) -> Error {
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{what}: {m}")),
-        Error::OutOfMemory(m) => Error::OutOfMemory(format!("{what}: {m}")),
-        e => Error::InvalidArgument(format!("{what}: {e}")),
-    }
-}
-
 impl Config {
     /// Parses a configuration document (UTF-8 JSON) and checks every
     /// tier's options; builds nothing.
@@ -213,7 +203,7 @@ impl Config {
         }
         if let Some(m) = &config.metrics {
             crate::metrics::server::parse_listen(&m.listen)
-                .map_err(|e| within("configuration", e))?;
+                .map_err(|e| e.within("configuration"))?;
         }
         Ok(config)
     }
@@ -251,7 +241,7 @@ impl Config {
     /// start with `configuration:`.  On error nothing is left behind (a
     /// region this call created is removed again).
     pub fn build(&self) -> Result<Manager> {
-        let in_config = |e: Error| within("configuration", e);
+        let in_config = |e: Error| e.within("configuration");
         let block_bytes = usize::try_from(self.block_bytes)
             .map_err(|_| configuration("block_bytes: too large".into()))?;
         let slots = match &self.region {
@@ -267,7 +257,7 @@ impl Config {
                     ..r.clone()
                 };
                 let region =
-                    Region::create_or_join(&options).map_err(|e| in_config(within("region", e)))?;
+                    Region::create_or_join(&options).map_err(|e| in_config(e.within("region")))?;
                 SlotSource::Owned(region)
             }
             None if block_bytes > 0 => SlotSource::View(
@@ -283,7 +273,7 @@ impl Config {
     /// order.  The one way every manager is made.  Errors name the part
     /// that failed (`primary: ...`, `tiers[1]: ...`).
     pub fn build_with(&self, slots: SlotSource) -> Result<Manager> {
-        let primary = PrimaryTier::new(self.primary.clone()).map_err(|e| within("primary", e))?;
+        let primary = PrimaryTier::new(self.primary.clone()).map_err(|e| e.within("primary"))?;
         let manager = Manager::new(primary, self.manager_options());
         match slots {
             SlotSource::None => {}
@@ -298,7 +288,7 @@ impl Config {
         }
         for (i, t) in self.tiers.iter().enumerate() {
             add_builtin_tier(&manager, t.builtin(i)?, t.tier_options())
-                .map_err(|e| within(&format!("tiers[{i}]"), e))?;
+                .map_err(|e| e.within(&format!("tiers[{i}]")))?;
         }
         log::info!(
             target: "kvtier::config",

@@ -126,6 +126,48 @@ impl Error {
         }
     }
 
+    /// The same error with `what` in front of its message (`what: ...`),
+    /// so a caller can say which part failed without changing the kind of
+    /// failure (and so its status).  Errors that carry a name or a number
+    /// rather than a message (an unknown request or job, a buffer size)
+    /// come back as they were.
+    pub fn within(self, what: &str) -> Error {
+        let prefixed = |m: String| format!("{what}: {m}");
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(prefixed(m)),
+            Error::InvalidKey { index, reason } => Error::InvalidKey {
+                index,
+                reason: prefixed(reason),
+            },
+            Error::KeyState { index, key, reason } => Error::KeyState {
+                index,
+                key,
+                reason: prefixed(reason),
+            },
+            Error::Io { context, source } => Error::Io {
+                context: prefixed(context),
+                source,
+            },
+            Error::NotFound(m) => Error::NotFound(prefixed(m)),
+            Error::AlreadyExists(m) => Error::AlreadyExists(prefixed(m)),
+            Error::Timeout(m) => Error::Timeout(prefixed(m)),
+            Error::NoSpace(m) => Error::NoSpace(prefixed(m)),
+            Error::PeerFailed(m) => Error::PeerFailed(prefixed(m)),
+            Error::Tier { tier, message } => Error::Tier {
+                tier,
+                message: prefixed(message),
+            },
+            Error::Reentrant(m) => Error::Reentrant(prefixed(m)),
+            Error::Closed(m) => Error::Closed(prefixed(m)),
+            Error::Unsupported(m) => Error::Unsupported(prefixed(m)),
+            Error::OutOfMemory(m) => Error::OutOfMemory(prefixed(m)),
+            e @ (Error::UnknownRequest(_)
+            | Error::DuplicateRequest(_)
+            | Error::UnknownJob { .. }
+            | Error::BufferTooSmall { .. }) => e,
+        }
+    }
+
     /// An [`Error::Io`] from `source`, with `context`.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
@@ -137,3 +179,70 @@ impl Error {
 
 /// Result with the core [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_kind() -> Vec<Error> {
+        let m = || "m".to_string();
+        vec![
+            Error::InvalidArgument(m()),
+            Error::InvalidKey {
+                index: 1,
+                reason: m(),
+            },
+            Error::KeyState {
+                index: 2,
+                key: "6b".into(),
+                reason: m(),
+            },
+            Error::UnknownRequest("r".into()),
+            Error::DuplicateRequest("r".into()),
+            Error::UnknownJob {
+                job: 3,
+                tier: "t".into(),
+            },
+            Error::io("m", io::Error::from_raw_os_error(libc::ENOSPC)),
+            Error::NotFound(m()),
+            Error::AlreadyExists(m()),
+            Error::Timeout(m()),
+            Error::NoSpace(m()),
+            Error::PeerFailed(m()),
+            Error::Tier {
+                tier: "t".into(),
+                message: m(),
+            },
+            Error::Reentrant(m()),
+            Error::Closed(m()),
+            Error::Unsupported(m()),
+            Error::OutOfMemory(m()),
+            Error::BufferTooSmall {
+                needed: 2,
+                given: 1,
+            },
+        ]
+    }
+
+    #[test]
+    fn within_keeps_the_kind_and_names_the_part_in_every_message() {
+        for e in every_kind() {
+            let before = e.to_string();
+            let kind = std::mem::discriminant(&e);
+            let carries_a_message = !matches!(
+                e,
+                Error::UnknownRequest(_)
+                    | Error::DuplicateRequest(_)
+                    | Error::UnknownJob { .. }
+                    | Error::BufferTooSmall { .. }
+            );
+            let e = e.within("tiers[2]");
+            assert_eq!(std::mem::discriminant(&e), kind, "{e}");
+            if carries_a_message {
+                assert!(e.to_string().contains("tiers[2]: m"), "{e}");
+            } else {
+                assert_eq!(e.to_string(), before);
+            }
+        }
+    }
+}

@@ -7,6 +7,8 @@
 mod ffi_calls;
 #[path = "support/prometheus.rs"]
 mod prometheus;
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::{null, null_mut};
@@ -23,6 +25,7 @@ use kvtier::ffi::observe::*;
 use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
 use prometheus::parse_with_prometheus_client;
+use tmpfs::SmallTmpfs;
 
 const BLOCK: usize = 4096;
 
@@ -537,4 +540,42 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
         ]
     );
     unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn configuration_errors_keep_the_status_of_what_failed() {
+    // A segments directory another manager holds: ALREADY_EXISTS, as
+    // from kvtier_manager_add_fs_tier, with the part that failed named.
+    let dir = tempfile::tempdir().unwrap();
+    let json = format!(
+        r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 4}},
+            "tiers": [{{"type": "fs", "options": {{"directory": {:?},
+              "capacity_bytes": {}, "layout": "segments"}}}}]}}"#,
+        dir.path().to_str().unwrap(),
+        16 * BLOCK
+    );
+    let first = from_json(&json).unwrap_or_else(|e| panic!("{e:?}"));
+    let (st, msg) = from_json(&json).unwrap_err();
+    assert_eq!(st, S::AlreadyExists, "{msg}");
+    assert!(msg.contains("configuration: tiers[0]"), "{msg}");
+    unsafe { kvtier_manager_free(first) };
+
+    // A region larger than its file system's room: NO_SPACE.
+    let Some(fs) = SmallTmpfs::mount(1 << 20) else {
+        return;
+    };
+    let json = format!(
+        r#"{{"block_bytes": 65536, "primary": {{"capacity": 64}},
+            "region": {{"name": "json-no-space-{}", "directory": {:?}, "prefault": "off"}}}}"#,
+        std::process::id(),
+        fs.path().to_str().unwrap()
+    );
+    let (st, msg) = from_json(&json).unwrap_err();
+    assert_eq!(st, S::NoSpace, "{msg}");
+    assert!(msg.contains("configuration: region"), "{msg}");
+    assert_eq!(
+        std::fs::read_dir(fs.path()).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
 }

@@ -13,8 +13,12 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
+
 use kvtier::Error;
 use kvtier::region::{OpenMode, Prefault, PrefaultMethod, Region, RegionOptions, Role, Share};
+use tmpfs::SmallTmpfs;
 
 const PAGE: usize = 4096;
 const CHILD_VAR: &str = "KVTIER_REGION_CHILD";
@@ -783,43 +787,6 @@ fn old_format_files_are_replaced_when_stale_and_refused_when_live() {
     assert!(path.exists(), "a live file is left alone");
 }
 
-/// A fresh tmpfs of `bytes` mounted on a new directory, unmounted on drop;
-/// `None` where this process may not mount (not root, or in a container
-/// that forbids it).
-struct SmallTmpfs(tempfile::TempDir);
-
-impl SmallTmpfs {
-    fn mount(bytes: usize) -> Option<SmallTmpfs> {
-        let dir = tempfile::tempdir().ok()?;
-        let target = std::ffi::CString::new(dir.path().to_str()?).ok()?;
-        let data = std::ffi::CString::new(format!("size={bytes},mode=0700")).ok()?;
-        let r = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                data.as_ptr().cast(),
-            )
-        };
-        if r != 0 {
-            eprintln!(
-                "  skipped: mounting a tmpfs failed ({})",
-                std::io::Error::last_os_error()
-            );
-            return None;
-        }
-        Some(SmallTmpfs(dir))
-    }
-}
-
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let target = std::ffi::CString::new(self.0.path().to_str().unwrap()).unwrap();
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 fn memory_is_reserved_at_creation_even_without_pre_faulting() {
     // Without a reservation, a second region passed the free-space check
     // (nothing of the first was faulted in yet), and whichever process
@@ -828,7 +795,7 @@ fn memory_is_reserved_at_creation_even_without_pre_faulting() {
         return;
     };
     let mut a = opts(&unique("reserve-a"), 6, 1 << 20);
-    a.directory = fs.0.path().to_path_buf();
+    a.directory = fs.path().to_path_buf();
     a.prefault = Prefault::Off;
     let ra = Region::create_or_join(&a).unwrap();
     use std::os::unix::fs::MetadataExt;
@@ -843,7 +810,7 @@ fn memory_is_reserved_at_creation_even_without_pre_faulting() {
     let e = Region::create_or_join(&b).unwrap_err();
     assert!(matches!(e, Error::NoSpace(_)), "{e}");
     assert!(
-        std::fs::read_dir(fs.0.path()).unwrap().count() == 1,
+        std::fs::read_dir(fs.path()).unwrap().count() == 1,
         "b left nothing"
     );
     // The first region's memory is all there: every page can be written.
