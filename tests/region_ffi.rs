@@ -293,16 +293,21 @@ fn barrier_runs_once_then_names_are_removed() {
         (2, S::InvalidArgument as i32)
     );
 
-    // A barrier that fails, or answers a value that is no status, fails the call.
+    // A barrier that times out fails the call as a timeout; one that fails
+    // otherwise, or answers a value that is no status, as a failed peer.
     log.reply = S::Timeout as i32;
     let (s, m) = new(&o).unwrap_err();
-    assert_eq!(s, S::PeerFailed);
+    assert_eq!(s, S::Timeout, "{m}");
     assert!(m.contains("KVTIER_STATUS_TIMEOUT"), "{m}");
+    log.reply = S::Closed as i32;
+    let (s, m) = new(&o).unwrap_err();
+    assert_eq!(s, S::PeerFailed);
+    assert!(m.contains("KVTIER_STATUS_CLOSED"), "{m}");
     log.reply = 12345;
     let (s, m) = new(&o).unwrap_err();
     assert_eq!(s, S::PeerFailed);
     assert!(m.contains("12345"), "{m}");
-    assert_eq!(log.calls, 4);
+    assert_eq!(log.calls, 5);
     assert!(
         !path_of(&name).exists(),
         "a failed barrier leaves nothing behind"

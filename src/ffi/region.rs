@@ -65,7 +65,9 @@ pub const KVTIER_REGION_ROLE_JOINER: kvtier_region_role = 2;
 /// finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
 /// status).  It must return only once every process of the region has
 /// called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
-/// value fails `kvtier_region_new`.  It must not call kvtier region
+/// value fails `kvtier_region_new` (`KVTIER_STATUS_TIMEOUT` for a barrier
+/// that gave up waiting, as `KVTIER_STATUS_TIMEOUT`; anything else as
+/// `KVTIER_STATUS_PEER_FAILED`).  It must not call kvtier region
 /// functions.
 pub type kvtier_region_barrier_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, setup_status: i32) -> i32>;
@@ -265,7 +267,10 @@ unsafe fn convert(o: &kvtier_region_options) -> Result<RegionOptions, Failure> {
 /// joiner whose creator fails during set-up fails at once with
 /// `KVTIER_STATUS_PEER_FAILED`.  With a
 /// barrier, the barrier runs once (even if set-up failed: a set-up error is
-/// then returned as it was) and the names are removed afterwards.
+/// then returned as it was) and the names are removed afterwards; a barrier
+/// that returns `KVTIER_STATUS_TIMEOUT` fails the call with
+/// `KVTIER_STATUS_TIMEOUT`, any other status but OK (or a value that is no
+/// status) with `KVTIER_STATUS_PEER_FAILED`.
 ///
 /// `options` NULL means the defaults (which have no name: an error); else
 /// initialized with `kvtier_region_options_default()` (growth rule).  Its
@@ -300,6 +305,11 @@ pub unsafe extern "C" fn kvtier_region_new(
                     let r = unsafe { f(user, status as i32) };
                     match kvtier_status::from_i32(r) {
                         Some(kvtier_status::Ok) => Ok(()),
+                        // A barrier that waited too long for its peers
+                        // says so: that is a timeout, not a failed peer.
+                        Some(kvtier_status::Timeout) => Err(Error::Timeout(
+                            "the region barrier returned KVTIER_STATUS_TIMEOUT".into(),
+                        )),
                         Some(s) => Err(Error::PeerFailed(format!(
                             "the region barrier returned {}",
                             s.as_cstr().to_string_lossy()
