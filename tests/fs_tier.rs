@@ -391,6 +391,32 @@ fn jobs_naming_bad_slots_fail_without_harm() {
     assert!(!tier.has_pending_work());
 }
 
+/// Our rule, beyond vLLM's (which announces nothing for a job that
+/// failed in part): a store job `[A, B]` whose B fails announces A, which
+/// was stored and is served, and nothing for B.
+#[test]
+fn a_partly_failed_store_announces_the_keys_it_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    fill(&mem, 1, 3);
+    tier.submit_store(job(1, Direction::Store, &[3, 4], &[1, 99]));
+    let out = wait(&mut tier, 1);
+    assert!(!out[0].success, "{out:?}");
+    let ev = events(&mut tier);
+    assert_eq!(
+        ev,
+        vec![Event {
+            kind: EventKind::Stored,
+            key: Some(key(3))
+        }],
+        "stored announced for A alone"
+    );
+    let req = request();
+    assert_eq!(tier.lookup(&key(3), &req), TierLookup::Hit);
+    assert_eq!(tier.lookup(&key(4), &req), TierLookup::Miss);
+}
+
 #[test]
 fn restart_skips_bad_files_and_removes_temp_files_of_dead_writers() {
     let dir = tempfile::tempdir().unwrap();
