@@ -171,7 +171,7 @@ fn stores_and_loads_verified_bytes_through_one_server() {
         keys[..4].to_vec(),
         vec![0, 1, 2, 3],
     ));
-    assert!(wait_results(&mut a, 1, Duration::from_secs(5))[0].success);
+    assert!(wait_results(&mut a, 1, GENEROUS)[0].success);
     assert_eq!(stat(&a, "blocks_skipped"), 4.0);
 
     // Load into other slots and compare.
