@@ -52,6 +52,17 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
+/* Seconds on the monotonic clock. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* How long disk work may take before it counts as hung: a deadline, not a
+ * number of steps, so a loaded machine or a sanitizer build passes too. */
+#define HANG_SECONDS 120.0
+
 static double fs_stat(const kvtier_manager *m, size_t tier, const char *name) {
     kvtier_tier_stat stats[256];
     size_t n = 0;
@@ -84,7 +95,8 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
     if (s != KVTIER_STATUS_OK) return fail("request_begin", s);
 
     size_t hits = 0;
-    for (int step = 0;; step++) {
+    double deadline = now_s() + HANG_SECONDS;
+    for (;;) {
         kvtier_lookup_answer answer;
         s = kvtier_manager_lookup(m, h, keys, BLOCKS_PER_REQUEST, &answer);
         if (s != KVTIER_STATUS_OK) return fail("lookup", s);
@@ -93,8 +105,8 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
         /* Blocks are on their way from disk: end the step, try again. */
         s = kvtier_manager_schedule_end(m);
         if (s != KVTIER_STATUS_OK) return fail("schedule_end", s);
-        if (step > 5000) {
-            fprintf(stderr, "fs_tier: %s: promotions never finished\n", req);
+        if (now_s() > deadline) {
+            fprintf(stderr, "fs_tier: %s: promotions never finished (%.0f s)\n", req, HANG_SECONDS);
             return EXIT_FAILURE;
         }
         sleep_ms(1);
@@ -129,12 +141,13 @@ static int serve(kvtier_manager *m, kvtier_region *region, int r, struct totals 
         kvtier_store_plan plan = {idx, slots, NULL, 0, 0, true};
         /* Refused while every slot is pinned by cascades still writing to
          * disk: end the step and offer the blocks again. */
-        for (int step = 0; plan.refused; step++) {
+        deadline = now_s() + HANG_SECONDS;
+        while (plan.refused) {
             s = kvtier_manager_prepare_store(m, h, keys + hits, rest, &plan);
             if (s != KVTIER_STATUS_OK) return fail("prepare_store", s);
             if (!plan.refused) break;
-            if (step > 5000) {
-                fprintf(stderr, "fs_tier: %s: no room in the primary tier\n", req);
+            if (now_s() > deadline) {
+                fprintf(stderr, "fs_tier: %s: no room in the primary tier (%.0f s)\n", req, HANG_SECONDS);
                 return EXIT_FAILURE;
             }
             s = kvtier_manager_schedule_end(m);
@@ -197,13 +210,21 @@ static int run(const char *dir, kvtier_fs_layout layout, int number, struct tota
 
     int rc = EXIT_SUCCESS;
     for (int r = 0; r < REQUESTS && rc == EXIT_SUCCESS; r++) rc = serve(m, region, r, t);
-    /* Let the last cascades reach the disk. */
+    /* Let the last cascades reach the disk (the statistics below count
+     * them all). */
     bool pending = true;
-    for (int i = 0; i < 5000 && pending && rc == EXIT_SUCCESS; i++) {
+    double deadline = now_s() + HANG_SECONDS;
+    while (pending && rc == EXIT_SUCCESS) {
         s = kvtier_manager_schedule_end(m);
         if (s == KVTIER_STATUS_OK) s = kvtier_manager_has_pending_work(m, &pending);
         if (s != KVTIER_STATUS_OK) rc = fail("draining", s);
-        if (pending) sleep_ms(1);
+        if (!pending || rc != EXIT_SUCCESS) break;
+        if (now_s() > deadline) {
+            fprintf(stderr, "fs_tier: the cascades never reached the disk (%.0f s)\n", HANG_SECONDS);
+            rc = EXIT_FAILURE;
+            break;
+        }
+        sleep_ms(1);
     }
     *fs_loads = fs_stat(m, tier, "loads");
     *fs_blocks = fs_stat(m, tier, "blocks");

@@ -66,7 +66,8 @@ fn json_redis_tier_round_trips_and_wakes() {
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 4}},
             "tiers": [{{"type": "redis", "options": {{"nodes": ["{}"], "namespace": "cfg-{}",
-                        "connections": 1}}}}]}}"#,
+                        "connections": 1, "connect_timeout_ms": 30000,
+                        "command_timeout_ms": 30000}}}}]}}"#,
         server.addr(),
         std::process::id()
     );
@@ -77,7 +78,7 @@ fn json_redis_tier_round_trips_and_wakes() {
     let first: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
     store(&m, r, &first);
     assert!(
-        readable(fd, 10_000),
+        readable(fd, 60_000),
         "the redis worker's report wakes the fd"
     );
     settle(&m, fd);

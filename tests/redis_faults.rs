@@ -341,8 +341,11 @@ fn a_redis_server_killed_corrupted_and_evicting_never_yields_a_bad_block() {
         nodes: vec![server.addr()],
         namespace: NAMESPACE.into(),
         connections: 2,
-        connect_timeout: Duration::from_millis(200),
-        command_timeout: Duration::from_millis(1000),
+        // Generous: the faults here are kills (connections reset, connects
+        // refused), which fail at once; a short timeout would also fail
+        // work on a live server that a loaded machine was slow to run.
+        connect_timeout: Duration::from_secs(30),
+        command_timeout: Duration::from_secs(30),
         breaker_failures: 2,
         breaker_cooldown: Duration::from_millis(100),
         ..RedisTierConfig::default()

@@ -233,7 +233,9 @@ impl RedisServer {
             .spawn()
             .map_err(|e| format!("starting {}: {e}", exe.display()))?;
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A minute: a loaded machine may start it slowly; only a server
+        // that never answers runs into it.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             let ready = if self.tls {
                 TcpStream::connect(("127.0.0.1", self.port)).is_ok()
@@ -338,7 +340,7 @@ impl RedisCluster {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ok = nodes.iter().all(|n| {
                 n.cli_text(&["cluster", "info"])

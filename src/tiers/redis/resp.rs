@@ -316,16 +316,17 @@ mod tests {
         params(addr)
     }
 
-    /// Plain connection parameters for `addr`: no login, database 0, two
-    /// seconds for connecting and for each command.
+    /// Plain connection parameters for `addr`: no login, database 0, a
+    /// minute for connecting and for each command (only a hung server
+    /// thread runs into it, however loaded the machine).
     fn params(addr: String) -> RawParams {
         RawParams {
             addr,
             username: None,
             password: None,
             db: 0,
-            connect_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(60),
+            command_timeout: Duration::from_secs(60),
         }
     }
 
