@@ -45,8 +45,12 @@ const POLL: Duration = Duration::from_millis(2);
 /// Least time allowed for taking a lock that a stale-file check holds briefly.
 const MIN_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// How long an empty file may go without a creator setting it up before a
-/// joiner concludes that the creator died.
-const CREATOR_GRACE: Duration = Duration::from_millis(50);
+/// joiner concludes that the creator died.  The creator marks the file
+/// right after creating it; on a loaded machine (or under a sanitizer) it
+/// can be descheduled between the two for tens of milliseconds, so the
+/// grace is long enough never to declare a live creator dead, and short
+/// beside the join timeout.
+const CREATOR_GRACE: Duration = Duration::from_secs(1);
 
 /// Files this process created, removed again unless set-up succeeds.
 pub(crate) struct Created {
