@@ -103,6 +103,8 @@
  */
 #define KVTIER_REGION_MAX_NAME_LEN 200
 
+
+
 /**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
@@ -803,6 +805,15 @@ typedef struct {
    * one process, so refuses `shared`).  Since 0.3.
    */
   kvtier_fs_layout layout;
+  /**
+   * Permission bits of every file the tier creates (block, temporary,
+   * segment, lock and probe files; default `0600`); the directories it
+   * creates get the same bits with search added wherever read is set
+   * (`0600` gives `0700`, `0640` gives `0750`).  Set with `fchmod`, so
+   * the umask does not narrow it.  Within `0777` and giving the owner
+   * read and write, else `KVTIER_STATUS_INVALID_ARGUMENT`.  Since 0.3.
+   */
+  uint32_t file_mode;
 } kvtier_fs_options;
 
 /**
