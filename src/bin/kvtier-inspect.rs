@@ -30,7 +30,8 @@ use kvtier::region::inspect::{RegionReport, inspect};
 use kvtier::tiers::fs::inspect::{AGE_BOUNDS, DirReport, ScanOptions, scan};
 use serde_json::json;
 
-const USAGE: &str = "usage: kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
+const USAGE: &str =
+    "usage: kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
        kvtier-inspect region NAME [--directory DIR] [--json]";
 
 fn main() -> ExitCode {
@@ -130,7 +131,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         [what, name] if what == "region" => {
             if f.verify || f.repair || f.mode.is_some() {
-                return Err(format!("--verify and --mode are for fs directories\n{USAGE}"));
+                return Err(format!(
+                    "--verify and --mode are for fs directories\n{USAGE}"
+                ));
             }
             let dir = f.directory.unwrap_or_else(|| PathBuf::from("/dev/shm"));
             let report = inspect(&dir, name).map_err(|e| e.to_string())?;

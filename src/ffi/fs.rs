@@ -235,4 +235,29 @@ mod tests {
         let (null, _) = unsafe { fs_options_of(std::ptr::null()) }.unwrap();
         assert_eq!(null, FsOptions::default());
     }
+
+    #[test]
+    fn file_modes_read_as_octal_text_or_numbers_and_bad_ones_are_refused() {
+        let read = |v: &str| {
+            serde_json::from_str::<FsOptions>(&format!(r#"{{"file_mode": {v}}}"#))
+                .map(|o| o.file_mode)
+        };
+        assert_eq!(read(r#""0640""#).unwrap(), 0o640);
+        assert_eq!(read(r#""0o660""#).unwrap(), 0o660);
+        assert_eq!(read("416").unwrap(), 0o640);
+        assert!(read(r#""0999""#).is_err());
+        let mut c = kvtier_fs_options_default();
+        assert_eq!(c.file_mode, 0o600);
+        c.file_mode = 0o640;
+        let (fs, _) = unsafe { fs_options_of(&c) }.unwrap();
+        assert_eq!(fs.file_mode, 0o640);
+        let dir = tempfile::tempdir().unwrap();
+        for bad in [0, 0o400, 0o200, 0o1600, 0o7777] {
+            let mut o = FsOptions::new(dir.path());
+            o.file_mode = bad;
+            let mem = crate::region::SlotMemory::anonymous(2, 4096).unwrap();
+            let err = crate::tiers::fs::FsTier::open(mem, o).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{bad:o}: {err}");
+        }
+    }
 }

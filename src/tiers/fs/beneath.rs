@@ -89,11 +89,8 @@ pub fn open_root(path: &CStr) -> Result<Fd, i32> {
 }
 
 fn open_dir_at(dir: i32, name: &CStr) -> Result<Fd, i32> {
-    let flags = libc::O_RDONLY
-        | libc::O_DIRECTORY
-        | libc::O_NOFOLLOW
-        | libc::O_CLOEXEC
-        | libc::O_NONBLOCK;
+    let flags =
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: NUL-terminated name.
     let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
     if fd >= 0 {
@@ -178,9 +175,8 @@ pub fn open_at(
     if !is_regular(&st) {
         return Err(FOREIGN);
     }
-    let created =
-        flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL
-            || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+    let created = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL
+        || flags & libc::O_TMPFILE == libc::O_TMPFILE;
     if created {
         // SAFETY: an open descriptor.
         unsafe { libc::fchmod(fd.0, mode as libc::mode_t) };
@@ -190,12 +186,7 @@ pub fn open_at(
 
 /// Opens (or creates, mode `mode`) regular file `name` of `dir` read-write;
 /// says whether this call created it.
-pub fn open_or_create(
-    dir: i32,
-    name: &CStr,
-    mode: u32,
-    direct: bool,
-) -> Result<(Fd, bool), i32> {
+pub fn open_or_create(dir: i32, name: &CStr, mode: u32, direct: bool) -> Result<(Fd, bool), i32> {
     loop {
         match open_at(dir, name, libc::O_RDWR, mode, direct) {
             Err(libc::ENOENT) => {}
@@ -314,10 +305,19 @@ mod tests {
         // SAFETY: NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let root = open_root(&c_path(dir.path()).unwrap()).unwrap();
-        assert_eq!(subdir(root.0, &c("ld"), Some(0o700), || ()).err(), Some(FOREIGN));
+        assert_eq!(
+            subdir(root.0, &c("ld"), Some(0o700), || ()).err(),
+            Some(FOREIGN)
+        );
         assert_eq!(subdir(root.0, &c("fifo"), None, || ()).err(), Some(FOREIGN));
-        assert_eq!(subdir(root.0, &c("plain"), None, || ()).err(), Some(libc::ENOTDIR));
-        assert_eq!(subdir(root.0, &c("none"), None, || ()).err(), Some(libc::ENOENT));
+        assert_eq!(
+            subdir(root.0, &c("plain"), None, || ()).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            subdir(root.0, &c("none"), None, || ()).err(),
+            Some(libc::ENOENT)
+        );
         for name in ["lf", "fifo"] {
             for flags in [libc::O_RDONLY, libc::O_RDWR, libc::O_WRONLY] {
                 let r = open_at(root.0, &c(name), flags, 0o600, false);

@@ -176,8 +176,8 @@ fn check_mode(r: &mut DirReport, path: &Path, st: &libc::stat) {
 }
 
 fn seconds_since(now: SystemTime, st: &libc::stat) -> Option<Duration> {
-    let mtime = std::time::UNIX_EPOCH
-        .checked_add(Duration::from_secs(u64::try_from(st.st_mtime).ok()?))?;
+    let mtime =
+        std::time::UNIX_EPOCH.checked_add(Duration::from_secs(u64::try_from(st.st_mtime).ok()?))?;
     Some(now.duration_since(mtime).unwrap_or_default())
 }
 
@@ -333,7 +333,14 @@ pub fn scan(
         progress(total, total);
     }
     if let Some(seg) = segments {
-        scan_segments(&seg, &root.join(SEGMENTS_DIR), verify, opts.repair, &mut r, &mut buf)?;
+        scan_segments(
+            &seg,
+            &root.join(SEGMENTS_DIR),
+            verify,
+            opts.repair,
+            &mut r,
+            &mut buf,
+        )?;
     }
     Ok(r)
 }
@@ -401,7 +408,8 @@ fn scan_segments(
     } else {
         None
     };
-    let names = beneath::list(seg.0).map_err(|e| io_err(format!("listing {}", dir.display()), e))?;
+    let names =
+        beneath::list(seg.0).map_err(|e| io_err(format!("listing {}", dir.display()), e))?;
     for name in names {
         let path = dir.join(&name);
         let text = name.to_string_lossy().into_owned();
@@ -570,5 +578,8 @@ fn check(
         left -= n as u64;
         at += n as u64;
     }
-    Ok(((hasher.finish() != h.checksum).then_some(Problem::Checksum), st))
+    Ok((
+        (hasher.finish() != h.checksum).then_some(Problem::Checksum),
+        st,
+    ))
 }

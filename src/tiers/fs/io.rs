@@ -11,11 +11,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::beneath;
 pub use super::cause::Cause;
 use super::format::{
     BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
 };
-use super::beneath;
 use super::segments::Segments;
 use crate::key::Key;
 use crate::region::SlotMemory;
@@ -401,8 +401,7 @@ impl BlockIo {
                 // symlink's target is never touched).
                 // SAFETY: NUL-terminated name in an open directory.
                 unsafe { libc::unlinkat(fan.0, dst.as_ptr(), 0) };
-                link_fd(fd.0, fan.0, dst, via, &mut scratch.temp)
-                    .map_err(Cause::of_store_errno)?;
+                link_fd(fd.0, fan.0, dst, via, &mut scratch.temp).map_err(Cause::of_store_errno)?;
             }
             Err(e) => return Err(Cause::of_store_errno(e)),
         }

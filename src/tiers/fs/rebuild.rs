@@ -321,9 +321,7 @@ fn check_block(
         return Check::Bad(st);
     }
     match decode_header(header) {
-        Ok(h) if h.key == *key && h.data_len == block_bytes as u64 => {
-            Check::Block(mtime_of(&st))
-        }
+        Ok(h) if h.key == *key && h.data_len == block_bytes as u64 => Check::Block(mtime_of(&st)),
         _ => Check::Bad(st),
     }
 }

@@ -103,9 +103,19 @@ fn c_name(name: &str) -> CString {
 /// (mode `mode`), never through a symlink, with `O_DIRECT` when `direct`
 /// (without it where the file system refuses it); says whether it has it
 /// and whether this call created the file.
-fn open_rw(dir: i32, name: &str, mode: u32, direct: bool, shown: &Path) -> Result<(Fd, bool, bool)> {
-    let (fd, created) = beneath::open_or_create(dir, &c_name(name), mode, direct)
-        .map_err(|e| io_error(format!("fs tier: opening {}", shown.join(name).display()), e))?;
+fn open_rw(
+    dir: i32,
+    name: &str,
+    mode: u32,
+    direct: bool,
+    shown: &Path,
+) -> Result<(Fd, bool, bool)> {
+    let (fd, created) = beneath::open_or_create(dir, &c_name(name), mode, direct).map_err(|e| {
+        io_error(
+            format!("fs tier: opening {}", shown.join(name).display()),
+            e,
+        )
+    })?;
     // SAFETY: an open descriptor.
     let got = unsafe { libc::fcntl(fd.0, libc::F_GETFL) };
     Ok((fd, got >= 0 && got & libc::O_DIRECT != 0, created))
@@ -229,11 +239,7 @@ impl Segments {
             if made_dir {
                 // SAFETY: NUL-terminated name in an open directory.
                 unsafe {
-                    libc::unlinkat(
-                        root_fd.0,
-                        c_name(SEGMENTS_DIR).as_ptr(),
-                        libc::AT_REMOVEDIR,
-                    )
+                    libc::unlinkat(root_fd.0, c_name(SEGMENTS_DIR).as_ptr(), libc::AT_REMOVEDIR)
                 };
             }
         }
@@ -468,9 +474,10 @@ mod tests {
         let block = 4096;
         let cap = file_len(block) * 4;
         let first =
-            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600).unwrap();
-        let err =
-            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600).unwrap_err();
+            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600)
+                .unwrap();
+        let err = Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600)
+            .unwrap_err();
         assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
         drop(first);
         Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600).unwrap();
@@ -485,9 +492,15 @@ mod tests {
         fs::write(seg.join(segment_name(record + 4096, 0)), b"x").unwrap();
         fs::write(seg.join(segment_name(record, 3)), b"x").unwrap();
         fs::write(seg.join("unrelated"), b"x").unwrap();
-        let (_s, _, report) =
-            Segments::open_sized(dir.path(), 4096, record * 2, false, SEGMENT_TARGET_BYTES, 0o600)
-                .unwrap();
+        let (_s, _, report) = Segments::open_sized(
+            dir.path(),
+            4096,
+            record * 2,
+            false,
+            SEGMENT_TARGET_BYTES,
+            0o600,
+        )
+        .unwrap();
         assert_eq!((report.skipped, report.removed), (2, 2));
         assert!(!seg.join(segment_name(record + 4096, 0)).exists());
         assert!(!seg.join(segment_name(record, 3)).exists());
@@ -503,7 +516,8 @@ mod tests {
             let dir = tempfile::tempdir_in(&parent).unwrap();
             let record = file_len(4096);
             let (s, _, _) =
-                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2, 0o600).unwrap();
+                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2, 0o600)
+                    .unwrap();
             assert!(want || !s.direct());
             for fd in &s.files {
                 // SAFETY: an open descriptor.
@@ -516,8 +530,8 @@ mod tests {
     #[test]
     fn a_capacity_below_one_record_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err =
-            Segments::open_sized(dir.path(), 4096, 100, false, SEGMENT_TARGET_BYTES, 0o600).unwrap_err();
+        let err = Segments::open_sized(dir.path(), 4096, 100, false, SEGMENT_TARGET_BYTES, 0o600)
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     }
 }
