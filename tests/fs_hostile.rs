@@ -797,6 +797,13 @@ fn hostile_matrix_randomized() {
                     let i = 1 + rng.below(40) as u32;
                     let p = Layout::new(root.clone()).block_path(&key(i));
                     let _ = std::fs::create_dir_all(p.parent().unwrap());
+                    // The churn itself must not write through a planted
+                    // symlink: only real fan-out directories.
+                    let real = std::fs::symlink_metadata(p.parent().unwrap())
+                        .is_ok_and(|m| m.file_type().is_dir());
+                    if !real {
+                        continue;
+                    }
                     let _ = std::fs::remove_file(&p);
                     match rng.below(4) {
                         0 => mkfifo_quiet(&p),
