@@ -103,8 +103,6 @@
  */
 #define KVTIER_REGION_MAX_NAME_LEN 200
 
-
-
 /**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,

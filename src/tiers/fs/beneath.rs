@@ -21,7 +21,7 @@ use super::io::{Fd, errno};
 /// there (a symlink, FIFO, socket or device where a regular file or a
 /// directory belongs).  `EMEDIUMTYPE` ("wrong medium type") is never
 /// returned by the calls the tier makes, so it cannot be confused.
-pub const FOREIGN: i32 = libc::EMEDIUMTYPE;
+pub(crate) const FOREIGN: i32 = libc::EMEDIUMTYPE;
 
 /// The mode of directories the tier creates for files of `file_mode`:
 /// search permission (x) added wherever read permission (r) is set.
