@@ -291,6 +291,36 @@ mod tests {
         assert_eq!(dir_mode_of(0o640), 0o750);
         assert_eq!(dir_mode_of(0o644), 0o755);
         assert_eq!(dir_mode_of(0o660), 0o770);
+        // Search already given stays.
+        assert_eq!(dir_mode_of(0o750), 0o750);
+    }
+
+    #[test]
+    fn foreign_kinds_are_named() {
+        let names: Vec<&str> = [
+            libc::S_IFLNK,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+            libc::S_IFDIR,
+            libc::S_IFREG,
+        ]
+        .into_iter()
+        .map(|m| kind_name(m | 0o644))
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "symlink",
+                "fifo",
+                "socket",
+                "char_device",
+                "block_device",
+                "directory",
+                "file"
+            ]
+        );
     }
 
     #[test]
