@@ -232,7 +232,8 @@ soak: c
 
 # Fault runs (tests/fs_faults.rs, tests/redis_faults.rs): `kill -9` of an fs
 # tier writer then a restart verifying every acknowledged block, a matrix of
-# damaged block files, a full file system (a small tmpfs; skipped where
+# damaged block files, a hostile directory (tests/fs_hostile.rs: FIFOs,
+# symlinks, churn during scans), a full file system (a small tmpfs; skipped where
 # mounting is not permitted), and a redis server killed, corrupted and
 # evicted under the tier.  `make test` runs them short (3 rounds each);
 # this runs FAULT_ROUNDS rounds (KVTIER_FAULT_SEED=N repeats a run) and
@@ -242,8 +243,8 @@ FAULT_DIR    := $(abspath $(BUILD))/faults
 
 faults: redis-available
 	@mkdir -p $(FAULT_DIR)
-	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test --test fs_faults --test redis_faults (log: $(FAULT_DIR)/log.txt)"
-	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test $(CARGO_FEATURES) --test fs_faults --test redis_faults \
+	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test --test fs_faults --test fs_hostile --test redis_faults (log: $(FAULT_DIR)/log.txt)"
+	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test $(CARGO_FEATURES) --test fs_faults --test fs_hostile --test redis_faults \
 	  -- --nocapture --test-threads=1 >$(FAULT_DIR)/log.txt 2>&1; rc=$$?; \
 	  grep -ho -e 'fault-run .*' -e 'SKIPPED: .*' $(FAULT_DIR)/log.txt | tee $(FAULT_DIR)/figures.txt; \
 	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/log.txt; exit $$rc; fi

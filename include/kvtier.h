@@ -803,6 +803,15 @@ typedef struct {
    * one process, so refuses `shared`).  Since 0.3.
    */
   kvtier_fs_layout layout;
+  /**
+   * Permission bits of every file the tier creates (block, temporary,
+   * segment, lock and probe files; default `0600`); the directories it
+   * creates get the same bits with search added wherever read is set
+   * (`0600` gives `0700`, `0640` gives `0750`).  Set with `fchmod`, so
+   * the umask does not narrow it.  Within `0777` and giving the owner
+   * read and write, else `KVTIER_STATUS_INVALID_ARGUMENT`.  Since 0.3.
+   */
+  uint32_t file_mode;
 } kvtier_fs_options;
 
 /**

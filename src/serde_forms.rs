@@ -37,6 +37,28 @@ pub(crate) fn locality<'de, D: Deserializer<'de>>(d: D) -> Result<Locality, D::E
     })
 }
 
+/// A file mode: an octal string (`"0640"`, `"640"`, `"0o640"`) or a
+/// number (taken as is: `416` is `0o640`).
+pub(crate) fn file_mode<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Mode {
+        Number(u32),
+        Text(String),
+    }
+    match Mode::deserialize(d)? {
+        Mode::Number(n) => Ok(n),
+        Mode::Text(t) => {
+            let digits = t.strip_prefix("0o").unwrap_or(&t);
+            u32::from_str_radix(digits, 8).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "file_mode {t:?} is not an octal mode such as \"0600\""
+                ))
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

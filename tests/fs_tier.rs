@@ -832,8 +832,8 @@ fn an_unreadable_block_fails_one_load_then_answers_miss() {
         let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
         assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
         let _ = events(&mut tier);
-        // A directory in place of block 1's file: opening it works, reading
-        // it fails (EISDIR), and waiting will not change that.
+        // A directory in place of block 1's file: not a regular file, so
+        // never read (a foreign entry), and waiting will not change that.
         let path = block_file(dir.path(), 1);
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap();
@@ -843,7 +843,8 @@ fn an_unreadable_block_fails_one_load_then_answers_miss() {
         assert!(!r.success);
         assert_eq!(r.succeeded_keys, Some(vec![key(2)]));
         assert!(holds(&mem, 5, 2));
-        assert_eq!(tier.errors(Cause::Io), 1);
+        assert_eq!(tier.errors(Cause::Foreign), 1);
+        assert!(path.is_dir(), "what is not a proven-bad block stays");
         // The block left the tier: the next lookup is a MISS, not another
         // promotion that fails the same way.
         assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);

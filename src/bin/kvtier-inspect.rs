@@ -1,7 +1,7 @@
 //! kvtier-inspect: looks at what kvtier keeps outside a process.
 //!
 //! ```text
-//! kvtier-inspect fs DIR [--verify [--repair]] [--json] [--quiet]
+//! kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
 //! kvtier-inspect region NAME [--directory DIR] [--json]
 //! ```
 //!
@@ -9,7 +9,12 @@
 //! ages; `--verify` reads every block back and checks its header, length
 //! and checksum, listing the bad ones; `--repair` also removes them (the
 //! only way this tool writes anything; in a segments-layout directory it
-//! clears a bad record's header, under the directory's lock).  `region NAME`: the layout a
+//! clears a bad record's header, under the directory's lock).  Only blocks
+//! proven bad are removed: one that cannot be read is listed and left.
+//! Symlinks, FIFOs, sockets and devices under the tier's names are listed
+//! as foreign, never followed nor opened.  Files more open than `--mode`
+//! (octal, the tier's `file_mode`; default `0600`, directories `0700`)
+//! are listed as too open.  `region NAME`: the layout a
 //! region's header records and the processes holding it.  `--json` prints
 //! one JSON object instead of text.  Progress of long scans goes to
 //! standard error (once a second) unless `--quiet`.
@@ -25,7 +30,8 @@ use kvtier::region::inspect::{RegionReport, inspect};
 use kvtier::tiers::fs::inspect::{AGE_BOUNDS, DirReport, ScanOptions, scan};
 use serde_json::json;
 
-const USAGE: &str = "usage: kvtier-inspect fs DIR [--verify [--repair]] [--json] [--quiet]
+const USAGE: &str =
+    "usage: kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
        kvtier-inspect region NAME [--directory DIR] [--json]";
 
 fn main() -> ExitCode {
@@ -44,6 +50,7 @@ struct Flags {
     quiet: bool,
     verify: bool,
     repair: bool,
+    mode: Option<u32>,
     directory: Option<PathBuf>,
     positional: Vec<String>,
 }
@@ -54,6 +61,7 @@ fn flags(args: &[String]) -> Result<Flags, String> {
         quiet: false,
         verify: false,
         repair: false,
+        mode: None,
         directory: None,
         positional: Vec::new(),
     };
@@ -64,6 +72,15 @@ fn flags(args: &[String]) -> Result<Flags, String> {
             "--quiet" => f.quiet = true,
             "--verify" => f.verify = true,
             "--repair" => f.repair = true,
+            "--mode" => {
+                let m = it.next().ok_or("--mode needs an octal mode such as 0600")?;
+                let digits = m.strip_prefix("0o").unwrap_or(m);
+                let mode = u32::from_str_radix(digits, 8)
+                    .ok()
+                    .filter(|m| *m <= 0o777)
+                    .ok_or_else(|| format!("--mode {m} is not an octal mode such as 0600"))?;
+                f.mode = Some(mode);
+            }
             "--directory" => {
                 let d = it.next().ok_or("--directory needs a directory")?;
                 f.directory = Some(PathBuf::from(d));
@@ -92,6 +109,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 ScanOptions {
                     verify: f.verify,
                     repair: f.repair,
+                    file_mode: f.mode,
                 },
                 |done, total| {
                     if !quiet {
@@ -112,8 +130,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             })
         }
         [what, name] if what == "region" => {
-            if f.verify || f.repair {
-                return Err(format!("--verify is for fs directories\n{USAGE}"));
+            if f.verify || f.repair || f.mode.is_some() {
+                return Err(format!(
+                    "--verify and --mode are for fs directories\n{USAGE}"
+                ));
             }
             let dir = f.directory.unwrap_or_else(|| PathBuf::from("/dev/shm"));
             let report = inspect(&dir, name).map_err(|e| e.to_string())?;
@@ -156,6 +176,9 @@ fn fs_json(r: &DirReport, verify: bool) -> serde_json::Value {
         "temp_files": r.temp_files,
         "other_files": r.other_files,
         "vanished": r.vanished,
+        "foreign": r.foreign.iter().map(|(p, kind)| json!({"path": p, "kind": kind})).collect::<Vec<_>>(),
+        "mode": format!("{:04o}", r.file_mode),
+        "too_open": r.too_open.iter().map(|(p, m)| json!({"path": p, "mode": format!("{m:04o}")})).collect::<Vec<_>>(),
     });
     if verify {
         v["verified"] = json!(r.verified);
@@ -198,6 +221,24 @@ fn print_fs(r: &DirReport, verify: bool) {
         "  temporary files: {}, other files: {}",
         r.temp_files, r.other_files
     );
+    println!(
+        "  foreign entries (never followed nor opened): {}",
+        r.foreign.len()
+    );
+    for (p, kind) in &r.foreign {
+        println!("    {}: {kind}", p.display());
+    }
+    println!(
+        "  more open than mode {:04o}: {}",
+        r.file_mode,
+        r.too_open.len()
+    );
+    for (p, m) in r.too_open.iter().take(20) {
+        println!("    {}: {m:04o}", p.display());
+    }
+    if r.too_open.len() > 20 {
+        println!("    ... and {} more", r.too_open.len() - 20);
+    }
     if verify {
         println!("  verified: {} blocks, {} bad", r.verified, r.bad.len());
         for b in &r.bad {

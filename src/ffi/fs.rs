@@ -76,6 +76,13 @@ pub struct kvtier_fs_options {
     /// no file-system metadata work per block; needs `capacity_bytes` and
     /// one process, so refuses `shared`).  Since 0.3.
     pub layout: kvtier_fs_layout,
+    /// Permission bits of every file the tier creates (block, temporary,
+    /// segment, lock and probe files; default `0600`); the directories it
+    /// creates get the same bits with search added wherever read is set
+    /// (`0600` gives `0700`, `0640` gives `0750`).  Set with `fchmod`, so
+    /// the umask does not narrow it.  Within `0777` and giving the owner
+    /// read and write, else `KVTIER_STATUS_INVALID_ARGUMENT`.  Since 0.3.
+    pub file_mode: u32,
 }
 
 /// How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
@@ -133,6 +140,7 @@ pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
             FsLayout::Files => KVTIER_FS_LAYOUT_FILES,
             FsLayout::Segments => KVTIER_FS_LAYOUT_SEGMENTS,
         },
+        file_mode: d.file_mode,
     }
 }
 
@@ -168,6 +176,7 @@ pub(crate) unsafe fn fs_options_of(
         shared: c.shared,
         locality: locality_of(c.locality, "options->locality")?,
         stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
+        file_mode: c.file_mode,
     };
     let tier = TierOptions {
         events: c.events,
@@ -225,5 +234,30 @@ mod tests {
         assert_eq!(json, FsOptions::default());
         let (null, _) = unsafe { fs_options_of(std::ptr::null()) }.unwrap();
         assert_eq!(null, FsOptions::default());
+    }
+
+    #[test]
+    fn file_modes_read_as_octal_text_or_numbers_and_bad_ones_are_refused() {
+        let read = |v: &str| {
+            serde_json::from_str::<FsOptions>(&format!(r#"{{"file_mode": {v}}}"#))
+                .map(|o| o.file_mode)
+        };
+        assert_eq!(read(r#""0640""#).unwrap(), 0o640);
+        assert_eq!(read(r#""0o660""#).unwrap(), 0o660);
+        assert_eq!(read("416").unwrap(), 0o640);
+        assert!(read(r#""0999""#).is_err());
+        let mut c = kvtier_fs_options_default();
+        assert_eq!(c.file_mode, 0o600);
+        c.file_mode = 0o640;
+        let (fs, _) = unsafe { fs_options_of(&c) }.unwrap();
+        assert_eq!(fs.file_mode, 0o640);
+        let dir = tempfile::tempdir().unwrap();
+        for bad in [0, 0o400, 0o200, 0o1600, 0o7777] {
+            let mut o = FsOptions::new(dir.path());
+            o.file_mode = bad;
+            let mem = crate::region::SlotMemory::anonymous(2, 4096).unwrap();
+            let err = crate::tiers::fs::FsTier::open(mem, o).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{bad:o}: {err}");
+        }
     }
 }

@@ -709,6 +709,8 @@ pub static FS: &[Entry] = &[
     labelled("restart_skipped_files", &FS_RESTART_FILES, "skipped"),
     labelled("restart_removed_files", &FS_RESTART_FILES, "removed"),
     labelled("restart_temp_removed", &FS_RESTART_FILES, "temp_removed"),
+    labelled("restart_unreadable_files", &FS_RESTART_FILES, "unreadable"),
+    labelled("restart_foreign_entries", &FS_RESTART_FILES, "foreign"),
     labelled("errors_no_space", &FS_ERRORS, "no_space"),
     labelled("errors_read_only", &FS_ERRORS, "read_only"),
     labelled("errors_permission", &FS_ERRORS, "permission"),
@@ -721,6 +723,7 @@ pub static FS: &[Entry] = &[
     labelled("errors_not_present", &FS_ERRORS, "not_present"),
     labelled("errors_closed", &FS_ERRORS, "closed"),
     labelled("errors_bad_slot", &FS_ERRORS, "bad_slot"),
+    labelled("errors_foreign", &FS_ERRORS, "foreign"),
     labelled("errors_transient", &FS_ERRORS, "transient"),
 ];
 

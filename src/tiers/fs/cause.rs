@@ -31,6 +31,11 @@ pub enum Cause {
     /// The job named a slot outside the region, or its keys and slots
     /// differ in number.
     BadSlot,
+    /// Something that is not a regular file sits under the block's name
+    /// (a symlink, FIFO, socket or device), or a symlink in place of its
+    /// fan-out directory: skipped, never followed nor waited on, and left
+    /// where it is.
+    Foreign,
     /// A shortage that passes by itself (`EAGAIN`, `EINTR`, `ENOMEM`,
     /// `ENOBUFS`, `EMFILE`, `ENFILE`, `EBUSY`, `ETIMEDOUT`): the block stays
     /// in the tier and a later load may succeed.
@@ -39,7 +44,7 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in stats order.
-    pub const ALL: [Cause; 13] = [
+    pub const ALL: [Cause; 14] = [
         Cause::NoSpace,
         Cause::ReadOnly,
         Cause::Permission,
@@ -52,6 +57,7 @@ impl Cause {
         Cause::NotPresent,
         Cause::Closed,
         Cause::BadSlot,
+        Cause::Foreign,
         Cause::Transient,
     ];
 
@@ -70,6 +76,7 @@ impl Cause {
             Cause::NotPresent => "errors_not_present",
             Cause::Closed => "errors_closed",
             Cause::BadSlot => "errors_bad_slot",
+            Cause::Foreign => "errors_foreign",
             Cause::Transient => "errors_transient",
         }
     }
@@ -79,20 +86,26 @@ impl Cause {
         Cause::ALL.iter().position(|c| *c == self).expect("listed")
     }
 
-    /// Whether the cause means the stored file was bad (and is removed).
+    /// Whether the cause means the stored file was proven bad (and is
+    /// removed): the only causes for which the tier deletes a block.
     pub fn is_corruption(self) -> bool {
         matches!(self, Cause::Truncated | Cause::BadHeader | Cause::Checksum)
     }
 
     /// Whether a load that failed with this cause shows that the block can
     /// no longer be read, and waiting will not change that: a damaged file
-    /// (removed), a vanished one, permission denied or another I/O error
-    /// (the file is removed if it can be).  The key then leaves the tier,
+    /// (removed), a vanished one, permission denied, another I/O error, or
+    /// a foreign entry under its name (these three stay on disk, untouched:
+    /// only a block proven bad is removed).  The key then leaves the tier,
     /// so the next lookup answers MISS instead of starting a promotion that
     /// fails the same way.  [`Cause::Transient`] and the causes that are
     /// not about the file (not present, closed, bad slot) keep the key.
     pub fn loses_block(self) -> bool {
-        self.is_corruption() || matches!(self, Cause::Vanished | Cause::Permission | Cause::Io)
+        self.is_corruption()
+            || matches!(
+                self,
+                Cause::Vanished | Cause::Permission | Cause::Io | Cause::Foreign
+            )
     }
 
     fn transient(errno: i32) -> bool {
@@ -119,6 +132,7 @@ impl Cause {
             libc::EROFS => Cause::ReadOnly,
             libc::EACCES | libc::EPERM => Cause::Permission,
             libc::ENOENT | libc::ENOTDIR => Cause::MissingDir,
+            super::beneath::FOREIGN => Cause::Foreign,
             _ => Cause::Io,
         }
     }
@@ -131,6 +145,7 @@ impl Cause {
         match errno {
             libc::ENOENT => Cause::Vanished,
             libc::EACCES | libc::EPERM => Cause::Permission,
+            super::beneath::FOREIGN => Cause::Foreign,
             _ => Cause::Io,
         }
     }
@@ -158,6 +173,7 @@ mod tests {
             (libc::EIO, Cause::Io),
             (libc::EISDIR, Cause::Io),
             (libc::ENOENT, Cause::Vanished),
+            (super::super::beneath::FOREIGN, Cause::Foreign),
         ] {
             assert_eq!(Cause::of_load_errno(e), cause);
             assert!(cause.loses_block(), "{cause:?}");

@@ -241,6 +241,31 @@ impl Layout {
         Self::finish(out)
     }
 
+    /// `key`'s fan-out directory name, NUL-terminated.
+    pub fn fanout_c(key: &Key) -> [u8; 3] {
+        let [a, b] = Self::fanout(key);
+        [a, b, 0]
+    }
+
+    /// `key`'s block file name (`<key hex>.kvb`), built in `out`.
+    pub fn name_c<'a>(key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
+        out.clear();
+        Self::push_hex(key, out);
+        out.extend_from_slice(b".kvb");
+        Self::finish(out)
+    }
+
+    /// The name of a temporary file for a store of `key` by process
+    /// `pid`, attempt `n` (`.<key hex>.<pid>.<n>.tmp`), built in `out`.
+    pub fn temp_name_c<'a>(key: &Key, pid: u32, n: u64, out: &'a mut Vec<u8>) -> &'a CStr {
+        out.clear();
+        out.push(b'.');
+        Self::push_hex(key, out);
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, ".{pid}.{n}.tmp");
+        Self::finish(out)
+    }
+
     fn owned(c: &CStr) -> PathBuf {
         PathBuf::from(OsStr::from_bytes(c.to_bytes()))
     }

@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::beneath;
 pub use super::cause::Cause;
 use super::format::{
     BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
@@ -26,7 +27,6 @@ pub struct Scratch {
     page: Box<Page>,
     path: Vec<u8>,
     temp: Vec<u8>,
-    dir: Vec<u8>,
 }
 
 #[repr(C, align(4096))]
@@ -39,7 +39,6 @@ impl Scratch {
             page: Box::new(Page([0; HEADER_LEN])),
             path: Vec::with_capacity(256),
             temp: Vec::with_capacity(256),
-            dir: Vec::with_capacity(256),
         }
     }
 }
@@ -105,6 +104,8 @@ pub struct BlockIo {
     pub lost: LostDirs,
     /// The segment files, in the segments layout (`None`: a file per block).
     pub segments: Option<Segments>,
+    /// Mode of the files the tier creates.
+    pub file_mode: u32,
     root_c: CString,
     pid: u32,
     temp_seq: AtomicU64,
@@ -135,53 +136,6 @@ impl Drop for Fd {
     fn drop(&mut self) {
         // SAFETY: we own the descriptor.
         unsafe { libc::close(self.0) };
-    }
-}
-
-/// Opens `path` with `flags` (plus `O_DIRECT` when `direct`), mode 0644.
-/// When that fails with `ENOENT` and `dir` names a directory, creates it
-/// (once; one that exists already is fine), calls `made` if this call
-/// created it, and tries again; when the file system refuses `O_DIRECT`
-/// (`EINVAL`), tries again without it.  Returns the errno of the failure
-/// otherwise.
-pub(super) fn open_file<'a>(
-    path: &CStr,
-    mut flags: libc::c_int,
-    direct: bool,
-    dir: impl FnOnce() -> Option<&'a CStr>,
-    made: impl FnOnce(),
-) -> Result<Fd, i32> {
-    if direct {
-        flags |= libc::O_DIRECT;
-    }
-    let mut dir = Some(dir);
-    let mut made = Some(made);
-    loop {
-        // SAFETY: NUL-terminated path.
-        let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
-        if fd >= 0 {
-            return Ok(Fd(fd));
-        }
-        let e = errno();
-        if e == libc::ENOENT {
-            if let Some(dir) = dir.take().and_then(|dir| dir()) {
-                // SAFETY: NUL-terminated path.
-                if unsafe { libc::mkdir(dir.as_ptr(), 0o755) } != 0 {
-                    let e = errno();
-                    if e != libc::EEXIST {
-                        return Err(e);
-                    }
-                } else if let Some(made) = made.take() {
-                    made();
-                }
-                continue;
-            }
-        }
-        if e == libc::EINVAL && flags & libc::O_DIRECT != 0 {
-            flags &= !libc::O_DIRECT;
-            continue;
-        }
-        return Err(e);
     }
 }
 
@@ -289,6 +243,7 @@ impl BlockIo {
             link,
             lost: LostDirs::default(),
             segments: None,
+            file_mode: 0o600,
             pid: std::process::id(),
             temp_seq: AtomicU64::new(0),
         }
@@ -316,70 +271,49 @@ impl BlockIo {
         self.direct && (ptr as usize) % ALIGN == 0 && self.slots.slot_bytes() % ALIGN == 0
     }
 
-    /// Whether a whole block file for `key` exists (size checked, contents
-    /// verified only when loaded).
+    /// `key`'s fan-out directory, reached from the root without following
+    /// a symlink; with `create`, made (mode from the options) when missing.
+    fn fanout(&self, key: &Key, create: bool) -> Result<Fd, i32> {
+        let root = beneath::open_root(&self.root_c)?;
+        let name = Layout::fanout_c(key);
+        let name = CStr::from_bytes_with_nul(&name).expect("NUL-terminated");
+        beneath::subdir(
+            root.0,
+            name,
+            create.then(|| beneath::dir_mode_of(self.file_mode)),
+            || self.lost.fanout_made(Layout::fanout_index(key)),
+        )
+    }
+
+    /// Whether a whole block file for `key` exists (a regular file of the
+    /// block's size; contents verified only when loaded).
     pub fn exists(&self, key: &Key, scratch: &mut Scratch) -> bool {
-        let p = self.layout.block_c(key, &mut scratch.path);
-        // SAFETY: stat is plain data, valid when zeroed.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a NUL-terminated path and a valid out-parameter.
-        let rc = unsafe { libc::stat(p.as_ptr(), &mut st) };
-        rc == 0
-            && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
-            && st.st_size as u64 == file_len(self.block_bytes())
+        let Ok(fan) = self.fanout(key, false) else {
+            return false;
+        };
+        let name = Layout::name_c(key, &mut scratch.path);
+        beneath::lstat_at(fan.0, name).is_ok_and(|st| {
+            beneath::is_regular(&st) && st.st_size as u64 == file_len(self.block_bytes())
+        })
     }
 
     /// Removes `key`'s block file; a missing file is not an error.
     pub fn remove(&self, key: &Key, scratch: &mut Scratch) -> Result<(), Cause> {
-        let p = self.layout.block_c(key, &mut scratch.path);
-        // SAFETY: plain unlink of a NUL-terminated path.
-        if unsafe { libc::unlink(p.as_ptr()) } != 0 {
+        let fan = match self.fanout(key, false) {
+            Ok(fan) => fan,
+            Err(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(Cause::of_store_errno(e)),
+        };
+        let name = Layout::name_c(key, &mut scratch.path);
+        // SAFETY: NUL-terminated name (the entry itself goes, never a
+        // symlink's target).
+        if unsafe { libc::unlinkat(fan.0, name.as_ptr(), 0) } != 0 {
             let e = errno();
             if e != libc::ENOENT {
                 return Err(Cause::of_store_errno(e));
             }
         }
         Ok(())
-    }
-
-    fn open_temp(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
-        let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.layout.temp_c(key, self.pid, n, &mut scratch.temp);
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
-        // Only the fan-out directory is created here: a missing root stays
-        // missing (and the store fails with its cause).
-        open_file(
-            tmp,
-            flags,
-            direct,
-            || Some(self.layout.dir_c(key, &mut scratch.dir)),
-            || self.lost.fanout_made(Layout::fanout_index(key)),
-        )
-    }
-
-    /// Opens an unnamed file (`O_TMPFILE`) in `key`'s directory.
-    fn open_unnamed(&self, key: &Key, direct: bool, scratch: &mut Scratch) -> Result<Fd, i32> {
-        let dir = self.layout.dir_c(key, &mut scratch.dir);
-        let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
-        open_file(
-            dir,
-            flags,
-            direct,
-            || Some(dir),
-            || self.lost.fanout_made(Layout::fanout_index(key)),
-        )
-    }
-
-    /// Gives the unnamed file `fd` the name of `key`'s block; `EEXIST` if
-    /// a file has that name.
-    fn publish(&self, fd: &Fd, key: &Key, scratch: &mut Scratch) -> Result<(), i32> {
-        let dst = self.layout.block_c(key, &mut scratch.path);
-        link_fd(
-            fd.0,
-            dst,
-            self.link.unwrap_or(LinkVia::ProcFd),
-            &mut scratch.temp,
-        )
     }
 
     /// Stores slot `slot` as `key`'s block so that readers see the old
@@ -406,32 +340,37 @@ impl BlockIo {
             .map_err(|_| Cause::BadSlot)?
             .as_ptr() as *const u8;
         let direct = self.direct_for(base);
+        // Only the fan-out directory is created here: a missing root stays
+        // missing (and the store fails with its cause).
+        let fan = self.fanout(key, true).map_err(Cause::of_store_errno)?;
         if self.link.is_some() {
-            return self.store_unnamed(key, base, len, direct, scratch);
+            return self.store_unnamed(&fan, key, base, len, direct, scratch);
         }
-        let fd = self
-            .open_temp(key, direct, scratch)
+        let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = Layout::temp_name_c(key, self.pid, n, &mut scratch.temp);
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let (fd, _) = beneath::open_at(fan.0, tmp, flags, self.file_mode, direct)
             .map_err(Cause::of_store_errno)?;
         let written = self.write_block(key, fd.0, 0, base, len, &mut scratch.page.0);
         drop(fd);
         let result = written.and_then(|()| {
             let tmp = cstr(&scratch.temp);
-            let dst = self.layout.block_c(key, &mut scratch.path);
-            // SAFETY: NUL-terminated paths.
-            if unsafe { libc::rename(tmp.as_ptr(), dst.as_ptr()) } != 0 {
+            let dst = Layout::name_c(key, &mut scratch.path);
+            // SAFETY: NUL-terminated names in an open directory.
+            if unsafe { libc::renameat(fan.0, tmp.as_ptr(), fan.0, dst.as_ptr()) } != 0 {
                 return Err(errno());
             }
             if self.durable {
-                sync_dir(self.layout.dir_c(key, &mut scratch.dir))?;
+                sync_fd(&fan)?;
             }
             Ok(())
         });
         match result {
             Ok(()) => Ok(Stored::Written(len as u64)),
             Err(e) => {
-                // SAFETY: NUL-terminated path (the temporary file, if the
+                // SAFETY: NUL-terminated name (the temporary file, if the
                 // rename did not happen).
-                unsafe { libc::unlink(cstr(&scratch.temp).as_ptr()) };
+                unsafe { libc::unlinkat(fan.0, cstr(&scratch.temp).as_ptr(), 0) };
                 Err(Cause::of_store_errno(e))
             }
         }
@@ -439,33 +378,35 @@ impl BlockIo {
 
     fn store_unnamed(
         &self,
+        fan: &Fd,
         key: &Key,
         base: *const u8,
         len: usize,
         direct: bool,
         scratch: &mut Scratch,
     ) -> Result<Stored, Cause> {
-        let fd = self
-            .open_unnamed(key, direct, scratch)
+        let flags = libc::O_TMPFILE | libc::O_WRONLY;
+        let (fd, _) = beneath::open_at(fan.0, c".", flags, self.file_mode, direct)
             .map_err(Cause::of_store_errno)?;
         self.write_block(key, fd.0, 0, base, len, &mut scratch.page.0)
             .map_err(Cause::of_store_errno)?;
-        match self.publish(&fd, key, scratch) {
+        let via = self.link.unwrap_or(LinkVia::ProcFd);
+        let dst = Layout::name_c(key, &mut scratch.path);
+        match link_fd(fd.0, fan.0, dst, via, &mut scratch.temp) {
             Ok(()) => {}
             Err(libc::EEXIST) if self.shared => return Ok(Stored::Present),
             Err(libc::EEXIST) => {
                 // Not in the index, so stale (another format, damaged, or
-                // left by an earlier run): replace it.
-                let dst = self.layout.block_c(key, &mut scratch.path);
-                // SAFETY: NUL-terminated path.
-                unsafe { libc::unlink(dst.as_ptr()) };
-                self.publish(&fd, key, scratch)
-                    .map_err(Cause::of_store_errno)?;
+                // left by an earlier run): its entry is replaced (a
+                // symlink's target is never touched).
+                // SAFETY: NUL-terminated name in an open directory.
+                unsafe { libc::unlinkat(fan.0, dst.as_ptr(), 0) };
+                link_fd(fd.0, fan.0, dst, via, &mut scratch.temp).map_err(Cause::of_store_errno)?;
             }
             Err(e) => return Err(Cause::of_store_errno(e)),
         }
         if self.durable {
-            sync_dir(self.layout.dir_c(key, &mut scratch.dir)).map_err(Cause::of_store_errno)?;
+            sync_fd(fan).map_err(Cause::of_store_errno)?;
         }
         Ok(Stored::Written(len as u64))
     }
@@ -520,10 +461,13 @@ impl BlockIo {
         Ok(())
     }
 
-    /// Loads `key`'s block into slot `slot`, verifying header and checksum.
-    /// A damaged or unreadable file is removed (if it can be; see
-    /// [`Cause::loses_block`]).  On failure the slot holds unspecified bytes
-    /// (it is write pending; the key is reported failed and never readable).
+    /// Loads `key`'s block into slot `slot`, verifying size, header and
+    /// checksum.  A block proven bad (its size, header, key or checksum)
+    /// is removed; one that cannot be read (permission, I/O error, a
+    /// foreign entry under its name) stays on disk untouched (see
+    /// [`Cause::loses_block`]).  On failure the slot holds unspecified
+    /// bytes (it is write pending; the key is reported failed and never
+    /// readable).
     pub fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
         let len = self.block_bytes();
         let base = self
@@ -532,37 +476,42 @@ impl BlockIo {
             .map_err(|_| Cause::BadSlot)?
             .as_ptr();
         let direct = self.direct_for(base);
-        let path = self.layout.block_c(key, &mut scratch.path);
-        let result = self.read_file(key, path, base, len, direct, &mut scratch.page.0);
-        match result {
-            Err(Cause::Vanished) => self.check_root(),
-            Err(cause) if cause.loses_block() => {
-                // SAFETY: NUL-terminated path.
-                unsafe { libc::unlink(path.as_ptr()) };
+        let fan = match self.fanout(key, false) {
+            Ok(fan) => fan,
+            Err(e) => {
+                let cause = Cause::of_load_errno(e);
+                if cause == Cause::Vanished {
+                    self.check_root();
+                }
+                return Err(cause);
             }
-            _ => {}
+        };
+        let name = Layout::name_c(key, &mut scratch.path);
+        let (fd, st) = match beneath::open_at(fan.0, name, libc::O_RDONLY, 0, direct) {
+            Ok(opened) => opened,
+            Err(e) => {
+                let cause = Cause::of_load_errno(e);
+                if cause == Cause::Vanished {
+                    self.check_root();
+                }
+                return Err(cause);
+            }
+        };
+        let expected = file_len(len);
+        let result = match (st.st_size as u64).cmp(&expected) {
+            std::cmp::Ordering::Less => Err(Cause::Truncated),
+            // Longer than a block of this size: another block size.
+            std::cmp::Ordering::Greater => Err(Cause::BadHeader),
+            std::cmp::Ordering::Equal => read_block(key, fd.0, 0, base, len, &mut scratch.page.0),
+        };
+        drop(fd);
+        if let Err(cause) = result
+            && cause.is_corruption()
+        {
+            // Only the file that was checked goes.
+            let _ = beneath::unlink_same(fan.0, name, &st);
         }
         result
-    }
-
-    fn read_file(
-        &self,
-        key: &Key,
-        path: &CStr,
-        base: *mut u8,
-        len: usize,
-        direct: bool,
-        page: &mut [u8; HEADER_LEN],
-    ) -> Result<u64, Cause> {
-        let fd = open_file(
-            path,
-            libc::O_RDONLY | libc::O_CLOEXEC,
-            direct,
-            || None,
-            || (),
-        )
-        .map_err(Cause::of_load_errno)?;
-        read_block(key, fd.0, 0, base, len, page)
     }
 
     /// Stores slot `slot` as `key`'s block in segment record `record`
@@ -671,18 +620,7 @@ fn read_block(
     Ok(len as u64)
 }
 
-fn sync_dir(c: &CStr) -> Result<(), i32> {
-    // SAFETY: NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    let fd = Fd(fd);
+fn sync_fd(fd: &Fd) -> Result<(), i32> {
     // SAFETY: open descriptor.
     if unsafe { libc::fsync(fd.0) } != 0 {
         return Err(errno());
@@ -700,31 +638,26 @@ pub enum LinkVia {
     ProcFd,
 }
 
-/// Links open file `fd` as `dst`.
-fn link_fd(fd: i32, dst: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(), i32> {
+/// Links open file `fd` as `name` in directory `dir`.
+fn link_fd(fd: i32, dir: i32, name: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(), i32> {
     let rc = match via {
-        // SAFETY: NUL-terminated paths; `fd` is open.
+        // SAFETY: NUL-terminated names; `fd` and `dir` are open.
         LinkVia::EmptyPath => unsafe {
-            libc::linkat(
-                fd,
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                dst.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
+            libc::linkat(fd, c"".as_ptr(), dir, name.as_ptr(), libc::AT_EMPTY_PATH)
         },
         LinkVia::ProcFd => {
             scratch.clear();
             // Writing into a Vec cannot fail.
             let _ = write!(scratch, "/proc/self/fd/{fd}\0");
             let src = cstr(scratch);
-            // SAFETY: NUL-terminated paths; `fd` is open.
+            // SAFETY: NUL-terminated names; `fd` and `dir` are open.  The
+            // link followed is /proc's link to `fd` itself.
             unsafe {
                 libc::linkat(
                     libc::AT_FDCWD,
                     src.as_ptr(),
-                    libc::AT_FDCWD,
-                    dst.as_ptr(),
+                    dir,
+                    name.as_ptr(),
                     libc::AT_SYMLINK_FOLLOW,
                 )
             }
@@ -737,48 +670,40 @@ fn link_fd(fd: i32, dst: &CStr, via: LinkVia, scratch: &mut Vec<u8>) -> Result<(
 }
 
 /// How `dir` lets unnamed files (`O_TMPFILE`) be linked in, if it does
-/// (local file systems do; NFS does not).
-pub fn probe_tmpfile(dir: &Path) -> Option<LinkVia> {
-    let c = cpath(dir);
+/// (local file systems do; NFS does not).  The probe file is created
+/// beneath `dir` with `file_mode` and removed.
+pub fn probe_tmpfile(dir: &Path, file_mode: u32) -> Option<LinkVia> {
+    let root = beneath::open_root(&beneath::c_path(dir).ok()?).ok()?;
+    let name = CString::new(super::format::probe_name("tmpfile", std::process::id())).ok()?;
     let mut scratch = Vec::new();
     for via in [LinkVia::EmptyPath, LinkVia::ProcFd] {
-        // SAFETY: NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
-                0o644 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return None;
-        }
-        let fd = Fd(fd);
-        let dst = cpath(&dir.join(super::format::probe_name("tmpfile", std::process::id())));
-        if link_fd(fd.0, &dst, via, &mut scratch).is_ok() {
-            // SAFETY: NUL-terminated path.
-            unsafe { libc::unlink(dst.as_ptr()) };
+        let flags = libc::O_TMPFILE | libc::O_WRONLY;
+        let (fd, _) = beneath::open_at(root.0, c".", flags, file_mode, false).ok()?;
+        if link_fd(fd.0, root.0, &name, via, &mut scratch).is_ok() {
+            // SAFETY: NUL-terminated name in an open directory.
+            unsafe { libc::unlinkat(root.0, name.as_ptr(), 0) };
             return Some(via);
         }
     }
     None
 }
 
-/// Whether `O_DIRECT` works in `dir`: writes one aligned page to a probe file.
-pub fn probe_direct(dir: &Path) -> bool {
-    let probe = dir.join(super::format::probe_name("odirect", std::process::id()));
-    let c = cpath(&probe);
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECT | libc::O_CLOEXEC;
-    // SAFETY: NUL-terminated path.
-    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644 as libc::c_uint) };
-    if fd < 0 {
+/// Whether `O_DIRECT` works in `dir`: writes one aligned page to a probe
+/// file created beneath `dir` (never through a symlink) and removes it.
+pub fn probe_direct(dir: &Path, file_mode: u32) -> bool {
+    let Ok(root) = beneath::c_path(dir).and_then(|c| beneath::open_root(&c)) else {
         return false;
-    }
-    let fd = Fd(fd);
+    };
+    let Ok(name) = CString::new(super::format::probe_name("odirect", std::process::id())) else {
+        return false;
+    };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_DIRECT;
+    let Ok((fd, st)) = beneath::open_at(root.0, &name, flags, file_mode, false) else {
+        return false;
+    };
     let page = Scratch::new();
     let ok = pwrite_all(fd.0, page.page.0.as_ptr(), HEADER_LEN, 0).is_ok();
     drop(fd);
-    // SAFETY: NUL-terminated path.
-    unsafe { libc::unlink(c.as_ptr()) };
+    let _ = beneath::unlink_same(root.0, &name, &st);
     ok
 }

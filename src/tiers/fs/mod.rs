@@ -43,6 +43,7 @@
 //!   by a worker (lookup answers RETRY meanwhile), so several processes can
 //!   use one directory.
 
+mod beneath;
 pub mod cause;
 pub mod format;
 pub mod index;
@@ -145,12 +146,24 @@ pub struct FsOptions {
         deserialize_with = "crate::serde_forms::millis"
     )]
     pub stale_temp_age: Duration,
+    /// Permission bits of every file the tier creates (block, temporary,
+    /// segment, lock and probe files), default `0o600`: a KV cache is
+    /// derived from prompts.  Directories it creates get the same bits
+    /// with search (x) added wherever read (r) is set (`0o600` gives
+    /// `0o700`, `0o640` gives `0o750`).  Set with `fchmod` after creation,
+    /// so the process umask does not narrow it (only the parents of the
+    /// root that `create_dir` makes are left to the umask).  Must be
+    /// within `0o777` and give the owner read and write.  JSON takes an
+    /// octal string (`"0640"`) or a number.
+    #[serde(deserialize_with = "crate::serde_forms::file_mode")]
+    pub file_mode: u32,
 }
 
 impl Default for FsOptions {
     /// No directory (set one), a file per block, unbounded, 8 + 8 threads, `O_DIRECT`, no
     /// fsync, unnamed temporary files, not shared, local, watermarks
-    /// 0.95 / 0.85, stale temporary files removed after 15 minutes.
+    /// 0.95 / 0.85, stale temporary files removed after 15 minutes, files
+    /// `0600` (directories `0700`).
     fn default() -> FsOptions {
         FsOptions {
             root: PathBuf::new(),
@@ -168,6 +181,7 @@ impl Default for FsOptions {
             shared: false,
             locality: Locality::Local,
             stale_temp_age: Duration::from_secs(15 * 60),
+            file_mode: 0o600,
         }
     }
 }
@@ -185,6 +199,12 @@ impl FsOptions {
         let bad = |m: String| Err(Error::InvalidArgument(format!("fs tier: {m}")));
         if self.root.as_os_str().is_empty() {
             return bad("the directory is empty (give the path of a directory)".into());
+        }
+        if self.file_mode & !0o777 != 0 || self.file_mode & 0o600 != 0o600 {
+            return bad(format!(
+                "file_mode {:#o} must be within 0o777 and give the owner read and write (0o600)",
+                self.file_mode
+            ));
         }
         let (lo, hi) = (self.low_watermark, self.high_watermark);
         if !(lo > 0.0 && lo <= hi && hi <= 1.0) {
@@ -297,9 +317,16 @@ impl FsTier {
                 )));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && opts.create_dir => {
-                fs::create_dir_all(root).map_err(|e| {
-                    Error::io(format!("fs tier: creating directory {}", root.display()), e)
-                })?;
+                use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+                let mode = beneath::dir_mode_of(opts.file_mode);
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(mode)
+                    .create(root)
+                    .and_then(|()| fs::set_permissions(root, fs::Permissions::from_mode(mode)))
+                    .map_err(|e| {
+                        Error::io(format!("fs tier: creating directory {}", root.display()), e)
+                    })?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::NotFound(format!(
@@ -311,7 +338,7 @@ impl FsTier {
                 return Err(Error::io(format!("fs tier: opening {}", root.display()), e));
             }
         }
-        let direct = opts.direct_io && io::probe_direct(root);
+        let direct = opts.direct_io && io::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
@@ -322,6 +349,12 @@ impl FsTier {
             FsLayout::Segments => {
                 let (segments, found, mut rebuild) =
                     Segments::open(root, block_bytes, &opts, direct)?;
+                // The probe files of a process killed while opening.
+                if let Ok(c) = beneath::c_path(root)
+                    && let Ok(fd) = beneath::open_root(&c)
+                {
+                    rebuild::remove_dead_probes(&fd, opts.stale_temp_age, &mut rebuild);
+                }
                 let mut index =
                     Index::with_records(file_len(block_bytes), segments.records(), &found)?;
                 // As the files layout's rebuild does; an evicted record is
@@ -332,13 +365,14 @@ impl FsTier {
             }
         };
         let link = if opts.unnamed_temp_files && segments.is_none() {
-            io::probe_tmpfile(root)
+            io::probe_tmpfile(root, opts.file_mode)
         } else {
             None
         };
         let direct = segments.as_ref().map_or(direct, Segments::direct);
         let mut io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
         io.segments = segments;
+        io.file_mode = opts.file_mode;
         let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
         let mut tier = FsTier {
             opts,
@@ -357,6 +391,7 @@ impl FsTier {
             lost_buf: Vec::new(),
             errors: Vec::new(),
         };
+        tier.note_skipped_at_open();
         // The rebuilt blocks are announced, oldest first, so a router learns of them.
         let mut keys = Vec::new();
         tier.index.ready_keys(&mut keys);
@@ -364,6 +399,27 @@ impl FsTier {
             tier.announce_stored(key);
         }
         Ok(tier)
+    }
+
+    /// Reports (in the error log the manager takes) what the opening scan
+    /// skipped and left on disk: foreign entries and unreadable blocks.
+    fn note_skipped_at_open(&mut self) {
+        let r = self.rebuild;
+        if r.foreign > 0 {
+            self.errors.push(format!(
+                "fs tier {}: skipped {} foreign entries under the tier's names at open ({}); never followed, left in place",
+                self.opts.root.display(),
+                r.foreign,
+                r.foreign_kinds
+            ));
+        }
+        if r.unreadable > 0 {
+            self.errors.push(format!(
+                "fs tier {}: skipped {} block files that could not be read at open (permission or I/O error); left in place",
+                self.opts.root.display(),
+                r.unreadable
+            ));
+        }
     }
 
     /// Queues an event; false if it was dropped (the queue is full,
@@ -921,6 +977,8 @@ impl SecondaryTier for FsTier {
             Stat::counter("restart_skipped_files", r.skipped),
             Stat::counter("restart_removed_files", r.removed),
             Stat::counter("restart_temp_removed", r.temp_removed),
+            Stat::counter("restart_unreadable_files", r.unreadable),
+            Stat::counter("restart_foreign_entries", r.foreign),
         ];
         for cause in Cause::ALL {
             s.push(Stat::counter(

@@ -3,33 +3,85 @@
 //!
 //! - Whole blocks of the current format, block size and key are indexed,
 //!   oldest file first (so the newest ends up the most recently used).
-//! - A file under a block name that is not such a block (another format
-//!   version, a damaged or truncated file, another block size, a header
-//!   naming another key, a block under another fan-out directory than its
-//!   key's) is skipped and removed, so nothing stays on disk
-//!   outside the capacity count.  A tier must therefore not share its
+//! - A regular file under a block name that is proven not such a block
+//!   (another format version, a damaged or truncated file, another block
+//!   size, a header naming another key, a block under another fan-out
+//!   directory than its key's) is skipped and removed, so nothing stays on
+//!   disk outside the capacity count.  A tier must therefore not share its
 //!   directory with processes using another block size or format version.
 //!   Files whose names are not block names are left alone.
+//! - A block file that cannot be read (permission denied, an I/O error) is
+//!   skipped, counted as unreadable and left on disk untouched: only a
+//!   block proven bad is removed.
+//! - Nothing is followed or waited on: the scan reaches every entry from
+//!   its directory's descriptor without following symlinks, and a
+//!   symlink, FIFO, socket or device (a *foreign* entry) in place of a
+//!   fan-out directory, block file or temporary file is skipped, counted
+//!   by kind, and left alone ([`mod@super::beneath`]).
 //! - Temporary files of writers that are gone (dead on this host, or older
 //!   than `stale_temp_age`) are removed, and so are the probe files a
-//!   process killed while opening the tier left in its root.
+//!   process killed while opening the tier left in its root (both
+//!   layouts).
 //! - If the directory holds more than the capacity, the least recently
 //!   used blocks are evicted down to the low watermark.
 
-use std::fs;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::Path;
+use std::ffi::CStr;
 use std::time::{Duration, SystemTime};
 
 use super::FsOptions;
+use super::beneath::{self, FOREIGN};
 use super::format::{
     HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_probe_name,
     pid_of_temp_name,
 };
 use super::index::{Index, State};
+use super::io::Fd;
 use crate::error::{Error, Result};
 use crate::key::Key;
+
+/// Foreign entries (not regular files, or symlinks) a scan skipped, by
+/// kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForeignKinds {
+    /// Symbolic links.
+    pub symlinks: u64,
+    /// FIFOs (named pipes).
+    pub fifos: u64,
+    /// Unix sockets.
+    pub sockets: u64,
+    /// Character and block devices.
+    pub devices: u64,
+    /// Anything else (a directory under a file name, ...).
+    pub other: u64,
+}
+
+impl ForeignKinds {
+    /// Counts one entry of mode `mode`.
+    pub fn count(&mut self, mode: libc::mode_t) {
+        match mode & libc::S_IFMT {
+            libc::S_IFLNK => self.symlinks += 1,
+            libc::S_IFIFO => self.fifos += 1,
+            libc::S_IFSOCK => self.sockets += 1,
+            libc::S_IFCHR | libc::S_IFBLK => self.devices += 1,
+            _ => self.other += 1,
+        }
+    }
+
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.symlinks + self.fifos + self.sockets + self.devices + self.other
+    }
+}
+
+impl std::fmt::Display for ForeignKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} symlinks, {} FIFOs, {} sockets, {} devices, {} other",
+            self.symlinks, self.fifos, self.sockets, self.devices, self.other
+        )
+    }
+}
 
 /// What a restart found in the directory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,6 +100,58 @@ pub struct RebuildReport {
     pub temp_removed: u64,
     /// Blocks evicted because the directory held more than the capacity.
     pub evicted: u64,
+    /// Block files that could not be opened or read (permission denied,
+    /// an I/O error): skipped and left on disk.
+    pub unreadable: u64,
+    /// Foreign entries (symlinks, FIFOs, sockets, devices) under the
+    /// tier's names: skipped, never followed, left alone.
+    pub foreign: u64,
+    /// The foreign entries by kind.
+    pub foreign_kinds: ForeignKinds,
+}
+
+impl RebuildReport {
+    fn foreign(&mut self, mode: libc::mode_t) {
+        self.foreign += 1;
+        self.foreign_kinds.count(mode);
+    }
+}
+
+fn is_fanout(name: &str) -> bool {
+    name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn open_root(layout: &Layout) -> Result<Fd> {
+    let shown = || format!("fs tier: listing {}", layout.root().display());
+    let c = beneath::c_path(layout.root())
+        .map_err(|e| Error::io(shown(), std::io::Error::from_raw_os_error(e)))?;
+    beneath::open_root(&c).map_err(|e| Error::io(shown(), std::io::Error::from_raw_os_error(e)))
+}
+
+/// Removes the probe files (`.<kind>-probe.<pid>.tmp`) that processes
+/// killed while opening a tier left in its root (`root`, an open
+/// descriptor), when their writer is gone.
+pub(super) fn remove_dead_probes(root: &Fd, max_age: Duration, report: &mut RebuildReport) {
+    let Ok(names) = beneath::list(root.0) else {
+        return;
+    };
+    for name in names {
+        let Some(pid) = name.to_str().and_then(pid_of_probe_name) else {
+            continue;
+        };
+        let c = beneath::c_name(&name);
+        match beneath::lstat_at(root.0, &c) {
+            Ok(st) if beneath::is_regular(&st) => {
+                if stale_temp(&st, Some(pid), max_age)
+                    && beneath::unlink_same(root.0, &c, &st) == Ok(true)
+                {
+                    report.temp_removed += 1;
+                }
+            }
+            Ok(st) => report.foreign(st.st_mode),
+            Err(_) => {}
+        }
+    }
 }
 
 /// Rebuilds `index` from the files under `layout`'s root.
@@ -61,34 +165,42 @@ pub(super) fn rebuild(
     let mut found: Vec<(SystemTime, Key)> = Vec::new();
     let expected_len = file_len(block_bytes);
     let mut header = vec![0u8; HEADER_LEN];
-    let is_fanout = |name: &str| name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit());
-    let read = |p: &Path| {
-        fs::read_dir(p).map_err(|e| Error::io(format!("fs tier: listing {}", p.display()), e))
-    };
-    for dir in read(layout.root())? {
-        let Ok(dir) = dir else { continue };
-        if let Some(name) = dir.file_name().to_str()
-            && let Some(pid) = pid_of_probe_name(name)
-        {
-            if stale_temp(&dir.path(), Some(pid), opts.stale_temp_age)
-                && fs::remove_file(dir.path()).is_ok()
-            {
-                report.temp_removed += 1;
+    let root = open_root(layout)?;
+    remove_dead_probes(&root, opts.stale_temp_age, &mut report);
+    let names = beneath::list(root.0).map_err(|e| {
+        Error::io(
+            format!("fs tier: listing {}", layout.root().display()),
+            std::io::Error::from_raw_os_error(e),
+        )
+    })?;
+    for dir in names {
+        if !dir.to_str().is_some_and(is_fanout) {
+            continue;
+        }
+        let fan = match beneath::subdir(root.0, &beneath::c_name(&dir), None, || ()) {
+            Ok(fan) => fan,
+            Err(FOREIGN) => {
+                if let Ok(st) = beneath::lstat_at(root.0, &beneath::c_name(&dir)) {
+                    report.foreign(st.st_mode);
+                }
+                continue;
             }
+            Err(_) => continue,
+        };
+        let Ok(entries) = beneath::list(fan.0) else {
             continue;
-        }
-        if !dir.file_name().to_str().is_some_and(is_fanout) || !dir.path().is_dir() {
-            continue;
-        }
-        let fanout = dir.file_name();
-        for entry in read(&dir.path())? {
-            let Ok(entry) = entry else { continue };
-            let name = entry.file_name();
+        };
+        for name in entries {
             let Some(name) = name.to_str() else { continue };
-            let path = entry.path();
+            let c = beneath::c_name(name.as_ref());
+            let Ok(st) = beneath::lstat_at(fan.0, &c) else {
+                continue;
+            };
             if name.ends_with(".tmp") {
-                if stale_temp(&path, pid_of_temp_name(name), opts.stale_temp_age)
-                    && fs::remove_file(&path).is_ok()
+                if !beneath::is_regular(&st) {
+                    report.foreign(st.st_mode);
+                } else if stale_temp(&st, pid_of_temp_name(name), opts.stale_temp_age)
+                    && beneath::unlink_same(fan.0, &c, &st) == Ok(true)
                 {
                     report.temp_removed += 1;
                 }
@@ -97,18 +209,26 @@ pub(super) fn rebuild(
             let Some(key) = key_of_block_name(name) else {
                 continue;
             };
+            if !beneath::is_regular(&st) {
+                report.foreign(st.st_mode);
+                continue;
+            }
             // A block under another fan-out directory than its key's is
             // not where the tier looks for it (nor counted): not a block.
-            let in_place = fanout.as_bytes() == Layout::fanout(&key);
-            let block = in_place
-                .then(|| check_block(&path, &key, block_bytes, expected_len, &mut header))
-                .flatten();
-            match block {
-                Some(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
-                Some(_) => {}
-                None => {
+            let in_place = dir.as_encoded_bytes() == Layout::fanout(&key);
+            let checked = if in_place {
+                check_block(&fan, &c, &key, block_bytes, expected_len, &mut header)
+            } else {
+                Check::Bad(st)
+            };
+            match checked {
+                Check::Block(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
+                Check::Block(_) | Check::Gone => {}
+                Check::Unreadable => report.unreadable += 1,
+                Check::Foreign(mode) => report.foreign(mode),
+                Check::Bad(st) => {
                     report.skipped += 1;
-                    if fs::remove_file(&path).is_ok() {
+                    if beneath::unlink_same(fan.0, &c, &st) == Ok(true) {
                         report.removed += 1;
                     }
                 }
@@ -121,8 +241,13 @@ pub(super) fn rebuild(
         index.insert(key, State::Ready);
         report.blocks += 1;
     }
+    let mut name = Vec::new();
     report.evicted = evict_over_capacity(opts, index, |victim| {
-        let _ = fs::remove_file(layout.block_path(victim));
+        let fanout = Layout::fanout_c(victim);
+        let fanout = CStr::from_bytes_with_nul(&fanout).expect("NUL-terminated");
+        if let Ok(fan) = beneath::subdir(root.0, fanout, None, || ()) {
+            let _ = beneath::unlink_regular(fan.0, Layout::name_c(victim, &mut name));
+        }
     });
     report.blocks -= report.evicted;
     Ok(report)
@@ -151,30 +276,65 @@ pub(super) fn evict_over_capacity(
     evicted
 }
 
-/// The file's mtime if it holds a whole block of `key` in the current format.
+/// What a block file turned out to be.
+enum Check {
+    /// A whole block of its key, modified at this time.
+    Block(SystemTime),
+    /// Proven not a block of this format and size: this file may go.
+    Bad(libc::stat),
+    /// It could not be opened or read: left alone.
+    Unreadable,
+    /// Not a regular file (replaced since it was listed): left alone.
+    Foreign(libc::mode_t),
+    /// Gone since it was listed.
+    Gone,
+}
+
+/// Whether file `name` of `fan` holds a whole block of `key` in the
+/// current format: its size is checked before anything is read.
 fn check_block(
-    path: &Path,
+    fan: &Fd,
+    name: &CStr,
     key: &Key,
     block_bytes: usize,
     expected_len: u64,
     header: &mut [u8],
-) -> Option<SystemTime> {
-    let f = fs::File::open(path).ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || meta.len() != expected_len {
-        return None;
+) -> Check {
+    let (f, st) = match beneath::open_at(fan.0, name, libc::O_RDONLY, 0, false) {
+        Ok(opened) => opened,
+        Err(FOREIGN) => {
+            return beneath::lstat_at(fan.0, name)
+                .map_or(Check::Gone, |st| Check::Foreign(st.st_mode));
+        }
+        Err(libc::ENOENT) => return Check::Gone,
+        Err(_) => return Check::Unreadable,
+    };
+    if st.st_size as u64 != expected_len {
+        return Check::Bad(st);
     }
-    f.read_exact_at(header, 0).ok()?;
-    let h = decode_header(header).ok()?;
-    if h.key != *key || h.data_len != block_bytes as u64 {
-        return None;
+    // SAFETY: `header` is HEADER_LEN writable bytes.
+    let n = unsafe { libc::pread(f.0, header.as_mut_ptr().cast(), header.len(), 0) };
+    if n < 0 {
+        return Check::Unreadable;
     }
-    meta.modified().ok()
+    if n as usize != header.len() {
+        return Check::Bad(st);
+    }
+    match decode_header(header) {
+        Ok(h) if h.key == *key && h.data_len == block_bytes as u64 => Check::Block(mtime_of(&st)),
+        _ => Check::Bad(st),
+    }
+}
+
+fn mtime_of(st: &libc::stat) -> SystemTime {
+    std::time::UNIX_EPOCH
+        + Duration::from_secs(st.st_mtime.max(0) as u64)
+        + Duration::from_nanos(st.st_mtime_nsec.clamp(0, 999_999_999) as u64)
 }
 
 /// Whether a temporary file's writer (`pid`, when its name tells) is gone:
-/// dead on this host, or the file is older than `max_age`.
-fn stale_temp(path: &Path, pid: Option<u32>, max_age: Duration) -> bool {
+/// dead on this host, or the file (`st`) is older than `max_age`.
+fn stale_temp(st: &libc::stat, pid: Option<u32>, max_age: Duration) -> bool {
     if let Some(pid) = pid {
         // SAFETY: signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
@@ -183,12 +343,8 @@ fn stale_temp(path: &Path, pid: Option<u32>, max_age: Duration) -> bool {
             return true;
         }
     }
-    fs::metadata(path)
-        .map(|m| {
-            let mtime = std::time::UNIX_EPOCH + Duration::from_secs(m.mtime().max(0) as u64);
-            SystemTime::now()
-                .duration_since(mtime)
-                .is_ok_and(|age| age > max_age)
-        })
-        .unwrap_or(false)
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(st.st_mtime.max(0) as u64);
+    SystemTime::now()
+        .duration_since(mtime)
+        .is_ok_and(|age| age > max_age)
 }

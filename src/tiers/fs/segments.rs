@@ -31,12 +31,11 @@
 //!   refused.  A directory several processes share needs the files layout.
 
 use std::ffi::CString;
-use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::beneath;
 use super::format::{HEADER_LEN, decode_header, file_len};
-use super::io::{Fd, Scratch, errno, open_file};
+use super::io::{Fd, Scratch, errno};
 use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -88,24 +87,38 @@ pub(super) fn parse_segment_name(name: &str) -> Option<(u64, u32)> {
 }
 
 fn io_error(what: String, errno: i32) -> Error {
+    if errno == beneath::FOREIGN {
+        return Error::InvalidArgument(format!(
+            "{what}: a symlink, FIFO, socket or device is in the way (left alone; remove it)"
+        ));
+    }
     Error::io(what, std::io::Error::from_raw_os_error(errno))
 }
 
-fn c_path(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| Error::InvalidArgument(format!("fs tier: {} holds a NUL", p.display())))
+fn c_name(name: &str) -> CString {
+    CString::new(name).expect("segment names hold no NUL")
 }
 
-/// Opens `path` read-write, creating it, with `O_DIRECT` when `direct`
-/// (without it where the file system refuses it); says whether it has it.
-fn open_rw(path: &Path, direct: bool) -> Result<(Fd, bool)> {
-    let c = c_path(path)?;
-    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
-    let fd = open_file(&c, flags, direct, || None, || ())
-        .map_err(|e| io_error(format!("fs tier: opening {}", path.display()), e))?;
+/// Opens segment file `name` of directory `dir` read-write, creating it
+/// (mode `mode`), never through a symlink, with `O_DIRECT` when `direct`
+/// (without it where the file system refuses it); says whether it has it
+/// and whether this call created the file.
+fn open_rw(
+    dir: i32,
+    name: &str,
+    mode: u32,
+    direct: bool,
+    shown: &Path,
+) -> Result<(Fd, bool, bool)> {
+    let (fd, created) = beneath::open_or_create(dir, &c_name(name), mode, direct).map_err(|e| {
+        io_error(
+            format!("fs tier: opening {}", shown.join(name).display()),
+            e,
+        )
+    })?;
     // SAFETY: an open descriptor.
     let got = unsafe { libc::fcntl(fd.0, libc::F_GETFL) };
-    Ok((fd, got >= 0 && got & libc::O_DIRECT != 0))
+    Ok((fd, got >= 0 && got & libc::O_DIRECT != 0, created))
 }
 
 /// Makes the file `fd` exactly `len` bytes long, its blocks allocated
@@ -164,21 +177,22 @@ impl Segments {
             opts.capacity_bytes,
             direct,
             opts.segment_file_bytes,
+            opts.file_mode,
         )
     }
 
-    /// [`Segments::open`] for `capacity_bytes` in files of about `target` bytes.
+    /// [`Segments::open`] for `capacity_bytes` in files of about `target`
+    /// bytes, creating files of mode `file_mode`.  A failed open removes
+    /// what it created (the segments directory, the lock file, segment
+    /// files), and nothing else.
     fn open_sized(
         root: &Path,
         block_bytes: usize,
         capacity_bytes: u64,
         direct: bool,
         target: u64,
+        file_mode: u32,
     ) -> Result<Opened> {
-        let dir = root.join(SEGMENTS_DIR);
-        fs::create_dir_all(&dir)
-            .map_err(|e| Error::io(format!("fs tier: creating {}", dir.display()), e))?;
-        let lock = lock_dir(&dir)?;
         let record_bytes = file_len(block_bytes);
         let records = u32::try_from(capacity_bytes / record_bytes).map_err(|_| {
             Error::InvalidArgument(format!(
@@ -191,25 +205,88 @@ impl Segments {
                 "fs tier: the segments layout needs a capacity of at least one record ({record_bytes} bytes), got {capacity_bytes}"
             )));
         }
+        let dir = root.join(SEGMENTS_DIR);
+        let root_c = beneath::c_path(root)
+            .map_err(|e| io_error(format!("fs tier: opening {}", root.display()), e))?;
+        let root_fd = beneath::open_root(&root_c)
+            .map_err(|e| io_error(format!("fs tier: opening {}", root.display()), e))?;
+        let mut made_dir = false;
+        let seg = beneath::subdir(
+            root_fd.0,
+            &c_name(SEGMENTS_DIR),
+            Some(beneath::dir_mode_of(file_mode)),
+            || made_dir = true,
+        )
+        .map_err(|e| io_error(format!("fs tier: opening {}", dir.display()), e))?;
+        let mut created = Vec::new();
+        let opened = Segments::open_in(
+            &seg,
+            &dir,
+            block_bytes,
+            records,
+            direct,
+            target,
+            file_mode,
+            &mut created,
+        );
+        if opened.is_err() {
+            // Segment files first, then the lock (still held), then the
+            // directory if this open made it.
+            for name in created.iter().rev() {
+                // SAFETY: NUL-terminated name in an open directory.
+                unsafe { libc::unlinkat(seg.0, name.as_ptr(), 0) };
+            }
+            if made_dir {
+                // SAFETY: NUL-terminated name in an open directory.
+                unsafe {
+                    libc::unlinkat(root_fd.0, c_name(SEGMENTS_DIR).as_ptr(), libc::AT_REMOVEDIR)
+                };
+            }
+        }
+        opened
+    }
+
+    /// The body of [`Segments::open_sized`] in the open segments directory
+    /// `seg` (shown as `dir`); the names of the files it creates go to
+    /// `created`.
+    #[allow(clippy::too_many_arguments)]
+    fn open_in(
+        seg: &Fd,
+        dir: &Path,
+        block_bytes: usize,
+        records: u32,
+        direct: bool,
+        target: u64,
+        file_mode: u32,
+        created: &mut Vec<CString>,
+    ) -> Result<Opened> {
+        let (lock, made) = lock_dir(seg, dir, file_mode)?;
+        let record_bytes = file_len(block_bytes);
+        if made {
+            created.push(c_name(LOCK_NAME));
+        }
         let per_segment = ((target / record_bytes).max(1) as u32).min(records);
         let count = records.div_ceil(per_segment);
         let mut report = RebuildReport::default();
-        remove_foreign(&dir, record_bytes, count, &mut report)?;
+        remove_foreign(seg, dir, record_bytes, count, &mut report)?;
         let mut files = Vec::with_capacity(count as usize);
         let mut direct_all = direct && block_bytes % HEADER_LEN == 0;
         for n in 0..count {
-            let path = dir.join(segment_name(record_bytes, n));
-            let (fd, is_direct) = open_rw(&path, direct_all)?;
+            let name = segment_name(record_bytes, n);
+            let (fd, is_direct, made) = open_rw(seg.0, &name, file_mode, direct_all, dir)?;
+            if made {
+                created.push(c_name(&name));
+            }
             direct_all &= is_direct;
             let in_this = (records - n * per_segment).min(per_segment);
-            size_file(&fd, in_this as u64 * record_bytes, &path)?;
+            size_file(&fd, in_this as u64 * record_bytes, &dir.join(&name))?;
             files.push(fd);
         }
         if !direct_all {
             // One mode for every file: reopen any opened with O_DIRECT.
             for (n, fd) in files.iter_mut().enumerate() {
-                let path = dir.join(segment_name(record_bytes, n as u32));
-                *fd = open_rw(&path, false)?.0;
+                let name = segment_name(record_bytes, n as u32);
+                *fd = open_rw(seg.0, &name, file_mode, false, dir)?.0;
             }
         }
         let segments = Segments {
@@ -277,10 +354,17 @@ impl Segments {
     }
 }
 
-/// Takes `dir`'s lock file's `flock`, or says which process holds it.
-pub(super) fn lock_dir(dir: &Path) -> Result<Fd> {
-    let path = dir.join("lock");
-    let (fd, _) = open_rw(&path, false)?;
+/// Name of the lock file in the segments directory.
+pub(crate) const LOCK_NAME: &str = "lock";
+
+/// Takes the `flock` of the lock file of the segments directory `seg`
+/// (shown as `dir`), creating it (mode `mode`) if missing, or says which
+/// process holds it; says whether this call created the file.  A lock
+/// that is not a regular file (a symlink, FIFO, ...) is refused, untouched.
+pub(super) fn lock_dir(seg: &Fd, dir: &Path, mode: u32) -> Result<(Fd, bool)> {
+    let path = dir.join(LOCK_NAME);
+    let (fd, made) = beneath::open_or_create(seg.0, &c_name(LOCK_NAME), mode, false)
+        .map_err(|e| io_error(format!("fs tier: opening {}", path.display()), e))?;
     // SAFETY: an open descriptor.
     if unsafe { libc::flock(fd.0, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = errno();
@@ -292,28 +376,34 @@ pub(super) fn lock_dir(dir: &Path) -> Result<Fd> {
         }
         return Err(io_error(format!("fs tier: locking {}", path.display()), e));
     }
-    Ok(fd)
+    Ok((fd, made))
 }
 
 /// Removes segment files of another record size, and those numbered
-/// `count` or more (the capacity shrank).
+/// `count` or more (the capacity shrank): regular files only; anything
+/// else under a segment name is counted foreign and left alone.
 fn remove_foreign(
+    seg: &Fd,
     dir: &Path,
     record_bytes: u64,
     count: u32,
     report: &mut RebuildReport,
 ) -> Result<()> {
-    let entries = fs::read_dir(dir)
-        .map_err(|e| Error::io(format!("fs tier: listing {}", dir.display()), e))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
+    let names = beneath::list(seg.0)
+        .map_err(|e| io_error(format!("fs tier: listing {}", dir.display()), e))?;
+    for name in names {
         let Some((bytes, n)) = name.to_str().and_then(parse_segment_name) else {
             continue;
         };
         if bytes != record_bytes || n >= count {
-            report.skipped += 1;
-            if fs::remove_file(entry.path()).is_ok() {
-                report.removed += 1;
+            match beneath::unlink_regular(seg.0, &beneath::c_name(&name)) {
+                Ok(true) => {
+                    report.skipped += 1;
+                    report.removed += 1;
+                }
+                Ok(false) => {}
+                Err(beneath::FOREIGN) => report.foreign += 1,
+                Err(_) => report.skipped += 1,
             }
         }
     }
@@ -328,6 +418,7 @@ pub fn segments_dir(root: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn segment_names_round_trip_and_reject_others() {
@@ -347,7 +438,7 @@ mod tests {
         let record = file_len(block);
         // Two records per segment: files of 2, 2 and 1 records.
         let (s, found, report) =
-            Segments::open_sized(dir.path(), block, record * 5, false, record * 2).unwrap();
+            Segments::open_sized(dir.path(), block, record * 5, false, record * 2, 0o600).unwrap();
         assert!(found.is_empty());
         assert_eq!(report.blocks, 0);
         assert_eq!(s.records(), 5);
@@ -367,7 +458,7 @@ mod tests {
         drop(s);
         // A smaller capacity shortens the last file and drops the rest.
         let (s, _, _) =
-            Segments::open_sized(dir.path(), block, record * 3, false, record * 2).unwrap();
+            Segments::open_sized(dir.path(), block, record * 3, false, record * 2, 0o600).unwrap();
         assert_eq!(s.records(), 3);
         assert_eq!([len(0), len(1)], [2 * record, record]);
         assert!(
@@ -383,12 +474,13 @@ mod tests {
         let block = 4096;
         let cap = file_len(block) * 4;
         let first =
-            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES).unwrap();
-        let err =
-            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES).unwrap_err();
+            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600)
+                .unwrap();
+        let err = Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600)
+            .unwrap_err();
         assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
         drop(first);
-        Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES).unwrap();
+        Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600).unwrap();
     }
 
     #[test]
@@ -400,9 +492,15 @@ mod tests {
         fs::write(seg.join(segment_name(record + 4096, 0)), b"x").unwrap();
         fs::write(seg.join(segment_name(record, 3)), b"x").unwrap();
         fs::write(seg.join("unrelated"), b"x").unwrap();
-        let (_s, _, report) =
-            Segments::open_sized(dir.path(), 4096, record * 2, false, SEGMENT_TARGET_BYTES)
-                .unwrap();
+        let (_s, _, report) = Segments::open_sized(
+            dir.path(),
+            4096,
+            record * 2,
+            false,
+            SEGMENT_TARGET_BYTES,
+            0o600,
+        )
+        .unwrap();
         assert_eq!((report.skipped, report.removed), (2, 2));
         assert!(!seg.join(segment_name(record + 4096, 0)).exists());
         assert!(!seg.join(segment_name(record, 3)).exists());
@@ -418,7 +516,8 @@ mod tests {
             let dir = tempfile::tempdir_in(&parent).unwrap();
             let record = file_len(4096);
             let (s, _, _) =
-                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2).unwrap();
+                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2, 0o600)
+                    .unwrap();
             assert!(want || !s.direct());
             for fd in &s.files {
                 // SAFETY: an open descriptor.
@@ -431,8 +530,8 @@ mod tests {
     #[test]
     fn a_capacity_below_one_record_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err =
-            Segments::open_sized(dir.path(), 4096, 100, false, SEGMENT_TARGET_BYTES).unwrap_err();
+        let err = Segments::open_sized(dir.path(), 4096, 100, false, SEGMENT_TARGET_BYTES, 0o600)
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     }
 }
