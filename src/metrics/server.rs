@@ -118,13 +118,7 @@ impl MetricsServer {
         woken
             .set_nonblocking(true)
             .map_err(io_error("making the metrics wake-up non-blocking"))?;
-        let endpoint = Endpoint {
-            listener,
-            woken,
-            manager: Arc::downgrade(manager),
-            connections: Vec::with_capacity(MAX_CONNECTIONS),
-            paused_until: None,
-        };
+        let endpoint = Endpoint::new(listener, woken, Arc::downgrade(manager));
         let thread = std::thread::Builder::new()
             .name("kvtier-metrics".into())
             .spawn(move || endpoint.run())
@@ -189,6 +183,16 @@ fn pollfd(fd: i32, events: i16) -> libc::pollfd {
 }
 
 impl Endpoint {
+    fn new(listener: TcpListener, woken: UnixStream, manager: Weak<Manager>) -> Endpoint {
+        Endpoint {
+            listener,
+            woken,
+            manager,
+            connections: Vec::with_capacity(MAX_CONNECTIONS),
+            paused_until: None,
+        }
+    }
+
     /// Serves until woken.
     fn run(mut self) {
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(MAX_CONNECTIONS + 2);
@@ -368,5 +372,59 @@ fn read_head(
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
             Err(_) => return Err(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What /proc says descriptor `fd` of this process is.
+    fn fd_target(fd: i32) -> Option<std::path::PathBuf> {
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+    }
+
+    #[test]
+    fn a_response_not_taken_by_its_deadline_is_cut_then() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        let (wake, woken) = UnixStream::pair().unwrap();
+        woken.set_nonblocking(true).unwrap();
+        let mut endpoint = Endpoint::new(listener, woken, Weak::new());
+        let mut client = TcpStream::connect(address).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while endpoint.connections.is_empty() && Instant::now() < deadline {
+            endpoint.accept(Instant::now());
+        }
+        // A response far larger than the socket buffers, which the client
+        // does not read.
+        let big = 64 << 20;
+        let c = &mut endpoint.connections[0];
+        c.state = State::Writing(vec![b'x'; big], 0);
+        let cut = Instant::now() + WRITE_TIMEOUT;
+        c.deadline = cut;
+        assert!(c.progress(&Weak::new(), Instant::now()), "the rest waits");
+        let fd = c.stream.as_raw_fd();
+        let socket = fd_target(fd).unwrap();
+        let serving = std::thread::spawn(move || endpoint.run());
+        // Held until the deadline (the same socket at the same number)...
+        while Instant::now() + Duration::from_secs(1) < cut {
+            assert_eq!(fd_target(fd).as_ref(), Some(&socket), "closed early");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // ...and cut then: the client finds part of the response, then the
+        // end.
+        while Instant::now() < cut + Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        client
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        assert!(got.len() < big, "all {big} bytes arrived");
+        drop(wake);
+        serving.join().unwrap();
     }
 }
