@@ -205,12 +205,8 @@ impl Endpoint {
             let accepting = self.paused_until.is_none();
             fds.clear();
             fds.push(pollfd(self.woken.as_raw_fd(), libc::POLLIN));
-            let listener = if accepting {
-                self.listener.as_raw_fd()
-            } else {
-                -1
-            };
-            fds.push(pollfd(listener, libc::POLLIN));
+            let listen = if accepting { libc::POLLIN } else { 0 };
+            fds.push(pollfd(self.listener.as_raw_fd(), listen));
             for c in &self.connections {
                 let events = match c.state {
                     State::Reading(_) => libc::POLLIN,
@@ -232,14 +228,10 @@ impl Endpoint {
             // SAFETY: `fds` is a valid array of `fds.len()` pollfds.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
             if n < 0 {
-                // EINTR, or EAGAIN/ENOMEM: look again (after a pause
-                // for the latter), the wake-up included.
+                // EINTR, or EAGAIN/ENOMEM: look again (after a pause for
+                // the latter), the wake-up included.
                 if std::io::Error::last_os_error().kind() != ErrorKind::Interrupted {
-                    self.paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
                     std::thread::sleep(ACCEPT_BACKOFF);
-                }
-                if self.woken() {
-                    return;
                 }
                 continue;
             }
@@ -257,32 +249,27 @@ impl Endpoint {
         }
     }
 
-    /// Whether the server was dropped (its end of the pair closed).
-    fn woken(&self) -> bool {
-        matches!((&self.woken).read(&mut [0u8; 1]), Ok(0))
-    }
-
     /// Takes the connections waiting, up to [`ACCEPTS_PER_ROUND`].
     fn accept(&mut self, now: Instant) {
         for _ in 0..ACCEPTS_PER_ROUND {
             match self.listener.accept() {
                 Ok((stream, _)) => self.admit(stream, now),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of descriptors (EMFILE, ENFILE) or memory
-                    // (ENOBUFS, ENOMEM): leave the connection in the
-                    // backlog and try again after a pause.  Other errors
-                    // (a connection reset before it was taken) concern
-                    // one connection only.
+                // Out of descriptors (EMFILE, ENFILE) or memory (ENOBUFS,
+                // ENOMEM): leave the connection in the backlog and try
+                // again after a pause.
+                Err(e)
                     if matches!(
                         e.raw_os_error(),
                         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                    ) {
-                        self.paused_until = Some(now + ACCEPT_BACKOFF);
-                        return;
-                    }
+                    ) =>
+                {
+                    self.paused_until = Some(now + ACCEPT_BACKOFF);
+                    return;
                 }
+                // A connection reset before it was taken, an interrupted
+                // call: the next one may do.
+                Err(_) => {}
             }
         }
     }
