@@ -80,6 +80,46 @@ fn json_metrics_listen_serves_metrics_until_the_manager_is_freed() {
     );
 }
 
+/// `request` sent as is on a fresh connection to `port`; everything the
+/// server sends back until it closes.
+fn exchange(port: u16, request: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    raw
+}
+
+#[test]
+fn head_has_the_length_but_no_body_other_methods_are_405_and_garbage_400() {
+    let m = Arc::new(
+        kvtier::config::Config::from_json(r#"{"primary": {"capacity": 4}}"#)
+            .unwrap()
+            .build()
+            .unwrap(),
+    );
+    let server = MetricsServer::start("127.0.0.1:0", &m).unwrap();
+    let port = server.address().port();
+    let (_, _, body) = get(port, "/metrics").unwrap();
+    let head = exchange(port, "HEAD /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())),
+        "{head}"
+    );
+    assert!(head.ends_with("\r\nConnection: close\r\n\r\n"), "{head}");
+    let post = exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
+    assert!(post.contains("\r\nAllow: GET, HEAD\r\n"), "{post}");
+    let garbage = exchange(port, "hello\r\n\r\n");
+    assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
+    // A client that closes before its request ends costs nothing.
+    drop(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let (status, _, _) = get(port, "/metrics").unwrap();
+    assert_eq!(status, 200);
+}
+
 #[test]
 fn bad_addresses_and_ports_in_use_are_errors_at_creation() {
     let json = |listen: &str| {

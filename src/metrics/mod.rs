@@ -11,6 +11,7 @@
 //! docs/metrics.md.
 
 pub mod catalogue;
+mod http;
 pub mod server;
 
 use std::borrow::Cow;

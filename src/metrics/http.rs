@@ -1,0 +1,262 @@
+//! The little HTTP/1.1 the `/metrics` endpoint speaks: where a request
+//! head ends, what it asks for, and the whole response to it (always with
+//! `Content-Length` and `Connection: close`).  No I/O here; the server
+//! ([`super::server`]) reads and writes.
+
+use std::sync::Weak;
+
+use crate::tiering::Manager;
+
+use super::server::CONTENT_TYPE;
+
+/// What a request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// `GET` or `HEAD` of `/metrics`: the manager's text.
+    Metrics,
+    /// Another path: 404.
+    NotFound,
+    /// `/metrics` with a method other than `GET` or `HEAD`: 405.
+    MethodNotAllowed,
+    /// Not an HTTP/1.x request line: 400.
+    BadRequest,
+    /// No end of the head within the cap: 431.
+    HeadTooLarge,
+}
+
+/// A request as read: its answer, and whether the response carries a body
+/// (not for `HEAD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub answer: Answer,
+    pub body: bool,
+}
+
+/// Where the head in `buf` ends (the index after its empty line: `\n\n`
+/// or `\n\r\n`), if it does; `from` is how far earlier calls looked (the
+/// search restarts 2 bytes before it, so a terminator split across reads
+/// is found).
+pub(crate) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let start = from.saturating_sub(2);
+    (start..buf.len()).find_map(|i| match &buf[i..] {
+        [b'\n', b'\n', ..] => Some(i + 2),
+        [b'\n', b'\r', b'\n', ..] => Some(i + 3),
+        _ => None,
+    })
+}
+
+/// What the complete head `head` asks for.
+pub(crate) fn parse(head: &[u8]) -> Request {
+    let bad = Request {
+        answer: Answer::BadRequest,
+        body: true,
+    };
+    // Empty lines before the request line are allowed (RFC 9112 2.2).
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    let line = head[start..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Ok(line) = std::str::from_utf8(line) else {
+        return bad;
+    };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return bad;
+    };
+    if method.is_empty() || target.is_empty() || !version.starts_with("HTTP/1.") {
+        return bad;
+    }
+    let head_only = method == "HEAD";
+    let path = target.split('?').next().unwrap_or("");
+    let answer = if path != "/metrics" {
+        Answer::NotFound
+    } else if method == "GET" || head_only {
+        Answer::Metrics
+    } else {
+        Answer::MethodNotAllowed
+    };
+    Request {
+        answer,
+        body: !head_only,
+    }
+}
+
+/// The bytes of the response to `request` (the metrics read from
+/// `manager` now, if it asks for them).
+pub(crate) fn respond(request: Request, manager: &Weak<Manager>) -> Vec<u8> {
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    let (status, content_type, text) = match request.answer {
+        Answer::Metrics => match manager.upgrade().map(|m| m.prometheus_text()) {
+            Some(Ok(text)) => ("200 OK", CONTENT_TYPE, text),
+            Some(Err(e)) => (
+                "503 Service Unavailable",
+                CONTENT_TYPE,
+                format!("metrics unavailable: {e}\n"),
+            ),
+            None => (
+                "503 Service Unavailable",
+                CONTENT_TYPE,
+                "the manager is gone\n".to_string(),
+            ),
+        },
+        Answer::NotFound => ("404 Not Found", PLAIN, NOT_FOUND.to_string()),
+        Answer::MethodNotAllowed => ("405 Method Not Allowed", PLAIN, NOT_FOUND.to_string()),
+        Answer::BadRequest => ("400 Bad Request", PLAIN, "bad request\n".to_string()),
+        Answer::HeadTooLarge => (
+            "431 Request Header Fields Too Large",
+            PLAIN,
+            "request head too large\n".to_string(),
+        ),
+    };
+    let allow = if request.answer == Answer::MethodNotAllowed {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         {allow}Connection: close\r\n\r\n",
+        text.len()
+    )
+    .into_bytes();
+    if request.body {
+        out.extend_from_slice(text.as_bytes());
+    }
+    out
+}
+
+const NOT_FOUND: &str = "not found: try GET /metrics\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(head: &str) -> Request {
+        parse(head.as_bytes())
+    }
+
+    #[test]
+    fn head_end_finds_crlf_and_lf_terminators_split_across_reads() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest", 0), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\nrest", 0), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n", 0), None);
+        // The terminator's first bytes came in an earlier read.
+        let buf = b"GET / HTTP/1.1\r\n\r\n";
+        assert_eq!(head_end(buf, 16), Some(18));
+        assert_eq!(head_end(buf, 17), Some(18));
+        assert_eq!(head_end(b"\n\n", 0), Some(2));
+    }
+
+    #[test]
+    fn requests_are_routed_by_path_then_method() {
+        let get = answer("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(
+            get,
+            Request {
+                answer: Answer::Metrics,
+                body: true
+            }
+        );
+        assert_eq!(answer("GET /metrics?x=1 HTTP/1.0\r\n\r\n"), get);
+        assert_eq!(answer("\r\nGET /metrics HTTP/1.1\r\n\r\n"), get);
+        assert_eq!(
+            answer("HEAD /metrics HTTP/1.1\r\n\r\n"),
+            Request {
+                answer: Answer::Metrics,
+                body: false
+            }
+        );
+        assert_eq!(
+            answer("HEAD / HTTP/1.1\r\n\r\n"),
+            Request {
+                answer: Answer::NotFound,
+                body: false
+            }
+        );
+        assert_eq!(answer("GET / HTTP/1.1\r\n\r\n").answer, Answer::NotFound);
+        assert_eq!(
+            answer("GET /metricsx HTTP/1.1\r\n\r\n").answer,
+            Answer::NotFound
+        );
+        assert_eq!(answer("POST / HTTP/1.1\r\n\r\n").answer, Answer::NotFound);
+        assert_eq!(
+            answer("POST /metrics HTTP/1.1\r\n\r\n").answer,
+            Answer::MethodNotAllowed
+        );
+        assert_eq!(
+            answer("get /metrics HTTP/1.1\r\n\r\n").answer,
+            Answer::MethodNotAllowed,
+            "methods are case-sensitive"
+        );
+    }
+
+    #[test]
+    fn lines_that_are_not_http_1_requests_are_bad_requests() {
+        for head in [
+            "GET /metrics\r\n\r\n",
+            "GET /metrics HTTP/2.0\r\n\r\n",
+            "GET  /metrics HTTP/1.1\r\n\r\n",
+            "GET /metrics HTTP/1.1 x\r\n\r\n",
+            " /metrics HTTP/1.1\r\n\r\n",
+            "\r\n\r\n",
+        ] {
+            assert_eq!(answer(head).answer, Answer::BadRequest, "{head:?}");
+        }
+        assert_eq!(
+            parse(b"GET /\xff HTTP/1.1\r\n\r\n").answer,
+            Answer::BadRequest
+        );
+    }
+
+    fn text(request: Request) -> String {
+        String::from_utf8(respond(request, &Weak::new())).unwrap()
+    }
+
+    #[test]
+    fn responses_carry_length_and_close_and_head_has_no_body() {
+        let r = text(Request {
+            answer: Answer::NotFound,
+            body: true,
+        });
+        assert_eq!(
+            r,
+            format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{NOT_FOUND}",
+                NOT_FOUND.len()
+            )
+        );
+        let r = text(Request {
+            answer: Answer::MethodNotAllowed,
+            body: false,
+        });
+        assert!(r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{r}");
+        assert!(r.contains("\r\nAllow: GET, HEAD\r\n"), "{r}");
+        assert!(
+            r.ends_with("Connection: close\r\n\r\n"),
+            "HEAD: no body: {r}"
+        );
+        let r = text(Request {
+            answer: Answer::Metrics,
+            body: true,
+        });
+        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
+        assert!(
+            r.contains(&format!("Content-Type: {CONTENT_TYPE}\r\n")),
+            "{r}"
+        );
+        assert!(r.ends_with("\r\n\r\nthe manager is gone\n"), "{r}");
+        for (answer, status) in [
+            (Answer::BadRequest, "400 Bad Request"),
+            (Answer::HeadTooLarge, "431 Request Header Fields Too Large"),
+        ] {
+            let r = text(Request { answer, body: true });
+            assert!(r.starts_with(&format!("HTTP/1.1 {status}\r\n")), "{r}");
+            assert!(!r.contains("Allow:"), "{r}");
+        }
+    }
+}
