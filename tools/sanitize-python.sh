@@ -25,6 +25,8 @@ runtime=$(${CC:-gcc} -print-file-name=libasan.so)
 # Leaks are not checked: the interpreter keeps much of what it allocates
 # until exit.  Any other report ends the process with exit code 99.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=99"
+# test_install builds the package with cargo in a new virtualenv: nothing
+# of it runs the library, and the preloaded runtime would be in cargo.
 echo "== pytest python/tests over the ASan library"
 KVTIER_LIBRARY="$libdir/libkvtier.so" LD_PRELOAD="$runtime" PYTHONPATH="$PWD/python" \
-  "$python" -m pytest -q -p no:cacheprovider python/tests "$@"
+  "$python" -m pytest -q -p no:cacheprovider python/tests --ignore=python/tests/test_install.py "$@"
