@@ -30,6 +30,8 @@ struct Liar {
     stats_status: i32,
     /// `stats` writes this kind for its one entry.
     stats_kind: Option<i32>,
+    /// `stats` fills its whole buffer (`own_0`, `own_1`, ...).
+    stats_fill: bool,
     /// `take_events` claims this many more events than its capacity.
     events_extra: Option<usize>,
     /// `take_events` writes one event whose key claims this length.
@@ -121,6 +123,21 @@ unsafe extern "C" fn l_stats(
     }
     if let Some(extra) = l.stats_extra {
         unsafe { *written = cap + extra };
+        return 0;
+    }
+    if l.stats_fill {
+        for i in 0..cap {
+            let mut s = kvtier_tier_stat {
+                name: [0; 48],
+                kind: KVTIER_STAT_GAUGE,
+                value: i as f64,
+            };
+            for (d, c) in s.name.iter_mut().zip(format!("own_{i}").bytes()) {
+                *d = c as c_char;
+            }
+            unsafe { *out.add(i) = s };
+        }
+        unsafe { *written = cap };
         return 0;
     }
     let mut s = kvtier_tier_stat {
@@ -311,6 +328,20 @@ fn a_stats_callback_claiming_more_entries_than_its_buffer_is_counted() {
         );
         unsafe { kvtier_manager_free(m) };
     }
+}
+
+#[test]
+fn a_stats_callback_filling_its_whole_buffer_is_read_whole() {
+    let m = manager_with(Liar {
+        stats_fill: true,
+        ..Default::default()
+    });
+    let st = tier_stats(m, 1);
+    let own = st.keys().filter(|k| k.starts_with("own_")).count();
+    assert_eq!(own, 64, "the whole batch of 64");
+    assert_eq!(st["own_63"], 63.0);
+    assert_eq!(st["callback_errors"], 0.0);
+    unsafe { kvtier_manager_free(m) };
 }
 
 #[test]
