@@ -25,7 +25,7 @@ FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
 .PHONY: all lib c test test-rust test-c test-python test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
-	nightly-available test-sanitizers test-asan test-tsan test-miri soak faults mutants mutants-available
+	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
 
@@ -208,6 +208,11 @@ test-sanitizers: test-asan test-tsan test-miri
 # programs, the fuzzer and the threaded completion tests.
 test-asan: nightly-available cmake-available
 	FEATURES=$(FEATURES) tools/sanitize.sh address $(NIGHTLY)
+
+# The Python package's tests (the abuse suite included) over the library
+# built with AddressSanitizer, its runtime preloaded into python.
+test-python-asan: nightly-available python-test-deps
+	FEATURES=$(FEATURES) PYTHON=$(PYTHON) tools/sanitize-python.sh $(NIGHTLY)
 
 test-tsan: nightly-available cmake-available
 	FEATURES=$(FEATURES) tools/sanitize.sh thread $(NIGHTLY)

@@ -610,7 +610,9 @@ typedef struct {
    */
   void *user_data;
   /**
-   * Short name for stats and errors (NUL-terminated, copied); NULL = "c-tier".
+   * Short name for stats and errors (NUL-terminated, copied; at most 255
+   * bytes, else registration fails with `KVTIER_STATUS_INVALID_ARGUMENT`
+   * and no byte past the 256th is read); NULL = "c-tier".
    */
   const char *name;
   /**
@@ -646,7 +648,11 @@ typedef struct {
    * `*written`; called again while it fills the buffer, until 1024
    * results (`kvtier::tiering::MAX_FINISHED_PER_POLL`) are taken in one
    * poll: the rest wait for the next poll (counted in the tier's
-   * `poll_limit_reached` stat).
+   * `poll_limit_reached` stat).  A count above `capacity` is refused (none
+   * of the batch is read), and so is a result whose `succeeded_len` is
+   * more than the most keys of any job given to the tier (its keys are
+   * not read; the job counts as failed): each is counted in the tier's
+   * `callback_errors` and logged.
    */
   int32_t (*poll_finished)(void *user_data, kvtier_job_result *out, size_t capacity, size_t *written);
   /**
@@ -671,7 +677,8 @@ typedef struct {
    */
   int32_t (*on_schedule_end)(void *user_data);
   /**
-   * Writes whether the tier has work outstanding to `*pending`.
+   * Writes whether the tier has work outstanding to `*pending` (read as
+   * a byte: any value but 0 is true).
    */
   int32_t (*has_pending_work)(void *user_data, bool *pending);
   /**
@@ -686,7 +693,11 @@ typedef struct {
    * current values.  Report every counter every time: one no longer
    * reported keeps its last value in the manager's stats, and one
    * reported below its previous report keeps the value shown before and
-   * counts as a tier bug (`tier_bugs`, error log).
+   * counts as a tier bug (`tier_bugs`, error log).  A count above
+   * `capacity` (none of them is read), a status other than OK, and an
+   * entry whose `kind` is neither `KVTIER_STAT_COUNTER` nor
+   * `KVTIER_STAT_GAUGE` (dropped) are each counted in the tier's
+   * `callback_errors` and logged.
    */
   int32_t (*stats)(void *user_data, kvtier_tier_stat *out, size_t capacity, size_t *written);
   /**
@@ -704,7 +715,8 @@ typedef struct {
    * events are taken: the rest stay with the tier for the next take.
    * An event (other than `KVTIER_EVENT_CLEARED`) whose `key.len` is 0
    * or more than 64 is refused, not cut short (counted in the tier's
-   * `events_rejected` stat and logged).
+   * `events_rejected` stat and logged); a count above `capacity` is
+   * refused, none of the batch read (counted in `callback_errors`).
    */
   int32_t (*take_events)(void *user_data, kvtier_tier_event *out, size_t capacity, size_t *written);
 } kvtier_tier_vtable;

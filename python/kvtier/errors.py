@@ -58,3 +58,10 @@ def check(status: int, call: str = "") -> None:
     if status:
         message = ffi.string(lib.kvtier_last_error_message()).decode("utf-8", "replace")
         raise KvtierError(status, message, call)
+
+
+def encode_str(value: object, what: str) -> bytes:
+    """`value` (a ``str``) as UTF-8; a ``TypeError`` naming `what` otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
+    return value.encode()

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import CONSTANTS, ffi, lib
 from ._keys import key_array
-from .errors import KvtierError, Status, check
+from ._handle import Handle
+from .errors import KvtierError, Status, check, encode_str
 from .types import (
     Event,
     Locality,
@@ -84,12 +85,14 @@ class Manager:
         region: Region | None = None,
     ):
         options = ffi.new("kvtier_manager_options *", lib.kvtier_manager_options_default())
-        policy_c = ffi.new("char[]", policy.encode())
+        policy_c = ffi.new("char[]", encode_str(policy, "policy"))
         options.capacity = capacity
         options.policy = policy_c
         options.store_threshold = store_threshold
         options.admission_table_size = admission_table_size
         options.event_capacity = event_capacity
+        if promotion_answer not in ("retry", "hit_pending"):
+            raise ValueError(f"promotion_answer: expected 'retry' or 'hit_pending', got {promotion_answer!r}")
         options.promotion_answer = PromotionAnswer[promotion_answer.upper()]
         options.block_bytes = block_bytes
         options.error_log_capacity = error_log_capacity
@@ -115,18 +118,24 @@ class Manager:
         return self
 
     def _init(self, handle: Any, capacity: int) -> None:
-        self._manager: Any = handle
+        # Every call enters the handle and leaves it; `close` frees it once
+        # no call is inside, so a close racing other threads' calls (or
+        # made from a tier callback) never frees it under them.
+        self._h = Handle(handle, lib.kvtier_manager_free, "manager")
+        self._call = self._h.call
         self.capacity = capacity
-        self._answer = ffi.new("kvtier_lookup_answer *")
-        self._events = ffi.new("kvtier_event[]", _EVENT_BATCH)
         self._tiers: list[Any] = []  # Python tiers' adapters, kept alive here too
 
     @property
     def handle(self) -> Any:
-        """The ``kvtier_manager *``; an error once closed."""
-        if self._manager is None:
-            raise KvtierError(Status.CLOSED, "the manager is closed")
-        return self._manager
+        """The ``kvtier_manager *``; an error once closed.  A call made
+        with it directly is not protected from a concurrent `close`."""
+        return self._h.raw()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._h.closed
 
     # -- tiers --------------------------------------------------------
 
@@ -143,7 +152,10 @@ class Manager:
         `backpressure_options` are fields of ``kvtier_tier_options``
         (``alpha``, ``high_ns_per_byte``, ``low_ns_per_byte``, ``warmup``,
         ``max_consecutive_failures``, ``policy``)."""
-        from .tier import TierAdapter
+        from .tier import Tier, TierAdapter
+
+        if not isinstance(tier, Tier):
+            raise TypeError(f"tier: expected a kvtier.Tier, got {type(tier).__name__}")
 
         options = ffi.new("kvtier_tier_options *", lib.kvtier_tier_options_default())
         options.backpressure = backpressure
@@ -153,7 +165,7 @@ class Manager:
         adapter = TierAdapter(tier, self)
         index = ffi.new("size_t *")
         try:
-            check(lib.kvtier_manager_add_tier(self.handle, adapter.vtable, options, index), "kvtier_manager_add_tier")
+            check(self._call(lib.kvtier_manager_add_tier, adapter.vtable, options, index), "kvtier_manager_add_tier")
         except BaseException:
             adapter.release()
             raise
@@ -172,7 +184,7 @@ class Manager:
         for name, value in options.items():
             setattr(c_options, name, value)
         index = ffi.new("size_t *")
-        check(lib.kvtier_manager_add_fs_tier(self.handle, c_options, index), "kvtier_manager_add_fs_tier")
+        check(self._call(lib.kvtier_manager_add_fs_tier, c_options, index), "kvtier_manager_add_fs_tier")
         return int(index[0])
 
     def add_redis_tier(self, **options: Any) -> int:
@@ -186,7 +198,7 @@ class Manager:
                 value = keep[-1]
             setattr(c_options, name, value)
         index = ffi.new("size_t *")
-        check(lib.kvtier_manager_add_redis_tier(self.handle, c_options, index), "kvtier_manager_add_redis_tier")
+        check(self._call(lib.kvtier_manager_add_redis_tier, c_options, index), "kvtier_manager_add_redis_tier")
         return int(index[0])
 
     # -- requests -----------------------------------------------------
@@ -229,7 +241,7 @@ class Manager:
                     c_params.filter = matchers
                     c_params.filter_len = len(tier_filter)
         check(
-            lib.kvtier_manager_request_begin(self.handle, name.encode(), c_params, handle, policy),
+            self._call(lib.kvtier_manager_request_begin, encode_str(name, "name"), c_params, handle, policy),
             "kvtier_manager_request_begin",
         )
         return int(handle[0]), OffloadPolicy(policy[0])
@@ -237,7 +249,7 @@ class Manager:
     def request_finished(self, request: int) -> None:
         """Marks `request` finished (its stores in flight still complete,
         and its loads in flight still release their pins)."""
-        check(lib.kvtier_manager_request_finished(self.handle, request), "kvtier_manager_request_finished")
+        check(self._call(lib.kvtier_manager_request_finished, request), "kvtier_manager_request_finished")
 
     @contextmanager
     def request(self, name: str, **kwargs: Any) -> Iterator[int]:
@@ -246,7 +258,7 @@ class Manager:
         try:
             yield handle
         finally:
-            if self._manager is not None:
+            if not self._h.closed:
                 self.request_finished(handle)
 
     # -- keys ---------------------------------------------------------
@@ -255,41 +267,43 @@ class Manager:
         """Looks `keys` up in order for `request`, stopping at the first
         that is not HIT (which may start a promotion)."""
         array = key_array(keys)
-        check(lib.kvtier_manager_lookup(self.handle, request, array.ptr, array.len, self._answer), "kvtier_manager_lookup")
-        return lookup_answer(self._answer)
+        answer = ffi.new("kvtier_lookup_answer *")  # per call: threads share the manager
+        check(self._call(lib.kvtier_manager_lookup, request, array.ptr, array.len, answer), "kvtier_manager_lookup")
+        return lookup_answer(answer)
 
     def prepare_load(self, request: int, keys: Sequence[bytes]) -> list[int]:
         """Pins ready `keys` for a load to the GPU; their slots, in key order."""
         array = key_array(keys)
-        slots = ffi.new("uint32_t[]", max(len(keys), 1))
-        check(lib.kvtier_manager_prepare_load(self.handle, request, array.ptr, array.len, slots), "kvtier_manager_prepare_load")
-        return list(ffi.unpack(slots, len(keys)))
+        slots = ffi.new("uint32_t[]", max(array.len, 1))
+        check(self._call(lib.kvtier_manager_prepare_load, request, array.ptr, array.len, slots), "kvtier_manager_prepare_load")
+        return list(ffi.unpack(slots, array.len))
 
     def complete_load(self, request: int, keys: Sequence[bytes]) -> None:
         """Unpins `keys` after their load finished."""
         array = key_array(keys)
-        check(lib.kvtier_manager_complete_load(self.handle, request, array.ptr, array.len), "kvtier_manager_complete_load")
+        check(self._call(lib.kvtier_manager_complete_load, request, array.ptr, array.len), "kvtier_manager_complete_load")
 
     def touch(self, request: int, keys: Sequence[bytes]) -> None:
         """Marks `keys` recently used in every tier."""
         array = key_array(keys)
-        check(lib.kvtier_manager_touch(self.handle, request, array.ptr, array.len), "kvtier_manager_touch")
+        check(self._call(lib.kvtier_manager_touch, request, array.ptr, array.len), "kvtier_manager_touch")
 
     def set_positions(self, request: int, keys: Sequence[bytes], positions: Sequence[int]) -> None:
         """Gives `keys` of `request` their end-token positions."""
-        if len(keys) != len(positions):
-            raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
         array = key_array(keys)
+        positions = list(positions)
+        if array.len != len(positions):
+            raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
         check(
-            lib.kvtier_manager_set_positions(self.handle, request, array.ptr, array.len, positions_array(positions)),
+            self._call(lib.kvtier_manager_set_positions, request, array.ptr, array.len, positions_array(positions)),
             "kvtier_manager_set_positions",
         )
 
     def prepare_store(self, request: int, keys: Sequence[bytes]) -> StorePlan:
         """Plans a store of `keys` into the primary tier."""
         array = key_array(keys)
-        buffers = PlanBuffers(len(keys))
-        check(lib.kvtier_manager_prepare_store(self.handle, request, array.ptr, array.len, buffers.plan), "kvtier_manager_prepare_store")
+        buffers = PlanBuffers(array.len)
+        check(self._call(lib.kvtier_manager_prepare_store, request, array.ptr, array.len, buffers.plan), "kvtier_manager_prepare_store")
         return buffers.read()
 
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
@@ -297,7 +311,7 @@ class Manager:
         array = key_array(keys)
         result = ffi.new("kvtier_store_completion *")
         check(
-            lib.kvtier_manager_complete_store(self.handle, request, array.ptr, array.len, success, result),
+            self._call(lib.kvtier_manager_complete_store, request, array.ptr, array.len, success, result),
             "kvtier_manager_complete_store",
         )
         return completion(result)
@@ -306,21 +320,21 @@ class Manager:
 
     def schedule_end(self) -> None:
         """Ends a scheduler step (submits staged promotions, polls tiers)."""
-        check(lib.kvtier_manager_schedule_end(self.handle), "kvtier_manager_schedule_end")
+        check(self._call(lib.kvtier_manager_schedule_end), "kvtier_manager_schedule_end")
 
     def has_pending_work(self) -> bool:
         """Whether jobs, parked keys or staged promotions are outstanding."""
         out = ffi.new("bool *")
-        check(lib.kvtier_manager_has_pending_work(self.handle, out), "kvtier_manager_has_pending_work")
+        check(self._call(lib.kvtier_manager_has_pending_work, out), "kvtier_manager_has_pending_work")
         return bool(out[0])
 
     def reset_cache(self) -> None:
         """Drains every tier and empties the primary tier."""
-        check(lib.kvtier_manager_reset_cache(self.handle), "kvtier_manager_reset_cache")
+        check(self._call(lib.kvtier_manager_reset_cache), "kvtier_manager_reset_cache")
 
     def reset_flushed(self) -> None:
         """Ends the promotion hold that follows `reset_cache`."""
-        check(lib.kvtier_manager_reset_flushed(self.handle), "kvtier_manager_reset_flushed")
+        check(self._call(lib.kvtier_manager_reset_flushed), "kvtier_manager_reset_flushed")
 
     def complete_job(
         self,
@@ -341,28 +355,29 @@ class Manager:
         result.succeeded_len = keys.len
         result.bytes = bytes_moved
         result.duration_ns = duration_ns
-        check(lib.kvtier_manager_complete_job(self.handle, tier, result), "kvtier_manager_complete_job")
+        check(self._call(lib.kvtier_manager_complete_job, tier, result), "kvtier_manager_complete_job")
 
     # -- observing ----------------------------------------------------
 
     def take_events(self) -> list[Event]:
         """Every queued event of every tier, oldest first (copied)."""
         out: list[Event] = []
+        events = ffi.new("kvtier_event[]", _EVENT_BATCH)  # per call: threads share the manager
         written = ffi.new("size_t *")
         more = ffi.new("bool *", True)
         while more[0]:
             check(
-                lib.kvtier_manager_take_events(self.handle, self._events, _EVENT_BATCH, written, more),
+                self._call(lib.kvtier_manager_take_events, events, _EVENT_BATCH, written, more),
                 "kvtier_manager_take_events",
             )
-            out.extend(event_from_c(self._events[i]) for i in range(written[0]))
+            out.extend(event_from_c(events[i]) for i in range(written[0]))
         return out
 
     def read_stats(self) -> dict[str, Any]:
         """The manager's own numbers (``kvtier_manager_stats``) by name."""
         stats = ffi.new("kvtier_manager_stats *")
         stats.struct_size = ffi.sizeof("kvtier_manager_stats")
-        check(lib.kvtier_manager_read_stats(self.handle, stats), "kvtier_manager_read_stats")
+        check(self._call(lib.kvtier_manager_read_stats, stats), "kvtier_manager_read_stats")
         return struct_dict(stats[0])
 
     def read_tier_stats(self, tier: int) -> dict[str, TierStat]:
@@ -371,7 +386,7 @@ class Manager:
         capacity = 64
         while True:
             out = ffi.new("kvtier_tier_stat[]", capacity)
-            status = lib.kvtier_manager_read_tier_stats(self.handle, tier, out, capacity, written)
+            status = self._call(lib.kvtier_manager_read_tier_stats, tier, out, capacity, written)
             if status == Status.BUFFER_TOO_SMALL:
                 capacity = int(written[0])
                 continue
@@ -388,7 +403,7 @@ class Manager:
         capacity = 1 << 14
         while True:
             text = ffi.new("char[]", capacity)
-            status = lib.kvtier_manager_metrics_prometheus(self.handle, text, capacity, written)
+            status = self._call(lib.kvtier_manager_metrics_prometheus, text, capacity, written)
             if status == Status.BUFFER_TOO_SMALL:
                 capacity = int(written[0]) + 1024
                 continue
@@ -402,7 +417,7 @@ class Manager:
         capacity = 512
         while True:
             text = ffi.new("char[]", capacity)
-            status = lib.kvtier_manager_take_error(self.handle, text, capacity, written)
+            status = self._call(lib.kvtier_manager_take_error, text, capacity, written)
             if status == Status.BUFFER_TOO_SMALL:
                 capacity = int(written[0])
                 continue
@@ -418,34 +433,30 @@ class Manager:
         stride = ffi.new("size_t *")
         slot_bytes = ffi.new("size_t *")
         count = ffi.new("uint32_t *")
-        check(lib.kvtier_manager_slot_memory(self.handle, base, stride, slot_bytes, count), "kvtier_manager_slot_memory")
+        check(self._call(lib.kvtier_manager_slot_memory, base, stride, slot_bytes, count), "kvtier_manager_slot_memory")
         return int(ffi.cast("uintptr_t", base[0])), int(stride[0]), int(slot_bytes[0]), int(count[0])
 
     def wake_fd(self) -> int:
         """The descriptor that becomes readable when a tier finishes a job."""
         fd = ffi.new("int *")
-        check(lib.kvtier_manager_wake_fd(self.handle, fd), "kvtier_manager_wake_fd")
+        check(self._call(lib.kvtier_manager_wake_fd, fd), "kvtier_manager_wake_fd")
         return int(fd[0])
 
     # -- lifetime -----------------------------------------------------
 
     def shutdown(self) -> None:
         """Shuts every secondary tier down; later calls fail with CLOSED."""
-        check(lib.kvtier_manager_shutdown(self.handle), "kvtier_manager_shutdown")
+        check(self._call(lib.kvtier_manager_shutdown), "kvtier_manager_shutdown")
 
     def close(self) -> None:
-        """Frees the manager (shutting its tiers down first if needed)."""
-        manager, self._manager = self._manager, None
-        if manager is not None:
-            lib.kvtier_manager_free(manager)
-            self._tiers.clear()
+        """Frees the manager (shutting its tiers down first if needed):
+        at once, or, while other calls are inside it (other threads, or the
+        tier callback that closes it), when the last of them returns.
+        Later calls raise ``CLOSED``."""
+        self._h.close()
 
     def __enter__(self) -> Manager:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_manager", None) is not None:
-            self.close()

@@ -16,7 +16,8 @@ from typing import Any
 from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import ffi, lib
 from ._keys import key_array
-from .errors import KvtierError, Status, check
+from ._handle import Handle
+from .errors import KvtierError, Status, check, encode_str
 from .types import Event, LookupAnswer, StoreCompletion, StorePlan, event_from_c, struct_dict
 
 __all__ = ["Primary"]
@@ -47,7 +48,7 @@ class Primary:
         kv_groups: bool = False,
     ):
         options = ffi.new("kvtier_primary_options *", lib.kvtier_primary_options_default())
-        policy_c = ffi.new("char[]", policy.encode())
+        policy_c = ffi.new("char[]", encode_str(policy, "policy"))
         options.capacity = capacity
         options.policy = policy_c
         options.store_threshold = store_threshold
@@ -56,29 +57,29 @@ class Primary:
         options.kv_groups = kv_groups
         out = ffi.new("kvtier_primary **")
         check(lib.kvtier_primary_new(options, out), "kvtier_primary_new")
-        self._primary: Any = out[0]
+        # The C handle is not synchronized: calls from several threads
+        # take turns, and `close` waits for the call inside.
+        self._h = Handle(out[0], lib.kvtier_primary_free, "primary tier", exclusive=True)
+        self._call = self._h.call
         self.capacity = capacity
-        self._answer = ffi.new("kvtier_lookup_answer *")
-        self._events = ffi.new("kvtier_event[]", 64)
 
     @property
     def handle(self) -> Any:
-        """The ``kvtier_primary *``; an error once closed."""
-        if self._primary is None:
-            raise KvtierError(Status.CLOSED, "the primary tier is closed")
-        return self._primary
+        """The ``kvtier_primary *``; an error once closed.  A call made with
+        it directly takes no turn with this object's calls."""
+        return self._h.raw()
 
     # -- requests -----------------------------------------------------
 
     def request_begin(self, name: str) -> int:
         """Starts request `name` (unique among active requests); its handle."""
         out = ffi.new("kvtier_request_handle *")
-        check(lib.kvtier_primary_request_begin(self.handle, name.encode(), out), "kvtier_primary_request_begin")
+        check(self._call(lib.kvtier_primary_request_begin, encode_str(name, "name"), out), "kvtier_primary_request_begin")
         return int(out[0])
 
     def request_finished(self, request: int) -> None:
         """Ends `request`, committing its accesses."""
-        check(lib.kvtier_primary_request_finished(self.handle, request), "kvtier_primary_request_finished")
+        check(self._call(lib.kvtier_primary_request_finished, request), "kvtier_primary_request_finished")
 
     @contextmanager
     def request(self, name: str) -> Iterator[int]:
@@ -87,7 +88,7 @@ class Primary:
         try:
             yield handle
         finally:
-            if self._primary is not None:
+            if not self._h.closed:
                 self.request_finished(handle)
 
     # -- keys ---------------------------------------------------------
@@ -95,46 +96,48 @@ class Primary:
     def lookup(self, keys: Sequence[bytes]) -> LookupAnswer:
         """Looks `keys` up in order, stopping at the first not HIT."""
         array = key_array(keys)
-        check(lib.kvtier_primary_lookup(self.handle, array.ptr, array.len, self._answer), "kvtier_primary_lookup")
-        return lookup_answer(self._answer)
+        answer = ffi.new("kvtier_lookup_answer *")
+        check(self._call(lib.kvtier_primary_lookup, array.ptr, array.len, answer), "kvtier_primary_lookup")
+        return lookup_answer(answer)
 
     def prepare_load(self, request: int, keys: Sequence[bytes]) -> list[int]:
         """Pins ready `keys` for a load; their slots, in key order."""
         array = key_array(keys)
-        slots = ffi.new("uint32_t[]", max(len(keys), 1))
+        slots = ffi.new("uint32_t[]", max(array.len, 1))
         check(
-            lib.kvtier_primary_prepare_load(self.handle, request, array.ptr, array.len, slots),
+            self._call(lib.kvtier_primary_prepare_load, request, array.ptr, array.len, slots),
             "kvtier_primary_prepare_load",
         )
-        return list(ffi.unpack(slots, len(keys)))
+        return list(ffi.unpack(slots, array.len))
 
     def complete_load(self, request: int, keys: Sequence[bytes]) -> None:
         """Releases the pins `prepare_load` took on `keys` (also after the
         request finished: then only its own)."""
         array = key_array(keys)
-        check(lib.kvtier_primary_complete_load(self.handle, request, array.ptr, array.len), "kvtier_primary_complete_load")
+        check(self._call(lib.kvtier_primary_complete_load, request, array.ptr, array.len), "kvtier_primary_complete_load")
 
     def touch(self, request: int, keys: Sequence[bytes]) -> None:
         """Marks `keys` recently used (the first most recent)."""
         array = key_array(keys)
-        check(lib.kvtier_primary_touch(self.handle, request, array.ptr, array.len), "kvtier_primary_touch")
+        check(self._call(lib.kvtier_primary_touch, request, array.ptr, array.len), "kvtier_primary_touch")
 
     def set_positions(self, request: int, keys: Sequence[bytes], positions: Sequence[int]) -> None:
         """Gives `keys` their end-token positions for `request`."""
-        if len(keys) != len(positions):
-            raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
         array = key_array(keys)
+        positions = list(positions)
+        if array.len != len(positions):
+            raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
         check(
-            lib.kvtier_primary_set_positions(self.handle, request, array.ptr, array.len, positions_array(positions)),
+            self._call(lib.kvtier_primary_set_positions, request, array.ptr, array.len, positions_array(positions)),
             "kvtier_primary_set_positions",
         )
 
     def prepare_store(self, request: int, keys: Sequence[bytes]) -> StorePlan:
         """Plans storing `keys`: which to write now, where, and what was evicted."""
         array = key_array(keys)
-        buffers = PlanBuffers(len(keys))
+        buffers = PlanBuffers(array.len)
         check(
-            lib.kvtier_primary_prepare_store(self.handle, request, array.ptr, array.len, buffers.plan),
+            self._call(lib.kvtier_primary_prepare_store, request, array.ptr, array.len, buffers.plan),
             "kvtier_primary_prepare_store",
         )
         return buffers.read()
@@ -144,51 +147,47 @@ class Primary:
         array = key_array(keys)
         result = ffi.new("kvtier_store_completion *")
         check(
-            lib.kvtier_primary_complete_store(self.handle, request, array.ptr, array.len, success, result),
+            self._call(lib.kvtier_primary_complete_store, request, array.ptr, array.len, success, result),
             "kvtier_primary_complete_store",
         )
         return completion(result)
 
     def reset(self) -> None:
         """Forgets every key and frees every slot."""
-        check(lib.kvtier_primary_reset(self.handle), "kvtier_primary_reset")
+        check(self._call(lib.kvtier_primary_reset), "kvtier_primary_reset")
 
     # -- observing ----------------------------------------------------
 
     def take_events(self) -> list[Event]:
         """Every queued event, oldest first (copied)."""
         out: list[Event] = []
+        events = ffi.new("kvtier_event[]", 64)
         written = ffi.new("size_t *")
         more = ffi.new("bool *", True)
         while more[0]:
             check(
-                lib.kvtier_primary_take_events(self.handle, self._events, 64, written, more),
+                self._call(lib.kvtier_primary_take_events, events, 64, written, more),
                 "kvtier_primary_take_events",
             )
-            out.extend(event_from_c(self._events[i]) for i in range(written[0]))
+            out.extend(event_from_c(events[i]) for i in range(written[0]))
         return out
 
     def read_stats(self) -> dict[str, Any]:
         """The tier's numbers (``kvtier_primary_stats``) by field name."""
         stats = ffi.new("kvtier_primary_stats *")
         stats.struct_size = ffi.sizeof("kvtier_primary_stats")
-        check(lib.kvtier_primary_read_stats(self.handle, stats), "kvtier_primary_read_stats")
+        check(self._call(lib.kvtier_primary_read_stats, stats), "kvtier_primary_read_stats")
         return struct_dict(stats[0])
 
     # -- lifetime -----------------------------------------------------
 
     def close(self) -> None:
-        """Frees the tier (later calls raise)."""
-        primary, self._primary = self._primary, None
-        if primary is not None:
-            lib.kvtier_primary_free(primary)
+        """Frees the tier once the call inside (another thread's) returns;
+        later calls raise ``CLOSED``."""
+        self._h.close()
 
     def __enter__(self) -> Primary:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_primary", None) is not None:
-            self.close()

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._ffi import CONSTANTS, ffi, lib
-from .errors import KvtierError, Status, check
+from ._handle import Handle
+from .errors import KvtierError, Status, check, encode_str
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,7 +79,7 @@ class Region:
         barrier: Callable[[int], int] | None = None,
     ):
         options = ffi.new("kvtier_region_options *", lib.kvtier_region_options_default())
-        keep = [ffi.new("char[]", name.encode())]
+        keep = [ffi.new("char[]", encode_str(name, "name"))]
         options.name = keep[0]
         if directory is not None:
             keep.append(ffi.new("char[]", str(directory).encode()))
@@ -105,14 +106,18 @@ class Region:
             options.barrier = keep[-1]
         out = ffi.new("kvtier_region **")
         check(lib.kvtier_region_new(options, out), "kvtier_region_new")
-        self._region: Any = out[0]
+        # Buffers and arrays over the mapping keep `_h` alive: the mapping
+        # is not unmapped while one lives (`close` refuses, and dropping the
+        # region frees it only after the last of them).
+        self._h = Handle(out[0], lib.kvtier_region_free, "region")
+        self._call = self._h.call
         self.name = name
         base = ffi.new("void **")
-        check(lib.kvtier_region_base(self._region, base), "kvtier_region_base")
+        check(self._call(lib.kvtier_region_base, base), "kvtier_region_base")
         stride = ffi.new("size_t *")
-        check(lib.kvtier_region_stride(self._region, stride), "kvtier_region_stride")
+        check(self._call(lib.kvtier_region_stride, stride), "kvtier_region_stride")
         count = ffi.new("uint32_t *")
-        check(lib.kvtier_region_slot_count(self._region, count), "kvtier_region_slot_count")
+        check(self._call(lib.kvtier_region_slot_count, count), "kvtier_region_slot_count")
         self._base = base[0]
         #: Bytes from one slot (row) to the next.
         self.stride: int = stride[0]
@@ -125,15 +130,13 @@ class Region:
     @property
     def handle(self) -> Any:
         """The ``kvtier_region *`` (for `Manager`); an error once closed."""
-        if self._region is None:
-            raise KvtierError(Status.CLOSED, "the region is closed")
-        return self._region
+        return self._h.raw()
 
     @property
     def role(self) -> str:
         """``"creator"`` or ``"joiner"``: the part this process took."""
         role = ffi.new("kvtier_region_role *")
-        check(lib.kvtier_region_read_role(self.handle, role), "kvtier_region_read_role")
+        check(self._call(lib.kvtier_region_read_role, role), "kvtier_region_read_role")
         return "creator" if role[0] == CONSTANTS["KVTIER_REGION_ROLE_CREATOR"] else "joiner"
 
     @property
@@ -145,17 +148,21 @@ class Region:
     # -- the memory ---------------------------------------------------
 
     def buffer(self) -> memoryview:
-        """The whole region, ``slot_count * stride`` bytes, writable."""
-        self.handle  # raises once closed
-        return memoryview(ffi.buffer(ffi.cast("char *", self._base), self.slot_count * self.stride))
+        """The whole region, ``slot_count * stride`` bytes, writable.  While
+        it (or anything made from it) lives, `close` raises
+        ``BufferError``, as ``mmap`` does."""
+        return self._h.export(self._base, self.slot_count * self.stride)
 
     def slot(self, slot: int) -> memoryview:
-        """Slot `slot`'s ``stride`` bytes, writable."""
+        """Slot `slot`'s ``stride`` bytes, writable (a view of `buffer`)."""
+        if not isinstance(slot, int):
+            raise TypeError(f"slot: expected an int, got {type(slot).__name__}")
         if not 0 <= slot < self.slot_count:
             raise KvtierError(Status.INVALID_ARGUMENT, f"slot {slot} out of range 0..{self.slot_count}")
         address = ffi.new("void **")
-        check(lib.kvtier_region_slot_address(self.handle, slot, address), "kvtier_region_slot_address")
-        return memoryview(ffi.buffer(ffi.cast("char *", address[0]), self.stride))
+        check(self._call(lib.kvtier_region_slot_address, slot, address), "kvtier_region_slot_address")
+        offset = int(ffi.cast("uintptr_t", address[0])) - int(ffi.cast("uintptr_t", self._base))
+        return self.buffer()[offset : offset + self.stride]
 
     def worker_view(self, worker: int, offset: int = 0, length: int | None = None) -> RegionView:
         """Worker `worker`'s `length` bytes at `offset` within its area of
@@ -165,7 +172,7 @@ class Region:
             length = self.worker_bytes - offset
         view = ffi.new("kvtier_region_view *")
         check(
-            lib.kvtier_region_worker_view(self.handle, worker, offset, length, view),
+            self._call(lib.kvtier_region_worker_view, worker, offset, length, view),
             "kvtier_region_worker_view",
         )
         return RegionView(view.offset, view.stride, view.length, view.rows)
@@ -174,7 +181,7 @@ class Region:
         """`length` bytes at `offset` of every row (the same for every worker)."""
         view = ffi.new("kvtier_region_view *")
         check(
-            lib.kvtier_region_canonical_view(self.handle, offset, length, view),
+            self._call(lib.kvtier_region_canonical_view, offset, length, view),
             "kvtier_region_canonical_view",
         )
         return RegionView(view.offset, view.stride, view.length, view.rows)
@@ -201,21 +208,38 @@ class Region:
         """Removes the backing files' names (every process has joined);
         whether this call removed one."""
         removed = ffi.new("bool *")
-        check(lib.kvtier_region_unlink(self.handle, removed), "kvtier_region_unlink")
+        check(self._call(lib.kvtier_region_unlink, removed), "kvtier_region_unlink")
         return bool(removed[0])
 
     def set_lent_slots(self, count: int) -> None:
         """Declares `count` slots lent to a device (the mapping is then kept
         at close); 0 clears it."""
-        check(lib.kvtier_region_set_lent_slots(self.handle, count), "kvtier_region_set_lent_slots")
+        check(self._call(lib.kvtier_region_set_lent_slots, count), "kvtier_region_set_lent_slots")
 
-    def close(self) -> bool:
+    @property
+    def exports(self) -> int:
+        """Buffers taken with `buffer`, `slot`, `array` (and views of them)
+        that are still alive."""
+        return self._h.exports
+
+    def close(self, *, keep_mapping_if_viewed: bool = False) -> bool:
         """Releases the region (removing its names if this process created
-        them); whether the mapping was kept for lent slots.  Arrays and
-        buffers taken from it must not be used afterwards."""
-        if self._region is None:
+        them); whether the mapping was kept for lent slots.  A second call
+        returns False.  While buffers or arrays taken from it are alive it
+        raises ``BufferError`` and releases nothing (drop them first), or,
+        with `keep_mapping_if_viewed`, releases everything but the mapping,
+        which stays for the rest of the process (as for lent slots)."""
+
+        def busy(count: int) -> BufferError:
+            return BufferError(f"region {self.name!r}: {count} buffers or arrays taken from it are still alive")
+
+        if keep_mapping_if_viewed and self._h.exports and not self._h.closed:
+            self.set_lent_slots(self.slot_count)
+            region = self._h.take()
+        else:
+            region = self._h.take(busy)
+        if region is None:
             return False
-        region, self._region = self._region, None
         kept = ffi.new("bool *")
         check(lib.kvtier_region_close(region, kept), "kvtier_region_close")
         return bool(kept[0])
@@ -225,9 +249,3 @@ class Region:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        region = getattr(self, "_region", None)
-        if region is not None:
-            self._region = None
-            lib.kvtier_region_free(region)

@@ -14,14 +14,15 @@ log) and the exception is kept in `Tier.errors`.
 from __future__ import annotations
 
 import logging
+import operator
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._ffi import CONSTANTS, ffi, lib
-from ._keys import key_array, key_bytes
-from .errors import Status
+from ._keys import MAX_KEY_LEN, key_array, key_buffer, key_bytes
+from .errors import Status, encode_str
 from .types import EventKind, JobDirection, Locality, LookupResult, Medium, OffloadPolicy
 
 if TYPE_CHECKING:
@@ -35,6 +36,21 @@ _OK = int(Status.OK)
 _FAILED = int(Status.TIER)
 _COUNTER = CONSTANTS["KVTIER_STAT_COUNTER"]
 _GAUGE = CONSTANTS["KVTIER_STAT_GAUGE"]
+# A job id kvtier never gives (ids count up from 0): a result that names no
+# job goes with it, and the library counts a made-up job.
+_NO_JOB = (1 << 64) - 1
+# One empty key: a result that cannot be written lists it as the keys that
+# arrived, so the library refuses the result (and fails its job).
+_INVALID_KEYS = ffi.new("kvtier_key[]", 1)
+
+
+def _write_result(entry: Any, job_id: int, success: bool, keys: Any, n: int, moved: int, duration: int) -> None:
+    entry.id = job_id
+    entry.success = success
+    entry.succeeded_keys = keys
+    entry.succeeded_len = n
+    entry.bytes = moved
+    entry.duration_ns = duration
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,7 @@ class TierAdapter:
         self.tier = tier
         self.index = 0
         self._handle = ffi.new_handle(self)
-        self._name = ffi.new("char[]", tier.name.encode())
+        self._name = ffi.new("char[]", encode_str(tier.name, "tier name"))
         self._finished: deque[JobResult] = deque()
         self._events: deque[tuple[EventKind, bytes]] = deque()
         self._keep: list[Any] = []  # results' key arrays, valid until the next callback
@@ -248,26 +264,46 @@ class TierAdapter:
                 self._finished.extend(self.tier.poll_finished())
             n = 0
             while self._finished and n < capacity:
-                result = self._finished.popleft()
-                entry = out[n]
-                entry.id = result.id
-                entry.success = bool(result.success)
-                if result.succeeded_keys is not None:
-                    keys = key_array(list(result.succeeded_keys))
-                    self._keep.append(keys)
-                    entry.succeeded_keys = keys.ptr
-                    entry.succeeded_len = keys.len
-                else:
-                    entry.succeeded_keys = ffi.NULL
-                    entry.succeeded_len = 0
-                entry.bytes = int(result.bytes or 0)
-                entry.duration_ns = int(result.duration_ns or 0)
+                self._result(out[n], self._finished.popleft())
                 n += 1
             written[0] = n
             return _OK
         except BaseException as e:
             written[0] = 0
             return self._failed("poll_finished", e)
+
+    def _result(self, entry: Any, result: Any) -> None:
+        """Writes `result` to `entry`.  One that cannot be written as it is
+        still reaches the library, which counts it as the tier's bug: with
+        an id that is no job's (a made-up job: ``tier_bugs``) when its id is
+        not a job id, else as a failed job whose list of arrived keys holds
+        one empty key (an invalid result: ``callback_errors``)."""
+        try:
+            job_id = operator.index(result.id)
+        except BaseException as e:
+            job_id = e
+        if not isinstance(job_id, int) or not 0 <= job_id < _NO_JOB:
+            self._failed("poll_finished", TypeError(f"a job result {result!r} without a job id"))
+            _write_result(entry, _NO_JOB, False, ffi.NULL, 0, 0, 0)
+            return
+        try:
+            keys = None
+            if result.succeeded_keys is not None:
+                keys = key_array(result.succeeded_keys)
+            moved, duration = int(result.bytes or 0), int(result.duration_ns or 0)
+            if not (0 <= moved < 1 << 64 and 0 <= duration < 1 << 64):
+                raise ValueError(f"bytes {moved} or duration_ns {duration} out of range 0..2**64")
+            success = bool(result.success)
+        except BaseException as e:
+            self._failed("poll_finished", e)
+            self._keep.append(_INVALID_KEYS)
+            _write_result(entry, job_id, False, _INVALID_KEYS, 1, 0, 0)
+            return
+        if keys is not None:
+            self._keep.append(keys)
+            _write_result(entry, job_id, success, keys.ptr, keys.len, moved, duration)
+        else:
+            _write_result(entry, job_id, success, ffi.NULL, 0, moved, duration)
 
     def _touch(self, _ud: Any, keys: Any, n: int, request: Any) -> int:
         try:
@@ -316,7 +352,7 @@ class TierAdapter:
             stats = list(self.tier.stats().items())[:capacity]
             for i, (name, value) in enumerate(stats):
                 value, counter = value if isinstance(value, tuple) else (value, False)
-                encoded = name.encode()[: ffi.sizeof(out[i].name) - 1]
+                encoded = encode_str(name, "stat name")[: ffi.sizeof(out[i].name) - 1]
                 out[i].name = encoded
                 out[i].kind = _COUNTER if counter else _GAUGE
                 out[i].value = float(value)
@@ -342,13 +378,34 @@ class TierAdapter:
                 self._events.extend(self.tier.take_events())
             n = 0
             while self._events and n < capacity:
-                kind, key = self._events.popleft()
-                out[n].kind = int(kind)
-                out[n].key.len = len(key)
-                ffi.memmove(out[n].key.bytes, key, len(key))
+                self._event(out[n], self._events.popleft())
                 n += 1
             written[0] = n
             return _OK
         except BaseException as e:
             written[0] = 0
             return self._failed("take_events", e)
+
+    def _event(self, entry: Any, event: Any) -> None:
+        """Writes `event` to `entry`, never past its 64 key bytes: a key of
+        another length goes with its length and at most 64 of its bytes (the
+        library refuses it: ``events_rejected``); a key that is not
+        bytes-like goes as an empty key (refused alike) and a kind that is
+        no number as -1 (an unknown kind: ``callback_errors``)."""
+        try:
+            kind, key = event
+        except BaseException as e:
+            self._failed("take_events", TypeError(f"an event {event!r}, not a (kind, key) pair: {e}"))
+            kind, key = -1, b""
+        try:
+            entry.kind = int(kind)
+        except BaseException as e:
+            self._failed("take_events", e)
+            entry.kind = -1
+        try:
+            data, length = key_buffer(key, "event key")
+        except TypeError as e:
+            self._failed("take_events", e)
+            data, length = b"", 0
+        entry.key.len = length
+        ffi.memmove(entry.key.bytes, data, min(length, MAX_KEY_LEN))

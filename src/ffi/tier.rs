@@ -168,7 +168,9 @@ pub struct kvtier_tier_vtable {
     pub struct_size: usize,
     /// Passed as the first argument of every callback.
     pub user_data: *mut c_void,
-    /// Short name for stats and errors (NUL-terminated, copied); NULL = "c-tier".
+    /// Short name for stats and errors (NUL-terminated, copied; at most 255
+    /// bytes, else registration fails with `KVTIER_STATUS_INVALID_ARGUMENT`
+    /// and no byte past the 256th is read); NULL = "c-tier".
     pub name: *const c_char,
     /// `KVTIER_MEDIUM_ANY` (none declared: matches every filter),
     /// `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
@@ -198,7 +200,11 @@ pub struct kvtier_tier_vtable {
     /// `*written`; called again while it fills the buffer, until 1024
     /// results (`kvtier::tiering::MAX_FINISHED_PER_POLL`) are taken in one
     /// poll: the rest wait for the next poll (counted in the tier's
-    /// `poll_limit_reached` stat).
+    /// `poll_limit_reached` stat).  A count above `capacity` is refused (none
+    /// of the batch is read), and so is a result whose `succeeded_len` is
+    /// more than the most keys of any job given to the tier (its keys are
+    /// not read; the job counts as failed): each is counted in the tier's
+    /// `callback_errors` and logged.
     pub poll_finished: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,
@@ -229,7 +235,8 @@ pub struct kvtier_tier_vtable {
         Option<unsafe extern "C" fn(user_data: *mut c_void, request: *const kvtier_request) -> i32>,
     /// The scheduler step ended.
     pub on_schedule_end: Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>,
-    /// Writes whether the tier has work outstanding to `*pending`.
+    /// Writes whether the tier has work outstanding to `*pending` (read as
+    /// a byte: any value but 0 is true).
     pub has_pending_work:
         Option<unsafe extern "C" fn(user_data: *mut c_void, pending: *mut bool) -> i32>,
     /// Blocks until none of the tier's copies touches the region (queued
@@ -241,7 +248,11 @@ pub struct kvtier_tier_vtable {
     /// current values.  Report every counter every time: one no longer
     /// reported keeps its last value in the manager's stats, and one
     /// reported below its previous report keeps the value shown before and
-    /// counts as a tier bug (`tier_bugs`, error log).
+    /// counts as a tier bug (`tier_bugs`, error log).  A count above
+    /// `capacity` (none of them is read), a status other than OK, and an
+    /// entry whose `kind` is neither `KVTIER_STAT_COUNTER` nor
+    /// `KVTIER_STAT_GAUGE` (dropped) are each counted in the tier's
+    /// `callback_errors` and logged.
     pub stats: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,
@@ -260,7 +271,8 @@ pub struct kvtier_tier_vtable {
     /// events are taken: the rest stay with the tier for the next take.
     /// An event (other than `KVTIER_EVENT_CLEARED`) whose `key.len` is 0
     /// or more than 64 is refused, not cut short (counted in the tier's
-    /// `events_rejected` stat and logged).
+    /// `events_rejected` stat and logged); a count above `capacity` is
+    /// refused, none of the batch read (counted in `callback_errors`).
     pub take_events: Option<
         unsafe extern "C" fn(
             user_data: *mut c_void,

@@ -34,6 +34,7 @@ from typing import Any
 
 from .. import Manager
 from .._ffi import ffi, lib
+from .._keys import key_buffer
 from ..errors import KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
@@ -140,7 +141,6 @@ class KvtierOffloadingManager(v.OffloadingManager):
         tiering: bool = False,
     ):
         self._m = manager
-        self._handle = manager.handle
         self.medium = v.Medium.CPU
         self._num_chunks = num_chunks
         self._events_on = enable_events
@@ -154,8 +154,6 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._load_sources: dict[str, dict[bytes, Any]] = {}
         self._step_context = v.ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
         self._probe: int | None = None
-        self._key = ffi.new("kvtier_key *")
-        self._answer = ffi.new("kvtier_lookup_answer *")
         self._tiering = tiering
         self._adapters: list[VllmTierAdapter] = []
         self._tier_labels = list(tier_labels)
@@ -301,13 +299,17 @@ class KvtierOffloadingManager(v.OffloadingManager):
         return self._lookup_handle(self._probe, key)
 
     def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
-        data = ffi.from_buffer(key)
-        self._key.data = data
-        self._key.len = len(key)
-        status = lib.kvtier_manager_lookup(self._handle, handle, self._key, 1, self._answer)
+        # Per-call structs, and the manager's guarded call: safe from any
+        # thread, and CLOSED (not a crash) after the manager is closed.
+        data, length = key_buffer(key)
+        c_key = ffi.new("kvtier_key *")
+        c_key.data = data
+        c_key.len = length
+        answer = ffi.new("kvtier_lookup_answer *")
+        status = self._m._call(lib.kvtier_manager_lookup, handle, c_key, 1, answer)
         if status:
             check(status, "kvtier_manager_lookup")
-        return _HIT if self._answer.hits else _ANSWERS[self._answer.stop]
+        return _HIT if answer.hits else _ANSWERS[answer.stop]
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
         ctx = self._by_name.get(name)

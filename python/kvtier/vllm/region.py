@@ -124,4 +124,7 @@ class KvtierSharedRegion:
     def cleanup(self) -> None:
         self._views.clear()
         self._base = None
-        self.region.close()
+        # Tensors over the region may outlive it (vLLM may still hold
+        # some): then the mapping stays for the rest of the process, so they
+        # stay valid, and the rest (names, locks, descriptors) is released.
+        self.region.close(keep_mapping_if_viewed=True)

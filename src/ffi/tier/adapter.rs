@@ -2,9 +2,9 @@
 //! trait call converts its arguments, calls the C callback and checks
 //! what comes back (the calling discipline is in the parent module's doc).
 
-use std::ffi::{CStr, CString, c_char, c_void};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ffi::{CString, c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
@@ -12,9 +12,9 @@ use super::{
     KVTIER_JOB_STORE, KVTIER_LOCALITY_ANY, KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE,
     KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_MISS, KVTIER_LOOKUP_RETRY, KVTIER_MEDIUM_ANY,
     KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE, KVTIER_OFFLOAD_BLOCK_LEVEL,
-    KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER, kvtier_job, kvtier_job_result,
-    kvtier_locality, kvtier_medium, kvtier_param, kvtier_request, kvtier_tier_event,
-    kvtier_tier_stat, kvtier_tier_vtable,
+    KVTIER_OFFLOAD_REQUEST_LEVEL, KVTIER_STAT_COUNTER, KVTIER_STAT_GAUGE, kvtier_job,
+    kvtier_job_result, kvtier_locality, kvtier_medium, kvtier_param, kvtier_request,
+    kvtier_tier_event, kvtier_tier_stat, kvtier_tier_vtable,
 };
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
@@ -86,10 +86,15 @@ pub(crate) struct CTier {
     results: Vec<kvtier_job_result>,
     failed_submits: Vec<JobResult>,
     events: Vec<kvtier_tier_event>,
-    errors: Vec<String>,
-    callback_errors: u64,
+    /// Misbehaviour found (also by the `&self` calls: `stats`,
+    /// `has_pending_work`) and its descriptions, until `take_errors`.
+    errors: Mutex<Vec<String>>,
+    callback_errors: AtomicU64,
     /// Events refused because their key was empty or longer than 64 bytes.
     events_rejected: u64,
+    /// The most keys of one job given to the tier: a result listing more
+    /// arrived keys than that is refused before they are read.
+    max_job_keys: usize,
 }
 
 // SAFETY: the vtable contract lets any thread call the callbacks as long as
@@ -102,6 +107,11 @@ const RESULT_BATCH: usize = 64;
 /// Most errors a C tier keeps between two `take_errors` calls (the
 /// `callback_errors` counter keeps the total).
 const MAX_PENDING_ERRORS: usize = 64;
+
+/// Longest tier name, in bytes without the NUL: a longer one (or one with
+/// no NUL among its first 256 bytes) is refused at registration, and no
+/// byte past the 256th is read.
+pub(crate) const MAX_TIER_NAME: usize = 255;
 
 /// Lets the tier callback `f` write up to `capacity` (at most
 /// [`RESULT_BATCH`]) entries into `buf` (cleared first; its capacity is
@@ -190,13 +200,38 @@ pub(crate) unsafe fn job_result_of(
     } else {
         Some(unsafe { copy_keys(r.succeeded_keys, r.succeeded_len) }?)
     };
+    // Read as a byte: a C tier may have written any byte there (any but 0
+    // is success).
+    // SAFETY: `success` is a one-byte field of `r`.
+    let success = unsafe { std::ptr::addr_of!(r.success).cast::<u8>().read() } != 0;
     Ok(JobResult {
         id: crate::tiering::JobId(r.id),
-        success: r.success,
+        success,
         succeeded_keys,
         bytes: r.bytes,
         duration: (r.duration_ns > 0).then(|| Duration::from_nanos(r.duration_ns)),
     })
+}
+
+/// Copies the tier's NUL-terminated name, reading at most
+/// [`MAX_TIER_NAME`] + 1 bytes: a name with no NUL among them is refused.
+///
+/// # Safety
+/// `name` must be valid for reads up to its NUL or the bound, whichever
+/// comes first.
+unsafe fn bounded_name(name: *const c_char) -> Result<String> {
+    let mut bytes = Vec::new();
+    for i in 0..=MAX_TIER_NAME {
+        // SAFETY: the caller's contract: every byte up to the NUL is readable.
+        let c = unsafe { *name.add(i) } as u8;
+        if c == 0 {
+            return Ok(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        bytes.push(c);
+    }
+    Err(Error::InvalidArgument(format!(
+        "tier vtable name is longer than {MAX_TIER_NAME} bytes (or not NUL-terminated)"
+    )))
 }
 
 /// Copies a NUL-terminated name out of a fixed C array.
@@ -234,9 +269,9 @@ impl CTier {
         let name = if vt.name.is_null() {
             "c-tier".to_string()
         } else {
-            unsafe { CStr::from_ptr(vt.name) }
-                .to_string_lossy()
-                .into_owned()
+            // SAFETY: the caller's contract (a NUL-terminated string); no
+            // byte past the bound is read even if it is not.
+            unsafe { bounded_name(vt.name) }?
         };
         Ok(CTier {
             medium: medium_of(vt.medium)?,
@@ -249,14 +284,15 @@ impl CTier {
             results: Vec::with_capacity(RESULT_BATCH),
             failed_submits: Vec::new(),
             events: Vec::new(),
-            errors: Vec::new(),
-            callback_errors: 0,
+            errors: Mutex::new(Vec::new()),
+            callback_errors: AtomicU64::new(0),
             events_rejected: 0,
+            max_job_keys: 0,
         })
     }
 
     /// Records a callback's status; true if it was `KVTIER_STATUS_OK`.
-    fn ok(&mut self, what: &str, rc: i32) -> bool {
+    fn ok(&self, what: &str, rc: i32) -> bool {
         match kvtier_status::from_i32(rc) {
             Some(kvtier_status::Ok) => true,
             Some(s) => {
@@ -277,10 +313,11 @@ impl CTier {
 
     /// Counts a callback failure and keeps its description (a bounded
     /// number between two `take_errors`).
-    fn note(&mut self, message: String) {
-        self.callback_errors += 1;
-        if self.errors.len() < MAX_PENDING_ERRORS {
-            self.errors.push(message);
+    fn note(&self, message: String) {
+        self.callback_errors.fetch_add(1, Ordering::Relaxed);
+        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if errors.len() < MAX_PENDING_ERRORS {
+            errors.push(message);
         }
     }
 
@@ -327,6 +364,7 @@ impl CTier {
     }
 
     fn submit(&mut self, job: JobRef) {
+        self.max_job_keys = self.max_job_keys.max(job.keys.len());
         self.fill_keys(&job.keys);
         let request = self.request(&job.request);
         let c = kvtier_job {
@@ -445,10 +483,18 @@ impl SecondaryTier for CTier {
             }
             left -= written;
             for i in 0..written {
-                let r = self.results[i];
+                let r = &self.results[i];
+                if r.succeeded_len > self.max_job_keys {
+                    self.note(format!(
+                        "result of job {} lists {} arrived keys, more than any job given to the tier had ({}); the job counts as failed",
+                        r.id, r.succeeded_len, self.max_job_keys
+                    ));
+                    out.push(JobResult::new(crate::tiering::JobId(r.id), false));
+                    continue;
+                }
                 // SAFETY: the tier keeps its key lists valid until its next
                 // callback, and they are copied here, before it.
-                match unsafe { job_result_of(&r) } {
+                match unsafe { job_result_of(r) } {
                     Ok(jr) => out.push(jr),
                     Err(why) => {
                         self.note(format!(
@@ -526,11 +572,13 @@ impl SecondaryTier for CTier {
         let Some(f) = self.vt.has_pending_work else {
             return !self.failed_submits.is_empty();
         };
-        let mut pending = false;
-        // SAFETY: the vtable contract.  A failure here cannot be logged
-        // (shared access); it reads as "no work".
-        let rc = unsafe { f(self.vt.user_data, &mut pending) };
-        (rc == kvtier_status::Ok as i32 && pending) || !self.failed_submits.is_empty()
+        // Read as a byte: a C tier may write any byte through its `bool *`
+        // (any but 0 is "pending").
+        let mut pending = 0u8;
+        // SAFETY: the vtable contract; a `bool` is one byte.
+        let rc = unsafe { f(self.vt.user_data, (&raw mut pending).cast::<bool>()) };
+        let pending = self.ok("has_pending_work", rc) && pending != 0;
+        pending || !self.failed_submits.is_empty()
     }
 
     fn drain(&mut self) -> Result<()> {
@@ -542,30 +590,42 @@ impl SecondaryTier for CTier {
     }
 
     fn stats(&self) -> Vec<Stat> {
+        let mut own = Vec::new();
+        if let Some(f) = self.vt.stats {
+            let mut buf: Vec<kvtier_tier_stat> = Vec::with_capacity(RESULT_BATCH);
+            let (rc, written) = fill_batch(&mut buf, RESULT_BATCH, self.vt.user_data, f);
+            if !self.ok("stats", rc) {
+                // Noted by `ok`.
+            } else if written > RESULT_BATCH {
+                self.note(format!(
+                    "stats wrote {written} statistics into a buffer of {RESULT_BATCH}; none was read"
+                ));
+            } else {
+                for s in &buf {
+                    let name = fixed_name(&s.name);
+                    match s.kind {
+                        KVTIER_STAT_COUNTER => own.push(Stat {
+                            name: name.into(),
+                            kind: crate::stats::StatKind::Counter,
+                            value: s.value,
+                        }),
+                        KVTIER_STAT_GAUGE => own.push(Stat::gauge(name, s.value)),
+                        other => self.note(format!(
+                            "stats gave {name:?} kind {other}, which is not KVTIER_STAT_COUNTER or KVTIER_STAT_GAUGE; it was dropped"
+                        )),
+                    }
+                }
+            }
+        }
+        // The counts after this call's own findings.
         let mut out = vec![
-            Stat::counter("callback_errors", self.callback_errors),
+            Stat::counter(
+                "callback_errors",
+                self.callback_errors.load(Ordering::Relaxed),
+            ),
             Stat::counter("events_rejected", self.events_rejected),
         ];
-        let Some(f) = self.vt.stats else {
-            return out;
-        };
-        let mut buf: Vec<kvtier_tier_stat> = Vec::with_capacity(RESULT_BATCH);
-        let (rc, written) = fill_batch(&mut buf, RESULT_BATCH, self.vt.user_data, f);
-        if rc != kvtier_status::Ok as i32 || written > RESULT_BATCH {
-            return out;
-        }
-        for s in &buf {
-            let name = fixed_name(&s.name);
-            out.push(if s.kind == KVTIER_STAT_COUNTER {
-                Stat {
-                    name: name.into(),
-                    kind: crate::stats::StatKind::Counter,
-                    value: s.value,
-                }
-            } else {
-                Stat::gauge(name, s.value)
-            });
-        }
+        out.append(&mut own);
         out
     }
 
@@ -627,7 +687,7 @@ impl SecondaryTier for CTier {
     }
 
     fn take_errors(&mut self, out: &mut Vec<String>) {
-        out.append(&mut self.errors);
+        out.append(self.errors.get_mut().unwrap_or_else(|e| e.into_inner()));
     }
 
     fn shutdown(&mut self) -> Result<()> {
