@@ -61,7 +61,12 @@ def check(status: int, call: str = "") -> None:
 
 
 def encode_str(value: object, what: str) -> bytes:
-    """`value` (a ``str``) as UTF-8; a ``TypeError`` naming `what` otherwise."""
+    """`value` (a ``str``) as UTF-8, for a C string: a ``TypeError`` naming
+    `what` for anything else, a ``ValueError`` for a string with a NUL
+    character (C would read only the part before it: ``"lru\\0x"`` would
+    pass as ``"lru"``)."""
     if not isinstance(value, str):
         raise TypeError(f"{what}: expected a str, got {type(value).__name__}")
+    if "\0" in value:
+        raise ValueError(f"{what}: {value!r} holds a NUL character, which a C string cannot carry")
     return value.encode()

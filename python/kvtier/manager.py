@@ -179,7 +179,7 @@ class Manager:
         (``capacity_bytes``, ``read_threads``, ``direct_io``, ...,
         ``locality`` a `Locality`).  Its tier index."""
         c_options = ffi.new("kvtier_fs_options *", lib.kvtier_fs_options_default())
-        directory_c = ffi.new("char[]", str(directory).encode())
+        directory_c = ffi.new("char[]", encode_str(str(directory), "directory"))
         c_options.directory = directory_c
         for name, value in options.items():
             setattr(c_options, name, value)
@@ -194,7 +194,7 @@ class Manager:
         keep = []
         for name, value in options.items():
             if isinstance(value, str):
-                keep.append(ffi.new("char[]", value.encode()))
+                keep.append(ffi.new("char[]", encode_str(value, name)))
                 value = keep[-1]
             setattr(c_options, name, value)
         index = ffi.new("size_t *")
@@ -223,9 +223,9 @@ class Manager:
             if params:
                 entries = ffi.new("kvtier_param[]", len(params))
                 for i, (key, value) in enumerate(params.items()):
-                    keep.append(ffi.new("char[]", str(key).encode()))
+                    keep.append(ffi.new("char[]", encode_str(str(key), "params key")))
                     entries[i].key = keep[-1]
-                    keep.append(ffi.new("char[]", str(value).encode()))
+                    keep.append(ffi.new("char[]", encode_str(str(value), f"params[{key!r}]")))
                     entries[i].value = keep[-1]
                 keep.append(entries)
                 c_params.params = entries

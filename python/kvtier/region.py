@@ -82,7 +82,7 @@ class Region:
         keep = [ffi.new("char[]", encode_str(name, "name"))]
         options.name = keep[0]
         if directory is not None:
-            keep.append(ffi.new("char[]", str(directory).encode()))
+            keep.append(ffi.new("char[]", encode_str(str(directory), "directory")))
             options.directory = keep[-1]
         options.slot_count = slot_count
         options.slot_bytes = slot_bytes

@@ -226,6 +226,28 @@ def test_a_wrong_manager_or_primary_option_raises():
             kvtier.Primary(**options)
 
 
+def test_a_string_with_a_nul_character_is_refused_not_cut_short():
+    # C reads a string up to its first NUL: "lru\0x" would pass as "lru".
+    with pytest.raises(ValueError, match="NUL"):
+        kvtier.Manager(policy="lru\0x")
+    with pytest.raises(ValueError, match="NUL"):
+        kvtier.Primary(policy="arc\0")
+    m = kvtier.Manager(capacity=4)
+    try:
+        with pytest.raises(ValueError, match="NUL"):
+            m.request_begin("r\0other")
+        with pytest.raises(ValueError, match="NUL"):
+            m.request_begin("r", params={"k": "v\0w"})
+        with pytest.raises(ValueError, match="NUL"):
+            m.add_fs_tier("/tmp\0/x")
+        h, _ = m.request_begin("r")  # nothing half-made before
+        m.request_finished(h)
+    finally:
+        m.close()
+    with pytest.raises(ValueError, match="NUL"):
+        kvtier.Region("name\0", slot_count=1, slot_bytes=4096)
+
+
 # -- misbehaving Python tiers ------------------------------------------
 
 
