@@ -202,7 +202,7 @@ nightly-available:
 	  echo "installing the $(NIGHTLY) toolchain with rust-src and miri (rustup)"; \
 	  rustup toolchain install $(NIGHTLY) --profile minimal --component rust-src,miri; }
 
-test-sanitizers: test-asan test-tsan test-miri
+test-sanitizers: test-asan test-python-asan test-tsan test-miri
 
 # AddressSanitizer, then ThreadSanitizer: the library, the C and C++
 # programs, the fuzzer and the threaded completion tests.
