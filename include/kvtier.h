@@ -104,6 +104,18 @@
 #define KVTIER_REGION_MAX_NAME_LEN 200
 
 /**
+ * Most connections open at once (the endpoint then holds at most this
+ * many descriptors, plus its listening socket and a socket pair).
+ */
+#define MAX_CONNECTIONS 16
+
+/**
+ * Most bytes of a request head (request line and headers); a head not
+ * ended within them is answered 431 and closed.
+ */
+#define MAX_HEAD_BYTES 8192
+
+/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.
@@ -1425,7 +1437,9 @@ typedef int32_t kvtier_region_prefault;
  * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
  * status).  It must return only once every process of the region has
  * called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
- * value fails `kvtier_region_new`.  It must not call kvtier region
+ * value fails `kvtier_region_new` (`KVTIER_STATUS_TIMEOUT` for a barrier
+ * that gave up waiting, as `KVTIER_STATUS_TIMEOUT`; anything else as
+ * `KVTIER_STATUS_PEER_FAILED`).  It must not call kvtier region
  * functions.
  */
 typedef int32_t (*kvtier_region_barrier_fn)(void *user_data, int32_t setup_status);
@@ -2618,7 +2632,10 @@ kvtier_region_options kvtier_region_options_default(void);
  * joiner whose creator fails during set-up fails at once with
  * `KVTIER_STATUS_PEER_FAILED`.  With a
  * barrier, the barrier runs once (even if set-up failed: a set-up error is
- * then returned as it was) and the names are removed afterwards.
+ * then returned as it was) and the names are removed afterwards; a barrier
+ * that returns `KVTIER_STATUS_TIMEOUT` fails the call with
+ * `KVTIER_STATUS_TIMEOUT`, any other status but OK (or a value that is no
+ * status) with `KVTIER_STATUS_PEER_FAILED`.
  *
  * `options` NULL means the defaults (which have no name: an error); else
  * initialized with `kvtier_region_options_default()` (growth rule).  Its
