@@ -104,18 +104,6 @@
 #define KVTIER_REGION_MAX_NAME_LEN 200
 
 /**
- * Most connections open at once (the endpoint then holds at most this
- * many descriptors, plus its listening socket and a socket pair).
- */
-#define MAX_CONNECTIONS 16
-
-/**
- * Most bytes of a request head (request line and headers); a head not
- * ended within them is answered 431 and closed.
- */
-#define MAX_HEAD_BYTES 8192
-
-/**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
  * explicit and never reused.  On any other value,
  * `kvtier_last_error_message()` describes what went wrong.

@@ -36,23 +36,23 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Most connections open at once (the endpoint then holds at most this
 /// many descriptors, plus its listening socket and a socket pair).
-pub const MAX_CONNECTIONS: usize = 16;
+pub(crate) const MAX_CONNECTIONS: usize = 16;
 
 /// Most bytes of a request head (request line and headers); a head not
 /// ended within them is answered 431 and closed.
-pub const MAX_HEAD_BYTES: usize = 8192;
+pub(crate) const MAX_HEAD_BYTES: usize = 8192;
 
 /// Time from accepting a connection to the end of its request head; then
 /// it is closed.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Time from the end of a request head to the last byte of its response
 /// taken by the client; then the connection is closed.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long accepting pauses when the process (or system) is out of
 /// descriptors or memory for a new connection.
-pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Most connections accepted in one round (so a flood of new connections
 /// cannot starve the ones being answered).
