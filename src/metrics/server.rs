@@ -5,15 +5,14 @@
 //! JSON configuration, or [`MetricsServer::start`]).
 //!
 //! A small HTTP/1.1 server with fixed bounds, whatever its clients do: one
-//! thread polls non-blocking sockets; at most [`MAX_CONNECTIONS`]
-//! connections are open (a new one beyond them replaces the oldest one
-//! still sending its request, or is closed at once when every one is
-//! being answered); a request head is at most [`MAX_HEAD_BYTES`] (431
-//! beyond) and must arrive within [`REQUEST_TIMEOUT`] of the connection;
-//! its response must be taken within [`WRITE_TIMEOUT`]; one request per
+//! thread polls non-blocking sockets; at most 16 connections are open (a
+//! new one beyond them replaces the oldest one still sending its request,
+//! or is closed at once when every one is being answered); a request head
+//! is at most 8192 bytes (431 beyond) and must arrive within 5 s of the
+//! connection; its response must be taken within 10 s; one request per
 //! connection (`Connection: close`).  `GET` and `HEAD` of `/metrics` only:
 //! another path is 404, another method 405.  When the process is out of
-//! descriptors, accepting pauses [`ACCEPT_BACKOFF`] (waiting connections
+//! descriptors, accepting pauses 100 ms at a time (waiting connections
 //! stay in the kernel's backlog) and resumes by itself.  It holds the
 //! manager weakly, so it never keeps a manager alive, and stopping it
 //! (dropping the [`MetricsServer`]) wakes its thread through a socket pair

@@ -12,7 +12,7 @@
 //! not as bad).
 //!
 //! It never follows a symlink inside the directory and never opens what
-//! is not a regular file ([`mod@super::beneath`]): symlinks, FIFOs,
+//! is not a regular file (`beneath.rs`): symlinks, FIFOs,
 //! sockets and devices under the tier's names are listed as foreign and
 //! left alone, so a scan never hangs and a repair never touches anything
 //! outside the directory.  Only a block proven bad (header, key, length,

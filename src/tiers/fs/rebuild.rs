@@ -17,7 +17,7 @@
 //!   its directory's descriptor without following symlinks, and a
 //!   symlink, FIFO, socket or device (a *foreign* entry) in place of a
 //!   fan-out directory, block file or temporary file is skipped, counted
-//!   by kind, and left alone ([`mod@super::beneath`]).
+//!   by kind, and left alone (`beneath.rs`).
 //! - Temporary files of writers that are gone (dead on this host, or older
 //!   than `stale_temp_age`) are removed, and so are the probe files a
 //!   process killed while opening the tier left in its root (both
