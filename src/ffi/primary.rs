@@ -404,9 +404,12 @@ pub unsafe extern "C" fn kvtier_primary_touch(
 /// (an aborted request whose load is in flight, as vLLM 0.33 allows): its
 /// handle then releases only those pins, a key it holds no pin of
 /// (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
-/// nothing changed, so it never unpins another request's blocks.  Once its
-/// last pin is released (or the tier is reset) the handle is unknown here
-/// too.  Any other handle that is not active is
+/// nothing changed, so it never unpins another request's blocks.  An
+/// active request may unpin keys it did not pin (as in vLLM); if such
+/// unpins took the pin a finished request holds of a key, that request's
+/// completion of the key releases nothing and still succeeds, counted in
+/// `kvtier_primary_stats.spent_load_completions`.  Once its last pin is
+/// released (or the tier is reset) the handle is unknown here too.  Any other handle that is not active is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety

@@ -453,7 +453,9 @@ impl Manager {
     /// request that finished with keys its [`Manager::prepare_load`] pinned
     /// still pinned stays valid here, for those pins alone (any other key
     /// is an error, nothing changed), until the last is released or the
-    /// cache is reset; every other call takes it as unknown.
+    /// cache is reset; every other call takes it as unknown.  A pin of
+    /// it that other requests' unpins took is not released again (see
+    /// [`PrimaryTier::complete_load`](crate::primary::PrimaryTier::complete_load)).
     pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
         let mut s = self.enter("complete_load")?;
         // The primary tier knows both the active requests and the finished
