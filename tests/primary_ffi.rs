@@ -615,3 +615,40 @@ fn a_finished_request_releases_only_its_own_loads_through_the_c_api() {
     assert_eq!(read_stats(p).pinned, 0);
     unsafe { kvtier_primary_free(p) };
 }
+
+/// R pins a and finishes; S pins a and unpins it twice (its second unpin
+/// took R's pin, as an active request may); T pins a.  R's late
+/// completion succeeds, releases nothing and is counted; T's slot is not
+/// handed to a store while T loads from it.
+#[test]
+fn a_late_completion_through_the_c_api_never_releases_a_pin_another_request_took() {
+    let p = new(1, c"lru");
+    let a = [ck(b"a")];
+    let w = begin(p, c"w");
+    assert_eq!(store_for(p, w, &a).0, kvtier_status::Ok);
+    complete_for(p, w, &a, true);
+    let (r, s, t) = (begin(p, c"r"), begin(p, c"s"), begin(p, c"t"));
+    let load = |req| {
+        let mut slot = [u32::MAX; 1];
+        unsafe { kvtier_primary_prepare_load(p, req, a.as_ptr(), 1, slot.as_mut_ptr()) }
+    };
+    let complete = |req| unsafe { kvtier_primary_complete_load(p, req, a.as_ptr(), 1) };
+    assert_eq!(load(r), kvtier_status::Ok);
+    finish(p, r);
+    assert_eq!(load(s), kvtier_status::Ok);
+    assert_eq!(complete(s), kvtier_status::Ok);
+    assert_eq!(complete(s), kvtier_status::Ok, "an active request unpins any pin");
+    assert_eq!(read_stats(p).pinned, 0);
+    assert_eq!(load(t), kvtier_status::Ok);
+    assert_eq!(complete(r), kvtier_status::Ok, "as in vLLM");
+    let stats = read_stats(p);
+    assert_eq!(stats.pinned, 1, "T's pin stays");
+    assert_eq!(stats.spent_load_completions, 1);
+    assert_eq!(complete(r), kvtier_status::UnknownRequest);
+    let (st, plan) = store_for(p, w, &[ck(b"b")]);
+    assert_eq!(st, kvtier_status::Ok);
+    assert!(plan.refused, "T's slot is not handed to a store");
+    assert_eq!(complete(t), kvtier_status::Ok);
+    assert_eq!(read_stats(p).pinned, 0);
+    unsafe { kvtier_primary_free(p) };
+}
