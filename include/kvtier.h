@@ -307,9 +307,11 @@ typedef struct {
   /**
    * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
    * `block_hash || u32_be(group)`): a request's finish commits its keys
-   * group by group, ascending, and calls that record keys for a request
-   * (prepare_store, prepare_load, set_positions) refuse keys shorter
-   * than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
+   * group by group, ascending, and every call that takes a request's
+   * keys (lookup, prepare_load, touch, complete_load, prepare_store,
+   * complete_store, set_positions) refuses keys shorter than 5 bytes
+   * (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing changes).
+   * Default false: one group.
    */
   bool kv_groups;
 } kvtier_manager_options;
@@ -1047,10 +1049,11 @@ typedef struct {
   /**
    * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
    * `block_hash || u32_be(group)`): a request's finish commits its keys
-   * group by group, ascending.  Calls that record keys for a request
-   * (prepare_store, prepare_load, set_positions) then refuse keys
-   * shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
-   * one group.
+   * group by group, ascending.  Every call that takes keys (lookup,
+   * prepare_load, touch, complete_load, prepare_store, complete_store,
+   * set_positions) then refuses keys shorter than 5 bytes
+   * (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing
+   * changes).  Default false: one group.
    */
   bool kv_groups;
 } kvtier_primary_options;

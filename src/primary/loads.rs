@@ -219,6 +219,7 @@ impl PrimaryTier {
         let Some(record) = self.requests.get(&req) else {
             return Err(unknown(req));
         };
+        self.check_group_keys(n, key)?;
         // Last key first, so that the first ends most recent.
         let at = move |j: usize| key(n - 1 - j);
         let (slots, policy) = (&self.slots, &mut self.policy);
@@ -281,6 +282,12 @@ impl PrimaryTier {
         n: usize,
         key: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
+        if self.config.kv_groups {
+            if !self.requests.contains_key(&req) && !self.finished_loads.contains_key(&req) {
+                return Err(unknown(req));
+            }
+            self.check_group_keys(n, &key)?;
+        }
         let Some(r) = self.requests.get_mut(&req) else {
             return self.complete_finished_load(req, n, key);
         };

@@ -120,6 +120,7 @@ pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
 pub use stats::PrimaryStats;
 pub use writers::Writer;
+pub(crate) use positions::check_group_keys;
 
 /// Monotonic counters of the tier.
 #[derive(Clone, Copy, Debug, Default)]
@@ -316,26 +317,27 @@ impl PrimaryTier {
     }
 
     /// With the KV-group option on, an error naming the first of keys
-    /// `key(0..n)` too short to end with a group index; nothing otherwise.
-    fn check_group_keys<'k, K: KeyBytes + ?Sized + 'k>(
+    /// `key(0..n)` too short to end with a group index; nothing otherwise
+    /// (the rule: [`positions::check_group_keys`]).
+    #[inline]
+    pub(crate) fn check_group_keys<'k, K: KeyBytes + ?Sized + 'k>(
         &self,
         n: usize,
         key: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
-        if !self.config.kv_groups {
-            return Ok(());
-        }
-        match (0..n).find(|&i| key(i).key_bytes().len() <= positions::GROUP_BYTES) {
-            Some(index) => Err(Error::InvalidKey {
-                index,
-                reason: format!(
-                    "key of {} bytes: with KV groups on, a key is at least 1 byte and a \
-                     4-byte group index (5 bytes or more)",
-                    key(index).key_bytes().len()
-                ),
-            }),
-            None => Ok(()),
-        }
+        positions::check_group_keys(self.config.kv_groups, n, key)
+    }
+
+    /// With the KV-group option on, `InvalidKey` naming the first of
+    /// `keys` too short to end with a 4-byte group index (5 bytes or
+    /// more); `Ok` otherwise.  Every call of the tier that takes a
+    /// request's keys and returns a `Result` refuses such keys; the calls
+    /// that cannot ([`PrimaryTier::lookup`], [`PrimaryTier::lookup_batch`],
+    /// [`PrimaryTier::lookup_prefix`], [`PrimaryTier::complete_store`])
+    /// never find one (no call makes one resident) and may be preceded by
+    /// this check.
+    pub fn check_keys(&self, keys: &[Key]) -> Result<()> {
+        self.check_group_keys(keys.len(), |j| &keys[j])
     }
 
     /// MISS, HIT_PENDING or HIT for `key`; changes nothing.

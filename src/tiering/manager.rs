@@ -105,7 +105,9 @@ pub struct ManagerOptions {
     /// [0.33] Keys end with a 4-byte big-endian KV-cache group index: the
     /// manager turns its primary tier's KV-group option on (see
     /// [`PrimaryConfig::kv_groups`](crate::primary::PrimaryConfig::kv_groups));
-    /// a primary tier built with the option keeps it either way.
+    /// a primary tier built with the option keeps it either way.  Every
+    /// call that takes keys (lookups included) then refuses a key shorter
+    /// than 5 bytes as `InvalidKey`, before anything changes.
     pub kv_groups: bool,
 }
 
@@ -410,6 +412,7 @@ impl Manager {
     ) -> Result<()> {
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load(request, keys, slots_out)?;
         s.note_loaded(request, keys.len());
@@ -428,6 +431,7 @@ impl Manager {
     pub fn set_positions(&self, request: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         let mut s = self.enter("set_positions")?;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.set_positions(request, keys, positions)
     }
 
@@ -436,6 +440,7 @@ impl Manager {
         let mut s = self.enter("touch")?;
         let s = &mut *s;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.touch(request, keys)?;
         if !s.tiers.is_empty() {
             let info = &s.reqs[&request].info;
@@ -460,6 +465,7 @@ impl Manager {
         let mut s = self.enter("complete_load")?;
         // The primary tier knows both the active requests and the finished
         // ones whose loads still hold pins.
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.complete_load(request, keys).map_err(|e| match e {
             Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
             other => other,
@@ -480,6 +486,7 @@ impl Manager {
         let mut s = self.enter("prepare_store")?;
         let s = &mut *s;
         let rid = s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         let _ = s.poll_now(&self.queue);
         s.gate_spent = true;
         let outcome = s.primary.prepare_store(rid, keys, plan)?;
@@ -518,6 +525,10 @@ impl Manager {
         let mut s = self.enter("complete_store")?;
         let s = &mut *s;
         let rid = request;
+        if !s.reqs.contains_key(&rid) {
+            return Err(Error::UnknownRequest(rid.to_string()));
+        }
+        s.check_keys(keys.len(), |j| &keys[j])?;
         let Some(st) = s.reqs.get_mut(&rid) else {
             return Err(Error::UnknownRequest(rid.to_string()));
         };
