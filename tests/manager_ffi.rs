@@ -1642,7 +1642,9 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
         ("prepare_load", unsafe {
             kvtier_manager_prepare_load(m, r, keys.as_ptr(), 2, slots.as_mut_ptr())
         }),
-        ("touch", unsafe { kvtier_manager_touch(m, r, keys.as_ptr(), 2) }),
+        ("touch", unsafe {
+            kvtier_manager_touch(m, r, keys.as_ptr(), 2)
+        }),
         ("complete_load", unsafe {
             kvtier_manager_complete_load(m, r, keys.as_ptr(), 2)
         }),

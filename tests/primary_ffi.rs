@@ -637,7 +637,11 @@ fn a_late_completion_through_the_c_api_never_releases_a_pin_another_request_took
     finish(p, r);
     assert_eq!(load(s), kvtier_status::Ok);
     assert_eq!(complete(s), kvtier_status::Ok);
-    assert_eq!(complete(s), kvtier_status::Ok, "an active request unpins any pin");
+    assert_eq!(
+        complete(s),
+        kvtier_status::Ok,
+        "an active request unpins any pin"
+    );
     assert_eq!(read_stats(p).pinned, 0);
     assert_eq!(load(t), kvtier_status::Ok);
     assert_eq!(complete(r), kvtier_status::Ok, "as in vLLM");
@@ -684,7 +688,9 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
         ("lookup", unsafe {
             kvtier_primary_lookup(p, keys.as_ptr(), 2, &mut answer)
         }),
-        ("touch", unsafe { kvtier_primary_touch(p, r, keys.as_ptr(), 2) }),
+        ("touch", unsafe {
+            kvtier_primary_touch(p, r, keys.as_ptr(), 2)
+        }),
         ("prepare_load", unsafe {
             kvtier_primary_prepare_load(p, r, keys.as_ptr(), 2, slots.as_mut_ptr())
         }),

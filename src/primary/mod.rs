@@ -118,9 +118,9 @@ pub use batched::PrefixLookup;
 pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub(crate) use positions::check_group_keys;
 pub use stats::PrimaryStats;
 pub use writers::Writer;
-pub(crate) use positions::check_group_keys;
 
 /// Monotonic counters of the tier.
 #[derive(Clone, Copy, Debug, Default)]
