@@ -769,9 +769,12 @@ static void do_reset(void) {
         while (reqs[q].active && reqs[q].n_pins) do_complete_load(&reqs[q]);
     counts.calls++;
     expect_ok(kvtier_manager_reset_cache(mgr), "reset_cache");
-    /* The reset drops finished requests' pins, taken ones included. */
-    for (int q = 0; q < NREQ; q++)
-        while (reqs[q].n_pins) drop_pin(&reqs[q], reqs[q].n_pins - 1);
+    /* The reset drops finished requests' pins, taken ones included (the
+     * only pins left: active requests completed theirs). */
+    for (int q = 0; q < NREQ; q++) reqs[q].n_pins = 0;
+    pthread_mutex_lock(&oracle_lock);
+    memset(slot_pins, 0, sizeof slot_pins);
+    pthread_mutex_unlock(&oracle_lock);
     memset(spent, 0, sizeof spent);
     for (uint32_t slot = 0; slot < SLOTS; slot++) note(slot, "reset");
     counts.resets++;
