@@ -56,10 +56,13 @@
 
 /* ---------- failures and randomness ---------- */
 
+/* The operation under way (named by failures). */
+static unsigned long long current_op;
+
 static void fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE: ");
+    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE at op %llu: ", current_op);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -152,7 +155,7 @@ static void fail_at(uint32_t slot, const char *fmt, ...) {
     pthread_mutex_unlock(&history_lock);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE: ");
+    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE at op %llu: ", current_op);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -987,6 +990,7 @@ int main(int argc, char **argv) {
     uint64_t op = 0;
     for (;; op++) {
         if (seconds > 0 ? now_s() - start >= seconds : op >= ops) break;
+        current_op = op;
         if (op == 2000) rss_start = rss_kib();
         request *r = &reqs[below(NREQ)];
         if (!r->active) {
