@@ -480,9 +480,15 @@ static void check_pins(const char *after) {
              stat_value(0, "spent_load_completions"), (unsigned long long)counts.spent_completions);
 }
 
+/* The slot each key was last loaded from: where its untaken pins are (a
+ * pinned key stays in its slot; a request's own record of a pin that
+ * another request's unpin took may name a slot the key has left since). */
+static uint32_t key_slot[NKEYS];
+
 static void drop_pin(request *r, size_t i) {
-    note(r->pins[i].slot, "%s unpins key %d", r->name, r->pins[i].key);
-    slot_count(slot_pins, r->pins[i].slot, -1);
+    uint32_t slot = key_slot[r->pins[i].key];
+    note(slot, "%s unpins key %d", r->name, r->pins[i].key);
+    slot_count(slot_pins, slot, -1);
     r->pins[i] = r->pins[--r->n_pins];
 }
 
@@ -571,6 +577,7 @@ static void do_load(request *r) {
         if (plans) fail_at(slots[i], "prepare_load of key %d handed out slot %u, which a store plan still holds", ids[i], slots[i]);
         if (!block_is(slots[i], ids[i])) fail_at(slots[i], "prepare_load of key %d: slot %u holds another block", ids[i], slots[i]);
         note(slots[i], "%s pins key %d", r->name, ids[i]);
+        key_slot[ids[i]] = slots[i];
         counts.loads_verified++;
         r->pins[r->n_pins].key = ids[i];
         r->pins[r->n_pins++].slot = slots[i];
@@ -611,7 +618,6 @@ static void do_complete_load(request *r) {
  * that every active holder's own completion still finds a pin. */
 static void do_foreign_unpin(request *r) {
     int candidates[NKEYS];
-    uint32_t slot_of[NKEYS];
     int n = 0;
     for (int q = 0; q < NREQ; q++) {
         if (!reqs[q].finished) continue;
@@ -620,10 +626,7 @@ static void do_foreign_unpin(request *r) {
             bool own = false, listed = false;
             for (size_t j = 0; j < r->n_pins; j++) own |= r->pins[j].key == id;
             for (int c = 0; c < n; c++) listed |= candidates[c] == id;
-            if (!own && !listed && pins_on(id, true) > spent[id]) {
-                slot_of[n] = reqs[q].pins[i].slot;
-                candidates[n++] = id;
-            }
+            if (!own && !listed && pins_on(id, true) > spent[id]) candidates[n++] = id;
         }
     }
     if (n == 0) return;
@@ -631,8 +634,9 @@ static void do_foreign_unpin(request *r) {
     kvtier_key k = key_view(candidates[c]);
     counts.calls++;
     expect_ok(kvtier_manager_complete_load(mgr, r->handle, &k, 1), "complete_load of another request's pin");
-    note(slot_of[c], "%s unpins key %d, a finished request's pin", r->name, candidates[c]);
-    slot_count(slot_pins, slot_of[c], -1);
+    uint32_t slot = key_slot[candidates[c]];
+    note(slot, "%s unpins key %d, a finished request's pin", r->name, candidates[c]);
+    slot_count(slot_pins, slot, -1);
     spent[candidates[c]]++;
     counts.pins_taken++;
     check_pins("an unpin of another request's pin");
