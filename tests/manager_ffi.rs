@@ -1610,7 +1610,7 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
     );
     let r = start(m, c"r");
     let good = [&b"block"[..], &0u32.to_be_bytes()[..]].concat();
-    assert_eq!(store_with(m, r, &[good.clone()], |_, _| {}), 1);
+    assert_eq!(store_with(m, r, std::slice::from_ref(&good), |_, _| {}), 1);
     let keys = [ck(&good), ck(b"tiny")];
     // The store's cascade collected first.
     for _ in 0..1000 {

@@ -304,14 +304,13 @@ impl PrimaryTier {
             }
             let slots = &self.slots;
             let mut next = usize::MAX;
+            beyond = 0;
             for j in 0..n {
                 let k = key(j);
-                released.push(
-                    r.release_pin_after(k, || slots.hash(k), &mut next)
-                        .unwrap_or(NO_PIN),
-                );
+                let at = r.release_pin_after(k, || slots.hash(k), &mut next);
+                beyond += at.is_none() as usize;
+                released.push(at.unwrap_or(NO_PIN));
             }
-            beyond = released.iter().filter(|&&i| i == NO_PIN).count();
         }
         let mut outcome = Ok(());
         if beyond > 0 {
@@ -320,14 +319,14 @@ impl PrimaryTier {
         if outcome.is_ok() {
             outcome = self.unpin(Some(req), None, n, &key);
         }
-        if outcome.is_err() {
+        if outcome.is_err() && beyond < released.len() {
             if let Some(r) = self.requests.get_mut(&req) {
                 released
                     .iter()
                     .filter(|&&i| i != NO_PIN)
                     .for_each(|&i| r.restore_at(i));
             }
-        } else if beyond > 0 {
+        } else if outcome.is_ok() && beyond > 0 {
             let owns = !released.is_empty();
             for j in (0..n).filter(|&j| !owns || released[j] == NO_PIN) {
                 let k = key(j);
