@@ -414,6 +414,10 @@ impl Model {
     /// a spent pin of its key if there is one (nothing released) or
     /// unpinned; it is forgotten with the last.
     fn complete_load(&mut self, id: u64, keys: &[Key]) -> Out {
+        let known = self.req(id).is_some() || self.finished_loads.iter().any(|r| r.id == id);
+        if let (true, Some(e)) = (known, self.group_error(keys)) {
+            return e;
+        }
         if let Some(r) = self.req(id) {
             let out = self.unpin(keys);
             if out == Out::Unit {
@@ -486,6 +490,9 @@ impl Model {
     fn touch(&mut self, id: u64, keys: &[Key]) -> Out {
         if self.req(id).is_none() {
             return Out::Err("unknown_request", None);
+        }
+        if let Some(e) = self.group_error(keys) {
+            return e;
         }
         for k in keys.iter().rev() {
             match (self.policy, self.entry(k)) {

@@ -296,6 +296,7 @@ impl PrimaryBackend for ModelPrimary {
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.need_request(req)?;
+        self.check_groups(keys)?;
         for k in keys.iter().rev() {
             self.clock += 1;
             if let Some(e) = self.entries.get_mut(k) {
@@ -321,6 +322,7 @@ impl PrimaryBackend for ModelPrimary {
             None if active => Vec::new(),
             None => return Err(Error::UnknownRequest(format!("{}", req.0))),
         };
+        self.check_groups(keys)?;
         let release = |own: &mut Vec<Key>, k: &Key| match own.iter().position(|x| x == k) {
             Some(i) => {
                 own.swap_remove(i);
