@@ -179,12 +179,13 @@ impl RequestRecord {
                 .find(hash(), |&i| slots::same_key(&accesses[i as usize].key, key))
                 .map(|&i| i as usize),
         };
-        *next = found? + 1;
-        match accesses.get_mut(*next - 1) {
+        let i = found?;
+        *next = i + 1;
+        match accesses.get_mut(i) {
             Some(a) if a.pins > 0 => {
                 a.pins -= 1;
                 self.pins -= 1;
-                Some((*next - 1) as u32)
+                Some(i as u32)
             }
             _ => None,
         }

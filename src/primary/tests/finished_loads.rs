@@ -276,3 +276,52 @@ fn a_taken_pin_is_charged_once_and_a_key_never_pinned_is_still_refused() {
         t.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_refused_late_completion_gives_back_the_spent_pins_it_charged() {
+    // OTHER's unpin took R's pin of 1; a cascade's unpin took R's pin of 2
+    // (misuse the tier cannot tell).  R's completion of [1, 2] charges 1,
+    // then fails at 2's unpin: the charge is given back, so a later
+    // completion of 1 alone is charged (nothing released) and succeeds.
+    for p in BOTH {
+        let mut t = loaded_tier(p);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
+        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        t.unpin_for_transfer(&ks(&[2])).unwrap();
+        t.on_request_finished(R).unwrap();
+        let e = t.complete_load(R, &ks(&[1, 2])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{p:?}: {e}");
+        assert_eq!(t.stats().spent_load_completions, 0, "{p:?}");
+        t.check_invariants().unwrap();
+        t.complete_load(R, &ks(&[1])).unwrap();
+        assert_eq!(t.stats().spent_load_completions, 1, "{p:?}");
+        assert_eq!(t.ref_count(&k(1)), Some(0), "{p:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_refused_unpin_of_an_active_request_keeps_its_pins_and_spends_nothing() {
+    // R's completion of [1 (its own), 3 (OTHER's), 9 (absent)] fails at
+    // 9: R still holds its pin of 1 on record, and no pin of 3 was spent,
+    // so OTHER's late completion of 3 releases it.
+    for p in BOTH {
+        let mut t = loaded_tier(p);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+        t.prepare_load(OTHER, &ks(&[3]), &mut slots).unwrap();
+        t.on_request_finished(OTHER).unwrap();
+        let e = t.complete_load(R, &ks(&[1, 3, 9])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 2, .. }), "{p:?}: {e}");
+        t.check_invariants().unwrap();
+        t.complete_load(OTHER, &ks(&[3])).unwrap();
+        assert_eq!(t.ref_count(&k(3)), Some(0), "{p:?}: released, not charged");
+        assert_eq!(t.stats().spent_load_completions, 0, "{p:?}");
+        t.on_request_finished(R).unwrap();
+        t.complete_load(R, &ks(&[1])).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(0), "{p:?}: R's own pin, late");
+        assert!(unknown_request(t.complete_load(R, &ks(&[1]))), "{p:?}");
+        t.check_invariants().unwrap();
+    }
+}
