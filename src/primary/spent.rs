@@ -52,6 +52,7 @@ impl SpentPins {
     /// Counts one more spent pin of `key` (hash `h`); room for a new key
     /// must have been reserved.
     pub(super) fn add(&mut self, hasher: &RandomState, key: &(impl KeyBytes + ?Sized), h: u64) {
+        let (len, capacity) = (self.table.len(), self.table.capacity());
         match self.table.entry(
             h,
             |(k, _)| same_key(k, key),
@@ -59,6 +60,7 @@ impl SpentPins {
         ) {
             hashbrown::hash_table::Entry::Occupied(mut e) => e.get_mut().1 += 1,
             hashbrown::hash_table::Entry::Vacant(e) => {
+                debug_assert!(len < capacity, "room for a new key was reserved");
                 let mut k = key.keep_value();
                 key.keep_finish(&mut k);
                 e.insert((k, 1));
