@@ -307,9 +307,11 @@ typedef struct {
   /**
    * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
    * `block_hash || u32_be(group)`): a request's finish commits its keys
-   * group by group, ascending, and calls that record keys for a request
-   * (prepare_store, prepare_load, set_positions) refuse keys shorter
-   * than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
+   * group by group, ascending, and every call that takes a request's
+   * keys (lookup, prepare_load, touch, complete_load, prepare_store,
+   * complete_store, set_positions) refuses keys shorter than 5 bytes
+   * (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing changes).
+   * Default false: one group.
    */
   bool kv_groups;
 } kvtier_manager_options;
@@ -1068,10 +1070,11 @@ typedef struct {
   /**
    * Keys end with a 4-byte big-endian KV-cache group index (vLLM's
    * `block_hash || u32_be(group)`): a request's finish commits its keys
-   * group by group, ascending.  Calls that record keys for a request
-   * (prepare_store, prepare_load, set_positions) then refuse keys
-   * shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
-   * one group.
+   * group by group, ascending.  Every call that takes keys (lookup,
+   * prepare_load, touch, complete_load, prepare_store, complete_store,
+   * set_positions) then refuses keys shorter than 5 bytes
+   * (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing
+   * changes).  Default false: one group.
    */
   bool kv_groups;
 } kvtier_primary_options;
@@ -1307,6 +1310,12 @@ typedef struct {
    * Allocation sizes: number of observations.
    */
   uint64_t allocation_size_count;
+  /**
+   * Keys a finished request's late complete_load named whose pin other
+   * requests' unpins had already taken (beyond their own pins): nothing
+   * released, the call succeeded.
+   */
+  uint64_t spent_load_completions;
 } kvtier_primary_stats;
 
 /**
@@ -2423,9 +2432,12 @@ kvtier_status kvtier_primary_touch(kvtier_primary *primary,
  * (an aborted request whose load is in flight, as vLLM 0.33 allows): its
  * handle then releases only those pins, a key it holds no pin of
  * (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
- * nothing changed, so it never unpins another request's blocks.  Once its
- * last pin is released (or the tier is reset) the handle is unknown here
- * too.  Any other handle that is not active is
+ * nothing changed, so it never unpins another request's blocks.  An
+ * active request may unpin keys it did not pin (as in vLLM); if such
+ * unpins took the pin a finished request holds of a key, that request's
+ * completion of the key releases nothing and still succeeds, counted in
+ * `kvtier_primary_stats.spent_load_completions`.  Once its last pin is
+ * released (or the tier is reset) the handle is unknown here too.  Any other handle that is not active is
  * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
@@ -2928,9 +2940,12 @@ kvtier_status kvtier_manager_touch(const kvtier_manager *manager,
  * whose load is in flight, as vLLM 0.33 allows): its handle then
  * releases only those pins, a key it holds no pin of (counting repeats in
  * the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
- * never unpins another request's blocks.  Once its last pin is released
- * (or the cache is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST`
- * here too.  Internally synchronized.
+ * never unpins another request's blocks.  An active request may unpin
+ * keys it did not pin (as in vLLM); if such unpins took the pin a
+ * finished request holds of a key, that request's completion of the key
+ * releases nothing and still succeeds, counted in the primary tier's
+ * `spent_load_completions`.  Once its last pin is released (or the cache
+ * is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST` here too.  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `keys` valid for `len` reads.

@@ -1584,3 +1584,88 @@ fn the_error_log_and_the_stats_follow_the_buffer_and_growth_rules() {
     assert_eq!(st[&(1, "callback_errors".to_string())], 1.0);
     unsafe { kvtier_manager_free(m) };
 }
+
+/// With KV groups on, a key shorter than 5 bytes (too short for its group
+/// index) is refused as `KVTIER_STATUS_INVALID_KEY`, naming its position,
+/// by every call that takes a request's keys, even when a secondary tier
+/// holds it: a lookup does not answer MISS "no room" (which an engine
+/// retries on every step) nor count an internal error.
+#[test]
+fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
+    let mut o = kvtier_manager_options_default();
+    o.capacity = 2;
+    o.kv_groups = true;
+    let mut m = null_mut();
+    assert_eq!(
+        unsafe { kvtier_manager_new(&o, std::ptr::null(), &mut m) },
+        S::Ok
+    );
+    let mut mem = Mem::default();
+    mem.stored.insert(b"tiny".to_vec());
+    let vt = vtable(Box::new(mem));
+    let mut idx = 0;
+    assert_eq!(
+        unsafe { kvtier_manager_add_tier(m, &vt, null(), &mut idx) },
+        S::Ok
+    );
+    let r = start(m, c"r");
+    let good = [&b"block"[..], &0u32.to_be_bytes()[..]].concat();
+    assert_eq!(store_with(m, r, std::slice::from_ref(&good), |_, _| {}), 1);
+    let keys = [ck(&good), ck(b"tiny")];
+    // The store's cascade collected first.
+    for _ in 0..1000 {
+        let mut pending = false;
+        assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+        assert_eq!(
+            unsafe { kvtier_manager_has_pending_work(m, &mut pending) },
+            S::Ok
+        );
+        if !pending {
+            break;
+        }
+    }
+    let before = (own_stats(m).internal_errors, stats(m));
+    for step in 0..3 {
+        let mut a = kvtier_lookup_answer {
+            hits: usize::MAX,
+            stop: -1,
+            reason: -1,
+        };
+        let st = unsafe { kvtier_manager_lookup(m, r, keys.as_ptr(), 2, &mut a) };
+        assert_eq!(st, S::InvalidKey, "step {step}: {}", last_error());
+        assert!(last_error().contains("position 1"), "{}", last_error());
+        assert_eq!(a.hits, usize::MAX, "nothing written");
+        assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Ok);
+    }
+    let mut slots = [u32::MAX; 2];
+    let statuses = [
+        ("prepare_load", unsafe {
+            kvtier_manager_prepare_load(m, r, keys.as_ptr(), 2, slots.as_mut_ptr())
+        }),
+        ("touch", unsafe {
+            kvtier_manager_touch(m, r, keys.as_ptr(), 2)
+        }),
+        ("complete_load", unsafe {
+            kvtier_manager_complete_load(m, r, keys.as_ptr(), 2)
+        }),
+        ("prepare_store", unsafe {
+            kvtier_manager_prepare_store(m, r, keys.as_ptr(), 2, &mut PlanBuf::new(2).plan)
+        }),
+        ("complete_store", unsafe {
+            kvtier_manager_complete_store(m, r, keys.as_ptr(), 2, true, null_mut())
+        }),
+        ("set_positions", unsafe {
+            kvtier_manager_set_positions(m, r, keys.as_ptr(), 2, [16u64, 32].as_ptr())
+        }),
+    ];
+    for (call, st) in statuses {
+        assert_eq!(st, S::InvalidKey, "{call}");
+    }
+    assert_eq!(
+        (own_stats(m).internal_errors, stats(m)),
+        before,
+        "nothing counted, nothing changed"
+    );
+    assert_eq!(lookup(m, r, &good), KVTIER_LOOKUP_HIT);
+    unsafe { kvtier_manager_free(m) };
+}

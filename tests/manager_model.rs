@@ -7,7 +7,11 @@
 //! model and the real primary tier.  When every request finished and every
 //! job drained, every slot is free or idle and every injected bogus report
 //! was counted as a tier bug.  Half the requests that finish leave their
-//! loads in flight and complete them after the finish.  Half the requests get token positions for
+//! loads in flight and complete them after the finish; active requests
+//! now and then unpin a key such a finished request holds (beyond their
+//! own pins, as vLLM allows), and the late completion must then release
+//! nothing: every pin a live request holds that no such unpin took stays
+//! in its key's ref count.  Half the requests get token positions for
 //! some keys, and a third of the runs have KV groups on: the reference
 //! model checks those calls' arguments (its recency is coarser than the
 //! tier's, which `tests/primary_model.rs` checks exactly).
@@ -235,7 +239,7 @@ fn run(
     refs: &dyn Fn(&Manager, &Key) -> Option<i32>,
     request_level: bool,
     exact: bool,
-) -> Manager {
+) -> (Manager, u64) {
     let opts = ManagerOptions {
         promotion_answer: if seed % 2 == 0 {
             PromotionAnswer::Retry
@@ -270,6 +274,10 @@ fn run(
     let mut next_req = 0u64;
     let mut plan = StorePlan::default();
     let mut slots = Vec::new();
+    // Per key, pins active requests' unpins took from finished requests
+    // and no late completion was charged with yet.
+    let mut spent: HashMap<Key, u32> = HashMap::new();
+    let (mut taken, mut charged, mut dropped) = (0u64, 0u64, 0u64);
     for step in 0..3000 {
         let names: Vec<String> = reqs
             .iter()
@@ -341,6 +349,8 @@ fn run(
                     for r in reqs.values_mut() {
                         r.pins.clear();
                     }
+                    // Every pin is dropped, taken ones too.
+                    dropped += spent.drain().map(|(_, c)| c as u64).sum::<u64>();
                     // completions of stores from before the reset are ignored
                     let pending: Vec<(String, Vec<Key>)> = reqs
                         .iter_mut()
@@ -421,7 +431,17 @@ fn run(
                 let n = with[rng.below(with.len() as u64) as usize].clone();
                 let r = reqs.get_mut(&n).unwrap();
                 let k = r.pins.swap_remove(rng.below(r.pins.len() as u64) as usize);
+                let before = refs(&m, &k);
                 m.complete_load(ids[&n], &[k]).unwrap();
+                match spent.get_mut(&k) {
+                    Some(c) if *c > 0 => {
+                        // Charged: nothing released.
+                        *c -= 1;
+                        charged += 1;
+                        assert_eq!(refs(&m, &k), before, "seed {seed} step {step}: {n} {k}");
+                    }
+                    _ => {}
+                }
                 if r.pins.is_empty() {
                     assert!(
                         matches!(
@@ -433,7 +453,37 @@ fn run(
                 }
             }
         }
+        // an active request unpins a key a finished request holds (not
+        // one it holds itself): the finished request's pin is taken
+        if rng.chance(15) {
+            let mut held: HashMap<Key, u32> = HashMap::new();
+            for r in reqs.values().filter(|r| r.finished) {
+                for k in &r.pins {
+                    *held.entry(*k).or_default() += 1;
+                }
+            }
+            let mut open: Vec<Key> = held
+                .into_iter()
+                .filter(|(k, n)| *n > spent.get(k).copied().unwrap_or(0))
+                .map(|(k, _)| k)
+                .collect();
+            open.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            let unpinner = reqs
+                .iter()
+                .filter(|(_, r)| !r.finished)
+                .map(|(n, _)| n.clone())
+                .min();
+            if let (false, Some(u)) = (open.is_empty(), unpinner) {
+                let k = open[rng.below(open.len() as u64) as usize];
+                if !reqs[&u].pins.contains(&k) {
+                    m.complete_load(ids[&u], &[k]).unwrap();
+                    *spent.entry(k).or_default() += 1;
+                    taken += 1;
+                }
+            }
+        }
         reqs.retain(|_, r| !(r.finished && r.stores.is_empty() && r.pins.is_empty()));
+        spent.retain(|_, c| *c > 0);
         // completions reported from another thread
         let queued: Vec<JobResult> = faulty.lock().via_queue.drain(..).collect();
         if !queued.is_empty() {
@@ -447,14 +497,23 @@ fn run(
             });
         }
         check(&m).unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
-        for (n, r) in &reqs {
+        // Every pin live requests hold that no unpin took is counted.
+        let mut need: HashMap<Key, i64> = HashMap::new();
+        for r in reqs.values() {
             for k in &r.pins {
-                let c = refs(&m, k).unwrap_or(i32::MAX);
-                assert!(
-                    c >= 1,
-                    "seed {seed} step {step}: {n} pins {k} but its ref count is {c}"
-                );
+                *need.entry(*k).or_default() += 1;
             }
+        }
+        for (k, n) in need {
+            let n = n - spent.get(&k).copied().unwrap_or(0) as i64;
+            if n <= 0 {
+                continue;
+            }
+            let c = refs(&m, &k).unwrap_or(0);
+            assert!(
+                c as i64 >= n,
+                "seed {seed} step {step}: live requests hold {n} pins of {k} but its ref count is {c}"
+            );
         }
     }
     // Wind down: finish every request, complete every store, drain every job.
@@ -462,6 +521,10 @@ fn run(
     for (n, r) in reqs.iter_mut() {
         for k in r.pins.drain(..) {
             m.complete_load(ids[n], &[k]).unwrap();
+            if let Some(c) = spent.get_mut(&k).filter(|c| **c > 0 && r.finished) {
+                *c -= 1;
+                charged += 1;
+            }
         }
         if !r.finished {
             m.on_request_finished(ids[n]).unwrap();
@@ -517,6 +580,11 @@ fn run(
     assert_eq!(f.reported.len(), f.given.len());
     assert!(f.violations.is_empty(), "seed {seed}: {:?}", f.violations);
     assert_eq!(
+        taken,
+        charged + dropped,
+        "seed {seed}: every taken pin was charged once, or dropped by a reset"
+    );
+    assert_eq!(
         (f.finished, f.live.len()),
         (f.started, 0),
         "seed {seed}: every request finished exactly once"
@@ -530,13 +598,14 @@ fn run(
             assert_eq!(r, 0, "seed {seed}: key {i} left with ref count {r}");
         }
     }
-    m
+    (m, taken)
 }
 
 #[test]
 fn random_operations_over_the_model_primary() {
+    let mut taken = 0;
     for seed in 1..=12 {
-        run(
+        taken += run(
             seed,
             Box::new(ModelPrimary::new(12)),
             &|m| m.inspect_primary(ModelPrimary::check).unwrap(),
@@ -546,12 +615,15 @@ fn random_operations_over_the_model_primary() {
             },
             seed % 3 == 0,
             true,
-        );
+        )
+        .1;
     }
+    assert!(taken > 0, "unpins took finished requests' pins");
 }
 
 #[test]
 fn random_operations_over_the_real_primary() {
+    let mut taken = 0;
     for seed in 1..=12 {
         let policy = if seed % 2 == 0 {
             PolicyKind::Lru
@@ -565,7 +637,7 @@ fn random_operations_over_the_real_primary() {
             ..Default::default()
         })
         .unwrap();
-        let m = run(
+        let (m, t) = run(
             seed,
             Box::new(tier),
             &|m| m.inspect_primary(PrimaryTier::check_invariants).unwrap(),
@@ -579,5 +651,7 @@ fn random_operations_over_the_real_primary() {
         let st = m.inspect_primary(PrimaryTier::stats).unwrap();
         assert_eq!(st.write_pending, 0, "seed {seed}: {st:?}");
         assert_eq!(st.pinned, 0, "seed {seed}: every slot free or idle: {st:?}");
+        taken += t;
     }
+    assert!(taken > 0, "unpins took finished requests' pins");
 }

@@ -1546,6 +1546,109 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
     });
 }
 
+/// R pins A and finishes; S pins A and unpins it twice (an active request
+/// may unpin any pinned key, as in vLLM: its second unpin took R's pin);
+/// T pins A.  R's late `complete_load` succeeds and releases nothing, so
+/// T's slot is not handed to a store while T loads from it.
+#[test]
+fn a_late_completion_never_releases_a_pin_another_request_took() {
+    on_real_and_model(1, |m, refs| {
+        let a = k(1);
+        let w = start(m, "w");
+        store(m, w, &[a]);
+        collect(m);
+        let (r, s, t) = (start(m, "r"), start(m, "s"), start(m, "t"));
+        let mut slots = Vec::new();
+        m.prepare_load(r, &[a], &mut slots).unwrap();
+        m.on_request_finished(r).unwrap();
+        m.prepare_load(s, &[a], &mut slots).unwrap();
+        m.complete_load(s, &[a]).unwrap();
+        m.complete_load(s, &[a]).unwrap();
+        assert_eq!(refs(&a), Some(0));
+        m.prepare_load(t, &[a], &mut slots).unwrap();
+        m.complete_load(r, &[a]).unwrap();
+        assert_eq!(refs(&a), Some(1), "T's pin stays");
+        assert!(matches!(
+            m.complete_load(r, &[a]),
+            Err(Error::UnknownRequest(_))
+        ));
+        let mut plan = StorePlan::default();
+        assert_eq!(
+            m.prepare_store(w, &[k(2)], &mut plan).unwrap(),
+            StoreOutcome::Refused,
+            "T's slot is not handed to a store"
+        );
+        m.complete_load(t, &[a]).unwrap();
+        assert_eq!(refs(&a), Some(0));
+    });
+    // The real tier counts the completion that released nothing.
+    let m = Manager::new(
+        kvtier::primary::PrimaryTier::new(kvtier::primary::PrimaryConfig {
+            capacity: 1,
+            ..Default::default()
+        })
+        .unwrap(),
+        ManagerOptions::default(),
+    );
+    let (w, r, s) = (start(&m, "w"), start(&m, "r"), start(&m, "s"));
+    store(&m, w, &[k(1)]);
+    let mut slots = Vec::new();
+    m.prepare_load(r, &[k(1)], &mut slots).unwrap();
+    m.on_request_finished(r).unwrap();
+    m.complete_load(s, &[k(1)]).unwrap();
+    assert_eq!(stat(&m, Some(0), "spent_load_completions"), 0.0);
+    m.complete_load(r, &[k(1)]).unwrap();
+    assert_eq!(stat(&m, Some(0), "spent_load_completions"), 1.0);
+}
+
+/// With KV groups on, a key too short for its group index is refused as
+/// `InvalidKey`, naming its position, by every call that takes keys, on
+/// the real primary tier and the model alike: a lookup of one a secondary
+/// tier holds is no MISS "no room" and no internal error.
+#[test]
+fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
+    let real = kvtier::primary::PrimaryTier::new(kvtier::primary::PrimaryConfig {
+        capacity: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let opts = ManagerOptions {
+        kv_groups: true,
+        ..Default::default()
+    };
+    for m in [Manager::new(real, opts.clone()), model_manager(2, opts)] {
+        let (t, s) = TestTier::new("t");
+        let tiny = kvtier::Key::new(b"tiny").unwrap();
+        s.lock().stored.insert(tiny);
+        m.add_tier(rust(t)).unwrap();
+        let good = kvtier::Key::new(b"good\0\0\0\0").unwrap();
+        let r = start(&m, "r");
+        store(&m, r, &[good]);
+        collect(&m);
+        let keys = [good, tiny];
+        let invalid = |e: Error| matches!(e, Error::InvalidKey { index: 1, .. });
+        for _ in 0..3 {
+            assert!(invalid(m.lookup_prefix(r, &keys).unwrap_err()));
+            m.on_schedule_end().unwrap();
+        }
+        assert!(matches!(
+            m.lookup(r, &tiny),
+            Err(Error::InvalidKey { index: 0, .. })
+        ));
+        let mut slots = Vec::new();
+        assert!(invalid(m.prepare_load(r, &keys, &mut slots).unwrap_err()));
+        assert!(invalid(m.touch(r, &keys).unwrap_err()));
+        assert!(invalid(m.complete_load(r, &keys).unwrap_err()));
+        let mut plan = StorePlan::default();
+        assert!(invalid(m.prepare_store(r, &keys, &mut plan).unwrap_err()));
+        assert!(invalid(m.complete_store(r, &keys, true).unwrap_err()));
+        assert!(invalid(m.set_positions(r, &keys, &[16, 32]).unwrap_err()));
+        assert_eq!(stat(&m, None, "internal_errors"), 0.0);
+        assert_eq!(stat(&m, None, "misses_no_room"), 0.0);
+        assert_eq!(stat(&m, Some(1), "promotions_started"), 0.0);
+    }
+}
+
 /// A store completion never publishes or drops the slot a promotion
 /// reserved: only the promotion's own load job finishes it.
 #[test]

@@ -615,3 +615,114 @@ fn a_finished_request_releases_only_its_own_loads_through_the_c_api() {
     assert_eq!(read_stats(p).pinned, 0);
     unsafe { kvtier_primary_free(p) };
 }
+
+/// R pins a and finishes; S pins a and unpins it twice (its second unpin
+/// took R's pin, as an active request may); T pins a.  R's late
+/// completion succeeds, releases nothing and is counted; T's slot is not
+/// handed to a store while T loads from it.
+#[test]
+fn a_late_completion_through_the_c_api_never_releases_a_pin_another_request_took() {
+    let p = new(1, c"lru");
+    let a = [ck(b"a")];
+    let w = begin(p, c"w");
+    assert_eq!(store_for(p, w, &a).0, kvtier_status::Ok);
+    complete_for(p, w, &a, true);
+    let (r, s, t) = (begin(p, c"r"), begin(p, c"s"), begin(p, c"t"));
+    let load = |req| {
+        let mut slot = [u32::MAX; 1];
+        unsafe { kvtier_primary_prepare_load(p, req, a.as_ptr(), 1, slot.as_mut_ptr()) }
+    };
+    let complete = |req| unsafe { kvtier_primary_complete_load(p, req, a.as_ptr(), 1) };
+    assert_eq!(load(r), kvtier_status::Ok);
+    finish(p, r);
+    assert_eq!(load(s), kvtier_status::Ok);
+    assert_eq!(complete(s), kvtier_status::Ok);
+    assert_eq!(
+        complete(s),
+        kvtier_status::Ok,
+        "an active request unpins any pin"
+    );
+    assert_eq!(read_stats(p).pinned, 0);
+    assert_eq!(load(t), kvtier_status::Ok);
+    assert_eq!(complete(r), kvtier_status::Ok, "as in vLLM");
+    let stats = read_stats(p);
+    assert_eq!(stats.pinned, 1, "T's pin stays");
+    assert_eq!(stats.spent_load_completions, 1);
+    assert_eq!(complete(r), kvtier_status::UnknownRequest);
+    let (st, plan) = store_for(p, w, &[ck(b"b")]);
+    assert_eq!(st, kvtier_status::Ok);
+    assert!(plan.refused, "T's slot is not handed to a store");
+    assert_eq!(complete(t), kvtier_status::Ok);
+    assert_eq!(read_stats(p).pinned, 0);
+    unsafe { kvtier_primary_free(p) };
+}
+
+/// With KV groups on, a key shorter than 5 bytes (too short for its group
+/// index) is `KVTIER_STATUS_INVALID_KEY`, naming its position, in every
+/// call that takes keys, nothing written or changed.
+#[test]
+fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
+    let mut o = kvtier_primary_options_default();
+    o.capacity = 2;
+    o.kv_groups = true;
+    let mut p = ptr::null_mut();
+    assert_eq!(unsafe { kvtier_primary_new(&o, &mut p) }, kvtier_status::Ok);
+    let r = begin(p, c"r");
+    let good = group_key(b"good", 0);
+    assert_eq!(store_for(p, r, &[ck(&good)]).0, kvtier_status::Ok);
+    complete_for(p, r, &[ck(&good)], true);
+    let mut slot = [u32::MAX; 1];
+    assert_eq!(
+        unsafe { kvtier_primary_prepare_load(p, r, [ck(&good)].as_ptr(), 1, slot.as_mut_ptr()) },
+        kvtier_status::Ok
+    );
+    let keys = [ck(&good), ck(b"tiny")];
+    let before = read_stats(p);
+    let mut answer = answer(usize::MAX, -1);
+    let mut done = kvtier_store_completion {
+        ready: usize::MAX,
+        ..Default::default()
+    };
+    let mut slots = [u32::MAX; 2];
+    let statuses = [
+        ("lookup", unsafe {
+            kvtier_primary_lookup(p, keys.as_ptr(), 2, &mut answer)
+        }),
+        ("touch", unsafe {
+            kvtier_primary_touch(p, r, keys.as_ptr(), 2)
+        }),
+        ("prepare_load", unsafe {
+            kvtier_primary_prepare_load(p, r, keys.as_ptr(), 2, slots.as_mut_ptr())
+        }),
+        ("complete_load", unsafe {
+            kvtier_primary_complete_load(p, r, keys.as_ptr(), 2)
+        }),
+        ("prepare_store", store_for(p, r, &keys).0),
+        ("complete_store", unsafe {
+            kvtier_primary_complete_store(p, r, keys.as_ptr(), 2, true, &mut done)
+        }),
+    ];
+    for (call, st) in statuses {
+        assert_eq!(st, kvtier_status::InvalidKey, "{call}");
+    }
+    assert_eq!(answer.hits, usize::MAX, "no answer written");
+    assert_eq!(done.ready, usize::MAX, "no result written");
+    assert_eq!(slots, [u32::MAX; 2], "no slot written");
+    let after = read_stats(p);
+    assert_eq!(
+        (after.pinned, after.loads, after.stores_planned),
+        (before.pinned, before.loads, before.stores_planned),
+        "nothing changed"
+    );
+    finish(p, r);
+    // A finished request's late completion too.
+    assert_eq!(
+        unsafe { kvtier_primary_complete_load(p, r, keys[1..].as_ptr(), 1) },
+        kvtier_status::InvalidKey
+    );
+    assert_eq!(
+        unsafe { kvtier_primary_complete_load(p, r, keys.as_ptr(), 1) },
+        kvtier_status::Ok
+    );
+    unsafe { kvtier_primary_free(p) };
+}

@@ -17,7 +17,10 @@
 //! order, before a store's eviction; its finish orders its keys by KV
 //! group and position (`order_request_keys`) and commits them from the
 //! tail.  A request that finishes with pins of its loads still held keeps
-//! them for its late `complete_load`, which releases only those.  Runs
+//! them for its late `complete_load`, which releases only those: an
+//! active request's unpin beyond its own pins of a key spends a pin of the
+//! key, and a late completion of a key with spent pins is charged one
+//! (nothing released) instead of unpinning.  Runs
 //! draw the KV-group option and whether positions are given.
 
 #[path = "support/rng.rs"]
@@ -120,6 +123,11 @@ struct Model {
     finished_loads: Vec<Req>,
     /// Loads completed by a finished request.
     late_loads: u64,
+    /// Per key, unpins by active requests beyond their own pins, not yet
+    /// charged to a finished request's late completion.
+    spent: Vec<(Key, u32)>,
+    /// Keys of late completions charged with a spent pin.
+    spent_completions: u64,
     events: Vec<Event>,
     evictions: u64,
     refusals: u64,
@@ -173,6 +181,8 @@ impl Model {
             reqs: vec![],
             finished_loads: vec![],
             late_loads: 0,
+            spent: vec![],
+            spent_completions: 0,
             events: vec![],
             evictions: 0,
             refusals: 0,
@@ -399,14 +409,22 @@ impl Model {
     }
 
     /// An active request unpins any pinned key, releasing its own pins
-    /// of them; a finished one only its own pins, and is forgotten with
-    /// the last.
+    /// of them; an unpin beyond its own pins of a key spends a pin of the
+    /// key.  A finished one releases only its own pins, each charged with
+    /// a spent pin of its key if there is one (nothing released) or
+    /// unpinned; it is forgotten with the last.
     fn complete_load(&mut self, id: u64, keys: &[Key]) -> Out {
+        let known = self.req(id).is_some() || self.finished_loads.iter().any(|r| r.id == id);
+        if let (true, Some(e)) = (known, self.group_error(keys)) {
+            return e;
+        }
         if let Some(r) = self.req(id) {
             let out = self.unpin(keys);
             if out == Out::Unit {
                 for k in keys {
-                    remove_key(&mut self.reqs[r].pins, k);
+                    if !remove_key(&mut self.reqs[r].pins, k) {
+                        self.spend(k);
+                    }
                 }
             }
             return out;
@@ -420,16 +438,43 @@ impl Model {
                 return Out::Err("key_state", Some(i));
             }
         }
-        let out = self.unpin(keys);
-        if out == Out::Unit {
-            self.late_loads += 1;
-            if pins.is_empty() {
-                self.finished_loads.remove(f);
-            } else {
-                self.finished_loads[f].pins = pins;
+        let spent_before = self.spent.clone();
+        let mut unpinned = vec![];
+        let mut at = vec![];
+        for (i, k) in keys.iter().enumerate() {
+            match self.spent.iter_mut().find(|(x, n)| x == k && *n > 0) {
+                Some((_, n)) => *n -= 1,
+                None => {
+                    unpinned.push(*k);
+                    at.push(i);
+                }
             }
         }
-        out
+        match self.unpin(&unpinned) {
+            Out::Err(e, Some(j)) => {
+                self.spent = spent_before;
+                return Out::Err(e, Some(at[j]));
+            }
+            Out::Unit => {}
+            other => return other,
+        }
+        self.spent.retain(|(_, n)| *n > 0);
+        self.spent_completions += (keys.len() - unpinned.len()) as u64;
+        self.late_loads += 1;
+        if pins.is_empty() {
+            self.finished_loads.remove(f);
+        } else {
+            self.finished_loads[f].pins = pins;
+        }
+        Out::Unit
+    }
+
+    /// One more spent pin of `k`.
+    fn spend(&mut self, k: &Key) {
+        match self.spent.iter_mut().find(|(x, _)| x == k) {
+            Some((_, n)) => *n += 1,
+            None => self.spent.push((*k, 1)),
+        }
     }
 
     fn grow(&mut self) {
@@ -445,6 +490,9 @@ impl Model {
     fn touch(&mut self, id: u64, keys: &[Key]) -> Out {
         if self.req(id).is_none() {
             return Out::Err("unknown_request", None);
+        }
+        if let Some(e) = self.group_error(keys) {
+            return e;
         }
         for k in keys.iter().rev() {
             match (self.policy, self.entry(k)) {
@@ -780,6 +828,7 @@ impl Model {
             r.pins.clear();
         }
         self.finished_loads.clear();
+        self.spent.clear();
         Out::Unit
     }
 
@@ -868,6 +917,10 @@ fn check_same(t: &PrimaryTier, m: &Model, keyspace: &[Key], what: &str) {
         "{what}: counters"
     );
     assert_eq!(
+        s.spent_load_completions, m.spent_completions,
+        "{what}: spent load completions"
+    );
+    assert_eq!(
         s.events_queued as usize,
         m.events.len(),
         "{what}: events queued"
@@ -946,9 +999,10 @@ fn resident_pick(rng: &mut Rng, m: &Model, ready: bool, pinned: bool) -> Vec<Key
 }
 
 /// Runs `ops` random operations; returns how many keys completions left
-/// alone because another writer writes them, and how many loads finished
-/// requests completed.
-fn run(seed: u64, ops: u64) -> (u64, u64) {
+/// alone because another writer writes them, how many loads finished
+/// requests completed, and how many keys of those were charged with pins
+/// other requests' unpins had taken.
+fn run(seed: u64, ops: u64) -> (u64, u64, u64) {
     let mut rng = Rng(seed);
     let config = PrimaryConfig {
         capacity: 1 + rng.below(10) as u32,
@@ -1132,7 +1186,7 @@ fn run(seed: u64, ops: u64) -> (u64, u64) {
     tev.clear();
     t.take_events(&mut tev);
     assert_eq!(tev, m.events);
-    (m.foreign, m.late_loads)
+    (m.foreign, m.late_loads, m.spent_completions)
 }
 
 #[test]
@@ -1143,12 +1197,14 @@ fn random_sequences_match_the_model() {
         .unwrap_or(100_000);
     let per_run = 2_000;
     let runs = total.div_ceil(per_run);
-    let (mut foreign, mut late_loads) = (0, 0);
+    let (mut foreign, mut late_loads, mut spent) = (0, 0, 0);
     for seed in 0..runs {
-        let (f, l) = run(0x5eed_0000 + seed, per_run);
+        let (f, l, c) = run(0x5eed_0000 + seed, per_run);
         foreign += f;
         late_loads += l;
+        spent += c;
     }
     assert!(foreign > 0, "completions named other writers' keys");
     assert!(late_loads > 0, "finished requests completed loads");
+    assert!(spent > 0, "late completions met pins other unpins took");
 }

@@ -15,6 +15,15 @@
  *     (no outstanding plan, load pin or tier job on it);
  *   - every block a cascade reads holds its own key's bytes;
  *   - every invalid call is refused with a status, and valid calls succeed;
+ *   - pins are tracked per request and key: a request may finish with its
+ *     loads in flight and complete them later, while active requests unpin
+ *     keys such finished requests hold (beyond their own pins, as vLLM
+ *     allows); a late completion must never release a pin another request
+ *     holds: after it, the primary tier still counts at least every slot
+ *     that live requests' untaken pins hold as pinned, and no key such a
+ *     pin holds is evicted nor its slot handed to a store or a promotion;
+ *     a late completion whose pin was taken succeeds and is counted
+ *     (`spent_load_completions`, checked against the oracle's count);
  *   - at the end, once every request finished and the tiers are idle, no
  *     slot is write pending or pinned, and every resident block is right.
  *
@@ -47,10 +56,13 @@
 
 /* ---------- failures and randomness ---------- */
 
+/* The operation under way (named by failures). */
+static unsigned long long current_op;
+
 static void fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE: ");
+    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE at op %llu: ", current_op);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -143,7 +155,7 @@ static void fail_at(uint32_t slot, const char *fmt, ...) {
     pthread_mutex_unlock(&history_lock);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE: ");
+    fprintf(stderr, "kvtier-fuzz: ORACLE FAILURE at op %llu: ", current_op);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -410,7 +422,7 @@ typedef struct {
     kvtier_request_handle handle; /* from kvtier_manager_request_begin */
     unsigned generation;
     bool active;   /* started, not finished */
-    bool finished; /* finished, waiting only on its plans */
+    bool finished; /* finished, waiting on its plans and its loads' pins */
     held pins[64];
     size_t n_pins;
     held plans[64];
@@ -423,12 +435,60 @@ static kvtier_manager *mgr;
 
 static struct {
     uint64_t calls, invalid_rejected, loads_verified, blocks_stored, plans_completed_in_parts, foreign_keys_named,
-        resets, lookups_hit, lookups_pending;
+        resets, lookups_hit, lookups_pending, late_loads, pins_taken, spent_completions;
 } counts;
 
+/* Per key: pins active requests' unpins took (beyond their own pins) that
+ * no finished request's late completion was charged with yet.  The slot's
+ * count in slot_pins already went down when the pin was taken. */
+static int spent[NKEYS];
+
+/* Pins requests (active and finished) hold on key `id`, taken ones included. */
+static int pins_on(int id, bool finished_only) {
+    int n = 0;
+    for (int q = 0; q < NREQ; q++) {
+        if (finished_only && !reqs[q].finished) continue;
+        for (size_t i = 0; i < reqs[q].n_pins; i++) n += reqs[q].pins[i].key == id;
+    }
+    return n;
+}
+
+static double stat_value(size_t tier, const char *name);
+static bool stat_present(size_t tier, const char *name);
+
+/* The primary tier counts every slot untaken pins hold as pinned (cascades
+ * may pin more), and the late completions charged with taken pins. */
+static void check_pins(const char *after) {
+    int held_slots = 0;
+    pthread_mutex_lock(&oracle_lock);
+    for (uint32_t slot = 0; slot < SLOTS; slot++) {
+        if (slot_pins[slot] < 0) {
+            pthread_mutex_unlock(&oracle_lock);
+            fail_at(slot, "after %s the oracle counts %d load pins on slot %u", after, slot_pins[slot], slot);
+        }
+        held_slots += slot_pins[slot] > 0;
+    }
+    pthread_mutex_unlock(&oracle_lock);
+    double pinned = stat_value(0, "pinned");
+    if (pinned < held_slots)
+        fail("after %s the primary tier counts %g pinned slots, but live requests' loads hold %d: a pin another "
+             "request holds was released",
+             after, pinned, held_slots);
+    if (stat_present(0, "spent_load_completions") &&
+        stat_value(0, "spent_load_completions") != (double)counts.spent_completions)
+        fail("after %s spent_load_completions is %g, the oracle counts %llu", after,
+             stat_value(0, "spent_load_completions"), (unsigned long long)counts.spent_completions);
+}
+
+/* The slot each key was last loaded from: where its untaken pins are (a
+ * pinned key stays in its slot; a request's own record of a pin that
+ * another request's unpin took may name a slot the key has left since). */
+static uint32_t key_slot[NKEYS];
+
 static void drop_pin(request *r, size_t i) {
-    note(r->pins[i].slot, "%s unpins key %d", r->name, r->pins[i].key);
-    slot_count(slot_pins, r->pins[i].slot, -1);
+    uint32_t slot = key_slot[r->pins[i].key];
+    note(slot, "%s unpins key %d", r->name, r->pins[i].key);
+    slot_count(slot_pins, slot, -1);
     r->pins[i] = r->pins[--r->n_pins];
 }
 
@@ -517,6 +577,7 @@ static void do_load(request *r) {
         if (plans) fail_at(slots[i], "prepare_load of key %d handed out slot %u, which a store plan still holds", ids[i], slots[i]);
         if (!block_is(slots[i], ids[i])) fail_at(slots[i], "prepare_load of key %d: slot %u holds another block", ids[i], slots[i]);
         note(slots[i], "%s pins key %d", r->name, ids[i]);
+        key_slot[ids[i]] = slots[i];
         counts.loads_verified++;
         r->pins[r->n_pins].key = ids[i];
         r->pins[r->n_pins++].slot = slots[i];
@@ -531,10 +592,54 @@ static void do_load(request *r) {
 static void do_complete_load(request *r) {
     if (r->n_pins == 0) return;
     size_t i = below((uint32_t)r->n_pins);
-    kvtier_key k = key_view(r->pins[i].key);
+    int id = r->pins[i].key;
+    kvtier_key k = key_view(id);
     counts.calls++;
-    expect_ok(kvtier_manager_complete_load(mgr, r->handle, &k, 1), "complete_load of a held pin");
-    drop_pin(r, i);
+    expect_ok(kvtier_manager_complete_load(mgr, r->handle, &k, 1),
+              r->active ? "complete_load of a held pin" : "late complete_load of a held pin");
+    if (!r->active && spent[id] > 0) {
+        /* Charged with a pin another request's unpin took: nothing released. */
+        note(r->pins[i].slot, "%s late completion of key %d charged (its pin was taken)", r->name, id);
+        spent[id]--;
+        counts.spent_completions++;
+        r->pins[i] = r->pins[--r->n_pins];
+    } else {
+        drop_pin(r, i);
+    }
+    if (!r->active) {
+        counts.late_loads++;
+        check_pins("a late complete_load");
+    }
+}
+
+/* Active request `r` unpins a key that a finished request's load holds and
+ * `r` does not (as vLLM allows an active request): it takes a pin that is
+ * not its own.  Only keys whose finished holders have untaken pins left, so
+ * that every active holder's own completion still finds a pin. */
+static void do_foreign_unpin(request *r) {
+    int candidates[NKEYS];
+    int n = 0;
+    for (int q = 0; q < NREQ; q++) {
+        if (!reqs[q].finished) continue;
+        for (size_t i = 0; i < reqs[q].n_pins; i++) {
+            int id = reqs[q].pins[i].key;
+            bool own = false, listed = false;
+            for (size_t j = 0; j < r->n_pins; j++) own |= r->pins[j].key == id;
+            for (int c = 0; c < n; c++) listed |= candidates[c] == id;
+            if (!own && !listed && pins_on(id, true) > spent[id]) candidates[n++] = id;
+        }
+    }
+    if (n == 0) return;
+    int c = (int)below((uint32_t)n);
+    kvtier_key k = key_view(candidates[c]);
+    counts.calls++;
+    expect_ok(kvtier_manager_complete_load(mgr, r->handle, &k, 1), "complete_load of another request's pin");
+    uint32_t slot = key_slot[candidates[c]];
+    note(slot, "%s unpins key %d, a finished request's pin", r->name, candidates[c]);
+    slot_count(slot_pins, slot, -1);
+    spent[candidates[c]]++;
+    counts.pins_taken++;
+    check_pins("an unpin of another request's pin");
 }
 
 static void do_prepare_store(request *r) {
@@ -553,8 +658,13 @@ static void do_prepare_store(request *r) {
     counts.calls++;
     expect_ok(kvtier_manager_prepare_store(mgr, r->handle, keys, n, &plan), "prepare_store");
     if (plan.evicted_count > n) fail("prepare_store of %zu keys evicted %zu", n, plan.evicted_count);
-    for (size_t e = 0; e < plan.evicted_count; e++)
+    for (size_t e = 0; e < plan.evicted_count; e++) {
         if (evicted[e].len < 2 || evicted[e].len > 64) fail("evicted key of %zu bytes", evicted[e].len);
+        int id = evicted[e].bytes[0];
+        if (id < NKEYS && pins_on(id, false) > spent[id])
+            fail("prepare_store evicted key %d, which live requests' loads still pin (%d pins, %d taken)", id,
+                 pins_on(id, false), spent[id]);
+    }
     if (plan.refused) return;
     size_t n_store = plan.store_count;
     for (size_t s = 0; s < n_store; s++) {
@@ -615,8 +725,10 @@ static void do_complete_store(request *r) {
 /* The handle of the request finished last (0 before any). */
 static kvtier_request_handle last_finished;
 
-static void finish_request(request *r) {
-    while (r->n_pins) do_complete_load(r);
+/* Finishes `r`; with `keep_loads` its loads stay in flight (an abort),
+ * completed after the finish. */
+static void finish_request(request *r, bool keep_loads) {
+    while (r->n_pins && !keep_loads) do_complete_load(r);
     counts.calls++;
     expect_ok(kvtier_manager_request_finished(mgr, r->handle), "request_finished");
     last_finished = r->handle;
@@ -661,9 +773,16 @@ static void drain_events(void) {
  * them, and their completions are ignored. */
 static void do_reset(void) {
     for (int q = 0; q < NREQ; q++)
-        while (reqs[q].n_pins) do_complete_load(&reqs[q]);
+        while (reqs[q].active && reqs[q].n_pins) do_complete_load(&reqs[q]);
     counts.calls++;
     expect_ok(kvtier_manager_reset_cache(mgr), "reset_cache");
+    /* The reset drops finished requests' pins, taken ones included (the
+     * only pins left: active requests completed theirs). */
+    for (int q = 0; q < NREQ; q++) reqs[q].n_pins = 0;
+    pthread_mutex_lock(&oracle_lock);
+    memset(slot_pins, 0, sizeof slot_pins);
+    pthread_mutex_unlock(&oracle_lock);
+    memset(spent, 0, sizeof spent);
     for (uint32_t slot = 0; slot < SLOTS; slot++) note(slot, "reset");
     counts.resets++;
     for (int q = 0; q < NREQ; q++) {
@@ -694,7 +813,7 @@ static void do_invalid(request *r) {
     uint32_t slot;
     size_t idx;
     kvtier_store_plan plan = {&idx, &slot, NULL, 0, 0, false};
-    switch (below(9)) {
+    switch (below(10)) {
     case 0:
         st = kvtier_manager_lookup(NULL, r->handle, &k, 1, &answer);
         break;
@@ -734,6 +853,18 @@ static void do_invalid(request *r) {
         if (st != KVTIER_STATUS_OK && h != 0) fail("a refused request_begin wrote a handle");
         break;
     }
+    case 9: { /* a finished request's late completion of a key it holds no pin of */
+        request *f = NULL;
+        for (int q = 0; q < NREQ && !f; q++)
+            if (reqs[q].finished && reqs[q].n_pins) f = &reqs[q];
+        if (!f) return;
+        int id = (int)below(NKEYS);
+        for (size_t i = 0; i < f->n_pins; i++)
+            if (f->pins[i].key == id) return;
+        k = key_view(id);
+        st = kvtier_manager_complete_load(mgr, f->handle, &k, 1);
+        break;
+    }
     default:
         st = kvtier_manager_request_finished(mgr, 0);
         break;
@@ -760,6 +891,15 @@ static void wait_idle(void) {
         }
     }
     if (pending) fail("the manager still has pending work after 20 s");
+}
+
+static bool stat_present(size_t tier, const char *name) {
+    static kvtier_tier_stat stats[512];
+    size_t n = 0;
+    expect_ok(kvtier_manager_read_tier_stats(mgr, tier, stats, 512, &n), "read_tier_stats");
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(stats[i].name, name) == 0) return true;
+    return false;
 }
 
 static double stat_value(size_t tier, const char *name) {
@@ -854,20 +994,24 @@ int main(int argc, char **argv) {
     uint64_t op = 0;
     for (;; op++) {
         if (seconds > 0 ? now_s() - start >= seconds : op >= ops) break;
+        current_op = op;
         if (op == 2000) rss_start = rss_kib();
         request *r = &reqs[below(NREQ)];
         if (!r->active) {
-            if (r->finished && r->n_plans) do_complete_store(r); /* a finished request completes late */
+            /* A finished request completes its stores and loads late. */
+            if (r->finished && r->n_pins && (r->n_plans == 0 || chance(50))) do_complete_load(r);
+            else if (r->finished && r->n_plans) do_complete_store(r);
             else start_request(r);
             continue;
         }
         uint32_t roll = below(1000);
         if (roll < 200) do_lookup(r);
         else if (roll < 380) do_load(r);
-        else if (roll < 500) do_complete_load(r);
+        else if (roll < 470) do_complete_load(r);
+        else if (roll < 500) do_foreign_unpin(r);
         else if (roll < 680) do_prepare_store(r);
         else if (roll < 820) do_complete_store(r);
-        else if (roll < 860) finish_request(r);
+        else if (roll < 860) finish_request(r, chance(50));
         else if (roll < 930) {
             counts.calls++;
             expect_ok(kvtier_manager_schedule_end(mgr), "schedule_end");
@@ -881,9 +1025,12 @@ int main(int argc, char **argv) {
 
     /* The end: every request settles and finishes, the tiers go idle. */
     for (int q = 0; q < NREQ; q++) {
-        if (reqs[q].active) finish_request(&reqs[q]);
+        if (reqs[q].active) finish_request(&reqs[q], false);
+        while (reqs[q].n_pins) do_complete_load(&reqs[q]);
         settle_request(&reqs[q]);
     }
+    for (int id = 0; id < NKEYS; id++)
+        if (spent[id]) fail("at the end key %d has %d taken pins no late completion was charged with", id, spent[id]);
     wait_idle();
     drain_events();
     double pending = stat_value(0, "write_pending"), pinned = stat_value(0, "pinned");
@@ -901,7 +1048,7 @@ int main(int argc, char **argv) {
         expect_ok(kvtier_manager_complete_load(mgr, v->handle, &k, 1), "final complete_load");
         resident++;
     }
-    finish_request(v);
+    finish_request(v, false);
     wait_idle();
     long rss_end = rss_kib();
     expect_ok(kvtier_manager_shutdown(mgr), "shutdown");
@@ -913,11 +1060,14 @@ int main(int argc, char **argv) {
     }
     printf("kvtier-fuzz: seed=%llu fs=%d ops=%llu calls=%llu invalid_rejected=%llu loads_verified=%llu "
            "blocks_stored=%llu parts=%llu foreign_keys=%llu resets=%llu tier_jobs=%zu tier_failed=%zu "
-           "partial_loads=%zu cascade_blocks_checked=%zu resident_verified=%zu rss_kib=%ld->%ld secs=%.1f\n",
+           "partial_loads=%zu cascade_blocks_checked=%zu resident_verified=%zu late_loads=%llu pins_taken=%llu "
+           "spent_completions=%llu rss_kib=%ld->%ld secs=%.1f\n",
            (unsigned long long)seed, with_fs, (unsigned long long)op, (unsigned long long)counts.calls,
            (unsigned long long)counts.invalid_rejected, (unsigned long long)counts.loads_verified,
            (unsigned long long)counts.blocks_stored, (unsigned long long)counts.plans_completed_in_parts,
            (unsigned long long)counts.foreign_keys_named, (unsigned long long)counts.resets, tier_jobs_done,
-           tier_jobs_failed, tier_partial_loads, tier_blocks_checked, resident, rss_start, rss_end, now_s() - start);
+           tier_jobs_failed, tier_partial_loads, tier_blocks_checked, resident, (unsigned long long)counts.late_loads,
+           (unsigned long long)counts.pins_taken, (unsigned long long)counts.spent_completions, rss_start, rss_end,
+           now_s() - start);
     return 0;
 }

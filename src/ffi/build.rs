@@ -77,9 +77,11 @@ pub struct kvtier_manager_options {
     pub error_log_capacity: usize,
     /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's
     /// `block_hash || u32_be(group)`): a request's finish commits its keys
-    /// group by group, ascending, and calls that record keys for a request
-    /// (prepare_store, prepare_load, set_positions) refuse keys shorter
-    /// than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false: one group.
+    /// group by group, ascending, and every call that takes a request's
+    /// keys (lookup, prepare_load, touch, complete_load, prepare_store,
+    /// complete_store, set_positions) refuses keys shorter than 5 bytes
+    /// (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing changes).
+    /// Default false: one group.
     pub kv_groups: bool,
 }
 

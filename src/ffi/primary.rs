@@ -96,10 +96,11 @@ pub struct kvtier_primary_options {
     pub event_capacity: usize,
     /// Keys end with a 4-byte big-endian KV-cache group index (vLLM's
     /// `block_hash || u32_be(group)`): a request's finish commits its keys
-    /// group by group, ascending.  Calls that record keys for a request
-    /// (prepare_store, prepare_load, set_positions) then refuse keys
-    /// shorter than 5 bytes (`KVTIER_STATUS_INVALID_KEY`).  Default false:
-    /// one group.
+    /// group by group, ascending.  Every call that takes keys (lookup,
+    /// prepare_load, touch, complete_load, prepare_store, complete_store,
+    /// set_positions) then refuses keys shorter than 5 bytes
+    /// (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing
+    /// changes).  Default false: one group.
     pub kv_groups: bool,
 }
 
@@ -273,7 +274,7 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
         let found = h
             .core
             .tier
-            .lookup_prefix_each(keys.len(), |j| keys.bytes(j));
+            .lookup_prefix_checked_each(keys.len(), |j| keys.bytes(j))?;
         let (stop, reason) = match found.stop {
             PrimaryLookup::Miss => (KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT),
             PrimaryLookup::HitPending => (KVTIER_LOOKUP_HIT_PENDING, KVTIER_MISS_NONE),
@@ -404,9 +405,12 @@ pub unsafe extern "C" fn kvtier_primary_touch(
 /// (an aborted request whose load is in flight, as vLLM 0.33 allows): its
 /// handle then releases only those pins, a key it holds no pin of
 /// (counting repeats in the batch) being `KVTIER_STATUS_KEY_STATE` with
-/// nothing changed, so it never unpins another request's blocks.  Once its
-/// last pin is released (or the tier is reset) the handle is unknown here
-/// too.  Any other handle that is not active is
+/// nothing changed, so it never unpins another request's blocks.  An
+/// active request may unpin keys it did not pin (as in vLLM); if such
+/// unpins took the pin a finished request holds of a key, that request's
+/// completion of the key releases nothing and still succeeds, counted in
+/// `kvtier_primary_stats.spent_load_completions`.  Once its last pin is
+/// released (or the tier is reset) the handle is unknown here too.  Any other handle that is not active is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety

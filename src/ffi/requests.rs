@@ -259,9 +259,12 @@ pub unsafe extern "C" fn kvtier_manager_touch(
 /// whose load is in flight, as vLLM 0.33 allows): its handle then
 /// releases only those pins, a key it holds no pin of (counting repeats in
 /// the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
-/// never unpins another request's blocks.  Once its last pin is released
-/// (or the cache is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST`
-/// here too.  Internally synchronized.
+/// never unpins another request's blocks.  An active request may unpin
+/// keys it did not pin (as in vLLM); if such unpins took the pin a
+/// finished request holds of a key, that request's completion of the key
+/// releases nothing and still succeeds, counted in the primary tier's
+/// `spent_load_completions`.  Once its last pin is released (or the cache
+/// is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST` here too.  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `keys` valid for `len` reads.

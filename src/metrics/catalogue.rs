@@ -374,6 +374,10 @@ family! {
     "Keys prepare_load pinned for a load to the GPU."
 }
 family! {
+    P_SPENT_LOAD_COMPLETIONS, "kvtier_primary_spent_load_completions_total", Counter, Tier,
+    "Keys a finished request's late complete_load named whose pin other requests' unpins had already taken: nothing released."
+}
+family! {
     P_TRANSFER_PINS, "kvtier_primary_transfer_pins_total", Counter, Tier,
     "Keys pinned for cascades to secondary tiers."
 }
@@ -624,6 +628,7 @@ pub static PRIMARY: &[Entry] = &[
         &P_IGNORED_COMPLETIONS,
         "already_ready",
     ),
+    entry("spent_load_completions", &P_SPENT_LOAD_COMPLETIONS),
     entry("loads", &P_LOADS),
     entry("transfer_pins", &P_TRANSFER_PINS),
     entry("events_queued", &T_EVENTS_QUEUED),

@@ -5,6 +5,7 @@
 use super::lists::NIL;
 use super::slots::Lookahead;
 use super::{PrimaryLookup, PrimaryTier};
+use crate::error::Result;
 use crate::events::EventKind;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
@@ -26,6 +27,18 @@ impl PrimaryTier {
     /// until one is not a hit.
     pub fn lookup_prefix(&self, keys: &[Key]) -> PrefixLookup {
         self.lookup_prefix_each(keys.len(), |j| &keys[j])
+    }
+
+    /// [`PrimaryTier::lookup_prefix_each`] that first refuses, with KV
+    /// groups on, a key too short for its group index
+    /// ([`PrimaryTier::check_keys`]).
+    pub(crate) fn lookup_prefix_checked_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<PrefixLookup> {
+        self.check_group_keys(n, &key)?;
+        Ok(self.lookup_prefix_each(n, key))
     }
 
     /// [`PrimaryTier::lookup_prefix`] of keys `key(0..n)`: [`Key`]s, or

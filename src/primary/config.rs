@@ -81,9 +81,11 @@ pub struct PrimaryConfig {
     pub event_capacity: usize,
     /// [0.33] Keys end with a 4-byte big-endian KV-cache group index
     /// (vLLM's `block_hash || u32_be(group)`): a request's finish commits
-    /// its keys group by group, ascending.  Calls that record keys for a
-    /// request (`prepare_store`, `prepare_load`, `set_positions`) then
-    /// refuse keys shorter than 5 bytes.  Off (default): one group.
+    /// its keys group by group, ascending.  Calls that take a request's
+    /// keys and return a `Result` (`prepare_store`, `prepare_load`,
+    /// `touch`, `complete_load`, `set_positions`) then refuse keys shorter
+    /// than 5 bytes (see `PrimaryTier::check_keys`).  Off (default): one
+    /// group.
     pub kv_groups: bool,
 }
 

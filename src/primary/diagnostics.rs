@@ -29,7 +29,8 @@ impl PrimaryTier {
 
     /// Checks the internal invariants (every slot free or resident exactly
     /// once, index and lists agree, gauges match, requests' pin counts
-    /// add up).  O(capacity): for tests.
+    /// add up, no key kept in the spent pins
+    /// at 0).  O(capacity): for tests.
     #[allow(clippy::needless_range_loop)]
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let cap = self.config.capacity as usize;
@@ -112,6 +113,12 @@ impl PrimaryTier {
                     "request #{} counts {} pins, its keys {held}",
                     id.0, r.pins
                 ));
+            }
+        }
+        // No key is kept with no spent pin.
+        for (key, n) in self.spent.iter() {
+            if *n == 0 {
+                return Err(format!("key {key}: kept with no spent pin"));
             }
         }
         for (id, r) in &self.finished_loads {

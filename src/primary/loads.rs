@@ -18,6 +18,10 @@ use crate::fallible;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
 
+/// In a batch's list of released accesses: the key's unpin released no pin
+/// of the request's own.
+const NO_PIN: u32 = u32::MAX;
+
 impl PrimaryTier {
     /// Pins `keys` (all must be ready) and writes their slots, in key order,
     /// into `slots_out` (cleared first) and their hashes into
@@ -215,6 +219,7 @@ impl PrimaryTier {
         let Some(record) = self.requests.get(&req) else {
             return Err(unknown(req));
         };
+        self.check_group_keys(n, key)?;
         // Last key first, so that the first ends most recent.
         let at = move |j: usize| key(n - 1 - j);
         let (slots, policy) = (&self.slots, &mut self.policy);
@@ -250,11 +255,21 @@ impl PrimaryTier {
     /// Unpins `keys` after a load by `req`; a key that is absent or not
     /// pinned is an error naming its position, nothing changed.
     ///
+    /// An active `req` may unpin any pinned key (vLLM does not check who
+    /// pinned a key); each unpin releases one of its own pins of the key if
+    /// it holds one, and otherwise takes another holder's, which is
+    /// counted as spent (see `spent.rs`).
+    ///
     /// [0.33] `req` may have finished with pins of its loads still held
     /// (see [`PrimaryTier::on_request_finished`]): it then releases only
-    /// those (a key it holds no pin of, counting repeats in the batch, is
-    /// an error naming its position, nothing changed), and is forgotten
-    /// once it holds none.  Any other id is `UnknownRequest`.
+    /// those, never another request's.  A key it holds no pin of (counting
+    /// repeats in the batch) is an error naming its position, nothing
+    /// changed.  A pin it holds of a key that other requests' unpins took
+    /// pins of (beyond their own) is charged with one of those instead:
+    /// nothing is released, the call succeeds as in vLLM, and the key is
+    /// counted in [`PrimaryStats::spent_load_completions`](super::PrimaryStats::spent_load_completions).
+    /// It is forgotten once it holds no pin.  Any other id is
+    /// `UnknownRequest`.
     pub fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.complete_load_each(req, keys.len(), |j| &keys[j])
     }
@@ -267,43 +282,88 @@ impl PrimaryTier {
         n: usize,
         key: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
-        let holds_pins = match self.requests.get(&req) {
-            Some(r) => r.pins > 0,
-            None => return self.complete_finished_load(req, n, key),
+        if self.config.kv_groups {
+            if !self.requests.contains_key(&req) && !self.finished_loads.contains_key(&req) {
+                return Err(unknown(req));
+            }
+            self.check_group_keys(n, &key)?;
+        }
+        let Some(r) = self.requests.get_mut(&req) else {
+            return self.complete_finished_load(req, n, key);
         };
-        self.unpin(Some(req), None, n, &key)?;
-        if holds_pins {
-            // The pins the request took that this call released (an
-            // active request may release other pins too, as vLLM allows).
-            if let Some(r) = self.requests.get_mut(&req) {
-                let slots = &self.slots;
-                let mut next = usize::MAX;
-                for j in 0..n {
-                    let k = key(j);
-                    r.release_pin_after(k, || slots.hash(k), &mut next);
-                }
+        // The request's own pins first, each key's access (or NO_PIN) in
+        // `released`; then room for the unpins beyond them, then the
+        // unpin; either refused, the pins released are given back.
+        let mut released = std::mem::take(&mut self.scratch_released);
+        released.clear();
+        let mut beyond = n;
+        if r.pins > 0 {
+            if let Err(e) = fallible::reserve(&mut released, n, "the pins of a batch") {
+                self.scratch_released = released;
+                return Err(e);
+            }
+            let slots = &self.slots;
+            let mut next = usize::MAX;
+            beyond = 0;
+            for j in 0..n {
+                let k = key(j);
+                let at = r.release_pin_after(k, || slots.hash(k), &mut next);
+                beyond += at.is_none() as usize;
+                released.push(at.unwrap_or(NO_PIN));
             }
         }
-        Ok(())
+        let mut outcome = Ok(());
+        if beyond > 0 {
+            outcome = self.spent.reserve(&self.slots.hasher, beyond);
+        }
+        if outcome.is_ok() {
+            outcome = self.unpin(Some(req), None, n, &key);
+        }
+        if outcome.is_err() && beyond < released.len() {
+            if let Some(r) = self.requests.get_mut(&req) {
+                released
+                    .iter()
+                    .filter(|&&i| i != NO_PIN)
+                    .for_each(|&i| r.restore_at(i));
+            }
+        } else if outcome.is_ok() && beyond > 0 {
+            let owns = !released.is_empty();
+            for j in (0..n).filter(|&j| !owns || released[j] == NO_PIN) {
+                let k = key(j);
+                self.spent.add(&self.slots.hasher, k, self.slots.hash(k));
+            }
+        }
+        self.scratch_released = released;
+        outcome
     }
 
     /// [`PrimaryTier::complete_load`] for a request that is not active:
     /// one finished with pins of its loads still held releases some of
-    /// them, and is forgotten with the last.
+    /// them (or is charged with pins other unpins spent), and is
+    /// forgotten with the last.
     fn complete_finished_load<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,
         key: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
+        if !self.finished_loads.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        // Which keys are charged with spent pins, which unpinned (by
+        // position in the batch); allocated here: a late completion is
+        // rare.
+        let what = "the keys of a late load completion";
+        let mut charged: Vec<usize> = fallible::with_capacity(n, what)?;
+        let mut to_unpin: Vec<usize> = fallible::with_capacity(n, what)?;
         let slots = &self.slots;
         let record = self
             .finished_loads
             .get_mut(&req)
             .ok_or_else(|| unknown(req))?;
         let hash = |j: usize| slots.hash(key(j));
-        // Its own pins first, then the unpin; either refused, the pins
-        // released so far are given back.
+        // Its own pins first, then the charges and the unpin; any refused,
+        // what was done so far is undone.
         if let Some(bad) = (0..n).find(|&j| !record.release_pin(key(j), hash(j))) {
             (0..bad).for_each(|j| record.restore_pin(key(j), hash(j)));
             return Err(key_error(
@@ -313,13 +373,33 @@ impl PrimaryTier {
             ));
         }
         let pins_left = record.pins;
-        if let Err(e) = self.unpin(None, None, n, &key) {
+        for j in 0..n {
+            if !self.spent.is_empty() && self.spent.charge(key(j), hash(j)) {
+                charged.push(j);
+            } else {
+                to_unpin.push(j);
+            }
+        }
+        if let Err(e) = self.unpin(None, None, to_unpin.len(), |i| key(to_unpin[i])) {
+            let slots = &self.slots;
             if let Some(record) = self.finished_loads.get_mut(&req) {
-                let slots = &self.slots;
                 (0..n).for_each(|j| record.restore_pin(key(j), slots.hash(key(j))));
             }
-            return Err(e);
+            for &j in &charged {
+                self.spent.give_back(key(j), slots.hash(key(j)));
+            }
+            // The error names the key's position in the caller's batch.
+            return Err(match e {
+                crate::error::Error::KeyState { index, reason, .. } => {
+                    key_error(to_unpin[index], key(to_unpin[index]), reason)
+                }
+                other => other,
+            });
         }
+        for &j in &charged {
+            self.spent.prune(key(j), self.slots.hash(key(j)));
+        }
+        self.counters.spent_load_completions += charged.len() as u64;
         if pins_left == 0 {
             if let Some(mut record) = self.finished_loads.remove(&req) {
                 record.clear();

@@ -35,7 +35,9 @@
 //! [0.33] A record counts the pins its loads hold, per key; a request that
 //! finishes with some still held (an aborted request whose load is in
 //! flight) keeps its record, for `complete_load` of those pins alone,
-//! until the last is released.
+//! until the last is released.  Unpins of keys beyond the unpinner's own
+//! pins are counted per key (`spent.rs`, empty unless they happen), so
+//! that such a late `complete_load` never releases another request's pin.
 //! [0.33] Token positions and KV-cache groups (`positions.rs`) order a
 //! request's finish, and lru ranks an active request's keys by position
 //! (`lru.rs`); a request without positions pays one check per call.
@@ -82,6 +84,7 @@ mod positions;
 mod reorder;
 mod requests;
 mod slots;
+mod spent;
 mod stats;
 mod store;
 #[cfg(test)]
@@ -105,6 +108,7 @@ use lists::NIL;
 use policy::{AnyPolicy, Policy};
 use requests::RequestRecord;
 use slots::{PARKED, Slots, WRITE_PENDING};
+use spent::SpentPins;
 use writers::Writers;
 
 pub use allocation_sizes::{
@@ -114,6 +118,7 @@ pub use batched::PrefixLookup;
 pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub(crate) use positions::check_group_keys;
 pub use stats::PrimaryStats;
 pub use writers::Writer;
 
@@ -129,6 +134,7 @@ struct Counters {
     late_completions: u64,
     foreign_completions: u64,
     already_ready_completions: u64,
+    spent_load_completions: u64,
     loads: u64,
     transfer_pins: u64,
     events_dropped: u64,
@@ -152,6 +158,9 @@ pub struct PrimaryTier {
     /// `complete_load` alone, until their last pin is released.
     finished_loads: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     spare_records: Vec<RequestRecord>,
+    /// Pins that unpins beyond the unpinner's own took, per key, not yet
+    /// charged to a finished request's late completion (`spent.rs`).
+    spent: SpentPins,
     /// Who writes each write-pending key (named by its ref count).
     writers: Writers,
     adapted: hashbrown::HashSet<(RequestId, Key), RandomState>,
@@ -169,6 +178,8 @@ pub struct PrimaryTier {
     scratch_stored: Vec<u32>,
     /// A finishing request's keys in commit order.
     scratch_order: Vec<positions::Ordered>,
+    /// The accesses whose pins a `complete_load` released, per key.
+    scratch_released: Vec<u32>,
 }
 
 fn key_error(index: usize, key: &(impl KeyBytes + ?Sized), reason: impl Into<String>) -> Error {
@@ -242,6 +253,7 @@ impl PrimaryTier {
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
             finished_loads: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
+            spent: SpentPins::default(),
             writers: Writers::new(hasher.clone()),
             adapted: hashbrown::HashSet::with_hasher(hasher),
             scratch_keys: Vec::new(),
@@ -252,6 +264,7 @@ impl PrimaryTier {
             scratch_raises: Vec::new(),
             scratch_stored: Vec::new(),
             scratch_order: Vec::new(),
+            scratch_released: Vec::new(),
             config,
         })
     }
@@ -304,26 +317,27 @@ impl PrimaryTier {
     }
 
     /// With the KV-group option on, an error naming the first of keys
-    /// `key(0..n)` too short to end with a group index; nothing otherwise.
-    fn check_group_keys<'k, K: KeyBytes + ?Sized + 'k>(
+    /// `key(0..n)` too short to end with a group index; nothing otherwise
+    /// (the rule: [`positions::check_group_keys`]).
+    #[inline]
+    pub(crate) fn check_group_keys<'k, K: KeyBytes + ?Sized + 'k>(
         &self,
         n: usize,
         key: impl Fn(usize) -> &'k K,
     ) -> Result<()> {
-        if !self.config.kv_groups {
-            return Ok(());
-        }
-        match (0..n).find(|&i| key(i).key_bytes().len() <= positions::GROUP_BYTES) {
-            Some(index) => Err(Error::InvalidKey {
-                index,
-                reason: format!(
-                    "key of {} bytes: with KV groups on, a key is at least 1 byte and a \
-                     4-byte group index (5 bytes or more)",
-                    key(index).key_bytes().len()
-                ),
-            }),
-            None => Ok(()),
-        }
+        positions::check_group_keys(self.config.kv_groups, n, key)
+    }
+
+    /// With the KV-group option on, `InvalidKey` naming the first of
+    /// `keys` too short to end with a 4-byte group index (5 bytes or
+    /// more); `Ok` otherwise.  Every call of the tier that takes a
+    /// request's keys and returns a `Result` refuses such keys; the calls
+    /// that cannot ([`PrimaryTier::lookup`], [`PrimaryTier::lookup_batch`],
+    /// [`PrimaryTier::lookup_prefix`], [`PrimaryTier::complete_store`])
+    /// never find one (no call makes one resident) and may be preceded by
+    /// this check.
+    pub fn check_keys(&self, keys: &[Key]) -> Result<()> {
+        self.check_group_keys(keys.len(), |j| &keys[j])
     }
 
     /// MISS, HIT_PENDING or HIT for `key`; changes nothing.
@@ -448,6 +462,7 @@ impl PrimaryTier {
             r.clear();
             self.spare_records.push(r);
         }
+        self.spent.clear();
     }
 
     /// Appends the queued events to `out`, oldest first, and empties the buffer.

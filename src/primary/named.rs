@@ -95,6 +95,8 @@ impl NamedPrimary {
 
     /// [`PrimaryTier::complete_store`] for request `id` (active, or finished
     /// with keys still write pending); any other id is `UnknownRequest`.
+    /// With KV groups on, a key too short for its group index is
+    /// `InvalidKey` (see [`PrimaryTier::check_keys`]), nothing changed.
     pub fn complete_store(
         &mut self,
         id: RequestId,
@@ -113,6 +115,10 @@ impl NamedPrimary {
         key: impl Fn(usize) -> &'k K,
         success: bool,
     ) -> Result<CompleteStoreReport> {
+        if !self.tier.is_active(id) && !self.finishing.contains(&id) {
+            return Err(Error::UnknownRequest(format!("#{}", id.0)));
+        }
+        self.tier.check_group_keys(n, &key)?;
         if self.tier.is_active(id) {
             return Ok(self.tier.complete_store_each(id, n, key, success));
         }

@@ -395,10 +395,32 @@ fn with_kv_groups_keys_too_short_for_a_group_are_refused() {
         let e = t.prepare_load(R, &[good, short], &mut slots).unwrap_err();
         assert!(matches!(e, Error::InvalidKey { index: 1, .. }), "{e}");
         assert_eq!(t.ref_count(&good), Some(0), "nothing pinned");
+        // Every other call that takes a request's keys refuses it too,
+        // changing nothing.
+        t.prepare_load(R, &[good], &mut slots).unwrap();
+        let before = (t.stats(), t.eviction_order());
+        let e = t.touch(R, &[good, short]).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 1, .. }), "{e}");
+        let e = t.complete_load(R, &[good, short]).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 1, .. }), "{e}");
+        assert_eq!((t.stats(), t.eviction_order()), before, "{p:?}");
+        assert_eq!(t.ref_count(&good), Some(1), "still pinned");
+        let e = t.check_keys(&[good, good, short]).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 2, .. }), "{e}");
+        t.check_keys(&[good]).unwrap();
+        // A finished request's late completion too.
+        t.on_request_finished(R).unwrap();
+        let e = t.complete_load(R, &[short]).unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { index: 0, .. }), "{e}");
+        t.complete_load(R, &[good]).unwrap();
         // Without the option, the same key is an ordinary key.
         let mut t = tier(4, p);
         t.begin_request(R).unwrap();
         put(&mut t, R, &[short]);
+        t.check_keys(&[short]).unwrap();
+        t.touch(R, &[short]).unwrap();
+        t.prepare_load(R, &[short], &mut slots).unwrap();
+        t.complete_load(R, &[short]).unwrap();
         t.check_invariants().unwrap();
     }
 }

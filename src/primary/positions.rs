@@ -45,6 +45,32 @@ pub(crate) fn group_of(key: &[u8]) -> u32 {
     }
 }
 
+/// With the KV-group option on (`kv_groups`), an error naming the first of
+/// keys `key(0..n)` too short to end with a group index (at least one
+/// byte and the index: 5 bytes or more); nothing otherwise.  The one rule
+/// every call that takes keys applies, in the primary tier and the
+/// manager alike.
+pub(crate) fn check_group_keys<'k, K: KeyBytes + ?Sized + 'k>(
+    kv_groups: bool,
+    n: usize,
+    key: impl Fn(usize) -> &'k K,
+) -> Result<()> {
+    if !kv_groups {
+        return Ok(());
+    }
+    match (0..n).find(|&i| key(i).key_bytes().len() <= GROUP_BYTES) {
+        Some(index) => Err(Error::InvalidKey {
+            index,
+            reason: format!(
+                "key of {} bytes: with KV groups on, a key is at least 1 byte and a \
+                 4-byte group index (5 bytes or more)",
+                key(index).key_bytes().len()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// One request's token positions: key -> end-token position.
 #[derive(Debug, Default)]
 pub(crate) struct Positions {

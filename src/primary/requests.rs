@@ -162,14 +162,15 @@ impl RequestRecord {
     /// completion names them, so the guess spares most keys a probe of
     /// the table, and the hash (`hash()`, asked only for a probe).  (A
     /// key has one access at most, so a guess holding the key is the
-    /// access the table names.)
+    /// access the table names.)  Returns the access whose pin it
+    /// released, if any ([`RequestRecord::restore_at`] gives it back).
     #[inline]
     pub(super) fn release_pin_after(
         &mut self,
         key: &(impl KeyBytes + ?Sized),
         hash: impl FnOnce() -> u64,
         next: &mut usize,
-    ) -> bool {
+    ) -> Option<u32> {
         let accesses = &mut self.accesses;
         let found = match accesses.get(*next) {
             Some(a) if slots::same_key(&a.key, key) => Some(*next),
@@ -178,17 +179,25 @@ impl RequestRecord {
                 .find(hash(), |&i| slots::same_key(&accesses[i as usize].key, key))
                 .map(|&i| i as usize),
         };
-        let Some(i) = found else {
-            return false;
-        };
+        let i = found?;
         *next = i + 1;
         match accesses.get_mut(i) {
             Some(a) if a.pins > 0 => {
                 a.pins -= 1;
                 self.pins -= 1;
-                true
+                Some(i as u32)
             }
-            _ => false,
+            _ => None,
+        }
+    }
+
+    /// Gives back the pin of access `i` that
+    /// [`RequestRecord::release_pin_after`] released.
+    #[inline]
+    pub(super) fn restore_at(&mut self, i: u32) {
+        if let Some(a) = self.accesses.get_mut(i as usize) {
+            a.pins += 1;
+            self.pins += 1;
         }
     }
 
@@ -465,7 +474,7 @@ mod tests {
                 let k = keys.get(j).unwrap_or(&absent);
                 let h = key_hash(&hasher, k.as_bytes());
                 assert_eq!(
-                    guessed.release_pin_after(k, || h, &mut next),
+                    guessed.release_pin_after(k, || h, &mut next).is_some(),
                     probed.release_pin(k, h),
                     "{order:?}: key {j}"
                 );

@@ -51,6 +51,10 @@ pub struct PrimaryStats {
     pub foreign_completions: u64,
     /// Keys in `complete_store` already ready, left alone.
     pub already_ready_completions: u64,
+    /// Keys a finished request's late `complete_load` named whose pin
+    /// other requests' unpins had already taken (beyond their own pins):
+    /// nothing released.
+    pub spent_load_completions: u64,
     /// Keys pinned by `prepare_load`.
     pub loads: u64,
     /// Keys pinned by `pin_for_transfer`.
@@ -102,6 +106,7 @@ impl PrimaryTier {
             late_completions: c.late_completions,
             foreign_completions: c.foreign_completions,
             already_ready_completions: c.already_ready_completions,
+            spent_load_completions: c.spent_load_completions,
             loads: c.loads,
             transfer_pins: c.transfer_pins,
             events_queued: self.events.len() as u32,
@@ -139,6 +144,7 @@ impl PrimaryTier {
             Stat::counter("late_completions", s.late_completions),
             Stat::counter("foreign_completions", s.foreign_completions),
             Stat::counter("already_ready_completions", s.already_ready_completions),
+            Stat::counter("spent_load_completions", s.spent_load_completions),
             Stat::counter("loads", s.loads),
             Stat::counter("transfer_pins", s.transfer_pins),
             Stat::gauge("events_queued", s.events_queued as f64),

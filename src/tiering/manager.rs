@@ -105,7 +105,9 @@ pub struct ManagerOptions {
     /// [0.33] Keys end with a 4-byte big-endian KV-cache group index: the
     /// manager turns its primary tier's KV-group option on (see
     /// [`PrimaryConfig::kv_groups`](crate::primary::PrimaryConfig::kv_groups));
-    /// a primary tier built with the option keeps it either way.
+    /// a primary tier built with the option keeps it either way.  Every
+    /// call that takes keys (lookups included) then refuses a key shorter
+    /// than 5 bytes as `InvalidKey`, before anything changes.
     pub kv_groups: bool,
 }
 
@@ -410,6 +412,7 @@ impl Manager {
     ) -> Result<()> {
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load(request, keys, slots_out)?;
         s.note_loaded(request, keys.len());
@@ -428,6 +431,7 @@ impl Manager {
     pub fn set_positions(&self, request: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         let mut s = self.enter("set_positions")?;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.set_positions(request, keys, positions)
     }
 
@@ -436,6 +440,7 @@ impl Manager {
         let mut s = self.enter("touch")?;
         let s = &mut *s;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.touch(request, keys)?;
         if !s.tiers.is_empty() {
             let info = &s.reqs[&request].info;
@@ -453,11 +458,14 @@ impl Manager {
     /// request that finished with keys its [`Manager::prepare_load`] pinned
     /// still pinned stays valid here, for those pins alone (any other key
     /// is an error, nothing changed), until the last is released or the
-    /// cache is reset; every other call takes it as unknown.
+    /// cache is reset; every other call takes it as unknown.  A pin of
+    /// it that other requests' unpins took is not released again (see
+    /// [`PrimaryTier::complete_load`](crate::primary::PrimaryTier::complete_load)).
     pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
         let mut s = self.enter("complete_load")?;
         // The primary tier knows both the active requests and the finished
         // ones whose loads still hold pins.
+        s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.complete_load(request, keys).map_err(|e| match e {
             Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
             other => other,
@@ -478,6 +486,7 @@ impl Manager {
         let mut s = self.enter("prepare_store")?;
         let s = &mut *s;
         let rid = s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
         let _ = s.poll_now(&self.queue);
         s.gate_spent = true;
         let outcome = s.primary.prepare_store(rid, keys, plan)?;
@@ -516,6 +525,10 @@ impl Manager {
         let mut s = self.enter("complete_store")?;
         let s = &mut *s;
         let rid = request;
+        if !s.reqs.contains_key(&rid) {
+            return Err(Error::UnknownRequest(rid.to_string()));
+        }
+        s.check_keys(keys.len(), |j| &keys[j])?;
         let Some(st) = s.reqs.get_mut(&rid) else {
             return Err(Error::UnknownRequest(rid.to_string()));
         };

@@ -9,7 +9,10 @@
 //! recency: request finishes commit nothing here, and token positions are
 //! checked (request, lengths, KV-group key sizes) and otherwise ignored.
 //! A request that finishes with pins of its loads still held keeps them
-//! for its late `complete_load`, which releases only those.
+//! for its late `complete_load`, which releases only those: an active
+//! request's unpin beyond its own pins of a key spends a pin of the key,
+//! and a late completion of a key with spent pins is charged one (nothing
+//! released) instead of unpinning.
 //! The primary tier's own model test (`tests/primary_model.rs`) models
 //! ranks, positions and groups exactly.
 
@@ -54,6 +57,9 @@ pub struct ModelPrimary {
     /// The pins each request's loads took and have not released (one
     /// entry per pin), active requests and finished ones alike.
     loads: HashMap<RequestId, Vec<Key>>,
+    /// Per key, unpins by active requests beyond their own pins, not yet
+    /// charged to a finished request's late completion.
+    spent: HashMap<Key, u32>,
     events: Vec<Event>,
     kv_groups: bool,
 }
@@ -69,6 +75,7 @@ impl ModelPrimary {
             clock: 0,
             requests: HashSet::new(),
             loads: HashMap::new(),
+            spent: HashMap::new(),
             events: Vec::new(),
             kv_groups: false,
         }
@@ -289,6 +296,7 @@ impl PrimaryBackend for ModelPrimary {
     }
     fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         self.need_request(req)?;
+        self.check_groups(keys)?;
         for k in keys.iter().rev() {
             self.clock += 1;
             if let Some(e) = self.entries.get_mut(k) {
@@ -314,6 +322,7 @@ impl PrimaryBackend for ModelPrimary {
             None if active => Vec::new(),
             None => return Err(Error::UnknownRequest(format!("{}", req.0))),
         };
+        self.check_groups(keys)?;
         let release = |own: &mut Vec<Key>, k: &Key| match own.iter().position(|x| x == k) {
             Some(i) => {
                 own.swap_remove(i);
@@ -327,11 +336,35 @@ impl PrimaryBackend for ModelPrimary {
                     return Err(Self::key_state(i, k, "not pinned by this request"));
                 }
             }
-        }
-        self.unpin_for_transfer(keys)?;
-        if active {
+            let spent_before = self.spent.clone();
+            let (mut unpinned, mut at) = (Vec::new(), Vec::new());
+            for (i, k) in keys.iter().enumerate() {
+                match self.spent.get_mut(k) {
+                    Some(n) if *n > 0 => *n -= 1,
+                    _ => {
+                        unpinned.push(*k);
+                        at.push(i);
+                    }
+                }
+            }
+            if let Err(e) = self.unpin_for_transfer(&unpinned) {
+                self.spent = spent_before;
+                return Err(match e {
+                    Error::KeyState { index, key, reason } => Error::KeyState {
+                        index: at[index],
+                        key,
+                        reason,
+                    },
+                    other => other,
+                });
+            }
+            self.spent.retain(|_, n| *n > 0);
+        } else {
+            self.unpin_for_transfer(keys)?;
             for k in keys {
-                release(&mut own, k);
+                if !release(&mut own, k) {
+                    *self.spent.entry(*k).or_default() += 1;
+                }
             }
         }
         if own.is_empty() {
@@ -421,6 +454,7 @@ impl PrimaryBackend for ModelPrimary {
     }
     fn reset(&mut self) {
         self.loads.clear();
+        self.spent.clear();
         self.entries.clear();
         self.freed.clear();
         self.fresh = 0;

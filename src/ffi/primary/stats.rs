@@ -88,6 +88,10 @@ pub struct kvtier_primary_stats {
     pub allocation_size_sum: u64,
     /// Allocation sizes: number of observations.
     pub allocation_size_count: u64,
+    /// Keys a finished request's late complete_load named whose pin other
+    /// requests' unpins had already taken (beyond their own pins): nothing
+    /// released, the call succeeded.
+    pub spent_load_completions: u64,
 }
 
 impl From<PrimaryStats> for kvtier_primary_stats {
@@ -123,6 +127,7 @@ impl From<PrimaryStats> for kvtier_primary_stats {
             allocation_size_buckets: s.allocation_sizes.cumulative,
             allocation_size_sum: s.allocation_sizes.sum as u64,
             allocation_size_count: s.allocation_sizes.count,
+            spent_load_completions: s.spent_load_completions,
         }
     }
 }

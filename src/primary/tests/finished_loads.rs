@@ -90,14 +90,14 @@ fn a_finished_request_completes_only_the_loads_it_still_holds() {
 
 #[test]
 fn a_refused_unpin_of_a_finished_request_keeps_its_pins() {
-    // R holds a pin of 1 that another request released (misuse the tier
-    // allows an active request): R's release of 1 fails at the unpin
-    // itself, and R keeps the pins of the batch.
+    // R holds a pin of 1 that a cascade's unpin released (misuse the tier
+    // cannot tell, cascades' pins being nobody's): R's release of 1 fails
+    // at the unpin itself, and R keeps the pins of the batch.
     for p in BOTH {
         let mut t = loaded_tier(p);
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
-        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        t.unpin_for_transfer(&ks(&[1])).unwrap();
         t.on_request_finished(R).unwrap();
         let e = t.complete_load(R, &ks(&[2, 1])).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
@@ -171,6 +171,157 @@ fn a_reset_also_forgets_the_pins_an_active_request_holds() {
         t.on_request_finished(R).unwrap();
         assert!(unknown_request(t.complete_load(R, &ks(&[1]))));
         t.begin_request(R).unwrap();
+        t.check_invariants().unwrap();
+    }
+}
+
+/// The tier of `loaded_tier` with request `T` active too.
+const T: RequestId = RequestId(3);
+
+#[test]
+fn a_late_completion_never_releases_a_pin_another_request_took() {
+    // R pins 1 and finishes; OTHER pins 1 and unpins it twice (an active
+    // request may unpin any pinned key, as in vLLM): its second unpin
+    // took R's pin.  T pins 1; R's late completion must not release T's
+    // pin, or T's slot would be handed to a store while T loads from it.
+    for p in BOTH {
+        let mut t = tier(1, p);
+        for r in [R, OTHER, T] {
+            t.begin_request(r).unwrap();
+        }
+        store(&mut t, OTHER, &[1]);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+        t.on_request_finished(R).unwrap();
+        t.prepare_load(OTHER, &ks(&[1]), &mut slots).unwrap();
+        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(0));
+        t.prepare_load(T, &ks(&[1]), &mut slots).unwrap();
+        let loading = slots[0];
+        // R's late completion succeeds (as in vLLM) and releases nothing.
+        let before = t.stats().spent_load_completions;
+        t.complete_load(R, &ks(&[1])).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(1), "{p:?}: T's pin stays");
+        assert_eq!(t.stats().spent_load_completions, before + 1, "{p:?}");
+        assert!(unknown_request(t.complete_load(R, &ks(&[1]))), "{p:?}");
+        t.check_invariants().unwrap();
+        // T's slot is not handed to a store while T loads from it.
+        let mut plan = StorePlan::default();
+        assert_eq!(
+            t.prepare_store(OTHER, &ks(&[2]), &mut plan).unwrap(),
+            StoreOutcome::Refused,
+            "{p:?}: slot {loading} is T's"
+        );
+        t.complete_load(T, &ks(&[1])).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(0));
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_pin_taken_while_its_request_was_active_is_not_released_after_its_finish() {
+    // OTHER's extra unpin takes R's pin while R is still active; R
+    // finishes holding it on record; T pins 1; R's late completion
+    // releases nothing.
+    for p in BOTH {
+        let mut t = tier(2, p);
+        for r in [R, OTHER, T] {
+            t.begin_request(r).unwrap();
+        }
+        store(&mut t, OTHER, &[1, 2]);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
+        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        t.on_request_finished(R).unwrap();
+        t.prepare_load(T, &ks(&[1]), &mut slots).unwrap();
+        // Key 2's pin is R's own: released; key 1's was taken.
+        t.complete_load(R, &ks(&[2, 1])).unwrap();
+        assert_eq!(
+            [1, 2].map(|n| t.ref_count(&k(n))),
+            [Some(1), Some(0)],
+            "{p:?}"
+        );
+        assert_eq!(t.stats().spent_load_completions, 1, "{p:?}");
+        assert!(unknown_request(t.complete_load(R, &ks(&[1]))), "{p:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_taken_pin_is_charged_once_and_a_key_never_pinned_is_still_refused() {
+    for p in BOTH {
+        let mut t = loaded_tier(p);
+        t.begin_request(T).unwrap();
+        let mut slots = Vec::new();
+        // R pins 1 twice and 2 once; OTHER takes one pin of 1.
+        t.prepare_load(R, &ks(&[1, 1, 2]), &mut slots).unwrap();
+        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        t.on_request_finished(R).unwrap();
+        t.prepare_load(T, &ks(&[1]), &mut slots).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(2));
+        // Key 3 R never pinned: refused, nothing changed.
+        let before = (t.stats(), order(&t));
+        let e = t.complete_load(R, &ks(&[1, 3])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
+        assert_eq!((t.stats(), order(&t)), before, "{p:?}: nothing changed");
+        // Two completions of 1: one charged, one released.
+        t.complete_load(R, &ks(&[1, 1])).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(1), "{p:?}: T's pin stays");
+        assert_eq!(t.stats().spent_load_completions, 1);
+        t.complete_load(R, &ks(&[2])).unwrap();
+        assert!(unknown_request(t.complete_load(R, &ks(&[2]))), "{p:?}");
+        t.complete_load(T, &ks(&[1])).unwrap();
+        assert_eq!(t.stats().pinned, 0);
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_refused_late_completion_gives_back_the_spent_pins_it_charged() {
+    // OTHER's unpin took R's pin of 1; a cascade's unpin took R's pin of 2
+    // (misuse the tier cannot tell).  R's completion of [1, 2] charges 1,
+    // then fails at 2's unpin: the charge is given back, so a later
+    // completion of 1 alone is charged (nothing released) and succeeds.
+    for p in BOTH {
+        let mut t = loaded_tier(p);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
+        t.complete_load(OTHER, &ks(&[1])).unwrap();
+        t.unpin_for_transfer(&ks(&[2])).unwrap();
+        t.on_request_finished(R).unwrap();
+        let e = t.complete_load(R, &ks(&[1, 2])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 1, .. }), "{p:?}: {e}");
+        assert_eq!(t.stats().spent_load_completions, 0, "{p:?}");
+        t.check_invariants().unwrap();
+        t.complete_load(R, &ks(&[1])).unwrap();
+        assert_eq!(t.stats().spent_load_completions, 1, "{p:?}");
+        assert_eq!(t.ref_count(&k(1)), Some(0), "{p:?}");
+        t.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_refused_unpin_of_an_active_request_keeps_its_pins_and_spends_nothing() {
+    // R's completion of [1 (its own), 3 (OTHER's), 9 (absent)] fails at
+    // 9: R still holds its pin of 1 on record, and no pin of 3 was spent,
+    // so OTHER's late completion of 3 releases it.
+    for p in BOTH {
+        let mut t = loaded_tier(p);
+        let mut slots = Vec::new();
+        t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
+        t.prepare_load(OTHER, &ks(&[3]), &mut slots).unwrap();
+        t.on_request_finished(OTHER).unwrap();
+        let e = t.complete_load(R, &ks(&[1, 3, 9])).unwrap_err();
+        assert!(matches!(e, Error::KeyState { index: 2, .. }), "{p:?}: {e}");
+        t.check_invariants().unwrap();
+        t.complete_load(OTHER, &ks(&[3])).unwrap();
+        assert_eq!(t.ref_count(&k(3)), Some(0), "{p:?}: released, not charged");
+        assert_eq!(t.stats().spent_load_completions, 0, "{p:?}");
+        t.on_request_finished(R).unwrap();
+        t.complete_load(R, &ks(&[1])).unwrap();
+        assert_eq!(t.ref_count(&k(1)), Some(0), "{p:?}: R's own pin, late");
+        assert!(unknown_request(t.complete_load(R, &ks(&[1]))), "{p:?}");
         t.check_invariants().unwrap();
     }
 }

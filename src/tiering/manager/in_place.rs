@@ -18,6 +18,7 @@ impl Manager {
     ) -> Result<()> {
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| keys[j])?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load_bytes(request, keys, slots_out)?;
         s.note_loaded(request, keys.len());
@@ -30,6 +31,7 @@ impl Manager {
         let mut s = self.enter("touch")?;
         let s = &mut *s;
         s.active(request)?;
+        s.check_keys(keys.len(), |j| keys[j])?;
         let copy = s.tiers.iter().any(|t| t.tier.wants_touches());
         let mut copies = std::mem::take(&mut s.keys_a);
         copies.clear();
@@ -63,6 +65,7 @@ impl Manager {
         let mut s = self.enter("complete_load")?;
         // The primary tier knows both the active requests and the finished
         // ones whose loads still hold pins.
+        s.check_keys(keys.len(), |j| keys[j])?;
         s.primary
             .complete_load_bytes(request, keys)
             .map_err(|e| match e {

@@ -5,6 +5,7 @@
 //! too.
 
 use super::{Key, Manager, PrimaryLookup, RequestId, Result, State, TierLookup, filter_allows};
+use crate::key::KeyBytes;
 
 /// What `lookup` answers for a key whose promotion it just started
 /// (`"retry"` or `"hit_pending"` in JSON).
@@ -105,6 +106,7 @@ impl Manager {
         let mut s = self.enter("lookup")?;
         let s = &mut *s;
         let waiting = s.active_waiting(request)?;
+        s.check_keys(n, &key)?;
         let answer = LookupAnswer {
             hits: 0,
             stop: LookupResult::Hit,
@@ -123,6 +125,21 @@ impl Manager {
 }
 
 impl State {
+    /// With KV groups on, `InvalidKey` naming the first of keys
+    /// `key(0..n)` too short for its group index (the primary tier's rule,
+    /// [`crate::primary::PrimaryTier::check_keys`]): every call that takes
+    /// a request's keys refuses them before anything changes (a lookup
+    /// would otherwise promote one a secondary tier holds into a tier that
+    /// cannot take it, answering MISS "no room" on every step).
+    #[inline]
+    pub(super) fn check_keys<'k, K: KeyBytes + ?Sized + 'k>(
+        &self,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+    ) -> Result<()> {
+        crate::primary::check_group_keys(self.opts.kv_groups, n, key)
+    }
+
     /// The lookups of [`Manager::lookup_prefix_with`], counted.
     #[inline]
     fn lookup_keys<'k>(
