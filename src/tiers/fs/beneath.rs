@@ -373,6 +373,65 @@ mod tests {
     }
 
     #[test]
+    fn the_root_must_be_a_directory_and_is_never_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("plain"), b"x").unwrap();
+        let plain = c_path(&dir.path().join("plain")).unwrap();
+        assert_eq!(open_root(&plain).err(), Some(libc::ENOTDIR));
+        let missing = c_path(&dir.path().join("missing")).unwrap();
+        assert_eq!(open_root(&missing).err(), Some(libc::ENOENT));
+        // A FIFO is refused at once: a blocking open would wait for a
+        // writer (the bound only ends a hang).
+        let fifo = c(dir.path().join("fifo").to_str().unwrap());
+        // SAFETY: NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(open_root(&fifo).err()));
+        let fifo_open = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(fifo_open, Ok(Some(libc::ENOTDIR)));
+        let root = open_root(&c_path(dir.path()).unwrap()).unwrap();
+        // SAFETY: an open descriptor.
+        let fd_flags = unsafe { libc::fcntl(root.0, libc::F_GETFD) };
+        assert_eq!(fd_flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_made_says_why() {
+        // sysfs makes no directories: mkdir fails (EPERM; EROFS where it
+        // is mounted read-only) after the open found nothing (ENOENT).
+        let sys = open_root(c"/sys").unwrap();
+        let r = subdir(sys.0, c"kvtier-not-here", Some(0o700), || panic!("made")).err();
+        assert!(
+            matches!(r, Some(libc::EPERM | libc::EROFS | libc::EACCES)),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn direct_io_is_dropped_only_where_refused_and_only_when_the_tier_added_it() {
+        // procfs refuses O_DIRECT (EINVAL): the open goes on without it.
+        let proc_self = open_root(c"/proc/self").unwrap();
+        let (f, st) = open_at(proc_self.0, c"status", libc::O_RDONLY, 0, true).unwrap();
+        assert!(is_regular(&st));
+        // SAFETY: an open descriptor.
+        let fl = unsafe { libc::fcntl(f.0, libc::F_GETFL) };
+        assert_eq!(fl & libc::O_DIRECT, 0);
+        // O_DIRECT in the caller's own flags is kept: EINVAL.
+        let flags = libc::O_RDONLY | libc::O_DIRECT;
+        let r = open_at(proc_self.0, c"status", flags, 0, false);
+        assert_eq!(r.err(), Some(libc::EINVAL));
+        // With `direct`, the caller's flags still hold.
+        let dir = tempfile::tempdir().unwrap();
+        let root = open_root(&c_path(dir.path()).unwrap()).unwrap();
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+        let (f, st) = open_at(root.0, c"f", flags, 0o600, true).unwrap();
+        assert!(is_regular(&st));
+        // SAFETY: an open descriptor.
+        let fl = unsafe { libc::fcntl(f.0, libc::F_GETFL) };
+        assert_eq!(fl & libc::O_ACCMODE, libc::O_RDWR);
+    }
+
+    #[test]
     fn a_file_replaced_after_its_check_is_not_removed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), b"1").unwrap();

@@ -348,3 +348,113 @@ fn stale_temp(st: &libc::stat, pid: Option<u32>, max_age: Duration) -> bool {
         .duration_since(mtime)
         .is_ok_and(|age| age > max_age)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    /// A dead writer's pid (above any pid_max).
+    const DEAD: u32 = 999_999_999;
+
+    fn stat_at(mtime: SystemTime) -> libc::stat {
+        // SAFETY: stat is plain data, valid when zeroed.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let since = mtime.duration_since(std::time::UNIX_EPOCH).unwrap();
+        st.st_mtime = since.as_secs() as libc::time_t;
+        st.st_mtime_nsec = since.subsec_nanos() as _;
+        st
+    }
+
+    #[test]
+    fn foreign_entries_are_counted_by_kind() {
+        let mut kinds = ForeignKinds::default();
+        for t in [
+            libc::S_IFLNK,
+            libc::S_IFIFO,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+            libc::S_IFDIR,
+        ] {
+            kinds.count(t | 0o644);
+        }
+        let want = ForeignKinds {
+            symlinks: 1,
+            fifos: 2,
+            sockets: 1,
+            devices: 2,
+            other: 1,
+        };
+        assert_eq!(kinds, want);
+        assert_eq!(kinds.total(), 7);
+        assert_eq!(
+            kinds.to_string(),
+            "1 symlinks, 2 FIFOs, 1 sockets, 2 devices, 1 other"
+        );
+        let mut report = RebuildReport::default();
+        report.foreign(libc::S_IFSOCK | 0o600);
+        report.foreign(libc::S_IFLNK | 0o777);
+        assert_eq!((report.foreign, report.foreign_kinds.total()), (2, 2));
+    }
+
+    #[test]
+    fn fan_out_directories_are_two_hex_digits() {
+        for name in ["00", "7f", "aB", "ff"] {
+            assert!(is_fanout(name), "{name}");
+        }
+        for name in ["", "0", "abc", "0g", "zz", "segments"] {
+            assert!(!is_fanout(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn modification_times_keep_their_nanoseconds() {
+        let t = std::time::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+        assert_eq!(mtime_of(&stat_at(t)), t);
+    }
+
+    #[test]
+    fn a_temporary_file_is_stale_when_its_writer_is_dead_or_it_is_old() {
+        let hour = Duration::from_secs(3600);
+        let fresh = stat_at(SystemTime::now());
+        let old = stat_at(SystemTime::now() - 2 * hour);
+        let me = Some(std::process::id());
+        assert!(!stale_temp(&fresh, me, hour));
+        assert!(!stale_temp(&fresh, None, hour));
+        assert!(stale_temp(&fresh, Some(DEAD), hour));
+        assert!(stale_temp(&old, me, hour));
+        assert!(stale_temp(&old, None, hour));
+    }
+
+    #[test]
+    fn only_regular_probe_files_of_dead_processes_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: String| dir.path().join(name);
+        let dead = at(format!(".odirect-probe.{DEAD}.tmp"));
+        let live = at(format!(".tmpfile-probe.{}.tmp", std::process::id()));
+        let not_a_probe = at(format!(".other-probe.{DEAD}.tmp"));
+        let fifo = at(format!(".tmpfile-probe.{DEAD}.tmp"));
+        for p in [&dead, &live, &not_a_probe] {
+            std::fs::write(p, b"").unwrap();
+        }
+        let c = CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let root = beneath::open_root(&beneath::c_path(dir.path()).unwrap()).unwrap();
+        let mut report = RebuildReport::default();
+        remove_dead_probes(&root, Duration::from_secs(3600), &mut report);
+        let mut want = RebuildReport {
+            temp_removed: 1,
+            foreign: 1,
+            ..RebuildReport::default()
+        };
+        want.foreign_kinds.fifos = 1;
+        assert_eq!(report, want);
+        assert!(!dead.exists());
+        for p in [&live, &not_a_probe, &fifo] {
+            assert!(p.symlink_metadata().is_ok(), "{}", p.display());
+        }
+    }
+}
