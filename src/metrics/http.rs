@@ -1,13 +1,14 @@
 //! The little HTTP/1.1 the `/metrics` endpoint speaks: where a request
 //! head ends, what it asks for, and the whole response to it (always with
 //! `Content-Length` and `Connection: close`).  No I/O here; the server
-//! ([`super::server`]) reads and writes.
+//! (`server.rs`) reads and writes.
 
 use std::sync::Weak;
 
 use crate::tiering::Manager;
 
-use super::server::CONTENT_TYPE;
+/// The `Content-Type` of the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// What a request gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

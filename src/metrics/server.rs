@@ -30,8 +30,7 @@ use super::http::{self, Answer, Request};
 use crate::error::{Error, Result};
 use crate::tiering::Manager;
 
-/// The `Content-Type` of the Prometheus text format 0.0.4.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub use super::http::CONTENT_TYPE;
 
 /// Most connections open at once (the endpoint then holds at most this
 /// many descriptors, plus its listening socket and a socket pair).

@@ -15,7 +15,22 @@ use std::ffi::{CStr, CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
-use super::io::{Fd, errno};
+/// The calling thread's `errno`.
+pub(super) fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// A file descriptor closed on drop.
+pub(super) struct Fd(pub(super) i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: we own the descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
 
 /// The errno-like code of an entry that is not what the tier expects
 /// there (a symlink, FIFO, socket or device where a regular file or a

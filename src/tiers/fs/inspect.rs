@@ -24,11 +24,11 @@ use std::ffi::{CStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::beneath::Fd;
 use super::beneath::{self, FOREIGN};
 use super::format::{
     BlockHasher, HEADER_LEN, HeaderError, Layout, decode_header, key_of_block_name,
 };
-use super::io::Fd;
 use super::segments::SEGMENTS_DIR;
 use crate::error::{Error, Result};
 
@@ -359,7 +359,7 @@ fn read_exact_at(fd: i32, buf: &mut [u8], mut off: u64) -> std::result::Result<(
             )
         };
         if n < 0 {
-            let e = super::io::errno();
+            let e = super::beneath::errno();
             if e == libc::EINTR {
                 continue;
             }
@@ -381,7 +381,7 @@ fn next_data(fd: i32, off: u64) -> Option<u64> {
     // SAFETY: lseek on an open descriptor.
     let at = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_DATA) };
     if at < 0 {
-        return if super::io::errno() == libc::ENXIO {
+        return if super::beneath::errno() == libc::ENXIO {
             None
         } else {
             Some(off)

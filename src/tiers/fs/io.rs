@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::beneath;
+use super::beneath::{self, Fd, errno};
 pub use super::cause::Cause;
 use super::format::{
     BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
@@ -113,13 +113,6 @@ pub struct BlockIo {
 
 const ALIGN: usize = 4096;
 
-/// The calling thread's `errno`.
-pub(super) fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
 fn cpath(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("tier paths hold no NUL")
 }
@@ -127,16 +120,6 @@ fn cpath(p: &Path) -> CString {
 /// A path built by the layout (NUL-terminated) as a `CStr`.
 fn cstr(bytes: &[u8]) -> &CStr {
     CStr::from_bytes_with_nul(bytes).expect("built NUL-terminated")
-}
-
-/// A file descriptor closed on drop.
-pub(super) struct Fd(pub(super) i32);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor.
-        unsafe { libc::close(self.0) };
-    }
 }
 
 /// The two-part vector of a block file: the `HEADER_LEN`-byte header page,

@@ -29,13 +29,13 @@ use std::ffi::CStr;
 use std::time::{Duration, SystemTime};
 
 use super::FsOptions;
+use super::beneath::Fd;
 use super::beneath::{self, FOREIGN};
 use super::format::{
     HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_probe_name,
     pid_of_temp_name,
 };
 use super::index::{Index, State};
-use super::io::Fd;
 use crate::error::{Error, Result};
 use crate::key::Key;
 

@@ -34,8 +34,9 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
 use super::beneath;
+use super::beneath::{Fd, errno};
 use super::format::{HEADER_LEN, decode_header, file_len};
-use super::io::{Fd, Scratch, errno};
+use super::io::Scratch;
 use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
 use crate::key::Key;
