@@ -161,6 +161,22 @@ fn is_fanout(name: &str) -> bool {
     name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// Whether `path` (of status `st`) is not a regular file, and so is left
+/// unread: listed as foreign under one of the tier's names (`tier_name`),
+/// else counted among the other files.
+fn set_aside_irregular(r: &mut DirReport, path: &Path, st: &libc::stat, tier_name: bool) -> bool {
+    if beneath::is_regular(st) {
+        return false;
+    }
+    if tier_name {
+        r.foreign
+            .push((path.to_path_buf(), beneath::kind_name(st.st_mode)));
+    } else {
+        r.other_files += 1;
+    }
+    true
+}
+
 /// Notes `path` in `r.too_open` when its permission bits (`st`) exceed
 /// the expected mode (files) or its directory mode (directories).
 fn check_mode(r: &mut DirReport, path: &Path, st: &libc::stat) {
@@ -264,12 +280,7 @@ pub fn scan(
         let text = name.to_string_lossy();
         let key = key_of_block_name(&text);
         let tier_name = key.is_some() || text.ends_with(".tmp");
-        if !beneath::is_regular(&st) {
-            if tier_name {
-                r.foreign.push((path, beneath::kind_name(st.st_mode)));
-            } else {
-                r.other_files += 1;
-            }
+        if set_aside_irregular(&mut r, &path, &st, tier_name) {
             continue;
         }
         check_mode(&mut r, &path, &st);
@@ -420,12 +431,7 @@ fn scan_segments(
         };
         let parsed = super::segments::parse_segment_name(&text);
         let tier_name = parsed.is_some() || text == super::segments::LOCK_NAME;
-        if !beneath::is_regular(&st) {
-            if tier_name {
-                r.foreign.push((path, beneath::kind_name(st.st_mode)));
-            } else {
-                r.other_files += 1;
-            }
+        if set_aside_irregular(r, &path, &st, tier_name) {
             continue;
         }
         check_mode(r, &path, &st);
