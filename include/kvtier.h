@@ -233,6 +233,13 @@ typedef enum {
 } kvtier_log_level;
 
 /**
+ * [beyond] How the manager guarantees that waiting requests progress: see
+ * [`Manager::lookup_prefix`](super::Manager::lookup_prefix) and the
+ * progress rule in `docs/design.md`.
+ */
+typedef struct ProgressOptions ProgressOptions;
+
+/**
  * Opaque handle of a tiering manager (internally synchronized).
  */
 typedef struct kvtier_manager kvtier_manager;
@@ -314,6 +321,26 @@ typedef struct {
    * Default false: one group.
    */
   bool kv_groups;
+  /**
+   * Hold the blocks a waiting request was promised (the hits of a
+   * lookup that starts promotions, and the blocks promoted for it) until
+   * its `kvtier_manager_prepare_load`, its finish, or the wait bound
+   * (default true).  See `kvtier_manager_lookup`.  Since 0.3.
+   */
+  bool progress_hold;
+  /**
+   * A request waits for blocks on their way at most this many steps
+   * (`kvtier_manager_schedule_end` calls); then its lookups answer the
+   * first key not ready MISS, `KVTIER_MISS_TIMED_OUT` (default 16; 0: no
+   * bound in steps).  Since 0.3.
+   */
+  uint32_t progress_wait_steps;
+  /**
+   * A request waits at most this many milliseconds (default 0: no bound
+   * in time).  `progress_hold` false with both bounds 0 follows vLLM
+   * 0.33 exactly.  Since 0.3.
+   */
+  uint32_t progress_wait_ms;
 } kvtier_manager_options;
 
 /**
@@ -1094,22 +1121,39 @@ typedef uint64_t kvtier_request_handle;
 typedef int32_t kvtier_miss_reason;
 
 /**
- * The answer of a batched lookup: how many leading keys are HIT, and how
- * the first other key answered.  The keys after it were not looked up.
+ * The answer of a batched lookup: how many leading keys are ready now
+ * (`hits`), how many more are on their way (`pending`), and where the
+ * prefix ends (`end`).  Keys `hits..end` are ready or on their way;
+ * `pending` is 0 exactly when `hits == end`, when there is nothing to
+ * wait for.
  */
 typedef struct {
   /**
-   * Number of leading keys that are HIT.
+   * Number of leading keys that are HIT: ready in the primary tier.
    */
   size_t hits;
   /**
-   * The answer of key `hits` (HIT when every key is a hit).
+   * The answer of key `hits` (HIT when every key is a hit), as a lookup
+   * of that one key would give it.
    */
   kvtier_lookup_result stop;
   /**
-   * Why, when `stop` is MISS; `KVTIER_MISS_NONE` otherwise.
+   * Why the prefix ends at `end` (`KVTIER_MISS_NONE` when it ends at the
+   * last key); when `stop` is MISS, why key `hits` missed.
    */
   kvtier_miss_reason reason;
+  /**
+   * Keys after the hits, before `end`, not ready yet but on their way
+   * (being written into the primary tier, promotions started now or
+   * earlier, or a tier asked to be asked again).  Since 0.3.
+   */
+  size_t pending;
+  /**
+   * Where the prefix ends: the first key no tier has (or that found no
+   * room, or timed out: see `reason`), else the number of keys.
+   * Since 0.3.
+   */
+  size_t end;
 } kvtier_lookup_answer;
 
 /**
@@ -1679,9 +1723,17 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
 
 /**
  * A secondary tier has the key, but the primary tier had no free slot to
- * bring it back into: asking again a step later may find it.
+ * bring it back into: asking again a step later may find it (but not
+ * while the request waits: its prefix stays ended there).
  */
 #define KVTIER_MISS_NO_ROOM 2
+
+/**
+ * The request waited for its blocks longer than the manager's wait bound
+ * (`progress_wait_steps`, `progress_wait_ms`): load what is ready and
+ * compute the rest.  Since 0.3.
+ */
+#define KVTIER_MISS_TIMED_OUT 3
 
 /**
  * The keys became readable in the tier.
@@ -1814,6 +1866,8 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1832,7 +1886,8 @@ const char *kvtier_last_error_message(void);
 /**
  * Returns the default manager options (the core defaults): 1024 slots,
  * "lru", no admission threshold, events off, RETRY for started
- * promotions, an error log of 64, one KV group; `struct_size` set.
+ * promotions, an error log of 64, one KV group, holds on and a wait bound
+ * of 16 steps; `struct_size` set.
  * Safe to call from any thread.
  */
 kvtier_manager_options kvtier_manager_options_default(void);
@@ -2826,29 +2881,38 @@ kvtier_status kvtier_manager_request_begin(const kvtier_manager *manager,
                                            kvtier_offload_policy *policy_out);
 
 /**
- * Looks up `len` keys of `request` in order and stops at the first that
- * is not HIT; writes to `*answer_out` how many leading keys are HIT
- * (`hits`) and how key `hits` answered (`stop`: `KVTIER_LOOKUP_HIT` when
- * every key is a hit).  The keys after it are not looked up: one call
- * does what one lookup per key, stopping at the first key not HIT, did.
+ * Looks up `len` keys of `request` as a prefix and starts, in one call,
+ * the promotions of the whole prefix the tiers hold.  Writes to
+ * `*answer_out` how many leading keys are ready now (`hits`), how many
+ * more are on their way (`pending`), and where the prefix ends (`end`:
+ * the first key no tier has, else `len`; `reason` says why it ends
+ * early).  The engine's pattern: while `pending` > 0, ask again next
+ * step (after `kvtier_manager_schedule_end`); then load `hits` keys with
+ * `kvtier_manager_prepare_load` and compute the rest.  Blocks in a
+ * secondary tier come back in two steps: this one starts every
+ * promotion, the next finds them ready.
  *
- * Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
- * written into it); on a primary miss, the first secondary tier that has
- * the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
- * `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
- * could not answer yet; else MISS, with `reason`
- * `KVTIER_MISS_NO_ROOM` when a secondary tier has the key but the primary
- * tier did not take it (no free slot, or its admission threshold did not
- * admit the key yet; asking a step later may find it) or
- * `KVTIER_MISS_ABSENT` (no tier has it, or none was asked: promotions
- * are held after a reset, or the request's filter excludes every tier).
- * Both reasons are counted (`misses_absent`, `misses_no_room`).
+ * After the leading hits, the scan goes on past keys that are not ready
+ * (being written, or in a tier that asked to be asked again) and past
+ * keys the primary tier lacks and a secondary tier has (the first that
+ * has it, in order, among those the request's filter allows), whose
+ * promotions it starts in key order, and ends at the first key no tier
+ * has (`KVTIER_MISS_ABSENT`; also when promotions are held after a reset).
+ * If the primary tier cannot take a promotion (no slot free of pins, or
+ * its admission threshold), the prefix ends there
+ * (`KVTIER_MISS_NO_ROOM`) and no later key is promoted.  `stop` is the
+ * answer key `hits` would get from `kvtier_manager_lookup_per_key`.
  *
- * The leading hits are not pinned: a promotion the stop key started may
- * evict one of them to make room, so an engine that loads them after a
- * RETRY or HIT_PENDING stop looks them up again first (or looks up one key
- * per call and pins each hit with `kvtier_manager_prepare_load` before the
- * next lookup).  A MISS stop started nothing.
+ * Progress (`progress_hold`, on by default): before it starts
+ * promotions, the lookup holds the prefix's hits, so its own promotions
+ * never evict a hit it reports; blocks promoted for a waiting request are
+ * held when they arrive.  Holds end at the request's next
+ * `kvtier_manager_prepare_load` (its pins take over the blocks it loads),
+ * its finish, the wait bound, or a reset.  While it waits, its prefix
+ * never grows past a key that found no room.  After the wait bound
+ * (`progress_wait_steps`, `progress_wait_ms`) the request's next lookup
+ * answers the first key not ready MISS, `KVTIER_MISS_TIMED_OUT`: every
+ * request's wait ends.
  *
  * The keys are read in place during the call.  Errors, nothing looked
  * up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
@@ -2865,6 +2929,38 @@ kvtier_status kvtier_manager_lookup(const kvtier_manager *manager,
                                     const kvtier_key *keys,
                                     size_t len,
                                     kvtier_lookup_answer *answer_out);
+
+/**
+ * vLLM 0.33's per-key lookups, batched: looks up `len` keys of `request`
+ * one at a time, in order, and stops at the first that is not HIT, with
+ * exactly the answers, promotions and counters of `len` calls of vLLM's
+ * `lookup` up to that key.  `*answer_out`: `hits` leading keys are HIT;
+ * `stop` is key `hits`'s answer (HIT when every key is); `pending` is 1
+ * when it is HIT_PENDING or RETRY, and `end` is `hits + pending`.
+ *
+ * Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
+ * written into it); on a primary miss, the first secondary tier that has
+ * the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
+ * `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
+ * could not answer yet; else MISS, with `reason` `KVTIER_MISS_NO_ROOM`
+ * (a tier has it, the primary tier did not take it),
+ * `KVTIER_MISS_TIMED_OUT` (the request waited past the bound) or
+ * `KVTIER_MISS_ABSENT`.  The leading hits are not held: a promotion the
+ * stop key started may evict one of them.  For the layer that mirrors
+ * vLLM's connector (which calls it one key at a time and scans on past
+ * RETRY) and for checks against vLLM; an engine of its own uses
+ * `kvtier_manager_lookup`, which starts a whole prefix's promotions at
+ * once.  Errors and safety as `kvtier_manager_lookup`.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads, each naming
+ * `len` readable bytes; `answer_out` valid for writes.
+ */
+kvtier_status kvtier_manager_lookup_per_key(const kvtier_manager *manager,
+                                            kvtier_request_handle request,
+                                            const kvtier_key *keys,
+                                            size_t len,
+                                            kvtier_lookup_answer *answer_out);
 
 /**
  * Pins `len` ready keys of `request` for a load to the GPU and writes

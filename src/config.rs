@@ -23,7 +23,9 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::primary::{PrimaryConfig, PrimaryTier};
 use crate::region::{Region, RegionOptions, SlotMemory};
-use crate::tiering::{BackpressureConfig, Manager, ManagerOptions, PromotionAnswer, TierOptions};
+use crate::tiering::{
+    BackpressureConfig, Manager, ManagerOptions, ProgressOptions, PromotionAnswer, TierOptions,
+};
 use crate::tiers::fs::{FsOptions, FsTier};
 use crate::tiers::redis::RedisTierConfig;
 
@@ -52,6 +54,10 @@ pub struct Config {
     pub promotion_answer: PromotionAnswer,
     /// How many messages the error log keeps.
     pub error_log_capacity: usize,
+    /// [beyond] Holds and the wait bound that keep waiting requests moving
+    /// (`"progress": {"hold": true, "wait_steps": 16, "wait_ms": 0}`;
+    /// `{"hold": false, "wait_steps": 0}` follows vLLM 0.33).
+    pub progress: ProgressOptions,
     /// Built-in secondary tiers, in lookup order (JSON only).
     pub tiers: Vec<TierConfig>,
     /// The `/metrics` endpoint (JSON only; none by default).
@@ -78,6 +84,7 @@ impl Default for Config {
             primary: PrimaryConfig::default(),
             promotion_answer: m.promotion_answer,
             error_log_capacity: m.error_log_capacity,
+            progress: m.progress,
             tiers: Vec::new(),
             metrics: None,
         }
@@ -232,6 +239,7 @@ impl Config {
             block_bytes: self.block_bytes,
             error_log_capacity: self.error_log_capacity,
             kv_groups: self.primary.kv_groups,
+            progress: self.progress,
         }
     }
 

@@ -134,13 +134,13 @@ fn a_wait_for_promotions_runs_from_the_lookup_that_started_one_to_the_one_that_f
     assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::HitPending);
     finish_held(&script, Duration::from_millis(1));
     collect(&m);
-    let answer = m.lookup_prefix(r, &[k(1), k(2)]).unwrap();
+    let answer = m.lookup_per_key(r, &[k(1), k(2)]).unwrap();
     assert_eq!((answer.hits, answer.stop), (1, LookupResult::Retry));
     assert_eq!(series(&m, None, "promotion_wait_seconds_count"), 0.0);
     m.on_schedule_end().unwrap();
     finish_held(&script, Duration::from_millis(1));
     collect(&m);
-    let answer = m.lookup_prefix(r, &[k(1), k(2), k(60)]).unwrap();
+    let answer = m.lookup_per_key(r, &[k(1), k(2), k(60)]).unwrap();
     let span = before.elapsed().as_secs_f64();
     assert_eq!((answer.hits, answer.stop), (2, LookupResult::Miss));
     assert_eq!(series(&m, None, "promotion_wait_seconds_count"), 1.0);

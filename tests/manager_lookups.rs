@@ -66,7 +66,7 @@ fn primary(capacity: u32, store_threshold: u32) -> Box<dyn PrimaryBackend> {
 }
 
 /// One engine's run, the same for both managers but for how it looks up:
-/// batched (`lookup_prefix`) in `a`, one key per call in `b`.  Every
+/// batched (`lookup_per_key`) in `a`, one key per call in `b`.  Every
 /// answer and every statistic must agree after every step.
 /// Returns the misses of each reason and the promotions started.
 fn same_run(
@@ -118,7 +118,7 @@ fn same_run(
         }
         let mut stores = Vec::new();
         for (r, ks) in &started {
-            let got: LookupAnswer = a.lookup_prefix(*r, ks).unwrap();
+            let got: LookupAnswer = a.lookup_per_key(*r, ks).unwrap();
             let want = one_by_one(&b, *r, ks);
             assert_eq!((got.hits, got.stop), want, "{what}: {ks:?}");
             match got.reason {
@@ -198,7 +198,7 @@ fn a_batch_stops_at_the_first_key_not_hit_and_looks_no_further() {
     // Hits past one read-together group, then a key a tier has.
     let mut ks = keys(0..8);
     ks.extend([k(20), k(21), k(22)]);
-    let a = m.lookup_prefix(r, &ks).unwrap();
+    let a = m.lookup_per_key(r, &ks).unwrap();
     assert_eq!(
         (a.hits, a.stop, a.reason),
         (8, LookupResult::Retry, None),
@@ -210,12 +210,12 @@ fn a_batch_stops_at_the_first_key_not_hit_and_looks_no_further() {
         (st.lookups, st.primary_hits, st.promotions_started),
         (9, 8, 1)
     );
-    let all = m.lookup_prefix(r, &keys(0..8)).unwrap();
+    let all = m.lookup_per_key(r, &keys(0..8)).unwrap();
     assert_eq!(
         (all.hits, all.stop, all.reason),
         (8, LookupResult::Hit, None)
     );
-    let none = m.lookup_prefix(r, &[]).unwrap();
+    let none = m.lookup_per_key(r, &[]).unwrap();
     assert_eq!((none.hits, none.stop), (0, LookupResult::Hit));
     assert_eq!(m.manager_stats().unwrap().lookups, 17);
 }
@@ -233,12 +233,12 @@ fn a_miss_says_whether_a_tier_has_the_key_and_both_are_counted() {
     m.complete_store(r, &[k(1)], true).unwrap();
     m.prepare_load(r, &[k(1)], &mut Vec::new()).unwrap();
     m.on_schedule_end().unwrap();
-    let a = m.lookup_prefix(r, &[k(1), k(2)]).unwrap();
+    let a = m.lookup_per_key(r, &[k(1), k(2)]).unwrap();
     assert_eq!(
         (a.hits, a.stop, a.reason),
         (1, LookupResult::Miss, Some(MissReason::NoRoom))
     );
-    let a = m.lookup_prefix(r, &[k(3)]).unwrap();
+    let a = m.lookup_per_key(r, &[k(3)]).unwrap();
     assert_eq!(
         (a.hits, a.stop, a.reason),
         (0, LookupResult::Miss, Some(MissReason::Absent))
@@ -252,7 +252,7 @@ fn a_miss_says_whether_a_tier_has_the_key_and_both_are_counted() {
     // Promotions held after a reset: no tier is asked, absent.
     m.complete_load(r, &[k(1)]).unwrap();
     m.reset_cache().unwrap();
-    let a = m.lookup_prefix(r, &[k(2)]).unwrap();
+    let a = m.lookup_per_key(r, &[k(2)]).unwrap();
     assert_eq!(a.reason, Some(MissReason::Absent));
     let st = m.manager_stats().unwrap();
     assert_eq!((st.held_misses, st.misses_absent), (1, 2));
@@ -260,7 +260,7 @@ fn a_miss_says_whether_a_tier_has_the_key_and_both_are_counted() {
     // No secondary tier at all: absent.
     let m = Manager::with_backend(primary(4, 0), ManagerOptions::default());
     let r = start(&m, "r");
-    let a = m.lookup_prefix(r, &[k(1)]).unwrap();
+    let a = m.lookup_per_key(r, &[k(1)]).unwrap();
     assert_eq!(
         (a.stop, a.reason),
         (LookupResult::Miss, Some(MissReason::Absent))
@@ -374,7 +374,7 @@ fn a_write_pending_stop_and_each_tiers_lookups_are_counted() {
     m.complete_store(r, &plan.to_store, true).unwrap();
     // k9 planned and not written yet: write pending.
     m.prepare_store(r, &[k(9)], &mut plan).unwrap();
-    let a = m.lookup_prefix(r, &keys(0..12)).unwrap();
+    let a = m.lookup_per_key(r, &keys(0..12)).unwrap();
     assert_eq!((a.hits, a.stop), (9, LookupResult::HitPending));
     let st = m.manager_stats().unwrap();
     assert_eq!(
@@ -383,7 +383,7 @@ fn a_write_pending_stop_and_each_tiers_lookups_are_counted() {
     );
     // Two misses reach the tier, one lookup each.
     for key in [k(20), k(21)] {
-        let a = m.lookup_prefix(r, &[key]).unwrap();
+        let a = m.lookup_per_key(r, &[key]).unwrap();
         assert_eq!(a.reason, Some(MissReason::Absent));
     }
     assert_eq!(s.lock().lookups, 2);

@@ -9,8 +9,10 @@
  * step):
  *   1. request_begin for every request of the batch (its handle is what
  *      every later call of the request takes);
- *   2. per request: one batched lookup of its keys, which looks them up in
- *      order and stops at the first that is not HIT: h leading HITs.  A
+ *   2. per request: one batched per-key lookup of its keys
+ *      (kvtier_manager_lookup_per_key: vLLM 0.33's answers, key by key),
+ *      which looks them up in order and stops at the first that is not
+ *      HIT: h leading HITs.  A
  *      HIT_PENDING or RETRY stop defers the request (it loads and stores
  *      nothing this step, and its h hits are not counted).  Otherwise
  *      prepare_load + touch the first h keys (if h > 0) and, on a MISS
@@ -23,6 +25,10 @@
  * After the last batch: while the manager reports pending work, at most 10
  * times, a step with no requests (schedule_end, then the event drain);
  * `steps` counts batches only.
+ *
+ * The manager follows vLLM 0.33's rules: no holds and no wait bound
+ * (progress_hold false, progress_wait_steps 0), so every counter is
+ * comparable with vLLM's.
  *
  * `--tiers mem` adds one secondary tier written in C against the vtable
  * (kvtier_tier_vtable): unbounded, HIT for every key it has stored, every
@@ -209,6 +215,10 @@ static counters replay_once(const options *o, const workload *wl) {
     mo.event_capacity = (size_t)1 << 24;
     mo.promotion_answer =
         o->hit_pending ? KVTIER_PROMOTION_ANSWER_HIT_PENDING : KVTIER_PROMOTION_ANSWER_RETRY;
+    /* vLLM's rules: nothing held, no wait bound. */
+    mo.progress_hold = false;
+    mo.progress_wait_steps = 0;
+    mo.progress_wait_ms = 0;
     kvtier_manager *m = NULL;
     CHECK(kvtier_manager_new(&mo, NULL, &m), "manager_new");
 
@@ -279,7 +289,7 @@ static counters replay_once(const options *o, const workload *wl) {
             s->deferred = false;
             s->n_store = 0;
             kvtier_lookup_answer answer;
-            CHECK(kvtier_manager_lookup(m, s->request, keys, r->n_keys, &answer), "lookup");
+            CHECK(kvtier_manager_lookup_per_key(m, s->request, keys, r->n_keys, &answer), "lookup");
             /* Counted as vLLM's one lookup call per key looked up. */
             size_t looked = answer.hits + (answer.stop != KVTIER_LOOKUP_HIT);
             c.manager_calls += looked;

@@ -16,7 +16,13 @@ _REASONS = {int(r): r for r in MissReason}
 
 def lookup_answer(c_answer: Any) -> LookupAnswer:
     """A ``kvtier_lookup_answer`` as a `LookupAnswer`."""
-    return LookupAnswer(c_answer.hits, _RESULTS[c_answer.stop], _REASONS[c_answer.reason])
+    return LookupAnswer(
+        c_answer.hits,
+        _RESULTS[c_answer.stop],
+        _REASONS[c_answer.reason],
+        pending=c_answer.pending,
+        end=c_answer.end,
+    )
 
 
 class PlanBuffers:

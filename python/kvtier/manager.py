@@ -65,6 +65,9 @@ class Manager:
     events).  `promotion_answer` is what a lookup that starts a promotion
     answers (``"retry"``, or ``"hit_pending"`` as vLLM 0.33).
     `block_bytes` is the block size for back-pressure per byte.
+    `progress_hold`, `progress_wait_steps` and `progress_wait_ms` keep
+    waiting requests moving (holds on, 16 steps, no time bound by default;
+    ``False, 0, 0`` follows vLLM 0.33: see `lookup`).
     `region`, if given, is the slot memory the built-in tiers copy through.
 
     Use it as a context manager, or call `close`.
@@ -82,6 +85,9 @@ class Manager:
         block_bytes: int = 0,
         error_log_capacity: int = 64,
         kv_groups: bool = False,
+        progress_hold: bool = True,
+        progress_wait_steps: int = 16,
+        progress_wait_ms: int = 0,
         region: Region | None = None,
     ):
         options = ffi.new("kvtier_manager_options *", lib.kvtier_manager_options_default())
@@ -97,6 +103,9 @@ class Manager:
         options.block_bytes = block_bytes
         options.error_log_capacity = error_log_capacity
         options.kv_groups = kv_groups
+        options.progress_hold = progress_hold
+        options.progress_wait_steps = progress_wait_steps
+        options.progress_wait_ms = progress_wait_ms
         out = ffi.new("kvtier_manager **")
         region_c = region.handle if region is not None else ffi.NULL
         check(lib.kvtier_manager_new(options, region_c, out), "kvtier_manager_new")
@@ -264,11 +273,23 @@ class Manager:
     # -- keys ---------------------------------------------------------
 
     def lookup(self, request: int, keys: Sequence[bytes]) -> LookupAnswer:
-        """Looks `keys` up in order for `request`, stopping at the first
-        that is not HIT (which may start a promotion)."""
+        """Looks `keys` up for `request` as a prefix and starts, in one call,
+        the promotions of every key of it the secondary tiers hold
+        (``kvtier_manager_lookup``).  While the answer's `pending` is above
+        0, call again next step (after `schedule_end`); then load its `hits`
+        keys and compute the rest."""
+        return self._lookup(lib.kvtier_manager_lookup, "kvtier_manager_lookup", request, keys)
+
+    def lookup_per_key(self, request: int, keys: Sequence[bytes]) -> LookupAnswer:
+        """vLLM 0.33's per-key answers: looks `keys` up one at a time, in
+        order, and stops at the first that is not HIT
+        (``kvtier_manager_lookup_per_key``)."""
+        return self._lookup(lib.kvtier_manager_lookup_per_key, "kvtier_manager_lookup_per_key", request, keys)
+
+    def _lookup(self, fn: Any, name: str, request: int, keys: Sequence[bytes]) -> LookupAnswer:
         array = key_array(keys)
         answer = ffi.new("kvtier_lookup_answer *")  # per call: threads share the manager
-        check(self._call(lib.kvtier_manager_lookup, request, array.ptr, array.len, answer), "kvtier_manager_lookup")
+        check(self._call(fn, request, array.ptr, array.len, answer), name)
         return lookup_answer(answer)
 
     def prepare_load(self, request: int, keys: Sequence[bytes]) -> list[int]:

@@ -36,11 +36,13 @@ class LookupResult(enum.IntEnum):
 
 
 class MissReason(enum.IntEnum):
-    """Why a lookup answered MISS (``KVTIER_MISS_*``)."""
+    """Why a lookup answered MISS, or why its prefix ends early
+    (``KVTIER_MISS_*``)."""
 
     NONE = CONSTANTS["KVTIER_MISS_NONE"]
     ABSENT = CONSTANTS["KVTIER_MISS_ABSENT"]
     NO_ROOM = CONSTANTS["KVTIER_MISS_NO_ROOM"]
+    TIMED_OUT = CONSTANTS["KVTIER_MISS_TIMED_OUT"]
 
 
 class EventKind(enum.IntEnum):
@@ -90,13 +92,22 @@ class PromotionAnswer(enum.IntEnum):
 
 @dataclass(frozen=True)
 class LookupAnswer:
-    """A batched lookup's answer: `hits` leading keys are HIT, then key
-    `hits` answered `stop` (HIT when every key is a hit), with `reason`
-    when it is a MISS."""
+    """A batched lookup's answer: `hits` leading keys are ready now,
+    `pending` more are on their way before `end`, where the prefix ends
+    (`reason` says why, when it ends before the last key).  `stop` is how
+    key `hits` answered (HIT when every key is a hit).  Nothing to wait
+    for exactly when `pending` is 0: load `hits` keys, compute the rest."""
 
     hits: int
     stop: LookupResult
     reason: MissReason = MissReason.NONE
+    pending: int = 0
+    end: int = 0
+
+    @property
+    def settled(self) -> bool:
+        """Whether nothing is on its way (`pending` is 0)."""
+        return self.pending == 0
 
 
 @dataclass(frozen=True)

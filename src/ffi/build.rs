@@ -26,7 +26,9 @@ use crate::config::{Config, SlotSource};
 use crate::error::Error;
 use crate::primary::{PolicyKind, PrimaryConfig};
 use crate::request::Locality;
-use crate::tiering::{BackpressureConfig, PressurePolicy, PromotionAnswer, TierOptions};
+use crate::tiering::{
+    BackpressureConfig, PressurePolicy, ProgressOptions, PromotionAnswer, TierOptions,
+};
 
 /// What a lookup that starts a promotion answers: a
 /// `KVTIER_PROMOTION_ANSWER_*` value.
@@ -83,6 +85,20 @@ pub struct kvtier_manager_options {
     /// (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing changes).
     /// Default false: one group.
     pub kv_groups: bool,
+    /// Hold the blocks a waiting request was promised (the hits of a
+    /// lookup that starts promotions, and the blocks promoted for it) until
+    /// its `kvtier_manager_prepare_load`, its finish, or the wait bound
+    /// (default true).  See `kvtier_manager_lookup`.  Since 0.3.
+    pub progress_hold: bool,
+    /// A request waits for blocks on their way at most this many steps
+    /// (`kvtier_manager_schedule_end` calls); then its lookups answer the
+    /// first key not ready MISS, `KVTIER_MISS_TIMED_OUT` (default 16; 0: no
+    /// bound in steps).  Since 0.3.
+    pub progress_wait_steps: u32,
+    /// A request waits at most this many milliseconds (default 0: no bound
+    /// in time).  `progress_hold` false with both bounds 0 follows vLLM
+    /// 0.33 exactly.  Since 0.3.
+    pub progress_wait_ms: u32,
 }
 
 /// Per-tier options of `kvtier_manager_add_tier`.  Initialize with
@@ -191,7 +207,8 @@ pub(crate) unsafe fn opt_str<'a>(
 
 /// Returns the default manager options (the core defaults): 1024 slots,
 /// "lru", no admission threshold, events off, RETRY for started
-/// promotions, an error log of 64, one KV group; `struct_size` set.
+/// promotions, an error log of 64, one KV group, holds on and a wait bound
+/// of 16 steps; `struct_size` set.
 /// Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kvtier_manager_options_default() -> kvtier_manager_options {
@@ -210,6 +227,9 @@ pub extern "C" fn kvtier_manager_options_default() -> kvtier_manager_options {
         block_bytes: d.block_bytes,
         error_log_capacity: d.error_log_capacity,
         kv_groups: d.primary.kv_groups,
+        progress_hold: d.progress.hold,
+        progress_wait_steps: d.progress.wait_steps,
+        progress_wait_ms: d.progress.wait_ms,
     }
 }
 
@@ -245,6 +265,11 @@ pub(crate) unsafe fn manager_config_of(
         },
         promotion_answer,
         error_log_capacity: o.error_log_capacity,
+        progress: ProgressOptions {
+            hold: o.progress_hold,
+            wait_steps: o.progress_wait_steps,
+            wait_ms: o.progress_wait_ms,
+        },
         tiers: Vec::new(),
         metrics: None,
     })

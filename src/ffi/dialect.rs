@@ -31,20 +31,38 @@ pub const KVTIER_MISS_NONE: kvtier_miss_reason = 0;
 /// No tier has the key.
 pub const KVTIER_MISS_ABSENT: kvtier_miss_reason = 1;
 /// A secondary tier has the key, but the primary tier had no free slot to
-/// bring it back into: asking again a step later may find it.
+/// bring it back into: asking again a step later may find it (but not
+/// while the request waits: its prefix stays ended there).
 pub const KVTIER_MISS_NO_ROOM: kvtier_miss_reason = 2;
+/// The request waited for its blocks longer than the manager's wait bound
+/// (`progress_wait_steps`, `progress_wait_ms`): load what is ready and
+/// compute the rest.  Since 0.3.
+pub const KVTIER_MISS_TIMED_OUT: kvtier_miss_reason = 3;
 
-/// The answer of a batched lookup: how many leading keys are HIT, and how
-/// the first other key answered.  The keys after it were not looked up.
+/// The answer of a batched lookup: how many leading keys are ready now
+/// (`hits`), how many more are on their way (`pending`), and where the
+/// prefix ends (`end`).  Keys `hits..end` are ready or on their way;
+/// `pending` is 0 exactly when `hits == end`, when there is nothing to
+/// wait for.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct kvtier_lookup_answer {
-    /// Number of leading keys that are HIT.
+    /// Number of leading keys that are HIT: ready in the primary tier.
     pub hits: usize,
-    /// The answer of key `hits` (HIT when every key is a hit).
+    /// The answer of key `hits` (HIT when every key is a hit), as a lookup
+    /// of that one key would give it.
     pub stop: kvtier_lookup_result,
-    /// Why, when `stop` is MISS; `KVTIER_MISS_NONE` otherwise.
+    /// Why the prefix ends at `end` (`KVTIER_MISS_NONE` when it ends at the
+    /// last key); when `stop` is MISS, why key `hits` missed.
     pub reason: kvtier_miss_reason,
+    /// Keys after the hits, before `end`, not ready yet but on their way
+    /// (being written into the primary tier, promotions started now or
+    /// earlier, or a tier asked to be asked again).  Since 0.3.
+    pub pending: usize,
+    /// Where the prefix ends: the first key no tier has (or that found no
+    /// room, or timed out: see `reason`), else the number of keys.
+    /// Since 0.3.
+    pub end: usize,
 }
 
 /// An owned copy of one key: `len` bytes of `bytes`.

@@ -280,10 +280,13 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
             PrimaryLookup::HitPending => (KVTIER_LOOKUP_HIT_PENDING, KVTIER_MISS_NONE),
             PrimaryLookup::Hit => (KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE),
         };
+        let pending = usize::from(stop == KVTIER_LOOKUP_HIT_PENDING);
         *answer = kvtier_lookup_answer {
             hits: found.hits,
             stop,
             reason,
+            pending,
+            end: found.hits + pending,
         };
         Ok(())
     })

@@ -11,8 +11,8 @@ use std::ffi::c_char;
 use super::boundary::{Failure, enter, ffi_call, in_slice, in_str, out_ref, out_slice};
 use super::dialect::{
     KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_HIT_PENDING, KVTIER_LOOKUP_MISS, KVTIER_LOOKUP_RETRY,
-    KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, kvtier_lookup_answer,
-    kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
+    KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, KVTIER_MISS_TIMED_OUT,
+    kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
 use super::key::{CheckedKeys, kvtier_key, read_keys, read_views, with_views};
 use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
@@ -22,7 +22,7 @@ use super::tier::{
 use crate::key::Key;
 use crate::request::RequestId;
 use crate::tiering::backend::{StoreOutcome, StorePlan};
-use crate::tiering::{LookupResult, MissReason, OffloadPolicy};
+use crate::tiering::{LookupAnswer, LookupResult, MissReason, OffloadPolicy};
 
 thread_local! {
     /// Per-thread scratch for key and slot batches (no allocation per call).
@@ -89,29 +89,38 @@ pub unsafe extern "C" fn kvtier_manager_request_begin(
     })
 }
 
-/// Looks up `len` keys of `request` in order and stops at the first that
-/// is not HIT; writes to `*answer_out` how many leading keys are HIT
-/// (`hits`) and how key `hits` answered (`stop`: `KVTIER_LOOKUP_HIT` when
-/// every key is a hit).  The keys after it are not looked up: one call
-/// does what one lookup per key, stopping at the first key not HIT, did.
+/// Looks up `len` keys of `request` as a prefix and starts, in one call,
+/// the promotions of the whole prefix the tiers hold.  Writes to
+/// `*answer_out` how many leading keys are ready now (`hits`), how many
+/// more are on their way (`pending`), and where the prefix ends (`end`:
+/// the first key no tier has, else `len`; `reason` says why it ends
+/// early).  The engine's pattern: while `pending` > 0, ask again next
+/// step (after `kvtier_manager_schedule_end`); then load `hits` keys with
+/// `kvtier_manager_prepare_load` and compute the rest.  Blocks in a
+/// secondary tier come back in two steps: this one starts every
+/// promotion, the next finds them ready.
 ///
-/// Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
-/// written into it); on a primary miss, the first secondary tier that has
-/// the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
-/// `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
-/// could not answer yet; else MISS, with `reason`
-/// `KVTIER_MISS_NO_ROOM` when a secondary tier has the key but the primary
-/// tier did not take it (no free slot, or its admission threshold did not
-/// admit the key yet; asking a step later may find it) or
-/// `KVTIER_MISS_ABSENT` (no tier has it, or none was asked: promotions
-/// are held after a reset, or the request's filter excludes every tier).
-/// Both reasons are counted (`misses_absent`, `misses_no_room`).
+/// After the leading hits, the scan goes on past keys that are not ready
+/// (being written, or in a tier that asked to be asked again) and past
+/// keys the primary tier lacks and a secondary tier has (the first that
+/// has it, in order, among those the request's filter allows), whose
+/// promotions it starts in key order, and ends at the first key no tier
+/// has (`KVTIER_MISS_ABSENT`; also when promotions are held after a reset).
+/// If the primary tier cannot take a promotion (no slot free of pins, or
+/// its admission threshold), the prefix ends there
+/// (`KVTIER_MISS_NO_ROOM`) and no later key is promoted.  `stop` is the
+/// answer key `hits` would get from `kvtier_manager_lookup_per_key`.
 ///
-/// The leading hits are not pinned: a promotion the stop key started may
-/// evict one of them to make room, so an engine that loads them after a
-/// RETRY or HIT_PENDING stop looks them up again first (or looks up one key
-/// per call and pins each hit with `kvtier_manager_prepare_load` before the
-/// next lookup).  A MISS stop started nothing.
+/// Progress (`progress_hold`, on by default): before it starts
+/// promotions, the lookup holds the prefix's hits, so its own promotions
+/// never evict a hit it reports; blocks promoted for a waiting request are
+/// held when they arrive.  Holds end at the request's next
+/// `kvtier_manager_prepare_load` (its pins take over the blocks it loads),
+/// its finish, the wait bound, or a reset.  While it waits, its prefix
+/// never grows past a key that found no room.  After the wait bound
+/// (`progress_wait_steps`, `progress_wait_ms`) the request's next lookup
+/// answers the first key not ready MISS, `KVTIER_MISS_TIMED_OUT`: every
+/// request's wait ends.
 ///
 /// The keys are read in place during the call.  Errors, nothing looked
 /// up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
@@ -135,22 +144,72 @@ pub unsafe extern "C" fn kvtier_manager_lookup(
         let keys = unsafe { CheckedKeys::new(keys, len) }?;
         let out = unsafe { out_ref(answer_out, "answer_out") }?;
         let a = m.lookup_prefix_with(RequestId(request), keys.len(), |j| keys.bytes(j))?;
-        *out = kvtier_lookup_answer {
-            hits: a.hits,
-            stop: match a.stop {
-                LookupResult::Miss => KVTIER_LOOKUP_MISS,
-                LookupResult::Hit => KVTIER_LOOKUP_HIT,
-                LookupResult::HitPending => KVTIER_LOOKUP_HIT_PENDING,
-                LookupResult::Retry => KVTIER_LOOKUP_RETRY,
-            },
-            reason: match a.reason {
-                None => KVTIER_MISS_NONE,
-                Some(MissReason::Absent) => KVTIER_MISS_ABSENT,
-                Some(MissReason::NoRoom) => KVTIER_MISS_NO_ROOM,
-            },
-        };
+        *out = lookup_answer(&a);
         Ok(())
     })
+}
+
+/// vLLM 0.33's per-key lookups, batched: looks up `len` keys of `request`
+/// one at a time, in order, and stops at the first that is not HIT, with
+/// exactly the answers, promotions and counters of `len` calls of vLLM's
+/// `lookup` up to that key.  `*answer_out`: `hits` leading keys are HIT;
+/// `stop` is key `hits`'s answer (HIT when every key is); `pending` is 1
+/// when it is HIT_PENDING or RETRY, and `end` is `hits + pending`.
+///
+/// Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
+/// written into it); on a primary miss, the first secondary tier that has
+/// the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
+/// `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
+/// could not answer yet; else MISS, with `reason` `KVTIER_MISS_NO_ROOM`
+/// (a tier has it, the primary tier did not take it),
+/// `KVTIER_MISS_TIMED_OUT` (the request waited past the bound) or
+/// `KVTIER_MISS_ABSENT`.  The leading hits are not held: a promotion the
+/// stop key started may evict one of them.  For the layer that mirrors
+/// vLLM's connector (which calls it one key at a time and scans on past
+/// RETRY) and for checks against vLLM; an engine of its own uses
+/// `kvtier_manager_lookup`, which starts a whole prefix's promotions at
+/// once.  Errors and safety as `kvtier_manager_lookup`.
+///
+/// # Safety
+/// `manager` a live handle; `keys` valid for `len` reads, each naming
+/// `len` readable bytes; `answer_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_lookup_per_key(
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    answer_out: *mut kvtier_lookup_answer,
+) -> super::kvtier_status {
+    ffi_call!({
+        let m = unsafe { enter::<kvtier_manager>(manager) }?;
+        let keys = unsafe { CheckedKeys::new(keys, len) }?;
+        let out = unsafe { out_ref(answer_out, "answer_out") }?;
+        let a = m.lookup_per_key_with(RequestId(request), keys.len(), |j| keys.bytes(j))?;
+        *out = lookup_answer(&a);
+        Ok(())
+    })
+}
+
+/// The C form of a manager's lookup answer.
+fn lookup_answer(a: &LookupAnswer) -> kvtier_lookup_answer {
+    kvtier_lookup_answer {
+        hits: a.hits,
+        stop: match a.stop {
+            LookupResult::Miss => KVTIER_LOOKUP_MISS,
+            LookupResult::Hit => KVTIER_LOOKUP_HIT,
+            LookupResult::HitPending => KVTIER_LOOKUP_HIT_PENDING,
+            LookupResult::Retry => KVTIER_LOOKUP_RETRY,
+        },
+        reason: match a.reason {
+            None => KVTIER_MISS_NONE,
+            Some(MissReason::Absent) => KVTIER_MISS_ABSENT,
+            Some(MissReason::NoRoom) => KVTIER_MISS_NO_ROOM,
+            Some(MissReason::TimedOut) => KVTIER_MISS_TIMED_OUT,
+        },
+        pending: a.pending,
+        end: a.end,
+    }
 }
 
 /// Pins `len` ready keys of `request` for a load to the GPU and writes

@@ -66,6 +66,8 @@ mod jobs;
 mod lookup;
 mod observe;
 mod poll;
+mod prefix;
+mod progress;
 mod report;
 mod setup;
 mod step;
@@ -75,6 +77,7 @@ pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{ManagerStats, TakenBatch, TakenEvents};
 use poll::CompletionQueue;
+pub use progress::ProgressOptions;
 pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
 
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -109,6 +112,9 @@ pub struct ManagerOptions {
     /// call that takes keys (lookups included) then refuses a key shorter
     /// than 5 bytes as `InvalidKey`, before anything changes.
     pub kv_groups: bool,
+    /// [beyond] How waiting requests are kept moving: holds and the wait
+    /// bound (default on; [`ProgressOptions::VLLM`] follows vLLM 0.33).
+    pub progress: ProgressOptions,
 }
 
 impl Default for ManagerOptions {
@@ -118,6 +124,7 @@ impl Default for ManagerOptions {
             block_bytes: 0,
             error_log_capacity: 64,
             kv_groups: false,
+            progress: ProgressOptions::default(),
         }
     }
 }
@@ -256,8 +263,11 @@ struct ReqState {
     finished: bool,
     parked: Vec<Key>,
     staged: u32,
-    /// What happened to it, for its report and the promotion-wait histogram.
+    /// What happened to it, for its counters, its report and the
+    /// promotion-wait histogram.
     tally: report::RequestTally,
+    /// Its wait, holds and promotions in flight.
+    progress: progress::RequestProgress,
 }
 
 impl ReqState {
@@ -283,6 +293,10 @@ struct State {
     names: RequestNames,
     reqs: FastMap<RequestId, ReqState>,
     gate_spent: bool,
+    /// Steps ended (`on_schedule_end` calls).
+    steps: u64,
+    /// Requests that may wait (checked against the bound at each step's end).
+    waiting_reqs: Vec<RequestId>,
     staged: Vec<Staged>,
     parked_reqs: Vec<RequestId>,
     held: bool,
@@ -308,6 +322,8 @@ struct State {
     keys_a: Vec<Key>,
     keys_b: Vec<Key>,
     slots_b: Vec<u32>,
+    slots_c: Vec<u32>,
+    found: Vec<(usize, prefix::Found)>,
     plan: StorePlan,
     events: Vec<Event>,
     ids: Vec<RequestId>,
@@ -392,6 +408,7 @@ impl Manager {
                 parked: Vec::new(),
                 staged: 0,
                 tally: report::RequestTally::default(),
+                progress: progress::RequestProgress::default(),
             },
         );
         let policy = if request_level != 0 {
@@ -415,7 +432,7 @@ impl Manager {
         s.check_keys(keys.len(), |j| &keys[j])?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load(request, keys, slots_out)?;
-        s.note_loaded(request, keys.len());
+        s.on_loaded(request, keys.len(), |j| keys[j].as_bytes());
         Ok(())
     }
 
@@ -556,6 +573,8 @@ impl Manager {
         let mut s = self.enter("on_request_finished")?;
         let rid = s.active(request)?;
         s.primary.on_request_finished(rid)?;
+        s.forget_holds(rid);
+        s.end_wait(rid);
         if let Some(st) = s.reqs.get_mut(&rid) {
             st.finished = true;
         }

@@ -14,8 +14,8 @@ pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
 pub use manager::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,
-    PromotionAnswer, RequestParams, RequestReport, RequestReportListener, StartedRequest,
-    TakenBatch, TakenEvents, TierOptions,
+    ProgressOptions, PromotionAnswer, RequestParams, RequestReport, RequestReportListener,
+    StartedRequest, TakenBatch, TakenEvents, TierOptions,
 };
 pub use notify::Notifier;
 pub use tier::{

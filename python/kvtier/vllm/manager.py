@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,13 +86,23 @@ def build_kvtier_manager(
     max_tracker_size: int = 64_000,
     builtin_tiers: Sequence[dict[str, Any]] = (),
     region: Any = None,
+    progress: Mapping[str, Any] | None = None,
 ) -> tuple[Manager, list[str]]:
     """A kvtier manager with vLLM's CPU-manager options (0.33's behaviour:
     HIT_PENDING for started promotions, keys with KV groups) and the
     built-in tiers of `builtin_tiers` (``{"type": "fs", "directory": ...}``
     or ``{"type": "redis", ...}``); and the tiers' labels.  A zero-chunk
     cache (vLLM allows one) is a one-slot kvtier manager that
-    `KvtierOffloadingManager` never stores into."""
+    `KvtierOffloadingManager` never stores into.  `progress` None follows
+    vLLM 0.33 (nothing held, no wait bound); a mapping turns kvtier's
+    holds and wait bound on (``{"hold": True, "wait_steps": 16,
+    "wait_ms": 0}``, each key optional)."""
+    if progress is not None and not isinstance(progress, Mapping):
+        raise TypeError(f"kvtier_progress: expected a mapping, got {type(progress).__name__}")
+    progress = dict(progress) if progress is not None else {"hold": False, "wait_steps": 0, "wait_ms": 0}
+    unknown = set(progress) - {"hold", "wait_steps", "wait_ms"}
+    if unknown:
+        raise ValueError(f"kvtier_progress: unknown keys {sorted(unknown)}")
     manager = Manager(
         max(num_chunks, 1),
         policy=cache_policy,
@@ -101,6 +111,9 @@ def build_kvtier_manager(
         event_capacity=_EVENT_CAPACITY if enable_events else 0,
         promotion_answer="hit_pending",
         kv_groups=True,
+        progress_hold=bool(progress.get("hold", True)),
+        progress_wait_steps=int(progress.get("wait_steps", 16)),
+        progress_wait_ms=int(progress.get("wait_ms", 0)),
         region=region,
     )
     labels = []
@@ -191,6 +204,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         builtin_tiers: Sequence[dict[str, Any]] = (),
         region: Any = None,
         tiering: bool = False,
+        progress: Mapping[str, Any] | None = None,
     ) -> None:
         manager, labels = build_kvtier_manager(
             num_chunks,
@@ -200,6 +214,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
             max_tracker_size=max_tracker_size,
             builtin_tiers=builtin_tiers,
             region=region,
+            progress=progress,
         )
         KvtierOffloadingManager.__init__(
             self,
@@ -306,9 +321,9 @@ class KvtierOffloadingManager(v.OffloadingManager):
         c_key.data = data
         c_key.len = length
         answer = ffi.new("kvtier_lookup_answer *")
-        status = self._m._call(lib.kvtier_manager_lookup, handle, c_key, 1, answer)
+        status = self._m._call(lib.kvtier_manager_lookup_per_key, handle, c_key, 1, answer)
         if status:
-            check(status, "kvtier_manager_lookup")
+            check(status, "kvtier_manager_lookup_per_key")
         return _HIT if answer.hits else _ANSWERS[answer.stop]
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:

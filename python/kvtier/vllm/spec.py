@@ -110,6 +110,7 @@ class KvtierOffloadingSpec(OffloadingSpec):
                 vllm_tiers=self._vllm_tiers(region) if region is not None else [],
                 builtin_tiers=tiers,
                 region=region.region if region is not None else None,
+                progress=self.extra_config.get("kvtier_progress"),
             )
         return self._manager
 

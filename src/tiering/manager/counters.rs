@@ -32,6 +32,9 @@ pub(super) struct TierCounters {
     /// Event takes that took [`MAX_EVENTS_PER_TAKE`](crate::tiering::MAX_EVENTS_PER_TAKE)
     /// events and left the rest.
     pub(super) event_limit_reached: u64,
+    /// Blocks finished requests loaded that were promoted for them from
+    /// this tier (each request counted once, when it is let go).
+    pub(super) request_blocks_served: u64,
 }
 
 /// What the manager counted of its own.
@@ -46,6 +49,15 @@ pub(super) struct ManagerCounters {
     pub(super) held_misses: u64,
     pub(super) misses_absent: u64,
     pub(super) misses_no_room: u64,
+    pub(super) misses_timed_out: u64,
+    /// Waits that passed the bound.
+    pub(super) wait_timeouts: u64,
+    /// Per request, counted once when the manager lets it go.
+    pub(super) requests_finished: u64,
+    pub(super) request_blocks_asked: u64,
+    pub(super) request_blocks_served_primary: u64,
+    pub(super) request_blocks_recomputed: u64,
+    pub(super) request_wait_steps: u64,
     pub(super) store_refusals: u64,
     pub(super) ignored_store_completions: u64,
     pub(super) parked_keys: u64,

@@ -21,7 +21,7 @@ impl Manager {
         s.check_keys(keys.len(), |j| keys[j])?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load_bytes(request, keys, slots_out)?;
-        s.note_loaded(request, keys.len());
+        s.on_loaded(request, keys.len(), |j| keys[j]);
         Ok(())
     }
 

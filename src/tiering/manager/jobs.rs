@@ -97,13 +97,13 @@ impl State {
         if r.success {
             self.tiers[t].c.bytes_loaded += r.bytes;
             self.primary.complete_promotion(&job.keys, true);
-            self.note_promotion_done(job, job.keys.len());
+            self.note_promotion_done(t, job, &job.keys);
             return;
         }
         self.tiers[t].c.promotion_failures += 1;
         let Some(list) = &r.succeeded_keys else {
             self.primary.complete_promotion(&job.keys, false);
-            self.note_promotion_done(job, 0);
+            self.note_promotion_done(t, job, &[]);
             return;
         };
         if let Some(bad) = list.iter().find(|k| !job.keys.contains(k)) {
@@ -114,13 +114,13 @@ impl State {
                 job.id.0
             ));
             self.primary.complete_promotion(&job.keys, false);
-            self.note_promotion_done(job, 0);
+            self.note_promotion_done(t, job, &[]);
             return;
         }
         self.tiers[t].c.partial_promotions += 1;
-        self.note_promotion_done(job, list.len());
         self.tiers[t].c.bytes_loaded += r.bytes;
         self.primary.complete_promotion(list, true);
+        self.note_promotion_done(t, job, list);
         let mut rest = std::mem::take(&mut self.keys_b);
         rest.clear();
         rest.extend(job.keys.iter().filter(|k| !list.contains(k)));

@@ -1,19 +1,21 @@
 //! What the manager records per request, and what it feeds: the
-//! manager-wide histogram of the time requests wait for promotions (from
-//! the first lookup that started one to the lookup that found the blocks
-//! ready), and, when an engine asks for them, one [`RequestReport`] per
-//! finished request (keys looked up, hits per tier, blocks loaded, stored,
-//! promoted, failed, time waiting for promotions), for a JSONL trace or
+//! per-request counters (requests finished, blocks asked for, served from
+//! each tier, recomputed, steps waited: each request counted once, when
+//! the manager lets it go), the manager-wide histogram of the time
+//! requests wait for blocks on their way (see `progress.rs` for when a
+//! wait begins and ends), and, when an engine asks for them, one
+//! [`RequestReport`] per finished request, for a JSONL trace or
 //! OpenTelemetry spans.
 //!
-//! Recording allocates nothing and takes no lock beyond the manager's own,
-//! which every call already holds.  A lookup that neither started a
-//! promotion nor ended a wait touches no request state unless reports are
-//! on.
+//! Recording allocates nothing per key and takes no lock beyond the
+//! manager's own, which every call already holds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{Error, Job, LookupAnswer, LookupResult, Manager, ReqState, RequestId, Result, State};
+use super::progress::WaitEnded;
+use super::{
+    Job, Key, LookupAnswer, LookupResult, Manager, MissReason, ReqState, RequestId, Result, State,
+};
 use crate::histogram::{Histogram, LATENCY_BUCKETS, LATENCY_SECONDS_BOUNDS};
 use crate::primary::CompleteStoreReport;
 use crate::stats::Stat;
@@ -47,11 +49,23 @@ pub struct RequestReport<'a> {
     /// Keys of its stores that failed (dropped) and of its promotions
     /// that failed.
     pub failed: u64,
-    /// Time it waited for promotions: each wait runs from a lookup that
-    /// started a promotion to its first later lookup that stopped at a
-    /// HIT or a MISS; a wait still running when it finished counts up to
-    /// then.
+    /// Time it waited for blocks on their way: each wait runs from a
+    /// lookup that left keys on their way to the first later lookup that
+    /// left none (or its `prepare_load`, or the wait bound); a wait still
+    /// running when it finished counts up to then.
     pub promotion_wait: Duration,
+    /// Blocks it asked for: the keys of its largest lookup (per-key
+    /// lookups: those of one step together).
+    pub asked: u64,
+    /// Blocks it loaded, by the tier they came from: `[0]` already in the
+    /// primary tier, `[t]` promoted for it from secondary tier `t`.  One
+    /// entry per tier; they sum to `loaded`.
+    pub served: &'a [u64],
+    /// Blocks it asked for and did not load (`asked - loaded`, at least
+    /// 0): the engine computes them.
+    pub recomputed: u64,
+    /// Steps (`on_schedule_end` calls) it spent waiting.
+    pub steps_waited: u64,
 }
 
 /// Receives the report of each finished request, on the thread of the
@@ -67,10 +81,10 @@ pub(super) struct Observations {
     /// observation per wait.
     promotion_wait: Histogram<LATENCY_BUCKETS>,
     listener: Option<RequestReportListener>,
-    /// The tier (number) the last promotion a lookup started came from.
-    promoted_from: usize,
     /// The hits per tier of the report being delivered (reused).
     hits: Vec<u64>,
+    /// The served blocks per tier of the report being delivered (reused).
+    served: Vec<u64>,
 }
 
 impl Default for Observations {
@@ -78,8 +92,8 @@ impl Default for Observations {
         Observations {
             promotion_wait: Histogram::new(&LATENCY_SECONDS_BOUNDS),
             listener: None,
-            promoted_from: 0,
             hits: Vec::new(),
+            served: Vec::new(),
         }
     }
 }
@@ -101,43 +115,83 @@ impl Observations {
 
     /// Whether requests are tallied for reports.
     #[inline]
-    fn reporting(&self) -> bool {
+    pub(super) fn reporting(&self) -> bool {
         self.listener.is_some()
+    }
+
+    /// Records a request's wait that ended.
+    pub(super) fn record_wait(&mut self, ended: WaitEnded) {
+        self.promotion_wait.record(ended.time.as_secs_f64());
     }
 }
 
 /// What happened to one request so far.
 #[derive(Debug, Default)]
 pub(super) struct RequestTally {
-    /// When the wait for promotions began (the first lookup that started
-    /// one), while it lasts.
-    wait_since: Option<Instant>,
-    /// Time spent waiting for promotions, waits that ended summed.
+    /// Time spent waiting for blocks on their way, waits that ended summed.
     waited: Duration,
+    /// Steps spent waiting, waits that ended summed.
+    steps_waited: u64,
     lookups: u64,
     primary_hits: u64,
     /// Promotions started per secondary tier (`[t - 1]` for tier `t`),
     /// grown on the first.
     promotions: Vec<u64>,
-    loaded: u64,
+    /// Keys pinned by its loads.
+    pub(super) loaded: u64,
+    /// Loaded blocks promoted for it, per secondary tier (`[t - 1]`),
+    /// grown on the first.
+    served: Vec<u64>,
+    /// Blocks asked for: the keys of its largest lookup.
+    asked: u64,
+    /// The step (plus one) of its latest per-key lookup, and the keys
+    /// those of that step looked up.
+    asked_step: u64,
+    asked_in_step: u64,
     stored: u64,
     promoted: u64,
     failed: u64,
 }
 
 impl RequestTally {
-    /// Whether a wait for promotions is running.
-    #[inline]
-    pub(super) fn waiting(&self) -> bool {
-        self.wait_since.is_some()
-    }
-
     /// Counts a store completion of the request.
     #[inline]
     pub(super) fn on_store(&mut self, report: &CompleteStoreReport) {
         self.stored += report.ready as u64;
         self.failed += report.dropped as u64;
     }
+
+    /// Counts a wait that ended.
+    #[inline]
+    pub(super) fn on_wait_ended(&mut self, ended: WaitEnded) {
+        self.waited += ended.time;
+        self.steps_waited += ended.steps;
+    }
+
+    /// Counts a loaded block promoted for it from secondary tier `t`
+    /// (tier number, 1..).
+    pub(super) fn served_from(&mut self, t: usize) {
+        bump(&mut self.served, t - 1);
+    }
+
+    /// Counts a promotion started for it from secondary tier `t` (internal
+    /// index).
+    pub(super) fn promotion_from(&mut self, t: usize) {
+        bump(&mut self.promotions, t);
+    }
+
+    /// Blocks it loaded that were promoted for it.
+    fn served_by_tiers(&self) -> u64 {
+        self.served.iter().sum()
+    }
+}
+
+/// Adds one at `i`, growing `v` (at most one entry per tier).
+fn bump(v: &mut Vec<u64>, i: usize) {
+    if v.len() <= i {
+        v.resize(i + 1, 0);
+    }
+    v[i] += 1;
 }
 
 impl Manager {
@@ -157,90 +211,117 @@ impl Manager {
 }
 
 impl State {
-    /// Whether `id` names a started request that is not finished (else
-    /// [`Error::UnknownRequest`], as [`State::active`]), and if so whether
-    /// it is waiting for promotions.
-    #[inline]
-    pub(super) fn active_waiting(&self, id: RequestId) -> Result<bool> {
-        match self.reqs.get(&id) {
-            Some(st) if !st.finished => Ok(st.tally.waiting()),
-            _ => Err(Error::UnknownRequest(id.to_string())),
-        }
-    }
-
-    /// Notes a lookup call of `request` that answered `answer`, started a
-    /// promotion (`started`: from tier `obs.promoted_from`), and found the
-    /// request `waiting` for promotions before: a wait begins at the first
-    /// such call and ends at the first later call that stops at a HIT or
-    /// a MISS.
+    /// Notes a lookup call of `request` over `n` keys that answered
+    /// `answer` (`prefix`: [`Manager::lookup_prefix`], else
+    /// [`Manager::lookup_per_key`]): the blocks it asks for, its report's
+    /// counts, and its wait, which begins at a lookup that leaves keys on
+    /// their way and ends at one that leaves none (for per-key lookups: a
+    /// HIT or a MISS while none of its promotions is staged or in
+    /// flight), or that timed out.
     #[inline]
     pub(super) fn note_lookup(
         &mut self,
         request: RequestId,
+        n: usize,
         answer: &LookupAnswer,
-        started: bool,
-        waiting: bool,
+        prefix: bool,
     ) {
-        let settled = matches!(answer.stop, LookupResult::Hit | LookupResult::Miss);
+        let step = self.steps + 1;
         let reporting = self.obs.reporting();
-        if !(started || reporting || settled && waiting) {
-            return;
-        }
         let Some(st) = self.reqs.get_mut(&request) else {
             return;
         };
         let t = &mut st.tally;
-        if reporting {
-            t.lookups += answer.looked_up() as u64;
-            t.primary_hits += answer.hits as u64;
-            if started {
-                let i = self.obs.promoted_from.saturating_sub(1);
-                if t.promotions.len() <= i {
-                    t.promotions.resize(i + 1, 0);
-                }
-                t.promotions[i] += 1;
+        let looked_at = if prefix {
+            answer.end + usize::from(answer.end < n)
+        } else {
+            answer.looked_up()
+        };
+        if prefix {
+            t.asked = t.asked.max(n as u64);
+        } else {
+            if t.asked_step != step {
+                t.asked_step = step;
+                t.asked_in_step = 0;
             }
+            t.asked_in_step += looked_at as u64;
+            t.asked = t.asked.max(t.asked_in_step);
         }
-        if started {
-            t.wait_since.get_or_insert_with(Instant::now);
-        } else if settled && let Some(since) = t.wait_since.take() {
-            let waited = since.elapsed();
-            t.waited += waited;
-            self.obs.promotion_wait.record(waited.as_secs_f64());
+        if reporting {
+            t.lookups += looked_at as u64;
+            t.primary_hits += answer.hits as u64;
         }
-    }
-
-    /// Notes that a lookup started a promotion from secondary tier `t`
-    /// (internal index).
-    #[inline]
-    pub(super) fn note_promotion_from(&mut self, t: usize) {
-        self.obs.promoted_from = t + 1;
-    }
-
-    /// Counts `keys` pinned for a load to the GPU by `request`.
-    pub(super) fn note_loaded(&mut self, request: RequestId, keys: usize) {
-        if self.obs.reporting()
-            && let Some(st) = self.reqs.get_mut(&request)
-        {
-            st.tally.loaded += keys as u64;
-        }
-    }
-
-    /// Counts the keys of finished promotion `job` that arrived
-    /// (`arrived`) and that did not, for the request it was started for
-    /// (if that request is still there).
-    pub(super) fn note_promotion_done(&mut self, job: &Job, arrived: usize) {
-        if !self.obs.reporting() {
+        let timed_out = answer.reason == Some(MissReason::TimedOut);
+        let settled = timed_out
+            || if prefix {
+                answer.settled()
+            } else {
+                matches!(answer.stop, LookupResult::Hit | LookupResult::Miss)
+                    && st.progress.promoting == 0
+            };
+        let waits = st.progress.wait.is_some();
+        if settled {
+            if waits {
+                self.end_wait(request);
+            }
             return;
         }
+        self.begin_wait(request);
+        if prefix
+            && answer.reason == Some(MissReason::NoRoom)
+            && let Some(w) = self
+                .reqs
+                .get_mut(&request)
+                .and_then(|st| st.progress.wait.as_mut())
+        {
+            w.cap = w.cap.min(answer.end);
+        }
+    }
+
+    /// Notes finished promotion `job` from secondary tier `t` (internal
+    /// index), of which keys `arrived` arrived, for the request it was
+    /// started for (if that request is still there): its promotions in
+    /// flight, its report's counts, and the blocks it may load (held for
+    /// it if it waits: `progress.rs`).
+    pub(super) fn note_promotion_done(&mut self, t: usize, job: &Job, arrived: &[Key]) {
         let Ok(id) = self.names.get(&job.request.name) else {
             return;
         };
-        if let Some(st) = self.reqs.get_mut(&id)
-            && std::sync::Arc::ptr_eq(&st.info, &job.request)
-        {
-            st.tally.promoted += arrived as u64;
-            st.tally.failed += (job.keys.len() - arrived.min(job.keys.len())) as u64;
+        let reporting = self.obs.reporting();
+        let Some(st) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        if !std::sync::Arc::ptr_eq(&st.info, &job.request) {
+            return;
+        }
+        let p = &mut st.progress;
+        p.promoting = p.promoting.saturating_sub(job.keys.len() as u64);
+        if reporting {
+            st.tally.promoted += arrived.len() as u64;
+            st.tally.failed += (job.keys.len() - arrived.len().min(job.keys.len())) as u64;
+        }
+        if !arrived.is_empty() {
+            self.on_promoted_for(id, arrived, t + 1);
+        }
+    }
+
+    /// Counts `st`, which the manager just let go, in the per-request
+    /// counters.
+    pub(super) fn count_finished(&mut self, st: &ReqState) {
+        let t = &st.tally;
+        let running = st
+            .progress
+            .wait
+            .map(|w| w.running(self.steps))
+            .unwrap_or_default();
+        let c = &mut self.c;
+        c.requests_finished += 1;
+        c.request_blocks_asked += t.asked;
+        c.request_blocks_served_primary += t.loaded.saturating_sub(t.served_by_tiers());
+        c.request_blocks_recomputed += t.asked.saturating_sub(t.loaded);
+        c.request_wait_steps += t.steps_waited + running.steps;
+        for (tier, &served) in self.tiers.iter_mut().zip(&t.served) {
+            tier.c.request_blocks_served += served;
         }
     }
 
@@ -255,6 +336,15 @@ impl State {
         hits.clear();
         hits.push(t.primary_hits);
         hits.extend((0..self.tiers.len()).map(|i| t.promotions.get(i).copied().unwrap_or(0)));
+        let served = &mut self.obs.served;
+        served.clear();
+        served.push(t.loaded.saturating_sub(t.served_by_tiers()));
+        served.extend((0..self.tiers.len()).map(|i| t.served.get(i).copied().unwrap_or(0)));
+        let running = st
+            .progress
+            .wait
+            .map(|w| w.running(self.steps))
+            .unwrap_or_default();
         let report = RequestReport {
             id: st.id,
             name: &st.info.name,
@@ -264,7 +354,11 @@ impl State {
             stored: t.stored,
             promoted: t.promoted,
             failed: t.failed,
-            promotion_wait: t.waited + t.wait_since.map_or(Duration::ZERO, |s| s.elapsed()),
+            promotion_wait: t.waited + running.time,
+            asked: t.asked,
+            served,
+            recomputed: t.asked.saturating_sub(t.loaded),
+            steps_waited: t.steps_waited + running.steps,
         };
         listener(&report);
     }

@@ -13,6 +13,8 @@ impl Manager {
         let s = &mut *s;
         s.poll_gated(&self.queue);
         s.gate_spent = false;
+        s.steps += 1;
+        s.expire_waits();
         let mut ids = std::mem::take(&mut s.ids);
         ids.clear();
         let staged = std::mem::take(&mut s.staged);
@@ -91,6 +93,7 @@ impl Manager {
             }
         }
         s.parked_reqs.clear();
+        s.forget_progress();
         let mut ids = std::mem::take(&mut s.ids);
         ids.clear();
         for st in s.reqs.values_mut() {
@@ -140,6 +143,7 @@ impl State {
         for t in &mut self.tiers {
             t.tier.on_request_finished(&st.info);
         }
+        self.count_finished(&st);
         self.report_finished(&st);
     }
 }
