@@ -233,13 +233,6 @@ typedef enum {
 } kvtier_log_level;
 
 /**
- * [beyond] How the manager guarantees that waiting requests progress: see
- * [`Manager::lookup_prefix`](super::Manager::lookup_prefix) and the
- * progress rule in `docs/design.md`.
- */
-typedef struct ProgressOptions ProgressOptions;
-
-/**
  * Opaque handle of a tiering manager (internally synchronized).
  */
 typedef struct kvtier_manager kvtier_manager;
@@ -1863,8 +1856,6 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
  * A gauge (a current level).
  */
 #define KVTIER_STAT_GAUGE 1
-
-
 
 
 

@@ -9,7 +9,9 @@ use std::ffi::{CStr, c_char, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ffi_calls::{PlanBuf, ck, last_error, lookup, lookup_keys, store_with, succeeded};
+use ffi_calls::{
+    PlanBuf, ck, last_error, lookup, lookup_keys, lookup_keys_per_key, store_with, succeeded,
+};
 use kvtier::ffi::build::*;
 use kvtier::ffi::dialect::*;
 use kvtier::ffi::kvtier_key;
@@ -91,6 +93,8 @@ unsafe extern "C" fn c_lookup(
             hits: 0,
             stop: 0,
             reason: 0,
+            pending: 0,
+            end: 0,
         };
         // The handle of the request that is looking up (the first).
         let st = unsafe { kvtier_manager_lookup(mgr, 1, key, 1, &mut out) };
@@ -692,6 +696,8 @@ fn null_arguments_and_unknown_requests_are_errors() {
         hits: 7,
         stop: 7,
         reason: 7,
+        pending: 7,
+        end: 7,
     };
     let k = key(1);
     let kk = ck(&k);
@@ -784,6 +790,8 @@ fn a_bad_key_after_many_hits_is_named_by_its_position() {
         hits: 0,
         stop: 0,
         reason: 0,
+        pending: 0,
+        end: 0,
     };
     assert_eq!(
         unsafe { kvtier_manager_lookup(m, r, batch.as_ptr(), batch.len(), &mut out) },
@@ -1321,12 +1329,12 @@ fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
         unsafe { kvtier_manager_prepare_load(m, r, &ck(&k1), 1, &mut slot) },
         S::Ok
     );
-    let a = lookup_keys(m, r, &[key(1), key(2), key(3)]);
+    let a = lookup_keys_per_key(m, r, &[key(1), key(2), key(3)]);
     assert_eq!(
-        (a.hits, a.stop, a.reason),
-        (1, KVTIER_LOOKUP_MISS, KVTIER_MISS_NO_ROOM)
+        (a.hits, a.stop, a.reason, a.pending, a.end),
+        (1, KVTIER_LOOKUP_MISS, KVTIER_MISS_NO_ROOM, 0, 1)
     );
-    let a = lookup_keys(m, r, &[key(3), key(1)]);
+    let a = lookup_keys_per_key(m, r, &[key(3), key(1)]);
     assert_eq!(
         (a.hits, a.stop, a.reason),
         (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT)
@@ -1350,6 +1358,8 @@ fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
         hits: 9,
         stop: 9,
         reason: 9,
+        pending: 9,
+        end: 9,
     };
     assert_eq!(
         unsafe { kvtier_manager_lookup(m, r, bad.as_ptr(), 2, &mut out) },
@@ -1358,6 +1368,19 @@ fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
     assert!(last_error().contains("position 1"), "{}", last_error());
     assert_eq!((out.hits, out.stop), (9, 9), "nothing written");
     assert_eq!(own_stats(m).lookups, 4);
+    // The prefix lookup scans on to the first key no tier has (key 3),
+    // then finds no room for key 2: its prefix ends there.
+    let a = lookup_keys(m, r, &[key(1), key(2), key(3)]);
+    assert_eq!(
+        (a.hits, a.stop, a.reason, a.pending, a.end),
+        (1, KVTIER_LOOKUP_MISS, KVTIER_MISS_NO_ROOM, 0, 1)
+    );
+    let s = own_stats(m);
+    assert_eq!(
+        (s.lookups, s.primary_hits, s.misses_no_room, s.misses_absent),
+        (7, 3, 2, 2),
+        "each key scanned is looked up"
+    );
     unsafe { kvtier_manager_free(m) };
 }
 
@@ -1630,6 +1653,8 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
             hits: usize::MAX,
             stop: -1,
             reason: -1,
+            pending: usize::MAX,
+            end: usize::MAX,
         };
         let st = unsafe { kvtier_manager_lookup(m, r, keys.as_ptr(), 2, &mut a) };
         assert_eq!(st, S::InvalidKey, "step {step}: {}", last_error());

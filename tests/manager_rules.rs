@@ -1,6 +1,8 @@
 //! The tiering manager's rules (as `src/tiering/manager.rs` documents them,
 //! one test or more per rule), with a Rust test tier over the reference
-//! primary model.
+//! primary model.  The managers follow vLLM 0.33's rules
+//! ([`ProgressOptions::vllm`]: nothing held, no wait bound); the progress
+//! rule has its own tests (`manager_progress.rs`).
 
 mod common;
 
@@ -14,8 +16,16 @@ use kvtier::request::{Medium, RequestId, TierFilter, TierMatcher};
 use kvtier::tiering::backend::{StoreOutcome, StorePlan};
 use kvtier::tiering::{
     BackpressureConfig, Direction, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
-    PressurePolicy, PromotionAnswer, RequestParams, TierOptions,
+    PressurePolicy, ProgressOptions, PromotionAnswer, RequestParams, TierOptions,
 };
+
+/// Manager options with vLLM 0.33's rules.
+fn vllm() -> ManagerOptions {
+    ManagerOptions {
+        progress: ProgressOptions::vllm(),
+        ..ManagerOptions::default()
+    }
+}
 
 /// Ends the step, then ends an empty one, so finished jobs are collected
 /// even when a prepare_store spent the step's polling gate.
@@ -41,7 +51,7 @@ fn store(m: &Manager, req: RequestId, keys: &[kvtier::Key]) -> StorePlan {
 }
 
 fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -74,7 +84,7 @@ fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
 }
 
 fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(10..14));
@@ -118,7 +128,7 @@ fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(w
 fn promotion_answer_hit_pending_option(wrap: Wrap) {
     let opts = ManagerOptions {
         promotion_answer: PromotionAnswer::HitPending,
-        ..Default::default()
+        ..vllm()
     };
     let m = model_manager(8, opts);
     let (t, s) = TestTier::new("t");
@@ -129,7 +139,7 @@ fn promotion_answer_hit_pending_option(wrap: Wrap) {
 }
 
 fn full_primary_answers_miss(wrap: Wrap) {
-    let m = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -143,7 +153,7 @@ fn full_primary_answers_miss(wrap: Wrap) {
 }
 
 fn tier_retry_answers_retry_and_misses_miss(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -153,7 +163,7 @@ fn tier_retry_answers_retry_and_misses_miss(wrap: Wrap) {
 }
 
 fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     assert_eq!(m.add_tier(wrap(t1)).unwrap(), 1);
@@ -180,7 +190,7 @@ fn cascade_pins_once_per_tier_and_unpins_when_jobs_finish(wrap: Wrap) {
 }
 
 fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -215,7 +225,7 @@ fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
 }
 
 fn finalization_waits_for_staged_promotions(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(5));
@@ -231,7 +241,7 @@ fn finalization_waits_for_staged_promotions(wrap: Wrap) {
 }
 
 fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap: Wrap) {
-    let m = model_manager(16, ManagerOptions::default());
+    let m = model_manager(16, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -280,7 +290,7 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
 }
 
 fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
-    let m = model_manager(16, ManagerOptions::default());
+    let m = model_manager(16, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -298,7 +308,7 @@ fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
 }
 
 fn partial_promotion_and_bad_lists(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.extend(keys(0..3));
@@ -350,7 +360,7 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
 }
 
 fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
@@ -388,7 +398,7 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
 }
 
 fn complete_job_from_another_thread(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let m = Arc::new(m);
     let (t, s) = TestTier::new("t");
     let idx = m.add_tier(wrap(t)).unwrap();
@@ -414,7 +424,7 @@ fn complete_job_from_another_thread(wrap: Wrap) {
 }
 
 fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(50));
@@ -469,7 +479,7 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
 
 #[test]
 fn reset_without_secondary_tiers_does_not_hold() {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
     m.reset_cache().unwrap();
@@ -481,7 +491,7 @@ fn reset_without_secondary_tiers_does_not_hold() {
 fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
     use kvtier::region::SlotMemory;
     use kvtier::tiers::fs::{FsOptions, FsTier};
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let small = SlotMemory::anonymous(4, 4096).unwrap();
     let e = m.set_slot_memory(small.clone()).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
@@ -513,7 +523,7 @@ fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
 }
 
 fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("stuck");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
@@ -540,7 +550,7 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
 }
 
 fn every_job_failing_leaks_no_slot(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("bad");
     m.add_tier(wrap(t)).unwrap();
     s.lock().fail_all = true;
@@ -563,7 +573,7 @@ fn every_job_failing_leaks_no_slot(wrap: Wrap) {
 }
 
 fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
-    let m = model_manager(32, ManagerOptions::default());
+    let m = model_manager(32, vllm());
     let (t, s) = TestTier::new("slow");
     let bp = BackpressureConfig {
         max_consecutive_failures: 2,
@@ -598,7 +608,7 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
 }
 
 fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
-    let m = model_manager(32, ManagerOptions::default());
+    let m = model_manager(32, vllm());
     let (t, s) = TestTier::new("slow");
     let bp = BackpressureConfig {
         max_consecutive_failures: 1,
@@ -625,7 +635,7 @@ fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
 }
 
 fn tier_filter_affects_lookups_only(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("disk");
     s.lock().medium = Some(Medium::Storage);
     m.add_tier(wrap(t)).unwrap();
@@ -664,7 +674,7 @@ fn tier_filter_affects_lookups_only(wrap: Wrap) {
 }
 
 fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let m = Arc::new(m);
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
@@ -693,7 +703,7 @@ fn reentrant_call_from_a_tier_is_an_error_not_a_deadlock(wrap: Wrap) {
 }
 
 fn events_are_labelled_and_tiers_own_theirs(wrap: Wrap) {
-    let m = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -749,7 +759,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
             4
         }
     }
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
@@ -770,7 +780,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
         "region kept mapped after a failed shutdown"
     );
 
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let released = Arc::new(Mutex::new(false));
     m.attach_region(Flag(released.clone())).unwrap();
     m.shutdown().unwrap();
@@ -778,7 +788,7 @@ fn shutdown_tries_every_tier_and_keeps_the_region_if_one_failed(wrap: Wrap) {
 }
 
 fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let nope = RequestId(1);
@@ -823,7 +833,7 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
 }
 
 fn touch_reaches_every_tier_and_has_pending_work_sees_tiers(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -848,7 +858,7 @@ fn at(log: &[String], from: usize, what: &str) -> usize {
 }
 
 fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -885,7 +895,7 @@ fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) 
 }
 
 fn on_schedule_end_order_of_work(wrap: Wrap) {
-    let m = model_manager(16, ManagerOptions::default());
+    let m = model_manager(16, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -945,7 +955,7 @@ fn on_schedule_end_order_of_work(wrap: Wrap) {
 }
 
 fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
-    let m = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, vllm());
     let (t1, s1) = TestTier::new("busy");
     let (t2, s2) = TestTier::new("has");
     let (t3, s3) = TestTier::new("last");
@@ -984,7 +994,7 @@ fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
 
 fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
     use kvtier::request::Locality;
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let mut scripts = Vec::new();
     for (name, medium, locality) in [
         ("any", None, None),
@@ -1047,7 +1057,7 @@ fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
 }
 
 fn has_pending_work_sees_staged_promotions_and_parked_keys(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1071,7 +1081,7 @@ fn has_pending_work_sees_staged_promotions_and_parked_keys(wrap: Wrap) {
 }
 
 fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
@@ -1111,7 +1121,7 @@ fn reset_cache_drains_then_collects_and_a_failed_drain_resets_nothing(wrap: Wrap
 fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(wrap: Wrap) {
     let max = kvtier::tiering::MAX_FINISHED_PER_POLL;
     let n = max as u32 + 76;
-    let m = model_manager(2 * n, ManagerOptions::default());
+    let m = model_manager(2 * n, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().auto_finish = false;
@@ -1137,7 +1147,7 @@ fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(
 }
 
 fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
-    let m = model_manager(32, ManagerOptions::default());
+    let m = model_manager(32, vllm());
     let (t, s) = TestTier::new("rl");
     let bp = BackpressureConfig {
         max_consecutive_failures: 1,
@@ -1173,7 +1183,7 @@ fn back_pressure_drops_request_level_cascades_too(wrap: Wrap) {
 }
 
 fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
@@ -1186,7 +1196,7 @@ fn destroy_runs_once_after_the_last_callback(wrap: Wrap) {
 }
 
 fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t1, s1) = TestTier::new("one");
     let (t2, s2) = TestTier::new("two");
     m.add_tier(wrap(t1)).unwrap();
@@ -1223,7 +1233,7 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
 }
 
 fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1244,7 +1254,7 @@ fn request_level_duplicate_key_in_one_store_is_not_parked(wrap: Wrap) {
 }
 
 fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t1, s1) = TestTier::new("blk");
     let (t2, s2) = TestTier::new("rl");
     m.add_tier(wrap(t1)).unwrap();
@@ -1284,7 +1294,7 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
 }
 
 fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: Wrap) {
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1316,7 +1326,7 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
 }
 
 fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
-    let m = model_manager(1, ManagerOptions::default());
+    let m = model_manager(1, vllm());
     let (t, s) = TestTier::new("rl");
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
@@ -1341,7 +1351,7 @@ fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
 }
 
 fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(wrap: Wrap) {
-    let m = model_manager(4, ManagerOptions::default());
+    let m = model_manager(4, vllm());
     let (t, s) = TestTier::new("t");
     m.add_tier(wrap(t)).unwrap();
     s.lock().stored.insert(k(9));
@@ -1396,7 +1406,7 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
 fn complete_job_refuses_a_tier_that_reports_through_poll_finished() {
     use kvtier::tiering::JobId;
     use kvtier::tiers::fs::{FsOptions, FsTier};
-    let m = model_manager(8, ManagerOptions::default());
+    let m = model_manager(8, vllm());
     let dir = tempfile::tempdir().unwrap();
     let mut o = FsOptions::new(dir.path());
     o.read_threads = 1;
@@ -1436,12 +1446,12 @@ fn on_real_and_model(
         ..Default::default()
     })
     .unwrap();
-    let m = Manager::new(real, ManagerOptions::default());
+    let m = Manager::new(real, vllm());
     check(&m, &|key| {
         m.inspect_primary(|real: &PrimaryTier| real.ref_count(key))
             .unwrap()
     });
-    let m = model_manager(capacity, ManagerOptions::default());
+    let m = model_manager(capacity, vllm());
     check(&m, &|key| model_refs(&m, key));
 }
 
@@ -1588,7 +1598,7 @@ fn a_late_completion_never_releases_a_pin_another_request_took() {
             ..Default::default()
         })
         .unwrap(),
-        ManagerOptions::default(),
+        vllm(),
     );
     let (w, r, s) = (start(&m, "w"), start(&m, "r"), start(&m, "s"));
     store(&m, w, &[k(1)]);
@@ -1614,7 +1624,7 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
     .unwrap();
     let opts = ManagerOptions {
         kv_groups: true,
-        ..Default::default()
+        ..vllm()
     };
     for m in [Manager::new(real, opts.clone()), model_manager(2, opts)] {
         let (t, s) = TestTier::new("t");

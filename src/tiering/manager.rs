@@ -113,7 +113,7 @@ pub struct ManagerOptions {
     /// than 5 bytes as `InvalidKey`, before anything changes.
     pub kv_groups: bool,
     /// [beyond] How waiting requests are kept moving: holds and the wait
-    /// bound (default on; [`ProgressOptions::VLLM`] follows vLLM 0.33).
+    /// bound (default on; [`ProgressOptions::vllm()`] follows vLLM 0.33).
     pub progress: ProgressOptions,
 }
 

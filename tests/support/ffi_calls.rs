@@ -63,14 +63,46 @@ pub fn lookup_keys<K: AsRef<[u8]>>(
     req: kvtier_request_handle,
     ks: &[K],
 ) -> kvtier_lookup_answer {
+    lookup_keys_with(kvtier_manager_lookup, m, req, ks)
+}
+
+/// `kvtier_manager_lookup_per_key` of `ks` for `req`; returns what it wrote.
+pub fn lookup_keys_per_key<K: AsRef<[u8]>>(
+    m: *const kvtier_manager,
+    req: kvtier_request_handle,
+    ks: &[K],
+) -> kvtier_lookup_answer {
+    lookup_keys_with(
+        kvtier::ffi::requests::kvtier_manager_lookup_per_key,
+        m,
+        req,
+        ks,
+    )
+}
+
+/// A lookup export `f` of `ks` for `req`; returns what it wrote.
+fn lookup_keys_with<K: AsRef<[u8]>>(
+    f: unsafe extern "C" fn(
+        *const kvtier_manager,
+        kvtier_request_handle,
+        *const kvtier_key,
+        usize,
+        *mut kvtier_lookup_answer,
+    ) -> S,
+    m: *const kvtier_manager,
+    req: kvtier_request_handle,
+    ks: &[K],
+) -> kvtier_lookup_answer {
     let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k.as_ref())).collect();
     let mut out = kvtier_lookup_answer {
         hits: usize::MAX,
         stop: -1,
         reason: -1,
+        pending: usize::MAX,
+        end: usize::MAX,
     };
     assert_eq!(
-        unsafe { kvtier_manager_lookup(m, req, keys.as_ptr(), keys.len(), &mut out) },
+        unsafe { f(m, req, keys.as_ptr(), keys.len(), &mut out) },
         S::Ok,
         "{}",
         last_error()

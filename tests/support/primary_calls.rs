@@ -137,6 +137,8 @@ pub fn lookup(
         hits: usize::MAX,
         stop: -1,
         reason: -1,
+        pending: usize::MAX,
+        end: usize::MAX,
     };
     let st = unsafe { kvtier_primary_lookup(p, keys.as_ptr(), keys.len(), &mut a) };
     (st, a)
@@ -144,6 +146,7 @@ pub fn lookup(
 
 /// The answer of a lookup that stopped after `hits` keys with `stop`.
 pub fn answer(hits: usize, stop: kvtier_lookup_result) -> kvtier_lookup_answer {
+    let pending = usize::from(stop == kvtier::ffi::dialect::KVTIER_LOOKUP_HIT_PENDING);
     kvtier_lookup_answer {
         hits,
         stop,
@@ -152,6 +155,8 @@ pub fn answer(hits: usize, stop: kvtier_lookup_result) -> kvtier_lookup_answer {
         } else {
             KVTIER_MISS_NONE
         },
+        pending,
+        end: hits + pending,
     }
 }
 

@@ -31,7 +31,7 @@
 //! So every request's wait ends within the bound: its own promotions can
 //! only run out of room (its prefix then ends), never be taken back, and
 //! a tier that never answers is cut off by the bound.  With
-//! [`ProgressOptions::VLLM`] (no holds, no bound) the manager follows
+//! [`ProgressOptions::vllm`] (no holds, no bound) the manager follows
 //! vLLM 0.33 exactly.
 
 use std::time::{Duration, Instant};
@@ -59,11 +59,13 @@ pub struct ProgressOptions {
 
 impl ProgressOptions {
     /// vLLM 0.33's behaviour: nothing held, no bound.
-    pub const VLLM: ProgressOptions = ProgressOptions {
-        hold: false,
-        wait_steps: 0,
-        wait_ms: 0,
-    };
+    pub const fn vllm() -> ProgressOptions {
+        ProgressOptions {
+            hold: false,
+            wait_steps: 0,
+            wait_ms: 0,
+        }
+    }
 
     /// Whether waits are bounded.
     fn bounded(&self) -> bool {
