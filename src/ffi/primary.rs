@@ -251,8 +251,10 @@ pub unsafe extern "C" fn kvtier_primary_request_finished(
 /// (`KVTIER_LOOKUP_MISS`: not resident, with reason `KVTIER_MISS_ABSENT`;
 /// `KVTIER_LOOKUP_HIT_PENDING`: being written, ask again later; or
 /// `KVTIER_LOOKUP_HIT` when every key is a hit, `len` = 0 included), and
-/// `answer_out->reason` `KVTIER_MISS_NONE` unless it is a miss.  The keys
-/// after the stop are not looked up.  Changes nothing; takes no request.
+/// `answer_out->reason` `KVTIER_MISS_NONE` unless it is a miss;
+/// `answer_out->pending` is 1 for a HIT_PENDING stop, else 0, and
+/// `answer_out->end` is `hits + pending`.  The keys after the stop are not
+/// looked up.  Changes nothing; takes no request.
 /// The keys are read in place.  Every key is checked first: a bad one is
 /// `KVTIER_STATUS_INVALID_KEY` naming its position, nothing written.
 /// Exclusive access to the handle.
