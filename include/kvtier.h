@@ -315,12 +315,11 @@ typedef struct {
    */
   bool kv_groups;
   /**
-   * Hold the blocks a waiting request was promised (the hits of a
-   * lookup that starts promotions, and the blocks promoted for it) until
-   * its `kvtier_manager_prepare_load`, its finish, or the wait bound
-   * (default true).  See `kvtier_manager_lookup`.  Since 0.3.
+   * A request waits for blocks on their way at most this many
+   * milliseconds (default 0: no bound in time).  `progress_hold` false
+   * with both bounds 0 follows vLLM 0.33 exactly.  Since 0.3.
    */
-  bool progress_hold;
+  uint64_t progress_wait_ms;
   /**
    * A request waits for blocks on their way at most this many steps
    * (`kvtier_manager_schedule_end` calls); then its lookups answer the
@@ -329,11 +328,12 @@ typedef struct {
    */
   uint32_t progress_wait_steps;
   /**
-   * A request waits at most this many milliseconds (default 0: no bound
-   * in time).  `progress_hold` false with both bounds 0 follows vLLM
-   * 0.33 exactly.  Since 0.3.
+   * Hold the blocks a waiting request was promised (the hits of a
+   * lookup that starts promotions, and the blocks promoted for it) until
+   * its `kvtier_manager_prepare_load`, its finish, or the wait bound
+   * (default true).  See `kvtier_manager_lookup`.  Since 0.3.
    */
-  uint32_t progress_wait_ms;
+  bool progress_hold;
 } kvtier_manager_options;
 
 /**
@@ -2386,8 +2386,10 @@ kvtier_status kvtier_primary_request_finished(kvtier_primary *primary,
  * (`KVTIER_LOOKUP_MISS`: not resident, with reason `KVTIER_MISS_ABSENT`;
  * `KVTIER_LOOKUP_HIT_PENDING`: being written, ask again later; or
  * `KVTIER_LOOKUP_HIT` when every key is a hit, `len` = 0 included), and
- * `answer_out->reason` `KVTIER_MISS_NONE` unless it is a miss.  The keys
- * after the stop are not looked up.  Changes nothing; takes no request.
+ * `answer_out->reason` `KVTIER_MISS_NONE` unless it is a miss;
+ * `answer_out->pending` is 1 for a HIT_PENDING stop, else 0, and
+ * `answer_out->end` is `hits + pending`.  The keys after the stop are not
+ * looked up.  Changes nothing; takes no request.
  * The keys are read in place.  Every key is checked first: a bad one is
  * `KVTIER_STATUS_INVALID_KEY` naming its position, nothing written.
  * Exclusive access to the handle.

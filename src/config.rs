@@ -412,6 +412,32 @@ mod tests {
     }
 
     #[test]
+    fn progress_is_on_by_default_and_each_key_can_be_set() {
+        let on = Config::from_json("{}").unwrap().manager_options().progress;
+        assert_eq!(
+            (on.hold, on.wait_steps, on.wait_ms),
+            (true, 16, 0),
+            "holds and a 16-step bound"
+        );
+        let off = Config::from_json(r#"{"progress": {"hold": false, "wait_steps": 0}}"#).unwrap();
+        assert_eq!(
+            off.manager_options().progress,
+            crate::tiering::ProgressOptions::vllm()
+        );
+        let ms = Config::from_json(r#"{"progress": {"wait_ms": 250}}"#).unwrap();
+        assert_eq!(
+            (
+                ms.progress.hold,
+                ms.progress.wait_steps,
+                ms.progress.wait_ms
+            ),
+            (true, 16, 250)
+        );
+        assert!(err(r#"{"progress": {"hold": true, "steps": 3}}"#).contains("steps"));
+        assert!(err(r#"{"progress": {"wait_steps": -1}}"#).contains("wait_steps"));
+    }
+
+    #[test]
     fn kv_groups_reach_the_primary_tier() {
         let c = Config::from_json(r#"{"primary": {"capacity": 4, "kv_groups": true}}"#).unwrap();
         assert!(c.primary.kv_groups);

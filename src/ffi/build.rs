@@ -85,20 +85,20 @@ pub struct kvtier_manager_options {
     /// (`KVTIER_STATUS_INVALID_KEY`, naming the position; nothing changes).
     /// Default false: one group.
     pub kv_groups: bool,
-    /// Hold the blocks a waiting request was promised (the hits of a
-    /// lookup that starts promotions, and the blocks promoted for it) until
-    /// its `kvtier_manager_prepare_load`, its finish, or the wait bound
-    /// (default true).  See `kvtier_manager_lookup`.  Since 0.3.
-    pub progress_hold: bool,
+    /// A request waits for blocks on their way at most this many
+    /// milliseconds (default 0: no bound in time).  `progress_hold` false
+    /// with both bounds 0 follows vLLM 0.33 exactly.  Since 0.3.
+    pub progress_wait_ms: u64,
     /// A request waits for blocks on their way at most this many steps
     /// (`kvtier_manager_schedule_end` calls); then its lookups answer the
     /// first key not ready MISS, `KVTIER_MISS_TIMED_OUT` (default 16; 0: no
     /// bound in steps).  Since 0.3.
     pub progress_wait_steps: u32,
-    /// A request waits at most this many milliseconds (default 0: no bound
-    /// in time).  `progress_hold` false with both bounds 0 follows vLLM
-    /// 0.33 exactly.  Since 0.3.
-    pub progress_wait_ms: u32,
+    /// Hold the blocks a waiting request was promised (the hits of a
+    /// lookup that starts promotions, and the blocks promoted for it) until
+    /// its `kvtier_manager_prepare_load`, its finish, or the wait bound
+    /// (default true).  See `kvtier_manager_lookup`.  Since 0.3.
+    pub progress_hold: bool,
 }
 
 /// Per-tier options of `kvtier_manager_add_tier`.  Initialize with
@@ -134,7 +134,9 @@ pub struct kvtier_tier_options {
 
 impl Grows for kvtier_manager_options {
     const NAME: &'static str = "kvtier_manager_options";
-    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+    /// 0.2's layout ended with `kv_groups`; the progress fields of 0.3 start
+    /// at the next 8-byte boundary, past that layout's padding.
+    const FIRST_LAYOUT_SIZE: usize = std::mem::offset_of!(Self, progress_wait_ms);
 }
 
 impl Grows for kvtier_tier_options {
@@ -482,6 +484,28 @@ mod tests {
         let json: crate::config::TierConfig =
             serde_json::from_str(r#"{"type": "fs", "backpressure": {}}"#).unwrap();
         assert_eq!(json.tier_options().backpressure, t.backpressure);
+    }
+
+    #[test]
+    fn progress_options_reach_the_core_and_older_callers_get_the_defaults() {
+        let mut o = kvtier_manager_options_default();
+        assert!(o.progress_hold);
+        assert_eq!((o.progress_wait_steps, o.progress_wait_ms), (16, 0));
+        o.progress_hold = false;
+        o.progress_wait_steps = 0;
+        o.progress_wait_ms = 7;
+        let c = unsafe { manager_config_of(&o) }.unwrap();
+        let want = ProgressOptions {
+            wait_ms: 7,
+            ..ProgressOptions::vllm()
+        };
+        assert_eq!(c.progress, want);
+        // A caller built before the progress fields: its struct ends where
+        // they begin, and it gets the defaults whatever lies beyond.
+        o.struct_size = std::mem::offset_of!(kvtier_manager_options, progress_wait_ms);
+        assert_eq!(o.struct_size, 80, "0.2's layout");
+        let c = unsafe { manager_config_of(&o) }.unwrap();
+        assert_eq!(c.progress, ProgressOptions::default());
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub struct ProgressOptions {
     pub wait_steps: u32,
     /// A request waits at most this many milliseconds.  0 (default): no
     /// bound in time.
-    pub wait_ms: u32,
+    pub wait_ms: u64,
 }
 
 impl ProgressOptions {
@@ -197,8 +197,8 @@ impl State {
             return true;
         }
         let by_steps = bound.wait_steps > 0 && step - w.since_step >= u64::from(bound.wait_steps);
-        let by_time = bound.wait_ms > 0
-            && w.since.elapsed() >= Duration::from_millis(u64::from(bound.wait_ms));
+        let by_time =
+            bound.wait_ms > 0 && w.since.elapsed() >= Duration::from_millis(bound.wait_ms);
         if !(by_steps || by_time) {
             return false;
         }
