@@ -98,6 +98,35 @@ pub(super) struct Wait {
     pub(super) expired: bool,
 }
 
+/// Whether a wait passed its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Passed {
+    No,
+    /// At an earlier check.
+    Before,
+    /// At this check: it is marked expired now.
+    JustNow,
+}
+
+/// Whether `wait` passed `bound` at step `step`, marking it expired when it
+/// passed just now.
+#[inline]
+fn bound_passed(bound: ProgressOptions, step: u64, wait: Option<&mut Wait>) -> Passed {
+    let Some(w) = wait else {
+        return Passed::No;
+    };
+    if w.expired {
+        return Passed::Before;
+    }
+    let by_steps = bound.wait_steps > 0 && step - w.since_step >= u64::from(bound.wait_steps);
+    let by_time = bound.wait_ms > 0 && w.since.elapsed() >= Duration::from_millis(bound.wait_ms);
+    if !(by_steps || by_time) {
+        return Passed::No;
+    }
+    w.expired = true;
+    Passed::JustNow
+}
+
 /// A block held for a request, or promoted for it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Held {
@@ -185,27 +214,27 @@ impl State {
     /// Whether `rid`'s wait passed its bound; if it passed just now, its
     /// holds are released and the timeout counted.
     pub(super) fn wait_expired(&mut self, rid: RequestId) -> bool {
-        let bound = self.opts.progress;
-        let step = self.steps;
-        let Some(st) = self.reqs.get_mut(&rid) else {
-            return false;
+        let (bound, step) = (self.opts.progress, self.steps);
+        let passed = match self.reqs.get_mut(&rid) {
+            Some(st) => bound_passed(bound, step, st.progress.wait.as_mut()),
+            None => Passed::No,
         };
-        let Some(w) = st.progress.wait.as_mut() else {
-            return false;
-        };
-        if w.expired {
-            return true;
+        self.on_passed(rid, passed)
+    }
+
+    /// Whether a wait passed its bound; if it did just now, counts the
+    /// timeout and releases `rid`'s holds.
+    #[inline]
+    fn on_passed(&mut self, rid: RequestId, passed: Passed) -> bool {
+        match passed {
+            Passed::No => false,
+            Passed::Before => true,
+            Passed::JustNow => {
+                self.c.wait_timeouts += 1;
+                self.release_holds(rid);
+                true
+            }
         }
-        let by_steps = bound.wait_steps > 0 && step - w.since_step >= u64::from(bound.wait_steps);
-        let by_time =
-            bound.wait_ms > 0 && w.since.elapsed() >= Duration::from_millis(bound.wait_ms);
-        if !(by_steps || by_time) {
-            return false;
-        }
-        w.expired = true;
-        self.c.wait_timeouts += 1;
-        self.release_holds(rid);
-        true
     }
 
     /// At a step's end: releases the holds of waits whose bound passed,
