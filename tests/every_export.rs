@@ -624,7 +624,21 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "keys", kvtier_manager_complete_store(fx.manager, r, null(), 1, true, &mut done));
             is_null_arg(f, "keys[].data", kvtier_manager_complete_store(fx.manager, r, bad.as_ptr(), 1, true, &mut done));
             is_null_arg(f, "manager", kvtier_manager_complete_store(null(), r, null(), 1, true, null_mut()));
+            // With no store in flight the completion is ignored, and says so.
+            done.ready = 9;
+            expect(f, "nothing in flight", kvtier_manager_complete_store(fx.manager, r, k.as_ptr(), 1, true, &mut done), S::KeysIgnored);
+            assert_eq!(done, kvtier_store_completion::default(), "{f}: the report is written, all 0");
             // `result_out` may be NULL.
+            let (mut i, mut sl) = ([0usize], [0u32]);
+            let mut plan = kvtier_store_plan {
+                store_indices: i.as_mut_ptr(),
+                slots: sl.as_mut_ptr(),
+                evicted: null_mut(),
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            expect(f, "plan", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, &mut plan), S::Ok);
             expect(f, "result_out NULL", kvtier_manager_complete_store(fx.manager, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
         export!(kvtier_manager_schedule_end, f, {
@@ -853,8 +867,10 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "plan_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, null_mut()));
             is_null_arg(f, "plan_out->store_indices", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_idx));
             is_null_arg(f, "plan_out->slots", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_slots));
-            is_null_arg(f, "plan_out->evicted", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_ev));
             is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), r, null(), 1, null_mut()));
+            // `evicted` may be NULL: only the count is written.
+            expect(f, "evicted NULL", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_ev), S::Ok);
+            assert!(no_ev.store_count == 1 && no_ev.evicted_count == 0 && !no_ev.refused, "{f}");
             let mut empty = kvtier_store_plan { store_indices: null_mut(), slots: null_mut(), evicted: null_mut(), ..plan };
             expect(f, "empty arrays at NULL", kvtier_primary_prepare_store(fx.primary, r, null(), 0, &mut empty), S::Ok);
         }),
@@ -868,7 +884,21 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "keys[].data", kvtier_primary_complete_store(fx.primary, r, bad.as_ptr(), 1, true, &mut res));
             is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), r, null(), 1, true, null_mut()));
             expect(f, "unknown request", kvtier_primary_complete_store(fx.primary, r + 1, k.as_ptr(), 1, true, &mut res), S::UnknownRequest);
+            // A key the request did not plan is left alone, and the status says so.
+            res.ready = 9;
+            expect(f, "key not planned", kvtier_primary_complete_store(fx.primary, r, k.as_ptr(), 1, true, &mut res), S::KeysIgnored);
+            assert_eq!(res, kvtier_store_completion { ignored: 1, ..Default::default() }, "{f}: the report is written");
             // `result_out` may be NULL: no counts written.
+            let (mut i, mut sl) = ([0usize], [0u32]);
+            let mut plan = kvtier_store_plan {
+                store_indices: i.as_mut_ptr(),
+                slots: sl.as_mut_ptr(),
+                evicted: null_mut(),
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            expect(f, "plan", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut plan), S::Ok);
             expect(f, "result_out NULL", kvtier_primary_complete_store(fx.primary, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
         export!(kvtier_primary_reset, f, {

@@ -445,10 +445,9 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
         "primary reset"
     );
     // the live request keeps its state; its store count was cleared
-    assert_eq!(
-        m.complete_store(live, &[k(2)], true).unwrap(),
-        Default::default()
-    );
+    let late = m.complete_store(live, &[k(2)], true);
+    assert!(ignored_keys(&late), "{late:?}");
+    assert_eq!(report_of(late), Default::default());
     assert_eq!(stat(&m, None, "ignored_store_completions"), 1.0);
     // promotions held until reset_flushed
     assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Miss);
@@ -1194,9 +1193,11 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     let r = start(&m, "r");
     let mut plan = StorePlan::default();
     m.prepare_store(r, &keys(0..3), &mut plan).unwrap();
-    // k9 was never planned: absent from the primary tier
-    m.complete_store(r, &[k(0), k(1), k(2), k(9)], true)
-        .unwrap();
+    // k9 was never planned: absent from the primary tier, left alone
+    let done = m.complete_store(r, &[k(0), k(1), k(2), k(9)], true);
+    assert!(ignored_keys(&done), "{done:?}");
+    let done = report_of(done);
+    assert_eq!((done.ready, done.ignored), (3, 1));
     for s in [&s1, &s2] {
         let sc = s.lock();
         assert_eq!(sc.submitted.len(), 1, "one store job per tier");
@@ -1205,7 +1206,8 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     assert_eq!(stat(&m, None, "internal_errors"), 0.0);
     let q = start(&m, "q");
     m.prepare_store(q, &keys(10..12), &mut plan).unwrap();
-    m.complete_store(q, &[k(10), k(11), k(12)], true).unwrap();
+    let done = report_of(m.complete_store(q, &[k(10), k(11), k(12)], true));
+    assert_eq!((done.ready, done.ignored), (2, 1), "k12 was never planned");
     assert_eq!(
         s1.lock().submitted[1].keys,
         keys(10..12),
@@ -1213,7 +1215,8 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     );
     let p = start(&m, "p");
     m.prepare_store(p, &[k(0), k(20)], &mut plan).unwrap();
-    m.complete_store(p, &[k(0), k(20)], true).unwrap();
+    let done = report_of(m.complete_store(p, &[k(0), k(20)], true));
+    assert_eq!((done.ready, done.already_ready), (1, 1), "k0 was ready");
     assert_eq!(
         s1.lock().submitted[2].keys,
         vec![k(20)],
@@ -1462,7 +1465,9 @@ fn a_completion_leaves_another_requests_write_pending_key_alone() {
             assert_eq!(plan.slots, vec![0], "{what}");
             m.prepare_store(r2, &[k(1), k(2)], &mut plan).unwrap();
             assert_eq!(plan.to_store, vec![k(2)], "{what}");
-            let r = m.complete_store(r2, &[k(1), k(2)], success).unwrap();
+            let r = m.complete_store(r2, &[k(1), k(2)], success);
+            assert!(ignored_keys(&r), "{what}: A is not r2's to complete: {r:?}");
+            let r = report_of(r);
             assert_eq!(
                 refs(&k(1)),
                 Some(-1),
@@ -1669,7 +1674,7 @@ fn a_store_completion_leaves_a_promotions_reserved_slot_alone() {
             assert_eq!(plan.to_store, vec![k(2)], "{what}");
             m.prepare_store(r1, &[k(3)], &mut plan).unwrap();
             for r in [r1, r2] {
-                let rep = m.complete_store(r, &[k(9), k(2), k(3)], success).unwrap();
+                let rep = report_of(m.complete_store(r, &[k(9), k(2), k(3)], success));
                 assert_eq!(rep.foreign, if r == r1 { 2 } else { 1 }, "{what} {r}");
                 assert_eq!(
                     refs(&k(9)),
@@ -1727,8 +1732,9 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
         // plan is counted and ignored, and the request finalizes at once.
         assert_eq!(m.complete_store(r2, &[k(3)], true).unwrap().ready, 1);
         m.reset_cache().unwrap();
-        let late = m.complete_store(r2, &[k(4)], true).unwrap();
-        assert_eq!(late, Default::default());
+        let late = m.complete_store(r2, &[k(4)], true);
+        assert!(ignored_keys(&late), "{late:?}");
+        assert_eq!(report_of(late), Default::default());
         assert_eq!(stat(m, None, "ignored_store_completions"), 1.0);
         m.on_request_finished(r2).unwrap();
         assert!(s.lock().log.iter().any(|l| l == "finished r2"));

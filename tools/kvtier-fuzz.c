@@ -74,6 +74,12 @@ static void expect_ok(kvtier_status st, const char *what) {
         fail("%s failed: %s: %s", what, kvtier_status_str(st), kvtier_last_error_message());
 }
 
+static void expect_status(kvtier_status st, kvtier_status want, const char *what) {
+    if (st != want)
+        fail("%s: %s, expected %s (%s)", what, kvtier_status_str(st), kvtier_status_str(want),
+             kvtier_last_error_message());
+}
+
 static uint64_t rng_state;
 static uint64_t next_u64(void) { /* splitmix64 */
     uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
@@ -698,6 +704,7 @@ static void do_complete_store(request *r) {
         counts.blocks_stored += success;
         drop_plan(r, i);
     }
+    size_t own_keys = n;
     if (chance(30)) { /* a key another request planned, or any key */
         request *o = &reqs[below(NREQ)];
         int id = (int)below(NKEYS);
@@ -717,9 +724,16 @@ static void do_complete_store(request *r) {
     }
     counts.calls++;
     kvtier_store_completion done;
-    expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, success, &done), "complete_store");
-    if (done.ready + done.dropped + done.ignored + done.foreign + done.already_ready > n)
-        fail("complete_store of %zu keys accounted for more", n);
+    /* The status says whether a key named was left alone: exactly when a
+     * key not this request's to complete was added. */
+    expect_status(kvtier_manager_complete_store(mgr, r->handle, keys, n, success, &done),
+                  own_keys == n ? KVTIER_STATUS_OK : KVTIER_STATUS_KEYS_IGNORED, "complete_store");
+    if (done.ready != (success ? own_keys : 0) || done.dropped != (success ? 0 : own_keys))
+        fail("complete_store of %zu own keys (success %d) made %zu ready and dropped %zu", own_keys,
+             (int)success, done.ready, done.dropped);
+    if (done.ignored + done.foreign + done.already_ready != n - own_keys)
+        fail("complete_store of %zu keys, %zu not its own, left %zu alone", n, n - own_keys,
+             done.ignored + done.foreign + done.already_ready);
 }
 
 /* The handle of the request finished last (0 before any). */
@@ -797,7 +811,12 @@ static void do_reset(void) {
          * completes its void plan, which is ignored. */
         if (n && r->active) {
             counts.calls++;
-            expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, true, NULL), "complete_store after reset");
+            kvtier_store_completion done;
+            memset(&done, 0xff, sizeof done);
+            expect_status(kvtier_manager_complete_store(mgr, r->handle, keys, n, true, &done),
+                          KVTIER_STATUS_KEYS_IGNORED, "complete_store after reset");
+            if (done.ready || done.dropped || done.ignored || done.foreign || done.already_ready)
+                fail("complete_store with no store in flight reported keys");
         }
     }
     counts.calls++;

@@ -17,7 +17,7 @@ from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import CONSTANTS, ffi, lib
 from ._keys import key_array
 from ._handle import Handle
-from .errors import KvtierError, Status, check, encode_str
+from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import (
     Event,
     Locality,
@@ -307,13 +307,13 @@ class Manager:
         return buffers.read()
 
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
-        """Finishes (part of) `request`'s store of `keys`."""
+        """Finishes (part of) `request`'s store of `keys`.  Raises
+        `KeysIgnoredError` (carrying the completion) when a key named was not
+        the request's to complete, or it had no store in flight."""
         array = key_array(keys)
         result = ffi.new("kvtier_store_completion *")
-        check(
-            self._call(lib.kvtier_manager_complete_store, request, array.ptr, array.len, success, result),
-            "kvtier_manager_complete_store",
-        )
+        status = self._call(lib.kvtier_manager_complete_store, request, array.ptr, array.len, success, result)
+        check_completion(status, "kvtier_manager_complete_store", lambda: completion(result))
         return completion(result)
 
     # -- steps --------------------------------------------------------

@@ -17,7 +17,7 @@ from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import ffi, lib
 from ._keys import key_array
 from ._handle import Handle
-from .errors import KvtierError, Status, check, encode_str
+from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import Event, LookupAnswer, StoreCompletion, StorePlan, event_from_c, struct_dict
 
 __all__ = ["Primary"]
@@ -143,13 +143,13 @@ class Primary:
         return buffers.read()
 
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
-        """Finishes the writes of `keys` that `request` planned."""
+        """Finishes the writes of `keys` that `request` planned.  Raises
+        `KeysIgnoredError` (carrying the completion) when a key named was not
+        the request's to complete."""
         array = key_array(keys)
         result = ffi.new("kvtier_store_completion *")
-        check(
-            self._call(lib.kvtier_primary_complete_store, request, array.ptr, array.len, success, result),
-            "kvtier_primary_complete_store",
-        )
+        status = self._call(lib.kvtier_primary_complete_store, request, array.ptr, array.len, success, result)
+        check_completion(status, "kvtier_primary_complete_store", lambda: completion(result))
         return completion(result)
 
     def reset(self) -> None:

@@ -36,6 +36,7 @@ pub mod region;
 pub mod report;
 pub mod requests;
 pub mod status;
+mod store_out;
 pub mod tier;
 pub mod version;
 

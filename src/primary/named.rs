@@ -95,6 +95,9 @@ impl NamedPrimary {
 
     /// [`PrimaryTier::complete_store`] for request `id` (active, or finished
     /// with keys still write pending); any other id is `UnknownRequest`.
+    /// A key named that was left alone (absent, another writer's, ready)
+    /// makes the answer `KeysIgnored`, carrying the report, the other keys
+    /// completed all the same ([`CompleteStoreReport::checked`]).
     /// With KV groups on, a key too short for its group index is
     /// `InvalidKey` (see [`PrimaryTier::check_keys`]), nothing changed.
     pub fn complete_store(
@@ -120,7 +123,7 @@ impl NamedPrimary {
         }
         self.tier.check_group_keys(n, &key)?;
         if self.tier.is_active(id) {
-            return Ok(self.tier.complete_store_each(id, n, key, success));
+            return self.tier.complete_store_each(id, n, key, success).checked(id);
         }
         if !self.finishing.contains(&id) {
             return Err(Error::UnknownRequest(format!("#{}", id.0)));
@@ -129,7 +132,7 @@ impl NamedPrimary {
         if self.tier.stores_pending(id) == 0 {
             self.finishing.remove(&id);
         }
-        Ok(report)
+        report.checked(id)
     }
 
     /// Number of active requests.
@@ -183,7 +186,10 @@ mod tests {
             Err(Error::UnknownRequest(_))
         ));
         // Only the finished request completes the key it planned.
-        assert_eq!(p.complete_store(again, &[k], true).unwrap().foreign, 1);
+        assert!(matches!(
+            p.complete_store(again, &[k], true),
+            Err(Error::KeysIgnored { report, .. }) if report.foreign == 1 && report.ready == 0
+        ));
         assert_eq!(p.complete_store(r, &[k], true).unwrap().ready, 1);
         assert!(matches!(
             p.complete_store(r, &[k], true),

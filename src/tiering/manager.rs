@@ -513,9 +513,16 @@ impl Manager {
     /// cascade to every secondary tier.  A plan may be completed in several
     /// calls: the request has a store in flight, and is not finalized,
     /// until every key it planned was completed.  The request may already
-    /// be finished (not yet finalized).  A completion for a request with no
-    /// store in flight (after a reset) is counted
-    /// (`ignored_store_completions`) and ignored: the report is all zeros.
+    /// be finished (not yet finalized).
+    ///
+    /// The report comes back as `Ok` only when every key named was acted
+    /// on.  A key left alone makes the answer [`Error::KeysIgnored`],
+    /// carrying the report (the rest of the keys were completed all the
+    /// same; see [`CompleteStoreReport::checked`]).  A completion for a
+    /// request with no store in flight (after a reset) is counted
+    /// (`ignored_store_completions`) and ignored: every key it names is
+    /// left alone, [`Error::KeysIgnored`] with an all-zero report (none
+    /// named: the all-zero report).
     pub fn complete_store(
         &self,
         request: RequestId,
@@ -534,7 +541,7 @@ impl Manager {
         };
         if st.store_keys_pending == 0 {
             s.c.ignored_store_completions += 1;
-            return Ok(CompleteStoreReport::default());
+            return CompleteStoreReport::nothing_in_flight(rid, keys.len());
         }
         let info = st.info.clone();
         let report = s.complete_and_cascade(rid, keys, success, &info);
@@ -544,7 +551,7 @@ impl Manager {
             st.tally.on_store(&report);
         }
         s.maybe_finalize(rid);
-        Ok(report)
+        report.checked(rid)
     }
 
     /// Marks `request` finished; its state goes (and tiers hear of it) once
