@@ -1366,14 +1366,20 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     let snapshot = before(&s);
     let entries = with_model(&m, |model| model.entries.len());
     let never = RequestId(gone.0 + 1000);
-    for name in [never, gone] {
+    for (name, why) in [
+        (never, "was never issued by this manager"),
+        (gone, "finished and was let go"),
+    ] {
+        // The message names the handle and says where it stands.
         let unknown = |r: kvtier::Result<()>| {
             assert!(
-                matches!(&r, Err(Error::UnknownRequest(n)) if *n == name.to_string()),
+                matches!(&r, Err(Error::UnknownRequest(n)) if *n == format!("{name} {why}")),
                 "{name}: {r:?}"
             )
         };
-        unknown(m.lookup(name, &k(9)).map(|_| ()));
+        assert!(
+            matches!(m.lookup(name, &k(9)), Err(Error::UnknownRequest(n)) if n.starts_with(&name.to_string()))
+        );
         unknown(m.prepare_load(name, &[k(1)], &mut Vec::new()));
         unknown(m.touch(name, &[k(1)]));
         unknown(m.complete_load(name, &[k(1)]));
@@ -1519,7 +1525,7 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
             "finalized at once, loads in flight or not"
         );
         assert_eq!(stat(m, None, "active_requests"), 1.0);
-        let unknown = |e: Error| matches!(&e, Error::UnknownRequest(n) if *n == r.to_string());
+        let unknown = |e: Error| matches!(&e, Error::UnknownRequest(n) if n.starts_with(&r.to_string()));
         assert!(unknown(m.touch(r, &[k(1)]).unwrap_err()));
         assert!(unknown(m.prepare_load(r, &[k(1)], &mut slots).unwrap_err()));
         assert!(unknown(m.lookup(r, &k(1)).unwrap_err()));

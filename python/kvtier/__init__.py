@@ -34,6 +34,7 @@ from .types import (
     MissReason,
     OffloadPolicy,
     PromotionAnswer,
+    RequestState,
     StoreCompletion,
     StorePlan,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "PromotionAnswer",
     "Region",
     "RegionView",
+    "RequestState",
     "Status",
     "Tier",
     "TierMatcher",

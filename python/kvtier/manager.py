@@ -25,6 +25,7 @@ from .types import (
     Medium,
     OffloadPolicy,
     PromotionAnswer,
+    RequestState,
     StoreCompletion,
     StorePlan,
     event_from_c,
@@ -305,6 +306,12 @@ class Manager:
         buffers = PlanBuffers(array.len)
         check(self._call(lib.kvtier_manager_prepare_store, request, array.ptr, array.len, buffers.plan), "kvtier_manager_prepare_store")
         return buffers.read()
+
+    def request_state(self, request: int) -> RequestState:
+        """Where handle `request` stands (`RequestState`); changes nothing."""
+        out = ffi.new("kvtier_request_state *")
+        check(self._call(lib.kvtier_manager_request_state, request, out), "kvtier_manager_request_state")
+        return RequestState(out[0])
 
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
         """Finishes (part of) `request`'s store of `keys`.  Raises

@@ -18,7 +18,7 @@ from ._ffi import ffi, lib
 from ._keys import key_array
 from ._handle import Handle
 from .errors import KvtierError, Status, check, check_completion, encode_str
-from .types import Event, LookupAnswer, StoreCompletion, StorePlan, event_from_c, struct_dict
+from .types import Event, LookupAnswer, RequestState, StoreCompletion, StorePlan, event_from_c, struct_dict
 
 __all__ = ["Primary"]
 
@@ -141,6 +141,12 @@ class Primary:
             "kvtier_primary_prepare_store",
         )
         return buffers.read()
+
+    def request_state(self, request: int) -> RequestState:
+        """Where handle `request` stands (`RequestState`); changes nothing."""
+        out = ffi.new("kvtier_request_state *")
+        check(self._call(lib.kvtier_primary_request_state, request, out), "kvtier_primary_request_state")
+        return RequestState(out[0])
 
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
         """Finishes the writes of `keys` that `request` planned.  Raises

@@ -26,6 +26,7 @@ pub mod config;
 pub mod dialect;
 pub mod fs;
 pub(crate) mod growth;
+pub mod handles;
 pub mod key;
 pub mod log;
 pub mod manager;

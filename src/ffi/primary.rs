@@ -42,7 +42,7 @@ pub struct kvtier_primary {
 
 /// The tier plus reusable buffers (no allocation per call once warm).
 pub(crate) struct PrimaryHandle {
-    core: NamedPrimary,
+    pub(crate) core: NamedPrimary,
     slots: Vec<u32>,
     plan: StorePlan,
     /// The events the latest take_events handed over: their keys are what

@@ -61,6 +61,7 @@ use crate::stats::Stat;
 
 mod cascade;
 mod counters;
+mod handles;
 mod in_place;
 mod jobs;
 mod lookup;
@@ -467,7 +468,7 @@ impl Manager {
         // ones whose loads still hold pins.
         s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.complete_load(request, keys).map_err(|e| match e {
-            Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
+            Error::UnknownRequest(_) => s.unknown_request(request),
             other => other,
         })
     }
@@ -533,7 +534,7 @@ impl Manager {
         let s = &mut *s;
         let rid = request;
         if !s.reqs.contains_key(&rid) {
-            return Err(Error::UnknownRequest(rid.to_string()));
+            return Err(s.unknown_request(rid));
         }
         s.check_keys(keys.len(), |j| &keys[j])?;
         let Some(st) = s.reqs.get_mut(&rid) else {
@@ -652,7 +653,7 @@ impl State {
     fn active(&self, id: RequestId) -> Result<RequestId> {
         match self.reqs.get(&id) {
             Some(st) if !st.finished => Ok(id),
-            _ => Err(Error::UnknownRequest(id.to_string())),
+            _ => Err(self.unknown_request(id)),
         }
     }
 
