@@ -958,14 +958,19 @@ class manager {
     bool p = false;
     return detail::check(kvtier_manager_has_pending_work(h_, &p), std::move(p));
   }
-  /// Drains every queued event (copying the keys).
+  /// Drains every queued event (copying the keys; the call's own event
+  /// buffer holds them meanwhile, so any thread may drain).
   result<std::vector<event>> try_take_events() const {
     std::vector<event> out;
     kvtier_event buf[64];
+    kvtier_event_buffer *keys = nullptr;
+    kvtier_status made = kvtier_event_buffer_new(&keys);
+    if (made != KVTIER_STATUS_OK) return last_error(made);
+    std::unique_ptr<kvtier_event_buffer, void (*)(kvtier_event_buffer *)> owned(keys, &kvtier_event_buffer_free);
     for (;;) {
       std::size_t n = 0;
       bool more = false;
-      kvtier_status s = kvtier_manager_take_events(h_, buf, 64, &n, &more);
+      kvtier_status s = kvtier_manager_take_events(h_, keys, buf, 64, &n, &more);
       if (s != KVTIER_STATUS_OK) return last_error(s);
       for (std::size_t i = 0; i < n; ++i) {
         event e{buf[i].tier, static_cast<event_kind>(buf[i].kind), static_cast<kvtier::medium>(buf[i].medium),

@@ -17,6 +17,8 @@ use kvtier::events::Event;
 use kvtier::ffi::build::*;
 use kvtier::ffi::config::*;
 use kvtier::ffi::dialect::*;
+use kvtier::ffi::events::*;
+use kvtier::ffi::handles::*;
 use kvtier::ffi::fs::*;
 use kvtier::ffi::key::kvtier_key;
 use kvtier::ffi::log::*;
@@ -653,15 +655,53 @@ fn table() -> Vec<Export> {
         }),
         export!(kvtier_manager_take_events, f, {
             let fx = Fx::new();
+            let mut b = null_mut();
+            expect(f, "buffer", kvtier_event_buffer_new(&mut b), S::Ok);
             let mut ev = [manager_event()];
             let (mut written, mut more) = (9usize, true);
-            is_null_arg(f, "manager", kvtier_manager_take_events(null(), ev.as_mut_ptr(), 1, &mut written, &mut more));
-            is_null_arg(f, "events_out", kvtier_manager_take_events(fx.manager, null_mut(), 1, &mut written, &mut more));
-            is_null_arg(f, "written_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, null_mut(), &mut more));
-            is_null_arg(f, "more_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, &mut written, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_take_events(null(), null_mut(), 1, null_mut(), null_mut()));
-            expect(f, "events_out NULL, capacity 0", kvtier_manager_take_events(fx.manager, null_mut(), 0, &mut written, &mut more), S::Ok);
+            is_null_arg(f, "manager", kvtier_manager_take_events(null(), b, ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "buffer", kvtier_manager_take_events(fx.manager, null_mut(), ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "events_out", kvtier_manager_take_events(fx.manager, b, null_mut(), 1, &mut written, &mut more));
+            is_null_arg(f, "written_out", kvtier_manager_take_events(fx.manager, b, ev.as_mut_ptr(), 1, null_mut(), &mut more));
+            is_null_arg(f, "more_out", kvtier_manager_take_events(fx.manager, b, ev.as_mut_ptr(), 1, &mut written, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_take_events(null(), null_mut(), null_mut(), 1, null_mut(), null_mut()));
+            expect(f, "events_out NULL, capacity 0", kvtier_manager_take_events(fx.manager, b, null_mut(), 0, &mut written, &mut more), S::Ok);
             assert_eq!(written, 0, "{f}");
+            kvtier_event_buffer_free(b);
+        }),
+        export!(kvtier_event_buffer_new, f, {
+            is_null_arg(f, "buffer_out", kvtier_event_buffer_new(null_mut()));
+        }),
+        export!(kvtier_event_buffer_free, f, {
+            kvtier_event_buffer_free(null_mut());
+        }),
+        export!(kvtier_manager_events_queued, f, {
+            let fx = Fx::new();
+            let (mut events, mut keys) = (9usize, 9usize);
+            is_null_arg(f, "manager", kvtier_manager_events_queued(null(), &mut events, &mut keys));
+            is_null_arg(f, "events_out", kvtier_manager_events_queued(fx.manager, null_mut(), &mut keys));
+            is_null_arg(f, "manager", kvtier_manager_events_queued(null(), null_mut(), null_mut()));
+            // `keys_out` may be NULL.
+            expect(f, "keys_out NULL", kvtier_manager_events_queued(fx.manager, &mut events, null_mut()), S::Ok);
+            assert_eq!(events, 0, "{f}");
+        }),
+        export!(kvtier_manager_request_state, f, {
+            let fx = Fx::new();
+            let mut state = 9;
+            is_null_arg(f, "manager", kvtier_manager_request_state(null(), 1, &mut state));
+            is_null_arg(f, "state_out", kvtier_manager_request_state(fx.manager, 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_request_state(null(), 1, null_mut()));
+            expect(f, "any handle", kvtier_manager_request_state(fx.manager, 0, &mut state), S::Ok);
+            assert_eq!(state, KVTIER_REQUEST_STATE_NEVER_ISSUED, "{f}");
+        }),
+        export!(kvtier_primary_request_state, f, {
+            let fx = Fx::new();
+            let mut state = 9;
+            is_null_arg(f, "primary", kvtier_primary_request_state(null_mut(), 1, &mut state));
+            is_null_arg(f, "state_out", kvtier_primary_request_state(fx.primary, 1, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_request_state(null_mut(), 1, null_mut()));
+            expect(f, "any handle", kvtier_primary_request_state(fx.primary, 0, &mut state), S::Ok);
+            assert_eq!(state, KVTIER_REQUEST_STATE_NEVER_ISSUED, "{f}");
         }),
         export!(kvtier_manager_reset_cache, f, {
             is_null_arg(f, "manager", kvtier_manager_reset_cache(null()));
@@ -1316,7 +1356,19 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
         }),
         call!(kvtier_manager_take_events, {
             let (mut w, mut more) = (0, false);
-            kvtier_manager_take_events(m, null_mut(), 0, &mut w, &mut more)
+            let mut b = null_mut();
+            assert_eq!(kvtier_event_buffer_new(&mut b), S::Ok);
+            let st = kvtier_manager_take_events(m, b, null_mut(), 0, &mut w, &mut more);
+            kvtier_event_buffer_free(b);
+            st
+        }),
+        call!(kvtier_manager_events_queued, {
+            let mut n = 0;
+            kvtier_manager_events_queued(m, &mut n, null_mut())
+        }),
+        call!(kvtier_manager_request_state, {
+            let mut state = 0;
+            kvtier_manager_request_state(m, req, &mut state)
         }),
         call!(kvtier_manager_reset_cache, kvtier_manager_reset_cache(m)),
         call!(
@@ -1446,6 +1498,10 @@ fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
         call!(kvtier_primary_take_events, {
             let (mut n, mut more) = (0, false);
             kvtier_primary_take_events(p, null_mut(), 0, &mut n, &mut more)
+        }),
+        call!(kvtier_primary_request_state, {
+            let mut state = 0;
+            kvtier_primary_request_state(p, r, &mut state)
         }),
         call!(kvtier_primary_read_stats, {
             let mut s = kvtier_primary_stats::default();

@@ -765,13 +765,19 @@ static void settle_request(request *r) {
     }
 }
 
+static kvtier_event_buffer *event_keys;
+
 static void drain_events(void) {
     kvtier_event ev[16];
-    size_t written;
+    size_t written, queued;
     bool more = true;
+    counts.calls++;
+    expect_ok(kvtier_manager_events_queued(mgr, &queued, NULL), "events_queued");
+    size_t taken = 0;
     while (more) {
         counts.calls++;
-        expect_ok(kvtier_manager_take_events(mgr, ev, 16, &written, &more), "take_events");
+        expect_ok(kvtier_manager_take_events(mgr, event_keys, ev, 16, &written, &more), "take_events");
+        taken += written;
         for (size_t i = 0; i < written; i++) {
             if (ev[i].kind != KVTIER_EVENT_STORED && ev[i].kind != KVTIER_EVENT_REMOVED && ev[i].kind != KVTIER_EVENT_CLEARED)
                 fail("event of kind %d", ev[i].kind);
@@ -780,6 +786,9 @@ static void drain_events(void) {
                 if (ev[i].keys[k].len < 2 || ev[i].keys[k].len > 64) fail("event key of %zu bytes", ev[i].keys[k].len);
         }
     }
+    /* Events only join the queue (no other thread takes): all that was
+     * counted as queued was taken, in at least as many entries. */
+    if (taken < queued) fail("events_queued counted %zu events, the takes handed out %zu", queued, taken);
 }
 
 /* A cache reset, between batches: every load finishes first.  Outstanding
@@ -966,6 +975,7 @@ int main(int argc, char **argv) {
     rng_state = seed;
     fs_tier_present = with_fs;
     make_keys();
+    expect_ok(kvtier_event_buffer_new(&event_keys), "event_buffer_new");
 
     char dir[64] = "";
     char json[512];
@@ -1072,6 +1082,7 @@ int main(int argc, char **argv) {
     long rss_end = rss_kib();
     expect_ok(kvtier_manager_shutdown(mgr), "shutdown");
     kvtier_manager_free(mgr);
+    kvtier_event_buffer_free(event_keys);
     if (with_fs) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -369,16 +369,29 @@ class Manager:
     def take_events(self) -> list[Event]:
         """Every queued event of every tier, oldest first (copied)."""
         out: list[Event] = []
-        events = ffi.new("kvtier_event[]", _EVENT_BATCH)  # per call: threads share the manager
+        # Per call: threads share the manager, each take's keys live in
+        # this call's own buffer until its next take.
+        events = ffi.new("kvtier_event[]", _EVENT_BATCH)
+        made = ffi.new("kvtier_event_buffer **")
+        check(lib.kvtier_event_buffer_new(made), "kvtier_event_buffer_new")
+        keys = ffi.gc(made[0], lib.kvtier_event_buffer_free)
         written = ffi.new("size_t *")
         more = ffi.new("bool *", True)
         while more[0]:
             check(
-                self._call(lib.kvtier_manager_take_events, events, _EVENT_BATCH, written, more),
+                self._call(lib.kvtier_manager_take_events, keys, events, _EVENT_BATCH, written, more),
                 "kvtier_manager_take_events",
             )
             out.extend(event_from_c(events[i]) for i in range(written[0]))
         return out
+
+    def events_queued(self) -> tuple[int, int]:
+        """How many events (batches of one tier and kind) wait to be taken,
+        and how many keys they hold (``kvtier_manager_events_queued``)."""
+        events = ffi.new("size_t *")
+        keys = ffi.new("size_t *")
+        check(self._call(lib.kvtier_manager_events_queued, events, keys), "kvtier_manager_events_queued")
+        return int(events[0]), int(keys[0])
 
     def read_stats(self) -> dict[str, Any]:
         """The manager's own numbers (``kvtier_manager_stats``) by name."""

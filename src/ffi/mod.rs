@@ -24,6 +24,7 @@ pub(crate) mod boundary;
 pub mod build;
 pub mod config;
 pub mod dialect;
+pub mod events;
 pub mod fs;
 pub(crate) mod growth;
 pub mod handles;

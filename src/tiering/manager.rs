@@ -74,7 +74,7 @@ mod step;
 use counters::{ManagerCounters, TierCounters};
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
-pub use observe::{ManagerStats, TakenBatch, TakenEvents};
+pub use observe::{EventBuffer, ManagerStats, QueuedEvents, TakenBatch, TakenEvents};
 use poll::CompletionQueue;
 pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
 

@@ -17,6 +17,7 @@ pub use manager::{
     PromotionAnswer, RequestParams, RequestReport, RequestReportListener, StartedRequest,
     TakenBatch, TakenEvents, TierOptions,
 };
+pub use manager::{EventBuffer, QueuedEvents};
 pub use notify::Notifier;
 pub use tier::{
     DEFAULT_TIER_EVENT_CAPACITY, Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE,
