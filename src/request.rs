@@ -142,21 +142,16 @@ impl RequestNames {
 
     /// The id of active request `name`.
     pub fn get(&self, name: &str) -> crate::Result<RequestId> {
-        self.ids
-            .get(name)
-            .copied()
-            .ok_or_else(|| {
-                crate::Error::UnknownRequest(format!("{name:?} names no active request"))
-            })
+        self.ids.get(name).copied().ok_or_else(|| {
+            crate::Error::UnknownRequest(format!("{name:?} names no active request"))
+        })
     }
 
     /// Forgets `name`, returning its id.
     pub fn remove(&mut self, name: &str) -> crate::Result<RequestId> {
-        self.ids
-            .remove(name)
-            .ok_or_else(|| {
-                crate::Error::UnknownRequest(format!("{name:?} names no active request"))
-            })
+        self.ids.remove(name).ok_or_else(|| {
+            crate::Error::UnknownRequest(format!("{name:?} names no active request"))
+        })
     }
 
     /// Whether `id` was handed out by this registry (whatever became of it).
@@ -197,7 +192,10 @@ mod tests {
             Err(crate::Error::UnknownRequest(_))
         ));
         assert_ne!(names.insert("a").unwrap(), a, "ids are not reused");
-        assert!(names.was_issued(a) && names.was_issued(b), "issued, gone or not");
+        assert!(
+            names.was_issued(a) && names.was_issued(b),
+            "issued, gone or not"
+        );
         assert!(!names.was_issued(RequestId(0)));
         assert!(!names.was_issued(RequestId(4)), "only 3 were handed out");
     }

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ffi_calls::{PlanBuf, ck, last_error, lookup, lookup_keys, store_with, succeeded};
 use kvtier::ffi::build::*;
 use kvtier::ffi::dialect::*;
+use kvtier::ffi::events::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
-use kvtier::ffi::events::*;
 use kvtier::ffi::observe::*;
 use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::*;
@@ -1186,7 +1186,16 @@ fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_event>, bool) 
     let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; len];
     let (mut n, mut more) = (0, false);
     assert_eq!(
-        unsafe { kvtier_manager_take_events(m, ffi_calls::thread_buffer(), evs.as_mut_ptr(), len, &mut n, &mut more) },
+        unsafe {
+            kvtier_manager_take_events(
+                m,
+                ffi_calls::thread_buffer(),
+                evs.as_mut_ptr(),
+                len,
+                &mut n,
+                &mut more,
+            )
+        },
         S::Ok
     );
     evs.truncate(n);

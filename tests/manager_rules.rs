@@ -1525,7 +1525,8 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
             "finalized at once, loads in flight or not"
         );
         assert_eq!(stat(m, None, "active_requests"), 1.0);
-        let unknown = |e: Error| matches!(&e, Error::UnknownRequest(n) if n.starts_with(&r.to_string()));
+        let unknown =
+            |e: Error| matches!(&e, Error::UnknownRequest(n) if n.starts_with(&r.to_string()));
         assert!(unknown(m.touch(r, &[k(1)]).unwrap_err()));
         assert!(unknown(m.prepare_load(r, &[k(1)], &mut slots).unwrap_err()));
         assert!(unknown(m.lookup(r, &k(1)).unwrap_err()));

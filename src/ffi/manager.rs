@@ -9,7 +9,6 @@
 
 use std::ffi::c_void;
 
-
 use super::boundary::{Castable, Failure, enter, ffi_call, free_handle, in_slice, in_str, out_ref};
 pub use super::dialect::kvtier_key_buf;
 use super::dialect::{

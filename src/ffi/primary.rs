@@ -527,12 +527,9 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
         let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let answer = h.core.complete_store_each(
-            RequestId(request),
-            keys.len(),
-            |j| keys.bytes(j),
-            success,
-        );
+        let answer =
+            h.core
+                .complete_store_each(RequestId(request), keys.len(), |j| keys.bytes(j), success);
         unsafe { write_completion(answer, result_out) }
     })
 }

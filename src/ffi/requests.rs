@@ -9,7 +9,6 @@ use std::cell::RefCell;
 use std::ffi::c_char;
 
 use super::boundary::{Failure, enter, ffi_call, in_slice, in_str, out_ref, out_slice};
-use super::store_out::{PlanOut, write_completion};
 use super::dialect::{
     KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_HIT_PENDING, KVTIER_LOOKUP_MISS, KVTIER_LOOKUP_RETRY,
     KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, kvtier_lookup_answer,
@@ -17,6 +16,7 @@ use super::dialect::{
 };
 use super::key::{CheckedKeys, kvtier_key, read_keys, read_views, with_views};
 use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
+use super::store_out::{PlanOut, write_completion};
 use super::tier::{
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, kvtier_offload_policy,
 };

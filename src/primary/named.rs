@@ -123,7 +123,10 @@ impl NamedPrimary {
         }
         self.tier.check_group_keys(n, &key)?;
         if self.tier.is_active(id) {
-            return self.tier.complete_store_each(id, n, key, success).checked(id);
+            return self
+                .tier
+                .complete_store_each(id, n, key, success)
+                .checked(id);
         }
         if !self.finishing.contains(&id) {
             return Err(self.unknown(id));

@@ -197,7 +197,10 @@ mod tests {
         match CompleteStoreReport::nothing_in_flight(RequestId(4), 2) {
             Err(Error::KeysIgnored { report, message }) => {
                 assert_eq!(report, CompleteStoreReport::default());
-                assert!(message.contains("request handle 4 has no store in flight"), "{message}");
+                assert!(
+                    message.contains("request handle 4 has no store in flight"),
+                    "{message}"
+                );
             }
             other => panic!("{other:?}"),
         }

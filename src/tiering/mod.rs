@@ -12,12 +12,12 @@ pub use crate::events::TierEvent;
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
+pub use manager::{EventBuffer, QueuedEvents};
 pub use manager::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,
     PromotionAnswer, RequestParams, RequestReport, RequestReportListener, StartedRequest,
     TakenBatch, TakenEvents, TierOptions,
 };
-pub use manager::{EventBuffer, QueuedEvents};
 pub use notify::Notifier;
 pub use tier::{
     DEFAULT_TIER_EVENT_CAPACITY, Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE,
