@@ -942,7 +942,10 @@ class manager {
     return plan;
   }
   /// Finishes (part of) `request`'s store: only keys its own prepare_store
-  /// planned, still being written for it, are acted on; others are counted.
+  /// planned, still being written for it, are acted on; a key named that
+  /// was left alone (another request's, ready, absent) makes the result a
+  /// KVTIER_STATUS_KEYS_IGNORED error whose message counts them (the
+  /// request's own keys were completed all the same).
   result<kvtier_store_completion> try_complete_store(kvtier_request_handle request, const key_list &keys,
                                                      bool success) const {
     kvtier_store_completion done;
