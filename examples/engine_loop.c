@@ -181,6 +181,10 @@ int main(void) {
     uint32_t slots[KEYS_PER_REQ];
     size_t index[KEYS_PER_REQ];
     kvtier_event events[64];
+    /* The keys of the events taken live in this buffer, this loop's own,
+       until its next take. */
+    kvtier_event_buffer *event_keys = NULL;
+    CHECK(kvtier_event_buffer_new(&event_keys));
 
     while ((next < REQUESTS || n_active > 0) && steps < 1000) {
         steps++;
@@ -247,7 +251,7 @@ int main(void) {
         n_active = kept;
         size_t n_ev = 0;
         bool more = true;
-        while (more) CHECK(kvtier_manager_take_events(m, events, 64, &n_ev, &more));
+        while (more) CHECK(kvtier_manager_take_events(m, event_keys, events, 64, &n_ev, &more));
     }
     bool pending = true;
     for (int i = 0; i < 10 && pending; i++) {
@@ -266,6 +270,7 @@ int main(void) {
         if (strcmp(stats[i].name, "pinned") == 0) pinned = stats[i].value;
     CHECK(kvtier_manager_shutdown(m));
     kvtier_manager_free(m);
+    kvtier_event_buffer_free(event_keys);
     free(slot_memory);
 
     printf("engine_loop: %zu steps, %zu blocks stored, %zu loaded blocks verified, %zu deferrals, "

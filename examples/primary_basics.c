@@ -52,11 +52,14 @@ static kvtier_status store(kvtier_primary *p, kvtier_request_handle r, const int
     return kvtier_primary_prepare_store(p, r, keys, n, &o->plan);
 }
 
+/* Completes keys `ids` for `r`; the status must be `expected`:
+   KVTIER_STATUS_KEYS_IGNORED when a key named is not `r`'s to complete (the
+   counts are written all the same). */
 static void complete(kvtier_primary *p, kvtier_request_handle r, const int *ids, size_t n,
-                     bool success, kvtier_store_completion *c) {
+                     bool success, kvtier_store_completion *c, kvtier_status expected) {
     kvtier_key keys[MAXN];
     for (size_t i = 0; i < n; i++) keys[i] = key_of(ids[i]);
-    OK(kvtier_primary_complete_store(p, r, keys, n, success, c));
+    CHECK(kvtier_primary_complete_store(p, r, keys, n, success, c) == expected);
 }
 
 /* Which of the 16 keys an evicted copy is (-1: none). */
@@ -116,7 +119,7 @@ int main(void) {
     CHECK(a.hits == 0 && a.stop == KVTIER_LOOKUP_HIT_PENDING && a.reason == KVTIER_MISS_NONE);
 
     kvtier_store_completion c;
-    complete(p, r1, first, 4, true, &c);
+    complete(p, r1, first, 4, true, &c, KVTIER_STATUS_OK);
     CHECK(c.ready == 4 && c.dropped == 0 && c.ignored == 0);
     OK(kvtier_primary_lookup(p, look, 3, &a));
     CHECK(a.hits == 2 && a.stop == KVTIER_LOOKUP_MISS && a.reason == KVTIER_MISS_ABSENT);
@@ -149,21 +152,23 @@ int main(void) {
     CHECK(o.slots[0] == 3 && o.slots[1] == 2); /* most recently freed first */
 
     /* Only the request that planned a key completes it: req-2 naming keys
-       4 and 5, which req-1 is writing, changes nothing (counted). */
+       4 and 5, which req-1 is writing, changes nothing (counted, and the
+       status says so). */
     const int theirs[] = {4, 5};
     kvtier_request_handle r2 = 0;
     OK(kvtier_primary_request_begin(p, "req-2", &r2));
     CHECK(r2 != r1);
-    complete(p, r2, theirs, 2, true, &c);
+    complete(p, r2, theirs, 2, true, &c, KVTIER_STATUS_KEYS_IGNORED);
     CHECK(c.ready == 0 && c.dropped == 0 && c.foreign == 2);
     OK(kvtier_primary_request_finished(p, r2));
 
-    /* One write fails, one succeeds; a late completion is ignored. */
+    /* One write fails, one succeeds; a late completion is ignored (and
+       reported). */
     const int fail[] = {5};
     const int ok_late[] = {4, 9};
-    complete(p, r1, fail, 1, false, &c);
+    complete(p, r1, fail, 1, false, &c, KVTIER_STATUS_OK);
     CHECK(c.dropped == 1);
-    complete(p, r1, ok_late, 2, true, &c);
+    complete(p, r1, ok_late, 2, true, &c, KVTIER_STATUS_KEYS_IGNORED);
     CHECK(c.ready == 1 && c.ignored == 1);
 
     OK(kvtier_primary_complete_load(p, r1, load, 2));

@@ -199,6 +199,15 @@ typedef enum {
    * usable.
    */
   KVTIER_STATUS_OUT_OF_MEMORY = 21,
+  /**
+   * A store completion named keys it did not act on (another request's
+   * or a promotion's, ready, or absent keys; every key named when its
+   * request had no store in flight): the call completed the request's
+   * own write-pending keys it named, and wrote what happened to every
+   * key to its `result_out`.  Not a failure of the call, a mistake of the caller's
+   * (or a completion that arrived after a reset) made visible.
+   */
+  KVTIER_STATUS_KEYS_IGNORED = 22,
 } kvtier_status;
 
 /**
@@ -231,6 +240,15 @@ typedef enum {
    */
   KVTIER_LOG_LEVEL_TRACE = 5,
 } kvtier_log_level;
+
+/**
+ * Opaque, caller-owned memory for the events one caller takes from a
+ * manager (`kvtier_manager_take_events`): the keys of the events it took
+ * last stay valid until its next take into this buffer or its
+ * `kvtier_event_buffer_free`.  One buffer per caller (per thread, say):
+ * a buffer is not internally synchronized.
+ */
+typedef struct kvtier_event_buffer kvtier_event_buffer;
 
 /**
  * Opaque handle of a tiering manager (internally synchronized).
@@ -744,6 +762,39 @@ typedef struct {
 } kvtier_tier_vtable;
 
 /**
+ * Consecutive cache events of one tier and kind: the one shape of the
+ * event callback and of `take_events`.  `keys` belongs to the library:
+ * valid during the callback, or until the next `take_events` call on the
+ * same object.
+ */
+typedef struct {
+  /**
+   * 0 for the primary tier, 1.. for secondary tiers in the order added.
+   */
+  uint32_t tier;
+  /**
+   * Stored, removed or cleared.
+   */
+  kvtier_event_kind kind;
+  /**
+   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
+   */
+  kvtier_medium medium;
+  /**
+   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
+   */
+  kvtier_locality locality;
+  /**
+   * The keys (NULL when `len` is 0).
+   */
+  const kvtier_key *keys;
+  /**
+   * Number of keys.
+   */
+  size_t len;
+} kvtier_event;
+
+/**
  * How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
  */
 typedef int32_t kvtier_fs_layout;
@@ -847,6 +898,20 @@ typedef struct {
    */
   uint32_t file_mode;
 } kvtier_fs_options;
+
+/**
+ * A started request, as `kvtier_manager_request_begin` and
+ * `kvtier_primary_request_begin` hand it out; every later call of that
+ * request takes it instead of the request's name.  Never 0, never reused
+ * by the same object: a finished or unknown handle is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`, never another request's state.
+ */
+typedef uint64_t kvtier_request_handle;
+
+/**
+ * Where a request handle stands: a `KVTIER_REQUEST_STATE_*` value.
+ */
+typedef int32_t kvtier_request_state;
 
 /**
  * Receives one log record.  `level` is a `kvtier_log_level` value;
@@ -1011,39 +1076,6 @@ typedef struct {
 } kvtier_manager_stats;
 
 /**
- * Consecutive cache events of one tier and kind: the one shape of the
- * event callback and of `take_events`.  `keys` belongs to the library:
- * valid during the callback, or until the next `take_events` call on the
- * same object.
- */
-typedef struct {
-  /**
-   * 0 for the primary tier, 1.. for secondary tiers in the order added.
-   */
-  uint32_t tier;
-  /**
-   * Stored, removed or cleared.
-   */
-  kvtier_event_kind kind;
-  /**
-   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
-   */
-  kvtier_medium medium;
-  /**
-   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
-   */
-  kvtier_locality locality;
-  /**
-   * The keys (NULL when `len` is 0).
-   */
-  const kvtier_key *keys;
-  /**
-   * Number of keys.
-   */
-  size_t len;
-} kvtier_event;
-
-/**
  * Receives one event: consecutive events of one tier and kind (see
  * `kvtier_event`), whose keys are valid during the call only.  Called at
  * the end of the manager call that produced the events, on that call's
@@ -1098,15 +1130,6 @@ typedef struct {
    */
   bool kv_groups;
 } kvtier_primary_options;
-
-/**
- * A started request, as `kvtier_manager_request_begin` and
- * `kvtier_primary_request_begin` hand it out; every later call of that
- * request takes it instead of the request's name.  Never 0, never reused
- * by the same object: a finished or unknown handle is
- * `KVTIER_STATUS_UNKNOWN_REQUEST`, never another request's state.
- */
-typedef uint64_t kvtier_request_handle;
 
 /**
  * Why a lookup answered MISS: a `KVTIER_MISS_*` value.
@@ -1786,6 +1809,35 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
 #define KVTIER_FS_LAYOUT_SEGMENTS 1
 
 /**
+ * Never handed out by this object (0, or past the last handle it handed
+ * out): a mistyped handle, or another object's.  No call takes it.
+ */
+#define KVTIER_REQUEST_STATE_NEVER_ISSUED 0
+
+/**
+ * Started and not finished: every call of a request takes it.
+ */
+#define KVTIER_REQUEST_STATE_ACTIVE 1
+
+/**
+ * Finished, but kept by its stores in flight, parked keys or staged
+ * promotions: `complete_store` takes it, and `complete_load` of the pins
+ * its loads still hold.
+ */
+#define KVTIER_REQUEST_STATE_FINISHING 2
+
+/**
+ * Finished and let go of all but pins its loads still hold: only
+ * `complete_load` of those pins takes it, until the last is released.
+ */
+#define KVTIER_REQUEST_STATE_LOADS_PINNED 3
+
+/**
+ * Finished and let go: no call takes it.
+ */
+#define KVTIER_REQUEST_STATE_GONE 4
+
+/**
  * Create the region if nobody has, else join it (default).
  */
 #define KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN 0
@@ -2005,6 +2057,78 @@ kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
                                          uint32_t *slot_count_out);
 
 /**
+ * Creates an empty event buffer and writes it to `*buffer_out`.  It
+ * allocates nothing until a take; each take grows it to what that take
+ * hands out (fallibly: `KVTIER_STATUS_OUT_OF_MEMORY`, nothing taken) and
+ * keeps the memory for the next.  The caller owns it and frees it with
+ * [`kvtier_event_buffer_free`]; it may take from any manager, one take
+ * at a time.  Safe to call from any thread.
+ *
+ * # Safety
+ * `buffer_out` valid for writes.
+ */
+kvtier_status kvtier_event_buffer_new(kvtier_event_buffer **buffer_out);
+
+/**
+ * Frees an event buffer; NULL is ignored.  The keys of the events taken
+ * into it are invalid from then on.  Must not run concurrently with a
+ * take into it.
+ *
+ * # Safety
+ * `buffer` NULL or a live buffer from [`kvtier_event_buffer_new`], not
+ * used afterwards.
+ */
+void kvtier_event_buffer_free(kvtier_event_buffer *buffer);
+
+/**
+ * Moves up to `capacity` events into `events_out`, oldest first (the
+ * primary tier's, then each secondary tier's own), writes their number to
+ * `*written_out` and whether more wait to `*more_out`.  Each event is a
+ * batch: consecutive events of one tier and kind, with the tier's medium
+ * and locality and its keys (a `KVTIER_EVENT_CLEARED` event is one of its
+ * own, with no keys).
+ *
+ * The keys point into `buffer`, the caller's: they stay valid until the
+ * next take into the same buffer (whatever it returns), or its
+ * `kvtier_event_buffer_free`,
+ * whatever other threads take from the manager into their own buffers.
+ * Copy what you keep longer.  `events_out` may be NULL when `capacity` is
+ * 0 (which takes nothing; `kvtier_manager_events_queued` tells how much
+ * waits).  If memory for the keys runs out, nothing is taken
+ * (`KVTIER_STATUS_OUT_OF_MEMORY`) and the buffer holds nothing.  The
+ * manager is internally synchronized; the buffer is not (one take into
+ * it at a time).
+ *
+ * # Safety
+ * `manager` a live handle; `buffer` a live buffer no other thread uses
+ * during the call; `events_out` valid for `capacity` writes;
+ * `written_out` and `more_out` valid for writes.
+ */
+kvtier_status kvtier_manager_take_events(const kvtier_manager *manager,
+                                         kvtier_event_buffer *buffer,
+                                         kvtier_event *events_out,
+                                         size_t capacity,
+                                         size_t *written_out,
+                                         bool *more_out);
+
+/**
+ * Writes how much waits to be taken: to `*events_out` the number of
+ * `kvtier_event` entries a `kvtier_manager_take_events` needs to take it
+ * all, and to `*keys_out` (unless it is NULL) their keys together.  The
+ * count is of what the manager holds after gathering what each tier has
+ * (at most the event capacity per tier: a tier holding more hands the
+ * rest over later, which a take's `more_out` tells).  Other threads may
+ * take or add events before the caller's take.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `events_out` valid for writes; `keys_out` NULL
+ * or valid for writes.
+ */
+kvtier_status kvtier_manager_events_queued(const kvtier_manager *manager,
+                                           size_t *events_out,
+                                           size_t *keys_out);
+
+/**
  * Returns the default file-system tier options (the core defaults; the
  * directory NULL: set it) with `struct_size` set.  Safe to call from any
  * thread.
@@ -2036,6 +2160,41 @@ kvtier_fs_options kvtier_fs_options_default(void);
 kvtier_status kvtier_manager_add_fs_tier(const kvtier_manager *manager,
                                          const kvtier_fs_options *options,
                                          size_t *index_out);
+
+/**
+ * Writes to `*state_out` where `request` stands: never issued by this
+ * manager (`KVTIER_REQUEST_STATE_NEVER_ISSUED`: 0, or a handle it never
+ * handed out), active, finished but kept by its stores in flight, parked
+ * keys or staged promotions (`_FINISHING`; its loads may hold pins too),
+ * finished with only pins its loads took still held (`_LOADS_PINNED`),
+ * or finished and let go (`_GONE`).  Handles are never 0 and never
+ * reused, so every handle has one answer, and a call that does not take
+ * a handle says which of these made it `KVTIER_STATUS_UNKNOWN_REQUEST` in
+ * its message.  Changes nothing; any handle value may be asked about.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `state_out` valid for writes.
+ */
+kvtier_status kvtier_manager_request_state(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           kvtier_request_state *state_out);
+
+/**
+ * Writes to `*state_out` where `request` stands, as
+ * [`kvtier_manager_request_state`] does for the manager: never issued by
+ * this tier, active, finished with keys it planned still being written
+ * (`KVTIER_REQUEST_STATE_FINISHING`: `kvtier_primary_complete_store`
+ * takes it; its loads may hold pins too), finished with only pins its
+ * loads took still held (`_LOADS_PINNED`), or gone.  Changes nothing.
+ * Exclusive access to the handle.
+ *
+ * # Safety
+ * `primary` a live handle; `state_out` valid for writes.
+ */
+kvtier_status kvtier_primary_request_state(kvtier_primary *primary,
+                                           kvtier_request_handle request,
+                                           kvtier_request_state *state_out);
 
 /**
  * Installs `callback` to receive kvtier's log records at `max_level` or
@@ -2237,29 +2396,6 @@ kvtier_status kvtier_manager_take_error(const kvtier_manager *manager,
                                         char *message_out,
                                         size_t capacity,
                                         size_t *written_out);
-
-/**
- * Moves up to `capacity` events into `events_out`, oldest first (the
- * primary tier's, then each secondary tier's own), writes their number to
- * `*written_out` and whether more wait to `*more_out`.  Each event is a
- * batch: consecutive events of one tier and kind, with the tier's medium
- * and locality and its keys (a `KVTIER_EVENT_CLEARED` event is one of its
- * own, with no keys).  The keys point into the manager's memory and stay
- * valid until the next `kvtier_manager_take_events` call on this manager
- * (from any thread), which replaces them: copy what you keep.
- * `events_out` may be NULL when `capacity` is 0.  If memory for the keys
- * runs out, nothing is taken (`KVTIER_STATUS_OUT_OF_MEMORY`).
- * Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `events_out` valid for `capacity` writes;
- * `written_out` and `more_out` valid for writes.
- */
-kvtier_status kvtier_manager_take_events(const kvtier_manager *manager,
-                                         kvtier_event *events_out,
-                                         size_t capacity,
-                                         size_t *written_out,
-                                         bool *more_out);
 
 /**
  * Installs `callback` to receive cache events (stored, removed, cleared;
@@ -2514,18 +2650,20 @@ kvtier_status kvtier_primary_complete_load(kvtier_primary *primary,
  *
  * The caller fills `plan_out`'s three arrays, each with room for `len`
  * entries (at most `len` keys are stored and at most `len` evicted; NULL
- * when `len` is 0); the call writes `store_indices[i]`, the position in
- * `keys` of the i-th key to store (its first occurrence, in call order),
- * `slots[i]`, its slot, and `evicted[i]`, a copy of the i-th key evicted
- * to make room (the engine drops its copies), then `store_count`,
- * `evicted_count` and `refused`.  On a refusal or an error the arrays are
- * untouched.  A request that is not active is
+ * when `len` is 0), `evicted` NULL also when it does not want the evicted
+ * keys (as `kvtier_manager_prepare_store` takes it); the call writes
+ * `store_indices[i]`, the position in `keys` of the i-th key to store
+ * (its first occurrence, in call order), `slots[i]`, its slot, and
+ * `evicted[i]`, a copy of the i-th key evicted to make room (the engine
+ * drops its copies), then `store_count`, `evicted_count` (written even
+ * when `evicted` is NULL) and `refused`.  On a refusal or an error the
+ * arrays are untouched.  A request that is not active is
  * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle; `keys` valid for `len` entries;
  * `plan_out` valid for reads and writes, its arrays valid for `len`
- * writes each.
+ * writes each (`evicted` may be NULL).
  */
 kvtier_status kvtier_primary_prepare_store(kvtier_primary *primary,
                                            kvtier_request_handle request,
@@ -2543,12 +2681,19 @@ kvtier_status kvtier_primary_prepare_store(kvtier_primary *primary,
  * other key is left alone and counted: keys being written for another
  * request (`foreign`), keys already readable (`already_ready`), absent
  * keys (`ignored`: a completion after a reset).  Passing every key given
- * to prepare_store is therefore safe.  A plan may be completed in
+ * to prepare_store is therefore safe (the keys not this request's to
+ * complete are reported, see below).  A plan may be completed in
  * several calls, a part of its keys each time.  The request may have
  * finished: its handle stays valid here until every key it planned was
  * completed (or the tier was reset); any other handle is
- * `KVTIER_STATUS_UNKNOWN_REQUEST`.  Writes counts to `*result_out` unless
- * it is NULL.  Exclusive access to the handle.
+ * `KVTIER_STATUS_UNKNOWN_REQUEST`.
+ *
+ * Returns `KVTIER_STATUS_OK` when every key named was acted on, and
+ * `KVTIER_STATUS_KEYS_IGNORED` when one was left alone (the message says
+ * how many and why), the request's own keys named completed all the
+ * same: the rule of `kvtier_manager_complete_store`.  With either, writes
+ * the counts to `*result_out` unless it is NULL; any other status writes
+ * nothing.  Exclusive access to the handle.
  *
  * # Safety
  * `primary` must be a live handle; `keys` valid for `len` entries;
@@ -3054,7 +3199,10 @@ kvtier_status kvtier_manager_complete_load(const kvtier_manager *manager,
  * room, `evicted_count` of them (at most `len`), copied to `evicted`
  * unless it is NULL (evictions are also announced as events).  The
  * caller provides `store_indices` and `slots` with room for `len`
- * entries each, and `evicted` with room for `len` or NULL.
+ * entries each (NULL only when `len` is 0), and `evicted` with room for
+ * `len`, or NULL when it does not want the evicted keys (their count is
+ * written all the same): the primary tier's `kvtier_primary_prepare_store`
+ * takes the plan by the same rule.
  *
  * The keys to write are write pending for this request: only its own
  * `kvtier_manager_complete_store` finishes them.  Keys already resident
@@ -3082,16 +3230,24 @@ kvtier_status kvtier_manager_prepare_store(const kvtier_manager *manager,
  * counted in the primary tier's stats: a key another request or a
  * promotion is writing (`foreign_completions`), a ready key
  * (`already_ready_completions`), an absent key (`late_completions`).  So
- * passing every key given to prepare_store is safe.  A plan may be
+ * passing every key given to prepare_store is safe (the keys not this
+ * request's to complete are reported, see below).  A plan may be
  * completed in several calls, a part of its keys each time.  The request
  * may already be finished: it is finalized once every key it planned was
  * completed.  A completion for a request with no store in flight (after a
- * reset) is counted (`ignored_store_completions`) and ignored.
+ * reset, or once every key it planned was completed) is counted
+ * (`ignored_store_completions`) and ignored.
  *
- * Unless `result_out` is NULL, writes what happened to the keys to it:
- * `ready`, `dropped`, and the keys left alone (`ignored`, `foreign`,
- * `already_ready`); all 0 for an ignored completion.  Internally
- * synchronized.
+ * Returns `KVTIER_STATUS_OK` when every key named was acted on, and
+ * `KVTIER_STATUS_KEYS_IGNORED` when a key named was left alone, every one
+ * being left alone when the request had no store in flight (the message
+ * says how many and why): the request's own keys named were completed
+ * all the same, so the engine treats it as a mistake of its own made
+ * visible, not as a failed call.  `len` 0 is OK.
+ * With either, unless `result_out` is NULL, writes what happened to the
+ * keys to it: `ready`, `dropped`, and the keys left alone (`ignored`,
+ * `foreign`, `already_ready`); all 0 when no store was in flight.  Any
+ * other status writes nothing.  Internally synchronized.
  *
  * # Safety
  * `manager` a live handle; `keys` valid for `len` reads; `result_out`

@@ -942,7 +942,10 @@ class manager {
     return plan;
   }
   /// Finishes (part of) `request`'s store: only keys its own prepare_store
-  /// planned, still being written for it, are acted on; others are counted.
+  /// planned, still being written for it, are acted on; a key named that
+  /// was left alone (another request's, ready, absent) makes the result a
+  /// KVTIER_STATUS_KEYS_IGNORED error whose message counts them (the
+  /// request's own keys were completed all the same).
   result<kvtier_store_completion> try_complete_store(kvtier_request_handle request, const key_list &keys,
                                                      bool success) const {
     kvtier_store_completion done;
@@ -958,14 +961,19 @@ class manager {
     bool p = false;
     return detail::check(kvtier_manager_has_pending_work(h_, &p), std::move(p));
   }
-  /// Drains every queued event (copying the keys).
+  /// Drains every queued event (copying the keys; the call's own event
+  /// buffer holds them meanwhile, so any thread may drain).
   result<std::vector<event>> try_take_events() const {
     std::vector<event> out;
     kvtier_event buf[64];
+    kvtier_event_buffer *keys = nullptr;
+    kvtier_status made = kvtier_event_buffer_new(&keys);
+    if (made != KVTIER_STATUS_OK) return last_error(made);
+    std::unique_ptr<kvtier_event_buffer, void (*)(kvtier_event_buffer *)> owned(keys, &kvtier_event_buffer_free);
     for (;;) {
       std::size_t n = 0;
       bool more = false;
-      kvtier_status s = kvtier_manager_take_events(h_, buf, 64, &n, &more);
+      kvtier_status s = kvtier_manager_take_events(h_, keys, buf, 64, &n, &more);
       if (s != KVTIER_STATUS_OK) return last_error(s);
       for (std::size_t i = 0; i < n; ++i) {
         event e{buf[i].tier, static_cast<event_kind>(buf[i].kind), static_cast<kvtier::medium>(buf[i].medium),

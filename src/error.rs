@@ -34,8 +34,10 @@ pub enum Error {
         reason: String,
     },
 
-    /// An operation named a request that was never started or is already finalized.
-    #[error("unknown request {0:?}: never started, or already finished")]
+    /// An operation named a request it does not take: the text names the
+    /// request and says why (never started, finished, or finished and let
+    /// go, where the caller knows which).
+    #[error("unknown request: {0}")]
     UnknownRequest(String),
 
     /// A request was started twice.
@@ -107,6 +109,20 @@ pub enum Error {
     #[error("out of memory: {0}")]
     OutOfMemory(String),
 
+    /// A store completion named keys it did not act on (keys another
+    /// request or a promotion is writing, ready keys, absent keys; every
+    /// key named when its request had no store in flight).  Unlike every other variant this
+    /// one does not mean "nothing changed": the call did all it validly
+    /// could (the request's own write-pending keys named were completed),
+    /// and `report` says what happened to the keys named.
+    #[error("keys ignored: {message}")]
+    KeysIgnored {
+        /// What the completion did with each key named.
+        report: crate::primary::CompleteStoreReport,
+        /// Which keys were left alone, and why.
+        message: String,
+    },
+
     /// A caller-provided output buffer is too small; `needed` is the size that fits.
     #[error("buffer too small: {needed} needed, {given} given")]
     BufferTooSmall {
@@ -161,6 +177,10 @@ impl Error {
             Error::Closed(m) => Error::Closed(prefixed(m)),
             Error::Unsupported(m) => Error::Unsupported(prefixed(m)),
             Error::OutOfMemory(m) => Error::OutOfMemory(prefixed(m)),
+            Error::KeysIgnored { report, message } => Error::KeysIgnored {
+                report,
+                message: prefixed(message),
+            },
             e @ (Error::UnknownRequest(_)
             | Error::DuplicateRequest(_)
             | Error::UnknownJob { .. }
@@ -217,6 +237,10 @@ mod tests {
             Error::Closed(m()),
             Error::Unsupported(m()),
             Error::OutOfMemory(m()),
+            Error::KeysIgnored {
+                report: Default::default(),
+                message: m(),
+            },
             Error::BufferTooSmall {
                 needed: 2,
                 given: 1,

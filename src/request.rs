@@ -14,6 +14,48 @@ impl std::fmt::Display for RequestId {
     }
 }
 
+/// Where a request handle stands, as the object that handed it out sees
+/// it.  Handles are never 0 and never reused, so a handle that was never
+/// handed out is told apart from one that is gone without remembering
+/// every old handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequestState {
+    /// Never handed out by this object (0, or past the last handle handed
+    /// out): a mistyped handle, or another object's.  No call takes it.
+    NeverIssued,
+    /// Started and not finished: every call of a request takes it.
+    Active,
+    /// Finished, but its stores in flight (or, in a manager, its parked
+    /// keys or staged promotions) keep it: `complete_store` takes it, and
+    /// `complete_load` of the pins its loads still hold.
+    Finishing,
+    /// Finished and let go of all but pins its loads still hold: only
+    /// `complete_load` of those pins takes it, until the last is released.
+    LoadsPinned,
+    /// Finished and let go: no call takes it.
+    Gone,
+}
+
+impl RequestState {
+    /// Why `id` in this state is unknown to a call that needs it active
+    /// (or, past [`RequestState::Finishing`], finishing): the text of its
+    /// [`Error::UnknownRequest`](crate::Error::UnknownRequest).  `owner`
+    /// names the object ("manager", "primary tier").
+    pub fn why_unknown(self, id: RequestId, owner: &str) -> String {
+        match self {
+            RequestState::NeverIssued => format!("{id} was never issued by this {owner}"),
+            RequestState::Active => format!("{id} is active"),
+            RequestState::Finishing => format!(
+                "{id} has finished; until its stores in flight are completed only complete_store, and complete_load of the pins its loads hold, take it"
+            ),
+            RequestState::LoadsPinned => format!(
+                "{id} has finished; only complete_load of the pins its loads still hold takes it"
+            ),
+            RequestState::Gone => format!("{id} finished and was let go"),
+        }
+    }
+}
+
 /// What the medium of a secondary tier is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Medium {
@@ -100,17 +142,21 @@ impl RequestNames {
 
     /// The id of active request `name`.
     pub fn get(&self, name: &str) -> crate::Result<RequestId> {
-        self.ids
-            .get(name)
-            .copied()
-            .ok_or_else(|| crate::Error::UnknownRequest(name.to_string()))
+        self.ids.get(name).copied().ok_or_else(|| {
+            crate::Error::UnknownRequest(format!("{name:?} names no active request"))
+        })
     }
 
     /// Forgets `name`, returning its id.
     pub fn remove(&mut self, name: &str) -> crate::Result<RequestId> {
-        self.ids
-            .remove(name)
-            .ok_or_else(|| crate::Error::UnknownRequest(name.to_string()))
+        self.ids.remove(name).ok_or_else(|| {
+            crate::Error::UnknownRequest(format!("{name:?} names no active request"))
+        })
+    }
+
+    /// Whether `id` was handed out by this registry (whatever became of it).
+    pub fn was_issued(&self, id: RequestId) -> bool {
+        id.0 >= 1 && id.0 <= self.issued
     }
 
     /// Number of active requests.
@@ -146,5 +192,11 @@ mod tests {
             Err(crate::Error::UnknownRequest(_))
         ));
         assert_ne!(names.insert("a").unwrap(), a, "ids are not reused");
+        assert!(
+            names.was_issued(a) && names.was_issued(b),
+            "issued, gone or not"
+        );
+        assert!(!names.was_issued(RequestId(0)));
+        assert!(!names.was_issued(RequestId(4)), "only 3 were handed out");
     }
 }

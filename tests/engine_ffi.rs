@@ -18,6 +18,7 @@ use ffi_calls::{PlanBuf, begin, ck, last_error, lookup, store_with, succeeded};
 use kvtier::ffi::build::*;
 use kvtier::ffi::config::*;
 use kvtier::ffi::dialect::*;
+use kvtier::ffi::events::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
@@ -254,7 +255,16 @@ fn json_manager_with_fs_tier_wakes_reports_events_and_metrics() {
     let mut ev = [unsafe { std::mem::zeroed::<kvtier_event>() }; 4];
     let (mut written, mut more) = (9usize, true);
     assert_eq!(
-        unsafe { kvtier_manager_take_events(m, ev.as_mut_ptr(), 4, &mut written, &mut more) },
+        unsafe {
+            kvtier_manager_take_events(
+                m,
+                ffi_calls::thread_buffer(),
+                ev.as_mut_ptr(),
+                4,
+                &mut written,
+                &mut more,
+            )
+        },
         S::Ok
     );
     assert_eq!((written, more), (0, false));
@@ -511,7 +521,16 @@ fn events_go_to_the_callback_and_also_to_the_queue_when_asked() {
     let mut ev = [unsafe { std::mem::zeroed::<kvtier_event>() }; 16];
     let (mut written, mut more) = (0usize, true);
     assert_eq!(
-        unsafe { kvtier_manager_take_events(m, ev.as_mut_ptr(), 16, &mut written, &mut more) },
+        unsafe {
+            kvtier_manager_take_events(
+                m,
+                ffi_calls::thread_buffer(),
+                ev.as_mut_ptr(),
+                16,
+                &mut written,
+                &mut more,
+            )
+        },
         S::Ok
     );
     // One event per batch: (stored 0 1), (removed 0), (stored 2).

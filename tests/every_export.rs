@@ -17,7 +17,9 @@ use kvtier::events::Event;
 use kvtier::ffi::build::*;
 use kvtier::ffi::config::*;
 use kvtier::ffi::dialect::*;
+use kvtier::ffi::events::*;
 use kvtier::ffi::fs::*;
+use kvtier::ffi::handles::*;
 use kvtier::ffi::key::kvtier_key;
 use kvtier::ffi::log::*;
 use kvtier::ffi::manager::*;
@@ -640,7 +642,21 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "keys", kvtier_manager_complete_store(fx.manager, r, null(), 1, true, &mut done));
             is_null_arg(f, "keys[].data", kvtier_manager_complete_store(fx.manager, r, bad.as_ptr(), 1, true, &mut done));
             is_null_arg(f, "manager", kvtier_manager_complete_store(null(), r, null(), 1, true, null_mut()));
+            // With no store in flight the completion is ignored, and says so.
+            done.ready = 9;
+            expect(f, "nothing in flight", kvtier_manager_complete_store(fx.manager, r, k.as_ptr(), 1, true, &mut done), S::KeysIgnored);
+            assert_eq!(done, kvtier_store_completion::default(), "{f}: the report is written, all 0");
             // `result_out` may be NULL.
+            let (mut i, mut sl) = ([0usize], [0u32]);
+            let mut plan = kvtier_store_plan {
+                store_indices: i.as_mut_ptr(),
+                slots: sl.as_mut_ptr(),
+                evicted: null_mut(),
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            expect(f, "plan", kvtier_manager_prepare_store(fx.manager, r, k.as_ptr(), 1, &mut plan), S::Ok);
             expect(f, "result_out NULL", kvtier_manager_complete_store(fx.manager, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
         export!(kvtier_manager_schedule_end, f, {
@@ -655,15 +671,53 @@ fn table() -> Vec<Export> {
         }),
         export!(kvtier_manager_take_events, f, {
             let fx = Fx::new();
+            let mut b = null_mut();
+            expect(f, "buffer", kvtier_event_buffer_new(&mut b), S::Ok);
             let mut ev = [manager_event()];
             let (mut written, mut more) = (9usize, true);
-            is_null_arg(f, "manager", kvtier_manager_take_events(null(), ev.as_mut_ptr(), 1, &mut written, &mut more));
-            is_null_arg(f, "events_out", kvtier_manager_take_events(fx.manager, null_mut(), 1, &mut written, &mut more));
-            is_null_arg(f, "written_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, null_mut(), &mut more));
-            is_null_arg(f, "more_out", kvtier_manager_take_events(fx.manager, ev.as_mut_ptr(), 1, &mut written, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_take_events(null(), null_mut(), 1, null_mut(), null_mut()));
-            expect(f, "events_out NULL, capacity 0", kvtier_manager_take_events(fx.manager, null_mut(), 0, &mut written, &mut more), S::Ok);
+            is_null_arg(f, "manager", kvtier_manager_take_events(null(), b, ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "buffer", kvtier_manager_take_events(fx.manager, null_mut(), ev.as_mut_ptr(), 1, &mut written, &mut more));
+            is_null_arg(f, "events_out", kvtier_manager_take_events(fx.manager, b, null_mut(), 1, &mut written, &mut more));
+            is_null_arg(f, "written_out", kvtier_manager_take_events(fx.manager, b, ev.as_mut_ptr(), 1, null_mut(), &mut more));
+            is_null_arg(f, "more_out", kvtier_manager_take_events(fx.manager, b, ev.as_mut_ptr(), 1, &mut written, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_take_events(null(), null_mut(), null_mut(), 1, null_mut(), null_mut()));
+            expect(f, "events_out NULL, capacity 0", kvtier_manager_take_events(fx.manager, b, null_mut(), 0, &mut written, &mut more), S::Ok);
             assert_eq!(written, 0, "{f}");
+            kvtier_event_buffer_free(b);
+        }),
+        export!(kvtier_event_buffer_new, f, {
+            is_null_arg(f, "buffer_out", kvtier_event_buffer_new(null_mut()));
+        }),
+        export!(kvtier_event_buffer_free, f, {
+            kvtier_event_buffer_free(null_mut());
+        }),
+        export!(kvtier_manager_events_queued, f, {
+            let fx = Fx::new();
+            let (mut events, mut keys) = (9usize, 9usize);
+            is_null_arg(f, "manager", kvtier_manager_events_queued(null(), &mut events, &mut keys));
+            is_null_arg(f, "events_out", kvtier_manager_events_queued(fx.manager, null_mut(), &mut keys));
+            is_null_arg(f, "manager", kvtier_manager_events_queued(null(), null_mut(), null_mut()));
+            // `keys_out` may be NULL.
+            expect(f, "keys_out NULL", kvtier_manager_events_queued(fx.manager, &mut events, null_mut()), S::Ok);
+            assert_eq!(events, 0, "{f}");
+        }),
+        export!(kvtier_manager_request_state, f, {
+            let fx = Fx::new();
+            let mut state = 9;
+            is_null_arg(f, "manager", kvtier_manager_request_state(null(), 1, &mut state));
+            is_null_arg(f, "state_out", kvtier_manager_request_state(fx.manager, 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_request_state(null(), 1, null_mut()));
+            expect(f, "any handle", kvtier_manager_request_state(fx.manager, 0, &mut state), S::Ok);
+            assert_eq!(state, KVTIER_REQUEST_STATE_NEVER_ISSUED, "{f}");
+        }),
+        export!(kvtier_primary_request_state, f, {
+            let fx = Fx::new();
+            let mut state = 9;
+            is_null_arg(f, "primary", kvtier_primary_request_state(null_mut(), 1, &mut state));
+            is_null_arg(f, "state_out", kvtier_primary_request_state(fx.primary, 1, null_mut()));
+            is_null_arg(f, "primary", kvtier_primary_request_state(null_mut(), 1, null_mut()));
+            expect(f, "any handle", kvtier_primary_request_state(fx.primary, 0, &mut state), S::Ok);
+            assert_eq!(state, KVTIER_REQUEST_STATE_NEVER_ISSUED, "{f}");
         }),
         export!(kvtier_manager_reset_cache, f, {
             is_null_arg(f, "manager", kvtier_manager_reset_cache(null()));
@@ -869,8 +923,10 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "plan_out", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, null_mut()));
             is_null_arg(f, "plan_out->store_indices", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_idx));
             is_null_arg(f, "plan_out->slots", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_slots));
-            is_null_arg(f, "plan_out->evicted", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_ev));
             is_null_arg(f, "primary", kvtier_primary_prepare_store(null_mut(), r, null(), 1, null_mut()));
+            // `evicted` may be NULL: only the count is written.
+            expect(f, "evicted NULL", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut no_ev), S::Ok);
+            assert!(no_ev.store_count == 1 && no_ev.evicted_count == 0 && !no_ev.refused, "{f}");
             let mut empty = kvtier_store_plan { store_indices: null_mut(), slots: null_mut(), evicted: null_mut(), ..plan };
             expect(f, "empty arrays at NULL", kvtier_primary_prepare_store(fx.primary, r, null(), 0, &mut empty), S::Ok);
         }),
@@ -884,7 +940,21 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "keys[].data", kvtier_primary_complete_store(fx.primary, r, bad.as_ptr(), 1, true, &mut res));
             is_null_arg(f, "primary", kvtier_primary_complete_store(null_mut(), r, null(), 1, true, null_mut()));
             expect(f, "unknown request", kvtier_primary_complete_store(fx.primary, r + 1, k.as_ptr(), 1, true, &mut res), S::UnknownRequest);
+            // A key the request did not plan is left alone, and the status says so.
+            res.ready = 9;
+            expect(f, "key not planned", kvtier_primary_complete_store(fx.primary, r, k.as_ptr(), 1, true, &mut res), S::KeysIgnored);
+            assert_eq!(res, kvtier_store_completion { ignored: 1, ..Default::default() }, "{f}: the report is written");
             // `result_out` may be NULL: no counts written.
+            let (mut i, mut sl) = ([0usize], [0u32]);
+            let mut plan = kvtier_store_plan {
+                store_indices: i.as_mut_ptr(),
+                slots: sl.as_mut_ptr(),
+                evicted: null_mut(),
+                store_count: 0,
+                evicted_count: 0,
+                refused: false,
+            };
+            expect(f, "plan", kvtier_primary_prepare_store(fx.primary, r, k.as_ptr(), 1, &mut plan), S::Ok);
             expect(f, "result_out NULL", kvtier_primary_complete_store(fx.primary, r, k.as_ptr(), 1, true, null_mut()), S::Ok);
         }),
         export!(kvtier_primary_reset, f, {
@@ -1316,7 +1386,19 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
         }),
         call!(kvtier_manager_take_events, {
             let (mut w, mut more) = (0, false);
-            kvtier_manager_take_events(m, null_mut(), 0, &mut w, &mut more)
+            let mut b = null_mut();
+            assert_eq!(kvtier_event_buffer_new(&mut b), S::Ok);
+            let st = kvtier_manager_take_events(m, b, null_mut(), 0, &mut w, &mut more);
+            kvtier_event_buffer_free(b);
+            st
+        }),
+        call!(kvtier_manager_events_queued, {
+            let mut n = 0;
+            kvtier_manager_events_queued(m, &mut n, null_mut())
+        }),
+        call!(kvtier_manager_request_state, {
+            let mut state = 0;
+            kvtier_manager_request_state(m, req, &mut state)
         }),
         call!(kvtier_manager_reset_cache, kvtier_manager_reset_cache(m)),
         call!(
@@ -1448,6 +1530,10 @@ fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
         call!(kvtier_primary_take_events, {
             let (mut n, mut more) = (0, false);
             kvtier_primary_take_events(p, null_mut(), 0, &mut n, &mut more)
+        }),
+        call!(kvtier_primary_request_state, {
+            let mut state = 0;
+            kvtier_primary_request_state(p, r, &mut state)
         }),
         call!(kvtier_primary_read_stats, {
             let mut s = kvtier_primary_stats::default();

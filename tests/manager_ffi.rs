@@ -14,6 +14,7 @@ use ffi_calls::{
 };
 use kvtier::ffi::build::*;
 use kvtier::ffi::dialect::*;
+use kvtier::ffi::events::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
@@ -997,12 +998,14 @@ fn prepare(m: *mut kvtier_manager, req: kvtier_request_handle, ks: &[[u8; 4]]) -
     (b.plan.refused, b.slots.clone())
 }
 
-/// complete_store of `ks` for `req` through C: what it did.
+/// complete_store of `ks` for `req` through C, which must answer `want`:
+/// what it did (written with either status).
 fn complete(
     m: *mut kvtier_manager,
     req: kvtier_request_handle,
     ks: &[[u8; 4]],
     success: bool,
+    want: S,
 ) -> kvtier_store_completion {
     let keys: Vec<kvtier_key> = ks.iter().map(|k| ck(k)).collect();
     let mut done = kvtier_store_completion {
@@ -1015,7 +1018,7 @@ fn complete(
     let st = unsafe {
         kvtier_manager_complete_store(m, req, keys.as_ptr(), keys.len(), success, &mut done)
     };
-    assert_eq!(st, S::Ok, "{}", last_error());
+    assert_eq!(st, want, "{}", last_error());
     done
 }
 
@@ -1028,7 +1031,12 @@ fn completions_through_c_act_only_on_their_own_requests_plan_in_any_number_of_ca
     // completes (with failure) every key it named: A stays r1's.
     assert_eq!(prepare(m, r1, &[a]), (false, vec![0]));
     assert_eq!(prepare(m, r2, &[a, b]), (false, vec![1]));
-    let done = complete(m, r2, &[a, b], false);
+    let done = complete(m, r2, &[a, b], false, S::KeysIgnored);
+    assert!(
+        last_error().contains("1 of the keys named were not write pending for request handle 2"),
+        "{}",
+        last_error()
+    );
     assert_eq!(
         (
             done.ready,
@@ -1045,19 +1053,24 @@ fn completions_through_c_act_only_on_their_own_requests_plan_in_any_number_of_ca
         prepare(m, r3, &[c, d]).0,
         "refused: A's slot is neither free nor evictable"
     );
-    assert_eq!(complete(m, r1, &[a], true).ready, 1);
+    assert_eq!(complete(m, r1, &[a], true, S::Ok).ready, 1);
     assert_eq!(
-        complete(m, r1, &[a], true),
+        complete(m, r1, &[a], true, S::KeysIgnored),
         kvtier_store_completion::default(),
         "r1 has no store in flight any more: ignored, all zeros"
+    );
+    assert!(
+        last_error().contains("request handle 1 has no store in flight"),
+        "{}",
+        last_error()
     );
     assert_eq!(own_stats(m).ignored_store_completions, 1);
     assert_eq!(lookup(m, r1, &a), KVTIER_LOOKUP_HIT);
     // r3's plan of C and D (evicting A) completed in two calls.
     assert!(!prepare(m, r3, &[c, d]).0, "planned");
     assert_eq!(unsafe { kvtier_manager_request_finished(m, r3) }, S::Ok);
-    complete(m, r3, &[c], true);
-    complete(m, r3, &[d], true);
+    complete(m, r3, &[c], true, S::Ok);
+    complete(m, r3, &[d], true, S::Ok);
     assert_eq!(lookup(m, r1, &c), KVTIER_LOOKUP_HIT);
     assert_eq!(lookup(m, r1, &d), KVTIER_LOOKUP_HIT);
     let s = stats(m);
@@ -1181,7 +1194,16 @@ fn take_events(m: *mut kvtier_manager, len: usize) -> (Vec<kvtier_event>, bool) 
     let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; len];
     let (mut n, mut more) = (0, false);
     assert_eq!(
-        unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), len, &mut n, &mut more) },
+        unsafe {
+            kvtier_manager_take_events(
+                m,
+                ffi_calls::thread_buffer(),
+                evs.as_mut_ptr(),
+                len,
+                &mut n,
+                &mut more,
+            )
+        },
         S::Ok
     );
     evs.truncate(n);

@@ -359,9 +359,12 @@ fn run(
                     for (n, s) in pending {
                         let finalized = reqs[&n].finished;
                         match m.complete_store(ids[&n], &s, true) {
-                            Ok(_) => assert!(!finalized),
+                            Err(kvtier::Error::KeysIgnored { report, .. }) => {
+                                assert!(!finalized, "{n}");
+                                assert_eq!(report, Default::default(), "{n}: nothing in flight");
+                            }
                             Err(kvtier::Error::UnknownRequest(_)) => assert!(finalized, "{n}"),
-                            Err(e) => panic!("{e}"),
+                            other => panic!("{n}: {other:?}"),
                         }
                     }
                     reqs.retain(|_, r| !r.finished);
@@ -399,13 +402,22 @@ fn run(
                 } else {
                     planned
                 };
-                let report = m.complete_store(ids[&n], &keys, success).unwrap();
+                let answer = m.complete_store(ids[&n], &keys, success);
                 let mut acted: Vec<Key> = Vec::new();
                 for k in &keys {
                     if !acted.contains(k) && r.stores.iter().any(|(p, _)| p.contains(k)) {
                         acted.push(*k);
                     }
                 }
+                // Every key named that was not acted on was left alone,
+                // and the answer says so exactly then.
+                let left = keys.len() - acted.len();
+                let report = match answer {
+                    Ok(report) if left == 0 => report,
+                    Err(kvtier::Error::KeysIgnored { report, .. }) if left > 0 => report,
+                    other => panic!("seed {seed}: {left} keys left alone, answered {other:?}"),
+                };
+                assert_eq!(report.left_alone(), left, "seed {seed}");
                 for (p, _) in r.stores.iter_mut() {
                     p.retain(|k| !acted.contains(k));
                 }

@@ -455,10 +455,9 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
         "primary reset"
     );
     // the live request keeps its state; its store count was cleared
-    assert_eq!(
-        m.complete_store(live, &[k(2)], true).unwrap(),
-        Default::default()
-    );
+    let late = m.complete_store(live, &[k(2)], true);
+    assert!(ignored_keys(&late), "{late:?}");
+    assert_eq!(report_of(late), Default::default());
     assert_eq!(stat(&m, None, "ignored_store_completions"), 1.0);
     // promotions held until reset_flushed
     assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Miss);
@@ -1204,9 +1203,11 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     let r = start(&m, "r");
     let mut plan = StorePlan::default();
     m.prepare_store(r, &keys(0..3), &mut plan).unwrap();
-    // k9 was never planned: absent from the primary tier
-    m.complete_store(r, &[k(0), k(1), k(2), k(9)], true)
-        .unwrap();
+    // k9 was never planned: absent from the primary tier, left alone
+    let done = m.complete_store(r, &[k(0), k(1), k(2), k(9)], true);
+    assert!(ignored_keys(&done), "{done:?}");
+    let done = report_of(done);
+    assert_eq!((done.ready, done.ignored), (3, 1));
     for s in [&s1, &s2] {
         let sc = s.lock();
         assert_eq!(sc.submitted.len(), 1, "one store job per tier");
@@ -1215,7 +1216,8 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     assert_eq!(stat(&m, None, "internal_errors"), 0.0);
     let q = start(&m, "q");
     m.prepare_store(q, &keys(10..12), &mut plan).unwrap();
-    m.complete_store(q, &[k(10), k(11), k(12)], true).unwrap();
+    let done = report_of(m.complete_store(q, &[k(10), k(11), k(12)], true));
+    assert_eq!((done.ready, done.ignored), (2, 1), "k12 was never planned");
     assert_eq!(
         s1.lock().submitted[1].keys,
         keys(10..12),
@@ -1223,7 +1225,8 @@ fn complete_store_cascades_only_ready_keys(wrap: Wrap) {
     );
     let p = start(&m, "p");
     m.prepare_store(p, &[k(0), k(20)], &mut plan).unwrap();
-    m.complete_store(p, &[k(0), k(20)], true).unwrap();
+    let done = report_of(m.complete_store(p, &[k(0), k(20)], true));
+    assert_eq!((done.ready, done.already_ready), (1, 1), "k0 was ready");
     assert_eq!(
         s1.lock().submitted[2].keys,
         vec![k(20)],
@@ -1373,14 +1376,20 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     let snapshot = before(&s);
     let entries = with_model(&m, |model| model.entries.len());
     let never = RequestId(gone.0 + 1000);
-    for name in [never, gone] {
+    for (name, why) in [
+        (never, "was never issued by this manager"),
+        (gone, "finished and was let go"),
+    ] {
+        // The message names the handle and says where it stands.
         let unknown = |r: kvtier::Result<()>| {
             assert!(
-                matches!(&r, Err(Error::UnknownRequest(n)) if *n == name.to_string()),
+                matches!(&r, Err(Error::UnknownRequest(n)) if *n == format!("{name} {why}")),
                 "{name}: {r:?}"
             )
         };
-        unknown(m.lookup(name, &k(9)).map(|_| ()));
+        assert!(
+            matches!(m.lookup(name, &k(9)), Err(Error::UnknownRequest(n)) if n.starts_with(&name.to_string()))
+        );
         unknown(m.prepare_load(name, &[k(1)], &mut Vec::new()));
         unknown(m.touch(name, &[k(1)]));
         unknown(m.complete_load(name, &[k(1)]));
@@ -1472,7 +1481,9 @@ fn a_completion_leaves_another_requests_write_pending_key_alone() {
             assert_eq!(plan.slots, vec![0], "{what}");
             m.prepare_store(r2, &[k(1), k(2)], &mut plan).unwrap();
             assert_eq!(plan.to_store, vec![k(2)], "{what}");
-            let r = m.complete_store(r2, &[k(1), k(2)], success).unwrap();
+            let r = m.complete_store(r2, &[k(1), k(2)], success);
+            assert!(ignored_keys(&r), "{what}: A is not r2's to complete: {r:?}");
+            let r = report_of(r);
             assert_eq!(
                 refs(&k(1)),
                 Some(-1),
@@ -1524,7 +1535,8 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
             "finalized at once, loads in flight or not"
         );
         assert_eq!(stat(m, None, "active_requests"), 1.0);
-        let unknown = |e: Error| matches!(&e, Error::UnknownRequest(n) if *n == r.to_string());
+        let unknown =
+            |e: Error| matches!(&e, Error::UnknownRequest(n) if n.starts_with(&r.to_string()));
         assert!(unknown(m.touch(r, &[k(1)]).unwrap_err()));
         assert!(unknown(m.prepare_load(r, &[k(1)], &mut slots).unwrap_err()));
         assert!(unknown(m.lookup(r, &k(1)).unwrap_err()));
@@ -1679,7 +1691,7 @@ fn a_store_completion_leaves_a_promotions_reserved_slot_alone() {
             assert_eq!(plan.to_store, vec![k(2)], "{what}");
             m.prepare_store(r1, &[k(3)], &mut plan).unwrap();
             for r in [r1, r2] {
-                let rep = m.complete_store(r, &[k(9), k(2), k(3)], success).unwrap();
+                let rep = report_of(m.complete_store(r, &[k(9), k(2), k(3)], success));
                 assert_eq!(rep.foreign, if r == r1 { 2 } else { 1 }, "{what} {r}");
                 assert_eq!(
                     refs(&k(9)),
@@ -1737,8 +1749,9 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
         // plan is counted and ignored, and the request finalizes at once.
         assert_eq!(m.complete_store(r2, &[k(3)], true).unwrap().ready, 1);
         m.reset_cache().unwrap();
-        let late = m.complete_store(r2, &[k(4)], true).unwrap();
-        assert_eq!(late, Default::default());
+        let late = m.complete_store(r2, &[k(4)], true);
+        assert!(ignored_keys(&late), "{late:?}");
+        assert_eq!(report_of(late), Default::default());
         assert_eq!(stat(m, None, "ignored_store_completions"), 1.0);
         m.on_request_finished(r2).unwrap();
         assert!(s.lock().log.iter().any(|l| l == "finished r2"));

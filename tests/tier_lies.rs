@@ -14,6 +14,7 @@ use std::ptr::{null, null_mut};
 use ffi_calls::{ck, last_error, store_with};
 use kvtier::ffi::build::*;
 use kvtier::ffi::dialect::*;
+use kvtier::ffi::events::*;
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
@@ -279,7 +280,16 @@ fn take_events(m: *mut kvtier_manager) -> Vec<Vec<u8>> {
     let mut evs = vec![unsafe { std::mem::zeroed::<kvtier_event>() }; 16];
     let (mut n, mut more) = (0, false);
     assert_eq!(
-        unsafe { kvtier_manager_take_events(m, evs.as_mut_ptr(), evs.len(), &mut n, &mut more) },
+        unsafe {
+            kvtier_manager_take_events(
+                m,
+                ffi_calls::thread_buffer(),
+                evs.as_mut_ptr(),
+                evs.len(),
+                &mut n,
+                &mut more,
+            )
+        },
         S::Ok
     );
     evs[..n]

@@ -74,6 +74,12 @@ static void expect_ok(kvtier_status st, const char *what) {
         fail("%s failed: %s: %s", what, kvtier_status_str(st), kvtier_last_error_message());
 }
 
+static void expect_status(kvtier_status st, kvtier_status want, const char *what) {
+    if (st != want)
+        fail("%s: %s, expected %s (%s)", what, kvtier_status_str(st), kvtier_status_str(want),
+             kvtier_last_error_message());
+}
+
 static uint64_t rng_state;
 static uint64_t next_u64(void) { /* splitmix64 */
     uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
@@ -706,6 +712,7 @@ static void do_complete_store(request *r) {
         counts.blocks_stored += success;
         drop_plan(r, i);
     }
+    size_t own_keys = n;
     if (chance(30)) { /* a key another request planned, or any key */
         request *o = &reqs[below(NREQ)];
         int id = (int)below(NKEYS);
@@ -725,9 +732,16 @@ static void do_complete_store(request *r) {
     }
     counts.calls++;
     kvtier_store_completion done;
-    expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, success, &done), "complete_store");
-    if (done.ready + done.dropped + done.ignored + done.foreign + done.already_ready > n)
-        fail("complete_store of %zu keys accounted for more", n);
+    /* The status says whether a key named was left alone: exactly when a
+     * key not this request's to complete was added. */
+    expect_status(kvtier_manager_complete_store(mgr, r->handle, keys, n, success, &done),
+                  own_keys == n ? KVTIER_STATUS_OK : KVTIER_STATUS_KEYS_IGNORED, "complete_store");
+    if (done.ready != (success ? own_keys : 0) || done.dropped != (success ? 0 : own_keys))
+        fail("complete_store of %zu own keys (success %d) made %zu ready and dropped %zu", own_keys,
+             (int)success, done.ready, done.dropped);
+    if (done.ignored + done.foreign + done.already_ready != n - own_keys)
+        fail("complete_store of %zu keys, %zu not its own, left %zu alone", n, n - own_keys,
+             done.ignored + done.foreign + done.already_ready);
 }
 
 /* The handle of the request finished last (0 before any). */
@@ -759,13 +773,19 @@ static void settle_request(request *r) {
     }
 }
 
+static kvtier_event_buffer *event_keys;
+
 static void drain_events(void) {
     kvtier_event ev[16];
-    size_t written;
+    size_t written, queued;
     bool more = true;
+    counts.calls++;
+    expect_ok(kvtier_manager_events_queued(mgr, &queued, NULL), "events_queued");
+    size_t taken = 0;
     while (more) {
         counts.calls++;
-        expect_ok(kvtier_manager_take_events(mgr, ev, 16, &written, &more), "take_events");
+        expect_ok(kvtier_manager_take_events(mgr, event_keys, ev, 16, &written, &more), "take_events");
+        taken += written;
         for (size_t i = 0; i < written; i++) {
             if (ev[i].kind != KVTIER_EVENT_STORED && ev[i].kind != KVTIER_EVENT_REMOVED && ev[i].kind != KVTIER_EVENT_CLEARED)
                 fail("event of kind %d", ev[i].kind);
@@ -774,6 +794,9 @@ static void drain_events(void) {
                 if (ev[i].keys[k].len < 2 || ev[i].keys[k].len > 64) fail("event key of %zu bytes", ev[i].keys[k].len);
         }
     }
+    /* Events only join the queue (no other thread takes): all that was
+     * counted as queued was taken, in at least as many entries. */
+    if (taken < queued) fail("events_queued counted %zu events, the takes handed out %zu", queued, taken);
 }
 
 /* A cache reset, between batches: every load finishes first.  Outstanding
@@ -805,7 +828,12 @@ static void do_reset(void) {
          * completes its void plan, which is ignored. */
         if (n && r->active) {
             counts.calls++;
-            expect_ok(kvtier_manager_complete_store(mgr, r->handle, keys, n, true, NULL), "complete_store after reset");
+            kvtier_store_completion done;
+            memset(&done, 0xff, sizeof done);
+            expect_status(kvtier_manager_complete_store(mgr, r->handle, keys, n, true, &done),
+                          KVTIER_STATUS_KEYS_IGNORED, "complete_store after reset");
+            if (done.ready || done.dropped || done.ignored || done.foreign || done.already_ready)
+                fail("complete_store with no store in flight reported keys");
         }
     }
     counts.calls++;
@@ -955,6 +983,7 @@ int main(int argc, char **argv) {
     rng_state = seed;
     fs_tier_present = with_fs;
     make_keys();
+    expect_ok(kvtier_event_buffer_new(&event_keys), "event_buffer_new");
 
     char dir[64] = "";
     char json[512];
@@ -1061,6 +1090,7 @@ int main(int argc, char **argv) {
     long rss_end = rss_kib();
     expect_ok(kvtier_manager_shutdown(mgr), "shutdown");
     kvtier_manager_free(mgr);
+    kvtier_event_buffer_free(event_keys);
     if (with_fs) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

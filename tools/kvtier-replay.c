@@ -188,12 +188,12 @@ enum { EVENT_BUF = 4096 };
 
 /* Drains every event (one drain, as vLLM counts it, whatever the number of
  * take_events calls); counts keys and primary removals. */
-static void drain_events(const kvtier_manager *m, kvtier_event *buf, counters *c) {
+static void drain_events(const kvtier_manager *m, kvtier_event_buffer *keys, kvtier_event *buf, counters *c) {
     bool more = true;
     c->manager_calls++;
     while (more) {
         size_t n = 0;
-        CHECK(kvtier_manager_take_events(m, buf, EVENT_BUF, &n, &more), "take_events");
+        CHECK(kvtier_manager_take_events(m, keys, buf, EVENT_BUF, &n, &more), "take_events");
         for (size_t i = 0; i < n; i++) {
             if (buf[i].kind == KVTIER_EVENT_CLEARED) continue;
             c->events += buf[i].len;
@@ -256,6 +256,8 @@ static counters replay_once(const options *o, const workload *wl) {
     uint64_t *positions = (uint64_t *)xrealloc(NULL, max_keys * sizeof(uint64_t));
     for (size_t i = 0; i < max_keys; i++) positions[i] = 16 * (uint64_t)(i + 1);
     kvtier_event *events = (kvtier_event *)xrealloc(NULL, EVENT_BUF * sizeof(kvtier_event));
+    kvtier_event_buffer *event_keys = NULL;
+    CHECK(kvtier_event_buffer_new(&event_keys), "event_buffer_new");
     if (!reqs) {
         fprintf(stderr, "kvtier-replay: out of memory\n");
         exit(1);
@@ -351,7 +353,7 @@ static counters replay_once(const options *o, const workload *wl) {
             CHECK(kvtier_manager_request_finished(m, s->request), "request_finished");
         }
         /* 5. events */
-        drain_events(m, events, &c);
+        drain_events(m, event_keys, events, &c);
     }
     /* Trailing steps: steps with no requests (schedule_end, then the
      * event drain) while work is pending, at most 10.  They are not counted
@@ -363,7 +365,7 @@ static counters replay_once(const options *o, const workload *wl) {
         if (!pending) break;
         c.manager_calls++;
         CHECK(kvtier_manager_schedule_end(m), "schedule_end");
-        drain_events(m, events, &c);
+        drain_events(m, event_keys, events, &c);
     }
     c.wall_s = now_s() - start;
 
@@ -375,6 +377,7 @@ static counters replay_once(const options *o, const workload *wl) {
     free(slots);
     free(positions);
     free(events);
+    kvtier_event_buffer_free(event_keys);
     return c;
 }
 

@@ -10,13 +10,15 @@ loaded with cffi), so Python drives exactly the calls a C engine makes:
 * `kvtier.vllm`: an offloading spec for vLLM 0.33.
 
 Keys are ``bytes`` (1 to 64 bytes).  A failed call raises `KvtierError`
-with the library's status and message.
+with the library's status and message; a store completion that named keys
+it did not act on raises its subclass `KeysIgnoredError`, carrying what
+the completion did.
 """
 
 from __future__ import annotations
 
 from ._ffi import CONSTANTS, ffi, lib
-from .errors import KvtierError, Status
+from .errors import KeysIgnoredError, KvtierError, Status
 from .manager import Manager, TierMatcher, TierStat
 from .primary import Primary
 from .region import Region, RegionView
@@ -32,6 +34,7 @@ from .types import (
     MissReason,
     OffloadPolicy,
     PromotionAnswer,
+    RequestState,
     StoreCompletion,
     StorePlan,
 )
@@ -43,6 +46,7 @@ __all__ = [
     "JobDirection",
     "Job",
     "JobResult",
+    "KeysIgnoredError",
     "KvtierError",
     "Manager",
     "Locality",
@@ -55,6 +59,7 @@ __all__ = [
     "PromotionAnswer",
     "Region",
     "RegionView",
+    "RequestState",
     "Status",
     "Tier",
     "TierMatcher",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+from typing import Callable
 
 from ._ffi import ffi, lib
 
-__all__ = ["Status", "KvtierError", "check"]
+__all__ = ["Status", "KvtierError", "KeysIgnoredError", "check"]
 
 
 class Status(enum.IntEnum):
@@ -34,6 +35,7 @@ class Status(enum.IntEnum):
     POISONED = 19
     PANIC = 20
     OUT_OF_MEMORY = 21
+    KEYS_IGNORED = 22
 
 
 class KvtierError(Exception):
@@ -53,11 +55,36 @@ class KvtierError(Exception):
         super().__init__(f"{where}{name}: {message}" if message else f"{where}{name}")
 
 
+class KeysIgnoredError(KvtierError):
+    """A store completion named keys it did not act on (another request's
+    or a promotion's, ready, or absent keys), or its request had no store
+    in flight (``Status.KEYS_IGNORED``).  The request's own keys named were
+    completed all the same: ``completion`` (a `StoreCompletion`) says what
+    happened to every key named."""
+
+    def __init__(self, message: str, call: str, completion: object):
+        super().__init__(Status.KEYS_IGNORED, message, call)
+        self.completion = completion
+
+
+def last_message() -> str:
+    """This thread's `kvtier_last_error_message`."""
+    return ffi.string(lib.kvtier_last_error_message()).decode("utf-8", "replace")
+
+
 def check(status: int, call: str = "") -> None:
     """Raises `KvtierError` unless `status` is ``KVTIER_STATUS_OK``."""
     if status:
-        message = ffi.string(lib.kvtier_last_error_message()).decode("utf-8", "replace")
-        raise KvtierError(status, message, call)
+        raise KvtierError(status, last_message(), call)
+
+
+def check_completion(status: int, call: str, completion: Callable[[], object]) -> None:
+    """`check` of a ``complete_store``: ``Status.KEYS_IGNORED`` raises
+    `KeysIgnoredError` carrying ``completion()`` (the report the call
+    wrote)."""
+    if status == Status.KEYS_IGNORED:
+        raise KeysIgnoredError(last_message(), call, completion())
+    check(status, call)
 
 
 def encode_str(value: object, what: str) -> bytes:

@@ -17,7 +17,7 @@ from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import CONSTANTS, ffi, lib
 from ._keys import key_array
 from ._handle import Handle
-from .errors import KvtierError, Status, check, encode_str
+from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import (
     Event,
     Locality,
@@ -25,6 +25,7 @@ from .types import (
     Medium,
     OffloadPolicy,
     PromotionAnswer,
+    RequestState,
     StoreCompletion,
     StorePlan,
     event_from_c,
@@ -327,14 +328,20 @@ class Manager:
         check(self._call(lib.kvtier_manager_prepare_store, request, array.ptr, array.len, buffers.plan), "kvtier_manager_prepare_store")
         return buffers.read()
 
+    def request_state(self, request: int) -> RequestState:
+        """Where handle `request` stands (`RequestState`); changes nothing."""
+        out = ffi.new("kvtier_request_state *")
+        check(self._call(lib.kvtier_manager_request_state, request, out), "kvtier_manager_request_state")
+        return RequestState(out[0])
+
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
-        """Finishes (part of) `request`'s store of `keys`."""
+        """Finishes (part of) `request`'s store of `keys`.  Raises
+        `KeysIgnoredError` (carrying the completion) when a key named was not
+        the request's to complete, or it had no store in flight."""
         array = key_array(keys)
         result = ffi.new("kvtier_store_completion *")
-        check(
-            self._call(lib.kvtier_manager_complete_store, request, array.ptr, array.len, success, result),
-            "kvtier_manager_complete_store",
-        )
+        status = self._call(lib.kvtier_manager_complete_store, request, array.ptr, array.len, success, result)
+        check_completion(status, "kvtier_manager_complete_store", lambda: completion(result))
         return completion(result)
 
     # -- steps --------------------------------------------------------
@@ -383,16 +390,29 @@ class Manager:
     def take_events(self) -> list[Event]:
         """Every queued event of every tier, oldest first (copied)."""
         out: list[Event] = []
-        events = ffi.new("kvtier_event[]", _EVENT_BATCH)  # per call: threads share the manager
+        # Per call: threads share the manager, each take's keys live in
+        # this call's own buffer until its next take.
+        events = ffi.new("kvtier_event[]", _EVENT_BATCH)
+        made = ffi.new("kvtier_event_buffer **")
+        check(lib.kvtier_event_buffer_new(made), "kvtier_event_buffer_new")
+        keys = ffi.gc(made[0], lib.kvtier_event_buffer_free)
         written = ffi.new("size_t *")
         more = ffi.new("bool *", True)
         while more[0]:
             check(
-                self._call(lib.kvtier_manager_take_events, events, _EVENT_BATCH, written, more),
+                self._call(lib.kvtier_manager_take_events, keys, events, _EVENT_BATCH, written, more),
                 "kvtier_manager_take_events",
             )
             out.extend(event_from_c(events[i]) for i in range(written[0]))
         return out
+
+    def events_queued(self) -> tuple[int, int]:
+        """How many events (batches of one tier and kind) wait to be taken,
+        and how many keys they hold (``kvtier_manager_events_queued``)."""
+        events = ffi.new("size_t *")
+        keys = ffi.new("size_t *")
+        check(self._call(lib.kvtier_manager_events_queued, events, keys), "kvtier_manager_events_queued")
+        return int(events[0]), int(keys[0])
 
     def read_stats(self) -> dict[str, Any]:
         """The manager's own numbers (``kvtier_manager_stats``) by name."""

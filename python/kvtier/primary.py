@@ -17,8 +17,8 @@ from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import ffi, lib
 from ._keys import key_array
 from ._handle import Handle
-from .errors import KvtierError, Status, check, encode_str
-from .types import Event, LookupAnswer, StoreCompletion, StorePlan, event_from_c, struct_dict
+from .errors import KvtierError, Status, check, check_completion, encode_str
+from .types import Event, LookupAnswer, RequestState, StoreCompletion, StorePlan, event_from_c, struct_dict
 
 __all__ = ["Primary"]
 
@@ -142,14 +142,20 @@ class Primary:
         )
         return buffers.read()
 
+    def request_state(self, request: int) -> RequestState:
+        """Where handle `request` stands (`RequestState`); changes nothing."""
+        out = ffi.new("kvtier_request_state *")
+        check(self._call(lib.kvtier_primary_request_state, request, out), "kvtier_primary_request_state")
+        return RequestState(out[0])
+
     def complete_store(self, request: int, keys: Sequence[bytes], success: bool = True) -> StoreCompletion:
-        """Finishes the writes of `keys` that `request` planned."""
+        """Finishes the writes of `keys` that `request` planned.  Raises
+        `KeysIgnoredError` (carrying the completion) when a key named was not
+        the request's to complete."""
         array = key_array(keys)
         result = ffi.new("kvtier_store_completion *")
-        check(
-            self._call(lib.kvtier_primary_complete_store, request, array.ptr, array.len, success, result),
-            "kvtier_primary_complete_store",
-        )
+        status = self._call(lib.kvtier_primary_complete_store, request, array.ptr, array.len, success, result)
+        check_completion(status, "kvtier_primary_complete_store", lambda: completion(result))
         return completion(result)
 
     def reset(self) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "OffloadPolicy",
     "JobDirection",
     "PromotionAnswer",
+    "RequestState",
 ]
 
 
@@ -67,6 +68,20 @@ class Locality(enum.IntEnum):
     ANY = CONSTANTS["KVTIER_LOCALITY_ANY"]
     LOCAL = CONSTANTS["KVTIER_LOCALITY_LOCAL"]
     REMOTE = CONSTANTS["KVTIER_LOCALITY_REMOTE"]
+
+
+class RequestState(enum.IntEnum):
+    """Where a request handle stands (``KVTIER_REQUEST_STATE_*``): never
+    issued by the object asked (a mistyped handle), active, finished but
+    kept by its stores in flight (``FINISHING``), finished with only pins
+    its loads took still held (``LOADS_PINNED``: only ``complete_load`` of
+    those takes it), or ``GONE``."""
+
+    NEVER_ISSUED = CONSTANTS["KVTIER_REQUEST_STATE_NEVER_ISSUED"]
+    ACTIVE = CONSTANTS["KVTIER_REQUEST_STATE_ACTIVE"]
+    FINISHING = CONSTANTS["KVTIER_REQUEST_STATE_FINISHING"]
+    LOADS_PINNED = CONSTANTS["KVTIER_REQUEST_STATE_LOADS_PINNED"]
+    GONE = CONSTANTS["KVTIER_REQUEST_STATE_GONE"]
 
 
 class OffloadPolicy(enum.IntEnum):

@@ -45,3 +45,56 @@ def test_duplicate_and_finished_requests():
 def test_from_json():
     with kvtier.Manager.from_json({"primary": {"capacity": 16, "policy": "arc"}}) as m:
         assert m.read_tier_stats(0)["capacity"].value == 16
+
+
+def test_a_completion_that_leaves_keys_alone_raises_with_the_report():
+    k = keys(3)
+    with kvtier.Manager(8) as m:
+        a, _ = m.request_begin("a")
+        b, _ = m.request_begin("b")
+        m.prepare_store(a, k[:1])
+        m.prepare_store(b, k[1:])
+        with pytest.raises(kvtier.KeysIgnoredError) as info:
+            m.complete_store(b, k)  # k[0] is a's to complete
+        e = info.value
+        assert isinstance(e, kvtier.KvtierError) and e.status == Status.KEYS_IGNORED
+        assert (e.completion.ready, e.completion.foreign) == (2, 1)
+        assert "not write pending for request handle 2" in e.message
+        assert m.complete_store(a, k[:1]).ready == 1
+        with pytest.raises(kvtier.KeysIgnoredError) as info:
+            m.complete_store(a, k[:1])  # nothing in flight any more
+        assert info.value.completion == kvtier.StoreCompletion(0, 0, 0, 0, 0)
+
+
+def test_request_state_tells_where_a_handle_stands():
+    k = keys(2)
+    with kvtier.Manager(8) as m:
+        assert m.request_state(0) == kvtier.RequestState.NEVER_ISSUED
+        h, _ = m.request_begin("r")
+        assert m.request_state(h) == kvtier.RequestState.ACTIVE
+        m.prepare_store(h, k)
+        m.complete_store(h, k[:1])
+        m.prepare_load(h, k[:1])
+        m.request_finished(h)
+        assert m.request_state(h) == kvtier.RequestState.FINISHING
+        m.complete_store(h, k[1:])
+        assert m.request_state(h) == kvtier.RequestState.LOADS_PINNED
+        m.complete_load(h, k[:1])
+        assert m.request_state(h) == kvtier.RequestState.GONE
+        with pytest.raises(kvtier.KvtierError) as info:
+            m.touch(h, k)
+        assert info.value.message == f"unknown request: request handle {h} finished and was let go"
+        assert m.request_state(h + 1) == kvtier.RequestState.NEVER_ISSUED
+
+
+def test_events_queued_counts_what_take_events_hands_out():
+    k = keys(3)
+    with kvtier.Manager(8, event_capacity=64) as m:
+        h, _ = m.request_begin("r")
+        assert m.events_queued() == (0, 0)
+        m.prepare_store(h, k)
+        m.complete_store(h, k)
+        assert m.events_queued() == (1, 3)
+        [event] = m.take_events()
+        assert event.keys == k
+        assert m.events_queued() == (0, 0)

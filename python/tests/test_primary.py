@@ -49,3 +49,17 @@ def test_closed_handle_raises():
     with pytest.raises(kvtier.KvtierError) as info:
         primary.lookup(keys(1))
     assert info.value.status == Status.CLOSED
+
+
+def test_a_completion_that_leaves_keys_alone_raises_with_the_report():
+    k = keys(2)
+    with kvtier.Primary(4) as primary:
+        with primary.request("r") as r:
+            primary.prepare_store(r, k[:1])
+            with pytest.raises(kvtier.KeysIgnoredError) as info:
+                primary.complete_store(r, k)  # k[1] was never planned
+            assert info.value.status == Status.KEYS_IGNORED
+            assert (info.value.completion.ready, info.value.completion.ignored) == (1, 1)
+            assert primary.request_state(r) == kvtier.RequestState.ACTIVE
+        assert primary.request_state(r) == kvtier.RequestState.GONE
+        assert primary.request_state(r + 1) == kvtier.RequestState.NEVER_ISSUED

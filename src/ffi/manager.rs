@@ -9,8 +9,6 @@
 
 use std::ffi::c_void;
 
-use parking_lot::Mutex;
-
 use super::boundary::{Castable, Failure, enter, ffi_call, free_handle, in_slice, in_str, out_ref};
 pub use super::dialect::kvtier_key_buf;
 use super::dialect::{
@@ -18,7 +16,6 @@ use super::dialect::{
     KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE, kvtier_locality, kvtier_medium,
 };
 use super::growth::{Grows, read_grown};
-use super::key::kvtier_key;
 use super::tier::{job_result_of, kvtier_job_result, kvtier_param};
 use crate::error::Error;
 use crate::request::{Locality, Medium, TierFilter, TierMatcher};
@@ -34,17 +31,12 @@ impl Castable for kvtier_manager {
     const NAME: &'static str = "manager";
 }
 
-/// A manager as the C handle holds it: the manager, its `/metrics`
-/// endpoint if it has one (stopped first when the handle is freed), and
-/// the key views of the events the last `kvtier_manager_take_events`
-/// handed out (which stay valid until the next take).
+/// A manager as the C handle holds it: the manager and its `/metrics`
+/// endpoint if it has one (stopped first when the handle is freed).
 pub(crate) struct CManager {
     /// Declared before `manager`, so it stops before the manager goes.
     _metrics: Option<crate::metrics::server::MetricsServer>,
     manager: std::sync::Arc<Manager>,
-    /// Views of the keys the manager keeps for its last event take; only
-    /// changed while the manager's lock is held.
-    pub(crate) taken_keys: Mutex<Vec<kvtier_key>>,
 }
 
 impl From<Manager> for CManager {
@@ -62,7 +54,6 @@ impl CManager {
         CManager {
             _metrics: metrics,
             manager,
-            taken_keys: Mutex::new(Vec::new()),
         }
     }
 }

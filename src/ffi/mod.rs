@@ -24,8 +24,10 @@ pub(crate) mod boundary;
 pub mod build;
 pub mod config;
 pub mod dialect;
+pub mod events;
 pub mod fs;
 pub(crate) mod growth;
+pub mod handles;
 pub mod key;
 pub mod log;
 pub mod manager;
@@ -36,6 +38,7 @@ pub mod region;
 pub mod report;
 pub mod requests;
 pub mod status;
+mod store_out;
 pub mod tier;
 pub mod version;
 

@@ -1,7 +1,7 @@
 //! What engines watch a manager with: its statistics (a typed struct of
 //! its own counters, name/value pairs per tier, Prometheus text), cache
-//! events (drained, or pushed to a callback for KV-aware routers), the
-//! error log, and a wake-up descriptor for idle loops.
+//! events pushed to a callback for KV-aware routers (drained ones:
+//! `events.rs`), the error log, and a wake-up descriptor for idle loops.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn kvtier_manager_take_error(
     })
 }
 
-fn event_kind(kind: EventKind) -> kvtier_event_kind {
+pub(super) fn event_kind(kind: EventKind) -> kvtier_event_kind {
     match kind {
         EventKind::Stored => KVTIER_EVENT_STORED,
         EventKind::Removed => KVTIER_EVENT_REMOVED,
@@ -314,7 +314,7 @@ fn event_kind(kind: EventKind) -> kvtier_event_kind {
     }
 }
 
-fn medium_value(medium: Option<Medium>) -> kvtier_medium {
+pub(super) fn medium_value(medium: Option<Medium>) -> kvtier_medium {
     match medium {
         None => KVTIER_MEDIUM_ANY,
         Some(Medium::Cpu) => KVTIER_MEDIUM_CPU,
@@ -322,79 +322,12 @@ fn medium_value(medium: Option<Medium>) -> kvtier_medium {
     }
 }
 
-fn locality_value(locality: Option<Locality>) -> kvtier_locality {
+pub(super) fn locality_value(locality: Option<Locality>) -> kvtier_locality {
     match locality {
         None => KVTIER_LOCALITY_ANY,
         Some(Locality::Local) => KVTIER_LOCALITY_LOCAL,
         Some(Locality::Remote) => KVTIER_LOCALITY_REMOTE,
     }
-}
-
-/// Moves up to `capacity` events into `events_out`, oldest first (the
-/// primary tier's, then each secondary tier's own), writes their number to
-/// `*written_out` and whether more wait to `*more_out`.  Each event is a
-/// batch: consecutive events of one tier and kind, with the tier's medium
-/// and locality and its keys (a `KVTIER_EVENT_CLEARED` event is one of its
-/// own, with no keys).  The keys point into the manager's memory and stay
-/// valid until the next `kvtier_manager_take_events` call on this manager
-/// (from any thread), which replaces them: copy what you keep.
-/// `events_out` may be NULL when `capacity` is 0.  If memory for the keys
-/// runs out, nothing is taken (`KVTIER_STATUS_OUT_OF_MEMORY`).
-/// Internally synchronized.
-///
-/// # Safety
-/// `manager` a live handle; `events_out` valid for `capacity` writes;
-/// `written_out` and `more_out` valid for writes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kvtier_manager_take_events(
-    manager: *const kvtier_manager,
-    events_out: *mut kvtier_event,
-    capacity: usize,
-    written_out: *mut usize,
-    more_out: *mut bool,
-) -> super::kvtier_status {
-    ffi_call!({
-        let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let buf = unsafe { out_slice(events_out, capacity, "events_out") }?;
-        let written = unsafe { out_ref(written_out, "written_out") }?;
-        let more = unsafe { out_ref(more_out, "more_out") }?;
-        let views = &m.taken_keys;
-        let (n, left) = m.take_event_batches_with(
-            capacity,
-            |keys| {
-                let mut v = views.lock();
-                v.clear();
-                crate::fallible::reserve(&mut v, keys, "the keys of an event take")
-            },
-            |taken| {
-                let mut v = views.lock();
-                // SAFETY (for the C caller): the views point into the keys
-                // the manager keeps until the next take, as does `v`.
-                v.extend(taken.keys.iter().map(|k| kvtier_key {
-                    data: k.as_bytes().as_ptr(),
-                    len: k.len(),
-                }));
-                for (dst, b) in buf.iter_mut().zip(taken.batches) {
-                    *dst = kvtier_event {
-                        tier: b.tier as u32,
-                        kind: event_kind(b.kind),
-                        medium: medium_value(b.medium),
-                        locality: locality_value(b.locality),
-                        keys: if b.len == 0 {
-                            std::ptr::null()
-                        } else {
-                            v[b.first..].as_ptr()
-                        },
-                        len: b.len,
-                    };
-                }
-                (taken.batches.len(), taken.more)
-            },
-        )?;
-        *written = n;
-        *more = left;
-        Ok(())
-    })
 }
 
 /// Receives one event: consecutive events of one tier and kind (see

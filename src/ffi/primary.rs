@@ -29,9 +29,10 @@ use super::dialect::{
 use super::growth::{Grows, read_grown, write_grown};
 use super::key::{CheckedKeys, kvtier_key};
 use super::status::kvtier_status;
+use super::store_out::{PlanOut, write_completion};
 use crate::events::{Event, EventKind};
 use crate::fallible;
-use crate::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StoreOutcome, StorePlan};
+use crate::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StorePlan};
 use crate::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
@@ -41,10 +42,9 @@ pub struct kvtier_primary {
 
 /// The tier plus reusable buffers (no allocation per call once warm).
 pub(crate) struct PrimaryHandle {
-    core: NamedPrimary,
+    pub(crate) core: NamedPrimary,
     slots: Vec<u32>,
     plan: StorePlan,
-    positions: Vec<usize>,
     /// The events the latest take_events handed over: their keys are what
     /// `event_keys` points into, until the next take_events.
     events: Vec<Event>,
@@ -57,7 +57,6 @@ impl PrimaryHandle {
             core,
             slots: Vec::new(),
             plan: StorePlan::default(),
-            positions: Vec::new(),
             events: Vec::new(),
             event_keys: Vec::new(),
         }
@@ -454,18 +453,20 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
 ///
 /// The caller fills `plan_out`'s three arrays, each with room for `len`
 /// entries (at most `len` keys are stored and at most `len` evicted; NULL
-/// when `len` is 0); the call writes `store_indices[i]`, the position in
-/// `keys` of the i-th key to store (its first occurrence, in call order),
-/// `slots[i]`, its slot, and `evicted[i]`, a copy of the i-th key evicted
-/// to make room (the engine drops its copies), then `store_count`,
-/// `evicted_count` and `refused`.  On a refusal or an error the arrays are
-/// untouched.  A request that is not active is
+/// when `len` is 0), `evicted` NULL also when it does not want the evicted
+/// keys (as `kvtier_manager_prepare_store` takes it); the call writes
+/// `store_indices[i]`, the position in `keys` of the i-th key to store
+/// (its first occurrence, in call order), `slots[i]`, its slot, and
+/// `evicted[i]`, a copy of the i-th key evicted to make room (the engine
+/// drops its copies), then `store_count`, `evicted_count` (written even
+/// when `evicted` is NULL) and `refused`.  On a refusal or an error the
+/// arrays are untouched.  A request that is not active is
 /// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle; `keys` valid for `len` entries;
 /// `plan_out` valid for reads and writes, its arrays valid for `len`
-/// writes each.
+/// writes each (`evicted` may be NULL).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kvtier_primary_prepare_store(
     primary: *mut kvtier_primary,
@@ -476,11 +477,7 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let plan = unsafe { out_ref(plan_out, "plan_out") }?;
-        let store_indices =
-            unsafe { out_slice(plan.store_indices, len, "plan_out->store_indices") }?;
-        let slots = unsafe { out_slice(plan.slots, len, "plan_out->slots") }?;
-        let evicted = unsafe { out_slice(plan.evicted, len, "plan_out->evicted") }?;
+        let out = unsafe { PlanOut::new(plan_out, len) }?;
         let h = &mut *h;
         let keys = unsafe { CheckedKeys::new(keys, len) }?;
         let outcome = h.core.tier.prepare_store_each(
@@ -489,24 +486,10 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
             |j| keys.bytes(j),
             &mut h.plan,
         )?;
-        plan.refused = outcome == StoreOutcome::Refused;
-        if plan.refused {
-            plan.store_count = 0;
-            plan.evicted_count = 0;
-            return Ok(());
-        }
-        h.plan
-            .positions_in_each(keys.len(), |j| keys.bytes(j), &mut h.positions);
-        let stored = h.positions.len();
-        store_indices[..stored].copy_from_slice(&h.positions);
-        slots[..stored].copy_from_slice(&h.plan.slots);
-        for (out, key) in evicted.iter_mut().zip(&h.plan.evicted) {
-            let bytes = key.as_bytes();
-            out.len = bytes.len();
-            out.bytes[..bytes.len()].copy_from_slice(bytes);
-        }
-        plan.store_count = stored;
-        plan.evicted_count = h.plan.evicted.len();
+        let plan = &h.plan;
+        out.write(outcome, plan, |positions| {
+            plan.positions_into(keys.len(), |j| keys.bytes(j), positions)
+        });
         Ok(())
     })
 }
@@ -520,12 +503,19 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
 /// other key is left alone and counted: keys being written for another
 /// request (`foreign`), keys already readable (`already_ready`), absent
 /// keys (`ignored`: a completion after a reset).  Passing every key given
-/// to prepare_store is therefore safe.  A plan may be completed in
+/// to prepare_store is therefore safe (the keys not this request's to
+/// complete are reported, see below).  A plan may be completed in
 /// several calls, a part of its keys each time.  The request may have
 /// finished: its handle stays valid here until every key it planned was
 /// completed (or the tier was reset); any other handle is
-/// `KVTIER_STATUS_UNKNOWN_REQUEST`.  Writes counts to `*result_out` unless
-/// it is NULL.  Exclusive access to the handle.
+/// `KVTIER_STATUS_UNKNOWN_REQUEST`.
+///
+/// Returns `KVTIER_STATUS_OK` when every key named was acted on, and
+/// `KVTIER_STATUS_KEYS_IGNORED` when one was left alone (the message says
+/// how many and why), the request's own keys named completed all the
+/// same: the rule of `kvtier_manager_complete_store`.  With either, writes
+/// the counts to `*result_out` unless it is NULL; any other status writes
+/// nothing.  Exclusive access to the handle.
 ///
 /// # Safety
 /// `primary` must be a live handle; `keys` valid for `len` entries;
@@ -542,22 +532,10 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
         let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let r = h.core.complete_store_each(
-            RequestId(request),
-            keys.len(),
-            |j| keys.bytes(j),
-            success,
-        )?;
-        if let Some(out) = unsafe { result_out.as_mut() } {
-            *out = kvtier_store_completion {
-                ready: r.ready,
-                dropped: r.dropped,
-                ignored: r.ignored,
-                foreign: r.foreign,
-                already_ready: r.already_ready,
-            };
-        }
-        Ok(())
+        let answer =
+            h.core
+                .complete_store_each(RequestId(request), keys.len(), |j| keys.bytes(j), success);
+        unsafe { write_completion(answer, result_out) }
     })
 }
 

@@ -16,12 +16,13 @@ use super::dialect::{
 };
 use super::key::{CheckedKeys, kvtier_key, read_keys, read_views, with_views};
 use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
+use super::store_out::{PlanOut, write_completion};
 use super::tier::{
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, kvtier_offload_policy,
 };
 use crate::key::Key;
 use crate::request::RequestId;
-use crate::tiering::backend::{StoreOutcome, StorePlan};
+use crate::tiering::backend::StorePlan;
 use crate::tiering::{LookupAnswer, LookupResult, MissReason, OffloadPolicy};
 
 thread_local! {
@@ -352,7 +353,10 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
 /// room, `evicted_count` of them (at most `len`), copied to `evicted`
 /// unless it is NULL (evictions are also announced as events).  The
 /// caller provides `store_indices` and `slots` with room for `len`
-/// entries each, and `evicted` with room for `len` or NULL.
+/// entries each (NULL only when `len` is 0), and `evicted` with room for
+/// `len`, or NULL when it does not want the evicted keys (their count is
+/// written all the same): the primary tier's `kvtier_primary_prepare_store`
+/// takes the plan by the same rule.
 ///
 /// The keys to write are write pending for this request: only its own
 /// `kvtier_manager_complete_store` finishes them.  Keys already resident
@@ -375,35 +379,13 @@ pub unsafe extern "C" fn kvtier_manager_prepare_store(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let plan_out = unsafe { out_ref(plan_out, "plan_out") }?;
-        let idx_out = unsafe { out_slice(plan_out.store_indices, len, "plan_out->store_indices") }?;
-        let slots_o = unsafe { out_slice(plan_out.slots, len, "plan_out->slots") }?;
-        let ev_out = if plan_out.evicted.is_null() {
-            None
-        } else {
-            Some(unsafe { out_slice(plan_out.evicted, len, "plan_out->evicted") }?)
-        };
+        let out = unsafe { PlanOut::new(plan_out, len) }?;
         with_scratch(|ks, _, plan| -> Result<(), Failure> {
             unsafe { read_keys(keys, len, ks) }?;
             let outcome = m.prepare_store(RequestId(request), ks, plan)?;
-            // to_store is in call order: walk the keys once to find positions.
-            let mut j = 0;
-            for (i, k) in ks.iter().enumerate() {
-                if j < plan.to_store.len() && plan.to_store[j] == *k {
-                    idx_out[j] = i;
-                    slots_o[j] = plan.slots[j];
-                    j += 1;
-                }
-            }
-            if let Some(ev_out) = ev_out {
-                for (dst, k) in ev_out.iter_mut().zip(plan.evicted.iter()) {
-                    dst.len = k.len();
-                    dst.bytes[..k.len()].copy_from_slice(k.as_bytes());
-                }
-            }
-            plan_out.store_count = j;
-            plan_out.evicted_count = plan.evicted.len();
-            plan_out.refused = outcome == StoreOutcome::Refused;
+            out.write(outcome, plan, |positions| {
+                plan.positions_into(ks.len(), |j| &ks[j], positions)
+            });
             Ok(())
         })
     })
@@ -416,16 +398,24 @@ pub unsafe extern "C" fn kvtier_manager_prepare_store(
 /// counted in the primary tier's stats: a key another request or a
 /// promotion is writing (`foreign_completions`), a ready key
 /// (`already_ready_completions`), an absent key (`late_completions`).  So
-/// passing every key given to prepare_store is safe.  A plan may be
+/// passing every key given to prepare_store is safe (the keys not this
+/// request's to complete are reported, see below).  A plan may be
 /// completed in several calls, a part of its keys each time.  The request
 /// may already be finished: it is finalized once every key it planned was
 /// completed.  A completion for a request with no store in flight (after a
-/// reset) is counted (`ignored_store_completions`) and ignored.
+/// reset, or once every key it planned was completed) is counted
+/// (`ignored_store_completions`) and ignored.
 ///
-/// Unless `result_out` is NULL, writes what happened to the keys to it:
-/// `ready`, `dropped`, and the keys left alone (`ignored`, `foreign`,
-/// `already_ready`); all 0 for an ignored completion.  Internally
-/// synchronized.
+/// Returns `KVTIER_STATUS_OK` when every key named was acted on, and
+/// `KVTIER_STATUS_KEYS_IGNORED` when a key named was left alone, every one
+/// being left alone when the request had no store in flight (the message
+/// says how many and why): the request's own keys named were completed
+/// all the same, so the engine treats it as a mistake of its own made
+/// visible, not as a failed call.  `len` 0 is OK.
+/// With either, unless `result_out` is NULL, writes what happened to the
+/// keys to it: `ready`, `dropped`, and the keys left alone (`ignored`,
+/// `foreign`, `already_ready`); all 0 when no store was in flight.  Any
+/// other status writes nothing.  Internally synchronized.
 ///
 /// # Safety
 /// `manager` a live handle; `keys` valid for `len` reads; `result_out`
@@ -443,17 +433,8 @@ pub unsafe extern "C" fn kvtier_manager_complete_store(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         with_scratch(|ks, _, _| -> Result<(), Failure> {
             unsafe { read_keys(keys, len, ks) }?;
-            let r = m.complete_store(RequestId(request), ks, success)?;
-            if let Some(out) = unsafe { result_out.as_mut() } {
-                *out = kvtier_store_completion {
-                    ready: r.ready,
-                    dropped: r.dropped,
-                    ignored: r.ignored,
-                    foreign: r.foreign,
-                    already_ready: r.already_ready,
-                };
-            }
-            Ok(())
+            let answer = m.complete_store(RequestId(request), ks, success);
+            unsafe { write_completion(answer, result_out) }
         })
     })
 }

@@ -57,6 +57,13 @@ pub enum kvtier_status {
     /// count) could not be allocated; nothing changed and the handle stays
     /// usable.
     OutOfMemory = 21,
+    /// A store completion named keys it did not act on (another request's
+    /// or a promotion's, ready, or absent keys; every key named when its
+    /// request had no store in flight): the call completed the request's
+    /// own write-pending keys it named, and wrote what happened to every
+    /// key to its `result_out`.  Not a failure of the call, a mistake of the caller's
+    /// (or a completion that arrived after a reset) made visible.
+    KeysIgnored = 22,
 }
 
 impl kvtier_status {
@@ -85,6 +92,7 @@ impl kvtier_status {
             kvtier_status::Poisoned => c"KVTIER_STATUS_POISONED",
             kvtier_status::Panic => c"KVTIER_STATUS_PANIC",
             kvtier_status::OutOfMemory => c"KVTIER_STATUS_OUT_OF_MEMORY",
+            kvtier_status::KeysIgnored => c"KVTIER_STATUS_KEYS_IGNORED",
         }
     }
 
@@ -92,7 +100,7 @@ impl kvtier_status {
     /// not a known status are `None` (the caller treats them as a tier error).
     pub(crate) fn from_i32(value: i32) -> Option<kvtier_status> {
         use kvtier_status::*;
-        const ALL: [kvtier_status; 22] = [
+        const ALL: [kvtier_status; 23] = [
             Ok,
             NullArgument,
             InvalidArgument,
@@ -115,6 +123,7 @@ impl kvtier_status {
             Poisoned,
             Panic,
             OutOfMemory,
+            KeysIgnored,
         ];
         ALL.into_iter().find(|s| *s as i32 == value)
     }
@@ -141,6 +150,7 @@ pub(crate) fn status_of(error: &Error) -> kvtier_status {
         Error::Unsupported(_) => kvtier_status::Unsupported,
         Error::BufferTooSmall { .. } => kvtier_status::BufferTooSmall,
         Error::OutOfMemory(_) => kvtier_status::OutOfMemory,
+        Error::KeysIgnored { .. } => kvtier_status::KeysIgnored,
     }
 }
 

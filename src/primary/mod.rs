@@ -191,7 +191,7 @@ fn key_error(index: usize, key: &(impl KeyBytes + ?Sized), reason: impl Into<Str
 }
 
 fn unknown(req: RequestId) -> Error {
-    Error::UnknownRequest(format!("#{}", req.0))
+    Error::UnknownRequest(format!("{req} is not active (never begun, or finished)"))
 }
 
 impl PrimaryTier {
@@ -302,6 +302,13 @@ impl PrimaryTier {
     /// Whether `req` is active (begun and not finished).
     pub fn is_active(&self, req: RequestId) -> bool {
         self.requests.contains_key(&req)
+    }
+
+    /// Whether `req` finished with pins its loads took still held (see
+    /// [`PrimaryTier::on_request_finished`]): only
+    /// [`PrimaryTier::complete_load`] of those takes it.
+    pub fn holds_finished_loads(&self, req: RequestId) -> bool {
+        self.finished_loads.contains_key(&req)
     }
 
     /// Whether keys carry a KV-cache group index ([`PrimaryConfig::kv_groups`]).

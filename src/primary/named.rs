@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier};
 use crate::error::{Error, Result};
 use crate::key::{Key, KeyBytes};
-use crate::request::RequestId;
+use crate::request::{RequestId, RequestState};
 
 /// A [`PrimaryTier`] plus its requests' names and ids.
 #[derive(Debug)]
@@ -95,6 +95,9 @@ impl NamedPrimary {
 
     /// [`PrimaryTier::complete_store`] for request `id` (active, or finished
     /// with keys still write pending); any other id is `UnknownRequest`.
+    /// A key named that was left alone (absent, another writer's, ready)
+    /// makes the answer `KeysIgnored`, carrying the report, the other keys
+    /// completed all the same ([`CompleteStoreReport::checked`]).
     /// With KV groups on, a key too short for its group index is
     /// `InvalidKey` (see [`PrimaryTier::check_keys`]), nothing changed.
     pub fn complete_store(
@@ -116,20 +119,47 @@ impl NamedPrimary {
         success: bool,
     ) -> Result<CompleteStoreReport> {
         if !self.tier.is_active(id) && !self.finishing.contains(&id) {
-            return Err(Error::UnknownRequest(format!("#{}", id.0)));
+            return Err(self.unknown(id));
         }
         self.tier.check_group_keys(n, &key)?;
         if self.tier.is_active(id) {
-            return Ok(self.tier.complete_store_each(id, n, key, success));
+            return self
+                .tier
+                .complete_store_each(id, n, key, success)
+                .checked(id);
         }
         if !self.finishing.contains(&id) {
-            return Err(Error::UnknownRequest(format!("#{}", id.0)));
+            return Err(self.unknown(id));
         }
         let report = self.tier.complete_store_each(id, n, key, success);
         if self.tier.stores_pending(id) == 0 {
             self.finishing.remove(&id);
         }
-        Ok(report)
+        report.checked(id)
+    }
+
+    /// Where request `id` stands: never handed out by this tier, active,
+    /// finished with keys it planned still write pending
+    /// ([`RequestState::Finishing`]; its loads may hold pins too),
+    /// finished with only pins its loads took still held, or gone.
+    pub fn state(&self, id: RequestId) -> RequestState {
+        if id.0 == 0 || id.0 >= self.next {
+            RequestState::NeverIssued
+        } else if self.tier.is_active(id) {
+            RequestState::Active
+        } else if self.finishing.contains(&id) {
+            RequestState::Finishing
+        } else if self.tier.holds_finished_loads(id) {
+            RequestState::LoadsPinned
+        } else {
+            RequestState::Gone
+        }
+    }
+
+    /// The `UnknownRequest` of a call that does not take `id`, saying
+    /// where it stands.
+    pub fn unknown(&self, id: RequestId) -> Error {
+        Error::UnknownRequest(self.state(id).why_unknown(id, "primary tier"))
     }
 
     /// Number of active requests.
@@ -183,12 +213,49 @@ mod tests {
             Err(Error::UnknownRequest(_))
         ));
         // Only the finished request completes the key it planned.
-        assert_eq!(p.complete_store(again, &[k], true).unwrap().foreign, 1);
+        assert!(matches!(
+            p.complete_store(again, &[k], true),
+            Err(Error::KeysIgnored { report, .. }) if report.foreign == 1 && report.ready == 0
+        ));
         assert_eq!(p.complete_store(r, &[k], true).unwrap().ready, 1);
         assert!(matches!(
             p.complete_store(r, &[k], true),
             Err(Error::UnknownRequest(_))
         ));
+    }
+
+    #[test]
+    fn every_handle_has_one_state_and_unknown_ones_say_which() {
+        let mut p = tier();
+        let (a, b) = (Key::new(b"a").unwrap(), Key::new(b"b").unwrap());
+        let mut plan = StorePlan::default();
+        assert_eq!(p.state(RequestId(0)), RequestState::NeverIssued);
+        assert_eq!(p.state(RequestId(1)), RequestState::NeverIssued);
+        let r = p.begin("r").unwrap();
+        assert_eq!(p.state(r), RequestState::Active);
+        assert_eq!(p.state(RequestId(2)), RequestState::NeverIssued);
+        p.tier.prepare_store(r, &[a, b], &mut plan).unwrap();
+        p.complete_store(r, &[a], true).unwrap();
+        let mut slots = Vec::new();
+        p.tier.prepare_load(r, &[a], &mut slots).unwrap();
+        p.finish(r).unwrap();
+        assert_eq!(p.state(r), RequestState::Finishing, "b in flight");
+        p.complete_store(r, &[b], true).unwrap();
+        assert_eq!(p.state(r), RequestState::LoadsPinned, "a still pinned");
+        p.tier.complete_load(r, &[a]).unwrap();
+        assert_eq!(p.state(r), RequestState::Gone);
+        match p.complete_store(r, &[a], true) {
+            Err(Error::UnknownRequest(m)) => {
+                assert_eq!(m, "request handle 1 finished and was let go")
+            }
+            other => panic!("{other:?}"),
+        }
+        match p.complete_store(RequestId(9), &[a], true) {
+            Err(Error::UnknownRequest(m)) => {
+                assert_eq!(m, "request handle 9 was never issued by this primary tier")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub trait PrimaryBackend: Send + 'static {
     /// those, and is forgotten (`UnknownRequest`) with the last; any id
     /// neither active nor holding such pins is `UnknownRequest`.
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// Whether `req` finished with pins its loads took still held: only
+    /// [`PrimaryBackend::complete_load`] of those takes it.
+    fn holds_finished_loads(&self, req: RequestId) -> bool;
     /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
     /// 1..=64, read in place).  By default the keys are copied first.
     fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
@@ -224,6 +227,9 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         crate::primary::PrimaryTier::complete_load(self, req, keys)
+    }
+    fn holds_finished_loads(&self, req: RequestId) -> bool {
+        crate::primary::PrimaryTier::holds_finished_loads(self, req)
     }
     fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
         self.complete_load_each(req, keys.len(), |j| keys[j])

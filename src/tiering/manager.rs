@@ -26,12 +26,15 @@
 //! Where things are: this file holds the public types, the [`Manager`]
 //! with its re-entrancy guard and its request calls, and the state behind
 //! its lock; `manager/` the rest: `setup.rs` building a manager and adding
-//! its tiers, `lookup.rs` lookups and their answers, `poll.rs`
-//! polling for finished jobs and the error log, `jobs.rs` finishing jobs,
-//! staging promotions and submitting jobs, `cascade.rs` cascades and
-//! parked keys, `step.rs` the end of a step and the reset, `counters.rs`
-//! the counters, `observe.rs` what the engine reads (stats, events,
-//! errors).
+//! its tiers, `lookup.rs` vLLM's per-key lookups and the answers' types,
+//! `prefix.rs` the lookup of a whole prefix, `progress.rs` the holds and
+//! the wait bound that keep waiting requests moving, `handles.rs` what a
+//! request handle stands for, `poll.rs` polling for finished jobs and the
+//! error log, `jobs.rs` finishing jobs, staging promotions and submitting
+//! jobs, `cascade.rs` cascades and parked keys, `step.rs` the end of a
+//! step and the reset, `counters.rs` the counters, `report.rs` what is
+//! recorded per request, `observe.rs` what the engine reads (stats,
+//! events, errors).
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -61,6 +64,7 @@ use crate::stats::Stat;
 
 mod cascade;
 mod counters;
+mod handles;
 mod in_place;
 mod jobs;
 mod lookup;
@@ -75,7 +79,7 @@ mod step;
 use counters::{ManagerCounters, TierCounters};
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
-pub use observe::{ManagerStats, TakenBatch, TakenEvents};
+pub use observe::{EventBuffer, ManagerStats, QueuedEvents, TakenBatch, TakenEvents};
 use poll::CompletionQueue;
 pub use progress::ProgressOptions;
 pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
@@ -484,7 +488,7 @@ impl Manager {
         // ones whose loads still hold pins.
         s.check_keys(keys.len(), |j| &keys[j])?;
         s.primary.complete_load(request, keys).map_err(|e| match e {
-            Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
+            Error::UnknownRequest(_) => s.unknown_request(request),
             other => other,
         })
     }
@@ -530,9 +534,16 @@ impl Manager {
     /// cascade to every secondary tier.  A plan may be completed in several
     /// calls: the request has a store in flight, and is not finalized,
     /// until every key it planned was completed.  The request may already
-    /// be finished (not yet finalized).  A completion for a request with no
-    /// store in flight (after a reset) is counted
-    /// (`ignored_store_completions`) and ignored: the report is all zeros.
+    /// be finished (not yet finalized).
+    ///
+    /// The report comes back as `Ok` only when every key named was acted
+    /// on.  A key left alone makes the answer [`Error::KeysIgnored`],
+    /// carrying the report (the rest of the keys were completed all the
+    /// same; see [`CompleteStoreReport::checked`]).  A completion for a
+    /// request with no store in flight (after a reset) is counted
+    /// (`ignored_store_completions`) and ignored: every key it names is
+    /// left alone, [`Error::KeysIgnored`] with an all-zero report (none
+    /// named: the all-zero report).
     pub fn complete_store(
         &self,
         request: RequestId,
@@ -543,7 +554,7 @@ impl Manager {
         let s = &mut *s;
         let rid = request;
         if !s.reqs.contains_key(&rid) {
-            return Err(Error::UnknownRequest(rid.to_string()));
+            return Err(s.unknown_request(rid));
         }
         s.check_keys(keys.len(), |j| &keys[j])?;
         let Some(st) = s.reqs.get_mut(&rid) else {
@@ -551,7 +562,7 @@ impl Manager {
         };
         if st.store_keys_pending == 0 {
             s.c.ignored_store_completions += 1;
-            return Ok(CompleteStoreReport::default());
+            return CompleteStoreReport::nothing_in_flight(rid, keys.len());
         }
         let info = st.info.clone();
         let report = s.complete_and_cascade(rid, keys, success, &info);
@@ -561,7 +572,7 @@ impl Manager {
             st.tally.on_store(&report);
         }
         s.maybe_finalize(rid);
-        Ok(report)
+        report.checked(rid)
     }
 
     /// Marks `request` finished; its state goes (and tiers hear of it) once
@@ -664,7 +675,7 @@ impl State {
     fn active(&self, id: RequestId) -> Result<RequestId> {
         match self.reqs.get(&id) {
             Some(st) if !st.finished => Ok(id),
-            _ => Err(Error::UnknownRequest(id.to_string())),
+            _ => Err(self.unknown_request(id)),
         }
     }
 

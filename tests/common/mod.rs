@@ -18,6 +18,34 @@ use kvtier::tiering::{
     TierLookup,
 };
 
+/// The report of a store completion, whichever way it came back, checking
+/// the rule of the answer: `Ok` exactly when no key named was left alone;
+/// else `KeysIgnored` carrying the report (all 0 when no store was in
+/// flight).
+pub fn report_of(
+    answer: kvtier::Result<kvtier::primary::CompleteStoreReport>,
+) -> kvtier::primary::CompleteStoreReport {
+    match answer {
+        Ok(r) => {
+            assert_eq!(r.left_alone(), 0, "{r:?} came back Ok");
+            r
+        }
+        Err(kvtier::Error::KeysIgnored { report, message }) => {
+            assert!(
+                report.left_alone() > 0 || report == Default::default(),
+                "{report:?} came back as KeysIgnored: {message}"
+            );
+            report
+        }
+        Err(e) => panic!("complete_store failed: {e}"),
+    }
+}
+
+/// Whether a store completion came back as `KeysIgnored`.
+pub fn ignored_keys<T: std::fmt::Debug>(answer: &kvtier::Result<T>) -> bool {
+    matches!(answer, Err(kvtier::Error::KeysIgnored { .. }))
+}
+
 pub fn k(i: u32) -> Key {
     Key::new(&i.to_be_bytes()).unwrap()
 }

@@ -10,11 +10,40 @@ use std::ptr::{null, null_mut};
 use kvtier::ffi::dialect::{
     kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
+use kvtier::ffi::events::{kvtier_event_buffer, kvtier_event_buffer_free, kvtier_event_buffer_new};
 use kvtier::ffi::kvtier_key;
 use kvtier::ffi::kvtier_status as S;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::requests::*;
 use kvtier::ffi::tier::kvtier_job_result;
+
+/// An event buffer, freed when dropped.
+pub struct Buffer(pub *mut kvtier_event_buffer);
+
+impl Buffer {
+    pub fn new() -> Buffer {
+        let mut b = null_mut();
+        assert_eq!(unsafe { kvtier_event_buffer_new(&mut b) }, S::Ok);
+        assert!(!b.is_null());
+        Buffer(b)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        unsafe { kvtier_event_buffer_free(self.0) };
+    }
+}
+
+thread_local! {
+    static THREAD_BUFFER: Buffer = Buffer::new();
+}
+
+/// This thread's event buffer (freed when the thread ends): the keys of
+/// the events taken into it stay valid until the thread's next take.
+pub fn thread_buffer() -> *mut kvtier_event_buffer {
+    THREAD_BUFFER.with(|b| b.0)
+}
 
 /// This thread's last error message.
 pub fn last_error() -> String {

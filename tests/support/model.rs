@@ -315,6 +315,9 @@ impl PrimaryBackend for ModelPrimary {
     fn enable_kv_groups(&mut self) {
         self.kv_groups = true;
     }
+    fn holds_finished_loads(&self, req: RequestId) -> bool {
+        !self.requests.contains(&req) && self.loads.contains_key(&req)
+    }
     fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
         let active = self.requests.contains(&req);
         let mut own = match self.loads.get(&req) {

@@ -35,7 +35,7 @@ from typing import Any
 from .. import Manager
 from .._ffi import ffi, lib
 from .._keys import key_buffer
-from ..errors import KvtierError, Status, check
+from ..errors import KeysIgnoredError, KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
 from ..types import Locality as KtLocality
@@ -437,7 +437,12 @@ class KvtierOffloadingManager(v.OffloadingManager):
             return  # nothing of this request is being written (a reset, or never planned)
         if self._events_on and not success and state.pending:
             self._drain_events()
-        result = self._m.complete_store(state.handle, keys, success)
+        try:
+            result = self._m.complete_store(state.handle, keys, success)
+        except KeysIgnoredError as e:
+            # vLLM's managers ignore keys a completion should not name:
+            # so does this layer (the report still says what was done).
+            result = e.completion
         state.stores = max(state.stores - result.ready - result.dropped, 0)
         if self._events_on and state.pending:
             if not success and result.dropped:

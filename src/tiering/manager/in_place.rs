@@ -69,7 +69,7 @@ impl Manager {
         s.primary
             .complete_load_bytes(request, keys)
             .map_err(|e| match e {
-                Error::UnknownRequest(_) => Error::UnknownRequest(request.to_string()),
+                Error::UnknownRequest(_) => s.unknown_request(request),
                 other => other,
             })
     }

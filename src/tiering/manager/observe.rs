@@ -140,8 +140,9 @@ impl JobHistograms {
     }
 }
 
-/// One batch handed out by [`Manager::take_event_batches`]: consecutive
-/// events of one tier and kind.
+/// One batch handed out by [`Manager::take_events_into`] (or
+/// [`Manager::take_event_batches`]): consecutive events of one tier and
+/// kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TakenBatch {
     /// Tier index: 0 primary, 1.. secondary tiers in the order added.
@@ -152,7 +153,8 @@ pub struct TakenBatch {
     pub medium: Option<Medium>,
     /// The tier's locality (the primary tier is local), if declared.
     pub locality: Option<Locality>,
-    /// Index of its first key in [`TakenEvents::keys`].
+    /// Index of its first key in [`EventBuffer::keys`] (or
+    /// [`TakenEvents::keys`]).
     pub first: usize,
     /// Number of keys.
     pub len: usize,
@@ -176,11 +178,50 @@ impl TakenEvents<'_> {
     }
 }
 
-/// The batches and keys of the last take, kept until the next one.
+/// Events taken from a manager and kept by whoever took them: the batches
+/// and keys of its last [`Manager::take_events_into`], unmoved and
+/// unchanged until the next take into the same buffer (or its drop), so
+/// each caller's events live as long as it wants, whatever other threads
+/// take.  Its memory grows to the largest take (fallibly) and is reused.
 #[derive(Debug, Default)]
-pub(super) struct Handout {
+pub struct EventBuffer {
     batches: Vec<TakenBatch>,
     keys: Vec<Key>,
+}
+
+impl EventBuffer {
+    /// An empty buffer (allocates nothing until a take).
+    pub fn new() -> EventBuffer {
+        EventBuffer::default()
+    }
+
+    /// The batches of the last take, oldest first.
+    pub fn batches(&self) -> &[TakenBatch] {
+        &self.batches
+    }
+
+    /// Their keys, batch after batch.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// The keys of `batch`.
+    pub fn keys_of(&self, batch: &TakenBatch) -> &[Key] {
+        &self.keys[batch.first..batch.first + batch.len]
+    }
+}
+
+/// The manager's own buffer, for [`Manager::take_event_batches`].
+pub(super) type Handout = EventBuffer;
+
+/// How many batches and keys a take of everything queued would hand out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueuedEvents {
+    /// Batches (consecutive events of one tier and kind; a cleared event
+    /// is one of its own): the `kvtier_event` entries a take needs.
+    pub batches: usize,
+    /// Keys of those batches together.
+    pub keys: usize,
 }
 
 impl Manager {
@@ -198,88 +239,60 @@ impl Manager {
 
     /// Takes up to `max` batches of queued events (consecutive events of
     /// one tier and kind form one batch; a cleared event is a batch of its
-    /// own) and hands them to `f`, with whether more wait.  The batches
-    /// and their keys stay in the manager, unmoved and unchanged, until the
-    /// next call of this method, which replaces them (the C API hands out
-    /// pointers to these keys).  Batches that do not fit wait for the next
-    /// call.  Memory for the keys that cannot be had is
-    /// [`Error::OutOfMemory`], with nothing taken.
+    /// own) into `buffer`, replacing what it held, and answers whether
+    /// more wait.  Batches that do not fit wait for the next call.  Memory
+    /// for the batches and keys that cannot be had is
+    /// [`Error::OutOfMemory`], with nothing taken (`buffer` emptied).
+    pub fn take_events_into(&self, max: usize, buffer: &mut EventBuffer) -> Result<bool> {
+        self.take_events_into_with(max, buffer, |_| Ok(()))
+    }
+
+    /// [`Manager::take_events_into`] that first hands `reserve` the number
+    /// of keys it is about to take, while nothing is taken yet: an error
+    /// there (memory for what the caller keeps beside the keys) takes
+    /// nothing and is returned.
+    pub(crate) fn take_events_into_with(
+        &self,
+        max: usize,
+        buffer: &mut EventBuffer,
+        reserve: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<bool> {
+        let mut s = self.enter("take_events")?;
+        s.take_batches(max, buffer, reserve)
+    }
+
+    /// [`Manager::take_events_into`] a buffer the manager keeps, handed to
+    /// `f` with whether more wait.  The batches and their keys stay
+    /// unmoved in the manager until the next call of this method, from any
+    /// thread, which replaces them: a caller that keeps them across calls
+    /// takes into an [`EventBuffer`] of its own instead.
     pub fn take_event_batches<R>(
         &self,
         max: usize,
         f: impl FnOnce(TakenEvents<'_>) -> R,
     ) -> Result<R> {
-        self.take_event_batches_with(max, |_| Ok(()), f)
-    }
-
-    /// [`Manager::take_event_batches`] that first hands `reserve` the
-    /// number of keys it is about to take, while nothing is taken yet: an
-    /// error there (memory for what the caller keeps beside the keys)
-    /// takes nothing and is returned.
-    pub(crate) fn take_event_batches_with<R>(
-        &self,
-        max: usize,
-        reserve: impl FnOnce(usize) -> Result<()>,
-        f: impl FnOnce(TakenEvents<'_>) -> R,
-    ) -> Result<R> {
         let mut s = self.enter("take_events")?;
         let s = &mut *s;
-        s.gather_events();
-        let mut batches = 0;
-        let mut events = 0;
-        let mut last: Option<(usize, EventKind)> = None;
-        for e in &s.pending_events {
-            let group = (e.tier, e.event.kind);
-            if last != Some(group) || e.event.kind == EventKind::Cleared {
-                if batches == max {
-                    break;
-                }
-                batches += 1;
-                last = Some(group);
-            }
-            events += 1;
-        }
-        let h = &mut s.handout;
-        h.batches.clear();
-        h.keys.clear();
-        crate::fallible::reserve(&mut h.batches, batches, "the batches of an event take")?;
-        crate::fallible::reserve(&mut h.keys, events, "the keys of an event take")?;
-        reserve(events)?;
-        let tiers = &s.tiers;
-        for e in s.pending_events.drain(..events) {
-            s.pending_per_tier[e.tier] -= 1;
-            let same = h.batches.last().is_some_and(|b| {
-                b.tier == e.tier && b.kind == e.event.kind && b.kind != EventKind::Cleared
-            });
-            if !same {
-                let (medium, locality) = tier_traits(tiers, e.tier);
-                h.batches.push(TakenBatch {
-                    tier: e.tier,
-                    kind: e.event.kind,
-                    medium,
-                    locality,
-                    first: h.keys.len(),
-                    len: 0,
-                });
-            }
-            if let Some(k) = e.event.key
-                && let Some(b) = h.batches.last_mut()
-            {
-                h.keys.push(k);
-                b.len += 1;
-            }
-        }
-        if s.pending_events.is_empty() {
-            // Whether the tiers still hold some.
-            s.gather_events();
-        }
-        let more = !s.pending_events.is_empty();
-        let h = &s.handout;
+        let mut h = std::mem::take(&mut s.handout);
+        let more = s.take_batches(max, &mut h, |_| Ok(()));
+        s.handout = h;
+        let more = more?;
         Ok(f(TakenEvents {
-            batches: &h.batches,
-            keys: &h.keys,
+            batches: &s.handout.batches,
+            keys: &s.handout.keys,
             more,
         }))
+    }
+
+    /// How many batches and keys wait to be taken, after gathering what
+    /// the tiers hold (at most the event capacity per tier: events a tier
+    /// holds beyond it come later, and a take's `more` tells).  Changes
+    /// nothing a take sees but the gathering.
+    pub fn events_queued(&self) -> Result<QueuedEvents> {
+        let mut s = self.enter("events_queued")?;
+        s.gather_events();
+        let (batches, _, keys) = s.batches_within(usize::MAX);
+        Ok(QueuedEvents { batches, keys })
     }
 
     /// Merged statistics: the manager's totals, the primary tier's, then
@@ -464,6 +477,72 @@ fn tier_traits(tiers: &[super::TierEntry], t: usize) -> (Option<Medium>, Option<
 }
 
 impl State {
+    /// Of the queued events, the first `max` batches: how many batches,
+    /// how many events and how many keys they hold.
+    fn batches_within(&self, max: usize) -> (usize, usize, usize) {
+        let (mut batches, mut events, mut keys) = (0, 0, 0);
+        let mut last: Option<(usize, EventKind)> = None;
+        for e in &self.pending_events {
+            let group = (e.tier, e.event.kind);
+            if last != Some(group) || e.event.kind == EventKind::Cleared {
+                if batches == max {
+                    break;
+                }
+                batches += 1;
+                last = Some(group);
+            }
+            events += 1;
+            keys += usize::from(e.event.key.is_some());
+        }
+        (batches, events, keys)
+    }
+
+    /// Takes up to `max` batches of queued events into `h` (emptied
+    /// first), after `reserve` of their keys succeeded; whether more wait.
+    fn take_batches(
+        &mut self,
+        max: usize,
+        h: &mut EventBuffer,
+        reserve: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<bool> {
+        self.gather_events();
+        let (batches, events, keys) = self.batches_within(max);
+        h.batches.clear();
+        h.keys.clear();
+        crate::fallible::reserve(&mut h.batches, batches, "the batches of an event take")?;
+        crate::fallible::reserve(&mut h.keys, keys, "the keys of an event take")?;
+        reserve(keys)?;
+        let tiers = &self.tiers;
+        for e in self.pending_events.drain(..events) {
+            self.pending_per_tier[e.tier] -= 1;
+            let same = h.batches.last().is_some_and(|b| {
+                b.tier == e.tier && b.kind == e.event.kind && b.kind != EventKind::Cleared
+            });
+            if !same {
+                let (medium, locality) = tier_traits(tiers, e.tier);
+                h.batches.push(TakenBatch {
+                    tier: e.tier,
+                    kind: e.event.kind,
+                    medium,
+                    locality,
+                    first: h.keys.len(),
+                    len: 0,
+                });
+            }
+            if let Some(k) = e.event.key
+                && let Some(b) = h.batches.last_mut()
+            {
+                h.keys.push(k);
+                b.len += 1;
+            }
+        }
+        if self.pending_events.is_empty() {
+            // Whether the tiers still hold some.
+            self.gather_events();
+        }
+        Ok(!self.pending_events.is_empty())
+    }
+
     /// The manager's own statistics now.
     fn manager_stats(&self) -> ManagerStats {
         let c = &self.c;
