@@ -196,17 +196,20 @@ int main(void) {
                 CHECK(kvtier_manager_request_begin(m, r->id, NULL, &r->handle, NULL));
                 r->started = 1;
             }
-            /* The request's keys in order, up to the first that is not a hit. */
+            /* One lookup of all the request's keys: `hits` leading keys are
+             * ready; it started the promotions of every later block of the
+             * prefix the C tier has, and `pending` of them are on their way. */
             kvtier_lookup_answer answer;
             CHECK(kvtier_manager_lookup(m, r->handle, r->ckeys, KEYS_PER_REQ, &answer));
             size_t h = answer.hits;
             r->hits = 0;
             r->n_store = 0;
-            if (answer.stop != KVTIER_LOOKUP_HIT && answer.stop != KVTIER_LOOKUP_MISS) {
-                deferred[a] = 1; /* wait for the promotion */
+            if (answer.pending > 0) {
+                deferred[a] = 1; /* ask again next step, after schedule_end */
                 deferrals++;
                 continue;
             }
+            /* Nothing on its way: load the hits, compute and store the rest. */
             if (h > 0) {
                 CHECK(kvtier_manager_prepare_load(m, r->handle, r->ckeys, h, slots));
                 CHECK(kvtier_manager_touch(m, r->handle, r->ckeys, h));

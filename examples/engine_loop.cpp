@@ -196,17 +196,18 @@ void serve(kvtier::manager &m, const kvtier::slot_memory &slots, int r, counts &
   for (int b = 0; b < kBlocks; ++b) keys.push_back(key_of(r, b));
   kvtier_request_handle h = m.request_begin(req).handle;
 
-  // Longest prefix ready in the primary tier, waiting while blocks arrive:
-  // one lookup of the request's keys stops at the first that is not a hit.
-  std::size_t hits = 0;
-  for (int step = 0;; ++step) {
-    kvtier::lookup_answer a = m.lookup(h, keys);
-    hits = a.hits;
-    if (a.stop == kvtier::lookup_result::hit || a.stop == kvtier::lookup_result::miss) break;
+  // One lookup of the request's keys: `hits` leading keys are ready, and
+  // it started the promotions of every later block of the prefix the C++
+  // tier has (`pending` on their way).  Ask again next step while any is
+  // pending; then load the hits and compute the rest.
+  kvtier::lookup_answer a = m.lookup(h, keys);
+  for (int step = 0; !a.settled(); ++step) {
     if (step > 1000) throw std::runtime_error(req + ": promotions never finished");
     m.schedule_end();  // submits the promotions this step started
     wait_for_jobs(m, c);
+    a = m.lookup(h, keys);
   }
+  std::size_t hits = a.hits;
   if (hits > 0) {
     std::vector<std::string> ready(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(hits));
     std::vector<uint32_t> got = m.prepare_load(h, ready);

@@ -234,20 +234,21 @@ static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struc
         wakes += w;
     }
 
-    /* Block 'a' was evicted by the second half: it comes back from disk. */
-    kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_RETRY, KVTIER_MISS_NONE};
-    for (int i = 0; i < 50 && answer.stop != KVTIER_LOOKUP_HIT; i++) {
+    /* Block 'a' was evicted by the second half: the lookup starts its
+     * promotion from disk (`pending`), the next step's finds it ready. */
+    kvtier_lookup_answer answer;
+    s = kvtier_manager_lookup(m, req, &keys[0], 1, &answer);
+    if (s != KVTIER_STATUS_OK) return fail("lookup", s);
+    for (int i = 0; i < 50 && answer.pending > 0; i++) {
+        int w = settle(m, fd);
+        if (w < 0) return fail("settle", KVTIER_STATUS_TIMEOUT);
+        wakes += w;
         s = kvtier_manager_lookup(m, req, &keys[0], 1, &answer);
         if (s != KVTIER_STATUS_OK) return fail("lookup", s);
-        if (answer.stop == KVTIER_LOOKUP_MISS) {
-            fprintf(stderr, "observe: the fs tier lost block a\n");
-            return EXIT_FAILURE;
-        }
-        if (answer.stop != KVTIER_LOOKUP_HIT) {
-            int w = settle(m, fd);
-            if (w < 0) return fail("settle", KVTIER_STATUS_TIMEOUT);
-            wakes += w;
-        }
+    }
+    if (answer.hits != 1) {
+        fprintf(stderr, "observe: the fs tier lost block a\n");
+        return EXIT_FAILURE;
     }
     uint32_t slot = 0;
     s = kvtier_manager_prepare_load(m, req, &keys[0], 1, &slot);

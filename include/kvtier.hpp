@@ -269,7 +269,7 @@ using key_bytes = std::vector<uint8_t>;
 
 inline key_bytes copy_key(const uint8_t *data, std::size_t len) { return key_bytes(data, data + len); }
 
-/// How a key answered manager::lookup (the key that stopped a batch).
+/// How a key answered a lookup (lookup_answer::stop: key `hits`).
 enum class lookup_result : int32_t {
   miss = KVTIER_LOOKUP_MISS,
   hit = KVTIER_LOOKUP_HIT,
@@ -277,21 +277,32 @@ enum class lookup_result : int32_t {
   retry = KVTIER_LOOKUP_RETRY,
 };
 
-/// Why manager::lookup answered miss.
+/// Why a lookup answered miss, or why its prefix ends early.
 enum class miss_reason : int32_t {
   none = KVTIER_MISS_NONE,
   /// No tier has the key.
   absent = KVTIER_MISS_ABSENT,
   /// A secondary tier has it, but the primary tier had no room for it now.
   no_room = KVTIER_MISS_NO_ROOM,
+  /// The request waited past the manager's wait bound: load what is
+  /// ready, compute the rest.
+  timed_out = KVTIER_MISS_TIMED_OUT,
 };
 
-/// What manager::lookup answered for a request's keys: the number of
-/// leading hits, and how the first other key answered (hit when all did).
+/// What a lookup answered for a request's keys: `hits` leading keys are
+/// ready now, `pending` more are on their way before `end`, where the
+/// prefix ends (`reason` says why, when it ends before the last key);
+/// `stop` is how key `hits` answered (hit when every key is a hit).
+/// Nothing to wait for exactly when `pending` is 0 (settled()): then load
+/// `hits` keys and compute the rest; else ask again next step.
 struct lookup_answer {
   std::size_t hits = 0;
   lookup_result stop = lookup_result::hit;
   miss_reason reason = miss_reason::none;
+  std::size_t pending = 0;
+  std::size_t end = 0;
+  /// Whether nothing is on its way (`pending` is 0).
+  bool settled() const noexcept { return pending == 0; }
 };
 
 /// Answers of tier::lookup.
@@ -894,14 +905,25 @@ class manager {
     r.policy = static_cast<offload_policy>(p);
     return detail::check(s, std::move(r));
   }
-  /// Looks `keys` up in order until the first that is not a hit (one key
-  /// converts to a key_list).
+  /// Looks `keys` up as a prefix and starts, in one call, the promotions
+  /// of every key of it the secondary tiers hold (kvtier_manager_lookup;
+  /// one key converts to a key_list).  While the answer's `pending` is
+  /// above 0, ask again next step (after schedule_end); then load its
+  /// `hits` keys and compute the rest.
   result<lookup_answer> try_lookup(kvtier_request_handle request, const key_list &keys) const {
     kvtier_lookup_answer a;
     std::memset(&a, 0, sizeof a);
     kvtier_status s = kvtier_manager_lookup(h_, request, keys.data(), keys.size(), &a);
-    return detail::check(s, lookup_answer{a.hits, static_cast<lookup_result>(a.stop),
-                                          static_cast<miss_reason>(a.reason)});
+    return detail::check(s, answer_of(a));
+  }
+  /// vLLM 0.33's per-key answers: looks `keys` up one at a time, in
+  /// order, up to the first that is not a hit
+  /// (kvtier_manager_lookup_per_key: one promotion per call).
+  result<lookup_answer> try_lookup_per_key(kvtier_request_handle request, const key_list &keys) const {
+    kvtier_lookup_answer a;
+    std::memset(&a, 0, sizeof a);
+    kvtier_status s = kvtier_manager_lookup_per_key(h_, request, keys.data(), keys.size(), &a);
+    return detail::check(s, answer_of(a));
   }
   /// Pins ready keys for a load to the GPU; their slots, in key order.
   result<std::vector<uint32_t>> try_prepare_load(kvtier_request_handle request, const key_list &keys) const {
@@ -1083,6 +1105,9 @@ class manager {
     return detail::unwrap(try_request_begin(name, p));
   }
   lookup_answer lookup(kvtier_request_handle r, const key_list &k) const { return detail::unwrap(try_lookup(r, k)); }
+  lookup_answer lookup_per_key(kvtier_request_handle r, const key_list &k) const {
+    return detail::unwrap(try_lookup_per_key(r, k));
+  }
   std::vector<uint32_t> prepare_load(kvtier_request_handle r, const key_list &k) const {
     return detail::unwrap(try_prepare_load(r, k));
   }
@@ -1124,6 +1149,16 @@ class manager {
     kvtier_status s = kvtier_manager_new(&o, slots, &h);
     if (s != KVTIER_STATUS_OK) return last_error(s);
     return manager(h);
+  }
+
+  static lookup_answer answer_of(const kvtier_lookup_answer &a) noexcept {
+    lookup_answer r;
+    r.hits = a.hits;
+    r.stop = static_cast<lookup_result>(a.stop);
+    r.reason = static_cast<miss_reason>(a.reason);
+    r.pending = a.pending;
+    r.end = a.end;
+    return r;
   }
 
   static void deliver_events(void *ud, const kvtier_event *e) noexcept {
