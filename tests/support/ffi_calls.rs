@@ -68,6 +68,8 @@ pub fn lookup_keys<K: AsRef<[u8]>>(
         hits: usize::MAX,
         stop: -1,
         reason: -1,
+        pending: usize::MAX,
+        end: usize::MAX,
     };
     assert_eq!(
         unsafe { kvtier_manager_lookup(m, req, keys.as_ptr(), keys.len(), &mut out) },
