@@ -525,7 +525,7 @@ fn table() -> Vec<Export> {
             let fx = Fx::new();
             let r = fx.start(c"r");
             let (k, bad) = ([key()], [null_data_key()]);
-            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9 };
+            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9, pending: 9, end: 9 };
             is_null_arg(f, "manager", kvtier_manager_lookup(null(), r, k.as_ptr(), 1, &mut a));
             is_null_arg(f, "keys", kvtier_manager_lookup(fx.manager, r, null(), 1, &mut a));
             is_null_arg(f, "keys[].data", kvtier_manager_lookup(fx.manager, r, bad.as_ptr(), 1, &mut a));
@@ -535,6 +535,22 @@ fn table() -> Vec<Export> {
             expect(f, "no keys at NULL", kvtier_manager_lookup(fx.manager, r, null(), 0, &mut a), S::Ok);
             assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE), "{f}");
             expect(f, "all valid", kvtier_manager_lookup(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
+            assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT), "{f}");
+        }),
+        export!(kvtier_manager_lookup_per_key, f, {
+            let fx = Fx::new();
+            let r = fx.start(c"r");
+            let (k, bad) = ([key()], [null_data_key()]);
+            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9, pending: 9, end: 9 };
+            is_null_arg(f, "manager", kvtier_manager_lookup_per_key(null(), r, k.as_ptr(), 1, &mut a));
+            is_null_arg(f, "keys", kvtier_manager_lookup_per_key(fx.manager, r, null(), 1, &mut a));
+            is_null_arg(f, "keys[].data", kvtier_manager_lookup_per_key(fx.manager, r, bad.as_ptr(), 1, &mut a));
+            is_null_arg(f, "answer_out", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_lookup_per_key(null(), r, null(), 1, null_mut()));
+            assert_eq!((a.hits, a.stop, a.reason), (9, 9, 9), "{f} wrote on failure");
+            expect(f, "no keys at NULL", kvtier_manager_lookup_per_key(fx.manager, r, null(), 0, &mut a), S::Ok);
+            assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE), "{f}");
+            expect(f, "all valid", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
             assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT), "{f}");
         }),
         export!(kvtier_manager_prepare_load, f, {
@@ -776,7 +792,7 @@ fn table() -> Vec<Export> {
         export!(kvtier_primary_lookup, f, {
             let fx = Fx::new();
             let (k, bad) = ([key()], [null_data_key()]);
-            let mut a = kvtier_lookup_answer { hits: 0, stop: 0, reason: 0 };
+            let mut a = kvtier_lookup_answer { hits: 0, stop: 0, reason: 0, pending: 0, end: 0 };
             is_null_arg(f, "primary", kvtier_primary_lookup(null_mut(), k.as_ptr(), 1, &mut a));
             is_null_arg(f, "keys", kvtier_primary_lookup(fx.primary, null(), 1, &mut a));
             is_null_arg(f, "keys[].data", kvtier_primary_lookup(fx.primary, bad.as_ptr(), 1, &mut a));
@@ -1203,6 +1219,8 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
         hits: 9,
         stop: 9,
         reason: 9,
+        pending: 9,
+        end: 9,
     };
     let st = unsafe { kvtier_manager_lookup(m, req, &k, 1, &mut answer) };
     let msg = last_error();
@@ -1240,8 +1258,20 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
                 hits: 0,
                 stop: 0,
                 reason: 0,
+                pending: 0,
+                end: 0,
             };
             kvtier_manager_lookup(m, req, &key(), 1, &mut a)
+        }),
+        call!(kvtier_manager_lookup_per_key, {
+            let mut a = kvtier_lookup_answer {
+                hits: 0,
+                stop: 0,
+                reason: 0,
+                pending: 0,
+                end: 0,
+            };
+            kvtier_manager_lookup_per_key(m, req, &key(), 1, &mut a)
         }),
         call!(kvtier_manager_prepare_load, {
             let mut s = [0u32; 1];
@@ -1380,6 +1410,8 @@ fn a_panic_in_a_primary_call_poisons_the_primary_and_free_still_works() {
                 hits: 0,
                 stop: 0,
                 reason: 0,
+                pending: 0,
+                end: 0,
             };
             kvtier_primary_lookup(p, &key(), 1, &mut a)
         }),

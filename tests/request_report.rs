@@ -254,6 +254,8 @@ fn c_callers_get_the_report_with_the_name_and_the_hits_per_tier() {
         hits: 9,
         stop: 9,
         reason: 9,
+        pending: 9,
+        end: 9,
     };
     assert_eq!(
         unsafe { kvtier_manager_lookup(m, h, ks.as_ptr(), 1, &mut answer) },
