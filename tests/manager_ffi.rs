@@ -91,6 +91,8 @@ unsafe extern "C" fn c_lookup(
             hits: 0,
             stop: 0,
             reason: 0,
+            pending: 0,
+            end: 0,
         };
         // The handle of the request that is looking up (the first).
         let st = unsafe { kvtier_manager_lookup(mgr, 1, key, 1, &mut out) };
@@ -692,6 +694,8 @@ fn null_arguments_and_unknown_requests_are_errors() {
         hits: 7,
         stop: 7,
         reason: 7,
+        pending: 7,
+        end: 7,
     };
     let k = key(1);
     let kk = ck(&k);
@@ -784,6 +788,8 @@ fn a_bad_key_after_many_hits_is_named_by_its_position() {
         hits: 0,
         stop: 0,
         reason: 0,
+        pending: 0,
+        end: 0,
     };
     assert_eq!(
         unsafe { kvtier_manager_lookup(m, r, batch.as_ptr(), batch.len(), &mut out) },
@@ -1350,6 +1356,8 @@ fn a_batched_lookup_through_the_c_api_says_why_it_missed() {
         hits: 9,
         stop: 9,
         reason: 9,
+        pending: 9,
+        end: 9,
     };
     assert_eq!(
         unsafe { kvtier_manager_lookup(m, r, bad.as_ptr(), 2, &mut out) },
@@ -1630,6 +1638,8 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
             hits: usize::MAX,
             stop: -1,
             reason: -1,
+            pending: usize::MAX,
+            end: usize::MAX,
         };
         let st = unsafe { kvtier_manager_lookup(m, r, keys.as_ptr(), 2, &mut a) };
         assert_eq!(st, S::InvalidKey, "step {step}: {}", last_error());

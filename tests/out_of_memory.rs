@@ -146,6 +146,8 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_primary_tie
         hits: 0,
         stop: 0,
         reason: 0,
+        pending: 0,
+        end: 0,
     };
     for n in impossible_counts() {
         let st = unsafe { kvtier_primary_lookup(p, &k, n, &mut answer) };
@@ -193,6 +195,8 @@ fn key_counts_beyond_the_address_space_are_invalid_arguments_for_the_manager() {
         hits: 0,
         stop: 0,
         reason: 0,
+        pending: 0,
+        end: 0,
     };
     for n in impossible_counts() {
         let st = unsafe { kvtier_manager_lookup(m, r, &k, n, &mut answer) };

@@ -137,13 +137,17 @@ pub fn lookup(
         hits: usize::MAX,
         stop: -1,
         reason: -1,
+        pending: usize::MAX,
+        end: usize::MAX,
     };
     let st = unsafe { kvtier_primary_lookup(p, keys.as_ptr(), keys.len(), &mut a) };
     (st, a)
 }
 
-/// The answer of a lookup that stopped after `hits` keys with `stop`.
+/// The answer of a lookup that stopped after `hits` keys with `stop`
+/// (a key being written is one pending, and the prefix ends after it).
 pub fn answer(hits: usize, stop: kvtier_lookup_result) -> kvtier_lookup_answer {
+    let pending = usize::from(stop == KVTIER_LOOKUP_HIT_PENDING);
     kvtier_lookup_answer {
         hits,
         stop,
@@ -152,6 +156,8 @@ pub fn answer(hits: usize, stop: kvtier_lookup_result) -> kvtier_lookup_answer {
         } else {
             KVTIER_MISS_NONE
         },
+        pending,
+        end: hits + pending,
     }
 }
 
