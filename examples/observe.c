@@ -245,7 +245,7 @@ static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struc
     }
 
     /* Block 'a' was evicted by the second half: it comes back from disk. */
-    kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_RETRY, KVTIER_MISS_NONE};
+    kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_RETRY, KVTIER_MISS_NONE, 0, 0};
     for (int i = 0; i < 50 && answer.stop != KVTIER_LOOKUP_HIT; i++) {
         s = kvtier_manager_lookup(m, req, &keys[0], 1, &answer);
         if (s != KVTIER_STATUS_OK) return fail("lookup", s);

@@ -262,7 +262,7 @@ int main(void) {
         kvtier_key k;
         k.data = &key_bytes[i];
         k.len = 1;
-        kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_MISS, KVTIER_MISS_NONE};
+        kvtier_lookup_answer answer = {0, KVTIER_LOOKUP_MISS, KVTIER_MISS_NONE, 0, 0};
         for (int tries = 0; tries < 3000; tries++) { /* up to about 30 s */
             CHECK(kvtier_manager_lookup(m, reader, &k, 1, &answer));
             if (answer.stop == KVTIER_LOOKUP_HIT || answer.stop == KVTIER_LOOKUP_MISS) break;
