@@ -475,6 +475,8 @@ fn run_c_api(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>) {
                 hits: 0,
                 stop: 0,
                 reason: 0,
+                pending: 0,
+                end: 0,
             };
             let ns = best(|_| {
                 let t0 = Instant::now();

@@ -12,7 +12,8 @@
  *
  * Each finished request is reported to a callback, which writes it as one
  * line of JSON (a JSONL trace: keys looked up, hits per tier, blocks
- * loaded, stored, promoted, failed, time waiting for promotions).
+ * loaded, stored, promoted, failed, time waiting for blocks, blocks asked
+ * for, served by each tier, recomputed, steps waited).
  *
  *   observe [--metrics FILE] [--requests FILE]
  *
@@ -111,6 +112,7 @@ struct trace {
     size_t reports;
     kvtier_request_report last;
     uint64_t last_hits[4];
+    uint64_t last_served[4];
 };
 
 static void json_string(FILE *f, const char *s) {
@@ -133,14 +135,22 @@ static void on_request_report(void *user_data, const kvtier_request_report *r) {
         fprintf(t->out, "%s%llu", i ? ", " : "", (unsigned long long)r->tier_hits[i]);
     fprintf(t->out,
             "], \"loaded\": %llu, \"stored\": %llu, \"promoted\": %llu, \"failed\": %llu,"
-            " \"promotion_wait_ms\": %.3f}\n",
+            " \"promotion_wait_ms\": %.3f, \"asked\": %llu, \"tier_served\": [",
             (unsigned long long)r->loaded, (unsigned long long)r->stored, (unsigned long long)r->promoted,
-            (unsigned long long)r->failed, (double)r->promotion_wait_ns / 1e6);
+            (unsigned long long)r->failed, (double)r->promotion_wait_ns / 1e6, (unsigned long long)r->asked);
+    for (size_t i = 0; i < r->tier_count; i++)
+        fprintf(t->out, "%s%llu", i ? ", " : "", (unsigned long long)r->tier_served[i]);
+    fprintf(t->out, "], \"recomputed\": %llu, \"steps_waited\": %llu}\n", (unsigned long long)r->recomputed,
+            (unsigned long long)r->steps_waited);
     fflush(t->out);
     t->reports++;
     t->last = *r;
     memset(t->last_hits, 0, sizeof t->last_hits);
-    for (size_t i = 0; i < r->tier_count && i < 4; i++) t->last_hits[i] = r->tier_hits[i];
+    memset(t->last_served, 0, sizeof t->last_served);
+    for (size_t i = 0; i < r->tier_count && i < 4; i++) {
+        t->last_hits[i] = r->tier_hits[i];
+        t->last_served[i] = r->tier_served[i];
+    }
 }
 
 static int fail(const char *what, kvtier_status s) {
@@ -299,9 +309,10 @@ static int run(const kvtier_manager *m, char *base, size_t stride, int fd, struc
         ok = 0;
     }
     /* One report: 8 blocks stored, block a promoted from the fs tier
-     * (tier 1) and loaded to the "GPU". */
+     * (tier 1) and loaded to the "GPU": served by the fs tier. */
     if (trace->reports != 1 || trace->last.stored != KEYS || trace->last.promoted != 1 ||
-        trace->last.loaded != 1 || trace->last.tier_count != 3 || trace->last_hits[1] != 1) {
+        trace->last.loaded != 1 || trace->last.tier_count != 3 || trace->last_hits[1] != 1 ||
+        trace->last_served[1] != 1 || trace->last_served[0] != 0) {
         fprintf(stderr, "observe: unexpected request report (%zu reports)\n", trace->reports);
         ok = 0;
     }

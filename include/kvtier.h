@@ -1073,6 +1073,48 @@ typedef struct {
    * Gauge: events waiting to be taken.
    */
   uint64_t events_queued;
+  /**
+   * Counter: lookups answered MISS with `KVTIER_MISS_TIMED_OUT` (the
+   * request's wait for blocks on their way passed its bound).  Since 0.3.
+   */
+  uint64_t misses_timed_out;
+  /**
+   * Counter: waits of requests that passed the bound
+   * (`progress_wait_steps` or `progress_wait_ms` of
+   * `kvtier_manager_options`): their holds were released.  Since 0.3.
+   */
+  uint64_t wait_timeouts;
+  /**
+   * Counter: requests the manager let go (after
+   * `kvtier_manager_request_finished`, once no store of theirs is in
+   * flight); each is counted once, then, in this and the `request_*`
+   * counters below.  Since 0.3.
+   */
+  uint64_t requests_finished;
+  /**
+   * Counter: blocks finished requests asked for: per request, the keys
+   * of its largest lookup (per-key lookups: those of one step
+   * together).  Since 0.3.
+   */
+  uint64_t request_blocks_asked;
+  /**
+   * Counter: blocks finished requests loaded that were already in the
+   * primary tier (not promoted for them); each secondary tier's
+   * `request_blocks_served` statistic counts those promoted for them
+   * from it.  Since 0.3.
+   */
+  uint64_t request_blocks_served_primary;
+  /**
+   * Counter: blocks finished requests asked for and did not load (per
+   * request, asked minus loaded, at least 0): the engine computed them.
+   * Since 0.3.
+   */
+  uint64_t request_blocks_recomputed;
+  /**
+   * Counter: steps (`kvtier_manager_schedule_end` calls) finished
+   * requests spent waiting for blocks on their way.  Since 0.3.
+   */
+  uint64_t request_wait_steps;
 } kvtier_manager_stats;
 
 /**
@@ -1669,12 +1711,34 @@ typedef struct {
    */
   uint64_t failed;
   /**
-   * Nanoseconds it waited for promotions: each wait runs from a lookup
-   * that started a promotion to its first later lookup that stopped at
-   * a HIT or a MISS; a wait still running when it finished counts up to
-   * then.
+   * Nanoseconds it waited for blocks on their way: each wait runs from
+   * a lookup that left some of its keys on their way to the first later
+   * lookup that left none (or its `kvtier_manager_prepare_load`, its
+   * finish, or a lookup after the wait bound).
    */
   uint64_t promotion_wait_ns;
+  /**
+   * Blocks it asked for: the keys of its largest lookup (per-key
+   * lookups: those of one step together).  Since 0.3.
+   */
+  uint64_t asked;
+  /**
+   * Blocks it loaded, by the tier they came from (`tier_count`
+   * entries): `tier_served[0]` already in the primary tier,
+   * `tier_served[t]` promoted for it from secondary tier `t`.  They sum
+   * to `loaded`.  Since 0.3.
+   */
+  const uint64_t *tier_served;
+  /**
+   * Blocks it asked for and did not load (`asked - loaded`, at least
+   * 0): the engine computed them.  Since 0.3.
+   */
+  uint64_t recomputed;
+  /**
+   * Steps (`kvtier_manager_schedule_end` calls) it spent waiting for
+   * blocks on their way.  Since 0.3.
+   */
+  uint64_t steps_waited;
 } kvtier_request_report;
 
 /**

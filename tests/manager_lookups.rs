@@ -124,6 +124,8 @@ fn same_run(
             match got.reason {
                 Some(MissReason::Absent) => absent += 1,
                 Some(MissReason::NoRoom) => no_room += 1,
+                // Both managers wait alike: a timeout is an answer the
+                // comparison above already checked.
                 Some(MissReason::TimedOut) => {}
                 None => assert_ne!(got.stop, LookupResult::Miss, "{what}"),
             }

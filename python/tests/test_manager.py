@@ -24,9 +24,23 @@ def test_store_then_load_through_the_manager():
         assert [e.kind for e in m.take_events()] == [EventKind.STORED]
         stats = m.read_stats()
         assert stats["lookups"] == 4 and stats["primary_hits"] == 3
+        # Counted once for the finished request: 4 asked, 3 loaded, 1 computed.
+        per_request = [
+            stats[n]
+            for n in (
+                "requests_finished",
+                "request_blocks_asked",
+                "request_blocks_served_primary",
+                "request_blocks_recomputed",
+                "request_wait_steps",
+            )
+        ]
+        assert per_request == [1, 4, 3, 1, 0]
         primary = m.read_tier_stats(0)
         assert primary["stores_completed"] == kvtier.TierStat(3.0, True)
-        assert "kvtier_manager_lookups_total 4" in m.metrics_prometheus().splitlines()
+        text = m.metrics_prometheus().splitlines()
+        assert "kvtier_manager_lookups_total 4" in text
+        assert 'kvtier_manager_request_blocks_served_total{tier="primary"} 3' in text
         assert m.take_errors() == []
 
 

@@ -60,6 +60,12 @@ def test_cascade_and_promotion_through_a_python_tier():
         stats = m.read_tier_stats(1)
         assert stats["promotion_jobs"].value == 1 and stats["stored"].value == 2
         assert stats["jobs"] == kvtier.TierStat(2.0, True)
+        # Loaded, then counted once the request is let go: served by the tier.
+        m.prepare_load(h, k[:1])
+        m.complete_load(h, k[:1])
+        m.request_finished(h)
+        assert m.read_tier_stats(1)["request_blocks_served"] == kvtier.TierStat(1.0, True)
+        assert m.read_stats()["request_blocks_served_primary"] == 0
 
 
 class FailingTier(MemoryTier):

@@ -76,11 +76,40 @@ pub struct kvtier_manager_stats {
     pub promotions_held: u64,
     /// Gauge: events waiting to be taken.
     pub events_queued: u64,
+    /// Counter: lookups answered MISS with `KVTIER_MISS_TIMED_OUT` (the
+    /// request's wait for blocks on their way passed its bound).  Since 0.3.
+    pub misses_timed_out: u64,
+    /// Counter: waits of requests that passed the bound
+    /// (`progress_wait_steps` or `progress_wait_ms` of
+    /// `kvtier_manager_options`): their holds were released.  Since 0.3.
+    pub wait_timeouts: u64,
+    /// Counter: requests the manager let go (after
+    /// `kvtier_manager_request_finished`, once no store of theirs is in
+    /// flight); each is counted once, then, in this and the `request_*`
+    /// counters below.  Since 0.3.
+    pub requests_finished: u64,
+    /// Counter: blocks finished requests asked for: per request, the keys
+    /// of its largest lookup (per-key lookups: those of one step
+    /// together).  Since 0.3.
+    pub request_blocks_asked: u64,
+    /// Counter: blocks finished requests loaded that were already in the
+    /// primary tier (not promoted for them); each secondary tier's
+    /// `request_blocks_served` statistic counts those promoted for them
+    /// from it.  Since 0.3.
+    pub request_blocks_served_primary: u64,
+    /// Counter: blocks finished requests asked for and did not load (per
+    /// request, asked minus loaded, at least 0): the engine computed them.
+    /// Since 0.3.
+    pub request_blocks_recomputed: u64,
+    /// Counter: steps (`kvtier_manager_schedule_end` calls) finished
+    /// requests spent waiting for blocks on their way.  Since 0.3.
+    pub request_wait_steps: u64,
 }
 
 impl Grows for kvtier_manager_stats {
     const NAME: &'static str = "kvtier_manager_stats";
-    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+    /// The 0.2 layout ended with `events_queued`.
+    const FIRST_LAYOUT_SIZE: usize = std::mem::offset_of!(Self, misses_timed_out);
 }
 
 impl From<&ManagerStats> for kvtier_manager_stats {
@@ -108,6 +137,13 @@ impl From<&ManagerStats> for kvtier_manager_stats {
             active_requests: s.active_requests,
             promotions_held: s.promotions_held,
             events_queued: s.events_queued,
+            misses_timed_out: s.misses_timed_out,
+            wait_timeouts: s.wait_timeouts,
+            requests_finished: s.requests_finished,
+            request_blocks_asked: s.request_blocks_asked,
+            request_blocks_served_primary: s.request_blocks_served_primary,
+            request_blocks_recomputed: s.request_blocks_recomputed,
+            request_wait_steps: s.request_wait_steps,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Per-request reports for C: `kvtier_manager_set_request_report_callback`
 //! hands a `kvtier_request_report` for each finished request to the
 //! engine's callback (keys looked up, hits per tier, blocks loaded, stored,
-//! promoted, failed, time waiting for promotions), for a JSONL trace or
+//! promoted, failed, time and steps waiting for blocks, blocks asked for,
+//! served by each tier and recomputed), for a JSONL trace or
 //! OpenTelemetry spans.
 
 use std::ffi::{c_char, c_void};
@@ -43,11 +44,25 @@ pub struct kvtier_request_report {
     pub promoted: u64,
     /// Keys of its stores that failed and of its promotions that failed.
     pub failed: u64,
-    /// Nanoseconds it waited for promotions: each wait runs from a lookup
-    /// that started a promotion to its first later lookup that stopped at
-    /// a HIT or a MISS; a wait still running when it finished counts up to
-    /// then.
+    /// Nanoseconds it waited for blocks on their way: each wait runs from
+    /// a lookup that left some of its keys on their way to the first later
+    /// lookup that left none (or its `kvtier_manager_prepare_load`, its
+    /// finish, or a lookup after the wait bound).
     pub promotion_wait_ns: u64,
+    /// Blocks it asked for: the keys of its largest lookup (per-key
+    /// lookups: those of one step together).  Since 0.3.
+    pub asked: u64,
+    /// Blocks it loaded, by the tier they came from (`tier_count`
+    /// entries): `tier_served[0]` already in the primary tier,
+    /// `tier_served[t]` promoted for it from secondary tier `t`.  They sum
+    /// to `loaded`.  Since 0.3.
+    pub tier_served: *const u64,
+    /// Blocks it asked for and did not load (`asked - loaded`, at least
+    /// 0): the engine computed them.  Since 0.3.
+    pub recomputed: u64,
+    /// Steps (`kvtier_manager_schedule_end` calls) it spent waiting for
+    /// blocks on their way.  Since 0.3.
+    pub steps_waited: u64,
 }
 
 /// Receives the report of one finished request (see
@@ -97,6 +112,10 @@ impl CReporter {
             promoted: r.promoted,
             failed: r.failed,
             promotion_wait_ns: u64::try_from(r.promotion_wait.as_nanos()).unwrap_or(u64::MAX),
+            asked: r.asked,
+            tier_served: r.served.as_ptr(),
+            recomputed: r.recomputed,
+            steps_waited: r.steps_waited,
         };
         // SAFETY: the registrant promised a callable function; the report
         // and what it points to live for the call.

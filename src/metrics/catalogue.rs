@@ -9,9 +9,11 @@
 //! `_bytes`, `_blocks`, `_keys`), `_total` on counters only, `_ratio` on
 //! ratios.  Values that differ only by a reason, a cause or a direction
 //! share one family with a label saying which.  Manager-level families
-//! carry no `tier` label (except `kvtier_manager_lookup_hits_total`,
-//! which partitions the manager's lookups by the tier that had the key);
-//! tier-level families carry `tier` and `medium`, so no sum mixes the two.
+//! carry no `tier` label (except `kvtier_manager_lookup_hits_total`
+//! and `kvtier_manager_request_blocks_served_total`, which partition the
+//! manager's lookups and its requests' loaded blocks by the tier that had
+//! them); tier-level families carry `tier` and `medium`, so no sum mixes
+//! the two.
 
 /// A family's type, as its `# TYPE` line says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,11 +139,11 @@ family! {
 }
 family! {
     M_LOOKUP_HITS, "kvtier_manager_lookup_hits_total", Counter, ManagerByTier,
-    "Keys a lookup found, by the tier that had them: tier=\"primary\" answered HIT, a secondary tier's name started a promotion from that tier. Divided by kvtier_manager_lookups_total: the hit rate of each tier."
+    "Keys a lookup found, by the tier that had them: tier=\"primary\" answered HIT, a secondary tier's name started a promotion from that tier. Every lookup counts, a waiting request's repeated lookups of one key included: for what requests got, see kvtier_manager_request_blocks_served_total."
 }
 family! {
     M_LOOKUP_MISSES, "kvtier_manager_lookup_misses_total", Counter, Manager, "reason",
-    "Keys a lookup answered MISS, by reason: absent (no tier has the key, or none was asked) or no_room (a secondary tier has it, but the primary tier did not take its promotion)."
+    "Keys a lookup answered MISS, by reason: absent (no tier has the key, or none was asked), no_room (a secondary tier has it, but the primary tier did not take its promotion) or timed_out (the request waited past the bound for it)."
 }
 family! {
     M_LOOKUP_PENDING, "kvtier_manager_lookup_hit_pending_total", Counter, Manager,
@@ -205,7 +207,31 @@ family! {
 }
 family! {
     M_PROMOTION_WAIT, "kvtier_manager_promotion_wait_seconds", Histogram, Manager,
-    "How long requests waited for promotions: from a request's first lookup that started one to its first later lookup that stopped at a HIT or a MISS, one observation per wait."
+    "How long requests waited for blocks on their way: from a lookup that left some of a request's keys on their way to the first later lookup that left none (or its prepare_load, its finish, or a lookup after the wait bound), one observation per wait."
+}
+family! {
+    M_WAIT_TIMEOUTS, "kvtier_manager_wait_timeouts_total", Counter, Manager,
+    "Waits of requests for blocks on their way that passed the bound (wait_steps steps or wait_ms milliseconds): their holds were released."
+}
+family! {
+    M_REQUESTS_FINISHED, "kvtier_manager_requests_finished_total", Counter, Manager,
+    "Requests the manager let go after their finish; each is counted once, then, in every kvtier_manager_request_* family."
+}
+family! {
+    M_REQUEST_ASKED, "kvtier_manager_request_blocks_asked_total", Counter, Manager,
+    "Blocks finished requests asked for: per request, the keys of its largest lookup (per-key lookups: those of one step together)."
+}
+family! {
+    M_REQUEST_SERVED, "kvtier_manager_request_blocks_served_total", Counter, ManagerByTier,
+    "Blocks finished requests loaded, by the tier they came from: tier=\"primary\" already in the primary tier, a secondary tier's name promoted for the request from that tier. Divided by kvtier_manager_request_blocks_asked_total: the share of asked blocks each tier served."
+}
+family! {
+    M_REQUEST_RECOMPUTED, "kvtier_manager_request_blocks_recomputed_total", Counter, Manager,
+    "Blocks finished requests asked for and did not load (per request, asked minus loaded, at least 0): the engine computed them."
+}
+family! {
+    M_REQUEST_WAIT_STEPS, "kvtier_manager_request_wait_steps_total", Counter, Manager,
+    "Steps (on_schedule_end calls) finished requests spent waiting for blocks on their way."
 }
 family! {
     M_EVENTS_QUEUED, "kvtier_manager_events_queued", Gauge, Manager,
@@ -589,6 +615,8 @@ pub static MANAGER: &[Entry] = &[
     entry("held_misses", &M_HELD_MISSES),
     labelled("misses_absent", &M_LOOKUP_MISSES, "absent"),
     labelled("misses_no_room", &M_LOOKUP_MISSES, "no_room"),
+    labelled("misses_timed_out", &M_LOOKUP_MISSES, "timed_out"),
+    entry("wait_timeouts", &M_WAIT_TIMEOUTS),
     entry("store_refusals", &M_STORE_REFUSALS),
     entry("ignored_store_completions", &M_IGNORED_COMPLETIONS),
     entry("parked_keys", &M_PARKED),
@@ -597,6 +625,15 @@ pub static MANAGER: &[Entry] = &[
     entry("tier_bugs", &M_TIER_BUGS),
     entry("internal_errors", &M_INTERNAL),
     entry("resets", &M_RESETS),
+    entry("requests_finished", &M_REQUESTS_FINISHED),
+    entry("request_blocks_asked", &M_REQUEST_ASKED),
+    labelled(
+        "request_blocks_served_primary",
+        &M_REQUEST_SERVED,
+        "primary",
+    ),
+    entry("request_blocks_recomputed", &M_REQUEST_RECOMPUTED),
+    entry("request_wait_steps", &M_REQUEST_WAIT_STEPS),
     entry("jobs_in_flight", &M_JOBS_IN_FLIGHT),
     entry("active_requests", &M_ACTIVE_REQUESTS),
     entry("promotions_held", &M_PROMOTIONS_HELD),
@@ -662,6 +699,7 @@ pub static TIER_MANAGED: &[Entry] = &[
     entry("poll_limit_reached", &T_POLL_LIMIT),
     entry("event_limit_reached", &T_EVENT_LIMIT),
     entry("promotions_started", &M_LOOKUP_HITS),
+    entry("request_blocks_served", &M_REQUEST_SERVED),
     labelled("load_duration_seconds", &T_JOB_DURATION, "load"),
     labelled("load_size_blocks", &T_JOB_SIZE, "load"),
     labelled("store_duration_seconds", &T_JOB_DURATION, "store"),

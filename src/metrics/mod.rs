@@ -460,7 +460,7 @@ mod tests {
 # HELP kvtier_manager_lookups_total Keys looked up (a batched lookup counts the keys it looked at, up to the one it stopped at).
 # TYPE kvtier_manager_lookups_total counter
 kvtier_manager_lookups_total 3
-# HELP kvtier_manager_lookup_misses_total Keys a lookup answered MISS, by reason: absent (no tier has the key, or none was asked) or no_room (a secondary tier has it, but the primary tier did not take its promotion).
+# HELP kvtier_manager_lookup_misses_total Keys a lookup answered MISS, by reason: absent (no tier has the key, or none was asked), no_room (a secondary tier has it, but the primary tier did not take its promotion) or timed_out (the request waited past the bound for it).
 # TYPE kvtier_manager_lookup_misses_total counter
 kvtier_manager_lookup_misses_total{reason=\"no_room\"} 1
 # HELP kvtier_tier_evictions_total Blocks the tier evicted to make room.

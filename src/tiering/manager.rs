@@ -74,15 +74,17 @@ mod prefix;
 mod progress;
 mod report;
 mod setup;
+mod stat_lists;
 mod step;
 
 use counters::{ManagerCounters, TierCounters};
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
-pub use observe::{EventBuffer, ManagerStats, QueuedEvents, TakenBatch, TakenEvents};
+pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};
 use poll::CompletionQueue;
 pub use progress::ProgressOptions;
 pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
+pub use stat_lists::ManagerStats;
 
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 

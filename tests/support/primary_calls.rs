@@ -152,7 +152,8 @@ pub fn lookup(
     (st, a)
 }
 
-/// The answer of a lookup that stopped after `hits` keys with `stop`.
+/// The answer of a lookup that stopped after `hits` keys with `stop`
+/// (a key being written is one pending, and the prefix ends after it).
 pub fn answer(hits: usize, stop: kvtier_lookup_result) -> kvtier_lookup_answer {
     let pending = usize::from(stop == kvtier::ffi::dialect::KVTIER_LOOKUP_HIT_PENDING);
     kvtier_lookup_answer {

@@ -1,12 +1,13 @@
-//! What the engine reads from a manager: statistics (the manager's own as
-//! a typed struct, each tier's as named values), cache events (drained in
+//! What the engine reads from a manager: statistics (gathered by source;
+//! the lists themselves are in `stat_lists.rs`), cache events (drained in
 //! batches or pushed to a listener) and the error log.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, Result, State, TierEvent,
+    EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, ManagerStats, Result,
+    State, TierEvent,
 };
 use crate::error::Error;
 use crate::events::EventKind;
@@ -17,95 +18,6 @@ use crate::key::Key;
 use crate::metrics::{MetricGroup, StatSource};
 use crate::request::{Locality, Medium};
 use crate::stats::Stat;
-
-/// The manager's own statistics (besides each tier's, see
-/// [`Manager::tier_stats`]).  Counters are cumulative from the manager's
-/// creation and never decrease, resets included; gauges are current.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ManagerStats {
-    /// Counter: keys looked up.
-    pub lookups: u64,
-    /// Counter: lookups the primary tier answered HIT.
-    pub primary_hits: u64,
-    /// Counter: lookups the primary tier answered HIT_PENDING (being written).
-    pub primary_hit_pending: u64,
-    /// Counter: promotions started (a slot reserved, a load staged).
-    pub promotions_started: u64,
-    /// Counter: promotions the primary tier refused for want of a free slot.
-    pub allocation_failures: u64,
-    /// Counter: promotions the primary tier's admission threshold did not admit.
-    pub promotions_not_admitted: u64,
-    /// Counter: lookups answered MISS without asking the secondary tiers,
-    /// because promotions are held after a reset.
-    pub held_misses: u64,
-    /// Counter: lookups answered MISS because no tier has the key (or
-    /// none was asked).
-    pub misses_absent: u64,
-    /// Counter: lookups answered MISS although a secondary tier has the
-    /// key, because the primary tier did not take its promotion.
-    pub misses_no_room: u64,
-    /// Counter: stores the primary tier refused as a whole (no room).
-    pub store_refusals: u64,
-    /// Counter: store completions of a request with no store in flight.
-    pub ignored_store_completions: u64,
-    /// Counter: keys of request-level cascades parked until their write finished.
-    pub parked_keys: u64,
-    /// Counter: parked keys dropped because their write failed.
-    pub parked_keys_dropped: u64,
-    /// Counter: jobs that finished after a reset orphaned them.
-    pub stale_completions: u64,
-    /// Counter: misbehaviours of secondary tiers (all tiers together).
-    pub tier_bugs: u64,
-    /// Counter: internal errors (logged; never expected).
-    pub internal_errors: u64,
-    /// Counter: cache resets.
-    pub resets: u64,
-    /// Gauge: jobs submitted to secondary tiers and not yet finished.
-    pub jobs_in_flight: u64,
-    /// Gauge: requests started and not yet finalized.
-    pub active_requests: u64,
-    /// Gauge: 1 while promotions are held after a reset, else 0.
-    pub promotions_held: u64,
-    /// Gauge: events waiting to be taken.
-    pub events_queued: u64,
-}
-
-impl ManagerStats {
-    /// The statistics as named values, in field order.
-    pub fn stat_list(&self) -> Vec<Stat> {
-        let mut out = Vec::with_capacity(21);
-        for (n, v) in [
-            ("lookups", self.lookups),
-            ("primary_hits", self.primary_hits),
-            ("primary_hit_pending", self.primary_hit_pending),
-            ("promotions_started", self.promotions_started),
-            ("allocation_failures", self.allocation_failures),
-            ("promotions_not_admitted", self.promotions_not_admitted),
-            ("held_misses", self.held_misses),
-            ("misses_absent", self.misses_absent),
-            ("misses_no_room", self.misses_no_room),
-            ("store_refusals", self.store_refusals),
-            ("ignored_store_completions", self.ignored_store_completions),
-            ("parked_keys", self.parked_keys),
-            ("parked_keys_dropped", self.parked_keys_dropped),
-            ("stale_completions", self.stale_completions),
-            ("tier_bugs", self.tier_bugs),
-            ("internal_errors", self.internal_errors),
-            ("resets", self.resets),
-        ] {
-            out.push(Stat::counter(n, v));
-        }
-        for (n, v) in [
-            ("jobs_in_flight", self.jobs_in_flight),
-            ("active_requests", self.active_requests),
-            ("promotions_held", self.promotions_held),
-            ("events_queued", self.events_queued),
-        ] {
-            out.push(Stat::gauge(n, v as f64));
-        }
-        out
-    }
-}
 
 /// Finished jobs of one direction on one tier: how long each took
 /// (seconds) and how many blocks it carried.
@@ -134,7 +46,12 @@ impl JobHistograms {
 
     /// Appends `<direction>_duration_seconds` and
     /// `<direction>_size_blocks` to `out`.
-    fn push_stats(&self, duration: &'static str, size: &'static str, out: &mut Vec<Stat>) {
+    pub(super) fn push_stats(
+        &self,
+        duration: &'static str,
+        size: &'static str,
+        out: &mut Vec<Stat>,
+    ) {
         self.seconds.push_stats(duration, out);
         self.blocks.push_stats(size, out);
     }
@@ -543,34 +460,6 @@ impl State {
         Ok(!self.pending_events.is_empty())
     }
 
-    /// The manager's own statistics now.
-    fn manager_stats(&self) -> ManagerStats {
-        let c = &self.c;
-        ManagerStats {
-            lookups: c.lookups,
-            primary_hits: c.primary_hits,
-            primary_hit_pending: c.primary_hit_pending,
-            promotions_started: c.promotions_started,
-            allocation_failures: c.allocation_failures,
-            promotions_not_admitted: c.promotions_not_admitted,
-            held_misses: c.held_misses,
-            misses_absent: c.misses_absent,
-            misses_no_room: c.misses_no_room,
-            store_refusals: c.store_refusals,
-            ignored_store_completions: c.ignored_store_completions,
-            parked_keys: c.parked_keys,
-            parked_keys_dropped: c.parked_keys_dropped,
-            stale_completions: c.stale_completions,
-            tier_bugs: c.tier_bugs,
-            internal_errors: c.internal_errors,
-            resets: c.resets,
-            jobs_in_flight: self.jobs.len() as u64,
-            active_requests: self.reqs.len() as u64,
-            promotions_held: u64::from(self.held),
-            events_queued: self.pending_events.len() as u64,
-        }
-    }
-
     /// Secondary tier `i`'s own report (internal index), its counters held
     /// to never decrease: each decrease found counts as a tier bug.
     fn tier_report(&mut self, i: usize) -> Vec<Stat> {
@@ -590,55 +479,6 @@ impl State {
             );
         }
         report
-    }
-
-    /// The manager's own statistics as named values.
-    fn manager_stat_list(&self) -> Vec<Stat> {
-        let mut out = self.manager_stats().stat_list();
-        self.obs.push_stats(&mut out);
-        out
-    }
-
-    /// The manager's counters for secondary tier `i` (internal index).
-    fn tier_counter_stats(&self, i: usize) -> Vec<Stat> {
-        let t = &self.tiers[i];
-        let c = t.c;
-        let mut out = Vec::with_capacity(96);
-        for (n, v) in [
-            ("lookups", c.lookups),
-            ("hits", c.hits),
-            ("retries", c.retries),
-            ("promotions_started", c.promotions_started),
-            ("promotion_jobs", c.promotion_jobs),
-            ("promotion_blocks", c.promotion_blocks),
-            ("promotion_failures", c.promotion_failures),
-            ("partial_promotions", c.partial_promotions),
-            ("cascade_jobs", c.cascade_jobs),
-            ("cascade_blocks", c.cascade_blocks),
-            ("cascade_failures", c.cascade_failures),
-            ("dropped_cascade_jobs", c.dropped_cascade_jobs),
-            ("dropped_cascade_blocks", c.dropped_cascade_blocks),
-            ("bytes_loaded", c.bytes_loaded),
-            ("bytes_stored", c.bytes_stored),
-            ("tier_bugs", c.tier_bugs),
-            ("poll_limit_reached", c.poll_limit_reached),
-            ("event_limit_reached", c.event_limit_reached),
-        ] {
-            out.push(Stat::counter(n, v));
-        }
-        c.loads
-            .push_stats("load_duration_seconds", "load_size_blocks", &mut out);
-        c.stores
-            .push_stats("store_duration_seconds", "store_size_blocks", &mut out);
-        if let Some(d) = &t.detector {
-            for (n, v) in [
-                ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
-                ("store_latency_ema", d.ema()),
-            ] {
-                out.push(Stat::gauge(n, v));
-            }
-        }
-        out
     }
 
     /// Collects the tiers' events and, with a listener, delivers the new
