@@ -555,22 +555,6 @@ fn table() -> Vec<Export> {
             expect(f, "all valid", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
             assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT, 0, 0), "{f}");
         }),
-        export!(kvtier_manager_lookup_per_key, f, {
-            let fx = Fx::new();
-            let r = fx.start(c"r");
-            let (k, bad) = ([key()], [null_data_key()]);
-            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9, pending: 9, end: 9 };
-            is_null_arg(f, "manager", kvtier_manager_lookup_per_key(null(), r, k.as_ptr(), 1, &mut a));
-            is_null_arg(f, "keys", kvtier_manager_lookup_per_key(fx.manager, r, null(), 1, &mut a));
-            is_null_arg(f, "keys[].data", kvtier_manager_lookup_per_key(fx.manager, r, bad.as_ptr(), 1, &mut a));
-            is_null_arg(f, "answer_out", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_lookup_per_key(null(), r, null(), 1, null_mut()));
-            assert_eq!((a.hits, a.stop, a.reason), (9, 9, 9), "{f} wrote on failure");
-            expect(f, "no keys at NULL", kvtier_manager_lookup_per_key(fx.manager, r, null(), 0, &mut a), S::Ok);
-            assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE), "{f}");
-            expect(f, "all valid", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
-            assert_eq!((a.hits, a.stop, a.reason), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT), "{f}");
-        }),
         export!(kvtier_manager_prepare_load, f, {
             let fx = Fx::new();
             let r = fx.start(c"r");
