@@ -54,7 +54,7 @@ pub struct Config {
     pub promotion_answer: PromotionAnswer,
     /// How many messages the error log keeps.
     pub error_log_capacity: usize,
-    /// [beyond] Holds and the wait bound that keep waiting requests moving
+    /// Holds and the wait bound that keep waiting requests moving
     /// (`"progress": {"hold": true, "wait_steps": 16, "wait_ms": 0}`;
     /// `{"hold": false, "wait_steps": 0}` follows vLLM 0.33).
     pub progress: ProgressOptions,

@@ -118,7 +118,7 @@ pub struct ManagerOptions {
     /// call that takes keys (lookups included) then refuses a key shorter
     /// than 5 bytes as `InvalidKey`, before anything changes.
     pub kv_groups: bool,
-    /// [beyond] How waiting requests are kept moving: holds and the wait
+    /// How waiting requests are kept moving: holds and the wait
     /// bound (default on; [`ProgressOptions::vllm()`] follows vLLM 0.33).
     pub progress: ProgressOptions,
 }

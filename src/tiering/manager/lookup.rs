@@ -45,7 +45,7 @@ pub enum MissReason {
     /// the request waits: see [`ProgressOptions`](super::ProgressOptions)).
     /// Counted in `misses_no_room`.
     NoRoom,
-    /// [beyond] The request waited for its blocks longer than the wait
+    /// The request waited for its blocks longer than the wait
     /// bound ([`ProgressOptions`](super::ProgressOptions)): load what is
     /// ready, recompute the rest.  Counted in `misses_timed_out`.
     TimedOut,

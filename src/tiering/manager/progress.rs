@@ -1,5 +1,5 @@
-//! [beyond] Progress: what keeps every request moving while its blocks
-//! come back from the secondary tiers.
+//! Progress (kvtier's rule, beyond vLLM 0.33): what keeps every request moving
+//! while its blocks come back from the secondary tiers.
 //!
 //! A request *waits* from the first lookup that leaves some of its keys on
 //! their way (write pending, promotion started, or a tier asked to be
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use super::{FastMap, Key, RequestId, State};
 
-/// [beyond] How the manager guarantees that waiting requests progress: see
+/// How the manager guarantees that waiting requests progress: see
 /// [`Manager::lookup_prefix`](super::Manager::lookup_prefix) and the
 /// progress rule in `docs/design.md`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
