@@ -151,13 +151,13 @@ impl Manager {
     ) -> Result<LookupAnswer> {
         let mut s = self.enter("lookup")?;
         let s = &mut *s;
-        s.active(request)?;
+        let waits = s.active_waits(request)?;
         s.check_keys(n, &key)?;
         if n == 0 {
             return Ok(LookupAnswer::all_hits(0));
         }
         s.poll_gated(&self.queue);
-        let expired = s.wait_expired(request);
+        let expired = waits && s.wait_expired(request);
         let answer = s.lookup_keys(request, n, key, expired)?;
         s.note_lookup(request, n, &answer, false);
         Ok(answer)

@@ -222,6 +222,17 @@ impl State {
         self.on_passed(rid, passed)
     }
 
+    /// `rid`, if it names an active request (else the error of
+    /// [`State::active`](super::State)), and whether it waits: a lookup
+    /// checks the bound ([`State::wait_expired`]) only then.
+    #[inline]
+    pub(super) fn active_waits(&self, rid: RequestId) -> crate::Result<bool> {
+        match self.reqs.get(&rid) {
+            Some(st) if !st.finished => Ok(st.progress.wait.is_some()),
+            _ => Err(self.unknown_request(rid)),
+        }
+    }
+
     /// Whether a wait passed its bound; if it did just now, counts the
     /// timeout and releases `rid`'s holds.
     #[inline]
@@ -398,23 +409,26 @@ impl State {
         n: usize,
         key: impl Fn(usize) -> &'k [u8],
     ) {
-        if let Some(st) = self.reqs.get_mut(&rid) {
-            let held = &mut st.progress.held;
-            let t = &mut st.tally;
-            t.loaded += n as u64;
-            if !held.is_empty() {
-                for j in 0..n {
-                    let Ok(k) = Key::at(key(j), j) else {
-                        continue;
-                    };
-                    if let Some(h) = held.get_mut(&k)
-                        && h.from > 0
-                    {
-                        t.served_from(h.from);
-                        // Counted once, even if the batch names it again.
-                        h.from = 0;
-                    }
-                }
+        let Some(st) = self.reqs.get_mut(&rid) else {
+            return;
+        };
+        let held = &mut st.progress.held;
+        let t = &mut st.tally;
+        t.loaded += n as u64;
+        if held.is_empty() && st.progress.wait.is_none() {
+            return;
+        }
+        let any_held = !held.is_empty();
+        for j in (0..n).filter(|_| any_held) {
+            let Ok(k) = Key::at(key(j), j) else {
+                continue;
+            };
+            if let Some(h) = held.get_mut(&k)
+                && h.from > 0
+            {
+                t.served_from(h.from);
+                // Counted once, even if the batch names it again.
+                h.from = 0;
             }
         }
         self.forget_holds(rid);
