@@ -726,3 +726,30 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
     );
     unsafe { kvtier_primary_free(p) };
 }
+
+#[test]
+fn a_caller_built_against_0_2_reads_the_stats_of_its_layout_and_nothing_beyond() {
+    let p = new(4, c"lru");
+    let mut stats: kvtier_primary_stats = unsafe { std::mem::zeroed() };
+    stats.struct_size = std::mem::offset_of!(kvtier_primary_stats, spent_load_completions);
+    stats.spent_load_completions = 0xdead;
+    let st = unsafe { kvtier_primary_read_stats(p, &mut stats) };
+    assert_eq!(st, kvtier_status::Ok, "{}", last_error());
+    assert_eq!(stats.capacity, 4);
+    assert_eq!(
+        stats.spent_load_completions, 0xdead,
+        "written past the caller's layout"
+    );
+    stats.struct_size = std::mem::size_of::<kvtier_primary_stats>();
+    assert_eq!(
+        unsafe { kvtier_primary_read_stats(p, &mut stats) },
+        kvtier_status::Ok
+    );
+    assert_eq!(stats.spent_load_completions, 0);
+    stats.struct_size = std::mem::offset_of!(kvtier_primary_stats, spent_load_completions) + 4;
+    assert_eq!(
+        unsafe { kvtier_primary_read_stats(p, &mut stats) },
+        kvtier_status::InvalidArgument
+    );
+    unsafe { kvtier_primary_free(p) };
+}

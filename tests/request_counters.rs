@@ -480,3 +480,21 @@ fn c_callers_read_the_per_request_counters_in_the_stats_the_tier_stats_and_the_r
     finish_jobs(m, &jobs);
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn a_wait_cut_short_by_a_reset_still_counts_its_steps() {
+    let (m, s, reports) = manager(ManagerOptions::default());
+    s.lock().auto_finish = false;
+    s.lock().stored.extend(keys(0..2));
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().pending, 2);
+    m.on_schedule_end().unwrap();
+    m.on_schedule_end().unwrap();
+    s.lock().finish_on_drain = true;
+    m.reset_cache().unwrap();
+    m.reset_flushed().unwrap();
+    m.on_schedule_end().unwrap();
+    m.on_request_finished(r).unwrap();
+    assert_eq!(m.manager_stats().unwrap().request_wait_steps, 2);
+    assert_eq!(reports.lock()[0].steps_waited, 2);
+}

@@ -142,5 +142,7 @@ impl Default for kvtier_primary_stats {
 
 impl Grows for kvtier_primary_stats {
     const NAME: &'static str = "kvtier_primary_stats";
-    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<kvtier_primary_stats>();
+    /// 0.2's layout ended with `allocation_size_count`.
+    const FIRST_LAYOUT_SIZE: usize =
+        std::mem::offset_of!(kvtier_primary_stats, spent_load_completions);
 }

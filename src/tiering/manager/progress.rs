@@ -436,11 +436,16 @@ impl State {
     }
 
     /// Forgets every request's holds, waits and promotions (the primary
-    /// tier was reset: its pins are gone).
+    /// tier was reset: its pins are gone); the waits count what they
+    /// lasted.
     pub(super) fn forget_progress(&mut self) {
+        let step = self.steps;
         for st in self.reqs.values_mut() {
             st.progress.held.clear();
-            st.progress.wait = None;
+            if let Some(w) = st.progress.wait.take() {
+                // A wait the reset cut short still counts what it lasted.
+                st.tally.on_wait_ended(w.running(step));
+            }
             st.progress.promoting = 0;
         }
         self.waiting_reqs.clear();
