@@ -280,6 +280,71 @@ struct Export {
 
 /// `export!(kvtier_x, f, { ... })`: an entry named after the function (which
 /// must exist under `kvtier::ffi`), whose checks run with `f` = its name.
+/// A manager lookup export's signature.
+type LookupFn = unsafe extern "C" fn(
+    *const kvtier_manager,
+    kvtier_request_handle,
+    *const kvtier_key,
+    usize,
+    *mut kvtier_lookup_answer,
+) -> kvtier_status;
+
+/// The NULL checks and the two valid calls both lookup exports share.
+fn check_lookup(f: &str, lookup: LookupFn) {
+    let fx = Fx::new();
+    let r = fx.start(c"r");
+    let (k, bad) = ([key()], [null_data_key()]);
+    let mut a = kvtier_lookup_answer {
+        hits: 9,
+        stop: 9,
+        reason: 9,
+        pending: 9,
+        end: 9,
+    };
+    unsafe {
+        is_null_arg(f, "manager", lookup(null(), r, k.as_ptr(), 1, &mut a));
+        is_null_arg(f, "keys", lookup(fx.manager, r, null(), 1, &mut a));
+        is_null_arg(
+            f,
+            "keys[].data",
+            lookup(fx.manager, r, bad.as_ptr(), 1, &mut a),
+        );
+        is_null_arg(
+            f,
+            "answer_out",
+            lookup(fx.manager, r, k.as_ptr(), 1, null_mut()),
+        );
+        is_null_arg(f, "manager", lookup(null(), r, null(), 1, null_mut()));
+        assert_eq!(
+            (a.hits, a.stop, a.reason, a.pending, a.end),
+            (9, 9, 9, 9, 9),
+            "{f} wrote on failure"
+        );
+        expect(
+            f,
+            "no keys at NULL",
+            lookup(fx.manager, r, null(), 0, &mut a),
+            kvtier_status::Ok,
+        );
+        assert_eq!(
+            (a.hits, a.stop, a.reason, a.pending, a.end),
+            (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE, 0, 0),
+            "{f}"
+        );
+        expect(
+            f,
+            "all valid",
+            lookup(fx.manager, r, k.as_ptr(), 1, &mut a),
+            kvtier_status::Ok,
+        );
+    }
+    assert_eq!(
+        (a.hits, a.stop, a.reason, a.pending, a.end),
+        (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT, 0, 0),
+        "{f}"
+    );
+}
+
 macro_rules! export {
     ($func:ident, $f:ident, $body:block) => {
         Export {
@@ -524,36 +589,10 @@ fn table() -> Vec<Export> {
             expect(f, "finished", kvtier_manager_request_finished(fx.manager, r), S::UnknownRequest);
         }),
         export!(kvtier_manager_lookup, f, {
-            let fx = Fx::new();
-            let r = fx.start(c"r");
-            let (k, bad) = ([key()], [null_data_key()]);
-            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9, pending: 9, end: 9 };
-            is_null_arg(f, "manager", kvtier_manager_lookup(null(), r, k.as_ptr(), 1, &mut a));
-            is_null_arg(f, "keys", kvtier_manager_lookup(fx.manager, r, null(), 1, &mut a));
-            is_null_arg(f, "keys[].data", kvtier_manager_lookup(fx.manager, r, bad.as_ptr(), 1, &mut a));
-            is_null_arg(f, "answer_out", kvtier_manager_lookup(fx.manager, r, k.as_ptr(), 1, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_lookup(null(), r, null(), 1, null_mut()));
-            assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (9, 9, 9, 9, 9), "{f} wrote on failure");
-            expect(f, "no keys at NULL", kvtier_manager_lookup(fx.manager, r, null(), 0, &mut a), S::Ok);
-            assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE, 0, 0), "{f}");
-            expect(f, "all valid", kvtier_manager_lookup(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
-            assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT, 0, 0), "{f}");
+            check_lookup(f, kvtier_manager_lookup);
         }),
         export!(kvtier_manager_lookup_per_key, f, {
-            let fx = Fx::new();
-            let r = fx.start(c"r");
-            let (k, bad) = ([key()], [null_data_key()]);
-            let mut a = kvtier_lookup_answer { hits: 9, stop: 9, reason: 9, pending: 9, end: 9 };
-            is_null_arg(f, "manager", kvtier_manager_lookup_per_key(null(), r, k.as_ptr(), 1, &mut a));
-            is_null_arg(f, "keys", kvtier_manager_lookup_per_key(fx.manager, r, null(), 1, &mut a));
-            is_null_arg(f, "keys[].data", kvtier_manager_lookup_per_key(fx.manager, r, bad.as_ptr(), 1, &mut a));
-            is_null_arg(f, "answer_out", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, null_mut()));
-            is_null_arg(f, "manager", kvtier_manager_lookup_per_key(null(), r, null(), 1, null_mut()));
-            assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (9, 9, 9, 9, 9), "{f} wrote on failure");
-            expect(f, "no keys at NULL", kvtier_manager_lookup_per_key(fx.manager, r, null(), 0, &mut a), S::Ok);
-            assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (0, KVTIER_LOOKUP_HIT, KVTIER_MISS_NONE, 0, 0), "{f}");
-            expect(f, "all valid", kvtier_manager_lookup_per_key(fx.manager, r, k.as_ptr(), 1, &mut a), S::Ok);
-            assert_eq!((a.hits, a.stop, a.reason, a.pending, a.end), (0, KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT, 0, 0), "{f}");
+            check_lookup(f, kvtier_manager_lookup_per_key);
         }),
         export!(kvtier_manager_prepare_load, f, {
             let fx = Fx::new();

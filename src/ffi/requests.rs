@@ -23,7 +23,7 @@ use super::tier::{
 use crate::key::Key;
 use crate::request::RequestId;
 use crate::tiering::backend::StorePlan;
-use crate::tiering::{LookupAnswer, LookupResult, MissReason, OffloadPolicy};
+use crate::tiering::{LookupAnswer, LookupKind, LookupResult, MissReason, OffloadPolicy};
 
 thread_local! {
     /// Per-thread scratch for key and slot batches (no allocation per call).
@@ -140,14 +140,7 @@ pub unsafe extern "C" fn kvtier_manager_lookup(
     len: usize,
     answer_out: *mut kvtier_lookup_answer,
 ) -> super::kvtier_status {
-    ffi_call!({
-        let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let out = unsafe { out_ref(answer_out, "answer_out") }?;
-        let a = m.lookup_prefix_with(RequestId(request), keys.len(), |j| keys.bytes(j))?;
-        *out = lookup_answer(&a);
-        Ok(())
-    })
+    unsafe { lookup(LookupKind::Prefix, manager, request, keys, len, answer_out) }
 }
 
 /// vLLM 0.33's per-key lookups, batched: looks up `len` keys of `request`
@@ -182,11 +175,26 @@ pub unsafe extern "C" fn kvtier_manager_lookup_per_key(
     len: usize,
     answer_out: *mut kvtier_lookup_answer,
 ) -> super::kvtier_status {
+    unsafe { lookup(LookupKind::PerKey, manager, request, keys, len, answer_out) }
+}
+
+/// A lookup of `kind`, the body of both lookup exports.
+///
+/// # Safety
+/// As the exports'.
+unsafe fn lookup(
+    kind: LookupKind,
+    manager: *const kvtier_manager,
+    request: kvtier_request_handle,
+    keys: *const kvtier_key,
+    len: usize,
+    answer_out: *mut kvtier_lookup_answer,
+) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let keys = unsafe { CheckedKeys::new(keys, len) }?;
         let out = unsafe { out_ref(answer_out, "answer_out") }?;
-        let a = m.lookup_per_key_with(RequestId(request), keys.len(), |j| keys.bytes(j))?;
+        let a = m.lookup_in_place(kind, RequestId(request), keys.len(), |j| keys.bytes(j))?;
         *out = lookup_answer(&a);
         Ok(())
     })

@@ -78,6 +78,7 @@ mod stat_lists;
 mod step;
 
 use counters::{ManagerCounters, TierCounters};
+pub(crate) use lookup::LookupKind;
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};

@@ -12,6 +12,7 @@ pub use crate::events::TierEvent;
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
+pub(crate) use manager::LookupKind;
 pub use manager::{EventBuffer, QueuedEvents};
 pub use manager::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,

@@ -138,13 +138,16 @@ impl Manager {
     /// calls this one key at a time; [`Manager::lookup_prefix`] does the
     /// whole scan in one call.
     pub fn lookup_per_key(&self, request: RequestId, keys: &[Key]) -> Result<LookupAnswer> {
-        self.lookup_per_key_with(request, keys.len(), |j| keys[j].as_bytes())
+        self.lookup_in_place(LookupKind::PerKey, request, keys.len(), |j| {
+            keys[j].as_bytes()
+        })
     }
 
-    /// [`Manager::lookup_per_key`] of the keys `key(0..n)`, read in place
-    /// (as C passes them): each must be 1..=64 bytes.
-    pub(crate) fn lookup_per_key_with<'k>(
+    /// A lookup of `kind` of the keys `key(0..n)`, read in place (as C
+    /// passes them): each must be 1..=64 bytes.
+    pub(crate) fn lookup_in_place<'k>(
         &self,
+        kind: LookupKind,
         request: RequestId,
         n: usize,
         key: impl Fn(usize) -> &'k [u8],
@@ -158,10 +161,24 @@ impl Manager {
         }
         s.poll_gated(&self.queue);
         let expired = waits && s.wait_expired(request);
-        let answer = s.lookup_keys(request, n, key, expired)?;
-        s.note_lookup(request, n, &answer, false);
+        let answer = match kind {
+            LookupKind::PerKey => s.lookup_keys(request, n, &key, expired)?,
+            LookupKind::Prefix => s.lookup_whole_prefix(request, n, &key, expired)?,
+        };
+        s.note_lookup(request, n, &answer, kind);
         Ok(answer)
     }
+}
+
+/// Which of the two batched lookups a call is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LookupKind {
+    /// [`Manager::lookup_per_key`]: vLLM's answers, key by key, up to the
+    /// first key not HIT.
+    PerKey,
+    /// [`Manager::lookup_prefix`]: the whole prefix, its promotions
+    /// started at once, with the progress rule.
+    Prefix,
 }
 
 /// What the secondary tiers answered for a key the primary tier lacks.
@@ -239,7 +256,7 @@ impl State {
         }
     }
 
-    /// The lookups of [`Manager::lookup_per_key_with`], counted; with the
+    /// The lookups of [`Manager::lookup_per_key`], counted; with the
     /// request's wait `expired`, the first key not ready answers MISS
     /// (timed out) and nothing is promoted.
     #[inline]
@@ -247,10 +264,10 @@ impl State {
         &mut self,
         request: RequestId,
         n: usize,
-        key: impl Fn(usize) -> &'k [u8],
+        key: &impl Fn(usize) -> &'k [u8],
         expired: bool,
     ) -> Result<LookupAnswer> {
-        let (hits, stop) = self.leading_hits(request, n, &key);
+        let (hits, stop) = self.leading_hits(request, n, key);
         if stop == PrimaryLookup::Hit {
             return Ok(LookupAnswer::all_hits(n));
         }

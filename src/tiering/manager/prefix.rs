@@ -6,7 +6,7 @@
 //! them ready.  See `progress.rs` for the holds and the bound that make
 //! every request's wait end.
 
-use super::lookup::TierAnswer;
+use super::lookup::{LookupKind, TierAnswer};
 use super::{
     Key, LookupAnswer, LookupResult, Manager, MissReason, PrimaryLookup, RequestId, Result, State,
 };
@@ -51,36 +51,16 @@ impl Manager {
     /// waits its prefix never grows past a key that found no room.  Empty
     /// `keys`: zero hits, stop HIT, nothing polled.
     pub fn lookup_prefix(&self, request: RequestId, keys: &[Key]) -> Result<LookupAnswer> {
-        self.lookup_prefix_with(request, keys.len(), |j| keys[j].as_bytes())
-    }
-
-    /// [`Manager::lookup_prefix`] of the keys `key(0..n)`, read in place
-    /// (as C passes them): each must be 1..=64 bytes.
-    pub(crate) fn lookup_prefix_with<'k>(
-        &self,
-        request: RequestId,
-        n: usize,
-        key: impl Fn(usize) -> &'k [u8],
-    ) -> Result<LookupAnswer> {
-        let mut s = self.enter("lookup")?;
-        let s = &mut *s;
-        let waits = s.active_waits(request)?;
-        s.check_keys(n, &key)?;
-        if n == 0 {
-            return Ok(LookupAnswer::all_hits(0));
-        }
-        s.poll_gated(&self.queue);
-        let expired = waits && s.wait_expired(request);
-        let answer = s.lookup_whole_prefix(request, n, &key, expired)?;
-        s.note_lookup(request, n, &answer, true);
-        Ok(answer)
+        self.lookup_in_place(LookupKind::Prefix, request, keys.len(), |j| {
+            keys[j].as_bytes()
+        })
     }
 }
 
 impl State {
-    /// The lookup of [`Manager::lookup_prefix_with`], counted: each key up
+    /// The lookup of [`Manager::lookup_prefix`], counted: each key up
     /// to the one that ends the prefix counts as looked up.
-    fn lookup_whole_prefix<'k>(
+    pub(super) fn lookup_whole_prefix<'k>(
         &mut self,
         request: RequestId,
         n: usize,

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::lookup::LookupKind;
 use super::progress::WaitEnded;
 use super::{
     Job, Key, LookupAnswer, LookupResult, Manager, MissReason, ReqState, RequestId, Result, State,
@@ -211,9 +212,8 @@ impl Manager {
 }
 
 impl State {
-    /// Notes a lookup call of `request` over `n` keys that answered
-    /// `answer` (`prefix`: [`Manager::lookup_prefix`], else
-    /// [`Manager::lookup_per_key`]): the blocks it asks for, its report's
+    /// Notes a lookup call of `kind` by `request` over `n` keys that
+    /// answered `answer`: the blocks it asks for, its report's
     /// counts, and its wait, which begins at a lookup that leaves keys on
     /// their way and ends at one that leaves none (for per-key lookups: a
     /// HIT or a MISS while none of its promotions is staged or in
@@ -224,8 +224,9 @@ impl State {
         request: RequestId,
         n: usize,
         answer: &LookupAnswer,
-        prefix: bool,
+        kind: LookupKind,
     ) {
+        let prefix = kind == LookupKind::Prefix;
         let step = self.steps + 1;
         let reporting = self.obs.reporting();
         let Some(st) = self.reqs.get_mut(&request) else {
