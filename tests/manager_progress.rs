@@ -314,6 +314,36 @@ fn promotions_that_do_not_fit_end_the_prefix_and_it_stays_ended_while_the_reques
 }
 
 #[test]
+fn while_promotions_are_on_their_way_the_prefix_stays_ended_where_room_ran_out() {
+    let (m, script) = manager(4);
+    script.lock().auto_finish = false;
+    script.lock().stored.extend(keys(0..8));
+    let r = start(&m, "r");
+    let ks = keys(0..8);
+    assert_eq!(
+        m.lookup_prefix(r, &ks).unwrap(),
+        answer(0, 4, 4, LookupResult::Retry, Some(MissReason::NoRoom))
+    );
+    let (lookups, no_room) = (stat(&m, None, "lookups"), stat(&m, None, "misses_no_room"));
+    assert_eq!(
+        (lookups, no_room),
+        (8.0, 1.0),
+        "each key scanned, the first with no room missed"
+    );
+    m.on_schedule_end().unwrap();
+    // The four promotions are in flight: the scan stops at the cap, and
+    // the key there counts as one lookup and one miss for no room.
+    let b = m.lookup_prefix(r, &ks).unwrap();
+    assert_eq!(
+        b,
+        answer(0, 4, 4, LookupResult::HitPending, Some(MissReason::NoRoom))
+    );
+    assert_eq!(stat(&m, None, "lookups"), lookups + 5.0);
+    assert_eq!(stat(&m, None, "misses_no_room"), no_room + 1.0);
+    assert_eq!(stat(&m, None, "promotions_started"), 4.0);
+}
+
+#[test]
 fn a_wait_ends_at_the_step_bound_with_a_timed_out_miss() {
     let progress = ProgressOptions {
         wait_steps: 3,
