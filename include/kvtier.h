@@ -1192,7 +1192,8 @@ typedef struct {
   size_t hits;
   /**
    * The answer of key `hits` (HIT when every key is a hit), as a lookup
-   * of that one key would give it.
+   * of that one key would give it; MISS where the prefix ends at it
+   * (`end == hits`).
    */
   kvtier_lookup_result stop;
   /**
@@ -1719,19 +1720,21 @@ typedef struct {
   uint64_t promotion_wait_ns;
   /**
    * Blocks it asked for: the keys of its largest lookup (per-key
-   * lookups: those of one step together).  Since 0.3.
+   * lookups: those of one step together, up to the first miss).
+   * Since 0.3.
    */
   uint64_t asked;
   /**
-   * Blocks it loaded, by the tier they came from (`tier_count`
+   * Blocks it was served, by the tier they came from (`tier_count`
    * entries): `tier_served[0]` already in the primary tier,
-   * `tier_served[t]` promoted for it from secondary tier `t`.  They sum
-   * to `loaded`.  Since 0.3.
+   * `tier_served[t]` promoted for it from secondary tier `t`.  Each
+   * block asked for counts once: they sum to `loaded` or `asked`,
+   * whichever is smaller.  Since 0.3.
    */
   const uint64_t *tier_served;
   /**
-   * Blocks it asked for and did not load (`asked - loaded`, at least
-   * 0): the engine computed them.  Since 0.3.
+   * Blocks it asked for and was not served (`asked` less the sum of
+   * `tier_served`): the engine computed them.  Since 0.3.
    */
   uint64_t recomputed;
   /**
@@ -3103,14 +3106,17 @@ kvtier_status kvtier_manager_request_begin(const kvtier_manager *manager,
  * If the primary tier cannot take a promotion (no slot free of pins, or
  * its admission threshold), the prefix ends there
  * (`KVTIER_MISS_NO_ROOM`) and no later key is promoted.  `stop` is the
- * answer key `hits` would get from `kvtier_manager_lookup_per_key`.
+ * answer key `hits` would get from `kvtier_manager_lookup_per_key`, or
+ * MISS where the prefix ends at it (a waiting request's prefix that found
+ * no room earlier, or the bound).
  *
  * Progress (`progress_hold`, on by default): before it starts
  * promotions, the lookup holds the prefix's hits, so its own promotions
  * never evict a hit it reports; blocks promoted for a waiting request are
  * held when they arrive.  Holds end at the request's next
  * `kvtier_manager_prepare_load` (its pins take over the blocks it loads),
- * its finish, the wait bound, or a reset.  While it waits, its prefix
+ * its finish, a reset, or the wait bound counted from its first hold
+ * still in place (whether or not it still waits).  While it waits, its prefix
  * never grows past a key that found no room.  After the wait bound
  * (`progress_wait_steps`, `progress_wait_ms`) the request's next lookup
  * answers the first key not ready MISS, `KVTIER_MISS_TIMED_OUT`: every

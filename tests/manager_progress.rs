@@ -224,7 +224,7 @@ fn holds_last_until_the_load_and_its_pins_take_over() {
 }
 
 #[test]
-fn holds_end_when_the_request_finishes_or_the_cache_is_reset() {
+fn holds_end_when_the_request_finishes() {
     let (m, script) = manager(8);
     script.lock().stored.extend(keys(2..4));
     resident(&m, "w", &keys(0..2));
@@ -232,6 +232,7 @@ fn holds_end_when_the_request_finishes_or_the_cache_is_reset() {
     m.lookup_prefix(r, &keys(0..4)).unwrap();
     m.on_schedule_end().unwrap();
     m.lookup_prefix(r, &keys(0..4)).unwrap();
+    assert_eq!(refs(&m, &k(0)), Some(1));
     m.on_request_finished(r).unwrap();
     for key in &keys(0..4) {
         assert_eq!(refs(&m, key), Some(0), "{key}");
@@ -243,14 +244,98 @@ fn holds_end_when_the_request_finishes_or_the_cache_is_reset() {
         Some(0),
         "nothing to wait for: nothing held"
     );
+}
+
+#[test]
+fn a_reset_drops_every_hold_and_the_request_holds_nothing_after_it() {
+    let (m, script) = manager(8);
+    resident(&m, "w", &keys(0..2));
+    script.lock().auto_finish = false;
+    script.lock().stored.extend(keys(2..4));
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &keys(0..4)).unwrap().pending, 2);
+    assert_eq!(refs(&m, &k(0)), Some(1), "held");
+    script.lock().finish_on_drain = true;
     m.reset_cache().unwrap();
     m.reset_flushed().unwrap();
-    // The request's later calls see no hold of before the reset.
-    let mut slots = Vec::new();
+    script.lock().auto_finish = true;
     resident(&m, "w2", &keys(0..2));
-    m.prepare_load(q, &keys(0..2), &mut slots).unwrap();
-    m.complete_load(q, &keys(0..2)).unwrap();
+    // Had the request kept its holds, its load would release one of them
+    // and leave a pin of before the reset on a block of after it.
+    let mut slots = Vec::new();
+    m.prepare_load(r, &keys(0..2), &mut slots).unwrap();
+    m.complete_load(r, &keys(0..2)).unwrap();
+    assert_eq!((refs(&m, &k(0)), refs(&m, &k(1))), (Some(0), Some(0)));
+    m.on_request_finished(r).unwrap();
+    assert_eq!(stat(&m, None, "internal_errors"), 0.0);
+}
+
+#[test]
+fn holds_outlive_a_settled_wait_only_until_the_bound() {
+    let progress = ProgressOptions {
+        wait_steps: 3,
+        ..ProgressOptions::default()
+    };
+    let (m, script) = manager_with(8, PolicyKind::Lru, progress);
+    script.lock().stored.extend(keys(0..4));
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &keys(0..4)).unwrap().pending, 4);
+    m.on_schedule_end().unwrap();
+    // Settled: the engine may load now, but does not (a budget, a
+    // preemption); the holds, taken as the blocks arrived at this step's
+    // first call, last until the bound counted from then: 3 steps.
+    assert_eq!(m.lookup_prefix(r, &keys(0..4)).unwrap().pending, 0);
+    for step in 1..=3 {
+        assert_eq!(refs(&m, &k(0)), Some(1), "step {step} of the holds: held");
+        m.on_schedule_end().unwrap();
+    }
+    for key in &keys(0..4) {
+        assert_eq!(refs(&m, key), Some(0), "released at the bound: {key}");
+    }
+    assert_eq!(stat(&m, None, "wait_timeouts"), 0.0, "no wait timed out");
+}
+
+#[test]
+fn hits_held_for_a_promotion_that_found_no_room_are_released_at_the_bound() {
+    let progress = ProgressOptions {
+        wait_steps: 2,
+        ..ProgressOptions::default()
+    };
+    let (m, script) = manager_with(2, PolicyKind::Lru, progress);
+    script.lock().stored.insert(k(9));
+    resident(&m, "w", &[k(0), k(1)]);
+    let r = start(&m, "r");
+    let a = m.lookup_prefix(r, &[k(0), k(1), k(9)]).unwrap();
+    assert_eq!(
+        a,
+        answer(2, 0, 2, LookupResult::Miss, Some(MissReason::NoRoom))
+    );
+    m.on_schedule_end().unwrap();
+    assert_eq!(refs(&m, &k(0)), Some(1), "held until the load or the bound");
+    m.on_schedule_end().unwrap();
+    assert_eq!((refs(&m, &k(0)), refs(&m, &k(1))), (Some(0), Some(0)));
+}
+
+#[test]
+fn another_requests_stray_unpin_of_a_held_block_leaves_the_other_holds_releasable() {
+    let (m, script) = manager(8);
+    resident(&m, "w", &keys(0..2));
+    script.lock().auto_finish = false;
+    script.lock().stored.insert(k(5));
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &[k(0), k(1), k(5)]).unwrap().pending, 1);
+    assert_eq!((refs(&m, &k(0)), refs(&m, &k(1))), (Some(1), Some(1)));
+    // q never loaded k(0): as in vLLM, its unpin takes a pin all the same.
+    let q = start(&m, "q");
+    m.complete_load(q, &[k(0)]).unwrap();
     assert_eq!(refs(&m, &k(0)), Some(0));
+    m.on_request_finished(r).unwrap();
+    assert_eq!(refs(&m, &k(1)), Some(0), "r's other hold is released");
+    assert_eq!(
+        stat(&m, None, "internal_errors"),
+        0.0,
+        "another call's doing, not ours"
+    );
 }
 
 /// A request whose promotions arrived, and another request's store that

@@ -498,3 +498,30 @@ fn a_wait_cut_short_by_a_reset_still_counts_its_steps() {
     assert_eq!(m.manager_stats().unwrap().request_wait_steps, 2);
     assert_eq!(reports.lock()[0].steps_waited, 2);
 }
+
+#[test]
+fn a_request_that_loads_its_blocks_again_is_served_each_block_once() {
+    let (m, _s, reports) = manager(ManagerOptions::default());
+    write(&m, "w", &keys(0..2));
+    m.on_schedule_end().unwrap();
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().hits, 2);
+    for _ in 0..2 {
+        let mut slots = Vec::new();
+        m.prepare_load(r, &keys(0..2), &mut slots).unwrap();
+        m.complete_load(r, &keys(0..2)).unwrap();
+    }
+    m.on_request_finished(r).unwrap();
+    let s = m.manager_stats().unwrap();
+    assert_eq!(
+        (
+            s.request_blocks_asked,
+            s.request_blocks_served_primary,
+            s.request_blocks_recomputed
+        ),
+        (2, 2, 0),
+        "w looked nothing up; r asked for 2 and was served 2, once"
+    );
+    let r = reports.lock().last().cloned().unwrap();
+    assert_eq!((r.asked, r.loaded, r.served[0], r.recomputed), (2, 4, 2, 0));
+}

@@ -50,7 +50,8 @@ pub struct kvtier_lookup_answer {
     /// Number of leading keys that are HIT: ready in the primary tier.
     pub hits: usize,
     /// The answer of key `hits` (HIT when every key is a hit), as a lookup
-    /// of that one key would give it.
+    /// of that one key would give it; MISS where the prefix ends at it
+    /// (`end == hits`).
     pub stop: kvtier_lookup_result,
     /// Why the prefix ends at `end` (`KVTIER_MISS_NONE` when it ends at the
     /// last key); when `stop` is MISS, why key `hits` missed.

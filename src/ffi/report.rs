@@ -50,15 +50,17 @@ pub struct kvtier_request_report {
     /// finish, or a lookup after the wait bound).
     pub promotion_wait_ns: u64,
     /// Blocks it asked for: the keys of its largest lookup (per-key
-    /// lookups: those of one step together).  Since 0.3.
+    /// lookups: those of one step together, up to the first miss).
+    /// Since 0.3.
     pub asked: u64,
-    /// Blocks it loaded, by the tier they came from (`tier_count`
+    /// Blocks it was served, by the tier they came from (`tier_count`
     /// entries): `tier_served[0]` already in the primary tier,
-    /// `tier_served[t]` promoted for it from secondary tier `t`.  They sum
-    /// to `loaded`.  Since 0.3.
+    /// `tier_served[t]` promoted for it from secondary tier `t`.  Each
+    /// block asked for counts once: they sum to `loaded` or `asked`,
+    /// whichever is smaller.  Since 0.3.
     pub tier_served: *const u64,
-    /// Blocks it asked for and did not load (`asked - loaded`, at least
-    /// 0): the engine computed them.  Since 0.3.
+    /// Blocks it asked for and was not served (`asked` less the sum of
+    /// `tier_served`): the engine computed them.  Since 0.3.
     pub recomputed: u64,
     /// Steps (`kvtier_manager_schedule_end` calls) it spent waiting for
     /// blocks on their way.  Since 0.3.

@@ -110,14 +110,17 @@ pub unsafe extern "C" fn kvtier_manager_request_begin(
 /// If the primary tier cannot take a promotion (no slot free of pins, or
 /// its admission threshold), the prefix ends there
 /// (`KVTIER_MISS_NO_ROOM`) and no later key is promoted.  `stop` is the
-/// answer key `hits` would get from `kvtier_manager_lookup_per_key`.
+/// answer key `hits` would get from `kvtier_manager_lookup_per_key`, or
+/// MISS where the prefix ends at it (a waiting request's prefix that found
+/// no room earlier, or the bound).
 ///
 /// Progress (`progress_hold`, on by default): before it starts
 /// promotions, the lookup holds the prefix's hits, so its own promotions
 /// never evict a hit it reports; blocks promoted for a waiting request are
 /// held when they arrive.  Holds end at the request's next
 /// `kvtier_manager_prepare_load` (its pins take over the blocks it loads),
-/// its finish, the wait bound, or a reset.  While it waits, its prefix
+/// its finish, a reset, or the wait bound counted from its first hold
+/// still in place (whether or not it still waits).  While it waits, its prefix
 /// never grows past a key that found no room.  After the wait bound
 /// (`progress_wait_steps`, `progress_wait_ms`) the request's next lookup
 /// answers the first key not ready MISS, `KVTIER_MISS_TIMED_OUT`: every

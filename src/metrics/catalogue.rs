@@ -219,15 +219,15 @@ family! {
 }
 family! {
     M_REQUEST_ASKED, "kvtier_manager_request_blocks_asked_total", Counter, Manager,
-    "Blocks finished requests asked for: per request, the keys of its largest lookup (per-key lookups: those of one step together)."
+    "Blocks finished requests asked for: per request, the keys of its largest lookup (per-key lookups: those of one step together, up to the first miss)."
 }
 family! {
     M_REQUEST_SERVED, "kvtier_manager_request_blocks_served_total", Counter, ManagerByTier,
-    "Blocks finished requests loaded, by the tier they came from: tier=\"primary\" already in the primary tier, a secondary tier's name promoted for the request from that tier. Divided by kvtier_manager_request_blocks_asked_total: the share of asked blocks each tier served."
+    "Blocks finished requests were served (loaded, each block asked for once), by the tier they came from: tier=\"primary\" already in the primary tier, a secondary tier's name promoted for the request from that tier. Divided by kvtier_manager_request_blocks_asked_total: the share of asked blocks each tier served."
 }
 family! {
     M_REQUEST_RECOMPUTED, "kvtier_manager_request_blocks_recomputed_total", Counter, Manager,
-    "Blocks finished requests asked for and did not load (per request, asked minus loaded, at least 0): the engine computed them."
+    "Blocks finished requests asked for and were not served (per request, asked minus served): the engine computed them."
 }
 family! {
     M_REQUEST_WAIT_STEPS, "kvtier_manager_request_wait_steps_total", Counter, Manager,

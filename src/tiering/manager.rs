@@ -27,8 +27,8 @@
 //! with its re-entrancy guard and its request calls, and the state behind
 //! its lock; `manager/` the rest: `setup.rs` building a manager and adding
 //! its tiers, `lookup.rs` vLLM's per-key lookups and the answers' types,
-//! `prefix.rs` the lookup of a whole prefix, `progress.rs` the holds and
-//! the wait bound that keep waiting requests moving, `handles.rs` what a
+//! `prefix.rs` the lookup of a whole prefix, `progress.rs` the waits and
+//! the bound that keep waiting requests moving, `holds.rs` their holds, `handles.rs` what a
 //! request handle stands for, `poll.rs` polling for finished jobs and the
 //! error log, `jobs.rs` finishing jobs, staging promotions and submitting
 //! jobs, `cascade.rs` cascades and parked keys, `step.rs` the end of a
@@ -65,6 +65,7 @@ use crate::stats::Stat;
 mod cascade;
 mod counters;
 mod handles;
+mod holds;
 mod in_place;
 mod jobs;
 mod lookup;
@@ -302,8 +303,9 @@ struct State {
     gate_spent: bool,
     /// Steps ended (`on_schedule_end` calls).
     steps: u64,
-    /// Requests that may wait (checked against the bound at each step's end).
-    waiting_reqs: Vec<RequestId>,
+    /// Requests with a bounded wait or holds (checked against the bound at
+    /// each step's end).
+    tracked_reqs: Vec<RequestId>,
     staged: Vec<Staged>,
     parked_reqs: Vec<RequestId>,
     held: bool,

@@ -68,7 +68,9 @@ pub struct LookupAnswer {
     /// `end` are ready or on their way.
     pub end: usize,
     /// The answer of key `hits` ([`LookupResult::Hit`] when every key is
-    /// a hit): what a lookup of that one key would have answered.
+    /// a hit): what a lookup of that one key would have answered, or MISS
+    /// where the prefix ends at it (`end == hits`: a waiting request's
+    /// prefix that found no room earlier, or the bound).
     pub stop: LookupResult,
     /// Why the prefix ends at `end`, when `end` is before the last key
     /// (for [`Manager::lookup_per_key`]: when `stop` is MISS).
@@ -158,6 +160,10 @@ impl Manager {
         s.check_keys(n, &key)?;
         if n == 0 {
             return Ok(LookupAnswer::all_hits(0));
+        }
+        if kind == LookupKind::Prefix {
+            // Every allocation its holds need, before anything changes.
+            s.reserve_for_holds(request, n)?;
         }
         s.poll_gated(&self.queue);
         let expired = waits && s.wait_expired(request);

@@ -6,16 +6,17 @@
 //! asked again) until a lookup finds nothing more on its way, its
 //! `prepare_load`, its finish, or the wait bound.  While it waits:
 //!
-//! - **Holds.**  Blocks kept for it are *held*: pinned in the primary
-//!   tier, so no eviction takes them.  A batched lookup that starts
-//!   promotions holds the hits of the prefix before it starts them (so its
-//!   own promotions never evict what it reported), and a block promoted
-//!   for a waiting request is held when it arrives.  Holds end at the
-//!   request's next `prepare_load` (whose pins take over the blocks it
-//!   loads; the rest go back to the policy), its finish, the bound, or a
-//!   reset.  Without holds, other requests' promotions and stores evict
-//!   the blocks a waiting request was promised, which then promotes them
-//!   again: a livelock under a small primary tier.
+//! - **Holds** (`holds.rs`).  Blocks kept for it are *held*: pinned in
+//!   the primary tier, so no eviction takes them.  A batched lookup that
+//!   starts promotions holds the hits of the prefix before it starts them
+//!   (so its own promotions never evict what it reported), and a block
+//!   promoted for a waiting request is held when it arrives.  Holds end at
+//!   the request's next `prepare_load` (whose pins take over the blocks it
+//!   loads; the rest go back to the policy), its finish, a reset, or the
+//!   bound counted from the first of them (whether or not the request
+//!   still waits).  Without holds, other requests' promotions and stores
+//!   evict the blocks a waiting request was promised, which then promotes
+//!   them again: a livelock under a small primary tier.
 //! - **No piecemeal promotions.**  A batched lookup promotes, in key
 //!   order, as many of the prefix's missing blocks as the primary tier can
 //!   take at once, and its prefix ends at the first it cannot take (MISS,
@@ -30,9 +31,11 @@
 //!
 //! So every request's wait ends within the bound: its own promotions can
 //! only run out of room (its prefix then ends), never be taken back, and
-//! a tier that never answers is cut off by the bound.  With
-//! [`ProgressOptions::vllm`] (no holds, no bound) the manager follows
-//! vLLM 0.33 exactly.
+//! a tier that never answers is cut off by the bound; and no block stays
+//! held past the bound.  With [`ProgressOptions::vllm`] (no holds, no
+//! bound), [`Manager::lookup_per_key`](super::Manager::lookup_per_key)
+//! follows vLLM 0.33 exactly; [`Manager::lookup_prefix`](super::Manager::lookup_prefix)
+//! still holds its hits for the length of the call.
 
 use std::time::{Duration, Instant};
 
@@ -68,7 +71,7 @@ impl ProgressOptions {
     }
 
     /// Whether waits are bounded.
-    fn bounded(&self) -> bool {
+    pub(super) fn bounded(&self) -> bool {
         self.wait_steps > 0 || self.wait_ms > 0
     }
 }
@@ -118,13 +121,20 @@ fn bound_passed(bound: ProgressOptions, step: u64, wait: Option<&mut Wait>) -> P
     if w.expired {
         return Passed::Before;
     }
-    let by_steps = bound.wait_steps > 0 && step - w.since_step >= u64::from(bound.wait_steps);
-    let by_time = bound.wait_ms > 0 && w.since.elapsed() >= Duration::from_millis(bound.wait_ms);
-    if !(by_steps || by_time) {
+    if !beyond(bound, step, w.since_step, w.since) {
         return Passed::No;
     }
     w.expired = true;
     Passed::JustNow
+}
+
+/// Whether something that began at step `since_step`, at `since`, is past
+/// `bound` at step `step`.
+#[inline]
+pub(super) fn beyond(bound: ProgressOptions, step: u64, since_step: u64, since: Instant) -> bool {
+    let by_steps = bound.wait_steps > 0 && step - since_step >= u64::from(bound.wait_steps);
+    let by_time = bound.wait_ms > 0 && since.elapsed() >= Duration::from_millis(bound.wait_ms);
+    by_steps || by_time
 }
 
 /// A block held for a request, or promoted for it.
@@ -145,6 +155,11 @@ pub(super) struct RequestProgress {
     pub(super) wait: Option<Wait>,
     /// Blocks held or promoted for it, by key.
     pub(super) held: FastMap<Key, Held>,
+    /// The step and time of the first of its holds still in place: the
+    /// bound counts from there.
+    pub(super) holds_since: Option<(u64, Instant)>,
+    /// Whether it is in the list checked at each step's end.
+    pub(super) tracked: bool,
     /// Keys of its promotions staged or in flight.
     pub(super) promoting: u64,
 }
@@ -195,10 +210,29 @@ impl State {
                 cap: usize::MAX,
                 expired: false,
             });
-            if self.opts.progress.bounded() || self.opts.progress.hold {
-                self.waiting_reqs.push(rid);
+            if self.opts.progress.bounded() {
+                self.track(rid);
             }
         }
+    }
+
+    /// Puts `rid` on the list checked at each step's end, once.
+    pub(super) fn track(&mut self, rid: RequestId) {
+        let Some(st) = self.reqs.get_mut(&rid) else {
+            return;
+        };
+        if st.progress.tracked {
+            return;
+        }
+        if self.tracked_reqs.try_reserve(1).is_err() {
+            self.c.internal_errors += 1;
+            self.log(format!(
+                "out of memory: request {rid}'s wait is not bounded"
+            ));
+            return;
+        }
+        st.progress.tracked = true;
+        self.tracked_reqs.push(rid);
     }
 
     /// Ends `rid`'s wait, if it waits: what it lasted, for the counters.
@@ -248,191 +282,31 @@ impl State {
         }
     }
 
-    /// At a step's end: releases the holds of waits whose bound passed,
-    /// and forgets requests that no longer wait.
+    /// At a step's end: expires the waits, and releases the holds, whose
+    /// bound passed; forgets requests with neither a wait nor holds.
     pub(super) fn expire_waits(&mut self) {
-        let mut ids = std::mem::take(&mut self.waiting_reqs);
+        let (bound, step) = (self.opts.progress, self.steps);
+        let mut ids = std::mem::take(&mut self.tracked_reqs);
         ids.retain(|&rid| {
-            let expired = self.wait_expired(rid);
-            !expired
-                && self
-                    .reqs
-                    .get(&rid)
-                    .is_some_and(|st| st.progress.wait.is_some())
-        });
-        self.waiting_reqs = ids;
-    }
-
-    /// Holds `keys` (ready in the primary tier) for `rid`, which come
-    /// from tier `from` (0: hits): pins each once per request (a key it
-    /// holds already is left as it is).  False if the primary tier did
-    /// not pin them (nothing changed then).
-    pub(super) fn hold(&mut self, rid: RequestId, keys: &[Key], from: usize) -> bool {
-        let mut slots = std::mem::take(&mut self.slots_b);
-        if let Err(e) = self.primary.pin_for_transfer(keys, &mut slots) {
-            self.c.internal_errors += 1;
-            self.log(format!(
-                "internal error: holding blocks for request {rid} failed: {e}"
-            ));
-            self.slots_b = slots;
-            return false;
-        }
-        let mut extra = std::mem::take(&mut self.keys_b);
-        let mut extra_slots = std::mem::take(&mut self.slots_c);
-        extra.clear();
-        extra_slots.clear();
-        let held = self.reqs.get_mut(&rid).map(|st| &mut st.progress.held);
-        match held {
-            Some(held) => {
-                for (key, &slot) in keys.iter().zip(&slots) {
-                    let h = held.entry(*key).or_insert(Held { slot: None, from });
-                    if h.slot.is_some() {
-                        extra.push(*key);
-                        extra_slots.push(slot);
-                    } else {
-                        h.slot = Some(slot);
-                    }
-                }
-            }
-            None => {
-                extra.extend_from_slice(keys);
-                extra_slots.extend_from_slice(&slots);
-            }
-        }
-        self.unpin_quietly(&extra, &extra_slots);
-        self.keys_b = extra;
-        self.slots_c = extra_slots;
-        self.slots_b = slots;
-        true
-    }
-
-    /// Remembers that `keys` arrived in the primary tier by a promotion
-    /// from tier `from` started for `rid`, and holds them if the request
-    /// still waits and holds are on.
-    pub(super) fn on_promoted_for(&mut self, rid: RequestId, keys: &[Key], from: usize) {
-        let hold = self.opts.progress.hold;
-        let Some(st) = self.reqs.get_mut(&rid) else {
-            return;
-        };
-        if st.finished {
-            return;
-        }
-        if hold && st.progress.waiting() {
-            self.hold(rid, keys, from);
-            return;
-        }
-        for key in keys {
-            st.progress
-                .held
-                .entry(*key)
-                .or_insert(Held { slot: None, from });
-        }
-    }
-
-    /// Releases every hold of `rid`; the blocks promoted for it stay
-    /// remembered (unpinned), for the served counts of its load.
-    pub(super) fn release_holds(&mut self, rid: RequestId) {
-        let Some(st) = self.reqs.get_mut(&rid) else {
-            return;
-        };
-        if st.progress.held.is_empty() {
-            return;
-        }
-        let mut keys = std::mem::take(&mut self.keys_b);
-        let mut slots = std::mem::take(&mut self.slots_c);
-        keys.clear();
-        slots.clear();
-        st.progress.held.retain(|key, h| {
-            if let Some(slot) = h.slot.take() {
-                keys.push(*key);
-                slots.push(slot);
-            }
-            h.from > 0
-        });
-        self.unpin_quietly(&keys, &slots);
-        self.keys_b = keys;
-        self.slots_c = slots;
-    }
-
-    /// Releases the holds of `rid` on `keys` (those it holds).
-    pub(super) fn release_keys(&mut self, rid: RequestId, keys: &[Key]) {
-        let Some(st) = self.reqs.get_mut(&rid) else {
-            return;
-        };
-        let mut unpin = std::mem::take(&mut self.keys_b);
-        let mut slots = std::mem::take(&mut self.slots_c);
-        unpin.clear();
-        slots.clear();
-        for key in keys {
-            if let Some(h) = st.progress.held.get_mut(key)
-                && let Some(slot) = h.slot.take()
-            {
-                unpin.push(*key);
-                slots.push(slot);
-                if h.from == 0 {
-                    st.progress.held.remove(key);
-                }
-            }
-        }
-        self.unpin_quietly(&unpin, &slots);
-        self.keys_b = unpin;
-        self.slots_c = slots;
-    }
-
-    /// Releases every hold of `rid` and forgets the blocks promoted for
-    /// it (it loaded, or finished).
-    pub(super) fn forget_holds(&mut self, rid: RequestId) {
-        self.release_holds(rid);
-        if let Some(st) = self.reqs.get_mut(&rid) {
-            st.progress.held.clear();
-        }
-    }
-
-    /// Unpins blocks this module pinned; a failure is an internal error,
-    /// logged and counted.
-    fn unpin_quietly(&mut self, keys: &[Key], slots: &[u32]) {
-        if keys.is_empty() {
-            return;
-        }
-        if let Err(e) = self.primary.unpin_for_transfer_in(keys, slots) {
-            self.c.internal_errors += 1;
-            self.log(format!("internal error: releasing held blocks failed: {e}"));
-        }
-    }
-
-    /// After `rid`'s `prepare_load` pinned keys `key(0..n)`: counts where
-    /// each loaded block came from, releases every hold of the request
-    /// (the load's pins take over), and ends its wait.
-    pub(super) fn on_loaded<'k>(
-        &mut self,
-        rid: RequestId,
-        n: usize,
-        key: impl Fn(usize) -> &'k [u8],
-    ) {
-        let Some(st) = self.reqs.get_mut(&rid) else {
-            return;
-        };
-        let held = &mut st.progress.held;
-        let t = &mut st.tally;
-        t.loaded += n as u64;
-        if held.is_empty() && st.progress.wait.is_none() {
-            return;
-        }
-        let any_held = !held.is_empty();
-        for j in (0..n).filter(|_| any_held) {
-            let Ok(k) = Key::at(key(j), j) else {
-                continue;
+            self.wait_expired(rid);
+            let Some(st) = self.reqs.get_mut(&rid) else {
+                return false;
             };
-            if let Some(h) = held.get_mut(&k)
-                && h.from > 0
-            {
-                t.served_from(h.from);
-                // Counted once, even if the batch names it again.
-                h.from = 0;
+            let p = &mut st.progress;
+            let holds_due = p
+                .holds_since
+                .is_some_and(|(since_step, since)| beyond(bound, step, since_step, since));
+            if holds_due {
+                self.release_holds(rid);
             }
-        }
-        self.forget_holds(rid);
-        self.end_wait(rid);
+            let Some(st) = self.reqs.get_mut(&rid) else {
+                return false;
+            };
+            let p = &mut st.progress;
+            p.tracked = p.waiting() || p.holds_since.is_some();
+            p.tracked
+        });
+        self.tracked_reqs = ids;
     }
 
     /// Forgets every request's holds, waits and promotions (the primary
@@ -442,12 +316,14 @@ impl State {
         let step = self.steps;
         for st in self.reqs.values_mut() {
             st.progress.held.clear();
+            st.progress.holds_since = None;
+            st.progress.tracked = false;
             if let Some(w) = st.progress.wait.take() {
                 // A wait the reset cut short still counts what it lasted.
                 st.tally.on_wait_ended(w.running(step));
             }
             st.progress.promoting = 0;
         }
-        self.waiting_reqs.clear();
+        self.tracked_reqs.clear();
     }
 }

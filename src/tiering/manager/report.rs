@@ -56,14 +56,17 @@ pub struct RequestReport<'a> {
     /// running when it finished counts up to then.
     pub promotion_wait: Duration,
     /// Blocks it asked for: the keys of its largest lookup (per-key
-    /// lookups: those of one step together).
+    /// lookups: those of one step together, up to the first miss, which
+    /// is all they see).
     pub asked: u64,
-    /// Blocks it loaded, by the tier they came from: `[0]` already in the
-    /// primary tier, `[t]` promoted for it from secondary tier `t`.  One
-    /// entry per tier; they sum to `loaded`.
+    /// Blocks it was served, by the tier they came from: `[0]` already in
+    /// the primary tier, `[t]` promoted for it from secondary tier `t`.
+    /// One entry per tier.  Each block asked for counts once: they sum to
+    /// `loaded` or `asked`, whichever is smaller (a request that loads its
+    /// blocks again after a preemption is served them once).
     pub served: &'a [u64],
-    /// Blocks it asked for and did not load (`asked - loaded`, at least
-    /// 0): the engine computes them.
+    /// Blocks it asked for and was not served (`asked` less the sum of
+    /// `served`): the engine computed them.
     pub recomputed: u64,
     /// Steps (`on_schedule_end` calls) it spent waiting.
     pub steps_waited: u64,
@@ -77,8 +80,9 @@ pub type RequestReportListener = Box<dyn FnMut(&RequestReport<'_>) + Send>;
 
 /// The manager's histograms that are not a tier's, and the report listener.
 pub(super) struct Observations {
-    /// Seconds from the first lookup of a request that started a promotion
-    /// to its first later lookup that stopped at a HIT or a MISS, one
+    /// Seconds a request waited for blocks on their way (`progress.rs`: from
+    /// the first lookup that left keys on their way to the end of the
+    /// wait), one
     /// observation per wait.
     promotion_wait: Histogram<LATENCY_BUCKETS>,
     listener: Option<RequestReportListener>,
@@ -181,9 +185,33 @@ impl RequestTally {
         bump(&mut self.promotions, t);
     }
 
-    /// Blocks it loaded that were promoted for it.
-    fn served_by_tiers(&self) -> u64 {
-        self.served.iter().sum()
+    /// Blocks it was served, each block asked for counted once: loads
+    /// beyond them (a request that loads its blocks again after a
+    /// preemption) add nothing.
+    fn served_once(&self) -> u64 {
+        self.loaded.min(self.asked)
+    }
+
+    /// The blocks it was served by tier number, `[0]` the primary tier's
+    /// (0..=`tiers`), handed to `each`: those promoted for it from each
+    /// tier first, in tier order, within [`RequestTally::served_once`].
+    fn split_served(&self, tiers: usize, mut each: impl FnMut(usize, u64)) {
+        let mut left = self.served_once();
+        let mut from_tiers = [0u64; super::MAX_SECONDARY_TIERS];
+        for (i, slot) in from_tiers.iter_mut().enumerate().take(tiers) {
+            let n = self.served.get(i).copied().unwrap_or(0).min(left);
+            *slot = n;
+            left -= n;
+        }
+        each(0, left);
+        for (i, &n) in from_tiers.iter().enumerate().take(tiers) {
+            each(i + 1, n);
+        }
+    }
+
+    /// Blocks it asked for and was not served: the engine computed them.
+    fn recomputed(&self) -> u64 {
+        self.asked - self.served_once()
     }
 }
 
@@ -318,12 +346,13 @@ impl State {
         let c = &mut self.c;
         c.requests_finished += 1;
         c.request_blocks_asked += t.asked;
-        c.request_blocks_served_primary += t.loaded.saturating_sub(t.served_by_tiers());
-        c.request_blocks_recomputed += t.asked.saturating_sub(t.loaded);
+        c.request_blocks_recomputed += t.recomputed();
         c.request_wait_steps += t.steps_waited + running.steps;
-        for (tier, &served) in self.tiers.iter_mut().zip(&t.served) {
-            tier.c.request_blocks_served += served;
-        }
+        let tiers = &mut self.tiers;
+        t.split_served(tiers.len(), |i, n| match i {
+            0 => c.request_blocks_served_primary += n,
+            i => tiers[i - 1].c.request_blocks_served += n,
+        });
     }
 
     /// Hands the report of `st`, which the manager just let go, to the
@@ -339,8 +368,7 @@ impl State {
         hits.extend((0..self.tiers.len()).map(|i| t.promotions.get(i).copied().unwrap_or(0)));
         let served = &mut self.obs.served;
         served.clear();
-        served.push(t.loaded.saturating_sub(t.served_by_tiers()));
-        served.extend((0..self.tiers.len()).map(|i| t.served.get(i).copied().unwrap_or(0)));
+        t.split_served(self.tiers.len(), |_, n| served.push(n));
         let running = st
             .progress
             .wait
@@ -358,7 +386,7 @@ impl State {
             promotion_wait: t.waited + running.time,
             asked: t.asked,
             served,
-            recomputed: t.asked.saturating_sub(t.loaded),
+            recomputed: t.recomputed(),
             steps_waited: t.steps_waited + running.steps,
         };
         listener(&report);

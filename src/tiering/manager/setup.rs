@@ -36,7 +36,7 @@ impl Manager {
                 reqs: FastMap::default(),
                 gate_spent: false,
                 steps: 0,
-                waiting_reqs: Vec::new(),
+                tracked_reqs: Vec::new(),
                 staged: Vec::new(),
                 parked_reqs: Vec::new(),
                 held: false,
