@@ -196,6 +196,25 @@ fn a_promotion_evicts_an_idle_block_outside_the_prefix_not_a_hit() {
 }
 
 #[test]
+fn hits_past_where_the_prefix_ended_for_lack_of_room_are_not_held() {
+    let (m, script) = manager(3);
+    resident(&m, "w", &[k(0), k(3)]);
+    script.lock().auto_finish = false;
+    script.lock().stored.extend([k(1), k(2)]);
+    let r = start(&m, "r");
+    // k(1) takes the free slot; k(2) finds none (k(0) and k(3) are held
+    // for the promotions): the prefix ends at k(2), and k(3), past it, is
+    // let go.
+    let a = m.lookup_prefix(r, &keys(0..4)).unwrap();
+    assert_eq!(
+        a,
+        answer(1, 1, 2, LookupResult::Retry, Some(MissReason::NoRoom))
+    );
+    assert_eq!(refs(&m, &k(0)), Some(1), "in the prefix: held");
+    assert_eq!(refs(&m, &k(3)), Some(0), "past the prefix: not held");
+}
+
+#[test]
 fn holds_last_until_the_load_and_its_pins_take_over() {
     let (m, script) = manager(8);
     script.lock().stored.extend(keys(2..4));
@@ -444,7 +463,15 @@ fn a_wait_ends_at_the_step_bound_with_a_timed_out_miss() {
     assert_eq!(refs(&m, &k(0)), Some(1));
     for step in 1..=3 {
         m.on_schedule_end().unwrap();
+        let lookups = stat(&m, None, "lookups");
         let a = m.lookup_prefix(r, &ks).unwrap();
+        if step == 3 {
+            assert_eq!(
+                stat(&m, None, "lookups"),
+                lookups + 2.0,
+                "the hit and the key timed out"
+            );
+        }
         if step < 3 {
             assert_eq!(
                 a,
