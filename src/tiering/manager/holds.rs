@@ -243,3 +243,38 @@ impl State {
         self.end_wait(rid);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::primary::{PrimaryConfig, PrimaryTier};
+    use crate::tiering::{LookupKind, Manager, ManagerOptions, RequestParams};
+
+    /// A prefix lookup too large to get room for its holds fails with
+    /// `OutOfMemory` before it looks anything up or counts anything.
+    #[test]
+    fn a_lookup_without_room_for_its_holds_fails_before_it_changes_anything() {
+        let primary = PrimaryTier::new(PrimaryConfig {
+            capacity: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let m = Manager::new(primary, ManagerOptions::default());
+        let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+        let before = m.manager_stats().unwrap();
+        let n = isize::MAX as usize / 8;
+        let e = m
+            .lookup_in_place(LookupKind::Prefix, r, n, |_| b"k".as_slice())
+            .unwrap_err();
+        assert!(matches!(e, crate::Error::OutOfMemory(_)), "{e}");
+        let after = m.manager_stats().unwrap();
+        assert_eq!(
+            (after.lookups, after.primary_hits),
+            (before.lookups, before.primary_hits)
+        );
+        // The manager goes on.
+        let a = m
+            .lookup_in_place(LookupKind::Prefix, r, 1, |_| b"k".as_slice())
+            .unwrap();
+        assert_eq!((a.hits, a.end), (0, 0));
+    }
+}
