@@ -312,6 +312,14 @@ fn holds_outlive_a_settled_wait_only_until_the_bound() {
         assert_eq!(refs(&m, key), Some(0), "released at the bound: {key}");
     }
     assert_eq!(stat(&m, None, "wait_timeouts"), 0.0, "no wait timed out");
+    // Released, the blocks are still known as promoted for the request:
+    // loaded now, they count as served by the tier.
+    let mut slots = Vec::new();
+    m.prepare_load(r, &keys(0..4), &mut slots).unwrap();
+    m.complete_load(r, &keys(0..4)).unwrap();
+    m.on_request_finished(r).unwrap();
+    assert_eq!(stat(&m, Some(1), "request_blocks_served"), 4.0);
+    assert_eq!(stat(&m, None, "request_blocks_served_primary"), 0.0);
 }
 
 #[test]
