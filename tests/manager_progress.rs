@@ -363,6 +363,19 @@ fn another_requests_stray_unpin_of_a_held_block_leaves_the_other_holds_releasabl
         0.0,
         "another call's doing, not ours"
     );
+    let mut log = Vec::new();
+    m.take_errors(&mut log).unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(
+        log[0].contains("1 held blocks had lost their pin"),
+        "{log:?}"
+    );
+    // A release where every pin is there logs nothing.
+    let s = start(&m, "s");
+    assert_eq!(m.lookup_prefix(s, &[k(0), k(1), k(5)]).unwrap().pending, 1);
+    m.on_request_finished(s).unwrap();
+    m.take_errors(&mut log).unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
 }
 
 /// A request whose promotions arrived, and another request's store that

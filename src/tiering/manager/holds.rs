@@ -203,9 +203,11 @@ impl State {
                 gone += 1;
             }
         }
-        self.log(format!(
-            "{gone} held blocks had lost their pin to another call (an unpin of keys its caller never pinned)"
-        ));
+        if gone > 0 {
+            self.log(format!(
+                "{gone} held blocks had lost their pin to another call (an unpin of keys its caller never pinned)"
+            ));
+        }
     }
 
     /// After `rid`'s `prepare_load` pinned keys `key(0..n)`: counts where
