@@ -691,3 +691,25 @@ fn under_pressure_every_request_loads_within_the_bound() {
         }
     }
 }
+
+#[test]
+fn a_promotion_that_arrives_after_the_wait_timed_out_is_not_held() {
+    let progress = ProgressOptions {
+        wait_steps: 1,
+        ..ProgressOptions::default()
+    };
+    let (m, script) = manager_with(8, PolicyKind::Lru, progress);
+    script.lock().auto_finish = false;
+    script.lock().stored.insert(k(0));
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &[k(0)]).unwrap().pending, 1);
+    m.on_schedule_end().unwrap();
+    assert_eq!(stat(&m, None, "wait_timeouts"), 1.0);
+    script.lock().finish_all(true);
+    m.on_schedule_end().unwrap();
+    assert_eq!(
+        refs(&m, &k(0)),
+        Some(0),
+        "arrived for a request no longer waiting"
+    );
+}

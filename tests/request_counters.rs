@@ -525,3 +525,23 @@ fn a_request_that_loads_its_blocks_again_is_served_each_block_once() {
     let r = reports.lock().last().cloned().unwrap();
     assert_eq!((r.asked, r.loaded, r.served[0], r.recomputed), (2, 4, 2, 0));
 }
+
+#[test]
+fn steps_waited_count_from_the_step_the_wait_began() {
+    let (m, s, reports) = manager(ManagerOptions::default());
+    s.lock().auto_finish = false;
+    s.lock().stored.extend(keys(0..2));
+    for _ in 0..5 {
+        m.on_schedule_end().unwrap();
+    }
+    let r = start(&m, "r");
+    assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().pending, 2);
+    for _ in 0..3 {
+        m.on_schedule_end().unwrap();
+    }
+    s.lock().finish_all(true);
+    assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().hits, 2);
+    load_and_finish(&m, r, &keys(0..2));
+    assert_eq!(m.manager_stats().unwrap().request_wait_steps, 3);
+    assert_eq!(reports.lock().last().unwrap().steps_waited, 3);
+}
