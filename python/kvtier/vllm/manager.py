@@ -169,6 +169,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._probe: int | None = None
         self._tiering = tiering
         self._adapters: list[VllmTierAdapter] = []
+        self._at_shutdown: list[Any] = []
         self._tier_labels = list(tier_labels)
         self._metrics = StatsReader(self, store_threshold, tiering)
         for tier in vllm_tiers:
@@ -548,9 +549,16 @@ class KvtierOffloadingManager(v.OffloadingManager):
             infos.append({"tier": adapter.name, **own})
         return infos
 
+    def release_at_shutdown(self, cleanup: Any) -> None:
+        """Calls `cleanup` (no arguments) once this manager has shut down:
+        for what its tiers used, such as the scheduler's shared region."""
+        self._at_shutdown.append(cleanup)
+
     def shutdown(self) -> None:
         try:
             self._m.shutdown()
         except KvtierError as e:
             if e.status != Status.CLOSED:
                 raise
+        while self._at_shutdown:
+            self._at_shutdown.pop()()

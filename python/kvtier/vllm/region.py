@@ -8,14 +8,24 @@ files (a file nobody holds is stale and replaced) where vLLM's region code
 does not.  The layout is the one vLLM's worker expects: rows of
 ``kv_bytes_per_chunk``, worker ``w``'s area of each row at
 ``w * cpu_page_size`` (or, with the replicated layout, one canonical area).
+
+The file's name is needed only until every process has mapped it: with a
+`barrier` (the workers' group, when only workers map the region) the
+creator removes it as soon as all have passed; `unlink_if_joined` removes
+it from the last process to map it (the scheduler, which vLLM builds after
+every worker has registered its caches).  `cleanup` removes it from the
+creator at shutdown, and so does the interpreter's exit if nobody called
+`cleanup`; a killed engine's file is left for `reclaim_stale_regions`.
 """
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..errors import KvtierError, Status
 from ..region import Region
 
 __all__ = ["KvtierSharedRegion", "region_name"]
@@ -41,6 +51,7 @@ class KvtierSharedRegion:
         *,
         directory: str | None = None,
         region: Region | None = None,
+        barrier: Callable[[], Any] | None = None,
     ):
         self.page_size = mmap.PAGESIZE
         self.num_chunks = num_chunks
@@ -52,9 +63,13 @@ class KvtierSharedRegion:
             region_name(engine_id),
             num_chunks,
             kv_bytes_per_chunk,
-            worker_bytes=cpu_page_size if rank is not None and cpu_page_size < kv_bytes_per_chunk else 0,
+            worker_bytes=cpu_page_size if cpu_page_size < kv_bytes_per_chunk else 0,
             directory=directory,
+            barrier=_status_barrier(barrier) if barrier is not None else None,
         )
+        # The creator's name goes at the interpreter's exit at the latest
+        # (`cleanup` does it earlier); the mapping itself stays valid.
+        self._finalizer = weakref.finalize(self, _unlink_if_creator, self.region)
         self._segments = [self.region]
         self.is_pinned = False
         self.pinned_addresses: list[int] = []
@@ -121,10 +136,39 @@ class KvtierSharedRegion:
         """The whole region as a (num_chunks, row stride) memoryview."""
         return self.region.buffer().cast("B", (self.num_chunks, self._row_stride))
 
+    def unlink_if_joined(self) -> bool:
+        """Removes the file's name if this process joined the region (it
+        is the last to map it); whether it did.  A creator keeps the name
+        (others may still have to map it) until `cleanup`."""
+        if self.region.role != "joiner":
+            return False
+        return self.region.unlink()
+
     def cleanup(self) -> None:
+        self._finalizer.detach()
         self._views.clear()
         self._base = None
         # Tensors over the region may outlive it (vLLM may still hold
         # some): then the mapping stays for the rest of the process, so they
         # stay valid, and the rest (names, locks, descriptors) is released.
         self.region.close(keep_mapping_if_viewed=True)
+
+
+def _status_barrier(barrier: Callable[[], Any]) -> Callable[[int], int]:
+    """`barrier` (no arguments) as the region's barrier callback: it runs
+    whatever this process's set-up status was, so no peer is left waiting;
+    an exception from it fails the set-up with ``PEER_FAILED``."""
+
+    def call(_setup_status: int) -> int:
+        barrier()
+        return int(Status.OK)
+
+    return call
+
+
+def _unlink_if_creator(region: Region) -> None:
+    try:
+        if region.role == "creator":
+            region.unlink()
+    except KvtierError:  # closed already, or the name is gone
+        pass

@@ -20,6 +20,12 @@ besides vLLM's CPU ones (``cpu_bytes_to_use``, ``eviction_policy``,
   tiering spec names them (``{"type": ...}``), run through kvtier's vtable;
 * ``kvtier_region_directory``: where the region's files live (default
   ``/dev/shm``).
+
+The region's file (``vllm_kvtier_<engine_id>``) outlives no engine: its
+name is removed once every process has mapped it (see
+`KvtierSharedRegion`), at shutdown, or at the interpreter's exit; files
+that killed engines left are removed by the next spec to map a region in
+that directory (`reclaim_stale_regions`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from vllm.v1.kv_offload.base import OffloadingSpec
 
 from . import _vllm as v
 from .manager import KvtierOffloadingManager
+from .reclaim import reclaim_stale_regions
 from .region import KvtierSharedRegion
 
 __all__ = ["KvtierOffloadingSpec"]
@@ -76,14 +83,20 @@ class KvtierOffloadingSpec(OffloadingSpec):
         self._manager: KvtierOffloadingManager | None = None
         self._worker: Any = None
 
-    def _region(self, rank: int | None) -> KvtierSharedRegion:
+    def _uses_scheduler_region(self) -> bool:
+        return bool(self.extra_config.get("kvtier_tiers") or self.extra_config.get("secondary_tiers"))
+
+    def _region(self, rank: int | None, barrier: Any = None) -> KvtierSharedRegion:
+        directory = self.extra_config.get("kvtier_region_directory")
+        reclaim_stale_regions(directory)
         return KvtierSharedRegion(
             engine_id=self.config.engine_id,
             num_chunks=self.num_chunks,
             rank=rank,
             kv_bytes_per_chunk=self.kv_bytes_per_chunk,
             cpu_page_size=self.cpu_page_size_per_worker,
-            directory=self.extra_config.get("kvtier_region_directory"),
+            directory=directory,
+            barrier=barrier,
         )
 
     def _vllm_tiers(self, region: KvtierSharedRegion) -> list[Any]:
@@ -100,7 +113,7 @@ class KvtierOffloadingSpec(OffloadingSpec):
             tiers = self.extra_config.get("kvtier_tiers") or []
             vllm_tier_configs = self.extra_config.get("secondary_tiers") or []
             region = self._region(None) if (tiers or vllm_tier_configs) else None
-            self._manager = KvtierOffloadingManager.create(
+            manager = KvtierOffloadingManager.create(
                 self.num_chunks,
                 cache_policy=self.extra_config.get("eviction_policy", "lru"),
                 enable_events=self.kv_events_config.enable_kv_cache_events,
@@ -112,13 +125,25 @@ class KvtierOffloadingSpec(OffloadingSpec):
                 region=region.region if region is not None else None,
                 progress=self.extra_config.get("kvtier_progress"),
             )
+            if region is not None:
+                # vLLM builds the scheduler after every worker registered
+                # its caches (and so mapped the region): no one needs the
+                # name any more.
+                region.unlink_if_joined()
+                manager.release_at_shutdown(region.cleanup)
+            self._manager = manager
         return self._manager
 
     def get_worker(self, kv_caches: Any) -> Any:
         if self._worker is None:
             from vllm.v1.kv_offload.cpu.gpu_worker import CPUOffloadingWorker
 
-            region = self._region(self.config.parallel.rank)
+            barrier = None
+            if not self._uses_scheduler_region():
+                # Only the workers map the region: once all have, the
+                # creator removes the name, as vLLM's CPU spec does.
+                from vllm.v1.kv_offload.cpu.spec import _all_workers_barrier as barrier
+            region = self._region(self.config.parallel.rank, barrier)
             self._worker = CPUOffloadingWorker(
                 kv_caches=kv_caches,
                 blocks_per_chunk=self.blocks_per_chunk,
