@@ -333,6 +333,18 @@ class KvtierOffloadingManager(v.OffloadingManager):
         for key in keys:
             sources[key] = source
 
+    def _drop_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
+        """Keys of a promotion from a tier of `source` that did not arrive:
+        the request's load source no longer names that tier for them (vLLM
+        drops them; `get_load_source` answers the host)."""
+        ctx = self._by_name.get(name)
+        sources = self._load_sources.get(ctx.req_id if ctx is not None else name)
+        if not sources:
+            return
+        for key in keys:
+            if sources.get(key) == source:
+                del sources[key]
+
     # ------------------------------------------------------------------
     # OffloadingManager
     # ------------------------------------------------------------------
