@@ -7,6 +7,11 @@ kvtier's must give.
   that name (``tiering/test_tiering_offloading.py``) reads the private
   ``_request_load_sources``; here the same case is asked through
   ``get_load_source``, key by key.
+* ``test_promotions_across_steps_rank_by_token_position``: a request whose
+  promotions span steps, then memory pressure: vLLM's LRU policy ranks a
+  promoted key by the token position the connector recorded on the request
+  context before the lookup, so the request's keys go tail first, before
+  a block stored later by another request.
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ class _Tiered:
         self.manager.on_schedule_end(ScheduleEndContext(new_req_ids=[], preempted_req_ids=()))
         list(self.manager.take_events())
 
+    def store(self, keys, ctx: ReqContext) -> list:
+        """One store of `keys` for `ctx`, completed; the keys it evicted."""
+        output = self.manager.prepare_store(keys, ctx)
+        assert output is not None
+        self.manager.complete_store(output.keys_to_store, ctx)
+        return list(output.evicted_keys)
+
 
 @pytest.mark.parametrize(
     "source",
@@ -93,3 +105,46 @@ def test_failed_promotion_keeps_only_successful_chunks(monkeypatch, source, arri
         source if chunk in arrived_keys else CacheHitSource.HOST for chunk in chunks
     ]
 
+
+def test_promotions_across_steps_rank_by_token_position():
+    """Step 1: request R's lookup promotes x (position 16); y (position 32)
+    is in no tier yet.  Step 2: request W stores b1 (no position); y has
+    reached the secondary tier and R's lookup promotes it.  Step 3: a store
+    of two new blocks into the full primary tier evicts R's keys tail
+    first, y then x (R's rank is older than b1's), not x then b1 (as if
+    each promotion were a new use)."""
+    setup = _Tiered(3)
+    x, y, b1, c1, c2 = (_key(name) for name in ("x", "y", "b1", "c1", "c2"))
+    request = ReqContext(req_id="R")
+    # The connector records the request's positions before its lookups.
+    request.set_offload_key_position(x, 16)
+    request.set_offload_key_position(y, 32)
+    writer = ReqContext(req_id="W")
+    later = ReqContext(req_id="V")
+
+    # Step 1
+    setup.tier.chunks[x] = True
+    setup.manager.on_new_request(request)
+    assert setup.manager.lookup(x, request) is LookupResult.HIT_PENDING
+    assert setup.manager.lookup(y, request) is LookupResult.MISS
+    setup.end_step()
+
+    # Step 2
+    setup.manager.on_new_request(writer)
+    assert setup.store([b1], writer) == []
+    setup.tier.chunks[y] = True
+    assert setup.manager.lookup(x, request) is LookupResult.HIT
+    assert setup.manager.lookup(y, request) is LookupResult.HIT_PENDING
+    setup.end_step()
+
+    # Step 3
+    assert setup.manager.lookup(y, request) is LookupResult.HIT
+    setup.manager.on_new_request(later)
+    assert setup.store([c1, c2], later) == [y, x]
+    assert [setup.primary.lookup(k, later) for k in (x, y, b1, c1, c2)] == [
+        LookupResult.MISS,
+        LookupResult.MISS,
+        LookupResult.HIT,
+        LookupResult.HIT,
+        LookupResult.HIT,
+    ]
