@@ -10,7 +10,11 @@ Two of vLLM 0.33.0's test files judge kvtier's managers:
   (``TieringOffloadingManager``, ``CPUPrimaryTierOffloadingManager`` and
   Python secondary tiers).
 
-They are fetched, never copied into this repository: the wheel
+Beside them (in ``tiering/``) the run places a file of our own,
+``test_public_interface.py`` of this directory: cases asked through the
+public manager interface only, judged on both sides the same way.
+
+vLLM's files are fetched, never copied into this repository: the wheel
 (``pip download --no-deps vllm==0.33.0``, its Python files read in place)
 and the release source archive (for ``tests/``) are downloaded once into
 the build directory.  Only the imports that pull in torch, CUDA or the rest
