@@ -87,17 +87,17 @@ PRIVATE: dict[str, str] = {
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_promotion_from_secondary[p2p]':
         "`_jobs` (read inside the tier's wrapped `submit_load`)",
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_failed_promotion_keeps_only_successful_chunks[partial-external_unspecified]':
-        '`_request_load_sources`',
+        '`_request_load_sources` (asked through `get_load_source` in test_public_interface.py, where it passes)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_failed_promotion_keeps_only_successful_chunks[partial-disk]':
-        '`_request_load_sources`',
+        '`_request_load_sources` (asked through `get_load_source` in test_public_interface.py, where it passes)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_failed_promotion_keeps_only_successful_chunks[partial-p2p]':
-        '`_request_load_sources`',
+        '`_request_load_sources` (asked through `get_load_source` in test_public_interface.py, where it passes)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_failed_promotion_keeps_only_successful_chunks[legacy-full-failure-external_unspecified]':
-        '`_request_load_sources`',
+        '`_request_load_sources` (asked through `get_load_source` in test_public_interface.py, where it passes)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_failed_promotion_keeps_only_successful_chunks[legacy-full-failure-disk]':
-        '`_request_load_sources`',
+        '`_request_load_sources` (asked through `get_load_source` in test_public_interface.py, where it passes)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_failed_promotion_keeps_only_successful_chunks[legacy-full-failure-p2p]':
-        '`_request_load_sources`',
+        '`_request_load_sources` (asked through `get_load_source` in test_public_interface.py, where it passes)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_touch_propagates_to_all_tiers':
         '`primary_tier._policy._ranks`',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_held_promotions_keep_primary_hits':

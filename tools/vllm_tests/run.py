@@ -10,7 +10,11 @@ Two of vLLM 0.33.0's test files judge kvtier's managers:
   (``TieringOffloadingManager``, ``CPUPrimaryTierOffloadingManager`` and
   Python secondary tiers).
 
-They are fetched, never copied into this repository: the wheel
+Beside them (in ``tiering/``) the run places a file of our own,
+``test_public_interface.py`` of this directory: cases asked through the
+public manager interface only, judged on both sides the same way.
+
+vLLM's files are fetched, never copied into this repository: the wheel
 (``pip download --no-deps vllm==0.33.0``, its Python files read in place)
 and the release source archive (for ``tests/``) are downloaded once into
 the build directory.  Only the imports that pull in torch, CUDA or the rest
@@ -49,6 +53,12 @@ TEST_FILES = (
     "tests/v1/kv_offload/cpu/test_manager.py",
     "tests/v1/kv_offload/tiering/test_tiering_offloading.py",
 )
+# Our own cases (public interface only), copied beside vLLM's files before
+# each run: this directory's file, its place among vLLM's tests.
+OWN_FILES = {
+    "test_public_interface.py": "tests/v1/kv_offload/tiering/test_public_interface.py",
+}
+ALL_FILES = TEST_FILES + tuple(OWN_FILES.values())
 
 
 def _wheel(build: Path) -> Path:
@@ -116,6 +126,8 @@ def prepare(build: Path) -> tuple[Path, Path]:
                     members.append(member)
             tar.extractall(tests_root, members)
         marker.write_text(VERSION + "\n")
+    for source, place in OWN_FILES.items():
+        (tests_root / place).write_bytes((HERE / source).read_bytes())
     return vllm_root, tests_root
 
 
@@ -135,7 +147,7 @@ def run_pytest(vllm_root: Path, tests_root: Path, managers: str, report: Path) -
     ]
     if managers == "kvtier":
         command += ["-p", "kvtier_override"]
-    command += TEST_FILES
+    command += ALL_FILES
     print(f"== vLLM {VERSION}'s manager tests against {managers}'s managers", flush=True)
     subprocess.run(command, cwd=tests_root, env=env)
     outcomes: dict[str, str] = {}
@@ -171,7 +183,7 @@ def main() -> int:
 
     print()
     print(f"{'file':58} " + " ".join(f"{m + ' passed':>16}" for m in results))
-    for file in TEST_FILES:
+    for file in ALL_FILES:
         cells = []
         for outcomes in results.values():
             passed, _failed, total = counts(outcomes, file)

@@ -9,9 +9,11 @@ the C API.  What the Python layer itself adds:
   naming a request begins it in kvtier (``on_new_request`` or any other),
   and its handle is kept by request id until kvtier is done with it;
 * token positions: the positions vLLM's scheduler recorded on the context
-  (``ReqContext.get_offload_key_position``) are passed with the keys of
-  every ``prepare_store`` and ``prepare_load``; keys carry their KV group
-  (kvtier's ``kv_groups``);
+  (``ReqContext.get_offload_key_position``) reach kvtier before a key's
+  lookup (those recorded since the last lookup's, in one call, so that a
+  promotion ranks by its key's position as vLLM's does) and with the keys
+  of every ``prepare_store`` and ``prepare_load``, each position once;
+  keys carry their KV group (kvtier's ``kv_groups``);
 * events: kvtier's event batches become ``OffloadingEvent``s (tier 0 the
   primary, ``ownership`` None; a secondary tier's carry its label), and a
   failed store's slots released before they were ever announced give a
@@ -75,6 +77,9 @@ class _Request:
     stores: int = 0  # keys planned by prepare_store and not completed
     pending: set[bytes] = field(default_factory=set)  # planned, not completed (events on)
     tiers_pending: bool = False  # finished, the secondary tiers not yet told
+    positions: dict[bytes, int] = field(default_factory=dict)  # given to kvtier
+    recorded: Any = None  # the context's positions last swept, and how many
+    swept: int = 0
 
 
 def build_kvtier_manager(
@@ -296,17 +301,47 @@ class KvtierOffloadingManager(v.OffloadingManager):
         return states
 
     def _push_positions(self, state: _Request, keys: Sequence[bytes]) -> None:
+        """Gives kvtier the positions of `keys` it does not have yet."""
         ctx = state.ctx
-        if not getattr(ctx, "_offload_key_positions", None):
-            return
-        found_keys, positions = [], []
+        recorded = getattr(ctx, "_offload_key_positions", None)
+        if recorded is not None and not recorded:
+            return  # nothing recorded on the context
+        given = state.positions
+        batch = {}
         for key in keys:
             position = ctx.get_offload_key_position(key)
-            if position is not None:
-                found_keys.append(key)
-                positions.append(position)
-        if found_keys:
-            self._m.set_positions(state.handle, found_keys, positions)
+            if position is not None and given.get(key) != position:
+                batch[key] = position
+        self._send_positions(state, batch)
+
+    def _positions_before_lookup(self, state: _Request, ctx: Any, key: bytes) -> None:
+        """Gives kvtier `key`'s position before its lookup (a promotion it
+        starts ranks by it, as in vLLM's primary tier), with every position
+        recorded on the context since the last sweep: one call at the
+        first lookup of a step, none for the keys after it."""
+        position = ctx.get_offload_key_position(key)
+        given = state.positions
+        if position is None or given.get(key) == position:
+            return
+        batch = {}
+        recorded = getattr(ctx, "_offload_key_positions", None)
+        if isinstance(recorded, dict):
+            # vLLM's scheduler appends to the context's positions (a key
+            # given again keeps its place: read above for `key`, and by
+            # `_push_positions` for the keys of stores and loads).
+            if recorded is not state.recorded:
+                state.recorded, state.swept = recorded, 0
+            for other, at in itertools.islice(recorded.items(), state.swept, None):
+                if given.get(other) != at:
+                    batch[other] = at
+            state.swept = len(recorded)
+        batch[key] = position
+        self._send_positions(state, batch)
+
+    def _send_positions(self, state: _Request, batch: dict[bytes, int]) -> None:
+        if batch:
+            self._m.set_positions(state.handle, list(batch), list(batch.values()))
+            state.positions.update(batch)
 
     def _primary_lookup(self, key: bytes) -> v.LookupResult:
         """The primary tier's answer alone (a request asking no tier)."""
@@ -334,6 +369,18 @@ class KvtierOffloadingManager(v.OffloadingManager):
         for key in keys:
             sources[key] = source
 
+    def _drop_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
+        """Keys of a promotion from a tier of `source` that did not arrive:
+        the request's load source no longer names that tier for them (vLLM
+        drops them; `get_load_source` answers the host)."""
+        ctx = self._by_name.get(name)
+        sources = self._load_sources.get(ctx.req_id if ctx is not None else name)
+        if not sources:
+            return
+        for key in keys:
+            if sources.get(key) == source:
+                del sources[key]
+
     # ------------------------------------------------------------------
     # OffloadingManager
     # ------------------------------------------------------------------
@@ -347,6 +394,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._reqs.get(req_context.req_id)
         if state is None:
             state = self._begin(req_context)
+        self._positions_before_lookup(state, req_context, key)
         if not self._tiering:
             return self._lookup_handle(state.handle, key)
         start = time.monotonic()

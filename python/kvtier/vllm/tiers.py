@@ -4,7 +4,9 @@ runs unchanged behind the C vtable of one kvtier manager.
 The adapter turns kvtier's callbacks into the tier's methods: a lookup gets
 the request's own ``ReqContext``, a job becomes a ``TransferJob`` (its
 ``chunk_ids`` the primary slots), finished ``JobResult``s go back as
-kvtier job results (a partial promotion's ``successful_keys`` included),
+kvtier job results (a partial promotion's ``successful_keys`` included;
+the keys of a failed promotion that did not arrive leave the request's
+load sources, as vLLM's manager drops them),
 and the tier's ``OffloadingEvent``s become kvtier events of its tier index.
 """
 
@@ -87,22 +89,33 @@ class VllmTierAdapter(Tier):
         self.vllm_tier.submit_store(self._transfer(job, False))
 
     def submit_load(self, job: Job) -> None:
-        self.owner._record_load_source(job.request.name, job.keys, self.vllm_tier.cache_hit_source)
-        self.vllm_tier.submit_load(self._transfer(job, True))
+        source = self.vllm_tier.cache_hit_source
+        self.owner._record_load_source(job.request.name, job.keys, source)
+        try:
+            self.vllm_tier.submit_load(self._transfer(job, True))
+        except BaseException:
+            # kvtier fails a job whose submit failed: none of its keys arrive.
+            self._submitted.pop(job.id, None)
+            self.owner._drop_load_source(job.request.name, job.keys, source)
+            raise
 
     def poll_finished(self) -> Iterable[JobResult]:
         out = []
         now = time.monotonic()
         for result in self.vllm_tier.get_finished_jobs():
+            arrived = None if result.successful_keys is None else list(result.successful_keys)
             submitted = self._submitted.pop(result.job_id, None)
             if submitted is not None:
                 promotion, start, keys, name = submitted
                 self.owner._metrics.on_job_finished(self, promotion, now - start, result, keys, name)
+                if promotion and not result.success:
+                    failed = _not_arrived(keys, arrived)
+                    self.owner._drop_load_source(name, failed, self.vllm_tier.cache_hit_source)
             out.append(
                 JobResult(
                     id=result.job_id,
                     success=bool(result.success),
-                    succeeded_keys=None if result.successful_keys is None else list(result.successful_keys),
+                    succeeded_keys=arrived,
                     bytes=int(result.transfer_bytes or 0),
                     duration_ns=int((result.transfer_time or 0.0) * 1e9),
                 )
@@ -146,6 +159,18 @@ class VllmTierAdapter(Tier):
 
     def shutdown(self) -> None:
         self.vllm_tier.shutdown()
+
+
+def _not_arrived(keys: Sequence[bytes], arrived: Iterable[bytes] | None) -> list[bytes]:
+    """The keys of a failed promotion job that did not arrive, as kvtier
+    applies its result: those outside `arrived` (the tier's successful
+    keys), or every key when the tier named none or a key not in the job."""
+    if not arrived:
+        return list(keys)
+    arrived = set(arrived)
+    if not arrived.issubset(keys):
+        return list(keys)
+    return [key for key in keys if key not in arrived]
 
 
 def tier_event_medium(tier: Any) -> v.Medium | None:
