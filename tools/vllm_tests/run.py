@@ -57,6 +57,7 @@ TEST_FILES = (
 # each run: this directory's file, its place among vLLM's tests.
 OWN_FILES = {
     "test_public_interface.py": "tests/v1/kv_offload/tiering/test_public_interface.py",
+    "test_cpu_public_interface.py": "tests/v1/kv_offload/cpu/test_public_interface.py",
 }
 ALL_FILES = TEST_FILES + tuple(OWN_FILES.values())
 
