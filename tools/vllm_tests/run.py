@@ -10,9 +10,11 @@ Two of vLLM 0.33.0's test files judge kvtier's managers:
   (``TieringOffloadingManager``, ``CPUPrimaryTierOffloadingManager`` and
   Python secondary tiers).
 
-Beside them (in ``tiering/``) the run places a file of our own,
-``test_public_interface.py`` of this directory: cases asked through the
-public manager interface only, judged on both sides the same way.
+Beside them the run places two files of our own (``OWN_FILES``): cases
+asked through the public manager interface only, judged on both sides the
+same way, most of them restating vLLM's items that read private state
+(``private_items.py`` says which).  A case whose answer from kvtier
+differs from vLLM's is marked a strict expected failure on kvtier.
 
 vLLM's files are fetched, never copied into this repository: the wheel
 (``pip download --no-deps vllm==0.33.0``, its Python files read in place)
@@ -161,7 +163,7 @@ def run_pytest(vllm_root: Path, tests_root: Path, managers: str, report: Path) -
             if child.tag in ("failure", "error"):
                 outcome = "failed"
             elif child.tag == "skipped":
-                outcome = "skipped"
+                outcome = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
         outcomes[name] = outcome
     return outcomes
 
@@ -197,7 +199,9 @@ def main() -> int:
         private_failed = sorted(n for n, o in outcomes.items() if o == "failed" and n in PRIVATE)
         public = [n for n in outcomes if n not in PRIVATE]
         public_passed = sum(outcomes[n] == "passed" for n in public)
-        print(f"kvtier: {public_passed} of {len(public)} items using the public manager interface pass; "
+        differences = sum(outcomes[n] == "xfailed" for n in public)
+        print(f"kvtier: {public_passed} of {len(public)} items using the public manager interface pass "
+              f"({differences} marked as known differences); "
               f"{len(PRIVATE)} items read vLLM's private attributes ({len(private_failed)} of them fail)")
         docs = (REPO / "docs" / "vllm.md").read_text() if (REPO / "docs" / "vllm.md").is_file() else ""
         undocumented = [n for n in PRIVATE if n.split("::", 1)[1] not in docs]

@@ -12,6 +12,8 @@ kvtier's must give.
   promoted key by the token position the connector recorded on the request
   context before the lookup, so the request's keys go tail first, before
   a block stored later by another request.
+* the cases after them restate vLLM's other items of that file that read
+  the tiering manager's private state (``private_items.py`` names each).
 """
 
 from __future__ import annotations
