@@ -35,17 +35,17 @@ PRIVATE: dict[str, str] = {
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_batch_eviction_falls_back_after_t1_iterator_exhausted':
         "not observable: counts the entries the policy's eviction scan reads from `t1` and `t2` (wrapped in counting dicts), after setting `target_t1_size` and chunks' `ref_cnt` by hand",
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction[pinned0-protected0-new_keys0-expected_evicted0]':
-        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go (item 1 of 6)` (the bound on the scan of `t1`/`t2` is not observable)',
+        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go` (case 1 of 6) (the bound on the scan of `t1`/`t2` is not observable)',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction[pinned1-protected1-new_keys1-expected_evicted1]':
-        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go (item 2 of 6)` (the bound on the scan of `t1`/`t2` is not observable)',
+        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go` (case 2 of 6) (the bound on the scan of `t1`/`t2` is not observable)',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction[pinned2-protected2-new_keys2-expected_evicted2]':
-        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go (item 3 of 6)` (the bound on the scan of `t1`/`t2` is not observable)',
+        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go` (case 3 of 6) (the bound on the scan of `t1`/`t2` is not observable)',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction[pinned3-protected3-new_keys3-expected_evicted3]':
-        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go (item 4 of 6)` (the bound on the scan of `t1`/`t2` is not observable)',
+        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go` (case 4 of 6) (the bound on the scan of `t1`/`t2` is not observable)',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction[pinned4-protected4-new_keys4-expected_evicted4]':
-        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go (item 5 of 6)` (the bound on the scan of `t1`/`t2` is not observable)',
+        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go` (case 5 of 6) (the bound on the scan of `t1`/`t2` is not observable)',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_store_falls_back_to_t1_when_t2_cannot_satisfy_eviction[pinned5-protected5-new_keys5-None]':
-        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go (item 6 of 6)` (the bound on the scan of `t1`/`t2` is not observable)',
+        'restated in cpu/test_public_interface.py as `TestArcThroughEvictions::test_store_reclaims_recency_keys_when_frequency_keys_cannot_go` (case 6 of 6) (the bound on the scan of `t1`/`t2` is not observable)',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_batch_eviction_failure_is_atomic':
         'restated in cpu/test_public_interface.py as `test_store_that_cannot_evict_enough_evicts_nothing[arc]`',
     'tests/v1/kv_offload/cpu/test_manager.py::TestARCPolicy::test_ghost_list_bounds':
