@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -215,3 +216,34 @@ def test_active_cascade_jobs_and_primary_read_usage_per_tier():
     assert registry.get_sample_value(M.CASCADE_JOB_FAILURES + "_total", label) == 1
     manager.on_request_finished(ctx)
     manager.shutdown()
+
+
+def test_built_in_tier_reports_its_writes_under_its_label(tmp_path, region_name):
+    import kvtier
+
+    metrics, registry = prom({**KVTIER, "kvtier_tiers": [{"type": "fs", "directory": str(tmp_path)}]})
+    region = kvtier.Region(region_name, 8, 4096, directory=str(tmp_path))
+    manager = KvtierOffloadingManager.create(
+        8, builtin_tiers=[{"type": "fs", "directory": str(tmp_path)}], region=region, tier_metrics=True
+    )
+    ctx = ReqContext(req_id="a")
+    manager.on_new_request(ctx)
+    output = manager.prepare_store(keys(2), ctx)
+    manager.complete_store(output.keys_to_store, ctx)
+    end = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
+    manager.on_schedule_end(end)
+    for _ in range(1000):  # the fs tier writes on its own threads
+        if not manager.has_pending_work():
+            break
+        time.sleep(0.01)
+        manager.on_schedule_end(end)
+    assert not manager.has_pending_work()
+    metrics.observe(manager.get_stats().data)
+    label = {"engine": "0", "tier": "1:fs"}
+    assert registry.get_sample_value(M.WRITE_BYTES + "_total", label) == 2 * 4096
+    assert registry.get_sample_value(M.ACTIVE_CASCADE_JOBS, label) == 0
+    assert registry.get_sample_value(M.PRIMARY_READ_USAGE_PERC, label) == 0
+    assert [info["tier"] for info in manager.config_info()] == ["0:primary", "1:fs"]
+    manager.on_request_finished(ctx)
+    manager.shutdown()
+    region.close()

@@ -603,9 +603,10 @@ class KvtierOffloadingManager(v.OffloadingManager):
         else:
             primary_info = self._config_info
         infos = [{**primary_info, "tier": PRIMARY_LABEL}]
-        for adapter in self._adapters:
-            own = dict(adapter.vllm_tier.config_info())
-            infos.append({"tier": adapter.name, **own})
+        # One series per secondary tier: a built-in tier's has its label only.
+        own_infos = {adapter.name: adapter.vllm_tier.config_info() for adapter in self._adapters}
+        for label in self._tier_labels:
+            infos.append({"tier": label, **dict(own_infos.get(label, {}))})
         return infos
 
     def release_at_shutdown(self, cleanup: Any) -> None:
