@@ -105,8 +105,9 @@ def test_every_family_of_vllms_cpu_and_tiering_specs_without_secondary_tiers(sto
     wanted = shape({**cpu._offloading_metric_metadata, **tiering._offloading_metric_metadata})
     # The info family's labels are the spec's configuration keys: the CPU
     # spec's, as there is no secondary tier.
-    assert own.pop("vllm:kv_offload_config_info") == shape(cpu._offloading_metric_metadata)["vllm:kv_offload_config_info"]
-    wanted.pop("vllm:kv_offload_config_info")
+    info = "vllm:kv_offload_config_info"
+    assert own.pop(info) == shape(cpu._offloading_metric_metadata)[info]
+    wanted.pop(info)
     assert own == wanted
     assert M.ACTIVE_PROMOTION_JOBS in own and M.ACTIVE_CASCADE_JOBS in own
     assert families(kvtier_registry) == {**families(cpu_registry), **families(tiering_registry)}
@@ -154,7 +155,9 @@ def held_tier(base: type) -> type:
     class HeldTier(base):
 
         def __init__(self):
-            super().__init__(offloading_spec=SimpleNamespace(), primary_kv_view=memoryview(bytearray(8)), tier_type="held")
+            super().__init__(
+                offloading_spec=SimpleNamespace(), primary_kv_view=memoryview(bytearray(8)), tier_type="held"
+            )
             self.jobs = []
             self.done = []
 
