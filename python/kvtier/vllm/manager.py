@@ -43,7 +43,7 @@ from ..types import EventKind
 from ..types import Locality as KtLocality
 from ..types import Medium as KtMedium
 from . import _vllm as v
-from .metrics import StatsReader
+from .metrics import PRIMARY_LABEL, StatsReader
 from .tiers import LOCALITY_TO_KVTIER, MEDIUM_TO_KVTIER, VllmTierAdapter
 
 __all__ = ["KvtierOffloadingManager", "TierSpec"]
@@ -143,7 +143,11 @@ class KvtierOffloadingManager(v.OffloadingManager):
     `cache_policy` ``"lru"`` or ``"arc"``, `store_threshold` and
     `max_tracker_size` as vLLM's CPU manager, `enable_events`, the vLLM
     secondary tiers and built-in tiers in `tiers`, and the `region` the
-    built-in tiers copy through.
+    built-in tiers copy through.  vLLM's tiering metric families are
+    reported with secondary tiers, with `tiering` (vLLM's tiering manager)
+    or with `tier_metrics` (kvtier's spec: with no secondary tier, the
+    primary tier's lookups); ``config_info`` has vLLM's tiering shape (a
+    ``tier`` label) with secondary tiers or `tiering`.
     """
 
     def __init__(
@@ -157,6 +161,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         vllm_tiers: Sequence[Any] = (),
         tier_labels: Sequence[str] = (),
         tiering: bool = False,
+        tier_metrics: bool = False,
     ):
         self._m = manager
         self.medium = v.Medium.CPU
@@ -176,7 +181,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._adapters: list[VllmTierAdapter] = []
         self._at_shutdown: list[Any] = []
         self._tier_labels = list(tier_labels)
-        self._metrics = StatsReader(self, store_threshold, tiering)
+        self._metrics = StatsReader(self, store_threshold, tiering or tier_metrics)
         for tier in vllm_tiers:
             adapter = VllmTierAdapter(tier, self, len(self._tier_labels) + 1)
             adapter.index = manager.add_tier(adapter)
@@ -184,6 +189,10 @@ class KvtierOffloadingManager(v.OffloadingManager):
             self._tier_labels.append(adapter.name)
         if self._adapters:
             self._adapters[-1].last = True
+        # vLLM's ``TieringOffloadingManager.secondary_tiers``: the vLLM
+        # tiers this manager runs through the vtable, in tier order (the
+        # built-in tiers are kvtier's own, not vLLM objects).
+        self.secondary_tiers: list[Any] = [a.vllm_tier for a in self._adapters]
         self._tier_media = {
             i + 1: (getattr(a.vllm_tier, "medium", None), getattr(a.vllm_tier, "locality", None), a.vllm_tier.tier_type)
             for i, a in enumerate(self._adapters)
@@ -210,6 +219,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         builtin_tiers: Sequence[dict[str, Any]] = (),
         region: Any = None,
         tiering: bool = False,
+        tier_metrics: bool = False,
         progress: Mapping[str, Any] | None = None,
     ) -> None:
         manager, labels = build_kvtier_manager(
@@ -232,6 +242,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
             vllm_tiers=vllm_tiers,
             tier_labels=labels,
             tiering=tiering or bool(vllm_tiers) or bool(builtin_tiers),
+            tier_metrics=tier_metrics,
         )
 
     # ------------------------------------------------------------------
@@ -395,13 +406,13 @@ class KvtierOffloadingManager(v.OffloadingManager):
         if state is None:
             state = self._begin(req_context)
         self._positions_before_lookup(state, req_context, key)
-        if not self._tiering:
+        if not self._metrics.tiering:
             return self._lookup_handle(state.handle, key)
         start = time.monotonic()
         answer = self._lookup_handle(state.handle, key)
         # The primary tier answers every lookup at once (vLLM's sync delay
         # of tier 0); the secondary tiers' answers are timed by their adapters.
-        self._metrics.observe_lookup("0:primary", time.monotonic() - start)
+        self._metrics.observe_lookup(PRIMARY_LABEL, time.monotonic() - start)
         return answer
 
     def get_load_source(self, key: bytes, req_context: Any) -> Any:
@@ -591,10 +602,11 @@ class KvtierOffloadingManager(v.OffloadingManager):
             [primary_info] = primary_tier.config_info()
         else:
             primary_info = self._config_info
-        infos = [{**primary_info, "tier": "0:primary"}]
-        for adapter in self._adapters:
-            own = dict(adapter.vllm_tier.config_info())
-            infos.append({"tier": adapter.name, **own})
+        infos = [{**primary_info, "tier": PRIMARY_LABEL}]
+        # One series per secondary tier: a built-in tier's has its label only.
+        own_infos = {adapter.name: adapter.vllm_tier.config_info() for adapter in self._adapters}
+        for label in self._tier_labels:
+            infos.append({"tier": label, **dict(own_infos.get(label, {}))})
         return infos
 
     def release_at_shutdown(self, cleanup: Any) -> None:

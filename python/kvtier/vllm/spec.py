@@ -34,6 +34,7 @@ import mmap
 from typing import Any
 
 from vllm.v1.kv_offload.base import OffloadingSpec
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
 from . import _vllm as v
 from .manager import KvtierOffloadingManager
@@ -43,19 +44,25 @@ from .region import KvtierSharedRegion
 __all__ = ["KvtierOffloadingSpec"]
 
 
-class KvtierOffloadingSpec(OffloadingSpec):
-    """vLLM's ``OffloadingSpec`` for kvtier."""
+class KvtierOffloadingSpec(CPUOffloadingSpec):
+    """vLLM's ``OffloadingSpec`` for kvtier.
+
+    A ``CPUOffloadingSpec``: the worker side is vLLM's CPU worker over a
+    CPU region, so vLLM's connector publishes the CPU spec's legacy
+    transfer families (``vllm:kv_offload_total_bytes``, ``_total_time``,
+    ``_size``) for it, which it does for ``CPUOffloadingSpec`` subclasses
+    only.  Nothing of the CPU spec's own construction runs: the region,
+    its sizing, the manager and the worker are kvtier's.
+    """
 
     @classmethod
     def build_metric_definitions(cls, extra_config: dict[str, Any]) -> dict[str, Any]:
-        from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+        """Every family vLLM's CPU spec and tiering spec define: the CPU
+        families, and the tiering families with or without secondary tiers
+        (the manager reports the primary tier's lookups under them)."""
+        from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
-        definitions = dict(CPUOffloadingSpec.build_metric_definitions(extra_config))
-        if extra_config.get("kvtier_tiers") or extra_config.get("secondary_tiers"):
-            from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
-
-            definitions.update(TieringOffloadingSpec.build_metric_definitions(extra_config))
-        return definitions
+        return dict(TieringOffloadingSpec.build_metric_definitions(extra_config))
 
     @classmethod
     def config_info_keys(cls, extra_config: dict[str, Any]) -> tuple[str, ...]:
@@ -65,7 +72,10 @@ class KvtierOffloadingSpec(OffloadingSpec):
         return keys
 
     def __init__(self, config: Any):
-        super().__init__(config)
+        # The base spec's own fields only; the CPU spec's sizing is not kvtier's.
+        OffloadingSpec.__init__(self, config)
+        self.eviction_policy = self.extra_config.get("eviction_policy", "lru")
+        self.cache_policy_module_path = self.extra_config.get("cache_policy_module_path")
         cpu_bytes = self.extra_config.get("cpu_bytes_to_use")
         if not cpu_bytes:
             raise ValueError("cpu_bytes_to_use must be specified in kv_connector_extra_config")
@@ -115,7 +125,7 @@ class KvtierOffloadingSpec(OffloadingSpec):
             region = self._region(None) if (tiers or vllm_tier_configs) else None
             manager = KvtierOffloadingManager.create(
                 self.num_chunks,
-                cache_policy=self.extra_config.get("eviction_policy", "lru"),
+                cache_policy=self.eviction_policy,
                 enable_events=self.kv_events_config.enable_kv_cache_events,
                 store_threshold=int(self.extra_config.get("store_threshold", 0)),
                 max_tracker_size=int(self.extra_config.get("max_tracker_size", 64_000)),
@@ -124,6 +134,7 @@ class KvtierOffloadingSpec(OffloadingSpec):
                 builtin_tiers=tiers,
                 region=region.region if region is not None else None,
                 progress=self.extra_config.get("kvtier_progress"),
+                tier_metrics=True,
             )
             if region is not None:
                 # vLLM builds the scheduler after every worker registered
