@@ -66,10 +66,11 @@ class Handle:
             self._turn.release()
         with self._lock:
             self._active -= 1
-            if self._active:
+            # Only a closing handle has waiters (`take`) or a deferred free.
+            if self._active or not self._closing:
                 return
             self._idle.notify_all()
-            if not self._closing or self._ptr is None:
+            if self._ptr is None:
                 return
             ptr, self._ptr = self._ptr, None
         self._free(ptr)

@@ -37,6 +37,7 @@ from typing import Any
 from .. import Manager
 from .._ffi import ffi, lib
 from .._keys import key_buffer
+from .._scratch import acquire, release
 from ..errors import KeysIgnoredError, KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
@@ -55,6 +56,7 @@ _MEDIUM_FROM_KVTIER = {KtMedium.CPU: v.Medium.CPU, KtMedium.STORAGE: v.Medium.ST
 _LOCALITY_FROM_KVTIER = {KtLocality.LOCAL: v.Locality.LOCAL, KtLocality.REMOTE: v.Locality.REMOTE}
 _PROBE_NAME = "kvtier.vllm/primary-probe"
 _EVENT_CAPACITY = 1 << 16
+_LOOKUP_PER_KEY = lib.kvtier_manager_lookup_per_key
 
 
 @dataclass
@@ -350,17 +352,21 @@ class KvtierOffloadingManager(v.OffloadingManager):
         return self._lookup_handle(self._probe, key)
 
     def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
-        # Per-call structs, and the manager's guarded call: safe from any
-        # thread, and CLOSED (not a crash) after the manager is closed.
-        data, length = key_buffer(key)
-        c_key = ffi.new("kvtier_key *")
-        c_key.data = data
-        c_key.len = length
-        answer = ffi.new("kvtier_lookup_answer *")
-        status = self._m._call(lib.kvtier_manager_lookup_per_key, handle, c_key, 1, answer)
-        if status:
-            check(status, "kvtier_manager_lookup_per_key")
-        return _HIT if answer.hits else _ANSWERS[answer.stop]
+        # This call's own scratch, and the manager's guarded call: safe
+        # from any thread, and CLOSED (not a crash) after the manager is closed.
+        scratch = acquire()
+        try:
+            c_key = scratch.one_key(key)
+            if c_key is None:
+                data, length = key_buffer(key)
+                c_key = ffi.new("kvtier_key *", (data, length))
+            answer = scratch.answer
+            status = self._m._call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
+            if status:
+                check(status, "kvtier_manager_lookup_per_key")
+            return _HIT if answer.hits else _ANSWERS[answer.stop]
+        finally:
+            release(scratch)
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
         ctx = self._by_name.get(name)
