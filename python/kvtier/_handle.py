@@ -76,8 +76,19 @@ class Handle:
         self._free(ptr)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(handle, *args)`` inside `enter` / `leave`."""
-        ptr = self.enter()
+        """``fn(handle, *args)`` inside `enter` / `leave` (written out here:
+        the calls made once per key come this way)."""
+        with self._lock:
+            if self._closing:
+                raise self._closed_error()
+            self._active += 1
+            ptr = self._ptr
+        if self._turn is None:
+            try:
+                return fn(ptr, *args)
+            finally:
+                self.leave()
+        self._turn.acquire()
         try:
             return fn(ptr, *args)
         finally:

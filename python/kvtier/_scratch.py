@@ -18,7 +18,8 @@ from typing import Any
 from ._ffi import ffi
 from ._keys import MAX_KEY_LEN, KeyArray, key_list
 
-_memmove = ffi.memmove
+# The backend's memmove itself (``ffi.memmove`` wraps it in a Python call).
+_memmove = getattr(ffi, "_backend", ffi).memmove
 _KEEP_CAPACITY = 4096  # larger scratches are dropped after their call
 _KEEP_COUNT = 32  # idle scratches kept
 
@@ -119,6 +120,8 @@ class Scratch:
 
 
 _BYTES = {bytes}
+# Idle scratches; list.pop and list.append are atomic, so a scratch popped
+# is the popping thread's alone.
 _idle: list[Scratch] = []
 
 
