@@ -78,21 +78,37 @@ class Handle:
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(handle, *args)`` inside `enter` / `leave` (written out here:
         the calls made once per key come this way)."""
-        with self._lock:
+        lock = self._lock
+        with lock:
             if self._closing:
                 raise self._closed_error()
             self._active += 1
             ptr = self._ptr
-        if self._turn is None:
-            try:
-                return fn(ptr, *args)
-            finally:
-                self.leave()
-        self._turn.acquire()
+        turn = self._turn
+        if turn is not None:
+            turn.acquire()
         try:
             return fn(ptr, *args)
         finally:
-            self.leave()
+            if turn is not None:
+                turn.release()
+            with lock:
+                self._active -= 1
+                last_out = not self._active and self._closing
+            if last_out:
+                self._last_out()
+
+    def _last_out(self) -> None:
+        """The last call of a closing handle left: wakes `take`, and frees
+        the handle unless `take` has it."""
+        with self._lock:
+            if self._active or not self._closing:
+                return
+            self._idle.notify_all()
+            if self._ptr is None:
+                return
+            ptr, self._ptr = self._ptr, None
+        self._free(ptr)
 
     def close(self) -> None:
         """Frees the handle now, or when the last call inside leaves."""

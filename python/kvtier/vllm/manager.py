@@ -36,8 +36,8 @@ from typing import Any
 
 from .. import Manager
 from .._ffi import ffi, lib
-from .._keys import key_buffer
-from .._scratch import Scratch, _idle, acquire, release
+from .._keys import MAX_KEY_LEN, key_buffer
+from .._scratch import Scratch, _idle, _memmove, acquire, release
 from ..errors import KeysIgnoredError, KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
@@ -408,10 +408,16 @@ class KvtierOffloadingManager(v.OffloadingManager):
             return self._lookup_handle(state.handle, key)
         start = _monotonic()
         # _lookup_handle, written out: the call made once per key.
-        scratch = _idle.pop() if _idle else Scratch()
         try:
-            c_key = scratch.one_key(key)
-            if c_key is None:
+            scratch = _idle.pop()
+        except IndexError:
+            scratch = Scratch()
+        try:
+            if type(key) is bytes and 0 < len(key) <= MAX_KEY_LEN:
+                c_key = scratch.key
+                _memmove(scratch.key_data, key, len(key))
+                c_key.len = len(key)
+            else:
                 data, length = key_buffer(key)
                 c_key = ffi.new("kvtier_key *", (data, length))
             answer = scratch.answer
