@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._ffi import ffi
-from ._keys import key_buf_bytes
+from ._keys import key_buf_bytes as _key_buf
 from .types import LookupAnswer, LookupResult, MissReason, StoreCompletion, StorePlan
 
 _RESULTS = {int(r): r for r in LookupResult}
@@ -41,15 +41,19 @@ class PlanBuffers:
             self.plan.evicted = self._evicted
 
     def read(self) -> StorePlan:
-        plan = self.plan
-        if plan.refused:
-            return StorePlan([], [], [], refused=True)
-        n_store, n_evicted = plan.store_count, plan.evicted_count
-        return StorePlan(
-            store_indices=list(ffi.unpack(plan.store_indices, n_store)) if n_store else [],
-            slots=list(ffi.unpack(plan.slots, n_store)) if n_store else [],
-            evicted=[key_buf_bytes(plan.evicted[i]) for i in range(n_evicted)],
-        )
+        return read_plan(self.plan)
+
+
+def read_plan(plan: Any) -> StorePlan:
+    """A filled ``kvtier_store_plan *`` as a `StorePlan`."""
+    if plan.refused:
+        return StorePlan([], [], [], refused=True)
+    n_store, n_evicted = plan.store_count, plan.evicted_count
+    return StorePlan(
+        store_indices=ffi.unpack(plan.store_indices, n_store),
+        slots=ffi.unpack(plan.slots, n_store),
+        evicted=[_key_buf(e) for e in plan.evicted[0:n_evicted]] if n_evicted else [],
+    )
 
 
 def completion(c_result: Any) -> StoreCompletion:

@@ -66,21 +66,53 @@ class Handle:
             self._turn.release()
         with self._lock:
             self._active -= 1
-            if self._active:
+            # Only a closing handle has waiters (`take`) or a deferred free.
+            if self._active or not self._closing:
                 return
             self._idle.notify_all()
-            if not self._closing or self._ptr is None:
+            if self._ptr is None:
                 return
             ptr, self._ptr = self._ptr, None
         self._free(ptr)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(handle, *args)`` inside `enter` / `leave`."""
-        ptr = self.enter()
+        """``fn(handle, *args)`` inside `enter` / `leave`, written out here
+        (the calls made once per key come this way; the lock's acquire and
+        release called directly cost half of a ``with`` block)."""
+        lock = self._lock
+        lock.acquire()
+        if self._closing:
+            lock.release()
+            raise self._closed_error()
+        self._active += 1
+        ptr = self._ptr
+        lock.release()
+        turn = self._turn
+        if turn is not None:
+            turn.acquire()
         try:
             return fn(ptr, *args)
         finally:
-            self.leave()
+            if turn is not None:
+                turn.release()
+            lock.acquire()
+            self._active -= 1
+            last_out = not self._active and self._closing
+            lock.release()
+            if last_out:
+                self._last_out()
+
+    def _last_out(self) -> None:
+        """The last call of a closing handle left: wakes `take`, and frees
+        the handle unless `take` has it."""
+        with self._lock:
+            if self._active or not self._closing:
+                return
+            self._idle.notify_all()
+            if self._ptr is None:
+                return
+            ptr, self._ptr = self._ptr, None
+        self._free(ptr)
 
     def close(self) -> None:
         """Frees the handle now, or when the last call inside leaves."""

@@ -97,6 +97,14 @@ def key_bytes(c_key: Any) -> bytes:
     return bytes(ffi.buffer(c_key.data, c_key.len))
 
 
+def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
+    """Copies of the first `n` entries of a ``kvtier_key *`` as ``bytes``."""
+    if not n:
+        return []
+    buffer = ffi.buffer
+    return [buffer(k.data, k.len)[:] for k in c_keys[0:n]]
+
+
 def key_buf_bytes(c_key_buf: Any) -> bytes:
     """A copy of a ``kvtier_key_buf`` as ``bytes``."""
     return bytes(ffi.buffer(c_key_buf.bytes, c_key_buf.len))

@@ -13,10 +13,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._calls import PlanBuffers, completion, lookup_answer, positions_array
+from ._calls import completion, lookup_answer, read_plan
 from ._ffi import CONSTANTS, ffi, lib
 from ._keys import key_array
 from ._handle import Handle
+from ._scratch import acquire, release
 from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import (
     Event,
@@ -288,45 +289,68 @@ class Manager:
         return self._lookup(lib.kvtier_manager_lookup_per_key, "kvtier_manager_lookup_per_key", request, keys)
 
     def _lookup(self, fn: Any, name: str, request: int, keys: Sequence[bytes]) -> LookupAnswer:
-        array = key_array(keys)
-        answer = ffi.new("kvtier_lookup_answer *")  # per call: threads share the manager
-        check(self._call(fn, request, array.ptr, array.len, answer), name)
-        return lookup_answer(answer)
+        scratch = acquire()  # this call's own buffers: threads share the manager
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            check(self._call(fn, request, ptr, n, scratch.answer), name)
+            return lookup_answer(scratch.answer)
+        finally:
+            release(scratch)
 
     def prepare_load(self, request: int, keys: Sequence[bytes]) -> list[int]:
         """Pins ready `keys` for a load to the GPU; their slots, in key order."""
-        array = key_array(keys)
-        slots = ffi.new("uint32_t[]", max(array.len, 1))
-        check(self._call(lib.kvtier_manager_prepare_load, request, array.ptr, array.len, slots), "kvtier_manager_prepare_load")
-        return list(ffi.unpack(slots, array.len))
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            slots = scratch.u32
+            check(self._call(lib.kvtier_manager_prepare_load, request, ptr, n, slots), "kvtier_manager_prepare_load")
+            return ffi.unpack(slots, n)
+        finally:
+            release(scratch)
+
+    def _keys_call(self, fn: Any, name: str, request: int, keys: Sequence[bytes]) -> None:
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            check(self._call(fn, request, ptr, n), name)
+        finally:
+            release(scratch)
 
     def complete_load(self, request: int, keys: Sequence[bytes]) -> None:
         """Unpins `keys` after their load finished."""
-        array = key_array(keys)
-        check(self._call(lib.kvtier_manager_complete_load, request, array.ptr, array.len), "kvtier_manager_complete_load")
+        self._keys_call(lib.kvtier_manager_complete_load, "kvtier_manager_complete_load", request, keys)
 
     def touch(self, request: int, keys: Sequence[bytes]) -> None:
         """Marks `keys` recently used in every tier."""
-        array = key_array(keys)
-        check(self._call(lib.kvtier_manager_touch, request, array.ptr, array.len), "kvtier_manager_touch")
+        self._keys_call(lib.kvtier_manager_touch, "kvtier_manager_touch", request, keys)
 
     def set_positions(self, request: int, keys: Sequence[bytes], positions: Sequence[int]) -> None:
         """Gives `keys` of `request` their end-token positions."""
-        array = key_array(keys)
-        positions = list(positions)
-        if array.len != len(positions):
-            raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
-        check(
-            self._call(lib.kvtier_manager_set_positions, request, array.ptr, array.len, positions_array(positions)),
-            "kvtier_manager_set_positions",
-        )
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            positions = list(positions)
+            if n != len(positions):
+                raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
+            c_positions = scratch.u64
+            c_positions[0:n] = positions
+            check(
+                self._call(lib.kvtier_manager_set_positions, request, ptr, n, c_positions),
+                "kvtier_manager_set_positions",
+            )
+        finally:
+            release(scratch)
 
     def prepare_store(self, request: int, keys: Sequence[bytes]) -> StorePlan:
         """Plans a store of `keys` into the primary tier."""
-        array = key_array(keys)
-        buffers = PlanBuffers(array.len)
-        check(self._call(lib.kvtier_manager_prepare_store, request, array.ptr, array.len, buffers.plan), "kvtier_manager_prepare_store")
-        return buffers.read()
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            plan = scratch.plan
+            check(self._call(lib.kvtier_manager_prepare_store, request, ptr, n, plan), "kvtier_manager_prepare_store")
+            return read_plan(plan)
+        finally:
+            release(scratch)
 
     def request_state(self, request: int) -> RequestState:
         """Where handle `request` stands (`RequestState`); changes nothing."""
@@ -338,11 +362,15 @@ class Manager:
         """Finishes (part of) `request`'s store of `keys`.  Raises
         `KeysIgnoredError` (carrying the completion) when a key named was not
         the request's to complete, or it had no store in flight."""
-        array = key_array(keys)
-        result = ffi.new("kvtier_store_completion *")
-        status = self._call(lib.kvtier_manager_complete_store, request, array.ptr, array.len, success, result)
-        check_completion(status, "kvtier_manager_complete_store", lambda: completion(result))
-        return completion(result)
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            result = scratch.completion
+            status = self._call(lib.kvtier_manager_complete_store, request, ptr, n, success, result)
+            check_completion(status, "kvtier_manager_complete_store", lambda: completion(result))
+            return completion(result)
+        finally:
+            release(scratch)
 
     # -- steps --------------------------------------------------------
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._ffi import CONSTANTS, ffi, lib
-from ._keys import MAX_KEY_LEN, key_array, key_buffer, key_bytes
+from ._keys import MAX_KEY_LEN, key_array, key_buffer, key_bytes, keys_bytes
 from .errors import Status, encode_str
 from .types import EventKind, JobDirection, Locality, LookupResult, Medium, OffloadPolicy
 
@@ -229,7 +229,7 @@ class TierAdapter:
         return Job(
             id=int(c_job.id),
             direction=JobDirection(c_job.direction),
-            keys=[key_bytes(c_job.keys[i]) for i in range(n)],
+            keys=keys_bytes(c_job.keys, n),
             slots=list(ffi.unpack(c_job.slots, n)) if n else [],
             request=TierAdapter._request(c_job.request),
         )
@@ -307,7 +307,7 @@ class TierAdapter:
 
     def _touch(self, _ud: Any, keys: Any, n: int, request: Any) -> int:
         try:
-            self.tier.touch([key_bytes(keys[i]) for i in range(n)], self._request(request))
+            self.tier.touch(keys_bytes(keys, n), self._request(request))
             return _OK
         except BaseException as e:
             return self._failed("touch", e)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._ffi import CONSTANTS, ffi
-from ._keys import key_bytes
+from ._keys import keys_bytes
 
 __all__ = [
     "LookupResult",
@@ -162,7 +162,7 @@ class Event:
 def event_from_c(c_event: Any) -> Event:
     """A copy of one ``kvtier_event``."""
     n = c_event.len
-    keys = [key_bytes(c_event.keys[i]) for i in range(n)] if n else []
+    keys = keys_bytes(c_event.keys, n)
     return Event(
         tier=c_event.tier,
         kind=EventKind(c_event.kind),

@@ -36,7 +36,8 @@ from typing import Any
 
 from .. import Manager
 from .._ffi import ffi, lib
-from .._keys import key_buffer
+from .._keys import MAX_KEY_LEN, key_buffer
+from .._scratch import Scratch, _idle, _memmove, acquire, release
 from ..errors import KeysIgnoredError, KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
@@ -55,6 +56,8 @@ _MEDIUM_FROM_KVTIER = {KtMedium.CPU: v.Medium.CPU, KtMedium.STORAGE: v.Medium.ST
 _LOCALITY_FROM_KVTIER = {KtLocality.LOCAL: v.Locality.LOCAL, KtLocality.REMOTE: v.Locality.REMOTE}
 _PROBE_NAME = "kvtier.vllm/primary-probe"
 _EVENT_CAPACITY = 1 << 16
+_LOOKUP_PER_KEY = lib.kvtier_manager_lookup_per_key
+_monotonic = time.monotonic
 
 
 @dataclass
@@ -361,17 +364,21 @@ class KvtierOffloadingManager(v.OffloadingManager):
         return self._lookup_handle(self._probe, key)
 
     def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
-        # Per-call structs, and the manager's guarded call: safe from any
-        # thread, and CLOSED (not a crash) after the manager is closed.
-        data, length = key_buffer(key)
-        c_key = ffi.new("kvtier_key *")
-        c_key.data = data
-        c_key.len = length
-        answer = ffi.new("kvtier_lookup_answer *")
-        status = self._m._call(lib.kvtier_manager_lookup_per_key, handle, c_key, 1, answer)
-        if status:
-            check(status, "kvtier_manager_lookup_per_key")
-        return _HIT if answer.hits else _ANSWERS[answer.stop]
+        # This call's own scratch, and the manager's guarded call: safe
+        # from any thread, and CLOSED (not a crash) after the manager is closed.
+        scratch = acquire()
+        try:
+            c_key = scratch.one_key(key)
+            if c_key is None:
+                data, length = key_buffer(key)
+                c_key = ffi.new("kvtier_key *", (data, length))
+            answer = scratch.answer
+            status = self._m._call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
+            if status:
+                check(status, "kvtier_manager_lookup_per_key")
+            return _HIT if answer.hits else _ANSWERS[answer.stop]
+        finally:
+            release(scratch)
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
         ctx = self._by_name.get(name)
@@ -405,15 +412,36 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._reqs.get(req_context.req_id)
         if state is None:
             state = self._begin(req_context)
-        self._positions_before_lookup(state, req_context, key)
+        recorded = getattr(req_context, "_offload_key_positions", None)
+        if recorded is None or recorded:  # positions recorded on the context
+            self._positions_before_lookup(state, req_context, key)
         if not self._metrics.tiering:
             return self._lookup_handle(state.handle, key)
-        start = time.monotonic()
-        answer = self._lookup_handle(state.handle, key)
+        start = _monotonic()
+        # _lookup_handle, written out: the call made once per key.
+        try:
+            scratch = _idle.pop()
+        except IndexError:
+            scratch = Scratch()
+        try:
+            if type(key) is bytes and 0 < len(key) <= MAX_KEY_LEN:
+                c_key = scratch.key
+                _memmove(scratch.key_data, key, len(key))
+                c_key.len = len(key)
+            else:
+                data, length = key_buffer(key)
+                c_key = ffi.new("kvtier_key *", (data, length))
+            answer = scratch.answer
+            status = self._m._call(_LOOKUP_PER_KEY, state.handle, c_key, 1, answer)
+            if status:
+                check(status, "kvtier_manager_lookup_per_key")
+            result = _HIT if answer.hits else _ANSWERS[answer.stop]
+        finally:
+            release(scratch)
         # The primary tier answers every lookup at once (vLLM's sync delay
         # of tier 0); the secondary tiers' answers are timed by their adapters.
-        self._metrics.observe_lookup(PRIMARY_LABEL, time.monotonic() - start)
-        return answer
+        self._metrics.observe_lookup(PRIMARY_LABEL, _monotonic() - start)
+        return result
 
     def get_load_source(self, key: bytes, req_context: Any) -> Any:
         sources = self._load_sources.get(req_context.req_id)

@@ -1,0 +1,139 @@
+"""Reusable C buffers for the calls made once per key or per step.
+
+A `Scratch` holds what one call passes to the C API and reads back: a
+``kvtier_key`` with room for one key, a ``kvtier_key[]`` over one packed
+byte array, and the answer structs and output arrays the calls fill.
+`acquire` hands one out to a single caller, who gives it back with
+`release` once the call's answer is read (in a ``finally``): a scratch is
+never shared, never used after its release, and a call made inside a
+call (a tier callback calling the manager, another thread) takes another
+one.  Building a ``kvtier_key[]`` per call costs a cffi object and a
+pointer per key; filling a scratch costs one ``bytes.join`` and one copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._ffi import ffi
+from ._keys import MAX_KEY_LEN, KeyArray, key_list
+
+# The backend's memmove itself (``ffi.memmove`` wraps it in a Python call).
+_memmove = getattr(ffi, "_backend", ffi).memmove
+_KEEP_CAPACITY = 4096  # larger scratches are dropped after their call
+_KEEP_COUNT = 32  # idle scratches kept
+
+
+class Scratch:
+    """The buffers of one call (see the module's documentation)."""
+
+    __slots__ = (
+        "key",
+        "key_data",
+        "answer",
+        "completion",
+        "plan",
+        "capacity",
+        "key_len",
+        "data",
+        "keys",
+        "u32",
+        "u64",
+        "_indices",
+        "_evicted",
+    )
+
+    def __init__(self) -> None:
+        self.key_data = ffi.new("uint8_t[]", MAX_KEY_LEN)
+        self.key = ffi.new("kvtier_key *")
+        self.key.data = self.key_data
+        self.answer = ffi.new("kvtier_lookup_answer *")
+        self.completion = ffi.new("kvtier_store_completion *")
+        self.plan = ffi.new("kvtier_store_plan *")
+        self.capacity = 0
+        self.key_len = 0
+        self.data = self.keys = self.u32 = self.u64 = None
+        self._indices = self._evicted = None
+
+    def one_key(self, key: Any) -> Any:
+        """A ``kvtier_key *`` for a ``bytes`` key of 1 to 64 bytes (copied
+        into this scratch), or None for anything else."""
+        if type(key) is bytes:
+            n = len(key)
+            if 0 < n <= MAX_KEY_LEN:
+                _memmove(self.key_data, key, n)
+                self.key.len = n
+                return self.key
+        return None
+
+    def reserve(self, n: int) -> None:
+        """Room for `n` entries in every array."""
+        if n <= self.capacity:
+            return
+        capacity = max(16, self.capacity)
+        while capacity < n:
+            capacity *= 2
+        self.capacity = capacity
+        self.data = ffi.new("uint8_t[]", capacity * MAX_KEY_LEN)
+        self.keys = ffi.new("kvtier_key[]", capacity)
+        self.key_len = 0
+        self.u32 = ffi.new("uint32_t[]", capacity)
+        self.u64 = ffi.new("uint64_t[]", capacity)
+        self._indices = ffi.new("size_t[]", capacity)
+        self._evicted = ffi.new("kvtier_key_buf[]", capacity)
+        plan = self.plan
+        plan.store_indices = self._indices
+        plan.slots = self.u32
+        plan.evicted = self._evicted
+
+    def _lay_out(self, key_len: int) -> None:
+        # Entry i covers bytes [i * key_len, (i + 1) * key_len) of `data`.
+        keys, data = self.keys, self.data
+        for i in range(self.capacity):
+            entry = keys[i]
+            entry.data = data + i * key_len
+            entry.len = key_len
+        self.key_len = key_len
+
+    def key_array(self, keys: Any) -> tuple[Any, int, Any]:
+        """`keys` as a ``kvtier_key[]``: the pointer, the count, and what
+        keeps it alive (None: this scratch).  Keys that are all ``bytes``
+        of one length are copied into this scratch in one go; any other
+        keys are read in place (`KeyArray`, and its errors); every array
+        has room for the keys either way."""
+        keys = key_list(keys)
+        n = len(keys)
+        self.reserve(max(n, 1))
+        if n:
+            first = keys[0]
+            if type(first) is bytes:
+                key_len = len(first)
+                if 0 < key_len <= MAX_KEY_LEN and (
+                    n == 1 or (set(map(type, keys)) == _BYTES and set(map(len, keys)) == {key_len})
+                ):
+                    if key_len != self.key_len:
+                        self._lay_out(key_len)
+                    _memmove(self.data, b"".join(keys), n * key_len)
+                    return self.keys, n, None
+        array = KeyArray(keys)
+        return array.ptr, array.len, array
+
+
+_BYTES = {bytes}
+# Idle scratches; list.pop and list.append are atomic, so a scratch popped
+# is the popping thread's alone.
+_idle: list[Scratch] = []
+
+
+def acquire() -> Scratch:
+    """A scratch for one call, the caller's alone until `release`."""
+    try:
+        return _idle.pop()
+    except IndexError:
+        return Scratch()
+
+
+def release(scratch: Scratch) -> None:
+    """Gives back a scratch once its call's answer is read."""
+    if scratch.capacity <= _KEEP_CAPACITY and len(_idle) < _KEEP_COUNT:
+        _idle.append(scratch)
