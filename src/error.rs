@@ -118,7 +118,7 @@ pub enum Error {
     #[error("keys ignored: {message}")]
     KeysIgnored {
         /// What the completion did with each key named.
-        report: crate::primary::CompleteStoreReport,
+        report: crate::store_report::CompleteStoreReport,
         /// Which keys were left alone, and why.
         message: String,
     },

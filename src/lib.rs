@@ -36,6 +36,7 @@ pub mod region;
 pub mod request;
 pub(crate) mod serde_forms;
 pub mod stats;
+mod store_report;
 pub mod tiering;
 pub mod tiers;
 

@@ -84,29 +84,9 @@ pub enum StoreOutcome {
     Refused,
 }
 
-/// What `complete_store` did with its keys.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompleteStoreReport {
-    /// Write-pending keys that became ready (success).
-    pub ready: usize,
-    /// Write-pending keys dropped and their slots freed (failure).
-    pub dropped: usize,
-    /// Absent keys ignored (late completions).
-    pub ignored: usize,
-    /// Keys write pending for another writer (another request, or a
-    /// promotion), left alone.
-    pub foreign: usize,
-    /// Keys already ready, left alone.
-    pub already_ready: usize,
-}
+pub use crate::store_report::CompleteStoreReport;
 
 impl CompleteStoreReport {
-    /// Keys named that the completion left alone: absent, written by
-    /// another writer, or already ready.
-    pub fn left_alone(&self) -> usize {
-        self.ignored + self.foreign + self.already_ready
-    }
-
     /// The answer of `request`'s store completion, the one rule of the
     /// manager's and the primary tier's: the report when every key named
     /// was acted on, else [`Error::KeysIgnored`] carrying it (the keys
