@@ -81,7 +81,7 @@ impl State {
             } else {
                 MissReason::NoRoom
             };
-            return Ok(self.ends_at(hits, hits, 0, LookupResult::Miss, reason));
+            return Ok(self.miss_after_hits(hits, reason));
         }
         let limit = n.min(cap);
         let mut found = std::mem::take(&mut self.found);
@@ -214,23 +214,17 @@ impl State {
         })
     }
 
-    /// An answer whose prefix ends at `end` for `reason` before any scan,
-    /// counted: the key at `end` as looked up and missed.
-    fn ends_at(
-        &mut self,
-        hits: usize,
-        end: usize,
-        pending: usize,
-        stop: LookupResult,
-        reason: MissReason,
-    ) -> LookupAnswer {
+    /// The answer whose prefix ends right after its `hits` leading hits,
+    /// for `reason`, before any scan: the key there counted as looked up
+    /// and missed.
+    fn miss_after_hits(&mut self, hits: usize, reason: MissReason) -> LookupAnswer {
         self.c.lookups += 1;
         self.count_miss(reason);
         LookupAnswer {
             hits,
-            pending,
-            end,
-            stop,
+            pending: 0,
+            end: hits,
+            stop: LookupResult::Miss,
             reason: Some(reason),
         }
     }
