@@ -81,7 +81,7 @@ PRIVATE: dict[str, str] = {
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_successful_promotion_finalizes_primary_with_success':
         'restated in tiering/test_public_interface.py as `test_promotion_result_decides_the_primary_slots[success]`',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_take_events_aggregates_tier_owned_events':
-        "restated in tiering/test_public_interface.py as `test_tier_events_follow_the_primary_tiers`, which fails on kvtier (marked): kvtier's manager reports no event a vLLM tier's `take_events` returns",
+        'restated in tiering/test_public_interface.py as `test_tier_events_follow_the_primary_tiers` (vLLM replaces the primary tier\'s private `take_events`)',
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_ref_cnt_protection_during_cascade':
         "restated in tiering/test_public_interface.py as `test_cascade_pins_primary_keys_until_the_tiers_finish` (with tiers whose copies stay outstanding: vLLM's `prepare_store` reads finished jobs first, so with the example tier no store sees the pins)",
     'tests/v1/kv_offload/tiering/test_tiering_offloading.py::TestTieringOffloadingManager::test_promotion_from_secondary[external_unspecified]':

@@ -56,9 +56,11 @@ class _Tiered:
     """A tiering manager over a primary tier of `num_chunks` and one
     in-memory secondary tier (vLLM's example tier)."""
 
-    def __init__(self, num_chunks: int, num_tiers: int = 1):
+    def __init__(self, num_chunks: int, num_tiers: int = 1, enable_events: bool = False):
         region = _region(num_chunks)
-        self.primary = CPUPrimaryTierOffloadingManager(num_chunks=num_chunks, mmap_region=region)
+        self.primary = CPUPrimaryTierOffloadingManager(
+            num_chunks=num_chunks, mmap_region=region, enable_events=enable_events
+        )
         self.tiers = [
             ExampleSecondaryTierManager(
                 offloading_spec=MagicMock(), primary_kv_view=region.create_kv_memoryview(), tier_type="example"
@@ -173,13 +175,6 @@ def test_promotions_across_steps_rank_by_token_position():
 # tier's own methods.
 
 
-def _kvtier_differs(reason: str):
-    """Marks a case whose answer from kvtier's managers differs from vLLM's:
-    an expected failure there (strict: the mark goes when they agree)."""
-    on_kvtier = TieringOffloadingManager.__module__.startswith("kvtier")
-    return pytest.mark.xfail(on_kvtier, reason=reason, strict=True)
-
-
 @pytest.mark.parametrize("succeeded", [True, False], ids=["success", "failure"])
 def test_promotion_result_decides_the_primary_slots(monkeypatch, succeeded):
     """A promotion that succeeded leaves its keys in the primary tier; one
@@ -207,7 +202,6 @@ def test_promotion_result_decides_the_primary_slots(monkeypatch, succeeded):
         assert setup.store([_key(f"n{i}") for i in range(5)], other) == []
 
 
-@_kvtier_differs("kvtier's manager reports no event a vLLM tier's take_events returns")
 def test_tier_events_follow_the_primary_tiers(monkeypatch):
     """take_events gives the primary tier's events, then each secondary
     tier's, in the tiers' order."""
@@ -223,6 +217,25 @@ def test_tier_events_follow_the_primary_tiers(monkeypatch):
     ]
     for tier in setup.tiers:
         tier.take_events.assert_called_once_with()
+
+
+def test_tier_events_follow_the_primary_tiers_own_events(monkeypatch):
+    """With events on, the primary tier's events come first, then each
+    secondary tier's own, unchanged."""
+    setup = _Tiered(5, num_tiers=2, enable_events=True)
+    ctx = ReqContext(req_id="test")
+    setup.manager.on_new_request(ctx)
+    output = setup.manager.prepare_store([_key("1")], ctx)
+    assert output is not None
+    setup.manager.complete_store([_key("1")], ctx, success=True)
+    tier_event = OffloadingEvent([_key("9")], Medium.STORAGE, removed=True)
+    monkeypatch.setattr(setup.tiers[1], "take_events", MagicMock(return_value=[tier_event]))
+    events = list(setup.manager.take_events())
+    assert [(list(e.keys), e.medium, e.removed) for e in events] == [
+        ([_key("1")], Medium.CPU, False),
+        ([_key("9")], Medium.STORAGE, True),
+    ]
+    assert events[-1] is tier_event
 
 
 def test_cascade_pins_primary_keys_until_the_tiers_finish():

@@ -196,10 +196,6 @@ class KvtierOffloadingManager(v.OffloadingManager):
         # tiers this manager runs through the vtable, in tier order (the
         # built-in tiers are kvtier's own, not vLLM objects).
         self.secondary_tiers: list[Any] = [a.vllm_tier for a in self._adapters]
-        self._tier_media = {
-            i + 1: (getattr(a.vllm_tier, "medium", None), getattr(a.vllm_tier, "locality", None), a.vllm_tier.tier_type)
-            for i, a in enumerate(self._adapters)
-        }
 
     @classmethod
     def create(cls, num_chunks: int, **options: Any) -> KvtierOffloadingManager:
@@ -587,13 +583,11 @@ class KvtierOffloadingManager(v.OffloadingManager):
             if event.tier == 0:
                 medium, locality, ownership = self.medium, None, None
             else:
-                medium, locality, ownership = self._tier_media.get(event.tier, (None, None, None))
-                if medium is None:
-                    medium = _MEDIUM_FROM_KVTIER.get(event.medium, v.Medium.STORAGE)
-                if locality is None:
-                    locality = _LOCALITY_FROM_KVTIER.get(event.locality)
-                if ownership is None:
-                    ownership = self._tier_labels[event.tier - 1] if event.tier <= len(self._tier_labels) else str(event.tier)
+                # A built-in tier's: the vLLM tiers' own events never pass
+                # through kvtier's queue (`take_events` yields them as they are).
+                medium = _MEDIUM_FROM_KVTIER.get(event.medium, v.Medium.STORAGE)
+                locality = _LOCALITY_FROM_KVTIER.get(event.locality)
+                ownership = self._tier_labels[event.tier - 1] if event.tier <= len(self._tier_labels) else str(event.tier)
             self._event_buffer.append(
                 v.OffloadingEvent(
                     keys=event.keys,
@@ -618,6 +612,11 @@ class KvtierOffloadingManager(v.OffloadingManager):
                     continue
                 event = replace(event, keys=keys)
             yield event
+        # Then each vLLM tier's own events, unchanged and in tier order, as
+        # vLLM's tiering manager yields them (with events off too: they are
+        # the tier's, not the manager's).
+        for adapter in self._adapters:
+            yield from adapter.vllm_tier.take_events()
 
     def get_stats(self) -> Any:
         return self._metrics.read()

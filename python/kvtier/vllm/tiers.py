@@ -150,13 +150,6 @@ class VllmTierAdapter(Tier):
     def drain(self) -> None:
         self.vllm_tier.drain_jobs()
 
-    def take_events(self) -> Iterable[tuple[kt.EventKind, bytes]]:
-        out: list[tuple[kt.EventKind, bytes]] = []
-        for event in self.vllm_tier.take_events():
-            kind = kt.EventKind.REMOVED if event.removed else kt.EventKind.STORED
-            out.extend((kind, bytes(key)) for key in event.keys)
-        return out
-
     def shutdown(self) -> None:
         self.vllm_tier.shutdown()
 
