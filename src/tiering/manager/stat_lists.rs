@@ -3,8 +3,21 @@
 //! for each secondary tier as named values (listed first in that tier's
 //! statistics).  docs/statistics.md lists every name.
 
+use std::sync::Arc;
+
 use super::State;
 use crate::stats::Stat;
+
+/// One merged statistic, labelled with where it comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagerStat {
+    /// `None` for the manager's own totals, else the tier index (0 primary).
+    pub tier: Option<usize>,
+    /// Name of the tier ("manager", "primary", or the tier's name).
+    pub tier_name: Arc<str>,
+    /// The statistic.
+    pub stat: Stat,
+}
 
 /// The manager's own statistics (besides each tier's, see
 /// [`Manager::tier_stats`](super::Manager::tier_stats)).  Counters are

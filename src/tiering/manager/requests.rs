@@ -1,0 +1,232 @@
+//! A request's calls, from its start to its finish: start, loads to the
+//! GPU, positions, touches, stores into the primary tier and their
+//! completion (which cascades the stored keys), and the finish.  The rules
+//! behind the stores and cascades are in `cascade.rs`; the waits and holds
+//! in `progress.rs` and `holds.rs`.
+
+use std::sync::Arc;
+
+use super::{
+    CompleteStoreReport, Error, Key, Manager, OffloadPolicy, ReqState, Request, RequestId,
+    RequestInfo, RequestParams, Result, StartedRequest, StoreOutcome, StorePlan, progress, report,
+};
+
+impl Manager {
+    /// Starts request `name` (unique among active requests: a name in use
+    /// is [`Error::DuplicateRequest`]): asks every tier for its offload
+    /// policy and answers request-level if any tier wants it.  The
+    /// returned id is the handle every later call of the request takes;
+    /// the name stays the request's label for tiers, events and logs.
+    pub fn on_new_request(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
+        let mut s = self.enter("on_new_request")?;
+        let s = &mut *s;
+        let id = s.names.insert(name)?;
+        if let Err(e) = s.primary.begin_request(id) {
+            let _ = s.names.remove(name);
+            return Err(e);
+        }
+        s.started = true;
+        let info: Request = Arc::new(RequestInfo {
+            name: name.to_string(),
+            params: params.params,
+            user_data: params.user_data,
+            filter: params.filter,
+        });
+        let mut request_level = 0u64;
+        for (i, t) in s.tiers.iter_mut().enumerate() {
+            if t.tier.on_new_request(&info) == OffloadPolicy::RequestLevel {
+                request_level |= 1 << i;
+            }
+        }
+        s.reqs.insert(
+            id,
+            ReqState {
+                id,
+                info,
+                request_level,
+                store_keys_pending: 0,
+                finished: false,
+                parked: Vec::new(),
+                staged: 0,
+                tally: report::RequestTally::default(),
+                progress: progress::RequestProgress::default(),
+            },
+        );
+        let policy = if request_level != 0 {
+            OffloadPolicy::RequestLevel
+        } else {
+            OffloadPolicy::BlockLevel
+        };
+        Ok(StartedRequest { id, policy })
+    }
+
+    /// Pins `keys` (all ready) for a load to the GPU; `slots_out` gets
+    /// their slots in key order.
+    pub fn prepare_load(
+        &self,
+        request: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        let mut s = self.enter("prepare_load")?;
+        s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
+        s.poll_gated(&self.queue);
+        s.primary.prepare_load(request, keys, slots_out)?;
+        s.on_loaded(request, keys.len(), |j| keys[j].as_bytes());
+        Ok(())
+    }
+
+    /// [0.33] Gives keys of active `request` their token positions in the
+    /// primary tier: `positions[i]` is the end-token position of the block
+    /// of `keys[i]`; a later position replaces an earlier one.  Callable
+    /// before the request's first call or between its calls.  See
+    /// [`PrimaryTier::set_positions`](crate::primary::PrimaryTier::set_positions):
+    /// with lru an active request's keys rank by position, tail evicted
+    /// before head, and its finish commits them head to tail by position.
+    /// Errors, nothing changed: unknown request, slices of different
+    /// lengths, a key too short for its group index (KV groups on).
+    pub fn set_positions(&self, request: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        let mut s = self.enter("set_positions")?;
+        s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
+        s.primary.set_positions(request, keys, positions)
+    }
+
+    /// Marks `keys` recently used in the primary tier and every secondary tier.
+    pub fn touch(&self, request: RequestId, keys: &[Key]) -> Result<()> {
+        let mut s = self.enter("touch")?;
+        let s = &mut *s;
+        s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
+        s.primary.touch(request, keys)?;
+        if !s.tiers.is_empty() {
+            let info = &s.reqs[&request].info;
+            for t in &mut s.tiers {
+                t.tier.touch(keys, info);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unpins `keys` after a load to the GPU.
+    ///
+    /// [0.33] As in vLLM, the load may complete after the request finished
+    /// (an aborted request whose load was in flight): the handle of a
+    /// request that finished with keys its [`Manager::prepare_load`] pinned
+    /// still pinned stays valid here, for those pins alone (any other key
+    /// is an error, nothing changed), until the last is released or the
+    /// cache is reset; every other call takes it as unknown.  A pin of
+    /// it that other requests' unpins took is not released again (see
+    /// [`PrimaryTier::complete_load`](crate::primary::PrimaryTier::complete_load)).
+    pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
+        let mut s = self.enter("complete_load")?;
+        // The primary tier knows both the active requests and the finished
+        // ones whose loads still hold pins.
+        s.check_keys(keys.len(), |j| &keys[j])?;
+        s.primary.complete_load(request, keys).map_err(|e| match e {
+            Error::UnknownRequest(_) => s.unknown_request(request),
+            other => other,
+        })
+    }
+
+    /// Plans a store of `keys` into the primary tier (always polling first),
+    /// and cascades the request's already resident ready keys to the tiers
+    /// that asked for request-level offload (write-pending ones are parked).
+    /// The keys to store are write pending for `request`: only its own
+    /// [`Manager::complete_store`] finishes them.
+    pub fn prepare_store(
+        &self,
+        request: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        let mut s = self.enter("prepare_store")?;
+        let s = &mut *s;
+        let rid = s.active(request)?;
+        s.check_keys(keys.len(), |j| &keys[j])?;
+        let _ = s.poll_now(&self.queue);
+        s.gate_spent = true;
+        let outcome = s.primary.prepare_store(rid, keys, plan)?;
+        if outcome == StoreOutcome::Refused {
+            s.c.store_refusals += 1;
+            return Ok(outcome);
+        }
+        let Some(st) = s.reqs.get_mut(&rid) else {
+            return Ok(outcome);
+        };
+        st.store_keys_pending += plan.slots.len() as u64;
+        if st.request_level != 0 {
+            s.cascade_resident(rid, keys, plan);
+        }
+        Ok(outcome)
+    }
+
+    /// Finishes (part of) `request`'s store of `keys` into the primary
+    /// tier: only the keys its own `prepare_store` planned, and that are
+    /// still write pending for it, become ready (success) or are dropped
+    /// (failure); every other key named (another request's, a promotion's,
+    /// a ready or an absent key) is left alone and counted in the primary
+    /// tier's stats and in the report.  On success the keys it made ready
+    /// cascade to every secondary tier.  A plan may be completed in several
+    /// calls: the request has a store in flight, and is not finalized,
+    /// until every key it planned was completed.  The request may already
+    /// be finished (not yet finalized).
+    ///
+    /// The report comes back as `Ok` only when every key named was acted
+    /// on.  A key left alone makes the answer [`Error::KeysIgnored`],
+    /// carrying the report (the rest of the keys were completed all the
+    /// same; see [`CompleteStoreReport::checked`]).  A completion for a
+    /// request with no store in flight (after a reset) is counted
+    /// (`ignored_store_completions`) and ignored: every key it names is
+    /// left alone, [`Error::KeysIgnored`] with an all-zero report (none
+    /// named: the all-zero report).
+    pub fn complete_store(
+        &self,
+        request: RequestId,
+        keys: &[Key],
+        success: bool,
+    ) -> Result<CompleteStoreReport> {
+        let mut s = self.enter("complete_store")?;
+        let s = &mut *s;
+        let rid = request;
+        if !s.reqs.contains_key(&rid) {
+            return Err(s.unknown_request(rid));
+        }
+        s.check_keys(keys.len(), |j| &keys[j])?;
+        let Some(st) = s.reqs.get_mut(&rid) else {
+            return Err(Error::UnknownRequest(rid.to_string()));
+        };
+        if st.store_keys_pending == 0 {
+            s.c.ignored_store_completions += 1;
+            return CompleteStoreReport::nothing_in_flight(rid, keys.len());
+        }
+        let info = st.info.clone();
+        let report = s.complete_and_cascade(rid, keys, success, &info);
+        if let Some(st) = s.reqs.get_mut(&rid) {
+            let done = (report.ready + report.dropped) as u64;
+            st.store_keys_pending = st.store_keys_pending.saturating_sub(done);
+            st.tally.on_store(&report);
+        }
+        s.maybe_finalize(rid);
+        report.checked(rid)
+    }
+
+    /// Marks `request` finished; its state goes (and tiers hear of it) once
+    /// no store is in flight, no key is parked and no promotion is staged.
+    /// Its handle is then unknown to every call (but
+    /// [`Manager::complete_load`] of keys its loads still pin); its name
+    /// may be reused.
+    pub fn on_request_finished(&self, request: RequestId) -> Result<()> {
+        let mut s = self.enter("on_request_finished")?;
+        let rid = s.active(request)?;
+        s.primary.on_request_finished(rid)?;
+        s.forget_holds(rid);
+        s.end_wait(rid);
+        if let Some(st) = s.reqs.get_mut(&rid) {
+            st.finished = true;
+        }
+        s.maybe_finalize(rid);
+        Ok(())
+    }
+}
