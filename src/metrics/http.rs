@@ -3,9 +3,7 @@
 //! `Content-Length` and `Connection: close`).  No I/O here; the server
 //! (`server.rs`) reads and writes.
 
-use std::sync::Weak;
-
-use crate::tiering::Manager;
+use crate::error::Result;
 
 /// The `Content-Type` of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -86,12 +84,15 @@ pub(crate) fn parse(head: &[u8]) -> Request {
     }
 }
 
-/// The bytes of the response to `request` (the metrics read from
-/// `manager` now, if it asks for them).
-pub(crate) fn respond(request: Request, manager: &Weak<Manager>) -> Vec<u8> {
+/// The bytes of the response to `request`; `metrics` reads the text now,
+/// if the request asks for it (`None`: what it reads is gone).
+pub(crate) fn respond(
+    request: Request,
+    metrics: impl FnOnce() -> Option<Result<String>>,
+) -> Vec<u8> {
     const PLAIN: &str = "text/plain; charset=utf-8";
     let (status, content_type, text) = match request.answer {
-        Answer::Metrics => match manager.upgrade().map(|m| m.prometheus_text()) {
+        Answer::Metrics => match metrics() {
             Some(Ok(text)) => ("200 OK", CONTENT_TYPE, text),
             Some(Err(e)) => (
                 "503 Service Unavailable",
@@ -214,7 +215,7 @@ mod tests {
     }
 
     fn text(request: Request) -> String {
-        String::from_utf8(respond(request, &Weak::new())).unwrap()
+        String::from_utf8(respond(request, || None)).unwrap()
     }
 
     #[test]

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use super::http::{self, Answer, Request};
 use crate::error::{Error, Result};
-use crate::tiering::Manager;
 
 pub use super::http::CONTENT_TYPE;
 
@@ -55,6 +54,17 @@ pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Most connections accepted in one round (so a flood of new connections
 /// cannot starve the ones being answered).
 const ACCEPTS_PER_ROUND: usize = 64;
+
+/// What a [`MetricsServer`] serves: the Prometheus text of a
+/// [`Manager`](crate::tiering::Manager) (its
+/// [`prometheus_text`](crate::tiering::Manager::prometheus_text)), read at
+/// each scrape.  The endpoint knows its source only through this trait,
+/// so the statistics it serves come from the layer above it.
+pub trait MetricsSource: Send + Sync {
+    /// Every statistic in the Prometheus text format, now; an error is
+    /// answered 503 with its text.
+    fn prometheus_text(&self) -> Result<String>;
+}
 
 /// A running `/metrics` endpoint; dropping it stops it.
 pub struct MetricsServer {
@@ -101,7 +111,10 @@ impl MetricsServer {
     /// metrics from a thread of its own until dropped.  An address that
     /// cannot be listened on (in use, not this host's, not permitted) is
     /// an error naming it, and nothing keeps running.
-    pub fn start(listen: &str, manager: &Arc<Manager>) -> Result<MetricsServer> {
+    pub fn start<S: MetricsSource + 'static>(
+        listen: &str,
+        manager: &Arc<S>,
+    ) -> Result<MetricsServer> {
         let address = parse_listen(listen)?;
         let listener = TcpListener::bind(address).map_err(|e| {
             Error::InvalidArgument(format!("metrics.listen: cannot listen on {address}: {e}"))
@@ -116,7 +129,8 @@ impl MetricsServer {
         woken
             .set_nonblocking(true)
             .map_err(io_error("making the metrics wake-up non-blocking"))?;
-        let endpoint = Endpoint::new(listener, woken, Arc::downgrade(manager));
+        let source: Weak<S> = Arc::downgrade(manager);
+        let endpoint = Endpoint::new(listener, woken, source);
         let thread = std::thread::Builder::new()
             .name("kvtier-metrics".into())
             .spawn(move || endpoint.run())
@@ -149,7 +163,7 @@ struct Endpoint {
     listener: TcpListener,
     /// Readable (end of file) once the [`MetricsServer`] is dropped.
     woken: UnixStream,
-    manager: Weak<Manager>,
+    manager: Weak<dyn MetricsSource>,
     connections: Vec<Connection>,
     /// Accepting pauses until then after running out of descriptors.
     paused_until: Option<Instant>,
@@ -181,7 +195,7 @@ fn pollfd(fd: i32, events: i16) -> libc::pollfd {
 }
 
 impl Endpoint {
-    fn new(listener: TcpListener, woken: UnixStream, manager: Weak<Manager>) -> Endpoint {
+    fn new(listener: TcpListener, woken: UnixStream, manager: Weak<dyn MetricsSource>) -> Endpoint {
         Endpoint {
             listener,
             woken,
@@ -303,14 +317,17 @@ impl Endpoint {
 impl Connection {
     /// Reads or writes what the socket allows now; false when the
     /// connection is done with (answered, closed by the client, failed).
-    fn progress(&mut self, manager: &Weak<Manager>, now: Instant) -> bool {
+    fn progress(&mut self, manager: &Weak<dyn MetricsSource>, now: Instant) -> bool {
         if let State::Reading(head) = &mut self.state {
             let request = match read_head(&mut self.stream, head) {
                 Ok(Some(request)) => request,
                 Ok(None) => return true,
                 Err(()) => return false,
             };
-            self.state = State::Writing(http::respond(request, manager), 0);
+            self.state = State::Writing(
+                http::respond(request, || manager.upgrade().map(|m| m.prometheus_text())),
+                0,
+            );
             self.deadline = now + WRITE_TIMEOUT;
         }
         let State::Writing(out, sent) = &mut self.state else {
@@ -364,6 +381,17 @@ fn read_head(
 mod tests {
     use super::*;
 
+    /// A source already gone (a dropped manager's place).
+    fn gone() -> Weak<dyn MetricsSource> {
+        struct Never;
+        impl MetricsSource for Never {
+            fn prometheus_text(&self) -> Result<String> {
+                Ok(String::new())
+            }
+        }
+        Weak::<Never>::new()
+    }
+
     /// What /proc says descriptor `fd` of this process is.
     fn fd_target(fd: i32) -> Option<std::path::PathBuf> {
         std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
@@ -376,7 +404,7 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let (wake, woken) = UnixStream::pair().unwrap();
         woken.set_nonblocking(true).unwrap();
-        let mut endpoint = Endpoint::new(listener, woken, Weak::new());
+        let mut endpoint = Endpoint::new(listener, woken, gone());
         let mut client = TcpStream::connect(address).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while endpoint.connections.is_empty() && Instant::now() < deadline {
@@ -389,7 +417,7 @@ mod tests {
         c.state = State::Writing(vec![b'x'; big], 0);
         let cut = Instant::now() + WRITE_TIMEOUT;
         c.deadline = cut;
-        assert!(c.progress(&Weak::new(), Instant::now()), "the rest waits");
+        assert!(c.progress(&gone(), Instant::now()), "the rest waits");
         let fd = c.stream.as_raw_fd();
         let socket = fd_target(fd).unwrap();
         let serving = std::thread::spawn(move || endpoint.run());

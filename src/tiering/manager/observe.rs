@@ -381,6 +381,13 @@ impl Manager {
     }
 }
 
+/// What the `/metrics` endpoint serves: [`Manager::prometheus_text`].
+impl crate::metrics::server::MetricsSource for Manager {
+    fn prometheus_text(&self) -> Result<String> {
+        Manager::prometheus_text(self)
+    }
+}
+
 /// The medium and locality of tier `t` (0: the primary tier, CPU memory on
 /// this host).
 fn tier_traits(tiers: &[super::TierEntry], t: usize) -> (Option<Medium>, Option<Locality>) {
