@@ -12,7 +12,7 @@
 //! never candidates); the lists grow to hold them.
 
 use super::huge;
-use super::index::prefetch_read;
+use super::prefetch::prefetch_read;
 use crate::error::Result;
 use crate::fallible;
 

@@ -81,6 +81,7 @@ mod policy;
 #[cfg(test)]
 mod position_tests;
 mod positions;
+mod prefetch;
 mod reorder;
 mod requests;
 mod slots;

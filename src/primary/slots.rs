@@ -14,8 +14,9 @@ use foldhash::fast::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
 use super::huge;
-use super::index::{READ_AHEAD, TagIndex, prefetch_addr};
+use super::index::{READ_AHEAD, TagIndex};
 use super::lists::NIL;
+use super::prefetch::prefetch_addr;
 use crate::error::Result;
 use crate::key::{Key, KeyBytes};
 
