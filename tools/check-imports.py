@@ -30,6 +30,7 @@ script can guard a build); --quiet prints only the circles.
 import argparse
 import os
 import re
+import signal
 import sys
 from collections import defaultdict
 
@@ -419,6 +420,7 @@ def parent_child(modules, edges, include_test):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--src", default=os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "src"))
