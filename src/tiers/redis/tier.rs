@@ -1,9 +1,11 @@
 //! The redis tier itself: [`RedisTier`] (see the module above for how it
-//! behaves).
+//! behaves).  Here the tier, its submissions and its `SecondaryTier`
+//! calls; in `tier/` what it knows about keys (`known.rs`), its circuit
+//! breaker (`breaker.rs`) and how it takes in what the workers did
+//! (`collect.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -17,37 +19,23 @@ use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
-use crate::tiering::{
-    DEFAULT_TIER_EVENT_CAPACITY, Direction, JobRef, JobResult, SecondaryTier, TierLookup,
-};
+use crate::tiering::{DEFAULT_TIER_EVENT_CAPACITY, JobRef, JobResult, SecondaryTier, TierLookup};
 
 use super::config::RedisTierConfig;
 use super::conn::Endpoint;
 use super::outcome::Cause;
 use super::report::Reporter;
-use super::worker::{Done, JobDone, QueueState, Shared, Task, WorkerCtx};
+use super::worker::{Done, QueueState, Shared, Task, WorkerCtx};
+
+mod breaker;
+mod collect;
+mod known;
+
+use breaker::Breaker;
+use known::Known;
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
-
-/// What this instance knows about a key in Redis.
-#[derive(Clone, Copy)]
-struct Known {
-    /// When the value expires (TTL), if it does.
-    expires: Option<Instant>,
-    /// When this instance learnt of it (matches its entry in `order`).
-    since: Instant,
-    /// Whether this instance announced it with a "stored" event.
-    announced: bool,
-}
-
-/// The circuit breaker, kept on the caller's side; workers only read the flag.
-#[derive(Default)]
-struct Breaker {
-    consecutive: u32,
-    open_since: Option<Instant>,
-    probe_in_flight: bool,
-}
 
 /// Counters since creation.
 #[derive(Default)]
@@ -202,11 +190,6 @@ impl RedisTier {
         })
     }
 
-    /// Whether the circuit breaker is open (work is not being sent).
-    pub fn breaker_open(&self) -> bool {
-        self.breaker.open_since.is_some()
-    }
-
     fn enqueue(&self, task: Task, front: bool) {
         let mut st = self.shared.state.lock();
         if front {
@@ -218,246 +201,6 @@ impl RedisTier {
         self.shared.work.notify_one();
     }
 
-    /// Applies every report the workers have sent, without waiting.
-    fn collect(&mut self) {
-        while let Ok(d) = self.done_rx.try_recv() {
-            self.apply(d);
-        }
-        let n = self.shared.connect_failures.load(Ordering::Acquire);
-        if n > self.connect_failures_seen {
-            let cause = Cause::ALL
-                .get(self.shared.last_connect_cause.load(Ordering::Relaxed))
-                .copied()
-                .unwrap_or(Cause::Other);
-            self.reporter
-                .connect_failed(&self.nodes, n - self.connect_failures_seen, cause);
-            self.connect_failures_seen = n;
-        }
-    }
-
-    fn record_failure(&mut self, cause: Cause) {
-        self.counters.failures[cause.index()] += 1;
-        if !cause.counts_for_breaker() {
-            return;
-        }
-        self.breaker.consecutive = self.breaker.consecutive.saturating_add(1);
-        if self.breaker.open_since.is_none() && self.breaker.consecutive >= self.breaker_failures {
-            self.breaker.open_since = Some(Instant::now());
-            self.shared.breaker_open.store(true, Ordering::Release);
-            self.counters.breaker_opens += 1;
-            self.reporter.note(format!(
-                "circuit breaker opened after {} failures in a row; lookups answer MISS and transfers fail at once until a probe succeeds",
-                self.breaker.consecutive
-            ));
-        }
-    }
-
-    /// Queues an event; false if it was dropped (the queue is full,
-    /// counted) or events are off.
-    fn emit(&mut self, kind: EventKind, key: Key) -> bool {
-        self.events.push(kind, key)
-    }
-
-    /// A task went through.  While the breaker is open this changes
-    /// nothing: the task may have been sent before the failures that opened
-    /// it, and only a probe closes the breaker.
-    fn record_success(&mut self) {
-        if self.breaker.open_since.is_none() {
-            self.breaker.consecutive = 0;
-        }
-    }
-
-    fn close_breaker(&mut self) {
-        self.breaker.consecutive = 0;
-        if self.breaker.open_since.take().is_some() {
-            self.shared.breaker_open.store(false, Ordering::Release);
-            self.counters.breaker_closes += 1;
-        }
-    }
-
-    /// Sends a probe if the breaker has been open for its cooldown.
-    fn maybe_probe(&mut self) {
-        if self.closed || self.breaker.probe_in_flight {
-            return;
-        }
-        if let Some(since) = self.breaker.open_since
-            && since.elapsed() >= self.breaker_cooldown
-        {
-            self.breaker.probe_in_flight = true;
-            self.counters.probes += 1;
-            self.enqueue(Task::Probe, true);
-        }
-    }
-
-    fn remember(&mut self, key: Key, announce: bool) {
-        let now = Instant::now();
-        let expires = self.ttl.map(|t| now + t);
-        let entry = self.known.entry(key).or_insert(Known {
-            expires,
-            since: now,
-            announced: false,
-        });
-        entry.expires = expires;
-        entry.since = now;
-        let announce = announce && !entry.announced;
-        if announce && self.emit(EventKind::Stored, key) {
-            if let Some(e) = self.known.get_mut(&key) {
-                e.announced = true;
-            }
-        }
-        self.order.push_back((key, now));
-    }
-
-    fn forget(&mut self, key: &Key) {
-        if let Some(k) = self.known.remove(key)
-            && k.announced
-        {
-            self.emit(EventKind::Removed, *key);
-        }
-    }
-
-    fn apply(&mut self, done: Done) {
-        match done {
-            Done::Job(d) => self.apply_job(d),
-            Done::Exists {
-                keys,
-                present,
-                failure,
-            } => {
-                for k in &keys {
-                    self.pending.remove(k);
-                }
-                match failure {
-                    Some(c) => {
-                        self.record_failure(c);
-                        let n = keys.len();
-                        self.reporter
-                            .failed(|| format!("existence check of {n} keys"), c);
-                        // Answer MISS rather than RETRY forever while the
-                        // server is unwell.
-                        for k in keys {
-                            self.mark_absent(k);
-                        }
-                    }
-                    None => {
-                        self.record_success();
-                        for (k, p) in keys.into_iter().zip(present) {
-                            if p {
-                                self.absent.remove(&k);
-                                if !self.known.contains_key(&k) {
-                                    self.remember(k, false);
-                                }
-                            } else {
-                                self.mark_absent(k);
-                            }
-                        }
-                    }
-                }
-            }
-            Done::Probe(failure) => {
-                self.breaker.probe_in_flight = false;
-                match failure {
-                    None => self.close_breaker(),
-                    Some(c) => {
-                        self.counters.probes_failed += 1;
-                        self.counters.failures[c.index()] += 1;
-                        self.reporter.failed(|| "probe of the server".into(), c);
-                        if self.breaker.open_since.is_some() {
-                            self.breaker.open_since = Some(Instant::now());
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn mark_absent(&mut self, key: Key) {
-        let until = Instant::now() + self.miss_cache;
-        self.absent.insert(key, until);
-        self.absent_order.push_back((key, until));
-    }
-
-    fn apply_job(&mut self, d: JobDone) {
-        self.in_flight -= 1;
-        self.counters.round_trips += d.round_trips;
-        let job = &d.job;
-        match d.failure {
-            Some(c) => {
-                self.record_failure(c);
-                let what = match d.direction {
-                    Direction::Store => "store",
-                    Direction::Load => "load",
-                };
-                let n = job.keys.len();
-                self.reporter
-                    .failed(|| format!("{what} job {} of {n} blocks", job.id.0), c);
-            }
-            None => self.record_success(),
-        }
-        let result = match d.direction {
-            Direction::Store => {
-                for &p in &d.done {
-                    self.remember(job.keys[p], true);
-                }
-                self.counters.blocks_stored += d.done.len() as u64;
-                self.counters.bytes_stored += d.bytes;
-                if d.failure.is_some() {
-                    self.counters.store_jobs_failed += 1;
-                }
-                JobResult {
-                    id: job.id,
-                    success: d.failure.is_none(),
-                    succeeded_keys: None,
-                    bytes: d.bytes,
-                    duration: Some(d.duration),
-                }
-            }
-            Direction::Load => {
-                for &p in &d.missing {
-                    self.forget(&job.keys[p]);
-                }
-                for &(p, _) in &d.corrupt {
-                    self.forget(&job.keys[p]);
-                }
-                for &p in &d.mismatched {
-                    self.forget(&job.keys[p]);
-                }
-                self.counters.blocks_wrong_size += d.mismatched.len() as u64;
-                self.counters.blocks_missing += d.missing.len() as u64;
-                self.counters.blocks_corrupt += d.corrupt.len() as u64;
-                self.counters.corrupt_deleted += d.deleted as u64;
-                self.counters.blocks_loaded += d.done.len() as u64;
-                self.counters.bytes_loaded += d.bytes;
-                let success = d.failure.is_none() && d.done.len() == job.keys.len();
-                if !success {
-                    self.counters.load_jobs_failed += 1;
-                }
-                JobResult {
-                    id: job.id,
-                    success,
-                    succeeded_keys: if success {
-                        None
-                    } else {
-                        Some(d.done.iter().map(|&p| job.keys[p]).collect())
-                    },
-                    bytes: d.bytes,
-                    duration: Some(d.duration),
-                }
-            }
-        };
-        self.finished.push_back(result);
-    }
-
-    /// Reports a job as failed without sending it (breaker open, closed tier).
-    fn fail_now(&mut self, job: &JobRef, cause: Cause) {
-        self.counters.failures[cause.index()] += 1;
-        let mut r = JobResult::new(job.id, false);
-        if job.direction == Direction::Load {
-            r.succeeded_keys = Some(Vec::new());
-        }
-        self.finished.push_back(r);
-    }
-
     fn flush_batch(&mut self) {
         while !self.batch.is_empty() {
             let n = self.batch.len().min(EXISTS_BATCH);
@@ -465,69 +208,6 @@ impl RedisTier {
             self.counters.exists_batches += 1;
             self.enqueue(Task::Exists(keys), false);
         }
-    }
-
-    fn prune(&mut self) {
-        let now = Instant::now();
-        while let Some(&(k, since)) = self.order.front() {
-            let expired = self.ttl.is_some_and(|t| since + t <= now);
-            let over =
-                self.known.len() > self.max_known || self.order.len() > 2 * self.max_known.max(1);
-            if !expired && !over {
-                break;
-            }
-            self.order.pop_front();
-            if self.known.get(&k).is_some_and(|e| e.since == since) {
-                if expired {
-                    self.counters.expired += 1;
-                    self.forget(&k);
-                } else {
-                    // Still in Redis: a later lookup asks the server again.
-                    self.known.remove(&k);
-                    self.counters.known_forgotten += 1;
-                }
-            }
-        }
-        while let Some(&(k, at)) = self.absent_order.front() {
-            if at > now {
-                break;
-            }
-            self.absent_order.pop_front();
-            if self.absent.get(&k).is_some_and(|x| *x <= now) {
-                self.absent.remove(&k);
-            }
-        }
-    }
-
-    /// Cancels queued tasks and waits until no worker runs one.
-    fn quiesce(&mut self) {
-        let cancelled: Vec<Task> = self.shared.state.lock().tasks.drain(..).collect();
-        for t in cancelled {
-            match t {
-                Task::Store(job, _) => {
-                    self.in_flight -= 1;
-                    self.counters.store_jobs_failed += 1;
-                    self.fail_now(&job, Cause::Cancelled);
-                }
-                Task::Load(job) => {
-                    self.in_flight -= 1;
-                    self.counters.load_jobs_failed += 1;
-                    self.fail_now(&job, Cause::Cancelled);
-                }
-                Task::Exists(keys) => {
-                    for k in &keys {
-                        self.pending.remove(k);
-                    }
-                }
-                Task::Probe => self.breaker.probe_in_flight = false,
-            }
-        }
-        let mut st = self.shared.state.lock();
-        while st.active > 0 {
-            self.shared.idle.wait(&mut st);
-        }
-        drop(st);
-        self.collect();
     }
 }
 
