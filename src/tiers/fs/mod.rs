@@ -45,6 +45,7 @@
 
 mod beneath;
 pub mod cause;
+mod file;
 pub mod format;
 pub mod index;
 pub mod inspect;

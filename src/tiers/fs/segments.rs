@@ -35,8 +35,8 @@ use std::path::{Path, PathBuf};
 
 use super::beneath;
 use super::beneath::{Fd, errno};
+use super::file::Scratch;
 use super::format::{HEADER_LEN, decode_header, file_len};
-use super::io::Scratch;
 use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
 use crate::key::Key;
