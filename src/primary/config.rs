@@ -3,10 +3,6 @@
 
 use std::str::FromStr;
 
-use foldhash::fast::RandomState;
-
-use super::policy::AnyPolicy;
-use super::{arc, lru};
 use crate::error::{Error, Result};
 
 /// Eviction policy, chosen by name at creation (`"lru"` or `"arc"`, in
@@ -28,13 +24,6 @@ impl PolicyKind {
             PolicyKind::Lru => "lru",
             PolicyKind::Arc => "arc",
         }
-    }
-
-    pub(super) fn build(self, capacity: u32, hasher: RandomState) -> Result<AnyPolicy> {
-        Ok(match self {
-            PolicyKind::Lru => AnyPolicy::Lru(lru::LruPolicy::new(capacity)?),
-            PolicyKind::Arc => AnyPolicy::Arc(arc::ArcPolicy::new(capacity, hasher)?),
-        })
     }
 }
 

@@ -64,6 +64,7 @@
 
 mod admission;
 mod allocation_sizes;
+mod any_policy;
 mod arc;
 mod batched;
 mod completion;
@@ -105,8 +106,9 @@ use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
 
 use admission::Admission;
+use any_policy::AnyPolicy;
 use lists::NIL;
-use policy::{AnyPolicy, Policy};
+use policy::Policy;
 use requests::RequestRecord;
 use slots::{PARKED, Slots, WRITE_PENDING};
 use spent::SpentPins;
