@@ -26,9 +26,11 @@
 //! `index.rs`), so on tables beyond the CPU caches the memory misses of a
 //! call overlap; a request's lookup leaves hints (`hints.rs`): where its
 //! hits are, which its next pin, touch and unpin of the same keys check
-//! before probing the index; policies (the
-//! `Policy` trait in `policy.rs`, implemented by `lru.rs` and `arc.rs`)
-//! keep intrusive lists over slot ids (`lists.rs`).  A request records each
+//! before probing the index; the read-ahead hints themselves are in
+//! `prefetch.rs`.  Policies (the `Policy` trait in `policy.rs`,
+//! implemented by `lru.rs` and `arc.rs`, and the tier's `AnyPolicy` over
+//! them in `any_policy.rs`) keep intrusive lists over slot ids
+//! (`lists.rs`; their recency lists in `lists/order.rs`).  A request records each
 //! key it stores or loads once, at its first presentation and, for a
 //! store, before the eviction (so a refused store records its keys too);
 //! records reuse their buffers, so the hot path allocates nothing per key.
