@@ -310,7 +310,7 @@ pub fn pid_of_temp_name(name: &str) -> Option<u32> {
     parts.next()?.parse().ok()
 }
 
-/// The kinds of probe file the tier writes in its root at open (`io.rs`).
+/// The kinds of probe file the tier writes in its root at open (`file.rs`).
 pub const PROBE_KINDS: [&str; 2] = ["odirect", "tmpfile"];
 
 /// The name of the `kind` probe file of process `pid` (kind one of
