@@ -371,6 +371,14 @@ def sccs(nodes, adj):
     return out
 
 
+ROOT = "."
+
+
+def rel(file):
+    """`file` as the report shows it: relative to the directory above src/."""
+    return os.path.relpath(file, ROOT)
+
+
 def name(path):
     return "crate::" + "::".join(path) if path else "crate"
 
@@ -431,6 +439,8 @@ def main():
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     src = os.path.normpath(args.src)
+    global ROOT
+    ROOT = os.path.dirname(os.path.abspath(src))
 
     modules = {(): Module((), os.path.join(src, "lib.rs"), False, False)}
     parse_file(src, modules, (), modules[()].file, False)
@@ -439,7 +449,7 @@ def main():
 
     if args.edges:
         for a, b, file, line, t in sorted(set(edges)):
-            print(f"{name(a)} -> {name(b)}  ({os.path.relpath(file)}:{line}{', test' if t else ''})")
+            print(f"{name(a)} -> {name(b)}  ({rel(file)}:{line}{', test' if t else ''})")
 
     prod = find_circles(modules, edges, include_test=False)
     prod_keys = {(p, tuple(c)) for p, c, _ in prod}
@@ -453,7 +463,7 @@ def main():
             for (ca, cb), where in sorted(why.items()):
                 file, line, a, b = where[0]
                 more = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
-                print(f"    {ca[-1]} -> {cb[-1]}: {os.path.relpath(file)}:{line} "
+                print(f"    {ca[-1]} -> {cb[-1]}: {rel(file)}:{line} "
                       f"{name(a)} -> {name(b)}{more}")
 
     if not args.quiet:
@@ -465,8 +475,8 @@ def main():
         pc = parent_child(modules, edges, include_test=False)
         print(f"parent/child pairs importing from each other: {len(pc)}")
         for a, b, down, up in pc:
-            print(f"  {name(a)} <-> {name(b)}: {os.path.relpath(down[0][0])}:{down[0][1]}, "
-                  f"{os.path.relpath(up[0][0])}:{up[0][1]}")
+            print(f"  {name(a)} <-> {name(b)}: {rel(down[0][0])}:{down[0][1]}, "
+                  f"{rel(up[0][0])}:{up[0][1]}")
     return 1 if prod else 0
 
 
