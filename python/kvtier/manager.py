@@ -134,7 +134,9 @@ class Manager(ManagerObserving):
         if isinstance(region, Region):
             slots, options["region"] = region, None
         elif region is not None and not isinstance(region, Mapping):
-            raise TypeError(f"region: expected a kvtier.Region or a mapping (the JSON region), got {type(region).__name__}")
+            raise TypeError(
+                f"region: expected a kvtier.Region or a mapping (the JSON region), got {type(region).__name__}"
+            )
         self._build(_config.encode(_config.document(options)), slots)
 
     @classmethod
@@ -155,7 +157,7 @@ class Manager(ManagerObserving):
         region_c = region.handle if region is not None else ffi.NULL
         check(
             lib.kvtier_manager_new_from_json_with_region(document, len(document), region_c, out),
-            "kvtier_manager_new_from_json",
+            "kvtier_manager_new_from_json_with_region",
         )
         # Every call enters the handle and leaves it; `close` frees it once
         # no call is inside, so a close racing other threads' calls (or
