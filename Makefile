@@ -1,7 +1,7 @@
 # kvtier: the single entry point for C users and CI.
 #
 #   make            cargo release build, then the C/C++ programs into build/
-#   make test       every test: cargo tests, ctest, the Python package's tests
+#   make test       every test: cargo tests, ctest, the Python package's tests and its wheel
 #   make test-vllm  vLLM 0.33's own manager tests against kvtier (and vLLM's managers)
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
@@ -24,7 +24,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c test-python test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
+.PHONY: all lib c test test-rust test-c test-python test-wheel wheel-build-deps test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -47,7 +47,7 @@ c: lib cmake-available
 	cmake -S examples -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKVTIER_ROOT=$(CURDIR) >/dev/null
 	cmake --build $(BUILD) -j 2
 
-test: all test-rust test-c test-python
+test: all test-rust test-c test-python test-wheel
 
 # The Python package (python/, `pip install ./python`): its pytest suite,
 # over the library `make lib` built (the package finds target/release
@@ -58,6 +58,36 @@ python-test-deps:
 
 test-python: lib python-test-deps
 	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
+
+# The wheel as a user without Rust gets it: `pip wheel ./python` over the
+# library `make lib` built (cargo does not run again; the bundled copy is
+# stripped), installed into a fresh virtual environment, then every
+# example of docs/python.md run against the installed package from a
+# scratch directory outside the source tree, with no cargo or rustc on
+# PATH (about 10 s).  Offline: the
+# wheel is built without an isolated build environment (setuptools and
+# wheel from the host, installed here when missing) and the environment
+# takes cffi from the host's site-packages.  Its files: $(BUILD)/wheel.
+WHEEL_DIR := $(abspath $(BUILD))/wheel
+wheel-build-deps:
+	@$(PYTHON) -c 'import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 64)' 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet 'setuptools>=64' wheel
+
+test-wheel: lib python-test-deps wheel-build-deps
+	@rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)/dist
+	KVTIER_PREBUILT_LIBRARY=$(LIBDIR)/libkvtier.so $(PYTHON) -m pip wheel --quiet --no-deps --no-build-isolation \
+	  --disable-pip-version-check -w $(WHEEL_DIR)/dist ./python
+	$(PYTHON) -m venv --system-site-packages $(WHEEL_DIR)/venv
+	run=$$(mktemp -d) && cd $$run && env -u PYTHONPATH -u KVTIER_LIBRARY -u KVTIER_HEADER \
+	  PATH="$$(printf '%s' "$$PATH" | tr ':' '\n' | while read -r d; do \
+	    [ -x "$$d/cargo" ] || [ -x "$$d/rustc" ] || printf '%s:' "$$d"; done)" sh -c '\
+	  if command -v cargo >/dev/null || command -v rustc >/dev/null; then echo "test-wheel: a Rust toolchain is still on PATH"; exit 1; fi; \
+	  $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+	    --ignore-installed $(WHEEL_DIR)/dist/kvtier-*.whl && \
+	  $(WHEEL_DIR)/venv/bin/python -c "import cffi" && \
+	  $(WHEEL_DIR)/venv/bin/python $(CURDIR)/python/tests/doc_examples.py $(CURDIR)/docs/python.md --installed'; \
+	  status=$$?; cd / && rm -rf $$run; exit $$status
+	@ls -l $(WHEEL_DIR)/dist/*.whl
 
 # vLLM 0.33.0's manager tests (cpu/test_manager.py and
 # tiering/test_tiering_offloading.py) against kvtier's managers and, for

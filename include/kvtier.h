@@ -2084,6 +2084,8 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
  * `"primary"`) with the same defaults, and the manager is built the same
  * way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
  * may be added afterwards with the `kvtier_manager_add_*` calls.
+ * `kvtier_manager_new_from_json_with_region` builds it over a region the
+ * caller made.
  *
  * `json` must not be NULL unless `len` is 0; `manager_out` must not be NULL.
  * Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
@@ -2102,6 +2104,33 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
 kvtier_status kvtier_manager_new_from_json(const char *json,
                                            size_t len,
                                            kvtier_manager **manager_out);
+
+/**
+ * Builds a manager from the JSON document `json` as
+ * `kvtier_manager_new_from_json` does, the same fields read the same way,
+ * with `region`'s slots as its slot memory as `kvtier_manager_new` takes
+ * them: the built-in tiers (the document's `"tiers"`, and those added
+ * later) copy blocks through them.  A NULL `region` is
+ * `kvtier_manager_new_from_json` exactly.  With a region, the document
+ * must not name one too (`"region"`: `KVTIER_STATUS_INVALID_ARGUMENT`),
+ * the region must have at least the primary tier's capacity in slots, and
+ * `"block_bytes"` is only the block size of back-pressure per byte (as in
+ * `kvtier_manager_options`).
+ *
+ * `json` must not be NULL unless `len` is 0; `manager_out` must not be
+ * NULL.  Errors, outputs and ownership are those of
+ * `kvtier_manager_new_from_json`; the region stays the caller's, as with
+ * `kvtier_manager_new` (the manager keeps its mapping alive as long as it
+ * needs it).  Thread-safe.
+ *
+ * # Safety
+ * `json` valid for `len` reads; `region` NULL or a live handle;
+ * `manager_out` valid for writes.
+ */
+kvtier_status kvtier_manager_new_from_json_with_region(const char *json,
+                                                       size_t len,
+                                                       const kvtier_region *region,
+                                                       kvtier_manager **manager_out);
 
 /**
  * Writes where the manager's slots are: the address of slot 0 to

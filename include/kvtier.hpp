@@ -782,20 +782,83 @@ struct slot_memory {
   void *slot(uint32_t i) const noexcept { return static_cast<char *>(base) + std::size_t(i) * stride; }
 };
 
+/// Counts per tier of a request report (borrowed for the callback): entry
+/// 0 the primary tier, entry t secondary tier t.
+class tier_counts {
+ public:
+  tier_counts() noexcept = default;
+  tier_counts(const uint64_t *data, std::size_t size) noexcept : data_(data), size_(data ? size : 0) {}
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  uint64_t operator[](std::size_t tier) const noexcept { return data_[tier]; }
+  const uint64_t *begin() const noexcept { return data_; }
+  const uint64_t *end() const noexcept { return data_ + size_; }
+
+ private:
+  const uint64_t *data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// What happened to one finished request, as the report callback receives
+/// it (kvtier_request_report; borrowed for the callback: copy what you
+/// keep).  Fields the library's report does not have (an older library)
+/// read 0.
+struct request_report_view {
+  kvtier_request_handle request = 0;
+  std::string_view name;
+  uint64_t lookups = 0;
+  tier_counts tier_hits;
+  uint64_t loaded = 0;
+  uint64_t stored = 0;
+  uint64_t promoted = 0;
+  uint64_t failed = 0;
+  uint64_t promotion_wait_ns = 0;
+  uint64_t asked = 0;
+  tier_counts tier_served;
+  uint64_t recomputed = 0;
+  uint64_t steps_waited = 0;
+
+  /// The view of `r`, reading only the fields inside its struct_size.
+  static request_report_view of(const kvtier_request_report &r) noexcept {
+    auto has = [&r](std::size_t offset, std::size_t size) noexcept { return offset + size <= r.struct_size; };
+#define KVTIER_HPP_REPORT_HAS(field) has(offsetof(kvtier_request_report, field), sizeof(r.field))
+    request_report_view v;
+    if (KVTIER_HPP_REPORT_HAS(request)) v.request = r.request;
+    if (KVTIER_HPP_REPORT_HAS(name) && r.name) v.name = r.name;
+    if (KVTIER_HPP_REPORT_HAS(lookups)) v.lookups = r.lookups;
+    std::size_t tiers = KVTIER_HPP_REPORT_HAS(tier_count) ? r.tier_count : 0;
+    if (KVTIER_HPP_REPORT_HAS(tier_hits)) v.tier_hits = tier_counts(r.tier_hits, tiers);
+    if (KVTIER_HPP_REPORT_HAS(loaded)) v.loaded = r.loaded;
+    if (KVTIER_HPP_REPORT_HAS(stored)) v.stored = r.stored;
+    if (KVTIER_HPP_REPORT_HAS(promoted)) v.promoted = r.promoted;
+    if (KVTIER_HPP_REPORT_HAS(failed)) v.failed = r.failed;
+    if (KVTIER_HPP_REPORT_HAS(promotion_wait_ns)) v.promotion_wait_ns = r.promotion_wait_ns;
+    if (KVTIER_HPP_REPORT_HAS(asked)) v.asked = r.asked;
+    if (KVTIER_HPP_REPORT_HAS(tier_served)) v.tier_served = tier_counts(r.tier_served, tiers);
+    if (KVTIER_HPP_REPORT_HAS(recomputed)) v.recomputed = r.recomputed;
+    if (KVTIER_HPP_REPORT_HAS(steps_waited)) v.steps_waited = r.steps_waited;
+#undef KVTIER_HPP_REPORT_HAS
+    return v;
+  }
+};
+
 /// Owner of a kvtier_manager (move-only).  Internally synchronized like
 /// the C handle; complete_job may be called from any thread.
 class manager {
  public:
   using event_callback = std::function<void(const event_view &)>;
+  using report_callback = std::function<void(const request_report_view &)>;
 
   manager() noexcept = default;
   explicit manager(kvtier_manager *adopt) noexcept : h_(adopt) {}
-  manager(manager &&o) noexcept : h_(std::exchange(o.h_, nullptr)), events_(std::move(o.events_)) {}
+  manager(manager &&o) noexcept
+      : h_(std::exchange(o.h_, nullptr)), events_(std::move(o.events_)), reports_(std::move(o.reports_)) {}
   manager &operator=(manager &&o) noexcept {
     if (this != &o) {
       reset();
       h_ = std::exchange(o.h_, nullptr);
       events_ = std::move(o.events_);
+      reports_ = std::move(o.reports_);
     }
     return *this;
   }
@@ -822,12 +885,24 @@ class manager {
     if (s != KVTIER_STATUS_OK) return last_error(s);
     return manager(h);
   }
+  /// A manager from a JSON document over `slots`, a region's slots (the
+  /// document names no region of its own).
+  static result<manager> try_from_json(std::string_view json, const region &slots) {
+    if (!slots) return error_info{KVTIER_STATUS_NULL_ARGUMENT, "manager: no region given"};
+    kvtier_manager *h = nullptr;
+    kvtier_status s = kvtier_manager_new_from_json_with_region(json.data(), json.size(), slots.get(), &h);
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    return manager(h);
+  }
 #if KVTIER_HPP_EXCEPTIONS
   static manager create(const kvtier_manager_options &o) { return detail::unwrap(try_create(o)); }
   static manager create(const kvtier_manager_options &o, const region &slots) {
     return detail::unwrap(try_create(o, slots));
   }
   static manager from_json(std::string_view json) { return detail::unwrap(try_from_json(json)); }
+  static manager from_json(std::string_view json, const region &slots) {
+    return detail::unwrap(try_from_json(json, slots));
+  }
 #endif
 
   kvtier_manager *get() const noexcept { return h_; }
@@ -837,6 +912,7 @@ class manager {
   void reset() noexcept {
     if (h_) kvtier_manager_free(std::exchange(h_, nullptr));
     events_.reset();
+    reports_.reset();
   }
 
   /// Registers a C++ tier; the manager owns it from then on.  On failure
@@ -1092,6 +1168,23 @@ class manager {
     return {};
   }
 
+  /// Installs (or, with an empty function, removes) the request report
+  /// callback: a request_report_view for each request the manager lets go
+  /// from then on (kvtier_manager_set_request_report_callback).  It runs
+  /// with the manager's lock held: it must not call the manager.
+  /// Exceptions it throws are swallowed (they never reach kvtier).
+  result<void> try_set_request_report_callback(report_callback cb) {
+    if (!cb) {
+      kvtier_status s = kvtier_manager_set_request_report_callback(h_, nullptr, nullptr);
+      if (s == KVTIER_STATUS_OK) reports_.reset();
+      return detail::check(s);
+    }
+    auto holder = std::make_unique<report_callback>(std::move(cb));
+    kvtier_status s = kvtier_manager_set_request_report_callback(h_, &deliver_report, holder.get());
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    reports_ = std::move(holder);
+    return {};
+  }
 #if KVTIER_HPP_EXCEPTIONS
   std::size_t add_tier(std::unique_ptr<tier> t, const kvtier_tier_options &o = kvtier_tier_options_default()) {
     return detail::unwrap(try_add_tier(std::move(t), o));
@@ -1141,6 +1234,9 @@ class manager {
   void set_event_callback(event_callback cb, bool also_queue = false) {
     detail::unwrap(try_set_event_callback(std::move(cb), also_queue));
   }
+  void set_request_report_callback(report_callback cb) {
+    detail::unwrap(try_set_request_report_callback(std::move(cb)));
+  }
 #endif
 
  private:
@@ -1176,8 +1272,23 @@ class manager {
 #endif
   }
 
+  static void deliver_report(void *ud, const kvtier_request_report *r) noexcept {
+    const report_callback &cb = *static_cast<const report_callback *>(ud);
+    request_report_view view = request_report_view::of(*r);
+#if KVTIER_HPP_EXCEPTIONS
+    try {
+      cb(view);
+    } catch (...) {
+      // Never unwind into kvtier.
+    }
+#else
+    cb(view);
+#endif
+  }
+
   kvtier_manager *h_ = nullptr;
   std::unique_ptr<event_callback> events_;
+  std::unique_ptr<report_callback> reports_;
 };
 
 // ------------------------------------------------------------ logging

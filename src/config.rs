@@ -276,6 +276,21 @@ impl Config {
         self.build_with(slots).map_err(in_config)
     }
 
+    /// Builds the manager the way a JSON document describes it, over slot
+    /// memory the caller made (a region's slots): the document must not
+    /// name a region of its own, and `block_bytes` keeps only its meaning
+    /// for back-pressure.  Errors start with `configuration:`.
+    pub fn build_over(&self, slots: SlotMemory) -> Result<Manager> {
+        if self.region.is_some() {
+            return Err(configuration(
+                "region: the document names a region and the caller gives one; give one of them"
+                    .into(),
+            ));
+        }
+        self.build_with(SlotSource::View(slots))
+            .map_err(|e| e.within("configuration"))
+    }
+
     /// Builds the manager over `slots`: the primary tier, the manager, its
     /// slot memory (which must hold every primary slot), then `tiers` in
     /// order.  The one way every manager is made.  Errors name the part
@@ -528,5 +543,44 @@ mod tests {
         m.shutdown().unwrap();
         drop(m);
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn builds_over_the_callers_slots_and_refuses_a_second_region() {
+        let dir = std::env::temp_dir().join(format!("kvtier-config-over-{}", std::process::id()));
+        let json = format!(
+            r#"{{"primary": {{"capacity": 8}},
+                "tiers": [{{"type": "fs", "options": {{"directory": {:?}, "read_threads": 1, "write_threads": 1}}}}]}}"#,
+            dir.display().to_string()
+        );
+        let c = Config::from_json(&json).unwrap();
+        // Without slot memory the fs tier is refused; over the caller's it is built.
+        assert!(c.build().is_err());
+        let m = c
+            .build_over(SlotMemory::anonymous(16, 4096).unwrap())
+            .unwrap();
+        assert_eq!(m.tier_count(), 1);
+        assert_eq!(m.slot_memory().unwrap().slot_count(), 16);
+        m.shutdown().unwrap();
+        drop(m);
+        let _ = std::fs::remove_dir_all(&dir);
+        // Fewer slots than the capacity: refused, naming the configuration.
+        let small = Config::from_json(r#"{"primary": {"capacity": 8}}"#).unwrap();
+        let e = small
+            .build_over(SlotMemory::anonymous(4, 4096).unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("configuration"), "{e}");
+        let named = Config::from_json(r#"{"block_bytes": 4096, "region": {"name": "x"}}"#).unwrap();
+        let e = named
+            .build_over(SlotMemory::anonymous(4, 4096).unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("configuration: region: the document names a region"),
+            "{e}"
+        );
     }
 }

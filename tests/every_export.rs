@@ -474,6 +474,28 @@ fn table() -> Vec<Export> {
             is_null_arg(f, "manager_out", kvtier_manager_new_from_json(null(), json.len(), null_mut()));
             is_null_arg(f, "manager_out", kvtier_manager_new_from_json(null(), 0, null_mut()));
         }),
+        export!(kvtier_manager_new_from_json_with_region, f, {
+            let fx = Fx::new();
+            let json = b"{\"primary\": {\"capacity\": 4}}";
+            let mut m: *mut kvtier_manager = dangling();
+            is_null_arg(f, "manager_out", kvtier_manager_new_from_json_with_region(json.as_ptr().cast(), json.len(), fx.region, null_mut()));
+            is_null_arg(f, "json", kvtier_manager_new_from_json_with_region(null(), json.len(), fx.region, &mut m));
+            expect(f, "json NULL, len 0", kvtier_manager_new_from_json_with_region(null(), 0, fx.region, &mut m), S::InvalidArgument);
+            assert_eq!(m, dangling(), "{f} wrote *manager_out on failure");
+            is_null_arg(f, "manager_out", kvtier_manager_new_from_json_with_region(null(), 0, null(), null_mut()));
+            // NULL region: kvtier_manager_new_from_json (no slot memory here).
+            let mut m = null_mut();
+            expect(f, "region NULL", kvtier_manager_new_from_json_with_region(json.as_ptr().cast(), json.len(), null(), &mut m), S::Ok);
+            let (mut base, mut stride, mut bytes, mut count) = (null_mut(), 0usize, 0usize, 0u32);
+            expect(f, "no slot memory", kvtier_manager_slot_memory(m, &mut base, &mut stride, &mut bytes, &mut count), S::NotFound);
+            kvtier_manager_free(m);
+            // Over the region: its slots.
+            let mut m = null_mut();
+            expect(f, "over the region", kvtier_manager_new_from_json_with_region(json.as_ptr().cast(), json.len(), fx.region, &mut m), S::Ok);
+            expect(f, "slot memory", kvtier_manager_slot_memory(m, &mut base, &mut stride, &mut bytes, &mut count), S::Ok);
+            assert_eq!(count, SLOTS, "{f}");
+            kvtier_manager_free(m);
+        }),
         export!(kvtier_manager_slot_memory, f, {
             let fx = Fx::new();
             let (mut base, mut stride, mut bytes, mut count) = (null_mut(), 0usize, 0usize, 0u32);
@@ -1604,6 +1626,10 @@ fn a_panic_in_a_region_call_poisons_the_region_and_free_or_close_still_release_i
         call!(kvtier_manager_new, {
             let mut x = null_mut();
             kvtier_manager_new(null(), r, &mut x)
+        }),
+        call!(kvtier_manager_new_from_json_with_region, {
+            let mut x = null_mut();
+            kvtier_manager_new_from_json_with_region(b"{}".as_ptr().cast(), 2, r, &mut x)
         }),
         call!(kvtier_region_read_role, {
             let mut x = 0;

@@ -41,6 +41,14 @@ int main() {
   auto idx = m.try_add_tier(std::make_unique<refusing_tier>());
   if (!idx) return fail("add_tier", idx.error());
 
+  // The request report callback, installed through try_: r1's report
+  // arrives once it finishes (below, after its duplicate is refused).
+  uint64_t reported_stored = 0;
+  if (auto r = m.try_set_request_report_callback(
+          [&reported_stored](const kvtier::request_report_view &rep) { reported_stored += rep.stored; });
+      !r)
+    return fail("set_request_report_callback", r.error());
+
   std::vector<std::string> keys{"block-a", "block-b"};
   auto r1 = m.try_request_begin("r1");
   if (!r1) return fail("request_begin", r1.error());
@@ -58,6 +66,12 @@ int main() {
   auto again = m.try_request_begin("r1");
   if (again || again.status() != KVTIER_STATUS_DUPLICATE_REQUEST) {
     std::fprintf(stderr, "no_exceptions: a duplicate request should fail\n");
+    return 1;
+  }
+  if (auto r = m.try_request_finished(h); !r) return fail("request_finished", r.error());
+  if (reported_stored != 2) {
+    std::fprintf(stderr, "no_exceptions: the report of r1 should count 2 blocks stored, got %llu\n",
+                 static_cast<unsigned long long>(reported_stored));
     return 1;
   }
   auto text = m.try_metrics_prometheus();

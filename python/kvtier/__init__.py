@@ -7,7 +7,10 @@ loaded with cffi), so Python drives exactly the calls a C engine makes:
 * `Primary`: the primary tier on its own;
 * `Manager`: the primary tier with secondary tiers (files, Redis, or tiers
   written in Python: `Tier`);
-* `kvtier.vllm`: an offloading spec for vLLM 0.33.
+* `kvtier.vllm`: an offloading spec for vLLM 0.33;
+* `set_log_callback` / `log_to_logging`: kvtier's log records in Python.
+
+docs/python.md in the repository is the quick start.
 
 Keys are ``bytes`` (1 to 64 bytes).  A failed call raises `KvtierError`
 with the library's status and message; a store completion that named keys
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 from ._ffi import CONSTANTS, ffi, lib
 from .errors import KeysIgnoredError, KvtierError, Status
-from .manager import Manager, TierMatcher, TierStat
+from .callbacks import LogLevel, RequestReport, log_callback_errors, log_to_logging, set_log_callback
+from .manager import Manager, SlotMemory, TierMatcher, TierStat
 from .primary import Primary
 from .region import Region, RegionView
 from .tier import Job, JobResult, Tier, TierRequest
@@ -50,6 +54,7 @@ __all__ = [
     "KvtierError",
     "Manager",
     "Locality",
+    "LogLevel",
     "LookupAnswer",
     "LookupResult",
     "Medium",
@@ -59,7 +64,9 @@ __all__ = [
     "PromotionAnswer",
     "Region",
     "RegionView",
+    "RequestReport",
     "RequestState",
+    "SlotMemory",
     "Status",
     "Tier",
     "TierMatcher",
@@ -68,6 +75,9 @@ __all__ = [
     "StoreCompletion",
     "StorePlan",
     "library_version",
+    "log_callback_errors",
+    "log_to_logging",
+    "set_log_callback",
 ]
 
 

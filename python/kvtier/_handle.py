@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ._args import explain
 from ._ffi import ffi
 from .errors import KvtierError, Status
 
@@ -92,6 +93,9 @@ class Handle:
             turn.acquire()
         try:
             return fn(ptr, *args)
+        except (TypeError, OverflowError) as e:
+            # cffi refused an argument: say which, in the header's words.
+            raise explain(fn, (ptr, *args), e) from None
         finally:
             if turn is not None:
                 turn.release()
@@ -114,11 +118,15 @@ class Handle:
             ptr, self._ptr = self._ptr, None
         self._free(ptr)
 
-    def close(self) -> None:
-        """Frees the handle now, or when the last call inside leaves."""
+    def close(self, busy: Callable[[int], Exception] | None = None) -> None:
+        """Frees the handle now, or when the last call inside leaves.
+        With `busy`, buffers still exported raise ``busy(count)`` and
+        nothing changes."""
         with self._lock:
             if self._closing:
                 return
+            if busy is not None and self._exports:
+                raise busy(self._exports)
             self._closing = True
             if self._active:
                 return

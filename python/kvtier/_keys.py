@@ -4,8 +4,9 @@ A key is any bytes-like object: ``bytes``, ``bytearray``, a C-contiguous
 ``memoryview``, ``array.array`` or numpy array.  Its key is its bytes, all
 ``memoryview(key).nbytes`` of them, whatever the size of its items (an
 ``array('I', [1, 2])`` is an 8-byte key).  Anything else (``str``, ``int``,
-``None``, a buffer that is not C-contiguous, an object without the buffer
-protocol) is a ``TypeError`` naming what was given.
+``None``, a buffer that is not C-contiguous, a scalar such as
+``numpy.uint64(7)``, an array of Python objects, an object without the
+buffer protocol) is a ``TypeError`` naming what was given.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def key_buffer(key: Any, what: str = "key") -> tuple[Any, int]:
         raise _not_a_key(key, what) from None
     if not view.c_contiguous:
         raise _not_a_key(key, what, " that is not C-contiguous")
+    if view.ndim == 0:
+        raise _not_a_key(key, what, " (a scalar, not a byte string: pass its bytes, e.g. x.tobytes())")
+    if "O" in view.format:
+        raise _not_a_key(key, what, " holding Python objects (its bytes would be their addresses)")
     flat = view.cast("B") if view.format != "B" or view.ndim != 1 else view
     return ffi.from_buffer(flat), view.nbytes
 

@@ -8,46 +8,36 @@ an int that every later call of the request takes.  Keys are ``bytes``.
 
 from __future__ import annotations
 
-import json as _json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import _config
 from ._calls import completion, lookup_answer, read_plan
-from ._ffi import CONSTANTS, ffi, lib
+from ._ffi import ffi, lib
 from ._keys import key_array
+from ._args import explain_items, fill, int_list, slot_index
 from ._handle import Handle
 from ._scratch import acquire, release
+from ._observe import ManagerObserving, TierStat
+from .callbacks import ManagerCallbacks
 from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import (
-    Event,
     Locality,
     LookupAnswer,
     Medium,
     OffloadPolicy,
-    PromotionAnswer,
     RequestState,
     StoreCompletion,
     StorePlan,
-    event_from_c,
-    struct_dict,
 )
 
 if TYPE_CHECKING:
     from .region import Region
     from .tier import Tier
 
-__all__ = ["Manager", "TierStat", "TierMatcher"]
-
-_EVENT_BATCH = 64
-
-
-class TierStat(NamedTuple):
-    """One statistic of a tier: its value, and whether it is a counter
-    (cumulative, never decreasing) or a gauge (a current value)."""
-
-    value: float
-    counter: bool
+__all__ = ["Manager", "SlotMemory", "TierStat", "TierMatcher"]
 
 
 class TierMatcher(NamedTuple):
@@ -57,85 +47,130 @@ class TierMatcher(NamedTuple):
     locality: Locality = Locality.ANY
 
 
-class Manager:
-    """A tiering manager (see ``kvtier_manager_new``).
+class SlotMemory(NamedTuple):
+    """Where a manager's slots are: slot ``i`` is `slot_bytes` bytes at
+    ``base + i * stride`` (`Manager.slot` gives it as a buffer)."""
 
-    Primary tier: `capacity` slots, `policy` ``"lru"`` or ``"arc"``,
-    `store_threshold` / `admission_table_size` (admission at the n-th
-    offer), `kv_groups` (keys end with a 4-byte big-endian KV-group
-    index).  `event_capacity` bounds each tier's event queue (0: no
-    events).  `promotion_answer` is what a lookup that starts a promotion
-    answers (``"retry"``, or ``"hit_pending"`` as vLLM 0.33).
-    `block_bytes` is the block size for back-pressure per byte.
-    `progress_hold`, `progress_wait_steps` and `progress_wait_ms` keep
-    waiting requests moving (holds on, 16 steps, no time bound by default;
-    ``False, 0, 0`` follows vLLM 0.33: see `lookup`).
-    `region`, if given, is the slot memory the built-in tiers copy through.
+    base: int
+    stride: int
+    slot_bytes: int
+    slot_count: int
+
+
+class Manager(ManagerObserving):
+    """A tiering manager: a primary tier of `capacity` slots, and secondary
+    tiers below it.
+
+    The keyword arguments are the fields of the JSON configuration
+    (docs/configuration.md), and are read as exactly that document by the
+    library's parser (``Manager(**options)`` is
+    ``Manager.from_json(document)``): the same defaults (an argument left
+    None is the library's default), the same rules, the same errors
+    (`KvtierError`, ``INVALID_ARGUMENT``, naming the field's path).  The
+    primary tier's (``"primary"``): `capacity` slots or `capacity_bytes`,
+    `policy` ``"lru"`` or ``"arc"``, `store_threshold` and
+    `admission_table_size` (admission at the n-th offer), `event_capacity`
+    (each tier's event queue; 0: no events), `kv_groups` (keys end with a
+    4-byte big-endian KV-group index).  The manager's: `block_bytes` (the
+    size of a block, and of a slot: with it and no `region` the manager
+    has private slot memory, which the built-in tiers need),
+    `promotion_answer` (``"retry"``, or ``"hit_pending"`` as vLLM 0.33),
+    `error_log_capacity`, and the progress rule as `progress_hold`,
+    `progress_wait_steps`, `progress_wait_ms` (``"progress"``).  `tiers`,
+    built-in secondary tiers (``[{"type": "fs", "options": {"directory":
+    ...}}]``); `metrics`, ``{"listen": "IP:port"}`` for a ``/metrics``
+    endpoint.
+
+    `region` is a `Region` whose slots are the manager's slot memory (as
+    ``kvtier_manager_new`` takes it: at least `capacity` slots), or a
+    mapping, the JSON ``"region"`` (created or joined by the manager, of
+    `capacity` slots of `block_bytes`).
 
     Use it as a context manager, or call `close`.
     """
 
     def __init__(
         self,
-        capacity: int = 1024,
+        capacity: int | None = None,
         *,
-        policy: str = "lru",
-        store_threshold: int = 0,
-        admission_table_size: int = 64000,
-        event_capacity: int = 0,
-        promotion_answer: str = "retry",
-        block_bytes: int = 0,
-        error_log_capacity: int = 64,
-        kv_groups: bool = False,
-        progress_hold: bool = True,
-        progress_wait_steps: int = 16,
-        progress_wait_ms: int = 0,
-        region: Region | None = None,
+        policy: str | None = None,
+        store_threshold: int | None = None,
+        admission_table_size: int | None = None,
+        event_capacity: int | None = None,
+        kv_groups: bool | None = None,
+        capacity_bytes: int | None = None,
+        promotion_answer: str | None = None,
+        block_bytes: int | None = None,
+        error_log_capacity: int | None = None,
+        progress_hold: bool | None = None,
+        progress_wait_steps: int | None = None,
+        progress_wait_ms: int | None = None,
+        tiers: Sequence[Mapping[str, Any]] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        region: Region | Mapping[str, Any] | None = None,
     ):
-        options = ffi.new("kvtier_manager_options *", lib.kvtier_manager_options_default())
-        policy_c = ffi.new("char[]", encode_str(policy, "policy"))
-        options.capacity = capacity
-        options.policy = policy_c
-        options.store_threshold = store_threshold
-        options.admission_table_size = admission_table_size
-        options.event_capacity = event_capacity
-        if promotion_answer not in ("retry", "hit_pending"):
-            raise ValueError(f"promotion_answer: expected 'retry' or 'hit_pending', got {promotion_answer!r}")
-        options.promotion_answer = PromotionAnswer[promotion_answer.upper()]
-        options.block_bytes = block_bytes
-        options.error_log_capacity = error_log_capacity
-        options.kv_groups = kv_groups
-        options.progress_hold = progress_hold
-        options.progress_wait_steps = progress_wait_steps
-        options.progress_wait_ms = progress_wait_ms
-        out = ffi.new("kvtier_manager **")
-        region_c = region.handle if region is not None else ffi.NULL
-        check(lib.kvtier_manager_new(options, region_c, out), "kvtier_manager_new")
-        self._init(out[0], capacity)
-        self._region = region
+        from .region import Region
+
+        options = {
+            "capacity": capacity,
+            "policy": policy,
+            "store_threshold": store_threshold,
+            "admission_table_size": admission_table_size,
+            "event_capacity": event_capacity,
+            "kv_groups": kv_groups,
+            "capacity_bytes": capacity_bytes,
+            "promotion_answer": promotion_answer,
+            "block_bytes": block_bytes,
+            "error_log_capacity": error_log_capacity,
+            "progress_hold": progress_hold,
+            "progress_wait_steps": progress_wait_steps,
+            "progress_wait_ms": progress_wait_ms,
+            "tiers": tiers,
+            "metrics": metrics,
+            "region": region,
+        }
+
+        slots = None
+        if isinstance(region, Region):
+            slots, options["region"] = region, None
+        elif region is not None and not isinstance(region, Mapping):
+            raise TypeError(
+                f"region: expected a kvtier.Region or a mapping (the JSON region), got {type(region).__name__}"
+            )
+        self._build(_config.encode(_config.document(options)), slots)
 
     @classmethod
-    def from_json(cls, config: str | Mapping[str, Any]) -> Manager:
+    def from_json(cls, config: str | bytes | Mapping[str, Any], *, region: Region | None = None) -> Manager:
         """A manager built from a JSON configuration (a string, or a mapping
-        dumped to JSON), as ``kvtier_manager_new_from_json``."""
-        text = config if isinstance(config, str) else _json.dumps(config)
-        data = text.encode()
-        out = ffi.new("kvtier_manager **")
-        check(lib.kvtier_manager_new_from_json(data, len(data), out), "kvtier_manager_new_from_json")
+        dumped to JSON), as ``kvtier_manager_new_from_json``; over
+        `region`'s slots if given (the document then names no region)."""
+        from .region import Region
+
+        if region is not None and not isinstance(region, Region):
+            raise TypeError(f"region: expected a kvtier.Region, got {type(region).__name__}")
         self = cls.__new__(cls)
-        primary = {} if isinstance(config, str) else dict(config.get("primary", {}))
-        self._init(out[0], int(primary.get("capacity", 0)))
-        self._region = None
+        self._build(_config.encode(config), region)
         return self
 
-    def _init(self, handle: Any, capacity: int) -> None:
+    def _build(self, document: bytes, region: Region | None) -> None:
+        out = ffi.new("kvtier_manager **")
+        region_c = region.handle if region is not None else ffi.NULL
+        check(
+            lib.kvtier_manager_new_from_json_with_region(document, len(document), region_c, out),
+            "kvtier_manager_new_from_json_with_region",
+        )
         # Every call enters the handle and leaves it; `close` frees it once
         # no call is inside, so a close racing other threads' calls (or
-        # made from a tier callback) never frees it under them.
-        self._h = Handle(handle, lib.kvtier_manager_free, "manager")
+        # made from a tier callback) never frees it under them.  The free
+        # keeps the callbacks' trampolines alive until the manager is gone.
+        callbacks = ManagerCallbacks()
+        self._callbacks = callbacks
+        self._h = Handle(out[0], lambda ptr, _keep=callbacks: lib.kvtier_manager_free(ptr), "manager")
         self._call = self._h.call
-        self.capacity = capacity
+        self._region = region  # the caller's Region object lives as long
         self._tiers: list[Any] = []  # Python tiers' adapters, kept alive here too
+        #: Number of primary slots.
+        self.capacity = int(self.read_tier_stats(0)["capacity"].value)
 
     @property
     def handle(self) -> Any:
@@ -169,10 +204,7 @@ class Manager:
             raise TypeError(f"tier: expected a kvtier.Tier, got {type(tier).__name__}")
 
         options = ffi.new("kvtier_tier_options *", lib.kvtier_tier_options_default())
-        options.backpressure = backpressure
-        options.events = events
-        for name, value in backpressure_options.items():
-            setattr(options, name, value)
+        fill(options, {"backpressure": backpressure, "events": events, **backpressure_options}, "add_tier")
         adapter = TierAdapter(tier, self)
         index = ffi.new("size_t *")
         try:
@@ -184,16 +216,17 @@ class Manager:
         self._tiers.append(adapter)
         return adapter.index
 
-    def add_fs_tier(self, directory: str, **options: Any) -> int:
+    def add_fs_tier(self, directory: str | os.PathLike[str], **options: Any) -> int:
         """Adds the file-system tier over the manager's slot memory, in
         `directory`; `options` are fields of ``kvtier_fs_options``
         (``capacity_bytes``, ``read_threads``, ``direct_io``, ...,
         ``locality`` a `Locality`).  Its tier index."""
         c_options = ffi.new("kvtier_fs_options *", lib.kvtier_fs_options_default())
-        directory_c = ffi.new("char[]", encode_str(str(directory), "directory"))
+        if isinstance(directory, os.PathLike):
+            directory = os.fspath(directory)
+        directory_c = ffi.new("char[]", encode_str(directory, "directory"))
         c_options.directory = directory_c
-        for name, value in options.items():
-            setattr(c_options, name, value)
+        fill(c_options, options, "add_fs_tier", skip=("struct_size", "directory"))
         index = ffi.new("size_t *")
         check(self._call(lib.kvtier_manager_add_fs_tier, c_options, index), "kvtier_manager_add_fs_tier")
         return int(index[0])
@@ -203,11 +236,13 @@ class Manager:
         ``kvtier_redis_options`` (strings as ``str``).  Its tier index."""
         c_options = ffi.new("kvtier_redis_options *", lib.kvtier_redis_options_default())
         keep = []
+        values = {}
         for name, value in options.items():
             if isinstance(value, str):
                 keep.append(ffi.new("char[]", encode_str(value, name)))
                 value = keep[-1]
-            setattr(c_options, name, value)
+            values[name] = value
+        fill(c_options, values, "add_redis_tier")
         index = ffi.new("size_t *")
         check(self._call(lib.kvtier_manager_add_redis_tier, c_options, index), "kvtier_manager_add_redis_tier")
         return int(index[0])
@@ -229,6 +264,10 @@ class Manager:
         policy = ffi.new("kvtier_offload_policy *")
         c_params = ffi.NULL
         keep: list[Any] = []
+        if params is not None and not isinstance(params, Mapping):
+            raise TypeError(f"params: expected a mapping of str to str, got {type(params).__name__}")
+        if tier_filter is not None and not isinstance(tier_filter, Sequence):
+            raise TypeError(f"tier_filter: expected a sequence of TierMatcher, got {type(tier_filter).__name__}")
         if params or tier_filter is not None:
             c_params = ffi.new("kvtier_request_params *", lib.kvtier_request_params_default())
             if params:
@@ -246,8 +285,13 @@ class Manager:
                 if tier_filter:
                     matchers = ffi.new("kvtier_tier_matcher[]", len(tier_filter))
                     for i, m in enumerate(tier_filter):
-                        matchers[i].medium = m.medium
-                        matchers[i].locality = m.locality
+                        try:
+                            medium, locality = m
+                        except (TypeError, ValueError):
+                            raise TypeError(
+                                f"tier_filter[{i}]: expected a TierMatcher (medium, locality), got {type(m).__name__}"
+                            ) from None
+                        fill(matchers + i, {"medium": medium, "locality": locality}, f"tier_filter[{i}]")
                     keep.append(matchers)
                     c_params.filter = matchers
                     c_params.filter_len = len(tier_filter)
@@ -329,11 +373,14 @@ class Manager:
         scratch = acquire()
         try:
             ptr, n, _keep = scratch.key_array(keys)
-            positions = list(positions)
+            positions = int_list(positions, "positions")
             if n != len(positions):
                 raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
             c_positions = scratch.u64
-            c_positions[0:n] = positions
+            try:
+                c_positions[0:n] = positions
+            except (TypeError, OverflowError) as e:
+                raise explain_items(positions, "uint64_t", "positions", e) from None
             check(
                 self._call(lib.kvtier_manager_set_positions, request, ptr, n, c_positions),
                 "kvtier_manager_set_positions",
@@ -404,112 +451,40 @@ class Manager:
     ) -> None:
         """Reports a finished job of Python tier `tier` from any thread."""
         result = ffi.new("kvtier_job_result *")
-        result.id = job_id
-        result.success = success
-        keys = key_array(succeeded_keys or ())
+        fill(
+            result,
+            {"id": job_id, "success": success, "bytes": bytes_moved, "duration_ns": duration_ns},
+            "complete_job",
+        )
+        keys = key_array(succeeded_keys if succeeded_keys is not None else ())
         result.succeeded_keys = keys.ptr
         result.succeeded_len = keys.len
-        result.bytes = bytes_moved
-        result.duration_ns = duration_ns
         check(self._call(lib.kvtier_manager_complete_job, tier, result), "kvtier_manager_complete_job")
 
-    # -- observing ----------------------------------------------------
+    # -- slots --------------------------------------------------------
 
-    def take_events(self) -> list[Event]:
-        """Every queued event of every tier, oldest first (copied)."""
-        out: list[Event] = []
-        # Per call: threads share the manager, each take's keys live in
-        # this call's own buffer until its next take.
-        events = ffi.new("kvtier_event[]", _EVENT_BATCH)
-        made = ffi.new("kvtier_event_buffer **")
-        check(lib.kvtier_event_buffer_new(made), "kvtier_event_buffer_new")
-        keys = ffi.gc(made[0], lib.kvtier_event_buffer_free)
-        written = ffi.new("size_t *")
-        more = ffi.new("bool *", True)
-        while more[0]:
-            check(
-                self._call(lib.kvtier_manager_take_events, keys, events, _EVENT_BATCH, written, more),
-                "kvtier_manager_take_events",
-            )
-            out.extend(event_from_c(events[i]) for i in range(written[0]))
-        return out
-
-    def events_queued(self) -> tuple[int, int]:
-        """How many events (batches of one tier and kind) wait to be taken,
-        and how many keys they hold (``kvtier_manager_events_queued``)."""
-        events = ffi.new("size_t *")
-        keys = ffi.new("size_t *")
-        check(self._call(lib.kvtier_manager_events_queued, events, keys), "kvtier_manager_events_queued")
-        return int(events[0]), int(keys[0])
-
-    def read_stats(self) -> dict[str, Any]:
-        """The manager's own numbers (``kvtier_manager_stats``) by name."""
-        stats = ffi.new("kvtier_manager_stats *")
-        stats.struct_size = ffi.sizeof("kvtier_manager_stats")
-        check(self._call(lib.kvtier_manager_read_stats, stats), "kvtier_manager_read_stats")
-        return struct_dict(stats[0])
-
-    def read_tier_stats(self, tier: int) -> dict[str, TierStat]:
-        """Tier `tier`'s statistics (0 the primary tier) by name."""
-        written = ffi.new("size_t *")
-        capacity = 64
-        while True:
-            out = ffi.new("kvtier_tier_stat[]", capacity)
-            status = self._call(lib.kvtier_manager_read_tier_stats, tier, out, capacity, written)
-            if status == Status.BUFFER_TOO_SMALL:
-                capacity = int(written[0])
-                continue
-            check(status, "kvtier_manager_read_tier_stats")
-            counter = CONSTANTS["KVTIER_STAT_COUNTER"]
-            return {
-                ffi.string(out[i].name).decode(): TierStat(out[i].value, out[i].kind == counter)
-                for i in range(written[0])
-            }
-
-    def metrics_prometheus(self) -> str:
-        """Every statistic in the Prometheus text format."""
-        written = ffi.new("size_t *")
-        capacity = 1 << 14
-        while True:
-            text = ffi.new("char[]", capacity)
-            status = self._call(lib.kvtier_manager_metrics_prometheus, text, capacity, written)
-            if status == Status.BUFFER_TOO_SMALL:
-                capacity = int(written[0]) + 1024
-                continue
-            check(status, "kvtier_manager_metrics_prometheus")
-            return ffi.string(text).decode()
-
-    def take_errors(self) -> list[str]:
-        """Every message of the manager's error log (tier misbehaviour), oldest first."""
-        out: list[str] = []
-        written = ffi.new("size_t *")
-        capacity = 512
-        while True:
-            text = ffi.new("char[]", capacity)
-            status = self._call(lib.kvtier_manager_take_error, text, capacity, written)
-            if status == Status.BUFFER_TOO_SMALL:
-                capacity = int(written[0])
-                continue
-            check(status, "kvtier_manager_take_error")
-            if written[0] == 0:
-                return out
-            out.append(ffi.string(text).decode("utf-8", "replace"))
-
-    def slot_memory(self) -> tuple[int, int, int, int]:
-        """(base address, stride, usable bytes per slot, slot count) of the
-        manager's slot memory."""
+    def slot_memory(self) -> SlotMemory:
+        """Where the manager's slots are (`SlotMemory`: base address,
+        stride, usable bytes per slot, slot count); ``NOT_FOUND`` for a
+        manager without slot memory (no region, no `block_bytes`)."""
         base = ffi.new("void **")
         stride = ffi.new("size_t *")
         slot_bytes = ffi.new("size_t *")
         count = ffi.new("uint32_t *")
         check(self._call(lib.kvtier_manager_slot_memory, base, stride, slot_bytes, count), "kvtier_manager_slot_memory")
-        return int(ffi.cast("uintptr_t", base[0])), int(stride[0]), int(slot_bytes[0]), int(count[0])
+        return SlotMemory(int(ffi.cast("uintptr_t", base[0])), int(stride[0]), int(slot_bytes[0]), int(count[0]))
 
-    def wake_fd(self) -> int:
-        """The descriptor that becomes readable when a tier finishes a job."""
-        fd = ffi.new("int *")
-        check(self._call(lib.kvtier_manager_wake_fd, fd), "kvtier_manager_wake_fd")
-        return int(fd[0])
+    def slot(self, slot: int) -> memoryview:
+        """Slot `slot`'s bytes (its `slot_bytes`), as a writable buffer: where
+        a block is copied before `complete_store` and read after
+        `prepare_load`.  The view keeps the slot memory mapped: while one
+        lives, `close` raises ``BufferError`` (drop it first).  A slot
+        number that is no int is a ``TypeError``, one outside
+        ``0..slot_count - 1`` an ``IndexError``; a manager without slot
+        memory raises `KvtierError` (``NOT_FOUND``)."""
+        memory = self.slot_memory()
+        index = slot_index(slot, memory.slot_count)
+        return self._h.export(memory.base + index * memory.stride, memory.slot_bytes)
 
     # -- lifetime -----------------------------------------------------
 
@@ -521,8 +496,13 @@ class Manager:
         """Frees the manager (shutting its tiers down first if needed):
         at once, or, while other calls are inside it (other threads, or the
         tier callback that closes it), when the last of them returns.
-        Later calls raise ``CLOSED``."""
-        self._h.close()
+        Later calls raise ``CLOSED``.  While buffers from `slot` are alive
+        it raises ``BufferError`` and frees nothing."""
+
+        def busy(count: int) -> BufferError:
+            return BufferError(f"manager: {count} slot buffers taken from it are still alive")
+
+        self._h.close(busy)
 
     def __enter__(self) -> Manager:
         return self

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ._args import explain_items, fill, int_list
 from ._calls import PlanBuffers, completion, lookup_answer, positions_array
 from ._ffi import ffi, lib
 from ._keys import key_array
@@ -49,12 +50,18 @@ class Primary:
     ):
         options = ffi.new("kvtier_primary_options *", lib.kvtier_primary_options_default())
         policy_c = ffi.new("char[]", encode_str(policy, "policy"))
-        options.capacity = capacity
         options.policy = policy_c
-        options.store_threshold = store_threshold
-        options.admission_table_size = admission_table_size
-        options.event_capacity = event_capacity
-        options.kv_groups = kv_groups
+        fill(
+            options,
+            {
+                "capacity": capacity,
+                "store_threshold": store_threshold,
+                "admission_table_size": admission_table_size,
+                "event_capacity": event_capacity,
+                "kv_groups": kv_groups,
+            },
+            "Primary",
+        )
         out = ffi.new("kvtier_primary **")
         check(lib.kvtier_primary_new(options, out), "kvtier_primary_new")
         # The C handle is not synchronized: calls from several threads
@@ -124,11 +131,15 @@ class Primary:
     def set_positions(self, request: int, keys: Sequence[bytes], positions: Sequence[int]) -> None:
         """Gives `keys` their end-token positions for `request`."""
         array = key_array(keys)
-        positions = list(positions)
+        positions = int_list(positions, "positions")
         if array.len != len(positions):
             raise KvtierError(Status.INVALID_ARGUMENT, "keys and positions differ in length")
+        try:
+            c_positions = positions_array(positions)
+        except (TypeError, OverflowError) as e:
+            raise explain_items(positions, "uint64_t", "positions", e) from None
         check(
-            self._call(lib.kvtier_primary_set_positions, request, array.ptr, array.len, positions_array(positions)),
+            self._call(lib.kvtier_primary_set_positions, request, array.ptr, array.len, c_positions),
             "kvtier_primary_set_positions",
         )
 

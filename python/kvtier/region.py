@@ -11,13 +11,15 @@ through this class; a worker's area of every row is its view
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._args import fill, slot_index
 from ._ffi import CONSTANTS, ffi, lib
 from ._handle import Handle
-from .errors import KvtierError, Status, check, encode_str
+from .errors import Status, check, encode_str
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,18 +84,30 @@ class Region:
         keep = [ffi.new("char[]", encode_str(name, "name"))]
         options.name = keep[0]
         if directory is not None:
-            keep.append(ffi.new("char[]", encode_str(str(directory), "directory")))
+            if isinstance(directory, os.PathLike):
+                directory = os.fspath(directory)
+            keep.append(ffi.new("char[]", encode_str(directory, "directory")))
             options.directory = keep[-1]
-        options.slot_count = slot_count
-        options.slot_bytes = slot_bytes
-        options.worker_bytes = worker_bytes
-        options.open = _OPEN[open]
-        options.join_timeout_ms = join_timeout_ms
-        options.segments = segments
-        options.prefault = _PREFAULT[prefault]
-        options.prefault_threads = prefault_threads
-        options.mode = mode
-        options.replace_stale = replace_stale
+        if not isinstance(open, str) or open not in _OPEN:
+            raise ValueError(f"open: expected one of {', '.join(map(repr, _OPEN))}, got {open!r}")
+        if not isinstance(prefault, str) or prefault not in _PREFAULT:
+            raise ValueError(f"prefault: expected one of {', '.join(map(repr, _PREFAULT))}, got {prefault!r}")
+        fill(
+            options,
+            {
+                "slot_count": slot_count,
+                "slot_bytes": slot_bytes,
+                "worker_bytes": worker_bytes,
+                "open": _OPEN[open],
+                "join_timeout_ms": join_timeout_ms,
+                "segments": segments,
+                "prefault": _PREFAULT[prefault],
+                "prefault_threads": prefault_threads,
+                "mode": mode,
+                "replace_stale": replace_stale,
+            },
+            "Region",
+        )
         if barrier is not None:
 
             def call_barrier(_user_data: Any, setup_status: int) -> int:
@@ -154,11 +168,10 @@ class Region:
         return self._h.export(self._base, self.slot_count * self.stride)
 
     def slot(self, slot: int) -> memoryview:
-        """Slot `slot`'s ``stride`` bytes, writable (a view of `buffer`)."""
-        if not isinstance(slot, int):
-            raise TypeError(f"slot: expected an int, got {type(slot).__name__}")
-        if not 0 <= slot < self.slot_count:
-            raise KvtierError(Status.INVALID_ARGUMENT, f"slot {slot} out of range 0..{self.slot_count}")
+        """Slot `slot`'s ``stride`` bytes, writable (a view of `buffer`).  A
+        slot number that is no int is a ``TypeError``, one outside
+        ``0..slot_count - 1`` an ``IndexError``."""
+        slot = slot_index(slot, self.slot_count)
         address = ffi.new("void **")
         check(self._call(lib.kvtier_region_slot_address, slot, address), "kvtier_region_slot_address")
         offset = int(ffi.cast("uintptr_t", address[0])) - int(ffi.cast("uintptr_t", self._base))

@@ -1,7 +1,9 @@
 """`pip install ./python` in a fresh virtual environment, then a block
-stored and loaded through a manager from the installed package."""
+stored and loaded through a manager from the installed package, whose
+bundled library is stripped."""
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -20,6 +22,7 @@ with kvtier.Manager(4, kv_groups=True) as m, m.request("req") as r:
     assert m.prepare_load(r, [key]) == plan.slots
     m.complete_load(r, [key])
 print("stored and loaded through", kvtier.__version__)
+print("library:", kvtier._ffi.library_path)
 """
 
 
@@ -39,4 +42,9 @@ def test_pip_install_in_a_fresh_venv(tmp_path):
         [str(python), "-c", SCRIPT], check=True, env=env, cwd=tmp_path, capture_output=True, text=True
     )
     assert "stored and loaded through" in result.stdout
+    library = result.stdout.split("library: ", 1)[1].strip()
+    assert library.startswith(str(target)), library
+    if shutil.which("readelf"):
+        sections = subprocess.run(["readelf", "-S", "-W", library], check=True, capture_output=True, text=True).stdout
+        assert ".text" in sections and ".debug_info" not in sections and ".symtab" not in sections
     assert sys.prefix != str(target)

@@ -5,11 +5,13 @@
 
 use std::ffi::{c_char, c_void};
 
-use super::boundary::{enter, ffi_call, in_slice, into_handle, out_ref};
+use super::boundary::{Failure, enter, ffi_call, in_slice, into_handle, out_ref};
 use super::manager::{CManager, kvtier_manager};
+use super::region::kvtier_region;
 use crate::config::Config;
 use crate::error::Error;
 use crate::metrics::server::MetricsServer;
+use crate::tiering::Manager;
 
 /// Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
 /// no NUL needed): slot memory (a shared region if `"region"` is given,
@@ -23,6 +25,8 @@ use crate::metrics::server::MetricsServer;
 /// `"primary"`) with the same defaults, and the manager is built the same
 /// way as by `kvtier_manager_new`.  More tiers, C and C++ ones included,
 /// may be added afterwards with the `kvtier_manager_add_*` calls.
+/// `kvtier_manager_new_from_json_with_region` builds it over a region the
+/// caller made.
 ///
 /// `json` must not be NULL unless `len` is 0; `manager_out` must not be NULL.
 /// Unknown fields and wrong types fail with `KVTIER_STATUS_INVALID_ARGUMENT`
@@ -45,19 +49,77 @@ pub unsafe extern "C" fn kvtier_manager_new_from_json(
 ) -> super::kvtier_status {
     ffi_call!({
         let out = unsafe { out_ref(manager_out, "manager_out") }?;
-        let bytes = unsafe { in_slice(json.cast::<u8>(), len, "json") }?;
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            Error::InvalidArgument(format!("configuration: the document is not UTF-8: {e}"))
-        })?;
-        let config = Config::from_json(text)?;
-        let manager = std::sync::Arc::new(config.build()?);
-        let metrics = match &config.metrics {
-            Some(m) => Some(MetricsServer::start(&m.listen, &manager)?),
-            None => None,
-        };
-        *out = into_handle::<kvtier_manager>(CManager::serving(manager, metrics));
+        let config = unsafe { config_of(json, len) }?;
+        let manager = config.build()?;
+        *out = serve(&config, manager)?;
         Ok(())
     })
+}
+
+/// Builds a manager from the JSON document `json` as
+/// `kvtier_manager_new_from_json` does, the same fields read the same way,
+/// with `region`'s slots as its slot memory as `kvtier_manager_new` takes
+/// them: the built-in tiers (the document's `"tiers"`, and those added
+/// later) copy blocks through them.  A NULL `region` is
+/// `kvtier_manager_new_from_json` exactly.  With a region, the document
+/// must not name one too (`"region"`: `KVTIER_STATUS_INVALID_ARGUMENT`),
+/// the region must have at least the primary tier's capacity in slots, and
+/// `"block_bytes"` is only the block size of back-pressure per byte (as in
+/// `kvtier_manager_options`).
+///
+/// `json` must not be NULL unless `len` is 0; `manager_out` must not be
+/// NULL.  Errors, outputs and ownership are those of
+/// `kvtier_manager_new_from_json`; the region stays the caller's, as with
+/// `kvtier_manager_new` (the manager keeps its mapping alive as long as it
+/// needs it).  Thread-safe.
+///
+/// # Safety
+/// `json` valid for `len` reads; `region` NULL or a live handle;
+/// `manager_out` valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_manager_new_from_json_with_region(
+    json: *const c_char,
+    len: usize,
+    region: *const kvtier_region,
+    manager_out: *mut *mut kvtier_manager,
+) -> super::kvtier_status {
+    ffi_call!({
+        let out = unsafe { out_ref(manager_out, "manager_out") }?;
+        let config = unsafe { config_of(json, len) }?;
+        let manager = if region.is_null() {
+            config.build()?
+        } else {
+            let slots = unsafe { enter::<kvtier_region>(region) }?.slots();
+            config.build_over(slots)?
+        };
+        *out = serve(&config, manager)?;
+        Ok(())
+    })
+}
+
+/// The configuration in `len` bytes at `json`.
+///
+/// # Safety
+/// `json` valid for `len` reads.
+unsafe fn config_of(json: *const c_char, len: usize) -> Result<Config, Failure> {
+    let bytes = unsafe { in_slice(json.cast::<u8>(), len, "json") }?;
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        Error::InvalidArgument(format!("configuration: the document is not UTF-8: {e}"))
+    })?;
+    Ok(Config::from_json(text)?)
+}
+
+/// `manager` as a handle (the caller's to free), with the metrics
+/// endpoint `config` asks for.
+fn serve(config: &Config, manager: Manager) -> Result<*mut kvtier_manager, Failure> {
+    let manager = std::sync::Arc::new(manager);
+    let metrics = match &config.metrics {
+        Some(m) => Some(MetricsServer::start(&m.listen, &manager)?),
+        None => None,
+    };
+    Ok(into_handle::<kvtier_manager>(CManager::serving(
+        manager, metrics,
+    )))
 }
 
 /// Writes where the manager's slots are: the address of slot 0 to
