@@ -9,7 +9,7 @@
 //! with `KVTIER_RECLAIM_CHILD` set it plays that part.  Without it, it
 //! runs every test below (or those whose name contains an argument).
 
-use std::ffi::{CStr, CString, OsString, c_void};
+use std::ffi::{CStr, CString, c_void};
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -135,7 +135,7 @@ fn names(dir: &Path) -> Vec<String> {
 fn found<'a>(regions: &'a [FoundRegion], name: &str) -> &'a FoundRegion {
     regions
         .iter()
-        .find(|r| r.name == OsString::from(name))
+        .find(|r| r.name == name)
         .unwrap_or_else(|| panic!("{name} not found in {regions:#?}"))
 }
 

@@ -23,9 +23,9 @@ pub(crate) struct Entry {
     /// Device and inode.
     pub(crate) id: FileId,
     /// `st_mode`.
-    pub(crate) mode: u32,
+    pub(crate) mode: libc::mode_t,
     /// Owner.
-    pub(crate) uid: u32,
+    pub(crate) uid: libc::uid_t,
     /// Links (0: removed, for an open file).
     pub(crate) links: u64,
     /// Size in bytes.
@@ -33,31 +33,33 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    // `dev_t`, `ino_t` and `nlink_t` are 64 bits on some targets only.
+    #[allow(clippy::unnecessary_cast)]
     fn of(s: &libc::stat) -> Entry {
         Entry {
             id: (s.st_dev as u64, s.st_ino as u64),
-            mode: s.st_mode as u32,
-            uid: s.st_uid as u32,
+            mode: s.st_mode,
+            uid: s.st_uid,
             links: s.st_nlink as u64,
-            bytes: s.st_size as u64,
+            bytes: u64::try_from(s.st_size).unwrap_or(0),
         }
     }
 
     /// Whether it is a regular file.
     pub(crate) fn is_regular(&self) -> bool {
-        self.mode & libc::S_IFMT as u32 == libc::S_IFREG as u32
+        self.mode & libc::S_IFMT == libc::S_IFREG
     }
 
     /// What kind of file it is, in words.
     pub(crate) fn kind(&self) -> &'static str {
-        match self.mode & libc::S_IFMT as u32 {
-            m if m == libc::S_IFREG as u32 => "regular file",
-            m if m == libc::S_IFDIR as u32 => "directory",
-            m if m == libc::S_IFLNK as u32 => "symlink",
-            m if m == libc::S_IFIFO as u32 => "FIFO",
-            m if m == libc::S_IFSOCK as u32 => "socket",
-            m if m == libc::S_IFCHR as u32 => "character device",
-            m if m == libc::S_IFBLK as u32 => "block device",
+        match self.mode & libc::S_IFMT {
+            libc::S_IFREG => "regular file",
+            libc::S_IFDIR => "directory",
+            libc::S_IFLNK => "symlink",
+            libc::S_IFIFO => "FIFO",
+            libc::S_IFSOCK => "socket",
+            libc::S_IFCHR => "character device",
+            libc::S_IFBLK => "block device",
             _ => "file of unknown type",
         }
     }
@@ -90,9 +92,8 @@ impl Dir {
         // SAFETY: `c` is NUL-terminated; the descriptor returned is ours.
         let fd = retry(|| unsafe { libc::open(c.as_ptr(), flags) })?;
         // SAFETY: a fresh descriptor owned by nothing else.
-        Ok(Dir {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Dir { fd })
     }
 
     /// The names of its entries, `.` and `..` left out, in no order.

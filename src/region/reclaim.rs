@@ -45,7 +45,7 @@
 //! same name while this call holds it waits for it, then finds the name
 //! gone and starts over.  One that creates an orphan segment's region at
 //! that instant may find the segment still locked here and fail with
-//! [`Error::AlreadyExists`](crate::Error::AlreadyExists) (`in use by
+//! [`Error::AlreadyExists`] (`in use by
 //! another process`); a retry succeeds.
 
 use std::ffi::{OsStr, OsString};
