@@ -42,11 +42,12 @@
 //! The exclusive probe is the one the region's own set-up uses on a file
 //! it finds existing: a live region's files are held, so the probe fails
 //! at once and disturbs nobody.  A creator opening a stale region of the
-//! same name while this call holds it waits for it, then finds the name
-//! gone and starts over.  One that creates an orphan segment's region at
-//! that instant may find the segment still locked here and fail with
-//! [`Error::AlreadyExists`] (`in use by
-//! another process`); a retry succeeds.
+//! same name while this call holds it waits for the lock; if this call
+//! removes the region, the creator finds the name gone and starts over (if
+//! it keeps it, because a segment is held, the creator joins it).  One
+//! that creates an orphan segment's region at that instant may find the
+//! segment still locked here and fail with [`Error::AlreadyExists`] (`in
+//! use by another process`); a retry succeeds.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
