@@ -1422,6 +1422,52 @@ typedef struct {
 } kvtier_primary_stats;
 
 /**
+ * What `kvtier_region_reclaim_stale` did with one region's files: a
+ * `KVTIER_REGION_RECLAIM_*` value.
+ */
+typedef int32_t kvtier_region_reclaim_outcome;
+
+/**
+ * One region `kvtier_region_reclaim_stale` found, handed to its callback.
+ * The strings live during the callback only.
+ */
+typedef struct {
+  /**
+   * The region's name (its first file's name), NUL-terminated.
+   */
+  const char *name;
+  /**
+   * Why its files were kept, NUL-terminated (naming the file); "" when
+   * they were removed.
+   */
+  const char *reason;
+  /**
+   * Bytes of its files found.
+   */
+  uint64_t bytes;
+  /**
+   * `KVTIER_REGION_RECLAIM_REMOVED`, or why the files were kept.
+   */
+  kvtier_region_reclaim_outcome outcome;
+  /**
+   * Segment files found (`<name>.seg<N>`).
+   */
+  uint32_t segment_files;
+  /**
+   * Whether its first file was found (false: only segments were).
+   */
+  bool first_file;
+} kvtier_region_reclaim_entry;
+
+/**
+ * Receives one region `kvtier_region_reclaim_stale` found (see
+ * `kvtier_region_reclaim_entry`).  Called on the calling thread once the
+ * sweep is over (no file is locked then); it may call any kvtier function
+ * and must not unwind (C++: `noexcept`).
+ */
+typedef void (*kvtier_region_reclaim_fn)(void *user_data, const kvtier_region_reclaim_entry *entry);
+
+/**
  * Options of `kvtier_manager_add_redis_tier`.  Initialize with
  * `kvtier_redis_options_default()` (growth rule).  Strings are
  * NUL-terminated, read during the call only; NULL means the default
@@ -1903,6 +1949,42 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
  * Finished and let go: no call takes it.
  */
 #define KVTIER_REQUEST_STATE_GONE 4
+
+/**
+ * Its files were removed: no process held them.
+ */
+#define KVTIER_REGION_RECLAIM_REMOVED 0
+
+/**
+ * Kept: a process holds one of its files (it maps the region, or is
+ * setting it up).
+ */
+#define KVTIER_REGION_RECLAIM_HELD 1
+
+/**
+ * Kept: one of its names is a symlink, directory, FIFO, socket or device.
+ */
+#define KVTIER_REGION_RECLAIM_NOT_REGULAR 2
+
+/**
+ * Kept: one of its files belongs to another user.
+ */
+#define KVTIER_REGION_RECLAIM_OTHER_USER 3
+
+/**
+ * Kept: its first file does not begin with a region's layout header.
+ */
+#define KVTIER_REGION_RECLAIM_NO_HEADER 4
+
+/**
+ * Kept: a file was removed, replaced or created while it was looked at.
+ */
+#define KVTIER_REGION_RECLAIM_CHANGED 5
+
+/**
+ * Kept (or partly removed): looking at or removing a file failed.
+ */
+#define KVTIER_REGION_RECLAIM_FAILED 6
 
 /**
  * Create the region if nobody has, else join it (default).
@@ -2862,6 +2944,46 @@ kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
  * of its `struct_size` bytes.
  */
 kvtier_status kvtier_primary_read_stats(kvtier_primary *primary, kvtier_primary_stats *stats_out);
+
+/**
+ * Removes the files of every stale region in `directory` whose name
+ * starts with `prefix`, and reports each region found to `callback`.  A
+ * region is stale when no process holds any of its files: every process
+ * mapping a region holds a shared `flock` on each of them, so what a
+ * killed process left is found without knowing its name.  It is for
+ * callers whose region names change at every start: a name opened again
+ * is replaced by `kvtier_region_new` itself.
+ *
+ * The directory is treated as hostile: symlinks, directories, FIFOs,
+ * sockets and devices are never opened or removed, nor files of another
+ * user; a first file that does not begin with a region's layout header
+ * is kept; a region with any such file, or any file held, is kept whole.
+ * Segment files (`<name>.seg<N>`) whose first file is gone are removed
+ * by the same rules (they have no header).  A name is removed only while
+ * it still names the file found unheld and locked by this call.  The
+ * project's docs/region.md gives the rules in full.
+ *
+ * `directory` NULL means `/dev/shm`; one that does not exist holds no
+ * region.  `prefix` is required, non-empty, without `/`
+ * (`KVTIER_STATUS_INVALID_ARGUMENT` otherwise); both are UTF-8 and read
+ * during the call only.  `callback` (may be NULL) is called once per
+ * region found, in name order, removed or kept, after the sweep; with
+ * `user_data`, which is not kvtier's.  Writes the number of regions
+ * removed to `*removed_out` (may be NULL).  A directory that cannot be
+ * opened or listed is an error (`KVTIER_STATUS_IO`), before anything is
+ * removed; a file that cannot be looked at or removed is reported as
+ * `KVTIER_REGION_RECLAIM_FAILED` and the sweep goes on.  Thread-safe.
+ *
+ * # Safety
+ * `directory` NULL or a valid NUL-terminated string; `prefix` a valid
+ * NUL-terminated string; `callback` NULL or callable with `user_data`;
+ * `removed_out` NULL or valid for writes.
+ */
+kvtier_status kvtier_region_reclaim_stale(const char *directory,
+                                          const char *prefix,
+                                          kvtier_region_reclaim_fn callback,
+                                          void *user_data,
+                                          size_t *removed_out);
 
 /**
  * Returns the default redis tier options (the core defaults: standalone

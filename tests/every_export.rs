@@ -25,6 +25,7 @@ use kvtier::ffi::log::*;
 use kvtier::ffi::manager::*;
 use kvtier::ffi::observe::*;
 use kvtier::ffi::primary::*;
+use kvtier::ffi::reclaim::*;
 use kvtier::ffi::redis::*;
 use kvtier::ffi::region::*;
 use kvtier::ffi::report::*;
@@ -1143,6 +1144,22 @@ fn table() -> Vec<Export> {
         }),
         export!(kvtier_region_set_lent_slots, f, {
             is_null_arg(f, "region", kvtier_region_set_lent_slots(null(), 0));
+        }),
+        export!(kvtier_region_reclaim_stale, f, {
+            let dir = tempfile::tempdir().unwrap();
+            let d = CString::new(dir.path().to_str().unwrap()).unwrap();
+            let mut removed = 7usize;
+            is_null_arg(f, "prefix", kvtier_region_reclaim_stale(d.as_ptr(), null(), None, null_mut(), &mut removed));
+            is_null_arg(f, "prefix", kvtier_region_reclaim_stale(null(), null(), None, null_mut(), null_mut()));
+            assert_eq!(removed, 7, "{f} wrote *removed_out on failure");
+            // The callback, its data and `removed_out` may be NULL; a NULL
+            // directory is /dev/shm (a prefix nothing there has).
+            let prefix = CString::new(format!("kvtier-every-export-{}-", std::process::id())).unwrap();
+            expect(f, "callback, removed_out NULL", kvtier_region_reclaim_stale(d.as_ptr(), prefix.as_ptr(), None, null_mut(), null_mut()), S::Ok);
+            if Path::new("/dev/shm").is_dir() {
+                expect(f, "directory NULL", kvtier_region_reclaim_stale(null(), prefix.as_ptr(), None, null_mut(), &mut removed), S::Ok);
+                assert_eq!(removed, 0, "{f}");
+            }
         }),
     ]
 }

@@ -1,7 +1,8 @@
 //! kvtier-inspect, the command-line tool installed with the library: the
 //! summary of an fs-tier directory, a verify pass that finds a block
-//! damaged on disk (and removes it only with --repair), and a region's
-//! layout and holders.
+//! damaged on disk (and removes it only with --repair), a region's
+//! layout and holders, and the usage of `regions` (its listing and
+//! reclaiming of killed creators' regions: tests/region_reclaim.rs).
 
 #[path = "support/exposition.rs"]
 mod exposition;
@@ -301,4 +302,24 @@ fn usage_errors_exit_with_2() {
     assert_eq!(inspect(&["fs"]).0, 2);
     assert_eq!(inspect(&["fs", "/nonexistent-kvtier-dir"]).0, 2);
     assert_eq!(inspect(&["fs", "/tmp", "--repair"]).0, 2);
+    assert_eq!(inspect(&["fs", "/tmp", "--reclaim"]).0, 2);
+    assert_eq!(inspect(&["region", "x", "--prefix", "x"]).0, 2);
+    assert_eq!(inspect(&["regions", "--verify"]).0, 2);
+    assert_eq!(inspect(&["regions", "--prefix"]).0, 2);
+    assert_eq!(inspect(&["regions", "--prefix", "a/b"]).0, 2);
+    assert_eq!(inspect(&["regions", "extra"]).0, 2);
+}
+
+/// `regions` over an empty directory and one that does not exist: nothing
+/// listed (the killed creators' regions it finds and removes are
+/// tests/region_reclaim.rs's).
+#[test]
+fn regions_in_an_empty_or_missing_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in [dir.path().to_path_buf(), dir.path().join("absent")] {
+        let (code, v) = json(&["regions", "--directory", d.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(v["prefix"], "vllm_kvtier_", "{v}");
+        assert_eq!(v["regions"], serde_json::json!([]), "{v}");
+    }
 }

@@ -6,7 +6,8 @@ header page, and holds a lock on the files for as long as it lives, so a
 file nobody holds is known to be left over from a crashed run and is
 replaced.  A vLLM scheduler and its workers each map the same region
 through this class; a worker's area of every row is its view
-(`Region.worker_array`).
+(`Region.worker_array`).  `reclaim_stale` removes the files of regions no
+process maps any more (``kvtier_region_reclaim_stale``).
 """
 
 from __future__ import annotations
@@ -24,12 +25,21 @@ from .errors import Status, check, encode_str
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Region", "RegionView"]
+__all__ = ["FoundRegion", "Region", "RegionView", "reclaim_stale"]
 
 _OPEN = {
     "create_or_join": CONSTANTS["KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN"],
     "create": CONSTANTS["KVTIER_REGION_OPEN_MODE_CREATE"],
     "join": CONSTANTS["KVTIER_REGION_OPEN_MODE_JOIN"],
+}
+_OUTCOMES = {
+    CONSTANTS["KVTIER_REGION_RECLAIM_REMOVED"]: "removed",
+    CONSTANTS["KVTIER_REGION_RECLAIM_HELD"]: "held",
+    CONSTANTS["KVTIER_REGION_RECLAIM_NOT_REGULAR"]: "not_regular",
+    CONSTANTS["KVTIER_REGION_RECLAIM_OTHER_USER"]: "other_user",
+    CONSTANTS["KVTIER_REGION_RECLAIM_NO_HEADER"]: "no_header",
+    CONSTANTS["KVTIER_REGION_RECLAIM_CHANGED"]: "changed",
+    CONSTANTS["KVTIER_REGION_RECLAIM_FAILED"]: "failed",
 }
 _PREFAULT = {
     "off": CONSTANTS["KVTIER_REGION_PREFAULT_OFF"],
@@ -262,3 +272,68 @@ class Region:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class FoundRegion:
+    """One region `reclaim_stale` found (``kvtier_region_reclaim_entry``)."""
+
+    #: The region's name: its first file's name.
+    name: str
+    #: ``"removed"``, or why its files were kept: ``"held"``,
+    #: ``"not_regular"``, ``"other_user"``, ``"no_header"``, ``"changed"``
+    #: or ``"failed"``.
+    outcome: str
+    #: Why its files were kept, naming the file ("" when removed).
+    reason: str
+    #: Bytes of its files found.
+    bytes: int
+    #: Segment files found (``<name>.seg<N>``).
+    segment_files: int
+    #: Whether its first file was found (False: only segments were).
+    first_file: bool
+
+    @property
+    def removed(self) -> bool:
+        """Whether its files were removed."""
+        return self.outcome == "removed"
+
+
+def reclaim_stale(prefix: str, directory: str | None = None) -> list[FoundRegion]:
+    """Removes the files of every region in `directory` (default
+    ``/dev/shm``) whose name starts with `prefix` and whose files no
+    process holds (left by a killed process), and returns every region
+    found, removed or kept and why, in name order
+    (``kvtier_region_reclaim_stale``; the rules are kvtier's, docs/region.md).
+
+    Symlinks, FIFOs and other non-regular entries, files of other users,
+    first files without a region header, and regions any of whose files a
+    process holds are kept.  A directory that does not exist holds none;
+    one that cannot be listed, or a bad `prefix` (empty, or with ``/``),
+    raises `KvtierError`."""
+    found: list[FoundRegion] = []
+    failure: list[BaseException] = []
+
+    def on_entry(_user_data: Any, entry: Any) -> None:
+        try:
+            found.append(
+                FoundRegion(
+                    name=os.fsdecode(ffi.string(entry.name)),
+                    outcome=_OUTCOMES.get(entry.outcome, f"outcome {entry.outcome}"),
+                    reason=ffi.string(entry.reason).decode("utf-8", "replace"),
+                    bytes=entry.bytes,
+                    segment_files=entry.segment_files,
+                    first_file=bool(entry.first_file),
+                )
+            )
+        except BaseException as e:  # a callback must not unwind into C
+            failure.append(e)
+
+    callback = ffi.callback("kvtier_region_reclaim_fn", on_entry)
+    c_prefix = ffi.new("char[]", encode_str(prefix, "prefix"))
+    c_directory = ffi.NULL if directory is None else ffi.new("char[]", encode_str(str(directory), "directory"))
+    status = lib.kvtier_region_reclaim_stale(c_directory, c_prefix, callback, ffi.NULL, ffi.NULL)
+    check(status, "kvtier_region_reclaim_stale")
+    if failure:
+        raise failure[0]
+    return found

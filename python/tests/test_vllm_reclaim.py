@@ -159,3 +159,47 @@ def test_segment_files_go_with_their_region_and_a_held_segment_keeps_it(tmp_path
 
 def test_a_missing_directory_reclaims_nothing(tmp_path):
     assert reclaim_stale_regions(str(tmp_path / "absent")) == []
+
+
+def test_segments_whose_first_file_is_gone_are_removed_unless_held(tmp_path):
+    for name in ("vllm_kvtier_gone.seg1", "vllm_kvtier_gone.seg2", "vllm_kvtier_held.seg1"):
+        (tmp_path / name).write_bytes(b"\0" * PAGE)
+    with open(tmp_path / "vllm_kvtier_held.seg1", "rb") as held:
+        import fcntl
+
+        fcntl.flock(held, fcntl.LOCK_SH)
+        assert reclaim_stale_regions(str(tmp_path)) == ["vllm_kvtier_gone"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm_kvtier_held.seg1"]
+
+
+def test_the_core_sweep_says_why_it_kept_each_region(tmp_path):
+    from kvtier.region import reclaim_stale
+
+    killed_region(tmp_path, "dead")
+    proc = child("time.sleep(600)\n", tmp_path, "live")
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        (tmp_path / "vllm_kvtier_plain").write_bytes(b"not a region")
+        (tmp_path / "vllm_kvtier_link").symlink_to(tmp_path / "vllm_kvtier_plain")
+        found = {r.name: r for r in reclaim_stale("vllm_kvtier_", str(tmp_path))}
+        assert {name: r.outcome for name, r in found.items()} == {
+            "vllm_kvtier_dead": "removed",
+            "vllm_kvtier_link": "not_regular",
+            "vllm_kvtier_live": "held",
+            "vllm_kvtier_plain": "no_header",
+        }
+        dead = found["vllm_kvtier_dead"]
+        assert dead.removed and dead.reason == "" and dead.first_file
+        assert dead.bytes == PAGE + 4 * 2 * PAGE and dead.segment_files == 0
+        assert "held by a process" in found["vllm_kvtier_live"].reason
+        assert "symlink" in found["vllm_kvtier_link"].reason
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_bad_prefix_is_refused(tmp_path):
+    for prefix in ("", "a/b"):
+        with pytest.raises(kvtier.KvtierError) as e:
+            reclaim_stale_regions(str(tmp_path), prefix)
+        assert e.value.status == kvtier.Status.INVALID_ARGUMENT

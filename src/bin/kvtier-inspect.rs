@@ -3,6 +3,7 @@
 //! ```text
 //! kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
 //! kvtier-inspect region NAME [--directory DIR] [--json]
+//! kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]
 //! ```
 //!
 //! `fs DIR`: the blocks and bytes an fs-tier directory holds and their
@@ -15,24 +16,37 @@
 //! as foreign, never followed nor opened.  Files more open than `--mode`
 //! (octal, the tier's `file_mode`; default `0600`, directories `0700`)
 //! are listed as too open.  `region NAME`: the layout a
-//! region's header records and the processes holding it.  `--json` prints
-//! one JSON object instead of text.  Progress of long scans goes to
-//! standard error (once a second) unless `--quiet`.
+//! region's header records and the processes holding it.  `regions`: every
+//! region whose name starts with `--prefix` (default `vllm_kvtier_`, the
+//! vLLM layer's names) in `--directory` (default `/dev/shm`): its files,
+//! their size, the processes that have them open or mapped, and whether
+//! it is stale; `--reclaim` removes the stale ones
+//! (`kvtier::region::reclaim_stale`, the rules of docs/region.md) and
+//! lists what it removed and what it kept, and why.  `--json` prints one
+//! JSON object instead of text.  Progress of long scans goes to standard
+//! error (once a second) unless `--quiet`.
 //!
-//! Exit status: 0, 1 when the verify pass found bad blocks, 2 for a usage
-//! error or a failure.
+//! Exit status: 0, 1 when the verify pass found bad blocks or a region's
+//! files could not be looked at or removed, 2 for a usage error or a
+//! failure.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kvtier::region::inspect::{RegionReport, inspect};
+use kvtier::region::inspect::{Holder, RegionReport, holders_of, inspect};
+use kvtier::region::reclaim::{FoundRegion, Kept, ReclaimReport, reclaim_stale, survey};
 use kvtier::tiers::fs::inspect::{AGE_BOUNDS, DirReport, ScanOptions, scan};
 use serde_json::json;
 
 const USAGE: &str =
     "usage: kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
-       kvtier-inspect region NAME [--directory DIR] [--json]";
+       kvtier-inspect region NAME [--directory DIR] [--json]
+       kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]";
+
+/// The names the vLLM layer gives its regions start with this
+/// (`python/kvtier/vllm/region.py`).
+const VLLM_PREFIX: &str = "vllm_kvtier_";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +66,8 @@ struct Flags {
     repair: bool,
     mode: Option<u32>,
     directory: Option<PathBuf>,
+    prefix: Option<String>,
+    reclaim: bool,
     positional: Vec<String>,
 }
 
@@ -63,6 +79,8 @@ fn flags(args: &[String]) -> Result<Flags, String> {
         repair: false,
         mode: None,
         directory: None,
+        prefix: None,
+        reclaim: false,
         positional: Vec::new(),
     };
     let mut it = args.iter();
@@ -72,6 +90,11 @@ fn flags(args: &[String]) -> Result<Flags, String> {
             "--quiet" => f.quiet = true,
             "--verify" => f.verify = true,
             "--repair" => f.repair = true,
+            "--reclaim" => f.reclaim = true,
+            "--prefix" => {
+                let p = it.next().ok_or("--prefix needs the start of a file name")?;
+                f.prefix = Some(p.clone());
+            }
             "--mode" => {
                 let m = it.next().ok_or("--mode needs an octal mode such as 0600")?;
                 let digits = m.strip_prefix("0o").unwrap_or(m);
@@ -95,6 +118,10 @@ fn flags(args: &[String]) -> Result<Flags, String> {
 
 fn run(args: &[String]) -> Result<ExitCode, String> {
     let f = flags(args)?;
+    let is_regions = f.positional.first().is_some_and(|w| w == "regions");
+    if !is_regions && (f.reclaim || f.prefix.is_some()) {
+        return Err(format!("--prefix and --reclaim are for regions\n{USAGE}"));
+    }
     match f.positional.as_slice() {
         [what, dir] if what == "fs" => {
             if f.repair && !f.verify {
@@ -144,7 +171,178 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        [what] if what == "regions" => {
+            if f.verify || f.repair || f.mode.is_some() || f.quiet {
+                return Err(format!(
+                    "--verify, --repair, --mode and --quiet are for fs directories\n{USAGE}"
+                ));
+            }
+            let dir = f.directory.unwrap_or_else(|| PathBuf::from("/dev/shm"));
+            let prefix = f.prefix.as_deref().unwrap_or(VLLM_PREFIX);
+            let report = if f.reclaim {
+                reclaim_stale(&dir, prefix)
+            } else {
+                survey(&dir, prefix)
+            }
+            .map_err(|e| e.to_string())?;
+            let listed = regions_listed(&report);
+            if f.json {
+                println!("{}", regions_json(&dir, prefix, f.reclaim, &listed));
+            } else {
+                print_regions(&dir, prefix, f.reclaim, &listed);
+            }
+            let failed = listed
+                .iter()
+                .any(|(r, _)| matches!(r.kept, Some(Kept::Failed { .. })));
+            Ok(if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         _ => Err(USAGE.to_string()),
+    }
+}
+
+/// Each region found with the processes that have one of its files open
+/// or mapped (none for the regions removed), one entry per process.
+fn regions_listed(report: &ReclaimReport) -> Vec<(&FoundRegion, Vec<Holder>)> {
+    let ids: Vec<(u64, u64)> = report
+        .regions
+        .iter()
+        .filter(|r| !r.removed)
+        .flat_map(|r| r.files().map(|f| f.id))
+        .collect();
+    let mut per_file = holders_of(&ids).into_iter();
+    report
+        .regions
+        .iter()
+        .map(|r| {
+            let mut holders: Vec<Holder> = Vec::new();
+            if !r.removed {
+                for _ in r.files() {
+                    for h in per_file.next().unwrap_or_default() {
+                        match holders.iter_mut().find(|o| o.pid == h.pid) {
+                            Some(o) => {
+                                o.descriptors += h.descriptors;
+                                o.maps |= h.maps;
+                            }
+                            None => holders.push(h),
+                        }
+                    }
+                }
+            }
+            holders.sort_by_key(|h| h.pid);
+            (r, holders)
+        })
+        .collect()
+}
+
+/// One word for where a region stands.
+fn region_state(r: &FoundRegion, holders: &[Holder]) -> &'static str {
+    match &r.kept {
+        None if r.removed => "removed",
+        None if holders.is_empty() => "stale",
+        None => "held",
+        Some(Kept::Held { .. }) => "held",
+        Some(Kept::NotRegular { .. }) => "not_regular",
+        Some(Kept::OtherUser { .. }) => "other_user",
+        Some(Kept::NoHeader { .. }) => "no_header",
+        Some(Kept::Changed { .. }) => "changed",
+        Some(Kept::Failed { .. }) => "failed",
+    }
+}
+
+fn lossy(name: &std::ffi::OsStr) -> String {
+    name.to_string_lossy().into_owned()
+}
+
+fn regions_json(
+    dir: &std::path::Path,
+    prefix: &str,
+    reclaim: bool,
+    listed: &[(&FoundRegion, Vec<Holder>)],
+) -> serde_json::Value {
+    let regions: Vec<serde_json::Value> = listed
+        .iter()
+        .map(|(r, holders)| {
+            json!({
+                "name": lossy(&r.name),
+                "first_file": r.first.is_some(),
+                "bytes": r.bytes(),
+                "segments": r.segments.iter().map(|s| json!({"name": lossy(&s.name), "bytes": s.bytes})).collect::<Vec<_>>(),
+                "state": region_state(r, holders),
+                "reason": r.kept.as_ref().map(|k| k.to_string()),
+                "holders": holders.iter().map(|h| json!({"pid": h.pid, "command": h.command, "descriptors": h.descriptors, "maps": h.maps})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let count = |state: &str| {
+        listed
+            .iter()
+            .filter(|(r, h)| region_state(r, h) == state)
+            .count()
+    };
+    json!({
+        "directory": dir,
+        "prefix": prefix,
+        "reclaim": reclaim,
+        "regions": regions,
+        "removed": count("removed"),
+        "stale": count("stale"),
+    })
+}
+
+fn print_regions(
+    dir: &std::path::Path,
+    prefix: &str,
+    reclaim: bool,
+    listed: &[(&FoundRegion, Vec<Holder>)],
+) {
+    let removed = listed.iter().filter(|(r, _)| r.removed).count();
+    print!(
+        "regions in {} named {prefix}*: {}",
+        dir.display(),
+        listed.len()
+    );
+    if reclaim {
+        println!(", {removed} removed");
+    } else {
+        println!();
+    }
+    for (r, holders) in listed {
+        let segments = match r.segments.len() {
+            0 => String::new(),
+            1 => ", 1 segment file".to_string(),
+            n => format!(", {n} segment files"),
+        };
+        let first = if r.first.is_some() {
+            ""
+        } else {
+            " (segments only)"
+        };
+        let state = match (&r.kept, region_state(r, holders)) {
+            (_, "removed") => "removed".to_string(),
+            (_, "stale") => "stale: no process has it open or mapped \
+                             (--reclaim removes it)"
+                .to_string(),
+            (Some(k), _) => format!("kept: {k}"),
+            (None, _) => "held".to_string(),
+        };
+        println!(
+            "  {}{first}: {} bytes{segments}: {state}",
+            lossy(&r.name),
+            r.bytes()
+        );
+        for h in holders {
+            println!(
+                "    pid {} ({}): {} descriptors{}",
+                h.pid,
+                h.command,
+                h.descriptors,
+                if h.maps { ", mapped" } else { "" }
+            );
+        }
     }
 }
 

@@ -33,6 +33,7 @@ pub mod log;
 pub mod manager;
 pub mod observe;
 pub mod primary;
+pub mod reclaim;
 pub mod redis;
 pub mod region;
 pub mod report;

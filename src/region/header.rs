@@ -35,7 +35,7 @@ use super::options::{Geometry, RegionOptions};
 use crate::error::{Error, Result};
 
 /// The first eight bytes of a region file of this format.
-const MAGIC: u64 = u64::from_le_bytes(*b"KVTIERRG");
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"KVTIERRG");
 
 /// Version of the header's format; a file of another version is refused.
 pub(crate) const FORMAT_VERSION: u32 = 1;

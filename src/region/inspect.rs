@@ -102,41 +102,93 @@ pub fn inspect(directory: &Path, name: &str) -> Result<RegionReport> {
 /// Processes with a descriptor open on, or a mapping of, the file `id`
 /// (device, inode).
 fn holders(id: (u64, u64)) -> Vec<Holder> {
-    let mut out = Vec::new();
+    holders_of(&[id]).pop().unwrap_or_default()
+}
+
+/// For each file of `ids` (device, inode), the processes with a descriptor
+/// open on it or a mapping of it (only those whose `/proc` entries this
+/// process may read: all of them as root), by process id; one pass over
+/// `/proc`.  Read-only: it takes no lock.
+pub fn holders_of(ids: &[(u64, u64)]) -> Vec<Vec<Holder>> {
+    let mut out: Vec<Vec<Holder>> = vec![Vec::new(); ids.len()];
+    if ids.is_empty() {
+        return out;
+    }
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return out;
     };
+    let inodes: Vec<String> = ids.iter().map(|id| id.1.to_string()).collect();
     for p in procs.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
         let dir = p.path();
-        let mut descriptors = 0;
+        let mut descriptors = vec![0u32; ids.len()];
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
             for fd in fds.flatten() {
-                if std::fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == id) {
-                    descriptors += 1;
+                if let Ok(m) = std::fs::metadata(fd.path()) {
+                    for (i, id) in ids.iter().enumerate() {
+                        if (m.dev(), m.ino()) == *id {
+                            descriptors[i] += 1;
+                        }
+                    }
                 }
             }
         }
-        let inode = id.1.to_string();
-        let maps = std::fs::read_to_string(dir.join("maps")).is_ok_and(|text| {
-            text.lines()
-                .any(|l| l.split_whitespace().nth(4) == Some(inode.as_str()))
-        });
-        if descriptors == 0 && !maps {
-            continue;
+        // `maps` names the inode, not the device: a mapping of another
+        // file system's file with the same inode number would count too,
+        // so a file counts as mapped only by a process that maps an inode
+        // of that number from a device of the same numbers.
+        let mut maps = vec![false; ids.len()];
+        if let Ok(text) = std::fs::read_to_string(dir.join("maps")) {
+            for line in text.lines() {
+                let mut fields = line.split_whitespace();
+                let (Some(dev), Some(inode)) = (fields.nth(3), fields.next()) else {
+                    continue;
+                };
+                for (i, id) in ids.iter().enumerate() {
+                    if inode == inodes[i] && same_device(dev, id.0) {
+                        maps[i] = true;
+                    }
+                }
+            }
         }
-        let command = std::fs::read_to_string(dir.join("comm"))
-            .map(|c| c.trim_end().to_string())
-            .unwrap_or_default();
-        out.push(Holder {
-            pid,
-            command,
-            descriptors,
-            maps,
-        });
+        let mut command = None;
+        for i in 0..ids.len() {
+            if descriptors[i] == 0 && !maps[i] {
+                continue;
+            }
+            let command = command
+                .get_or_insert_with(|| {
+                    std::fs::read_to_string(dir.join("comm"))
+                        .map(|c| c.trim_end().to_string())
+                        .unwrap_or_default()
+                })
+                .clone();
+            out[i].push(Holder {
+                pid,
+                command,
+                descriptors: descriptors[i],
+                maps: maps[i],
+            });
+        }
     }
-    out.sort_by_key(|h| h.pid);
+    for h in &mut out {
+        h.sort_by_key(|h| h.pid);
+    }
     out
+}
+
+/// Whether `maps`' device field (`major:minor`, hexadecimal) is `dev`.
+fn same_device(field: &str, dev: u64) -> bool {
+    let Some((major, minor)) = field.split_once(':') else {
+        return false;
+    };
+    let (Ok(major), Ok(minor)) = (
+        u32::from_str_radix(major, 16),
+        u32::from_str_radix(minor, 16),
+    ) else {
+        return false;
+    };
+    libc::makedev(major, minor) as u64 == dev
 }

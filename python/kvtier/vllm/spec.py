@@ -25,23 +25,28 @@ The region's file (``vllm_kvtier_<engine_id>``) outlives no engine: its
 name is removed once every process has mapped it (see
 `KvtierSharedRegion`), at shutdown, or at the interpreter's exit; files
 that killed engines left are removed by the next spec to map a region in
-that directory (`reclaim_stale_regions`).
+that directory (`reclaim_stale_regions`; a sweep that fails, for a
+directory it cannot list, is logged and the start goes on).
 """
 
 from __future__ import annotations
 
+import logging
 import mmap
 from typing import Any
 
 from vllm.v1.kv_offload.base import OffloadingSpec
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
+from ..errors import KvtierError
 from . import _vllm as v
 from .manager import KvtierOffloadingManager
 from .reclaim import reclaim_stale_regions
 from .region import KvtierSharedRegion
 
 __all__ = ["KvtierOffloadingSpec"]
+
+_log = logging.getLogger(__name__)
 
 
 class KvtierOffloadingSpec(CPUOffloadingSpec):
@@ -98,7 +103,10 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
 
     def _region(self, rank: int | None, barrier: Any = None) -> KvtierSharedRegion:
         directory = self.extra_config.get("kvtier_region_directory")
-        reclaim_stale_regions(directory)
+        try:
+            reclaim_stale_regions(directory)
+        except KvtierError as e:
+            _log.warning("kvtier: crashed engines' regions were not swept: %s", e)
         return KvtierSharedRegion(
             engine_id=self.config.engine_id,
             num_chunks=self.num_chunks,
