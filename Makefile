@@ -24,7 +24,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-rust test-c test-python test-wheel wheel-build-deps test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
+.PHONY: all lib c test test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -47,7 +47,12 @@ c: lib cmake-available
 	cmake -S examples -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKVTIER_ROOT=$(CURDIR) >/dev/null
 	cmake --build $(BUILD) -j 2
 
-test: all test-rust test-c test-python test-wheel
+test: all test-imports test-rust test-c test-python test-wheel
+
+# No import circle between the modules of src/ (tools/check-imports.py
+# follows every `use` line and path; it exits 1 on a circle).
+test-imports:
+	$(PYTHON) tools/check-imports.py
 
 # The Python package (python/, `pip install ./python`): its pytest suite,
 # over the library `make lib` built (the package finds target/release

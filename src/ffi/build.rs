@@ -463,14 +463,6 @@ mod tests {
             unsafe { manager_config_of(std::ptr::null()) }.unwrap(),
             Config::default()
         );
-        let p = unsafe {
-            super::super::primary::primary_config_of(
-                &super::super::primary::kvtier_primary_options_default(),
-            )
-        }
-        .unwrap();
-        assert_eq!(p, PrimaryConfig::default());
-        assert_eq!(p, serde_json::from_str::<PrimaryConfig>("{}").unwrap());
         let t = unsafe { tier_options_of(&kvtier_tier_options_default()) }.unwrap();
         assert_eq!(t, TierOptions::default());
         let json: crate::config::TierConfig = serde_json::from_str(r#"{"type": "fs"}"#).unwrap();

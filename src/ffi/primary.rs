@@ -698,3 +698,15 @@ pub unsafe fn panic_in_call(primary: *mut kvtier_primary) -> kvtier_status {
         panic!("deliberate panic inside a kvtier_primary call")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_defaults_are_the_core_defaults() {
+        let p = unsafe { primary_config_of(&kvtier_primary_options_default()) }.unwrap();
+        assert_eq!(p, PrimaryConfig::default());
+        assert_eq!(p, serde_json::from_str::<PrimaryConfig>("{}").unwrap());
+    }
+}
