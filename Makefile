@@ -3,6 +3,8 @@
 #   make            cargo release build, then the C/C++ programs into build/
 #   make test       every test: cargo tests, ctest, the Python package's tests and its wheel
 #   make test-vllm  vLLM 0.33's own manager tests against kvtier (and vLLM's managers)
+#   make test-vllm-connector  vLLM 0.33's offloading-connector tests with kvtier's spec
+#                   (and vLLM's), and the spec's worker side, with torch (not in `make test`)
 #   make demo       the main job, end to end
 #   make header     regenerate include/kvtier.h from the sources
 #   make abi        record the header's ABI in abi/kvtier.abi (after a version change)
@@ -24,7 +26,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
+.PHONY: all lib c test test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm test-vllm-connector python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
@@ -101,6 +103,19 @@ test-wheel: lib python-test-deps wheel-build-deps
 VLLM_MANAGERS ?= both
 test-vllm: lib python-test-deps
 	$(PYTHON) tools/vllm_tests/run.py --managers $(VLLM_MANAGERS) --build-dir $(abspath $(BUILD))/vllm
+
+# vLLM 0.33.0's offloading-connector unit tests
+# (tests/v1/kv_connector/unit/offloading_connector/, 655 items) with vLLM's
+# specs and with kvtier's spec loaded by name in their place, then
+# python/tests/test_vllm_worker.py (the spec's worker side through vLLM's CPU
+# worker), on the CPU with the real torch and vLLM: a virtual environment
+# made once in $(VLLM_VENV) (torch 2.14.0 and vLLM 0.33.0 without their
+# dependencies, then tools/vllm_tests/connector-requirements.txt: about
+# 6.5 GiB and 3 to 5 minutes).  See docs/vllm.md.
+VLLM_VENV ?= $(BUILD)/vllm-torch-venv
+VLLM_SIDES ?= both
+test-vllm-connector: lib
+	$(PYTHON) tools/vllm_tests/run_connector.py --side $(VLLM_SIDES) --build-dir $(abspath $(BUILD))/vllm --venv $(abspath $(VLLM_VENV))
 
 redis-available:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1 || { \

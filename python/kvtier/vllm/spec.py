@@ -9,7 +9,9 @@
 
 The scheduler side is `KvtierOffloadingManager` over one kvtier manager;
 the worker side is vLLM's own ``CPUOffloadingWorker`` over the same shared
-region, mapped through kvtier (`KvtierSharedRegion`).  Extra config keys,
+region, mapped through kvtier (`KvtierSharedRegion`), with vLLM's
+replicated layout (one copy of a chunk where every worker's bytes are the
+same) and canonical layout as vLLM's tiering spec has them.  Extra config keys,
 besides vLLM's CPU ones (``cpu_bytes_to_use``, ``eviction_policy``,
 ``store_threshold``, ``max_tracker_size``):
 
@@ -18,6 +20,8 @@ besides vLLM's CPU ones (``cpu_bytes_to_use``, ``eviction_policy``,
   of ``kvtier_fs_options`` / ``kvtier_redis_options``);
 * ``secondary_tiers``: vLLM ``SecondaryTierManager`` tiers as vLLM's
   tiering spec names them (``{"type": ...}``), run through kvtier's vtable;
+  ``backpressure``, as in vLLM's tiering spec, is the default of each such
+  tier's own ``backpressure``, field by field;
 * ``kvtier_region_directory``: where the region's files live (default
   ``/dev/shm``).
 
@@ -84,22 +88,32 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
         cpu_bytes = self.extra_config.get("cpu_bytes_to_use")
         if not cpu_bytes:
             raise ValueError("cpu_bytes_to_use must be specified in kv_connector_extra_config")
+        self.secondary_tier_configs = _secondary_tier_configs(self.extra_config)
+        # Every worker maps the shared region (as with vLLM's tiering spec, on
+        # every platform): where each worker's bytes of a block are the same
+        # (vLLM's replicated layout), a chunk holds one copy, which every
+        # worker reads and writes as rank 0's.
+        self.replicated_layout = bool(getattr(config, "replicated_layout", False))
         world_size = config.parallel.world_size
         self.num_chunks = 0
         self.kv_bytes_per_chunk = 0
         self.cpu_page_size_per_worker = 0
         if config.worker_kv_bytes_per_block > 0 and world_size > 0:
-            per_chunk = config.worker_kv_bytes_per_block * world_size * self.blocks_per_chunk
-            self.cpu_page_size_per_worker = per_chunk // world_size
+            copies = 1 if self.replicated_layout else world_size
+            per_chunk = config.worker_kv_bytes_per_block * copies * self.blocks_per_chunk
+            self.cpu_page_size_per_worker = per_chunk // copies
             page = mmap.PAGESIZE
             self.kv_bytes_per_chunk = -(-per_chunk // page) * page
             self.num_chunks = int(cpu_bytes) // self.kv_bytes_per_chunk
         self.cpu_info = v.CPUOffloadingInfo.from_config(config, self.num_chunks, self.kv_bytes_per_chunk)
+        # Set by get_worker with vLLM's canonical layout: whether every
+        # layer's canonical bytes are parallelism-agnostic.
+        self.all_layers_portable: bool | None = None
         self._manager: KvtierOffloadingManager | None = None
         self._worker: Any = None
 
     def _uses_scheduler_region(self) -> bool:
-        return bool(self.extra_config.get("kvtier_tiers") or self.extra_config.get("secondary_tiers"))
+        return bool(self.extra_config.get("kvtier_tiers") or self.secondary_tier_configs)
 
     def _region(self, rank: int | None, barrier: Any = None) -> KvtierSharedRegion:
         directory = self.extra_config.get("kvtier_region_directory")
@@ -118,7 +132,7 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
         )
 
     def _vllm_tiers(self, region: KvtierSharedRegion) -> list[Any]:
-        configs = self.extra_config.get("secondary_tiers") or []
+        configs = self.secondary_tier_configs
         if not configs:
             return []
         from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
@@ -129,8 +143,7 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
     def get_manager(self) -> KvtierOffloadingManager:
         if self._manager is None:
             tiers = self.extra_config.get("kvtier_tiers") or []
-            vllm_tier_configs = self.extra_config.get("secondary_tiers") or []
-            region = self._region(None) if (tiers or vllm_tier_configs) else None
+            region = self._region(None) if self._uses_scheduler_region() else None
             manager = KvtierOffloadingManager.create(
                 self.num_chunks,
                 cache_policy=self.eviction_policy,
@@ -157,16 +170,70 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
         if self._worker is None:
             from vllm.v1.kv_offload.cpu.gpu_worker import CPUOffloadingWorker
 
+            canonical = bool(getattr(self.config, "canonical_layout", False))
+            if canonical:
+                self.all_layers_portable = _canonical_refs_portable(kv_caches, self.config)
             barrier = None
             if not self._uses_scheduler_region():
                 # Only the workers map the region: once all have, the
                 # creator removes the name, as vLLM's CPU spec does.
                 from vllm.v1.kv_offload.cpu.spec import _all_workers_barrier as barrier
-            region = self._region(self.config.parallel.rank, barrier)
-            self._worker = CPUOffloadingWorker(
-                kv_caches=kv_caches,
-                blocks_per_chunk=self.blocks_per_chunk,
-                num_cpu_chunks=self.num_chunks,
-                mmap_region=region,
-            )
+            rank = 0 if self.replicated_layout else self.config.parallel.rank
+            region = self._region(rank, barrier)
+            try:
+                self._worker = CPUOffloadingWorker(
+                    kv_caches=kv_caches,
+                    blocks_per_chunk=self.blocks_per_chunk,
+                    num_cpu_chunks=self.num_chunks,
+                    mmap_region=region,
+                    canonical_layout=canonical,
+                )
+            except BaseException:
+                # The worker owns the region only once built.
+                region.cleanup()
+                raise
         return self._worker
+
+
+def _secondary_tier_configs(extra_config: Any) -> list[dict[str, Any]]:
+    """``secondary_tiers`` as vLLM's tiering spec resolves them: a tier's
+    ``backpressure`` is the top-level ``backpressure`` overlaid field by
+    field with the tier's own (a tier with neither stays without).  The
+    tiers are copies: the caller's configuration is not changed."""
+    configs = extra_config.get("secondary_tiers") or []
+    if not isinstance(configs, list):
+        raise ValueError("secondary_tiers must be a list of tier configurations")
+    defaults = extra_config.get("backpressure")
+    resolved = []
+    for tier in configs:
+        tier = dict(tier)
+        merged: dict[str, Any] = {}
+        for source in (defaults, tier.get("backpressure")):
+            if source:
+                merged.update(source)
+        if merged or "backpressure" in tier:
+            tier["backpressure"] = merged
+        resolved.append(tier)
+    return resolved
+
+
+def _canonical_refs_portable(kv_caches: Any, config: Any) -> bool:
+    """vLLM's canonical layout asks every layer for a canonical mapping:
+    whether all are parallelism-agnostic.  Raises, as vLLM's tiering spec
+    does, where a layer has none, or where the storage is shared across
+    topologies and a layer's bytes are not portable."""
+    refs = [ref for group in kv_caches.group_data_refs for ref in group]
+    if any(ref.mapping is None for ref in refs):
+        raise RuntimeError(
+            "canonical_layout was requested but the KV cache layout could not be "
+            "certified for canonical offload; remove canonical_layout from "
+            "kv_connector_extra_config"
+        )
+    portable = all(ref.mapping.parallelism_agnostic for ref in refs)
+    if config.parallel.is_parallelism_agnostic and not portable:
+        raise RuntimeError(
+            "canonical_layout could not certify every layer as parallelism-agnostic, "
+            "but the storage is shared across topologies; remove canonical_layout "
+            "from kv_connector_extra_config"
+        )
+    return portable
