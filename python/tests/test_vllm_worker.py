@@ -6,7 +6,9 @@ over kvtier's shared region: these tests build it from a real
 own region, that bytes the worker stores land in the region slots kvtier's
 manager names for them (and the other way for loads), and that
 ``kvtier_tiers`` configures the manager (an fs tier here, whose copy serves a
-key the primary tier evicted).
+key the primary tier evicted).  And the region file's lifetime across engine
+processes: an engine that shuts down or exits leaves no file, and one killed
+with SIGKILL leaves one that the next engine's start removes.
 
 Needs torch and vLLM 0.33 (``make test-vllm-connector`` makes that
 environment in build/vllm-torch-venv and runs this file there); skipped
@@ -335,3 +337,51 @@ def test_the_fs_tier_serves_a_key_the_primary_tier_evicted(engine):
     assert [r.job_id for r in worker.get_finished()] == [4]
     assert [gpu[layer][3].numpy().tobytes() for layer in range(LAYERS)] == original
     manager.complete_load([key], ctx)
+
+
+# The region file's lifetime across engine processes: vLLM's real config and
+# kvtier's spec in a child process, as an engine's scheduler builds them.
+_ENGINE = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import pathlib, test_vllm_worker as w
+spec = w.KvtierOffloadingSpec(w.config({engine!r}, w.extra(pathlib.Path({tmp!r}), kvtier_tiers=[
+    {{"type": "fs", "directory": {fs!r}}}]), rank=0))
+manager = spec.get_manager()
+print("ready", flush=True)
+{then}
+"""
+
+
+def start_engine(tmp_path, engine_id: str, then: str):
+    import subprocess
+    import sys
+
+    code = _ENGINE.format(tests=os.path.dirname(__file__), engine=engine_id, tmp=str(tmp_path),
+                          fs=str(tmp_path / "fs"), then=then)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_an_engine_that_shuts_down_or_exits_leaves_no_region_file(tmp_path):
+    shutdown = start_engine(tmp_path, "clean", "manager.shutdown()")
+    exits = start_engine(tmp_path, "exits", "sys.exit(0)")
+    assert (shutdown.wait(), exits.wait()) == (0, 0)
+    assert list((tmp_path / "shm").iterdir()) == []
+
+
+def test_a_killed_engines_region_is_reclaimed_by_the_next_engines_start(tmp_path):
+    import signal
+
+    killed = start_engine(tmp_path, "killed", "time.sleep(600)")
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    left = tmp_path / "shm" / file_name("killed")
+    assert left.exists()
+    spec = KvtierOffloadingSpec(config("next", extra(tmp_path, kvtier_tiers=[
+        {"type": "fs", "directory": str(tmp_path / "fs")}]), rank=0))
+    manager = spec.get_manager()
+    assert [p.name for p in (tmp_path / "shm").iterdir()] == [file_name("next")]
+    manager.shutdown()
+    assert list((tmp_path / "shm").iterdir()) == []
