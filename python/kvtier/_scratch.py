@@ -1,8 +1,8 @@
 """Reusable C buffers for the calls made once per key or per step.
 
 A `Scratch` holds what one call passes to the C API and reads back: a
-``kvtier_key`` with room for one key, a ``kvtier_key[]`` over one packed
-byte array, and the answer structs and output arrays the calls fill.
+``kvtier_key[]`` over one packed byte array, and the answer structs and
+output arrays the calls fill (a call on one key takes a `OneKey`).
 `acquire` hands one out to a single caller, who gives it back with
 `release` once the call's answer is read (in a ``finally``): a scratch is
 never shared, never used after its release, and a call made inside a
@@ -28,8 +28,6 @@ class Scratch:
     """The buffers of one call (see the module's documentation)."""
 
     __slots__ = (
-        "key",
-        "key_data",
         "answer",
         "completion",
         "plan",
@@ -44,9 +42,6 @@ class Scratch:
     )
 
     def __init__(self) -> None:
-        self.key_data = ffi.new("uint8_t[]", MAX_KEY_LEN)
-        self.key = ffi.new("kvtier_key *")
-        self.key.data = self.key_data
         self.answer = ffi.new("kvtier_lookup_answer *")
         self.completion = ffi.new("kvtier_store_completion *")
         self.plan = ffi.new("kvtier_store_plan *")
@@ -54,17 +49,6 @@ class Scratch:
         self.key_len = 0
         self.data = self.keys = self.u32 = self.u64 = None
         self._indices = self._evicted = None
-
-    def one_key(self, key: Any) -> Any:
-        """A ``kvtier_key *`` for a ``bytes`` key of 1 to 64 bytes (copied
-        into this scratch), or None for anything else."""
-        if type(key) is bytes:
-            n = len(key)
-            if 0 < n <= MAX_KEY_LEN:
-                _memmove(self.key_data, key, n)
-                self.key.len = n
-                return self.key
-        return None
 
     def reserve(self, n: int) -> None:
         """Room for `n` entries in every array."""
@@ -123,6 +107,40 @@ _BYTES = {bytes}
 # Idle scratches; list.pop and list.append are atomic, so a scratch popped
 # is the popping thread's alone.
 _idle: list[Scratch] = []
+
+
+class OneKey:
+    """The buffers of a call on one key (a lookup): a ``kvtier_key *``
+    over `MAX_KEY_LEN` bytes and a ``kvtier_lookup_answer *``.  Taken
+    from `one_keys` with ``pop`` (empty: a new one) and given back with
+    ``append`` once the answer is read; as a `Scratch`, never shared.
+
+    `set` copies a key in: ``view[:n] = key`` is a single copy (a third
+    of a ``memmove`` call), and ``key.len`` is written only when the
+    length changes (most callers' keys all have one length)."""
+
+    __slots__ = ("key", "data", "view", "len", "answer")
+
+    def __init__(self) -> None:
+        self.data = ffi.new("uint8_t[]", MAX_KEY_LEN)
+        self.view = memoryview(ffi.buffer(self.data))
+        self.key = ffi.new("kvtier_key *")
+        self.key.data = self.data
+        self.len = 0
+        self.answer = ffi.new("kvtier_lookup_answer *")
+
+    def set(self, key: bytes) -> Any:
+        """The ``kvtier_key *`` holding `key` (``bytes`` of 1 to
+        `MAX_KEY_LEN` bytes: the caller checks)."""
+        n = len(key)
+        self.view[:n] = key
+        if n != self.len:
+            self.key.len = self.len = n
+        return self.key
+
+
+# Idle one-key buffers (as `_idle`); at most as many as calls ever overlapped.
+one_keys: list[OneKey] = []
 
 
 def acquire() -> Scratch:

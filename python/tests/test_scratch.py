@@ -46,3 +46,13 @@ def test_a_key_length_change_lays_the_packed_keys_out_again():
             assert m.prepare_store(r, batch).store_indices == [0, 1, 2]
             m.complete_store(r, batch)
         assert m.lookup(r, short + long + short_again).hits == 9
+
+
+def test_one_key_buffers_hold_each_keys_own_bytes_and_length():
+    from kvtier._ffi import ffi
+
+    buffers = _scratch.OneKey()
+    for key in (b"a" * 12, b"b" * 20, b"c" * 12, b"d" * 64, b"e"):
+        c_key = buffers.set(key)
+        assert c_key.len == len(key)
+        assert ffi.buffer(c_key.data, c_key.len)[:] == key

@@ -37,7 +37,7 @@ from typing import Any
 from .. import Manager
 from .._ffi import ffi, lib
 from .._keys import MAX_KEY_LEN, key_buffer
-from .._scratch import Scratch, _idle, _memmove, acquire, release
+from .._scratch import OneKey, one_keys as _one_keys
 from ..errors import KeysIgnoredError, KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
@@ -58,6 +58,14 @@ _PROBE_NAME = "kvtier.vllm/primary-probe"
 _EVENT_CAPACITY = 1 << 16
 _LOOKUP_PER_KEY = lib.kvtier_manager_lookup_per_key
 _monotonic = time.monotonic
+
+
+def _other_key(key: Any) -> tuple[Any, Any]:
+    """A ``kvtier_key *`` over a key that is not ``bytes`` of 1 to
+    `MAX_KEY_LEN` bytes (read in place; a ``TypeError`` unless bytes-like),
+    and what keeps its bytes in place until the call returns."""
+    data, length = key_buffer(key)
+    return ffi.new("kvtier_key *", (data, length)), data
 
 
 @dataclass
@@ -167,6 +175,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         tier_metrics: bool = False,
     ):
         self._m = manager
+        self._h = manager._h  # its guarded handle, for the calls made once per key
         self.medium = v.Medium.CPU
         self._num_chunks = num_chunks
         self._events_on = enable_events
@@ -364,21 +373,24 @@ class KvtierOffloadingManager(v.OffloadingManager):
         return self._lookup_handle(self._probe, key)
 
     def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
-        # This call's own scratch, and the manager's guarded call: safe
-        # from any thread, and CLOSED (not a crash) after the manager is closed.
-        scratch = acquire()
+        """Request `handle`'s answer for `key` (`lookup`'s call, untimed)."""
         try:
-            c_key = scratch.one_key(key)
-            if c_key is None:
-                data, length = key_buffer(key)
-                c_key = ffi.new("kvtier_key *", (data, length))
-            answer = scratch.answer
-            status = self._m._call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
+            buffers = _one_keys.pop()
+        except IndexError:
+            buffers = OneKey()
+        try:
+            _keep = None
+            if type(key) is bytes and 0 < len(key) <= MAX_KEY_LEN:
+                c_key = buffers.set(key)
+            else:
+                c_key, _keep = _other_key(key)
+            answer = buffers.answer
+            status = self._h.call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
             if status:
                 check(status, "kvtier_manager_lookup_per_key")
             return _HIT if answer.hits else _ANSWERS[answer.stop]
         finally:
-            release(scratch)
+            _one_keys.append(buffers)
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
         ctx = self._by_name.get(name)
@@ -415,32 +427,51 @@ class KvtierOffloadingManager(v.OffloadingManager):
         recorded = getattr(req_context, "_offload_key_positions", None)
         if recorded is None or recorded:  # positions recorded on the context
             self._positions_before_lookup(state, req_context, key)
-        if not self._metrics.tiering:
+        metrics = self._metrics
+        if not metrics.tiering:
             return self._lookup_handle(state.handle, key)
+        # The call made once per key: `_lookup_handle` and the handle's
+        # guard (`Handle.call`, see kvtier._handle) written out, timed.
         start = _monotonic()
-        # _lookup_handle, written out: the call made once per key.
         try:
-            scratch = _idle.pop()
+            buffers = _one_keys.pop()
         except IndexError:
-            scratch = Scratch()
+            buffers = OneKey()
         try:
-            if type(key) is bytes and 0 < len(key) <= MAX_KEY_LEN:
-                c_key = scratch.key
-                _memmove(scratch.key_data, key, len(key))
-                c_key.len = len(key)
+            n = len(key) if type(key) is bytes else 0
+            if 0 < n <= MAX_KEY_LEN:
+                buffers.view[:n] = key
+                c_key = buffers.key
+                if n != buffers.len:
+                    c_key.len = buffers.len = n
+                _keep = None
             else:
-                data, length = key_buffer(key)
-                c_key = ffi.new("kvtier_key *", (data, length))
-            answer = scratch.answer
-            status = self._m._call(_LOOKUP_PER_KEY, state.handle, c_key, 1, answer)
+                c_key, _keep = _other_key(key)
+            answer = buffers.answer
+            h = self._h
+            if h.fast:
+                inside = h.inside
+                inside.append(None)
+                if h.closing:
+                    inside.pop()
+                    h.left()
+                    raise h.closed_error()
+                try:
+                    status = _LOOKUP_PER_KEY(h.ptr, state.handle, c_key, 1, answer)
+                finally:
+                    inside.pop()
+                    if h.closing:
+                        h.left()
+            else:
+                status = h.call(_LOOKUP_PER_KEY, state.handle, c_key, 1, answer)
             if status:
                 check(status, "kvtier_manager_lookup_per_key")
             result = _HIT if answer.hits else _ANSWERS[answer.stop]
         finally:
-            release(scratch)
+            _one_keys.append(buffers)
         # The primary tier answers every lookup at once (vLLM's sync delay
         # of tier 0); the secondary tiers' answers are timed by their adapters.
-        self._metrics.observe_lookup(PRIMARY_LABEL, _monotonic() - start)
+        metrics.primary_delays.append(_monotonic() - start)
         return result
 
     def get_load_source(self, key: bytes, req_context: Any) -> Any:
