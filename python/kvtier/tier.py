@@ -157,6 +157,17 @@ class Tier:
 
 _live: set[TierAdapter] = set()  # adapters the library still holds
 
+# Optional entries that do nothing in `Tier`; the library treats a NULL
+# entry as the same no-op, so a tier that keeps `Tier`'s method gets none
+# (no call through the vtable; a touch then copies no keys at all).
+_NO_OPS = ("touch", "on_new_request", "on_request_finished", "on_schedule_end", "stats", "take_events")
+
+
+def _keeps_no_op(tier: Tier, entry: str) -> bool:
+    """Whether `tier`'s method `entry` is `Tier`'s own (inherited, or
+    bound on the instance)."""
+    return getattr(getattr(tier, entry, None), "__func__", None) is getattr(Tier, entry)
+
 
 class TierAdapter:
     """A `Tier` behind a ``kvtier_tier_vtable`` (one per registration)."""
@@ -193,6 +204,8 @@ class TierAdapter:
             "destroy",
             "take_events",
         ):
+            if entry in _NO_OPS and _keeps_no_op(tier, entry):
+                continue
             method = getattr(self, "_" + entry)
             error = None if entry == "destroy" else _FAILED
             callback = ffi.callback(fields[entry].type, method, error=error)

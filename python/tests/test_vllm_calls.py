@@ -1,7 +1,7 @@
 """The vLLM layer's calls made once per key or per step, on their fast
 paths: a lookup's key is its own bytes whatever came before, keys that
-are not ``bytes`` take the general path, and a closed manager answers
-``CLOSED``.
+are not ``bytes`` take the general path, a closed manager answers
+``CLOSED``, and a vLLM tier's no-op methods get no callback.
 
 Needs the unpacked vLLM 0.33 wheel (``make test-vllm`` fetches it into
 build/vllm; or ``VLLM_ROOT``); skipped without.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +26,7 @@ import vllm_stubs  # noqa: E402
 from conftest import keys  # noqa: E402
 
 import kvtier  # noqa: E402
+from kvtier._ffi import ffi  # noqa: E402
 
 # Imported under the stand-ins and forgotten after this file's tests (as
 # in test_vllm_metrics.py).
@@ -106,3 +108,58 @@ def test_a_lookup_on_a_closed_manager_answers_closed(tiering):
     with pytest.raises(kvtier.KvtierError) as info:
         manager.lookup(keys(1)[0], ctx)
     assert info.value.status == kvtier.Status.CLOSED
+
+
+def mem_tier(touch: bool):
+    """A vLLM secondary tier holding what it is given; with `touch`, it
+    records the keys of each touch."""
+
+    class Mem(tiering_base.SecondaryTierManager):
+        def __init__(self):
+            super().__init__(SimpleNamespace(), memoryview(bytearray(8)), "mem")
+            self.keys, self.pending, self.touched = set(), [], []
+
+        def lookup(self, key, req_context):
+            return base.LookupResult.HIT if key in self.keys else base.LookupResult.MISS
+
+        def submit_store(self, job):
+            self.keys.update(job.keys)
+            self.pending.append(job.job_id)
+
+        def submit_load(self, job):
+            self.pending.append(job.job_id)
+
+        def get_finished_jobs(self):
+            done, self.pending = self.pending, []
+            return [tiering_base.JobResult(job_id=j, success=True) for j in done]
+
+        def on_new_request(self, req_context):
+            return base.RequestOffloadingContext()
+
+        def drain_jobs(self):
+            pass
+
+    if touch:
+        Mem.touch = lambda self, keys_, req_context: self.touched.append(list(keys_))
+    return Mem()
+
+
+@pytest.mark.parametrize("touch", [False, True], ids=["no-op", "own"])
+def test_a_vllm_tiers_no_op_methods_get_no_callback(touch):
+    tier = mem_tier(touch)
+    manager = KvtierOffloadingManager.create(8, vllm_tiers=[tier])
+    [adapter] = manager._adapters
+    vtable = manager._m._tiers[0].vtable
+    assert (vtable.touch != ffi.NULL) is touch
+    assert vtable.on_schedule_end == ffi.NULL and vtable.take_events == ffi.NULL
+    assert vtable.on_new_request != ffi.NULL and vtable.on_request_finished != ffi.NULL
+    ctx = base.ReqContext(req_id="a")
+    manager.on_new_request(ctx)
+    hits = keys(2)
+    stored(manager, ctx, hits)
+    manager.prepare_load(hits, ctx)
+    manager.touch(hits, ctx)
+    manager.complete_load(hits, ctx)
+    assert tier.touched == ([hits] if touch else [])
+    assert adapter.errors == []
+    manager.shutdown()

@@ -54,6 +54,11 @@ class VllmTierAdapter(Tier):
         self.last = False  # the last tier: request clean-up follows its finish callback
         self._submitted: dict[int, tuple[bool, float, list[bytes], str]] = {}
         self._retrying: dict[tuple[str, bytes], float] = {}  # first RETRY of a request's key
+        # A vLLM tier's no-op method stays a no-op here: `Tier`'s own, which
+        # kvtier then never calls (a touch copies no keys for it).
+        for name in ("touch", "on_schedule_end", "take_events"):
+            if getattr(type(tier), name, None) is getattr(v.SecondaryTierManager, name):
+                setattr(self, name, getattr(Tier, name).__get__(self))
 
     def _ctx(self, request: TierRequest) -> v.ReqContext:
         return self.owner._context_for(request.name)
