@@ -10,6 +10,7 @@ protocol) is a ``TypeError`` naming what was given.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,12 +98,62 @@ def key_bytes(c_key: Any) -> bytes:
     return bytes(ffi.buffer(c_key.data, c_key.len))
 
 
+# Reading many keys at once: a ``kvtier_key[]`` (and a ``kvtier_key_buf[]``)
+# read as machine words, when a word is a pointer and a size_t.
+_WORD = next((code for code in "QL" if array(code).itemsize == ffi.sizeof("void *")), "")
+_WORDS = bool(_WORD) and ffi.sizeof("size_t") == ffi.sizeof("void *") == ffi.sizeof("kvtier_key") // 2
+_KEY_SIZE = ffi.sizeof("kvtier_key")
+_BUF_SIZE = ffi.sizeof("kvtier_key_buf")
+_BUF_BYTES = ffi.offsetof("kvtier_key_buf", "bytes")
+_BUF_WORDS = (
+    _BUF_SIZE // ffi.sizeof("size_t")
+    if _WORDS and _BUF_SIZE % ffi.sizeof("size_t") == 0 and ffi.offsetof("kvtier_key_buf", "len") == 0
+    else 0
+)
+# The smallest page of the platforms kvtier runs on: memory between keys
+# less than this apart lies in pages that hold keys, so it can be read.
+_PAGE = 4096
+
+
 def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
-    """Copies of the first `n` entries of a ``kvtier_key *`` as ``bytes``."""
+    """Copies of the first `n` entries of a ``kvtier_key *`` as ``bytes``.
+
+    Keys the library lays out evenly (a job's or an event batch's keys
+    are one array of its own keys) are copied with one read of the span
+    they cover: their pointers and lengths are read as words, and their
+    starts must be less than a page apart, so every page of the span holds
+    a key and can be read.  Any other layout is read key by key."""
     if not n:
         return []
+    if n > 1 and _WORDS:
+        words = array(_WORD)
+        words.frombytes(ffi.buffer(c_keys, n * _KEY_SIZE))
+        starts, lengths = words[0::2], words[1::2]
+        first = starts[0]
+        stride = starts[1] - first
+        if 0 < stride < _PAGE and starts.tolist() == list(range(first, first + n * stride, stride)):
+            offsets = range(0, n * stride, stride)
+            length = lengths[0]
+            start = c_keys[0].data  # at `first`
+            if lengths.count(length) == n:
+                span = ffi.buffer(start, (n - 1) * stride + length)[:]
+                return [span[o : o + length] for o in offsets]
+            span = ffi.buffer(start, max(map(int.__add__, offsets, lengths)))[:]
+            return [span[o : o + k] for o, k in zip(offsets, lengths)]
     buffer = ffi.buffer
     return [buffer(k.data, k.len)[:] for k in c_keys[0:n]]
+
+
+def key_bufs_bytes(c_key_bufs: Any, n: int) -> list[bytes]:
+    """Copies of the first `n` entries of a ``kvtier_key_buf *`` as
+    ``bytes`` (one read of the array, then each key's bytes)."""
+    if not n:
+        return []
+    raw = ffi.buffer(c_key_bufs, n * _BUF_SIZE)[:]
+    if _BUF_WORDS:
+        lengths = memoryview(raw).cast(_WORD)[0 : n * _BUF_WORDS : _BUF_WORDS]
+        return [raw[o : o + k] for o, k in zip(range(_BUF_BYTES, n * _BUF_SIZE, _BUF_SIZE), lengths)]
+    return [key_buf_bytes(b) for b in c_key_bufs[0:n]]
 
 
 def key_buf_bytes(c_key_buf: Any) -> bytes:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._calls import completion, lookup_answer, read_plan
+from ._calls import completion, lookup_answer, read_plan, take_events
 from ._ffi import CONSTANTS, ffi, lib
 from ._keys import key_array
 from ._handle import Handle
@@ -21,6 +21,7 @@ from ._scratch import acquire, release
 from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import (
     Event,
+    EventKind,
     Locality,
     LookupAnswer,
     Medium,
@@ -29,7 +30,6 @@ from .types import (
     RequestState,
     StoreCompletion,
     StorePlan,
-    event_from_c,
     struct_dict,
 )
 
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from .tier import Tier
 
 __all__ = ["Manager", "TierStat", "TierMatcher"]
-
-_EVENT_BATCH = 64
 
 
 class TierStat(NamedTuple):
@@ -417,22 +415,10 @@ class Manager:
 
     def take_events(self) -> list[Event]:
         """Every queued event of every tier, oldest first (copied)."""
-        out: list[Event] = []
-        # Per call: threads share the manager, each take's keys live in
-        # this call's own buffer until its next take.
-        events = ffi.new("kvtier_event[]", _EVENT_BATCH)
-        made = ffi.new("kvtier_event_buffer **")
-        check(lib.kvtier_event_buffer_new(made), "kvtier_event_buffer_new")
-        keys = ffi.gc(made[0], lib.kvtier_event_buffer_free)
-        written = ffi.new("size_t *")
-        more = ffi.new("bool *", True)
-        while more[0]:
-            check(
-                self._call(lib.kvtier_manager_take_events, keys, events, _EVENT_BATCH, written, more),
-                "kvtier_manager_take_events",
-            )
-            out.extend(event_from_c(events[i]) for i in range(written[0]))
-        return out
+        return [
+            Event(tier, EventKind(kind), Medium(medium), Locality(locality), keys)
+            for tier, kind, medium, locality, keys in take_events(self._call)
+        ]
 
     def events_queued(self) -> tuple[int, int]:
         """How many events (batches of one tier and kind) wait to be taken,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import Manager
+from .._calls import take_events
 from .._ffi import ffi, lib
 from .._keys import MAX_KEY_LEN, key_buffer
 from .._scratch import OneKey, one_keys as _one_keys
@@ -57,6 +58,7 @@ _LOCALITY_FROM_KVTIER = {KtLocality.LOCAL: v.Locality.LOCAL, KtLocality.REMOTE: 
 _PROBE_NAME = "kvtier.vllm/primary-probe"
 _EVENT_CAPACITY = 1 << 16
 _LOOKUP_PER_KEY = lib.kvtier_manager_lookup_per_key
+_CLEARED, _REMOVED = int(EventKind.CLEARED), int(EventKind.REMOVED)
 _monotonic = time.monotonic
 
 
@@ -612,25 +614,26 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._m.reset_flushed()
 
     def _drain_events(self) -> None:
-        for event in self._m.take_events():
-            if event.kind == EventKind.CLEARED or not event.keys:
+        out = self._event_buffer
+        for tier, kind, medium, locality, keys in take_events(self._h.call):
+            if kind == _CLEARED or not keys:
                 continue
-            if event.tier == 0:
-                medium, locality, ownership = self.medium, None, None
-            else:
-                medium, locality, ownership = self._tier_media.get(event.tier, (None, None, None))
-                if medium is None:
-                    medium = _MEDIUM_FROM_KVTIER.get(event.medium, v.Medium.STORAGE)
-                if locality is None:
-                    locality = _LOCALITY_FROM_KVTIER.get(event.locality)
-                if ownership is None:
-                    ownership = self._tier_labels[event.tier - 1] if event.tier <= len(self._tier_labels) else str(event.tier)
-            self._event_buffer.append(
+            if tier == 0:
+                out.append(v.OffloadingEvent(keys, self.medium, kind == _REMOVED))
+                continue
+            vllm_medium, vllm_locality, ownership = self._tier_media.get(tier, (None, None, None))
+            if vllm_medium is None:
+                vllm_medium = _MEDIUM_FROM_KVTIER.get(medium, v.Medium.STORAGE)
+            if vllm_locality is None:
+                vllm_locality = _LOCALITY_FROM_KVTIER.get(locality)
+            if ownership is None:
+                ownership = self._tier_labels[tier - 1] if tier <= len(self._tier_labels) else str(tier)
+            out.append(
                 v.OffloadingEvent(
-                    keys=event.keys,
-                    medium=medium,
-                    removed=event.kind == EventKind.REMOVED,
-                    locality=locality,
+                    keys=keys,
+                    medium=vllm_medium,
+                    removed=kind == _REMOVED,
+                    locality=vllm_locality,
                     ownership=ownership,
                 )
             )
