@@ -18,8 +18,6 @@ from typing import Any
 from ._ffi import ffi
 from ._keys import MAX_KEY_LEN, KeyArray, key_list
 
-# The backend's memmove itself (``ffi.memmove`` wraps it in a Python call).
-_memmove = getattr(ffi, "_backend", ffi).memmove
 _KEEP_CAPACITY = 4096  # larger scratches are dropped after their call
 _KEEP_COUNT = 32  # idle scratches kept
 
@@ -34,6 +32,7 @@ class Scratch:
         "capacity",
         "key_len",
         "data",
+        "view",
         "keys",
         "u32",
         "u64",
@@ -47,7 +46,7 @@ class Scratch:
         self.plan = ffi.new("kvtier_store_plan *")
         self.capacity = 0
         self.key_len = 0
-        self.data = self.keys = self.u32 = self.u64 = None
+        self.data = self.view = self.keys = self.u32 = self.u64 = None
         self._indices = self._evicted = None
 
     def reserve(self, n: int) -> None:
@@ -59,6 +58,7 @@ class Scratch:
             capacity *= 2
         self.capacity = capacity
         self.data = ffi.new("uint8_t[]", capacity * MAX_KEY_LEN)
+        self.view = memoryview(ffi.buffer(self.data))
         self.keys = ffi.new("kvtier_key[]", capacity)
         self.key_len = 0
         self.u32 = ffi.new("uint32_t[]", capacity)
@@ -81,29 +81,41 @@ class Scratch:
 
     def key_array(self, keys: Any) -> tuple[Any, int, Any]:
         """`keys` as a ``kvtier_key[]``: the pointer, the count, and what
-        keeps it alive (None: this scratch).  Keys that are all ``bytes``
-        of one length are copied into this scratch in one go; any other
-        keys are read in place (`KeyArray`, and its errors); every array
-        has room for the keys either way."""
-        keys = key_list(keys)
+        keeps it alive (None: this scratch).  Keys that are all bytes of
+        one length are copied into this scratch in one go; any other keys
+        are read in place (`KeyArray`, and its errors); every array has
+        room for the keys either way.
+
+        "All bytes of one length": ``b"".join`` takes every key (each has
+        the buffer protocol), each key's ``len`` is the first key's, and
+        the joined bytes are exactly that length per key.  A buffer's
+        ``len`` is at most its size in bytes (items of one byte or more,
+        a first dimension of one or more), so the sizes add up only if
+        every key's ``len`` is its size: each key is its own bytes, as
+        `KeyArray` would read them."""
+        if type(keys) is not list:
+            keys = key_list(keys)
         n = len(keys)
-        self.reserve(max(n, 1))
+        if n > self.capacity or not self.capacity:
+            self.reserve(max(n, 1))
         if n:
-            first = keys[0]
-            if type(first) is bytes:
-                key_len = len(first)
-                if 0 < key_len <= MAX_KEY_LEN and (
-                    n == 1 or (set(map(type, keys)) == _BYTES and set(map(len, keys)) == {key_len})
-                ):
-                    if key_len != self.key_len:
-                        self._lay_out(key_len)
-                    _memmove(self.data, b"".join(keys), n * key_len)
-                    return self.keys, n, None
+            try:
+                key_len = len(keys[0])
+                joined = b"".join(keys)
+                packed = 0 < key_len <= MAX_KEY_LEN and len(joined) == n * key_len
+                if packed and n > 1:
+                    packed = set(map(len, keys)) == {key_len}
+            except Exception:  # noqa: BLE001 - a key KeyArray reads, or refuses
+                packed = False
+            if packed:
+                if key_len != self.key_len:
+                    self._lay_out(key_len)
+                self.view[: n * key_len] = joined
+                return self.keys, n, None
         array = KeyArray(keys)
         return array.ptr, array.len, array
 
 
-_BYTES = {bytes}
 # Idle scratches; list.pop and list.append are atomic, so a scratch popped
 # is the popping thread's alone.
 _idle: list[Scratch] = []
