@@ -34,12 +34,15 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from .. import Manager
 from .._calls import take_events
 from .._ffi import ffi, lib
-from .._keys import MAX_KEY_LEN, key_buffer
-from .._scratch import OneKey, one_keys as _one_keys
-from ..errors import KeysIgnoredError, KvtierError, Status, check
+from .._keys import MAX_KEY_LEN, key_buffer, key_bufs_bytes
+from .._scratch import OneKey, acquire, release
+from .._scratch import one_keys as _one_keys
+from ..errors import KvtierError, Status, check
 from ..manager import TierMatcher
 from ..types import EventKind
 from ..types import Locality as KtLocality
@@ -58,8 +61,20 @@ _LOCALITY_FROM_KVTIER = {KtLocality.LOCAL: v.Locality.LOCAL, KtLocality.REMOTE: 
 _PROBE_NAME = "kvtier.vllm/primary-probe"
 _EVENT_CAPACITY = 1 << 16
 _LOOKUP_PER_KEY = lib.kvtier_manager_lookup_per_key
+_PREPARE_LOAD = lib.kvtier_manager_prepare_load
+_TOUCH = lib.kvtier_manager_touch
+_COMPLETE_LOAD = lib.kvtier_manager_complete_load
+_PREPARE_STORE = lib.kvtier_manager_prepare_store
+_COMPLETE_STORE = lib.kvtier_manager_complete_store
+_KEYS_IGNORED = int(Status.KEYS_IGNORED)
 _CLEARED, _REMOVED = int(EventKind.CLEARED), int(EventKind.REMOVED)
 _monotonic = time.monotonic
+
+
+def _slots_spec(slots: Any, n: int) -> v.CPULoadStoreSpec:
+    """The first `n` slots of a ``uint32_t[]`` as vLLM's spec (which copies
+    them into its own int32 array)."""
+    return v.CPULoadStoreSpec(np.frombuffer(ffi.buffer(slots, 4 * n), dtype=np.uint32))
 
 
 def _other_key(key: Any) -> tuple[Any, Any]:
@@ -482,17 +497,42 @@ class KvtierOffloadingManager(v.OffloadingManager):
             return sources[key]
         return v.CacheHitSource.HOST
 
+    # The key calls go to the C API directly, each through a scratch (its
+    # own buffers) and the manager's guarded call, as `Manager`'s do.
+
+    def _keys_call(self, fn: Any, name: str, handle: int, keys: list[bytes]) -> None:
+        """``fn(manager, handle, keys, len)``, checked."""
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            status = self._h.call(fn, handle, ptr, n)
+        finally:
+            release(scratch)
+        if status:
+            check(status, name)
+
     def prepare_load(self, keys: Collection[bytes], req_context: Any) -> v.LoadStoreSpec:
         keys = list(keys)
         state = self._state(req_context)
-        self._push_positions(state, keys)
-        slots = self._m.prepare_load(state.handle, keys)
+        recorded = getattr(req_context, "_offload_key_positions", None)
+        if recorded is None or recorded:
+            self._push_positions(state, keys)
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            slots = scratch.u32
+            status = self._h.call(_PREPARE_LOAD, state.handle, ptr, n, slots)
+            if status:
+                check(status, "kvtier_manager_prepare_load")
+            spec = _slots_spec(slots, n)
+        finally:
+            release(scratch)
         state.loads += len(keys)
-        return v.CPULoadStoreSpec(slots)
+        return spec
 
     def touch(self, keys: Collection[bytes], req_context: Any) -> None:
         state = self._state(req_context)
-        self._m.touch(state.handle, list(keys))
+        self._keys_call(_TOUCH, "kvtier_manager_touch", state.handle, list(keys))
 
     def complete_load(self, keys: Collection[bytes], req_context: Any) -> None:
         keys = list(keys)
@@ -502,7 +542,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         if state is None:
             raise KvtierError(Status.UNKNOWN_REQUEST, f"complete_load for request {req_context.req_id!r}, never seen")
         # A finished request's handle still releases its loads' pins.
-        self._m.complete_load(state.handle, keys)
+        self._keys_call(_COMPLETE_LOAD, "kvtier_manager_complete_load", state.handle, keys)
         state.loads = max(state.loads - len(keys), 0)
         if state.loads == 0 and self._reqs.get(req_context.req_id) is not state:
             self._maybe_drop(state)
@@ -532,19 +572,29 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._state(req_context)
         if self._num_chunks == 0:
             return None if keys else v.PrepareStoreOutput([], v.CPULoadStoreSpec([]), [])
-        self._push_positions(state, keys)
-        plan = self._m.prepare_store(state.handle, keys)
-        if plan.refused:
-            return None
-        to_store = [keys[i] for i in plan.store_indices]
+        recorded = getattr(req_context, "_offload_key_positions", None)
+        if recorded is None or recorded:
+            self._push_positions(state, keys)
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            plan = scratch.plan
+            status = self._h.call(_PREPARE_STORE, state.handle, ptr, n, plan)
+            if status:
+                check(status, "kvtier_manager_prepare_store")
+            if plan.refused:
+                return None
+            count = plan.store_count
+            # Positions in call order: all of them are 0..n-1.
+            to_store = keys if count == n else [keys[i] for i in ffi.unpack(plan.store_indices, count)]
+            spec = _slots_spec(plan.slots, count)
+            evicted = key_bufs_bytes(plan.evicted, plan.evicted_count)
+        finally:
+            release(scratch)
         state.stores += len(to_store)
         if self._events_on and to_store:
             state.pending.update(to_store)
-        return v.PrepareStoreOutput(
-            keys_to_store=to_store,
-            store_spec=v.CPULoadStoreSpec(plan.slots),
-            evicted_keys=plan.evicted,
-        )
+        return v.PrepareStoreOutput(keys_to_store=to_store, store_spec=spec, evicted_keys=evicted)
 
     def complete_store(self, keys: Collection[bytes], req_context: Any, success: bool = True) -> None:
         keys = list(keys)
@@ -558,15 +608,22 @@ class KvtierOffloadingManager(v.OffloadingManager):
             return  # nothing of this request is being written (a reset, or never planned)
         if self._events_on and not success and state.pending:
             self._drain_events()
+        scratch = acquire()
         try:
-            result = self._m.complete_store(state.handle, keys, success)
-        except KeysIgnoredError as e:
-            # vLLM's managers ignore keys a completion should not name:
-            # so does this layer (the report still says what was done).
-            result = e.completion
-        state.stores = max(state.stores - result.ready - result.dropped, 0)
+            ptr, n, _keep = scratch.key_array(keys)
+            result = scratch.completion
+            status = self._h.call(_COMPLETE_STORE, state.handle, ptr, n, success, result)
+            # vLLM's managers ignore keys a completion should not name
+            # (KEYS_IGNORED): so does this layer (the report still says
+            # what was done).
+            if status and status != _KEYS_IGNORED:
+                check(status, "kvtier_manager_complete_store")
+            ready, dropped = result.ready, result.dropped
+        finally:
+            release(scratch)
+        state.stores = max(state.stores - ready - dropped, 0)
         if self._events_on and state.pending:
-            if not success and result.dropped:
+            if not success and dropped:
                 dropped = [k for k in dict.fromkeys(keys) if k in state.pending]
                 if dropped:
                     self._event_buffer.append(
