@@ -27,6 +27,8 @@ class Scratch:
 
     __slots__ = (
         "answer",
+        "handle",
+        "policy",
         "completion",
         "plan",
         "capacity",
@@ -42,6 +44,8 @@ class Scratch:
 
     def __init__(self) -> None:
         self.answer = ffi.new("kvtier_lookup_answer *")
+        self.handle = ffi.new("kvtier_request_handle *")
+        self.policy = ffi.new("kvtier_offload_policy *")
         self.completion = ffi.new("kvtier_store_completion *")
         self.plan = ffi.new("kvtier_store_plan *")
         self.capacity = 0

@@ -31,7 +31,7 @@ import itertools
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,11 +42,12 @@ from .._ffi import ffi, lib
 from .._keys import MAX_KEY_LEN, key_buffer, key_bufs_bytes
 from .._scratch import OneKey, acquire, release
 from .._scratch import one_keys as _one_keys
-from ..errors import KvtierError, Status, check
+from ..errors import KvtierError, Status, check, encode_str
 from ..manager import TierMatcher
 from ..types import EventKind
 from ..types import Locality as KtLocality
 from ..types import Medium as KtMedium
+from ..types import OffloadPolicy as KtOffloadPolicy
 from . import _vllm as v
 from .metrics import PRIMARY_LABEL, StatsReader
 from .tiers import LOCALITY_TO_KVTIER, MEDIUM_TO_KVTIER, VllmTierAdapter
@@ -67,6 +68,9 @@ _COMPLETE_LOAD = lib.kvtier_manager_complete_load
 _PREPARE_STORE = lib.kvtier_manager_prepare_store
 _COMPLETE_STORE = lib.kvtier_manager_complete_store
 _KEYS_IGNORED = int(Status.KEYS_IGNORED)
+_REQUEST_BEGIN = lib.kvtier_manager_request_begin
+_REQUEST_FINISHED = lib.kvtier_manager_request_finished
+_REQUEST_LEVEL = int(KtOffloadPolicy.REQUEST_LEVEL)
 _CLEARED, _REMOVED = int(EventKind.CLEARED), int(EventKind.REMOVED)
 _monotonic = time.monotonic
 
@@ -95,19 +99,24 @@ class TierSpec:
     builtin: dict[str, Any] | None = None
 
 
-@dataclass
 class _Request:
-    handle: int
-    name: str
-    ctx: Any
-    policy: Any
-    loads: int = 0  # keys pinned by prepare_load and not completed
-    stores: int = 0  # keys planned by prepare_store and not completed
-    pending: set[bytes] = field(default_factory=set)  # planned, not completed (events on)
-    tiers_pending: bool = False  # finished, the secondary tiers not yet told
-    positions: dict[bytes, int] = field(default_factory=dict)  # given to kvtier
-    recorded: Any = None  # the context's positions last swept, and how many
-    swept: int = 0
+    """A request's state in this layer (a plain class: one is made per request)."""
+
+    __slots__ = ("handle", "name", "ctx", "policy", "loads", "stores", "pending", "tiers_pending", "positions",
+                 "recorded", "swept")
+
+    def __init__(self, handle: int, name: str, ctx: Any, policy: Any):
+        self.handle = handle
+        self.name = name
+        self.ctx = ctx
+        self.policy = policy
+        self.loads = 0  # keys pinned by prepare_load and not completed
+        self.stores = 0  # keys planned by prepare_store and not completed
+        self.pending: set[bytes] = set()  # planned, not completed (events on)
+        self.tiers_pending = False  # finished, the secondary tiers not yet told
+        self.positions: dict[bytes, int] = {}  # given to kvtier
+        self.recorded: Any = None  # the context's positions last swept, and how many
+        self.swept = 0
 
 
 def build_kvtier_manager(
@@ -294,7 +303,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._by_name[name] = ctx
         while True:
             try:
-                handle, policy = self._m.request_begin(name, tier_filter=tier_filter)
+                handle, policy = self._request_begin(name, tier_filter)
                 break
             except KvtierError as e:
                 if e.status != Status.DUPLICATE_REQUEST:
@@ -302,10 +311,26 @@ class KvtierOffloadingManager(v.OffloadingManager):
                 # The id's earlier request still finishes its stores: a new one.
                 name = f"{ctx.req_id}#{next(self._duplicates)}"
                 self._by_name[name] = ctx
-        vllm_policy = v.OffloadPolicy.REQUEST_LEVEL if policy == 1 else v.OffloadPolicy.CHUNK_LEVEL
+        vllm_policy = v.OffloadPolicy.REQUEST_LEVEL if policy == _REQUEST_LEVEL else v.OffloadPolicy.CHUNK_LEVEL
         state = _Request(handle, name, ctx, vllm_policy)
         self._reqs[ctx.req_id] = state
         return state
+
+    def _request_begin(self, name: str, tier_filter: list[TierMatcher] | None) -> tuple[int, int]:
+        """`Manager.request_begin`: the handle and the tiers' policy.  With
+        no tier filter, the call made once per request, through a scratch."""
+        if tier_filter is not None:
+            handle, policy = self._m.request_begin(name, tier_filter=tier_filter)
+            return handle, int(policy)
+        scratch = acquire()
+        try:
+            handle, policy = scratch.handle, scratch.policy
+            status = self._h.call(_REQUEST_BEGIN, encode_str(name, "name"), ffi.NULL, handle, policy)
+            if status:
+                check(status, "kvtier_manager_request_begin")
+            return handle[0], policy[0]
+        finally:
+            release(scratch)
 
     def _state(self, ctx: Any) -> _Request:
         state = self._reqs.get(ctx.req_id)
@@ -644,7 +669,9 @@ class KvtierOffloadingManager(v.OffloadingManager):
     def _finish(self, state: _Request) -> None:
         """Passes a request's finish on to kvtier (it is in `_finishing`)."""
         state.tiers_pending = bool(self._adapters)
-        self._m.request_finished(state.handle)
+        status = self._h.call(_REQUEST_FINISHED, state.handle)
+        if status:
+            check(status, "kvtier_manager_request_finished")
         self._maybe_drop(state)
 
     def on_schedule_end(self, context: Any) -> None:
