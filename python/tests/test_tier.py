@@ -116,3 +116,30 @@ def test_only_the_optional_methods_a_tier_has_get_callbacks():
             m.request_finished(h)
             assert tier.errors == [] and m.read_tier_stats(1)["callback_errors"].value == 0
     assert tier.touched == [(k, "r")]
+
+
+class RecordingTier(MemoryTier):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_new_request(self, request):
+        self.seen.append(request)
+        return OffloadPolicy.BLOCK_LEVEL
+
+
+def test_callbacks_see_each_requests_own_name_and_parameters():
+    tier = RecordingTier()
+    with kvtier.Manager(4) as m:
+        m.add_tier(tier)
+        names = [f"r{i}" for i in range(4200)]  # more than the adapter keeps by name
+        for name in names:
+            h, _ = m.request_begin(name)
+            m.request_finished(h)
+        h, _ = m.request_begin("r7", params={"k": "v"})
+        m.request_finished(h)
+        h, _ = m.request_begin("r7")
+        m.request_finished(h)
+    assert [r.name for r in tier.seen] == names + ["r7", "r7"]
+    assert [dict(r.params) for r in tier.seen[-3:]] == [{}, {"k": "v"}, {}]
+    assert tier.seen[-1] == kvtier.TierRequest("r7")
