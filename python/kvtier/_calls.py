@@ -4,6 +4,7 @@ events taken in batches."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -90,7 +91,7 @@ class EventBuffers:
         self.more = ffi.new("bool *")
 
 
-_event_buffers: list[EventBuffers] = []
+_event_buffers: deque[EventBuffers] = deque()
 
 
 def take_events(call: Callable[..., Any]) -> list[tuple[int, int, int, int, list[bytes]]]:

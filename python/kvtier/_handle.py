@@ -3,8 +3,9 @@ that keep the interpreter safe: no call runs on a freed handle, and no
 memory handed out as a buffer is unmapped while the buffer lives.
 
 The calls made once per key pass a guard that takes no lock: under the
-GIL, the list `Handle.inside` counts the calls inside the handle (its
-``append`` and ``pop`` are single steps no other thread can split), and
+GIL, the deque `Handle.inside` counts the calls inside the handle (its
+``append`` and ``pop`` are single steps no other thread can split, and
+unlike a list's they free and allocate nothing at the empty end), and
 every Python step is seen by all threads in one order.  A call appends
 before it reads `Handle.closing`; `close` sets ``closing`` before it reads
 the count (under its lock, which only the closers take).  So of a call
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +58,7 @@ class Handle:
         self._what = what
         self._lock = threading.RLock()  # buffer finalizers may run under it
         self._idle = threading.Condition(self._lock)
-        self.inside: list[None] = []  # one entry per call inside the handle
+        self.inside: deque[None] = deque()  # one entry per call inside the handle
         self.closing = False
         self._taking = False  # `take` waits for the calls inside: the handle is its
         self._exports = 0

@@ -113,6 +113,9 @@ _BUF_WORDS = (
 # The smallest page of the platforms kvtier runs on: memory between keys
 # less than this apart lies in pages that hold keys, so it can be read.
 _PAGE = 4096
+# Fewer keys are copied one by one: reading the layout costs about as
+# much as a dozen keys' copies.
+_SPAN_KEYS = 16
 
 
 def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
@@ -122,10 +125,11 @@ def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
     are one array of its own keys) are copied with one read of the span
     they cover: their pointers and lengths are read as words, and their
     starts must be less than a page apart, so every page of the span holds
-    a key and can be read.  Any other layout is read key by key."""
+    a key and can be read.  Any other layout, and a few keys, are read key
+    by key."""
     if not n:
         return []
-    if n > 1 and _WORDS:
+    if n >= _SPAN_KEYS and _WORDS:
         words = array(_WORD)
         words.frombytes(ffi.buffer(c_keys, n * _KEY_SIZE))
         starts, lengths = words[0::2], words[1::2]

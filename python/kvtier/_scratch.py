@@ -13,6 +13,7 @@ pointer per key; filling a scratch costs one ``bytes.join`` and one copy.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from ._ffi import ffi
@@ -120,9 +121,10 @@ class Scratch:
         return array.ptr, array.len, array
 
 
-# Idle scratches; list.pop and list.append are atomic, so a scratch popped
-# is the popping thread's alone.
-_idle: list[Scratch] = []
+# Idle scratches; deque.pop and deque.append are atomic, so a scratch
+# popped is the popping thread's alone (and, unlike a list's, they free and
+# allocate nothing when the pool runs empty and fills again).
+_idle: deque[Scratch] = deque()
 
 
 class OneKey:
@@ -156,7 +158,7 @@ class OneKey:
 
 
 # Idle one-key buffers (as `_idle`); at most as many as calls ever overlapped.
-one_keys: list[OneKey] = []
+one_keys: deque[OneKey] = deque()
 
 
 def acquire() -> Scratch:

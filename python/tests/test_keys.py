@@ -35,19 +35,19 @@ def test_evenly_laid_out_keys_of_one_length():
 
 
 def test_evenly_laid_out_keys_of_several_lengths():
-    memory = memory_of(65 * 5)
-    places = [(65 * i, n) for i, n in enumerate((12, 64, 1, 33, 12))]
-    assert _keys.keys_bytes(key_array(memory, places), 5) == expected(places)
+    memory = memory_of(65 * 20)
+    places = [(65 * i, n) for i, n in enumerate((12, 64, 1, 33) * 5)]
+    assert _keys.keys_bytes(key_array(memory, places), 20) == expected(places)
 
 
 def test_keys_laid_out_any_other_way_are_read_one_by_one():
     memory = memory_of(20000)
     for places in (
-        [(0, 12), (100, 12), (130, 12)],  # uneven steps
-        [(200, 12), (100, 12), (0, 12)],  # backwards
-        [(0, 12), (0, 12)],  # the same key twice
-        [(0, 8), (8000, 8), (16000, 8)],  # more than a page apart
-        [(5, 12)],
+        [(65 * i + (i == 9), 12) for i in range(20)],  # one uneven step
+        [(65 * (19 - i), 12) for i in range(20)],  # backwards
+        [(0, 12)] * 20,  # the same key each time
+        [(4100 * (i % 4), 8) for i in range(20)],  # more than a page apart
+        [(5 * i, 12) for i in range(3)],  # a few keys
     ):
         assert _keys.keys_bytes(key_array(memory, places), len(places)) == expected(places), places
     assert _keys.keys_bytes(ffi.NULL, 0) == []

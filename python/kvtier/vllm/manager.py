@@ -220,6 +220,9 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._at_shutdown: list[Any] = []
         self._tier_labels = list(tier_labels)
         self._metrics = StatsReader(self, store_threshold, tiering or tier_metrics)
+        # `lookup` times the primary tier's answers, and may pass the
+        # handle's guard inline (it takes no lock).
+        self._timed_fast = self._metrics.tiering and self._h.fast
         for tier in vllm_tiers:
             adapter = VllmTierAdapter(tier, self, len(self._tier_labels) + 1)
             adapter.index = manager.add_tier(adapter)
@@ -414,8 +417,10 @@ class KvtierOffloadingManager(v.OffloadingManager):
             self._probe, _ = self._m.request_begin(_PROBE_NAME, tier_filter=[])
         return self._lookup_handle(self._probe, key)
 
-    def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
-        """Request `handle`'s answer for `key` (`lookup`'s call, untimed)."""
+    def _lookup_handle(self, handle: int, key: bytes, timed: bool = False) -> v.LookupResult:
+        """Request `handle`'s answer for `key` (any key, any guard); with
+        `timed`, the primary tier's delay is recorded (`lookup`)."""
+        start = _monotonic()
         try:
             buffers = _one_keys.pop()
         except IndexError:
@@ -430,9 +435,12 @@ class KvtierOffloadingManager(v.OffloadingManager):
             status = self._h.call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
             if status:
                 check(status, "kvtier_manager_lookup_per_key")
-            return _HIT if answer.hits else _ANSWERS[answer.stop]
+            result = _HIT if answer.hits else _ANSWERS[answer.stop]
         finally:
             _one_keys.append(buffers)
+        if timed:
+            self._metrics.primary_delays.append(_monotonic() - start)
+        return result
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
         ctx = self._by_name.get(name)
@@ -466,21 +474,24 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._reqs.get(req_context.req_id)
         if state is None:
             state = self._begin(req_context)
-        recorded = getattr(req_context, "_offload_key_positions", None)
+        try:
+            recorded = req_context._offload_key_positions
+        except AttributeError:
+            recorded = None
         if recorded is None or recorded:  # positions recorded on the context
             self._positions_before_lookup(state, req_context, key)
-        metrics = self._metrics
-        if not metrics.tiering:
-            return self._lookup_handle(state.handle, key)
-        # The call made once per key: `_lookup_handle` and the handle's
-        # guard (`Handle.call`, see kvtier._handle) written out, timed.
+        if not self._timed_fast or type(key) is not bytes:
+            return self._lookup_handle(state.handle, key, self._metrics.tiering)
+        # The call made once per key: `_lookup_handle` for a bytes key
+        # with the handle's lock-free guard (`Handle.call`, see
+        # kvtier._handle) written out, timed.
         start = _monotonic()
         try:
             buffers = _one_keys.pop()
         except IndexError:
             buffers = OneKey()
         try:
-            n = len(key) if type(key) is bytes else 0
+            n = len(key)
             if 0 < n <= MAX_KEY_LEN:
                 buffers.view[:n] = key
                 c_key = buffers.key
@@ -491,21 +502,18 @@ class KvtierOffloadingManager(v.OffloadingManager):
                 c_key, _keep = _other_key(key)
             answer = buffers.answer
             h = self._h
-            if h.fast:
-                inside = h.inside
-                inside.append(None)
+            inside = h.inside
+            inside.append(None)
+            if h.closing:
+                inside.pop()
+                h.left()
+                raise h.closed_error()
+            try:
+                status = _LOOKUP_PER_KEY(h.ptr, state.handle, c_key, 1, answer)
+            finally:
+                inside.pop()
                 if h.closing:
-                    inside.pop()
                     h.left()
-                    raise h.closed_error()
-                try:
-                    status = _LOOKUP_PER_KEY(h.ptr, state.handle, c_key, 1, answer)
-                finally:
-                    inside.pop()
-                    if h.closing:
-                        h.left()
-            else:
-                status = h.call(_LOOKUP_PER_KEY, state.handle, c_key, 1, answer)
             if status:
                 check(status, "kvtier_manager_lookup_per_key")
             result = _HIT if answer.hits else _ANSWERS[answer.stop]
@@ -513,7 +521,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
             _one_keys.append(buffers)
         # The primary tier answers every lookup at once (vLLM's sync delay
         # of tier 0); the secondary tiers' answers are timed by their adapters.
-        metrics.primary_delays.append(_monotonic() - start)
+        self._metrics.primary_delays.append(_monotonic() - start)
         return result
 
     def get_load_source(self, key: bytes, req_context: Any) -> Any:
