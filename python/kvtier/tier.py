@@ -156,19 +156,9 @@ class Tier:
 
 
 _live: set[TierAdapter] = set()  # adapters the library still holds
+_NO_TOUCH = Tier.touch
 _KEEP_REQUESTS = 4096
 _DIRECTIONS = {int(d): d for d in JobDirection}
-
-# Optional entries that do nothing in `Tier`; the library treats a NULL
-# entry as the same no-op, so a tier that keeps `Tier`'s method gets none
-# (no call through the vtable; a touch then copies no keys at all).
-_NO_OPS = ("touch", "on_new_request", "on_request_finished", "on_schedule_end", "stats", "take_events")
-
-
-def _keeps_no_op(tier: Tier, entry: str) -> bool:
-    """Whether `tier`'s method `entry` is `Tier`'s own (inherited, or
-    bound on the instance)."""
-    return getattr(getattr(tier, entry, None), "__func__", None) is getattr(Tier, entry)
 
 
 class TierAdapter:
@@ -206,8 +196,6 @@ class TierAdapter:
             "destroy",
             "take_events",
         ):
-            if entry in _NO_OPS and _keeps_no_op(tier, entry):
-                continue
             method = getattr(self, "_" + entry)
             error = None if entry == "destroy" else _FAILED
             callback = ffi.callback(fields[entry].type, method, error=error)
@@ -329,7 +317,11 @@ class TierAdapter:
 
     def _touch(self, _ud: Any, keys: Any, n: int, request: Any) -> int:
         try:
-            self.tier.touch(keys_bytes(keys, n), self._request(request))
+            touch = self.tier.touch
+            # `Tier`'s own no-op (asked at each call: a tier may change its
+            # method later) needs no copy of the keys.
+            if getattr(touch, "__func__", None) is not _NO_TOUCH:
+                touch(keys_bytes(keys, n), self._request(request))
             return _OK
         except BaseException as e:
             return self._failed("touch", e)

@@ -83,39 +83,29 @@ def test_an_exception_in_a_tier_is_a_callback_error():
         assert m.read_tier_stats(1)["callback_errors"].value == 1
 
 
-class TouchedTier(MemoryTier):
-    def __init__(self):
-        super().__init__()
-        self.touched = []
+def test_a_touch_copies_keys_only_for_a_tier_with_its_own_touch(monkeypatch):
+    from kvtier import tier as tier_module
 
-    def touch(self, keys, request):
-        self.touched.append((list(keys), request.name))
-
-
-def test_only_the_optional_methods_a_tier_has_get_callbacks():
-    from kvtier._ffi import ffi
-    from kvtier.tier import TierAdapter
-
-    adapter = TierAdapter(MemoryTier())
-    plain = adapter.vtable
-    for entry in ("touch", "on_new_request", "on_request_finished", "on_schedule_end", "take_events"):
-        assert getattr(plain, entry) == ffi.NULL, entry
-    for entry in ("lookup", "submit_store", "submit_load", "poll_finished", "stats", "drain", "has_pending_work"):
-        assert getattr(plain, entry) != ffi.NULL, entry
-    adapter.release()
+    copies = []
+    keys_bytes = tier_module.keys_bytes
+    monkeypatch.setattr(tier_module, "keys_bytes", lambda c_keys, n: copies.append(n) or keys_bytes(c_keys, n))
     k = keys(2)
-    for tier in (MemoryTier(), TouchedTier()):
-        with kvtier.Manager(4) as m:
-            m.add_tier(tier)
-            h, _ = m.request_begin("r")
-            m.prepare_store(h, k)
-            m.complete_store(h, k)
-            m.prepare_load(h, k)
-            m.touch(h, k)
-            m.complete_load(h, k)
-            m.request_finished(h)
-            assert tier.errors == [] and m.read_tier_stats(1)["callback_errors"].value == 0
-    assert tier.touched == [(k, "r")]
+    tier = MemoryTier()
+    with kvtier.Manager(4) as m:
+        m.add_tier(tier)
+        h, _ = m.request_begin("r")
+        m.prepare_store(h, k)
+        m.complete_store(h, k)
+        copies.clear()
+        m.prepare_load(h, k)
+        m.touch(h, k)  # Tier's no-op: nothing to copy
+        assert copies == []
+        touched = []
+        tier.touch = lambda keys_, request: touched.append((list(keys_), request.name))  # replaced later
+        m.touch(h, k)
+        m.complete_load(h, k)
+        assert touched == [(k, "r")] and copies == [2]
+        assert tier.errors == [] and m.read_tier_stats(1)["callback_errors"].value == 0
 
 
 class RecordingTier(MemoryTier):

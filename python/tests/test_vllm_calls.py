@@ -1,7 +1,8 @@
 """The vLLM layer's calls made once per key or per step, on their fast
 paths: a lookup's key is its own bytes whatever came before, keys that
 are not ``bytes`` take the general path, a closed manager answers
-``CLOSED``, and a vLLM tier's no-op methods get no callback.
+``CLOSED``, and a touch copies keys only for a vLLM tier with a touch of
+its own.
 
 Needs the unpacked vLLM 0.33 wheel (``make test-vllm`` fetches it into
 build/vllm; or ``VLLM_ROOT``); skipped without.
@@ -26,7 +27,6 @@ import vllm_stubs  # noqa: E402
 from conftest import keys  # noqa: E402
 
 import kvtier  # noqa: E402
-from kvtier._ffi import ffi  # noqa: E402
 
 # Imported under the stand-ins and forgotten after this file's tests (as
 # in test_vllm_metrics.py).
@@ -110,9 +110,8 @@ def test_a_lookup_on_a_closed_manager_answers_closed(tiering):
     assert info.value.status == kvtier.Status.CLOSED
 
 
-def mem_tier(touch: bool):
-    """A vLLM secondary tier holding what it is given; with `touch`, it
-    records the keys of each touch."""
+def mem_tier():
+    """A vLLM secondary tier holding what it is given (vLLM's no-op touch)."""
 
     class Mem(tiering_base.SecondaryTierManager):
         def __init__(self):
@@ -139,27 +138,28 @@ def mem_tier(touch: bool):
         def drain_jobs(self):
             pass
 
-    if touch:
-        Mem.touch = lambda self, keys_, req_context: self.touched.append(list(keys_))
     return Mem()
 
 
-@pytest.mark.parametrize("touch", [False, True], ids=["no-op", "own"])
-def test_a_vllm_tiers_no_op_methods_get_no_callback(touch):
-    tier = mem_tier(touch)
+def test_a_vllm_tiers_touch_gets_keys_when_it_has_one_even_if_given_later(monkeypatch):
+    from kvtier import tier as tier_module
+
+    copies = []
+    keys_bytes = tier_module.keys_bytes
+    monkeypatch.setattr(tier_module, "keys_bytes", lambda c_keys, n: copies.append(n) or keys_bytes(c_keys, n))
+    tier = mem_tier()
     manager = KvtierOffloadingManager.create(8, vllm_tiers=[tier])
-    [adapter] = manager._adapters
-    vtable = manager._m._tiers[0].vtable
-    assert (vtable.touch != ffi.NULL) is touch
-    assert vtable.on_schedule_end == ffi.NULL and vtable.take_events == ffi.NULL
-    assert vtable.on_new_request != ffi.NULL and vtable.on_request_finished != ffi.NULL
     ctx = base.ReqContext(req_id="a")
     manager.on_new_request(ctx)
     hits = keys(2)
     stored(manager, ctx, hits)
     manager.prepare_load(hits, ctx)
+    copies.clear()
+    manager.touch(hits, ctx)  # vLLM's no-op touch: no keys copied for it
+    assert copies == [] and tier.touched == []
+    monkeypatch.setattr(tier, "touch", lambda keys_, req_context: tier.touched.append((list(keys_), req_context)))
     manager.touch(hits, ctx)
+    assert tier.touched == [(hits, ctx)] and copies == [2]
     manager.complete_load(hits, ctx)
-    assert tier.touched == ([hits] if touch else [])
-    assert adapter.errors == []
+    assert manager._adapters[0].errors == []
     manager.shutdown()
