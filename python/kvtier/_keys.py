@@ -120,10 +120,28 @@ _PAGE = 4096
 _SPAN_KEYS = 16
 
 
-@functools.lru_cache(maxsize=64)
+_CHUNK = 32  # keys read by one struct call
+
+
+@functools.lru_cache(maxsize=128)
 def _unpacker(n: int, stride: int, length: int) -> struct.Struct:
-    """Reads `n` keys of `length` bytes, `stride` bytes apart, in one call."""
-    return struct.Struct(f"{length}s{stride - length}x" * (n - 1) + f"{length}s")
+    """Reads `n` keys of `length` bytes, `stride` bytes apart (the last
+    followed by its padding too), in one call."""
+    return struct.Struct(f"{length}s{stride - length}x" * n)
+
+
+def _unpack(span: bytes, n: int, stride: int, length: int) -> list[bytes]:
+    """The `n` keys of `span` (``n * stride`` bytes), `_CHUNK` at a time:
+    a few formats serve every count."""
+    keys: list[bytes] = []
+    whole = n - n % _CHUNK
+    if whole:
+        chunk = _unpacker(_CHUNK, stride, length)
+        for offset in range(0, whole * stride, _CHUNK * stride):
+            keys.extend(chunk.unpack_from(span, offset))
+    if n > whole:
+        keys.extend(_unpacker(n - whole, stride, length).unpack_from(span, whole * stride))
+    return keys
 
 
 def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
@@ -148,8 +166,9 @@ def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
             length = lengths[0]
             start = c_keys[0].data  # at `first`
             if length <= stride and lengths.count(length) == n:
-                span = ffi.buffer(start, (n - 1) * stride + length)[:]
-                return list(_unpacker(n, stride, length).unpack_from(span))
+                # The last key's padding is not the library's to read: zeros.
+                span = ffi.buffer(start, (n - 1) * stride + length)[:] + bytes(stride - length)
+                return _unpack(span, n, stride, length)
             span = ffi.buffer(start, max(map(int.__add__, offsets, lengths)))[:]
             return [span[o : o + k] for o, k in zip(offsets, lengths)]
     buffer = ffi.buffer

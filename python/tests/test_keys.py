@@ -28,10 +28,12 @@ def expected(places):
 
 
 def test_evenly_laid_out_keys_of_one_length():
-    memory = memory_of(65 * 40)
-    places = [(65 * i, 12) for i in range(40)]
-    assert _keys.keys_bytes(key_array(memory, places), 40) == expected(places)
-    assert _keys.keys_bytes(key_array(memory, places), 3) == expected(places[:3])
+    memory = memory_of(72 * 100)
+    for stride, length in ((65, 12), (72, 64), (12, 12)):
+        places = [(stride * i, length) for i in range(100)]
+        array = key_array(memory, places)
+        for n in (1, 3, 16, 31, 32, 33, 64, 65, 100):  # around the keys read per struct call
+            assert _keys.keys_bytes(array, n) == expected(places[:n]), (stride, length, n)
 
 
 def test_evenly_laid_out_keys_of_several_lengths():
