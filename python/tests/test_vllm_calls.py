@@ -163,3 +163,37 @@ def test_a_vllm_tiers_touch_gets_keys_when_it_has_one_even_if_given_later(monkey
     manager.complete_load(hits, ctx)
     assert manager._adapters[0].errors == []
     manager.shutdown()
+
+
+def test_lookups_racing_a_close_answer_or_raise_closed():
+    import threading
+
+    for _ in range(10):
+        manager = KvtierOffloadingManager.create(64, tiering=True)
+        ctxs = [base.ReqContext(req_id=f"t{t}") for t in range(3)]
+        for ctx in ctxs:
+            manager.on_new_request(ctx)
+        go = threading.Event()
+        errors = []
+
+        def work(ctx, t):
+            go.wait()
+            try:
+                for key in keys(2000, start=t * 10000):
+                    answer = manager.lookup(key, ctx)
+                    if answer is not base.LookupResult.MISS:
+                        errors.append(answer)
+            except kvtier.KvtierError as e:
+                errors.append(e.status)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        pool = [threading.Thread(target=work, args=(ctx, t)) for t, ctx in enumerate(ctxs)]
+        for thread in pool:
+            thread.start()
+        go.set()
+        manager._m.close()
+        for thread in pool:
+            thread.join()
+        assert set(errors) <= {kvtier.Status.CLOSED}
+        assert not manager._h.inside and manager._h.ptr is None
