@@ -64,7 +64,10 @@ event drain included), `lookups`, `hit_blocks`, `stops_miss`,
 of drained "removed" events of the primary tier), `promotion_blocks` and
 `cascade_blocks` (keys of load and store jobs submitted to the `mem` tier),
 `events` (keys of all drained events), `wall_s` (the replay loop) and
-`ns_per_call`.  vLLM's metadata-only removals (the cleanup of a failed
+`ns_per_call`, and the same in the process's CPU time, `cpu_s` and
+`cpu_ns_per_call` (what the replay itself used: on a machine other work
+shares, the wall time also counts the time the process waited for a
+core).  vLLM's metadata-only removals (the cleanup of a failed
 write, which is no public eviction) are not counted; this replay has none.
 
 `--hit-pending` is accepted so that every case of the C driver has a
@@ -85,7 +88,7 @@ Regenerating the expected files (`tests/replay-expected/`, named
 `<preset>-<seed>-<blocks>-<policy>-<tiers>[-hit-pending].json`): write the
 workload with `target/release/kvtier-workload --preset P --seed S --out F`,
 then run this script with the case's flags and `--expected-out FILE`
-(the counters without `wall_s` and `ns_per_call`).  The cases are listed in
+(the counters without the times).  The cases are listed in
 `tools/replay-cases.txt`; `tools/replay-expected.sh` regenerates every file.
 """
 
@@ -291,7 +294,7 @@ def replay(v, args, requests):
             if ev.removed and ev.ownership is None:
                 c["blocks_evicted"] += len(ev.keys)
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for first in range(0, len(requests), args.batch):
         batch = requests[first : first + args.batch]
         c["steps"] += 1
@@ -357,10 +360,13 @@ def replay(v, args, requests):
         c["manager_calls"] += 1
         m.on_schedule_end(base.ScheduleEndContext(new_req_ids=(), preempted_req_ids=()))
         drain()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     m.shutdown()
+    calls = c["manager_calls"]
     c["wall_s"] = round(wall, 6)
-    c["ns_per_call"] = round(wall * 1e9 / c["manager_calls"], 1) if c["manager_calls"] else 0.0
+    c["ns_per_call"] = round(wall * 1e9 / calls, 1) if calls else 0.0
+    c["cpu_s"] = round(cpu, 6)
+    c["cpu_ns_per_call"] = round(cpu * 1e9 / calls, 1) if calls else 0.0
     return c
 
 

@@ -1,13 +1,16 @@
 """Shared pieces of the primary tier's and the manager's wrappers: the
-answer structs they fill, read into Python records."""
+answer structs they fill, read into Python records, and the manager's
+events taken in batches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._ffi import ffi
-from ._keys import key_buf_bytes as _key_buf
+from ._ffi import ffi, lib
+from ._keys import key_bufs_bytes, keys_bytes
+from .errors import check
 from .types import LookupAnswer, LookupResult, MissReason, StoreCompletion, StorePlan
 
 _RESULTS = {int(r): r for r in LookupResult}
@@ -52,7 +55,7 @@ def read_plan(plan: Any) -> StorePlan:
     return StorePlan(
         store_indices=ffi.unpack(plan.store_indices, n_store),
         slots=ffi.unpack(plan.slots, n_store),
-        evicted=[_key_buf(e) for e in plan.evicted[0:n_evicted]] if n_evicted else [],
+        evicted=key_bufs_bytes(plan.evicted, n_evicted),
     )
 
 
@@ -66,3 +69,50 @@ def completion(c_result: Any) -> StoreCompletion:
 def positions_array(positions: Sequence[int]) -> Any:
     """Token positions as a ``uint64_t[]``."""
     return ffi.new("uint64_t[]", list(positions))
+
+
+EVENT_BATCH = 64  # events read per call
+
+
+class EventBuffers:
+    """What one take of a manager's events passes to the C API: the
+    events array, the key buffer their keys live in until its next take,
+    and the two outputs.  Pooled as the scratches are (`_event_buffers`):
+    a take has its own until it returns, its keys copied out by then."""
+
+    __slots__ = ("events", "keys", "written", "more")
+
+    def __init__(self) -> None:
+        self.events = ffi.new("kvtier_event[]", EVENT_BATCH)
+        made = ffi.new("kvtier_event_buffer **")
+        check(lib.kvtier_event_buffer_new(made), "kvtier_event_buffer_new")
+        self.keys = ffi.gc(made[0], lib.kvtier_event_buffer_free)
+        self.written = ffi.new("size_t *")
+        self.more = ffi.new("bool *")
+
+
+_event_buffers: deque[EventBuffers] = deque()
+
+
+def take_events(call: Callable[..., Any]) -> list[tuple[int, int, int, int, list[bytes]]]:
+    """Every queued event of a manager, oldest first, as ``(tier, kind,
+    medium, locality, keys)`` (copies); `call` is the manager's guarded
+    call (`Handle.call`)."""
+    try:
+        buffers = _event_buffers.pop()
+    except IndexError:
+        buffers = EventBuffers()
+    try:
+        out = []
+        events, written, more = buffers.events, buffers.written, buffers.more
+        more[0] = True
+        while more[0]:
+            check(
+                call(lib.kvtier_manager_take_events, buffers.keys, events, EVENT_BATCH, written, more),
+                "kvtier_manager_take_events",
+            )
+            for e in events[0 : written[0]]:
+                out.append((e.tier, e.kind, e.medium, e.locality, keys_bytes(e.keys, e.len)))
+        return out
+    finally:
+        _event_buffers.append(buffers)

@@ -11,6 +11,9 @@ buffer protocol) is a ``TypeError`` naming what was given.
 
 from __future__ import annotations
 
+import functools
+import struct
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -102,12 +105,91 @@ def key_bytes(c_key: Any) -> bytes:
     return bytes(ffi.buffer(c_key.data, c_key.len))
 
 
+# Reading many keys at once: a ``kvtier_key[]`` (and a ``kvtier_key_buf[]``)
+# read as machine words, when a word is a pointer and a size_t.
+_WORD = next((code for code in "QL" if array(code).itemsize == ffi.sizeof("void *")), "")
+_WORDS = bool(_WORD) and ffi.sizeof("size_t") == ffi.sizeof("void *") == ffi.sizeof("kvtier_key") // 2
+_KEY_SIZE = ffi.sizeof("kvtier_key")
+_BUF_SIZE = ffi.sizeof("kvtier_key_buf")
+_BUF_BYTES = ffi.offsetof("kvtier_key_buf", "bytes")
+_BUF_WORDS = (
+    _BUF_SIZE // ffi.sizeof("size_t")
+    if _WORDS and _BUF_SIZE % ffi.sizeof("size_t") == 0 and ffi.offsetof("kvtier_key_buf", "len") == 0
+    else 0
+)
+# The smallest page of the platforms kvtier runs on: memory between keys
+# less than this apart lies in pages that hold keys, so it can be read.
+_PAGE = 4096
+# Fewer keys are copied one by one: reading the layout costs about as
+# much as a dozen keys' copies.
+_SPAN_KEYS = 16
+
+
+_CHUNK = 32  # keys read by one struct call
+
+
+@functools.lru_cache(maxsize=128)
+def _unpacker(n: int, stride: int, length: int) -> struct.Struct:
+    """Reads `n` keys of `length` bytes, `stride` bytes apart (the last
+    followed by its padding too), in one call."""
+    return struct.Struct(f"{length}s{stride - length}x" * n)
+
+
+def _unpack(span: bytes, n: int, stride: int, length: int) -> list[bytes]:
+    """The `n` keys of `span` (``n * stride`` bytes), `_CHUNK` at a time:
+    a few formats serve every count."""
+    keys: list[bytes] = []
+    whole = n - n % _CHUNK
+    if whole:
+        chunk = _unpacker(_CHUNK, stride, length)
+        for offset in range(0, whole * stride, _CHUNK * stride):
+            keys.extend(chunk.unpack_from(span, offset))
+    if n > whole:
+        keys.extend(_unpacker(n - whole, stride, length).unpack_from(span, whole * stride))
+    return keys
+
+
 def keys_bytes(c_keys: Any, n: int) -> list[bytes]:
-    """Copies of the first `n` entries of a ``kvtier_key *`` as ``bytes``."""
+    """Copies of the first `n` entries of a ``kvtier_key *`` as ``bytes``.
+
+    Keys the library lays out evenly (a job's or an event batch's keys
+    are one array of its own keys) are copied with one read of the span
+    they cover: their pointers and lengths are read as words, and their
+    starts must be less than a page apart, so every page of the span holds
+    a key and can be read.  Any other layout, and a few keys, are read key
+    by key."""
     if not n:
         return []
+    if n >= _SPAN_KEYS and _WORDS:
+        words = array(_WORD)
+        words.frombytes(ffi.buffer(c_keys, n * _KEY_SIZE))
+        starts, lengths = words[0::2], words[1::2]
+        first = starts[0]
+        stride = starts[1] - first
+        if 0 < stride < _PAGE and starts.tolist() == list(range(first, first + n * stride, stride)):
+            offsets = range(0, n * stride, stride)
+            length = lengths[0]
+            start = c_keys[0].data  # at `first`
+            if length <= stride and lengths.count(length) == n:
+                # The last key's padding is not the library's to read: zeros.
+                span = ffi.buffer(start, (n - 1) * stride + length)[:] + bytes(stride - length)
+                return _unpack(span, n, stride, length)
+            span = ffi.buffer(start, max(map(int.__add__, offsets, lengths)))[:]
+            return [span[o : o + k] for o, k in zip(offsets, lengths)]
     buffer = ffi.buffer
     return [buffer(k.data, k.len)[:] for k in c_keys[0:n]]
+
+
+def key_bufs_bytes(c_key_bufs: Any, n: int) -> list[bytes]:
+    """Copies of the first `n` entries of a ``kvtier_key_buf *`` as
+    ``bytes`` (one read of the array, then each key's bytes)."""
+    if not n:
+        return []
+    raw = ffi.buffer(c_key_bufs, n * _BUF_SIZE)[:]
+    if _BUF_WORDS:
+        lengths = memoryview(raw).cast(_WORD)[0 : n * _BUF_WORDS : _BUF_WORDS]
+        return [raw[o : o + k] for o, k in zip(range(_BUF_BYTES, n * _BUF_SIZE, _BUF_SIZE), lengths)]
+    return [key_buf_bytes(b) for b in c_key_bufs[0:n]]
 
 
 def key_buf_bytes(c_key_buf: Any) -> bytes:

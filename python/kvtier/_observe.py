@@ -9,15 +9,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ._calls import take_events
 from ._ffi import CONSTANTS, ffi, lib
 from .callbacks import ManagerCallbacks, RequestReport
 from .errors import Status, check
-from .types import Event, event_from_c, struct_dict
+from .types import Event, EventKind, Locality, Medium, struct_dict
 
 __all__ = ["ManagerObserving", "TierStat"]
-
-_EVENT_BATCH = 64
-
 
 class TierStat(NamedTuple):
     """One statistic of a tier: its value, and whether it is a counter
@@ -35,22 +33,10 @@ class ManagerObserving:
 
     def take_events(self) -> list[Event]:
         """Every queued event of every tier, oldest first (copied)."""
-        out: list[Event] = []
-        # Per call: threads share the manager, each take's keys live in
-        # this call's own buffer until its next take.
-        events = ffi.new("kvtier_event[]", _EVENT_BATCH)
-        made = ffi.new("kvtier_event_buffer **")
-        check(lib.kvtier_event_buffer_new(made), "kvtier_event_buffer_new")
-        keys = ffi.gc(made[0], lib.kvtier_event_buffer_free)
-        written = ffi.new("size_t *")
-        more = ffi.new("bool *", True)
-        while more[0]:
-            check(
-                self._call(lib.kvtier_manager_take_events, keys, events, _EVENT_BATCH, written, more),
-                "kvtier_manager_take_events",
-            )
-            out.extend(event_from_c(events[i]) for i in range(written[0]))
-        return out
+        return [
+            Event(tier, EventKind(kind), Medium(medium), Locality(locality), keys)
+            for tier, kind, medium, locality, keys in take_events(self._call)
+        ]
 
     def events_queued(self) -> tuple[int, int]:
         """How many events (batches of one tier and kind) wait to be taken,

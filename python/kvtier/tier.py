@@ -156,6 +156,9 @@ class Tier:
 
 
 _live: set[TierAdapter] = set()  # adapters the library still holds
+_NO_TOUCH = Tier.touch
+_KEEP_REQUESTS = 4096
+_DIRECTIONS = {int(d): d for d in JobDirection}
 
 
 class TierAdapter:
@@ -169,7 +172,7 @@ class TierAdapter:
         self._finished: deque[JobResult] = deque()
         self._events: deque[tuple[EventKind, bytes]] = deque()
         self._keep: list[Any] = []  # results' key arrays, valid until the next callback
-        self._requests: dict[Any, TierRequest] = {}
+        self._requests: dict[bytes, TierRequest] = {}  # requests without parameters, by name
         vtable = ffi.new("kvtier_tier_vtable *", lib.kvtier_tier_vtable_default())
         vtable.user_data = self._handle
         vtable.name = self._name
@@ -212,26 +215,33 @@ class TierAdapter:
         _log.warning("tier %s: %s raised %r", self.tier.name, what, error)
         return _FAILED
 
-    @staticmethod
-    def _request(c_request: Any) -> TierRequest:
-        name = bytes(ffi.buffer(c_request.id, c_request.id_len)).decode("utf-8", "replace")
-        if c_request.params_len:
-            params = {
-                ffi.string(c_request.params[i].key).decode(): ffi.string(c_request.params[i].value).decode()
-                for i in range(c_request.params_len)
-            }
-            return TierRequest(name, params)
-        return TierRequest(name)
+    def _request(self, c_request: Any) -> TierRequest:
+        """The request of a callback.  One without parameters is only its
+        name: the same `TierRequest` serves every callback naming it (kept
+        by name, at most `_KEEP_REQUESTS` of them)."""
+        raw = ffi.buffer(c_request.id, c_request.id_len)[:]
+        if not c_request.params_len:
+            request = self._requests.get(raw)
+            if request is None:
+                if len(self._requests) >= _KEEP_REQUESTS:
+                    self._requests.clear()
+                request = self._requests[raw] = TierRequest(raw.decode("utf-8", "replace"))
+            return request
+        params = {
+            ffi.string(c_request.params[i].key).decode(): ffi.string(c_request.params[i].value).decode()
+            for i in range(c_request.params_len)
+        }
+        return TierRequest(raw.decode("utf-8", "replace"), params)
 
-    @staticmethod
-    def _job(c_job: Any) -> Job:
+    def _job(self, c_job: Any) -> Job:
         n = c_job.len
+        direction = _DIRECTIONS.get(c_job.direction)
         return Job(
             id=int(c_job.id),
-            direction=JobDirection(c_job.direction),
+            direction=direction if direction is not None else JobDirection(c_job.direction),
             keys=keys_bytes(c_job.keys, n),
-            slots=list(ffi.unpack(c_job.slots, n)) if n else [],
-            request=TierAdapter._request(c_job.request),
+            slots=ffi.unpack(c_job.slots, n) if n else [],
+            request=self._request(c_job.request),
         )
 
     # -- the callbacks ------------------------------------------------
@@ -307,7 +317,11 @@ class TierAdapter:
 
     def _touch(self, _ud: Any, keys: Any, n: int, request: Any) -> int:
         try:
-            self.tier.touch(keys_bytes(keys, n), self._request(request))
+            touch = self.tier.touch
+            # `Tier`'s own no-op (asked at each call: a tier may change its
+            # method later) needs no copy of the keys.
+            if getattr(touch, "__func__", None) is not _NO_TOUCH:
+                touch(keys_bytes(keys, n), self._request(request))
             return _OK
         except BaseException as e:
             return self._failed("touch", e)

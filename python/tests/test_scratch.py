@@ -2,6 +2,8 @@
 
 from array import array
 
+import pytest
+
 import kvtier
 from kvtier import _scratch
 
@@ -46,3 +48,32 @@ def test_a_key_length_change_lays_the_packed_keys_out_again():
             assert m.prepare_store(r, batch).store_indices == [0, 1, 2]
             m.complete_store(r, batch)
         assert m.lookup(r, short + long + short_again).hits == 9
+
+
+def test_one_key_buffers_hold_each_keys_own_bytes_and_length():
+    from kvtier._ffi import ffi
+
+    buffers = _scratch.OneKey()
+    for key in (b"a" * 12, b"b" * 20, b"c" * 12, b"d" * 64, b"e"):
+        c_key = buffers.set(key)
+        assert c_key.len == len(key)
+        assert ffi.buffer(c_key.data, c_key.len)[:] == key
+
+
+def test_keys_whose_len_is_not_their_size_are_their_own_bytes():
+    # An array('H') of 12 items has len 12 but 24 bytes: beside 12-byte
+    # keys it must still be a 24-byte key, not packed as 12 of its bytes.
+    wide = array("H", range(12))
+    with kvtier.Manager(8) as m, m.request("r") as r:
+        batch = [b"a" * 12, wide, bytearray(b"b" * 12)]
+        assert m.prepare_store(r, batch).store_indices == [0, 1, 2]
+        m.complete_store(r, batch)
+        assert m.lookup(r, [b"a" * 12, bytes(wide), b"b" * 12]).hits == 3
+        assert m.lookup(r, [bytes(wide)[:12]]).hits == 0
+
+
+def test_keys_that_cannot_be_packed_keep_their_errors():
+    with kvtier.Manager(8) as m, m.request("r") as r:
+        for bad in ([b"a" * 12, "text"], [b"a" * 12, memoryview(b"b" * 24)[::2]], [b"a" * 12, 7]):
+            with pytest.raises(TypeError, match="key 1"):
+                m.touch(r, bad)

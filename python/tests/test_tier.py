@@ -81,3 +81,55 @@ def test_an_exception_in_a_tier_is_a_callback_error():
         assert policy == OffloadPolicy.BLOCK_LEVEL
         assert isinstance(tier.errors[0], RuntimeError)
         assert m.read_tier_stats(1)["callback_errors"].value == 1
+
+
+def test_a_touch_copies_keys_only_for_a_tier_with_its_own_touch(monkeypatch):
+    from kvtier import tier as tier_module
+
+    copies = []
+    keys_bytes = tier_module.keys_bytes
+    monkeypatch.setattr(tier_module, "keys_bytes", lambda c_keys, n: copies.append(n) or keys_bytes(c_keys, n))
+    k = keys(2)
+    tier = MemoryTier()
+    with kvtier.Manager(4) as m:
+        m.add_tier(tier)
+        h, _ = m.request_begin("r")
+        m.prepare_store(h, k)
+        m.complete_store(h, k)
+        copies.clear()
+        m.prepare_load(h, k)
+        m.touch(h, k)  # Tier's no-op: nothing to copy
+        assert copies == []
+        touched = []
+        tier.touch = lambda keys_, request: touched.append((list(keys_), request.name))  # replaced later
+        m.touch(h, k)
+        m.complete_load(h, k)
+        assert touched == [(k, "r")] and copies == [2]
+        assert tier.errors == [] and m.read_tier_stats(1)["callback_errors"].value == 0
+
+
+class RecordingTier(MemoryTier):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_new_request(self, request):
+        self.seen.append(request)
+        return OffloadPolicy.BLOCK_LEVEL
+
+
+def test_callbacks_see_each_requests_own_name_and_parameters():
+    tier = RecordingTier()
+    with kvtier.Manager(4) as m:
+        m.add_tier(tier)
+        names = [f"r{i}" for i in range(4200)]  # more than the adapter keeps by name
+        for name in names:
+            h, _ = m.request_begin(name)
+            m.request_finished(h)
+        h, _ = m.request_begin("r7", params={"k": "v"})
+        m.request_finished(h)
+        h, _ = m.request_begin("r7")
+        m.request_finished(h)
+    assert [r.name for r in tier.seen] == names + ["r7", "r7"]
+    assert [dict(r.params) for r in tier.seen[-3:]] == [{}, {"k": "v"}, {}]
+    assert tier.seen[-1] == kvtier.TierRequest("r7")

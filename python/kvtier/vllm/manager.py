@@ -31,18 +31,23 @@ import itertools
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from .. import Manager
+from .._calls import take_events
 from .._ffi import ffi, lib
-from .._keys import MAX_KEY_LEN, key_buffer
-from .._scratch import Scratch, _idle, _memmove, acquire, release
-from ..errors import KeysIgnoredError, KvtierError, Status, check
+from .._keys import MAX_KEY_LEN, key_buffer, key_bufs_bytes
+from .._scratch import OneKey, acquire, release
+from .._scratch import one_keys as _one_keys
+from ..errors import KvtierError, Status, check, encode_str
 from ..manager import TierMatcher
 from ..types import EventKind
 from ..types import Locality as KtLocality
 from ..types import Medium as KtMedium
+from ..types import OffloadPolicy as KtOffloadPolicy
 from . import _vllm as v
 from .metrics import PRIMARY_LABEL, StatsReader
 from .tiers import LOCALITY_TO_KVTIER, MEDIUM_TO_KVTIER, VllmTierAdapter
@@ -57,7 +62,31 @@ _LOCALITY_FROM_KVTIER = {KtLocality.LOCAL: v.Locality.LOCAL, KtLocality.REMOTE: 
 _PROBE_NAME = "kvtier.vllm/primary-probe"
 _EVENT_CAPACITY = 1 << 16
 _LOOKUP_PER_KEY = lib.kvtier_manager_lookup_per_key
+_PREPARE_LOAD = lib.kvtier_manager_prepare_load
+_TOUCH = lib.kvtier_manager_touch
+_COMPLETE_LOAD = lib.kvtier_manager_complete_load
+_PREPARE_STORE = lib.kvtier_manager_prepare_store
+_COMPLETE_STORE = lib.kvtier_manager_complete_store
+_KEYS_IGNORED = int(Status.KEYS_IGNORED)
+_REQUEST_BEGIN = lib.kvtier_manager_request_begin
+_REQUEST_FINISHED = lib.kvtier_manager_request_finished
+_REQUEST_LEVEL = int(KtOffloadPolicy.REQUEST_LEVEL)
+_CLEARED, _REMOVED = int(EventKind.CLEARED), int(EventKind.REMOVED)
 _monotonic = time.monotonic
+
+
+def _slots_spec(slots: Any, n: int) -> v.CPULoadStoreSpec:
+    """The first `n` slots of a ``uint32_t[]`` as vLLM's spec (which copies
+    them into its own int32 array)."""
+    return v.CPULoadStoreSpec(np.frombuffer(ffi.buffer(slots, 4 * n), dtype=np.uint32))
+
+
+def _other_key(key: Any) -> tuple[Any, Any]:
+    """A ``kvtier_key *`` over a key that is not ``bytes`` of 1 to
+    `MAX_KEY_LEN` bytes (read in place; a ``TypeError`` unless bytes-like),
+    and what keeps its bytes in place until the call returns."""
+    data, length = key_buffer(key)
+    return ffi.new("kvtier_key *", (data, length)), data
 
 
 @dataclass
@@ -70,19 +99,24 @@ class TierSpec:
     builtin: dict[str, Any] | None = None
 
 
-@dataclass
 class _Request:
-    handle: int
-    name: str
-    ctx: Any
-    policy: Any
-    loads: int = 0  # keys pinned by prepare_load and not completed
-    stores: int = 0  # keys planned by prepare_store and not completed
-    pending: set[bytes] = field(default_factory=set)  # planned, not completed (events on)
-    tiers_pending: bool = False  # finished, the secondary tiers not yet told
-    positions: dict[bytes, int] = field(default_factory=dict)  # given to kvtier
-    recorded: Any = None  # the context's positions last swept, and how many
-    swept: int = 0
+    """A request's state in this layer (a plain class: one is made per request)."""
+
+    __slots__ = ("handle", "name", "ctx", "policy", "loads", "stores", "pending", "tiers_pending", "positions",
+                 "recorded", "swept")
+
+    def __init__(self, handle: int, name: str, ctx: Any, policy: Any):
+        self.handle = handle
+        self.name = name
+        self.ctx = ctx
+        self.policy = policy
+        self.loads = 0  # keys pinned by prepare_load and not completed
+        self.stores = 0  # keys planned by prepare_store and not completed
+        self.pending: set[bytes] = set()  # planned, not completed (events on)
+        self.tiers_pending = False  # finished, the secondary tiers not yet told
+        self.positions: dict[bytes, int] = {}  # given to kvtier
+        self.recorded: Any = None  # the context's positions last swept, and how many
+        self.swept = 0
 
 
 def build_kvtier_manager(
@@ -167,6 +201,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         tier_metrics: bool = False,
     ):
         self._m = manager
+        self._h = manager._h  # its guarded handle, for the calls made once per key
         self.medium = v.Medium.CPU
         self._num_chunks = num_chunks
         self._events_on = enable_events
@@ -185,6 +220,9 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._at_shutdown: list[Any] = []
         self._tier_labels = list(tier_labels)
         self._metrics = StatsReader(self, store_threshold, tiering or tier_metrics)
+        # `lookup` times the primary tier's answers, and may pass the
+        # handle's guard inline (it takes no lock).
+        self._timed_fast = self._metrics.tiering and self._h.fast
         for tier in vllm_tiers:
             adapter = VllmTierAdapter(tier, self, len(self._tier_labels) + 1)
             adapter.index = manager.add_tier(adapter)
@@ -264,7 +302,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._by_name[name] = ctx
         while True:
             try:
-                handle, policy = self._m.request_begin(name, tier_filter=tier_filter)
+                handle, policy = self._request_begin(name, tier_filter)
                 break
             except KvtierError as e:
                 if e.status != Status.DUPLICATE_REQUEST:
@@ -272,10 +310,26 @@ class KvtierOffloadingManager(v.OffloadingManager):
                 # The id's earlier request still finishes its stores: a new one.
                 name = f"{ctx.req_id}#{next(self._duplicates)}"
                 self._by_name[name] = ctx
-        vllm_policy = v.OffloadPolicy.REQUEST_LEVEL if policy == 1 else v.OffloadPolicy.CHUNK_LEVEL
+        vllm_policy = v.OffloadPolicy.REQUEST_LEVEL if policy == _REQUEST_LEVEL else v.OffloadPolicy.CHUNK_LEVEL
         state = _Request(handle, name, ctx, vllm_policy)
         self._reqs[ctx.req_id] = state
         return state
+
+    def _request_begin(self, name: str, tier_filter: list[TierMatcher] | None) -> tuple[int, int]:
+        """`Manager.request_begin`: the handle and the tiers' policy.  With
+        no tier filter, the call made once per request, through a scratch."""
+        if tier_filter is not None:
+            handle, policy = self._m.request_begin(name, tier_filter=tier_filter)
+            return handle, int(policy)
+        scratch = acquire()
+        try:
+            handle, policy = scratch.handle, scratch.policy
+            status = self._h.call(_REQUEST_BEGIN, encode_str(name, "name"), ffi.NULL, handle, policy)
+            if status:
+                check(status, "kvtier_manager_request_begin")
+            return handle[0], policy[0]
+        finally:
+            release(scratch)
 
     def _state(self, ctx: Any) -> _Request:
         state = self._reqs.get(ctx.req_id)
@@ -359,22 +413,30 @@ class KvtierOffloadingManager(v.OffloadingManager):
             self._probe, _ = self._m.request_begin(_PROBE_NAME, tier_filter=[])
         return self._lookup_handle(self._probe, key)
 
-    def _lookup_handle(self, handle: int, key: bytes) -> v.LookupResult:
-        # This call's own scratch, and the manager's guarded call: safe
-        # from any thread, and CLOSED (not a crash) after the manager is closed.
-        scratch = acquire()
+    def _lookup_handle(self, handle: int, key: bytes, timed: bool = False) -> v.LookupResult:
+        """Request `handle`'s answer for `key` (any key, any guard); with
+        `timed`, the primary tier's delay is recorded (`lookup`)."""
+        start = _monotonic()
         try:
-            c_key = scratch.one_key(key)
-            if c_key is None:
-                data, length = key_buffer(key)
-                c_key = ffi.new("kvtier_key *", (data, length))
-            answer = scratch.answer
-            status = self._m._call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
+            buffers = _one_keys.pop()
+        except IndexError:
+            buffers = OneKey()
+        try:
+            _keep = None
+            if type(key) is bytes and 0 < len(key) <= MAX_KEY_LEN:
+                c_key = buffers.set(key)
+            else:
+                c_key, _keep = _other_key(key)
+            answer = buffers.answer
+            status = self._h.call(_LOOKUP_PER_KEY, handle, c_key, 1, answer)
             if status:
                 check(status, "kvtier_manager_lookup_per_key")
-            return _HIT if answer.hits else _ANSWERS[answer.stop]
+            result = _HIT if answer.hits else _ANSWERS[answer.stop]
         finally:
-            release(scratch)
+            _one_keys.append(buffers)
+        if timed:
+            self._metrics.primary_delays.append(_monotonic() - start)
+        return result
 
     def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None:
         ctx = self._by_name.get(name)
@@ -408,35 +470,54 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._reqs.get(req_context.req_id)
         if state is None:
             state = self._begin(req_context)
-        recorded = getattr(req_context, "_offload_key_positions", None)
+        try:
+            recorded = req_context._offload_key_positions
+        except AttributeError:
+            recorded = None
         if recorded is None or recorded:  # positions recorded on the context
             self._positions_before_lookup(state, req_context, key)
-        if not self._metrics.tiering:
-            return self._lookup_handle(state.handle, key)
+        if not self._timed_fast or type(key) is not bytes:
+            return self._lookup_handle(state.handle, key, self._metrics.tiering)
+        # The call made once per key: `_lookup_handle` for a bytes key
+        # with the handle's lock-free guard (`Handle.call`, see
+        # kvtier._handle) written out, timed.
         start = _monotonic()
-        # _lookup_handle, written out: the call made once per key.
         try:
-            scratch = _idle.pop()
+            buffers = _one_keys.pop()
         except IndexError:
-            scratch = Scratch()
+            buffers = OneKey()
         try:
-            if type(key) is bytes and 0 < len(key) <= MAX_KEY_LEN:
-                c_key = scratch.key
-                _memmove(scratch.key_data, key, len(key))
-                c_key.len = len(key)
+            n = len(key)
+            if 0 < n <= MAX_KEY_LEN:
+                buffers.view[:n] = key
+                c_key = buffers.key
+                if n != buffers.len:
+                    c_key.len = buffers.len = n
+                _keep = None
             else:
-                data, length = key_buffer(key)
-                c_key = ffi.new("kvtier_key *", (data, length))
-            answer = scratch.answer
-            status = self._m._call(_LOOKUP_PER_KEY, state.handle, c_key, 1, answer)
+                c_key, _keep = _other_key(key)
+            answer = buffers.answer
+            h = self._h
+            inside = h.inside
+            inside.append(None)
+            if h.closing:
+                inside.pop()
+                h.left()
+                raise h.closed_error()
+            try:
+                status = _LOOKUP_PER_KEY(h.ptr, state.handle, c_key, 1, answer)
+            finally:
+                inside.pop()
+                if h.closing:
+                    h.left()
             if status:
                 check(status, "kvtier_manager_lookup_per_key")
             result = _HIT if answer.hits else _ANSWERS[answer.stop]
         finally:
-            release(scratch)
+            _one_keys.append(buffers)
         # The primary tier answers every lookup at once (vLLM's sync delay
         # of tier 0); the secondary tiers' answers are timed by their adapters.
-        self._metrics.observe_lookup(PRIMARY_LABEL, _monotonic() - start)
+        self._metrics.primary_delays.append(_monotonic() - start)
         return result
 
     def get_load_source(self, key: bytes, req_context: Any) -> Any:
@@ -445,17 +526,42 @@ class KvtierOffloadingManager(v.OffloadingManager):
             return sources[key]
         return v.CacheHitSource.HOST
 
+    # The key calls go to the C API directly, each through a scratch (its
+    # own buffers) and the manager's guarded call, as `Manager`'s do.
+
+    def _keys_call(self, fn: Any, name: str, handle: int, keys: list[bytes]) -> None:
+        """``fn(manager, handle, keys, len)``, checked."""
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            status = self._h.call(fn, handle, ptr, n)
+        finally:
+            release(scratch)
+        if status:
+            check(status, name)
+
     def prepare_load(self, keys: Collection[bytes], req_context: Any) -> v.LoadStoreSpec:
         keys = list(keys)
         state = self._state(req_context)
-        self._push_positions(state, keys)
-        slots = self._m.prepare_load(state.handle, keys)
+        recorded = getattr(req_context, "_offload_key_positions", None)
+        if recorded is None or recorded:
+            self._push_positions(state, keys)
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            slots = scratch.u32
+            status = self._h.call(_PREPARE_LOAD, state.handle, ptr, n, slots)
+            if status:
+                check(status, "kvtier_manager_prepare_load")
+            spec = _slots_spec(slots, n)
+        finally:
+            release(scratch)
         state.loads += len(keys)
-        return v.CPULoadStoreSpec(slots)
+        return spec
 
     def touch(self, keys: Collection[bytes], req_context: Any) -> None:
         state = self._state(req_context)
-        self._m.touch(state.handle, list(keys))
+        self._keys_call(_TOUCH, "kvtier_manager_touch", state.handle, list(keys))
 
     def complete_load(self, keys: Collection[bytes], req_context: Any) -> None:
         keys = list(keys)
@@ -465,7 +571,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         if state is None:
             raise KvtierError(Status.UNKNOWN_REQUEST, f"complete_load for request {req_context.req_id!r}, never seen")
         # A finished request's handle still releases its loads' pins.
-        self._m.complete_load(state.handle, keys)
+        self._keys_call(_COMPLETE_LOAD, "kvtier_manager_complete_load", state.handle, keys)
         state.loads = max(state.loads - len(keys), 0)
         if state.loads == 0 and self._reqs.get(req_context.req_id) is not state:
             self._maybe_drop(state)
@@ -495,19 +601,29 @@ class KvtierOffloadingManager(v.OffloadingManager):
         state = self._state(req_context)
         if self._num_chunks == 0:
             return None if keys else v.PrepareStoreOutput([], v.CPULoadStoreSpec([]), [])
-        self._push_positions(state, keys)
-        plan = self._m.prepare_store(state.handle, keys)
-        if plan.refused:
-            return None
-        to_store = [keys[i] for i in plan.store_indices]
+        recorded = getattr(req_context, "_offload_key_positions", None)
+        if recorded is None or recorded:
+            self._push_positions(state, keys)
+        scratch = acquire()
+        try:
+            ptr, n, _keep = scratch.key_array(keys)
+            plan = scratch.plan
+            status = self._h.call(_PREPARE_STORE, state.handle, ptr, n, plan)
+            if status:
+                check(status, "kvtier_manager_prepare_store")
+            if plan.refused:
+                return None
+            count = plan.store_count
+            # Positions in call order: all of them are 0..n-1.
+            to_store = keys if count == n else [keys[i] for i in ffi.unpack(plan.store_indices, count)]
+            spec = _slots_spec(plan.slots, count)
+            evicted = key_bufs_bytes(plan.evicted, plan.evicted_count)
+        finally:
+            release(scratch)
         state.stores += len(to_store)
         if self._events_on and to_store:
             state.pending.update(to_store)
-        return v.PrepareStoreOutput(
-            keys_to_store=to_store,
-            store_spec=v.CPULoadStoreSpec(plan.slots),
-            evicted_keys=plan.evicted,
-        )
+        return v.PrepareStoreOutput(keys_to_store=to_store, store_spec=spec, evicted_keys=evicted)
 
     def complete_store(self, keys: Collection[bytes], req_context: Any, success: bool = True) -> None:
         keys = list(keys)
@@ -521,15 +637,22 @@ class KvtierOffloadingManager(v.OffloadingManager):
             return  # nothing of this request is being written (a reset, or never planned)
         if self._events_on and not success and state.pending:
             self._drain_events()
+        scratch = acquire()
         try:
-            result = self._m.complete_store(state.handle, keys, success)
-        except KeysIgnoredError as e:
-            # vLLM's managers ignore keys a completion should not name:
-            # so does this layer (the report still says what was done).
-            result = e.completion
-        state.stores = max(state.stores - result.ready - result.dropped, 0)
+            ptr, n, _keep = scratch.key_array(keys)
+            result = scratch.completion
+            status = self._h.call(_COMPLETE_STORE, state.handle, ptr, n, success, result)
+            # vLLM's managers ignore keys a completion should not name
+            # (KEYS_IGNORED): so does this layer (the report still says
+            # what was done).
+            if status and status != _KEYS_IGNORED:
+                check(status, "kvtier_manager_complete_store")
+            ready, dropped = result.ready, result.dropped
+        finally:
+            release(scratch)
+        state.stores = max(state.stores - ready - dropped, 0)
         if self._events_on and state.pending:
-            if not success and result.dropped:
+            if not success and dropped:
                 dropped = [k for k in dict.fromkeys(keys) if k in state.pending]
                 if dropped:
                     self._event_buffer.append(
@@ -550,7 +673,9 @@ class KvtierOffloadingManager(v.OffloadingManager):
     def _finish(self, state: _Request) -> None:
         """Passes a request's finish on to kvtier (it is in `_finishing`)."""
         state.tiers_pending = bool(self._adapters)
-        self._m.request_finished(state.handle)
+        status = self._h.call(_REQUEST_FINISHED, state.handle)
+        if status:
+            check(status, "kvtier_manager_request_finished")
         self._maybe_drop(state)
 
     def on_schedule_end(self, context: Any) -> None:
@@ -577,24 +702,22 @@ class KvtierOffloadingManager(v.OffloadingManager):
         self._m.reset_flushed()
 
     def _drain_events(self) -> None:
-        for event in self._m.take_events():
-            if event.kind == EventKind.CLEARED or not event.keys:
+        out = self._event_buffer
+        for tier, kind, medium, locality, keys in take_events(self._h.call):
+            if kind == _CLEARED or not keys:
                 continue
-            if event.tier == 0:
-                medium, locality, ownership = self.medium, None, None
-            else:
-                # A built-in tier's: the vLLM tiers' own events never pass
-                # through kvtier's queue (`take_events` yields them as they are).
-                medium = _MEDIUM_FROM_KVTIER.get(event.medium, v.Medium.STORAGE)
-                locality = _LOCALITY_FROM_KVTIER.get(event.locality)
-                ownership = self._tier_labels[event.tier - 1] if event.tier <= len(self._tier_labels) else str(event.tier)
-            self._event_buffer.append(
+            if tier == 0:
+                out.append(v.OffloadingEvent(keys, self.medium, kind == _REMOVED))
+                continue
+            # A built-in tier's: the vLLM tiers' own events never pass
+            # through kvtier's queue (`take_events` yields them as they are).
+            out.append(
                 v.OffloadingEvent(
-                    keys=event.keys,
-                    medium=medium,
-                    removed=event.kind == EventKind.REMOVED,
-                    locality=locality,
-                    ownership=ownership,
+                    keys=keys,
+                    medium=_MEDIUM_FROM_KVTIER.get(medium, v.Medium.STORAGE),
+                    removed=kind == _REMOVED,
+                    locality=_LOCALITY_FROM_KVTIER.get(locality),
+                    ownership=self._tier_labels[tier - 1] if tier <= len(self._tier_labels) else str(tier),
                 )
             )
 

@@ -17,6 +17,7 @@ docs/vllm.md maps every family.
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Any
 
 from . import _vllm as v
@@ -67,6 +68,9 @@ class StatsReader:
         self.tiering = tiering
         self._previous: dict[str, float] = {}
         self._pending: list[tuple[str, str, Any, tuple[str, ...]]] = []
+        #: The primary tier's lookup delays (seconds) since the last read,
+        #: appended by the manager's lookup: one double each.
+        self.primary_delays = array("d")
         self._orphaned: dict[int, tuple[int, ...]] = {}
 
     def _delta(self, name: str, value: float) -> float:
@@ -140,6 +144,9 @@ class StatsReader:
             tier_stats = adapter.vllm_tier.get_stats()
             if tier_stats is not None:
                 stats.aggregate(tier_stats)
+        delays, self.primary_delays = self.primary_delays, array("d")
+        for seconds in delays:
+            stats.observe_histogram(M.LOOKUP_SYNC_DELAY, seconds, primary)
         pending, self._pending = self._pending, []
         for kind, name, value, labels in pending:
             if kind == "h":

@@ -32,6 +32,7 @@ _LOOKUP = {
     # A tier writing the block answers "ask again", as RETRY.
     v.LookupResult.HIT_PENDING: kt.LookupResult.RETRY,
 }
+_VLLM_NO_TOUCH = v.SecondaryTierManager.touch
 MEDIUM_TO_KVTIER = {None: kt.Medium.ANY, v.Medium.CPU: kt.Medium.CPU, v.Medium.STORAGE: kt.Medium.STORAGE}
 LOCALITY_TO_KVTIER = {
     None: kt.Locality.ANY,
@@ -122,7 +123,16 @@ class VllmTierAdapter(Tier):
             )
         return out
 
-    def touch(self, keys: Sequence[bytes], request: TierRequest) -> None:
+    @property
+    def touch(self) -> Any:  # type: ignore[override]
+        """`Tier`'s own no-op while the vLLM tier's touch is vLLM's no-op
+        (asked at each touch: a tier's method may be replaced later), so
+        that no keys are copied for it; else the forwarding call."""
+        if getattr(self.vllm_tier.touch, "__func__", None) is _VLLM_NO_TOUCH:
+            return Tier.touch.__get__(self)
+        return self._touch_tier
+
+    def _touch_tier(self, keys: Sequence[bytes], request: TierRequest) -> None:
         self.vllm_tier.touch(list(keys), self._ctx(request))
 
     def on_new_request(self, request: TierRequest) -> kt.OffloadPolicy:
