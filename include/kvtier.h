@@ -2058,8 +2058,6 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
  */
 #define KVTIER_STAT_GAUGE 1
 
-
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
