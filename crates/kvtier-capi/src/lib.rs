@@ -47,15 +47,14 @@ mod store_out;
 pub mod tier;
 pub mod version;
 
+// The crate's own name, for test support shared with the integration
+// tests (tests/support/), which name the crate `kvtier`.
+#[cfg(test)]
+extern crate self as kvtier;
+#[cfg(test)]
+mod panic_tests;
+
 pub use boundary::kvtier_last_error_message;
 pub use key::kvtier_key;
 pub use status::{kvtier_status, kvtier_status_str};
 pub use version::kvtier_version;
-
-/// Test support (feature `testing`): runs `body` inside the same panic
-/// boundary every export uses, so tests can prove that a panic becomes
-/// `KVTIER_STATUS_PANIC`.
-#[cfg(feature = "testing")]
-pub fn run_in_boundary(body: impl FnOnce() -> Result<(), kvtier_core::Error>) -> kvtier_status {
-    boundary::ffi_call!({ body().map_err(boundary::Failure::from) })
-}

@@ -289,37 +289,3 @@ pub unsafe extern "C" fn kvtier_manager_shutdown(
         Ok(m.shutdown()?)
     })
 }
-
-/// Attaches a Rust tier (for [`attach_rust_tier`]; the built-in tiers are
-/// added by `kvtier_core::config::add_builtin_tier`).
-#[cfg(feature = "testing")]
-fn add_rust_tier(
-    manager: *mut kvtier_manager,
-    tier: Box<dyn kvtier_core::tiering::SecondaryTier>,
-    opts: kvtier_core::tiering::TierOptions,
-) -> Result<usize, Failure> {
-    // SAFETY: the caller passes a handle it got from C, checked here.
-    let m = unsafe { enter::<kvtier_manager>(manager) }?;
-    Ok(m.add_tier_with(tier, opts)?)
-}
-
-/// Test support (feature `testing`): attaches a Rust
-/// [`kvtier_core::tiering::SecondaryTier`] to a C manager handle inside the
-/// boundary and writes its index to `*index_out`, so tests can drive a
-/// real export into a tier that panics (the path a bug in a built-in tier
-/// takes).
-///
-/// # Safety
-/// `manager` must be NULL or a live handle; `index_out` NULL or valid.
-#[cfg(feature = "testing")]
-pub unsafe fn attach_rust_tier(
-    manager: *mut kvtier_manager,
-    tier: Box<dyn kvtier_core::tiering::SecondaryTier>,
-    index_out: *mut usize,
-) -> super::kvtier_status {
-    ffi_call!({
-        let out = unsafe { out_ref(index_out, "index_out") }?;
-        *out = add_rust_tier(manager, tier, Default::default())?;
-        Ok(())
-    })
-}

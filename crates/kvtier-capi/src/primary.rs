@@ -684,21 +684,6 @@ pub unsafe extern "C" fn kvtier_primary_read_stats(
     })
 }
 
-/// Test support (feature `testing`): a call on `primary` that panics
-/// inside the boundary while it holds the handle exclusively, as a bug in
-/// any export would; returns `KVTIER_STATUS_PANIC` and poisons the handle
-/// (NULL gives NULL_ARGUMENT).
-///
-/// # Safety
-/// `primary` must be NULL or a live handle.
-#[cfg(feature = "testing")]
-pub unsafe fn panic_in_call(primary: *mut kvtier_primary) -> kvtier_status {
-    ffi_call!({
-        let _h = unsafe { enter_mut(primary) }?;
-        panic!("deliberate panic inside a kvtier_primary call")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -546,21 +546,6 @@ pub unsafe extern "C" fn kvtier_region_set_lent_slots(
     })
 }
 
-/// Test support (feature `testing`): a call on `region` that panics
-/// inside the boundary while it holds the handle, as a bug in any export
-/// would; returns `KVTIER_STATUS_PANIC` and poisons the handle (NULL gives
-/// NULL_ARGUMENT).
-///
-/// # Safety
-/// `region` must be NULL or a live handle.
-#[cfg(feature = "testing")]
-pub unsafe fn panic_in_call(region: *const kvtier_region) -> kvtier_status {
-    ffi_call!({
-        let _r = unsafe { enter(region) }?;
-        panic!("deliberate panic inside a kvtier_region call")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

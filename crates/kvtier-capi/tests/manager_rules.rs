@@ -10,6 +10,7 @@ mod c_bridge;
 
 use c_bridge::via_c;
 use kvtier_testkit::common;
+use kvtier_testkit::probe::Probed;
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -1460,11 +1461,8 @@ fn on_real_and_model(
         ..Default::default()
     })
     .unwrap();
-    let m = Manager::new(real, vllm());
-    check(&m, &|key| {
-        m.inspect_primary(|real: &PrimaryTier| real.ref_count(key))
-            .unwrap()
-    });
+    let m = Probed::new(real, vllm());
+    check(&m, &|key| m.primary().ref_count(key));
     let m = model_manager(capacity, vllm());
     check(&m, &|key| model_refs(&m, key));
 }
@@ -1643,7 +1641,10 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
         kv_groups: true,
         ..vllm()
     };
-    for m in [Manager::new(real, opts.clone()), model_manager(2, opts)] {
+    for m in [
+        Manager::new(real, opts.clone()),
+        model_manager(2, opts).into_manager(),
+    ] {
         let (t, s) = TestTier::new("t");
         let tiny = kvtier_core::Key::new(b"tiny").unwrap();
         s.lock().stored.insert(tiny);

@@ -52,7 +52,7 @@ fn manager(opts: ManagerOptions) -> (Manager, Arc<Mutex<Script>>, Reports) {
         })
     })))
     .unwrap();
-    (m, s, reports)
+    (m.into_manager(), s, reports)
 }
 
 fn start(m: &Manager, name: &str) -> RequestId {

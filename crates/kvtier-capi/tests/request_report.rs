@@ -72,7 +72,7 @@ fn manager() -> (Manager, Scripts, Reports) {
         r.lock().push(owned(report))
     })))
     .unwrap();
-    (m, [sa, sb], reports)
+    (m.into_manager(), [sa, sb], reports)
 }
 
 #[test]

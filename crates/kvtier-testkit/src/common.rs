@@ -2,6 +2,7 @@
 //! over the reference model of the primary tier.
 
 pub use crate::model;
+use crate::probe::Probed;
 
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -257,17 +258,20 @@ impl SecondaryTier for TestTier {
 }
 
 /// A manager over the reference model with `capacity` slots.
-pub fn model_manager(capacity: u32, opts: ManagerOptions) -> Manager {
-    Manager::with_backend(Box::new(model::ModelPrimary::new(capacity)), opts)
+pub fn model_manager(capacity: u32, opts: ManagerOptions) -> Probed<model::ModelPrimary> {
+    Probed::new(model::ModelPrimary::new(capacity), opts)
 }
 
 /// `f` of the reference model `m` drives (`m` from [`model_manager`]).
-pub fn with_model<R>(m: &Manager, f: impl FnOnce(&model::ModelPrimary) -> R) -> R {
-    m.inspect_primary(f).unwrap()
+pub fn with_model<R>(
+    m: &Probed<model::ModelPrimary>,
+    f: impl FnOnce(&model::ModelPrimary) -> R,
+) -> R {
+    f(&m.primary())
 }
 
 /// Ref count of `key` in the model `m` drives (-1 write pending, `None` absent).
-pub fn model_refs(m: &Manager, key: &Key) -> Option<i32> {
+pub fn model_refs(m: &Probed<model::ModelPrimary>, key: &Key) -> Option<i32> {
     with_model(m, |model| model.refs(key))
 }
 

@@ -3,7 +3,7 @@
 //! scans).  Each write-pending key remembers its writer, and a completion
 //! acts only on its own writer's keys.  It is slow on purpose; tests drive
 //! the manager over it and over the real tier and compare, and check slot
-//! invariants against it (through `Manager::inspect_primary`).
+//! invariants against it (through [`crate::probe::Probed`]).
 //!
 //! It models slots, states and the argument checks, not the finer order of
 //! recency: request finishes commit nothing here, and token positions are
@@ -16,7 +16,6 @@
 //! The primary tier's own model test (`crates/kvtier/tests/primary_model.rs`) models
 //! ranks, positions and groups exactly.
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet};
 
 use kvtier::events::{Event, EventKind};
@@ -477,8 +476,5 @@ impl PrimaryBackend for ModelPrimary {
     }
     fn stat_list(&self) -> Vec<Stat> {
         vec![Stat::gauge("resident", self.entries.len() as f64)]
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

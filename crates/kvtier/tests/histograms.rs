@@ -54,7 +54,7 @@ fn manager() -> (Manager, std::sync::Arc<parking_lot::Mutex<Script>>) {
     let (tier, script) = TestTier::new("t");
     script.lock().auto_finish = false;
     m.add_tier(rust(tier)).unwrap();
-    (m, script)
+    (m.into_manager(), script)
 }
 
 #[test]

@@ -25,12 +25,13 @@ use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
 use kvtier::request::{Request, RequestId};
 use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
 use kvtier::tiering::{
-    Direction, JobId, JobRef, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
+    Direction, JobId, JobRef, JobResult, LookupResult, ManagerOptions, OffloadPolicy,
     PromotionAnswer, RequestParams, SecondaryTier, TierLookup,
 };
 use kvtier::{Key, Result};
 
 use kvtier_testkit::model;
+use kvtier_testkit::probe::Probed;
 use model::ModelPrimary;
 
 struct Rng(u64);
@@ -231,14 +232,14 @@ struct Req {
     finished: bool,
 }
 
-fn run(
+fn run<T: PrimaryBackend>(
     seed: u64,
-    backend: Box<dyn PrimaryBackend>,
-    check: &dyn Fn(&Manager) -> std::result::Result<(), String>,
-    refs: &dyn Fn(&Manager, &Key) -> Option<i32>,
+    backend: T,
+    check: &dyn Fn(&T) -> std::result::Result<(), String>,
+    refs: &dyn Fn(&T, &Key) -> Option<i32>,
     request_level: bool,
     exact: bool,
-) -> (Manager, u64) {
+) -> (Probed<T>, u64) {
     let opts = ManagerOptions {
         promotion_answer: if seed % 2 == 0 {
             PromotionAnswer::Retry
@@ -249,7 +250,7 @@ fn run(
         kv_groups: seed % 3 == 0,
         ..Default::default()
     };
-    let m = Manager::with_backend(backend, opts);
+    let m = Probed::new(backend, opts);
     let faulty = Arc::new(Mutex::new(Faulty {
         rng: Rng(seed * 7919 + 1),
         stored: Default::default(),
@@ -442,14 +443,18 @@ fn run(
                 let n = with[rng.below(with.len() as u64) as usize].clone();
                 let r = reqs.get_mut(&n).unwrap();
                 let k = r.pins.swap_remove(rng.below(r.pins.len() as u64) as usize);
-                let before = refs(&m, &k);
+                let before = refs(&m.primary(), &k);
                 m.complete_load(ids[&n], &[k]).unwrap();
                 match spent.get_mut(&k) {
                     Some(c) if *c > 0 => {
                         // Charged: nothing released.
                         *c -= 1;
                         charged += 1;
-                        assert_eq!(refs(&m, &k), before, "seed {seed} step {step}: {n} {k}");
+                        assert_eq!(
+                            refs(&m.primary(), &k),
+                            before,
+                            "seed {seed} step {step}: {n} {k}"
+                        );
                     }
                     _ => {}
                 }
@@ -507,7 +512,7 @@ fn run(
                 });
             });
         }
-        check(&m).unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+        check(&m.primary()).unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
         // Every pin live requests hold that no unpin took is counted.
         let mut need: HashMap<Key, i64> = HashMap::new();
         for r in reqs.values() {
@@ -520,7 +525,7 @@ fn run(
             if n <= 0 {
                 continue;
             }
-            let c = refs(&m, &k).unwrap_or(0);
+            let c = refs(&m.primary(), &k).unwrap_or(0);
             assert!(
                 c as i64 >= n,
                 "seed {seed} step {step}: live requests hold {n} pins of {k} but its ref count is {c}"
@@ -558,7 +563,7 @@ fn run(
         !m.has_pending_work().unwrap(),
         "seed {seed}: work left after draining"
     );
-    check(&m).unwrap();
+    check(&m.primary()).unwrap();
     let stats = m.stats().unwrap();
     let get = |tier: Option<usize>, name: &str| {
         stats
@@ -605,7 +610,7 @@ fn run(
         if !exact {
             break;
         }
-        if let Some(r) = refs(&m, &key(i)) {
+        if let Some(r) = refs(&m.primary(), &key(i)) {
             assert_eq!(r, 0, "seed {seed}: key {i} left with ref count {r}");
         }
     }
@@ -618,12 +623,9 @@ fn random_operations_over_the_model_primary() {
     for seed in 1..=12 {
         taken += run(
             seed,
-            Box::new(ModelPrimary::new(12)),
-            &|m| m.inspect_primary(ModelPrimary::check).unwrap(),
-            &|m, k| {
-                m.inspect_primary(|model: &ModelPrimary| model.refs(k))
-                    .unwrap()
-            },
+            ModelPrimary::new(12),
+            &ModelPrimary::check,
+            &|model, k| model.refs(k),
             seed % 3 == 0,
             true,
         )
@@ -650,16 +652,13 @@ fn random_operations_over_the_real_primary() {
         .unwrap();
         let (m, t) = run(
             seed,
-            Box::new(tier),
-            &|m| m.inspect_primary(PrimaryTier::check_invariants).unwrap(),
-            &|m, k| {
-                m.inspect_primary(|real: &PrimaryTier| real.ref_count(k))
-                    .unwrap()
-            },
+            tier,
+            &PrimaryTier::check_invariants,
+            &|real, k| real.ref_count(k),
             seed % 3 == 0,
             true,
         );
-        let st = m.inspect_primary(PrimaryTier::stats).unwrap();
+        let st = m.primary().stats();
         assert_eq!(st.write_pending, 0, "seed {seed}: {st:?}");
         assert_eq!(st.pinned, 0, "seed {seed}: every slot free or idle: {st:?}");
         taken += t;

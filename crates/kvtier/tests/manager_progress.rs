@@ -5,6 +5,7 @@
 //! ends within the bound.
 
 use kvtier_testkit::common;
+use kvtier_testkit::probe::Probed;
 
 use common::*;
 use kvtier::Key;
@@ -24,7 +25,10 @@ fn manager_with(
     capacity: u32,
     policy: PolicyKind,
     progress: ProgressOptions,
-) -> (Manager, std::sync::Arc<parking_lot::Mutex<Script>>) {
+) -> (
+    Probed<PrimaryTier>,
+    std::sync::Arc<parking_lot::Mutex<Script>>,
+) {
     let primary = PrimaryTier::new(PrimaryConfig {
         capacity,
         policy,
@@ -32,7 +36,7 @@ fn manager_with(
         ..Default::default()
     })
     .unwrap();
-    let m = Manager::new(
+    let m = Probed::new(
         primary,
         ManagerOptions {
             progress,
@@ -44,7 +48,12 @@ fn manager_with(
     (m, script)
 }
 
-fn manager(capacity: u32) -> (Manager, std::sync::Arc<parking_lot::Mutex<Script>>) {
+fn manager(
+    capacity: u32,
+) -> (
+    Probed<PrimaryTier>,
+    std::sync::Arc<parking_lot::Mutex<Script>>,
+) {
     manager_with(capacity, PolicyKind::Lru, ProgressOptions::default())
 }
 
@@ -64,9 +73,8 @@ fn resident(m: &Manager, name: &str, keys: &[Key]) {
     m.on_schedule_end().unwrap();
 }
 
-fn refs(m: &Manager, key: &Key) -> Option<i32> {
-    m.inspect_primary(|p: &PrimaryTier| p.ref_count(key))
-        .unwrap()
+fn refs(m: &Probed<PrimaryTier>, key: &Key) -> Option<i32> {
+    m.primary().ref_count(key)
 }
 
 fn answer(
@@ -685,9 +693,7 @@ fn under_pressure_every_request_loads_within_the_bound() {
                 active = still;
                 m.on_schedule_end().unwrap();
             }
-            m.inspect_primary(|p: &PrimaryTier| p.check_invariants())
-                .unwrap()
-                .unwrap();
+            m.primary().check_invariants().unwrap();
         }
     }
 }

@@ -2,13 +2,10 @@
 //!
 //! The manager drives the primary tier only through [`PrimaryBackend`]: the
 //! real CPU tier implements it, and tests can plug in a reference model to
-//! check the manager against it.  A test looks into the backend the
-//! manager drives, its own model or the real tier, through
-//! `Manager::inspect_primary` (feature `testing`), which hands it over as
-//! its own type ([`PrimaryBackend::as_any`]).  The plan and report types
+//! check the manager against it (`Manager::with_backend`; the tests' kit,
+//! `crates/kvtier-testkit`, keeps a handle to the backend it gives the
+//! manager, to look into it between calls).  The plan and report types
 //! are the primary tier's own.
-
-use std::any::Any;
 
 use crate::error::Result;
 use crate::events::Event;
@@ -165,8 +162,6 @@ pub trait PrimaryBackend: Send + 'static {
     fn event_capacity(&self) -> usize;
     /// The tier's statistics, as named values.
     fn stat_list(&self) -> Vec<Stat>;
-    /// The backend itself, to be seen as its own type (`self`).
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
@@ -289,8 +284,5 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     }
     fn stat_list(&self) -> Vec<Stat> {
         crate::primary::PrimaryTier::stat_list(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

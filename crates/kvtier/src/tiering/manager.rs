@@ -262,23 +262,6 @@ impl Manager {
                 ))
             })
     }
-
-    /// Test support (feature `testing`): hands the primary tier this
-    /// manager drives to `f` as its own type `T` (the real
-    /// [`PrimaryTier`](crate::primary::PrimaryTier), or the model a test
-    /// built it over), so a test can check its invariants between calls.
-    /// A backend of another type is [`Error::InvalidArgument`].
-    #[cfg(feature = "testing")]
-    pub fn inspect_primary<T: PrimaryBackend, R>(&self, f: impl FnOnce(&T) -> R) -> Result<R> {
-        let s = self.enter("inspect_primary")?;
-        match s.primary.as_any().downcast_ref::<T>() {
-            Some(primary) => Ok(f(primary)),
-            None => Err(Error::InvalidArgument(format!(
-                "inspect_primary: the primary tier is not a {}",
-                std::any::type_name::<T>()
-            ))),
-        }
-    }
 }
 
 impl State {
