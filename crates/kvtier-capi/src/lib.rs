@@ -24,28 +24,41 @@
 // C names: `kvtier_manager`, `kvtier_status`, ... are the header's types.
 #![allow(non_camel_case_types)]
 
+// The modules in the order a user builds things, which is the order the
+// generated header declares them in (rustfmt.toml keeps it): status and
+// errors, the region, the manager, its secondary tiers, requests,
+// observation, the primary tier alone.  Internal modules sit beside their
+// first user.
+
+// Status and errors.
+pub mod status;
 pub(crate) mod boundary;
+pub mod version;
+pub(crate) mod growth;
+// The region and the sweep for regions no process maps.
+pub mod region;
+pub mod reclaim;
+// The manager: its options, its JSON configuration, its handle.
 pub mod build;
 pub mod config;
-pub mod dialect;
-pub mod events;
-pub mod fs;
-pub(crate) mod growth;
-pub mod handles;
-pub mod key;
-pub mod log;
 pub mod manager;
-pub mod observe;
-pub mod primary;
-pub mod reclaim;
-pub mod redis;
-pub mod region;
-pub mod report;
-pub mod requests;
-pub mod status;
-mod store_out;
+// Secondary tiers: foreign tiers (the vtable), the built-in fs and redis tiers.
 pub mod tier;
-pub mod version;
+pub mod fs;
+pub mod redis;
+// Requests: keys, the answers every object gives, the manager's calls.
+pub mod key;
+pub mod dialect;
+pub mod requests;
+pub mod handles;
+mod store_out;
+// Observation: statistics, events, request reports, logging.
+pub mod observe;
+pub mod events;
+pub mod report;
+pub mod log;
+// The primary tier alone.
+pub mod primary;
 
 // The crate's own name, for test support shared with the integration
 // tests (tests/support/), which name the crate `kvtier`.
