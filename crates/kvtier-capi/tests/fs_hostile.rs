@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use fs_blocks::{holds, key, load, request, stat, store};
 use kvtier_core::region::SlotMemory;
 use kvtier_core::tiering::{SecondaryTier, TierLookup};
+use kvtier_core::tiers::fs::Cause;
 use kvtier_core::tiers::fs::format::Layout;
-use kvtier_core::tiers::fs::io::Cause;
 use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 const SLOT: usize = 4096;

@@ -20,7 +20,7 @@ use kvtier::Key;
 use kvtier::region::SlotMemory;
 use kvtier::request::RequestInfo;
 use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
-use kvtier::tiers::redis::{RedisTier, RedisTierConfig, header};
+use kvtier::tiers::redis::{RedisTier, RedisTierConfig, header_len};
 use redis_server::{RedisServer, find_tool};
 
 struct Args {
@@ -173,7 +173,7 @@ fn main() {
         mem.write(i as u32, 0, &buf).unwrap();
     }
     // The tier's values carry a header; redis-benchmark gets the same value size.
-    let value_bytes = block + header::header_len(&keys[0]);
+    let value_bytes = block + header_len(&keys[0]);
     let per_job = a.pipeline * 4;
     let mb = (a.blocks * block) as f64 / 1e6;
 

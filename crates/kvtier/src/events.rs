@@ -40,7 +40,7 @@ pub struct TierEvent {
 /// which keys were announced as stored, so that a key whose "stored" event
 /// was dropped is never announced as removed.
 #[derive(Debug, Default)]
-pub struct EventQueue {
+pub(crate) struct EventQueue {
     events: std::collections::VecDeque<Event>,
     capacity: usize,
     dropped: u64,
@@ -100,11 +100,6 @@ impl EventQueue {
         self.events.len()
     }
 
-    /// Whether no event waits.
-    pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
     /// Events dropped because the queue was full, since creation.
     pub fn dropped(&self) -> u64 {
         self.dropped
@@ -151,6 +146,6 @@ mod tests {
             (0, 2),
             "turning events off is no drop"
         );
-        assert!(q.is_empty());
+        assert_eq!(q.len(), 0);
     }
 }

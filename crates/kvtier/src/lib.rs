@@ -26,6 +26,9 @@
 pub mod config;
 pub mod error;
 pub mod events;
+// Fallible allocation for caller-sized memory, which the C crate uses too;
+// not part of the API.
+#[doc(hidden)]
 pub mod fallible;
 pub mod histogram;
 pub mod key;

@@ -116,7 +116,7 @@ pub type Request = Arc<RequestInfo>;
 /// life of each request, so that names stay unique among active requests.
 /// Ids start at 1 and are never reused within one registry.
 #[derive(Debug, Default)]
-pub struct RequestNames {
+pub(crate) struct RequestNames {
     /// Hashed with foldhash (seeded per registry): one hash of the name
     /// per call.
     ids: hashbrown::HashMap<String, RequestId, foldhash::fast::RandomState>,
@@ -157,16 +157,6 @@ impl RequestNames {
     /// Whether `id` was handed out by this registry (whatever became of it).
     pub fn was_issued(&self, id: RequestId) -> bool {
         id.0 >= 1 && id.0 <= self.issued
-    }
-
-    /// Number of active requests.
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    /// Whether no request is active.
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
     }
 }
 

@@ -31,8 +31,8 @@ use block_damage::{DAMAGES, Damage, damage, forge};
 use fs_blocks::{child, delivered, files, fill, holds, job, key, poison, request, wait};
 use kvtier::region::SlotMemory;
 use kvtier::tiering::{Direction, JobResult, SecondaryTier, TierLookup};
+use kvtier::tiers::fs::Cause;
 use kvtier::tiers::fs::format::{HEADER_LEN, decode_header, encode_header};
-use kvtier::tiers::fs::io::Cause;
 use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
 use rng::Rng;
 

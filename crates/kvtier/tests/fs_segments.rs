@@ -10,8 +10,8 @@ use kvtier::Error;
 use kvtier::events::EventKind;
 use kvtier::region::SlotMemory;
 use kvtier::tiering::{Direction, SecondaryTier, TierLookup};
+use kvtier::tiers::fs::Cause;
 use kvtier::tiers::fs::format::{HEADER_LEN, file_len};
-use kvtier::tiers::fs::io::Cause;
 use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 use fs_blocks::{files, fill, holds, job, key, load, request, stat, store, wait};

@@ -15,7 +15,7 @@ use kvtier::events::{Event, EventKind};
 use kvtier::region::SlotMemory;
 
 use kvtier::tiering::{Direction, JobId, SecondaryTier, TierLookup};
-use kvtier::tiers::fs::io::Cause;
+use kvtier::tiers::fs::Cause;
 use kvtier::tiers::fs::{FsOptions, FsTier};
 use kvtier::{Error, Key};
 

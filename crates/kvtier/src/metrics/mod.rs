@@ -82,7 +82,7 @@ pub struct MetricGroup {
 
 /// The value of the `medium` label: `cpu`, `storage`, or `any` for a
 /// tier that declared none.
-pub fn medium_label(medium: Option<Medium>) -> &'static str {
+pub(crate) fn medium_label(medium: Option<Medium>) -> &'static str {
     match medium {
         Some(Medium::Cpu) => "cpu",
         Some(Medium::Storage) => "storage",

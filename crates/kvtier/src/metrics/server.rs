@@ -84,7 +84,7 @@ impl std::fmt::Debug for MetricsServer {
 
 /// The address `listen` names (`IP:port`, or `host:port` resolved now),
 /// or an error that says what is wrong with it.
-pub fn parse_listen(listen: &str) -> Result<SocketAddr> {
+pub(crate) fn parse_listen(listen: &str) -> Result<SocketAddr> {
     let bad = |why: String| {
         Error::InvalidArgument(format!(
             "metrics.listen: {listen:?} {why} (give IP:port, e.g. \"127.0.0.1:9400\")"
@@ -106,7 +106,7 @@ fn io_error(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 impl MetricsServer {
-    /// Listens on `listen` (see [`parse_listen`]; port 0 picks a free
+    /// Listens on `listen` (`IP:port`, or `host:port` resolved now; port 0 picks a free
     /// port, see [`MetricsServer::address`]) and serves `manager`'s
     /// metrics from a thread of its own until dropped.  An address that
     /// cannot be listened on (in use, not this host's, not permitted) is

@@ -9,11 +9,11 @@
 mod dir;
 mod header;
 pub mod inspect;
-pub mod options;
+mod options;
 pub mod reclaim;
 mod setup;
-pub mod shared;
-pub mod slots;
+mod shared;
+mod slots;
 pub(crate) mod sys;
 
 pub use options::{OpenMode, Prefault, RegionOptions, Role, Share};

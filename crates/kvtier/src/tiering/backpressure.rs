@@ -76,7 +76,7 @@ impl BackpressureConfig {
 
 /// One tier's detector state.
 #[derive(Clone, Debug)]
-pub struct Detector {
+pub(crate) struct Detector {
     config: BackpressureConfig,
     ema: f64,
     samples: u32,

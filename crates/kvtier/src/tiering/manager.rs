@@ -92,7 +92,7 @@ pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};
 pub use options::{ManagerOptions, RequestParams, StartedRequest, TierOptions};
 use poll::CompletionQueue;
 pub use progress::ProgressOptions;
-pub use report::{PROMOTION_WAIT_STAT, RequestReport, RequestReportListener};
+pub use report::{RequestReport, RequestReportListener};
 pub use stat_lists::{ManagerStat, ManagerStats};
 
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -241,7 +241,7 @@ impl Manager {
             || s.tiers.iter().any(|t| t.tier.has_pending_work()))
     }
 
-    /// The wake-up signal jobs finishing raise (see [`crate::tiering::notify`]).
+    /// The wake-up signal jobs finishing raise (see [`Notifier`]).
     pub fn notifier(&self) -> &Notifier {
         &self.notifier
     }

@@ -1,16 +1,16 @@
 //! The tiering manager and the secondary-tier contract.
 
 pub mod backend;
-pub mod backpressure;
+mod backpressure;
 mod counter_memory;
-pub mod listen;
-pub mod manager;
-pub mod notify;
-pub mod tier;
+mod listen;
+mod manager;
+mod notify;
+mod tier;
 
 pub use crate::events::TierEvent;
 pub use backend::PrimaryBackend;
-pub use backpressure::{BackpressureConfig, Detector, PressurePolicy};
+pub use backpressure::{BackpressureConfig, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
 #[doc(hidden)]
 pub use manager::LookupKind;

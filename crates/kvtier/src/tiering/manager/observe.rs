@@ -360,7 +360,7 @@ impl Manager {
     /// `also_queue`, delivered events also stay queued for
     /// [`Manager::take_events`]; without, they are delivered only.  Events
     /// queued before the call are delivered at the end of this call.  See
-    /// [`crate::tiering::listen`].
+    /// [`EventListener`](crate::tiering::EventListener).
     pub fn set_event_listener(
         &self,
         listener: Option<EventListener>,

@@ -22,7 +22,7 @@ use crate::primary::CompleteStoreReport;
 use crate::stats::Stat;
 
 /// Name of the promotion-wait histogram among the manager's statistics.
-pub const PROMOTION_WAIT_STAT: &str = "promotion_wait_seconds";
+pub(crate) const PROMOTION_WAIT_STAT: &str = "promotion_wait_seconds";
 
 /// What happened to one finished request, handed to the listener of
 /// [`Manager::set_request_report_listener`] once, when the manager lets

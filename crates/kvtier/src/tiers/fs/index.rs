@@ -130,6 +130,7 @@ impl Index {
     }
 
     /// Number of free segment records.
+    #[cfg(test)]
     pub fn free_records(&self) -> usize {
         self.free_records.len()
     }

@@ -51,8 +51,6 @@ impl LostDirs {
 
 /// What the worker threads share to move blocks.
 pub struct BlockIo {
-    /// Key → path mapping.
-    pub layout: Layout,
     /// The region's slots.
     pub slots: SlotMemory,
     /// Whether `O_DIRECT` is used (probed at open).
@@ -98,7 +96,6 @@ impl BlockIo {
     ) -> BlockIo {
         BlockIo {
             root_c: cpath(layout.root()),
-            layout,
             slots,
             direct,
             durable,

@@ -15,7 +15,7 @@
 //!   by itself (permission denied, an I/O error, a vanished file) leaves the
 //!   index the same way, so the next lookup answers MISS rather than start a
 //!   promotion that fails again; shortages that pass (`EAGAIN`, `ENOMEM`,
-//!   too many open files, ...) keep it (see [`io::Cause::loses_block`]).
+//!   too many open files, ...) keep it (see [`Cause::loses_block`]).
 //! - Copies go straight between region slots and files (`pread`/`pwrite`),
 //!   with `O_DIRECT` where the file system takes it.
 //! - Read-priority and write-priority worker pools; nothing but `drain` and
@@ -24,7 +24,7 @@
 //!   removes a block a load is reading.
 //! - Opening an existing directory rebuilds the index and byte accounting
 //!   from the headers on disk; files under block names that are not whole
-//!   blocks of this format and size are removed ([`mod@rebuild`]).
+//!   blocks of this format and size are removed (`rebuild.rs`).
 //! - Blocks removed behind the tier's back are taken out of the index (and
 //!   the byte count) when a transfer proves them gone: a load that finds a
 //!   file missing drops its key; a store or load that finds the root
@@ -44,15 +44,18 @@
 //!   use one directory.
 
 mod beneath;
-pub mod cause;
+mod cause;
 mod file;
+// The block file format, public for the tests that write damaged block
+// files; not part of the API.
+#[doc(hidden)]
 pub mod format;
-pub mod index;
+mod index;
 pub mod inspect;
-pub mod io;
-pub mod pool;
-pub mod rebuild;
-pub mod segments;
+mod io;
+mod pool;
+mod rebuild;
+mod segments;
 
 use std::fs;
 use std::path::PathBuf;
@@ -74,7 +77,8 @@ use crate::tiering::{
 
 use format::{Layout, file_len};
 use index::{Index, State};
-use io::{BlockIo, Cause};
+use io::BlockIo;
+pub use io::Cause;
 use pool::{JobState, Pool, outcome};
 pub use rebuild::RebuildReport;
 use segments::Segments;
@@ -88,7 +92,7 @@ pub enum FsLayout {
     #[default]
     Files,
     /// Records in large preallocated segment files
-    /// (`<root>/segments/`, [`mod@segments`]): no file-system metadata
+    /// (`<root>/segments/`, see `segments.rs`): no file-system metadata
     /// work per block, for local storage used by one process; needs a
     /// capacity, and refuses `shared`.
     Segments,

@@ -290,12 +290,6 @@ impl Pool {
         }
     }
 
-    /// Whether any task or check is queued or running.
-    pub fn busy(&self) -> bool {
-        let q = self.shared.queues.lock();
-        q.active > 0 || !q.is_empty()
-    }
-
     /// Cancels queued work, waits for running work, and joins the threads.
     pub fn stop(&mut self) {
         self.wait_idle(true);

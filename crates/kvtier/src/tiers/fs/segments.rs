@@ -31,7 +31,7 @@
 //!   refused.  A directory several processes share needs the files layout.
 
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::beneath;
 use super::beneath::{Fd, errno};
@@ -412,7 +412,8 @@ fn remove_foreign(
 }
 
 /// The segments directory of a tier rooted at `root`.
-pub fn segments_dir(root: &Path) -> PathBuf {
+#[cfg(test)]
+pub fn segments_dir(root: &Path) -> std::path::PathBuf {
     root.join(SEGMENTS_DIR)
 }
 

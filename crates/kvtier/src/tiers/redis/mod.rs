@@ -36,26 +36,28 @@
 //! [`SecondaryTier::drain`]: crate::tiering::SecondaryTier::drain
 //! [`SecondaryTier::shutdown`]: crate::tiering::SecondaryTier::shutdown
 //!
-//! The options ([`config`]) exist in every build, so a JSON configuration
+//! The options ([`RedisTierConfig`]) exist in every build, so a JSON configuration
 //! and the C options read the same way with or without the tier; the tier
 //! itself needs the `redis-tier` cargo feature.
 
-pub mod config;
+mod config;
 #[cfg(feature = "redis-tier")]
-pub mod conn;
+mod conn;
 #[cfg(feature = "redis-tier")]
-pub mod header;
+mod header;
 #[cfg(feature = "redis-tier")]
-pub mod outcome;
+mod outcome;
 #[cfg(feature = "redis-tier")]
-pub mod report;
+mod report;
 #[cfg(feature = "redis-tier")]
-pub mod resp;
+mod resp;
 #[cfg(feature = "redis-tier")]
 mod tier;
 #[cfg(feature = "redis-tier")]
-pub mod worker;
+mod worker;
 
 pub use config::{MAX_TTL_MS, RedisTierConfig};
+#[cfg(feature = "redis-tier")]
+pub use header::header_len;
 #[cfg(feature = "redis-tier")]
 pub use tier::{RedisTier, redis_key_name};
