@@ -48,7 +48,7 @@ pub(crate) struct EventQueue {
 
 impl EventQueue {
     /// An empty queue holding at most `capacity` events.
-    pub fn new(capacity: usize) -> EventQueue {
+    pub(crate) fn new(capacity: usize) -> EventQueue {
         EventQueue {
             events: std::collections::VecDeque::new(),
             capacity,
@@ -58,7 +58,7 @@ impl EventQueue {
 
     /// Queues an event of `kind` for `key`; false if it was dropped (the
     /// queue is full: counted) or events are off (not counted).
-    pub fn push(&mut self, kind: EventKind, key: Key) -> bool {
+    pub(crate) fn push(&mut self, kind: EventKind, key: Key) -> bool {
         if self.capacity == 0 {
             return false;
         }
@@ -74,7 +74,7 @@ impl EventQueue {
     }
 
     /// Moves up to `max` events, oldest first, to `out`.
-    pub fn take(&mut self, max: usize, out: &mut Vec<Event>) {
+    pub(crate) fn take(&mut self, max: usize, out: &mut Vec<Event>) {
         let n = max.min(self.events.len());
         out.extend(self.events.drain(..n));
     }
@@ -82,7 +82,7 @@ impl EventQueue {
     /// Sets the capacity; events beyond it, newest first, are dropped
     /// (counted unless the new capacity is 0), each handed to `unannounce`
     /// so the tier forgets that its key was announced.
-    pub fn set_capacity(&mut self, capacity: usize, mut unannounce: impl FnMut(&Event)) {
+    pub(crate) fn set_capacity(&mut self, capacity: usize, mut unannounce: impl FnMut(&Event)) {
         self.capacity = capacity;
         while self.events.len() > capacity {
             let Some(e) = self.events.pop_back() else {
@@ -96,12 +96,12 @@ impl EventQueue {
     }
 
     /// Events waiting.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.events.len()
     }
 
     /// Events dropped because the queue was full, since creation.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 }

@@ -20,6 +20,8 @@
 //! - [`config`]: a whole manager from one JSON document.
 
 #![warn(missing_docs)]
+// `pub` means reachable from outside the crate; everything else says pub(crate).
+#![warn(unreachable_pub)]
 // Every unsafe block outside the C boundary says why it is sound.
 #![warn(clippy::undocumented_unsafe_blocks)]
 

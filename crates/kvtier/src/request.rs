@@ -126,7 +126,7 @@ pub(crate) struct RequestNames {
 
 impl RequestNames {
     /// Registers `name`; starting a request that is active is an error.
-    pub fn insert(&mut self, name: &str) -> crate::Result<RequestId> {
+    pub(crate) fn insert(&mut self, name: &str) -> crate::Result<RequestId> {
         match self.ids.entry_ref(name) {
             hashbrown::hash_map::EntryRef::Occupied(_) => {
                 Err(crate::Error::DuplicateRequest(name.to_string()))
@@ -141,21 +141,21 @@ impl RequestNames {
     }
 
     /// The id of active request `name`.
-    pub fn get(&self, name: &str) -> crate::Result<RequestId> {
+    pub(crate) fn get(&self, name: &str) -> crate::Result<RequestId> {
         self.ids.get(name).copied().ok_or_else(|| {
             crate::Error::UnknownRequest(format!("{name:?} names no active request"))
         })
     }
 
     /// Forgets `name`, returning its id.
-    pub fn remove(&mut self, name: &str) -> crate::Result<RequestId> {
+    pub(crate) fn remove(&mut self, name: &str) -> crate::Result<RequestId> {
         self.ids.remove(name).ok_or_else(|| {
             crate::Error::UnknownRequest(format!("{name:?} names no active request"))
         })
     }
 
     /// Whether `id` was handed out by this registry (whatever became of it).
-    pub fn was_issued(&self, id: RequestId) -> bool {
+    pub(crate) fn was_issued(&self, id: RequestId) -> bool {
         id.0 >= 1 && id.0 <= self.issued
     }
 }

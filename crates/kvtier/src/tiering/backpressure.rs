@@ -87,7 +87,7 @@ pub(crate) struct Detector {
 
 impl Detector {
     /// A detector with `config` (checked by the caller).
-    pub fn new(config: BackpressureConfig) -> Detector {
+    pub(super) fn new(config: BackpressureConfig) -> Detector {
         Detector {
             config,
             ema: 0.0,
@@ -99,12 +99,12 @@ impl Detector {
     }
 
     /// The configuration.
-    pub fn config(&self) -> &BackpressureConfig {
+    pub(super) fn config(&self) -> &BackpressureConfig {
         &self.config
     }
 
     /// Records one finished store: its success, size and duration.
-    pub fn on_store_finished(&mut self, success: bool, units: u64, elapsed: Duration) {
+    pub(super) fn on_store_finished(&mut self, success: bool, units: u64, elapsed: Duration) {
         if !success {
             self.consecutive_failures = self.consecutive_failures.saturating_add(1);
             return;
@@ -132,19 +132,19 @@ impl Detector {
     }
 
     /// Whether the tier is under pressure now.
-    pub fn under_pressure(&self) -> bool {
+    pub(super) fn under_pressure(&self) -> bool {
         self.latency_pressure
             || (self.config.max_consecutive_failures > 0
                 && self.consecutive_failures >= self.config.max_consecutive_failures)
     }
 
     /// The moving average (ns per byte, or per block when sizes are unknown).
-    pub fn ema(&self) -> f64 {
+    pub(super) fn ema(&self) -> f64 {
         self.ema
     }
 
     /// Forgets everything learned (used by `reset_cache`).
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         *self = Detector::new(self.config);
     }
 }

@@ -59,7 +59,7 @@ use super::tier::{
 };
 use crate::error::{Error, Result};
 use crate::events::Event;
-pub use crate::events::TierEvent;
+pub(super) use crate::events::TierEvent;
 use crate::key::Key;
 use crate::region::{SlotMemory, SlotOwner};
 use crate::request::{Locality, Medium, Request, RequestId, RequestInfo, RequestNames, TierFilter};
@@ -98,7 +98,7 @@ pub use stat_lists::{ManagerStat, ManagerStats};
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Most secondary tiers one manager holds (request-level tiers are a bit set).
-pub const MAX_SECONDARY_TIERS: usize = 64;
+pub(super) const MAX_SECONDARY_TIERS: usize = 64;
 
 /// The tiering manager.  See the module docs.
 pub struct Manager {

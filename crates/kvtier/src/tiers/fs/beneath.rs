@@ -40,13 +40,13 @@ pub(crate) const FOREIGN: i32 = libc::EMEDIUMTYPE;
 
 /// The mode of directories the tier creates for files of `file_mode`:
 /// search permission (x) added wherever read permission (r) is set.
-pub fn dir_mode_of(file_mode: u32) -> u32 {
+pub(super) fn dir_mode_of(file_mode: u32) -> u32 {
     let m = file_mode & 0o777;
     m | ((m & 0o444) >> 2)
 }
 
 /// Kind of a foreign entry, for reports.
-pub fn kind_name(mode: libc::mode_t) -> &'static str {
+pub(super) fn kind_name(mode: libc::mode_t) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFLNK => "symlink",
         libc::S_IFIFO => "fifo",
@@ -60,12 +60,12 @@ pub fn kind_name(mode: libc::mode_t) -> &'static str {
 }
 
 /// A path as a C string (`EINVAL` if it holds a NUL).
-pub fn c_path(p: &Path) -> Result<CString, i32> {
+pub(super) fn c_path(p: &Path) -> Result<CString, i32> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| libc::EINVAL)
 }
 
 /// `fstat` of an open descriptor.
-pub fn fstat(fd: i32) -> Result<libc::stat, i32> {
+pub(super) fn fstat(fd: i32) -> Result<libc::stat, i32> {
     // SAFETY: stat is plain data, valid when zeroed.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-parameter.
@@ -76,7 +76,7 @@ pub fn fstat(fd: i32) -> Result<libc::stat, i32> {
 }
 
 /// `fstatat` of `name` in `dir`, not following a symlink.
-pub fn lstat_at(dir: i32, name: &CStr) -> Result<libc::stat, i32> {
+pub(super) fn lstat_at(dir: i32, name: &CStr) -> Result<libc::stat, i32> {
     // SAFETY: stat is plain data, valid when zeroed.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: NUL-terminated name and a valid out-parameter.
@@ -87,13 +87,13 @@ pub fn lstat_at(dir: i32, name: &CStr) -> Result<libc::stat, i32> {
 }
 
 /// Whether `st` is a regular file.
-pub fn is_regular(st: &libc::stat) -> bool {
+pub(super) fn is_regular(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
 /// Opens the directory the user named (following the symlinks of its
 /// path, which are the user's), without blocking on whatever sits there.
-pub fn open_root(path: &CStr) -> Result<Fd, i32> {
+pub(super) fn open_root(path: &CStr) -> Result<Fd, i32> {
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: NUL-terminated path.
     let fd = unsafe { libc::open(path.as_ptr(), flags) };
@@ -128,7 +128,12 @@ fn open_dir_at(dir: i32, name: &CStr) -> Result<Fd, i32> {
 /// `create`, makes it (mode `create`, set with `fchmod`) when missing and
 /// calls `made` if this call made it.  A symlink, FIFO, socket or device
 /// in its place is [`FOREIGN`]; a regular file `ENOTDIR`.
-pub fn subdir(dir: i32, name: &CStr, create: Option<u32>, made: impl FnOnce()) -> Result<Fd, i32> {
+pub(super) fn subdir(
+    dir: i32,
+    name: &CStr,
+    create: Option<u32>,
+    made: impl FnOnce(),
+) -> Result<Fd, i32> {
     match open_dir_at(dir, name) {
         Err(libc::ENOENT) if create.is_some() => {}
         r => return r,
@@ -156,7 +161,7 @@ pub fn subdir(dir: i32, name: &CStr, create: Option<u32>, made: impl FnOnce()) -
 /// `mode` with `fchmod`.  Anything but a regular file is [`FOREIGN`], and
 /// never read, written or waited on.  Returns the file and its `fstat`.
 /// (`O_DIRECT` given in `flags` itself is kept: `EINVAL` then.)
-pub fn open_at(
+pub(super) fn open_at(
     dir: i32,
     name: &CStr,
     mut flags: libc::c_int,
@@ -201,7 +206,12 @@ pub fn open_at(
 
 /// Opens (or creates, mode `mode`) regular file `name` of `dir` read-write;
 /// says whether this call created it.
-pub fn open_or_create(dir: i32, name: &CStr, mode: u32, direct: bool) -> Result<(Fd, bool), i32> {
+pub(super) fn open_or_create(
+    dir: i32,
+    name: &CStr,
+    mode: u32,
+    direct: bool,
+) -> Result<(Fd, bool), i32> {
     loop {
         match open_at(dir, name, libc::O_RDWR, mode, direct) {
             Err(libc::ENOENT) => {}
@@ -223,7 +233,7 @@ pub fn open_or_create(dir: i32, name: &CStr, mode: u32, direct: bool) -> Result<
 /// Removes `name` from `dir` if it is still the file `st` describes (same
 /// device and inode): what was checked is what goes, never an entry put in
 /// its place meanwhile.  `Ok(false)` if it was replaced or is gone.
-pub fn unlink_same(dir: i32, name: &CStr, st: &libc::stat) -> Result<bool, i32> {
+pub(super) fn unlink_same(dir: i32, name: &CStr, st: &libc::stat) -> Result<bool, i32> {
     match lstat_at(dir, name) {
         Ok(now) if now.st_dev == st.st_dev && now.st_ino == st.st_ino => {}
         Ok(_) | Err(libc::ENOENT) => return Ok(false),
@@ -239,7 +249,7 @@ pub fn unlink_same(dir: i32, name: &CStr, st: &libc::stat) -> Result<bool, i32> 
 
 /// Removes `name` from `dir` if it is a regular file; `Ok(false)` if it is
 /// missing, [`FOREIGN`] if it is something else (left alone).
-pub fn unlink_regular(dir: i32, name: &CStr) -> Result<bool, i32> {
+pub(super) fn unlink_regular(dir: i32, name: &CStr) -> Result<bool, i32> {
     match lstat_at(dir, name) {
         Ok(st) if is_regular(&st) => unlink_same(dir, name, &st),
         Ok(_) => Err(FOREIGN),
@@ -250,7 +260,7 @@ pub fn unlink_regular(dir: i32, name: &CStr) -> Result<bool, i32> {
 
 /// The names in directory `dir` (an open descriptor, left open), without
 /// `.` and `..`.
-pub fn list(dir: i32) -> Result<Vec<OsString>, i32> {
+pub(super) fn list(dir: i32) -> Result<Vec<OsString>, i32> {
     // SAFETY: duplicating an open descriptor; fdopendir owns the copy.
     let copy = unsafe { libc::fcntl(dir, libc::F_DUPFD_CLOEXEC, 0) };
     if copy < 0 {
@@ -287,7 +297,7 @@ pub fn list(dir: i32) -> Result<Vec<OsString>, i32> {
 }
 
 /// A name as a C string (directory entries hold no NUL).
-pub fn c_name(name: &std::ffi::OsStr) -> CString {
+pub(super) fn c_name(name: &std::ffi::OsStr) -> CString {
     CString::new(name.as_bytes()).unwrap_or_default()
 }
 

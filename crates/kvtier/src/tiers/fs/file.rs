@@ -18,7 +18,7 @@ use super::format::HEADER_LEN;
 /// A worker's reusable buffers: one page-aligned page for the header
 /// (`O_DIRECT` needs aligned buffers) and the paths it builds, so moving a
 /// block allocates nothing.
-pub struct Scratch {
+pub(super) struct Scratch {
     pub(super) page: Box<Page>,
     pub(super) path: Vec<u8>,
     pub(super) temp: Vec<u8>,
@@ -29,7 +29,7 @@ pub(super) struct Page(pub(super) [u8; HEADER_LEN]);
 
 impl Scratch {
     /// Fresh buffers.
-    pub fn new() -> Scratch {
+    pub(super) fn new() -> Scratch {
         Scratch {
             page: Box::new(Page([0; HEADER_LEN])),
             path: Vec::with_capacity(256),
@@ -160,7 +160,7 @@ pub(super) fn sync_fd(fd: &Fd) -> Result<(), i32> {
 
 /// How an unnamed file is given a name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LinkVia {
+pub(super) enum LinkVia {
     /// `linkat(fd, "", ..., AT_EMPTY_PATH)` (needs `CAP_DAC_READ_SEARCH`
     /// on most kernels).
     EmptyPath,
@@ -208,7 +208,7 @@ pub(super) fn link_fd(
 /// How `dir` lets unnamed files (`O_TMPFILE`) be linked in, if it does
 /// (local file systems do; NFS does not).  The probe file is created
 /// beneath `dir` with `file_mode` and removed.
-pub fn probe_tmpfile(dir: &Path, file_mode: u32) -> Option<LinkVia> {
+pub(super) fn probe_tmpfile(dir: &Path, file_mode: u32) -> Option<LinkVia> {
     let root = beneath::open_root(&beneath::c_path(dir).ok()?).ok()?;
     let name = CString::new(super::format::probe_name("tmpfile", std::process::id())).ok()?;
     let mut scratch = Vec::new();
@@ -226,7 +226,7 @@ pub fn probe_tmpfile(dir: &Path, file_mode: u32) -> Option<LinkVia> {
 
 /// Whether `O_DIRECT` works in `dir`: writes one aligned page to a probe
 /// file created beneath `dir` (never through a symlink) and removes it.
-pub fn probe_direct(dir: &Path, file_mode: u32) -> bool {
+pub(super) fn probe_direct(dir: &Path, file_mode: u32) -> bool {
     let Ok(root) = beneath::c_path(dir).and_then(|c| beneath::open_root(&c)) else {
         return false;
     };

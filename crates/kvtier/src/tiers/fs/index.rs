@@ -11,7 +11,7 @@ use crate::key::Key;
 
 /// State of one key in the index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(super) enum State {
     /// A store is writing it; not readable yet, not evictable.
     Writing,
     /// Whole and readable; evictable when no load reads it.
@@ -43,7 +43,7 @@ const NO_RECORD: u32 = u32::MAX;
 
 /// Keys, states, byte accounting and LRU order.
 #[derive(Debug)]
-pub struct Index {
+pub(super) struct Index {
     map: HashMap<Key, u32, foldhash::fast::RandomState>,
     nodes: Vec<Node>,
     free: Vec<u32>,
@@ -64,7 +64,7 @@ pub struct Index {
 
 impl Index {
     /// An empty index where every block file takes `file_bytes`.
-    pub fn new(file_bytes: u64) -> Index {
+    pub(super) fn new(file_bytes: u64) -> Index {
         Index {
             map: HashMap::default(),
             nodes: Vec::new(),
@@ -83,7 +83,7 @@ impl Index {
     /// the blocks a restart found, as (key, record) pairs in record order
     /// (which becomes their recency, the last most recent); every other
     /// record is free.  Fails only when the free list cannot be allocated.
-    pub fn with_records(
+    pub(super) fn with_records(
         file_bytes: u64,
         records: u32,
         found: &[(Key, u32)],
@@ -112,7 +112,7 @@ impl Index {
 
     /// Gives Writing `key` a free segment record and returns it; `None` if
     /// the key has one already, is not Writing, or no record is free.
-    pub fn assign_record(&mut self, key: &Key) -> Option<u32> {
+    pub(super) fn assign_record(&mut self, key: &Key) -> Option<u32> {
         let &i = self.map.get(key)?;
         let n = &self.nodes[i as usize];
         if n.state != State::Writing || n.record != NO_RECORD {
@@ -124,14 +124,14 @@ impl Index {
     }
 
     /// `key`'s segment record, if it has one.
-    pub fn record(&self, key: &Key) -> Option<u32> {
+    pub(super) fn record(&self, key: &Key) -> Option<u32> {
         let &i = self.map.get(key)?;
         Some(self.nodes[i as usize].record).filter(|&r| r != NO_RECORD)
     }
 
     /// Number of free segment records.
     #[cfg(test)]
-    pub fn free_records(&self) -> usize {
+    pub(crate) fn free_records(&self) -> usize {
         self.free_records.len()
     }
 
@@ -145,22 +145,22 @@ impl Index {
     }
 
     /// Bytes accounted to the directory.
-    pub fn used(&self) -> u64 {
+    pub(super) fn used(&self) -> u64 {
         self.used
     }
 
     /// Number of Ready keys.
-    pub fn ready_count(&self) -> usize {
+    pub(super) fn ready_count(&self) -> usize {
         self.ready
     }
 
     /// Bytes of one block file.
-    pub fn file_bytes(&self) -> u64 {
+    pub(super) fn file_bytes(&self) -> u64 {
         self.file_bytes
     }
 
     /// State and reader count of `key`.
-    pub fn get(&self, key: &Key) -> Option<(State, u32)> {
+    pub(super) fn get(&self, key: &Key) -> Option<(State, u32)> {
         self.map.get(key).map(|&i| {
             let n = &self.nodes[i as usize];
             (n.state, n.readers)
@@ -216,7 +216,7 @@ impl Index {
 
     /// Adds `key` (absent) in `state`, accounting its bytes; a Ready key
     /// becomes the most recent.
-    pub fn insert(&mut self, key: Key, state: State) {
+    pub(super) fn insert(&mut self, key: Key, state: State) {
         debug_assert!(!self.map.contains_key(&key));
         let node = Node {
             key,
@@ -247,7 +247,7 @@ impl Index {
     }
 
     /// A Writing key became Ready (most recent).  False if it was not Writing.
-    pub fn set_ready(&mut self, key: &Key) -> bool {
+    pub(super) fn set_ready(&mut self, key: &Key) -> bool {
         let Some(&i) = self.map.get(key) else {
             return false;
         };
@@ -262,7 +262,7 @@ impl Index {
 
     /// Forgets `key`, freeing its bytes (unless already freed at eviction);
     /// returns the state it was in.
-    pub fn remove(&mut self, key: &Key) -> Option<State> {
+    pub(super) fn remove(&mut self, key: &Key) -> Option<State> {
         let i = self.map.remove(key)?;
         let state = self.nodes[i as usize].state;
         match state {
@@ -280,7 +280,7 @@ impl Index {
     }
 
     /// Makes Ready `key` the most recent; other keys are ignored.
-    pub fn touch(&mut self, key: &Key) {
+    pub(super) fn touch(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {
             if self.nodes[i as usize].state == State::Ready && self.head != i {
                 self.unlink(i);
@@ -290,7 +290,7 @@ impl Index {
     }
 
     /// Adds a reader (a load in flight) to Ready `key`; false if not Ready.
-    pub fn add_reader(&mut self, key: &Key) -> bool {
+    pub(super) fn add_reader(&mut self, key: &Key) -> bool {
         match self.map.get(key) {
             Some(&i) if self.nodes[i as usize].state == State::Ready => {
                 self.nodes[i as usize].readers += 1;
@@ -301,7 +301,7 @@ impl Index {
     }
 
     /// Drops a reader of `key` (if it is still indexed).
-    pub fn drop_reader(&mut self, key: &Key) {
+    pub(super) fn drop_reader(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {
             let n = &mut self.nodes[i as usize];
             n.readers = n.readers.saturating_sub(1);
@@ -311,7 +311,7 @@ impl Index {
     /// Evicts the least recently used Ready key that no load reads: it
     /// becomes Removing (when `keep_removing`) or is forgotten, and its
     /// bytes are freed.  Walks past keys being read.
-    pub fn evict_one(&mut self, keep_removing: bool) -> Option<Key> {
+    pub(super) fn evict_one(&mut self, keep_removing: bool) -> Option<Key> {
         let mut i = self.tail;
         while i != NIL && self.nodes[i as usize].readers > 0 {
             i = self.nodes[i as usize].prev;
@@ -334,28 +334,28 @@ impl Index {
     }
 
     /// Records that a "stored" event announced `key`.
-    pub fn set_announced(&mut self, key: &Key) {
+    pub(super) fn set_announced(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {
             self.nodes[i as usize].announced = true;
         }
     }
 
     /// Whether a "stored" event announced `key` (false if absent).
-    pub fn announced(&self, key: &Key) -> bool {
+    pub(super) fn announced(&self, key: &Key) -> bool {
         self.map
             .get(key)
             .is_some_and(|&i| self.nodes[i as usize].announced)
     }
 
     /// Forgets that `key` was announced (its "stored" event was dropped).
-    pub fn clear_announced(&mut self, key: &Key) {
+    pub(super) fn clear_announced(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {
             self.nodes[i as usize].announced = false;
         }
     }
 
     /// Appends the Ready keys to `out`, least recently used first.
-    pub fn ready_keys(&self, out: &mut Vec<Key>) {
+    pub(super) fn ready_keys(&self, out: &mut Vec<Key>) {
         let mut i = self.tail;
         while i != NIL {
             out.push(self.nodes[i as usize].key);
@@ -367,7 +367,7 @@ impl Index {
     /// (their files are known to be gone), freeing their bytes; appends
     /// each with whether it was announced to `out`.  Costs nothing when no
     /// Ready key is concerned, a walk of the Ready keys otherwise.
-    pub fn drop_ready(&mut self, fanout: Option<u8>, out: &mut Vec<(Key, bool)>) {
+    pub(super) fn drop_ready(&mut self, fanout: Option<u8>, out: &mut Vec<(Key, bool)>) {
         let concerned = match fanout {
             None => self.ready,
             Some(f) => self.ready_in_fanout[f as usize] as usize,

@@ -13,7 +13,7 @@ pub use super::cause::Cause;
 use super::file::{
     ALIGN, cpath, cstr, header_and_data, link_fd, pread_exact, pwrite_all, retrying_eintr, sync_fd,
 };
-pub use super::file::{LinkVia, Scratch, probe_direct, probe_tmpfile};
+pub(super) use super::file::{LinkVia, Scratch, probe_direct, probe_tmpfile};
 use super::format::{
     BlockHasher, HEADER_LEN, Header, Layout, decode_header, encode_header, file_len,
 };
@@ -24,7 +24,7 @@ use crate::region::SlotMemory;
 /// Directories the workers found missing, for the tier to take the blocks
 /// they held out of its index (see `FsTier`'s module docs).
 #[derive(Default)]
-pub struct LostDirs {
+pub(super) struct LostDirs {
     root: AtomicBool,
     fanouts: [AtomicU64; 4],
 }
@@ -42,7 +42,7 @@ impl LostDirs {
 
     /// Takes what was found since the last call: whether the root was
     /// missing, and a bit per fan-out directory made since.
-    pub fn take(&self) -> (bool, [u64; 4]) {
+    pub(super) fn take(&self) -> (bool, [u64; 4]) {
         let root = self.root.swap(false, Ordering::AcqRel);
         let fanouts = std::array::from_fn(|i| self.fanouts[i].swap(0, Ordering::AcqRel));
         (root, fanouts)
@@ -50,7 +50,7 @@ impl LostDirs {
 }
 
 /// What the worker threads share to move blocks.
-pub struct BlockIo {
+pub(super) struct BlockIo {
     /// The region's slots.
     pub slots: SlotMemory,
     /// Whether `O_DIRECT` is used (probed at open).
@@ -76,7 +76,7 @@ pub struct BlockIo {
 
 /// Result of storing one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stored {
+pub(super) enum Stored {
     /// Written now; bytes of data.
     Written(u64),
     /// A whole file for the key was there already (another process, or an
@@ -86,7 +86,7 @@ pub enum Stored {
 
 impl BlockIo {
     /// Block I/O over `slots` under `layout`.
-    pub fn new(
+    pub(super) fn new(
         layout: Layout,
         slots: SlotMemory,
         direct: bool,
@@ -110,7 +110,7 @@ impl BlockIo {
     }
 
     /// Bytes of data per block (the slot size).
-    pub fn block_bytes(&self) -> usize {
+    pub(super) fn block_bytes(&self) -> usize {
         self.slots.slot_bytes()
     }
 
@@ -147,7 +147,7 @@ impl BlockIo {
 
     /// Whether a whole block file for `key` exists (a regular file of the
     /// block's size; contents verified only when loaded).
-    pub fn exists(&self, key: &Key, scratch: &mut Scratch) -> bool {
+    pub(super) fn exists(&self, key: &Key, scratch: &mut Scratch) -> bool {
         let Ok(fan) = self.fanout(key, false) else {
             return false;
         };
@@ -158,7 +158,7 @@ impl BlockIo {
     }
 
     /// Removes `key`'s block file; a missing file is not an error.
-    pub fn remove(&self, key: &Key, scratch: &mut Scratch) -> Result<(), Cause> {
+    pub(super) fn remove(&self, key: &Key, scratch: &mut Scratch) -> Result<(), Cause> {
         let fan = match self.fanout(key, false) {
             Ok(fan) => fan,
             Err(libc::ENOENT) => return Ok(()),
@@ -181,7 +181,12 @@ impl BlockIo {
     /// crash: where the file system has `O_TMPFILE`, an unnamed file is
     /// written and then linked under its name (a crash leaves no trace);
     /// elsewhere a temporary file in the final directory is renamed.
-    pub fn store(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<Stored, Cause> {
+    pub(super) fn store(
+        &self,
+        key: &Key,
+        slot: u32,
+        scratch: &mut Scratch,
+    ) -> Result<Stored, Cause> {
         let result = self.store_block(key, slot, scratch);
         if result == Err(Cause::MissingDir) {
             self.check_root();
@@ -328,7 +333,7 @@ impl BlockIo {
     /// [`Cause::loses_block`]).  On failure the slot holds unspecified
     /// bytes (it is write pending; the key is reported failed and never
     /// readable).
-    pub fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
+    pub(super) fn load(&self, key: &Key, slot: u32, scratch: &mut Scratch) -> Result<u64, Cause> {
         let len = self.block_bytes();
         let base = self
             .slots
@@ -377,7 +382,7 @@ impl BlockIo {
     /// Stores slot `slot` as `key`'s block in segment record `record`
     /// (the segments layout; the record is the store's, reserved by the
     /// tier).
-    pub fn store_record(
+    pub(super) fn store_record(
         &self,
         key: &Key,
         slot: u32,
@@ -394,7 +399,7 @@ impl BlockIo {
     /// Loads `key`'s block from segment record `record` into slot `slot`,
     /// verifying header and checksum (a record overwritten or torn since
     /// is reported, never served).
-    pub fn load_record(
+    pub(super) fn load_record(
         &self,
         key: &Key,
         slot: u32,

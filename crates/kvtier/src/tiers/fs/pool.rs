@@ -20,23 +20,23 @@ use crate::key::Key;
 use crate::tiering::{Direction, JobRef};
 
 /// Per-key outcome codes in [`JobState::outcome`].
-pub mod outcome {
+pub(super) mod outcome {
     /// Not transferred and nothing to do (already present, duplicate).
-    pub const SKIPPED: u8 = 0;
+    pub(crate) const SKIPPED: u8 = 0;
     /// Transferred.
-    pub const DONE: u8 = 1;
+    pub(crate) const DONE: u8 = 1;
     /// Store found a whole file already there.
-    pub const PRESENT: u8 = 2;
+    pub(crate) const PRESENT: u8 = 2;
     /// Store refused: no room even after eviction.
-    pub const REJECTED_FULL: u8 = 3;
+    pub(crate) const REJECTED_FULL: u8 = 3;
     /// Task queued, not run yet.
-    pub const QUEUED: u8 = 4;
+    pub(crate) const QUEUED: u8 = 4;
     /// First failure code; add `Cause::index()`.
-    pub const FAILED: u8 = 16;
+    pub(crate) const FAILED: u8 = 16;
 }
 
 /// One submitted job as the workers see it.
-pub struct JobState {
+pub(super) struct JobState {
     /// The job.
     pub job: JobRef,
     /// Per key (co-indexed with `job.keys`): an [`outcome`] code.
@@ -59,7 +59,7 @@ pub struct JobState {
 impl JobState {
     /// A job with `work` tasks queued (their segment `records`, if any)
     /// and every other key at its code in `codes`.
-    pub fn new(
+    pub(super) fn new(
         job: JobRef,
         codes: Vec<u8>,
         work: Vec<u32>,
@@ -81,7 +81,7 @@ impl JobState {
     }
 
     /// The outcome code of key `i`.
-    pub fn code(&self, i: usize) -> u8 {
+    pub(super) fn code(&self, i: usize) -> u8 {
         self.outcome[i].load(Ordering::Acquire)
     }
 }
@@ -128,7 +128,7 @@ impl Queues {
 
 /// Counters workers update; the tier reads them for stats.
 #[derive(Default)]
-pub struct Counters {
+pub(super) struct Counters {
     /// Bytes read into slots.
     pub read_bytes: AtomicU64,
     /// Nanoseconds spent in successful block reads.
@@ -147,13 +147,13 @@ pub struct Counters {
 
 impl Counters {
     /// Counts one failure of `cause`.
-    pub fn error(&self, cause: Cause) {
+    pub(super) fn error(&self, cause: Cause) {
         self.errors[cause.index()].fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// State shared by the tier and its workers.
-pub struct Shared {
+pub(super) struct Shared {
     /// Block I/O.
     pub io: BlockIo,
     /// Counters.
@@ -171,14 +171,18 @@ pub struct Shared {
 }
 
 /// The worker threads.
-pub struct Pool {
+pub(super) struct Pool {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Pool {
     /// Starts `read_threads` read-priority and `write_threads` write-priority workers.
-    pub fn start(io: BlockIo, read_threads: usize, write_threads: usize) -> crate::Result<Pool> {
+    pub(super) fn start(
+        io: BlockIo,
+        read_threads: usize,
+        write_threads: usize,
+    ) -> crate::Result<Pool> {
         let shared = Arc::new(Shared {
             io,
             counters: Counters::default(),
@@ -214,12 +218,12 @@ impl Pool {
     }
 
     /// The shared state.
-    pub fn shared(&self) -> &Arc<Shared> {
+    pub(super) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
 
     /// Queues a job's tasks (or reports it at once if it has none).
-    pub fn submit(&self, state: Arc<JobState>) {
+    pub(super) fn submit(&self, state: Arc<JobState>) {
         if state.work.is_empty() {
             self.shared.push_finished(state);
             return;
@@ -239,18 +243,18 @@ impl Pool {
     }
 
     /// Queues an existence check of `key`.
-    pub fn check(&self, key: Key) {
+    pub(super) fn check(&self, key: Key) {
         self.shared.queues.lock().checks.push_back(key);
         self.shared.work_cv.notify_one();
     }
 
     /// Raises `notifier` whenever a job finishes from now on (set once).
-    pub fn set_notifier(&self, notifier: crate::tiering::Notifier) {
+    pub(super) fn set_notifier(&self, notifier: crate::tiering::Notifier) {
         let _ = self.shared.notifier.set(notifier);
     }
 
     /// Takes finished jobs and check results, if any.
-    pub fn take(&self, jobs: &mut Vec<Arc<JobState>>, checks: &mut Vec<(Key, bool)>) {
+    pub(super) fn take(&self, jobs: &mut Vec<Arc<JobState>>, checks: &mut Vec<(Key, bool)>) {
         if self.shared.ready.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -266,7 +270,7 @@ impl Pool {
 
     /// Blocks until no task is queued or running.  With `cancel`, queued
     /// tasks are not run: their keys fail with [`Cause::Closed`].
-    pub fn wait_idle(&self, cancel: bool) {
+    pub(super) fn wait_idle(&self, cancel: bool) {
         let mut q = self.shared.queues.lock();
         if cancel {
             let mut cancelled = Vec::new();
@@ -291,7 +295,7 @@ impl Pool {
     }
 
     /// Cancels queued work, waits for running work, and joins the threads.
-    pub fn stop(&mut self) {
+    pub(super) fn stop(&mut self) {
         self.wait_idle(true);
         self.shared.queues.lock().stop = true;
         self.shared.work_cv.notify_all();

@@ -50,10 +50,10 @@ pub(crate) const SEGMENTS_DIR: &str = "segments";
 
 /// What opening the segments gives: the segments, the blocks found as
 /// (key, record) in record order, and what the scan saw.
-pub type Opened = (Segments, Vec<(Key, u32)>, RebuildReport);
+pub(super) type Opened = (Segments, Vec<(Key, u32)>, RebuildReport);
 
 /// The open segment files of a tier.
-pub struct Segments {
+pub(super) struct Segments {
     files: Vec<Fd>,
     record_bytes: u64,
     per_segment: u32,
@@ -166,7 +166,7 @@ impl Segments {
     /// record's header: returns the segments, the blocks found as (key,
     /// record) in record order, and what the scan saw.  `direct`: use
     /// `O_DIRECT` if the file system takes it.
-    pub fn open(
+    pub(super) fn open(
         root: &Path,
         block_bytes: usize,
         opts: &super::FsOptions,
@@ -334,18 +334,18 @@ impl Segments {
     }
 
     /// Number of records.
-    pub fn records(&self) -> u32 {
+    pub(super) fn records(&self) -> u32 {
         self.records
     }
 
     /// Whether the files are open with `O_DIRECT`.
-    pub fn direct(&self) -> bool {
+    pub(super) fn direct(&self) -> bool {
         self.direct
     }
 
     /// The descriptor and byte offset of record `record`; `None` past the
     /// last record.
-    pub fn locate(&self, record: u32) -> Option<(i32, u64)> {
+    pub(super) fn locate(&self, record: u32) -> Option<(i32, u64)> {
         if record >= self.records {
             return None;
         }
@@ -413,7 +413,7 @@ fn remove_foreign(
 
 /// The segments directory of a tier rooted at `root`.
 #[cfg(test)]
-pub fn segments_dir(root: &Path) -> std::path::PathBuf {
+pub(crate) fn segments_dir(root: &Path) -> std::path::PathBuf {
     root.join(SEGMENTS_DIR)
 }
 

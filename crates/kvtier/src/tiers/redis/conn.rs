@@ -24,7 +24,7 @@ use super::outcome::{Cause, Failure, Reply};
 
 /// How to reach the server or cluster; cheap to clone into worker threads.
 #[derive(Clone)]
-pub enum Endpoint {
+pub(super) enum Endpoint {
     /// One server over plain TCP, through the tier's own pipelined reader.
     Raw(RawParams),
     /// One server over TLS, through the redis crate.
@@ -143,7 +143,7 @@ fn tls_addr(_host: &str, _port: u16) -> Result<ConnectionAddr> {
 
 impl Endpoint {
     /// Checks the configuration and builds the client; connects nothing.
-    pub fn new(config: &RedisTierConfig) -> Result<Endpoint> {
+    pub(super) fn new(config: &RedisTierConfig) -> Result<Endpoint> {
         if config.nodes.is_empty() {
             return Err(Error::InvalidArgument(
                 "the redis tier needs at least one node address".into(),
@@ -211,7 +211,7 @@ impl Endpoint {
     }
 
     /// Opens a connection (blocking, bounded by the connect timeout).
-    pub fn connect(&self) -> Result<Conn, Failure> {
+    pub(super) fn connect(&self) -> Result<Conn, Failure> {
         if let Endpoint::Raw(p) = self {
             return Ok(Conn::Raw {
                 conn: RawConn::connect(p)?,
@@ -270,7 +270,7 @@ fn is_redirect(e: &RedisError) -> bool {
 }
 
 /// One command of a pipeline, borrowing its bytes.
-pub enum Op<'a> {
+pub(super) enum Op<'a> {
     /// `SET name header||payload [PX ttl]`.
     Set {
         /// The Redis key.
@@ -398,7 +398,7 @@ fn encode_split<'a>(buf: &mut Vec<u8>, op: &Op<'a>, cut: &mut dyn FnMut(usize, &
 }
 
 /// An open connection.
-pub enum Conn {
+pub(super) enum Conn {
     /// To one server over plain TCP, with the reused encoding buffer.
     Raw {
         /// The connection.
@@ -421,7 +421,7 @@ impl Conn {
     /// Sends `ops` as one pipeline and hands each reply, in order, to `f`.
     /// On a cluster a per-command error fails the whole call; on one server
     /// it is handed to `f` as [`Reply::Error`].
-    pub fn run(
+    pub(super) fn run(
         &mut self,
         ops: &[Op<'_>],
         f: &mut dyn FnMut(usize, Reply<'_>),
@@ -509,7 +509,7 @@ impl Conn {
     }
 
     /// `PING`, for probing a server the breaker gave up on.
-    pub fn ping(&mut self) -> Result<(), Failure> {
+    pub(super) fn ping(&mut self) -> Result<(), Failure> {
         match self {
             Conn::Raw { conn, .. } => {
                 let mut failed = None;

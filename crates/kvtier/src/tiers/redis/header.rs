@@ -49,7 +49,7 @@ pub fn header_len(key: &Key) -> usize {
 
 /// Why a stored value was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Corruption {
+pub(super) enum Corruption {
     /// Shorter than its header says.
     Truncated,
     /// Does not start with the magic bytes or has an unknown version.
@@ -90,7 +90,11 @@ fn header_checksum(fixed: &[u8], key: &[u8]) -> u64 {
 
 /// Checks `value` (as read back from Redis) against `key` and the expected
 /// payload size and returns the payload.
-pub fn verify<'a>(value: &'a [u8], key: &Key, payload_len: usize) -> Result<&'a [u8], Corruption> {
+pub(super) fn verify<'a>(
+    value: &'a [u8],
+    key: &Key,
+    payload_len: usize,
+) -> Result<&'a [u8], Corruption> {
     if value.len() < FIXED_LEN {
         return Err(Corruption::Truncated);
     }

@@ -6,7 +6,7 @@ use ::redis::RedisError;
 
 /// Why an operation failed, as counted in the tier's stats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
+pub(super) enum Cause {
     /// The server refused the connection or could not be reached.
     ServerDown,
     /// A connect or command timeout ran out.
@@ -39,12 +39,12 @@ impl Cause {
     ];
 
     /// Index into per-cause counters.
-    pub fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         self as usize
     }
 
     /// The stat name counting this cause.
-    pub fn stat_name(self) -> &'static str {
+    pub(super) fn stat_name(self) -> &'static str {
         match self {
             Cause::ServerDown => "failures_server_down",
             Cause::Timeout => "failures_timeout",
@@ -59,12 +59,12 @@ impl Cause {
 
     /// Whether the failure says something about the server's health (and
     /// so counts towards opening the circuit breaker).
-    pub fn counts_for_breaker(self) -> bool {
+    pub(super) fn counts_for_breaker(self) -> bool {
         !matches!(self, Cause::BreakerOpen | Cause::Cancelled)
     }
 
     /// Classifies a client error.
-    pub fn of(err: &RedisError) -> Cause {
+    pub(super) fn of(err: &RedisError) -> Cause {
         if err.is_timeout() {
             Cause::Timeout
         } else if err.is_connection_refusal() {
@@ -81,7 +81,7 @@ impl Cause {
     }
 
     /// Whether the connection should be dropped and made again after `err`.
-    pub fn breaks_connection(err: &RedisError) -> bool {
+    pub(super) fn breaks_connection(err: &RedisError) -> bool {
         err.is_timeout()
             || err.is_connection_refusal()
             || err.is_connection_dropped()
@@ -92,7 +92,7 @@ impl Cause {
 
 /// One reply, borrowed from the connection's buffer.
 #[derive(Debug)]
-pub enum Reply<'a> {
+pub(super) enum Reply<'a> {
     /// Nil (an absent key).
     Nil,
     /// A status reply (`OK`).
@@ -107,7 +107,7 @@ pub enum Reply<'a> {
 
 /// A round trip that failed as a whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Failure {
+pub(super) struct Failure {
     /// Why.
     pub cause: Cause,
     /// Whether the connection must be dropped and made again.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::outcome::Cause;
 
 /// Least time between two descriptions of one kind of failure.
-pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Most descriptions kept between two `take_errors` calls.
 const MAX_PENDING: usize = 64;
@@ -22,7 +22,7 @@ const KINDS: usize = Cause::ALL.len() + 1;
 const CONNECT: usize = Cause::ALL.len();
 
 /// Words for a cause, in a sentence.
-pub fn describe(cause: Cause) -> &'static str {
+pub(super) fn describe(cause: Cause) -> &'static str {
     match cause {
         Cause::ServerDown => "the server could not be reached",
         Cause::Timeout => "a timeout ran out",
@@ -36,7 +36,7 @@ pub fn describe(cause: Cause) -> &'static str {
 }
 
 /// Rate-limited failure descriptions of one tier.
-pub struct Reporter {
+pub(super) struct Reporter {
     prefix: String,
     pending: Vec<String>,
     last: [Option<Instant>; KINDS],
@@ -45,7 +45,7 @@ pub struct Reporter {
 
 impl Reporter {
     /// A reporter whose descriptions start with `redis tier <name>`.
-    pub fn new(name: &str) -> Reporter {
+    pub(super) fn new(name: &str) -> Reporter {
         Reporter {
             prefix: format!("redis tier {name:?}"),
             pending: Vec::new(),
@@ -72,14 +72,14 @@ impl Reporter {
     }
 
     /// A task failed with `cause`; `what` names the task ("store of 4 blocks").
-    pub fn failed(&mut self, what: impl FnOnce() -> String, cause: Cause) {
+    pub(super) fn failed(&mut self, what: impl FnOnce() -> String, cause: Cause) {
         self.report(cause.index(), || {
             format!("{} failed: {}", what(), describe(cause))
         });
     }
 
     /// Workers failed `n` more times to connect, the last time with `cause`.
-    pub fn connect_failed(&mut self, nodes: &str, n: u64, cause: Cause) {
+    pub(super) fn connect_failed(&mut self, nodes: &str, n: u64, cause: Cause) {
         if n > 1 {
             self.left_out[CONNECT] += n - 1;
         }
@@ -94,14 +94,14 @@ impl Reporter {
     }
 
     /// A message that is not rate limited (a rare state change).
-    pub fn note(&mut self, text: String) {
+    pub(super) fn note(&mut self, text: String) {
         if self.pending.len() < MAX_PENDING {
             self.pending.push(format!("{}: {text}", self.prefix));
         }
     }
 
     /// Moves the descriptions, oldest first, into `out`.
-    pub fn take(&mut self, out: &mut Vec<String>) {
+    pub(super) fn take(&mut self, out: &mut Vec<String>) {
         out.append(&mut self.pending);
     }
 }

@@ -21,7 +21,7 @@ const INITIAL_BUFFER: usize = 2 << 20;
 
 /// Where and how to connect.
 #[derive(Clone, Debug)]
-pub struct RawParams {
+pub(super) struct RawParams {
     /// `host:port`.
     pub addr: String,
     /// ACL user, if any.
@@ -37,7 +37,7 @@ pub struct RawParams {
 }
 
 /// One open connection with its reused read buffer.
-pub struct RawConn {
+pub(super) struct RawConn {
     sock: TcpStream,
     buf: Vec<u8>,
     start: usize,
@@ -60,7 +60,7 @@ fn broken(cause: Cause) -> Failure {
 }
 
 /// Classifies an error reply (`-CODE message`).
-pub fn error_cause(line: &[u8]) -> Cause {
+pub(super) fn error_cause(line: &[u8]) -> Cause {
     if line.starts_with(b"OOM") {
         Cause::OutOfMemory
     } else {
@@ -70,7 +70,7 @@ pub fn error_cause(line: &[u8]) -> Cause {
 
 impl RawConn {
     /// Connects, authenticates and selects the database.
-    pub fn connect(p: &RawParams) -> Result<RawConn, Failure> {
+    pub(super) fn connect(p: &RawParams) -> Result<RawConn, Failure> {
         let addrs = p
             .addr
             .to_socket_addrs()
@@ -136,7 +136,7 @@ impl RawConn {
 
     /// Sends `packed` (holding `count` commands) and hands each reply, in
     /// order, to `f`.
-    pub fn round_trip(
+    pub(super) fn round_trip(
         &mut self,
         packed: &[u8],
         count: usize,
@@ -151,7 +151,7 @@ impl RawConn {
     /// Like [`RawConn::round_trip`], with the commands given as pieces
     /// (`writev`), so block payloads go from their slots to the socket
     /// without being copied into a buffer first.
-    pub fn round_trip_parts(
+    pub(super) fn round_trip_parts(
         &mut self,
         parts: &mut [IoSlice<'_>],
         count: usize,
@@ -285,7 +285,7 @@ fn parse_int(s: &[u8]) -> Option<i64> {
 }
 
 /// Encodes one command of plain arguments.
-pub fn encode_args(buf: &mut Vec<u8>, args: &[&[u8]]) {
+pub(super) fn encode_args(buf: &mut Vec<u8>, args: &[&[u8]]) {
     let _ = write!(buf, "*{}\r\n", args.len());
     for a in args {
         let _ = write!(buf, "${}\r\n", a.len());

@@ -19,7 +19,7 @@ use crate::region::SlotMemory;
 use crate::tiering::{Direction, JobRef};
 
 /// Work for a worker.
-pub enum Task {
+pub(super) enum Task {
     /// Store the job's keys at these positions (the others are already in Redis).
     Store(JobRef, Vec<usize>),
     /// Load every key of the job.
@@ -31,7 +31,7 @@ pub enum Task {
 }
 
 /// A finished task, as a worker reports it.
-pub enum Done {
+pub(super) enum Done {
     /// A store or load job.
     Job(JobDone),
     /// An existence check: the keys and whether each exists, or why it failed.
@@ -48,7 +48,7 @@ pub enum Done {
 }
 
 /// The outcome of one store or load job.
-pub struct JobDone {
+pub(super) struct JobDone {
     /// The job.
     pub job: JobRef,
     /// Store or load.
@@ -75,7 +75,7 @@ pub struct JobDone {
 }
 
 /// What the workers and the tier share.
-pub struct Shared {
+pub(super) struct Shared {
     /// Queue and worker bookkeeping.
     pub state: Mutex<QueueState>,
     /// Signalled when a task is queued or the workers must stop.
@@ -94,7 +94,7 @@ pub struct Shared {
 
 /// The queue proper.
 #[derive(Default)]
-pub struct QueueState {
+pub(super) struct QueueState {
     /// Tasks not yet taken.
     pub tasks: VecDeque<Task>,
     /// Workers running a task now.
@@ -104,7 +104,7 @@ pub struct QueueState {
 }
 
 /// What a worker needs to do its work.
-pub struct WorkerCtx {
+pub(super) struct WorkerCtx {
     /// Queue shared with the tier.
     pub shared: Arc<Shared>,
     /// Where finished tasks go.
@@ -124,7 +124,7 @@ pub struct WorkerCtx {
 }
 
 /// Worker loop: take a task, run it, report it, until stopped.
-pub fn run(ctx: WorkerCtx) {
+pub(super) fn run(ctx: WorkerCtx) {
     let mut conn: Option<Conn> = None;
     let mut names = Names::new(&ctx.prefix);
     loop {
@@ -219,7 +219,7 @@ impl Names {
 }
 
 /// The Redis key name of `key` under `prefix` (for tests and tools).
-pub fn key_name(prefix: &[u8], key: &Key) -> Vec<u8> {
+pub(super) fn key_name(prefix: &[u8], key: &Key) -> Vec<u8> {
     let mut n = Names::new(prefix);
     n.push(key);
     n.get(0).to_vec()
@@ -341,7 +341,7 @@ impl JobDone {
     }
 
     /// An outcome with nothing done yet.
-    pub fn new(job: JobRef, direction: Direction) -> JobDone {
+    pub(super) fn new(job: JobRef, direction: Direction) -> JobDone {
         JobDone {
             job,
             direction,
