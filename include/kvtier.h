@@ -541,61 +541,6 @@ typedef struct {
 } kvtier_manager_options;
 
 /**
- * What happens to cascades to a tier under back-pressure: a
- * `KVTIER_PRESSURE_POLICY_*` value.
- */
-typedef int32_t kvtier_pressure_policy;
-
-/**
- * Per-tier options of `kvtier_manager_add_tier`.  Initialize with
- * `kvtier_tier_options_default()` (growth rule).
- */
-typedef struct {
-  /**
-   * `sizeof(kvtier_tier_options)` as the caller was compiled with.
-   */
-  size_t struct_size;
-  /**
-   * Whether cascades to this tier are subject to back-pressure (default false).
-   */
-  bool backpressure;
-  /**
-   * Weight of a new latency sample, in (0, 1] (default 0.3).
-   */
-  double alpha;
-  /**
-   * Enter pressure above this store latency, ns per byte or per block
-   * (default 1.0).
-   */
-  double high_ns_per_byte;
-  /**
-   * Leave pressure below this (<= high; default 0.5).
-   */
-  double low_ns_per_byte;
-  /**
-   * Samples averaged before the detector may signal (default 3).
-   */
-  uint32_t warmup;
-  /**
-   * Enter pressure after this many consecutive failed stores (0 = never;
-   * default 3).
-   */
-  uint32_t max_consecutive_failures;
-  /**
-   * `KVTIER_PRESSURE_POLICY_DROP` (default) or `_THROTTLE`.
-   */
-  kvtier_pressure_policy policy;
-  /**
-   * Whether the tier's events reach `kvtier_manager_take_events`
-   * (default true).  Every tier queues at most the manager's
-   * `event_capacity` events (0 turns every tier's events off); false
-   * turns this tier's events off: whatever its `take_events` gives is
-   * discarded.
-   */
-  bool events;
-} kvtier_tier_options;
-
-/**
  * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
  */
 typedef int32_t kvtier_medium;
@@ -946,6 +891,61 @@ typedef struct {
    */
   int32_t (*take_events)(void *user_data, kvtier_tier_event *out, size_t capacity, size_t *written);
 } kvtier_tier_vtable;
+
+/**
+ * What happens to cascades to a tier under back-pressure: a
+ * `KVTIER_PRESSURE_POLICY_*` value.
+ */
+typedef int32_t kvtier_pressure_policy;
+
+/**
+ * Per-tier options of `kvtier_manager_add_tier`.  Initialize with
+ * `kvtier_tier_options_default()` (growth rule).
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_tier_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Whether cascades to this tier are subject to back-pressure (default false).
+   */
+  bool backpressure;
+  /**
+   * Weight of a new latency sample, in (0, 1] (default 0.3).
+   */
+  double alpha;
+  /**
+   * Enter pressure above this store latency, ns per byte or per block
+   * (default 1.0).
+   */
+  double high_ns_per_byte;
+  /**
+   * Leave pressure below this (<= high; default 0.5).
+   */
+  double low_ns_per_byte;
+  /**
+   * Samples averaged before the detector may signal (default 3).
+   */
+  uint32_t warmup;
+  /**
+   * Enter pressure after this many consecutive failed stores (0 = never;
+   * default 3).
+   */
+  uint32_t max_consecutive_failures;
+  /**
+   * `KVTIER_PRESSURE_POLICY_DROP` (default) or `_THROTTLE`.
+   */
+  kvtier_pressure_policy policy;
+  /**
+   * Whether the tier's events reach `kvtier_manager_take_events`
+   * (default true).  Every tier queues at most the manager's
+   * `event_capacity` events (0 turns every tier's events off); false
+   * turns this tier's events off: whatever its `take_events` gives is
+   * discarded.
+   */
+  bool events;
+} kvtier_tier_options;
 
 /**
  * One matcher of a request's tier filter: a tier matches when both its
@@ -1887,16 +1887,6 @@ typedef struct {
 #define KVTIER_PROMOTION_ANSWER_HIT_PENDING 1
 
 /**
- * Drop every cascade while the tier is under pressure (default).
- */
-#define KVTIER_PRESSURE_POLICY_DROP 0
-
-/**
- * Admit one cascade at a time while the tier is under pressure.
- */
-#define KVTIER_PRESSURE_POLICY_THROTTLE 1
-
-/**
  * Blocks newly stored in the primary tier are cascaded.
  */
 #define KVTIER_OFFLOAD_BLOCK_LEVEL 0
@@ -1927,6 +1917,16 @@ typedef struct {
  * A gauge (a current level).
  */
 #define KVTIER_STAT_GAUGE 1
+
+/**
+ * Drop every cascade while the tier is under pressure (default).
+ */
+#define KVTIER_PRESSURE_POLICY_DROP 0
+
+/**
+ * Admit one cascade at a time while the tier is under pressure.
+ */
+#define KVTIER_PRESSURE_POLICY_THROTTLE 1
 
 /**
  * A file per block: any file system, and directories several processes
@@ -2340,22 +2340,6 @@ kvtier_status kvtier_manager_new(const kvtier_manager_options *options,
                                  kvtier_manager **manager_out);
 
 /**
- * Returns the default tier options (the core defaults): back-pressure
- * off; when turned on, alpha 0.3, high 1.0 and low 0.5 ns per byte,
- * warm-up 3, 3 failures, drop; events on; `struct_size` set.
- * Safe to call from any thread.
- */
-kvtier_tier_options kvtier_tier_options_default(void);
-
-/**
- * Returns a vtable with every entry NULL, no name, medium and locality
- * `_ANY`, and `struct_size` set: start every `kvtier_tier_vtable` from
- * it, then set the entries the tier implements (`lookup`, `submit_store`
- * and `submit_load` at least).  Safe to call from any thread.
- */
-kvtier_tier_vtable kvtier_tier_vtable_default(void);
-
-/**
  * Registers a secondary tier implemented by a C vtable (copied) and writes
  * its tier index (1 for the first) to `*index_out`.  Allowed until the
  * first request starts.
@@ -2377,6 +2361,87 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
                                       const kvtier_tier_vtable *vtable,
                                       const kvtier_tier_options *options,
                                       size_t *index_out);
+
+/**
+ * Returns request parameters with nothing attached and no filter, and
+ * `struct_size` set.  Safe to call from any thread.
+ */
+kvtier_request_params kvtier_request_params_default(void);
+
+/**
+ * Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
+ * not called, then runs every tier's `destroy`.  NULL is a no-op.
+ *
+ * Must be the last call on the handle: no other thread may be using it
+ * and no tier may report completions afterwards.
+ *
+ * # Safety
+ * `manager` must be NULL or a live handle from `kvtier_manager_new`.
+ */
+void kvtier_manager_free(kvtier_manager *manager);
+
+/**
+ * Writes whether jobs are in flight, keys parked, promotions staged, or
+ * any tier has work outstanding to `*pending_out`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `pending_out` valid for writes.
+ */
+kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, bool *pending_out);
+
+/**
+ * Drains every tier (blocks until no transfer touches the region), then
+ * forgets every block of the primary tier (and the pins finished
+ * requests' loads held), drops staged promotions and parked keys, and
+ * finalizes finished requests; secondary tiers keep
+ * their data and active requests keep going.  With secondary tiers,
+ * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
+ * If a tier fails to drain, nothing is reset.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_reset_cache(const kvtier_manager *manager);
+
+/**
+ * Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
+ * worker writes from before the reset are done).  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_reset_flushed(const kvtier_manager *manager);
+
+/**
+ * Reports a finished job of tier `tier` (the index `add_tier` gave) from
+ * any thread, at any time, including from inside a tier callback; the
+ * manager applies it at its next poll.  The result and its key list are
+ * copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
+ * tiers) report through this call: the index of a built-in tier (fs,
+ * redis), which reports through its own polling, is
+ * `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
+ * that names no secondary tier.  An id the tier was never given, or one
+ * reported twice, is logged as a tier bug then (not an error here).
+ * Thread-safe; never blocks on the manager's main lock.
+ *
+ * # Safety
+ * `manager` a live handle; `result` valid, with `succeeded_keys` valid for
+ * `succeeded_len` reads.
+ */
+kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
+                                          size_t tier,
+                                          const kvtier_job_result *result);
+
+/**
+ * Shuts every secondary tier down (each gets a try even if one fails).
+ * If one failed, returns `KVTIER_STATUS_TIER` naming it, and any region
+ * attached to the manager stays mapped.  Every later call except `_free`
+ * returns `KVTIER_STATUS_CLOSED`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_shutdown(const kvtier_manager *manager);
 
 /**
  * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
@@ -2460,85 +2525,20 @@ kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
                                          uint32_t *slot_count_out);
 
 /**
- * Returns request parameters with nothing attached and no filter, and
- * `struct_size` set.  Safe to call from any thread.
+ * Returns the default tier options (the core defaults): back-pressure
+ * off; when turned on, alpha 0.3, high 1.0 and low 0.5 ns per byte,
+ * warm-up 3, 3 failures, drop; events on; `struct_size` set.
+ * Safe to call from any thread.
  */
-kvtier_request_params kvtier_request_params_default(void);
+kvtier_tier_options kvtier_tier_options_default(void);
 
 /**
- * Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
- * not called, then runs every tier's `destroy`.  NULL is a no-op.
- *
- * Must be the last call on the handle: no other thread may be using it
- * and no tier may report completions afterwards.
- *
- * # Safety
- * `manager` must be NULL or a live handle from `kvtier_manager_new`.
+ * Returns a vtable with every entry NULL, no name, medium and locality
+ * `_ANY`, and `struct_size` set: start every `kvtier_tier_vtable` from
+ * it, then set the entries the tier implements (`lookup`, `submit_store`
+ * and `submit_load` at least).  Safe to call from any thread.
  */
-void kvtier_manager_free(kvtier_manager *manager);
-
-/**
- * Writes whether jobs are in flight, keys parked, promotions staged, or
- * any tier has work outstanding to `*pending_out`.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `pending_out` valid for writes.
- */
-kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, bool *pending_out);
-
-/**
- * Drains every tier (blocks until no transfer touches the region), then
- * forgets every block of the primary tier (and the pins finished
- * requests' loads held), drops staged promotions and parked keys, and
- * finalizes finished requests; secondary tiers keep
- * their data and active requests keep going.  With secondary tiers,
- * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
- * If a tier fails to drain, nothing is reset.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_reset_cache(const kvtier_manager *manager);
-
-/**
- * Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
- * worker writes from before the reset are done).  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_reset_flushed(const kvtier_manager *manager);
-
-/**
- * Reports a finished job of tier `tier` (the index `add_tier` gave) from
- * any thread, at any time, including from inside a tier callback; the
- * manager applies it at its next poll.  The result and its key list are
- * copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
- * tiers) report through this call: the index of a built-in tier (fs,
- * redis), which reports through its own polling, is
- * `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
- * that names no secondary tier.  An id the tier was never given, or one
- * reported twice, is logged as a tier bug then (not an error here).
- * Thread-safe; never blocks on the manager's main lock.
- *
- * # Safety
- * `manager` a live handle; `result` valid, with `succeeded_keys` valid for
- * `succeeded_len` reads.
- */
-kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
-                                          size_t tier,
-                                          const kvtier_job_result *result);
-
-/**
- * Shuts every secondary tier down (each gets a try even if one fails).
- * If one failed, returns `KVTIER_STATUS_TIER` naming it, and any region
- * attached to the manager stays mapped.  Every later call except `_free`
- * returns `KVTIER_STATUS_CLOSED`.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_shutdown(const kvtier_manager *manager);
+kvtier_tier_vtable kvtier_tier_vtable_default(void);
 
 /**
  * Returns the default file-system tier options (the core defaults; the

@@ -384,3 +384,18 @@ pub(crate) unsafe fn in_str<'a>(
         )))
     })
 }
+
+/// A string option: NULL is `None`.
+///
+/// # Safety
+/// `p` NULL or NUL-terminated.
+pub(crate) unsafe fn opt_str<'a>(
+    p: *const c_char,
+    what: &'static str,
+) -> Result<Option<&'a str>, Failure> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        unsafe { in_str(p, what) }.map(Some)
+    }
+}

@@ -3,7 +3,10 @@
 //! The manager and the primary tier share them, so the same thing has the
 //! same shape wherever it appears.
 
+use super::boundary::Failure;
 use super::key::kvtier_key;
+use kvtier_core::error::Error;
+use kvtier_core::request::Locality;
 
 /// A started request, as `kvtier_manager_request_begin` and
 /// `kvtier_primary_request_begin` hand it out; every later call of that
@@ -159,4 +162,24 @@ pub struct kvtier_event {
     pub keys: *const kvtier_key,
     /// Number of keys.
     pub len: usize,
+}
+
+/// The C value of a locality.
+pub(crate) fn locality_code(locality: Locality) -> kvtier_locality {
+    match locality {
+        Locality::Local => KVTIER_LOCALITY_LOCAL,
+        Locality::Remote => KVTIER_LOCALITY_REMOTE,
+    }
+}
+
+/// The locality of a C value (`what` names the field in errors).
+pub(crate) fn locality_of(code: kvtier_locality, what: &str) -> Result<Locality, Failure> {
+    match code {
+        KVTIER_LOCALITY_LOCAL => Ok(Locality::Local),
+        KVTIER_LOCALITY_REMOTE => Ok(Locality::Remote),
+        v => Err(Error::InvalidArgument(format!(
+            "{what} {v} is not KVTIER_LOCALITY_LOCAL or _REMOTE"
+        ))
+        .into()),
+    }
 }

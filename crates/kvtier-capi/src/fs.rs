@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::boundary::{Failure, enter, ffi_call, in_str, out_ref};
-use super::build::{locality_code, locality_of};
 use super::dialect::kvtier_locality;
+use super::dialect::{locality_code, locality_of};
 use super::growth::{Grows, read_grown};
 use super::manager::kvtier_manager;
 use super::status::kvtier_status;

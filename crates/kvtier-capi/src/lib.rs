@@ -38,11 +38,12 @@ pub(crate) mod growth;
 // The region and the sweep for regions no process maps.
 pub mod region;
 pub mod reclaim;
-// The manager: its options, its JSON configuration, its handle.
-pub mod build;
-pub mod config;
+// The manager: its options, its handle and the tiers added to it, its JSON
+// configuration.
 pub mod manager;
-// Secondary tiers: foreign tiers (the vtable), the built-in fs and redis tiers.
+pub mod config;
+// Secondary tiers: foreign tiers (the vtable, the per-tier options), the
+// built-in fs and redis tiers.
 pub mod tier;
 pub mod fs;
 pub mod redis;

@@ -13,13 +13,12 @@
 //! handle, and calls on one `kvtier_primary` must not overlap (any thread
 //! may make them, one at a time).
 
-use std::ffi::c_char;
+use std::ffi::{CStr, c_char};
 
 use super::boundary::{
     Castable, Failure, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
     out_slice,
 };
-use super::build::{policy_name, policy_of};
 use super::dialect::{
     KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_LOCAL,
     KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_HIT_PENDING, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_CPU,
@@ -32,7 +31,7 @@ use super::status::kvtier_status;
 use super::store_out::{PlanOut, write_completion};
 use kvtier_core::events::{Event, EventKind};
 use kvtier_core::fallible;
-use kvtier_core::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StorePlan};
+use kvtier_core::primary::{NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, StorePlan};
 use kvtier_core::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
@@ -682,6 +681,29 @@ pub unsafe extern "C" fn kvtier_primary_read_stats(
         unsafe { write_grown(stats_out, &stats, "stats_out") }?;
         Ok(())
     })
+}
+
+/// The policy's name as a static C string.
+pub(crate) fn policy_name(policy: PolicyKind) -> *const c_char {
+    let name: &'static CStr = match policy {
+        PolicyKind::Lru => c"lru",
+        PolicyKind::Arc => c"arc",
+    };
+    name.as_ptr()
+}
+
+/// The policy named by `name` (NULL: the default).
+///
+/// # Safety
+/// `name` NULL or NUL-terminated.
+pub(crate) unsafe fn policy_of(
+    name: *const c_char,
+    what: &'static str,
+) -> Result<PolicyKind, Failure> {
+    if name.is_null() {
+        return Ok(PolicyKind::default());
+    }
+    Ok(unsafe { in_str(name, what) }?.parse()?)
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
+use super::boundary::opt_str;
 use super::boundary::{Failure, enter, ffi_call, out_ref};
-use super::build::opt_str;
 use super::growth::{Grows, read_grown};
 use super::manager::kvtier_manager;
 use super::status::kvtier_status;

@@ -1,5 +1,7 @@
 //! Foreign secondary tiers: the `kvtier_tier_vtable` C and C++ code fills
-//! in and the structs passed to its callbacks (this file), and the adapter
+//! in and the structs passed to its callbacks, and the per-tier options
+//! of `kvtier_manager_add_tier` (`kvtier_tier_options`, from the core's
+//! [`TierOptions`] and its defaults) (this file), and the adapter
 //! that makes a vtable a [`SecondaryTier`](kvtier_core::tiering::SecondaryTier)
 //! (`tier/adapter.rs`).
 //!
@@ -13,7 +15,11 @@
 
 use std::ffi::{c_char, c_void};
 
+use super::boundary::Failure;
+use super::growth::{Grows, read_grown};
 use super::key::kvtier_key;
+use kvtier_core::error::Error;
+use kvtier_core::tiering::{BackpressureConfig, PressurePolicy, TierOptions};
 
 pub use super::dialect::{
     KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_ANY,
@@ -281,6 +287,145 @@ pub struct kvtier_tier_vtable {
             written: *mut usize,
         ) -> i32,
     >,
+}
+
+/// What happens to cascades to a tier under back-pressure: a
+/// `KVTIER_PRESSURE_POLICY_*` value.
+pub type kvtier_pressure_policy = i32;
+/// Drop every cascade while the tier is under pressure (default).
+pub const KVTIER_PRESSURE_POLICY_DROP: kvtier_pressure_policy = 0;
+/// Admit one cascade at a time while the tier is under pressure.
+pub const KVTIER_PRESSURE_POLICY_THROTTLE: kvtier_pressure_policy = 1;
+
+/// Per-tier options of `kvtier_manager_add_tier`.  Initialize with
+/// `kvtier_tier_options_default()` (growth rule).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kvtier_tier_options {
+    /// `sizeof(kvtier_tier_options)` as the caller was compiled with.
+    pub struct_size: usize,
+    /// Whether cascades to this tier are subject to back-pressure (default false).
+    pub backpressure: bool,
+    /// Weight of a new latency sample, in (0, 1] (default 0.3).
+    pub alpha: f64,
+    /// Enter pressure above this store latency, ns per byte or per block
+    /// (default 1.0).
+    pub high_ns_per_byte: f64,
+    /// Leave pressure below this (<= high; default 0.5).
+    pub low_ns_per_byte: f64,
+    /// Samples averaged before the detector may signal (default 3).
+    pub warmup: u32,
+    /// Enter pressure after this many consecutive failed stores (0 = never;
+    /// default 3).
+    pub max_consecutive_failures: u32,
+    /// `KVTIER_PRESSURE_POLICY_DROP` (default) or `_THROTTLE`.
+    pub policy: kvtier_pressure_policy,
+    /// Whether the tier's events reach `kvtier_manager_take_events`
+    /// (default true).  Every tier queues at most the manager's
+    /// `event_capacity` events (0 turns every tier's events off); false
+    /// turns this tier's events off: whatever its `take_events` gives is
+    /// discarded.
+    pub events: bool,
+}
+
+impl Grows for kvtier_tier_options {
+    const NAME: &'static str = "kvtier_tier_options";
+    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+impl Grows for kvtier_tier_vtable {
+    const NAME: &'static str = "kvtier_tier_vtable";
+    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+}
+
+/// Returns the default tier options (the core defaults): back-pressure
+/// off; when turned on, alpha 0.3, high 1.0 and low 0.5 ns per byte,
+/// warm-up 3, 3 failures, drop; events on; `struct_size` set.
+/// Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_tier_options_default() -> kvtier_tier_options {
+    let d = TierOptions::default();
+    let b = d.backpressure.unwrap_or_default();
+    kvtier_tier_options {
+        struct_size: std::mem::size_of::<kvtier_tier_options>(),
+        backpressure: d.backpressure.is_some(),
+        alpha: b.alpha,
+        high_ns_per_byte: b.high_ns_per_byte,
+        low_ns_per_byte: b.low_ns_per_byte,
+        warmup: b.warmup,
+        max_consecutive_failures: b.max_consecutive_failures,
+        policy: match b.policy {
+            PressurePolicy::Drop => KVTIER_PRESSURE_POLICY_DROP,
+            PressurePolicy::Throttle => KVTIER_PRESSURE_POLICY_THROTTLE,
+        },
+        events: d.events,
+    }
+}
+
+/// The core options of the caller's `kvtier_tier_options` (NULL: the
+/// defaults).
+///
+/// # Safety
+/// `options` NULL or valid for its `struct_size`.
+pub(crate) unsafe fn tier_options_of(
+    options: *const kvtier_tier_options,
+) -> Result<TierOptions, Failure> {
+    let o = unsafe { read_grown(options, kvtier_tier_options_default()) }?;
+    let backpressure = if o.backpressure {
+        let policy = match o.policy {
+            KVTIER_PRESSURE_POLICY_DROP => PressurePolicy::Drop,
+            KVTIER_PRESSURE_POLICY_THROTTLE => PressurePolicy::Throttle,
+            v => {
+                return Err(Error::InvalidArgument(format!(
+                    "options->policy {v} is not KVTIER_PRESSURE_POLICY_DROP or _THROTTLE"
+                ))
+                .into());
+            }
+        };
+        Some(BackpressureConfig {
+            alpha: o.alpha,
+            high_ns_per_byte: o.high_ns_per_byte,
+            low_ns_per_byte: o.low_ns_per_byte,
+            warmup: o.warmup,
+            max_consecutive_failures: o.max_consecutive_failures,
+            policy,
+        })
+    } else {
+        None
+    };
+    Ok(TierOptions {
+        backpressure,
+        events: o.events,
+    })
+}
+
+/// Returns a vtable with every entry NULL, no name, medium and locality
+/// `_ANY`, and `struct_size` set: start every `kvtier_tier_vtable` from
+/// it, then set the entries the tier implements (`lookup`, `submit_store`
+/// and `submit_load` at least).  Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn kvtier_tier_vtable_default() -> kvtier_tier_vtable {
+    kvtier_tier_vtable {
+        struct_size: std::mem::size_of::<kvtier_tier_vtable>(),
+        user_data: std::ptr::null_mut(),
+        name: std::ptr::null(),
+        medium: KVTIER_MEDIUM_ANY,
+        locality: KVTIER_LOCALITY_ANY,
+        lookup: None,
+        submit_store: None,
+        submit_load: None,
+        poll_finished: None,
+        touch: None,
+        on_new_request: None,
+        on_request_finished: None,
+        on_schedule_end: None,
+        has_pending_work: None,
+        drain: None,
+        stats: None,
+        shutdown: None,
+        destroy: None,
+        take_events: None,
+    }
 }
 
 mod adapter;

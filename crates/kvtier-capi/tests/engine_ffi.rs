@@ -14,7 +14,6 @@ use std::ptr::{null, null_mut};
 use std::sync::Mutex;
 
 use ffi_calls::{PlanBuf, begin, ck, last_error, lookup, store_with, succeeded};
-use kvtier::build::*;
 use kvtier::config::*;
 use kvtier::dialect::*;
 use kvtier::events::*;

@@ -5,7 +5,6 @@
 use std::ffi::{CStr, CString};
 use std::ptr;
 
-use kvtier::build::*;
 use kvtier::dialect::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
 use kvtier::fs::*;
 use kvtier::kvtier_last_error_message;

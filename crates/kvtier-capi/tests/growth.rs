@@ -8,7 +8,6 @@
 use std::ffi::{CStr, CString, c_void};
 use std::ptr::{null, null_mut};
 
-use kvtier::build::*;
 use kvtier::fs::*;
 use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ffi_calls::{
     PlanBuf, ck, last_error, lookup, lookup_keys, lookup_keys_per_key, store_with, succeeded,
 };
-use kvtier::build::*;
 use kvtier::dialect::*;
 use kvtier::events::*;
 use kvtier::kvtier_key;

@@ -12,7 +12,6 @@ use std::ffi::CStr;
 use std::ptr::{null, null_mut};
 
 use ffi_calls::{Buffer, PlanBuf, begin, ck, last_error};
-use kvtier::build::*;
 use kvtier::dialect::*;
 use kvtier::events::*;
 use kvtier::handles::*;

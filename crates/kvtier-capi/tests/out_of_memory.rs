@@ -13,7 +13,6 @@
 use std::ffi::{CStr, c_char};
 use std::ptr;
 
-use kvtier::build::*;
 use kvtier::config::kvtier_manager_new_from_json;
 use kvtier::dialect::{KVTIER_LOOKUP_MISS, kvtier_lookup_answer};
 use kvtier::kvtier_status as S;

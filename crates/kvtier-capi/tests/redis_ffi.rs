@@ -5,10 +5,10 @@
 use std::ffi::{CStr, CString};
 use std::ptr;
 
-use kvtier::build::{kvtier_manager_new, kvtier_manager_options_default};
 use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;
 use kvtier::manager::{kvtier_manager, kvtier_manager_free};
+use kvtier::manager::{kvtier_manager_new, kvtier_manager_options_default};
 use kvtier::redis::*;
 use kvtier::region::*;
 

@@ -316,7 +316,6 @@ fn barrier_runs_once_then_names_are_removed() {
 
 #[test]
 fn a_manager_keeps_its_region_mapped_after_the_region_handle_is_freed() {
-    use kvtier::build::*;
     use kvtier::manager::*;
     let name = unique("attach");
     let region = new(&options(&name, 4, PAGE)).expect("region");
@@ -347,7 +346,6 @@ fn a_manager_keeps_its_region_mapped_after_the_region_handle_is_freed() {
 
 #[test]
 fn a_region_with_fewer_slots_than_the_manager_is_refused() {
-    use kvtier::build::*;
     use kvtier::config::kvtier_manager_slot_memory;
     use kvtier::manager::*;
     let name = unique("attach-small");

@@ -309,7 +309,6 @@ use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 
 use ffi_calls::{begin, ck, last_error, lookup_keys, store_with, succeeded};
-use kvtier::build::*;
 use kvtier::dialect::{KVTIER_LOCALITY_ANY, KVTIER_LOOKUP_HIT, KVTIER_LOOKUP_MISS};
 use kvtier::kvtier_key;
 use kvtier::kvtier_status as S;

@@ -198,7 +198,6 @@ fn the_listener_cannot_call_the_manager() {
 
 // --- C -------------------------------------------------------------------
 
-use kvtier::build::*;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;
 use kvtier::report::*;

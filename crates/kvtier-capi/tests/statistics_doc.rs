@@ -5,7 +5,6 @@
 use std::ffi::{CStr, CString, c_void};
 use std::ptr::{null, null_mut};
 
-use kvtier::build::*;
 use kvtier::dialect::{KVTIER_LOCALITY_ANY, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_ANY};
 use kvtier::fs::*;
 use kvtier::kvtier_key;

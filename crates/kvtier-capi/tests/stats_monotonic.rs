@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use kvtier::build::*;
 use kvtier::dialect::*;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;

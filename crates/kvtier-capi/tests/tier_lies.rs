@@ -12,7 +12,6 @@ use std::ffi::{CStr, c_char, c_void};
 use std::ptr::{null, null_mut};
 
 use ffi_calls::{ck, last_error, store_with};
-use kvtier::build::*;
 use kvtier::dialect::*;
 use kvtier::events::*;
 use kvtier::kvtier_key;

@@ -51,7 +51,7 @@ pub fn via_c(t: TestTier) -> Box<dyn SecondaryTier> {
         shutdown: Some(callbacks::shutdown),
         destroy: Some(callbacks::destroy),
         take_events: Some(callbacks::events),
-        ..kvtier::build::kvtier_tier_vtable_default()
+        ..kvtier::tier::kvtier_tier_vtable_default()
     };
     unsafe { tier_from_vtable(&vt) }.unwrap()
 }

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::ptr::{NonNull, null, null_mut};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub use kvtier::build::*;
 pub use kvtier::config::*;
 pub use kvtier::dialect::*;
 pub use kvtier::events::*;

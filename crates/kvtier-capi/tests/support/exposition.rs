@@ -178,7 +178,7 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
         submit_load: Some(c_submit),
         poll_finished: Some(c_poll),
         stats: Some(c_stats),
-        ..kvtier::build::kvtier_tier_vtable_default()
+        ..kvtier::tier::kvtier_tier_vtable_default()
     };
     let tier = unsafe { tier_from_vtable(&vt) }.unwrap();
     m.add_tier_with(
