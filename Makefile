@@ -11,7 +11,7 @@
 #   make bench      every benchmark: JSON results in build/bench/, one summary table
 #   make install PREFIX=/usr/local
 #   make faults     the fault runs, long: crashes, damaged files, full disk, redis faults
-#   make mutants FILES="src/a.rs src/b.rs" | BASE=origin/main   mutation testing
+#   make mutants FILES="crates/kvtier/src/a.rs ..." | BASE=origin/main   mutation testing
 
 CARGO  ?= cargo
 BUILD  ?= build
@@ -31,8 +31,10 @@ CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
 all: lib c
 
+# The C crate (crates/kvtier-capi): libkvtier.so, libkvtier.a and
+# kvtier-inspect in target/release/.
 lib:
-	$(CARGO) build --release $(CARGO_FEATURES)
+	$(CARGO) build --release -p kvtier-capi $(CARGO_FEATURES)
 	$(CARGO) build --release -p kvtier-workload
 	ln -sf libkvtier.so $(LIBDIR)/$(SONAME)
 
@@ -51,8 +53,9 @@ c: lib cmake-available
 
 test: all test-imports test-rust test-c test-python test-wheel
 
-# No import circle between the modules of src/ (tools/check-imports.py
-# follows every `use` line and path; it exits 1 on a circle).
+# No import circle between the modules of either crate's src/
+# (tools/check-imports.py follows every `use` line and path; it exits 1 on
+# a circle).
 test-imports:
 	$(PYTHON) tools/check-imports.py
 
@@ -139,11 +142,16 @@ prometheus-available:
 	    echo "promtool or prometheus is missing: install them (Debian: sudo apt-get install -y prometheus); their tests skip without them"; \
 	  fi; }
 
+# Every package of the workspace (docs/internals.md): the core, the C crate,
+# the test kit and the workload generator.  The debug libkvtier.so is built
+# first, for the C crate's tests/symbols.rs.  The two crates' docs are
+# checked one after the other: their lib targets share the name `kvtier`,
+# and so the directory target/doc/kvtier.
 test-rust: redis-available prometheus-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
-	$(CARGO) test $(CARGO_FEATURES)
-	$(CARGO) test -p kvtier-workload
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(CARGO_FEATURES)
+	$(CARGO) test --workspace $(CARGO_FEATURES)
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p kvtier-capi $(CARGO_FEATURES)
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p kvtier $(CARGO_FEATURES)
 
 # Tools the tests use beyond the toolchain: the reference Prometheus parser.
 test-deps:
@@ -175,13 +183,13 @@ demo: all
 	$(BUILD)/bin/kvtier-demo --workload $(DEMO_WORKLOAD) $(DEMO_FLAGS)
 
 header:
-	KVTIER_REGENERATE_HEADER=1 $(CARGO) test $(CARGO_FEATURES) --test header
+	KVTIER_REGENERATE_HEADER=1 $(CARGO) test -p kvtier-capi $(CARGO_FEATURES) --test header
 
-# The ABI listing tests/abi.rs compares the header with: a change of a
+# The ABI listing crates/kvtier-capi/tests/abi.rs compares the header with: a change of a
 # signature, layout or constant fails it until KVTIER_VERSION_MINOR (the
 # minor version in Cargo.toml) changes; this then records the new ABI.
 abi:
-	KVTIER_REGENERATE_ABI=1 $(CARGO) test $(CARGO_FEATURES) --test abi
+	KVTIER_REGENERATE_ABI=1 $(CARGO) test -p kvtier-capi $(CARGO_FEATURES) --test abi
 
 install: all install-files
 
@@ -216,18 +224,20 @@ clean:
 	$(CARGO) clean
 	rm -rf $(BUILD)
 
-# Benchmarks: every cargo bench target in benches/ (each run as
-# `cargo bench --bench NAME -- --out build/bench/NAME.json`), then the
+# Benchmarks: every cargo bench target in crates/*/benches/ (each run as
+# `cargo bench -p CRATE --bench NAME -- --out build/bench/NAME.json`), then the
 # control-plane replays and the scaling run (tools/bench-replay.sh), then one
 # summary table of every build/bench/*.json.
 BENCH_DIR   := $(abspath $(BUILD))/bench
-BENCH_NAMES := $(sort $(basename $(notdir $(wildcard benches/*.rs))))
+# CRATE/NAME of every benchmark.
+BENCHES := $(sort $(patsubst crates/%.rs,%,$(subst /benches/,/,$(wildcard crates/*/benches/*.rs))))
 
 bench: all
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/*.json
-	@for b in $(BENCH_NAMES); do \
-	  echo "== cargo bench --bench $$b -- --out $(BENCH_DIR)/$$b.json"; \
-	  $(CARGO) bench -q $(CARGO_FEATURES) --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
+	@for cb in $(BENCHES); do \
+	  c=$${cb%%/*}; b=$${cb#*/}; \
+	  echo "== cargo bench -p $$c --bench $$b -- --out $(BENCH_DIR)/$$b.json"; \
+	  $(CARGO) bench -q -p $$c $(CARGO_FEATURES) --bench $$b -- --out $(BENCH_DIR)/$$b.json || exit 1; \
 	done
 	@sh tools/bench-replay.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR)
 	@VLLM_DIR=$(abspath $(BUILD))/vllm sh tools/bench-vs-vllm.sh $(abspath $(BUILD))/bin/kvtier-replay $(LIBDIR)/kvtier-workload $(BENCH_DIR) $(VS_VLLM_ROUNDS)
@@ -274,7 +284,7 @@ test-tsan: nightly-available cmake-available
 # behaviour stops Miri at once, its error under the name of the test.
 MIRI_TESTS ?= primary:: key::
 test-miri: nightly-available
-	MIRIFLAGS="-Zmiri-disable-isolation" $(CARGO) +$(NIGHTLY) miri test --lib -- $(MIRI_TESTS) || \
+	MIRIFLAGS="-Zmiri-disable-isolation" $(CARGO) +$(NIGHTLY) miri test -p kvtier --lib -- $(MIRI_TESTS) || \
 	  { echo "test-miri: FAILED (a failing test, or undefined behaviour: see above)"; exit 1; }
 
 # The fuzzer for MINUTES minutes (default 5), with and without the fs tier,
@@ -285,9 +295,10 @@ soak: c
 	$(BUILD)/bin/kvtier-fuzz --seed $$(date +%s) --seconds $$secs --rss-limit-mib 64 && \
 	$(BUILD)/bin/kvtier-fuzz --seed $$(( $$(date +%s) + 1 )) --seconds $$secs --fs --rss-limit-mib 64
 
-# Fault runs (tests/fs_faults.rs, tests/redis_faults.rs): `kill -9` of an fs
-# tier writer then a restart verifying every acknowledged block, a matrix of
-# damaged block files, a hostile directory (tests/fs_hostile.rs: FIFOs,
+# Fault runs (crates/kvtier/tests/fs_faults.rs, redis_faults.rs): `kill -9`
+# of an fs tier writer then a restart verifying every acknowledged block, a
+# matrix of damaged block files, a hostile directory
+# (crates/kvtier-capi/tests/fs_hostile.rs, beside kvtier-inspect: FIFOs,
 # symlinks, churn during scans), a full file system (a small tmpfs; skipped where
 # mounting is not permitted), and a redis server killed, corrupted and
 # evicted under the tier.  `make test` runs them short (3 rounds each);
@@ -298,8 +309,8 @@ FAULT_DIR    := $(abspath $(BUILD))/faults
 
 faults: redis-available
 	@mkdir -p $(FAULT_DIR)
-	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test --test fs_faults --test fs_hostile --test redis_faults (log: $(FAULT_DIR)/log.txt)"
-	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test $(CARGO_FEATURES) --test fs_faults --test fs_hostile --test redis_faults \
+	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test --workspace --test fs_faults --test fs_hostile --test redis_faults (log: $(FAULT_DIR)/log.txt)"
+	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test --workspace $(CARGO_FEATURES) --test fs_faults --test fs_hostile --test redis_faults \
 	  -- --nocapture --test-threads=1 >$(FAULT_DIR)/log.txt 2>&1; rc=$$?; \
 	  grep -ho -e 'fault-run .*' -e 'SKIPPED: .*' $(FAULT_DIR)/log.txt | tee $(FAULT_DIR)/figures.txt; \
 	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/log.txt; exit $$rc; fi
@@ -307,8 +318,10 @@ faults: redis-available
 # Mutation testing with cargo-mutants (installed from crates.io when
 # missing): every mutant of the named files, or of the lines this branch
 # changed since it left a base revision (committed or not), must make some
-# test fail.
-#   make mutants FILES="src/primary/admission.rs src/tiers/fs/format.rs"
+# test fail.  Mutants come from every package of the workspace (narrowed by
+# FILES or BASE), and each is tested by the whole workspace's tests (the C
+# crate's tests check the core too).
+#   make mutants FILES="crates/kvtier/src/primary/admission.rs crates/kvtier/src/tiers/fs/format.rs"
 #   make mutants BASE=origin/main
 # Results in $(BUILD)/mutants/mutants.out (caught.txt, missed.txt, ...).
 # MUTANTS_TESTS narrows the tests run against each mutant to the named
@@ -339,8 +352,8 @@ mutants: mutants-available redis-available test-deps
 	elif [ -n "$(FILES)" ]; then \
 	  set -- $(foreach f,$(FILES),--file $(f)); \
 	else \
-	  echo 'make mutants: give FILES="src/x.rs ..." or BASE=<git revision>'; exit 2; \
+	  echo 'make mutants: give FILES="crates/kvtier/src/x.rs ..." or BASE=<git revision>'; exit 2; \
 	fi; \
-	echo "== cargo mutants $$* $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)"; \
-	$(CARGO) mutants "$$@" $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) \
+	echo "== cargo mutants --workspace --test-workspace=true $$* $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)"; \
+	$(CARGO) mutants --workspace --test-workspace=true "$$@" $(CARGO_FEATURES) --timeout $(MUTANTS_TIMEOUT) --jobs $(MUTANTS_JOBS) \
 	  --output $(MUTANTS_DIR) $(MUTANTS_TEST_ARGS) $(MUTANTS_ARGS)

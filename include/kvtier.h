@@ -82,6 +82,16 @@
 
 
 /**
+ * Smallest segment size (1 GiB) when `kvtier_region_options.segments > 1`.
+ */
+#define KVTIER_REGION_MIN_SEGMENT_BYTES (1 << 30)
+
+/**
+ * Longest region name in bytes.
+ */
+#define KVTIER_REGION_MAX_NAME_LEN 200
+
+/**
  * Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
  * A literal, so that cbindgen emits it into the header.
  */
@@ -92,16 +102,6 @@
  * (`kvtier_primary_stats.allocation_size_buckets`), the +Inf bucket included.
  */
 #define KVTIER_ALLOCATION_SIZE_BUCKETS 11
-
-/**
- * Smallest segment size (1 GiB) when `kvtier_region_options.segments > 1`.
- */
-#define KVTIER_REGION_MIN_SEGMENT_BYTES (1 << 30)
-
-/**
- * Longest region name in bytes.
- */
-#define KVTIER_REGION_MAX_NAME_LEN 200
 
 /**
  * Result of every fallible kvtier call.  `KVTIER_STATUS_OK` is 0; values are
@@ -268,6 +268,192 @@ typedef struct kvtier_primary kvtier_primary;
 typedef struct kvtier_region kvtier_region;
 
 /**
+ * Whether `kvtier_region_new` may create the region, join it, or either:
+ * a `KVTIER_REGION_OPEN_MODE_*` value.
+ */
+typedef int32_t kvtier_region_open_mode;
+
+/**
+ * How the region's pages are faulted in: a `KVTIER_REGION_PREFAULT_*` value.
+ */
+typedef int32_t kvtier_region_prefault;
+
+/**
+ * Barrier callback given at creation: called exactly once by
+ * `kvtier_region_new`, on the calling thread, after this process's set-up
+ * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
+ * status).  It must return only once every process of the region has
+ * called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
+ * value fails `kvtier_region_new` (`KVTIER_STATUS_TIMEOUT` for a barrier
+ * that gave up waiting, as `KVTIER_STATUS_TIMEOUT`; anything else as
+ * `KVTIER_STATUS_PEER_FAILED`).  It must not call kvtier region
+ * functions.
+ */
+typedef int32_t (*kvtier_region_barrier_fn)(void *user_data, int32_t setup_status);
+
+/**
+ * Options for `kvtier_region_new`.  Initialize with
+ * `kvtier_region_options_default()` (growth rule), then set `name`,
+ * `slot_count` and `slot_bytes` at least.  Every process of one region
+ * passes the same layout (`slot_count`, `slot_bytes`, `worker_bytes`,
+ * `segments`).
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_region_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Region name (NUL-terminated UTF-8 file name, no `/`); required
+   * (NULL is `KVTIER_STATUS_INVALID_ARGUMENT`).
+   */
+  const char *name;
+  /**
+   * Directory of the backing files; NULL means `/dev/shm`.
+   */
+  const char *directory;
+  /**
+   * Number of slots (rows); at least 1.
+   */
+  uint32_t slot_count;
+  /**
+   * Bytes per slot = row stride; a multiple of the page size.
+   */
+  size_t slot_bytes;
+  /**
+   * Bytes of each worker's area in a row (per-worker layout); 0: none.
+   */
+  size_t worker_bytes;
+  /**
+   * `KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN` (default), `_CREATE` or `_JOIN`.
+   */
+  kvtier_region_open_mode open;
+  /**
+   * How long a joiner waits for the region to appear and be sized, in
+   * milliseconds (default 30000).
+   */
+  uint32_t join_timeout_ms;
+  /**
+   * Number of backing files, each at least 1 GiB (default 1).
+   */
+  uint32_t segments;
+  /**
+   * `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.  Even
+   * off, the creator reserves the region's room on the file system.
+   */
+  kvtier_region_prefault prefault;
+  /**
+   * With `prefault_share_count > 0`, pre-fault only share
+   * `prefault_share_index` of `prefault_share_count`: this worker's area
+   * of every row under the per-worker layout, else a contiguous range
+   * of rows.  0: the whole region (default).
+   */
+  uint32_t prefault_share_count;
+  /**
+   * Which share to pre-fault, below `prefault_share_count`.
+   */
+  uint32_t prefault_share_index;
+  /**
+   * Threads pre-faulting in parallel (default 1: the calling thread).
+   */
+  uint32_t prefault_threads;
+  /**
+   * Permission bits of the backing files (default 0600), applied exactly.
+   */
+  uint32_t mode;
+  /**
+   * What a creator does with a backing file no process holds (left by a
+   * crashed run): replace it (true, default) or fail.
+   */
+  bool replace_stale;
+  /**
+   * Optional barrier (see `kvtier_region_barrier_fn`); when set, the
+   * names are removed after it returns, so the memory is freed when the
+   * last process unmaps.  NULL: no barrier (default).
+   */
+  kvtier_region_barrier_fn barrier;
+  /**
+   * Passed to `barrier`; not owned by kvtier.
+   */
+  void *barrier_user_data;
+} kvtier_region_options;
+
+/**
+ * What part this process took in making the region: a
+ * `KVTIER_REGION_ROLE_*` value (`kvtier_region_read_role`).
+ */
+typedef int32_t kvtier_region_role;
+
+/**
+ * A strided view of a region: `rows` rows of `length` bytes, row `r` at
+ * byte `offset + r * stride` from the region's base address.
+ */
+typedef struct {
+  /**
+   * Offset of row 0 from the base, in bytes.
+   */
+  size_t offset;
+  /**
+   * Distance between rows, in bytes.
+   */
+  size_t stride;
+  /**
+   * Bytes per row in the view.
+   */
+  size_t length;
+  /**
+   * Number of rows (the slot count).
+   */
+  uint32_t rows;
+} kvtier_region_view;
+
+/**
+ * What `kvtier_region_reclaim_stale` did with one region's files: a
+ * `KVTIER_REGION_RECLAIM_*` value.
+ */
+typedef int32_t kvtier_region_reclaim_outcome;
+
+/**
+ * One region `kvtier_region_reclaim_stale` found, handed to its callback.
+ * The strings live during the callback only.
+ */
+typedef struct {
+  /**
+   * The region's name (its first file's name), NUL-terminated.
+   */
+  const char *name;
+  /**
+   * Why its files were kept, NUL-terminated (naming the file); "" when
+   * they were removed.
+   */
+  const char *reason;
+  /**
+   * Bytes of its files found.
+   */
+  uint64_t bytes;
+  /**
+   * `KVTIER_REGION_RECLAIM_REMOVED`, or why the files were kept.
+   */
+  kvtier_region_reclaim_outcome outcome;
+  /**
+   * Segment files found (`<name>.seg<N>`).
+   */
+  uint32_t segment_files;
+  /**
+   * Whether its first file was found (false: only segments were).
+   */
+  bool first_file;
+} kvtier_region_reclaim_entry;
+
+/**
+ * Receives one region `kvtier_region_reclaim_stale` found (see
+ * `kvtier_region_reclaim_entry`).  Called on the calling thread once the
+ * sweep is over (no file is locked then); it may call any kvtier function
+ * and must not unwind (C++: `noexcept`).
+ */
+typedef void (*kvtier_region_reclaim_fn)(void *user_data, const kvtier_region_reclaim_entry *entry);
+
+/**
  * What a lookup that starts a promotion answers: a
  * `KVTIER_PROMOTION_ANSWER_*` value.
  */
@@ -353,61 +539,6 @@ typedef struct {
    */
   bool progress_hold;
 } kvtier_manager_options;
-
-/**
- * What happens to cascades to a tier under back-pressure: a
- * `KVTIER_PRESSURE_POLICY_*` value.
- */
-typedef int32_t kvtier_pressure_policy;
-
-/**
- * Per-tier options of `kvtier_manager_add_tier`.  Initialize with
- * `kvtier_tier_options_default()` (growth rule).
- */
-typedef struct {
-  /**
-   * `sizeof(kvtier_tier_options)` as the caller was compiled with.
-   */
-  size_t struct_size;
-  /**
-   * Whether cascades to this tier are subject to back-pressure (default false).
-   */
-  bool backpressure;
-  /**
-   * Weight of a new latency sample, in (0, 1] (default 0.3).
-   */
-  double alpha;
-  /**
-   * Enter pressure above this store latency, ns per byte or per block
-   * (default 1.0).
-   */
-  double high_ns_per_byte;
-  /**
-   * Leave pressure below this (<= high; default 0.5).
-   */
-  double low_ns_per_byte;
-  /**
-   * Samples averaged before the detector may signal (default 3).
-   */
-  uint32_t warmup;
-  /**
-   * Enter pressure after this many consecutive failed stores (0 = never;
-   * default 3).
-   */
-  uint32_t max_consecutive_failures;
-  /**
-   * `KVTIER_PRESSURE_POLICY_DROP` (default) or `_THROTTLE`.
-   */
-  kvtier_pressure_policy policy;
-  /**
-   * Whether the tier's events reach `kvtier_manager_take_events`
-   * (default true).  Every tier queues at most the manager's
-   * `event_capacity` events (0 turns every tier's events off); false
-   * turns this tier's events off: whatever its `take_events` gives is
-   * discarded.
-   */
-  bool events;
-} kvtier_tier_options;
 
 /**
  * Where a tier keeps blocks: a `KVTIER_MEDIUM_*` value.
@@ -762,37 +893,110 @@ typedef struct {
 } kvtier_tier_vtable;
 
 /**
- * Consecutive cache events of one tier and kind: the one shape of the
- * event callback and of `take_events`.  `keys` belongs to the library:
- * valid during the callback, or until the next `take_events` call on the
- * same object.
+ * What happens to cascades to a tier under back-pressure: a
+ * `KVTIER_PRESSURE_POLICY_*` value.
+ */
+typedef int32_t kvtier_pressure_policy;
+
+/**
+ * Per-tier options of `kvtier_manager_add_tier`.  Initialize with
+ * `kvtier_tier_options_default()` (growth rule).
  */
 typedef struct {
   /**
-   * 0 for the primary tier, 1.. for secondary tiers in the order added.
+   * `sizeof(kvtier_tier_options)` as the caller was compiled with.
    */
-  uint32_t tier;
+  size_t struct_size;
   /**
-   * Stored, removed or cleared.
+   * Whether cascades to this tier are subject to back-pressure (default false).
    */
-  kvtier_event_kind kind;
+  bool backpressure;
   /**
-   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
+   * Weight of a new latency sample, in (0, 1] (default 0.3).
+   */
+  double alpha;
+  /**
+   * Enter pressure above this store latency, ns per byte or per block
+   * (default 1.0).
+   */
+  double high_ns_per_byte;
+  /**
+   * Leave pressure below this (<= high; default 0.5).
+   */
+  double low_ns_per_byte;
+  /**
+   * Samples averaged before the detector may signal (default 3).
+   */
+  uint32_t warmup;
+  /**
+   * Enter pressure after this many consecutive failed stores (0 = never;
+   * default 3).
+   */
+  uint32_t max_consecutive_failures;
+  /**
+   * `KVTIER_PRESSURE_POLICY_DROP` (default) or `_THROTTLE`.
+   */
+  kvtier_pressure_policy policy;
+  /**
+   * Whether the tier's events reach `kvtier_manager_take_events`
+   * (default true).  Every tier queues at most the manager's
+   * `event_capacity` events (0 turns every tier's events off); false
+   * turns this tier's events off: whatever its `take_events` gives is
+   * discarded.
+   */
+  bool events;
+} kvtier_tier_options;
+
+/**
+ * One matcher of a request's tier filter: a tier matches when both its
+ * medium and its locality match (`_ANY`, or a tier that declared none,
+ * matches anything).
+ */
+typedef struct {
+  /**
+   * `KVTIER_MEDIUM_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
    */
   kvtier_medium medium;
   /**
-   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
+   * `KVTIER_LOCALITY_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
    */
   kvtier_locality locality;
+} kvtier_tier_matcher;
+
+/**
+ * What the engine attaches to a request.  Initialize with
+ * `kvtier_request_params_default()` (growth rule).
+ */
+typedef struct {
   /**
-   * The keys (NULL when `len` is 0).
+   * `sizeof(kvtier_request_params)` as the caller was compiled with.
    */
-  const kvtier_key *keys;
+  size_t struct_size;
   /**
-   * Number of keys.
+   * Opaque pointer passed back to tiers as is.
    */
-  size_t len;
-} kvtier_event;
+  void *user_data;
+  /**
+   * Key/value parameters tiers may read (copied).
+   */
+  const kvtier_param *params;
+  /**
+   * Number of parameters.
+   */
+  size_t params_len;
+  /**
+   * Whether the request carries a tier filter (lookups only).
+   */
+  bool filter_set;
+  /**
+   * The filter's matchers; an empty set filter excludes every tier.
+   */
+  const kvtier_tier_matcher *filter;
+  /**
+   * Number of matchers.
+   */
+  size_t filter_len;
+} kvtier_request_params;
 
 /**
  * How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
@@ -900,6 +1104,105 @@ typedef struct {
 } kvtier_fs_options;
 
 /**
+ * Options of `kvtier_manager_add_redis_tier`.  Initialize with
+ * `kvtier_redis_options_default()` (growth rule).  Strings are
+ * NUL-terminated, read during the call only; NULL means the default
+ * stated for each.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_redis_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Tier name in stats and errors; NULL: "redis".
+   */
+  const char *name;
+  /**
+   * Comma-separated `host:port` list: the server, or cluster seed nodes;
+   * NULL: "127.0.0.1:6379".
+   */
+  const char *nodes;
+  /**
+   * Whether `nodes` are Redis Cluster nodes (default false).
+   */
+  bool cluster;
+  /**
+   * Key prefix (`namespace:hex(key)`); one per block layout; NULL: "kvtier".
+   */
+  const char *key_namespace;
+  /**
+   * ACL user for AUTH; NULL: none.
+   */
+  const char *username;
+  /**
+   * Password for AUTH; NULL: none.
+   */
+  const char *password;
+  /**
+   * Database number (standalone only; default 0): 0 to `INT32_MAX`.
+   */
+  int64_t db;
+  /**
+   * TLS to the server (needs a build with the `redis-tls` feature;
+   * default false).
+   */
+  bool tls;
+  /**
+   * PEM file of the CA(s) to trust for TLS; NULL: the system's.
+   */
+  const char *tls_ca_file;
+  /**
+   * Expiry of stored blocks in milliseconds; 0 (default): none; at most
+   * 2^62 (longer cannot work: Redis refuses such an expiry).
+   */
+  uint64_t ttl_ms;
+  /**
+   * Bound on opening a connection, in milliseconds (default 1000).
+   */
+  uint32_t connect_timeout_ms;
+  /**
+   * Bound on one round trip's reads and writes, in milliseconds (default 2000).
+   */
+  uint32_t command_timeout_ms;
+  /**
+   * Worker threads, one connection each (default 4).
+   */
+  uint32_t connections;
+  /**
+   * Most value bytes per pipelined round trip (default 4 MiB).
+   */
+  size_t pipeline_bytes;
+  /**
+   * Most commands per pipelined round trip (default 256).
+   */
+  uint32_t pipeline_ops;
+  /**
+   * Consecutive failures that open the circuit breaker (default 3).
+   */
+  uint32_t breaker_failures;
+  /**
+   * Milliseconds the breaker stays open before a probe (default 1000).
+   */
+  uint32_t breaker_cooldown_ms;
+  /**
+   * Milliseconds a negative existence check answers MISS (default 500).
+   */
+  uint32_t miss_cache_ms;
+  /**
+   * Most keys the tier remembers as present (default 262144, about
+   * 200 bytes each); older ones are checked with the server again.
+   */
+  size_t max_known_keys;
+  /**
+   * Whether the tier's events ("stored", "removed") reach
+   * `kvtier_manager_take_events` (default true); its queue holds at most
+   * the manager's `event_capacity` events.
+   */
+  bool events;
+} kvtier_redis_options;
+
+/**
  * A started request, as `kvtier_manager_request_begin` and
  * `kvtier_primary_request_begin` hand it out; every later call of that
  * request takes it instead of the request's name.  Never 0, never reused
@@ -909,70 +1212,110 @@ typedef struct {
 typedef uint64_t kvtier_request_handle;
 
 /**
+ * Why a lookup answered MISS: a `KVTIER_MISS_*` value.
+ */
+typedef int32_t kvtier_miss_reason;
+
+/**
+ * The answer of a batched lookup: how many leading keys are ready now
+ * (`hits`), how many more are on their way (`pending`), and where the
+ * prefix ends (`end`).  Keys `hits..end` are ready or on their way;
+ * `pending` is 0 exactly when `hits == end`, when there is nothing to
+ * wait for.
+ */
+typedef struct {
+  /**
+   * Number of leading keys that are HIT: ready in the primary tier.
+   */
+  size_t hits;
+  /**
+   * The answer of key `hits` (HIT when every key is a hit), as a lookup
+   * of that one key would give it; MISS where the prefix ends at it
+   * (`end == hits`).
+   */
+  kvtier_lookup_result stop;
+  /**
+   * Why the prefix ends at `end` (`KVTIER_MISS_NONE` when it ends at the
+   * last key); when `stop` is MISS, why key `hits` missed.
+   */
+  kvtier_miss_reason reason;
+  /**
+   * Keys after the hits, before `end`, not ready yet but on their way
+   * (being written into the primary tier, promotions started now or
+   * earlier, or a tier asked to be asked again).  Since 0.3.
+   */
+  size_t pending;
+  /**
+   * Where the prefix ends: the first key no tier has (or that found no
+   * room, or timed out: see `reason`), else the number of keys.
+   * Since 0.3.
+   */
+  size_t end;
+} kvtier_lookup_answer;
+
+/**
+ * What a `prepare_store` call planned.  The caller provides the three
+ * arrays, each with room for as many entries as keys were passed (a
+ * store plans and evicts at most one slot per key); the call fills the
+ * counts and `refused`.
+ */
+typedef struct {
+  /**
+   * Out: positions, in the keys passed, of the keys to write now.
+   */
+  size_t *store_indices;
+  /**
+   * Out: the slot of each key to write, parallel to `store_indices`.
+   */
+  uint32_t *slots;
+  /**
+   * Out: the keys evicted to make room (the engine drops its copies).
+   */
+  kvtier_key_buf *evicted;
+  /**
+   * Written: entries used in `store_indices` and `slots`.
+   */
+  size_t store_count;
+  /**
+   * Written: entries used in `evicted`.
+   */
+  size_t evicted_count;
+  /**
+   * Written: true when the store was refused as a whole (no room).
+   */
+  bool refused;
+} kvtier_store_plan;
+
+/**
+ * What a `complete_store` call did with the keys it was given.
+ */
+typedef struct {
+  /**
+   * Keys made readable.
+   */
+  size_t ready;
+  /**
+   * Keys whose failed write freed their slot.
+   */
+  size_t dropped;
+  /**
+   * Keys not write pending at all (absent or evicted since): ignored.
+   */
+  size_t ignored;
+  /**
+   * Keys write pending for another request or a promotion: ignored.
+   */
+  size_t foreign;
+  /**
+   * Keys already readable: ignored.
+   */
+  size_t already_ready;
+} kvtier_store_completion;
+
+/**
  * Where a request handle stands: a `KVTIER_REQUEST_STATE_*` value.
  */
 typedef int32_t kvtier_request_state;
-
-/**
- * Receives one log record.  `level` is a `kvtier_log_level` value;
- * `target` names the kvtier module that logged and `message` is the text,
- * both NUL-terminated and borrowed for the duration of the call only.
- */
-typedef void (*kvtier_log_fn)(void *user_data,
-                              int32_t level,
-                              const char *target,
-                              const char *message);
-
-/**
- * One matcher of a request's tier filter: a tier matches when both its
- * medium and its locality match (`_ANY`, or a tier that declared none,
- * matches anything).
- */
-typedef struct {
-  /**
-   * `KVTIER_MEDIUM_ANY`, `KVTIER_MEDIUM_CPU` or `KVTIER_MEDIUM_STORAGE`.
-   */
-  kvtier_medium medium;
-  /**
-   * `KVTIER_LOCALITY_ANY`, `KVTIER_LOCALITY_LOCAL` or `KVTIER_LOCALITY_REMOTE`.
-   */
-  kvtier_locality locality;
-} kvtier_tier_matcher;
-
-/**
- * What the engine attaches to a request.  Initialize with
- * `kvtier_request_params_default()` (growth rule).
- */
-typedef struct {
-  /**
-   * `sizeof(kvtier_request_params)` as the caller was compiled with.
-   */
-  size_t struct_size;
-  /**
-   * Opaque pointer passed back to tiers as is.
-   */
-  void *user_data;
-  /**
-   * Key/value parameters tiers may read (copied).
-   */
-  const kvtier_param *params;
-  /**
-   * Number of parameters.
-   */
-  size_t params_len;
-  /**
-   * Whether the request carries a tier filter (lookups only).
-   */
-  bool filter_set;
-  /**
-   * The filter's matchers; an empty set filter excludes every tier.
-   */
-  const kvtier_tier_matcher *filter;
-  /**
-   * Number of matchers.
-   */
-  size_t filter_len;
-} kvtier_request_params;
 
 /**
  * The manager's own statistics, as `kvtier_manager_read_stats` writes
@@ -1118,6 +1461,39 @@ typedef struct {
 } kvtier_manager_stats;
 
 /**
+ * Consecutive cache events of one tier and kind: the one shape of the
+ * event callback and of `take_events`.  `keys` belongs to the library:
+ * valid during the callback, or until the next `take_events` call on the
+ * same object.
+ */
+typedef struct {
+  /**
+   * 0 for the primary tier, 1.. for secondary tiers in the order added.
+   */
+  uint32_t tier;
+  /**
+   * Stored, removed or cleared.
+   */
+  kvtier_event_kind kind;
+  /**
+   * The tier's medium (`KVTIER_MEDIUM_ANY` if it declared none).
+   */
+  kvtier_medium medium;
+  /**
+   * The tier's locality (`KVTIER_LOCALITY_ANY` if it declared none).
+   */
+  kvtier_locality locality;
+  /**
+   * The keys (NULL when `len` is 0).
+   */
+  const kvtier_key *keys;
+  /**
+   * Number of keys.
+   */
+  size_t len;
+} kvtier_event;
+
+/**
  * Receives one event: consecutive events of one tier and kind (see
  * `kvtier_event`), whose keys are valid during the call only.  Called at
  * the end of the manager call that produced the events, on that call's
@@ -1126,6 +1502,110 @@ typedef struct {
  * and must not unwind (C++: `noexcept`).
  */
 typedef void (*kvtier_event_fn)(void *user_data, const kvtier_event *event);
+
+/**
+ * What happened to one finished request, as the report callback receives
+ * it; every pointer in it is valid during the call only.  Under the growth
+ * rule: `struct_size` is the size of the library's layout; a caller built
+ * against a newer header reads a field only if it lies within
+ * `struct_size`.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_request_report)` as this library lays it out.
+   */
+  size_t struct_size;
+  /**
+   * The request's handle.
+   */
+  kvtier_request_handle request;
+  /**
+   * The request's name, NUL-terminated.
+   */
+  const char *name;
+  /**
+   * Keys its lookups looked at (a batched lookup counts the keys up to
+   * the one it stopped at).
+   */
+  uint64_t lookups;
+  /**
+   * Keys its lookups found, by tier number (`tier_count` entries):
+   * `tier_hits[0]` in the primary tier (answered HIT), `tier_hits[t]` in
+   * secondary tier `t` (a promotion from it started).
+   */
+  const uint64_t *tier_hits;
+  /**
+   * Entries of `tier_hits`: the primary tier and each secondary tier.
+   */
+  size_t tier_count;
+  /**
+   * Keys its `kvtier_manager_prepare_load` calls pinned for loads to the GPU.
+   */
+  uint64_t loaded;
+  /**
+   * Keys its stores made ready in the primary tier.
+   */
+  uint64_t stored;
+  /**
+   * Keys promoted for it that arrived in the primary tier.
+   */
+  uint64_t promoted;
+  /**
+   * Keys of its stores that failed and of its promotions that failed.
+   */
+  uint64_t failed;
+  /**
+   * Nanoseconds it waited for blocks on their way: each wait runs from
+   * a lookup that left some of its keys on their way to the first later
+   * lookup that left none (or its `kvtier_manager_prepare_load`, its
+   * finish, or a lookup after the wait bound).
+   */
+  uint64_t promotion_wait_ns;
+  /**
+   * Blocks it asked for: the keys of its largest lookup (per-key
+   * lookups: those of one step together, up to the first miss).
+   * Since 0.3.
+   */
+  uint64_t asked;
+  /**
+   * Blocks it was served, by the tier they came from (`tier_count`
+   * entries): `tier_served[0]` already in the primary tier,
+   * `tier_served[t]` promoted for it from secondary tier `t`.  Each
+   * block asked for counts once: they sum to `loaded` or `asked`,
+   * whichever is smaller.  Since 0.3.
+   */
+  const uint64_t *tier_served;
+  /**
+   * Blocks it asked for and was not served (`asked` less the sum of
+   * `tier_served`): the engine computed them.  Since 0.3.
+   */
+  uint64_t recomputed;
+  /**
+   * Steps (`kvtier_manager_schedule_end` calls) it spent waiting for
+   * blocks on their way.  Since 0.3.
+   */
+  uint64_t steps_waited;
+} kvtier_request_report;
+
+/**
+ * Receives the report of one finished request (see
+ * `kvtier_manager_set_request_report_callback`).  Called on the thread
+ * of the manager call that let the request go, with the manager's lock
+ * held: it must not call the manager (such calls fail with
+ * `KVTIER_STATUS_REENTRANT`), should return quickly, and must not unwind
+ * (C++: `noexcept`).
+ */
+typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_report *report);
+
+/**
+ * Receives one log record.  `level` is a `kvtier_log_level` value;
+ * `target` names the kvtier module that logged and `message` is the text,
+ * both NUL-terminated and borrowed for the duration of the call only.
+ */
+typedef void (*kvtier_log_fn)(void *user_data,
+                              int32_t level,
+                              const char *target,
+                              const char *message);
 
 /**
  * Options of [`kvtier_primary_new`].  Initialize with
@@ -1172,107 +1652,6 @@ typedef struct {
    */
   bool kv_groups;
 } kvtier_primary_options;
-
-/**
- * Why a lookup answered MISS: a `KVTIER_MISS_*` value.
- */
-typedef int32_t kvtier_miss_reason;
-
-/**
- * The answer of a batched lookup: how many leading keys are ready now
- * (`hits`), how many more are on their way (`pending`), and where the
- * prefix ends (`end`).  Keys `hits..end` are ready or on their way;
- * `pending` is 0 exactly when `hits == end`, when there is nothing to
- * wait for.
- */
-typedef struct {
-  /**
-   * Number of leading keys that are HIT: ready in the primary tier.
-   */
-  size_t hits;
-  /**
-   * The answer of key `hits` (HIT when every key is a hit), as a lookup
-   * of that one key would give it; MISS where the prefix ends at it
-   * (`end == hits`).
-   */
-  kvtier_lookup_result stop;
-  /**
-   * Why the prefix ends at `end` (`KVTIER_MISS_NONE` when it ends at the
-   * last key); when `stop` is MISS, why key `hits` missed.
-   */
-  kvtier_miss_reason reason;
-  /**
-   * Keys after the hits, before `end`, not ready yet but on their way
-   * (being written into the primary tier, promotions started now or
-   * earlier, or a tier asked to be asked again).  Since 0.3.
-   */
-  size_t pending;
-  /**
-   * Where the prefix ends: the first key no tier has (or that found no
-   * room, or timed out: see `reason`), else the number of keys.
-   * Since 0.3.
-   */
-  size_t end;
-} kvtier_lookup_answer;
-
-/**
- * What a `prepare_store` call planned.  The caller provides the three
- * arrays, each with room for as many entries as keys were passed (a
- * store plans and evicts at most one slot per key); the call fills the
- * counts and `refused`.
- */
-typedef struct {
-  /**
-   * Out: positions, in the keys passed, of the keys to write now.
-   */
-  size_t *store_indices;
-  /**
-   * Out: the slot of each key to write, parallel to `store_indices`.
-   */
-  uint32_t *slots;
-  /**
-   * Out: the keys evicted to make room (the engine drops its copies).
-   */
-  kvtier_key_buf *evicted;
-  /**
-   * Written: entries used in `store_indices` and `slots`.
-   */
-  size_t store_count;
-  /**
-   * Written: entries used in `evicted`.
-   */
-  size_t evicted_count;
-  /**
-   * Written: true when the store was refused as a whole (no room).
-   */
-  bool refused;
-} kvtier_store_plan;
-
-/**
- * What a `complete_store` call did with the keys it was given.
- */
-typedef struct {
-  /**
-   * Keys made readable.
-   */
-  size_t ready;
-  /**
-   * Keys whose failed write freed their slot.
-   */
-  size_t dropped;
-  /**
-   * Keys not write pending at all (absent or evicted since): ignored.
-   */
-  size_t ignored;
-  /**
-   * Keys write pending for another request or a promotion: ignored.
-   */
-  size_t foreign;
-  /**
-   * Keys already readable: ignored.
-   */
-  size_t already_ready;
-} kvtier_store_completion;
 
 /**
  * The tier's numbers, as `kvtier_primary_read_stats` fills them.
@@ -1422,383 +1801,80 @@ typedef struct {
 } kvtier_primary_stats;
 
 /**
- * What `kvtier_region_reclaim_stale` did with one region's files: a
- * `KVTIER_REGION_RECLAIM_*` value.
+ * Create the region if nobody has, else join it (default).
  */
-typedef int32_t kvtier_region_reclaim_outcome;
+#define KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN 0
 
 /**
- * One region `kvtier_region_reclaim_stale` found, handed to its callback.
- * The strings live during the callback only.
+ * Create the region; fail if a live one exists.
  */
-typedef struct {
-  /**
-   * The region's name (its first file's name), NUL-terminated.
-   */
-  const char *name;
-  /**
-   * Why its files were kept, NUL-terminated (naming the file); "" when
-   * they were removed.
-   */
-  const char *reason;
-  /**
-   * Bytes of its files found.
-   */
-  uint64_t bytes;
-  /**
-   * `KVTIER_REGION_RECLAIM_REMOVED`, or why the files were kept.
-   */
-  kvtier_region_reclaim_outcome outcome;
-  /**
-   * Segment files found (`<name>.seg<N>`).
-   */
-  uint32_t segment_files;
-  /**
-   * Whether its first file was found (false: only segments were).
-   */
-  bool first_file;
-} kvtier_region_reclaim_entry;
+#define KVTIER_REGION_OPEN_MODE_CREATE 1
 
 /**
- * Receives one region `kvtier_region_reclaim_stale` found (see
- * `kvtier_region_reclaim_entry`).  Called on the calling thread once the
- * sweep is over (no file is locked then); it may call any kvtier function
- * and must not unwind (C++: `noexcept`).
+ * Join the region, waiting for it to appear.
  */
-typedef void (*kvtier_region_reclaim_fn)(void *user_data, const kvtier_region_reclaim_entry *entry);
+#define KVTIER_REGION_OPEN_MODE_JOIN 2
 
 /**
- * Options of `kvtier_manager_add_redis_tier`.  Initialize with
- * `kvtier_redis_options_default()` (growth rule).  Strings are
- * NUL-terminated, read during the call only; NULL means the default
- * stated for each.
+ * No pre-faulting.
  */
-typedef struct {
-  /**
-   * `sizeof(kvtier_redis_options)` as the caller was compiled with.
-   */
-  size_t struct_size;
-  /**
-   * Tier name in stats and errors; NULL: "redis".
-   */
-  const char *name;
-  /**
-   * Comma-separated `host:port` list: the server, or cluster seed nodes;
-   * NULL: "127.0.0.1:6379".
-   */
-  const char *nodes;
-  /**
-   * Whether `nodes` are Redis Cluster nodes (default false).
-   */
-  bool cluster;
-  /**
-   * Key prefix (`namespace:hex(key)`); one per block layout; NULL: "kvtier".
-   */
-  const char *key_namespace;
-  /**
-   * ACL user for AUTH; NULL: none.
-   */
-  const char *username;
-  /**
-   * Password for AUTH; NULL: none.
-   */
-  const char *password;
-  /**
-   * Database number (standalone only; default 0): 0 to `INT32_MAX`.
-   */
-  int64_t db;
-  /**
-   * TLS to the server (needs a build with the `redis-tls` feature;
-   * default false).
-   */
-  bool tls;
-  /**
-   * PEM file of the CA(s) to trust for TLS; NULL: the system's.
-   */
-  const char *tls_ca_file;
-  /**
-   * Expiry of stored blocks in milliseconds; 0 (default): none; at most
-   * 2^62 (longer cannot work: Redis refuses such an expiry).
-   */
-  uint64_t ttl_ms;
-  /**
-   * Bound on opening a connection, in milliseconds (default 1000).
-   */
-  uint32_t connect_timeout_ms;
-  /**
-   * Bound on one round trip's reads and writes, in milliseconds (default 2000).
-   */
-  uint32_t command_timeout_ms;
-  /**
-   * Worker threads, one connection each (default 4).
-   */
-  uint32_t connections;
-  /**
-   * Most value bytes per pipelined round trip (default 4 MiB).
-   */
-  size_t pipeline_bytes;
-  /**
-   * Most commands per pipelined round trip (default 256).
-   */
-  uint32_t pipeline_ops;
-  /**
-   * Consecutive failures that open the circuit breaker (default 3).
-   */
-  uint32_t breaker_failures;
-  /**
-   * Milliseconds the breaker stays open before a probe (default 1000).
-   */
-  uint32_t breaker_cooldown_ms;
-  /**
-   * Milliseconds a negative existence check answers MISS (default 500).
-   */
-  uint32_t miss_cache_ms;
-  /**
-   * Most keys the tier remembers as present (default 262144, about
-   * 200 bytes each); older ones are checked with the server again.
-   */
-  size_t max_known_keys;
-  /**
-   * Whether the tier's events ("stored", "removed") reach
-   * `kvtier_manager_take_events` (default true); its queue holds at most
-   * the manager's `event_capacity` events.
-   */
-  bool events;
-} kvtier_redis_options;
+#define KVTIER_REGION_PREFAULT_OFF 0
 
 /**
- * Whether `kvtier_region_new` may create the region, join it, or either:
- * a `KVTIER_REGION_OPEN_MODE_*` value.
+ * `MADV_POPULATE_WRITE`, else touch each page (default).
  */
-typedef int32_t kvtier_region_open_mode;
+#define KVTIER_REGION_PREFAULT_AUTO 1
 
 /**
- * How the region's pages are faulted in: a `KVTIER_REGION_PREFAULT_*` value.
+ * Touch each page (keeping its bytes).
  */
-typedef int32_t kvtier_region_prefault;
+#define KVTIER_REGION_PREFAULT_TOUCH 2
 
 /**
- * Barrier callback given at creation: called exactly once by
- * `kvtier_region_new`, on the calling thread, after this process's set-up
- * finished, with `setup_status` (`KVTIER_STATUS_OK` or the set-up error's
- * status).  It must return only once every process of the region has
- * called its barrier, and return `KVTIER_STATUS_OK` to proceed; any other
- * value fails `kvtier_region_new` (`KVTIER_STATUS_TIMEOUT` for a barrier
- * that gave up waiting, as `KVTIER_STATUS_TIMEOUT`; anything else as
- * `KVTIER_STATUS_PEER_FAILED`).  It must not call kvtier region
- * functions.
+ * This process created the region.
  */
-typedef int32_t (*kvtier_region_barrier_fn)(void *user_data, int32_t setup_status);
+#define KVTIER_REGION_ROLE_CREATOR 1
 
 /**
- * Options for `kvtier_region_new`.  Initialize with
- * `kvtier_region_options_default()` (growth rule), then set `name`,
- * `slot_count` and `slot_bytes` at least.  Every process of one region
- * passes the same layout (`slot_count`, `slot_bytes`, `worker_bytes`,
- * `segments`).
+ * This process joined a region another created.
  */
-typedef struct {
-  /**
-   * `sizeof(kvtier_region_options)` as the caller was compiled with.
-   */
-  size_t struct_size;
-  /**
-   * Region name (NUL-terminated UTF-8 file name, no `/`); required
-   * (NULL is `KVTIER_STATUS_INVALID_ARGUMENT`).
-   */
-  const char *name;
-  /**
-   * Directory of the backing files; NULL means `/dev/shm`.
-   */
-  const char *directory;
-  /**
-   * Number of slots (rows); at least 1.
-   */
-  uint32_t slot_count;
-  /**
-   * Bytes per slot = row stride; a multiple of the page size.
-   */
-  size_t slot_bytes;
-  /**
-   * Bytes of each worker's area in a row (per-worker layout); 0: none.
-   */
-  size_t worker_bytes;
-  /**
-   * `KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN` (default), `_CREATE` or `_JOIN`.
-   */
-  kvtier_region_open_mode open;
-  /**
-   * How long a joiner waits for the region to appear and be sized, in
-   * milliseconds (default 30000).
-   */
-  uint32_t join_timeout_ms;
-  /**
-   * Number of backing files, each at least 1 GiB (default 1).
-   */
-  uint32_t segments;
-  /**
-   * `KVTIER_REGION_PREFAULT_AUTO` (default), `_OFF` or `_TOUCH`.  Even
-   * off, the creator reserves the region's room on the file system.
-   */
-  kvtier_region_prefault prefault;
-  /**
-   * With `prefault_share_count > 0`, pre-fault only share
-   * `prefault_share_index` of `prefault_share_count`: this worker's area
-   * of every row under the per-worker layout, else a contiguous range
-   * of rows.  0: the whole region (default).
-   */
-  uint32_t prefault_share_count;
-  /**
-   * Which share to pre-fault, below `prefault_share_count`.
-   */
-  uint32_t prefault_share_index;
-  /**
-   * Threads pre-faulting in parallel (default 1: the calling thread).
-   */
-  uint32_t prefault_threads;
-  /**
-   * Permission bits of the backing files (default 0600), applied exactly.
-   */
-  uint32_t mode;
-  /**
-   * What a creator does with a backing file no process holds (left by a
-   * crashed run): replace it (true, default) or fail.
-   */
-  bool replace_stale;
-  /**
-   * Optional barrier (see `kvtier_region_barrier_fn`); when set, the
-   * names are removed after it returns, so the memory is freed when the
-   * last process unmaps.  NULL: no barrier (default).
-   */
-  kvtier_region_barrier_fn barrier;
-  /**
-   * Passed to `barrier`; not owned by kvtier.
-   */
-  void *barrier_user_data;
-} kvtier_region_options;
+#define KVTIER_REGION_ROLE_JOINER 2
 
 /**
- * What part this process took in making the region: a
- * `KVTIER_REGION_ROLE_*` value (`kvtier_region_read_role`).
+ * Its files were removed: no process held them.
  */
-typedef int32_t kvtier_region_role;
+#define KVTIER_REGION_RECLAIM_REMOVED 0
 
 /**
- * A strided view of a region: `rows` rows of `length` bytes, row `r` at
- * byte `offset + r * stride` from the region's base address.
+ * Kept: a process holds one of its files (it maps the region, or is
+ * setting it up).
  */
-typedef struct {
-  /**
-   * Offset of row 0 from the base, in bytes.
-   */
-  size_t offset;
-  /**
-   * Distance between rows, in bytes.
-   */
-  size_t stride;
-  /**
-   * Bytes per row in the view.
-   */
-  size_t length;
-  /**
-   * Number of rows (the slot count).
-   */
-  uint32_t rows;
-} kvtier_region_view;
+#define KVTIER_REGION_RECLAIM_HELD 1
 
 /**
- * What happened to one finished request, as the report callback receives
- * it; every pointer in it is valid during the call only.  Under the growth
- * rule: `struct_size` is the size of the library's layout; a caller built
- * against a newer header reads a field only if it lies within
- * `struct_size`.
+ * Kept: one of its names is a symlink, directory, FIFO, socket or device.
  */
-typedef struct {
-  /**
-   * `sizeof(kvtier_request_report)` as this library lays it out.
-   */
-  size_t struct_size;
-  /**
-   * The request's handle.
-   */
-  kvtier_request_handle request;
-  /**
-   * The request's name, NUL-terminated.
-   */
-  const char *name;
-  /**
-   * Keys its lookups looked at (a batched lookup counts the keys up to
-   * the one it stopped at).
-   */
-  uint64_t lookups;
-  /**
-   * Keys its lookups found, by tier number (`tier_count` entries):
-   * `tier_hits[0]` in the primary tier (answered HIT), `tier_hits[t]` in
-   * secondary tier `t` (a promotion from it started).
-   */
-  const uint64_t *tier_hits;
-  /**
-   * Entries of `tier_hits`: the primary tier and each secondary tier.
-   */
-  size_t tier_count;
-  /**
-   * Keys its `kvtier_manager_prepare_load` calls pinned for loads to the GPU.
-   */
-  uint64_t loaded;
-  /**
-   * Keys its stores made ready in the primary tier.
-   */
-  uint64_t stored;
-  /**
-   * Keys promoted for it that arrived in the primary tier.
-   */
-  uint64_t promoted;
-  /**
-   * Keys of its stores that failed and of its promotions that failed.
-   */
-  uint64_t failed;
-  /**
-   * Nanoseconds it waited for blocks on their way: each wait runs from
-   * a lookup that left some of its keys on their way to the first later
-   * lookup that left none (or its `kvtier_manager_prepare_load`, its
-   * finish, or a lookup after the wait bound).
-   */
-  uint64_t promotion_wait_ns;
-  /**
-   * Blocks it asked for: the keys of its largest lookup (per-key
-   * lookups: those of one step together, up to the first miss).
-   * Since 0.3.
-   */
-  uint64_t asked;
-  /**
-   * Blocks it was served, by the tier they came from (`tier_count`
-   * entries): `tier_served[0]` already in the primary tier,
-   * `tier_served[t]` promoted for it from secondary tier `t`.  Each
-   * block asked for counts once: they sum to `loaded` or `asked`,
-   * whichever is smaller.  Since 0.3.
-   */
-  const uint64_t *tier_served;
-  /**
-   * Blocks it asked for and was not served (`asked` less the sum of
-   * `tier_served`): the engine computed them.  Since 0.3.
-   */
-  uint64_t recomputed;
-  /**
-   * Steps (`kvtier_manager_schedule_end` calls) it spent waiting for
-   * blocks on their way.  Since 0.3.
-   */
-  uint64_t steps_waited;
-} kvtier_request_report;
+#define KVTIER_REGION_RECLAIM_NOT_REGULAR 2
 
 /**
- * Receives the report of one finished request (see
- * `kvtier_manager_set_request_report_callback`).  Called on the thread
- * of the manager call that let the request go, with the manager's lock
- * held: it must not call the manager (such calls fail with
- * `KVTIER_STATUS_REENTRANT`), should return quickly, and must not unwind
- * (C++: `noexcept`).
+ * Kept: one of its files belongs to another user.
  */
-typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_report *report);
+#define KVTIER_REGION_RECLAIM_OTHER_USER 3
+
+/**
+ * Kept: its first file does not begin with a region's layout header.
+ */
+#define KVTIER_REGION_RECLAIM_NO_HEADER 4
+
+/**
+ * Kept: a file was removed, replaced or created while it was looked at.
+ */
+#define KVTIER_REGION_RECLAIM_CHANGED 5
+
+/**
+ * Kept (or partly removed): looking at or removing a file failed.
+ */
+#define KVTIER_REGION_RECLAIM_FAILED 6
 
 /**
  * The lookup answers RETRY: ask again later (default).
@@ -1811,6 +1887,38 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
 #define KVTIER_PROMOTION_ANSWER_HIT_PENDING 1
 
 /**
+ * Blocks newly stored in the primary tier are cascaded.
+ */
+#define KVTIER_OFFLOAD_BLOCK_LEVEL 0
+
+/**
+ * Every block of the request is cascaded, resident ones too.
+ */
+#define KVTIER_OFFLOAD_REQUEST_LEVEL 1
+
+/**
+ * Primary tier to secondary tier (a cascade; the slots are pinned).
+ */
+#define KVTIER_JOB_STORE 0
+
+/**
+ * Secondary tier to primary tier (a promotion; the slots are write pending).
+ */
+#define KVTIER_JOB_LOAD 1
+
+/**
+ * A counter, cumulative from creation (only grows; never reset, so
+ * per-interval numbers are the difference of two reads).  The series of
+ * a histogram are counters too.
+ */
+#define KVTIER_STAT_COUNTER 0
+
+/**
+ * A gauge (a current level).
+ */
+#define KVTIER_STAT_GAUGE 1
+
+/**
  * Drop every cascade while the tier is under pressure (default).
  */
 #define KVTIER_PRESSURE_POLICY_DROP 0
@@ -1819,6 +1927,18 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
  * Admit one cascade at a time while the tier is under pressure.
  */
 #define KVTIER_PRESSURE_POLICY_THROTTLE 1
+
+/**
+ * A file per block: any file system, and directories several processes
+ * or hosts share.
+ */
+#define KVTIER_FS_LAYOUT_FILES 0
+
+/**
+ * Records in large preallocated segment files: local storage used by one
+ * process, at the device's speed for small blocks too.
+ */
+#define KVTIER_FS_LAYOUT_SEGMENTS 1
 
 /**
  * Not readable, and nothing is on its way (see `kvtier_miss_reason`).
@@ -1910,18 +2030,6 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
 #define KVTIER_LOCALITY_REMOTE 2
 
 /**
- * A file per block: any file system, and directories several processes
- * or hosts share.
- */
-#define KVTIER_FS_LAYOUT_FILES 0
-
-/**
- * Records in large preallocated segment files: local storage used by one
- * process, at the device's speed for small blocks too.
- */
-#define KVTIER_FS_LAYOUT_SEGMENTS 1
-
-/**
  * Never handed out by this object (0, or past the last handle it handed
  * out): a mistyped handle, or another object's.  No call takes it.
  */
@@ -1950,119 +2058,19 @@ typedef void (*kvtier_request_report_fn)(void *user_data, const kvtier_request_r
  */
 #define KVTIER_REQUEST_STATE_GONE 4
 
-/**
- * Its files were removed: no process held them.
- */
-#define KVTIER_REGION_RECLAIM_REMOVED 0
-
-/**
- * Kept: a process holds one of its files (it maps the region, or is
- * setting it up).
- */
-#define KVTIER_REGION_RECLAIM_HELD 1
-
-/**
- * Kept: one of its names is a symlink, directory, FIFO, socket or device.
- */
-#define KVTIER_REGION_RECLAIM_NOT_REGULAR 2
-
-/**
- * Kept: one of its files belongs to another user.
- */
-#define KVTIER_REGION_RECLAIM_OTHER_USER 3
-
-/**
- * Kept: its first file does not begin with a region's layout header.
- */
-#define KVTIER_REGION_RECLAIM_NO_HEADER 4
-
-/**
- * Kept: a file was removed, replaced or created while it was looked at.
- */
-#define KVTIER_REGION_RECLAIM_CHANGED 5
-
-/**
- * Kept (or partly removed): looking at or removing a file failed.
- */
-#define KVTIER_REGION_RECLAIM_FAILED 6
-
-/**
- * Create the region if nobody has, else join it (default).
- */
-#define KVTIER_REGION_OPEN_MODE_CREATE_OR_JOIN 0
-
-/**
- * Create the region; fail if a live one exists.
- */
-#define KVTIER_REGION_OPEN_MODE_CREATE 1
-
-/**
- * Join the region, waiting for it to appear.
- */
-#define KVTIER_REGION_OPEN_MODE_JOIN 2
-
-/**
- * No pre-faulting.
- */
-#define KVTIER_REGION_PREFAULT_OFF 0
-
-/**
- * `MADV_POPULATE_WRITE`, else touch each page (default).
- */
-#define KVTIER_REGION_PREFAULT_AUTO 1
-
-/**
- * Touch each page (keeping its bytes).
- */
-#define KVTIER_REGION_PREFAULT_TOUCH 2
-
-/**
- * This process created the region.
- */
-#define KVTIER_REGION_ROLE_CREATOR 1
-
-/**
- * This process joined a region another created.
- */
-#define KVTIER_REGION_ROLE_JOINER 2
-
-/**
- * Blocks newly stored in the primary tier are cascaded.
- */
-#define KVTIER_OFFLOAD_BLOCK_LEVEL 0
-
-/**
- * Every block of the request is cascaded, resident ones too.
- */
-#define KVTIER_OFFLOAD_REQUEST_LEVEL 1
-
-/**
- * Primary tier to secondary tier (a cascade; the slots are pinned).
- */
-#define KVTIER_JOB_STORE 0
-
-/**
- * Secondary tier to primary tier (a promotion; the slots are write pending).
- */
-#define KVTIER_JOB_LOAD 1
-
-/**
- * A counter, cumulative from creation (only grows; never reset, so
- * per-interval numbers are the difference of two reads).  The series of
- * a histogram are counters too.
- */
-#define KVTIER_STAT_COUNTER 0
-
-/**
- * A gauge (a current level).
- */
-#define KVTIER_STAT_GAUGE 1
-
-
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Returns the name of `status` as a static NUL-terminated string, for
+ * example `"KVTIER_STATUS_INVALID_KEY"`.
+ *
+ * `status` may be any integer: values that are not a known status give
+ * `"KVTIER_STATUS_UNKNOWN"`.  The string is static: never free it.  Safe to
+ * call from any thread at any time.
+ */
+const char *kvtier_status_str(int32_t status);
 
 /**
  * Returns this thread's last error message: the text describing the most
@@ -2074,6 +2082,223 @@ extern "C" {
  * has its own message, so this is safe to call from any thread.
  */
 const char *kvtier_last_error_message(void);
+
+/**
+ * Returns the version of the loaded library as a static string
+ * `"MAJOR.MINOR.PATCH"`.  Compare it with `KVTIER_VERSION_MAJOR`,
+ * `KVTIER_VERSION_MINOR` and `KVTIER_VERSION_PATCH` from the header to
+ * detect a header/library mismatch (before 1.0 the minor version must
+ * match too).
+ *
+ * The string is static: never free it.  Safe to call from any thread.
+ */
+const char *kvtier_version(void);
+
+/**
+ * Returns the default options (the core defaults): no name, directory
+ * NULL (`/dev/shm`), create or join, 30 s join timeout, one segment,
+ * automatic pre-faulting of the whole region on one thread, mode 0600,
+ * stale files replaced, no barrier; `struct_size` set.
+ *
+ * The result is a plain value owned by the caller.  Thread-safe.
+ */
+kvtier_region_options kvtier_region_options_default(void);
+
+/**
+ * Creates the region named `options->name` in `options->directory`, or
+ * joins it if another process created it (the first process to create
+ * the backing file exclusively is the creator; the rest wait, up to
+ * `join_timeout_ms`, until it is sized).  The creator records the layout
+ * (slot count, slot bytes, worker bytes, segments) in a one-page header
+ * before the slots of the first backing file, and a joiner that asks for
+ * another layout fails with `KVTIER_STATUS_INVALID_ARGUMENT` naming both.
+ * The creator reserves the region's room on the file system (also with
+ * pre-faulting off): too little room is `KVTIER_STATUS_NO_SPACE`.  A
+ * joiner whose creator fails during set-up fails at once with
+ * `KVTIER_STATUS_PEER_FAILED`.  With a
+ * barrier, the barrier runs once (even if set-up failed: a set-up error is
+ * then returned as it was) and the names are removed afterwards; a barrier
+ * that returns `KVTIER_STATUS_TIMEOUT` fails the call with
+ * `KVTIER_STATUS_TIMEOUT`, any other status but OK (or a value that is no
+ * status) with `KVTIER_STATUS_PEER_FAILED`.
+ *
+ * `options` NULL means the defaults (which have no name: an error); else
+ * initialized with `kvtier_region_options_default()` (growth rule).  Its
+ * strings are read during the call only.  On success writes a new handle
+ * to `*region_out`; on failure writes nothing and leaves nothing it
+ * created on disk.  The caller owns the handle and releases it with
+ * `kvtier_region_close` or `kvtier_region_free`.  May block up to the join
+ * timeout.  Thread-safe.
+ *
+ * # Safety
+ * `options` NULL or valid for its `struct_size`; `region_out` valid for
+ * writes; the barrier, if any, must be callable with `barrier_user_data`.
+ */
+kvtier_status kvtier_region_new(const kvtier_region_options *options, kvtier_region **region_out);
+
+/**
+ * Cleans up and releases the region: removes the backing-file names if
+ * this process created them, closes the descriptors, and unmaps, except
+ * that while slots are lent out (`kvtier_region_set_lent_slots`) the
+ * mapping is kept for good.
+ *
+ * `region` is consumed whatever the result and must not be used again;
+ * NULL is an error.  Writes to `*kept_mapping_out` (which may be NULL)
+ * whether the mapping was kept.  Must not run concurrently with other
+ * calls on `region`.  A failure (removing a name) is reported after the
+ * release.
+ *
+ * # Safety
+ * `region` must be a live handle; `kept_mapping_out` NULL or valid.
+ */
+kvtier_status kvtier_region_close(kvtier_region *region, bool *kept_mapping_out);
+
+/**
+ * Releases the region like `kvtier_region_close`, ignoring errors.
+ * NULL is a no-op.
+ *
+ * # Safety
+ * `region` must be NULL or a live handle, not used afterwards.
+ */
+void kvtier_region_free(kvtier_region *region);
+
+/**
+ * Writes `KVTIER_REGION_ROLE_CREATOR` or `KVTIER_REGION_ROLE_JOINER` to
+ * `*role_out`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `role_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_read_role(const kvtier_region *region, kvtier_region_role *role_out);
+
+/**
+ * Writes the region's base address to `*base_out`: `slot_count * stride`
+ * contiguous bytes, valid until the region is released (or for good
+ * while slots are lent).  Thread-safe.
+ *
+ * # Safety
+ * `region` and `base_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_base(const kvtier_region *region, void **base_out);
+
+/**
+ * Writes the row stride (bytes per slot) to `*stride_out`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `stride_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_stride(const kvtier_region *region, size_t *stride_out);
+
+/**
+ * Writes the number of slots to `*slot_count_out`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `slot_count_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_slot_count(const kvtier_region *region, uint32_t *slot_count_out);
+
+/**
+ * Writes the address of slot `slot` to `*address_out`; a slot at or beyond
+ * the slot count is `KVTIER_STATUS_INVALID_ARGUMENT`.  The address lives
+ * as long as the base address.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `address_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_slot_address(const kvtier_region *region,
+                                         uint32_t slot,
+                                         void **address_out);
+
+/**
+ * Per-worker layout: writes to `*view_out` the view of `length` bytes at
+ * `offset` within worker `worker`'s area of every row.  The region must
+ * have been created with `worker_bytes > 0`, and `offset + length` must
+ * fit in `worker_bytes`.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `view_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_worker_view(const kvtier_region *region,
+                                        uint32_t worker,
+                                        size_t offset,
+                                        size_t length,
+                                        kvtier_region_view *view_out);
+
+/**
+ * Canonical layout: writes to `*view_out` the view of `length` bytes at
+ * `offset` of every row, the same bytes for every worker; `offset +
+ * length` must fit in the stride.  Thread-safe.
+ *
+ * # Safety
+ * `region` and `view_out` must be NULL or valid.
+ */
+kvtier_status kvtier_region_canonical_view(const kvtier_region *region,
+                                           size_t offset,
+                                           size_t length,
+                                           kvtier_region_view *view_out);
+
+/**
+ * Removes the backing files' names if they still name this region's
+ * files; call it once every process has joined.  Mappings stay valid and
+ * the memory is freed when the last process unmaps.  Writes to
+ * `*removed_out` (which may be NULL) whether this call removed a name.
+ * Thread-safe.
+ *
+ * # Safety
+ * `region` must be NULL or valid; `removed_out` NULL or valid.
+ */
+kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed_out);
+
+/**
+ * Declares how many slots are lent out to a device (registered with a GPU
+ * driver or a NIC); while non-zero, `kvtier_region_close` keeps the
+ * mapping so no device writes into reused address space.  0 clears it.
+ * Thread-safe.
+ *
+ * # Safety
+ * `region` must be NULL or valid.
+ */
+kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t count);
+
+/**
+ * Removes the files of every stale region in `directory` whose name
+ * starts with `prefix`, and reports each region found to `callback`.  A
+ * region is stale when no process holds any of its files: every process
+ * mapping a region holds a shared `flock` on each of them, so what a
+ * killed process left is found without knowing its name.  It is for
+ * callers whose region names change at every start: a name opened again
+ * is replaced by `kvtier_region_new` itself.
+ *
+ * The directory is treated as hostile: symlinks, directories, FIFOs,
+ * sockets and devices are never opened or removed, nor files of another
+ * user; a first file that does not begin with a region's layout header
+ * is kept; a region with any such file, or any file held, is kept whole.
+ * Segment files (`<name>.seg<N>`) whose first file is gone are removed
+ * by the same rules (they have no header).  A name is removed only while
+ * it still names the file found unheld and locked by this call.  The
+ * project's docs/region.md gives the rules in full.
+ *
+ * `directory` NULL means `/dev/shm`; one that does not exist holds no
+ * region.  `prefix` is required, non-empty, without `/`
+ * (`KVTIER_STATUS_INVALID_ARGUMENT` otherwise); both are UTF-8 and read
+ * during the call only.  `callback` (may be NULL) is called once per
+ * region found, in name order, removed or kept, after the sweep; with
+ * `user_data`, which is not kvtier's.  Writes the number of regions
+ * removed to `*removed_out` (may be NULL).  A directory that cannot be
+ * opened or listed is an error (`KVTIER_STATUS_IO`), before anything is
+ * removed; a file that cannot be looked at or removed is reported as
+ * `KVTIER_REGION_RECLAIM_FAILED` and the sweep goes on.  Thread-safe.
+ *
+ * # Safety
+ * `directory` NULL or a valid NUL-terminated string; `prefix` a valid
+ * NUL-terminated string; `callback` NULL or callable with `user_data`;
+ * `removed_out` NULL or valid for writes.
+ */
+kvtier_status kvtier_region_reclaim_stale(const char *directory,
+                                          const char *prefix,
+                                          kvtier_region_reclaim_fn callback,
+                                          void *user_data,
+                                          size_t *removed_out);
 
 /**
  * Returns the default manager options (the core defaults): 1024 slots,
@@ -2115,22 +2340,6 @@ kvtier_status kvtier_manager_new(const kvtier_manager_options *options,
                                  kvtier_manager **manager_out);
 
 /**
- * Returns the default tier options (the core defaults): back-pressure
- * off; when turned on, alpha 0.3, high 1.0 and low 0.5 ns per byte,
- * warm-up 3, 3 failures, drop; events on; `struct_size` set.
- * Safe to call from any thread.
- */
-kvtier_tier_options kvtier_tier_options_default(void);
-
-/**
- * Returns a vtable with every entry NULL, no name, medium and locality
- * `_ANY`, and `struct_size` set: start every `kvtier_tier_vtable` from
- * it, then set the entries the tier implements (`lookup`, `submit_store`
- * and `submit_load` at least).  Safe to call from any thread.
- */
-kvtier_tier_vtable kvtier_tier_vtable_default(void);
-
-/**
  * Registers a secondary tier implemented by a C vtable (copied) and writes
  * its tier index (1 for the first) to `*index_out`.  Allowed until the
  * first request starts.
@@ -2152,6 +2361,87 @@ kvtier_status kvtier_manager_add_tier(const kvtier_manager *manager,
                                       const kvtier_tier_vtable *vtable,
                                       const kvtier_tier_options *options,
                                       size_t *index_out);
+
+/**
+ * Returns request parameters with nothing attached and no filter, and
+ * `struct_size` set.  Safe to call from any thread.
+ */
+kvtier_request_params kvtier_request_params_default(void);
+
+/**
+ * Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
+ * not called, then runs every tier's `destroy`.  NULL is a no-op.
+ *
+ * Must be the last call on the handle: no other thread may be using it
+ * and no tier may report completions afterwards.
+ *
+ * # Safety
+ * `manager` must be NULL or a live handle from `kvtier_manager_new`.
+ */
+void kvtier_manager_free(kvtier_manager *manager);
+
+/**
+ * Writes whether jobs are in flight, keys parked, promotions staged, or
+ * any tier has work outstanding to `*pending_out`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `pending_out` valid for writes.
+ */
+kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, bool *pending_out);
+
+/**
+ * Drains every tier (blocks until no transfer touches the region), then
+ * forgets every block of the primary tier (and the pins finished
+ * requests' loads held), drops staged promotions and parked keys, and
+ * finalizes finished requests; secondary tiers keep
+ * their data and active requests keep going.  With secondary tiers,
+ * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
+ * If a tier fails to drain, nothing is reset.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_reset_cache(const kvtier_manager *manager);
+
+/**
+ * Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
+ * worker writes from before the reset are done).  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_reset_flushed(const kvtier_manager *manager);
+
+/**
+ * Reports a finished job of tier `tier` (the index `add_tier` gave) from
+ * any thread, at any time, including from inside a tier callback; the
+ * manager applies it at its next poll.  The result and its key list are
+ * copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
+ * tiers) report through this call: the index of a built-in tier (fs,
+ * redis), which reports through its own polling, is
+ * `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
+ * that names no secondary tier.  An id the tier was never given, or one
+ * reported twice, is logged as a tier bug then (not an error here).
+ * Thread-safe; never blocks on the manager's main lock.
+ *
+ * # Safety
+ * `manager` a live handle; `result` valid, with `succeeded_keys` valid for
+ * `succeeded_len` reads.
+ */
+kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
+                                          size_t tier,
+                                          const kvtier_job_result *result);
+
+/**
+ * Shuts every secondary tier down (each gets a try even if one fails).
+ * If one failed, returns `KVTIER_STATUS_TIER` naming it, and any region
+ * attached to the manager stays mapped.  Every later call except `_free`
+ * returns `KVTIER_STATUS_CLOSED`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_shutdown(const kvtier_manager *manager);
 
 /**
  * Builds a manager from the JSON document `json` (`len` bytes of UTF-8,
@@ -2235,76 +2525,20 @@ kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
                                          uint32_t *slot_count_out);
 
 /**
- * Creates an empty event buffer and writes it to `*buffer_out`.  It
- * allocates nothing until a take; each take grows it to what that take
- * hands out (fallibly: `KVTIER_STATUS_OUT_OF_MEMORY`, nothing taken) and
- * keeps the memory for the next.  The caller owns it and frees it with
- * [`kvtier_event_buffer_free`]; it may take from any manager, one take
- * at a time.  Safe to call from any thread.
- *
- * # Safety
- * `buffer_out` valid for writes.
+ * Returns the default tier options (the core defaults): back-pressure
+ * off; when turned on, alpha 0.3, high 1.0 and low 0.5 ns per byte,
+ * warm-up 3, 3 failures, drop; events on; `struct_size` set.
+ * Safe to call from any thread.
  */
-kvtier_status kvtier_event_buffer_new(kvtier_event_buffer **buffer_out);
+kvtier_tier_options kvtier_tier_options_default(void);
 
 /**
- * Frees an event buffer; NULL is ignored.  The keys of the events taken
- * into it are invalid from then on.  Must not run concurrently with a
- * take into it.
- *
- * # Safety
- * `buffer` NULL or a live buffer from [`kvtier_event_buffer_new`], not
- * used afterwards.
+ * Returns a vtable with every entry NULL, no name, medium and locality
+ * `_ANY`, and `struct_size` set: start every `kvtier_tier_vtable` from
+ * it, then set the entries the tier implements (`lookup`, `submit_store`
+ * and `submit_load` at least).  Safe to call from any thread.
  */
-void kvtier_event_buffer_free(kvtier_event_buffer *buffer);
-
-/**
- * Moves up to `capacity` events into `events_out`, oldest first (the
- * primary tier's, then each secondary tier's own), writes their number to
- * `*written_out` and whether more wait to `*more_out`.  Each event is a
- * batch: consecutive events of one tier and kind, with the tier's medium
- * and locality and its keys (a `KVTIER_EVENT_CLEARED` event is one of its
- * own, with no keys).
- *
- * The keys point into `buffer`, the caller's: they stay valid until the
- * next take into the same buffer (whatever it returns), or its
- * `kvtier_event_buffer_free`,
- * whatever other threads take from the manager into their own buffers.
- * Copy what you keep longer.  `events_out` may be NULL when `capacity` is
- * 0 (which takes nothing; `kvtier_manager_events_queued` tells how much
- * waits).  If memory for the keys runs out, nothing is taken
- * (`KVTIER_STATUS_OUT_OF_MEMORY`) and the buffer holds nothing.  The
- * manager is internally synchronized; the buffer is not (one take into
- * it at a time).
- *
- * # Safety
- * `manager` a live handle; `buffer` a live buffer no other thread uses
- * during the call; `events_out` valid for `capacity` writes;
- * `written_out` and `more_out` valid for writes.
- */
-kvtier_status kvtier_manager_take_events(const kvtier_manager *manager,
-                                         kvtier_event_buffer *buffer,
-                                         kvtier_event *events_out,
-                                         size_t capacity,
-                                         size_t *written_out,
-                                         bool *more_out);
-
-/**
- * Writes how much waits to be taken: to `*events_out` the number of
- * `kvtier_event` entries a `kvtier_manager_take_events` needs to take it
- * all, and to `*keys_out` (unless it is NULL) their keys together.  The
- * count is of what the manager holds after gathering what each tier has
- * (at most the event capacity per tier: a tier holding more hands the
- * rest over later, which a take's `more_out` tells).  Other threads may
- * take or add events before the caller's take.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `events_out` valid for writes; `keys_out` NULL
- * or valid for writes.
- */
-kvtier_status kvtier_manager_events_queued(const kvtier_manager *manager,
-                                           size_t *events_out,
-                                           size_t *keys_out);
+kvtier_tier_vtable kvtier_tier_vtable_default(void);
 
 /**
  * Returns the default file-system tier options (the core defaults; the
@@ -2340,6 +2574,345 @@ kvtier_status kvtier_manager_add_fs_tier(const kvtier_manager *manager,
                                          size_t *index_out);
 
 /**
+ * Returns the default redis tier options (the core defaults: standalone
+ * `127.0.0.1:6379`, namespace "kvtier", no AUTH, no TLS, no TTL, 4
+ * connections, 1 s connect and 2 s command timeouts, breaker after 3
+ * failures with a 1 s cool-down), the strings NULL (their defaults), and
+ * `struct_size` set.  Safe to call from any thread.
+ */
+kvtier_redis_options kvtier_redis_options_default(void);
+
+/**
+ * Creates a redis tier that copies blocks between the manager's slot
+ * memory and Redis, and adds it as the manager's next secondary tier;
+ * writes its tier index (1 for the first secondary tier) to `*index_out`.
+ * Allowed until the first request starts.  Connects nothing during the
+ * call (the tier's threads connect on their first transfer), so an
+ * unreachable server shows later as failed jobs and MISS answers.
+ *
+ * The manager must have slot memory (made by `kvtier_manager_new` with a
+ * region, or from JSON with `block_bytes`), else
+ * `KVTIER_STATUS_INVALID_ARGUMENT` saying so.  `options` NULL (defaults)
+ * or initialized with `kvtier_redis_options_default()` (growth rule);
+ * options that cannot work are `KVTIER_STATUS_INVALID_ARGUMENT`.  On
+ * success the manager owns the tier (shut down by
+ * `kvtier_manager_shutdown` or `_free`).  On failure nothing is added.
+ * Without the `redis-tier` build feature: `KVTIER_STATUS_UNSUPPORTED`.
+ * Internally synchronized like the manager.
+ *
+ * # Safety
+ * `manager` a live handle; `options` NULL or valid for its `struct_size`,
+ * with its strings NULL or NUL-terminated; `index_out` valid for writes.
+ */
+kvtier_status kvtier_manager_add_redis_tier(const kvtier_manager *manager,
+                                            const kvtier_redis_options *options,
+                                            size_t *index_out);
+
+/**
+ * Starts a request labelled `name` (NUL-terminated, unique among active
+ * requests: a name in use is `KVTIER_STATUS_DUPLICATE_REQUEST`): asks
+ * every tier for its offload policy.  Writes the request's handle to
+ * `*request_out`, and to `*policy_out` (which may be NULL)
+ * `KVTIER_OFFLOAD_REQUEST_LEVEL` if any tier wants every block of the
+ * request, else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
+ *
+ * Every later call of the request takes the handle (never 0, never
+ * reused by this manager); the name is only the request's label, which
+ * tiers see.  Once the request is finished the handle is
+ * `KVTIER_STATUS_UNKNOWN_REQUEST` (but for completing its stores and
+ * loads in flight, see [`kvtier_manager_request_finished`]) and the name
+ * may be used again.
+ * `params` may be NULL (nothing attached, no filter); its strings and
+ * arrays are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `name` NUL-terminated; `params` NULL or
+ * valid, with its arrays valid for their lengths; `request_out` valid
+ * for writes; `policy_out` NULL or valid for writes.
+ */
+kvtier_status kvtier_manager_request_begin(const kvtier_manager *manager,
+                                           const char *name,
+                                           const kvtier_request_params *params,
+                                           kvtier_request_handle *request_out,
+                                           kvtier_offload_policy *policy_out);
+
+/**
+ * Looks up `len` keys of `request` as a prefix and starts, in one call,
+ * the promotions of the whole prefix the tiers hold.  Writes to
+ * `*answer_out` how many leading keys are ready now (`hits`), how many
+ * more are on their way (`pending`), and where the prefix ends (`end`:
+ * the first key no tier has, else `len`; `reason` says why it ends
+ * early).  The engine's pattern: while `pending` > 0, ask again next
+ * step (after `kvtier_manager_schedule_end`); then load `hits` keys with
+ * `kvtier_manager_prepare_load` and compute the rest.  Blocks in a
+ * secondary tier come back in two steps: this one starts every
+ * promotion, the next finds them ready.
+ *
+ * After the leading hits, the scan goes on past keys that are not ready
+ * (being written, or in a tier that asked to be asked again) and past
+ * keys the primary tier lacks and a secondary tier has (the first that
+ * has it, in order, among those the request's filter allows), whose
+ * promotions it starts in key order, and ends at the first key no tier
+ * has (`KVTIER_MISS_ABSENT`; also when promotions are held after a reset).
+ * If the primary tier cannot take a promotion (no slot free of pins, or
+ * its admission threshold), the prefix ends there
+ * (`KVTIER_MISS_NO_ROOM`) and no later key is promoted.  `stop` is the
+ * answer key `hits` would get from `kvtier_manager_lookup_per_key`, or
+ * MISS where the prefix ends at it (a waiting request's prefix that found
+ * no room earlier, or the bound).
+ *
+ * Progress (`progress_hold`, on by default): before it starts
+ * promotions, the lookup holds the prefix's hits, so its own promotions
+ * never evict a hit it reports; blocks promoted for a waiting request are
+ * held when they arrive.  Holds end at the request's next
+ * `kvtier_manager_prepare_load` (its pins take over the blocks it loads),
+ * its finish, a reset, or the wait bound counted from its first hold
+ * still in place (whether or not it still waits).  While it waits, its prefix
+ * never grows past a key that found no room.  After the wait bound
+ * (`progress_wait_steps`, `progress_wait_ms`) the request's next lookup
+ * answers the first key not ready MISS, `KVTIER_MISS_TIMED_OUT`: every
+ * request's wait ends.
+ *
+ * The keys are read in place during the call.  Errors, nothing looked
+ * up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
+ * key of 0 or more than 64 bytes (its position named);
+ * `KVTIER_STATUS_NULL_ARGUMENT` for `keys` NULL with `len` > 0.  `len` 0
+ * answers 0 hits, stop HIT.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads, each naming
+ * `len` readable bytes; `answer_out` valid for writes.
+ */
+kvtier_status kvtier_manager_lookup(const kvtier_manager *manager,
+                                    kvtier_request_handle request,
+                                    const kvtier_key *keys,
+                                    size_t len,
+                                    kvtier_lookup_answer *answer_out);
+
+/**
+ * vLLM 0.33's per-key lookups, batched: looks up `len` keys of `request`
+ * one at a time, in order, and stops at the first that is not HIT, with
+ * exactly the answers, promotions and counters of `len` calls of vLLM's
+ * `lookup` up to that key.  `*answer_out`: `hits` leading keys are HIT;
+ * `stop` is key `hits`'s answer (HIT when every key is); `pending` is 1
+ * when it is HIT_PENDING or RETRY, and `end` is `hits + pending`.
+ *
+ * Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
+ * written into it); on a primary miss, the first secondary tier that has
+ * the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
+ * `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
+ * could not answer yet; else MISS, with `reason` `KVTIER_MISS_NO_ROOM`
+ * (a tier has it, the primary tier did not take it),
+ * `KVTIER_MISS_TIMED_OUT` (the request waited past the bound) or
+ * `KVTIER_MISS_ABSENT`.  The leading hits are not held: a promotion the
+ * stop key started may evict one of them.  For the layer that mirrors
+ * vLLM's connector (which calls it one key at a time and scans on past
+ * RETRY) and for checks against vLLM; an engine of its own uses
+ * `kvtier_manager_lookup`, which starts a whole prefix's promotions at
+ * once.  Errors and safety as `kvtier_manager_lookup`.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads, each naming
+ * `len` readable bytes; `answer_out` valid for writes.
+ */
+kvtier_status kvtier_manager_lookup_per_key(const kvtier_manager *manager,
+                                            kvtier_request_handle request,
+                                            const kvtier_key *keys,
+                                            size_t len,
+                                            kvtier_lookup_answer *answer_out);
+
+/**
+ * Pins `len` ready keys of `request` for a load to the GPU and writes
+ * their slots, in key order, to `slots_out` (room for `len`).  Any key
+ * absent or not ready is an error naming its position; nothing changes
+ * then.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads; `slots_out`
+ * valid for `len` writes.
+ */
+kvtier_status kvtier_manager_prepare_load(const kvtier_manager *manager,
+                                          kvtier_request_handle request,
+                                          const kvtier_key *keys,
+                                          size_t len,
+                                          uint32_t *slots_out);
+
+/**
+ * [0.33] Gives `len` keys of active `request` their token positions in
+ * the primary tier: `positions[i]` is the end-token position of the block
+ * of `keys[i]` (block `i` of a request of 16-token blocks ends at token
+ * `16 * (i + 1)`).  A later position replaces an earlier one for the same
+ * key.  Call it before the request's first call or between its calls
+ * (vLLM's scheduler records a position for each key it will present);
+ * positions are read when used and kept until the request finishes (a
+ * reset keeps them).
+ *
+ * What positions change: with `"lru"`, a key with a position that the
+ * request stores, or first presents while resident (a load, or a ready
+ * key offered to prepare_store), ranks within the request's one rank,
+ * the tail evicted before the head, until the request finishes; an access
+ * never lowers a key's rank.  At `kvtier_manager_request_finished`, a
+ * request's keys are committed head to tail by position when all of them
+ * (or, per KV group, all of the group's) have one.  Keys without a
+ * position behave as if this call was never made.
+ *
+ * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (unknown or
+ * finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
+ * than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
+ * its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
+ * NULL with `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.
+ * `len` = 0 does nothing.  The arrays are read during the call only; the
+ * keys are copied.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` and `positions` valid for `len` reads each.
+ */
+kvtier_status kvtier_manager_set_positions(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           const kvtier_key *keys,
+                                           size_t len,
+                                           const uint64_t *positions);
+
+/**
+ * Marks `len` keys of `request` recently used in the primary tier and
+ * every secondary tier.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_touch(const kvtier_manager *manager,
+                                   kvtier_request_handle request,
+                                   const kvtier_key *keys,
+                                   size_t len);
+
+/**
+ * Unpins `len` keys of `request` after their load to the GPU finished.
+ * Unpinning a key that is absent or not pinned is
+ * `KVTIER_STATUS_KEY_STATE`, naming its position; nothing changes then.
+ *
+ * The request may have finished with keys its
+ * `kvtier_manager_prepare_load` pinned still pinned (an aborted request
+ * whose load is in flight, as vLLM 0.33 allows): its handle then
+ * releases only those pins, a key it holds no pin of (counting repeats in
+ * the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
+ * never unpins another request's blocks.  An active request may unpin
+ * keys it did not pin (as in vLLM); if such unpins took the pin a
+ * finished request holds of a key, that request's completion of the key
+ * releases nothing and still succeeds, counted in the primary tier's
+ * `spent_load_completions`.  Once its last pin is released (or the cache
+ * is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST` here too.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads.
+ */
+kvtier_status kvtier_manager_complete_load(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           const kvtier_key *keys,
+                                           size_t len);
+
+/**
+ * Plans a store of `len` keys of `request` into the primary tier
+ * (collecting finished jobs first) and writes the plan to `*plan_out`:
+ * `refused` (true: no room, no key, slot or event changed; the request
+ * still records its offer for its finish, as in vLLM 0.33); the keys to
+ * write now, as their positions in `keys` (`store_indices`) and their
+ * slots (`slots`), `store_count` of each; and the keys evicted to make
+ * room, `evicted_count` of them (at most `len`), copied to `evicted`
+ * unless it is NULL (evictions are also announced as events).  The
+ * caller provides `store_indices` and `slots` with room for `len`
+ * entries each (NULL only when `len` is 0), and `evicted` with room for
+ * `len`, or NULL when it does not want the evicted keys (their count is
+ * written all the same): the primary tier's `kvtier_primary_prepare_store`
+ * takes the plan by the same rule.
+ *
+ * The keys to write are write pending for this request: only its own
+ * `kvtier_manager_complete_store` finishes them.  Keys already resident
+ * are not stored again; for tiers that asked for request-level offload
+ * they are cascaded now (ready) or once ready (write pending).  On an
+ * error nothing is planned and `*plan_out` is left as it was.
+ * Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads; `plan_out`
+ * valid for reads and writes, its arrays valid for `len` writes each
+ * (`evicted` may be NULL).
+ */
+kvtier_status kvtier_manager_prepare_store(const kvtier_manager *manager,
+                                           kvtier_request_handle request,
+                                           const kvtier_key *keys,
+                                           size_t len,
+                                           kvtier_store_plan *plan_out);
+
+/**
+ * Finishes (part of) `request`'s store: of the `len` keys, those this
+ * request's own `kvtier_manager_prepare_store` planned and that are still
+ * being written for it become ready and cascade to every secondary tier
+ * (success), or are dropped (failure).  Every other key is left alone and
+ * counted in the primary tier's stats: a key another request or a
+ * promotion is writing (`foreign_completions`), a ready key
+ * (`already_ready_completions`), an absent key (`late_completions`).  So
+ * passing every key given to prepare_store is safe (the keys not this
+ * request's to complete are reported, see below).  A plan may be
+ * completed in several calls, a part of its keys each time.  The request
+ * may already be finished: it is finalized once every key it planned was
+ * completed.  A completion for a request with no store in flight (after a
+ * reset, or once every key it planned was completed) is counted
+ * (`ignored_store_completions`) and ignored.
+ *
+ * Returns `KVTIER_STATUS_OK` when every key named was acted on, and
+ * `KVTIER_STATUS_KEYS_IGNORED` when a key named was left alone, every one
+ * being left alone when the request had no store in flight (the message
+ * says how many and why): the request's own keys named were completed
+ * all the same, so the engine treats it as a mistake of its own made
+ * visible, not as a failed call.  `len` 0 is OK.
+ * With either, unless `result_out` is NULL, writes what happened to the
+ * keys to it: `ready`, `dropped`, and the keys left alone (`ignored`,
+ * `foreign`, `already_ready`); all 0 when no store was in flight.  Any
+ * other status writes nothing.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `keys` valid for `len` reads; `result_out`
+ * NULL or valid for writes.
+ */
+kvtier_status kvtier_manager_complete_store(const kvtier_manager *manager,
+                                            kvtier_request_handle request,
+                                            const kvtier_key *keys,
+                                            size_t len,
+                                            bool success,
+                                            kvtier_store_completion *result_out);
+
+/**
+ * Marks `request` finished: its handle is unknown to every later call
+ * (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
+ * which still completes its stores in flight, and
+ * `kvtier_manager_complete_load`, which still releases the pins its
+ * loads hold (those alone; an aborted request may finish while its load
+ * is in flight).  Tiers hear of it (and the name may be reused) once it
+ * has no store in flight, no parked key and no staged promotion, whatever
+ * its loads.  The primary tier commits the request's accesses
+ * at once: every key it stored, loaded or offered to store that is still
+ * resident gets one access, its head most recent (head to tail: first
+ * presentation order; with `kv_groups`, group by group, each by token
+ * position when all its keys have one; by position when every key has
+ * one; see `kvtier_manager_set_positions`).  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_request_finished(const kvtier_manager *manager,
+                                              kvtier_request_handle request);
+
+/**
+ * Ends a scheduler step: collects finished jobs (once per step), submits
+ * the promotions gathered in the step (one load job per tier and request),
+ * retries parked cascades, and tells every tier.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle.
+ */
+kvtier_status kvtier_manager_schedule_end(const kvtier_manager *manager);
+
+/**
  * Writes to `*state_out` where `request` stands: never issued by this
  * manager (`KVTIER_REQUEST_STATE_NEVER_ISSUED`: 0, or a handle it never
  * handed out), active, finished but kept by its stores in flight, parked
@@ -2373,110 +2946,6 @@ kvtier_status kvtier_manager_request_state(const kvtier_manager *manager,
 kvtier_status kvtier_primary_request_state(kvtier_primary *primary,
                                            kvtier_request_handle request,
                                            kvtier_request_state *state_out);
-
-/**
- * Installs `callback` to receive kvtier's log records at `max_level` or
- * more severe, replacing any previous callback; a NULL `callback` (or
- * `max_level` `KVTIER_LOG_LEVEL_OFF`) removes it.  Without a callback
- * kvtier prints nothing.
- *
- * `max_level` must be a `kvtier_log_level` value.  `user_data` is passed
- * back to every call; kvtier never frees it; it must stay valid until the
- * callback is replaced or removed.  Strings passed to the callback live
- * for that call only.
- *
- * The callback may be called from any thread that does kvtier work
- * (the scheduler thread, tiers' I/O threads), concurrently; it must be
- * thread-safe, must not call kvtier, and must not unwind (C++: noexcept).
- * This setting is process-wide.  Fails with `KVTIER_STATUS_UNSUPPORTED`
- * if the process already has a Rust `log` logger.
- *
- * # Safety
- * `callback`, if not NULL, must be a valid function pointer that stays
- * valid, with `user_data`, until it is replaced or removed.
- */
-kvtier_status kvtier_set_log_callback(kvtier_log_fn callback, void *user_data, int32_t max_level);
-
-/**
- * Returns request parameters with nothing attached and no filter, and
- * `struct_size` set.  Safe to call from any thread.
- */
-kvtier_request_params kvtier_request_params_default(void);
-
-/**
- * Frees a manager: shuts its tiers down if `kvtier_manager_shutdown` was
- * not called, then runs every tier's `destroy`.  NULL is a no-op.
- *
- * Must be the last call on the handle: no other thread may be using it
- * and no tier may report completions afterwards.
- *
- * # Safety
- * `manager` must be NULL or a live handle from `kvtier_manager_new`.
- */
-void kvtier_manager_free(kvtier_manager *manager);
-
-/**
- * Writes whether jobs are in flight, keys parked, promotions staged, or
- * any tier has work outstanding to `*pending_out`.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `pending_out` valid for writes.
- */
-kvtier_status kvtier_manager_has_pending_work(const kvtier_manager *manager, bool *pending_out);
-
-/**
- * Drains every tier (blocks until no transfer touches the region), then
- * forgets every block of the primary tier (and the pins finished
- * requests' loads held), drops staged promotions and parked keys, and
- * finalizes finished requests; secondary tiers keep
- * their data and active requests keep going.  With secondary tiers,
- * lookups of absent keys answer MISS until `kvtier_manager_reset_flushed`.
- * If a tier fails to drain, nothing is reset.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_reset_cache(const kvtier_manager *manager);
-
-/**
- * Ends the promotion hold after `kvtier_manager_reset_cache` (call it when
- * worker writes from before the reset are done).  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_reset_flushed(const kvtier_manager *manager);
-
-/**
- * Reports a finished job of tier `tier` (the index `add_tier` gave) from
- * any thread, at any time, including from inside a tier callback; the
- * manager applies it at its next poll.  The result and its key list are
- * copied.  Only tiers added through `kvtier_manager_add_tier` (C vtable
- * tiers) report through this call: the index of a built-in tier (fs,
- * redis), which reports through its own polling, is
- * `KVTIER_STATUS_INVALID_ARGUMENT` and nothing is queued, as is an index
- * that names no secondary tier.  An id the tier was never given, or one
- * reported twice, is logged as a tier bug then (not an error here).
- * Thread-safe; never blocks on the manager's main lock.
- *
- * # Safety
- * `manager` a live handle; `result` valid, with `succeeded_keys` valid for
- * `succeeded_len` reads.
- */
-kvtier_status kvtier_manager_complete_job(const kvtier_manager *manager,
-                                          size_t tier,
-                                          const kvtier_job_result *result);
-
-/**
- * Shuts every secondary tier down (each gets a try even if one fails).
- * If one failed, returns `KVTIER_STATUS_TIER` naming it, and any region
- * attached to the manager stays mapped.  Every later call except `_free`
- * returns `KVTIER_STATUS_CLOSED`.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_shutdown(const kvtier_manager *manager);
 
 /**
  * Writes the manager's own statistics to `*stats_out` (under the growth
@@ -2614,6 +3083,123 @@ kvtier_status kvtier_manager_set_event_callback(const kvtier_manager *manager,
  * `manager` a live handle; `fd_out` valid for writes.
  */
 kvtier_status kvtier_manager_wake_fd(const kvtier_manager *manager, int *fd_out);
+
+/**
+ * Creates an empty event buffer and writes it to `*buffer_out`.  It
+ * allocates nothing until a take; each take grows it to what that take
+ * hands out (fallibly: `KVTIER_STATUS_OUT_OF_MEMORY`, nothing taken) and
+ * keeps the memory for the next.  The caller owns it and frees it with
+ * [`kvtier_event_buffer_free`]; it may take from any manager, one take
+ * at a time.  Safe to call from any thread.
+ *
+ * # Safety
+ * `buffer_out` valid for writes.
+ */
+kvtier_status kvtier_event_buffer_new(kvtier_event_buffer **buffer_out);
+
+/**
+ * Frees an event buffer; NULL is ignored.  The keys of the events taken
+ * into it are invalid from then on.  Must not run concurrently with a
+ * take into it.
+ *
+ * # Safety
+ * `buffer` NULL or a live buffer from [`kvtier_event_buffer_new`], not
+ * used afterwards.
+ */
+void kvtier_event_buffer_free(kvtier_event_buffer *buffer);
+
+/**
+ * Moves up to `capacity` events into `events_out`, oldest first (the
+ * primary tier's, then each secondary tier's own), writes their number to
+ * `*written_out` and whether more wait to `*more_out`.  Each event is a
+ * batch: consecutive events of one tier and kind, with the tier's medium
+ * and locality and its keys (a `KVTIER_EVENT_CLEARED` event is one of its
+ * own, with no keys).
+ *
+ * The keys point into `buffer`, the caller's: they stay valid until the
+ * next take into the same buffer (whatever it returns), or its
+ * `kvtier_event_buffer_free`,
+ * whatever other threads take from the manager into their own buffers.
+ * Copy what you keep longer.  `events_out` may be NULL when `capacity` is
+ * 0 (which takes nothing; `kvtier_manager_events_queued` tells how much
+ * waits).  If memory for the keys runs out, nothing is taken
+ * (`KVTIER_STATUS_OUT_OF_MEMORY`) and the buffer holds nothing.  The
+ * manager is internally synchronized; the buffer is not (one take into
+ * it at a time).
+ *
+ * # Safety
+ * `manager` a live handle; `buffer` a live buffer no other thread uses
+ * during the call; `events_out` valid for `capacity` writes;
+ * `written_out` and `more_out` valid for writes.
+ */
+kvtier_status kvtier_manager_take_events(const kvtier_manager *manager,
+                                         kvtier_event_buffer *buffer,
+                                         kvtier_event *events_out,
+                                         size_t capacity,
+                                         size_t *written_out,
+                                         bool *more_out);
+
+/**
+ * Writes how much waits to be taken: to `*events_out` the number of
+ * `kvtier_event` entries a `kvtier_manager_take_events` needs to take it
+ * all, and to `*keys_out` (unless it is NULL) their keys together.  The
+ * count is of what the manager holds after gathering what each tier has
+ * (at most the event capacity per tier: a tier holding more hands the
+ * rest over later, which a take's `more_out` tells).  Other threads may
+ * take or add events before the caller's take.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `events_out` valid for writes; `keys_out` NULL
+ * or valid for writes.
+ */
+kvtier_status kvtier_manager_events_queued(const kvtier_manager *manager,
+                                           size_t *events_out,
+                                           size_t *keys_out);
+
+/**
+ * Installs `callback` to receive a `kvtier_request_report` for each
+ * request the manager lets go from now on (after
+ * `kvtier_manager_request_finished`, once no store of the request is in
+ * flight and none of its promotions is staged), replacing any previous
+ * one; NULL removes it.  Counting per request starts with the callback:
+ * a request already running reports only what happened since.  Requests
+ * still active when the manager is shut down are not reported.
+ *
+ * `user_data` is passed back to every call and never freed; it and the
+ * callback must stay valid until the callback is replaced or removed, or
+ * the manager is freed.  See `kvtier_request_report_fn` for what the
+ * callback may do.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `callback` NULL or callable from any thread
+ * that calls the manager, with `user_data`.
+ */
+kvtier_status kvtier_manager_set_request_report_callback(const kvtier_manager *manager,
+                                                         kvtier_request_report_fn callback,
+                                                         void *user_data);
+
+/**
+ * Installs `callback` to receive kvtier's log records at `max_level` or
+ * more severe, replacing any previous callback; a NULL `callback` (or
+ * `max_level` `KVTIER_LOG_LEVEL_OFF`) removes it.  Without a callback
+ * kvtier prints nothing.
+ *
+ * `max_level` must be a `kvtier_log_level` value.  `user_data` is passed
+ * back to every call; kvtier never frees it; it must stay valid until the
+ * callback is replaced or removed.  Strings passed to the callback live
+ * for that call only.
+ *
+ * The callback may be called from any thread that does kvtier work
+ * (the scheduler thread, tiers' I/O threads), concurrently; it must be
+ * thread-safe, must not call kvtier, and must not unwind (C++: noexcept).
+ * This setting is process-wide.  Fails with `KVTIER_STATUS_UNSUPPORTED`
+ * if the process already has a Rust `log` logger.
+ *
+ * # Safety
+ * `callback`, if not NULL, must be a valid function pointer that stays
+ * valid, with `user_data`, until it is replaced or removed.
+ */
+kvtier_status kvtier_set_log_callback(kvtier_log_fn callback, void *user_data, int32_t max_level);
 
 /**
  * Returns the default options (the core defaults: 1024 slots, "lru", no
@@ -2944,594 +3530,6 @@ kvtier_status kvtier_primary_take_events(kvtier_primary *primary,
  * of its `struct_size` bytes.
  */
 kvtier_status kvtier_primary_read_stats(kvtier_primary *primary, kvtier_primary_stats *stats_out);
-
-/**
- * Removes the files of every stale region in `directory` whose name
- * starts with `prefix`, and reports each region found to `callback`.  A
- * region is stale when no process holds any of its files: every process
- * mapping a region holds a shared `flock` on each of them, so what a
- * killed process left is found without knowing its name.  It is for
- * callers whose region names change at every start: a name opened again
- * is replaced by `kvtier_region_new` itself.
- *
- * The directory is treated as hostile: symlinks, directories, FIFOs,
- * sockets and devices are never opened or removed, nor files of another
- * user; a first file that does not begin with a region's layout header
- * is kept; a region with any such file, or any file held, is kept whole.
- * Segment files (`<name>.seg<N>`) whose first file is gone are removed
- * by the same rules (they have no header).  A name is removed only while
- * it still names the file found unheld and locked by this call.  The
- * project's docs/region.md gives the rules in full.
- *
- * `directory` NULL means `/dev/shm`; one that does not exist holds no
- * region.  `prefix` is required, non-empty, without `/`
- * (`KVTIER_STATUS_INVALID_ARGUMENT` otherwise); both are UTF-8 and read
- * during the call only.  `callback` (may be NULL) is called once per
- * region found, in name order, removed or kept, after the sweep; with
- * `user_data`, which is not kvtier's.  Writes the number of regions
- * removed to `*removed_out` (may be NULL).  A directory that cannot be
- * opened or listed is an error (`KVTIER_STATUS_IO`), before anything is
- * removed; a file that cannot be looked at or removed is reported as
- * `KVTIER_REGION_RECLAIM_FAILED` and the sweep goes on.  Thread-safe.
- *
- * # Safety
- * `directory` NULL or a valid NUL-terminated string; `prefix` a valid
- * NUL-terminated string; `callback` NULL or callable with `user_data`;
- * `removed_out` NULL or valid for writes.
- */
-kvtier_status kvtier_region_reclaim_stale(const char *directory,
-                                          const char *prefix,
-                                          kvtier_region_reclaim_fn callback,
-                                          void *user_data,
-                                          size_t *removed_out);
-
-/**
- * Returns the default redis tier options (the core defaults: standalone
- * `127.0.0.1:6379`, namespace "kvtier", no AUTH, no TLS, no TTL, 4
- * connections, 1 s connect and 2 s command timeouts, breaker after 3
- * failures with a 1 s cool-down), the strings NULL (their defaults), and
- * `struct_size` set.  Safe to call from any thread.
- */
-kvtier_redis_options kvtier_redis_options_default(void);
-
-/**
- * Creates a redis tier that copies blocks between the manager's slot
- * memory and Redis, and adds it as the manager's next secondary tier;
- * writes its tier index (1 for the first secondary tier) to `*index_out`.
- * Allowed until the first request starts.  Connects nothing during the
- * call (the tier's threads connect on their first transfer), so an
- * unreachable server shows later as failed jobs and MISS answers.
- *
- * The manager must have slot memory (made by `kvtier_manager_new` with a
- * region, or from JSON with `block_bytes`), else
- * `KVTIER_STATUS_INVALID_ARGUMENT` saying so.  `options` NULL (defaults)
- * or initialized with `kvtier_redis_options_default()` (growth rule);
- * options that cannot work are `KVTIER_STATUS_INVALID_ARGUMENT`.  On
- * success the manager owns the tier (shut down by
- * `kvtier_manager_shutdown` or `_free`).  On failure nothing is added.
- * Without the `redis-tier` build feature: `KVTIER_STATUS_UNSUPPORTED`.
- * Internally synchronized like the manager.
- *
- * # Safety
- * `manager` a live handle; `options` NULL or valid for its `struct_size`,
- * with its strings NULL or NUL-terminated; `index_out` valid for writes.
- */
-kvtier_status kvtier_manager_add_redis_tier(const kvtier_manager *manager,
-                                            const kvtier_redis_options *options,
-                                            size_t *index_out);
-
-/**
- * Returns the default options (the core defaults): no name, directory
- * NULL (`/dev/shm`), create or join, 30 s join timeout, one segment,
- * automatic pre-faulting of the whole region on one thread, mode 0600,
- * stale files replaced, no barrier; `struct_size` set.
- *
- * The result is a plain value owned by the caller.  Thread-safe.
- */
-kvtier_region_options kvtier_region_options_default(void);
-
-/**
- * Creates the region named `options->name` in `options->directory`, or
- * joins it if another process created it (the first process to create
- * the backing file exclusively is the creator; the rest wait, up to
- * `join_timeout_ms`, until it is sized).  The creator records the layout
- * (slot count, slot bytes, worker bytes, segments) in a one-page header
- * before the slots of the first backing file, and a joiner that asks for
- * another layout fails with `KVTIER_STATUS_INVALID_ARGUMENT` naming both.
- * The creator reserves the region's room on the file system (also with
- * pre-faulting off): too little room is `KVTIER_STATUS_NO_SPACE`.  A
- * joiner whose creator fails during set-up fails at once with
- * `KVTIER_STATUS_PEER_FAILED`.  With a
- * barrier, the barrier runs once (even if set-up failed: a set-up error is
- * then returned as it was) and the names are removed afterwards; a barrier
- * that returns `KVTIER_STATUS_TIMEOUT` fails the call with
- * `KVTIER_STATUS_TIMEOUT`, any other status but OK (or a value that is no
- * status) with `KVTIER_STATUS_PEER_FAILED`.
- *
- * `options` NULL means the defaults (which have no name: an error); else
- * initialized with `kvtier_region_options_default()` (growth rule).  Its
- * strings are read during the call only.  On success writes a new handle
- * to `*region_out`; on failure writes nothing and leaves nothing it
- * created on disk.  The caller owns the handle and releases it with
- * `kvtier_region_close` or `kvtier_region_free`.  May block up to the join
- * timeout.  Thread-safe.
- *
- * # Safety
- * `options` NULL or valid for its `struct_size`; `region_out` valid for
- * writes; the barrier, if any, must be callable with `barrier_user_data`.
- */
-kvtier_status kvtier_region_new(const kvtier_region_options *options, kvtier_region **region_out);
-
-/**
- * Cleans up and releases the region: removes the backing-file names if
- * this process created them, closes the descriptors, and unmaps, except
- * that while slots are lent out (`kvtier_region_set_lent_slots`) the
- * mapping is kept for good.
- *
- * `region` is consumed whatever the result and must not be used again;
- * NULL is an error.  Writes to `*kept_mapping_out` (which may be NULL)
- * whether the mapping was kept.  Must not run concurrently with other
- * calls on `region`.  A failure (removing a name) is reported after the
- * release.
- *
- * # Safety
- * `region` must be a live handle; `kept_mapping_out` NULL or valid.
- */
-kvtier_status kvtier_region_close(kvtier_region *region, bool *kept_mapping_out);
-
-/**
- * Releases the region like `kvtier_region_close`, ignoring errors.
- * NULL is a no-op.
- *
- * # Safety
- * `region` must be NULL or a live handle, not used afterwards.
- */
-void kvtier_region_free(kvtier_region *region);
-
-/**
- * Writes `KVTIER_REGION_ROLE_CREATOR` or `KVTIER_REGION_ROLE_JOINER` to
- * `*role_out`.  Thread-safe.
- *
- * # Safety
- * `region` and `role_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_read_role(const kvtier_region *region, kvtier_region_role *role_out);
-
-/**
- * Writes the region's base address to `*base_out`: `slot_count * stride`
- * contiguous bytes, valid until the region is released (or for good
- * while slots are lent).  Thread-safe.
- *
- * # Safety
- * `region` and `base_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_base(const kvtier_region *region, void **base_out);
-
-/**
- * Writes the row stride (bytes per slot) to `*stride_out`.  Thread-safe.
- *
- * # Safety
- * `region` and `stride_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_stride(const kvtier_region *region, size_t *stride_out);
-
-/**
- * Writes the number of slots to `*slot_count_out`.  Thread-safe.
- *
- * # Safety
- * `region` and `slot_count_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_slot_count(const kvtier_region *region, uint32_t *slot_count_out);
-
-/**
- * Writes the address of slot `slot` to `*address_out`; a slot at or beyond
- * the slot count is `KVTIER_STATUS_INVALID_ARGUMENT`.  The address lives
- * as long as the base address.  Thread-safe.
- *
- * # Safety
- * `region` and `address_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_slot_address(const kvtier_region *region,
-                                         uint32_t slot,
-                                         void **address_out);
-
-/**
- * Per-worker layout: writes to `*view_out` the view of `length` bytes at
- * `offset` within worker `worker`'s area of every row.  The region must
- * have been created with `worker_bytes > 0`, and `offset + length` must
- * fit in `worker_bytes`.  Thread-safe.
- *
- * # Safety
- * `region` and `view_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_worker_view(const kvtier_region *region,
-                                        uint32_t worker,
-                                        size_t offset,
-                                        size_t length,
-                                        kvtier_region_view *view_out);
-
-/**
- * Canonical layout: writes to `*view_out` the view of `length` bytes at
- * `offset` of every row, the same bytes for every worker; `offset +
- * length` must fit in the stride.  Thread-safe.
- *
- * # Safety
- * `region` and `view_out` must be NULL or valid.
- */
-kvtier_status kvtier_region_canonical_view(const kvtier_region *region,
-                                           size_t offset,
-                                           size_t length,
-                                           kvtier_region_view *view_out);
-
-/**
- * Removes the backing files' names if they still name this region's
- * files; call it once every process has joined.  Mappings stay valid and
- * the memory is freed when the last process unmaps.  Writes to
- * `*removed_out` (which may be NULL) whether this call removed a name.
- * Thread-safe.
- *
- * # Safety
- * `region` must be NULL or valid; `removed_out` NULL or valid.
- */
-kvtier_status kvtier_region_unlink(const kvtier_region *region, bool *removed_out);
-
-/**
- * Declares how many slots are lent out to a device (registered with a GPU
- * driver or a NIC); while non-zero, `kvtier_region_close` keeps the
- * mapping so no device writes into reused address space.  0 clears it.
- * Thread-safe.
- *
- * # Safety
- * `region` must be NULL or valid.
- */
-kvtier_status kvtier_region_set_lent_slots(const kvtier_region *region, uint32_t count);
-
-/**
- * Installs `callback` to receive a `kvtier_request_report` for each
- * request the manager lets go from now on (after
- * `kvtier_manager_request_finished`, once no store of the request is in
- * flight and none of its promotions is staged), replacing any previous
- * one; NULL removes it.  Counting per request starts with the callback:
- * a request already running reports only what happened since.  Requests
- * still active when the manager is shut down are not reported.
- *
- * `user_data` is passed back to every call and never freed; it and the
- * callback must stay valid until the callback is replaced or removed, or
- * the manager is freed.  See `kvtier_request_report_fn` for what the
- * callback may do.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `callback` NULL or callable from any thread
- * that calls the manager, with `user_data`.
- */
-kvtier_status kvtier_manager_set_request_report_callback(const kvtier_manager *manager,
-                                                         kvtier_request_report_fn callback,
-                                                         void *user_data);
-
-/**
- * Starts a request labelled `name` (NUL-terminated, unique among active
- * requests: a name in use is `KVTIER_STATUS_DUPLICATE_REQUEST`): asks
- * every tier for its offload policy.  Writes the request's handle to
- * `*request_out`, and to `*policy_out` (which may be NULL)
- * `KVTIER_OFFLOAD_REQUEST_LEVEL` if any tier wants every block of the
- * request, else `KVTIER_OFFLOAD_BLOCK_LEVEL`.
- *
- * Every later call of the request takes the handle (never 0, never
- * reused by this manager); the name is only the request's label, which
- * tiers see.  Once the request is finished the handle is
- * `KVTIER_STATUS_UNKNOWN_REQUEST` (but for completing its stores and
- * loads in flight, see [`kvtier_manager_request_finished`]) and the name
- * may be used again.
- * `params` may be NULL (nothing attached, no filter); its strings and
- * arrays are copied.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `name` NUL-terminated; `params` NULL or
- * valid, with its arrays valid for their lengths; `request_out` valid
- * for writes; `policy_out` NULL or valid for writes.
- */
-kvtier_status kvtier_manager_request_begin(const kvtier_manager *manager,
-                                           const char *name,
-                                           const kvtier_request_params *params,
-                                           kvtier_request_handle *request_out,
-                                           kvtier_offload_policy *policy_out);
-
-/**
- * Looks up `len` keys of `request` as a prefix and starts, in one call,
- * the promotions of the whole prefix the tiers hold.  Writes to
- * `*answer_out` how many leading keys are ready now (`hits`), how many
- * more are on their way (`pending`), and where the prefix ends (`end`:
- * the first key no tier has, else `len`; `reason` says why it ends
- * early).  The engine's pattern: while `pending` > 0, ask again next
- * step (after `kvtier_manager_schedule_end`); then load `hits` keys with
- * `kvtier_manager_prepare_load` and compute the rest.  Blocks in a
- * secondary tier come back in two steps: this one starts every
- * promotion, the next finds them ready.
- *
- * After the leading hits, the scan goes on past keys that are not ready
- * (being written, or in a tier that asked to be asked again) and past
- * keys the primary tier lacks and a secondary tier has (the first that
- * has it, in order, among those the request's filter allows), whose
- * promotions it starts in key order, and ends at the first key no tier
- * has (`KVTIER_MISS_ABSENT`; also when promotions are held after a reset).
- * If the primary tier cannot take a promotion (no slot free of pins, or
- * its admission threshold), the prefix ends there
- * (`KVTIER_MISS_NO_ROOM`) and no later key is promoted.  `stop` is the
- * answer key `hits` would get from `kvtier_manager_lookup_per_key`, or
- * MISS where the prefix ends at it (a waiting request's prefix that found
- * no room earlier, or the bound).
- *
- * Progress (`progress_hold`, on by default): before it starts
- * promotions, the lookup holds the prefix's hits, so its own promotions
- * never evict a hit it reports; blocks promoted for a waiting request are
- * held when they arrive.  Holds end at the request's next
- * `kvtier_manager_prepare_load` (its pins take over the blocks it loads),
- * its finish, a reset, or the wait bound counted from its first hold
- * still in place (whether or not it still waits).  While it waits, its prefix
- * never grows past a key that found no room.  After the wait bound
- * (`progress_wait_steps`, `progress_wait_ms`) the request's next lookup
- * answers the first key not ready MISS, `KVTIER_MISS_TIMED_OUT`: every
- * request's wait ends.
- *
- * The keys are read in place during the call.  Errors, nothing looked
- * up: `KVTIER_STATUS_UNKNOWN_REQUEST`; `KVTIER_STATUS_INVALID_KEY` for a
- * key of 0 or more than 64 bytes (its position named);
- * `KVTIER_STATUS_NULL_ARGUMENT` for `keys` NULL with `len` > 0.  `len` 0
- * answers 0 hits, stop HIT.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads, each naming
- * `len` readable bytes; `answer_out` valid for writes.
- */
-kvtier_status kvtier_manager_lookup(const kvtier_manager *manager,
-                                    kvtier_request_handle request,
-                                    const kvtier_key *keys,
-                                    size_t len,
-                                    kvtier_lookup_answer *answer_out);
-
-/**
- * vLLM 0.33's per-key lookups, batched: looks up `len` keys of `request`
- * one at a time, in order, and stops at the first that is not HIT, with
- * exactly the answers, promotions and counters of `len` calls of vLLM's
- * `lookup` up to that key.  `*answer_out`: `hits` leading keys are HIT;
- * `stop` is key `hits`'s answer (HIT when every key is); `pending` is 1
- * when it is HIT_PENDING or RETRY, and `end` is `hits + pending`.
- *
- * Each key answers HIT (ready in the primary tier) or HIT_PENDING (being
- * written into it); on a primary miss, the first secondary tier that has
- * the key starts a promotion (answered `KVTIER_LOOKUP_RETRY`, or
- * `KVTIER_LOOKUP_HIT_PENDING` with that option); RETRY also if a tier
- * could not answer yet; else MISS, with `reason` `KVTIER_MISS_NO_ROOM`
- * (a tier has it, the primary tier did not take it),
- * `KVTIER_MISS_TIMED_OUT` (the request waited past the bound) or
- * `KVTIER_MISS_ABSENT`.  The leading hits are not held: a promotion the
- * stop key started may evict one of them.  For the layer that mirrors
- * vLLM's connector (which calls it one key at a time and scans on past
- * RETRY) and for checks against vLLM; an engine of its own uses
- * `kvtier_manager_lookup`, which starts a whole prefix's promotions at
- * once.  Errors and safety as `kvtier_manager_lookup`.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads, each naming
- * `len` readable bytes; `answer_out` valid for writes.
- */
-kvtier_status kvtier_manager_lookup_per_key(const kvtier_manager *manager,
-                                            kvtier_request_handle request,
-                                            const kvtier_key *keys,
-                                            size_t len,
-                                            kvtier_lookup_answer *answer_out);
-
-/**
- * Pins `len` ready keys of `request` for a load to the GPU and writes
- * their slots, in key order, to `slots_out` (room for `len`).  Any key
- * absent or not ready is an error naming its position; nothing changes
- * then.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads; `slots_out`
- * valid for `len` writes.
- */
-kvtier_status kvtier_manager_prepare_load(const kvtier_manager *manager,
-                                          kvtier_request_handle request,
-                                          const kvtier_key *keys,
-                                          size_t len,
-                                          uint32_t *slots_out);
-
-/**
- * [0.33] Gives `len` keys of active `request` their token positions in
- * the primary tier: `positions[i]` is the end-token position of the block
- * of `keys[i]` (block `i` of a request of 16-token blocks ends at token
- * `16 * (i + 1)`).  A later position replaces an earlier one for the same
- * key.  Call it before the request's first call or between its calls
- * (vLLM's scheduler records a position for each key it will present);
- * positions are read when used and kept until the request finishes (a
- * reset keeps them).
- *
- * What positions change: with `"lru"`, a key with a position that the
- * request stores, or first presents while resident (a load, or a ready
- * key offered to prepare_store), ranks within the request's one rank,
- * the tail evicted before the head, until the request finishes; an access
- * never lowers a key's rank.  At `kvtier_manager_request_finished`, a
- * request's keys are committed head to tail by position when all of them
- * (or, per KV group, all of the group's) have one.  Keys without a
- * position behave as if this call was never made.
- *
- * Errors, nothing changed: `KVTIER_STATUS_UNKNOWN_REQUEST` (unknown or
- * finished handle); `KVTIER_STATUS_INVALID_KEY` for a key of 0 or more
- * than 64 bytes, or (with `kv_groups`) fewer than 5, the message naming
- * its position; `KVTIER_STATUS_NULL_ARGUMENT` if `keys` or `positions` is
- * NULL with `len` > 0; `KVTIER_STATUS_OUT_OF_MEMORY` if memory runs out.
- * `len` = 0 does nothing.  The arrays are read during the call only; the
- * keys are copied.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` and `positions` valid for `len` reads each.
- */
-kvtier_status kvtier_manager_set_positions(const kvtier_manager *manager,
-                                           kvtier_request_handle request,
-                                           const kvtier_key *keys,
-                                           size_t len,
-                                           const uint64_t *positions);
-
-/**
- * Marks `len` keys of `request` recently used in the primary tier and
- * every secondary tier.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads.
- */
-kvtier_status kvtier_manager_touch(const kvtier_manager *manager,
-                                   kvtier_request_handle request,
-                                   const kvtier_key *keys,
-                                   size_t len);
-
-/**
- * Unpins `len` keys of `request` after their load to the GPU finished.
- * Unpinning a key that is absent or not pinned is
- * `KVTIER_STATUS_KEY_STATE`, naming its position; nothing changes then.
- *
- * The request may have finished with keys its
- * `kvtier_manager_prepare_load` pinned still pinned (an aborted request
- * whose load is in flight, as vLLM 0.33 allows): its handle then
- * releases only those pins, a key it holds no pin of (counting repeats in
- * the batch) being `KVTIER_STATUS_KEY_STATE` with nothing changed, so it
- * never unpins another request's blocks.  An active request may unpin
- * keys it did not pin (as in vLLM); if such unpins took the pin a
- * finished request holds of a key, that request's completion of the key
- * releases nothing and still succeeds, counted in the primary tier's
- * `spent_load_completions`.  Once its last pin is released (or the cache
- * is reset) the handle is `KVTIER_STATUS_UNKNOWN_REQUEST` here too.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads.
- */
-kvtier_status kvtier_manager_complete_load(const kvtier_manager *manager,
-                                           kvtier_request_handle request,
-                                           const kvtier_key *keys,
-                                           size_t len);
-
-/**
- * Plans a store of `len` keys of `request` into the primary tier
- * (collecting finished jobs first) and writes the plan to `*plan_out`:
- * `refused` (true: no room, no key, slot or event changed; the request
- * still records its offer for its finish, as in vLLM 0.33); the keys to
- * write now, as their positions in `keys` (`store_indices`) and their
- * slots (`slots`), `store_count` of each; and the keys evicted to make
- * room, `evicted_count` of them (at most `len`), copied to `evicted`
- * unless it is NULL (evictions are also announced as events).  The
- * caller provides `store_indices` and `slots` with room for `len`
- * entries each (NULL only when `len` is 0), and `evicted` with room for
- * `len`, or NULL when it does not want the evicted keys (their count is
- * written all the same): the primary tier's `kvtier_primary_prepare_store`
- * takes the plan by the same rule.
- *
- * The keys to write are write pending for this request: only its own
- * `kvtier_manager_complete_store` finishes them.  Keys already resident
- * are not stored again; for tiers that asked for request-level offload
- * they are cascaded now (ready) or once ready (write pending).  On an
- * error nothing is planned and `*plan_out` is left as it was.
- * Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads; `plan_out`
- * valid for reads and writes, its arrays valid for `len` writes each
- * (`evicted` may be NULL).
- */
-kvtier_status kvtier_manager_prepare_store(const kvtier_manager *manager,
-                                           kvtier_request_handle request,
-                                           const kvtier_key *keys,
-                                           size_t len,
-                                           kvtier_store_plan *plan_out);
-
-/**
- * Finishes (part of) `request`'s store: of the `len` keys, those this
- * request's own `kvtier_manager_prepare_store` planned and that are still
- * being written for it become ready and cascade to every secondary tier
- * (success), or are dropped (failure).  Every other key is left alone and
- * counted in the primary tier's stats: a key another request or a
- * promotion is writing (`foreign_completions`), a ready key
- * (`already_ready_completions`), an absent key (`late_completions`).  So
- * passing every key given to prepare_store is safe (the keys not this
- * request's to complete are reported, see below).  A plan may be
- * completed in several calls, a part of its keys each time.  The request
- * may already be finished: it is finalized once every key it planned was
- * completed.  A completion for a request with no store in flight (after a
- * reset, or once every key it planned was completed) is counted
- * (`ignored_store_completions`) and ignored.
- *
- * Returns `KVTIER_STATUS_OK` when every key named was acted on, and
- * `KVTIER_STATUS_KEYS_IGNORED` when a key named was left alone, every one
- * being left alone when the request had no store in flight (the message
- * says how many and why): the request's own keys named were completed
- * all the same, so the engine treats it as a mistake of its own made
- * visible, not as a failed call.  `len` 0 is OK.
- * With either, unless `result_out` is NULL, writes what happened to the
- * keys to it: `ready`, `dropped`, and the keys left alone (`ignored`,
- * `foreign`, `already_ready`); all 0 when no store was in flight.  Any
- * other status writes nothing.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle; `keys` valid for `len` reads; `result_out`
- * NULL or valid for writes.
- */
-kvtier_status kvtier_manager_complete_store(const kvtier_manager *manager,
-                                            kvtier_request_handle request,
-                                            const kvtier_key *keys,
-                                            size_t len,
-                                            bool success,
-                                            kvtier_store_completion *result_out);
-
-/**
- * Marks `request` finished: its handle is unknown to every later call
- * (`KVTIER_STATUS_UNKNOWN_REQUEST`) except `kvtier_manager_complete_store`,
- * which still completes its stores in flight, and
- * `kvtier_manager_complete_load`, which still releases the pins its
- * loads hold (those alone; an aborted request may finish while its load
- * is in flight).  Tiers hear of it (and the name may be reused) once it
- * has no store in flight, no parked key and no staged promotion, whatever
- * its loads.  The primary tier commits the request's accesses
- * at once: every key it stored, loaded or offered to store that is still
- * resident gets one access, its head most recent (head to tail: first
- * presentation order; with `kv_groups`, group by group, each by token
- * position when all its keys have one; by position when every key has
- * one; see `kvtier_manager_set_positions`).  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_request_finished(const kvtier_manager *manager,
-                                              kvtier_request_handle request);
-
-/**
- * Ends a scheduler step: collects finished jobs (once per step), submits
- * the promotions gathered in the step (one load job per tier and request),
- * retries parked cascades, and tells every tier.  Internally synchronized.
- *
- * # Safety
- * `manager` a live handle.
- */
-kvtier_status kvtier_manager_schedule_end(const kvtier_manager *manager);
-
-/**
- * Returns the name of `status` as a static NUL-terminated string, for
- * example `"KVTIER_STATUS_INVALID_KEY"`.
- *
- * `status` may be any integer: values that are not a known status give
- * `"KVTIER_STATUS_UNKNOWN"`.  The string is static: never free it.  Safe to
- * call from any thread at any time.
- */
-const char *kvtier_status_str(int32_t status);
-
-/**
- * Returns the version of the loaded library as a static string
- * `"MAJOR.MINOR.PATCH"`.  Compare it with `KVTIER_VERSION_MAJOR`,
- * `KVTIER_VERSION_MINOR` and `KVTIER_VERSION_PATCH` from the header to
- * detect a header/library mismatch (before 1.0 the minor version must
- * match too).
- *
- * The string is static: never free it.  Safe to call from any thread.
- */
-const char *kvtier_version(void);
 
 #ifdef __cplusplus
 }  // extern "C"

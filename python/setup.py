@@ -82,7 +82,8 @@ def _library(stream: Optional[IO[str]]) -> Path:
         return Path(prebuilt)
     cargo = os.environ.get("KVTIER_CARGO", "cargo")
     features = os.environ.get("KVTIER_CARGO_FEATURES", "redis-tier,redis-tls")
-    command = [cargo, "build", "--release", "--lib"]
+    # The C crate of the workspace builds libkvtier.so (crates/kvtier-capi).
+    command = [cargo, "build", "--release", "-p", "kvtier-capi", "--lib"]
     if features:
         command += ["--features", features]
     _say(stream, f"{' '.join(command)} in {REPO} (a few minutes the first time)")

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Import circles in the library's sources.
 
-Follows the `use crate::...`, `use super::...` and `use self::...`
-declarations of every file under src/ (inline modules included), resolves
+For each crate (by default the two of the library, crates/kvtier/src and
+crates/kvtier-capi/src), follows the `use crate::...`, `use super::...` and
+`use self::...` declarations of every file under its src/ (inline modules
+included), resolves
 each imported name to the file that defines it (through the re-exports and
 imports of the module it names: `use super::Policy` in primary/lru.rs
 reaches primary/policy.rs when primary/mod.rs re-exports it from there),
@@ -24,7 +26,7 @@ reported as a test-only circle.
 Exit status: 0 when no production circle is found, 1 otherwise (so the
 script can guard a build); --quiet prints only the circles.
 
-    tools/check-imports.py [--src src] [--parents] [--edges] [--quiet]
+    tools/check-imports.py [--src DIR]... [--parents] [--edges] [--quiet]
 """
 
 import argparse
@@ -375,7 +377,7 @@ ROOT = "."
 
 
 def rel(file):
-    """`file` as the report shows it: relative to the directory above src/."""
+    """`file` as the report shows it: relative to the repository's root."""
     return os.path.relpath(file, ROOT)
 
 
@@ -430,18 +432,28 @@ def parent_child(modules, edges, include_test):
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--src", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    ap.add_argument("--src", action="append",
+                    help="a crate's src/ directory (repeatable; default: the library's two)")
     ap.add_argument("--parents", action="store_true",
                     help="also report parent/child pairs importing from each other")
     ap.add_argument("--edges", action="store_true",
                     help="list every file-to-file import edge")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
-    src = os.path.normpath(args.src)
     global ROOT
-    ROOT = os.path.dirname(os.path.abspath(src))
+    ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    srcs = args.src or [os.path.join(ROOT, "crates", c, "src") for c in ("kvtier", "kvtier-capi")]
+    status = 0
+    for src in srcs:
+        if len(srcs) > 1 and not args.quiet:
+            print(f"== {rel(os.path.abspath(src))}")
+        status |= check(os.path.normpath(src), args)
+    return status
 
+
+def check(src, args):
+    """Reports the circles of the crate whose sources are under `src`;
+    1 when there is a production circle, else 0."""
     modules = {(): Module((), os.path.join(src, "lib.rs"), False, False)}
     parse_file(src, modules, (), modules[()].file, False)
     graph = Graph(modules)

@@ -17,7 +17,7 @@ python=${PYTHON:-python3}
 
 echo "== libkvtier with -Zsanitizer=address ($nightly, -Zbuild-std)"
 RUSTFLAGS="-Zsanitizer=address" cargo "+$nightly" build -q -Zbuild-std --target "$triple" --release \
-  --features "$features" --target-dir "target/address" --lib
+  -p kvtier-capi --features "$features" --target-dir "target/address" --lib
 
 runtime=$(${CC:-gcc} -print-file-name=libasan.so)
 [ -f "$runtime" ] || { echo "the ASan runtime (libasan.so) was not found: install gcc" >&2; exit 1; }

@@ -23,7 +23,7 @@ build="build/$san"
 
 echo "== libkvtier with -Zsanitizer=$san ($nightly, -Zbuild-std)"
 RUSTFLAGS="-Zsanitizer=$san" cargo "+$nightly" build -q -Zbuild-std --target "$triple" --release \
-  --features "$features" --target-dir "target/$san" --lib
+  -p kvtier-capi --features "$features" --target-dir "target/$san" --lib
 soname=$(readelf -d "$libdir/libkvtier.so" | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p')
 [ -n "$soname" ] && ln -sf libkvtier.so "$libdir/$soname"
 

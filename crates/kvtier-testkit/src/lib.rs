@@ -1,0 +1,21 @@
+//! Test support shared by the tests of `kvtier` (the core) and
+//! `kvtier-capi` (the C API); a dev-dependency only, never part of the
+//! library.
+//!
+//! - [`common`]: a scriptable in-memory secondary tier and managers over
+//!   the reference model of the primary tier.
+//! - [`model`]: that reference model.
+//! - [`probe`]: a manager whose primary tier a test looks into between
+//!   calls (the real tier or the model).
+//! - [`fs_blocks`]: blocks with known bytes for file-system tier tests.
+//! - [`fault_run`]: rounds and seeds of the fault runs.
+//! - [`rng`]: a small deterministic random generator.
+//! - [`tmpfs`]: a small tmpfs of its own, for full-disk tests.
+
+pub mod common;
+pub mod fault_run;
+pub mod fs_blocks;
+pub mod model;
+pub mod probe;
+pub mod rng;
+pub mod tmpfs;

@@ -1,0 +1,486 @@
+//! What a request records, and its finish.  An active request records
+//! each key it stores or loads once, at its first presentation (in
+//! [`RequestRecord`], buffers reused by later requests); the token
+//! positions the caller gives its keys are kept with it; at
+//! [`PrimaryTier::on_request_finished`] its accesses are committed to the
+//! policy, in the order positions and KV groups give.  The record also
+//! counts, per key, the pins the request's loads hold: a request that
+//! finishes with some keeps its record for their `complete_load`.
+
+use super::slots::key_hash;
+
+use foldhash::fast::RandomState;
+
+use super::hints::Hints;
+use super::lists::NIL;
+use super::policy::Policy;
+use super::reorder::LINKS_AHEAD;
+#[cfg(doc)]
+use super::reorder::{request_links_at, request_links_first};
+use super::slots::{self, Slots};
+use super::{PolicyKind, PrimaryTier, positions, unknown};
+use crate::error::{Error, Result};
+use crate::fallible;
+use crate::key::{Key, KeyBytes};
+use crate::request::RequestId;
+
+/// One active request's accesses, committed at its finish.
+#[derive(Debug)]
+pub(super) struct RequestRecord {
+    /// Distinct keys stored or loaded, in first-presentation order.
+    pub(super) accesses: Vec<Access>,
+    /// Positions in `accesses`, hashed over the key bytes: each key is
+    /// recorded once, so the log is bounded by the request's distinct keys
+    /// however often it presents them.
+    pub(super) seen: hashbrown::HashTable<u32>,
+    /// Store candidates this request offered (the policy learns from each
+    /// once per request: ARC's store-miss adaptation).
+    pub(super) adapted: Vec<Key>,
+    /// [0.33] The token positions the caller gave the request's keys.
+    pub(super) positions: positions::Positions,
+    /// The policy's handle on the request's rank ([`NIL`]: none in this
+    /// cache generation).
+    pub(super) rank: u32,
+    /// Where the request's latest lookup found its hits.
+    pub(super) hints: Hints,
+    /// Pins its `prepare_load` calls took and its `complete_load` calls
+    /// have not released yet (the sum of its accesses' `pins`): while any
+    /// remain, a finished request is kept for its late `complete_load`.
+    pub(super) pins: u64,
+}
+
+impl Default for RequestRecord {
+    fn default() -> Self {
+        RequestRecord {
+            accesses: Vec::new(),
+            seen: hashbrown::HashTable::new(),
+            adapted: Vec::new(),
+            positions: positions::Positions::default(),
+            rank: NIL,
+            hints: Hints::default(),
+            pins: 0,
+        }
+    }
+}
+
+/// One key a request stored or loaded.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Access {
+    pub(super) key: Key,
+    /// The slot the key had at its latest presentation: where the commit
+    /// looks first (checked there, as the key may have left since).
+    pub(super) slot: u32,
+    /// Loaded, or found ready at store, by a presentation before the
+    /// request inserted the key itself.
+    pub(super) reused: bool,
+    /// Put in the tier by one of the request's stores.
+    pub(super) inserted: bool,
+    /// Pins of the key that the request's loads took and have not
+    /// released yet.
+    pub(super) pins: u32,
+}
+
+impl RequestRecord {
+    /// Records one access of `key` (hash `h` under `hasher`, now in `slot`):
+    /// appended at its first presentation, else its slot updated and, if
+    /// `reused` and the request did not insert the key itself, marked
+    /// reused.  Returns the entry's index and whether it is new.  O(1);
+    /// allocates only when the request's distinct keys outgrow the
+    /// record's buffers (which are reused by later requests).
+    #[inline]
+    pub(super) fn record(
+        &mut self,
+        hasher: &RandomState,
+        key: &(impl KeyBytes + ?Sized),
+        h: u64,
+        slot: u32,
+        reused: bool,
+    ) -> (u32, bool) {
+        // One probe finds the key or the place to add it.  (The callers
+        // reserved room for the call's keys: the probe never grows the
+        // table.)
+        let accesses = &mut self.accesses;
+        let entry = self.seen.entry(
+            h,
+            |&i| slots::same_key(&accesses[i as usize].key, key),
+            |&j| key_hash(hasher, accesses[j as usize].key.as_bytes()),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => {
+                let i = *e.get();
+                let a = &mut accesses[i as usize];
+                a.reused |= reused && !a.inserted;
+                a.slot = slot;
+                (i, false)
+            }
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                let i = accesses.len() as u32;
+                accesses.push(Access {
+                    key: key.keep_value(),
+                    slot,
+                    reused,
+                    inserted: false,
+                    pins: 0,
+                });
+                if let Some(a) = accesses.last_mut() {
+                    key.keep_finish(&mut a.key);
+                }
+                e.insert(i);
+                (i, true)
+            }
+        }
+    }
+
+    /// Counts one more pin of access `i`, taken by one of the request's loads.
+    #[inline]
+    pub(super) fn add_pin(&mut self, i: u32) {
+        self.accesses[i as usize].pins += 1;
+        self.pins += 1;
+    }
+
+    /// Releases one of the request's pins of `key` (hash `h`): false,
+    /// nothing changed, if it holds none.  O(1).
+    #[inline]
+    pub(super) fn release_pin(&mut self, key: &(impl KeyBytes + ?Sized), h: u64) -> bool {
+        let accesses = &mut self.accesses;
+        match self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+        {
+            Some(&i) if accesses[i as usize].pins > 0 => {
+                accesses[i as usize].pins -= 1;
+                self.pins -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`RequestRecord::release_pin`] that first tries access `*next`,
+    /// then leaves in `*next` the index after the key's access: a load's
+    /// keys were usually recorded one after another, in the order its
+    /// completion names them, so the guess spares most keys a probe of
+    /// the table, and the hash (`hash()`, asked only for a probe).  (A
+    /// key has one access at most, so a guess holding the key is the
+    /// access the table names.)  Returns the access whose pin it
+    /// released, if any ([`RequestRecord::restore_at`] gives it back).
+    #[inline]
+    pub(super) fn release_pin_after(
+        &mut self,
+        key: &(impl KeyBytes + ?Sized),
+        hash: impl FnOnce() -> u64,
+        next: &mut usize,
+    ) -> Option<u32> {
+        let accesses = &mut self.accesses;
+        let found = match accesses.get(*next) {
+            Some(a) if slots::same_key(&a.key, key) => Some(*next),
+            _ => self
+                .seen
+                .find(hash(), |&i| slots::same_key(&accesses[i as usize].key, key))
+                .map(|&i| i as usize),
+        };
+        let i = found?;
+        *next = i + 1;
+        match accesses.get_mut(i) {
+            Some(a) if a.pins > 0 => {
+                a.pins -= 1;
+                self.pins -= 1;
+                Some(i as u32)
+            }
+            _ => None,
+        }
+    }
+
+    /// Gives back the pin of access `i` that
+    /// [`RequestRecord::release_pin_after`] released.
+    #[inline]
+    pub(super) fn restore_at(&mut self, i: u32) {
+        if let Some(a) = self.accesses.get_mut(i as usize) {
+            a.pins += 1;
+            self.pins += 1;
+        }
+    }
+
+    /// Gives back a pin of `key` that [`RequestRecord::release_pin`]
+    /// released.
+    #[inline]
+    pub(super) fn restore_pin(&mut self, key: &(impl KeyBytes + ?Sized), h: u64) {
+        let accesses = &mut self.accesses;
+        if let Some(&i) = self
+            .seen
+            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+        {
+            accesses[i as usize].pins += 1;
+            self.pins += 1;
+        }
+    }
+
+    /// Forgets every access, keeping buffers of a usual request's size
+    /// (clearing a table costs its size: one huge request must not make
+    /// every later finish slow), and the rank handle (the policy gave the
+    /// rank back or forgot it).  Positions stay (see [`RequestRecord::clear`]).
+    pub(super) fn forget_accesses(&mut self) {
+        const KEEP: usize = 4096;
+        self.accesses.clear();
+        self.accesses.shrink_to(KEEP);
+        self.seen.clear();
+        if self.seen.capacity() > KEEP {
+            self.seen = hashbrown::HashTable::with_capacity(KEEP);
+        }
+        self.adapted.clear();
+        self.rank = NIL;
+        self.hints.clear();
+        self.pins = 0;
+    }
+
+    /// Forgets everything, positions included, for reuse by a later request.
+    pub(super) fn clear(&mut self) {
+        self.forget_accesses();
+        self.positions.clear();
+    }
+}
+
+impl PrimaryTier {
+    /// [0.33] Gives keys of active request `req` their token positions:
+    /// `positions[i]` is the end-token position of the block of `keys[i]`
+    /// (block `i` of a request of 16-token blocks ends at 16 x (i + 1)).  A
+    /// later position replaces an earlier one for the same key.  Callable
+    /// before the request's first call or between its calls; positions are
+    /// read when used, and kept until the request finishes (a reset keeps
+    /// them).  With lru, a key with a position that the request stores, or
+    /// first presents while resident, ranks within the request's rank,
+    /// tail below head; at the finish, positions order the commit (see
+    /// [`PrimaryTier::on_request_finished`]).
+    ///
+    /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
+    /// slices differ in length; `InvalidKey` (with KV groups on) for a key
+    /// too short to carry a group; `OutOfMemory` if memory runs out.  The first
+    /// position given to the tier prepares it for positions once (lru: 16
+    /// bytes more per slot, and one pass over its list).
+    pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        if keys.len() != positions.len() {
+            return Err(Error::InvalidArgument(format!(
+                "set_positions: {} keys but {} positions",
+                keys.len(),
+                positions.len()
+            )));
+        }
+        self.set_positions_each(req, keys.len(), |j| &keys[j], |j| positions[j])
+    }
+
+    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` ([`Key`]s, or
+    /// checked bytes read in place) with positions `position(0..n)`.
+    #[doc(hidden)]
+    pub fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
+        &mut self,
+        req: RequestId,
+        n: usize,
+        key: impl Fn(usize) -> &'k K,
+        position: impl Fn(usize) -> u64,
+    ) -> Result<()> {
+        if !self.requests.contains_key(&req) {
+            return Err(unknown(req));
+        }
+        self.check_group_keys(n, &key)?;
+        if n == 0 {
+            return Ok(());
+        }
+        self.policy.use_positions()?;
+        let hasher = &self.slots.hasher;
+        let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        record.positions.reserve(hasher, n)?;
+        for j in 0..n {
+            let k = key(j);
+            let h = key_hash(hasher, k.key_bytes());
+            record.positions.set(hasher, k, h, position(j));
+        }
+        Ok(())
+    }
+
+    /// Makes room, fallibly, in request `req`'s record for `n` more keys;
+    /// an unknown request is an error.
+    pub(super) fn reserve_record(&mut self, req: RequestId, n: usize) -> Result<()> {
+        let hasher = &self.slots.hasher;
+        let arc = self.config.policy == PolicyKind::Arc;
+        let r = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
+        let what = "the request's record of its keys";
+        fallible::reserve(&mut r.accesses, n, what)?;
+        let accesses = &r.accesses;
+        fallible::reserve_table(
+            &mut r.seen,
+            n,
+            |&i| key_hash(hasher, accesses[i as usize].key.as_bytes()),
+            what,
+        )?;
+        if arc {
+            fallible::reserve(&mut r.adapted, n, what)?;
+        }
+        Ok(())
+    }
+
+    /// [0.33] Commits `req`'s accesses and ends it: every key it stored or
+    /// loaded that is still resident gets one access, its head most recent.
+    ///
+    /// Head to tail is the order in which the request first presented its
+    /// keys, unless positions or KV groups say otherwise: the keys in
+    /// ascending group index (with [`PrimaryConfig::kv_groups`](super::PrimaryConfig::kv_groups)), each
+    /// group by position when every key of the group has one; and when
+    /// every key of the request has a position, all of them by position
+    /// (ties: ascending group, then first presentation).  lru gives the
+    /// keys fresh ranks from the tail to the head; arc moves the keys the
+    /// request reused (loaded, or found ready at store, before inserting
+    /// them itself) to T2's most recent end, refreshes within its list a
+    /// key the request only inserted, and leaves other keys alone.
+    ///
+    /// [0.33] Keys the request pinned with [`PrimaryTier::prepare_load`]
+    /// and has not released stay pinned: an aborted request may finish
+    /// while its load is still in flight.  Its id then stays known to
+    /// [`PrimaryTier::complete_load`] alone, which releases those pins and
+    /// no other, and is forgotten with the last of them (or at a reset);
+    /// until then [`PrimaryTier::begin_request`] refuses the id.
+    pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        let Some(r) = self.requests.get(&req) else {
+            return Err(unknown(req));
+        };
+        let ordered = if r.positions.is_empty() && !self.config.kv_groups {
+            false
+        } else {
+            let accesses = &r.accesses;
+            positions::commit_order(
+                accesses.len(),
+                |i| &accesses[i].key,
+                &r.positions,
+                &self.slots.hasher,
+                self.config.kv_groups,
+                &mut self.scratch_order,
+            )?;
+            true
+        };
+        if r.pins > 0 {
+            self.finished_loads.try_reserve(1).map_err(|_| {
+                fallible::out_of_memory::<RequestRecord>("the finished requests' loads", 1)
+            })?;
+        }
+        let mut record = self.requests.remove(&req).ok_or_else(|| unknown(req))?;
+        // From the request's tail to its head.
+        let accesses = &record.accesses;
+        let n = accesses.len();
+        let (slots, policy) = (&self.slots, &mut self.policy);
+        if ordered {
+            let order = &self.scratch_order[..n];
+            let seq = order.iter().rev().map(|o| &accesses[o.index as usize]);
+            commit_accesses(slots, &mut *policy, seq);
+        } else {
+            commit_accesses(slots, &mut *policy, accesses.iter().rev());
+        }
+        policy.end_request(&mut record.rank);
+        for key in record.adapted.drain(..) {
+            self.adapted.remove(&(req, key));
+        }
+        if record.pins > 0 {
+            // Kept, for its `complete_load` only, until its last pin goes
+            // (room reserved above).
+            self.finished_loads.insert(req, record);
+        } else {
+            record.clear();
+            self.spare_records.push(record);
+        }
+        Ok(())
+    }
+}
+
+/// Commits the accesses `seq` yields (tail first) of a finishing
+/// request: each key is looked for first in the slot it had when
+/// recorded; that slot's record and policy lines are requested ahead (as
+/// [`request_links_first`] and [`request_links_at`] do, by position).
+/// Iterators that walk ahead of the commit, rather than indexing, spare
+/// the bounds checks of every look ahead.
+#[inline]
+fn commit_accesses<'a>(
+    slots: &Slots,
+    policy: &mut impl Policy,
+    seq: impl Iterator<Item = &'a Access> + Clone,
+) {
+    for a in seq.clone().take(LINKS_AHEAD) {
+        slots.prefetch_slot(a.slot, a.key.len());
+    }
+    for a in seq.clone().take(LINKS_AHEAD) {
+        policy.prefetch_links(a.slot);
+    }
+    for a in seq.clone().take(LINKS_AHEAD / 2) {
+        policy.prefetch_neighbours(a.slot);
+    }
+    let mut far = seq.clone().skip(LINKS_AHEAD);
+    let mut near = seq.clone().skip(LINKS_AHEAD / 2);
+    for a in seq {
+        if let Some(b) = far.next() {
+            slots.prefetch_slot(b.slot, b.key.len());
+            policy.prefetch_links(b.slot);
+        }
+        if let Some(b) = near.next() {
+            policy.prefetch_neighbours(b.slot);
+        }
+        let s = if slots.holds(a.slot, &a.key) {
+            a.slot
+        } else {
+            slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
+        };
+        if s != NIL {
+            policy.commit(slots, s, a.reused, a.inserted);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of keys 0..4, key `i` recorded at slot `i` with `i % 2 + 1`
+    /// pins.
+    fn pinned_record(hasher: &RandomState, keys: &[Key]) -> RequestRecord {
+        let mut r = RequestRecord::default();
+        for (i, k) in keys.iter().enumerate() {
+            let (at, new) = r.record(hasher, k, key_hash(hasher, k.as_bytes()), i as u32, true);
+            assert!(new);
+            for _ in 0..i % 2 + 1 {
+                r.add_pin(at);
+            }
+        }
+        r
+    }
+
+    fn pins(r: &RequestRecord) -> (Vec<u32>, u64) {
+        (r.accesses.iter().map(|a| a.pins).collect(), r.pins)
+    }
+
+    #[test]
+    fn a_guessed_release_takes_the_pin_the_table_names() {
+        let hasher = RandomState::default();
+        let keys: Vec<Key> = (0..4u8).map(|i| Key::new(&[i, 7]).unwrap()).collect();
+        let absent = Key::new(&[9, 9]).unwrap();
+        // In recording order, reversed, skipping, repeating (past the
+        // pins held), with a key never recorded (index 4).
+        let orders: [&[usize]; 5] = [
+            &[0, 1, 2, 3],
+            &[3, 2, 1, 0],
+            &[1, 3, 0],
+            &[0, 0, 1, 1, 1, 2],
+            &[4, 0, 4, 1, 3, 4],
+        ];
+        for order in orders {
+            let mut guessed = pinned_record(&hasher, &keys);
+            let mut probed = pinned_record(&hasher, &keys);
+            let mut next = usize::MAX;
+            for &j in order {
+                let k = keys.get(j).unwrap_or(&absent);
+                let h = key_hash(&hasher, k.as_bytes());
+                assert_eq!(
+                    guessed.release_pin_after(k, || h, &mut next).is_some(),
+                    probed.release_pin(k, h),
+                    "{order:?}: key {j}"
+                );
+                assert_eq!(pins(&guessed), pins(&probed), "{order:?}: key {j}");
+            }
+        }
+    }
+}

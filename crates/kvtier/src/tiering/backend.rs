@@ -1,0 +1,288 @@
+//! What the manager needs from a primary tier, as an object-safe trait.
+//!
+//! The manager drives the primary tier only through [`PrimaryBackend`]: the
+//! real CPU tier implements it, and tests can plug in a reference model to
+//! check the manager against it (`Manager::with_backend`; the tests' kit,
+//! `crates/kvtier-testkit`, keeps a handle to the backend it gives the
+//! manager, to look into it between calls).  The plan and report types
+//! are the primary tier's own.
+
+use crate::error::Result;
+use crate::events::Event;
+use crate::key::Key;
+use crate::request::RequestId;
+use crate::stats::Stat;
+
+pub use crate::primary::{
+    CompleteStoreReport, PrefixLookup, PrimaryLookup, StoreOutcome, StorePlan,
+};
+
+/// The operations of a primary tier that the tiering manager calls.
+///
+/// Semantics are the primary tier's ([`crate::primary::PrimaryTier`]): every
+/// fallible call leaves the state unchanged on error.
+pub trait PrimaryBackend: Send + 'static {
+    /// Number of slots.
+    fn capacity(&self) -> u32;
+    /// Starts a request (its accesses are committed at `on_request_finished`).
+    fn begin_request(&mut self, req: RequestId) -> Result<()>;
+    /// MISS, HIT_PENDING or HIT; changes nothing.
+    fn lookup(&self, key: &Key) -> PrimaryLookup;
+    /// [`PrimaryBackend::lookup`] of each of `keys` (each 1..=64 bytes,
+    /// read in place) into `out[i]` (`out` at least as long); changes
+    /// nothing.  By default one [`PrimaryBackend::lookup`] per key.
+    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+        }
+    }
+    /// [`PrimaryBackend::lookup`] of `keys` (each 1..=64 bytes, read in
+    /// place) in order for active request `req`, stopping at the first
+    /// that is not HIT: the number of leading hits and the answer of the
+    /// key after them (HIT when every key is one).  `keys` are keys
+    /// `first..` of the request's lookup (`first` 0 starts a new one); the
+    /// tier may remember where the hits are, to find them faster when the
+    /// request's next calls name the same keys (the CPU tier does).
+    /// Changes nothing else.  By default one lookup per key.
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        let _ = (req, first);
+        for (i, k) in keys.iter().enumerate() {
+            let answer = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            if answer != PrimaryLookup::Hit {
+                return PrefixLookup {
+                    hits: i,
+                    stop: answer,
+                };
+            }
+        }
+        PrefixLookup {
+            hits: keys.len(),
+            stop: PrimaryLookup::Hit,
+        }
+    }
+    /// Pins ready keys for a load to the GPU; `slots_out` gets their slots.
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()>;
+    /// [`PrimaryBackend::prepare_load`] of keys given as bytes (each
+    /// 1..=64, read in place).  By default the keys are copied first.
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load(req, &copied(keys)?, slots_out)
+    }
+    /// Marks keys recently used.
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::touch`] of keys given as bytes (each 1..=64, read
+    /// in place).  By default the keys are copied first.
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.touch(req, &copied(keys)?)
+    }
+    /// [0.33] Gives keys of an active request their token positions.
+    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
+    /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
+    fn enable_kv_groups(&mut self);
+    /// Unpins keys after a load to the GPU.  [0.33] `req` may have
+    /// finished with pins of its loads still held: it then releases only
+    /// those, and is forgotten (`UnknownRequest`) with the last; any id
+    /// neither active nor holding such pins is `UnknownRequest`.
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    /// Whether `req` finished with pins its loads took still held: only
+    /// [`PrimaryBackend::complete_load`] of those takes it.
+    fn holds_finished_loads(&self, req: RequestId) -> bool;
+    /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
+    /// 1..=64, read in place).  By default the keys are copied first.
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.complete_load(req, &copied(keys)?)
+    }
+    /// Plans a store (slots for new keys, evictions) or refuses it.
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome>;
+    /// Plans a promotion of `keys` into the primary tier: like
+    /// `prepare_store` (an access of `req`), but the planned keys are
+    /// written by the promotion's load job, not by `req`.
+    fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome>;
+    /// Finishes `req`'s store: of `keys`, only those `req` planned and that
+    /// are still write pending for it become ready (success) or are dropped
+    /// (failure); every other key is left alone and counted.  With `pins`
+    /// above 0, appends the keys it made ready to `made_ready` and their
+    /// slots to `slots`, each key pinned `pins` times for transfers (as
+    /// `pins` calls of [`PrimaryBackend::pin_for_transfer`] over them
+    /// would: the manager cascades them to that many tiers); with 0 it
+    /// appends nothing.
+    fn complete_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        success: bool,
+        pins: u32,
+        made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
+    ) -> CompleteStoreReport;
+    /// Finishes a promotion: of `keys`, only those reserved by a promotion
+    /// and still write pending become ready (success) or are dropped.
+    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport;
+    /// Pins ready keys for a cascade (not an access of any request).
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
+    /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
+    /// [`PrimaryBackend::unpin_for_transfer`] of keys that were in `slots`
+    /// when pinned (`slots[i]` the slot of `keys[i]`), which a backend may
+    /// look at first; the answer must not depend on them.  By default the
+    /// slots are not used.
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        let _ = slots;
+        self.unpin_for_transfer(keys)
+    }
+    /// Commits the request's accesses and ends it: only
+    /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
+    /// takes it after that.
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
+    /// Forgets every key and frees every slot; emits one Cleared event.
+    fn reset(&mut self);
+    /// Moves up to `max` queued events, oldest first, into `out`.
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>);
+    /// Bound of the tier's event queue (0: events off).  The manager bounds
+    /// its own queue of events, and every secondary tier's, by it too.
+    fn event_capacity(&self) -> usize;
+    /// The tier's statistics, as named values.
+    fn stat_list(&self) -> Vec<Stat>;
+}
+
+/// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
+/// its position.
+fn copied(keys: &[&[u8]]) -> Result<Vec<Key>> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| Key::at(k, i))
+        .collect()
+}
+
+impl PrimaryBackend for crate::primary::PrimaryTier {
+    fn capacity(&self) -> u32 {
+        crate::primary::PrimaryTier::capacity(self)
+    }
+    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::begin_request(self, req)
+    }
+    fn lookup(&self, key: &Key) -> PrimaryLookup {
+        crate::primary::PrimaryTier::lookup(self, key)
+    }
+    /// One pass over the keys, their memory reads overlapping.
+    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+        let n = keys.len().min(out.len());
+        self.lookup_each(n, |j| keys[j], |i, r| out[i] = r);
+    }
+    /// One pass over the keys; the request remembers where its hits are.
+    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| keys[j])
+    }
+    fn prepare_load(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
+    }
+    fn prepare_load_bytes(
+        &mut self,
+        req: RequestId,
+        keys: &[&[u8]],
+        slots_out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.prepare_load_each(req, keys.len(), |j| keys[j], slots_out)
+    }
+    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::touch(self, req, keys)
+    }
+    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.touch_each(req, keys.len(), |j| keys[j])
+    }
+    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+        crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
+    }
+    fn enable_kv_groups(&mut self) {
+        crate::primary::PrimaryTier::enable_kv_groups(self)
+    }
+    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::complete_load(self, req, keys)
+    }
+    fn holds_finished_loads(&self, req: RequestId) -> bool {
+        crate::primary::PrimaryTier::holds_finished_loads(self, req)
+    }
+    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
+        self.complete_load_each(req, keys.len(), |j| keys[j])
+    }
+    fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        crate::primary::PrimaryTier::prepare_store(self, req, keys, plan)
+    }
+    fn prepare_promotion(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        plan: &mut StorePlan,
+    ) -> Result<StoreOutcome> {
+        crate::primary::PrimaryTier::prepare_promotion(self, req, keys, plan)
+    }
+    fn complete_store(
+        &mut self,
+        req: RequestId,
+        keys: &[Key],
+        success: bool,
+        pins: u32,
+        made_ready: &mut Vec<Key>,
+        slots: &mut Vec<u32>,
+    ) -> CompleteStoreReport {
+        crate::primary::PrimaryTier::complete_store_pinned(
+            self, req, keys, success, pins, made_ready, slots,
+        )
+    }
+    fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
+        crate::primary::PrimaryTier::complete_promotion(self, keys, success)
+    }
+    fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
+        crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
+    }
+    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+        crate::primary::PrimaryTier::unpin_for_transfer(self, keys)
+    }
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        crate::primary::PrimaryTier::unpin_for_transfer_in(self, keys, slots)
+    }
+    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::on_request_finished(self, req)
+    }
+    fn reset(&mut self) {
+        crate::primary::PrimaryTier::reset(self)
+    }
+    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+        crate::primary::PrimaryTier::take_events_up_to(self, max, out);
+    }
+    fn event_capacity(&self) -> usize {
+        self.config().event_capacity
+    }
+    fn stat_list(&self) -> Vec<Stat> {
+        crate::primary::PrimaryTier::stat_list(self)
+    }
+}

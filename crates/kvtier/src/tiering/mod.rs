@@ -1,0 +1,27 @@
+//! The tiering manager and the secondary-tier contract.
+
+pub mod backend;
+mod backpressure;
+mod counter_memory;
+mod listen;
+mod manager;
+mod notify;
+mod tier;
+
+pub use crate::events::TierEvent;
+pub use backend::PrimaryBackend;
+pub use backpressure::{BackpressureConfig, PressurePolicy};
+pub use listen::{EventBatch, EventListener};
+#[doc(hidden)]
+pub use manager::LookupKind;
+pub use manager::{EventBuffer, QueuedEvents};
+pub use manager::{
+    LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,
+    ProgressOptions, PromotionAnswer, RequestParams, RequestReport, RequestReportListener,
+    StartedRequest, TakenBatch, TakenEvents, TierOptions,
+};
+pub use notify::Notifier;
+pub use tier::{
+    DEFAULT_TIER_EVENT_CAPACITY, Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE,
+    MAX_FINISHED_PER_POLL, OffloadPolicy, SecondaryTier, TierLookup,
+};
