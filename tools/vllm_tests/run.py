@@ -153,6 +153,11 @@ def run_pytest(vllm_root: Path, tests_root: Path, managers: str, report: Path) -
     command += ALL_FILES
     print(f"== vLLM {VERSION}'s manager tests against {managers}'s managers", flush=True)
     subprocess.run(command, cwd=tests_root, env=env)
+    return outcomes_of(report)
+
+
+def outcomes_of(report: Path) -> dict[str, str]:
+    """A JUnit report's outcome of each item, by pytest id."""
     outcomes: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         parts = case.get("classname", "").split(".")

@@ -46,14 +46,13 @@ import subprocess
 import sys
 import tarfile
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
-from run import VERSION, _sdist, _wheel  # noqa: E402
+from run import VERSION, _sdist, _wheel, outcomes_of  # noqa: E402
 
 TORCH = "torch==2.14.0"
 REQUIREMENTS = HERE / "connector-requirements.txt"
@@ -160,7 +159,7 @@ def run_side(python: Path, root: Path, hf_home: Path, side: str, build: Path) ->
     start = time.monotonic()
     subprocess.run(command, cwd=root, env=env)
     print(f"== {side}: {time.monotonic() - start:.0f} s", flush=True)
-    return _outcomes(report), json.loads(used.read_text())["items"] if used.is_file() else {}
+    return outcomes_of(report), json.loads(used.read_text())["items"] if used.is_file() else {}
 
 
 def run_worker_tests(python: Path, build: Path) -> dict[str, str]:
@@ -173,23 +172,7 @@ def run_worker_tests(python: Path, build: Path) -> dict[str, str]:
     subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--tb=short",
                     f"--junitxml={report}", str(REPO / "python" / "tests" / "test_vllm_worker.py")],
                    cwd=REPO, env=env)
-    return _outcomes(report)
-
-
-def _outcomes(report: Path) -> dict[str, str]:
-    outcomes: dict[str, str] = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        parts = case.get("classname", "").split(".")
-        cls = parts.pop() if parts and parts[-1].startswith("Test") else None
-        name = "/".join(parts) + ".py::" + (f"{cls}::" if cls else "") + case.get("name", "")
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome = "failed"
-            elif child.tag == "skipped":
-                outcome = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
-        outcomes[name] = outcome
-    return outcomes
+    return outcomes_of(report)
 
 
 def main() -> int:
