@@ -239,7 +239,7 @@ mod tests {
             maps: false,
         };
         assert_eq!(found.len(), 3);
-        assert_eq!(found[0], [me.clone()], "open only");
+        assert_eq!(found[0], std::slice::from_ref(&me), "open only");
         let mapping = Holder {
             descriptors: 0,
             maps: true,
