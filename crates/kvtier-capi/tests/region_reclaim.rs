@@ -379,6 +379,50 @@ fn a_survey_removes_nothing_and_keeps_for_the_same_reasons() {
     assert!(found(&r.regions, &format!("{P}dead")).removed);
 }
 
+fn a_file_that_cannot_be_opened_is_reported_and_the_sweep_goes_on() {
+    let t = tempfile::tempdir().unwrap();
+    let at = |n: &str| t.path().join(format!("{P}{n}"));
+    for n in ["a.seg1", "a.seg2", "b.seg1"] {
+        std::fs::write(at(n), [0u8; PAGE]).unwrap();
+    }
+    // The sweep holds a descriptor of the directory and those of one
+    // region's files at once (and one for listing the directory before).
+    // Allowed two descriptors more than this process has, it opens "a"'s
+    // first segment but not its second (EMFILE), then "b"'s one segment.
+    let free: Vec<std::fs::File> = (0..3)
+        .map(|_| std::fs::File::open("/dev/null").unwrap())
+        .collect();
+    let limit = free[2].as_raw_fd() as libc::rlim_t;
+    drop(free);
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) }, 0);
+    let low = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: old.rlim_max,
+    };
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
+    let r = reclaim_stale(t.path(), P);
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) }, 0);
+    let r = r.unwrap();
+    let a = found(&r.regions, &format!("{P}a"));
+    match &a.kept {
+        Some(Kept::Failed { file, error })
+            if *file == *format!("{P}a.seg2") && error.starts_with("opening it") => {}
+        _ => panic!("{a:#?}"),
+    }
+    assert!(found(&r.regions, &format!("{P}b")).removed, "{r:#?}");
+    assert_eq!(
+        names(t.path()),
+        [format!("{P}a.seg1"), format!("{P}a.seg2")]
+    );
+    // With descriptors enough, the next sweep removes them.
+    assert_eq!(reclaim_stale(t.path(), P).unwrap().removed().count(), 1);
+    assert!(names(t.path()).is_empty());
+}
+
 struct Seen {
     name: String,
     reason: String,
@@ -541,6 +585,10 @@ fn main() {
         (
             "a_survey_removes_nothing_and_keeps_for_the_same_reasons",
             a_survey_removes_nothing_and_keeps_for_the_same_reasons,
+        ),
+        (
+            "a_file_that_cannot_be_opened_is_reported_and_the_sweep_goes_on",
+            a_file_that_cannot_be_opened_is_reported_and_the_sweep_goes_on,
         ),
         (
             "the_c_call_reports_every_region_to_its_callback",

@@ -213,4 +213,63 @@ mod tests {
         let e = d.lstat(OsStr::new("plain")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
+
+    #[test]
+    fn every_kind_of_entry_is_named() {
+        for (format, kind) in [
+            (libc::S_IFREG, "regular file"),
+            (libc::S_IFDIR, "directory"),
+            (libc::S_IFLNK, "symlink"),
+            (libc::S_IFIFO, "FIFO"),
+            (libc::S_IFSOCK, "socket"),
+            (libc::S_IFCHR, "character device"),
+            (libc::S_IFBLK, "block device"),
+            (0, "file of unknown type"),
+        ] {
+            let e = Entry {
+                id: (1, 2),
+                mode: format | 0o4755,
+                uid: 0,
+                links: 1,
+                bytes: 0,
+            };
+            assert_eq!(e.kind(), kind, "{format:o}");
+            assert_eq!(e.is_regular(), format == libc::S_IFREG, "{format:o}");
+        }
+    }
+
+    #[test]
+    fn only_a_directory_opens_as_one() {
+        let t = tempfile::tempdir().unwrap();
+        let plain = t.path().join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        let e = Dir::open(&plain)
+            .err()
+            .expect("a regular file opened as a directory");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR));
+        assert!(Dir::open(t.path()).is_ok());
+    }
+
+    #[test]
+    fn a_file_opens_without_blocking_and_closes_on_exec() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("plain"), b"").unwrap();
+        let fifo = CString::new(t.path().join("fifo").into_os_string().into_vec()).unwrap();
+        // SAFETY: `fifo` is NUL-terminated.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let d = Dir::open(t.path()).unwrap();
+        let f = d.open_file(OsStr::new("plain")).unwrap();
+        // SAFETY: plain fcntl queries of an open descriptor.
+        let (status, fd) = unsafe {
+            (
+                libc::fcntl(f.as_raw_fd(), libc::F_GETFL),
+                libc::fcntl(f.as_raw_fd(), libc::F_GETFD),
+            )
+        };
+        assert_eq!(status & libc::O_NONBLOCK, libc::O_NONBLOCK);
+        assert_eq!(status & libc::O_ACCMODE, libc::O_RDONLY);
+        assert_eq!(fd & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        // A FIFO without a writer opens at once.
+        d.open_file(OsStr::new("fifo")).unwrap();
+    }
 }

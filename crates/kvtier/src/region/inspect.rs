@@ -192,3 +192,71 @@ fn same_device(field: &str, dev: u64) -> bool {
     };
     libc::makedev(major, minor) as u64 == dev
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(path: &Path) -> (u64, u64) {
+        let m = std::fs::metadata(path).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    #[test]
+    fn holders_are_found_by_descriptor_and_by_mapping() {
+        let t = tempfile::tempdir().unwrap();
+        let path = |n: &str| t.path().join(n);
+        for n in ["open", "mapped", "unheld"] {
+            std::fs::write(path(n), [7u8; 4096]).unwrap();
+        }
+        let open = File::open(path("open")).unwrap();
+        let mapped = File::open(path("mapped")).unwrap();
+        // SAFETY: a fresh read-only shared mapping of a 4096-byte file.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&mapped),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        drop(mapped);
+        let ids = [id(&path("open")), id(&path("mapped")), id(&path("unheld"))];
+        let found = holders_of(&ids);
+        // SAFETY: the mapping made above, unmapped once.
+        unsafe { libc::munmap(map, 4096) };
+        drop(open);
+        let me = Holder {
+            pid: std::process::id(),
+            command: std::fs::read_to_string("/proc/self/comm")
+                .unwrap()
+                .trim_end()
+                .to_string(),
+            descriptors: 1,
+            maps: false,
+        };
+        assert_eq!(found.len(), 3);
+        assert_eq!(found[0], std::slice::from_ref(&me), "open only");
+        let mapping = Holder {
+            descriptors: 0,
+            maps: true,
+            ..me
+        };
+        assert_eq!(found[1], [mapping], "mapped only");
+        assert_eq!(found[2], [], "held by nobody");
+        assert!(holders_of(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_maps_device_is_major_and_minor_in_hexadecimal() {
+        let dev = libc::makedev(0x103, 0x2a) as u64;
+        assert!(same_device("103:2a", dev));
+        assert!(!same_device("103:2b", dev));
+        assert!(!same_device("3:2a", dev));
+        assert!(!same_device("1032a", dev));
+        assert!(!same_device("x:2a", dev));
+    }
+}

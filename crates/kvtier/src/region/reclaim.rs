@@ -482,4 +482,116 @@ mod tests {
         let e = reclaim_stale(&file, "p").unwrap_err();
         assert!(e.to_string().contains("plain"), "{e}");
     }
+
+    /// The entry `name` of `d`, as a listing finds it.
+    fn listed(d: &Dir, name: &str) -> RegionFile {
+        let e = d.lstat(OsStr::new(name)).unwrap();
+        RegionFile {
+            name: name.into(),
+            bytes: e.bytes,
+            id: e.id,
+        }
+    }
+
+    #[test]
+    fn a_name_is_a_segment_only_when_its_region_has_the_prefix() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("p.seg1"), [0u8; 4096]).unwrap();
+        // Under "p.s", "p.seg1" is no segment of "p" (not under the prefix)
+        // but a first file of its own, which needs a header.
+        let r = reclaim_stale(t.path(), "p.s").unwrap();
+        assert_eq!(r.regions.len(), 1, "{r:#?}");
+        assert_eq!(r.regions[0].name, "p.seg1");
+        assert!(
+            matches!(r.regions[0].kept, Some(Kept::NoHeader { .. })),
+            "{r:#?}"
+        );
+        // Under "p" it is a segment of "p" without its first file.
+        let r = reclaim_stale(t.path(), "p").unwrap();
+        assert_eq!(r.regions[0].name, "p");
+        assert!(
+            r.regions[0].removed && r.regions[0].first.is_none(),
+            "{r:#?}"
+        );
+    }
+
+    #[test]
+    fn a_file_is_taken_only_while_it_is_the_one_listed() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("f"), b"abc").unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        let f = listed(&d, "f");
+        let (_, open) = open_checked(&d, &f).unwrap();
+        assert_eq!((open.id, open.bytes), (f.id, 3));
+        // Another file under the name since the listing.
+        let replaced = RegionFile {
+            id: (f.id.0, f.id.1 ^ 1),
+            ..f.clone()
+        };
+        let changed = |n: &str| Kept::Changed { file: n.into() };
+        assert_eq!(open_checked(&d, &replaced).unwrap_err(), changed("f"));
+        // Removed since the listing.
+        let gone = RegionFile {
+            name: "gone".into(),
+            ..f.clone()
+        };
+        assert_eq!(open_checked(&d, &gone).unwrap_err(), changed("gone"));
+        // A name that cannot be looked at is a failure, not a change.
+        let bad = RegionFile {
+            name: "a\0b".into(),
+            ..f
+        };
+        assert!(
+            matches!(
+                open_checked(&d, &bad).unwrap_err(),
+                Kept::Failed { ref error, .. } if error.starts_with("looking at it")
+            ),
+            "{:?}",
+            open_checked(&d, &bad)
+        );
+    }
+
+    #[test]
+    fn a_first_file_is_a_regions_when_its_first_8_bytes_are_the_magic() {
+        let t = tempfile::tempdir().unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        let why = |bytes: &[u8]| {
+            std::fs::write(t.path().join("f"), bytes).unwrap();
+            let file = listed(&d, "f");
+            let (f, e) = open_checked(&d, &file).unwrap();
+            match header_missing(&f, &file, e.bytes) {
+                Ok(()) => None,
+                Err(Kept::NoHeader { why }) => Some(why),
+                Err(k) => panic!("{k}"),
+            }
+        };
+        let magic = header::MAGIC.to_le_bytes();
+        assert_eq!(why(&magic), None, "8 bytes: the magic alone");
+        assert!(why(&magic[..7]).unwrap().contains("too few"));
+        assert!(why(&[0; 8]).unwrap().contains("never written"));
+        assert!(why(b"KVTIERXX").unwrap().contains("does not begin"));
+    }
+
+    #[test]
+    fn a_name_still_names_an_open_file_only_while_linked_to_it() {
+        let t = tempfile::tempdir().unwrap();
+        let p = |n: &str| t.path().join(n);
+        std::fs::write(p("a"), b"a").unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        let id = listed(&d, "a").id;
+        let f = File::open(p("a")).unwrap();
+        let (a, b) = (OsStr::new("a"), OsStr::new("b"));
+        assert!(still_named(&d, a, &f, id));
+        // Renamed, and another file under its old name: still linked, but
+        // not by that name.
+        std::fs::rename(p("a"), p("b")).unwrap();
+        std::fs::write(p("a"), b"new").unwrap();
+        assert!(!still_named(&d, a, &f, id));
+        assert!(still_named(&d, b, &f, id));
+        std::fs::remove_file(p("a")).unwrap();
+        assert!(!still_named(&d, a, &f, id));
+        // Removed: no name at all.
+        std::fs::remove_file(p("b")).unwrap();
+        assert!(!still_named(&d, b, &f, id));
+    }
 }
