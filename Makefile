@@ -53,11 +53,13 @@ c: lib cmake-available
 
 test: all test-imports test-rust test-c test-python test-wheel
 
-# No import circle between the modules of either crate's src/
-# (tools/check-imports.py follows every `use` line and path; it exits 1 on
-# a circle).
+# No import circle between the modules of either crate's src/, and no
+# import from a lower layer to a higher one (tools/check-imports.py follows
+# every `use` line and path; it exits 1 on either), and the checker's own
+# tests.
 test-imports:
 	$(PYTHON) tools/check-imports.py
+	$(PYTHON) -m unittest -q tools/tests/test_check_imports.py
 
 # The Python package (python/, `pip install ./python`): its pytest suite,
 # over the library `make lib` built (the package finds target/release

@@ -15,6 +15,10 @@ and reports:
     imports from a file in B; every strongly connected part of more than
     one child is a circle. Two files importing from each other are the
     shortest case; the crate's top-level modules are siblings too.
+  * upward imports: each crate's top-level modules are ranked in layers
+    (LAYERS below, lowest first); a production import from a module to
+    one in a higher layer is reported, and so is a top-level module the
+    table does not rank (a new module takes its place there first).
   * with --parents, also parents and children importing from each other
     (a child reading its parent's private items is how Rust modules work,
     so these are not counted by default).
@@ -23,7 +27,7 @@ Edges that only test code makes (`#[cfg(test)]` modules, inline or in
 files of their own) are kept apart: a circle that needs one of them is
 reported as a test-only circle.
 
-Exit status: 0 when no production circle is found, 1 otherwise (so the
+Exit status: 0 when no production circle and no upward import is found, 1 otherwise (so the
 script can guard a build); --quiet prints only the circles.
 
     tools/check-imports.py [--src DIR]... [--parents] [--edges] [--quiet]
@@ -341,6 +345,59 @@ class Graph:
         return out
 
 
+# Each crate's top-level modules, lowest layer first.  A module may import
+# from its own layer and the layers below it; the crate root (lib.rs) sits
+# above every layer.  Within a layer, only circles are forbidden.
+LAYERS = {
+    "kvtier": [
+        # vocabulary: errors, keys, requests, numbers, events
+        ["error", "store_report", "fallible", "key", "stats", "histogram",
+         "logging", "request", "serde_forms", "events"],
+        # building blocks below the manager
+        ["metrics", "region"],
+        ["primary"],
+        # the manager and the secondary-tier trait
+        ["tiering"],
+        # the tiers built on that trait
+        ["tiers"],
+        # what assembles or serves a whole manager
+        ["config", "serve"],
+    ],
+    "kvtier-capi": [
+        ["version", "status"],
+        ["boundary"],
+        ["growth", "key", "log"],
+        ["dialect"],
+        ["store_out", "region", "reclaim"],
+        ["primary"],
+        ["tier"],
+        ["manager"],
+        ["handles", "config", "fs", "redis", "requests"],
+        ["observe"],
+        ["events", "report"],
+    ],
+}
+
+
+def upward_imports(crate, modules, edges):
+    """(from, to, file, line) for each production import from a top-level
+    module to one in a higher layer, and the top-level modules the layer
+    table does not rank."""
+    layers = LAYERS.get(crate)
+    if layers is None:
+        return [], []
+    rank = {m: i for i, layer in enumerate(layers) for m in layer}
+    tops = sorted({p[0] for p, m in modules.items() if len(p) == 1 and not m.test})
+    unranked = [m for m in tops if m not in rank]
+    up = []
+    for a, b, file, line, t in sorted(set(edges)):
+        if t or not a or not b or a[0] == b[0]:
+            continue
+        if a[0] in rank and b[0] in rank and rank[a[0]] < rank[b[0]]:
+            up.append((a, b, file, line))
+    return up, unranked
+
+
 def sccs(nodes, adj):
     index, low, stack, on, out = {}, {}, [], set(), []
     counter = [0]
@@ -452,8 +509,9 @@ def main():
 
 
 def check(src, args):
-    """Reports the circles of the crate whose sources are under `src`;
-    1 when there is a production circle, else 0."""
+    """Reports the circles and upward imports of the crate whose sources
+    are under `src`; 1 when there is a production circle or an upward
+    import, else 0."""
     modules = {(): Module((), os.path.join(src, "lib.rs"), False, False)}
     parse_file(src, modules, (), modules[()].file, False)
     graph = Graph(modules)
@@ -489,7 +547,16 @@ def check(src, args):
         for a, b, down, up in pc:
             print(f"  {name(a)} <-> {name(b)}: {rel(down[0][0])}:{down[0][1]}, "
                   f"{rel(up[0][0])}:{up[0][1]}")
-    return 1 if prod else 0
+    crate = os.path.basename(os.path.dirname(os.path.abspath(src)))
+    up, unranked = upward_imports(crate, modules, edges)
+    if crate in LAYERS:
+        print(f"upward imports: {len(up)}")
+        for a, b, file, line in up:
+            print(f"  {name(a)} -> {name(b)}: {rel(file)}:{line}")
+        if unranked:
+            print("top-level modules without a layer (add them to LAYERS in "
+                  f"tools/check-imports.py): {', '.join(unranked)}")
+    return 1 if prod or up or unranked else 0
 
 
 if __name__ == "__main__":
