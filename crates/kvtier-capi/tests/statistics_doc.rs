@@ -185,8 +185,8 @@ fn metrics_doc() -> String {
 }
 
 /// The row docs/metrics.md must have for `family`: name, type, labels.
-fn family_row(family: &kvtier_core::metrics::catalogue::Family) -> String {
-    use kvtier_core::metrics::catalogue::Scope;
+fn family_row(family: &kvtier_core::stats::Family) -> String {
+    use kvtier_core::stats::Scope;
     let mut labels: Vec<&str> = match family.scope {
         Scope::Manager => vec![],
         Scope::ManagerByTier => vec!["tier"],
@@ -211,7 +211,7 @@ fn family_row(family: &kvtier_core::metrics::catalogue::Family) -> String {
 fn every_metric_family_is_documented_with_its_type_and_labels() {
     let doc = metrics_doc();
     let mut missing = Vec::new();
-    for table in kvtier_core::metrics::catalogue::TABLES {
+    for table in kvtier_core::catalogue::TABLES {
         for e in table.iter() {
             let row = family_row(e.family);
             if !doc.contains(&row) && !missing.contains(&row) {
@@ -229,7 +229,13 @@ fn every_metric_family_is_documented_with_its_type_and_labels() {
 #[test]
 fn the_family_check_finds_a_wrong_row() {
     let doc = metrics_doc();
-    let f = &kvtier_core::metrics::catalogue::FS_ERRORS;
+    let f = kvtier_core::catalogue::TABLES
+        .iter()
+        .flat_map(|t| t.iter())
+        .find(|e| e.stat == "errors_checksum")
+        .unwrap()
+        .family;
+    assert_eq!(f.name, "kvtier_fs_errors_total");
     assert!(doc.contains(&family_row(f)));
     assert!(!doc.contains("| `kvtier_fs_errors_total` | gauge |"));
     assert!(!doc.contains("| `kvtier_fs_errors_total` | counter | `tier`, `medium` |"));

@@ -124,6 +124,7 @@ pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
 pub(crate) use positions::check_group_keys;
+pub(crate) use stats::PRIMARY_STATS;
 pub use stats::PrimaryStats;
 pub use writers::Writer;
 
