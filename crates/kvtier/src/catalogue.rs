@@ -1,22 +1,35 @@
 //! Every table of statistics the library's components declare, so the
-//! families kvtier exposes can be listed in one place (docs/metrics.md is
-//! checked against them).  Each component declares its statistics and
-//! their families itself (see [`crate::stats`]); this list only gathers
-//! them, above every component.
+//! families kvtier exposes can be listed in one place (docs/metrics.md and
+//! the C structs are checked against them).  Each component declares its
+//! statistics and their families itself (see [`crate::stats`]); this
+//! module only gathers them, above every component.
 
 use crate::stats::StatTable;
 
-/// Every table: the manager's own statistics, the primary tier's, the
-/// manager's counters for each secondary tier, an adapted foreign tier's,
-/// and the built-in tiers' own.
+/// The manager's own statistics ([`crate::tiering::ManagerStats`] and its
+/// histogram).
+pub static MANAGER: StatTable = crate::tiering::MANAGER_STATS;
+/// The primary tier's ([`crate::primary::PrimaryStats`]).
+pub static PRIMARY: StatTable = crate::primary::PRIMARY_STATS;
+/// The manager's counters for each secondary tier.
+pub static TIER_MANAGED: StatTable = crate::tiering::TIER_MANAGED_STATS;
+/// An adapted foreign tier's ([`crate::tiering::AdapterStats`]).
+pub static ADAPTER: StatTable = crate::tiering::ADAPTER_STATS;
+/// The fs tier's own.
+pub static FS: StatTable = crate::tiers::fs::FS_STATS;
+/// The redis tier's own.
+#[cfg(feature = "redis-tier")]
+pub static REDIS: StatTable = crate::tiers::redis::REDIS_STATS;
+
+/// Every table above.
 pub static TABLES: &[StatTable] = &[
-    crate::tiering::MANAGER_STATS,
-    crate::primary::PRIMARY_STATS,
-    crate::tiering::TIER_MANAGED_STATS,
-    crate::tiering::ADAPTER_STATS,
-    crate::tiers::fs::FS_STATS,
+    MANAGER,
+    PRIMARY,
+    TIER_MANAGED,
+    ADAPTER,
+    FS,
     #[cfg(feature = "redis-tier")]
-    crate::tiers::redis::REDIS_STATS,
+    REDIS,
 ];
 
 #[cfg(test)]
