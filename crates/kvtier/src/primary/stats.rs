@@ -99,7 +99,6 @@ impl PrimaryTier {
     pub fn stats(&self) -> PrimaryStats {
         let cap = self.config.capacity as f64;
         let p = self.policy.stats();
-        let c = &self.counters;
         PrimaryStats {
             capacity: self.config.capacity,
             used: self.config.capacity - self.slots.free_count() as u32,
@@ -110,20 +109,7 @@ impl PrimaryTier {
             usage: (self.write_pending + self.pinned) as f64 / cap,
             write_usage: self.write_pending as f64 / cap,
             read_usage: self.pinned as f64 / cap,
-            evictions: c.evictions,
-            refusals: c.refusals,
-            admission_skips: c.admission_skips,
-            stores_planned: c.stores_planned,
-            stores_completed: c.stores_completed,
-            stores_failed: c.stores_failed,
-            late_completions: c.late_completions,
-            foreign_completions: c.foreign_completions,
-            already_ready_completions: c.already_ready_completions,
-            spent_load_completions: c.spent_load_completions,
-            loads: c.loads,
-            transfer_pins: c.transfer_pins,
             events_queued: self.events.len() as u32,
-            events_dropped: c.events_dropped,
             admission_table_len: self.admission.as_ref().map_or(0, |a| a.len() as u32),
             arc_t1: p.t1,
             arc_t2: p.t2,
@@ -131,6 +117,7 @@ impl PrimaryTier {
             arc_b2: p.b2,
             arc_target: p.target,
             allocation_sizes: self.allocation_sizes.snapshot(),
+            ..self.counters
         }
     }
 
