@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use super::State;
 use super::counters::{
-    LOAD_DURATION, LOAD_SIZE, STORE_DURATION, STORE_LATENCY_EMA, STORE_SIZE, UNDER_PRESSURE,
+    LOAD_DURATION, LOAD_SIZE, M_LOOKUP_HITS, M_REQUEST_SERVED, STORE_DURATION, STORE_LATENCY_EMA,
+    STORE_SIZE, UNDER_PRESSURE,
 };
-use super::counters::{M_LOOKUP_HITS, M_REQUEST_SERVED};
 use crate::stats::{Stat, family, stat_table};
 
 /// One merged statistic, labelled with where it comes from.
