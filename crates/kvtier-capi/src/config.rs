@@ -10,7 +10,7 @@ use super::manager::{CManager, kvtier_manager};
 use super::region::kvtier_region;
 use kvtier_core::config::Config;
 use kvtier_core::error::Error;
-use kvtier_core::metrics::server::MetricsServer;
+use kvtier_core::serve::MetricsServer;
 use kvtier_core::tiering::Manager;
 
 /// Builds a manager from the JSON document `json` (`len` bytes of UTF-8,

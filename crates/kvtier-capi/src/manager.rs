@@ -278,7 +278,7 @@ impl Castable for kvtier_manager {
 /// endpoint if it has one (stopped first when the handle is freed).
 pub(crate) struct CManager {
     /// Declared before `manager`, so it stops before the manager goes.
-    _metrics: Option<kvtier_core::metrics::server::MetricsServer>,
+    _metrics: Option<kvtier_core::serve::MetricsServer>,
     manager: std::sync::Arc<Manager>,
 }
 
@@ -292,7 +292,7 @@ impl CManager {
     /// The handle's value for `manager` and its `/metrics` endpoint.
     pub(crate) fn serving(
         manager: std::sync::Arc<Manager>,
-        metrics: Option<kvtier_core::metrics::server::MetricsServer>,
+        metrics: Option<kvtier_core::serve::MetricsServer>,
     ) -> CManager {
         CManager {
             _metrics: metrics,

@@ -29,7 +29,7 @@ use kvtier::config::kvtier_manager_new_from_json;
 use kvtier::kvtier_status as S;
 use kvtier::manager::{kvtier_manager, kvtier_manager_free};
 use kvtier_core::config::Config;
-use kvtier_core::metrics::server::MetricsServer;
+use kvtier_core::serve::MetricsServer;
 use kvtier_core::tiering::Manager;
 
 /// The documented bounds (docs/configuration.md, `metrics`).

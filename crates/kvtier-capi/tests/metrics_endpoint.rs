@@ -20,7 +20,7 @@ use exposition::{busy_manager, closed_port};
 use kvtier::config::kvtier_manager_new_from_json;
 use kvtier::kvtier_status as S;
 use kvtier::manager::kvtier_manager_free;
-use kvtier_core::metrics::server::{CONTENT_TYPE, MetricsServer};
+use kvtier_core::serve::{CONTENT_TYPE, MetricsServer};
 
 /// `GET path` on `port` of 127.0.0.1: status, headers, body.
 fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {

@@ -1,6 +1,9 @@
 //! docs/statistics.md lists every statistic the library reports: the
 //! manager's own, the primary tier's (lru and arc), the manager's counters
-//! for a secondary tier, and the fs, redis and vtable tiers' own.
+//! for a secondary tier, and the fs, redis and vtable tiers' own (as
+//! reported, and as each component's table declares them);
+//! docs/metrics.md every family of those tables; and the C stats structs
+//! carry their component's statistics in the table's order.
 
 use std::ffi::{CStr, CString, c_void};
 use std::ptr::{null, null_mut};
@@ -185,8 +188,8 @@ fn metrics_doc() -> String {
 }
 
 /// The row docs/metrics.md must have for `family`: name, type, labels.
-fn family_row(family: &kvtier_core::metrics::catalogue::Family) -> String {
-    use kvtier_core::metrics::catalogue::Scope;
+fn family_row(family: &kvtier_core::stats::Family) -> String {
+    use kvtier_core::stats::Scope;
     let mut labels: Vec<&str> = match family.scope {
         Scope::Manager => vec![],
         Scope::ManagerByTier => vec!["tier"],
@@ -211,7 +214,7 @@ fn family_row(family: &kvtier_core::metrics::catalogue::Family) -> String {
 fn every_metric_family_is_documented_with_its_type_and_labels() {
     let doc = metrics_doc();
     let mut missing = Vec::new();
-    for table in kvtier_core::metrics::catalogue::TABLES {
+    for table in kvtier_core::catalogue::TABLES {
         for e in table.iter() {
             let row = family_row(e.family);
             if !doc.contains(&row) && !missing.contains(&row) {
@@ -229,8 +232,142 @@ fn every_metric_family_is_documented_with_its_type_and_labels() {
 #[test]
 fn the_family_check_finds_a_wrong_row() {
     let doc = metrics_doc();
-    let f = &kvtier_core::metrics::catalogue::FS_ERRORS;
+    let f = kvtier_core::catalogue::TABLES
+        .iter()
+        .flat_map(|t| t.iter())
+        .find(|e| e.stat == "errors_checksum")
+        .unwrap()
+        .family;
+    assert_eq!(f.name, "kvtier_fs_errors_total");
     assert!(doc.contains(&family_row(f)));
     assert!(!doc.contains("| `kvtier_fs_errors_total` | gauge |"));
     assert!(!doc.contains("| `kvtier_fs_errors_total` | counter | `tier`, `medium` |"));
+}
+
+/// The fields of C struct `name` in the generated header, in order.
+fn header_fields(name: &str) -> Vec<String> {
+    let header = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../include/kvtier.h"
+    ))
+    .unwrap();
+    let end = header
+        .find(&format!("}} {name};"))
+        .unwrap_or_else(|| panic!("{name} is not in the header"));
+    let start = header[..end].rfind("typedef struct {").unwrap();
+    let mut fields = Vec::new();
+    let mut in_comment = false;
+    for line in header[start..end].lines().skip(1) {
+        let line = line.trim();
+        if line.starts_with("/*") {
+            in_comment = true;
+        }
+        if in_comment {
+            in_comment = !line.ends_with("*/");
+            continue;
+        }
+        if let Some(decl) = line.strip_suffix(';') {
+            let field = decl.split_whitespace().last().unwrap();
+            fields.push(field.split('[').next().unwrap().to_string());
+        }
+    }
+    fields
+}
+
+/// Checks C struct `name` against its component's `table`: each field
+/// (after `struct_size`) is a statistic of the table (a histogram's
+/// `_buckets`, `_sum` and `_count` fields are that histogram's), in the
+/// table's order within each layout (the struct grows at its end, so a
+/// later layout's fields start over), with `layouts` layouts; the table's
+/// statistics the struct does not carry are `not_in_struct`.
+fn check_struct(
+    name: &str,
+    table: kvtier_core::stats::StatTable,
+    layouts: usize,
+    not_in_struct: &[&str],
+) {
+    use kvtier_core::stats::FamilyType;
+    let fields = header_fields(name);
+    assert_eq!(fields.first().map(String::as_str), Some("struct_size"));
+    let mut positions = Vec::new();
+    for field in &fields[1..] {
+        let at = table.iter().position(|e| e.stat == field).or_else(|| {
+            let stem = ["_buckets", "_sum", "_count"]
+                .iter()
+                .find_map(|s| field.strip_suffix(s))?;
+            table.iter().position(|e| {
+                e.family.ty == FamilyType::Histogram && e.stat.starts_with(&format!("{stem}_"))
+            })
+        });
+        let at = at.unwrap_or_else(|| panic!("{name}.{field} is no statistic of its table"));
+        if !positions.contains(&at) {
+            positions.push(at);
+        }
+    }
+    let runs = 1 + positions.windows(2).filter(|w| w[1] < w[0]).count();
+    assert_eq!(
+        runs, layouts,
+        "{name}: the fields of each layout follow the table's order ({fields:?})"
+    );
+    let missing: Vec<&str> = table
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !positions.contains(i))
+        .map(|(_, e)| e.stat)
+        .collect();
+    assert_eq!(
+        missing, not_in_struct,
+        "{name}: the statistics of its table it does not carry"
+    );
+}
+
+#[test]
+fn the_c_stats_structs_carry_their_components_statistics_in_order() {
+    // Both grew once, in 0.3, at their end.
+    check_struct(
+        "kvtier_manager_stats",
+        kvtier_core::catalogue::MANAGER,
+        2,
+        &["promotion_wait_seconds"],
+    );
+    check_struct(
+        "kvtier_primary_stats",
+        kvtier_core::catalogue::PRIMARY,
+        2,
+        &["transfer_pins", "admission_table_len"],
+    );
+}
+
+#[test]
+fn the_struct_check_finds_a_field_out_of_order() {
+    let fields = header_fields("kvtier_manager_stats");
+    assert_eq!(fields[1], "lookups");
+    assert!(fields.contains(&"request_wait_steps".to_string()));
+    let result = std::panic::catch_unwind(|| {
+        check_struct(
+            "kvtier_manager_stats",
+            kvtier_core::catalogue::MANAGER,
+            1,
+            &["promotion_wait_seconds"],
+        )
+    });
+    assert!(
+        result.is_err(),
+        "0.3's fields do not follow 0.2's in the table"
+    );
+}
+
+#[test]
+fn every_statistic_of_every_table_is_listed() {
+    let doc = doc();
+    let missing: Vec<&str> = kvtier_core::catalogue::TABLES
+        .iter()
+        .flat_map(|t| t.iter())
+        .map(|e| e.stat)
+        .filter(|n| !listed(&doc, n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "statistics the tables declare that docs/statistics.md does not list: {missing:?}"
+    );
 }

@@ -67,7 +67,7 @@ pub struct Config {
 /// The optional `/metrics` endpoint of a manager built from JSON:
 /// `"metrics": {"listen": "127.0.0.1:9400"}` serves the manager's
 /// Prometheus text over HTTP from a thread of its own (see
-/// [`crate::metrics::server`]).
+/// [`crate::serve`]).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
@@ -209,8 +209,7 @@ impl Config {
             t.builtin(i)?;
         }
         if let Some(m) = &config.metrics {
-            crate::metrics::server::parse_listen(&m.listen)
-                .map_err(|e| e.within("configuration"))?;
+            crate::serve::parse_listen(&m.listen).map_err(|e| e.within("configuration"))?;
         }
         Ok(config)
     }

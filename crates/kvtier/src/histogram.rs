@@ -178,9 +178,21 @@ impl<const N: usize> Histogram<N> {
     /// `name`: one [`StatKind::HistogramBucket`] per bound (cumulative),
     /// then [`StatKind::HistogramSum`] and [`StatKind::HistogramCount`].
     pub fn push_stats(&self, name: impl Into<Cow<'static, str>>, out: &mut Vec<Stat>) {
+        self.snapshot().push_stats(self.bounds, name, out);
+    }
+}
+
+impl<const N: usize> HistogramSnapshot<N> {
+    /// Appends the values, taken over `bounds`, to a stats list as
+    /// [`Histogram::push_stats`] does.
+    pub fn push_stats(
+        &self,
+        bounds: &[f64; N],
+        name: impl Into<Cow<'static, str>>,
+        out: &mut Vec<Stat>,
+    ) {
         let name = name.into();
-        let snap = self.snapshot();
-        for (&le, &c) in self.bounds.iter().zip(&snap.cumulative) {
+        for (&le, &c) in bounds.iter().zip(&self.cumulative) {
             out.push(Stat {
                 name: name.clone(),
                 kind: StatKind::HistogramBucket { le },
@@ -190,13 +202,19 @@ impl<const N: usize> Histogram<N> {
         out.push(Stat {
             name: name.clone(),
             kind: StatKind::HistogramSum,
-            value: snap.sum,
+            value: self.sum,
         });
         out.push(Stat {
             name,
             kind: StatKind::HistogramCount,
-            value: snap.count as f64,
+            value: self.count as f64,
         });
+    }
+}
+
+impl<const N: usize> crate::stats::PushStats for Histogram<N> {
+    fn push_stats(&self, name: &'static str, out: &mut Vec<Stat>) {
+        Histogram::push_stats(self, name, out);
     }
 }
 

@@ -16,7 +16,9 @@
 //! - [`tiering`]: the tiering manager and the secondary-tier contract.
 //! - [`tiers`]: built-in secondary tiers (the file-system tier; `redis` with the `redis-tier` feature).
 //! - [`request`], [`events`], [`stats`], [`histogram`]: shared vocabulary.
-//! - [`metrics`], [`logging`]: Prometheus text and log routing for engines.
+//! - [`metrics`], [`logging`]: Prometheus text and log routing for engines;
+//!   [`serve`]: the optional `/metrics` endpoint.
+//! - [`catalogue`]: every statistic table, for listing every metric family.
 //! - [`config`]: a whole manager from one JSON document.
 
 #![warn(missing_docs)]
@@ -25,6 +27,7 @@
 // Every unsafe block outside the C boundary says why it is sound.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod catalogue;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -40,6 +43,7 @@ pub mod primary;
 pub mod region;
 pub mod request;
 pub(crate) mod serde_forms;
+pub mod serve;
 pub mod stats;
 mod store_report;
 pub mod tiering;

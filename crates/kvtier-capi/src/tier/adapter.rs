@@ -413,8 +413,8 @@ impl SecondaryTier for CTier {
         self.call_checked("drain", self.vt.drain)
     }
 
-    fn builtin_stats(&self) -> Option<kvtier_core::metrics::BuiltinStats> {
-        Some(kvtier_core::metrics::BuiltinStats::Vtable)
+    fn stat_table(&self) -> Option<kvtier_core::stats::StatTable> {
+        Some(kvtier_core::tiering::ADAPTER_STATS)
     }
 
     fn stats(&self) -> Vec<Stat> {
@@ -446,13 +446,11 @@ impl SecondaryTier for CTier {
             }
         }
         // The counts after this call's own findings.
-        let mut out = vec![
-            Stat::counter(
-                "callback_errors",
-                self.callback_errors.load(Ordering::Relaxed),
-            ),
-            Stat::counter("events_rejected", self.events_rejected),
-        ];
+        let mut out = kvtier_core::tiering::AdapterStats {
+            callback_errors: self.callback_errors.load(Ordering::Relaxed),
+            events_rejected: self.events_rejected,
+        }
+        .stat_list();
         out.append(&mut own);
         out
     }

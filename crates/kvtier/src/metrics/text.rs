@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use super::catalogue::FamilyType;
+use crate::stats::FamilyType;
 use crate::stats::StatKind;
 
 /// A family being written: a built-in one, or one made for a statistic

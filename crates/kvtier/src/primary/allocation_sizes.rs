@@ -34,6 +34,12 @@ pub const ALLOCATION_SIZE_STAT: &str = "allocation_size_blocks";
 /// The allocation-size histogram's values at one moment.
 pub type AllocationSizes = HistogramSnapshot<ALLOCATION_SIZE_BUCKETS>;
 
+impl crate::stats::PushStats for AllocationSizes {
+    fn push_stats(&self, name: &'static str, out: &mut Vec<crate::stats::Stat>) {
+        HistogramSnapshot::push_stats(self, &ALLOCATION_SIZE_BOUNDS, name, out);
+    }
+}
+
 /// An empty allocation-size histogram.
 pub(super) fn new_histogram() -> Histogram<ALLOCATION_SIZE_BUCKETS> {
     Histogram::new(&ALLOCATION_SIZE_BOUNDS)

@@ -124,26 +124,9 @@ pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
 pub(crate) use positions::check_group_keys;
+pub(crate) use stats::PRIMARY_STATS;
 pub use stats::PrimaryStats;
 pub use writers::Writer;
-
-/// Monotonic counters of the tier.
-#[derive(Clone, Copy, Debug, Default)]
-struct Counters {
-    evictions: u64,
-    refusals: u64,
-    admission_skips: u64,
-    stores_planned: u64,
-    stores_completed: u64,
-    stores_failed: u64,
-    late_completions: u64,
-    foreign_completions: u64,
-    already_ready_completions: u64,
-    spent_load_completions: u64,
-    loads: u64,
-    transfer_pins: u64,
-    events_dropped: u64,
-}
 
 /// The CPU primary tier.  Not thread safe by itself: callers serialize access.
 #[derive(Debug)]
@@ -155,7 +138,9 @@ pub struct PrimaryTier {
     write_pending: u32,
     pinned: u32,
     idle: u32,
-    counters: Counters,
+    /// The tier's counters (the fields of [`PrimaryStats`] that `stats`
+    /// does not compute: its gauges and histogram stay at 0 here).
+    counters: PrimaryStats,
     allocation_sizes: Histogram<ALLOCATION_SIZE_BUCKETS>,
     events: VecDeque<Event>,
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
@@ -252,7 +237,7 @@ impl PrimaryTier {
             write_pending: 0,
             pinned: 0,
             idle: 0,
-            counters: Counters::default(),
+            counters: PrimaryStats::default(),
             allocation_sizes: allocation_sizes::new_histogram(),
             events: VecDeque::with_capacity(config.event_capacity.min(4096)),
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),

@@ -84,7 +84,8 @@ mod shutdown;
 mod stat_lists;
 mod step;
 
-use counters::{ManagerCounters, TierCounters};
+pub(crate) use counters::TIER_MANAGED_STATS;
+use counters::TierCounters;
 pub use lookup::LookupKind;
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
@@ -93,6 +94,7 @@ pub use options::{ManagerOptions, RequestParams, StartedRequest, TierOptions};
 use poll::CompletionQueue;
 pub use progress::ProgressOptions;
 pub use report::{RequestReport, RequestReportListener};
+pub(crate) use stat_lists::MANAGER_STATS;
 pub use stat_lists::{ManagerStat, ManagerStats};
 
 type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
@@ -187,7 +189,8 @@ struct State {
     closed: bool,
     shutdown_failed: bool,
     keepalive: Option<Box<dyn Any + Send>>,
-    c: ManagerCounters,
+    /// The manager's counters (its gauges stay 0 here: `manager_stats` reads them).
+    c: ManagerStats,
     /// Histograms and the request-report listener.
     obs: report::Observations,
     errors: VecDeque<String>,

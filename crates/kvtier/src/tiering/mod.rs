@@ -1,5 +1,6 @@
 //! The tiering manager and the secondary-tier contract.
 
+mod adapter_stats;
 pub mod backend;
 mod backpressure;
 mod counter_memory;
@@ -9,6 +10,7 @@ mod notify;
 mod tier;
 
 pub use crate::events::TierEvent;
+pub use adapter_stats::{ADAPTER_STATS, AdapterStats};
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
@@ -20,6 +22,7 @@ pub use manager::{
     ProgressOptions, PromotionAnswer, RequestParams, RequestReport, RequestReportListener,
     StartedRequest, TakenBatch, TakenEvents, TierOptions,
 };
+pub(crate) use manager::{MANAGER_STATS, TIER_MANAGED_STATS};
 pub use notify::Notifier;
 pub use tier::{
     DEFAULT_TIER_EVENT_CAPACITY, Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE,

@@ -196,12 +196,13 @@ pub trait SecondaryTier: Send {
         Vec::new()
     }
 
-    /// Which of kvtier's built-in statistics [`SecondaryTier::stats`]
-    /// reports, so the Prometheus exposition can give them their families
-    /// (see [`crate::metrics`]); `None` (the default) for a tier of its
-    /// own, whose statistics keep their names under the `kvtier_custom_`
-    /// prefix.
-    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
+    /// The families of the statistics [`SecondaryTier::stats`] reports, as
+    /// the tier declares them (see [`crate::stats`]), so the Prometheus
+    /// exposition can give each its family; `None` (the default) for a
+    /// tier of its own, whose statistics keep their names under the
+    /// `kvtier_custom_` prefix.  A statistic the table does not list is a
+    /// custom one too.
+    fn stat_table(&self) -> Option<crate::stats::StatTable> {
         None
     }
 

@@ -3,7 +3,6 @@
 //! batches or pushed to a listener) and the error log.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{
     EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, ManagerStats, Result,
@@ -11,51 +10,10 @@ use super::{
 };
 use crate::error::Error;
 use crate::events::EventKind;
-use crate::histogram::{
-    Histogram, JOB_SIZE_BLOCKS_BOUNDS, JOB_SIZE_BUCKETS, LATENCY_BUCKETS, LATENCY_SECONDS_BOUNDS,
-};
 use crate::key::Key;
-use crate::metrics::{MetricGroup, StatSource};
+use crate::metrics::MetricGroup;
 use crate::request::{Locality, Medium};
 use crate::stats::Stat;
-
-/// Finished jobs of one direction on one tier: how long each took
-/// (seconds) and how many blocks it carried.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct JobHistograms {
-    seconds: Histogram<LATENCY_BUCKETS>,
-    blocks: Histogram<JOB_SIZE_BUCKETS>,
-}
-
-impl Default for JobHistograms {
-    fn default() -> Self {
-        JobHistograms {
-            seconds: Histogram::new(&LATENCY_SECONDS_BOUNDS),
-            blocks: Histogram::new(&JOB_SIZE_BLOCKS_BOUNDS),
-        }
-    }
-}
-
-impl JobHistograms {
-    /// Records a job of `blocks` blocks that took `elapsed`.
-    #[inline]
-    pub(super) fn record(&mut self, elapsed: Duration, blocks: usize) {
-        self.seconds.record(elapsed.as_secs_f64());
-        self.blocks.record(blocks as f64);
-    }
-
-    /// Appends `<direction>_duration_seconds` and
-    /// `<direction>_size_blocks` to `out`.
-    pub(super) fn push_stats(
-        &self,
-        duration: &'static str,
-        size: &'static str,
-        out: &mut Vec<Stat>,
-    ) {
-        self.seconds.push_stats(duration, out);
-        self.blocks.push_stats(size, out);
-    }
-}
 
 /// One batch handed out by [`Manager::take_events_into`] (or
 /// [`Manager::take_event_batches`]): consecutive events of one tier and
@@ -255,14 +213,14 @@ impl Manager {
         }
         let mut out = Vec::with_capacity(2 + 2 * s.tiers.len());
         out.push(MetricGroup {
-            source: StatSource::Manager,
+            table: Some(super::MANAGER_STATS),
             tier: None,
             tier_name: Arc::from("manager"),
             medium: None,
             stats: s.manager_stat_list(),
         });
         out.push(MetricGroup {
-            source: StatSource::Primary,
+            table: Some(crate::primary::PRIMARY_STATS),
             tier: Some(0),
             tier_name: Arc::from("primary"),
             medium: Some(Medium::Cpu),
@@ -271,14 +229,14 @@ impl Manager {
         for (i, report) in reports.into_iter().enumerate() {
             let t = &s.tiers[i];
             out.push(MetricGroup {
-                source: StatSource::TierManaged,
+                table: Some(super::TIER_MANAGED_STATS),
                 tier: Some(i + 1),
                 tier_name: t.name.clone(),
                 medium: t.medium,
                 stats: s.tier_counter_stats(i),
             });
             out.push(MetricGroup {
-                source: StatSource::TierOwn(t.tier.builtin_stats()),
+                table: t.tier.stat_table(),
                 tier: Some(i + 1),
                 tier_name: t.name.clone(),
                 medium: t.medium,
@@ -379,13 +337,6 @@ impl Manager {
             }
         }
         Ok(())
-    }
-}
-
-/// What the `/metrics` endpoint serves: [`Manager::prometheus_text`].
-impl crate::metrics::server::MetricsSource for Manager {
-    fn prometheus_text(&self) -> Result<String> {
-        Manager::prometheus_text(self)
     }
 }
 

@@ -14,15 +14,13 @@ use std::time::Duration;
 
 use super::lookup::LookupKind;
 use super::progress::WaitEnded;
+use super::stat_lists::PROMOTION_WAIT_STAT;
 use super::{
     Job, Key, LookupAnswer, LookupResult, Manager, MissReason, ReqState, RequestId, Result, State,
 };
 use crate::histogram::{Histogram, LATENCY_BUCKETS, LATENCY_SECONDS_BOUNDS};
 use crate::primary::CompleteStoreReport;
 use crate::stats::Stat;
-
-/// Name of the promotion-wait histogram among the manager's statistics.
-pub(crate) const PROMOTION_WAIT_STAT: &str = "promotion_wait_seconds";
 
 /// What happened to one finished request, handed to the listener of
 /// [`Manager::set_request_report_listener`] once, when the manager lets

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::{
     CompletionQueue, CounterMemory, Detector, Error, FastMap, Handout, MAX_SECONDARY_TIERS,
-    Manager, ManagerCounters, ManagerOptions, Notifier, PrimaryBackend, RequestNames, Result,
+    Manager, ManagerOptions, ManagerStats, Notifier, PrimaryBackend, RequestNames, Result,
     SecondaryTier, SlotMemory, SlotOwner, State, StorePlan, TierCounters, TierEntry, TierOptions,
 };
 
@@ -44,7 +44,7 @@ impl Manager {
                 closed: false,
                 shutdown_failed: false,
                 keepalive: None,
-                c: ManagerCounters::default(),
+                c: ManagerStats::default(),
                 obs: super::report::Observations::default(),
                 errors: VecDeque::new(),
                 pending_events: VecDeque::new(),

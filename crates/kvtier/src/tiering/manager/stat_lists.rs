@@ -1,12 +1,18 @@
 //! The manager's statistics as the engine reads them: its own as the
 //! typed [`ManagerStats`] and as named values, and the counters it keeps
 //! for each secondary tier as named values (listed first in that tier's
-//! statistics).  docs/statistics.md lists every name.
+//! statistics).  The manager's own are declared once, in the table of
+//! [`ManagerStats`] below (the counters the manager keeps are that struct's
+//! fields); docs/statistics.md lists every name.
 
 use std::sync::Arc;
 
 use super::State;
-use crate::stats::Stat;
+use super::counters::{
+    LOAD_DURATION, LOAD_SIZE, M_LOOKUP_HITS, M_REQUEST_SERVED, STORE_DURATION, STORE_LATENCY_EMA,
+    STORE_SIZE, UNDER_PRESSURE,
+};
+use crate::stats::{Stat, family, stat_table};
 
 /// One merged statistic, labelled with where it comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,163 +25,101 @@ pub struct ManagerStat {
     pub stat: Stat,
 }
 
-/// The manager's own statistics (besides each tier's, see
-/// [`Manager::tier_stats`](super::Manager::tier_stats)).  Counters are
-/// cumulative from the manager's creation and never decrease, resets
-/// included; gauges are current.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ManagerStats {
-    /// Counter: keys looked up.
-    pub lookups: u64,
-    /// Counter: lookups the primary tier answered HIT.
-    pub primary_hits: u64,
-    /// Counter: lookups the primary tier answered HIT_PENDING (being written).
-    pub primary_hit_pending: u64,
-    /// Counter: promotions started (a slot reserved, a load staged).
-    pub promotions_started: u64,
-    /// Counter: promotions the primary tier refused for want of a free slot.
-    pub allocation_failures: u64,
-    /// Counter: promotions the primary tier's admission threshold did not admit.
-    pub promotions_not_admitted: u64,
-    /// Counter: lookups answered MISS without asking the secondary tiers,
-    /// because promotions are held after a reset.
-    pub held_misses: u64,
-    /// Counter: lookups answered MISS because no tier has the key (or
-    /// none was asked).
-    pub misses_absent: u64,
-    /// Counter: lookups answered MISS although a secondary tier has the
-    /// key, because the primary tier did not take its promotion.
-    pub misses_no_room: u64,
-    /// Counter: lookups answered MISS because the request's wait for
-    /// blocks on their way passed its bound
-    /// ([`MissReason::TimedOut`](super::MissReason::TimedOut)).
-    pub misses_timed_out: u64,
-    /// Counter: waits of requests that passed the bound
-    /// ([`ProgressOptions`](super::ProgressOptions)`::wait_steps` or
-    /// `wait_ms`): their holds were released.
-    pub wait_timeouts: u64,
-    /// Counter: stores the primary tier refused as a whole (no room).
-    pub store_refusals: u64,
-    /// Counter: store completions of a request with no store in flight.
-    pub ignored_store_completions: u64,
-    /// Counter: keys of request-level cascades parked until their write finished.
-    pub parked_keys: u64,
-    /// Counter: parked keys dropped because their write failed.
-    pub parked_keys_dropped: u64,
-    /// Counter: jobs that finished after a reset orphaned them.
-    pub stale_completions: u64,
-    /// Counter: misbehaviours of secondary tiers (all tiers together).
-    pub tier_bugs: u64,
-    /// Counter: internal errors (logged; never expected).
-    pub internal_errors: u64,
-    /// Counter: cache resets.
-    pub resets: u64,
-    /// Counter: requests the manager let go (each counted once, then, in
-    /// this and the `request_*` counters below).
-    pub requests_finished: u64,
-    /// Counter: blocks finished requests asked for: per request, the keys
-    /// of its largest lookup (per-key lookups: those of one step together).
-    pub request_blocks_asked: u64,
-    /// Counter: blocks finished requests loaded that were already in the
-    /// primary tier (not promoted for them); each secondary tier's
-    /// `request_blocks_served` counts those promoted for them from it.
-    pub request_blocks_served_primary: u64,
-    /// Counter: blocks finished requests asked for and did not load (per
-    /// request, asked minus loaded, at least 0): the engine computed them.
-    pub request_blocks_recomputed: u64,
-    /// Counter: steps (`on_schedule_end` calls) finished requests spent
-    /// waiting for blocks on their way.
-    pub request_wait_steps: u64,
-    /// Gauge: jobs submitted to secondary tiers and not yet finished.
-    pub jobs_in_flight: u64,
-    /// Gauge: requests started and not yet finalized.
-    pub active_requests: u64,
-    /// Gauge: 1 while promotions are held after a reset, else 0.
-    pub promotions_held: u64,
-    /// Gauge: events waiting to be taken.
-    pub events_queued: u64,
-}
+stat_table! {
+    /// The families of the manager's own statistics.
+    pub(crate) static MANAGER_STATS;
 
-impl ManagerStats {
-    /// The statistics as named values, in field order.
-    pub fn stat_list(&self) -> Vec<Stat> {
-        let mut out = Vec::with_capacity(28);
-        for (n, v) in [
-            ("lookups", self.lookups),
-            ("primary_hits", self.primary_hits),
-            ("primary_hit_pending", self.primary_hit_pending),
-            ("promotions_started", self.promotions_started),
-            ("allocation_failures", self.allocation_failures),
-            ("promotions_not_admitted", self.promotions_not_admitted),
-            ("held_misses", self.held_misses),
-            ("misses_absent", self.misses_absent),
-            ("misses_no_room", self.misses_no_room),
-            ("misses_timed_out", self.misses_timed_out),
-            ("wait_timeouts", self.wait_timeouts),
-            ("store_refusals", self.store_refusals),
-            ("ignored_store_completions", self.ignored_store_completions),
-            ("parked_keys", self.parked_keys),
-            ("parked_keys_dropped", self.parked_keys_dropped),
-            ("stale_completions", self.stale_completions),
-            ("tier_bugs", self.tier_bugs),
-            ("internal_errors", self.internal_errors),
-            ("resets", self.resets),
-            ("requests_finished", self.requests_finished),
-            ("request_blocks_asked", self.request_blocks_asked),
-            (
-                "request_blocks_served_primary",
-                self.request_blocks_served_primary,
-            ),
-            ("request_blocks_recomputed", self.request_blocks_recomputed),
-            ("request_wait_steps", self.request_wait_steps),
-        ] {
-            out.push(Stat::counter(n, v));
-        }
-        for (n, v) in [
-            ("jobs_in_flight", self.jobs_in_flight),
-            ("active_requests", self.active_requests),
-            ("promotions_held", self.promotions_held),
-            ("events_queued", self.events_queued),
-        ] {
-            out.push(Stat::gauge(n, v as f64));
-        }
-        out
+    /// The manager's own statistics (besides each tier's, see
+    /// [`Manager::tier_stats`](super::Manager::tier_stats)).  Counters are
+    /// cumulative from the manager's creation and never decrease, resets
+    /// included; gauges are current.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ManagerStats {
+        /// Counter: keys looked up.
+        counter lookups: u64 => M_LOOKUPS,
+        /// Counter: lookups the primary tier answered HIT.
+        counter primary_hits: u64 => M_LOOKUP_HITS["primary"],
+        /// Counter: lookups the primary tier answered HIT_PENDING (being written).
+        counter primary_hit_pending: u64 => M_LOOKUP_PENDING,
+        /// Counter: promotions started (a slot reserved, a load staged).
+        counter promotions_started: u64 => M_PROMOTIONS,
+        /// Counter: promotions the primary tier refused for want of a free slot.
+        counter allocation_failures: u64 => M_PROMOTIONS_REFUSED["no_slot"],
+        /// Counter: promotions the primary tier's admission threshold did not admit.
+        counter promotions_not_admitted: u64 => M_PROMOTIONS_REFUSED["not_admitted"],
+        /// Counter: lookups answered MISS without asking the secondary tiers,
+        /// because promotions are held after a reset.
+        counter held_misses: u64 => M_HELD_MISSES,
+        /// Counter: lookups answered MISS because no tier has the key (or
+        /// none was asked).
+        counter misses_absent: u64 => M_LOOKUP_MISSES["absent"],
+        /// Counter: lookups answered MISS although a secondary tier has the
+        /// key, because the primary tier did not take its promotion.
+        counter misses_no_room: u64 => M_LOOKUP_MISSES["no_room"],
+        /// Counter: lookups answered MISS because the request's wait for
+        /// blocks on their way passed its bound
+        /// ([`MissReason::TimedOut`](super::MissReason::TimedOut)).
+        counter misses_timed_out: u64 => M_LOOKUP_MISSES["timed_out"],
+        /// Counter: waits of requests that passed the bound
+        /// ([`ProgressOptions`](super::ProgressOptions)`::wait_steps` or
+        /// `wait_ms`): their holds were released.
+        counter wait_timeouts: u64 => M_WAIT_TIMEOUTS,
+        /// Counter: stores the primary tier refused as a whole (no room).
+        counter store_refusals: u64 => M_STORE_REFUSALS,
+        /// Counter: store completions of a request with no store in flight.
+        counter ignored_store_completions: u64 => M_IGNORED_COMPLETIONS,
+        /// Counter: keys of request-level cascades parked until their write finished.
+        counter parked_keys: u64 => M_PARKED,
+        /// Counter: parked keys dropped because their write failed.
+        counter parked_keys_dropped: u64 => M_PARKED_DROPPED,
+        /// Counter: jobs that finished after a reset orphaned them.
+        counter stale_completions: u64 => M_STALE,
+        /// Counter: misbehaviours of secondary tiers (all tiers together).
+        counter tier_bugs: u64 => M_TIER_BUGS,
+        /// Counter: internal errors (logged; never expected).
+        counter internal_errors: u64 => M_INTERNAL,
+        /// Counter: cache resets.
+        counter resets: u64 => M_RESETS,
+        /// Counter: requests the manager let go (each counted once, then, in
+        /// this and the `request_*` counters below).
+        counter requests_finished: u64 => M_REQUESTS_FINISHED,
+        /// Counter: blocks finished requests asked for: per request, the keys
+        /// of its largest lookup (per-key lookups: those of one step together).
+        counter request_blocks_asked: u64 => M_REQUEST_ASKED,
+        /// Counter: blocks finished requests loaded that were already in the
+        /// primary tier (not promoted for them); each secondary tier's
+        /// `request_blocks_served` counts those promoted for them from it.
+        counter request_blocks_served_primary: u64 => M_REQUEST_SERVED["primary"],
+        /// Counter: blocks finished requests asked for and did not load (per
+        /// request, asked minus loaded, at least 0): the engine computed them.
+        counter request_blocks_recomputed: u64 => M_REQUEST_RECOMPUTED,
+        /// Counter: steps (`on_schedule_end` calls) finished requests spent
+        /// waiting for blocks on their way.
+        counter request_wait_steps: u64 => M_REQUEST_WAIT_STEPS,
+        /// Gauge: jobs submitted to secondary tiers and not yet finished.
+        gauge jobs_in_flight: u64 => M_JOBS_IN_FLIGHT,
+        /// Gauge: requests started and not yet finalized.
+        gauge active_requests: u64 => M_ACTIVE_REQUESTS,
+        /// Gauge: 1 while promotions are held after a reset, else 0.
+        gauge promotions_held: u64 => M_PROMOTIONS_HELD,
+        /// Gauge: events waiting to be taken.
+        gauge events_queued: u64 => M_EVENTS_QUEUED,
+    }
+    also {
+        /// The histogram of requests' waits for blocks on their way.
+        histogram PROMOTION_WAIT_STAT = "promotion_wait_seconds" => M_PROMOTION_WAIT,
     }
 }
 
 impl State {
     /// The manager's own statistics now.
     pub(super) fn manager_stats(&self) -> ManagerStats {
-        let c = &self.c;
         ManagerStats {
-            lookups: c.lookups,
-            primary_hits: c.primary_hits,
-            primary_hit_pending: c.primary_hit_pending,
-            promotions_started: c.promotions_started,
-            allocation_failures: c.allocation_failures,
-            promotions_not_admitted: c.promotions_not_admitted,
-            held_misses: c.held_misses,
-            misses_absent: c.misses_absent,
-            misses_no_room: c.misses_no_room,
-            misses_timed_out: c.misses_timed_out,
-            wait_timeouts: c.wait_timeouts,
-            store_refusals: c.store_refusals,
-            ignored_store_completions: c.ignored_store_completions,
-            parked_keys: c.parked_keys,
-            parked_keys_dropped: c.parked_keys_dropped,
-            stale_completions: c.stale_completions,
-            tier_bugs: c.tier_bugs,
-            internal_errors: c.internal_errors,
-            resets: c.resets,
-            requests_finished: c.requests_finished,
-            request_blocks_asked: c.request_blocks_asked,
-            request_blocks_served_primary: c.request_blocks_served_primary,
-            request_blocks_recomputed: c.request_blocks_recomputed,
-            request_wait_steps: c.request_wait_steps,
             jobs_in_flight: self.jobs.len() as u64,
             active_requests: self.reqs.len() as u64,
             promotions_held: u64::from(self.held),
             events_queued: self.pending_events.len() as u64,
+            ..self.c
         }
     }
 
@@ -191,41 +135,114 @@ impl State {
         let t = &self.tiers[i];
         let c = t.c;
         let mut out = Vec::with_capacity(96);
-        for (n, v) in [
-            ("lookups", c.lookups),
-            ("hits", c.hits),
-            ("retries", c.retries),
-            ("promotions_started", c.promotions_started),
-            ("promotion_jobs", c.promotion_jobs),
-            ("promotion_blocks", c.promotion_blocks),
-            ("promotion_failures", c.promotion_failures),
-            ("partial_promotions", c.partial_promotions),
-            ("cascade_jobs", c.cascade_jobs),
-            ("cascade_blocks", c.cascade_blocks),
-            ("cascade_failures", c.cascade_failures),
-            ("dropped_cascade_jobs", c.dropped_cascade_jobs),
-            ("dropped_cascade_blocks", c.dropped_cascade_blocks),
-            ("bytes_loaded", c.bytes_loaded),
-            ("bytes_stored", c.bytes_stored),
-            ("tier_bugs", c.tier_bugs),
-            ("poll_limit_reached", c.poll_limit_reached),
-            ("event_limit_reached", c.event_limit_reached),
-            ("request_blocks_served", c.request_blocks_served),
-        ] {
-            out.push(Stat::counter(n, v));
-        }
-        c.loads
-            .push_stats("load_duration_seconds", "load_size_blocks", &mut out);
-        c.stores
-            .push_stats("store_duration_seconds", "store_size_blocks", &mut out);
+        c.push_stats(&mut out);
+        c.loads.push_stats(LOAD_DURATION, LOAD_SIZE, &mut out);
+        c.stores.push_stats(STORE_DURATION, STORE_SIZE, &mut out);
         if let Some(d) = &t.detector {
-            for (n, v) in [
-                ("under_pressure", if d.under_pressure() { 1.0 } else { 0.0 }),
-                ("store_latency_ema", d.ema()),
-            ] {
-                out.push(Stat::gauge(n, v));
-            }
+            out.push(Stat::gauge(
+                UNDER_PRESSURE,
+                if d.under_pressure() { 1.0 } else { 0.0 },
+            ));
+            out.push(Stat::gauge(STORE_LATENCY_EMA, d.ema()));
         }
         out
     }
+}
+
+// The manager's families.
+family! {
+    M_LOOKUPS, "kvtier_manager_lookups_total", Counter, Manager,
+    "Keys looked up (a batched lookup counts the keys it looked at, up to the one it stopped at)."
+}
+family! {
+    M_LOOKUP_MISSES, "kvtier_manager_lookup_misses_total", Counter, Manager, "reason",
+    "Keys a lookup answered MISS, by reason: absent (no tier has the key, or none was asked), no_room (a secondary tier has it, but the primary tier did not take its promotion) or timed_out (the request waited past the bound for it)."
+}
+family! {
+    M_LOOKUP_PENDING, "kvtier_manager_lookup_hit_pending_total", Counter, Manager,
+    "Keys a lookup found in the primary tier while they were being written (answered HIT_PENDING)."
+}
+family! {
+    M_HELD_MISSES, "kvtier_manager_held_misses_total", Counter, Manager,
+    "Keys answered MISS without asking the secondary tiers, because promotions are held after a reset (also counted as absent misses)."
+}
+family! {
+    M_PROMOTIONS, "kvtier_manager_promotions_started_total", Counter, Manager,
+    "Promotions started: a primary slot reserved and a load from a secondary tier staged."
+}
+family! {
+    M_PROMOTIONS_REFUSED, "kvtier_manager_promotions_refused_total", Counter, Manager, "reason",
+    "Promotions the primary tier did not take, by reason: no_slot (no free or evictable slot) or not_admitted (its admission threshold did not admit the key yet)."
+}
+family! {
+    M_STORE_REFUSALS, "kvtier_manager_store_refusals_total", Counter, Manager,
+    "prepare_store calls the primary tier refused as a whole (no room)."
+}
+family! {
+    M_IGNORED_COMPLETIONS, "kvtier_manager_ignored_store_completions_total", Counter, Manager,
+    "complete_store calls of a request with no store in flight (after a reset), ignored."
+}
+family! {
+    M_PARKED, "kvtier_manager_parked_keys_total", Counter, Manager,
+    "Keys of request-level cascades parked until their write into the primary tier finished."
+}
+family! {
+    M_PARKED_DROPPED, "kvtier_manager_parked_keys_dropped_total", Counter, Manager,
+    "Parked keys dropped because their write into the primary tier failed."
+}
+family! {
+    M_STALE, "kvtier_manager_stale_completions_total", Counter, Manager,
+    "Secondary-tier jobs that finished after a reset orphaned them."
+}
+family! {
+    M_TIER_BUGS, "kvtier_manager_tier_bugs_total", Counter, Manager,
+    "Misbehaviours of secondary tiers, all tiers together (unknown or repeated job ids, counters that went back, ...)."
+}
+family! {
+    M_INTERNAL, "kvtier_manager_internal_errors_total", Counter, Manager,
+    "kvtier's own inconsistencies (logged; never expected)."
+}
+family! {
+    M_RESETS, "kvtier_manager_resets_total", Counter, Manager,
+    "Cache resets."
+}
+family! {
+    M_JOBS_IN_FLIGHT, "kvtier_manager_jobs_in_flight", Gauge, Manager,
+    "Jobs submitted to secondary tiers and not finished yet."
+}
+family! {
+    M_ACTIVE_REQUESTS, "kvtier_manager_active_requests", Gauge, Manager,
+    "Requests started and not finalized yet."
+}
+family! {
+    M_PROMOTIONS_HELD, "kvtier_manager_promotions_held", Gauge, Manager,
+    "1 while promotions are held after a reset, else 0."
+}
+family! {
+    M_PROMOTION_WAIT, "kvtier_manager_promotion_wait_seconds", Histogram, Manager,
+    "How long requests waited for blocks on their way: from a lookup that left some of a request's keys on their way to the first later lookup that left none (or its prepare_load, its finish, or a lookup after the wait bound), one observation per wait."
+}
+family! {
+    M_WAIT_TIMEOUTS, "kvtier_manager_wait_timeouts_total", Counter, Manager,
+    "Waits of requests for blocks on their way that passed the bound (wait_steps steps or wait_ms milliseconds): their holds were released."
+}
+family! {
+    M_REQUESTS_FINISHED, "kvtier_manager_requests_finished_total", Counter, Manager,
+    "Requests the manager let go after their finish; each is counted once, then, in every kvtier_manager_request_* family."
+}
+family! {
+    M_REQUEST_ASKED, "kvtier_manager_request_blocks_asked_total", Counter, Manager,
+    "Blocks finished requests asked for: per request, the keys of its largest lookup (per-key lookups: those of one step together, up to the first miss)."
+}
+family! {
+    M_REQUEST_RECOMPUTED, "kvtier_manager_request_blocks_recomputed_total", Counter, Manager,
+    "Blocks finished requests asked for and were not served (per request, asked minus served): the engine computed them."
+}
+family! {
+    M_REQUEST_WAIT_STEPS, "kvtier_manager_request_wait_steps_total", Counter, Manager,
+    "Steps (on_schedule_end calls) finished requests spent waiting for blocks on their way."
+}
+family! {
+    M_EVENTS_QUEUED, "kvtier_manager_events_queued", Gauge, Manager,
+    "Cache events gathered from the tiers and waiting to be taken."
 }

@@ -61,26 +61,6 @@ impl Cause {
         Cause::Transient,
     ];
 
-    /// Stat name of the cause's counter.
-    pub fn stat_name(self) -> &'static str {
-        match self {
-            Cause::NoSpace => "errors_no_space",
-            Cause::ReadOnly => "errors_read_only",
-            Cause::Permission => "errors_permission",
-            Cause::MissingDir => "errors_missing_dir",
-            Cause::Io => "errors_io",
-            Cause::Vanished => "errors_vanished",
-            Cause::Truncated => "errors_truncated",
-            Cause::BadHeader => "errors_bad_header",
-            Cause::Checksum => "errors_checksum",
-            Cause::NotPresent => "errors_not_present",
-            Cause::Closed => "errors_closed",
-            Cause::BadSlot => "errors_bad_slot",
-            Cause::Foreign => "errors_foreign",
-            Cause::Transient => "errors_transient",
-        }
-    }
-
     /// Index into [`Cause::ALL`].
     pub fn index(self) -> usize {
         Cause::ALL.iter().position(|c| *c == self).expect("listed")

@@ -56,6 +56,7 @@ mod io;
 mod pool;
 mod rebuild;
 mod segments;
+mod stats;
 
 use std::fs;
 use std::path::PathBuf;
@@ -82,6 +83,7 @@ pub use io::Cause;
 use pool::{JobState, Pool, outcome};
 pub use rebuild::RebuildReport;
 use segments::Segments;
+pub(crate) use stats::FS_STATS;
 
 /// How the tier lays blocks out in its directory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
@@ -942,56 +944,12 @@ impl SecondaryTier for FsTier {
         Ok(())
     }
 
-    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
-        Some(crate::metrics::BuiltinStats::Fs)
+    fn stat_table(&self) -> Option<crate::stats::StatTable> {
+        Some(stats::FS_STATS)
     }
 
     fn stats(&self) -> Vec<Stat> {
-        let c = &self.pool.shared().counters;
-        let t = &self.totals;
-        let r = &self.rebuild;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let mut s = vec![
-            Stat::gauge("bytes_used", self.index.used() as f64),
-            Stat::gauge("capacity_bytes", self.opts.capacity_bytes as f64),
-            Stat::gauge("blocks", self.index.ready_count() as f64),
-            Stat::gauge("direct_io", if self.direct_io() { 1.0 } else { 0.0 }),
-            Stat::counter("hits", t.hits),
-            Stat::counter("misses", t.misses),
-            Stat::counter("lookup_retries", t.retries),
-            Stat::counter("existence_checks", load(&c.checks)),
-            Stat::counter("blocks_adopted", t.adopted),
-            Stat::counter("stores_written", t.stores_written),
-            Stat::counter("stores_already_present", t.stores_present),
-            Stat::counter("stores_skipped", t.stores_skipped),
-            Stat::counter("stores_rejected_full", t.stores_rejected_full),
-            Stat::counter("loads", t.loads),
-            Stat::counter("jobs_failed", t.jobs_failed),
-            Stat::counter("evictions", t.evictions + r.evicted),
-            Stat::counter("corrupt_blocks_removed", t.corrupt_removed),
-            Stat::counter("unreadable_blocks_dropped", t.unreadable_removed),
-            Stat::counter("blocks_found_missing", t.found_missing),
-            Stat::counter("events_dropped", self.events.dropped()),
-            Stat::gauge("events_queued", self.events.len() as f64),
-            Stat::counter("removal_errors", load(&c.removal_errors)),
-            Stat::counter("read_bytes", load(&c.read_bytes)),
-            Stat::counter("read_time_us", load(&c.read_ns) / 1000),
-            Stat::counter("write_bytes", load(&c.write_bytes)),
-            Stat::counter("write_time_us", load(&c.write_ns) / 1000),
-            Stat::counter("restart_blocks", r.blocks),
-            Stat::counter("restart_skipped_files", r.skipped),
-            Stat::counter("restart_removed_files", r.removed),
-            Stat::counter("restart_temp_removed", r.temp_removed),
-            Stat::counter("restart_unreadable_files", r.unreadable),
-            Stat::counter("restart_foreign_entries", r.foreign),
-        ];
-        for cause in Cause::ALL {
-            s.push(Stat::counter(
-                cause.stat_name(),
-                load(&c.errors[cause.index()]),
-            ));
-        }
-        s
+        self.stat_list()
     }
 
     fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {

@@ -52,6 +52,8 @@ mod report;
 #[cfg(feature = "redis-tier")]
 mod resp;
 #[cfg(feature = "redis-tier")]
+mod stats;
+#[cfg(feature = "redis-tier")]
 mod tier;
 #[cfg(feature = "redis-tier")]
 mod worker;
@@ -59,5 +61,7 @@ mod worker;
 pub use config::{MAX_TTL_MS, RedisTierConfig};
 #[cfg(feature = "redis-tier")]
 pub use header::header_len;
+#[cfg(feature = "redis-tier")]
+pub(crate) use stats::REDIS_STATS;
 #[cfg(feature = "redis-tier")]
 pub use tier::{RedisTier, redis_key_name};

@@ -43,20 +43,6 @@ impl Cause {
         self as usize
     }
 
-    /// The stat name counting this cause.
-    pub(super) fn stat_name(self) -> &'static str {
-        match self {
-            Cause::ServerDown => "failures_server_down",
-            Cause::Timeout => "failures_timeout",
-            Cause::ConnectionReset => "failures_connection_reset",
-            Cause::OutOfMemory => "failures_oom",
-            Cause::ServerError => "failures_server_error",
-            Cause::Other => "failures_other",
-            Cause::BreakerOpen => "failures_breaker_open",
-            Cause::Cancelled => "failures_cancelled",
-        }
-    }
-
     /// Whether the failure says something about the server's health (and
     /// so counts towards opening the circuit breaker).
     pub(super) fn counts_for_breaker(self) -> bool {

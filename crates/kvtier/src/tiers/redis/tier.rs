@@ -25,6 +25,7 @@ use super::config::RedisTierConfig;
 use super::conn::Endpoint;
 use super::outcome::Cause;
 use super::report::Reporter;
+use super::stats::{self, Counters};
 use super::worker::{Done, QueueState, Shared, Task, WorkerCtx};
 
 mod breaker;
@@ -36,42 +37,6 @@ use known::Known;
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
-
-/// Counters since creation.
-#[derive(Default)]
-struct Counters {
-    lookups: u64,
-    lookup_hits: u64,
-    lookup_misses: u64,
-    lookup_retries: u64,
-    lookup_breaker_misses: u64,
-    exists_checks: u64,
-    exists_batches: u64,
-    store_jobs: u64,
-    store_jobs_failed: u64,
-    stores_dropped: u64,
-    blocks_dropped: u64,
-    blocks_stored: u64,
-    blocks_skipped: u64,
-    bytes_stored: u64,
-    load_jobs: u64,
-    load_jobs_failed: u64,
-    loads_rejected: u64,
-    blocks_loaded: u64,
-    bytes_loaded: u64,
-    blocks_missing: u64,
-    blocks_corrupt: u64,
-    blocks_wrong_size: u64,
-    corrupt_deleted: u64,
-    round_trips: u64,
-    failures: [u64; Cause::ALL.len()],
-    breaker_opens: u64,
-    breaker_closes: u64,
-    probes: u64,
-    probes_failed: u64,
-    expired: u64,
-    known_forgotten: u64,
-}
 
 /// The redis secondary tier.  See the module docs.
 pub struct RedisTier {
@@ -372,56 +337,25 @@ impl SecondaryTier for RedisTier {
         Ok(())
     }
 
-    fn builtin_stats(&self) -> Option<crate::metrics::BuiltinStats> {
-        Some(crate::metrics::BuiltinStats::Redis)
+    fn stat_table(&self) -> Option<crate::stats::StatTable> {
+        Some(stats::REDIS_STATS)
     }
 
     fn stats(&self) -> Vec<Stat> {
         let c = &self.counters;
-        let mut v = vec![
-            Stat::counter("lookups", c.lookups),
-            Stat::counter("lookup_hits", c.lookup_hits),
-            Stat::counter("lookup_misses", c.lookup_misses),
-            Stat::counter("lookup_retries", c.lookup_retries),
-            Stat::counter("lookup_breaker_misses", c.lookup_breaker_misses),
-            Stat::counter("exists_checks", c.exists_checks),
-            Stat::counter("exists_batches", c.exists_batches),
-            Stat::counter("store_jobs", c.store_jobs),
-            Stat::counter("store_jobs_failed", c.store_jobs_failed),
-            Stat::counter("stores_dropped", c.stores_dropped),
-            Stat::counter("blocks_dropped", c.blocks_dropped),
-            Stat::counter("blocks_stored", c.blocks_stored),
-            Stat::counter("blocks_skipped", c.blocks_skipped),
-            Stat::counter("bytes_stored", c.bytes_stored),
-            Stat::counter("load_jobs", c.load_jobs),
-            Stat::counter("load_jobs_failed", c.load_jobs_failed),
-            Stat::counter("loads_rejected", c.loads_rejected),
-            Stat::counter("blocks_loaded", c.blocks_loaded),
-            Stat::counter("bytes_loaded", c.bytes_loaded),
-            Stat::counter("blocks_missing", c.blocks_missing),
-            Stat::counter("blocks_corrupt", c.blocks_corrupt),
-            Stat::counter("blocks_wrong_size", c.blocks_wrong_size),
-            Stat::counter("corrupt_deleted", c.corrupt_deleted),
-            Stat::counter("round_trips", c.round_trips),
-            Stat::counter("breaker_opens", c.breaker_opens),
-            Stat::counter("breaker_closes", c.breaker_closes),
-            Stat::counter("probes", c.probes),
-            Stat::counter("probes_failed", c.probes_failed),
-            Stat::counter("expired", c.expired),
-            Stat::counter("known_forgotten", c.known_forgotten),
-            Stat::counter("events_dropped", self.events.dropped()),
-        ];
+        let mut v = c.stat_list();
+        v.push(Stat::counter(stats::EVENTS_DROPPED, self.events.dropped()));
         for cause in Cause::ALL {
             v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
         }
         v.push(Stat::gauge(
-            "breaker_open",
+            stats::BREAKER_OPEN,
             if self.breaker_open() { 1.0 } else { 0.0 },
         ));
-        v.push(Stat::gauge("known_keys", self.known.len() as f64));
-        v.push(Stat::gauge("events_queued", self.events.len() as f64));
-        v.push(Stat::gauge("jobs_in_flight", self.in_flight as f64));
-        v.push(Stat::gauge("connections", self.connections as f64));
+        v.push(Stat::gauge(stats::KNOWN_KEYS, self.known.len() as f64));
+        v.push(Stat::gauge(stats::EVENTS_QUEUED, self.events.len() as f64));
+        v.push(Stat::gauge(stats::JOBS_IN_FLIGHT, self.in_flight as f64));
+        v.push(Stat::gauge(stats::CONNECTIONS, self.connections as f64));
         v
     }
 

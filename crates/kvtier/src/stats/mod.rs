@@ -17,8 +17,33 @@
 //! (never negative); gauges are used as read.  Two reads of the same
 //! series, for example a histogram's `_count`, give the number of
 //! observations in between.
+//!
+//! # One declaration per statistic
+//!
+//! Each component declares its statistics once, in a table
+//! (`stat_table!`, in `table.rs`) beside the code that counts them: the
+//! primary tier's in `primary/stats.rs`, the manager's in
+//! `tiering/manager/stat_lists.rs` and `counters.rs`, each built-in tier's
+//! in its `stats.rs`.  The table gives each statistic its name, kind and
+//! [`Family`] (`family.rs`), and writes the struct and the named-value list
+//! the component reports; the Prometheus exposition reads the table the
+//! source hands it.
 
 use std::borrow::Cow;
+
+mod family;
+mod table;
+
+pub(crate) use family::family;
+pub use family::{
+    Entry, Family, FamilyType, Scope, StatTable, T_BLOCKS, T_CAPACITY_BLOCKS, T_CAPACITY_BYTES,
+    T_EVENTS_DROPPED, T_EVENTS_QUEUED, T_EVICTIONS, T_USED_BYTES, find,
+};
+#[cfg(test)]
+pub(crate) use table::assert_listed;
+pub(crate) use table::{
+    GaugeValue, PushStats, push_stat, stat_label, stat_name, stat_scale, stat_table,
+};
 
 /// What a value is: a counter, a gauge, or one series of a histogram.
 ///

@@ -17,6 +17,11 @@
 //! manager weakly, so it never keeps a manager alive, and stopping it
 //! (dropping the [`MetricsServer`]) wakes its thread through a socket pair
 //! and waits for it, which takes no longer than one scrape.
+//!
+//! It sits above the manager ([`crate::tiering`]) and the exposition
+//! ([`crate::metrics`]): nothing below imports it.
+
+mod http;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -26,10 +31,10 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::http::{self, Answer, Request};
 use crate::error::{Error, Result};
+use http::{Answer, Request};
 
-pub use super::http::CONTENT_TYPE;
+pub use http::CONTENT_TYPE;
 
 /// Most connections open at once (the endpoint then holds at most this
 /// many descriptors, plus its listening socket and a socket pair).
@@ -64,6 +69,13 @@ pub trait MetricsSource: Send + Sync {
     /// Every statistic in the Prometheus text format, now; an error is
     /// answered 503 with its text.
     fn prometheus_text(&self) -> Result<String>;
+}
+
+/// What the `/metrics` endpoint serves: [`Manager::prometheus_text`](crate::tiering::Manager::prometheus_text).
+impl MetricsSource for crate::tiering::Manager {
+    fn prometheus_text(&self) -> Result<String> {
+        crate::tiering::Manager::prometheus_text(self)
+    }
 }
 
 /// A running `/metrics` endpoint; dropping it stops it.

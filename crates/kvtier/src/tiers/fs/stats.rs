@@ -1,0 +1,257 @@
+//! The fs tier's statistics, each declared once with its family: the
+//! table the tier hands the Prometheus exposition
+//! ([`SecondaryTier::stat_table`](crate::tiering::SecondaryTier::stat_table)),
+//! and the list [`SecondaryTier::stats`](crate::tiering::SecondaryTier::stats)
+//! reports.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Cause, FsTier};
+use crate::stats::{
+    Stat, T_BLOCKS, T_CAPACITY_BYTES, T_EVENTS_DROPPED, T_EVENTS_QUEUED, T_EVICTIONS, T_USED_BYTES,
+    family, stat_table,
+};
+
+stat_table! {
+    /// The families of the fs tier's statistics.
+    pub(crate) static FS_STATS;
+
+    /// The fs tier's numbers at one moment (then, per cause, its failures).
+    #[derive(Clone, Copy, Debug, Default)]
+    pub(super) struct FsStats {
+        /// Bytes the blocks take on disk.
+        gauge bytes_used: u64 => T_USED_BYTES,
+        /// The capacity in bytes (0: no limit).
+        gauge capacity_bytes: u64 => T_CAPACITY_BYTES,
+        /// Blocks stored and readable.
+        gauge blocks: u64 => T_BLOCKS,
+        /// 1 with O_DIRECT, else 0.
+        gauge direct_io: u64 => FS_DIRECT_IO,
+        /// Lookups answered HIT.
+        counter hits: u64 => FS_LOOKUP_RESULTS["hit"],
+        /// Lookups answered MISS.
+        counter misses: u64 => FS_LOOKUP_RESULTS["miss"],
+        /// Lookups answered RETRY.
+        counter lookup_retries: u64 => FS_LOOKUP_RESULTS["retry"],
+        /// Checks on disk of keys another instance may have written.
+        counter existence_checks: u64 => FS_EXISTENCE_CHECKS,
+        /// Blocks another instance wrote, taken into the index.
+        counter blocks_adopted: u64 => FS_ADOPTED,
+        /// Blocks written.
+        counter stores_written: u64 => FS_STORES["written"],
+        /// Blocks the tier already had.
+        counter stores_already_present: u64 => FS_STORES["already_present"],
+        /// Blocks skipped.
+        counter stores_skipped: u64 => FS_STORES["skipped"],
+        /// Blocks refused because the tier was full.
+        counter stores_rejected_full: u64 => FS_STORES["rejected_full"],
+        /// Blocks loaded.
+        counter loads: u64 => FS_LOADS,
+        /// Jobs reported failed.
+        counter jobs_failed: u64 => FS_JOBS_FAILED,
+        /// Blocks evicted (the opening scan's included).
+        counter evictions: u64 => T_EVICTIONS,
+        /// Damaged block files removed.
+        counter corrupt_blocks_removed: u64 => FS_CORRUPT_REMOVED,
+        /// Blocks dropped from the index because they could not be read.
+        counter unreadable_blocks_dropped: u64 => FS_UNREADABLE_DROPPED,
+        /// Blocks whose file had disappeared when read.
+        counter blocks_found_missing: u64 => FS_FOUND_MISSING,
+        /// Events dropped because the queue was full.
+        counter events_dropped: u64 => T_EVENTS_DROPPED,
+        /// Events queued.
+        gauge events_queued: u64 => T_EVENTS_QUEUED,
+        /// Block files the tier failed to remove.
+        counter removal_errors: u64 => FS_REMOVAL_ERRORS,
+        /// Bytes read.
+        counter read_bytes: u64 => FS_IO_BYTES["read"],
+        /// Microseconds spent reading.
+        counter read_time_us: u64 => FS_IO_SECONDS["read"] * 1e-6,
+        /// Bytes written.
+        counter write_bytes: u64 => FS_IO_BYTES["write"],
+        /// Microseconds spent writing.
+        counter write_time_us: u64 => FS_IO_SECONDS["write"] * 1e-6,
+        /// Blocks found when the tier opened.
+        counter restart_blocks: u64 => FS_RESTART_BLOCKS,
+        /// Files the opening scan skipped.
+        counter restart_skipped_files: u64 => FS_RESTART_FILES["skipped"],
+        /// Damaged files the opening scan removed.
+        counter restart_removed_files: u64 => FS_RESTART_FILES["removed"],
+        /// Unfinished writes the opening scan removed.
+        counter restart_temp_removed: u64 => FS_RESTART_FILES["temp_removed"],
+        /// Files the opening scan could not read.
+        counter restart_unreadable_files: u64 => FS_RESTART_FILES["unreadable"],
+        /// Entries that are no regular files.
+        counter restart_foreign_entries: u64 => FS_RESTART_FILES["foreign"],
+    }
+    also {
+        /// Failures: the file system is full.
+        counter ERRORS_NO_SPACE = "errors_no_space" => FS_ERRORS["no_space"],
+        /// Failures: the file system is read-only.
+        counter ERRORS_READ_ONLY = "errors_read_only" => FS_ERRORS["read_only"],
+        /// Failures: permission denied.
+        counter ERRORS_PERMISSION = "errors_permission" => FS_ERRORS["permission"],
+        /// Failures: a directory is missing.
+        counter ERRORS_MISSING_DIR = "errors_missing_dir" => FS_ERRORS["missing_dir"],
+        /// Failures: another I/O error.
+        counter ERRORS_IO = "errors_io" => FS_ERRORS["io"],
+        /// Failures: the file disappeared.
+        counter ERRORS_VANISHED = "errors_vanished" => FS_ERRORS["vanished"],
+        /// Failures: the file is truncated.
+        counter ERRORS_TRUNCATED = "errors_truncated" => FS_ERRORS["truncated"],
+        /// Failures: a bad header.
+        counter ERRORS_BAD_HEADER = "errors_bad_header" => FS_ERRORS["bad_header"],
+        /// Failures: a bad checksum.
+        counter ERRORS_CHECKSUM = "errors_checksum" => FS_ERRORS["checksum"],
+        /// Failures: the key was not in the tier.
+        counter ERRORS_NOT_PRESENT = "errors_not_present" => FS_ERRORS["not_present"],
+        /// Failures: the tier was shut down.
+        counter ERRORS_CLOSED = "errors_closed" => FS_ERRORS["closed"],
+        /// Failures: a slot outside the region.
+        counter ERRORS_BAD_SLOT = "errors_bad_slot" => FS_ERRORS["bad_slot"],
+        /// Failures: a foreign entry under the block's name.
+        counter ERRORS_FOREIGN = "errors_foreign" => FS_ERRORS["foreign"],
+        /// Failures: a shortage that passes by itself.
+        counter ERRORS_TRANSIENT = "errors_transient" => FS_ERRORS["transient"],
+    }
+}
+
+impl FsTier {
+    /// The tier's statistics: [`FsStats`], then the failures per cause.
+    pub(super) fn stat_list(&self) -> Vec<Stat> {
+        let c = &self.pool.shared().counters;
+        let t = &self.totals;
+        let r = &self.rebuild;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = FsStats {
+            bytes_used: self.index.used(),
+            capacity_bytes: self.opts.capacity_bytes,
+            blocks: self.index.ready_count() as u64,
+            direct_io: u64::from(self.direct_io()),
+            hits: t.hits,
+            misses: t.misses,
+            lookup_retries: t.retries,
+            existence_checks: load(&c.checks),
+            blocks_adopted: t.adopted,
+            stores_written: t.stores_written,
+            stores_already_present: t.stores_present,
+            stores_skipped: t.stores_skipped,
+            stores_rejected_full: t.stores_rejected_full,
+            loads: t.loads,
+            jobs_failed: t.jobs_failed,
+            evictions: t.evictions + r.evicted,
+            corrupt_blocks_removed: t.corrupt_removed,
+            unreadable_blocks_dropped: t.unreadable_removed,
+            blocks_found_missing: t.found_missing,
+            events_dropped: self.events.dropped(),
+            events_queued: self.events.len() as u64,
+            removal_errors: load(&c.removal_errors),
+            read_bytes: load(&c.read_bytes),
+            read_time_us: load(&c.read_ns) / 1000,
+            write_bytes: load(&c.write_bytes),
+            write_time_us: load(&c.write_ns) / 1000,
+            restart_blocks: r.blocks,
+            restart_skipped_files: r.skipped,
+            restart_removed_files: r.removed,
+            restart_temp_removed: r.temp_removed,
+            restart_unreadable_files: r.unreadable,
+            restart_foreign_entries: r.foreign,
+        };
+        let mut v = s.stat_list();
+        for cause in Cause::ALL {
+            v.push(Stat::counter(
+                cause.stat_name(),
+                load(&c.errors[cause.index()]),
+            ));
+        }
+        v
+    }
+}
+
+impl Cause {
+    /// Stat name of the cause's counter (declared in the tier's table).
+    pub fn stat_name(self) -> &'static str {
+        match self {
+            Cause::NoSpace => ERRORS_NO_SPACE,
+            Cause::ReadOnly => ERRORS_READ_ONLY,
+            Cause::Permission => ERRORS_PERMISSION,
+            Cause::MissingDir => ERRORS_MISSING_DIR,
+            Cause::Io => ERRORS_IO,
+            Cause::Vanished => ERRORS_VANISHED,
+            Cause::Truncated => ERRORS_TRUNCATED,
+            Cause::BadHeader => ERRORS_BAD_HEADER,
+            Cause::Checksum => ERRORS_CHECKSUM,
+            Cause::NotPresent => ERRORS_NOT_PRESENT,
+            Cause::Closed => ERRORS_CLOSED,
+            Cause::BadSlot => ERRORS_BAD_SLOT,
+            Cause::Foreign => ERRORS_FOREIGN,
+            Cause::Transient => ERRORS_TRANSIENT,
+        }
+    }
+}
+
+// The fs tier's own families.
+family! {
+    FS_DIRECT_IO, "kvtier_fs_direct_io", Gauge, Tier,
+    "1 when the fs tier reads and writes with O_DIRECT, else 0."
+}
+family! {
+    FS_LOOKUP_RESULTS, "kvtier_fs_lookup_results_total", Counter, Tier, "result",
+    "The fs tier's answers to lookups: hit, miss, or retry (while a shared directory is checked)."
+}
+family! {
+    FS_EXISTENCE_CHECKS, "kvtier_fs_existence_checks_total", Counter, Tier,
+    "Checks on disk of keys another instance may have written into a shared directory."
+}
+family! {
+    FS_ADOPTED, "kvtier_fs_blocks_adopted_total", Counter, Tier,
+    "Blocks another instance wrote into a shared directory, taken into this tier's index."
+}
+family! {
+    FS_STORES, "kvtier_fs_stores_total", Counter, Tier, "result",
+    "Blocks the fs tier was asked to store, by result: written, already_present, skipped, rejected_full."
+}
+family! {
+    FS_LOADS, "kvtier_fs_loads_total", Counter, Tier,
+    "Blocks the fs tier loaded."
+}
+family! {
+    FS_JOBS_FAILED, "kvtier_fs_jobs_failed_total", Counter, Tier,
+    "Jobs the fs tier reported failed."
+}
+family! {
+    FS_CORRUPT_REMOVED, "kvtier_fs_corrupt_blocks_removed_total", Counter, Tier,
+    "Block files removed because they were damaged (truncated, bad header, bad checksum)."
+}
+family! {
+    FS_UNREADABLE_DROPPED, "kvtier_fs_unreadable_blocks_dropped_total", Counter, Tier,
+    "Blocks dropped from the index because they could not be read."
+}
+family! {
+    FS_FOUND_MISSING, "kvtier_fs_blocks_found_missing_total", Counter, Tier,
+    "Blocks whose file had disappeared when they were read."
+}
+family! {
+    FS_REMOVAL_ERRORS, "kvtier_fs_removal_errors_total", Counter, Tier,
+    "Block files the fs tier failed to remove."
+}
+family! {
+    FS_IO_BYTES, "kvtier_fs_io_bytes_total", Counter, Tier, "op",
+    "Bytes the fs tier read and wrote, by op."
+}
+family! {
+    FS_IO_SECONDS, "kvtier_fs_io_seconds_total", Counter, Tier, "op",
+    "Time the fs tier's workers spent reading and writing block files, by op."
+}
+family! {
+    FS_RESTART_BLOCKS, "kvtier_fs_restart_blocks_total", Counter, Tier,
+    "Blocks found in the directory when the tier opened."
+}
+family! {
+    FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",
+    "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes)."
+}
+family! {
+    FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
+    "Failed fs-tier operations, by cause."
+}
