@@ -361,7 +361,7 @@ LAYERS = {
         # the tiers built on that trait
         ["tiers"],
         # what assembles or serves a whole manager
-        ["config", "serve"],
+        ["config", "catalogue", "serve"],
     ],
     "kvtier-capi": [
         ["version", "status"],
