@@ -97,12 +97,10 @@ mod tests;
 mod vllm_tests;
 mod writers;
 
-use std::collections::VecDeque;
-
 use foldhash::fast::RandomState;
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
+use crate::events::{Announcer, Event};
 use crate::histogram::Histogram;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
@@ -142,7 +140,6 @@ struct Counters {
     spent_load_completions: u64,
     loads: u64,
     transfer_pins: u64,
-    events_dropped: u64,
 }
 
 /// The CPU primary tier.  Not thread safe by itself: callers serialize access.
@@ -157,7 +154,7 @@ pub struct PrimaryTier {
     idle: u32,
     counters: Counters,
     allocation_sizes: Histogram<ALLOCATION_SIZE_BUCKETS>,
-    events: VecDeque<Event>,
+    events: Announcer,
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     /// Finished requests whose loads still hold pins: known to
     /// `complete_load` alone, until their last pin is released.
@@ -254,7 +251,7 @@ impl PrimaryTier {
             idle: 0,
             counters: Counters::default(),
             allocation_sizes: allocation_sizes::new_histogram(),
-            events: VecDeque::with_capacity(config.event_capacity.min(4096)),
+            events: Announcer::preallocated(config.event_capacity),
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
             finished_loads: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
@@ -437,19 +434,6 @@ impl PrimaryTier {
         }
     }
 
-    /// Queues an event; false (and counted) if the buffer is full or events are off.
-    fn emit(&mut self, kind: EventKind, key: Option<Key>) -> bool {
-        if self.config.event_capacity == 0 {
-            return false;
-        }
-        if self.events.len() >= self.config.event_capacity {
-            self.counters.events_dropped += 1;
-            return false;
-        }
-        self.events.push_back(Event { kind, key });
-        true
-    }
-
     /// Forgets every key and frees every slot, whatever its state; slot
     /// allocation restarts at 0.  Drops queued events and queues one
     /// "cleared" event.  Active requests stay active with nothing recorded
@@ -461,8 +445,7 @@ impl PrimaryTier {
         self.write_pending = 0;
         self.pinned = 0;
         self.idle = 0;
-        self.events.clear();
-        self.emit(EventKind::Cleared, None);
+        self.events.cleared();
         self.adapted.clear();
         self.writers.clear();
         // A new cache generation: requests start again with no access
@@ -479,7 +462,7 @@ impl PrimaryTier {
 
     /// Appends the queued events to `out`, oldest first, and empties the buffer.
     pub fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.extend(self.events.drain(..));
+        self.events.take(usize::MAX, out);
     }
 
     /// Number of events waiting.
@@ -489,8 +472,6 @@ impl PrimaryTier {
 
     /// Moves up to `max` queued events into `out`, oldest first; returns how many.
     pub fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) -> usize {
-        let n = max.min(self.events.len());
-        out.extend(self.events.drain(..n));
-        n
+        self.events.take(max, out)
     }
 }

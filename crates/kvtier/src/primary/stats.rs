@@ -110,7 +110,7 @@ impl PrimaryTier {
             loads: c.loads,
             transfer_pins: c.transfer_pins,
             events_queued: self.events.len() as u32,
-            events_dropped: c.events_dropped,
+            events_dropped: self.events.dropped(),
             admission_table_len: self.admission.as_ref().map_or(0, |a| a.len() as u32),
             arc_t1: p.t1,
             arc_t2: p.t2,

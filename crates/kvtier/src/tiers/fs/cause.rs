@@ -1,6 +1,8 @@
 //! Why a block's transfer failed: the causes the fs tier counts apart, how
 //! OS errors map to them, and which of them take a block out of the tier.
 
+use crate::tiers::kit::TierCause;
+
 /// Why one block's transfer failed; each is counted separately.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {
@@ -108,6 +110,26 @@ impl Cause {
             )
     }
 
+    /// Words for the cause in a failure's description.
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Cause::NoSpace => "no space",
+            Cause::ReadOnly => "read only",
+            Cause::Permission => "permission",
+            Cause::MissingDir => "missing dir",
+            Cause::Io => "io",
+            Cause::Vanished => "vanished",
+            Cause::Truncated => "truncated",
+            Cause::BadHeader => "bad header",
+            Cause::Checksum => "checksum",
+            Cause::NotPresent => "not present",
+            Cause::Closed => "closed",
+            Cause::BadSlot => "bad slot",
+            Cause::Foreign => "foreign",
+            Cause::Transient => "transient",
+        }
+    }
+
     fn transient(errno: i32) -> bool {
         matches!(
             errno,
@@ -151,6 +173,22 @@ impl Cause {
     }
 }
 
+impl TierCause for Cause {
+    const ALL: &'static [Cause] = &Cause::ALL;
+
+    fn index(self) -> usize {
+        Cause::index(self)
+    }
+
+    fn stat_name(self) -> &'static str {
+        Cause::stat_name(self)
+    }
+
+    fn describe(self) -> &'static str {
+        Cause::describe(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +226,13 @@ mod tests {
         }
         assert_eq!(Cause::Transient.stat_name(), "errors_transient");
         assert_eq!(Cause::ALL[Cause::Transient.index()], Cause::Transient);
+        for cause in Cause::ALL {
+            // The words are the counter's name, as failures always read.
+            let words = cause
+                .stat_name()
+                .trim_start_matches("errors_")
+                .replace('_', " ");
+            assert_eq!(cause.describe(), words);
+        }
     }
 }
