@@ -34,7 +34,7 @@ impl FsTier {
 
     /// Whether blocks live in segment records.
     pub(super) fn segmented(&self) -> bool {
-        self.pool.shared().io.segments.is_some()
+        self.pool.shared().disk.in_records()
     }
 
     /// Queues the keys of store `job` that are new to the tier and fit.

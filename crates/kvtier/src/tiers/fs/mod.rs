@@ -60,6 +60,7 @@ mod admission;
 mod beneath;
 mod cause;
 mod file;
+mod files;
 // The block file format, public for the tests that write damaged block
 // files; not part of the API.
 #[doc(hidden)]
@@ -71,6 +72,7 @@ mod open;
 mod options;
 mod pool;
 mod rebuild;
+mod records;
 mod recovery;
 mod segments;
 mod settle;
@@ -88,8 +90,8 @@ use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 use crate::tiering::{JobRef, JobResult, SecondaryTier, TierLookup};
 
+pub use cause::Cause;
 use index::Index;
-pub use io::Cause;
 pub use options::{FsLayout, FsOptions};
 use pool::{JobState, Pool};
 pub use rebuild::RebuildReport;

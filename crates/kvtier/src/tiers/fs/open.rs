@@ -5,9 +5,12 @@
 
 use std::fs;
 
+use super::cause::Cause;
+use super::file;
+use super::files::Files;
 use super::format::{Layout, file_len};
 use super::index::Index;
-use super::io::{self, BlockIo, Cause};
+use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Segments;
@@ -55,7 +58,7 @@ impl FsTier {
                 return Err(Error::io(format!("fs tier: opening {}", root.display()), e));
             }
         }
-        let direct = opts.direct_io && io::probe_direct(root, opts.file_mode);
+        let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
@@ -81,16 +84,27 @@ impl FsTier {
                 (index, rebuild, Some(segments))
             }
         };
-        let link = if opts.unnamed_temp_files && segments.is_none() {
-            io::probe_tmpfile(root, opts.file_mode)
-        } else {
-            None
+        let (disk, direct): (Box<dyn OnDisk>, bool) = match segments {
+            Some(segments) => {
+                let direct = segments.direct();
+                (Box::new(segments), direct)
+            }
+            None => {
+                let link = if opts.unnamed_temp_files {
+                    file::probe_tmpfile(root, opts.file_mode)
+                } else {
+                    None
+                };
+                (Box::new(Files::new(&layout, opts.shared, link)), direct)
+            }
         };
-        let direct = segments.as_ref().map_or(direct, Segments::direct);
-        let mut io = BlockIo::new(layout, slots, direct, opts.durable, opts.shared, link);
-        io.segments = segments;
-        io.file_mode = opts.file_mode;
-        let pool = Pool::start(io, opts.read_threads, opts.write_threads)?;
+        let io = BlockIo {
+            slots,
+            direct,
+            durable: opts.durable,
+            file_mode: opts.file_mode,
+        };
+        let pool = Pool::start(io, disk, opts.read_threads, opts.write_threads)?;
         let errors = Reporter::new(format!("fs tier {}", opts.root.display()), 0);
         let mut tier = FsTier {
             opts,
@@ -146,7 +160,7 @@ impl FsTier {
     /// Whether stores write unnamed files and link them (the probe at open
     /// succeeded and the option is on).
     pub fn unnamed_temp_files(&self) -> bool {
-        self.pool.shared().io.link.is_some()
+        self.pool.shared().disk.links_unnamed()
     }
 
     /// Whether `O_DIRECT` is in use (the probe at open succeeded).

@@ -5,9 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::format::file_len;
-use super::segments;
 use crate::error::{Error, Result};
 use crate::request::Locality;
+
+/// Default size a segment file aims at (the last one may be smaller; a
+/// record larger than this gets a segment of its own).
+pub(crate) const SEGMENT_TARGET_BYTES: u64 = 1 << 30;
 
 /// How the tier lays blocks out in its directory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
@@ -99,7 +102,7 @@ impl Default for FsOptions {
         FsOptions {
             root: PathBuf::new(),
             layout: FsLayout::Files,
-            segment_file_bytes: segments::SEGMENT_TARGET_BYTES,
+            segment_file_bytes: SEGMENT_TARGET_BYTES,
             create_dir: true,
             capacity_bytes: 0,
             high_watermark: 0.95,

@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::io::{BlockIo, Cause, Scratch, Stored};
+use super::cause::Cause;
+use super::file::Scratch;
+use super::io::{BlockIo, OnDisk, Stored};
 use crate::key::Key;
 use crate::tiering::{Direction, JobRef};
 use crate::tiers::kit::{CauseCounters, JobLedger, KeyOutcome, Wake, WorkQueue, WorkerPool};
@@ -123,8 +125,10 @@ pub(super) struct Counters {
 
 /// State shared by the tier and its workers.
 pub(super) struct Shared {
-    /// Block I/O.
+    /// What every layout's transfers share.
     pub io: BlockIo,
+    /// Where the blocks live: the layout.
+    pub disk: Box<dyn OnDisk>,
     /// Counters.
     pub counters: Counters,
     finished: Mutex<Vec<Arc<JobState>>>,
@@ -144,11 +148,13 @@ impl Pool {
     /// Starts `read_threads` read-priority and `write_threads` write-priority workers.
     pub(super) fn start(
         io: BlockIo,
+        disk: Box<dyn OnDisk>,
         read_threads: usize,
         write_threads: usize,
     ) -> crate::Result<Pool> {
         let shared = Arc::new(Shared {
             io,
+            disk,
             counters: Counters::default(),
             finished: Mutex::new(Vec::new()),
             checked: Mutex::new(Vec::new()),
@@ -271,40 +277,12 @@ impl Shared {
                 }
             }
             Work::Check(key) => {
-                let found = self.io.exists(&key, scratch);
+                let found = self.disk.exists(&self.io, &key, scratch);
                 self.counters.checks.fetch_add(1, Ordering::Relaxed);
                 self.checked.lock().push((key, found));
                 self.ready.fetch_add(1, Ordering::AcqRel);
                 core.notify();
             }
-        }
-    }
-
-    /// Stores `key` from `slot`: into its segment `record`, or as a file.
-    fn store(
-        &self,
-        key: &Key,
-        slot: u32,
-        record: Option<u32>,
-        scratch: &mut Scratch,
-    ) -> Result<Stored, Cause> {
-        match record {
-            Some(r) => self.io.store_record(key, slot, r, scratch),
-            None => self.io.store(key, slot, scratch),
-        }
-    }
-
-    /// Loads `key` into `slot`: from its segment `record`, or its file.
-    fn load(
-        &self,
-        key: &Key,
-        slot: u32,
-        record: Option<u32>,
-        scratch: &mut Scratch,
-    ) -> Result<u64, Cause> {
-        match record {
-            Some(r) => self.io.load_record(key, slot, r, scratch),
-            None => self.io.load(key, slot, scratch),
         }
     }
 
@@ -328,17 +306,20 @@ impl Shared {
                 // so the files it frees are gone before the new one lands.
                 let (n, v) = (state.ledger.work().len(), state.victims.len());
                 for victim in &state.victims[t * v / n..(t + 1) * v / n] {
-                    if self.io.remove(victim, scratch).is_err() {
+                    if self.disk.remove(victim, scratch).is_err() {
                         c.removal_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                self.store(&key, slot, record, scratch).map(|s| match s {
-                    Stored::Written(b) => moved(&c.write_bytes, &c.write_ns, b),
-                    Stored::Present => KeyOutcome::Present,
-                })
+                self.disk
+                    .store(&self.io, &key, slot, record, scratch)
+                    .map(|s| match s {
+                        Stored::Written(b) => moved(&c.write_bytes, &c.write_ns, b),
+                        Stored::Present => KeyOutcome::Present,
+                    })
             }
             Direction::Load => self
-                .load(&key, slot, record, scratch)
+                .disk
+                .load(&self.io, &key, slot, record, scratch)
                 .map(|b| moved(&c.read_bytes, &c.read_ns, b)),
         };
         result.unwrap_or_else(|cause| {

@@ -27,7 +27,7 @@ impl FsTier {
     /// gone: all of them if the root directory was missing, else those of
     /// every fan-out directory that had to be made again.
     fn drop_lost(&mut self) {
-        let (root, fanouts) = self.pool.shared().io.lost.take();
+        let (root, fanouts) = self.pool.shared().disk.take_lost();
         if !root && fanouts == [0; 4] {
             return;
         }
