@@ -58,11 +58,12 @@
 //! (positions add nothing to ARC).
 //!
 //! Where things are: this file holds [`PrimaryTier`], its constructor and
-//! accessors, lookups, events and reset; `config.rs`, `outcomes.rs` and
-//! `stats.rs` the public types; `store.rs` plans stores and promotions,
-//! `completion.rs` completes them; `loads.rs` pins, touches and unpins;
-//! `requests.rs` keeps what a request records and commits it at its
-//! finish; `diagnostics.rs` the views for tests and benchmarks.
+//! accessors, lookups, events and reset; `config.rs`, `policy_kind.rs`,
+//! `outcomes.rs` and `stats.rs` the public types; `store.rs` plans stores
+//! and promotions, `completion.rs` completes them; `loads.rs` pins,
+//! touches and unpins; `requests.rs` keeps what a request records and
+//! commits it at its finish; `diagnostics.rs` the views for tests and
+//! benchmarks.
 
 mod admission;
 mod allocation_sizes;
@@ -81,6 +82,7 @@ mod lru;
 mod named;
 mod outcomes;
 mod policy;
+mod policy_kind;
 #[cfg(test)]
 mod position_tests;
 mod positions;
@@ -118,9 +120,10 @@ pub use allocation_sizes::{
     ALLOCATION_SIZE_BOUNDS, ALLOCATION_SIZE_BUCKETS, ALLOCATION_SIZE_STAT, AllocationSizes,
 };
 pub use batched::PrefixLookup;
-pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
+pub use config::{MAX_ADMISSION_TABLE_SIZE, PrimaryConfig};
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub use policy_kind::PolicyKind;
 pub(crate) use positions::check_group_keys;
 pub use stats::PrimaryStats;
 pub use writers::Writer;
