@@ -164,3 +164,80 @@ impl FsTier {
         new.min(room as usize)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::format::file_len;
+    use super::super::{FsLayout, FsOptions, FsTier};
+    use crate::key::Key;
+    use crate::region::SlotMemory;
+    use crate::tiering::{Direction, Job, JobId, JobResult, SecondaryTier};
+
+    fn key(i: u8) -> Key {
+        Key::new(&[i]).unwrap()
+    }
+
+    fn stat(t: &FsTier, name: &str) -> f64 {
+        t.stats().iter().find(|s| s.name == name).unwrap().value
+    }
+
+    /// Stores `keys` (slot i for key i) and waits for the job's result.
+    fn store(t: &mut FsTier, keys: &[u8]) -> JobResult {
+        t.submit_store(Arc::new(Job {
+            id: JobId(1),
+            direction: Direction::Store,
+            keys: keys.iter().map(|&i| key(i)).collect(),
+            slots: (0..keys.len() as u32).collect(),
+            request: Default::default(),
+        }));
+        t.drain().unwrap();
+        let mut out = Vec::new();
+        t.poll_finished(16, &mut out);
+        out.pop().expect("the job finished")
+    }
+
+    #[test]
+    fn a_key_named_twice_in_one_store_is_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = SlotMemory::anonymous(8, 4096).unwrap();
+        let mut t = FsTier::open(slots, FsOptions::new(dir.path())).unwrap();
+        let r = store(&mut t, &[1, 2, 1]);
+        assert!(r.success);
+        assert_eq!(stat(&t, "stores_written"), 2.0);
+        assert_eq!(stat(&t, "stores_skipped"), 1.0);
+        assert_eq!(t.block_count(), 2);
+    }
+
+    #[test]
+    fn a_store_beyond_the_capacity_admits_what_fits_and_rejects_the_rest() {
+        for layout in [FsLayout::Files, FsLayout::Segments] {
+            let dir = tempfile::tempdir().unwrap();
+            let slots = SlotMemory::anonymous(8, 4096).unwrap();
+            let opts = FsOptions {
+                layout,
+                capacity_bytes: 4 * file_len(4096),
+                ..FsOptions::new(dir.path())
+            };
+            let mut t = FsTier::open(slots, opts).unwrap();
+            let r = store(&mut t, &[1, 2, 3, 4, 5, 6]);
+            assert!(!r.success, "{layout:?}");
+            assert_eq!(stat(&t, "stores_written"), 4.0, "{layout:?}");
+            assert_eq!(stat(&t, "stores_rejected_full"), 2.0, "{layout:?}");
+            assert_eq!(stat(&t, "jobs_failed"), 1.0, "{layout:?}");
+            assert_eq!(t.block_count(), 4, "{layout:?}");
+            assert_eq!(t.bytes_used(), 4 * file_len(4096), "{layout:?}");
+            let mut errors = Vec::new();
+            t.take_errors(&mut errors);
+            assert_eq!(errors.len(), 2, "{errors:?}");
+            assert!(
+                errors[0].ends_with(
+                    "store of key 05 failed: no room (every block is being read or written)"
+                ),
+                "{}",
+                errors[0]
+            );
+        }
+    }
+}
