@@ -205,7 +205,7 @@ class Manager(ManagerObserving):
 
         options = ffi.new("kvtier_tier_options *", lib.kvtier_tier_options_default())
         fill(options, {"backpressure": backpressure, "events": events, **backpressure_options}, "add_tier")
-        adapter = TierAdapter(tier, self)
+        adapter = TierAdapter(tier)
         index = ffi.new("size_t *")
         try:
             check(self._call(lib.kvtier_manager_add_tier, adapter.vtable, options, index), "kvtier_manager_add_tier")

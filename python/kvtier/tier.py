@@ -18,15 +18,12 @@ import operator
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._ffi import CONSTANTS, ffi, lib
 from ._keys import MAX_KEY_LEN, key_array, key_buffer, key_bytes, keys_bytes
 from .errors import Status, encode_str
 from .types import EventKind, JobDirection, Locality, LookupResult, Medium, OffloadPolicy
-
-if TYPE_CHECKING:
-    from .manager import Manager
 
 __all__ = ["Tier", "Job", "JobResult", "TierRequest"]
 
@@ -164,7 +161,7 @@ _DIRECTIONS = {int(d): d for d in JobDirection}
 class TierAdapter:
     """A `Tier` behind a ``kvtier_tier_vtable`` (one per registration)."""
 
-    def __init__(self, tier: Tier, manager: Manager | None = None):
+    def __init__(self, tier: Tier):
         self.tier = tier
         self.index = 0
         self._handle = ffi.new_handle(self)

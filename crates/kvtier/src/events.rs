@@ -33,32 +33,48 @@ pub struct TierEvent {
     pub event: Event,
 }
 
-/// A tier's queue of events waiting to be taken, bounded by the event
-/// capacity the manager gives every tier: when it is full, new events are
-/// dropped and counted; capacity 0 turns events off (nothing is queued or
-/// counted).  A tier uses the answer of [`EventQueue::push`] to remember
-/// which keys were announced as stored, so that a key whose "stored" event
-/// was dropped is never announced as removed.
+/// A tier's announcer: its queue of events waiting to be taken, and the
+/// one place of the rule every tier (the primary one and each built-in
+/// secondary one) announces by.
+///
+/// - The queue is bounded by the event capacity the tier is given: when it
+///   is full, new events are dropped and counted ([`Announcer::dropped`]);
+///   capacity 0 turns events off (nothing is queued or counted).
+/// - A key counts as announced only when its "stored" event was queued
+///   ([`Announcer::stored`] answers whether; the tier keeps the answer
+///   beside the key), and only an announced key is announced as removed
+///   ([`Announcer::removed`]).  So a key whose "stored" event was dropped
+///   is never announced as removed.
+/// - Lowering the capacity drops the newest events beyond it; the keys of
+///   the "stored" ones among them are handed back to be unannounced.
 #[derive(Debug, Default)]
-pub(crate) struct EventQueue {
+pub(crate) struct Announcer {
     events: std::collections::VecDeque<Event>,
     capacity: usize,
     dropped: u64,
 }
 
-impl EventQueue {
+impl Announcer {
     /// An empty queue holding at most `capacity` events.
-    pub(crate) fn new(capacity: usize) -> EventQueue {
-        EventQueue {
+    pub(crate) fn new(capacity: usize) -> Announcer {
+        Announcer {
             events: std::collections::VecDeque::new(),
             capacity,
             dropped: 0,
         }
     }
 
-    /// Queues an event of `kind` for `key`; false if it was dropped (the
-    /// queue is full: counted) or events are off (not counted).
-    pub(crate) fn push(&mut self, kind: EventKind, key: Key) -> bool {
+    /// As [`Announcer::new`], with room made for up to 4096 events at
+    /// once, so that queueing them allocates nothing.
+    pub(crate) fn preallocated(capacity: usize) -> Announcer {
+        Announcer {
+            events: std::collections::VecDeque::with_capacity(capacity.min(4096)),
+            capacity,
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, kind: EventKind, key: Option<Key>) -> bool {
         if self.capacity == 0 {
             return false;
         }
@@ -66,29 +82,58 @@ impl EventQueue {
             self.dropped += 1;
             return false;
         }
-        self.events.push_back(Event {
-            kind,
-            key: Some(key),
-        });
+        self.events.push_back(Event { kind, key });
         true
     }
 
-    /// Moves up to `max` events, oldest first, to `out`.
-    pub(crate) fn take(&mut self, max: usize, out: &mut Vec<Event>) {
+    /// Announces `key` as stored; true if the event was queued, and then
+    /// the key counts as announced (keep the answer with the key).  False
+    /// if it was dropped (the queue is full: counted) or events are off.
+    pub(crate) fn stored(&mut self, key: Key) -> bool {
+        self.push(EventKind::Stored, Some(key))
+    }
+
+    /// Announces `key` as removed if it was `announced` as stored (what
+    /// [`Announcer::stored`] answered for it); a key never announced is
+    /// left unsaid.
+    pub(crate) fn removed(&mut self, key: Key, announced: bool) {
+        if announced {
+            self.push(EventKind::Removed, Some(key));
+        }
+    }
+
+    /// The tier forgot every key: drops the queued events (not counted)
+    /// and queues one "cleared" event.
+    pub(crate) fn cleared(&mut self) {
+        self.events.clear();
+        self.push(EventKind::Cleared, None);
+    }
+
+    /// Moves up to `max` events, oldest first, to `out`; returns how many.
+    pub(crate) fn take(&mut self, max: usize, out: &mut Vec<Event>) -> usize {
         let n = max.min(self.events.len());
         out.extend(self.events.drain(..n));
+        n
+    }
+
+    /// The queued events, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Event> {
+        self.events.iter()
     }
 
     /// Sets the capacity; events beyond it, newest first, are dropped
-    /// (counted unless the new capacity is 0), each handed to `unannounce`
-    /// so the tier forgets that its key was announced.
-    pub(crate) fn set_capacity(&mut self, capacity: usize, mut unannounce: impl FnMut(&Event)) {
+    /// (counted unless the new capacity is 0), and the key of each dropped
+    /// "stored" event is handed to `unannounce`: the tier forgets that it
+    /// was announced.
+    pub(crate) fn set_capacity(&mut self, capacity: usize, mut unannounce: impl FnMut(Key)) {
         self.capacity = capacity;
         while self.events.len() > capacity {
             let Some(e) = self.events.pop_back() else {
                 break;
             };
-            unannounce(&e);
+            if let (EventKind::Stored, Some(key)) = (e.kind, e.key) {
+                unannounce(key);
+            }
             if capacity > 0 {
                 self.dropped += 1;
             }
@@ -116,29 +161,31 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_and_capacity_zero_queues_nothing() {
-        let mut q = EventQueue::new(2);
-        assert!(q.push(EventKind::Stored, key(1)));
-        assert!(q.push(EventKind::Stored, key(2)));
-        assert!(!q.push(EventKind::Stored, key(3)));
+        let mut q = Announcer::new(2);
+        assert!(q.stored(key(1)));
+        assert!(q.stored(key(2)));
+        assert!(!q.stored(key(3)));
         assert_eq!((q.len(), q.dropped()), (2, 1));
         let mut out = Vec::new();
         q.take(1, &mut out);
         assert_eq!(out[0].key, Some(key(1)));
         assert_eq!(q.len(), 1);
-        let mut off = EventQueue::new(0);
-        assert!(!off.push(EventKind::Stored, key(1)));
+        let mut off = Announcer::new(0);
+        assert!(!off.stored(key(1)));
+        off.cleared();
         assert_eq!((off.len(), off.dropped()), (0, 0));
     }
 
     #[test]
     fn shrinking_drops_the_newest_and_unannounces_them() {
-        let mut q = EventQueue::new(4);
-        for i in 1..=4 {
-            assert!(q.push(EventKind::Stored, key(i)));
+        let mut q = Announcer::new(4);
+        for i in 1..=3 {
+            assert!(q.stored(key(i)));
         }
+        q.removed(key(1), true);
         let mut gone = Vec::new();
-        q.set_capacity(2, |e| gone.push(e.key));
-        assert_eq!(gone, vec![Some(key(4)), Some(key(3))]);
+        q.set_capacity(2, |k| gone.push(k));
+        assert_eq!(gone, vec![key(3)], "only a stored event unannounces");
         assert_eq!((q.len(), q.dropped()), (2, 2));
         q.set_capacity(0, |_| {});
         assert_eq!(
@@ -147,5 +194,53 @@ mod tests {
             "turning events off is no drop"
         );
         assert_eq!(q.len(), 0);
+    }
+}
+
+#[cfg(test)]
+mod rule_tests {
+    use super::*;
+
+    fn key(i: u8) -> Key {
+        Key::new(&[i]).unwrap()
+    }
+
+    #[test]
+    fn a_key_whose_stored_event_was_dropped_is_never_announced_removed() {
+        let mut q = Announcer::new(1);
+        let first = q.stored(key(1));
+        let second = q.stored(key(2));
+        assert_eq!((first, second), (true, false));
+        let mut out = Vec::new();
+        q.take(usize::MAX, &mut out);
+        q.removed(key(2), second);
+        q.removed(key(1), first);
+        q.take(usize::MAX, &mut out);
+        let kinds: Vec<_> = out.iter().map(|e| (e.kind, e.key)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (EventKind::Stored, Some(key(1))),
+                (EventKind::Removed, Some(key(1)))
+            ]
+        );
+        assert_eq!(q.dropped(), 1);
+    }
+
+    #[test]
+    fn clearing_drops_the_queue_uncounted_and_queues_one_cleared_event() {
+        let mut q = Announcer::preallocated(2);
+        assert!(q.stored(key(1)));
+        assert!(q.stored(key(2)));
+        q.cleared();
+        assert_eq!(q.dropped(), 0);
+        let e: Vec<_> = q.iter().copied().collect();
+        assert_eq!(
+            e,
+            vec![Event {
+                kind: EventKind::Cleared,
+                key: None
+            }]
+        );
     }
 }

@@ -18,13 +18,37 @@ docs/vllm.md maps every family.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from . import _vllm as v
 
-if TYPE_CHECKING:
-    from .manager import KvtierOffloadingManager
-    from .tiers import VllmTierAdapter
+
+class MeteredTier(Protocol):
+    """What the reader takes from a tier adapter (``VllmTierAdapter``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vllm_tier(self) -> Any: ...
+
+
+class MeteredOwner(Protocol):
+    """What the reader takes from its manager (``KvtierOffloadingManager``),
+    declared here so that this module does not import the manager's."""
+
+    @property
+    def _m(self) -> Any: ...
+
+    @property
+    def _tier_labels(self) -> Sequence[str]: ...
+
+    @property
+    def _adapters(self) -> Sequence[MeteredTier]: ...
+
+    @property
+    def _num_chunks(self) -> int: ...
 
 # vLLM's label of the primary tier in the tiering families.
 PRIMARY_LABEL = "0:primary"
@@ -62,7 +86,7 @@ def observations(bucket_counts: list[int], total: int, bounds: tuple[int, ...] =
 class StatsReader:
     """Turns one kvtier manager's statistics into vLLM stats payloads."""
 
-    def __init__(self, owner: KvtierOffloadingManager, store_threshold: int, tiering: bool):
+    def __init__(self, owner: MeteredOwner, store_threshold: int, tiering: bool):
         self.owner = owner
         self.store_threshold = store_threshold
         self.tiering = tiering
@@ -87,7 +111,7 @@ class StatsReader:
 
     # Job observations made by the Python tier adapters.
     def on_job_finished(
-        self, tier: VllmTierAdapter, promotion: bool, seconds: float, result: Any, keys: list[bytes], name: str
+        self, tier: MeteredTier, promotion: bool, seconds: float, result: Any, keys: list[bytes], name: str
     ) -> None:
         # Failures are the manager's counters (`_read_tier`); the latency
         # is measured here, from submission to the poll that returned it.

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .. import types as kt
 from ..tier import Job, JobResult, Tier, TierRequest
 from . import _vllm as v
-
-if TYPE_CHECKING:
-    from .manager import KvtierOffloadingManager
+from .metrics import StatsReader
 
 _LOOKUP = {
     v.LookupResult.MISS: kt.LookupResult.MISS,
@@ -41,10 +39,29 @@ LOCALITY_TO_KVTIER = {
 }
 
 
+class AdapterOwner(Protocol):
+    """What an adapter calls on its manager (``KvtierOffloadingManager``),
+    declared here so that this module does not import the manager's."""
+
+    @property
+    def _metrics(self) -> StatsReader: ...
+
+    @property
+    def _step_context(self) -> Any: ...
+
+    def _context_for(self, name: str) -> Any: ...
+
+    def _forget_name(self, name: str) -> None: ...
+
+    def _record_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None: ...
+
+    def _drop_load_source(self, name: str, keys: Iterable[bytes], source: Any) -> None: ...
+
+
 class VllmTierAdapter(Tier):
     """One vLLM ``SecondaryTierManager`` as a kvtier `Tier`."""
 
-    def __init__(self, tier: v.SecondaryTierManager, owner: KvtierOffloadingManager, index: int):
+    def __init__(self, tier: v.SecondaryTierManager, owner: AdapterOwner, index: int):
         super().__init__()
         self.vllm_tier = tier
         self.owner = owner

@@ -6,9 +6,9 @@
 use foldhash::fast::RandomState;
 
 use super::arc::ArcPolicy;
-use super::config::PolicyKind;
 use super::lru::LruPolicy;
 use super::policy::{Policy, PolicyStats};
+use super::policy_kind::PolicyKind;
 use super::slots::Slots;
 use crate::error::Result;
 use crate::key::Key;

@@ -23,7 +23,6 @@ use super::policy::Policy;
 use super::slots::{self, ANNOUNCED, Lookahead};
 use super::writers::{self, Writer};
 use super::{CompleteStoreReport, PrimaryTier};
-use crate::events::EventKind;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
 
@@ -160,7 +159,7 @@ impl PrimaryTier {
                 report.ready += 1;
                 let key = *self.slots.key(slot);
                 on_ready(&key, slot);
-                if self.emit(EventKind::Stored, Some(key)) {
+                if self.events.stored(key) {
                     *self.slots.flags_mut(slot) |= ANNOUNCED;
                 }
             } else {

@@ -1,45 +1,7 @@
 //! How to build a [`PrimaryTier`](super::PrimaryTier): its size, eviction policy, admission
 //! threshold, event buffer and key layout.
 
-use std::str::FromStr;
-
-use crate::error::{Error, Result};
-
-/// Eviction policy, chosen by name at creation (`"lru"` or `"arc"`, in
-/// C and in JSON).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicyKind {
-    /// [0.33] least recently used, logical recency (docs/design.md, "lru").
-    #[default]
-    Lru,
-    /// Adaptive Replacement Cache (docs/design.md, "arc").
-    Arc,
-}
-
-impl PolicyKind {
-    /// The policy's name as accepted by [`FromStr`].
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Lru => "lru",
-            PolicyKind::Arc => "arc",
-        }
-    }
-}
-
-impl FromStr for PolicyKind {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<PolicyKind> {
-        match s {
-            "lru" => Ok(PolicyKind::Lru),
-            "arc" => Ok(PolicyKind::Arc),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown eviction policy {other:?}; valid policies: \"lru\", \"arc\""
-            ))),
-        }
-    }
-}
+use super::policy_kind::PolicyKind;
 
 /// The largest `admission_table_size`: the table numbers its keys with
 /// 32-bit ids, one value kept for "none".

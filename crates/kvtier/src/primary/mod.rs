@@ -58,11 +58,12 @@
 //! (positions add nothing to ARC).
 //!
 //! Where things are: this file holds [`PrimaryTier`], its constructor and
-//! accessors, lookups, events and reset; `config.rs`, `outcomes.rs` and
-//! `stats.rs` the public types; `store.rs` plans stores and promotions,
-//! `completion.rs` completes them; `loads.rs` pins, touches and unpins;
-//! `requests.rs` keeps what a request records and commits it at its
-//! finish; `diagnostics.rs` the views for tests and benchmarks.
+//! accessors, lookups, events and reset; `config.rs`, `policy_kind.rs`,
+//! `outcomes.rs` and `stats.rs` the public types; `store.rs` plans stores
+//! and promotions, `completion.rs` completes them; `loads.rs` pins,
+//! touches and unpins; `requests.rs` keeps what a request records and
+//! commits it at its finish; `diagnostics.rs` the views for tests and
+//! benchmarks.
 
 mod admission;
 mod allocation_sizes;
@@ -81,6 +82,7 @@ mod lru;
 mod named;
 mod outcomes;
 mod policy;
+mod policy_kind;
 #[cfg(test)]
 mod position_tests;
 mod positions;
@@ -97,12 +99,10 @@ mod tests;
 mod vllm_tests;
 mod writers;
 
-use std::collections::VecDeque;
-
 use foldhash::fast::RandomState;
 
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind};
+use crate::events::{Announcer, Event};
 use crate::histogram::Histogram;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
@@ -120,9 +120,10 @@ pub use allocation_sizes::{
     ALLOCATION_SIZE_BOUNDS, ALLOCATION_SIZE_BUCKETS, ALLOCATION_SIZE_STAT, AllocationSizes,
 };
 pub use batched::PrefixLookup;
-pub use config::{MAX_ADMISSION_TABLE_SIZE, PolicyKind, PrimaryConfig};
+pub use config::{MAX_ADMISSION_TABLE_SIZE, PrimaryConfig};
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
+pub use policy_kind::PolicyKind;
 pub(crate) use positions::check_group_keys;
 pub(crate) use stats::PRIMARY_STATS;
 pub use stats::PrimaryStats;
@@ -142,7 +143,7 @@ pub struct PrimaryTier {
     /// does not compute: its gauges and histogram stay at 0 here).
     counters: PrimaryStats,
     allocation_sizes: Histogram<ALLOCATION_SIZE_BUCKETS>,
-    events: VecDeque<Event>,
+    events: Announcer,
     requests: hashbrown::HashMap<RequestId, RequestRecord, RandomState>,
     /// Finished requests whose loads still hold pins: known to
     /// `complete_load` alone, until their last pin is released.
@@ -239,7 +240,7 @@ impl PrimaryTier {
             idle: 0,
             counters: PrimaryStats::default(),
             allocation_sizes: allocation_sizes::new_histogram(),
-            events: VecDeque::with_capacity(config.event_capacity.min(4096)),
+            events: Announcer::preallocated(config.event_capacity),
             requests: hashbrown::HashMap::with_hasher(hasher.clone()),
             finished_loads: hashbrown::HashMap::with_hasher(hasher.clone()),
             spare_records: Vec::new(),
@@ -422,19 +423,6 @@ impl PrimaryTier {
         }
     }
 
-    /// Queues an event; false (and counted) if the buffer is full or events are off.
-    fn emit(&mut self, kind: EventKind, key: Option<Key>) -> bool {
-        if self.config.event_capacity == 0 {
-            return false;
-        }
-        if self.events.len() >= self.config.event_capacity {
-            self.counters.events_dropped += 1;
-            return false;
-        }
-        self.events.push_back(Event { kind, key });
-        true
-    }
-
     /// Forgets every key and frees every slot, whatever its state; slot
     /// allocation restarts at 0.  Drops queued events and queues one
     /// "cleared" event.  Active requests stay active with nothing recorded
@@ -446,8 +434,7 @@ impl PrimaryTier {
         self.write_pending = 0;
         self.pinned = 0;
         self.idle = 0;
-        self.events.clear();
-        self.emit(EventKind::Cleared, None);
+        self.events.cleared();
         self.adapted.clear();
         self.writers.clear();
         // A new cache generation: requests start again with no access
@@ -464,7 +451,7 @@ impl PrimaryTier {
 
     /// Appends the queued events to `out`, oldest first, and empties the buffer.
     pub fn take_events(&mut self, out: &mut Vec<Event>) {
-        out.extend(self.events.drain(..));
+        self.events.take(usize::MAX, out);
     }
 
     /// Number of events waiting.
@@ -474,8 +461,6 @@ impl PrimaryTier {
 
     /// Moves up to `max` queued events into `out`, oldest first; returns how many.
     pub fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) -> usize {
-        let n = max.min(self.events.len());
-        out.extend(self.events.drain(..n));
-        n
+        self.events.take(max, out)
     }
 }

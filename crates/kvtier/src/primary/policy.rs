@@ -4,7 +4,8 @@
 //! only its ordering (intrusive lists over slot ids) and any history (ARC's
 //! ghosts).  A new policy is one new file implementing [`Policy`], one
 //! variant of `AnyPolicy` and one arm in its constructor (both in
-//! `any_policy.rs`, above the policies), and one [`PolicyKind`](super::PolicyKind).
+//! `any_policy.rs`, above the policies), and one [`PolicyKind`](super::PolicyKind)
+//! (`policy_kind.rs`).
 
 use super::slots::Slots;
 use crate::error::Result;

@@ -110,6 +110,7 @@ impl PrimaryTier {
             write_usage: self.write_pending as f64 / cap,
             read_usage: self.pinned as f64 / cap,
             events_queued: self.events.len() as u32,
+            events_dropped: self.events.dropped(),
             admission_table_len: self.admission.as_ref().map_or(0, |a| a.len() as u32),
             arc_t1: p.t1,
             arc_t2: p.t2,

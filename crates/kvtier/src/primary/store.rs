@@ -11,7 +11,6 @@ use super::slots::{self, ANNOUNCED, Lookahead, NAMED};
 use super::writers;
 use super::{PolicyKind, PrimaryTier, StoreOutcome, StorePlan};
 use crate::error::{Error, Result};
-use crate::events::EventKind;
 use crate::fallible;
 use crate::key::{Key, KeyBytes};
 use crate::request::RequestId;
@@ -377,9 +376,8 @@ impl PrimaryTier {
             for (&slot, &h) in victims.iter().zip(&hashes) {
                 let key = *self.slots.key(slot);
                 self.policy.evict(&self.slots, slot, h);
-                if self.slots.flags(slot) & ANNOUNCED != 0 {
-                    self.emit(EventKind::Removed, Some(key));
-                }
+                self.events
+                    .removed(key, self.slots.flags(slot) & ANNOUNCED != 0);
                 self.slots.release(slot, h);
                 self.idle -= 1;
                 self.counters.evictions += 1;

@@ -8,6 +8,7 @@
 //! events (`cpu_manager`) and its ARC policy tests (`arc_policy`).
 
 use super::*;
+use crate::events::EventKind;
 use EventKind::{Removed, Stored};
 
 mod admission_threshold;

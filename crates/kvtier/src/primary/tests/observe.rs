@@ -3,6 +3,7 @@
 //! buffer, and its stats (gauges and usage fractions).
 
 use super::*;
+use crate::events::EventKind;
 
 #[test]
 fn events_stored_removed_cleared_and_unannounced_keys_are_never_removed() {
@@ -71,8 +72,12 @@ fn event_buffer_is_bounded_drops_new_events_and_counts_them() {
         }]
     );
     // Events off: nothing queued, nothing counted.
-    let mut off = tier(4, PolicyKind::Lru);
-    off.config.event_capacity = 0;
+    let mut off = PrimaryTier::new(PrimaryConfig {
+        capacity: 4,
+        event_capacity: 0,
+        ..Default::default()
+    })
+    .unwrap();
     off.begin_request(R).unwrap();
     store(&mut off, R, &[1, 2, 3]);
     assert_eq!((off.events_queued(), off.stats().events_dropped), (0, 0));

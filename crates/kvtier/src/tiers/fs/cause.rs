@@ -1,6 +1,8 @@
 //! Why a block's transfer failed: the causes the fs tier counts apart, how
 //! OS errors map to them, and which of them take a block out of the tier.
 
+use crate::tiers::kit::TierCause;
+
 /// Why one block's transfer failed; each is counted separately.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {
@@ -61,9 +63,10 @@ impl Cause {
         Cause::Transient,
     ];
 
-    /// Index into [`Cause::ALL`].
+    /// Index into [`Cause::ALL`] (which lists the causes in declaration
+    /// order).
     pub fn index(self) -> usize {
-        Cause::ALL.iter().position(|c| *c == self).expect("listed")
+        self as usize
     }
 
     /// Whether the cause means the stored file was proven bad (and is
@@ -86,6 +89,26 @@ impl Cause {
                 self,
                 Cause::Vanished | Cause::Permission | Cause::Io | Cause::Foreign
             )
+    }
+
+    /// Words for the cause in a failure's description.
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Cause::NoSpace => "no space",
+            Cause::ReadOnly => "read only",
+            Cause::Permission => "permission",
+            Cause::MissingDir => "missing dir",
+            Cause::Io => "io",
+            Cause::Vanished => "vanished",
+            Cause::Truncated => "truncated",
+            Cause::BadHeader => "bad header",
+            Cause::Checksum => "checksum",
+            Cause::NotPresent => "not present",
+            Cause::Closed => "closed",
+            Cause::BadSlot => "bad slot",
+            Cause::Foreign => "foreign",
+            Cause::Transient => "transient",
+        }
     }
 
     fn transient(errno: i32) -> bool {
@@ -131,6 +154,22 @@ impl Cause {
     }
 }
 
+impl TierCause for Cause {
+    const ALL: &'static [Cause] = &Cause::ALL;
+
+    fn index(self) -> usize {
+        Cause::index(self)
+    }
+
+    fn stat_name(self) -> &'static str {
+        Cause::stat_name(self)
+    }
+
+    fn describe(self) -> &'static str {
+        Cause::describe(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +206,16 @@ mod tests {
             assert!(!cause.loses_block(), "{cause:?}");
         }
         assert_eq!(Cause::Transient.stat_name(), "errors_transient");
-        assert_eq!(Cause::ALL[Cause::Transient.index()], Cause::Transient);
+        for (i, cause) in Cause::ALL.into_iter().enumerate() {
+            assert_eq!(cause.index(), i, "{cause:?}");
+        }
+        for cause in Cause::ALL {
+            // The words are the counter's name, as failures always read.
+            let words = cause
+                .stat_name()
+                .trim_start_matches("errors_")
+                .replace('_', " ");
+            assert_eq!(cause.describe(), words);
+        }
     }
 }

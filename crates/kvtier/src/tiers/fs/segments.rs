@@ -41,10 +41,6 @@ use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
 use crate::key::Key;
 
-/// Default size a segment file aims at (the last one may be smaller; a
-/// record larger than this gets a segment of its own).
-pub(crate) const SEGMENT_TARGET_BYTES: u64 = 1 << 30;
-
 /// Name of the directory, under the tier's root, holding the segments.
 pub(crate) const SEGMENTS_DIR: &str = "segments";
 
@@ -419,6 +415,7 @@ pub(crate) fn segments_dir(root: &Path) -> std::path::PathBuf {
 
 #[cfg(test)]
 mod tests {
+    use super::super::options::SEGMENT_TARGET_BYTES;
     use super::*;
     use std::fs;
 

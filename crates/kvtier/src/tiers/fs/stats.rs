@@ -128,21 +128,8 @@ impl FsTier {
             capacity_bytes: self.opts.capacity_bytes,
             blocks: self.index.ready_count() as u64,
             direct_io: u64::from(self.direct_io()),
-            hits: t.hits,
-            misses: t.misses,
-            lookup_retries: t.retries,
             existence_checks: load(&c.checks),
-            blocks_adopted: t.adopted,
-            stores_written: t.stores_written,
-            stores_already_present: t.stores_present,
-            stores_skipped: t.stores_skipped,
-            stores_rejected_full: t.stores_rejected_full,
-            loads: t.loads,
-            jobs_failed: t.jobs_failed,
             evictions: t.evictions + r.evicted,
-            corrupt_blocks_removed: t.corrupt_removed,
-            unreadable_blocks_dropped: t.unreadable_removed,
-            blocks_found_missing: t.found_missing,
             events_dropped: self.events.dropped(),
             events_queued: self.events.len() as u64,
             removal_errors: load(&c.removal_errors),
@@ -156,14 +143,10 @@ impl FsTier {
             restart_temp_removed: r.temp_removed,
             restart_unreadable_files: r.unreadable,
             restart_foreign_entries: r.foreign,
+            ..*t
         };
         let mut v = s.stat_list();
-        for cause in Cause::ALL {
-            v.push(Stat::counter(
-                cause.stat_name(),
-                load(&c.errors[cause.index()]),
-            ));
-        }
+        c.errors.push_stats(&mut v);
         v
     }
 }

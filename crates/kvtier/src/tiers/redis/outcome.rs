@@ -4,6 +4,8 @@
 
 use ::redis::RedisError;
 
+use crate::tiers::kit::TierCause;
+
 /// Why an operation failed, as counted in the tier's stats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Cause {
@@ -73,6 +75,31 @@ impl Cause {
             || err.is_connection_dropped()
             || err.is_io_error()
             || err.code().is_none()
+    }
+}
+
+impl TierCause for Cause {
+    const ALL: &'static [Cause] = &Cause::ALL;
+
+    fn index(self) -> usize {
+        Cause::index(self)
+    }
+
+    fn stat_name(self) -> &'static str {
+        Cause::stat_name(self)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Cause::ServerDown => "the server could not be reached",
+            Cause::Timeout => "a timeout ran out",
+            Cause::ConnectionReset => "the connection broke",
+            Cause::OutOfMemory => "the server is out of memory (OOM)",
+            Cause::ServerError => "the server answered an error",
+            Cause::Other => "a protocol or client error",
+            Cause::BreakerOpen => "the circuit breaker is open",
+            Cause::Cancelled => "it was cancelled",
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::outcome::Cause;
 use crate::stats::{T_EVENTS_DROPPED, T_EVENTS_QUEUED, family, stat_table};
+use crate::tiers::kit::CauseCounters;
 
 stat_table! {
     /// The families of the redis tier's statistics.
@@ -75,8 +76,8 @@ stat_table! {
         counter known_forgotten: u64 => R_FORGOTTEN["memory_bound"],
     }
     plain {
-        /// Failures per cause (by [`Cause::index`]).
-        failures: [u64; Cause::ALL.len()],
+        /// Failures per cause.
+        failures: CauseCounters<Cause>,
     }
     also {
         /// Events dropped because the queue was full.

@@ -7,26 +7,23 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::Receiver;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hashbrown::{HashMap, HashSet};
-use parking_lot::{Condvar, Mutex};
-
 use crate::error::{Error, Result};
-use crate::events::{Event, EventKind, EventQueue};
+use crate::events::Event;
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 use crate::tiering::{DEFAULT_TIER_EVENT_CAPACITY, JobRef, JobResult, SecondaryTier, TierLookup};
+use hashbrown::{HashMap, HashSet};
 
 use super::config::RedisTierConfig;
 use super::conn::Endpoint;
 use super::outcome::Cause;
-use super::report::Reporter;
 use super::stats::{self, Counters};
-use super::worker::{Done, QueueState, Shared, Task, WorkerCtx};
+use super::worker::{Done, Shared, Task, Tasks, WorkerCtx};
+use crate::tiers::kit::{Announcer, Reporter, Wake, WorkerPool};
 
 mod breaker;
 mod collect;
@@ -48,7 +45,7 @@ pub struct RedisTier {
     connections: usize,
     shared: Arc<Shared>,
     done_rx: Receiver<Done>,
-    workers: Vec<JoinHandle<()>>,
+    pool: WorkerPool<Tasks>,
     known: Map<Key, Known>,
     /// Known keys in the order they were learnt, with the time (entries
     /// whose time no longer matches `known` are stale): expiry order under
@@ -63,7 +60,7 @@ pub struct RedisTier {
     absent: Map<Key, Instant>,
     absent_order: VecDeque<(Key, Instant)>,
     finished: VecDeque<JobResult>,
-    events: EventQueue,
+    events: Announcer,
     reporter: Reporter,
     /// `host:port` list, for failure descriptions.
     nodes: String,
@@ -87,44 +84,30 @@ impl RedisTier {
     pub fn new(config: RedisTierConfig, slots: SlotMemory) -> Result<RedisTier> {
         config.check()?;
         let endpoint = Endpoint::new(&config)?;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(QueueState::default()),
-            work: Condvar::new(),
-            idle: Condvar::new(),
-            breaker_open: Default::default(),
-            notifier: Default::default(),
-            connect_failures: Default::default(),
-            last_connect_cause: Default::default(),
-        });
+        let shared = Arc::new(Shared::default());
         let (tx, rx) = std::sync::mpsc::channel();
         let mut prefix = config.namespace.clone().into_bytes();
         prefix.push(b':');
         let ttl_ms = config
             .ttl
             .map(|t| t.as_millis().min(u64::MAX as u128) as u64);
-        let mut workers = Vec::with_capacity(config.connections);
-        for i in 0..config.connections {
-            let ctx = WorkerCtx {
-                shared: shared.clone(),
-                done: tx.clone(),
-                endpoint: endpoint.clone(),
-                slots: slots.clone(),
-                prefix: prefix.clone(),
-                ttl_ms,
-                pipeline_bytes: config.pipeline_bytes,
-                pipeline_ops: config.pipeline_ops,
-            };
-            let spawned = std::thread::Builder::new()
-                .name(format!("kvtier-redis-{i}"))
-                .spawn(move || super::worker::run(ctx));
-            match spawned {
-                Ok(h) => workers.push(h),
-                Err(e) => {
-                    stop_workers(&shared, &mut workers);
-                    return Err(Error::io("starting a redis tier worker thread", e));
-                }
-            }
-        }
+        let pool = WorkerPool::start(
+            config.connections,
+            "a redis tier worker thread",
+            |i| format!("kvtier-redis-{i}"),
+            |_| {
+                super::worker::worker(WorkerCtx {
+                    shared: shared.clone(),
+                    done: tx.clone(),
+                    endpoint: endpoint.clone(),
+                    slots: slots.clone(),
+                    prefix: prefix.clone(),
+                    ttl_ms,
+                    pipeline_bytes: config.pipeline_bytes,
+                    pipeline_ops: config.pipeline_ops,
+                })
+            },
+        )?;
         Ok(RedisTier {
             name: config.name.clone(),
             ttl: config.ttl,
@@ -134,7 +117,7 @@ impl RedisTier {
             connections: config.connections,
             shared,
             done_rx: rx,
-            workers,
+            pool,
             known: Map::default(),
             order: VecDeque::new(),
             max_known: config.max_known_keys,
@@ -143,8 +126,8 @@ impl RedisTier {
             absent: Map::default(),
             absent_order: VecDeque::new(),
             finished: VecDeque::new(),
-            events: EventQueue::new(DEFAULT_TIER_EVENT_CAPACITY),
-            reporter: Reporter::new(&config.name),
+            events: Announcer::new(DEFAULT_TIER_EVENT_CAPACITY),
+            reporter: super::report::reporter(&config.name),
             nodes: config.nodes.join(","),
             connect_failures_seen: 0,
             in_flight: 0,
@@ -156,14 +139,13 @@ impl RedisTier {
     }
 
     fn enqueue(&self, task: Task, front: bool) {
-        let mut st = self.shared.state.lock();
-        if front {
-            st.tasks.push_front(task);
-        } else {
-            st.tasks.push_back(task);
-        }
-        drop(st);
-        self.shared.work.notify_one();
+        self.pool.submit(Wake::One, |q| {
+            if front {
+                q.0.push_front(task);
+            } else {
+                q.0.push_back(task);
+            }
+        });
     }
 
     fn flush_batch(&mut self) {
@@ -176,16 +158,6 @@ impl RedisTier {
     }
 }
 
-fn stop_workers(shared: &Shared, workers: &mut Vec<JoinHandle<()>>) -> bool {
-    shared.state.lock().stop = true;
-    shared.work.notify_all();
-    let mut ok = true;
-    for h in workers.drain(..) {
-        ok &= h.join().is_ok();
-    }
-    ok
-}
-
 impl SecondaryTier for RedisTier {
     fn name(&self) -> &str {
         &self.name
@@ -196,7 +168,7 @@ impl SecondaryTier for RedisTier {
     }
 
     fn set_notifier(&mut self, notifier: crate::tiering::Notifier) {
-        let _ = self.shared.notifier.set(notifier);
+        self.pool.set_notifier(notifier);
     }
 
     fn medium(&self) -> Option<Medium> {
@@ -345,9 +317,7 @@ impl SecondaryTier for RedisTier {
         let c = &self.counters;
         let mut v = c.stat_list();
         v.push(Stat::counter(stats::EVENTS_DROPPED, self.events.dropped()));
-        for cause in Cause::ALL {
-            v.push(Stat::counter(cause.stat_name(), c.failures[cause.index()]));
-        }
+        c.failures.push_stats(&mut v);
         v.push(Stat::gauge(
             stats::BREAKER_OPEN,
             if self.breaker_open() { 1.0 } else { 0.0 },
@@ -366,10 +336,8 @@ impl SecondaryTier for RedisTier {
 
     fn set_event_capacity(&mut self, capacity: usize) {
         let known = &mut self.known;
-        self.events.set_capacity(capacity, |e| {
-            if let (EventKind::Stored, Some(key)) = (e.kind, e.key)
-                && let Some(k) = known.get_mut(&key)
-            {
+        self.events.set_capacity(capacity, |key| {
+            if let Some(k) = known.get_mut(&key) {
                 k.announced = false;
             }
         });
@@ -386,7 +354,7 @@ impl SecondaryTier for RedisTier {
         }
         self.quiesce();
         self.closed = true;
-        if stop_workers(&self.shared, &mut self.workers) {
+        if self.pool.stop() {
             Ok(())
         } else {
             Err(Error::Tier {

@@ -1,7 +1,7 @@
-//! The tier's worker threads: each owns one connection and takes tasks from
-//! one shared queue, so the number of connections is bounded by the number
-//! of workers.  Workers report every task back through a channel that the
-//! tier reads without blocking.
+//! The tier's workers, in the kit's worker pool: each owns one connection
+//! and takes tasks from one shared queue, so the number of connections is
+//! bounded by the number of workers.  Workers report every task back
+//! through a channel that the tier reads without blocking.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
 use super::conn::{Conn, Endpoint, Op};
 use super::header::{self, Corruption};
 use super::outcome::{Cause, Reply};
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::tiering::{Direction, JobRef};
+use crate::tiers::kit::{PoolCore, WorkQueue};
 
 /// Work for a worker.
 pub(super) enum Task {
@@ -74,33 +73,31 @@ pub(super) struct JobDone {
     pub round_trips: u64,
 }
 
-/// What the workers and the tier share.
+/// What the workers and the tier share besides the queue.
+#[derive(Default)]
 pub(super) struct Shared {
-    /// Queue and worker bookkeeping.
-    pub state: Mutex<QueueState>,
-    /// Signalled when a task is queued or the workers must stop.
-    pub work: Condvar,
-    /// Signalled when a worker goes idle.
-    pub idle: Condvar,
     /// Whether the circuit breaker is open (workers then fail tasks fast).
     pub breaker_open: AtomicBool,
-    /// The manager's wake-up signal, raised when a task is reported.
-    pub notifier: std::sync::OnceLock<crate::tiering::Notifier>,
     /// Failed attempts to connect (and authenticate, select the database).
     pub connect_failures: AtomicU64,
     /// [`Cause::index`] of the last failed attempt to connect.
     pub last_connect_cause: AtomicUsize,
 }
 
-/// The queue proper.
+/// The queue: tasks in order (a probe goes first).
 #[derive(Default)]
-pub(super) struct QueueState {
-    /// Tasks not yet taken.
-    pub tasks: VecDeque<Task>,
-    /// Workers running a task now.
-    pub active: usize,
-    /// Set at shutdown.
-    pub stop: bool,
+pub(super) struct Tasks(pub VecDeque<Task>);
+
+impl WorkQueue for Tasks {
+    type Item = Task;
+
+    fn pick(&mut self, _worker: usize) -> Option<Task> {
+        self.0.pop_front()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// What a worker needs to do its work.
@@ -123,25 +120,12 @@ pub(super) struct WorkerCtx {
     pub pipeline_ops: usize,
 }
 
-/// Worker loop: take a task, run it, report it, until stopped.
-pub(super) fn run(ctx: WorkerCtx) {
+/// A worker: its connection (made on its first task) and buffers, and
+/// what it does with each task it takes: run it, report it.
+pub(super) fn worker(ctx: WorkerCtx) -> impl FnMut(Task, &PoolCore<Tasks>) + Send + 'static {
     let mut conn: Option<Conn> = None;
     let mut names = Names::new(&ctx.prefix);
-    loop {
-        let task = {
-            let mut st = ctx.shared.state.lock();
-            loop {
-                if let Some(t) = st.tasks.pop_front() {
-                    st.active += 1;
-                    break Some(t);
-                }
-                if st.stop {
-                    break None;
-                }
-                ctx.shared.work.wait(&mut st);
-            }
-        };
-        let Some(task) = task else { return };
+    move |task, core| {
         // What to report if the task panics, so that it is still reported
         // exactly once and the worker stays alive.
         let fallback = match &task {
@@ -166,13 +150,7 @@ pub(super) fn run(ctx: WorkerCtx) {
         // idle also finds every report in the channel.  A send fails only
         // when the tier is gone, and then nobody waits for the report.
         let _ = ctx.done.send(done);
-        if let Some(n) = ctx.shared.notifier.get() {
-            n.notify();
-        }
-        let mut st = ctx.shared.state.lock();
-        st.active -= 1;
-        drop(st);
-        ctx.shared.idle.notify_all();
+        core.notify();
     }
 }
 

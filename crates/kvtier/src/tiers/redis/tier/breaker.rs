@@ -25,7 +25,7 @@ impl RedisTier {
     }
 
     pub(super) fn record_failure(&mut self, cause: Cause) {
-        self.counters.failures[cause.index()] += 1;
+        self.counters.failures.count(cause);
         if !cause.counts_for_breaker() {
             return;
         }
@@ -34,7 +34,7 @@ impl RedisTier {
             self.breaker.open_since = Some(Instant::now());
             self.shared.breaker_open.store(true, Ordering::Release);
             self.counters.breaker_opens += 1;
-            self.reporter.note(format!(
+            self.reporter.note(|| format!(
                 "circuit breaker opened after {} failures in a row; lookups answer MISS and transfers fail at once until a probe succeeds",
                 self.breaker.consecutive
             ));

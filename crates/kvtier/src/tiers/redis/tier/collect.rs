@@ -7,9 +7,11 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::super::outcome::Cause;
+use super::super::report;
 use super::super::worker::{Done, JobDone, Task};
 use super::RedisTier;
-use crate::tiering::{Direction, JobRef, JobResult};
+use crate::tiering::{Direction, JobRef};
+use crate::tiers::kit::settled;
 
 impl RedisTier {
     /// Applies every report the workers have sent, without waiting.
@@ -23,8 +25,8 @@ impl RedisTier {
                 .get(self.shared.last_connect_cause.load(Ordering::Relaxed))
                 .copied()
                 .unwrap_or(Cause::Other);
-            self.reporter
-                .connect_failed(&self.nodes, n - self.connect_failures_seen, cause);
+            let seen = n - self.connect_failures_seen;
+            report::connect_failed(&mut self.reporter, &self.nodes, seen, cause);
             self.connect_failures_seen = n;
         }
     }
@@ -73,7 +75,7 @@ impl RedisTier {
                     None => self.close_breaker(),
                     Some(c) => {
                         self.counters.probes_failed += 1;
-                        self.counters.failures[c.index()] += 1;
+                        self.counters.failures.count(c);
                         self.reporter.failed(|| "probe of the server".into(), c);
                         if self.breaker.open_since.is_some() {
                             self.breaker.open_since = Some(Instant::now());
@@ -111,13 +113,8 @@ impl RedisTier {
                 if d.failure.is_some() {
                     self.counters.store_jobs_failed += 1;
                 }
-                JobResult {
-                    id: job.id,
-                    success: d.failure.is_none(),
-                    succeeded_keys: None,
-                    bytes: d.bytes,
-                    duration: Some(d.duration),
-                }
+                let arrived = std::iter::empty();
+                settled(job, d.failure.is_none(), arrived, d.bytes, Some(d.duration))
             }
             Direction::Load => {
                 for &p in &d.missing {
@@ -139,17 +136,8 @@ impl RedisTier {
                 if !success {
                     self.counters.load_jobs_failed += 1;
                 }
-                JobResult {
-                    id: job.id,
-                    success,
-                    succeeded_keys: if success {
-                        None
-                    } else {
-                        Some(d.done.iter().map(|&p| job.keys[p]).collect())
-                    },
-                    bytes: d.bytes,
-                    duration: Some(d.duration),
-                }
+                let arrived = d.done.iter().map(|&p| job.keys[p]);
+                settled(job, success, arrived, d.bytes, Some(d.duration))
             }
         };
         self.finished.push_back(result);
@@ -157,17 +145,14 @@ impl RedisTier {
 
     /// Reports a job as failed without sending it (breaker open, closed tier).
     pub(super) fn fail_now(&mut self, job: &JobRef, cause: Cause) {
-        self.counters.failures[cause.index()] += 1;
-        let mut r = JobResult::new(job.id, false);
-        if job.direction == Direction::Load {
-            r.succeeded_keys = Some(Vec::new());
-        }
+        self.counters.failures.count(cause);
+        let r = settled(job, false, std::iter::empty(), 0, None);
         self.finished.push_back(r);
     }
 
     /// Cancels queued tasks and waits until no worker runs one.
     pub(super) fn quiesce(&mut self) {
-        let cancelled: Vec<Task> = self.shared.state.lock().tasks.drain(..).collect();
+        let cancelled: Vec<Task> = self.pool.with_queue(|q| q.0.drain(..).collect());
         for t in cancelled {
             match t {
                 Task::Store(job, _) => {
@@ -188,11 +173,7 @@ impl RedisTier {
                 Task::Probe => self.breaker.probe_in_flight = false,
             }
         }
-        let mut st = self.shared.state.lock();
-        while st.active > 0 {
-            self.shared.idle.wait(&mut st);
-        }
-        drop(st);
+        self.pool.wait_idle();
         self.collect();
     }
 }

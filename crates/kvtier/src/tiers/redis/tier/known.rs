@@ -7,7 +7,6 @@
 use std::time::Instant;
 
 use super::RedisTier;
-use crate::events::EventKind;
 use crate::key::Key;
 
 /// What this instance knows about a key in Redis.
@@ -22,12 +21,6 @@ pub(super) struct Known {
 }
 
 impl RedisTier {
-    /// Queues an event; false if it was dropped (the queue is full,
-    /// counted) or events are off.
-    pub(super) fn emit(&mut self, kind: EventKind, key: Key) -> bool {
-        self.events.push(kind, key)
-    }
-
     pub(super) fn remember(&mut self, key: Key, announce: bool) {
         let now = Instant::now();
         let expires = self.ttl.map(|t| now + t);
@@ -39,7 +32,7 @@ impl RedisTier {
         entry.expires = expires;
         entry.since = now;
         let announce = announce && !entry.announced;
-        if announce && self.emit(EventKind::Stored, key) {
+        if announce && self.events.stored(key) {
             if let Some(e) = self.known.get_mut(&key) {
                 e.announced = true;
             }
@@ -48,10 +41,8 @@ impl RedisTier {
     }
 
     pub(super) fn forget(&mut self, key: &Key) {
-        if let Some(k) = self.known.remove(key)
-            && k.announced
-        {
-            self.emit(EventKind::Removed, *key);
+        if let Some(k) = self.known.remove(key) {
+            self.events.removed(*key, k.announced);
         }
     }
 

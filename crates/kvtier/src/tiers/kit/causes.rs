@@ -1,0 +1,234 @@
+//! A tier's failure causes: the trait its cause type implements, a counter
+//! per cause, and descriptions of failures for the manager's error log.
+//!
+//! Failures repeat (a server down, a full disk), so the [`Reporter`] keeps
+//! at most a bounded number of descriptions between two `take_errors`
+//! calls, and describes each kind of failure at most once per
+//! [`REPORT_INTERVAL`] when asked to rate limit; the next description of a
+//! kind says how many were left out meanwhile.  The counters keep every
+//! failure.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::stats::Stat;
+
+/// Why a tier's transfer failed: one of a fixed list of causes, each with
+/// a counter (a statistic) of its own.
+pub(crate) trait TierCause: Copy + Eq + std::fmt::Debug + Send + Sync + 'static {
+    /// Every cause, in statistics order.
+    const ALL: &'static [Self];
+
+    /// Position in [`TierCause::ALL`].
+    fn index(self) -> usize;
+
+    /// The name of the cause's counter.
+    fn stat_name(self) -> &'static str;
+
+    /// Words for the cause, in a sentence ("... failed: <words>").
+    fn describe(self) -> &'static str;
+}
+
+/// A counter per cause, shared by a tier and its workers.
+pub(crate) struct CauseCounters<C> {
+    counts: Box<[AtomicU64]>,
+    cause: std::marker::PhantomData<fn() -> C>,
+}
+
+impl<C: TierCause> Default for CauseCounters<C> {
+    fn default() -> Self {
+        CauseCounters {
+            counts: C::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
+            cause: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<C: TierCause> CauseCounters<C> {
+    /// Counts one failure of `cause`.
+    pub(crate) fn count(&self, cause: C) {
+        self.count_n(cause, 1);
+    }
+
+    /// Counts `n` failures of `cause`.
+    pub(crate) fn count_n(&self, cause: C, n: u64) {
+        self.counts[cause.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Failures of `cause` counted so far.
+    pub(crate) fn get(&self, cause: C) -> u64 {
+        self.counts[cause.index()].load(Ordering::Relaxed)
+    }
+
+    /// Appends a counter per cause, in [`TierCause::ALL`]'s order, to `out`.
+    pub(crate) fn push_stats(&self, out: &mut Vec<Stat>) {
+        for &cause in C::ALL {
+            out.push(Stat::counter(cause.stat_name(), self.get(cause)));
+        }
+    }
+}
+
+/// Least time between two descriptions of one kind of failure.
+pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Most descriptions kept between two `take_errors` calls.
+const MAX_PENDING: usize = 64;
+
+/// A tier's descriptions of failures, waiting for the manager's
+/// `take_errors`: each starts with the tier's prefix.
+pub(crate) struct Reporter {
+    prefix: String,
+    pending: Vec<String>,
+    last: Vec<Option<Instant>>,
+    left_out: Vec<u64>,
+}
+
+impl Reporter {
+    /// A reporter whose descriptions start with `prefix` (`fs tier
+    /// /data`), with `kinds` kinds of rate-limited failure (numbered from
+    /// 0; a tier's causes are kinds `0..C::ALL.len()` by their index).
+    pub(crate) fn new(prefix: String, kinds: usize) -> Reporter {
+        Reporter {
+            prefix,
+            pending: Vec::new(),
+            last: vec![None; kinds],
+            left_out: vec![0; kinds],
+        }
+    }
+
+    /// Describes a failure of kind `kind`, unless one of that kind was
+    /// described less than [`REPORT_INTERVAL`] ago or too many wait: then
+    /// it is left out, and counted in the next description of its kind.
+    pub(crate) fn limited(&mut self, kind: usize, what: impl FnOnce() -> String) {
+        let now = Instant::now();
+        if self.last[kind].is_some_and(|t| now.duration_since(t) < REPORT_INTERVAL)
+            || self.pending.len() >= MAX_PENDING
+        {
+            self.left_out[kind] += 1;
+            return;
+        }
+        self.last[kind] = Some(now);
+        let mut text = format!("{}: {}", self.prefix, what());
+        let n = std::mem::take(&mut self.left_out[kind]);
+        if n > 0 {
+            text.push_str(&format!(" ({n} more like it since the last report)"));
+        }
+        self.pending.push(text);
+    }
+
+    /// `n` failures of kind `kind` were left out without being offered.
+    pub(crate) fn left_out(&mut self, kind: usize, n: u64) {
+        self.left_out[kind] += n;
+    }
+
+    /// A task failed with `cause` (rate limited by cause); `what` names
+    /// the task ("store of 4 blocks").
+    pub(crate) fn failed<C: TierCause>(&mut self, what: impl FnOnce() -> String, cause: C) {
+        self.limited(cause.index(), || {
+            format!("{} failed: {}", what(), cause.describe())
+        });
+    }
+
+    /// A description that is not rate limited (a rare state change, or one
+    /// per failed key), kept while fewer than the bound wait.
+    pub(crate) fn note(&mut self, text: impl FnOnce() -> String) {
+        if self.pending.len() < MAX_PENDING {
+            self.pending.push(format!("{}: {}", self.prefix, text()));
+        }
+    }
+
+    /// Moves the descriptions, oldest first, into `out`.
+    pub(crate) fn take(&mut self, out: &mut Vec<String>) {
+        out.append(&mut self.pending);
+    }
+
+    /// Holds kind `kind` as described at `at` (tests: the interval then
+    /// runs from `at`, however slowly the test runs).
+    #[cfg(test)]
+    pub(crate) fn described_at(&mut self, kind: usize, at: Instant) {
+        self.last[kind] = Some(at);
+    }
+
+    /// When kind `kind` was last described (tests).
+    #[cfg(test)]
+    pub(crate) fn last_described(&self, kind: usize) -> Option<Instant> {
+        self.last[kind]
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Why {
+        Lost,
+        Broken,
+    }
+
+    impl TierCause for Why {
+        const ALL: &'static [Why] = &[Why::Lost, Why::Broken];
+        fn index(self) -> usize {
+            self as usize
+        }
+        fn stat_name(self) -> &'static str {
+            ["errors_lost", "errors_broken"][self as usize]
+        }
+        fn describe(self) -> &'static str {
+            ["it was lost", "it broke"][self as usize]
+        }
+    }
+
+    #[test]
+    fn counters_count_per_cause_in_stats_order() {
+        let c = CauseCounters::<Why>::default();
+        c.count(Why::Broken);
+        c.count_n(Why::Broken, 2);
+        let mut s = Vec::new();
+        c.push_stats(&mut s);
+        let got: Vec<_> = s.iter().map(|s| (s.name.to_string(), s.value)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("errors_lost".to_string(), 0.0),
+                ("errors_broken".to_string(), 3.0)
+            ]
+        );
+        assert_eq!(c.get(Why::Lost), 0);
+    }
+
+    #[test]
+    fn notes_are_bounded_not_rate_limited() {
+        let mut r = Reporter::new("t".into(), 0);
+        for i in 0..MAX_PENDING + 5 {
+            r.note(|| format!("n{i}"));
+        }
+        let mut out = Vec::new();
+        r.take(&mut out);
+        assert_eq!(out.len(), MAX_PENDING);
+        assert_eq!(out[1], "t: n1");
+    }
+
+    #[test]
+    fn repeats_within_the_interval_are_counted_not_described() {
+        let mut r = Reporter::new("t".into(), Why::ALL.len());
+        r.failed(|| "store".into(), Why::Lost);
+        let at = r.last_described(0).expect("the first one is described");
+        r.described_at(0, at + Duration::from_secs(3600));
+        r.failed(|| "store".into(), Why::Lost);
+        r.failed(|| "load".into(), Why::Broken);
+        let mut out = Vec::new();
+        r.take(&mut out);
+        assert_eq!(
+            out,
+            vec!["t: store failed: it was lost", "t: load failed: it broke"]
+        );
+        r.described_at(0, Instant::now() - REPORT_INTERVAL);
+        r.failed(|| "store".into(), Why::Lost);
+        r.take(&mut out);
+        assert_eq!(
+            out[2],
+            "t: store failed: it was lost (1 more like it since the last report)"
+        );
+    }
+}
