@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import uuid
+from types import ModuleType
 
 import pytest
+
+#: ``KVTIER_REQUIRE_ALL=1`` (``make test`` and CI set it): a test whose tool
+#: is missing fails instead of skipping.
+REQUIRE_ALL = os.environ.get("KVTIER_REQUIRE_ALL") == "1"
+
+
+def skip_or_fail(reason: str, *, allow_module_level: bool = False) -> None:
+    """Skips the calling test (or module) for ``reason``, or fails it under
+    ``KVTIER_REQUIRE_ALL=1``."""
+    if REQUIRE_ALL:
+        pytest.fail(f"{reason}, and KVTIER_REQUIRE_ALL=1 requires every test to run", pytrace=False)
+    pytest.skip(reason, allow_module_level=allow_module_level)
+
+
+def import_or_fail(name: str) -> ModuleType:
+    """``pytest.importorskip`` at module level, failing under ``KVTIER_REQUIRE_ALL=1``."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        skip_or_fail(f"cannot import {name} ({e}; `make test` installs it)", allow_module_level=True)
+        raise
+
+
+def require_root(what: str) -> None:
+    """Skips (or fails, under ``KVTIER_REQUIRE_ALL=1``) unless running as root."""
+    if os.geteuid() != 0:
+        skip_or_fail(f"{what} needs root")
 
 
 @pytest.fixture

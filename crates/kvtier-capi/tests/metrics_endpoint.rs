@@ -21,6 +21,7 @@ use kvtier::config::kvtier_manager_new_from_json;
 use kvtier::kvtier_status as S;
 use kvtier::manager::kvtier_manager_free;
 use kvtier_core::metrics::server::{CONTENT_TYPE, MetricsServer};
+use kvtier_testkit::require::require_tool;
 
 /// `GET path` on `port` of 127.0.0.1: status, headers, body.
 fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {
@@ -162,7 +163,8 @@ impl Drop for Prometheus {
 }
 
 /// Starts Prometheus scraping `target` every second; `None` when it is
-/// not installed.
+/// not installed (after [`require_tool`]: the test skips, or fails under
+/// `KVTIER_REQUIRE_ALL=1`).
 fn start_prometheus(target: std::net::SocketAddr) -> Option<Prometheus> {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("prometheus.yml");
@@ -175,7 +177,8 @@ fn start_prometheus(target: std::net::SocketAddr) -> Option<Prometheus> {
     )
     .unwrap();
     let port = closed_port();
-    let child = Command::new("prometheus")
+    let exe = require_tool("prometheus", "apt-get install -y prometheus")?;
+    let child = Command::new(exe)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
@@ -231,9 +234,6 @@ fn a_real_prometheus_scrapes_the_endpoint_and_answers_queries() {
     let m = Arc::new(busy_manager(dir.path()));
     let server = MetricsServer::start("127.0.0.1:0", &m).unwrap();
     let Some(p) = start_prometheus(server.address()) else {
-        println!(
-            "SKIPPED: prometheus is not installed (Debian: apt-get install prometheus; `make test` installs it)"
-        );
         return;
     };
     let lookups = m.manager_stats().unwrap().lookups as f64;

@@ -249,8 +249,7 @@ fn hostile_entries_are_never_opened_followed_or_removed() {
 }
 
 fn another_users_files_are_kept() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("  SKIPPED: needs root to give a file to another user");
+    if !kvtier_testkit::require::require_root("giving a file to another user") {
         return;
     }
     let t = tempfile::tempdir().unwrap();

@@ -9,6 +9,8 @@
 //!   calls (the real tier or the model).
 //! - [`fs_blocks`]: blocks with known bytes for file-system tier tests.
 //! - [`fault_run`]: rounds and seeds of the fault runs.
+//! - [`require`]: tests that need a tool: skipped, or failed under
+//!   `KVTIER_REQUIRE_ALL=1`.
 //! - [`rng`]: a small deterministic random generator.
 //! - [`tmpfs`]: a small tmpfs of its own, for full-disk tests.
 
@@ -17,5 +19,6 @@ pub mod fault_run;
 pub mod fs_blocks;
 pub mod model;
 pub mod probe;
+pub mod require;
 pub mod rng;
 pub mod tmpfs;

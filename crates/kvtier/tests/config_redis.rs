@@ -55,13 +55,8 @@ fn store(m: &Manager, r: RequestId, keys: &[Key]) {
 
 #[test]
 fn json_redis_tier_round_trips_and_wakes() {
-    let server = match RedisServer::start() {
-        Ok(s) => s,
-        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
-            println!("SKIPPED: cannot start a redis server: {why}");
-            return;
-        }
-        Err(why) => panic!("starting redis failed: {why}"),
+    let Some(server) = redis_server::or_skip(RedisServer::start()) else {
+        return;
     };
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 4}},
@@ -138,15 +133,10 @@ fn json_redis_options_redis_would_refuse_are_errors() {
 
 #[test]
 fn a_refused_password_reaches_the_error_log() {
-    let server = match RedisServer::start_with(&[
+    let Some(server) = redis_server::or_skip(RedisServer::start_with(&[
         "--user", "default", "off", "--user", "kv", "on", ">s3cret", "~*", "&*", "+@all",
-    ]) {
-        Ok(s) => s,
-        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
-            println!("SKIPPED: cannot start a redis server: {why}");
-            return;
-        }
-        Err(why) => panic!("starting redis failed: {why}"),
+    ])) else {
+        return;
     };
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 64}},

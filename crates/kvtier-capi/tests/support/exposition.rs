@@ -18,6 +18,7 @@ use kvtier_core::Key;
 use kvtier_core::config::Config;
 use kvtier_core::tiering::backend::StorePlan;
 use kvtier_core::tiering::{BackpressureConfig, LookupResult, Manager, RequestParams, TierOptions};
+use kvtier_testkit::require::require_tool;
 
 pub const BLOCK: usize = 4096;
 
@@ -310,19 +311,18 @@ pub fn family_problems(text: &str) -> Vec<String> {
 }
 
 /// `promtool check metrics` on `text`: `None` when promtool is not
-/// installed, else its output (empty: no problem, no warning) and whether
-/// it passed.
+/// installed (after [`require_tool`]: the test skips, or fails under
+/// `KVTIER_REQUIRE_ALL=1`), else its output (empty: no problem, no
+/// warning) and whether it passed.
 pub fn promtool_check(text: &str) -> Option<(bool, String)> {
-    let mut child = match Command::new("promtool")
+    let exe = require_tool("promtool", "apt-get install -y prometheus")?;
+    let mut child = Command::new(exe)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-    {
-        Ok(c) => c,
-        Err(_) => return None,
-    };
+        .expect("starting promtool");
     child
         .stdin
         .take()
@@ -334,6 +334,3 @@ pub fn promtool_check(text: &str) -> Option<(bool, String)> {
     said.push_str(&String::from_utf8_lossy(&out.stderr));
     Some((out.status.success(), said))
 }
-
-/// The message a test prints when it skips for want of promtool.
-pub const NO_PROMTOOL: &str = "SKIPPED: promtool is not installed (Debian: apt-get install prometheus; `make test` installs it)";
