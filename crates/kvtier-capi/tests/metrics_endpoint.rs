@@ -5,10 +5,12 @@
 //! message without it) scraping it and answering queries for a counter and
 //! a histogram quantile.
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
 #[path = "support/exposition.rs"]
 mod exposition;
 
-use std::ffi::CStr;
+use c_basics::last_error;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -37,12 +39,6 @@ fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((status, head.to_string(), body.to_string()))
-}
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier::kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn new_from_json(json: &str) -> Result<*mut kvtier::manager::kvtier_manager, String> {

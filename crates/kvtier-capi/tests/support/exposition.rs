@@ -4,6 +4,10 @@
 
 #![allow(dead_code)]
 
+#[path = "c_basics.rs"]
+mod c_basics;
+
+use c_basics::miss_every_key;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io::Write;
@@ -11,8 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kvtier::dialect::{KVTIER_LOCALITY_REMOTE, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_CPU};
-use kvtier::kvtier_key;
+use kvtier::dialect::{KVTIER_LOCALITY_REMOTE, KVTIER_MEDIUM_CPU};
 use kvtier::tier::*;
 use kvtier_core::Key;
 use kvtier_core::config::Config;
@@ -32,16 +35,6 @@ unsafe fn finished<'a>(user_data: *mut c_void) -> &'a Finished {
 
 unsafe extern "C" fn c_destroy(user_data: *mut c_void) {
     drop(unsafe { Box::from_raw(user_data as *mut Finished) });
-}
-
-unsafe extern "C" fn c_lookup(
-    _: *mut c_void,
-    _: *const kvtier_key,
-    _: *const kvtier_request,
-    answer: *mut kvtier::dialect::kvtier_lookup_result,
-) -> i32 {
-    unsafe { *answer = KVTIER_LOOKUP_MISS };
-    0
 }
 
 unsafe extern "C" fn c_submit(user_data: *mut c_void, job: *const kvtier_job) -> i32 {
@@ -174,7 +167,7 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
         name: c"ctier".as_ptr(),
         medium: KVTIER_MEDIUM_CPU,
         locality: KVTIER_LOCALITY_REMOTE,
-        lookup: Some(c_lookup),
+        lookup: Some(miss_every_key),
         submit_store: Some(c_submit),
         submit_load: Some(c_submit),
         poll_finished: Some(c_poll),
