@@ -13,7 +13,7 @@
 #[path = "support/c_basics.rs"]
 mod c_basics;
 
-use c_basics::last_error;
+use c_basics::{ck as key, last_error};
 use std::ffi::c_char;
 use std::ptr;
 
@@ -106,13 +106,6 @@ fn a_capacity_beyond_memory_is_out_of_memory_through_kvtier_primary_new() {
     assert_eq!(st, S::OutOfMemory, "{}", last_error());
     assert!(p.is_null());
     assert!(last_error().contains("slots"), "{}", last_error());
-}
-
-fn key(b: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: b.as_ptr(),
-        len: b.len(),
-    }
 }
 
 const REQ: *const c_char = c"r".as_ptr();

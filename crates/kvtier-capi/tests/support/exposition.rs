@@ -8,6 +8,7 @@
 mod c_basics;
 
 use c_basics::miss_every_key;
+use kvtier_testkit::common::store_filled;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io::Write;
@@ -19,7 +20,6 @@ use kvtier::dialect::{KVTIER_LOCALITY_REMOTE, KVTIER_MEDIUM_CPU};
 use kvtier::tier::*;
 use kvtier_core::Key;
 use kvtier_core::config::Config;
-use kvtier_core::tiering::backend::StorePlan;
 use kvtier_core::tiering::{BackpressureConfig, LookupResult, Manager, RequestParams, TierOptions};
 use kvtier_testkit::require::require_tool;
 
@@ -127,17 +127,6 @@ pub fn settle(m: &Manager) {
     }
 }
 
-fn store(m: &Manager, r: kvtier_core::request::RequestId, keys: &[Key]) {
-    let mut plan = StorePlan::default();
-    m.prepare_store(r, keys, &mut plan).unwrap();
-    let slots = m.slot_memory().unwrap();
-    for (k, s) in plan.to_store.iter().zip(&plan.slots) {
-        slots.write(*s, 0, &[k.as_bytes()[0]; BLOCK]).unwrap();
-    }
-    let done = plan.to_store.clone();
-    m.complete_store(r, &done, true).unwrap();
-}
-
 /// A manager with a 4-slot primary tier, the fs tier in `dir`, the redis
 /// tier (with the feature; its server does not answer) and a C tier with
 /// back-pressure on; 8 blocks stored (cascaded to every tier), the first
@@ -185,9 +174,9 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
     .unwrap();
     let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     let keys: Vec<Key> = (1..=8u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
-    store(&m, r, &keys[..4]);
+    store_filled(&m, r, &keys[..4]);
     settle(&m);
-    store(&m, r, &keys[4..]);
+    store_filled(&m, r, &keys[4..]);
     settle(&m);
     let mut answer = m.lookup(r, &keys[0]).unwrap();
     for _ in 0..100 {
