@@ -2,8 +2,8 @@
 //! loopback port until the manager is freed, bad addresses and ports in
 //! use refused at creation, and a real Prometheus server (Debian's
 //! `prometheus` package, installed by `make test`; the test skips with a
-//! message without it) scraping it and answering queries for a counter and
-//! a histogram quantile.
+//! message without it, or fails under `KVTIER_REQUIRE_ALL=1`) scraping it
+//! and answering queries for a counter and a histogram quantile.
 
 #[path = "support/c_basics.rs"]
 mod c_basics;

@@ -2,7 +2,8 @@
 //! each family once, with HELP and TYPE, named by the conventions; read by
 //! the reference parser (`prometheus_client`) and passed by `promtool
 //! check metrics` without a warning (both installed by `make test`; the
-//! promtool test skips with a message where it is missing).
+//! promtool test skips with a message where it is missing, or fails under
+//! `KVTIER_REQUIRE_ALL=1`).
 
 #[path = "support/exposition.rs"]
 mod exposition;
