@@ -3,13 +3,11 @@
 //! when the tier's workers finish), the event callback, Prometheus text
 //! (checked with the reference Python parser), and configuration errors.
 
-#[path = "support/c_basics.rs"]
-mod c_basics;
 #[path = "support/ffi_calls.rs"]
 mod ffi_calls;
 #[path = "support/prometheus.rs"]
 mod prometheus;
-use c_basics::miss_every_key;
+use ffi_calls::c_basics::miss_every_key;
 use kvtier_testkit::tmpfs;
 
 use std::ffi::{CStr, c_char, c_int, c_void};

@@ -5,12 +5,10 @@
 //! message without it, or fails under `KVTIER_REQUIRE_ALL=1`) scraping it
 //! and answering queries for a counter and a histogram quantile.
 
-#[path = "support/c_basics.rs"]
-mod c_basics;
 #[path = "support/exposition.rs"]
 mod exposition;
 
-use c_basics::last_error;
+use exposition::c_basics::last_error;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};

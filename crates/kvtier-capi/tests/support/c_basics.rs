@@ -1,8 +1,11 @@
 //! What most tests of the C ABI need, in one place: this thread's last
 //! error message, a key view of bytes, and the callbacks of a C tier that
 //! misses every key and accepts every job (and never finishes one).
-//! Included by the tests with `#[path = "support/c_basics.rs"]`, and by
-//! the other support files with `#[path = "c_basics.rs"]`.
+//! Included by the tests with `#[path = "support/c_basics.rs"] mod
+//! c_basics;`, and by the other support files with `#[path = "c_basics.rs"]
+//! pub mod c_basics;`: a test that includes one of those reaches it through
+//! that file (`ffi_calls::c_basics::...`), since a file loaded as two
+//! modules is a clippy error.
 
 #![allow(dead_code)]
 

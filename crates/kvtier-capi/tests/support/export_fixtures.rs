@@ -38,7 +38,7 @@ pub use kvtier::kvtier_status as S;
 // Helpers
 
 #[path = "c_basics.rs"]
-mod c_basics;
+pub mod c_basics;
 
 pub use c_basics::last_error;
 /// The minimal C tier: every key misses, jobs are accepted and never finish.

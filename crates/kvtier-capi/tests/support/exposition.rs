@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 #[path = "c_basics.rs"]
-mod c_basics;
+pub mod c_basics;
 
 use c_basics::miss_every_key;
 use kvtier_testkit::common::store_filled;

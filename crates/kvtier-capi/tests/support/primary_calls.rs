@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 #[path = "c_basics.rs"]
-mod c_basics;
+pub mod c_basics;
 
 pub use c_basics::{ck, last_error};
 use std::ffi::CStr;
