@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import uuid
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -29,6 +30,18 @@ def import_or_fail(name: str) -> ModuleType:
     except ImportError as e:
         skip_or_fail(f"cannot import {name} ({e}; `make test` installs it)", allow_module_level=True)
         raise
+
+
+def unpacked_vllm_wheel() -> Path:
+    """The unpacked vLLM 0.33 wheel (``VLLM_ROOT``, or build/vllm/wheel, which
+    ``make test-vllm`` fetches); skips the calling module without it, also
+    under ``KVTIER_REQUIRE_ALL=1``: it is a download, not a tool ``make test``
+    installs, and ``make test-vllm`` runs these tests with it."""
+    repo = Path(__file__).resolve().parents[2]
+    root = Path(os.environ.get("VLLM_ROOT") or repo / "build" / "vllm" / "wheel")
+    if not (root / "vllm" / "v1" / "kv_offload" / "base.py").is_file():
+        pytest.skip(f"no unpacked vLLM 0.33 wheel under {root}", allow_module_level=True)
+    return root
 
 
 def require_root(what: str) -> None:
