@@ -1,8 +1,10 @@
 /*
- * quickstart.c: the smallest whole use of kvtier, as the README shows it.
- * A manager built from JSON (64 slots of 4 KiB, an fs tier in a fresh
- * directory); one request stores two blocks, a second request finds them
- * and loads them back.  Exits non-zero on any failed call or wrong byte.
+ * quickstart.c: the smallest whole use of kvtier, the README's C quick
+ * start (which ctest runs as it stands: examples/readme/quickstart_c.c)
+ * with the manager built from JSON (64 slots of 4 KiB, an fs tier in a
+ * fresh directory) instead of a region and options; one request stores
+ * two blocks, a second request finds them and loads them back.  Exits
+ * non-zero on any failed call or wrong byte.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,9 +51,9 @@ int main(void) {
     CHECK(kvtier_manager_schedule_end(m));
 
     /* Request 2 shares the prefix: one lookup of all its keys.  Blocks
-     * only the fs tier still has come back in one step: the lookup starts
-     * their promotions (`pending` of them), the next step's finds them
-     * ready.  Once nothing is pending, load the `hits` and compute the
+     * only the fs tier still has come back in two steps: this step's
+     * lookup starts their promotions (`pending` of them), the next step's
+     * finds them ready.  Once nothing is pending, load the `hits` and compute the
      * rest.  (Here both blocks are still in the primary tier: 2 hits.) */
     CHECK(kvtier_manager_request_begin(m, "req-2", NULL, &req2, NULL));
     kvtier_lookup_answer answer;

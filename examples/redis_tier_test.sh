@@ -1,11 +1,16 @@
 #!/bin/sh
 # ctest wrapper of the redis_tier example: starts redis-server on a free
 # loopback port, runs the example with KVTIER_REDIS_ADDR set, stops the
-# server.  Exits 77 (ctest: skipped) when redis-server is not installed.
+# server.  Exits 77 (ctest: skipped) when redis-server is not installed,
+# or 1 (failed) then under KVTIER_REQUIRE_ALL=1.
 prog="$1"
 server=$(command -v redis-server || true)
 if [ -z "$server" ]; then
-  echo "redis_tier: skipped: redis-server is not installed (apt-get install -y redis-server; make test does this)"
+  echo "redis_tier: SKIPPED: redis-server is not installed (apt-get install -y redis-server; make test does this)"
+  if [ "${KVTIER_REQUIRE_ALL:-}" = 1 ]; then
+    echo "redis_tier: KVTIER_REQUIRE_ALL=1 requires every test to run"
+    exit 1
+  fi
   exit 77
 fi
 dir=$(mktemp -d)

@@ -67,6 +67,9 @@ if command -v clang++ >/dev/null 2>&1 && echo '#include <version>' |
     cat "$work/cxx14.txt" >&2
     exit 1
   fi
+elif [ "${KVTIER_REQUIRE_ALL:-}" = 1 ]; then
+  echo "install_consumer: clang++ with libc++ is not installed, and KVTIER_REQUIRE_ALL=1 requires the libc++ build" >&2
+  exit 1
 else
   echo "install_consumer: SKIPPED the libc++ build (clang++ with libc++ not installed)"
 fi

@@ -10,17 +10,16 @@ build/vllm; or ``VLLM_ROOT``); skipped without.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from conftest import unpacked_vllm_wheel
+
 REPO = Path(__file__).resolve().parents[2]
-VLLM_ROOT = Path(os.environ.get("VLLM_ROOT") or REPO / "build" / "vllm" / "wheel")
-if not (VLLM_ROOT / "vllm" / "v1" / "kv_offload" / "base.py").is_file():
-    pytest.skip(f"no unpacked vLLM 0.33 wheel under {VLLM_ROOT}", allow_module_level=True)
+VLLM_ROOT = unpacked_vllm_wheel()
 sys.path.insert(0, str(REPO / "tools" / "vllm_tests"))
 import vllm_stubs  # noqa: E402
 

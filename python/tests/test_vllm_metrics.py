@@ -11,7 +11,6 @@ build/vllm; or ``VLLM_ROOT``) and ``prometheus_client``; skipped without.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 from pathlib import Path
@@ -19,15 +18,16 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import unpacked_vllm_wheel
+
 REPO = Path(__file__).resolve().parents[2]
-VLLM_ROOT = Path(os.environ.get("VLLM_ROOT") or REPO / "build" / "vllm" / "wheel")
-if not (VLLM_ROOT / "vllm" / "v1" / "kv_offload" / "base.py").is_file():
-    pytest.skip(f"no unpacked vLLM 0.33 wheel under {VLLM_ROOT}", allow_module_level=True)
-prometheus_client = pytest.importorskip("prometheus_client")
+VLLM_ROOT = unpacked_vllm_wheel()
 sys.path.insert(0, str(REPO / "tools" / "vllm_tests"))
 import vllm_stubs  # noqa: E402
 
-from conftest import keys  # noqa: E402
+from conftest import import_or_fail, keys  # noqa: E402
+
+prometheus_client = import_or_fail("prometheus_client")
 
 # Modules that import vLLM (or its torch stand-in): imported under the
 # stand-ins, and forgotten after this file's tests, so that the other

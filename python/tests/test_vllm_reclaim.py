@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import kvtier
+from conftest import require_root
 from kvtier.vllm.reclaim import reclaim_stale_regions
 from kvtier.vllm.region import KvtierSharedRegion, region_name
 
@@ -135,8 +136,8 @@ def test_symlinks_fifos_headerless_files_and_other_prefixes_are_left_alone(tmp_p
     assert target.exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
 def test_another_users_dead_region_is_left_alone(tmp_path):
+    require_root("giving a file to another user")
     path = killed_region(tmp_path, "theirs")
     os.chown(path, 65534, 65534)
     assert reclaim_stale_regions(str(tmp_path)) == []

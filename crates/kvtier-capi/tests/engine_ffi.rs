@@ -7,6 +7,7 @@
 mod ffi_calls;
 #[path = "support/prometheus.rs"]
 mod prometheus;
+use ffi_calls::c_basics::miss_every_key;
 use kvtier_testkit::tmpfs;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -17,7 +18,6 @@ use ffi_calls::{PlanBuf, begin, ck, last_error, lookup, store_with, succeeded};
 use kvtier::config::*;
 use kvtier::dialect::*;
 use kvtier::events::*;
-use kvtier::kvtier_key;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;
 use kvtier::observe::*;
@@ -377,16 +377,6 @@ struct Delayed {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
-unsafe extern "C" fn d_lookup(
-    _: *mut c_void,
-    _: *const kvtier_key,
-    _: *const kvtier_request,
-    answer: *mut kvtier_lookup_result,
-) -> i32 {
-    unsafe { *answer = KVTIER_LOOKUP_MISS };
-    0
-}
-
 unsafe extern "C" fn d_submit(ud: *mut c_void, job: *const kvtier_job) -> i32 {
     let d = unsafe { &mut *(ud as *mut Delayed) };
     let (manager, id, gate) = (d.manager, unsafe { (*job).id }, d.gate.clone());
@@ -423,7 +413,7 @@ fn poll_wakes_when_a_worker_thread_completes_a_job() {
         name: c"delayed".as_ptr(),
         medium: KVTIER_MEDIUM_ANY,
         locality: KVTIER_LOCALITY_ANY,
-        lookup: Some(d_lookup),
+        lookup: Some(miss_every_key),
         submit_store: Some(d_submit),
         submit_load: Some(d_submit),
         poll_finished: None,

@@ -2,12 +2,15 @@
 //! arguments, bad options and their statuses, and adding a tier over the
 //! manager's slot memory.
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::last_error;
 use std::ffi::{CStr, CString};
 use std::ptr;
 
 use kvtier::dialect::{KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE};
 use kvtier::fs::*;
-use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;
 use kvtier::region::*;
@@ -19,12 +22,6 @@ fn small_options(dir: &CStr) -> kvtier_fs_options {
     o.read_threads = 1;
     o.write_threads = 1;
     o
-}
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 struct Setup {

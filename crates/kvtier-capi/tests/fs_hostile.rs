@@ -17,6 +17,7 @@
 
 use kvtier_testkit::fault_run;
 use kvtier_testkit::fs_blocks;
+use kvtier_testkit::require;
 use kvtier_testkit::rng;
 
 use std::collections::BTreeMap;
@@ -485,12 +486,6 @@ fn a_block_replaced_by_a_fifo_while_the_tier_runs_answers_miss_and_closes() {
 }
 
 /// Whether this process may switch users (root).
-fn root_user() -> bool {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    uid == 0
-}
-
 /// The child side of the unprivileged test: opens a shared tier as
 /// `nobody` on a directory of root's 0600 blocks, looks key 1 up (found
 /// on disk), loads it (permission denied) and reports what it saw.
@@ -527,8 +522,7 @@ fn child_unprivileged() {
 
 #[test]
 fn another_users_unreadable_blocks_stay_byte_identical() {
-    if !root_user() {
-        println!("SKIPPED: switching to user nobody needs root");
+    if !require::require_root("switching to user nobody") {
         return;
     }
     let top = tempfile::tempdir().unwrap();

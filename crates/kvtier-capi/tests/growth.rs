@@ -5,23 +5,20 @@
 //! and nothing is made; the size `_default()` sets is accepted; NULL
 //! options are the defaults.
 
-use std::ffi::{CStr, CString, c_void};
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::{accept_every_job, last_error, miss_every_key};
+use std::ffi::CString;
 use std::ptr::{null, null_mut};
 
 use kvtier::fs::*;
-use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;
 use kvtier::primary::*;
 use kvtier::redis::*;
 use kvtier::region::*;
 use kvtier::tier::*;
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 /// `value` followed by room the library must never read: a caller's
 /// struct from a newer header claims the whole of it.
@@ -165,26 +162,11 @@ fn region_options() {
     unsafe { kvtier_region_free(r) };
 }
 
-/// A C tier that misses every key and accepts every job.
-unsafe extern "C" fn c_lookup(
-    _: *mut c_void,
-    _: *const kvtier::kvtier_key,
-    _: *const kvtier_request,
-    answer: *mut i32,
-) -> i32 {
-    unsafe { *answer = kvtier::dialect::KVTIER_LOOKUP_MISS };
-    0
-}
-
-unsafe extern "C" fn c_submit(_: *mut c_void, _: *const kvtier_job) -> i32 {
-    0
-}
-
 fn vtable() -> kvtier_tier_vtable {
     kvtier_tier_vtable {
-        lookup: Some(c_lookup),
-        submit_store: Some(c_submit),
-        submit_load: Some(c_submit),
+        lookup: Some(miss_every_key),
+        submit_store: Some(accept_every_job),
+        submit_load: Some(accept_every_job),
         ..kvtier_tier_vtable_default()
     }
 }

@@ -1818,3 +1818,34 @@ both_tiers!(
     refused_store_cascades_nothing_and_adds_no_store_in_flight,
     every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect,
 );
+
+/// Every rule written for both tiers (a function taking a `Wrap`, above)
+/// is in the `both_tiers!` list, which alone runs it: one left out would
+/// never run, and nothing else would say so.
+#[test]
+fn every_rule_for_both_tiers_is_in_the_list() {
+    let source = include_str!("manager_rules.rs");
+    let (rules, list) = source
+        .split_once("\nboth_tiers!(\n")
+        .expect("the both_tiers! list");
+    let list = &list[..list.find(");").expect("the end of the both_tiers! list")];
+    let listed: std::collections::BTreeSet<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    // A function's parameters run from its name to the `{` of its body,
+    // on one line or, for a long name, on several.
+    let written: std::collections::BTreeSet<&str> = rules
+        .split("\nfn ")
+        .skip(1)
+        .filter_map(|f| f.split_once('('))
+        .filter(|(_, rest)| rest[..rest.find('{').unwrap_or(0)].contains("wrap: Wrap"))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(written.len() >= 30, "only {} rules found", written.len());
+    let missing: Vec<_> = written.difference(&listed).collect();
+    assert!(missing.is_empty(), "rules not in both_tiers!: {missing:?}");
+    let unknown: Vec<_> = listed.difference(&written).collect();
+    assert!(unknown.is_empty(), "both_tiers! names no rule: {unknown:?}");
+}

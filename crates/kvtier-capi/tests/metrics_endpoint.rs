@@ -2,13 +2,13 @@
 //! loopback port until the manager is freed, bad addresses and ports in
 //! use refused at creation, and a real Prometheus server (Debian's
 //! `prometheus` package, installed by `make test`; the test skips with a
-//! message without it) scraping it and answering queries for a counter and
-//! a histogram quantile.
+//! message without it, or fails under `KVTIER_REQUIRE_ALL=1`) scraping it
+//! and answering queries for a counter and a histogram quantile.
 
 #[path = "support/exposition.rs"]
 mod exposition;
 
-use std::ffi::CStr;
+use exposition::c_basics::last_error;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -21,6 +21,7 @@ use kvtier::config::kvtier_manager_new_from_json;
 use kvtier::kvtier_status as S;
 use kvtier::manager::kvtier_manager_free;
 use kvtier_core::serve::{CONTENT_TYPE, MetricsServer};
+use kvtier_testkit::require::require_tool;
 
 /// `GET path` on `port` of 127.0.0.1: status, headers, body.
 fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {
@@ -36,12 +37,6 @@ fn get(port: u16, path: &str) -> std::io::Result<(u16, String, String)> {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((status, head.to_string(), body.to_string()))
-}
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier::kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn new_from_json(json: &str) -> Result<*mut kvtier::manager::kvtier_manager, String> {
@@ -162,7 +157,8 @@ impl Drop for Prometheus {
 }
 
 /// Starts Prometheus scraping `target` every second; `None` when it is
-/// not installed.
+/// not installed (after [`require_tool`]: the test skips, or fails under
+/// `KVTIER_REQUIRE_ALL=1`).
 fn start_prometheus(target: std::net::SocketAddr) -> Option<Prometheus> {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("prometheus.yml");
@@ -175,7 +171,8 @@ fn start_prometheus(target: std::net::SocketAddr) -> Option<Prometheus> {
     )
     .unwrap();
     let port = closed_port();
-    let child = Command::new("prometheus")
+    let exe = require_tool("prometheus", "apt-get install -y prometheus")?;
+    let child = Command::new(exe)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
@@ -231,9 +228,6 @@ fn a_real_prometheus_scrapes_the_endpoint_and_answers_queries() {
     let m = Arc::new(busy_manager(dir.path()));
     let server = MetricsServer::start("127.0.0.1:0", &m).unwrap();
     let Some(p) = start_prometheus(server.address()) else {
-        println!(
-            "SKIPPED: prometheus is not installed (Debian: apt-get install prometheus; `make test` installs it)"
-        );
         return;
     };
     let lookups = m.manager_stats().unwrap().lookups as f64;

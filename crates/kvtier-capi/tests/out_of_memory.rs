@@ -10,22 +10,20 @@
 //! where overcommit is unconditional (`vm.overcommit_memory = 1`) or the
 //! machine really has that much memory, those tests say so and skip.
 
-use std::ffi::{CStr, c_char};
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::{ck as key, last_error};
+use std::ffi::c_char;
 use std::ptr;
 
 use kvtier::config::kvtier_manager_new_from_json;
 use kvtier::dialect::{KVTIER_LOOKUP_MISS, kvtier_lookup_answer};
+use kvtier::kvtier_key;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;
 use kvtier::primary::*;
 use kvtier::requests::*;
-use kvtier::{kvtier_key, kvtier_last_error_message};
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 /// The largest capacity a primary tier accepts.
 const HUGE_CAPACITY: u32 = u32::MAX - 1;
@@ -108,13 +106,6 @@ fn a_capacity_beyond_memory_is_out_of_memory_through_kvtier_primary_new() {
     assert_eq!(st, S::OutOfMemory, "{}", last_error());
     assert!(p.is_null());
     assert!(last_error().contains("slots"), "{}", last_error());
-}
-
-fn key(b: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: b.as_ptr(),
-        len: b.len(),
-    }
 }
 
 const REQ: *const c_char = c"r".as_ptr();

@@ -2,21 +2,18 @@
 //! NULL arguments, bad options and their statuses.  (The end-to-end run
 //! against a server is examples/redis_tier.c under ctest.)
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::last_error;
 use std::ffi::{CStr, CString};
 use std::ptr;
 
-use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;
 use kvtier::manager::{kvtier_manager, kvtier_manager_free};
 use kvtier::manager::{kvtier_manager_new, kvtier_manager_options_default};
 use kvtier::redis::*;
 use kvtier::region::*;
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 struct Fixture {
     manager: *mut kvtier_manager,

@@ -2,11 +2,14 @@
 //! arguments, bad inputs and their statuses, accessors, views, the
 //! barrier callback, unlink, and cleanup with lent slots.
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::last_error;
 use std::ffi::{CStr, CString, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;
 use kvtier::region::*;
 
@@ -20,12 +23,6 @@ fn unique(tag: &str) -> CString {
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ))
     .unwrap()
-}
-
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn path_of(name: &CStr) -> std::path::PathBuf {

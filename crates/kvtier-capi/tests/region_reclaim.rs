@@ -9,17 +9,19 @@
 //! with `KVTIER_RECLAIM_CHILD` set it plays that part.  Without it, it
 //! runs every test below (or those whose name contains an argument).
 
+use c_basics::last_error;
 use std::ffi::{CStr, CString, c_void};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 use std::ptr::{null, null_mut};
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
 #[path = "support/killed_region.rs"]
 mod killed_region;
 
 use killed_region::{CHILD_VAR, Holder, PAGE, child_main, killed, opts};
-use kvtier::kvtier_last_error_message;
 use kvtier::kvtier_status as S;
 use kvtier::reclaim::*;
 use kvtier_core::region::Region;
@@ -249,8 +251,7 @@ fn hostile_entries_are_never_opened_followed_or_removed() {
 }
 
 fn another_users_files_are_kept() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("  SKIPPED: needs root to give a file to another user");
+    if !kvtier_testkit::require::require_root("giving a file to another user") {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -449,12 +450,6 @@ unsafe extern "C" fn collect(user_data: *mut c_void, e: *const kvtier_region_rec
     });
 }
 
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 fn the_c_call_reports_every_region_to_its_callback() {
     let t = tempfile::tempdir().unwrap();
     let d = CString::new(t.path().to_str().unwrap()).unwrap();
@@ -595,5 +590,5 @@ fn main() {
             the_c_call_reports_every_region_to_its_callback,
         ),
     ];
-    killed_region::run_tests("region reclaim", tests);
+    kvtier_testkit::own_main::run_tests("region reclaim", tests);
 }

@@ -5,12 +5,15 @@
 //! docs/metrics.md every family of those tables; and the C stats structs
 //! carry their component's statistics in the table's order.
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::miss_every_key;
 use std::ffi::{CStr, CString, c_void};
 use std::ptr::{null, null_mut};
 
-use kvtier::dialect::{KVTIER_LOCALITY_ANY, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_ANY};
+use kvtier::dialect::{KVTIER_LOCALITY_ANY, KVTIER_MEDIUM_ANY};
 use kvtier::fs::*;
-use kvtier::kvtier_key;
 use kvtier::kvtier_status as S;
 use kvtier::manager::*;
 use kvtier::observe::*;
@@ -35,16 +38,6 @@ fn listed(doc: &str, name: &str) -> bool {
         Some((family, bound)) => quoted(family) && quoted(bound),
         None => quoted(name),
     }
-}
-
-unsafe extern "C" fn miss(
-    _: *mut c_void,
-    _: *const kvtier_key,
-    _: *const kvtier_request,
-    answer: *mut kvtier::dialect::kvtier_lookup_result,
-) -> i32 {
-    unsafe { *answer = KVTIER_LOOKUP_MISS };
-    0
 }
 
 unsafe extern "C" fn accept(_: *mut c_void, _: *const kvtier_job) -> i32 {
@@ -92,7 +85,7 @@ fn tier_stat_names(policy: &CStr, dir: &std::path::Path) -> Vec<(usize, String)>
         name: c"vtable".as_ptr(),
         medium: KVTIER_MEDIUM_ANY,
         locality: KVTIER_LOCALITY_ANY,
-        lookup: Some(miss),
+        lookup: Some(miss_every_key),
         submit_store: Some(accept),
         submit_load: Some(accept),
         ..kvtier_tier_vtable_default()

@@ -3,6 +3,10 @@
 //! not make the manager's merged stats or its Prometheus text go back.
 //! Also the C name/value stats' names for the primary tier's histogram.
 
+#[path = "support/c_basics.rs"]
+mod c_basics;
+
+use c_basics::miss_every_key;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::{null, null_mut};
@@ -151,16 +155,6 @@ fn a_rust_tier_counter_that_goes_back_is_held_and_counted_as_a_bug() {
 /// The C tier's stats, behind `user_data`: (name, kind, value).
 type CStats = Mutex<Vec<(&'static str, i32, f64)>>;
 
-unsafe extern "C" fn c_lookup(
-    _ud: *mut c_void,
-    _key: *const kvtier::kvtier_key,
-    _request: *const kvtier_request,
-    answer: *mut kvtier_lookup_result,
-) -> i32 {
-    unsafe { *answer = KVTIER_LOOKUP_MISS };
-    0
-}
-
 unsafe extern "C" fn c_submit(_ud: *mut c_void, _job: *const kvtier_job) -> i32 {
     // Refused: the manager reports the job as failed.
     S::Io as i32
@@ -208,7 +202,7 @@ fn c_manager() -> (*mut kvtier_manager, Arc<CStats>) {
         name: c"ctier".as_ptr(),
         medium: KVTIER_MEDIUM_ANY,
         locality: KVTIER_LOCALITY_ANY,
-        lookup: Some(c_lookup),
+        lookup: Some(miss_every_key),
         submit_store: Some(c_submit),
         submit_load: Some(c_submit),
         poll_finished: None,

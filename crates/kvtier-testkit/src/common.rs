@@ -1,5 +1,6 @@
-//! A scriptable in-memory secondary tier for manager tests, and managers
-//! over the reference model of the primary tier.
+//! A scriptable in-memory secondary tier for manager tests, managers over
+//! the reference model of the primary tier, and the calls on a manager
+//! that tests make the same way (keys, stats, whole stores).
 
 pub use crate::model;
 use crate::probe::Probed;
@@ -10,8 +11,9 @@ use std::sync::Arc;
 
 use kvtier::Key;
 use kvtier::events::Event;
-use kvtier::request::{Locality, Medium, Request};
+use kvtier::request::{Locality, Medium, Request, RequestId};
 use kvtier::stats::Stat;
+use kvtier::tiering::backend::StorePlan;
 use kvtier::tiering::{
     Direction, JobId, JobRef, JobResult, Manager, ManagerOptions, OffloadPolicy, SecondaryTier,
     TierLookup,
@@ -283,6 +285,22 @@ pub fn stat(m: &Manager, tier: Option<usize>, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no stat {name} for {tier:?}"))
         .stat
         .value
+}
+
+/// Stores `keys` through `m` for request `r`: every slot the plan names
+/// is filled with its key's first byte, then the plan completes as
+/// written.  The plan.
+pub fn store_filled(m: &Manager, r: RequestId, keys: &[Key]) -> StorePlan {
+    let mut plan = StorePlan::default();
+    m.prepare_store(r, keys, &mut plan).unwrap();
+    let slots = m.slot_memory().unwrap();
+    for (k, &slot) in plan.to_store.iter().zip(&plan.slots) {
+        let block = vec![k.as_bytes()[0]; slots.slot_bytes()];
+        slots.write(slot, 0, &block).unwrap();
+    }
+    let done = plan.to_store.clone();
+    m.complete_store(r, &done, true).unwrap();
+    plan
 }
 
 /// How a test registers its tier: as a Rust tier, or behind a C vtable.

@@ -9,6 +9,10 @@
 //!   calls (the real tier or the model).
 //! - [`fs_blocks`]: blocks with known bytes for file-system tier tests.
 //! - [`fault_run`]: rounds and seeds of the fault runs.
+//! - [`own_main`]: the test loop of a test binary with its own `main`.
+//! - [`region_files`]: a region's file as a creator leaves it part way.
+//! - [`require`]: tests that need a tool: skipped, or failed under
+//!   `KVTIER_REQUIRE_ALL=1`.
 //! - [`rng`]: a small deterministic random generator.
 //! - [`tmpfs`]: a small tmpfs of its own, for full-disk tests.
 
@@ -16,6 +20,9 @@ pub mod common;
 pub mod fault_run;
 pub mod fs_blocks;
 pub mod model;
+pub mod own_main;
 pub mod probe;
+pub mod region_files;
+pub mod require;
 pub mod rng;
 pub mod tmpfs;

@@ -1,9 +1,8 @@
 //! A small tmpfs of its own, for tests of what happens when a file system
 //! is full.
 
-/// A fresh tmpfs of `bytes` mounted on a new directory, unmounted on drop;
-/// `None` where this process may not mount (not root, or in a container
-/// that forbids it).
+/// A fresh tmpfs of `bytes` mounted on a new directory (mode 0700),
+/// unmounted on drop.
 pub struct SmallTmpfs(tempfile::TempDir);
 
 impl SmallTmpfs {
@@ -12,6 +11,11 @@ impl SmallTmpfs {
         self.0.path()
     }
 
+    /// Mounts one; `None` where this process may not mount (not root, or
+    /// in a container that forbids it), after
+    /// [`skip_or_fail`](crate::require::skip_or_fail): the test returns,
+    /// or fails under `KVTIER_REQUIRE_ALL=1`.
+    #[track_caller]
     pub fn mount(bytes: usize) -> Option<SmallTmpfs> {
         let dir = tempfile::tempdir().ok()?;
         let target = std::ffi::CString::new(dir.path().to_str()?).ok()?;
@@ -26,10 +30,10 @@ impl SmallTmpfs {
             )
         };
         if r != 0 {
-            eprintln!(
-                "  skipped: mounting a tmpfs failed ({})",
+            crate::require::skip_or_fail(format!(
+                "mounting a tmpfs of {bytes} bytes failed ({})",
                 std::io::Error::last_os_error()
-            );
+            ));
             return None;
         }
         Some(SmallTmpfs(dir))

@@ -10,9 +10,8 @@ mod redis_server;
 
 use kvtier::Key;
 use kvtier::config::Config;
-use kvtier::request::RequestId;
-use kvtier::tiering::backend::StorePlan;
 use kvtier::tiering::{LookupResult, Manager, RequestParams};
+use kvtier_testkit::common::store_filled;
 use redis_server::RedisServer;
 
 const BLOCK: usize = 4096;
@@ -42,26 +41,10 @@ fn settle(m: &Manager, fd: i32) {
     panic!("work never finished");
 }
 
-fn store(m: &Manager, r: RequestId, keys: &[Key]) {
-    let slots = m.slot_memory().unwrap().clone();
-    let mut plan = StorePlan::default();
-    m.prepare_store(r, keys, &mut plan).unwrap();
-    for (k, &slot) in plan.to_store.iter().zip(&plan.slots) {
-        slots.write(slot, 0, &[k.as_bytes()[0]; BLOCK]).unwrap();
-    }
-    let done = plan.to_store.clone();
-    m.complete_store(r, &done, true).unwrap();
-}
-
 #[test]
 fn json_redis_tier_round_trips_and_wakes() {
-    let server = match RedisServer::start() {
-        Ok(s) => s,
-        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
-            println!("SKIPPED: cannot start a redis server: {why}");
-            return;
-        }
-        Err(why) => panic!("starting redis failed: {why}"),
+    let Some(server) = redis_server::or_skip(RedisServer::start()) else {
+        return;
     };
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 4}},
@@ -76,14 +59,14 @@ fn json_redis_tier_round_trips_and_wakes() {
     let fd = m.notifier().fd().unwrap();
     let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     let first: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
-    store(&m, r, &first);
+    store_filled(&m, r, &first);
     assert!(
         readable(fd, 60_000),
         "the redis worker's report wakes the fd"
     );
     settle(&m, fd);
     let second: Vec<Key> = (5..=8u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
-    store(&m, r, &second);
+    store_filled(&m, r, &second);
     settle(&m, fd);
     // Key 1 was evicted from the primary tier: it comes back from redis.
     let mut answer = m.lookup(r, &first[0]).unwrap();
@@ -138,15 +121,10 @@ fn json_redis_options_redis_would_refuse_are_errors() {
 
 #[test]
 fn a_refused_password_reaches_the_error_log() {
-    let server = match RedisServer::start_with(&[
+    let Some(server) = redis_server::or_skip(RedisServer::start_with(&[
         "--user", "default", "off", "--user", "kv", "on", ">s3cret", "~*", "&*", "+@all",
-    ]) {
-        Ok(s) => s,
-        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
-            println!("SKIPPED: cannot start a redis server: {why}");
-            return;
-        }
-        Err(why) => panic!("starting redis failed: {why}"),
+    ])) else {
+        return;
     };
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "primary": {{"capacity": 64}},
@@ -158,7 +136,7 @@ fn a_refused_password_reaches_the_error_log() {
     let fd = m.notifier().fd().unwrap();
     let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     for i in 0..10u8 {
-        store(&m, r, &[Key::new(&[i; 8]).unwrap()]);
+        store_filled(&m, r, &[Key::new(&[i; 8]).unwrap()]);
         settle(&m, fd);
     }
     let stats = m.stats().unwrap();

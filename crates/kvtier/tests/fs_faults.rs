@@ -21,6 +21,7 @@ mod block_damage;
 use kvtier_testkit::fault_run;
 use kvtier_testkit::fs_blocks;
 use kvtier_testkit::rng;
+use kvtier_testkit::tmpfs::SmallTmpfs;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
@@ -516,54 +517,6 @@ fn damaged_block_files_are_never_served() {
 
 const FULL_BLOCK: usize = 64 << 10;
 
-/// A tmpfs mounted on a new directory; unmounted when dropped.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (as `mount -o size=`), or says why not.
-    fn mount(size: &str) -> Result<Tmpfs, String> {
-        use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let target = CString::new(dir.path().as_os_str().as_bytes()).unwrap();
-        let data = CString::new(format!("size={size}")).unwrap();
-        // SAFETY: NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                data.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "mount -t tmpfs -o size={size} failed: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(Tmpfs { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let target = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(
-            self.dir.path().as_os_str(),
-        ))
-        .unwrap();
-        // SAFETY: a NUL-terminated path; detaching cannot fail on busy.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 /// Stores blocks from `*next` on, one per job, until a job fails; returns
 /// the ids of the blocks stored.  One block at a time, because the tier's
 /// workers write a job's blocks in parallel: two half-written blocks can
@@ -601,12 +554,8 @@ fn a_full_file_system_fails_stores_cleanly_and_recovers_when_space_is_freed() {
     let (mut stored, mut failed_full, mut refused_while_full) = (0u64, 0u64, 0u64);
     let (mut verified, mut bad, mut recovered) = (0u64, 0u64, 0u64);
     for round in 0..rounds {
-        let fs = match Tmpfs::mount("4m") {
-            Ok(fs) => fs,
-            Err(why) => {
-                println!("SKIPPED: fault-run disk_full needs a tmpfs mount: {why}");
-                return;
-            }
+        let Some(fs) = SmallTmpfs::mount(4 << 20) else {
+            return;
         };
         let unnamed = round % 2 == 0;
         let root = fs.path().join("blocks");

@@ -3,6 +3,7 @@
 //! statistics and event batches.
 
 use kvtier_testkit::common;
+use kvtier_testkit::rng::Rng;
 
 use common::*;
 use kvtier::Error;
@@ -16,19 +17,6 @@ use kvtier::tiering::{
 
 fn start(m: &Manager, name: &str) -> RequestId {
     m.on_new_request(name, RequestParams::default()).unwrap().id
-}
-
-/// A deterministic generator (tests must not depend on the OS).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
 }
 
 /// Looks `keys` up one key per call, stopping at the first key not HIT,

@@ -32,23 +32,8 @@ use kvtier::{Key, Result};
 
 use kvtier_testkit::model;
 use kvtier_testkit::probe::Probed;
+use kvtier_testkit::rng::Rng;
 use model::ModelPrimary;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 fn key(i: u64) -> Key {
     Key::new(&i.to_le_bytes()).unwrap()

@@ -22,6 +22,11 @@
 //! key, and a late completion of a key with spent pins is charged one
 //! (nothing released) instead of unpinning.  Runs
 //! draw the KV-group option and whether positions are given.
+//!
+//! This is the primary tier's exact model, for this test alone.  The test
+//! kit's `model::ModelPrimary` models less (slots, states and argument
+//! checks; LRU without ranks or positions) and is a `PrimaryBackend`, for
+//! the tests that drive the manager over it.
 
 use kvtier_testkit::rng;
 

@@ -320,18 +320,13 @@ fn until_serving(tier: &mut RedisTier) {
 fn a_redis_server_killed_corrupted_and_evicting_never_yields_a_bad_block() {
     let rounds = fault_run::rounds(3);
     let seed = fault_run::seed();
-    let mut server = match RedisServer::start_with(&[
+    let Some(mut server) = redis_server::or_skip(RedisServer::start_with(&[
         "--maxmemory",
         "8mb",
         "--maxmemory-policy",
         "allkeys-random",
-    ]) {
-        Ok(s) => s,
-        Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
-            println!("SKIPPED: fault-run redis needs redis-server: {why}");
-            return;
-        }
-        Err(why) => panic!("starting redis failed: {why}"),
+    ])) else {
+        return;
     };
     let mut rng = Rng(seed);
     let mem = SlotMemory::anonymous(2 * SLOTS, SLOT_BYTES).unwrap();

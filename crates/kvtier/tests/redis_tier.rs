@@ -21,13 +21,9 @@ const SLOT_BYTES: usize = 16 << 10;
 
 macro_rules! server_or_skip {
     ($e:expr) => {
-        match $e {
-            Ok(s) => s,
-            Err(why) if why.starts_with(redis_server::NOT_INSTALLED) => {
-                println!("SKIPPED: cannot start a redis server: {why}");
-                return;
-            }
-            Err(why) => panic!("starting redis failed: {why}"),
+        match redis_server::or_skip($e) {
+            Some(s) => s,
+            None => return,
         }
     };
 }

@@ -13,6 +13,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use kvtier_testkit::own_main;
+use kvtier_testkit::region_files::start_creating_by_hand;
 use kvtier_testkit::tmpfs;
 
 use kvtier::Error;
@@ -55,29 +57,6 @@ impl Drop for Cleanup {
             let _ = std::fs::remove_file(p);
         }
     }
-}
-
-/// Does by hand what a creator does before it sizes the file: creates it
-/// exclusively, marks it as being set up (a write lock on its first byte,
-/// per open file description) and takes the shared lock every mapper holds.
-fn start_creating_by_hand(path: &std::path::Path) -> std::fs::File {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .unwrap();
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as _;
-    fl.l_whence = libc::SEEK_SET as _;
-    fl.l_len = 1;
-    assert_eq!(
-        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) },
-        0
-    );
-    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) }, 0);
-    f
 }
 
 fn opts(name: &str, slots: u32, bytes: usize) -> RegionOptions {
@@ -964,40 +943,5 @@ fn main() {
             memory_is_reserved_at_creation_even_without_pre_faulting,
         ),
     ];
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in tests {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let mut failed = Vec::new();
-    let mut ran = 0;
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        ran += 1;
-        eprintln!("test {name} ...");
-        let t = Instant::now();
-        match std::panic::catch_unwind(test) {
-            Ok(()) => eprintln!("test {name} ... ok ({:?})", t.elapsed()),
-            Err(_) => {
-                eprintln!("test {name} ... FAILED");
-                failed.push(*name);
-            }
-        }
-    }
-    eprintln!(
-        "\nregion tests: {} passed, {} failed",
-        ran - failed.len(),
-        failed.len()
-    );
-    if !failed.is_empty() {
-        eprintln!("failed: {failed:?}");
-        std::process::exit(1);
-    }
+    own_main::run_tests("region", tests);
 }

@@ -37,11 +37,12 @@ pub use kvtier::kvtier_status as S;
 // ---------------------------------------------------------------------------
 // Helpers
 
-pub fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
+#[path = "c_basics.rs"]
+pub mod c_basics;
+
+pub use c_basics::last_error;
+/// The minimal C tier: every key misses, jobs are accepted and never finish.
+pub use c_basics::{accept_every_job as c_submit, miss_every_key as c_lookup};
 
 /// `status` is NULL_ARGUMENT and the message names `arg`.
 #[track_caller]
@@ -179,21 +180,6 @@ impl Drop for Fx {
             kvtier_region_free(self.region);
         }
     }
-}
-
-// A minimal C tier: every key misses, jobs are accepted and never finish.
-pub unsafe extern "C" fn c_lookup(
-    _: *mut c_void,
-    _: *const kvtier_key,
-    _: *const kvtier_request,
-    answer: *mut kvtier_lookup_result,
-) -> i32 {
-    unsafe { *answer = KVTIER_LOOKUP_MISS };
-    0
-}
-
-pub unsafe extern "C" fn c_submit(_: *mut c_void, _: *const kvtier_job) -> i32 {
-    0
 }
 
 pub unsafe extern "C" fn on_events(_: *mut c_void, _: *const kvtier_event) {}

@@ -4,6 +4,11 @@
 
 #![allow(dead_code)]
 
+#[path = "c_basics.rs"]
+pub mod c_basics;
+
+use c_basics::miss_every_key;
+use kvtier_testkit::common::store_filled;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io::Write;
@@ -11,13 +16,12 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kvtier::dialect::{KVTIER_LOCALITY_REMOTE, KVTIER_LOOKUP_MISS, KVTIER_MEDIUM_CPU};
-use kvtier::kvtier_key;
+use kvtier::dialect::{KVTIER_LOCALITY_REMOTE, KVTIER_MEDIUM_CPU};
 use kvtier::tier::*;
 use kvtier_core::Key;
 use kvtier_core::config::Config;
-use kvtier_core::tiering::backend::StorePlan;
 use kvtier_core::tiering::{BackpressureConfig, LookupResult, Manager, RequestParams, TierOptions};
+use kvtier_testkit::require::require_tool;
 
 pub const BLOCK: usize = 4096;
 
@@ -31,16 +35,6 @@ unsafe fn finished<'a>(user_data: *mut c_void) -> &'a Finished {
 
 unsafe extern "C" fn c_destroy(user_data: *mut c_void) {
     drop(unsafe { Box::from_raw(user_data as *mut Finished) });
-}
-
-unsafe extern "C" fn c_lookup(
-    _: *mut c_void,
-    _: *const kvtier_key,
-    _: *const kvtier_request,
-    answer: *mut kvtier::dialect::kvtier_lookup_result,
-) -> i32 {
-    unsafe { *answer = KVTIER_LOOKUP_MISS };
-    0
 }
 
 unsafe extern "C" fn c_submit(user_data: *mut c_void, job: *const kvtier_job) -> i32 {
@@ -133,17 +127,6 @@ pub fn settle(m: &Manager) {
     }
 }
 
-fn store(m: &Manager, r: kvtier_core::request::RequestId, keys: &[Key]) {
-    let mut plan = StorePlan::default();
-    m.prepare_store(r, keys, &mut plan).unwrap();
-    let slots = m.slot_memory().unwrap();
-    for (k, s) in plan.to_store.iter().zip(&plan.slots) {
-        slots.write(*s, 0, &[k.as_bytes()[0]; BLOCK]).unwrap();
-    }
-    let done = plan.to_store.clone();
-    m.complete_store(r, &done, true).unwrap();
-}
-
 /// A manager with a 4-slot primary tier, the fs tier in `dir`, the redis
 /// tier (with the feature; its server does not answer) and a C tier with
 /// back-pressure on; 8 blocks stored (cascaded to every tier), the first
@@ -173,7 +156,7 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
         name: c"ctier".as_ptr(),
         medium: KVTIER_MEDIUM_CPU,
         locality: KVTIER_LOCALITY_REMOTE,
-        lookup: Some(c_lookup),
+        lookup: Some(miss_every_key),
         submit_store: Some(c_submit),
         submit_load: Some(c_submit),
         poll_finished: Some(c_poll),
@@ -191,9 +174,9 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
     .unwrap();
     let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
     let keys: Vec<Key> = (1..=8u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
-    store(&m, r, &keys[..4]);
+    store_filled(&m, r, &keys[..4]);
     settle(&m);
-    store(&m, r, &keys[4..]);
+    store_filled(&m, r, &keys[4..]);
     settle(&m);
     let mut answer = m.lookup(r, &keys[0]).unwrap();
     for _ in 0..100 {
@@ -310,19 +293,18 @@ pub fn family_problems(text: &str) -> Vec<String> {
 }
 
 /// `promtool check metrics` on `text`: `None` when promtool is not
-/// installed, else its output (empty: no problem, no warning) and whether
-/// it passed.
+/// installed (after [`require_tool`]: the test skips, or fails under
+/// `KVTIER_REQUIRE_ALL=1`), else its output (empty: no problem, no
+/// warning) and whether it passed.
 pub fn promtool_check(text: &str) -> Option<(bool, String)> {
-    let mut child = match Command::new("promtool")
+    let exe = require_tool("promtool", "apt-get install -y prometheus")?;
+    let mut child = Command::new(exe)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-    {
-        Ok(c) => c,
-        Err(_) => return None,
-    };
+        .expect("starting promtool");
     child
         .stdin
         .take()
@@ -334,6 +316,3 @@ pub fn promtool_check(text: &str) -> Option<(bool, String)> {
     said.push_str(&String::from_utf8_lossy(&out.stderr));
     Some((out.status.success(), said))
 }
-
-/// The message a test prints when it skips for want of promtool.
-pub const NO_PROMTOOL: &str = "SKIPPED: promtool is not installed (Debian: apt-get install prometheus; `make test` installs it)";

@@ -4,6 +4,10 @@
 
 #![allow(dead_code)]
 
+#[path = "c_basics.rs"]
+pub mod c_basics;
+
+pub use c_basics::{ck, last_error};
 use std::ffi::CStr;
 use std::ptr::{null, null_mut};
 
@@ -43,21 +47,6 @@ thread_local! {
 /// the events taken into it stay valid until the thread's next take.
 pub fn thread_buffer() -> *mut kvtier_event_buffer {
     THREAD_BUFFER.with(|b| b.0)
-}
-
-/// This thread's last error message.
-pub fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier::kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// A key view of `b` (borrowed: `b` must outlive it).
-pub fn ck(b: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: b.as_ptr(),
-        len: b.len(),
-    }
 }
 
 /// The result of job `id` that succeeded as a whole (no per-key list, no

@@ -1,17 +1,17 @@
 //! Processes that create a region and are killed with SIGKILL, for the
-//! tests of what such a process leaves behind, and the loop that runs a
-//! test binary's tests (harness = false: the binary re-executes itself as
-//! those processes, with `KVTIER_RECLAIM_CHILD` set).
+//! tests of what such a process leaves behind (the test binary has its own
+//! main, harness = false, and re-executes itself as those processes, with
+//! `KVTIER_RECLAIM_CHILD` set; its tests run through the test kit's
+//! `own_main::run_tests`).
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::Instant;
 
 use kvtier_core::region::{Prefault, Region, RegionOptions};
+use kvtier_testkit::region_files::start_creating_by_hand;
 
 pub const PAGE: usize = 4096;
 pub const CHILD_VAR: &str = "KVTIER_RECLAIM_CHILD";
@@ -33,21 +33,7 @@ pub fn child_main(spec: &str) -> i32 {
     let _keep: Box<dyn std::any::Any> = match role {
         "hold" => Box::new(Region::create_or_join(&opts(dir, name)).unwrap()),
         "start" => {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(dir.join(name))
-                .unwrap();
-            let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-            fl.l_type = libc::F_WRLCK as _;
-            fl.l_whence = libc::SEEK_SET as _;
-            fl.l_len = 1;
-            assert_eq!(
-                unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) },
-                0
-            );
-            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH) }, 0);
+            let f = start_creating_by_hand(&dir.join(name));
             f.set_len(PAGE as u64).unwrap();
             Box::new(f)
         }
@@ -106,45 +92,4 @@ pub fn killed(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(path.exists(), "a killed creator leaves its file");
     path
-}
-
-/// Runs `tests` (those whose name contains an argument, if any; their
-/// names with `--list`), each caught apart, and exits 1 if one failed.
-pub fn run_tests(label: &str, tests: &[(&str, fn())]) {
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in tests {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let mut failed = Vec::new();
-    let mut ran = 0;
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        ran += 1;
-        eprintln!("test {name} ...");
-        let t = Instant::now();
-        match std::panic::catch_unwind(test) {
-            Ok(()) => eprintln!("test {name} ... ok ({:?})", t.elapsed()),
-            Err(_) => {
-                eprintln!("test {name} ... FAILED");
-                failed.push(*name);
-            }
-        }
-    }
-    eprintln!(
-        "\n{label} tests: {} passed, {} failed",
-        ran - failed.len(),
-        failed.len()
-    );
-    if !failed.is_empty() {
-        eprintln!("failed: {failed:?}");
-        std::process::exit(1);
-    }
 }

@@ -4,28 +4,17 @@
 
 #![allow(dead_code)]
 
+#[path = "c_basics.rs"]
+pub mod c_basics;
+
+pub use c_basics::{ck, last_error};
 use std::ffi::CStr;
 use std::ptr;
 
 use kvtier::dialect::*;
+use kvtier::kvtier_key;
 use kvtier::kvtier_status;
 use kvtier::primary::*;
-use kvtier::{kvtier_key, kvtier_last_error_message};
-
-/// This thread's last error message.
-pub fn last_error() -> String {
-    unsafe { CStr::from_ptr(kvtier_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// A key view of `bytes`.
-pub fn ck(bytes: &[u8]) -> kvtier_key {
-    kvtier_key {
-        data: bytes.as_ptr(),
-        len: bytes.len(),
-    }
-}
 
 /// A tier of `capacity` slots with `policy` and room for 16 events.
 pub fn new(capacity: u32, policy: &CStr) -> *mut kvtier_primary {

@@ -11,8 +11,24 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How a start error begins when the server is not installed at all (the
-/// one case in which a test skips instead of failing).
+/// one case in which a test skips instead of failing, unless
+/// `KVTIER_REQUIRE_ALL=1`: see [`or_skip`]).
 pub const NOT_INSTALLED: &str = "redis-server is not installed";
+
+/// A started server (or cluster), or `None` after
+/// [`kvtier_testkit::require::skip_or_fail`] when redis-server is not
+/// installed (the test then returns); any other start error panics.
+#[track_caller]
+pub fn or_skip<T>(started: Result<T, String>) -> Option<T> {
+    match started {
+        Ok(s) => Some(s),
+        Err(why) if why.starts_with(NOT_INSTALLED) => {
+            kvtier_testkit::require::skip_or_fail(format!("cannot start a redis server: {why}"));
+            None
+        }
+        Err(why) => panic!("starting redis failed: {why}"),
+    }
+}
 
 /// One running server.
 pub struct RedisServer {
@@ -25,16 +41,7 @@ pub struct RedisServer {
     tls: bool,
 }
 
-/// Finds an executable on PATH or in the usual Debian places.
-pub fn find_tool(name: &str) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    dirs.push("/usr/bin".into());
-    dirs.push("/usr/sbin".into());
-    dirs.push("/usr/local/bin".into());
-    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
-}
+pub use kvtier_testkit::require::find_tool;
 
 fn port_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()

@@ -1,5 +1,6 @@
-//! The boundary machinery: statuses and version.  (Panics and errors
-//! inside the boundary: `src/panic_tests.rs`.)
+//! Statuses and version through the C ABI: every status code has a name
+//! (unknown ones one too), and the version is the crate's.  (Panics and
+//! errors inside the boundary: `src/panic_tests.rs`.)
 
 use std::ffi::CStr;
 
