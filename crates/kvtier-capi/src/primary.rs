@@ -209,7 +209,7 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
         let mut h = unsafe { enter_mut(primary) }?;
         let name = unsafe { in_str(name, "name") }?;
         let out = unsafe { out_ref(request_out, "request_out") }?;
-        *out = h.core.begin(name)?.0;
+        *out = h.core.request_begin(name)?.0;
         Ok(())
     })
 }
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn kvtier_primary_request_finished(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        h.core.finish(RequestId(request))?;
+        h.core.request_finished(RequestId(request))?;
         Ok(())
     })
 }

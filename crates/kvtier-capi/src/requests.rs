@@ -78,7 +78,7 @@ pub unsafe extern "C" fn kvtier_manager_request_begin(
         let name = unsafe { in_str(name, "name") }?;
         let request_out = unsafe { out_ref(request_out, "request_out") }?;
         let rp = unsafe { read_request_params(params) }?;
-        let started = m.on_new_request(name, rp)?;
+        let started = m.request_begin(name, rp)?;
         *request_out = started.id.0;
         if let Some(p) = unsafe { policy_out.as_mut() } {
             *p = match started.policy {
@@ -473,7 +473,7 @@ pub unsafe extern "C" fn kvtier_manager_request_finished(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        Ok(m.on_request_finished(RequestId(request))?)
+        Ok(m.request_finished(RequestId(request))?)
     })
 }
 
@@ -489,6 +489,6 @@ pub unsafe extern "C" fn kvtier_manager_schedule_end(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        Ok(m.on_schedule_end()?)
+        Ok(m.schedule_end()?)
     })
 }

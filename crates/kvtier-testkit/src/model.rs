@@ -18,15 +18,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kvtier::events::{Event, EventKind};
-use kvtier::key::Key;
-use kvtier::primary::Writer;
-use kvtier::request::RequestId;
-use kvtier::stats::Stat;
-use kvtier::tiering::backend::{
+use kvtier_core::events::{Event, EventKind};
+use kvtier_core::key::Key;
+use kvtier_core::primary::Writer;
+use kvtier_core::request::RequestId;
+use kvtier_core::stats::Stat;
+use kvtier_core::tiering::backend::{
     CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
 };
-use kvtier::{Error, Result};
+use kvtier_core::{Error, Result};
 
 /// State of one resident key in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,7 +263,7 @@ impl PrimaryBackend for ModelPrimary {
     fn capacity(&self) -> u32 {
         self.capacity
     }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+    fn request_begin(&mut self, req: RequestId) -> Result<()> {
         if self.loads.contains_key(&req) && !self.requests.contains(&req) {
             return Err(Error::DuplicateRequest(format!("{} (loads pinned)", req.0)));
         }
@@ -447,7 +447,7 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+    fn request_finished(&mut self, req: RequestId) -> Result<()> {
         if !self.requests.remove(&req) {
             return Err(Error::UnknownRequest(format!("{}", req.0)));
         }

@@ -1,7 +1,7 @@
 //! A manager whose primary tier a test can look into between calls.
 //!
 //! [`Probed::new`] builds a [`Manager`] over a primary tier of any type
-//! `T` (the real [`kvtier::primary::PrimaryTier`], or the reference
+//! `T` (the real [`kvtier_core::primary::PrimaryTier`], or the reference
 //! [`crate::model::ModelPrimary`]) that the test keeps a handle to, so it
 //! can check the tier's invariants and ref counts between manager calls.
 //! The manager drives the tier through [`Shared`], which forwards every
@@ -13,15 +13,15 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use kvtier::Result;
-use kvtier::events::Event;
-use kvtier::key::Key;
-use kvtier::request::RequestId;
-use kvtier::stats::Stat;
-use kvtier::tiering::backend::{
+use kvtier_core::Result;
+use kvtier_core::events::Event;
+use kvtier_core::key::Key;
+use kvtier_core::request::RequestId;
+use kvtier_core::stats::Stat;
+use kvtier_core::tiering::backend::{
     CompleteStoreReport, PrefixLookup, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
 };
-use kvtier::tiering::{Manager, ManagerOptions};
+use kvtier_core::tiering::{Manager, ManagerOptions};
 
 /// A manager over a primary tier of type `T` that the test can look into
 /// ([`Probed::primary`]); every manager call goes through `Deref`.
@@ -67,8 +67,8 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn capacity(&self) -> u32 {
         self.0.lock().capacity()
     }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().begin_request(req)
+    fn request_begin(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().request_begin(req)
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         self.0.lock().lookup(key)
@@ -157,8 +157,8 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
         self.0.lock().unpin_for_transfer_in(keys, slots)
     }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().on_request_finished(req)
+    fn request_finished(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().request_finished(req)
     }
     fn reset(&mut self) {
         self.0.lock().reset()

@@ -21,14 +21,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
-use kvtier::request::{Request, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
-use kvtier::tiering::{
+use kvtier_core::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
+use kvtier_core::request::{Request, RequestId};
+use kvtier_core::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
+use kvtier_core::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, ManagerOptions, OffloadPolicy,
     PromotionAnswer, RequestParams, SecondaryTier, TierLookup,
 };
-use kvtier::{Key, Result};
+use kvtier_core::{Key, Result};
 
 use kvtier_testkit::model;
 use kvtier_testkit::probe::Probed;
@@ -289,10 +289,7 @@ fn run<T: PrimaryBackend>(
             if names.len() < 6 {
                 let name = format!("req{next_req}");
                 next_req += 1;
-                let id = m
-                    .on_new_request(&name, RequestParams::default())
-                    .unwrap()
-                    .id;
+                let id = m.request_begin(&name, RequestParams::default()).unwrap().id;
                 ids.insert(name.clone(), id);
                 if rng.chance(50) {
                     // Token positions for some keys the request may present.
@@ -342,7 +339,7 @@ fn run<T: PrimaryBackend>(
                         }
                     }
                     r.finished = true;
-                    m.on_request_finished(ids[&name]).unwrap();
+                    m.request_finished(ids[&name]).unwrap();
                 }
                 71..=71 if rng.chance(20) => {
                     m.reset_cache().unwrap();
@@ -359,11 +356,11 @@ fn run<T: PrimaryBackend>(
                     for (n, s) in pending {
                         let finalized = reqs[&n].finished;
                         match m.complete_store(ids[&n], &s, true) {
-                            Err(kvtier::Error::KeysIgnored { report, .. }) => {
+                            Err(kvtier_core::Error::KeysIgnored { report, .. }) => {
                                 assert!(!finalized, "{n}");
                                 assert_eq!(report, Default::default(), "{n}: nothing in flight");
                             }
-                            Err(kvtier::Error::UnknownRequest(_)) => assert!(finalized, "{n}"),
+                            Err(kvtier_core::Error::UnknownRequest(_)) => assert!(finalized, "{n}"),
                             other => panic!("{n}: {other:?}"),
                         }
                     }
@@ -373,7 +370,7 @@ fn run<T: PrimaryBackend>(
                     }
                 }
                 72..=72 => m.reset_flushed().unwrap(),
-                _ => m.on_schedule_end().unwrap(),
+                _ => m.schedule_end().unwrap(),
             }
         }
         // complete some stores of any request (finished ones too)
@@ -414,7 +411,7 @@ fn run<T: PrimaryBackend>(
                 let left = keys.len() - acted.len();
                 let report = match answer {
                     Ok(report) if left == 0 => report,
-                    Err(kvtier::Error::KeysIgnored { report, .. }) if left > 0 => report,
+                    Err(kvtier_core::Error::KeysIgnored { report, .. }) if left > 0 => report,
                     other => panic!("seed {seed}: {left} keys left alone, answered {other:?}"),
                 };
                 assert_eq!(report.left_alone(), left, "seed {seed}");
@@ -462,7 +459,7 @@ fn run<T: PrimaryBackend>(
                     assert!(
                         matches!(
                             m.complete_load(ids[&n], &[k]),
-                            Err(kvtier::Error::UnknownRequest(_))
+                            Err(kvtier_core::Error::UnknownRequest(_))
                         ),
                         "seed {seed}: {n} is forgotten with its last pin"
                     );
@@ -543,7 +540,7 @@ fn run<T: PrimaryBackend>(
             }
         }
         if !r.finished {
-            m.on_request_finished(ids[n]).unwrap();
+            m.request_finished(ids[n]).unwrap();
         }
         for (planned, _) in r.stores.drain(..) {
             m.complete_store(ids[n], &planned, true).unwrap();
@@ -557,7 +554,7 @@ fn run<T: PrimaryBackend>(
         if !m.has_pending_work().unwrap() {
             break;
         }
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     assert!(
         !m.has_pending_work().unwrap(),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use kvtier_testkit::tmpfs;
 
-use kvtier::Error;
-use kvtier::region::{OpenMode, Prefault, PrefaultMethod, Region, RegionOptions, Role, Share};
+use kvtier_core::Error;
+use kvtier_core::region::{OpenMode, Prefault, PrefaultMethod, Region, RegionOptions, Role, Share};
 use tmpfs::SmallTmpfs;
 
 const PAGE: usize = 4096;

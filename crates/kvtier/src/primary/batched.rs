@@ -150,7 +150,7 @@ mod tests {
     fn a_prefix_lookup_stops_at_the_first_key_not_ready() {
         let mut t = tier(64);
         let r = RequestId(1);
-        t.begin_request(r).unwrap();
+        t.request_begin(r).unwrap();
         let mut plan = StorePlan::default();
         let ready: Vec<Key> = (0..40).map(k).collect();
         t.prepare_store(r, &ready, &mut plan).unwrap();
@@ -213,7 +213,7 @@ mod tests {
     fn events_are_counted_in_runs_of_one_kind() {
         let mut t = tier(2);
         let r = RequestId(1);
-        t.begin_request(r).unwrap();
+        t.request_begin(r).unwrap();
         let mut plan = StorePlan::default();
         assert_eq!(t.events_in_runs(5), 0);
         t.prepare_store(r, &[k(9)], &mut plan).unwrap();

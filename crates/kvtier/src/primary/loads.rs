@@ -263,7 +263,7 @@ impl PrimaryTier {
     /// counted as spent (see `spent.rs`).
     ///
     /// [0.33] `req` may have finished with pins of its loads still held
-    /// (see [`PrimaryTier::on_request_finished`]): it then releases only
+    /// (see [`PrimaryTier::request_finished`]): it then releases only
     /// those, never another request's.  A key it holds no pin of (counting
     /// repeats in the batch) is an error naming its position, nothing
     /// changed.  A pin it holds of a key that other requests' unpins took

@@ -286,8 +286,8 @@ impl PrimaryTier {
 
     /// Starts request `req`; `DuplicateRequest` if it is active, or
     /// finished with loads still pinned (see
-    /// [`PrimaryTier::on_request_finished`]).
-    pub fn begin_request(&mut self, req: RequestId) -> Result<()> {
+    /// [`PrimaryTier::request_finished`]).
+    pub fn request_begin(&mut self, req: RequestId) -> Result<()> {
         if self.requests.contains_key(&req) {
             return Err(Error::DuplicateRequest(format!("#{}", req.0)));
         }
@@ -310,7 +310,7 @@ impl PrimaryTier {
     }
 
     /// Whether `req` finished with pins its loads took still held (see
-    /// [`PrimaryTier::on_request_finished`]): only
+    /// [`PrimaryTier::request_finished`]): only
     /// [`PrimaryTier::complete_load`] of those takes it.
     pub fn holds_finished_loads(&self, req: RequestId) -> bool {
         self.finished_loads.contains_key(&req)

@@ -2,7 +2,7 @@
 //! each key it stores or loads once, at its first presentation (in
 //! [`RequestRecord`], buffers reused by later requests); the token
 //! positions the caller gives its keys are kept with it; at
-//! [`PrimaryTier::on_request_finished`] its accesses are committed to the
+//! [`PrimaryTier::request_finished`] its accesses are committed to the
 //! policy, in the order positions and KV groups give.  The record also
 //! counts, per key, the pins the request's loads hold: a request that
 //! finishes with some keeps its record for their `complete_load`.
@@ -250,7 +250,7 @@ impl PrimaryTier {
     /// them).  With lru, a key with a position that the request stores, or
     /// first presents while resident, ranks within the request's rank,
     /// tail below head; at the finish, positions order the commit (see
-    /// [`PrimaryTier::on_request_finished`]).
+    /// [`PrimaryTier::request_finished`]).
     ///
     /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
     /// slices differ in length; `InvalidKey` (with KV groups on) for a key
@@ -337,8 +337,8 @@ impl PrimaryTier {
     /// while its load is still in flight.  Its id then stays known to
     /// [`PrimaryTier::complete_load`] alone, which releases those pins and
     /// no other, and is forgotten with the last of them (or at a reset);
-    /// until then [`PrimaryTier::begin_request`] refuses the id.
-    pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+    /// until then [`PrimaryTier::request_begin`] refuses the id.
+    pub fn request_finished(&mut self, req: RequestId) -> Result<()> {
         let Some(r) = self.requests.get(&req) else {
             return Err(unknown(req));
         };

@@ -25,7 +25,7 @@ pub trait PrimaryBackend: Send + 'static {
     /// Number of slots.
     fn capacity(&self) -> u32;
     /// Starts a request (its accesses are committed at `on_request_finished`).
-    fn begin_request(&mut self, req: RequestId) -> Result<()>;
+    fn request_begin(&mut self, req: RequestId) -> Result<()>;
     /// MISS, HIT_PENDING or HIT; changes nothing.
     fn lookup(&self, key: &Key) -> PrimaryLookup;
     /// [`PrimaryBackend::lookup`] of each of `keys` (each 1..=64 bytes,
@@ -152,7 +152,7 @@ pub trait PrimaryBackend: Send + 'static {
     /// Commits the request's accesses and ends it: only
     /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
     /// takes it after that.
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
+    fn request_finished(&mut self, req: RequestId) -> Result<()>;
     /// Forgets every key and frees every slot; emits one Cleared event.
     fn reset(&mut self);
     /// Moves up to `max` queued events, oldest first, into `out`.
@@ -177,8 +177,8 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn capacity(&self) -> u32 {
         crate::primary::PrimaryTier::capacity(self)
     }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        crate::primary::PrimaryTier::begin_request(self, req)
+    fn request_begin(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::request_begin(self, req)
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         crate::primary::PrimaryTier::lookup(self, key)
@@ -270,8 +270,8 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
         crate::primary::PrimaryTier::unpin_for_transfer_in(self, keys, slots)
     }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        crate::primary::PrimaryTier::on_request_finished(self, req)
+    fn request_finished(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::request_finished(self, req)
     }
     fn reset(&mut self) {
         crate::primary::PrimaryTier::reset(self)

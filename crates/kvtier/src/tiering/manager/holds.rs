@@ -261,7 +261,7 @@ mod tests {
         })
         .unwrap();
         let m = Manager::new(primary, ManagerOptions::default());
-        let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+        let r = m.request_begin("r", RequestParams::default()).unwrap().id;
         let before = m.manager_stats().unwrap();
         let n = isize::MAX as usize / 8;
         let e = m

@@ -17,11 +17,11 @@ impl Manager {
     /// policy and answers request-level if any tier wants it.  The
     /// returned id is the handle every later call of the request takes;
     /// the name stays the request's label for tiers, events and logs.
-    pub fn on_new_request(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
+    pub fn request_begin(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
         let mut s = self.enter("on_new_request")?;
         let s = &mut *s;
         let id = s.names.insert(name)?;
-        if let Err(e) = s.primary.begin_request(id) {
+        if let Err(e) = s.primary.request_begin(id) {
             let _ = s.names.remove(name);
             return Err(e);
         }
@@ -217,10 +217,10 @@ impl Manager {
     /// Its handle is then unknown to every call (but
     /// [`Manager::complete_load`] of keys its loads still pin); its name
     /// may be reused.
-    pub fn on_request_finished(&self, request: RequestId) -> Result<()> {
+    pub fn request_finished(&self, request: RequestId) -> Result<()> {
         let mut s = self.enter("on_request_finished")?;
         let rid = s.active(request)?;
-        s.primary.on_request_finished(rid)?;
+        s.primary.request_finished(rid)?;
         s.forget_holds(rid);
         s.end_wait(rid);
         if let Some(st) = s.reqs.get_mut(&rid) {

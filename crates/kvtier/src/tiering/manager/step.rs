@@ -8,7 +8,7 @@ impl Manager {
     /// staged promotions (one load job per tier and request, in start
     /// order), retries parked cascades, finalizes requests that can be, and
     /// tells every tier.
-    pub fn on_schedule_end(&self) -> Result<()> {
+    pub fn schedule_end(&self) -> Result<()> {
         let mut s = self.enter("on_schedule_end")?;
         let s = &mut *s;
         s.poll_gated(&self.queue);
