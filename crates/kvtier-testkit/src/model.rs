@@ -19,7 +19,7 @@
 use std::collections::{HashMap, HashSet};
 
 use kvtier_core::events::{Event, EventKind};
-use kvtier_core::key::Key;
+use kvtier_core::key::{Key, KeyBatch};
 use kvtier_core::primary::Writer;
 use kvtier_core::request::RequestId;
 use kvtier_core::stats::Stat;
@@ -282,9 +282,10 @@ impl PrimaryBackend for ModelPrimary {
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
+        let keys = &copied(keys);
         self.need_request(req)?;
         self.check_groups(keys)?;
         self.pin_for_transfer(keys, slots_out)?;
@@ -293,7 +294,8 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
+        let keys = &copied(keys);
         self.need_request(req)?;
         self.check_groups(keys)?;
         for k in keys.iter().rev() {
@@ -317,7 +319,8 @@ impl PrimaryBackend for ModelPrimary {
     fn holds_finished_loads(&self, req: RequestId) -> bool {
         !self.requests.contains(&req) && self.loads.contains_key(&req)
     }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
+        let keys = &copied(keys);
         let active = self.requests.contains(&req);
         let mut own = match self.loads.get(&req) {
             Some(own) => own.clone(),
@@ -477,4 +480,9 @@ impl PrimaryBackend for ModelPrimary {
     fn stat_list(&self) -> Vec<Stat> {
         vec![Stat::gauge("resident", self.entries.len() as f64)]
     }
+}
+
+/// The keys of `batch`, copied.
+fn copied(batch: KeyBatch<'_>) -> Vec<Key> {
+    batch.iter().map(Key::from).collect()
 }

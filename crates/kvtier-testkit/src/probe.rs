@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use kvtier_core::Result;
 use kvtier_core::events::Event;
-use kvtier_core::key::Key;
+use kvtier_core::key::{Key, KeyBatch};
 use kvtier_core::request::RequestId;
 use kvtier_core::stats::Stat;
 use kvtier_core::tiering::backend::{
@@ -82,24 +82,13 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         self.0.lock().prepare_load(req, keys, slots_out)
     }
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.0.lock().prepare_load_bytes(req, keys, slots_out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         self.0.lock().touch(req, keys)
-    }
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.0.lock().touch_bytes(req, keys)
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         self.0.lock().set_positions(req, keys, positions)
@@ -107,14 +96,11 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn enable_kv_groups(&mut self) {
         self.0.lock().enable_kv_groups()
     }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         self.0.lock().complete_load(req, keys)
     }
     fn holds_finished_loads(&self, req: RequestId) -> bool {
         self.0.lock().holds_finished_loads(req)
-    }
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.0.lock().complete_load_bytes(req, keys)
     }
     fn prepare_store(
         &mut self,

@@ -98,7 +98,7 @@ pub enum TierFilter {
 /// Shared (`Arc`) between the manager and the jobs it hands to tiers.
 #[derive(Debug, Default)]
 pub struct RequestInfo {
-    /// The name the caller gave at `on_new_request`: the request's label
+    /// The name the caller gave at `request_begin`: the request's label
     /// (unique among active requests), not its handle.
     pub name: String,
     /// Per-request parameters the caller attached (small key/value list).

@@ -104,7 +104,7 @@ use foldhash::fast::RandomState;
 use crate::error::{Error, Result};
 use crate::events::{Event, EventKind};
 use crate::histogram::Histogram;
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 use admission::Admission;
@@ -348,8 +348,8 @@ impl PrimaryTier {
     /// [`PrimaryTier::lookup_prefix`], [`PrimaryTier::complete_store`])
     /// never find one (no call makes one resident) and may be preceded by
     /// this check.
-    pub fn check_keys(&self, keys: &[Key]) -> Result<()> {
-        self.check_group_keys(keys.len(), |j| &keys[j])
+    pub fn check_keys<'k>(&self, keys: impl Into<KeyBatch<'k>>) -> Result<()> {
+        with_keys!(keys.into(), |k| self.check_group_keys(k.len(), |j| &k[j]))
     }
 
     /// MISS, HIT_PENDING or HIT for `key`; changes nothing.

@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier};
 use crate::error::{Error, Result};
-use crate::key::{Key, KeyBytes};
+use crate::key::{KeyBatch, KeyBytes, with_keys};
 use crate::request::{RequestId, RequestState};
 
 /// A [`PrimaryTier`] plus its requests' names and ids.
@@ -100,19 +100,22 @@ impl NamedPrimary {
     /// completed all the same ([`CompleteStoreReport::checked`]).
     /// With KV groups on, a key too short for its group index is
     /// `InvalidKey` (see [`PrimaryTier::check_keys`]), nothing changed.
-    pub fn complete_store(
+    pub fn complete_store<'k>(
         &mut self,
         id: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         success: bool,
     ) -> Result<CompleteStoreReport> {
-        self.complete_store_each(id, keys.len(), |j| &keys[j], success)
+        with_keys!(keys.into(), |k| self.complete_store_each(
+            id,
+            k.len(),
+            |j| &k[j],
+            success
+        ))
     }
 
-    /// [`NamedPrimary::complete_store`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    #[doc(hidden)]
-    pub fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`NamedPrimary::complete_store`] of keys `key(0..n)`.
+    fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         id: RequestId,
         n: usize,
@@ -173,6 +176,7 @@ impl NamedPrimary {
 mod tests {
     use super::*;
     use crate::Error;
+    use crate::key::Key;
     use crate::primary::{StoreOutcome, StorePlan};
 
     fn tier() -> NamedPrimary {

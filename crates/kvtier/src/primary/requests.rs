@@ -21,7 +21,7 @@ use super::slots::{self, Slots};
 use super::{PolicyKind, PrimaryTier, positions, unknown};
 use crate::error::{Error, Result};
 use crate::fallible;
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 /// One active request's accesses, committed at its finish.
@@ -257,7 +257,13 @@ impl PrimaryTier {
     /// too short to carry a group; `OutOfMemory` if memory runs out.  The first
     /// position given to the tier prepares it for positions once (lru: 16
     /// bytes more per slot, and one pass over its list).
-    pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    pub fn set_positions<'k>(
+        &mut self,
+        req: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+        positions: &[u64],
+    ) -> Result<()> {
+        let keys = keys.into();
         if keys.len() != positions.len() {
             return Err(Error::InvalidArgument(format!(
                 "set_positions: {} keys but {} positions",
@@ -265,13 +271,17 @@ impl PrimaryTier {
                 positions.len()
             )));
         }
-        self.set_positions_each(req, keys.len(), |j| &keys[j], |j| positions[j])
+        with_keys!(keys, |k| self.set_positions_each(
+            req,
+            k.len(),
+            |j| &k[j],
+            |j| positions[j]
+        ))
     }
 
-    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` ([`Key`]s, or
-    /// checked bytes read in place) with positions `position(0..n)`.
-    #[doc(hidden)]
-    pub fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` with positions
+    /// `position(0..n)`.
+    fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,

@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::events::Event;
-use crate::key::Key;
+use crate::key::{Key, KeyBatch};
 use crate::request::RequestId;
 use crate::stats::Stat;
 
@@ -24,7 +24,7 @@ pub use crate::primary::{
 pub trait PrimaryBackend: Send + 'static {
     /// Number of slots.
     fn capacity(&self) -> u32;
-    /// Starts a request (its accesses are committed at `on_request_finished`).
+    /// Starts a request (its accesses are committed at `request_finished`).
     fn request_begin(&mut self, req: RequestId) -> Result<()>;
     /// MISS, HIT_PENDING or HIT; changes nothing.
     fn lookup(&self, key: &Key) -> PrimaryLookup;
@@ -64,26 +64,11 @@ pub trait PrimaryBackend: Send + 'static {
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()>;
-    /// [`PrimaryBackend::prepare_load`] of keys given as bytes (each
-    /// 1..=64, read in place).  By default the keys are copied first.
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.prepare_load(req, &copied(keys)?, slots_out)
-    }
     /// Marks keys recently used.
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
-    /// [`PrimaryBackend::touch`] of keys given as bytes (each 1..=64, read
-    /// in place).  By default the keys are copied first.
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.touch(req, &copied(keys)?)
-    }
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()>;
     /// [0.33] Gives keys of an active request their token positions.
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
@@ -92,15 +77,10 @@ pub trait PrimaryBackend: Send + 'static {
     /// finished with pins of its loads still held: it then releases only
     /// those, and is forgotten (`UnknownRequest`) with the last; any id
     /// neither active nor holding such pins is `UnknownRequest`.
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()>;
     /// Whether `req` finished with pins its loads took still held: only
     /// [`PrimaryBackend::complete_load`] of those takes it.
     fn holds_finished_loads(&self, req: RequestId) -> bool;
-    /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
-    /// 1..=64, read in place).  By default the keys are copied first.
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.complete_load(req, &copied(keys)?)
-    }
     /// Plans a store (slots for new keys, evictions) or refuses it.
     fn prepare_store(
         &mut self,
@@ -164,15 +144,6 @@ pub trait PrimaryBackend: Send + 'static {
     fn stat_list(&self) -> Vec<Stat>;
 }
 
-/// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
-/// its position.
-fn copied(keys: &[&[u8]]) -> Result<Vec<Key>> {
-    keys.iter()
-        .enumerate()
-        .map(|(i, k)| Key::at(k, i))
-        .collect()
-}
-
 impl PrimaryBackend for crate::primary::PrimaryTier {
     fn capacity(&self) -> u32 {
         crate::primary::PrimaryTier::capacity(self)
@@ -195,24 +166,13 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
     }
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.prepare_load_each(req, keys.len(), |j| keys[j], slots_out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         crate::primary::PrimaryTier::touch(self, req, keys)
-    }
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.touch_each(req, keys.len(), |j| keys[j])
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
@@ -220,14 +180,11 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn enable_kv_groups(&mut self) {
         crate::primary::PrimaryTier::enable_kv_groups(self)
     }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         crate::primary::PrimaryTier::complete_load(self, req, keys)
     }
     fn holds_finished_loads(&self, req: RequestId) -> bool {
         crate::primary::PrimaryTier::holds_finished_loads(self, req)
-    }
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.complete_load_each(req, keys.len(), |j| keys[j])
     }
     fn prepare_store(
         &mut self,

@@ -69,7 +69,6 @@ mod counters;
 mod entered;
 mod handles;
 mod holds;
-mod in_place;
 mod jobs;
 mod lookup;
 mod observe;
@@ -85,7 +84,6 @@ mod stat_lists;
 mod step;
 
 use counters::{ManagerCounters, TierCounters};
-pub use lookup::LookupKind;
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};

@@ -248,8 +248,9 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use super::super::lookup::LookupKind;
     use crate::primary::{PrimaryConfig, PrimaryTier};
-    use crate::tiering::{LookupKind, Manager, ManagerOptions, RequestParams};
+    use crate::tiering::{Manager, ManagerOptions, RequestParams};
 
     /// A prefix lookup too large to get room for its holds fails with
     /// `OutOfMemory` before it looks anything up or counts anything.
@@ -265,7 +266,7 @@ mod tests {
         let before = m.manager_stats().unwrap();
         let n = isize::MAX as usize / 8;
         let e = m
-            .lookup_in_place(LookupKind::Prefix, r, n, |_| b"k".as_slice())
+            .lookup_of(LookupKind::Prefix, r, n, |_| b"k".as_slice())
             .unwrap_err();
         assert!(matches!(e, crate::Error::OutOfMemory(_)), "{e}");
         let after = m.manager_stats().unwrap();
@@ -275,7 +276,7 @@ mod tests {
         );
         // The manager goes on.
         let a = m
-            .lookup_in_place(LookupKind::Prefix, r, 1, |_| b"k".as_slice())
+            .lookup_of(LookupKind::Prefix, r, 1, |_| b"k".as_slice())
             .unwrap();
         assert_eq!((a.hits, a.end), (0, 0));
     }

@@ -11,6 +11,7 @@ use super::{
     Key, LookupAnswer, LookupResult, Manager, MissReason, PrimaryLookup, RequestId, Result, State,
 };
 use crate::fallible;
+use crate::key::{KeyBatch, KeyBytes, with_keys};
 
 /// Keys whose primary-tier answers are read in one call.
 const READ_TOGETHER: usize = 32;
@@ -50,9 +51,13 @@ impl Manager {
     /// promotions are held for it until its `prepare_load`, and while it
     /// waits its prefix never grows past a key that found no room.  Empty
     /// `keys`: zero hits, stop HIT, nothing polled.
-    pub fn lookup_prefix(&self, request: RequestId, keys: &[Key]) -> Result<LookupAnswer> {
-        self.lookup_in_place(LookupKind::Prefix, request, keys.len(), |j| {
-            keys[j].as_bytes()
+    pub fn lookup_prefix<'k>(
+        &self,
+        request: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+    ) -> Result<LookupAnswer> {
+        with_keys!(keys.into(), |k| {
+            self.lookup_of(LookupKind::Prefix, request, k.len(), |j| k[j].key_bytes())
         })
     }
 }

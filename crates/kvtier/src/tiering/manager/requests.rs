@@ -10,6 +10,8 @@ use super::{
     CompleteStoreReport, Error, Key, Manager, OffloadPolicy, ReqState, Request, RequestId,
     RequestInfo, RequestParams, Result, StartedRequest, StoreOutcome, StorePlan, progress, report,
 };
+use crate::fallible;
+use crate::key::{KeyBatch, KeyBytes, with_keys};
 
 impl Manager {
     /// Starts request `name` (unique among active requests: a name in use
@@ -18,7 +20,7 @@ impl Manager {
     /// returned id is the handle every later call of the request takes;
     /// the name stays the request's label for tiers, events and logs.
     pub fn request_begin(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
-        let mut s = self.enter("on_new_request")?;
+        let mut s = self.enter("request_begin")?;
         let s = &mut *s;
         let id = s.names.insert(name)?;
         if let Err(e) = s.primary.request_begin(id) {
@@ -62,18 +64,20 @@ impl Manager {
 
     /// Pins `keys` (all ready) for a load to the GPU; `slots_out` gets
     /// their slots in key order.
-    pub fn prepare_load(
+    pub fn prepare_load<'k>(
         &self,
         request: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load(request, keys, slots_out)?;
-        s.on_loaded(request, keys.len(), |j| keys[j].as_bytes());
+        with_keys!(keys, |k| s
+            .on_loaded(request, k.len(), |j| k[j].key_bytes()));
         Ok(())
     }
 
@@ -93,20 +97,50 @@ impl Manager {
         s.primary.set_positions(request, keys, positions)
     }
 
-    /// Marks `keys` recently used in the primary tier and every secondary tier.
-    pub fn touch(&self, request: RequestId, keys: &[Key]) -> Result<()> {
+    /// Marks `keys` recently used in the primary tier and every secondary
+    /// tier that acts on touches ([`SecondaryTier::wants_touches`]); keys
+    /// read in place are copied only for those.
+    ///
+    /// [`SecondaryTier::wants_touches`]: crate::tiering::SecondaryTier::wants_touches
+    pub fn touch<'k>(&self, request: RequestId, keys: impl Into<KeyBatch<'k>>) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("touch")?;
         let s = &mut *s;
         s.active(request)?;
-        s.check_keys(keys.len(), |j| &keys[j])?;
-        s.primary.touch(request, keys)?;
-        if !s.tiers.is_empty() {
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
+        let wanted = s.tiers.iter().any(|t| t.tier.wants_touches());
+        let mut copies = std::mem::take(&mut s.keys_a);
+        copies.clear();
+        // Room first: a call that fails changes nothing.
+        let room = match keys {
+            KeyBatch::Refs(r) if wanted => {
+                fallible::reserve(&mut copies, r.len(), "the keys of a touch")
+            }
+            _ => Ok(()),
+        };
+        let touched = room.and_then(|()| s.primary.touch(request, keys));
+        if touched.is_ok() && wanted {
+            let keys: &[Key] = match keys {
+                KeyBatch::Keys(k) => k,
+                KeyBatch::Refs(r) => {
+                    for &k in r {
+                        copies.push(Key::FILLER);
+                        if let Some(c) = copies.last_mut() {
+                            c.set(k);
+                        }
+                    }
+                    &copies
+                }
+            };
             let info = &s.reqs[&request].info;
             for t in &mut s.tiers {
-                t.tier.touch(keys, info);
+                if t.tier.wants_touches() {
+                    t.tier.touch(keys, info);
+                }
             }
         }
-        Ok(())
+        s.keys_a = copies;
+        touched
     }
 
     /// Unpins `keys` after a load to the GPU.
@@ -119,11 +153,16 @@ impl Manager {
     /// cache is reset; every other call takes it as unknown.  A pin of
     /// it that other requests' unpins took is not released again (see
     /// [`PrimaryTier::complete_load`](crate::primary::PrimaryTier::complete_load)).
-    pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
+    pub fn complete_load<'k>(
+        &self,
+        request: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+    ) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("complete_load")?;
         // The primary tier knows both the active requests and the finished
         // ones whose loads still hold pins.
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         s.primary.complete_load(request, keys).map_err(|e| match e {
             Error::UnknownRequest(_) => s.unknown_request(request),
             other => other,
@@ -218,7 +257,7 @@ impl Manager {
     /// [`Manager::complete_load`] of keys its loads still pin); its name
     /// may be reused.
     pub fn request_finished(&self, request: RequestId) -> Result<()> {
-        let mut s = self.enter("on_request_finished")?;
+        let mut s = self.enter("request_finished")?;
         let rid = s.active(request)?;
         s.primary.request_finished(rid)?;
         s.forget_holds(rid);

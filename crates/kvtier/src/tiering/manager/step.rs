@@ -9,7 +9,7 @@ impl Manager {
     /// order), retries parked cascades, finalizes requests that can be, and
     /// tells every tier.
     pub fn schedule_end(&self) -> Result<()> {
-        let mut s = self.enter("on_schedule_end")?;
+        let mut s = self.enter("schedule_end")?;
         let s = &mut *s;
         s.poll_gated(&self.queue);
         s.gate_spent = false;
