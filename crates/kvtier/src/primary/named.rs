@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier};
 use crate::error::{Error, Result};
 use crate::key::{KeyBatch, KeyBytes, with_keys};
-use crate::request::{RequestId, RequestState};
+use crate::request::{RequestId, RequestNames, RequestState};
 
 /// A [`PrimaryTier`] plus its requests' names and ids.
 #[derive(Debug)]
@@ -25,14 +25,13 @@ pub struct NamedPrimary {
     /// The tier itself: every call of an active request goes to it with the
     /// request's id (and lookups, stats and events need no request).
     pub tier: PrimaryTier,
-    /// Active requests' names, to keep them unique.
-    names: HashSet<String>,
+    /// Active requests' names and ids, and the ids handed out: the
+    /// manager's registry.
+    names: RequestNames,
     /// Each active request's name (its label).
     labels: HashMap<RequestId, String>,
     /// Finished requests with keys still write pending for them.
     finishing: HashSet<RequestId>,
-    /// The id the next request gets.
-    next: u64,
 }
 
 impl NamedPrimary {
@@ -40,10 +39,9 @@ impl NamedPrimary {
     pub fn new(config: PrimaryConfig) -> Result<NamedPrimary> {
         Ok(NamedPrimary {
             tier: PrimaryTier::new(config)?,
-            names: HashSet::new(),
+            names: RequestNames::default(),
             labels: HashMap::new(),
             finishing: HashSet::new(),
-            next: 1,
         })
     }
 
@@ -51,7 +49,7 @@ impl NamedPrimary {
     /// active is `DuplicateRequest` (a finished request's name is free
     /// again at once, even with its stores still in flight).
     pub fn request_begin(&mut self, name: &str) -> Result<RequestId> {
-        if self.names.contains(name) {
+        if self.names.get(name).is_ok() {
             return Err(Error::DuplicateRequest(name.to_string()));
         }
         let mut label = String::new();
@@ -59,10 +57,8 @@ impl NamedPrimary {
             .try_reserve_exact(name.len())
             .map_err(|_| crate::fallible::out_of_memory::<u8>("a request's name", name.len()))?;
         label.push_str(name);
-        let id = RequestId(self.next);
-        self.tier.request_begin(id)?;
-        self.next += 1;
-        self.names.insert(label.clone());
+        let tier = &mut self.tier;
+        let id = self.names.insert(name, |id| tier.request_begin(id))?;
         self.labels.insert(id, label);
         Ok(id)
     }
@@ -73,7 +69,7 @@ impl NamedPrimary {
     pub fn request_finished(&mut self, id: RequestId) -> Result<()> {
         self.tier.request_finished(id)?;
         if let Some(name) = self.labels.remove(&id) {
-            self.names.remove(&name);
+            let _ = self.names.remove(&name);
         }
         if self.tier.stores_pending(id) > 0 {
             self.finishing.insert(id);
@@ -147,7 +143,7 @@ impl NamedPrimary {
     /// ([`RequestState::Finishing`]; its loads may hold pins too),
     /// finished with only pins its loads took still held, or gone.
     pub fn request_state(&self, id: RequestId) -> RequestState {
-        if id.0 == 0 || id.0 >= self.next {
+        if !self.names.was_issued(id) {
             RequestState::NeverIssued
         } else if self.tier.is_active(id) {
             RequestState::Active

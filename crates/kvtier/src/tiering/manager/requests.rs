@@ -22,11 +22,8 @@ impl Manager {
     pub fn request_begin(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
         let mut s = self.enter("request_begin")?;
         let s = &mut *s;
-        let id = s.names.insert(name)?;
-        if let Err(e) = s.primary.request_begin(id) {
-            let _ = s.names.remove(name);
-            return Err(e);
-        }
+        let primary = &mut s.primary;
+        let id = s.names.insert(name, |id| primary.request_begin(id))?;
         s.started = true;
         let info: Request = Arc::new(RequestInfo {
             name: name.to_string(),
