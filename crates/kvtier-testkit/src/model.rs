@@ -352,7 +352,7 @@ impl PrimaryBackend for ModelPrimary {
                     }
                 }
             }
-            if let Err(e) = self.unpin_for_transfer(&unpinned) {
+            if let Err(e) = self.unpin_for_transfer(&unpinned, &[]) {
                 self.spent = spent_before;
                 return Err(match e {
                     Error::KeyState { index, key, reason } => Error::KeyState {
@@ -365,7 +365,7 @@ impl PrimaryBackend for ModelPrimary {
             }
             self.spent.retain(|_, n| *n > 0);
         } else {
-            self.unpin_for_transfer(keys)?;
+            self.unpin_for_transfer(keys, &[])?;
             for k in keys {
                 if !release(&mut own, k) {
                     *self.spent.entry(*k).or_default() += 1;
@@ -435,7 +435,8 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+    /// The slots are not looked at.
+    fn unpin_for_transfer(&mut self, keys: &[Key], _slots: &[u32]) -> Result<()> {
         let mut need: HashMap<Key, i32> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
             let n = need.entry(*k).or_default();

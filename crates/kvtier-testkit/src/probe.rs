@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use kvtier_core::Result;
 use kvtier_core::events::Event;
-use kvtier_core::key::{Key, KeyBatch};
+use kvtier_core::key::{Key, KeyBatch, KeyRef};
 use kvtier_core::request::RequestId;
 use kvtier_core::stats::Stat;
 use kvtier_core::tiering::backend::{
@@ -73,10 +73,15 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         self.0.lock().lookup(key)
     }
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
-        self.0.lock().lookup_bytes(keys, out)
+    fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
+        self.0.lock().lookup_batch(keys, out)
     }
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+    fn lookup_prefix_for(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        keys: &[KeyRef<'_>],
+    ) -> PrefixLookup {
         self.0.lock().lookup_prefix_for(req, first, keys)
     }
     fn prepare_load(
@@ -137,11 +142,8 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         self.0.lock().pin_for_transfer(keys, slots_out)
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.0.lock().unpin_for_transfer(keys)
-    }
-    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
-        self.0.lock().unpin_for_transfer_in(keys, slots)
+    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        self.0.lock().unpin_for_transfer(keys, slots)
     }
     fn request_finished(&mut self, req: RequestId) -> Result<()> {
         self.0.lock().request_finished(req)

@@ -129,6 +129,18 @@ impl<'a> KeyRef<'a> {
     }
 }
 
+impl<'a> KeyRef<'a> {
+    /// A key filler for fixed arrays written before they are read.
+    pub(crate) const FILLER: KeyRef<'static> = KeyRef(&[0]);
+
+    /// Bytes known to be 1..=64 long (a key of a [`KeyBatch`]).
+    #[inline(always)]
+    pub(crate) fn checked(bytes: &'a [u8]) -> KeyRef<'a> {
+        debug_assert!((1..=MAX_KEY_LEN).contains(&bytes.len()));
+        KeyRef(bytes)
+    }
+}
+
 impl fmt::Debug for KeyRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "KeyRef({})", hex(self.0))

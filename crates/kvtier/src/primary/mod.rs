@@ -366,9 +366,11 @@ impl PrimaryTier {
     /// extra entries are left alone).  Changes nothing.  Faster per key
     /// than single lookups on large tiers: the memory reads of a batch
     /// overlap.
-    pub fn lookup_batch(&self, keys: &[Key], out: &mut [PrimaryLookup]) {
-        let n = keys.len().min(out.len());
-        self.lookup_each(n, |j| &keys[j], |i, r| out[i] = r);
+    pub fn lookup_batch<'k>(&self, keys: impl Into<KeyBatch<'k>>, out: &mut [PrimaryLookup]) {
+        with_keys!(keys.into(), |k| {
+            let n = k.len().min(out.len());
+            self.lookup_each(n, |j| &k[j], |i, r| out[i] = r);
+        })
     }
 
     /// [`PrimaryTier::lookup`] of keys `key(0..n)`, in order, each result

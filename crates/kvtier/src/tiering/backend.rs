@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::events::Event;
-use crate::key::{Key, KeyBatch};
+use crate::key::{Key, KeyBatch, KeyRef};
 use crate::request::RequestId;
 use crate::stats::Stat;
 
@@ -28,26 +28,30 @@ pub trait PrimaryBackend: Send + 'static {
     fn request_begin(&mut self, req: RequestId) -> Result<()>;
     /// MISS, HIT_PENDING or HIT; changes nothing.
     fn lookup(&self, key: &Key) -> PrimaryLookup;
-    /// [`PrimaryBackend::lookup`] of each of `keys` (each 1..=64 bytes,
-    /// read in place) into `out[i]` (`out` at least as long); changes
-    /// nothing.  By default one [`PrimaryBackend::lookup`] per key.
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+    /// [`PrimaryBackend::lookup`] of each of `keys` (read in place) into
+    /// `out[i]` (`out` at least as long); changes nothing.  By default one
+    /// [`PrimaryBackend::lookup`] per key.
+    fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
         for (k, o) in keys.iter().zip(out.iter_mut()) {
-            *o = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            *o = self.lookup(&Key::from(*k));
         }
     }
-    /// [`PrimaryBackend::lookup`] of `keys` (each 1..=64 bytes, read in
-    /// place) in order for active request `req`, stopping at the first
+    /// [`PrimaryBackend::lookup`] of `keys` (read in place) in order for active request `req`, stopping at the first
     /// that is not HIT: the number of leading hits and the answer of the
     /// key after them (HIT when every key is one).  `keys` are keys
     /// `first..` of the request's lookup (`first` 0 starts a new one); the
     /// tier may remember where the hits are, to find them faster when the
     /// request's next calls name the same keys (the CPU tier does).
     /// Changes nothing else.  By default one lookup per key.
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+    fn lookup_prefix_for(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        keys: &[KeyRef<'_>],
+    ) -> PrefixLookup {
         let _ = (req, first);
         for (i, k) in keys.iter().enumerate() {
-            let answer = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            let answer = self.lookup(&Key::from(*k));
             if answer != PrimaryLookup::Hit {
                 return PrefixLookup {
                     hits: i,
@@ -120,15 +124,10 @@ pub trait PrimaryBackend: Send + 'static {
     /// Pins ready keys for a cascade (not an access of any request).
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
     /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
-    /// [`PrimaryBackend::unpin_for_transfer`] of keys that were in `slots`
-    /// when pinned (`slots[i]` the slot of `keys[i]`), which a backend may
-    /// look at first; the answer must not depend on them.  By default the
-    /// slots are not used.
-    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
-        let _ = slots;
-        self.unpin_for_transfer(keys)
-    }
+    /// `slots[i]` is the slot `keys[i]` was in when pinned: a hint a
+    /// backend may look at first (or not at all); the answer must not
+    /// depend on it.
+    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()>;
     /// Commits the request's accesses and ends it: only
     /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
     /// takes it after that.
@@ -155,13 +154,17 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         crate::primary::PrimaryTier::lookup(self, key)
     }
     /// One pass over the keys, their memory reads overlapping.
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
-        let n = keys.len().min(out.len());
-        self.lookup_each(n, |j| keys[j], |i, r| out[i] = r);
+    fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
+        crate::primary::PrimaryTier::lookup_batch(self, keys, out)
     }
     /// One pass over the keys; the request remembers where its hits are.
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
-        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| keys[j])
+    fn lookup_prefix_for(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        keys: &[KeyRef<'_>],
+    ) -> PrefixLookup {
+        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| &keys[j])
     }
     fn prepare_load(
         &mut self,
@@ -221,10 +224,7 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        crate::primary::PrimaryTier::unpin_for_transfer(self, keys)
-    }
-    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
         crate::primary::PrimaryTier::unpin_for_transfer_in(self, keys, slots)
     }
     fn request_finished(&mut self, req: RequestId) -> Result<()> {

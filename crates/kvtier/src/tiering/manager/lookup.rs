@@ -4,7 +4,7 @@
 //! prefix is in `prefix.rs`.
 
 use super::{Key, Manager, PrimaryLookup, RequestId, Result, State, TierLookup, filter_allows};
-use crate::key::{KeyBatch, KeyBytes, with_keys};
+use crate::key::{KeyBatch, KeyBytes, KeyRef, with_keys};
 
 /// What `lookup` answers for a key whose promotion it just started
 /// (`"retry"` or `"hit_pending"` in JSON).
@@ -228,12 +228,12 @@ impl State {
         n: usize,
         key: &impl Fn(usize) -> &'k [u8],
     ) -> (usize, PrimaryLookup) {
-        let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
+        let mut views = [KeyRef::FILLER; READ_TOGETHER];
         let mut first = 0;
         while first < n {
             let m = (n - first).min(READ_TOGETHER);
             for (j, v) in views[..m].iter_mut().enumerate() {
-                *v = key(first + j);
+                *v = KeyRef::checked(key(first + j));
             }
             let found = self.primary.lookup_prefix_for(request, first, &views[..m]);
             self.c.lookups += found.hits as u64;
