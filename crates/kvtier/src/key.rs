@@ -452,6 +452,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_key_ref_is_checked_when_made_and_reads_as_the_key_of_its_bytes() {
+        assert!(matches!(
+            KeyRef::at(&[], 2),
+            Err(Error::InvalidKey { index: 2, .. })
+        ));
+        assert!(matches!(
+            KeyRef::at(&[0; 65], 3),
+            Err(Error::InvalidKey { index: 3, .. })
+        ));
+        let bytes: Vec<u8> = (1..=40).collect();
+        let r = KeyRef::new(&bytes).unwrap();
+        assert_eq!((r.as_bytes(), r.len()), (&bytes[..], 40));
+        let k = Key::from(r);
+        assert_eq!(k, Key::new(&bytes).unwrap());
+        assert_eq!(KeyRef::from(&k), r);
+        // `set` rewrites a longer key in place, nothing left past the end.
+        let mut long = Key::new(&[0xff; 64]).unwrap();
+        long.set(r);
+        assert_eq!(long, k);
+        assert!(long.bytes[40..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_batch_of_either_kind_lists_the_same_keys() {
+        let keys = vec![Key::new(b"a").unwrap(), Key::new(b"bcd").unwrap()];
+        let refs = vec![KeyRef::new(b"a").unwrap(), KeyRef::new(b"bcd").unwrap()];
+        let batches = [
+            KeyBatch::from(&keys),
+            KeyBatch::from(&keys[..]),
+            KeyBatch::from(&refs),
+            KeyBatch::from(&refs[..]),
+        ];
+        for batch in batches {
+            assert_eq!((batch.len(), batch.is_empty()), (2, false));
+            let listed: Vec<&[u8]> = batch.iter().map(|k| k.as_bytes()).collect();
+            assert_eq!(listed, [&b"a"[..], &b"bcd"[..]]);
+            assert_eq!(batch.get(2), None);
+        }
+        let none: [Key; 0] = [];
+        assert!(KeyBatch::from(&none).is_empty());
+    }
+
+    #[test]
     fn key_equality_is_byte_equality_at_every_length_and_position() {
         for n in 1..=MAX_KEY_LEN {
             let a: Vec<u8> = (0..n as u8).map(|b| b.wrapping_mul(37)).collect();

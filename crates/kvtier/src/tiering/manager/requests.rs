@@ -266,3 +266,79 @@ impl Manager {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use crate::key::{Key, KeyRef};
+    use crate::primary::{PrimaryConfig, PrimaryTier};
+    use crate::request::Request;
+    use crate::tiering::{
+        JobRef, JobResult, Manager, ManagerOptions, RequestParams, SecondaryTier, TierLookup,
+    };
+
+    /// A tier that keeps the touches it hears.
+    struct Touched {
+        wants: bool,
+        heard: Arc<Mutex<Vec<Vec<Key>>>>,
+    }
+
+    impl SecondaryTier for Touched {
+        fn name(&self) -> &str {
+            "touched"
+        }
+        fn lookup(&mut self, _key: &Key, _request: &Request) -> TierLookup {
+            TierLookup::Miss
+        }
+        fn submit_store(&mut self, _job: JobRef) {}
+        fn submit_load(&mut self, _job: JobRef) {}
+        fn poll_finished(&mut self, _max: usize, _out: &mut Vec<JobResult>) {}
+        fn touch(&mut self, keys: &[Key], _request: &Request) {
+            self.heard.lock().push(keys.to_vec());
+        }
+        fn wants_touches(&self) -> bool {
+            self.wants
+        }
+        fn has_pending_work(&self) -> bool {
+            false
+        }
+        fn drain(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+        fn shutdown(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_touch_reaches_the_tiers_that_want_it_whichever_kind_of_keys_it_takes() {
+        for wants in [true, false] {
+            let primary = PrimaryTier::new(PrimaryConfig {
+                capacity: 8,
+                ..Default::default()
+            })
+            .unwrap();
+            let m = Manager::new(primary, ManagerOptions::default());
+            let heard = Arc::new(Mutex::new(Vec::new()));
+            m.add_tier(Box::new(Touched {
+                wants,
+                heard: heard.clone(),
+            }))
+            .unwrap();
+            let r = m.request_begin("r", RequestParams::default()).unwrap().id;
+            let keys = [Key::new(b"a").unwrap(), Key::new(b"bcd").unwrap()];
+            let refs = [KeyRef::new(b"a").unwrap(), KeyRef::new(b"bcd").unwrap()];
+            m.touch(r, &keys).unwrap();
+            m.touch(r, &refs[..]).unwrap();
+            let expected = if wants {
+                vec![keys.to_vec(), keys.to_vec()]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(*heard.lock(), expected, "wants touches: {wants}");
+        }
+    }
+}
