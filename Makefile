@@ -159,9 +159,9 @@ prometheus-available:
 
 # Every package of the workspace (docs/internals.md): the core, the C crate,
 # the test kit and the workload generator.  The debug libkvtier.so is built
-# first, for the C crate's tests/symbols.rs.  The two crates' docs are
-# checked one after the other: their lib targets share the name `kvtier`,
-# and so the directory target/doc/kvtier.
+# first, for the C crate's tests/symbols.rs.  Both crates' docs are
+# checked: the C crate's in target/doc/kvtier, the core's in
+# target/doc/kvtier_core.
 test-rust: redis-available prometheus-available test-deps
 	$(CARGO) build $(CARGO_FEATURES) --lib
 	$(CARGO) test --workspace $(CARGO_FEATURES)

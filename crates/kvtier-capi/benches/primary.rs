@@ -108,7 +108,7 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
     };
     let mut t = PrimaryTier::new(config.clone()).unwrap();
     let req = RequestId(0);
-    t.begin_request(req).unwrap();
+    t.request_begin(req).unwrap();
     let mut plan = StorePlan::default();
     let t0 = Instant::now();
     fill(&mut t, 0, n, &mut plan);
@@ -174,9 +174,9 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
                     }
                     op_ns += t0.elapsed().as_nanos() as f64;
                     let t0 = Instant::now();
-                    t.on_request_finished(req).unwrap();
+                    t.request_finished(req).unwrap();
                     fin_ns += t0.elapsed().as_nanos() as f64;
-                    t.begin_request(req).unwrap();
+                    t.request_begin(req).unwrap();
                 }
                 commit = commit.min(fin_ns / per_rep as f64);
                 (per_rep, op_ns)
@@ -200,7 +200,7 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
     let room_rep = room / REPS / BATCH as u64 * BATCH as u64;
     {
         let mut spare = PrimaryTier::new(config.clone()).unwrap();
-        spare.begin_request(req).unwrap();
+        spare.request_begin(req).unwrap();
         fill(&mut spare, 0, n - room, &mut plan);
         let base = 1u64 << 40;
         let ns = best(|rep| {
@@ -217,14 +217,14 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
                 i += BATCH as u64;
                 if (i - from) % REQUEST_KEYS as u64 == 0 {
                     let pause = Instant::now();
-                    spare.on_request_finished(req).unwrap();
-                    spare.begin_request(req).unwrap();
+                    spare.request_finished(req).unwrap();
+                    spare.request_begin(req).unwrap();
                     paused += pause.elapsed().as_nanos() as f64;
                 }
             }
             let ns = t0.elapsed().as_nanos() as f64 - paused;
-            spare.on_request_finished(req).unwrap();
-            spare.begin_request(req).unwrap();
+            spare.request_finished(req).unwrap();
+            spare.request_begin(req).unwrap();
             (room_rep, ns)
         });
         out.push(Fig {
@@ -251,15 +251,15 @@ fn run(policy: PolicyKind, n: u64, ops: u64, out: &mut Vec<Fig>, meta: &mut Vec<
             i += BATCH as u64;
             if (i - from) % REQUEST_KEYS as u64 == 0 {
                 let pause = Instant::now();
-                t.on_request_finished(req).unwrap();
-                t.begin_request(req).unwrap();
+                t.request_finished(req).unwrap();
+                t.request_begin(req).unwrap();
                 paused += pause.elapsed().as_nanos() as f64;
             }
         }
         let ns = t0.elapsed().as_nanos() as f64 - paused;
         assert_eq!(evicted as u64, per_rep, "every stored key evicted one");
-        t.on_request_finished(req).unwrap();
-        t.begin_request(req).unwrap();
+        t.request_finished(req).unwrap();
+        t.request_begin(req).unwrap();
         (per_rep, ns)
     });
     out.push(Fig {
@@ -560,7 +560,7 @@ fn arc_churned_metadata(n: u64, rounds: u64) -> (f64, u32, u32) {
     })
     .unwrap();
     let req = RequestId(0);
-    t.begin_request(req).unwrap();
+    t.request_begin(req).unwrap();
     let mut plan = StorePlan::default();
     let mut keys = Vec::with_capacity(BATCH);
     for i in (0..n * rounds).step_by(BATCH) {
@@ -570,8 +570,8 @@ fn arc_churned_metadata(n: u64, rounds: u64) -> (f64, u32, u32) {
         t.complete_store(req, &plan.to_store, true);
         t.touch(req, &keys[..BATCH / 2]).unwrap();
         if i % (64 * BATCH as u64) == 0 {
-            t.on_request_finished(req).unwrap();
-            t.begin_request(req).unwrap();
+            t.request_finished(req).unwrap();
+            t.request_begin(req).unwrap();
         }
     }
     let s = t.stats();

@@ -82,7 +82,7 @@ pub unsafe extern "C" fn kvtier_primary_request_state(
     ffi_call!({
         let h = unsafe { enter_mut(primary) }?;
         let out = unsafe { out_ref(state_out, "state_out") }?;
-        *out = state_value(h.core.state(RequestId(request)));
+        *out = state_value(h.core.request_state(RequestId(request)));
         Ok(())
     })
 }

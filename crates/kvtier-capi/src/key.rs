@@ -3,7 +3,7 @@
 use std::cell::Cell;
 
 use super::boundary::{Failure, in_slice};
-use kvtier_core::key::Key;
+use kvtier_core::key::{Key, KeyRef};
 
 /// One key as C passes it: `len` bytes at `data` (1..=64 bytes).
 ///
@@ -31,70 +31,74 @@ pub(crate) unsafe fn read_keys(
     let raw = unsafe { in_slice(keys, n, "keys") }?;
     kvtier_core::fallible::reserve(out, raw.len(), "copying the keys of a batch")?;
     for (index, k) in raw.iter().enumerate() {
+        let k = unsafe { key_ref(k, index) }?;
         out.push(Key::FILLER);
         if let Some(slot) = out.last_mut() {
-            unsafe { read_key_into(k, index, slot) }?;
+            slot.set(k);
         }
     }
     Ok(())
 }
 
-/// Checks the `n` C keys at `keys` (as [`read_keys`] does) and puts their
-/// bytes, read in place, in `out` (cleared first).
+/// Checks the `n` C keys at `keys` (as [`read_keys`] does) and puts them,
+/// read in place, in `out` (cleared first): the batch every call of a
+/// request's keys takes.
 ///
 /// # Safety
 /// `keys` must be valid for reads of `n` entries, each naming `len`
 /// readable bytes, for as long as `out` holds their bytes.
-pub(crate) unsafe fn read_views(
+pub(crate) unsafe fn read_views<'a>(
     keys: *const kvtier_key,
     n: usize,
-    out: &mut Vec<&[u8]>,
+    out: &mut Vec<KeyRef<'a>>,
 ) -> Result<(), Failure> {
     out.clear();
     let raw = unsafe { in_slice(keys, n, "keys") }?;
     kvtier_core::fallible::reserve(out, raw.len(), "the keys of a batch")?;
     for (index, k) in raw.iter().enumerate() {
-        out.push(unsafe { checked_key_bytes(k, index) }?);
+        out.push(unsafe { key_ref(k, index) }?);
     }
     Ok(())
 }
 
 thread_local! {
     /// This thread's buffer of key views, empty between calls.
-    static VIEWS: Cell<Vec<&'static [u8]>> = const { Cell::new(Vec::new()) };
+    static VIEWS: Cell<Vec<KeyRef<'static>>> = const { Cell::new(Vec::new()) };
 }
 
 /// Runs `f` with this thread's (empty) buffer of key views, which keeps its
 /// allocation from call to call: no allocation per call.  A call nested in
 /// another (from a tier callback) gets a buffer of its own.
-pub(crate) fn with_views<'a, R>(f: impl FnOnce(&mut Vec<&'a [u8]>) -> R) -> R {
-    let mut views: Vec<&'a [u8]> = VIEWS.with(Cell::take);
+pub(crate) fn with_views<'a, R>(f: impl FnOnce(&mut Vec<KeyRef<'a>>) -> R) -> R {
+    let mut views: Vec<KeyRef<'a>> = VIEWS.with(Cell::take);
     let result = f(&mut views);
     VIEWS.with(|cell| cell.set(recycled(views)));
     result
 }
 
+/// The `n` C keys at `keys`, checked and read in place, handed to `f` as
+/// one batch (in this thread's buffer of views: [`with_views`]).
+///
+/// # Safety
+/// As [`read_views`]'s.
+pub(crate) unsafe fn with_keys<'a, R>(
+    keys: *const kvtier_key,
+    n: usize,
+    f: impl FnOnce(&[KeyRef<'a>]) -> Result<R, Failure>,
+) -> Result<R, Failure> {
+    with_views(|views| {
+        unsafe { read_views(keys, n, views) }?;
+        f(views)
+    })
+}
+
 /// An empty vector with the allocation of `views`, for views of another
 /// lifetime (the standard library collects a vector's `into_iter` of a
 /// type of the same size and alignment in place).
-fn recycled<'b>(mut views: Vec<&[u8]>) -> Vec<&'b [u8]> {
+fn recycled<'b>(mut views: Vec<KeyRef<'_>>) -> Vec<KeyRef<'b>> {
+    static NONE: Key = Key::FILLER;
     views.clear();
-    views.into_iter().map(|_| -> &'b [u8] { &[] }).collect()
-}
-
-/// Copies one C key into `out` (in place), naming `index` in the error;
-/// `out` is left as it was on error.
-///
-/// # Safety
-/// `key.data` must be valid for reads of `key.len` bytes.
-pub(crate) unsafe fn read_key_into(
-    key: &kvtier_key,
-    index: usize,
-    out: &mut Key,
-) -> Result<(), Failure> {
-    let bytes = unsafe { checked_key_bytes(key, index) }?;
-    out.set_checked(bytes);
-    Ok(())
+    views.into_iter().map(|_| KeyRef::from(&NONE)).collect()
 }
 
 /// Copies one C key, naming `index` in the error.
@@ -102,15 +106,15 @@ pub(crate) unsafe fn read_key_into(
 /// # Safety
 /// `key.data` must be valid for reads of `key.len` bytes.
 pub(crate) unsafe fn read_key(key: &kvtier_key, index: usize) -> Result<Key, Failure> {
-    let bytes = unsafe { checked_key_bytes(key, index) }?;
-    Ok(Key::at(bytes, index)?)
+    Ok(Key::from(unsafe { key_ref(key, index) }?))
 }
 
-/// The bytes of one C key, checked (length 1..=64, data not null).
+/// One C key, checked (length 1..=64, data not null) and read in place.
 ///
 /// # Safety
-/// `key.data` must be valid for reads of `key.len` bytes.
-pub(crate) unsafe fn checked_key_bytes(key: &kvtier_key, index: usize) -> Result<&[u8], Failure> {
+/// `key.data` must be valid for reads of `key.len` bytes for `'a`.
+#[inline(always)]
+pub(crate) unsafe fn key_ref<'a>(key: &kvtier_key, index: usize) -> Result<KeyRef<'a>, Failure> {
     if key.len == 0 || key.len > kvtier_core::key::MAX_KEY_LEN {
         return Err(Failure::Core(kvtier_core::Error::InvalidKey {
             index,
@@ -120,39 +124,10 @@ pub(crate) unsafe fn checked_key_bytes(key: &kvtier_key, index: usize) -> Result
     if key.data.is_null() {
         return Err(Failure::Null("keys[].data"));
     }
-    Ok(unsafe { std::slice::from_raw_parts(key.data, key.len) })
-}
-
-/// C keys, each checked (length 1..=64, data not null), to be read in
-/// place: the bytes stay in the caller's memory for the call.
-pub(crate) struct CheckedKeys<'a>(&'a [kvtier_key]);
-
-impl<'a> CheckedKeys<'a> {
-    /// Checks the `n` keys at `keys`; an error names the first bad one.
-    ///
-    /// # Safety
-    /// `keys` must be valid for reads of `n` entries, each naming `len`
-    /// readable bytes, for `'a`.
-    pub(crate) unsafe fn new(keys: *const kvtier_key, n: usize) -> Result<Self, Failure> {
-        let raw = unsafe { in_slice(keys, n, "keys") }?;
-        for (i, k) in raw.iter().enumerate() {
-            unsafe { checked_key_bytes(k, i) }?;
-        }
-        Ok(CheckedKeys(raw))
-    }
-
-    /// Number of keys.
-    pub(crate) fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// The bytes of key `j` (`j < len`).
-    #[inline(always)]
-    pub(crate) fn bytes(&self, j: usize) -> &'a [u8] {
-        let k = &self.0[j];
-        // SAFETY: checked in `new`: not null, 1..=64 bytes, readable for 'a.
-        unsafe { std::slice::from_raw_parts(k.data, k.len) }
-    }
+    Ok(KeyRef::at(
+        unsafe { std::slice::from_raw_parts(key.data, key.len) },
+        index,
+    )?)
 }
 
 /// Longest key accepted, in bytes (keys are 1..=`KVTIER_MAX_KEY_LEN` bytes).
@@ -169,7 +144,7 @@ mod tests {
     fn the_views_buffer_keeps_its_allocation_from_call_to_call() {
         let (a, b) = ([1u8, 2], [3u8; 9]);
         let first = with_views(|v| {
-            v.extend([&a[..], &b[..]]);
+            v.extend([KeyRef::new(&a).unwrap(), KeyRef::new(&b).unwrap()]);
             v.reserve(100);
             (v.as_ptr() as usize, v.capacity())
         });

@@ -26,7 +26,7 @@ use super::dialect::{
     kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
 use super::growth::{Grows, read_grown, write_grown};
-use super::key::{CheckedKeys, kvtier_key};
+use super::key::{kvtier_key, with_keys};
 use super::status::kvtier_status;
 use super::store_out::{PlanOut, write_completion};
 use kvtier_core::events::{Event, EventKind};
@@ -209,7 +209,7 @@ pub unsafe extern "C" fn kvtier_primary_request_begin(
         let mut h = unsafe { enter_mut(primary) }?;
         let name = unsafe { in_str(name, "name") }?;
         let out = unsafe { out_ref(request_out, "request_out") }?;
-        *out = h.core.begin(name)?.0;
+        *out = h.core.request_begin(name)?.0;
         Ok(())
     })
 }
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn kvtier_primary_request_finished(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        h.core.finish(RequestId(request))?;
+        h.core.request_finished(RequestId(request))?;
         Ok(())
     })
 }
@@ -271,12 +271,14 @@ pub unsafe extern "C" fn kvtier_primary_lookup(
 ) -> kvtier_status {
     ffi_call!({
         let h = unsafe { enter_mut(primary) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let answer = unsafe { out_ref(answer_out, "answer_out") }?;
-        let found = h
-            .core
-            .tier
-            .lookup_prefix_checked_each(keys.len(), |j| keys.bytes(j))?;
+        let found = unsafe {
+            with_keys(keys, len, |keys| {
+                let answer = out_ref(answer_out, "answer_out")?;
+                h.core.tier.check_keys(keys)?;
+                Ok((answer, h.core.tier.lookup_prefix(keys)))
+            })
+        };
+        let (answer, found) = found?;
         let (stop, reason) = match found.stop {
             PrimaryLookup::Miss => (KVTIER_LOOKUP_MISS, KVTIER_MISS_ABSENT),
             PrimaryLookup::HitPending => (KVTIER_LOOKUP_HIT_PENDING, KVTIER_MISS_NONE),
@@ -316,13 +318,13 @@ pub unsafe extern "C" fn kvtier_primary_prepare_load(
         let mut h = unsafe { enter_mut(primary) }?;
         let out = unsafe { out_slice(slots_out, len, "slots_out") }?;
         let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        h.core.tier.prepare_load_each(
-            RequestId(request),
-            keys.len(),
-            |j| keys.bytes(j),
-            &mut h.slots,
-        )?;
+        unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(h.core
+                    .tier
+                    .prepare_load(RequestId(request), keys, &mut h.slots)?)
+            })
+        }?;
         out.copy_from_slice(&h.slots);
         Ok(())
     })
@@ -366,15 +368,14 @@ pub unsafe extern "C" fn kvtier_primary_set_positions(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let positions = unsafe { in_slice(positions, len, "positions") }?;
-        h.core.tier.set_positions_each(
-            RequestId(request),
-            keys.len(),
-            |j| keys.bytes(j),
-            |j| positions[j],
-        )?;
-        Ok(())
+        unsafe {
+            with_keys(keys, len, |keys| {
+                let positions = in_slice(positions, len, "positions")?;
+                Ok(h.core
+                    .tier
+                    .set_positions(RequestId(request), keys, positions)?)
+            })
+        }
     })
 }
 
@@ -394,11 +395,11 @@ pub unsafe extern "C" fn kvtier_primary_touch(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        h.core
-            .tier
-            .touch_each(RequestId(request), keys.len(), |j| keys.bytes(j))?;
-        Ok(())
+        unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(h.core.tier.touch(RequestId(request), keys)?)
+            })
+        }
     })
 }
 
@@ -429,11 +430,11 @@ pub unsafe extern "C" fn kvtier_primary_complete_load(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        h.core
-            .tier
-            .complete_load_each(RequestId(request), keys.len(), |j| keys.bytes(j))?;
-        Ok(())
+        unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(h.core.tier.complete_load(RequestId(request), keys)?)
+            })
+        }
     })
 }
 
@@ -480,18 +481,19 @@ pub unsafe extern "C" fn kvtier_primary_prepare_store(
         let mut h = unsafe { enter_mut(primary) }?;
         let out = unsafe { PlanOut::new(plan_out, len) }?;
         let h = &mut *h;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let outcome = h.core.tier.prepare_store_each(
-            RequestId(request),
-            keys.len(),
-            |j| keys.bytes(j),
-            &mut h.plan,
-        )?;
-        let plan = &h.plan;
-        out.write(outcome, plan, |positions| {
-            plan.positions_into(keys.len(), |j| keys.bytes(j), positions)
-        });
-        Ok(())
+        unsafe {
+            with_keys(keys, len, |keys| {
+                let outcome = h
+                    .core
+                    .tier
+                    .prepare_store(RequestId(request), keys, &mut h.plan)?;
+                let plan = &h.plan;
+                out.write(outcome, plan, |positions| {
+                    plan.positions_into(keys, positions)
+                });
+                Ok(())
+            })
+        }
     })
 }
 
@@ -532,10 +534,11 @@ pub unsafe extern "C" fn kvtier_primary_complete_store(
 ) -> kvtier_status {
     ffi_call!({
         let mut h = unsafe { enter_mut(primary) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let answer =
-            h.core
-                .complete_store_each(RequestId(request), keys.len(), |j| keys.bytes(j), success);
+        let answer = unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(h.core.complete_store(RequestId(request), keys, success))
+            })
+        }?;
         unsafe { write_completion(answer, result_out) }
     })
 }

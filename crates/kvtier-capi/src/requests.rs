@@ -14,7 +14,7 @@ use super::dialect::{
     KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, KVTIER_MISS_TIMED_OUT,
     kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
-use super::key::{CheckedKeys, kvtier_key, read_keys, read_views, with_views};
+use super::key::{kvtier_key, read_keys, with_keys};
 use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
 use super::store_out::{PlanOut, write_completion};
 use super::tier::{
@@ -23,7 +23,7 @@ use super::tier::{
 use kvtier_core::key::Key;
 use kvtier_core::request::RequestId;
 use kvtier_core::tiering::backend::StorePlan;
-use kvtier_core::tiering::{LookupAnswer, LookupKind, LookupResult, MissReason, OffloadPolicy};
+use kvtier_core::tiering::{LookupAnswer, LookupResult, MissReason, OffloadPolicy};
 
 thread_local! {
     /// Per-thread scratch for key and slot batches (no allocation per call).
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn kvtier_manager_request_begin(
         let name = unsafe { in_str(name, "name") }?;
         let request_out = unsafe { out_ref(request_out, "request_out") }?;
         let rp = unsafe { read_request_params(params) }?;
-        let started = m.on_new_request(name, rp)?;
+        let started = m.request_begin(name, rp)?;
         *request_out = started.id.0;
         if let Some(p) = unsafe { policy_out.as_mut() } {
             *p = match started.policy {
@@ -181,6 +181,15 @@ pub unsafe extern "C" fn kvtier_manager_lookup_per_key(
     unsafe { lookup(LookupKind::PerKey, manager, request, keys, len, answer_out) }
 }
 
+/// Which of the manager's two batched lookups a call is.
+#[derive(Clone, Copy)]
+enum LookupKind {
+    /// `kvtier_manager_lookup`: the whole prefix.
+    Prefix,
+    /// `kvtier_manager_lookup_per_key`: vLLM's answers, key by key.
+    PerKey,
+}
+
 /// A lookup of `kind`, the body of both lookup exports.
 ///
 /// # Safety
@@ -195,11 +204,17 @@ unsafe fn lookup(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        let keys = unsafe { CheckedKeys::new(keys, len) }?;
-        let out = unsafe { out_ref(answer_out, "answer_out") }?;
-        let a = m.lookup_in_place(kind, RequestId(request), keys.len(), |j| keys.bytes(j))?;
-        *out = lookup_answer(&a);
-        Ok(())
+        unsafe {
+            with_keys(keys, len, |keys| {
+                let out = out_ref(answer_out, "answer_out")?;
+                let a = match kind {
+                    LookupKind::Prefix => m.lookup_prefix(RequestId(request), keys),
+                    LookupKind::PerKey => m.lookup_per_key(RequestId(request), keys),
+                }?;
+                *out = lookup_answer(&a);
+                Ok(())
+            })
+        }
     })
 }
 
@@ -243,14 +258,15 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_slice(slots_out, len, "slots_out") }?;
-        with_views(|views| {
-            unsafe { read_views(keys, len, views) }?;
-            with_scratch(|_, slots, _| -> Result<(), Failure> {
-                m.prepare_load_in_place(RequestId(request), views, slots)?;
-                out[..slots.len()].copy_from_slice(slots);
-                Ok(())
+        unsafe {
+            with_keys(keys, len, |keys| {
+                with_scratch(|_, slots, _| -> Result<(), Failure> {
+                    m.prepare_load(RequestId(request), keys, slots)?;
+                    out[..slots.len()].copy_from_slice(slots);
+                    Ok(())
+                })
             })
-        })
+        }
     })
 }
 
@@ -314,10 +330,7 @@ pub unsafe extern "C" fn kvtier_manager_touch(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        with_views(|views| -> Result<(), Failure> {
-            unsafe { read_views(keys, len, views) }?;
-            Ok(m.touch_in_place(RequestId(request), views)?)
-        })
+        unsafe { with_keys(keys, len, |keys| Ok(m.touch(RequestId(request), keys)?)) }
     })
 }
 
@@ -348,10 +361,11 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        with_views(|views| -> Result<(), Failure> {
-            unsafe { read_views(keys, len, views) }?;
-            Ok(m.complete_load_in_place(RequestId(request), views)?)
-        })
+        unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(m.complete_load(RequestId(request), keys)?)
+            })
+        }
     })
 }
 
@@ -395,7 +409,7 @@ pub unsafe extern "C" fn kvtier_manager_prepare_store(
             unsafe { read_keys(keys, len, ks) }?;
             let outcome = m.prepare_store(RequestId(request), ks, plan)?;
             out.write(outcome, plan, |positions| {
-                plan.positions_into(ks.len(), |j| &ks[j], positions)
+                plan.positions_into(&ks[..], positions)
             });
             Ok(())
         })
@@ -473,7 +487,7 @@ pub unsafe extern "C" fn kvtier_manager_request_finished(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        Ok(m.on_request_finished(RequestId(request))?)
+        Ok(m.request_finished(RequestId(request))?)
     })
 }
 
@@ -489,6 +503,6 @@ pub unsafe extern "C" fn kvtier_manager_schedule_end(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        Ok(m.on_schedule_end()?)
+        Ok(m.schedule_end()?)
     })
 }

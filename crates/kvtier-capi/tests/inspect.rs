@@ -54,7 +54,7 @@ fn fill_with(dir: &Path, extra: &str) {
         dir.display()
     );
     let m = Config::from_json(&json).unwrap().build().unwrap();
-    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+    let r = m.request_begin("r", RequestParams::default()).unwrap().id;
     let keys: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
     let mut plan = StorePlan::default();
     m.prepare_store(r, &keys, &mut plan).unwrap();
@@ -67,7 +67,7 @@ fn fill_with(dir: &Path, extra: &str) {
     let done = plan.to_store.clone();
     m.complete_store(r, &done, true).unwrap();
     exposition::settle(&m);
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     m.shutdown().unwrap();
 }
 

@@ -36,13 +36,13 @@ fn vllm() -> ManagerOptions {
 /// Ends the step, then ends an empty one, so finished jobs are collected
 /// even when a prepare_store spent the step's polling gate.
 fn collect(m: &Manager) {
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
 }
 
 /// Starts request `name`; its handle.
 fn start(m: &Manager, name: &str) -> RequestId {
-    m.on_new_request(name, RequestParams::default()).unwrap().id
+    m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Stores `keys` through the manager for `req` and completes the store.
@@ -73,13 +73,13 @@ fn polling_gate_once_per_step_prepare_store_always_polls(wrap: Wrap) {
     m.prepare_store(r, &[k(3)], &mut plan).unwrap();
     m.prepare_store(r, &[k(4)], &mut plan).unwrap();
     assert_eq!(s.lock().polls, 3, "prepare_store always polls");
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(
         s.lock().polls,
         3,
         "gate spent by prepare_store: on_schedule_end does not poll"
     );
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(s.lock().polls, 4, "gate re-armed: on_schedule_end polls");
     m.lookup(r, &k(1)).unwrap();
     assert_eq!(
@@ -113,7 +113,7 @@ fn promotion_reserves_a_slot_at_once_and_batches_one_load_per_tier_and_request(w
         s.lock().submitted.is_empty(),
         "load deferred to on_schedule_end"
     );
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     {
         let s = s.lock();
         assert_eq!(s.submitted.len(), 2, "one load job per (tier, request)");
@@ -153,7 +153,7 @@ fn full_primary_answers_miss(wrap: Wrap) {
     let mut slots = Vec::new();
     m.prepare_load(r, &[k(1)], &mut slots).unwrap();
     s.lock().stored.insert(k(2));
-    m.on_schedule_end().unwrap(); // the cascade of k(1) finishes; k(1) stays pinned by the load
+    m.schedule_end().unwrap(); // the cascade of k(1) finishes; k(1) stays pinned by the load
     assert_eq!(m.lookup(r, &k(2)).unwrap(), LookupResult::Miss);
     assert_eq!(stat(&m, None, "allocation_failures"), 1.0);
 }
@@ -202,7 +202,7 @@ fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
     let r = start(&m, "r");
     let mut plan = StorePlan::default();
     m.prepare_store(r, &[k(1)], &mut plan).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert!(!s.lock().log.iter().any(|l| l == "finished r"));
     assert!(
         matches!(m.lookup(r, &k(1)), Err(Error::UnknownRequest(_))),
@@ -223,7 +223,7 @@ fn finalization_waits_for_stores_in_flight(wrap: Wrap) {
     // the name can be reused once finalized, as a new request
     let r = start(&m, "r");
     store(&m, r, &[k(2)]);
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert_eq!(
         s.lock().log.iter().filter(|l| *l == "finished r").count(),
         2
@@ -237,9 +237,9 @@ fn finalization_waits_for_staged_promotions(wrap: Wrap) {
     s.lock().stored.insert(k(5));
     let r = start(&m, "r");
     assert_eq!(m.lookup(r, &k(5)).unwrap(), LookupResult::Retry);
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert!(!s.lock().log.iter().any(|l| l == "finished r"));
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let log = s.lock().log.clone();
     let load = log.iter().position(|l| l.starts_with("load")).unwrap();
     let fin = log.iter().position(|l| l == "finished r").unwrap();
@@ -252,8 +252,8 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
     m.add_tier(wrap(t)).unwrap();
     s.lock().policy = Some(OffloadPolicy::RequestLevel);
     s.lock().auto_finish = false;
-    let a = m.on_new_request("a", RequestParams::default()).unwrap();
-    let b = m.on_new_request("b", RequestParams::default()).unwrap();
+    let a = m.request_begin("a", RequestParams::default()).unwrap();
+    let b = m.request_begin("b", RequestParams::default()).unwrap();
     assert_eq!(a.policy, OffloadPolicy::RequestLevel);
     assert_eq!(b.policy, OffloadPolicy::RequestLevel);
     let (a, b) = (a.id, b.id);
@@ -276,7 +276,7 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
         assert_eq!(sc.submitted.last().unwrap().request.name, "b");
     }
     assert_eq!(model_refs(&m, &k(0)), Some(2), "pinned by both cascades");
-    m.on_request_finished(b).unwrap();
+    m.request_finished(b).unwrap();
     m.complete_store(b, &[k(9)], true).unwrap();
     assert!(
         !s.lock().log.iter().any(|l| l == "finished b"),
@@ -284,7 +284,7 @@ fn request_level_cascades_resident_ready_keys_and_parks_write_pending_ones(wrap:
     );
     assert!(m.has_pending_work().unwrap());
     m.complete_store(a, &[k(7)], true).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let sc = s.lock();
     let last = sc.submitted.last().unwrap();
     assert_eq!(
@@ -306,8 +306,8 @@ fn parked_key_whose_write_failed_is_dropped(wrap: Wrap) {
     m.prepare_store(a, &[k(1)], &mut plan).unwrap();
     m.prepare_store(b, &[k(1)], &mut plan).unwrap();
     m.complete_store(a, &[k(1)], false).unwrap();
-    m.on_request_finished(b).unwrap();
-    m.on_schedule_end().unwrap();
+    m.request_finished(b).unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(stat(&m, None, "parked_keys_dropped"), 1.0);
     assert!(s.lock().log.iter().any(|l| l == "finished b"));
     assert!(!m.has_pending_work().unwrap());
@@ -323,14 +323,14 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
     for i in 0..3 {
         m.lookup(r, &k(i)).unwrap();
     }
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let id = s.lock().held[0].id;
     s.lock().held.clear();
     s.lock().ready.push(JobResult {
         succeeded_keys: Some(vec![k(0), k(2)]),
         ..JobResult::new(id, false)
     });
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(model_refs(&m, &k(0)), Some(0));
     assert_eq!(model_refs(&m, &k(1)), None, "the rest dropped");
     assert_eq!(model_refs(&m, &k(2)), Some(0));
@@ -338,26 +338,26 @@ fn partial_promotion_and_bad_lists(wrap: Wrap) {
 
     // a list naming a key not in the job: the whole job fails, logged as a tier bug
     m.lookup(r, &k(1)).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let id = s.lock().held[0].id;
     s.lock().held.clear();
     s.lock().ready.push(JobResult {
         succeeded_keys: Some(vec![k(1), k(99)]),
         ..JobResult::new(id, false)
     });
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(model_refs(&m, &k(1)), None);
     assert_eq!(stat(&m, Some(1), "tier_bugs"), 1.0);
     // a success is a success whatever keys it lists
     m.lookup(r, &k(1)).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let id = s.lock().held[0].id;
     s.lock().held.clear();
     s.lock().ready.push(JobResult {
         succeeded_keys: Some(vec![k(42)]),
         ..JobResult::new(id, true)
     });
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(model_refs(&m, &k(1)), Some(0));
     let mut errs = Vec::new();
     m.take_errors(&mut errs).unwrap();
@@ -374,7 +374,7 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
     s2.lock().auto_finish = false;
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let done = s1.lock().submitted[0].id;
     let other = s2.lock().submitted[0].id;
     s1.lock().ready.push(JobResult::new(done, true)); // twice
@@ -382,7 +382,7 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
         .ready
         .push(JobResult::new(kvtier_core::tiering::JobId(777), true)); // never given
     s1.lock().ready.push(JobResult::new(other, true)); // another tier's
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(stat(&m, Some(1), "tier_bugs"), 3.0);
     assert_eq!(stat(&m, None, "tier_bugs"), 3.0);
     assert_eq!(
@@ -399,7 +399,7 @@ fn unknown_and_repeated_job_ids_are_logged_tier_bugs(wrap: Wrap) {
     );
     assert!(errs[2].contains("belongs to tier \"two\""), "{errs:?}");
     s2.lock().finish_all(true);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(model_refs(&m, &k(1)), Some(0));
 }
 
@@ -438,7 +438,7 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
     let done = start(&m, "done");
     let mut plan = StorePlan::default();
     m.prepare_store(done, &[k(1)], &mut plan).unwrap();
-    m.on_request_finished(done).unwrap();
+    m.request_finished(done).unwrap();
     m.prepare_store(live, &[k(2)], &mut plan).unwrap();
     assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Retry); // staged
     m.reset_cache().unwrap();
@@ -468,7 +468,7 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
     // promotions held until reset_flushed
     assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Miss);
     assert_eq!(stat(&m, None, "held_misses"), 1.0);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     m.reset_flushed().unwrap();
     assert_eq!(m.lookup(live, &k(50)).unwrap(), LookupResult::Retry);
     let mut ev = Vec::new();
@@ -477,8 +477,8 @@ fn reset_cache_semantics_and_promotion_hold(wrap: Wrap) {
         ev.iter()
             .any(|e| e.tier == 0 && e.event.kind == EventKind::Cleared)
     );
-    m.on_request_finished(live).unwrap();
-    m.on_schedule_end().unwrap();
+    m.request_finished(live).unwrap();
+    m.schedule_end().unwrap();
     assert!(s.lock().log.iter().any(|l| l == "finished live"));
 }
 
@@ -535,7 +535,7 @@ fn job_never_finished_blocks_nothing_but_is_reported_at_reset(wrap: Wrap) {
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
     for _ in 0..3 {
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     assert!(m.has_pending_work().unwrap());
     assert_eq!(model_refs(&m, &k(1)), Some(1));
@@ -564,8 +564,8 @@ fn every_job_failing_leaks_no_slot(wrap: Wrap) {
     for round in 0..5u32 {
         store(&m, r, &[k(round)]);
         m.lookup(r, &k(100 + round % 4)).unwrap();
-        m.on_schedule_end().unwrap();
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     with_model(&m, |model| {
         assert!(
@@ -606,7 +606,7 @@ fn back_pressure_drops_cascades_not_loads_and_reset_clears_it(wrap: Wrap) {
     s.lock().stored.insert(k(77));
     s.lock().fail_all = false;
     m.lookup(r, &k(77)).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(stat(&m, Some(1), "promotion_jobs"), 1.0);
     m.reset_cache().unwrap();
     assert_eq!(stat(&m, Some(1), "under_pressure"), 0.0);
@@ -631,7 +631,7 @@ fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
     s.lock().fail_all = true;
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     s.lock().auto_finish = false;
     store(&m, r, &[k(2)]); // admitted: nothing in flight
     store(&m, r, &[k(3)]); // dropped: one in flight
@@ -650,7 +650,7 @@ fn tier_filter_affects_lookups_only(wrap: Wrap) {
         locality: None,
     }]);
     let f = m
-        .on_new_request(
+        .request_begin(
             "f",
             RequestParams {
                 filter: only_cpu,
@@ -660,7 +660,7 @@ fn tier_filter_affects_lookups_only(wrap: Wrap) {
         .unwrap()
         .id;
     let none = m
-        .on_new_request(
+        .request_begin(
             "none",
             RequestParams {
                 filter: TierFilter::Only(vec![]),
@@ -713,8 +713,8 @@ fn events_are_labelled_and_tiers_own_theirs(wrap: Wrap) {
     m.add_tier(wrap(t)).unwrap();
     let r = start(&m, "r");
     store(&m, r, &[k(1)]);
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
     store(&m, r, &[k(2)]); // evicts k1
     s.lock().events.push(kvtier_core::events::Event {
         kind: EventKind::Stored,
@@ -814,7 +814,7 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
     let r = start(&m, "r");
     assert_eq!(r, nope, "the first handle is 1");
     assert!(matches!(
-        m.on_new_request("r", RequestParams::default()),
+        m.request_begin("r", RequestParams::default()),
         Err(Error::DuplicateRequest(_))
     ));
     assert!(matches!(
@@ -826,9 +826,9 @@ fn misuse_is_an_error_with_no_side_effect(wrap: Wrap) {
         m.add_tier(wrap(t2)),
         Err(Error::InvalidArgument(_))
     ));
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert!(matches!(
-        m.on_request_finished(r),
+        m.request_finished(r),
         Err(Error::UnknownRequest(_))
     ));
     assert_eq!(
@@ -849,7 +849,7 @@ fn touch_reaches_every_tier_and_has_pending_work_sees_tiers(wrap: Wrap) {
         .ready
         .push(JobResult::new(kvtier_core::tiering::JobId(3), true));
     assert!(m.has_pending_work().unwrap(), "the tier says so");
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(s.lock().schedule_ends, 1);
 }
 
@@ -871,7 +871,7 @@ fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) 
     assert_eq!(s.lock().polls, 1, "prepare_load first in the step polls");
     m.lookup(r, &k(1)).unwrap();
     assert_eq!(s.lock().polls, 1, "gate spent by prepare_load");
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(
         s.lock().polls,
         1,
@@ -884,7 +884,7 @@ fn polling_gate_prepare_load_polls_first_and_other_calls_never_poll(wrap: Wrap) 
     m.stats().unwrap();
     m.take_events(&mut Vec::new()).unwrap();
     let q = start(&m, "q");
-    m.on_request_finished(q).unwrap();
+    m.request_finished(q).unwrap();
     assert_eq!(
         s.lock().polls,
         1,
@@ -910,19 +910,19 @@ fn on_schedule_end_order_of_work(wrap: Wrap) {
     let b = start(&m, "b");
     // step 1: a promotes k50
     m.lookup(a, &k(50)).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     // step 2: b names k50 (write pending): parked; b finishes, waiting on it
     let mut plan = StorePlan::default();
     m.prepare_store(b, &[k(50)], &mut plan).unwrap();
     assert!(plan.to_store.is_empty());
-    m.on_request_finished(b).unwrap();
-    m.on_schedule_end().unwrap();
+    m.request_finished(b).unwrap();
+    m.schedule_end().unwrap();
     s.lock().finish_all(true); // the promotion of k50 is done
     // step 3, nothing else called: the end-of-step poll must come before
     // the parked retry, which must come before finalization, before the
     // tiers hear of the step end
     let mark = s.lock().log.len();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     {
         let log = s.lock().log.clone();
         let poll = at(&log, mark, "poll");
@@ -939,14 +939,14 @@ fn on_schedule_end_order_of_work(wrap: Wrap) {
     // step 4: c promotes k60 (staged) and parks k70 behind a's promotion
     let c = start(&m, "c");
     m.lookup(a, &k(70)).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     m.prepare_store(c, &[k(70)], &mut plan).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     s.lock().finish_all(true);
     let mark = s.lock().log.len();
     m.lookup(c, &k(60)).unwrap(); // polls (k70 ready) and stages k60
-    m.on_request_finished(c).unwrap();
-    m.on_schedule_end().unwrap();
+    m.request_finished(c).unwrap();
+    m.schedule_end().unwrap();
     let log = s.lock().log.clone();
     let load = at(&log, mark, "load");
     let store = at(&log, mark, "store");
@@ -979,7 +979,7 @@ fn retry_from_one_tier_and_hit_from_a_later_one(wrap: Wrap) {
         "a RETRY before the HIT does not stop the search"
     );
     assert_eq!(s3.lock().lookups, 0, "the first HIT ends the search");
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert!(s1.lock().submitted.is_empty());
     assert_eq!(
         s2.lock().submitted.len(),
@@ -1041,7 +1041,7 @@ fn tier_filter_unset_fields_and_undeclared_tiers_match(wrap: Wrap) {
     for (i, (filter, want)) in cases.into_iter().enumerate() {
         let name = format!("r{i}");
         let r = m
-            .on_new_request(
+            .request_begin(
                 &name,
                 RequestParams {
                     filter: filter.clone(),
@@ -1138,7 +1138,7 @@ fn a_tier_with_more_finished_jobs_than_one_poll_takes_reports_them_over_several(
     collect(&m);
     assert_eq!(stat(&m, Some(1), "poll_limit_reached"), 1.0);
     assert_eq!(stat(&m, None, "jobs_in_flight"), 76.0, "the rest wait");
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(stat(&m, None, "jobs_in_flight"), 0.0);
     // A reset polls as often as the drained jobs need.
     for i in n..2 * n {
@@ -1269,7 +1269,7 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
     m.add_tier(wrap(t1)).unwrap();
     m.add_tier(wrap(t2)).unwrap();
     s2.lock().policy = Some(OffloadPolicy::RequestLevel);
-    let a = m.on_new_request("a", RequestParams::default()).unwrap();
+    let a = m.request_begin("a", RequestParams::default()).unwrap();
     assert_eq!(
         a.policy,
         OffloadPolicy::RequestLevel,
@@ -1277,7 +1277,7 @@ fn request_level_if_any_tier_asks_and_only_those_tiers_get_resident_keys(wrap: W
     );
     let a = a.id;
     s2.lock().policy = None;
-    let c = m.on_new_request("c", RequestParams::default()).unwrap();
+    let c = m.request_begin("c", RequestParams::default()).unwrap();
     assert_eq!(c.policy, OffloadPolicy::BlockLevel);
     let c = c.id;
     store(&m, a, &keys(0..2));
@@ -1312,8 +1312,8 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
     let mut plan = StorePlan::default();
     m.prepare_store(a, &[k(1)], &mut plan).unwrap();
     m.prepare_store(b, &[k(1)], &mut plan).unwrap(); // parked for b
-    m.on_request_finished(b).unwrap();
-    m.on_schedule_end().unwrap();
+    m.request_finished(b).unwrap();
+    m.schedule_end().unwrap();
     assert!(!s.lock().log.iter().any(|l| l == "finished b"));
     m.reset_cache().unwrap();
     assert!(
@@ -1322,7 +1322,7 @@ fn reset_cache_clears_parked_keys_and_finalizes_requests_waiting_on_them(wrap: W
     );
     assert!(!m.has_pending_work().unwrap(), "nothing parked any more");
     let jobs = s.lock().submitted.len();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(
         s.lock().submitted.len(),
         jobs,
@@ -1352,7 +1352,7 @@ fn refused_store_cascades_nothing_and_adds_no_store_in_flight(wrap: Wrap) {
     );
     assert_eq!(s.lock().submitted.len(), jobs, "nothing cascaded");
     assert_eq!(stat(&m, None, "store_refusals"), 1.0);
-    m.on_request_finished(b).unwrap();
+    m.request_finished(b).unwrap();
     assert!(
         s.lock().log.iter().any(|l| l == "finished b"),
         "no store in flight: finalized at once"
@@ -1366,7 +1366,7 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
     s.lock().stored.insert(k(9));
     let gone = start(&m, "gone");
     store(&m, gone, &[k(1)]);
-    m.on_request_finished(gone).unwrap();
+    m.request_finished(gone).unwrap();
     collect(&m);
     assert!(s.lock().log.iter().any(|l| l == "finished gone"));
     let before = |s: &Arc<Mutex<common::Script>>| {
@@ -1404,7 +1404,7 @@ fn every_call_naming_an_unknown_or_finalized_request_fails_with_no_side_effect(w
                 .map(|_| ()),
         );
         unknown(m.complete_store(name, &[k(1)], true).map(|_| ()));
-        unknown(m.on_request_finished(name));
+        unknown(m.request_finished(name));
     }
     assert_eq!(before(&s), snapshot, "no tier saw anything");
     assert_eq!(with_model(&m, |model| model.entries.len()), entries);
@@ -1532,7 +1532,7 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
         let mut slots = Vec::new();
         m.prepare_load(r, &[k(1), k(2)], &mut slots).unwrap();
         m.prepare_load(other, &[k(1), k(3)], &mut slots).unwrap();
-        m.on_request_finished(r).unwrap();
+        m.request_finished(r).unwrap();
         assert!(
             s.lock().log.iter().any(|l| l == "finished r"),
             "finalized at once, loads in flight or not"
@@ -1543,7 +1543,7 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
         assert!(unknown(m.touch(r, &[k(1)]).unwrap_err()));
         assert!(unknown(m.prepare_load(r, &[k(1)], &mut slots).unwrap_err()));
         assert!(unknown(m.lookup(r, &k(1)).unwrap_err()));
-        assert!(unknown(m.on_request_finished(r).unwrap_err()));
+        assert!(unknown(m.request_finished(r).unwrap_err()));
         // Another request's pin cannot be released through the handle.
         let e = m.complete_load(r, &[k(3)]).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 0, .. }), "{e}");
@@ -1562,7 +1562,7 @@ fn a_finished_request_completes_the_loads_it_still_holds() {
         // A reset forgets the pins of a finished request.
         let late = start(m, "late");
         m.prepare_load(late, &[k(2)], &mut slots).unwrap();
-        m.on_request_finished(late).unwrap();
+        m.request_finished(late).unwrap();
         m.reset_cache().unwrap();
         assert!(matches!(
             m.complete_load(late, &[k(2)]),
@@ -1585,7 +1585,7 @@ fn a_late_completion_never_releases_a_pin_another_request_took() {
         let (r, s, t) = (start(m, "r"), start(m, "s"), start(m, "t"));
         let mut slots = Vec::new();
         m.prepare_load(r, &[a], &mut slots).unwrap();
-        m.on_request_finished(r).unwrap();
+        m.request_finished(r).unwrap();
         m.prepare_load(s, &[a], &mut slots).unwrap();
         m.complete_load(s, &[a]).unwrap();
         m.complete_load(s, &[a]).unwrap();
@@ -1619,7 +1619,7 @@ fn a_late_completion_never_releases_a_pin_another_request_took() {
     store(&m, w, &[k(1)]);
     let mut slots = Vec::new();
     m.prepare_load(r, &[k(1)], &mut slots).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     m.complete_load(s, &[k(1)]).unwrap();
     assert_eq!(stat(&m, Some(0), "spent_load_completions"), 0.0);
     m.complete_load(r, &[k(1)]).unwrap();
@@ -1657,7 +1657,7 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
         let invalid = |e: Error| matches!(e, Error::InvalidKey { index: 1, .. });
         for _ in 0..3 {
             assert!(invalid(m.lookup_prefix(r, &keys).unwrap_err()));
-            m.on_schedule_end().unwrap();
+            m.schedule_end().unwrap();
         }
         assert!(matches!(
             m.lookup(r, &tiny),
@@ -1705,7 +1705,7 @@ fn a_store_completion_leaves_a_promotions_reserved_slot_alone() {
                     "{what}: {r} left the promotion alone"
                 );
             }
-            m.on_schedule_end().unwrap();
+            m.schedule_end().unwrap();
             let mut sc = s.lock();
             let load = sc.held.iter().find(|j| j.direction == Direction::Load);
             let load = load.unwrap().id;
@@ -1729,7 +1729,7 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
         let mut plan = StorePlan::default();
         m.prepare_store(r, &[k(1), k(2)], &mut plan).unwrap();
         assert_eq!(m.complete_store(r, &[k(1)], true).unwrap().ready, 1);
-        m.on_request_finished(r).unwrap();
+        m.request_finished(r).unwrap();
         assert!(
             !s.lock().log.iter().any(|l| l == "finished r"),
             "B is still in flight: not finalized"
@@ -1759,7 +1759,7 @@ fn a_plan_completed_in_two_calls_completes_every_key() {
         assert!(ignored_keys(&late), "{late:?}");
         assert_eq!(report_of(late), Default::default());
         assert_eq!(stat(m, None, "ignored_store_completions"), 1.0);
-        m.on_request_finished(r2).unwrap();
+        m.request_finished(r2).unwrap();
         assert!(s.lock().log.iter().any(|l| l == "finished r2"));
     });
 }

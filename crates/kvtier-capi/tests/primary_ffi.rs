@@ -291,7 +291,7 @@ fn c_stores_plan_as_the_rust_api_plans() {
     })
     .unwrap();
     let req = RequestId(7);
-    twin.begin_request(req).unwrap();
+    twin.request_begin(req).unwrap();
     let r = begin(p, c"r");
     let name = |i: usize| -> Vec<u8> { (0..1 + i % 64).map(|b| (b * 7 + i) as u8).collect() };
     let batches: [Vec<usize>; 3] = [

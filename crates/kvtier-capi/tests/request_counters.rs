@@ -56,7 +56,7 @@ fn manager(opts: ManagerOptions) -> (Manager, Arc<Mutex<Script>>, Reports) {
 }
 
 fn start(m: &Manager, name: &str) -> RequestId {
-    m.on_new_request(name, RequestParams::default()).unwrap().id
+    m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Request `name` stores `ks` into the primary tier and finishes.
@@ -66,7 +66,7 @@ fn write(m: &Manager, name: &str, ks: &[Key]) {
     m.prepare_store(r, ks, &mut plan).unwrap();
     assert_eq!(plan.to_store.len(), ks.len());
     m.complete_store(r, &plan.to_store, true).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
 }
 
 /// Loads `ks` for `r` (pin, then release), then finishes it.
@@ -74,7 +74,7 @@ fn load_and_finish(m: &Manager, r: RequestId, ks: &[Key]) {
     let mut slots = Vec::new();
     m.prepare_load(r, ks, &mut slots).unwrap();
     m.complete_load(r, ks).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
 }
 
 /// The per-request counters of `s` and of tier 1, in one tuple:
@@ -131,7 +131,7 @@ fn served_from_the_primary_tier_promoted_and_recomputed_blocks_are_counted_per_r
     let ks: Vec<Key> = [k(0), k(1), k(10), k(11), k(12)].into();
     let answer = m.lookup_prefix(b, &ks).unwrap();
     assert_eq!((answer.hits, answer.pending, answer.end), (2, 3, 5));
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let answer = m.lookup_prefix(b, &ks).unwrap();
     assert_eq!((answer.hits, answer.pending, answer.end), (5, 0, 5));
     load_and_finish(&m, b, &ks);
@@ -204,18 +204,18 @@ fn a_request_waiting_past_the_bound_recomputes_what_did_not_arrive() {
     let d = start(&m, "timed-out");
     let answer = m.lookup_prefix(d, &keys(30..32)).unwrap();
     assert_eq!((answer.hits, answer.pending), (0, 2));
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     // Still on its way (the tier never finishes its loads).
     let answer = m.lookup_prefix(d, &keys(30..32)).unwrap();
     assert_eq!((answer.hits, answer.pending), (0, 2));
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(m.manager_stats().unwrap().wait_timeouts, 1);
     let answer = m.lookup_prefix(d, &keys(30..32)).unwrap();
     assert_eq!(
         (answer.hits, answer.stop, answer.reason),
         (0, LookupResult::Miss, Some(MissReason::TimedOut))
     );
-    m.on_request_finished(d).unwrap();
+    m.request_finished(d).unwrap();
     let s = m.manager_stats().unwrap();
     assert_eq!((s.wait_timeouts, s.misses_timed_out), (1, 1));
     assert_eq!(counters(&m), (1, 2, 0, 0, 2, 2));
@@ -230,7 +230,7 @@ fn a_request_waiting_past_the_bound_recomputes_what_did_not_arrive() {
         1.0
     );
     tier.lock().finish_all(true);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
 }
 
 #[test]
@@ -248,7 +248,7 @@ fn a_request_looking_up_ten_times_while_it_waits_is_counted_once() {
     for _ in 0..10 {
         let answer = m.lookup_prefix(r, &ks).unwrap();
         assert_eq!((answer.hits, answer.pending), (2, 3));
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     tier.lock().finish_all(true);
     let answer = m.lookup_prefix(r, &ks).unwrap();
@@ -277,7 +277,7 @@ fn per_key_lookups_ask_for_the_keys_of_one_step_together() {
     for key in keys(0..3) {
         assert_eq!(m.lookup(r, &key).unwrap(), LookupResult::Hit);
     }
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let answer = m.lookup_per_key(r, &keys(0..2)).unwrap();
     assert_eq!(answer.hits, 2);
     load_and_finish(&m, r, &keys(0..2));
@@ -487,13 +487,13 @@ fn a_wait_cut_short_by_a_reset_still_counts_its_steps() {
     s.lock().stored.extend(keys(0..2));
     let r = start(&m, "r");
     assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().pending, 2);
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
     s.lock().finish_on_drain = true;
     m.reset_cache().unwrap();
     m.reset_flushed().unwrap();
-    m.on_schedule_end().unwrap();
-    m.on_request_finished(r).unwrap();
+    m.schedule_end().unwrap();
+    m.request_finished(r).unwrap();
     assert_eq!(m.manager_stats().unwrap().request_wait_steps, 2);
     assert_eq!(reports.lock()[0].steps_waited, 2);
 }
@@ -502,7 +502,7 @@ fn a_wait_cut_short_by_a_reset_still_counts_its_steps() {
 fn a_request_that_loads_its_blocks_again_is_served_each_block_once() {
     let (m, _s, reports) = manager(ManagerOptions::default());
     write(&m, "w", &keys(0..2));
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let r = start(&m, "r");
     assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().hits, 2);
     for _ in 0..2 {
@@ -510,7 +510,7 @@ fn a_request_that_loads_its_blocks_again_is_served_each_block_once() {
         m.prepare_load(r, &keys(0..2), &mut slots).unwrap();
         m.complete_load(r, &keys(0..2)).unwrap();
     }
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     let s = m.manager_stats().unwrap();
     assert_eq!(
         (
@@ -531,12 +531,12 @@ fn steps_waited_count_from_the_step_the_wait_began() {
     s.lock().auto_finish = false;
     s.lock().stored.extend(keys(0..2));
     for _ in 0..5 {
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     let r = start(&m, "r");
     assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().pending, 2);
     for _ in 0..3 {
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     s.lock().finish_all(true);
     assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().hits, 2);

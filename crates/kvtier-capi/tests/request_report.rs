@@ -45,12 +45,12 @@ fn owned(r: &RequestReport<'_>) -> Owned {
 }
 
 fn collect(m: &Manager) {
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
 }
 
 fn start(m: &Manager, name: &str) -> RequestId {
-    m.on_new_request(name, RequestParams::default()).unwrap().id
+    m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// A manager over 8 slots with two test tiers ("a" and "b", jobs held
@@ -95,7 +95,7 @@ fn a_finished_request_is_reported_once_with_what_happened_to_it() {
     let before = std::time::Instant::now();
     let answer = m.lookup_prefix(r, &[k(0), k(1), k(2), k(20)]).unwrap();
     assert_eq!((answer.hits, answer.stop), (3, LookupResult::Retry));
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     std::thread::sleep(Duration::from_millis(20));
     {
         let mut s = b.lock();
@@ -112,7 +112,7 @@ fn a_finished_request_is_reported_once_with_what_happened_to_it() {
     // A promotion from tier a that fails.
     a.lock().stored.insert(k(30));
     assert_eq!(m.lookup(r, &k(30)).unwrap(), LookupResult::Retry);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     a.lock().finish_all(false);
     collect(&m);
     // Loads to the GPU of 2 keys.
@@ -123,7 +123,7 @@ fn a_finished_request_is_reported_once_with_what_happened_to_it() {
         reports.lock().is_empty(),
         "nothing reported before the finish"
     );
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     let span = before.elapsed();
     let got = reports.lock().clone();
     assert_eq!(got.len(), 1, "{got:?}");
@@ -143,7 +143,7 @@ fn a_finished_request_is_reported_once_with_what_happened_to_it() {
     // Once: nothing more for it, and a second request is a second report.
     let r2 = start(&m, "chat-2");
     assert_eq!(m.lookup(r2, &k(0)).unwrap(), LookupResult::Hit);
-    m.on_request_finished(r2).unwrap();
+    m.request_finished(r2).unwrap();
     collect(&m);
     let got = reports.lock().clone();
     assert_eq!(got.len(), 2, "{got:?}");
@@ -163,7 +163,7 @@ fn a_request_with_a_store_in_flight_is_reported_when_the_store_completes() {
     let r = start(&m, "r");
     let mut plan = StorePlan::default();
     m.prepare_store(r, &keys(0..2), &mut plan).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert!(reports.lock().is_empty());
     m.complete_store(r, &plan.to_store, true).unwrap();
     let got = reports.lock().clone();
@@ -172,7 +172,7 @@ fn a_request_with_a_store_in_flight_is_reported_when_the_store_completes() {
     // Removed: no more reports.
     m.set_request_report_listener(None).unwrap();
     let r = start(&m, "s");
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert_eq!(reports.lock().len(), 1);
 }
 
@@ -188,7 +188,7 @@ fn the_listener_cannot_call_the_manager() {
     })))
     .unwrap();
     let r = start(&m, "r");
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     let got = seen.lock().clone().expect("reported");
     assert!(
         got.as_ref().is_err_and(|e| e.contains("inside a callback")),

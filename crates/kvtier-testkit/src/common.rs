@@ -9,12 +9,12 @@ use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use kvtier::Key;
-use kvtier::events::Event;
-use kvtier::request::{Locality, Medium, Request, RequestId};
-use kvtier::stats::Stat;
-use kvtier::tiering::backend::StorePlan;
-use kvtier::tiering::{
+use kvtier_core::Key;
+use kvtier_core::events::Event;
+use kvtier_core::request::{Locality, Medium, Request, RequestId};
+use kvtier_core::stats::Stat;
+use kvtier_core::tiering::backend::StorePlan;
+use kvtier_core::tiering::{
     Direction, JobId, JobRef, JobResult, Manager, ManagerOptions, OffloadPolicy, SecondaryTier,
     TierLookup,
 };
@@ -24,14 +24,14 @@ use kvtier::tiering::{
 /// else `KeysIgnored` carrying the report (all 0 when no store was in
 /// flight).
 pub fn report_of(
-    answer: kvtier::Result<kvtier::primary::CompleteStoreReport>,
-) -> kvtier::primary::CompleteStoreReport {
+    answer: kvtier_core::Result<kvtier_core::primary::CompleteStoreReport>,
+) -> kvtier_core::primary::CompleteStoreReport {
     match answer {
         Ok(r) => {
             assert_eq!(r.left_alone(), 0, "{r:?} came back Ok");
             r
         }
-        Err(kvtier::Error::KeysIgnored { report, message }) => {
+        Err(kvtier_core::Error::KeysIgnored { report, message }) => {
             assert!(
                 report.left_alone() > 0 || report == Default::default(),
                 "{report:?} came back as KeysIgnored: {message}"
@@ -43,8 +43,8 @@ pub fn report_of(
 }
 
 /// Whether a store completion came back as `KeysIgnored`.
-pub fn ignored_keys<T: std::fmt::Debug>(answer: &kvtier::Result<T>) -> bool {
-    matches!(answer, Err(kvtier::Error::KeysIgnored { .. }))
+pub fn ignored_keys<T: std::fmt::Debug>(answer: &kvtier_core::Result<T>) -> bool {
+    matches!(answer, Err(kvtier_core::Error::KeysIgnored { .. }))
 }
 
 pub fn k(i: u32) -> Key {
@@ -219,12 +219,12 @@ impl SecondaryTier for TestTier {
         let s = self.s.lock();
         !s.held.is_empty() || !s.ready.is_empty()
     }
-    fn drain(&mut self) -> kvtier::Result<()> {
+    fn drain(&mut self) -> kvtier_core::Result<()> {
         let mut s = self.s.lock();
         s.drains += 1;
         s.log.push("drain".into());
         if s.fail_drain {
-            return Err(kvtier::Error::Io {
+            return Err(kvtier_core::Error::Io {
                 context: "draining test tier".into(),
                 source: std::io::Error::other("device busy"),
             });
@@ -245,12 +245,12 @@ impl SecondaryTier for TestTier {
         let n = max.min(s.events.len());
         out.extend(s.events.drain(..n));
     }
-    fn shutdown(&mut self) -> kvtier::Result<()> {
+    fn shutdown(&mut self) -> kvtier_core::Result<()> {
         let mut s = self.s.lock();
         s.shutdowns += 1;
         s.log.push("shutdown".into());
         if s.fail_shutdown {
-            return Err(kvtier::Error::Io {
+            return Err(kvtier_core::Error::Io {
                 context: "closing test tier".into(),
                 source: std::io::Error::other("device busy"),
             });

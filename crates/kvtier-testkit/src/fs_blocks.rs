@@ -7,11 +7,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvtier::Key;
-use kvtier::region::SlotMemory;
-use kvtier::request::{Request, RequestInfo};
-use kvtier::tiering::{Direction, Job, JobId, JobResult, SecondaryTier};
-use kvtier::tiers::fs::FsTier;
+use kvtier_core::Key;
+use kvtier_core::region::SlotMemory;
+use kvtier_core::request::{Request, RequestInfo};
+use kvtier_core::tiering::{Direction, Job, JobId, JobResult, SecondaryTier};
+use kvtier_core::tiers::fs::FsTier;
 
 /// A request for jobs and lookups.
 pub fn request() -> Request {

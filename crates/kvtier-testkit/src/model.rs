@@ -18,15 +18,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kvtier::events::{Event, EventKind};
-use kvtier::key::Key;
-use kvtier::primary::Writer;
-use kvtier::request::RequestId;
-use kvtier::stats::Stat;
-use kvtier::tiering::backend::{
+use kvtier_core::events::{Event, EventKind};
+use kvtier_core::key::{Key, KeyBatch};
+use kvtier_core::primary::Writer;
+use kvtier_core::request::RequestId;
+use kvtier_core::stats::Stat;
+use kvtier_core::tiering::backend::{
     CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
 };
-use kvtier::{Error, Result};
+use kvtier_core::{Error, Result};
 
 /// State of one resident key in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,7 +263,7 @@ impl PrimaryBackend for ModelPrimary {
     fn capacity(&self) -> u32 {
         self.capacity
     }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
+    fn request_begin(&mut self, req: RequestId) -> Result<()> {
         if self.loads.contains_key(&req) && !self.requests.contains(&req) {
             return Err(Error::DuplicateRequest(format!("{} (loads pinned)", req.0)));
         }
@@ -282,9 +282,10 @@ impl PrimaryBackend for ModelPrimary {
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
+        let keys = &copied(keys);
         self.need_request(req)?;
         self.check_groups(keys)?;
         self.pin_for_transfer(keys, slots_out)?;
@@ -293,7 +294,8 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
+        let keys = &copied(keys);
         self.need_request(req)?;
         self.check_groups(keys)?;
         for k in keys.iter().rev() {
@@ -317,7 +319,8 @@ impl PrimaryBackend for ModelPrimary {
     fn holds_finished_loads(&self, req: RequestId) -> bool {
         !self.requests.contains(&req) && self.loads.contains_key(&req)
     }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
+        let keys = &copied(keys);
         let active = self.requests.contains(&req);
         let mut own = match self.loads.get(&req) {
             Some(own) => own.clone(),
@@ -349,7 +352,7 @@ impl PrimaryBackend for ModelPrimary {
                     }
                 }
             }
-            if let Err(e) = self.unpin_for_transfer(&unpinned) {
+            if let Err(e) = self.unpin_for_transfer(&unpinned, &[]) {
                 self.spent = spent_before;
                 return Err(match e {
                     Error::KeyState { index, key, reason } => Error::KeyState {
@@ -362,7 +365,7 @@ impl PrimaryBackend for ModelPrimary {
             }
             self.spent.retain(|_, n| *n > 0);
         } else {
-            self.unpin_for_transfer(keys)?;
+            self.unpin_for_transfer(keys, &[])?;
             for k in keys {
                 if !release(&mut own, k) {
                     *self.spent.entry(*k).or_default() += 1;
@@ -432,7 +435,8 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
+    /// The slots are not looked at.
+    fn unpin_for_transfer(&mut self, keys: &[Key], _slots: &[u32]) -> Result<()> {
         let mut need: HashMap<Key, i32> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
             let n = need.entry(*k).or_default();
@@ -447,7 +451,7 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+    fn request_finished(&mut self, req: RequestId) -> Result<()> {
         if !self.requests.remove(&req) {
             return Err(Error::UnknownRequest(format!("{}", req.0)));
         }
@@ -477,4 +481,9 @@ impl PrimaryBackend for ModelPrimary {
     fn stat_list(&self) -> Vec<Stat> {
         vec![Stat::gauge("resident", self.entries.len() as f64)]
     }
+}
+
+/// The keys of `batch`, copied.
+fn copied(batch: KeyBatch<'_>) -> Vec<Key> {
+    batch.iter().map(Key::from).collect()
 }

@@ -1,7 +1,7 @@
 //! A manager whose primary tier a test can look into between calls.
 //!
 //! [`Probed::new`] builds a [`Manager`] over a primary tier of any type
-//! `T` (the real [`kvtier::primary::PrimaryTier`], or the reference
+//! `T` (the real [`kvtier_core::primary::PrimaryTier`], or the reference
 //! [`crate::model::ModelPrimary`]) that the test keeps a handle to, so it
 //! can check the tier's invariants and ref counts between manager calls.
 //! The manager drives the tier through [`Shared`], which forwards every
@@ -13,15 +13,15 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use kvtier::Result;
-use kvtier::events::Event;
-use kvtier::key::Key;
-use kvtier::request::RequestId;
-use kvtier::stats::Stat;
-use kvtier::tiering::backend::{
+use kvtier_core::Result;
+use kvtier_core::events::Event;
+use kvtier_core::key::{Key, KeyBatch, KeyRef};
+use kvtier_core::request::RequestId;
+use kvtier_core::stats::Stat;
+use kvtier_core::tiering::backend::{
     CompleteStoreReport, PrefixLookup, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
 };
-use kvtier::tiering::{Manager, ManagerOptions};
+use kvtier_core::tiering::{Manager, ManagerOptions};
 
 /// A manager over a primary tier of type `T` that the test can look into
 /// ([`Probed::primary`]); every manager call goes through `Deref`.
@@ -67,39 +67,33 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn capacity(&self) -> u32 {
         self.0.lock().capacity()
     }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().begin_request(req)
+    fn request_begin(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().request_begin(req)
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         self.0.lock().lookup(key)
     }
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
-        self.0.lock().lookup_bytes(keys, out)
+    fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
+        self.0.lock().lookup_batch(keys, out)
     }
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+    fn lookup_prefix_for(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        keys: &[KeyRef<'_>],
+    ) -> PrefixLookup {
         self.0.lock().lookup_prefix_for(req, first, keys)
     }
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         self.0.lock().prepare_load(req, keys, slots_out)
     }
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.0.lock().prepare_load_bytes(req, keys, slots_out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         self.0.lock().touch(req, keys)
-    }
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.0.lock().touch_bytes(req, keys)
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         self.0.lock().set_positions(req, keys, positions)
@@ -107,14 +101,11 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn enable_kv_groups(&mut self) {
         self.0.lock().enable_kv_groups()
     }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         self.0.lock().complete_load(req, keys)
     }
     fn holds_finished_loads(&self, req: RequestId) -> bool {
         self.0.lock().holds_finished_loads(req)
-    }
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.0.lock().complete_load_bytes(req, keys)
     }
     fn prepare_store(
         &mut self,
@@ -151,14 +142,11 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         self.0.lock().pin_for_transfer(keys, slots_out)
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        self.0.lock().unpin_for_transfer(keys)
+    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        self.0.lock().unpin_for_transfer(keys, slots)
     }
-    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
-        self.0.lock().unpin_for_transfer_in(keys, slots)
-    }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        self.0.lock().on_request_finished(req)
+    fn request_finished(&mut self, req: RequestId) -> Result<()> {
+        self.0.lock().request_finished(req)
     }
     fn reset(&mut self) {
         self.0.lock().reset()

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use kvtier::Key;
-use kvtier::region::SlotMemory;
-use kvtier::request::RequestInfo;
-use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
-use kvtier::tiers::fs::format::file_len;
-use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
+use kvtier_core::Key;
+use kvtier_core::region::SlotMemory;
+use kvtier_core::request::RequestInfo;
+use kvtier_core::tiering::{Direction, Job, JobId, SecondaryTier};
+use kvtier_core::tiers::fs::format::file_len;
+use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 const JOB_BLOCKS: usize = 16;
 /// Rounds per configuration on tmpfs and on disk; each figure is the best

@@ -24,9 +24,9 @@
 use std::io::Write;
 use std::process::{Command, ExitCode};
 
-use kvtier::Key;
-use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
-use kvtier::request::RequestId;
+use kvtier_core::Key;
+use kvtier_core::primary::{PolicyKind, PrimaryConfig, PrimaryTier, StoreOutcome, StorePlan};
+use kvtier_core::request::RequestId;
 
 /// Keys are the workload's shape: an 8-byte hash, then a 4-byte group index.
 const KEY_LEN: usize = 12;
@@ -96,7 +96,7 @@ fn child(blocks: u32, policy: &str, rounds: u64) -> Result<(), String> {
         next += n;
         let req = RequestId(request);
         request += 1;
-        tier.begin_request(req).map_err(|e| e.to_string())?;
+        tier.request_begin(req).map_err(|e| e.to_string())?;
         match tier
             .prepare_store(req, &keys, &mut plan)
             .map_err(|e| e.to_string())?
@@ -118,7 +118,7 @@ fn child(blocks: u32, policy: &str, rounds: u64) -> Result<(), String> {
             tier.touch(req, &keys[..keys.len() / 2])
                 .map_err(|e| e.to_string())?;
         }
-        tier.on_request_finished(req).map_err(|e| e.to_string())?;
+        tier.request_finished(req).map_err(|e| e.to_string())?;
     }
     let s = tier.stats();
     if rounds > 0 && (s.arc_b1, s.arc_b2) != (blocks, blocks) {

@@ -16,11 +16,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvtier::Key;
-use kvtier::region::SlotMemory;
-use kvtier::request::RequestInfo;
-use kvtier::tiering::{Direction, Job, JobId, SecondaryTier};
-use kvtier::tiers::redis::{RedisTier, RedisTierConfig, header_len};
+use kvtier_core::Key;
+use kvtier_core::region::SlotMemory;
+use kvtier_core::request::RequestInfo;
+use kvtier_core::tiering::{Direction, Job, JobId, SecondaryTier};
+use kvtier_core::tiers::redis::{RedisTier, RedisTierConfig, header_len};
 use redis_server::{RedisServer, find_tool};
 
 struct Args {

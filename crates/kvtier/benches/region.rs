@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use kvtier::region::{Prefault, PrefaultMethod, Region, RegionOptions};
+use kvtier_core::region::{Prefault, PrefaultMethod, Region, RegionOptions};
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -456,7 +456,7 @@ mod tests {
         let c = Config::from_json(r#"{"primary": {"capacity": 4, "kv_groups": true}}"#).unwrap();
         assert!(c.primary.kv_groups);
         let m = c.build().unwrap();
-        let r = m.on_new_request("r", Default::default()).unwrap().id;
+        let r = m.request_begin("r", Default::default()).unwrap().id;
         let short = crate::Key::new(b"tiny").unwrap();
         let mut plan = crate::tiering::backend::StorePlan::default();
         let e = m.prepare_store(r, &[short], &mut plan).unwrap_err();
@@ -464,7 +464,7 @@ mod tests {
         assert!(m.set_positions(r, &[short], &[16]).is_err());
         // Off by default: the same key is an ordinary key.
         let m = Config::from_json("{}").unwrap().build().unwrap();
-        let r = m.on_new_request("r", Default::default()).unwrap().id;
+        let r = m.request_begin("r", Default::default()).unwrap().id;
         m.prepare_store(r, &[short], &mut plan).unwrap();
         m.set_positions(r, &[short], &[16]).unwrap();
     }

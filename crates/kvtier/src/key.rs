@@ -23,13 +23,11 @@ pub struct Key {
     bytes: [u8; MAX_KEY_LEN],
 }
 
-/// What a key can be read from without copying it: a [`Key`], or the
-/// bytes of one as C passes them (checked to be 1..=64 bytes).  Lookups
-/// take either, so keys from C need not be copied into [`Key`]s first.
-/// Bytes are taken only once checked: callers build no `[u8]` keys any
-/// other way.
-#[doc(hidden)]
-pub trait KeyBytes {
+/// What a key can be read from without copying it: a [`Key`], a
+/// [`KeyRef`], or (inside the crate) bytes already checked to be 1..=64
+/// long.  The one code path of each call is generic over it, so keys
+/// borrowed from the caller need not be copied into [`Key`]s first.
+pub(crate) trait KeyBytes {
     /// The key's bytes.
     fn key_bytes(&self) -> &[u8];
 
@@ -78,6 +76,202 @@ impl KeyBytes for [u8] {
     }
 }
 
+impl KeyBytes for KeyRef<'_> {
+    #[inline(always)]
+    fn key_bytes(&self) -> &[u8] {
+        self.0
+    }
+
+    #[inline(always)]
+    fn keep_value(&self) -> Key {
+        Key::FILLER
+    }
+
+    #[inline(always)]
+    fn keep_finish(&self, kept: &mut Key) {
+        kept.set(*self);
+    }
+}
+
+/// A key's bytes borrowed where they are, checked to be 1..=64 long: a
+/// key read in place, without copying it into a [`Key`] (the C API reads
+/// the keys C passes so).  Compares, hashes and orders as the [`Key`] of
+/// the same bytes would.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyRef<'a>(&'a [u8]);
+
+impl<'a> KeyRef<'a> {
+    /// The key `bytes`; empty or longer than [`MAX_KEY_LEN`] is an error.
+    #[inline]
+    pub fn new(bytes: &'a [u8]) -> Result<KeyRef<'a>, Error> {
+        Self::at(bytes, 0)
+    }
+
+    /// Like [`KeyRef::new`], naming `index` (the key's position in its
+    /// batch) in the error, as [`Key::at`] does.
+    #[inline]
+    pub fn at(bytes: &'a [u8], index: usize) -> Result<KeyRef<'a>, Error> {
+        check_len(bytes.len(), index)?;
+        Ok(KeyRef(bytes))
+    }
+
+    /// The key's bytes.
+    #[inline(always)]
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+
+    /// Number of bytes in the key (1..=64).
+    #[inline]
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<'a> KeyRef<'a> {
+    /// A key filler for fixed arrays written before they are read.
+    pub(crate) const FILLER: KeyRef<'static> = KeyRef(&[0]);
+
+    /// Bytes known to be 1..=64 long (a key of a [`KeyBatch`]).
+    #[inline(always)]
+    pub(crate) fn checked(bytes: &'a [u8]) -> KeyRef<'a> {
+        debug_assert!((1..=MAX_KEY_LEN).contains(&bytes.len()));
+        KeyRef(bytes)
+    }
+}
+
+impl fmt::Debug for KeyRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyRef({})", hex(self.0))
+    }
+}
+
+impl From<KeyRef<'_>> for Key {
+    #[inline]
+    fn from(key: KeyRef<'_>) -> Key {
+        let mut k = Key::FILLER;
+        k.set(key);
+        k
+    }
+}
+
+impl<'a> From<&'a Key> for KeyRef<'a> {
+    #[inline]
+    fn from(key: &'a Key) -> KeyRef<'a> {
+        KeyRef(key.as_bytes())
+    }
+}
+
+/// The keys of one call, read where they are: [`Key`]s, or [`KeyRef`]s
+/// (bytes the caller keeps, each checked once when its [`KeyRef`] was
+/// made).  Every call that takes a batch of keys takes
+/// `impl Into<KeyBatch>`: a slice, vector or array of either kind.
+#[derive(Clone, Copy, Debug)]
+pub enum KeyBatch<'a> {
+    /// Keys owned by the caller.
+    Keys(&'a [Key]),
+    /// Keys borrowed in place.
+    Refs(&'a [KeyRef<'a>]),
+}
+
+impl<'a> KeyBatch<'a> {
+    /// Number of keys.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            KeyBatch::Keys(k) => k.len(),
+            KeyBatch::Refs(r) => r.len(),
+        }
+    }
+
+    /// Whether the batch has no key.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Key `i` (`None` past the end).
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<KeyRef<'a>> {
+        match *self {
+            KeyBatch::Keys(k) => k.get(i).map(KeyRef::from),
+            KeyBatch::Refs(r) => r.get(i).copied(),
+        }
+    }
+
+    /// The keys in order.
+    pub fn iter(&self) -> impl Iterator<Item = KeyRef<'a>> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
+impl<'a> From<&'a [Key]> for KeyBatch<'a> {
+    #[inline]
+    fn from(keys: &'a [Key]) -> KeyBatch<'a> {
+        KeyBatch::Keys(keys)
+    }
+}
+
+impl<'a> From<&'a Vec<Key>> for KeyBatch<'a> {
+    #[inline]
+    fn from(keys: &'a Vec<Key>) -> KeyBatch<'a> {
+        KeyBatch::Keys(keys)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [Key; N]> for KeyBatch<'a> {
+    #[inline]
+    fn from(keys: &'a [Key; N]) -> KeyBatch<'a> {
+        KeyBatch::Keys(keys)
+    }
+}
+
+impl<'a> From<&'a [KeyRef<'a>]> for KeyBatch<'a> {
+    #[inline]
+    fn from(keys: &'a [KeyRef<'a>]) -> KeyBatch<'a> {
+        KeyBatch::Refs(keys)
+    }
+}
+
+impl<'a> From<&'a Vec<KeyRef<'a>>> for KeyBatch<'a> {
+    #[inline]
+    fn from(keys: &'a Vec<KeyRef<'a>>) -> KeyBatch<'a> {
+        KeyBatch::Refs(keys)
+    }
+}
+
+/// Runs `$body` with `$k` bound to the slice of a [`KeyBatch`], whichever
+/// its kind: one code path, compiled for [`Key`]s and for [`KeyRef`]s,
+/// with the kind looked at once per call and not once per key.
+macro_rules! with_keys {
+    ($batch:expr, |$k:ident| $body:expr) => {
+        match $batch {
+            $crate::key::KeyBatch::Keys($k) => $body,
+            $crate::key::KeyBatch::Refs($k) => $body,
+        }
+    };
+}
+pub(crate) use with_keys;
+
+/// A key length out of 1..=64 is an error naming `index`.
+#[inline]
+fn check_len(len: usize, index: usize) -> Result<(), Error> {
+    if len == 0 {
+        return Err(Error::InvalidKey {
+            index,
+            reason: "empty key (keys are 1 to 64 bytes)".into(),
+        });
+    }
+    if len > MAX_KEY_LEN {
+        return Err(Error::InvalidKey {
+            index,
+            reason: format!("key of {len} bytes (keys are 1 to 64 bytes)"),
+        });
+    }
+    Ok(())
+}
+
 /// Lower-case hex of `bytes` (two characters per byte).
 pub(crate) fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -89,9 +283,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 impl Key {
-    /// A valid one-byte key (a zero byte): filler for fixed arrays that are
-    /// written before they are read.
-    #[doc(hidden)]
+    /// A valid one-byte key (a single zero byte): filler for arrays whose
+    /// keys are written before they are read (see [`Key::set`]).
     pub const FILLER: Key = Key {
         len: 1,
         bytes: [0; MAX_KEY_LEN],
@@ -116,27 +309,23 @@ impl Key {
     /// cannot forward from its store buffer and stalls on.
     #[inline]
     pub fn assign(&mut self, bytes: &[u8], index: usize) -> Result<(), Error> {
-        if bytes.is_empty() {
-            return Err(Error::InvalidKey {
-                index,
-                reason: "empty key (keys are 1 to 64 bytes)".into(),
-            });
-        }
-        if bytes.len() > MAX_KEY_LEN {
-            return Err(Error::InvalidKey {
-                index,
-                reason: format!("key of {} bytes (keys are 1 to 64 bytes)", bytes.len()),
-            });
-        }
+        check_len(bytes.len(), index)?;
         self.set_checked(bytes);
         Ok(())
     }
 
-    /// [`Key::assign`] of bytes known to be 1..=64 long (checked by the
-    /// caller): the copy of every key a batch call reads, inline.
+    /// Makes this key `key`, in place (its length was checked when the
+    /// [`KeyRef`] was made): a batch's keys are copied so, each into the
+    /// slot of the vector that keeps it (filled with [`Key::FILLER`]
+    /// first), which spares a copy of a freshly written key.
     #[inline(always)]
-    #[doc(hidden)]
-    pub fn set_checked(&mut self, bytes: &[u8]) {
+    pub fn set(&mut self, key: KeyRef<'_>) {
+        self.set_checked(key.0);
+    }
+
+    /// [`Key::assign`] of bytes known to be 1..=64 long.
+    #[inline(always)]
+    pub(crate) fn set_checked(&mut self, bytes: &[u8]) {
         debug_assert!((1..=MAX_KEY_LEN).contains(&bytes.len()));
         self.bytes = [0; MAX_KEY_LEN];
         copy_key_bytes(&mut self.bytes, bytes);
@@ -261,6 +450,49 @@ impl fmt::Display for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_ref_is_checked_when_made_and_reads_as_the_key_of_its_bytes() {
+        assert!(matches!(
+            KeyRef::at(&[], 2),
+            Err(Error::InvalidKey { index: 2, .. })
+        ));
+        assert!(matches!(
+            KeyRef::at(&[0; 65], 3),
+            Err(Error::InvalidKey { index: 3, .. })
+        ));
+        let bytes: Vec<u8> = (1..=40).collect();
+        let r = KeyRef::new(&bytes).unwrap();
+        assert_eq!((r.as_bytes(), r.len()), (&bytes[..], 40));
+        let k = Key::from(r);
+        assert_eq!(k, Key::new(&bytes).unwrap());
+        assert_eq!(KeyRef::from(&k), r);
+        // `set` rewrites a longer key in place, nothing left past the end.
+        let mut long = Key::new(&[0xff; 64]).unwrap();
+        long.set(r);
+        assert_eq!(long, k);
+        assert!(long.bytes[40..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_batch_of_either_kind_lists_the_same_keys() {
+        let keys = vec![Key::new(b"a").unwrap(), Key::new(b"bcd").unwrap()];
+        let refs = vec![KeyRef::new(b"a").unwrap(), KeyRef::new(b"bcd").unwrap()];
+        let batches = [
+            KeyBatch::from(&keys),
+            KeyBatch::from(&keys[..]),
+            KeyBatch::from(&refs),
+            KeyBatch::from(&refs[..]),
+        ];
+        for batch in batches {
+            assert_eq!((batch.len(), batch.is_empty()), (2, false));
+            let listed: Vec<&[u8]> = batch.iter().map(|k| k.as_bytes()).collect();
+            assert_eq!(listed, [&b"a"[..], &b"bcd"[..]]);
+            assert_eq!(batch.get(2), None);
+        }
+        let none: [Key; 0] = [];
+        assert!(KeyBatch::from(&none).is_empty());
+    }
 
     #[test]
     fn key_equality_is_byte_equality_at_every_length_and_position() {

@@ -31,9 +31,6 @@ pub mod catalogue;
 pub mod config;
 pub mod error;
 pub mod events;
-// Fallible allocation for caller-sized memory, which the C crate uses too;
-// not part of the API.
-#[doc(hidden)]
 pub mod fallible;
 pub mod histogram;
 pub mod key;
@@ -50,4 +47,4 @@ pub mod tiering;
 pub mod tiers;
 
 pub use error::{Error, Result};
-pub use key::{Key, MAX_KEY_LEN};
+pub use key::{Key, KeyBatch, KeyRef, MAX_KEY_LEN};

@@ -98,7 +98,7 @@ pub enum TierFilter {
 /// Shared (`Arc`) between the manager and the jobs it hands to tiers.
 #[derive(Debug, Default)]
 pub struct RequestInfo {
-    /// The name the caller gave at `on_new_request`: the request's label
+    /// The name the caller gave at `request_begin`: the request's label
     /// (unique among active requests), not its handle.
     pub name: String,
     /// Per-request parameters the caller attached (small key/value list).
@@ -114,7 +114,9 @@ pub type Request = Arc<RequestInfo>;
 
 /// Maps the id strings callers choose to compact [`RequestId`]s, for the
 /// life of each request, so that names stay unique among active requests.
-/// Ids start at 1 and are never reused within one registry.
+/// Ids start at 1 and are never reused within one registry.  The one
+/// registry of requests: the manager's and the standalone primary
+/// tier's ([`NamedPrimary`](crate::primary::NamedPrimary)).
 #[derive(Debug, Default)]
 pub(crate) struct RequestNames {
     /// Hashed with foldhash (seeded per registry): one hash of the name
@@ -125,15 +127,22 @@ pub(crate) struct RequestNames {
 }
 
 impl RequestNames {
-    /// Registers `name`; starting a request that is active is an error.
-    pub(crate) fn insert(&mut self, name: &str) -> crate::Result<RequestId> {
+    /// Registers `name` under the next id once `start` took that id; a
+    /// name that is active, or an error of `start`, registers nothing and
+    /// hands out no id.
+    pub(crate) fn insert(
+        &mut self,
+        name: &str,
+        start: impl FnOnce(RequestId) -> crate::Result<()>,
+    ) -> crate::Result<RequestId> {
         match self.ids.entry_ref(name) {
             hashbrown::hash_map::EntryRef::Occupied(_) => {
                 Err(crate::Error::DuplicateRequest(name.to_string()))
             }
             hashbrown::hash_map::EntryRef::Vacant(slot) => {
+                let id = RequestId(self.issued + 1);
+                start(id)?;
                 self.issued += 1;
-                let id = RequestId(self.issued);
                 slot.insert(id);
                 Ok(id)
             }
@@ -167,21 +176,31 @@ mod tests {
     #[test]
     fn names_map_to_fresh_ids_and_misuse_is_an_error() {
         let mut names = RequestNames::default();
-        let a = names.insert("a").unwrap();
-        let b = names.insert("b").unwrap();
+        let a = names.insert("a", |_| Ok(())).unwrap();
+        let b = names.insert("b", |_| Ok(())).unwrap();
         assert_ne!(a, b);
         assert_eq!(a, RequestId(1), "ids start at 1: 0 is never a handle");
         assert!(matches!(
-            names.insert("a"),
+            names.insert("a", |_| Ok(())),
             Err(crate::Error::DuplicateRequest(_))
         ));
+        let refused = names.insert("c", |id| {
+            assert_eq!(id, RequestId(3), "the next id is offered");
+            Err(crate::Error::InvalidArgument("refused".into()))
+        });
+        assert!(matches!(refused, Err(crate::Error::InvalidArgument(_))));
+        assert!(names.get("c").is_err(), "a refused start registers nothing");
         assert_eq!(names.get("a").unwrap(), a);
         assert_eq!(names.remove("a").unwrap(), a);
         assert!(matches!(
             names.get("a"),
             Err(crate::Error::UnknownRequest(_))
         ));
-        assert_ne!(names.insert("a").unwrap(), a, "ids are not reused");
+        assert_eq!(
+            names.insert("a", |_| Ok(())).unwrap(),
+            RequestId(3),
+            "ids are not reused, and a refused start took none"
+        );
         assert!(
             names.was_issued(a) && names.was_issued(b),
             "issued, gone or not"

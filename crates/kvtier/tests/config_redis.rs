@@ -8,9 +8,9 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use kvtier::Key;
-use kvtier::config::Config;
-use kvtier::tiering::{LookupResult, Manager, RequestParams};
+use kvtier_core::Key;
+use kvtier_core::config::Config;
+use kvtier_core::tiering::{LookupResult, Manager, RequestParams};
 use kvtier_testkit::common::store_filled;
 use redis_server::RedisServer;
 
@@ -28,9 +28,9 @@ fn readable(fd: i32, timeout_ms: i32) -> bool {
 /// Ends the step, then runs empty steps, sleeping on the descriptor, until
 /// nothing is pending.
 fn settle(m: &Manager, fd: i32) {
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     for _ in 0..200 {
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
         if !m.has_pending_work().unwrap() {
             return;
         }
@@ -57,7 +57,7 @@ fn json_redis_tier_round_trips_and_wakes() {
     let m = Config::from_json(&json).unwrap().build().unwrap();
     assert_eq!(&*m.tier_name(1).unwrap(), "redis");
     let fd = m.notifier().fd().unwrap();
-    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+    let r = m.request_begin("r", RequestParams::default()).unwrap().id;
     let first: Vec<Key> = (1..=4u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
     store_filled(&m, r, &first);
     assert!(
@@ -98,7 +98,7 @@ fn json_redis_tier_round_trips_and_wakes() {
         ),
         "{text}"
     );
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     m.shutdown().unwrap();
 }
 
@@ -134,7 +134,7 @@ fn a_refused_password_reaches_the_error_log() {
     );
     let m = Config::from_json(&json).unwrap().build().unwrap();
     let fd = m.notifier().fd().unwrap();
-    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+    let r = m.request_begin("r", RequestParams::default()).unwrap().id;
     for i in 0..10u8 {
         store_filled(&m, r, &[Key::new(&[i; 8]).unwrap()]);
         settle(&m, fd);

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use block_damage::{DAMAGES, Damage, damage, forge};
 use fs_blocks::{child, delivered, files, fill, holds, job, key, poison, request, wait};
-use kvtier::region::SlotMemory;
-use kvtier::tiering::{Direction, JobResult, SecondaryTier, TierLookup};
-use kvtier::tiers::fs::Cause;
-use kvtier::tiers::fs::format::{HEADER_LEN, decode_header, encode_header};
-use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
+use kvtier_core::region::SlotMemory;
+use kvtier_core::tiering::{Direction, JobResult, SecondaryTier, TierLookup};
+use kvtier_core::tiers::fs::Cause;
+use kvtier_core::tiers::fs::format::{HEADER_LEN, decode_header, encode_header};
+use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
 use rng::Rng;
 
 fn opts(root: &Path, unnamed: bool) -> FsOptions {
@@ -634,7 +634,7 @@ fn a_full_file_system_fails_stores_cleanly_and_recovers_when_space_is_freed() {
 /// rejects them is the check of the field itself.
 #[test]
 fn forged_headers_pass_the_header_checksum() {
-    use kvtier::tiers::fs::format::{Header, HeaderError};
+    use kvtier_core::tiers::fs::format::{Header, HeaderError};
     let mut h = vec![0u8; HEADER_LEN];
     let header = Header {
         key: key(1),

@@ -6,13 +6,13 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use kvtier::Error;
-use kvtier::events::EventKind;
-use kvtier::region::SlotMemory;
-use kvtier::tiering::{Direction, SecondaryTier, TierLookup};
-use kvtier::tiers::fs::Cause;
-use kvtier::tiers::fs::format::{HEADER_LEN, file_len};
-use kvtier::tiers::fs::{FsLayout, FsOptions, FsTier};
+use kvtier_core::Error;
+use kvtier_core::events::EventKind;
+use kvtier_core::region::SlotMemory;
+use kvtier_core::tiering::{Direction, SecondaryTier, TierLookup};
+use kvtier_core::tiers::fs::Cause;
+use kvtier_core::tiers::fs::format::{HEADER_LEN, file_len};
+use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 use fs_blocks::{files, fill, holds, job, key, load, request, stat, store, wait};
 use kvtier_testkit::fs_blocks;

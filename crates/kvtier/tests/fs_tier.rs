@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kvtier::events::{Event, EventKind};
-use kvtier::region::SlotMemory;
+use kvtier_core::events::{Event, EventKind};
+use kvtier_core::region::SlotMemory;
 
-use kvtier::tiering::{Direction, JobId, SecondaryTier, TierLookup};
-use kvtier::tiers::fs::Cause;
-use kvtier::tiers::fs::{FsOptions, FsTier};
-use kvtier::{Error, Key};
+use kvtier_core::tiering::{Direction, JobId, SecondaryTier, TierLookup};
+use kvtier_core::tiers::fs::Cause;
+use kvtier_core::tiers::fs::{FsOptions, FsTier};
+use kvtier_core::{Error, Key};
 
 use fs_blocks::{child, files, fill, holds, job, key, load, pattern, request, stat, store, wait};
 use kvtier_testkit::fs_blocks;
@@ -516,10 +516,10 @@ fn missing_directory(unnamed: bool) {
     let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     // A regular file where key 2's fan-out directory should be.
-    let a = kvtier::tiers::fs::format::Layout::fanout(&key(2));
+    let a = kvtier_core::tiers::fs::format::Layout::fanout(&key(2));
     let blocker = root.join(std::str::from_utf8(&a).unwrap());
     let other = (3..200)
-        .find(|&i| kvtier::tiers::fs::format::Layout::fanout(&key(i)) != a)
+        .find(|&i| kvtier_core::tiers::fs::format::Layout::fanout(&key(i)) != a)
         .unwrap();
     let _ = std::fs::remove_dir_all(&blocker);
     std::fs::write(&blocker, b"not a directory").unwrap();
@@ -825,7 +825,7 @@ fn two_processes_share_one_directory() {
 
 /// Where block `i`'s file lives under `root`.
 fn block_file(root: &Path, i: u32) -> PathBuf {
-    kvtier::tiers::fs::format::Layout::new(root.to_path_buf()).block_path(&key(i))
+    kvtier_core::tiers::fs::format::Layout::new(root.to_path_buf()).block_path(&key(i))
 }
 
 #[test]
@@ -901,7 +901,7 @@ fn removed_directory(unnamed: bool) {
     // back and made anew between two stores.  The store that has to make a
     // fan-out directory again proves the blocks indexed there gone.
     std::fs::create_dir_all(&root).unwrap();
-    let fan = kvtier::tiers::fs::format::Layout::fanout;
+    let fan = kvtier_core::tiers::fs::format::Layout::fanout;
     let same = (7..400).find(|&i| fan(&key(i)) == fan(&key(6))).unwrap();
     let other = (7..400).find(|&i| fan(&key(i)) != fan(&key(6))).unwrap();
     assert!(store(&mut tier, &mem, 3, &[6, other]).success);
@@ -954,9 +954,9 @@ fn files_skipped_at_restart_are_removed_and_counted() {
 
 #[test]
 fn events_stay_within_the_capacity_when_nobody_takes_them() {
-    use kvtier::primary::{PrimaryConfig, PrimaryTier};
-    use kvtier::tiering::backend::StorePlan;
-    use kvtier::tiering::{Manager, ManagerOptions, TierOptions};
+    use kvtier_core::primary::{PrimaryConfig, PrimaryTier};
+    use kvtier_core::tiering::backend::StorePlan;
+    use kvtier_core::tiering::{Manager, ManagerOptions, TierOptions};
     const CAP: usize = 16;
     const N: u32 = 100;
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -982,7 +982,7 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
         off,
     )
     .unwrap();
-    let r = m.on_new_request("r", Default::default()).unwrap().id;
+    let r = m.request_begin("r", Default::default()).unwrap().id;
     let keys: Vec<Key> = (0..N).map(key).collect();
     for batch in keys.chunks(10) {
         let mut plan = StorePlan::default();
@@ -992,7 +992,7 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
     let deadline = Instant::now() + Duration::from_secs(30);
     while m.has_pending_work().unwrap() {
         assert!(Instant::now() < deadline, "cascades did not finish");
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
         std::thread::sleep(Duration::from_millis(1));
     }
     let stats = m.stats().unwrap();

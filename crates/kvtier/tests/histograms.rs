@@ -8,9 +8,9 @@ use kvtier_testkit::common;
 use std::time::Duration;
 
 use common::*;
-use kvtier::request::RequestId;
-use kvtier::tiering::backend::StorePlan;
-use kvtier::tiering::{JobResult, LookupResult, Manager, ManagerOptions, RequestParams};
+use kvtier_core::request::RequestId;
+use kvtier_core::tiering::backend::StorePlan;
+use kvtier_core::tiering::{JobResult, LookupResult, Manager, ManagerOptions, RequestParams};
 
 /// Series `series` (as the flat C stats name it) of tier `tier`
 /// (`None`: the manager's own).
@@ -27,12 +27,12 @@ fn series(m: &Manager, tier: Option<usize>, series: &str) -> f64 {
 /// Ends the step, then an empty one, so finished jobs are collected even
 /// when a store spent the step's polling gate.
 fn collect(m: &Manager) {
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
 }
 
 fn start(m: &Manager, name: &str) -> RequestId {
-    m.on_new_request(name, RequestParams::default()).unwrap().id
+    m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Finishes every job the tier holds, each reported as taking `took`.
@@ -40,7 +40,7 @@ fn finish_held(script: &parking_lot::Mutex<Script>, took: Duration) {
     let mut s = script.lock();
     let held = std::mem::take(&mut s.held);
     for job in held {
-        if job.direction == kvtier::tiering::Direction::Store {
+        if job.direction == kvtier_core::tiering::Direction::Store {
             s.stored.extend(job.keys.iter().copied());
         }
         let mut r = JobResult::new(job.id, true);
@@ -84,10 +84,10 @@ fn each_finished_job_is_one_observation_of_its_duration_and_size_by_direction() 
     // A load of one block taking 20 ms.
     script.lock().stored.insert(k(100));
     assert_eq!(m.lookup(r, &k(100)).unwrap(), LookupResult::Retry);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     finish_held(&script, Duration::from_millis(20));
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(series(&m, Some(1), "load_size_blocks_bucket_le_1"), 1.0);
     assert_eq!(
         series(&m, Some(1), "load_duration_seconds_bucket_le_0_01"),
@@ -129,7 +129,7 @@ fn a_wait_for_promotions_runs_from_the_lookup_that_started_one_to_the_one_that_f
     // block ready but starts another promotion for the next key.
     let before = std::time::Instant::now();
     assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::Retry);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(m.lookup(r, &k(1)).unwrap(), LookupResult::HitPending);
     finish_held(&script, Duration::from_millis(1));
@@ -137,7 +137,7 @@ fn a_wait_for_promotions_runs_from_the_lookup_that_started_one_to_the_one_that_f
     let answer = m.lookup_per_key(r, &[k(1), k(2)]).unwrap();
     assert_eq!((answer.hits, answer.stop), (1, LookupResult::Retry));
     assert_eq!(series(&m, None, "promotion_wait_seconds_count"), 0.0);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     finish_held(&script, Duration::from_millis(1));
     collect(&m);
     let answer = m.lookup_per_key(r, &[k(1), k(2), k(60)]).unwrap();
@@ -163,7 +163,7 @@ fn a_wait_for_promotions_runs_from_the_lookup_that_started_one_to_the_one_that_f
     // the key) is a wait too.
     script.lock().stored.insert(k(3));
     assert_eq!(m.lookup(r, &k(3)).unwrap(), LookupResult::Retry);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     {
         let mut s = script.lock();
         s.stored.clear();

@@ -6,22 +6,22 @@ use kvtier_testkit::common;
 use kvtier_testkit::rng::Rng;
 
 use common::*;
-use kvtier::Error;
-use kvtier::events::EventKind;
-use kvtier::primary::{PrimaryConfig, PrimaryTier};
-use kvtier::request::{Locality, Medium, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
-use kvtier::tiering::{
+use kvtier_core::Error;
+use kvtier_core::events::EventKind;
+use kvtier_core::primary::{PrimaryConfig, PrimaryTier};
+use kvtier_core::request::{Locality, Medium, RequestId};
+use kvtier_core::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
+use kvtier_core::tiering::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, MissReason, PromotionAnswer, RequestParams,
 };
 
 fn start(m: &Manager, name: &str) -> RequestId {
-    m.on_new_request(name, RequestParams::default()).unwrap().id
+    m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Looks `keys` up one key per call, stopping at the first key not HIT,
 /// as engines did before batched lookups.
-fn one_by_one(m: &Manager, r: RequestId, keys: &[kvtier::Key]) -> (usize, LookupResult) {
+fn one_by_one(m: &Manager, r: RequestId, keys: &[kvtier_core::Key]) -> (usize, LookupResult) {
     for (i, key) in keys.iter().enumerate() {
         let a = m.lookup(r, key).unwrap();
         if a != LookupResult::Hit {
@@ -101,7 +101,7 @@ fn same_run(
             let (ra, rb) = (start(&a, &name), start(&b, &name));
             assert_eq!(ra, rb, "{what}");
             let n = rng.below(9) as usize;
-            let ks: Vec<kvtier::Key> = (0..n).map(|_| k(rng.below(40) as u32)).collect();
+            let ks: Vec<kvtier_core::Key> = (0..n).map(|_| k(rng.below(40) as u32)).collect();
             started.push((ra, ks));
         }
         let mut stores = Vec::new();
@@ -128,16 +128,16 @@ fn same_run(
                 }
             }
         }
-        a.on_schedule_end().unwrap();
-        b.on_schedule_end().unwrap();
+        a.schedule_end().unwrap();
+        b.schedule_end().unwrap();
         for (r, planned) in &stores {
             let ok = rng.below(5) != 0;
             let ra = report_of(a.complete_store(*r, planned, ok));
             assert_eq!(ra, report_of(b.complete_store(*r, planned, ok)), "{what}");
         }
         for (r, _) in &started {
-            a.on_request_finished(*r).unwrap();
-            b.on_request_finished(*r).unwrap();
+            a.request_finished(*r).unwrap();
+            b.request_finished(*r).unwrap();
         }
         assert_eq!(comparable(&a), comparable(&b), "{what}");
         assert_eq!(sa.lock().stored, sb.lock().stored, "{what}");
@@ -184,7 +184,7 @@ fn a_batch_stops_at_the_first_key_not_hit_and_looks_no_further() {
     let mut plan = StorePlan::default();
     m.prepare_store(r, &keys(0..10), &mut plan).unwrap();
     m.complete_store(r, &plan.to_store, true).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     let r = start(&m, "r");
     // Hits past one read-together group, then a key a tier has.
     let mut ks = keys(0..8);
@@ -223,7 +223,7 @@ fn a_miss_says_whether_a_tier_has_the_key_and_both_are_counted() {
     m.prepare_store(r, &[k(1)], &mut plan).unwrap();
     m.complete_store(r, &[k(1)], true).unwrap();
     m.prepare_load(r, &[k(1)], &mut Vec::new()).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let a = m.lookup_per_key(r, &[k(1), k(2)]).unwrap();
     assert_eq!(
         (a.hits, a.stop, a.reason),
@@ -264,19 +264,19 @@ fn handles_start_at_one_and_a_finished_handle_never_reaches_another_request() {
     let first = start(&m, "r");
     assert_eq!(first, RequestId(1), "0 is never a handle");
     assert!(matches!(
-        m.on_new_request("r", RequestParams::default()),
+        m.request_begin("r", RequestParams::default()),
         Err(Error::DuplicateRequest(_))
     ));
-    m.on_request_finished(first).unwrap();
+    m.request_finished(first).unwrap();
     // The name is free again; the new request gets a new handle.
     let second = start(&m, "r");
     assert_eq!(second, RequestId(2));
-    let unknown = |r: kvtier::Result<()>| {
+    let unknown = |r: kvtier_core::Result<()>| {
         assert!(matches!(r, Err(Error::UnknownRequest(_))), "{r:?}");
     };
     unknown(m.lookup(first, &k(1)).map(|_| ()));
     unknown(m.touch(first, &[k(1)]));
-    unknown(m.on_request_finished(first));
+    unknown(m.request_finished(first));
     unknown(m.lookup(RequestId(0), &k(1)).map(|_| ()));
     unknown(m.lookup(RequestId(99), &k(1)).map(|_| ()));
     let mut plan = StorePlan::default();
@@ -297,10 +297,10 @@ fn event_batches_group_one_tiers_events_of_one_kind_and_keep_their_keys_until_th
     let mut plan = StorePlan::default();
     m.prepare_store(r, &keys(1..3), &mut plan).unwrap();
     m.complete_store(r, &plan.to_store, true).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     m.prepare_store(r, &keys(3..5), &mut plan).unwrap(); // evicts 1 and 2
     m.complete_store(r, &plan.to_store, true).unwrap();
-    s.lock().events.push(kvtier::events::Event {
+    s.lock().events.push(kvtier_core::events::Event {
         kind: EventKind::Stored,
         key: Some(k(9)),
     });

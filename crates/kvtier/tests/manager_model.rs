@@ -21,14 +21,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
-use kvtier::request::{Request, RequestId};
-use kvtier::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
-use kvtier::tiering::{
+use kvtier_core::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
+use kvtier_core::request::{Request, RequestId};
+use kvtier_core::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
+use kvtier_core::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, ManagerOptions, OffloadPolicy,
     PromotionAnswer, RequestParams, SecondaryTier, TierLookup,
 };
-use kvtier::{Key, Result};
+use kvtier_core::{Key, Result};
 
 use kvtier_testkit::model;
 use kvtier_testkit::probe::Probed;
@@ -274,10 +274,7 @@ fn run<T: PrimaryBackend>(
             if names.len() < 6 {
                 let name = format!("req{next_req}");
                 next_req += 1;
-                let id = m
-                    .on_new_request(&name, RequestParams::default())
-                    .unwrap()
-                    .id;
+                let id = m.request_begin(&name, RequestParams::default()).unwrap().id;
                 ids.insert(name.clone(), id);
                 if rng.chance(50) {
                     // Token positions for some keys the request may present.
@@ -327,7 +324,7 @@ fn run<T: PrimaryBackend>(
                         }
                     }
                     r.finished = true;
-                    m.on_request_finished(ids[&name]).unwrap();
+                    m.request_finished(ids[&name]).unwrap();
                 }
                 71..=71 if rng.chance(20) => {
                     m.reset_cache().unwrap();
@@ -344,11 +341,11 @@ fn run<T: PrimaryBackend>(
                     for (n, s) in pending {
                         let finalized = reqs[&n].finished;
                         match m.complete_store(ids[&n], &s, true) {
-                            Err(kvtier::Error::KeysIgnored { report, .. }) => {
+                            Err(kvtier_core::Error::KeysIgnored { report, .. }) => {
                                 assert!(!finalized, "{n}");
                                 assert_eq!(report, Default::default(), "{n}: nothing in flight");
                             }
-                            Err(kvtier::Error::UnknownRequest(_)) => assert!(finalized, "{n}"),
+                            Err(kvtier_core::Error::UnknownRequest(_)) => assert!(finalized, "{n}"),
                             other => panic!("{n}: {other:?}"),
                         }
                     }
@@ -358,7 +355,7 @@ fn run<T: PrimaryBackend>(
                     }
                 }
                 72..=72 => m.reset_flushed().unwrap(),
-                _ => m.on_schedule_end().unwrap(),
+                _ => m.schedule_end().unwrap(),
             }
         }
         // complete some stores of any request (finished ones too)
@@ -399,7 +396,7 @@ fn run<T: PrimaryBackend>(
                 let left = keys.len() - acted.len();
                 let report = match answer {
                     Ok(report) if left == 0 => report,
-                    Err(kvtier::Error::KeysIgnored { report, .. }) if left > 0 => report,
+                    Err(kvtier_core::Error::KeysIgnored { report, .. }) if left > 0 => report,
                     other => panic!("seed {seed}: {left} keys left alone, answered {other:?}"),
                 };
                 assert_eq!(report.left_alone(), left, "seed {seed}");
@@ -447,7 +444,7 @@ fn run<T: PrimaryBackend>(
                     assert!(
                         matches!(
                             m.complete_load(ids[&n], &[k]),
-                            Err(kvtier::Error::UnknownRequest(_))
+                            Err(kvtier_core::Error::UnknownRequest(_))
                         ),
                         "seed {seed}: {n} is forgotten with its last pin"
                     );
@@ -528,7 +525,7 @@ fn run<T: PrimaryBackend>(
             }
         }
         if !r.finished {
-            m.on_request_finished(ids[n]).unwrap();
+            m.request_finished(ids[n]).unwrap();
         }
         for (planned, _) in r.stores.drain(..) {
             m.complete_store(ids[n], &planned, true).unwrap();
@@ -542,7 +539,7 @@ fn run<T: PrimaryBackend>(
         if !m.has_pending_work().unwrap() {
             break;
         }
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     assert!(
         !m.has_pending_work().unwrap(),

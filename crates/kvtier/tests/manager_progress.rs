@@ -8,17 +8,17 @@ use kvtier_testkit::common;
 use kvtier_testkit::probe::Probed;
 
 use common::*;
-use kvtier::Key;
-use kvtier::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
-use kvtier::request::RequestId;
-use kvtier::tiering::backend::{StoreOutcome, StorePlan};
-use kvtier::tiering::{
+use kvtier_core::Key;
+use kvtier_core::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
+use kvtier_core::request::RequestId;
+use kvtier_core::tiering::backend::{StoreOutcome, StorePlan};
+use kvtier_core::tiering::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, MissReason, ProgressOptions,
     PromotionAnswer, RequestParams,
 };
 
 fn start(m: &Manager, name: &str) -> RequestId {
-    m.on_new_request(name, RequestParams::default()).unwrap().id
+    m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 fn manager_with(
@@ -68,9 +68,9 @@ fn resident(m: &Manager, name: &str, keys: &[Key]) {
         StoreOutcome::Planned
     );
     m.complete_store(r, keys, true).unwrap();
-    m.on_request_finished(r).unwrap();
-    m.on_schedule_end().unwrap();
-    m.on_schedule_end().unwrap();
+    m.request_finished(r).unwrap();
+    m.schedule_end().unwrap();
+    m.schedule_end().unwrap();
 }
 
 fn refs(m: &Probed<PrimaryTier>, key: &Key) -> Option<i32> {
@@ -102,7 +102,7 @@ fn a_prefix_held_by_a_tier_comes_back_in_two_steps() {
     let first = m.lookup_prefix(r, &ks).unwrap();
     assert_eq!(first, answer(0, 64, 64, LookupResult::Retry, None));
     assert_eq!(stat(&m, None, "promotions_started"), 64.0);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let second = m.lookup_prefix(r, &ks).unwrap();
     assert_eq!(second, answer(64, 0, 64, LookupResult::Hit, None));
     let mut slots = Vec::new();
@@ -124,7 +124,7 @@ fn per_key_lookups_bring_a_prefix_back_one_block_per_step() {
             break;
         }
         assert_eq!((a.pending, a.end), (1, a.hits + 1), "{a:?}");
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     assert_eq!(steps, 9);
 }
@@ -230,7 +230,7 @@ fn holds_last_until_the_load_and_its_pins_take_over() {
     let r = start(&m, "r");
     let ks = keys(0..4);
     assert_eq!(m.lookup_prefix(r, &ks).unwrap().pending, 2);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(
         m.lookup_prefix(r, &ks).unwrap(),
         answer(4, 0, 4, LookupResult::Hit, None)
@@ -257,10 +257,10 @@ fn holds_end_when_the_request_finishes() {
     resident(&m, "w", &keys(0..2));
     let r = start(&m, "r");
     m.lookup_prefix(r, &keys(0..4)).unwrap();
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     m.lookup_prefix(r, &keys(0..4)).unwrap();
     assert_eq!(refs(&m, &k(0)), Some(1));
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     for key in &keys(0..4) {
         assert_eq!(refs(&m, key), Some(0), "{key}");
     }
@@ -293,7 +293,7 @@ fn a_reset_drops_every_hold_and_the_request_holds_nothing_after_it() {
     m.prepare_load(r, &keys(0..2), &mut slots).unwrap();
     m.complete_load(r, &keys(0..2)).unwrap();
     assert_eq!((refs(&m, &k(0)), refs(&m, &k(1))), (Some(0), Some(0)));
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert_eq!(stat(&m, None, "internal_errors"), 0.0);
 }
 
@@ -307,14 +307,14 @@ fn holds_outlive_a_settled_wait_only_until_the_bound() {
     script.lock().stored.extend(keys(0..4));
     let r = start(&m, "r");
     assert_eq!(m.lookup_prefix(r, &keys(0..4)).unwrap().pending, 4);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     // Settled: the engine may load now, but does not (a budget, a
     // preemption); the holds, taken as the blocks arrived at this step's
     // first call, last until the bound counted from then: 3 steps.
     assert_eq!(m.lookup_prefix(r, &keys(0..4)).unwrap().pending, 0);
     for step in 1..=3 {
         assert_eq!(refs(&m, &k(0)), Some(1), "step {step} of the holds: held");
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     for key in &keys(0..4) {
         assert_eq!(refs(&m, key), Some(0), "released at the bound: {key}");
@@ -325,7 +325,7 @@ fn holds_outlive_a_settled_wait_only_until_the_bound() {
     let mut slots = Vec::new();
     m.prepare_load(r, &keys(0..4), &mut slots).unwrap();
     m.complete_load(r, &keys(0..4)).unwrap();
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert_eq!(stat(&m, Some(1), "request_blocks_served"), 4.0);
     assert_eq!(stat(&m, None, "request_blocks_served_primary"), 0.0);
 }
@@ -345,9 +345,9 @@ fn hits_held_for_a_promotion_that_found_no_room_are_released_at_the_bound() {
         a,
         answer(2, 0, 2, LookupResult::Miss, Some(MissReason::NoRoom))
     );
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(refs(&m, &k(0)), Some(1), "held until the load or the bound");
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!((refs(&m, &k(0)), refs(&m, &k(1))), (Some(0), Some(0)));
 }
 
@@ -364,7 +364,7 @@ fn another_requests_stray_unpin_of_a_held_block_leaves_the_other_holds_releasabl
     let q = start(&m, "q");
     m.complete_load(q, &[k(0)]).unwrap();
     assert_eq!(refs(&m, &k(0)), Some(0));
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     assert_eq!(refs(&m, &k(1)), Some(0), "r's other hold is released");
     assert_eq!(
         stat(&m, None, "internal_errors"),
@@ -381,7 +381,7 @@ fn another_requests_stray_unpin_of_a_held_block_leaves_the_other_holds_releasabl
     // A release where every pin is there logs nothing.
     let s = start(&m, "s");
     assert_eq!(m.lookup_prefix(s, &[k(0), k(1), k(5)]).unwrap().pending, 1);
-    m.on_request_finished(s).unwrap();
+    m.request_finished(s).unwrap();
     m.take_errors(&mut log).unwrap();
     assert_eq!(log.len(), 1, "{log:?}");
 }
@@ -400,7 +400,7 @@ fn blocks_promoted_for_a_waiting_request_survive_other_requests_stores() {
         script.lock().stored.extend(keys(0..2));
         let r = start(&m, "r");
         assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().pending, 2);
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
         let other = start(&m, "other");
         let mut plan = StorePlan::default();
         let outcome = m.prepare_store(other, &keys(10..14), &mut plan).unwrap();
@@ -431,7 +431,7 @@ fn promotions_that_do_not_fit_end_the_prefix_and_it_stays_ended_while_the_reques
         answer(0, 4, 4, LookupResult::Retry, Some(MissReason::NoRoom))
     );
     assert_eq!(stat(&m, None, "promotions_started"), 4.0);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let b = m.lookup_prefix(r, &ks).unwrap();
     assert_eq!(
         b,
@@ -463,7 +463,7 @@ fn while_promotions_are_on_their_way_the_prefix_stays_ended_where_room_ran_out()
         (8.0, 1.0),
         "each key scanned, the first with no room missed"
     );
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     // The four promotions are in flight: the scan stops at the cap, and
     // the key there counts as one lookup and one miss for no room.
     let b = m.lookup_prefix(r, &ks).unwrap();
@@ -491,7 +491,7 @@ fn a_wait_ends_at_the_step_bound_with_a_timed_out_miss() {
     assert_eq!(m.lookup_prefix(r, &ks).unwrap().pending, 2);
     assert_eq!(refs(&m, &k(0)), Some(1));
     for step in 1..=3 {
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
         let lookups = stat(&m, None, "lookups");
         let a = m.lookup_prefix(r, &ks).unwrap();
         if step == 3 {
@@ -532,7 +532,7 @@ fn a_per_key_lookup_past_the_bound_answers_timed_out_too() {
     script.lock().stored.insert(k(0));
     let r = start(&m, "r");
     assert_eq!(m.lookup(r, &k(0)).unwrap(), LookupResult::Retry);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     let a = m.lookup_per_key(r, &[k(0)]).unwrap();
     assert_eq!(
         a,
@@ -565,7 +565,7 @@ fn without_a_bound_a_request_waits_as_long_as_its_promotions_take() {
     let r = start(&m, "r");
     for _ in 0..100 {
         assert_eq!(m.lookup_prefix(r, &[k(0)]).unwrap().pending, 1);
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
     }
     script.lock().finish_all(true);
     assert_eq!(m.lookup_prefix(r, &[k(0)]).unwrap().hits, 1);
@@ -611,7 +611,7 @@ fn a_failed_promotion_ends_the_wait_with_a_miss_next_time() {
     script.lock().stored.extend(keys(0..2));
     let r = start(&m, "r");
     assert_eq!(m.lookup_prefix(r, &keys(0..2)).unwrap().pending, 2);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     script.lock().stored.clear();
     let a = m.lookup_prefix(r, &keys(0..2)).unwrap();
     assert_eq!(
@@ -627,10 +627,10 @@ fn a_promotion_that_arrives_after_the_request_finished_is_not_held() {
     script.lock().stored.insert(k(0));
     let r = start(&m, "r");
     m.lookup_prefix(r, &[k(0)]).unwrap();
-    m.on_schedule_end().unwrap();
-    m.on_request_finished(r).unwrap();
+    m.schedule_end().unwrap();
+    m.request_finished(r).unwrap();
     script.lock().finish_all(true);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(refs(&m, &k(0)), Some(0));
 }
 
@@ -687,11 +687,11 @@ fn under_pressure_every_request_loads_within_the_bound() {
                         m.complete_store(r, &stored, true).unwrap();
                     }
                     m.complete_load(r, &ks[..a.hits]).unwrap();
-                    m.on_request_finished(r).unwrap();
+                    m.request_finished(r).unwrap();
                     finished += 1;
                 }
                 active = still;
-                m.on_schedule_end().unwrap();
+                m.schedule_end().unwrap();
             }
             m.primary().check_invariants().unwrap();
         }
@@ -709,10 +709,10 @@ fn a_promotion_that_arrives_after_the_wait_timed_out_is_not_held() {
     script.lock().stored.insert(k(0));
     let r = start(&m, "r");
     assert_eq!(m.lookup_prefix(r, &[k(0)]).unwrap().pending, 1);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(stat(&m, None, "wait_timeouts"), 1.0);
     script.lock().finish_all(true);
-    m.on_schedule_end().unwrap();
+    m.schedule_end().unwrap();
     assert_eq!(
         refs(&m, &k(0)),
         Some(0),

@@ -30,14 +30,14 @@
 
 use kvtier_testkit::rng;
 
-use kvtier::Error;
-use kvtier::Key;
-use kvtier::events::{Event, EventKind};
-use kvtier::primary::{
+use kvtier_core::Error;
+use kvtier_core::Key;
+use kvtier_core::events::{Event, EventKind};
+use kvtier_core::primary::{
     CompleteStoreReport, PolicyKind, PrimaryConfig, PrimaryLookup, PrimaryTier, StoreOutcome,
     StorePlan, Writer,
 };
-use kvtier::request::RequestId;
+use kvtier_core::request::RequestId;
 use rng::Rng;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -1045,12 +1045,12 @@ fn run(seed: u64, ops: u64) -> (u64, u64, u64) {
         }
         let (got, want, name) = match choice {
             0..=4 => (
-                res(t.begin_request(rid), |_| Out::Unit),
+                res(t.request_begin(rid), |_| Out::Unit),
                 m.begin(req),
                 "begin",
             ),
             5..=9 => (
-                res(t.on_request_finished(rid), |_| Out::Unit),
+                res(t.request_finished(rid), |_| Out::Unit),
                 m.finish(req),
                 "finish",
             ),

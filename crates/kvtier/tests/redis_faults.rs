@@ -25,11 +25,11 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvtier::Key;
-use kvtier::region::SlotMemory;
-use kvtier::request::RequestInfo;
-use kvtier::tiering::{Direction, Job, JobId, JobResult, SecondaryTier};
-use kvtier::tiers::redis::{RedisTier, RedisTierConfig, redis_key_name};
+use kvtier_core::Key;
+use kvtier_core::region::SlotMemory;
+use kvtier_core::request::RequestInfo;
+use kvtier_core::tiering::{Direction, Job, JobId, JobResult, SecondaryTier};
+use kvtier_core::tiers::redis::{RedisTier, RedisTierConfig, redis_key_name};
 use redis_server::RedisServer;
 use rng::Rng;
 

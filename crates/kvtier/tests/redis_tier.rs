@@ -9,12 +9,12 @@ mod redis_server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvtier::Key;
-use kvtier::events::EventKind;
-use kvtier::region::SlotMemory;
-use kvtier::request::RequestInfo;
-use kvtier::tiering::{Direction, Job, JobId, JobResult, SecondaryTier, TierLookup};
-use kvtier::tiers::redis::{RedisTier, RedisTierConfig, redis_key_name};
+use kvtier_core::Key;
+use kvtier_core::events::EventKind;
+use kvtier_core::region::SlotMemory;
+use kvtier_core::request::RequestInfo;
+use kvtier_core::tiering::{Direction, Job, JobId, JobResult, SecondaryTier, TierLookup};
+use kvtier_core::tiers::redis::{RedisTier, RedisTierConfig, redis_key_name};
 use redis_server::{RedisCluster, RedisServer};
 
 const SLOT_BYTES: usize = 16 << 10;
@@ -803,7 +803,7 @@ fn events_stay_within_the_capacity_and_unannounced_keys_are_never_removed() {
     t.take_events(usize::MAX, &mut ev);
     assert_eq!(
         ev,
-        vec![kvtier::events::Event {
+        vec![kvtier_core::events::Event {
             kind: EventKind::Removed,
             key: Some(announced)
         }]

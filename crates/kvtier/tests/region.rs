@@ -17,8 +17,8 @@ use kvtier_testkit::own_main;
 use kvtier_testkit::region_files::start_creating_by_hand;
 use kvtier_testkit::tmpfs;
 
-use kvtier::Error;
-use kvtier::region::{OpenMode, Prefault, PrefaultMethod, Region, RegionOptions, Role, Share};
+use kvtier_core::Error;
+use kvtier_core::region::{OpenMode, Prefault, PrefaultMethod, Region, RegionOptions, Role, Share};
 use tmpfs::SmallTmpfs;
 
 const PAGE: usize = 4096;

@@ -118,7 +118,7 @@ pub fn closed_port() -> u16 {
 pub fn settle(m: &Manager) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        m.on_schedule_end().unwrap();
+        m.schedule_end().unwrap();
         if !m.has_pending_work().unwrap() {
             return;
         }
@@ -172,7 +172,7 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
         },
     )
     .unwrap();
-    let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+    let r = m.request_begin("r", RequestParams::default()).unwrap().id;
     let keys: Vec<Key> = (1..=8u8).map(|i| Key::new(&[i; 8]).unwrap()).collect();
     store_filled(&m, r, &keys[..4]);
     settle(&m);
@@ -198,7 +198,7 @@ pub fn busy_manager(dir: &std::path::Path) -> Manager {
         answer = m.lookup(r, &absent).unwrap();
     }
     assert_eq!(answer, LookupResult::Miss);
-    m.on_request_finished(r).unwrap();
+    m.request_finished(r).unwrap();
     settle(&m);
     m
 }

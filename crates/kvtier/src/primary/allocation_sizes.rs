@@ -67,7 +67,7 @@ mod tests {
             ..Default::default()
         });
         let mut t = t.unwrap();
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         t
     }
 

@@ -5,9 +5,8 @@
 use super::lists::NIL;
 use super::slots::Lookahead;
 use super::{PrimaryLookup, PrimaryTier};
-use crate::error::Result;
 use crate::events::EventKind;
-use crate::key::{Key, KeyBytes};
+use crate::key::{KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 /// What [`PrimaryTier::lookup_prefix`] found.
@@ -25,21 +24,8 @@ impl PrimaryTier {
     /// [`PrimaryLookup::Hit`]: the keys after it are not read.  Changes
     /// nothing.  The same answer as [`PrimaryTier::lookup`] of each key
     /// until one is not a hit.
-    pub fn lookup_prefix(&self, keys: &[Key]) -> PrefixLookup {
-        self.lookup_prefix_each(keys.len(), |j| &keys[j])
-    }
-
-    /// [`PrimaryTier::lookup_prefix_each`] that first refuses, with KV
-    /// groups on, a key too short for its group index
-    /// ([`PrimaryTier::check_keys`]).
-    #[doc(hidden)]
-    pub fn lookup_prefix_checked_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &self,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-    ) -> Result<PrefixLookup> {
-        self.check_group_keys(n, &key)?;
-        Ok(self.lookup_prefix_each(n, key))
+    pub fn lookup_prefix<'k>(&self, keys: impl Into<KeyBatch<'k>>) -> PrefixLookup {
+        with_keys!(keys.into(), |k| self.lookup_prefix_each(k.len(), |j| &k[j]))
     }
 
     /// [`PrimaryTier::lookup_prefix`] of keys `key(0..n)`: [`Key`]s, or
@@ -129,6 +115,7 @@ impl PrimaryTier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::Key;
     use crate::primary::{PolicyKind, PrimaryConfig, StorePlan};
     use crate::request::RequestId;
 
@@ -150,7 +137,7 @@ mod tests {
     fn a_prefix_lookup_stops_at_the_first_key_not_ready() {
         let mut t = tier(64);
         let r = RequestId(1);
-        t.begin_request(r).unwrap();
+        t.request_begin(r).unwrap();
         let mut plan = StorePlan::default();
         let ready: Vec<Key> = (0..40).map(k).collect();
         t.prepare_store(r, &ready, &mut plan).unwrap();
@@ -213,7 +200,7 @@ mod tests {
     fn events_are_counted_in_runs_of_one_kind() {
         let mut t = tier(2);
         let r = RequestId(1);
-        t.begin_request(r).unwrap();
+        t.request_begin(r).unwrap();
         let mut plan = StorePlan::default();
         assert_eq!(t.events_in_runs(5), 0);
         t.prepare_store(r, &[k(9)], &mut plan).unwrap();

@@ -23,7 +23,7 @@ use super::policy::Policy;
 use super::slots::{self, ANNOUNCED, Lookahead};
 use super::writers::{self, Writer};
 use super::{CompleteStoreReport, PrimaryTier};
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 impl PrimaryTier {
@@ -32,13 +32,18 @@ impl PrimaryTier {
     /// ("stored" events); on failure they are dropped and their slots
     /// freed.  Every other key is left alone and counted (see the report).
     /// `req` need not be active: completions may arrive after it finished.
-    pub fn complete_store(
+    pub fn complete_store<'k>(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         success: bool,
     ) -> CompleteStoreReport {
-        self.complete_store_each(req, keys.len(), |j| &keys[j], success)
+        with_keys!(keys.into(), |k| self.complete_store_each(
+            req,
+            k.len(),
+            |j| &k[j],
+            success
+        ))
     }
 
     /// [`PrimaryTier::complete_store`] that hands back what it made
@@ -94,10 +99,8 @@ impl PrimaryTier {
         self.writers.pending(req)
     }
 
-    /// [`PrimaryTier::complete_store`] of keys `at(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    #[doc(hidden)]
-    pub fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`PrimaryTier::complete_store`] of keys `at(0..n)`.
+    pub(crate) fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,

@@ -15,7 +15,7 @@ use foldhash::fast::RandomState;
 
 use crate::error::Result;
 use crate::fallible;
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 /// In a batch's list of released accesses: the key's unpin released no pin
@@ -152,19 +152,22 @@ impl PrimaryTier {
     /// into `slots_out` (cleared first).  Every key must be ready; otherwise
     /// an error naming the first bad key's position, nothing changed and
     /// `slots_out` left empty.
-    pub fn prepare_load(
+    pub fn prepare_load<'k>(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
-        self.prepare_load_each(req, keys.len(), |j| &keys[j], slots_out)
+        with_keys!(keys.into(), |k| self.prepare_load_each(
+            req,
+            k.len(),
+            |j| &k[j],
+            slots_out
+        ))
     }
 
-    /// [`PrimaryTier::prepare_load`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    #[doc(hidden)]
-    pub fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`PrimaryTier::prepare_load`] of keys `key(0..n)`.
+    fn prepare_load_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,
@@ -205,14 +208,12 @@ impl PrimaryTier {
     /// Marks resident `keys` recently used (policy-specific, in reversed batch
     /// order so the first key ends most recent); absent keys are ignored,
     /// except that ARC learns from ghost hits.
-    pub fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.touch_each(req, keys.len(), |j| &keys[j])
+    pub fn touch<'k>(&mut self, req: RequestId, keys: impl Into<KeyBatch<'k>>) -> Result<()> {
+        with_keys!(keys.into(), |k| self.touch_each(req, k.len(), |j| &k[j]))
     }
 
-    /// [`PrimaryTier::touch`] of keys `key(0..n)`: [`Key`]s, or checked
-    /// bytes read in place.
-    #[doc(hidden)]
-    pub fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`PrimaryTier::touch`] of keys `key(0..n)`.
+    fn touch_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,
@@ -263,7 +264,7 @@ impl PrimaryTier {
     /// counted as spent (see `spent.rs`).
     ///
     /// [0.33] `req` may have finished with pins of its loads still held
-    /// (see [`PrimaryTier::on_request_finished`]): it then releases only
+    /// (see [`PrimaryTier::request_finished`]): it then releases only
     /// those, never another request's.  A key it holds no pin of (counting
     /// repeats in the batch) is an error naming its position, nothing
     /// changed.  A pin it holds of a key that other requests' unpins took
@@ -272,14 +273,20 @@ impl PrimaryTier {
     /// counted in [`PrimaryStats::spent_load_completions`](super::PrimaryStats::spent_load_completions).
     /// It is forgotten once it holds no pin.  Any other id is
     /// `UnknownRequest`.
-    pub fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
-        self.complete_load_each(req, keys.len(), |j| &keys[j])
+    pub fn complete_load<'k>(
+        &mut self,
+        req: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+    ) -> Result<()> {
+        with_keys!(keys.into(), |k| self.complete_load_each(
+            req,
+            k.len(),
+            |j| &k[j]
+        ))
     }
 
-    /// [`PrimaryTier::complete_load`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    #[doc(hidden)]
-    pub fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`PrimaryTier::complete_load`] of keys `key(0..n)`.
+    fn complete_load_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,

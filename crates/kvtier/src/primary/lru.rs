@@ -448,7 +448,7 @@ mod tests {
             })
             .unwrap();
             let r = RequestId(1);
-            t.begin_request(r).unwrap();
+            t.request_begin(r).unwrap();
             let mut plan = StorePlan::default();
             for i in 0..64u32 {
                 let n = if ascending { i } else { 63 - i };

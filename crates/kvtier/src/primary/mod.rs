@@ -104,7 +104,7 @@ use foldhash::fast::RandomState;
 use crate::error::{Error, Result};
 use crate::events::{Announcer, Event};
 use crate::histogram::Histogram;
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 use admission::Admission;
@@ -272,8 +272,8 @@ impl PrimaryTier {
 
     /// Starts request `req`; `DuplicateRequest` if it is active, or
     /// finished with loads still pinned (see
-    /// [`PrimaryTier::on_request_finished`]).
-    pub fn begin_request(&mut self, req: RequestId) -> Result<()> {
+    /// [`PrimaryTier::request_finished`]).
+    pub fn request_begin(&mut self, req: RequestId) -> Result<()> {
         if self.requests.contains_key(&req) {
             return Err(Error::DuplicateRequest(format!("#{}", req.0)));
         }
@@ -296,7 +296,7 @@ impl PrimaryTier {
     }
 
     /// Whether `req` finished with pins its loads took still held (see
-    /// [`PrimaryTier::on_request_finished`]): only
+    /// [`PrimaryTier::request_finished`]): only
     /// [`PrimaryTier::complete_load`] of those takes it.
     pub fn holds_finished_loads(&self, req: RequestId) -> bool {
         self.finished_loads.contains_key(&req)
@@ -334,8 +334,8 @@ impl PrimaryTier {
     /// [`PrimaryTier::lookup_prefix`], [`PrimaryTier::complete_store`])
     /// never find one (no call makes one resident) and may be preceded by
     /// this check.
-    pub fn check_keys(&self, keys: &[Key]) -> Result<()> {
-        self.check_group_keys(keys.len(), |j| &keys[j])
+    pub fn check_keys<'k>(&self, keys: impl Into<KeyBatch<'k>>) -> Result<()> {
+        with_keys!(keys.into(), |k| self.check_group_keys(k.len(), |j| &k[j]))
     }
 
     /// MISS, HIT_PENDING or HIT for `key`; changes nothing.
@@ -352,9 +352,11 @@ impl PrimaryTier {
     /// extra entries are left alone).  Changes nothing.  Faster per key
     /// than single lookups on large tiers: the memory reads of a batch
     /// overlap.
-    pub fn lookup_batch(&self, keys: &[Key], out: &mut [PrimaryLookup]) {
-        let n = keys.len().min(out.len());
-        self.lookup_each(n, |j| &keys[j], |i, r| out[i] = r);
+    pub fn lookup_batch<'k>(&self, keys: impl Into<KeyBatch<'k>>, out: &mut [PrimaryLookup]) {
+        with_keys!(keys.into(), |k| {
+            let n = k.len().min(out.len());
+            self.lookup_each(n, |j| &k[j], |i, r| out[i] = r);
+        })
     }
 
     /// [`PrimaryTier::lookup`] of keys `key(0..n)`, in order, each result

@@ -1,7 +1,7 @@
 //! [`NamedPrimary`]: a primary tier whose requests are started by name and
 //! then driven by handle, as the C API drives them.
 //!
-//! [`NamedPrimary::begin`] hands out a [`RequestId`]: 1 for the first
+//! [`NamedPrimary::request_begin`] hands out a [`RequestId`]: 1 for the first
 //! request, then one more each time, never reused by the same tier, so 0
 //! and every finished request's id are never active.  The id is all a
 //! later call needs: the tier checks it as it works (one lookup of an
@@ -16,8 +16,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::{CompleteStoreReport, PrimaryConfig, PrimaryTier};
 use crate::error::{Error, Result};
-use crate::key::{Key, KeyBytes};
-use crate::request::{RequestId, RequestState};
+use crate::key::{KeyBatch, KeyBytes, with_keys};
+use crate::request::{RequestId, RequestNames, RequestState};
 
 /// A [`PrimaryTier`] plus its requests' names and ids.
 #[derive(Debug)]
@@ -25,14 +25,13 @@ pub struct NamedPrimary {
     /// The tier itself: every call of an active request goes to it with the
     /// request's id (and lookups, stats and events need no request).
     pub tier: PrimaryTier,
-    /// Active requests' names, to keep them unique.
-    names: HashSet<String>,
+    /// Active requests' names and ids, and the ids handed out: the
+    /// manager's registry.
+    names: RequestNames,
     /// Each active request's name (its label).
     labels: HashMap<RequestId, String>,
     /// Finished requests with keys still write pending for them.
     finishing: HashSet<RequestId>,
-    /// The id the next request gets.
-    next: u64,
 }
 
 impl NamedPrimary {
@@ -40,18 +39,17 @@ impl NamedPrimary {
     pub fn new(config: PrimaryConfig) -> Result<NamedPrimary> {
         Ok(NamedPrimary {
             tier: PrimaryTier::new(config)?,
-            names: HashSet::new(),
+            names: RequestNames::default(),
             labels: HashMap::new(),
             finishing: HashSet::new(),
-            next: 1,
         })
     }
 
     /// Starts a request labelled `name` and returns its id; a name already
     /// active is `DuplicateRequest` (a finished request's name is free
     /// again at once, even with its stores still in flight).
-    pub fn begin(&mut self, name: &str) -> Result<RequestId> {
-        if self.names.contains(name) {
+    pub fn request_begin(&mut self, name: &str) -> Result<RequestId> {
+        if self.names.get(name).is_ok() {
             return Err(Error::DuplicateRequest(name.to_string()));
         }
         let mut label = String::new();
@@ -59,10 +57,8 @@ impl NamedPrimary {
             .try_reserve_exact(name.len())
             .map_err(|_| crate::fallible::out_of_memory::<u8>("a request's name", name.len()))?;
         label.push_str(name);
-        let id = RequestId(self.next);
-        self.tier.begin_request(id)?;
-        self.next += 1;
-        self.names.insert(label.clone());
+        let tier = &mut self.tier;
+        let id = self.names.insert(name, |id| tier.request_begin(id))?;
         self.labels.insert(id, label);
         Ok(id)
     }
@@ -70,10 +66,10 @@ impl NamedPrimary {
     /// Commits request `id`'s accesses and ends it; its id stays known to
     /// [`NamedPrimary::complete_store`] until every key it planned was
     /// completed.  An id that is not active is `UnknownRequest`.
-    pub fn finish(&mut self, id: RequestId) -> Result<()> {
-        self.tier.on_request_finished(id)?;
+    pub fn request_finished(&mut self, id: RequestId) -> Result<()> {
+        self.tier.request_finished(id)?;
         if let Some(name) = self.labels.remove(&id) {
-            self.names.remove(&name);
+            let _ = self.names.remove(&name);
         }
         if self.tier.stores_pending(id) > 0 {
             self.finishing.insert(id);
@@ -100,19 +96,22 @@ impl NamedPrimary {
     /// completed all the same ([`CompleteStoreReport::checked`]).
     /// With KV groups on, a key too short for its group index is
     /// `InvalidKey` (see [`PrimaryTier::check_keys`]), nothing changed.
-    pub fn complete_store(
+    pub fn complete_store<'k>(
         &mut self,
         id: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         success: bool,
     ) -> Result<CompleteStoreReport> {
-        self.complete_store_each(id, keys.len(), |j| &keys[j], success)
+        with_keys!(keys.into(), |k| self.complete_store_each(
+            id,
+            k.len(),
+            |j| &k[j],
+            success
+        ))
     }
 
-    /// [`NamedPrimary::complete_store`] of keys `key(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    #[doc(hidden)]
-    pub fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`NamedPrimary::complete_store`] of keys `key(0..n)`.
+    fn complete_store_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         id: RequestId,
         n: usize,
@@ -143,8 +142,8 @@ impl NamedPrimary {
     /// finished with keys it planned still write pending
     /// ([`RequestState::Finishing`]; its loads may hold pins too),
     /// finished with only pins its loads took still held, or gone.
-    pub fn state(&self, id: RequestId) -> RequestState {
-        if id.0 == 0 || id.0 >= self.next {
+    pub fn request_state(&self, id: RequestId) -> RequestState {
+        if !self.names.was_issued(id) {
             RequestState::NeverIssued
         } else if self.tier.is_active(id) {
             RequestState::Active
@@ -160,7 +159,7 @@ impl NamedPrimary {
     /// The `UnknownRequest` of a call that does not take `id`, saying
     /// where it stands.
     pub fn unknown(&self, id: RequestId) -> Error {
-        Error::UnknownRequest(self.state(id).why_unknown(id, "primary tier"))
+        Error::UnknownRequest(self.request_state(id).why_unknown(id, "primary tier"))
     }
 
     /// Number of active requests.
@@ -173,6 +172,7 @@ impl NamedPrimary {
 mod tests {
     use super::*;
     use crate::Error;
+    use crate::key::Key;
     use crate::primary::{StoreOutcome, StorePlan};
 
     fn tier() -> NamedPrimary {
@@ -192,22 +192,25 @@ mod tests {
             p.tier.prepare_store(RequestId(0), &[k], &mut plan),
             Err(Error::UnknownRequest(_))
         ));
-        let r = p.begin("r").unwrap();
+        let r = p.request_begin("r").unwrap();
         assert_eq!(r, RequestId(1));
         assert_eq!(p.name(r), Some("r"));
-        assert!(matches!(p.begin("r"), Err(Error::DuplicateRequest(n)) if n == "r"));
-        let s = p.begin("s").unwrap();
+        assert!(matches!(p.request_begin("r"), Err(Error::DuplicateRequest(n)) if n == "r"));
+        let s = p.request_begin("s").unwrap();
         assert_eq!(s, RequestId(2), "a refused begin uses no id");
         assert_eq!(
             p.tier.prepare_store(r, &[k], &mut plan).unwrap(),
             StoreOutcome::Planned
         );
-        p.finish(r).unwrap();
-        assert!(matches!(p.finish(r), Err(Error::UnknownRequest(_))));
+        p.request_finished(r).unwrap();
+        assert!(matches!(
+            p.request_finished(r),
+            Err(Error::UnknownRequest(_))
+        ));
         assert_eq!(p.name(r), None);
         assert_eq!(p.active_requests(), 1);
         // The name is free again (its store still in flight): a new id.
-        let again = p.begin("r").unwrap();
+        let again = p.request_begin("r").unwrap();
         assert_eq!(again, RequestId(3));
         assert!(matches!(
             p.tier.touch(r, &[k]),
@@ -230,21 +233,25 @@ mod tests {
         let mut p = tier();
         let (a, b) = (Key::new(b"a").unwrap(), Key::new(b"b").unwrap());
         let mut plan = StorePlan::default();
-        assert_eq!(p.state(RequestId(0)), RequestState::NeverIssued);
-        assert_eq!(p.state(RequestId(1)), RequestState::NeverIssued);
-        let r = p.begin("r").unwrap();
-        assert_eq!(p.state(r), RequestState::Active);
-        assert_eq!(p.state(RequestId(2)), RequestState::NeverIssued);
+        assert_eq!(p.request_state(RequestId(0)), RequestState::NeverIssued);
+        assert_eq!(p.request_state(RequestId(1)), RequestState::NeverIssued);
+        let r = p.request_begin("r").unwrap();
+        assert_eq!(p.request_state(r), RequestState::Active);
+        assert_eq!(p.request_state(RequestId(2)), RequestState::NeverIssued);
         p.tier.prepare_store(r, &[a, b], &mut plan).unwrap();
         p.complete_store(r, &[a], true).unwrap();
         let mut slots = Vec::new();
         p.tier.prepare_load(r, &[a], &mut slots).unwrap();
-        p.finish(r).unwrap();
-        assert_eq!(p.state(r), RequestState::Finishing, "b in flight");
+        p.request_finished(r).unwrap();
+        assert_eq!(p.request_state(r), RequestState::Finishing, "b in flight");
         p.complete_store(r, &[b], true).unwrap();
-        assert_eq!(p.state(r), RequestState::LoadsPinned, "a still pinned");
+        assert_eq!(
+            p.request_state(r),
+            RequestState::LoadsPinned,
+            "a still pinned"
+        );
         p.tier.complete_load(r, &[a]).unwrap();
-        assert_eq!(p.state(r), RequestState::Gone);
+        assert_eq!(p.request_state(r), RequestState::Gone);
         match p.complete_store(r, &[a], true) {
             Err(Error::UnknownRequest(m)) => {
                 assert_eq!(m, "request handle 1 finished and was let go")
@@ -264,26 +271,26 @@ mod tests {
         let mut p = tier();
         let (a, b) = (Key::new(b"a").unwrap(), Key::new(b"b").unwrap());
         let mut plan = StorePlan::default();
-        let r = p.begin("r").unwrap();
+        let r = p.request_begin("r").unwrap();
         p.tier.prepare_store(r, &[a, b], &mut plan).unwrap();
-        p.finish(r).unwrap();
+        p.request_finished(r).unwrap();
         assert_eq!(p.complete_store(r, &[a], true).unwrap().ready, 1);
         assert_eq!(p.complete_store(r, &[b], false).unwrap().dropped, 1);
         assert!(matches!(
             p.complete_store(r, &[a], true),
             Err(Error::UnknownRequest(_))
         ));
-        let r = p.begin("r").unwrap();
+        let r = p.request_begin("r").unwrap();
         p.tier.prepare_store(r, &[b], &mut plan).unwrap();
-        p.finish(r).unwrap();
+        p.request_finished(r).unwrap();
         p.reset();
         assert!(matches!(
             p.complete_store(r, &[b], true),
             Err(Error::UnknownRequest(_))
         ));
         // A request finished with nothing in flight is unknown at once.
-        let q = p.begin("q").unwrap();
-        p.finish(q).unwrap();
+        let q = p.request_begin("q").unwrap();
+        p.request_finished(q).unwrap();
         assert!(matches!(
             p.complete_store(q, &[a], true),
             Err(Error::UnknownRequest(_))

@@ -3,7 +3,7 @@
 
 use super::slots;
 use crate::error::{Error, Result};
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 /// What `lookup` found.
@@ -38,27 +38,24 @@ impl StorePlan {
 
     /// Writes into `out` (cleared first) the position in `keys` (the batch
     /// given to `prepare_store`) of each key to store: its first occurrence.
-    pub fn positions_in(&self, keys: &[Key], out: &mut Vec<usize>) {
-        self.positions_in_each(keys.len(), |j| &keys[j], out)
-    }
-
-    /// [`StorePlan::positions_in`] a batch of `n` keys `key(0..n)`
-    /// ([`Key`]s, or checked bytes read in place).
-    pub(crate) fn positions_in_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &self,
-        n: usize,
-        key: impl Fn(usize) -> &'k K,
-        out: &mut Vec<usize>,
-    ) {
+    pub fn positions_in<'k>(&self, keys: impl Into<KeyBatch<'k>>, out: &mut Vec<usize>) {
         out.clear();
         out.resize(self.to_store.len(), 0);
-        self.positions_into(n, key, out);
+        self.positions_into(keys, out);
     }
 
-    /// [`StorePlan::positions_in_each`] into the first entries of `out`
-    /// (one per key to store, as many as fit).
-    #[doc(hidden)]
-    pub fn positions_into<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`StorePlan::positions_in`] into the first entries of `out` (one
+    /// per key to store, as many as fit), which is not resized.
+    pub fn positions_into<'k>(&self, keys: impl Into<KeyBatch<'k>>, out: &mut [usize]) {
+        with_keys!(keys.into(), |k| self.positions_into_each(
+            k.len(),
+            |j| &k[j],
+            out
+        ))
+    }
+
+    /// [`StorePlan::positions_into`] of keys `key(0..n)`.
+    pub(crate) fn positions_into_each<'k, K: KeyBytes + ?Sized + 'k>(
         &self,
         n: usize,
         key: impl Fn(usize) -> &'k K,

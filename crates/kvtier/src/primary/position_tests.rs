@@ -83,7 +83,7 @@ fn pin(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) {
 /// keys (numbers from 1000) that need exactly `n` evictions.
 fn pressure(t: &mut PrimaryTier, n: u32) -> Vec<Key> {
     let p = RequestId(999);
-    t.begin_request(p).unwrap();
+    t.request_begin(p).unwrap();
     let free = t.capacity() - t.stats().used;
     let plan = offer(t, p, &ks(&(1000..1000 + n + free).collect::<Vec<_>>()))
         .expect("pressure store planned");
@@ -96,7 +96,7 @@ fn pressure(t: &mut PrimaryTier, n: u32) -> Vec<Key> {
 #[test]
 fn lru_the_tail_of_an_active_request_is_evicted_before_its_head() {
     let mut t = lru(4);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     blocks(&mut t, R, &ks(&[1, 2, 3]));
     put(&mut t, R, &ks(&[1, 2, 3]));
     // Without positions the last stored (3) would be the most recent.
@@ -107,8 +107,8 @@ fn lru_the_tail_of_an_active_request_is_evicted_before_its_head() {
 #[test]
 fn lru_every_batch_of_a_request_shares_its_one_rank() {
     let mut t = lru(8);
-    t.begin_request(R).unwrap();
-    t.begin_request(S).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(S).unwrap();
     blocks(&mut t, R, &ks(&[1, 2, 3]));
     put(&mut t, R, &ks(&[1]));
     // Another request's key, without a position, after R got its rank.
@@ -118,7 +118,7 @@ fn lru_every_batch_of_a_request_shares_its_one_rank() {
     // R's later batches rank below 9: they share R's first rank.
     assert_eq!(t.eviction_order(), ks(&[3, 2, 1, 9]));
     // R's finish commits head most recent, after 9.
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!(t.eviction_order(), ks(&[9, 3, 2, 1]));
     t.check_invariants().unwrap();
 }
@@ -126,8 +126,8 @@ fn lru_every_batch_of_a_request_shares_its_one_rank() {
 #[test]
 fn lru_a_request_has_its_rank_from_its_first_recorded_access() {
     let mut t = lru(8);
-    t.begin_request(R).unwrap();
-    t.begin_request(S).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(S).unwrap();
     // R's first access (a key without a position) gives R its rank ...
     put(&mut t, R, &ks(&[1]));
     put(&mut t, S, &ks(&[9]));
@@ -143,7 +143,7 @@ fn lru_a_request_has_its_rank_from_its_first_recorded_access() {
 fn lru_an_access_only_ever_raises_a_rank() {
     let mut t = lru(8);
     for r in 1..=3 {
-        t.begin_request(RequestId(r)).unwrap();
+        t.request_begin(RequestId(r)).unwrap();
     }
     let (old, mid, new) = (RequestId(1), RequestId(2), RequestId(3));
     // old gets its rank first, then mid's key, then new's.
@@ -166,8 +166,8 @@ fn lru_an_access_only_ever_raises_a_rank() {
 #[test]
 fn lru_an_access_raises_a_key_of_an_older_request_into_the_newer_one() {
     let mut t = lru(8);
-    t.begin_request(R).unwrap();
-    t.begin_request(S).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(S).unwrap();
     blocks(&mut t, R, &ks(&[1, 2]));
     put(&mut t, R, &ks(&[1, 2]));
     put(&mut t, S, &ks(&[7]));
@@ -190,9 +190,9 @@ fn lru_positions_given_after_keys_were_stored_compare_with_earlier_ranks() {
     // The tier numbers its list when the first position arrives: keys
     // stored before then keep their order relative to requests' ranks.
     let mut t = lru(8);
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     put(&mut t, S, &ks(&[1, 3]));
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     put(&mut t, R, &ks(&[5])); // R's rank: above 1 and 3
     put(&mut t, S, &ks(&[2])); // above R's rank
     assert_eq!(t.eviction_order(), ks(&[1, 3, 5, 2]));
@@ -207,7 +207,7 @@ fn lru_positions_given_after_keys_were_stored_compare_with_earlier_ranks() {
 #[test]
 fn lru_a_block_keeps_position_order_whatever_order_keys_arrive_in() {
     let mut t = lru(16);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let keys = ks(&[1, 2, 3, 4, 5, 6, 7, 8]);
     blocks(&mut t, R, &keys);
     // Head first, then tail first, then the middle (backfills).
@@ -229,8 +229,8 @@ fn lru_keys_without_positions_behave_as_if_none_were_ever_given() {
     // for keys it never presents: the order of every key is the same.
     let run = |with_positions: bool| {
         let mut t = lru(6);
-        t.begin_request(R).unwrap();
-        t.begin_request(S).unwrap();
+        t.request_begin(R).unwrap();
+        t.request_begin(S).unwrap();
         if with_positions {
             blocks(&mut t, S, &ks(&[100, 101]));
         }
@@ -240,9 +240,9 @@ fn lru_keys_without_positions_behave_as_if_none_were_ever_given() {
         pin(&mut t, S, &ks(&[3]));
         put(&mut t, R, &ks(&[5, 6, 7]));
         t.complete_load(S, &ks(&[3])).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         let o = t.eviction_order();
-        t.on_request_finished(S).unwrap();
+        t.request_finished(S).unwrap();
         t.check_invariants().unwrap();
         (o, t.eviction_order())
     };
@@ -252,8 +252,8 @@ fn lru_keys_without_positions_behave_as_if_none_were_ever_given() {
 #[test]
 fn lru_reset_starts_a_new_generation_and_keeps_positions() {
     let mut t = lru(4);
-    t.begin_request(R).unwrap();
-    t.begin_request(S).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(S).unwrap();
     blocks(&mut t, R, &ks(&[1, 2]));
     put(&mut t, R, &ks(&[1]));
     t.reset();
@@ -262,7 +262,7 @@ fn lru_reset_starts_a_new_generation_and_keeps_positions() {
     put(&mut t, R, &ks(&[1, 2]));
     // R's positions survived the reset: 2 (tail) below 1 (head).
     assert_eq!(t.eviction_order(), ks(&[9, 2, 1]));
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!(t.eviction_order(), ks(&[9, 2, 1]));
     t.check_invariants().unwrap();
 }
@@ -275,7 +275,7 @@ fn lru_ranks_of_many_active_requests_are_recycled() {
     for round in 0..3u32 {
         for r in 0..40u32 {
             let id = RequestId(r as u64 + 10);
-            t.begin_request(id).unwrap();
+            t.request_begin(id).unwrap();
             let key = k(round * 100 + r);
             if r % 2 == 0 {
                 t.set_positions(id, &[key], &[16]).unwrap();
@@ -284,16 +284,16 @@ fn lru_ranks_of_many_active_requests_are_recycled() {
         }
         t.check_invariants().unwrap();
         for r in 0..40u32 {
-            t.on_request_finished(RequestId(r as u64 + 10)).unwrap();
+            t.request_finished(RequestId(r as u64 + 10)).unwrap();
         }
         t.check_invariants().unwrap();
         assert_eq!(t.eviction_order().len() as u32, t.stats().used);
     }
     let bytes = t.metadata_bytes_per_slot();
     for r in 0..40u32 {
-        t.begin_request(RequestId(r as u64 + 10)).unwrap();
+        t.request_begin(RequestId(r as u64 + 10)).unwrap();
         put(&mut t, RequestId(r as u64 + 10), &[k(r)]);
-        t.on_request_finished(RequestId(r as u64 + 10)).unwrap();
+        t.request_finished(RequestId(r as u64 + 10)).unwrap();
     }
     assert_eq!(
         t.metadata_bytes_per_slot(),
@@ -308,16 +308,16 @@ fn lru_ranks_of_many_active_requests_are_recycled() {
 fn a_refused_store_records_its_keys_for_the_finish() {
     for p in BOTH {
         let mut t = tier(1, p);
-        t.begin_request(R).unwrap();
-        t.begin_request(S).unwrap();
+        t.request_begin(R).unwrap();
+        t.request_begin(S).unwrap();
         put(&mut t, S, &ks(&[1]));
         pin(&mut t, S, &ks(&[1]));
         // R offers 2 (a store candidate) and 1 (ready): refused.
         assert!(offer(&mut t, R, &ks(&[2, 1])).is_none());
         t.complete_load(S, &ks(&[1])).unwrap();
-        t.on_request_finished(S).unwrap();
+        t.request_finished(S).unwrap();
         // 1 was found ready by R: a reuse, committed at R's finish.
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         if p == PolicyKind::Arc {
             assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
         }
@@ -326,23 +326,23 @@ fn a_refused_store_records_its_keys_for_the_finish() {
     // lru: a candidate of a refused store that another request stored
     // since is committed at the finish of the request that offered it.
     let mut t = lru(2);
-    t.begin_request(R).unwrap();
-    t.begin_request(S).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(S).unwrap();
     put(&mut t, S, &ks(&[1]));
     pin(&mut t, S, &ks(&[1]));
     assert!(offer(&mut t, R, &ks(&[2, 3])).is_none());
     t.complete_load(S, &ks(&[1])).unwrap();
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     put_new(&mut t, RequestId(3), &ks(&[2, 4]));
     assert_eq!(t.eviction_order(), ks(&[2, 4]));
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!(t.eviction_order(), ks(&[4, 2]));
     t.check_invariants().unwrap();
 }
 
 fn put_new(t: &mut PrimaryTier, req: RequestId, keys: &[Key]) -> StorePlan {
     if !t.is_active(req) {
-        t.begin_request(req).unwrap();
+        t.request_begin(req).unwrap();
     }
     put(t, req, keys)
 }
@@ -356,7 +356,7 @@ fn set_positions_checks_its_arguments_and_changes_nothing_on_error() {
         t.set_positions(R, &ks(&[1]), &[16]),
         Err(Error::UnknownRequest(_))
     ));
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     assert!(matches!(
         t.set_positions(R, &ks(&[1, 2]), &[16]),
         Err(Error::InvalidArgument(_))
@@ -370,7 +370,7 @@ fn set_positions_checks_its_arguments_and_changes_nothing_on_error() {
     t.set_positions(R, &ks(&[3]), &[48]).unwrap();
     put(&mut t, R, &ks(&[3, 4]));
     assert_eq!(&t.eviction_order()[..2], &ks(&[3, 4])[..]);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert!(matches!(
         t.set_positions(R, &ks(&[1]), &[16]),
         Err(Error::UnknownRequest(_))
@@ -381,7 +381,7 @@ fn set_positions_checks_its_arguments_and_changes_nothing_on_error() {
 fn with_kv_groups_keys_too_short_for_a_group_are_refused() {
     for p in BOTH {
         let mut t = grouped(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let short = Key::new(&[1, 2, 3, 4]).unwrap();
         let good = gk("a", 0);
         let e = t.set_positions(R, &[good, short], &[16, 32]).unwrap_err();
@@ -409,13 +409,13 @@ fn with_kv_groups_keys_too_short_for_a_group_are_refused() {
         assert!(matches!(e, Error::InvalidKey { index: 2, .. }), "{e}");
         t.check_keys(&[good]).unwrap();
         // A finished request's late completion too.
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         let e = t.complete_load(R, &[short]).unwrap_err();
         assert!(matches!(e, Error::InvalidKey { index: 0, .. }), "{e}");
         t.complete_load(R, &[good]).unwrap();
         // Without the option, the same key is an ordinary key.
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         put(&mut t, R, &[short]);
         t.check_keys(&[short]).unwrap();
         t.touch(R, &[short]).unwrap();
@@ -431,7 +431,7 @@ fn with_kv_groups_keys_too_short_for_a_group_are_refused() {
 /// every key is resident, finished as the only access, so the lru order
 /// after the finish is the commit order reversed.
 fn finish_order(t: &mut PrimaryTier, req: RequestId) -> Vec<Key> {
-    t.on_request_finished(req).unwrap();
+    t.request_finished(req).unwrap();
     let mut o = t.eviction_order();
     o.reverse();
     o
@@ -440,7 +440,7 @@ fn finish_order(t: &mut PrimaryTier, req: RequestId) -> Vec<Key> {
 #[test]
 fn finish_goes_by_group_then_by_position_where_a_whole_group_has_them() {
     let mut t = grouped(8, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let (a0, b0, a1, b1, c1) = (gk("a", 0), gk("b", 0), gk("a", 1), gk("b", 1), gk("c", 1));
     // Group 0 fully positioned (presented tail first), group 1 partly.
     t.set_positions(R, &[a0, b0, a1, c1], &[16, 32, 16, 48])
@@ -452,7 +452,7 @@ fn finish_goes_by_group_then_by_position_where_a_whole_group_has_them() {
 #[test]
 fn finish_goes_by_position_across_groups_when_every_key_has_one() {
     let mut t = grouped(8, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let (h0, t0, h1, t1) = (gk("h", 0), gk("t", 0), gk("h", 1), gk("t", 1));
     t.set_positions(R, &[h0, h1, t0, t1], &[16, 16, 32, 32])
         .unwrap();
@@ -464,12 +464,12 @@ fn finish_goes_by_position_across_groups_when_every_key_has_one() {
 #[test]
 fn finish_without_groups_sorts_by_position_only_when_every_key_has_one() {
     let mut t = lru(8);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     t.set_positions(R, &ks(&[1, 2]), &[32, 16]).unwrap();
     put(&mut t, R, &ks(&[1, 2, 3]));
     // 3 has no position: first-presentation order.
     assert_eq!(finish_order(&mut t, R), ks(&[1, 2, 3]));
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     t.set_positions(S, &ks(&[1, 2, 3]), &[32, 16, 8]).unwrap();
     pin(&mut t, S, &ks(&[1, 2, 3]));
     t.complete_load(S, &ks(&[1, 2, 3])).unwrap();
@@ -479,19 +479,19 @@ fn finish_without_groups_sorts_by_position_only_when_every_key_has_one() {
 #[test]
 fn arc_finish_walks_the_same_order_from_the_tail() {
     let mut t = grouped(8, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let (h0, t0, h1, t1) = (gk("h", 0), gk("t", 0), gk("h", 1), gk("t", 1));
     put(&mut t, R, &[t1, h1, t0, h0]);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     // Inserted only: refreshed in T1, group 0's first key most recent.
     assert_eq!(t.eviction_order(), vec![h1, t1, h0, t0]);
     // Reused by S, every key positioned: T2, by position.
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     t.set_positions(S, &[h0, h1, t0, t1], &[16, 16, 32, 32])
         .unwrap();
     pin(&mut t, S, &[t1, h1, t0, h0]);
     t.complete_load(S, &[t1, h1, t0, h0]).unwrap();
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     assert_eq!(t.stats().arc_t2, 4);
     assert_eq!(t.eviction_order(), vec![t1, t0, h1, h0]);
     t.check_invariants().unwrap();

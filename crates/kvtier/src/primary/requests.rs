@@ -2,7 +2,7 @@
 //! each key it stores or loads once, at its first presentation (in
 //! [`RequestRecord`], buffers reused by later requests); the token
 //! positions the caller gives its keys are kept with it; at
-//! [`PrimaryTier::on_request_finished`] its accesses are committed to the
+//! [`PrimaryTier::request_finished`] its accesses are committed to the
 //! policy, in the order positions and KV groups give.  The record also
 //! counts, per key, the pins the request's loads hold: a request that
 //! finishes with some keeps its record for their `complete_load`.
@@ -21,7 +21,7 @@ use super::slots::{self, Slots};
 use super::{PolicyKind, PrimaryTier, positions, unknown};
 use crate::error::{Error, Result};
 use crate::fallible;
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 /// One active request's accesses, committed at its finish.
@@ -250,14 +250,20 @@ impl PrimaryTier {
     /// them).  With lru, a key with a position that the request stores, or
     /// first presents while resident, ranks within the request's rank,
     /// tail below head; at the finish, positions order the commit (see
-    /// [`PrimaryTier::on_request_finished`]).
+    /// [`PrimaryTier::request_finished`]).
     ///
     /// Errors, nothing changed: `UnknownRequest`; `InvalidArgument` if the
     /// slices differ in length; `InvalidKey` (with KV groups on) for a key
     /// too short to carry a group; `OutOfMemory` if memory runs out.  The first
     /// position given to the tier prepares it for positions once (lru: 16
     /// bytes more per slot, and one pass over its list).
-    pub fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    pub fn set_positions<'k>(
+        &mut self,
+        req: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+        positions: &[u64],
+    ) -> Result<()> {
+        let keys = keys.into();
         if keys.len() != positions.len() {
             return Err(Error::InvalidArgument(format!(
                 "set_positions: {} keys but {} positions",
@@ -265,13 +271,17 @@ impl PrimaryTier {
                 positions.len()
             )));
         }
-        self.set_positions_each(req, keys.len(), |j| &keys[j], |j| positions[j])
+        with_keys!(keys, |k| self.set_positions_each(
+            req,
+            k.len(),
+            |j| &k[j],
+            |j| positions[j]
+        ))
     }
 
-    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` ([`Key`]s, or
-    /// checked bytes read in place) with positions `position(0..n)`.
-    #[doc(hidden)]
-    pub fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
+    /// [`PrimaryTier::set_positions`] of keys `key(0..n)` with positions
+    /// `position(0..n)`.
+    fn set_positions_each<'k, K: KeyBytes + ?Sized + 'k>(
         &mut self,
         req: RequestId,
         n: usize,
@@ -337,8 +347,8 @@ impl PrimaryTier {
     /// while its load is still in flight.  Its id then stays known to
     /// [`PrimaryTier::complete_load`] alone, which releases those pins and
     /// no other, and is forgotten with the last of them (or at a reset);
-    /// until then [`PrimaryTier::begin_request`] refuses the id.
-    pub fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
+    /// until then [`PrimaryTier::request_begin`] refuses the id.
+    pub fn request_finished(&mut self, req: RequestId) -> Result<()> {
         let Some(r) = self.requests.get(&req) else {
             return Err(unknown(req));
         };

@@ -12,7 +12,7 @@ use super::writers;
 use super::{PolicyKind, PrimaryTier, StoreOutcome, StorePlan};
 use crate::error::{Error, Result};
 use crate::fallible;
-use crate::key::{Key, KeyBytes};
+use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
 
 /// `scratch_keys` kinds: what the key was at the start of `prepare_store`
@@ -46,13 +46,19 @@ impl PrimaryTier {
     /// [`PrimaryTier::complete_store`] finishes them.  (A request can plan
     /// keys while fewer than 2^31 - 1 other requests have writes in
     /// flight; beyond, its store is refused.)
-    pub fn prepare_store(
+    pub fn prepare_store<'k>(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
-        self.prepare_store_each(req, keys.len(), |j| &keys[j], plan)
+        with_keys!(keys.into(), |k| self.plan_each(
+            req,
+            true,
+            k.len(),
+            |j| &k[j],
+            plan
+        ))
     }
 
     /// Plans a promotion of `keys` (blocks a secondary tier will copy in)
@@ -67,19 +73,6 @@ impl PrimaryTier {
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
         self.plan_each(req, false, keys.len(), |j| &keys[j], plan)
-    }
-
-    /// [`PrimaryTier::prepare_store`] of keys `at(0..n)`: [`Key`]s, or
-    /// checked bytes read in place.
-    #[doc(hidden)]
-    pub fn prepare_store_each<'k, K: KeyBytes + ?Sized + 'k>(
-        &mut self,
-        req: RequestId,
-        n: usize,
-        at: impl Fn(usize) -> &'k K,
-        plan: &mut StorePlan,
-    ) -> Result<StoreOutcome> {
-        self.plan_each(req, true, n, at, plan)
     }
 
     /// Plans a store of keys `at(0..n)` for `req`, written by `req` itself

@@ -107,7 +107,7 @@ fn config_is_checked_and_policy_names_parse() {
 fn lookup_reports_the_three_states_and_changes_nothing() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
         assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
@@ -128,7 +128,7 @@ fn lookup_reports_the_three_states_and_changes_nothing() {
 fn slots_are_fresh_upward_then_most_recently_freed_first() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let plan = store(&mut t, R, &[1, 2, 3]);
         assert_eq!(plan.slots, vec![0, 1, 2]);
         // Free slot 1 then slot 0 via failed stores of fresh keys.
@@ -154,7 +154,7 @@ fn slots_are_fresh_upward_then_most_recently_freed_first() {
 fn prepare_load_pins_in_key_order_and_misuse_changes_nothing() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[3]), &mut plan).unwrap();
@@ -184,7 +184,7 @@ fn prepare_load_pins_in_key_order_and_misuse_changes_nothing() {
 fn complete_load_unpins_and_misuse_names_the_position_and_changes_nothing() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1, 1, 2]), &mut slots).unwrap();
@@ -210,7 +210,7 @@ fn complete_load_unpins_and_misuse_names_the_position_and_changes_nothing() {
 fn store_skips_resident_keys_and_an_empty_plan_is_a_plan() {
     for p in BOTH {
         let mut t = tier(2, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
         // 1 write pending, 2 new
@@ -237,7 +237,7 @@ fn store_skips_resident_keys_and_an_empty_plan_is_a_plan() {
 fn refusal_is_atomic_and_counted() {
     for p in BOTH {
         let mut t = tier(3, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
@@ -268,7 +268,7 @@ fn refusal_is_atomic_and_counted() {
 fn never_evicts_a_key_named_in_the_same_call() {
     for p in BOTH {
         let mut t = tier(2, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
         let mut plan = StorePlan::default();
         // 1 is the LRU key (and in T1 for ARC) but named: 2 goes instead.
@@ -287,7 +287,7 @@ fn never_evicts_a_key_named_in_the_same_call() {
 fn eviction_takes_exactly_the_shortfall_and_reports_in_order() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2, 3]);
         let plan = store(&mut t, R, &[4, 5, 6]);
         assert_eq!(evicted(&plan), ks(&[1, 2]));
@@ -305,7 +305,7 @@ fn eviction_takes_exactly_the_shortfall_and_reports_in_order() {
 fn complete_store_success_failure_and_late_completions() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1, 2, 3]), &mut plan).unwrap();
         let r = t.complete_store(R, &ks(&[1, 9]), true);
@@ -364,7 +364,7 @@ fn complete_store_success_failure_and_late_completions() {
 fn reset_forgets_every_key_whatever_its_state() {
     for p in BOTH {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2, 3, 4]);
         store(&mut t, R, &[5]);
         let mut slots = Vec::new();
@@ -383,7 +383,7 @@ fn reset_forgets_every_key_whatever_its_state() {
         );
         assert!(t.complete_load(R, &ks(&[2])).is_err());
         assert!(t.is_active(R), "requests stay active");
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         t.check_invariants().unwrap();
     }
 }
@@ -405,17 +405,17 @@ fn requests_must_be_begun_once_and_finished_once() {
         Err(Error::UnknownRequest(_))
     ));
     assert!(matches!(
-        t.on_request_finished(R),
+        t.request_finished(R),
         Err(Error::UnknownRequest(_))
     ));
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     assert!(matches!(
-        t.begin_request(R),
+        t.request_begin(R),
         Err(Error::DuplicateRequest(_))
     ));
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert!(matches!(
-        t.on_request_finished(R),
+        t.request_finished(R),
         Err(Error::UnknownRequest(_))
     ));
 }

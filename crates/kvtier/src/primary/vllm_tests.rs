@@ -74,7 +74,7 @@ fn ghosts(t: &PrimaryTier) -> (u32, u32) {
 /// A capacity-`cap` ARC tier whose request `R` is active.
 fn arc(cap: u32) -> PrimaryTier {
     let mut t = tier(cap, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     t
 }
 

@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::events::Event;
-use crate::key::Key;
+use crate::key::{Key, KeyBatch, KeyRef};
 use crate::request::RequestId;
 use crate::stats::Stat;
 
@@ -24,30 +24,34 @@ pub use crate::primary::{
 pub trait PrimaryBackend: Send + 'static {
     /// Number of slots.
     fn capacity(&self) -> u32;
-    /// Starts a request (its accesses are committed at `on_request_finished`).
-    fn begin_request(&mut self, req: RequestId) -> Result<()>;
+    /// Starts a request (its accesses are committed at `request_finished`).
+    fn request_begin(&mut self, req: RequestId) -> Result<()>;
     /// MISS, HIT_PENDING or HIT; changes nothing.
     fn lookup(&self, key: &Key) -> PrimaryLookup;
-    /// [`PrimaryBackend::lookup`] of each of `keys` (each 1..=64 bytes,
-    /// read in place) into `out[i]` (`out` at least as long); changes
-    /// nothing.  By default one [`PrimaryBackend::lookup`] per key.
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
+    /// [`PrimaryBackend::lookup`] of each of `keys` (read in place) into
+    /// `out[i]` (`out` at least as long); changes nothing.  By default one
+    /// [`PrimaryBackend::lookup`] per key.
+    fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
         for (k, o) in keys.iter().zip(out.iter_mut()) {
-            *o = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            *o = self.lookup(&Key::from(*k));
         }
     }
-    /// [`PrimaryBackend::lookup`] of `keys` (each 1..=64 bytes, read in
-    /// place) in order for active request `req`, stopping at the first
+    /// [`PrimaryBackend::lookup`] of `keys` (read in place) in order for active request `req`, stopping at the first
     /// that is not HIT: the number of leading hits and the answer of the
     /// key after them (HIT when every key is one).  `keys` are keys
     /// `first..` of the request's lookup (`first` 0 starts a new one); the
     /// tier may remember where the hits are, to find them faster when the
     /// request's next calls name the same keys (the CPU tier does).
     /// Changes nothing else.  By default one lookup per key.
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
+    fn lookup_prefix_for(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        keys: &[KeyRef<'_>],
+    ) -> PrefixLookup {
         let _ = (req, first);
         for (i, k) in keys.iter().enumerate() {
-            let answer = Key::new(k).map_or(PrimaryLookup::Miss, |k| self.lookup(&k));
+            let answer = self.lookup(&Key::from(*k));
             if answer != PrimaryLookup::Hit {
                 return PrefixLookup {
                     hits: i,
@@ -64,26 +68,11 @@ pub trait PrimaryBackend: Send + 'static {
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()>;
-    /// [`PrimaryBackend::prepare_load`] of keys given as bytes (each
-    /// 1..=64, read in place).  By default the keys are copied first.
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.prepare_load(req, &copied(keys)?, slots_out)
-    }
     /// Marks keys recently used.
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
-    /// [`PrimaryBackend::touch`] of keys given as bytes (each 1..=64, read
-    /// in place).  By default the keys are copied first.
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.touch(req, &copied(keys)?)
-    }
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()>;
     /// [0.33] Gives keys of an active request their token positions.
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
@@ -92,15 +81,10 @@ pub trait PrimaryBackend: Send + 'static {
     /// finished with pins of its loads still held: it then releases only
     /// those, and is forgotten (`UnknownRequest`) with the last; any id
     /// neither active nor holding such pins is `UnknownRequest`.
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()>;
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()>;
     /// Whether `req` finished with pins its loads took still held: only
     /// [`PrimaryBackend::complete_load`] of those takes it.
     fn holds_finished_loads(&self, req: RequestId) -> bool;
-    /// [`PrimaryBackend::complete_load`] of keys given as bytes (each
-    /// 1..=64, read in place).  By default the keys are copied first.
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.complete_load(req, &copied(keys)?)
-    }
     /// Plans a store (slots for new keys, evictions) or refuses it.
     fn prepare_store(
         &mut self,
@@ -140,19 +124,14 @@ pub trait PrimaryBackend: Send + 'static {
     /// Pins ready keys for a cascade (not an access of any request).
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()>;
     /// Unpins keys pinned by [`PrimaryBackend::pin_for_transfer`].
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()>;
-    /// [`PrimaryBackend::unpin_for_transfer`] of keys that were in `slots`
-    /// when pinned (`slots[i]` the slot of `keys[i]`), which a backend may
-    /// look at first; the answer must not depend on them.  By default the
-    /// slots are not used.
-    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
-        let _ = slots;
-        self.unpin_for_transfer(keys)
-    }
+    /// `slots[i]` is the slot `keys[i]` was in when pinned: a hint a
+    /// backend may look at first (or not at all); the answer must not
+    /// depend on it.
+    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()>;
     /// Commits the request's accesses and ends it: only
     /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
     /// takes it after that.
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()>;
+    fn request_finished(&mut self, req: RequestId) -> Result<()>;
     /// Forgets every key and frees every slot; emits one Cleared event.
     fn reset(&mut self);
     /// Moves up to `max` queued events, oldest first, into `out`.
@@ -164,55 +143,39 @@ pub trait PrimaryBackend: Send + 'static {
     fn stat_list(&self) -> Vec<Stat>;
 }
 
-/// `keys` as [`Key`]s; a key of 0 or more than 64 bytes is an error naming
-/// its position.
-fn copied(keys: &[&[u8]]) -> Result<Vec<Key>> {
-    keys.iter()
-        .enumerate()
-        .map(|(i, k)| Key::at(k, i))
-        .collect()
-}
-
 impl PrimaryBackend for crate::primary::PrimaryTier {
     fn capacity(&self) -> u32 {
         crate::primary::PrimaryTier::capacity(self)
     }
-    fn begin_request(&mut self, req: RequestId) -> Result<()> {
-        crate::primary::PrimaryTier::begin_request(self, req)
+    fn request_begin(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::request_begin(self, req)
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
         crate::primary::PrimaryTier::lookup(self, key)
     }
     /// One pass over the keys, their memory reads overlapping.
-    fn lookup_bytes(&self, keys: &[&[u8]], out: &mut [PrimaryLookup]) {
-        let n = keys.len().min(out.len());
-        self.lookup_each(n, |j| keys[j], |i, r| out[i] = r);
+    fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
+        crate::primary::PrimaryTier::lookup_batch(self, keys, out)
     }
     /// One pass over the keys; the request remembers where its hits are.
-    fn lookup_prefix_for(&mut self, req: RequestId, first: usize, keys: &[&[u8]]) -> PrefixLookup {
-        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| keys[j])
+    fn lookup_prefix_for(
+        &mut self,
+        req: RequestId,
+        first: usize,
+        keys: &[KeyRef<'_>],
+    ) -> PrefixLookup {
+        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| &keys[j])
     }
     fn prepare_load(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
         crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
     }
-    fn prepare_load_bytes(
-        &mut self,
-        req: RequestId,
-        keys: &[&[u8]],
-        slots_out: &mut Vec<u32>,
-    ) -> Result<()> {
-        self.prepare_load_each(req, keys.len(), |j| keys[j], slots_out)
-    }
-    fn touch(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         crate::primary::PrimaryTier::touch(self, req, keys)
-    }
-    fn touch_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.touch_each(req, keys.len(), |j| keys[j])
     }
     fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
         crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
@@ -220,14 +183,11 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn enable_kv_groups(&mut self) {
         crate::primary::PrimaryTier::enable_kv_groups(self)
     }
-    fn complete_load(&mut self, req: RequestId, keys: &[Key]) -> Result<()> {
+    fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         crate::primary::PrimaryTier::complete_load(self, req, keys)
     }
     fn holds_finished_loads(&self, req: RequestId) -> bool {
         crate::primary::PrimaryTier::holds_finished_loads(self, req)
-    }
-    fn complete_load_bytes(&mut self, req: RequestId, keys: &[&[u8]]) -> Result<()> {
-        self.complete_load_each(req, keys.len(), |j| keys[j])
     }
     fn prepare_store(
         &mut self,
@@ -264,14 +224,11 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key]) -> Result<()> {
-        crate::primary::PrimaryTier::unpin_for_transfer(self, keys)
-    }
-    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
         crate::primary::PrimaryTier::unpin_for_transfer_in(self, keys, slots)
     }
-    fn on_request_finished(&mut self, req: RequestId) -> Result<()> {
-        crate::primary::PrimaryTier::on_request_finished(self, req)
+    fn request_finished(&mut self, req: RequestId) -> Result<()> {
+        crate::primary::PrimaryTier::request_finished(self, req)
     }
     fn reset(&mut self) {
         crate::primary::PrimaryTier::reset(self)

@@ -69,7 +69,6 @@ mod counters;
 mod entered;
 mod handles;
 mod holds;
-mod in_place;
 mod jobs;
 mod lookup;
 mod observe;
@@ -86,7 +85,6 @@ mod step;
 
 pub(crate) use counters::TIER_MANAGED_STATS;
 use counters::TierCounters;
-pub use lookup::LookupKind;
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};

@@ -14,8 +14,6 @@ pub use adapter_stats::{ADAPTER_STATS, AdapterStats};
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, PressurePolicy};
 pub use listen::{EventBatch, EventListener};
-#[doc(hidden)]
-pub use manager::LookupKind;
 pub use manager::{EventBuffer, QueuedEvents};
 pub use manager::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kvtier::tiers::fs::format::{HEADER_LEN, Layout};
+use kvtier_core::tiers::fs::format::{HEADER_LEN, Layout};
 
 use crate::fs_blocks::key;
 use crate::rng::Rng;

@@ -9,18 +9,18 @@ use super::*;
 fn a_finish_makes_the_head_most_recent_whenever_the_stores_complete() {
     for finish_first in [false, true] {
         let mut t = lru(4);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let prefix = ks(&[1, 2, 3, 4]);
         let plan = offer(&mut t, R, &prefix).unwrap();
         if finish_first {
-            t.on_request_finished(R).unwrap();
+            t.request_finished(R).unwrap();
         }
         // Completion order reversed on purpose.
         let mut done = plan.to_store.clone();
         done.reverse();
         t.complete_store(R, &done, true);
         if !finish_first {
-            t.on_request_finished(R).unwrap();
+            t.request_finished(R).unwrap();
         }
         put_new(&mut t, S, &ks(&[5]));
         assert_eq!(t.stats().evictions, 1);
@@ -35,15 +35,15 @@ fn a_finish_makes_the_head_most_recent_whenever_the_loads_complete() {
         let mut t = lru(4);
         let prefix = ks(&[1, 2, 3, 4]);
         put_new(&mut t, R, &prefix);
-        t.begin_request(S).unwrap();
+        t.request_begin(S).unwrap();
         pin(&mut t, S, &prefix);
         if finish_first {
-            t.on_request_finished(S).unwrap();
+            t.request_finished(S).unwrap();
         }
         t.complete_load(if finish_first { R } else { S }, &ks(&[4, 3, 2, 1]))
             .unwrap();
         if !finish_first {
-            t.on_request_finished(S).unwrap();
+            t.request_finished(S).unwrap();
         }
         let plan = put_new(&mut t, RequestId(3), &ks(&[5]));
         assert_eq!(plan.evicted, ks(&[4]));
@@ -54,11 +54,11 @@ fn a_finish_makes_the_head_most_recent_whenever_the_loads_complete() {
 #[test]
 fn a_late_completion_does_not_make_an_old_request_recent() {
     let mut t = lru(4);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let old = offer(&mut t, R, &ks(&[1, 2])).unwrap();
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     put_new(&mut t, S, &ks(&[3, 4]));
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     t.complete_store(R, &old.to_store, true);
     let plan = put_new(&mut t, RequestId(3), &ks(&[5]));
     assert_eq!(plan.evicted, ks(&[2]));
@@ -75,15 +75,15 @@ fn arc_counts_a_reuse_once_and_keeps_a_requests_own_insertions_in_t1() {
     offer(&mut t, R, &prefix).unwrap();
     pin(&mut t, R, &prefix);
     t.complete_load(R, &prefix).unwrap();
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (4, 0));
     assert_eq!(t.eviction_order(), ks(&[4, 3, 2, 1]));
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     for _ in 0..2 {
         pin(&mut t, S, &prefix);
         t.complete_load(S, &prefix).unwrap();
     }
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 4));
     assert_eq!(t.eviction_order(), ks(&[4, 3, 2, 1]));
 }
@@ -93,14 +93,14 @@ fn arc_counts_a_reuse_once_and_keeps_a_requests_own_insertions_in_t1() {
 fn arc_a_reuse_counts_even_if_the_request_later_stores_the_key_again() {
     let mut t = tier(1, PolicyKind::Arc);
     put_new(&mut t, RequestId(5), &ks(&[1]));
-    t.on_request_finished(RequestId(5)).unwrap();
-    t.begin_request(R).unwrap();
+    t.request_finished(RequestId(5)).unwrap();
+    t.request_begin(R).unwrap();
     pin(&mut t, R, &ks(&[1]));
     t.complete_load(R, &ks(&[1])).unwrap();
     put_new(&mut t, S, &ks(&[2])); // evicts 1
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     put(&mut t, R, &ks(&[1])); // evicts 2
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
     assert_eq!(t.eviction_order(), ks(&[1]));
 }
@@ -116,14 +116,14 @@ fn a_finish_commits_each_key_once_group_by_group() {
         let g1_head = gk("group-1-head", 1);
         let g1_tail = gk("group-1-tail", 1);
         put_new(&mut t, S, &[existing]);
-        t.on_request_finished(S).unwrap();
-        t.begin_request(R).unwrap();
+        t.request_finished(S).unwrap();
+        t.request_begin(R).unwrap();
         // Group 1 first presented, but the finish goes by group index.
         offer(&mut t, R, &[g1_head, existing, g0_new]).unwrap();
         offer(&mut t, R, &[g0_new, g1_head, g1_tail]).unwrap();
         t.complete_store(R, &[g1_head, g0_new, g1_tail], true);
-        t.on_request_finished(R).unwrap();
-        assert!(t.on_request_finished(R).is_err(), "finished once");
+        t.request_finished(R).unwrap();
+        assert!(t.request_finished(R).is_err(), "finished once");
         match p {
             // Head (existing, then group 0's new key) most recent.
             PolicyKind::Lru => {
@@ -146,10 +146,10 @@ fn a_finish_commits_each_key_once_group_by_group() {
 fn a_refused_store_records_the_candidate_and_the_ready_key_once() {
     let mut t = tier(1, PolicyKind::Arc);
     put_new(&mut t, S, &ks(&[1]));
-    t.on_request_finished(S).unwrap();
-    t.begin_request(RequestId(3)).unwrap();
+    t.request_finished(S).unwrap();
+    t.request_begin(RequestId(3)).unwrap();
     pin(&mut t, RequestId(3), &ks(&[1]));
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     assert!(offer(&mut t, R, &ks(&[2, 1])).is_none());
     let a: Vec<(Key, bool, bool)> = t.requests[&R]
         .accesses
@@ -157,7 +157,7 @@ fn a_refused_store_records_the_candidate_and_the_ready_key_once() {
         .map(|a| (a.key, a.reused, a.inserted))
         .collect();
     assert_eq!(a, vec![(k(2), false, false), (k(1), true, false)]);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
     t.complete_load(RequestId(3), &ks(&[1])).unwrap();
 }
@@ -166,12 +166,12 @@ fn a_refused_store_records_the_candidate_and_the_ready_key_once() {
 #[test]
 fn arc_a_write_pending_key_offered_again_is_no_reuse() {
     let mut t = tier(2, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     offer(&mut t, R, &ks(&[1])).unwrap();
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     let plan = offer(&mut t, S, &ks(&[1])).unwrap();
     assert!(plan.to_store.is_empty());
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     assert_eq!(t.lookup(&k(1)), PrimaryLookup::HitPending);
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (1, 0));
 }
@@ -183,12 +183,12 @@ fn arc_a_reset_forgets_what_an_active_request_inserted() {
     put_new(&mut t, R, &ks(&[1]));
     t.reset();
     put_new(&mut t, S, &ks(&[1]));
-    t.on_request_finished(S).unwrap();
+    t.request_finished(S).unwrap();
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (1, 0));
     // R inserted 1 before the reset: after it, R's load is a reuse.
     pin(&mut t, R, &ks(&[1]));
     t.complete_load(R, &ks(&[1])).unwrap();
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!((t.stats().arc_t1, t.stats().arc_t2), (0, 1));
 }
 
@@ -196,12 +196,12 @@ fn arc_a_reset_forgets_what_an_active_request_inserted() {
 #[test]
 fn positions_order_the_finish_whatever_order_the_keys_were_stored_in() {
     let mut t = lru(2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let (head, tail) = (k(1), k(2));
     t.set_positions(R, &[head, tail], &[16, 32]).unwrap();
     let a = offer(&mut t, R, &[tail]).unwrap();
     let b = offer(&mut t, R, &[head]).unwrap();
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     t.complete_store(R, &[b.to_store, a.to_store].concat(), true);
     let plan = put_new(&mut t, S, &ks(&[3]));
     assert_eq!(plan.evicted, vec![tail]);
@@ -217,13 +217,13 @@ fn positions_evict_the_tails_of_every_group_first() {
         gk("group-1-head", 1),
         gk("group-1-tail", 1),
     );
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     t.set_positions(R, &[h0, h1, t0, t1], &[16, 16, 32, 32])
         .unwrap();
     put(&mut t, R, &[h0, t0, h1, t1]);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     let mut plan = StorePlan::default();
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     t.prepare_store(S, &[gk("x", 0), gk("y", 0)], &mut plan)
         .unwrap();
     let mut evicted = plan.evicted.clone();
@@ -237,7 +237,7 @@ fn an_unfinished_prefix_survives_pressure_across_store_batches() {
     for batch in 1..=3usize {
         for reverse_completion in [false, true] {
             let mut t = grouped(8, PolicyKind::Lru);
-            t.begin_request(R).unwrap();
+            t.request_begin(R).unwrap();
             let groups: Vec<Vec<Key>> = (0..2)
                 .map(|g| (0..3).map(|p| gk(&p.to_string(), g)).collect())
                 .collect();
@@ -260,7 +260,7 @@ fn an_unfinished_prefix_survives_pressure_across_store_batches() {
                     t.complete_store(R, b, true);
                 }
             }
-            t.begin_request(S).unwrap();
+            t.request_begin(S).unwrap();
             let fresh: Vec<Key> = (10..14).map(|i| gk(&i.to_string(), 0)).collect();
             let plan = offer(&mut t, S, &fresh).unwrap();
             let mut evicted = plan.evicted.clone();
@@ -283,8 +283,8 @@ fn an_unfinished_reused_prefix_outlives_the_new_tail() {
         let mut t = lru(4);
         let (head, middle, tail) = (k(1), k(2), k(3));
         put_new(&mut t, S, &[head, middle]);
-        t.on_request_finished(S).unwrap();
-        t.begin_request(R).unwrap();
+        t.request_finished(S).unwrap();
+        t.request_begin(R).unwrap();
         blocks(&mut t, R, &[head, middle, tail]);
         if by_load {
             pin(&mut t, R, &[head, middle]);
@@ -305,7 +305,7 @@ fn an_unfinished_reused_prefix_outlives_the_new_tail() {
 #[test]
 fn an_unfinished_backfill_orders_by_token_position() {
     let mut t = lru(3);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let (head, middle, tail) = (k(1), k(2), k(3));
     blocks(&mut t, R, &[head, middle, tail]);
     for key in [head, tail, middle] {
@@ -319,7 +319,7 @@ fn an_unfinished_backfill_orders_by_token_position() {
 #[test]
 fn a_retried_store_keeps_the_prefix_order() {
     let mut t = lru(2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let (head, tail) = (k(1), k(2));
     t.set_positions(R, &[head, tail], &[16, 32]).unwrap();
     offer(&mut t, R, &[head]).unwrap();
@@ -335,12 +335,12 @@ fn a_retried_store_keeps_the_prefix_order() {
 #[test]
 fn a_reset_discards_the_rank_of_an_unfinished_request() {
     let mut t = lru(2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let head = k(1);
     t.set_positions(R, &[head], &[16]).unwrap();
     put(&mut t, R, &[head]);
     t.reset();
-    t.begin_request(S).unwrap();
+    t.request_begin(S).unwrap();
     let other = k(9);
     t.set_positions(S, &[other], &[16]).unwrap();
     put(&mut t, S, &[other]);
@@ -356,7 +356,7 @@ fn an_older_request_does_not_demote_a_newer_shared_access() {
     let (old, cold, newer) = (RequestId(1), RequestId(2), RequestId(3));
     let (pinned, cold_key, shared) = (k(1), k(2), k(3));
     for (req, key, p) in [(old, pinned, 16), (cold, cold_key, 16), (newer, shared, 32)] {
-        t.begin_request(req).unwrap();
+        t.request_begin(req).unwrap();
         t.set_positions(req, &[key], &[p]).unwrap();
         put(&mut t, req, &[key]);
     }
@@ -376,7 +376,7 @@ fn an_older_request_does_not_demote_a_newer_shared_access() {
 fn stores_alone_order_positioned_keys_including_backfills() {
     for complete_at_once in [true, false] {
         let mut t = lru(3);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let (head, middle, tail) = (k(1), k(2), k(3));
         blocks(&mut t, R, &[head, middle, tail]);
         for key in [head, tail, middle] {
@@ -388,7 +388,7 @@ fn stores_alone_order_positioned_keys_including_backfills() {
         if !complete_at_once {
             t.complete_store(R, &[head, middle, tail], true);
         }
-        t.begin_request(S).unwrap();
+        t.request_begin(S).unwrap();
         let plan = offer(&mut t, S, &ks(&[4, 5])).unwrap();
         assert_eq!(plan.evicted, vec![tail, middle]);
         assert_eq!(t.lookup(&head), PrimaryLookup::Hit);

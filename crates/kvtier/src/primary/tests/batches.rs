@@ -9,7 +9,7 @@ use super::*;
 fn pinned_write_pending_and_named_keys_are_all_passed_over_by_eviction() {
     for p in BOTH {
         let mut t = tier(6, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2, 3, 4]);
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[5, 6]), &mut plan).unwrap(); // pending, full
@@ -33,7 +33,7 @@ fn pinned_write_pending_and_named_keys_are_all_passed_over_by_eviction() {
 fn a_request_records_each_key_once_however_often_it_presents_it() {
     for p in BOTH {
         let mut t = tier(8, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2, 3]);
         let mut slots = Vec::new();
         // A record per presentation would show as thousands of entries
@@ -61,7 +61,7 @@ fn a_request_records_each_key_once_however_often_it_presents_it() {
             "{p:?}: first-presentation order, with the keys' slots; all were \
              stored by the request, so finding them ready later is no reuse"
         );
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         if p == PolicyKind::Lru {
             // Head most recent: 1 (first presented), then 2, then 3.
             assert_eq!(order(&t), ks(&[3, 2, 1]));
@@ -81,7 +81,7 @@ fn a_request_records_each_key_once_however_often_it_presents_it() {
 fn busy_keys_passed_over_once_are_parked_and_come_back_at_their_recency() {
     for p in BOTH {
         let mut t = tier(100, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let all: Vec<u32> = (0..100).collect();
         store(&mut t, R, &all);
         // Pin the 90 oldest keys: the first eviction passes over them once.
@@ -122,7 +122,7 @@ fn large_tiers_prefetch_and_keep_their_invariants() {
     };
     for p in BOTH {
         let mut t = tier(n, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let all: Vec<u32> = (0..n + evictions).collect();
         for chunk in all.chunks(40) {
             store(&mut t, R, chunk);
@@ -135,7 +135,7 @@ fn large_tiers_prefetch_and_keep_their_invariants() {
         t.complete_load(R, &some).unwrap();
         assert_eq!(t.lookup(&k(0)), PrimaryLookup::Miss);
         assert_eq!(t.lookup(&k(n + evictions - 1)), PrimaryLookup::Hit);
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         t.check_invariants().unwrap();
     }
 }
@@ -168,7 +168,7 @@ fn arc_ghosts_of_tiny_tiers_fit_their_index() {
     // Ghost lists of a 1..8-slot tier fill up to capacity ghosts each.
     for cap in 1..=8u32 {
         let mut t = tier(cap, PolicyKind::Arc);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         // Both ghost lists are full after 4 x cap - 2 stores; under Miri,
         // a thousand times slower, the churn stops two stores later.
         let stores = if cfg!(miri) { 4 * cap } else { 64 };
@@ -194,7 +194,7 @@ fn batched_lookups_agree_with_single_lookups() {
     let large = if cfg!(miri) { 256 + 8 } else { (1 << 16) + 8 };
     for n in [64u32, large] {
         let mut t = tier(n, PolicyKind::Lru);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let ready: Vec<u32> = (0..n / 2).collect();
         for chunk in ready.chunks(40) {
             store(&mut t, R, chunk);
@@ -260,8 +260,8 @@ fn commits_find_keys_that_moved_since_they_were_recorded() {
     // elsewhere by other requests, or gone, are still committed correctly.
     let mut t = tier(4, PolicyKind::Lru);
     let other = RequestId(2);
-    t.begin_request(R).unwrap();
-    t.begin_request(other).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(other).unwrap();
     store(&mut t, R, &[1, 2]); // slots 0, 1
     store(&mut t, other, &[3, 4]); // slots 2, 3
     // Other evicts 1 and 2 (oldest), then stores 1 again: it lands in a freed slot.
@@ -275,7 +275,7 @@ fn commits_find_keys_that_moved_since_they_were_recorded() {
         "5 took 2's slot, 1's old slot went to 6"
     );
     assert_ne!(slot_of_1, 0);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     // R's commit made 1 most recent, at its new slot; 2 is gone, and the
     // slot it had (now 5's) was not committed in its place.
     assert_eq!(order(&t).last(), Some(&k(1)));
@@ -296,7 +296,7 @@ fn sizes_beyond_their_limits_are_invalid_arguments() {
     assert!(e.to_string().contains("admission_table_size"), "{e}");
     // At the limit the table allocates nothing up front: it grows with offers.
     let mut t = PrimaryTier::new(config(MAX_ADMISSION_TABLE_SIZE)).unwrap();
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
     assert!(plan.to_store.is_empty(), "first offers are only counted");

@@ -11,8 +11,8 @@ const OTHER: RequestId = RequestId(2);
 /// active.
 fn loaded_tier(p: PolicyKind) -> PrimaryTier {
     let mut t = tier(4, p);
-    t.begin_request(R).unwrap();
-    t.begin_request(OTHER).unwrap();
+    t.request_begin(R).unwrap();
+    t.request_begin(OTHER).unwrap();
     store(&mut t, OTHER, &[1, 2, 3, 4]);
     t
 }
@@ -29,7 +29,7 @@ fn a_finished_request_completes_only_the_loads_it_still_holds() {
         // R pins 1 (twice) and 2; OTHER pins 1 and 3.
         t.prepare_load(R, &ks(&[1, 2, 1]), &mut slots).unwrap();
         t.prepare_load(OTHER, &ks(&[1, 3]), &mut slots).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         assert!(!t.is_active(R), "{p:?}: a finished request is not active");
         t.check_invariants().unwrap();
 
@@ -38,7 +38,7 @@ fn a_finished_request_completes_only_the_loads_it_still_holds() {
         assert!(unknown_request(t.touch(R, &ks(&[1]))));
         assert!(unknown_request(t.prepare_load(R, &ks(&[4]), &mut slots)));
         assert!(unknown_request(t.set_positions(R, &ks(&[1]), &[16])));
-        assert!(unknown_request(t.on_request_finished(R)));
+        assert!(unknown_request(t.request_finished(R)));
         let mut plan = StorePlan::default();
         assert!(matches!(
             t.prepare_store(R, &ks(&[5]), &mut plan),
@@ -98,7 +98,7 @@ fn a_refused_unpin_of_a_finished_request_keeps_its_pins() {
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
         t.unpin_for_transfer(&ks(&[1])).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         let e = t.complete_load(R, &ks(&[2, 1])).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
         assert!(e.to_string().contains("not pinned"), "{e}");
@@ -125,7 +125,7 @@ fn a_finish_commits_at_once_whatever_loads_are_still_pinned() {
             if !late {
                 t.complete_load(R, &ks(&[3, 1])).unwrap();
             }
-            t.on_request_finished(R).unwrap();
+            t.request_finished(R).unwrap();
             let at_finish = order(&t);
             if late {
                 t.complete_load(R, &ks(&[1])).unwrap();
@@ -146,15 +146,15 @@ fn a_reset_forgets_finished_requests_and_their_id_is_busy_until_then() {
         let mut t = loaded_tier(p);
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         // The id still names the finished request's loads.
         assert!(matches!(
-            t.begin_request(R),
+            t.request_begin(R),
             Err(Error::DuplicateRequest(_))
         ));
         t.reset();
         assert!(unknown_request(t.complete_load(R, &ks(&[1]))));
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         t.check_invariants().unwrap();
     }
 }
@@ -168,9 +168,9 @@ fn a_reset_also_forgets_the_pins_an_active_request_holds() {
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
         t.reset();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         assert!(unknown_request(t.complete_load(R, &ks(&[1]))));
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         t.check_invariants().unwrap();
     }
 }
@@ -187,12 +187,12 @@ fn a_late_completion_never_releases_a_pin_another_request_took() {
     for p in BOTH {
         let mut t = tier(1, p);
         for r in [R, OTHER, T] {
-            t.begin_request(r).unwrap();
+            t.request_begin(r).unwrap();
         }
         store(&mut t, OTHER, &[1]);
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         t.prepare_load(OTHER, &ks(&[1]), &mut slots).unwrap();
         t.complete_load(OTHER, &ks(&[1])).unwrap();
         t.complete_load(OTHER, &ks(&[1])).unwrap();
@@ -227,13 +227,13 @@ fn a_pin_taken_while_its_request_was_active_is_not_released_after_its_finish() {
     for p in BOTH {
         let mut t = tier(2, p);
         for r in [R, OTHER, T] {
-            t.begin_request(r).unwrap();
+            t.request_begin(r).unwrap();
         }
         store(&mut t, OTHER, &[1, 2]);
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
         t.complete_load(OTHER, &ks(&[1])).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         t.prepare_load(T, &ks(&[1]), &mut slots).unwrap();
         // Key 2's pin is R's own: released; key 1's was taken.
         t.complete_load(R, &ks(&[2, 1])).unwrap();
@@ -252,12 +252,12 @@ fn a_pin_taken_while_its_request_was_active_is_not_released_after_its_finish() {
 fn a_taken_pin_is_charged_once_and_a_key_never_pinned_is_still_refused() {
     for p in BOTH {
         let mut t = loaded_tier(p);
-        t.begin_request(T).unwrap();
+        t.request_begin(T).unwrap();
         let mut slots = Vec::new();
         // R pins 1 twice and 2 once; OTHER takes one pin of 1.
         t.prepare_load(R, &ks(&[1, 1, 2]), &mut slots).unwrap();
         t.complete_load(OTHER, &ks(&[1])).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         t.prepare_load(T, &ks(&[1]), &mut slots).unwrap();
         assert_eq!(t.ref_count(&k(1)), Some(2));
         // Key 3 R never pinned: refused, nothing changed.
@@ -289,7 +289,7 @@ fn a_refused_late_completion_gives_back_the_spent_pins_it_charged() {
         t.prepare_load(R, &ks(&[1, 2]), &mut slots).unwrap();
         t.complete_load(OTHER, &ks(&[1])).unwrap();
         t.unpin_for_transfer(&ks(&[2])).unwrap();
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         let e = t.complete_load(R, &ks(&[1, 2])).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 1, .. }), "{p:?}: {e}");
         assert_eq!(t.stats().spent_load_completions, 0, "{p:?}");
@@ -311,14 +311,14 @@ fn a_refused_unpin_of_an_active_request_keeps_its_pins_and_spends_nothing() {
         let mut slots = Vec::new();
         t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
         t.prepare_load(OTHER, &ks(&[3]), &mut slots).unwrap();
-        t.on_request_finished(OTHER).unwrap();
+        t.request_finished(OTHER).unwrap();
         let e = t.complete_load(R, &ks(&[1, 3, 9])).unwrap_err();
         assert!(matches!(e, Error::KeyState { index: 2, .. }), "{p:?}: {e}");
         t.check_invariants().unwrap();
         t.complete_load(OTHER, &ks(&[3])).unwrap();
         assert_eq!(t.ref_count(&k(3)), Some(0), "{p:?}: released, not charged");
         assert_eq!(t.stats().spent_load_completions, 0, "{p:?}");
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         t.complete_load(R, &ks(&[1])).unwrap();
         assert_eq!(t.ref_count(&k(1)), Some(0), "{p:?}: R's own pin, late");
         assert!(unknown_request(t.complete_load(R, &ks(&[1]))), "{p:?}");

@@ -93,8 +93,8 @@ fn calls_after_a_lookup_answer_as_without_hints() {
                     0 | 1 if active.len() < 4 => {
                         let req = RequestId(next_req);
                         next_req += 1;
-                        p.hinted.begin_request(req).unwrap();
-                        p.plain.begin_request(req).unwrap();
+                        p.hinted.request_begin(req).unwrap();
+                        p.plain.request_begin(req).unwrap();
                         let start = rng.below(40) as u32;
                         let keys =
                             ks(&(start..start + 1 + rng.below(12) as u32).collect::<Vec<_>>());
@@ -147,8 +147,8 @@ fn calls_after_a_lookup_answer_as_without_hints() {
                     4 if !active.is_empty() => {
                         let (req, _, _) = active.remove(rng.below(active.len() as u64) as usize);
                         same(
-                            p.hinted.on_request_finished(req),
-                            p.plain.on_request_finished(req),
+                            p.hinted.request_finished(req),
+                            p.plain.request_finished(req),
                             &what,
                         );
                     }
@@ -176,7 +176,7 @@ fn a_hint_whose_slot_now_holds_another_key_is_not_trusted() {
         let (q, r, s) = (RequestId(1), RequestId(2), RequestId(3));
         for t in [&mut p.hinted, &mut p.plain] {
             for req in [q, r, s] {
-                t.begin_request(req).unwrap();
+                t.request_begin(req).unwrap();
             }
             store(t, q, &[0, 1, 2, 3]);
         }
@@ -208,8 +208,8 @@ fn a_hint_whose_slot_now_holds_another_key_is_not_trusted() {
             );
         }
         same(
-            p.hinted.on_request_finished(r),
-            p.plain.on_request_finished(r),
+            p.hinted.request_finished(r),
+            p.plain.request_finished(r),
             "finish",
         );
         p.check("after the finish");

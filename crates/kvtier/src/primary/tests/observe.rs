@@ -9,7 +9,7 @@ use crate::events::EventKind;
 fn events_stored_removed_cleared_and_unannounced_keys_are_never_removed() {
     for p in BOTH {
         let mut t = tier(2, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&[1, 2]), &mut plan).unwrap();
         t.complete_store(R, &ks(&[1]), true);
@@ -49,7 +49,7 @@ fn event_buffer_is_bounded_drops_new_events_and_counts_them() {
         ..Default::default()
     })
     .unwrap();
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3]); // "stored 3" is dropped
     assert_eq!((t.events_queued(), t.stats().events_dropped), (2, 1));
     let mut ev = Vec::new();
@@ -78,7 +78,7 @@ fn event_buffer_is_bounded_drops_new_events_and_counts_them() {
         ..Default::default()
     })
     .unwrap();
-    off.begin_request(R).unwrap();
+    off.request_begin(R).unwrap();
     store(&mut off, R, &[1, 2, 3]);
     assert_eq!((off.events_queued(), off.stats().events_dropped), (0, 0));
 }
@@ -86,7 +86,7 @@ fn event_buffer_is_bounded_drops_new_events_and_counts_them() {
 #[test]
 fn stats_gauges_and_usage_fractions() {
     let mut t = tier(10, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3]);
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[4, 5]), &mut plan).unwrap();

@@ -8,7 +8,7 @@ use super::*;
 #[test]
 fn lru_new_keys_are_most_recent_in_batch_order() {
     let mut t = tier(8, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3]);
     store(&mut t, R, &[4]);
     assert_eq!(order(&t), ks(&[1, 2, 3, 4]));
@@ -17,7 +17,7 @@ fn lru_new_keys_are_most_recent_in_batch_order() {
 #[test]
 fn lru_touch_reverses_the_batch_so_the_head_is_most_recent() {
     let mut t = tier(8, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3, 4]);
     t.touch(R, &ks(&[1, 2, 9])).unwrap();
     assert_eq!(order(&t), ks(&[3, 4, 2, 1]));
@@ -26,7 +26,7 @@ fn lru_touch_reverses_the_batch_so_the_head_is_most_recent() {
 #[test]
 fn lru_pinned_keys_keep_their_recency_and_touching_them_counts() {
     let mut t = tier(3, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3]);
     let mut slots = Vec::new();
     t.prepare_load(R, &ks(&[1]), &mut slots).unwrap();
@@ -45,13 +45,13 @@ fn lru_pinned_keys_keep_their_recency_and_touching_them_counts() {
 #[test]
 fn lru_request_finish_commits_accesses_head_most_recent() {
     let mut t = tier(8, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3]);
     assert_eq!(order(&t), ks(&[1, 2, 3]));
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!(order(&t), ks(&[3, 2, 1]));
     let q = RequestId(2);
-    t.begin_request(q).unwrap();
+    t.request_begin(q).unwrap();
     store(&mut t, q, &[4, 5]);
     // q presents 2 (ready, reused) then 4, 5 were stored: head order 4, 5, 2, 6
     let mut slots = Vec::new();
@@ -59,14 +59,14 @@ fn lru_request_finish_commits_accesses_head_most_recent() {
     t.complete_load(q, &ks(&[2])).unwrap();
     store(&mut t, q, &[6]);
     assert_eq!(order(&t), ks(&[3, 2, 1, 4, 5, 6]));
-    t.on_request_finished(q).unwrap();
+    t.request_finished(q).unwrap();
     assert_eq!(order(&t), ks(&[3, 1, 6, 2, 5, 4]));
 }
 
 #[test]
 fn lru_write_pending_and_pinned_keys_are_skipped_by_eviction() {
     let mut t = tier(3, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
     store(&mut t, R, &[2, 3]);
@@ -81,7 +81,7 @@ fn lru_write_pending_and_pinned_keys_are_skipped_by_eviction() {
 #[test]
 fn arc_new_keys_enter_t1_and_touch_moves_ready_ones_to_t2() {
     let mut t = tier(8, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2]);
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[3]), &mut plan).unwrap(); // write pending
@@ -97,7 +97,7 @@ fn arc_new_keys_enter_t1_and_touch_moves_ready_ones_to_t2() {
 #[test]
 fn arc_evicts_t1_at_or_above_target_into_b1_and_ghost_touch_adapts() {
     let mut t = tier(2, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2]);
     t.touch(R, &ks(&[2])).unwrap(); // T1=[1], T2=[2]
     let plan = store(&mut t, R, &[3]); // |T1|=1 >= target 0: evict 1 -> B1
@@ -122,7 +122,7 @@ fn arc_evicts_t1_at_or_above_target_into_b1_and_ghost_touch_adapts() {
 #[test]
 fn arc_compares_with_the_truncated_target_and_falls_back_to_the_other_list() {
     let mut t = tier(4, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3, 4]);
     t.touch(R, &ks(&[3, 4])).unwrap(); // T1=[1,2] T2=[4,3]
     store(&mut t, R, &[5]); // evicts 1 -> B1; T1=[2,5]
@@ -141,12 +141,12 @@ fn arc_compares_with_the_truncated_target_and_falls_back_to_the_other_list() {
 #[test]
 fn arc_store_offer_of_a_ghost_adapts_once_per_request_and_key_even_when_refused() {
     let mut t = tier(2, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2]);
     store(&mut t, R, &[3]); // 1 -> B1
     assert_eq!(arc_stats(&t), (2, 0, 1, 0, 0.0));
     let q = RequestId(2);
-    t.begin_request(q).unwrap();
+    t.request_begin(q).unwrap();
     let mut slots = Vec::new();
     t.prepare_load(q, &ks(&[2, 3]), &mut slots).unwrap(); // nothing evictable
     let mut plan = StorePlan::default();
@@ -161,7 +161,7 @@ fn arc_store_offer_of_a_ghost_adapts_once_per_request_and_key_even_when_refused(
     );
     assert_eq!(arc_stats(&t).4, 1.0, "once per request and key");
     let r3 = RequestId(3);
-    t.begin_request(r3).unwrap();
+    t.request_begin(r3).unwrap();
     t.prepare_store(r3, &ks(&[1]), &mut plan).unwrap();
     assert_eq!(arc_stats(&t).4, 2.0, "another request adapts again");
     t.complete_load(q, &ks(&[2, 3])).unwrap();
@@ -175,7 +175,7 @@ fn arc_store_offer_of_a_ghost_adapts_once_per_request_and_key_even_when_refused(
 #[test]
 fn arc_ghost_lists_are_bounded_by_capacity_oldest_forgotten() {
     let mut t = tier(2, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     for n in 1..=8 {
         store(&mut t, R, &[n]);
     }
@@ -201,14 +201,14 @@ fn metadata_per_slot_counts_every_array() {
     let mut lru = tier(capacity, PolicyKind::Lru);
     assert_eq!(lru.metadata_bytes_per_slot(), lru_bytes);
     // Once positions are in use, 16 bytes of rank per slot and marker.
-    lru.begin_request(R).unwrap();
+    lru.request_begin(R).unwrap();
     lru.set_positions(R, &ks(&[1]), &[16]).unwrap();
     assert_eq!(lru.metadata_bytes_per_slot(), ranked_bytes);
     let mut arc = tier(capacity, PolicyKind::Arc);
     // ARC: an empty ghost index (16 buckets) until the first eviction.
     assert_eq!(arc.metadata_bytes_per_slot(), arc_bytes);
     // Churn until both ghost lists are full: new keys, half touched into T2.
-    arc.begin_request(R).unwrap();
+    arc.request_begin(R).unwrap();
     for i in (0..8 * capacity).step_by(16) {
         let batch: Vec<u32> = (i..i + 16).collect();
         store(&mut arc, R, &batch);
@@ -225,20 +225,20 @@ fn metadata_per_slot_counts_every_array() {
 #[test]
 fn arc_request_finish_promotes_reused_keys_and_refreshes_inserted_ones() {
     let mut t = tier(8, PolicyKind::Arc);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2, 3]);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     assert_eq!(arc_stats(&t), (3, 0, 0, 0, 0.0), "inserted keys stay in T1");
     assert_eq!(order(&t), ks(&[3, 2, 1]), "head most recent");
     let q = RequestId(2);
-    t.begin_request(q).unwrap();
+    t.request_begin(q).unwrap();
     let mut slots = Vec::new();
     t.prepare_load(q, &ks(&[3]), &mut slots).unwrap();
     t.complete_load(q, &ks(&[3])).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(q, &ks(&[2, 4]), &mut plan).unwrap(); // 2 found ready: reused
     assert_eq!(plan.to_store, ks(&[4]));
-    t.on_request_finished(q).unwrap();
+    t.request_finished(q).unwrap();
     assert_eq!(arc_stats(&t), (2, 2, 0, 0, 0.0));
     assert_eq!(order(&t), ks(&[1, 4, 2, 3]));
 }
@@ -267,7 +267,7 @@ fn admitting(threshold: u32, table: usize) -> PrimaryTier {
 #[test]
 fn admission_stores_a_key_at_its_threshold_th_offer() {
     let mut t = admitting(3, 16);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[1, 1]), &mut plan).unwrap();
     assert!(
@@ -281,7 +281,7 @@ fn admission_stores_a_key_at_its_threshold_th_offer() {
     assert_eq!(t.stats().admission_skips, 3);
     for threshold in [0, 1] {
         let mut t = admitting(threshold, 0);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
         assert_eq!(plan.to_store, ks(&[1]));
     }
@@ -290,7 +290,7 @@ fn admission_stores_a_key_at_its_threshold_th_offer() {
 #[test]
 fn admission_table_forgets_the_oldest_offer_but_not_one_from_the_same_call() {
     let mut t = admitting(2, 2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[1]), &mut plan).unwrap();
     t.prepare_store(R, &ks(&[2]), &mut plan).unwrap();
@@ -308,7 +308,7 @@ fn admission_table_forgets_the_oldest_offer_but_not_one_from_the_same_call() {
 fn long_batches_with_repeats_store_each_key_once_at_its_first_position() {
     for p in BOTH {
         let mut t = tier(64, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         let ns: Vec<u32> = (0..50).map(|i| i % 20).collect();
         let mut plan = StorePlan::default();
         t.prepare_store(R, &ks(&ns), &mut plan).unwrap();
@@ -331,7 +331,7 @@ fn the_tier_can_be_shared_and_sent_across_threads() {
 #[test]
 fn call_stamps_wrap_around_without_confusing_the_admission_table() {
     let mut t = admitting(2, 2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut plan = StorePlan::default();
     t.slots.epoch = u32::MAX - 1;
     t.prepare_store(R, &ks(&[1]), &mut plan).unwrap(); // stamp u32::MAX

@@ -9,15 +9,15 @@ use super::*;
 fn transfer_pins_protect_keys_and_are_not_accesses() {
     for p in BOTH {
         let mut t = tier(2, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
-        t.on_request_finished(R).unwrap();
+        t.request_finished(R).unwrap();
         assert_eq!(order(&t), ks(&[2, 1]));
         let mut slots = Vec::new();
         t.pin_for_transfer(&ks(&[2]), &mut slots).unwrap();
         assert_eq!(slots, vec![1]);
         let q = RequestId(2);
-        t.begin_request(q).unwrap();
+        t.request_begin(q).unwrap();
         let plan = store(&mut t, q, &[3]);
         assert_eq!(plan.evicted, ks(&[1]), "pinned 2 is not evictable");
         assert!(t.unpin_for_transfer(&ks(&[3])).is_err());
@@ -40,14 +40,14 @@ fn a_pinning_completion_is_a_completion_then_transfer_pins() {
         for pins in [0u32, 1, 3] {
             let run = |pinned_at_once: bool| {
                 let mut t = tier(3, p);
-                t.begin_request(R).unwrap();
+                t.request_begin(R).unwrap();
                 let mut plan = StorePlan::default();
                 // 2 and 3 are written first, then 1 stored: an eviction for
                 // 4 meets 2 and 3 while they are write pending, then takes 1.
                 t.prepare_store(R, &ks(&[2, 3]), &mut plan).unwrap();
                 store(&mut t, R, &[1]);
                 let q = RequestId(2);
-                t.begin_request(q).unwrap();
+                t.request_begin(q).unwrap();
                 let evicted = store(&mut t, q, &[4]).evicted;
                 assert_eq!(evicted, ks(&[1]));
                 // 5 is not R's to complete: left alone and counted.
@@ -104,7 +104,7 @@ fn an_unpin_for_transfer_in_stated_slots_gives_the_answers_of_one_without() {
     for p in BOTH {
         let setup = || {
             let mut t = tier(8, p);
-            t.begin_request(R).unwrap();
+            t.request_begin(R).unwrap();
             store(&mut t, R, &[1, 2, 3]);
             let mut slots = Vec::new();
             t.pin_for_transfer(&ks(&[1, 2, 3]), &mut slots).unwrap();

@@ -15,7 +15,7 @@ fn a_completion_acts_only_on_keys_its_own_request_planned() {
             let what = format!("{p:?} success {success}");
             let mut t = tier(2, p);
             for r in [r1, r2, r3] {
-                t.begin_request(r).unwrap();
+                t.request_begin(r).unwrap();
             }
             let mut plan = StorePlan::default();
             t.prepare_store(r1, &ks(&[1]), &mut plan).unwrap();
@@ -79,8 +79,8 @@ fn a_store_completion_never_finishes_a_promotions_slot_nor_the_reverse() {
     for success in [false, true] {
         let what = format!("success {success}");
         let mut t = tier(4, PolicyKind::Lru);
-        t.begin_request(r1).unwrap();
-        t.begin_request(r2).unwrap();
+        t.request_begin(r1).unwrap();
+        t.request_begin(r2).unwrap();
         let mut plan = StorePlan::default();
         t.prepare_promotion(r1, &ks(&[9]), &mut plan).unwrap();
         assert_eq!(plan.slots, vec![0]);
@@ -105,13 +105,13 @@ fn a_store_completion_never_finishes_a_promotions_slot_nor_the_reverse() {
 #[test]
 fn a_plan_may_be_completed_in_several_calls_and_after_its_request_finished() {
     let mut t = tier(4, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(R, &ks(&[1, 2, 3]), &mut plan).unwrap();
     assert_eq!(t.stores_pending(R), 3);
     assert_eq!(t.complete_store(R, &ks(&[1]), true).ready, 1);
     assert_eq!(t.stores_pending(R), 2);
-    t.on_request_finished(R).unwrap();
+    t.request_finished(R).unwrap();
     let r = t.complete_store(R, &ks(&[2, 3]), true);
     assert_eq!(
         r.ready, 2,
@@ -128,8 +128,8 @@ fn a_plan_may_be_completed_in_several_calls_and_after_its_request_finished() {
 fn a_writer_is_forgotten_once_done_or_reset_and_never_confused_with_a_later_one() {
     let (r1, r2) = (RequestId(1), RequestId(2));
     let mut t = tier(4, PolicyKind::Lru);
-    t.begin_request(r1).unwrap();
-    t.begin_request(r2).unwrap();
+    t.request_begin(r1).unwrap();
+    t.request_begin(r2).unwrap();
     // r1 done: whatever stood for it may stand for r2 now, but r1's late
     // completion of r2's key is still foreign.
     store(&mut t, r1, &[1]);

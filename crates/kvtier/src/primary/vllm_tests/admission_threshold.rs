@@ -9,7 +9,7 @@ fn admission_counts_every_key_of_a_call_before_forgetting_any() {
     // Table of 2: the second call's C must not push out A, offered again
     // in the same call.
     let mut t = configured(4, PolicyKind::Lru, 2, 2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     assert_eq!(offer(&mut t, R, &[1, 2]), Some(vec![]));
     assert_eq!(offer(&mut t, R, &[3, 1]), Some(ks(&[1])));
     // The table forgot 2 (the oldest not offered in the call) for 3.
@@ -22,7 +22,7 @@ fn admission_counts_every_key_of_a_call_before_forgetting_any() {
 #[test]
 fn admission_of_an_offer_larger_than_the_table_makes_progress() {
     let mut t = configured(4, PolicyKind::Lru, 2, 3);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let mut stored: Vec<u32> = Vec::new();
     let mut per_call = Vec::new();
     for _ in 0..4 {
@@ -44,7 +44,7 @@ fn admission_of_an_offer_larger_than_the_table_makes_progress() {
 #[test]
 fn admission_follows_vllms_reuse_filter_scenario() {
     let mut t = configured(4, PolicyKind::Lru, 2, 3);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     // Lookups do not count as offers.
     assert_eq!(t.lookup(&k(1)), PrimaryLookup::Miss);
     assert_eq!(t.stats().admission_table_len, 0);
@@ -65,7 +65,7 @@ fn admission_follows_vllms_reuse_filter_scenario() {
 fn admission_counts_an_offer_of_a_resident_key() {
     // Capacity 1, threshold 2, a table of 2.
     let mut t = configured(1, PolicyKind::Lru, 2, 2);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1]);
     assert_eq!(store(&mut t, R, &[1]).to_store, ks(&[1]));
     store(&mut t, R, &[2]);
@@ -83,7 +83,7 @@ fn admission_counts_an_offer_of_a_resident_key() {
 #[test]
 fn admission_skips_count_every_candidate_held_back() {
     let mut t = configured(4, PolicyKind::Lru, 2, 64_000);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     let plan = store(&mut t, R, &[1, 2, 3]);
     assert_eq!(
         (plan.to_store, plan.slots, plan.evicted),
@@ -101,19 +101,19 @@ fn admission_does_not_hide_the_reuse_of_a_ready_key() {
     let mut t = configured(2, PolicyKind::Lru, 2, 2);
     let (head, tail, noise_1, noise_2, replacement) = (0, 1, 2, 3, 4);
     let seed = RequestId(10);
-    t.begin_request(seed).unwrap();
+    t.request_begin(seed).unwrap();
     assert_eq!(offer(&mut t, seed, &[head, tail]), Some(vec![]));
     assert_eq!(
         store(&mut t, seed, &[head, tail]).to_store,
         ks(&[head, tail])
     );
-    t.on_request_finished(seed).unwrap();
+    t.request_finished(seed).unwrap();
     // The noise ages both resident keys out of the table.
     let noise = RequestId(11);
-    t.begin_request(noise).unwrap();
+    t.request_begin(noise).unwrap();
     assert_eq!(offer(&mut t, noise, &[noise_1, noise_2]), Some(vec![]));
     let reuse = RequestId(12);
-    t.begin_request(reuse).unwrap();
+    t.request_begin(reuse).unwrap();
     let skips = t.stats().admission_skips;
     assert_eq!(offer(&mut t, reuse, &[tail]), Some(vec![]));
     assert_eq!(
@@ -121,9 +121,9 @@ fn admission_does_not_hide_the_reuse_of_a_ready_key() {
         skips,
         "a resident key is no skipped store"
     );
-    t.on_request_finished(reuse).unwrap();
+    t.request_finished(reuse).unwrap();
     let r = RequestId(13);
-    t.begin_request(r).unwrap();
+    t.request_begin(r).unwrap();
     assert_eq!(offer(&mut t, r, &[replacement]), Some(vec![]));
     let mut plan = StorePlan::default();
     t.prepare_store(r, &ks(&[replacement]), &mut plan).unwrap();

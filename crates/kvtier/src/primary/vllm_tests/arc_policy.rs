@@ -92,7 +92,7 @@ fn arc_store_falls_back_to_t1_when_t2_cannot_satisfy_the_eviction() {
         assert_eq!(target(&t), 3.0);
         assert_eq!(t.eviction_order(), ks(&[3, 4, 6, 5]));
         let q = RequestId(2);
-        t.begin_request(q).unwrap();
+        t.request_begin(q).unwrap();
         let mut slots = Vec::new();
         t.prepare_load(q, &ks(pinned), &mut slots).unwrap();
         let lists = |t: &PrimaryTier| (t.eviction_order(), t1_t2(t), ghosts(t), target(t));

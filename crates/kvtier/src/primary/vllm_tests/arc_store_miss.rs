@@ -8,7 +8,7 @@ use super::*;
 /// is left to evict, so stores are refused).
 fn pin_all(t: &mut PrimaryTier, id: u64, ns: &[u32]) -> RequestId {
     let q = RequestId(id);
-    t.begin_request(q).unwrap();
+    t.request_begin(q).unwrap();
     let mut slots = Vec::new();
     t.prepare_load(q, &ks(ns), &mut slots).unwrap();
     q
@@ -46,7 +46,7 @@ fn arc_store_miss_makes_the_ghost_the_most_recent_of_its_list() {
     assert_eq!(target(&t), 1.0);
     // |T1| = 2 >= 1: 3 goes to B1, which forgets its oldest: 2, not 1.
     let r3 = RequestId(3);
-    t.begin_request(r3).unwrap();
+    t.request_begin(r3).unwrap();
     assert_eq!(store(&mut t, r3, &[5]).evicted, ks(&[3]));
     t.touch(r3, &ks(&[2])).unwrap(); // forgotten: no adaptation
     assert_eq!(target(&t), 1.0);
@@ -59,7 +59,7 @@ fn arc_store_miss_makes_the_ghost_the_most_recent_of_its_list() {
 fn arc_store_miss_adapts_only_for_candidates_past_the_admission_threshold() {
     // Threshold 2, a table of 3.
     let mut t = configured(2, PolicyKind::Arc, 2, 3);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     store(&mut t, R, &[1, 2]);
     store(&mut t, R, &[1, 2]);
     store(&mut t, R, &[3]);
@@ -68,7 +68,7 @@ fn arc_store_miss_adapts_only_for_candidates_past_the_admission_threshold() {
     store(&mut t, R, &[5]); // and 2: [3, 4, 5]
     assert_eq!(ghosts(&t), (1, 0));
     let q = RequestId(2);
-    t.begin_request(q).unwrap();
+    t.request_begin(q).unwrap();
     // Ghost 1 at its first offer since the table forgot it: skipped, and
     // so no adaptation (nor is it remembered for q).
     assert_eq!(offer(&mut t, q, &[1]), Some(vec![]));
@@ -82,7 +82,7 @@ fn arc_store_miss_adapts_only_for_candidates_past_the_admission_threshold() {
 fn arc_store_miss_remembers_every_candidate_of_the_request_ghost_or_not() {
     let mut t = arc(1);
     let q = RequestId(2);
-    t.begin_request(q).unwrap();
+    t.request_begin(q).unwrap();
     // q stores 1 (not a ghost then); R's store evicts it into B1.
     store(&mut t, q, &[1]);
     assert_eq!(store(&mut t, R, &[2]).evicted, ks(&[1]));
@@ -101,22 +101,22 @@ fn arc_store_miss_remembers_every_candidate_of_the_request_ghost_or_not() {
 fn arc_ghost_offer_adapts_once_per_request_before_insertion() {
     let mut t = arc(2);
     let seed = RequestId(10);
-    t.begin_request(seed).unwrap();
+    t.request_begin(seed).unwrap();
     store(&mut t, seed, &[1, 2]);
-    t.on_request_finished(seed).unwrap();
+    t.request_finished(seed).unwrap();
     let evict = RequestId(11);
-    t.begin_request(evict).unwrap();
+    t.request_begin(evict).unwrap();
     let plan = store(&mut t, evict, &[3]);
-    t.on_request_finished(evict).unwrap();
+    t.request_finished(evict).unwrap();
     let ghost = plan.evicted[0];
     assert_eq!(ghosts(&t), (1, 0));
     let residents: Vec<Key> = ks(&[1, 2, 3]).into_iter().filter(|x| *x != ghost).collect();
     let pin = RequestId(12);
-    t.begin_request(pin).unwrap();
+    t.request_begin(pin).unwrap();
     let mut slots = Vec::new();
     t.prepare_load(pin, &residents, &mut slots).unwrap();
     let g = RequestId(13);
-    t.begin_request(g).unwrap();
+    t.request_begin(g).unwrap();
     let mut plan = StorePlan::default();
     let before = target(&t);
     assert_eq!(
@@ -137,7 +137,7 @@ fn arc_ghost_offer_adapts_once_per_request_before_insertion() {
     );
     assert_eq!(target(&t), after_first);
     t.complete_store(g, &[ghost], true);
-    t.on_request_finished(g).unwrap();
+    t.request_finished(g).unwrap();
     let s = t.stats();
     assert_eq!((s.arc_t1, s.arc_t2), (2, 0), "the ghost entered T1");
     t.check_invariants().unwrap();

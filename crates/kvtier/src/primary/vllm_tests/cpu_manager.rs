@@ -10,7 +10,7 @@ use super::*;
 fn an_eviction_is_announced_before_the_store_that_takes_its_slot() {
     for p in [PolicyKind::Lru, PolicyKind::Arc] {
         let mut t = tier(2, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
         drain(&mut t);
         store(&mut t, R, &[3]);
@@ -27,7 +27,7 @@ fn an_eviction_is_announced_before_the_store_that_takes_its_slot() {
 fn lru_scenario_of_vllms_cpu_manager_test() {
     let mut t = tier(4, PolicyKind::Lru);
     let any = RequestId(20);
-    t.begin_request(any).unwrap();
+    t.request_begin(any).unwrap();
     let mut plan = StorePlan::default();
     t.prepare_store(any, &ks(&[1, 2]), &mut plan).unwrap();
     assert_eq!((&plan.to_store, &plan.slots), (&ks(&[1, 2]), &vec![0, 1]));
@@ -51,7 +51,7 @@ fn lru_scenario_of_vllms_cpu_manager_test() {
         assert_eq!(t.lookup(&k(n)), PrimaryLookup::Hit);
     }
     let load = RequestId(21);
-    t.begin_request(load).unwrap();
+    t.request_begin(load).unwrap();
     let mut slots = Vec::new();
     t.prepare_load(load, &ks(&[2, 3]), &mut slots).unwrap();
     assert_eq!(slots, vec![1, 2]);
@@ -61,7 +61,7 @@ fn lru_scenario_of_vllms_cpu_manager_test() {
         "2 and 3 are being loaded"
     );
     t.complete_load(load, &ks(&[2, 3])).unwrap();
-    t.on_request_finished(load).unwrap();
+    t.request_finished(load).unwrap();
     // The loaded prefix [2, 3] is most recent, its tail before its head.
     t.prepare_store(any, &ks(&[6, 7, 8]), &mut plan).unwrap();
     assert_eq!(
@@ -95,7 +95,7 @@ fn lru_scenario_of_vllms_cpu_manager_test() {
 #[test]
 fn failed_writes_are_not_announced_and_a_drain_hands_each_event_out_once() {
     let mut t = tier(4, PolicyKind::Lru);
-    t.begin_request(R).unwrap();
+    t.request_begin(R).unwrap();
     assert!(offer(&mut t, R, &[1, 2]).is_some());
     t.complete_store(R, &ks(&[1, 2]), false);
     assert!(offer(&mut t, R, &[1]).is_some()); // a retry re-allocates 1
@@ -109,7 +109,7 @@ fn failed_writes_are_not_announced_and_a_drain_hands_each_event_out_once() {
 fn a_resident_key_named_in_the_store_is_not_evicted_by_it() {
     for p in [PolicyKind::Lru, PolicyKind::Arc] {
         let mut t = tier(4, p);
-        t.begin_request(R).unwrap();
+        t.request_begin(R).unwrap();
         store(&mut t, R, &[1, 2]);
         t.touch(R, &ks(&[1])).unwrap();
         let plan = store(&mut t, R, &[2, 3, 4, 5]);

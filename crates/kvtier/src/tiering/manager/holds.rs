@@ -193,13 +193,13 @@ impl State {
     /// a key its caller never pinned) is passed over: the others are
     /// released all the same, one by one.
     fn unpin_quietly(&mut self, keys: &[Key], slots: &[u32]) {
-        if keys.is_empty() || self.primary.unpin_for_transfer_in(keys, slots).is_ok() {
+        if keys.is_empty() || self.primary.unpin_for_transfer(keys, slots).is_ok() {
             return;
         }
         let mut gone = 0;
         for (key, &slot) in keys.iter().zip(slots) {
             let one = std::slice::from_ref(key);
-            if self.primary.unpin_for_transfer_in(one, &[slot]).is_err() {
+            if self.primary.unpin_for_transfer(one, &[slot]).is_err() {
                 gone += 1;
             }
         }
@@ -248,8 +248,9 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use super::super::lookup::LookupKind;
     use crate::primary::{PrimaryConfig, PrimaryTier};
-    use crate::tiering::{LookupKind, Manager, ManagerOptions, RequestParams};
+    use crate::tiering::{Manager, ManagerOptions, RequestParams};
 
     /// A prefix lookup too large to get room for its holds fails with
     /// `OutOfMemory` before it looks anything up or counts anything.
@@ -261,11 +262,11 @@ mod tests {
         })
         .unwrap();
         let m = Manager::new(primary, ManagerOptions::default());
-        let r = m.on_new_request("r", RequestParams::default()).unwrap().id;
+        let r = m.request_begin("r", RequestParams::default()).unwrap().id;
         let before = m.manager_stats().unwrap();
         let n = isize::MAX as usize / 8;
         let e = m
-            .lookup_in_place(LookupKind::Prefix, r, n, |_| b"k".as_slice())
+            .lookup_of(LookupKind::Prefix, r, n, |_| b"k".as_slice())
             .unwrap_err();
         assert!(matches!(e, crate::Error::OutOfMemory(_)), "{e}");
         let after = m.manager_stats().unwrap();
@@ -275,7 +276,7 @@ mod tests {
         );
         // The manager goes on.
         let a = m
-            .lookup_in_place(LookupKind::Prefix, r, 1, |_| b"k".as_slice())
+            .lookup_of(LookupKind::Prefix, r, 1, |_| b"k".as_slice())
             .unwrap();
         assert_eq!((a.hits, a.end), (0, 0));
     }

@@ -78,7 +78,7 @@ impl State {
                     };
                     d.on_store_finished(r.success, units, elapsed);
                 }
-                if let Err(e) = self.primary.unpin_for_transfer_in(&job.keys, &job.slots) {
+                if let Err(e) = self.primary.unpin_for_transfer(&job.keys, &job.slots) {
                     self.c.internal_errors += 1;
                     self.log(format!(
                         "internal error: unpinning cascade job {} failed: {e}",

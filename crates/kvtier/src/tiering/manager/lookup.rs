@@ -4,7 +4,7 @@
 //! prefix is in `prefix.rs`.
 
 use super::{Key, Manager, PrimaryLookup, RequestId, Result, State, TierLookup, filter_allows};
-use crate::key::KeyBytes;
+use crate::key::{KeyBatch, KeyBytes, KeyRef, with_keys};
 
 /// What `lookup` answers for a key whose promotion it just started
 /// (`"retry"` or `"hit_pending"` in JSON).
@@ -139,16 +139,18 @@ impl Manager {
     /// An engine that scans on past a RETRY (as vLLM's connector does)
     /// calls this one key at a time; [`Manager::lookup_prefix`] does the
     /// whole scan in one call.
-    pub fn lookup_per_key(&self, request: RequestId, keys: &[Key]) -> Result<LookupAnswer> {
-        self.lookup_in_place(LookupKind::PerKey, request, keys.len(), |j| {
-            keys[j].as_bytes()
+    pub fn lookup_per_key<'k>(
+        &self,
+        request: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+    ) -> Result<LookupAnswer> {
+        with_keys!(keys.into(), |k| {
+            self.lookup_of(LookupKind::PerKey, request, k.len(), |j| k[j].key_bytes())
         })
     }
 
-    /// A lookup of `kind` of the keys `key(0..n)`, read in place (as C
-    /// passes them): each must be 1..=64 bytes.
-    #[doc(hidden)]
-    pub fn lookup_in_place<'k>(
+    /// A lookup of `kind` of the keys `key(0..n)` (each 1..=64 bytes).
+    pub(super) fn lookup_of<'k>(
         &self,
         kind: LookupKind,
         request: RequestId,
@@ -179,8 +181,7 @@ impl Manager {
 
 /// Which of the two batched lookups a call is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[doc(hidden)]
-pub enum LookupKind {
+pub(super) enum LookupKind {
     /// [`Manager::lookup_per_key`]: vLLM's answers, key by key, up to the
     /// first key not HIT.
     PerKey,
@@ -227,12 +228,12 @@ impl State {
         n: usize,
         key: &impl Fn(usize) -> &'k [u8],
     ) -> (usize, PrimaryLookup) {
-        let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
+        let mut views = [KeyRef::FILLER; READ_TOGETHER];
         let mut first = 0;
         while first < n {
             let m = (n - first).min(READ_TOGETHER);
             for (j, v) in views[..m].iter_mut().enumerate() {
-                *v = key(first + j);
+                *v = KeyRef::checked(key(first + j));
             }
             let found = self.primary.lookup_prefix_for(request, first, &views[..m]);
             self.c.lookups += found.hits as u64;

@@ -126,7 +126,6 @@ impl Manager {
     /// of keys it is about to take, while nothing is taken yet: an error
     /// there (memory for what the caller keeps beside the keys) takes
     /// nothing and is returned.
-    #[doc(hidden)]
     pub fn take_events_into_with(
         &self,
         max: usize,

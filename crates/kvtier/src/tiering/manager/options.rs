@@ -73,7 +73,7 @@ impl Default for TierOptions {
     }
 }
 
-/// What the caller attaches to a request at `on_new_request`.
+/// What the caller attaches to a request at `request_begin`.
 #[derive(Clone, Debug, Default)]
 pub struct RequestParams {
     /// Small key/value list tiers may read.

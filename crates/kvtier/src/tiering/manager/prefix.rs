@@ -11,6 +11,7 @@ use super::{
     Key, LookupAnswer, LookupResult, Manager, MissReason, PrimaryLookup, RequestId, Result, State,
 };
 use crate::fallible;
+use crate::key::{KeyBatch, KeyBytes, KeyRef, with_keys};
 
 /// Keys whose primary-tier answers are read in one call.
 const READ_TOGETHER: usize = 32;
@@ -50,9 +51,13 @@ impl Manager {
     /// promotions are held for it until its `prepare_load`, and while it
     /// waits its prefix never grows past a key that found no room.  Empty
     /// `keys`: zero hits, stop HIT, nothing polled.
-    pub fn lookup_prefix(&self, request: RequestId, keys: &[Key]) -> Result<LookupAnswer> {
-        self.lookup_in_place(LookupKind::Prefix, request, keys.len(), |j| {
-            keys[j].as_bytes()
+    pub fn lookup_prefix<'k>(
+        &self,
+        request: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+    ) -> Result<LookupAnswer> {
+        with_keys!(keys.into(), |k| {
+            self.lookup_of(LookupKind::Prefix, request, k.len(), |j| k[j].key_bytes())
         })
     }
 }
@@ -117,15 +122,15 @@ impl State {
         key: &impl Fn(usize) -> &'k [u8],
         found: &mut Vec<(usize, Found)>,
     ) -> Result<usize> {
-        let mut views: [&[u8]; READ_TOGETHER] = [&[]; READ_TOGETHER];
+        let mut views = [KeyRef::FILLER; READ_TOGETHER];
         let mut answers = [PrimaryLookup::Miss; READ_TOGETHER];
         let mut i = hits;
         while i < limit {
             let m = (limit - i).min(READ_TOGETHER);
             for (j, v) in views[..m].iter_mut().enumerate() {
-                *v = key(i + j);
+                *v = KeyRef::checked(key(i + j));
             }
-            self.primary.lookup_bytes(&views[..m], &mut answers[..m]);
+            self.primary.lookup_batch(&views[..m], &mut answers[..m]);
             for j in 0..m {
                 self.c.lookups += 1;
                 let what = match answers[j] {
@@ -138,7 +143,7 @@ impl State {
                         Found::Pending
                     }
                     PrimaryLookup::Miss => {
-                        let k = Key::at(views[j], i + j)?;
+                        let k = Key::from(views[j]);
                         match self.ask_tiers(request, &k) {
                             TierAnswer::Has(t) => Found::Promote(t),
                             TierAnswer::Retry => Found::Retry,

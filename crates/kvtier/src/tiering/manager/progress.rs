@@ -23,7 +23,7 @@
 //!   no room).  While the request waits, its later lookups end its prefix
 //!   there too: it never holds part of a prefix while waiting for room for
 //!   the rest.
-//! - **The bound.**  After `wait_steps` steps (`on_schedule_end` calls) or
+//! - **The bound.**  After `wait_steps` steps (`schedule_end` calls) or
 //!   `wait_ms` milliseconds of waiting, the request's holds are released
 //!   and its next lookup answers the first key not ready MISS
 //!   ([`MissReason::TimedOut`](super::MissReason::TimedOut)): the engine
@@ -51,7 +51,7 @@ pub struct ProgressOptions {
     /// and the blocks promoted for it) until it loads them, finishes, or
     /// the bound passes.  Default true.
     pub hold: bool,
-    /// A request waits at most this many steps (`on_schedule_end` calls);
+    /// A request waits at most this many steps (`schedule_end` calls);
     /// then its lookups answer MISS for what is not ready.  0: no bound in
     /// steps.  Default 16.
     pub wait_steps: u32,

@@ -24,7 +24,7 @@ use crate::stats::Stat;
 
 /// What happened to one finished request, handed to the listener of
 /// [`Manager::set_request_report_listener`] once, when the manager lets
-/// the request go (after `on_request_finished`, once no store of it is in
+/// the request go (after `request_finished`, once no store of it is in
 /// flight and none of its promotions is staged).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestReport<'a> {
@@ -66,7 +66,7 @@ pub struct RequestReport<'a> {
     /// Blocks it asked for and was not served (`asked` less the sum of
     /// `served`): the engine computed them.
     pub recomputed: u64,
-    /// Steps (`on_schedule_end` calls) it spent waiting.
+    /// Steps (`schedule_end` calls) it spent waiting.
     pub steps_waited: u64,
 }
 

@@ -10,6 +10,8 @@ use super::{
     CompleteStoreReport, Error, Key, Manager, OffloadPolicy, ReqState, Request, RequestId,
     RequestInfo, RequestParams, Result, StartedRequest, StoreOutcome, StorePlan, progress, report,
 };
+use crate::fallible;
+use crate::key::{KeyBatch, KeyBytes, with_keys};
 
 impl Manager {
     /// Starts request `name` (unique among active requests: a name in use
@@ -17,14 +19,11 @@ impl Manager {
     /// policy and answers request-level if any tier wants it.  The
     /// returned id is the handle every later call of the request takes;
     /// the name stays the request's label for tiers, events and logs.
-    pub fn on_new_request(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
-        let mut s = self.enter("on_new_request")?;
+    pub fn request_begin(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
+        let mut s = self.enter("request_begin")?;
         let s = &mut *s;
-        let id = s.names.insert(name)?;
-        if let Err(e) = s.primary.begin_request(id) {
-            let _ = s.names.remove(name);
-            return Err(e);
-        }
+        let primary = &mut s.primary;
+        let id = s.names.insert(name, |id| primary.request_begin(id))?;
         s.started = true;
         let info: Request = Arc::new(RequestInfo {
             name: name.to_string(),
@@ -62,18 +61,20 @@ impl Manager {
 
     /// Pins `keys` (all ready) for a load to the GPU; `slots_out` gets
     /// their slots in key order.
-    pub fn prepare_load(
+    pub fn prepare_load<'k>(
         &self,
         request: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("prepare_load")?;
         s.active(request)?;
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         s.poll_gated(&self.queue);
         s.primary.prepare_load(request, keys, slots_out)?;
-        s.on_loaded(request, keys.len(), |j| keys[j].as_bytes());
+        with_keys!(keys, |k| s
+            .on_loaded(request, k.len(), |j| k[j].key_bytes()));
         Ok(())
     }
 
@@ -93,20 +94,50 @@ impl Manager {
         s.primary.set_positions(request, keys, positions)
     }
 
-    /// Marks `keys` recently used in the primary tier and every secondary tier.
-    pub fn touch(&self, request: RequestId, keys: &[Key]) -> Result<()> {
+    /// Marks `keys` recently used in the primary tier and every secondary
+    /// tier that acts on touches ([`SecondaryTier::wants_touches`]); keys
+    /// read in place are copied only for those.
+    ///
+    /// [`SecondaryTier::wants_touches`]: crate::tiering::SecondaryTier::wants_touches
+    pub fn touch<'k>(&self, request: RequestId, keys: impl Into<KeyBatch<'k>>) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("touch")?;
         let s = &mut *s;
         s.active(request)?;
-        s.check_keys(keys.len(), |j| &keys[j])?;
-        s.primary.touch(request, keys)?;
-        if !s.tiers.is_empty() {
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
+        let wanted = s.tiers.iter().any(|t| t.tier.wants_touches());
+        let mut copies = std::mem::take(&mut s.keys_a);
+        copies.clear();
+        // Room first: a call that fails changes nothing.
+        let room = match keys {
+            KeyBatch::Refs(r) if wanted => {
+                fallible::reserve(&mut copies, r.len(), "the keys of a touch")
+            }
+            _ => Ok(()),
+        };
+        let touched = room.and_then(|()| s.primary.touch(request, keys));
+        if touched.is_ok() && wanted {
+            let keys: &[Key] = match keys {
+                KeyBatch::Keys(k) => k,
+                KeyBatch::Refs(r) => {
+                    for &k in r {
+                        copies.push(Key::FILLER);
+                        if let Some(c) = copies.last_mut() {
+                            c.set(k);
+                        }
+                    }
+                    &copies
+                }
+            };
             let info = &s.reqs[&request].info;
             for t in &mut s.tiers {
-                t.tier.touch(keys, info);
+                if t.tier.wants_touches() {
+                    t.tier.touch(keys, info);
+                }
             }
         }
-        Ok(())
+        s.keys_a = copies;
+        touched
     }
 
     /// Unpins `keys` after a load to the GPU.
@@ -119,11 +150,16 @@ impl Manager {
     /// cache is reset; every other call takes it as unknown.  A pin of
     /// it that other requests' unpins took is not released again (see
     /// [`PrimaryTier::complete_load`](crate::primary::PrimaryTier::complete_load)).
-    pub fn complete_load(&self, request: RequestId, keys: &[Key]) -> Result<()> {
+    pub fn complete_load<'k>(
+        &self,
+        request: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+    ) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("complete_load")?;
         // The primary tier knows both the active requests and the finished
         // ones whose loads still hold pins.
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         s.primary.complete_load(request, keys).map_err(|e| match e {
             Error::UnknownRequest(_) => s.unknown_request(request),
             other => other,
@@ -217,10 +253,10 @@ impl Manager {
     /// Its handle is then unknown to every call (but
     /// [`Manager::complete_load`] of keys its loads still pin); its name
     /// may be reused.
-    pub fn on_request_finished(&self, request: RequestId) -> Result<()> {
-        let mut s = self.enter("on_request_finished")?;
+    pub fn request_finished(&self, request: RequestId) -> Result<()> {
+        let mut s = self.enter("request_finished")?;
         let rid = s.active(request)?;
-        s.primary.on_request_finished(rid)?;
+        s.primary.request_finished(rid)?;
         s.forget_holds(rid);
         s.end_wait(rid);
         if let Some(st) = s.reqs.get_mut(&rid) {
@@ -228,5 +264,81 @@ impl Manager {
         }
         s.maybe_finalize(rid);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use crate::key::{Key, KeyRef};
+    use crate::primary::{PrimaryConfig, PrimaryTier};
+    use crate::request::Request;
+    use crate::tiering::{
+        JobRef, JobResult, Manager, ManagerOptions, RequestParams, SecondaryTier, TierLookup,
+    };
+
+    /// A tier that keeps the touches it hears.
+    struct Touched {
+        wants: bool,
+        heard: Arc<Mutex<Vec<Vec<Key>>>>,
+    }
+
+    impl SecondaryTier for Touched {
+        fn name(&self) -> &str {
+            "touched"
+        }
+        fn lookup(&mut self, _key: &Key, _request: &Request) -> TierLookup {
+            TierLookup::Miss
+        }
+        fn submit_store(&mut self, _job: JobRef) {}
+        fn submit_load(&mut self, _job: JobRef) {}
+        fn poll_finished(&mut self, _max: usize, _out: &mut Vec<JobResult>) {}
+        fn touch(&mut self, keys: &[Key], _request: &Request) {
+            self.heard.lock().push(keys.to_vec());
+        }
+        fn wants_touches(&self) -> bool {
+            self.wants
+        }
+        fn has_pending_work(&self) -> bool {
+            false
+        }
+        fn drain(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+        fn shutdown(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_touch_reaches_the_tiers_that_want_it_whichever_kind_of_keys_it_takes() {
+        for wants in [true, false] {
+            let primary = PrimaryTier::new(PrimaryConfig {
+                capacity: 8,
+                ..Default::default()
+            })
+            .unwrap();
+            let m = Manager::new(primary, ManagerOptions::default());
+            let heard = Arc::new(Mutex::new(Vec::new()));
+            m.add_tier(Box::new(Touched {
+                wants,
+                heard: heard.clone(),
+            }))
+            .unwrap();
+            let r = m.request_begin("r", RequestParams::default()).unwrap().id;
+            let keys = [Key::new(b"a").unwrap(), Key::new(b"bcd").unwrap()];
+            let refs = [KeyRef::new(b"a").unwrap(), KeyRef::new(b"bcd").unwrap()];
+            m.touch(r, &keys).unwrap();
+            m.touch(r, &refs[..]).unwrap();
+            let expected = if wants {
+                vec![keys.to_vec(), keys.to_vec()]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(*heard.lock(), expected, "wants touches: {wants}");
+        }
     }
 }

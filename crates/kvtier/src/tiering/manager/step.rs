@@ -8,8 +8,8 @@ impl Manager {
     /// staged promotions (one load job per tier and request, in start
     /// order), retries parked cascades, finalizes requests that can be, and
     /// tells every tier.
-    pub fn on_schedule_end(&self) -> Result<()> {
-        let mut s = self.enter("on_schedule_end")?;
+    pub fn schedule_end(&self) -> Result<()> {
+        let mut s = self.enter("schedule_end")?;
         let s = &mut *s;
         s.poll_gated(&self.queue);
         s.gate_spent = false;
