@@ -216,13 +216,13 @@ impl Layout {
 
     /// `<root>/<aa>` for `key`, built in `out` (reused: no allocation once
     /// it has grown).
-    pub fn dir_c<'a>(&self, key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
+    pub(crate) fn dir_c<'a>(&self, key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
         self.push_dir(key, out);
         Self::finish(out)
     }
 
     /// The block file of `key`, built in `out`.
-    pub fn block_c<'a>(&self, key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
+    pub(crate) fn block_c<'a>(&self, key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
         self.push_dir(key, out);
         out.push(b'/');
         Self::push_hex(key, out);
@@ -232,7 +232,7 @@ impl Layout {
 
     /// A temporary file for a store of `key` by process `pid`, attempt
     /// `n`, built in `out`.
-    pub fn temp_c<'a>(&self, key: &Key, pid: u32, n: u64, out: &'a mut Vec<u8>) -> &'a CStr {
+    pub(crate) fn temp_c<'a>(&self, key: &Key, pid: u32, n: u64, out: &'a mut Vec<u8>) -> &'a CStr {
         self.push_dir(key, out);
         out.extend_from_slice(b"/.");
         Self::push_hex(key, out);
@@ -242,13 +242,13 @@ impl Layout {
     }
 
     /// `key`'s fan-out directory name, NUL-terminated.
-    pub fn fanout_c(key: &Key) -> [u8; 3] {
+    pub(crate) fn fanout_c(key: &Key) -> [u8; 3] {
         let [a, b] = Self::fanout(key);
         [a, b, 0]
     }
 
     /// `key`'s block file name (`<key hex>.kvb`), built in `out`.
-    pub fn name_c<'a>(key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
+    pub(crate) fn name_c<'a>(key: &Key, out: &'a mut Vec<u8>) -> &'a CStr {
         out.clear();
         Self::push_hex(key, out);
         out.extend_from_slice(b".kvb");
@@ -257,7 +257,7 @@ impl Layout {
 
     /// The name of a temporary file for a store of `key` by process
     /// `pid`, attempt `n` (`.<key hex>.<pid>.<n>.tmp`), built in `out`.
-    pub fn temp_name_c<'a>(key: &Key, pid: u32, n: u64, out: &'a mut Vec<u8>) -> &'a CStr {
+    pub(crate) fn temp_name_c<'a>(key: &Key, pid: u32, n: u64, out: &'a mut Vec<u8>) -> &'a CStr {
         out.clear();
         out.push(b'.');
         Self::push_hex(key, out);

@@ -61,9 +61,6 @@ mod beneath;
 mod cause;
 mod file;
 mod files;
-// The block file format, public for the tests that write damaged block
-// files; not part of the API.
-#[doc(hidden)]
 pub mod format;
 mod index;
 pub mod inspect;
