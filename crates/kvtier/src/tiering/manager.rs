@@ -175,7 +175,7 @@ struct State {
     names: RequestNames,
     reqs: FastMap<RequestId, ReqState>,
     gate_spent: bool,
-    /// Steps ended (`on_schedule_end` calls).
+    /// Steps ended (`schedule_end` calls).
     steps: u64,
     /// Requests with a bounded wait or holds (checked against the bound at
     /// each step's end).

@@ -93,7 +93,7 @@ stat_table! {
         /// Counter: blocks finished requests asked for and did not load (per
         /// request, asked minus loaded, at least 0): the engine computed them.
         counter request_blocks_recomputed: u64 => M_REQUEST_RECOMPUTED,
-        /// Counter: steps (`on_schedule_end` calls) finished requests spent
+        /// Counter: steps (`schedule_end` calls) finished requests spent
         /// waiting for blocks on their way.
         counter request_wait_steps: u64 => M_REQUEST_WAIT_STEPS,
         /// Gauge: jobs submitted to secondary tiers and not yet finished.
@@ -240,7 +240,7 @@ family! {
 }
 family! {
     M_REQUEST_WAIT_STEPS, "kvtier_manager_request_wait_steps_total", Counter, Manager,
-    "Steps (on_schedule_end calls) finished requests spent waiting for blocks on their way."
+    "Steps (schedule_end calls) finished requests spent waiting for blocks on their way."
 }
 family! {
     M_EVENTS_QUEUED, "kvtier_manager_events_queued", Gauge, Manager,
