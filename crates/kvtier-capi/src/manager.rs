@@ -28,7 +28,7 @@ use super::dialect::{
     KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE, kvtier_locality, kvtier_medium,
 };
 use super::growth::{Grows, read_grown};
-use super::primary::{policy_name, policy_of};
+use super::primary::{policy_name, policy_of, primary_config_from};
 use super::region::kvtier_region;
 use super::status::kvtier_status;
 use super::tier::{

@@ -135,15 +135,26 @@ pub(crate) unsafe fn primary_config_of(
     options: *const kvtier_primary_options,
 ) -> Result<PrimaryConfig, Failure> {
     let o = unsafe { read_grown(options, kvtier_primary_options_default()) }?;
-    Ok(PrimaryConfig {
-        capacity: o.capacity,
-        policy: unsafe { policy_of(o.policy, "options->policy") }?,
-        store_threshold: o.store_threshold,
-        admission_table_size: o.admission_table_size,
-        event_capacity: o.event_capacity,
-        kv_groups: o.kv_groups,
-    })
+    Ok(primary_config_from!(o))
 }
+
+/// The core's `PrimaryConfig` from the primary-tier fields that
+/// `kvtier_primary_options` and `kvtier_manager_options` share, read the
+/// same way for both (`?` returns a bad policy name's failure).  The
+/// caller has checked that `$o.policy` is NULL or NUL-terminated.
+macro_rules! primary_config_from {
+    ($o:expr) => {
+        PrimaryConfig {
+            capacity: $o.capacity,
+            policy: unsafe { policy_of($o.policy, "options->policy") }?,
+            store_threshold: $o.store_threshold,
+            admission_table_size: $o.admission_table_size,
+            event_capacity: $o.event_capacity,
+            kv_groups: $o.kv_groups,
+        }
+    };
+}
+pub(crate) use primary_config_from;
 
 /// Creates a primary tier with `options->capacity` free slots.
 ///

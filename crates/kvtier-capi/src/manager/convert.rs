@@ -26,14 +26,7 @@ pub(crate) unsafe fn manager_config_of(
     Ok(Config {
         block_bytes: o.block_bytes,
         region: None,
-        primary: PrimaryConfig {
-            capacity: o.capacity,
-            policy: unsafe { policy_of(o.policy, "options->policy") }?,
-            store_threshold: o.store_threshold,
-            admission_table_size: o.admission_table_size,
-            event_capacity: o.event_capacity,
-            kv_groups: o.kv_groups,
-        },
+        primary: primary_config_from!(o),
         promotion_answer,
         error_log_capacity: o.error_log_capacity,
         progress: ProgressOptions {
