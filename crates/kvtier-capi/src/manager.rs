@@ -28,7 +28,9 @@ use super::dialect::{
     KVTIER_MEDIUM_CPU, KVTIER_MEDIUM_STORAGE, kvtier_locality, kvtier_medium,
 };
 use super::growth::{Grows, read_grown};
-use super::primary::{policy_name, policy_of, primary_config_from};
+use super::primary::{
+    kvtier_primary_options, kvtier_primary_options_default, policy_name, primary_config_of,
+};
 use super::region::kvtier_region;
 use super::status::kvtier_status;
 use super::tier::{
@@ -37,7 +39,6 @@ use super::tier::{
 };
 use kvtier_core::config::{Config, SlotSource};
 use kvtier_core::error::Error;
-use kvtier_core::primary::PrimaryConfig;
 use kvtier_core::request::{Locality, Medium, TierFilter, TierMatcher};
 use kvtier_core::tiering::{Manager, ProgressOptions, PromotionAnswer, RequestParams};
 
@@ -442,7 +443,6 @@ mod tests {
     use super::*;
     use crate::dialect::{locality_code, locality_of};
     use crate::tier::{kvtier_tier_options_default, tier_options_of};
-    use kvtier_core::primary::PolicyKind;
     use kvtier_core::tiering::{BackpressureConfig, TierOptions};
 
     #[test]
@@ -508,9 +508,6 @@ mod tests {
         assert!(locality_of(0, "locality").is_err());
         for l in [Locality::Local, Locality::Remote] {
             assert_eq!(locality_of(locality_code(l), "locality").ok(), Some(l));
-        }
-        for p in [PolicyKind::Lru, PolicyKind::Arc] {
-            assert_eq!(unsafe { policy_of(policy_name(p), "policy") }.ok(), Some(p));
         }
     }
 }

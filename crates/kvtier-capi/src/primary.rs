@@ -13,11 +13,10 @@
 //! handle, and calls on one `kvtier_primary` must not overlap (any thread
 //! may make them, one at a time).
 
-use std::ffi::{CStr, c_char};
+use std::ffi::c_char;
 
 use super::boundary::{
-    Castable, Failure, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref,
-    out_slice,
+    Castable, enter_mut, ffi_call, free_handle, in_slice, in_str, into_handle, out_ref, out_slice,
 };
 use super::dialect::{
     KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_LOCAL,
@@ -25,13 +24,13 @@ use super::dialect::{
     KVTIER_MISS_ABSENT, KVTIER_MISS_NONE, kvtier_event, kvtier_event_kind, kvtier_lookup_answer,
     kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
-use super::growth::{Grows, read_grown, write_grown};
+use super::growth::{Grows, write_grown};
 use super::key::{kvtier_key, with_keys};
 use super::status::kvtier_status;
 use super::store_out::{PlanOut, write_completion};
 use kvtier_core::events::{Event, EventKind};
 use kvtier_core::fallible;
-use kvtier_core::primary::{NamedPrimary, PolicyKind, PrimaryConfig, PrimaryLookup, StorePlan};
+use kvtier_core::primary::{NamedPrimary, PrimaryConfig, PrimaryLookup, StorePlan};
 use kvtier_core::request::RequestId;
 
 /// Opaque handle of one CPU primary tier.
@@ -62,6 +61,8 @@ impl PrimaryHandle {
     }
 }
 
+mod convert;
+pub(crate) use convert::{policy_name, primary_config_of};
 mod observe;
 pub use observe::{kvtier_primary_read_stats, kvtier_primary_take_events};
 mod stats;
@@ -125,36 +126,6 @@ pub extern "C" fn kvtier_primary_options_default() -> kvtier_primary_options {
         kv_groups: d.kv_groups,
     }
 }
-
-/// The core options of the caller's `kvtier_primary_options` (NULL: the
-/// defaults).
-///
-/// # Safety
-/// `options` NULL or valid for its `struct_size`, `policy` NULL or NUL-terminated.
-pub(crate) unsafe fn primary_config_of(
-    options: *const kvtier_primary_options,
-) -> Result<PrimaryConfig, Failure> {
-    let o = unsafe { read_grown(options, kvtier_primary_options_default()) }?;
-    Ok(primary_config_from!(o))
-}
-
-/// The core's `PrimaryConfig` from the primary-tier fields that
-/// `kvtier_primary_options` and `kvtier_manager_options` share, read the
-/// same way for both (`?` returns a bad policy name's failure).  The
-/// caller has checked that `$o.policy` is NULL or NUL-terminated.
-macro_rules! primary_config_from {
-    ($o:expr) => {
-        PrimaryConfig {
-            capacity: $o.capacity,
-            policy: unsafe { policy_of($o.policy, "options->policy") }?,
-            store_threshold: $o.store_threshold,
-            admission_table_size: $o.admission_table_size,
-            event_capacity: $o.event_capacity,
-            kv_groups: $o.kv_groups,
-        }
-    };
-}
-pub(crate) use primary_config_from;
 
 /// Creates a primary tier with `options->capacity` free slots.
 ///
@@ -571,39 +542,4 @@ pub unsafe extern "C" fn kvtier_primary_reset(primary: *mut kvtier_primary) -> k
         h.core.reset();
         Ok(())
     })
-}
-
-/// The policy's name as a static C string.
-pub(crate) fn policy_name(policy: PolicyKind) -> *const c_char {
-    let name: &'static CStr = match policy {
-        PolicyKind::Lru => c"lru",
-        PolicyKind::Arc => c"arc",
-    };
-    name.as_ptr()
-}
-
-/// The policy named by `name` (NULL: the default).
-///
-/// # Safety
-/// `name` NULL or NUL-terminated.
-pub(crate) unsafe fn policy_of(
-    name: *const c_char,
-    what: &'static str,
-) -> Result<PolicyKind, Failure> {
-    if name.is_null() {
-        return Ok(PolicyKind::default());
-    }
-    Ok(unsafe { in_str(name, what) }?.parse()?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn c_defaults_are_the_core_defaults() {
-        let p = unsafe { primary_config_of(&kvtier_primary_options_default()) }.unwrap();
-        assert_eq!(p, PrimaryConfig::default());
-        assert_eq!(p, serde_json::from_str::<PrimaryConfig>("{}").unwrap());
-    }
 }

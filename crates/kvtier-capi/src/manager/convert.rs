@@ -26,7 +26,7 @@ pub(crate) unsafe fn manager_config_of(
     Ok(Config {
         block_bytes: o.block_bytes,
         region: None,
-        primary: primary_config_from!(o),
+        primary: unsafe { primary_config_of(&primary_options_of(&o)) }?,
         promotion_answer,
         error_log_capacity: o.error_log_capacity,
         progress: ProgressOptions {
@@ -94,4 +94,19 @@ pub(crate) unsafe fn read_request_params(
         rp.filter = TierFilter::Only(ms);
     }
     Ok(rp)
+}
+
+/// The primary-tier fields of the manager's options, as the standalone
+/// primary tier's options: both objects read them with
+/// [`primary_config_of`].
+fn primary_options_of(o: &kvtier_manager_options) -> kvtier_primary_options {
+    kvtier_primary_options {
+        capacity: o.capacity,
+        policy: o.policy,
+        store_threshold: o.store_threshold,
+        admission_table_size: o.admission_table_size,
+        event_capacity: o.event_capacity,
+        kv_groups: o.kv_groups,
+        ..kvtier_primary_options_default()
+    }
 }
