@@ -821,15 +821,13 @@ fn old_format_files_are_replaced_when_stale_and_refused_when_live() {
     let live = std::fs::File::create(&path).unwrap();
     live.set_len((4 * PAGE) as u64).unwrap();
     assert_eq!(unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_SH) }, 0);
-    // "At once": an error other than Timeout, well before a join timeout
-    // of two minutes (a loaded machine takes nowhere near half of it).
+    // "At once": the refusal names the missing header; a wait for the
+    // join timeout (two minutes) would have ended in `Timeout` instead.
     let mut o = opts(&name, 4, PAGE);
     o.join_timeout = 2 * GENEROUS;
-    let t = Instant::now();
     let e = Region::create_or_join(&o).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     assert!(e.to_string().contains("no layout header"), "{e}");
-    assert!(t.elapsed() < GENEROUS, "{:?}", t.elapsed());
     assert!(path.exists(), "a live file is left alone");
 }
 
