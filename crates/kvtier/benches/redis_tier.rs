@@ -9,8 +9,7 @@
 //! ratio is taken per run and the medians are reported, so load from other
 //! work on the machine affects both sides of a ratio alike.
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
+use kvtier_testkit::redis_server;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -5,8 +5,7 @@
 
 #![cfg(feature = "redis-tier")]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use kvtier_testkit::redis_server;
 
 use kvtier_core::Key;
 use kvtier_core::config::Config;

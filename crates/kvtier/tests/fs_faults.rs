@@ -16,8 +16,7 @@
 //! rounds is short by default (`make test`); `make faults` sets
 //! `KVTIER_FAULT_ROUNDS` for long runs, and `KVTIER_FAULT_SEED` repeats a run.
 
-#[path = "support/block_damage.rs"]
-mod block_damage;
+use kvtier_testkit::block_damage;
 use kvtier_testkit::fault_run;
 use kvtier_testkit::fs_blocks;
 use kvtier_testkit::rng;

@@ -15,8 +15,7 @@
 #![cfg(feature = "redis-tier")]
 
 use kvtier_testkit::fault_run;
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use kvtier_testkit::redis_server;
 use kvtier_testkit::rng;
 
 use std::collections::HashSet;

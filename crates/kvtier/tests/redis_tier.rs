@@ -3,8 +3,7 @@
 
 #![cfg(feature = "redis-tier")]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
+use kvtier_testkit::redis_server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,8 +2,6 @@
 //! benchmarks: a free port, a private directory, no persistence; stopped
 //! (and the directory removed) when dropped.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -16,14 +14,14 @@ use std::time::{Duration, Instant};
 pub const NOT_INSTALLED: &str = "redis-server is not installed";
 
 /// A started server (or cluster), or `None` after
-/// [`kvtier_testkit::require::skip_or_fail`] when redis-server is not
+/// [`crate::require::skip_or_fail`] when redis-server is not
 /// installed (the test then returns); any other start error panics.
 #[track_caller]
 pub fn or_skip<T>(started: Result<T, String>) -> Option<T> {
     match started {
         Ok(s) => Some(s),
         Err(why) if why.starts_with(NOT_INSTALLED) => {
-            kvtier_testkit::require::skip_or_fail(format!("cannot start a redis server: {why}"));
+            crate::require::skip_or_fail(format!("cannot start a redis server: {why}"));
             None
         }
         Err(why) => panic!("starting redis failed: {why}"),
@@ -41,7 +39,7 @@ pub struct RedisServer {
     tls: bool,
 }
 
-pub use kvtier_testkit::require::find_tool;
+pub use crate::require::find_tool;
 
 fn port_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()

@@ -1,8 +1,6 @@
 //! Ways to damage a stored block file, for the fault runs: every kind of
 //! damage the damaged-file matrix applies, and how it is applied.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 
 use kvtier_core::tiers::fs::format::{HEADER_LEN, Layout};
