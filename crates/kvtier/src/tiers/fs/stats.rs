@@ -208,7 +208,7 @@ family! {
 }
 family! {
     FS_UNREADABLE_DROPPED, "kvtier_fs_unreadable_blocks_dropped_total", Counter, Tier,
-    "Blocks dropped from the index because they could not be read."
+    "Blocks dropped from the index because they could not be read (permission denied, an I/O error, a foreign entry under the block's name); their files stay on disk untouched."
 }
 family! {
     FS_FOUND_MISSING, "kvtier_fs_blocks_found_missing_total", Counter, Tier,
@@ -232,7 +232,7 @@ family! {
 }
 family! {
     FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",
-    "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes)."
+    "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
 }
 family! {
     FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
