@@ -30,6 +30,18 @@ impl GaugeValue for f64 {
     }
 }
 
+/// The value a counter field reports.
+pub(crate) trait CounterValue {
+    /// As a count.
+    fn counter_value(&self) -> u64;
+}
+
+impl CounterValue for u64 {
+    fn counter_value(&self) -> u64 {
+        *self
+    }
+}
+
 /// A histogram field: appends its series (buckets, sum, count) named `name`.
 pub(crate) trait PushStats {
     /// Appends the series to `out`.
@@ -177,7 +189,10 @@ pub(crate) use stat_scale;
 /// Appends one field's statistic by its kind.
 macro_rules! push_stat {
     (counter, $name:expr, $value:expr, $out:ident) => {
-        $out.push($crate::stats::Stat::counter($name, $value))
+        $out.push($crate::stats::Stat::counter(
+            $name,
+            $crate::stats::CounterValue::counter_value(&$value),
+        ))
     };
     (gauge, $name:expr, $value:expr, $out:ident) => {
         $out.push($crate::stats::Stat::gauge(

@@ -28,7 +28,7 @@ impl FsTier {
     /// Reports every key of `job` failed with `cause` (at the next poll).
     fn fail_job(&mut self, job: JobRef, cause: Cause) {
         let n = job.keys.len() as u64;
-        self.pool.shared().counters.errors.count_n(cause, n);
+        self.counts.errors.count_n(cause, n);
         self.pool.submit(Arc::new(JobState::failed(job, cause)));
     }
 
@@ -50,11 +50,11 @@ impl FsTier {
         for (i, key) in job.keys.iter().enumerate() {
             match self.index.get(key) {
                 Some((State::Ready, _)) => {
-                    self.totals.stores_skipped += 1;
+                    self.counts.stores_skipped.add(1);
                     self.index.touch(key);
                 }
-                Some(_) => self.totals.stores_skipped += 1,
-                None if !named.insert(*key) => self.totals.stores_skipped += 1,
+                Some(_) => self.counts.stores_skipped.add(1),
+                None if !named.insert(*key) => self.counts.stores_skipped.add(1),
                 None => new.push(i),
             }
         }
@@ -74,7 +74,7 @@ impl FsTier {
                         debug_assert!(false, "no free record for an admitted store");
                         self.index.remove(&key);
                         outcomes[i] = KeyOutcome::RejectedFull;
-                        self.totals.stores_rejected_full += 1;
+                        self.counts.stores_rejected_full.add(1);
                         continue;
                     };
                     records.push(record);
@@ -83,7 +83,7 @@ impl FsTier {
                 queued += 1;
             } else {
                 outcomes[i] = KeyOutcome::RejectedFull;
-                self.totals.stores_rejected_full += 1;
+                self.counts.stores_rejected_full.add(1);
             }
         }
         self.pool
@@ -123,8 +123,7 @@ impl FsTier {
                 absent += 1;
             }
         }
-        let counters = &self.pool.shared().counters;
-        counters.errors.count_n(Cause::NotPresent, absent);
+        self.counts.errors.count_n(Cause::NotPresent, absent);
         self.pool
             .submit(Arc::new(JobState::new(job, outcomes, Vec::new(), records)));
     }
@@ -147,7 +146,7 @@ impl FsTier {
                 let Some(victim) = self.index.evict_one(true) else {
                     break;
                 };
-                self.totals.evictions += 1;
+                self.counts.evictions.add(1);
                 let announced = self.index.announced(&victim);
                 self.events.removed(victim, announced);
                 if self.segmented() {

@@ -108,9 +108,8 @@ pub struct FsTier {
     /// Keys answered absent this step (forgotten at its end).
     absent: Vec<Key>,
     events: Announcer,
-    /// The tier's counters (the gauges and the pool's and opening scan's
-    /// counters are filled in when read).
-    totals: FsStats,
+    /// The tier's statistics, shared with the workers.
+    counts: Arc<FsStats>,
     rebuild: RebuildReport,
     outstanding: usize,
     closed: bool,
