@@ -145,36 +145,7 @@ stat_table! {
         /// Failures per cause.
         errors: CauseCounters<Cause>,
     }
-    also {
-        /// Failures: the file system is full.
-        counter ERRORS_NO_SPACE = "errors_no_space" => FS_ERRORS["no_space"],
-        /// Failures: the file system is read-only.
-        counter ERRORS_READ_ONLY = "errors_read_only" => FS_ERRORS["read_only"],
-        /// Failures: permission denied.
-        counter ERRORS_PERMISSION = "errors_permission" => FS_ERRORS["permission"],
-        /// Failures: a directory is missing.
-        counter ERRORS_MISSING_DIR = "errors_missing_dir" => FS_ERRORS["missing_dir"],
-        /// Failures: another I/O error.
-        counter ERRORS_IO = "errors_io" => FS_ERRORS["io"],
-        /// Failures: the file disappeared.
-        counter ERRORS_VANISHED = "errors_vanished" => FS_ERRORS["vanished"],
-        /// Failures: the file is truncated.
-        counter ERRORS_TRUNCATED = "errors_truncated" => FS_ERRORS["truncated"],
-        /// Failures: a bad header.
-        counter ERRORS_BAD_HEADER = "errors_bad_header" => FS_ERRORS["bad_header"],
-        /// Failures: a bad checksum.
-        counter ERRORS_CHECKSUM = "errors_checksum" => FS_ERRORS["checksum"],
-        /// Failures: the key was not in the tier.
-        counter ERRORS_NOT_PRESENT = "errors_not_present" => FS_ERRORS["not_present"],
-        /// Failures: the tier was shut down.
-        counter ERRORS_CLOSED = "errors_closed" => FS_ERRORS["closed"],
-        /// Failures: a slot outside the region.
-        counter ERRORS_BAD_SLOT = "errors_bad_slot" => FS_ERRORS["bad_slot"],
-        /// Failures: a foreign entry under the block's name.
-        counter ERRORS_FOREIGN = "errors_foreign" => FS_ERRORS["foreign"],
-        /// Failures: a shortage that passes by itself.
-        counter ERRORS_TRANSIENT = "errors_transient" => FS_ERRORS["transient"],
-    }
+    rows Cause::STAT_ROWS;
 }
 
 impl FsStats {
@@ -206,28 +177,6 @@ impl FsTier {
         let mut v = c.stat_list();
         c.errors.push_stats(&mut v);
         v
-    }
-}
-
-impl Cause {
-    /// Stat name of the cause's counter (declared in the tier's table).
-    pub fn stat_name(self) -> &'static str {
-        match self {
-            Cause::NoSpace => ERRORS_NO_SPACE,
-            Cause::ReadOnly => ERRORS_READ_ONLY,
-            Cause::Permission => ERRORS_PERMISSION,
-            Cause::MissingDir => ERRORS_MISSING_DIR,
-            Cause::Io => ERRORS_IO,
-            Cause::Vanished => ERRORS_VANISHED,
-            Cause::Truncated => ERRORS_TRUNCATED,
-            Cause::BadHeader => ERRORS_BAD_HEADER,
-            Cause::Checksum => ERRORS_CHECKSUM,
-            Cause::NotPresent => ERRORS_NOT_PRESENT,
-            Cause::Closed => ERRORS_CLOSED,
-            Cause::BadSlot => ERRORS_BAD_SLOT,
-            Cause::Foreign => ERRORS_FOREIGN,
-            Cause::Transient => ERRORS_TRANSIENT,
-        }
     }
 }
 
@@ -293,6 +242,6 @@ family! {
     "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
 }
 family! {
-    FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
+    pub(super) FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
     "Failed fs-tier operations, by cause."
 }
