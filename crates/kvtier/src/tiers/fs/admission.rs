@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use hashbrown::HashSet;
-
 use super::index::State;
 use super::pool::JobState;
 use super::{Cause, FsTier, Key};
@@ -43,10 +41,12 @@ impl FsTier {
             self.fail_job(job, cause);
             return;
         }
-        // Which keys are new: absent from the index, first named here.
+        // Which keys are new: absent from the index, first named here (in
+        // the tier's scratch, so no key allocates).
         let mut outcomes = vec![KeyOutcome::Skipped; job.keys.len()];
-        let mut new = Vec::new();
-        let mut named = HashSet::<Key, foldhash::fast::RandomState>::default();
+        let (mut new, mut named) = std::mem::take(&mut self.store_scratch);
+        new.clear();
+        named.clear();
         for (i, key) in job.keys.iter().enumerate() {
             match self.index.get(key) {
                 Some((State::Ready, _)) => {
@@ -63,7 +63,7 @@ impl FsTier {
         let segmented = self.segmented();
         let mut records = Vec::with_capacity(if segmented { admitted } else { 0 });
         let mut queued = 0;
-        for i in new {
+        for &i in &new {
             let key = job.keys[i];
             if queued < admitted {
                 self.index.insert(key, State::Writing);
@@ -86,6 +86,7 @@ impl FsTier {
                 self.counts.stores_rejected_full.add(1);
             }
         }
+        self.store_scratch = (new, named);
         self.pool
             .submit(Arc::new(JobState::new(job, outcomes, victims, records)));
     }

@@ -77,7 +77,7 @@ mod stats;
 
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 use super::kit::{Announcer, Reporter};
 use crate::error::Result;
@@ -116,6 +116,9 @@ pub struct FsTier {
     finished_buf: Vec<Arc<JobState>>,
     checked_buf: Vec<(Key, bool)>,
     lost_buf: Vec<(Key, bool)>,
+    /// A store's scratch: the positions of its new keys, and the keys it
+    /// named (reused, so admitting a store allocates nothing per key).
+    store_scratch: (Vec<usize>, HashSet<Key, foldhash::fast::RandomState>),
     /// Descriptions of failed transfers for the manager's error log
     /// (bounded: the counters keep the totals).
     errors: Reporter,

@@ -130,6 +130,7 @@ impl FsTier {
             finished_buf: Vec::new(),
             checked_buf: Vec::new(),
             lost_buf: Vec::new(),
+            store_scratch: Default::default(),
             errors,
         };
         tier.note_skipped_at_open();
