@@ -180,7 +180,8 @@ fn metrics_doc() -> String {
     .unwrap()
 }
 
-/// The row docs/metrics.md must have for `family`: name, type, labels.
+/// The row docs/metrics.md must have for `family`: name, type, labels and
+/// help (the `# HELP` text, word for word).
 fn family_row(family: &kvtier_core::stats::Family) -> String {
     use kvtier_core::stats::Scope;
     let mut labels: Vec<&str> = match family.scope {
@@ -196,15 +197,16 @@ fn family_row(family: &kvtier_core::stats::Family) -> String {
         labels.join(", ")
     };
     format!(
-        "| `{}` | {} | {} |",
+        "| `{}` | {} | {} | {} |",
         family.name,
         family.ty.as_str(),
-        labels
+        labels,
+        family.help
     )
 }
 
 #[test]
-fn every_metric_family_is_documented_with_its_type_and_labels() {
+fn every_metric_family_is_documented_with_its_type_labels_and_help() {
     let doc = metrics_doc();
     let mut missing = Vec::new();
     for table in kvtier_core::catalogue::TABLES {
@@ -217,7 +219,7 @@ fn every_metric_family_is_documented_with_its_type_and_labels() {
     }
     assert!(
         missing.is_empty(),
-        "families docs/metrics.md does not list (or lists with another type or labels):\n{}",
+        "families docs/metrics.md does not list (or lists with another type, labels or help):\n{}",
         missing.join("\n")
     );
 }
@@ -235,6 +237,11 @@ fn the_family_check_finds_a_wrong_row() {
     assert!(doc.contains(&family_row(f)));
     assert!(!doc.contains("| `kvtier_fs_errors_total` | gauge |"));
     assert!(!doc.contains("| `kvtier_fs_errors_total` | counter | `tier`, `medium` |"));
+    // Another help text is a wrong row too.
+    assert!(family_row(f).ends_with(&format!(" {} |", f.help)));
+    assert!(!doc.contains(
+        "| `kvtier_fs_errors_total` | counter | `tier`, `medium`, `cause` | Failed fs-tier operations. |"
+    ));
 }
 
 /// The fields of C struct `name` in the generated header, in order.
@@ -362,5 +369,39 @@ fn every_statistic_of_every_table_is_listed() {
     assert!(
         missing.is_empty(),
         "statistics the tables declare that docs/statistics.md does not list: {missing:?}"
+    );
+}
+
+/// The statistic names the first column of docs/observability.md's table
+/// of the manager's statistics gives.
+fn observability_table_names() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/observability.md"
+    ))
+    .unwrap();
+    let start = doc.find("| name | kind | meaning |").unwrap();
+    doc[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .flat_map(|l| l.split('|').nth(1).unwrap().split(',').map(str::trim))
+        .map(|n| n.trim_matches('`').to_string())
+        .collect()
+}
+
+#[test]
+fn the_manager_statistics_observability_md_names_exist() {
+    let names = observability_table_names();
+    assert!(names.contains(&"lookups".to_string()));
+    assert!(names.contains(&"promotion_wait_seconds".to_string()));
+    let stats = kvtier_core::catalogue::MANAGER;
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| kvtier_core::stats::find(stats, n).is_none())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/observability.md names statistics the manager does not declare: {missing:?}"
     );
 }

@@ -65,7 +65,7 @@ pub struct Family {
 }
 
 /// Which family one statistic feeds.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Entry {
     /// The statistic's name (a histogram's name for its series).
     pub stat: &'static str,

@@ -42,7 +42,8 @@ pub use family::{
 #[cfg(test)]
 pub(crate) use table::assert_listed;
 pub(crate) use table::{
-    GaugeValue, PushStats, push_stat, stat_label, stat_name, stat_scale, stat_table,
+    CounterValue, GaugeValue, PushStats, join_entries, push_stat, stat_label, stat_name, stat_rows,
+    stat_scale, stat_table,
 };
 
 /// What a value is: a counter, a gauge, or one series of a histogram.

@@ -30,6 +30,18 @@ impl GaugeValue for f64 {
     }
 }
 
+/// The value a counter field reports.
+pub(crate) trait CounterValue {
+    /// As a count.
+    fn counter_value(&self) -> u64;
+}
+
+impl CounterValue for u64 {
+    fn counter_value(&self) -> u64 {
+        *self
+    }
+}
+
 /// A histogram field: appends its series (buckets, sum, count) named `name`.
 pub(crate) trait PushStats {
     /// Appends the series to `out`.
@@ -63,7 +75,9 @@ pub(crate) trait PushStats {
 /// `stat_list`/`push_stats` (the fields as named values, in order: a
 /// counter, a gauge, or a histogram's series), a name constant per `also`
 /// statistic, and the table: one [`Entry`](super::Entry) per statistic,
-/// fields first, then the `also` ones.
+/// fields first, then the `also` ones, then the `rows` (an array of
+/// entries declared elsewhere: a tier's causes, see
+/// `tiers::kit::tier_causes!`).
 macro_rules! stat_table {
     (
         $(#[$tmeta:meta])*
@@ -86,6 +100,7 @@ macro_rules! stat_table {
                     => $afamily:ident $([$alabel:literal])? $(* $ascale:literal)?
             ),* $(,)?
         })?
+        $(rows $rows:expr;)?
     ) => {
         $(#[$smeta])*
         $vis struct $name {
@@ -119,7 +134,8 @@ macro_rules! stat_table {
         $($( $(#[$ameta])* pub(crate) const $aconst: &str = $aname; )*)?
 
         $(#[$tmeta])*
-        $tvis static $table: $crate::stats::StatTable = &[
+        $tvis static $table: $crate::stats::StatTable = {
+            const HEAD: &[$crate::stats::Entry] = &[
             $(
                 $crate::stats::Entry {
                     stat: $crate::stats::stat_name!($field $(, $sname)?),
@@ -136,10 +152,40 @@ macro_rules! stat_table {
                     scale: $crate::stats::stat_scale!($($ascale)?),
                 },
             )*)?
-        ];
+            ];
+            const ROWS: &[$crate::stats::Entry] = $crate::stats::stat_rows!($($rows)?);
+            const TABLE: [$crate::stats::Entry; HEAD.len() + ROWS.len()] =
+                $crate::stats::join_entries(HEAD, ROWS);
+            &TABLE
+        };
     };
 }
 pub(crate) use stat_table;
+
+/// `head` then `rest`, as one array of `N` entries (`N` their lengths'
+/// sum): a table with rows declared elsewhere.
+pub(crate) const fn join_entries<const N: usize>(
+    head: &[super::Entry],
+    rest: &[super::Entry],
+) -> [super::Entry; N] {
+    assert!(head.len() + rest.len() == N);
+    let mut out = [super::Entry {
+        stat: "",
+        family: &super::T_BLOCKS,
+        label_value: None,
+        scale: 1.0,
+    }; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < head.len() {
+            head[i]
+        } else {
+            rest[i - head.len()]
+        };
+        i += 1;
+    }
+    out
+}
 
 /// The name of a field's statistic: the field's own, or the one it names.
 macro_rules! stat_name {
@@ -151,6 +197,17 @@ macro_rules! stat_name {
     };
 }
 pub(crate) use stat_name;
+
+/// A table's rows declared elsewhere, if any.
+macro_rules! stat_rows {
+    () => {
+        &[]
+    };
+    ($rows:expr) => {
+        &$rows
+    };
+}
+pub(crate) use stat_rows;
 
 /// An entry's label value.
 macro_rules! stat_label {
@@ -177,7 +234,10 @@ pub(crate) use stat_scale;
 /// Appends one field's statistic by its kind.
 macro_rules! push_stat {
     (counter, $name:expr, $value:expr, $out:ident) => {
-        $out.push($crate::stats::Stat::counter($name, $value))
+        $out.push($crate::stats::Stat::counter(
+            $name,
+            $crate::stats::CounterValue::counter_value(&$value),
+        ))
     };
     (gauge, $name:expr, $value:expr, $out:ident) => {
         $out.push($crate::stats::Stat::gauge(

@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use hashbrown::HashSet;
-
 use super::index::State;
 use super::pool::JobState;
 use super::{Cause, FsTier, Key};
@@ -28,7 +26,7 @@ impl FsTier {
     /// Reports every key of `job` failed with `cause` (at the next poll).
     fn fail_job(&mut self, job: JobRef, cause: Cause) {
         let n = job.keys.len() as u64;
-        self.pool.shared().counters.errors.count_n(cause, n);
+        self.counts.errors.count_n(cause, n);
         self.pool.submit(Arc::new(JobState::failed(job, cause)));
     }
 
@@ -43,18 +41,20 @@ impl FsTier {
             self.fail_job(job, cause);
             return;
         }
-        // Which keys are new: absent from the index, first named here.
+        // Which keys are new: absent from the index, first named here (in
+        // the tier's scratch, so no key allocates).
         let mut outcomes = vec![KeyOutcome::Skipped; job.keys.len()];
-        let mut new = Vec::new();
-        let mut named = HashSet::<Key, foldhash::fast::RandomState>::default();
+        let (mut new, mut named) = std::mem::take(&mut self.store_scratch);
+        new.clear();
+        named.clear();
         for (i, key) in job.keys.iter().enumerate() {
             match self.index.get(key) {
                 Some((State::Ready, _)) => {
-                    self.totals.stores_skipped += 1;
+                    self.counts.stores_skipped.add(1);
                     self.index.touch(key);
                 }
-                Some(_) => self.totals.stores_skipped += 1,
-                None if !named.insert(*key) => self.totals.stores_skipped += 1,
+                Some(_) => self.counts.stores_skipped.add(1),
+                None if !named.insert(*key) => self.counts.stores_skipped.add(1),
                 None => new.push(i),
             }
         }
@@ -63,7 +63,7 @@ impl FsTier {
         let segmented = self.segmented();
         let mut records = Vec::with_capacity(if segmented { admitted } else { 0 });
         let mut queued = 0;
-        for i in new {
+        for &i in &new {
             let key = job.keys[i];
             if queued < admitted {
                 self.index.insert(key, State::Writing);
@@ -74,7 +74,7 @@ impl FsTier {
                         debug_assert!(false, "no free record for an admitted store");
                         self.index.remove(&key);
                         outcomes[i] = KeyOutcome::RejectedFull;
-                        self.totals.stores_rejected_full += 1;
+                        self.counts.stores_rejected_full.add(1);
                         continue;
                     };
                     records.push(record);
@@ -83,9 +83,10 @@ impl FsTier {
                 queued += 1;
             } else {
                 outcomes[i] = KeyOutcome::RejectedFull;
-                self.totals.stores_rejected_full += 1;
+                self.counts.stores_rejected_full.add(1);
             }
         }
+        self.store_scratch = (new, named);
         self.pool
             .submit(Arc::new(JobState::new(job, outcomes, victims, records)));
     }
@@ -123,8 +124,7 @@ impl FsTier {
                 absent += 1;
             }
         }
-        let counters = &self.pool.shared().counters;
-        counters.errors.count_n(Cause::NotPresent, absent);
+        self.counts.errors.count_n(Cause::NotPresent, absent);
         self.pool
             .submit(Arc::new(JobState::new(job, outcomes, Vec::new(), records)));
     }
@@ -147,7 +147,7 @@ impl FsTier {
                 let Some(victim) = self.index.evict_one(true) else {
                     break;
                 };
-                self.totals.evictions += 1;
+                self.counts.evictions.add(1);
                 let announced = self.index.announced(&victim);
                 self.events.removed(victim, announced);
                 if self.segmented() {

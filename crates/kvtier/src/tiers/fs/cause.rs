@@ -1,74 +1,52 @@
 //! Why a block's transfer failed: the causes the fs tier counts apart, how
 //! OS errors map to them, and which of them take a block out of the tier.
 
-use crate::tiers::kit::TierCause;
+use crate::tiers::kit::tier_causes;
 
-/// Why one block's transfer failed; each is counted separately.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Cause {
-    /// The file system is full (`ENOSPC`, `EDQUOT`, `EFBIG`).
-    NoSpace,
-    /// The file system is read-only (`EROFS`).
-    ReadOnly,
-    /// Permission denied (`EACCES`, `EPERM`).
-    Permission,
-    /// The tier's directory (or a fan-out directory) is missing or not a
-    /// directory (`ENOENT`, `ENOTDIR` on a store).
-    MissingDir,
-    /// Another I/O error.
-    Io,
-    /// The block file disappeared before it could be read.
-    Vanished,
-    /// The file is shorter than its header says.
-    Truncated,
-    /// The header is not ours, of another version, damaged, or for another
-    /// key or block size.
-    BadHeader,
-    /// The data does not match the checksum.
-    Checksum,
-    /// The key was not in the tier when the load was submitted.
-    NotPresent,
-    /// The tier was shut down before the transfer ran.
-    Closed,
-    /// The job named a slot outside the region, or its keys and slots
-    /// differ in number.
-    BadSlot,
-    /// Something that is not a regular file sits under the block's name
-    /// (a symlink, FIFO, socket or device), or a symlink in place of its
-    /// fan-out directory: skipped, never followed nor waited on, and left
-    /// where it is.
-    Foreign,
-    /// A shortage that passes by itself (`EAGAIN`, `EINTR`, `ENOMEM`,
-    /// `ENOBUFS`, `EMFILE`, `ENFILE`, `EBUSY`, `ETIMEDOUT`): the block stays
-    /// in the tier and a later load may succeed.
-    Transient,
+tier_causes! {
+    /// Why one block's transfer failed; each is counted separately.
+    #[derive(Hash)]
+    pub enum Cause: "errors_" => super::stats::FS_ERRORS {
+        /// The file system is full (`ENOSPC`, `EDQUOT`, `EFBIG`).
+        NoSpace = "no_space", "no space";
+        /// The file system is read-only (`EROFS`).
+        ReadOnly = "read_only", "read only";
+        /// Permission denied (`EACCES`, `EPERM`).
+        Permission = "permission", "permission";
+        /// The tier's directory (or a fan-out directory) is missing or not a
+        /// directory (`ENOENT`, `ENOTDIR` on a store).
+        MissingDir = "missing_dir", "missing dir";
+        /// Another I/O error.
+        Io = "io", "io";
+        /// The block file disappeared before it could be read.
+        Vanished = "vanished", "vanished";
+        /// The file is shorter than its header says.
+        Truncated = "truncated", "truncated";
+        /// The header is not ours, of another version, damaged, or for another
+        /// key or block size.
+        BadHeader = "bad_header", "bad header";
+        /// The data does not match the checksum.
+        Checksum = "checksum", "checksum";
+        /// The key was not in the tier when the load was submitted.
+        NotPresent = "not_present", "not present";
+        /// The tier was shut down before the transfer ran.
+        Closed = "closed", "closed";
+        /// The job named a slot outside the region, or its keys and slots
+        /// differ in number.
+        BadSlot = "bad_slot", "bad slot";
+        /// Something that is not a regular file sits under the block's name
+        /// (a symlink, FIFO, socket or device), or a symlink in place of its
+        /// fan-out directory: skipped, never followed nor waited on, and left
+        /// where it is.
+        Foreign = "foreign", "foreign";
+        /// A shortage that passes by itself (`EAGAIN`, `EINTR`, `ENOMEM`,
+        /// `ENOBUFS`, `EMFILE`, `ENFILE`, `EBUSY`, `ETIMEDOUT`): the block stays
+        /// in the tier and a later load may succeed.
+        Transient = "transient", "transient";
+    }
 }
 
 impl Cause {
-    /// Every cause, in stats order.
-    pub const ALL: [Cause; 14] = [
-        Cause::NoSpace,
-        Cause::ReadOnly,
-        Cause::Permission,
-        Cause::MissingDir,
-        Cause::Io,
-        Cause::Vanished,
-        Cause::Truncated,
-        Cause::BadHeader,
-        Cause::Checksum,
-        Cause::NotPresent,
-        Cause::Closed,
-        Cause::BadSlot,
-        Cause::Foreign,
-        Cause::Transient,
-    ];
-
-    /// Index into [`Cause::ALL`] (which lists the causes in declaration
-    /// order).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
     /// Whether the cause means the stored file was proven bad (and is
     /// removed): the only causes for which the tier deletes a block.
     pub fn is_corruption(self) -> bool {
@@ -89,26 +67,6 @@ impl Cause {
                 self,
                 Cause::Vanished | Cause::Permission | Cause::Io | Cause::Foreign
             )
-    }
-
-    /// Words for the cause in a failure's description.
-    pub(super) fn describe(self) -> &'static str {
-        match self {
-            Cause::NoSpace => "no space",
-            Cause::ReadOnly => "read only",
-            Cause::Permission => "permission",
-            Cause::MissingDir => "missing dir",
-            Cause::Io => "io",
-            Cause::Vanished => "vanished",
-            Cause::Truncated => "truncated",
-            Cause::BadHeader => "bad header",
-            Cause::Checksum => "checksum",
-            Cause::NotPresent => "not present",
-            Cause::Closed => "closed",
-            Cause::BadSlot => "bad slot",
-            Cause::Foreign => "foreign",
-            Cause::Transient => "transient",
-        }
     }
 
     fn transient(errno: i32) -> bool {
@@ -151,22 +109,6 @@ impl Cause {
             super::beneath::FOREIGN => Cause::Foreign,
             _ => Cause::Io,
         }
-    }
-}
-
-impl TierCause for Cause {
-    const ALL: &'static [Cause] = &Cause::ALL;
-
-    fn index(self) -> usize {
-        Cause::index(self)
-    }
-
-    fn stat_name(self) -> &'static str {
-        Cause::stat_name(self)
-    }
-
-    fn describe(self) -> &'static str {
-        Cause::describe(self)
     }
 }
 

@@ -77,7 +77,7 @@ mod stats;
 
 use std::sync::Arc;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 use super::kit::{Announcer, Reporter};
 use crate::error::Result;
@@ -108,15 +108,17 @@ pub struct FsTier {
     /// Keys answered absent this step (forgotten at its end).
     absent: Vec<Key>,
     events: Announcer,
-    /// The tier's counters (the gauges and the pool's and opening scan's
-    /// counters are filled in when read).
-    totals: FsStats,
+    /// The tier's statistics, shared with the workers.
+    counts: Arc<FsStats>,
     rebuild: RebuildReport,
     outstanding: usize,
     closed: bool,
     finished_buf: Vec<Arc<JobState>>,
     checked_buf: Vec<(Key, bool)>,
     lost_buf: Vec<(Key, bool)>,
+    /// A store's scratch: the positions of its new keys, and the keys it
+    /// named (reused, so admitting a store allocates nothing per key).
+    store_scratch: (Vec<usize>, HashSet<Key, foldhash::fast::RandomState>),
     /// Descriptions of failed transfers for the manager's error log
     /// (bounded: the counters keep the totals).
     errors: Reporter,

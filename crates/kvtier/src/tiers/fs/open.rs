@@ -4,6 +4,7 @@
 //! the tier tells of itself afterwards.
 
 use std::fs;
+use std::sync::Arc;
 
 use super::cause::Cause;
 use super::file;
@@ -105,7 +106,14 @@ impl FsTier {
             durable: opts.durable,
             file_mode: opts.file_mode,
         };
-        let pool = Pool::start(io, disk, opts.read_threads, opts.write_threads)?;
+        let counts = Arc::new(FsStats::opened(&rebuild));
+        let pool = Pool::start(
+            io,
+            disk,
+            opts.read_threads,
+            opts.write_threads,
+            Arc::clone(&counts),
+        )?;
         let errors = Reporter::new(format!("fs tier {}", opts.root.display()), 0);
         let mut tier = FsTier {
             opts,
@@ -115,13 +123,14 @@ impl FsTier {
             pending_checks: 0,
             absent: Vec::new(),
             events: Announcer::new(DEFAULT_TIER_EVENT_CAPACITY),
-            totals: FsStats::default(),
+            counts,
             rebuild,
             outstanding: 0,
             closed: false,
             finished_buf: Vec::new(),
             checked_buf: Vec::new(),
             lost_buf: Vec::new(),
+            store_scratch: Default::default(),
             errors,
         };
         tier.note_skipped_at_open();
@@ -191,6 +200,6 @@ impl FsTier {
 
     /// Failures counted for `cause` so far.
     pub fn errors(&self, cause: Cause) -> u64 {
-        self.pool.shared().counters.errors.get(cause)
+        self.counts.errors.get(cause)
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -17,9 +17,10 @@ use parking_lot::Mutex;
 use super::cause::Cause;
 use super::file::Scratch;
 use super::io::{BlockIo, OnDisk, Stored};
+use super::stats::{Count, FsStats, Nanos};
 use crate::key::Key;
 use crate::tiering::{Direction, JobRef};
-use crate::tiers::kit::{CauseCounters, JobLedger, KeyOutcome, Wake, WorkQueue, WorkerPool};
+use crate::tiers::kit::{JobLedger, KeyOutcome, Wake, WorkQueue, WorkerPool};
 
 /// One submitted job as the workers see it: its ledger, and what the fs
 /// tier adds to it.
@@ -104,33 +105,14 @@ impl WorkQueue for Queues {
     }
 }
 
-/// Counters workers update; the tier reads them for stats.
-#[derive(Default)]
-pub(super) struct Counters {
-    /// Bytes read into slots.
-    pub read_bytes: AtomicU64,
-    /// Nanoseconds spent in successful block reads.
-    pub read_ns: AtomicU64,
-    /// Bytes written from slots.
-    pub write_bytes: AtomicU64,
-    /// Nanoseconds spent in successful block writes.
-    pub write_ns: AtomicU64,
-    /// Failures by cause.
-    pub errors: CauseCounters<Cause>,
-    /// Evicted files whose removal failed.
-    pub removal_errors: AtomicU64,
-    /// Existence checks run.
-    pub checks: AtomicU64,
-}
-
 /// State shared by the tier and its workers.
 pub(super) struct Shared {
     /// What every layout's transfers share.
     pub io: BlockIo,
     /// Where the blocks live: the layout.
     pub disk: Box<dyn OnDisk>,
-    /// Counters.
-    pub counters: Counters,
+    /// The tier's statistics, which the workers count into too.
+    pub counts: Arc<FsStats>,
     finished: Mutex<Vec<Arc<JobState>>>,
     checked: Mutex<Vec<(Key, bool)>>,
     /// Jobs in `finished` plus check results in `checked` (lets the
@@ -151,11 +133,12 @@ impl Pool {
         disk: Box<dyn OnDisk>,
         read_threads: usize,
         write_threads: usize,
+        counts: Arc<FsStats>,
     ) -> crate::Result<Pool> {
         let shared = Arc::new(Shared {
             io,
             disk,
-            counters: Counters::default(),
+            counts,
             finished: Mutex::new(Vec::new()),
             checked: Mutex::new(Vec::new()),
             ready: AtomicUsize::new(0),
@@ -234,7 +217,7 @@ impl Pool {
                 c
             });
             for (state, t) in cancelled {
-                self.shared.counters.errors.count(Cause::Closed);
+                self.shared.counts.errors.count(Cause::Closed);
                 if state
                     .ledger
                     .finish(t as usize, KeyOutcome::Failed(Cause::Closed))
@@ -278,7 +261,7 @@ impl Shared {
             }
             Work::Check(key) => {
                 let found = self.disk.exists(&self.io, &key, scratch);
-                self.counters.checks.fetch_add(1, Ordering::Relaxed);
+                self.counts.existence_checks.add(1);
                 self.checked.lock().push((key, found));
                 self.ready.fetch_add(1, Ordering::AcqRel);
                 core.notify();
@@ -293,10 +276,10 @@ impl Shared {
         let (key, slot) = (job.keys[i], job.slots[i]);
         let record = state.records.get(t).copied();
         let start = Instant::now();
-        let c = &self.counters;
-        let moved = |bytes: &AtomicU64, ns: &AtomicU64, b: u64| {
-            bytes.fetch_add(b, Ordering::Relaxed);
-            ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let c = &*self.counts;
+        let moved = |bytes: &Count, ns: &Nanos, b: u64| {
+            bytes.add(b);
+            ns.add(start.elapsed().as_nanos() as u64);
             state.ledger.add_bytes(b);
             KeyOutcome::Done
         };
@@ -307,20 +290,20 @@ impl Shared {
                 let (n, v) = (state.ledger.work().len(), state.victims.len());
                 for victim in &state.victims[t * v / n..(t + 1) * v / n] {
                     if self.disk.remove(victim, scratch).is_err() {
-                        c.removal_errors.fetch_add(1, Ordering::Relaxed);
+                        c.removal_errors.add(1);
                     }
                 }
                 self.disk
                     .store(&self.io, &key, slot, record, scratch)
                     .map(|s| match s {
-                        Stored::Written(b) => moved(&c.write_bytes, &c.write_ns, b),
+                        Stored::Written(b) => moved(&c.write_bytes, &c.write_time_us, b),
                         Stored::Present => KeyOutcome::Present,
                     })
             }
             Direction::Load => self
                 .disk
                 .load(&self.io, &key, slot, record, scratch)
-                .map(|b| moved(&c.read_bytes, &c.read_ns, b)),
+                .map(|b| moved(&c.read_bytes, &c.read_time_us, b)),
         };
         result.unwrap_or_else(|cause| {
             c.errors.count(cause);

@@ -44,7 +44,7 @@ impl FsTier {
                     .drop_ready(Some((word * 64) as u8 + bit as u8), &mut lost);
             }
         }
-        self.totals.blocks_found_missing += lost.len() as u64;
+        self.counts.blocks_found_missing.add(lost.len() as u64);
         for (key, announced) in lost.drain(..) {
             self.events.removed(key, announced);
         }
@@ -74,7 +74,7 @@ impl FsTier {
             self.checks.remove(&key);
             if self.index.get(&key).is_none() {
                 self.index.insert(key, State::Ready);
-                self.totals.blocks_adopted += 1;
+                self.counts.blocks_adopted.add(1);
                 self.announce_stored(key);
             }
         }
@@ -93,33 +93,33 @@ impl FsTier {
         }
         match self.index.get(key) {
             Some((State::Ready, _)) => {
-                self.totals.hits += 1;
+                self.counts.hits.add(1);
                 return TierLookup::Hit;
             }
             Some(_) => {
-                self.totals.misses += 1;
+                self.counts.misses.add(1);
                 return TierLookup::Miss;
             }
             None => {}
         }
         if !self.opts.shared {
-            self.totals.misses += 1;
+            self.counts.misses.add(1);
             return TierLookup::Miss;
         }
         match self.checks.get(key) {
             Some(true) => {
-                self.totals.lookup_retries += 1;
+                self.counts.lookup_retries.add(1);
                 TierLookup::Retry
             }
             Some(false) => {
-                self.totals.misses += 1;
+                self.counts.misses.add(1);
                 TierLookup::Miss
             }
             None => {
                 self.checks.insert(*key, true);
                 self.pending_checks += 1;
                 self.pool.check(*key);
-                self.totals.lookup_retries += 1;
+                self.counts.lookup_retries.add(1);
                 TierLookup::Retry
             }
         }

@@ -42,9 +42,9 @@ impl FsTier {
                     match ledger.outcome(i as usize) {
                         KeyOutcome::Done | KeyOutcome::Present => {
                             if ledger.outcome(i as usize) == KeyOutcome::Done {
-                                self.totals.stores_written += 1;
+                                self.counts.stores_written.add(1);
                             } else {
-                                self.totals.stores_already_present += 1;
+                                self.counts.stores_already_present.add(1);
                             }
                             if self.index.set_ready(&key) {
                                 self.announce_stored(key);
@@ -70,7 +70,7 @@ impl FsTier {
             Direction::Load => {
                 for (key, outcome) in ledger.outcomes() {
                     if outcome == KeyOutcome::Done {
-                        self.totals.loads += 1;
+                        self.counts.loads.add(1);
                         self.index.drop_reader(key);
                         self.index.touch(key);
                         continue;
@@ -86,9 +86,9 @@ impl FsTier {
                     if cause.loses_block() && self.index.get(key).map(|s| s.0) == Some(State::Ready)
                     {
                         if cause.is_corruption() {
-                            self.totals.corrupt_blocks_removed += 1;
+                            self.counts.corrupt_blocks_removed.add(1);
                         } else if cause != Cause::Vanished {
-                            self.totals.unreadable_blocks_dropped += 1;
+                            self.counts.unreadable_blocks_dropped.add(1);
                         }
                         self.forget(key);
                     }
@@ -96,7 +96,7 @@ impl FsTier {
             }
         }
         if !ok {
-            self.totals.jobs_failed += 1;
+            self.counts.jobs_failed.add(1);
         }
         ledger.result(ok)
     }

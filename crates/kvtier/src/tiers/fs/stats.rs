@@ -1,5 +1,6 @@
 //! The fs tier's statistics, each declared once with its family: the
-//! table the tier hands the Prometheus exposition
+//! counters the tier and its workers count into, the table the tier hands
+//! the Prometheus exposition
 //! ([`SecondaryTier::stat_table`](crate::tiering::SecondaryTier::stat_table)),
 //! and the list [`SecondaryTier::stats`](crate::tiering::SecondaryTier::stats)
 //! reports.
@@ -8,168 +9,174 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Cause, FsTier};
 use crate::stats::{
-    Stat, T_BLOCKS, T_CAPACITY_BYTES, T_EVENTS_DROPPED, T_EVENTS_QUEUED, T_EVICTIONS, T_USED_BYTES,
-    family, stat_table,
+    CounterValue, GaugeValue, Stat, T_BLOCKS, T_CAPACITY_BYTES, T_EVENTS_DROPPED, T_EVENTS_QUEUED,
+    T_EVICTIONS, T_USED_BYTES, family, stat_table,
 };
+use crate::tiers::kit::CauseCounters;
+
+/// One statistic the tier and its workers count into (relaxed: each is
+/// read on its own).
+#[derive(Debug, Default)]
+pub(super) struct Count(AtomicU64);
+
+impl Count {
+    /// Adds `n`.
+    pub(super) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sets the value (a gauge, or what the opening scan found).
+    pub(super) fn set(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+
+    /// The value.
+    pub(super) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl CounterValue for Count {
+    fn counter_value(&self) -> u64 {
+        self.get()
+    }
+}
+
+impl GaugeValue for Count {
+    fn gauge_value(&self) -> f64 {
+        self.get() as f64
+    }
+}
+
+/// Time the workers count in nanoseconds, reported in whole microseconds
+/// (of the total, so no rounding adds up).
+#[derive(Debug, Default)]
+pub(super) struct Nanos(Count);
+
+impl Nanos {
+    /// Adds `ns` nanoseconds.
+    pub(super) fn add(&self, ns: u64) {
+        self.0.add(ns);
+    }
+}
+
+impl CounterValue for Nanos {
+    fn counter_value(&self) -> u64 {
+        self.0.get() / 1000
+    }
+}
 
 stat_table! {
     /// The families of the fs tier's statistics.
     pub(crate) static FS_STATS;
 
-    /// The fs tier's numbers at one moment (then, per cause, its failures).
-    #[derive(Clone, Copy, Debug, Default)]
+    /// The fs tier's statistics (then, per cause, its failures), shared
+    /// by the tier and its workers: each counts into its own; the gauges
+    /// and the event queue's drops are set when read, what the opening
+    /// scan found when the tier opens.
+    #[derive(Default)]
     pub(super) struct FsStats {
         /// Bytes the blocks take on disk.
-        gauge bytes_used: u64 => T_USED_BYTES,
+        gauge bytes_used: Count => T_USED_BYTES,
         /// The capacity in bytes (0: no limit).
-        gauge capacity_bytes: u64 => T_CAPACITY_BYTES,
+        gauge capacity_bytes: Count => T_CAPACITY_BYTES,
         /// Blocks stored and readable.
-        gauge blocks: u64 => T_BLOCKS,
+        gauge blocks: Count => T_BLOCKS,
         /// 1 with O_DIRECT, else 0.
-        gauge direct_io: u64 => FS_DIRECT_IO,
+        gauge direct_io: Count => FS_DIRECT_IO,
         /// Lookups answered HIT.
-        counter hits: u64 => FS_LOOKUP_RESULTS["hit"],
+        counter hits: Count => FS_LOOKUP_RESULTS["hit"],
         /// Lookups answered MISS.
-        counter misses: u64 => FS_LOOKUP_RESULTS["miss"],
+        counter misses: Count => FS_LOOKUP_RESULTS["miss"],
         /// Lookups answered RETRY.
-        counter lookup_retries: u64 => FS_LOOKUP_RESULTS["retry"],
+        counter lookup_retries: Count => FS_LOOKUP_RESULTS["retry"],
         /// Checks on disk of keys another instance may have written.
-        counter existence_checks: u64 => FS_EXISTENCE_CHECKS,
+        counter existence_checks: Count => FS_EXISTENCE_CHECKS,
         /// Blocks another instance wrote, taken into the index.
-        counter blocks_adopted: u64 => FS_ADOPTED,
+        counter blocks_adopted: Count => FS_ADOPTED,
         /// Blocks written.
-        counter stores_written: u64 => FS_STORES["written"],
+        counter stores_written: Count => FS_STORES["written"],
         /// Blocks the tier already had.
-        counter stores_already_present: u64 => FS_STORES["already_present"],
+        counter stores_already_present: Count => FS_STORES["already_present"],
         /// Blocks skipped.
-        counter stores_skipped: u64 => FS_STORES["skipped"],
+        counter stores_skipped: Count => FS_STORES["skipped"],
         /// Blocks refused because the tier was full.
-        counter stores_rejected_full: u64 => FS_STORES["rejected_full"],
+        counter stores_rejected_full: Count => FS_STORES["rejected_full"],
         /// Blocks loaded.
-        counter loads: u64 => FS_LOADS,
+        counter loads: Count => FS_LOADS,
         /// Jobs reported failed.
-        counter jobs_failed: u64 => FS_JOBS_FAILED,
+        counter jobs_failed: Count => FS_JOBS_FAILED,
         /// Blocks evicted (the opening scan's included).
-        counter evictions: u64 => T_EVICTIONS,
+        counter evictions: Count => T_EVICTIONS,
         /// Damaged block files removed.
-        counter corrupt_blocks_removed: u64 => FS_CORRUPT_REMOVED,
+        counter corrupt_blocks_removed: Count => FS_CORRUPT_REMOVED,
         /// Blocks dropped from the index because they could not be read.
-        counter unreadable_blocks_dropped: u64 => FS_UNREADABLE_DROPPED,
+        counter unreadable_blocks_dropped: Count => FS_UNREADABLE_DROPPED,
         /// Blocks whose file had disappeared when read.
-        counter blocks_found_missing: u64 => FS_FOUND_MISSING,
+        counter blocks_found_missing: Count => FS_FOUND_MISSING,
         /// Events dropped because the queue was full.
-        counter events_dropped: u64 => T_EVENTS_DROPPED,
+        counter events_dropped: Count => T_EVENTS_DROPPED,
         /// Events queued.
-        gauge events_queued: u64 => T_EVENTS_QUEUED,
+        gauge events_queued: Count => T_EVENTS_QUEUED,
         /// Block files the tier failed to remove.
-        counter removal_errors: u64 => FS_REMOVAL_ERRORS,
+        counter removal_errors: Count => FS_REMOVAL_ERRORS,
         /// Bytes read.
-        counter read_bytes: u64 => FS_IO_BYTES["read"],
-        /// Microseconds spent reading.
-        counter read_time_us: u64 => FS_IO_SECONDS["read"] * 1e-6,
+        counter read_bytes: Count => FS_IO_BYTES["read"],
+        /// Microseconds spent reading (counted in nanoseconds).
+        counter read_time_us: Nanos => FS_IO_SECONDS["read"] * 1e-6,
         /// Bytes written.
-        counter write_bytes: u64 => FS_IO_BYTES["write"],
-        /// Microseconds spent writing.
-        counter write_time_us: u64 => FS_IO_SECONDS["write"] * 1e-6,
+        counter write_bytes: Count => FS_IO_BYTES["write"],
+        /// Microseconds spent writing (counted in nanoseconds).
+        counter write_time_us: Nanos => FS_IO_SECONDS["write"] * 1e-6,
         /// Blocks found when the tier opened.
-        counter restart_blocks: u64 => FS_RESTART_BLOCKS,
+        counter restart_blocks: Count => FS_RESTART_BLOCKS,
         /// Files the opening scan skipped.
-        counter restart_skipped_files: u64 => FS_RESTART_FILES["skipped"],
+        counter restart_skipped_files: Count => FS_RESTART_FILES["skipped"],
         /// Damaged files the opening scan removed.
-        counter restart_removed_files: u64 => FS_RESTART_FILES["removed"],
+        counter restart_removed_files: Count => FS_RESTART_FILES["removed"],
         /// Unfinished writes the opening scan removed.
-        counter restart_temp_removed: u64 => FS_RESTART_FILES["temp_removed"],
+        counter restart_temp_removed: Count => FS_RESTART_FILES["temp_removed"],
         /// Files the opening scan could not read.
-        counter restart_unreadable_files: u64 => FS_RESTART_FILES["unreadable"],
+        counter restart_unreadable_files: Count => FS_RESTART_FILES["unreadable"],
         /// Entries that are no regular files.
-        counter restart_foreign_entries: u64 => FS_RESTART_FILES["foreign"],
+        counter restart_foreign_entries: Count => FS_RESTART_FILES["foreign"],
     }
-    also {
-        /// Failures: the file system is full.
-        counter ERRORS_NO_SPACE = "errors_no_space" => FS_ERRORS["no_space"],
-        /// Failures: the file system is read-only.
-        counter ERRORS_READ_ONLY = "errors_read_only" => FS_ERRORS["read_only"],
-        /// Failures: permission denied.
-        counter ERRORS_PERMISSION = "errors_permission" => FS_ERRORS["permission"],
-        /// Failures: a directory is missing.
-        counter ERRORS_MISSING_DIR = "errors_missing_dir" => FS_ERRORS["missing_dir"],
-        /// Failures: another I/O error.
-        counter ERRORS_IO = "errors_io" => FS_ERRORS["io"],
-        /// Failures: the file disappeared.
-        counter ERRORS_VANISHED = "errors_vanished" => FS_ERRORS["vanished"],
-        /// Failures: the file is truncated.
-        counter ERRORS_TRUNCATED = "errors_truncated" => FS_ERRORS["truncated"],
-        /// Failures: a bad header.
-        counter ERRORS_BAD_HEADER = "errors_bad_header" => FS_ERRORS["bad_header"],
-        /// Failures: a bad checksum.
-        counter ERRORS_CHECKSUM = "errors_checksum" => FS_ERRORS["checksum"],
-        /// Failures: the key was not in the tier.
-        counter ERRORS_NOT_PRESENT = "errors_not_present" => FS_ERRORS["not_present"],
-        /// Failures: the tier was shut down.
-        counter ERRORS_CLOSED = "errors_closed" => FS_ERRORS["closed"],
-        /// Failures: a slot outside the region.
-        counter ERRORS_BAD_SLOT = "errors_bad_slot" => FS_ERRORS["bad_slot"],
-        /// Failures: a foreign entry under the block's name.
-        counter ERRORS_FOREIGN = "errors_foreign" => FS_ERRORS["foreign"],
-        /// Failures: a shortage that passes by itself.
-        counter ERRORS_TRANSIENT = "errors_transient" => FS_ERRORS["transient"],
+    plain {
+        /// Failures per cause.
+        errors: CauseCounters<Cause>,
+    }
+    rows Cause::STAT_ROWS;
+}
+
+impl FsStats {
+    /// Statistics with what the opening scan found (`rebuild`): its blocks,
+    /// the files it did not take, and its evictions.
+    pub(super) fn opened(rebuild: &super::RebuildReport) -> FsStats {
+        let s = FsStats::default();
+        s.evictions.set(rebuild.evicted);
+        s.restart_blocks.set(rebuild.blocks);
+        s.restart_skipped_files.set(rebuild.skipped);
+        s.restart_removed_files.set(rebuild.removed);
+        s.restart_temp_removed.set(rebuild.temp_removed);
+        s.restart_unreadable_files.set(rebuild.unreadable);
+        s.restart_foreign_entries.set(rebuild.foreign);
+        s
     }
 }
 
 impl FsTier {
     /// The tier's statistics: [`FsStats`], then the failures per cause.
     pub(super) fn stat_list(&self) -> Vec<Stat> {
-        let c = &self.pool.shared().counters;
-        let t = &self.totals;
-        let r = &self.rebuild;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let s = FsStats {
-            bytes_used: self.index.used(),
-            capacity_bytes: self.opts.capacity_bytes,
-            blocks: self.index.ready_count() as u64,
-            direct_io: u64::from(self.direct_io()),
-            existence_checks: load(&c.checks),
-            evictions: t.evictions + r.evicted,
-            events_dropped: self.events.dropped(),
-            events_queued: self.events.len() as u64,
-            removal_errors: load(&c.removal_errors),
-            read_bytes: load(&c.read_bytes),
-            read_time_us: load(&c.read_ns) / 1000,
-            write_bytes: load(&c.write_bytes),
-            write_time_us: load(&c.write_ns) / 1000,
-            restart_blocks: r.blocks,
-            restart_skipped_files: r.skipped,
-            restart_removed_files: r.removed,
-            restart_temp_removed: r.temp_removed,
-            restart_unreadable_files: r.unreadable,
-            restart_foreign_entries: r.foreign,
-            ..*t
-        };
-        let mut v = s.stat_list();
+        let c = &self.counts;
+        c.bytes_used.set(self.index.used());
+        c.capacity_bytes.set(self.opts.capacity_bytes);
+        c.blocks.set(self.index.ready_count() as u64);
+        c.direct_io.set(u64::from(self.direct_io()));
+        c.events_dropped.set(self.events.dropped());
+        c.events_queued.set(self.events.len() as u64);
+        let mut v = c.stat_list();
         c.errors.push_stats(&mut v);
         v
-    }
-}
-
-impl Cause {
-    /// Stat name of the cause's counter (declared in the tier's table).
-    pub fn stat_name(self) -> &'static str {
-        match self {
-            Cause::NoSpace => ERRORS_NO_SPACE,
-            Cause::ReadOnly => ERRORS_READ_ONLY,
-            Cause::Permission => ERRORS_PERMISSION,
-            Cause::MissingDir => ERRORS_MISSING_DIR,
-            Cause::Io => ERRORS_IO,
-            Cause::Vanished => ERRORS_VANISHED,
-            Cause::Truncated => ERRORS_TRUNCATED,
-            Cause::BadHeader => ERRORS_BAD_HEADER,
-            Cause::Checksum => ERRORS_CHECKSUM,
-            Cause::NotPresent => ERRORS_NOT_PRESENT,
-            Cause::Closed => ERRORS_CLOSED,
-            Cause::BadSlot => ERRORS_BAD_SLOT,
-            Cause::Foreign => ERRORS_FOREIGN,
-            Cause::Transient => ERRORS_TRANSIENT,
-        }
     }
 }
 
@@ -208,7 +215,7 @@ family! {
 }
 family! {
     FS_UNREADABLE_DROPPED, "kvtier_fs_unreadable_blocks_dropped_total", Counter, Tier,
-    "Blocks dropped from the index because they could not be read."
+    "Blocks dropped from the index because they could not be read (permission denied, an I/O error, a foreign entry under the block's name); their files stay on disk untouched."
 }
 family! {
     FS_FOUND_MISSING, "kvtier_fs_blocks_found_missing_total", Counter, Tier,
@@ -232,9 +239,9 @@ family! {
 }
 family! {
     FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",
-    "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes)."
+    "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
 }
 family! {
-    FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
+    pub(super) FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
     "Failed fs-tier operations, by cause."
 }

@@ -1,5 +1,6 @@
-//! A tier's failure causes: the trait its cause type implements, a counter
-//! per cause, and descriptions of failures for the manager's error log.
+//! A tier's failure causes: the trait its cause type implements, the
+//! macro that declares a cause type from one line per cause, a counter per
+//! cause, and descriptions of failures for the manager's error log.
 //!
 //! Failures repeat (a server down, a full disk), so the [`Reporter`] keeps
 //! at most a bounded number of descriptions between two `take_errors`
@@ -28,6 +29,98 @@ pub(crate) trait TierCause: Copy + Eq + std::fmt::Debug + Send + Sync + 'static 
     /// Words for the cause, in a sentence ("... failed: <words>").
     fn describe(self) -> &'static str;
 }
+
+/// Declares a tier's failure causes from one line per cause:
+///
+/// ```text
+/// tier_causes! {
+///     /// Docs of the enum.
+///     #[derive(Hash)]
+///     pub enum Cause: "errors_" => FAMILY {
+///         /// Docs of the cause.
+///         NoSpace = "no_space", "no space";
+///     }
+/// }
+/// ```
+///
+/// It writes the enum (`Clone, Copy, Debug, PartialEq, Eq` derived), its
+/// `ALL` (every cause, in the order declared: the statistics order),
+/// `index`, `stat_name` (the prefix, then the label: `errors_no_space`),
+/// `describe` (the words) and `STAT_ROWS` (a row per cause for the tier's
+/// `stat_table!`: its counter, in family `FAMILY` with the label as the
+/// family's label value), with the enum's visibility (`STAT_ROWS`
+/// crate-wide), and implements [`TierCause`] with them.
+macro_rules! tier_causes {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $prefix:literal => $family:path {
+            $(
+                $(#[$cmeta:meta])*
+                $cause:ident = $label:literal, $words:literal;
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name {
+            $( $(#[$cmeta])* $cause, )*
+        }
+
+        impl $name {
+            /// Every cause, in statistics order (the order declared).
+            $vis const ALL: [$name; [$(stringify!($cause)),*].len()] = [$($name::$cause),*];
+
+            /// Position in `ALL`.
+            $vis fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The name of the cause's counter (a row of the tier's table).
+            $vis fn stat_name(self) -> &'static str {
+                match self {
+                    $( $name::$cause => concat!($prefix, $label), )*
+                }
+            }
+
+            /// Words for the cause, in a sentence (after "... failed: ").
+            $vis fn describe(self) -> &'static str {
+                match self {
+                    $( $name::$cause => $words, )*
+                }
+            }
+
+            /// The rows of the causes' counters in the tier's table, in
+            /// `ALL`'s order.
+            pub(crate) const STAT_ROWS: [$crate::stats::Entry; [$(stringify!($cause)),*].len()] = [
+                $(
+                    $crate::stats::Entry {
+                        stat: concat!($prefix, $label),
+                        family: &$family,
+                        label_value: Some($label),
+                        scale: 1.0,
+                    },
+                )*
+            ];
+        }
+
+        impl $crate::tiers::kit::TierCause for $name {
+            const ALL: &'static [$name] = &$name::ALL;
+
+            fn index(self) -> usize {
+                $name::index(self)
+            }
+
+            fn stat_name(self) -> &'static str {
+                $name::stat_name(self)
+            }
+
+            fn describe(self) -> &'static str {
+                $name::describe(self)
+            }
+        }
+    };
+}
+pub(crate) use tier_causes;
 
 /// A counter per cause, shared by a tier and its workers.
 pub(crate) struct CauseCounters<C> {

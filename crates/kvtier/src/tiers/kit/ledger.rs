@@ -36,6 +36,14 @@ impl<C: TierCause> KeyOutcome<C> {
     const FAILED: u8 = 16;
 
     fn encode(self) -> u8 {
+        // Every cause's code fits in a u8 (checked when the cause type is
+        // compiled in).
+        const {
+            assert!(
+                C::ALL.len() <= (u8::MAX - Self::FAILED) as usize + 1,
+                "too many causes for a ledger's u8 codes"
+            )
+        };
         match self {
             KeyOutcome::Skipped => 0,
             KeyOutcome::Done => 1,
@@ -77,7 +85,6 @@ impl<C: TierCause> JobLedger<C> {
     /// the keys [`KeyOutcome::Queued`] are its tasks, in key order.
     pub(crate) fn new(job: JobRef, outcomes: Vec<KeyOutcome<C>>) -> JobLedger<C> {
         debug_assert_eq!(outcomes.len(), job.keys.len());
-        assert!(C::ALL.len() <= (u8::MAX - KeyOutcome::<C>::FAILED) as usize);
         let work: Vec<u32> = (0..outcomes.len() as u32)
             .filter(|&i| outcomes[i as usize] == KeyOutcome::Queued)
             .collect();

@@ -8,9 +8,9 @@
 //!   tier see it, a typed [`KeyOutcome`] per key (queued, done, already
 //!   present, skipped, rejected for room, or failed with a cause), and the
 //!   job's result once settled ([`settled`]).
-//! - [`TierCause`], [`CauseCounters`] and [`Reporter`] (`causes.rs`): a
-//!   tier's failure causes, a counter per cause (each a statistic of its
-//!   own), and descriptions of failures for the manager's error log,
+//! - [`TierCause`], [`tier_causes!`], [`CauseCounters`] and [`Reporter`]
+//!   (`causes.rs`): a tier's failure causes (declared from one line per
+//!   cause), a counter per cause (each a statistic of its own), and descriptions of failures for the manager's error log,
 //!   bounded and, per kind, rate limited.
 //! - [`WorkerPool`] (`pool.rs`): worker threads over a queue whose order the
 //!   tier decides ([`WorkQueue`]), waiting for idleness, stopping, and the
@@ -28,6 +28,6 @@ mod pool;
 pub(crate) use crate::events::Announcer;
 #[cfg(test)]
 pub(crate) use causes::REPORT_INTERVAL;
-pub(crate) use causes::{CauseCounters, Reporter, TierCause};
+pub(crate) use causes::{CauseCounters, Reporter, TierCause, tier_causes};
 pub(crate) use ledger::{JobLedger, KeyOutcome, settled};
 pub(crate) use pool::{PoolCore, Wake, WorkQueue, WorkerPool};

@@ -4,47 +4,31 @@
 
 use ::redis::RedisError;
 
-use crate::tiers::kit::TierCause;
+use crate::tiers::kit::tier_causes;
 
-/// Why an operation failed, as counted in the tier's stats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Cause {
-    /// The server refused the connection or could not be reached.
-    ServerDown,
-    /// A connect or command timeout ran out.
-    Timeout,
-    /// The connection broke (reset, closed, half-read reply).
-    ConnectionReset,
-    /// Redis answered OOM (maxmemory reached with a no-eviction policy).
-    OutOfMemory,
-    /// Redis answered another error.
-    ServerError,
-    /// Anything else (protocol errors, client errors).
-    Other,
-    /// The circuit breaker was open: nothing was sent.
-    BreakerOpen,
-    /// The job was still queued when the tier drained or shut down.
-    Cancelled,
+tier_causes! {
+    /// Why an operation failed, as counted in the tier's stats.
+    pub(super) enum Cause: "failures_" => super::stats::R_FAILURES {
+        /// The server refused the connection or could not be reached.
+        ServerDown = "server_down", "the server could not be reached";
+        /// A connect or command timeout ran out.
+        Timeout = "timeout", "a timeout ran out";
+        /// The connection broke (reset, closed, half-read reply).
+        ConnectionReset = "connection_reset", "the connection broke";
+        /// Redis answered OOM (maxmemory reached with a no-eviction policy).
+        OutOfMemory = "oom", "the server is out of memory (OOM)";
+        /// Redis answered another error.
+        ServerError = "server_error", "the server answered an error";
+        /// Anything else (protocol errors, client errors).
+        Other = "other", "a protocol or client error";
+        /// The circuit breaker was open: nothing was sent.
+        BreakerOpen = "breaker_open", "the circuit breaker is open";
+        /// The job was still queued when the tier drained or shut down.
+        Cancelled = "cancelled", "it was cancelled";
+    }
 }
 
 impl Cause {
-    /// Every cause, in stats order.
-    pub(crate) const ALL: [Cause; 8] = [
-        Cause::ServerDown,
-        Cause::Timeout,
-        Cause::ConnectionReset,
-        Cause::OutOfMemory,
-        Cause::ServerError,
-        Cause::Other,
-        Cause::BreakerOpen,
-        Cause::Cancelled,
-    ];
-
-    /// Index into per-cause counters.
-    pub(super) fn index(self) -> usize {
-        self as usize
-    }
-
     /// Whether the failure says something about the server's health (and
     /// so counts towards opening the circuit breaker).
     pub(super) fn counts_for_breaker(self) -> bool {
@@ -75,31 +59,6 @@ impl Cause {
             || err.is_connection_dropped()
             || err.is_io_error()
             || err.code().is_none()
-    }
-}
-
-impl TierCause for Cause {
-    const ALL: &'static [Cause] = &Cause::ALL;
-
-    fn index(self) -> usize {
-        Cause::index(self)
-    }
-
-    fn stat_name(self) -> &'static str {
-        Cause::stat_name(self)
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Cause::ServerDown => "the server could not be reached",
-            Cause::Timeout => "a timeout ran out",
-            Cause::ConnectionReset => "the connection broke",
-            Cause::OutOfMemory => "the server is out of memory (OOM)",
-            Cause::ServerError => "the server answered an error",
-            Cause::Other => "a protocol or client error",
-            Cause::BreakerOpen => "the circuit breaker is open",
-            Cause::Cancelled => "it was cancelled",
-        }
     }
 }
 

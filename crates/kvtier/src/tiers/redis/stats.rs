@@ -82,22 +82,6 @@ stat_table! {
     also {
         /// Events dropped because the queue was full.
         counter EVENTS_DROPPED = "events_dropped" => T_EVENTS_DROPPED,
-        /// Failures: the server could not be reached.
-        counter FAILURES_SERVER_DOWN = "failures_server_down" => R_FAILURES["server_down"],
-        /// Failures: a timeout ran out.
-        counter FAILURES_TIMEOUT = "failures_timeout" => R_FAILURES["timeout"],
-        /// Failures: the connection broke.
-        counter FAILURES_CONNECTION_RESET = "failures_connection_reset" => R_FAILURES["connection_reset"],
-        /// Failures: the server is out of memory.
-        counter FAILURES_OOM = "failures_oom" => R_FAILURES["oom"],
-        /// Failures: the server answered an error.
-        counter FAILURES_SERVER_ERROR = "failures_server_error" => R_FAILURES["server_error"],
-        /// Failures: a protocol or client error.
-        counter FAILURES_OTHER = "failures_other" => R_FAILURES["other"],
-        /// Failures: the breaker is open.
-        counter FAILURES_BREAKER_OPEN = "failures_breaker_open" => R_FAILURES["breaker_open"],
-        /// Failures: cancelled.
-        counter FAILURES_CANCELLED = "failures_cancelled" => R_FAILURES["cancelled"],
         /// 1 while the breaker is open, else 0.
         gauge BREAKER_OPEN = "breaker_open" => R_BREAKER_OPEN,
         /// Keys the tier knows Redis holds.
@@ -109,22 +93,7 @@ stat_table! {
         /// Open connections.
         gauge CONNECTIONS = "connections" => R_CONNECTIONS,
     }
-}
-
-impl Cause {
-    /// The stat name counting this cause.
-    pub(super) fn stat_name(self) -> &'static str {
-        match self {
-            Cause::ServerDown => FAILURES_SERVER_DOWN,
-            Cause::Timeout => FAILURES_TIMEOUT,
-            Cause::ConnectionReset => FAILURES_CONNECTION_RESET,
-            Cause::OutOfMemory => FAILURES_OOM,
-            Cause::ServerError => FAILURES_SERVER_ERROR,
-            Cause::Other => FAILURES_OTHER,
-            Cause::BreakerOpen => FAILURES_BREAKER_OPEN,
-            Cause::Cancelled => FAILURES_CANCELLED,
-        }
-    }
+    rows Cause::STAT_ROWS;
 }
 
 // The redis tier's own families.
@@ -217,7 +186,7 @@ family! {
     "Keys the tier stopped tracking, by reason: expired (their TTL passed), memory_bound (to bound memory; Redis may still have them)."
 }
 family! {
-    R_FAILURES, "kvtier_redis_failures_total", Counter, Tier, "cause",
+    pub(super) R_FAILURES, "kvtier_redis_failures_total", Counter, Tier, "cause",
     "Failed Redis operations, by cause."
 }
 family! {
