@@ -306,7 +306,13 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()> {
+        let keys = &copied(keys);
         self.need_request(req)?;
         if keys.len() != positions.len() {
             return Err(Error::InvalidArgument("keys and positions differ".into()));
@@ -382,10 +388,10 @@ impl PrimaryBackend for ModelPrimary {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
-        self.plan(req, Writer::Request(req), keys, plan)
+        self.plan(req, Writer::Request(req), &copied(keys), plan)
     }
     fn prepare_promotion(
         &mut self,
@@ -398,14 +404,14 @@ impl PrimaryBackend for ModelPrimary {
     fn complete_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
         slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
         let by = Writer::Request(req);
-        self.complete(by, keys, success, pins, made_ready, slots)
+        self.complete(by, &copied(keys), success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         self.complete(

@@ -95,7 +95,12 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         self.0.lock().touch(req, keys)
     }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()> {
         self.0.lock().set_positions(req, keys, positions)
     }
     fn enable_kv_groups(&mut self) {
@@ -110,7 +115,7 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
         self.0.lock().prepare_store(req, keys, plan)
@@ -126,7 +131,7 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn complete_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,

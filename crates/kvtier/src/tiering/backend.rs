@@ -74,7 +74,12 @@ pub trait PrimaryBackend: Send + 'static {
     /// Marks keys recently used.
     fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()>;
     /// [0.33] Gives keys of an active request their token positions.
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
     fn enable_kv_groups(&mut self);
     /// Unpins keys after a load to the GPU.  [0.33] `req` may have
@@ -89,7 +94,7 @@ pub trait PrimaryBackend: Send + 'static {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome>;
     /// Plans a promotion of `keys` into the primary tier: like
@@ -112,7 +117,7 @@ pub trait PrimaryBackend: Send + 'static {
     fn complete_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
@@ -177,7 +182,12 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         crate::primary::PrimaryTier::touch(self, req, keys)
     }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()> {
         crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
     }
     fn enable_kv_groups(&mut self) {
@@ -192,7 +202,7 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
         crate::primary::PrimaryTier::prepare_store(self, req, keys, plan)
@@ -208,7 +218,7 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
     fn complete_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
