@@ -20,8 +20,8 @@ use super::store_out::{PlanOut, write_completion};
 use super::tier::{
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, kvtier_offload_policy,
 };
+use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
-use kvtier_core::tiering::backend::StorePlan;
 use kvtier_core::tiering::{LookupAnswer, LookupResult, MissReason, OffloadPolicy};
 
 thread_local! {

@@ -4,13 +4,14 @@
 //! cascade parks while they are still being written, retried at the end
 //! of each step.
 
+use super::PrimaryBackend;
 use super::{
     CompleteStoreReport, Direction, Key, PressurePolicy, PrimaryLookup, Request, RequestId, State,
     StorePlan,
 };
 use crate::key::{KeyBatch, KeyBytes, same_bytes};
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Cascades the keys of a store by request-level request `rid` that
     /// were resident before it (`keys` but those `plan` stores) to the
     /// tiers that asked for request-level offload: ready ones now, write
@@ -85,7 +86,7 @@ impl State {
         let mut slots = std::mem::take(&mut self.slots_b);
         ready.clear();
         slots.clear();
-        let report = self.primary.complete_store(
+        let report = self.primary.complete_store_pinned(
             rid,
             keys,
             success,

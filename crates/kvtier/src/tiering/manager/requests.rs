@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::PrimaryBackend;
 use super::{
     CompleteStoreReport, Error, Key, Manager, OffloadPolicy, ReqState, Request, RequestId,
     RequestInfo, RequestParams, Result, StartedRequest, StoreOutcome, StorePlan, progress, report,
@@ -13,7 +14,7 @@ use super::{
 use crate::fallible;
 use crate::key::{KeyBatch, KeyBytes, with_keys};
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Starts request `name` (unique among active requests: a name in use
     /// is [`Error::DuplicateRequest`]): asks every tier for its offload
     /// policy and answers request-level if any tier wants it.  The
