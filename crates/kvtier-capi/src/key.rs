@@ -18,31 +18,8 @@ pub struct kvtier_key {
     pub len: usize,
 }
 
-/// Copies `n` C keys at `keys` into `out` (cleared first), checking each.
-///
-/// # Safety
-/// `keys` must be valid for reads of `n` entries, each naming `len` readable bytes.
-pub(crate) unsafe fn read_keys(
-    keys: *const kvtier_key,
-    n: usize,
-    out: &mut Vec<Key>,
-) -> Result<(), Failure> {
-    out.clear();
-    let raw = unsafe { in_slice(keys, n, "keys") }?;
-    kvtier_core::fallible::reserve(out, raw.len(), "copying the keys of a batch")?;
-    for (index, k) in raw.iter().enumerate() {
-        let k = unsafe { key_ref(k, index) }?;
-        out.push(Key::FILLER);
-        if let Some(slot) = out.last_mut() {
-            slot.set(k);
-        }
-    }
-    Ok(())
-}
-
-/// Checks the `n` C keys at `keys` (as [`read_keys`] does) and puts them,
-/// read in place, in `out` (cleared first): the batch every call of a
-/// request's keys takes.
+/// Checks the `n` C keys at `keys` and puts them, read in place, in `out`
+/// (cleared first): the batch every call of a request's keys takes.
 ///
 /// # Safety
 /// `keys` must be valid for reads of `n` entries, each naming `len`

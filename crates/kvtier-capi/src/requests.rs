@@ -14,33 +14,32 @@ use super::dialect::{
     KVTIER_MISS_ABSENT, KVTIER_MISS_NO_ROOM, KVTIER_MISS_NONE, KVTIER_MISS_TIMED_OUT,
     kvtier_lookup_answer, kvtier_request_handle, kvtier_store_completion, kvtier_store_plan,
 };
-use super::key::{kvtier_key, read_keys, with_keys};
+use super::key::{kvtier_key, with_keys};
 use super::manager::{kvtier_manager, kvtier_request_params, read_request_params};
 use super::store_out::{PlanOut, write_completion};
 use super::tier::{
     KVTIER_OFFLOAD_BLOCK_LEVEL, KVTIER_OFFLOAD_REQUEST_LEVEL, kvtier_offload_policy,
 };
-use kvtier_core::key::Key;
+use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
-use kvtier_core::tiering::backend::StorePlan;
 use kvtier_core::tiering::{LookupAnswer, LookupResult, MissReason, OffloadPolicy};
 
 thread_local! {
-    /// Per-thread scratch for key and slot batches (no allocation per call).
-    static SCRATCH: RefCell<(Vec<Key>, Vec<u32>, StorePlan)> = RefCell::new(Default::default());
+    /// Per-thread scratch for slot batches and store plans (no allocation per call).
+    static SCRATCH: RefCell<(Vec<u32>, StorePlan)> = RefCell::new(Default::default());
 }
 
 /// Runs `f` with this thread's scratch buffers (fresh ones if a callback
 /// nested inside another kvtier call already holds them).
-fn with_scratch<R>(f: impl FnOnce(&mut Vec<Key>, &mut Vec<u32>, &mut StorePlan) -> R) -> R {
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<u32>, &mut StorePlan) -> R) -> R {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
-            let (k, sl, p) = &mut *s;
-            f(k, sl, p)
+            let (sl, p) = &mut *s;
+            f(sl, p)
         }
         Err(_) => {
-            let (mut k, mut sl, mut p) = Default::default();
-            f(&mut k, &mut sl, &mut p)
+            let (mut sl, mut p) = Default::default();
+            f(&mut sl, &mut p)
         }
     })
 }
@@ -260,7 +259,7 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
         let out = unsafe { out_slice(slots_out, len, "slots_out") }?;
         unsafe {
             with_keys(keys, len, |keys| {
-                with_scratch(|_, slots, _| -> Result<(), Failure> {
+                with_scratch(|slots, _| -> Result<(), Failure> {
                     m.prepare_load(RequestId(request), keys, slots)?;
                     out[..slots.len()].copy_from_slice(slots);
                     Ok(())
@@ -309,10 +308,11 @@ pub unsafe extern "C" fn kvtier_manager_set_positions(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let positions = unsafe { in_slice(positions, len, "positions") }?;
-        with_scratch(|ks, _, _| -> Result<(), Failure> {
-            unsafe { read_keys(keys, len, ks) }?;
-            Ok(m.set_positions(RequestId(request), ks, positions)?)
-        })
+        unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(m.set_positions(RequestId(request), keys, positions)?)
+            })
+        }
     })
 }
 
@@ -405,14 +405,17 @@ pub unsafe extern "C" fn kvtier_manager_prepare_store(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { PlanOut::new(plan_out, len) }?;
-        with_scratch(|ks, _, plan| -> Result<(), Failure> {
-            unsafe { read_keys(keys, len, ks) }?;
-            let outcome = m.prepare_store(RequestId(request), ks, plan)?;
-            out.write(outcome, plan, |positions| {
-                plan.positions_into(&ks[..], positions)
-            });
-            Ok(())
-        })
+        unsafe {
+            with_keys(keys, len, |keys| {
+                with_scratch(|_, plan| -> Result<(), Failure> {
+                    let outcome = m.prepare_store(RequestId(request), keys, plan)?;
+                    out.write(outcome, plan, |positions| {
+                        plan.positions_into(keys, positions)
+                    });
+                    Ok(())
+                })
+            })
+        }
     })
 }
 
@@ -456,11 +459,12 @@ pub unsafe extern "C" fn kvtier_manager_complete_store(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        with_scratch(|ks, _, _| -> Result<(), Failure> {
-            unsafe { read_keys(keys, len, ks) }?;
-            let answer = m.complete_store(RequestId(request), ks, success);
-            unsafe { write_completion(answer, result_out) }
-        })
+        unsafe {
+            with_keys(keys, len, |keys| {
+                let answer = m.complete_store(RequestId(request), keys, success);
+                write_completion(answer, result_out)
+            })
+        }
     })
 }
 

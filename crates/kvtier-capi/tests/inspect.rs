@@ -13,9 +13,9 @@ use std::process::Command;
 
 use kvtier_core::Key;
 use kvtier_core::config::Config;
+use kvtier_core::primary::StorePlan;
 use kvtier_core::region::{Prefault, Region, RegionOptions};
 use kvtier_core::tiering::RequestParams;
-use kvtier_core::tiering::backend::StorePlan;
 
 const BLOCK: usize = 4096;
 const HEADER: u64 = 4096;

@@ -10,7 +10,7 @@ mod c_bridge;
 
 use c_bridge::via_c;
 use kvtier_testkit::common;
-use kvtier_testkit::probe::Probed;
+use kvtier_testkit::probe::{Probed, Shared};
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -18,8 +18,9 @@ use std::sync::Arc;
 use common::*;
 use kvtier_core::Error;
 use kvtier_core::events::EventKind;
+use kvtier_core::primary::{StoreOutcome, StorePlan};
 use kvtier_core::request::{Medium, RequestId, TierFilter, TierMatcher};
-use kvtier_core::tiering::backend::{StoreOutcome, StorePlan};
+use kvtier_core::tiering::PrimaryBackend;
 use kvtier_core::tiering::{
     BackpressureConfig, Direction, JobResult, LookupResult, Manager, ManagerOptions, OffloadPolicy,
     PressurePolicy, ProgressOptions, PromotionAnswer, RequestParams, TierOptions,
@@ -35,18 +36,22 @@ fn vllm() -> ManagerOptions {
 
 /// Ends the step, then ends an empty one, so finished jobs are collected
 /// even when a prepare_store spent the step's polling gate.
-fn collect(m: &Manager) {
+fn collect<P: PrimaryBackend>(m: &Manager<P>) {
     m.schedule_end().unwrap();
     m.schedule_end().unwrap();
 }
 
 /// Starts request `name`; its handle.
-fn start(m: &Manager, name: &str) -> RequestId {
+fn start<P: PrimaryBackend>(m: &Manager<P>, name: &str) -> RequestId {
     m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Stores `keys` through the manager for `req` and completes the store.
-fn store(m: &Manager, req: RequestId, keys: &[kvtier_core::Key]) -> StorePlan {
+fn store<P: PrimaryBackend>(
+    m: &Manager<P>,
+    req: RequestId,
+    keys: &[kvtier_core::Key],
+) -> StorePlan {
     let mut plan = StorePlan::default();
     assert_eq!(
         m.prepare_store(req, keys, &mut plan).unwrap(),
@@ -1452,7 +1457,7 @@ fn complete_job_refuses_a_tier_that_reports_through_poll_finished() {
 /// tier (-1 write pending, `None` absent).
 fn on_real_and_model(
     capacity: u32,
-    check: impl Fn(&Manager, &dyn Fn(&kvtier_core::Key) -> Option<i32>),
+    check: impl Fn(&Manager<Shared>, &dyn Fn(&kvtier_core::Key) -> Option<i32>),
 ) {
     use kvtier_core::primary::{PrimaryConfig, PrimaryTier};
     let real = PrimaryTier::new(PrimaryConfig {
@@ -1642,7 +1647,7 @@ fn with_kv_groups_every_call_refuses_a_key_too_short_for_its_group() {
         ..vllm()
     };
     for m in [
-        Manager::new(real, opts.clone()),
+        Probed::new(real, opts.clone()).into_manager(),
         model_manager(2, opts).into_manager(),
     ] {
         let (t, s) = TestTier::new("t");

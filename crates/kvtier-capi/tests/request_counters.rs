@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use common::*;
 use kvtier_core::Key;
+use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
-use kvtier_core::tiering::backend::StorePlan;
+use kvtier_core::tiering::PrimaryBackend;
 use kvtier_core::tiering::{
     LookupResult, Manager, ManagerOptions, ManagerStats, MissReason, ProgressOptions,
     RequestParams, RequestReport,
@@ -35,7 +36,7 @@ type Reports = Arc<Mutex<Vec<Counted>>>;
 /// A manager over 16 slots with one test tier, "slow" (jobs finished at
 /// submission unless `auto_finish` is turned off), and a listener keeping
 /// every report.
-fn manager(opts: ManagerOptions) -> (Manager, Arc<Mutex<Script>>, Reports) {
+fn manager(opts: ManagerOptions) -> (Manager<impl PrimaryBackend>, Arc<Mutex<Script>>, Reports) {
     let m = model_manager(16, opts);
     let (t, s) = TestTier::new("slow");
     m.add_tier(rust(t)).unwrap();
@@ -55,12 +56,12 @@ fn manager(opts: ManagerOptions) -> (Manager, Arc<Mutex<Script>>, Reports) {
     (m.into_manager(), s, reports)
 }
 
-fn start(m: &Manager, name: &str) -> RequestId {
+fn start<P: PrimaryBackend>(m: &Manager<P>, name: &str) -> RequestId {
     m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Request `name` stores `ks` into the primary tier and finishes.
-fn write(m: &Manager, name: &str, ks: &[Key]) {
+fn write<P: PrimaryBackend>(m: &Manager<P>, name: &str, ks: &[Key]) {
     let r = start(m, name);
     let mut plan = StorePlan::default();
     m.prepare_store(r, ks, &mut plan).unwrap();
@@ -70,7 +71,7 @@ fn write(m: &Manager, name: &str, ks: &[Key]) {
 }
 
 /// Loads `ks` for `r` (pin, then release), then finishes it.
-fn load_and_finish(m: &Manager, r: RequestId, ks: &[Key]) {
+fn load_and_finish<P: PrimaryBackend>(m: &Manager<P>, r: RequestId, ks: &[Key]) {
     let mut slots = Vec::new();
     m.prepare_load(r, ks, &mut slots).unwrap();
     m.complete_load(r, ks).unwrap();
@@ -79,7 +80,7 @@ fn load_and_finish(m: &Manager, r: RequestId, ks: &[Key]) {
 
 /// The per-request counters of `s` and of tier 1, in one tuple:
 /// (finished, asked, served primary, served by tier 1, recomputed, steps).
-fn counters(m: &Manager) -> (u64, u64, u64, u64, u64, u64) {
+fn counters<P: PrimaryBackend>(m: &Manager<P>) -> (u64, u64, u64, u64, u64, u64) {
     let s = m.manager_stats().unwrap();
     let tier = stat(m, Some(1), "request_blocks_served") as u64;
     (

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
-use kvtier_core::tiering::backend::StorePlan;
+use kvtier_core::tiering::PrimaryBackend;
 use kvtier_core::tiering::{
     JobResult, LookupResult, Manager, ManagerOptions, RequestParams, RequestReport,
 };
@@ -44,12 +45,12 @@ fn owned(r: &RequestReport<'_>) -> Owned {
     }
 }
 
-fn collect(m: &Manager) {
+fn collect<P: PrimaryBackend>(m: &Manager<P>) {
     m.schedule_end().unwrap();
     m.schedule_end().unwrap();
 }
 
-fn start(m: &Manager, name: &str) -> RequestId {
+fn start<P: PrimaryBackend>(m: &Manager<P>, name: &str) -> RequestId {
     m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
@@ -58,7 +59,7 @@ fn start(m: &Manager, name: &str) -> RequestId {
 type Scripts = [Arc<Mutex<Script>>; 2];
 type Reports = Arc<Mutex<Vec<Owned>>>;
 
-fn manager() -> (Manager, Scripts, Reports) {
+fn manager() -> (Manager<impl PrimaryBackend>, Scripts, Reports) {
     let m = model_manager(8, ManagerOptions::default());
     let (a, sa) = TestTier::new("a");
     let (b, sb) = TestTier::new("b");

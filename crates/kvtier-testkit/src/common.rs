@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use kvtier_core::Key;
 use kvtier_core::events::Event;
+use kvtier_core::primary::StorePlan;
 use kvtier_core::request::{Locality, Medium, Request, RequestId};
 use kvtier_core::stats::Stat;
-use kvtier_core::tiering::backend::StorePlan;
+use kvtier_core::tiering::PrimaryBackend;
 use kvtier_core::tiering::{
     Direction, JobId, JobRef, JobResult, Manager, ManagerOptions, OffloadPolicy, SecondaryTier,
     TierLookup,
@@ -277,7 +278,7 @@ pub fn model_refs(m: &Probed<model::ModelPrimary>, key: &Key) -> Option<i32> {
     with_model(m, |model| model.refs(key))
 }
 
-pub fn stat(m: &Manager, tier: Option<usize>, name: &str) -> f64 {
+pub fn stat<P: PrimaryBackend>(m: &Manager<P>, tier: Option<usize>, name: &str) -> f64 {
     m.stats()
         .unwrap()
         .into_iter()
@@ -290,7 +291,7 @@ pub fn stat(m: &Manager, tier: Option<usize>, name: &str) -> f64 {
 /// Stores `keys` through `m` for request `r`: every slot the plan names
 /// is filled with its key's first byte, then the plan completes as
 /// written.  The plan.
-pub fn store_filled(m: &Manager, r: RequestId, keys: &[Key]) -> StorePlan {
+pub fn store_filled<P: PrimaryBackend>(m: &Manager<P>, r: RequestId, keys: &[Key]) -> StorePlan {
     let mut plan = StorePlan::default();
     m.prepare_store(r, keys, &mut plan).unwrap();
     let slots = m.slot_memory().unwrap();

@@ -20,12 +20,10 @@ use std::collections::{HashMap, HashSet};
 
 use kvtier_core::events::{Event, EventKind};
 use kvtier_core::key::{Key, KeyBatch};
-use kvtier_core::primary::Writer;
+use kvtier_core::primary::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan, Writer};
 use kvtier_core::request::RequestId;
 use kvtier_core::stats::Stat;
-use kvtier_core::tiering::backend::{
-    CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
-};
+use kvtier_core::tiering::backend::PrimaryBackend;
 use kvtier_core::{Error, Result};
 
 /// State of one resident key in the model.
@@ -306,7 +304,13 @@ impl PrimaryBackend for ModelPrimary {
         }
         Ok(())
     }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()> {
+        let keys = &copied(keys);
         self.need_request(req)?;
         if keys.len() != positions.len() {
             return Err(Error::InvalidArgument("keys and positions differ".into()));
@@ -352,7 +356,7 @@ impl PrimaryBackend for ModelPrimary {
                     }
                 }
             }
-            if let Err(e) = self.unpin_for_transfer(&unpinned, &[]) {
+            if let Err(e) = self.unpin_for_transfer_in(&unpinned, &[]) {
                 self.spent = spent_before;
                 return Err(match e {
                     Error::KeyState { index, key, reason } => Error::KeyState {
@@ -365,7 +369,7 @@ impl PrimaryBackend for ModelPrimary {
             }
             self.spent.retain(|_, n| *n > 0);
         } else {
-            self.unpin_for_transfer(keys, &[])?;
+            self.unpin_for_transfer_in(keys, &[])?;
             for k in keys {
                 if !release(&mut own, k) {
                     *self.spent.entry(*k).or_default() += 1;
@@ -382,10 +386,10 @@ impl PrimaryBackend for ModelPrimary {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
-        self.plan(req, Writer::Request(req), keys, plan)
+        self.plan(req, Writer::Request(req), &copied(keys), plan)
     }
     fn prepare_promotion(
         &mut self,
@@ -395,17 +399,17 @@ impl PrimaryBackend for ModelPrimary {
     ) -> Result<StoreOutcome> {
         self.plan(req, Writer::Promotion, keys, plan)
     }
-    fn complete_store(
+    fn complete_store_pinned(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
         slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
         let by = Writer::Request(req);
-        self.complete(by, keys, success, pins, made_ready, slots)
+        self.complete(by, &copied(keys), success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         self.complete(
@@ -436,7 +440,7 @@ impl PrimaryBackend for ModelPrimary {
         Ok(())
     }
     /// The slots are not looked at.
-    fn unpin_for_transfer(&mut self, keys: &[Key], _slots: &[u32]) -> Result<()> {
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], _slots: &[u32]) -> Result<()> {
         let mut need: HashMap<Key, i32> = HashMap::new();
         for (i, k) in keys.iter().enumerate() {
             let n = need.entry(*k).or_default();
@@ -470,7 +474,7 @@ impl PrimaryBackend for ModelPrimary {
             key: None,
         });
     }
-    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
+    fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) {
         let n = max.min(self.events.len());
         out.extend(self.events.drain(..n));
     }

@@ -6,7 +6,9 @@
 //! can check the tier's invariants and ref counts between manager calls.
 //! The manager drives the tier through [`Shared`], which forwards every
 //! method of [`PrimaryBackend`], the provided ones included, to `T`: the
-//! manager sees exactly `T`'s behaviour.
+//! manager sees exactly `T`'s behaviour.  Whatever `T`, the manager is a
+//! `Manager<Shared>`, so one test body (a closure) can run on managers
+//! over the real tier and over the model alike.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -16,17 +18,18 @@ use parking_lot::{Mutex, MutexGuard};
 use kvtier_core::Result;
 use kvtier_core::events::Event;
 use kvtier_core::key::{Key, KeyBatch, KeyRef};
+use kvtier_core::primary::{
+    CompleteStoreReport, PrefixLookup, PrimaryLookup, StoreOutcome, StorePlan,
+};
 use kvtier_core::request::RequestId;
 use kvtier_core::stats::Stat;
-use kvtier_core::tiering::backend::{
-    CompleteStoreReport, PrefixLookup, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan,
-};
+use kvtier_core::tiering::backend::PrimaryBackend;
 use kvtier_core::tiering::{Manager, ManagerOptions};
 
 /// A manager over a primary tier of type `T` that the test can look into
 /// ([`Probed::primary`]); every manager call goes through `Deref`.
 pub struct Probed<T> {
-    manager: Manager,
+    manager: Manager<Shared>,
     primary: Arc<Mutex<T>>,
 }
 
@@ -34,7 +37,7 @@ impl<T: PrimaryBackend> Probed<T> {
     /// A manager over `primary` (through [`Shared`]) with `opts`.
     pub fn new(primary: T, opts: ManagerOptions) -> Probed<T> {
         let primary = Arc::new(Mutex::new(primary));
-        let manager = Manager::with_backend(Box::new(Shared(primary.clone())), opts);
+        let manager = Manager::with_backend(Shared(primary.clone()), opts);
         Probed { manager, primary }
     }
 
@@ -45,25 +48,25 @@ impl<T: PrimaryBackend> Probed<T> {
     }
 
     /// The manager alone (the probe is dropped).
-    pub fn into_manager(self) -> Manager {
+    pub fn into_manager(self) -> Manager<Shared> {
         self.manager
     }
 }
 
 impl<T> Deref for Probed<T> {
-    type Target = Manager;
+    type Target = Manager<Shared>;
 
-    fn deref(&self) -> &Manager {
+    fn deref(&self) -> &Manager<Shared> {
         &self.manager
     }
 }
 
 /// A primary tier shared with the test: every [`PrimaryBackend`] method,
-/// the provided ones included, is `T`'s.  (A method added to the trait
-/// must be forwarded here too, or the manager would see its default.)
-pub struct Shared<T>(pub Arc<Mutex<T>>);
+/// the provided ones included, is the tier's.  (A method added to the
+/// trait must be forwarded here too, or the manager would see its default.)
+pub struct Shared(pub Arc<Mutex<dyn PrimaryBackend>>);
 
-impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
+impl PrimaryBackend for Shared {
     fn capacity(&self) -> u32 {
         self.0.lock().capacity()
     }
@@ -95,7 +98,12 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
         self.0.lock().touch(req, keys)
     }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()> {
         self.0.lock().set_positions(req, keys, positions)
     }
     fn enable_kv_groups(&mut self) {
@@ -110,7 +118,7 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
         self.0.lock().prepare_store(req, keys, plan)
@@ -123,10 +131,10 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     ) -> Result<StoreOutcome> {
         self.0.lock().prepare_promotion(req, keys, plan)
     }
-    fn complete_store(
+    fn complete_store_pinned(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
@@ -134,7 +142,7 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     ) -> CompleteStoreReport {
         self.0
             .lock()
-            .complete_store(req, keys, success, pins, made_ready, slots)
+            .complete_store_pinned(req, keys, success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
         self.0.lock().complete_promotion(keys, success)
@@ -142,8 +150,8 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
         self.0.lock().pin_for_transfer(keys, slots_out)
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
-        self.0.lock().unpin_for_transfer(keys, slots)
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        self.0.lock().unpin_for_transfer_in(keys, slots)
     }
     fn request_finished(&mut self, req: RequestId) -> Result<()> {
         self.0.lock().request_finished(req)
@@ -151,8 +159,8 @@ impl<T: PrimaryBackend> PrimaryBackend for Shared<T> {
     fn reset(&mut self) {
         self.0.lock().reset()
     }
-    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
-        self.0.lock().take_events(max, out)
+    fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) {
+        self.0.lock().take_events_up_to(max, out)
     }
     fn event_capacity(&self) -> usize {
         self.0.lock().event_capacity()
@@ -183,10 +191,7 @@ mod tests {
         let trait_source = include_str!("../../kvtier/src/tiering/backend.rs");
         let wanted = fns(trait_source, "pub trait PrimaryBackend");
         assert!(wanted.len() > 20, "{wanted:?}");
-        let forwarded = fns(
-            include_str!("probe.rs"),
-            "impl<T: PrimaryBackend> PrimaryBackend for Shared<T>",
-        );
+        let forwarded = fns(include_str!("probe.rs"), "impl PrimaryBackend for Shared {");
         assert_eq!(forwarded, wanted);
     }
 }

@@ -458,7 +458,7 @@ mod tests {
         let m = c.build().unwrap();
         let r = m.request_begin("r", Default::default()).unwrap().id;
         let short = crate::Key::new(b"tiny").unwrap();
-        let mut plan = crate::tiering::backend::StorePlan::default();
+        let mut plan = crate::primary::StorePlan::default();
         let e = m.prepare_store(r, &[short], &mut plan).unwrap_err();
         assert!(matches!(e, Error::InvalidKey { index: 0, .. }), "{e}");
         assert!(m.set_positions(r, &[short], &[16]).is_err());

@@ -954,8 +954,8 @@ fn files_skipped_at_restart_are_removed_and_counted() {
 
 #[test]
 fn events_stay_within_the_capacity_when_nobody_takes_them() {
+    use kvtier_core::primary::StorePlan;
     use kvtier_core::primary::{PrimaryConfig, PrimaryTier};
-    use kvtier_core::tiering::backend::StorePlan;
     use kvtier_core::tiering::{Manager, ManagerOptions, TierOptions};
     const CAP: usize = 16;
     const N: u32 = 100;

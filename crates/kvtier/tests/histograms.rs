@@ -8,13 +8,14 @@ use kvtier_testkit::common;
 use std::time::Duration;
 
 use common::*;
+use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
-use kvtier_core::tiering::backend::StorePlan;
+use kvtier_core::tiering::PrimaryBackend;
 use kvtier_core::tiering::{JobResult, LookupResult, Manager, ManagerOptions, RequestParams};
 
 /// Series `series` (as the flat C stats name it) of tier `tier`
 /// (`None`: the manager's own).
-fn series(m: &Manager, tier: Option<usize>, series: &str) -> f64 {
+fn series<P: PrimaryBackend>(m: &Manager<P>, tier: Option<usize>, series: &str) -> f64 {
     m.stats()
         .unwrap()
         .iter()
@@ -26,12 +27,12 @@ fn series(m: &Manager, tier: Option<usize>, series: &str) -> f64 {
 
 /// Ends the step, then an empty one, so finished jobs are collected even
 /// when a store spent the step's polling gate.
-fn collect(m: &Manager) {
+fn collect<P: PrimaryBackend>(m: &Manager<P>) {
     m.schedule_end().unwrap();
     m.schedule_end().unwrap();
 }
 
-fn start(m: &Manager, name: &str) -> RequestId {
+fn start<P: PrimaryBackend>(m: &Manager<P>, name: &str) -> RequestId {
     m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
@@ -49,7 +50,10 @@ fn finish_held(script: &parking_lot::Mutex<Script>, took: Duration) {
     }
 }
 
-fn manager() -> (Manager, std::sync::Arc<parking_lot::Mutex<Script>>) {
+fn manager() -> (
+    Manager<impl PrimaryBackend>,
+    std::sync::Arc<parking_lot::Mutex<Script>>,
+) {
     let m = model_manager(8, ManagerOptions::default());
     let (tier, script) = TestTier::new("t");
     script.lock().auto_finish = false;

@@ -9,19 +9,24 @@ use common::*;
 use kvtier_core::Error;
 use kvtier_core::events::EventKind;
 use kvtier_core::primary::{PrimaryConfig, PrimaryTier};
+use kvtier_core::primary::{StoreOutcome, StorePlan};
 use kvtier_core::request::{Locality, Medium, RequestId};
-use kvtier_core::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
+use kvtier_core::tiering::backend::PrimaryBackend;
 use kvtier_core::tiering::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, MissReason, PromotionAnswer, RequestParams,
 };
 
-fn start(m: &Manager, name: &str) -> RequestId {
+fn start<P: PrimaryBackend>(m: &Manager<P>, name: &str) -> RequestId {
     m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
 /// Looks `keys` up one key per call, stopping at the first key not HIT,
 /// as engines did before batched lookups.
-fn one_by_one(m: &Manager, r: RequestId, keys: &[kvtier_core::Key]) -> (usize, LookupResult) {
+fn one_by_one<P: PrimaryBackend>(
+    m: &Manager<P>,
+    r: RequestId,
+    keys: &[kvtier_core::Key],
+) -> (usize, LookupResult) {
     for (i, key) in keys.iter().enumerate() {
         let a = m.lookup(r, key).unwrap();
         if a != LookupResult::Hit {
@@ -32,7 +37,7 @@ fn one_by_one(m: &Manager, r: RequestId, keys: &[kvtier_core::Key]) -> (usize, L
 }
 
 /// Every statistic but the measured times, which differ between runs.
-fn comparable(m: &Manager) -> Vec<(Option<usize>, String, f64)> {
+fn comparable<P: PrimaryBackend>(m: &Manager<P>) -> Vec<(Option<usize>, String, f64)> {
     m.stats()
         .unwrap()
         .into_iter()
@@ -41,16 +46,14 @@ fn comparable(m: &Manager) -> Vec<(Option<usize>, String, f64)> {
         .collect()
 }
 
-fn primary(capacity: u32, store_threshold: u32) -> Box<dyn PrimaryBackend> {
-    Box::new(
-        PrimaryTier::new(PrimaryConfig {
-            capacity,
-            store_threshold,
-            event_capacity: 256,
-            ..Default::default()
-        })
-        .unwrap(),
-    )
+fn primary(capacity: u32, store_threshold: u32) -> PrimaryTier {
+    PrimaryTier::new(PrimaryConfig {
+        capacity,
+        store_threshold,
+        event_capacity: 256,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 /// One engine's run, the same for both managers but for how it looks up:
@@ -63,17 +66,32 @@ fn same_run(
     promotion_answer: PromotionAnswer,
     store_threshold: u32,
 ) -> [u64; 3] {
+    if real {
+        same_run_over(
+            seed,
+            real,
+            || primary(12, store_threshold),
+            promotion_answer,
+        )
+    } else {
+        let model = || common::model::ModelPrimary::new(12);
+        same_run_over(seed, real, model, promotion_answer)
+    }
+}
+
+/// [`same_run`] over managers whose primary tiers `backend` builds.
+fn same_run_over<P: PrimaryBackend>(
+    seed: u64,
+    real: bool,
+    backend: impl Fn() -> P,
+    promotion_answer: PromotionAnswer,
+) -> [u64; 3] {
     let opts = ManagerOptions {
         promotion_answer,
         ..Default::default()
     };
     let build = || {
-        let backend = if real {
-            primary(12, store_threshold)
-        } else {
-            Box::new(common::model::ModelPrimary::new(12)) as Box<dyn PrimaryBackend>
-        };
-        let m = Manager::with_backend(backend, opts.clone());
+        let m = Manager::with_backend(backend(), opts.clone());
         let (t, s) = TestTier::new("t");
         s.lock().stored.extend(keys(30..40));
         m.add_tier(Box::new(t)).unwrap();

@@ -22,8 +22,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use kvtier_core::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
+use kvtier_core::primary::{StoreOutcome, StorePlan};
 use kvtier_core::request::{Request, RequestId};
-use kvtier_core::tiering::backend::{PrimaryBackend, StoreOutcome, StorePlan};
+use kvtier_core::tiering::backend::PrimaryBackend;
 use kvtier_core::tiering::{
     Direction, JobId, JobRef, JobResult, LookupResult, ManagerOptions, OffloadPolicy,
     PromotionAnswer, RequestParams, SecondaryTier, TierLookup,

@@ -10,14 +10,15 @@ use kvtier_testkit::probe::Probed;
 use common::*;
 use kvtier_core::Key;
 use kvtier_core::primary::{PolicyKind, PrimaryConfig, PrimaryTier};
+use kvtier_core::primary::{StoreOutcome, StorePlan};
 use kvtier_core::request::RequestId;
-use kvtier_core::tiering::backend::{StoreOutcome, StorePlan};
+use kvtier_core::tiering::PrimaryBackend;
 use kvtier_core::tiering::{
     LookupAnswer, LookupResult, Manager, ManagerOptions, MissReason, ProgressOptions,
     PromotionAnswer, RequestParams,
 };
 
-fn start(m: &Manager, name: &str) -> RequestId {
+fn start<P: PrimaryBackend>(m: &Manager<P>, name: &str) -> RequestId {
     m.request_begin(name, RequestParams::default()).unwrap().id
 }
 
@@ -60,7 +61,7 @@ fn manager(
 /// Stores `keys` in the primary tier for a request of their own, which
 /// finishes, and ends the step (the tier's copies finish): they are then
 /// resident, ready and idle.
-fn resident(m: &Manager, name: &str, keys: &[Key]) {
+fn resident<P: PrimaryBackend>(m: &Manager<P>, name: &str, keys: &[Key]) {
     let r = start(m, name);
     let mut plan = StorePlan::default();
     assert_eq!(

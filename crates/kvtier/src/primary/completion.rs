@@ -54,29 +54,30 @@ impl PrimaryTier {
     /// secondary tier it cascades them to).  With `pins` 0 it is
     /// [`PrimaryTier::complete_store`] and hands back nothing (the report
     /// counts the keys it made ready).
-    pub fn complete_store_pinned(
+    pub fn complete_store_pinned<'k>(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
         slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
+        let keys = keys.into();
         if pins == 0 {
             return self.complete_store(req, keys, success);
         }
-        self.complete_each(
+        with_keys!(keys, |k| self.complete_each(
             Writer::Request(req),
-            keys.len(),
-            |j| &keys[j],
+            k.len(),
+            |j| &k[j],
             success,
             pins,
-            |k, slot| {
-                made_ready.push(*k);
+            |key, slot| {
+                made_ready.push(*key);
                 slots.push(slot);
             },
-        )
+        ))
     }
 
     /// Finishes promotions' writes of `keys`: like

@@ -4,8 +4,10 @@
 //! real CPU tier implements it, and tests can plug in a reference model to
 //! check the manager against it (`Manager::with_backend`; the tests' kit,
 //! `crates/kvtier-testkit`, keeps a handle to the backend it gives the
-//! manager, to look into it between calls).  The plan and report types
-//! are the primary tier's own.
+//! manager, to look into it between calls).  The manager is generic over
+//! its backend (`Manager<P: PrimaryBackend = PrimaryTier>`), so its calls
+//! into the CPU tier are static ones.  The plan and report types are the
+//! primary tier's own ([`crate::primary`]).
 
 use crate::error::Result;
 use crate::events::Event;
@@ -13,13 +15,13 @@ use crate::key::{Key, KeyBatch, KeyRef};
 use crate::request::RequestId;
 use crate::stats::Stat;
 
-pub use crate::primary::{
-    CompleteStoreReport, PrefixLookup, PrimaryLookup, StoreOutcome, StorePlan,
+use crate::primary::{
+    CompleteStoreReport, PrefixLookup, PrimaryLookup, PrimaryTier, StoreOutcome, StorePlan,
 };
 
 /// The operations of a primary tier that the tiering manager calls.
 ///
-/// Semantics are the primary tier's ([`crate::primary::PrimaryTier`]): every
+/// Semantics are the primary tier's ([`PrimaryTier`]): every
 /// fallible call leaves the state unchanged on error.
 pub trait PrimaryBackend: Send + 'static {
     /// Number of slots.
@@ -74,7 +76,12 @@ pub trait PrimaryBackend: Send + 'static {
     /// Marks keys recently used.
     fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()>;
     /// [0.33] Gives keys of an active request their token positions.
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()>;
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()>;
     /// [0.33] Keys end with a 4-byte KV-cache group index from now on.
     fn enable_kv_groups(&mut self);
     /// Unpins keys after a load to the GPU.  [0.33] `req` may have
@@ -89,7 +96,7 @@ pub trait PrimaryBackend: Send + 'static {
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome>;
     /// Plans a promotion of `keys` into the primary tier: like
@@ -109,10 +116,10 @@ pub trait PrimaryBackend: Send + 'static {
     /// `pins` calls of [`PrimaryBackend::pin_for_transfer`] over them
     /// would: the manager cascades them to that many tiers); with 0 it
     /// appends nothing.
-    fn complete_store(
+    fn complete_store_pinned(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
@@ -127,7 +134,7 @@ pub trait PrimaryBackend: Send + 'static {
     /// `slots[i]` is the slot `keys[i]` was in when pinned: a hint a
     /// backend may look at first (or not at all); the answer must not
     /// depend on it.
-    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()>;
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()>;
     /// Commits the request's accesses and ends it: only
     /// [`PrimaryBackend::complete_load`] of the pins its loads still hold
     /// takes it after that.
@@ -135,7 +142,7 @@ pub trait PrimaryBackend: Send + 'static {
     /// Forgets every key and frees every slot; emits one Cleared event.
     fn reset(&mut self);
     /// Moves up to `max` queued events, oldest first, into `out`.
-    fn take_events(&mut self, max: usize, out: &mut Vec<Event>);
+    fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>);
     /// Bound of the tier's event queue (0: events off).  The manager bounds
     /// its own queue of events, and every secondary tier's, by it too.
     fn event_capacity(&self) -> usize;
@@ -143,19 +150,19 @@ pub trait PrimaryBackend: Send + 'static {
     fn stat_list(&self) -> Vec<Stat>;
 }
 
-impl PrimaryBackend for crate::primary::PrimaryTier {
+impl PrimaryBackend for PrimaryTier {
     fn capacity(&self) -> u32 {
-        crate::primary::PrimaryTier::capacity(self)
+        PrimaryTier::capacity(self)
     }
     fn request_begin(&mut self, req: RequestId) -> Result<()> {
-        crate::primary::PrimaryTier::request_begin(self, req)
+        PrimaryTier::request_begin(self, req)
     }
     fn lookup(&self, key: &Key) -> PrimaryLookup {
-        crate::primary::PrimaryTier::lookup(self, key)
+        PrimaryTier::lookup(self, key)
     }
     /// One pass over the keys, their memory reads overlapping.
     fn lookup_batch(&self, keys: &[KeyRef<'_>], out: &mut [PrimaryLookup]) {
-        crate::primary::PrimaryTier::lookup_batch(self, keys, out)
+        PrimaryTier::lookup_batch(self, keys, out)
     }
     /// One pass over the keys; the request remembers where its hits are.
     fn lookup_prefix_for(
@@ -164,7 +171,7 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         first: usize,
         keys: &[KeyRef<'_>],
     ) -> PrefixLookup {
-        crate::primary::PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| &keys[j])
+        PrimaryTier::lookup_prefix_for(self, req, first, keys.len(), |j| &keys[j])
     }
     fn prepare_load(
         &mut self,
@@ -172,30 +179,35 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         keys: KeyBatch<'_>,
         slots_out: &mut Vec<u32>,
     ) -> Result<()> {
-        crate::primary::PrimaryTier::prepare_load(self, req, keys, slots_out)
+        PrimaryTier::prepare_load(self, req, keys, slots_out)
     }
     fn touch(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
-        crate::primary::PrimaryTier::touch(self, req, keys)
+        PrimaryTier::touch(self, req, keys)
     }
-    fn set_positions(&mut self, req: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
-        crate::primary::PrimaryTier::set_positions(self, req, keys, positions)
+    fn set_positions(
+        &mut self,
+        req: RequestId,
+        keys: KeyBatch<'_>,
+        positions: &[u64],
+    ) -> Result<()> {
+        PrimaryTier::set_positions(self, req, keys, positions)
     }
     fn enable_kv_groups(&mut self) {
-        crate::primary::PrimaryTier::enable_kv_groups(self)
+        PrimaryTier::enable_kv_groups(self)
     }
     fn complete_load(&mut self, req: RequestId, keys: KeyBatch<'_>) -> Result<()> {
-        crate::primary::PrimaryTier::complete_load(self, req, keys)
+        PrimaryTier::complete_load(self, req, keys)
     }
     fn holds_finished_loads(&self, req: RequestId) -> bool {
-        crate::primary::PrimaryTier::holds_finished_loads(self, req)
+        PrimaryTier::holds_finished_loads(self, req)
     }
     fn prepare_store(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
-        crate::primary::PrimaryTier::prepare_store(self, req, keys, plan)
+        PrimaryTier::prepare_store(self, req, keys, plan)
     }
     fn prepare_promotion(
         &mut self,
@@ -203,43 +215,41 @@ impl PrimaryBackend for crate::primary::PrimaryTier {
         keys: &[Key],
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
-        crate::primary::PrimaryTier::prepare_promotion(self, req, keys, plan)
+        PrimaryTier::prepare_promotion(self, req, keys, plan)
     }
-    fn complete_store(
+    fn complete_store_pinned(
         &mut self,
         req: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         pins: u32,
         made_ready: &mut Vec<Key>,
         slots: &mut Vec<u32>,
     ) -> CompleteStoreReport {
-        crate::primary::PrimaryTier::complete_store_pinned(
-            self, req, keys, success, pins, made_ready, slots,
-        )
+        PrimaryTier::complete_store_pinned(self, req, keys, success, pins, made_ready, slots)
     }
     fn complete_promotion(&mut self, keys: &[Key], success: bool) -> CompleteStoreReport {
-        crate::primary::PrimaryTier::complete_promotion(self, keys, success)
+        PrimaryTier::complete_promotion(self, keys, success)
     }
     fn pin_for_transfer(&mut self, keys: &[Key], slots_out: &mut Vec<u32>) -> Result<()> {
-        crate::primary::PrimaryTier::pin_for_transfer(self, keys, slots_out)
+        PrimaryTier::pin_for_transfer(self, keys, slots_out)
     }
-    fn unpin_for_transfer(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
-        crate::primary::PrimaryTier::unpin_for_transfer_in(self, keys, slots)
+    fn unpin_for_transfer_in(&mut self, keys: &[Key], slots: &[u32]) -> Result<()> {
+        PrimaryTier::unpin_for_transfer_in(self, keys, slots)
     }
     fn request_finished(&mut self, req: RequestId) -> Result<()> {
-        crate::primary::PrimaryTier::request_finished(self, req)
+        PrimaryTier::request_finished(self, req)
     }
     fn reset(&mut self) {
-        crate::primary::PrimaryTier::reset(self)
+        PrimaryTier::reset(self)
     }
-    fn take_events(&mut self, max: usize, out: &mut Vec<Event>) {
-        crate::primary::PrimaryTier::take_events_up_to(self, max, out);
+    fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) {
+        PrimaryTier::take_events_up_to(self, max, out);
     }
     fn event_capacity(&self) -> usize {
         self.config().event_capacity
     }
     fn stat_list(&self) -> Vec<Stat> {
-        crate::primary::PrimaryTier::stat_list(self)
+        PrimaryTier::stat_list(self)
     }
 }

@@ -48,7 +48,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::backend::{CompleteStoreReport, PrimaryBackend, PrimaryLookup, StoreOutcome, StorePlan};
+use super::backend::PrimaryBackend;
 use super::backpressure::{BackpressureConfig, Detector, PressurePolicy};
 use super::counter_memory::CounterMemory;
 use super::listen::{EventListener, Listener};
@@ -61,6 +61,7 @@ use crate::error::{Error, Result};
 use crate::events::Event;
 pub(super) use crate::events::TierEvent;
 use crate::key::Key;
+use crate::primary::{CompleteStoreReport, PrimaryLookup, PrimaryTier, StoreOutcome, StorePlan};
 use crate::region::{SlotMemory, SlotOwner};
 use crate::request::{Locality, Medium, Request, RequestId, RequestInfo, RequestNames, TierFilter};
 
@@ -101,8 +102,12 @@ type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
 pub(super) const MAX_SECONDARY_TIERS: usize = 64;
 
 /// The tiering manager.  See the module docs.
-pub struct Manager {
-    state: Mutex<State>,
+///
+/// It drives its primary tier, of type `P`, through [`PrimaryBackend`],
+/// statically: the CPU tier ([`PrimaryTier`], the default), or any other
+/// backend given to [`Manager::with_backend`] (a reference model in tests).
+pub struct Manager<P: PrimaryBackend = PrimaryTier> {
+    state: Mutex<State<P>>,
     queue: CompletionQueue,
     tier_count: AtomicUsize,
     /// Bit `i` set: secondary tier `i + 1` reports through
@@ -165,8 +170,8 @@ struct Staged {
     slots: Vec<u32>,
 }
 
-struct State {
-    primary: Box<dyn PrimaryBackend>,
+struct State<P: PrimaryBackend> {
+    primary: P,
     opts: ManagerOptions,
     tiers: Vec<TierEntry>,
     jobs: FastMap<JobId, JobEntry>,
@@ -225,7 +230,7 @@ fn filter_allows(filter: &TierFilter, medium: Option<Medium>, locality: Option<L
     }
 }
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Number of secondary tiers.
     pub fn tier_count(&self) -> usize {
         self.tier_count.load(Ordering::Acquire)
@@ -265,7 +270,7 @@ impl Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// `id`, if it names a started request that is not finished; else
     /// [`Error::UnknownRequest`].
     #[inline]

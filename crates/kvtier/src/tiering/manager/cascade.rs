@@ -4,17 +4,25 @@
 //! cascade parks while they are still being written, retried at the end
 //! of each step.
 
+use super::PrimaryBackend;
 use super::{
     CompleteStoreReport, Direction, Key, PressurePolicy, PrimaryLookup, Request, RequestId, State,
     StorePlan,
 };
+use crate::key::{KeyBatch, KeyBytes, same_bytes};
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Cascades the keys of a store by request-level request `rid` that
     /// were resident before it (`keys` but those `plan` stores) to the
     /// tiers that asked for request-level offload: ready ones now, write
-    /// pending ones parked until their write finishes.
-    pub(super) fn cascade_resident(&mut self, rid: RequestId, keys: &[Key], plan: &StorePlan) {
+    /// pending ones parked until their write finishes (the keys it keeps
+    /// are copied, those read in place included).
+    pub(super) fn cascade_resident<K: KeyBytes>(
+        &mut self,
+        rid: RequestId,
+        keys: &[K],
+        plan: &StorePlan,
+    ) {
         let Some(st) = self.reqs.get_mut(&rid) else {
             return;
         };
@@ -23,10 +31,13 @@ impl State {
         let was_parked = !st.parked.is_empty();
         let mut j = 0;
         for k in keys {
-            if j < plan.to_store.len() && plan.to_store[j] == *k {
+            if j < plan.to_store.len() && same_bytes(plan.to_store[j].as_bytes(), k.key_bytes()) {
                 j += 1;
                 continue;
             }
+            let mut kept = k.keep_value();
+            k.keep_finish(&mut kept);
+            let k = &kept;
             match self.primary.lookup(k) {
                 PrimaryLookup::Hit => ready.push(*k),
                 // A repeat of a key this call stores was not resident
@@ -59,7 +70,7 @@ impl State {
     pub(super) fn complete_and_cascade(
         &mut self,
         rid: RequestId,
-        keys: &[Key],
+        keys: KeyBatch<'_>,
         success: bool,
         info: &Request,
     ) -> CompleteStoreReport {
@@ -75,7 +86,7 @@ impl State {
         let mut slots = std::mem::take(&mut self.slots_b);
         ready.clear();
         slots.clear();
-        let report = self.primary.complete_store(
+        let report = self.primary.complete_store_pinned(
             rid,
             keys,
             success,

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 
 use parking_lot::MutexGuard;
 
+use super::PrimaryBackend;
 use super::{Error, Manager, Result, State};
 
 thread_local! {
@@ -16,12 +17,12 @@ thread_local! {
 
 /// The lock of one manager, taken by this thread; releases the
 /// re-entrancy marker when dropped.
-pub(super) struct Entered<'a> {
-    guard: MutexGuard<'a, State>,
+pub(super) struct Entered<'a, P: PrimaryBackend> {
+    guard: MutexGuard<'a, State<P>>,
     me: usize,
 }
 
-impl Drop for Entered<'_> {
+impl<P: PrimaryBackend> Drop for Entered<'_, P> {
     fn drop(&mut self) {
         if self.guard.listener.is_some() {
             // Push this call's events to the listener while the lock and the
@@ -41,23 +42,23 @@ impl Drop for Entered<'_> {
     }
 }
 
-impl std::ops::Deref for Entered<'_> {
-    type Target = State;
-    fn deref(&self) -> &State {
+impl<P: PrimaryBackend> std::ops::Deref for Entered<'_, P> {
+    type Target = State<P>;
+    fn deref(&self) -> &State<P> {
         &self.guard
     }
 }
 
-impl std::ops::DerefMut for Entered<'_> {
-    fn deref_mut(&mut self) -> &mut State {
+impl<P: PrimaryBackend> std::ops::DerefMut for Entered<'_, P> {
+    fn deref_mut(&mut self) -> &mut State<P> {
         &mut self.guard
     }
 }
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Takes the lock, refusing a re-entrant call from a tier callback.
-    pub(super) fn enter(&self, what: &str) -> Result<Entered<'_>> {
-        let me = self as *const Manager as usize;
+    pub(super) fn enter(&self, what: &str) -> Result<Entered<'_, P>> {
+        let me = self as *const Self as usize;
         ENTERED.with(|e| {
             let mut e = e.borrow_mut();
             if e.contains(&me) {

@@ -2,11 +2,12 @@
 //! text of every [`Error::UnknownRequest`] the manager answers, which says
 //! which of those states made the handle unknown to the call.
 
+use super::PrimaryBackend;
 use super::{Manager, Result, State};
 use crate::error::Error;
 use crate::request::{RequestId, RequestState};
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Where `request` stands: never issued by this manager (0, or a
     /// handle it never handed out), active, finished but kept by its
     /// stores in flight, parked keys or staged promotions
@@ -19,7 +20,7 @@ impl Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// [`Manager::request_state`] under the lock.
     pub(super) fn request_state(&self, id: RequestId) -> RequestState {
         if !self.names.was_issued(id) {

@@ -13,11 +13,12 @@
 
 use std::time::Instant;
 
+use super::PrimaryBackend;
 use super::progress::Held;
 use super::{Key, RequestId, Result, State};
 use crate::fallible;
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Room for `n` more holds of `rid` and for the lists that take and
     /// release them, so that a lookup of `n` keys that fails for lack of
     /// memory fails before it changes anything.
@@ -193,13 +194,13 @@ impl State {
     /// a key its caller never pinned) is passed over: the others are
     /// released all the same, one by one.
     fn unpin_quietly(&mut self, keys: &[Key], slots: &[u32]) {
-        if keys.is_empty() || self.primary.unpin_for_transfer(keys, slots).is_ok() {
+        if keys.is_empty() || self.primary.unpin_for_transfer_in(keys, slots).is_ok() {
             return;
         }
         let mut gone = 0;
         for (key, &slot) in keys.iter().zip(slots) {
             let one = std::slice::from_ref(key);
-            if self.primary.unpin_for_transfer(one, &[slot]).is_err() {
+            if self.primary.unpin_for_transfer_in(one, &[slot]).is_err() {
                 gone += 1;
             }
         }

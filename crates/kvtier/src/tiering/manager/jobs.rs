@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::PrimaryBackend;
 use super::{
     Direction, Error, Job, JobEntry, JobId, JobResult, Key, Request, RequestId, Staged, State,
     StoreOutcome,
 };
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Applies one finished job reported by tier `t` (internal index).
     pub(super) fn finish_job(&mut self, t: usize, r: JobResult) {
         let owner = match self.jobs.get(&r.id) {
@@ -78,7 +79,7 @@ impl State {
                     };
                     d.on_store_finished(r.success, units, elapsed);
                 }
-                if let Err(e) = self.primary.unpin_for_transfer(&job.keys, &job.slots) {
+                if let Err(e) = self.primary.unpin_for_transfer_in(&job.keys, &job.slots) {
                     self.c.internal_errors += 1;
                     self.log(format!(
                         "internal error: unpinning cascade job {} failed: {e}",

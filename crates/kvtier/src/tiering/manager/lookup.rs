@@ -3,6 +3,7 @@
 //! starting a promotion).  The batched lookup that promotes a whole
 //! prefix is in `prefix.rs`.
 
+use super::PrimaryBackend;
 use super::{Key, Manager, PrimaryLookup, RequestId, Result, State, TierLookup, filter_allows};
 use crate::key::{KeyBatch, KeyBytes, KeyRef, with_keys};
 
@@ -107,7 +108,7 @@ impl LookupAnswer {
 /// the request's next calls (a load's pin, touch and unpin).
 const READ_TOGETHER: usize = 32;
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Looks one key up for `request`, as vLLM 0.33's `lookup` does:
     /// [`LookupResult::Hit`] and [`LookupResult::HitPending`] from the
     /// primary tier; on a primary miss, the first secondary tier that has
@@ -201,7 +202,7 @@ pub(super) enum TierAnswer {
     Absent,
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// With KV groups on, `InvalidKey` naming the first of keys
     /// `key(0..n)` too short for its group index (the primary tier's rule,
     /// [`crate::primary::PrimaryTier::check_keys`]): every call that takes

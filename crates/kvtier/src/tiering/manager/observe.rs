@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::PrimaryBackend;
 use super::{
     EventListener, Listener, MAX_EVENTS_PER_TAKE, Manager, ManagerStat, ManagerStats, Result,
     State, TierEvent,
@@ -99,7 +100,7 @@ pub struct QueuedEvents {
     pub keys: usize,
 }
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Appends the queued events: the primary tier's, then each secondary
     /// tier's own.  One call takes at most the event capacity from each
     /// tier (and at most [`MAX_EVENTS_PER_TAKE`] from a secondary tier);
@@ -351,7 +352,7 @@ fn tier_traits(tiers: &[super::TierEntry], t: usize) -> (Option<Medium>, Option<
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Of the queued events, the first `max` batches: how many batches,
     /// how many events and how many keys they hold.
     fn batches_within(&self, max: usize) -> (usize, usize, usize) {
@@ -467,7 +468,7 @@ impl State {
         events.clear();
         let room = cap.saturating_sub(self.pending_per_tier[0]);
         if room > 0 {
-            self.primary.take_events(room, &mut events);
+            self.primary.take_events_up_to(room, &mut events);
             self.pending_per_tier[0] += events.len();
             self.pending_events
                 .extend(events.drain(..).map(|event| TierEvent { tier: 0, event }));

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
+use super::PrimaryBackend;
 use super::{Error, JobResult, MAX_FINISHED_PER_POLL, Manager, Result, State};
 
 /// Finished jobs reported from any thread, waiting for the next poll.
@@ -17,7 +18,7 @@ pub(super) struct CompletionQueue {
     pub(super) items: Mutex<Vec<(usize, JobResult)>>,
 }
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Reports a finished job from any thread, without the main lock; the
     /// next poll collects it.  `tier` is the index `add_tier` returned, of
     /// a tier that reports through this call (see
@@ -57,7 +58,7 @@ impl Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     pub(super) fn poll_gated(&mut self, queue: &CompletionQueue) {
         if !self.gate_spent {
             self.gate_spent = true;

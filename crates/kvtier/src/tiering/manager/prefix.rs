@@ -6,6 +6,7 @@
 //! them ready.  See `progress.rs` for the holds and the bound that make
 //! every request's wait end.
 
+use super::PrimaryBackend;
 use super::lookup::{LookupKind, TierAnswer};
 use super::{
     Key, LookupAnswer, LookupResult, Manager, MissReason, PrimaryLookup, RequestId, Result, State,
@@ -29,7 +30,7 @@ pub(super) enum Found {
     Promote(usize),
 }
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Looks `keys` up for `request` as a prefix, in one call: the
     /// leading keys ready in the primary tier are `hits`; after them the
     /// scan goes on past keys that are not ready (as vLLM's connector does
@@ -62,7 +63,7 @@ impl Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// The lookup of [`Manager::lookup_prefix`], counted: each key up
     /// to the one that ends the prefix counts as looked up.
     pub(super) fn lookup_whole_prefix<'k>(

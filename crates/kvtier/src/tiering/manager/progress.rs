@@ -39,6 +39,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::PrimaryBackend;
 use super::{FastMap, Key, RequestId, State};
 
 /// How the manager guarantees that waiting requests progress: see
@@ -196,7 +197,7 @@ impl RequestProgress {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Begins `rid`'s wait at this step, unless it waits already.
     pub(super) fn begin_wait(&mut self, rid: RequestId) {
         let step = self.steps;

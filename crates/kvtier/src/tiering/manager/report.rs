@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::PrimaryBackend;
 use super::lookup::LookupKind;
 use super::progress::WaitEnded;
 use super::stat_lists::PROMOTION_WAIT_STAT;
@@ -221,7 +222,7 @@ fn bump(v: &mut Vec<u64>, i: usize) {
     v[i] += 1;
 }
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Installs `listener` to receive a [`RequestReport`] for each request
     /// the manager lets go from now on, or removes it (`None`).  Counting
     /// per request starts with the listener: a request already running
@@ -237,7 +238,7 @@ impl Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// Notes a lookup call of `kind` by `request` over `n` keys that
     /// answered `answer`: the blocks it asks for, its report's
     /// counts, and its wait, which begins at a lookup that leaves keys on

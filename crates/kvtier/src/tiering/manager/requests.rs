@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::PrimaryBackend;
 use super::{
     CompleteStoreReport, Error, Key, Manager, OffloadPolicy, ReqState, Request, RequestId,
     RequestInfo, RequestParams, Result, StartedRequest, StoreOutcome, StorePlan, progress, report,
@@ -13,7 +14,7 @@ use super::{
 use crate::fallible;
 use crate::key::{KeyBatch, KeyBytes, with_keys};
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Starts request `name` (unique among active requests: a name in use
     /// is [`Error::DuplicateRequest`]): asks every tier for its offload
     /// policy and answers request-level if any tier wants it.  The
@@ -87,10 +88,16 @@ impl Manager {
     /// before head, and its finish commits them head to tail by position.
     /// Errors, nothing changed: unknown request, slices of different
     /// lengths, a key too short for its group index (KV groups on).
-    pub fn set_positions(&self, request: RequestId, keys: &[Key], positions: &[u64]) -> Result<()> {
+    pub fn set_positions<'k>(
+        &self,
+        request: RequestId,
+        keys: impl Into<KeyBatch<'k>>,
+        positions: &[u64],
+    ) -> Result<()> {
+        let keys = keys.into();
         let mut s = self.enter("set_positions")?;
         s.active(request)?;
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         s.primary.set_positions(request, keys, positions)
     }
 
@@ -171,16 +178,17 @@ impl Manager {
     /// that asked for request-level offload (write-pending ones are parked).
     /// The keys to store are write pending for `request`: only its own
     /// [`Manager::complete_store`] finishes them.
-    pub fn prepare_store(
+    pub fn prepare_store<'k>(
         &self,
         request: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         plan: &mut StorePlan,
     ) -> Result<StoreOutcome> {
+        let keys = keys.into();
         let mut s = self.enter("prepare_store")?;
         let s = &mut *s;
         let rid = s.active(request)?;
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         let _ = s.poll_now(&self.queue);
         s.gate_spent = true;
         let outcome = s.primary.prepare_store(rid, keys, plan)?;
@@ -193,7 +201,7 @@ impl Manager {
         };
         st.store_keys_pending += plan.slots.len() as u64;
         if st.request_level != 0 {
-            s.cascade_resident(rid, keys, plan);
+            with_keys!(keys, |k| s.cascade_resident(rid, k, plan));
         }
         Ok(outcome)
     }
@@ -217,19 +225,20 @@ impl Manager {
     /// (`ignored_store_completions`) and ignored: every key it names is
     /// left alone, [`Error::KeysIgnored`] with an all-zero report (none
     /// named: the all-zero report).
-    pub fn complete_store(
+    pub fn complete_store<'k>(
         &self,
         request: RequestId,
-        keys: &[Key],
+        keys: impl Into<KeyBatch<'k>>,
         success: bool,
     ) -> Result<CompleteStoreReport> {
+        let keys = keys.into();
         let mut s = self.enter("complete_store")?;
         let s = &mut *s;
         let rid = request;
         if !s.reqs.contains_key(&rid) {
             return Err(s.unknown_request(rid));
         }
-        s.check_keys(keys.len(), |j| &keys[j])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         let Some(st) = s.reqs.get_mut(&rid) else {
             return Err(Error::UnknownRequest(rid.to_string()));
         };

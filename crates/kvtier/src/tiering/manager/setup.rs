@@ -16,11 +16,13 @@ use super::{
 impl Manager {
     /// A manager over the CPU primary tier `primary`, with no secondary tier yet.
     pub fn new(primary: crate::primary::PrimaryTier, opts: ManagerOptions) -> Manager {
-        Manager::with_backend(Box::new(primary), opts)
+        Manager::with_backend(primary, opts)
     }
+}
 
+impl<P: PrimaryBackend> Manager<P> {
     /// A manager over `primary` with no secondary tier yet.
-    pub fn with_backend(mut primary: Box<dyn PrimaryBackend>, opts: ManagerOptions) -> Manager {
+    pub fn with_backend(mut primary: P, opts: ManagerOptions) -> Manager<P> {
         if opts.kv_groups {
             primary.enable_kv_groups();
         }

@@ -3,9 +3,10 @@
 //! use the region, which then stays mapped, also when the manager is
 //! dropped).
 
+use super::PrimaryBackend;
 use super::{Error, Manager, Result, State};
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Shuts every secondary tier down (each gets a try even if an earlier
     /// one failed), then releases the attached region.  If a tier failed,
     /// the region stays mapped (that tier may still use it) and the error
@@ -16,7 +17,7 @@ impl Manager {
     }
 }
 
-impl Drop for Manager {
+impl<P: PrimaryBackend> Drop for Manager<P> {
     fn drop(&mut self) {
         let s = self.state.get_mut();
         if !s.closed {
@@ -31,7 +32,7 @@ impl Drop for Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     pub(super) fn shutdown_now(&mut self) -> Result<()> {
         self.closed = true;
         let mut failures = Vec::new();

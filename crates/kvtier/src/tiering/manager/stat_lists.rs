@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::PrimaryBackend;
 use super::State;
 use super::counters::{
     LOAD_DURATION, LOAD_SIZE, M_LOOKUP_HITS, M_REQUEST_SERVED, STORE_DURATION, STORE_LATENCY_EMA,
@@ -111,7 +112,7 @@ stat_table! {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     /// The manager's own statistics now.
     pub(super) fn manager_stats(&self) -> ManagerStats {
         ManagerStats {

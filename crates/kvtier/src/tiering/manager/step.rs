@@ -1,9 +1,10 @@
 //! The end of a scheduler step (staged promotions submitted, parked keys
 //! retried, requests finalized), and the reset of the whole cache.
 
+use super::PrimaryBackend;
 use super::{Direction, Error, MAX_FINISHED_PER_POLL, Manager, RequestId, Result, State};
 
-impl Manager {
+impl<P: PrimaryBackend> Manager<P> {
     /// Ends a scheduler step: polls (gated), re-arms the gate, submits the
     /// staged promotions (one load job per tier and request, in start
     /// order), retries parked cascades, finalizes requests that can be, and
@@ -130,7 +131,7 @@ impl Manager {
     }
 }
 
-impl State {
+impl<P: PrimaryBackend> State<P> {
     pub(super) fn maybe_finalize(&mut self, rid: RequestId) {
         match self.reqs.get(&rid) {
             Some(st) if st.can_finalize() => {}
