@@ -1,12 +1,13 @@
 //! Why a block's transfer failed: the causes the fs tier counts apart, how
 //! OS errors map to them, and which of them take a block out of the tier.
 
+use crate::stats::family;
 use crate::tiers::kit::tier_causes;
 
 tier_causes! {
     /// Why one block's transfer failed; each is counted separately.
     #[derive(Hash)]
-    pub enum Cause: "errors_" => super::stats::FS_ERRORS {
+    pub enum Cause: "errors_" => FS_ERRORS {
         /// The file system is full (`ENOSPC`, `EDQUOT`, `EFBIG`).
         NoSpace = "no_space", "no space";
         /// The file system is read-only (`EROFS`).
@@ -110,6 +111,12 @@ impl Cause {
             _ => Cause::Io,
         }
     }
+}
+
+// The family the causes' counters are exported in (label `cause`).
+family! {
+    pub(super) FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
+    "Failed fs-tier operations, by cause."
 }
 
 #[cfg(test)]

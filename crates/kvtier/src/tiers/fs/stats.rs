@@ -241,7 +241,3 @@ family! {
     FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",
     "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
 }
-family! {
-    pub(super) FS_ERRORS, "kvtier_fs_errors_total", Counter, Tier, "cause",
-    "Failed fs-tier operations, by cause."
-}

@@ -9,7 +9,6 @@
 //! kind says how many were left out meanwhile.  The counters keep every
 //! failure.
 
-
 // The rate-limited descriptions (and the causes' words they use) serve the
 // redis tier; without it only the fs tier's bounded form is built in.
 #![cfg_attr(not(feature = "redis-tier"), allow(dead_code))]

@@ -29,7 +29,7 @@ pub(crate) use crate::events::Announcer;
 #[cfg(test)]
 pub(crate) use causes::REPORT_INTERVAL;
 pub(crate) use causes::{CauseCounters, Reporter, TierCause, tier_causes};
-pub(crate) use ledger::{JobLedger, KeyOutcome};
 #[cfg(feature = "redis-tier")]
 pub(crate) use ledger::settled;
+pub(crate) use ledger::{JobLedger, KeyOutcome};
 pub(crate) use pool::{PoolCore, Wake, WorkQueue, WorkerPool};

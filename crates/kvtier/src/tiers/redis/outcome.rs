@@ -4,11 +4,12 @@
 
 use ::redis::RedisError;
 
+use crate::stats::family;
 use crate::tiers::kit::tier_causes;
 
 tier_causes! {
     /// Why an operation failed, as counted in the tier's stats.
-    pub(super) enum Cause: "failures_" => super::stats::R_FAILURES {
+    pub(super) enum Cause: "failures_" => R_FAILURES {
         /// The server refused the connection or could not be reached.
         ServerDown = "server_down", "the server could not be reached";
         /// A connect or command timeout ran out.
@@ -94,4 +95,10 @@ impl Failure {
             drop_conn: Cause::breaks_connection(err),
         }
     }
+}
+
+// The family the causes' counters are exported in (label `cause`).
+family! {
+    pub(super) R_FAILURES, "kvtier_redis_failures_total", Counter, Tier, "cause",
+    "Failed Redis operations, by cause."
 }

@@ -186,10 +186,6 @@ family! {
     "Keys the tier stopped tracking, by reason: expired (their TTL passed), memory_bound (to bound memory; Redis may still have them)."
 }
 family! {
-    pub(super) R_FAILURES, "kvtier_redis_failures_total", Counter, Tier, "cause",
-    "Failed Redis operations, by cause."
-}
-family! {
     R_BREAKER_OPEN, "kvtier_redis_breaker_open", Gauge, Tier,
     "1 while the circuit breaker is open, else 0."
 }
