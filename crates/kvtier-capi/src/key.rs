@@ -141,6 +141,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_key_length_out_of_range_is_an_invalid_key_whatever_its_data() {
+        let bytes = [7u8; 65];
+        for len in [0, 65] {
+            for data in [std::ptr::null(), bytes.as_ptr()] {
+                let k = kvtier_key { data, len };
+                let r = unsafe { key_ref(&k, 4) };
+                assert!(
+                    matches!(
+                        r,
+                        Err(Failure::Core(kvtier_core::Error::InvalidKey {
+                            index: 4,
+                            ..
+                        }))
+                    ),
+                    "{len} bytes at {data:?}: {r:?}"
+                );
+            }
+        }
+        let k = kvtier_key {
+            data: std::ptr::null(),
+            len: 1,
+        };
+        assert!(matches!(
+            unsafe { key_ref(&k, 0) },
+            Err(Failure::Null("keys[].data"))
+        ));
+        let k = kvtier_key {
+            data: bytes.as_ptr(),
+            len: 64,
+        };
+        assert_eq!(unsafe { key_ref(&k, 0) }.unwrap().as_bytes(), &bytes[..64]);
+    }
+
+    #[test]
     fn the_views_buffer_keeps_its_allocation_from_call_to_call() {
         let (a, b) = ([1u8, 2], [3u8; 9]);
         let first = with_views(|v| {
