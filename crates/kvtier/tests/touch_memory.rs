@@ -49,10 +49,13 @@ fn bounded<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// The number of keys of each touch a tier heard.
+type Heard = Arc<Mutex<Vec<usize>>>;
+
 /// A tier that keeps the touches it hears.
 struct Touched {
     wants: bool,
-    heard: Arc<Mutex<Vec<usize>>>,
+    heard: Heard,
 }
 
 impl SecondaryTier for Touched {
@@ -89,7 +92,7 @@ const BOUND_BYTES: usize = 1 << 20;
 
 /// A manager with one [`Touched`] tier, a request started, and `MANY`
 /// distinct keys' bytes.
-fn setup(wants: bool) -> (Manager, Arc<Mutex<Vec<usize>>>, Vec<[u8; 8]>) {
+fn setup(wants: bool) -> (Manager, Heard, Vec<[u8; 8]>) {
     let primary = PrimaryTier::new(PrimaryConfig {
         capacity: 8,
         ..Default::default()
