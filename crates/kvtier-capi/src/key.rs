@@ -118,6 +118,84 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_key_length_out_of_range_is_an_invalid_key_whatever_its_data() {
+        let bytes = [7u8; 65];
+        for len in [0, 65] {
+            for data in [std::ptr::null(), bytes.as_ptr()] {
+                let k = kvtier_key { data, len };
+                let r = unsafe { key_ref(&k, 4) };
+                assert!(
+                    matches!(
+                        r,
+                        Err(Failure::Core(kvtier_core::Error::InvalidKey {
+                            index: 4,
+                            ..
+                        }))
+                    ),
+                    "{len} bytes at {data:?}: {r:?}"
+                );
+            }
+        }
+        let k = kvtier_key {
+            data: std::ptr::null(),
+            len: 1,
+        };
+        assert!(matches!(
+            unsafe { key_ref(&k, 0) },
+            Err(Failure::Null("keys[].data"))
+        ));
+        let k = kvtier_key {
+            data: bytes.as_ptr(),
+            len: 64,
+        };
+        assert_eq!(unsafe { key_ref(&k, 0) }.unwrap().as_bytes(), &bytes[..64]);
+    }
+
+    #[test]
+    fn a_batch_is_read_into_a_cleared_vector_and_a_bad_key_is_named_by_position() {
+        let (a, b) = ([1u8, 2], [3u8; 9]);
+        let good = [
+            kvtier_key {
+                data: a.as_ptr(),
+                len: 2,
+            },
+            kvtier_key {
+                data: b.as_ptr(),
+                len: 9,
+            },
+        ];
+        let mut keys = vec![Key::FILLER; 3];
+        unsafe { read_keys(good.as_ptr(), 2, &mut keys) }.unwrap();
+        assert_eq!(keys, [Key::new(&a).unwrap(), Key::new(&b).unwrap()]);
+        let nine = [9u8];
+        let mut views = vec![KeyRef::new(&nine).unwrap()];
+        unsafe { read_views(good.as_ptr(), 2, &mut views) }.unwrap();
+        assert_eq!(views, [KeyRef::new(&a).unwrap(), KeyRef::new(&b).unwrap()]);
+        let bad = [
+            good[0],
+            good[1],
+            kvtier_key {
+                data: a.as_ptr(),
+                len: 0,
+            },
+        ];
+        assert!(matches!(
+            unsafe { read_keys(bad.as_ptr(), 3, &mut keys) },
+            Err(Failure::Core(kvtier_core::Error::InvalidKey {
+                index: 2,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            unsafe { read_views(bad.as_ptr(), 3, &mut views) },
+            Err(Failure::Core(kvtier_core::Error::InvalidKey {
+                index: 2,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
     fn the_views_buffer_keeps_its_allocation_from_call_to_call() {
         let (a, b) = ([1u8, 2], [3u8; 9]);
         let first = with_views(|v| {

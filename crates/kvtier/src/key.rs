@@ -475,6 +475,27 @@ mod tests {
     }
 
     #[test]
+    fn a_key_ref_is_read_and_kept_as_the_key_of_its_bytes() {
+        let bytes: Vec<u8> = (1..=20).collect();
+        let r = KeyRef::new(&bytes).unwrap();
+        assert_eq!(r.key_bytes(), &bytes[..]);
+        // Kept in two steps, as the tiers keep it: the filler, then the bytes.
+        let mut kept = r.keep_value();
+        r.keep_finish(&mut kept);
+        assert_eq!(kept, Key::new(&bytes).unwrap());
+        // Over a longer key kept before, nothing of it left.
+        let mut kept = Key::new(&[0xff; 64]).unwrap();
+        r.keep_finish(&mut kept);
+        assert_eq!(kept.as_bytes(), &bytes[..]);
+    }
+
+    #[test]
+    fn a_key_ref_debugs_as_the_hex_of_its_bytes() {
+        let r = KeyRef::new(&[0x01, 0xab, 0xf0]).unwrap();
+        assert_eq!(format!("{r:?}"), "KeyRef(01abf0)");
+    }
+
+    #[test]
     fn a_batch_of_either_kind_lists_the_same_keys() {
         let keys = vec![Key::new(b"a").unwrap(), Key::new(b"bcd").unwrap()];
         let refs = vec![KeyRef::new(b"a").unwrap(), KeyRef::new(b"bcd").unwrap()];

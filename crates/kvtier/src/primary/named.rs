@@ -172,8 +172,8 @@ impl NamedPrimary {
 mod tests {
     use super::*;
     use crate::Error;
-    use crate::key::Key;
-    use crate::primary::{StoreOutcome, StorePlan};
+    use crate::key::{Key, KeyRef};
+    use crate::primary::{PrimaryLookup, StoreOutcome, StorePlan};
 
     fn tier() -> NamedPrimary {
         NamedPrimary::new(PrimaryConfig {
@@ -226,6 +226,24 @@ mod tests {
             p.complete_store(r, &[k], true),
             Err(Error::UnknownRequest(_))
         ));
+    }
+
+    #[test]
+    fn keys_read_in_place_find_the_keys_of_the_same_bytes() {
+        let mut p = tier();
+        let (a, b) = (Key::new(b"a").unwrap(), Key::new(b"bcd").unwrap());
+        let mut plan = StorePlan::default();
+        let r = p.request_begin("r").unwrap();
+        p.tier.prepare_store(r, &[a, b], &mut plan).unwrap();
+        let refs = [KeyRef::new(b"bcd").unwrap(), KeyRef::new(b"a").unwrap()];
+        assert_eq!(p.complete_store(r, &refs[..], true).unwrap().ready, 2);
+        let mut found = [PrimaryLookup::Miss; 3];
+        let asked = [refs[0], refs[1], KeyRef::new(b"bc").unwrap()];
+        p.tier.lookup_batch(&asked[..], &mut found);
+        assert_eq!(
+            found,
+            [PrimaryLookup::Hit, PrimaryLookup::Hit, PrimaryLookup::Miss]
+        );
     }
 
     #[test]
