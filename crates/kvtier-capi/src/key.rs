@@ -92,12 +92,7 @@ pub(crate) unsafe fn read_key(key: &kvtier_key, index: usize) -> Result<Key, Fai
 /// `key.data` must be valid for reads of `key.len` bytes for `'a`.
 #[inline(always)]
 pub(crate) unsafe fn key_ref<'a>(key: &kvtier_key, index: usize) -> Result<KeyRef<'a>, Failure> {
-    if key.len == 0 || key.len > kvtier_core::key::MAX_KEY_LEN {
-        return Err(Failure::Core(kvtier_core::Error::InvalidKey {
-            index,
-            reason: format!("key of {} bytes (keys are 1 to 64 bytes)", key.len),
-        }));
-    }
+    kvtier_core::key::check_len(key.len, index)?;
     if key.data.is_null() {
         return Err(Failure::Null("keys[].data"));
     }

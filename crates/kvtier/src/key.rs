@@ -254,9 +254,13 @@ macro_rules! with_keys {
 }
 pub(crate) use with_keys;
 
-/// A key length out of 1..=64 is an error naming `index`.
+/// The key length rule: a length out of 1..=[`MAX_KEY_LEN`] is
+/// [`Error::InvalidKey`] naming `index` (the key's position in its batch).
+/// [`Key::at`] and [`KeyRef::at`] apply it; a caller that holds a key's
+/// length before its bytes (a C key, whose pointer may be NULL when its
+/// length is 0) checks it first with this.
 #[inline]
-fn check_len(len: usize, index: usize) -> Result<(), Error> {
+pub fn check_len(len: usize, index: usize) -> Result<(), Error> {
     if len == 0 {
         return Err(Error::InvalidKey {
             index,
