@@ -1,5 +1,10 @@
 //! The statistics an adapter of a tier written in another language (the
 //! C crate's vtable tier) reports before the tier's own, declared once.
+//!
+//! The C crate counts them, but they are declared here: their families
+//! belong in the metric catalogue with every other component's (which
+//! [`crate::catalogue`] lists, above the C crate's reach), and the table
+//! macro is the core's.
 
 use crate::stats::{family, stat_table};
 
