@@ -3,7 +3,7 @@
 //!
 //! The C crate counts them, but they are declared here: their families
 //! belong in the metric catalogue with every other component's (which
-//! [`crate::catalogue`] lists, above the C crate's reach), and the table
+//! [`crate::catalogue`] lists for the docs and the checks), and the table
 //! macro is the core's.
 
 use crate::stats::{family, stat_table};
