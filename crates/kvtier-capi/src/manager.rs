@@ -3,7 +3,7 @@
 //!
 //! The option struct follows the growth rule (`struct_size` first, read
 //! with `read_grown`); its defaults are built from the core options'
-//! `Default` ([`Config`], [`PrimaryConfig`]), and it is converted into
+//! `Default` ([`Config`], [`PrimaryConfig`](kvtier_core::primary::PrimaryConfig)), and it is converted into
 //! those same types, so C, Rust and JSON share one set of options and
 //! defaults.  (The JSON configuration: `config.rs`; secondary tiers:
 //! `tier.rs`.)
