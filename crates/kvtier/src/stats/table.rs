@@ -274,3 +274,17 @@ pub(crate) fn assert_listed(stats: &[Stat], table: super::StatTable) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::GaugeValue;
+
+    #[test]
+    fn a_gauge_reports_its_value_as_a_number() {
+        assert_eq!(7u32.gauge_value(), 7.0);
+        assert_eq!(u32::MAX.gauge_value(), 4_294_967_295.0);
+        assert_eq!(9u64.gauge_value(), 9.0);
+        assert_eq!(0.25f64.gauge_value(), 0.25);
+        assert_eq!((-2.5f64).gauge_value(), -2.5);
+    }
+}

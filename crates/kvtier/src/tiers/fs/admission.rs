@@ -240,4 +240,93 @@ mod tests {
             );
         }
     }
+
+    fn job(direction: Direction, keys: &[u8]) -> Arc<Job> {
+        Arc::new(Job {
+            id: JobId(2),
+            direction,
+            keys: keys.iter().map(|&i| key(i)).collect(),
+            slots: (0..keys.len() as u32).collect(),
+            request: Default::default(),
+        })
+    }
+
+    /// Loads `keys` (slot i for key i) and waits for the job's result.
+    fn load(t: &mut FsTier, keys: &[u8]) -> JobResult {
+        t.submit_load(job(Direction::Load, keys));
+        t.drain().unwrap();
+        let mut out = Vec::new();
+        t.poll_finished(16, &mut out);
+        out.pop().expect("the job finished")
+    }
+
+    #[test]
+    fn a_store_of_a_key_still_being_written_skips_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = SlotMemory::anonymous(8, 4096).unwrap();
+        let mut t = FsTier::open(slots, FsOptions::new(dir.path())).unwrap();
+        t.submit_store(job(Direction::Store, &[1]));
+        // Key 1 is written until its job settles.
+        t.submit_store(job(Direction::Store, &[1, 2]));
+        assert_eq!(stat(&t, "stores_skipped"), 1.0);
+        t.drain().unwrap();
+        let mut out = Vec::new();
+        t.poll_finished(16, &mut out);
+        assert!(out.iter().all(|r| r.success));
+        assert_eq!(stat(&t, "stores_written"), 2.0);
+        assert_eq!(stat(&t, "stores_skipped"), 1.0);
+    }
+
+    #[test]
+    fn a_load_counts_the_keys_not_in_the_tier() {
+        for layout in [FsLayout::Files, FsLayout::Segments] {
+            let dir = tempfile::tempdir().unwrap();
+            let slots = SlotMemory::anonymous(8, 4096).unwrap();
+            let opts = FsOptions {
+                layout,
+                capacity_bytes: 8 * file_len(4096),
+                ..FsOptions::new(dir.path())
+            };
+            let mut t = FsTier::open(slots, opts).unwrap();
+            assert!(store(&mut t, &[1]).success, "{layout:?}");
+            let r = load(&mut t, &[2, 1, 3]);
+            assert!(!r.success, "{layout:?}");
+            assert_eq!(r.succeeded_keys, Some(vec![key(1)]), "{layout:?}");
+            assert_eq!(stat(&t, "errors_not_present"), 2.0, "{layout:?}");
+            assert_eq!(stat(&t, "loads"), 1.0, "{layout:?}");
+        }
+    }
+
+    #[test]
+    fn a_store_evicts_only_above_the_high_watermark_and_down_to_the_low_one() {
+        // Watermarks that are exact in binary: 6 and 4 blocks of 8.
+        for layout in [FsLayout::Files, FsLayout::Segments] {
+            let dir = tempfile::tempdir().unwrap();
+            let slots = SlotMemory::anonymous(8, 4096).unwrap();
+            let opts = FsOptions {
+                layout,
+                capacity_bytes: 8 * file_len(4096),
+                high_watermark: 0.75,
+                low_watermark: 0.5,
+                ..FsOptions::new(dir.path())
+            };
+            let mut t = FsTier::open(slots, opts).unwrap();
+            assert!(store(&mut t, &[1, 2, 3, 4]).success, "{layout:?}");
+            // Up to the high watermark exactly: nothing evicted.
+            assert!(store(&mut t, &[5, 6]).success, "{layout:?}");
+            assert_eq!(t.block_count(), 6, "{layout:?}");
+            assert_eq!(stat(&t, "evictions"), 0.0, "{layout:?}");
+            // Beyond it (by one block, below the capacity): down to the
+            // low watermark less the new block.
+            assert!(store(&mut t, &[7]).success, "{layout:?}");
+            assert_eq!(stat(&t, "evictions"), 3.0, "{layout:?}");
+            assert_eq!(t.block_count(), 4, "{layout:?}");
+            assert_eq!(t.bytes_used(), 4 * file_len(4096), "{layout:?}");
+            // An evicted key is gone from the index: it can be stored again.
+            let r = store(&mut t, &[1]);
+            assert!(r.success, "{layout:?}");
+            assert_eq!(stat(&t, "stores_written"), 8.0, "{layout:?}");
+            assert_eq!(t.block_count(), 5, "{layout:?}");
+        }
+    }
 }

@@ -241,3 +241,121 @@ family! {
     FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",
     "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::FsOptions;
+    use super::super::format::file_len;
+    use super::*;
+    use crate::key::Key;
+    use crate::region::SlotMemory;
+    use crate::tiering::{Direction, Job, JobId, SecondaryTier};
+
+    #[test]
+    fn each_statistic_reports_its_own_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = SlotMemory::anonymous(8, 4096).unwrap();
+        let opts = FsOptions {
+            capacity_bytes: 100 * file_len(4096),
+            ..FsOptions::new(dir.path())
+        };
+        let mut t = FsTier::open(slots, opts).unwrap();
+        t.set_event_capacity(1);
+        t.submit_store(Arc::new(Job {
+            id: JobId(1),
+            direction: Direction::Store,
+            keys: (0..2u8).map(|i| Key::new(&[i]).unwrap()).collect(),
+            slots: vec![0, 1],
+            request: Default::default(),
+        }));
+        t.drain().unwrap();
+        t.poll_finished(16, &mut Vec::new());
+        // The gauges and the pool's and opening scan's counters come from
+        // their sources, never from the totals: mark those fields there.
+        let totals = FsStats {
+            bytes_used: 999,
+            capacity_bytes: 999,
+            blocks: 999,
+            direct_io: 999,
+            existence_checks: 999,
+            evictions: 2,
+            events_dropped: 999,
+            events_queued: 999,
+            removal_errors: 999,
+            read_bytes: 999,
+            read_time_us: 999,
+            write_bytes: 999,
+            write_time_us: 999,
+            restart_blocks: 999,
+            restart_skipped_files: 999,
+            restart_removed_files: 999,
+            restart_temp_removed: 999,
+            restart_unreadable_files: 999,
+            restart_foreign_entries: 999,
+            ..t.totals
+        };
+        t.totals = totals;
+        let c = &t.pool.shared().counters;
+        c.checks.store(3, Ordering::Relaxed);
+        c.removal_errors.store(4, Ordering::Relaxed);
+        c.read_bytes.store(5, Ordering::Relaxed);
+        c.read_ns.store(6_789_000, Ordering::Relaxed);
+        c.write_bytes.store(7, Ordering::Relaxed);
+        c.write_ns.store(12_345_678, Ordering::Relaxed);
+        t.rebuild.blocks = 11;
+        t.rebuild.skipped = 12;
+        t.rebuild.removed = 13;
+        t.rebuild.temp_removed = 14;
+        t.rebuild.evicted = 15;
+        t.rebuild.unreadable = 16;
+        t.rebuild.foreign = 17;
+        let got: Vec<(String, f64)> = t
+            .stats()
+            .iter()
+            .map(|s| (s.name.to_string(), s.value))
+            .collect();
+        let value = |name: &str| {
+            got.iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .1
+        };
+        let expected = [
+            ("bytes_used", (2 * file_len(4096)) as f64),
+            ("capacity_bytes", (100 * file_len(4096)) as f64),
+            ("blocks", 2.0),
+            ("direct_io", if t.direct_io() { 1.0 } else { 0.0 }),
+            ("existence_checks", 3.0),
+            ("evictions", 17.0),
+            ("events_dropped", 1.0),
+            ("events_queued", 1.0),
+            ("removal_errors", 4.0),
+            ("read_bytes", 5.0),
+            ("read_time_us", 6789.0),
+            ("write_bytes", 7.0),
+            ("write_time_us", 12345.0),
+            ("restart_blocks", 11.0),
+            ("restart_skipped_files", 12.0),
+            ("restart_removed_files", 13.0),
+            ("restart_temp_removed", 14.0),
+            ("restart_unreadable_files", 16.0),
+            ("restart_foreign_entries", 17.0),
+            ("stores_written", 2.0),
+        ];
+        for (name, v) in expected {
+            assert_eq!(value(name), v, "{name}");
+        }
+        // Then a counter per cause, named as the table declares it.
+        let causes: Vec<&str> = got[got.len() - Cause::ALL.len()..]
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let declared: Vec<&str> = FS_STATS[FS_STATS.len() - Cause::ALL.len()..]
+            .iter()
+            .map(|e| e.stat)
+            .collect();
+        assert_eq!(causes, declared);
+    }
+}

@@ -196,7 +196,11 @@ impl Reporter {
     /// described less than [`REPORT_INTERVAL`] ago or too many wait: then
     /// it is left out, and counted in the next description of its kind.
     pub(crate) fn limited(&mut self, kind: usize, what: impl FnOnce() -> String) {
-        let now = Instant::now();
+        self.limited_at(kind, Instant::now(), what);
+    }
+
+    /// As [`Reporter::limited`], for a failure at `now`.
+    fn limited_at(&mut self, kind: usize, now: Instant, what: impl FnOnce() -> String) {
         if self.last[kind].is_some_and(|t| now.duration_since(t) < REPORT_INTERVAL)
             || self.pending.len() >= MAX_PENDING
         {
@@ -325,6 +329,44 @@ pub(crate) mod tests {
         assert_eq!(
             out[2],
             "t: store failed: it was lost (1 more like it since the last report)"
+        );
+    }
+
+    #[test]
+    fn failures_left_out_unoffered_are_counted_in_the_next_description() {
+        let mut r = Reporter::new("t".into(), Why::ALL.len());
+        r.left_out(1, 2);
+        r.left_out(1, 1);
+        r.failed(|| "load".into(), Why::Broken);
+        r.failed(|| "store".into(), Why::Lost);
+        let mut out = Vec::new();
+        r.take(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                "t: load failed: it broke (3 more like it since the last report)",
+                "t: store failed: it was lost"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_kind_is_described_again_once_the_interval_has_passed() {
+        let mut r = Reporter::new("t".into(), 1);
+        let at = Instant::now();
+        r.limited_at(0, at, || "first".into());
+        r.limited_at(0, at + REPORT_INTERVAL - Duration::from_nanos(1), || {
+            "too soon".into()
+        });
+        r.limited_at(0, at + REPORT_INTERVAL, || "again".into());
+        let mut out = Vec::new();
+        r.take(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                "t: first",
+                "t: again (1 more like it since the last report)"
+            ]
         );
     }
 }

@@ -244,4 +244,87 @@ mod tests {
         assert_eq!(sum.load(Ordering::Relaxed), 5051);
         assert!(pool.stopped());
     }
+
+    fn pool_of(n: usize, run: impl Fn(usize) + Clone + Send + 'static) -> WorkerPool<Fifo> {
+        WorkerPool::<Fifo>::start(
+            n,
+            "test workers",
+            |i| format!("t{i}"),
+            move |_| {
+                let run = run.clone();
+                move |item: usize, _: &PoolCore<Fifo>| run(item)
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn wait_idle_waits_for_the_item_a_worker_is_running() {
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(parking_lot::Mutex::new(release_rx));
+        let done = Arc::new(AtomicUsize::new(0));
+        let pool = {
+            let done = done.clone();
+            pool_of(1, move |_| {
+                started_tx.send(()).unwrap();
+                release_rx.lock().recv().unwrap();
+                done.store(1, Ordering::SeqCst);
+            })
+        };
+        pool.submit(Wake::One, |q| q.0.push_back(1));
+        started.recv().unwrap();
+        // The queue is empty now, but the item still runs.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            release.send(()).unwrap();
+        });
+        pool.wait_idle();
+        assert_eq!(
+            done.load(Ordering::SeqCst),
+            1,
+            "idle only once the item finished"
+        );
+        releaser.join().unwrap();
+    }
+
+    #[test]
+    fn stop_says_whether_a_worker_panicked() {
+        let mut pool = pool_of(1, |n| assert_ne!(n, 13, "a worker's item panics"));
+        assert!(!pool.stopped(), "running workers are not stopped");
+        pool.submit(Wake::One, |q| q.0.push_back(13));
+        assert!(!pool.stop(), "the worker panicked");
+        assert!(pool.stopped());
+    }
+
+    #[test]
+    fn dropping_the_pool_runs_the_queue_and_joins_the_workers() {
+        let sum = Arc::new(AtomicUsize::new(0));
+        let pool = {
+            let sum = sum.clone();
+            pool_of(2, move |n| {
+                sum.fetch_add(n, Ordering::Relaxed);
+            })
+        };
+        pool.submit(Wake::All, |q| q.0.extend(1..=10));
+        drop(pool);
+        assert_eq!(
+            Arc::strong_count(&sum),
+            1,
+            "every worker's state went with its thread"
+        );
+        assert_eq!(sum.load(Ordering::Relaxed), 55);
+    }
+
+    #[test]
+    fn notify_raises_the_notifier_once_one_is_set() {
+        let pool = pool_of(0, |_| {});
+        let n = Notifier::new();
+        n.fd().unwrap();
+        pool.notify();
+        assert!(!n.reset(), "no notifier set yet");
+        pool.set_notifier(n.clone());
+        pool.notify();
+        assert!(n.reset(), "the pool raised it");
+    }
 }
