@@ -277,7 +277,14 @@ pub(crate) fn assert_listed(stats: &[Stat], table: super::StatTable) {
 
 #[cfg(test)]
 mod tests {
-    use super::GaugeValue;
+    use super::{CounterValue, GaugeValue};
+
+    #[test]
+    fn a_counter_reports_its_count() {
+        for n in [0u64, 1, 2, 41, u64::MAX] {
+            assert_eq!(n.counter_value(), n);
+        }
+    }
 
     #[test]
     fn a_gauge_reports_its_value_as_a_number() {

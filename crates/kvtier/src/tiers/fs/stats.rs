@@ -254,6 +254,52 @@ mod tests {
     use crate::tiering::{Direction, Job, JobId, SecondaryTier};
 
     #[test]
+    fn time_is_counted_in_nanoseconds_and_reported_in_whole_microseconds() {
+        let t = Nanos::default();
+        assert_eq!(t.counter_value(), 0);
+        t.add(2_500_000);
+        assert_eq!(t.counter_value(), 2_500);
+        t.add(999);
+        assert_eq!(t.counter_value(), 2_500, "the total is rounded down");
+        t.add(1);
+        assert_eq!(t.counter_value(), 2_501);
+    }
+
+    #[test]
+    fn an_opened_tier_starts_from_what_its_opening_scan_found() {
+        let scan = super::super::RebuildReport {
+            blocks: 11,
+            skipped: 12,
+            removed: 13,
+            temp_removed: 14,
+            evicted: 15,
+            unreadable: 16,
+            foreign: 17,
+            ..Default::default()
+        };
+        let s = FsStats::opened(&scan);
+        let got: Vec<(String, f64)> = s
+            .stat_list()
+            .into_iter()
+            .map(|st| (st.name.to_string(), st.value))
+            .filter(|(_, v)| *v != 0.0)
+            .collect();
+        let got: Vec<(&str, f64)> = got.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        assert_eq!(
+            got,
+            [
+                ("evictions", 15.0),
+                ("restart_blocks", 11.0),
+                ("restart_skipped_files", 12.0),
+                ("restart_removed_files", 13.0),
+                ("restart_temp_removed", 14.0),
+                ("restart_unreadable_files", 16.0),
+                ("restart_foreign_entries", 17.0),
+            ]
+        );
+    }
+
+    #[test]
     fn each_statistic_reports_its_own_source() {
         let dir = tempfile::tempdir().unwrap();
         let slots = SlotMemory::anonymous(8, 4096).unwrap();
