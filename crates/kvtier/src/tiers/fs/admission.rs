@@ -298,6 +298,28 @@ mod tests {
     }
 
     #[test]
+    fn a_store_of_several_blocks_makes_room_for_all_of_them() {
+        // Watermarks of 6 and 4 blocks of 8: 4 stored, then 3 more cross
+        // the high one, so the low one must leave room for all 3.
+        for layout in [FsLayout::Files, FsLayout::Segments] {
+            let dir = tempfile::tempdir().unwrap();
+            let slots = SlotMemory::anonymous(8, 4096).unwrap();
+            let opts = FsOptions {
+                layout,
+                capacity_bytes: 8 * file_len(4096),
+                high_watermark: 0.75,
+                low_watermark: 0.5,
+                ..FsOptions::new(dir.path())
+            };
+            let mut t = FsTier::open(slots, opts).unwrap();
+            assert!(store(&mut t, &[1, 2, 3, 4]).success, "{layout:?}");
+            assert!(store(&mut t, &[5, 6, 7]).success, "{layout:?}");
+            assert_eq!(stat(&t, "evictions"), 3.0, "{layout:?}");
+            assert_eq!(t.block_count(), 4, "{layout:?}");
+        }
+    }
+
+    #[test]
     fn a_store_evicts_only_above_the_high_watermark_and_down_to_the_low_one() {
         // Watermarks that are exact in binary: 6 and 4 blocks of 8.
         for layout in [FsLayout::Files, FsLayout::Segments] {
