@@ -61,12 +61,12 @@ test: export KVTIER_REQUIRE_ALL ?= 1
 test: all test-lint test-imports test-rust test-c test-python test-wheel
 
 # Formatting and clippy's lints, every target of every package, warnings
-# as errors; the core's library also without the redis tier (its features
+# as errors; the core (library and tests) also without the redis tier (its features
 # are optional, and code only the redis tier uses must not warn without it).
 test-lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets $(CARGO_FEATURES) -- -D warnings
-	$(CARGO) clippy -p kvtier --lib -- -D warnings
+	$(CARGO) clippy -p kvtier --all-targets -- -D warnings
 
 # No import circle between the modules of either crate's src/, and no
 # import from a lower layer to a higher one (tools/check-imports.py follows

@@ -26,7 +26,7 @@ mod ledger;
 mod pool;
 
 pub(crate) use crate::events::Announcer;
-#[cfg(test)]
+#[cfg(all(test, feature = "redis-tier"))]
 pub(crate) use causes::REPORT_INTERVAL;
 pub(crate) use causes::{CauseCounters, Reporter, TierCause, tier_causes};
 #[cfg(feature = "redis-tier")]
