@@ -297,21 +297,27 @@ mod tests {
         }
     }
 
+    /// A tier of 8 blocks of 4096 bytes whose watermarks are exact in
+    /// binary: 6 blocks (high) and 4 (low).
+    fn watermarked(layout: FsLayout, dir: &std::path::Path) -> FsTier {
+        let slots = SlotMemory::anonymous(8, 4096).unwrap();
+        let opts = FsOptions {
+            layout,
+            capacity_bytes: 8 * file_len(4096),
+            high_watermark: 0.75,
+            low_watermark: 0.5,
+            ..FsOptions::new(dir)
+        };
+        FsTier::open(slots, opts).unwrap()
+    }
+
     #[test]
     fn a_store_of_several_blocks_makes_room_for_all_of_them() {
         // Watermarks of 6 and 4 blocks of 8: 4 stored, then 3 more cross
         // the high one, so the low one must leave room for all 3.
         for layout in [FsLayout::Files, FsLayout::Segments] {
             let dir = tempfile::tempdir().unwrap();
-            let slots = SlotMemory::anonymous(8, 4096).unwrap();
-            let opts = FsOptions {
-                layout,
-                capacity_bytes: 8 * file_len(4096),
-                high_watermark: 0.75,
-                low_watermark: 0.5,
-                ..FsOptions::new(dir.path())
-            };
-            let mut t = FsTier::open(slots, opts).unwrap();
+            let mut t = watermarked(layout, dir.path());
             assert!(store(&mut t, &[1, 2, 3, 4]).success, "{layout:?}");
             assert!(store(&mut t, &[5, 6, 7]).success, "{layout:?}");
             assert_eq!(stat(&t, "evictions"), 3.0, "{layout:?}");
@@ -324,15 +330,7 @@ mod tests {
         // Watermarks that are exact in binary: 6 and 4 blocks of 8.
         for layout in [FsLayout::Files, FsLayout::Segments] {
             let dir = tempfile::tempdir().unwrap();
-            let slots = SlotMemory::anonymous(8, 4096).unwrap();
-            let opts = FsOptions {
-                layout,
-                capacity_bytes: 8 * file_len(4096),
-                high_watermark: 0.75,
-                low_watermark: 0.5,
-                ..FsOptions::new(dir.path())
-            };
-            let mut t = FsTier::open(slots, opts).unwrap();
+            let mut t = watermarked(layout, dir.path());
             assert!(store(&mut t, &[1, 2, 3, 4]).success, "{layout:?}");
             // Up to the high watermark exactly: nothing evicted.
             assert!(store(&mut t, &[5, 6]).success, "{layout:?}");
