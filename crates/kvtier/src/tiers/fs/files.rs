@@ -253,27 +253,17 @@ impl OnDisk for Files {
         let len = io.block_bytes();
         let base = io.slot_base(slot)?.cast_mut();
         let direct = io.direct_for(base);
-        let fan = match self.fanout(key, None) {
-            Ok(fan) => fan,
-            Err(e) => {
-                let cause = Cause::of_load_errno(e);
-                if cause == Cause::Vanished {
-                    self.check_root();
-                }
-                return Err(cause);
+        // A block that vanished may mean its directory did: check the root.
+        let failed = |e| {
+            let cause = Cause::of_load_errno(e);
+            if cause == Cause::Vanished {
+                self.check_root();
             }
+            cause
         };
+        let fan = self.fanout(key, None).map_err(failed)?;
         let name = Layout::name_c(key, &mut scratch.path);
-        let (fd, st) = match beneath::open_at(fan.0, name, libc::O_RDONLY, 0, direct) {
-            Ok(opened) => opened,
-            Err(e) => {
-                let cause = Cause::of_load_errno(e);
-                if cause == Cause::Vanished {
-                    self.check_root();
-                }
-                return Err(cause);
-            }
-        };
+        let (fd, st) = beneath::open_at(fan.0, name, libc::O_RDONLY, 0, direct).map_err(failed)?;
         let expected = file_len(len);
         let result = match (st.st_size as u64).cmp(&expected) {
             std::cmp::Ordering::Less => Err(Cause::Truncated),
