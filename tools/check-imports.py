@@ -362,6 +362,8 @@ LAYERS = {
         ["tiers"],
         # what assembles or serves a whole manager
         ["config", "catalogue", "serve"],
+        # the node server, built on a whole manager
+        ["server"],
     ],
     "kvtier-capi": [
         ["version", "status"],

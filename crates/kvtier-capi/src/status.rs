@@ -64,6 +64,11 @@ pub enum kvtier_status {
     /// key to its `result_out`.  Not a failure of the call, a mistake of the caller's
     /// (or a completion that arrived after a reset) made visible.
     KeysIgnored = 22,
+    /// The node server of a manager made by `kvtier_manager_connect` is
+    /// gone (closed the connection, died, or did not answer within the
+    /// call timeout); every later call on the handle answers this too.
+    /// Free the handle and connect again.  Since 0.3.
+    Disconnected = 23,
 }
 
 impl kvtier_status {
@@ -93,6 +98,7 @@ impl kvtier_status {
             kvtier_status::Panic => c"KVTIER_STATUS_PANIC",
             kvtier_status::OutOfMemory => c"KVTIER_STATUS_OUT_OF_MEMORY",
             kvtier_status::KeysIgnored => c"KVTIER_STATUS_KEYS_IGNORED",
+            kvtier_status::Disconnected => c"KVTIER_STATUS_DISCONNECTED",
         }
     }
 
@@ -100,7 +106,7 @@ impl kvtier_status {
     /// not a known status are `None` (the caller treats them as a tier error).
     pub(crate) fn from_i32(value: i32) -> Option<kvtier_status> {
         use kvtier_status::*;
-        const ALL: [kvtier_status; 23] = [
+        const ALL: [kvtier_status; 24] = [
             Ok,
             NullArgument,
             InvalidArgument,
@@ -124,6 +130,7 @@ impl kvtier_status {
             Panic,
             OutOfMemory,
             KeysIgnored,
+            Disconnected,
         ];
         ALL.into_iter().find(|s| *s as i32 == value)
     }
@@ -151,6 +158,7 @@ pub(crate) fn status_of(error: &Error) -> kvtier_status {
         Error::BufferTooSmall { .. } => kvtier_status::BufferTooSmall,
         Error::OutOfMemory(_) => kvtier_status::OutOfMemory,
         Error::KeysIgnored { .. } => kvtier_status::KeysIgnored,
+        Error::Disconnected(_) => kvtier_status::Disconnected,
     }
 }
 

@@ -100,6 +100,13 @@ pub enum Error {
     #[error("closed: {0}")]
     Closed(String),
 
+    /// The node server a connected manager talks to is gone (it closed
+    /// the connection, died, or did not answer within the call timeout):
+    /// this call and every later one on the connection fail so; connect
+    /// again.  Whether the call reached the server is unknown.
+    #[error("disconnected: {0}")]
+    Disconnected(String),
+
     /// The operation is not supported here (kernel, file system, build).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -177,6 +184,7 @@ impl Error {
             Error::Closed(m) => Error::Closed(prefixed(m)),
             Error::Unsupported(m) => Error::Unsupported(prefixed(m)),
             Error::OutOfMemory(m) => Error::OutOfMemory(prefixed(m)),
+            Error::Disconnected(m) => Error::Disconnected(prefixed(m)),
             Error::KeysIgnored { report, message } => Error::KeysIgnored {
                 report,
                 message: prefixed(message),

@@ -41,6 +41,7 @@ pub mod region;
 pub mod request;
 pub(crate) mod serde_forms;
 pub mod serve;
+pub mod server;
 pub mod stats;
 mod store_report;
 pub mod tiering;

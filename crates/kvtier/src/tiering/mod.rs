@@ -3,6 +3,7 @@
 mod adapter_stats;
 pub mod backend;
 mod backpressure;
+mod calls;
 mod counter_memory;
 mod listen;
 mod manager;
@@ -13,6 +14,7 @@ pub use crate::events::TierEvent;
 pub use adapter_stats::{ADAPTER_STATS, AdapterStats};
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, PressurePolicy};
+pub use calls::ManagerCalls;
 pub use listen::{EventBatch, EventListener};
 pub use manager::{EventBuffer, QueuedEvents};
 pub use manager::{

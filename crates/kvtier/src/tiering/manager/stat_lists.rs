@@ -34,7 +34,7 @@ stat_table! {
     /// [`Manager::tier_stats`](super::Manager::tier_stats)).  Counters are
     /// cumulative from the manager's creation and never decrease, resets
     /// included; gauges are current.
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
     pub struct ManagerStats {
         /// Counter: keys looked up.
         counter lookups: u64 => M_LOOKUPS,
