@@ -108,9 +108,11 @@ pub unsafe extern "C" fn kvtier_manager_take_events(
         let more = unsafe { out_ref(more_out, "more_out") }?;
         let BufferHandle { taken, views } = &mut *b;
         views.clear();
-        let left = m.take_events_into_with(capacity, taken, |keys| {
-            kvtier_core::fallible::reserve(views, keys, "the keys of an event take")
-        })?;
+        let left = m
+            .local("kvtier_manager_take_events")?
+            .take_events_into_with(capacity, taken, |keys| {
+                kvtier_core::fallible::reserve(views, keys, "the keys of an event take")
+            })?;
         // The views point into `taken`'s keys, which nothing moves before
         // the next take into this buffer or its free.
         views.extend(taken.keys().iter().map(|k| kvtier_key {
@@ -157,7 +159,7 @@ pub unsafe extern "C" fn kvtier_manager_events_queued(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let events = unsafe { out_ref(events_out, "events_out") }?;
-        let q = m.events_queued()?;
+        let q = m.local("kvtier_manager_events_queued")?.events_queued()?;
         *events = q.batches;
         if let Some(keys) = unsafe { keys_out.as_mut() } {
             *keys = q.keys;

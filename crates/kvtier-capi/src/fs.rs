@@ -216,7 +216,11 @@ pub unsafe extern "C" fn kvtier_manager_add_fs_tier(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_ref(index_out, "index_out") }?;
         let (fs, tier) = unsafe { fs_options_of(options) }?;
-        *out = add_builtin_tier(&m, BuiltinTier::Fs(fs), tier)?;
+        *out = add_builtin_tier(
+            m.local("kvtier_manager_add_fs_tier")?,
+            BuiltinTier::Fs(fs),
+            tier,
+        )?;
         Ok(())
     })
 }

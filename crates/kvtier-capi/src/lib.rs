@@ -42,6 +42,7 @@ pub mod reclaim;
 // configuration.
 pub mod manager;
 pub mod config;
+pub mod server;
 // Secondary tiers: foreign tiers (the vtable, the per-tier options), the
 // built-in fs and redis tiers.
 pub mod tier;

@@ -40,7 +40,10 @@ use super::tier::{
 use kvtier_core::config::{Config, SlotSource};
 use kvtier_core::error::Error;
 use kvtier_core::request::{Locality, Medium, TierFilter, TierMatcher};
-use kvtier_core::tiering::{Manager, ProgressOptions, PromotionAnswer, RequestParams};
+use kvtier_core::server::Client;
+use kvtier_core::tiering::{
+    Manager, ManagerCalls, ProgressOptions, PromotionAnswer, RequestParams,
+};
 
 mod convert;
 pub(crate) use convert::{manager_config_of, read_request_params};
@@ -219,7 +222,9 @@ pub unsafe extern "C" fn kvtier_manager_add_tier(
         let tier_options = unsafe { tier_options_of(options) }?;
         let armed = Arc::new(AtomicBool::new(false));
         let tier = unsafe { CTier::new(&vt, armed.clone()) }?;
-        let index = m.add_tier_with(Box::new(tier), tier_options)?;
+        let index = m
+            .local("kvtier_manager_add_tier")?
+            .add_tier_with(Box::new(tier), tier_options)?;
         armed.store(true, Ordering::Release);
         *index_out = index;
         Ok(())
@@ -236,37 +241,98 @@ impl Castable for kvtier_manager {
     const NAME: &'static str = "manager";
 }
 
-/// A manager as the C handle holds it: the manager and its `/metrics`
-/// endpoint if it has one (stopped first when the handle is freed).
+/// A manager as the C handle holds it: a local manager (with its
+/// `/metrics` endpoint if it has one, stopped first when the handle is
+/// freed), or one in a node server reached through its socket.  Every
+/// call of [`ManagerCalls`] works on both; the few that only a local
+/// manager has (adding tiers, job completions, events, callbacks, the
+/// wake-up descriptor, resets) go through [`CManager::local`].
 pub(crate) struct CManager {
     /// Declared before `manager`, so it stops before the manager goes.
     _metrics: Option<kvtier_core::serve::MetricsServer>,
-    manager: std::sync::Arc<Manager>,
+    calls: Arc<dyn ManagerCalls>,
+    local: Option<Arc<Manager>>,
+    remote: Option<(Arc<Client>, InfoStrings)>,
 }
 
 impl From<Manager> for CManager {
     fn from(manager: Manager) -> CManager {
-        CManager::serving(std::sync::Arc::new(manager), None)
+        CManager::serving(Arc::new(manager), None)
     }
 }
 
 impl CManager {
     /// The handle's value for `manager` and its `/metrics` endpoint.
     pub(crate) fn serving(
-        manager: std::sync::Arc<Manager>,
+        manager: Arc<Manager>,
         metrics: Option<kvtier_core::serve::MetricsServer>,
     ) -> CManager {
         CManager {
             _metrics: metrics,
-            manager,
+            calls: manager.clone(),
+            local: Some(manager),
+            remote: None,
         }
+    }
+
+    /// The handle's value for a manager in a node server.
+    pub(crate) fn connected(client: Client) -> Result<CManager, Error> {
+        let strings = InfoStrings::of(&client)?;
+        let client = Arc::new(client);
+        Ok(CManager {
+            _metrics: None,
+            calls: client.clone(),
+            local: None,
+            remote: Some((client, strings)),
+        })
+    }
+
+    /// The local manager, for calls a connected manager does not take
+    /// (`what` names the call in the error).
+    pub(crate) fn local(&self, what: &str) -> Result<&Manager, Error> {
+        self.local.as_deref().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{what}: not on a manager connected to kvtierd (the server's configuration \
+                 owns its tiers, events and resets)"
+            ))
+        })
+    }
+
+    /// The connection, when the manager is in a node server.
+    pub(crate) fn remote(&self) -> Option<(&Client, &InfoStrings)> {
+        self.remote.as_ref().map(|(c, s)| (&**c, s))
+    }
+}
+
+/// The strings of a connection's `kvtier_server_info` (`server.rs`),
+/// kept with the handle for as long as the caller may read them.
+pub(crate) struct InfoStrings {
+    pub(crate) region_name: std::ffi::CString,
+    pub(crate) region_directory: std::ffi::CString,
+    pub(crate) fingerprint: std::ffi::CString,
+}
+
+impl InfoStrings {
+    /// The strings of `client`'s server information.
+    pub(crate) fn of(client: &Client) -> Result<InfoStrings, Error> {
+        let c = |s: &str, what: &str| {
+            std::ffi::CString::new(s).map_err(|_| {
+                Error::InvalidArgument(format!("server protocol: the {what} holds a NUL byte"))
+            })
+        };
+        let info = client.info();
+        Ok(InfoStrings {
+            region_name: c(&info.region_name, "region name")?,
+            region_directory: c(&info.region_directory.to_string_lossy(), "region directory")?,
+            fingerprint: c(&info.fingerprint, "fingerprint")?,
+        })
     }
 }
 
 impl std::ops::Deref for CManager {
-    type Target = Manager;
-    fn deref(&self) -> &Manager {
-        &self.manager
+    type Target = dyn ManagerCalls;
+    fn deref(&self) -> &(dyn ManagerCalls + 'static) {
+        &*self.calls
     }
 }
 
@@ -373,7 +439,7 @@ pub unsafe extern "C" fn kvtier_manager_reset_cache(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        Ok(m.reset_cache()?)
+        Ok(m.local("kvtier_manager_reset_cache")?.reset_cache()?)
     })
 }
 
@@ -388,7 +454,7 @@ pub unsafe extern "C" fn kvtier_manager_reset_flushed(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        Ok(m.reset_flushed()?)
+        Ok(m.local("kvtier_manager_reset_flushed")?.reset_flushed()?)
     })
 }
 
@@ -417,7 +483,8 @@ pub unsafe extern "C" fn kvtier_manager_complete_job(
         let r = unsafe { result.as_ref() }.ok_or(Failure::Null("result"))?;
         let jr = unsafe { job_result_of(r) }
             .map_err(|why| Error::InvalidArgument(format!("result of job {}: {why}", r.id)))?;
-        Ok(m.complete_job(tier, jr)?)
+        Ok(m.local("kvtier_manager_complete_job")?
+            .complete_job(tier, jr)?)
     })
 }
 

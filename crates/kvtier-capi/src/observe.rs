@@ -317,7 +317,7 @@ pub unsafe extern "C" fn kvtier_manager_take_error(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_slice(message_out.cast::<u8>(), capacity, "message_out") }?;
         let written = unsafe { out_ref(written_out, "written_out") }?;
-        let taken = m.take_error_if(|message| {
+        let taken = m.take_error_if_dyn(&mut |message: &str| {
             let needed = message.len() + 1;
             if needed > out.len() {
                 return (false, needed);
@@ -443,7 +443,8 @@ pub unsafe extern "C" fn kvtier_manager_set_event_callback(
             };
             Box::new(move |b: &EventBatch<'_>| l.deliver(b)) as kvtier_core::tiering::EventListener
         });
-        Ok(m.set_event_listener(listener, also_queue)?)
+        Ok(m.local("kvtier_manager_set_event_callback")?
+            .set_event_listener(listener, also_queue)?)
     })
 }
 
@@ -469,7 +470,7 @@ pub unsafe extern "C" fn kvtier_manager_wake_fd(
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_ref(fd_out, "fd_out") }?;
-        *out = m.notifier().fd()?;
+        *out = m.local("kvtier_manager_wake_fd")?.notifier().fd()?;
         Ok(())
     })
 }

@@ -41,7 +41,7 @@ unsafe fn attach_rust_tier(
     ffi_call!({
         let out = unsafe { out_ref(index_out, "index_out") }?;
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        *out = m.add_tier(tier)?;
+        *out = m.local("add_tier")?.add_tier(tier)?;
         Ok(())
     })
 }

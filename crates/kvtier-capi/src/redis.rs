@@ -201,7 +201,11 @@ pub unsafe extern "C" fn kvtier_manager_add_redis_tier(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_ref(index_out, "index_out") }?;
         let (config, tier) = unsafe { redis_options_of(options) }?;
-        *out = add_builtin_tier(&m, BuiltinTier::Redis(config), tier)?;
+        *out = add_builtin_tier(
+            m.local("kvtier_manager_add_redis_tier")?,
+            BuiltinTier::Redis(config),
+            tier,
+        )?;
         Ok(())
     })
 }

@@ -157,6 +157,7 @@ pub unsafe extern "C" fn kvtier_manager_set_request_report_callback(
             };
             Box::new(move |report: &RequestReport<'_>| r.deliver(report)) as RequestReportListener
         });
-        Ok(m.set_request_report_listener(listener)?)
+        Ok(m.local("kvtier_manager_set_request_report_callback")?
+            .set_request_report_listener(listener)?)
     })
 }

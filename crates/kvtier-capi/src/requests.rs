@@ -207,8 +207,8 @@ unsafe fn lookup(
             with_keys(keys, len, |keys| {
                 let out = out_ref(answer_out, "answer_out")?;
                 let a = match kind {
-                    LookupKind::Prefix => m.lookup_prefix(RequestId(request), keys),
-                    LookupKind::PerKey => m.lookup_per_key(RequestId(request), keys),
+                    LookupKind::Prefix => m.lookup_prefix(RequestId(request), keys.into()),
+                    LookupKind::PerKey => m.lookup_per_key(RequestId(request), keys.into()),
                 }?;
                 *out = lookup_answer(&a);
                 Ok(())
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn kvtier_manager_prepare_load(
         unsafe {
             with_keys(keys, len, |keys| {
                 with_scratch(|slots, _| -> Result<(), Failure> {
-                    m.prepare_load(RequestId(request), keys, slots)?;
+                    m.prepare_load(RequestId(request), keys.into(), slots)?;
                     out[..slots.len()].copy_from_slice(slots);
                     Ok(())
                 })
@@ -310,7 +310,7 @@ pub unsafe extern "C" fn kvtier_manager_set_positions(
         let positions = unsafe { in_slice(positions, len, "positions") }?;
         unsafe {
             with_keys(keys, len, |keys| {
-                Ok(m.set_positions(RequestId(request), keys, positions)?)
+                Ok(m.set_positions(RequestId(request), keys.into(), positions)?)
             })
         }
     })
@@ -330,7 +330,11 @@ pub unsafe extern "C" fn kvtier_manager_touch(
 ) -> super::kvtier_status {
     ffi_call!({
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
-        unsafe { with_keys(keys, len, |keys| Ok(m.touch(RequestId(request), keys)?)) }
+        unsafe {
+            with_keys(keys, len, |keys| {
+                Ok(m.touch(RequestId(request), keys.into())?)
+            })
+        }
     })
 }
 
@@ -363,7 +367,7 @@ pub unsafe extern "C" fn kvtier_manager_complete_load(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         unsafe {
             with_keys(keys, len, |keys| {
-                Ok(m.complete_load(RequestId(request), keys)?)
+                Ok(m.complete_load(RequestId(request), keys.into())?)
             })
         }
     })
@@ -408,7 +412,7 @@ pub unsafe extern "C" fn kvtier_manager_prepare_store(
         unsafe {
             with_keys(keys, len, |keys| {
                 with_scratch(|_, plan| -> Result<(), Failure> {
-                    let outcome = m.prepare_store(RequestId(request), keys, plan)?;
+                    let outcome = m.prepare_store(RequestId(request), keys.into(), plan)?;
                     out.write(outcome, plan, |positions| {
                         plan.positions_into(keys, positions)
                     });
@@ -461,7 +465,7 @@ pub unsafe extern "C" fn kvtier_manager_complete_store(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         unsafe {
             with_keys(keys, len, |keys| {
-                let answer = m.complete_store(RequestId(request), keys, success);
+                let answer = m.complete_store(RequestId(request), keys.into(), success);
                 write_completion(answer, result_out)
             })
         }

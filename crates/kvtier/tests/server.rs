@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use kvtier_core::Key;
 use kvtier_core::Error;
+use kvtier_core::Key;
 use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
 use kvtier_core::server::{Client, ConnectOptions, DaemonConfig, Server};
@@ -55,7 +55,9 @@ fn connect(path: &Path) -> Client {
 }
 
 fn keys(prefix: u8, n: usize) -> Vec<Key> {
-    (0..n).map(|i| Key::new(&[prefix, i as u8, 7, 7]).unwrap()).collect()
+    (0..n)
+        .map(|i| Key::new(&[prefix, i as u8, 7, 7]).unwrap())
+        .collect()
 }
 
 #[test]

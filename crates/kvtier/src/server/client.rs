@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::connection::get_stats;
-use super::daemon::ServerInfo;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
+use super::state::ServerInfo;
 use super::transport::{self, FrameReader, Waiting};
 use super::wire::{Malformed, Reader, Writer};
 use crate::key::KeyBatch;

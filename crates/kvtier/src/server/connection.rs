@@ -7,14 +7,13 @@
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::daemon::{ServerInfo, Shared};
 use super::options::ServerOptions;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
 use super::session::{Bounds, Session};
+use super::state::{ClientStatus, Peer, ServerInfo, Shared};
 use super::transport::{self, FrameReader, Waiting};
 use super::wire::{Malformed, Reader, Writer};
 use crate::key::{Key, KeyBatch};
@@ -22,17 +21,6 @@ use crate::primary::StorePlan;
 use crate::request::RequestId;
 use crate::stats::{Stat, StatKind};
 use crate::{Error, Result};
-
-/// Who is on the other end of a connection (`SO_PEERCRED`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Peer {
-    /// Process id.
-    pub pid: i32,
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
-}
 
 /// The peer's credentials, from the kernel.
 pub fn peer_of(stream: &UnixStream) -> std::io::Result<Peer> {
@@ -78,33 +66,6 @@ pub fn allowed(o: &ServerOptions, own_uid: u32, peer: Peer) -> std::result::Resu
             peer.uid, peer.gid
         ))
     }
-}
-
-/// What the client list shows of a connection.
-pub struct ClientEntry {
-    /// Its credentials.
-    pub peer: Peer,
-    /// The name it gave at the handshake.
-    pub name: String,
-    /// Whether it is an engine (an observer holds nothing).
-    pub engine: bool,
-    /// What it holds, kept current by its thread.
-    pub status: Arc<ClientStatus>,
-    /// A second handle on its socket, to close it at shutdown.
-    pub closer: UnixStream,
-}
-
-/// What a connection holds, updated after every call.
-#[derive(Default)]
-pub struct ClientStatus {
-    /// Requests held.
-    pub requests: AtomicUsize,
-    /// Pins held.
-    pub pins: AtomicUsize,
-    /// Write-pending keys of stores in flight.
-    pub stores: AtomicUsize,
-    /// Calls answered.
-    pub calls: AtomicUsize,
 }
 
 /// Sends `e` as the answer to a handshake that is refused (best effort:

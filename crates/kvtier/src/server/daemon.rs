@@ -24,51 +24,13 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::connection::{self, ClientEntry, ClientStatus};
+use super::connection;
 use super::options::DaemonConfig;
+use super::state::{ClientEntry, ClientStatus, ServerInfo, Shared};
 use crate::config::SlotSource;
 use crate::region::{OpenMode, Region};
 use crate::tiering::Manager;
 use crate::{Error, Result};
-
-/// What the server tells a client at connect: where the region is and
-/// what a block means (the handshake's answer, JSON).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct ServerInfo {
-    /// The protocol version.
-    pub protocol: u32,
-    /// The server's kvtier version.
-    pub version: String,
-    /// The id the server gave this connection (request names and logs).
-    pub client_id: u64,
-    /// The region's file name.
-    pub region_name: String,
-    /// The directory holding the region's files.
-    pub region_directory: PathBuf,
-    /// Number of slots.
-    pub slot_count: u32,
-    /// Bytes per slot (the block size).
-    pub slot_bytes: u64,
-    /// Bytes from one slot to the next.
-    pub slot_stride: u64,
-    /// Slots of the primary tier.
-    pub capacity: u32,
-    /// The model/layout fingerprint engines must pass.
-    pub fingerprint: String,
-}
-
-/// State every connection thread shares.
-pub(super) struct Shared {
-    pub(super) manager: Arc<Manager>,
-    pub(super) config: DaemonConfig,
-    pub(super) info: ServerInfo,
-    pub(super) clients: Mutex<HashMap<u64, ClientEntry>>,
-    pub(super) next_id: AtomicU64,
-    pub(super) connected: AtomicUsize,
-    pub(super) disconnects: AtomicU64,
-    pub(super) refused: AtomicU64,
-    pub(super) own_uid: u32,
-}
 
 /// A running node server.
 pub struct Server {

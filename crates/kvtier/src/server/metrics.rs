@@ -5,8 +5,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use super::connection::Peer;
-use super::daemon::Shared;
+use super::state::{Peer, Shared};
 
 /// One client in the list.
 #[derive(Debug, serde::Serialize)]

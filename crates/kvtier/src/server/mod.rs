@@ -20,9 +20,11 @@ mod metrics;
 pub mod options;
 pub mod protocol;
 pub mod session;
+mod state;
 pub mod transport;
 pub mod wire;
 
 pub use client::{Client, ConnectOptions};
-pub use daemon::{Server, ServerInfo};
+pub use daemon::Server;
 pub use options::{DaemonConfig, ServerOptions};
+pub use state::{Peer, ServerInfo};
