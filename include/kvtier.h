@@ -208,6 +208,13 @@ typedef enum {
    * (or a completion that arrived after a reset) made visible.
    */
   KVTIER_STATUS_KEYS_IGNORED = 22,
+  /**
+   * The node server of a manager made by `kvtier_manager_connect` is
+   * gone (closed the connection, died, or did not answer within the
+   * call timeout); every later call on the handle answers this too.
+   * Free the handle and connect again.  Since 0.3.
+   */
+  KVTIER_STATUS_DISCONNECTED = 23,
 } kvtier_status;
 
 /**
@@ -997,6 +1004,96 @@ typedef struct {
    */
   size_t filter_len;
 } kvtier_request_params;
+
+/**
+ * Options of `kvtier_manager_connect`.  Initialize with
+ * `kvtier_connect_options_default()` (growth rule).  Since 0.3.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_connect_options)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * Bytes per block the engine means (0, default: whatever the server
+   * has).  A different value is refused at connect.
+   */
+  uint64_t block_bytes;
+  /**
+   * Bytes from one slot to the next the engine means (0, default:
+   * whatever the server has).  A different value is refused at connect.
+   */
+  uint64_t slot_stride;
+  /**
+   * The engine's model/layout fingerprint (NUL-terminated, read during
+   * the call; NULL: the empty one); must equal the server's
+   * `server.fingerprint`.
+   */
+  const char *fingerprint;
+  /**
+   * A name for the server's logs, metrics and client list (NULL: none).
+   */
+  const char *name;
+  /**
+   * Longest wait for one answer, in milliseconds, before the server is
+   * taken as gone (`KVTIER_STATUS_DISCONNECTED`); default 10000, > 0.
+   */
+  uint64_t call_timeout_ms;
+  /**
+   * Microseconds a call polls for its answer before sleeping (default
+   * 50; 0: sleep at once, sparing a CPU when engines outnumber cores).
+   */
+  uint32_t spin_us;
+} kvtier_connect_options;
+
+/**
+ * What a manager made by `kvtier_manager_connect` is connected to, as
+ * `kvtier_manager_server_info` writes it.  Set `struct_size` to
+ * `sizeof(kvtier_server_info)` before the call.  Since 0.3.
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_server_info)` as the caller was compiled with.
+   */
+  size_t struct_size;
+  /**
+   * The protocol version spoken.
+   */
+  uint32_t protocol;
+  /**
+   * The id the server gave this connection.
+   */
+  uint64_t client_id;
+  /**
+   * The region's file name (NUL-terminated, owned by the manager,
+   * valid until `kvtier_manager_free`).
+   */
+  const char *region_name;
+  /**
+   * The directory of the region's files (same ownership).
+   */
+  const char *region_directory;
+  /**
+   * The layout fingerprint the server and this engine share (same ownership).
+   */
+  const char *fingerprint;
+  /**
+   * The region's slot count.
+   */
+  uint32_t slot_count;
+  /**
+   * Bytes per block (the slot size).
+   */
+  uint64_t slot_bytes;
+  /**
+   * Bytes from one slot to the next.
+   */
+  uint64_t slot_stride;
+  /**
+   * Slots of the server's primary tier.
+   */
+  uint32_t capacity;
+} kvtier_server_info;
 
 /**
  * How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
@@ -2523,6 +2620,72 @@ kvtier_status kvtier_manager_slot_memory(const kvtier_manager *manager,
                                          size_t *stride_out,
                                          size_t *slot_bytes_out,
                                          uint32_t *slot_count_out);
+
+/**
+ * Returns the default connect options: any block size and stride, the
+ * empty fingerprint, no name, a call timeout of 10 s, a spin of 50 µs;
+ * `struct_size` set.  Safe to call from any thread.  Since 0.3.
+ */
+kvtier_connect_options kvtier_connect_options_default(void);
+
+/**
+ * Connects to the node server `kvtierd` listening at `socket_path` and
+ * writes a manager to `*manager_out` on which every manager call works
+ * with the semantics and statuses of a local manager, with these
+ * differences (docs/server.md):
+ *
+ * - blocks are shared with every engine connected to the server (a block
+ *   another engine stored is a hit), while requests are this handle's:
+ *   another engine's request handle is `KVTIER_STATUS_UNKNOWN_REQUEST`;
+ * - the server's region is mapped in this process:
+ *   `kvtier_manager_slot_memory` gives its slots, and blocks are copied
+ *   to and from them directly (only keys, slots and answers cross the
+ *   socket);
+ * - the server bounds what one engine holds (requests, pins, stores in
+ *   flight): past a bound a call is `KVTIER_STATUS_NO_SPACE` and changes
+ *   nothing;
+ * - tiers, events, callbacks, the wake-up descriptor and resets belong
+ *   to the server: `kvtier_manager_add_*`, `_complete_job`,
+ *   `_set_event_callback`, `_take_events`, `_events_queued`,
+ *   `_set_request_report_callback`, `_wake_fd`, `_reset_cache` and
+ *   `_reset_flushed` are `KVTIER_STATUS_UNSUPPORTED`;
+ * - once the server is gone (closed the connection, died, or did not
+ *   answer within `call_timeout_ms`), that call and every later one are
+ *   `KVTIER_STATUS_DISCONNECTED`; free the handle and connect again.
+ *   The server releases what this handle's requests held when the
+ *   connection ends, however it ends (the process killed included).
+ *
+ * `options` NULL means the defaults (`kvtier_connect_options_default`).
+ * A layout (block bytes, slot stride, fingerprint) other than the
+ * server's is refused with `KVTIER_STATUS_INVALID_ARGUMENT` and a
+ * message naming the difference; a server of another protocol version
+ * with `KVTIER_STATUS_UNSUPPORTED`; a user the server does not allow with
+ * `KVTIER_STATUS_PEER_FAILED`; no server at the path with
+ * `KVTIER_STATUS_DISCONNECTED`.  On success writes the handle (free it
+ * with `kvtier_manager_free`, which closes the connection); on failure
+ * writes nothing.  Thread-safe; the handle is internally synchronized
+ * like a local one (calls on it are made one at a time).  Since 0.3.
+ *
+ * # Safety
+ * `socket_path` a NUL-terminated string; `options` NULL or valid for
+ * reads of its `struct_size`; `manager_out` valid for writes.
+ */
+kvtier_status kvtier_manager_connect(const char *socket_path,
+                                     const kvtier_connect_options *options,
+                                     kvtier_manager **manager_out);
+
+/**
+ * Writes what `manager` (made by `kvtier_manager_connect`) is connected
+ * to: the region (name, directory, slots and their layout), the block
+ * size, the fingerprint and the protocol version.  A local manager is
+ * `KVTIER_STATUS_NOT_FOUND` (it has no server).  Thread-safe.  Since 0.3.
+ *
+ * # Safety
+ * `manager` NULL or a live handle; `info_out` valid for writes of its
+ * `struct_size`.
+ */
+kvtier_status kvtier_manager_server_info(const kvtier_manager *manager,
+                                         kvtier_server_info *info_out);
 
 /**
  * Returns the default tier options (the core defaults): back-pressure
