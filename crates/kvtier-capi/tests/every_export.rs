@@ -244,6 +244,32 @@ fn table() -> Vec<Export> {
             assert_eq!(count, SLOTS, "{f}");
             kvtier_manager_free(m);
         }),
+        export!(kvtier_connect_options_default, f, {
+            let o = kvtier_connect_options_default();
+            assert_eq!(o.struct_size, size_of::<kvtier_connect_options>(), "{f}");
+            assert_eq!((o.block_bytes, o.slot_stride, o.call_timeout_ms, o.spin_us), (0, 0, 10_000, 50), "{f}");
+            assert!(o.fingerprint.is_null() && o.name.is_null(), "{f}");
+        }),
+        export!(kvtier_manager_connect, f, {
+            let dir = tempfile::tempdir().unwrap();
+            let path = CString::new(dir.path().join("none.sock").to_str().unwrap()).unwrap();
+            let mut m: *mut kvtier_manager = dangling();
+            is_null_arg(f, "socket_path", kvtier_manager_connect(null(), null(), &mut m));
+            is_null_arg(f, "manager_out", kvtier_manager_connect(path.as_ptr(), null(), null_mut()));
+            is_null_arg(f, "manager_out", kvtier_manager_connect(null(), null(), null_mut()));
+            // NULL options are the defaults: no server there.
+            expect(f, "no server", kvtier_manager_connect(path.as_ptr(), null(), &mut m), S::Disconnected);
+            assert_eq!(m, dangling(), "{f} wrote *manager_out on failure");
+        }),
+        export!(kvtier_manager_server_info, f, {
+            let fx = Fx::new();
+            let mut info: kvtier_server_info = std::mem::zeroed();
+            info.struct_size = size_of::<kvtier_server_info>();
+            is_null_arg(f, "manager", kvtier_manager_server_info(null(), &mut info));
+            is_null_arg(f, "info_out", kvtier_manager_server_info(fx.manager, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_server_info(null(), null_mut()));
+            expect(f, "a local manager", kvtier_manager_server_info(fx.manager, &mut info), S::NotFound);
+        }),
         export!(kvtier_manager_slot_memory, f, {
             let fx = Fx::new();
             let (mut base, mut stride, mut bytes, mut count) = (null_mut(), 0usize, 0usize, 0u32);
