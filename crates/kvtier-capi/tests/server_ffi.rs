@@ -257,3 +257,42 @@ fn what_belongs_to_the_server_is_unsupported_and_a_gone_server_is_disconnected()
     assert_eq!(unsafe { kvtier_manager_schedule_end(m) }, S::Closed);
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn the_prometheus_text_of_a_connected_handle_has_the_server_families_per_client() {
+    let s = start("");
+    let mut o = kvtier_connect_options_default();
+    o.name = c"engine-a".as_ptr();
+    let m = connect(&s.socket, Some(&o)).unwrap();
+    let r = begin(m, c"r");
+    let k = [9u8; 16];
+    let keys = [ck(&k)];
+    let mut b = ffi_calls::PlanBuf::new(1);
+    assert_eq!(
+        unsafe { kvtier_manager_prepare_store(m, r, keys.as_ptr(), 1, &mut b.plan) },
+        S::Ok
+    );
+    let mut buf = vec![0 as std::ffi::c_char; 1 << 20];
+    let mut written = 0;
+    let st =
+        unsafe { kvtier_manager_metrics_prometheus(m, buf.as_mut_ptr(), buf.len(), &mut written) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    let text = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap();
+    let mut info = unsafe { std::mem::zeroed::<kvtier_server_info>() };
+    info.struct_size = std::mem::size_of::<kvtier_server_info>();
+    assert_eq!(unsafe { kvtier_manager_server_info(m, &mut info) }, S::Ok);
+    let label = format!("client=\"engine-a#{}\"", info.client_id);
+    assert!(text.contains("kvtier_server_clients 1\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "kvtier_server_client_stores_in_flight{{{label}}} 1\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("kvtier_server_client_requests{{{label}}} 1\n")),
+        "{text}"
+    );
+    assert!(text.contains("kvtier_manager_lookups_total"), "{text}");
+    unsafe { kvtier_manager_free(m) };
+}

@@ -39,6 +39,8 @@ pub struct Server {
     socket: PathBuf,
     region: Arc<Region>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The `/metrics` endpoint, when configured (stopped first).
+    metrics: Mutex<Option<crate::serve::MetricsServer>>,
 }
 
 impl Server {
@@ -99,23 +101,35 @@ impl Server {
         };
         // SAFETY: getuid has no preconditions.
         let own_uid = unsafe { libc::getuid() };
+        let listen = config.manager.metrics.as_ref().map(|m| m.listen.clone());
+        let shared = Arc::new(Shared {
+            manager: Arc::new(manager),
+            config,
+            info,
+            clients: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            connected: AtomicUsize::new(0),
+            disconnects: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            own_uid,
+        });
+        let metrics = match listen {
+            Some(l) => Some(crate::serve::MetricsServer::start(&l, &shared).map_err(cleanup)?),
+            None => None,
+        };
         Ok(Server {
-            shared: Arc::new(Shared {
-                manager: Arc::new(manager),
-                config,
-                info,
-                clients: Mutex::new(HashMap::new()),
-                next_id: AtomicU64::new(1),
-                connected: AtomicUsize::new(0),
-                disconnects: AtomicU64::new(0),
-                refused: AtomicU64::new(0),
-                own_uid,
-            }),
+            shared,
             listener,
             socket: socket.to_path_buf(),
             region,
             threads: Mutex::new(Vec::new()),
+            metrics: Mutex::new(metrics),
         })
+    }
+
+    /// The `/metrics` endpoint's address, when configured.
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.lock().as_ref().map(|m| m.address())
     }
 
     /// What clients are told at connect.
@@ -223,6 +237,7 @@ impl Server {
     }
 
     fn finish(&self) -> Result<()> {
+        self.metrics.lock().take();
         for c in self.shared.clients.lock().values() {
             let _ = c.closer.shutdown(std::net::Shutdown::Both);
         }

@@ -63,6 +63,16 @@ fn label(id: u64, name: &str) -> String {
     format!("{clean}#{id}")
 }
 
+/// The server's `/metrics` endpoint (the configuration's `"metrics"`)
+/// serves the manager's families and the server's.
+impl crate::serve::MetricsSource for Shared {
+    fn prometheus_text(&self) -> crate::Result<String> {
+        let mut text = self.manager.prometheus_text()?;
+        append(self, &mut text);
+        Ok(text)
+    }
+}
+
 /// Appends the server's families to `text` (the manager's exposition).
 pub(super) fn append(shared: &Shared, text: &mut String) {
     let clients = shared.clients.lock();

@@ -168,6 +168,11 @@ mod tests {
             err(r#"{"block_bytes": 4096, "region": {"name": "d"}, "server": {"max_clients": 0}}"#);
         assert!(e.contains("server.max_clients"), "{e}");
         assert!(err("[1]").contains("configuration"));
+        // The "server" object is kvtierd's: a manager built in-process refuses it.
+        let e = Config::from_json(r#"{"server": {}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `server`"), "{e}");
         assert!(err("{").contains("configuration"));
     }
 }
