@@ -18,6 +18,9 @@ impl From<Malformed> for Error {
     }
 }
 
+// A key's length is written as one byte.
+const _: () = assert!(MAX_KEY_LEN < 256);
+
 /// Appends encoded values to a byte buffer.
 pub struct Writer<'a> {
     buf: &'a mut Vec<u8>,
@@ -202,7 +205,6 @@ impl<'a> Reader<'a> {
                 Err(e) => bad = Some(e),
             }
         }
-        debug_assert!(MAX_KEY_LEN < 256);
         Ok(bad.map_or(Ok(()), Err))
     }
     /// 32-bit numbers after their count, into `out` (cleared first).
