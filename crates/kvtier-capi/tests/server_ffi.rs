@@ -296,3 +296,34 @@ fn the_prometheus_text_of_a_connected_handle_has_the_server_families_per_client(
     assert!(text.contains("kvtier_manager_lookups_total"), "{text}");
     unsafe { kvtier_manager_free(m) };
 }
+
+#[test]
+fn request_states_read_as_on_a_local_manager_and_others_live_requests_as_never_issued() {
+    use kvtier::handles::*;
+    let s = start("");
+    let a = connect(&s.socket, None).unwrap();
+    let b = connect(&s.socket, None).unwrap();
+    let state = |m, r| {
+        let mut st = -1;
+        assert_eq!(
+            unsafe { kvtier_manager_request_state(m, r, &mut st) },
+            S::Ok
+        );
+        st
+    };
+    let ra = begin(a, c"r");
+    assert_eq!(state(a, ra), KVTIER_REQUEST_STATE_ACTIVE);
+    assert_eq!(state(b, ra), KVTIER_REQUEST_STATE_NEVER_ISSUED);
+    assert_eq!(state(a, ra + 1000), KVTIER_REQUEST_STATE_NEVER_ISSUED);
+    assert_eq!(unsafe { kvtier_manager_request_finished(a, ra) }, S::Ok);
+    assert_eq!(state(a, ra), KVTIER_REQUEST_STATE_GONE);
+    assert_eq!(state(b, ra), KVTIER_REQUEST_STATE_GONE);
+    assert_eq!(
+        unsafe { kvtier_manager_request_finished(a, ra) },
+        S::UnknownRequest
+    );
+    unsafe {
+        kvtier_manager_free(a);
+        kvtier_manager_free(b);
+    }
+}

@@ -280,6 +280,28 @@ fn exchange<T>(
     }
 }
 
+impl Drop for Client {
+    /// Unmaps the region; when the server is gone, removes the region's
+    /// files if no process holds them any more (this client was the last
+    /// to map them), so a server's death leaves nothing behind once its
+    /// engines let go.
+    fn drop(&mut self) {
+        self.slots = None;
+        let Some(region) = self.region.take() else {
+            return;
+        };
+        drop(region);
+        let gone = {
+            let link = self.link.lock();
+            link.gone.is_some() && !link.shut_down
+        };
+        if gone {
+            let _ =
+                crate::region::reclaim_stale(&self.info.region_directory, &self.info.region_name);
+        }
+    }
+}
+
 impl ManagerCalls for Client {
     fn request_begin(&self, name: &str, params: RequestParams) -> Result<StartedRequest> {
         self.call(

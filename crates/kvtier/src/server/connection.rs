@@ -18,7 +18,7 @@ use super::transport::{self, FrameReader, Waiting};
 use super::wire::{Malformed, Reader, Writer};
 use crate::key::{Key, KeyBatch};
 use crate::primary::StorePlan;
-use crate::request::RequestId;
+use crate::request::{RequestId, RequestState};
 use crate::stats::{Stat, StatKind};
 use crate::{Error, Result};
 
@@ -377,10 +377,14 @@ impl Calls<'_> {
             }
             Op::RequestState => {
                 let id = id(r)?;
-                // Another connection's request reads as never issued.
+                // Another connection's live request reads as never issued;
+                // a request let go reads as gone, whoever began it.
                 let state = match s.manager_for(id) {
                     Ok(m) => m.request_state(id),
-                    Err(_) => Ok(crate::request::RequestState::NeverIssued),
+                    Err(_) => s.manager().request_state(id).map(|st| match st {
+                        RequestState::Gone => RequestState::Gone,
+                        _ => RequestState::NeverIssued,
+                    }),
                 };
                 state.map(|st| p::put_state(&mut Writer::new(out), st))
             }
