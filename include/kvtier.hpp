@@ -782,6 +782,22 @@ struct slot_memory {
   void *slot(uint32_t i) const noexcept { return static_cast<char *>(base) + std::size_t(i) * stride; }
 };
 
+/// What a manager made by manager::connect is connected to
+/// (kvtier_server_info, its strings copied): the server's region, its
+/// primary tier's capacity, the layout fingerprint, this connection's id
+/// and the protocol spoken.
+struct server_info {
+  uint32_t protocol = 0;
+  uint64_t client_id = 0;
+  std::string region_name;
+  std::string region_directory;
+  std::string fingerprint;
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t slot_stride = 0;
+  uint32_t capacity = 0;
+};
+
 /// Counts per tier of a request report (borrowed for the callback): entry
 /// 0 the primary tier, entry t secondary tier t.
 class tier_counts {
@@ -894,7 +910,26 @@ class manager {
     if (s != KVTIER_STATUS_OK) return last_error(s);
     return manager(h);
   }
+  static kvtier_connect_options default_connect_options() noexcept { return kvtier_connect_options_default(); }
+  /// A manager in the node server kvtierd listening on `socket_path`
+  /// (kvtier_manager_connect): blocks shared with every engine connected
+  /// to it, requests this handle's, the server's region mapped here
+  /// (slots()).  Tiers, events, callbacks, the wake-up descriptor and
+  /// resets are the server's (KVTIER_STATUS_UNSUPPORTED); a layout other
+  /// than the server's is KVTIER_STATUS_INVALID_ARGUMENT; no server, or
+  /// one gone, KVTIER_STATUS_DISCONNECTED (then for every later call).
+  static result<manager> try_connect(const std::string &socket_path,
+                                     const kvtier_connect_options &o = kvtier_connect_options_default()) {
+    kvtier_manager *h = nullptr;
+    kvtier_status s = kvtier_manager_connect(socket_path.c_str(), &o, &h);
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    return manager(h);
+  }
 #if KVTIER_HPP_EXCEPTIONS
+  static manager connect(const std::string &socket_path,
+                         const kvtier_connect_options &o = kvtier_connect_options_default()) {
+    return detail::unwrap(try_connect(socket_path, o));
+  }
   static manager create(const kvtier_manager_options &o) { return detail::unwrap(try_create(o)); }
   static manager create(const kvtier_manager_options &o, const region &slots) {
     return detail::unwrap(try_create(o, slots));
@@ -1146,6 +1181,25 @@ class manager {
     int fd = -1;
     return detail::check(kvtier_manager_wake_fd(h_, &fd), std::move(fd));
   }
+  /// What a manager made by try_connect is connected to;
+  /// KVTIER_STATUS_NOT_FOUND for a local manager.
+  result<kvtier::server_info> try_server_info() const {
+    kvtier_server_info c{};
+    c.struct_size = sizeof c;
+    kvtier_status s = kvtier_manager_server_info(h_, &c);
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    kvtier::server_info info;
+    info.protocol = c.protocol;
+    info.client_id = c.client_id;
+    info.region_name = c.region_name ? c.region_name : "";
+    info.region_directory = c.region_directory ? c.region_directory : "";
+    info.fingerprint = c.fingerprint ? c.fingerprint : "";
+    info.slot_count = c.slot_count;
+    info.slot_bytes = c.slot_bytes;
+    info.slot_stride = c.slot_stride;
+    info.capacity = c.capacity;
+    return info;
+  }
   /// Where the manager's slots are (its region's, or from JSON block_bytes).
   result<slot_memory> try_slots() const {
     slot_memory m;
@@ -1231,6 +1285,7 @@ class manager {
   std::string metrics_prometheus() const { return detail::unwrap(try_metrics_prometheus()); }
   int wake_fd() const { return detail::unwrap(try_wake_fd()); }
   slot_memory slots() const { return detail::unwrap(try_slots()); }
+  kvtier::server_info server_info() const { return detail::unwrap(try_server_info()); }
   void set_event_callback(event_callback cb, bool also_queue = false) {
     detail::unwrap(try_set_event_callback(std::move(cb), also_queue));
   }

@@ -6,7 +6,8 @@ loaded with cffi), so Python drives exactly the calls a C engine makes:
 * `Region`: shared slot memory every process of an engine maps;
 * `Primary`: the primary tier on its own;
 * `Manager`: the primary tier with secondary tiers (files, Redis, or tiers
-  written in Python: `Tier`);
+  written in Python: `Tier`), or, with `Manager.connect`, a manager in the
+  node server ``kvtierd`` that engines share;
 * `kvtier.vllm`: an offloading spec for vLLM 0.33;
 * `set_log_callback` / `log_to_logging`: kvtier's log records in Python.
 
@@ -15,15 +16,16 @@ docs/python.md in the repository is the quick start.
 Keys are ``bytes`` (1 to 64 bytes).  A failed call raises `KvtierError`
 with the library's status and message; a store completion that named keys
 it did not act on raises its subclass `KeysIgnoredError`, carrying what
-the completion did.
+the completion did; a connected manager whose server is gone raises its
+subclass `DisconnectedError`.
 """
 
 from __future__ import annotations
 
 from ._ffi import CONSTANTS, ffi, lib
-from .errors import KeysIgnoredError, KvtierError, Status
+from .errors import DisconnectedError, KeysIgnoredError, KvtierError, Status
 from .callbacks import LogLevel, RequestReport, log_callback_errors, log_to_logging, set_log_callback
-from .manager import Manager, SlotMemory, TierMatcher, TierStat
+from .manager import Manager, ServerInfo, SlotMemory, TierMatcher, TierStat
 from .primary import Primary
 from .region import Region, RegionView
 from .tier import Job, JobResult, Tier, TierRequest
@@ -45,6 +47,7 @@ from .types import (
 
 __all__ = [
     "CONSTANTS",
+    "DisconnectedError",
     "Event",
     "EventKind",
     "JobDirection",
@@ -66,6 +69,7 @@ __all__ = [
     "RegionView",
     "RequestReport",
     "RequestState",
+    "ServerInfo",
     "SlotMemory",
     "Status",
     "Tier",

@@ -30,9 +30,11 @@ class ManagerObserving:
 
     _call: Callable[..., Any]
     _callbacks: ManagerCallbacks
+    _local_only: Callable[[str], None]
 
     def take_events(self) -> list[Event]:
         """Every queued event of every tier, oldest first (copied)."""
+        self._local_only("take_events")
         return [
             Event(tier, EventKind(kind), Medium(medium), Locality(locality), keys)
             for tier, kind, medium, locality, keys in take_events(self._call)
@@ -41,6 +43,7 @@ class ManagerObserving:
     def events_queued(self) -> tuple[int, int]:
         """How many events (batches of one tier and kind) wait to be taken,
         and how many keys they hold (``kvtier_manager_events_queued``)."""
+        self._local_only("events_queued")
         events = ffi.new("size_t *")
         keys = ffi.new("size_t *")
         check(self._call(lib.kvtier_manager_events_queued, events, keys), "kvtier_manager_events_queued")
@@ -65,6 +68,7 @@ class ManagerObserving:
         self._set_callback("report", callback, False)
 
     def _set_callback(self, kind: str, callback: Any, also_queue: bool) -> None:
+        self._local_only("set_event_callback" if kind == "event" else "set_request_report_callback")
         if callback is not None and not callable(callback):
             raise TypeError(f"callback: expected a callable or None, got {type(callback).__name__}")
         callbacks = self._callbacks
@@ -148,6 +152,7 @@ class ManagerObserving:
 
     def wake_fd(self) -> int:
         """The descriptor that becomes readable when a tier finishes a job."""
+        self._local_only("wake_fd")
         fd = ffi.new("int *")
         check(self._call(lib.kvtier_manager_wake_fd, fd), "kvtier_manager_wake_fd")
         return int(fd[0])

@@ -7,7 +7,7 @@ from typing import Callable
 
 from ._ffi import ffi, lib
 
-__all__ = ["Status", "KvtierError", "KeysIgnoredError", "check"]
+__all__ = ["Status", "KvtierError", "KeysIgnoredError", "DisconnectedError", "check", "error_for"]
 
 
 class Status(enum.IntEnum):
@@ -36,6 +36,7 @@ class Status(enum.IntEnum):
     PANIC = 20
     OUT_OF_MEMORY = 21
     KEYS_IGNORED = 22
+    DISCONNECTED = 23
 
 
 class KvtierError(Exception):
@@ -67,6 +68,24 @@ class KeysIgnoredError(KvtierError):
         self.completion = completion
 
 
+class DisconnectedError(KvtierError):
+    """The node server of a manager made by `Manager.connect` is gone
+    (closed the connection, died, or did not answer within the call
+    timeout): ``Status.DISCONNECTED``, from that call and every later one
+    on the manager.  Close it and connect again."""
+
+    def __init__(self, message: str, call: str = ""):
+        super().__init__(Status.DISCONNECTED, message, call)
+
+
+def error_for(status: int, message: str, call: str = "") -> KvtierError:
+    """The exception of a failed call: `DisconnectedError` for
+    ``Status.DISCONNECTED``, else `KvtierError`."""
+    if status == Status.DISCONNECTED:
+        return DisconnectedError(message, call)
+    return KvtierError(status, message, call)
+
+
 def last_message() -> str:
     """This thread's `kvtier_last_error_message`."""
     return ffi.string(lib.kvtier_last_error_message()).decode("utf-8", "replace")
@@ -75,7 +94,7 @@ def last_message() -> str:
 def check(status: int, call: str = "") -> None:
     """Raises `KvtierError` unless `status` is ``KVTIER_STATUS_OK``."""
     if status:
-        raise KvtierError(status, last_message(), call)
+        raise error_for(status, last_message(), call)
 
 
 def check_completion(status: int, call: str, completion: Callable[[], object]) -> None:

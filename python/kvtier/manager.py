@@ -21,6 +21,8 @@ from ._args import explain_items, fill, int_list, slot_index
 from ._handle import Handle
 from ._scratch import acquire, release
 from ._observe import ManagerObserving, TierStat
+from . import _server
+from ._server import ServerInfo
 from .callbacks import ManagerCallbacks
 from .errors import KvtierError, Status, check, check_completion, encode_str
 from .types import (
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from .region import Region
     from .tier import Tier
 
-__all__ = ["Manager", "SlotMemory", "TierStat", "TierMatcher"]
+__all__ = ["Manager", "ServerInfo", "SlotMemory", "TierStat", "TierMatcher"]
 
 
 class TierMatcher(NamedTuple):
@@ -85,6 +87,9 @@ class Manager(ManagerObserving):
     ``kvtier_manager_new`` takes it: at least `capacity` slots), or a
     mapping, the JSON ``"region"`` (created or joined by the manager, of
     `capacity` slots of `block_bytes`).
+
+    `Manager.connect` gives a manager in the node server ``kvtierd``
+    instead, shared with every engine connected to it.
 
     Use it as a context manager, or call `close`.
     """
@@ -159,18 +164,79 @@ class Manager(ManagerObserving):
             lib.kvtier_manager_new_from_json_with_region(document, len(document), region_c, out),
             "kvtier_manager_new_from_json_with_region",
         )
+        self._adopt(out[0], region, None)
+
+    @classmethod
+    def connect(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        block_bytes: int = 0,
+        slot_stride: int = 0,
+        fingerprint: str = "",
+        name: str = "",
+        call_timeout_ms: int = 10000,
+        spin_us: int = 50,
+    ) -> Manager:
+        """A manager in the node server ``kvtierd`` listening on the Unix
+        socket `path` (``kvtier_manager_connect``; docs/python.md, "The
+        node server").  Blocks are shared with every engine connected to
+        the server; requests are this manager's.  The server's region is
+        mapped here: `slot` gives its slots.  `block_bytes` and
+        `slot_stride` (0: whatever the server has) and `fingerprint` (the
+        server's ``server.fingerprint``) must match the server's, or the
+        connection is refused (``INVALID_ARGUMENT``, naming the
+        difference); `name` shows in the server's logs and metrics;
+        `call_timeout_ms` bounds the wait for one answer; `spin_us` is how
+        long a call polls before it sleeps.  No server at `path`, a server
+        that died or one that did not answer in time:
+        `DisconnectedError`, from then on for every call.  Tiers, events,
+        callbacks, the wake-up descriptor and resets are the server's:
+        those methods raise ``UNSUPPORTED``.  `server_info` says what it
+        is connected to."""
+        ptr = _server.connect(
+            path,
+            block_bytes=block_bytes,
+            slot_stride=slot_stride,
+            fingerprint=fingerprint,
+            name=name,
+            call_timeout_ms=call_timeout_ms,
+            spin_us=spin_us,
+        )
+        try:
+            info = _server.server_info(ptr)
+        except BaseException:
+            lib.kvtier_manager_free(ptr)
+            raise
+        self = cls.__new__(cls)
+        self._adopt(ptr, None, info)
+        return self
+
+    def _adopt(self, ptr: Any, region: Region | None, server: ServerInfo | None) -> None:
         # Every call enters the handle and leaves it; `close` frees it once
         # no call is inside, so a close racing other threads' calls (or
         # made from a tier callback) never frees it under them.  The free
         # keeps the callbacks' trampolines alive until the manager is gone.
         callbacks = ManagerCallbacks()
         self._callbacks = callbacks
-        self._h = Handle(out[0], lambda ptr, _keep=callbacks: lib.kvtier_manager_free(ptr), "manager")
+        self._h = Handle(ptr, lambda ptr, _keep=callbacks: lib.kvtier_manager_free(ptr), "manager")
         self._call = self._h.call
         self._region = region  # the caller's Region object lives as long
         self._tiers: list[Any] = []  # Python tiers' adapters, kept alive here too
+        self._server = server
         #: Number of primary slots.
-        self.capacity = int(self.read_tier_stats(0)["capacity"].value)
+        self.capacity = server.capacity if server is not None else int(self.read_tier_stats(0)["capacity"].value)
+
+    @property
+    def server_info(self) -> ServerInfo | None:
+        """What a manager made by `connect` is connected to (`ServerInfo`,
+        as read at connect); None for a local manager."""
+        return self._server
+
+    def _local_only(self, what: str) -> None:
+        """Raises ``UNSUPPORTED`` on a connected manager, for `what`."""
+        if self._server is not None:
+            raise _server.not_connected(what)
 
     @property
     def handle(self) -> Any:
@@ -198,6 +264,7 @@ class Manager(ManagerObserving):
         `backpressure_options` are fields of ``kvtier_tier_options``
         (``alpha``, ``high_ns_per_byte``, ``low_ns_per_byte``, ``warmup``,
         ``max_consecutive_failures``, ``policy``)."""
+        self._local_only("add_tier")
         from .tier import Tier, TierAdapter
 
         if not isinstance(tier, Tier):
@@ -221,6 +288,7 @@ class Manager(ManagerObserving):
         `directory`; `options` are fields of ``kvtier_fs_options``
         (``capacity_bytes``, ``read_threads``, ``direct_io``, ...,
         ``locality`` a `Locality`).  Its tier index."""
+        self._local_only("add_fs_tier")
         c_options = ffi.new("kvtier_fs_options *", lib.kvtier_fs_options_default())
         if isinstance(directory, os.PathLike):
             directory = os.fspath(directory)
@@ -234,6 +302,7 @@ class Manager(ManagerObserving):
     def add_redis_tier(self, **options: Any) -> int:
         """Adds the redis tier; `options` are fields of
         ``kvtier_redis_options`` (strings as ``str``).  Its tier index."""
+        self._local_only("add_redis_tier")
         c_options = ffi.new("kvtier_redis_options *", lib.kvtier_redis_options_default())
         keep = []
         values = {}
@@ -433,10 +502,12 @@ class Manager(ManagerObserving):
 
     def reset_cache(self) -> None:
         """Drains every tier and empties the primary tier."""
+        self._local_only("reset_cache")
         check(self._call(lib.kvtier_manager_reset_cache), "kvtier_manager_reset_cache")
 
     def reset_flushed(self) -> None:
         """Ends the promotion hold that follows `reset_cache`."""
+        self._local_only("reset_flushed")
         check(self._call(lib.kvtier_manager_reset_flushed), "kvtier_manager_reset_flushed")
 
     def complete_job(
@@ -450,6 +521,7 @@ class Manager(ManagerObserving):
         duration_ns: int = 0,
     ) -> None:
         """Reports a finished job of Python tier `tier` from any thread."""
+        self._local_only("complete_job")
         result = ffi.new("kvtier_job_result *")
         fill(
             result,

@@ -768,7 +768,8 @@ class KvtierOffloadingManager(v.OffloadingManager):
         try:
             self._m.shutdown()
         except KvtierError as e:
-            if e.status != Status.CLOSED:
+            # A connected manager's server may be gone: nothing to shut down.
+            if e.status not in (Status.CLOSED, Status.DISCONNECTED):
                 raise
         while self._at_shutdown:
             self._at_shutdown.pop()()

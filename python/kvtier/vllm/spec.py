@@ -23,7 +23,14 @@ besides vLLM's CPU ones (``cpu_bytes_to_use``, ``eviction_policy``,
   ``backpressure``, as in vLLM's tiering spec, is the default of each such
   tier's own ``backpressure``, field by field;
 * ``kvtier_region_directory``: where the region's files live (default
-  ``/dev/shm``).
+  ``/dev/shm``);
+* ``kvtier_server``: the socket path of a node server ``kvtierd``: the
+  scheduler's manager is then the server's (`kvtier.Manager.connect`, with
+  the engine's slot size and a fingerprint of its model and layout, or
+  ``kvtier_server_fingerprint`` if given), the workers map the server's
+  region, and the slot count is the server's (``cpu_bytes_to_use`` is not
+  read); tiers, the region's directory, the progress rule and KV cache
+  events are the server's and refused here (`kvtier.vllm.server`).
 
 The region's file (``vllm_kvtier_<engine_id>``) outlives no engine: its
 name is removed once every process has mapped it (see
@@ -47,6 +54,7 @@ from . import _vllm as v
 from .manager import KvtierOffloadingManager
 from .reclaim import reclaim_stale_regions
 from .region import KvtierSharedRegion
+from . import server as _server
 
 __all__ = ["KvtierOffloadingSpec"]
 
@@ -85,8 +93,11 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
         OffloadingSpec.__init__(self, config)
         self.eviction_policy = self.extra_config.get("eviction_policy", "lru")
         self.cache_policy_module_path = self.extra_config.get("cache_policy_module_path")
+        served = self.extra_config.get("kvtier_server") is not None
+        if served:
+            _server.refuse_local_options(self.extra_config, events=self.kv_events_config.enable_kv_cache_events)
         cpu_bytes = self.extra_config.get("cpu_bytes_to_use")
-        if not cpu_bytes:
+        if not cpu_bytes and not served:
             raise ValueError("cpu_bytes_to_use must be specified in kv_connector_extra_config")
         self.secondary_tier_configs = _secondary_tier_configs(self.extra_config)
         # Every worker maps the shared region (as with vLLM's tiering spec, on
@@ -104,7 +115,17 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
             self.cpu_page_size_per_worker = per_chunk // copies
             page = mmap.PAGESIZE
             self.kv_bytes_per_chunk = -(-per_chunk // page) * page
-            self.num_chunks = int(cpu_bytes) // self.kv_bytes_per_chunk
+            self.num_chunks = int(cpu_bytes or 0) // self.kv_bytes_per_chunk
+        # With a node server: its connection (the scheduler's manager; a
+        # worker's only until it mapped the region), and its slot count.
+        self._connected: Any = None
+        if served:
+            self._connected = _server.connect(
+                _server.connect_options(
+                    self.extra_config, config, self.kv_bytes_per_chunk, replicated=self.replicated_layout
+                )
+            )
+            self.num_chunks = self._connected.server_info.slot_count
         self.cpu_info = v.CPUOffloadingInfo.from_config(config, self.num_chunks, self.kv_bytes_per_chunk)
         # Set by get_worker with vLLM's canonical layout: whether every
         # layer's canonical bytes are parallelism-agnostic.
@@ -131,6 +152,23 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
             barrier=barrier,
         )
 
+    def _server_region(self, rank: int) -> KvtierSharedRegion:
+        """The node server's region as this worker's (joined, left to the
+        server at shutdown); the worker's connection is closed."""
+        connected, self._connected = self._connected, None
+        try:
+            region = _server.server_region(connected.server_info)
+        finally:
+            connected.close()
+        return KvtierSharedRegion(
+            engine_id=self.config.engine_id,
+            num_chunks=self.num_chunks,
+            rank=rank,
+            kv_bytes_per_chunk=self.kv_bytes_per_chunk,
+            cpu_page_size=self.cpu_page_size_per_worker,
+            region=region,
+        )
+
     def _vllm_tiers(self, region: KvtierSharedRegion) -> list[Any]:
         configs = self.secondary_tier_configs
         if not configs:
@@ -141,6 +179,16 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
         return [SecondaryTierFactory.create_secondary_tier(tier_config, view, self) for tier_config in configs]
 
     def get_manager(self) -> KvtierOffloadingManager:
+        if self._manager is None and self._connected is not None:
+            manager = KvtierOffloadingManager(
+                self._connected,
+                num_chunks=self.num_chunks,
+                store_threshold=int(self.extra_config.get("store_threshold", 0)),
+                info=self.cpu_info,
+                tier_metrics=True,
+            )
+            manager.release_at_shutdown(self._connected.close)
+            self._manager = manager
         if self._manager is None:
             tiers = self.extra_config.get("kvtier_tiers") or []
             region = self._region(None) if self._uses_scheduler_region() else None
@@ -179,7 +227,7 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
                 # creator removes the name, as vLLM's CPU spec does.
                 from vllm.v1.kv_offload.cpu.spec import _all_workers_barrier as barrier
             rank = 0 if self.replicated_layout else self.config.parallel.rank
-            region = self._region(rank, barrier)
+            region = self._server_region(rank) if self._connected is not None else self._region(rank, barrier)
             try:
                 self._worker = CPUOffloadingWorker(
                     kv_caches=kv_caches,
