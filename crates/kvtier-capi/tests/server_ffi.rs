@@ -46,10 +46,16 @@ impl Drop for Running {
 }
 
 fn start(server: &str) -> Running {
+    start_with("", server)
+}
+
+/// A server whose region's options add `region` and whose `"server"`
+/// object holds `server`.
+fn start_with(region: &str, server: &str) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
     let json = format!(
-        r#"{{"block_bytes": 4096, "region": {{"name": "ffi{}", "directory": "{}"}},
+        r#"{{"block_bytes": 4096, "region": {{"name": "ffi{}", "directory": "{}" {region}}},
             "primary": {{"capacity": 32}}, "server": {{{server}}}}}"#,
         std::process::id(),
         dir.path().display()
@@ -326,4 +332,14 @@ fn request_states_read_as_on_a_local_manager_and_others_live_requests_as_never_i
         kvtier_manager_free(a);
         kvtier_manager_free(b);
     }
+}
+
+#[test]
+fn a_region_split_per_worker_maps_in_the_engine_with_its_layout() {
+    let s = start_with(r#", "worker_bytes": 2048"#, "");
+    let m = connect(&s.socket, None).unwrap();
+    let (base, stride) = slot_base(m);
+    assert!(!base.is_null());
+    assert_eq!(stride, 4096);
+    unsafe { kvtier_manager_free(m) };
 }

@@ -149,6 +149,7 @@ impl Client {
                 usize::try_from(info.slot_stride).unwrap_or(usize::MAX),
             );
             ro.directory = info.region_directory.clone();
+            ro.worker_bytes = usize::try_from(info.worker_bytes).unwrap_or(usize::MAX);
             ro.open = OpenMode::Join;
             ro.prefault = Prefault::Off;
             let region = Region::create_or_join(&ro).map_err(|e| {

@@ -95,6 +95,7 @@ impl Server {
             slot_count: region.slot_count(),
             slot_bytes: block_bytes,
             slot_stride: region.stride() as u64,
+            worker_bytes: region.worker_bytes() as u64,
             capacity: config.manager.primary.capacity,
             fingerprint: config.server.fingerprint.clone(),
         };

@@ -33,6 +33,9 @@ pub struct ServerInfo {
     pub slot_bytes: u64,
     /// Bytes from one slot to the next.
     pub slot_stride: u64,
+    /// Bytes of each worker's area within a slot (the per-worker layout);
+    /// 0 when slots are not split per worker.
+    pub worker_bytes: u64,
     /// Slots of the primary tier.
     pub capacity: u32,
     /// The model/layout fingerprint engines must pass.
