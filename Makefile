@@ -6,6 +6,7 @@
 #   make test-vllm-connector  vLLM 0.33's offloading-connector tests with kvtier's spec
 #                   (and vLLM's), and the spec's worker side, with torch (not in `make test`)
 #   make demo       the main job, end to end
+#   make demo-server  the node server kvtierd and two engine processes sharing its blocks
 #   make header     regenerate include/kvtier.h from the sources
 #   make abi        record the header's ABI in abi/kvtier.abi (after a version change)
 #   make bench      every benchmark: JSON results in build/bench/, one summary table
@@ -26,13 +27,13 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-lint test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm test-vllm-connector python-test-deps demo header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
+.PHONY: all lib c test test-lint test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm test-vllm-connector python-test-deps demo demo-server header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults mutants mutants-available
 
 all: lib c
 
-# The C crate (crates/kvtier-capi): libkvtier.so, libkvtier.a and
-# kvtier-inspect in target/release/.
+# The C crate (crates/kvtier-capi): libkvtier.so, libkvtier.a,
+# kvtier-inspect and kvtierd in target/release/.
 lib:
 	$(CARGO) build --release -p kvtier-capi $(CARGO_FEATURES)
 	$(CARGO) build --release -p kvtier-workload
@@ -199,6 +200,14 @@ demo: all
 	  mv $(DEMO_WORKLOAD).part $(DEMO_WORKLOAD); }
 	$(BUILD)/bin/kvtier-demo --workload $(DEMO_WORKLOAD) $(DEMO_FLAGS)
 
+# The node server: kvtierd started on a socket in a fresh directory under
+# /tmp, two engine processes connected to it (kvtier_manager_connect) that
+# store blocks and load the ones the other stored, every byte checked, the
+# server's client list (kvtier-inspect server), then SIGTERM
+# (tools/kvtierd-check.c; ctest runs its other checks).
+demo-server: all
+	$(BUILD)/bin/kvtierd-check --kvtierd $(LIBDIR)/kvtierd --inspect $(LIBDIR)/kvtier-inspect demo
+
 header:
 	KVTIER_REGENERATE_HEADER=1 $(CARGO) test -p kvtier-capi $(CARGO_FEATURES) --test header
 
@@ -211,7 +220,7 @@ abi:
 install: all install-files
 
 # Copies what `make` built into $(PREFIX): headers, the kvtier-inspect
-# tool (bin/), libraries without their
+# tool and the node server kvtierd (bin/), libraries without their
 # debug information (the build keeps it for profiling), pkg-config and CMake
 # package files.  Builds nothing.  NATIVE_LIBS are what the static library
 # needs besides libc (`rustc --print native-static-libs`), with gcc's
@@ -223,6 +232,8 @@ install-files:
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(CMAKEDIR) $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(LIBDIR)/kvtier-inspect $(DESTDIR)$(PREFIX)/bin/
 	$(STRIP) --strip-unneeded $(DESTDIR)$(PREFIX)/bin/kvtier-inspect
+	install -m 755 $(LIBDIR)/kvtierd $(DESTDIR)$(PREFIX)/bin/
+	$(STRIP) --strip-unneeded $(DESTDIR)$(PREFIX)/bin/kvtierd
 	install -m 644 include/kvtier.h $(DESTDIR)$(PREFIX)/include/
 	if [ -f include/kvtier.hpp ]; then install -m 644 include/kvtier.hpp $(DESTDIR)$(PREFIX)/include/; fi
 	install -m 755 $(LIBDIR)/libkvtier.so $(DESTDIR)$(PREFIX)/lib/$(SONAME)

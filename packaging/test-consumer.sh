@@ -18,6 +18,9 @@ make -s -C "$root" install-files PREFIX="$prefix"
 
 # The inspection tool is installed beside the library and runs.
 "$prefix/bin/kvtier-inspect" fs "$work" --json >/dev/null
+# So is the node server (its usage: exit status 2).
+rc=0; "$prefix/bin/kvtierd" --help 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || { echo "install_consumer: $prefix/bin/kvtierd --help: status $rc" >&2; exit 1; }
 
 # Stripped: no DWARF sections in what was installed.
 for lib in "$prefix"/lib/libkvtier.so.* "$prefix/lib/libkvtier.a"; do

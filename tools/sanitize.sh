@@ -38,6 +38,8 @@ fi
 
 # The replay checks' workload generator: an ordinary build is enough.
 cargo build -q --release -p kvtier-workload
+# kvtierd and kvtier-inspect, which the kvtierd checks start (ordinary builds).
+cargo build -q --release -p kvtier-capi --features "$features" --bins
 gen="$PWD/target/release/kvtier-workload"
 
 echo "== the C and C++ programs with -fsanitize=$san"

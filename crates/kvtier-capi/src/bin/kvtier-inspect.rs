@@ -4,6 +4,7 @@
 //! kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
 //! kvtier-inspect region NAME [--directory DIR] [--json]
 //! kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]
+//! kvtier-inspect server SOCKET [--json]
 //! ```
 //!
 //! `fs DIR`: the blocks and bytes an fs-tier directory holds and their
@@ -22,13 +23,20 @@
 //! their size, the processes that have them open or mapped, and whether
 //! it is stale; `--reclaim` removes the stale ones
 //! (`kvtier_core::region::reclaim_stale`, the rules of docs/region.md) and
-//! lists what it removed and what it kept, and why.  `--json` prints one
+//! lists what it removed and what it kept, and why.  `server SOCKET`:
+//! connects to the node server `kvtierd` listening at `SOCKET` as an
+//! observer (it holds nothing and maps no region) and lists the server's
+//! region, layout and fingerprint, its counts of ended and refused
+//! connections, and each connection with its name, process, user, and the
+//! requests, pins, stores in flight and calls it has made (the observer's
+//! own connection included).  `--json` prints one
 //! JSON object instead of text.  Progress of long scans goes to standard
 //! error (once a second) unless `--quiet`.
 //!
 //! Exit status: 0, 1 when the verify pass found bad blocks or a region's
 //! files could not be looked at or removed, 2 for a usage error or a
-//! failure.
+//! failure (a server that cannot be reached or refuses the connection
+//! included).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,13 +44,15 @@ use std::time::Duration;
 
 use kvtier_core::region::inspect::{Holder, RegionReport, holders_of, inspect};
 use kvtier_core::region::reclaim::{FoundRegion, Kept, ReclaimReport, reclaim_stale, survey};
+use kvtier_core::server::{Client, ConnectOptions};
 use kvtier_core::tiers::fs::inspect::{AGE_BOUNDS, DirReport, ScanOptions, scan};
 use serde_json::json;
 
 const USAGE: &str =
     "usage: kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
        kvtier-inspect region NAME [--directory DIR] [--json]
-       kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]";
+       kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]
+       kvtier-inspect server SOCKET [--json]";
 
 /// The names the vLLM layer gives its regions start with this
 /// (`python/kvtier/vllm/region.py`).
@@ -200,7 +210,87 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 ExitCode::SUCCESS
             })
         }
+        [what, socket] if what == "server" => {
+            if f.verify || f.repair || f.mode.is_some() || f.quiet || f.directory.is_some() {
+                return Err(format!("server takes only --json\n{USAGE}"));
+            }
+            let client = Client::observe(
+                &PathBuf::from(socket),
+                &ConnectOptions {
+                    name: "kvtier-inspect".into(),
+                    call_timeout: Duration::from_secs(5),
+                    ..ConnectOptions::default()
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            let text = client.clients_json().map_err(|e| e.to_string())?;
+            if f.json {
+                println!("{text}");
+            } else {
+                let doc: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("the server's client list: {e}"))?;
+                print_server(socket, &doc);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         _ => Err(USAGE.to_string()),
+    }
+}
+
+/// The client list of `kvtierd` (its JSON, as the server wrote it) as text.
+fn print_server(socket: &str, doc: &serde_json::Value) {
+    let info = &doc["server"];
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
+    println!(
+        "server {socket}: kvtier {}, protocol {}",
+        text(&info["version"]),
+        info["protocol"]
+    );
+    println!(
+        "  region {} in {}: {} slots of {} bytes (stride {}), primary capacity {}",
+        text(&info["region_name"]),
+        text(&info["region_directory"]),
+        info["slot_count"],
+        info["slot_bytes"],
+        info["slot_stride"],
+        info["capacity"]
+    );
+    println!("  fingerprint: {:?}", text(&info["fingerprint"]));
+    let empty = Vec::new();
+    let clients = doc["clients"].as_array().unwrap_or(&empty);
+    println!(
+        "  clients: {} (connections ended: {}, refused: {})",
+        clients.len(),
+        doc["disconnects"],
+        doc["refused"]
+    );
+    if clients.is_empty() {
+        return;
+    }
+    println!(
+        "  {:>6}  {:<24} {:<8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6} {:>10}",
+        "id", "name", "role", "pid", "uid", "gid", "requests", "pins", "stores", "calls"
+    );
+    for c in clients {
+        let role = if c["engine"].as_bool() == Some(true) {
+            "engine"
+        } else {
+            "observer"
+        };
+        let name = text(&c["name"]);
+        println!(
+            "  {:>6}  {:<24} {:<8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>6} {:>10}",
+            c["id"].to_string(),
+            if name.is_empty() { "-" } else { &name },
+            role,
+            c["peer"]["pid"].to_string(),
+            c["peer"]["uid"].to_string(),
+            c["peer"]["gid"].to_string(),
+            c["requests"].to_string(),
+            c["pins"].to_string(),
+            c["stores"].to_string(),
+            c["calls"].to_string()
+        );
     }
 }
 
