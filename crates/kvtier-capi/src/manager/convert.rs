@@ -33,6 +33,8 @@ pub(crate) unsafe fn manager_config_of(
             hold: o.progress_hold,
             wait_steps: o.progress_wait_steps,
             wait_ms: o.progress_wait_ms,
+            // Only kvtierd's managers are shared by several engines.
+            hold_hits: false,
         },
         tiers: Vec::new(),
         metrics: None,

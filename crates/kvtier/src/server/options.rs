@@ -115,7 +115,13 @@ impl DaemonConfig {
             })?,
         };
         server.validate()?;
-        let manager = Config::from_json(&doc.to_string())?;
+        let hold_hits_given = doc.pointer("/progress/hold_hits").is_some();
+        let mut manager = Config::from_json(&doc.to_string())?;
+        if !hold_hits_given {
+            // Several engines share this manager: a block one engine's
+            // lookup found stays until its load (docs/server.md).
+            manager.progress.hold_hits = true;
+        }
         if manager.region.is_none() {
             return Err(Error::InvalidArgument(
                 "configuration: region: kvtierd shares its slots through a named region; give \
@@ -139,6 +145,15 @@ mod tests {
         .unwrap();
         assert_eq!(c.server, ServerOptions::default());
         assert_eq!(c.manager.primary.capacity, 8);
+        assert!(c.manager.progress.hold_hits, "held by default in kvtierd");
+        let c = DaemonConfig::from_json(
+            r#"{"block_bytes": 4096, "region": {"name": "d"}, "progress": {"hold_hits": false}}"#,
+        )
+        .unwrap();
+        assert!(
+            !c.manager.progress.hold_hits,
+            "the document's choice stands"
+        );
         let c = DaemonConfig::from_json(
             r#"{"block_bytes": 4096, "region": {"name": "d"},
                 "server": {"mode": 432, "allowed_uids": [5], "max_pinned_share": 0.25}}"#,

@@ -93,6 +93,36 @@ impl<P: PrimaryBackend> State<P> {
         true
     }
 
+    /// Holds keys `key(0..hits)`, a lookup's leading hits, for `rid`
+    /// ([`ProgressOptions::hold_hits`](super::ProgressOptions::hold_hits)):
+    /// keys it holds already stay as they are.  A hold that cannot be
+    /// taken (no memory) is logged and the lookup's answer stands.
+    pub(super) fn hold_leading<'k>(
+        &mut self,
+        rid: RequestId,
+        hits: usize,
+        key: &impl Fn(usize) -> &'k [u8],
+    ) {
+        let mut keys = std::mem::take(&mut self.keys_a);
+        keys.clear();
+        let filled = fallible::reserve(&mut keys, hits, "a lookup's hits").and_then(|()| {
+            for j in 0..hits {
+                keys.push(Key::at(key(j), j)?);
+            }
+            Ok(())
+        });
+        match filled {
+            Ok(()) => {
+                self.hold(rid, &keys, 0);
+            }
+            Err(e) => {
+                self.c.internal_errors += 1;
+                self.log(format!("the hits of request {rid} are not held: {e}"));
+            }
+        }
+        self.keys_a = keys;
+    }
+
     /// Remembers that `keys` arrived in the primary tier by a promotion
     /// from tier `from` started for `rid`, and holds them if the request
     /// still waits and holds are on.

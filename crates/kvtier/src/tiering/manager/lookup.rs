@@ -175,6 +175,9 @@ impl<P: PrimaryBackend> Manager<P> {
             LookupKind::PerKey => s.lookup_keys(request, n, &key, expired)?,
             LookupKind::Prefix => s.lookup_whole_prefix(request, n, &key, expired)?,
         };
+        if s.opts.progress.hold_hits && answer.hits > 0 {
+            s.hold_leading(request, answer.hits, &key);
+        }
         s.note_lookup(request, n, &answer, kind);
         Ok(answer)
     }

@@ -59,6 +59,12 @@ pub struct ProgressOptions {
     /// A request waits at most this many milliseconds.  0 (default): no
     /// bound in time.
     pub wait_ms: u64,
+    /// Hold every lookup's hits for its request too, not only those of a
+    /// waiting request, until its `prepare_load`, its finish or the bound
+    /// (default false).  For a manager several engines share (`kvtierd`
+    /// turns it on): another engine's store could otherwise evict a block
+    /// between a request's lookup and its load.
+    pub hold_hits: bool,
 }
 
 impl ProgressOptions {
@@ -68,6 +74,7 @@ impl ProgressOptions {
             hold: false,
             wait_steps: 0,
             wait_ms: 0,
+            hold_hits: false,
         }
     }
 
@@ -83,6 +90,7 @@ impl Default for ProgressOptions {
             hold: true,
             wait_steps: 16,
             wait_ms: 0,
+            hold_hits: false,
         }
     }
 }
