@@ -419,18 +419,17 @@ fn lookups(dir: &Path, rounds: usize, secs: f64, spin_us: Option<u64>) -> String
     }
     let mut cases: Vec<(bool, usize, LookupCase)> = [false, true]
         .iter()
-        .flat_map(|&miss| CLIENTS.iter().map(move |&n| (miss, n, LookupCase::default())))
+        .flat_map(|&miss| {
+            CLIENTS
+                .iter()
+                .map(move |&n| (miss, n, LookupCase::default()))
+        })
         .collect();
     for round in 0..rounds {
         eprintln!("server bench: lookups, round {} of {rounds}", round + 1);
         for (miss, n, case) in &mut cases {
-            case.server.push(lookup_run(
-                *n,
-                *miss,
-                Some(&running.socket),
-                secs,
-                spin_us,
-            ));
+            case.server
+                .push(lookup_run(*n, *miss, Some(&running.socket), secs, spin_us));
             case.local.push(lookup_run(*n, *miss, None, secs, spin_us));
         }
     }

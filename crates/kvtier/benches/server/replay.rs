@@ -24,10 +24,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use kvtier_core::request::RequestId;
-use kvtier_core::{Error, Key};
 use kvtier_core::primary::{StoreOutcome, StorePlan};
+use kvtier_core::request::RequestId;
 use kvtier_core::tiering::{LookupResult, ManagerCalls, RequestParams};
+use kvtier_core::{Error, Key};
 
 use super::{Running, engine_manager, median, parse, ready_then_wait, run_engines, value};
 
@@ -311,7 +311,9 @@ pub(super) fn engine(args: &[String]) {
     let shards: usize = parse(args, "--shards").expect("--shards");
     let all = load(Path::new(value(args, "--workload").expect("--workload")));
     let conv = conversations(&all);
-    let mine: Vec<usize> = (0..all.len()).filter(|&r| conv[r] % shards == shard).collect();
+    let mine: Vec<usize> = (0..all.len())
+        .filter(|&r| conv[r] % shards == shard)
+        .collect();
     let m = engine_manager(args);
     ready_then_wait();
     let c = replay(&*m, &all, &mine);
@@ -370,11 +372,19 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
     println!(
         "replay of medium, conversations sharded over N engine processes, batch {BATCH}, \
          {rounds} rounds (medians): one server of {CAPACITY} blocks vs N managers of \
-         {CAPACITY}/N blocks"
+         {CAPACITY}/N blocks; served: blocks loaded per block asked for; wall: the slowest \
+         engine's replay loop; ns/call: an engine's time per call on the server"
     );
     println!(
         "{:<9} {:>11} {:>11} {:>10} {:>10} {:>8} {:>10} {:>10}",
-        "shards", "srv served", "loc served", "srv wall", "loc wall", "wall x", "srv calls", "srv ns/c"
+        "shards",
+        "srv served",
+        "loc served",
+        "srv wall",
+        "loc wall",
+        "wall x",
+        "srv calls",
+        "ns/call"
     );
     let mut json = Vec::new();
     for (i, &n) in SHARDS.iter().enumerate() {
