@@ -19,10 +19,13 @@
 //! can: the saturation throughput).
 //!
 //! Replays (`server/replay.rs`): the `medium` workload split into N shards
-//! (N = 1, 2, 4), one engine process per shard, against one server of
-//! 16,384 blocks, and against N in-process managers of 16,384 / N blocks
-//! each.  Figures: blocks served (leading hits loaded) per block asked for,
-//! and the wall time of the whole replay.
+//! (N = 1, 2, 4; by conversation, and by request), one engine process per
+//! shard, against one server of 16,384 blocks, and against N in-process
+//! managers of 16,384 / N blocks each.  Figures: blocks served (leading
+//! hits loaded) per block asked for, and the wall time of the slowest
+//! engine's replay loop.  The workload is `--workload FILE`, else
+//! `kvtier-workload --preset medium` (from the same target directory,
+//! built if missing).
 //!
 //! The machine may be shared and small: every case runs in each of R
 //! rounds (default 5), the cases interleaved, and each figure is the

@@ -2,12 +2,21 @@
 //! shards, each replayed by an engine process of its own, against one
 //! server or against an in-process manager per process.
 //!
-//! Shards: conversations are found from the keys (a turn's keys begin with
-//! the whole previous turn of its conversation, so a request continues the
-//! conversation of the earlier request whose last key it holds), and
-//! conversation c goes to shard c mod N, as a router that keeps a session
-//! on one engine does.  Across shards only the system prompts are shared;
-//! within a shard, a conversation's history.
+//! Shards, two ways.  By conversation: conversations are found from the
+//! keys (a turn's keys begin with the whole previous turn of its
+//! conversation, so a request continues the conversation of the earlier
+//! request whose last key it holds), and conversation c goes to shard
+//! c mod N, as a router that keeps a session on one engine does; across
+//! shards only the system prompts are shared.  By request: request r goes
+//! to shard r mod N, as a router that balances requests alone does; a
+//! conversation's history is then shared across shards too.  N = 1 is
+//! one engine with all the memory either way (the server's counts must
+//! equal the in-process manager's there).
+//!
+//! A lookup's hits are not pinned until the load: on a server, another
+//! engine's store may evict one in between, and the load then fails with
+//! `KeyState`; the engine looks up again (at most 4 times, counted as
+//! `load_races`), as an engine must.
 //!
 //! Each engine process follows `tools/kvtier-replay.c`'s rules on its
 //! shard, requests in file order, 16 per step: request_begin for each
@@ -35,8 +44,8 @@ use super::{Running, engine_manager, median, parse, ready_then_wait, run_engines
 const CAPACITY: u32 = 16384;
 /// Requests per step.
 const BATCH: usize = 16;
-/// Shard counts.
-const SHARDS: [usize; 3] = [1, 2, 4];
+/// The cases: shard counts, by conversation (`false`) or by request.
+const SHARDS: [(usize, bool); 5] = [(1, false), (2, false), (4, false), (2, true), (4, true)];
 
 /// Writes the `medium` workload into `dir` with `kvtier-workload` (built
 /// next to this benchmark, or built now).
@@ -309,10 +318,17 @@ fn replay(m: &dyn ManagerCalls, all: &[Request], requests: &[usize]) -> Counts {
 pub(super) fn engine(args: &[String]) {
     let shard: usize = parse(args, "--shard").expect("--shard");
     let shards: usize = parse(args, "--shards").expect("--shards");
+    let by_request = args.iter().any(|a| a == "--by-request");
     let all = load(Path::new(value(args, "--workload").expect("--workload")));
     let conv = conversations(&all);
     let mine: Vec<usize> = (0..all.len())
-        .filter(|&r| conv[r] % shards == shard)
+        .filter(|&r| {
+            if by_request {
+                r % shards == shard
+            } else {
+                conv[r] % shards == shard
+            }
+        })
         .collect();
     let m = engine_manager(args);
     ready_then_wait();
@@ -323,7 +339,12 @@ pub(super) fn engine(args: &[String]) {
 
 /// One setup's replay: the engines' counts added up, and the longest
 /// engine's time in its replay loop (as `kvtier-replay`'s `wall_s`).
-fn run(workload: &Path, shards: usize, socket: Option<&Path>, spin_us: Option<u64>) -> Counts {
+fn run(
+    workload: &Path,
+    (shards, by_request): (usize, bool),
+    socket: Option<&Path>,
+    spin_us: Option<u64>,
+) -> Counts {
     let args: Vec<Vec<String>> = (0..shards)
         .map(|shard| {
             let mut a: Vec<String> = vec![
@@ -341,6 +362,9 @@ fn run(workload: &Path, shards: usize, socket: Option<&Path>, spin_us: Option<u6
             }
             if let Some(us) = spin_us {
                 a.extend(["--spin-us".into(), us.to_string()]);
+            }
+            if by_request {
+                a.push("--by-request".into());
             }
             a
         })
@@ -362,22 +386,22 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
     let mut local: Vec<Vec<Counts>> = vec![Vec::new(); SHARDS.len()];
     for round in 0..rounds {
         eprintln!("server bench: replays, round {} of {rounds}", round + 1);
-        for (i, &n) in SHARDS.iter().enumerate() {
+        for (i, &case) in SHARDS.iter().enumerate() {
             let running = Running::start(dir, CAPACITY);
-            server[i].push(run(workload, n, Some(&running.socket), spin_us));
+            server[i].push(run(workload, case, Some(&running.socket), spin_us));
             drop(running);
-            local[i].push(run(workload, n, None, spin_us));
+            local[i].push(run(workload, case, None, spin_us));
         }
     }
     println!(
-        "replay of medium, conversations sharded over N engine processes, batch {BATCH}, \
+        "replay of medium, sharded over N engine processes, batch {BATCH}, \
          {rounds} rounds (medians): one server of {CAPACITY} blocks vs N managers of \
          {CAPACITY}/N blocks; served: blocks loaded per block asked for; wall: the slowest \
          engine's replay loop; ns/call: an engine's time per call on the server"
     );
     println!(
-        "{:<9} {:>11} {:>11} {:>10} {:>10} {:>8} {:>10} {:>10}",
-        "shards",
+        "{:<34} {:>11} {:>11} {:>10} {:>10} {:>8} {:>10} {:>10}",
+        "case",
         "srv served",
         "loc served",
         "srv wall",
@@ -387,8 +411,19 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
         "ns/call"
     );
     let mut json = Vec::new();
-    for (i, &n) in SHARDS.iter().enumerate() {
+    for (i, &(n, by_request)) in SHARDS.iter().enumerate() {
         let (s, l) = (&server[i], &local[i]);
+        let name = format!(
+            "medium, {n} shard{}{}",
+            if n == 1 { "" } else { "s" },
+            if by_request {
+                " by request"
+            } else if n > 1 {
+                " by conversation"
+            } else {
+                ""
+            }
+        );
         // The counts of a setup may differ between rounds only through
         // the order the engines' calls reach the server in.
         let ratio = |v: &[Counts]| {
@@ -402,8 +437,8 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
         let (sr, lr, sw, lw) = (ratio(s), ratio(l), wall(s), wall(l));
         let calls = s[0].calls;
         println!(
-            "{:<9} {:>11.4} {:>11.4} {:>9.3}s {:>9.3}s {:>8.2} {:>10} {:>10.0}",
-            n,
+            "{:<34} {:>11.4} {:>11.4} {:>9.3}s {:>9.3}s {:>8.2} {:>10} {:>10.0}",
+            name,
             sr,
             lr,
             sw,
@@ -415,14 +450,13 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
         let last = |v: &[Counts]| *v.last().expect("a round");
         let (sc, lc) = (last(s), last(l));
         json.push(format!(
-            "{{\"case\":\"medium, {n} shard{}\",\"asked_blocks\":{},\
+            "{{\"case\":\"{name}\",\"asked_blocks\":{},\
              \"server_served_per_asked\":{sr:.5},\"local_served_per_asked\":{lr:.5},\
              \"server_wall_s\":{sw:.4},\"local_wall_s\":{lw:.4},\"wall_over_local\":{:.3},\
              \"server_calls\":{},\"server_hit_blocks\":{},\"local_hit_blocks\":{},\
              \"server_stops_pending\":{},\"server_blocks_stored\":{},\"local_blocks_stored\":{},\
              \"server_rejected_stores\":{},\"local_rejected_stores\":{},\"server_load_races\":{},\
              \"server_wall_runs_s\":[{}],\"local_wall_runs_s\":[{}]}}",
-            if n == 1 { "" } else { "s" },
             sc.asked_blocks,
             sw / lw,
             sc.calls,
