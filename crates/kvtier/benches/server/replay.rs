@@ -15,8 +15,9 @@
 //!
 //! A lookup's hits are not pinned until the load: on a server, another
 //! engine's store may evict one in between, and the load then fails with
-//! `KeyState`; the engine looks up again (at most 4 times, counted as
-//! `load_races`), as an engine must.
+//! `KeyState`; the engine looks up again (at most 8 times, then it defers
+//! the request; each failed load is counted in `load_races`), as an engine
+//! must.
 //!
 //! Each engine process follows `tools/kvtier-replay.c`'s rules on its
 //! shard, requests in file order, 16 per step: request_begin for each
@@ -206,7 +207,7 @@ struct StepRequest {
 
 /// Lookups of one request again after its load found a hit gone: at most
 /// this many, then the request is deferred.
-const LOAD_RETRIES: usize = 4;
+const LOAD_RETRIES: usize = 8;
 
 /// Replays `requests` (indices into `all`) on `m`, by the rules above.
 fn replay(m: &dyn ManagerCalls, all: &[Request], requests: &[usize]) -> Counts {
@@ -237,6 +238,7 @@ fn replay(m: &dyn ManagerCalls, all: &[Request], requests: &[usize]) -> Counts {
             // Another engine's store may evict a hit between the lookup
             // and the load (a shared server only): look up again.
             let mut retries = 0;
+            let mut gave_up = false;
             loop {
                 if matches!(a.stop, LookupResult::HitPending | LookupResult::Retry) {
                     break;
@@ -247,16 +249,20 @@ fn replay(m: &dyn ManagerCalls, all: &[Request], requests: &[usize]) -> Counts {
                 c.calls += 1;
                 match m.prepare_load(id, keys[..a.hits].into(), &mut slots) {
                     Ok(()) => break,
-                    Err(Error::KeyState { .. }) if retries < LOAD_RETRIES => {
-                        retries += 1;
+                    Err(Error::KeyState { .. }) => {
                         c.load_races += 1;
+                        if retries == LOAD_RETRIES {
+                            gave_up = true;
+                            break;
+                        }
+                        retries += 1;
                         a = m.lookup_per_key(id, keys.into()).expect("lookup");
                         c.calls += 1;
                     }
                     Err(e) => panic!("prepare_load: {e}"),
                 }
             }
-            if matches!(a.stop, LookupResult::HitPending | LookupResult::Retry) {
+            if gave_up || matches!(a.stop, LookupResult::HitPending | LookupResult::Retry) {
                 c.stops_pending += 1;
                 continue;
             }
