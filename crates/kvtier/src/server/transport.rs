@@ -2,7 +2,10 @@
 //! with one `send` (`MSG_NOSIGNAL`: a peer that went away is an error,
 //! never a `SIGPIPE` in the engine) and read into a reused buffer.  The
 //! client waits for an answer by polling the socket for a short spin,
-//! then sleeping in `poll` up to its deadline; the server blocks.
+//! then sleeping in `poll` up to its deadline; the server waits for the
+//! next call the same way, then blocks.  A spin yields the core between
+//! its polls: on a machine with fewer cores than busy threads the peer
+//! it waits for may need that core.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -106,6 +109,12 @@ pub struct FrameReader {
 pub enum Waiting {
     /// Blocking `recv` (the socket's receive timeout, if any, applies).
     Block,
+    /// Spin on non-blocking `recv` for `spin`, then blocking `recv` (as
+    /// [`Waiting::Block`]).
+    SpinThenBlock {
+        /// How long to spin before sleeping.
+        spin: Duration,
+    },
     /// Spin on non-blocking `recv` for `spin`, then `poll` until `deadline`.
     Poll {
         /// How long to spin before sleeping.
@@ -127,8 +136,11 @@ impl FrameReader {
             self.used = 0;
         }
         let fd = fd.as_raw_fd();
-        let spin_until = match how {
-            Waiting::Poll { spin, .. } => Some(Instant::now() + spin),
+        // Set while spinning: non-blocking `recv`s until then.
+        let mut spin_until = match how {
+            Waiting::Poll { spin, .. } | Waiting::SpinThenBlock { spin } => {
+                Some(Instant::now() + spin)
+            }
             Waiting::Block => None,
         };
         loop {
@@ -157,9 +169,11 @@ impl FrameReader {
             } else if self.buf.len() < 4096 {
                 self.buf.resize(4096, 0);
             }
-            let flags = match how {
-                Waiting::Block => 0,
-                Waiting::Poll { .. } => libc::MSG_DONTWAIT,
+            let flags = match (how, spin_until) {
+                (Waiting::Block, _) | (Waiting::SpinThenBlock { .. }, None) => 0,
+                (Waiting::SpinThenBlock { .. }, Some(_)) | (Waiting::Poll { .. }, _) => {
+                    libc::MSG_DONTWAIT
+                }
             };
             // SAFETY: the pointer and length are within `buf`.
             let n = unsafe {
@@ -184,16 +198,25 @@ impl FrameReader {
                 ));
             }
             let e = io::Error::last_os_error();
+            let spinning = spin_until.is_some_and(|s| Instant::now() < s);
             match (e.kind(), how) {
                 (io::ErrorKind::Interrupted, _) => {}
-                (io::ErrorKind::WouldBlock, Waiting::Poll { deadline, .. }) => {
-                    if spin_until.is_some_and(|s| Instant::now() < s) {
-                        std::hint::spin_loop();
-                    } else {
-                        wait(fd, libc::POLLIN, Some(deadline))?;
-                    }
+                (
+                    io::ErrorKind::WouldBlock,
+                    Waiting::Poll { .. } | Waiting::SpinThenBlock { .. },
+                ) if spinning => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
                 }
-                (io::ErrorKind::WouldBlock, Waiting::Block) => {
+                (io::ErrorKind::WouldBlock, Waiting::Poll { deadline, .. }) => {
+                    wait(fd, libc::POLLIN, Some(deadline))?;
+                }
+                (io::ErrorKind::WouldBlock, Waiting::SpinThenBlock { .. })
+                    if spin_until.is_some() =>
+                {
+                    spin_until = None;
+                }
+                (io::ErrorKind::WouldBlock, Waiting::Block | Waiting::SpinThenBlock { .. }) => {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "no message in time",
@@ -262,6 +285,29 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(t.elapsed() >= Duration::from_millis(100));
         assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn spin_then_block_reads_a_frame_sent_after_the_spin_and_keeps_the_timeout() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let how = Waiting::SpinThenBlock {
+            spin: Duration::from_micros(50),
+        };
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut buf = Vec::new();
+            begin(&mut buf);
+            buf.extend_from_slice(b"late");
+            send(&a, &mut buf, None).unwrap();
+            a
+        });
+        let mut r = FrameReader::default();
+        assert_eq!(r.next(&b, how).unwrap().unwrap(), b"late");
+        let _a = writer.join().unwrap();
+        // With a receive timeout on the socket, the blocking part times out.
+        b.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let e = r.next(&b, how).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
     }
 
     #[test]
