@@ -320,7 +320,14 @@ pub fn hello_frame(version: u32, block_bytes: u64, slot_stride: u64, fingerprint
 /// test `test`, with `envs` set.
 pub fn child(test: &str, envs: &[(&str, String)]) -> std::process::Command {
     let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args(["--ignored", "--exact", test, "--test-threads=1", "--quiet"]);
+    c.args([
+        "--ignored",
+        "--exact",
+        test,
+        "--test-threads=1",
+        "--quiet",
+        "--nocapture",
+    ]);
     for (k, v) in envs {
         c.env(k, v);
     }
