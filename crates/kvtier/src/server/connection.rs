@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::daemon::{ServerInfo, Shared};
 use super::options::ServerOptions;
@@ -189,7 +189,8 @@ pub(super) fn serve(
         status.pins.store(h.pins, Ordering::Relaxed);
         status.stores.store(h.stores, Ordering::Relaxed);
         status.calls.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = transport::send(&stream, &mut out, None) {
+        let deadline = Instant::now() + SEND_TIMEOUT;
+        if let Err(e) = transport::send(&stream, &mut out, Some(deadline)) {
             break format!("stopped reading its answers ({e})");
         }
     };
@@ -211,7 +212,15 @@ fn handshake(
     reader: &mut FrameReader,
     id: u64,
 ) -> std::result::Result<Hello, String> {
-    let frame = match reader.next(stream, Waiting::Block) {
+    // One deadline for the whole handshake: a peer dripping its bytes
+    // does not get a new timeout with each.
+    let deadline =
+        Instant::now() + Duration::from_millis(shared.config.server.handshake_timeout_ms);
+    let how = Waiting::Poll {
+        spin: Duration::ZERO,
+        deadline,
+    };
+    let frame = match reader.next(stream, how) {
         Ok(Some(f)) => f,
         Ok(None) => return Err("closed before its handshake".into()),
         Err(e) => return Err(format!("no handshake: {e}")),
@@ -275,7 +284,8 @@ fn handshake(
     transport::begin(&mut buf);
     let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
     Writer::new(&mut buf).u8(ANSWER_OK).str(&json);
-    transport::send(stream, &mut buf, None).map_err(|e| format!("answering its handshake: {e}"))?;
+    transport::send(stream, &mut buf, Some(Instant::now() + SEND_TIMEOUT))
+        .map_err(|e| format!("answering its handshake: {e}"))?;
     Ok(hello)
 }
 
