@@ -109,9 +109,8 @@ impl Server {
         region_options.slot_bytes = usize::try_from(block_bytes)
             .map_err(|_| Error::InvalidArgument("configuration: block_bytes: too large".into()))?;
         let listener = bind(socket)?;
-        let region = Arc::new(Region::create_or_join(&region_options).map_err(|e| {
+        let region = Arc::new(Region::create_or_join(&region_options).inspect_err(|_| {
             let _ = std::fs::remove_file(socket);
-            e
         })?);
         let cleanup = |e: Error| {
             let _ = region.unlink();

@@ -202,7 +202,7 @@ impl<'a> Reader<'a> {
                 Err(e) => bad = Some(e),
             }
         }
-        debug_assert!(MAX_KEY_LEN < 256);
+        const { assert!(MAX_KEY_LEN < 256) };
         Ok(bad.map_or(Ok(()), Err))
     }
     /// 32-bit numbers after their count, into `out` (cleared first).
