@@ -273,8 +273,46 @@ fn all_disconnected(c: &Client, r: kvtier_core::request::RequestId, ks: &[kvtier
     d("clients_json", c.clients_json().err());
 }
 
+/// An engine loading `ks` over and over (lookup, pin, copy out and check,
+/// unpin) until its calls answer `Disconnected`; answers how many loads
+/// it made.  Any other error fails it.
+fn loader(socket: PathBuf, ks: Vec<kvtier_core::Key>) -> std::thread::JoinHandle<u32> {
+    let c = Client::connect(&socket, &options("loader")).unwrap();
+    std::thread::spawn(move || {
+        let mut n = 0;
+        let mut slots = Vec::new();
+        let run = |n: u32, slots: &mut Vec<u32>| -> kvtier_core::Result<()> {
+            let r = c
+                .request_begin(&format!("l{n}"), RequestParams::default())?
+                .id;
+            let a = c.lookup_prefix(r, (&ks).into())?;
+            assert_eq!(a.hits, ks.len());
+            c.prepare_load(r, (&ks).into(), slots)?;
+            for (k, s) in ks.iter().zip(slots.iter()) {
+                assert!(kvtier_testkit::server::holds(
+                    c.slot_memory().unwrap(),
+                    *s,
+                    k
+                ));
+            }
+            c.complete_load(r, (&ks).into())?;
+            c.request_finished(r)
+        };
+        loop {
+            match run(n, &mut slots) {
+                Ok(()) => n += 1,
+                Err(Error::Disconnected(_)) => return n,
+                Err(e) => panic!("the loader got {e}"),
+            }
+        }
+    })
+}
+
 #[test]
 fn a_killed_server_makes_every_call_disconnected_and_a_restart_recovers_blocks() {
+    let rounds = fault_run::rounds(1);
+    let seed = fault_run::seed();
+    let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kvtierd.sock");
     let fs = dir.path().join("fs");
@@ -286,53 +324,72 @@ fn a_killed_server_makes_every_call_disconnected_and_a_restart_recovers_blocks()
             fs.display()
         ),
     );
-    let (mut server, a) = server_child(&json, &socket);
-    let b = Client::connect(&socket, &options("idle")).unwrap();
-    let ks = keys(1, 16);
-    store(&a, "s", &ks);
-    // Wait until the cascades to the fs tier are done.
-    assert!(eventually(Duration::from_secs(10), || {
-        a.schedule_end().unwrap();
-        !a.has_pending_work().unwrap()
-    }));
-    // In the middle of a load: pinned, bytes being copied out.
-    let r = a
-        .request_begin("load", RequestParams::default())
-        .unwrap()
-        .id;
-    let mut slots = Vec::new();
-    a.prepare_load(r, (&ks).into(), &mut slots).unwrap();
-    kill(&mut server);
-    // Every call of either engine answers Disconnected, and none hangs.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (a, b) = (Arc::new(a), Arc::new(b));
-    let (a2, b2, ks2) = (a.clone(), b.clone(), ks.clone());
-    std::thread::spawn(move || {
-        for _ in 0..2 {
-            all_disconnected(&a2, r, &ks2);
-            all_disconnected(&b2, r, &ks2);
+    let mut loads = 0;
+    for round in 0..rounds {
+        // A new server on the socket the killed one left: it finds the
+        // blocks of every earlier round in the fs tier, byte for byte.
+        let (mut server, a) = server_child(&json, &socket);
+        for earlier in 0..round {
+            let ks = keys(1 + earlier, 16);
+            assert_eq!(
+                load_checked(&a, "after", &ks),
+                16,
+                "round {round} (seed {seed})"
+            );
         }
-        tx.send(()).unwrap();
-    });
-    rx.recv_timeout(Duration::from_secs(20))
-        .expect("calls on a dead server hung or failed");
-    // The region stays mapped: the copy out of the pinned slots finishes.
-    let mem = a.slot_memory().unwrap();
-    for (k, s) in ks.iter().zip(&slots) {
-        assert!(kvtier_testkit::server::holds(mem, *s, k));
+        let b = Client::connect(&socket, &options("idle")).unwrap();
+        let ks = keys(1 + round, 16);
+        store(&a, "s", &ks);
+        // Wait until the cascades to the fs tier are done.
+        assert!(eventually(Duration::from_secs(10), || {
+            a.schedule_end().unwrap();
+            !a.has_pending_work().unwrap()
+        }));
+        let busy = loader(socket.clone(), ks[..8].to_vec());
+        // In the middle of a load: pinned, bytes being copied out.
+        let r = a
+            .request_begin("load", RequestParams::default())
+            .unwrap()
+            .id;
+        let mut slots = Vec::new();
+        a.prepare_load(r, (&ks).into(), &mut slots).unwrap();
+        std::thread::sleep(Duration::from_micros(rng.below(20_000)));
+        kill(&mut server);
+        // Every call of every engine answers Disconnected, and none hangs.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (a, b) = (Arc::new(a), Arc::new(b));
+        let (a2, b2, ks2) = (a.clone(), b.clone(), ks.clone());
+        std::thread::spawn(move || {
+            for _ in 0..2 {
+                all_disconnected(&a2, r, &ks2);
+                all_disconnected(&b2, r, &ks2);
+            }
+            let n = busy.join().expect("the loader failed");
+            tx.send(n).unwrap();
+        });
+        loads += rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("calls on a dead server hung or failed");
+        // The region stays mapped: the copy out of the pinned slots finishes.
+        let mem = a.slot_memory().unwrap();
+        for (k, s) in ks.iter().zip(&slots) {
+            assert!(kvtier_testkit::server::holds(mem, *s, k));
+        }
+        // Nobody listens on the stale socket.
+        match Client::connect(&socket, &options("late")) {
+            Err(Error::Disconnected(_)) => {}
+            other => panic!("expected Disconnected, got {:?}", other.err()),
+        }
     }
-    // Nobody listens on the stale socket.
-    match Client::connect(&socket, &options("late")) {
-        Err(Error::Disconnected(_)) => {}
-        other => panic!("expected Disconnected, got {:?}", other.err()),
-    }
-    // A new server replaces the stale socket, finds the blocks in the fs
-    // tier and serves them, byte for byte.
     let (mut server, c) = server_child(&json, &socket);
-    assert_eq!(load_checked(&c, "after", &ks), 16);
     let d = connect(&socket);
-    assert_eq!(load_checked(&d, "after", &ks), 16);
+    for round in 0..rounds {
+        let ks = keys(1 + round, 16);
+        assert_eq!(load_checked(&c, "after", &ks), 16);
+        assert_eq!(load_checked(&d, "again", &ks), 16);
+    }
     kill(&mut server);
+    println!("fault-run server-kill rounds={rounds} loads={loads} seed={seed}");
 }
 
 #[test]

@@ -19,6 +19,7 @@ use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
 use kvtier_core::server::Client;
 use kvtier_core::server::protocol::MAX_FRAME;
+use kvtier_core::server::wire::Writer;
 use kvtier_core::tiering::{ManagerCalls, RequestParams};
 use kvtier_testkit::fault_run;
 use kvtier_testkit::rng::Rng;
@@ -117,6 +118,86 @@ fn malformed(answer: &[u8]) -> bool {
     answer[0] == 1 && error_text(answer).contains("malformed")
 }
 
+/// The body of `request_begin(name)` with no parameters.
+fn begin_body(name: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    Writer::new(&mut body).u8(2).str(name).u32(0).u8(0);
+    body
+}
+
+/// A random call: pure noise, or a call of the right shape for its op
+/// with random values (a request id, its own or not; keys of random
+/// lengths, some invalid; positions; a flag), some cut or extended.
+fn random_body(rng: &mut Rng, own: Option<u64>) -> Vec<u8> {
+    let op = rng.below(24) as u8;
+    let mut body = vec![op];
+    if rng.chance(20) {
+        for _ in 0..rng.below(48) {
+            body.push(rng.next() as u8);
+        }
+        return body;
+    }
+    let mut w = Writer::new(&mut body);
+    let id = match own {
+        Some(id) if rng.chance(70) => id,
+        _ => rng.below(8),
+    };
+    let n = rng.below(5) as u32;
+    let keys = |w: &mut Writer<'_>, rng: &mut Rng| {
+        w.u32(n);
+        for _ in 0..n {
+            let len = if rng.chance(90) {
+                1 + rng.below(8)
+            } else {
+                rng.below(80)
+            };
+            w.u8(len as u8);
+            for _ in 0..len {
+                w.u8(b'a' + rng.below(3) as u8);
+            }
+        }
+    };
+    match op {
+        2 => {
+            w.str("r").u32(0).u8(rng.below(3) as u8);
+        }
+        3..=5 | 7..=9 => {
+            w.u64(id);
+            keys(&mut w, rng);
+        }
+        6 => {
+            w.u64(id);
+            keys(&mut w, rng);
+            w.u32(n);
+            for i in 0..n {
+                w.u64(i as u64);
+            }
+        }
+        10 => {
+            w.u64(id);
+            keys(&mut w, rng);
+            w.u8(rng.below(3) as u8);
+        }
+        11 | 12 => {
+            w.u64(id);
+        }
+        16 => {
+            w.u64(rng.below(3));
+        }
+        19 => {
+            w.str("no such message");
+        }
+        _ => {}
+    }
+    if rng.chance(15) {
+        let cut = rng.below(body.len() as u64) as usize;
+        body.truncate(cut.max(1));
+    } else if rng.chance(10) {
+        body.push(rng.next() as u8);
+    }
+    body
+}
+
 #[test]
 fn random_frames_close_only_their_connection() {
     let rounds = fault_run::rounds(3) * 40;
@@ -132,11 +213,15 @@ fn random_frames_close_only_their_connection() {
         } else {
             Raw::connect(&s.socket)
         };
-        for _ in 0..1 + rng.below(6) {
-            let mut body = vec![rng.below(24) as u8];
-            for _ in 0..rng.below(48) {
-                body.push(rng.next() as u8);
-            }
+        // Its first call begins a request, so that some later ones name
+        // a request of its own.
+        let mut own = None;
+        for n in 0..1 + rng.below(8) {
+            let body = if n == 0 && handshake {
+                begin_body("mine")
+            } else {
+                random_body(&mut rng, own)
+            };
             if !raw.try_send(&frame(&body)) {
                 break;
             }
@@ -148,6 +233,10 @@ fn random_frames_close_only_their_connection() {
                 "round {round} (seed {seed}): answer status {}",
                 a[0]
             );
+            if n == 0 && handshake && a[0] == 0 {
+                own = Some(u64::from_le_bytes(a[1..9].try_into().unwrap()));
+                continue;
+            }
             if !handshake || malformed(&a) {
                 refused += 1;
                 assert!(raw.closed(), "round {round} (seed {seed}): left open");
