@@ -426,10 +426,19 @@ impl Calls<'_> {
             }
             Op::RequestState => {
                 let id = id(r)?;
-                // Another connection's request reads as never issued.
+                // A request this connection holds reads as in a local
+                // manager.  Any other reads as never issued while it lives
+                // (another connection's), and as gone once the manager let
+                // it go, as a local manager answers for a request of its
+                // own the connection let go (ids come in sequence: that
+                // tells nothing).
+                use crate::request::RequestState::{Gone, NeverIssued};
                 let state = match s.manager_for(id) {
                     Ok(m) => m.request_state(id),
-                    Err(_) => Ok(crate::request::RequestState::NeverIssued),
+                    Err(_) => s
+                        .manager()
+                        .request_state(id)
+                        .map(|st| if st == Gone { Gone } else { NeverIssued }),
                 };
                 state.map(|st| p::put_state(&mut Writer::new(out), st))
             }
