@@ -7,7 +7,9 @@ use kvtier_core::primary::StorePlan;
 use kvtier_core::request::{RequestId, RequestState};
 use kvtier_core::server::ServerOptions;
 use kvtier_core::tiering::{ManagerCalls, RequestParams};
-use kvtier_testkit::server::{clients, holds, keys, load_checked, pattern, start, store};
+use kvtier_testkit::server::{
+    clients, eventually, holds, keys, load_checked, pattern, start, store,
+};
 
 fn begin(c: &dyn ManagerCalls, name: &str) -> RequestId {
     c.request_begin(name, RequestParams::default()).unwrap().id
@@ -125,6 +127,14 @@ fn every_call_on_another_connections_request_is_refused_and_changes_nothing() {
     a.complete_load(ra, (&ready[..4]).into()).unwrap();
     a.request_finished(ra).unwrap();
     assert_eq!(holdings(&s.socket, "owner"), (0, 0, 0));
+    // Let go, it reads as gone, as on a local manager (to either engine:
+    // ids come in sequence, that tells nothing).
+    assert_eq!(a.request_state(ra).unwrap(), RequestState::Gone);
+    assert_eq!(b.request_state(ra).unwrap(), RequestState::Gone);
+    assert_eq!(
+        b.request_state(RequestId(1 << 40)).unwrap(),
+        RequestState::NeverIssued
+    );
     assert_eq!(load_checked(&b, "check", &pending), 4);
     assert_eq!(
         (s.primary("pinned"), s.primary("write_pending")),
@@ -313,4 +323,231 @@ fn the_documented_defaults_bound_each_client() {
         "server.max_requests_per_client",
     );
     assert_eq!(s.primary("loads"), 32.0);
+}
+
+/// One step of the differential run, as each side answered it.
+fn answer<T: std::fmt::Debug>(r: kvtier_core::Result<T>) -> String {
+    match r {
+        Ok(v) => format!("Ok({v:?})"),
+        // The variant: messages name requests by their server-side names.
+        Err(e) => format!(
+            "Err({})",
+            format!("{e:?}").split(['(', ' ']).next().unwrap()
+        ),
+    }
+}
+
+/// A random run of calls on a local manager and on a connected one, side
+/// by side: every answer the same (errors by kind).  Two differences are
+/// by design and kept out of the run: a client's bounds answer before the
+/// manager (they are set as wide as the tier here), and a request's
+/// unpins release only pins of its own connection (here each request
+/// releases pins it took).
+#[test]
+fn a_connected_manager_answers_as_a_local_one() {
+    let seed = kvtier_testkit::fault_run::seed();
+    let steps = kvtier_testkit::fault_run::rounds(3) * 300;
+    let mut rng = kvtier_testkit::rng::Rng(seed);
+    // The client's bounds as wide as the tier, so that only the manager answers.
+    let s = start(
+        64,
+        r#", "server": {"max_pinned_share": 1.0, "max_store_share": 1.0}"#,
+    );
+    let remote = s.connect();
+    let local = kvtier_core::config::Config::from_json(
+        r#"{"block_bytes": 4096, "primary": {"capacity": 64}}"#,
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let sides: [&dyn ManagerCalls; 2] = [&local, &remote];
+    let pool = keys(1, 24);
+    let names = ["a", "b", "c"];
+    let mut ids: [Vec<Option<RequestId>>; 2] = [vec![None; 3], vec![None; 3]];
+    // The pins each request took and has not released, by position.
+    let mut pinned: Vec<Vec<usize>> = vec![Vec::new(); 3];
+    // Pins of requests finished before they released them (held still).
+    let mut orphans = 0;
+    let mut log = Vec::new();
+    for step in 0..steps {
+        let mut op = rng.below(13);
+        // Requests mostly release their pins before they finish, and loads
+        // take pins no further than half the bound (past it the client's
+        // bound answers, before the manager).
+        let who = rng.below(3) as usize;
+        if op == 9 && !pinned[who].is_empty() && rng.chance(75) {
+            op = 6;
+        }
+        if op == 3 && orphans + pinned.iter().map(Vec::len).sum::<usize>() >= 32 {
+            op = 6;
+        }
+        let n = 1 + rng.below(4) as usize;
+        let first = rng.below((pool.len() - n) as u64) as usize;
+        let mut ks = &pool[first..first + n];
+        let own: Vec<_>;
+        if op == 6 && !pinned[who].is_empty() && rng.chance(90) {
+            let take = 1 + rng.below(pinned[who].len() as u64) as usize;
+            own = pinned[who][..take].iter().map(|i| pool[*i]).collect();
+            ks = &own;
+        }
+        let success = rng.chance(70);
+        let bogus = rng.chance(5);
+        let mut got = Vec::new();
+        for (side, c) in sides.iter().enumerate() {
+            let id = match (bogus, ids[side][who]) {
+                (false, Some(id)) => id,
+                _ => RequestId(999_999),
+            };
+            let a = match op {
+                0 => {
+                    let r = c.request_begin(names[who], RequestParams::default());
+                    if let Ok(st) = &r {
+                        ids[side][who] = Some(st.id);
+                    }
+                    answer(r.map(|st| st.policy))
+                }
+                1 => answer(c.lookup_prefix(id, ks.into())),
+                2 => answer(c.lookup_per_key(id, ks.into())),
+                3 => {
+                    let mut slots = Vec::new();
+                    answer(c.prepare_load(id, ks.into(), &mut slots).map(|()| slots))
+                }
+                4 => {
+                    let pos: Vec<u64> = (0..n as u64).collect();
+                    answer(c.set_positions(id, ks.into(), &pos))
+                }
+                5 => answer(c.touch(id, ks.into())),
+                6 => answer(c.complete_load(id, ks.into())),
+                7 => {
+                    let mut plan = StorePlan::default();
+                    let r = c.prepare_store(id, ks.into(), &mut plan);
+                    if let Some(mem) = c.slot_memory() {
+                        for (k, slot) in plan.to_store.iter().zip(&plan.slots) {
+                            mem.write(*slot, 0, &pattern(k)).unwrap();
+                        }
+                    }
+                    answer(r.map(|o| (o, plan.to_store, plan.slots, plan.evicted)))
+                }
+                8 => answer(c.complete_store(id, ks.into(), success)),
+                9 => answer(c.request_finished(id)),
+                10 => answer(c.request_state(id)),
+                11 => answer(c.schedule_end()),
+                _ => answer(c.has_pending_work()),
+            };
+            got.push(a);
+        }
+        if got[0].starts_with("Ok") {
+            let at: Vec<usize> = ks
+                .iter()
+                .map(|k| pool.iter().position(|p| p == k).unwrap())
+                .collect();
+            match op {
+                0 => orphans += std::mem::take(&mut pinned[who]).len(),
+                3 => pinned[who].extend(at),
+                6 => {
+                    // Its own pins first, then another request's.
+                    for i in at {
+                        let mut order = vec![who];
+                        order.extend((0..3).filter(|w| *w != who));
+                        for w in order {
+                            if let Some(j) = pinned[w].iter().position(|x| *x == i) {
+                                pinned[w].remove(j);
+                                break;
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        log.push(format!(
+            "{step}: op {op} request {who} keys {first}..{} -> {}",
+            first + n,
+            got[0]
+        ));
+        assert_eq!(
+            got[0],
+            got[1],
+            "step {step} (seed {seed}): the local manager (left) and the connected one differ; \
+             the run:\n{}\nthe server's clients: {}\npinned {} write pending {}",
+            log[log.len().saturating_sub(30)..].join("\n"),
+            clients(&s.socket),
+            s.primary("pinned"),
+            s.primary("write_pending"),
+        );
+    }
+}
+
+#[test]
+fn pins_a_request_took_from_another_of_its_connection_do_not_keep_the_rest_at_its_end() {
+    let s = start(64, "");
+    let a = s.connect();
+    let b = s.connect();
+    let ks = keys(1, 4);
+    store(&a, "seed", &ks);
+    let ra = begin(&a, "reader");
+    let mut slots = Vec::new();
+    a.prepare_load(ra, (&ks).into(), &mut slots).unwrap();
+    // b's second request releases a pin of its first (a local manager's
+    // unpins go beyond their own pins).
+    let rb = begin(&b, "first");
+    b.prepare_load(rb, (&ks[..2]).into(), &mut slots).unwrap();
+    let rb2 = begin(&b, "second");
+    b.complete_load(rb2, (&ks[..1]).into()).unwrap();
+    a.complete_load(ra, (&ks).into()).unwrap();
+    assert_eq!(s.primary("pinned"), 1.0);
+    // b leaves: its first request's pin of ks[1] is released although its
+    // pin of ks[0] is gone already.
+    drop(b);
+    assert!(eventually(std::time::Duration::from_secs(5), || {
+        s.primary("pinned") == 0.0
+    }));
+}
+
+#[test]
+fn the_pin_bound_counts_the_pins_a_connection_still_holds() {
+    // 64 slots x 0.25: 16 pins per client.
+    let s = start(64, r#", "server": {"max_pinned_share": 0.25}"#);
+    let a = s.connect();
+    let ks = keys(1, 17);
+    store(&a, "seed", &ks);
+    let r1 = begin(&a, "first");
+    let mut slots = Vec::new();
+    a.prepare_load(r1, (&ks[..16]).into(), &mut slots).unwrap();
+    // A second request releases them (unpins beyond its own pins take
+    // the first's, as on a local manager): the client holds none.
+    let r2 = begin(&a, "second");
+    a.complete_load(r2, (&ks[..16]).into()).unwrap();
+    assert_eq!(s.primary("pinned"), 0.0);
+    let r3 = begin(&a, "third");
+    a.prepare_load(r3, (&ks[..16]).into(), &mut slots).unwrap();
+    no_space(
+        a.prepare_load(r3, (&ks[16..]).into(), &mut slots),
+        "server.max_pinned_share",
+    );
+}
+
+#[test]
+fn a_finished_request_is_unknown_to_a_plan_even_at_the_bounds() {
+    // 64 slots x 0.25: 16 pins and 16 keys of stores per client.
+    let s = start(
+        64,
+        r#", "server": {"max_pinned_share": 0.25, "max_store_share": 0.25}"#,
+    );
+    let a = s.connect();
+    let ks = keys(1, 17);
+    store(&a, "seed", &ks[..16]);
+    store(&a, "seed2", &ks[16..]);
+    let r = begin(&a, "r");
+    let mut slots = Vec::new();
+    a.prepare_load(r, (&ks[..16]).into(), &mut slots).unwrap();
+    let mut plan = StorePlan::default();
+    a.prepare_store(r, (&keys(2, 16)).into(), &mut plan)
+        .unwrap();
+    a.request_finished(r).unwrap();
+    // As a local manager answers: the request is finished, not the
+    // client out of room.
+    unknown(a.prepare_load(r, (&ks[16..]).into(), &mut slots));
+    unknown(a.prepare_store(r, (&keys(3, 1)).into(), &mut plan));
+    assert_eq!(a.request_state(r).unwrap(), RequestState::Finishing);
 }
