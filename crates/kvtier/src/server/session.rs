@@ -65,7 +65,7 @@ pub struct Session {
     requests: HashMap<RequestId, Held, Hasher>,
     /// Per key, the pins the connection's loads took less its unpins of
     /// that key, whichever of its requests made them: what the pin bound
-    /// counts.  (A request's own records, in [`Held`], are what it
+    /// counts.  (A request's own records, in `Held`, are what it
     /// releases at the end; a local manager's unpins may go beyond a
     /// request's own pins, so the two differ.)
     live_pins: HashMap<Key, u32, Hasher>,
