@@ -12,6 +12,7 @@
 #   make bench      every benchmark: JSON results in build/bench/, one summary table
 #   make install PREFIX=/usr/local
 #   make faults     the fault runs, long: crashes, damaged files, full disk, redis faults
+#   make server-faults  the node server's fault runs, long: engines and the server killed, bad peers
 #   make mutants FILES="crates/kvtier/src/a.rs ..." | BASE=origin/main   mutation testing
 
 CARGO  ?= cargo
@@ -28,7 +29,7 @@ FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
 .PHONY: all lib c test test-lint test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm test-vllm-connector python-test-deps demo demo-server header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
-	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults mutants mutants-available
+	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults server-faults mutants mutants-available
 
 all: lib c
 
@@ -342,6 +343,21 @@ faults: redis-available
 	  -- --nocapture --test-threads=1 >$(FAULT_DIR)/log.txt 2>&1; rc=$$?; \
 	  grep -ho -e 'fault-run .*' -e 'SKIPPED: .*' $(FAULT_DIR)/log.txt | tee $(FAULT_DIR)/figures.txt; \
 	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/log.txt; exit $$rc; fi
+
+# The node server's fault runs (crates/kvtier/tests/server_faults.rs,
+# server_fuzz.rs): engines `kill -9`ed at random moments while they hold
+# pins, planned stores and half-sent messages, the server killed mid-load
+# and restarted over its fs tier, random frames and damaged real calls.
+# `make test` runs them short; this runs FAULT_ROUNDS rounds
+# (KVTIER_FAULT_SEED=N repeats a run), figures in
+# $(BUILD)/faults/server-figures.txt.
+server-faults:
+	@mkdir -p $(FAULT_DIR)
+	@echo "== KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) cargo test -p kvtier --test server_faults --test server_fuzz (log: $(FAULT_DIR)/server-log.txt)"
+	@KVTIER_FAULT_ROUNDS=$(FAULT_ROUNDS) $(CARGO) test -p kvtier $(CARGO_FEATURES) --test server_faults --test server_fuzz \
+	  -- --nocapture >$(FAULT_DIR)/server-log.txt 2>&1; rc=$$?; \
+	  grep -ho -e 'fault-run .*' -e 'SKIPPED: .*' $(FAULT_DIR)/server-log.txt | tee $(FAULT_DIR)/server-figures.txt; \
+	  if [ $$rc != 0 ]; then tail -n 60 $(FAULT_DIR)/server-log.txt; exit $$rc; fi
 
 # Mutation testing with cargo-mutants (installed from crates.io when
 # missing): every mutant of the named files, or of the lines this branch

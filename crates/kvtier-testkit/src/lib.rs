@@ -17,6 +17,7 @@
 //! - [`require`]: tests that need a tool: skipped, or failed under
 //!   `KVTIER_REQUIRE_ALL=1`.
 //! - [`rng`]: a small deterministic random generator.
+//! - [`server`]: node servers, connected managers and the raw protocol.
 //! - [`tmpfs`]: a small tmpfs of its own, for full-disk tests.
 
 pub mod block_damage;
@@ -30,4 +31,5 @@ pub mod redis_server;
 pub mod region_files;
 pub mod require;
 pub mod rng;
+pub mod server;
 pub mod tmpfs;

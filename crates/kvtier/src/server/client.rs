@@ -254,6 +254,21 @@ fn exchange<T>(
         Error::Disconnected(why)
     };
     if let Err(e) = transport::send(&link.stream, &mut link.out, Some(deadline)) {
+        // A server that refuses a connection at accept answers and closes
+        // before reading the handshake: its answer is here already.
+        let now = Waiting::Poll {
+            spin: Duration::ZERO,
+            deadline: Instant::now(),
+        };
+        if let Ok(Some(frame)) = link.reader.next(&link.stream, now) {
+            let mut r = Reader::new(frame);
+            if r.u8("the answer's status") == Ok(ANSWER_ERROR) {
+                if let Ok(refusal) = p::get_error(&mut r) {
+                    gone(link, format!("refused: {refusal}"));
+                    return Err(refusal);
+                }
+            }
+        }
         return Err(gone(link, format!("sending a call: {e}")));
     }
     let frame = match link

@@ -8,7 +8,7 @@
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::options::ServerOptions;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
@@ -18,7 +18,7 @@ use super::transport::{self, FrameReader, Waiting};
 use super::wire::{Malformed, Reader, Writer};
 use crate::key::{Key, KeyBatch};
 use crate::primary::StorePlan;
-use crate::request::{RequestId, RequestState};
+use crate::request::RequestId;
 use crate::stats::{Stat, StatKind};
 use crate::{Error, Result};
 
@@ -159,7 +159,8 @@ pub(super) fn serve(
         status.pins.store(h.pins, Ordering::Relaxed);
         status.stores.store(h.stores, Ordering::Relaxed);
         status.calls.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = transport::send(&stream, &mut out, None) {
+        let deadline = Instant::now() + SEND_TIMEOUT;
+        if let Err(e) = transport::send(&stream, &mut out, Some(deadline)) {
             break format!("stopped reading its answers ({e})");
         }
     };
@@ -181,7 +182,15 @@ fn handshake(
     reader: &mut FrameReader,
     id: u64,
 ) -> std::result::Result<Hello, String> {
-    let frame = match reader.next(stream, Waiting::Block) {
+    // One deadline for the whole handshake: a peer dripping its bytes
+    // does not get a new timeout with each.
+    let deadline =
+        Instant::now() + Duration::from_millis(shared.config.server.handshake_timeout_ms);
+    let how = Waiting::Poll {
+        spin: Duration::ZERO,
+        deadline,
+    };
+    let frame = match reader.next(stream, how) {
         Ok(Some(f)) => f,
         Ok(None) => return Err("closed before its handshake".into()),
         Err(e) => return Err(format!("no handshake: {e}")),
@@ -245,7 +254,8 @@ fn handshake(
     transport::begin(&mut buf);
     let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
     Writer::new(&mut buf).u8(ANSWER_OK).str(&json);
-    transport::send(stream, &mut buf, None).map_err(|e| format!("answering its handshake: {e}"))?;
+    transport::send(stream, &mut buf, Some(Instant::now() + SEND_TIMEOUT))
+        .map_err(|e| format!("answering its handshake: {e}"))?;
     Ok(hello)
 }
 
@@ -386,14 +396,19 @@ impl Calls<'_> {
             }
             Op::RequestState => {
                 let id = id(r)?;
-                // Another connection's live request reads as never issued;
-                // a request let go reads as gone, whoever began it.
+                // A request this connection holds reads as in a local
+                // manager.  Any other reads as never issued while it lives
+                // (another connection's), and as gone once the manager let
+                // it go, as a local manager answers for a request of its
+                // own the connection let go (ids come in sequence: that
+                // tells nothing).
+                use crate::request::RequestState::{Gone, NeverIssued};
                 let state = match s.manager_for(id) {
                     Ok(m) => m.request_state(id),
-                    Err(_) => s.manager().request_state(id).map(|st| match st {
-                        RequestState::Gone => RequestState::Gone,
-                        _ => RequestState::NeverIssued,
-                    }),
+                    Err(_) => s
+                        .manager()
+                        .request_state(id)
+                        .map(|st| if st == Gone { Gone } else { NeverIssued }),
                 };
                 state.map(|st| p::put_state(&mut Writer::new(out), st))
             }

@@ -7,10 +7,10 @@
 //! (a socket file no server listens on is replaced; a live one, or a path
 //! that is not a socket, is an error).  Accept: check the peer with
 //! `SO_PEERCRED`, bound the number of connections, give each a thread.
-//! Stop (the flag [`Server::run`] watches, which `kvtierd` sets on `SIGTERM`): stop
-//! accepting, close every connection (each releases what its requests
-//! hold), shut the manager down (draining its tiers), remove the region's
-//! names and the socket.
+//! Stop (the flag given to [`Server::run`], which `kvtierd` sets on
+//! `SIGTERM`): stop accepting, close every connection (each releases what
+//! its requests hold), shut the manager down (draining its tiers), remove
+//! the region's names and the socket.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;

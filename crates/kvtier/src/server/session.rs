@@ -63,6 +63,13 @@ pub struct Session {
     prefix: String,
     bounds: Bounds,
     requests: HashMap<RequestId, Held, Hasher>,
+    /// Per key, the pins the connection's loads took less its unpins of
+    /// that key, whichever of its requests made them: what the pin bound
+    /// counts.  (A request's own records, in `Held`, are what it
+    /// releases at the end; a local manager's unpins may go beyond a
+    /// request's own pins, so the two differ.)
+    live_pins: HashMap<Key, u32, Hasher>,
+    /// The sum of `live_pins`.
     pins: usize,
     stores: usize,
     name_buf: String,
@@ -87,6 +94,7 @@ impl Session {
             prefix: format!("c{id}/"),
             bounds,
             requests: HashMap::default(),
+            live_pins: HashMap::default(),
             pins: 0,
             stores: 0,
             name_buf: String::new(),
@@ -110,6 +118,13 @@ impl Session {
                 "{request}: not a request of this connection (never begun by it, or let go)"
             )))
         }
+    }
+
+    /// Whether `request` (of this connection) is finished: the manager
+    /// then refuses a load or store plan as unknown, as a local one does,
+    /// and no bound is reached on its behalf.
+    fn finished(&self, request: RequestId) -> bool {
+        self.requests.get(&request).is_some_and(|h| h.finished)
     }
 
     /// Begins a request named `name` within this connection (other
@@ -149,7 +164,7 @@ impl Session {
         slots: &mut Vec<u32>,
     ) -> Result<()> {
         self.owned(request)?;
-        if self.pins + keys.len() > self.bounds.pins {
+        if self.pins + keys.len() > self.bounds.pins && !self.finished(request) {
             return Err(Error::NoSpace(format!(
                 "this client holds {} pins and asks for {} more; its bound is {} \
                  (server.max_pinned_share of the primary tier)",
@@ -164,10 +179,16 @@ impl Session {
             keys.len(),
             "the connection's pins",
         )?;
+        room::<Key>(
+            self.live_pins.try_reserve(keys.len()),
+            keys.len(),
+            "the connection's pins",
+        )?;
         self.manager
             .prepare_load(request, KeyBatch::from(keys), slots)?;
         for k in keys {
             *held.pins.entry(*k).or_insert(0) += 1;
+            *self.live_pins.entry(*k).or_insert(0) += 1;
         }
         self.pins += keys.len();
         Ok(())
@@ -181,9 +202,15 @@ impl Session {
         for k in keys {
             if let Some(n) = held.pins.get_mut(k) {
                 *n -= 1;
-                self.pins -= 1;
                 if *n == 0 {
                     held.pins.remove(k);
+                }
+            }
+            if let Some(n) = self.live_pins.get_mut(k) {
+                *n -= 1;
+                self.pins -= 1;
+                if *n == 0 {
+                    self.live_pins.remove(k);
                 }
             }
         }
@@ -199,7 +226,7 @@ impl Session {
         plan: &mut StorePlan,
     ) -> Result<crate::primary::StoreOutcome> {
         self.owned(request)?;
-        if self.stores + keys.len() > self.bounds.stores {
+        if self.stores + keys.len() > self.bounds.stores && !self.finished(request) {
             return Err(Error::NoSpace(format!(
                 "this client has {} keys of stores in flight and asks for {} more; its bound is \
                  {} (server.max_store_share of the primary tier)",
@@ -289,12 +316,25 @@ impl Session {
                         keys.push(*k);
                     }
                 }
-                let _ = self.manager.complete_load(id, KeyBatch::from(&keys));
+                // Another request of this connection may have taken some
+                // of these pins (a local manager's unpins go beyond their
+                // own): then the batch is refused whole, and each key is
+                // released alone.
+                if self
+                    .manager
+                    .complete_load(id, KeyBatch::from(&keys))
+                    .is_err()
+                {
+                    for k in &keys {
+                        let _ = self.manager.complete_load(id, KeyBatch::from(&[*k]));
+                    }
+                }
             }
             if !held.finished {
                 let _ = self.manager.request_finished(id);
             }
         }
+        self.live_pins.clear();
         self.pins = 0;
         self.stores = 0;
     }
