@@ -551,3 +551,40 @@ fn a_finished_request_is_unknown_to_a_plan_even_at_the_bounds() {
     unknown(a.prepare_store(r, (&keys(3, 1)).into(), &mut plan));
     assert_eq!(a.request_state(r).unwrap(), RequestState::Finishing);
 }
+
+#[test]
+fn an_engine_cannot_release_another_engines_pins() {
+    let s = start(64, "");
+    let a = s.connect();
+    let b = s.connect();
+    let ks = keys(2, 3);
+    store(&a, "seed", &ks);
+    let ra = begin(&a, "reader");
+    let mut slots = Vec::new();
+    a.prepare_load(ra, (&ks).into(), &mut slots).unwrap();
+    assert_eq!(s.primary("pinned"), 3.0);
+    // b's request took no pin of these: its unpin is refused whole.
+    let rb = begin(&b, "thief");
+    let e = b.complete_load(rb, (&ks).into()).unwrap_err();
+    assert!(
+        matches!(&e, Error::KeyState { index: 0, reason, .. } if reason.contains("this connection")),
+        "{e}"
+    );
+    // Naming a key twice needs two pins of this connection.
+    let mut one = Vec::new();
+    b.prepare_load(rb, (&ks[..1]).into(), &mut one).unwrap();
+    let twice = [ks[0], ks[0]];
+    let e = b.complete_load(rb, (&twice).into()).unwrap_err();
+    assert!(matches!(e, Error::KeyState { index: 1, .. }), "{e}");
+    assert_eq!(s.primary("pinned"), 3.0, "three slots, ks[0] pinned twice");
+    // Every pin is still there to release: each of these would fail on a
+    // pin the refused calls had taken.
+    b.complete_load(rb, (&ks[..1]).into()).unwrap();
+    assert_eq!(s.primary("pinned"), 3.0, "ks[0] still a's");
+    a.complete_load(ra, (&ks).into()).unwrap();
+    assert_eq!(s.primary("pinned"), 0.0);
+    // A request this connection no longer holds answers as a local
+    // manager does, whatever keys it names.
+    b.request_finished(rb).unwrap();
+    unknown(b.complete_load(rb, (&ks).into()));
+}

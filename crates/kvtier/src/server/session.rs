@@ -73,6 +73,8 @@ pub struct Session {
     pins: usize,
     stores: usize,
     name_buf: String,
+    /// Per key, how often the unpin being checked names it (reused).
+    named: HashMap<Key, u32, Hasher>,
 }
 
 /// What a connection holds now, for the client list.
@@ -98,6 +100,7 @@ impl Session {
             pins: 0,
             stores: 0,
             name_buf: String::new(),
+            named: HashMap::default(),
         }
     }
 
@@ -194,9 +197,22 @@ impl Session {
         Ok(())
     }
 
-    /// Releases `keys`' pins of `request`'s loads.
+    /// Releases `keys`' pins of `request`'s loads.  Only pins this
+    /// connection's loads took: a key named more often than the
+    /// connection holds it pinned is [`Error::KeyState`] naming its
+    /// position, and nothing changes, so that no engine releases a block
+    /// another engine is still copying out of.  (A local manager, like
+    /// vLLM, lets a request's unpins take other requests' pins; within
+    /// one connection they still may.)
     pub fn complete_load(&mut self, request: RequestId, keys: &[Key]) -> Result<()> {
         self.owned(request)?;
+        if let Err(e) = self.check_unpins(keys) {
+            // A request the manager no longer takes answers as it would
+            // (an unload of no keys changes nothing).
+            self.manager
+                .complete_load(request, KeyBatch::from(&keys[..0]))?;
+            return Err(e);
+        }
         self.manager.complete_load(request, KeyBatch::from(keys))?;
         let held = self.requests.get_mut(&request).expect("owned");
         for k in keys {
@@ -215,6 +231,31 @@ impl Session {
             }
         }
         self.let_go_if_done(request);
+        Ok(())
+    }
+
+    /// An error unless every key of an unpin is pinned by this
+    /// connection's loads as often as the unpin names it.
+    fn check_unpins(&mut self, keys: &[Key]) -> Result<()> {
+        self.named.clear();
+        room::<Key>(
+            self.named.try_reserve(keys.len()),
+            keys.len(),
+            "an unpin's keys",
+        )?;
+        for (index, k) in keys.iter().enumerate() {
+            let named = self.named.entry(*k).or_insert(0);
+            *named += 1;
+            if *named > self.live_pins.get(k).copied().unwrap_or(0) {
+                return Err(Error::KeyState {
+                    index,
+                    key: k.to_hex(),
+                    reason: "not pinned by this connection's loads (another engine's pins \
+                             are its own to release)"
+                        .into(),
+                });
+            }
+        }
         Ok(())
     }
 
