@@ -58,3 +58,11 @@ ctest --test-dir "$build" --output-on-failure -E 'replay_medium|replay_workload_
 echo "== the fuzzer with other seeds under $san"
 "$build/bin/kvtier-fuzz" --seed 11 --ops 100000
 "$build/bin/kvtier-fuzz" --seed 12 --ops 30000 --fs
+
+# The node server with the same sanitizer: its protocol fuzz (random and
+# mutated frames, huge lengths, idle and silent peers), sharing and bounds,
+# and engines killed at random points, each serving from a server in the
+# test's own (instrumented) process.
+echo "== the node server's tests under $san"
+RUSTFLAGS="-Zsanitizer=$san" cargo "+$nightly" test -q -Zbuild-std --target "$triple" --release \
+  -p kvtier --target-dir "target/$san" --test server_fuzz --test server --test server_faults
