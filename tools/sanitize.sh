@@ -64,5 +64,5 @@ echo "== the fuzzer with other seeds under $san"
 # and engines killed at random points, each serving from a server in the
 # test's own (instrumented) process.
 echo "== the node server's tests under $san"
-RUSTFLAGS="-Zsanitizer=$san" cargo "+$nightly" test -q -Zbuild-std --target "$triple" --release \
+RUSTFLAGS="-Zsanitizer=$san" cargo "+$nightly" test -q -Zbuild-std --target "$triple" \
   -p kvtier --target-dir "target/$san" --test server_fuzz --test server --test server_faults

@@ -456,7 +456,8 @@ fn a_huge_announced_length_closes_only_that_connection() {
                 Raw::connect(&s.socket)
             };
             raw.send(&len.to_le_bytes());
-            raw.send(&[3; 100]);
+            // The server may close before these arrive.
+            let _ = raw.try_send(&[3; 100]);
             assert!(raw.closed(), "a frame of {len} bytes announced: left open");
             good.check(&s, &format!("length {len}"));
         }

@@ -159,12 +159,16 @@ impl FrameReader {
                     self.used = PREFIX + len;
                     return Ok(Some(&self.buf[PREFIX..PREFIX + len]));
                 }
+                // Room grows with the bytes that came, not with the length
+                // announced: a peer announcing the largest frame and sending
+                // little costs little.
                 let want = PREFIX + len;
-                if self.buf.len() < want {
-                    self.buf.try_reserve(want - self.buf.len()).map_err(|_| {
+                if self.filled == self.buf.len() {
+                    let grown = want.min(self.buf.len().saturating_mul(2).max(4096));
+                    self.buf.try_reserve(grown - self.buf.len()).map_err(|_| {
                         io::Error::new(io::ErrorKind::OutOfMemory, "a message's buffer")
                     })?;
-                    self.buf.resize(want, 0);
+                    self.buf.resize(grown, 0);
                 }
             } else if self.buf.len() < 4096 {
                 self.buf.resize(4096, 0);
@@ -255,6 +259,23 @@ mod tests {
         assert!(f.iter().all(|&x| x == 7));
         writer.join().unwrap();
         assert!(r.next(&b, Waiting::Block).unwrap().is_none());
+    }
+
+    #[test]
+    fn room_grows_with_the_bytes_received_not_the_length_announced() {
+        let (a, b) = UnixStream::pair().unwrap();
+        use std::io::Write;
+        (&a).write_all(&(MAX_FRAME as u32).to_le_bytes()).unwrap();
+        (&a).write_all(&[1u8; 10_000]).unwrap();
+        drop(a);
+        let mut r = FrameReader::default();
+        let e = r.next(&b, Waiting::Block).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(
+            r.buf.len() <= 32 * 1024,
+            "{} bytes for 10 kB received",
+            r.buf.len()
+        );
     }
 
     #[test]
