@@ -541,7 +541,7 @@ fn a_connection_that_never_handshakes_is_closed_after_the_handshake_timeout() {
 
 #[test]
 fn a_peer_that_never_reads_its_answers_is_closed_alone() {
-    let s = start(64, "");
+    let s = start(64, r#", "server": {"send_timeout_ms": 500}"#);
     let mut good = Good::new(&s);
     let mut raw = Raw::engine(&s.socket);
     // A request of its own, holding a pin.
@@ -582,7 +582,8 @@ fn a_peer_that_never_reads_its_answers_is_closed_alone() {
     let fresh = keys(8, 2);
     store(&good.c, "f", &fresh);
     assert_eq!(load_checked(&good.c, "f", &fresh), 2);
-    // The server gives up on it (its send timeout) and releases its pin.
+    // The server gives up on it (its send timeout, 0.5 s here) and
+    // releases its pin.
     let released = eventually(Duration::from_secs(20), || s.primary("pinned") == 2.0);
     assert!(released, "the silent reader's connection was never closed");
     raw.stream.set_nonblocking(false).unwrap();

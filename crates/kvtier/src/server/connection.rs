@@ -79,10 +79,6 @@ pub fn refuse(stream: &UnixStream, e: &Error) {
     let _ = transport::send(stream, &mut buf, None);
 }
 
-/// How long a send to a client may wait for room before the client is
-/// taken as gone (one that never reads).
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long a connection's thread polls for the next call after an answer
 /// before it sleeps: an engine's calls come in bursts (a step's), and a
 /// thread that slept must be woken, which costs more than the whole call
@@ -98,8 +94,9 @@ pub(super) fn serve(
     status: &ClientStatus,
 ) {
     let ms = shared.config.server.handshake_timeout_ms;
+    let send_timeout = shared.config.server.send_timeout();
     let _ = stream.set_read_timeout(Some(Duration::from_millis(ms)));
-    let _ = stream.set_write_timeout(Some(SEND_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(send_timeout));
     let mut reader = FrameReader::default();
     let hello = match handshake(shared, &stream, &mut reader, id) {
         Ok(h) => h,
@@ -159,7 +156,7 @@ pub(super) fn serve(
         status.pins.store(h.pins, Ordering::Relaxed);
         status.stores.store(h.stores, Ordering::Relaxed);
         status.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = Instant::now() + SEND_TIMEOUT;
+        let deadline = Instant::now() + send_timeout;
         if let Err(e) = transport::send(&stream, &mut out, Some(deadline)) {
             break format!("stopped reading its answers ({e})");
         }
@@ -254,7 +251,8 @@ fn handshake(
     transport::begin(&mut buf);
     let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
     Writer::new(&mut buf).u8(ANSWER_OK).str(&json);
-    transport::send(stream, &mut buf, Some(Instant::now() + SEND_TIMEOUT))
+    let deadline = Instant::now() + shared.config.server.send_timeout();
+    transport::send(stream, &mut buf, Some(deadline))
         .map_err(|e| format!("answering its handshake: {e}"))?;
     Ok(hello)
 }

@@ -40,6 +40,10 @@ pub struct ServerOptions {
     /// Milliseconds a new connection has to complete its handshake
     /// (default 5000); then it is closed.
     pub handshake_timeout_ms: u64,
+    /// Milliseconds an answer may wait for room in a client's socket
+    /// (default 10000); a client that reads nothing for that long is taken
+    /// as gone and its connection closed.
+    pub send_timeout_ms: u64,
 }
 
 impl Default for ServerOptions {
@@ -55,11 +59,17 @@ impl Default for ServerOptions {
             max_pinned_share: 0.5,
             max_store_share: 0.5,
             handshake_timeout_ms: 5000,
+            send_timeout_ms: 10_000,
         }
     }
 }
 
 impl ServerOptions {
+    /// [`ServerOptions::send_timeout_ms`] as a duration.
+    pub fn send_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.send_timeout_ms)
+    }
+
     /// An error naming the first option out of range.
     pub fn validate(&self) -> Result<()> {
         let bad = |what: &str| {
@@ -86,6 +96,9 @@ impl ServerOptions {
         }
         if self.handshake_timeout_ms == 0 {
             return bad("handshake_timeout_ms: must be at least 1");
+        }
+        if self.send_timeout_ms == 0 {
+            return bad("send_timeout_ms: must be at least 1");
         }
         Ok(())
     }
@@ -182,6 +195,16 @@ mod tests {
         let e =
             err(r#"{"block_bytes": 4096, "region": {"name": "d"}, "server": {"max_clients": 0}}"#);
         assert!(e.contains("server.max_clients"), "{e}");
+        for zero in [
+            "handshake_timeout_ms",
+            "send_timeout_ms",
+            "max_requests_per_client",
+        ] {
+            let e = err(&format!(
+                r#"{{"block_bytes": 4096, "region": {{"name": "d"}}, "server": {{"{zero}": 0}}}}"#
+            ));
+            assert!(e.contains(&format!("server.{zero}")), "{e}");
+        }
         assert!(err("[1]").contains("configuration"));
         // The "server" object is kvtierd's: a manager built in-process refuses it.
         let e = Config::from_json(r#"{"server": {}}"#)
