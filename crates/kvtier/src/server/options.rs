@@ -157,6 +157,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.server, ServerOptions::default());
+        assert_eq!(c.server.send_timeout(), std::time::Duration::from_secs(10));
         assert_eq!(c.manager.primary.capacity, 8);
         assert!(c.manager.progress.hold_hits, "held by default in kvtierd");
         let c = DaemonConfig::from_json(
