@@ -262,6 +262,50 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_larger_than_the_socket_buffer_crosses_whole_from_a_non_blocking_sender() {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let body: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
+        let expected = body.clone();
+        let reader = std::thread::spawn(move || {
+            let mut r = FrameReader::default();
+            let f = r.next(&b, Waiting::Block).unwrap().unwrap().to_vec();
+            assert!(r.next(&b, Waiting::Block).unwrap().is_none());
+            f
+        });
+        let mut buf = Vec::new();
+        begin(&mut buf);
+        buf.extend_from_slice(&body);
+        // Partial sends and waits for room: the frame arrives whole.
+        send(&a, &mut buf, Some(Instant::now() + Duration::from_secs(60))).unwrap();
+        drop(a);
+        assert!(reader.join().unwrap() == expected, "the frame's bytes");
+    }
+
+    #[test]
+    fn a_frame_over_the_protocols_bound_is_refused_and_one_at_it_is_sent() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut r = FrameReader::default();
+            let n = r.next(&b, Waiting::Block).unwrap().unwrap().len();
+            (n, r.next(&b, Waiting::Block).unwrap().is_none())
+        });
+        let mut buf = Vec::new();
+        begin(&mut buf);
+        buf.resize(PREFIX + MAX_FRAME + 1, 0);
+        let e = send(&a, &mut buf, None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        buf.truncate(PREFIX + MAX_FRAME);
+        send(&a, &mut buf, None).unwrap();
+        drop(a);
+        assert_eq!(
+            reader.join().unwrap(),
+            (MAX_FRAME, true),
+            "nothing of the refused one"
+        );
+    }
+
+    #[test]
     fn room_grows_with_the_bytes_received_not_the_length_announced() {
         let (a, b) = UnixStream::pair().unwrap();
         use std::io::Write;
