@@ -339,6 +339,35 @@ mod tests {
     }
 
     #[test]
+    fn a_late_answer_wakes_a_reader_asleep_in_poll_and_a_late_frame_end_too() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            std::thread::sleep(Duration::from_millis(50));
+            (&a).write_all(&5u32.to_le_bytes()).unwrap();
+            (&a).write_all(b"ab").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            (&a).write_all(b"cde").unwrap();
+            a
+        });
+        let how = Waiting::Poll {
+            spin: Duration::ZERO,
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        let mut r = FrameReader::default();
+        assert_eq!(r.next(&b, how).unwrap().unwrap(), b"abcde");
+        drop(writer.join().unwrap());
+        let how = Waiting::Poll {
+            spin: Duration::ZERO,
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        assert!(
+            r.next(&b, how).unwrap().is_none(),
+            "the close, not a timeout"
+        );
+    }
+
+    #[test]
     fn a_silent_peer_times_out_at_the_deadline() {
         let (_a, b) = UnixStream::pair().unwrap();
         let t = Instant::now();
