@@ -107,10 +107,6 @@ impl<'a> Reader<'a> {
     pub fn new(bytes: &'a [u8]) -> Reader<'a> {
         Reader { bytes }
     }
-    /// Bytes not read yet.
-    pub fn remaining(&self) -> usize {
-        self.bytes.len()
-    }
     /// An error unless every byte was read: a frame with bytes after its
     /// last field is malformed.
     pub fn finish(&self) -> Result<(), Malformed> {
@@ -244,6 +240,7 @@ mod tests {
         Writer::new(&mut buf)
             .u8(9)
             .bool(true)
+            .bool(false)
             .u32(0xdead_beef)
             .u64(u64::MAX - 1)
             .i32(-5)
@@ -255,6 +252,7 @@ mod tests {
         let mut r = Reader::new(&buf);
         assert_eq!(r.u8("x"), Ok(9));
         assert_eq!(r.bool("x"), Ok(true));
+        assert_eq!(r.bool("x"), Ok(false));
         assert_eq!(r.u32("x"), Ok(0xdead_beef));
         assert_eq!(r.u64("x"), Ok(u64::MAX - 1));
         assert_eq!(r.i32("x"), Ok(-5));
