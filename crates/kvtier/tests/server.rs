@@ -588,3 +588,45 @@ fn an_engine_cannot_release_another_engines_pins() {
     b.request_finished(rb).unwrap();
     unknown(b.complete_load(rb, (&ks).into()));
 }
+
+#[test]
+fn an_engine_releases_exactly_the_pins_its_loads_took() {
+    let s = start(64, "");
+    let a = s.connect();
+    let b = s.connect();
+    let ks = keys(3, 1);
+    store(&a, "seed", &ks);
+    let (r1, r2) = (begin(&a, "one"), begin(&a, "two"));
+    let mut slots = Vec::new();
+    // Two pins of one key, by two requests of a: two unpins are a's.
+    a.prepare_load(r1, (&ks).into(), &mut slots).unwrap();
+    a.prepare_load(r2, (&ks).into(), &mut slots).unwrap();
+    a.complete_load(r1, (&ks).into()).unwrap();
+    a.complete_load(r1, (&ks).into()).unwrap();
+    // None left: a third is refused, and b's pin is not a's to take.
+    let rb = begin(&b, "other");
+    b.prepare_load(rb, (&ks).into(), &mut slots).unwrap();
+    let e = a.complete_load(r2, (&ks).into()).unwrap_err();
+    assert!(matches!(e, Error::KeyState { .. }), "{e}");
+    assert_eq!(s.primary("pinned"), 1.0, "b's pin stays");
+    b.complete_load(rb, (&ks).into()).unwrap();
+    assert_eq!(s.primary("pinned"), 0.0);
+}
+
+#[test]
+fn an_engine_that_leaves_has_its_unfinished_requests_finished() {
+    let s = start(64, "");
+    let a = s.connect();
+    let b = s.connect();
+    let ra = begin(&a, "left-open");
+    assert_eq!(b.request_state(ra).unwrap(), RequestState::NeverIssued);
+    drop(a);
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || {
+            b.request_state(ra).unwrap() == RequestState::Gone
+        }),
+        "the request of an engine that left is still live"
+    );
+    let (requests, pins, stores) = holdings(&s.socket, "test");
+    assert_eq!((requests, pins, stores), (0, 0, 0), "b holds nothing");
+}
