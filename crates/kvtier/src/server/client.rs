@@ -205,6 +205,16 @@ impl Client {
         &self.info
     }
 
+    /// What carries this connection's calls: [`Transport::Ring`] when
+    /// asked for and granted, else [`Transport::Socket`].
+    pub fn transport(&self) -> Transport {
+        if self.link.lock().ring.is_some() {
+            Transport::Ring
+        } else {
+            Transport::Socket
+        }
+    }
+
     /// The region mapped from the server, if mapped.
     pub fn region(&self) -> Option<&Region> {
         self.region.as_ref()
