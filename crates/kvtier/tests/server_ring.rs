@@ -26,10 +26,16 @@ fn the_ring_is_granted_to_an_engine_that_asks_and_not_to_an_observer() {
     // Blocks one stored are hits for the other, whatever carries them.
     let ks = keys(1, 4);
     store(&ring, "a", &ks);
-    let r = socket.request_begin("b", RequestParams::default()).unwrap().id;
+    let r = socket
+        .request_begin("b", RequestParams::default())
+        .unwrap()
+        .id;
     let a = socket.lookup_prefix(r, (&ks).into()).unwrap();
     assert_eq!(a.hits, 4);
-    let r = ring.request_begin("c", RequestParams::default()).unwrap().id;
+    let r = ring
+        .request_begin("c", RequestParams::default())
+        .unwrap()
+        .id;
     let b = ring.lookup_prefix(r, (&ks).into()).unwrap();
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }
@@ -59,7 +65,10 @@ fn calls_larger_than_the_ring_cross_the_socket_and_the_ring_carries_on() {
         let a = c.lookup_per_key(r, (&many).into()).unwrap();
         assert_eq!(a.hits, 0);
         c.request_finished(r).unwrap();
-        let r = c.request_begin("small", RequestParams::default()).unwrap().id;
+        let r = c
+            .request_begin("small", RequestParams::default())
+            .unwrap()
+            .id;
         assert_eq!(c.lookup_prefix(r, (&small).into()).unwrap().hits, 2);
         c.request_finished(r).unwrap();
     }

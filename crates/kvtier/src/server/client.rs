@@ -18,8 +18,8 @@ use parking_lot::Mutex;
 
 use super::connection::get_stats;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
-use super::state::ServerInfo;
 use super::ring::{self, Arrived, Ring};
+use super::state::ServerInfo;
 use super::transport::{self, FrameReader, PREFIX, Waiting};
 use super::wire::{Malformed, Reader, Writer};
 use crate::key::KeyBatch;
@@ -325,7 +325,10 @@ fn exchange<T>(
     };
     // With a ring, the call goes there, or is announced there and sent on
     // the socket when too large.
-    let in_ring = link.ring.as_mut().map(|r| !r.send_call(&link.out[PREFIX..]));
+    let in_ring = link
+        .ring
+        .as_mut()
+        .map(|r| !r.send_call(&link.out[PREFIX..]));
     if in_ring != Some(true) {
         if let Err(e) = transport::send(&link.stream, &mut link.out, Some(deadline)) {
             // A server that refuses a connection at accept answers and closes
@@ -367,7 +370,11 @@ fn exchange<T>(
 /// The answer to the call just sent: from the ring when there is one
 /// (unless it says the answer is on the socket), else from the socket.
 /// `Err`: why the connection is gone.
-fn receive(link: &mut Link, spin: Duration, deadline: Instant) -> std::result::Result<&[u8], String> {
+fn receive(
+    link: &mut Link,
+    spin: Duration,
+    deadline: Instant,
+) -> std::result::Result<&[u8], String> {
     let mut how = Waiting::Poll { spin, deadline };
     if let Some(r) = &mut link.ring {
         match r.wait_answer(link.stream.as_raw_fd(), spin, deadline, &mut link.from_ring) {

@@ -167,7 +167,8 @@ impl Ring {
         let fits = body.len() <= AREA;
         if fits {
             self.copy_in(CONTROL, body);
-            self.word(REQ_LEN).store(body.len() as u32, Ordering::Relaxed);
+            self.word(REQ_LEN)
+                .store(body.len() as u32, Ordering::Relaxed);
         } else {
             self.word(REQ_LEN).store(ON_SOCKET, Ordering::Relaxed);
         }
@@ -279,7 +280,8 @@ impl Ring {
         let fits = body.len() <= AREA;
         if fits {
             self.copy_in(CONTROL + AREA, body);
-            self.word(ANS_LEN).store(body.len() as u32, Ordering::Relaxed);
+            self.word(ANS_LEN)
+                .store(body.len() as u32, Ordering::Relaxed);
         } else {
             self.word(ANS_LEN).store(ON_SOCKET, Ordering::Relaxed);
         }

@@ -148,8 +148,7 @@ pub fn recv_frame_with_fd(
             while !c.is_null() {
                 if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                     let data = libc::CMSG_DATA(c).cast::<libc::c_int>();
-                    let count = ((*c).cmsg_len as usize
-                        - libc::CMSG_LEN(0) as usize)
+                    let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
                         / std::mem::size_of::<libc::c_int>();
                     for i in 0..count {
                         let got = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));

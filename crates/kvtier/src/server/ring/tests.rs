@@ -25,7 +25,9 @@ fn calls_and_answers_cross_in_order_spinning_or_sleeping() {
             } else {
                 Duration::from_micros(50)
             };
-            let got = server.wait_call(s_sock.as_raw_fd(), spin, &mut buf).unwrap();
+            let got = server
+                .wait_call(s_sock.as_raw_fd(), spin, &mut buf)
+                .unwrap();
             assert_eq!(got, Arrived::Ring);
             assert_eq!(buf, i.to_le_bytes());
             let mut answer = buf.clone();
@@ -68,7 +70,9 @@ fn frames_larger_than_an_area_are_announced_as_on_the_socket() {
     // A frame of exactly an area fits.
     assert!(!client.send_call(&vec![3u8; AREA]));
     assert_eq!(
-        server.wait_call(s_sock.as_raw_fd(), LONG, &mut buf).unwrap(),
+        server
+            .wait_call(s_sock.as_raw_fd(), LONG, &mut buf)
+            .unwrap(),
         Arrived::Ring
     );
     assert_eq!(buf.len(), AREA);
@@ -95,7 +99,9 @@ fn a_hostile_length_ends_the_wait_with_an_error_and_the_file_cannot_be_resized()
     client.word(REQ_LEN).store(3, Ordering::Relaxed);
     client.word(REQ_SEQ).store(7, Ordering::Release);
     assert_eq!(
-        server.wait_call(s_sock.as_raw_fd(), LONG, &mut buf).unwrap(),
+        server
+            .wait_call(s_sock.as_raw_fd(), LONG, &mut buf)
+            .unwrap(),
         Arrived::Ring
     );
     assert_eq!(buf.len(), 3);
