@@ -101,13 +101,22 @@ impl Ring {
         Ok((Ring::map(&fd)?, fd))
     }
 
-    /// Maps the ring of `fd` (the client's side), checking its size.
+    /// Maps the ring of `fd` (the client's side), checking its size and
+    /// that it is sealed against shrinking.
     pub fn map(fd: &OwnedFd) -> io::Result<Ring> {
         // SAFETY: `st` is written by fstat.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: valid descriptor and out pointer.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a plain call on a valid descriptor.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a ring that could shrink under its mapping",
+            ));
         }
         if st.st_size as u64 != BYTES as u64 {
             return Err(io::Error::new(
@@ -293,20 +302,28 @@ impl Ring {
     }
 }
 
-/// Spins (yielding the core) until `done` or `spin` passes.
+/// Spins until `done` or `spin` passes: a few hundred cycles on the
+/// word (the peer on another core answers within them), then a yield of
+/// the core (the peer may need it) before the next look.
 fn spin_until(mut done: impl FnMut() -> bool, spin: Duration) -> bool {
     let until = Instant::now() + spin;
     loop {
-        if done() {
-            return true;
+        for _ in 0..PAUSES {
+            if done() {
+                return true;
+            }
+            std::hint::spin_loop();
         }
         if Instant::now() >= until {
-            return false;
+            return done();
         }
         // SAFETY: no preconditions.
         unsafe { libc::sched_yield() };
     }
 }
+
+/// Looks at the word between two yields while spinning.
+const PAUSES: u32 = 64;
 
 /// Sleeps on `word` up to `nap` unless `done` holds, with `flag` raised
 /// meanwhile (the other end reads it after publishing: either it sees

@@ -109,14 +109,25 @@ fn a_hostile_length_ends_the_wait_with_an_error_and_the_file_cannot_be_resized()
     // SAFETY: plain call on an owned descriptor.
     let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) };
     assert_ne!(r, 0);
-    // A file of another size is refused at mapping.
-    // SAFETY: a NUL-terminated name; the descriptor is owned below.
-    let other = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
-    // SAFETY: just opened.
-    let other = unsafe { OwnedFd::from_raw_fd(other) };
-    // SAFETY: plain call on an owned descriptor.
-    assert_eq!(unsafe { libc::ftruncate(other.as_raw_fd(), 4096) }, 0);
-    assert!(Ring::map(&other).is_err());
+    // A file that could shrink, or of another size, is refused at mapping.
+    for (size, seal) in [(BYTES, false), (4096, true)] {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: a NUL-terminated name; the descriptor is owned below.
+        let other = unsafe { libc::memfd_create(c"x".as_ptr(), flags) };
+        // SAFETY: just opened.
+        let other = unsafe { OwnedFd::from_raw_fd(other) };
+        // SAFETY: plain calls on an owned descriptor.
+        unsafe {
+            assert_eq!(libc::ftruncate(other.as_raw_fd(), size as libc::off_t), 0);
+            if seal {
+                assert_eq!(
+                    libc::fcntl(other.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK),
+                    0
+                );
+            }
+        }
+        assert!(Ring::map(&other).is_err(), "size {size}, sealed {seal}");
+    }
 }
 
 #[test]
