@@ -60,7 +60,7 @@ pub struct ConnectOptions {
 pub enum Transport {
     /// The Unix socket: each call a `send` and a `recv` at each end.
     Socket,
-    /// Shared memory ([`ring`](super::ring)), if the server grants it (else
+    /// Shared memory ([`super::ring`]), if the server grants it (else
     /// the socket): no system call per call while both ends are awake.
     Ring,
 }

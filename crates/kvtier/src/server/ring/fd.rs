@@ -84,7 +84,7 @@ fn send_rest(socket: &impl AsRawFd, mut rest: &[u8], deadline: Option<Instant>) 
     Ok(())
 }
 
-/// Reads one frame (at most [`MAX_GRANT`] bytes) and the descriptor sent
+/// Reads one frame (at most 64 KiB) and the descriptor sent
 /// with it, if any, waiting up to `deadline`.  The caller's frame reader
 /// must hold no bytes (nothing is sent to a client between its calls).
 pub fn recv_frame_with_fd(
