@@ -38,6 +38,8 @@
 
 #[path = "server/replay.rs"]
 mod replay;
+#[path = "server/target.rs"]
+mod target;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -51,6 +53,7 @@ use kvtier_core::config::Config;
 use kvtier_core::primary::StorePlan;
 use kvtier_core::server::{Client, ConnectOptions, DaemonConfig, Server, Transport};
 use kvtier_core::tiering::{LookupResult, ManagerCalls, RequestParams};
+use target::{Target, transport_name, transport_of};
 
 /// Keys per lookup.
 const LOOKUP_KEYS: usize = 16;
@@ -169,46 +172,6 @@ fn connect_options(spin_us: Option<u64>, transport: Transport) -> ConnectOptions
         o.spin = Duration::from_micros(us);
     }
     o
-}
-
-/// A transport's name in the arguments and the figures.
-fn transport_name(t: Transport) -> &'static str {
-    match t {
-        Transport::Ring => "ring",
-        Transport::Socket => "socket",
-    }
-}
-
-/// The transport `name` names.
-fn transport_of(name: &str) -> Transport {
-    match name {
-        "ring" => Transport::Ring,
-        "socket" => Transport::Socket,
-        other => panic!("--transport: ring or socket, not {other:?}"),
-    }
-}
-
-/// Where an engine's manager is: a server (its socket, over a transport)
-/// or its own.
-#[derive(Clone, Copy)]
-enum Target<'a> {
-    Server(&'a Path, Transport),
-    Local,
-}
-
-impl Target<'_> {
-    /// The engine arguments that say so (`local` for an in-process one).
-    fn args(self, local: &[String]) -> Vec<String> {
-        match self {
-            Target::Server(s, t) => vec![
-                "--socket".into(),
-                s.display().to_string(),
-                "--transport".into(),
-                transport_name(t).into(),
-            ],
-            Target::Local => local.to_vec(),
-        }
-    }
 }
 
 // ---- engine processes ------------------------------------------------------

@@ -39,10 +39,8 @@ use kvtier_core::request::RequestId;
 use kvtier_core::tiering::{LookupResult, ManagerCalls, RequestParams};
 use kvtier_core::{Error, Key};
 
-use super::{
-    Running, Target, engine_manager, median, parse, ready_then_wait, run_engines, transport_name,
-    value,
-};
+use super::target::{Target, transport_name};
+use super::{Running, engine_manager, median, parse, ready_then_wait, run_engines, value};
 use kvtier_core::server::Transport;
 
 /// Primary capacity of the server; each of N in-process managers has 1/N.

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use super::connection::get_stats;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
+pub use super::ring::Transport;
 use super::ring::{self, Arrived, Ring};
 use super::state::ServerInfo;
 use super::transport::{self, FrameReader, PREFIX, Waiting};
@@ -53,16 +54,6 @@ pub struct ConnectOptions {
     /// What carries the calls' frames (default [`Transport::Ring`]: the
     /// socket when the server does not grant a ring).
     pub transport: Transport,
-}
-
-/// What carries a connection's frames after its handshake.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    /// The Unix socket: each call a `send` and a `recv` at each end.
-    Socket,
-    /// Shared memory ([`super::ring`]), if the server grants it (else
-    /// the socket): no system call per call while both ends are awake.
-    Ring,
 }
 
 impl Default for ConnectOptions {
@@ -273,38 +264,18 @@ impl Client {
     }
 }
 
-/// Asks the server for the ring ([`Op::Ring`]); its answer comes with
-/// the ring's memory file when granted.  `None`: not granted (the socket
-/// carries on).
+/// Asks the server for the ring; `None`: not granted (the socket carries
+/// on).
 fn ask_ring(link: &mut Link, socket: &Path, deadline: Instant) -> Result<Option<Ring>> {
-    let gone = |link: &mut Link, why: String| {
-        let why = format!("kvtierd at {}: {why}", socket.display());
+    ring::ask(&link.stream, &mut link.out, deadline).map_err(|why| {
+        let why = format!(
+            "kvtierd at {}: asking for the ring: {why}",
+            socket.display()
+        );
         let _ = link.stream.shutdown(std::net::Shutdown::Both);
         link.gone = Some(why.clone());
         Error::Disconnected(why)
-    };
-    transport::begin(&mut link.out);
-    Writer::new(&mut link.out).u8(Op::Ring as u8);
-    if let Err(e) = transport::send(&link.stream, &mut link.out, Some(deadline)) {
-        return Err(gone(link, format!("asking for the ring: {e}")));
-    }
-    let (frame, fd) = match ring::recv_frame_with_fd(&link.stream, deadline) {
-        Ok(got) => got,
-        Err(e) => return Err(gone(link, format!("asking for the ring: {e}"))),
-    };
-    let mut r = Reader::new(&frame);
-    let granted = match (r.u8("the answer's status"), r.bool("a flag"), r.finish()) {
-        (Ok(ANSWER_OK), Ok(g), Ok(())) => g,
-        _ => return Err(gone(link, "a malformed answer (the ring)".into())),
-    };
-    match (granted, fd) {
-        (false, _) => Ok(None),
-        (true, Some(fd)) => match Ring::map(&fd) {
-            Ok(ring) => Ok(Some(ring)),
-            Err(e) => Err(gone(link, format!("mapping the ring: {e}"))),
-        },
-        (true, None) => Err(gone(link, "a ring granted without its memory".into())),
-    }
+    })
 }
 
 /// Sends the frame `link.out` holds and reads the answer.  A transport

@@ -42,6 +42,16 @@ const ANS_LEN: usize = 320;
 /// Longest futex sleep between two looks at the socket (a peer's death).
 const NAP: Duration = Duration::from_millis(20);
 
+/// What carries a connection's frames after its handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// The Unix socket: each call a `send` and a `recv` at each end.
+    Socket,
+    /// Shared memory (this module), if the server grants it (else
+    /// the socket): no system call per call while both ends are awake.
+    Ring,
+}
+
 /// A mapping of the ring's memory file.
 pub struct Ring {
     base: *mut u8,
@@ -390,7 +400,7 @@ fn readable(socket: RawFd) -> io::Result<bool> {
 }
 
 mod fd;
-pub use fd::{recv_frame_with_fd, send_frame_with_fd};
+pub use fd::{ask, recv_frame_with_fd, send_frame_with_fd};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,36 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
+use super::super::protocol::{ANSWER_OK, Op};
 use super::super::transport::{self, PREFIX};
+use super::super::wire::{Reader, Writer};
+use super::Ring;
+
+/// Client: asks for the ring ([`Op::Ring`]) on `socket` (no call in
+/// flight), with `buf` for the frame.  `Ok(None)`: not granted.  `Err`:
+/// why the connection is unusable.
+pub fn ask(
+    socket: &impl AsRawFd,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<Option<Ring>, String> {
+    transport::begin(buf);
+    Writer::new(buf).u8(Op::Ring as u8);
+    transport::send(socket, buf, Some(deadline)).map_err(|e| e.to_string())?;
+    let (frame, fd) = recv_frame_with_fd(socket, deadline).map_err(|e| e.to_string())?;
+    let mut r = Reader::new(&frame);
+    let granted = match (r.u8("the answer's status"), r.bool("a flag"), r.finish()) {
+        (Ok(ANSWER_OK), Ok(g), Ok(())) => g,
+        _ => return Err("a malformed answer".into()),
+    };
+    match (granted, fd) {
+        (false, _) => Ok(None),
+        (true, Some(fd)) => Ring::map(&fd)
+            .map(Some)
+            .map_err(|e| format!("mapping it: {e}")),
+        (true, None) => Err("granted without its memory".into()),
+    }
+}
 
 /// The longest answer [`recv_frame_with_fd`] takes (a grant, or an error).
 const MAX_GRANT: usize = 64 << 10;
