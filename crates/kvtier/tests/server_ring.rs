@@ -74,3 +74,23 @@ fn calls_larger_than_the_ring_cross_the_socket_and_the_ring_carries_on() {
     }
     assert_eq!(c.transport(), Transport::Ring);
 }
+
+#[test]
+fn an_answer_larger_than_the_ring_crosses_the_socket_and_the_ring_carries_on() {
+    let s = start(64, "");
+    // The client list names each client: a name of 300 kB makes an answer
+    // over an area.
+    let long = "n".repeat(300_000);
+    let o = ConnectOptions {
+        name: long.clone(),
+        ..with(Transport::Ring)
+    };
+    let c = Client::connect(&s.socket, &o).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    for _ in 0..3 {
+        let json = c.clients_json().unwrap();
+        assert!(json.len() > 300_000 && json.contains(&long));
+        c.has_pending_work().unwrap();
+    }
+    assert_eq!(c.transport(), Transport::Ring);
+}
