@@ -129,6 +129,7 @@ pub unsafe extern "C" fn kvtier_manager_connect(
             call_timeout: Duration::from_millis(o.call_timeout_ms),
             spin: Duration::from_micros(u64::from(o.spin_us)),
             map_region: true,
+            ..ConnectOptions::default()
         };
         let client = Client::connect(Path::new(path), &options)?;
         *out = into_handle::<kvtier_manager>(CManager::connected(client)?);

@@ -15,7 +15,7 @@ use kvtier_core::primary::StorePlan;
 use kvtier_core::region::SlotMemory;
 use kvtier_core::server::protocol::{ANSWER_ERROR, ANSWER_OK, Hello, Role, VERSION};
 use kvtier_core::server::wire::Writer;
-use kvtier_core::server::{Client, ConnectOptions, DaemonConfig, Server};
+use kvtier_core::server::{Client, ConnectOptions, DaemonConfig, Server, Transport};
 use kvtier_core::stats::Stat;
 use kvtier_core::tiering::{LookupResult, ManagerCalls, RequestParams};
 
@@ -101,12 +101,24 @@ pub fn start_with(dir: tempfile::TempDir, json: &str) -> Running {
     }
 }
 
-/// Connect options with a short call timeout (a test never waits long).
+/// Connect options with a short call timeout (a test never waits long),
+/// over the transport [`transport`] names.
 pub fn options(name: &str) -> ConnectOptions {
     ConnectOptions {
         name: name.into(),
         call_timeout: Duration::from_secs(5),
+        transport: transport(),
         ..ConnectOptions::default()
+    }
+}
+
+/// The transport the tests' clients ask for: `KVTIER_TEST_TRANSPORT`
+/// (`socket` or `ring`), else the default.
+pub fn transport() -> Transport {
+    match std::env::var("KVTIER_TEST_TRANSPORT").as_deref() {
+        Ok("socket") => Transport::Socket,
+        Ok("ring") => Transport::Ring,
+        _ => ConnectOptions::default().transport,
     }
 }
 

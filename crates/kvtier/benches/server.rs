@@ -2,7 +2,8 @@
 //! one call, and workload replays from several engine processes.
 //!
 //!     cargo bench --bench server -- [--rounds R] [--secs S] [--spin-us U]
-//!         [--workload FILE] [--no-lookups] [--no-replay] [--out FILE.json]
+//!         [--transport ring|socket] [--workload FILE] [--no-lookups]
+//!         [--no-replay] [--out FILE.json]
 //!
 //! Every engine is a process of its own (this binary, re-executed with
 //! `--child`); the server is a thread of the benchmark's process (the
@@ -27,12 +28,18 @@
 //! `kvtier-workload --preset medium` (from the same target directory,
 //! built if missing).
 //!
+//! Every server case runs over each transport (`ring`: the shared-memory
+//! carrier; `socket`: the Unix socket alone), or over the one
+//! `--transport` names.
+//!
 //! The machine may be shared and small: every case runs in each of R
 //! rounds (default 5), the cases interleaved, and each figure is the
 //! median of its rounds; ratios are of those medians.
 
 #[path = "server/replay.rs"]
 mod replay;
+#[path = "server/target.rs"]
+mod target;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -44,8 +51,9 @@ use std::time::{Duration, Instant};
 use kvtier_core::Key;
 use kvtier_core::config::Config;
 use kvtier_core::primary::StorePlan;
-use kvtier_core::server::{Client, ConnectOptions, DaemonConfig, Server};
+use kvtier_core::server::{Client, ConnectOptions, DaemonConfig, Server, Transport};
 use kvtier_core::tiering::{LookupResult, ManagerCalls, RequestParams};
+use target::{Target, transport_name, transport_of};
 
 /// Keys per lookup.
 const LOOKUP_KEYS: usize = 16;
@@ -153,9 +161,13 @@ impl Drop for Running {
     }
 }
 
-/// How clients connect: the default options, with the spin given.
-fn connect_options(spin_us: Option<u64>) -> ConnectOptions {
-    let mut o = ConnectOptions::default();
+/// How clients connect: the default options, with the spin and the
+/// transport given.
+fn connect_options(spin_us: Option<u64>, transport: Transport) -> ConnectOptions {
+    let mut o = ConnectOptions {
+        transport,
+        ..ConnectOptions::default()
+    };
     if let Some(us) = spin_us {
         o.spin = Duration::from_micros(us);
     }
@@ -253,10 +265,13 @@ fn parse<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
 /// own of `--capacity` blocks.
 fn engine_manager(args: &[String]) -> Box<dyn ManagerCalls> {
     match value(args, "--socket") {
-        Some(s) => Box::new(
-            Client::connect(Path::new(s), &connect_options(parse(args, "--spin-us")))
-                .expect("connecting to the server"),
-        ),
+        Some(s) => {
+            let t = transport_of(value(args, "--transport").expect("--transport"));
+            let c = Client::connect(Path::new(s), &connect_options(parse(args, "--spin-us"), t))
+                .expect("connecting to the server");
+            assert_eq!(c.transport(), t, "the transport asked for");
+            Box::new(c)
+        }
         None => local_manager(parse(args, "--capacity").expect("--capacity or --socket")),
     }
 }
@@ -328,12 +343,12 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     f64::from(sorted[i])
 }
 
-/// `clients` engine processes at once, on `socket` or each on its own
+/// `clients` engine processes at once, on a server or each on its own
 /// manager.
 fn lookup_run(
     clients: usize,
     miss: bool,
-    socket: Option<&Path>,
+    target: Target<'_>,
     secs: f64,
     spin_us: Option<u64>,
 ) -> LookupFigures {
@@ -348,10 +363,7 @@ fn lookup_run(
                 "--variant".into(),
                 if miss { "miss" } else { "hit" }.into(),
             ];
-            match socket {
-                Some(s) => a.extend(["--socket".into(), s.display().to_string()]),
-                None => a.extend(["--capacity".into(), LOOKUP_CAPACITY.to_string()]),
-            }
+            a.extend(target.args(&["--capacity".into(), LOOKUP_CAPACITY.to_string()]));
             if let Some(us) = spin_us {
                 a.extend(["--spin-us".into(), us.to_string()]);
             }
@@ -393,10 +405,11 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// The rounds of one lookup case, server and in-process.
+/// The rounds of one lookup case, on the server over each transport and
+/// in-process.
 #[derive(Default)]
 struct LookupCase {
-    server: Vec<LookupFigures>,
+    server: Vec<Vec<LookupFigures>>,
     local: Vec<LookupFigures>,
 }
 
@@ -414,7 +427,13 @@ impl LookupCase {
 }
 
 /// Every lookup case, `rounds` rounds interleaved.
-fn lookups(dir: &Path, rounds: usize, secs: f64, spin_us: Option<u64>) -> String {
+fn lookups(
+    dir: &Path,
+    rounds: usize,
+    secs: f64,
+    spin_us: Option<u64>,
+    transports: &[Transport],
+) -> String {
     let running = Running::start(dir, LOOKUP_CAPACITY);
     let manager = running.server.manager().clone();
     for engine in 0..*CLIENTS.iter().max().expect("a count") {
@@ -423,26 +442,33 @@ fn lookups(dir: &Path, rounds: usize, secs: f64, spin_us: Option<u64>) -> String
     let mut cases: Vec<(bool, usize, LookupCase)> = [false, true]
         .iter()
         .flat_map(|&miss| {
-            CLIENTS
-                .iter()
-                .map(move |&n| (miss, n, LookupCase::default()))
+            CLIENTS.iter().map(move |&n| {
+                let case = LookupCase {
+                    server: vec![Vec::new(); transports.len()],
+                    local: Vec::new(),
+                };
+                (miss, n, case)
+            })
         })
         .collect();
     for round in 0..rounds {
         eprintln!("server bench: lookups, round {} of {rounds}", round + 1);
         for (miss, n, case) in &mut cases {
-            case.server
-                .push(lookup_run(*n, *miss, Some(&running.socket), secs, spin_us));
-            case.local.push(lookup_run(*n, *miss, None, secs, spin_us));
+            for (i, &t) in transports.iter().enumerate() {
+                let target = Target::Server(&running.socket, t);
+                case.server[i].push(lookup_run(*n, *miss, target, secs, spin_us));
+            }
+            case.local
+                .push(lookup_run(*n, *miss, Target::Local, secs, spin_us));
         }
     }
     drop(running);
     println!(
         "lookup_per_key of {LOOKUP_KEYS} keys, {rounds} rounds of {secs} s, medians of the rounds; \
-         server on a socket vs an in-process manager in each engine process"
+         the server over each transport vs an in-process manager in each engine process"
     );
     println!(
-        "{:<18} {:>10} {:>10} {:>12} {:>10} {:>10} {:>12} {:>8} {:>8}",
+        "{:<26} {:>10} {:>10} {:>12} {:>10} {:>10} {:>12} {:>8} {:>8}",
         "case",
         "srv med",
         "srv p99",
@@ -454,16 +480,20 @@ fn lookups(dir: &Path, rounds: usize, secs: f64, spin_us: Option<u64>) -> String
         "calls x"
     );
     let mut json = Vec::new();
-    for (miss, n, case) in &cases {
-        let s = LookupCase::medians(&case.server);
+    for ((miss, n, case), (i, &t)) in cases
+        .iter()
+        .flat_map(|c| std::iter::repeat(c).zip(transports.iter().enumerate()))
+    {
+        let s = LookupCase::medians(&case.server[i]);
         let l = LookupCase::medians(&case.local);
         let name = format!(
-            "{}, {n} client{}",
+            "{}, {n} client{}, {}",
             if *miss { "miss" } else { "hit" },
-            if *n == 1 { "" } else { "s" }
+            if *n == 1 { "" } else { "s" },
+            transport_name(t)
         );
         println!(
-            "{name:<18} {:>8.0}ns {:>8.0}ns {:>12.0} {:>8.0}ns {:>8.0}ns {:>12.0} {:>8.1} {:>8.3}",
+            "{name:<26} {:>8.0}ns {:>8.0}ns {:>12.0} {:>8.0}ns {:>8.0}ns {:>12.0} {:>8.1} {:>8.3}",
             s.median_ns,
             s.p99_ns,
             s.calls_per_s,
@@ -480,11 +510,12 @@ fn lookups(dir: &Path, rounds: usize, secs: f64, spin_us: Option<u64>) -> String
                 .join(",")
         };
         json.push(format!(
-            "{{\"case\":\"{name}\",\"server_median_ns\":{:.0},\"server_p99_ns\":{:.0},\
+            "{{\"case\":\"{name}\",\"transport\":\"{}\",\"server_median_ns\":{:.0},\"server_p99_ns\":{:.0},\
              \"server_calls_per_s\":{:.0},\"local_median_ns\":{:.0},\"local_p99_ns\":{:.0},\
              \"local_calls_per_s\":{:.0},\"median_over_local\":{:.2},\
              \"calls_over_local\":{:.4},\"server_median_runs_ns\":[{}],\
              \"server_p99_runs_ns\":[{}],\"local_median_runs_ns\":[{}]}}",
+            transport_name(t),
             s.median_ns,
             s.p99_ns,
             s.calls_per_s,
@@ -493,8 +524,8 @@ fn lookups(dir: &Path, rounds: usize, secs: f64, spin_us: Option<u64>) -> String
             l.calls_per_s,
             s.median_ns / l.median_ns,
             s.calls_per_s / l.calls_per_s,
-            runs(&case.server, |f| f.median_ns),
-            runs(&case.server, |f| f.p99_ns),
+            runs(&case.server[i], |f| f.median_ns),
+            runs(&case.server[i], |f| f.p99_ns),
             runs(&case.local, |f| f.median_ns),
         ));
     }
@@ -516,12 +547,16 @@ fn main() {
     let secs: f64 = parse(&args, "--secs").unwrap_or(0.25);
     let spin_us: Option<u64> = parse(&args, "--spin-us");
     let out = value(&args, "--out").map(str::to_owned);
+    let transports = match value(&args, "--transport") {
+        Some(t) => vec![transport_of(t)],
+        None => vec![Transport::Ring, Transport::Socket],
+    };
     let dir = tempfile::tempdir().expect("a temporary directory");
 
     let lookup_json = if args.iter().any(|a| a == "--no-lookups") {
         String::new()
     } else {
-        lookups(dir.path(), rounds, secs, spin_us)
+        lookups(dir.path(), rounds, secs, spin_us, &transports)
     };
     let replay_json = if args.iter().any(|a| a == "--no-replay") {
         String::new()
@@ -530,7 +565,7 @@ fn main() {
             Some(w) => PathBuf::from(w),
             None => replay::generate_medium(dir.path()),
         };
-        replay::replays(dir.path(), &workload, rounds.min(3), spin_us)
+        replay::replays(dir.path(), &workload, rounds.min(3), spin_us, &transports)
     };
 
     if let Some(path) = out {

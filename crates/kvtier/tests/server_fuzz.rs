@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use kvtier_core::Error;
 use kvtier_core::primary::StorePlan;
 use kvtier_core::request::RequestId;
-use kvtier_core::server::Client;
 use kvtier_core::server::protocol::MAX_FRAME;
 use kvtier_core::server::wire::Writer;
+use kvtier_core::server::{Client, ConnectOptions, Transport};
 use kvtier_core::tiering::{ManagerCalls, RequestParams};
 use kvtier_testkit::fault_run;
 use kvtier_testkit::rng::Rng;
@@ -256,7 +256,8 @@ fn random_frames_close_only_their_connection() {
     );
 }
 
-/// Records what a real client sends: a proxy between it and the server.
+/// Records what a real client sends on the socket: a proxy between it
+/// and the server (which passes no descriptor: the socket carries all).
 fn capture(s: &Running) -> Vec<Vec<u8>> {
     let proxy = s.dir.path().join("proxy.sock");
     let listener = UnixListener::bind(&proxy).unwrap();
@@ -281,7 +282,11 @@ fn capture(s: &Running) -> Vec<Vec<u8>> {
         let _ = back.join();
     });
     {
-        let c = Client::connect(&proxy, &options("captured")).unwrap();
+        let o = ConnectOptions {
+            transport: Transport::Socket,
+            ..options("captured")
+        };
+        let c = Client::connect(&proxy, &o).unwrap();
         let (ready, fresh) = (keys(1, 3), keys(3, 3));
         let r = c.request_begin("cap", RequestParams::default()).unwrap().id;
         c.lookup_prefix(r, (&ready).into()).unwrap();

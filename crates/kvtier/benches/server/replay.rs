@@ -39,7 +39,9 @@ use kvtier_core::request::RequestId;
 use kvtier_core::tiering::{LookupResult, ManagerCalls, RequestParams};
 use kvtier_core::{Error, Key};
 
+use super::target::{Target, transport_name};
 use super::{Running, engine_manager, median, parse, ready_then_wait, run_engines, value};
+use kvtier_core::server::Transport;
 
 /// Primary capacity of the server; each of N in-process managers has 1/N.
 const CAPACITY: u32 = 16384;
@@ -348,7 +350,7 @@ pub(super) fn engine(args: &[String]) {
 fn run(
     workload: &Path,
     (shards, by_request): (usize, bool),
-    socket: Option<&Path>,
+    target: Target<'_>,
     spin_us: Option<u64>,
 ) -> Counts {
     let args: Vec<Vec<String>> = (0..shards)
@@ -362,10 +364,8 @@ fn run(
                 "--shards".into(),
                 shards.to_string(),
             ];
-            match socket {
-                Some(s) => a.extend(["--socket".into(), s.display().to_string()]),
-                None => a.extend(["--capacity".into(), (CAPACITY / shards as u32).to_string()]),
-            }
+            let capacity = (CAPACITY / shards as u32).to_string();
+            a.extend(target.args(&["--capacity".into(), capacity]));
             if let Some(us) = spin_us {
                 a.extend(["--spin-us".into(), us.to_string()]);
             }
@@ -387,16 +387,26 @@ fn run(
 
 /// Every replay case, `rounds` rounds interleaved; prints a table and
 /// returns the JSON entries.
-pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Option<u64>) -> String {
-    let mut server: Vec<Vec<Counts>> = vec![Vec::new(); SHARDS.len()];
+pub(super) fn replays(
+    dir: &Path,
+    workload: &Path,
+    rounds: usize,
+    spin_us: Option<u64>,
+    transports: &[Transport],
+) -> String {
+    // By transport, then by case.
+    let mut server: Vec<Vec<Vec<Counts>>> = vec![vec![Vec::new(); SHARDS.len()]; transports.len()];
     let mut local: Vec<Vec<Counts>> = vec![Vec::new(); SHARDS.len()];
     for round in 0..rounds {
         eprintln!("server bench: replays, round {} of {rounds}", round + 1);
         for (i, &case) in SHARDS.iter().enumerate() {
-            let running = Running::start(dir, CAPACITY);
-            server[i].push(run(workload, case, Some(&running.socket), spin_us));
-            drop(running);
-            local[i].push(run(workload, case, None, spin_us));
+            for (ti, &t) in transports.iter().enumerate() {
+                let running = Running::start(dir, CAPACITY);
+                let target = Target::Server(&running.socket, t);
+                server[ti][i].push(run(workload, case, target, spin_us));
+                drop(running);
+            }
+            local[i].push(run(workload, case, Target::Local, spin_us));
         }
     }
     println!(
@@ -406,7 +416,7 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
          engine's replay loop; ns/call: an engine's time per call on the server"
     );
     println!(
-        "{:<34} {:>11} {:>11} {:>10} {:>10} {:>8} {:>10} {:>10}",
+        "{:<42} {:>11} {:>11} {:>10} {:>10} {:>8} {:>10} {:>10}",
         "case",
         "srv served",
         "loc served",
@@ -417,10 +427,14 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
         "ns/call"
     );
     let mut json = Vec::new();
-    for (i, &(n, by_request)) in SHARDS.iter().enumerate() {
-        let (s, l) = (&server[i], &local[i]);
+    for ((i, &(n, by_request)), (ti, &t)) in SHARDS
+        .iter()
+        .enumerate()
+        .flat_map(|c| std::iter::repeat(c).zip(transports.iter().enumerate()))
+    {
+        let (s, l) = (&server[ti][i], &local[i]);
         let name = format!(
-            "medium, {n} shard{}{}",
+            "medium, {n} shard{}{}, {}",
             if n == 1 { "" } else { "s" },
             if by_request {
                 " by request"
@@ -428,7 +442,8 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
                 " by conversation"
             } else {
                 ""
-            }
+            },
+            transport_name(t)
         );
         // The counts of a setup may differ between rounds only through
         // the order the engines' calls reach the server in.
@@ -443,7 +458,7 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
         let (sr, lr, sw, lw) = (ratio(s), ratio(l), wall(s), wall(l));
         let calls = s[0].calls;
         println!(
-            "{:<34} {:>11.4} {:>11.4} {:>9.3}s {:>9.3}s {:>8.2} {:>10} {:>10.0}",
+            "{:<42} {:>11.4} {:>11.4} {:>9.3}s {:>9.3}s {:>8.2} {:>10} {:>10.0}",
             name,
             sr,
             lr,
@@ -456,13 +471,14 @@ pub(super) fn replays(dir: &Path, workload: &Path, rounds: usize, spin_us: Optio
         let last = |v: &[Counts]| *v.last().expect("a round");
         let (sc, lc) = (last(s), last(l));
         json.push(format!(
-            "{{\"case\":\"{name}\",\"asked_blocks\":{},\
+            "{{\"case\":\"{name}\",\"transport\":\"{}\",\"asked_blocks\":{},\
              \"server_served_per_asked\":{sr:.5},\"local_served_per_asked\":{lr:.5},\
              \"server_wall_s\":{sw:.4},\"local_wall_s\":{lw:.4},\"wall_over_local\":{:.3},\
              \"server_calls\":{},\"server_hit_blocks\":{},\"local_hit_blocks\":{},\
              \"server_stops_pending\":{},\"server_blocks_stored\":{},\"local_blocks_stored\":{},\
              \"server_rejected_stores\":{},\"local_rejected_stores\":{},\"server_load_races\":{},\
              \"server_wall_runs_s\":[{}],\"local_wall_runs_s\":[{}]}}",
+            transport_name(t),
             sc.asked_blocks,
             sw / lw,
             sc.calls,

@@ -9,6 +9,7 @@
 //! died, or did not answer in time makes this call and every later one
 //! [`Error::Disconnected`].
 
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,8 +18,10 @@ use parking_lot::Mutex;
 
 use super::connection::get_stats;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
+pub use super::ring::Transport;
+use super::ring::{self, Arrived, Ring};
 use super::state::ServerInfo;
-use super::transport::{self, FrameReader, Waiting};
+use super::transport::{self, FrameReader, PREFIX, Waiting};
 use super::wire::{Malformed, Reader, Writer};
 use crate::key::KeyBatch;
 use crate::primary::{CompleteStoreReport, StoreOutcome, StorePlan};
@@ -48,6 +51,9 @@ pub struct ConnectOptions {
     pub spin: Duration,
     /// Map the server's region (default true; an observer does not).
     pub map_region: bool,
+    /// What carries the calls' frames (default [`Transport::Ring`]: the
+    /// socket when the server does not grant a ring).
+    pub transport: Transport,
 }
 
 impl Default for ConnectOptions {
@@ -60,6 +66,7 @@ impl Default for ConnectOptions {
             call_timeout: Duration::from_secs(10),
             spin: Duration::from_micros(50),
             map_region: true,
+            transport: Transport::Ring,
         }
     }
 }
@@ -69,6 +76,10 @@ struct Link {
     stream: UnixStream,
     reader: FrameReader,
     out: Vec<u8>,
+    /// The shared-memory carrier, once granted.
+    ring: Option<Ring>,
+    /// An answer copied out of the ring.
+    from_ring: Vec<u8>,
     /// Why the connection is gone, once it is.
     gone: Option<String>,
     /// Whether [`ManagerCalls::shutdown`] closed it.
@@ -98,6 +109,7 @@ impl Client {
     pub fn observe(socket: &Path, options: &ConnectOptions) -> Result<Client> {
         let o = ConnectOptions {
             map_region: false,
+            transport: Transport::Socket,
             ..options.clone()
         };
         Client::connect_as(socket, &o, Role::Observer)
@@ -122,6 +134,8 @@ impl Client {
             stream,
             reader: FrameReader::default(),
             out: Vec::new(),
+            ring: None,
+            from_ring: Vec::new(),
             gone: None,
             shut_down: false,
         };
@@ -142,6 +156,9 @@ impl Client {
         let info: ServerInfo = serde_json::from_str(&json).map_err(|e| {
             Error::InvalidArgument(format!("server protocol: the server's information: {e}"))
         })?;
+        if o.transport == Transport::Ring && role == Role::Engine {
+            link.ring = ask_ring(&mut link, socket, deadline)?;
+        }
         let (region, slots) = if o.map_region {
             let mut ro = RegionOptions::new(
                 info.region_name.clone(),
@@ -177,6 +194,16 @@ impl Client {
     /// What the server said at connect: its region, layout and block size.
     pub fn info(&self) -> &ServerInfo {
         &self.info
+    }
+
+    /// What carries this connection's calls: [`Transport::Ring`] when
+    /// asked for and granted, else [`Transport::Socket`].
+    pub fn transport(&self) -> Transport {
+        if self.link.lock().ring.is_some() {
+            Transport::Ring
+        } else {
+            Transport::Socket
+        }
     }
 
     /// The region mapped from the server, if mapped.
@@ -237,6 +264,20 @@ impl Client {
     }
 }
 
+/// Asks the server for the ring; `None`: not granted (the socket carries
+/// on).
+fn ask_ring(link: &mut Link, socket: &Path, deadline: Instant) -> Result<Option<Ring>> {
+    ring::ask(&link.stream, &mut link.out, deadline).map_err(|why| {
+        let why = format!(
+            "kvtierd at {}: asking for the ring: {why}",
+            socket.display()
+        );
+        let _ = link.stream.shutdown(std::net::Shutdown::Both);
+        link.gone = Some(why.clone());
+        Error::Disconnected(why)
+    })
+}
+
 /// Sends the frame `link.out` holds and reads the answer.  A transport
 /// failure or a malformed answer marks the link gone: the server's state
 /// after it is unknown, so no later call is made on it.
@@ -253,34 +294,35 @@ fn exchange<T>(
         link.gone = Some(why.clone());
         Error::Disconnected(why)
     };
-    if let Err(e) = transport::send(&link.stream, &mut link.out, Some(deadline)) {
-        // A server that refuses a connection at accept answers and closes
-        // before reading the handshake: its answer is here already.
-        let now = Waiting::Poll {
-            spin: Duration::ZERO,
-            deadline: Instant::now(),
-        };
-        if let Ok(Some(frame)) = link.reader.next(&link.stream, now) {
-            let mut r = Reader::new(frame);
-            if r.u8("the answer's status") == Ok(ANSWER_ERROR) {
-                if let Ok(refusal) = p::get_error(&mut r) {
-                    gone(link, format!("refused: {refusal}"));
-                    return Err(refusal);
+    // With a ring, the call goes there, or is announced there and sent on
+    // the socket when too large.
+    let in_ring = link
+        .ring
+        .as_mut()
+        .map(|r| !r.send_call(&link.out[PREFIX..]));
+    if in_ring != Some(true) {
+        if let Err(e) = transport::send(&link.stream, &mut link.out, Some(deadline)) {
+            // A server that refuses a connection at accept answers and closes
+            // before reading the handshake: its answer is here already.
+            let now = Waiting::Poll {
+                spin: Duration::ZERO,
+                deadline: Instant::now(),
+            };
+            if let Ok(Some(frame)) = link.reader.next(&link.stream, now) {
+                let mut r = Reader::new(frame);
+                if r.u8("the answer's status") == Ok(ANSWER_ERROR) {
+                    if let Ok(refusal) = p::get_error(&mut r) {
+                        gone(link, format!("refused: {refusal}"));
+                        return Err(refusal);
+                    }
                 }
             }
+            return Err(gone(link, format!("sending a call: {e}")));
         }
-        return Err(gone(link, format!("sending a call: {e}")));
     }
-    let frame = match link
-        .reader
-        .next(&link.stream, Waiting::Poll { spin, deadline })
-    {
-        Ok(Some(f)) => f,
-        Ok(None) => return Err(gone(link, "the server closed the connection".into())),
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            return Err(gone(link, "no answer within the call timeout".into()));
-        }
-        Err(e) => return Err(gone(link, format!("reading an answer: {e}"))),
+    let frame = match receive(link, spin, deadline) {
+        Ok(f) => f,
+        Err(why) => return Err(gone(link, why)),
     };
     let mut r = Reader::new(frame);
     let decoded = match r.u8("the answer's status") {
@@ -293,6 +335,42 @@ fn exchange<T>(
     match decoded {
         Ok(v) => v,
         Err(m) => Err(gone(link, format!("a malformed answer ({})", m.0))),
+    }
+}
+
+/// The answer to the call just sent: from the ring when there is one
+/// (unless it says the answer is on the socket), else from the socket.
+/// `Err`: why the connection is gone.
+fn receive(
+    link: &mut Link,
+    spin: Duration,
+    deadline: Instant,
+) -> std::result::Result<&[u8], String> {
+    let mut how = Waiting::Poll { spin, deadline };
+    if let Some(r) = &mut link.ring {
+        match r.wait_answer(link.stream.as_raw_fd(), spin, deadline, &mut link.from_ring) {
+            Ok(Arrived::Ring) => return Ok(&link.from_ring),
+            Ok(Arrived::Socket | Arrived::SocketOnly) => {
+                how = Waiting::Poll {
+                    spin: Duration::ZERO,
+                    deadline,
+                };
+            }
+            Err(e) => return Err(why_gone(e)),
+        }
+    }
+    match link.reader.next(&link.stream, how) {
+        Ok(Some(f)) => Ok(f),
+        Ok(None) => Err("the server closed the connection".into()),
+        Err(e) => Err(why_gone(e)),
+    }
+}
+
+fn why_gone(e: std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut => "no answer within the call timeout".into(),
+        std::io::ErrorKind::UnexpectedEof => "the server closed the connection".into(),
+        _ => format!("reading an answer: {e}"),
     }
 }
 

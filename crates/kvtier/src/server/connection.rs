@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::options::ServerOptions;
 use super::protocol::{self as p, ANSWER_ERROR, ANSWER_OK, Hello, Op, Role};
+use super::ring::{self, Arrived, Ring};
 use super::session::{Bounds, Session};
 use super::state::{ClientStatus, Peer, ServerInfo, Shared};
 use super::transport::{self, FrameReader, Waiting};
@@ -137,16 +138,52 @@ pub(super) fn serve(
         plan: StorePlan::default(),
     };
     let mut out = Vec::new();
+    // Once granted, calls come through the ring (or, too large for it,
+    // announced there and sent on the socket); a frame sent on the socket
+    // unannounced is still answered there.
+    let mut ring: Option<Ring> = None;
+    let mut from_ring = Vec::new();
     let ended = loop {
-        let how = Waiting::SpinThenBlock {
-            spin: NEXT_CALL_SPIN,
+        let socket_wait = Waiting::Poll {
+            spin: Duration::ZERO,
+            deadline: Instant::now() + send_timeout,
         };
-        let frame = match reader.next(&stream, how) {
+        let (got, via_ring) = match &mut ring {
+            None => {
+                let how = Waiting::SpinThenBlock {
+                    spin: NEXT_CALL_SPIN,
+                };
+                (reader.next(&stream, how), false)
+            }
+            Some(r) => match r.wait_call(stream.as_raw_fd(), NEXT_CALL_SPIN, &mut from_ring) {
+                Ok(Arrived::Ring) => (Ok(Some(&from_ring[..])), true),
+                Ok(Arrived::Socket) => (reader.next(&stream, socket_wait), true),
+                Ok(Arrived::SocketOnly) => (reader.next(&stream, socket_wait), false),
+                Err(e) => break format!("{e}"),
+            },
+        };
+        let frame = match got {
             Ok(Some(f)) => f,
             Ok(None) => break "closed the connection".to_string(),
             Err(e) => break format!("{e}"),
         };
         transport::begin(&mut out);
+        let deadline = Instant::now() + send_timeout;
+        if frame == [Op::Ring as u8] && ring.is_none() && o.ring && hello.role == Role::Engine {
+            match Ring::create() {
+                Ok((r, fd)) => {
+                    Writer::new(&mut out).u8(ANSWER_OK).bool(true);
+                    if let Err(e) = ring::send_frame_with_fd(&stream, &mut out, &fd, Some(deadline))
+                    {
+                        break format!("stopped reading its answers ({e})");
+                    }
+                    ring = Some(r);
+                    continue;
+                }
+                // Answered "not granted" below: the socket carries on.
+                Err(e) => log::warn!("kvtierd: client {id}: no ring ({e})"),
+            }
+        }
         if let Err(m) = calls.answer(frame, &mut out) {
             refuse(&stream, &Error::from(m));
             break format!("sent a malformed message ({})", m.0);
@@ -156,9 +193,14 @@ pub(super) fn serve(
         status.pins.store(h.pins, Ordering::Relaxed);
         status.stores.store(h.stores, Ordering::Relaxed);
         status.calls.fetch_add(1, Ordering::Relaxed);
-        let deadline = Instant::now() + send_timeout;
-        if let Err(e) = transport::send(&stream, &mut out, Some(deadline)) {
-            break format!("stopped reading its answers ({e})");
+        let on_socket = match &mut ring {
+            Some(r) if via_ring => r.send_answer(&out[transport::PREFIX..]),
+            _ => true,
+        };
+        if on_socket {
+            if let Err(e) = transport::send(&stream, &mut out, Some(deadline)) {
+                break format!("stopped reading its answers ({e})");
+            }
         }
     };
     let h = calls.session.holdings();
@@ -276,7 +318,12 @@ impl Calls<'_> {
         let op = Op::from_u8(r.u8("the op")?).ok_or(Malformed("an unknown op"))?;
         let engine_only = !matches!(
             op,
-            Op::ManagerStats | Op::TierStats | Op::Prometheus | Op::Clients | Op::PeekError
+            Op::ManagerStats
+                | Op::TierStats
+                | Op::Prometheus
+                | Op::Clients
+                | Op::PeekError
+                | Op::Ring
         );
         if op == Op::Hello || (self.role == Role::Observer && engine_only) {
             return Err(Malformed("an op this connection may not send"));
@@ -446,6 +493,12 @@ impl Calls<'_> {
                     .map(|taken| {
                         Writer::new(out).bool(taken == Some(true));
                     })
+            }
+            // Granted by `serve` where it may be; here: not granted (the
+            // server's `ring` option off, an observer, a ring already).
+            Op::Ring => {
+                Writer::new(out).bool(false);
+                Ok(())
             }
             Op::Clients => {
                 let json = super::metrics::clients_json(self.shared);

@@ -9,7 +9,8 @@
 //! socket.  Blocks are shared (a block one engine stored is a hit for
 //! every engine); requests, pins and write-pending keys belong to the
 //! connection that made them ([`session`]).  The protocol is in
-//! [`protocol`] and [`wire`], its framing in [`transport`]; the server in
+//! [`protocol`] and [`wire`], its framing in [`transport`] (or, for an
+//! engine that asked, in shared memory: [`ring`]); the server in
 //! [`daemon`] and [`connection`].  `docs/server.md` describes all of it
 //! for operators and for readers of the wire.
 
@@ -19,12 +20,13 @@ pub mod daemon;
 mod metrics;
 pub mod options;
 pub mod protocol;
+pub mod ring;
 pub mod session;
 mod state;
 pub mod transport;
 pub mod wire;
 
-pub use client::{Client, ConnectOptions};
+pub use client::{Client, ConnectOptions, Transport};
 pub use daemon::Server;
 pub use options::{DaemonConfig, ServerOptions};
 pub use state::{Peer, ServerInfo};

@@ -44,6 +44,9 @@ pub struct ServerOptions {
     /// (default 10000); a client that reads nothing for that long is taken
     /// as gone and its connection closed.
     pub send_timeout_ms: u64,
+    /// Whether an engine may have its calls carried in shared memory
+    /// instead of the socket (default true; see `docs/server.md`).
+    pub ring: bool,
 }
 
 impl Default for ServerOptions {
@@ -60,6 +63,7 @@ impl Default for ServerOptions {
             max_store_share: 0.5,
             handshake_timeout_ms: 5000,
             send_timeout_ms: 10_000,
+            ring: true,
         }
     }
 }

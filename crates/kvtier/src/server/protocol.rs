@@ -74,13 +74,17 @@ pub enum Op {
     PopError = 19,
     /// The server's clients, their requests and pins → JSON (observers).
     Clients = 20,
+    /// Asks to carry the following frames in shared memory → bool granted;
+    /// when granted, the ring's memory file comes with the answer
+    /// (`SCM_RIGHTS`; see [`ring`](super::ring)).
+    Ring = 21,
 }
 
 impl Op {
     /// The op of code `b`, if any.
     pub fn from_u8(b: u8) -> Option<Op> {
         use Op::*;
-        const ALL: [Op; 20] = [
+        const ALL: [Op; 21] = [
             Hello,
             RequestBegin,
             LookupPrefix,
@@ -101,6 +105,7 @@ impl Op {
             PeekError,
             PopError,
             Clients,
+            Ring,
         ];
         ALL.into_iter().find(|op| *op as u8 == b)
     }

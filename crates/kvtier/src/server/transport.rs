@@ -61,6 +61,12 @@ pub fn send(fd: &impl AsRawFd, buf: &mut [u8], deadline: Option<Instant>) -> io:
     Ok(())
 }
 
+/// Waits until `fd` has bytes (or a close) to read, or `deadline` passes
+/// (then `TimedOut`).
+pub fn wait_readable(fd: RawFd, deadline: Option<Instant>) -> io::Result<()> {
+    wait(fd, libc::POLLIN, deadline)
+}
+
 /// Waits until `fd` is ready for `events` or `deadline` passes (then
 /// `TimedOut`).
 fn wait(fd: RawFd, events: i16, deadline: Option<Instant>) -> io::Result<()> {

@@ -201,8 +201,8 @@ fn out_of_range_codes_are_malformed() {
     assert!(get_params(&mut Reader::new(&[0, 0, 0, 0, 1, 1, 0, 0, 0, 3, 0])).is_err());
     assert!(get_params(&mut Reader::new(&[0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 3])).is_err());
     assert_eq!(Op::from_u8(0), None);
-    assert_eq!(Op::from_u8(21), None);
-    for b in 1..=20 {
+    assert_eq!(Op::from_u8(22), None);
+    for b in 1..=21 {
         assert_eq!(Op::from_u8(b).map(|o| o as u8), Some(b));
     }
 }
