@@ -65,4 +65,4 @@ echo "== the fuzzer with other seeds under $san"
 # test's own (instrumented) process.
 echo "== the node server's tests under $san"
 RUSTFLAGS="-Zsanitizer=$san" cargo "+$nightly" test -q -Zbuild-std --target "$triple" \
-  -p kvtier --target-dir "target/$san" --test server_fuzz --test server --test server_faults
+  -p kvtier --target-dir "target/$san" --test server_fuzz --test server --test server_faults --test server_ring
