@@ -335,6 +335,11 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
             let mut state = 0;
             kvtier_manager_request_state(m, req, &mut state)
         }),
+        call!(kvtier_manager_server_info, {
+            let mut info: kvtier_server_info = std::mem::zeroed();
+            info.struct_size = std::mem::size_of::<kvtier_server_info>();
+            kvtier_manager_server_info(m, &mut info)
+        }),
         call!(kvtier_manager_reset_cache, kvtier_manager_reset_cache(m)),
         call!(
             kvtier_manager_reset_flushed,
