@@ -21,9 +21,9 @@ features=${FEATURES:-redis-tier,redis-tls}
 libdir="$PWD/target/$san/$triple/release"
 build="build/$san"
 
-echo "== libkvtier with -Zsanitizer=$san ($nightly, -Zbuild-std)"
+echo "== libkvtier and kvtierd with -Zsanitizer=$san ($nightly, -Zbuild-std)"
 RUSTFLAGS="-Zsanitizer=$san" cargo "+$nightly" build -q -Zbuild-std --target "$triple" --release \
-  -p kvtier-capi --features "$features" --target-dir "target/$san" --lib
+  -p kvtier-capi --features "$features" --target-dir "target/$san" --lib --bin kvtierd
 soname=$(readelf -d "$libdir/libkvtier.so" | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p')
 [ -n "$soname" ] && ln -sf libkvtier.so "$libdir/$soname"
 
@@ -38,13 +38,14 @@ fi
 
 # The replay checks' workload generator: an ordinary build is enough.
 cargo build -q --release -p kvtier-workload
-# kvtierd and kvtier-inspect, which the kvtierd checks start (ordinary builds).
-cargo build -q --release -p kvtier-capi --features "$features" --bins
+# kvtier-inspect, which the kvtierd checks run (an ordinary build; the
+# server they start is the sanitized kvtierd built above).
+cargo build -q --release -p kvtier-capi --features "$features" --bin kvtier-inspect
 gen="$PWD/target/release/kvtier-workload"
 
 echo "== the C and C++ programs with -fsanitize=$san"
 cmake -S examples -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_ROOT="$PWD" \
-  -DKVTIER_LIB_DIR="$libdir" -DKVTIER_SANITIZER="$san" -DKVTIER_SANITIZER_RUNTIME="$runtime" -DKVTIER_WORKLOAD_GEN="$gen" >/dev/null
+  -DKVTIER_LIB_DIR="$libdir" -DKVTIER_SANITIZER="$san" -DKVTIER_SANITIZER_RUNTIME="$runtime" -DKVTIER_WORKLOAD_GEN="$gen" -DKVTIERD="$libdir/kvtierd" >/dev/null
 cmake --build "$build" -j 2 >/dev/null
 
 # Reports fail the run: ASan exits non-zero on its own; TSan and leaks too.
