@@ -19,6 +19,12 @@ echo "== libkvtier with -Zsanitizer=address ($nightly, -Zbuild-std)"
 RUSTFLAGS="-Zsanitizer=address" cargo "+$nightly" build -q -Zbuild-std --target "$triple" --release \
   -p kvtier-capi --features "$features" --target-dir "target/address" --lib
 
+# The node server the tests start is an ordinary build: an instrumented
+# kvtierd (tools/sanitize.sh builds one beside the library) carries its own
+# ASan runtime, which the preloaded one below would clash with.
+cargo build -q --release -p kvtier-capi --features "$features" --bin kvtierd
+export KVTIER_SERVER_BINARY="$PWD/target/release/kvtierd"
+
 runtime=$(${CC:-gcc} -print-file-name=libasan.so)
 [ -f "$runtime" ] || { echo "the ASan runtime (libasan.so) was not found: install gcc" >&2; exit 1; }
 
