@@ -170,7 +170,7 @@ prometheus-available:
 # family name used is documented; every panel's query runs on a real
 # Prometheus scraping a kvtier /metrics endpoint).  Without promtool or
 # prometheus they skip with a message (fail under KVTIER_REQUIRE_ALL=1).
-test-ops: lib prometheus-available
+test-ops: lib prometheus-available python-test-deps
 	@if command -v promtool >/dev/null 2>&1; then \
 	  promtool check rules packaging/prometheus/kvtier-rules.yml && \
 	  promtool test rules packaging/prometheus/tests/*.yml || exit 1; \
