@@ -7,13 +7,14 @@ against the metric families kvtier really exports:
   uses is recorded in the rules, so a renamed family or rule fails here;
 - a real Prometheus scrapes a real kvtier `/metrics` endpoint (a manager
   made from JSON with a metrics listener, the primary tier, an fs tier
-  with back-pressure on and a redis tier whose server does not answer,
+  and a redis tier with back-pressure on whose server does not answer,
   through the Python package over target/release/libkvtier.so) with the
   rules loaded, while a short workload runs; then every panel's
   expression, with the dashboard's variables replaced by concrete values,
   is an instant query that succeeds and (unless it ends in a `> 0` filter
-  that drops zero rates) returns series, and every variable's
-  label_values() selector matches series.
+  that drops zero rates) returns series, every variable's label_values()
+  selector matches series, every recording rule has series, and the
+  recorded hit ratios are the endpoint's counters divided.
 
 The second part needs prometheus (Debian's prometheus package; `make
 test-ops` installs it when run as root) and the library (`make lib`):
@@ -230,9 +231,11 @@ class Prometheus:
 
 
 def run_workload(m):
-    """Stores 12 blocks through a 4-slot primary tier (evicted there,
-    cascaded to fs and to the unanswering redis tier), then asks for them
-    again: promotions from fs, waits, recomputed blocks, dropped events."""
+    """Stores 12 blocks, 4 a request, through a 4-slot primary tier
+    (evicted there, cascaded to fs and to the unanswering redis tier),
+    then asks for them again, 4 a request: each 4 promoted from fs (a
+    wait each); then for the last 4 (now in the primary tier) and 2 keys
+    no tier has (recomputed).  Events are dropped all along."""
     def settle():
         deadline = time.monotonic() + 10
         while m.has_pending_work():
@@ -247,7 +250,7 @@ def run_workload(m):
             m.prepare_store(r, ks)
             m.complete_store(r, ks)
         settle()
-    for n, ks in enumerate(groups):
+    for n, ks in enumerate(groups + [groups[-1] + [b"never-stored-0", b"never-stored-1"]]):
         with m.request(f"load-{n}") as r:
             answer = m.lookup(r, ks)
             while not answer.settled:
@@ -281,15 +284,18 @@ class RealPrometheus(unittest.TestCase):
             "primary": {"capacity": 4, "event_capacity": 2},
             "progress": {"wait_steps": 2},
             "tiers": [
-                {"type": "fs", "backpressure": {"warmup": 1},
-                 "options": {"directory": os.path.join(cls.tmp.name, "fs"), "capacity_bytes": 6 * 8192,
+                # Room for every block (a 4 KiB block takes 8 KiB on disk).
+                {"type": "fs",
+                 "options": {"directory": os.path.join(cls.tmp.name, "fs"), "capacity_bytes": 16 * 8192,
                              "read_threads": 1, "write_threads": 1, "direct_io": False}},
-                {"type": "redis", "options": {"nodes": [f"127.0.0.1:{free_port()}"], "connections": 1,
-                                              "connect_timeout_ms": 100, "breaker_failures": 1}},
+                {"type": "redis", "backpressure": {"warmup": 1},
+                 "options": {"nodes": [f"127.0.0.1:{free_port()}"], "connections": 1,
+                             "connect_timeout_ms": 100, "breaker_failures": 1}},
             ],
             "metrics": {"listen": f"127.0.0.1:{port}"},
         }
         cls.manager = kvtier.Manager.from_json(config)
+        cls.endpoint = f"http://127.0.0.1:{port}/metrics"
         cls.prometheus = Prometheus(exe, f"127.0.0.1:{port}", cls.tmp.name)
         try:
             # A first scrape before the workload, so that rates rise.
@@ -297,7 +303,7 @@ class RealPrometheus(unittest.TestCase):
                 raise AssertionError("Prometheus never scraped the endpoint")
             run_workload(cls.manager)
             if cls.prometheus.wait_for('count_over_time(kvtier_manager_requests_finished_total[1m]) > 2 '
-                                       'and kvtier_manager_requests_finished_total == 6') is None:
+                                       'and kvtier_manager_requests_finished_total == 7') is None:
                 raise AssertionError("Prometheus never scraped the workload's counters")
         except BaseException:
             cls.tearDownClass()
@@ -318,6 +324,34 @@ class RealPrometheus(unittest.TestCase):
             if result is None and not may_be_empty:
                 failures.append(f"{title}: {query}")
         self.assertEqual(failures, [], "queries that never returned series")
+
+    def test_the_recorded_hit_ratios_are_the_endpoints_counters_divided(self):
+        # Both counters rose from 0 (scraped before the workload) within
+        # the window, so their rates' quotient is that of their values.
+        with urllib.request.urlopen(self.endpoint, timeout=10) as r:
+            text = r.read().decode()
+        asked = float(re.search(r"^kvtier_manager_request_blocks_asked_total (\S+)$", text, re.M).group(1))
+        served = {t: float(v) for t, v in
+                  re.findall(r'^kvtier_manager_request_blocks_served_total\{tier="([^"]+)"\} (\S+)$', text, re.M)}
+        self.assertGreater(asked, 0)
+        self.assertEqual((asked, served), (18, {"primary": 4, "fs": 12, "redis": 0}))
+        expected = {f'kvtier:tier_hit_ratio:rate5m{{tier="{t}"}}': n / asked for t, n in served.items()}
+        expected["kvtier:hit_ratio:rate5m"] = sum(served.values()) / asked
+        expected["kvtier:recompute_ratio:rate5m"] = 1 - sum(served.values()) / asked
+        # The rules are evaluated every second: until one evaluation has
+        # seen the last scrape, the values may be those of an earlier one.
+        deadline = time.monotonic() + 30
+        while True:
+            got = {}
+            for name in expected:
+                result = self.prometheus.wait_for(name) or []
+                got[name] = [float(r["value"][1]) for r in result]
+            if all(len(v) == 1 and abs(v[0] - expected[k]) < 1e-9 for k, v in got.items()):
+                break
+            self.assertLess(time.monotonic(), deadline, f"recorded {got}, expected {expected}")
+            time.sleep(0.5)
+        tiers = {r["metric"]["tier"] for r in self.prometheus.wait_for("kvtier:tier_hit_ratio:rate5m")}
+        self.assertEqual(tiers, set(served))
 
     def test_every_recording_rule_has_series(self):
         missing = [r for r in sorted(recorded_rules()) if self.prometheus.wait_for(r, timeout=30) is None]
