@@ -13,8 +13,9 @@ against the metric families kvtier really exports:
   expression, with the dashboard's variables replaced by concrete values,
   is an instant query that succeeds and (unless it ends in a `> 0` filter
   that drops zero rates) returns series, every variable's label_values()
-  selector matches series, every recording rule has series, and the
-  recorded hit ratios are the endpoint's counters divided.
+  selector matches series, every recording rule and every alert's
+  expression (without its threshold) has series, and the recorded hit
+  ratios are the endpoint's counters divided.
 
 The second part needs prometheus (Debian's prometheus package; `make
 test-ops` installs it when run as root) and the library (`make lib`):
@@ -101,6 +102,28 @@ def variable_queries(dash):
 
 def recorded_rules():
     return set(re.findall(r"^\s*- record: (\S+)$", read(RULES), re.M))
+
+
+def alert_expressions():
+    """{alert: expression} of the rules file (an `expr:` on its line, or a
+    folded `>-` block below it)."""
+    out, lines = {}, read(RULES).splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^\s*- alert: (\S+)$", line)
+        if not m:
+            continue
+        j = next(k for k in range(i + 1, len(lines)) if lines[k].strip().startswith("expr:"))
+        expr = lines[j].split("expr:", 1)[1].strip()
+        if expr == ">-":
+            indent = len(lines[j + 1]) - len(lines[j + 1].lstrip())
+            body = []
+            for k in range(j + 1, len(lines)):
+                if len(lines[k]) - len(lines[k].lstrip()) < indent or not lines[k].strip():
+                    break
+                body.append(lines[k].strip())
+            expr = " ".join(body)
+        out[m.group(1)] = expr
+    return out
 
 
 def substitute(expr):
@@ -352,6 +375,20 @@ class RealPrometheus(unittest.TestCase):
             time.sleep(0.5)
         tiers = {r["metric"]["tier"] for r in self.prometheus.wait_for("kvtier:tier_hit_ratio:rate5m")}
         self.assertEqual(tiers, set(served))
+
+    def test_every_alert_expression_before_its_threshold_has_series(self):
+        # What each alert compares with its threshold exists for the real
+        # endpoint's label sets (an fs tier's, the redis tier's, the
+        # manager's): a join that matched nothing would never fire.
+        exprs = alert_expressions()
+        self.assertEqual(len(exprs), 8, exprs)
+        missing = []
+        for name, expr in exprs.items():
+            m = re.match(r"^(.*\S)\s*(?:>|==)\s*[0-9.]+$", expr, re.S)
+            self.assertIsNotNone(m, f"{name}: {expr}")
+            if self.prometheus.wait_for(m.group(1), timeout=30) is None:
+                missing.append(f"{name}: {m.group(1)}")
+        self.assertEqual(missing, [], "alert expressions with no series")
 
     def test_every_recording_rule_has_series(self):
         missing = [r for r in sorted(recorded_rules()) if self.prometheus.wait_for(r, timeout=30) is None]
