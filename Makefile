@@ -1,7 +1,8 @@
 # kvtier: the single entry point for C users and CI.
 #
 #   make            cargo release build, then the C/C++ programs into build/
-#   make test       every test: fmt and clippy, cargo tests, ctest, the Python package's tests and its wheel
+#   make test       every test: fmt and clippy, cargo tests, ctest, the Python package's tests and its wheel,
+#                   the Grafana dashboard and the Prometheus rules
 #   make test-vllm  vLLM 0.33's own manager tests against kvtier (and vLLM's managers)
 #   make test-vllm-connector  vLLM 0.33's offloading-connector tests with kvtier's spec
 #                   (and vLLM's), and the spec's worker side, with torch (not in `make test`)
@@ -28,7 +29,7 @@ SONAME  := libkvtier.so.0.$(MINOR)
 FEATURES ?= redis-tier,redis-tls
 CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
 
-.PHONY: all lib c test test-lint test-imports test-rust test-c test-python test-wheel wheel-build-deps test-vllm test-vllm-connector python-test-deps demo demo-server header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
+.PHONY: all lib c test test-lint test-imports test-rust test-c test-python test-wheel test-ops wheel-build-deps test-vllm test-vllm-connector python-test-deps demo demo-server header abi install install-files clean cmake-available test-deps redis-available libcxx-available bench bench-vs-vllm prometheus-available \
 	nightly-available test-sanitizers test-asan test-python-asan test-tsan test-miri soak faults server-faults mutants mutants-available
 
 all: lib c
@@ -60,7 +61,7 @@ c: lib cmake-available
 # KVTIER_REQUIRE_ALL=0` lets them skip.  The prerequisites below install
 # the tools when run as root.
 test: export KVTIER_REQUIRE_ALL ?= 1
-test: all test-lint test-imports test-rust test-c test-python test-wheel
+test: all test-lint test-imports test-rust test-c test-python test-wheel test-ops
 
 # Formatting and clippy's lints, every target of every package, warnings
 # as errors; the core (library and tests) also without the redis tier (its features
@@ -160,6 +161,25 @@ prometheus-available:
 	  else \
 	    echo "promtool or prometheus is missing: install them (Debian: sudo apt-get install -y prometheus); their tests skip without them (fail under KVTIER_REQUIRE_ALL=1)"; \
 	  fi; }
+
+# The Grafana dashboard and the Prometheus rules (packaging/grafana,
+# packaging/prometheus; docs/metrics.md): promtool checks the rules and
+# runs their unit tests (every alert firing and silent, every recording
+# rule's values), then tools/tests/test_ops_rules.py (mutants of the rules
+# must fail those tests) and tools/tests/test_ops_dashboard.py (every
+# family name used is documented; every panel's query runs on a real
+# Prometheus scraping a kvtier /metrics endpoint).  Without promtool or
+# prometheus they skip with a message (fail under KVTIER_REQUIRE_ALL=1).
+test-ops: lib prometheus-available python-test-deps
+	@if command -v promtool >/dev/null 2>&1; then \
+	  promtool check rules packaging/prometheus/kvtier-rules.yml && \
+	  promtool test rules packaging/prometheus/tests/*.yml || exit 1; \
+	elif [ "$$KVTIER_REQUIRE_ALL" = 1 ]; then \
+	  echo "test-ops: promtool is not installed, and KVTIER_REQUIRE_ALL=1 requires every test to run"; exit 1; \
+	else \
+	  echo "SKIPPED: promtool is not installed (Debian: sudo apt-get install -y prometheus): the rules are not checked"; \
+	fi
+	$(PYTHON) -m unittest -v tools/tests/test_ops_rules.py tools/tests/test_ops_dashboard.py
 
 # Every package of the workspace (docs/internals.md): the core, the C crate,
 # the test kit and the workload generator.  The debug libkvtier.so is built
