@@ -296,6 +296,39 @@ fn a_regions_layout_and_holders() {
     drop(region);
 }
 
+/// The tool opens a region's files to look at them, and never lists
+/// itself among their holders: not in `region`, not in `regions`.
+#[test]
+fn the_tool_is_not_a_holder_of_what_it_inspects() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let name = format!("kvtier-inspect-self-{}", std::process::id());
+    let mut o = RegionOptions::new(name.clone(), 4, 4096);
+    o.directory = dir.path().to_path_buf();
+    o.prefault = Prefault::Off;
+    let region = Region::create_or_join(&o).unwrap();
+    let me = std::process::id();
+    let (code, one) = json(&["region", &name, "--directory", d, "--json"]);
+    assert_eq!(code, 0, "{one}");
+    let (code, all) = json(&["regions", "--directory", d, "--prefix", &name, "--json"]);
+    assert_eq!(code, 0, "{all}");
+    assert_eq!(all["regions"].as_array().unwrap().len(), 1, "{all}");
+    for holders in [&one["holders"], &all["regions"][0]["holders"]] {
+        let holders = holders.as_array().unwrap();
+        assert!(holders.iter().any(|h| h["pid"] == me), "{holders:?}");
+        assert!(
+            !holders.iter().any(|h| h["command"] == "kvtier-inspect"),
+            "the tool listed itself: {holders:?}"
+        );
+    }
+    let (_, text) = inspect(&["region", &name, "--directory", d]);
+    assert!(
+        text.contains(&format!("pid {me} (")) && !text.contains("(kvtier-inspect)"),
+        "{text}"
+    );
+    drop(region);
+}
+
 #[test]
 fn usage_errors_exit_with_2() {
     assert_eq!(inspect(&[]).0, 2);

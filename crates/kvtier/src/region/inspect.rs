@@ -2,7 +2,8 @@
 //! records and the processes that hold its backing files (an open
 //! descriptor or a mapping, found in `/proc`).  Read-only: it maps the
 //! header page read-only and takes no lock, so it never disturbs the
-//! region's set-up protocol.
+//! region's set-up protocol.  The process inspecting is never listed as a
+//! holder: it opens the files to look at them.
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -51,8 +52,8 @@ pub struct RegionReport {
     /// The layout, or why it cannot be read (`Err`: not written yet, or
     /// not a region header of this format).
     pub layout: std::result::Result<RegionLayout, String>,
-    /// Processes holding it (only those whose `/proc` entries this process
-    /// may read: all of them as root).
+    /// Processes holding it, other than the one inspecting (only those
+    /// whose `/proc` entries this process may read: all of them as root).
     pub holders: Vec<Holder>,
 }
 
@@ -105,11 +106,21 @@ fn holders(id: (u64, u64)) -> Vec<Holder> {
     holders_of(&[id]).pop().unwrap_or_default()
 }
 
-/// For each file of `ids` (device, inode), the processes with a descriptor
-/// open on it or a mapping of it (only those whose `/proc` entries this
-/// process may read: all of them as root), by process id; one pass over
-/// `/proc`.  Read-only: it takes no lock.
+/// For each file of `ids` (device, inode), the processes other than this
+/// one with a descriptor open on it or a mapping of it (only those whose
+/// `/proc` entries this process may read: all of them as root), by process
+/// id; one pass over `/proc`.  Read-only: it takes no lock.
+///
+/// This process is left out, whatever it holds: whoever asks has opened
+/// the files to find them.  Its threads share its descriptors and
+/// mappings and `/proc` lists a process once, not per thread, so none of
+/// them is listed either.
 pub fn holders_of(ids: &[(u64, u64)]) -> Vec<Vec<Holder>> {
+    scan(ids, Some(std::process::id()))
+}
+
+/// [`holders_of`], leaving out process `skip` (`None`: nobody).
+fn scan(ids: &[(u64, u64)], skip: Option<u32>) -> Vec<Vec<Holder>> {
     let mut out: Vec<Vec<Holder>> = vec![Vec::new(); ids.len()];
     if ids.is_empty() {
         return out;
@@ -122,6 +133,9 @@ pub fn holders_of(ids: &[(u64, u64)]) -> Vec<Vec<Holder>> {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
+        if Some(pid) == skip {
+            continue;
+        }
         let dir = p.path();
         let mut descriptors = vec![0u32; ids.len()];
         if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
@@ -225,7 +239,7 @@ mod tests {
         assert_ne!(map, libc::MAP_FAILED);
         drop(mapped);
         let ids = [id(&path("open")), id(&path("mapped")), id(&path("unheld"))];
-        let found = holders_of(&ids);
+        let found = scan(&ids, None);
         // SAFETY: the mapping made above, unmapped once.
         unsafe { libc::munmap(map, 4096) };
         drop(open);
@@ -248,6 +262,46 @@ mod tests {
         assert_eq!(found[1], [mapping], "mapped only");
         assert_eq!(found[2], [], "held by nobody");
         assert!(holders_of(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_process_asking_is_never_a_holder() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("held");
+        std::fs::write(&path, [7u8; 4096]).unwrap();
+        let file = File::open(&path).unwrap();
+        // SAFETY: a fresh read-only shared mapping of a 4096-byte file.
+        let map = unsafe { memmap2::MmapOptions::new().len(4096).map(&file) }.unwrap();
+        let ids = [id(&path)];
+        let me = std::process::id();
+        let everyone = scan(&ids, None);
+        assert!(
+            everyone[0]
+                .iter()
+                .any(|h| h.pid == me && h.descriptors == 1 && h.maps),
+            "{everyone:?}"
+        );
+        let asked = holders_of(&ids);
+        assert!(
+            !asked[0].iter().any(|h| h.pid == me),
+            "this process is left out: {asked:?}"
+        );
+        // Another process holding it is still found.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(File::open(&path).unwrap())
+            .spawn()
+            .unwrap();
+        let others = holders_of(&ids);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        drop((map, file));
+        assert!(
+            others[0]
+                .iter()
+                .any(|h| (h.pid, h.descriptors, h.maps) == (child.id(), 1, false)),
+            "the child holding it is found: {others:?}"
+        );
     }
 
     #[test]

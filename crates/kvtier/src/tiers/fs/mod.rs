@@ -52,7 +52,8 @@
 //! (directories found missing, blocks other processes stored); `pool.rs`
 //! the workers' queues and tasks; `io.rs` moving one block, over
 //! `segments.rs` (segment files) and `file.rs` (positioned I/O, probes);
-//! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `cause.rs` below.
+//! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `cause.rs` below;
+//! `overhead.rs` the header's share of each block (warned of at open).
 //! Events, job outcomes, cause counters and the workers come from the tier
 //! kit (`crate::tiers::kit`).
 
@@ -67,6 +68,7 @@ pub mod inspect;
 mod io;
 mod open;
 mod options;
+mod overhead;
 mod pool;
 mod rebuild;
 mod records;

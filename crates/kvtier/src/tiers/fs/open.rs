@@ -134,6 +134,7 @@ impl FsTier {
             errors,
         };
         tier.note_skipped_at_open();
+        super::overhead::warn_if_costly(&tier.opts.root, tier.opts.layout, block_bytes);
         // The rebuilt blocks are announced, oldest first, so a router learns of them.
         let mut keys = Vec::new();
         tier.index.ready_keys(&mut keys);
