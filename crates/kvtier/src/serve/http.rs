@@ -1,9 +1,12 @@
-//! The little HTTP/1.1 the `/metrics` endpoint speaks: where a request
+//! The little HTTP/1.1 the `/metrics` endpoint (and its `/healthz` and
+//! `/readyz`) speaks: where a request
 //! head ends, what it asks for, and the whole response to it (always with
 //! `Content-Length` and `Connection: close`).  No I/O here; the server
 //! (`server.rs`) reads and writes.
 
-use crate::error::Result;
+use std::sync::Arc;
+
+use super::MetricsSource;
 
 /// The `Content-Type` of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -13,9 +16,13 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub(crate) enum Answer {
     /// `GET` or `HEAD` of `/metrics`: the manager's text.
     Metrics,
+    /// `GET` or `HEAD` of `/healthz`: whether the manager answers.
+    Health,
+    /// `GET` or `HEAD` of `/readyz`: whether every tier can be used.
+    Ready,
     /// Another path: 404.
     NotFound,
-    /// `/metrics` with a method other than `GET` or `HEAD`: 405.
+    /// A known path with a method other than `GET` or `HEAD`: 405.
     MethodNotAllowed,
     /// Not an HTTP/1.x request line: 400.
     BadRequest,
@@ -71,10 +78,14 @@ pub(crate) fn parse(head: &[u8]) -> Request {
     }
     let head_only = method == "HEAD";
     let path = target.split('?').next().unwrap_or("");
-    let answer = if path != "/metrics" {
-        Answer::NotFound
-    } else if method == "GET" || head_only {
-        Answer::Metrics
+    let found = match path {
+        "/metrics" => Answer::Metrics,
+        "/healthz" => Answer::Health,
+        "/readyz" => Answer::Ready,
+        _ => Answer::NotFound,
+    };
+    let answer = if found == Answer::NotFound || method == "GET" || head_only {
+        found
     } else {
         Answer::MethodNotAllowed
     };
@@ -84,15 +95,28 @@ pub(crate) fn parse(head: &[u8]) -> Request {
     }
 }
 
-/// The bytes of the response to `request`; `metrics` reads the text now,
-/// if the request asks for it (`None`: what it reads is gone).
+/// The bytes of the response to `request`; `source` gives what it is
+/// about, if the request asks for it (`None`: it is gone).
 pub(crate) fn respond(
     request: Request,
-    metrics: impl FnOnce() -> Option<Result<String>>,
+    source: impl FnOnce() -> Option<Arc<dyn MetricsSource>>,
 ) -> Vec<u8> {
     const PLAIN: &str = "text/plain; charset=utf-8";
+    const UNAVAILABLE: &str = "503 Service Unavailable";
+    const GONE: &str = "the manager is gone\n";
     let (status, content_type, text) = match request.answer {
-        Answer::Metrics => match metrics() {
+        Answer::Health => match source().map(|s| s.health()) {
+            Some(Ok(())) => ("200 OK", PLAIN, "ok\n".to_string()),
+            Some(Err(e)) => (UNAVAILABLE, PLAIN, format!("unhealthy: {e}\n")),
+            None => (UNAVAILABLE, PLAIN, GONE.to_string()),
+        },
+        Answer::Ready => match source().map(|s| s.readiness()) {
+            Some(Ok(r)) if r.is_ready() => ("200 OK", PLAIN, "ready\n".to_string()),
+            Some(Ok(r)) => (UNAVAILABLE, PLAIN, format!("not ready:\n{r}")),
+            Some(Err(e)) => (UNAVAILABLE, PLAIN, format!("readiness unavailable: {e}\n")),
+            None => (UNAVAILABLE, PLAIN, GONE.to_string()),
+        },
+        Answer::Metrics => match source().map(|s| s.prometheus_text()) {
             Some(Ok(text)) => ("200 OK", CONTENT_TYPE, text),
             Some(Err(e)) => (
                 "503 Service Unavailable",
@@ -131,7 +155,7 @@ pub(crate) fn respond(
     out
 }
 
-const NOT_FOUND: &str = "not found: try GET /metrics\n";
+const NOT_FOUND: &str = "not found: try GET /metrics, /healthz or /readyz\n";
 
 #[cfg(test)]
 mod tests {
