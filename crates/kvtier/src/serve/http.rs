@@ -160,6 +160,8 @@ const NOT_FOUND: &str = "not found: try GET /metrics, /healthz or /readyz\n";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
+    use crate::tiering::Readiness;
 
     fn answer(head: &str) -> Request {
         parse(head.as_bytes())
@@ -218,6 +220,97 @@ mod tests {
             Answer::MethodNotAllowed,
             "methods are case-sensitive"
         );
+    }
+
+    #[test]
+    fn the_probes_are_routed_like_metrics() {
+        for (path, want) in [("/healthz", Answer::Health), ("/readyz", Answer::Ready)] {
+            assert_eq!(answer(&format!("GET {path} HTTP/1.1\r\n\r\n")).answer, want);
+            assert_eq!(
+                answer(&format!("HEAD {path}?x HTTP/1.0\r\n\r\n")),
+                Request {
+                    answer: want,
+                    body: false
+                }
+            );
+            assert_eq!(
+                answer(&format!("PUT {path} HTTP/1.1\r\n\r\n")).answer,
+                Answer::MethodNotAllowed
+            );
+        }
+        assert_eq!(
+            answer("GET /health HTTP/1.1\r\n\r\n").answer,
+            Answer::NotFound
+        );
+    }
+
+    /// A source with fixed answers.
+    struct Fixed(
+        fn() -> crate::error::Result<()>,
+        fn() -> crate::error::Result<Readiness>,
+    );
+
+    impl MetricsSource for Fixed {
+        fn prometheus_text(&self) -> crate::error::Result<String> {
+            Ok(String::new())
+        }
+        fn health(&self) -> crate::error::Result<()> {
+            (self.0)()
+        }
+        fn readiness(&self) -> crate::error::Result<Readiness> {
+            (self.1)()
+        }
+    }
+
+    fn probe(answer: Answer, source: Fixed) -> String {
+        let source: Arc<dyn MetricsSource> = Arc::new(source);
+        let out = respond(Request { answer, body: true }, || Some(source));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn probes_answer_200_or_503_with_the_reasons() {
+        let ready = || Ok(Readiness::default());
+        let r = probe(Answer::Health, Fixed(|| Ok(()), ready));
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nok\n"),
+            "{r}"
+        );
+        let busy = || Err(Error::Timeout("slow".into()));
+        let r = probe(Answer::Health, Fixed(busy, ready));
+        assert!(
+            r.starts_with("HTTP/1.1 503 ") && r.contains("\r\n\r\nunhealthy: "),
+            "{r}"
+        );
+        let r = probe(Answer::Ready, Fixed(|| Ok(()), ready));
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nready\n"),
+            "{r}"
+        );
+        let two = || {
+            Ok(Readiness {
+                reasons: vec!["tier 1 (a): x".to_string(), "tier 2 (b): y".to_string()],
+            })
+        };
+        let r = probe(Answer::Ready, Fixed(|| Ok(()), two));
+        assert!(r.starts_with("HTTP/1.1 503 "), "{r}");
+        assert!(
+            r.ends_with("\r\n\r\nnot ready:\ntier 1 (a): x\ntier 2 (b): y\n"),
+            "{r}"
+        );
+        let fails = || Err(Error::Reentrant("r".into()));
+        let r = probe(Answer::Ready, Fixed(|| Ok(()), fails));
+        assert!(
+            r.starts_with("HTTP/1.1 503 ") && r.contains("readiness unavailable: "),
+            "{r}"
+        );
+        for answer in [Answer::Health, Answer::Ready] {
+            let r = text(Request { answer, body: true });
+            assert!(
+                r.starts_with("HTTP/1.1 503 ") && r.ends_with("the manager is gone\n"),
+                "{r}"
+            );
+        }
     }
 
     #[test]
