@@ -15,9 +15,7 @@ use kvtier_core::config::Config;
 use kvtier_core::error::Result;
 use kvtier_core::request::Request;
 use kvtier_core::serve::{HEALTH_TIMEOUT, MetricsServer};
-use kvtier_core::tiering::{
-    JobRef, JobResult, Manager, RequestParams, SecondaryTier, TierLookup, TierReadiness,
-};
+use kvtier_core::tiering::{JobRef, JobResult, Manager, SecondaryTier, TierLookup, TierReadiness};
 
 /// `method path` on `port` of 127.0.0.1: status and body.
 fn ask(port: u16, method: &str, path: &str) -> (u16, String) {
@@ -195,6 +193,7 @@ fn an_fs_tier_whose_directory_is_gone_is_not_ready() {
 #[cfg(feature = "redis-tier")]
 #[test]
 fn a_redis_tier_whose_breaker_opened_is_not_ready() {
+    use kvtier_core::tiering::RequestParams;
     use kvtier_testkit::common::store_filled;
     use kvtier_testkit::redis_server::{self, RedisServer};
     let Some(mut redis) = redis_server::or_skip(RedisServer::start()) else {
