@@ -2,7 +2,8 @@
 //! ready manager, for tiers that cannot be used (a Redis tier whose
 //! circuit breaker opened against a killed `redis-server`, a file-system
 //! tier whose directory is gone, a tier that says so itself), for a manager
-//! that does not answer, is shut down, or is gone; `HEAD` like `GET`.
+//! that does not answer, is shut down, or is gone; `HEAD` like `GET`;
+//! kvtierd's endpoint answers them for its manager.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -229,4 +230,18 @@ fn a_redis_tier_whose_breaker_opened_is_not_ready() {
         "{body}"
     );
     assert_eq!(probe(port, "/healthz").0, 200, "alive all the same");
+}
+
+#[test]
+fn kvtierds_endpoint_answers_the_probes_for_its_manager() {
+    let running = kvtier_testkit::server::start(4, r#", "metrics": {"listen": "127.0.0.1:0"}"#);
+    let port = running.server.metrics_address().unwrap().port();
+    assert_eq!(probe(port, "/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(probe(port, "/readyz"), (200, "ready\n".to_string()));
+    running.server.manager().shutdown().unwrap();
+    assert_eq!(
+        probe(port, "/readyz"),
+        (503, "not ready:\nmanager: shut down\n".to_string())
+    );
+    assert_eq!(probe(port, "/healthz").0, 503);
 }
