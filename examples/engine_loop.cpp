@@ -372,7 +372,9 @@ int run() {
          "metrics name the C++ tier");
   expect(metrics.find("kvtier_custom_copies_total{tier=\"cxx-mem\",medium=\"cpu\"}") != std::string::npos,
          "the C++ tier's own stats reach the metrics");
+  expect(m.readiness().empty(), "the manager and its tiers are ready");
   m.shutdown();
+  expect(m.readiness() == "manager: shut down\n", "a shut-down manager is not ready");
   kvtier::set_log_callback(nullptr);  // before `warnings` goes out of scope
   return ok ? 0 : 1;
 }

@@ -3248,6 +3248,59 @@ kvtier_status kvtier_manager_set_event_callback(const kvtier_manager *manager,
 kvtier_status kvtier_manager_wake_fd(const kvtier_manager *manager, int *fd_out);
 
 /**
+ * Writes the address the manager's `/metrics` endpoint listens on (the
+ * one `"metrics": {"listen": ...}` of `kvtier_manager_new_from_json`
+ * asked for, with the port picked for port 0), NUL-terminated, to
+ * `text_out`: `IP:port`, e.g. `127.0.0.1:40123`, or `[::1]:40123` for
+ * IPv6.  A manager without an endpoint (none configured, or made by
+ * `kvtier_manager_new`) is `KVTIER_STATUS_NOT_FOUND`, and so is a manager
+ * connected to kvtierd (the server's own configuration decides its
+ * endpoint).
+ *
+ * The buffer idiom: when the text and its NUL fit in `capacity` bytes,
+ * writes them and sets `*written_out` to the text's length plus one;
+ * otherwise writes nothing to `text_out`, sets `*written_out` to the
+ * size needed and returns `KVTIER_STATUS_BUFFER_TOO_SMALL` (64 bytes
+ * always suffice).  `text_out` may be NULL when `capacity` is 0.
+ * Thread-safe.
+ *
+ * # Safety
+ * `manager` a live handle; `text_out` valid for `capacity` writes;
+ * `written_out` valid for writes.
+ */
+kvtier_status kvtier_manager_metrics_address(const kvtier_manager *manager,
+                                             char *text_out,
+                                             size_t capacity,
+                                             size_t *written_out);
+
+/**
+ * Writes why the manager or one of its secondary tiers cannot be used
+ * now, NUL-terminated, to `text_out`: one line per reason, each ending
+ * in a newline (`manager: shut down`, `tier 1 (redis): circuit breaker
+ * open ...`, `tier 2 (fs): directory ...`, `tier N (name): under
+ * back-pressure, cascades to it are dropped`), or the empty text when it
+ * is ready (`*written_out` is then 1).  This is what the `/readyz`
+ * endpoint serves; the tiers' state is as the engine's last calls left
+ * it.  A manager connected to kvtierd is `KVTIER_STATUS_UNSUPPORTED`.
+ *
+ * The buffer idiom, as `kvtier_manager_metrics_prometheus`: when the
+ * text and its NUL fit in `capacity` bytes, writes them and sets
+ * `*written_out` to the text's length plus one; otherwise writes nothing
+ * to `text_out`, sets `*written_out` to the size needed and returns
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL` (the reasons may have changed by the
+ * next call, so leave some room).  `text_out` may be NULL when
+ * `capacity` is 0.  Internally synchronized: any thread may call it.
+ *
+ * # Safety
+ * `manager` a live handle; `text_out` valid for `capacity` writes;
+ * `written_out` valid for writes.
+ */
+kvtier_status kvtier_manager_readiness(const kvtier_manager *manager,
+                                       char *text_out,
+                                       size_t capacity,
+                                       size_t *written_out);
+
+/**
  * Creates an empty event buffer and writes it to `*buffer_out`.  It
  * allocates nothing until a take; each take grows it to what that take
  * hands out (fallibly: `KVTIER_STATUS_OUT_OF_MEMORY`, nothing taken) and

@@ -1199,7 +1199,32 @@ class manager {
     info.slot_stride = c.slot_stride;
     info.capacity = c.capacity;
     return info;
+  }  /// Where the /metrics endpoint listens ("127.0.0.1:40123",
+  /// "[::1]:40123"; the port picked for port 0); KVTIER_STATUS_NOT_FOUND
+  /// for a manager without one (connected ones included).
+  result<std::string> try_metrics_address() const {
+    char text[64];
+    std::size_t written = 0;
+    kvtier_status s = kvtier_manager_metrics_address(h_, text, sizeof text, &written);
+    if (s != KVTIER_STATUS_OK) return last_error(s);
+    return std::string(text, written - 1);
   }
+  /// Why the manager or a tier cannot be used now, one line per reason;
+  /// empty when it is ready (what /readyz serves).
+  result<std::string> try_readiness() const {
+    std::string text(256, '\0');
+    for (;;) {
+      std::size_t written = 0;
+      kvtier_status s = kvtier_manager_readiness(h_, &text[0], text.size(), &written);
+      if (s == KVTIER_STATUS_OK) {
+        text.resize(written - 1);
+        return text;
+      }
+      if (s != KVTIER_STATUS_BUFFER_TOO_SMALL) return last_error(s);
+      text.assign(written + written / 4, '\0');
+    }
+  }
+
   /// Where the manager's slots are (its region's, or from JSON block_bytes).
   result<slot_memory> try_slots() const {
     slot_memory m;
@@ -1286,6 +1311,8 @@ class manager {
   int wake_fd() const { return detail::unwrap(try_wake_fd()); }
   slot_memory slots() const { return detail::unwrap(try_slots()); }
   kvtier::server_info server_info() const { return detail::unwrap(try_server_info()); }
+  std::string metrics_address() const { return detail::unwrap(try_metrics_address()); }
+  std::string readiness() const { return detail::unwrap(try_readiness()); }
   void set_event_callback(event_callback cb, bool also_queue = false) {
     detail::unwrap(try_set_event_callback(std::move(cb), also_queue));
   }

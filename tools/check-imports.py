@@ -375,7 +375,7 @@ LAYERS = {
         ["tier"],
         ["manager"],
         ["handles", "config", "fs", "redis", "requests", "server"],
-        ["observe"],
+        ["observe", "health"],
         ["events", "report"],
     ],
 }

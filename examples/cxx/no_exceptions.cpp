@@ -80,6 +80,24 @@ int main() {
                  text ? text->c_str() : "(none)");
     return 1;
   }
+  // Where the /metrics endpoint listens: none here; port 0 of another
+  // manager is the port picked.  Readiness: the empty text when ready.
+  if (auto a = m.try_metrics_address(); a || a.status() != KVTIER_STATUS_NOT_FOUND) {
+    std::fprintf(stderr, "no_exceptions: a manager without an endpoint has no metrics address\n");
+    return 1;
+  }
+  if (auto ready = m.try_readiness(); !ready || !ready->empty()) {
+    std::fprintf(stderr, "no_exceptions: the manager should be ready\n");
+    return 1;
+  }
+  auto served = kvtier::manager::try_from_json(R"({"primary": {"capacity": 4}, "metrics": {"listen": "127.0.0.1:0"}})");
+  if (!served) return fail("from_json with metrics", served.error());
+  auto address = served->try_metrics_address();
+  if (!address) return fail("metrics_address", address.error());
+  if (address->rfind("127.0.0.1:", 0) != 0 || *address == "127.0.0.1:0") {
+    std::fprintf(stderr, "no_exceptions: the metrics address should name the port picked: %s\n", address->c_str());
+    return 1;
+  }
   std::printf("no_exceptions: ok (%s)\n", err->value_or("no error logged").c_str());
   return 0;
 }

@@ -134,6 +134,36 @@ class ManagerObserving:
             check(status, "kvtier_manager_metrics_prometheus")
             return ffi.string(text).decode()
 
+    @property
+    def metrics_address(self) -> str | None:
+        """Where the ``/metrics`` endpoint (with ``/healthz`` and
+        ``/readyz``) listens, as ``"127.0.0.1:40123"`` or ``"[::1]:40123"``
+        (the port picked for port 0); None for a manager without one
+        (none configured, or connected to kvtierd)."""
+        written = ffi.new("size_t *")
+        text = ffi.new("char[]", 64)
+        status = self._call(lib.kvtier_manager_metrics_address, text, 64, written)
+        if status == Status.NOT_FOUND:
+            return None
+        check(status, "kvtier_manager_metrics_address")
+        return ffi.string(text).decode()
+
+    def readiness(self) -> list[str]:
+        """Why the manager or one of its tiers cannot be used now, one
+        reason each (``"tier 1 (redis): circuit breaker open ..."``); empty
+        when it is ready.  What ``/readyz`` serves.  ``UNSUPPORTED`` on a
+        connected manager."""
+        written = ffi.new("size_t *")
+        capacity = 256
+        while True:
+            text = ffi.new("char[]", capacity)
+            status = self._call(lib.kvtier_manager_readiness, text, capacity, written)
+            if status == Status.BUFFER_TOO_SMALL:
+                capacity = int(written[0]) + 256
+                continue
+            check(status, "kvtier_manager_readiness")
+            return ffi.string(text).decode("utf-8", "replace").splitlines()
+
     def take_errors(self) -> list[str]:
         """Every message of the manager's error log (tier misbehaviour), oldest first."""
         out: list[str] = []

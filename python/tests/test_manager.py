@@ -61,6 +61,30 @@ def test_from_json():
         assert m.read_tier_stats(0)["capacity"].value == 16
 
 
+def test_metrics_address_and_the_probes_beside_metrics():
+    import urllib.error
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with kvtier.Manager(4) as m:
+        assert m.metrics_address is None
+        assert m.readiness() == []
+    config = {"primary": {"capacity": 4}, "metrics": {"listen": "127.0.0.1:0"}}
+    with kvtier.Manager.from_json(config) as m:
+        address = m.metrics_address
+        assert address is not None and address.startswith("127.0.0.1:")
+        assert not address.endswith(":0"), "port 0 is reported as the port picked"
+        for path, body in (("/healthz", b"ok\n"), ("/readyz", b"ready\n")):
+            with direct.open(f"http://{address}{path}", timeout=30) as r:
+                assert (r.status, r.read()) == (200, body)
+        m.shutdown()
+        assert m.readiness() == ["manager: shut down"]
+        with pytest.raises(urllib.error.HTTPError) as info:
+            direct.open(f"http://{address}/readyz", timeout=30)
+        assert info.value.code == 503
+        assert info.value.read() == b"not ready:\nmanager: shut down\n"
+
+
 def test_a_completion_that_leaves_keys_alone_raises_with_the_report():
     k = keys(3)
     with kvtier.Manager(8) as m:

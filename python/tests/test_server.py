@@ -112,7 +112,9 @@ def test_tiers_events_and_resets_are_the_servers(server, tmp_path):
             lambda: m.set_request_report_callback(print),
             m.reset_cache,
             m.reset_flushed,
+            m.readiness,
         ]
+        assert m.metrics_address is None, "the server's configuration owns its endpoint"
         for call in refused:
             with pytest.raises(KvtierError) as info:
                 call()

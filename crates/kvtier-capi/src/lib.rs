@@ -56,6 +56,7 @@ pub mod handles;
 mod store_out;
 // Observation: statistics, events, request reports, logging.
 pub mod observe;
+pub mod health;
 pub mod events;
 pub mod report;
 pub mod log;

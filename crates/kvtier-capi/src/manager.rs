@@ -249,7 +249,7 @@ impl Castable for kvtier_manager {
 /// wake-up descriptor, resets) go through [`CManager::local`].
 pub(crate) struct CManager {
     /// Declared before `manager`, so it stops before the manager goes.
-    _metrics: Option<kvtier_core::serve::MetricsServer>,
+    metrics: Option<kvtier_core::serve::MetricsServer>,
     calls: Arc<dyn ManagerCalls>,
     local: Option<Arc<Manager>>,
     remote: Option<(Arc<Client>, InfoStrings)>,
@@ -268,7 +268,7 @@ impl CManager {
         metrics: Option<kvtier_core::serve::MetricsServer>,
     ) -> CManager {
         CManager {
-            _metrics: metrics,
+            metrics,
             calls: manager.clone(),
             local: Some(manager),
             remote: None,
@@ -280,7 +280,7 @@ impl CManager {
         let strings = InfoStrings::of(&client)?;
         let client = Arc::new(client);
         Ok(CManager {
-            _metrics: None,
+            metrics: None,
             calls: client.clone(),
             local: None,
             remote: Some((client, strings)),
@@ -296,6 +296,11 @@ impl CManager {
                  owns its tiers, events and resets)"
             ))
         })
+    }
+
+    /// The address its `/metrics` endpoint listens on, if it has one.
+    pub(crate) fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.address())
     }
 
     /// The connection, when the manager is in a node server.

@@ -375,6 +375,14 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
             let mut n = 0;
             kvtier_manager_metrics_prometheus(m, null_mut(), 0, &mut n)
         }),
+        call!(kvtier_manager_metrics_address, {
+            let mut n = 0;
+            kvtier_manager_metrics_address(m, null_mut(), 0, &mut n)
+        }),
+        call!(kvtier_manager_readiness, {
+            let mut n = 0;
+            kvtier_manager_readiness(m, null_mut(), 0, &mut n)
+        }),
         call!(
             kvtier_manager_set_event_callback,
             kvtier_manager_set_event_callback(m, None, null_mut(), true)

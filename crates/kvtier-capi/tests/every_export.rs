@@ -621,6 +621,29 @@ fn table() -> Vec<Export> {
             assert!(needed > 1, "{f}");
             is_null_arg(f, "text_out", kvtier_manager_metrics_prometheus(fx.manager, null_mut(), needed + 4096, &mut needed));
         }),
+        export!(kvtier_manager_metrics_address, f, {
+            let fx = Fx::new();
+            let mut buf = [0 as c_char; 64];
+            let mut needed = 0usize;
+            is_null_arg(f, "manager", kvtier_manager_metrics_address(null(), buf.as_mut_ptr(), 64, &mut needed));
+            is_null_arg(f, "written_out", kvtier_manager_metrics_address(fx.manager, buf.as_mut_ptr(), 64, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_metrics_address(null(), null_mut(), 64, null_mut()));
+            is_null_arg(f, "text_out", kvtier_manager_metrics_address(fx.manager, null_mut(), 64, &mut needed));
+            // NULL with capacity 0 is allowed: this manager has no endpoint.
+            expect(f, "text_out NULL, capacity 0", kvtier_manager_metrics_address(fx.manager, null_mut(), 0, &mut needed), S::NotFound);
+        }),
+        export!(kvtier_manager_readiness, f, {
+            let fx = Fx::new();
+            let mut buf = [0 as c_char; 8];
+            let mut needed = 9usize;
+            is_null_arg(f, "manager", kvtier_manager_readiness(null(), buf.as_mut_ptr(), 8, &mut needed));
+            is_null_arg(f, "written_out", kvtier_manager_readiness(fx.manager, buf.as_mut_ptr(), 8, null_mut()));
+            is_null_arg(f, "manager", kvtier_manager_readiness(null(), null_mut(), 8, null_mut()));
+            is_null_arg(f, "text_out", kvtier_manager_readiness(fx.manager, null_mut(), 8, &mut needed));
+            // NULL with capacity 0: too small even for the empty text's NUL.
+            expect(f, "text_out NULL, capacity 0", kvtier_manager_readiness(fx.manager, null_mut(), 0, &mut needed), S::BufferTooSmall);
+            assert_eq!(needed, 1, "{f}: a ready manager's text is empty");
+        }),
         export!(kvtier_manager_set_event_callback, f, {
             let fx = Fx::new();
             is_null_arg(f, "manager", kvtier_manager_set_event_callback(null(), Some(on_events), null_mut(), true));

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use exposition::{busy_manager, closed_port};
 use kvtier::config::kvtier_manager_new_from_json;
+use kvtier::health::{kvtier_manager_metrics_address, kvtier_manager_readiness};
 use kvtier::kvtier_status as S;
-use kvtier::manager::kvtier_manager_free;
+use kvtier::manager::{kvtier_manager_free, kvtier_manager_shutdown};
 use kvtier_core::serve::{CONTENT_TYPE, MetricsServer};
 use kvtier_testkit::require::require_tool;
 
@@ -73,6 +74,108 @@ fn json_metrics_listen_serves_metrics_until_the_manager_is_freed() {
         get(port, "/metrics").is_err(),
         "the endpoint stops with the manager"
     );
+}
+
+/// `kvtier_manager_metrics_address` with `capacity` bytes (filled with
+/// 0x7f first): the status, the size written, the buffer.
+fn metrics_address(
+    m: *mut kvtier::manager::kvtier_manager,
+    capacity: usize,
+) -> (S, usize, Vec<u8>) {
+    let mut buf = vec![0x7fu8; capacity];
+    let mut written = 0usize;
+    let s = unsafe {
+        kvtier_manager_metrics_address(m, buf.as_mut_ptr().cast(), capacity, &mut written)
+    };
+    (s, written, buf)
+}
+
+#[test]
+fn port_0_is_reported_by_metrics_address_under_the_buffer_idiom() {
+    let m = new_from_json(r#"{"primary": {"capacity": 4}, "metrics": {"listen": "127.0.0.1:0"}}"#)
+        .unwrap();
+    let (s, needed, _) = metrics_address(m, 0);
+    assert_eq!(s, S::BufferTooSmall, "{}", last_error());
+    let (s, written, buf) = metrics_address(m, needed - 1);
+    assert_eq!((s, written), (S::BufferTooSmall, needed));
+    assert!(
+        buf.iter().all(|&b| b == 0x7f),
+        "nothing written when too small"
+    );
+    let (s, written, buf) = metrics_address(m, needed);
+    assert_eq!((s, written), (S::Ok, needed), "{}", last_error());
+    assert_eq!(buf[needed - 1], 0, "NUL-terminated");
+    let text = std::str::from_utf8(&buf[..needed - 1]).unwrap();
+    let address: std::net::SocketAddr = text.parse().unwrap();
+    assert!(
+        text.starts_with("127.0.0.1:") && address.port() != 0,
+        "{text}"
+    );
+    let (status, _, body) = get(address.port(), "/healthz").unwrap();
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    let (status, _, body) = get(address.port(), "/readyz").unwrap();
+    assert_eq!((status, body.as_str()), (200, "ready\n"));
+    unsafe { kvtier_manager_free(m) };
+    // Without an endpoint: NOT_FOUND, nothing written.
+    let m = new_from_json(r#"{"primary": {"capacity": 4}}"#).unwrap();
+    let (s, written, buf) = metrics_address(m, 64);
+    assert_eq!(s, S::NotFound);
+    assert!(
+        last_error().contains("no /metrics endpoint"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(written, 0);
+    assert!(buf.iter().all(|&b| b == 0x7f));
+    unsafe { kvtier_manager_free(m) };
+}
+
+#[test]
+fn an_ipv6_endpoint_is_written_in_brackets() {
+    let Ok(m) = new_from_json(r#"{"primary": {"capacity": 4}, "metrics": {"listen": "[::1]:0"}}"#)
+    else {
+        eprintln!("skipped: this host cannot listen on [::1]");
+        return;
+    };
+    let (s, written, buf) = metrics_address(m, 64);
+    assert_eq!(s, S::Ok);
+    let text = std::str::from_utf8(&buf[..written - 1]).unwrap();
+    assert!(
+        text.starts_with("[::1]:") && !text.ends_with(":0"),
+        "{text}"
+    );
+    unsafe { kvtier_manager_free(m) };
+}
+
+/// `kvtier_manager_readiness` into `capacity` bytes.
+fn readiness(m: *mut kvtier::manager::kvtier_manager, capacity: usize) -> (S, usize, Vec<u8>) {
+    let mut buf = vec![0x7fu8; capacity];
+    let mut written = 0usize;
+    let s = unsafe { kvtier_manager_readiness(m, buf.as_mut_ptr().cast(), capacity, &mut written) };
+    (s, written, buf)
+}
+
+#[test]
+fn readiness_is_empty_when_ready_and_the_reasons_when_not() {
+    let m = new_from_json(r#"{"primary": {"capacity": 4}}"#).unwrap();
+    let (s, written, buf) = readiness(m, 1);
+    assert_eq!((s, written, buf[0]), (S::Ok, 1, 0), "ready: the empty text");
+    let (s, written, _) = readiness(m, 0);
+    assert_eq!((s, written), (S::BufferTooSmall, 1));
+    assert_eq!(unsafe { kvtier_manager_shutdown(m) }, S::Ok);
+    let want = "manager: shut down\n";
+    let (s, needed, _) = readiness(m, 0);
+    assert_eq!((s, needed), (S::BufferTooSmall, want.len() + 1));
+    let (s, _, buf) = readiness(m, needed - 1);
+    assert_eq!(s, S::BufferTooSmall);
+    assert!(
+        buf.iter().all(|&b| b == 0x7f),
+        "nothing written when too small"
+    );
+    let (s, written, buf) = readiness(m, needed);
+    assert_eq!((s, written), (S::Ok, needed));
+    assert_eq!(&buf[..needed], format!("{want}\0").as_bytes());
+    unsafe { kvtier_manager_free(m) };
 }
 
 /// `request` sent as is on a fresh connection to `port`; everything the

@@ -15,6 +15,7 @@ pub use kvtier::dialect::*;
 pub use kvtier::events::*;
 pub use kvtier::fs::*;
 pub use kvtier::handles::*;
+pub use kvtier::health::*;
 pub use kvtier::key::kvtier_key;
 pub use kvtier::log::*;
 pub use kvtier::manager::*;

@@ -1,9 +1,12 @@
-//! The little HTTP/1.1 the `/metrics` endpoint speaks: where a request
+//! The little HTTP/1.1 the `/metrics` endpoint (and its `/healthz` and
+//! `/readyz`) speaks: where a request
 //! head ends, what it asks for, and the whole response to it (always with
 //! `Content-Length` and `Connection: close`).  No I/O here; the server
 //! (`server.rs`) reads and writes.
 
-use crate::error::Result;
+use std::sync::Arc;
+
+use super::MetricsSource;
 
 /// The `Content-Type` of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -13,9 +16,13 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub(crate) enum Answer {
     /// `GET` or `HEAD` of `/metrics`: the manager's text.
     Metrics,
+    /// `GET` or `HEAD` of `/healthz`: whether the manager answers.
+    Health,
+    /// `GET` or `HEAD` of `/readyz`: whether every tier can be used.
+    Ready,
     /// Another path: 404.
     NotFound,
-    /// `/metrics` with a method other than `GET` or `HEAD`: 405.
+    /// A known path with a method other than `GET` or `HEAD`: 405.
     MethodNotAllowed,
     /// Not an HTTP/1.x request line: 400.
     BadRequest,
@@ -71,10 +78,14 @@ pub(crate) fn parse(head: &[u8]) -> Request {
     }
     let head_only = method == "HEAD";
     let path = target.split('?').next().unwrap_or("");
-    let answer = if path != "/metrics" {
-        Answer::NotFound
-    } else if method == "GET" || head_only {
-        Answer::Metrics
+    let found = match path {
+        "/metrics" => Answer::Metrics,
+        "/healthz" => Answer::Health,
+        "/readyz" => Answer::Ready,
+        _ => Answer::NotFound,
+    };
+    let answer = if found == Answer::NotFound || method == "GET" || head_only {
+        found
     } else {
         Answer::MethodNotAllowed
     };
@@ -84,15 +95,28 @@ pub(crate) fn parse(head: &[u8]) -> Request {
     }
 }
 
-/// The bytes of the response to `request`; `metrics` reads the text now,
-/// if the request asks for it (`None`: what it reads is gone).
+/// The bytes of the response to `request`; `source` gives what it is
+/// about, if the request asks for it (`None`: it is gone).
 pub(crate) fn respond(
     request: Request,
-    metrics: impl FnOnce() -> Option<Result<String>>,
+    source: impl FnOnce() -> Option<Arc<dyn MetricsSource>>,
 ) -> Vec<u8> {
     const PLAIN: &str = "text/plain; charset=utf-8";
+    const UNAVAILABLE: &str = "503 Service Unavailable";
+    const GONE: &str = "the manager is gone\n";
     let (status, content_type, text) = match request.answer {
-        Answer::Metrics => match metrics() {
+        Answer::Health => match source().map(|s| s.health()) {
+            Some(Ok(())) => ("200 OK", PLAIN, "ok\n".to_string()),
+            Some(Err(e)) => (UNAVAILABLE, PLAIN, format!("unhealthy: {e}\n")),
+            None => (UNAVAILABLE, PLAIN, GONE.to_string()),
+        },
+        Answer::Ready => match source().map(|s| s.readiness()) {
+            Some(Ok(r)) if r.is_ready() => ("200 OK", PLAIN, "ready\n".to_string()),
+            Some(Ok(r)) => (UNAVAILABLE, PLAIN, format!("not ready:\n{r}")),
+            Some(Err(e)) => (UNAVAILABLE, PLAIN, format!("readiness unavailable: {e}\n")),
+            None => (UNAVAILABLE, PLAIN, GONE.to_string()),
+        },
+        Answer::Metrics => match source().map(|s| s.prometheus_text()) {
             Some(Ok(text)) => ("200 OK", CONTENT_TYPE, text),
             Some(Err(e)) => (
                 "503 Service Unavailable",
@@ -131,11 +155,13 @@ pub(crate) fn respond(
     out
 }
 
-const NOT_FOUND: &str = "not found: try GET /metrics\n";
+const NOT_FOUND: &str = "not found: try GET /metrics, /healthz or /readyz\n";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
+    use crate::tiering::Readiness;
 
     fn answer(head: &str) -> Request {
         parse(head.as_bytes())
@@ -194,6 +220,97 @@ mod tests {
             Answer::MethodNotAllowed,
             "methods are case-sensitive"
         );
+    }
+
+    #[test]
+    fn the_probes_are_routed_like_metrics() {
+        for (path, want) in [("/healthz", Answer::Health), ("/readyz", Answer::Ready)] {
+            assert_eq!(answer(&format!("GET {path} HTTP/1.1\r\n\r\n")).answer, want);
+            assert_eq!(
+                answer(&format!("HEAD {path}?x HTTP/1.0\r\n\r\n")),
+                Request {
+                    answer: want,
+                    body: false
+                }
+            );
+            assert_eq!(
+                answer(&format!("PUT {path} HTTP/1.1\r\n\r\n")).answer,
+                Answer::MethodNotAllowed
+            );
+        }
+        assert_eq!(
+            answer("GET /health HTTP/1.1\r\n\r\n").answer,
+            Answer::NotFound
+        );
+    }
+
+    /// A source with fixed answers.
+    struct Fixed(
+        fn() -> crate::error::Result<()>,
+        fn() -> crate::error::Result<Readiness>,
+    );
+
+    impl MetricsSource for Fixed {
+        fn prometheus_text(&self) -> crate::error::Result<String> {
+            Ok(String::new())
+        }
+        fn health(&self) -> crate::error::Result<()> {
+            (self.0)()
+        }
+        fn readiness(&self) -> crate::error::Result<Readiness> {
+            (self.1)()
+        }
+    }
+
+    fn probe(answer: Answer, source: Fixed) -> String {
+        let source: Arc<dyn MetricsSource> = Arc::new(source);
+        let out = respond(Request { answer, body: true }, || Some(source));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn probes_answer_200_or_503_with_the_reasons() {
+        let ready = || Ok(Readiness::default());
+        let r = probe(Answer::Health, Fixed(|| Ok(()), ready));
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nok\n"),
+            "{r}"
+        );
+        let busy = || Err(Error::Timeout("slow".into()));
+        let r = probe(Answer::Health, Fixed(busy, ready));
+        assert!(
+            r.starts_with("HTTP/1.1 503 ") && r.contains("\r\n\r\nunhealthy: "),
+            "{r}"
+        );
+        let r = probe(Answer::Ready, Fixed(|| Ok(()), ready));
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nready\n"),
+            "{r}"
+        );
+        let two = || {
+            Ok(Readiness {
+                reasons: vec!["tier 1 (a): x".to_string(), "tier 2 (b): y".to_string()],
+            })
+        };
+        let r = probe(Answer::Ready, Fixed(|| Ok(()), two));
+        assert!(r.starts_with("HTTP/1.1 503 "), "{r}");
+        assert!(
+            r.ends_with("\r\n\r\nnot ready:\ntier 1 (a): x\ntier 2 (b): y\n"),
+            "{r}"
+        );
+        let fails = || Err(Error::Reentrant("r".into()));
+        let r = probe(Answer::Ready, Fixed(|| Ok(()), fails));
+        assert!(
+            r.starts_with("HTTP/1.1 503 ") && r.contains("readiness unavailable: "),
+            "{r}"
+        );
+        for answer in [Answer::Health, Answer::Ready] {
+            let r = text(Request { answer, body: true });
+            assert!(
+                r.starts_with("HTTP/1.1 503 ") && r.ends_with("the manager is gone\n"),
+                "{r}"
+            );
+        }
     }
 
     #[test]

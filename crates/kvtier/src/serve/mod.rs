@@ -1,8 +1,22 @@
 //! The optional `/metrics` endpoint, for engines that have no HTTP server
 //! of their own: a thread of its own answers `GET /metrics` with the
-//! manager's Prometheus text ([`crate::tiering::Manager::prometheus_text`]).
+//! manager's Prometheus text ([`crate::tiering::Manager::prometheus_text`]),
+//! and two probes beside it:
+//!
+//! - `GET /healthz` (liveness): 200 `ok` while the manager is alive, not
+//!   shut down, and answers within [`HEALTH_TIMEOUT`]
+//!   ([`crate::tiering::Manager::health`]); otherwise 503 with the reason
+//!   (`the manager is gone`, shut down, did not answer in time).
+//! - `GET /readyz` (readiness): 200 `ready` when the manager and every one
+//!   of its tiers can be used ([`crate::tiering::Manager::readiness`]);
+//!   otherwise 503 with `not ready:` and one line per reason (a Redis
+//!   tier's circuit breaker open, a file-system tier's directory gone, a
+//!   tier whose back-pressure drops cascades, the manager shut down or
+//!   gone).
+//!
 //! Off unless asked for (`"metrics": {"listen": "127.0.0.1:9400"}` in the
-//! JSON configuration, or [`MetricsServer::start`]).
+//! JSON configuration, or [`MetricsServer::start`]); port 0 picks a free
+//! port, which [`MetricsServer::address`] reports.
 //!
 //! A small HTTP/1.1 server with fixed bounds, whatever its clients do: one
 //! thread polls non-blocking sockets; at most 16 connections are open (a
@@ -10,8 +24,12 @@
 //! or is closed at once when every one is being answered); a request head
 //! is at most 8192 bytes (431 beyond) and must arrive within 5 s of the
 //! connection; its response must be taken within 10 s; one request per
-//! connection (`Connection: close`).  `GET` and `HEAD` of `/metrics` only:
-//! another path is 404, another method 405.  When the process is out of
+//! connection (`Connection: close`).  `GET` and `HEAD` (the same status
+//! and headers, no body) of `/metrics`, `/healthz` and `/readyz` only:
+//! another path is 404, another method 405.  Requests are answered one at
+//! a time, so a manager whose lock is held for long delays `/metrics` and
+//! `/readyz` (and the requests behind them); `/healthz` gives up after
+//! [`HEALTH_TIMEOUT`].  When the process is out of
 //! descriptors, accepting pauses 100 ms at a time (waiting connections
 //! stay in the kernel's backlog) and resumes by itself.  It holds the
 //! manager weakly, so it never keeps a manager alive, and stopping it
@@ -32,6 +50,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::tiering::Readiness;
 use http::{Answer, Request};
 
 pub use http::CONTENT_TYPE;
@@ -56,6 +75,10 @@ pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// descriptors or memory for a new connection.
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long `/healthz` waits for the manager to answer before it reports
+/// it unhealthy.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Most connections accepted in one round (so a flood of new connections
 /// cannot starve the ones being answered).
 const ACCEPTS_PER_ROUND: usize = 64;
@@ -63,18 +86,42 @@ const ACCEPTS_PER_ROUND: usize = 64;
 /// What a [`MetricsServer`] serves: the Prometheus text of a
 /// [`Manager`](crate::tiering::Manager) (its
 /// [`prometheus_text`](crate::tiering::Manager::prometheus_text)), read at
-/// each scrape.  The endpoint knows its source only through this trait,
-/// so the statistics it serves come from the layer above it.
+/// each scrape, and its health and readiness, read at each probe.  The
+/// endpoint knows its source only through this trait, so what it serves
+/// comes from the layer above it.
 pub trait MetricsSource: Send + Sync {
     /// Every statistic in the Prometheus text format, now; an error is
     /// answered 503 with its text.
     fn prometheus_text(&self) -> Result<String>;
+
+    /// Whether the source answers, for `/healthz` (200 `ok`, or 503 with
+    /// the error's text).  By default it does while it exists.
+    fn health(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether everything behind the source can be used, for `/readyz`
+    /// (200 when ready, else 503 with the reasons).  By default it is
+    /// ready while it exists.
+    fn readiness(&self) -> Result<Readiness> {
+        Ok(Readiness::default())
+    }
 }
 
-/// What the `/metrics` endpoint serves: [`Manager::prometheus_text`](crate::tiering::Manager::prometheus_text).
+/// What the endpoint serves: [`Manager::prometheus_text`](crate::tiering::Manager::prometheus_text),
+/// [`Manager::health`](crate::tiering::Manager::health) within
+/// [`HEALTH_TIMEOUT`] and [`Manager::readiness`](crate::tiering::Manager::readiness).
 impl MetricsSource for crate::tiering::Manager {
     fn prometheus_text(&self) -> Result<String> {
         crate::tiering::Manager::prometheus_text(self)
+    }
+
+    fn health(&self) -> Result<()> {
+        crate::tiering::Manager::health(self, HEALTH_TIMEOUT)
+    }
+
+    fn readiness(&self) -> Result<Readiness> {
+        crate::tiering::Manager::readiness(self)
     }
 }
 
@@ -336,10 +383,7 @@ impl Connection {
                 Ok(None) => return true,
                 Err(()) => return false,
             };
-            self.state = State::Writing(
-                http::respond(request, || manager.upgrade().map(|m| m.prometheus_text())),
-                0,
-            );
+            self.state = State::Writing(http::respond(request, || manager.upgrade()), 0);
             self.deadline = now + WRITE_TIMEOUT;
         }
         let State::Writing(out, sent) = &mut self.state else {

@@ -64,12 +64,21 @@ fn label(id: u64, name: &str) -> String {
 }
 
 /// The server's `/metrics` endpoint (the configuration's `"metrics"`)
-/// serves the manager's families and the server's.
+/// serves the manager's families and the server's, and the manager's
+/// health and readiness.
 impl crate::serve::MetricsSource for Shared {
     fn prometheus_text(&self) -> crate::Result<String> {
         let mut text = self.manager.prometheus_text()?;
         append(self, &mut text);
         Ok(text)
+    }
+
+    fn health(&self) -> crate::Result<()> {
+        crate::serve::MetricsSource::health(&*self.manager)
+    }
+
+    fn readiness(&self) -> crate::Result<crate::tiering::Readiness> {
+        self.manager.readiness()
     }
 }
 

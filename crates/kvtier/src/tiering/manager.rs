@@ -77,6 +77,7 @@ mod options;
 mod poll;
 mod prefix;
 mod progress;
+mod ready;
 mod report;
 mod requests;
 mod setup;

@@ -8,6 +8,7 @@ mod counter_memory;
 mod listen;
 mod manager;
 mod notify;
+mod readiness;
 mod tier;
 
 pub use crate::events::TierEvent;
@@ -24,6 +25,7 @@ pub use manager::{
 };
 pub(crate) use manager::{MANAGER_STATS, TIER_MANAGED_STATS};
 pub use notify::Notifier;
+pub use readiness::{Readiness, TierReadiness};
 pub use tier::{
     DEFAULT_TIER_EVENT_CAPACITY, Direction, Job, JobId, JobRef, JobResult, MAX_EVENTS_PER_TAKE,
     MAX_FINISHED_PER_POLL, OffloadPolicy, SecondaryTier, TierLookup,

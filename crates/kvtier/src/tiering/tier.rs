@@ -244,4 +244,13 @@ pub trait SecondaryTier: Send {
     /// idle engine sleeping on the wake-up descriptor wakes.  Tiers that
     /// report only through `Manager::complete_job` can ignore it.
     fn set_notifier(&mut self, _notifier: Notifier) {}
+
+    /// Whether the tier can be used now, for the manager's
+    /// `Manager::readiness` (and the `/readyz` endpoint): ready (the
+    /// default) or not, with the reason (a circuit breaker open, a
+    /// directory gone, shut down).  Reads the tier's state as its last
+    /// calls left it; must not block or change anything.
+    fn readiness(&self) -> super::TierReadiness {
+        super::TierReadiness::Ready
+    }
 }

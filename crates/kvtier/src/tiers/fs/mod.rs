@@ -224,6 +224,20 @@ impl SecondaryTier for FsTier {
         self.errors.take(out);
     }
 
+    /// Not ready once shut down, or while its directory is not there (a
+    /// `stat` of the root, the one file-system call it makes).
+    fn readiness(&self) -> crate::tiering::TierReadiness {
+        use crate::tiering::TierReadiness::{NotReady, Ready};
+        if self.closed {
+            return NotReady("shut down".to_string());
+        }
+        match std::fs::metadata(&self.opts.root) {
+            Ok(m) if m.is_dir() => Ready,
+            Ok(_) => NotReady(format!("{} is not a directory", self.opts.root.display())),
+            Err(e) => NotReady(format!("directory {}: {e}", self.opts.root.display())),
+        }
+    }
+
     fn shutdown(&mut self) -> Result<()> {
         if !self.closed {
             self.closed = true;

@@ -348,6 +348,10 @@ impl SecondaryTier for RedisTier {
         self.reporter.take(out);
     }
 
+    fn readiness(&self) -> crate::tiering::TierReadiness {
+        self.readiness_now()
+    }
+
     fn shutdown(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::super::outcome::Cause;
 use super::super::worker::Task;
 use super::RedisTier;
+use crate::tiering::TierReadiness;
 
 /// The circuit breaker, kept on the caller's side; workers only read the flag.
 #[derive(Default)]
@@ -22,6 +23,23 @@ impl RedisTier {
     /// Whether the circuit breaker is open (work is not being sent).
     pub fn breaker_open(&self) -> bool {
         self.breaker.open_since.is_some()
+    }
+
+    /// The tier's readiness: not ready while shut down or while the
+    /// breaker is open (as the last collected outcomes left it).
+    pub(super) fn readiness_now(&self) -> TierReadiness {
+        if self.closed {
+            return TierReadiness::NotReady("shut down".to_string());
+        }
+        match self.breaker.open_since {
+            Some(since) => TierReadiness::NotReady(format!(
+                "circuit breaker open for {:.1} s ({}); lookups answer MISS and \
+                 transfers fail until a probe succeeds",
+                since.elapsed().as_secs_f64(),
+                self.nodes
+            )),
+            None => TierReadiness::Ready,
+        }
     }
 
     pub(super) fn record_failure(&mut self, cause: Cause) {
