@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::events::Event;
 use crate::key::Key;
+use crate::primary::{DropCount, HoldOutcome};
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 
@@ -244,4 +245,46 @@ pub trait SecondaryTier: Send {
     /// idle engine sleeping on the wake-up descriptor wakes.  Tiers that
     /// report only through `Manager::complete_job` can ignore it.
     fn set_notifier(&mut self, _notifier: Notifier) {}
+
+    /// The layout fingerprint of the blocks the tier holds (what the
+    /// blocks' byte layout was made by), if it knows one; `None` by
+    /// default.  `Manager::drop_blocks` selects tiers by it.
+    fn layout_fingerprint(&self) -> Option<&str> {
+        None
+    }
+
+    /// Holds `keys` resident for a pin set: the tier's eviction skips them
+    /// until [`SecondaryTier::release_pinned`].  A key absent from the tier
+    /// is not held and counted in the outcome's `absent`; `held_out`
+    /// receives each held key.  Holds do not nest: the manager calls it
+    /// once per key however many sets name it.  By default
+    /// [`Error::Unsupported`](crate::Error::Unsupported) (a tier whose
+    /// storage evicts on its own, such as a Redis server).
+    fn hold_pinned(&mut self, _keys: &[Key], _held_out: &mut Vec<Key>) -> Result<HoldOutcome> {
+        Err(crate::Error::Unsupported(format!(
+            "pin sets in tier {}",
+            self.name()
+        )))
+    }
+
+    /// Releases the holds of `keys` that [`SecondaryTier::hold_pinned`]
+    /// took.  By default [`Error::Unsupported`](crate::Error::Unsupported).
+    fn release_pinned(&mut self, _keys: &[Key]) -> Result<()> {
+        Err(crate::Error::Unsupported(format!(
+            "pin sets in tier {}",
+            self.name()
+        )))
+    }
+
+    /// Removes every block whose key starts with `key_prefix` (every
+    /// block for an empty one); blocks the tier cannot remove now (being
+    /// read or written, held by a pin set) are kept and counted.  By
+    /// default [`Error::Unsupported`](crate::Error::Unsupported): the
+    /// manager skips such a tier and reports it.
+    fn drop_blocks(&mut self, _key_prefix: &[u8]) -> Result<DropCount> {
+        Err(crate::Error::Unsupported(format!(
+            "dropping blocks from tier {}",
+            self.name()
+        )))
+    }
 }
