@@ -269,11 +269,6 @@ typedef struct kvtier_event_buffer kvtier_event_buffer;
 typedef struct kvtier_manager kvtier_manager;
 
 /**
- * One pin set as `kvtier_manager_pin_sets` lists it.
- */
-typedef struct kvtier_pin_set_info kvtier_pin_set_info;
-
-/**
  * Opaque handle of one CPU primary tier.
  */
 typedef struct kvtier_primary kvtier_primary;
@@ -1434,6 +1429,28 @@ typedef struct {
    */
   size_t absent;
 } kvtier_pin_outcome;
+
+/**
+ * One pin set as `kvtier_manager_pin_sets` lists it.
+ */
+typedef struct {
+  /**
+   * The set's name, NUL-terminated (`KVTIER_PIN_SET_NAME_MAX` bytes and the NUL).
+   */
+  char name[257];
+  /**
+   * The tier holding it (0 the primary tier).
+   */
+  size_t tier;
+  /**
+   * Distinct keys it holds.
+   */
+  uint64_t keys;
+  /**
+   * Their bytes (keys × the manager's `block_bytes`; 0 when unknown).
+   */
+  uint64_t bytes;
+} kvtier_pin_set_info;
 
 /**
  * Which blocks `kvtier_manager_drop_blocks` drops.  Under the growth rule

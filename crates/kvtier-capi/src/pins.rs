@@ -31,8 +31,8 @@ pub const KVTIER_PIN_SET_NAME_MAX: usize = 256;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct kvtier_pin_set_info {
-    /// The set's name, NUL-terminated.
-    pub name: [c_char; KVTIER_PIN_SET_NAME_MAX + 1],
+    /// The set's name, NUL-terminated (`KVTIER_PIN_SET_NAME_MAX` bytes and the NUL).
+    pub name: [c_char; 257],
     /// The tier holding it (0 the primary tier).
     pub tier: usize,
     /// Distinct keys it holds.
@@ -171,6 +171,7 @@ pub unsafe extern "C" fn kvtier_manager_pin_sets(
         }
         for (dst, s) in buf.iter_mut().zip(sets.iter()) {
             let mut name = [0 as c_char; KVTIER_PIN_SET_NAME_MAX + 1];
+            const _: () = assert!(KVTIER_PIN_SET_NAME_MAX + 1 == 257);
             for (d, &b) in name.iter_mut().zip(s.name.as_bytes()) {
                 *d = b as c_char;
             }
