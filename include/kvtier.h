@@ -1642,6 +1642,24 @@ typedef struct {
    * requests spent waiting for blocks on their way.  Since 0.3.
    */
   uint64_t request_wait_steps;
+  /**
+   * Counter: blocks `kvtier_manager_drop_blocks` removed, all tiers
+   * together.  Since 0.3.
+   */
+  uint64_t dropped_blocks;
+  /**
+   * Gauge: pin sets (`kvtier_manager_pin_set`).  Since 0.3.
+   */
+  uint64_t pin_sets;
+  /**
+   * Gauge: blocks pin sets hold in the primary tier (distinct keys).
+   * Since 0.3.
+   */
+  uint64_t pinned_blocks_primary;
+  /**
+   * Gauge: their bytes (blocks × `block_bytes`; 0 when unknown).  Since 0.3.
+   */
+  uint64_t pinned_bytes_primary;
 } kvtier_manager_stats;
 
 /**

@@ -81,8 +81,6 @@ stat_table! {
         counter internal_errors: u64 => M_INTERNAL,
         /// Counter: cache resets.
         counter resets: u64 => M_RESETS,
-        /// Counter: blocks `drop_blocks` removed (all tiers together).
-        counter dropped_blocks: u64 => M_DROPPED_BLOCKS,
         /// Counter: requests the manager let go (each counted once, then, in
         /// this and the `request_*` counters below).
         counter requests_finished: u64 => M_REQUESTS_FINISHED,
@@ -99,6 +97,8 @@ stat_table! {
         /// Counter: steps (`schedule_end` calls) finished requests spent
         /// waiting for blocks on their way.
         counter request_wait_steps: u64 => M_REQUEST_WAIT_STEPS,
+        /// Counter: blocks `drop_blocks` removed (all tiers together).
+        counter dropped_blocks: u64 => M_DROPPED_BLOCKS,
         /// Gauge: jobs submitted to secondary tiers and not yet finished.
         gauge jobs_in_flight: u64 => M_JOBS_IN_FLIGHT,
         /// Gauge: requests started and not yet finalized.
