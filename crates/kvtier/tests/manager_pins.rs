@@ -134,6 +134,27 @@ fn drop_blocks_selects_by_prefix_and_fingerprint_and_keeps_held_blocks() {
     assert_eq!(m.manager_stats().unwrap().dropped_blocks, 4);
 }
 
+#[test]
+fn a_primary_backend_without_holds_refuses_pin_sets_and_drops_with_nothing_changed() {
+    let m = Manager::with_backend(
+        kvtier_testkit::model::ModelPrimary::new(4),
+        ManagerOptions::default(),
+    );
+    let r = m.request_begin("", RequestParams::default()).unwrap().id;
+    let mut plan = StorePlan::default();
+    m.prepare_store(r, &keys(0..2), &mut plan).unwrap();
+    m.complete_store(r, &keys(0..2), true).unwrap();
+    // One block: within the bound (0.25 of 4), so the backend is asked.
+    assert!(matches!(
+        m.pin_set("a", &keys(0..1), 0),
+        Err(Error::Unsupported(_))
+    ));
+    assert!(m.pin_sets().unwrap().is_empty());
+    assert_eq!(m.manager_stats().unwrap().pinned_blocks_primary, 0);
+    let d = m.drop_blocks(b"", None).unwrap();
+    assert_eq!((d.dropped, d.unsupported_tiers), (0, 1));
+}
+
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
 impl Rng {

@@ -30,15 +30,6 @@ impl DropCount {
     }
 }
 
-/// How a pin set's keys fared in one tier.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HoldOutcome {
-    /// Keys now held (present and readable in the tier).
-    pub pinned: usize,
-    /// Keys not held: absent from the tier, or not readable yet (write pending).
-    pub absent: usize,
-}
-
 impl PrimaryTier {
     /// Holds ready `key` resident for a pin set: true if it is held now
     /// (also when it already was), false if it is absent or write pending

@@ -122,7 +122,7 @@ pub use allocation_sizes::{
 };
 pub use batched::PrefixLookup;
 pub use config::{MAX_ADMISSION_TABLE_SIZE, PrimaryConfig};
-pub use held::{DropCount, HoldOutcome};
+pub use held::DropCount;
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
 pub use policy_kind::PolicyKind;

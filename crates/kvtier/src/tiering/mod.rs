@@ -11,7 +11,7 @@ mod notify;
 mod tier;
 
 pub use crate::events::TierEvent;
-pub use crate::primary::{DropCount, HoldOutcome};
+pub use crate::primary::DropCount;
 pub use adapter_stats::{ADAPTER_STATS, AdapterStats};
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, PressurePolicy};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::events::Event;
 use crate::key::Key;
-use crate::primary::{DropCount, HoldOutcome};
+use crate::primary::DropCount;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 
@@ -251,29 +251,6 @@ pub trait SecondaryTier: Send {
     /// default.  `Manager::drop_blocks` selects tiers by it.
     fn layout_fingerprint(&self) -> Option<&str> {
         None
-    }
-
-    /// Holds `keys` resident for a pin set: the tier's eviction skips them
-    /// until [`SecondaryTier::release_pinned`].  A key absent from the tier
-    /// is not held and counted in the outcome's `absent`; `held_out`
-    /// receives each held key.  Holds do not nest: the manager calls it
-    /// once per key however many sets name it.  By default
-    /// [`Error::Unsupported`](crate::Error::Unsupported) (a tier whose
-    /// storage evicts on its own, such as a Redis server).
-    fn hold_pinned(&mut self, _keys: &[Key], _held_out: &mut Vec<Key>) -> Result<HoldOutcome> {
-        Err(crate::Error::Unsupported(format!(
-            "pin sets in tier {}",
-            self.name()
-        )))
-    }
-
-    /// Releases the holds of `keys` that [`SecondaryTier::hold_pinned`]
-    /// took.  By default [`Error::Unsupported`](crate::Error::Unsupported).
-    fn release_pinned(&mut self, _keys: &[Key]) -> Result<()> {
-        Err(crate::Error::Unsupported(format!(
-            "pin sets in tier {}",
-            self.name()
-        )))
     }
 
     /// Removes every block whose key starts with `key_prefix` (every

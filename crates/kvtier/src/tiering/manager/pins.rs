@@ -113,9 +113,10 @@ impl<P: PrimaryBackend> Manager<P> {
     /// most `pinning.max_share` of the tier's capacity; past it the call is
     /// [`Error::NoSpace`] and nothing changes.  A name of 0 or more than
     /// 256 bytes, or a tier that does not exist, is
-    /// [`Error::InvalidArgument`]; a secondary tier without pin sets
-    /// [`Error::Unsupported`].  Holds are not pins: a load's unpin never
-    /// releases them.
+    /// [`Error::InvalidArgument`]; a secondary tier [`Error::Unsupported`]
+    /// (only the primary tier keeps pin sets); with KV groups on, a key
+    /// too short for its group index [`Error::InvalidKey`].  Holds are not
+    /// pins: a load's unpin never releases them.
     pub fn pin_set(&self, name: &str, keys: &[Key], tier: usize) -> Result<PinOutcome> {
         check_name(name)?;
         let mut s = self.enter("pin_set")?;
@@ -127,17 +128,14 @@ impl<P: PrimaryBackend> Manager<P> {
             )));
         }
         if tier > 0 {
-            // Secondary tiers: asked first, so that one without pin sets
-            // refuses before anything changes.
-            let t = &mut s.tiers[tier - 1];
-            let mut none = Vec::new();
-            t.tier.hold_pinned(&[], &mut none)?;
             return Err(Error::Unsupported(format!(
                 "pin sets in secondary tier {} (only the primary tier keeps them)",
-                t.name
+                s.tiers[tier - 1].name
             )));
         }
-        let mut distinct: Vec<Key> = keys.to_vec();
+        crate::primary::check_group_keys(s.opts.kv_groups, keys.len(), |i| &keys[i])?;
+        let mut distinct: Vec<Key> = crate::fallible::with_capacity(keys.len(), "pin set keys")?;
+        distinct.extend_from_slice(keys);
         distinct.sort_unstable();
         distinct.dedup();
         let named = distinct.len();
@@ -259,11 +257,16 @@ impl<P: PrimaryBackend> State<P> {
     /// Adds a hold of each of `keys` (sorted, distinct, present) in
     /// `tier`: the tier is asked to hold those no set held yet.
     fn hold_pinned_keys(&mut self, tier: usize, keys: &[Key]) -> Result<()> {
-        for k in keys {
+        for (i, k) in keys.iter().enumerate() {
             let c = self.pins.counts.entry((tier, *k)).or_insert(0);
             *c += 1;
             if *c == 1 {
-                self.primary.hold(k)?;
+                if let Err(e) = self.primary.hold(k) {
+                    // A backend without holds: what this call took is given back.
+                    self.pins.counts.remove(&(tier, *k));
+                    self.release_pinned_keys(tier, &keys[..i])?;
+                    return Err(e);
+                }
                 self.pins.add_held(tier, 1);
             }
         }
