@@ -98,6 +98,12 @@
 #define KVTIER_MAX_KEY_LEN 64
 
 /**
+ * Longest pin-set name in bytes (a `kvtier_pin_set_info` name holds it
+ * and its NUL).
+ */
+#define KVTIER_PIN_SET_NAME_MAX 256
+
+/**
  * Number of buckets of the primary tier's allocation-size histogram
  * (`kvtier_primary_stats.allocation_size_buckets`), the +Inf bucket included.
  */
@@ -1410,6 +1416,87 @@ typedef struct {
 } kvtier_store_completion;
 
 /**
+ * What `kvtier_manager_pin_set` did.
+ */
+typedef struct {
+  /**
+   * Distinct keys the set holds now.
+   */
+  size_t pinned;
+  /**
+   * Distinct keys named that were absent from the tier (or not readable
+   * yet): not held.
+   */
+  size_t absent;
+} kvtier_pin_outcome;
+
+/**
+ * One pin set as `kvtier_manager_pin_sets` lists it.
+ */
+typedef struct {
+  /**
+   * The set's name, NUL-terminated (`KVTIER_PIN_SET_NAME_MAX` bytes and the NUL).
+   */
+  char name[257];
+  /**
+   * The tier holding it (0 the primary tier).
+   */
+  size_t tier;
+  /**
+   * Distinct keys it holds.
+   */
+  uint64_t keys;
+  /**
+   * Their bytes (keys × the manager's `block_bytes`; 0 when unknown).
+   */
+  uint64_t bytes;
+} kvtier_pin_set_info;
+
+/**
+ * Which blocks `kvtier_manager_drop_blocks` drops.  Under the growth rule
+ * (`struct_size` first).
+ */
+typedef struct {
+  /**
+   * `sizeof(kvtier_drop_selector)` as the caller was compiled.
+   */
+  size_t struct_size;
+  /**
+   * The keys' first bytes; may be NULL only if `key_prefix_len` is 0
+   * (every key).
+   */
+  const uint8_t *key_prefix;
+  /**
+   * Bytes of `key_prefix` (0 to 64).
+   */
+  size_t key_prefix_len;
+  /**
+   * NULL: every tier; else only tiers with this layout fingerprint (the
+   * primary tier's is the JSON option `layout_fingerprint`).
+   */
+  const char *fingerprint;
+} kvtier_drop_selector;
+
+/**
+ * What `kvtier_manager_drop_blocks` did, all selected tiers together.
+ */
+typedef struct {
+  /**
+   * Blocks removed.
+   */
+  uint64_t dropped;
+  /**
+   * Matching blocks kept because busy (a load or store in flight, write
+   * pending, held by a pin set).
+   */
+  uint64_t kept;
+  /**
+   * Selected tiers that cannot drop blocks (C tiers): skipped.
+   */
+  uint32_t unsupported_tiers;
+} kvtier_drop_report;
+
+/**
  * Where a request handle stands: a `KVTIER_REQUEST_STATE_*` value.
  */
 typedef int32_t kvtier_request_state;
@@ -1555,6 +1642,24 @@ typedef struct {
    * requests spent waiting for blocks on their way.  Since 0.3.
    */
   uint64_t request_wait_steps;
+  /**
+   * Counter: blocks `kvtier_manager_drop_blocks` removed, all tiers
+   * together.  Since 0.3.
+   */
+  uint64_t dropped_blocks;
+  /**
+   * Gauge: pin sets (`kvtier_manager_pin_set`).  Since 0.3.
+   */
+  uint64_t pin_sets;
+  /**
+   * Gauge: blocks pin sets hold in the primary tier (distinct keys).
+   * Since 0.3.
+   */
+  uint64_t pinned_blocks_primary;
+  /**
+   * Gauge: their bytes (blocks × `block_bytes`; 0 when unknown).  Since 0.3.
+   */
+  uint64_t pinned_bytes_primary;
 } kvtier_manager_stats;
 
 /**
@@ -3074,6 +3179,77 @@ kvtier_status kvtier_manager_request_finished(const kvtier_manager *manager,
  * `manager` a live handle.
  */
 kvtier_status kvtier_manager_schedule_end(const kvtier_manager *manager);
+
+/**
+ * Holds the `len` blocks of `keys` resident in tier `tier` (0 the primary
+ * tier) as the pin set `name` (1 to 256 bytes of UTF-8), whatever the
+ * tier's eviction wants, until `kvtier_manager_unpin_set`; writes how
+ * many distinct keys it holds and how many were absent (not held) to
+ * `*outcome_out`.  A set of an existing name is replaced at once.  Past
+ * the bound (the JSON option `pinning.max_share` of the tier's capacity,
+ * all sets together) `KVTIER_STATUS_NO_SPACE` and nothing changes; a
+ * secondary tier (they keep no pin sets yet) or a manager connected to
+ * kvtierd `KVTIER_STATUS_UNSUPPORTED`.  A load's unpin never releases a
+ * set's hold.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `name` NUL-terminated; `keys` valid for `len`
+ * reads; `outcome_out` valid for writes.
+ */
+kvtier_status kvtier_manager_pin_set(const kvtier_manager *manager,
+                                     const char *name,
+                                     size_t tier,
+                                     const kvtier_key *keys,
+                                     size_t len,
+                                     kvtier_pin_outcome *outcome_out);
+
+/**
+ * Releases pin set `name`: its blocks no other set holds are evictable
+ * again; writes how many keys it held to `*keys_out`.  An unknown name is
+ * `KVTIER_STATUS_NOT_FOUND`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `name` NUL-terminated; `keys_out` valid for writes.
+ */
+kvtier_status kvtier_manager_unpin_set(const kvtier_manager *manager,
+                                       const char *name,
+                                       size_t *keys_out);
+
+/**
+ * Writes the pin sets, by name, to `sets_out` (room for `capacity`) and
+ * their number to `*written_out`; fewer than that room is
+ * `KVTIER_STATUS_BUFFER_TOO_SMALL` with the number needed in
+ * `*written_out`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `sets_out` valid for `capacity` writes (NULL
+ * if 0); `written_out` valid for writes.
+ */
+kvtier_status kvtier_manager_pin_sets(const kvtier_manager *manager,
+                                      kvtier_pin_set_info *sets_out,
+                                      size_t capacity,
+                                      size_t *written_out);
+
+/**
+ * Drops every block whose key starts with the selector's prefix (every
+ * block for an empty one) from every tier the selector's fingerprint
+ * selects (every tier for NULL), e.g. at a model upgrade; writes the
+ * counts to `*report_out`.  Busy blocks (a load or store in flight,
+ * write pending, held by a pin set) are kept and counted in `kept`; a
+ * selected tier that cannot drop blocks (a C tier) is skipped and
+ * counted in `unsupported_tiers`.  Another tier's failure ends the call
+ * with its error (the tiers before it dropped theirs).  Dropped blocks
+ * are announced as removed, as evictions are.  A manager connected to
+ * kvtierd answers `KVTIER_STATUS_UNSUPPORTED`.  Internally synchronized.
+ *
+ * # Safety
+ * `manager` a live handle; `selector` valid for its `struct_size`, with
+ * `key_prefix` valid for `key_prefix_len` reads and `fingerprint` NULL or
+ * NUL-terminated; `report_out` valid for writes.
+ */
+kvtier_status kvtier_manager_drop_blocks(const kvtier_manager *manager,
+                                         const kvtier_drop_selector *selector,
+                                         kvtier_drop_report *report_out);
 
 /**
  * Writes to `*state_out` where `request` stands: never issued by this

@@ -1154,6 +1154,50 @@ class manager {
       msg.assign(written, '\0');
     }
   }
+  /// Holds `keys` resident in tier `tier` (0 the primary tier) as pin set
+  /// `name`, replacing a set of that name; past pinning.max_share
+  /// KVTIER_STATUS_NO_SPACE with nothing changed.
+  result<kvtier_pin_outcome> try_pin_set(const std::string &name, const key_list &keys,
+                                         std::size_t tier = 0) const {
+    kvtier_pin_outcome o;
+    std::memset(&o, 0, sizeof o);
+    return detail::check(kvtier_manager_pin_set(h_, name.c_str(), tier, keys.data(), keys.size(), &o),
+                         std::move(o));
+  }
+  /// Releases pin set `name`; the number of keys it held.
+  result<std::size_t> try_unpin_set(const std::string &name) const {
+    std::size_t n = 0;
+    return detail::check(kvtier_manager_unpin_set(h_, name.c_str(), &n), std::move(n));
+  }
+  /// The pin sets, by name.
+  result<std::vector<kvtier_pin_set_info>> try_pin_sets() const {
+    std::vector<kvtier_pin_set_info> out;
+    for (;;) {
+      std::size_t written = 0;
+      kvtier_status s = kvtier_manager_pin_sets(h_, out.data(), out.size(), &written);
+      if (s == KVTIER_STATUS_OK) {
+        out.resize(written);
+        return out;
+      }
+      if (s != KVTIER_STATUS_BUFFER_TOO_SMALL) return last_error(s);
+      out.resize(written);
+    }
+  }
+  /// Drops the blocks whose keys start with `key_prefix` (all for an empty
+  /// one) from the tiers with layout fingerprint `fingerprint` (every tier
+  /// for nullptr).
+  result<kvtier_drop_report> try_drop_blocks(const std::string &key_prefix,
+                                             const char *fingerprint = nullptr) const {
+    kvtier_drop_selector sel;
+    std::memset(&sel, 0, sizeof sel);
+    sel.struct_size = sizeof sel;
+    sel.key_prefix = reinterpret_cast<const uint8_t *>(key_prefix.data());
+    sel.key_prefix_len = key_prefix.size();
+    sel.fingerprint = fingerprint;
+    kvtier_drop_report r;
+    std::memset(&r, 0, sizeof r);
+    return detail::check(kvtier_manager_drop_blocks(h_, &sel, &r), std::move(r));
+  }
   result<void> try_reset_cache() const { return detail::check(kvtier_manager_reset_cache(h_)); }
   result<void> try_reset_flushed() const { return detail::check(kvtier_manager_reset_flushed(h_)); }
   result<void> try_shutdown() const { return detail::check(kvtier_manager_shutdown(h_)); }
@@ -1301,6 +1345,14 @@ class manager {
   kvtier_manager_stats stats() const { return detail::unwrap(try_stats()); }
   std::vector<kvtier_tier_stat> tier_stats(std::size_t tier) const { return detail::unwrap(try_tier_stats(tier)); }
   std::optional<std::string> take_error() const { return detail::unwrap(try_take_error()); }
+  kvtier_pin_outcome pin_set(const std::string &name, const key_list &k, std::size_t tier = 0) const {
+    return detail::unwrap(try_pin_set(name, k, tier));
+  }
+  std::size_t unpin_set(const std::string &name) const { return detail::unwrap(try_unpin_set(name)); }
+  std::vector<kvtier_pin_set_info> pin_sets() const { return detail::unwrap(try_pin_sets()); }
+  kvtier_drop_report drop_blocks(const std::string &key_prefix, const char *fingerprint = nullptr) const {
+    return detail::unwrap(try_drop_blocks(key_prefix, fingerprint));
+  }
   void reset_cache() const { detail::unwrap(try_reset_cache()); }
   void reset_flushed() const { detail::unwrap(try_reset_flushed()); }
   void shutdown() const { detail::unwrap(try_shutdown()); }

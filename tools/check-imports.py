@@ -374,7 +374,7 @@ LAYERS = {
         ["primary"],
         ["tier"],
         ["manager"],
-        ["handles", "config", "fs", "redis", "requests", "server"],
+        ["handles", "config", "fs", "pins", "redis", "requests", "server"],
         ["observe", "health"],
         ["events", "report"],
     ],

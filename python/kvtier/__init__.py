@@ -25,7 +25,7 @@ from __future__ import annotations
 from ._ffi import CONSTANTS, ffi, lib
 from .errors import DisconnectedError, KeysIgnoredError, KvtierError, Status
 from .callbacks import LogLevel, RequestReport, log_callback_errors, log_to_logging, set_log_callback
-from .manager import Manager, ServerInfo, SlotMemory, TierMatcher, TierStat
+from .manager import DropReport, Manager, PinOutcome, PinSet, ServerInfo, SlotMemory, TierMatcher, TierStat
 from .primary import Primary
 from .region import Region, RegionView
 from .tier import Job, JobResult, Tier, TierRequest
@@ -48,6 +48,7 @@ from .types import (
 __all__ = [
     "CONSTANTS",
     "DisconnectedError",
+    "DropReport",
     "Event",
     "EventKind",
     "JobDirection",
@@ -63,6 +64,8 @@ __all__ = [
     "Medium",
     "MissReason",
     "OffloadPolicy",
+    "PinOutcome",
+    "PinSet",
     "Primary",
     "PromotionAnswer",
     "Region",

@@ -21,6 +21,7 @@ from ._args import explain_items, fill, int_list, slot_index
 from ._handle import Handle
 from ._scratch import acquire, release
 from ._observe import ManagerObserving, TierStat
+from ._pins import DropReport, ManagerPins, PinOutcome, PinSet
 from . import _server
 from ._server import ServerInfo
 from .callbacks import ManagerCallbacks
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .region import Region
     from .tier import Tier
 
-__all__ = ["Manager", "ServerInfo", "SlotMemory", "TierStat", "TierMatcher"]
+__all__ = ["DropReport", "Manager", "PinOutcome", "PinSet", "ServerInfo", "SlotMemory", "TierStat", "TierMatcher"]
 
 
 class TierMatcher(NamedTuple):
@@ -59,7 +60,7 @@ class SlotMemory(NamedTuple):
     slot_count: int
 
 
-class Manager(ManagerObserving):
+class Manager(ManagerObserving, ManagerPins):
     """A tiering manager: a primary tier of `capacity` slots, and secondary
     tiers below it.
 

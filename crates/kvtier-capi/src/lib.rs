@@ -52,6 +52,7 @@ pub mod redis;
 pub mod key;
 pub mod dialect;
 pub mod requests;
+pub mod pins;
 pub mod handles;
 mod store_out;
 // Observation: statistics, events, request reports, logging.

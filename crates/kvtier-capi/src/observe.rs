@@ -104,6 +104,16 @@ pub struct kvtier_manager_stats {
     /// Counter: steps (`kvtier_manager_schedule_end` calls) finished
     /// requests spent waiting for blocks on their way.  Since 0.3.
     pub request_wait_steps: u64,
+    /// Counter: blocks `kvtier_manager_drop_blocks` removed, all tiers
+    /// together.  Since 0.3.
+    pub dropped_blocks: u64,
+    /// Gauge: pin sets (`kvtier_manager_pin_set`).  Since 0.3.
+    pub pin_sets: u64,
+    /// Gauge: blocks pin sets hold in the primary tier (distinct keys).
+    /// Since 0.3.
+    pub pinned_blocks_primary: u64,
+    /// Gauge: their bytes (blocks × `block_bytes`; 0 when unknown).  Since 0.3.
+    pub pinned_bytes_primary: u64,
 }
 
 impl Grows for kvtier_manager_stats {
@@ -144,6 +154,10 @@ impl From<&ManagerStats> for kvtier_manager_stats {
             request_blocks_served_primary: s.request_blocks_served_primary,
             request_blocks_recomputed: s.request_blocks_recomputed,
             request_wait_steps: s.request_wait_steps,
+            dropped_blocks: s.dropped_blocks,
+            pin_sets: s.pin_sets,
+            pinned_blocks_primary: s.pinned_blocks_primary,
+            pinned_bytes_primary: s.pinned_bytes_primary,
         }
     }
 }

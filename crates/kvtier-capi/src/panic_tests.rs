@@ -340,6 +340,28 @@ fn a_panic_in_a_manager_call_poisons_the_manager_and_free_still_works() {
             info.struct_size = std::mem::size_of::<kvtier_server_info>();
             kvtier_manager_server_info(m, &mut info)
         }),
+        call!(kvtier_manager_pin_set, {
+            let mut o = crate::pins::kvtier_pin_outcome::default();
+            crate::pins::kvtier_manager_pin_set(m, c"a".as_ptr(), 0, null(), 0, &mut o)
+        }),
+        call!(kvtier_manager_unpin_set, {
+            let mut n = 0usize;
+            crate::pins::kvtier_manager_unpin_set(m, c"a".as_ptr(), &mut n)
+        }),
+        call!(kvtier_manager_pin_sets, {
+            let mut n = 0usize;
+            crate::pins::kvtier_manager_pin_sets(m, null_mut(), 0, &mut n)
+        }),
+        call!(kvtier_manager_drop_blocks, {
+            let sel = crate::pins::kvtier_drop_selector {
+                struct_size: std::mem::size_of::<crate::pins::kvtier_drop_selector>(),
+                key_prefix: null(),
+                key_prefix_len: 0,
+                fingerprint: null(),
+            };
+            let mut r = crate::pins::kvtier_drop_report::default();
+            crate::pins::kvtier_manager_drop_blocks(m, &sel, &mut r)
+        }),
         call!(kvtier_manager_reset_cache, kvtier_manager_reset_cache(m)),
         call!(
             kvtier_manager_reset_flushed,

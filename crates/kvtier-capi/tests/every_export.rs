@@ -560,6 +560,49 @@ fn table() -> Vec<Export> {
         export!(kvtier_manager_reset_flushed, f, {
             is_null_arg(f, "manager", kvtier_manager_reset_flushed(null()));
         }),
+        export!(kvtier_manager_pin_set, f, {
+            let fx = Fx::new();
+            let name = c"sys";
+            let mut o = kvtier_pin_outcome::default();
+            is_null_arg(f, "manager", kvtier_manager_pin_set(null(), name.as_ptr(), 0, null(), 0, &mut o));
+            is_null_arg(f, "name", kvtier_manager_pin_set(fx.manager, null(), 0, null(), 0, &mut o));
+            is_null_arg(f, "outcome_out", kvtier_manager_pin_set(fx.manager, name.as_ptr(), 0, null(), 0, null_mut()));
+            expect(f, "empty name", kvtier_manager_pin_set(fx.manager, c"".as_ptr(), 0, null(), 0, &mut o), S::InvalidArgument);
+            expect(f, "no keys", kvtier_manager_pin_set(fx.manager, name.as_ptr(), 0, null(), 0, &mut o), S::Ok);
+            assert_eq!((o.pinned, o.absent), (0, 0), "{f}");
+        }),
+        export!(kvtier_manager_unpin_set, f, {
+            let fx = Fx::new();
+            let mut n = 0usize;
+            is_null_arg(f, "manager", kvtier_manager_unpin_set(null(), c"a".as_ptr(), &mut n));
+            is_null_arg(f, "name", kvtier_manager_unpin_set(fx.manager, null(), &mut n));
+            is_null_arg(f, "keys_out", kvtier_manager_unpin_set(fx.manager, c"a".as_ptr(), null_mut()));
+            expect(f, "unknown set", kvtier_manager_unpin_set(fx.manager, c"a".as_ptr(), &mut n), S::NotFound);
+        }),
+        export!(kvtier_manager_pin_sets, f, {
+            let fx = Fx::new();
+            let mut n = 9usize;
+            is_null_arg(f, "manager", kvtier_manager_pin_sets(null(), null_mut(), 0, &mut n));
+            is_null_arg(f, "written_out", kvtier_manager_pin_sets(fx.manager, null_mut(), 0, null_mut()));
+            expect(f, "none", kvtier_manager_pin_sets(fx.manager, null_mut(), 0, &mut n), S::Ok);
+            assert_eq!(n, 0, "{f}");
+        }),
+        export!(kvtier_manager_drop_blocks, f, {
+            let fx = Fx::new();
+            let sel = kvtier_drop_selector {
+                struct_size: std::mem::size_of::<kvtier_drop_selector>(),
+                key_prefix: null(),
+                key_prefix_len: 0,
+                fingerprint: null(),
+            };
+            let mut r = kvtier_drop_report::default();
+            is_null_arg(f, "manager", kvtier_manager_drop_blocks(null(), &sel, &mut r));
+            is_null_arg(f, "selector", kvtier_manager_drop_blocks(fx.manager, null(), &mut r));
+            is_null_arg(f, "report_out", kvtier_manager_drop_blocks(fx.manager, &sel, null_mut()));
+            let bad = kvtier_drop_selector { key_prefix_len: 1, ..sel };
+            is_null_arg(f, "selector.key_prefix", kvtier_manager_drop_blocks(fx.manager, &bad, &mut r));
+            expect(f, "all valid", kvtier_manager_drop_blocks(fx.manager, &sel, &mut r), S::Ok);
+        }),
         export!(kvtier_manager_shutdown, f, {
             is_null_arg(f, "manager", kvtier_manager_shutdown(null()));
         }),

@@ -168,6 +168,15 @@ impl PrimaryBackend for Shared {
     fn stat_list(&self) -> Vec<Stat> {
         self.0.lock().stat_list()
     }
+    fn hold(&mut self, key: &Key) -> Result<bool> {
+        self.0.lock().hold(key)
+    }
+    fn release_hold(&mut self, key: &Key) -> Result<bool> {
+        self.0.lock().release_hold(key)
+    }
+    fn drop_prefix(&mut self, prefix: &[u8]) -> Result<kvtier_core::primary::DropCount> {
+        self.0.lock().drop_prefix(prefix)
+    }
 }
 
 #[cfg(test)]

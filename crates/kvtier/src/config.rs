@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 use crate::primary::{PrimaryConfig, PrimaryTier};
 use crate::region::{Region, RegionOptions, SlotMemory};
 use crate::tiering::{
-    BackpressureConfig, Manager, ManagerOptions, ProgressOptions, PromotionAnswer, TierOptions,
+    BackpressureConfig, Manager, ManagerOptions, PinningOptions, ProgressOptions, PromotionAnswer,
+    TierOptions, valid_layout_fingerprint,
 };
 use crate::tiers::fs::{FsOptions, FsTier};
 use crate::tiers::redis::RedisTierConfig;
@@ -58,6 +59,13 @@ pub struct Config {
     /// (`"progress": {"hold": true, "wait_steps": 16, "wait_ms": 0}`;
     /// `{"hold": false, "wait_steps": 0}` follows vLLM 0.33).
     pub progress: ProgressOptions,
+    /// The bound of pin sets (`"pinning": {"max_share": 0.25}`: the most
+    /// share of a tier's capacity pin sets may hold, 0.0 to 1.0).
+    pub pinning: PinningOptions,
+    /// The layout fingerprint of the primary tier's blocks (1 to 256
+    /// printable ASCII bytes; none by default), which block drops select
+    /// tiers by.
+    pub layout_fingerprint: Option<String>,
     /// Built-in secondary tiers, in lookup order (JSON only).
     pub tiers: Vec<TierConfig>,
     /// The `/metrics` endpoint (JSON only; none by default).
@@ -85,6 +93,8 @@ impl Default for Config {
             promotion_answer: m.promotion_answer,
             error_log_capacity: m.error_log_capacity,
             progress: m.progress,
+            pinning: m.pinning,
+            layout_fingerprint: m.layout_fingerprint,
             tiers: Vec::new(),
             metrics: None,
         }
@@ -239,6 +249,26 @@ impl Config {
             error_log_capacity: self.error_log_capacity,
             kv_groups: self.primary.kv_groups,
             progress: self.progress,
+            pinning: self.pinning,
+            layout_fingerprint: self.layout_fingerprint.clone(),
+        }
+    }
+
+    /// The pinning bound and layout fingerprint checked: an error naming
+    /// the field if either is out of range.
+    fn check_pinning(&self) -> Result<()> {
+        let share = self.pinning.max_share;
+        if !(0.0..=1.0).contains(&share) {
+            return Err(configuration(format!(
+                "pinning.max_share: {share} (must be 0.0 to 1.0)"
+            )));
+        }
+        match &self.layout_fingerprint {
+            Some(f) if !valid_layout_fingerprint(f) => Err(configuration(format!(
+                "layout_fingerprint: {:?} (must be 1 to 256 printable ASCII bytes)",
+                f.chars().take(64).collect::<String>()
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -295,6 +325,7 @@ impl Config {
     /// order.  The one way every manager is made.  Errors name the part
     /// that failed (`primary: ...`, `tiers[1]: ...`).
     pub fn build_with(&self, slots: SlotSource) -> Result<Manager> {
+        self.check_pinning()?;
         let primary = PrimaryTier::new(self.primary.clone()).map_err(|e| e.within("primary"))?;
         let manager = Manager::new(primary, self.manager_options());
         match slots {

@@ -36,6 +36,10 @@ pub(crate) unsafe fn manager_config_of(
             // Only kvtierd's managers are shared by several engines.
             hold_hits: false,
         },
+        // Pin sets' bound and the layout fingerprint are JSON options;
+        // C options take their defaults.
+        pinning: Default::default(),
+        layout_fingerprint: None,
         tiers: Vec::new(),
         metrics: None,
     })

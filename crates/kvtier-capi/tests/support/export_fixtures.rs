@@ -20,6 +20,7 @@ pub use kvtier::key::kvtier_key;
 pub use kvtier::log::*;
 pub use kvtier::manager::*;
 pub use kvtier::observe::*;
+pub use kvtier::pins::*;
 pub use kvtier::primary::*;
 pub use kvtier::reclaim::*;
 pub use kvtier::redis::*;

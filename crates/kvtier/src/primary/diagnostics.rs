@@ -63,7 +63,7 @@ impl PrimaryTier {
                         wp += 1;
                         *per_writer.entry(slots::writer_id(r)).or_insert(0u32) += 1;
                     }
-                    0 => idle += 1,
+                    0 if self.slots.flags(s) & slots::HELD == 0 => idle += 1,
                     _ => pinned += 1,
                 }
             }
@@ -102,7 +102,7 @@ impl PrimaryTier {
             return Err("eviction candidates differ from the unparked order".into());
         }
         for s in 0..self.slots.fresh {
-            if self.slots.flags(s) & PARKED != 0 && self.slots.refs(s) == 0 {
+            if self.slots.flags(s) & PARKED != 0 && self.slots.is_idle(s) {
                 return Err(format!("slot {s} is idle but parked"));
             }
         }

@@ -10,6 +10,7 @@ use super::lists::NIL;
 use super::policy::Policy;
 use super::reorder::{ReorderAhead, request_links_at, request_links_first};
 use super::requests::RequestRecord;
+use super::slots::HELD;
 use super::{key_error, unknown};
 use foldhash::fast::RandomState;
 
@@ -75,7 +76,7 @@ impl PrimaryTier {
         }
         for &slot in slots_out.iter() {
             let r = self.slots.refs(slot);
-            if r == 0 {
+            if r == 0 && self.slots.flags(slot) & HELD == 0 {
                 self.idle -= 1;
                 self.pinned += 1;
             }
@@ -125,8 +126,9 @@ impl PrimaryTier {
                 break;
             }
             self.slots.set_refs(s, r - 1);
-            // A slot reaches 0 at most once per batch: counts only go down here.
-            to_idle += (r == 1) as u32;
+            // A slot reaches 0 at most once per batch: counts only go down
+            // here.  One a pin set holds stays busy.
+            to_idle += (r == 1 && self.slots.flags(s) & HELD == 0) as u32;
         }
         if let Some((failed, e)) = failure {
             for &s in &done[..failed] {

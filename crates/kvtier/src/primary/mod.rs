@@ -73,6 +73,7 @@ mod batched;
 mod completion;
 mod config;
 mod diagnostics;
+mod held;
 mod hints;
 mod huge;
 mod index;
@@ -121,6 +122,7 @@ pub use allocation_sizes::{
 };
 pub use batched::PrefixLookup;
 pub use config::{MAX_ADMISSION_TABLE_SIZE, PrimaryConfig};
+pub use held::DropCount;
 pub use named::NamedPrimary;
 pub use outcomes::{CompleteStoreReport, PrimaryLookup, StoreOutcome, StorePlan};
 pub use policy_kind::PolicyKind;
@@ -139,6 +141,8 @@ pub struct PrimaryTier {
     write_pending: u32,
     pinned: u32,
     idle: u32,
+    /// Keys pin sets hold (`held.rs`).
+    held: u32,
     /// The tier's counters (the fields of [`PrimaryStats`] that `stats`
     /// does not compute: its gauges and histogram stay at 0 here).
     counters: PrimaryStats,
@@ -238,6 +242,7 @@ impl PrimaryTier {
             write_pending: 0,
             pinned: 0,
             idle: 0,
+            held: 0,
             counters: PrimaryStats::default(),
             allocation_sizes: allocation_sizes::new_histogram(),
             events: Announcer::preallocated(config.event_capacity),
@@ -410,7 +415,7 @@ impl PrimaryTier {
     /// candidate again at its recency.
     #[inline]
     fn became_idle(&mut self, slot: u32) {
-        if self.slots.flags(slot) & PARKED != 0 && self.slots.refs(slot) == 0 {
+        if self.slots.flags(slot) & PARKED != 0 && self.slots.is_idle(slot) {
             *self.slots.flags_mut(slot) &= !PARKED;
             self.policy.became_idle(slot);
         }
@@ -436,6 +441,7 @@ impl PrimaryTier {
         self.write_pending = 0;
         self.pinned = 0;
         self.idle = 0;
+        self.held = 0;
         self.events.cleared();
         self.adapted.clear();
         self.writers.clear();

@@ -32,6 +32,10 @@ pub(crate) const NAMED: u8 = 4;
 /// an eviction passed over it; it must be restored when the key turns idle.
 pub(crate) const PARKED: u8 = 8;
 
+/// Flag: a pin set holds the (ready) key resident (`held.rs`): busy for
+/// eviction whatever its ref count, which loads' unpins never touch.
+pub(crate) const HELD: u8 = 16;
+
 /// Where a record's key starts.
 const KEY_OFFSET: usize = std::mem::offset_of!(Record, key);
 
@@ -64,7 +68,7 @@ pub(crate) fn writer_id(refs: i32) -> u32 {
 pub(crate) struct Record {
     /// The ref count, native byte order (unaligned, so records pack).
     refs: [u8; 4],
-    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`].
+    /// [`RESIDENT`] | [`ANNOUNCED`] | [`NAMED`] | [`PARKED`] | [`HELD`].
     pub(crate) flags: u8,
     /// The slot's key (meaningful while resident).
     pub(crate) key: Key,
@@ -258,10 +262,11 @@ impl Slots {
         prefetch_addr(first.wrapping_add(KEY_OFFSET + len));
     }
 
-    /// Whether `slot` is ready and unpinned (an eviction candidate when unmarked).
+    /// Whether `slot` is ready, unpinned and not held by a pin set (an
+    /// eviction candidate when unmarked).
     #[inline]
     pub(crate) fn is_idle(&self, slot: u32) -> bool {
-        self.refs(slot) == 0
+        self.refs(slot) == 0 && self.flags(slot) & HELD == 0
     }
 
     /// Whether `slot`'s key was named in the current call.

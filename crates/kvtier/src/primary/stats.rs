@@ -31,7 +31,7 @@ stat_table! {
         gauge allocated: u32 => P_ALLOCATED,
         /// Keys write pending.
         gauge write_pending: u32 => P_WRITE_PENDING,
-        /// Keys ready and pinned.
+        /// Keys ready and pinned (by loads or transfers, or held by a pin set).
         gauge pinned: u32 => P_PINNED,
         /// Keys ready and idle (evictable).
         gauge idle: u32 => P_IDLE,
@@ -146,7 +146,7 @@ family! {
 }
 family! {
     P_PINNED, "kvtier_primary_pinned_blocks", Gauge, Tier,
-    "Ready keys pinned by loads or transfers."
+    "Ready keys pinned by loads or transfers, or held by a pin set."
 }
 family! {
     P_IDLE, "kvtier_primary_idle_blocks", Gauge, Tier,

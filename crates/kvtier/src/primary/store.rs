@@ -7,7 +7,7 @@
 
 use super::lists::NIL;
 use super::policy::Policy;
-use super::slots::{self, ANNOUNCED, Lookahead, NAMED};
+use super::slots::{self, ANNOUNCED, HELD, Lookahead, NAMED};
 use super::writers;
 use super::{PolicyKind, PrimaryTier, StoreOutcome, StorePlan};
 use crate::error::{Error, Result};
@@ -166,7 +166,7 @@ impl PrimaryTier {
                 Some(s) => {
                     let r = self.slots.refs(s);
                     let f = self.slots.flags_mut(s);
-                    if *f & NAMED == 0 && r == 0 {
+                    if *f & (NAMED | HELD) == 0 && r == 0 {
                         named_idle += 1;
                     }
                     *f |= NAMED;

@@ -16,7 +16,8 @@ use crate::request::RequestId;
 use crate::stats::Stat;
 
 use crate::primary::{
-    CompleteStoreReport, PrefixLookup, PrimaryLookup, PrimaryTier, StoreOutcome, StorePlan,
+    CompleteStoreReport, DropCount, PrefixLookup, PrimaryLookup, PrimaryTier, StoreOutcome,
+    StorePlan,
 };
 
 /// The operations of a primary tier that the tiering manager calls.
@@ -148,6 +149,25 @@ pub trait PrimaryBackend: Send + 'static {
     fn event_capacity(&self) -> usize;
     /// The tier's statistics, as named values.
     fn stat_list(&self) -> Vec<Stat>;
+    /// [`PrimaryTier::hold`]; a backend without pin sets answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported) (the default).
+    fn hold(&mut self, _key: &Key) -> Result<bool> {
+        Err(crate::Error::Unsupported(
+            "pin sets in this primary tier".into(),
+        ))
+    }
+    /// [`PrimaryTier::release_hold`]; unsupported by default.
+    fn release_hold(&mut self, _key: &Key) -> Result<bool> {
+        Err(crate::Error::Unsupported(
+            "pin sets in this primary tier".into(),
+        ))
+    }
+    /// [`PrimaryTier::drop_prefix`]; unsupported by default.
+    fn drop_prefix(&mut self, _prefix: &[u8]) -> Result<DropCount> {
+        Err(crate::Error::Unsupported(
+            "dropping blocks from this primary tier".into(),
+        ))
+    }
 }
 
 impl PrimaryBackend for PrimaryTier {
@@ -251,5 +271,14 @@ impl PrimaryBackend for PrimaryTier {
     }
     fn stat_list(&self) -> Vec<Stat> {
         PrimaryTier::stat_list(self)
+    }
+    fn hold(&mut self, key: &Key) -> Result<bool> {
+        Ok(PrimaryTier::hold(self, key))
+    }
+    fn release_hold(&mut self, key: &Key) -> Result<bool> {
+        Ok(PrimaryTier::release_hold(self, key))
+    }
+    fn drop_prefix(&mut self, prefix: &[u8]) -> Result<DropCount> {
+        Ok(PrimaryTier::drop_prefix(self, prefix))
     }
 }

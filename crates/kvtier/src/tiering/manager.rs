@@ -74,6 +74,7 @@ mod jobs;
 mod lookup;
 mod observe;
 mod options;
+mod pins;
 mod poll;
 mod prefix;
 mod progress;
@@ -90,7 +91,11 @@ use counters::TierCounters;
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};
-pub use options::{ManagerOptions, RequestParams, StartedRequest, TierOptions};
+pub use options::{
+    ManagerOptions, PinningOptions, RequestParams, StartedRequest, TierOptions,
+    valid_layout_fingerprint,
+};
+pub use pins::{DropReport, MAX_PIN_SET_NAME, PinOutcome, PinSetInfo};
 use poll::CompletionQueue;
 pub use progress::ProgressOptions;
 pub use report::{RequestReport, RequestReportListener};
@@ -218,6 +223,8 @@ struct State<P: PrimaryBackend> {
     events: Vec<Event>,
     ids: Vec<RequestId>,
     strings: Vec<String>,
+    /// The pin sets and what they hold.
+    pins: pins::PinSets,
 }
 
 fn filter_allows(filter: &TierFilter, medium: Option<Medium>, locality: Option<Locality>) -> bool {

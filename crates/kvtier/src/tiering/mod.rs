@@ -12,17 +12,19 @@ mod readiness;
 mod tier;
 
 pub use crate::events::TierEvent;
+pub use crate::primary::DropCount;
 pub use adapter_stats::{ADAPTER_STATS, AdapterStats};
 pub use backend::PrimaryBackend;
 pub use backpressure::{BackpressureConfig, PressurePolicy};
 pub use calls::ManagerCalls;
 pub use listen::{EventBatch, EventListener};
-pub use manager::{EventBuffer, QueuedEvents};
 pub use manager::{
-    LookupAnswer, LookupResult, Manager, ManagerOptions, ManagerStat, ManagerStats, MissReason,
-    ProgressOptions, PromotionAnswer, RequestParams, RequestReport, RequestReportListener,
-    StartedRequest, TakenBatch, TakenEvents, TierOptions,
+    DropReport, LookupAnswer, LookupResult, MAX_PIN_SET_NAME, Manager, ManagerOptions, ManagerStat,
+    ManagerStats, MissReason, PinOutcome, PinSetInfo, PinningOptions, ProgressOptions,
+    PromotionAnswer, RequestParams, RequestReport, RequestReportListener, StartedRequest,
+    TakenBatch, TakenEvents, TierOptions, valid_layout_fingerprint,
 };
+pub use manager::{EventBuffer, QueuedEvents};
 pub(crate) use manager::{MANAGER_STATS, TIER_MANAGED_STATS};
 pub use notify::Notifier;
 pub use readiness::{Readiness, TierReadiness};

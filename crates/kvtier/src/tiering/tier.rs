@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::events::Event;
 use crate::key::Key;
+use crate::primary::DropCount;
 use crate::request::{Locality, Medium, Request};
 use crate::stats::Stat;
 
@@ -252,5 +253,24 @@ pub trait SecondaryTier: Send {
     /// calls left it; must not block or change anything.
     fn readiness(&self) -> super::TierReadiness {
         super::TierReadiness::Ready
+    }
+
+    /// The layout fingerprint of the blocks the tier holds (what the
+    /// blocks' byte layout was made by), if it knows one; `None` by
+    /// default.  `Manager::drop_blocks` selects tiers by it.
+    fn layout_fingerprint(&self) -> Option<&str> {
+        None
+    }
+
+    /// Removes every block whose key starts with `key_prefix` (every
+    /// block for an empty one); blocks the tier cannot remove now (being
+    /// read or written, held by a pin set) are kept and counted.  By
+    /// default [`Error::Unsupported`](crate::Error::Unsupported): the
+    /// manager skips such a tier and reports it.
+    fn drop_blocks(&mut self, _key_prefix: &[u8]) -> Result<DropCount> {
+        Err(crate::Error::Unsupported(format!(
+            "dropping blocks from tier {}",
+            self.name()
+        )))
     }
 }

@@ -36,6 +36,36 @@ pub struct ManagerOptions {
     /// How waiting requests are kept moving: holds and the wait
     /// bound (default on; [`ProgressOptions::vllm()`] follows vLLM 0.33).
     pub progress: ProgressOptions,
+    /// The bound of pin sets ([`Manager::pin_set`](super::Manager::pin_set)).
+    pub pinning: PinningOptions,
+    /// The layout fingerprint of the primary tier's blocks (what made
+    /// their byte layout: model, dtype, block size...), 1 to 256
+    /// printable ASCII bytes, or none.
+    /// [`Manager::drop_blocks`](super::Manager::drop_blocks) selects tiers
+    /// by it.
+    pub layout_fingerprint: Option<String>,
+}
+
+/// The bound of pin sets (JSON `"pinning"`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PinningOptions {
+    /// Most share of a tier's capacity (in blocks) that pin sets may hold
+    /// together, 0.0 to 1.0 (default 0.25; 0 turns pinning off).
+    pub max_share: f64,
+}
+
+impl Default for PinningOptions {
+    fn default() -> Self {
+        PinningOptions { max_share: 0.25 }
+    }
+}
+
+/// Whether `fingerprint` is a valid layout fingerprint: 1 to 256 printable
+/// ASCII bytes (space to `~`).
+pub fn valid_layout_fingerprint(fingerprint: &str) -> bool {
+    (1..=256).contains(&fingerprint.len())
+        && fingerprint.bytes().all(|b| (0x20..=0x7e).contains(&b))
 }
 
 impl Default for ManagerOptions {
@@ -46,6 +76,8 @@ impl Default for ManagerOptions {
             error_log_capacity: 64,
             kv_groups: false,
             progress: ProgressOptions::default(),
+            pinning: PinningOptions::default(),
+            layout_fingerprint: None,
         }
     }
 }

@@ -64,6 +64,7 @@ impl<P: PrimaryBackend> Manager<P> {
                 events: Vec::new(),
                 ids: Vec::new(),
                 strings: Vec::new(),
+                pins: super::pins::PinSets::default(),
             }),
             queue: CompletionQueue::default(),
             tier_count: AtomicUsize::new(0),

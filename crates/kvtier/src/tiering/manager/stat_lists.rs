@@ -97,6 +97,8 @@ stat_table! {
         /// Counter: steps (`schedule_end` calls) finished requests spent
         /// waiting for blocks on their way.
         counter request_wait_steps: u64 => M_REQUEST_WAIT_STEPS,
+        /// Counter: blocks `drop_blocks` removed (all tiers together).
+        counter dropped_blocks: u64 => M_DROPPED_BLOCKS,
         /// Gauge: jobs submitted to secondary tiers and not yet finished.
         gauge jobs_in_flight: u64 => M_JOBS_IN_FLIGHT,
         /// Gauge: requests started and not yet finalized.
@@ -105,6 +107,12 @@ stat_table! {
         gauge promotions_held: u64 => M_PROMOTIONS_HELD,
         /// Gauge: events waiting to be taken.
         gauge events_queued: u64 => M_EVENTS_QUEUED,
+        /// Gauge: pin sets.
+        gauge pin_sets: u64 => M_PIN_SETS,
+        /// Gauge: blocks pin sets hold in the primary tier (distinct keys).
+        gauge pinned_blocks_primary: u64 => M_PINNED_BLOCKS["primary"],
+        /// Gauge: their bytes (blocks × `block_bytes`; 0 when unknown).
+        gauge pinned_bytes_primary: u64 => M_PINNED_BYTES["primary"],
     }
     also {
         /// The histogram of requests' waits for blocks on their way.
@@ -120,6 +128,9 @@ impl<P: PrimaryBackend> State<P> {
             active_requests: self.reqs.len() as u64,
             promotions_held: u64::from(self.held),
             events_queued: self.pending_events.len() as u64,
+            pin_sets: self.pins.set_count() as u64,
+            pinned_blocks_primary: self.pins.held_blocks(0),
+            pinned_bytes_primary: self.pins.held_blocks(0) * self.opts.block_bytes,
             ..self.c
         }
     }
@@ -206,6 +217,22 @@ family! {
 family! {
     M_RESETS, "kvtier_manager_resets_total", Counter, Manager,
     "Cache resets."
+}
+family! {
+    M_DROPPED_BLOCKS, "kvtier_manager_dropped_blocks_total", Counter, Manager,
+    "Blocks drop_blocks removed, all tiers together (busy blocks it kept are not counted)."
+}
+family! {
+    M_PIN_SETS, "kvtier_manager_pin_sets", Gauge, Manager,
+    "Pin sets (named sets of blocks held resident)."
+}
+family! {
+    M_PINNED_BLOCKS, "kvtier_manager_pinned_blocks", Gauge, ManagerByTier,
+    "Blocks pin sets hold, by tier (a block in several sets counted once)."
+}
+family! {
+    M_PINNED_BYTES, "kvtier_manager_pinned_bytes", Gauge, ManagerByTier,
+    "Bytes of the blocks pin sets hold, by tier (blocks times block_bytes; 0 when the block size is unknown)."
 }
 family! {
     M_JOBS_IN_FLIGHT, "kvtier_manager_jobs_in_flight", Gauge, Manager,

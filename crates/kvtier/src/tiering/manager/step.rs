@@ -48,7 +48,8 @@ impl<P: PrimaryBackend> Manager<P> {
     /// promotions, clears in-flight stores (the primary tier forgets who
     /// wrote what: later completions of those stores are counted and
     /// ignored) and parked keys, finalizes
-    /// finished requests and resets the primary tier.  With secondary
+    /// finished requests and resets the primary tier, forgetting every
+    /// pin set (see [`Manager::pin_set`]).  With secondary
     /// tiers, promotions are then held until [`Manager::reset_flushed`].
     /// If a tier fails to drain, nothing is reset and the error says which.
     pub fn reset_cache(&self) -> Result<()> {
@@ -111,6 +112,7 @@ impl<P: PrimaryBackend> Manager<P> {
         }
         s.ids = ids;
         s.primary.reset();
+        s.pins.clear();
         for t in &mut s.tiers {
             if let Some(d) = &mut t.detector {
                 d.reset();

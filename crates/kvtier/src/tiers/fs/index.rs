@@ -333,6 +333,24 @@ impl Index {
         Some(key)
     }
 
+    /// The Ready keys starting with `prefix` that no load reads, into
+    /// `idle`; returns how many other indexed keys match (being read or
+    /// written: a drop keeps them).  Keys being removed are neither.
+    pub(super) fn with_prefix(&self, prefix: &[u8], idle: &mut Vec<Key>) -> u64 {
+        let mut busy = 0;
+        for n in self.map.values().map(|&i| &self.nodes[i as usize]) {
+            if !n.key.as_bytes().starts_with(prefix) {
+                continue;
+            }
+            match n.state {
+                State::Ready if n.readers == 0 => idle.push(n.key),
+                State::Ready | State::Writing => busy += 1,
+                State::Removing => {}
+            }
+        }
+        busy
+    }
+
     /// Records that a "stored" event announced `key`.
     pub(super) fn set_announced(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {
@@ -417,6 +435,27 @@ mod tests {
         ix.drop_reader(&k(1));
         assert_eq!(ix.evict_one(false), Some(k(1)));
         assert_eq!((ix.used(), ix.ready_count()), (0, 0));
+    }
+
+    #[test]
+    fn with_prefix_parts_idle_keys_from_busy_ones() {
+        let mut ix = Index::new(10);
+        let ab = |a: u8, b: u8| Key::new(&[a, b]).unwrap();
+        for i in 0..4 {
+            ix.insert(ab(1, i), State::Ready);
+        }
+        ix.insert(ab(1, 9), State::Writing);
+        ix.insert(ab(2, 0), State::Ready);
+        assert!(ix.add_reader(&ab(1, 1)));
+        assert_eq!(ix.evict_one(true), Some(ab(1, 0)), "1.0 is least recent");
+        let mut idle = Vec::new();
+        // 1.0 is being removed (neither), 1.1 read and 1.9 written (busy).
+        assert_eq!(ix.with_prefix(&[1], &mut idle), 2);
+        idle.sort_unstable();
+        assert_eq!(idle, vec![ab(1, 2), ab(1, 3)]);
+        idle.clear();
+        assert_eq!(ix.with_prefix(&[], &mut idle), 2);
+        assert_eq!(idle.len(), 3);
     }
 
     #[test]

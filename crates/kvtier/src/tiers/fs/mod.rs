@@ -60,6 +60,8 @@
 mod admission;
 mod beneath;
 mod cause;
+#[cfg(test)]
+mod drop_tests;
 mod file;
 mod files;
 pub mod format;
@@ -236,6 +238,34 @@ impl SecondaryTier for FsTier {
             Ok(_) => NotReady(format!("{} is not a directory", self.opts.root.display())),
             Err(e) => NotReady(format!("directory {}: {e}", self.opts.root.display())),
         }
+    }
+
+    /// Removes the idle blocks whose keys start with `key_prefix`: from
+    /// the index at once (announced as removed), and in the files layout
+    /// their files, here, synchronously (a failure to remove one is
+    /// counted in `removal_errors`, as an eviction's would be).  Blocks
+    /// being read or written are kept and counted.  After shutdown,
+    /// nothing is dropped.
+    fn drop_blocks(&mut self, key_prefix: &[u8]) -> Result<crate::primary::DropCount> {
+        let mut idle = Vec::new();
+        if self.closed {
+            return Ok(crate::primary::DropCount::default());
+        }
+        let kept = self.index.with_prefix(key_prefix, &mut idle);
+        let files = !self.segmented();
+        let mut scratch = file::Scratch::new();
+        for key in &idle {
+            let announced = self.index.announced(key);
+            self.events.removed(*key, announced);
+            self.index.remove(key);
+            if files && self.pool.shared().disk.remove(key, &mut scratch).is_err() {
+                self.counts.removal_errors.add(1);
+            }
+        }
+        Ok(crate::primary::DropCount {
+            dropped: idle.len() as u64,
+            kept,
+        })
     }
 
     fn shutdown(&mut self) -> Result<()> {
