@@ -62,6 +62,10 @@ pub struct Config {
     pub tiers: Vec<TierConfig>,
     /// The `/metrics` endpoint (JSON only; none by default).
     pub metrics: Option<MetricsConfig>,
+    /// The engine's block layout fingerprint
+    /// ([`ManagerOptions::layout_fingerprint`]): the fs and redis tiers
+    /// that give none of their own take it.
+    pub layout_fingerprint: Option<String>,
 }
 
 /// The optional `/metrics` endpoint of a manager built from JSON:
@@ -87,6 +91,7 @@ impl Default for Config {
             progress: m.progress,
             tiers: Vec::new(),
             metrics: None,
+            layout_fingerprint: m.layout_fingerprint,
         }
     }
 }
@@ -204,6 +209,10 @@ impl Config {
                 "region.name: missing (processes giving the same name share the region)".into(),
             ));
         }
+        if let Some(f) = &config.layout_fingerprint {
+            crate::tiers::layout::check_fingerprint("layout_fingerprint", f)
+                .map_err(|e| e.within("configuration"))?;
+        }
         for (i, t) in config.tiers.iter().enumerate() {
             // Every tier's options are checked before anything is built.
             t.builtin(i)?;
@@ -239,6 +248,7 @@ impl Config {
             error_log_capacity: self.error_log_capacity,
             kv_groups: self.primary.kv_groups,
             progress: self.progress,
+            layout_fingerprint: self.layout_fingerprint.clone(),
         }
     }
 
@@ -309,7 +319,8 @@ impl Config {
             }
         }
         for (i, t) in self.tiers.iter().enumerate() {
-            add_builtin_tier(&manager, t.builtin(i)?, t.tier_options())
+            let tier = t.builtin(i)?.inherit(self.layout_fingerprint.as_deref());
+            add_builtin_tier(&manager, tier, t.tier_options())
                 .map_err(|e| e.within(&format!("tiers[{i}]")))?;
         }
         log::info!(
@@ -352,6 +363,19 @@ impl TierConfig {
 }
 
 impl BuiltinTier {
+    /// The tier with the manager's layout fingerprint when it has none of
+    /// its own.
+    pub fn inherit(mut self, fingerprint: Option<&str>) -> BuiltinTier {
+        let own = match &mut self {
+            BuiltinTier::Fs(o) => &mut o.layout_fingerprint,
+            BuiltinTier::Redis(o) => &mut o.layout_fingerprint,
+        };
+        if own.is_none() {
+            *own = fingerprint.map(str::to_string);
+        }
+        self
+    }
+
     /// Opens the tier over `slots` (an fs tier rebuilds its index from the
     /// files already there; a redis tier starts its workers and connects
     /// later).

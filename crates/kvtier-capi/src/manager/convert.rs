@@ -38,6 +38,7 @@ pub(crate) unsafe fn manager_config_of(
         },
         tiers: Vec::new(),
         metrics: None,
+        layout_fingerprint: None,
     })
 }
 

@@ -137,6 +137,13 @@ pub trait SecondaryTier: Send {
         None
     }
 
+    /// The block layout fingerprint the tier's store was opened with and
+    /// checked against, if it has one (see
+    /// [`ManagerOptions::layout_fingerprint`](super::ManagerOptions::layout_fingerprint)).
+    fn layout_fingerprint(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether `key` is present and readable.
     fn lookup(&mut self, key: &Key, request: &Request) -> TierLookup;
 

@@ -36,6 +36,12 @@ pub struct ManagerOptions {
     /// How waiting requests are kept moving: holds and the wait
     /// bound (default on; [`ProgressOptions::vllm()`] follows vLLM 0.33).
     pub progress: ProgressOptions,
+    /// The block layout the engine's keys belong to (model id, dtype, block
+    /// size, KV layout) as one string of 1..=256 printable ASCII bytes:
+    /// the built-in tiers configured without one of their own take it, and
+    /// refuse a store (directory, namespace) that holds another layout's
+    /// blocks.  `None`: no check.
+    pub layout_fingerprint: Option<String>,
 }
 
 impl Default for ManagerOptions {
@@ -46,6 +52,7 @@ impl Default for ManagerOptions {
             error_log_capacity: 64,
             kv_groups: false,
             progress: ProgressOptions::default(),
+            layout_fingerprint: None,
         }
     }
 }

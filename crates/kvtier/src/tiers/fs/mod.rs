@@ -65,6 +65,7 @@ pub mod format;
 mod index;
 pub mod inspect;
 mod io;
+pub mod marker;
 mod open;
 mod options;
 mod pool;
@@ -149,6 +150,10 @@ impl SecondaryTier for FsTier {
 
     fn locality(&self) -> Option<Locality> {
         Some(self.opts.locality)
+    }
+
+    fn layout_fingerprint(&self) -> Option<&str> {
+        self.opts.layout_fingerprint.as_deref()
     }
 
     fn lookup(&mut self, key: &Key, _request: &Request) -> TierLookup {

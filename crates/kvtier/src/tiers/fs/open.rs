@@ -16,7 +16,7 @@ use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Segments;
 use super::stats::FsStats;
-use super::{FsLayout, FsOptions, FsTier, beneath};
+use super::{FsLayout, FsOptions, FsTier, beneath, marker};
 use crate::error::{Error, Result};
 use crate::region::SlotMemory;
 use crate::tiering::DEFAULT_TIER_EVENT_CAPACITY;
@@ -59,6 +59,9 @@ impl FsTier {
             Err(e) => {
                 return Err(Error::io(format!("fs tier: opening {}", root.display()), e));
             }
+        }
+        if let Some(f) = &opts.layout_fingerprint {
+            marker::settle(root, f, opts.file_mode)?;
         }
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
