@@ -16,6 +16,7 @@ use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Segments;
 use super::stats::FsStats;
+use super::age::Ages;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
 use crate::error::{Error, Result};
 use crate::region::SlotMemory;
@@ -65,10 +66,12 @@ impl FsTier {
         }
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
+        let mut ages = Ages::new(opts.max_age);
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
                 let mut index = Index::new(file_len(block_bytes));
-                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
+                let rebuild =
+                    rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?;
                 (index, rebuild, None)
             }
             FsLayout::Segments => {
@@ -86,6 +89,11 @@ impl FsTier {
                 // only freed.
                 rebuild.evicted = rebuild::evict_over_capacity(&opts, &mut index, |_| ());
                 rebuild.blocks -= rebuild.evicted;
+                // Records keep no store time: their age counts from now.
+                let now = std::time::SystemTime::now();
+                for &(key, _) in &found {
+                    ages.stored(key, now);
+                }
                 (index, rebuild, Some(segments))
             }
         };
@@ -135,6 +143,7 @@ impl FsTier {
             lost_buf: Vec::new(),
             store_scratch: Default::default(),
             errors,
+            ages,
         };
         tier.note_skipped_at_open();
         // The rebuilt blocks are announced, oldest first, so a router learns of them.
