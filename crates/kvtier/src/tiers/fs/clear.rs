@@ -11,8 +11,10 @@
 use std::path::Path;
 
 use super::beneath::{self, FOREIGN};
-use super::segments::SEGMENTS_DIR;
+use super::marker;
+use super::segments::{SEGMENTS_DIR, lock_dir};
 use crate::error::{Error, Result};
+use crate::tiers::layout::{check_fingerprint, mismatch};
 
 /// What a clear did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -84,6 +86,51 @@ pub fn clear_blocks(root: &Path) -> Result<ClearReport> {
     Ok(report)
 }
 
+/// Removes the blocks of `root` (as [`clear_blocks`]) only if its layout
+/// marker names `fingerprint`: the offline way to drop one layout's blocks
+/// (at a model upgrade, say).  Refused, with nothing removed, for a
+/// directory marked with another fingerprint (naming both), one without a
+/// marker, and one whose segments a running tier holds.
+pub fn clear_layout(root: &Path, fingerprint: &str) -> Result<ClearReport> {
+    check_fingerprint("--fingerprint", fingerprint)?;
+    match marker::read(root)? {
+        Some(f) if f == fingerprint => {}
+        Some(f) => {
+            return Err(mismatch(
+                &format!("fs tier directory {}", root.display()),
+                &f,
+                fingerprint,
+                "--fingerprint (the directory's own) to clear it",
+            ));
+        }
+        None => {
+            return Err(Error::InvalidArgument(format!(
+                "fs tier directory {} has no layout marker ({}): the layout of its blocks is unknown, so nothing is removed",
+                root.display(),
+                marker::MARKER_NAME
+            )));
+        }
+    }
+    // A tier running on the segments layout holds their lock: refused.
+    let seg_path = root.join(SEGMENTS_DIR);
+    let _lock = match std::fs::symlink_metadata(&seg_path) {
+        Ok(m) if m.is_dir() => {
+            let fail = |e: i32| {
+                Error::io(
+                    format!("fs tier: opening {}", seg_path.display()),
+                    std::io::Error::from_raw_os_error(e),
+                )
+            };
+            let c = beneath::c_path(root).map_err(fail)?;
+            let dir = beneath::open_root(&c).map_err(fail)?;
+            let seg = beneath::subdir(dir.0, c"segments", None, || ()).map_err(fail)?;
+            Some(lock_dir(&seg, &seg_path, 0o600)?)
+        }
+        _ => None,
+    };
+    clear_blocks(root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +157,23 @@ mod tests {
         assert!(std::fs::symlink_metadata(d.join("cd/22.kvb")).is_ok());
         assert!(std::path::Path::new("/etc/passwd").exists());
         assert!(d.join("kvtier-layout").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn clearing_by_layout_needs_the_matching_marker() {
+        let d = std::env::temp_dir().join(format!("kvtier-clear-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("ab")).unwrap();
+        std::fs::write(d.join("ab/00.kvb"), b"x").unwrap();
+        let e = clear_layout(&d, "old").unwrap_err().to_string();
+        assert!(e.contains("no layout marker"), "{e}");
+        std::fs::write(d.join(marker::MARKER_NAME), b"old\n").unwrap();
+        let e = clear_layout(&d, "new").unwrap_err().to_string();
+        assert!(e.contains("\"old\"") && e.contains("\"new\""), "{e}");
+        assert!(d.join("ab/00.kvb").exists());
+        assert_eq!(clear_layout(&d, "old").unwrap().files_removed, 1);
+        assert!(!d.join("ab").exists() && d.join(marker::MARKER_NAME).exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -91,7 +91,7 @@ use crate::stats::Stat;
 use crate::tiering::{JobRef, JobResult, SecondaryTier, TierLookup};
 
 pub use cause::Cause;
-pub use clear::{ClearReport, clear_blocks};
+pub use clear::{ClearReport, clear_blocks, clear_layout};
 use index::Index;
 pub use options::{FsLayout, FsOptions};
 use pool::{JobState, Pool};
