@@ -194,8 +194,10 @@ pub(crate) unsafe fn fs_options_of(
         locality: locality_of(c.locality, "options->locality")?,
         stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
         file_mode: c.file_mode,
-        layout_fingerprint: unsafe { opt_str(c.layout_fingerprint, "options->layout_fingerprint") }?
-            .map(String::from),
+        layout_fingerprint: unsafe {
+            opt_str(c.layout_fingerprint, "options->layout_fingerprint")
+        }?
+        .map(String::from),
         max_age: Duration::from_millis(c.max_age_ms),
         clear_on_shutdown: c.clear_on_shutdown,
     };

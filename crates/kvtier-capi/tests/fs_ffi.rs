@@ -110,12 +110,19 @@ fn the_layout_fingerprint_guards_the_directory() {
     let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
     assert_eq!(st, S::InvalidArgument);
     let e = last_error();
-    assert!(e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""), "{e}");
+    assert!(
+        e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""),
+        "{e}"
+    );
     let bad = CString::new("x".repeat(300)).unwrap();
     o.layout_fingerprint = bad.as_ptr();
     let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
     assert_eq!(st, S::InvalidArgument);
-    assert!(last_error().contains("layout_fingerprint"), "{}", last_error());
+    assert!(
+        last_error().contains("layout_fingerprint"),
+        "{}",
+        last_error()
+    );
     assert_eq!(index, 99, "nothing written on failure");
     // A caller of the 0.2 layout has no fingerprint: bytes past its
     // struct_size are not read, and nothing is checked.
@@ -144,7 +151,12 @@ fn clear_on_shutdown_empties_the_directory_at_the_managers_shutdown() {
     // block name in a fan-out directory is the tier's to remove.
     std::fs::create_dir_all(dir.path().join("ab")).unwrap();
     std::fs::write(dir.path().join("ab/00.kvb"), b"x").unwrap();
-    assert_eq!(unsafe { kvtier_manager_shutdown(s.manager) }, S::Ok, "{}", last_error());
+    assert_eq!(
+        unsafe { kvtier_manager_shutdown(s.manager) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
     assert!(!dir.path().join("ab").exists());
     assert!(dir.path().join("kvtier-layout").exists());
 }

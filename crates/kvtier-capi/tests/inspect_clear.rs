@@ -70,7 +70,10 @@ fn clear_removes_the_blocks_only_for_the_matching_fingerprint() {
     let d = dir.path().to_str().unwrap();
     let (code, _, err) = inspect(&["clear", d, "--fingerprint", "m|fp8|16"]);
     assert_eq!(code, 2);
-    assert!(err.contains("\"m|bf16|16\"") && err.contains("\"m|fp8|16\""), "{err}");
+    assert!(
+        err.contains("\"m|bf16|16\"") && err.contains("\"m|fp8|16\""),
+        "{err}"
+    );
     let (_, out, _) = inspect(&["fs", d, "--json"]);
     assert!(out.contains("\"blocks\":3"), "nothing removed: {out}");
     let (code, _, err) = inspect(&["clear", d]);
@@ -81,13 +84,21 @@ fn clear_removes_the_blocks_only_for_the_matching_fingerprint() {
     assert_eq!(v["files_removed"], 3, "{v}");
     let (_, out, _) = inspect(&["fs", d, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((v["blocks"].as_u64(), v["layout_fingerprint"].as_str()), (Some(0), Some("m|bf16|16")));
+    assert_eq!(
+        (v["blocks"].as_u64(), v["layout_fingerprint"].as_str()),
+        (Some(0), Some("m|bf16|16"))
+    );
     // A manager of another layout now refuses it still (the marker stays)...
     let json = format!(
         r#"{{"block_bytes": {BLOCK}, "layout_fingerprint": "m|fp8|16",
             "tiers": [{{"type": "fs", "options": {{"directory": "{d}"}}}}]}}"#
     );
-    let e = Config::from_json(&json).unwrap().build().err().unwrap().to_string();
+    let e = Config::from_json(&json)
+        .unwrap()
+        .build()
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("tiers[0]") && e.contains("\"m|bf16|16\""), "{e}");
     // ... unless the tier names its own fingerprint, which wins.
     let json = format!(
@@ -100,10 +111,18 @@ fn clear_removes_the_blocks_only_for_the_matching_fingerprint() {
 
 #[test]
 fn a_bad_top_level_fingerprint_is_a_configuration_error() {
-    let e = Config::from_json(r#"{"layout_fingerprint": ""}"#).unwrap_err().to_string();
-    assert!(e.contains("configuration") && e.contains("layout_fingerprint"), "{e}");
+    let e = Config::from_json(r#"{"layout_fingerprint": ""}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("configuration") && e.contains("layout_fingerprint"),
+        "{e}"
+    );
     let long = "x".repeat(257);
     assert!(Config::from_json(&format!(r#"{{"layout_fingerprint": "{long}"}}"#)).is_err());
     let c = Config::from_json(r#"{"layout_fingerprint": "a b"}"#).unwrap();
-    assert_eq!(c.manager_options().layout_fingerprint.as_deref(), Some("a b"));
+    assert_eq!(
+        c.manager_options().layout_fingerprint.as_deref(),
+        Some("a b")
+    );
 }

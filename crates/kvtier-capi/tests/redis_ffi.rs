@@ -124,8 +124,14 @@ fn the_layout_fingerprint_and_clearing_reach_the_server() {
     let st = unsafe { kvtier_manager_add_redis_tier(g.manager, &o, &mut index) };
     assert_eq!(st, S::InvalidArgument);
     let e = last_error();
-    assert!(e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""), "{e}");
-    assert_eq!(unsafe { kvtier::manager::kvtier_manager_shutdown(f.manager) }, S::Ok);
+    assert!(
+        e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""),
+        "{e}"
+    );
+    assert_eq!(
+        unsafe { kvtier::manager::kvtier_manager_shutdown(f.manager) },
+        S::Ok
+    );
     assert_eq!(server.cli_text(&["EXISTS", "ffi-fp:00ff"]), "0");
     assert_eq!(server.cli_text(&["EXISTS", "ffi-fp:layout"]), "1");
 }

@@ -61,11 +61,16 @@ fn another_fingerprint_is_refused_naming_both_and_nothing_is_touched() {
     drop(tier);
     let e = open_err(&mem, opts(dir.path(), Some("a|fp8|16")));
     assert!(
-        e.contains("\"a|bf16|16\"") && e.contains("\"a|fp8|16\"") && e.contains("kvtier-inspect clear"),
+        e.contains("\"a|bf16|16\"")
+            && e.contains("\"a|fp8|16\"")
+            && e.contains("kvtier-inspect clear"),
         "{e}"
     );
     assert_eq!(files(dir.path(), "kvb").len(), 2, "the blocks stay");
-    assert_eq!(marker::read(dir.path()).unwrap().as_deref(), Some("a|bf16|16"));
+    assert_eq!(
+        marker::read(dir.path()).unwrap().as_deref(),
+        Some("a|bf16|16")
+    );
     // A bad fingerprint is refused before the directory is looked at.
     let e = open_err(&mem, opts(dir.path(), Some("tab\there")));
     assert!(e.contains("layout_fingerprint"), "{e}");
@@ -128,7 +133,10 @@ fn a_block_older_than_the_max_age_is_a_miss_and_removed() {
     assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
     assert_eq!(tier.lookup(&key(2), &req), TierLookup::Hit);
     assert_eq!(stat(&tier, "expired"), 1.0);
-    assert!(!load(&mut tier, 2, &[1], 0).success, "an expired block is not loaded");
+    assert!(
+        !load(&mut tier, 2, &[1], 0).success,
+        "an expired block is not loaded"
+    );
     // Its file goes with the next store.
     assert!(store(&mut tier, &mem, 3, &[3]).success);
     assert!(!old.exists());
@@ -164,7 +172,10 @@ fn clear_on_shutdown_empties_the_directory_but_keeps_it_and_its_marker() {
         assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
         tier.shutdown().unwrap();
         drop(tier);
-        assert!(files(dir.path(), "kvb").is_empty() && files(dir.path(), "kvs").is_empty(), "{layout:?}");
+        assert!(
+            files(dir.path(), "kvb").is_empty() && files(dir.path(), "kvs").is_empty(),
+            "{layout:?}"
+        );
         assert_eq!(marker::read(dir.path()).unwrap().as_deref(), Some("f"));
         let tier = FsTier::open(mem.clone(), o).unwrap();
         assert_eq!(tier.block_count(), 0, "{layout:?}");
@@ -182,5 +193,8 @@ fn clear_on_shutdown_empties_the_directory_but_keeps_it_and_its_marker() {
 
 /// The hex of `key(i)`'s bytes, as its file name holds it.
 fn hex(i: u32) -> String {
-    format!("block-{i:08}").bytes().map(|b| format!("{b:02x}")).collect()
+    format!("block-{i:08}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -70,13 +70,23 @@ fn a_namespace_adopts_the_first_fingerprint_and_refuses_another() {
     // The same fingerprint opens again; none at all is not checked.
     RedisTier::new(config(server.addr(), "fp", Some(a)), mem.clone()).unwrap();
     RedisTier::new(config(server.addr(), "fp", None), mem.clone()).unwrap();
-    let e = RedisTier::new(config(server.addr(), "fp", Some("org/m|fp8|16|NHD")), mem.clone())
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains(&format!("{a:?}")) && e.contains("\"org/m|fp8|16|NHD\""), "{e}");
+    let e = RedisTier::new(
+        config(server.addr(), "fp", Some("org/m|fp8|16|NHD")),
+        mem.clone(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains(&format!("{a:?}")) && e.contains("\"org/m|fp8|16|NHD\""),
+        "{e}"
+    );
     assert!(e.contains("another namespace"), "{e}");
-    assert_eq!(server.cli_text(&["GET", &layout_key("fp")]), a, "left as it was");
+    assert_eq!(
+        server.cli_text(&["GET", &layout_key("fp")]),
+        a,
+        "left as it was"
+    );
     // Another namespace is another store.
     RedisTier::new(config(server.addr(), "fp2", Some("org/m|fp8|16|NHD")), mem).unwrap();
 }
@@ -121,14 +131,20 @@ fn clear_on_shutdown_deletes_the_namespace_but_its_layout_key() {
         .collect();
     assert!(names.iter().all(|n| exists(&server, n)));
     tier.shutdown().unwrap();
-    assert!(names.iter().all(|n| !exists(&server, n)), "the blocks are gone");
+    assert!(
+        names.iter().all(|n| !exists(&server, n)),
+        "the blocks are gone"
+    );
     assert!(exists(&server, &layout_key("cl?")), "the layout key stays");
     assert!(exists(&server, "other:keep") && exists(&server, "cl?x:1"));
     // Off (the default): the blocks stay.
     let mut tier = RedisTier::new(config(server.addr(), "kept", None), mem).unwrap();
     store(&mut tier, &keys[..1]);
     tier.shutdown().unwrap();
-    assert!(exists(&server, &String::from_utf8(redis_key_name("kept", &keys[0])).unwrap()));
+    assert!(exists(
+        &server,
+        &String::from_utf8(redis_key_name("kept", &keys[0])).unwrap()
+    ));
     // Refused on a cluster.
     let mut cfg = config("127.0.0.1:1".into(), "c", None);
     cfg.cluster = true;

@@ -126,7 +126,9 @@ fn flags(args: &[String]) -> Result<Flags, String> {
                 f.mode = Some(mode);
             }
             "--fingerprint" => {
-                let v = it.next().ok_or("--fingerprint needs the layout fingerprint")?;
+                let v = it
+                    .next()
+                    .ok_or("--fingerprint needs the layout fingerprint")?;
                 f.fingerprint = Some(v.clone());
             }
             "--directory" => {
@@ -149,7 +151,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     let is_clear = f.positional.first().is_some_and(|w| w == "clear");
     if is_clear != f.fingerprint.is_some() {
-        return Err(format!("clear needs --fingerprint, and only clear takes it\n{USAGE}"));
+        return Err(format!(
+            "clear needs --fingerprint, and only clear takes it\n{USAGE}"
+        ));
     }
     match f.positional.as_slice() {
         [what, dir] if what == "clear" => {

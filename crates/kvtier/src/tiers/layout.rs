@@ -54,6 +54,9 @@ mod tests {
     #[test]
     fn a_mismatch_names_both_fingerprints_and_the_way_out() {
         let e = mismatch("fs tier directory /d", "a", "b", "directory").to_string();
-        assert!(e.contains("\"a\"") && e.contains("\"b\"") && e.contains("another directory"), "{e}");
+        assert!(
+            e.contains("\"a\"") && e.contains("\"b\"") && e.contains("another directory"),
+            "{e}"
+        );
     }
 }

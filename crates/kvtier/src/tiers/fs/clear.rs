@@ -151,7 +151,13 @@ mod tests {
         std::fs::write(d.join("segments/lock"), b"").unwrap();
         std::fs::write(d.join("kvtier-layout"), b"f\n").unwrap();
         let r = clear_blocks(&d).unwrap();
-        assert_eq!(r, ClearReport { files_removed: 4, left: 1 });
+        assert_eq!(
+            r,
+            ClearReport {
+                files_removed: 4,
+                left: 1
+            }
+        );
         assert!(!d.join("ab").exists(), "an emptied fan-out directory goes");
         assert!(d.join("cd/notes.txt").exists() && d.join("segments/lock").exists());
         assert!(std::fs::symlink_metadata(d.join("cd/22.kvb")).is_ok());

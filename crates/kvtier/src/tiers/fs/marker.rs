@@ -27,8 +27,8 @@ fn io(what: String, errno: i32) -> Error {
 }
 
 fn root_fd(root: &Path) -> Result<Fd> {
-    let c = beneath::c_path(root)
-        .map_err(|e| io(format!("fs tier: opening {}", root.display()), e))?;
+    let c =
+        beneath::c_path(root).map_err(|e| io(format!("fs tier: opening {}", root.display()), e))?;
     beneath::open_root(&c).map_err(|e| io(format!("fs tier: opening {}", root.display()), e))
 }
 
@@ -59,19 +59,23 @@ fn read_at(dir: &Fd, root: &Path) -> Result<Option<String>> {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     if st.st_uid != me {
-        return refuse(format!("owned by user {}, not by this process's user {me}", st.st_uid));
+        return refuse(format!(
+            "owned by user {}, not by this process's user {me}",
+            st.st_uid
+        ));
     }
     let limit = MAX_FINGERPRINT_LEN + 1;
     if st.st_size as u64 > limit as u64 {
-        return refuse(format!("{} bytes, more than a fingerprint can be", st.st_size));
+        return refuse(format!(
+            "{} bytes, more than a fingerprint can be",
+            st.st_size
+        ));
     }
     let mut buf = vec![0u8; limit + 1];
     let mut len = 0;
     while len < buf.len() {
         // SAFETY: reading into the unfilled tail of an owned buffer.
-        let n = unsafe {
-            libc::read(fd.0, buf[len..].as_mut_ptr().cast(), buf.len() - len)
-        };
+        let n = unsafe { libc::read(fd.0, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
         match n {
             0 => break,
             n if n > 0 => len += n as usize,
@@ -102,7 +106,11 @@ pub(super) fn settle(root: &Path, fingerprint: &str, file_mode: u32) -> Result<(
         )
     };
     if let Some(stored) = read_at(&dir, root)? {
-        return if stored == fingerprint { Ok(()) } else { Err(refused(&stored)) };
+        return if stored == fingerprint {
+            Ok(())
+        } else {
+            Err(refused(&stored))
+        };
     }
     write(&dir, root, fingerprint, file_mode)?;
     // Another opener may have won the race: what is there now is the rule.
@@ -125,8 +133,8 @@ fn write(dir: &Fd, root: &Path, fingerprint: &str, file_mode: u32) -> Result<()>
         .expect("no NUL");
     let what = || format!("fs tier: writing the layout marker of {}", root.display());
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-    let (fd, st) = beneath::open_at(dir.0, &temp, flags, file_mode, false)
-        .map_err(|e| io(what(), e))?;
+    let (fd, st) =
+        beneath::open_at(dir.0, &temp, flags, file_mode, false).map_err(|e| io(what(), e))?;
     let text = format!("{fingerprint}\n");
     let written = write_all(fd.0, text.as_bytes()).and_then(|()| {
         // SAFETY: an open descriptor.
@@ -182,12 +190,21 @@ mod tests {
         assert_eq!(read(&d).unwrap().as_deref(), Some("m|bf16|16"));
         settle(&d, "m|bf16|16", 0o600).unwrap();
         let e = settle(&d, "m|fp8|16", 0o600).unwrap_err().to_string();
-        assert!(e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""), "{e}");
+        assert!(
+            e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""),
+            "{e}"
+        );
         // No temporary file is left, and the marker has the tier's mode.
-        let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, [MARKER_NAME]);
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(d.join(MARKER_NAME)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(d.join(MARKER_NAME))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(&d).unwrap();
     }

@@ -6,6 +6,7 @@
 use std::fs;
 use std::sync::Arc;
 
+use super::age::Ages;
 use super::cause::Cause;
 use super::file;
 use super::files::Files;
@@ -16,7 +17,6 @@ use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Segments;
 use super::stats::FsStats;
-use super::age::Ages;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
 use crate::error::{Error, Result};
 use crate::region::SlotMemory;
@@ -70,8 +70,7 @@ impl FsTier {
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
                 let mut index = Index::new(file_len(block_bytes));
-                let rebuild =
-                    rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?;
+                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?;
                 (index, rebuild, None)
             }
             FsLayout::Segments => {

@@ -27,8 +27,10 @@ fn connect(config: &RedisTierConfig, what: &str) -> Result<Box<dyn ConnectionLik
             unreachable!("a cluster configuration gives a cluster endpoint")
         };
         let c = client.get_connection().map_err(err)?;
-        c.set_read_timeout(Some(config.command_timeout)).map_err(err)?;
-        c.set_write_timeout(Some(config.command_timeout)).map_err(err)?;
+        c.set_read_timeout(Some(config.command_timeout))
+            .map_err(err)?;
+        c.set_write_timeout(Some(config.command_timeout))
+            .map_err(err)?;
         return Ok(Box::new(c));
     }
     let info = node_info(&config.nodes[0], config)?;
@@ -40,8 +42,10 @@ fn connect(config: &RedisTierConfig, what: &str) -> Result<Box<dyn ConnectionLik
     let c = client
         .get_connection_with_timeout(config.connect_timeout)
         .map_err(err)?;
-    c.set_read_timeout(Some(config.command_timeout)).map_err(err)?;
-    c.set_write_timeout(Some(config.command_timeout)).map_err(err)?;
+    c.set_read_timeout(Some(config.command_timeout))
+        .map_err(err)?;
+    c.set_write_timeout(Some(config.command_timeout))
+        .map_err(err)?;
     Ok(Box::new(c))
 }
 
@@ -113,7 +117,10 @@ pub(super) fn clear(config: &RedisTierConfig) -> Result<u64> {
             .map_err(err)?;
         let doomed: Vec<&Vec<u8>> = keys.iter().filter(|k| **k != keep).collect();
         if !doomed.is_empty() {
-            let n: u64 = ::redis::cmd("UNLINK").arg(doomed).query(&mut *c).map_err(err)?;
+            let n: u64 = ::redis::cmd("UNLINK")
+                .arg(doomed)
+                .query(&mut *c)
+                .map_err(err)?;
             removed += n;
         }
         if next == 0 {

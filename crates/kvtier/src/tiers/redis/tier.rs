@@ -370,8 +370,12 @@ impl SecondaryTier for RedisTier {
         if let Some(config) = self.clear_at_shutdown.take() {
             // The transfers are over: nothing stores into the namespace now.
             match super::admin::clear(&config) {
-                Ok(n) => log::info!(target: "kvtier::redis", "{}: cleared {n} keys of namespace {:?} at shutdown", self.name, config.namespace),
-                Err(e) => log::warn!(target: "kvtier::redis", "{}: clearing the namespace at shutdown failed: {e}", self.name),
+                Ok(n) => {
+                    log::info!(target: "kvtier::redis", "{}: cleared {n} keys of namespace {:?} at shutdown", self.name, config.namespace)
+                }
+                Err(e) => {
+                    log::warn!(target: "kvtier::redis", "{}: clearing the namespace at shutdown failed: {e}", self.name)
+                }
             }
         }
         if self.pool.stop() {
