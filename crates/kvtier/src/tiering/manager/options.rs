@@ -38,9 +38,10 @@ pub struct ManagerOptions {
     pub progress: ProgressOptions,
     /// The block layout the engine's keys belong to (model id, dtype, block
     /// size, KV layout) as one string of 1..=256 printable ASCII bytes:
-    /// the built-in tiers configured without one of their own take it, and
-    /// refuse a store (directory, namespace) that holds another layout's
-    /// blocks.  `None`: no check.
+    /// the built-in tiers a configuration builds
+    /// ([`crate::config::Config::build_with`]) without one of their own
+    /// take it, and refuse a store (directory, namespace) that holds
+    /// another layout's blocks.  `None`: no check.
     pub layout_fingerprint: Option<String>,
 }
 

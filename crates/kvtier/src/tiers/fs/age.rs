@@ -47,6 +47,13 @@ impl Ages {
         self.order.push_back((at, key));
     }
 
+    /// Notes `key` again with its time `at`, to be looked at first by the
+    /// next sweep (a block a load was reading when it expired).
+    fn retry(&mut self, key: Key, at: SystemTime) {
+        self.born.insert(key, at);
+        self.order.push_front((at, key));
+    }
+
     fn too_old(&self, at: SystemTime, now: SystemTime) -> bool {
         now.duration_since(at).unwrap_or_default() > self.max_age
     }
@@ -105,7 +112,7 @@ impl FsTier {
         }
         // Blocks a load reads go at a later step.
         for (t, key) in busy {
-            self.ages.stored(key, t);
+            self.ages.retry(key, t);
         }
     }
 
@@ -149,6 +156,21 @@ mod tests {
         assert_eq!(a.next_expired(t0 + 12 * s), Some((t0 + s, k(2))));
         assert_eq!(a.next_expired(t0 + 12 * s), None);
         assert_eq!(a.next_expired(t0 + 16 * s), Some((t0 + 5 * s, k(1))));
+    }
+
+    #[test]
+    fn a_block_put_back_is_the_next_sweeps_first() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let s = Duration::from_secs(1);
+        let mut a = Ages::new(Duration::from_secs(10));
+        a.stored(k(1), t0);
+        a.stored(k(2), t0 + 5 * s);
+        let now = t0 + 12 * s;
+        assert_eq!(a.next_expired(now), Some((t0, k(1))));
+        a.retry(k(1), t0);
+        // Not behind key 2, which has not expired yet.
+        assert_eq!(a.next_expired(now), Some((t0, k(1))));
+        assert_eq!(a.next_expired(now), None);
     }
 
     #[test]
