@@ -105,6 +105,15 @@ fn hostile_marker_files_are_refused_without_blocking() {
     assert!(e.contains("not a layout fingerprint"), "{e}");
     let (_d, e) = place(&|p| std::fs::create_dir(p).unwrap());
     assert!(e.contains("layout marker"), "{e}");
+    // Another user's file, even one naming the same fingerprint (root can
+    // make one; others cannot, and skip this case).
+    if unsafe { libc::geteuid() } == 0 {
+        let (_d, e) = place(&|p| {
+            std::fs::write(p, b"f\n").unwrap();
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        });
+        assert!(e.contains("owned by user 65534"), "{e}");
+    }
 }
 
 #[test]
