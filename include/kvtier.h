@@ -1204,6 +1204,26 @@ typedef struct {
    * read and write, else `KVTIER_STATUS_INVALID_ARGUMENT`.  Since 0.3.
    */
   uint32_t file_mode;
+  /**
+   * The block layout the directory's blocks belong to (model id, dtype,
+   * block size, KV layout; 1..=256 printable ASCII bytes,
+   * NUL-terminated), kept in the file `kvtier-layout` of the directory:
+   * a directory without it adopts it, one holding another is refused
+   * with `KVTIER_STATUS_INVALID_ARGUMENT` naming both.  NULL (default):
+   * no check.  Read during the call only.  Since 0.3.
+   */
+  const char *layout_fingerprint;
+  /**
+   * A block stored more than this many milliseconds ago is a miss and is
+   * removed; 0 (default): no limit.  Since 0.3.
+   */
+  uint64_t max_age_ms;
+  /**
+   * At manager shutdown (after the transfers finish), remove every block
+   * of the directory, leaving the directory and its layout file
+   * (default false).  Since 0.3.
+   */
+  bool clear_on_shutdown;
 } kvtier_fs_options;
 
 /**
@@ -1256,8 +1276,9 @@ typedef struct {
    */
   const char *tls_ca_file;
   /**
-   * Expiry of stored blocks in milliseconds; 0 (default): none; at most
-   * 2^62 (longer cannot work: Redis refuses such an expiry).
+   * Max age of stored blocks in milliseconds (the expiry Redis removes
+   * them at; JSON `max_age_ms`, formerly `ttl_ms`); 0 (default): none;
+   * at most 2^62 (longer cannot work: Redis refuses such an expiry).
    */
   uint64_t ttl_ms;
   /**
@@ -1303,6 +1324,21 @@ typedef struct {
    * the manager's `event_capacity` events.
    */
   bool events;
+  /**
+   * The block layout the namespace's blocks belong to (1..=256
+   * printable ASCII bytes, NUL-terminated), kept in the key
+   * `NAMESPACE:layout`: a namespace without it adopts it, one holding
+   * another is refused with `KVTIER_STATUS_INVALID_ARGUMENT` naming both
+   * (the check connects to the server once, bounded by the timeouts).
+   * NULL (default): no check.  Since 0.3.
+   */
+  const char *layout_fingerprint;
+  /**
+   * At manager shutdown (after the transfers finish), delete every key
+   * of the namespace but its layout key (standalone servers only;
+   * default false).  Since 0.3.
+   */
+  bool clear_on_shutdown;
 } kvtier_redis_options;
 
 /**

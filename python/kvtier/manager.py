@@ -288,14 +288,22 @@ class Manager(ManagerObserving, ManagerPins):
         """Adds the file-system tier over the manager's slot memory, in
         `directory`; `options` are fields of ``kvtier_fs_options``
         (``capacity_bytes``, ``read_threads``, ``direct_io``, ...,
-        ``locality`` a `Locality`).  Its tier index."""
+        ``locality`` a `Locality`, ``layout_fingerprint`` a ``str``).  Its
+        tier index."""
         self._local_only("add_fs_tier")
         c_options = ffi.new("kvtier_fs_options *", lib.kvtier_fs_options_default())
         if isinstance(directory, os.PathLike):
             directory = os.fspath(directory)
         directory_c = ffi.new("char[]", encode_str(directory, "directory"))
         c_options.directory = directory_c
-        fill(c_options, options, "add_fs_tier", skip=("struct_size", "directory"))
+        keep = []
+        values = {}
+        for name, value in options.items():
+            if isinstance(value, str):
+                keep.append(ffi.new("char[]", encode_str(value, name)))
+                value = keep[-1]
+            values[name] = value
+        fill(c_options, values, "add_fs_tier", skip=("struct_size", "directory"))
         index = ffi.new("size_t *")
         check(self._call(lib.kvtier_manager_add_fs_tier, c_options, index), "kvtier_manager_add_fs_tier")
         return int(index[0])

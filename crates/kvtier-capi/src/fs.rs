@@ -10,7 +10,7 @@ use std::ffi::c_char;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::boundary::{Failure, enter, ffi_call, in_str, out_ref};
+use super::boundary::{Failure, enter, ffi_call, in_str, opt_str, out_ref};
 use super::dialect::kvtier_locality;
 use super::dialect::{locality_code, locality_of};
 use super::growth::{Grows, read_grown};
@@ -83,6 +83,20 @@ pub struct kvtier_fs_options {
     /// the umask does not narrow it.  Within `0777` and giving the owner
     /// read and write, else `KVTIER_STATUS_INVALID_ARGUMENT`.  Since 0.3.
     pub file_mode: u32,
+    /// The block layout the directory's blocks belong to (model id, dtype,
+    /// block size, KV layout; 1..=256 printable ASCII bytes,
+    /// NUL-terminated), kept in the file `kvtier-layout` of the directory:
+    /// a directory without it adopts it, one holding another is refused
+    /// with `KVTIER_STATUS_INVALID_ARGUMENT` naming both.  NULL (default):
+    /// no check.  Read during the call only.  Since 0.3.
+    pub layout_fingerprint: *const c_char,
+    /// A block stored more than this many milliseconds ago is a miss and is
+    /// removed; 0 (default): no limit.  Since 0.3.
+    pub max_age_ms: u64,
+    /// At manager shutdown (after the transfers finish), remove every block
+    /// of the directory, leaving the directory and its layout file
+    /// (default false).  Since 0.3.
+    pub clear_on_shutdown: bool,
 }
 
 /// How a file-system tier lays its blocks out: a `KVTIER_FS_LAYOUT_*` value.
@@ -141,6 +155,9 @@ pub extern "C" fn kvtier_fs_options_default() -> kvtier_fs_options {
             FsLayout::Segments => KVTIER_FS_LAYOUT_SEGMENTS,
         },
         file_mode: d.file_mode,
+        layout_fingerprint: std::ptr::null(),
+        max_age_ms: u64::try_from(d.max_age.as_millis()).unwrap_or(u64::MAX),
+        clear_on_shutdown: d.clear_on_shutdown,
     }
 }
 
@@ -177,6 +194,12 @@ pub(crate) unsafe fn fs_options_of(
         locality: locality_of(c.locality, "options->locality")?,
         stale_temp_age: Duration::from_millis(c.stale_temp_age_ms),
         file_mode: c.file_mode,
+        layout_fingerprint: unsafe {
+            opt_str(c.layout_fingerprint, "options->layout_fingerprint")
+        }?
+        .map(String::from),
+        max_age: Duration::from_millis(c.max_age_ms),
+        clear_on_shutdown: c.clear_on_shutdown,
     };
     let tier = TierOptions {
         events: c.events,

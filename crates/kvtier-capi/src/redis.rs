@@ -48,8 +48,9 @@ pub struct kvtier_redis_options {
     pub tls: bool,
     /// PEM file of the CA(s) to trust for TLS; NULL: the system's.
     pub tls_ca_file: *const c_char,
-    /// Expiry of stored blocks in milliseconds; 0 (default): none; at most
-    /// 2^62 (longer cannot work: Redis refuses such an expiry).
+    /// Max age of stored blocks in milliseconds (the expiry Redis removes
+    /// them at; JSON `max_age_ms`, formerly `ttl_ms`); 0 (default): none;
+    /// at most 2^62 (longer cannot work: Redis refuses such an expiry).
     pub ttl_ms: u64,
     /// Bound on opening a connection, in milliseconds (default 1000).
     pub connect_timeout_ms: u32,
@@ -74,11 +75,24 @@ pub struct kvtier_redis_options {
     /// `kvtier_manager_take_events` (default true); its queue holds at most
     /// the manager's `event_capacity` events.
     pub events: bool,
+    /// The block layout the namespace's blocks belong to (1..=256
+    /// printable ASCII bytes, NUL-terminated), kept in the key
+    /// `NAMESPACE:layout`: a namespace without it adopts it, one holding
+    /// another is refused with `KVTIER_STATUS_INVALID_ARGUMENT` naming both
+    /// (the check connects to the server once, bounded by the timeouts).
+    /// NULL (default): no check.  Since 0.3.
+    pub layout_fingerprint: *const c_char,
+    /// At manager shutdown (after the transfers finish), delete every key
+    /// of the namespace but its layout key (standalone servers only;
+    /// default false).  Since 0.3.
+    pub clear_on_shutdown: bool,
 }
 
 impl Grows for kvtier_redis_options {
     const NAME: &'static str = "kvtier_redis_options";
-    const FIRST_LAYOUT_SIZE: usize = std::mem::size_of::<Self>();
+    /// The 0.2 layout ended with `events` (its size, padding included, is
+    /// where the fields added in 0.3 begin).
+    const FIRST_LAYOUT_SIZE: usize = std::mem::offset_of!(Self, layout_fingerprint);
 }
 
 /// Milliseconds of `d` for a 32-bit C field, saturating.
@@ -118,6 +132,8 @@ pub extern "C" fn kvtier_redis_options_default() -> kvtier_redis_options {
         miss_cache_ms: ms_u32(d.miss_cache),
         max_known_keys: d.max_known_keys,
         events: TierOptions::default().events,
+        layout_fingerprint: std::ptr::null(),
+        clear_on_shutdown: d.clear_on_shutdown,
     }
 }
 
@@ -162,6 +178,8 @@ pub(crate) unsafe fn redis_options_of(
         breaker_cooldown: millis(o.breaker_cooldown_ms),
         miss_cache: millis(o.miss_cache_ms),
         max_known_keys: o.max_known_keys,
+        layout_fingerprint: text(o.layout_fingerprint, "options->layout_fingerprint")?,
+        clear_on_shutdown: o.clear_on_shutdown,
     };
     let tier = TierOptions {
         events: o.events,

@@ -79,6 +79,86 @@ fn defaults_are_documented_values() {
     assert_eq!(d.stale_temp_age_ms, 15 * 60 * 1000);
     assert_eq!(d.layout, KVTIER_FS_LAYOUT_FILES);
     assert_eq!(d.segment_file_bytes, 1 << 30);
+    assert!(d.layout_fingerprint.is_null());
+    assert_eq!(d.max_age_ms, 0);
+    assert!(!d.clear_on_shutdown);
+}
+
+/// The layout fingerprint from C: adopted by a new directory, refused for
+/// another (naming both), a bad one refused; a caller of the 0.2 layout
+/// gets no check.
+#[test]
+fn the_layout_fingerprint_guards_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let a = CString::new("m|bf16|16").unwrap();
+    let b = CString::new("m|fp8|16").unwrap();
+    let mut index = 99usize;
+    {
+        let s = Setup::new("fp-a");
+        let mut o = small_options(&cdir);
+        o.layout_fingerprint = a.as_ptr();
+        let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+        assert_eq!(st, S::Ok, "{}", last_error());
+    }
+    let marker = std::fs::read_to_string(dir.path().join("kvtier-layout")).unwrap();
+    assert_eq!(marker, "m|bf16|16\n");
+    let s = Setup::new("fp-b");
+    index = 99;
+    let mut o = small_options(&cdir);
+    o.layout_fingerprint = b.as_ptr();
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    let e = last_error();
+    assert!(
+        e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""),
+        "{e}"
+    );
+    let bad = CString::new("x".repeat(300)).unwrap();
+    o.layout_fingerprint = bad.as_ptr();
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(
+        last_error().contains("layout_fingerprint"),
+        "{}",
+        last_error()
+    );
+    assert_eq!(index, 99, "nothing written on failure");
+    // A caller of the 0.2 layout has no fingerprint: bytes past its
+    // struct_size are not read, and nothing is checked.
+    o.layout_fingerprint = b.as_ptr();
+    o.struct_size = std::mem::offset_of!(kvtier_fs_options, segment_file_bytes);
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+}
+
+/// `clear_on_shutdown` from C: the manager's shutdown empties the
+/// directory (the marker stays).
+#[test]
+fn clear_on_shutdown_empties_the_directory_at_the_managers_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let f = CString::new("f").unwrap();
+    let s = Setup::new("clear");
+    let mut o = small_options(&cdir);
+    o.layout_fingerprint = f.as_ptr();
+    o.clear_on_shutdown = true;
+    o.max_age_ms = 3_600_000;
+    let mut index = 0usize;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    // A block file of the tier's format is not needed: any file under a
+    // block name in a fan-out directory is the tier's to remove.
+    std::fs::create_dir_all(dir.path().join("ab")).unwrap();
+    std::fs::write(dir.path().join("ab/00.kvb"), b"x").unwrap();
+    assert_eq!(
+        unsafe { kvtier_manager_shutdown(s.manager) },
+        S::Ok,
+        "{}",
+        last_error()
+    );
+    assert!(!dir.path().join("ab").exists());
+    assert!(dir.path().join("kvtier-layout").exists());
 }
 
 /// The segments layout from C: chosen by `layout`, refused with a clear

@@ -68,6 +68,72 @@ fn defaults_are_documented_values() {
     assert_eq!(o.ttl_ms, 0);
     assert_eq!(o.max_known_keys, 1 << 18);
     assert!(!o.cluster && !o.tls);
+    assert!(o.layout_fingerprint.is_null() && !o.clear_on_shutdown);
+}
+
+/// A caller built against the 0.2 header (its `struct_size` ends before
+/// `layout_fingerprint`) still adds a tier: the fields past it are not
+/// read (no fingerprint, so no connection at creation).
+#[test]
+fn a_caller_of_the_first_layout_adds_a_tier_without_a_fingerprint() {
+    let f = Fixture::new("old");
+    let junk = CString::new("never read").unwrap();
+    let nodes = CString::new("127.0.0.1:1").unwrap();
+    let mut o = kvtier_redis_options_default();
+    o.nodes = nodes.as_ptr();
+    o.struct_size = std::mem::offset_of!(kvtier_redis_options, layout_fingerprint);
+    o.layout_fingerprint = junk.as_ptr();
+    o.clear_on_shutdown = true;
+    let mut index = 0usize;
+    let st = unsafe { kvtier_manager_add_redis_tier(f.manager, &o, &mut index) };
+    #[cfg(feature = "redis-tier")]
+    assert_eq!(st, S::Ok, "{}", last_error());
+    #[cfg(not(feature = "redis-tier"))]
+    assert_eq!(st, S::Unsupported);
+}
+
+/// The layout fingerprint and clear_on_shutdown from C, against a real
+/// server: the namespace adopts the first fingerprint, another is refused
+/// naming both, and the manager's shutdown deletes the namespace's blocks
+/// but not its layout key.
+#[cfg(feature = "redis-tier")]
+#[test]
+fn the_layout_fingerprint_and_clearing_reach_the_server() {
+    use kvtier_testkit::redis_server::{self, RedisServer};
+    let Some(server) = redis_server::or_skip(RedisServer::start()) else {
+        return;
+    };
+    let nodes = CString::new(server.addr()).unwrap();
+    let ns = CString::new("ffi-fp").unwrap();
+    let a = CString::new("m|bf16|16").unwrap();
+    let b = CString::new("m|fp8|16").unwrap();
+    let mut o = kvtier_redis_options_default();
+    o.nodes = nodes.as_ptr();
+    o.key_namespace = ns.as_ptr();
+    o.connections = 1;
+    o.layout_fingerprint = a.as_ptr();
+    o.clear_on_shutdown = true;
+    let mut index = 0usize;
+    let f = Fixture::new("fp");
+    let st = unsafe { kvtier_manager_add_redis_tier(f.manager, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    assert_eq!(server.cli_text(&["GET", "ffi-fp:layout"]), "m|bf16|16");
+    server.cli_text(&["SET", "ffi-fp:00ff", "block"]);
+    let g = Fixture::new("fp2");
+    o.layout_fingerprint = b.as_ptr();
+    let st = unsafe { kvtier_manager_add_redis_tier(g.manager, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    let e = last_error();
+    assert!(
+        e.contains("\"m|bf16|16\"") && e.contains("\"m|fp8|16\""),
+        "{e}"
+    );
+    assert_eq!(
+        unsafe { kvtier::manager::kvtier_manager_shutdown(f.manager) },
+        S::Ok
+    );
+    assert_eq!(server.cli_text(&["EXISTS", "ffi-fp:00ff"]), "0");
+    assert_eq!(server.cli_text(&["EXISTS", "ffi-fp:layout"]), "1");
 }
 
 #[test]

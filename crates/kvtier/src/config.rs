@@ -25,7 +25,7 @@ use crate::primary::{PrimaryConfig, PrimaryTier};
 use crate::region::{Region, RegionOptions, SlotMemory};
 use crate::tiering::{
     BackpressureConfig, Manager, ManagerOptions, PinningOptions, ProgressOptions, PromotionAnswer,
-    TierOptions, valid_layout_fingerprint,
+    TierOptions,
 };
 use crate::tiers::fs::{FsOptions, FsTier};
 use crate::tiers::redis::RedisTierConfig;
@@ -62,14 +62,15 @@ pub struct Config {
     /// The bound of pin sets (`"pinning": {"max_share": 0.25}`: the most
     /// share of a tier's capacity pin sets may hold, 0.0 to 1.0).
     pub pinning: PinningOptions,
-    /// The layout fingerprint of the primary tier's blocks (1 to 256
-    /// printable ASCII bytes; none by default), which block drops select
-    /// tiers by.
-    pub layout_fingerprint: Option<String>,
     /// Built-in secondary tiers, in lookup order (JSON only).
     pub tiers: Vec<TierConfig>,
     /// The `/metrics` endpoint (JSON only; none by default).
     pub metrics: Option<MetricsConfig>,
+    /// The engine's block layout fingerprint
+    /// ([`ManagerOptions::layout_fingerprint`]): the primary tier's, which
+    /// block drops select tiers by, and the one the fs and redis tiers
+    /// that give none of their own take.
+    pub layout_fingerprint: Option<String>,
 }
 
 /// The optional `/metrics` endpoint of a manager built from JSON:
@@ -94,9 +95,9 @@ impl Default for Config {
             error_log_capacity: m.error_log_capacity,
             progress: m.progress,
             pinning: m.pinning,
-            layout_fingerprint: m.layout_fingerprint,
             tiers: Vec::new(),
             metrics: None,
+            layout_fingerprint: m.layout_fingerprint,
         }
     }
 }
@@ -214,6 +215,10 @@ impl Config {
                 "region.name: missing (processes giving the same name share the region)".into(),
             ));
         }
+        if let Some(f) = &config.layout_fingerprint {
+            crate::tiers::layout::check_fingerprint("layout_fingerprint", f)
+                .map_err(|e| e.within("configuration"))?;
+        }
         for (i, t) in config.tiers.iter().enumerate() {
             // Every tier's options are checked before anything is built.
             t.builtin(i)?;
@@ -254,8 +259,8 @@ impl Config {
         }
     }
 
-    /// The pinning bound and layout fingerprint checked: an error naming
-    /// the field if either is out of range.
+    /// The pinning bound checked: an error naming the field if it is out
+    /// of range.
     fn check_pinning(&self) -> Result<()> {
         let share = self.pinning.max_share;
         if !(0.0..=1.0).contains(&share) {
@@ -263,13 +268,7 @@ impl Config {
                 "pinning.max_share: {share} (must be 0.0 to 1.0)"
             )));
         }
-        match &self.layout_fingerprint {
-            Some(f) if !valid_layout_fingerprint(f) => Err(configuration(format!(
-                "layout_fingerprint: {:?} (must be 1 to 256 printable ASCII bytes)",
-                f.chars().take(64).collect::<String>()
-            ))),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     /// Builds the manager the way a JSON document describes it: slot memory
@@ -340,7 +339,8 @@ impl Config {
             }
         }
         for (i, t) in self.tiers.iter().enumerate() {
-            add_builtin_tier(&manager, t.builtin(i)?, t.tier_options())
+            let tier = t.builtin(i)?.inherit(self.layout_fingerprint.as_deref());
+            add_builtin_tier(&manager, tier, t.tier_options())
                 .map_err(|e| e.within(&format!("tiers[{i}]")))?;
         }
         log::info!(
@@ -383,6 +383,19 @@ impl TierConfig {
 }
 
 impl BuiltinTier {
+    /// The tier with the manager's layout fingerprint when it has none of
+    /// its own.
+    pub fn inherit(mut self, fingerprint: Option<&str>) -> BuiltinTier {
+        let own = match &mut self {
+            BuiltinTier::Fs(o) => &mut o.layout_fingerprint,
+            BuiltinTier::Redis(o) => &mut o.layout_fingerprint,
+        };
+        if own.is_none() {
+            *own = fingerprint.map(str::to_string);
+        }
+        self
+    }
+
     /// Opens the tier over `slots` (an fs tier rebuilds its index from the
     /// files already there; a redis tier starts its workers and connects
     /// later).

@@ -129,6 +129,7 @@ def build_kvtier_manager(
     builtin_tiers: Sequence[dict[str, Any]] = (),
     region: Any = None,
     progress: Mapping[str, Any] | None = None,
+    layout_fingerprint: str | None = None,
 ) -> tuple[Manager, list[str]]:
     """A kvtier manager with vLLM's CPU-manager options (0.33's behaviour:
     HIT_PENDING for started promotions, keys with KV groups) and the
@@ -138,7 +139,10 @@ def build_kvtier_manager(
     `KvtierOffloadingManager` never stores into.  `progress` None follows
     vLLM 0.33 (nothing held, no wait bound); a mapping turns kvtier's
     holds and wait bound on (``{"hold": True, "wait_steps": 16,
-    "wait_ms": 0}``, each key optional)."""
+    "wait_ms": 0}``, each key optional).  `layout_fingerprint` is given to
+    every built-in tier that names none of its own (``layout_fingerprint``
+    in its options), so an fs directory or redis namespace holding another
+    model's or layout's blocks is refused rather than served."""
     if progress is not None and not isinstance(progress, Mapping):
         raise TypeError(f"kvtier_progress: expected a mapping, got {type(progress).__name__}")
     progress = dict(progress) if progress is not None else {"hold": False, "wait_steps": 0, "wait_ms": 0}
@@ -162,6 +166,8 @@ def build_kvtier_manager(
     for tier in builtin_tiers:
         options = dict(tier)
         kind = options.pop("type")
+        if layout_fingerprint is not None and kind in ("fs", "redis"):
+            options.setdefault("layout_fingerprint", layout_fingerprint)
         if kind == "fs":
             manager.add_fs_tier(options.pop("directory"), **options)
         elif kind == "redis":
@@ -258,6 +264,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
         tiering: bool = False,
         tier_metrics: bool = False,
         progress: Mapping[str, Any] | None = None,
+        layout_fingerprint: str | None = None,
     ) -> None:
         manager, labels = build_kvtier_manager(
             num_chunks,
@@ -268,6 +275,7 @@ class KvtierOffloadingManager(v.OffloadingManager):
             builtin_tiers=builtin_tiers,
             region=region,
             progress=progress,
+            layout_fingerprint=layout_fingerprint,
         )
         KvtierOffloadingManager.__init__(
             self,

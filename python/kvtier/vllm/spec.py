@@ -17,7 +17,11 @@ besides vLLM's CPU ones (``cpu_bytes_to_use``, ``eviction_policy``,
 
 * ``kvtier_tiers``: kvtier's built-in tiers, in order, e.g.
   ``[{"type": "fs", "directory": "/mnt/nvme/kv"}]`` (options: the fields
-  of ``kvtier_fs_options`` / ``kvtier_redis_options``);
+  of ``kvtier_fs_options`` / ``kvtier_redis_options``); each is given the
+  engine's layout fingerprint (the one a node server is given) unless its
+  options name a ``layout_fingerprint`` of their own, so a directory or
+  namespace of another model or layout is refused at start;
+* ``kvtier_layout_fingerprint``: replaces that derived fingerprint;
 * ``secondary_tiers``: vLLM ``SecondaryTierManager`` tiers as vLLM's
   tiering spec names them (``{"type": ...}``), run through kvtier's vtable;
   ``backpressure``, as in vLLM's tiering spec, is the default of each such
@@ -133,6 +137,16 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
         self._manager: KvtierOffloadingManager | None = None
         self._worker: Any = None
 
+    def _layout_fingerprint(self) -> str:
+        """The fingerprint the built-in tiers' stores are kept under
+        (``kvtier_layout_fingerprint`` if given, else the one a node server
+        is given, `kvtier.vllm.server.fingerprint`): blocks come back after
+        a restart only to an engine of the same model and layout."""
+        chosen = self.extra_config.get("kvtier_layout_fingerprint")
+        if chosen is None:
+            chosen = _server.fingerprint(self.config, replicated=self.replicated_layout)
+        return str(chosen)
+
     def _uses_scheduler_region(self) -> bool:
         return bool(self.extra_config.get("kvtier_tiers") or self.secondary_tier_configs)
 
@@ -204,6 +218,7 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
                 region=region.region if region is not None else None,
                 progress=self.extra_config.get("kvtier_progress"),
                 tier_metrics=True,
+                layout_fingerprint=self._layout_fingerprint() if tiers else None,
             )
             if region is not None:
                 # vLLM builds the scheduler after every worker registered

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
+//! kvtier-inspect clear DIR --fingerprint F [--json]
 //! kvtier-inspect region NAME [--directory DIR] [--json]
 //! kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]
 //! kvtier-inspect server SOCKET [--json]
@@ -16,7 +17,13 @@
 //! Symlinks, FIFOs, sockets and devices under the tier's names are listed
 //! as foreign, never followed nor opened.  Files more open than `--mode`
 //! (octal, the tier's `file_mode`; default `0600`, directories `0700`)
-//! are listed as too open.  `region NAME`: the layout a
+//! are listed as too open; the layout fingerprint the directory's marker
+//! names is shown.  `clear DIR --fingerprint F`: removes the directory's
+//! blocks (block, temporary and segment files; the directory and its
+//! marker stay) only when its layout marker names `F`, refusing, with
+//! nothing removed, a directory of another fingerprint (naming both), one
+//! without a marker, and one whose segments a running tier holds: the
+//! offline way to drop one model's blocks at an upgrade.  `region NAME`: the layout a
 //! region's header records and the processes holding it.  `regions`: every
 //! region whose name starts with `--prefix` (default `vllm_kvtier_`, the
 //! vLLM layer's names) in `--directory` (default `/dev/shm`): its files,
@@ -45,11 +52,13 @@ use std::time::Duration;
 use kvtier_core::region::inspect::{Holder, RegionReport, holders_of, inspect};
 use kvtier_core::region::reclaim::{FoundRegion, Kept, ReclaimReport, reclaim_stale, survey};
 use kvtier_core::server::{Client, ConnectOptions};
+use kvtier_core::tiers::fs::clear_layout;
 use kvtier_core::tiers::fs::inspect::{AGE_BOUNDS, DirReport, ScanOptions, scan};
 use serde_json::json;
 
 const USAGE: &str =
     "usage: kvtier-inspect fs DIR [--verify [--repair]] [--mode MODE] [--json] [--quiet]
+       kvtier-inspect clear DIR --fingerprint F [--json]
        kvtier-inspect region NAME [--directory DIR] [--json]
        kvtier-inspect regions [--directory DIR] [--prefix P] [--reclaim] [--json]
        kvtier-inspect server SOCKET [--json]";
@@ -78,6 +87,7 @@ struct Flags {
     directory: Option<PathBuf>,
     prefix: Option<String>,
     reclaim: bool,
+    fingerprint: Option<String>,
     positional: Vec<String>,
 }
 
@@ -91,6 +101,7 @@ fn flags(args: &[String]) -> Result<Flags, String> {
         directory: None,
         prefix: None,
         reclaim: false,
+        fingerprint: None,
         positional: Vec::new(),
     };
     let mut it = args.iter();
@@ -114,6 +125,12 @@ fn flags(args: &[String]) -> Result<Flags, String> {
                     .ok_or_else(|| format!("--mode {m} is not an octal mode such as 0600"))?;
                 f.mode = Some(mode);
             }
+            "--fingerprint" => {
+                let v = it
+                    .next()
+                    .ok_or("--fingerprint needs the layout fingerprint")?;
+                f.fingerprint = Some(v.clone());
+            }
             "--directory" => {
                 let d = it.next().ok_or("--directory needs a directory")?;
                 f.directory = Some(PathBuf::from(d));
@@ -132,7 +149,33 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     if !is_regions && (f.reclaim || f.prefix.is_some()) {
         return Err(format!("--prefix and --reclaim are for regions\n{USAGE}"));
     }
+    let is_clear = f.positional.first().is_some_and(|w| w == "clear");
+    if is_clear != f.fingerprint.is_some() {
+        return Err(format!(
+            "clear needs --fingerprint, and only clear takes it\n{USAGE}"
+        ));
+    }
     match f.positional.as_slice() {
+        [what, dir] if what == "clear" => {
+            if f.verify || f.repair || f.mode.is_some() || f.directory.is_some() {
+                return Err(format!("clear takes --fingerprint and --json\n{USAGE}"));
+            }
+            let fingerprint = f.fingerprint.as_deref().unwrap_or_default();
+            let r = clear_layout(&PathBuf::from(dir), fingerprint).map_err(|e| e.to_string())?;
+            if f.json {
+                println!(
+                    "{}",
+                    json!({"directory": dir, "fingerprint": fingerprint,
+                           "files_removed": r.files_removed, "left": r.left})
+                );
+            } else {
+                println!(
+                    "fs tier directory {dir}: removed {} files of layout {fingerprint:?}; {} entries left in place",
+                    r.files_removed, r.left
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         [what, dir] if what == "fs" => {
             if f.repair && !f.verify {
                 return Err("--repair needs --verify".into());
@@ -455,6 +498,8 @@ fn fs_json(r: &DirReport, verify: bool) -> serde_json::Value {
         .collect();
     let mut v = json!({
         "directory": r.root,
+        "layout_fingerprint": r.layout_fingerprint,
+        "layout_marker_problem": r.layout_marker_problem,
         "blocks": r.blocks,
         "bytes": r.bytes,
         "data_bytes": r.data_bytes,
@@ -487,6 +532,11 @@ fn human_age(d: Duration) -> String {
 
 fn print_fs(r: &DirReport, verify: bool) {
     println!("fs tier directory {}", r.root.display());
+    match (&r.layout_fingerprint, &r.layout_marker_problem) {
+        (_, Some(p)) => println!("  layout fingerprint: unreadable ({p})"),
+        (Some(f), None) => println!("  layout fingerprint: {f:?}"),
+        (None, None) => println!("  layout fingerprint: none (no marker)"),
+    }
     println!(
         "  blocks: {} ({} bytes on disk, {} data bytes)",
         r.blocks, r.bytes, r.data_bytes

@@ -91,10 +91,7 @@ use counters::TierCounters;
 pub use lookup::{LookupAnswer, LookupResult, MissReason, PromotionAnswer};
 use observe::Handout;
 pub use observe::{EventBuffer, QueuedEvents, TakenBatch, TakenEvents};
-pub use options::{
-    ManagerOptions, PinningOptions, RequestParams, StartedRequest, TierOptions,
-    valid_layout_fingerprint,
-};
+pub use options::{ManagerOptions, PinningOptions, RequestParams, StartedRequest, TierOptions};
 pub use pins::{DropReport, MAX_PIN_SET_NAME, PinOutcome, PinSetInfo};
 use poll::CompletionQueue;
 pub use progress::ProgressOptions;

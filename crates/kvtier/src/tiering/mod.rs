@@ -22,7 +22,7 @@ pub use manager::{
     DropReport, LookupAnswer, LookupResult, MAX_PIN_SET_NAME, Manager, ManagerOptions, ManagerStat,
     ManagerStats, MissReason, PinOutcome, PinSetInfo, PinningOptions, ProgressOptions,
     PromotionAnswer, RequestParams, RequestReport, RequestReportListener, StartedRequest,
-    TakenBatch, TakenEvents, TierOptions, valid_layout_fingerprint,
+    TakenBatch, TakenEvents, TierOptions,
 };
 pub use manager::{EventBuffer, QueuedEvents};
 pub(crate) use manager::{MANAGER_STATS, TIER_MANAGED_STATS};

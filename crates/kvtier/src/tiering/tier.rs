@@ -138,6 +138,14 @@ pub trait SecondaryTier: Send {
         None
     }
 
+    /// The block layout fingerprint the tier's store was opened with and
+    /// checked against, if it has one (see
+    /// [`ManagerOptions::layout_fingerprint`](super::ManagerOptions::layout_fingerprint));
+    /// `Manager::drop_blocks` selects tiers by it.
+    fn layout_fingerprint(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether `key` is present and readable.
     fn lookup(&mut self, key: &Key, request: &Request) -> TierLookup;
 
@@ -253,13 +261,6 @@ pub trait SecondaryTier: Send {
     /// calls left it; must not block or change anything.
     fn readiness(&self) -> super::TierReadiness {
         super::TierReadiness::Ready
-    }
-
-    /// The layout fingerprint of the blocks the tier holds (what the
-    /// blocks' byte layout was made by), if it knows one; `None` by
-    /// default.  `Manager::drop_blocks` selects tiers by it.
-    fn layout_fingerprint(&self) -> Option<&str> {
-        None
     }
 
     /// Removes every block whose key starts with `key_prefix` (every

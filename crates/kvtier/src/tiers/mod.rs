@@ -11,4 +11,5 @@
 
 pub mod fs;
 mod kit;
+pub mod layout;
 pub mod redis;

@@ -38,11 +38,14 @@ pub struct ManagerOptions {
     pub progress: ProgressOptions,
     /// The bound of pin sets ([`Manager::pin_set`](super::Manager::pin_set)).
     pub pinning: PinningOptions,
-    /// The layout fingerprint of the primary tier's blocks (what made
-    /// their byte layout: model, dtype, block size...), 1 to 256
-    /// printable ASCII bytes, or none.
+    /// The block layout the engine's keys belong to (model id, dtype, block
+    /// size, KV layout) as one string of 1..=256 printable ASCII bytes:
+    /// the primary tier's fingerprint, which
     /// [`Manager::drop_blocks`](super::Manager::drop_blocks) selects tiers
-    /// by it.
+    /// by, and the one the built-in tiers a configuration builds
+    /// ([`crate::config::Config::build_with`]) without one of their own
+    /// take (they refuse a store, directory or namespace, that holds
+    /// another layout's blocks).  `None`: no check.
     pub layout_fingerprint: Option<String>,
 }
 
@@ -59,13 +62,6 @@ impl Default for PinningOptions {
     fn default() -> Self {
         PinningOptions { max_share: 0.25 }
     }
-}
-
-/// Whether `fingerprint` is a valid layout fingerprint: 1 to 256 printable
-/// ASCII bytes (space to `~`).
-pub fn valid_layout_fingerprint(fingerprint: &str) -> bool {
-    (1..=256).contains(&fingerprint.len())
-        && fingerprint.bytes().all(|b| (0x20..=0x7e).contains(&b))
 }
 
 impl Default for ManagerOptions {

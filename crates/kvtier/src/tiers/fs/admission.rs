@@ -58,7 +58,8 @@ impl FsTier {
                 None => new.push(i),
             }
         }
-        let mut victims = Vec::new();
+        // Expired blocks' files go first, as eviction victims do.
+        let mut victims = self.ages.take_doomed();
         let admitted = self.make_room(new.len(), &mut victims);
         let segmented = self.segmented();
         let mut records = Vec::with_capacity(if segmented { admitted } else { 0 });

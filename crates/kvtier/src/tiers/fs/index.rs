@@ -351,6 +351,22 @@ impl Index {
         busy
     }
 
+    /// Makes Ready `key` Removing, its bytes freed, as eviction does, if no
+    /// load reads it; false (and nothing changed) otherwise.
+    pub(super) fn retire(&mut self, key: &Key) -> bool {
+        let Some(&i) = self.map.get(key) else {
+            return false;
+        };
+        if self.nodes[i as usize].state != State::Ready || self.nodes[i as usize].readers > 0 {
+            return false;
+        }
+        self.unlink(i);
+        self.count_ready(i, false);
+        self.used -= self.file_bytes;
+        self.nodes[i as usize].state = State::Removing;
+        true
+    }
+
     /// Records that a "stored" event announced `key`.
     pub(super) fn set_announced(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {

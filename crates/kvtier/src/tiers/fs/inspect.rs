@@ -151,6 +151,12 @@ pub struct DirReport {
     pub too_open: Vec<(PathBuf, u32)>,
     /// The file mode the modes were checked against.
     pub file_mode: u32,
+    /// The layout fingerprint the directory's marker names (see
+    /// [`super::marker`]), if it has one.
+    pub layout_fingerprint: Option<String>,
+    /// Why the marker could not be read, if it could not (it is then not
+    /// the tier's: a symlink, FIFO, another user's or damaged file).
+    pub layout_marker_problem: Option<String>,
 }
 
 fn io_err(what: String, errno: i32) -> Error {
@@ -231,6 +237,13 @@ pub fn scan(
                 r.other_files += 1;
             } else {
                 r.foreign.push((path, beneath::kind_name(st.st_mode)));
+            }
+            continue;
+        }
+        if text == super::marker::MARKER_NAME {
+            match super::marker::read(root) {
+                Ok(f) => r.layout_fingerprint = f,
+                Err(e) => r.layout_marker_problem = Some(e.to_string()),
             }
             continue;
         }

@@ -58,8 +58,10 @@
 //! kit (`crate::tiers::kit`).
 
 mod admission;
+mod age;
 mod beneath;
 mod cause;
+mod clear;
 #[cfg(test)]
 mod drop_tests;
 mod file;
@@ -68,6 +70,7 @@ pub mod format;
 mod index;
 pub mod inspect;
 mod io;
+pub mod marker;
 mod open;
 mod options;
 mod overhead;
@@ -92,6 +95,7 @@ use crate::stats::Stat;
 use crate::tiering::{JobRef, JobResult, SecondaryTier, TierLookup};
 
 pub use cause::Cause;
+pub use clear::{ClearReport, clear_blocks, clear_layout};
 use index::Index;
 pub use options::{FsLayout, FsOptions};
 use pool::{JobState, Pool};
@@ -126,6 +130,8 @@ pub struct FsTier {
     /// Descriptions of failed transfers for the manager's error log
     /// (bounded: the counters keep the totals).
     errors: Reporter,
+    /// Store times, under a max age.
+    ages: age::Ages,
 }
 
 impl std::fmt::Debug for FsTier {
@@ -153,6 +159,10 @@ impl SecondaryTier for FsTier {
 
     fn locality(&self) -> Option<Locality> {
         Some(self.opts.locality)
+    }
+
+    fn layout_fingerprint(&self) -> Option<&str> {
+        self.opts.layout_fingerprint.as_deref()
     }
 
     fn lookup(&mut self, key: &Key, _request: &Request) -> TierLookup {
@@ -271,11 +281,29 @@ impl SecondaryTier for FsTier {
     fn shutdown(&mut self) -> Result<()> {
         if !self.closed {
             self.closed = true;
+            // Transfers under way finish first (queued ones are cancelled).
             self.pool.stop();
             // Queued existence checks were cancelled.
             self.checks.clear();
             self.absent.clear();
             self.pending_checks = 0;
+            // The workers are gone: nothing writes the directory now.  A
+            // failure leaves blocks behind, and the tier is still stopped.
+            if self.opts.clear_on_shutdown {
+                let root = self.opts.root.display();
+                match clear_blocks(&self.opts.root) {
+                    Ok(r) => log::info!(
+                        target: "kvtier::fs",
+                        "fs tier {root}: removed {} files at shutdown ({} entries left in place)",
+                        r.files_removed,
+                        r.left
+                    ),
+                    Err(e) => log::warn!(
+                        target: "kvtier::fs",
+                        "fs tier {root}: clearing at shutdown failed: {e}"
+                    ),
+                }
+            }
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 use std::fs;
 use std::sync::Arc;
 
+use super::age::Ages;
 use super::cause::Cause;
 use super::file;
 use super::files::Files;
@@ -16,7 +17,7 @@ use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Segments;
 use super::stats::FsStats;
-use super::{FsLayout, FsOptions, FsTier, beneath};
+use super::{FsLayout, FsOptions, FsTier, beneath, marker};
 use crate::error::{Error, Result};
 use crate::region::SlotMemory;
 use crate::tiering::DEFAULT_TIER_EVENT_CAPACITY;
@@ -60,12 +61,16 @@ impl FsTier {
                 return Err(Error::io(format!("fs tier: opening {}", root.display()), e));
             }
         }
+        if let Some(f) = &opts.layout_fingerprint {
+            marker::settle(root, f, opts.file_mode)?;
+        }
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
+        let mut ages = Ages::new(opts.max_age);
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
                 let mut index = Index::new(file_len(block_bytes));
-                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index)?;
+                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?;
                 (index, rebuild, None)
             }
             FsLayout::Segments => {
@@ -83,6 +88,11 @@ impl FsTier {
                 // only freed.
                 rebuild.evicted = rebuild::evict_over_capacity(&opts, &mut index, |_| ());
                 rebuild.blocks -= rebuild.evicted;
+                // Records keep no store time: their age counts from now.
+                let now = std::time::SystemTime::now();
+                for &(key, _) in &found {
+                    ages.stored(key, now);
+                }
                 (index, rebuild, Some(segments))
             }
         };
@@ -132,6 +142,7 @@ impl FsTier {
             lost_buf: Vec::new(),
             store_scratch: Default::default(),
             errors,
+            ages,
         };
         tier.note_skipped_at_open();
         super::overhead::warn_if_costly(&tier.opts.root, tier.opts.layout, block_bytes);

@@ -91,13 +91,29 @@ pub struct FsOptions {
     /// octal string (`"0640"`) or a number.
     #[serde(deserialize_with = "crate::serde_forms::file_mode")]
     pub file_mode: u32,
+    /// The block layout the directory's blocks belong to (1..=256
+    /// printable ASCII bytes; see `marker.rs`): a directory without a
+    /// marker adopts it, one marked with another is refused at open.
+    /// `None` (the default): no check, unless the manager's
+    /// `layout_fingerprint` is inherited.
+    pub layout_fingerprint: Option<String>,
+    /// A block stored longer ago than this is a miss and is removed (at
+    /// lookup, and by the cleanup after each step); zero (the default):
+    /// no limit.  JSON: `max_age_ms`.
+    #[serde(rename = "max_age_ms", deserialize_with = "crate::serde_forms::millis")]
+    pub max_age: Duration,
+    /// At shutdown (after the transfers finish), remove every block the
+    /// directory holds (block files, segment files), leaving the directory
+    /// and its layout marker.  Default false.
+    pub clear_on_shutdown: bool,
 }
 
 impl Default for FsOptions {
     /// No directory (set one), a file per block, unbounded, 8 + 8 threads, `O_DIRECT`, no
     /// fsync, unnamed temporary files, not shared, local, watermarks
     /// 0.95 / 0.85, stale temporary files removed after 15 minutes, files
-    /// `0600` (directories `0700`).
+    /// `0600` (directories `0700`), no layout fingerprint, no age limit,
+    /// blocks kept at shutdown.
     fn default() -> FsOptions {
         FsOptions {
             root: PathBuf::new(),
@@ -116,6 +132,9 @@ impl Default for FsOptions {
             locality: Locality::Local,
             stale_temp_age: Duration::from_secs(15 * 60),
             file_mode: 0o600,
+            layout_fingerprint: None,
+            max_age: Duration::ZERO,
+            clear_on_shutdown: false,
         }
     }
 }
@@ -139,6 +158,9 @@ impl FsOptions {
                 "file_mode {:#o} must be within 0o777 and give the owner read and write (0o600)",
                 self.file_mode
             ));
+        }
+        if let Some(f) = &self.layout_fingerprint {
+            crate::tiers::layout::check_fingerprint("fs tier: layout_fingerprint", f)?;
         }
         let (lo, hi) = (self.low_watermark, self.high_watermark);
         if !(lo > 0.0 && lo <= hi && hi <= 1.0) {

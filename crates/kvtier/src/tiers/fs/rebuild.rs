@@ -29,6 +29,7 @@ use std::ffi::CStr;
 use std::time::{Duration, SystemTime};
 
 use super::FsOptions;
+use super::age::Ages;
 use super::beneath::Fd;
 use super::beneath::{self, FOREIGN};
 use super::format::{
@@ -160,6 +161,7 @@ pub(super) fn rebuild(
     block_bytes: usize,
     opts: &FsOptions,
     index: &mut Index,
+    ages: &mut Ages,
 ) -> Result<RebuildReport> {
     let mut report = RebuildReport::default();
     let mut found: Vec<(SystemTime, Key)> = Vec::new();
@@ -237,7 +239,8 @@ pub(super) fn rebuild(
     }
     // Oldest first, so the newest file ends up the most recently used.
     found.sort_by_key(|(t, _)| *t);
-    for (_, key) in found {
+    for (mtime, key) in found {
+        ages.stored(key, mtime);
         index.insert(key, State::Ready);
         report.blocks += 1;
     }

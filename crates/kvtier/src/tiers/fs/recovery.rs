@@ -74,6 +74,7 @@ impl FsTier {
             self.checks.remove(&key);
             if self.index.get(&key).is_none() {
                 self.index.insert(key, State::Ready);
+                self.ages.stored(key, std::time::SystemTime::now());
                 self.counts.blocks_adopted.add(1);
                 self.announce_stored(key);
             }
@@ -92,6 +93,10 @@ impl FsTier {
             self.absorb();
         }
         match self.index.get(key) {
+            Some((State::Ready, _)) if self.expire_if_old(key) => {
+                self.counts.misses.add(1);
+                return TierLookup::Miss;
+            }
             Some((State::Ready, _)) => {
                 self.counts.hits.add(1);
                 return TierLookup::Hit;
@@ -128,6 +133,7 @@ impl FsTier {
     /// The end of a scheduler step: keys answered absent in it are
     /// forgotten (a later lookup checks again).
     pub(super) fn end_step(&mut self) {
+        self.sweep_expired();
         if self.opts.shared {
             self.absorb();
             for key in self.absent.drain(..) {

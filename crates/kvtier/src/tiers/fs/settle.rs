@@ -47,6 +47,7 @@ impl FsTier {
                                 self.counts.stores_already_present.add(1);
                             }
                             if self.index.set_ready(&key) {
+                                self.ages.stored(key, std::time::SystemTime::now());
                                 self.announce_stored(key);
                             }
                         }

@@ -114,6 +114,8 @@ stat_table! {
         counter unreadable_blocks_dropped: Count => FS_UNREADABLE_DROPPED,
         /// Blocks whose file had disappeared when read.
         counter blocks_found_missing: Count => FS_FOUND_MISSING,
+        /// Blocks removed because they were older than the max age.
+        counter expired: Count => FS_EXPIRED,
         /// Events dropped because the queue was full.
         counter events_dropped: Count => T_EVENTS_DROPPED,
         /// Events queued.
@@ -220,6 +222,10 @@ family! {
 family! {
     FS_FOUND_MISSING, "kvtier_fs_blocks_found_missing_total", Counter, Tier,
     "Blocks whose file had disappeared when they were read."
+}
+family! {
+    FS_EXPIRED, "kvtier_fs_blocks_expired_total", Counter, Tier,
+    "Blocks removed because they were stored longer ago than the tier's max_age_ms."
 }
 family! {
     FS_REMOVAL_ERRORS, "kvtier_fs_removal_errors_total", Counter, Tier,

@@ -20,7 +20,8 @@ pub const MAX_TTL_MS: u64 = 1 << 62;
 /// server on `127.0.0.1:6379` with conservative timeouts.
 ///
 /// In JSON every duration is a whole number of milliseconds in a field
-/// named after it with `_ms` (`ttl_ms`: 0 for none, `connect_timeout_ms`,
+/// named after it with `_ms` (`max_age_ms`: 0 for none, also accepted
+/// under its former name `ttl_ms`; `connect_timeout_ms`,
 /// `command_timeout_ms`, `breaker_cooldown_ms`, `miss_cache_ms`); missing
 /// fields take [`Default`]'s values.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -46,10 +47,13 @@ pub struct RedisTierConfig {
     pub tls: bool,
     /// PEM file of the CA(s) to trust for TLS instead of the system's.
     pub tls_ca_file: Option<std::path::PathBuf>,
-    /// Expiry of every stored block, 1 ms ..= [`MAX_TTL_MS`]; `None` keeps
-    /// blocks until Redis evicts them.
+    /// Max age: the expiry of every stored block, 1 ms ..= [`MAX_TTL_MS`]
+    /// (the server removes a block that old); `None` keeps blocks until
+    /// Redis evicts them.  JSON: `max_age_ms`, or `ttl_ms` (the same
+    /// option under its former name).
     #[serde(
-        rename = "ttl_ms",
+        rename = "max_age_ms",
+        alias = "ttl_ms",
         deserialize_with = "crate::serde_forms::millis_or_none"
     )]
     pub ttl: Option<Duration>,
@@ -89,6 +93,16 @@ pub struct RedisTierConfig {
     /// beyond it the oldest are forgotten (checked with the server again
     /// when looked up).
     pub max_known_keys: usize,
+    /// The block layout the namespace's blocks belong to (1..=256 printable
+    /// ASCII bytes), kept in the key `NAMESPACE:layout`: a namespace
+    /// without it adopts it, one holding another is refused when the tier
+    /// is created.  `None` (the default): no check, unless the manager's
+    /// `layout_fingerprint` is inherited.
+    pub layout_fingerprint: Option<String>,
+    /// At shutdown (after the transfers finish), delete every key of the
+    /// namespace but its layout key (`SCAN` and `UNLINK`).  Standalone
+    /// servers only.  Default false.
+    pub clear_on_shutdown: bool,
 }
 
 impl Default for RedisTierConfig {
@@ -113,6 +127,8 @@ impl Default for RedisTierConfig {
             breaker_cooldown: Duration::from_millis(1000),
             miss_cache: Duration::from_millis(500),
             max_known_keys: 1 << 18,
+            layout_fingerprint: None,
+            clear_on_shutdown: false,
         }
     }
 }
@@ -152,6 +168,14 @@ impl RedisTierConfig {
                     ttl.as_millis()
                 ));
             }
+        }
+        if let Some(f) = &self.layout_fingerprint {
+            crate::tiers::layout::check_fingerprint("redis layout_fingerprint", f)?;
+        }
+        if self.clear_on_shutdown && self.cluster {
+            return bad(
+                "redis clear_on_shutdown works on a standalone server, not a cluster".into(),
+            );
         }
         if self.db < 0 || self.db > i32::MAX as i64 {
             return bad(format!(

@@ -45,7 +45,7 @@ pub(super) enum Endpoint {
     },
 }
 
-fn node_info(addr: &str, config: &RedisTierConfig) -> Result<ConnectionInfo> {
+pub(super) fn node_info(addr: &str, config: &RedisTierConfig) -> Result<ConnectionInfo> {
     let (host, port) = addr.rsplit_once(':').ok_or_else(|| {
         Error::InvalidArgument(format!(
             "redis node address {addr:?} is not host:port (for example 127.0.0.1:6379)"
@@ -80,7 +80,7 @@ fn node_info(addr: &str, config: &RedisTierConfig) -> Result<ConnectionInfo> {
 }
 
 /// The CA bundle to trust instead of the system's, read when the tier is created.
-fn tls_roots(config: &RedisTierConfig) -> Result<Option<Vec<u8>>> {
+pub(super) fn tls_roots(config: &RedisTierConfig) -> Result<Option<Vec<u8>>> {
     match &config.tls_ca_file {
         None => Ok(None),
         Some(path) => std::fs::read(path).map(Some).map_err(|e| {
@@ -104,13 +104,13 @@ fn certificates(roots: &Option<Vec<u8>>) -> ::redis::TlsCertificates {
 }
 
 #[cfg(feature = "redis-tls")]
-fn tls_client(info: ConnectionInfo, roots: &Option<Vec<u8>>) -> Result<Client> {
+pub(super) fn tls_client(info: ConnectionInfo, roots: &Option<Vec<u8>>) -> Result<Client> {
     Client::build_with_tls(info, certificates(roots))
         .map_err(|e| Error::InvalidArgument(format!("redis TLS setup: {e}")))
 }
 
 #[cfg(not(feature = "redis-tls"))]
-fn tls_client(_info: ConnectionInfo, _roots: &Option<Vec<u8>>) -> Result<Client> {
+pub(super) fn tls_client(_info: ConnectionInfo, _roots: &Option<Vec<u8>>) -> Result<Client> {
     tls_addr("", 0).map(|_| unreachable!("tls_addr fails without the feature"))
 }
 

@@ -40,6 +40,8 @@
 //! and the C options read the same way with or without the tier; the tier
 //! itself needs the `redis-tier` cargo feature.
 
+#[cfg(feature = "redis-tier")]
+mod admin;
 mod config;
 #[cfg(feature = "redis-tier")]
 mod conn;
@@ -58,6 +60,8 @@ mod tier;
 #[cfg(feature = "redis-tier")]
 mod worker;
 
+#[cfg(feature = "redis-tier")]
+pub use admin::layout_key;
 pub use config::{MAX_TTL_MS, RedisTierConfig};
 #[cfg(feature = "redis-tier")]
 pub use header::header_len;

@@ -72,6 +72,10 @@ pub struct RedisTier {
     closed: bool,
     /// Slots of the memory the workers copy through.
     slot_count: u32,
+    /// The layout fingerprint the namespace was checked against.
+    layout_fingerprint: Option<String>,
+    /// The configuration to clear the namespace with at shutdown, if asked.
+    clear_at_shutdown: Option<Box<RedisTierConfig>>,
 }
 
 /// Most existence checks sent in one batch; a larger step sends several.
@@ -84,6 +88,9 @@ impl RedisTier {
     pub fn new(config: RedisTierConfig, slots: SlotMemory) -> Result<RedisTier> {
         config.check()?;
         let endpoint = Endpoint::new(&config)?;
+        if let Some(f) = &config.layout_fingerprint {
+            super::admin::settle_layout(&config, f)?;
+        }
         let shared = Arc::new(Shared::default());
         let (tx, rx) = std::sync::mpsc::channel();
         let mut prefix = config.namespace.clone().into_bytes();
@@ -135,6 +142,8 @@ impl RedisTier {
             counters: Counters::default(),
             closed: false,
             slot_count: slots.slot_count(),
+            layout_fingerprint: config.layout_fingerprint.clone(),
+            clear_at_shutdown: config.clear_on_shutdown.then(|| Box::new(config.clone())),
         })
     }
 
@@ -173,6 +182,10 @@ impl SecondaryTier for RedisTier {
 
     fn medium(&self) -> Option<Medium> {
         Some(Medium::Storage)
+    }
+
+    fn layout_fingerprint(&self) -> Option<&str> {
+        self.layout_fingerprint.as_deref()
     }
 
     fn locality(&self) -> Option<Locality> {
@@ -358,6 +371,17 @@ impl SecondaryTier for RedisTier {
         }
         self.quiesce();
         self.closed = true;
+        if let Some(config) = self.clear_at_shutdown.take() {
+            // The transfers are over: nothing stores into the namespace now.
+            match super::admin::clear(&config) {
+                Ok(n) => {
+                    log::info!(target: "kvtier::redis", "{}: cleared {n} keys of namespace {:?} at shutdown", self.name, config.namespace)
+                }
+                Err(e) => {
+                    log::warn!(target: "kvtier::redis", "{}: clearing the namespace at shutdown failed: {e}", self.name)
+                }
+            }
+        }
         if self.pool.stop() {
             Ok(())
         } else {
