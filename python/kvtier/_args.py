@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._ffi import ffi, header_path, lib
+from .errors import encode_str
 
 __all__ = ["explain", "fill", "check_value", "slot_index", "int_list", "explain_items"]
 
@@ -125,10 +126,20 @@ def explain(fn: Any, args: Iterable[Any], error: BaseException) -> BaseException
     return error
 
 
-def fill(struct: Any, values: Mapping[str, Any], what: str, *, skip: Iterable[str] = ("struct_size",)) -> None:
+def fill(
+    struct: Any,
+    values: Mapping[str, Any],
+    what: str,
+    *,
+    skip: Iterable[str] = ("struct_size",),
+    keep: list[Any] | None = None,
+) -> None:
     """Sets the fields `values` names on `struct` (a cffi struct pointer):
     an unknown name (or one in `skip`) is a ``TypeError`` listing the
-    others, a value the field cannot take the error `check_value` gives."""
+    others, a value the field cannot take the error `check_value` gives.
+    With `keep`, a ``str`` given for a ``const char *`` field becomes a
+    NUL-terminated copy, appended to `keep` (which the caller holds until
+    the C call is made)."""
     fields = dict(ffi.typeof(struct).item.fields)
     skipped = set(skip)
     for name, value in values.items():
@@ -136,6 +147,9 @@ def fill(struct: Any, values: Mapping[str, Any], what: str, *, skip: Iterable[st
         if field is None:
             known = ", ".join(n for n in fields if n not in skipped)
             raise TypeError(f"{what}: unknown option {name!r} (the options are: {known})")
+        if keep is not None and isinstance(value, str) and field.type.kind == "pointer" and field.type.item.cname == "char":
+            keep.append(ffi.new("char[]", encode_str(value, f"{what}: {name}")))
+            value = keep[-1]
         problem = check_value(field.type, value, f"{what}: {name}")
         if problem is not None:
             raise problem

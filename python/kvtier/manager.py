@@ -296,14 +296,8 @@ class Manager(ManagerObserving, ManagerPins):
             directory = os.fspath(directory)
         directory_c = ffi.new("char[]", encode_str(directory, "directory"))
         c_options.directory = directory_c
-        keep = []
-        values = {}
-        for name, value in options.items():
-            if isinstance(value, str):
-                keep.append(ffi.new("char[]", encode_str(value, name)))
-                value = keep[-1]
-            values[name] = value
-        fill(c_options, values, "add_fs_tier", skip=("struct_size", "directory"))
+        keep: list[Any] = []
+        fill(c_options, options, "add_fs_tier", skip=("struct_size", "directory"), keep=keep)
         index = ffi.new("size_t *")
         check(self._call(lib.kvtier_manager_add_fs_tier, c_options, index), "kvtier_manager_add_fs_tier")
         return int(index[0])
@@ -313,14 +307,8 @@ class Manager(ManagerObserving, ManagerPins):
         ``kvtier_redis_options`` (strings as ``str``).  Its tier index."""
         self._local_only("add_redis_tier")
         c_options = ffi.new("kvtier_redis_options *", lib.kvtier_redis_options_default())
-        keep = []
-        values = {}
-        for name, value in options.items():
-            if isinstance(value, str):
-                keep.append(ffi.new("char[]", encode_str(value, name)))
-                value = keep[-1]
-            values[name] = value
-        fill(c_options, values, "add_redis_tier")
+        keep: list[Any] = []
+        fill(c_options, options, "add_redis_tier", keep=keep)
         index = ffi.new("size_t *")
         check(self._call(lib.kvtier_manager_add_redis_tier, c_options, index), "kvtier_manager_add_redis_tier")
         return int(index[0])
