@@ -373,6 +373,23 @@ int run() {
   expect(metrics.find("kvtier_custom_copies_total{tier=\"cxx-mem\",medium=\"cpu\"}") != std::string::npos,
          "the C++ tier's own stats reach the metrics");
   expect(m.readiness().empty(), "the manager and its tiers are ready");
+
+  // A pin set keeps the last request's last two blocks resident; a drop of
+  // every block keeps them (held) and skips the C++ tiers (they cannot drop).
+  std::vector<std::string> prompt{key_of(kRequests - 1, kBlocks - 2), key_of(kRequests - 1, kBlocks - 1)};
+  kvtier_pin_outcome pinned = m.pin_set("prompt", prompt);
+  expect(pinned.pinned + pinned.absent == prompt.size(), "a pin set accounts for every key");
+  expect(pinned.pinned > 0, "the last request's blocks are resident and held");
+  auto sets = m.pin_sets();
+  expect(sets.size() == 1 && sets[0].keys == pinned.pinned && std::string(sets[0].name) == "prompt",
+         "the pin set is listed with its keys");
+  kvtier_drop_report dropped = m.drop_blocks("");
+  expect(dropped.kept >= pinned.pinned, "a drop keeps the held blocks");
+  expect(dropped.unsupported_tiers == 2, "the two C++ tiers cannot drop and are counted");
+  expect(m.unpin_set("prompt") == pinned.pinned, "unpinning releases what the set held");
+  expect(m.pin_sets().empty(), "no pin set is left");
+  kvtier_drop_report again = m.drop_blocks("");
+  expect(again.dropped >= pinned.pinned && again.kept == 0, "once unpinned, the blocks drop");
   m.shutdown();
   expect(m.readiness() == "manager: shut down\n", "a shut-down manager is not ready");
   kvtier::set_log_callback(nullptr);  // before `warnings` goes out of scope
