@@ -34,7 +34,8 @@ class PinSet(NamedTuple):
 
 class DropReport(NamedTuple):
     """What `Manager.drop_blocks` did: blocks removed, matching blocks kept
-    because busy, and selected tiers that cannot drop blocks (skipped)."""
+    because busy, and selected tiers that cannot drop blocks (C tiers, a
+    Redis tier on a cluster: skipped)."""
 
     dropped: int
     kept: int

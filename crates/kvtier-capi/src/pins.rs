@@ -72,7 +72,8 @@ pub struct kvtier_drop_report {
     /// Matching blocks kept because busy (a load or store in flight, write
     /// pending, held by a pin set).
     pub kept: u64,
-    /// Selected tiers that cannot drop blocks (C tiers): skipped.
+    /// Selected tiers that cannot drop blocks (C tiers, a Redis tier on a
+    /// cluster): skipped.
     pub unsupported_tiers: u32,
 }
 
@@ -191,8 +192,9 @@ pub unsafe extern "C" fn kvtier_manager_pin_sets(
 /// selects (every tier for NULL), e.g. at a model upgrade; writes the
 /// counts to `*report_out`.  Busy blocks (a load or store in flight,
 /// write pending, held by a pin set) are kept and counted in `kept`; a
-/// selected tier that cannot drop blocks (a C tier) is skipped and
-/// counted in `unsupported_tiers`.  Another tier's failure ends the call
+/// selected tier that cannot drop blocks (a C tier, a Redis tier on a
+/// cluster) is skipped and counted in `unsupported_tiers`.  The Redis
+/// tier deletes its blocks on the server in the call (network I/O).  Another tier's failure ends the call
 /// with its error (the tiers before it dropped theirs).  Dropped blocks
 /// are announced as removed, as evictions are.  A manager connected to
 /// kvtierd answers `KVTIER_STATUS_UNSUPPORTED`.  Internally synchronized.

@@ -46,8 +46,8 @@ pub struct DropReport {
     /// Blocks that matched but were kept: busy (a load or store in
     /// flight, write pending, held by a pin set).
     pub kept: u64,
-    /// Selected tiers that cannot drop blocks (C tiers, tiers without the
-    /// call): skipped.
+    /// Selected tiers that cannot drop blocks (C tiers, a Redis tier on a
+    /// cluster, tiers without the call): skipped.
     pub unsupported_tiers: u32,
 }
 
@@ -192,7 +192,9 @@ impl<P: PrimaryBackend> Manager<P> {
     /// kept and counted.  A selected tier that cannot drop blocks is
     /// skipped and counted; any other tier error ends the call with the
     /// error (the tiers before it dropped theirs).  Dropped primary blocks
-    /// are announced as removed (events) like evictions.
+    /// are announced as removed (events) like evictions.  A Redis tier
+    /// deletes its blocks on the server here, on the caller's thread
+    /// (network I/O bounded per command by its timeouts).
     pub fn drop_blocks(&self, key_prefix: &[u8], fingerprint: Option<&str>) -> Result<DropReport> {
         let mut s = self.enter("drop_blocks")?;
         let s = &mut *s;
