@@ -3224,9 +3224,11 @@ kvtier_status kvtier_manager_schedule_end(const kvtier_manager *manager);
  * many distinct keys it holds and how many were absent (not held) to
  * `*outcome_out`.  A set of an existing name is replaced at once.  Past
  * the bound (the JSON option `pinning.max_share` of the tier's capacity,
- * all sets together) `KVTIER_STATUS_NO_SPACE` and nothing changes; a
- * secondary tier (they keep no pin sets yet) or a manager connected to
- * kvtierd `KVTIER_STATUS_UNSUPPORTED`.  A load's unpin never releases a
+ * all sets together; an fs tier's capacity is its `capacity_bytes` over
+ * one block file's bytes) `KVTIER_STATUS_NO_SPACE` and nothing changes.
+ * The primary tier and fs tiers keep pin sets; another tier (Redis, C
+ * tiers) or a manager connected to kvtierd answers
+ * `KVTIER_STATUS_UNSUPPORTED`, nothing changed.  A load's unpin never releases a
  * set's hold.  Internally synchronized.
  *
  * # Safety

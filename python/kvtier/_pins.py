@@ -49,9 +49,10 @@ class ManagerPins:
     _local_only: Callable[[str], None]
 
     def pin_set(self, name: str, keys: Iterable[Any], tier: int = 0) -> PinOutcome:
-        """Holds the blocks of `keys` resident in `tier` as pin set `name`
-        (replacing a set of that name) until `unpin_set`.  Past the
-        ``pinning.max_share`` bound: ``NO_SPACE``, nothing changed."""
+        """Holds the blocks of `keys` resident in `tier` (0 the primary
+        tier, or an fs tier) as pin set `name` (replacing a set of that
+        name) until `unpin_set`.  Past the ``pinning.max_share`` bound:
+        ``NO_SPACE``, nothing changed; another tier: ``UNSUPPORTED``."""
         self._local_only("pin_set")
         name_c = ffi.new("char[]", encode_str(name, "name"))
         array = key_array(keys)
