@@ -1527,7 +1527,8 @@ typedef struct {
    */
   uint64_t kept;
   /**
-   * Selected tiers that cannot drop blocks (C tiers): skipped.
+   * Selected tiers that cannot drop blocks (C tiers, a Redis tier on a
+   * cluster): skipped.
    */
   uint32_t unsupported_tiers;
 } kvtier_drop_report;
@@ -3223,9 +3224,11 @@ kvtier_status kvtier_manager_schedule_end(const kvtier_manager *manager);
  * many distinct keys it holds and how many were absent (not held) to
  * `*outcome_out`.  A set of an existing name is replaced at once.  Past
  * the bound (the JSON option `pinning.max_share` of the tier's capacity,
- * all sets together) `KVTIER_STATUS_NO_SPACE` and nothing changes; a
- * secondary tier (they keep no pin sets yet) or a manager connected to
- * kvtierd `KVTIER_STATUS_UNSUPPORTED`.  A load's unpin never releases a
+ * all sets together; an fs tier's capacity is its `capacity_bytes` over
+ * one block file's bytes) `KVTIER_STATUS_NO_SPACE` and nothing changes.
+ * The primary tier and fs tiers keep pin sets; another tier (Redis, C
+ * tiers) or a manager connected to kvtierd answers
+ * `KVTIER_STATUS_UNSUPPORTED`, nothing changed.  A load's unpin never releases a
  * set's hold.  Internally synchronized.
  *
  * # Safety
@@ -3272,8 +3275,9 @@ kvtier_status kvtier_manager_pin_sets(const kvtier_manager *manager,
  * selects (every tier for NULL), e.g. at a model upgrade; writes the
  * counts to `*report_out`.  Busy blocks (a load or store in flight,
  * write pending, held by a pin set) are kept and counted in `kept`; a
- * selected tier that cannot drop blocks (a C tier) is skipped and
- * counted in `unsupported_tiers`.  Another tier's failure ends the call
+ * selected tier that cannot drop blocks (a C tier, a Redis tier on a
+ * cluster) is skipped and counted in `unsupported_tiers`.  The Redis
+ * tier deletes its blocks on the server in the call (network I/O).  Another tier's failure ends the call
  * with its error (the tiers before it dropped theirs).  Dropped blocks
  * are announced as removed, as evictions are.  A manager connected to
  * kvtierd answers `KVTIER_STATUS_UNSUPPORTED`.  Internally synchronized.

@@ -34,7 +34,8 @@ class PinSet(NamedTuple):
 
 class DropReport(NamedTuple):
     """What `Manager.drop_blocks` did: blocks removed, matching blocks kept
-    because busy, and selected tiers that cannot drop blocks (skipped)."""
+    because busy, and selected tiers that cannot drop blocks (C tiers, a
+    Redis tier on a cluster: skipped)."""
 
     dropped: int
     kept: int
@@ -48,9 +49,10 @@ class ManagerPins:
     _local_only: Callable[[str], None]
 
     def pin_set(self, name: str, keys: Iterable[Any], tier: int = 0) -> PinOutcome:
-        """Holds the blocks of `keys` resident in `tier` as pin set `name`
-        (replacing a set of that name) until `unpin_set`.  Past the
-        ``pinning.max_share`` bound: ``NO_SPACE``, nothing changed."""
+        """Holds the blocks of `keys` resident in `tier` (0 the primary
+        tier, or an fs tier) as pin set `name` (replacing a set of that
+        name) until `unpin_set`.  Past the ``pinning.max_share`` bound:
+        ``NO_SPACE``, nothing changed; another tier: ``UNSUPPORTED``."""
         self._local_only("pin_set")
         name_c = ffi.new("char[]", encode_str(name, "name"))
         array = key_array(keys)

@@ -3,7 +3,9 @@
 //!
 //! Every method is called with the manager's lock held, never concurrently,
 //! but not always from the same thread.  All are non-blocking except
-//! [`SecondaryTier::drain`].
+//! [`SecondaryTier::drain`] and the operator's calls
+//! [`SecondaryTier::drop_blocks`] (which may remove files or ask a
+//! server in the call) and [`SecondaryTier::shutdown`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -273,5 +275,33 @@ pub trait SecondaryTier: Send {
             "dropping blocks from tier {}",
             self.name()
         )))
+    }
+
+    /// Holds `keys` (distinct) for pin sets: a held block stays whatever
+    /// the tier's eviction, expiry or [`SecondaryTier::drop_blocks`] want,
+    /// until [`SecondaryTier::release_hold`].  Answers, co-indexed with
+    /// `keys`, whether each is held now: true for a block present and
+    /// readable in the tier (also when it already was held), false for one
+    /// absent or still being written (nothing changed for it).  The
+    /// manager asks only for keys no pin set holds in the tier yet, and
+    /// may release them again at once (a set past its bound), so holds
+    /// never nest.  By default [`Error::Unsupported`](crate::Error::Unsupported):
+    /// the tier keeps no pin sets.
+    fn hold(&mut self, _keys: &[Key]) -> Result<Vec<bool>> {
+        Err(crate::Error::Unsupported(format!(
+            "pin sets in tier {}",
+            self.name()
+        )))
+    }
+
+    /// Releases the holds of `keys` ([`SecondaryTier::hold`]): each block
+    /// is evictable again (at its recency); keys not held are ignored.
+    fn release_hold(&mut self, _keys: &[Key]) {}
+
+    /// How many blocks the tier holds at most, for the bound of pin sets
+    /// (`pinning.max_share` of it); `None` (the default) for a tier
+    /// without a bound in blocks, where pin sets have no bound either.
+    fn capacity_blocks(&self) -> Option<u64> {
+        None
     }
 }

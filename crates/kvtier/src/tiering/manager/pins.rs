@@ -5,8 +5,10 @@
 //! hold the key; a tier is asked to hold a key when its count leaves 0 and
 //! to release it when the count returns to 0, so holds never nest in a
 //! tier.  The bound: the keys held in one tier, all sets together, are at
-//! most `pinning.max_share` of its capacity.  A reset forgets every set
-//! (the primary tier forgets the keys).
+//! most `pinning.max_share` of its capacity (a secondary tier's
+//! [`SecondaryTier::capacity_blocks`](crate::tiering::SecondaryTier::capacity_blocks)).
+//! A reset forgets every set (the primary tier forgets the keys; the
+//! secondary tiers, which keep theirs, are asked to release them).
 
 use std::collections::BTreeMap;
 
@@ -46,8 +48,8 @@ pub struct DropReport {
     /// Blocks that matched but were kept: busy (a load or store in
     /// flight, write pending, held by a pin set).
     pub kept: u64,
-    /// Selected tiers that cannot drop blocks (C tiers, tiers without the
-    /// call): skipped.
+    /// Selected tiers that cannot drop blocks (C tiers, a Redis tier on a
+    /// cluster, tiers without the call): skipped.
     pub unsupported_tiers: u32,
 }
 
@@ -113,10 +115,14 @@ impl<P: PrimaryBackend> Manager<P> {
     /// most `pinning.max_share` of the tier's capacity; past it the call is
     /// [`Error::NoSpace`] and nothing changes.  A name of 0 or more than
     /// 256 bytes, or a tier that does not exist, is
-    /// [`Error::InvalidArgument`]; a secondary tier [`Error::Unsupported`]
-    /// (only the primary tier keeps pin sets); with KV groups on, a key
-    /// too short for its group index [`Error::InvalidKey`].  Holds are not
-    /// pins: a load's unpin never releases them.
+    /// [`Error::InvalidArgument`]; a secondary tier that keeps no pin sets
+    /// (all but the fs tier) [`Error::Unsupported`], nothing changed; with
+    /// KV groups on, a key too short for its group index
+    /// [`Error::InvalidKey`].  Holds are not pins: a load's unpin never
+    /// releases them.  A secondary tier's capacity is its
+    /// [`SecondaryTier::capacity_blocks`](crate::tiering::SecondaryTier::capacity_blocks)
+    /// (no bound for `None`); its holds are asked for before the bound is
+    /// checked and released again when it refuses.
     pub fn pin_set(&self, name: &str, keys: &[Key], tier: usize) -> Result<PinOutcome> {
         check_name(name)?;
         let mut s = self.enter("pin_set")?;
@@ -127,21 +133,27 @@ impl<P: PrimaryBackend> Manager<P> {
                 s.tiers.len()
             )));
         }
-        if tier > 0 {
-            return Err(Error::Unsupported(format!(
-                "pin sets in secondary tier {} (only the primary tier keeps them)",
-                s.tiers[tier - 1].name
-            )));
-        }
         crate::primary::check_group_keys(s.opts.kv_groups, keys.len(), |i| &keys[i])?;
         let mut distinct: Vec<Key> = crate::fallible::with_capacity(keys.len(), "pin set keys")?;
         distinct.extend_from_slice(keys);
         distinct.sort_unstable();
         distinct.dedup();
         let named = distinct.len();
-        distinct.retain(|k| s.primary.lookup(k) == PrimaryLookup::Hit);
+        // Keys a secondary tier was asked to hold by this call: released
+        // again if the bound refuses the set.
+        let mut fresh: Vec<Key> = Vec::new();
+        if tier == 0 {
+            distinct.retain(|k| s.primary.lookup(k) == PrimaryLookup::Hit);
+        } else {
+            fresh = s.hold_in_secondary(tier, &mut distinct)?;
+        }
         let absent = named - distinct.len();
-        s.check_pin_bound(name, tier, &distinct)?;
+        if let Err(e) = s.check_pin_bound(name, tier, &distinct) {
+            if !fresh.is_empty() {
+                s.tiers[tier - 1].tier.release_hold(&fresh);
+            }
+            return Err(e);
+        }
         // The new keys held first, then the old set's released: a key in
         // both never loses its hold.
         s.hold_pinned_keys(tier, &distinct)?;
@@ -192,7 +204,9 @@ impl<P: PrimaryBackend> Manager<P> {
     /// kept and counted.  A selected tier that cannot drop blocks is
     /// skipped and counted; any other tier error ends the call with the
     /// error (the tiers before it dropped theirs).  Dropped primary blocks
-    /// are announced as removed (events) like evictions.
+    /// are announced as removed (events) like evictions.  A Redis tier
+    /// deletes its blocks on the server here, on the caller's thread
+    /// (network I/O bounded per command by its timeouts).
     pub fn drop_blocks(&self, key_prefix: &[u8], fingerprint: Option<&str>) -> Result<DropReport> {
         let mut s = self.enter("drop_blocks")?;
         let s = &mut *s;
@@ -228,6 +242,53 @@ impl<P: PrimaryBackend> Manager<P> {
 }
 
 impl<P: PrimaryBackend> State<P> {
+    /// Asks secondary tier `tier` to hold those of `keys` (sorted,
+    /// distinct) that no set holds there yet, and keeps in `keys` the ones
+    /// held now (those sets held, and those the tier could hold); returns
+    /// the ones the tier was asked for and held.
+    fn hold_in_secondary(&mut self, tier: usize, keys: &mut Vec<Key>) -> Result<Vec<Key>> {
+        let pins = &self.pins;
+        let ask: Vec<Key> = keys
+            .iter()
+            .filter(|k| !pins.counts.contains_key(&(tier, **k)))
+            .copied()
+            .collect();
+        let t = &mut self.tiers[tier - 1];
+        let held = t.tier.hold(&ask)?;
+        if held.len() != ask.len() {
+            t.tier.release_hold(&ask);
+            return Err(Error::Tier {
+                tier: t.name.to_string(),
+                message: format!("hold answered {} of {} keys", held.len(), ask.len()),
+            });
+        }
+        let fresh: Vec<Key> = ask
+            .iter()
+            .zip(&held)
+            .filter(|(_, h)| **h)
+            .map(|(k, _)| *k)
+            .collect();
+        keys.retain(|k| pins.counts.contains_key(&(tier, *k)) || fresh.binary_search(k).is_ok());
+        Ok(fresh)
+    }
+
+    /// Releases every hold of the secondary tiers and forgets every set
+    /// (at a reset: the primary tier has forgotten its keys).
+    pub(super) fn forget_pin_sets(&mut self) {
+        let mut per_tier: Vec<Vec<Key>> = vec![Vec::new(); self.tiers.len()];
+        for &(tier, key) in self.pins.counts.keys() {
+            if tier > 0 {
+                per_tier[tier - 1].push(key);
+            }
+        }
+        for (t, keys) in self.tiers.iter_mut().zip(&per_tier) {
+            if !keys.is_empty() {
+                t.tier.release_hold(keys);
+            }
+        }
+        self.pins.clear();
+    }
+
     /// [`Error::NoSpace`] if holding `keys` as set `name` in `tier`
     /// (replacing a set of that name) would take the tier past its bound.
     fn check_pin_bound(&self, name: &str, tier: usize, keys: &[Key]) -> Result<()> {
@@ -243,7 +304,14 @@ impl<P: PrimaryBackend> State<P> {
         }
         let in_old = |k: &Key| old.is_some_and(|(_, o)| o.binary_search(k).is_ok());
         after += keys.iter().filter(|k| count(k) == 0 && !in_old(k)).count() as i64;
-        let capacity = self.primary.capacity() as f64;
+        let capacity = if tier == 0 {
+            self.primary.capacity() as f64
+        } else {
+            match self.tiers[tier - 1].tier.capacity_blocks() {
+                Some(c) => c as f64,
+                None => return Ok(()),
+            }
+        };
         let bound = (self.opts.pinning.max_share * capacity).floor() as i64;
         if after > bound {
             return Err(Error::NoSpace(format!(
@@ -260,7 +328,11 @@ impl<P: PrimaryBackend> State<P> {
         for (i, k) in keys.iter().enumerate() {
             let c = self.pins.counts.entry((tier, *k)).or_insert(0);
             *c += 1;
-            if *c == 1 {
+            // A secondary tier's keys were held before the bound was
+            // checked (`hold_in_secondary`).
+            if *c == 1 && tier > 0 {
+                self.pins.add_held(tier, 1);
+            } else if *c == 1 {
                 if let Err(e) = self.primary.hold(k) {
                     // A backend without holds: what this call took is given back.
                     self.pins.counts.remove(&(tier, *k));
@@ -276,6 +348,7 @@ impl<P: PrimaryBackend> State<P> {
     /// Takes back one hold of each of `keys` in `tier`: the tier releases
     /// those no set holds any more.
     fn release_pinned_keys(&mut self, tier: usize, keys: &[Key]) -> Result<()> {
+        let mut released = Vec::new();
         for k in keys {
             let Some(c) = self.pins.counts.get_mut(&(tier, *k)) else {
                 continue;
@@ -283,9 +356,16 @@ impl<P: PrimaryBackend> State<P> {
             *c -= 1;
             if *c == 0 {
                 self.pins.counts.remove(&(tier, *k));
-                self.primary.release_hold(k)?;
+                if tier == 0 {
+                    self.primary.release_hold(k)?;
+                } else {
+                    released.push(*k);
+                }
                 self.pins.add_held(tier, -1);
             }
+        }
+        if !released.is_empty() {
+            self.tiers[tier - 1].tier.release_hold(&released);
         }
         Ok(())
     }

@@ -112,7 +112,7 @@ impl<P: PrimaryBackend> Manager<P> {
         }
         s.ids = ids;
         s.primary.reset();
-        s.pins.clear();
+        s.forget_pin_sets();
         for t in &mut s.tiers {
             if let Some(d) = &mut t.detector {
                 d.reset();

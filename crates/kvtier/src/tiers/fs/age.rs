@@ -9,6 +9,10 @@
 //! found at open; the time the tier found it for blocks of the segments
 //! layout found at open (records keep no time) and for blocks another
 //! process stored in a shared directory.
+//!
+//! A block a pin set holds does not expire while held: lookups serve it,
+//! and a sweep that finds it past the max age sets it aside; released, it
+//! is removed at once (by the next sweep if a load reads it then).
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -28,6 +32,9 @@ pub(super) struct Ages {
     order: VecDeque<(SystemTime, Key)>,
     /// Expired keys whose files the next store removes.
     doomed: Vec<Key>,
+    /// Keys a sweep found past the max age while a pin set held them,
+    /// with their store time: removed when released.
+    overdue: HashMap<Key, SystemTime, foldhash::fast::RandomState>,
 }
 
 impl Ages {
@@ -43,6 +50,7 @@ impl Ages {
         if self.max_age.is_zero() {
             return;
         }
+        self.overdue.remove(&key);
         self.born.insert(key, at);
         self.order.push_back((at, key));
     }
@@ -88,10 +96,11 @@ impl Ages {
 
 impl FsTier {
     /// Whether `key`'s block is past the max age; such a block is removed
-    /// (or, while a load reads it, left to a later sweep).
+    /// (or, while a load reads it, left to a later sweep).  A held block
+    /// is not past it.
     pub(super) fn expire_if_old(&mut self, key: &Key) -> bool {
         let now = SystemTime::now();
-        if !self.ages.expired(key, now) {
+        if !self.ages.expired(key, now) || self.index.is_held(key) {
             return false;
         }
         if !self.retire(key) {
@@ -106,13 +115,28 @@ impl FsTier {
         let now = SystemTime::now();
         let mut busy = Vec::new();
         while let Some((t, key)) = self.ages.next_expired(now) {
-            if !self.retire(&key) && self.index.get(&key).map(|s| s.0) == Some(State::Ready) {
+            if self.index.is_held(&key) {
+                self.ages.overdue.insert(key, t);
+            } else if !self.retire(&key) && self.index.get(&key).map(|s| s.0) == Some(State::Ready)
+            {
                 busy.push((t, key));
             }
         }
         // Blocks a load reads go at a later step.
         for (t, key) in busy {
             self.ages.retry(key, t);
+        }
+    }
+
+    /// After a pin set released `key`: removes it if a sweep found it past
+    /// the max age while it was held (or, while a load reads it, leaves it
+    /// to the next sweep).
+    pub(super) fn expire_released(&mut self, key: &Key) {
+        let Some(t) = self.ages.overdue.remove(key) else {
+            return;
+        };
+        if !self.retire(key) && self.index.get(key).map(|s| s.0) == Some(State::Ready) {
+            self.ages.retry(*key, t);
         }
     }
 

@@ -2,6 +2,10 @@
 //! state, how many bytes they take, and their recency (an intrusive LRU list
 //! over a slab, so touching and evicting allocate nothing).
 //!
+//! A Ready key held by a pin set leaves the LRU list for a list of its own
+//! while held: eviction never meets it (and never walks past it), expiry
+//! and drops pass over it, and released it is the most recent again.
+//!
 //! Owned by the scheduler-side tier object; workers never see it.
 
 use hashbrown::HashMap;
@@ -34,6 +38,8 @@ struct Node {
     fanout: u8,
     /// Whether a "stored" event announced the key.
     announced: bool,
+    /// Held by a pin set (Ready only): in the held list, not the LRU one.
+    held: bool,
     /// The key's segment record (segments layout), or [`NO_RECORD`].
     record: u32,
 }
@@ -47,10 +53,13 @@ pub(super) struct Index {
     map: HashMap<Key, u32, foldhash::fast::RandomState>,
     nodes: Vec<Node>,
     free: Vec<u32>,
-    /// Most recently used Ready key.
-    head: u32,
-    /// Least recently used Ready key.
-    tail: u32,
+    /// Most recently used Ready key of the LRU list (`[0]`) and most
+    /// recently held key of the held list (`[1]`).
+    heads: [u32; 2],
+    /// Least recently used Ready key, and first held key.
+    tails: [u32; 2],
+    /// Keys held by pin sets.
+    held: usize,
     /// Bytes of every key not yet removed from the index (writing, ready,
     /// or removing but not yet accounted as freed).
     used: u64,
@@ -69,8 +78,9 @@ impl Index {
             map: HashMap::default(),
             nodes: Vec::new(),
             free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            heads: [NIL; 2],
+            tails: [NIL; 2],
+            held: 0,
             used: 0,
             ready: 0,
             ready_in_fanout: [0; 256],
@@ -179,18 +189,19 @@ impl Index {
         }
     }
 
+    /// Takes node `i` out of its list (the held one if it is held).
     fn unlink(&mut self, i: u32) {
-        let (prev, next) = {
+        let (prev, next, list) = {
             let n = &self.nodes[i as usize];
-            (n.prev, n.next)
+            (n.prev, n.next, n.held as usize)
         };
         if prev == NIL {
-            self.head = next;
+            self.heads[list] = next;
         } else {
             self.nodes[prev as usize].next = next;
         }
         if next == NIL {
-            self.tail = prev;
+            self.tails[list] = prev;
         } else {
             self.nodes[next as usize].prev = prev;
         }
@@ -199,19 +210,21 @@ impl Index {
         n.next = NIL;
     }
 
+    /// Puts node `i` at the head of its list (the held one if it is held).
     fn push_head(&mut self, i: u32) {
-        let old = self.head;
+        let list = self.nodes[i as usize].held as usize;
+        let old = self.heads[list];
         {
             let n = &mut self.nodes[i as usize];
             n.prev = NIL;
             n.next = old;
         }
         if old == NIL {
-            self.tail = i;
+            self.tails[list] = i;
         } else {
             self.nodes[old as usize].prev = i;
         }
-        self.head = i;
+        self.heads[list] = i;
     }
 
     /// Adds `key` (absent) in `state`, accounting its bytes; a Ready key
@@ -226,6 +239,7 @@ impl Index {
             next: NIL,
             fanout: Layout::fanout_index(&key),
             announced: false,
+            held: false,
             record: NO_RECORD,
         };
         let i = match self.free.pop() {
@@ -274,15 +288,20 @@ impl Index {
             State::Writing => self.used -= self.file_bytes,
             State::Removing => {}
         }
+        if std::mem::take(&mut self.nodes[i as usize].held) {
+            self.held -= 1;
+        }
         self.release_record(i);
         self.free.push(i);
         Some(state)
     }
 
-    /// Makes Ready `key` the most recent; other keys are ignored.
+    /// Makes Ready `key` the most recent; other keys (and held ones) are
+    /// ignored.
     pub(super) fn touch(&mut self, key: &Key) {
         if let Some(&i) = self.map.get(key) {
-            if self.nodes[i as usize].state == State::Ready && self.head != i {
+            let n = &self.nodes[i as usize];
+            if n.state == State::Ready && !n.held && self.heads[0] != i {
                 self.unlink(i);
                 self.push_head(i);
             }
@@ -308,11 +327,11 @@ impl Index {
         }
     }
 
-    /// Evicts the least recently used Ready key that no load reads: it
-    /// becomes Removing (when `keep_removing`) or is forgotten, and its
-    /// bytes are freed.  Walks past keys being read.
+    /// Evicts the least recently used Ready key that no load reads and no
+    /// pin set holds: it becomes Removing (when `keep_removing`) or is
+    /// forgotten, and its bytes are freed.  Walks past keys being read.
     pub(super) fn evict_one(&mut self, keep_removing: bool) -> Option<Key> {
-        let mut i = self.tail;
+        let mut i = self.tails[0];
         while i != NIL && self.nodes[i as usize].readers > 0 {
             i = self.nodes[i as usize].prev;
         }
@@ -333,9 +352,10 @@ impl Index {
         Some(key)
     }
 
-    /// The Ready keys starting with `prefix` that no load reads, into
-    /// `idle`; returns how many other indexed keys match (being read or
-    /// written: a drop keeps them).  Keys being removed are neither.
+    /// The Ready keys starting with `prefix` that no load reads and no pin
+    /// set holds, into `idle`; returns how many other indexed keys match
+    /// (being read, written or held: a drop keeps them).  Keys being
+    /// removed are neither.
     pub(super) fn with_prefix(&self, prefix: &[u8], idle: &mut Vec<Key>) -> u64 {
         let mut busy = 0;
         for n in self.map.values().map(|&i| &self.nodes[i as usize]) {
@@ -343,7 +363,7 @@ impl Index {
                 continue;
             }
             match n.state {
-                State::Ready if n.readers == 0 => idle.push(n.key),
+                State::Ready if n.readers == 0 && !n.held => idle.push(n.key),
                 State::Ready | State::Writing => busy += 1,
                 State::Removing => {}
             }
@@ -352,12 +372,14 @@ impl Index {
     }
 
     /// Makes Ready `key` Removing, its bytes freed, as eviction does, if no
-    /// load reads it; false (and nothing changed) otherwise.
+    /// load reads it and no pin set holds it; false (and nothing changed)
+    /// otherwise.
     pub(super) fn retire(&mut self, key: &Key) -> bool {
         let Some(&i) = self.map.get(key) else {
             return false;
         };
-        if self.nodes[i as usize].state != State::Ready || self.nodes[i as usize].readers > 0 {
+        let n = &self.nodes[i as usize];
+        if n.state != State::Ready || n.readers > 0 || n.held {
             return false;
         }
         self.unlink(i);
@@ -365,6 +387,54 @@ impl Index {
         self.used -= self.file_bytes;
         self.nodes[i as usize].state = State::Removing;
         true
+    }
+
+    /// Holds Ready `key` for a pin set (out of eviction's reach): true if
+    /// it is held now (also when it already was), false if it is not
+    /// Ready (nothing changed).
+    pub(super) fn hold(&mut self, key: &Key) -> bool {
+        let Some(&i) = self.map.get(key) else {
+            return false;
+        };
+        let n = &self.nodes[i as usize];
+        if n.state != State::Ready {
+            return false;
+        }
+        if !n.held {
+            self.unlink(i);
+            self.nodes[i as usize].held = true;
+            self.push_head(i);
+            self.held += 1;
+        }
+        true
+    }
+
+    /// Releases a pin set's hold of `key`: it is the most recent Ready key
+    /// again.  True if it was held.
+    pub(super) fn release_hold(&mut self, key: &Key) -> bool {
+        let Some(&i) = self.map.get(key) else {
+            return false;
+        };
+        if !self.nodes[i as usize].held {
+            return false;
+        }
+        self.unlink(i);
+        self.nodes[i as usize].held = false;
+        self.push_head(i);
+        self.held -= 1;
+        true
+    }
+
+    /// Whether a pin set holds `key`.
+    pub(super) fn is_held(&self, key: &Key) -> bool {
+        self.map
+            .get(key)
+            .is_some_and(|&i| self.nodes[i as usize].held)
+    }
+
+    /// Number of keys pin sets hold.
+    pub(super) fn held_count(&self) -> usize {
+        self.held
     }
 
     /// Records that a "stored" event announced `key`.
@@ -388,12 +458,15 @@ impl Index {
         }
     }
 
-    /// Appends the Ready keys to `out`, least recently used first.
+    /// Appends the Ready keys to `out`, least recently used first (held
+    /// keys last).
     pub(super) fn ready_keys(&self, out: &mut Vec<Key>) {
-        let mut i = self.tail;
-        while i != NIL {
-            out.push(self.nodes[i as usize].key);
-            i = self.nodes[i as usize].prev;
+        for list in 0..2 {
+            let mut i = self.tails[list];
+            while i != NIL {
+                out.push(self.nodes[i as usize].key);
+                i = self.nodes[i as usize].prev;
+            }
         }
     }
 
@@ -409,147 +482,23 @@ impl Index {
         if concerned == 0 {
             return;
         }
-        let mut i = self.tail;
-        while i != NIL {
-            let prev = self.nodes[i as usize].prev;
-            let n = &self.nodes[i as usize];
-            if fanout.is_none_or(|f| n.fanout == f) {
-                let (key, announced) = (n.key, n.announced);
-                self.remove(&key);
-                out.push((key, announced));
+        // Held keys too: their files are gone all the same.
+        for list in 0..2 {
+            let mut i = self.tails[list];
+            while i != NIL {
+                let prev = self.nodes[i as usize].prev;
+                let n = &self.nodes[i as usize];
+                if fanout.is_none_or(|f| n.fanout == f) {
+                    let (key, announced) = (n.key, n.announced);
+                    self.remove(&key);
+                    out.push((key, announced));
+                }
+                i = prev;
             }
-            i = prev;
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn k(i: u8) -> Key {
-        Key::new(&[i]).unwrap()
-    }
-
-    #[test]
-    fn lru_order_touch_and_readers() {
-        let mut ix = Index::new(10);
-        for i in 0..4 {
-            ix.insert(k(i), State::Ready);
-        }
-        assert_eq!(ix.used(), 40);
-        ix.touch(&k(0));
-        assert!(ix.add_reader(&k(1)));
-        assert_eq!(ix.evict_one(true), Some(k(2)), "1 is being read");
-        assert_eq!(ix.get(&k(2)), Some((State::Removing, 0)));
-        assert_eq!(ix.used(), 30);
-        assert_eq!(ix.remove(&k(2)), Some(State::Removing));
-        assert_eq!(ix.used(), 30);
-        assert_eq!(ix.evict_one(false), Some(k(3)));
-        assert_eq!(ix.evict_one(false), Some(k(0)));
-        assert_eq!(ix.evict_one(false), None, "only the read key is left");
-        ix.drop_reader(&k(1));
-        assert_eq!(ix.evict_one(false), Some(k(1)));
-        assert_eq!((ix.used(), ix.ready_count()), (0, 0));
-    }
-
-    #[test]
-    fn with_prefix_parts_idle_keys_from_busy_ones() {
-        let mut ix = Index::new(10);
-        let ab = |a: u8, b: u8| Key::new(&[a, b]).unwrap();
-        for i in 0..4 {
-            ix.insert(ab(1, i), State::Ready);
-        }
-        ix.insert(ab(1, 9), State::Writing);
-        ix.insert(ab(2, 0), State::Ready);
-        assert!(ix.add_reader(&ab(1, 1)));
-        assert_eq!(ix.evict_one(true), Some(ab(1, 0)), "1.0 is least recent");
-        let mut idle = Vec::new();
-        // 1.0 is being removed (neither), 1.1 read and 1.9 written (busy).
-        assert_eq!(ix.with_prefix(&[1], &mut idle), 2);
-        idle.sort_unstable();
-        assert_eq!(idle, vec![ab(1, 2), ab(1, 3)]);
-        idle.clear();
-        assert_eq!(ix.with_prefix(&[], &mut idle), 2);
-        assert_eq!(idle.len(), 3);
-    }
-
-    #[test]
-    fn dropping_a_fanout_forgets_only_its_ready_keys() {
-        let mut ix = Index::new(10);
-        let keys: Vec<Key> = (0..40).map(k).collect();
-        let f = Layout::fanout_index(&keys[0]);
-        for key in &keys {
-            ix.insert(*key, State::Ready);
-        }
-        ix.set_announced(&keys[0]);
-        let writing = (0..=255u8)
-            .map(|i| Key::new(&[i, 1]).unwrap())
-            .find(|key| Layout::fanout_index(key) == f)
-            .unwrap();
-        ix.insert(writing, State::Writing);
-        let in_f = keys
-            .iter()
-            .filter(|key| Layout::fanout_index(key) == f)
-            .count();
-        let mut out = Vec::new();
-        ix.drop_ready(Some(f), &mut out);
-        assert_eq!(out.len(), in_f);
-        assert!(out.contains(&(keys[0], true)));
-        assert!(out.iter().all(|(key, _)| Layout::fanout_index(key) == f));
-        assert_eq!(ix.ready_count(), 40 - in_f);
-        assert_eq!(ix.get(&writing), Some((State::Writing, 0)));
-        assert_eq!(ix.used(), (40 - in_f as u64 + 1) * 10);
-        out.clear();
-        ix.drop_ready(Some(f), &mut out);
-        assert!(out.is_empty());
-        ix.drop_ready(None, &mut out);
-        assert_eq!(out.len(), 40 - in_f);
-        assert_eq!((ix.ready_count(), ix.used()), (0, 10));
-    }
-
-    #[test]
-    fn writing_keys_are_not_evictable_until_ready() {
-        let mut ix = Index::new(5);
-        ix.insert(k(1), State::Writing);
-        assert_eq!(ix.used(), 5);
-        assert_eq!(ix.evict_one(false), None);
-        assert!(!ix.add_reader(&k(1)));
-        assert!(ix.set_ready(&k(1)));
-        assert!(!ix.set_ready(&k(1)));
-        assert_eq!(ix.evict_one(false), Some(k(1)));
-        ix.insert(k(2), State::Writing);
-        assert_eq!(ix.remove(&k(2)), Some(State::Writing));
-        assert_eq!(ix.used(), 0);
-    }
-
-    #[test]
-    fn records_found_at_restart_stay_theirs_and_the_others_go_out_lowest_first() {
-        let mut ix = Index::with_records(100, 6, &[(k(1), 1), (k(2), 4)]).unwrap();
-        assert_eq!((ix.record(&k(1)), ix.record(&k(2))), (Some(1), Some(4)));
-        assert_eq!(ix.free_records(), 4);
-        let mut got = Vec::new();
-        for n in 10..14 {
-            ix.insert(k(n), State::Writing);
-            got.push(ix.assign_record(&k(n)).unwrap());
-        }
-        assert_eq!(got, [0, 2, 3, 5]);
-        ix.insert(k(20), State::Writing);
-        assert_eq!(ix.assign_record(&k(20)), None, "no record left");
-        // A Ready key, or one that has a record, gets none.
-        assert_eq!(ix.assign_record(&k(1)), None);
-        assert_eq!(ix.assign_record(&k(10)), None);
-        // Removing and evicting give records back.
-        ix.remove(&k(11));
-        assert_eq!(ix.free_records(), 1);
-        assert_eq!(ix.assign_record(&k(10)), None, "one record per key");
-        assert_eq!(ix.free_records(), 1);
-        assert_eq!(
-            ix.evict_one(false),
-            Some(k(1)),
-            "the least recent found block"
-        );
-        assert_eq!(ix.free_records(), 2);
-        assert_eq!(ix.record(&k(1)), None);
-    }
-}
+#[path = "index_tests.rs"]
+mod tests;

@@ -21,7 +21,7 @@
 //! - Read-priority and write-priority worker pools; nothing but `drain` and
 //!   `shutdown` blocks the caller.
 //! - A byte capacity with high/low watermarks and LRU eviction that never
-//!   removes a block a load is reading.
+//!   removes a block a load is reading or a pin set holds (`holds.rs`).
 //! - Opening an existing directory rebuilds the index and byte accounting
 //!   from the headers on disk; files under block names that are not whole
 //!   blocks of this format and size are removed (`rebuild.rs`).
@@ -53,7 +53,8 @@
 //! the workers' queues and tasks; `io.rs` moving one block, over
 //! `segments.rs` (segment files) and `file.rs` (positioned I/O, probes);
 //! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `cause.rs` below;
-//! `overhead.rs` the header's share of each block (warned of at open).
+//! `overhead.rs` the header's share of each block (warned of at open);
+//! `holds.rs` pin sets (held blocks).
 //! Events, job outcomes, cause counters and the workers come from the tier
 //! kit (`crate::tiers::kit`).
 
@@ -67,6 +68,7 @@ mod drop_tests;
 mod file;
 mod files;
 pub mod format;
+mod holds;
 mod index;
 pub mod inspect;
 mod io;
@@ -140,6 +142,7 @@ impl std::fmt::Debug for FsTier {
             .field("root", &self.opts.root)
             .field("blocks", &self.index.ready_count())
             .field("bytes_used", &self.index.used())
+            .field("held", &self.index.held_count())
             .finish()
     }
 }
@@ -254,8 +257,8 @@ impl SecondaryTier for FsTier {
     /// the index at once (announced as removed), and in the files layout
     /// their files, here, synchronously (a failure to remove one is
     /// counted in `removal_errors`, as an eviction's would be).  Blocks
-    /// being read or written are kept and counted.  After shutdown,
-    /// nothing is dropped.
+    /// being read or written, or held by a pin set, are kept and counted.
+    /// After shutdown, nothing is dropped.
     fn drop_blocks(&mut self, key_prefix: &[u8]) -> Result<crate::primary::DropCount> {
         let mut idle = Vec::new();
         if self.closed {
@@ -276,6 +279,23 @@ impl SecondaryTier for FsTier {
             dropped: idle.len() as u64,
             kept,
         })
+    }
+
+    /// Holds Ready blocks for pin sets: out of the watermark eviction's
+    /// reach, kept by max age and by drops, until released (then the most
+    /// recent).  A block past its max age is not held (it goes).
+    fn hold(&mut self, keys: &[Key]) -> Result<Vec<bool>> {
+        self.hold_keys(keys)
+    }
+
+    fn release_hold(&mut self, keys: &[Key]) {
+        self.release_keys(keys)
+    }
+
+    /// `capacity_bytes` over the bytes of one block file (header
+    /// included); `None` when unbounded (0).
+    fn capacity_blocks(&self) -> Option<u64> {
+        self.capacity_in_blocks()
     }
 
     fn shutdown(&mut self) -> Result<()> {

@@ -2,8 +2,9 @@
 //! own opened for the call (bounded by the tier's connect and command
 //! timeouts): the layout key checked when the tier is created
 //! (`SET NAMESPACE:layout F NX`, then `GET` and compare), and the
-//! namespace's blocks deleted at shutdown when asked (`SCAN` and
-//! `UNLINK`, the layout key kept).
+//! namespace's blocks deleted (`SCAN` and `UNLINK`, the layout key kept):
+//! all of them at shutdown when asked, or those of a key prefix for
+//! `drop_blocks`.
 
 use ::redis::{Client, ConnectionLike, RedisError};
 
@@ -83,27 +84,46 @@ pub(super) fn settle_layout(config: &RedisTierConfig, fingerprint: &str) -> Resu
     }
 }
 
-/// `namespace:*` as a `SCAN` pattern, the namespace's glob characters
-/// escaped.
-fn pattern(namespace: &str) -> String {
-    let mut p = String::with_capacity(namespace.len() + 2);
+/// `namespace:HEX*` as a `SCAN` pattern (`HEX` the lowercase hex of
+/// `key_prefix`, as block names spell keys), the namespace's glob
+/// characters escaped.
+fn pattern(namespace: &str, key_prefix: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut p = String::with_capacity(namespace.len() + 2 * key_prefix.len() + 2);
     for ch in namespace.chars() {
         if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
             p.push('\\');
         }
         p.push(ch);
     }
-    p.push_str(":*");
+    p.push(':');
+    for b in key_prefix {
+        p.push(HEX[(b >> 4) as usize] as char);
+        p.push(HEX[(b & 15) as usize] as char);
+    }
+    p.push('*');
     p
 }
 
 /// Deletes every key of the namespace but its layout key; returns how many.
 pub(super) fn clear(config: &RedisTierConfig) -> Result<u64> {
-    let what = "clearing the namespace";
+    unlink_matching(config, "clearing the namespace", &[])
+}
+
+/// Deletes the namespace's blocks whose keys start with `key_prefix`
+/// (every key of the namespace for an empty one), never its layout key;
+/// returns how many (the sum of `UNLINK`'s replies).  One `SCAN` round
+/// trip per 1000 keys looked at and one `UNLINK` per batch found, each
+/// bounded by the command timeout.
+pub(super) fn unlink_matching(
+    config: &RedisTierConfig,
+    what: &str,
+    key_prefix: &[u8],
+) -> Result<u64> {
     let mut c = connect(config, what)?;
     let err = |e| failed(config, what, e);
     let keep = layout_key(&config.namespace).into_bytes();
-    let pattern = pattern(&config.namespace);
+    let pattern = pattern(&config.namespace, key_prefix);
     let mut cursor: u64 = 0;
     let mut removed = 0;
     loop {
@@ -136,8 +156,9 @@ mod tests {
 
     #[test]
     fn glob_characters_of_the_namespace_are_escaped() {
-        assert_eq!(pattern("kv"), "kv:*");
-        assert_eq!(pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\:*");
+        assert_eq!(pattern("kv", &[]), "kv:*");
+        assert_eq!(pattern("a*b?[c]\\", &[]), "a\\*b\\?\\[c\\]\\\\:*");
+        assert_eq!(pattern("kv", &[0x0a, 0xf1]), "kv:0af1*");
         assert_eq!(layout_key("kv"), "kv:layout");
     }
 }

@@ -74,8 +74,10 @@ pub struct RedisTier {
     slot_count: u32,
     /// The layout fingerprint the namespace was checked against.
     layout_fingerprint: Option<String>,
-    /// The configuration to clear the namespace with at shutdown, if asked.
-    clear_at_shutdown: Option<Box<RedisTierConfig>>,
+    /// The configuration for namespace-wide commands (`admin`).
+    admin: Box<RedisTierConfig>,
+    /// Whether to clear the namespace at shutdown.
+    clear_at_shutdown: bool,
 }
 
 /// Most existence checks sent in one batch; a larger step sends several.
@@ -143,7 +145,8 @@ impl RedisTier {
             closed: false,
             slot_count: slots.slot_count(),
             layout_fingerprint: config.layout_fingerprint.clone(),
-            clear_at_shutdown: config.clear_on_shutdown.then(|| Box::new(config.clone())),
+            clear_at_shutdown: config.clear_on_shutdown,
+            admin: Box::new(config.clone()),
         })
     }
 
@@ -365,15 +368,54 @@ impl SecondaryTier for RedisTier {
         self.readiness_now()
     }
 
+    /// Deletes the namespace's blocks whose keys start with `key_prefix`
+    /// on the server (`SCAN MATCH namespace:HEX*` and `UNLINK` in
+    /// batches, the layout key never), here, on the caller's thread: an
+    /// operator's call, not a per-step one; it does network I/O on a
+    /// connection of its own, each command bounded by the tier's connect
+    /// and command timeouts, one `SCAN` round trip per 1000 keys of the
+    /// namespace.  `dropped` is what the server removed (blocks other
+    /// instances stored included); `kept` is always 0: the tier does not
+    /// track its transfers by key, so a store in flight that finishes
+    /// after the drop writes its block again, and a load in flight may
+    /// miss the block (that key fails, the rest of the load arrives).
+    /// The keys this instance knew under the prefix are forgotten
+    /// (announced as removed).  On a cluster [`Error::Unsupported`]
+    /// (`SCAN` reaches one node); after shutdown nothing is dropped.
+    fn drop_blocks(&mut self, key_prefix: &[u8]) -> Result<crate::primary::DropCount> {
+        if self.admin.cluster {
+            return Err(Error::Unsupported(format!(
+                "dropping blocks from redis tier {}: it works on a standalone server, not a cluster",
+                self.name
+            )));
+        }
+        if self.closed {
+            return Ok(crate::primary::DropCount::default());
+        }
+        self.collect();
+        let dropped = super::admin::unlink_matching(&self.admin, "dropping blocks", key_prefix)?;
+        let gone: Vec<Key> = self
+            .known
+            .keys()
+            .filter(|k| k.as_bytes().starts_with(key_prefix))
+            .copied()
+            .collect();
+        for k in &gone {
+            self.forget(k);
+        }
+        Ok(crate::primary::DropCount { dropped, kept: 0 })
+    }
+
     fn shutdown(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
         }
         self.quiesce();
         self.closed = true;
-        if let Some(config) = self.clear_at_shutdown.take() {
+        if std::mem::take(&mut self.clear_at_shutdown) {
             // The transfers are over: nothing stores into the namespace now.
-            match super::admin::clear(&config) {
+            let config = &self.admin;
+            match super::admin::clear(config) {
                 Ok(n) => {
                     log::info!(target: "kvtier::redis", "{}: cleared {n} keys of namespace {:?} at shutdown", self.name, config.namespace)
                 }

@@ -1,0 +1,163 @@
+//! Tests of the fs tier's index.
+
+use super::*;
+
+fn k(i: u8) -> Key {
+    Key::new(&[i]).unwrap()
+}
+
+#[test]
+fn lru_order_touch_and_readers() {
+    let mut ix = Index::new(10);
+    for i in 0..4 {
+        ix.insert(k(i), State::Ready);
+    }
+    assert_eq!(ix.used(), 40);
+    ix.touch(&k(0));
+    assert!(ix.add_reader(&k(1)));
+    assert_eq!(ix.evict_one(true), Some(k(2)), "1 is being read");
+    assert_eq!(ix.get(&k(2)), Some((State::Removing, 0)));
+    assert_eq!(ix.used(), 30);
+    assert_eq!(ix.remove(&k(2)), Some(State::Removing));
+    assert_eq!(ix.used(), 30);
+    assert_eq!(ix.evict_one(false), Some(k(3)));
+    assert_eq!(ix.evict_one(false), Some(k(0)));
+    assert_eq!(ix.evict_one(false), None, "only the read key is left");
+    ix.drop_reader(&k(1));
+    assert_eq!(ix.evict_one(false), Some(k(1)));
+    assert_eq!((ix.used(), ix.ready_count()), (0, 0));
+}
+
+#[test]
+fn with_prefix_parts_idle_keys_from_busy_ones() {
+    let mut ix = Index::new(10);
+    let ab = |a: u8, b: u8| Key::new(&[a, b]).unwrap();
+    for i in 0..4 {
+        ix.insert(ab(1, i), State::Ready);
+    }
+    ix.insert(ab(1, 9), State::Writing);
+    ix.insert(ab(2, 0), State::Ready);
+    assert!(ix.add_reader(&ab(1, 1)));
+    assert_eq!(ix.evict_one(true), Some(ab(1, 0)), "1.0 is least recent");
+    let mut idle = Vec::new();
+    // 1.0 is being removed (neither), 1.1 read and 1.9 written (busy).
+    assert_eq!(ix.with_prefix(&[1], &mut idle), 2);
+    idle.sort_unstable();
+    assert_eq!(idle, vec![ab(1, 2), ab(1, 3)]);
+    idle.clear();
+    assert_eq!(ix.with_prefix(&[], &mut idle), 2);
+    assert_eq!(idle.len(), 3);
+}
+
+#[test]
+fn dropping_a_fanout_forgets_only_its_ready_keys() {
+    let mut ix = Index::new(10);
+    let keys: Vec<Key> = (0..40).map(k).collect();
+    let f = Layout::fanout_index(&keys[0]);
+    for key in &keys {
+        ix.insert(*key, State::Ready);
+    }
+    ix.set_announced(&keys[0]);
+    let writing = (0..=255u8)
+        .map(|i| Key::new(&[i, 1]).unwrap())
+        .find(|key| Layout::fanout_index(key) == f)
+        .unwrap();
+    ix.insert(writing, State::Writing);
+    let in_f = keys
+        .iter()
+        .filter(|key| Layout::fanout_index(key) == f)
+        .count();
+    let mut out = Vec::new();
+    ix.drop_ready(Some(f), &mut out);
+    assert_eq!(out.len(), in_f);
+    assert!(out.contains(&(keys[0], true)));
+    assert!(out.iter().all(|(key, _)| Layout::fanout_index(key) == f));
+    assert_eq!(ix.ready_count(), 40 - in_f);
+    assert_eq!(ix.get(&writing), Some((State::Writing, 0)));
+    assert_eq!(ix.used(), (40 - in_f as u64 + 1) * 10);
+    out.clear();
+    ix.drop_ready(Some(f), &mut out);
+    assert!(out.is_empty());
+    ix.drop_ready(None, &mut out);
+    assert_eq!(out.len(), 40 - in_f);
+    assert_eq!((ix.ready_count(), ix.used()), (0, 10));
+}
+
+#[test]
+fn writing_keys_are_not_evictable_until_ready() {
+    let mut ix = Index::new(5);
+    ix.insert(k(1), State::Writing);
+    assert_eq!(ix.used(), 5);
+    assert_eq!(ix.evict_one(false), None);
+    assert!(!ix.add_reader(&k(1)));
+    assert!(ix.set_ready(&k(1)));
+    assert!(!ix.set_ready(&k(1)));
+    assert_eq!(ix.evict_one(false), Some(k(1)));
+    ix.insert(k(2), State::Writing);
+    assert_eq!(ix.remove(&k(2)), Some(State::Writing));
+    assert_eq!(ix.used(), 0);
+}
+
+#[test]
+fn records_found_at_restart_stay_theirs_and_the_others_go_out_lowest_first() {
+    let mut ix = Index::with_records(100, 6, &[(k(1), 1), (k(2), 4)]).unwrap();
+    assert_eq!((ix.record(&k(1)), ix.record(&k(2))), (Some(1), Some(4)));
+    assert_eq!(ix.free_records(), 4);
+    let mut got = Vec::new();
+    for n in 10..14 {
+        ix.insert(k(n), State::Writing);
+        got.push(ix.assign_record(&k(n)).unwrap());
+    }
+    assert_eq!(got, [0, 2, 3, 5]);
+    ix.insert(k(20), State::Writing);
+    assert_eq!(ix.assign_record(&k(20)), None, "no record left");
+    // A Ready key, or one that has a record, gets none.
+    assert_eq!(ix.assign_record(&k(1)), None);
+    assert_eq!(ix.assign_record(&k(10)), None);
+    // Removing and evicting give records back.
+    ix.remove(&k(11));
+    assert_eq!(ix.free_records(), 1);
+    assert_eq!(ix.assign_record(&k(10)), None, "one record per key");
+    assert_eq!(ix.free_records(), 1);
+    assert_eq!(
+        ix.evict_one(false),
+        Some(k(1)),
+        "the least recent found block"
+    );
+    assert_eq!(ix.free_records(), 2);
+    assert_eq!(ix.record(&k(1)), None);
+}
+
+#[test]
+fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
+    let mut ix = Index::new(10);
+    for i in 0..4 {
+        ix.insert(k(i), State::Ready);
+    }
+    ix.insert(k(9), State::Writing);
+    assert!(ix.hold(&k(0)) && ix.hold(&k(1)));
+    assert!(ix.hold(&k(0)), "held already");
+    assert!(!ix.hold(&k(9)) && !ix.hold(&k(7)), "written, absent");
+    assert_eq!(ix.held_count(), 2);
+    ix.touch(&k(0));
+    assert!(!ix.retire(&k(0)));
+    let mut idle = Vec::new();
+    assert_eq!(ix.with_prefix(&[], &mut idle), 3, "two held, one written");
+    idle.sort_unstable();
+    assert_eq!(idle, vec![k(2), k(3)]);
+    let mut all = Vec::new();
+    ix.ready_keys(&mut all);
+    assert_eq!(all, vec![k(2), k(3), k(0), k(1)], "held keys last");
+    assert_eq!(ix.evict_one(false), Some(k(2)));
+    assert_eq!(ix.evict_one(false), Some(k(3)));
+    assert_eq!(ix.evict_one(false), None, "only held keys are left");
+    // Released, key 1 is the most recent: key 0 goes first.
+    assert!(ix.release_hold(&k(0)) && ix.release_hold(&k(1)));
+    assert!(!ix.release_hold(&k(1)));
+    assert_eq!(ix.held_count(), 0);
+    assert_eq!(ix.evict_one(false), Some(k(0)));
+    assert!(ix.hold(&k(1)));
+    assert_eq!(ix.remove(&k(1)), Some(State::Ready));
+    assert_eq!((ix.held_count(), ix.ready_count()), (0, 0));
+    assert_eq!(ix.used(), 10, "the written key");
+}
