@@ -84,6 +84,8 @@ stat_table! {
         gauge blocks: Count => T_BLOCKS,
         /// 1 with O_DIRECT, else 0.
         gauge direct_io: Count => FS_DIRECT_IO,
+        /// Blocks pin sets hold (kept from eviction, max age and drops).
+        gauge held_blocks: Count => FS_HELD_BLOCKS,
         /// Lookups answered HIT.
         counter hits: Count => FS_LOOKUP_RESULTS["hit"],
         /// Lookups answered MISS.
@@ -174,6 +176,7 @@ impl FsTier {
         c.capacity_bytes.set(self.opts.capacity_bytes);
         c.blocks.set(self.index.ready_count() as u64);
         c.direct_io.set(u64::from(self.direct_io()));
+        c.held_blocks.set(self.index.held_count() as u64);
         c.events_dropped.set(self.events.dropped());
         c.events_queued.set(self.events.len() as u64);
         let mut v = c.stat_list();
@@ -186,6 +189,10 @@ impl FsTier {
 family! {
     FS_DIRECT_IO, "kvtier_fs_direct_io", Gauge, Tier,
     "1 when the fs tier reads and writes with O_DIRECT, else 0."
+}
+family! {
+    FS_HELD_BLOCKS, "kvtier_fs_held_blocks", Gauge, Tier,
+    "Blocks of the fs tier that pin sets hold: out of eviction, max age and drops until released."
 }
 family! {
     FS_LOOKUP_RESULTS, "kvtier_fs_lookup_results_total", Counter, Tier, "result",
