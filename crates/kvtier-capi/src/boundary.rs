@@ -399,3 +399,21 @@ pub(crate) unsafe fn opt_str<'a>(
         unsafe { in_str(p, what) }.map(Some)
     }
 }
+
+/// Writes `text` and its NUL under the buffer idiom: `*written` is the
+/// size needed; `BufferTooSmall` (nothing written to `out`) when it does
+/// not fit.
+pub(crate) fn write_text(text: &str, out: &mut [u8], written: &mut usize) -> Result<(), Failure> {
+    let needed = text.len() + 1;
+    *written = needed;
+    if out.len() < needed {
+        return Err(Error::BufferTooSmall {
+            needed,
+            given: out.len(),
+        }
+        .into());
+    }
+    out[..text.len()].copy_from_slice(text.as_bytes());
+    out[text.len()] = 0;
+    Ok(())
+}

@@ -4,27 +4,9 @@
 
 use std::ffi::c_char;
 
-use super::boundary::{Failure, enter, ffi_call, out_ref, out_slice};
+use super::boundary::{enter, ffi_call, out_ref, out_slice, write_text};
 use super::manager::kvtier_manager;
 use kvtier_core::error::Error;
-
-/// Writes `text` and its NUL under the buffer idiom: `*written` is the
-/// size needed; `BufferTooSmall` (nothing written to `out`) when it does
-/// not fit.
-fn write_text(text: &str, out: &mut [u8], written: &mut usize) -> Result<(), Failure> {
-    let needed = text.len() + 1;
-    *written = needed;
-    if out.len() < needed {
-        return Err(Error::BufferTooSmall {
-            needed,
-            given: out.len(),
-        }
-        .into());
-    }
-    out[..text.len()].copy_from_slice(text.as_bytes());
-    out[text.len()] = 0;
-    Ok(())
-}
 
 /// Writes the address the manager's `/metrics` endpoint listens on (the
 /// one `"metrics": {"listen": ...}` of `kvtier_manager_new_from_json`

@@ -5,7 +5,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::boundary::{Failure, enter, ffi_call, out_ref, out_slice};
+use super::boundary::{Failure, enter, ffi_call, out_ref, out_slice, write_text};
 use super::dialect::{
     KVTIER_EVENT_CLEARED, KVTIER_EVENT_REMOVED, KVTIER_EVENT_STORED, KVTIER_LOCALITY_ANY,
     KVTIER_LOCALITY_LOCAL, KVTIER_LOCALITY_REMOTE, KVTIER_MEDIUM_ANY, KVTIER_MEDIUM_CPU,
@@ -292,18 +292,7 @@ pub unsafe extern "C" fn kvtier_manager_metrics_prometheus(
         let m = unsafe { enter::<kvtier_manager>(manager) }?;
         let out = unsafe { out_slice(text_out.cast::<u8>(), capacity, "text_out") }?;
         let written = unsafe { out_ref(written_out, "written_out") }?;
-        let text = m.prometheus_text()?;
-        *written = text.len() + 1;
-        if capacity < text.len() + 1 {
-            return Err(Error::BufferTooSmall {
-                needed: text.len() + 1,
-                given: capacity,
-            }
-            .into());
-        }
-        out[..text.len()].copy_from_slice(text.as_bytes());
-        out[text.len()] = 0;
-        Ok(())
+        write_text(&m.prometheus_text()?, out, written)
     })
 }
 
