@@ -22,14 +22,6 @@ pub struct DropCount {
     pub kept: u64,
 }
 
-impl DropCount {
-    /// Adds `other`'s counts to these.
-    pub fn add(&mut self, other: DropCount) {
-        self.dropped += other.dropped;
-        self.kept += other.kept;
-    }
-}
-
 impl PrimaryTier {
     /// Holds ready `key` resident for a pin set: true if it is held now
     /// (also when it already was), false if it is absent or write pending
@@ -180,6 +172,36 @@ mod tests {
         assert!(t.complete_load(req, &[k(b"a")][..]).is_err());
         assert!(t.is_held(&k(b"a")));
         assert_eq!((t.stats().pinned, t.stats().idle), (1, 0));
+        t.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_key_a_load_pins_can_be_held_and_stays_held_after_the_load() {
+        let mut t = tier(1);
+        store(&mut t, 1, &[k(b"a")]);
+        let req = RequestId(2);
+        t.request_begin(req).unwrap();
+        let mut slots = Vec::new();
+        t.prepare_load(req, &[k(b"a")][..], &mut slots).unwrap();
+        assert!(t.hold(&k(b"a")), "a block being loaded is present: it can be held");
+        assert_eq!((t.stats().pinned, t.stats().idle), (1, 0));
+        t.complete_load(req, &[k(b"a")][..]).unwrap();
+        assert!(t.is_held(&k(b"a")));
+        assert_eq!((t.stats().pinned, t.stats().idle), (1, 0));
+        assert!(t.release_hold(&k(b"a")));
+        assert_eq!((t.stats().pinned, t.stats().idle), (0, 1));
+        t.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_key_being_written_is_not_held() {
+        let mut t = tier(2);
+        let req = RequestId(1);
+        t.request_begin(req).unwrap();
+        let mut plan = StorePlan::default();
+        t.prepare_store(req, &[k(b"w")][..], &mut plan).unwrap();
+        assert!(!t.hold(&k(b"w")), "a write-pending block is not ready");
+        assert_eq!(t.held_count(), 0);
         t.check_invariants().unwrap();
     }
 
