@@ -206,6 +206,18 @@ mod tests {
     }
 
     #[test]
+    fn releasing_a_present_key_no_set_holds_changes_nothing() {
+        let mut t = tier(2);
+        store(&mut t, 1, &[k(b"a"), k(b"b")]);
+        assert!(t.hold(&k(b"b")));
+        assert!(!t.release_hold(&k(b"a")), "a was never held");
+        assert_eq!(t.held_count(), 1);
+        assert_eq!((t.stats().pinned, t.stats().idle), (1, 1));
+        assert!(t.is_held(&k(b"b")) && !t.is_held(&k(b"a")));
+        t.check_invariants().unwrap();
+    }
+
+    #[test]
     fn absent_keys_are_not_held() {
         let mut t = tier(2);
         assert!(!t.hold(&k(b"x")));
