@@ -190,6 +190,8 @@ mod tests {
         assert_eq!((t.stats().pinned, t.stats().idle), (1, 0));
         assert!(t.release_hold(&k(b"a")));
         assert_eq!((t.stats().pinned, t.stats().idle), (0, 1));
+        assert_eq!(t.held_count(), 0);
+        assert!(!t.is_held(&k(b"a")));
         t.check_invariants().unwrap();
     }
 
