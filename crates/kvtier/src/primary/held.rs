@@ -220,6 +220,29 @@ mod tests {
     }
 
     #[test]
+    fn a_drop_announces_the_removal_of_announced_keys_only() {
+        // One event fits: "a"'s store is announced, "b"'s is dropped from
+        // the full queue, so "b" was never announced.
+        let mut t = PrimaryTier::new(PrimaryConfig {
+            capacity: 4,
+            event_capacity: 1,
+            ..PrimaryConfig::default()
+        })
+        .unwrap();
+        store(&mut t, 1, &[k(b"a"), k(b"b")]);
+        let mut events = Vec::new();
+        t.take_events(&mut events);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].key, Some(k(b"a")));
+        events.clear();
+        assert_eq!(t.drop_prefix(b"").dropped, 2);
+        t.take_events(&mut events);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].kind, crate::events::EventKind::Removed);
+        assert_eq!(events[0].key, Some(k(b"a")));
+    }
+
+    #[test]
     fn absent_keys_are_not_held() {
         let mut t = tier(2);
         assert!(!t.hold(&k(b"x")));
