@@ -235,7 +235,10 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].key, Some(k(b"a")));
         events.clear();
-        assert_eq!(t.drop_prefix(b"").dropped, 2);
+        assert_eq!(t.drop_prefix(b"b").dropped, 1);
+        t.take_events(&mut events);
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(t.drop_prefix(b"a").dropped, 1);
         t.take_events(&mut events);
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(events[0].kind, crate::events::EventKind::Removed);
