@@ -91,10 +91,22 @@ fn past_the_bound_the_pin_is_no_space_and_nothing_changes() {
     // Replacing a set frees its own keys for the bound.
     m.pin_set("a", &keys(1..3), 0).unwrap();
     assert_eq!(m.manager_stats().unwrap().pinned_blocks_primary, 2);
+    assert_eq!(m.manager_stats().unwrap().pin_sets, 2);
+    m.unpin_set("b").unwrap();
+    assert_eq!(m.manager_stats().unwrap().pin_sets, 1);
     assert!(matches!(
         m.pin_set("", &keys(0..1), 0),
         Err(Error::InvalidArgument(_))
     ));
+    // Names are 1 to 256 bytes.
+    let longest = "n".repeat(256);
+    m.pin_set(&longest, &keys(1..2), 0).unwrap();
+    m.unpin_set(&longest).unwrap();
+    assert!(matches!(
+        m.pin_set(&"n".repeat(257), &keys(1..2), 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(m.manager_stats().unwrap().pin_sets, 1);
     assert!(matches!(
         m.pin_set("x", &keys(0..1), 5),
         Err(Error::InvalidArgument(_))
