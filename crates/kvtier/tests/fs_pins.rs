@@ -92,6 +92,18 @@ fn k(i: u8) -> Key {
 /// A manager of 16 primary slots over an fs tier of `fs_blocks` blocks
 /// holding blocks `0..n` (stored, cascaded, idle).
 fn manager_with_fs(dir: &Path, fs_blocks: u64, n: u8) -> Manager {
+    manager_with_layouts(dir, fs_blocks, n, None, None)
+}
+
+/// [`manager_with_fs`] with layout fingerprints for the primary tier (the
+/// manager's) and the fs tier.
+fn manager_with_layouts(
+    dir: &Path,
+    fs_blocks: u64,
+    n: u8,
+    primary_layout: Option<&str>,
+    fs_layout: Option<&str>,
+) -> Manager {
     let mem = SlotMemory::anonymous(16, SLOT).unwrap();
     let primary = PrimaryTier::new(PrimaryConfig {
         capacity: 16,
@@ -102,12 +114,14 @@ fn manager_with_fs(dir: &Path, fs_blocks: u64, n: u8) -> Manager {
         primary,
         ManagerOptions {
             pinning: PinningOptions { max_share: 0.25 },
+            layout_fingerprint: primary_layout.map(String::from),
             ..Default::default()
         },
     );
     m.set_slot_memory(mem.clone()).unwrap();
-    m.add_tier(Box::new(FsTier::open(mem, opts(dir, fs_blocks)).unwrap()))
-        .unwrap();
+    let mut o = opts(dir, fs_blocks);
+    o.layout_fingerprint = fs_layout.map(String::from);
+    m.add_tier(Box::new(FsTier::open(mem, o).unwrap())).unwrap();
     let r = m.request_begin("r", Default::default()).unwrap().id;
     let keys: Vec<Key> = (0..n).map(k).collect();
     let mut plan = StorePlan::default();
@@ -152,6 +166,26 @@ fn a_manager_pin_set_in_the_fs_tier_is_bounded_by_its_capacity_in_blocks() {
     assert_eq!(m.unpin_set("a").unwrap(), 2);
     let d = m.drop_blocks(b"", None).unwrap();
     assert_eq!((d.dropped, d.kept), (2, 0));
+}
+
+#[test]
+fn a_drop_by_fingerprint_reaches_only_the_tiers_of_that_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Blocks 0..4 are in both tiers: the primary tier's layout is "A",
+    // the fs tier's "B".
+    let m = manager_with_layouts(dir.path(), 16, 4, Some("A"), Some("B"));
+    let d = m.drop_blocks(b"", Some("C")).unwrap();
+    assert_eq!((d.dropped, d.kept, d.unsupported_tiers), (0, 0, 0));
+    let d = m.drop_blocks(b"", Some("B")).unwrap();
+    assert_eq!((d.dropped, d.kept), (4, 0), "the fs tier's blocks only");
+    let d = m.drop_blocks(b"", Some("A")).unwrap();
+    assert_eq!(
+        (d.dropped, d.kept),
+        (4, 0),
+        "the primary tier's blocks only"
+    );
+    let d = m.drop_blocks(b"", None).unwrap();
+    assert_eq!((d.dropped, d.kept), (0, 0), "nothing is left in either");
 }
 
 #[test]

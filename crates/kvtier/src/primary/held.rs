@@ -183,7 +183,10 @@ mod tests {
         t.request_begin(req).unwrap();
         let mut slots = Vec::new();
         t.prepare_load(req, &[k(b"a")][..], &mut slots).unwrap();
-        assert!(t.hold(&k(b"a")), "a block being loaded is present: it can be held");
+        assert!(
+            t.hold(&k(b"a")),
+            "a block being loaded is present: it can be held"
+        );
         assert_eq!((t.stats().pinned, t.stats().idle), (1, 0));
         t.complete_load(req, &[k(b"a")][..]).unwrap();
         assert!(t.is_held(&k(b"a")));
