@@ -120,6 +120,21 @@ fn past_the_bound_the_pin_is_no_space_and_nothing_changes() {
 }
 
 #[test]
+fn replacing_a_set_counts_a_key_another_set_holds_as_still_held() {
+    let m = manager(8, 0.25); // at most 2 blocks
+    store(&m, &keys(0..8));
+    m.pin_set("a", &keys(0..2), 0).unwrap();
+    m.pin_set("b", &keys(1..2), 0).unwrap();
+    // "a" as {2, 3}: key 0 goes, key 1 stays held by "b", so 3 blocks.
+    let e = m.pin_set("a", &keys(2..4), 0).unwrap_err();
+    assert!(matches!(&e, Error::NoSpace(_)), "{e}");
+    assert_eq!(m.manager_stats().unwrap().pinned_blocks_primary, 2);
+    // "a" as {2}: 2 blocks, within the bound.
+    m.pin_set("a", &keys(2..3), 0).unwrap();
+    assert_eq!(m.manager_stats().unwrap().pinned_blocks_primary, 2);
+}
+
+#[test]
 fn a_reset_forgets_every_pin_set() {
     let m = manager(8, 0.5);
     store(&m, &keys(0..4));
