@@ -46,6 +46,7 @@ fn held_blocks_survive_eviction_and_drops_until_released() {
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
     let held = tier.hold(&[key(1), key(2), key(9)]).unwrap();
     assert_eq!(held, [true, true, false], "key 9 is absent");
+    assert_eq!(stat(&tier, "held_blocks"), 2.0);
     // Key 1 is the least recent: without the hold it would go first.
     assert!(store(&mut tier, &mem, 2, &[5, 6]).success);
     assert!(present(&mut tier, 1) && present(&mut tier, 2));
@@ -56,6 +57,7 @@ fn held_blocks_survive_eviction_and_drops_until_released() {
     assert!(present(&mut tier, 1) && present(&mut tier, 2));
     // Released, they are evictable again (the most recent, 2 before 1).
     tier.release_hold(&[key(1), key(2)]);
+    assert_eq!(stat(&tier, "held_blocks"), 0.0);
     assert!(store(&mut tier, &mem, 3, &[7, 8, 10]).success);
     assert_eq!(tier.block_count(), 4);
     assert!(!present(&mut tier, 1) && present(&mut tier, 2));
@@ -83,6 +85,31 @@ fn a_held_block_outlives_its_max_age_and_goes_when_released() {
     assert_eq!(tier.block_count(), 0, "released past its max age, it goes");
     assert_eq!(stat(&tier, "expired"), 2.0);
     assert!(!present(&mut tier, 1));
+}
+
+#[test]
+fn a_block_past_its_max_age_is_not_held_even_before_a_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut o = opts(dir.path(), 0);
+    o.max_age = Duration::from_millis(1);
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1]).success);
+    std::thread::sleep(Duration::from_millis(20));
+    // No step has ended: the block is still indexed, but past its age.
+    assert_eq!(tier.hold(&[key(1)]).unwrap(), [false]);
+    assert_eq!(stat(&tier, "held_blocks"), 0.0);
+    assert!(!present(&mut tier, 1));
+}
+
+#[test]
+fn a_shut_down_tier_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(4, SLOT).unwrap();
+    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), 4)).unwrap();
+    assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
+    tier.shutdown().unwrap();
+    assert_eq!(tier.hold(&[key(1), key(2)]).unwrap(), [false, false]);
 }
 
 fn k(i: u8) -> Key {
