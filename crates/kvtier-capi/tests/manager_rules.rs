@@ -644,6 +644,44 @@ fn back_pressure_throttle_admits_one_store_at_a_time(wrap: Wrap) {
     assert_eq!(stat(&m, Some(1), "dropped_cascade_jobs"), 1.0);
 }
 
+fn back_pressure_with_drop_makes_the_tier_not_ready(wrap: Wrap) {
+    for policy in [PressurePolicy::Drop, PressurePolicy::Throttle] {
+        let m = model_manager(32, vllm());
+        let (t, s) = TestTier::new("slow");
+        let bp = BackpressureConfig {
+            max_consecutive_failures: 1,
+            policy,
+            ..Default::default()
+        };
+        m.add_tier_with(
+            wrap(t),
+            TierOptions {
+                backpressure: Some(bp),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(m.readiness().unwrap().is_ready());
+        s.lock().fail_all = true;
+        let r = start(&m, "r");
+        store(&m, r, &[k(1)]);
+        collect(&m); // the failure collected
+        assert_eq!(stat(&m, Some(1), "under_pressure"), 1.0);
+        let reasons = m.readiness().unwrap().reasons;
+        if policy == PressurePolicy::Drop {
+            assert_eq!(
+                reasons,
+                ["tier 1 (slow): under back-pressure, cascades to it are dropped"]
+            );
+        } else {
+            assert!(
+                reasons.is_empty(),
+                "a throttled tier still takes stores: {reasons:?}"
+            );
+        }
+    }
+}
+
 fn tier_filter_affects_lookups_only(wrap: Wrap) {
     let m = model_manager(8, vllm());
     let (t, s) = TestTier::new("disk");
@@ -1801,6 +1839,7 @@ both_tiers!(
     every_job_failing_leaks_no_slot,
     back_pressure_drops_cascades_not_loads_and_reset_clears_it,
     back_pressure_throttle_admits_one_store_at_a_time,
+    back_pressure_with_drop_makes_the_tier_not_ready,
     tier_filter_affects_lookups_only,
     reentrant_call_from_a_tier_is_an_error_not_a_deadlock,
     events_are_labelled_and_tiers_own_theirs,
