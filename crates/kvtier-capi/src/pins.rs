@@ -9,7 +9,6 @@ use super::boundary::{Failure, enter, ffi_call, in_str, out_ref, out_slice};
 use super::growth::{Grows, read_grown};
 use super::key::{kvtier_key, with_keys};
 use super::manager::kvtier_manager;
-use kvtier_core::Key;
 use kvtier_core::error::Error;
 
 /// What `kvtier_manager_pin_set` did.
@@ -107,14 +106,7 @@ pub unsafe extern "C" fn kvtier_manager_pin_set(
         let name = unsafe { in_str(name, "name") }?;
         let out = unsafe { out_ref(outcome_out, "outcome_out") }?;
         let m = m.local("kvtier_manager_pin_set")?;
-        let owned: Vec<Key> = unsafe {
-            with_keys(keys, len, |views| {
-                let mut v = kvtier_core::fallible::with_capacity(views.len(), "pin set keys")?;
-                v.extend(views.iter().map(|&k| Key::from(k)));
-                Ok(v)
-            })
-        }?;
-        let o = m.pin_set(name, &owned, tier)?;
+        let o = unsafe { with_keys(keys, len, |views| Ok(m.pin_set(name, views, tier)?)) }?;
         *out = kvtier_pin_outcome {
             pinned: o.pinned,
             absent: o.absent,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::{Error, FastMap, Manager, PrimaryBackend, Result, State};
-use crate::key::Key;
+use crate::key::{Key, KeyBatch, with_keys};
 use crate::primary::{DropCount, PrimaryLookup};
 
 /// What [`Manager::pin_set`] did.
@@ -123,7 +123,13 @@ impl<P: PrimaryBackend> Manager<P> {
     /// [`SecondaryTier::capacity_blocks`](crate::tiering::SecondaryTier::capacity_blocks)
     /// (no bound for `None`); its holds are asked for before the bound is
     /// checked and released again when it refuses.
-    pub fn pin_set(&self, name: &str, keys: &[Key], tier: usize) -> Result<PinOutcome> {
+    pub fn pin_set<'k>(
+        &self,
+        name: &str,
+        keys: impl Into<KeyBatch<'k>>,
+        tier: usize,
+    ) -> Result<PinOutcome> {
+        let keys = keys.into();
         check_name(name)?;
         let mut s = self.enter("pin_set")?;
         let s = &mut *s;
@@ -133,9 +139,9 @@ impl<P: PrimaryBackend> Manager<P> {
                 s.tiers.len()
             )));
         }
-        crate::primary::check_group_keys(s.opts.kv_groups, keys.len(), |i| &keys[i])?;
+        with_keys!(keys, |k| s.check_keys(k.len(), |j| &k[j]))?;
         let mut distinct: Vec<Key> = crate::fallible::with_capacity(keys.len(), "pin set keys")?;
-        distinct.extend_from_slice(keys);
+        distinct.extend(keys.iter().map(Key::from));
         distinct.sort_unstable();
         distinct.dedup();
         let named = distinct.len();
