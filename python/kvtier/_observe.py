@@ -123,16 +123,7 @@ class ManagerObserving:
 
     def metrics_prometheus(self) -> str:
         """Every statistic in the Prometheus text format."""
-        written = ffi.new("size_t *")
-        capacity = 1 << 14
-        while True:
-            text = ffi.new("char[]", capacity)
-            status = self._call(lib.kvtier_manager_metrics_prometheus, text, capacity, written)
-            if status == Status.BUFFER_TOO_SMALL:
-                capacity = int(written[0]) + 1024
-                continue
-            check(status, "kvtier_manager_metrics_prometheus")
-            return ffi.string(text).decode()
+        return self._text(lib.kvtier_manager_metrics_prometheus, "kvtier_manager_metrics_prometheus", 1 << 14, 1024)
 
     @property
     def metrics_address(self) -> str | None:
@@ -153,16 +144,21 @@ class ManagerObserving:
         reason each (``"tier 1 (redis): circuit breaker open ..."``); empty
         when it is ready.  What ``/readyz`` serves.  ``UNSUPPORTED`` on a
         connected manager."""
+        return self._text(lib.kvtier_manager_readiness, "kvtier_manager_readiness", 256, 256).splitlines()
+
+    def _text(self, fn: Any, name: str, capacity: int, slack: int) -> str:
+        """The text C call `fn` writes under the buffer idiom, asked again
+        with the size it needs plus `slack` (the text may grow between
+        calls) while the buffer is too small."""
         written = ffi.new("size_t *")
-        capacity = 256
         while True:
             text = ffi.new("char[]", capacity)
-            status = self._call(lib.kvtier_manager_readiness, text, capacity, written)
+            status = self._call(fn, text, capacity, written)
             if status == Status.BUFFER_TOO_SMALL:
-                capacity = int(written[0]) + 256
+                capacity = int(written[0]) + slack
                 continue
-            check(status, "kvtier_manager_readiness")
-            return ffi.string(text).decode("utf-8", "replace").splitlines()
+            check(status, name)
+            return ffi.string(text).decode("utf-8", "replace")
 
     def take_errors(self) -> list[str]:
         """Every message of the manager's error log (tier misbehaviour), oldest first."""
