@@ -261,7 +261,7 @@ fn make_outside(outside: &Path) {
     let other = outside.join("other-tier");
     {
         let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-        let mut t = FsTier::open(mem.clone(), options(&other, Mode::Files)).unwrap();
+        let mut t = fs_blocks::open_rebuilt(mem.clone(), options(&other, Mode::Files)).unwrap();
         assert!(store(&mut t, &mem, 1, &[1]).success);
         t.shutdown().unwrap();
     }
@@ -311,7 +311,7 @@ fn exercise_tier(root: &Path, mode: Mode) -> bool {
     let root = root.to_path_buf();
     within(&format!("tier {mode:?} on {}", root.display()), move || {
         let mem = SlotMemory::anonymous(16, SLOT).unwrap();
-        let Ok(mut tier) = FsTier::open(mem.clone(), options(&root, mode)) else {
+        let Ok(mut tier) = fs_blocks::open_rebuilt(mem.clone(), options(&root, mode)) else {
             // Refusing to open is allowed (a segment file or lock in the
             // way); hanging or touching the outside is not.
             return false;
@@ -435,7 +435,7 @@ fn a_fifo_under_a_block_name_is_skipped_counted_and_left() {
             let mem = SlotMemory::anonymous(4, SLOT).unwrap();
             let mut o = options(&r2, Mode::Files);
             o.shared = shared;
-            let mut tier = FsTier::open(mem, o).unwrap();
+            let mut tier = fs_blocks::open_rebuilt(mem, o).unwrap();
             let mut errors = Vec::new();
             tier.take_errors(&mut errors);
             let r = tier.rebuild_report();
@@ -465,7 +465,7 @@ fn a_block_replaced_by_a_fifo_while_the_tier_runs_answers_miss_and_closes() {
     let root = dir.path().to_path_buf();
     within("load of a FIFO", move || {
         let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-        let mut tier = FsTier::open(mem.clone(), options(&root, Mode::Files)).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), options(&root, Mode::Files)).unwrap();
         assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
         let block = Layout::new(root.clone()).block_path(&key(1));
         std::fs::remove_file(&block).unwrap();
@@ -498,7 +498,7 @@ fn child_unprivileged() {
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
     let mut o = options(Path::new(&dir), Mode::Shared);
     o.file_mode = 0o666;
-    let mut tier = FsTier::open(mem, o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem, o).unwrap();
     let report = tier.rebuild_report();
     assert_eq!((report.blocks, report.unreadable), (0, 2), "{report:?}");
     assert_eq!(report.removed, 0);
@@ -529,7 +529,7 @@ fn another_users_unreadable_blocks_stay_byte_identical() {
     std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let root = top.path().join("shared");
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), options(&root, Mode::Files)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), options(&root, Mode::Files)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
     tier.shutdown().unwrap();
     drop(tier);
@@ -593,7 +593,7 @@ fn files_and_directories_are_created_with_the_file_mode_whatever_the_umask() {
             // SAFETY: umask has no preconditions; an open umask must not
             // widen, a narrow one must not narrow.
             let old = unsafe { libc::umask(0o077) };
-            let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+            let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
             assert!(store(&mut tier, &mem, unnamed as u64, &[1 + unnamed as u32]).success);
             tier.shutdown().unwrap();
             drop(tier);
@@ -623,7 +623,7 @@ fn the_inspector_reports_files_more_open_than_the_mode() {
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let mut o = options(dir.path(), Mode::Files);
     o.file_mode = 0o644;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
     tier.shutdown().unwrap();
     let d = dir.path().to_str().unwrap();
@@ -654,7 +654,10 @@ fn a_failed_segments_open_removes_what_it_created_and_nothing_else() {
     o.segment_file_bytes = record;
     o.capacity_bytes = record * 2;
     let err = within("segments open over a FIFO", move || {
-        FsTier::open(mem, o).map(|_| ()).unwrap_err().to_string()
+        fs_blocks::open_rebuilt(mem, o)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
     });
     assert!(err.contains("FIFO"), "{err}");
     let mut left: Vec<String> = std::fs::read_dir(&seg)
@@ -669,7 +672,7 @@ fn a_failed_segments_open_removes_what_it_created_and_nothing_else() {
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let mut o = options(&root, Mode::Segments);
     o.capacity_bytes = u64::MAX;
-    assert!(FsTier::open(mem, o).is_err());
+    assert!(fs_blocks::open_rebuilt(mem, o).is_err());
     assert!(!root.join("segments").exists());
 }
 
@@ -681,7 +684,7 @@ fn the_segments_layout_removes_probe_files_of_dead_processes() {
         std::fs::write(root.join(format!(".{kind}-probe.999999999.tmp")), b"").unwrap();
     }
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let tier = FsTier::open(mem, options(&root, Mode::Segments)).unwrap();
+    let tier = fs_blocks::open_rebuilt(mem, options(&root, Mode::Segments)).unwrap();
     assert_eq!(tier.rebuild_report().temp_removed, 2);
     let probes = std::fs::read_dir(&root)
         .unwrap()
@@ -742,10 +745,10 @@ fn huge_sparse_files_are_sized_before_they_are_read() {
     let (r1, r2) = (root.clone(), segroot.clone());
     within("tier over huge sparse files", move || {
         let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-        let t = FsTier::open(mem.clone(), options(&r1, Mode::Files)).unwrap();
+        let t = fs_blocks::open_rebuilt(mem.clone(), options(&r1, Mode::Files)).unwrap();
         assert_eq!(t.rebuild_report().removed, 1);
         drop(t);
-        let t = FsTier::open(mem, options(&r2, Mode::Segments)).unwrap();
+        let t = fs_blocks::open_rebuilt(mem, options(&r2, Mode::Segments)).unwrap();
         drop(t);
     });
     for d in [&segroot, &claims] {

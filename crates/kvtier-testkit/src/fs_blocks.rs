@@ -13,6 +13,18 @@ use kvtier_core::request::{Request, RequestInfo};
 use kvtier_core::tiering::{Direction, Job, JobId, JobResult, SecondaryTier};
 use kvtier_core::tiers::fs::FsTier;
 
+/// Opens a tier as [`FsTier::open`] does and waits for its restart scan
+/// to end ([`FsTier::wait_rebuilt`]): the index is whole, as the tests of
+/// what a restart finds need it.
+pub fn open_rebuilt(
+    slots: SlotMemory,
+    opts: kvtier_core::tiers::fs::FsOptions,
+) -> kvtier_core::Result<FsTier> {
+    let mut tier = FsTier::open(slots, opts)?;
+    tier.wait_rebuilt();
+    Ok(tier)
+}
+
 /// A request for jobs and lookups.
 pub fn request() -> Request {
     Arc::new(RequestInfo {

@@ -99,7 +99,7 @@ fn child_acknowledging_writer() {
     let segments: u64 = env("KVTIER_FAULT_SEGMENTS").parse().unwrap();
     let mut o = crash_opts(Path::new(&dir), unnamed, segments);
     o.write_threads = 4;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     let mut acks = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -262,7 +262,8 @@ fn kill_9_run(layout: FsLayout) {
         let new = read_acks(&acks_path);
         acknowledged.extend_from_slice(&new);
         ever_acked.extend(new.iter().copied());
-        let mut tier = FsTier::open(mem.clone(), crash_opts(&root, unnamed, segments)).unwrap();
+        let mut tier =
+            fs_blocks::open_rebuilt(mem.clone(), crash_opts(&root, unnamed, segments)).unwrap();
         let rep = tier.rebuild_report();
         temp_removed += rep.temp_removed;
         torn_visible += rep.skipped;
@@ -382,7 +383,7 @@ fn damaged_block_files_are_never_served() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let mem = SlotMemory::anonymous(16, DAMAGE_BLOCK).unwrap();
-        let mut tier = FsTier::open(mem.clone(), opts(&root, unnamed)).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(&root, unnamed)).unwrap();
         // Per path (0: the running tier loads it, 1: a restart finds it),
         // per kind: two damaged blocks, each with a partner, and one
         // untouched control block.
@@ -483,7 +484,7 @@ fn damaged_block_files_are_never_served() {
         }
         tier.shutdown().unwrap();
         drop(tier);
-        let mut tier = FsTier::open(mem.clone(), opts(&root, unnamed)).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(&root, unnamed)).unwrap();
         let (c, b, u) = check(&mut tier, 1, &mut tally);
         controls += c;
         bad += b;
@@ -564,7 +565,7 @@ fn a_full_file_system_fails_stores_cleanly_and_recovers_when_space_is_freed() {
         std::fs::write(&filler, vec![1u8; filler_bytes]).unwrap();
         let mem = SlotMemory::anonymous(8, FULL_BLOCK).unwrap();
         let o = opts(&root, unnamed);
-        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
         let mut next = round * 100_000;
         let mut have = store_until_full(&mut tier, &mem, &mut next);
         failed_full += 1;
@@ -605,7 +606,7 @@ fn a_full_file_system_fails_stores_cleanly_and_recovers_when_space_is_freed() {
         assert!(files(&root, ".tmp").is_empty(), "partial files left");
         drop(tier);
         // A restart finds exactly the whole blocks.
-        let mut tier = FsTier::open(mem.clone(), o).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
         assert_eq!(
             tier.rebuild_report().skipped,
             0,
@@ -681,7 +682,7 @@ fn damaged_segment_records_are_never_served() {
         // Every block stays: record r holds block r.
         o.high_watermark = 1.0;
         o.low_watermark = 1.0;
-        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
         let ids: Vec<u32> = (0..64).collect();
         for (n, chunk) in ids.chunks(16).enumerate() {
             let slots: Vec<u32> = (0..chunk.len() as u32).collect();
@@ -749,7 +750,7 @@ fn damaged_segment_records_are_never_served() {
         let restart = round % 2 == 1;
         if restart {
             drop(tier);
-            tier = FsTier::open(mem.clone(), o).unwrap();
+            tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
         }
         let req = request();
         let present: Vec<u32> = ids

@@ -41,7 +41,7 @@ fn present(tier: &mut FsTier, i: u32) -> bool {
 fn held_blocks_survive_eviction_and_drops_until_released() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), 4)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), 4)).unwrap();
     assert_eq!(tier.capacity_blocks(), Some(4));
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
     let held = tier.hold(&[key(1), key(2), key(9)]).unwrap();
@@ -72,7 +72,7 @@ fn a_held_block_outlives_its_max_age_and_goes_when_released() {
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let mut o = opts(dir.path(), 0);
     o.max_age = Duration::from_millis(1);
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert_eq!(tier.capacity_blocks(), None, "unbounded");
     assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
     assert_eq!(tier.hold(&[key(1)]).unwrap(), [true]);
@@ -93,7 +93,7 @@ fn a_block_past_its_max_age_is_not_held_even_before_a_sweep() {
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let mut o = opts(dir.path(), 0);
     o.max_age = Duration::from_millis(1);
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     std::thread::sleep(Duration::from_millis(20));
     // No step has ended: the block is still indexed, but past its age.
@@ -106,7 +106,7 @@ fn a_block_past_its_max_age_is_not_held_even_before_a_sweep() {
 fn a_shut_down_tier_holds_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), 4)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), 4)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
     tier.shutdown().unwrap();
     assert_eq!(tier.hold(&[key(1), key(2)]).unwrap(), [false, false]);
@@ -148,7 +148,8 @@ fn manager_with_layouts(
     m.set_slot_memory(mem.clone()).unwrap();
     let mut o = opts(dir, fs_blocks);
     o.layout_fingerprint = fs_layout.map(String::from);
-    m.add_tier(Box::new(FsTier::open(mem, o).unwrap())).unwrap();
+    m.add_tier(Box::new(fs_blocks::open_rebuilt(mem, o).unwrap()))
+        .unwrap();
     let r = m.request_begin("r", Default::default()).unwrap().id;
     let keys: Vec<Key> = (0..n).map(k).collect();
     let mut plan = StorePlan::default();

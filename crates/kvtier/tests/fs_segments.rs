@@ -59,16 +59,21 @@ fn record_of(dir: &Path, i: u32) -> (PathBuf, u64) {
 fn blocks_round_trip_through_segment_records_without_a_file_per_block() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(16, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), 32)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), 32)).unwrap();
     assert_eq!(tier.layout(), FsLayout::Segments);
     // O_DIRECT wherever the files layout finds it in the same directory.
     let files_dir = tempfile::tempdir_in(dir.path()).unwrap();
-    let files_tier = FsTier::open(mem.clone(), FsOptions::new(files_dir.path())).unwrap();
+    let files_tier =
+        fs_blocks::open_rebuilt(mem.clone(), FsOptions::new(files_dir.path())).unwrap();
     assert_eq!(tier.direct_io(), files_tier.direct_io());
     drop(files_tier);
     let mut buffered = opts(&dir.path().join("buffered"), 4);
     buffered.direct_io = false;
-    assert!(!FsTier::open(mem.clone(), buffered).unwrap().direct_io());
+    assert!(
+        !fs_blocks::open_rebuilt(mem.clone(), buffered)
+            .unwrap()
+            .direct_io()
+    );
     let ids: Vec<u32> = (0..8).collect();
     let r = store(&mut tier, &mem, 1, &ids);
     assert!(r.success, "{r:?}");
@@ -100,7 +105,7 @@ fn the_capacity_is_a_number_of_records_and_the_least_recently_used_go_first() {
     let mut o = opts(dir.path(), 10);
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     for b in 0..10u32 {
         assert!(store(&mut tier, &mem, b as u64, &[b]).success);
     }
@@ -154,7 +159,7 @@ fn eviction_never_overwrites_a_record_being_read() {
     let mut o = opts(dir.path(), 4);
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[0, 1, 2, 3]).success);
     // Block 0, the least recently used, is being read while two stores
     // need room: blocks 1 and 2 go instead.
@@ -173,7 +178,7 @@ fn eviction_never_overwrites_a_record_being_read() {
     o2.high_watermark = 1.0;
     o2.low_watermark = 1.0;
     drop(tier);
-    let mut tier = FsTier::open(mem.clone(), o2).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o2).unwrap();
     assert_eq!(tier.block_count(), 1);
     let only = (0..12u32).find(|&b| hit(&mut tier, b)).unwrap();
     tier.submit_load(job(4, Direction::Load, &[only], &[7]));
@@ -196,12 +201,12 @@ fn a_restart_finds_every_block_across_several_segment_files() {
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
     {
-        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
         assert!(store(&mut tier, &mem, 1, &(0..11).collect::<Vec<_>>()).success);
         tier.shutdown().unwrap();
     }
     assert_eq!(segment_files(dir.path()).len(), 3, "5 + 5 + 2 records");
-    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
     assert_eq!(tier.rebuild_report().blocks, 11);
     assert_eq!(tier.block_count(), 11);
     let mut ev = Vec::new();
@@ -219,7 +224,7 @@ fn a_restart_finds_every_block_across_several_segment_files() {
     drop(tier);
     // Another block size: the old segments are removed, nothing is served.
     let small = SlotMemory::anonymous(4, SLOT / 2).unwrap();
-    let tier = FsTier::open(small, o).unwrap();
+    let tier = fs_blocks::open_rebuilt(small, o).unwrap();
     assert_eq!(tier.block_count(), 0);
     assert_eq!(tier.rebuild_report().removed, 3);
 }
@@ -229,7 +234,7 @@ fn damaged_and_torn_records_are_detected_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
     let o = opts(dir.path(), 8);
-    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
     // One data bit of block 2; block 3's data replaced by block 1's (a
     // record whose new header landed but whose data did not).
@@ -274,7 +279,7 @@ fn damaged_and_torn_records_are_detected_and_never_served() {
     let (p, off) = record_of(dir.path(), 1);
     let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
     f.write_all_at(&[0xff], off + 50).unwrap();
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert_eq!(tier.rebuild_report().skipped, 1);
     assert_eq!(tier.block_count(), 2);
     assert!(!hit(&mut tier, 1));
@@ -285,12 +290,12 @@ fn damaged_and_torn_records_are_detected_and_never_served() {
 fn one_process_at_a_time_holds_a_segments_directory() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let first = FsTier::open(mem.clone(), opts(dir.path(), 4)).unwrap();
-    let err = FsTier::open(mem.clone(), opts(dir.path(), 4)).unwrap_err();
+    let first = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), 4)).unwrap();
+    let err = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), 4)).unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
     assert!(err.to_string().contains("files layout"), "{err}");
     drop(first);
-    FsTier::open(mem, opts(dir.path(), 4)).unwrap();
+    fs_blocks::open_rebuilt(mem, opts(dir.path(), 4)).unwrap();
 }
 
 #[test]
@@ -306,7 +311,7 @@ fn bad_segment_options_are_clear_errors() {
     for (change, word) in cases {
         let mut o = opts(dir.path(), 4);
         change(&mut o);
-        let err = FsTier::open(mem.clone(), o).unwrap_err();
+        let err = fs_blocks::open_rebuilt(mem.clone(), o).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
         assert!(err.to_string().contains(word), "{err}");
     }
@@ -337,12 +342,12 @@ fn a_restart_over_the_high_watermark_evicts_down_to_the_low_one() {
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
     {
-        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
         assert!(store(&mut tier, &mem, 1, &(0..10).collect::<Vec<_>>()).success);
     }
     o.high_watermark = 0.5;
     o.low_watermark = 0.3;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     let report = tier.rebuild_report();
     assert_eq!((report.blocks, report.evicted), (3, 7), "{report:?}");
     assert_eq!(tier.block_count(), 3);

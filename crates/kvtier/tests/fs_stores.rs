@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use kvtier_core::region::SlotMemory;
 use kvtier_core::tiering::{SecondaryTier, TierLookup};
-use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier, clear_blocks, marker};
+use kvtier_core::tiers::fs::{FsLayout, FsOptions, clear_blocks, marker};
 
 use fs_blocks::{files, holds, key, load, request, stat, store};
 use kvtier_testkit::fs_blocks;
@@ -24,7 +24,7 @@ fn opts(dir: &Path, fingerprint: Option<&str>) -> FsOptions {
 }
 
 fn open_err(mem: &SlotMemory, o: FsOptions) -> String {
-    match FsTier::open(mem.clone(), o) {
+    match fs_blocks::open_rebuilt(mem.clone(), o) {
         Ok(_) => panic!("opened"),
         Err(e) => e.to_string(),
     }
@@ -35,19 +35,19 @@ fn a_directory_adopts_the_first_fingerprint_and_serves_it_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let a = "org/model-8b|bfloat16|16|NHD";
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), Some(a))).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), Some(a))).unwrap();
     assert_eq!(tier.layout_fingerprint(), Some(a));
     assert_eq!(marker::read(dir.path()).unwrap().as_deref(), Some(a));
     assert!(store(&mut tier, &mem, 1, &[7]).success);
     tier.shutdown().unwrap();
     drop(tier);
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), Some(a))).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), Some(a))).unwrap();
     assert_eq!(tier.lookup(&key(7), &request()), TierLookup::Hit);
     assert!(load(&mut tier, 2, &[7], 3).success);
     assert!(holds(&mem, 3, 7));
     drop(tier);
     // Without a fingerprint nothing is checked (the blocks are served).
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), None)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), None)).unwrap();
     assert_eq!(tier.layout_fingerprint(), None);
     assert_eq!(tier.lookup(&key(7), &request()), TierLookup::Hit);
 }
@@ -56,7 +56,8 @@ fn a_directory_adopts_the_first_fingerprint_and_serves_it_after_a_restart() {
 fn another_fingerprint_is_refused_naming_both_and_nothing_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), Some("a|bf16|16"))).unwrap();
+    let mut tier =
+        fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), Some("a|bf16|16"))).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
     drop(tier);
     let e = open_err(&mem, opts(dir.path(), Some("a|fp8|16")));
@@ -120,7 +121,7 @@ fn hostile_marker_files_are_refused_without_blocking() {
 fn a_block_older_than_the_max_age_is_a_miss_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), None)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), None)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
     drop(tier);
     // Block 1 was stored two hours ago (its file says so), block 2 now.
@@ -137,7 +138,7 @@ fn a_block_older_than_the_max_age_is_a_miss_and_removed() {
         .unwrap();
     let mut o = opts(dir.path(), None);
     o.max_age = Duration::from_secs(3600);
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     let req = request();
     assert_eq!(tier.lookup(&key(1), &req), TierLookup::Miss);
     assert_eq!(tier.lookup(&key(2), &req), TierLookup::Hit);
@@ -158,7 +159,7 @@ fn a_block_this_tier_stored_expires_too_and_the_step_end_sweeps_it() {
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
     let mut o = opts(dir.path(), None);
     o.max_age = Duration::from_millis(1);
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     std::thread::sleep(Duration::from_millis(20));
     // Nobody looks it up: the end of the step removes it.
@@ -177,7 +178,7 @@ fn clear_on_shutdown_empties_the_directory_but_keeps_it_and_its_marker() {
         o.layout = layout;
         o.capacity_bytes = 64 * (SLOT as u64 + 4096);
         o.clear_on_shutdown = true;
-        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
         assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
         tier.shutdown().unwrap();
         drop(tier);
@@ -186,13 +187,13 @@ fn clear_on_shutdown_empties_the_directory_but_keeps_it_and_its_marker() {
             "{layout:?}"
         );
         assert_eq!(marker::read(dir.path()).unwrap().as_deref(), Some("f"));
-        let tier = FsTier::open(mem.clone(), o).unwrap();
+        let tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
         assert_eq!(tier.block_count(), 0, "{layout:?}");
     }
     // Off (the default): the blocks stay.
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path(), None)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path(), None)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     tier.shutdown().unwrap();
     assert_eq!(files(dir.path(), "kvb").len(), 1);

@@ -74,7 +74,7 @@ fn blocks_round_trip_with_events_and_stats() {
 fn round_trip(unnamed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(16, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
     if !unnamed {
         assert!(!tier.unnamed_temp_files());
     }
@@ -117,10 +117,10 @@ fn durable_stores_round_trip_on_both_store_paths() {
         let mem = SlotMemory::anonymous(8, SLOT).unwrap();
         let mut o = opts_mode(dir.path(), unnamed);
         o.durable = true;
-        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
         assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
         drop(tier);
-        let mut tier = FsTier::open(mem.clone(), o).unwrap();
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
         assert_eq!(tier.block_count(), 3);
         assert!(load(&mut tier, 2, &[1, 2, 3], 4).success);
         assert!(holds(&mem, 4, 1) && holds(&mem, 5, 2) && holds(&mem, 6, 3));
@@ -131,7 +131,7 @@ fn durable_stores_round_trip_on_both_store_paths() {
 fn a_flipped_byte_or_damaged_header_is_detected_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
     events(&mut tier);
     let path_of = |i: u32| {
@@ -202,7 +202,7 @@ fn capacity_holds_with_watermarks_and_across_restart() {
     o.capacity_bytes = 20 * file;
     o.high_watermark = 0.9; // 18 files
     o.low_watermark = 0.5; // 10 files
-    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
     for j in 0..10u32 {
         let ids: Vec<u32> = (j * 4..j * 4 + 4).collect();
         assert!(store(&mut tier, &mem, j as u64, &ids).success);
@@ -226,7 +226,7 @@ fn capacity_holds_with_watermarks_and_across_restart() {
     drop(tier);
 
     // Restart: same blocks, same accounting.
-    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
     assert_eq!(tier.rebuild_report().blocks as usize, kept);
     assert_eq!(tier.bytes_used(), used);
     assert_eq!(tier.lookup(&key(39), &req), TierLookup::Hit);
@@ -236,7 +236,7 @@ fn capacity_holds_with_watermarks_and_across_restart() {
 
     // Restart with a smaller capacity: the bound holds at once.
     o.capacity_bytes = 8 * file;
-    let tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
     assert!(tier.bytes_used() <= (o.capacity_bytes as f64 * 0.5) as u64);
     assert!(tier.rebuild_report().evicted > 0);
     assert_eq!(disk_bytes(dir.path()), tier.bytes_used());
@@ -251,7 +251,7 @@ fn eviction_never_removes_a_block_being_read() {
     o.capacity_bytes = 4 * file;
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[0, 1, 2, 3]).success);
     // Block 0 is the least recently used; a load of it is in flight while
     // a store needs room for two blocks.
@@ -278,7 +278,7 @@ fn a_full_tier_with_every_block_being_read_rejects_stores() {
     o.capacity_bytes = 2 * (4096 + SLOT) as u64;
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[0, 1]).success);
     tier.submit_load(job(2, Direction::Load, &[0, 1], &[4, 5]));
     tier.submit_store(job(3, Direction::Store, &[7], &[2]));
@@ -297,7 +297,7 @@ fn touch_and_loads_refresh_recency() {
     o.capacity_bytes = 3 * (4096 + SLOT) as u64;
     o.high_watermark = 1.0;
     o.low_watermark = 1.0;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert!(store(&mut tier, &mem, 1, &[0, 1, 2]).success);
     let req = request();
     tier.touch(&[key(0)], &req);
@@ -322,7 +322,7 @@ fn loads_do_not_queue_behind_stores() {
     let mut o = FsOptions::new(dir.path());
     o.read_threads = 1;
     o.write_threads = 1;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     let mut buf = vec![0u8; slot];
     pattern(1000, &mut buf);
     mem.write(129, 0, &buf).unwrap();
@@ -345,7 +345,7 @@ fn loads_do_not_queue_behind_stores() {
 fn drain_waits_and_shutdown_fails_later_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(64, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     for s in 0..64 {
         fill(&mem, s, s);
     }
@@ -372,7 +372,7 @@ fn drain_waits_and_shutdown_fails_later_jobs() {
 fn jobs_naming_bad_slots_fail_without_harm() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     // More keys than slots, and a slot beyond the region.
     tier.submit_store(job(1, Direction::Store, &[1, 2], &[0]));
     tier.submit_store(job(2, Direction::Store, &[3, 4], &[1, 99]));
@@ -397,7 +397,7 @@ fn jobs_naming_bad_slots_fail_without_harm() {
 fn a_partly_failed_store_announces_the_keys_it_stored() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     fill(&mem, 1, 3);
     tier.submit_store(job(1, Direction::Store, &[3, 4], &[1, 99]));
     let out = wait(&mut tier, 1);
@@ -420,7 +420,7 @@ fn a_partly_failed_store_announces_the_keys_it_stored() {
 fn restart_skips_bad_files_and_removes_temp_files_of_dead_writers() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
     drop(tier);
     let kvb = files(dir.path(), ".kvb");
@@ -456,7 +456,7 @@ fn restart_skips_bad_files_and_removes_temp_files_of_dead_writers() {
         std::fs::write(p, b"probe").unwrap();
     }
 
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     let rep = tier.rebuild_report();
     assert_eq!(rep.blocks, 2);
     assert_eq!(rep.skipped, 3);
@@ -478,7 +478,7 @@ fn bad_options_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(2, SLOT).unwrap();
     let check = |o: FsOptions, needle: &str| {
-        let e = FsTier::open(mem.clone(), o).unwrap_err();
+        let e = fs_blocks::open_rebuilt(mem.clone(), o).unwrap_err();
         assert!(e.to_string().contains(needle), "{e}");
         e
     };
@@ -499,7 +499,7 @@ fn bad_options_are_clear_errors() {
     o.create_dir = false;
     assert!(matches!(check(o, "create_dir"), Error::NotFound(_)));
     // The default creates it.
-    assert!(FsTier::open(mem.clone(), opts(&dir.path().join("made/here"))).is_ok());
+    assert!(fs_blocks::open_rebuilt(mem.clone(), opts(&dir.path().join("made/here"))).is_ok());
 }
 
 #[test]
@@ -513,7 +513,7 @@ fn missing_directory(unnamed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("cache");
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts_mode(&root, unnamed)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     // A regular file where key 2's fan-out directory should be.
     let a = kvtier_core::tiers::fs::format::Layout::fanout(&key(2));
@@ -564,7 +564,7 @@ fn permission_denied(unnamed: bool) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     // The directory and its fan-out directories become read-only.
     let mut dirs = vec![dir.path().to_path_buf()];
@@ -596,7 +596,8 @@ fn child_disk_full() {
         panic!("run only as a child process");
     };
     let mem = SlotMemory::anonymous(4, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts_mode(Path::new(&dir), child_mode())).unwrap();
+    let mut tier =
+        fs_blocks::open_rebuilt(mem.clone(), opts_mode(Path::new(&dir), child_mode())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     // SAFETY: ignoring SIGXFSZ makes an oversized write fail with EFBIG
     // instead of killing the process; then the file-size limit.
@@ -651,7 +652,7 @@ fn child_writer() {
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
     let mut o = opts_mode(Path::new(&dir), child_mode());
     o.write_threads = 4;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     let mut next = 0u32;
     let mut out = Vec::new();
     for id in 0.. {
@@ -700,7 +701,7 @@ fn kill_9_then_restart(unnamed: bool) {
     let on_disk = files(dir.path(), ".kvb").len();
     let leftovers = files(dir.path(), ".tmp").len();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
     if tier.unnamed_temp_files() {
         assert_eq!(leftovers, 0, "unnamed files leave nothing behind");
     }
@@ -742,7 +743,7 @@ fn child_sharer() {
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
     let mut o = opts(Path::new(&dir));
     o.shared = true;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     if step == "store" {
         let ids: Vec<u32> = (500..508).collect();
         assert!(store(&mut tier, &mem, 1, &ids).success);
@@ -793,7 +794,7 @@ fn two_processes_share_one_directory() {
     let mem = SlotMemory::anonymous(16, SLOT).unwrap();
     let mut o = opts(dir.path());
     o.shared = true;
-    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     let req = request();
     // Before the other process stores, a check finds nothing.
     assert_eq!(tier.lookup(&key(500), &req), TierLookup::Retry);
@@ -833,7 +834,8 @@ fn an_unreadable_block_fails_one_load_then_answers_miss() {
     for unnamed in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-        let mut tier = FsTier::open(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
+        let mut tier =
+            fs_blocks::open_rebuilt(mem.clone(), opts_mode(dir.path(), unnamed)).unwrap();
         assert!(store(&mut tier, &mem, 1, &[1, 2]).success);
         let _ = events(&mut tier);
         // A directory in place of block 1's file: not a regular file, so
@@ -880,7 +882,7 @@ fn removed_directory(unnamed: bool) {
     let root = dir.path().join("cache");
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
     let one = (4096 + SLOT) as u64;
-    let mut tier = FsTier::open(mem.clone(), opts_mode(&root, unnamed)).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts_mode(&root, unnamed)).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3, 4]).success);
     assert_eq!((tier.block_count(), tier.bytes_used()), (4, 4 * one));
     let _ = events(&mut tier);
@@ -924,7 +926,7 @@ fn removed_directory(unnamed: bool) {
 fn files_skipped_at_restart_are_removed_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
     drop(tier);
     // A truncated block, garbage under a block name, and a block file
@@ -942,7 +944,7 @@ fn files_skipped_at_restart_are_removed_and_counted() {
     let notes = dir.path().join("README.txt");
     std::fs::write(&notes, b"mine").unwrap();
 
-    let tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     let rep = tier.rebuild_report();
     assert_eq!((rep.blocks, rep.skipped, rep.removed), (2, 3, 3));
     assert_eq!(stat(&tier, "restart_removed_files"), 3.0);
@@ -969,7 +971,7 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
     .unwrap();
     let m = Manager::new(primary, ManagerOptions::default());
     m.add_tier(Box::new(
-        FsTier::open(mem.clone(), opts(d1.path())).unwrap(),
+        fs_blocks::open_rebuilt(mem.clone(), opts(d1.path())).unwrap(),
     ))
     .unwrap();
     // A second tier with its events turned off.
@@ -978,7 +980,7 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
         ..Default::default()
     };
     m.add_tier_with(
-        Box::new(FsTier::open(mem.clone(), opts(d2.path())).unwrap()),
+        Box::new(fs_blocks::open_rebuilt(mem.clone(), opts(d2.path())).unwrap()),
         off,
     )
     .unwrap();
@@ -1029,7 +1031,7 @@ fn events_stay_within_the_capacity_when_nobody_takes_them() {
 fn a_restart_indexes_only_blocks_in_fanout_directories() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
     drop(tier);
     // Whole blocks moved under directories whose names are not fanout
@@ -1042,7 +1044,7 @@ fn a_restart_indexes_only_blocks_in_fanout_directories() {
         std::fs::rename(&from, &to).unwrap();
         moved.push(to);
     }
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     let rep = tier.rebuild_report();
     assert_eq!((rep.blocks, rep.skipped, rep.removed), (1, 0, 0));
     assert!(moved.iter().all(|p| p.exists()));
@@ -1056,7 +1058,7 @@ fn a_restart_evicts_only_above_the_high_watermark_and_down_to_the_low_one() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
     let file = (4096 + SLOT) as u64;
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1, 2, 3]).success);
     drop(tier);
     let mut bounded = opts(dir.path());
@@ -1068,16 +1070,16 @@ fn a_restart_evicts_only_above_the_high_watermark_and_down_to_the_low_one() {
         (rep.blocks, rep.evicted)
     };
     // Exactly at the high watermark: nothing evicted.
-    let tier = FsTier::open(mem.clone(), bounded.clone()).unwrap();
+    let tier = fs_blocks::open_rebuilt(mem.clone(), bounded.clone()).unwrap();
     assert_eq!(counts(&tier), (3, 0));
     drop(tier);
     // No capacity: nothing evicted.
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert_eq!(counts(&tier), (3, 0));
     assert!(store(&mut tier, &mem, 2, &[4]).success);
     drop(tier);
     // Above it: evicted down to the low watermark, and no further.
-    let tier = FsTier::open(mem.clone(), bounded).unwrap();
+    let tier = fs_blocks::open_rebuilt(mem.clone(), bounded).unwrap();
     assert_eq!(counts(&tier), (2, 2));
     assert_eq!(tier.bytes_used(), 2 * file);
     assert_eq!(disk_bytes(dir.path()), 2 * file);
@@ -1087,7 +1089,7 @@ fn a_restart_evicts_only_above_the_high_watermark_and_down_to_the_low_one() {
 fn a_restart_removes_a_block_found_outside_its_own_fanout_directory() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     drop(tier);
     // A copy of the block under another fan-out directory: the tier never
@@ -1101,7 +1103,7 @@ fn a_restart_removes_a_block_found_outside_its_own_fanout_directory() {
     let copy = dir.path().join(other).join(own.file_name().unwrap());
     std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
     std::fs::copy(&own, &copy).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     let rep = tier.rebuild_report();
     assert_eq!((rep.blocks, rep.skipped, rep.removed), (1, 1, 1));
     assert!(own.exists() && !copy.exists());
@@ -1113,7 +1115,7 @@ fn a_restart_removes_a_block_found_outside_its_own_fanout_directory() {
 fn a_restart_removes_temp_files_older_than_the_stale_age_even_of_live_writers() {
     let dir = tempfile::tempdir().unwrap();
     let mem = SlotMemory::anonymous(8, SLOT).unwrap();
-    let mut tier = FsTier::open(mem.clone(), opts(dir.path())).unwrap();
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), opts(dir.path())).unwrap();
     assert!(store(&mut tier, &mem, 1, &[1]).success);
     drop(tier);
     let fanout = block_file(dir.path(), 1).parent().unwrap().to_path_buf();
@@ -1132,7 +1134,7 @@ fn a_restart_removes_temp_files_older_than_the_stale_age_even_of_live_writers() 
         .unwrap();
     let mut o = opts(dir.path());
     o.stale_temp_age = Duration::from_secs(600);
-    let tier = FsTier::open(mem.clone(), o).unwrap();
+    let tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
     assert_eq!(tier.rebuild_report().temp_removed, 1);
     assert!(!old.exists() && young.exists());
 }

@@ -68,11 +68,14 @@ impl FsTier {
             let key = job.keys[i];
             if queued < admitted {
                 self.index.insert(key, State::Writing);
+                self.note_live(&key);
                 if segmented {
                     // The capacity bounds the keys to the records, so one
-                    // is free for each admitted key.
+                    // is free for each admitted key, once the restart scan
+                    // has classified every record (until then, only those
+                    // known free are handed out).
                     let Some(record) = self.index.assign_record(&key) else {
-                        debug_assert!(false, "no free record for an admitted store");
+                        debug_assert!(self.rebuilding(), "no free record for an admitted store");
                         self.index.remove(&key);
                         outcomes[i] = KeyOutcome::RejectedFull;
                         self.counts.stores_rejected_full.add(1);

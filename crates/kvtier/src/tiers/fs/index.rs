@@ -93,6 +93,7 @@ impl Index {
     /// the blocks a restart found, as (key, record) pairs in record order
     /// (which becomes their recency, the last most recent); every other
     /// record is free.  Fails only when the free list cannot be allocated.
+    #[cfg(test)]
     pub(super) fn with_records(
         file_bytes: u64,
         records: u32,
@@ -460,6 +461,7 @@ impl Index {
 
     /// Appends the Ready keys to `out`, least recently used first (held
     /// keys last).
+    #[cfg(test)]
     pub(super) fn ready_keys(&self, out: &mut Vec<Key>) {
         for list in 0..2 {
             let mut i = self.tails[list];
@@ -496,6 +498,43 @@ impl Index {
                 i = prev;
             }
         }
+    }
+}
+
+/// What the restart scan needs of the index (`rebuilding.rs`).
+impl Index {
+    /// Adds `key` (absent) as Ready, found by the restart scan (in segment
+    /// record `record`, taken off the free list if it is there), as the
+    /// least recently used key: older than every key stored or used since
+    /// the tier opened.
+    pub(super) fn insert_found(&mut self, key: Key, record: Option<u32>) {
+        self.insert(key, State::Ready);
+        let i = self.map[&key];
+        if let Some(r) = record {
+            self.nodes[i as usize].record = r;
+        }
+        if self.tails[0] != i {
+            self.unlink(i);
+            let old = self.tails[0];
+            self.nodes[i as usize].prev = old;
+            self.nodes[old as usize].next = i;
+            self.tails[0] = i;
+        }
+    }
+
+    /// Adds segment records known to hold no block to the free list.
+    pub(super) fn add_free_records(&mut self, records: &[u32]) {
+        self.free_records.extend_from_slice(records);
+    }
+
+    /// The segment records of every indexed key, into `out`.
+    pub(super) fn records_in_use(&self, out: &mut Vec<u32>) {
+        out.extend(
+            self.map
+                .values()
+                .map(|&i| self.nodes[i as usize].record)
+                .filter(|&r| r != NO_RECORD),
+        );
     }
 }
 

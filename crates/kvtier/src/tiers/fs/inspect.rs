@@ -443,7 +443,10 @@ fn scan_segments(
             continue;
         };
         let parsed = super::segments::parse_segment_name(&text);
-        let tier_name = parsed.is_some() || text == super::segments::LOCK_NAME;
+        let tier_name = parsed.is_some()
+            || text == super::segments::LOCK_NAME
+            || text == super::live::LIVE_NAME
+            || text == super::live::LIVE_TEMP_NAME;
         if set_aside_irregular(r, &path, &st, tier_name) {
             continue;
         }

@@ -58,6 +58,12 @@ pub(super) trait OnDisk: Send + Sync {
         false
     }
 
+    /// At a clean shutdown (nothing writes any more), records which
+    /// records hold blocks: exactly `live` (where blocks live in records).
+    fn save_live(&self, _live: &[u32], _mode: u32) -> Result<(), i32> {
+        Ok(())
+    }
+
     /// Directories found missing since the last call: whether the root
     /// was, and a bit per fan-out directory made again.
     fn take_lost(&self) -> (bool, [u64; 4]) {

@@ -23,8 +23,18 @@
 //! - A byte capacity with high/low watermarks and LRU eviction that never
 //!   removes a block a load is reading or a pin set holds (`holds.rs`).
 //! - Opening an existing directory rebuilds the index and byte accounting
-//!   from the headers on disk; files under block names that are not whole
-//!   blocks of this format and size are removed (`rebuild.rs`).
+//!   from the headers on disk, in the background: `open` returns after the
+//!   cheap checks (root, layout marker, options, segment files) and the
+//!   tier serves at once what the scan has found so far (a key not found
+//!   yet is a MISS; in a shared directory the existence check finds it);
+//!   stores work from the first moment.  The scan reads with up to 16
+//!   threads (`scan.rs`); the tier takes in its batches at its calls
+//!   (`rebuilding.rs`, which also keeps the scan from undoing what the
+//!   tier did meanwhile); readiness says "fs tier rebuilding" and the
+//!   `kvtier_fs_rebuilding` gauge is 1 until it ends.  Files under block
+//!   names that are not whole blocks of this format and size are removed
+//!   (`rebuild.rs`).  In the segments layout only the records the live
+//!   map (`live.rs`) says may hold a block are read.
 //! - Blocks removed behind the tier's back are taken out of the index (and
 //!   the byte count) when a transfer proves them gone: a load that finds a
 //!   file missing drops its key; a store or load that finds the root
@@ -72,14 +82,17 @@ mod holds;
 mod index;
 pub mod inspect;
 mod io;
+mod live;
 pub mod marker;
 mod open;
 mod options;
 mod overhead;
 mod pool;
 mod rebuild;
+mod rebuilding;
 mod records;
 mod recovery;
+mod scan;
 mod segments;
 mod settle;
 mod stats;
@@ -102,6 +115,7 @@ use index::Index;
 pub use options::{FsLayout, FsOptions};
 use pool::{JobState, Pool};
 pub use rebuild::RebuildReport;
+pub use scan::RebuildHold;
 pub(crate) use stats::FS_STATS;
 use stats::FsStats;
 
@@ -121,6 +135,8 @@ pub struct FsTier {
     /// The tier's statistics, shared with the workers.
     counts: Arc<FsStats>,
     rebuild: RebuildReport,
+    /// The restart scan, while it runs.
+    rebuild_state: Option<Box<rebuilding::Rebuilding>>,
     outstanding: usize,
     closed: bool,
     finished_buf: Vec<Arc<JobState>>,
@@ -169,20 +185,24 @@ impl SecondaryTier for FsTier {
     }
 
     fn lookup(&mut self, key: &Key, _request: &Request) -> TierLookup {
+        self.take_found();
         self.look_up(key)
     }
 
     fn submit_store(&mut self, job: JobRef) {
         self.outstanding += 1;
+        self.take_found();
         self.admit_store(job);
     }
 
     fn submit_load(&mut self, job: JobRef) {
         self.outstanding += 1;
+        self.take_found();
         self.admit_load(job);
     }
 
     fn poll_finished(&mut self, max: usize, out: &mut Vec<JobResult>) {
+        self.take_found();
         self.absorb();
         let mut jobs = std::mem::take(&mut self.finished_buf);
         let n = max.min(jobs.len());
@@ -201,6 +221,7 @@ impl SecondaryTier for FsTier {
     }
 
     fn on_schedule_end(&mut self) {
+        self.take_found();
         self.end_step();
     }
 
@@ -208,6 +229,8 @@ impl SecondaryTier for FsTier {
         self.pool.set_notifier(notifier);
     }
 
+    /// Transfers and existence checks only: a restart scan still running
+    /// is not waited for (readiness and the `rebuilding` gauge tell it).
     fn has_pending_work(&self) -> bool {
         self.outstanding > 0 || self.pending_checks > 0
     }
@@ -239,12 +262,20 @@ impl SecondaryTier for FsTier {
         self.errors.take(out);
     }
 
-    /// Not ready once shut down, or while its directory is not there (a
-    /// `stat` of the root, the one file-system call it makes).
+    /// Not ready once shut down, while its restart scan runs ("fs tier
+    /// rebuilding": it serves the blocks found so far), or while its
+    /// directory is not there (a `stat` of the root, the one file-system
+    /// call it makes).
     fn readiness(&self) -> crate::tiering::TierReadiness {
         use crate::tiering::TierReadiness::{NotReady, Ready};
         if self.closed {
             return NotReady("shut down".to_string());
+        }
+        if self.rebuilding() {
+            return NotReady(format!(
+                "fs tier rebuilding: its restart scan has found {} blocks so far",
+                self.rebuild.blocks
+            ));
         }
         match std::fs::metadata(&self.opts.root) {
             Ok(m) if m.is_dir() => Ready,
@@ -258,12 +289,16 @@ impl SecondaryTier for FsTier {
     /// their files, here, synchronously (a failure to remove one is
     /// counted in `removal_errors`, as an eviction's would be).  Blocks
     /// being read or written, or held by a pin set, are kept and counted.
-    /// After shutdown, nothing is dropped.
+    /// While the restart scan runs, the blocks under the prefix that it
+    /// finds later are removed as it finds them (not counted here).  After
+    /// shutdown, nothing is dropped.
     fn drop_blocks(&mut self, key_prefix: &[u8]) -> Result<crate::primary::DropCount> {
         let mut idle = Vec::new();
         if self.closed {
             return Ok(crate::primary::DropCount::default());
         }
+        self.take_found();
+        self.note_dropped(key_prefix);
         let kept = self.index.with_prefix(key_prefix, &mut idle);
         let files = !self.segmented();
         let mut scratch = file::Scratch::new();
@@ -301,8 +336,13 @@ impl SecondaryTier for FsTier {
     fn shutdown(&mut self) -> Result<()> {
         if !self.closed {
             self.closed = true;
+            // A restart scan stops at its next read.
+            let scanned = self.stop_rebuild();
             // Transfers under way finish first (queued ones are cancelled).
             self.pool.stop();
+            if scanned {
+                self.save_live_records();
+            }
             // Queued existence checks were cancelled.
             self.checks.clear();
             self.absent.clear();

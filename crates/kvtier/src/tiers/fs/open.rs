@@ -1,6 +1,7 @@
 //! Opening a tier: its directory made or checked, what the file system
-//! supports probed, the index rebuilt from what is on disk (in the layout's
-//! own way), the workers started and the blocks found announced; and what
+//! supports probed, the workers started and the restart scan started in
+//! the background (`scan.rs`, over what the layout lists: fan-out
+//! directories, or the records the live map may hold blocks in); and what
 //! the tier tells of itself afterwards.
 
 use std::fs;
@@ -15,6 +16,8 @@ use super::index::Index;
 use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
+use super::rebuilding::Rebuilding;
+use super::scan::{RebuildHold, Scanner, Work};
 use super::segments::Segments;
 use super::stats::FsStats;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
@@ -25,9 +28,31 @@ use crate::tiers::kit::{Announcer, Reporter};
 
 impl FsTier {
     /// Opens (or creates) the tier's directory for blocks of
-    /// `slots.slot_bytes()` bytes, rebuilding the index from what is there.
-    /// Blocks the caller while it scans the directory.
+    /// `slots.slot_bytes()` bytes, and starts rebuilding the index from
+    /// what is there in the background.  Returns after the cheap checks
+    /// (the root, the layout marker, the options; in the segments layout,
+    /// the segment files and their live map), without reading a block:
+    /// the tier serves what its scan has found so far, and stores work at
+    /// once ([`FsTier::rebuilding`], [`FsTier::wait_rebuilt`]).
     pub fn open(slots: SlotMemory, opts: FsOptions) -> Result<FsTier> {
+        FsTier::open_with(slots, opts, false).map(|(tier, _)| tier)
+    }
+
+    /// [`FsTier::open`], with the restart scan held before it reads
+    /// anything until the returned [`RebuildHold`] is released (or
+    /// dropped): for tests and tools that act on a tier before its scan
+    /// has found anything.  The tier serves meanwhile, as while any scan
+    /// runs.
+    pub fn open_held(slots: SlotMemory, opts: FsOptions) -> Result<(FsTier, RebuildHold)> {
+        let (tier, hold) = FsTier::open_with(slots, opts, true)?;
+        Ok((tier, hold.expect("held")))
+    }
+
+    fn open_with(
+        slots: SlotMemory,
+        opts: FsOptions,
+        held: bool,
+    ) -> Result<(FsTier, Option<RebuildHold>)> {
         let block_bytes = slots.slot_bytes();
         opts.validate(block_bytes)?;
         let root = &opts.root;
@@ -66,34 +91,46 @@ impl FsTier {
         }
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
-        let mut ages = Ages::new(opts.max_age);
-        let (index, rebuild, segments) = match opts.layout {
+        let ages = Ages::new(opts.max_age);
+        let mut rebuild = RebuildReport::default();
+        let file_bytes = file_len(block_bytes);
+        let (index, work, segments) = match opts.layout {
             FsLayout::Files => {
-                let mut index = Index::new(file_len(block_bytes));
-                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?;
-                (index, rebuild, None)
+                let root_fd = rebuild::open_and_tidy(&layout, &opts, &mut rebuild)?;
+                let fanouts = rebuild::list_fanouts(&layout, &root_fd)?;
+                let work = Work::Files {
+                    root: root_fd,
+                    fanouts,
+                    stale_temp_age: opts.stale_temp_age,
+                };
+                (Index::new(file_bytes), work, None)
             }
             FsLayout::Segments => {
-                let (segments, found, mut rebuild) =
-                    Segments::open(root, block_bytes, &opts, direct)?;
+                let (segments, report) = Segments::open(root, block_bytes, &opts, direct)?;
+                rebuild = report;
                 // The probe files of a process killed while opening.
                 if let Ok(c) = beneath::c_path(root)
                     && let Ok(fd) = beneath::open_root(&c)
                 {
                     rebuild::remove_dead_probes(&fd, opts.stale_temp_age, &mut rebuild);
                 }
-                let mut index =
-                    Index::with_records(file_len(block_bytes), segments.records(), &found)?;
-                // As the files layout's rebuild does; an evicted record is
-                // only freed.
-                rebuild.evicted = rebuild::evict_over_capacity(&opts, &mut index, |_| ());
-                rebuild.blocks -= rebuild.evicted;
-                // Records keep no store time: their age counts from now.
-                let now = std::time::SystemTime::now();
-                for &(key, _) in &found {
-                    ages.stored(key, now);
+                // The records the live map says hold no block are free at
+                // once (lowest first); the scan reads the others.
+                let maybe_live = segments.live.snapshot();
+                let mut free = Vec::new();
+                let records = segments.records();
+                for r in (0..records).rev() {
+                    if maybe_live[r as usize / 64] & (1 << (r % 64)) == 0 {
+                        free.push(r);
+                    }
                 }
-                (index, rebuild, Some(segments))
+                let mut index = Index::new(file_bytes);
+                index.add_free_records(&free);
+                let work = Work::Segments {
+                    geometry: segments.geometry(),
+                    maybe_live,
+                };
+                (index, work, Some(segments))
             }
         };
         let (disk, direct): (Box<dyn OnDisk>, bool) = match segments {
@@ -124,8 +161,9 @@ impl FsTier {
             opts.write_threads,
             Arc::clone(&counts),
         )?;
+        let (scanner, hold) = Scanner::start(work, block_bytes, held)?;
         let errors = Reporter::new(format!("fs tier {}", opts.root.display()), 0);
-        let mut tier = FsTier {
+        let tier = FsTier {
             opts,
             pool,
             index,
@@ -135,6 +173,7 @@ impl FsTier {
             events: Announcer::new(DEFAULT_TIER_EVENT_CAPACITY),
             counts,
             rebuild,
+            rebuild_state: Some(Box::new(Rebuilding::new(scanner))),
             outstanding: 0,
             closed: false,
             finished_buf: Vec::new(),
@@ -144,31 +183,59 @@ impl FsTier {
             errors,
             ages,
         };
-        tier.note_skipped_at_open();
         super::overhead::warn_if_costly(&tier.opts.root, tier.opts.layout, block_bytes);
-        // The rebuilt blocks are announced, oldest first, so a router learns of them.
-        let mut keys = Vec::new();
-        tier.index.ready_keys(&mut keys);
-        for key in keys {
-            tier.announce_stored(key);
-        }
-        Ok(tier)
+        Ok((tier, hold))
     }
 
-    /// Reports (in the error log the manager takes) what the opening scan
+    /// Stops a running restart scan (shutdown); whether the scan had ended
+    /// (so the index knows every block on disk).
+    pub(super) fn stop_rebuild(&mut self) -> bool {
+        match self.rebuild_state.take() {
+            Some(mut r) => {
+                r.stop();
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// At a clean shutdown after a whole scan, records in the live map
+    /// exactly the records the index holds (segments layout).
+    pub(super) fn save_live_records(&mut self) {
+        if !self.segmented() {
+            return;
+        }
+        let mut live = Vec::new();
+        self.index.records_in_use(&mut live);
+        if let Err(e) = self
+            .pool
+            .shared()
+            .disk
+            .save_live(&live, self.opts.file_mode)
+        {
+            log::warn!(
+                target: "kvtier::fs",
+                "fs tier {}: saving the live map at shutdown failed ({}); the next open reads more records",
+                self.opts.root.display(),
+                std::io::Error::from_raw_os_error(e)
+            );
+        }
+    }
+
+    /// Reports (in the error log the manager takes) what the restart scan
     /// skipped and left on disk: foreign entries and unreadable blocks.
-    fn note_skipped_at_open(&mut self) {
+    pub(super) fn note_skipped_at_open(&mut self) {
         let r = self.rebuild;
         if r.foreign > 0 {
             self.errors.note(|| format!(
-                "skipped {} foreign entries under the tier's names at open ({}); never followed, left in place",
+                "skipped {} foreign entries under the tier's names at the restart scan ({}); never followed, left in place",
                 r.foreign,
                 r.foreign_kinds
             ));
         }
         if r.unreadable > 0 {
             self.errors.note(|| format!(
-                "skipped {} block files that could not be read at open (permission or I/O error); left in place",
+                "skipped {} block files that could not be read at the restart scan (permission or I/O error); left in place",
                 r.unreadable
             ));
         }
@@ -195,7 +262,9 @@ impl FsTier {
         self.opts.layout
     }
 
-    /// What the restart scan found.
+    /// What the restart scan found so far (final once
+    /// [`FsTier::rebuilding`] is false; [`FsTier::wait_rebuilt`] waits for
+    /// that).
     pub fn rebuild_report(&self) -> RebuildReport {
         self.rebuild
     }

@@ -1,8 +1,12 @@
-//! The restart scan: rebuilds the tier's index and byte accounting from
-//! the block files already in its directory.
+//! The restart scan of the files layout: what it finds in each fan-out
+//! directory, which the background scan (`scan.rs`) hands the tier to
+//! rebuild its index and byte accounting from the block files already in
+//! its directory.
 //!
 //! - Whole blocks of the current format, block size and key are indexed,
-//!   oldest file first (so the newest ends up the most recently used).
+//!   each fan-out directory's oldest file first (so its newest ends up
+//!   the most recently used), less recent than every block the tier
+//!   stored or used since it opened.
 //! - A regular file under a block name that is proven not such a block
 //!   (another format version, a damaged or truncated file, another block
 //!   size, a header naming another key, a block under another fan-out
@@ -22,21 +26,21 @@
 //!   than `stale_temp_age`) are removed, and so are the probe files a
 //!   process killed while opening the tier left in its root (both
 //!   layouts).
-//! - If the directory holds more than the capacity, the least recently
-//!   used blocks are evicted down to the low watermark.
+//! - If the directory holds more than the capacity once the scan ended,
+//!   the least recently used blocks are evicted down to the low watermark.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, OsStr, OsString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use super::FsOptions;
-use super::age::Ages;
 use super::beneath::Fd;
 use super::beneath::{self, FOREIGN};
 use super::format::{
     HEADER_LEN, Layout, decode_header, file_len, key_of_block_name, pid_of_probe_name,
     pid_of_temp_name,
 };
-use super::index::{Index, State};
+use super::index::Index;
 use crate::error::{Error, Result};
 use crate::key::Key;
 
@@ -155,124 +159,133 @@ pub(super) fn remove_dead_probes(root: &Fd, max_age: Duration, report: &mut Rebu
     }
 }
 
-/// Rebuilds `index` from the files under `layout`'s root.
-pub(super) fn rebuild(
-    layout: &Layout,
-    block_bytes: usize,
-    opts: &FsOptions,
-    index: &mut Index,
-    ages: &mut Ages,
-) -> Result<RebuildReport> {
-    let mut report = RebuildReport::default();
-    let mut found: Vec<(SystemTime, Key)> = Vec::new();
-    let expected_len = file_len(block_bytes);
-    let mut header = vec![0u8; HEADER_LEN];
-    let root = open_root(layout)?;
-    remove_dead_probes(&root, opts.stale_temp_age, &mut report);
+/// The fan-out directories of the root `root` (two hex digits; anything
+/// else is left alone), listed at open (one directory of a few hundred
+/// entries).
+pub(super) fn list_fanouts(layout: &Layout, root: &Fd) -> Result<Vec<OsString>> {
     let names = beneath::list(root.0).map_err(|e| {
         Error::io(
             format!("fs tier: listing {}", layout.root().display()),
             std::io::Error::from_raw_os_error(e),
         )
     })?;
-    for dir in names {
-        if !dir.to_str().is_some_and(is_fanout) {
-            continue;
+    Ok(names
+        .into_iter()
+        .filter(|d| d.to_str().is_some_and(is_fanout))
+        .collect())
+}
+
+/// Opens the root of `layout` and removes the probe files of processes
+/// killed while opening it (counted in `report`).
+pub(super) fn open_and_tidy(
+    layout: &Layout,
+    opts: &FsOptions,
+    report: &mut RebuildReport,
+) -> Result<Fd> {
+    let root = open_root(layout)?;
+    remove_dead_probes(&root, opts.stale_temp_age, report);
+    Ok(root)
+}
+
+/// Scans fan-out directory `dir` of the root `root` for blocks of
+/// `block_bytes`: the whole ones into `found` as (modification time,
+/// key), the rest counted in `report` (bad files removed, temporary files
+/// of writers that are gone removed, foreign entries left alone).  Stops
+/// early when `stop` says so.
+pub(super) fn scan_fanout(
+    root: &Fd,
+    dir: &OsStr,
+    block_bytes: usize,
+    stale_temp_age: Duration,
+    found: &mut Vec<(SystemTime, Key)>,
+    report: &mut RebuildReport,
+    stop: &AtomicBool,
+) {
+    let expected_len = file_len(block_bytes);
+    let mut header = vec![0u8; HEADER_LEN];
+    let fan = match beneath::subdir(root.0, &beneath::c_name(dir), None, || ()) {
+        Ok(fan) => fan,
+        Err(FOREIGN) => {
+            if let Ok(st) = beneath::lstat_at(root.0, &beneath::c_name(dir)) {
+                report.foreign(st.st_mode);
+            }
+            return;
         }
-        let fan = match beneath::subdir(root.0, &beneath::c_name(&dir), None, || ()) {
-            Ok(fan) => fan,
-            Err(FOREIGN) => {
-                if let Ok(st) = beneath::lstat_at(root.0, &beneath::c_name(&dir)) {
-                    report.foreign(st.st_mode);
-                }
-                continue;
-            }
-            Err(_) => continue,
-        };
-        let Ok(entries) = beneath::list(fan.0) else {
+        Err(_) => return,
+    };
+    let Ok(entries) = beneath::list(fan.0) else {
+        return;
+    };
+    for name in entries {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(name) = name.to_str() else { continue };
+        let c = beneath::c_name(name.as_ref());
+        let Ok(st) = beneath::lstat_at(fan.0, &c) else {
             continue;
         };
-        for name in entries {
-            let Some(name) = name.to_str() else { continue };
-            let c = beneath::c_name(name.as_ref());
-            let Ok(st) = beneath::lstat_at(fan.0, &c) else {
-                continue;
-            };
-            if name.ends_with(".tmp") {
-                if !beneath::is_regular(&st) {
-                    report.foreign(st.st_mode);
-                } else if stale_temp(&st, pid_of_temp_name(name), opts.stale_temp_age)
-                    && beneath::unlink_same(fan.0, &c, &st) == Ok(true)
-                {
-                    report.temp_removed += 1;
-                }
-                continue;
-            }
-            let Some(key) = key_of_block_name(name) else {
-                continue;
-            };
+        if name.ends_with(".tmp") {
             if !beneath::is_regular(&st) {
                 report.foreign(st.st_mode);
-                continue;
+            } else if stale_temp(&st, pid_of_temp_name(name), stale_temp_age)
+                && beneath::unlink_same(fan.0, &c, &st) == Ok(true)
+            {
+                report.temp_removed += 1;
             }
-            // A block under another fan-out directory than its key's is
-            // not where the tier looks for it (nor counted): not a block.
-            let in_place = dir.as_encoded_bytes() == Layout::fanout(&key);
-            let checked = if in_place {
-                check_block(&fan, &c, &key, block_bytes, expected_len, &mut header)
-            } else {
-                Check::Bad(st)
-            };
-            match checked {
-                Check::Block(mtime) if index.get(&key).is_none() => found.push((mtime, key)),
-                Check::Block(_) | Check::Gone => {}
-                Check::Unreadable => report.unreadable += 1,
-                Check::Foreign(mode) => report.foreign(mode),
-                Check::Bad(st) => {
-                    report.skipped += 1;
-                    if beneath::unlink_same(fan.0, &c, &st) == Ok(true) {
-                        report.removed += 1;
-                    }
+            continue;
+        }
+        let Some(key) = key_of_block_name(name) else {
+            continue;
+        };
+        if !beneath::is_regular(&st) {
+            report.foreign(st.st_mode);
+            continue;
+        }
+        // A block under another fan-out directory than its key's is
+        // not where the tier looks for it (nor counted): not a block.
+        let in_place = dir.as_encoded_bytes() == Layout::fanout(&key);
+        let checked = if in_place {
+            check_block(&fan, &c, &key, block_bytes, expected_len, &mut header)
+        } else {
+            Check::Bad(st)
+        };
+        match checked {
+            Check::Block(mtime) => found.push((mtime, key)),
+            Check::Gone => {}
+            Check::Unreadable => report.unreadable += 1,
+            Check::Foreign(mode) => report.foreign(mode),
+            Check::Bad(st) => {
+                report.skipped += 1;
+                if beneath::unlink_same(fan.0, &c, &st) == Ok(true) {
+                    report.removed += 1;
                 }
             }
         }
     }
     // Oldest first, so the newest file ends up the most recently used.
     found.sort_by_key(|(t, _)| *t);
-    for (mtime, key) in found {
-        ages.stored(key, mtime);
-        index.insert(key, State::Ready);
-        report.blocks += 1;
-    }
-    let mut name = Vec::new();
-    report.evicted = evict_over_capacity(opts, index, |victim| {
-        let fanout = Layout::fanout_c(victim);
-        let fanout = CStr::from_bytes_with_nul(&fanout).expect("NUL-terminated");
-        if let Ok(fan) = beneath::subdir(root.0, fanout, None, || ()) {
-            let _ = beneath::unlink_regular(fan.0, Layout::name_c(victim, &mut name));
-        }
-    });
-    report.blocks -= report.evicted;
-    Ok(report)
 }
 
-/// When a restart found more than the high watermark of the capacity,
-/// evicts least recently used blocks down to the low watermark, calling
-/// `removed` for each; returns how many.
+/// When the directory held more than the high watermark of the capacity
+/// once the restart scan ended, evicts least recently used blocks down to
+/// the low watermark: each leaves the Ready blocks as eviction makes it
+/// (Removing), and `removed` is called with it (to announce it, remove its
+/// file and forget it); returns how many.
 pub(super) fn evict_over_capacity(
     opts: &FsOptions,
     index: &mut Index,
-    mut removed: impl FnMut(&Key),
+    mut removed: impl FnMut(&mut Index, Key),
 ) -> u64 {
     let cap = opts.capacity_bytes;
     let mut evicted = 0;
     if cap > 0 && index.used() > (cap as f64 * opts.high_watermark) as u64 {
         let low = (cap as f64 * opts.low_watermark) as u64;
         while index.used() > low {
-            let Some(victim) = index.evict_one(false) else {
+            let Some(victim) = index.evict_one(true) else {
                 break;
             };
-            removed(&victim);
+            removed(index, victim);
             evicted += 1;
         }
     }

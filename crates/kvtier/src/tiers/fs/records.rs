@@ -2,7 +2,8 @@
 //! segment record the tier's index assigned it, written and read in place
 //! (header and data, one call each), verified like a block file.  Eviction
 //! frees a record at once (the next store overwrites it), so nothing is
-//! ever removed, and a directory of segments is never shared.
+//! ever removed, and a directory of segments is never shared.  A record
+//! is marked in the live map before its first block is written.
 
 use super::cause::Cause;
 use super::file::Scratch;
@@ -35,7 +36,8 @@ impl Segments {
 
 impl OnDisk for Segments {
     /// Stores slot `slot` as `key`'s block in segment record `record`
-    /// (the store's, reserved by the tier).
+    /// (the store's, reserved by the tier), the record marked in the live
+    /// map first (`live.rs`).
     fn store(
         &self,
         io: &BlockIo,
@@ -45,6 +47,9 @@ impl OnDisk for Segments {
         scratch: &mut Scratch,
     ) -> Result<Stored, Cause> {
         let (fd, off, base) = self.target(io, slot, record)?;
+        if let Some(r) = record {
+            self.live.mark(r).map_err(Cause::of_store_errno)?;
+        }
         let len = io.block_bytes();
         io.write_block(key, fd, off, base, len, &mut scratch.page.0)
             .map_err(Cause::of_store_errno)?;
@@ -77,5 +82,9 @@ impl OnDisk for Segments {
 
     fn in_records(&self) -> bool {
         true
+    }
+
+    fn save_live(&self, live: &[u32], mode: u32) -> Result<(), i32> {
+        self.live.save(live, mode)
     }
 }

@@ -74,6 +74,7 @@ impl FsTier {
             self.checks.remove(&key);
             if self.index.get(&key).is_none() {
                 self.index.insert(key, State::Ready);
+                self.note_live(&key);
                 self.ages.stored(key, std::time::SystemTime::now());
                 self.counts.blocks_adopted.add(1);
                 self.announce_stored(key);

@@ -16,9 +16,11 @@
 //!   header and checksum as for a block file, so a torn or stale record is
 //!   never served.
 //! - Which key lives in which record is the tier's index (in memory); a
-//!   restart reads every record's header to rebuild it.  A record whose
-//!   header is damaged, of another version or block size, or repeats a key
-//!   already found is left free and overwritten later.  A crash during a
+//!   restart reads the headers of the records the live map (`live.rs`)
+//!   says may hold a block to rebuild it, in the background
+//!   (`scan.rs`).  A record whose header is damaged, of another version or
+//!   block size, or repeats a key already found is left free and
+//!   overwritten later.  A crash during a
 //!   store leaves the record's old block, or a record whose checksum fails
 //!   at its first load (reported failed, dropped): never a wrong block.
 //! - An evicted block is not erased: its record goes back to the free list
@@ -37,6 +39,7 @@ use super::beneath;
 use super::beneath::{Fd, errno};
 use super::file::Scratch;
 use super::format::{HEADER_LEN, decode_header, file_len};
+use super::live::LiveMap;
 use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -44,16 +47,24 @@ use crate::key::Key;
 /// Name of the directory, under the tier's root, holding the segments.
 pub(crate) const SEGMENTS_DIR: &str = "segments";
 
-/// What opening the segments gives: the segments, the blocks found as
-/// (key, record) in record order, and what the scan saw.
-pub(super) type Opened = (Segments, Vec<(Key, u32)>, RebuildReport);
+/// What opening the segments gives: the segments, and what opening them
+/// removed.
+pub(super) type Opened = (Segments, RebuildReport);
 
-/// The open segment files of a tier.
-pub(super) struct Segments {
+/// Where the records are: the segment files and their shape, shared by
+/// the tier's workers and its restart scan.
+pub(super) struct Geometry {
     files: Vec<Fd>,
     record_bytes: u64,
     per_segment: u32,
     records: u32,
+}
+
+/// The open segment files of a tier.
+pub(super) struct Segments {
+    geometry: std::sync::Arc<Geometry>,
+    /// Which records may hold a block.
+    pub(super) live: std::sync::Arc<LiveMap>,
     /// Whether the files were opened with `O_DIRECT`.
     direct: bool,
     /// Holds the directory's `flock` while the tier lives.
@@ -63,9 +74,9 @@ pub(super) struct Segments {
 impl std::fmt::Debug for Segments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Segments")
-            .field("files", &self.files.len())
-            .field("record_bytes", &self.record_bytes)
-            .field("records", &self.records)
+            .field("files", &self.geometry.files.len())
+            .field("record_bytes", &self.geometry.record_bytes)
+            .field("records", &self.geometry.records)
             .field("direct", &self.direct)
             .finish()
     }
@@ -158,10 +169,10 @@ fn size_file(fd: &Fd, len: u64, path: &Path) -> Result<()> {
 impl Segments {
     /// Opens (or makes) the segment files under `root` for the options'
     /// capacity of blocks of `block_bytes`, in files of about the options'
-    /// `segment_file_bytes`, taking the directory's lock, and reads every
-    /// record's header: returns the segments, the blocks found as (key,
-    /// record) in record order, and what the scan saw.  `direct`: use
-    /// `O_DIRECT` if the file system takes it.
+    /// `segment_file_bytes`, taking the directory's lock and reading its
+    /// live map: returns the segments and what opening them removed.  No
+    /// record is read (the restart scan does that, `scan.rs`).  `direct`:
+    /// use `O_DIRECT` if the file system takes it.
     pub(super) fn open(
         root: &Path,
         block_bytes: usize,
@@ -175,13 +186,16 @@ impl Segments {
             direct,
             opts.segment_file_bytes,
             opts.file_mode,
+            opts.durable,
         )
     }
 
     /// [`Segments::open`] for `capacity_bytes` in files of about `target`
-    /// bytes, creating files of mode `file_mode`.  A failed open removes
-    /// what it created (the segments directory, the lock file, segment
-    /// files), and nothing else.
+    /// bytes, creating files of mode `file_mode` (the live map's marks
+    /// `fdatasync`ed when `durable`).  A failed open removes what it
+    /// created (the segments directory, the lock file, segment files),
+    /// and nothing else.
+    #[allow(clippy::too_many_arguments)]
     fn open_sized(
         root: &Path,
         block_bytes: usize,
@@ -189,6 +203,7 @@ impl Segments {
         direct: bool,
         target: u64,
         file_mode: u32,
+        durable: bool,
     ) -> Result<Opened> {
         let record_bytes = file_len(block_bytes);
         let records = u32::try_from(capacity_bytes / record_bytes).map_err(|_| {
@@ -223,7 +238,7 @@ impl Segments {
             records,
             direct,
             target,
-            file_mode,
+            (file_mode, durable),
             &mut created,
         );
         if opened.is_err() {
@@ -254,7 +269,7 @@ impl Segments {
         records: u32,
         direct: bool,
         target: u64,
-        file_mode: u32,
+        (file_mode, durable): (u32, bool),
         created: &mut Vec<CString>,
     ) -> Result<Opened> {
         let (lock, made) = lock_dir(seg, dir, file_mode)?;
@@ -268,12 +283,15 @@ impl Segments {
         remove_foreign(seg, dir, record_bytes, count, &mut report)?;
         let mut files = Vec::with_capacity(count as usize);
         let mut direct_all = direct && block_bytes % HEADER_LEN == 0;
+        // Whether every segment file is new: then no record was written.
+        let mut fresh = true;
         for n in 0..count {
             let name = segment_name(record_bytes, n);
             let (fd, is_direct, made) = open_rw(seg.0, &name, file_mode, direct_all, dir)?;
             if made {
                 created.push(c_name(&name));
             }
+            fresh &= made;
             direct_all &= is_direct;
             let in_this = (records - n * per_segment).min(per_segment);
             size_file(&fd, in_this as u64 * record_bytes, &dir.join(&name))?;
@@ -286,57 +304,52 @@ impl Segments {
                 *fd = open_rw(seg.0, &name, file_mode, false, dir)?.0;
             }
         }
+        if fresh {
+            // A failed open removes the map it may have written.
+            created.push(c_name(super::live::LIVE_NAME));
+            created.push(c_name(super::live::LIVE_TEMP_NAME));
+        }
+        let live = LiveMap::open(seg, dir, record_bytes, records, fresh, file_mode, durable)?;
         let segments = Segments {
-            files,
-            record_bytes,
-            per_segment,
-            records,
+            geometry: std::sync::Arc::new(Geometry {
+                files,
+                record_bytes,
+                per_segment,
+                records,
+            }),
+            live: std::sync::Arc::new(live),
             direct: direct_all,
             _lock: lock,
         };
-        let found = segments.scan(block_bytes, &mut report);
-        Ok((segments, found, report))
-    }
-
-    /// Reads every record's header: the whole blocks, first occurrence of
-    /// each key, in record order.
-    fn scan(&self, block_bytes: usize, report: &mut RebuildReport) -> Vec<(Key, u32)> {
-        let mut found = Vec::new();
-        let mut seen = hashbrown::HashSet::<Key, foldhash::fast::RandomState>::default();
-        let mut scratch = Scratch::new();
-        for r in 0..self.records {
-            let Some((fd, off)) = self.locate(r) else {
-                break;
-            };
-            let page = scratch.page_mut();
-            // SAFETY: the page is HEADER_LEN writable, aligned bytes.
-            let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
-            if n != HEADER_LEN as isize {
-                continue;
-            }
-            if page[..8] == [0; 8] {
-                // Never written.
-                continue;
-            }
-            match decode_header(&page[..]) {
-                Ok(h) if h.data_len == block_bytes as u64 && seen.insert(h.key) => {
-                    found.push((h.key, r));
-                    report.blocks += 1;
-                }
-                _ => report.skipped += 1,
-            }
-        }
-        found
+        Ok((segments, report))
     }
 
     /// Number of records.
     pub(super) fn records(&self) -> u32 {
-        self.records
+        self.geometry.records
+    }
+
+    /// Where the records are, for the restart scan.
+    pub(super) fn geometry(&self) -> std::sync::Arc<Geometry> {
+        std::sync::Arc::clone(&self.geometry)
     }
 
     /// Whether the files are open with `O_DIRECT`.
     pub(super) fn direct(&self) -> bool {
         self.direct
+    }
+
+    /// The descriptor and byte offset of record `record`; `None` past the
+    /// last record.
+    pub(super) fn locate(&self, record: u32) -> Option<(i32, u64)> {
+        self.geometry.locate(record)
+    }
+}
+
+impl Geometry {
+    /// Number of records.
+    pub(super) fn records(&self) -> u32 {
+        self.records
     }
 
     /// The descriptor and byte offset of record `record`; `None` past the
@@ -348,6 +361,50 @@ impl Segments {
         let file = (record / self.per_segment) as usize;
         let off = (record % self.per_segment) as u64 * self.record_bytes;
         Some((self.files[file].0, off))
+    }
+
+    /// Reads the header of each of `records` (ascending): the whole blocks
+    /// of `block_bytes` as (key, record) into `blocks`, the records that
+    /// hold none (never written, damaged, another version or block size)
+    /// into `free`, the damaged ones counted skipped in `report`.  Stops
+    /// early (the rest unclassified) when `stop` says so.
+    pub(super) fn read_headers(
+        &self,
+        records: &[u32],
+        block_bytes: usize,
+        scratch: &mut Scratch,
+        found: &mut (Vec<(Key, u32)>, Vec<u32>),
+        report: &mut RebuildReport,
+        stop: &std::sync::atomic::AtomicBool,
+    ) {
+        for &r in records {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            let Some((fd, off)) = self.locate(r) else {
+                continue;
+            };
+            let page = scratch.page_mut();
+            // SAFETY: the page is HEADER_LEN writable, aligned bytes.
+            let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
+            if n != HEADER_LEN as isize {
+                // Unreadable now: left free (a store rewrites it whole).
+                found.1.push(r);
+                continue;
+            }
+            if page[..8] == [0; 8] {
+                // Never written.
+                found.1.push(r);
+                continue;
+            }
+            match decode_header(&page[..]) {
+                Ok(h) if h.data_len == block_bytes as u64 => found.0.push((h.key, r)),
+                _ => {
+                    report.skipped += 1;
+                    found.1.push(r);
+                }
+            }
+        }
     }
 }
 
@@ -436,9 +493,16 @@ mod tests {
         let block = 4096;
         let record = file_len(block);
         // Two records per segment: files of 2, 2 and 1 records.
-        let (s, found, report) =
-            Segments::open_sized(dir.path(), block, record * 5, false, record * 2, 0o600).unwrap();
-        assert!(found.is_empty());
+        let (s, report) = Segments::open_sized(
+            dir.path(),
+            block,
+            record * 5,
+            false,
+            record * 2,
+            0o600,
+            false,
+        )
+        .unwrap();
         assert_eq!(report.blocks, 0);
         assert_eq!(s.records(), 5);
         let at = |r| s.locate(r).unwrap();
@@ -456,8 +520,16 @@ mod tests {
         assert_eq!([len(0), len(1), len(2)], [2 * record, 2 * record, record]);
         drop(s);
         // A smaller capacity shortens the last file and drops the rest.
-        let (s, _, _) =
-            Segments::open_sized(dir.path(), block, record * 3, false, record * 2, 0o600).unwrap();
+        let (s, _) = Segments::open_sized(
+            dir.path(),
+            block,
+            record * 3,
+            false,
+            record * 2,
+            0o600,
+            false,
+        )
+        .unwrap();
         assert_eq!(s.records(), 3);
         assert_eq!([len(0), len(1)], [2 * record, record]);
         assert!(
@@ -472,14 +544,38 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let block = 4096;
         let cap = file_len(block) * 4;
-        let first =
-            Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600)
-                .unwrap();
-        let err = Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600)
-            .unwrap_err();
+        let first = Segments::open_sized(
+            dir.path(),
+            block,
+            cap,
+            false,
+            SEGMENT_TARGET_BYTES,
+            0o600,
+            false,
+        )
+        .unwrap();
+        let err = Segments::open_sized(
+            dir.path(),
+            block,
+            cap,
+            false,
+            SEGMENT_TARGET_BYTES,
+            0o600,
+            false,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
         drop(first);
-        Segments::open_sized(dir.path(), block, cap, false, SEGMENT_TARGET_BYTES, 0o600).unwrap();
+        Segments::open_sized(
+            dir.path(),
+            block,
+            cap,
+            false,
+            SEGMENT_TARGET_BYTES,
+            0o600,
+            false,
+        )
+        .unwrap();
     }
 
     #[test]
@@ -491,13 +587,14 @@ mod tests {
         fs::write(seg.join(segment_name(record + 4096, 0)), b"x").unwrap();
         fs::write(seg.join(segment_name(record, 3)), b"x").unwrap();
         fs::write(seg.join("unrelated"), b"x").unwrap();
-        let (_s, _, report) = Segments::open_sized(
+        let (_s, report) = Segments::open_sized(
             dir.path(),
             4096,
             record * 2,
             false,
             SEGMENT_TARGET_BYTES,
             0o600,
+            false,
         )
         .unwrap();
         assert_eq!((report.skipped, report.removed), (2, 2));
@@ -514,11 +611,11 @@ mod tests {
         for want in [true, false] {
             let dir = tempfile::tempdir_in(parent).unwrap();
             let record = file_len(4096);
-            let (s, _, _) =
-                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2, 0o600)
+            let (s, _) =
+                Segments::open_sized(dir.path(), 4096, record * 4, want, record * 2, 0o600, false)
                     .unwrap();
             assert!(want || !s.direct());
-            for fd in &s.files {
+            for fd in &s.geometry.files {
                 // SAFETY: an open descriptor.
                 let flags = unsafe { libc::fcntl(fd.0, libc::F_GETFL) };
                 assert_eq!(flags & libc::O_DIRECT != 0, s.direct(), "want {want}");
@@ -529,8 +626,16 @@ mod tests {
     #[test]
     fn a_capacity_below_one_record_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let err = Segments::open_sized(dir.path(), 4096, 100, false, SEGMENT_TARGET_BYTES, 0o600)
-            .unwrap_err();
+        let err = Segments::open_sized(
+            dir.path(),
+            4096,
+            100,
+            false,
+            SEGMENT_TARGET_BYTES,
+            0o600,
+            false,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     }
 }

@@ -132,7 +132,7 @@ stat_table! {
         counter write_bytes: Count => FS_IO_BYTES["write"],
         /// Microseconds spent writing (counted in nanoseconds).
         counter write_time_us: Nanos => FS_IO_SECONDS["write"] * 1e-6,
-        /// Blocks found when the tier opened.
+        /// Blocks the restart scan found.
         counter restart_blocks: Count => FS_RESTART_BLOCKS,
         /// Files the opening scan skipped.
         counter restart_skipped_files: Count => FS_RESTART_FILES["skipped"],
@@ -144,6 +144,8 @@ stat_table! {
         counter restart_unreadable_files: Count => FS_RESTART_FILES["unreadable"],
         /// Entries that are no regular files.
         counter restart_foreign_entries: Count => FS_RESTART_FILES["foreign"],
+        /// 1 while the restart scan runs, else 0.
+        gauge rebuilding: Count => FS_REBUILDING,
     }
     plain {
         /// Failures per cause.
@@ -158,13 +160,18 @@ impl FsStats {
     pub(super) fn opened(rebuild: &super::RebuildReport) -> FsStats {
         let s = FsStats::default();
         s.evictions.set(rebuild.evicted);
-        s.restart_blocks.set(rebuild.blocks);
-        s.restart_skipped_files.set(rebuild.skipped);
-        s.restart_removed_files.set(rebuild.removed);
-        s.restart_temp_removed.set(rebuild.temp_removed);
-        s.restart_unreadable_files.set(rebuild.unreadable);
-        s.restart_foreign_entries.set(rebuild.foreign);
+        s.set_restart(rebuild);
         s
+    }
+
+    /// Sets what the restart scan found so far (`rebuild`).
+    pub(super) fn set_restart(&self, rebuild: &super::RebuildReport) {
+        self.restart_blocks.set(rebuild.blocks);
+        self.restart_skipped_files.set(rebuild.skipped);
+        self.restart_removed_files.set(rebuild.removed);
+        self.restart_temp_removed.set(rebuild.temp_removed);
+        self.restart_unreadable_files.set(rebuild.unreadable);
+        self.restart_foreign_entries.set(rebuild.foreign);
     }
 }
 
@@ -177,6 +184,7 @@ impl FsTier {
         c.blocks.set(self.index.ready_count() as u64);
         c.direct_io.set(u64::from(self.direct_io()));
         c.held_blocks.set(self.index.held_count() as u64);
+        c.rebuilding.set(u64::from(self.rebuilding()));
         c.events_dropped.set(self.events.dropped());
         c.events_queued.set(self.events.len() as u64);
         let mut v = c.stat_list();
@@ -186,6 +194,10 @@ impl FsTier {
 }
 
 // The fs tier's own families.
+family! {
+    FS_REBUILDING, "kvtier_fs_rebuilding", Gauge, Tier,
+    "1 while the fs tier's restart scan still reads the directory (the tier serves what it has found so far), else 0."
+}
 family! {
     FS_DIRECT_IO, "kvtier_fs_direct_io", Gauge, Tier,
     "1 when the fs tier reads and writes with O_DIRECT, else 0."
@@ -248,11 +260,11 @@ family! {
 }
 family! {
     FS_RESTART_BLOCKS, "kvtier_fs_restart_blocks_total", Counter, Tier,
-    "Blocks found in the directory when the tier opened."
+    "Blocks the restart scan found in the directory (it runs in the background after the tier opens)."
 }
 family! {
     FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",
-    "Files the opening scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
+    "Files the restart scan did not take as blocks, by action: skipped, removed (damaged), temp_removed (unfinished writes), unreadable (left on disk), foreign (symlinks, FIFOs, sockets, devices under the tier's names: never followed, left alone)."
 }
 
 #[cfg(test)]

@@ -1,0 +1,226 @@
+//! The tier while its restart scan runs (`scan.rs`): what the scan finds
+//! taken into the index at the tier's calls, without waiting, and the
+//! races with the live tier settled so that the scan never undoes what
+//! the tier did meanwhile.
+//!
+//! - A key the tier indexed since it opened (a store admitted it, or a
+//!   shared directory's check adopted it) is the tier's: a copy the scan
+//!   finds later is not indexed again (in the files layout it is the same
+//!   file; in the segments layout an older record, left free and counted
+//!   skipped).  So a key stored, dropped or evicted before the scan
+//!   reaches its old copy is neither resurrected nor counted twice.
+//! - A copy the scan finds of a key whose prefix was dropped meanwhile
+//!   (and not stored again since) is removed (its file; its record freed),
+//!   as the drop would have removed it.
+//! - Segments: a key found in two records is indexed once (the first
+//!   found); the other record is free.  Keys are told apart by a 64-bit
+//!   digest while the scan runs (a collision frees a record: a block
+//!   lost, never a wrong one served).
+//! - Segments: only records known to hold no block (clear in the live
+//!   map, or read by the scan and found free) are handed to stores; until
+//!   the scan has freed some, a store that finds none is refused as full.
+//! - Blocks found are less recent than every block the tier stored or
+//!   used since it opened; they are announced as found.
+//! - When the scan ends, a directory over the capacity's high watermark is
+//!   brought down to the low one (least recently used first), and the
+//!   report and the `restart_*` statistics are final.
+
+use hashbrown::HashSet;
+
+use super::index::State;
+use super::rebuild::{self, RebuildReport};
+use super::scan::{Found, Scanner};
+use super::{FsTier, Key, file};
+
+/// The tier's side of a running restart scan.
+#[derive(Debug)]
+pub(super) struct Rebuilding {
+    scanner: Scanner,
+    /// Keys the tier indexed since it opened.
+    live: HashSet<Key, foldhash::fast::RandomState>,
+    /// Key prefixes dropped since it opened.
+    dropped: Vec<Vec<u8>>,
+    /// Digests of the keys found in records (segments layout).
+    seen: HashSet<u64, foldhash::fast::RandomState>,
+}
+
+impl Rebuilding {
+    pub(super) fn new(scanner: Scanner) -> Rebuilding {
+        Rebuilding {
+            scanner,
+            live: HashSet::default(),
+            dropped: Vec::new(),
+            seen: HashSet::default(),
+        }
+    }
+
+    /// Stops the scan (each of its threads at its next read).
+    pub(super) fn stop(&mut self) {
+        self.scanner.stop();
+    }
+
+    fn was_dropped(&self, key: &Key) -> bool {
+        self.dropped.iter().any(|p| key.as_bytes().starts_with(p))
+    }
+}
+
+fn digest(key: &Key) -> u64 {
+    twox_hash::XxHash3_64::oneshot(key.as_bytes())
+}
+
+impl FsTier {
+    /// Whether the restart scan still runs (or has batches not yet taken).
+    pub fn rebuilding(&self) -> bool {
+        self.rebuild_state.is_some()
+    }
+
+    /// Waits until the restart scan has ended and takes in everything it
+    /// found: afterwards [`FsTier::rebuild_report`] is final.  Returns at
+    /// once when no scan runs.  Blocks the caller (tools and tests; an
+    /// engine need not call it: the tier takes what the scan found at its
+    /// other calls).
+    pub fn wait_rebuilt(&mut self) -> RebuildReport {
+        while let Some(r) = &self.rebuild_state {
+            match r.scanner.next() {
+                Some(found) => self.take_in(found),
+                None => self.end_rebuild(),
+            }
+        }
+        self.rebuild
+    }
+
+    /// Notes that the tier indexed `key` (while the scan runs).
+    pub(super) fn note_live(&mut self, key: &Key) {
+        if let Some(r) = &mut self.rebuild_state {
+            r.live.insert(*key);
+        }
+    }
+
+    /// Notes that blocks under `prefix` were dropped (while the scan runs).
+    pub(super) fn note_dropped(&mut self, prefix: &[u8]) {
+        if let Some(r) = &mut self.rebuild_state {
+            r.dropped.push(prefix.to_vec());
+        }
+    }
+
+    /// Takes in what the scan found so far, without waiting.
+    pub(super) fn take_found(&mut self) {
+        while let Some(r) = &self.rebuild_state {
+            match r.scanner.try_next() {
+                Ok(Some(found)) => self.take_in(found),
+                Ok(None) => return,
+                Err(()) => self.end_rebuild(),
+            }
+        }
+    }
+
+    fn take_in(&mut self, found: Found) {
+        match found {
+            Found::Files(blocks) => self.take_files(blocks),
+            Found::Records(blocks, free) => {
+                self.index.add_free_records(&free);
+                self.take_records(blocks);
+            }
+            Found::Counts(c) => {
+                let r = &mut self.rebuild;
+                r.skipped += c.skipped;
+                r.removed += c.removed;
+                r.temp_removed += c.temp_removed;
+                r.unreadable += c.unreadable;
+                r.foreign += c.foreign;
+                let (k, n) = (&mut r.foreign_kinds, c.foreign_kinds);
+                k.symlinks += n.symlinks;
+                k.fifos += n.fifos;
+                k.sockets += n.sockets;
+                k.devices += n.devices;
+                k.other += n.other;
+            }
+        }
+        self.counts.set_restart(&self.rebuild);
+    }
+
+    /// One fan-out directory's whole blocks, oldest first.
+    fn take_files(&mut self, blocks: Vec<(std::time::SystemTime, Key)>) {
+        let mut scratch = file::Scratch::new();
+        // Newest first, each below the ones before: oldest least recent.
+        for &(mtime, key) in blocks.iter().rev() {
+            let r = self.rebuild_state.as_ref().expect("scanning");
+            if r.live.contains(&key) || self.index.get(&key).is_some() {
+                continue;
+            }
+            if r.was_dropped(&key) {
+                if self.pool.shared().disk.remove(&key, &mut scratch).is_err() {
+                    self.counts.removal_errors.add(1);
+                }
+                continue;
+            }
+            self.index.insert_found(key, None);
+            self.ages.stored(key, mtime);
+            self.rebuild.blocks += 1;
+            self.announce_stored(key);
+        }
+    }
+
+    /// A run of records' blocks, in record order.
+    fn take_records(&mut self, blocks: Vec<(Key, u32)>) {
+        let now = std::time::SystemTime::now();
+        for &(key, record) in blocks.iter().rev() {
+            let r = self.rebuild_state.as_mut().expect("scanning");
+            let first = r.seen.insert(digest(&key));
+            let dropped = r.was_dropped(&key);
+            if !first || r.live.contains(&key) || self.index.get(&key).is_some() || dropped {
+                // Another copy of a key known already, or of one dropped:
+                // the record is free.
+                self.index.add_free_records(&[record]);
+                if !dropped {
+                    self.rebuild.skipped += 1;
+                }
+                continue;
+            }
+            self.index.insert_found(key, Some(record));
+            self.ages.stored(key, now);
+            self.rebuild.blocks += 1;
+            self.announce_stored(key);
+        }
+    }
+
+    /// The scan ended: a directory over the capacity is brought down to
+    /// the low watermark, and the report is final.
+    fn end_rebuild(&mut self) {
+        self.rebuild_state = None;
+        let segmented = self.segmented();
+        let mut scratch = file::Scratch::new();
+        let FsTier {
+            opts,
+            index,
+            events,
+            pool,
+            counts,
+            ..
+        } = self;
+        let evicted = rebuild::evict_over_capacity(opts, index, |index, victim| {
+            let announced = index.announced(&victim);
+            events.removed(victim, announced);
+            if !segmented && pool.shared().disk.remove(&victim, &mut scratch).is_err() {
+                counts.removal_errors.add(1);
+            }
+            debug_assert_eq!(index.get(&victim).map(|s| s.0), Some(State::Removing));
+            index.remove(&victim);
+        });
+        self.rebuild.evicted += evicted;
+        self.rebuild.blocks -= evicted.min(self.rebuild.blocks);
+        self.counts.evictions.add(evicted);
+        self.counts.set_restart(&self.rebuild);
+        let r = self.rebuild;
+        log::info!(
+            target: "kvtier::fs",
+            "fs tier {}: restart scan done: {} blocks, {} skipped, {} removed, {} evicted",
+            self.opts.root.display(),
+            r.blocks,
+            r.skipped,
+            r.removed,
+            r.evicted
+        );
+        self.note_skipped_at_open();
+    }
+}

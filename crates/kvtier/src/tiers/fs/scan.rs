@@ -1,0 +1,293 @@
+//! The restart scan in the background: a thread that reads the headers of
+//! what the directory holds with many reads in flight (a pool of up to
+//! [`SCAN_THREADS`] threads, each taking the next fan-out directory, or
+//! the next run of segment records, until none is left) and hands what it
+//! finds to the tier in batches over a channel, which the tier drains at
+//! its calls (`rebuilding.rs`) without waiting.
+//!
+//! - Files layout: a unit is a fan-out directory; its batch is its whole
+//!   blocks, oldest first (`rebuild.rs` checks each file exactly as
+//!   before: foreign entries, bad and temporary files).
+//! - Segments layout: a unit is a run of [`RUN`] records, of those the
+//!   live map says may hold a block (`live.rs`); its batch is its blocks
+//!   and the records that hold none (free from then on).  Runs go from
+//!   the highest records down, so that record order stays recency order
+//!   when one thread reads them all.
+//! - Each thread sends its counts (damaged, removed, unreadable, foreign
+//!   entries) when it ends; the channel closing says the scan is done.
+//! - A stop (shutdown, or the tier dropped) is seen between two reads.
+//! - A [`RebuildHold`] keeps the scan from reading anything until it is
+//!   released (tests, tools that need the state before the scan).
+
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::beneath::Fd;
+use super::file::Scratch;
+use super::live::set_records;
+use super::rebuild::{self, RebuildReport};
+use super::segments::Geometry;
+use crate::error::{Error, Result};
+use crate::key::Key;
+
+/// Most threads a scan reads with.
+pub(super) const SCAN_THREADS: usize = 16;
+/// Records a segments unit spans.
+pub(super) const RUN: u32 = 4096;
+
+/// What the scan hands the tier.
+#[derive(Debug)]
+pub(super) enum Found {
+    /// A fan-out directory's whole blocks, oldest first.
+    Files(Vec<(SystemTime, Key)>),
+    /// A run of records: its blocks as (key, record) in record order, and
+    /// its records that hold none.
+    Records(Vec<(Key, u32)>, Vec<u32>),
+    /// One thread's counts, at its end.
+    Counts(RebuildReport),
+}
+
+/// What a scan reads.
+pub(super) enum Work {
+    /// The files layout: the root and its fan-out directories.
+    Files {
+        root: Fd,
+        fanouts: Vec<OsString>,
+        stale_temp_age: Duration,
+    },
+    /// The segments layout: the records, and the live map's bits as the
+    /// tier opened (the records to read).
+    Segments {
+        geometry: Arc<Geometry>,
+        maybe_live: Vec<u64>,
+    },
+}
+
+impl Work {
+    /// Number of units.
+    fn units(&self) -> usize {
+        match self {
+            Work::Files { fanouts, .. } => fanouts.len(),
+            Work::Segments { geometry, .. } => geometry.records().div_ceil(RUN) as usize,
+        }
+    }
+
+    /// Scans unit `u`, sending what it finds.
+    fn scan(
+        &self,
+        u: usize,
+        block_bytes: usize,
+        scratch: &mut Scratch,
+        report: &mut RebuildReport,
+        gate: &Gate,
+        tx: &mpsc::Sender<Found>,
+    ) {
+        match self {
+            Work::Files {
+                root,
+                fanouts,
+                stale_temp_age,
+            } => {
+                let mut found = Vec::new();
+                rebuild::scan_fanout(
+                    root,
+                    &fanouts[u],
+                    block_bytes,
+                    *stale_temp_age,
+                    &mut found,
+                    report,
+                    &gate.stop,
+                );
+                if !found.is_empty() {
+                    let _ = tx.send(Found::Files(found));
+                }
+            }
+            Work::Segments {
+                geometry,
+                maybe_live,
+            } => {
+                // Highest runs first.
+                let n = geometry.records().div_ceil(RUN);
+                let run = n - 1 - u as u32;
+                let start = run * RUN;
+                let end = (start + RUN).min(geometry.records());
+                let mut records = Vec::new();
+                set_records(maybe_live, start, end, &mut records);
+                if records.is_empty() {
+                    return;
+                }
+                let mut found = (Vec::new(), Vec::new());
+                geometry.read_headers(
+                    &records,
+                    block_bytes,
+                    scratch,
+                    &mut found,
+                    report,
+                    &gate.stop,
+                );
+                if !gate.stop.load(Ordering::Relaxed) {
+                    let _ = tx.send(Found::Records(found.0, found.1));
+                }
+            }
+        }
+    }
+}
+
+/// What the scan threads and the tier share: the stop flag and the hold.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    stop: AtomicBool,
+    held: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Gate {
+    /// Waits while the scan is held and not stopped.
+    fn wait_released(&self) {
+        let mut held = self.held.lock();
+        while *held && !self.stop.load(Ordering::Acquire) {
+            self.wake.wait(&mut held);
+        }
+    }
+
+    fn release(&self) {
+        *self.held.lock() = false;
+        self.wake.notify_all();
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        // Under the lock, so a waiter between its check and its wait
+        // cannot miss the wake-up.
+        let _held = self.held.lock();
+        self.wake.notify_all();
+    }
+}
+
+/// Keeps a tier's restart scan from reading anything until it is released
+/// (or dropped), while the tier already serves: made by
+/// [`super::FsTier::open_held`], for tests and tools that need to act on a
+/// tier before its scan has found anything.
+#[derive(Debug)]
+pub struct RebuildHold(Arc<Gate>);
+
+impl RebuildHold {
+    /// Lets the scan run.
+    pub fn release(self) {}
+}
+
+impl Drop for RebuildHold {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// A running scan, from the tier's side.
+#[derive(Debug)]
+pub(super) struct Scanner {
+    rx: mpsc::Receiver<Found>,
+    gate: Arc<Gate>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Scanner {
+    /// Starts scanning `work` for blocks of `block_bytes` on a thread of
+    /// its own (which starts the others), held until the returned hold is
+    /// released when `held`.
+    pub(super) fn start(
+        work: Work,
+        block_bytes: usize,
+        held: bool,
+    ) -> Result<(Scanner, Option<RebuildHold>)> {
+        let gate = Arc::new(Gate {
+            held: Mutex::new(held),
+            ..Gate::default()
+        });
+        let (tx, rx) = mpsc::channel();
+        let g = Arc::clone(&gate);
+        let thread = std::thread::Builder::new()
+            .name("kvtier-fs-scan".into())
+            .spawn(move || run(work, block_bytes, &g, tx))
+            .map_err(|e| Error::io("fs tier: starting the restart scan".to_string(), e))?;
+        let hold = held.then(|| RebuildHold(Arc::clone(&gate)));
+        Ok((
+            Scanner {
+                rx,
+                gate,
+                thread: Some(thread),
+            },
+            hold,
+        ))
+    }
+
+    /// The next batch if one is there: `Ok(None)` if none yet,
+    /// `Err(())` once the scan is done and everything was taken.
+    pub(super) fn try_next(&self) -> std::result::Result<Option<Found>, ()> {
+        match self.rx.try_recv() {
+            Ok(f) => Ok(Some(f)),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => Err(()),
+        }
+    }
+
+    /// The next batch, waiting for it; `None` once the scan is done.
+    pub(super) fn next(&self) -> Option<Found> {
+        self.rx.recv().ok()
+    }
+
+    /// Stops the scan and waits for its threads (each ends at its next
+    /// read).
+    pub(super) fn stop(&mut self) {
+        self.gate.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Scanner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The scan's own thread: waits out a hold, then reads with up to
+/// [`SCAN_THREADS`] threads (itself among them) until no unit is left.
+fn run(work: Work, block_bytes: usize, gate: &Gate, tx: mpsc::Sender<Found>) {
+    gate.wait_released();
+    let units = work.units();
+    let next = AtomicUsize::new(0);
+    let worker = |tx: mpsc::Sender<Found>| {
+        let mut scratch = Scratch::new();
+        let mut report = RebuildReport::default();
+        loop {
+            if gate.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let u = next.fetch_add(1, Ordering::Relaxed);
+            if u >= units {
+                break;
+            }
+            work.scan(u, block_bytes, &mut scratch, &mut report, gate, &tx);
+        }
+        if report != RebuildReport::default() {
+            let _ = tx.send(Found::Counts(report));
+        }
+    };
+    let threads = units.clamp(1, SCAN_THREADS);
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            let tx = tx.clone();
+            // A thread that cannot start leaves its share to the others.
+            let _ = std::thread::Builder::new()
+                .name("kvtier-fs-scan".into())
+                .spawn_scoped(s, || worker(tx));
+        }
+        worker(tx);
+    });
+}
