@@ -396,9 +396,9 @@ impl BuiltinTier {
         self
     }
 
-    /// Opens the tier over `slots` (an fs tier rebuilds its index from the
-    /// files already there; a redis tier starts its workers and connects
-    /// later).
+    /// Opens the tier over `slots` (an fs tier starts rebuilding its index
+    /// from the files already there in the background, serving meanwhile;
+    /// a redis tier starts its workers and connects later).
     pub fn open(self, slots: SlotMemory) -> Result<Box<dyn crate::tiering::SecondaryTier>> {
         match self {
             BuiltinTier::Fs(o) => Ok(Box::new(FsTier::open(slots, o)?)),

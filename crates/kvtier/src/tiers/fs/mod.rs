@@ -55,7 +55,9 @@
 
 //!
 //! Where things are: this file holds [`FsTier`] and its calls; `options.rs`
-//! the options; `open.rs` opening a directory (and the index it rebuilds);
+//! the options; `open.rs` opening a directory; `scan.rs` the restart scan's
+//! threads, `rebuilding.rs` the tier taking in what it finds, `live.rs` the
+//! segments layout's live map;
 //! `admission.rs` what a store or load is given to the workers with (room
 //! made, records assigned); `settle.rs` taking finished jobs back into the
 //! index; `recovery.rs` keeping the index true to the disk meanwhile

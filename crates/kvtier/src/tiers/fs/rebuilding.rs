@@ -224,3 +224,46 @@ impl FsTier {
         self.note_skipped_at_open();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::index::{Index, State};
+    use super::*;
+
+    fn k(i: u8) -> Key {
+        Key::new(&[i]).unwrap()
+    }
+
+    #[test]
+    fn blocks_found_are_less_recent_than_the_tiers_own_in_the_order_found() {
+        let mut index = Index::new(8192);
+        index.insert(k(1), State::Ready);
+        index.insert_found(k(2), None);
+        index.insert(k(3), State::Ready);
+        index.insert_found(k(4), Some(7));
+        assert_eq!(index.record(&k(4)), Some(7));
+        assert_eq!(index.used(), 4 * 8192);
+        let order: Vec<Key> = std::iter::from_fn(|| index.evict_one(false)).collect();
+        assert_eq!(order, [k(4), k(2), k(1), k(3)]);
+    }
+
+    #[test]
+    fn a_dropped_prefix_covers_the_keys_under_it_only() {
+        let d = tempfile::tempdir().unwrap();
+        let root =
+            super::super::beneath::open_root(&super::super::beneath::c_path(d.path()).unwrap())
+                .unwrap();
+        let work = super::super::scan::Work::Files {
+            root,
+            fanouts: Vec::new(),
+            stale_temp_age: std::time::Duration::from_secs(1),
+        };
+        let (scanner, _) = Scanner::start(work, 4096, false).unwrap();
+        let mut r = Rebuilding::new(scanner);
+        r.dropped.push(b"ab".to_vec());
+        assert!(r.was_dropped(&Key::new(b"abc").unwrap()));
+        assert!(r.was_dropped(&Key::new(b"ab").unwrap()));
+        assert!(!r.was_dropped(&Key::new(b"a").unwrap()));
+        assert!(!r.was_dropped(&Key::new(b"xab").unwrap()));
+    }
+}

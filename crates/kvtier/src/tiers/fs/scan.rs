@@ -291,3 +291,46 @@ fn run(work: Work, block_bytes: usize, gate: &Gate, tx: mpsc::Sender<Found>) {
         worker(tx);
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::beneath;
+    use super::*;
+
+    fn work(dir: &std::path::Path) -> Work {
+        std::fs::create_dir_all(dir.join("ab")).unwrap();
+        Work::Files {
+            root: beneath::open_root(&beneath::c_path(dir).unwrap()).unwrap(),
+            fanouts: vec!["ab".into()],
+            stale_temp_age: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn a_held_scan_sends_nothing_and_a_stop_ends_it_unreleased() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut s, hold) = Scanner::start(work(d.path()), 4096, true).unwrap();
+        assert!(matches!(s.try_next(), Ok(None)), "held: not done");
+        s.stop();
+        assert!(s.next().is_none(), "stopped: done");
+        drop(hold);
+    }
+
+    #[test]
+    fn a_released_scan_runs_to_its_end() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("ab")).unwrap();
+        // A dead writer's temporary file: counted when the scan runs.
+        std::fs::write(d.path().join("ab/.x.999999999.1.tmp"), b"x").unwrap();
+        let (s, hold) = Scanner::start(work(d.path()), 4096, true).unwrap();
+        hold.unwrap().release();
+        let mut removed = 0;
+        while let Some(found) = s.next() {
+            if let Found::Counts(c) = found {
+                removed += c.temp_removed;
+            }
+        }
+        assert_eq!(removed, 1);
+        assert!(matches!(s.try_next(), Err(())));
+    }
+}
