@@ -2854,10 +2854,10 @@ kvtier_fs_options kvtier_fs_options_default(void);
 
 /**
  * Opens a file-system tier over the manager's slot memory (blocks of its
- * slot size) in `options->directory`, rebuilding its index from the files
- * already there, and registers it as the next secondary tier (name "fs",
- * medium storage); writes its tier index to `*index_out`.  Allowed until
- * the first request starts.
+ * slot size) in `options->directory`, starting to rebuild its index from
+ * the files already there in the background, and registers it as the
+ * next secondary tier (name "fs", medium storage); writes its tier index
+ * to `*index_out`.  Allowed until the first request starts.
  *
  * The manager must have slot memory (made by `kvtier_manager_new` with a
  * region, or from JSON with `block_bytes`), else
@@ -2867,8 +2867,11 @@ kvtier_fs_options kvtier_fs_options_default(void);
  * read during the call only.  Bad options give
  * `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
  * directory with `create_dir` off) and change nothing.  The manager owns
- * the tier.  Blocks while it scans the directory.  Internally
- * synchronized (as the manager).
+ * the tier.  Returns without reading a block: the tier serves what its
+ * restart scan has found so far (a block not found yet is a miss), and
+ * `kvtier_manager_readiness` lists "fs tier rebuilding" until the scan
+ * has ended (the gauge `kvtier_fs_rebuilding`).  Internally synchronized
+ * (as the manager).
  *
  * # Safety
  * `manager` a live handle; `options` NULL or valid for its `struct_size`

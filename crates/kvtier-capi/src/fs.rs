@@ -210,9 +210,9 @@ pub(crate) unsafe fn fs_options_of(
 
 /// Opens a file-system tier over the manager's slot memory (blocks of its
 /// slot size) in `options->directory`, starting to rebuild its index from
-/// the files already there in the background, and registers it as the next secondary tier (name "fs",
-/// medium storage); writes its tier index to `*index_out`.  Allowed until
-/// the first request starts.
+/// the files already there in the background, and registers it as the
+/// next secondary tier (name "fs", medium storage); writes its tier index
+/// to `*index_out`.  Allowed until the first request starts.
 ///
 /// The manager must have slot memory (made by `kvtier_manager_new` with a
 /// region, or from JSON with `block_bytes`), else
