@@ -34,7 +34,7 @@ use kvtier_core::region::SlotMemory;
 use kvtier_core::tiering::{SecondaryTier, TierLookup};
 use kvtier_core::tiers::fs::Cause;
 use kvtier_core::tiers::fs::format::Layout;
-use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
+use kvtier_core::tiers::fs::{FsLayout, FsOptions};
 
 const SLOT: usize = 4096;
 const DEADLINE: Duration = Duration::from_secs(30);

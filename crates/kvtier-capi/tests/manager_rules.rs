@@ -10,7 +10,6 @@ mod c_bridge;
 
 use c_bridge::via_c;
 use kvtier_testkit::common;
-use kvtier_testkit::fs_blocks;
 use kvtier_testkit::probe::{Probed, Shared};
 
 use parking_lot::Mutex;
@@ -521,7 +520,7 @@ fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
     let mut o = FsOptions::new(dir.path());
     o.read_threads = 1;
     o.write_threads = 1;
-    let tier = fs_blocks::open_rebuilt(small, o.clone()).unwrap();
+    let tier = FsTier::open(small, o.clone()).unwrap();
     let e = m.add_tier(Box::new(tier)).unwrap_err();
     assert!(e.to_string().contains("tier \"fs\""), "{e}");
     assert_eq!(m.tier_count(), 0);
@@ -529,8 +528,7 @@ fn slot_memory_with_fewer_slots_than_the_primary_tier_is_refused_everywhere() {
     let big = SlotMemory::anonymous(16, 4096).unwrap();
     m.set_slot_memory(big.clone()).unwrap();
     m.attach_region(big.clone()).unwrap();
-    m.add_tier(Box::new(fs_blocks::open_rebuilt(big, o).unwrap()))
-        .unwrap();
+    m.add_tier(Box::new(FsTier::open(big, o).unwrap())).unwrap();
     m.shutdown().unwrap();
 }
 
@@ -1472,9 +1470,7 @@ fn complete_job_refuses_a_tier_that_reports_through_poll_finished() {
     o.read_threads = 1;
     o.write_threads = 1;
     let mem = kvtier_core::region::SlotMemory::anonymous(8, 4096).unwrap();
-    let fs = m
-        .add_tier(Box::new(fs_blocks::open_rebuilt(mem, o).unwrap()))
-        .unwrap();
+    let fs = m.add_tier(Box::new(FsTier::open(mem, o).unwrap())).unwrap();
     let (t, _) = TestTier::new("t");
     let test_tier = m.add_tier(rust(t)).unwrap();
     start(&m, "r");
