@@ -337,8 +337,11 @@ impl SecondaryTier for FsTier {
 
     fn shutdown(&mut self) -> Result<()> {
         if !self.closed {
+            // What a restart scan found is taken in (so a scan that has
+            // ended counts as whole); one still running stops at its next
+            // read.
+            self.take_found();
             self.closed = true;
-            // A restart scan stops at its next read.
             let scanned = self.stop_rebuild();
             // Transfers under way finish first (queued ones are cancelled).
             self.pool.stop();
