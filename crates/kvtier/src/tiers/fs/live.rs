@@ -20,9 +20,10 @@
 //! one 8-byte write per 64 records.
 //!
 //! A map that is missing, torn, or made for another record size or count
-//! is not trusted: every record is read, as before the map existed
-//! (unless every segment file was made by this open: then no record was
-//! ever written), and a new map is written before the tier opens.
+//! is not trusted: every record is read, as before the map existed, and
+//! a new map is written before the tier opens.  When every segment file
+//! was made by this open (the first open, or the old ones cleared away)
+//! no record holds a block, and the map, whatever it says, marks none.
 
 use std::ffi::CStr;
 use std::path::Path;
@@ -123,10 +124,11 @@ fn read_small(dir: i32, name: &CStr, max: usize) -> Option<Vec<u8>> {
 
 impl LiveMap {
     /// Opens the live map of the segments directory `seg` (shown as
-    /// `shown`) for `records` records of `record_bytes`: a valid map as it
-    /// is; otherwise one with every record maybe live, or none when
-    /// `fresh` (every segment file was made by this open), written out
-    /// before this returns.  Files it makes get mode `mode`.
+    /// `shown`) for `records` records of `record_bytes`: with `fresh`
+    /// (every segment file was made by this open) one marking no record;
+    /// else a valid map as it is, or one marking every record; a map not
+    /// read is written out before this returns.  Files it makes get mode
+    /// `mode`.
     pub(super) fn open(
         seg: &Fd,
         shown: &Path,
@@ -149,8 +151,11 @@ impl LiveMap {
         }
         let dir = Fd(dir);
         let max = HEADER_LEN + word_count(records) * 8;
-        let found =
-            read_small(dir.0, &c(LIVE_NAME), max).and_then(|b| decode(&b, record_bytes, records));
+        // New segment files hold no block, whatever an old map says.
+        let found = (!fresh)
+            .then(|| read_small(dir.0, &c(LIVE_NAME), max))
+            .flatten()
+            .and_then(|b| decode(&b, record_bytes, records));
         let trusted = found.is_some();
         let words = found.unwrap_or_else(|| {
             let fill = if fresh { 0 } else { u64::MAX };
@@ -308,6 +313,11 @@ mod tests {
         let m = LiveMap::open(&seg(d.path()), d.path(), 8192, 70, true, 0o600, false).unwrap();
         assert_eq!(m.snapshot(), [0, 0]);
         assert!(d.path().join(LIVE_NAME).exists(), "written at open");
+        m.mark(1).unwrap();
+        drop(m);
+        // New segment files (the old ones cleared away): the map is not read.
+        let m = LiveMap::open(&seg(d.path()), d.path(), 8192, 70, true, 0o600, false).unwrap();
+        assert_eq!(m.snapshot(), [0, 0]);
     }
 
     #[test]
