@@ -409,3 +409,37 @@ fn damaged_files_found_by_the_parallel_scan_are_removed_as_before() {
     }
     assert_eq!(whole, 92);
 }
+
+#[test]
+fn in_a_shared_directory_a_lookup_during_the_rebuild_finds_the_block_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(16, SLOT).unwrap();
+    let mut o = opts(dir.path(), FsLayout::Files, 16);
+    o.shared = true;
+    filled(dir.path(), &mem, &o, &[0, 1, 2, 3]);
+    let (mut tier, hold) = FsTier::open_held(mem.clone(), o).unwrap();
+    // Not found by the scan yet: the existence check answers (RETRY
+    // until it has), and the block is adopted.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut answers = Vec::new();
+    loop {
+        let a = tier.lookup(&key(0), &request());
+        answers.push(a);
+        if a != TierLookup::Retry {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never answered");
+        tier.on_schedule_end();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(answers[0], TierLookup::Retry);
+    assert_eq!(answers.last(), Some(&TierLookup::Hit));
+    assert_eq!(stat(&tier, "blocks_adopted"), 1.0);
+    drop(hold);
+    // The scan's copy of block 0 is the adopted one: counted once.
+    let report = tier.wait_rebuilt();
+    assert_eq!(report.blocks, 3);
+    assert_eq!(tier.block_count(), 4);
+    assert_eq!(tier.bytes_used(), 4 * FILE);
+    assert!(loads(&mut tier, &mem, 0));
+}
