@@ -32,6 +32,10 @@ use super::rebuild::{self, RebuildReport};
 use super::scan::{Found, Scanner};
 use super::{FsTier, Key, file};
 
+/// Most batches one call of the tier takes in (each of at most 4096
+/// blocks or records).
+const BATCHES_PER_CALL: usize = 4;
+
 /// The tier's side of a running restart scan.
 #[derive(Debug)]
 pub(super) struct Rebuilding {
@@ -103,14 +107,21 @@ impl FsTier {
         }
     }
 
-    /// Takes in what the scan found so far, without waiting.
+    /// Takes in what the scan found so far, without waiting: a few
+    /// batches at most (the next call takes the rest), so that one call
+    /// stays short however far the scan is ahead.
     pub(super) fn take_found(&mut self) {
+        let mut batches = 0;
         while let Some(r) = &self.rebuild_state {
+            if batches == BATCHES_PER_CALL {
+                return;
+            }
             match r.scanner.try_next() {
                 Ok(Some(found)) => self.take_in(found),
                 Ok(None) => return,
                 Err(()) => self.end_rebuild(),
             }
+            batches += 1;
         }
     }
 

@@ -5,9 +5,10 @@
 //! finds to the tier in batches over a channel, which the tier drains at
 //! its calls (`rebuilding.rs`) without waiting.
 //!
-//! - Files layout: a unit is a fan-out directory; its batch is its whole
-//!   blocks, oldest first (`rebuild.rs` checks each file exactly as
-//!   before: foreign entries, bad and temporary files).
+//! - Files layout: a unit is a fan-out directory; its batches are its
+//!   whole blocks, oldest first within each, the newest batch first
+//!   (`rebuild.rs` checks each file exactly as before: foreign entries,
+//!   bad and temporary files).
 //! - Segments layout: a unit is a run of [`RUN`] records, of those the
 //!   live map says may hold a block (`live.rs`); its batch is its blocks
 //!   and the records that hold none (free from then on).  Runs go from
@@ -39,6 +40,9 @@ use crate::key::Key;
 pub(super) const SCAN_THREADS: usize = 16;
 /// Records a segments unit spans.
 pub(super) const RUN: u32 = 4096;
+/// Most blocks a files batch holds (a fan-out directory of more is sent
+/// in several), so that taking one in is short.
+pub(super) const BATCH: usize = 4096;
 
 /// What the scan hands the tier.
 #[derive(Debug)]
@@ -103,8 +107,11 @@ impl Work {
                     report,
                     &gate.stop,
                 );
-                if !found.is_empty() {
-                    let _ = tx.send(Found::Files(found));
+                // In batches of at most BATCH blocks, newest first: the
+                // tier puts each batch below the ones before.
+                while !found.is_empty() {
+                    let batch = found.split_off(found.len().saturating_sub(BATCH));
+                    let _ = tx.send(Found::Files(batch));
                 }
             }
             Work::Segments {
