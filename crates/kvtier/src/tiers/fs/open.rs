@@ -11,13 +11,12 @@ use super::age::Ages;
 use super::cause::Cause;
 use super::file;
 use super::files::Files;
-use super::format::{Layout, file_len};
-use super::index::Index;
+use super::format::Layout;
 use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
-use super::rebuild::{self, RebuildReport};
-use super::rebuilding::Rebuilding;
-use super::scan::{RebuildHold, Scanner, Work};
+use super::rebuild::RebuildReport;
+use super::rebuilding;
+use super::scan::RebuildHold;
 use super::segments::Segments;
 use super::stats::FsStats;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
@@ -93,46 +92,23 @@ impl FsTier {
         let layout = Layout::new(root.clone());
         let ages = Ages::new(opts.max_age);
         let mut rebuild = RebuildReport::default();
-        let file_bytes = file_len(block_bytes);
-        let (index, work, segments) = match opts.layout {
-            FsLayout::Files => {
-                let root_fd = rebuild::open_and_tidy(&layout, &opts, &mut rebuild)?;
-                let fanouts = rebuild::list_fanouts(&layout, &root_fd)?;
-                let work = Work::Files {
-                    root: root_fd,
-                    fanouts,
-                    stale_temp_age: opts.stale_temp_age,
-                };
-                (Index::new(file_bytes), work, None)
-            }
+        let segments = match opts.layout {
+            FsLayout::Files => None,
             FsLayout::Segments => {
                 let (segments, report) = Segments::open(root, block_bytes, &opts, direct)?;
                 rebuild = report;
-                // The probe files of a process killed while opening.
-                if let Ok(c) = beneath::c_path(root)
-                    && let Ok(fd) = beneath::open_root(&c)
-                {
-                    rebuild::remove_dead_probes(&fd, opts.stale_temp_age, &mut rebuild);
-                }
-                // The records the live map says hold no block are free at
-                // once (lowest first); the scan reads the others.
-                let maybe_live = segments.live.snapshot();
-                let mut free = Vec::new();
-                let records = segments.records();
-                for r in (0..records).rev() {
-                    if maybe_live[r as usize / 64] & (1 << (r % 64)) == 0 {
-                        free.push(r);
-                    }
-                }
-                let mut index = Index::new(file_bytes);
-                index.add_free_records(&free);
-                let work = Work::Segments {
-                    geometry: segments.geometry(),
-                    maybe_live,
-                };
-                (index, work, Some(segments))
+                Some(segments)
             }
         };
+        // The one place the index comes from: the restart scan, started.
+        let (index, scan, hold) = rebuilding::start(
+            &layout,
+            &opts,
+            block_bytes,
+            segments.as_ref(),
+            &mut rebuild,
+            held,
+        )?;
         let (disk, direct): (Box<dyn OnDisk>, bool) = match segments {
             Some(segments) => {
                 let direct = segments.direct();
@@ -161,7 +137,6 @@ impl FsTier {
             opts.write_threads,
             Arc::clone(&counts),
         )?;
-        let (scanner, hold) = Scanner::start(work, block_bytes, held)?;
         let errors = Reporter::new(format!("fs tier {}", opts.root.display()), 0);
         let tier = FsTier {
             opts,
@@ -173,7 +148,7 @@ impl FsTier {
             events: Announcer::new(DEFAULT_TIER_EVENT_CAPACITY),
             counts,
             rebuild,
-            rebuild_state: Some(Box::new(Rebuilding::new(scanner))),
+            rebuild_state: Some(Box::new(scan)),
             outstanding: 0,
             closed: false,
             finished_buf: Vec::new(),

@@ -27,10 +27,13 @@
 
 use hashbrown::HashSet;
 
-use super::index::State;
+use super::format::{Layout, file_len};
+use super::index::{Index, State};
 use super::rebuild::{self, RebuildReport};
-use super::scan::{Found, Scanner};
-use super::{FsTier, Key, file};
+use super::scan::{Found, RebuildHold, Scanner, Work};
+use super::segments::Segments;
+use super::{FsOptions, FsTier, Key, beneath, file};
+use crate::error::Result;
 
 /// Most batches one call of the tier takes in (each of at most 4096
 /// blocks or records).
@@ -66,6 +69,57 @@ impl Rebuilding {
     fn was_dropped(&self, key: &Key) -> bool {
         self.dropped.iter().any(|p| key.as_bytes().starts_with(p))
     }
+}
+
+/// Starts rebuilding the index of the directory of `layout` (whose
+/// segments, in that layout, are `segments`) for blocks of `block_bytes`:
+/// the index before the scan has found anything (in the segments layout,
+/// with the records the live map leaves clear free), and the running
+/// scan (held until the hold is released, when `held`).  What opening
+/// removes (probe files of writers that are gone) is counted in `report`.
+/// The one way `open.rs` gets its index.
+pub(super) fn start(
+    layout: &Layout,
+    opts: &FsOptions,
+    block_bytes: usize,
+    segments: Option<&Segments>,
+    report: &mut RebuildReport,
+    held: bool,
+) -> Result<(Index, Rebuilding, Option<RebuildHold>)> {
+    let mut index = Index::new(file_len(block_bytes));
+    let work = match segments {
+        None => {
+            let root = rebuild::open_and_tidy(layout, opts, report)?;
+            let fanouts = rebuild::list_fanouts(layout, &root)?;
+            Work::Files {
+                root,
+                fanouts,
+                stale_temp_age: opts.stale_temp_age,
+            }
+        }
+        Some(segments) => {
+            // The probe files of a process killed while opening.
+            if let Ok(c) = beneath::c_path(layout.root())
+                && let Ok(fd) = beneath::open_root(&c)
+            {
+                rebuild::remove_dead_probes(&fd, opts.stale_temp_age, report);
+            }
+            // The records the live map leaves clear are free at once
+            // (lowest first); the scan reads the others.
+            let maybe_live = segments.live.snapshot();
+            let free: Vec<u32> = (0..segments.records())
+                .rev()
+                .filter(|&r| maybe_live[r as usize / 64] & (1 << (r % 64)) == 0)
+                .collect();
+            index.add_free_records(&free);
+            Work::Segments {
+                geometry: segments.geometry(),
+                maybe_live,
+            }
+        }
+    };
+    let (scanner, hold) = Scanner::start(work, block_bytes, held)?;
+    Ok((index, Rebuilding::new(scanner), hold))
 }
 
 fn digest(key: &Key) -> u64 {
@@ -238,7 +292,6 @@ impl FsTier {
 
 #[cfg(test)]
 mod tests {
-    use super::super::index::{Index, State};
     use super::*;
 
     fn k(i: u8) -> Key {

@@ -30,6 +30,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::beneath::Fd;
 use super::file::Scratch;
+use super::format::{HEADER_LEN, decode_header};
 use super::live::set_records;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Geometry;
@@ -129,7 +130,8 @@ impl Work {
                     return;
                 }
                 let mut found = (Vec::new(), Vec::new());
-                geometry.read_headers(
+                read_headers(
+                    geometry,
                     &records,
                     block_bytes,
                     scratch,
@@ -140,6 +142,51 @@ impl Work {
                 if !gate.stop.load(Ordering::Relaxed) {
                     let _ = tx.send(Found::Records(found.0, found.1));
                 }
+            }
+        }
+    }
+}
+
+/// Reads the header of each of `records` (ascending) of `geometry`: the
+/// whole blocks of `block_bytes` as (key, record) into `found.0`, the
+/// records that hold none (never written, damaged, another version or
+/// block size) into `found.1`, the damaged ones counted skipped in
+/// `report`.  Stops
+/// early (the rest unclassified) when `stop` says so.
+fn read_headers(
+    geometry: &Geometry,
+    records: &[u32],
+    block_bytes: usize,
+    scratch: &mut Scratch,
+    found: &mut (Vec<(Key, u32)>, Vec<u32>),
+    report: &mut RebuildReport,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    for &r in records {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let Some((fd, off)) = geometry.locate(r) else {
+            continue;
+        };
+        let page = scratch.page_mut();
+        // SAFETY: the page is HEADER_LEN writable, aligned bytes.
+        let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
+        if n != HEADER_LEN as isize {
+            // Unreadable now: left free (a store rewrites it whole).
+            found.1.push(r);
+            continue;
+        }
+        if page[..8] == [0; 8] {
+            // Never written.
+            found.1.push(r);
+            continue;
+        }
+        match decode_header(&page[..]) {
+            Ok(h) if h.data_len == block_bytes as u64 => found.0.push((h.key, r)),
+            _ => {
+                report.skipped += 1;
+                found.1.push(r);
             }
         }
     }

@@ -37,12 +37,10 @@ use std::path::Path;
 
 use super::beneath;
 use super::beneath::{Fd, errno};
-use super::file::Scratch;
-use super::format::{HEADER_LEN, decode_header, file_len};
+use super::format::{HEADER_LEN, file_len};
 use super::live::LiveMap;
 use super::rebuild::RebuildReport;
 use crate::error::{Error, Result};
-use crate::key::Key;
 
 /// Name of the directory, under the tier's root, holding the segments.
 pub(crate) const SEGMENTS_DIR: &str = "segments";
@@ -361,50 +359,6 @@ impl Geometry {
         let file = (record / self.per_segment) as usize;
         let off = (record % self.per_segment) as u64 * self.record_bytes;
         Some((self.files[file].0, off))
-    }
-
-    /// Reads the header of each of `records` (ascending): the whole blocks
-    /// of `block_bytes` as (key, record) into `blocks`, the records that
-    /// hold none (never written, damaged, another version or block size)
-    /// into `free`, the damaged ones counted skipped in `report`.  Stops
-    /// early (the rest unclassified) when `stop` says so.
-    pub(super) fn read_headers(
-        &self,
-        records: &[u32],
-        block_bytes: usize,
-        scratch: &mut Scratch,
-        found: &mut (Vec<(Key, u32)>, Vec<u32>),
-        report: &mut RebuildReport,
-        stop: &std::sync::atomic::AtomicBool,
-    ) {
-        for &r in records {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                return;
-            }
-            let Some((fd, off)) = self.locate(r) else {
-                continue;
-            };
-            let page = scratch.page_mut();
-            // SAFETY: the page is HEADER_LEN writable, aligned bytes.
-            let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
-            if n != HEADER_LEN as isize {
-                // Unreadable now: left free (a store rewrites it whole).
-                found.1.push(r);
-                continue;
-            }
-            if page[..8] == [0; 8] {
-                // Never written.
-                found.1.push(r);
-                continue;
-            }
-            match decode_header(&page[..]) {
-                Ok(h) if h.data_len == block_bytes as u64 => found.0.push((h.key, r)),
-                _ => {
-                    report.skipped += 1;
-                    found.1.push(r);
-                }
-            }
-        }
     }
 }
 
