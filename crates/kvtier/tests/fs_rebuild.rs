@@ -443,3 +443,15 @@ fn in_a_shared_directory_a_lookup_during_the_rebuild_finds_the_block_once() {
     assert_eq!(tier.bytes_used(), 4 * FILE);
     assert!(loads(&mut tier, &mem, 0));
 }
+
+#[test]
+fn a_new_directory_has_nothing_to_scan_and_is_ready_at_once() {
+    for layout in LAYOUTS {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = SlotMemory::anonymous(16, SLOT).unwrap();
+        let tier = FsTier::open(mem.clone(), opts(dir.path(), layout, 16)).unwrap();
+        assert!(!tier.rebuilding(), "{layout:?}");
+        assert_eq!(tier.readiness(), TierReadiness::Ready, "{layout:?}");
+        assert_eq!(stat(&tier, "rebuilding"), 0.0);
+    }
+}

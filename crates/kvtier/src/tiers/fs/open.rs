@@ -148,7 +148,7 @@ impl FsTier {
             events: Announcer::new(DEFAULT_TIER_EVENT_CAPACITY),
             counts,
             rebuild,
-            rebuild_state: Some(Box::new(scan)),
+            rebuild_state: scan.map(Box::new),
             outstanding: 0,
             closed: false,
             finished_buf: Vec::new(),

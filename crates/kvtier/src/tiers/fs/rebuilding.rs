@@ -75,9 +75,10 @@ impl Rebuilding {
 /// segments, in that layout, are `segments`) for blocks of `block_bytes`:
 /// the index before the scan has found anything (in the segments layout,
 /// with the records the live map leaves clear free), and the running
-/// scan (held until the hold is released, when `held`).  What opening
-/// removes (probe files of writers that are gone) is counted in `report`.
-/// The one way `open.rs` gets its index.
+/// scan (held until the hold is released, when `held`), or none when
+/// there is nothing to read (no fan-out directory, no record marked).
+/// What opening removes (probe files of writers that are gone) is
+/// counted in `report`.  The one way `open.rs` gets its index.
 pub(super) fn start(
     layout: &Layout,
     opts: &FsOptions,
@@ -85,7 +86,7 @@ pub(super) fn start(
     segments: Option<&Segments>,
     report: &mut RebuildReport,
     held: bool,
-) -> Result<(Index, Rebuilding, Option<RebuildHold>)> {
+) -> Result<(Index, Option<Rebuilding>, Option<RebuildHold>)> {
     let mut index = Index::new(file_len(block_bytes));
     let work = match segments {
         None => {
@@ -118,8 +119,11 @@ pub(super) fn start(
             }
         }
     };
+    if work.is_empty() && !held {
+        return Ok((index, None, None));
+    }
     let (scanner, hold) = Scanner::start(work, block_bytes, held)?;
-    Ok((index, Rebuilding::new(scanner), hold))
+    Ok((index, Some(Rebuilding::new(scanner)), hold))
 }
 
 fn digest(key: &Key) -> u64 {

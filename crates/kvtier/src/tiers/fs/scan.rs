@@ -74,6 +74,14 @@ pub(super) enum Work {
 }
 
 impl Work {
+    /// Whether there is nothing to read.
+    pub(super) fn is_empty(&self) -> bool {
+        match self {
+            Work::Files { fanouts, .. } => fanouts.is_empty(),
+            Work::Segments { maybe_live, .. } => maybe_live.iter().all(|&w| w == 0),
+        }
+    }
+
     /// Number of units.
     fn units(&self) -> usize {
         match self {
