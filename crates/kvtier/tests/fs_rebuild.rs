@@ -455,3 +455,35 @@ fn a_new_directory_has_nothing_to_scan_and_is_ready_at_once() {
         assert_eq!(stat(&tier, "rebuilding"), 0.0);
     }
 }
+
+#[test]
+fn damaged_records_found_by_the_parallel_segments_scan_are_left_free_as_before() {
+    // Two runs of records (read by two threads): 4,150 blocks fill
+    // records 0-4149, past the first run of 4,096.
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(16, SLOT).unwrap();
+    let o = opts(dir.path(), FsLayout::Segments, 4200);
+    let ids: Vec<u32> = (0..4150).collect();
+    filled(dir.path(), &mem, &o, &ids);
+    let seg = dir.path().join("segments").join(format!("{FILE}-0.kvs"));
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    use std::os::unix::fs::FileExt;
+    for r in [10u64, 4100] {
+        f.write_all_at(b"garbage!garbage!", r * FILE).unwrap();
+    }
+    drop(f);
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
+    let r = tier.rebuild_report();
+    assert_eq!((r.blocks, r.skipped), (4148, 2), "{r:?}");
+    assert_eq!(tier.bytes_used(), 4148 * FILE);
+    // Blocks were stored lowest record first: block i in record i.
+    assert!(!hit(&mut tier, 10) && !hit(&mut tier, 4100));
+    for i in [0, 4095, 4096, 4149] {
+        assert!(loads(&mut tier, &mem, i), "block {i}");
+    }
+    // The damaged records are free: 52 stores fit without evicting.
+    let new: Vec<u32> = (5000..5052).collect();
+    store_all(&mut tier, &mem, &new);
+    assert_eq!(stat(&tier, "evictions"), 0.0);
+    assert_eq!(tier.block_count(), 4200);
+}
