@@ -345,7 +345,7 @@ fn open_in_child(dir: &Path, layout: FsLayout, block: usize, blocks: u64, crash:
 // ---- one case -----------------------------------------------------------
 
 /// The files' pages dropped from the cache; the `mincore` check added to `c`.
-fn cold(dir: &Path, c: &mut Case) -> Vec<(PathBuf, u64)> {
+fn cold(dir: &Path, c: &mut Case) -> Vec<PathBuf> {
     let files = cold::list_files(dir);
     let failed = cold::drop_cache(&files);
     assert_eq!(failed, 0, "could not drop the cache of {failed} files");
@@ -356,28 +356,29 @@ fn cold(dir: &Path, c: &mut Case) -> Vec<(PathBuf, u64)> {
 }
 
 /// Where each block's header is, in this layout.
-fn headers(files: &[(PathBuf, u64)], layout: FsLayout, block: usize) -> cold::Headers {
+fn headers(files: &[PathBuf], layout: FsLayout, block: usize) -> cold::Headers {
     let ext = |p: &Path, e: &str| p.extension().is_some_and(|x| x == e);
+    let named = |e: &str| {
+        files
+            .iter()
+            .filter(|p| ext(p, e))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     match layout {
-        FsLayout::Files => cold::Headers::Files(
-            files
-                .iter()
-                .filter(|(p, _)| ext(p, "kvb"))
-                .map(|(p, _)| p.clone())
-                .collect(),
-        ),
+        FsLayout::Files => cold::Headers::Files(named("kvb")),
         FsLayout::Segments => {
             let record = file_len(block);
-            let segs: Vec<&(PathBuf, u64)> = files.iter().filter(|(p, _)| ext(p, "kvs")).collect();
+            let segs = named("kvs");
             let at = segs
                 .iter()
                 .enumerate()
-                .flat_map(|(f, (_, len))| (0..len / record).map(move |r| (f, r * record)))
+                .flat_map(|(f, p)| {
+                    let len = std::fs::metadata(p).expect("a segment file's size").len();
+                    (0..len / record).map(move |r| (f, r * record))
+                })
                 .collect();
-            cold::Headers::Records {
-                files: segs.into_iter().map(|(p, _)| p.clone()).collect(),
-                at,
-            }
+            cold::Headers::Records { files: segs, at }
         }
     }
 }
@@ -411,7 +412,8 @@ fn run_case(root: &Path, layout: FsLayout, block: usize, blocks: u64, rounds: us
         let (bytes, d) = cold::sequential_read(&files);
         c.seq_read_s.push(d.as_secs_f64());
         c.seq_read_bytes = bytes;
-        c.bytes_on_disk = files.iter().map(|(_, l)| l).sum();
+        // Every file, read whole.
+        c.bytes_on_disk = bytes;
         let h = headers(&files, layout, block);
         assert_eq!(h.len() as u64, blocks, "a header per block");
         cold(&dir, &mut c);

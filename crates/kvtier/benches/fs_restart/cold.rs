@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 /// A block's header: the first page of a block file or record.
 pub const HEADER_BYTES: usize = 4096;
 
-/// Every regular file under `root` (any depth), in path order, with its size.
-pub fn list_files(root: &Path) -> Vec<(PathBuf, u64)> {
+/// Every regular file under `root` (any depth), in path order.  The entry
+/// types come with the directory's listing: no file is opened or stat'ed.
+pub fn list_files(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(d) = dirs.pop() {
@@ -30,8 +31,7 @@ pub fn list_files(root: &Path) -> Vec<(PathBuf, u64)> {
             if t.is_dir() {
                 dirs.push(e.path());
             } else if t.is_file() {
-                let len = e.metadata().map_or(0, |m| m.len());
-                out.push((e.path(), len));
+                out.push(e.path());
             }
         }
     }
@@ -41,11 +41,11 @@ pub fn list_files(root: &Path) -> Vec<(PathBuf, u64)> {
 
 /// Writes everything back, then asks the kernel to drop the cached pages
 /// of every file.  The number of files it could not open or advise.
-pub fn drop_cache(files: &[(PathBuf, u64)]) -> usize {
+pub fn drop_cache(files: &[PathBuf]) -> usize {
     // SAFETY: no arguments.
     unsafe { libc::sync() };
     let mut failed = 0;
-    for (p, _) in files {
+    for p in files {
         match File::open(p) {
             Ok(f) => {
                 use std::os::fd::AsRawFd;
@@ -62,17 +62,17 @@ pub fn drop_cache(files: &[(PathBuf, u64)]) -> usize {
 
 /// Pages still cached, of those looked at, in up to `sample` files spread
 /// over `files` (every page of each).
-pub fn cached_pages(files: &[(PathBuf, u64)], sample: usize) -> (u64, u64) {
+pub fn cached_pages(files: &[PathBuf], sample: usize) -> (u64, u64) {
     let page = page_size();
     let step = (files.len() / sample.max(1)).max(1);
     let (mut cached, mut total) = (0u64, 0u64);
-    for (p, len) in files.iter().step_by(step).take(sample) {
-        if *len == 0 {
+    for p in files.iter().step_by(step).take(sample) {
+        let Ok(f) = File::open(p) else { continue };
+        let len = f.metadata().map_or(0, |m| m.len()) as usize;
+        if len == 0 {
             continue;
         }
-        let Ok(f) = File::open(p) else { continue };
         use std::os::fd::AsRawFd;
-        let len = *len as usize;
         // SAFETY: a read-only shared mapping of an open file's length.
         let addr = unsafe {
             libc::mmap(
@@ -108,11 +108,11 @@ fn page_size() -> usize {
 
 /// One thread reads every file front to back in 128 KiB reads (as `cat`
 /// does): the bytes read and the time.
-pub fn sequential_read(files: &[(PathBuf, u64)]) -> (u64, Duration) {
+pub fn sequential_read(files: &[PathBuf]) -> (u64, Duration) {
     let mut buf = vec![0u8; 128 << 10];
     let mut bytes = 0u64;
     let start = Instant::now();
-    for (p, _) in files {
+    for p in files {
         let mut f = File::open(p).expect("opening a file to read");
         loop {
             let n = f.read(&mut buf).expect("reading a file");
