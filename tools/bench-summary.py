@@ -229,8 +229,9 @@ def main(argv):
     header = ("benchmark", "case", "figure", "value")
     widths = [max(len(r[i]) for r in table + [header]) for i in range(4)]
     line = "  ".join("-" * w for w in widths)
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
-    print(line)
+    if table:
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+        print(line)
     previous = None
     for row in table:
         shown = list(row)
@@ -257,7 +258,8 @@ def main(argv):
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"bench-summary: {restart}: {e}", file=sys.stderr)
             return 1
-        print()
+        if table:
+            print()
         print("\n".join(lines))
     return 1 if bad else 0
 
