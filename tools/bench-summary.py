@@ -10,7 +10,9 @@ driver).  Nested objects and lists are flattened into one row per figure:
 (by its string fields and identifying numbers such as `blocks` or
 `block_bytes`).  Top-level strings (configuration) and lists of plain
 numbers (raw samples) get no row.  Replay results show their time and main counters; the files hold
-every counter.
+every counter.  The fs tier's restart benchmark (`fs_restart.json`) gets a
+table of its own instead, after the summary: each figure by block count, and the
+extrapolation to 10^8 blocks.
 """
 import json
 import os
@@ -100,6 +102,103 @@ def rows_of(obj, case, figure_prefix, out, top=False):
                 out.append((case, figure_prefix + key, value))
 
 
+# The restart table's rows: label, the median's field, the MB/s field.
+RESTART_FIGURES = [
+    ("filling it through the tier", "fill_s", None),
+    ("open returned (engine blocked)", "clean_open_s", None),
+    ("every block indexed, clean restart", "clean_rebuilt_s", None),
+    ("every block indexed, after a crash", "crash_rebuilt_s", None),
+    ("cat of the files, 1 thread", "seq_read_s", "seq_read_mbps"),
+    ("a header per block, 8 threads", "header_read_s", "header_read_mbps"),
+]
+
+
+def human_seconds(s):
+    """A duration as the restart benchmark prints it."""
+    if s < 1:
+        return f"{s:.2f} s"
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def count_label(n):
+    """10^k for powers of ten, else the number."""
+    p, m = 0, int(n)
+    while m >= 10 and m % 10 == 0:
+        m, p = m // 10, p + 1
+    return f"10^{p}" if m == 1 and p > 0 else str(n)
+
+
+def restart_table(obj):
+    """The fs tier restart benchmark's lines: for each layout and block
+    size, each figure by block count, then the linear extrapolation to the
+    largest size (labelled as such)."""
+    runs = obj.get("runs", [])
+    extrapolated = obj.get("extrapolated", [])
+    counts = sorted({r["blocks"] for r in runs})
+    kinds = []
+    for r in runs:
+        if (r["layout"], r["block_bytes"]) not in kinds:
+            kinds.append((r["layout"], r["block_bytes"]))
+    target = extrapolated[0]["blocks"] if extrapolated else None
+    head = ["layout", "block", "figure"] + [count_label(c) for c in counts]
+    if target:
+        head.append(f"{count_label(target)} (extrapolated)")
+    rows = []
+    for layout, block in kinds:
+        by_count = {r["blocks"]: r for r in runs if (r["layout"], r["block_bytes"]) == (layout, block)}
+        x = next((e for e in extrapolated if (e["layout"], e["block_bytes"]) == (layout, block)), None)
+        for label, field, rate in RESTART_FIGURES:
+            cells = []
+            for c in counts:
+                r = by_count.get(c)
+                if r is None:
+                    cells.append("-")
+                elif rate:
+                    cells.append(f"{human_seconds(r[field])} ({r[rate]:,.0f} MB/s)")
+                else:
+                    cells.append(human_seconds(r[field]))
+            if target:
+                cells.append(human_seconds(x[field]) if x and field in x else "-")
+            rows.append([layout, f"{block >> 10} KiB", label] + cells)
+        cells = []
+        for c in counts:
+            r = by_count.get(c)
+            b = r and r.get("index_bytes_per_block")
+            p = r and r.get("index_peak_bytes_per_block")
+            cells.append(f"{b:.0f} ({p:.0f} peak)" if b is not None and p is not None else "-")
+        if target:
+            gb = x.get("index_gb") if x else None
+            cells.append(f"{gb:.1f} GB" if gb is not None else "-")
+        rows.append([layout, f"{block >> 10} KiB", "heap bytes per block"] + cells)
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    cached = sum(r.get("cached_pages_after_drop", 0) for r in runs)
+    sampled = sum(r.get("sampled_pages", 0) for r in runs)
+    lines = [
+        f"fs tier restart, cold page cache, median of {obj.get('rounds', '?')} rounds"
+        f" ({obj.get('dir', '?')}); the last column is a linear extrapolation, not a measurement:",
+        "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(),
+        "  ".join("-" * w for w in widths),
+    ]
+    previous = None
+    for r in rows:
+        shown = list(r)
+        if previous and previous[:2] == r[:2]:
+            shown[0] = shown[1] = ""
+        cells = [shown[i].ljust(widths[i]) for i in range(3)]
+        cells += [shown[i].rjust(widths[i]) for i in range(3, len(r))]
+        lines.append("  ".join(cells).rstrip())
+        previous = r
+    note = " (the cache was NOT fully dropped)" if cached else ""
+    lines.append(f"page cache after each drop: {cached:,} of {sampled:,} sampled pages still cached{note}")
+    return lines
+
+
 def main(argv):
     directory = argv[1] if len(argv) > 1 else "build/bench"
     try:
@@ -113,6 +212,8 @@ def main(argv):
     table = []
     bad = 0
     for name in names:
+        if name == "fs_restart.json":
+            continue  # a table of its own, below
         path = os.path.join(directory, name)
         try:
             with open(path) as f:
@@ -128,8 +229,9 @@ def main(argv):
     header = ("benchmark", "case", "figure", "value")
     widths = [max(len(r[i]) for r in table + [header]) for i in range(4)]
     line = "  ".join("-" * w for w in widths)
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
-    print(line)
+    if table:
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
+        print(line)
     previous = None
     for row in table:
         shown = list(row)
@@ -148,6 +250,17 @@ def main(argv):
             ).rstrip()
         )
         previous = row
+    restart = os.path.join(directory, "fs_restart.json")
+    if os.path.exists(restart):
+        try:
+            with open(restart) as f:
+                lines = restart_table(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bench-summary: {restart}: {e}", file=sys.stderr)
+            return 1
+        if table:
+            print()
+        print("\n".join(lines))
     return 1 if bad else 0
 
 
