@@ -231,9 +231,14 @@ impl PrimaryTier {
         if record.hints.covers(n) {
             let hints = &record.hints;
             let hint_at = |j: usize| hints.slot_hint(n - 1 - j);
-            request_links_first(&*policy, n, hint_at);
+            let read_ahead = slots.read_ahead;
+            if read_ahead {
+                request_links_first(&*policy, n, hint_at);
+            }
             for j in 0..n {
-                request_links_at(&*policy, j, n, hint_at);
+                if read_ahead {
+                    request_links_at(&*policy, j, n, hint_at);
+                }
                 let (k, hint) = (at(j), hint_at(j));
                 if slots.holds(hint, k) {
                     policy.touch(slots, hint);

@@ -401,7 +401,8 @@ impl PrimaryTier {
 
 /// Commits the accesses `seq` yields (tail first) of a finishing
 /// request: each key is looked for first in the slot it had when
-/// recorded; that slot's record and policy lines are requested ahead (as
+/// recorded; on a table that reads ahead, that slot's record and policy
+/// lines are requested ahead (as
 /// [`request_links_first`] and [`request_links_at`] do, by position).
 /// Iterators that walk ahead of the commit, rather than indexing, spare
 /// the bounds checks of every look ahead.
@@ -411,6 +412,12 @@ fn commit_accesses<'a>(
     policy: &mut impl Policy,
     seq: impl Iterator<Item = &'a Access> + Clone,
 ) {
+    if !slots.read_ahead {
+        for a in seq {
+            commit_access(slots, &mut *policy, a);
+        }
+        return;
+    }
     for a in seq.clone().take(LINKS_AHEAD) {
         slots.prefetch_slot(a.slot, a.key.len());
     }
@@ -430,14 +437,21 @@ fn commit_accesses<'a>(
         if let Some(b) = near.next() {
             policy.prefetch_neighbours(b.slot);
         }
-        let s = if slots.holds(a.slot, &a.key) {
-            a.slot
-        } else {
-            slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
-        };
-        if s != NIL {
-            policy.commit(slots, s, a.reused, a.inserted);
-        }
+        commit_access(slots, &mut *policy, a);
+    }
+}
+
+/// Commits access `a`: its key, looked for first in the slot it had when
+/// recorded, gets its access if still resident.
+#[inline(always)]
+fn commit_access(slots: &Slots, policy: &mut impl Policy, a: &Access) {
+    let s = if slots.holds(a.slot, &a.key) {
+        a.slot
+    } else {
+        slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
+    };
+    if s != NIL {
+        policy.commit(slots, s, a.reused, a.inserted);
     }
 }
 

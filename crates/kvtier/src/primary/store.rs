@@ -175,7 +175,9 @@ impl PrimaryTier {
                 }
                 None => {
                     // Asked below (ARC: whether it is a ghost).
-                    self.policy.prefetch_history(h);
+                    if self.slots.read_ahead {
+                        self.policy.prefetch_history(h);
+                    }
                     scratch.push((h, ABSENT, NIL));
                     let seen = if use_table {
                         self.scratch_dedup
@@ -360,10 +362,13 @@ impl PrimaryTier {
             // Every victim's index line and policy lines load together.
             let mut hashes = std::mem::take(&mut self.scratch_hashes);
             hashes.clear();
+            let read_ahead = self.slots.read_ahead;
             for &slot in &victims {
                 let h = self.slots.hash(self.slots.key(slot));
-                self.slots.index.prefetch(h);
-                self.policy.prefetch_eviction(slot, h);
+                if read_ahead {
+                    self.slots.index.prefetch(h);
+                    self.policy.prefetch_eviction(slot, h);
+                }
                 hashes.push(h);
             }
             for (&slot, &h) in victims.iter().zip(&hashes) {
