@@ -65,6 +65,7 @@
 //! commits it at its finish; `diagnostics.rs` the views for tests and
 //! benchmarks.
 
+mod access_index;
 mod admission;
 mod allocation_sizes;
 mod any_policy;

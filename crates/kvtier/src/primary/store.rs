@@ -289,14 +289,13 @@ impl PrimaryTier {
         let mut raises = std::mem::take(&mut self.scratch_raises);
         raises.clear();
         if let Some(record) = self.requests.get_mut(&req) {
-            let hasher = &self.slots.hasher;
             let positioned = !record.positions.is_empty();
             let mut any_new = false;
             for (pos, &(h, kind, s)) in scratch.iter().enumerate() {
                 let key = at(pos);
                 match kind {
                     FOUND_READY => {
-                        let (_, new) = record.record(hasher, key, h, s, true);
+                        let (_, new) = record.record(key, h, s, true);
                         any_new |= new;
                         if new && positioned {
                             if let Some(p) = record.positions.get(key, h) {
@@ -305,7 +304,7 @@ impl PrimaryTier {
                         }
                     }
                     STORED | STORED_GHOST => {
-                        let (i, new) = record.record(hasher, key, h, NIL, false);
+                        let (i, new) = record.record(key, h, NIL, false);
                         any_new |= new;
                         stored_at.push(i);
                     }
