@@ -89,7 +89,7 @@ impl RequestRecord {
     /// reused.  Returns the entry's index and whether it is new.  O(1);
     /// allocates only when the request's distinct keys outgrow the
     /// record's buffers (which are reused by later requests).
-    #[inline]
+    #[inline(always)]
     pub(super) fn record(
         &mut self,
         key: &(impl KeyBytes + ?Sized),
