@@ -44,7 +44,12 @@ impl CRequest {
     /// allocates only when longer than any before it).
     pub(super) fn fill(&mut self, info: &Request) {
         self.id.clear();
-        self.id.extend(info.name.bytes().filter(|&b| b != 0));
+        let name = info.name.as_bytes();
+        if name.contains(&0) {
+            self.id.extend(name.iter().filter(|&&b| b != 0));
+        } else {
+            self.id.extend_from_slice(name);
+        }
         self.id.push(0);
         self.strings.clear();
         for (k, v) in &info.params {
