@@ -219,8 +219,11 @@ mod tests {
         })
     }
 
+    /// A request's name, its parameters and its user data, as C sees them.
+    type Shown = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, usize);
+
     /// The name and parameters `view` shows C.
-    fn shown(view: &CRequest) -> (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, usize) {
+    fn shown(view: &CRequest) -> Shown {
         let c = &view.c;
         let name = unsafe { std::ffi::CStr::from_ptr(c.id) }
             .to_bytes()
