@@ -3,6 +3,7 @@
  *
  *   kvtier-replay --workload FILE --blocks N [--policy lru|arc] [--batch B]
  *                 [--tiers none|mem] [--repeat K] [--hit-pending] [--positions]
+ *                 [--max-calls C]
  *
  * It moves no KV bytes: transfers "finish" when the driver says so.  Every
  * step follows the benchmark rules exactly (requests in file order, B per
@@ -36,6 +37,11 @@
  * `--hit-pending` makes a lookup that starts a promotion answer HIT_PENDING
  * instead of RETRY.  `--repeat K` runs the replay K times, each on a fresh
  * manager, checks that the counters agree, and reports the median time.
+ * `--max-calls C` starts no batch once C manager calls were made (the
+ * batch under way finishes, then the trailing steps): runs over tables of
+ * different sizes, whose hits and misses make different numbers of calls
+ * for the same workload, then time the same number of calls (at most one
+ * batch's more), the same leading requests' worth for each.
  * `--positions` gives every request's keys token positions right after its
  * request_begin, before its first other call: block i (0-based) ends at
  * token 16 * (i + 1) (kvtier_manager_set_positions).  That call is not
@@ -161,6 +167,7 @@ typedef struct {
     bool hit_pending;
     bool positions;
     unsigned repeat;
+    uint64_t max_calls; /* 0: no bound */
 } options;
 
 static void die_status(const char *what, kvtier_status st) {
@@ -267,6 +274,7 @@ static counters replay_once(const options *o, const workload *wl) {
 
     double start = now_s();
     for (size_t first = 0; first < wl->n_requests; first += o->batch) {
+        if (o->max_calls && c.manager_calls >= o->max_calls) break;
         size_t n = wl->n_requests - first < o->batch ? wl->n_requests - first : o->batch;
         c.steps++;
         /* 1. start the batch's requests */
@@ -387,6 +395,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kvtier-replay --workload FILE --blocks N [--policy lru|arc] [--batch B]\n"
             "                     [--tiers none|mem] [--repeat K] [--hit-pending] [--positions]\n"
+            "                     [--max-calls C]\n"
             "Replays a workload (kvtier-workload's format) through the tiering manager and\n"
             "prints one JSON object of counters and time.\n"
             "  --blocks N      primary-tier capacity in blocks\n"
@@ -395,7 +404,8 @@ static void usage(FILE *f) {
             "  --tiers T       none (default), or mem: one unbounded in-memory C tier\n"
             "  --repeat K      run K times on fresh managers, report the median time\n"
             "  --hit-pending   a lookup that starts a promotion answers HIT_PENDING, not RETRY\n"
-            "  --positions     give each request's block i the token position 16 * (i + 1)\n");
+            "  --positions     give each request's block i the token position 16 * (i + 1)\n"
+            "  --max-calls C   start no batch once C manager calls were made\n");
 }
 
 static unsigned long long parse_count(const char *flag, const char *v, unsigned long long max) {
@@ -463,6 +473,8 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(a, "--repeat") == 0) {
             o.repeat = (unsigned)parse_count(a, v, 1000);
+        } else if (strcmp(a, "--max-calls") == 0) {
+            o.max_calls = (uint64_t)parse_count(a, v, 0xffffffffffffffffull);
         } else {
             fprintf(stderr, "kvtier-replay: unknown flag %s\n", a);
             usage(stderr);

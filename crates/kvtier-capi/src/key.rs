@@ -32,10 +32,39 @@ pub(crate) unsafe fn read_views<'a>(
     out.clear();
     let raw = unsafe { in_slice(keys, n, "keys") }?;
     kvtier_core::fallible::reserve(out, raw.len(), "the keys of a batch")?;
-    for (index, k) in raw.iter().enumerate() {
-        out.push(unsafe { key_ref(k, index) }?);
+    // One pass checks each key and writes its view into the reserved room;
+    // a bad key stops it, and is named by the checks of `key_ref`.
+    let room = out.spare_capacity_mut()[..raw.len()].iter_mut();
+    for (index, (v, k)) in room.zip(raw).enumerate() {
+        v.write(if plausible(k) {
+            unsafe { checked_ref(k) }
+        } else {
+            unsafe { key_ref(k, index) }?
+        });
     }
+    // SAFETY: the first `raw.len()` entries were written above.
+    unsafe { out.set_len(raw.len()) };
     Ok(())
+}
+
+/// Whether `key` passes [`key_ref`]'s checks: length 1..=64, data not null.
+#[inline(always)]
+fn plausible(key: &kvtier_key) -> bool {
+    (key.len.wrapping_sub(1) < kvtier_core::key::MAX_KEY_LEN) & !key.data.is_null()
+}
+
+/// `key` read in place, its checks known to pass ([`plausible`]).
+///
+/// # Safety
+/// `plausible(key)`, and `key.data` valid for reads of `key.len` bytes for `'a`.
+#[inline(always)]
+unsafe fn checked_ref<'a>(key: &kvtier_key) -> KeyRef<'a> {
+    match KeyRef::new(unsafe { std::slice::from_raw_parts(key.data, key.len) }) {
+        Ok(k) => k,
+        // SAFETY: the length was checked (`plausible`), the one thing
+        // `KeyRef::new` checks.
+        Err(_) => unsafe { std::hint::unreachable_unchecked() },
+    }
 }
 
 thread_local! {
@@ -178,6 +207,36 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    #[test]
+    fn the_one_pass_check_accepts_exactly_the_keys_key_ref_accepts() {
+        let bytes = [7u8; 66];
+        for len in [0, 1, 2, 63, 64, 65, usize::MAX] {
+            for data in [std::ptr::null(), bytes.as_ptr()] {
+                let k = kvtier_key { data, len };
+                let ok = unsafe { key_ref(&k, 0) }.is_ok();
+                assert_eq!(plausible(&k), ok, "{len} bytes at {data:?}");
+            }
+        }
+        // A batch with one bad key among good ones names it, and leaves
+        // the views empty.
+        let good = kvtier_key {
+            data: bytes.as_ptr(),
+            len: 3,
+        };
+        let bad = kvtier_key {
+            data: std::ptr::null(),
+            len: 3,
+        };
+        let mut views = Vec::new();
+        for at in 0..4 {
+            let mut batch = [good; 4];
+            batch[at] = bad;
+            let r = unsafe { read_views(batch.as_ptr(), 4, &mut views) };
+            assert!(matches!(r, Err(Failure::Null("keys[].data"))), "{at}");
+            assert!(views.is_empty());
+        }
     }
 
     #[test]

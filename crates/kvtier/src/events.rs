@@ -112,7 +112,12 @@ impl Announcer {
     /// Moves up to `max` events, oldest first, to `out`; returns how many.
     pub(crate) fn take(&mut self, max: usize, out: &mut Vec<Event>) -> usize {
         let n = max.min(self.events.len());
-        out.extend(self.events.drain(..n));
+        // Copied as the queue's two slices, not event by event.
+        let (front, back) = self.events.as_slices();
+        let first = n.min(front.len());
+        out.extend_from_slice(&front[..first]);
+        out.extend_from_slice(&back[..n - first]);
+        self.events.drain(..n);
         n
     }
 
@@ -174,6 +179,37 @@ mod tests {
         assert!(!off.stored(key(1)));
         off.cleared();
         assert_eq!((off.len(), off.dropped()), (0, 0));
+    }
+
+    #[test]
+    fn takes_hand_out_events_oldest_first_across_the_queue_wrapping() {
+        // Pushes and takes interleaved so the queue's ring wraps: every
+        // take hands out the oldest events, in order, whatever its slices.
+        let mut q = Announcer::preallocated(5);
+        let (mut next, mut expected) = (0u8, 0u8);
+        let mut out = Vec::new();
+        for round in 0..20 {
+            while q.len() < 5 {
+                assert!(q.stored(key(next)));
+                next += 1;
+            }
+            out.clear();
+            let n = q.take(1 + round % 4, &mut out);
+            assert_eq!(n, out.len());
+            for e in &out {
+                assert_eq!(e.key, Some(key(expected)), "round {round}");
+                expected += 1;
+            }
+        }
+        while q.len() < 5 {
+            assert!(q.stored(key(next)));
+            next += 1;
+        }
+        out.clear();
+        assert_eq!(q.take(usize::MAX, &mut out), 5);
+        assert_eq!(out[0].key, Some(key(expected)));
+        assert_eq!(out.last().and_then(|e| e.key), Some(key(next - 1)));
+        assert_eq!(q.len(), 0);
     }
 
     #[test]

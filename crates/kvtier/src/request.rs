@@ -149,6 +149,12 @@ impl RequestNames {
         }
     }
 
+    /// The id of active request `name`, if any (no error made).
+    #[inline]
+    pub(crate) fn id_of(&self, name: &str) -> Option<RequestId> {
+        self.ids.get(name).copied()
+    }
+
     /// The id of active request `name`.
     pub(crate) fn get(&self, name: &str) -> crate::Result<RequestId> {
         self.ids.get(name).copied().ok_or_else(|| {

@@ -41,6 +41,9 @@ pub(crate) struct CTier {
     /// Set once registration succeeded: only then does drop call `destroy`.
     armed: Arc<AtomicBool>,
     requests: hashbrown::HashMap<usize, CRequest, foldhash::fast::RandomState>,
+    /// Views of finished requests, for the next ones (at most
+    /// [`SPARE_REQUESTS`]).
+    spare_requests: Vec<CRequest>,
     keys: Vec<kvtier_key>,
     results: Vec<kvtier_job_result>,
     failed_submits: Vec<JobResult>,
@@ -62,6 +65,9 @@ pub(crate) struct CTier {
 unsafe impl Send for CTier {}
 
 const RESULT_BATCH: usize = 64;
+
+/// Most views of finished requests a C tier keeps for reuse.
+const SPARE_REQUESTS: usize = 64;
 
 /// Most errors a C tier keeps between two `take_errors` calls (the
 /// `callback_errors` counter keeps the total).
@@ -108,6 +114,7 @@ impl CTier {
             name,
             armed,
             requests: Default::default(),
+            spare_requests: Vec::new(),
             keys: Vec::new(),
             results: Vec::with_capacity(RESULT_BATCH),
             failed_submits: Vec::new(),
@@ -175,10 +182,12 @@ impl CTier {
     /// The C view of `info`, made once per request.
     fn request(&mut self, info: &Request) -> *const kvtier_request {
         let id = Arc::as_ptr(info) as usize;
-        let entry = self
-            .requests
-            .entry(id)
-            .or_insert_with(|| CRequest::new(info));
+        let spare = &mut self.spare_requests;
+        let entry = self.requests.entry(id).or_insert_with(|| {
+            let mut view = spare.pop().unwrap_or_default();
+            view.fill(info);
+            view
+        });
         debug_assert_eq!(entry.c.params, entry.params.as_ptr());
         &entry.c
     }
@@ -385,7 +394,11 @@ impl SecondaryTier for CTier {
             let rc = unsafe { f(self.vt.user_data, req) };
             self.ok("on_request_finished", rc);
         }
-        self.requests.remove(&(Arc::as_ptr(request) as usize));
+        if let Some(view) = self.requests.remove(&(Arc::as_ptr(request) as usize))
+            && self.spare_requests.len() < SPARE_REQUESTS
+        {
+            self.spare_requests.push(view);
+        }
     }
 
     fn on_schedule_end(&mut self) {

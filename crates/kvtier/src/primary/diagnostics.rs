@@ -9,6 +9,13 @@ use super::slots::{self, PARKED, RESIDENT};
 use crate::key::Key;
 
 impl PrimaryTier {
+    /// Makes batch loops read ahead, or not, whatever the capacity (tests
+    /// compare both paths on small tiers).
+    #[cfg(test)]
+    pub(crate) fn set_read_ahead(&mut self, on: bool) {
+        self.slots.read_ahead = on;
+    }
+
     /// Bytes of metadata per slot, excluding key bytes: slot arrays, key
     /// index, free list at its largest, and the policy's lists (and ARC's
     /// ghost lists and index as they are now).

@@ -86,11 +86,12 @@ impl Hints {
     ) {
         debug_assert!(n <= self.found.len());
         let current = self.version == slots.version;
-        for j in 0..n.min(RECORD_AHEAD) {
+        let ahead = if slots.read_ahead { RECORD_AHEAD } else { 0 };
+        for j in 0..n.min(ahead) {
             slots.prefetch_slot(self.slot_hint(j), key(j).key_bytes().len());
         }
         for j in 0..n {
-            if j + RECORD_AHEAD < n {
+            if j + ahead < n && ahead != 0 {
                 let k = key(j + RECORD_AHEAD);
                 slots.prefetch_slot(self.slot_hint(j + RECORD_AHEAD), k.key_bytes().len());
             }

@@ -180,7 +180,6 @@ impl PrimaryTier {
         self.check_group_keys(n, &key)?;
         self.pin(Some(req), n, &key, slots_out)?;
         self.counters.loads += n as u64;
-        let hasher = &self.slots.hasher;
         let record = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
         let hashes = &self.scratch_hashes;
         let mut raises = std::mem::take(&mut self.scratch_raises);
@@ -188,7 +187,7 @@ impl PrimaryTier {
         let positioned = !record.positions.is_empty();
         let mut any_new = false;
         for (i, (&slot, &h)) in slots_out.iter().zip(hashes).enumerate() {
-            let (at, new) = record.record(hasher, key(i), h, slot, true);
+            let (at, new) = record.record(key(i), h, slot, true);
             record.add_pin(at);
             any_new |= new;
             if new && positioned {
@@ -231,9 +230,14 @@ impl PrimaryTier {
         if record.hints.covers(n) {
             let hints = &record.hints;
             let hint_at = |j: usize| hints.slot_hint(n - 1 - j);
-            request_links_first(&*policy, n, hint_at);
+            let read_ahead = slots.read_ahead;
+            if read_ahead {
+                request_links_first(&*policy, n, hint_at);
+            }
             for j in 0..n {
-                request_links_at(&*policy, j, n, hint_at);
+                if read_ahead {
+                    request_links_at(&*policy, j, n, hint_at);
+                }
                 let (k, hint) = (at(j), hint_at(j));
                 if slots.holds(hint, k) {
                     policy.touch(slots, hint);

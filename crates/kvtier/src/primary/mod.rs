@@ -20,11 +20,13 @@
 //! over parked keys only, which are in flight).  A refusal for lack of idle
 //! keys is decided from counts, without looking at the lists.  Per-slot
 //! state lives in one record per slot, indexed by slot id (`slots.rs`);
-//! batch calls read ahead as they go (`Lookahead` there, `ReorderAhead`
-//! in `reorder.rs`, and for lookups, pins and unpins, which resolve every key
-//! before they change anything, the leaner `TagIndex::find_each` in
-//! `index.rs`), so on tables beyond the CPU caches the memory misses of a
-//! call overlap; a request's lookup leaves hints (`hints.rs`): where its
+//! batch calls on tables beyond the CPU caches (2^16 slots and more,
+//! decided at creation: `prefetch.rs`) read ahead as they go (`Lookahead`
+//! there, `ReorderAhead` in `reorder.rs`, and for lookups, pins and unpins,
+//! which resolve every key before they change anything, the leaner
+//! `TagIndex::find_each` in `index.rs`), so the memory misses of a call
+//! overlap; smaller tables resolve each key in turn, sparing the
+//! read-ahead's instructions; a request's lookup leaves hints (`hints.rs`): where its
 //! hits are, which its next pin, touch and unpin of the same keys check
 //! before probing the index; the read-ahead hints themselves are in
 //! `prefetch.rs`.  Policies (the `Policy` trait in `policy.rs`,
@@ -33,7 +35,10 @@
 //! (`lists.rs`; their recency lists in `lists/order.rs`).  A request records each
 //! key it stores or loads once, at its first presentation and, for a
 //! store, before the eviction (so a refused store records its keys too);
-//! records reuse their buffers, so the hot path allocates nothing per key.
+//! records reuse their buffers, so the hot path allocates nothing per key
+//! (a record finds a key it has through a flat table of positions stamped
+//! with the record's generation, `access_index.rs`, emptied in O(1) for
+//! the next request).
 //! [0.33] A record counts the pins its loads hold, per key; a request that
 //! finishes with some still held (an aborted request whose load is in
 //! flight) keeps its record, for `complete_load` of those pins alone,
@@ -65,6 +70,7 @@
 //! commits it at its finish; `diagnostics.rs` the views for tests and
 //! benchmarks.
 
+mod access_index;
 mod admission;
 mod allocation_sizes;
 mod any_policy;

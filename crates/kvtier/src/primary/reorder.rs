@@ -75,6 +75,9 @@ impl ReorderAhead {
             found: [(0, NIL); LINKS_AHEAD],
             len,
         };
+        if !slots.read_ahead {
+            return r;
+        }
         for j in 0..len.min(LINKS_AHEAD) {
             r.found[j] = r.ahead.find(slots, j, key);
         }
@@ -92,6 +95,9 @@ impl ReorderAhead {
         j: usize,
         key: impl Fn(usize) -> &'k K + Copy,
     ) -> (u64, u32) {
+        if !slots.read_ahead {
+            return self.ahead.find(slots, j, key);
+        }
         let here = self.found[j % LINKS_AHEAD];
         if j + LINKS_AHEAD < self.len {
             self.found[j % LINKS_AHEAD] = self.ahead.find(slots, j + LINKS_AHEAD, key);

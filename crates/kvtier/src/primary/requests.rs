@@ -9,8 +9,7 @@
 
 use super::slots::key_hash;
 
-use foldhash::fast::RandomState;
-
+use super::access_index::AccessIndex;
 use super::hints::Hints;
 use super::lists::NIL;
 use super::policy::Policy;
@@ -29,10 +28,11 @@ use crate::request::RequestId;
 pub(super) struct RequestRecord {
     /// Distinct keys stored or loaded, in first-presentation order.
     pub(super) accesses: Vec<Access>,
-    /// Positions in `accesses`, hashed over the key bytes: each key is
-    /// recorded once, so the log is bounded by the request's distinct keys
-    /// however often it presents them.
-    pub(super) seen: hashbrown::HashTable<u32>,
+    /// Positions in `accesses`, by key hash: each key is recorded once,
+    /// so the log is bounded by the request's distinct keys however often
+    /// it presents them.  Emptied in O(1) for the next request that reuses
+    /// the record (`access_index.rs`).
+    pub(super) seen: AccessIndex,
     /// Store candidates this request offered (the policy learns from each
     /// once per request: ARC's store-miss adaptation).
     pub(super) adapted: Vec<Key>,
@@ -53,7 +53,7 @@ impl Default for RequestRecord {
     fn default() -> Self {
         RequestRecord {
             accesses: Vec::new(),
-            seen: hashbrown::HashTable::new(),
+            seen: AccessIndex::default(),
             adapted: Vec::new(),
             positions: positions::Positions::default(),
             rank: NIL,
@@ -67,6 +67,8 @@ impl Default for RequestRecord {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Access {
     pub(super) key: Key,
+    /// The key's hash (the tier's hasher).
+    pub(super) h: u64,
     /// The slot the key had at its latest presentation: where the commit
     /// looks first (checked there, as the key may have left since).
     pub(super) slot: u32,
@@ -81,16 +83,15 @@ pub(super) struct Access {
 }
 
 impl RequestRecord {
-    /// Records one access of `key` (hash `h` under `hasher`, now in `slot`):
+    /// Records one access of `key` (hash `h` under the tier's hasher, now in `slot`):
     /// appended at its first presentation, else its slot updated and, if
     /// `reused` and the request did not insert the key itself, marked
     /// reused.  Returns the entry's index and whether it is new.  O(1);
     /// allocates only when the request's distinct keys outgrow the
     /// record's buffers (which are reused by later requests).
-    #[inline]
+    #[inline(always)]
     pub(super) fn record(
         &mut self,
-        hasher: &RandomState,
         key: &(impl KeyBytes + ?Sized),
         h: u64,
         slot: u32,
@@ -100,23 +101,21 @@ impl RequestRecord {
         // reserved room for the call's keys: the probe never grows the
         // table.)
         let accesses = &mut self.accesses;
-        let entry = self.seen.entry(
-            h,
-            |&i| slots::same_key(&accesses[i as usize].key, key),
-            |&j| key_hash(hasher, accesses[j as usize].key.as_bytes()),
-        );
-        match entry {
-            hashbrown::hash_table::Entry::Occupied(e) => {
-                let i = *e.get();
+        match self
+            .seen
+            .find_or_place(h, |i| same_access(&accesses[i as usize], key, h))
+        {
+            Ok(i) => {
                 let a = &mut accesses[i as usize];
                 a.reused |= reused && !a.inserted;
                 a.slot = slot;
                 (i, false)
             }
-            hashbrown::hash_table::Entry::Vacant(e) => {
+            Err(at) => {
                 let i = accesses.len() as u32;
                 accesses.push(Access {
                     key: key.keep_value(),
+                    h,
                     slot,
                     reused,
                     inserted: false,
@@ -125,7 +124,7 @@ impl RequestRecord {
                 if let Some(a) = accesses.last_mut() {
                     key.keep_finish(&mut a.key);
                 }
-                e.insert(i);
+                self.seen.put(at, i);
                 (i, true)
             }
         }
@@ -145,9 +144,9 @@ impl RequestRecord {
         let accesses = &mut self.accesses;
         match self
             .seen
-            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+            .find(h, |i| same_access(&accesses[i as usize], key, h))
         {
-            Some(&i) if accesses[i as usize].pins > 0 => {
+            Some(i) if accesses[i as usize].pins > 0 => {
                 accesses[i as usize].pins -= 1;
                 self.pins -= 1;
                 true
@@ -174,10 +173,12 @@ impl RequestRecord {
         let accesses = &mut self.accesses;
         let found = match accesses.get(*next) {
             Some(a) if slots::same_key(&a.key, key) => Some(*next),
-            _ => self
-                .seen
-                .find(hash(), |&i| slots::same_key(&accesses[i as usize].key, key))
-                .map(|&i| i as usize),
+            _ => {
+                let h = hash();
+                self.seen
+                    .find(h, |i| same_access(&accesses[i as usize], key, h))
+                    .map(|i| i as usize)
+            }
         };
         let i = found?;
         *next = i + 1;
@@ -206,9 +207,9 @@ impl RequestRecord {
     #[inline]
     pub(super) fn restore_pin(&mut self, key: &(impl KeyBytes + ?Sized), h: u64) {
         let accesses = &mut self.accesses;
-        if let Some(&i) = self
+        if let Some(i) = self
             .seen
-            .find(h, |&i| slots::same_key(&accesses[i as usize].key, key))
+            .find(h, |i| same_access(&accesses[i as usize], key, h))
         {
             accesses[i as usize].pins += 1;
             self.pins += 1;
@@ -216,17 +217,14 @@ impl RequestRecord {
     }
 
     /// Forgets every access, keeping buffers of a usual request's size
-    /// (clearing a table costs its size: one huge request must not make
-    /// every later finish slow), and the rank handle (the policy gave the
-    /// rank back or forgot it).  Positions stay (see [`RequestRecord::clear`]).
+    /// (one huge request must not make every later one carry its
+    /// buffers), and the rank handle (the policy gave the rank back or
+    /// forgot it).  Positions stay (see [`RequestRecord::clear`]).
     pub(super) fn forget_accesses(&mut self) {
         const KEEP: usize = 4096;
         self.accesses.clear();
         self.accesses.shrink_to(KEEP);
         self.seen.clear();
-        if self.seen.capacity() > KEEP {
-            self.seen = hashbrown::HashTable::with_capacity(KEEP);
-        }
         self.adapted.clear();
         self.rank = NIL;
         self.hints.clear();
@@ -238,6 +236,12 @@ impl RequestRecord {
         self.forget_accesses();
         self.positions.clear();
     }
+}
+
+/// Whether access `a` is of `key` (hash `h`): hashes first, then bytes.
+#[inline(always)]
+fn same_access(a: &Access, key: &(impl KeyBytes + ?Sized), h: u64) -> bool {
+    a.h == h && slots::same_key(&a.key, key)
 }
 
 impl PrimaryTier {
@@ -310,18 +314,13 @@ impl PrimaryTier {
     /// Makes room, fallibly, in request `req`'s record for `n` more keys;
     /// an unknown request is an error.
     pub(super) fn reserve_record(&mut self, req: RequestId, n: usize) -> Result<()> {
-        let hasher = &self.slots.hasher;
         let arc = self.config.policy == PolicyKind::Arc;
         let r = self.requests.get_mut(&req).ok_or_else(|| unknown(req))?;
         let what = "the request's record of its keys";
         fallible::reserve(&mut r.accesses, n, what)?;
         let accesses = &r.accesses;
-        fallible::reserve_table(
-            &mut r.seen,
-            n,
-            |&i| key_hash(hasher, accesses[i as usize].key.as_bytes()),
-            what,
-        )?;
+        let total = accesses.len().saturating_add(n);
+        r.seen.reserve(total, |i| accesses[i as usize].h, what)?;
         if arc {
             fallible::reserve(&mut r.adapted, n, what)?;
         }
@@ -401,7 +400,8 @@ impl PrimaryTier {
 
 /// Commits the accesses `seq` yields (tail first) of a finishing
 /// request: each key is looked for first in the slot it had when
-/// recorded; that slot's record and policy lines are requested ahead (as
+/// recorded; on a table that reads ahead, that slot's record and policy
+/// lines are requested ahead (as
 /// [`request_links_first`] and [`request_links_at`] do, by position).
 /// Iterators that walk ahead of the commit, rather than indexing, spare
 /// the bounds checks of every look ahead.
@@ -411,6 +411,12 @@ fn commit_accesses<'a>(
     policy: &mut impl Policy,
     seq: impl Iterator<Item = &'a Access> + Clone,
 ) {
+    if !slots.read_ahead {
+        for a in seq {
+            commit_access(slots, &mut *policy, a);
+        }
+        return;
+    }
     for a in seq.clone().take(LINKS_AHEAD) {
         slots.prefetch_slot(a.slot, a.key.len());
     }
@@ -430,27 +436,57 @@ fn commit_accesses<'a>(
         if let Some(b) = near.next() {
             policy.prefetch_neighbours(b.slot);
         }
-        let s = if slots.holds(a.slot, &a.key) {
-            a.slot
-        } else {
-            slots.find(&a.key, slots.hash(&a.key)).unwrap_or(NIL)
-        };
-        if s != NIL {
-            policy.commit(slots, s, a.reused, a.inserted);
-        }
+        commit_access(slots, &mut *policy, a);
+    }
+}
+
+/// Commits access `a`: its key, looked for first in the slot it had when
+/// recorded, gets its access if still resident.
+#[inline(always)]
+fn commit_access(slots: &Slots, policy: &mut impl Policy, a: &Access) {
+    let s = if slots.holds(a.slot, &a.key) {
+        a.slot
+    } else {
+        slots.find(&a.key, a.h).unwrap_or(NIL)
+    };
+    if s != NIL {
+        policy.commit(slots, s, a.reused, a.inserted);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use foldhash::fast::RandomState;
 
     /// A record of keys 0..4, key `i` recorded at slot `i` with `i % 2 + 1`
     /// pins.
+    /// Makes room in `r` for `n` more keys, as `reserve_record` does.
+    fn room(r: &mut RequestRecord, n: usize) {
+        let accesses = &r.accesses;
+        let total = accesses.len() + n;
+        r.seen
+            .reserve(total, |i| accesses[i as usize].h, "test")
+            .unwrap();
+    }
+
+    /// Records `keys` (key `i` at slot `i`), returning which were new.
+    fn record_all(r: &mut RequestRecord, hasher: &RandomState, keys: &[Key]) -> Vec<bool> {
+        room(r, keys.len());
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| {
+                r.record(k, key_hash(hasher, k.as_bytes()), i as u32, false)
+                    .1
+            })
+            .collect()
+    }
+
     fn pinned_record(hasher: &RandomState, keys: &[Key]) -> RequestRecord {
         let mut r = RequestRecord::default();
+        room(&mut r, keys.len());
         for (i, k) in keys.iter().enumerate() {
-            let (at, new) = r.record(hasher, k, key_hash(hasher, k.as_bytes()), i as u32, true);
+            let (at, new) = r.record(k, key_hash(hasher, k.as_bytes()), i as u32, true);
             assert!(new);
             for _ in 0..i % 2 + 1 {
                 r.add_pin(at);
@@ -492,5 +528,65 @@ mod tests {
                 assert_eq!(pins(&guessed), pins(&probed), "{order:?}: key {j}");
             }
         }
+    }
+
+    #[test]
+    fn a_key_presented_twice_is_recorded_once_at_its_latest_slot() {
+        let hasher = RandomState::default();
+        let keys: Vec<Key> = (0..6u8).map(|i| Key::new(&[i, 1]).unwrap()).collect();
+        let mut r = RequestRecord::default();
+        assert_eq!(record_all(&mut r, &hasher, &keys[..4]), [true; 4]);
+        // Again, in one batch with a repeat, and beside new keys.
+        let again = [&keys[2], &keys[4], &keys[2], &keys[0], &keys[5]].map(|k| *k);
+        assert_eq!(
+            record_all(&mut r, &hasher, &again),
+            [false, true, false, false, true]
+        );
+        assert_eq!(r.accesses.len(), 6);
+        let order: Vec<Key> = r.accesses.iter().map(|a| a.key).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4, 5].map(|i| keys[i]));
+        // The latest presentation's slot: key 2 last came at position 2,
+        // key 0 at 3.
+        assert_eq!(r.accesses[2].slot, 2);
+        assert_eq!(r.accesses[0].slot, 3);
+    }
+
+    #[test]
+    fn a_reused_record_knows_nothing_of_the_request_before() {
+        let hasher = RandomState::default();
+        let keys: Vec<Key> = (0..40u8).map(|i| Key::new(&[i, 2]).unwrap()).collect();
+        let mut r = RequestRecord::default();
+        record_all(&mut r, &hasher, &keys);
+        r.clear();
+        assert!(r.accesses.is_empty());
+        for k in &keys {
+            let h = key_hash(&hasher, k.as_bytes());
+            assert!(!r.release_pin(k, h));
+        }
+        // The next request presents some of the same keys: all new to it,
+        // each once.
+        assert_eq!(record_all(&mut r, &hasher, &keys[10..20]), [true; 10]);
+        assert_eq!(record_all(&mut r, &hasher, &keys[15..25]), {
+            let mut v = [true; 10];
+            v[..5].fill(false);
+            v
+        });
+        assert_eq!(r.accesses.len(), 15);
+    }
+
+    #[test]
+    fn records_reused_past_the_generation_wrap_start_empty() {
+        let hasher = RandomState::default();
+        let keys: Vec<Key> = (0..8u8).map(|i| Key::new(&[i, 3]).unwrap()).collect();
+        let mut r = RequestRecord::default();
+        record_all(&mut r, &hasher, &keys[..4]);
+        r.clear();
+        // The generation before the wrap records keys 4..8, and the wrap
+        // must not let either earlier generation answer.
+        r.seen.set_generation(u32::MAX);
+        record_all(&mut r, &hasher, &keys[4..]);
+        r.clear();
+        assert_eq!(record_all(&mut r, &hasher, &keys), [true; 8]);
+        assert_eq!(r.accesses.len(), 8);
     }
 }

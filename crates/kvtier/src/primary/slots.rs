@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, Hasher};
 use super::huge;
 use super::index::{READ_AHEAD, TagIndex};
 use super::lists::NIL;
-use super::prefetch::prefetch_addr;
+use super::prefetch::{prefetch_addr, reads_ahead};
 use crate::error::Result;
 use crate::key::{Key, KeyBytes};
 
@@ -117,6 +117,9 @@ pub(crate) struct Slots {
     /// Changes whenever a key comes or goes (wrapping), so what was read
     /// of the index can be known to be still current.
     pub(crate) version: u32,
+    /// Whether batch loops read ahead (a table beyond the CPU caches:
+    /// [`reads_ahead`]); otherwise they resolve each key in turn.
+    pub(crate) read_ahead: bool,
 }
 
 impl Slots {
@@ -134,6 +137,7 @@ impl Slots {
             capacity,
             epoch: 0,
             version: 0,
+            read_ahead: reads_ahead(capacity),
         })
     }
 
@@ -191,8 +195,16 @@ impl Slots {
         &self,
         n: usize,
         key: impl Fn(usize) -> &'k K,
-        put: impl FnMut(usize, u32, u64),
+        mut put: impl FnMut(usize, u32, u64),
     ) {
+        if !self.read_ahead {
+            for j in 0..n {
+                let k = key(j);
+                let h = self.hash(k);
+                put(j, self.find(k, h).unwrap_or(NIL), h);
+            }
+            return;
+        }
         self.index.find_each(
             n,
             |j| self.hash(key(j)),
@@ -218,12 +230,15 @@ impl Slots {
     ) {
         const AHEAD: usize = 8;
         let likely = &likely[..n];
-        for (j, &s) in likely.iter().enumerate().take(AHEAD) {
+        let ahead = if self.read_ahead { AHEAD } else { 0 };
+        for (j, &s) in likely.iter().enumerate().take(ahead) {
             self.prefetch_slot(s, key(j).key_bytes().len());
         }
         for (j, &s) in likely.iter().enumerate() {
-            if let Some(&t) = likely.get(j + AHEAD) {
-                self.prefetch_slot(t, key(j + AHEAD).key_bytes().len());
+            if ahead != 0 {
+                if let Some(&t) = likely.get(j + AHEAD) {
+                    self.prefetch_slot(t, key(j + AHEAD).key_bytes().len());
+                }
             }
             let k = key(j);
             if self.holds(s, k) {
@@ -423,6 +438,9 @@ impl Lookahead {
             seen: [0; READ_AHEAD],
             len,
         };
+        if !slots.read_ahead {
+            return ahead;
+        }
         for j in 0..len.min(READ_AHEAD) {
             let h = slots.hash(key(j));
             ahead.hashes[j] = h;
@@ -459,6 +477,10 @@ impl Lookahead {
         key: impl Fn(usize) -> &'k K,
     ) -> (u64, u32) {
         let k = key(i);
+        if !slots.read_ahead {
+            let h = slots.hash(k);
+            return (h, slots.find(k, h).unwrap_or(NIL));
+        }
         let h = self.hashes[i % READ_AHEAD];
         let likely = self.likely[i % READ_AHEAD];
         let unchanged = self.seen[i % READ_AHEAD] == slots.version;

@@ -175,7 +175,9 @@ impl PrimaryTier {
                 }
                 None => {
                     // Asked below (ARC: whether it is a ghost).
-                    self.policy.prefetch_history(h);
+                    if self.slots.read_ahead {
+                        self.policy.prefetch_history(h);
+                    }
                     scratch.push((h, ABSENT, NIL));
                     let seen = if use_table {
                         self.scratch_dedup
@@ -287,14 +289,13 @@ impl PrimaryTier {
         let mut raises = std::mem::take(&mut self.scratch_raises);
         raises.clear();
         if let Some(record) = self.requests.get_mut(&req) {
-            let hasher = &self.slots.hasher;
             let positioned = !record.positions.is_empty();
             let mut any_new = false;
             for (pos, &(h, kind, s)) in scratch.iter().enumerate() {
                 let key = at(pos);
                 match kind {
                     FOUND_READY => {
-                        let (_, new) = record.record(hasher, key, h, s, true);
+                        let (_, new) = record.record(key, h, s, true);
                         any_new |= new;
                         if new && positioned {
                             if let Some(p) = record.positions.get(key, h) {
@@ -303,7 +304,7 @@ impl PrimaryTier {
                         }
                     }
                     STORED | STORED_GHOST => {
-                        let (i, new) = record.record(hasher, key, h, NIL, false);
+                        let (i, new) = record.record(key, h, NIL, false);
                         any_new |= new;
                         stored_at.push(i);
                     }
@@ -360,10 +361,13 @@ impl PrimaryTier {
             // Every victim's index line and policy lines load together.
             let mut hashes = std::mem::take(&mut self.scratch_hashes);
             hashes.clear();
+            let read_ahead = self.slots.read_ahead;
             for &slot in &victims {
                 let h = self.slots.hash(self.slots.key(slot));
-                self.slots.index.prefetch(h);
-                self.policy.prefetch_eviction(slot, h);
+                if read_ahead {
+                    self.slots.index.prefetch(h);
+                    self.policy.prefetch_eviction(slot, h);
+                }
                 hashes.push(h);
             }
             for (&slot, &h) in victims.iter().zip(&hashes) {

@@ -222,6 +222,14 @@ struct State<P: PrimaryBackend> {
     strings: Vec<String>,
     /// The pin sets and what they hold.
     pins: pins::PinSets,
+    /// Finished jobs no tier holds any more, emptied, for the next
+    /// submissions (`jobs.rs`): a job costs no allocation once the pool
+    /// has its size.
+    spare_jobs: Vec<JobRef>,
+    /// Key and slot buffers of submitted staged promotions, for the next.
+    spare_staged: Vec<(Vec<Key>, Vec<u32>)>,
+    /// The request a pooled job names (none of the manager's).
+    no_request: Request,
 }
 
 fn filter_allows(filter: &TierFilter, medium: Option<Medium>, locality: Option<Locality>) -> bool {

@@ -4,10 +4,12 @@
 
 use super::*;
 
-/// The C view of one request, kept while the request lives.
+/// The C view of one request, kept while the request lives; a finished
+/// request's view is filled again for a later one, its buffers kept.
 pub(super) struct CRequest {
-    _id: CString,
-    _strings: Vec<CString>,
+    /// The name's bytes without NULs, then a NUL.
+    id: Vec<u8>,
+    strings: Vec<CString>,
     pub(super) params: Vec<kvtier_param>,
     pub(super) c: kvtier_request,
 }
@@ -20,36 +22,56 @@ pub(super) fn c_string(s: &str) -> CString {
         .unwrap_or_default()
 }
 
-impl CRequest {
-    pub(super) fn new(info: &Request) -> CRequest {
-        let id = c_string(&info.name);
-        let mut strings = Vec::with_capacity(info.params.len() * 2);
-        for (k, v) in &info.params {
-            strings.push(c_string(k));
-            strings.push(c_string(v));
-        }
-        let params: Vec<kvtier_param> = strings
-            .chunks(2)
-            .map(|p| kvtier_param {
-                key: p[0].as_ptr(),
-                value: p[1].as_ptr(),
-            })
-            .collect();
-        let c = kvtier_request {
-            id: id.as_ptr(),
-            id_len: id.as_bytes().len(),
-            user_data: info.user_data as *mut c_void,
-            params: params.as_ptr(),
-            params_len: params.len(),
-        };
+impl Default for CRequest {
+    fn default() -> Self {
         CRequest {
-            _id: id,
-            _strings: strings,
-            params,
-            c,
+            id: Vec::new(),
+            strings: Vec::new(),
+            params: Vec::new(),
+            c: kvtier_request {
+                id: std::ptr::null(),
+                id_len: 0,
+                user_data: std::ptr::null_mut(),
+                params: std::ptr::null(),
+                params_len: 0,
+            },
         }
     }
 }
+
+impl CRequest {
+    /// Makes this the view of `info`, reusing the buffers (the name's
+    /// allocates only when longer than any before it).
+    pub(super) fn fill(&mut self, info: &Request) {
+        self.id.clear();
+        let name = info.name.as_bytes();
+        if name.contains(&0) {
+            self.id.extend(name.iter().filter(|&&b| b != 0));
+        } else {
+            self.id.extend_from_slice(name);
+        }
+        self.id.push(0);
+        self.strings.clear();
+        for (k, v) in &info.params {
+            self.strings.push(c_string(k));
+            self.strings.push(c_string(v));
+        }
+        self.params.clear();
+        self.params
+            .extend(self.strings.chunks(2).map(|p| kvtier_param {
+                key: p[0].as_ptr(),
+                value: p[1].as_ptr(),
+            }));
+        self.c = kvtier_request {
+            id: self.id.as_ptr().cast(),
+            id_len: self.id.len() - 1,
+            user_data: info.user_data as *mut c_void,
+            params: self.params.as_ptr(),
+            params_len: self.params.len(),
+        };
+    }
+}
+
 /// Lets the tier callback `f` write up to `capacity` (at most
 /// [`RESULT_BATCH`]) entries into `buf` (cleared first; its capacity is
 /// kept, so nothing is allocated once it holds a batch).  Returns the
@@ -184,6 +206,59 @@ pub(super) fn fixed_name(raw: &[c_char]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn info(name: &str, params: &[(&str, &str)]) -> Request {
+        Arc::new(kvtier_core::request::RequestInfo {
+            name: name.into(),
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            user_data: 7,
+            filter: kvtier_core::request::TierFilter::All,
+        })
+    }
+
+    /// A request's name, its parameters and its user data, as C sees them.
+    type Shown = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>, usize);
+
+    /// The name and parameters `view` shows C.
+    fn shown(view: &CRequest) -> Shown {
+        let c = &view.c;
+        let name = unsafe { std::ffi::CStr::from_ptr(c.id) }
+            .to_bytes()
+            .to_vec();
+        assert_eq!(name.len(), c.id_len);
+        let params = (0..c.params_len)
+            .map(|i| {
+                let p = unsafe { &*c.params.add(i) };
+                let s = |q| unsafe { std::ffi::CStr::from_ptr(q) }.to_bytes().to_vec();
+                (s(p.key), s(p.value))
+            })
+            .collect();
+        (name, params, c.user_data as usize)
+    }
+
+    #[test]
+    fn a_view_filled_again_shows_only_the_new_request() {
+        let mut view = CRequest::default();
+        view.fill(&info("a-long-request-name", &[("k", "v"), ("x", "y")]));
+        let (name, params, user) = shown(&view);
+        assert_eq!(name, b"a-long-request-name");
+        assert_eq!(
+            params,
+            [
+                (b"k".to_vec(), b"v".to_vec()),
+                (b"x".to_vec(), b"y".to_vec())
+            ]
+        );
+        assert_eq!(user, 7);
+        let buffer = view.id.as_ptr();
+        // A shorter name reuses the buffer; no parameters left over; NULs dropped.
+        view.fill(&info("b\0c", &[]));
+        assert_eq!(shown(&view), (b"bc".to_vec(), Vec::new(), 7));
+        assert_eq!(view.id.as_ptr(), buffer);
+    }
 
     #[test]
     fn a_c_string_drops_the_nul_bytes_it_would_hold() {

@@ -233,10 +233,58 @@ fn batched_lookups_agree_with_single_lookups() {
 }
 
 #[test]
+fn a_tier_reads_ahead_from_the_size_beyond_the_caches() {
+    use crate::primary::prefetch::READ_AHEAD_MIN_SLOTS;
+    assert!(!slots::Slots::new(16384).unwrap().read_ahead);
+    assert!(
+        !slots::Slots::new(READ_AHEAD_MIN_SLOTS - 1)
+            .unwrap()
+            .read_ahead
+    );
+    assert!(slots::Slots::new(READ_AHEAD_MIN_SLOTS).unwrap().read_ahead);
+}
+
+#[test]
+fn reading_ahead_or_not_gives_the_same_answers_plans_and_order() {
+    // The same calls, batches longer than the read-ahead, keys presented
+    // twice, evictions and commits, on a small tier reading ahead and one
+    // not: every plan, slot, lookup and the final order agree.
+    for p in BOTH {
+        let mut tiers = [tier(48, p), tier(48, p)];
+        tiers[0].set_read_ahead(true);
+        tiers[1].set_read_ahead(false);
+        let mut seen = [Vec::new(), Vec::new()];
+        for (t, out) in tiers.iter_mut().zip(&mut seen) {
+            for round in 0..12u32 {
+                let req = RequestId(100 + round as u64);
+                t.request_begin(req).unwrap();
+                let base = round * 7;
+                let keys: Vec<u32> = (base..base + 30).chain([base, base + 1]).collect();
+                let plan = store(t, req, &keys);
+                out.push(format!("{:?} {:?}", plan.to_store, plan.evicted));
+                let hits: Vec<u32> = (base..base + 20).collect();
+                let mut slots = Vec::new();
+                t.prepare_load(req, &ks(&hits), &mut slots).unwrap();
+                t.touch(req, &ks(&hits)).unwrap();
+                t.complete_load(req, &ks(&hits)).unwrap();
+                out.push(format!("{slots:?}"));
+                t.request_finished(req).unwrap();
+                let found: Vec<_> = (0..120).map(|n| t.lookup(&k(n))).collect();
+                out.push(format!("{found:?}"));
+                t.check_invariants().unwrap();
+            }
+            out.push(format!("{:?}", order(t)));
+        }
+        assert_eq!(seen[0], seen[1], "{p:?}");
+    }
+}
+
+#[test]
 fn keys_read_ahead_are_resolved_against_the_table_at_their_turn() {
     // A key absent when its index line was read ahead, stored before its
     // turn, is found; a key released before its turn is absent.
     let mut s = slots::Slots::new(64).unwrap();
+    s.read_ahead = true;
     let keys = ks(&[1, 2, 3, 4]);
     let put = |s: &mut slots::Slots, key: &Key| {
         let slot = s.allocate().unwrap();

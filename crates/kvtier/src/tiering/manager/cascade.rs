@@ -103,13 +103,7 @@ impl<P: PrimaryBackend> State<P> {
                 let tier = &mut self.tiers[t];
                 tier.c.cascade_jobs += 1;
                 tier.c.cascade_blocks += report.ready as u64;
-                self.submit(
-                    t,
-                    Direction::Store,
-                    ready.clone(),
-                    slots.clone(),
-                    info.clone(),
-                );
+                self.submit(t, Direction::Store, &ready, &slots, info.clone());
             }
         }
         self.keys_b = ready;
@@ -152,8 +146,10 @@ impl<P: PrimaryBackend> State<P> {
                 self.drop_cascade(t, keys.len());
                 continue;
             }
-            let mut slots = Vec::with_capacity(keys.len());
+            let mut slots = std::mem::take(&mut self.slots_c);
+            slots.clear();
             if let Err(e) = self.primary.pin_for_transfer(keys, &mut slots) {
+                self.slots_c = slots;
                 self.c.internal_errors += 1;
                 self.log(format!("internal error: pinning for a cascade failed: {e}"));
                 continue;
@@ -161,7 +157,8 @@ impl<P: PrimaryBackend> State<P> {
             let tier = &mut self.tiers[t];
             tier.c.cascade_jobs += 1;
             tier.c.cascade_blocks += keys.len() as u64;
-            self.submit(t, Direction::Store, keys.to_vec(), slots, info.clone());
+            self.submit(t, Direction::Store, keys, &slots, info.clone());
+            self.slots_c = slots;
         }
     }
 

@@ -312,7 +312,7 @@ impl<P: PrimaryBackend> State<P> {
     /// flight, its report's counts, and the blocks it may load (held for
     /// it if it waits: `progress.rs`).
     pub(super) fn note_promotion_done(&mut self, t: usize, job: &Job, arrived: &[Key]) {
-        let Ok(id) = self.names.get(&job.request.name) else {
+        let Some(id) = self.names.id_of(&job.request.name) else {
             return;
         };
         let reporting = self.obs.reporting();

@@ -31,7 +31,8 @@ impl<P: PrimaryBackend> Manager<P> {
             let entry = &mut s.tiers[e.tier];
             entry.c.promotion_jobs += 1;
             entry.c.promotion_blocks += e.keys.len() as u64;
-            s.submit(e.tier, Direction::Load, e.keys, e.slots, info);
+            s.submit(e.tier, Direction::Load, &e.keys, &e.slots, info);
+            s.recycle_staged(e.keys, e.slots);
         }
         s.retry_parked(&mut ids);
         for &rid in &ids {
