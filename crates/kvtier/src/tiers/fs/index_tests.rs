@@ -161,3 +161,67 @@ fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
     assert_eq!((ix.held_count(), ix.ready_count()), (0, 0));
     assert_eq!(ix.used(), 10, "the written key");
 }
+
+/// A vLLM-shaped key: 32 bytes of hash and a 4-byte group index.
+fn wide(i: u64) -> Key {
+    let mut b = [0u8; 36];
+    b[..8].copy_from_slice(&i.to_le_bytes());
+    b[8..16].copy_from_slice(&(i ^ 0x9e37_79b9_7f4a_7c15).to_le_bytes());
+    Key::new(&b).unwrap()
+}
+
+/// Heap bytes of an index of `n` Ready keys grown one insert at a time:
+/// (at the end, at the peak of growth, when a part that grows holds its
+/// old and its new allocation at once).
+fn grown(n: u64) -> (usize, usize) {
+    let mut ix = Index::new(4096);
+    let mut parts = ix.heap_parts();
+    let mut peak = 0;
+    for i in 0..n {
+        ix.insert(wide(i), State::Ready);
+        let now = ix.heap_parts();
+        let moving: usize = (0..3)
+            .filter(|&p| now[p] != parts[p])
+            .map(|p| parts[p])
+            .sum();
+        peak = peak.max(now.iter().sum::<usize>() + moving);
+        parts = now;
+    }
+    (ix.heap_bytes(), peak)
+}
+
+#[test]
+fn a_key_costs_under_100_heap_bytes_at_a_million_keys() {
+    const N: u64 = 1_000_000;
+    assert_eq!(
+        std::mem::size_of::<Node>(),
+        84,
+        "the key once, and 19 bytes"
+    );
+    let (end, peak) = grown(N);
+    let per = end as f64 / N as f64;
+    eprintln!(
+        "index of {N} keys: {per:.1} bytes per key grown, peak {:.1} per final key",
+        peak as f64 / N as f64
+    );
+    assert!(per < 100.0, "{per} bytes per key");
+    // A restart reserves what it inserts: no slack in the slab.
+    let mut ix = Index::new(4096);
+    ix.reserve(N as usize).unwrap();
+    for i in 0..N {
+        ix.insert(wide(i), State::Ready);
+    }
+    let per = ix.heap_bytes() as f64 / N as f64;
+    eprintln!("index of {N} keys reserved at once: {per:.1} bytes per key");
+    assert!(per < 96.0, "{per} bytes per key");
+    // Every key is found again, and evicting them all empties it.
+    assert!(
+        (0..N)
+            .step_by(997)
+            .all(|i| ix.get(&wide(i)) == Some((State::Ready, 0)))
+    );
+    for i in 0..N {
+        assert_eq!(ix.evict_one(false), Some(wide(i)));
+    }
+    assert_eq!((ix.ready_count(), ix.used()), (0, 0));
+}
