@@ -55,6 +55,11 @@ impl Ages {
         self.order.push_back((at, key));
     }
 
+    /// When `key` was stored, if noted (only under a max age).
+    pub(super) fn born(&self, key: &Key) -> Option<SystemTime> {
+        self.born.get(key).copied()
+    }
+
     /// Notes `key` again with its time `at`, to be looked at first by the
     /// next sweep (a block a load was reading when it expired).
     fn retry(&mut self, key: Key, at: SystemTime) {

@@ -82,6 +82,7 @@ mod records;
 mod recovery;
 mod segments;
 mod settle;
+mod snapshot;
 mod stats;
 
 use std::sync::Arc;
@@ -134,6 +135,8 @@ pub struct FsTier {
     errors: Reporter,
     /// Store times, under a max age.
     ages: age::Ages,
+    /// The persisted index: what the open found, what shutdown writes.
+    persisted: snapshot::Persisted,
 }
 
 impl std::fmt::Debug for FsTier {
@@ -143,6 +146,7 @@ impl std::fmt::Debug for FsTier {
             .field("blocks", &self.index.ready_count())
             .field("bytes_used", &self.index.used())
             .field("held", &self.index.held_count())
+            .field("index_heap_bytes", &self.index.heap_bytes())
             .finish()
     }
 }
@@ -309,7 +313,9 @@ impl SecondaryTier for FsTier {
             self.pending_checks = 0;
             // The workers are gone: nothing writes the directory now.  A
             // failure leaves blocks behind, and the tier is still stopped.
-            if self.opts.clear_on_shutdown {
+            if !self.opts.clear_on_shutdown {
+                self.persist_index();
+            } else {
                 let root = self.opts.root.display();
                 match clear_blocks(&self.opts.root) {
                     Ok(r) => log::info!(

@@ -16,6 +16,7 @@ use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Segments;
+use super::snapshot::Persisted;
 use super::stats::FsStats;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
 use crate::error::{Error, Result};
@@ -67,10 +68,14 @@ impl FsTier {
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
         let mut ages = Ages::new(opts.max_age);
+        let mut persisted = Persisted::open(root, &opts, block_bytes);
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
                 let mut index = Index::new(file_len(block_bytes));
-                let rebuild = rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?;
+                let rebuild = match persisted.restore_files(&layout, &opts, &mut index, &mut ages) {
+                    Some(loaded) => loaded,
+                    None => rebuild::rebuild(&layout, block_bytes, &opts, &mut index, &mut ages)?,
+                };
                 (index, rebuild, None)
             }
             FsLayout::Segments => {
@@ -143,6 +148,7 @@ impl FsTier {
             store_scratch: Default::default(),
             errors,
             ages,
+            persisted,
         };
         tier.note_skipped_at_open();
         super::overhead::warn_if_costly(&tier.opts.root, tier.opts.layout, block_bytes);
@@ -158,6 +164,7 @@ impl FsTier {
     /// Reports (in the error log the manager takes) what the opening scan
     /// skipped and left on disk: foreign entries and unreadable blocks.
     fn note_skipped_at_open(&mut self) {
+        self.note_index_at_open();
         let r = self.rebuild;
         if r.foreign > 0 {
             self.errors.note(|| format!(

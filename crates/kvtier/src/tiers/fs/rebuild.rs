@@ -109,6 +109,14 @@ pub struct RebuildReport {
     pub foreign: u64,
     /// The foreign entries by kind.
     pub foreign_kinds: ForeignKinds,
+    /// The index persisted at the last clean shutdown was loaded instead
+    /// of a scan (then `blocks` and `evicted` are its, and the other
+    /// counts 0).
+    pub index_loaded: bool,
+    /// An index file was there but not trusted (torn, damaged, stale, of
+    /// another format, layout, block size or fingerprint, or not a
+    /// regular file of the tier's user): the scan ran.
+    pub index_rejected: bool,
 }
 
 impl RebuildReport {
