@@ -24,7 +24,13 @@
 //!   removes a block a load is reading or a pin set holds (`holds.rs`).
 //! - Opening an existing directory rebuilds the index and byte accounting
 //!   from the headers on disk; files under block names that are not whole
-//!   blocks of this format and size are removed (`rebuild.rs`).
+//!   blocks of this format and size are removed (`rebuild.rs`).  In the
+//!   files layout, a clean shutdown writes the index to `kvtier-index`,
+//!   and the next open loads it instead, once: a generation moved on
+//!   and the file removed before serving, so that after a crash the scan
+//!   runs; a torn, damaged, stale or foreign index file is never trusted
+//!   (`snapshot.rs`).  The index keeps each key once, about 99 heap bytes
+//!   per block (`index.rs`).
 //! - Blocks removed behind the tier's back are taken out of the index (and
 //!   the byte count) when a transfer proves them gone: a load that finds a
 //!   file missing drops its key; a store or load that finds the root
@@ -52,7 +58,8 @@
 //! (directories found missing, blocks other processes stored); `pool.rs`
 //! the workers' queues and tasks; `io.rs` moving one block, over
 //! `segments.rs` (segment files) and `file.rs` (positioned I/O, probes);
-//! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `cause.rs` below;
+//! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `snapshot.rs`,
+//! `cause.rs` below;
 //! `overhead.rs` the header's share of each block (warned of at open);
 //! `holds.rs` pin sets (held blocks).
 //! Events, job outcomes, cause counters and the workers come from the tier

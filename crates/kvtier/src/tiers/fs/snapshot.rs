@@ -30,10 +30,15 @@
 //! regular files of the tier's user, their size checked before anything
 //! is read.
 //!
+//! An entry under the index file's name that is not a regular file of the
+//! tier's user is left in place (as every foreign entry), and so is the
+//! generation then.
+//!
 //! No index is written (and the next open scans) when the directory is
-//! `shared` (other processes change it), cleared at shutdown, when a key
-//! was still being written or removed at shutdown, or when the generation
-//! could not be read or moved on at open.
+//! `shared` (other processes change it), cleared at shutdown, in the
+//! segments layout, when a key was still being written or removed at
+//! shutdown, when the generation could not be read or moved on at open,
+//! or when a foreign entry holds the index file's name.
 
 use std::ffi::CStr;
 use std::path::Path;
@@ -310,11 +315,19 @@ impl Persisted {
         }
         // An index file is used at most once: the next generation, durably,
         // before serving, and the file removed.  (Without one, nothing on
-        // disk has the current generation, and nothing is written.)
-        let present = beneath::lstat_at(dir.0, INDEX_C).is_ok();
-        if !present {
-            p.generation = Some(generation);
-            return p;
+        // disk has the current generation, and nothing is written.)  An
+        // entry that is not a regular file of the tier's user is left
+        // alone, as everywhere in the directory, and none is written over
+        // it at shutdown.
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        match beneath::lstat_at(dir.0, INDEX_C) {
+            Err(libc::ENOENT) => {
+                p.generation = Some(generation);
+                return p;
+            }
+            Ok(st) if beneath::is_regular(&st) && st.st_uid == me => {}
+            _ => return p,
         }
         let next = generation.wrapping_add(1);
         let text = format!("{next}\n");
@@ -499,7 +512,7 @@ impl Persisted {
         born: impl Fn(&Key) -> Option<SystemTime>,
     ) -> Result<u64, String> {
         let Some(generation) = self.generation else {
-            return Err("the generation was not moved on at open".into());
+            return Err("the directory's generation or index file was not usable at open".into());
         };
         if opts.shared {
             return Err("the directory is shared".into());

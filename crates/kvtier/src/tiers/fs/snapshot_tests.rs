@@ -281,3 +281,27 @@ fn time_a_million_entries() {
     time_round_trip(100_000);
     time_round_trip(1_000_000);
 }
+
+#[test]
+fn another_users_index_file_is_neither_trusted_nor_touched() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: giving a file to another user needs root");
+        return;
+    }
+    let d = dir("owner");
+    let o = opts(&d);
+    persist(&d, &o, &index(5));
+    let p = d.join(INDEX_NAME);
+    std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+    let before = std::fs::read(&p).unwrap();
+    let mut p2 = Persisted::open(&d, &o, BLOCK);
+    assert!(p2.rejected().unwrap().contains("owned by user 65534"));
+    assert!(p2.restore(&o, &mut index(0), |_, _| {}, |_| {}).is_none());
+    assert_eq!(std::fs::read(&p).unwrap(), before, "left as it was");
+    assert!(!d.join(GENERATION_NAME).exists(), "the generation too");
+    // And nothing is written over it at shutdown.
+    assert!(p2.write(&d, &o, BLOCK, &index(1), |_| None).is_err());
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    std::fs::remove_dir_all(&d).unwrap();
+}
