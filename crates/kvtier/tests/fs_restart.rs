@@ -8,7 +8,7 @@ use std::path::Path;
 use kvtier_core::events::{Event, EventKind};
 use kvtier_core::region::SlotMemory;
 use kvtier_core::tiering::{SecondaryTier, TierLookup};
-use kvtier_core::tiers::fs::{FsOptions, FsTier};
+use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
 
 use fs_blocks::{holds, key, load, request, store};
 use kvtier_testkit::fs_blocks;
@@ -27,6 +27,15 @@ fn opts(dir: &Path) -> FsOptions {
 
 fn open(dir: &Path, mem: &SlotMemory) -> FsTier {
     FsTier::open(mem.clone(), opts(dir)).unwrap()
+}
+
+/// Options of the segments layout with room for `records` blocks.
+fn segments(dir: &Path, records: u64) -> FsOptions {
+    let mut o = opts(dir);
+    o.layout = FsLayout::Segments;
+    o.capacity_bytes = records * (4096 + SLOT as u64);
+    o.segment_file_bytes = 8 * (4096 + SLOT as u64);
+    o
 }
 
 fn events(tier: &mut FsTier) -> Vec<Event> {
@@ -86,7 +95,6 @@ fn a_clean_restart_loads_the_index_and_serves_every_block() {
     assert_eq!(ev.len(), 40);
     assert!(ev.iter().all(|e| e.kind == EventKind::Stored));
     serves_exactly(&mut tier, &mem, &ids, 50);
-    // Recency survives the restart: the least recent block goes first.
     let again: Vec<u32> = (40..42).collect();
     store_all(&mut tier, &mem, &again);
     tier.shutdown().unwrap();
@@ -213,4 +221,70 @@ fn a_stale_or_foreign_index_file_is_refused_and_the_scan_loses_nothing() {
         std::fs::rename(d.join(INDEX), d.join("saved")).unwrap();
         std::os::unix::fs::symlink(d.join("saved"), d.join(INDEX)).unwrap();
     });
+}
+
+#[test]
+fn the_segments_layout_restarts_from_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+    let o = segments(dir.path(), 128);
+    let ids: Vec<u32> = (0..40).collect();
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    store_all(&mut tier, &mem, &ids);
+    tier.shutdown().unwrap();
+    drop(tier);
+
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let r = tier.rebuild_report();
+    assert!(r.index_loaded && !r.index_rejected, "{r:?}");
+    assert_eq!(r.blocks, 40);
+    assert!(!dir.path().join(INDEX).exists());
+    serves_exactly(&mut tier, &mem, &ids, 50);
+    // New blocks take free records, never a listed one.
+    let more: Vec<u32> = (40..64).collect();
+    store_all(&mut tier, &mem, &more);
+    let all: Vec<u32> = (0..64).collect();
+    serves_exactly(&mut tier, &mem, &all, 70);
+    tier.shutdown().unwrap();
+    drop(tier);
+
+    // A smaller capacity: the index lists records past it, so the records
+    // are read instead, and the bound holds.
+    let small = segments(dir.path(), 32);
+    let tier = FsTier::open(mem.clone(), small).unwrap();
+    let r = tier.rebuild_report();
+    assert!(!r.index_loaded && r.index_rejected, "{r:?}");
+    assert!(tier.block_count() <= 32);
+    drop(tier);
+
+    // A crash (no shutdown) leaves no index: the records are read.
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    let r = tier.rebuild_report();
+    assert!(!r.index_loaded && !r.index_rejected, "{r:?}");
+    let kept: Vec<u32> = (0..64)
+        .filter(|&i| tier.lookup(&key(i), &request()) == TierLookup::Hit)
+        .collect();
+    serves_exactly(&mut tier, &mem, &kept, 70);
+}
+
+#[test]
+fn a_files_layout_index_is_refused_by_a_segments_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+    let o = segments(dir.path(), 32);
+    let ids: Vec<u32> = (0..10).collect();
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    store_all(&mut tier, &mem, &ids);
+    tier.shutdown().unwrap();
+    drop(tier);
+    // The files layout's index is not the segments layout's.
+    let other = tempfile::tempdir().unwrap();
+    let mut t = open(other.path(), &mem);
+    store_all(&mut t, &mem, &[1]);
+    t.shutdown().unwrap();
+    std::fs::copy(other.path().join(INDEX), dir.path().join(INDEX)).unwrap();
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let r = tier.rebuild_report();
+    assert!(!r.index_loaded && r.index_rejected, "{r:?}");
+    serves_exactly(&mut tier, &mem, &ids, 20);
 }

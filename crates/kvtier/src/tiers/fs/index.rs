@@ -163,7 +163,7 @@ impl Index {
         self.heap_parts().iter().sum()
     }
 
-    /// [`Index::heap_bytes`] by part: the table, the nodes, the free lists.
+    /// `Index::heap_bytes` by part: the table, the nodes, the free lists.
     pub(super) fn heap_parts(&self) -> [usize; 3] {
         use std::mem::size_of;
         // The table's capacity is 7/8 of its buckets (one less than their
@@ -197,44 +197,44 @@ impl Index {
     }
 
     /// An index over `records` segment records of `file_bytes` each, holding
-    /// the blocks a restart found, as (key, record) pairs in record order
-    /// (which becomes their recency, the last most recent); every other
-    /// record is free.  Fails only when the free list cannot be allocated.
+    /// the blocks a restart found, as (key, record) pairs least recently
+    /// used first (a scan finds them in record order, and that becomes
+    /// their recency); every other record is free.  The keys and records
+    /// are distinct, the records below `records`.  Fails only when the
+    /// index or its free list cannot be allocated.
     pub(super) fn with_records(
         file_bytes: u64,
         records: u32,
         found: &[(Key, u32)],
     ) -> crate::Result<Index> {
-        debug_assert!(found.windows(2).all(|w| w[0].1 < w[1].1));
         let mut index = Index::new(file_bytes);
         index.reserve(found.len())?;
+        let oom = |what: String| crate::Error::OutOfMemory(format!("fs tier: {what}"));
+        let words = (records as usize).div_ceil(64);
+        let mut taken: Vec<u64> = Vec::new();
+        taken
+            .try_reserve_exact(words)
+            .map_err(|_| oom(format!("a map of {records} records")))?;
+        taken.resize(words, 0);
         for &(key, record) in found {
+            debug_assert!(record < records && index.find(&key).is_none());
             index.insert(key, State::Ready);
             let i = index.find(&key).expect("just inserted");
             index.nodes[i as usize].record = record;
+            taken[record as usize / 64] |= 1 << (record % 64);
         }
-        index.free_records_but(records, found.iter().map(|&(_, r)| r))?;
-        Ok(index)
-    }
-
-    /// Makes every record of `0..records` free but the `taken` ones
-    /// (ascending), highest first, so the lowest numbers go out first.
-    fn free_records_but(
-        &mut self,
-        records: u32,
-        taken: impl DoubleEndedIterator<Item = u32> + ExactSizeIterator,
-    ) -> crate::Result<()> {
-        let free = records as usize - taken.len();
-        let mut taken = taken.rev().peekable();
-        self.free_records.try_reserve_exact(free).map_err(|_| {
-            crate::Error::OutOfMemory(format!("fs tier: a free list of {free} records"))
-        })?;
+        let free = records as usize - found.len();
+        index
+            .free_records
+            .try_reserve_exact(free)
+            .map_err(|_| oom(format!("a free list of {free} records")))?;
+        // Highest first, so the lowest numbers go out first.
         for r in (0..records).rev() {
-            if taken.next_if_eq(&r).is_none() {
-                self.free_records.push(r);
+            if taken[r as usize / 64] & (1 << (r % 64)) == 0 {
+                index.free_records.push(r);
             }
         }
-        Ok(())
+        Ok(index)
     }
 
     /// Gives Writing `key` a free segment record and returns it; `None` if

@@ -24,8 +24,8 @@
 //!   removes a block a load is reading or a pin set holds (`holds.rs`).
 //! - Opening an existing directory rebuilds the index and byte accounting
 //!   from the headers on disk; files under block names that are not whole
-//!   blocks of this format and size are removed (`rebuild.rs`).  In the
-//!   files layout, a clean shutdown writes the index to `kvtier-index`,
+//!   blocks of this format and size are removed (`rebuild.rs`).  A clean
+//!   shutdown writes the index to `kvtier-index`,
 //!   and the next open loads it instead, once: a generation moved on
 //!   and the file removed before serving, so that after a crash the scan
 //!   runs; a torn, damaged, stale or foreign index file is never trusted

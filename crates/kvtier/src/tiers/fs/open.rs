@@ -15,7 +15,6 @@ use super::index::Index;
 use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
 use super::rebuild::{self, RebuildReport};
-use super::segments::Segments;
 use super::snapshot::Persisted;
 use super::stats::FsStats;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
@@ -80,7 +79,7 @@ impl FsTier {
             }
             FsLayout::Segments => {
                 let (segments, found, mut rebuild) =
-                    Segments::open(root, block_bytes, &opts, direct)?;
+                    persisted.open_segments(root, block_bytes, &opts, direct)?;
                 // The probe files of a process killed while opening.
                 if let Ok(c) = beneath::c_path(root)
                     && let Ok(fd) = beneath::open_root(&c)

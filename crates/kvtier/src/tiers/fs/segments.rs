@@ -178,10 +178,22 @@ impl Segments {
         )
     }
 
-    /// [`Segments::open`] for `capacity_bytes` in files of about `target`
-    /// bytes, creating files of mode `file_mode`.  A failed open removes
-    /// what it created (the segments directory, the lock file, segment
-    /// files), and nothing else.
+    /// `Segments::open` without reading the records (found: none), for
+    /// an open that has its blocks from the persisted index; the records
+    /// can be read afterwards with `Segments::scan`.
+    pub(super) fn open_unscanned(
+        root: &Path,
+        block_bytes: usize,
+        opts: &super::FsOptions,
+        direct: bool,
+    ) -> Result<Opened> {
+        let (capacity, target) = (opts.capacity_bytes, opts.segment_file_bytes);
+        let mode = opts.file_mode;
+        Segments::open_scanning(root, block_bytes, capacity, direct, target, mode, false)
+    }
+
+    /// `Segments::open` for `capacity_bytes` in files of about `target`
+    /// bytes, creating files of mode `file_mode`, reading the records.
     fn open_sized(
         root: &Path,
         block_bytes: usize,
@@ -189,6 +201,24 @@ impl Segments {
         direct: bool,
         target: u64,
         file_mode: u32,
+    ) -> Result<Opened> {
+        let (capacity, mode) = (capacity_bytes, file_mode);
+        Segments::open_scanning(root, block_bytes, capacity, direct, target, mode, true)
+    }
+
+    /// `Segments::open` for `capacity_bytes` in files of about `target`
+    /// bytes, creating files of mode `file_mode`, reading the records if
+    /// `scan`.  A failed open removes what it created (the segments
+    /// directory, the lock file, segment files), and nothing else.
+    #[allow(clippy::too_many_arguments)]
+    fn open_scanning(
+        root: &Path,
+        block_bytes: usize,
+        capacity_bytes: u64,
+        direct: bool,
+        target: u64,
+        file_mode: u32,
+        scan: bool,
     ) -> Result<Opened> {
         let record_bytes = file_len(block_bytes);
         let records = u32::try_from(capacity_bytes / record_bytes).map_err(|_| {
@@ -224,6 +254,7 @@ impl Segments {
             direct,
             target,
             file_mode,
+            scan,
             &mut created,
         );
         if opened.is_err() {
@@ -255,6 +286,7 @@ impl Segments {
         direct: bool,
         target: u64,
         file_mode: u32,
+        scan: bool,
         created: &mut Vec<CString>,
     ) -> Result<Opened> {
         let (lock, made) = lock_dir(seg, dir, file_mode)?;
@@ -294,13 +326,17 @@ impl Segments {
             direct: direct_all,
             _lock: lock,
         };
-        let found = segments.scan(block_bytes, &mut report);
+        let found = if scan {
+            segments.scan(block_bytes, &mut report)
+        } else {
+            Vec::new()
+        };
         Ok((segments, found, report))
     }
 
     /// Reads every record's header: the whole blocks, first occurrence of
     /// each key, in record order.
-    fn scan(&self, block_bytes: usize, report: &mut RebuildReport) -> Vec<(Key, u32)> {
+    pub(super) fn scan(&self, block_bytes: usize, report: &mut RebuildReport) -> Vec<(Key, u32)> {
         let mut found = Vec::new();
         let mut seen = hashbrown::HashSet::<Key, foldhash::fast::RandomState>::default();
         let mut scratch = Scratch::new();

@@ -39,8 +39,15 @@
 //! segments layout, when a key was still being written or removed at
 //! shutdown, when the generation could not be read or moved on at open,
 //! or when a foreign entry holds the index file's name.
+//!
+//! The files layout fills its index from the file (`Persisted::restore`);
+//! the segments layout opens its segment files without reading their
+//! records and takes the (key, record) pairs listed
+//! (`Persisted::open_segments`), read as a scan does when a record is
+//! missing, past the capacity, or listed twice.
 
 use std::ffi::CStr;
+use std::hash::BuildHasher;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -49,6 +56,7 @@ use super::beneath::{self, FOREIGN, Fd};
 use super::format::Layout;
 use super::index::{Index, State};
 use super::rebuild::RebuildReport;
+use super::segments::{Opened, Segments};
 use super::{FsLayout, FsOptions};
 use crate::key::{Key, MAX_KEY_LEN};
 
@@ -73,7 +81,7 @@ const MAX_GENERATION_LEN: i64 = 21;
 #[derive(Debug)]
 pub(super) struct Persisted {
     /// The index file's body, trusted, with its entry count (taken by
-    /// [`Persisted::restore`]).
+    /// `Persisted::restore`).
     body: Option<(Vec<u8>, u64)>,
     /// The generation an index written at shutdown carries; `None`: none
     /// is written.
@@ -473,7 +481,7 @@ impl Persisted {
         })
     }
 
-    /// [`Persisted::restore`] for the files layout under `layout`'s root:
+    /// `Persisted::restore` for the files layout under `layout`'s root:
     /// an evicted block's file is removed.
     pub(super) fn restore_files(
         &mut self,
@@ -500,6 +508,36 @@ impl Persisted {
         )
     }
 
+    /// Opens the segment files of `root` as `Segments::open` does, with
+    /// the blocks listed by the trusted index file instead of those a read
+    /// of every record finds; the read runs when there is no such file, or
+    /// its entries do not parse, lack a record, name a record past the
+    /// capacity, or repeat a key or a record.
+    pub(super) fn open_segments(
+        &mut self,
+        root: &Path,
+        block_bytes: usize,
+        opts: &FsOptions,
+        direct: bool,
+    ) -> crate::Result<Opened> {
+        let Some((body, entries)) = self.body.take() else {
+            return Segments::open(root, block_bytes, opts, direct);
+        };
+        let (segments, _, mut report) = Segments::open_unscanned(root, block_bytes, opts, direct)?;
+        match listed(&body, entries, segments.records()) {
+            Ok(found) => {
+                report.blocks = found.len() as u64;
+                report.index_loaded = true;
+                Ok((segments, found, report))
+            }
+            Err(why) => {
+                self.rejected = Some(why.into());
+                let found = segments.scan(block_bytes, &mut report);
+                Ok((segments, found, report))
+            }
+        }
+    }
+
     /// Writes `index` (its Ready keys, with store times from `born`) as
     /// the index file of `root`, for the generation this open moved to;
     /// says why not when it does not.
@@ -516,9 +554,6 @@ impl Persisted {
         };
         if opts.shared {
             return Err("the directory is shared".into());
-        }
-        if opts.layout == FsLayout::Segments {
-            return Err("the segments layout reads its records at open".into());
         }
         if index.any_in_flight() {
             return Err("blocks were still being written or removed".into());
@@ -600,6 +635,45 @@ impl super::FsTier {
                 .note(|| format!("index file {INDEX_NAME} not used ({why}); scanned instead"));
         }
     }
+}
+
+/// The (key, record) pairs of an index body for `records` segment
+/// records, least recently used first, or why they are not usable.
+fn listed(body: &[u8], entries: u64, records: u32) -> Result<Vec<(Key, u32)>, &'static str> {
+    let mut found: Vec<(Key, u32)> = Vec::new();
+    found
+        .try_reserve_exact(entries as usize)
+        .map_err(|_| "no memory for its entries")?;
+    let mut keys = hashbrown::HashTable::<u32>::new();
+    keys.try_reserve(entries as usize, |_| 0)
+        .map_err(|_| "no memory for its entries")?;
+    let mut taken = vec![0u64; (records as usize).div_ceil(64)];
+    let hasher = foldhash::fast::FixedState::default();
+    let mut rest = body;
+    for _ in 0..entries {
+        let (key, record, _) = next_entry(&mut rest).ok_or("entries that do not parse")?;
+        let record = record.ok_or("an entry without a segment record")?;
+        if record >= records {
+            return Err("a segment record past the capacity");
+        }
+        let (word, bit) = (&mut taken[record as usize / 64], 1 << (record % 64));
+        if *word & bit != 0 {
+            return Err("a segment record listed twice");
+        }
+        *word |= bit;
+        let h = hasher.hash_one(key);
+        if keys.find(h, |&i| found[i as usize].0 == key).is_some() {
+            return Err("a key listed twice");
+        }
+        keys.insert_unique(h, found.len() as u32, |&i| {
+            hasher.hash_one(found[i as usize].0)
+        });
+        found.push((key, record));
+    }
+    if !rest.is_empty() {
+        return Err("entries that do not parse");
+    }
+    Ok(found)
 }
 
 /// The next entry of an index body, `rest` moved past it: (key, record,

@@ -305,3 +305,47 @@ fn another_users_index_file_is_neither_trusted_nor_touched() {
     assert_eq!(std::fs::read(&p).unwrap(), before);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// An index body of `(key, record)` entries (`u32::MAX`: none).
+fn body(entries: &[(u64, u32)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for &(i, record) in entries {
+        let k = key(i);
+        b.push(k.as_bytes().len() as u8);
+        b.extend_from_slice(k.as_bytes());
+        b.extend_from_slice(&record.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+    }
+    b
+}
+
+#[test]
+fn segment_records_must_be_present_distinct_and_within_the_capacity() {
+    let ok = body(&[(1, 5), (2, 0), (3, 7)]);
+    let got = listed(&ok, 3, 8).unwrap();
+    assert_eq!(got, vec![(key(1), 5), (key(2), 0), (key(3), 7)]);
+    assert_eq!(listed(&ok, 3, 7), Err("a segment record past the capacity"));
+    assert_eq!(listed(&ok, 2, 8), Err("entries that do not parse"));
+    let twice = body(&[(1, 5), (2, 5)]);
+    assert_eq!(listed(&twice, 2, 8), Err("a segment record listed twice"));
+    let same_key = body(&[(1, 5), (1, 6)]);
+    assert_eq!(listed(&same_key, 2, 8), Err("a key listed twice"));
+    let none = body(&[(1, u32::MAX)]);
+    assert_eq!(
+        listed(&none, 1, 8),
+        Err("an entry without a segment record")
+    );
+    // A repeated key is refused by the files layout's restore too.
+    let d = dir("twice");
+    let o = opts(&d);
+    let mut p = Persisted {
+        body: Some((body(&[(1, u32::MAX), (2, u32::MAX), (1, u32::MAX)]), 3)),
+        generation: Some(0),
+        rejected: None,
+    };
+    let mut ix = Index::new(4096);
+    assert!(p.restore(&o, &mut ix, |_, _| {}, |_| {}).is_none());
+    assert_eq!((ix.ready_count(), ix.used()), (0, 0));
+    assert_eq!(p.rejected(), Some("a key listed twice"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
