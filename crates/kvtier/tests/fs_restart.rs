@@ -144,7 +144,7 @@ fn a_store_after_a_loaded_index_then_a_crash_never_trusts_the_old_index() {
     let more: Vec<u32> = (20..30).collect();
     store_all(&mut tier, &mem, &more);
     // Block 0 is dropped (its file removed).
-    let d = tier.drop_blocks(&key(0).as_bytes()[..]).unwrap();
+    let d = tier.drop_blocks(key(0).as_bytes()).unwrap();
     assert_eq!(d.dropped, 1);
     drop(tier);
     // Even the old index put back (a copy that survived) is not trusted.

@@ -355,7 +355,29 @@ impl Index {
     /// Adds `key` (absent) in `state`, accounting its bytes; a Ready key
     /// becomes the most recent.
     pub(super) fn insert(&mut self, key: Key, state: State) {
-        debug_assert!(self.find(&key).is_none());
+        let added = self.insert_new(key, state);
+        debug_assert!(added, "the key was indexed already");
+    }
+
+    /// [`Index::insert`] if `key` is absent (one probe of the table);
+    /// false, and nothing changed, if it is indexed already.
+    pub(super) fn insert_new(&mut self, key: Key, state: State) -> bool {
+        let h = self.hasher.hash_one(key);
+        let Index {
+            map,
+            nodes,
+            hasher,
+            free,
+            ..
+        } = self;
+        let entry = map.entry(
+            h,
+            |&i| nodes[i as usize].key == key,
+            |&i| hasher.hash_one(nodes[i as usize].key),
+        );
+        let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
+            return false;
+        };
         let mut node = Node {
             key,
             flags: 0,
@@ -366,25 +388,23 @@ impl Index {
             record: NO_RECORD,
         };
         node.set_state(state);
-        let i = match self.free.pop() {
+        let i = match free.pop() {
             Some(i) => {
-                self.nodes[i as usize] = node;
+                nodes[i as usize] = node;
                 i
             }
             None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
+                nodes.push(node);
+                (nodes.len() - 1) as u32
             }
         };
-        let h = self.hasher.hash_one(key);
-        let (nodes, hasher) = (&self.nodes, &self.hasher);
-        self.map
-            .insert_unique(h, i, |&j| hasher.hash_one(nodes[j as usize].key));
+        slot.insert(i);
         self.used += self.file_bytes;
         if state == State::Ready {
             self.count_ready(i, true);
             self.push_head(i);
         }
+        true
     }
 
     /// A Writing key became Ready (most recent).  False if it was not Writing.

@@ -178,9 +178,9 @@ impl Segments {
         )
     }
 
-    /// `Segments::open` without reading the records (found: none), for
+    /// [`Segments::open`] without reading the records (found: none), for
     /// an open that has its blocks from the persisted index; the records
-    /// can be read afterwards with `Segments::scan`.
+    /// can be read afterwards with [`Segments::scan`].
     pub(super) fn open_unscanned(
         root: &Path,
         block_bytes: usize,
@@ -192,7 +192,7 @@ impl Segments {
         Segments::open_scanning(root, block_bytes, capacity, direct, target, mode, false)
     }
 
-    /// `Segments::open` for `capacity_bytes` in files of about `target`
+    /// [`Segments::open`] for `capacity_bytes` in files of about `target`
     /// bytes, creating files of mode `file_mode`, reading the records.
     fn open_sized(
         root: &Path,
@@ -206,7 +206,7 @@ impl Segments {
         Segments::open_scanning(root, block_bytes, capacity, direct, target, mode, true)
     }
 
-    /// `Segments::open` for `capacity_bytes` in files of about `target`
+    /// [`Segments::open`] for `capacity_bytes` in files of about `target`
     /// bytes, creating files of mode `file_mode`, reading the records if
     /// `scan`.  A failed open removes what it created (the segments
     /// directory, the lock file, segment files), and nothing else.

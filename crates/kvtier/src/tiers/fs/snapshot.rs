@@ -442,11 +442,6 @@ impl Persisted {
         remove: impl FnMut(&Key),
     ) -> Option<RebuildReport> {
         let (body, entries) = self.body.take()?;
-        let mut rest = &body[..];
-        if (0..entries).any(|_| next_entry(&mut rest).is_none()) || !rest.is_empty() {
-            self.rejected = Some("entries that do not parse".into());
-            return None;
-        }
         if index.reserve(entries as usize).is_err() {
             self.rejected = Some(format!("no memory for {entries} entries"));
             return None;
@@ -454,20 +449,30 @@ impl Persisted {
         let now = SystemTime::now();
         let mut rest = &body[..];
         let mut born = Vec::new();
-        while let Some((key, _, at)) = next_entry(&mut rest) {
-            if index.get(&key).is_some() {
+        for _ in 0..entries {
+            let problem = match next_entry(&mut rest) {
+                None => Some("entries that do not parse"),
+                Some((key, _, at)) => {
+                    if !opts.max_age.is_zero() {
+                        let at = match at {
+                            0 => now,
+                            n => SystemTime::UNIX_EPOCH + Duration::from_nanos(n),
+                        };
+                        born.push((key, at));
+                    }
+                    (!index.insert_new(key, State::Ready)).then_some("a key listed twice")
+                }
+            };
+            if let Some(why) = problem {
                 *index = Index::new(index.file_bytes());
-                self.rejected = Some("a key listed twice".into());
+                self.rejected = Some(why.into());
                 return None;
             }
-            index.insert(key, State::Ready);
-            let at = match at {
-                0 => now,
-                n => SystemTime::UNIX_EPOCH + Duration::from_nanos(n),
-            };
-            if !opts.max_age.is_zero() {
-                born.push((key, at));
-            }
+        }
+        if !rest.is_empty() {
+            *index = Index::new(index.file_bytes());
+            self.rejected = Some("entries that do not parse".into());
+            return None;
         }
         for (key, at) in born {
             stored(key, at);
