@@ -97,6 +97,16 @@ const NO_RECORD: u32 = u32::MAX;
 
 type Hasher = foldhash::fast::RandomState;
 
+/// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
+/// them (one less than their number below 8).
+fn buckets(cap: usize) -> usize {
+    match cap {
+        0 => 0,
+        1..7 => cap + 1,
+        _ => cap / 7 * 8,
+    }
+}
+
 /// Keys, states, byte accounting and LRU order.
 #[derive(Debug)]
 pub(super) struct Index {
@@ -166,15 +176,9 @@ impl Index {
     /// `Index::heap_bytes` by part: the table, the nodes, the free lists.
     pub(super) fn heap_parts(&self) -> [usize; 3] {
         use std::mem::size_of;
-        // The table's capacity is 7/8 of its buckets (one less than their
-        // number below 8); each bucket is a u32 and a control byte, and a
-        // group of 16 control bytes more mirrors the first.
-        let cap = self.map.capacity();
-        let buckets = match cap {
-            0 => 0,
-            1..7 => cap + 1,
-            _ => cap / 7 * 8,
-        };
+        // Each bucket is a u32 and a control byte, and a group of 16
+        // control bytes more mirrors the first.
+        let buckets = buckets(self.map.capacity());
         let table = if buckets == 0 {
             0
         } else {
@@ -217,12 +221,12 @@ impl Index {
             .map_err(|_| oom(format!("a map of {records} records")))?;
         taken.resize(words, 0);
         for &(key, record) in found {
-            debug_assert!(record < records && index.find(&key).is_none());
-            index.insert(key, State::Ready);
-            let i = index.find(&key).expect("just inserted");
-            index.nodes[i as usize].record = record;
+            debug_assert!(record < records);
+            index.append_ready(key, Some(record));
             taken[record as usize / 64] |= 1 << (record % 64);
         }
+        let distinct = index.map_appended();
+        debug_assert!(distinct, "a key found twice");
         let free = records as usize - found.len();
         index
             .free_records
@@ -403,6 +407,73 @@ impl Index {
         if state == State::Ready {
             self.count_ready(i, true);
             self.push_head(i);
+        }
+        true
+    }
+
+    /// Appends Ready `key` (holding segment record `record`, if any) as the
+    /// most recent key, without entering it in the table: a restart's
+    /// bulk fill of a new index, which `map_appended` finishes.
+    pub(super) fn append_ready(&mut self, key: Key, record: Option<u32>) {
+        debug_assert!(self.map.is_empty() && self.free.is_empty());
+        let mut node = Node {
+            key,
+            flags: 0,
+            fanout: Layout::fanout_index(&key),
+            readers: 0,
+            prev: NIL,
+            next: NIL,
+            record: record.unwrap_or(NO_RECORD),
+        };
+        node.set_state(State::Ready);
+        self.nodes.push(node);
+        let i = (self.nodes.len() - 1) as u32;
+        self.used += self.file_bytes;
+        self.count_ready(i, true);
+        self.push_head(i);
+    }
+
+    /// Enters the keys `append_ready` appended in the table, in the order
+    /// of their buckets (memory in sequence rather than a random probe per
+    /// key).  False if a key was appended twice: the index is then not
+    /// usable (drop it).
+    pub(super) fn map_appended(&mut self) -> bool {
+        let n = self.nodes.len();
+        let Index {
+            map, nodes, hasher, ..
+        } = self;
+        if map
+            .try_reserve(n, |&i| hasher.hash_one(nodes[i as usize].key))
+            .is_err()
+        {
+            return false;
+        }
+        let mut order: Vec<(u64, u32)> = Vec::new();
+        if order.try_reserve_exact(n).is_err() {
+            return false;
+        }
+        order.extend(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| (hasher.hash_one(node.key), i as u32)),
+        );
+        // A key's first bucket is its hash's low bits under the mask.
+        let mask = buckets(map.capacity()).max(1) as u64 - 1;
+        order.sort_unstable_by_key(|&(h, _)| h & mask);
+        for (h, i) in order {
+            let key = nodes[i as usize].key;
+            let entry = map.entry(
+                h,
+                |&j| nodes[j as usize].key == key,
+                |&j| hasher.hash_one(nodes[j as usize].key),
+            );
+            match entry {
+                hashbrown::hash_table::Entry::Vacant(slot) => {
+                    slot.insert(i);
+                }
+                hashbrown::hash_table::Entry::Occupied(_) => return false,
+            }
         }
         true
     }

@@ -225,3 +225,28 @@ fn a_key_costs_under_100_heap_bytes_at_a_million_keys() {
     }
     assert_eq!((ix.ready_count(), ix.used()), (0, 0));
 }
+
+#[test]
+fn a_bulk_fill_keeps_its_order_and_finds_every_key_or_a_repeat() {
+    let mut ix = Index::new(10);
+    ix.reserve(5000).unwrap();
+    for i in 0..5000 {
+        ix.append_ready(wide(i), (i % 2 == 0).then_some(i as u32));
+    }
+    assert!(ix.map_appended());
+    assert_eq!((ix.ready_count(), ix.used()), (5000, 50_000));
+    assert!((0..5000).all(|i| ix.get(&wide(i)) == Some((State::Ready, 0))));
+    assert_eq!(ix.record(&wide(4)), Some(4));
+    assert_eq!(ix.record(&wide(5)), None);
+    assert_eq!(ix.get(&wide(5000)), None);
+    // The first appended is the least recent.
+    assert_eq!(ix.evict_one(false), Some(wide(0)));
+    // Usable as any index afterwards.
+    ix.insert(wide(9999), State::Writing);
+    assert!(ix.set_ready(&wide(9999)));
+    let mut twice = Index::new(10);
+    for i in [1, 2, 3, 2] {
+        twice.append_ready(wide(i), None);
+    }
+    assert!(!twice.map_appended(), "a repeated key");
+}

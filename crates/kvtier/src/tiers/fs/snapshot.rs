@@ -54,7 +54,7 @@ use std::time::{Duration, SystemTime};
 use super::age::Ages;
 use super::beneath::{self, FOREIGN, Fd};
 use super::format::Layout;
-use super::index::{Index, State};
+use super::index::Index;
 use super::rebuild::RebuildReport;
 use super::segments::{Opened, Segments};
 use super::{FsLayout, FsOptions};
@@ -427,7 +427,7 @@ impl Persisted {
         self.rejected.as_deref()
     }
 
-    /// Fills empty `index` from the trusted index file, least recently
+    /// Fills new `index` from the trusted index file, least recently
     /// used first, noting each key's store time with `stored` (now where
     /// unknown), then evicts down to the capacity's low watermark as a
     /// scan does (the victims' files removed by `remove`): the open's
@@ -460,7 +460,8 @@ impl Persisted {
                         };
                         born.push((key, at));
                     }
-                    (!index.insert_new(key, State::Ready)).then_some("a key listed twice")
+                    index.append_ready(key, None);
+                    None
                 }
             };
             if let Some(why) = problem {
@@ -469,9 +470,16 @@ impl Persisted {
                 return None;
             }
         }
-        if !rest.is_empty() {
+        let problem = if !rest.is_empty() {
+            Some("entries that do not parse")
+        } else if !index.map_appended() {
+            Some("a key listed twice (or no memory to index it)")
+        } else {
+            None
+        };
+        if let Some(why) = problem {
             *index = Index::new(index.file_bytes());
-            self.rejected = Some("entries that do not parse".into());
+            self.rejected = Some(why.into());
             return None;
         }
         for (key, at) in born {
