@@ -35,10 +35,11 @@
 //! generation then.
 //!
 //! No index is written (and the next open scans) when the directory is
-//! `shared` (other processes change it), cleared at shutdown, in the
-//! segments layout, when a key was still being written or removed at
-//! shutdown, when the generation could not be read or moved on at open,
-//! or when a foreign entry holds the index file's name.
+//! `shared` (other processes change it), cleared at shutdown, when a key
+//! was still being written or removed at shutdown, when a block file
+//! could not be removed (`removal_errors`: the index would not list it),
+//! when the generation could not be read or moved on at open, or when a
+//! foreign entry holds the index file's name.
 //!
 //! The files layout fills its index from the file (`Persisted::restore`);
 //! the segments layout opens its segment files without reading their
@@ -616,11 +617,17 @@ impl super::FsTier {
         let ages = &self.ages;
         let root = self.opts.root.display();
         let started = std::time::Instant::now();
-        match self
-            .persisted
-            .write(&self.opts.root, &self.opts, block_bytes, &self.index, |k| {
-                ages.born(k)
-            }) {
+        let (opts, index) = (&self.opts, &self.index);
+        let stray = self.counts.removal_errors.get();
+        let written = if stray > 0 {
+            // Files the index would not list: a scan finds them again.
+            Err(format!("{stray} block files could not be removed"))
+        } else {
+            let born = |k: &Key| ages.born(k);
+            self.persisted
+                .write(&opts.root, opts, block_bytes, index, born)
+        };
+        match written {
             Ok(n) => log::info!(
                 target: "kvtier::fs",
                 "fs tier {root}: index of {n} blocks written at shutdown in {:?}",
