@@ -67,7 +67,7 @@ impl FsTier {
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
         let mut ages = Ages::new(opts.max_age);
-        let mut persisted = Persisted::open(root, &opts, block_bytes);
+        let mut persisted = Persisted::open(root, &opts, block_bytes)?;
         let (index, rebuild, segments) = match opts.layout {
             FsLayout::Files => {
                 let mut index = Index::new(file_len(block_bytes));

@@ -345,7 +345,7 @@ fn mtime_of(st: &libc::stat) -> SystemTime {
 
 /// Whether a temporary file's writer (`pid`, when its name tells) is gone:
 /// dead on this host, or the file (`st`) is older than `max_age`.
-fn stale_temp(st: &libc::stat, pid: Option<u32>, max_age: Duration) -> bool {
+pub(super) fn stale_temp(st: &libc::stat, pid: Option<u32>, max_age: Duration) -> bool {
     if let Some(pid) = pid {
         // SAFETY: signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0

@@ -11,7 +11,8 @@
 //!   length and xxh3-64 checksum, the header's own checksum), then one
 //!   entry per Ready block, least recently used first: key length, key,
 //!   segment record (`u32::MAX` for none), store time (nanoseconds since
-//!   the epoch, 0 unknown).  Written to a temporary file (`fsync`ed with
+//!   the epoch, 0 unknown; the segments layout counts ages from the open,
+//!   as its scan does).  Written to a temporary file (`fsync`ed with
 //!   the `durable` option), renamed over the name.
 //!
 //! At open the index file is trusted only when it is whole (both
@@ -21,9 +22,16 @@
 //! directory) and the index file removed, before the tier serves: an index
 //! is used at most once, and a crash afterwards finds none that matches
 //! (a copy of it put back is of an old generation), so the scan runs.
-//! Without an index file nothing is written at open.  An index file that is not trusted is reported (a
-//! warning, the open's error log, [`RebuildReport::index_rejected`]) and
-//! the scan runs; one the generation cannot be moved past is not used.
+//! Without an index file nothing is written at open.  An index file that
+//! is not trusted is reported (a warning, the open's error log,
+//! [`RebuildReport::index_rejected`]) and the scan runs.  One the
+//! generation cannot be moved past is not used, and if it cannot be
+//! removed either the open fails (whatever the tier stored would be
+//! missing from a file trusted later).  Temporary files of index and
+//! generation writers that are gone are removed at open.
+//!
+//! The index file is meant to be loaded fast: 10^6 entries are read,
+//! checked and indexed in about 0.3 s (`time_a_million_entries`).
 //!
 //! Both files are read as the tier reads everything in its directory
 //! (`beneath.rs`): never through a symlink, never waiting on a FIFO, only
@@ -295,20 +303,25 @@ impl Persisted {
     /// on and removes the index file (both durably), so that whatever is
     /// served from here on no index on disk describes.  Never fails: an
     /// index that cannot be trusted (or made unusable again) is not used.
-    pub(super) fn open(root: &Path, opts: &FsOptions, block_bytes: usize) -> Persisted {
+    pub(super) fn open(
+        root: &Path,
+        opts: &FsOptions,
+        block_bytes: usize,
+    ) -> crate::Result<Persisted> {
         let mut p = Persisted {
             body: None,
             generation: None,
             rejected: None,
         };
         let Ok(dir) = root_fd(root) else {
-            return p;
+            return Ok(p);
         };
+        remove_dead_temps(&dir, opts.stale_temp_age);
         let generation = match read_generation(&dir) {
             Ok(g) => g,
             Err(why) => {
                 p.rejected = Some(format!("generation file {GENERATION_NAME}: {why}"));
-                return p;
+                return Ok(p);
             }
         };
         let max_entries = Self::max_entries(opts, block_bytes);
@@ -333,10 +346,10 @@ impl Persisted {
         match beneath::lstat_at(dir.0, INDEX_C) {
             Err(libc::ENOENT) => {
                 p.generation = Some(generation);
-                return p;
+                return Ok(p);
             }
             Ok(st) if beneath::is_regular(&st) && st.st_uid == me => {}
-            _ => return p,
+            _ => return Ok(p),
         }
         let next = generation.wrapping_add(1);
         let text = format!("{next}\n");
@@ -348,21 +361,31 @@ impl Persisted {
             true,
         )
         .and_then(|()| sync_dir(&dir));
+        let removed = beneath::unlink_regular(dir.0, INDEX_C);
+        if removed == Ok(true) {
+            let _ = sync_dir(&dir);
+        }
         match moved {
             Ok(()) => p.generation = Some(next),
             Err(e) => {
+                let e = std::io::Error::from_raw_os_error(e);
                 if p.body.take().is_some() {
-                    p.rejected = Some(format!(
-                        "the generation could not be moved on ({})",
-                        std::io::Error::from_raw_os_error(e)
+                    p.rejected = Some(format!("the generation could not be moved on ({e})"));
+                }
+                // Neither moved on nor gone: the file would be trusted
+                // after whatever this tier stores.
+                if removed.is_err() {
+                    return Err(crate::Error::io(
+                        format!(
+                            "fs tier: the index file {} can be neither outdated nor removed",
+                            root.join(INDEX_NAME).display()
+                        ),
+                        e,
                     ));
                 }
             }
         }
-        if beneath::unlink_regular(dir.0, INDEX_C) == Ok(true) {
-            let _ = sync_dir(&dir);
-        }
-        p
+        Ok(p)
     }
 
     /// The most entries an index file may hold: the capacity's blocks
@@ -694,6 +717,38 @@ fn listed(body: &[u8], entries: u64, records: u32) -> Result<Vec<(Key, u32)>, &'
         return Err("entries that do not parse");
     }
     Ok(found)
+}
+
+/// Removes the temporary files of index and generation writers that
+/// are gone (dead on this host, or older than `max_age`).
+fn remove_dead_temps(dir: &Fd, max_age: Duration) {
+    let Ok(names) = beneath::list(dir.0) else {
+        return;
+    };
+    for name in names {
+        let Some(pid) = name.to_str().and_then(temp_writer) else {
+            continue;
+        };
+        let c = beneath::c_name(&name);
+        if let Ok(st) = beneath::lstat_at(dir.0, &c)
+            && beneath::is_regular(&st)
+            && super::rebuild::stale_temp(&st, Some(pid), max_age)
+        {
+            let _ = beneath::unlink_same(dir.0, &c, &st);
+        }
+    }
+}
+
+/// The writer's pid in the name of a temporary index or generation file
+/// (`.<name>.<pid>.<n>.tmp`).
+fn temp_writer(name: &str) -> Option<u32> {
+    let rest = [INDEX_NAME, GENERATION_NAME]
+        .iter()
+        .find_map(|n| name.strip_prefix('.')?.strip_prefix(n)?.strip_prefix('.'))?;
+    let mut parts = rest.split('.');
+    let pid = parts.next()?.parse().ok()?;
+    parts.next()?.parse::<u64>().ok()?;
+    (parts.next() == Some("tmp") && parts.next().is_none()).then_some(pid)
 }
 
 /// The next entry of an index body, `rest` moved past it: (key, record,

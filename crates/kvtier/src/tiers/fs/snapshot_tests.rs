@@ -37,7 +37,7 @@ fn index(n: u64) -> Index {
 
 /// Opens `d` as a tier would, and writes `ix` as its shutdown would.
 fn persist(d: &Path, o: &FsOptions, ix: &Index) {
-    let p = Persisted::open(d, o, BLOCK);
+    let p = Persisted::open(d, o, BLOCK).unwrap();
     assert_eq!(
         p.write(d, o, BLOCK, ix, |_| None),
         Ok(ix.ready_count() as u64)
@@ -47,7 +47,7 @@ fn persist(d: &Path, o: &FsOptions, ix: &Index) {
 /// What an open of `d` loads: the keys (least recent first) and why a
 /// file was refused.
 fn load(d: &Path, o: &FsOptions) -> (Option<Vec<Key>>, Option<String>) {
-    let mut p = Persisted::open(d, o, BLOCK);
+    let mut p = Persisted::open(d, o, BLOCK).unwrap();
     let mut ix = Index::new(super::super::format::file_len(BLOCK));
     let loaded = p.restore(o, &mut ix, |_, _| {}, |_| {}).map(|r| {
         assert!(r.index_loaded);
@@ -104,10 +104,10 @@ fn store_times_and_an_empty_index_round_trip() {
     o.max_age = Duration::from_secs(3600);
     let t = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
     let ix = index(3);
-    let p = Persisted::open(&d, &o, BLOCK);
+    let p = Persisted::open(&d, &o, BLOCK).unwrap();
     p.write(&d, &o, BLOCK, &ix, |k| (*k == key(1)).then_some(t))
         .unwrap();
-    let mut p = Persisted::open(&d, &o, BLOCK);
+    let mut p = Persisted::open(&d, &o, BLOCK).unwrap();
     let mut got = Vec::new();
     let mut ix = Index::new(4096);
     p.restore(&o, &mut ix, |k, at| got.push((k, at)), |_| {})
@@ -213,7 +213,7 @@ fn an_index_file_that_is_not_a_regular_file_is_never_opened() {
     let o = opts(&d);
     persist(&d, &o, &index(5));
     std::fs::write(d.join(GENERATION_NAME), "one\n").unwrap();
-    let mut p = Persisted::open(&d, &o, BLOCK);
+    let mut p = Persisted::open(&d, &o, BLOCK).unwrap();
     assert!(p.rejected().unwrap().contains("not a number"));
     assert!(p.restore(&o, &mut index(0), |_, _| {}, |_| {}).is_none());
     assert!(p.write(&d, &o, BLOCK, &index(1), |_| None).is_err());
@@ -226,7 +226,7 @@ fn no_index_is_written_while_blocks_are_in_flight() {
     let o = opts(&d);
     let mut ix = index(4);
     ix.insert(key(99), State::Writing);
-    let p = Persisted::open(&d, &o, BLOCK);
+    let p = Persisted::open(&d, &o, BLOCK).unwrap();
     let why = p.write(&d, &o, BLOCK, &ix, |_| None).unwrap_err();
     assert!(why.contains("being written"), "{why}");
     assert!(!d.join(INDEX_NAME).exists());
@@ -239,7 +239,7 @@ fn a_restored_index_over_the_capacity_is_evicted_down_to_the_low_watermark() {
     let mut o = opts(&d);
     persist(&d, &o, &index(40));
     o.capacity_bytes = 20 * super::super::format::file_len(BLOCK);
-    let mut p = Persisted::open(&d, &o, BLOCK);
+    let mut p = Persisted::open(&d, &o, BLOCK).unwrap();
     let mut ix = Index::new(super::super::format::file_len(BLOCK));
     let mut gone = Vec::new();
     let r = p
@@ -259,13 +259,13 @@ fn time_round_trip(n: u64) {
     let d = dir(&format!("time{n}"));
     let o = opts(&d);
     let ix = index(n);
-    let p = Persisted::open(&d, &o, BLOCK);
+    let p = Persisted::open(&d, &o, BLOCK).unwrap();
     let t = std::time::Instant::now();
     p.write(&d, &o, BLOCK, &ix, |_| None).unwrap();
     let write = t.elapsed();
     let bytes = std::fs::metadata(d.join(INDEX_NAME)).unwrap().len();
     let t = std::time::Instant::now();
-    let mut p = Persisted::open(&d, &o, BLOCK);
+    let mut p = Persisted::open(&d, &o, BLOCK).unwrap();
     let read = t.elapsed();
     let mut back = Index::new(4096);
     let loaded = p.restore(&o, &mut back, |_, _| {}, |_| {});
@@ -299,7 +299,7 @@ fn another_users_index_file_is_neither_trusted_nor_touched() {
     let p = d.join(INDEX_NAME);
     std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
     let before = std::fs::read(&p).unwrap();
-    let mut p2 = Persisted::open(&d, &o, BLOCK);
+    let mut p2 = Persisted::open(&d, &o, BLOCK).unwrap();
     assert!(p2.rejected().unwrap().contains("owned by user 65534"));
     assert!(p2.restore(&o, &mut index(0), |_, _| {}, |_| {}).is_none());
     assert_eq!(std::fs::read(&p).unwrap(), before, "left as it was");
@@ -351,5 +351,31 @@ fn segment_records_must_be_present_distinct_and_within_the_capacity() {
     assert!(p.restore(&o, &mut ix, |_, _| {}, |_| {}).is_none());
     assert_eq!((ix.ready_count(), ix.used()), (0, 0));
     assert!(p.rejected().unwrap().starts_with("a key listed twice"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn temporary_files_of_gone_writers_are_removed_at_open() {
+    assert_eq!(temp_writer(".kvtier-index.123.4.tmp"), Some(123));
+    assert_eq!(temp_writer(".kvtier-generation.9.0.tmp"), Some(9));
+    for other in [
+        ".kvtier-index.123.tmp",
+        "kvtier-index.1.2.tmp",
+        ".kvtier-index.1.2.tmp.x",
+        ".kvtier-layout.1.2.tmp",
+        ".kvtier-indexx.1.2.tmp",
+    ] {
+        assert_eq!(temp_writer(other), None, "{other}");
+    }
+    let d = dir("temps");
+    // A writer that cannot be alive (above any pid_max), and this one.
+    let dead = d.join(".kvtier-index.999999999.0.tmp");
+    let live = d.join(format!(".kvtier-index.{}.0.tmp", std::process::id()));
+    let mine = d.join("notes.tmp");
+    for f in [&dead, &live, &mine] {
+        std::fs::write(f, b"x").unwrap();
+    }
+    Persisted::open(&d, &opts(&d), BLOCK).unwrap();
+    assert!(!dead.exists() && live.exists() && mine.exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
