@@ -5,8 +5,12 @@
 
 use std::path::Path;
 
+use kvtier_core::Key;
+use kvtier_core::config::Config;
 use kvtier_core::events::{Event, EventKind};
+use kvtier_core::primary::StorePlan;
 use kvtier_core::region::SlotMemory;
+use kvtier_core::tiering::{Manager, RequestParams};
 use kvtier_core::tiering::{SecondaryTier, TierLookup};
 use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
 
@@ -287,4 +291,63 @@ fn a_files_layout_index_is_refused_by_a_segments_tier() {
     let r = tier.rebuild_report();
     assert!(!r.index_loaded && r.index_rejected, "{r:?}");
     serves_exactly(&mut tier, &mem, &ids, 20);
+}
+
+/// A manager over an fs tier in `dir` (4 KiB blocks, 8 primary slots).
+fn manager(dir: &Path) -> Manager {
+    let json = format!(
+        r#"{{"block_bytes": {SLOT}, "primary": {{"capacity": 8}},
+            "tiers": [{{"type": "fs", "options": {{"directory": "{}", "read_threads": 1,
+                        "write_threads": 1, "direct_io": false}}}}]}}"#,
+        dir.display()
+    );
+    Config::from_json(&json).unwrap().build().unwrap()
+}
+
+fn tier_stat(m: &Manager, name: &str) -> f64 {
+    let stats = m.tier_stats(1).unwrap();
+    stats.iter().find(|s| s.name == name).unwrap().value
+}
+
+/// Stores keys `[i; 8]` for `ids` through the manager, until the fs tier
+/// has them.
+fn store_through(m: &Manager, ids: std::ops::RangeInclusive<u8>) {
+    let r = m.request_begin("r", RequestParams::default()).unwrap().id;
+    let keys: Vec<Key> = ids.map(|i| Key::new(&[i; 8]).unwrap()).collect();
+    let mut plan = StorePlan::default();
+    m.prepare_store(r, &keys, &mut plan).unwrap();
+    let done = plan.to_store.clone();
+    m.complete_store(r, &done, true).unwrap();
+    m.request_finished(r).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        m.schedule_end().unwrap();
+        if !m.has_pending_work().unwrap() {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "work still pending");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_managers_shutdown_or_drop_persists_the_index_for_the_next_manager() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(dir.path());
+    store_through(&m, 1..=3);
+    assert_eq!(tier_stat(&m, "blocks"), 3.0);
+    m.shutdown().unwrap();
+    drop(m);
+    assert!(dir.path().join(INDEX).is_file());
+
+    let m = manager(dir.path());
+    assert_eq!(tier_stat(&m, "restart_blocks"), 3.0);
+    assert!(!dir.path().join(INDEX).exists(), "used once");
+    store_through(&m, 4..=5);
+    // Dropped without a shutdown call: the manager shuts its tiers down.
+    drop(m);
+    assert!(dir.path().join(INDEX).is_file());
+    let m = manager(dir.path());
+    assert_eq!(tier_stat(&m, "restart_blocks"), 5.0);
+    assert_eq!(tier_stat(&m, "restart_removed_files"), 0.0);
 }
