@@ -25,11 +25,11 @@
 //! - Opening an existing directory rebuilds the index and byte accounting
 //!   from the headers on disk; files under block names that are not whole
 //!   blocks of this format and size are removed (`rebuild.rs`).  A clean
-//!   shutdown writes the index to `kvtier-index`,
-//!   and the next open loads it instead, once: a generation moved on
-//!   and the file removed before serving, so that after a crash the scan
-//!   runs; a torn, damaged, stale or foreign index file is never trusted
-//!   (`snapshot.rs`).  The index keeps each key once, about 99 heap bytes
+//!   shutdown writes the index to `kvtier-index`, and the next open loads
+//!   it instead, once: a generation moved on and the file removed before
+//!   serving, so that after a crash the scan runs; a torn, damaged, stale
+//!   or foreign index file is never trusted (`snapshot.rs`, with
+//!   `snapshot_format.rs` and `snapshot_files.rs`).  The index keeps each key once, about 99 heap bytes
 //!   per block (`index.rs`).
 //! - Blocks removed behind the tier's back are taken out of the index (and
 //!   the byte count) when a transfer proves them gone: a load that finds a
@@ -90,6 +90,8 @@ mod recovery;
 mod segments;
 mod settle;
 mod snapshot;
+mod snapshot_files;
+mod snapshot_format;
 mod stats;
 
 use std::sync::Arc;

@@ -56,34 +56,24 @@
 //! missing, past the capacity, or listed twice.
 
 use std::ffi::CStr;
-use std::hash::BuildHasher;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use super::FsOptions;
 use super::age::Ages;
-use super::beneath::{self, FOREIGN, Fd};
+use super::beneath::{self, Fd};
 use super::format::Layout;
 use super::index::Index;
 use super::rebuild::RebuildReport;
 use super::segments::{Opened, Segments};
-use super::{FsLayout, FsOptions};
-use crate::key::{Key, MAX_KEY_LEN};
+use super::snapshot_files::{
+    INDEX_C, open_checked, read_exact, read_generation, remove_dead_temps, replace, root_fd,
+    sync_dir,
+};
+use super::snapshot_format::{HEADER, Header, MAX_ENTRY, MIN_ENTRY, listed, next_entry, xxh3};
+use crate::key::Key;
 
-/// The index file's name in the root.
-pub(crate) const INDEX_NAME: &str = "kvtier-index";
-const INDEX_C: &CStr = c"kvtier-index";
-/// The generation file's name in the root.
-pub(crate) const GENERATION_NAME: &str = "kvtier-generation";
-const GENERATION_C: &CStr = c"kvtier-generation";
-
-const MAGIC: [u8; 8] = *b"KVTINDEX";
-const VERSION: u32 = 1;
-const HEADER: usize = 80;
-/// The shortest and longest entry.
-const MIN_ENTRY: usize = 1 + 1 + 4 + 8;
-const MAX_ENTRY: usize = 1 + MAX_KEY_LEN + 4 + 8;
-/// Largest generation file: a u64 in decimal and a newline.
-const MAX_GENERATION_LEN: i64 = 21;
+pub(crate) use super::snapshot_files::{GENERATION_NAME, INDEX_NAME};
 
 /// What one open found of the persisted index, and what a clean shutdown
 /// writes.
@@ -97,204 +87,6 @@ pub(super) struct Persisted {
     generation: Option<u64>,
     /// Why an index file present was not trusted.
     rejected: Option<String>,
-}
-
-/// The header's fields.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Header {
-    layout: u32,
-    block_bytes: u64,
-    fingerprint: u64,
-    generation: u64,
-    entries: u64,
-    body_len: u64,
-    body_sum: u64,
-}
-
-fn layout_code(layout: FsLayout) -> u32 {
-    match layout {
-        FsLayout::Files => 1,
-        FsLayout::Segments => 2,
-    }
-}
-
-/// The hash of a layout fingerprint (0 for none).
-fn fingerprint_hash(fingerprint: Option<&str>) -> u64 {
-    fingerprint.map_or(0, |f| xxh3(f.as_bytes()) | 1)
-}
-
-fn xxh3(bytes: &[u8]) -> u64 {
-    twox_hash::XxHash3_64::oneshot(bytes)
-}
-
-impl Header {
-    fn of(opts: &FsOptions, block_bytes: usize, generation: u64) -> Header {
-        Header {
-            layout: layout_code(opts.layout),
-            block_bytes: block_bytes as u64,
-            fingerprint: fingerprint_hash(opts.layout_fingerprint.as_deref()),
-            generation,
-            entries: 0,
-            body_len: 0,
-            body_sum: 0,
-        }
-    }
-
-    fn encode(&self) -> [u8; HEADER] {
-        let mut h = [0u8; HEADER];
-        h[..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        h[12..16].copy_from_slice(&self.layout.to_le_bytes());
-        let words = [
-            self.block_bytes,
-            self.fingerprint,
-            self.generation,
-            self.entries,
-            self.body_len,
-            self.body_sum,
-        ];
-        for (i, w) in words.iter().enumerate() {
-            h[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
-        }
-        let sum = xxh3(&h[..HEADER - 8]);
-        h[HEADER - 8..].copy_from_slice(&sum.to_le_bytes());
-        h
-    }
-
-    /// The header `h` holds, or why it is not one of this format.
-    fn decode(h: &[u8; HEADER]) -> Result<Header, String> {
-        let word = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8 bytes"));
-        if h[..8] != MAGIC {
-            return Err("not an index file (magic)".into());
-        }
-        if word(HEADER - 8) != xxh3(&h[..HEADER - 8]) {
-            return Err("damaged header (checksum)".into());
-        }
-        let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-        if version != VERSION {
-            return Err(format!("format version {version}, not {VERSION}"));
-        }
-        Ok(Header {
-            layout: u32::from_le_bytes(h[12..16].try_into().expect("4 bytes")),
-            block_bytes: word(16),
-            fingerprint: word(24),
-            generation: word(32),
-            entries: word(40),
-            body_len: word(48),
-            body_sum: word(56),
-        })
-    }
-}
-
-fn root_fd(root: &Path) -> Result<Fd, i32> {
-    beneath::open_root(&beneath::c_path(root)?)
-}
-
-/// Opens regular file `name` of `dir` for reading as the tier opens its
-/// block files, and checks it is the tier user's and at most `max` bytes
-/// long; `Ok(None)` when absent.
-fn open_checked(dir: &Fd, name: &CStr, max: u64) -> Result<Option<(Fd, u64)>, String> {
-    let (fd, st) = match beneath::open_at(dir.0, name, libc::O_RDONLY, 0, false) {
-        Ok(f) => f,
-        Err(libc::ENOENT) => return Ok(None),
-        Err(FOREIGN) => {
-            let kind = beneath::lstat_at(dir.0, name)
-                .map(|st| beneath::kind_name(st.st_mode))
-                .unwrap_or("other");
-            return Err(format!("a {kind}, not a regular file"));
-        }
-        Err(e) => return Err(std::io::Error::from_raw_os_error(e).to_string()),
-    };
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if st.st_uid != me {
-        return Err(format!("owned by user {}, not by {me}", st.st_uid));
-    }
-    let len = st.st_size.max(0) as u64;
-    if len > max {
-        return Err(format!("{len} bytes, more than {max}"));
-    }
-    Ok(Some((fd, len)))
-}
-
-/// Reads exactly `buf.len()` bytes at `offset`.
-fn read_exact(fd: &Fd, buf: &mut [u8], offset: u64) -> Result<(), String> {
-    let mut done = 0;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: reading into a live slice of an owned buffer.
-        let n = unsafe {
-            libc::pread(
-                fd.0,
-                rest.as_mut_ptr().cast(),
-                rest.len(),
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            0 => return Err("shorter than its header says".into()),
-            n if n > 0 => done += n as usize,
-            _ => match beneath::errno() {
-                libc::EINTR => {}
-                e => return Err(std::io::Error::from_raw_os_error(e).to_string()),
-            },
-        }
-    }
-    Ok(())
-}
-
-/// The directory's generation (0 without a generation file).
-fn read_generation(dir: &Fd) -> Result<u64, String> {
-    let Some((fd, len)) = open_checked(dir, GENERATION_C, MAX_GENERATION_LEN as u64)? else {
-        return Ok(0);
-    };
-    let mut buf = vec![0u8; len as usize];
-    read_exact(&fd, &mut buf, 0)?;
-    std::str::from_utf8(&buf)
-        .ok()
-        .and_then(|t| t.strip_suffix('\n'))
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| "not a number and a newline".to_string())
-}
-
-/// Writes `bytes` to a new temporary file of `dir` (mode `mode`),
-/// `fsync`s it when `sync`, and renames it over `name`.
-fn replace(dir: &Fd, name: &str, bytes: &[&[u8]], mode: u32, sync: bool) -> Result<(), i32> {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temp =
-        std::ffi::CString::new(format!(".{name}.{}.{n}.tmp", std::process::id())).expect("no NUL");
-    let target = std::ffi::CString::new(name).expect("no NUL");
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-    let (fd, st) = beneath::open_at(dir.0, &temp, flags, mode, false)?;
-    let written = bytes
-        .iter()
-        .try_for_each(|b| super::marker::write_all(fd.0, b))
-        .and_then(|()| {
-            // SAFETY: an open descriptor.
-            if sync && unsafe { libc::fsync(fd.0) } != 0 {
-                return Err(beneath::errno());
-            }
-            // SAFETY: NUL-terminated names relative to an open directory.
-            match unsafe { libc::renameat(dir.0, temp.as_ptr(), dir.0, target.as_ptr()) } {
-                0 => Ok(()),
-                _ => Err(beneath::errno()),
-            }
-        });
-    drop(fd);
-    if written.is_err() {
-        let _ = beneath::unlink_same(dir.0, &temp, &st);
-    }
-    written
-}
-
-/// `fsync` of directory `dir`.
-fn sync_dir(dir: &Fd) -> Result<(), i32> {
-    // SAFETY: an open directory descriptor.
-    match unsafe { libc::fsync(dir.0) } {
-        0 => Ok(()),
-        _ => Err(beneath::errno()),
-    }
 }
 
 impl Persisted {
@@ -678,92 +470,6 @@ impl super::FsTier {
                 .note(|| format!("index file {INDEX_NAME} not used ({why}); scanned instead"));
         }
     }
-}
-
-/// The (key, record) pairs of an index body for `records` segment
-/// records, least recently used first, or why they are not usable.
-fn listed(body: &[u8], entries: u64, records: u32) -> Result<Vec<(Key, u32)>, &'static str> {
-    let mut found: Vec<(Key, u32)> = Vec::new();
-    found
-        .try_reserve_exact(entries as usize)
-        .map_err(|_| "no memory for its entries")?;
-    let mut keys = hashbrown::HashTable::<u32>::new();
-    keys.try_reserve(entries as usize, |_| 0)
-        .map_err(|_| "no memory for its entries")?;
-    let mut taken = vec![0u64; (records as usize).div_ceil(64)];
-    let hasher = foldhash::fast::FixedState::default();
-    let mut rest = body;
-    for _ in 0..entries {
-        let (key, record, _) = next_entry(&mut rest).ok_or("entries that do not parse")?;
-        let record = record.ok_or("an entry without a segment record")?;
-        if record >= records {
-            return Err("a segment record past the capacity");
-        }
-        let (word, bit) = (&mut taken[record as usize / 64], 1 << (record % 64));
-        if *word & bit != 0 {
-            return Err("a segment record listed twice");
-        }
-        *word |= bit;
-        let h = hasher.hash_one(key);
-        if keys.find(h, |&i| found[i as usize].0 == key).is_some() {
-            return Err("a key listed twice");
-        }
-        keys.insert_unique(h, found.len() as u32, |&i| {
-            hasher.hash_one(found[i as usize].0)
-        });
-        found.push((key, record));
-    }
-    if !rest.is_empty() {
-        return Err("entries that do not parse");
-    }
-    Ok(found)
-}
-
-/// Removes the temporary files of index and generation writers that
-/// are gone (dead on this host, or older than `max_age`).
-fn remove_dead_temps(dir: &Fd, max_age: Duration) {
-    let Ok(names) = beneath::list(dir.0) else {
-        return;
-    };
-    for name in names {
-        let Some(pid) = name.to_str().and_then(temp_writer) else {
-            continue;
-        };
-        let c = beneath::c_name(&name);
-        if let Ok(st) = beneath::lstat_at(dir.0, &c)
-            && beneath::is_regular(&st)
-            && super::rebuild::stale_temp(&st, Some(pid), max_age)
-        {
-            let _ = beneath::unlink_same(dir.0, &c, &st);
-        }
-    }
-}
-
-/// The writer's pid in the name of a temporary index or generation file
-/// (`.<name>.<pid>.<n>.tmp`).
-fn temp_writer(name: &str) -> Option<u32> {
-    let rest = [INDEX_NAME, GENERATION_NAME]
-        .iter()
-        .find_map(|n| name.strip_prefix('.')?.strip_prefix(n)?.strip_prefix('.'))?;
-    let mut parts = rest.split('.');
-    let pid = parts.next()?.parse().ok()?;
-    parts.next()?.parse::<u64>().ok()?;
-    (parts.next() == Some("tmp") && parts.next().is_none()).then_some(pid)
-}
-
-/// The next entry of an index body, `rest` moved past it: (key, record,
-/// store time); `None` at the end or where no well-formed entry starts.
-fn next_entry(rest: &mut &[u8]) -> Option<(Key, Option<u32>, u64)> {
-    let (&len, tail) = rest.split_first()?;
-    let len = len as usize;
-    if tail.len() < len + 12 {
-        return None;
-    }
-    let key = Key::new(&tail[..len]).ok()?;
-    let record = u32::from_le_bytes(tail[len..len + 4].try_into().ok()?);
-    let born = u64::from_le_bytes(tail[len + 4..len + 12].try_into().ok()?);
-    *rest = &tail[len + 12..];
-    Some((key, Some(record).filter(|&r| r != u32::MAX), born))
 }
 
 #[cfg(test)]

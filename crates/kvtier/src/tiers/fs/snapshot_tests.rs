@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::tiers::fs::index::State;
+use crate::tiers::fs::snapshot_files::temp_writer;
 
 const BLOCK: usize = 4096;
 
