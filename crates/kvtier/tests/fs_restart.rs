@@ -3,7 +3,8 @@
 //! open returns, no background scan) and used once; after a crash, or
 //! when the index file is torn, damaged, stale, another tier's, or not a
 //! regular file, the background scan runs (waited for here) and no block
-//! is lost.
+//! is lost.  No index is persisted while the scan still runs, and in the
+//! segments layout the live map and the loaded index agree.
 
 use std::path::Path;
 
@@ -367,4 +368,100 @@ fn a_managers_shutdown_or_drop_persists_the_index_for_the_next_manager() {
     let m = manager(dir.path());
     assert_eq!(tier_stat(&m, "restart_blocks"), 5.0);
     assert_eq!(tier_stat(&m, "restart_removed_files"), 0.0);
+}
+
+#[test]
+fn a_held_open_that_loads_the_index_has_no_scan_to_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+    let ids: Vec<u32> = (0..8).collect();
+    let mut tier = open(dir.path(), &mem);
+    store_all(&mut tier, &mem, &ids);
+    tier.shutdown().unwrap();
+    let (mut tier, hold) = FsTier::open_held(mem.clone(), opts(dir.path())).unwrap();
+    // Whole before the hold is released.
+    loaded_whole(&tier);
+    serves_exactly(&mut tier, &mem, &ids, 10);
+    drop(hold);
+    assert!(!tier.rebuilding());
+}
+
+#[test]
+fn a_shutdown_while_the_restart_scan_runs_persists_no_index() {
+    for layout in [FsLayout::Files, FsLayout::Segments] {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+        // Room past the live map's first word (64 records, all marked by
+        // the first store), so that a store during the scan finds a
+        // record known free.
+        let mut o = segments(dir.path(), 128);
+        o.layout = layout;
+        let ids: Vec<u32> = (0..12).collect();
+        let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+        store_all(&mut tier, &mem, &ids);
+        // A crash: no index, the next open scans.
+        drop(tier);
+        let (mut tier, hold) = FsTier::open_held(mem.clone(), o.clone()).unwrap();
+        assert!(tier.rebuilding(), "{layout:?}");
+        // A block stored meanwhile: known to the index, the others not.
+        store_all(&mut tier, &mem, &[20]);
+        tier.shutdown().unwrap();
+        drop(hold);
+        assert!(!dir.path().join(INDEX).exists(), "{layout:?}");
+        drop(tier);
+        // The next open scans and finds every block, the new one too.
+        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
+        let r = tier.rebuild_report();
+        assert!(!r.index_loaded && !r.index_rejected, "{layout:?}: {r:?}");
+        let all: Vec<u32> = (0..12).chain([20]).collect();
+        serves_exactly(&mut tier, &mem, &all, 24);
+        // Its scan ended: this shutdown persists the index.
+        tier.shutdown().unwrap();
+        assert!(dir.path().join(INDEX).is_file(), "{layout:?}");
+    }
+}
+
+#[test]
+fn after_a_loaded_index_the_live_map_saved_at_shutdown_holds_exactly_its_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+    let o = segments(dir.path(), 16);
+    // Stored lowest record first: block i in record i.
+    let first: Vec<u32> = (0..8).collect();
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    store_all(&mut tier, &mem, &first);
+    tier.shutdown().unwrap();
+    drop(tier);
+
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    loaded_whole(&tier);
+    // Records the index does not name take stores at once.
+    let more: Vec<u32> = (8..12).collect();
+    store_all(&mut tier, &mem, &more);
+    assert_eq!(stat(&tier, "stores_rejected_full"), 0.0);
+    // Blocks 0-3 dropped: their records are free, not erased.
+    for i in 0..4 {
+        assert_eq!(tier.drop_blocks(key(i).as_bytes()).unwrap().dropped, 1);
+    }
+    tier.shutdown().unwrap();
+    drop(tier);
+
+    // Scanned instead (the index file gone): the map marks the records of
+    // blocks 4-11 and no other, so the damaged records of the dropped
+    // blocks are not even read.
+    std::fs::remove_file(dir.path().join(INDEX)).unwrap();
+    let record = (4096 + SLOT) as u64;
+    let seg = dir.path().join("segments").join(format!("{record}-0.kvs"));
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    use std::os::unix::fs::FileExt;
+    for r in 0..4u64 {
+        f.write_all_at(b"garbage!garbage!", r * record).unwrap();
+    }
+    drop(f);
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
+    let r = tier.rebuild_report();
+    assert!(!r.index_loaded, "{r:?}");
+    assert_eq!((r.blocks, r.skipped), (8, 0), "{r:?}");
+    let kept: Vec<u32> = (4..12).collect();
+    serves_exactly(&mut tier, &mem, &kept, 16);
 }
