@@ -465,3 +465,29 @@ fn after_a_loaded_index_the_live_map_saved_at_shutdown_holds_exactly_its_blocks(
     let kept: Vec<u32> = (4..12).collect();
     serves_exactly(&mut tier, &mem, &kept, 16);
 }
+
+#[test]
+fn a_segments_index_over_segment_files_made_anew_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+    let o = segments(dir.path(), 16);
+    let ids: Vec<u32> = (0..10).collect();
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    store_all(&mut tier, &mem, &ids);
+    tier.shutdown().unwrap();
+    drop(tier);
+    // The segment files (and their live map) removed by hand, the index
+    // left: it names records of files that hold nothing now.
+    std::fs::remove_dir_all(dir.path().join("segments")).unwrap();
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    let r = tier.rebuild_report();
+    assert!(!r.index_loaded && r.index_rejected, "{r:?}");
+    let mut log = Vec::new();
+    tier.take_errors(&mut log);
+    assert!(log.iter().any(|l| l.contains("live map")), "{log:?}");
+    // Nothing to scan either: ready at once, and empty.
+    assert!(!tier.rebuilding());
+    serves_exactly(&mut tier, &mem, &[], 12);
+    store_all(&mut tier, &mem, &[0]);
+    serves_exactly(&mut tier, &mem, &[0], 12);
+}

@@ -120,8 +120,9 @@ pub struct RebuildReport {
     /// of another block size or past the capacity).
     pub index_loaded: bool,
     /// An index file was there but not trusted (torn, damaged, stale, of
-    /// another format, layout, block size or fingerprint, or not a
-    /// regular file of the tier's user): the restart scan runs instead.
+    /// another format, layout, block size or fingerprint, not a regular
+    /// file of the tier's user, or in the segments layout naming records
+    /// the live map says hold no block): the restart scan runs instead.
     pub index_rejected: bool,
 }
 

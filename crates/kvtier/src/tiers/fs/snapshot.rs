@@ -58,10 +58,11 @@
 //! live map opened as always) takes the (key, record) pairs listed
 //! (`Persisted::restore_segments`), every other record free.  Those are
 //! refused, and the records scanned, when a record is missing, past the
-//! capacity, or listed twice.  The live map covers every record the index
-//! names (each was marked before its block was written), and the next
-//! clean shutdown, the index being whole, rewrites it exactly
-//! (`live.rs`).
+//! capacity, listed twice, or clear in the live map (which marks every
+//! record a block was written to before the write: a record clear there
+//! holds no block, as in segment files made anew).  So the live map
+//! still covers every record the index names, and the next clean
+//! shutdown, the index being whole, rewrites it exactly (`live.rs`).
 
 use std::ffi::CStr;
 use std::path::Path;
@@ -384,8 +385,8 @@ impl Persisted {
     /// it lists, every other record free, an evicted record only freed;
     /// store times are not kept (ages count from now, as after a scan).
     /// `None` when there is no trusted file, or its entries do not parse,
-    /// lack a record, name a record past the capacity, or repeat a key or
-    /// a record.
+    /// lack a record, name a record past the capacity or clear in the
+    /// live map, or repeat a key or a record.
     fn restore_segments(
         &mut self,
         segments: &Segments,
@@ -395,7 +396,7 @@ impl Persisted {
     ) -> Option<(Index, RebuildReport)> {
         let (body, entries) = self.body.take()?;
         let records = segments.records();
-        let found = match listed(&body, entries, records) {
+        let found = match listed(&body, entries, records, &segments.live.snapshot()) {
             Ok(found) => found,
             Err(why) => {
                 self.rejected = Some(why.into());

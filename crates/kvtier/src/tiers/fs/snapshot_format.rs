@@ -104,11 +104,14 @@ impl Header {
 }
 
 /// The (key, record) pairs of an index body for `records` segment
-/// records, least recently used first, or why they are not usable.
+/// records, least recently used first, or why they are not usable.  Each
+/// record must be set in `maybe_live` (the live map's words): a record
+/// clear there holds no block.
 pub(super) fn listed(
     body: &[u8],
     entries: u64,
     records: u32,
+    maybe_live: &[u64],
 ) -> Result<Vec<(Key, u32)>, &'static str> {
     let mut found: Vec<(Key, u32)> = Vec::new();
     found
@@ -125,6 +128,9 @@ pub(super) fn listed(
         let record = record.ok_or("an entry without a segment record")?;
         if record >= records {
             return Err("a segment record past the capacity");
+        }
+        if maybe_live[record as usize / 64] & (1 << (record % 64)) == 0 {
+            return Err("a segment record the live map says holds no block");
         }
         let (word, bit) = (&mut taken[record as usize / 64], 1 << (record % 64));
         if *word & bit != 0 {

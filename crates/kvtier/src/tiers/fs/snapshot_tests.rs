@@ -325,20 +325,36 @@ fn body(entries: &[(u64, u32)]) -> Vec<u8> {
 }
 
 #[test]
-fn segment_records_must_be_present_distinct_and_within_the_capacity() {
+fn segment_records_must_be_present_distinct_within_the_capacity_and_marked_live() {
+    // Every record maybe live, as a live map not trusted says.
+    let all = [u64::MAX];
     let ok = body(&[(1, 5), (2, 0), (3, 7)]);
-    let got = listed(&ok, 3, 8).unwrap();
+    let got = listed(&ok, 3, 8, &all).unwrap();
     assert_eq!(got, vec![(key(1), 5), (key(2), 0), (key(3), 7)]);
-    assert_eq!(listed(&ok, 3, 7), Err("a segment record past the capacity"));
-    assert_eq!(listed(&ok, 2, 8), Err("entries that do not parse"));
+    assert_eq!(
+        listed(&ok, 3, 7, &all),
+        Err("a segment record past the capacity")
+    );
+    assert_eq!(listed(&ok, 2, 8, &all), Err("entries that do not parse"));
     let twice = body(&[(1, 5), (2, 5)]);
-    assert_eq!(listed(&twice, 2, 8), Err("a segment record listed twice"));
+    assert_eq!(
+        listed(&twice, 2, 8, &all),
+        Err("a segment record listed twice")
+    );
     let same_key = body(&[(1, 5), (1, 6)]);
-    assert_eq!(listed(&same_key, 2, 8), Err("a key listed twice"));
+    assert_eq!(listed(&same_key, 2, 8, &all), Err("a key listed twice"));
     let none = body(&[(1, u32::MAX)]);
     assert_eq!(
-        listed(&none, 1, 8),
+        listed(&none, 1, 8, &all),
         Err("an entry without a segment record")
+    );
+    // A record the live map has clear (records 0, 5 and 7 marked, not 3).
+    let marked = [1 | 1 << 5 | 1 << 7];
+    assert!(listed(&ok, 3, 8, &marked).is_ok());
+    let unmarked = body(&[(1, 5), (2, 3)]);
+    assert_eq!(
+        listed(&unmarked, 2, 8, &marked),
+        Err("a segment record the live map says holds no block")
     );
     // A repeated key is refused by the files layout's restore too.
     let d = dir("twice");
