@@ -491,3 +491,21 @@ fn a_segments_index_over_segment_files_made_anew_is_refused() {
     store_all(&mut tier, &mem, &[0]);
     serves_exactly(&mut tier, &mem, &[0], 12);
 }
+
+#[test]
+fn a_segments_open_refused_for_the_lock_leaves_the_index_to_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = SlotMemory::anonymous(SLOTS, SLOT).unwrap();
+    let o = segments(dir.path(), 16);
+    let ids: Vec<u32> = (0..6).collect();
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    store_all(&mut tier, &mem, &ids);
+    tier.shutdown().unwrap();
+    // Shut down but not dropped: it still holds the directory's lock.
+    assert!(FsTier::open(mem.clone(), o.clone()).is_err());
+    assert!(dir.path().join(INDEX).is_file(), "left for the next open");
+    drop(tier);
+    let mut tier = FsTier::open(mem.clone(), o).unwrap();
+    loaded_whole(&tier);
+    serves_exactly(&mut tier, &mem, &ids, 8);
+}

@@ -97,7 +97,6 @@ impl FsTier {
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
         let mut ages = Ages::new(opts.max_age);
-        let mut persisted = Persisted::open(root, &opts, block_bytes)?;
         let mut rebuild = RebuildReport::default();
         let segments = match opts.layout {
             FsLayout::Files => None,
@@ -107,6 +106,10 @@ impl FsTier {
                 Some(segments)
             }
         };
+        // Taken (and made unusable again) only once the segments lock is
+        // held: an open refused for the lock or the segment files leaves
+        // the index file for the next one.
+        let mut persisted = Persisted::open(root, &opts, block_bytes)?;
         // The one place the index comes from: the one persisted at the
         // last clean shutdown, if it is trusted (whole: no scan), else the
         // restart scan, started.
