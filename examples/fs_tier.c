@@ -215,12 +215,14 @@ static int run(const char *dir, kvtier_fs_layout layout, int number, struct tota
     size_t tier = 0;
     s = kvtier_manager_add_fs_tier(m, &fo, &tier);
     if (s != KVTIER_STATUS_OK) return fail("kvtier_manager_add_fs_tier", s);
-    /* The tier opened at once and reads the directory in the background,
-     * serving what it has found so far.  This run checks that every block
-     * comes back, so it waits until readiness no longer says "fs tier
-     * rebuilding" (an engine need not: it just serves, and a block not
-     * found yet is a miss).  The tier takes what its scan found at the
-     * engine's calls: end steps meanwhile. */
+    /* The tier opened at once.  Run 1 shut down cleanly, so it loaded the
+     * index persisted then and is ready now; after a crash it would read
+     * the directory in the background, serving what it has found so far.
+     * This run checks that every block comes back, so it waits until
+     * readiness no longer says "fs tier rebuilding" (an engine need not:
+     * it just serves, and a block not found yet is a miss).  The tier
+     * takes what its scan found at the engine's calls: end steps
+     * meanwhile. */
     for (double until = now_s() + HANG_SECONDS;;) {
         char why[512];
         size_t written = 0;

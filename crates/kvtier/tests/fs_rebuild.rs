@@ -4,7 +4,9 @@
 //! undoes what the tier did meanwhile (a store, a drop, an eviction),
 //! new stores never land in a record the scan has not classified, the
 //! segments scan reads only the records the live map marks, and shutdown
-//! stops a scan at once.
+//! stops a scan at once (and persists no index).  A clean shutdown
+//! persists the index, which the next open loads instead of scanning:
+//! the directories here have theirs removed, so that the scan runs.
 
 use std::path::Path;
 
@@ -19,6 +21,8 @@ use kvtier_testkit::fs_blocks;
 const SLOT: usize = 4096;
 const FILE: u64 = (HEADER_LEN + SLOT) as u64;
 const LAYOUTS: [FsLayout; 2] = [FsLayout::Files, FsLayout::Segments];
+/// The index a clean shutdown persists.
+const INDEX: &str = "kvtier-index";
 
 /// A tier of `blocks` blocks of capacity in `layout` (evicting only when
 /// full), 2 + 2 threads.
@@ -51,12 +55,38 @@ fn loads(tier: &mut FsTier, mem: &SlotMemory, i: u32) -> bool {
     load(tier, 7, &[i], 0).success && holds(mem, 0, i)
 }
 
-/// A directory holding blocks `ids`, written by a tier shut down cleanly.
+/// Removes the index a clean shutdown persisted in `dir` (the next open
+/// scans).
+fn forget_index(dir: &Path) {
+    std::fs::remove_file(dir.join(INDEX)).unwrap();
+}
+
+/// A directory holding blocks `ids`, written by a tier shut down cleanly,
+/// its persisted index removed: the next open scans it.
 fn filled(dir: &Path, mem: &SlotMemory, o: &FsOptions, ids: &[u32]) {
     let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
     store_all(&mut tier, mem, ids);
     tier.shutdown().unwrap();
-    assert!(dir.exists());
+    if o.shared {
+        assert!(!dir.join(INDEX).exists(), "none for a shared directory");
+    } else {
+        forget_index(dir);
+    }
+}
+
+/// Opens the directory of `o`, shut down cleanly, twice, and runs `check`
+/// on each tier: from the index persisted at that shutdown (no scan), then
+/// by the restart scan (the first tier dropped without a shutdown, so no
+/// index is left and the live map is as that shutdown wrote it).
+fn reopened_both_ways(mem: &SlotMemory, o: &FsOptions, mut check: impl FnMut(&mut FsTier)) {
+    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
+    assert!(tier.rebuild_report().index_loaded && !tier.rebuilding());
+    check(&mut tier);
+    drop(tier);
+    assert!(!o.root.join(INDEX).exists(), "used once");
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
+    assert!(!tier.rebuild_report().index_loaded);
+    check(&mut tier);
 }
 
 #[test]
@@ -149,8 +179,12 @@ fn a_store_during_the_rebuild_wins_over_the_old_copy_and_counts_once() {
         assert_eq!(tier.block_count(), 8, "{layout:?}");
         tier.shutdown().unwrap();
         drop(tier);
-        let tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
-        assert_eq!(tier.block_count(), 8, "{layout:?}");
+        reopened_both_ways(&mem, &o, |tier| {
+            assert_eq!(tier.block_count(), 8, "{layout:?}");
+            for i in [0, 1, 2, 3, 9, 20, 21, 22] {
+                assert!(loads(tier, &mem, i), "{layout:?}: block {i}");
+            }
+        });
     }
 }
 
@@ -178,9 +212,10 @@ fn a_drop_during_the_rebuild_removes_what_the_scan_finds_later_but_not_a_new_sto
         }
         tier.shutdown().unwrap();
         drop(tier);
-        let mut tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
-        assert_eq!(tier.block_count(), 3, "{layout:?}: nothing came back");
-        assert!(!hit(&mut tier, 10), "{layout:?}");
+        reopened_both_ways(&mem, &o, |tier| {
+            assert_eq!(tier.block_count(), 3, "{layout:?}: nothing came back");
+            assert!(!hit(tier, 10) && !hit(tier, 11), "{layout:?}");
+        });
     }
 }
 
@@ -272,6 +307,7 @@ fn the_segments_scan_reads_only_the_records_the_live_map_marks() {
     assert_eq!(dropped.dropped, 4);
     tier.shutdown().unwrap();
     drop(tier);
+    forget_index(dir.path());
     // Damage every record of the dead blocks: a scan that read them would
     // count them skipped.
     let seg = dir.path().join("segments").join(format!("{FILE}-0.kvs"));
@@ -349,6 +385,8 @@ fn shutdown_or_drop_during_the_rebuild_stops_the_scan() {
         // for the scan.
         let (mut tier, hold) = FsTier::open_held(mem.clone(), o.clone()).unwrap();
         tier.shutdown().unwrap();
+        // The index knew no block yet: none is persisted.
+        assert!(!dir.path().join(INDEX).exists(), "{layout:?}");
         assert!(!tier.rebuilding());
         assert!(!tier.has_pending_work());
         assert_eq!(
@@ -364,6 +402,7 @@ fn shutdown_or_drop_during_the_rebuild_stops_the_scan() {
         // A scan stopped early leaves the directory as it was (in the
         // segments layout, the live map keeps every unread record).
         let tier = fs_blocks::open_rebuilt(mem.clone(), o).unwrap();
+        assert!(!tier.rebuild_report().index_loaded, "{layout:?}");
         assert_eq!(tier.block_count(), 4, "{layout:?}");
     }
 }

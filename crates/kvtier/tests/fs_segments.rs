@@ -221,6 +221,13 @@ fn a_restart_finds_every_block_across_several_segment_files() {
     // More blocks fit after the restart (the free records are known).
     assert!(store(&mut tier, &mem, 3, &[40]).success);
     assert_eq!(tier.block_count(), 12);
+    // That restart loaded the index the shutdown persisted; after a crash
+    // (a drop: no index) the scan reads the records of all three files.
+    assert!(tier.rebuild_report().index_loaded);
+    drop(tier);
+    let tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
+    assert!(!tier.rebuild_report().index_loaded);
+    assert_eq!(tier.rebuild_report().blocks, 12);
     drop(tier);
     // Another block size: the old segments are removed, nothing is served.
     let small = SlotMemory::anonymous(4, SLOT / 2).unwrap();

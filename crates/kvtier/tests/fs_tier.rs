@@ -51,9 +51,13 @@ fn mode_env(unnamed: bool) -> (&'static str, String) {
     )
 }
 
+/// Bytes of the files under `dir` but the tier's own bookkeeping in its
+/// root (the persisted index and its generation).
 fn disk_bytes(dir: &Path) -> u64 {
+    let own = [dir.join("kvtier-index"), dir.join("kvtier-generation")];
     files(dir, "")
         .iter()
+        .filter(|p| !own.contains(p))
         .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
         .sum()
 }

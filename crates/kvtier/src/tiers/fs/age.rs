@@ -6,8 +6,9 @@
 //!
 //! When a block was stored: at the store's settling for blocks this tier
 //! wrote; the file's modification time for blocks of the files layout
-//! found at open; the time the tier found it for blocks of the segments
-//! layout found at open (records keep no time) and for blocks another
+//! found by the restart scan, and the time the persisted index recorded
+//! for those it lists; the time the tier found or loaded it for blocks of
+//! the segments layout (records keep no time) and for blocks another
 //! process stored in a shared directory.
 //!
 //! A block a pin set holds does not expire while held: lookups serve it,
@@ -53,6 +54,11 @@ impl Ages {
         self.overdue.remove(&key);
         self.born.insert(key, at);
         self.order.push_back((at, key));
+    }
+
+    /// When `key` was stored, if noted (only under a max age).
+    pub(super) fn born(&self, key: &Key) -> Option<SystemTime> {
+        self.born.get(key).copied()
     }
 
     /// Notes `key` again with its time `at`, to be looked at first by the

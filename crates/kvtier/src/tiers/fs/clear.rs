@@ -1,7 +1,8 @@
 //! Removing a directory's blocks: every block file and temporary file
 //! under the fan-out directories (which go too, once empty) and every
-//! segment file, leaving the root, its layout marker, the segments lock
-//! and anything that is not the tier's.  The tier does it at shutdown with
+//! segment file, and the index persisted at shutdown (it would describe
+//! blocks no longer there), leaving the root, its layout marker, the
+//! segments lock and anything that is not the tier's.  The tier does it at shutdown with
 //! `clear_on_shutdown`; `kvtier-inspect clear` does it offline, after
 //! checking the layout fingerprint.  Like every walk of the directory it
 //! stays beneath the root (`beneath.rs`): no symlink is followed, and a
@@ -56,6 +57,13 @@ pub fn clear_blocks(root: &Path) -> Result<ClearReport> {
     let c = beneath::c_path(root).map_err(fail)?;
     let dir = beneath::open_root(&c).map_err(fail)?;
     let mut report = ClearReport::default();
+    // Not counted: it is no block.
+    let index = std::ffi::CString::new(super::snapshot::INDEX_NAME).expect("no NUL");
+    match beneath::unlink_regular(dir.0, &index) {
+        Ok(_) => {}
+        Err(FOREIGN) => report.left += 1,
+        Err(e) => return Err(fail(e)),
+    }
     let block = |n: &[u8]| n.ends_with(b".kvb") || n.ends_with(b".tmp");
     for name in beneath::list(dir.0).map_err(fail)? {
         let bytes = name.as_encoded_bytes();
@@ -150,6 +158,7 @@ mod tests {
         std::fs::write(d.join("segments/4096-0.kvs"), b"x").unwrap();
         std::fs::write(d.join("segments/lock"), b"").unwrap();
         std::fs::write(d.join("kvtier-layout"), b"f\n").unwrap();
+        std::fs::write(d.join("kvtier-index"), b"x").unwrap();
         let r = clear_blocks(&d).unwrap();
         assert_eq!(
             r,
@@ -163,6 +172,7 @@ mod tests {
         assert!(std::fs::symlink_metadata(d.join("cd/22.kvb")).is_ok());
         assert!(std::path::Path::new("/etc/passwd").exists());
         assert!(d.join("kvtier-layout").exists());
+        assert!(!d.join("kvtier-index").exists(), "the persisted index goes");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,6 +1,14 @@
 //! The tier's in-memory view of its directory: which keys it holds, in which
 //! state, how many bytes they take, and their recency (an intrusive LRU list
-//! over a slab, so touching and evicting allocate nothing).
+//! over a slab, so touching and evicting allocate nothing).  Its restart
+//! side (a bulk fill from the persisted index, the blocks the background
+//! scan finds) is in `index_fill.rs`.
+//!
+//! Each key is kept once, in its slab node: the hash table holds only node
+//! numbers (a `u32` and a control byte per bucket) and hashes a node's key
+//! again when it grows.  A node is the key (65 bytes), its list links,
+//! reader count and segment record, and one byte of state and flags: 84
+//! bytes (see `Index::heap_bytes`).
 //!
 //! A Ready key held by a pin set leaves the LRU list for a list of its own
 //! while held: eviction never meets it (and never walks past it), expiry
@@ -8,7 +16,9 @@
 //!
 //! Owned by the scheduler-side tier object; workers never see it.
 
-use hashbrown::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use super::format::Layout;
 use crate::key::Key;
@@ -27,30 +37,74 @@ pub(super) enum State {
 
 const NIL: u32 = u32::MAX;
 
+/// The state's bits of [`Node::flags`].
+const STATE_MASK: u8 = 0b11;
+/// A "stored" event announced the key.
+const ANNOUNCED: u8 = 1 << 2;
+/// Held by a pin set (Ready only): in the held list, not the LRU one.
+const HELD: u8 = 1 << 3;
+
 #[derive(Debug)]
 struct Node {
     key: Key,
-    state: State,
+    /// The state (`STATE_MASK`), `ANNOUNCED` and `HELD`.
+    flags: u8,
+    /// Number of the key's fan-out directory.
+    fanout: u8,
     readers: u32,
     prev: u32,
     next: u32,
-    /// Number of the key's fan-out directory.
-    fanout: u8,
-    /// Whether a "stored" event announced the key.
-    announced: bool,
-    /// Held by a pin set (Ready only): in the held list, not the LRU one.
-    held: bool,
     /// The key's segment record (segments layout), or [`NO_RECORD`].
     record: u32,
+}
+
+impl Node {
+    fn state(&self) -> State {
+        match self.flags & STATE_MASK {
+            0 => State::Writing,
+            1 => State::Ready,
+            _ => State::Removing,
+        }
+    }
+
+    fn set_state(&mut self, state: State) {
+        let bits = match state {
+            State::Writing => 0,
+            State::Ready => 1,
+            State::Removing => 2,
+        };
+        self.flags = (self.flags & !STATE_MASK) | bits;
+    }
+
+    fn flag(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
+    fn set_flag(&mut self, f: u8, on: bool) {
+        if on {
+            self.flags |= f;
+        } else {
+            self.flags &= !f;
+        }
+    }
+
+    /// 0 for the LRU list, 1 for the held one.
+    fn list(&self) -> usize {
+        self.flag(HELD) as usize
+    }
 }
 
 /// A node without a segment record (files layout, or not assigned yet).
 const NO_RECORD: u32 = u32::MAX;
 
+type Hasher = foldhash::fast::RandomState;
+
 /// Keys, states, byte accounting and LRU order.
 #[derive(Debug)]
 pub(super) struct Index {
-    map: HashMap<Key, u32, foldhash::fast::RandomState>,
+    /// Node numbers, found by their node's key.
+    map: HashTable<u32>,
+    hasher: Hasher,
     nodes: Vec<Node>,
     free: Vec<u32>,
     /// Most recently used Ready key of the LRU list (`[0]`) and most
@@ -75,7 +129,8 @@ impl Index {
     /// An empty index where every block file takes `file_bytes`.
     pub(super) fn new(file_bytes: u64) -> Index {
         Index {
-            map: HashMap::default(),
+            map: HashTable::new(),
+            hasher: Hasher::default(),
             nodes: Vec::new(),
             free: Vec::new(),
             heads: [NIL; 2],
@@ -89,44 +144,21 @@ impl Index {
         }
     }
 
-    /// An index over `records` segment records of `file_bytes` each, holding
-    /// the blocks a restart found, as (key, record) pairs in record order
-    /// (which becomes their recency, the last most recent); every other
-    /// record is free.  Fails only when the free list cannot be allocated.
-    #[cfg(test)]
-    pub(super) fn with_records(
-        file_bytes: u64,
-        records: u32,
-        found: &[(Key, u32)],
-    ) -> crate::Result<Index> {
-        debug_assert!(found.windows(2).all(|w| w[0].1 < w[1].1));
-        let mut index = Index::new(file_bytes);
-        let free = records as usize - found.len();
-        index.free_records.try_reserve_exact(free).map_err(|_| {
-            crate::Error::OutOfMemory(format!("fs tier: a free list of {free} records"))
-        })?;
-        for &(key, record) in found {
-            index.insert(key, State::Ready);
-            let i = index.map[&key];
-            index.nodes[i as usize].record = record;
-        }
-        // Every record between the found ones, highest first, so the
-        // lowest numbers go out first.
-        let mut taken = found.iter().rev().map(|&(_, r)| r).peekable();
-        for r in (0..records).rev() {
-            if taken.next_if_eq(&r).is_none() {
-                index.free_records.push(r);
-            }
-        }
-        Ok(index)
+    /// Node number of `key`.
+    fn find(&self, key: &Key) -> Option<u32> {
+        let h = self.hasher.hash_one(key);
+        let nodes = &self.nodes;
+        self.map
+            .find(h, |&i| nodes[i as usize].key == *key)
+            .copied()
     }
 
     /// Gives Writing `key` a free segment record and returns it; `None` if
     /// the key has one already, is not Writing, or no record is free.
     pub(super) fn assign_record(&mut self, key: &Key) -> Option<u32> {
-        let &i = self.map.get(key)?;
+        let i = self.find(key)?;
         let n = &self.nodes[i as usize];
-        if n.state != State::Writing || n.record != NO_RECORD {
+        if n.state() != State::Writing || n.record != NO_RECORD {
             return None;
         }
         let record = self.free_records.pop()?;
@@ -136,7 +168,7 @@ impl Index {
 
     /// `key`'s segment record, if it has one.
     pub(super) fn record(&self, key: &Key) -> Option<u32> {
-        let &i = self.map.get(key)?;
+        let i = self.find(key)?;
         Some(self.nodes[i as usize].record).filter(|&r| r != NO_RECORD)
     }
 
@@ -172,9 +204,9 @@ impl Index {
 
     /// State and reader count of `key`.
     pub(super) fn get(&self, key: &Key) -> Option<(State, u32)> {
-        self.map.get(key).map(|&i| {
+        self.find(key).map(|i| {
             let n = &self.nodes[i as usize];
-            (n.state, n.readers)
+            (n.state(), n.readers)
         })
     }
 
@@ -194,7 +226,7 @@ impl Index {
     fn unlink(&mut self, i: u32) {
         let (prev, next, list) = {
             let n = &self.nodes[i as usize];
-            (n.prev, n.next, n.held as usize)
+            (n.prev, n.next, n.list())
         };
         if prev == NIL {
             self.heads[list] = next;
@@ -213,7 +245,7 @@ impl Index {
 
     /// Puts node `i` at the head of its list (the held one if it is held).
     fn push_head(&mut self, i: u32) {
-        let list = self.nodes[i as usize].held as usize;
+        let list = self.nodes[i as usize].list();
         let old = self.heads[list];
         {
             let n = &mut self.nodes[i as usize];
@@ -228,48 +260,78 @@ impl Index {
         self.heads[list] = i;
     }
 
+    /// Takes node `i` out of the table (its key still in the node).
+    fn unmap(&mut self, i: u32) {
+        let h = self.hasher.hash_one(self.nodes[i as usize].key);
+        if let Ok(entry) = self.map.find_entry(h, |&j| j == i) {
+            entry.remove();
+        }
+    }
+
     /// Adds `key` (absent) in `state`, accounting its bytes; a Ready key
     /// becomes the most recent.
     pub(super) fn insert(&mut self, key: Key, state: State) {
-        debug_assert!(!self.map.contains_key(&key));
-        let node = Node {
+        let added = self.insert_new(key, state);
+        debug_assert!(added, "the key was indexed already");
+    }
+
+    /// [`Index::insert`] if `key` is absent (one probe of the table);
+    /// false, and nothing changed, if it is indexed already.
+    pub(super) fn insert_new(&mut self, key: Key, state: State) -> bool {
+        let h = self.hasher.hash_one(key);
+        let Index {
+            map,
+            nodes,
+            hasher,
+            free,
+            ..
+        } = self;
+        let entry = map.entry(
+            h,
+            |&i| nodes[i as usize].key == key,
+            |&i| hasher.hash_one(nodes[i as usize].key),
+        );
+        let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
+            return false;
+        };
+        let mut node = Node {
             key,
-            state,
+            flags: 0,
+            fanout: Layout::fanout_index(&key),
             readers: 0,
             prev: NIL,
             next: NIL,
-            fanout: Layout::fanout_index(&key),
-            announced: false,
-            held: false,
             record: NO_RECORD,
         };
-        let i = match self.free.pop() {
+        node.set_state(state);
+        let i = match free.pop() {
             Some(i) => {
-                self.nodes[i as usize] = node;
+                nodes[i as usize] = node;
                 i
             }
             None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
+                nodes.push(node);
+                (nodes.len() - 1) as u32
             }
         };
-        self.map.insert(key, i);
+        slot.insert(i);
         self.used += self.file_bytes;
         if state == State::Ready {
             self.count_ready(i, true);
             self.push_head(i);
         }
+        true
     }
 
     /// A Writing key became Ready (most recent).  False if it was not Writing.
     pub(super) fn set_ready(&mut self, key: &Key) -> bool {
-        let Some(&i) = self.map.get(key) else {
+        let Some(i) = self.find(key) else {
             return false;
         };
-        if self.nodes[i as usize].state != State::Writing {
+        if self.nodes[i as usize].state() != State::Writing {
             return false;
         }
-        self.nodes[i as usize].state = State::Ready;
+        self.nodes[i as usize].set_state(State::Ready);
         self.count_ready(i, true);
         self.push_head(i);
         true
@@ -278,8 +340,13 @@ impl Index {
     /// Forgets `key`, freeing its bytes (unless already freed at eviction);
     /// returns the state it was in.
     pub(super) fn remove(&mut self, key: &Key) -> Option<State> {
-        let i = self.map.remove(key)?;
-        let state = self.nodes[i as usize].state;
+        let i = self.find(key)?;
+        Some(self.remove_node(i))
+    }
+
+    fn remove_node(&mut self, i: u32) -> State {
+        self.unmap(i);
+        let state = self.nodes[i as usize].state();
         match state {
             State::Ready => {
                 self.unlink(i);
@@ -289,20 +356,21 @@ impl Index {
             State::Writing => self.used -= self.file_bytes,
             State::Removing => {}
         }
-        if std::mem::take(&mut self.nodes[i as usize].held) {
+        if self.nodes[i as usize].flag(HELD) {
+            self.nodes[i as usize].set_flag(HELD, false);
             self.held -= 1;
         }
         self.release_record(i);
         self.free.push(i);
-        Some(state)
+        state
     }
 
     /// Makes Ready `key` the most recent; other keys (and held ones) are
     /// ignored.
     pub(super) fn touch(&mut self, key: &Key) {
-        if let Some(&i) = self.map.get(key) {
+        if let Some(i) = self.find(key) {
             let n = &self.nodes[i as usize];
-            if n.state == State::Ready && !n.held && self.heads[0] != i {
+            if n.state() == State::Ready && !n.flag(HELD) && self.heads[0] != i {
                 self.unlink(i);
                 self.push_head(i);
             }
@@ -311,8 +379,8 @@ impl Index {
 
     /// Adds a reader (a load in flight) to Ready `key`; false if not Ready.
     pub(super) fn add_reader(&mut self, key: &Key) -> bool {
-        match self.map.get(key) {
-            Some(&i) if self.nodes[i as usize].state == State::Ready => {
+        match self.find(key) {
+            Some(i) if self.nodes[i as usize].state() == State::Ready => {
                 self.nodes[i as usize].readers += 1;
                 true
             }
@@ -322,7 +390,7 @@ impl Index {
 
     /// Drops a reader of `key` (if it is still indexed).
     pub(super) fn drop_reader(&mut self, key: &Key) {
-        if let Some(&i) = self.map.get(key) {
+        if let Some(i) = self.find(key) {
             let n = &mut self.nodes[i as usize];
             n.readers = n.readers.saturating_sub(1);
         }
@@ -344,9 +412,9 @@ impl Index {
         self.used -= self.file_bytes;
         let key = self.nodes[i as usize].key;
         if keep_removing {
-            self.nodes[i as usize].state = State::Removing;
+            self.nodes[i as usize].set_state(State::Removing);
         } else {
-            self.map.remove(&key);
+            self.unmap(i);
             self.release_record(i);
             self.free.push(i);
         }
@@ -359,12 +427,12 @@ impl Index {
     /// removed are neither.
     pub(super) fn with_prefix(&self, prefix: &[u8], idle: &mut Vec<Key>) -> u64 {
         let mut busy = 0;
-        for n in self.map.values().map(|&i| &self.nodes[i as usize]) {
+        for n in self.map.iter().map(|&i| &self.nodes[i as usize]) {
             if !n.key.as_bytes().starts_with(prefix) {
                 continue;
             }
-            match n.state {
-                State::Ready if n.readers == 0 && !n.held => idle.push(n.key),
+            match n.state() {
+                State::Ready if n.readers == 0 && !n.flag(HELD) => idle.push(n.key),
                 State::Ready | State::Writing => busy += 1,
                 State::Removing => {}
             }
@@ -376,17 +444,17 @@ impl Index {
     /// load reads it and no pin set holds it; false (and nothing changed)
     /// otherwise.
     pub(super) fn retire(&mut self, key: &Key) -> bool {
-        let Some(&i) = self.map.get(key) else {
+        let Some(i) = self.find(key) else {
             return false;
         };
         let n = &self.nodes[i as usize];
-        if n.state != State::Ready || n.readers > 0 || n.held {
+        if n.state() != State::Ready || n.readers > 0 || n.flag(HELD) {
             return false;
         }
         self.unlink(i);
         self.count_ready(i, false);
         self.used -= self.file_bytes;
-        self.nodes[i as usize].state = State::Removing;
+        self.nodes[i as usize].set_state(State::Removing);
         true
     }
 
@@ -394,16 +462,16 @@ impl Index {
     /// it is held now (also when it already was), false if it is not
     /// Ready (nothing changed).
     pub(super) fn hold(&mut self, key: &Key) -> bool {
-        let Some(&i) = self.map.get(key) else {
+        let Some(i) = self.find(key) else {
             return false;
         };
         let n = &self.nodes[i as usize];
-        if n.state != State::Ready {
+        if n.state() != State::Ready {
             return false;
         }
-        if !n.held {
+        if !n.flag(HELD) {
             self.unlink(i);
-            self.nodes[i as usize].held = true;
+            self.nodes[i as usize].set_flag(HELD, true);
             self.push_head(i);
             self.held += 1;
         }
@@ -413,14 +481,14 @@ impl Index {
     /// Releases a pin set's hold of `key`: it is the most recent Ready key
     /// again.  True if it was held.
     pub(super) fn release_hold(&mut self, key: &Key) -> bool {
-        let Some(&i) = self.map.get(key) else {
+        let Some(i) = self.find(key) else {
             return false;
         };
-        if !self.nodes[i as usize].held {
+        if !self.nodes[i as usize].flag(HELD) {
             return false;
         }
         self.unlink(i);
-        self.nodes[i as usize].held = false;
+        self.nodes[i as usize].set_flag(HELD, false);
         self.push_head(i);
         self.held -= 1;
         true
@@ -428,9 +496,8 @@ impl Index {
 
     /// Whether a pin set holds `key`.
     pub(super) fn is_held(&self, key: &Key) -> bool {
-        self.map
-            .get(key)
-            .is_some_and(|&i| self.nodes[i as usize].held)
+        self.find(key)
+            .is_some_and(|i| self.nodes[i as usize].flag(HELD))
     }
 
     /// Number of keys pin sets hold.
@@ -440,36 +507,47 @@ impl Index {
 
     /// Records that a "stored" event announced `key`.
     pub(super) fn set_announced(&mut self, key: &Key) {
-        if let Some(&i) = self.map.get(key) {
-            self.nodes[i as usize].announced = true;
+        if let Some(i) = self.find(key) {
+            self.nodes[i as usize].set_flag(ANNOUNCED, true);
         }
     }
 
     /// Whether a "stored" event announced `key` (false if absent).
     pub(super) fn announced(&self, key: &Key) -> bool {
-        self.map
-            .get(key)
-            .is_some_and(|&i| self.nodes[i as usize].announced)
+        self.find(key)
+            .is_some_and(|i| self.nodes[i as usize].flag(ANNOUNCED))
     }
 
     /// Forgets that `key` was announced (its "stored" event was dropped).
     pub(super) fn clear_announced(&mut self, key: &Key) {
-        if let Some(&i) = self.map.get(key) {
-            self.nodes[i as usize].announced = false;
+        if let Some(i) = self.find(key) {
+            self.nodes[i as usize].set_flag(ANNOUNCED, false);
         }
     }
 
     /// Appends the Ready keys to `out`, least recently used first (held
     /// keys last).
-    #[cfg(test)]
     pub(super) fn ready_keys(&self, out: &mut Vec<Key>) {
+        self.ready_walk(|key, _| out.push(*key));
+    }
+
+    /// Calls `f` with each Ready key and its segment record (if any),
+    /// least recently used first (held keys last).
+    pub(super) fn ready_walk(&self, mut f: impl FnMut(&Key, Option<u32>)) {
         for list in 0..2 {
             let mut i = self.tails[list];
             while i != NIL {
-                out.push(self.nodes[i as usize].key);
-                i = self.nodes[i as usize].prev;
+                let n = &self.nodes[i as usize];
+                f(&n.key, Some(n.record).filter(|&r| r != NO_RECORD));
+                i = n.prev;
             }
         }
+    }
+
+    /// Whether a key is being written or removed (its file may be half
+    /// there, or still there though the index let it go).
+    pub(super) fn any_in_flight(&self) -> bool {
+        self.map.len() > self.ready
     }
 
     /// Forgets every Ready key, or those in fan-out directory `fanout`
@@ -491,8 +569,8 @@ impl Index {
                 let prev = self.nodes[i as usize].prev;
                 let n = &self.nodes[i as usize];
                 if fanout.is_none_or(|f| n.fanout == f) {
-                    let (key, announced) = (n.key, n.announced);
-                    self.remove(&key);
+                    let (key, announced) = (n.key, n.flag(ANNOUNCED));
+                    self.remove_node(i);
                     out.push((key, announced));
                 }
                 i = prev;
@@ -501,42 +579,8 @@ impl Index {
     }
 }
 
-/// What the restart scan needs of the index (`rebuilding.rs`).
-impl Index {
-    /// Adds `key` (absent) as Ready, found by the restart scan (in segment
-    /// record `record`, taken off the free list if it is there), as the
-    /// least recently used key: older than every key stored or used since
-    /// the tier opened.
-    pub(super) fn insert_found(&mut self, key: Key, record: Option<u32>) {
-        self.insert(key, State::Ready);
-        let i = self.map[&key];
-        if let Some(r) = record {
-            self.nodes[i as usize].record = r;
-        }
-        if self.tails[0] != i {
-            self.unlink(i);
-            let old = self.tails[0];
-            self.nodes[i as usize].prev = old;
-            self.nodes[old as usize].next = i;
-            self.tails[0] = i;
-        }
-    }
-
-    /// Adds segment records known to hold no block to the free list.
-    pub(super) fn add_free_records(&mut self, records: &[u32]) {
-        self.free_records.extend_from_slice(records);
-    }
-
-    /// The segment records of every indexed key, into `out`.
-    pub(super) fn records_in_use(&self, out: &mut Vec<u32>) {
-        out.extend(
-            self.map
-                .values()
-                .map(|&i| self.nodes[i as usize].record)
-                .filter(|&r| r != NO_RECORD),
-        );
-    }
-}
+#[path = "index_fill.rs"]
+mod fill;
 
 #[cfg(test)]
 #[path = "index_tests.rs"]

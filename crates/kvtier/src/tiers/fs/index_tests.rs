@@ -161,3 +161,97 @@ fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
     assert_eq!((ix.held_count(), ix.ready_count()), (0, 0));
     assert_eq!(ix.used(), 10, "the written key");
 }
+
+/// A vLLM-shaped key: 32 bytes of hash and a 4-byte group index.
+fn wide(i: u64) -> Key {
+    let mut b = [0u8; 36];
+    b[..8].copy_from_slice(&i.to_le_bytes());
+    b[8..16].copy_from_slice(&(i ^ 0x9e37_79b9_7f4a_7c15).to_le_bytes());
+    Key::new(&b).unwrap()
+}
+
+/// Heap bytes of an index of `n` Ready keys grown one insert at a time:
+/// (at the end, at the peak of growth, when a part that grows holds its
+/// old and its new allocation at once, and the most per key indexed at
+/// any moment of growth past 1000 keys).
+fn grown(n: u64) -> (usize, usize, f64) {
+    let mut ix = Index::new(4096);
+    let mut parts = ix.heap_parts();
+    let (mut peak, mut worst) = (0, 0f64);
+    for i in 0..n {
+        ix.insert(wide(i), State::Ready);
+        let now = ix.heap_parts();
+        let moving: usize = (0..3)
+            .filter(|&p| now[p] != parts[p])
+            .map(|p| parts[p])
+            .sum();
+        let at = now.iter().sum::<usize>() + moving;
+        peak = peak.max(at);
+        if i >= 1000 {
+            worst = worst.max(at as f64 / (i + 1) as f64);
+        }
+        parts = now;
+    }
+    (ix.heap_bytes(), peak, worst)
+}
+
+#[test]
+fn a_key_costs_under_100_heap_bytes_at_a_million_keys() {
+    const N: u64 = 1_000_000;
+    assert_eq!(
+        std::mem::size_of::<Node>(),
+        84,
+        "the key once, and 19 bytes"
+    );
+    let (end, peak, worst) = grown(N);
+    let per = end as f64 / N as f64;
+    eprintln!(
+        "index of {N} keys: {per:.1} bytes per key grown, peak {:.1} per final key, at most {worst:.1} per key indexed at a moment of growth",
+        peak as f64 / N as f64
+    );
+    assert!(per < 100.0, "{per} bytes per key");
+    // A restart reserves what it inserts: no slack in the slab.
+    let mut ix = Index::new(4096);
+    ix.reserve(N as usize).unwrap();
+    for i in 0..N {
+        ix.insert(wide(i), State::Ready);
+    }
+    let per = ix.heap_bytes() as f64 / N as f64;
+    eprintln!("index of {N} keys reserved at once: {per:.1} bytes per key");
+    assert!(per < 96.0, "{per} bytes per key");
+    // Every key is found again, and evicting them all empties it.
+    assert!(
+        (0..N)
+            .step_by(997)
+            .all(|i| ix.get(&wide(i)) == Some((State::Ready, 0)))
+    );
+    for i in 0..N {
+        assert_eq!(ix.evict_one(false), Some(wide(i)));
+    }
+    assert_eq!((ix.ready_count(), ix.used()), (0, 0));
+}
+
+#[test]
+fn a_bulk_fill_keeps_its_order_and_finds_every_key_or_a_repeat() {
+    let mut ix = Index::new(10);
+    ix.reserve(5000).unwrap();
+    for i in 0..5000 {
+        ix.append_ready(wide(i), (i % 2 == 0).then_some(i as u32));
+    }
+    assert!(ix.map_appended());
+    assert_eq!((ix.ready_count(), ix.used()), (5000, 50_000));
+    assert!((0..5000).all(|i| ix.get(&wide(i)) == Some((State::Ready, 0))));
+    assert_eq!(ix.record(&wide(4)), Some(4));
+    assert_eq!(ix.record(&wide(5)), None);
+    assert_eq!(ix.get(&wide(5000)), None);
+    // The first appended is the least recent.
+    assert_eq!(ix.evict_one(false), Some(wide(0)));
+    // Usable as any index afterwards.
+    ix.insert(wide(9999), State::Writing);
+    assert!(ix.set_ready(&wide(9999)));
+    let mut twice = Index::new(10);
+    for i in [1, 2, 3, 2] {
+        twice.append_ready(wide(i), None);
+    }
+    assert!(!twice.map_appended(), "a repeated key");
+}

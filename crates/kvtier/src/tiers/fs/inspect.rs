@@ -240,6 +240,11 @@ pub fn scan(
             }
             continue;
         }
+        // The tier's own bookkeeping (the index persisted at shutdown and
+        // its generation): neither blocks nor other files.
+        if text == super::snapshot::INDEX_NAME || text == super::snapshot::GENERATION_NAME {
+            continue;
+        }
         if text == super::marker::MARKER_NAME {
             match super::marker::read(root) {
                 Ok(f) => r.layout_fingerprint = f,

@@ -156,7 +156,7 @@ fn write(dir: &Fd, root: &Path, fingerprint: &str, file_mode: u32) -> Result<()>
     Ok(())
 }
 
-fn write_all(fd: i32, mut bytes: &[u8]) -> std::result::Result<(), i32> {
+pub(super) fn write_all(fd: i32, mut bytes: &[u8]) -> std::result::Result<(), i32> {
     while !bytes.is_empty() {
         // SAFETY: writing from a live slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };

@@ -22,19 +22,32 @@
 //!   `shutdown` blocks the caller.
 //! - A byte capacity with high/low watermarks and LRU eviction that never
 //!   removes a block a load is reading or a pin set holds (`holds.rs`).
-//! - Opening an existing directory rebuilds the index and byte accounting
-//!   from the headers on disk, in the background: `open` returns after the
-//!   cheap checks (root, layout marker, options, segment files) and the
-//!   tier serves at once what the scan has found so far (a key not found
-//!   yet is a MISS; in a shared directory the existence check finds it);
-//!   stores work from the first moment.  The scan reads with up to 16
-//!   threads (`scan.rs`); the tier takes in its batches at its calls
-//!   (`rebuilding.rs`, which also keeps the scan from undoing what the
-//!   tier did meanwhile); readiness says "fs tier rebuilding" and the
-//!   `kvtier_fs_rebuilding` gauge is 1 until it ends.  Files under block
-//!   names that are not whole blocks of this format and size are removed
-//!   (`rebuild.rs`).  In the segments layout only the records the live
-//!   map (`live.rs`) says may hold a block are read.
+//! - Opening an existing directory gets its index and byte accounting
+//!   back, at once or in the background:
+//!   - After a clean shutdown, from the index written then
+//!     (`kvtier-index`): loaded instead of reading any block, once (a
+//!     generation moved on and the file removed before serving, so that
+//!     after a crash the scan runs), and only when it is whole, current
+//!     and the tier's own (a torn, damaged, stale or foreign index file is
+//!     never trusted): the tier is ready when `open` returns
+//!     (`snapshot.rs`, with `snapshot_format.rs` and `snapshot_files.rs`).
+//!     A shutdown writes it only when the index knows every block (not
+//!     while a restart scan still runs).
+//!   - Otherwise from the headers on disk, in the background: `open`
+//!     returns after the cheap checks (root, layout marker, options,
+//!     segment files) and the tier serves at once what the scan has found
+//!     so far (a key not found yet is a MISS; in a shared directory the
+//!     existence check finds it); stores work from the first moment.  The
+//!     scan reads with up to 16 threads (`scan.rs`); the tier takes in its
+//!     batches at its calls (`rebuilding.rs`, which also keeps the scan
+//!     from undoing what the tier did meanwhile); readiness says "fs tier
+//!     rebuilding" and the `kvtier_fs_rebuilding` gauge is 1 until it
+//!     ends.  Files under block names that are not whole blocks of this
+//!     format and size are removed (`rebuild.rs`).  In the segments layout
+//!     only the records the live map (`live.rs`) says may hold a block are
+//!     read.
+//! - The index keeps each key once, about 99 heap bytes per block
+//!   (`index.rs`).
 //! - Blocks removed behind the tier's back are taken out of the index (and
 //!   the byte count) when a transfer proves them gone: a load that finds a
 //!   file missing drops its key; a store or load that finds the root
@@ -64,7 +77,8 @@
 //! (directories found missing, blocks other processes stored); `pool.rs`
 //! the workers' queues and tasks; `io.rs` moving one block, over
 //! `segments.rs` (segment files) and `file.rs` (positioned I/O, probes);
-//! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `cause.rs` below;
+//! `format.rs`, `beneath.rs`, `index.rs`, `rebuild.rs`, `snapshot.rs`,
+//! `cause.rs` below;
 //! `overhead.rs` the header's share of each block (warned of at open);
 //! `holds.rs` pin sets (held blocks).
 //! Events, job outcomes, cause counters and the workers come from the tier
@@ -97,6 +111,9 @@ mod recovery;
 mod scan;
 mod segments;
 mod settle;
+mod snapshot;
+mod snapshot_files;
+mod snapshot_format;
 mod stats;
 
 use std::sync::Arc;
@@ -152,6 +169,8 @@ pub struct FsTier {
     errors: Reporter,
     /// Store times, under a max age.
     ages: age::Ages,
+    /// The persisted index: what the open found, what shutdown writes.
+    persisted: snapshot::Persisted,
 }
 
 impl std::fmt::Debug for FsTier {
@@ -161,6 +180,7 @@ impl std::fmt::Debug for FsTier {
             .field("blocks", &self.index.ready_count())
             .field("bytes_used", &self.index.used())
             .field("held", &self.index.held_count())
+            .field("index_heap_bytes", &self.index.heap_bytes())
             .finish()
     }
 }
@@ -342,10 +362,13 @@ impl SecondaryTier for FsTier {
             // read.
             self.take_found();
             self.closed = true;
-            let scanned = self.stop_rebuild();
+            // Whether the index knows every block on disk (loaded, or its
+            // scan ended): only then are the live map and the persisted
+            // index written from it.
+            let whole = self.stop_rebuild();
             // Transfers under way finish first (queued ones are cancelled).
             self.pool.stop();
-            if scanned {
+            if whole {
                 self.save_live_records();
             }
             // Queued existence checks were cancelled.
@@ -354,7 +377,9 @@ impl SecondaryTier for FsTier {
             self.pending_checks = 0;
             // The workers are gone: nothing writes the directory now.  A
             // failure leaves blocks behind, and the tier is still stopped.
-            if self.opts.clear_on_shutdown {
+            if !self.opts.clear_on_shutdown {
+                self.persist_index(whole);
+            } else {
                 let root = self.opts.root.display();
                 match clear_blocks(&self.opts.root) {
                     Ok(r) => log::info!(

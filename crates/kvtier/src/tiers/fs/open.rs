@@ -1,8 +1,10 @@
 //! Opening a tier: its directory made or checked, what the file system
-//! supports probed, the workers started and the restart scan started in
-//! the background (`scan.rs`, over what the layout lists: fan-out
-//! directories, or the records the live map may hold blocks in); and what
-//! the tier tells of itself afterwards.
+//! supports probed, the workers started, and the index either loaded from
+//! the file a clean shutdown persisted (`snapshot.rs`) or, without a
+//! trusted one, rebuilt by the restart scan started in the background
+//! (`scan.rs`, over what the layout lists: fan-out directories, or the
+//! records the live map may hold blocks in); and what the tier tells of
+//! itself afterwards.
 
 use std::fs;
 use std::sync::Arc;
@@ -14,10 +16,11 @@ use super::files::Files;
 use super::format::Layout;
 use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
-use super::rebuild::RebuildReport;
+use super::rebuild::{self, RebuildReport};
 use super::rebuilding;
 use super::scan::RebuildHold;
 use super::segments::Segments;
+use super::snapshot::Persisted;
 use super::stats::FsStats;
 use super::{FsLayout, FsOptions, FsTier, beneath, marker};
 use crate::error::{Error, Result};
@@ -27,12 +30,14 @@ use crate::tiers::kit::{Announcer, Reporter};
 
 impl FsTier {
     /// Opens (or creates) the tier's directory for blocks of
-    /// `slots.slot_bytes()` bytes, and starts rebuilding the index from
-    /// what is there in the background.  Returns after the cheap checks
-    /// (the root, the layout marker, the options; in the segments layout,
-    /// the segment files and their live map), without reading a block:
-    /// the tier serves what its scan has found so far, and stores work at
-    /// once ([`FsTier::rebuilding`], [`FsTier::wait_rebuilt`]).
+    /// `slots.slot_bytes()` bytes.  After a clean shutdown the index it
+    /// persisted is loaded (once, and only when it can be trusted): the
+    /// tier is whole and ready at once.  Otherwise the index is rebuilt
+    /// from what is there in the background: this returns after the cheap
+    /// checks (the root, the layout marker, the options; in the segments
+    /// layout, the segment files and their live map), without reading a
+    /// block; the tier serves what its scan has found so far, and stores
+    /// work at once ([`FsTier::rebuilding`], [`FsTier::wait_rebuilt`]).
     pub fn open(slots: SlotMemory, opts: FsOptions) -> Result<FsTier> {
         FsTier::open_with(slots, opts, false).map(|(tier, _)| tier)
     }
@@ -41,7 +46,8 @@ impl FsTier {
     /// anything until the returned [`RebuildHold`] is released (or
     /// dropped): for tests and tools that act on a tier before its scan
     /// has found anything.  The tier serves meanwhile, as while any scan
-    /// runs.
+    /// runs.  When the persisted index was loaded no scan runs, and the
+    /// hold holds nothing.
     pub fn open_held(slots: SlotMemory, opts: FsOptions) -> Result<(FsTier, RebuildHold)> {
         let (tier, hold) = FsTier::open_with(slots, opts, true)?;
         Ok((tier, hold.expect("held")))
@@ -90,7 +96,7 @@ impl FsTier {
         }
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
-        let ages = Ages::new(opts.max_age);
+        let mut ages = Ages::new(opts.max_age);
         let mut rebuild = RebuildReport::default();
         let segments = match opts.layout {
             FsLayout::Files => None,
@@ -100,15 +106,35 @@ impl FsTier {
                 Some(segments)
             }
         };
-        // The one place the index comes from: the restart scan, started.
-        let (index, scan, hold) = rebuilding::start(
+        // Taken (and made unusable again) only once the segments lock is
+        // held: an open refused for the lock or the segment files leaves
+        // the index file for the next one.
+        let mut persisted = Persisted::open(root, &opts, block_bytes)?;
+        // The one place the index comes from: the one persisted at the
+        // last clean shutdown, if it is trusted (whole: no scan), else the
+        // restart scan, started.
+        let loaded = persisted.load(
             &layout,
             &opts,
             block_bytes,
             segments.as_ref(),
+            &mut ages,
             &mut rebuild,
-            held,
-        )?;
+        );
+        let (index, scan, hold) = match loaded {
+            Some(index) => {
+                rebuild::remove_dead_probes_of(&layout, &opts, &mut rebuild);
+                (index, None, held.then(RebuildHold::idle))
+            }
+            None => rebuilding::start(
+                &layout,
+                &opts,
+                block_bytes,
+                segments.as_ref(),
+                &mut rebuild,
+                held,
+            )?,
+        };
         let (disk, direct): (Box<dyn OnDisk>, bool) = match segments {
             Some(segments) => {
                 let direct = segments.direct();
@@ -138,7 +164,7 @@ impl FsTier {
             Arc::clone(&counts),
         )?;
         let errors = Reporter::new(format!("fs tier {}", opts.root.display()), 0);
-        let tier = FsTier {
+        let mut tier = FsTier {
             opts,
             pool,
             index,
@@ -157,13 +183,25 @@ impl FsTier {
             store_scratch: Default::default(),
             errors,
             ages,
+            persisted,
         };
+        tier.note_index_at_open();
         super::overhead::warn_if_costly(&tier.opts.root, tier.opts.layout, block_bytes);
+        if tier.rebuild.index_loaded {
+            // The loaded blocks are announced, oldest first, as a scan
+            // announces what it finds, so a router learns of them.
+            let mut keys = Vec::new();
+            tier.index.ready_keys(&mut keys);
+            for key in keys {
+                tier.announce_stored(key);
+            }
+        }
         Ok((tier, hold))
     }
 
-    /// Stops a running restart scan (shutdown); whether the scan had ended
-    /// (so the index knows every block on disk).
+    /// Stops a running restart scan (shutdown); whether the index knows
+    /// every block on disk: the scan had ended, or none ran (the persisted
+    /// index was loaded, or there was nothing to read).
     pub(super) fn stop_rebuild(&mut self) -> bool {
         match self.rebuild_state.take() {
             Some(mut r) => {
@@ -174,8 +212,9 @@ impl FsTier {
         }
     }
 
-    /// At a clean shutdown after a whole scan, records in the live map
-    /// exactly the records the index holds (segments layout).
+    /// At a clean shutdown when the index knows every block (its scan
+    /// ended, or it was loaded), records in the live map exactly the
+    /// records the index holds (segments layout).
     pub(super) fn save_live_records(&mut self) {
         if !self.segmented() {
             return;
@@ -237,9 +276,10 @@ impl FsTier {
         self.opts.layout
     }
 
-    /// What the restart scan found so far (final once
-    /// [`FsTier::rebuilding`] is false; [`FsTier::wait_rebuilt`] waits for
-    /// that).
+    /// What the restart found: the persisted index loaded
+    /// ([`RebuildReport::index_loaded`], final at once), or what the
+    /// restart scan found so far (final once [`FsTier::rebuilding`] is
+    /// false; [`FsTier::wait_rebuilt`] waits for that).
     pub fn rebuild_report(&self) -> RebuildReport {
         self.rebuild
     }

@@ -113,6 +113,17 @@ pub struct RebuildReport {
     pub foreign: u64,
     /// The foreign entries by kind.
     pub foreign_kinds: ForeignKinds,
+    /// The index persisted at the last clean shutdown was loaded instead
+    /// of a scan: no restart scan runs, and the report is final at once
+    /// (`blocks` and `evicted` are the index's; the other counts only what
+    /// the open itself removed: probe files of killed opens, segment files
+    /// of another block size or past the capacity).
+    pub index_loaded: bool,
+    /// An index file was there but not trusted (torn, damaged, stale, of
+    /// another format, layout, block size or fingerprint, not a regular
+    /// file of the tier's user, or in the segments layout naming records
+    /// the live map says hold no block): the restart scan runs instead.
+    pub index_rejected: bool,
 }
 
 impl RebuildReport {
@@ -173,6 +184,17 @@ pub(super) fn list_fanouts(layout: &Layout, root: &Fd) -> Result<Vec<OsString>> 
         .into_iter()
         .filter(|d| d.to_str().is_some_and(is_fanout))
         .collect())
+}
+
+/// Removes the probe files of processes killed while opening the tier in
+/// `layout`'s root (counted in `report`); a root that cannot be opened is
+/// left as it is (the tier's calls find out).
+pub(super) fn remove_dead_probes_of(layout: &Layout, opts: &FsOptions, report: &mut RebuildReport) {
+    if let Ok(c) = beneath::c_path(layout.root())
+        && let Ok(fd) = beneath::open_root(&c)
+    {
+        remove_dead_probes(&fd, opts.stale_temp_age, report);
+    }
 }
 
 /// Opens the root of `layout` and removes the probe files of processes
@@ -350,7 +372,7 @@ fn mtime_of(st: &libc::stat) -> SystemTime {
 
 /// Whether a temporary file's writer (`pid`, when its name tells) is gone:
 /// dead on this host, or the file (`st`) is older than `max_age`.
-fn stale_temp(st: &libc::stat, pid: Option<u32>, max_age: Duration) -> bool {
+pub(super) fn stale_temp(st: &libc::stat, pid: Option<u32>, max_age: Duration) -> bool {
     if let Some(pid) = pid {
         // SAFETY: signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0

@@ -32,7 +32,7 @@ use super::index::{Index, State};
 use super::rebuild::{self, RebuildReport};
 use super::scan::{Found, RebuildHold, Scanner, Work};
 use super::segments::Segments;
-use super::{FsOptions, FsTier, Key, beneath, file};
+use super::{FsOptions, FsTier, Key, file};
 use crate::error::Result;
 
 /// Most batches one call of the tier takes in (each of at most 4096
@@ -78,7 +78,8 @@ impl Rebuilding {
 /// scan (held until the hold is released, when `held`), or none when
 /// there is nothing to read (no fan-out directory, no record marked).
 /// What opening removes (probe files of writers that are gone) is
-/// counted in `report`.  The one way `open.rs` gets its index.
+/// counted in `report`.  The way `open.rs` gets its index when no
+/// persisted index was loaded (`snapshot.rs`).
 pub(super) fn start(
     layout: &Layout,
     opts: &FsOptions,
@@ -100,11 +101,7 @@ pub(super) fn start(
         }
         Some(segments) => {
             // The probe files of a process killed while opening.
-            if let Ok(c) = beneath::c_path(layout.root())
-                && let Ok(fd) = beneath::open_root(&c)
-            {
-                rebuild::remove_dead_probes(&fd, opts.stale_temp_age, report);
-            }
+            rebuild::remove_dead_probes_of(layout, opts, report);
             // The records the live map leaves clear are free at once
             // (lowest first); the scan reads the others.
             let maybe_live = segments.live.snapshot();

@@ -241,6 +241,11 @@ pub struct RebuildHold(Arc<Gate>);
 impl RebuildHold {
     /// Lets the scan run.
     pub fn release(self) {}
+
+    /// A hold of no scan (the tier loaded its persisted index).
+    pub(super) fn idle() -> RebuildHold {
+        RebuildHold(Arc::new(Gate::default()))
+    }
 }
 
 impl Drop for RebuildHold {

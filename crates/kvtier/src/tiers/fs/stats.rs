@@ -132,7 +132,8 @@ stat_table! {
         counter write_bytes: Count => FS_IO_BYTES["write"],
         /// Microseconds spent writing (counted in nanoseconds).
         counter write_time_us: Nanos => FS_IO_SECONDS["write"] * 1e-6,
-        /// Blocks the restart scan found.
+        /// Blocks found at restart: loaded from the persisted index, or
+        /// found by the restart scan.
         counter restart_blocks: Count => FS_RESTART_BLOCKS,
         /// Files the opening scan skipped.
         counter restart_skipped_files: Count => FS_RESTART_FILES["skipped"],
@@ -260,7 +261,7 @@ family! {
 }
 family! {
     FS_RESTART_BLOCKS, "kvtier_fs_restart_blocks_total", Counter, Tier,
-    "Blocks the restart scan found in the directory (it runs in the background after the tier opens)."
+    "Blocks found in the directory at restart: loaded from the index persisted at the last clean shutdown, or found by the restart scan (it runs in the background after the tier opens)."
 }
 family! {
     FS_RESTART_FILES, "kvtier_fs_restart_files_total", Counter, Tier, "action",

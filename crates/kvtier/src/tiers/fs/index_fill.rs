@@ -1,0 +1,210 @@
+//! The fs index's restart side: room made ahead, a bulk fill in recency
+//! order (the table filled in bucket order) from the persisted index, the
+//! blocks the background restart scan finds and the records it frees,
+//! the records in use at a clean shutdown, and what the index takes on
+//! the heap.
+
+use std::hash::BuildHasher;
+
+use super::{Index, NIL, NO_RECORD, Node, State};
+use crate::key::Key;
+use crate::tiers::fs::format::Layout;
+
+/// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
+/// them (one less than their number below 8).
+fn buckets(cap: usize) -> usize {
+    match cap {
+        0 => 0,
+        1..7 => cap + 1,
+        _ => cap / 7 * 8,
+    }
+}
+
+impl Index {
+    /// Makes room for `more` keys beyond those indexed, so that inserting
+    /// them grows nothing (a restart that knows how many it will insert).
+    /// Fails only when the room cannot be allocated.
+    pub(in crate::tiers::fs) fn reserve(&mut self, more: usize) -> crate::Result<()> {
+        let oom = || crate::Error::OutOfMemory(format!("fs tier: an index of {more} more keys"));
+        let more_nodes = more.saturating_sub(self.free.len());
+        self.nodes
+            .try_reserve_exact(more_nodes)
+            .map_err(|_| oom())?;
+        let (nodes, hasher) = (&self.nodes, &self.hasher);
+        self.map
+            .try_reserve(more, |&i| hasher.hash_one(nodes[i as usize].key))
+            .map_err(|_| oom())
+    }
+
+    /// Bytes the index takes on the heap: the capacities of its table and
+    /// vectors (not the fixed part of the struct).
+    pub(in crate::tiers::fs) fn heap_bytes(&self) -> usize {
+        self.heap_parts().iter().sum()
+    }
+
+    /// `Index::heap_bytes` by part: the table, the nodes, the free lists.
+    pub(in crate::tiers::fs) fn heap_parts(&self) -> [usize; 3] {
+        use std::mem::size_of;
+        // Each bucket is a u32 and a control byte, and a group of 16
+        // control bytes more mirrors the first.
+        let buckets = buckets(self.map.capacity());
+        let table = if buckets == 0 {
+            0
+        } else {
+            buckets * (size_of::<u32>() + 1) + 16
+        };
+        [
+            table,
+            self.nodes.capacity() * size_of::<Node>(),
+            (self.free.capacity() + self.free_records.capacity()) * size_of::<u32>(),
+        ]
+    }
+
+    /// An index over `records` segment records of `file_bytes` each, holding
+    /// the blocks a restart found, as (key, record) pairs least recently
+    /// used first (a scan finds them in record order, and that becomes
+    /// their recency); every other record is free.  The keys and records
+    /// are distinct, the records below `records`.  Fails only when the
+    /// index or its free list cannot be allocated.
+    pub(in crate::tiers::fs) fn with_records(
+        file_bytes: u64,
+        records: u32,
+        found: &[(Key, u32)],
+    ) -> crate::Result<Index> {
+        let mut index = Index::new(file_bytes);
+        index.reserve(found.len())?;
+        let oom = |what: String| crate::Error::OutOfMemory(format!("fs tier: {what}"));
+        let words = (records as usize).div_ceil(64);
+        let mut taken: Vec<u64> = Vec::new();
+        taken
+            .try_reserve_exact(words)
+            .map_err(|_| oom(format!("a map of {records} records")))?;
+        taken.resize(words, 0);
+        for &(key, record) in found {
+            debug_assert!(record < records);
+            index.append_ready(key, Some(record));
+            taken[record as usize / 64] |= 1 << (record % 64);
+        }
+        let distinct = index.map_appended();
+        debug_assert!(distinct, "a key found twice");
+        let free = records as usize - found.len();
+        index
+            .free_records
+            .try_reserve_exact(free)
+            .map_err(|_| oom(format!("a free list of {free} records")))?;
+        // Highest first, so the lowest numbers go out first.
+        for r in (0..records).rev() {
+            if taken[r as usize / 64] & (1 << (r % 64)) == 0 {
+                index.free_records.push(r);
+            }
+        }
+        Ok(index)
+    }
+
+    /// Appends Ready `key` (holding segment record `record`, if any) as the
+    /// most recent key, without entering it in the table: a restart's
+    /// bulk fill of a new index, which `map_appended` finishes.
+    pub(in crate::tiers::fs) fn append_ready(&mut self, key: Key, record: Option<u32>) {
+        debug_assert!(self.map.is_empty() && self.free.is_empty());
+        let mut node = Node {
+            key,
+            flags: 0,
+            fanout: Layout::fanout_index(&key),
+            readers: 0,
+            prev: NIL,
+            next: NIL,
+            record: record.unwrap_or(NO_RECORD),
+        };
+        node.set_state(State::Ready);
+        self.nodes.push(node);
+        let i = (self.nodes.len() - 1) as u32;
+        self.used += self.file_bytes;
+        self.count_ready(i, true);
+        self.push_head(i);
+    }
+
+    /// Enters the keys `append_ready` appended in the table, in the order
+    /// of their buckets (memory in sequence rather than a random probe per
+    /// key).  False if a key was appended twice: the index is then not
+    /// usable (drop it).
+    pub(in crate::tiers::fs) fn map_appended(&mut self) -> bool {
+        let n = self.nodes.len();
+        let Index {
+            map, nodes, hasher, ..
+        } = self;
+        if map
+            .try_reserve(n, |&i| hasher.hash_one(nodes[i as usize].key))
+            .is_err()
+        {
+            return false;
+        }
+        let mut order: Vec<(u64, u32)> = Vec::new();
+        if order.try_reserve_exact(n).is_err() {
+            return false;
+        }
+        order.extend(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| (hasher.hash_one(node.key), i as u32)),
+        );
+        // A key's first bucket is its hash's low bits under the mask.
+        let mask = buckets(map.capacity()).max(1) as u64 - 1;
+        order.sort_unstable_by_key(|&(h, _)| h & mask);
+        for (h, i) in order {
+            let key = nodes[i as usize].key;
+            let entry = map.entry(
+                h,
+                |&j| nodes[j as usize].key == key,
+                |&j| hasher.hash_one(nodes[j as usize].key),
+            );
+            match entry {
+                hashbrown::hash_table::Entry::Vacant(slot) => {
+                    slot.insert(i);
+                }
+                hashbrown::hash_table::Entry::Occupied(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// What the background restart scan needs of the index (`rebuilding.rs`),
+/// and what a clean shutdown records in the segments layout's live map.
+impl Index {
+    /// Adds `key` (absent) as Ready, found by the restart scan (in segment
+    /// record `record`, which the scan never also hands out as free), as
+    /// the least recently used key: older than every key stored or used
+    /// since the tier opened.
+    pub(in crate::tiers::fs) fn insert_found(&mut self, key: Key, record: Option<u32>) {
+        self.insert(key, State::Ready);
+        // A Ready key is inserted at the head of the LRU list.
+        let i = self.heads[0];
+        debug_assert!(self.nodes[i as usize].key == key);
+        if let Some(r) = record {
+            self.nodes[i as usize].record = r;
+        }
+        if self.tails[0] != i {
+            self.unlink(i);
+            let old = self.tails[0];
+            self.nodes[i as usize].prev = old;
+            self.nodes[old as usize].next = i;
+            self.tails[0] = i;
+        }
+    }
+
+    /// Adds segment records known to hold no block to the free list.
+    pub(in crate::tiers::fs) fn add_free_records(&mut self, records: &[u32]) {
+        self.free_records.extend_from_slice(records);
+    }
+
+    /// The segment records of every indexed key, into `out`.
+    pub(in crate::tiers::fs) fn records_in_use(&self, out: &mut Vec<u32>) {
+        out.extend(
+            self.map
+                .iter()
+                .map(|&i| self.nodes[i as usize].record)
+                .filter(|&r| r != NO_RECORD),
+        );
+    }
+}

@@ -1,0 +1,542 @@
+//! The index persisted at clean shutdown, so that a restart loads it
+//! instead of reading every block's header.
+//!
+//! Two files in the tier's root:
+//!
+//! - `kvtier-generation`: the directory's generation, a decimal number and
+//!   a newline (none: generation 0).
+//! - `kvtier-index`: the index, written at a clean shutdown: a header
+//!   (magic, format version, layout, block size, the fingerprint's hash,
+//!   the generation it belongs to, the number of entries, the body's
+//!   length and xxh3-64 checksum, the header's own checksum), then one
+//!   entry per Ready block, least recently used first: key length, key,
+//!   segment record (`u32::MAX` for none), store time (nanoseconds since
+//!   the epoch, 0 unknown; the segments layout counts ages from the open,
+//!   as its scan does).  Written to a temporary file (`fsync`ed with
+//!   the `durable` option), renamed over the name.
+//!
+//! At open the index file is trusted only when it is whole (both
+//! checksums), of this format, layout, block size and fingerprint, and
+//! carries the directory's current generation.  Whatever it was, the
+//! generation is then moved on (written and `fsync`ed with its
+//! directory) and the index file removed, before the tier serves: an index
+//! is used at most once, and a crash afterwards finds none that matches
+//! (a copy of it put back is of an old generation), so the scan runs.
+//! Without an index file nothing is written at open.  An index file that
+//! is not trusted is reported (a warning, the open's error log,
+//! [`RebuildReport::index_rejected`]) and the scan runs.  One the
+//! generation cannot be moved past is not used, and if it cannot be
+//! removed either the open fails (whatever the tier stored would be
+//! missing from a file trusted later).  Temporary files of index and
+//! generation writers that are gone are removed at open.
+//!
+//! The index file is meant to be loaded fast: 10^6 entries are read,
+//! checked and indexed in about 0.3 s (`time_a_million_entries`).
+//!
+//! Both files are read as the tier reads everything in its directory
+//! (`beneath.rs`): never through a symlink, never waiting on a FIFO, only
+//! regular files of the tier's user, their size checked before anything
+//! is read.
+//!
+//! An entry under the index file's name that is not a regular file of the
+//! tier's user is left in place (as every foreign entry), and so is the
+//! generation then.
+//!
+//! No index is written (and the next open scans) when the directory is
+//! `shared` (other processes change it), cleared at shutdown, when the
+//! restart scan had not ended at shutdown (the index does not know every
+//! block), when a key was still being written or removed at shutdown,
+//! when a block file could not be removed (`removal_errors`: the index
+//! would not list it), when the generation could not be read or moved on
+//! at open, or when a foreign entry holds the index file's name.
+//!
+//! A loaded index is the whole index: no restart scan runs, and the tier
+//! is ready when `open` returns.  When the file is not trusted, or its
+//! entries are not usable, the open falls back to the background scan
+//! (`rebuilding.rs`).  The files layout fills its index from the file
+//! (`Persisted::restore`); the segments layout (its segment files and
+//! live map opened as always) takes the (key, record) pairs listed
+//! (`Persisted::restore_segments`), every other record free.  Those are
+//! refused, and the records scanned, when a record is missing, past the
+//! capacity, listed twice, or clear in the live map (which marks every
+//! record a block was written to before the write: a record clear there
+//! holds no block, as in segment files made anew).  So the live map
+//! still covers every record the index names, and the next clean
+//! shutdown, the index being whole, rewrites it exactly (`live.rs`).
+
+use std::ffi::CStr;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use super::FsOptions;
+use super::age::Ages;
+use super::beneath::{self, Fd};
+use super::format::Layout;
+use super::index::Index;
+use super::rebuild::RebuildReport;
+use super::segments::Segments;
+use super::snapshot_files::{
+    INDEX_C, open_checked, read_exact, read_generation, remove_dead_temps, replace, root_fd,
+    sync_dir,
+};
+use super::snapshot_format::{HEADER, Header, MAX_ENTRY, MIN_ENTRY, listed, next_entry, xxh3};
+use crate::key::Key;
+
+pub(crate) use super::snapshot_files::{GENERATION_NAME, INDEX_NAME};
+
+/// What one open found of the persisted index, and what a clean shutdown
+/// writes.
+#[derive(Debug)]
+pub(super) struct Persisted {
+    /// The index file's body, trusted, with its entry count (taken by
+    /// `Persisted::restore`).
+    body: Option<(Vec<u8>, u64)>,
+    /// The generation an index written at shutdown carries; `None`: none
+    /// is written.
+    generation: Option<u64>,
+    /// Why an index file present was not trusted.
+    rejected: Option<String>,
+}
+
+impl Persisted {
+    /// Reads what `root` holds of a persisted index for a tier of `opts`
+    /// and blocks of `block_bytes`, then moves the directory's generation
+    /// on and removes the index file (both durably), so that whatever is
+    /// served from here on no index on disk describes.  Never fails: an
+    /// index that cannot be trusted (or made unusable again) is not used.
+    pub(super) fn open(
+        root: &Path,
+        opts: &FsOptions,
+        block_bytes: usize,
+    ) -> crate::Result<Persisted> {
+        let mut p = Persisted {
+            body: None,
+            generation: None,
+            rejected: None,
+        };
+        let Ok(dir) = root_fd(root) else {
+            return Ok(p);
+        };
+        remove_dead_temps(&dir, opts.stale_temp_age);
+        let generation = match read_generation(&dir) {
+            Ok(g) => g,
+            Err(why) => {
+                p.rejected = Some(format!("generation file {GENERATION_NAME}: {why}"));
+                return Ok(p);
+            }
+        };
+        let max_entries = Self::max_entries(opts, block_bytes);
+        match Self::read(
+            &dir,
+            &Header::of(opts, block_bytes, generation),
+            max_entries,
+        ) {
+            Ok(None) => {}
+            Ok(Some(body)) if !opts.shared => p.body = Some(body),
+            Ok(Some(_)) => p.rejected = Some("the directory is shared".into()),
+            Err(why) => p.rejected = Some(why),
+        }
+        // An index file is used at most once: the next generation, durably,
+        // before serving, and the file removed.  (Without one, nothing on
+        // disk has the current generation, and nothing is written.)  An
+        // entry that is not a regular file of the tier's user is left
+        // alone, as everywhere in the directory, and none is written over
+        // it at shutdown.
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        match beneath::lstat_at(dir.0, INDEX_C) {
+            Err(libc::ENOENT) => {
+                p.generation = Some(generation);
+                return Ok(p);
+            }
+            Ok(st) if beneath::is_regular(&st) && st.st_uid == me => {}
+            _ => return Ok(p),
+        }
+        let next = generation.wrapping_add(1);
+        let text = format!("{next}\n");
+        let moved = replace(
+            &dir,
+            GENERATION_NAME,
+            &[text.as_bytes()],
+            opts.file_mode,
+            true,
+        )
+        .and_then(|()| sync_dir(&dir));
+        let removed = beneath::unlink_regular(dir.0, INDEX_C);
+        if removed == Ok(true) {
+            let _ = sync_dir(&dir);
+        }
+        match moved {
+            Ok(()) => p.generation = Some(next),
+            Err(e) => {
+                let e = std::io::Error::from_raw_os_error(e);
+                if p.body.take().is_some() {
+                    p.rejected = Some(format!("the generation could not be moved on ({e})"));
+                }
+                // Neither moved on nor gone: the file would be trusted
+                // after whatever this tier stores.
+                if removed.is_err() {
+                    return Err(crate::Error::io(
+                        format!(
+                            "fs tier: the index file {} can be neither outdated nor removed",
+                            root.join(INDEX_NAME).display()
+                        ),
+                        e,
+                    ));
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// The most entries an index file may hold: the capacity's blocks
+    /// twice over (the capacity may have been lowered since), or as many
+    /// as the index can number without a capacity.
+    fn max_entries(opts: &FsOptions, block_bytes: usize) -> u64 {
+        let file_bytes = super::format::file_len(block_bytes).max(1);
+        match opts.capacity_bytes {
+            0 => u64::from(u32::MAX - 1),
+            cap => (cap / file_bytes).saturating_mul(2).saturating_add(1024),
+        }
+    }
+
+    /// The trusted body of the index file of `dir` and its entry count,
+    /// `None` without one, or why it is not trusted.
+    fn read(dir: &Fd, want: &Header, max_entries: u64) -> Result<Option<(Vec<u8>, u64)>, String> {
+        let max = HEADER as u64 + max_entries.saturating_mul(MAX_ENTRY as u64);
+        let Some((fd, len)) = open_checked(dir, INDEX_C, max)? else {
+            return Ok(None);
+        };
+        if len < HEADER as u64 {
+            return Err(format!("{len} bytes, shorter than a header"));
+        }
+        let mut h = [0u8; HEADER];
+        read_exact(&fd, &mut h, 0)?;
+        let got = Header::decode(&h)?;
+        let mismatch = |what: &str, a: u64, b: u64| Err(format!("{what} {a}, not {b}"));
+        if got.layout != want.layout {
+            return Err("written for the other layout".into());
+        }
+        if got.block_bytes != want.block_bytes {
+            return mismatch("block size", got.block_bytes, want.block_bytes);
+        }
+        if got.fingerprint != want.fingerprint {
+            return Err("written for another layout fingerprint".into());
+        }
+        if got.generation != want.generation {
+            return mismatch("generation", got.generation, want.generation);
+        }
+        if got.entries > max_entries
+            || got.body_len != len - HEADER as u64
+            || got.body_len < got.entries.saturating_mul(MIN_ENTRY as u64)
+            || got.body_len > got.entries.saturating_mul(MAX_ENTRY as u64)
+        {
+            return Err(format!(
+                "{len} bytes do not hold the {} entries its header says",
+                got.entries
+            ));
+        }
+        let mut body = Vec::new();
+        body.try_reserve_exact(got.body_len as usize)
+            .map_err(|_| format!("no memory for its {} bytes", got.body_len))?;
+        body.resize(got.body_len as usize, 0);
+        read_exact(&fd, &mut body, HEADER as u64)?;
+        if xxh3(&body) != got.body_sum {
+            return Err("damaged (checksum)".into());
+        }
+        Ok(Some((body, got.entries)))
+    }
+
+    /// Why an index file present was not trusted, if one was not.
+    pub(super) fn rejected(&self) -> Option<&str> {
+        self.rejected.as_deref()
+    }
+
+    /// Fills new `index` from the trusted index file, least recently
+    /// used first, noting each key's store time with `stored` (now where
+    /// unknown), then evicts down to the capacity's low watermark as a
+    /// scan does (the victims' files removed by `remove`): the open's
+    /// report, or `None` (`index` left empty) when there is no trusted
+    /// index file or its entries do not parse or repeat a key (then the
+    /// scan runs).  Records are not restored: files layout only.
+    pub(super) fn restore(
+        &mut self,
+        opts: &FsOptions,
+        index: &mut Index,
+        mut stored: impl FnMut(Key, SystemTime),
+        mut remove: impl FnMut(&Key),
+    ) -> Option<RebuildReport> {
+        let (body, entries) = self.body.take()?;
+        if index.reserve(entries as usize).is_err() {
+            self.rejected = Some(format!("no memory for {entries} entries"));
+            return None;
+        }
+        let now = SystemTime::now();
+        let mut rest = &body[..];
+        let mut born = Vec::new();
+        for _ in 0..entries {
+            let problem = match next_entry(&mut rest) {
+                None => Some("entries that do not parse"),
+                Some((key, _, at)) => {
+                    if !opts.max_age.is_zero() {
+                        let at = match at {
+                            0 => now,
+                            n => SystemTime::UNIX_EPOCH + Duration::from_nanos(n),
+                        };
+                        born.push((key, at));
+                    }
+                    index.append_ready(key, None);
+                    None
+                }
+            };
+            if let Some(why) = problem {
+                *index = Index::new(index.file_bytes());
+                self.rejected = Some(why.into());
+                return None;
+            }
+        }
+        let problem = if !rest.is_empty() {
+            Some("entries that do not parse")
+        } else if !index.map_appended() {
+            Some("a key listed twice (or no memory to index it)")
+        } else {
+            None
+        };
+        if let Some(why) = problem {
+            *index = Index::new(index.file_bytes());
+            self.rejected = Some(why.into());
+            return None;
+        }
+        for (key, at) in born {
+            stored(key, at);
+        }
+        let evicted = super::rebuild::evict_over_capacity(opts, index, |index, victim| {
+            remove(&victim);
+            index.remove(&victim);
+        });
+        Some(RebuildReport {
+            blocks: entries - evicted,
+            evicted,
+            index_loaded: true,
+            ..RebuildReport::default()
+        })
+    }
+
+    /// `Persisted::restore` for the files layout under `layout`'s root:
+    /// an evicted block's file is removed.
+    pub(super) fn restore_files(
+        &mut self,
+        layout: &Layout,
+        opts: &FsOptions,
+        index: &mut Index,
+        ages: &mut Ages,
+    ) -> Option<RebuildReport> {
+        let root = root_fd(layout.root()).ok();
+        let mut name = Vec::new();
+        self.restore(
+            opts,
+            index,
+            |k, at| ages.stored(k, at),
+            |victim| {
+                let fanout = Layout::fanout_c(victim);
+                let fanout = CStr::from_bytes_with_nul(&fanout).expect("NUL-terminated");
+                if let Some(root) = &root
+                    && let Ok(fan) = beneath::subdir(root.0, fanout, None, || ())
+                {
+                    let _ = beneath::unlink_regular(fan.0, Layout::name_c(victim, &mut name));
+                }
+            },
+        )
+    }
+
+    /// The index the trusted index file describes, for a tier over
+    /// `layout`'s root (in the segments layout, over `segments`) and
+    /// blocks of `block_bytes`, evicted down to the capacity's low
+    /// watermark as a scan's end would, with its blocks' store times noted
+    /// in `ages` and its counts added to `report`; `None` (and why kept,
+    /// when there was a file) when there is no trusted index file or its
+    /// entries are not usable: then the restart scan runs.
+    pub(super) fn load(
+        &mut self,
+        layout: &Layout,
+        opts: &FsOptions,
+        block_bytes: usize,
+        segments: Option<&Segments>,
+        ages: &mut Ages,
+        report: &mut RebuildReport,
+    ) -> Option<Index> {
+        let file_bytes = super::format::file_len(block_bytes);
+        let (index, loaded) = match segments {
+            None => {
+                let mut index = Index::new(file_bytes);
+                let loaded = self.restore_files(layout, opts, &mut index, ages)?;
+                (index, loaded)
+            }
+            Some(segments) => self.restore_segments(segments, opts, file_bytes, ages)?,
+        };
+        report.blocks += loaded.blocks;
+        report.evicted += loaded.evicted;
+        report.index_loaded = true;
+        Some(index)
+    }
+
+    /// The index of the segments layout over `segments` (records of
+    /// `file_bytes`) from the trusted index file: the (key, record) pairs
+    /// it lists, every other record free, an evicted record only freed;
+    /// store times are not kept (ages count from now, as after a scan).
+    /// `None` when there is no trusted file, or its entries do not parse,
+    /// lack a record, name a record past the capacity or clear in the
+    /// live map, or repeat a key or a record.
+    fn restore_segments(
+        &mut self,
+        segments: &Segments,
+        opts: &FsOptions,
+        file_bytes: u64,
+        ages: &mut Ages,
+    ) -> Option<(Index, RebuildReport)> {
+        let (body, entries) = self.body.take()?;
+        let records = segments.records();
+        let found = match listed(&body, entries, records, &segments.live.snapshot()) {
+            Ok(found) => found,
+            Err(why) => {
+                self.rejected = Some(why.into());
+                return None;
+            }
+        };
+        drop(body);
+        let mut index = match Index::with_records(file_bytes, records, &found) {
+            Ok(index) => index,
+            Err(e) => {
+                self.rejected = Some(e.to_string());
+                return None;
+            }
+        };
+        let evicted = super::rebuild::evict_over_capacity(opts, &mut index, |index, victim| {
+            index.remove(&victim);
+        });
+        if !opts.max_age.is_zero() {
+            let now = SystemTime::now();
+            for &(key, _) in found.iter().filter(|(k, _)| index.get(k).is_some()) {
+                ages.stored(key, now);
+            }
+        }
+        let report = RebuildReport {
+            blocks: found.len() as u64 - evicted,
+            evicted,
+            ..RebuildReport::default()
+        };
+        Some((index, report))
+    }
+
+    /// Writes `index` (its Ready keys, with store times from `born`) as
+    /// the index file of `root`, for the generation this open moved to;
+    /// says why not when it does not.
+    pub(super) fn write(
+        &self,
+        root: &Path,
+        opts: &FsOptions,
+        block_bytes: usize,
+        index: &Index,
+        born: impl Fn(&Key) -> Option<SystemTime>,
+    ) -> Result<u64, String> {
+        let Some(generation) = self.generation else {
+            return Err("the directory's generation or index file was not usable at open".into());
+        };
+        if opts.shared {
+            return Err("the directory is shared".into());
+        }
+        if index.any_in_flight() {
+            return Err("blocks were still being written or removed".into());
+        }
+        let mut body = Vec::new();
+        let mut entries = 0u64;
+        index.ready_walk(|key, record| {
+            let k = key.as_bytes();
+            body.push(k.len() as u8);
+            body.extend_from_slice(k);
+            body.extend_from_slice(&record.unwrap_or(u32::MAX).to_le_bytes());
+            let at = born(key)
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64);
+            body.extend_from_slice(&at.to_le_bytes());
+            entries += 1;
+        });
+        let header = Header {
+            entries,
+            body_len: body.len() as u64,
+            body_sum: xxh3(&body),
+            ..Header::of(opts, block_bytes, generation)
+        }
+        .encode();
+        let errno = |e: i32| std::io::Error::from_raw_os_error(e).to_string();
+        let dir = root_fd(root).map_err(errno)?;
+        replace(
+            &dir,
+            INDEX_NAME,
+            &[&header, &body],
+            opts.file_mode,
+            opts.durable,
+        )
+        .map_err(errno)?;
+        if opts.durable {
+            sync_dir(&dir).map_err(errno)?;
+        }
+        Ok(entries)
+    }
+}
+
+impl super::FsTier {
+    /// Writes the index file at a clean shutdown (the workers stopped)
+    /// when the index is `whole` (it knows every block on disk: loaded, or
+    /// its restart scan ended), and logs what became of it.
+    pub(super) fn persist_index(&mut self, whole: bool) {
+        let block_bytes = self.pool.shared().io.slots.slot_bytes();
+        let ages = &self.ages;
+        let root = self.opts.root.display();
+        let started = std::time::Instant::now();
+        let (opts, index) = (&self.opts, &self.index);
+        let stray = self.counts.removal_errors.get();
+        let written = if !whole {
+            // Blocks the scan had not reached: the next open scans.
+            Err("the restart scan had not ended".to_string())
+        } else if stray > 0 {
+            // Files the index would not list: a scan finds them again.
+            Err(format!("{stray} block files could not be removed"))
+        } else {
+            let born = |k: &Key| ages.born(k);
+            self.persisted
+                .write(&opts.root, opts, block_bytes, index, born)
+        };
+        match written {
+            Ok(n) => log::info!(
+                target: "kvtier::fs",
+                "fs tier {root}: index of {n} blocks written at shutdown in {:?}",
+                started.elapsed()
+            ),
+            Err(why) => log::info!(
+                target: "kvtier::fs",
+                "fs tier {root}: no index written at shutdown ({why}): the next open scans"
+            ),
+        }
+    }
+
+    /// Reports (a warning, and in the error log the manager takes) an
+    /// index file the open did not trust.
+    pub(super) fn note_index_at_open(&mut self) {
+        if let Some(why) = self.persisted.rejected() {
+            let why = why.to_string();
+            self.rebuild.index_rejected = true;
+            log::warn!(
+                target: "kvtier::fs",
+                "fs tier {}: index file {INDEX_NAME} not used ({why}); the directory is scanned in the background",
+                self.opts.root.display()
+            );
+            self.errors
+                .note(|| format!("index file {INDEX_NAME} not used ({why}); scanned instead"));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod tests;
