@@ -358,4 +358,22 @@ mod tests {
         let m = LiveMap::open(&seg(d.path()), d.path(), 4096, 64, false, 0o600, false).unwrap();
         assert_eq!(m.snapshot(), [u64::MAX], "torn");
     }
+
+    #[test]
+    fn a_huge_map_file_is_refused_without_reading_it() {
+        let d = tempfile::tempdir().unwrap();
+        let m = LiveMap::open(&seg(d.path()), d.path(), 4096, 64, true, 0o600, false).unwrap();
+        m.save(&[1], 0o600).unwrap();
+        drop(m);
+        // A sparse terabyte under the map's name: reading it whole would
+        // take the memory of the machine; the size alone refuses it.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.path().join(LIVE_NAME))
+            .unwrap();
+        f.set_len(1 << 40).unwrap();
+        drop(f);
+        let m = LiveMap::open(&seg(d.path()), d.path(), 4096, 64, false, 0o600, false).unwrap();
+        assert_eq!(m.snapshot(), [u64::MAX], "not trusted");
+    }
 }
