@@ -131,11 +131,14 @@ impl Announcer {
         out: &mut std::collections::VecDeque<TierEvent>,
     ) -> usize {
         let n = max.min(self.events.len());
-        out.extend(
-            self.events
-                .drain(..n)
-                .map(|event| TierEvent { tier, event }),
-        );
+        // The queue's two slices, each extending `out` in one piece (a
+        // slice's length is known: room is made once, not per event).
+        let (front, back) = self.events.as_slices();
+        let first = n.min(front.len());
+        for part in [&front[..first], &back[..n - first]] {
+            out.extend(part.iter().map(|&event| TierEvent { tier, event }));
+        }
+        self.events.drain(..n);
         n
     }
 
