@@ -121,6 +121,27 @@ impl Announcer {
         n
     }
 
+    /// Moves up to `max` events, oldest first, onto the back of `out`, each
+    /// as tier `tier`'s; returns how many.  Copied once, straight from the
+    /// queue.
+    pub(crate) fn take_tagged(
+        &mut self,
+        max: usize,
+        tier: usize,
+        out: &mut std::collections::VecDeque<TierEvent>,
+    ) -> usize {
+        let n = max.min(self.events.len());
+        // The queue's two slices, each extending `out` in one piece (a
+        // slice's length is known: room is made once, not per event).
+        let (front, back) = self.events.as_slices();
+        let first = n.min(front.len());
+        for part in [&front[..first], &back[..n - first]] {
+            out.extend(part.iter().map(|&event| TierEvent { tier, event }));
+        }
+        self.events.drain(..n);
+        n
+    }
+
     /// The queued events, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Event> {
         self.events.iter()
@@ -210,6 +231,34 @@ mod tests {
         assert_eq!(out[0].key, Some(key(expected)));
         assert_eq!(out.last().and_then(|e| e.key), Some(key(next - 1)));
         assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn a_tagged_take_hands_out_what_a_plain_take_would_each_with_its_tier() {
+        // Two queues fed alike, the ring wrapping: each tagged take appends
+        // the events a plain take of the same bound hands out, in order,
+        // after what `out` held, each with the tier given.
+        let (mut plain, mut tagged) = (Announcer::preallocated(5), Announcer::preallocated(5));
+        let mut next = 0u8;
+        let mut out = std::collections::VecDeque::new();
+        let mut expected = Vec::new();
+        for round in 0..12 {
+            while plain.len() < 5 {
+                assert!(plain.stored(key(next)) && tagged.stored(key(next)));
+                next += 1;
+            }
+            let max = round % 7;
+            let mut taken = Vec::new();
+            let n = plain.take(max, &mut taken);
+            assert_eq!(tagged.take_tagged(max, round, &mut out), n, "round {round}");
+            expected.extend(
+                taken
+                    .into_iter()
+                    .map(|event| TierEvent { tier: round, event }),
+            );
+            assert_eq!(tagged.len(), plain.len(), "round {round}");
+        }
+        assert_eq!(out.into_iter().collect::<Vec<_>>(), expected);
     }
 
     #[test]

@@ -397,7 +397,9 @@ impl PartialEq for Key {
 
 /// Whether key bytes `a` and `b` are equal: lengths, then 8-byte words
 /// (the last one overlapping), without a call into `memcmp`, whose call
-/// costs more than comparing a usual key (8 to 40 bytes).
+/// costs more than comparing a usual key (8 to 40 bytes).  A key of 8 to
+/// 16 bytes is its first and last words, compared together without a
+/// loop.
 #[inline(always)]
 pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
@@ -408,6 +410,9 @@ pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         return a == b;
     }
     let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]));
+    if n <= 16 {
+        return (word(a, 0) ^ word(b, 0)) | (word(a, n - 8) ^ word(b, n - 8)) == 0;
+    }
     let mut i = 0;
     while i + 8 < n {
         if word(a, i) != word(b, i) {
@@ -534,6 +539,25 @@ mod tests {
             if n > 1 {
                 assert_ne!(ka, Key::new(&a[..n - 1]).unwrap(), "{n} bytes");
             }
+        }
+    }
+
+    #[test]
+    fn same_bytes_of_8_to_16_bytes_sees_a_difference_in_either_word() {
+        // Around the two-word path: 7, 8 to 16 and 17 bytes, each byte
+        // changed in turn (in the first word, the overlap, the last word),
+        // and slices of different lengths sharing a prefix.
+        let a: Vec<u8> = (1..=17).collect();
+        for n in 7..=17 {
+            let copy = a[..n].to_vec();
+            assert!(same_bytes(&a[..n], &copy), "{n} bytes");
+            for at in 0..n {
+                let mut b = a[..n].to_vec();
+                b[at] = 0;
+                assert!(!same_bytes(&a[..n], &b), "{n} bytes, byte {at} differs");
+                assert!(!same_bytes(&b, &a[..n]), "{n} bytes, byte {at} differs");
+            }
+            assert!(!same_bytes(&a[..n], &a[..n - 1]), "{n} bytes");
         }
     }
 

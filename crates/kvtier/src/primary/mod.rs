@@ -106,10 +106,12 @@ mod tests;
 mod vllm_tests;
 mod writers;
 
+use std::collections::VecDeque;
+
 use foldhash::fast::RandomState;
 
 use crate::error::{Error, Result};
-use crate::events::{Announcer, Event};
+use crate::events::{Announcer, Event, TierEvent};
 use crate::histogram::Histogram;
 use crate::key::{Key, KeyBatch, KeyBytes, with_keys};
 use crate::request::RequestId;
@@ -476,5 +478,12 @@ impl PrimaryTier {
     /// Moves up to `max` queued events into `out`, oldest first; returns how many.
     pub fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) -> usize {
         self.events.take(max, out)
+    }
+
+    /// Moves up to `max` queued events, oldest first, onto the back of
+    /// `out`, each as tier 0's (the primary tier's index in a manager);
+    /// returns how many.
+    pub fn take_events_tagged(&mut self, max: usize, out: &mut VecDeque<TierEvent>) -> usize {
+        self.events.take_tagged(max, 0, out)
     }
 }

@@ -10,7 +10,9 @@
 //! primary tier's own ([`crate::primary`]).
 
 use crate::error::Result;
-use crate::events::Event;
+use std::collections::VecDeque;
+
+use crate::events::{Event, TierEvent};
 use crate::key::{Key, KeyBatch, KeyRef};
 use crate::request::RequestId;
 use crate::stats::Stat;
@@ -144,6 +146,23 @@ pub trait PrimaryBackend: Send + 'static {
     fn reset(&mut self);
     /// Moves up to `max` queued events, oldest first, into `out`.
     fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>);
+    /// Moves up to `max` queued events, oldest first, onto the back of
+    /// `out`, each as tier 0's; returns how many.  `scratch` (emptied
+    /// first, and left empty) is room for a backend that takes them through
+    /// [`PrimaryBackend::take_events_up_to`], as this default does; the
+    /// CPU tier copies them straight from its queue.
+    fn take_events_tagged(
+        &mut self,
+        max: usize,
+        scratch: &mut Vec<Event>,
+        out: &mut VecDeque<TierEvent>,
+    ) -> usize {
+        scratch.clear();
+        self.take_events_up_to(max, scratch);
+        let n = scratch.len();
+        out.extend(scratch.drain(..).map(|event| TierEvent { tier: 0, event }));
+        n
+    }
     /// Bound of the tier's event queue (0: events off).  The manager bounds
     /// its own queue of events, and every secondary tier's, by it too.
     fn event_capacity(&self) -> usize;
@@ -265,6 +284,14 @@ impl PrimaryBackend for PrimaryTier {
     }
     fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) {
         PrimaryTier::take_events_up_to(self, max, out);
+    }
+    fn take_events_tagged(
+        &mut self,
+        max: usize,
+        _scratch: &mut Vec<Event>,
+        out: &mut VecDeque<TierEvent>,
+    ) -> usize {
+        PrimaryTier::take_events_tagged(self, max, out)
     }
     fn event_capacity(&self) -> usize {
         self.config().event_capacity

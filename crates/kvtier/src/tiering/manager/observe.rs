@@ -352,6 +352,33 @@ fn tier_traits(tiers: &[super::TierEntry], t: usize) -> (Option<Medium>, Option<
     }
 }
 
+/// Appends event `e` to `h`: its key to the last batch if that batch is of
+/// the same tier and kind (and not a cleared one), else to a new batch.
+/// `h` has room for it.
+#[inline(always)]
+fn hand_out(h: &mut EventBuffer, tiers: &[super::TierEntry], e: &TierEvent) {
+    let same = h.batches.last().is_some_and(|b| {
+        b.tier == e.tier && b.kind == e.event.kind && b.kind != EventKind::Cleared
+    });
+    if !same {
+        let (medium, locality) = tier_traits(tiers, e.tier);
+        h.batches.push(TakenBatch {
+            tier: e.tier,
+            kind: e.event.kind,
+            medium,
+            locality,
+            first: h.keys.len(),
+            len: 0,
+        });
+    }
+    if let Some(k) = &e.event.key
+        && let Some(b) = h.batches.last_mut()
+    {
+        h.keys.push(*k);
+        b.len += 1;
+    }
+}
+
 impl<P: PrimaryBackend> State<P> {
     /// Of the queued events, the first `max` batches: how many batches,
     /// how many events and how many keys they hold.
@@ -389,29 +416,18 @@ impl<P: PrimaryBackend> State<P> {
         crate::fallible::reserve(&mut h.keys, keys, "the keys of an event take")?;
         reserve(keys)?;
         let tiers = &self.tiers;
-        for e in self.pending_events.drain(..events) {
-            self.pending_per_tier[e.tier] -= 1;
-            let same = h.batches.last().is_some_and(|b| {
-                b.tier == e.tier && b.kind == e.event.kind && b.kind != EventKind::Cleared
-            });
-            if !same {
-                let (medium, locality) = tier_traits(tiers, e.tier);
-                h.batches.push(TakenBatch {
-                    tier: e.tier,
-                    kind: e.event.kind,
-                    medium,
-                    locality,
-                    first: h.keys.len(),
-                    len: 0,
-                });
-            }
-            if let Some(k) = e.event.key
-                && let Some(b) = h.batches.last_mut()
-            {
-                h.keys.push(k);
-                b.len += 1;
+        let per_tier = &mut self.pending_per_tier;
+        // The queue's two slices in turn, each event read in place (its
+        // key copied once, into `h`), then the taken ones dropped at once.
+        let (front, back) = self.pending_events.as_slices();
+        let first = events.min(front.len());
+        for part in [&front[..first], &back[..events - first]] {
+            for e in part {
+                per_tier[e.tier] -= 1;
+                hand_out(h, tiers, e);
             }
         }
+        self.pending_events.drain(..events);
         if self.pending_events.is_empty() {
             // Whether the tiers still hold some.
             self.gather_events();
@@ -468,10 +484,9 @@ impl<P: PrimaryBackend> State<P> {
         events.clear();
         let room = cap.saturating_sub(self.pending_per_tier[0]);
         if room > 0 {
-            self.primary.take_events_up_to(room, &mut events);
-            self.pending_per_tier[0] += events.len();
-            self.pending_events
-                .extend(events.drain(..).map(|event| TierEvent { tier: 0, event }));
+            self.pending_per_tier[0] +=
+                self.primary
+                    .take_events_tagged(room, &mut events, &mut self.pending_events);
         }
         for t in 0..self.tiers.len() {
             events.clear();
