@@ -360,6 +360,26 @@ mod tests {
     }
 
     #[test]
+    fn a_durable_map_marks_and_saves_like_any_other() {
+        let d = tempfile::tempdir().unwrap();
+        let open = |fresh| LiveMap::open(&seg(d.path()), d.path(), 4096, 128, fresh, 0o600, true);
+        let m = open(true).unwrap();
+        m.mark(70).unwrap();
+        assert_eq!(m.snapshot(), [0, u64::MAX]);
+        m.save(&[2], 0o600).unwrap();
+        drop(m);
+        assert_eq!(open(false).unwrap().snapshot(), [1 << 2, 0]);
+    }
+
+    #[test]
+    fn a_save_ignores_records_the_map_does_not_have() {
+        let d = tempfile::tempdir().unwrap();
+        let m = LiveMap::open(&seg(d.path()), d.path(), 4096, 64, true, 0o600, false).unwrap();
+        m.save(&[3, 64, u32::MAX], 0o600).unwrap();
+        assert_eq!(m.snapshot(), [1 << 3]);
+    }
+
+    #[test]
     fn a_huge_map_file_is_refused_without_reading_it() {
         let d = tempfile::tempdir().unwrap();
         let m = LiveMap::open(&seg(d.path()), d.path(), 4096, 64, true, 0o600, false).unwrap();
