@@ -162,6 +162,14 @@ impl PrimaryBackend for Shared {
     fn take_events_up_to(&mut self, max: usize, out: &mut Vec<Event>) {
         self.0.lock().take_events_up_to(max, out)
     }
+    fn take_events_tagged(
+        &mut self,
+        max: usize,
+        scratch: &mut Vec<Event>,
+        out: &mut std::collections::VecDeque<kvtier_core::tiering::TierEvent>,
+    ) -> usize {
+        self.0.lock().take_events_tagged(max, scratch, out)
+    }
     fn event_capacity(&self) -> usize {
         self.0.lock().event_capacity()
     }
