@@ -357,7 +357,14 @@ fn open_in_child(dir: &Path, layout: FsLayout, block: usize, blocks: u64, crash:
         .split_whitespace()
         .map(|x| x.parse().expect("a figure"))
         .collect();
-    let [open_s, rebuilt_s, heap_per_block, peak_per_block, base_bytes] = v[..] else {
+    let [
+        open_s,
+        rebuilt_s,
+        heap_per_block,
+        peak_per_block,
+        base_bytes,
+    ] = v[..]
+    else {
         panic!("the opening process printed {text:?}");
     };
     Opened {
