@@ -357,22 +357,15 @@ fn open_in_child(dir: &Path, layout: FsLayout, block: usize, blocks: u64, crash:
         .split_whitespace()
         .map(|x| x.parse().expect("a figure"))
         .collect();
-    let [
-        open_s,
-        rebuilt_s,
-        heap_per_block,
-        peak_per_block,
-        base_bytes,
-    ] = v[..]
-    else {
+    let [open_s, rebuilt_s, heap, peak, base] = v[..] else {
         panic!("the opening process printed {text:?}");
     };
     Opened {
         open_s,
         rebuilt_s,
-        heap_per_block,
-        peak_per_block,
-        base_bytes,
+        heap_per_block: heap,
+        peak_per_block: peak,
+        base_bytes: base,
     }
 }
 
