@@ -8,11 +8,17 @@
 //! those files dropped before each step (`fs_restart/cold.rs`):
 //!
 //! - clean restart: a fresh process opens the tier after a clean
-//!   shutdown and measures the time until `FsTier::open` returns (the
-//!   engine waits this long) and until every block is indexed
-//!   ([`wait_rebuild_done`]), then exits without shutting down (a crash);
+//!   shutdown and measures, apart, the time until `FsTier::open` returns
+//!   (the engine is blocked this long) and the time until the index is
+//!   complete (`FsTier::wait_rebuilt` returned: the restart scan, or
+//!   whatever else the tier does to rebuild its index, has ended), then
+//!   exits without shutting down (a crash);
 //! - crash restart: a fresh process opens that directory, measures the
 //!   same, and shuts down cleanly (for the next round);
+//! - in both, the heap the index holds per block once complete (and at
+//!   its peak while opening), counted by this benchmark's allocator with
+//!   the tier's event queue turned off and an empty tier's heap
+//!   subtracted;
 //! - references: one thread reads every file front to back (as `cat`
 //!   does); 8 threads read one 4 KiB header per block (`O_DIRECT`).
 //!
@@ -20,7 +26,8 @@
 //! `--dir` names another; each is removed when its case is done.  A case
 //! that would leave less than 15 GB free is skipped.  Medians of the
 //! rounds; the largest count of each kind is extrapolated linearly to 10^8
-//! blocks.
+//! blocks (the times until the index is complete and the references; the
+//! time until `open` returns is given as measured).
 //!
 //!     cargo bench -p kvtier --bench fs_restart -- [--out FILE.json] [--dir DIR] [--counts N,N] [--blocks KIB,KIB] [--layouts files,segments] [--rounds N]
 
@@ -245,60 +252,79 @@ fn fill(dir: &Path, layout: FsLayout, block: usize, blocks: u64) -> Duration {
     start.elapsed()
 }
 
-/// Returns once `tier` has indexed every block on disk (`expected` of
-/// them).  The one place the benchmark learns that the rebuild is done:
-/// today `FsTier::open` rebuilds the whole index before it returns, so the
-/// first check passes at once.  A tier that opens at once and rebuilds in
-/// the background needs its own sign of the end here (a rebuild-done call
-/// or statistic) instead of the block count, which would also stop short
-/// if the rebuild found fewer blocks.
-fn wait_rebuild_done(tier: &mut FsTier, expected: u64) {
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    let mut out = Vec::new();
-    while (tier.block_count() as u64) < expected {
-        assert!(
-            Instant::now() < deadline,
-            "the rebuild did not finish in an hour"
-        );
-        tier.poll_finished(usize::MAX, &mut out);
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
 /// What a child process measured in one open.
 struct Opened {
     open_s: f64,
     rebuilt_s: f64,
     heap_per_block: f64,
     peak_per_block: f64,
+    base_bytes: f64,
 }
 
-/// The child process: opens the tier, waits for its rebuild, prints what
-/// it measured, then shuts it down (`clean`) or exits without (`crash`).
+/// Heap an open tier with no block holds (its workers, queues and empty
+/// tables), the index's fixed part: measured on an empty directory beside
+/// `dir` with the case's layout and block size, once to warm up whatever
+/// the first open allocates for good and once counted.
+fn empty_tier_heap(dir: &Path, layout: FsLayout, block: usize) -> usize {
+    let empty = dir.with_extension("empty");
+    let mut base = 0;
+    for _ in 0..2 {
+        let _ = std::fs::remove_dir_all(&empty);
+        let mem = SlotMemory::anonymous(16, block).unwrap();
+        let before = LIVE.load(Ordering::Relaxed);
+        let mut tier = FsTier::open(mem, options(&empty, layout, block, 1)).unwrap();
+        tier.set_event_capacity(0);
+        tier.wait_rebuilt();
+        base = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+        tier.shutdown().unwrap();
+        drop(tier);
+    }
+    std::fs::remove_dir_all(&empty).expect("removing the empty tier's directory");
+    base
+}
+
+/// The child process: opens the tier, waits for its restart scan to end
+/// (`FsTier::wait_rebuilt`), prints what it measured, then shuts it down
+/// (`clean`) or exits without (`crash`).
+///
+/// The heap figures are the index's: the tier's event queue is turned off
+/// as soon as `open` returns (so the "stored" events announcing each block
+/// found take no room), and the heap of an empty tier of the same layout
+/// ([`empty_tier_heap`]) is subtracted.
 fn child(args: &[String]) {
     let [dir, layout, block, blocks, exit] = args else {
         panic!("--child DIR LAYOUT BLOCK BLOCKS clean|crash");
     };
     let (block, blocks): (usize, u64) = (block.parse().unwrap(), blocks.parse().unwrap());
+    let (dir, layout) = (Path::new(dir), layout_of(layout));
+    let base = empty_tier_heap(dir, layout, block);
     let mem = SlotMemory::anonymous(16, block).unwrap();
-    let opts = options(Path::new(dir), layout_of(layout), block, blocks);
+    let opts = options(dir, layout, block, blocks);
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
     let start = Instant::now();
     let mut tier = FsTier::open(mem, opts).unwrap();
     let open_s = start.elapsed().as_secs_f64();
-    wait_rebuild_done(&mut tier, blocks);
+    tier.set_event_capacity(0);
+    let report = tier.wait_rebuilt();
     let rebuilt_s = start.elapsed().as_secs_f64();
+    assert!(!tier.rebuilding(), "the scan ended");
     assert_eq!(
         tier.block_count() as u64,
         blocks,
-        "the rebuild found every block"
+        "the restart found every block ({report:?})"
     );
-    let live = LIVE.load(Ordering::Relaxed) - before;
-    let peak = PEAK.load(Ordering::Relaxed) - before;
+    let live = LIVE.load(Ordering::Relaxed).saturating_sub(before + base);
+    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(before + base);
     let per = |b: usize| b as f64 / blocks as f64;
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{open_s} {rebuilt_s} {} {}", per(live), per(peak)).unwrap();
+    writeln!(
+        stdout,
+        "{open_s} {rebuilt_s} {} {} {base}",
+        per(live),
+        per(peak)
+    )
+    .unwrap();
     stdout.flush().unwrap();
     match exit.as_str() {
         // SAFETY: ends the process at once: no destructor, no shutdown.
@@ -331,14 +357,15 @@ fn open_in_child(dir: &Path, layout: FsLayout, block: usize, blocks: u64, crash:
         .split_whitespace()
         .map(|x| x.parse().expect("a figure"))
         .collect();
-    let [open_s, rebuilt_s, heap_per_block, peak_per_block] = v[..] else {
+    let [open_s, rebuilt_s, heap, peak, base] = v[..] else {
         panic!("the opening process printed {text:?}");
     };
     Opened {
         open_s,
         rebuilt_s,
-        heap_per_block,
-        peak_per_block,
+        heap_per_block: heap,
+        peak_per_block: peak,
+        base_bytes: base,
     }
 }
 
@@ -394,7 +421,7 @@ fn run_case(root: &Path, layout: FsLayout, block: usize, blocks: u64, rounds: us
         fill_s: fill(&dir, layout, block, blocks).as_secs_f64(),
         ..Case::default()
     };
-    let (mut heap, mut peak) = (Vec::new(), Vec::new());
+    let (mut heap, mut peak, mut base) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         // The directory as a clean shutdown left it; the child exits
         // without one, so the next open is a crash restart.
@@ -404,10 +431,14 @@ fn run_case(root: &Path, layout: FsLayout, block: usize, blocks: u64, rounds: us
         c.clean_rebuilt_s.push(o.rebuilt_s);
         heap.push(o.heap_per_block);
         peak.push(o.peak_per_block);
+        base.push(o.base_bytes);
         cold(&dir, &mut c);
         let o = open_in_child(&dir, layout, block, blocks, false);
         c.crash_open_s.push(o.open_s);
         c.crash_rebuilt_s.push(o.rebuilt_s);
+        heap.push(o.heap_per_block);
+        peak.push(o.peak_per_block);
+        base.push(o.base_bytes);
         let files = cold(&dir, &mut c);
         let (bytes, d) = cold::sequential_read(&files);
         c.seq_read_s.push(d.as_secs_f64());
@@ -421,7 +452,8 @@ fn run_case(root: &Path, layout: FsLayout, block: usize, blocks: u64, rounds: us
             .push(cold::header_reads(&h, HEADER_THREADS).as_secs_f64());
     }
     c.index_bytes_per_block = Some(report::median(&heap));
-    c.index_peak_bytes_per_block = Some(report::median(&peak));
+    c.index_peak_bytes_per_block = peak.iter().copied().reduce(f64::max);
+    c.empty_tier_bytes = Some(report::median(&base));
     std::fs::remove_dir_all(&dir).expect("removing the case's directory");
     c
 }

@@ -19,13 +19,15 @@ pub struct Case {
     pub bytes_on_disk: u64,
     /// Storing every block through the tier, once.
     pub fill_s: f64,
-    /// After a clean shutdown: until `FsTier::open` returned.
+    /// After a clean shutdown: until `FsTier::open` returned (the engine
+    /// is blocked this long).
     pub clean_open_s: Vec<f64>,
-    /// After a clean shutdown: until every block was indexed.
+    /// After a clean shutdown: until the index was complete
+    /// (`FsTier::wait_rebuilt` returned).
     pub clean_rebuilt_s: Vec<f64>,
     /// After a crash (no shutdown): until `FsTier::open` returned.
     pub crash_open_s: Vec<f64>,
-    /// After a crash: until every block was indexed.
+    /// After a crash: until the index was complete.
     pub crash_rebuilt_s: Vec<f64>,
     /// One thread reading every file front to back (like `cat`).
     pub seq_read_s: Vec<f64>,
@@ -34,10 +36,15 @@ pub struct Case {
     /// One 4 KiB header per block, positioned reads from several threads.
     pub header_read_s: Vec<f64>,
     pub header_threads: usize,
-    /// Heap the open tier holds per block once rebuilt (`None`: not measured).
+    /// Heap the index holds per block once complete: the tier's heap with
+    /// its event queue off, less an empty tier's (median of every open;
+    /// `None`: not measured).
     pub index_bytes_per_block: Option<f64>,
-    /// Most heap per block while opening.
+    /// Most heap per block while opening, counted the same way (the
+    /// largest of every open).
     pub index_peak_bytes_per_block: Option<f64>,
+    /// The heap of an empty tier of the same layout, subtracted above.
+    pub empty_tier_bytes: Option<f64>,
     /// Pages found still cached (mincore) after the cache was dropped, of
     /// those sampled, over every drop.
     pub cached_pages: u64,
@@ -71,9 +78,14 @@ pub fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-/// A duration for a reader: "0.74 s", "7.2 s", "63 s", "4.3 min", "2.1 h".
+/// A duration for a reader: "0.4 ms", "12 ms", "0.74 s", "7.2 s", "63 s",
+/// "4.3 min", "2.1 h".
 pub fn human_seconds(s: f64) -> String {
-    if s < 1.0 {
+    if s < 0.01 {
+        format!("{:.1} ms", s * 1e3)
+    } else if s < 0.1 {
+        format!("{:.0} ms", s * 1e3)
+    } else if s < 1.0 {
         format!("{s:.2} s")
     } else if s < 10.0 {
         format!("{s:.1} s")
@@ -149,6 +161,7 @@ pub fn case_json(c: &Case) -> Value {
         "header_threads": c.header_threads,
         "index_bytes_per_block": c.index_bytes_per_block,
         "index_peak_bytes_per_block": c.index_peak_bytes_per_block,
+        "empty_tier_bytes": c.empty_tier_bytes,
         "cached_pages_after_drop": c.cached_pages,
         "sampled_pages": c.sampled_pages,
         "samples": {
@@ -162,8 +175,11 @@ pub fn case_json(c: &Case) -> Value {
     })
 }
 
-/// The extrapolation of `c` to `to` blocks: each median time grown
-/// linearly, the index's memory at its measured bytes per block.
+/// The extrapolation of `c` to `to` blocks: each median time that reads
+/// the blocks grown linearly (until the index is complete, the
+/// references), the index's memory at its measured bytes per block.  The
+/// time until `open` returns is not grown: it is given as measured, with
+/// each count's case.
 pub fn extrapolated_json(c: &Case, to: u64) -> Value {
     let x = |v: &[f64]| extrapolate(median(v), c.blocks, to);
     json!({
@@ -174,13 +190,12 @@ pub fn extrapolated_json(c: &Case, to: u64) -> Value {
         "from_blocks": c.blocks,
         "bytes_on_disk": extrapolate(c.bytes_on_disk as f64, c.blocks, to),
         "fill_s": extrapolate(c.fill_s, c.blocks, to),
-        "clean_open_s": x(&c.clean_open_s),
         "clean_rebuilt_s": x(&c.clean_rebuilt_s),
-        "crash_open_s": x(&c.crash_open_s),
         "crash_rebuilt_s": x(&c.crash_rebuilt_s),
         "seq_read_s": x(&c.seq_read_s),
         "header_read_s": x(&c.header_read_s),
         "index_gb": c.index_bytes_per_block.map(|b| b * to as f64 / 1e9),
+        "index_peak_gb": c.index_peak_bytes_per_block.map(|b| b * to as f64 / 1e9),
     })
 }
 
