@@ -59,6 +59,21 @@ struct Node {
 }
 
 impl Node {
+    /// A node for `key` in `state`, outside both lists, reading nothing.
+    fn new(key: Key, state: State, record: u32) -> Node {
+        let mut node = Node {
+            key,
+            flags: 0,
+            fanout: Layout::fanout_index(&key),
+            readers: 0,
+            prev: NIL,
+            next: NIL,
+            record,
+        };
+        node.set_state(state);
+        node
+    }
+
     fn state(&self) -> State {
         match self.flags & STATE_MASK {
             0 => State::Writing,
@@ -294,16 +309,7 @@ impl Index {
         let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
             return false;
         };
-        let mut node = Node {
-            key,
-            flags: 0,
-            fanout: Layout::fanout_index(&key),
-            readers: 0,
-            prev: NIL,
-            next: NIL,
-            record: NO_RECORD,
-        };
-        node.set_state(state);
+        let node = Node::new(key, state, NO_RECORD);
         let i = match free.pop() {
             Some(i) => {
                 nodes[i as usize] = node;

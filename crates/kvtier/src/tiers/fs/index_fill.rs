@@ -6,9 +6,8 @@
 
 use std::hash::BuildHasher;
 
-use super::{Index, NIL, NO_RECORD, Node, State};
+use super::{Index, NO_RECORD, Node, State};
 use crate::key::Key;
-use crate::tiers::fs::format::Layout;
 
 /// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
 /// them (one less than their number below 8).
@@ -106,16 +105,7 @@ impl Index {
     /// bulk fill of a new index, which `map_appended` finishes.
     pub(in crate::tiers::fs) fn append_ready(&mut self, key: Key, record: Option<u32>) {
         debug_assert!(self.map.is_empty() && self.free.is_empty());
-        let mut node = Node {
-            key,
-            flags: 0,
-            fanout: Layout::fanout_index(&key),
-            readers: 0,
-            prev: NIL,
-            next: NIL,
-            record: record.unwrap_or(NO_RECORD),
-        };
-        node.set_state(State::Ready);
+        let node = Node::new(key, State::Ready, record.unwrap_or(NO_RECORD));
         self.nodes.push(node);
         let i = (self.nodes.len() - 1) as u32;
         self.used += self.file_bytes;
