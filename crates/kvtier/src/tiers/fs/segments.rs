@@ -498,38 +498,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let block = 4096;
         let cap = file_len(block) * 4;
-        let first = Segments::open_sized(
-            dir.path(),
-            block,
-            cap,
-            false,
-            SEGMENT_TARGET_BYTES,
-            0o600,
-            false,
-        )
-        .unwrap();
-        let err = Segments::open_sized(
-            dir.path(),
-            block,
-            cap,
-            false,
-            SEGMENT_TARGET_BYTES,
-            0o600,
-            false,
-        )
-        .unwrap_err();
+        let open = || {
+            Segments::open_sized(
+                dir.path(),
+                block,
+                cap,
+                false,
+                SEGMENT_TARGET_BYTES,
+                0o600,
+                false,
+            )
+        };
+        let first = open().unwrap();
+        let err = open().unwrap_err();
         assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
         drop(first);
-        Segments::open_sized(
-            dir.path(),
-            block,
-            cap,
-            false,
-            SEGMENT_TARGET_BYTES,
-            0o600,
-            false,
-        )
-        .unwrap();
+        open().unwrap();
     }
 
     #[test]
