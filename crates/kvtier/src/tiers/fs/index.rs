@@ -4,11 +4,14 @@
 //! side (a bulk fill from the persisted index, the blocks the background
 //! scan finds) is in `index_fill.rs`.
 //!
-//! Each key is kept once, in its slab node: the hash table holds only node
+//! Each key is kept once, in its node: the hash table holds only node
 //! numbers (a `u32` and a control byte per bucket) and hashes a node's key
-//! again when it grows.  A node is the key (65 bytes), its list links,
-//! reader count and segment record, and one byte of state and flags: 84
-//! bytes (see `Index::heap_bytes`).
+//! again when it grows.  A node is a 16-byte header (list links, segment
+//! record, reader count, state and flags, fan-out directory) and the key
+//! in a slot of its size class (`index_slab.rs`): 32 bytes for a key of 9
+//! to 16 bytes, 48 for 25 to 32.  With the table's 5 bytes a bucket, 10^6
+//! keys cost 42.6 heap bytes each at 16 bytes a key, 58.6 at 32 (see
+//! `Index::heap_bytes`).
 //!
 //! A Ready key held by a pin set leaves the LRU list for a list of its own
 //! while held: eviction never meets it (and never walks past it), expiry
@@ -16,12 +19,13 @@
 //!
 //! Owned by the scheduler-side tier object; workers never see it.
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher as _};
 
 use hashbrown::HashTable;
 
 use super::format::Layout;
-use crate::key::Key;
+use crate::key::{Key, KeyRef};
+use slab::Slabs;
 
 /// State of one key in the index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,38 +41,40 @@ pub(super) enum State {
 
 const NIL: u32 = u32::MAX;
 
-/// The state's bits of [`Node::flags`].
+/// The state's bits of [`Node::flags`] (the flags' four low bits are
+/// the index's; the slab keeps a key's length in the others).
 const STATE_MASK: u8 = 0b11;
 /// A "stored" event announced the key.
 const ANNOUNCED: u8 = 1 << 2;
 /// Held by a pin set (Ready only): in the held list, not the LRU one.
 const HELD: u8 = 1 << 3;
 
-#[derive(Debug)]
+/// A node's header, read out of its slab and written back (its key stays
+/// there).
+#[derive(Clone, Copy, Debug)]
 struct Node {
-    key: Key,
-    /// The state (`STATE_MASK`), `ANNOUNCED` and `HELD`.
-    flags: u8,
-    /// Number of the key's fan-out directory.
-    fanout: u8,
-    readers: u32,
     prev: u32,
     next: u32,
     /// The key's segment record (segments layout), or [`NO_RECORD`].
     record: u32,
+    /// Loads in flight; at most `u16::MAX` (see [`Index::add_reader`]).
+    readers: u16,
+    /// The state (`STATE_MASK`), `ANNOUNCED` and `HELD`.
+    flags: u8,
+    /// Number of the key's fan-out directory.
+    fanout: u8,
 }
 
 impl Node {
-    /// A node for `key` in `state`, outside both lists, reading nothing.
-    fn new(key: Key, state: State, record: u32) -> Node {
+    /// A header for `key` in `state`, outside both lists, reading nothing.
+    fn new(key: &Key, state: State, record: u32) -> Node {
         let mut node = Node {
-            key,
-            flags: 0,
-            fanout: Layout::fanout_index(&key),
-            readers: 0,
             prev: NIL,
             next: NIL,
             record,
+            readers: 0,
+            flags: 0,
+            fanout: Layout::fanout_index(key),
         };
         node.set_state(state);
         node
@@ -114,14 +120,26 @@ const NO_RECORD: u32 = u32::MAX;
 
 type Hasher = foldhash::fast::RandomState;
 
+/// The hash of a key of `bytes` (as `Key`'s `Hash` writes it).
+#[inline(always)]
+fn hash_of(hasher: &Hasher, bytes: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(bytes);
+    h.finish()
+}
+
+/// The key of `bytes`, read out of a node.
+fn key_of(bytes: &[u8]) -> Key {
+    Key::from(KeyRef::checked(bytes))
+}
+
 /// Keys, states, byte accounting and LRU order.
 #[derive(Debug)]
 pub(super) struct Index {
     /// Node numbers, found by their node's key.
     map: HashTable<u32>,
     hasher: Hasher,
-    nodes: Vec<Node>,
-    free: Vec<u32>,
+    nodes: Slabs,
     /// Most recently used Ready key of the LRU list (`[0]`) and most
     /// recently held key of the held list (`[1]`).
     heads: [u32; 2],
@@ -138,6 +156,8 @@ pub(super) struct Index {
     file_bytes: u64,
     /// Segment records no key holds (segments layout; empty otherwise).
     free_records: Vec<u32>,
+    /// `append_ready` could not allocate a node (the fill failed).
+    fill_failed: bool,
 }
 
 impl Index {
@@ -146,8 +166,7 @@ impl Index {
         Index {
             map: HashTable::new(),
             hasher: Hasher::default(),
-            nodes: Vec::new(),
-            free: Vec::new(),
+            nodes: Slabs::new(),
             heads: [NIL; 2],
             tails: [NIL; 2],
             held: 0,
@@ -156,35 +175,50 @@ impl Index {
             ready_in_fanout: [0; 256],
             file_bytes,
             free_records: Vec::new(),
+            fill_failed: false,
         }
     }
 
     /// Node number of `key`.
+    #[inline]
     fn find(&self, key: &Key) -> Option<u32> {
-        let h = self.hasher.hash_one(key);
+        let key = key.as_bytes();
+        let h = hash_of(&self.hasher, key);
         let nodes = &self.nodes;
-        self.map
-            .find(h, |&i| nodes[i as usize].key == *key)
-            .copied()
+        self.map.find(h, |&i| nodes.key(i) == key).copied()
+    }
+
+    /// Node `i`'s header.
+    #[inline(always)]
+    fn node(&self, i: u32) -> Node {
+        self.nodes.node(i)
+    }
+
+    /// Changes node `i`'s header with `f`.
+    #[inline(always)]
+    fn edit(&mut self, i: u32, f: impl FnOnce(&mut Node)) {
+        let mut n = self.nodes.node(i);
+        f(&mut n);
+        self.nodes.set(i, n);
     }
 
     /// Gives Writing `key` a free segment record and returns it; `None` if
     /// the key has one already, is not Writing, or no record is free.
     pub(super) fn assign_record(&mut self, key: &Key) -> Option<u32> {
         let i = self.find(key)?;
-        let n = &self.nodes[i as usize];
+        let n = self.node(i);
         if n.state() != State::Writing || n.record != NO_RECORD {
             return None;
         }
         let record = self.free_records.pop()?;
-        self.nodes[i as usize].record = record;
+        self.edit(i, |n| n.record = record);
         Some(record)
     }
 
     /// `key`'s segment record, if it has one.
     pub(super) fn record(&self, key: &Key) -> Option<u32> {
         let i = self.find(key)?;
-        Some(self.nodes[i as usize].record).filter(|&r| r != NO_RECORD)
+        Some(self.node(i).record).filter(|&r| r != NO_RECORD)
     }
 
     /// Number of free segment records.
@@ -195,10 +229,10 @@ impl Index {
 
     /// Returns node `i`'s record, if any, to the free list.
     fn release_record(&mut self, i: u32) {
-        let n = &mut self.nodes[i as usize];
-        if n.record != NO_RECORD {
-            self.free_records.push(n.record);
-            n.record = NO_RECORD;
+        let record = self.node(i).record;
+        if record != NO_RECORD {
+            self.free_records.push(record);
+            self.edit(i, |n| n.record = NO_RECORD);
         }
     }
 
@@ -220,14 +254,14 @@ impl Index {
     /// State and reader count of `key`.
     pub(super) fn get(&self, key: &Key) -> Option<(State, u32)> {
         self.find(key).map(|i| {
-            let n = &self.nodes[i as usize];
-            (n.state(), n.readers)
+            let n = self.node(i);
+            (n.state(), n.readers.into())
         })
     }
 
     /// Counts node `i` in or out of the Ready keys.
     fn count_ready(&mut self, i: u32, ready: bool) {
-        let f = self.nodes[i as usize].fanout as usize;
+        let f = self.node(i).fanout as usize;
         if ready {
             self.ready += 1;
             self.ready_in_fanout[f] += 1;
@@ -239,45 +273,43 @@ impl Index {
 
     /// Takes node `i` out of its list (the held one if it is held).
     fn unlink(&mut self, i: u32) {
-        let (prev, next, list) = {
-            let n = &self.nodes[i as usize];
-            (n.prev, n.next, n.list())
-        };
+        let n = self.node(i);
+        let (prev, next, list) = (n.prev, n.next, n.list());
         if prev == NIL {
             self.heads[list] = next;
         } else {
-            self.nodes[prev as usize].next = next;
+            self.edit(prev, |p| p.next = next);
         }
         if next == NIL {
             self.tails[list] = prev;
         } else {
-            self.nodes[next as usize].prev = prev;
+            self.edit(next, |n| n.prev = prev);
         }
-        let n = &mut self.nodes[i as usize];
-        n.prev = NIL;
-        n.next = NIL;
+        self.edit(i, |n| {
+            n.prev = NIL;
+            n.next = NIL;
+        });
     }
 
     /// Puts node `i` at the head of its list (the held one if it is held).
     fn push_head(&mut self, i: u32) {
-        let list = self.nodes[i as usize].list();
+        let list = self.node(i).list();
         let old = self.heads[list];
-        {
-            let n = &mut self.nodes[i as usize];
+        self.edit(i, |n| {
             n.prev = NIL;
             n.next = old;
-        }
+        });
         if old == NIL {
             self.tails[list] = i;
         } else {
-            self.nodes[old as usize].prev = i;
+            self.edit(old, |n| n.prev = i);
         }
         self.heads[list] = i;
     }
 
     /// Takes node `i` out of the table (its key still in the node).
     fn unmap(&mut self, i: u32) {
-        let h = self.hasher.hash_one(self.nodes[i as usize].key);
+        let h = hash_of(&self.hasher, self.nodes.key(i));
         if let Ok(entry) = self.map.find_entry(h, |&j| j == i) {
             entry.remove();
         }
@@ -293,32 +325,22 @@ impl Index {
     /// [`Index::insert`] if `key` is absent (one probe of the table);
     /// false, and nothing changed, if it is indexed already.
     pub(super) fn insert_new(&mut self, key: Key, state: State) -> bool {
-        let h = self.hasher.hash_one(key);
+        let bytes = key.as_bytes();
+        let h = hash_of(&self.hasher, bytes);
         let Index {
-            map,
-            nodes,
-            hasher,
-            free,
-            ..
+            map, nodes, hasher, ..
         } = self;
         let entry = map.entry(
             h,
-            |&i| nodes[i as usize].key == key,
-            |&i| hasher.hash_one(nodes[i as usize].key),
+            |&i| nodes.key(i) == bytes,
+            |&i| hash_of(hasher, nodes.key(i)),
         );
         let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
             return false;
         };
-        let node = Node::new(key, state, NO_RECORD);
-        let i = match free.pop() {
-            Some(i) => {
-                nodes[i as usize] = node;
-                i
-            }
-            None => {
-                nodes.push(node);
-                (nodes.len() - 1) as u32
-            }
+        let Some(i) = nodes.alloc(bytes, Node::new(&key, state, NO_RECORD)) else {
+            // As a vector that cannot grow: no room for one node more.
+            std::alloc::handle_alloc_error(slab::chunk_layout(bytes.len()));
         };
         slot.insert(i);
         self.used += self.file_bytes;
@@ -334,10 +356,10 @@ impl Index {
         let Some(i) = self.find(key) else {
             return false;
         };
-        if self.nodes[i as usize].state() != State::Writing {
+        if self.node(i).state() != State::Writing {
             return false;
         }
-        self.nodes[i as usize].set_state(State::Ready);
+        self.edit(i, |n| n.set_state(State::Ready));
         self.count_ready(i, true);
         self.push_head(i);
         true
@@ -352,7 +374,7 @@ impl Index {
 
     fn remove_node(&mut self, i: u32) -> State {
         self.unmap(i);
-        let state = self.nodes[i as usize].state();
+        let state = self.node(i).state();
         match state {
             State::Ready => {
                 self.unlink(i);
@@ -362,12 +384,11 @@ impl Index {
             State::Writing => self.used -= self.file_bytes,
             State::Removing => {}
         }
-        if self.nodes[i as usize].flag(HELD) {
-            self.nodes[i as usize].set_flag(HELD, false);
+        if self.node(i).flag(HELD) {
             self.held -= 1;
         }
         self.release_record(i);
-        self.free.push(i);
+        self.nodes.release(i);
         state
     }
 
@@ -375,7 +396,7 @@ impl Index {
     /// ignored.
     pub(super) fn touch(&mut self, key: &Key) {
         if let Some(i) = self.find(key) {
-            let n = &self.nodes[i as usize];
+            let n = self.node(i);
             if n.state() == State::Ready && !n.flag(HELD) && self.heads[0] != i {
                 self.unlink(i);
                 self.push_head(i);
@@ -383,22 +404,27 @@ impl Index {
         }
     }
 
-    /// Adds a reader (a load in flight) to Ready `key`; false if not Ready.
+    /// Adds a reader (a load in flight) to Ready `key`; false if not
+    /// Ready, or if it has `u16::MAX` readers already (the load then
+    /// takes the key as absent, as for a key not Ready).
     pub(super) fn add_reader(&mut self, key: &Key) -> bool {
         match self.find(key) {
-            Some(i) if self.nodes[i as usize].state() == State::Ready => {
-                self.nodes[i as usize].readers += 1;
+            Some(i) => {
+                let n = self.node(i);
+                if n.state() != State::Ready || n.readers == u16::MAX {
+                    return false;
+                }
+                self.edit(i, |n| n.readers += 1);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
     /// Drops a reader of `key` (if it is still indexed).
     pub(super) fn drop_reader(&mut self, key: &Key) {
         if let Some(i) = self.find(key) {
-            let n = &mut self.nodes[i as usize];
-            n.readers = n.readers.saturating_sub(1);
+            self.edit(i, |n| n.readers = n.readers.saturating_sub(1));
         }
     }
 
@@ -407,8 +433,12 @@ impl Index {
     /// forgotten, and its bytes are freed.  Walks past keys being read.
     pub(super) fn evict_one(&mut self, keep_removing: bool) -> Option<Key> {
         let mut i = self.tails[0];
-        while i != NIL && self.nodes[i as usize].readers > 0 {
-            i = self.nodes[i as usize].prev;
+        while i != NIL {
+            let n = self.node(i);
+            if n.readers == 0 {
+                break;
+            }
+            i = n.prev;
         }
         if i == NIL {
             return None;
@@ -416,13 +446,13 @@ impl Index {
         self.unlink(i);
         self.count_ready(i, false);
         self.used -= self.file_bytes;
-        let key = self.nodes[i as usize].key;
+        let key = key_of(self.nodes.key(i));
         if keep_removing {
-            self.nodes[i as usize].set_state(State::Removing);
+            self.edit(i, |n| n.set_state(State::Removing));
         } else {
             self.unmap(i);
             self.release_record(i);
-            self.free.push(i);
+            self.nodes.release(i);
         }
         Some(key)
     }
@@ -433,12 +463,14 @@ impl Index {
     /// removed are neither.
     pub(super) fn with_prefix(&self, prefix: &[u8], idle: &mut Vec<Key>) -> u64 {
         let mut busy = 0;
-        for n in self.map.iter().map(|&i| &self.nodes[i as usize]) {
-            if !n.key.as_bytes().starts_with(prefix) {
+        for &i in self.map.iter() {
+            let key = self.nodes.key(i);
+            if !key.starts_with(prefix) {
                 continue;
             }
+            let n = self.node(i);
             match n.state() {
-                State::Ready if n.readers == 0 && !n.flag(HELD) => idle.push(n.key),
+                State::Ready if n.readers == 0 && !n.flag(HELD) => idle.push(key_of(key)),
                 State::Ready | State::Writing => busy += 1,
                 State::Removing => {}
             }
@@ -453,14 +485,14 @@ impl Index {
         let Some(i) = self.find(key) else {
             return false;
         };
-        let n = &self.nodes[i as usize];
+        let n = self.node(i);
         if n.state() != State::Ready || n.readers > 0 || n.flag(HELD) {
             return false;
         }
         self.unlink(i);
         self.count_ready(i, false);
         self.used -= self.file_bytes;
-        self.nodes[i as usize].set_state(State::Removing);
+        self.edit(i, |n| n.set_state(State::Removing));
         true
     }
 
@@ -471,13 +503,13 @@ impl Index {
         let Some(i) = self.find(key) else {
             return false;
         };
-        let n = &self.nodes[i as usize];
+        let n = self.node(i);
         if n.state() != State::Ready {
             return false;
         }
         if !n.flag(HELD) {
             self.unlink(i);
-            self.nodes[i as usize].set_flag(HELD, true);
+            self.edit(i, |n| n.set_flag(HELD, true));
             self.push_head(i);
             self.held += 1;
         }
@@ -490,11 +522,11 @@ impl Index {
         let Some(i) = self.find(key) else {
             return false;
         };
-        if !self.nodes[i as usize].flag(HELD) {
+        if !self.node(i).flag(HELD) {
             return false;
         }
         self.unlink(i);
-        self.nodes[i as usize].set_flag(HELD, false);
+        self.edit(i, |n| n.set_flag(HELD, false));
         self.push_head(i);
         self.held -= 1;
         true
@@ -502,8 +534,7 @@ impl Index {
 
     /// Whether a pin set holds `key`.
     pub(super) fn is_held(&self, key: &Key) -> bool {
-        self.find(key)
-            .is_some_and(|i| self.nodes[i as usize].flag(HELD))
+        self.find(key).is_some_and(|i| self.node(i).flag(HELD))
     }
 
     /// Number of keys pin sets hold.
@@ -514,20 +545,19 @@ impl Index {
     /// Records that a "stored" event announced `key`.
     pub(super) fn set_announced(&mut self, key: &Key) {
         if let Some(i) = self.find(key) {
-            self.nodes[i as usize].set_flag(ANNOUNCED, true);
+            self.edit(i, |n| n.set_flag(ANNOUNCED, true));
         }
     }
 
     /// Whether a "stored" event announced `key` (false if absent).
     pub(super) fn announced(&self, key: &Key) -> bool {
-        self.find(key)
-            .is_some_and(|i| self.nodes[i as usize].flag(ANNOUNCED))
+        self.find(key).is_some_and(|i| self.node(i).flag(ANNOUNCED))
     }
 
     /// Forgets that `key` was announced (its "stored" event was dropped).
     pub(super) fn clear_announced(&mut self, key: &Key) {
         if let Some(i) = self.find(key) {
-            self.nodes[i as usize].set_flag(ANNOUNCED, false);
+            self.edit(i, |n| n.set_flag(ANNOUNCED, false));
         }
     }
 
@@ -543,8 +573,9 @@ impl Index {
         for list in 0..2 {
             let mut i = self.tails[list];
             while i != NIL {
-                let n = &self.nodes[i as usize];
-                f(&n.key, Some(n.record).filter(|&r| r != NO_RECORD));
+                let n = self.node(i);
+                let key = key_of(self.nodes.key(i));
+                f(&key, Some(n.record).filter(|&r| r != NO_RECORD));
                 i = n.prev;
             }
         }
@@ -572,14 +603,13 @@ impl Index {
         for list in 0..2 {
             let mut i = self.tails[list];
             while i != NIL {
-                let prev = self.nodes[i as usize].prev;
-                let n = &self.nodes[i as usize];
+                let n = self.node(i);
                 if fanout.is_none_or(|f| n.fanout == f) {
-                    let (key, announced) = (n.key, n.flag(ANNOUNCED));
+                    let key = key_of(self.nodes.key(i));
                     self.remove_node(i);
-                    out.push((key, announced));
+                    out.push((key, n.flag(ANNOUNCED)));
                 }
-                i = prev;
+                i = n.prev;
             }
         }
     }
@@ -587,6 +617,9 @@ impl Index {
 
 #[path = "index_fill.rs"]
 mod fill;
+
+#[path = "index_slab.rs"]
+mod slab;
 
 #[cfg(test)]
 #[path = "index_tests.rs"]

@@ -4,9 +4,7 @@
 //! the records in use at a clean shutdown, and what the index takes on
 //! the heap.
 
-use std::hash::BuildHasher;
-
-use super::{Index, NO_RECORD, Node, State};
+use super::{Index, NO_RECORD, Node, State, hash_of};
 use crate::key::Key;
 
 /// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
@@ -20,18 +18,17 @@ fn buckets(cap: usize) -> usize {
 }
 
 impl Index {
-    /// Makes room for `more` keys beyond those indexed, so that inserting
-    /// them grows nothing (a restart that knows how many it will insert).
-    /// Fails only when the room cannot be allocated.
+    /// Makes room in the table for `more` keys beyond those indexed, so
+    /// that inserting them never grows (rehashes) it: a restart that knows
+    /// how many it will insert.  Their nodes are allocated as they come, a
+    /// chunk of a few KiB at a time, never moved (a size class's slab has
+    /// at most one chunk partly used).  Fails only when the room cannot be
+    /// allocated.
     pub(in crate::tiers::fs) fn reserve(&mut self, more: usize) -> crate::Result<()> {
         let oom = || crate::Error::OutOfMemory(format!("fs tier: an index of {more} more keys"));
-        let more_nodes = more.saturating_sub(self.free.len());
-        self.nodes
-            .try_reserve_exact(more_nodes)
-            .map_err(|_| oom())?;
         let (nodes, hasher) = (&self.nodes, &self.hasher);
         self.map
-            .try_reserve(more, |&i| hasher.hash_one(nodes[i as usize].key))
+            .try_reserve(more, |&i| hash_of(hasher, nodes.key(i)))
             .map_err(|_| oom())
     }
 
@@ -41,8 +38,9 @@ impl Index {
         self.heap_parts().iter().sum()
     }
 
-    /// `Index::heap_bytes` by part: the table, the nodes, the free lists.
-    pub(in crate::tiers::fs) fn heap_parts(&self) -> [usize; 3] {
+    /// `Index::heap_bytes` by part: the table, the nodes' chunks (they
+    /// never move), the lists of chunks and the free list of records.
+    pub(in crate::tiers::fs) fn heap_parts(&self) -> [usize; 4] {
         use std::mem::size_of;
         // Each bucket is a u32 and a control byte, and a group of 16
         // control bytes more mirrors the first.
@@ -52,10 +50,12 @@ impl Index {
         } else {
             buckets * (size_of::<u32>() + 1) + 16
         };
+        let (chunks, lists) = self.nodes.heap_parts();
         [
             table,
-            self.nodes.capacity() * size_of::<Node>(),
-            (self.free.capacity() + self.free_records.capacity()) * size_of::<u32>(),
+            chunks,
+            lists,
+            self.free_records.capacity() * size_of::<u32>(),
         ]
     }
 
@@ -84,8 +84,11 @@ impl Index {
             index.append_ready(key, Some(record));
             taken[record as usize / 64] |= 1 << (record % 64);
         }
-        let distinct = index.map_appended();
-        debug_assert!(distinct, "a key found twice");
+        let whole = index.map_appended();
+        if index.fill_failed {
+            return Err(oom(format!("an index of {} keys", found.len())));
+        }
+        debug_assert!(whole, "a key found twice");
         let free = records as usize - found.len();
         index
             .free_records
@@ -102,12 +105,15 @@ impl Index {
 
     /// Appends Ready `key` (holding segment record `record`, if any) as the
     /// most recent key, without entering it in the table: a restart's
-    /// bulk fill of a new index, which `map_appended` finishes.
+    /// bulk fill of a new index, which `map_appended` finishes (and fails
+    /// if a key's node could not be allocated).
     pub(in crate::tiers::fs) fn append_ready(&mut self, key: Key, record: Option<u32>) {
-        debug_assert!(self.map.is_empty() && self.free.is_empty());
-        let node = Node::new(key, State::Ready, record.unwrap_or(NO_RECORD));
-        self.nodes.push(node);
-        let i = (self.nodes.len() - 1) as u32;
+        debug_assert!(self.map.is_empty() && self.nodes.none_free());
+        let node = Node::new(&key, State::Ready, record.unwrap_or(NO_RECORD));
+        let Some(i) = self.nodes.alloc(key.as_bytes(), node) else {
+            self.fill_failed = true;
+            return;
+        };
         self.used += self.file_bytes;
         self.count_ready(i, true);
         self.push_head(i);
@@ -115,15 +121,18 @@ impl Index {
 
     /// Enters the keys `append_ready` appended in the table, in the order
     /// of their buckets (memory in sequence rather than a random probe per
-    /// key).  False if a key was appended twice: the index is then not
-    /// usable (drop it).
+    /// key).  False if a key was appended twice, or if the index could
+    /// not be allocated: it is then not usable (drop it).
     pub(in crate::tiers::fs) fn map_appended(&mut self) -> bool {
+        if self.fill_failed {
+            return false;
+        }
         let n = self.nodes.len();
         let Index {
             map, nodes, hasher, ..
         } = self;
         if map
-            .try_reserve(n, |&i| hasher.hash_one(nodes[i as usize].key))
+            .try_reserve(n, |&i| hash_of(hasher, nodes.key(i)))
             .is_err()
         {
             return false;
@@ -132,21 +141,16 @@ impl Index {
         if order.try_reserve_exact(n).is_err() {
             return false;
         }
-        order.extend(
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| (hasher.hash_one(node.key), i as u32)),
-        );
+        order.extend(nodes.numbers().map(|i| (hash_of(hasher, nodes.key(i)), i)));
         // A key's first bucket is its hash's low bits under the mask.
         let mask = buckets(map.capacity()).max(1) as u64 - 1;
         order.sort_unstable_by_key(|&(h, _)| h & mask);
         for (h, i) in order {
-            let key = nodes[i as usize].key;
+            let key = nodes.key(i);
             let entry = map.entry(
                 h,
-                |&j| nodes[j as usize].key == key,
-                |&j| hasher.hash_one(nodes[j as usize].key),
+                |&j| nodes.key(j) == key,
+                |&j| hash_of(hasher, nodes.key(j)),
             );
             match entry {
                 hashbrown::hash_table::Entry::Vacant(slot) => {
@@ -170,15 +174,15 @@ impl Index {
         self.insert(key, State::Ready);
         // A Ready key is inserted at the head of the LRU list.
         let i = self.heads[0];
-        debug_assert!(self.nodes[i as usize].key == key);
+        debug_assert!(self.nodes.key(i) == key.as_bytes());
         if let Some(r) = record {
-            self.nodes[i as usize].record = r;
+            self.edit(i, |n| n.record = r);
         }
         if self.tails[0] != i {
             self.unlink(i);
             let old = self.tails[0];
-            self.nodes[i as usize].prev = old;
-            self.nodes[old as usize].next = i;
+            self.edit(i, |n| n.prev = old);
+            self.edit(old, |n| n.next = i);
             self.tails[0] = i;
         }
     }
@@ -193,7 +197,7 @@ impl Index {
         out.extend(
             self.map
                 .iter()
-                .map(|&i| self.nodes[i as usize].record)
+                .map(|&i| self.node(i).record)
                 .filter(|&r| r != NO_RECORD),
         );
     }
