@@ -1,6 +1,7 @@
 //! The tier's in-memory view of its directory: which keys it holds, in which
 //! state, how many bytes they take, and their recency (an intrusive LRU list
-//! over a slab, so touching and evicting allocate nothing).  Its restart
+//! over the nodes, so touching and evicting allocate nothing, and a store
+//! reuses a freed node of its key's size class).  Its restart
 //! side (a bulk fill from the persisted index, the blocks the background
 //! scan finds) is in `index_fill.rs`.
 //!
@@ -10,8 +11,8 @@
 //! record, reader count, state and flags, fan-out directory) and the key
 //! in a slot of its size class (`index_slab.rs`): 32 bytes for a key of 9
 //! to 16 bytes, 48 for 25 to 32.  With the table's 5 bytes a bucket, 10^6
-//! keys cost 42.6 heap bytes each at 16 bytes a key, 58.6 at 32 (see
-//! `Index::heap_bytes`).
+//! keys cost 34.6 heap bytes each at 8 bytes a key, 42.6 at 16, 58.7 at
+//! 32 and 90.8 at 64 (see `Index::heap_bytes`).
 //!
 //! A Ready key held by a pin set leaves the LRU list for a list of its own
 //! while held: eviction never meets it (and never walks past it), expiry
