@@ -26,7 +26,6 @@ use hashbrown::HashTable;
 
 use super::format::Layout;
 use crate::key::{Key, KeyRef};
-use slab::Slabs;
 
 /// State of one key in the index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +139,7 @@ pub(super) struct Index {
     /// Node numbers, found by their node's key.
     map: HashTable<u32>,
     hasher: Hasher,
-    nodes: Slabs,
+    nodes: slab::Slabs,
     /// Most recently used Ready key of the LRU list (`[0]`) and most
     /// recently held key of the held list (`[1]`).
     heads: [u32; 2],
@@ -167,7 +166,7 @@ impl Index {
         Index {
             map: HashTable::new(),
             hasher: Hasher::default(),
-            nodes: Slabs::new(),
+            nodes: slab::Slabs::new(),
             heads: [NIL; 2],
             tails: [NIL; 2],
             held: 0,
