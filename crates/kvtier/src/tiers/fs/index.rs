@@ -561,26 +561,6 @@ impl Index {
         }
     }
 
-    /// Appends the Ready keys to `out`, least recently used first (held
-    /// keys last).
-    pub(super) fn ready_keys(&self, out: &mut Vec<Key>) {
-        self.ready_walk(|key, _| out.push(*key));
-    }
-
-    /// Calls `f` with each Ready key and its segment record (if any),
-    /// least recently used first (held keys last).
-    pub(super) fn ready_walk(&self, mut f: impl FnMut(&Key, Option<u32>)) {
-        for list in 0..2 {
-            let mut i = self.tails[list];
-            while i != NIL {
-                let n = self.node(i);
-                let key = key_of(self.nodes.key(i));
-                f(&key, Some(n.record).filter(|&r| r != NO_RECORD));
-                i = n.prev;
-            }
-        }
-    }
-
     /// Whether a key is being written or removed (its file may be half
     /// there, or still there though the index let it go).
     pub(super) fn any_in_flight(&self) -> bool {

@@ -1,10 +1,10 @@
 //! The fs index's restart side: room made ahead, a bulk fill in recency
 //! order (the table filled in bucket order) from the persisted index, the
 //! blocks the background restart scan finds and the records it frees,
-//! the records in use at a clean shutdown, and what the index takes on
-//! the heap.
+//! the keys in recency order and the records in use at a clean shutdown,
+//! and what the index takes on the heap.
 
-use super::{Index, NO_RECORD, Node, State, hash_of};
+use super::{Index, NIL, NO_RECORD, Node, State, hash_of, key_of};
 use crate::key::Key;
 
 /// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
@@ -164,7 +164,8 @@ impl Index {
 }
 
 /// What the background restart scan needs of the index (`rebuilding.rs`),
-/// and what a clean shutdown records in the segments layout's live map.
+/// and what a clean shutdown persists (the index file, and the segments
+/// layout's live map).
 impl Index {
     /// Adds `key` (absent) as Ready, found by the restart scan (in segment
     /// record `record`, which the scan never also hands out as free), as
@@ -190,6 +191,26 @@ impl Index {
     /// Adds segment records known to hold no block to the free list.
     pub(in crate::tiers::fs) fn add_free_records(&mut self, records: &[u32]) {
         self.free_records.extend_from_slice(records);
+    }
+
+    /// Appends the Ready keys to `out`, least recently used first (held
+    /// keys last).
+    pub(in crate::tiers::fs) fn ready_keys(&self, out: &mut Vec<Key>) {
+        self.ready_walk(|key, _| out.push(*key));
+    }
+
+    /// Calls `f` with each Ready key and its segment record (if any),
+    /// least recently used first (held keys last).
+    pub(in crate::tiers::fs) fn ready_walk(&self, mut f: impl FnMut(&Key, Option<u32>)) {
+        for list in 0..2 {
+            let mut i = self.tails[list];
+            while i != NIL {
+                let n = self.node(i);
+                let key = key_of(self.nodes.key(i));
+                f(&key, Some(n.record).filter(|&r| r != NO_RECORD));
+                i = n.prev;
+            }
+        }
     }
 
     /// The segment records of every indexed key, into `out`.
