@@ -27,12 +27,14 @@
 //!   - After a clean shutdown, from the index written then
 //!     (`kvtier-index`): loaded instead of reading any block, once (a
 //!     generation moved on and the file removed before serving, so that
-//!     after a crash the scan runs), and only when it is whole, current
-//!     and the tier's own (a torn, damaged, stale or foreign index file is
-//!     never trusted): the tier is ready when `open` returns
-//!     (`snapshot.rs`, with `snapshot_format.rs` and `snapshot_files.rs`).
+//!     after a crash the scan runs), and only what checks out (a torn,
+//!     damaged, stale or foreign index file is never trusted; a body bad
+//!     midway leaves the rest to the scan): `open` checks its header, and
+//!     its body is read in the background, chunk by checked chunk, and
+//!     taken in as the scan's batches are (`snapshot.rs`, with
+//!     `snapshot_format.rs`, `snapshot_files.rs` and `snapshot_load.rs`).
 //!     A shutdown writes it only when the index knows every block (not
-//!     while a restart scan still runs).
+//!     while the load or a restart scan still runs).
 //!   - Otherwise from the headers on disk, in the background: `open`
 //!     returns after the cheap checks (root, layout marker, options,
 //!     segment files) and the tier serves at once what the scan has found

@@ -5,33 +5,65 @@
 //!
 //! - `kvtier-generation`: the directory's generation, a decimal number and
 //!   a newline (none: generation 0).
-//! - `kvtier-index`: the index, written at a clean shutdown: a header
-//!   (magic, format version, layout, block size, the fingerprint's hash,
-//!   the generation it belongs to, the number of entries, the body's
-//!   length and xxh3-64 checksum, the header's own checksum), then one
-//!   entry per Ready block, least recently used first: key length, key,
-//!   segment record (`u32::MAX` for none), store time (nanoseconds since
-//!   the epoch, 0 unknown; the segments layout counts ages from the open,
-//!   as its scan does).  Written to a temporary file (`fsync`ed with
+//! - `kvtier-index`: the index, written at a clean shutdown: a header of
+//!   80 bytes (magic `KVTINDEX`, format version 2, layout, block size, the
+//!   fingerprint's hash, the generation it belongs to, the number of
+//!   entries, the body's length, the number of chunks, the header's own
+//!   xxh3-64), then the body: one entry per Ready block, least recently
+//!   used first (key length, key, segment record (`u32::MAX` for none),
+//!   store time (nanoseconds since the epoch, 0 unknown; the segments
+//!   layout counts ages from the open, as its scan does)), cut into
+//!   chunks of at most 1 MiB of whole entries, each followed by a trailer
+//!   (its entries' length, their count, and the xxh3-64 of the entries and
+//!   those two numbers seeded with the chunk's place from 0), so that a
+//!   chunk is checked on its own, and a chunk moved elsewhere is refused
+//!   (`snapshot_format.rs`).  Written to a temporary file (`fsync`ed with
 //!   the `durable` option), renamed over the name.
 //!
-//! At open the index file is trusted only when it is whole (both
-//! checksums), of this format, layout, block size and fingerprint, and
-//! carries the directory's current generation.  Whatever it was, the
-//! generation is then moved on (written and `fsync`ed with its
-//! directory) and the index file removed, before the tier serves: an index
-//! is used at most once, and a crash afterwards finds none that matches
-//! (a copy of it put back is of an old generation), so the scan runs.
-//! Without an index file nothing is written at open.  An index file that
-//! is not trusted is reported (a warning, the open's error log,
-//! [`RebuildReport::index_rejected`]) and the scan runs.  One the
-//! generation cannot be moved past is not used, and if it cannot be
-//! removed either the open fails (whatever the tier stored would be
-//! missing from a file trusted later).  Temporary files of index and
-//! generation writers that are gone are removed at open.
+//! At open only the header is read: the index file is used only when its
+//! header is whole (its checksum) and of this format (an older version is
+//! refused like any untrusted file), layout, block size and fingerprint,
+//! carries the directory's current generation, and its length is what
+//! the header's counts allow.  Whatever it was, the generation is then
+//! moved on (written and `fsync`ed with its directory) and the index file
+//! removed, before the tier serves, its descriptor kept for the body: an
+//! index is used at most once, and a crash afterwards, during the load or
+//! later, finds none that matches (a copy of it put back is of an old
+//! generation), so the scan runs.  Without an index file nothing is
+//! written at open.  An index file that is not trusted is reported (a
+//! warning, the open's error log, [`RebuildReport::index_rejected`]) and
+//! the scan runs.  One the generation cannot be moved past is not used,
+//! and if it cannot be removed either the open fails (whatever the tier
+//! stored would be missing from a file trusted later).  Temporary files
+//! of index and generation writers that are gone are removed at open.
+//!
+//! The body is read in the background, on the restart scan's thread,
+//! from that descriptor (`snapshot_load.rs`): a chunk at a time, the last
+//! first, each chunk's entries handed to the tier only once its checksum
+//! and entries check out, as the scan's batches, which the tier takes in
+//! at its calls under the scan's rules (`rebuilding.rs`): `open` returns
+//! in milliseconds whatever the file's size, the tier serves what was
+//! read so far and stores at once, readiness says "fs tier rebuilding"
+//! until the body is read, and memory stays one chunk and the batches in
+//! flight.  A body found bad midway (a checksum, an entry that does not
+//! parse, more or fewer chunks or entries than the header says, and in
+//! the segments layout a record missing, past the capacity, listed twice,
+//! or clear in the live map, which marks every record a block was written
+//! to before the write: a record clear there holds no block, as in
+//! segment files made anew) is reported as one not trusted; what the
+//! chunks read before it gave stays indexed, and the scan reads the rest
+//! (in the segments layout only the records not handed on; in the files
+//! layout what it finds again is not indexed twice).  Once the whole
+//! body is read, [`RebuildReport::index_loaded`] is set, and in the
+//! segments layout every record no entry lists is free (until then, as
+//! during a scan, stores take only records the live map has clear).  So
+//! the live map still covers every record the index names, and the next
+//! clean shutdown, the index being whole, rewrites it exactly
+//! (`live.rs`).
 //!
 //! The index file is meant to be loaded fast: 10^6 entries are read,
-//! checked and indexed in about 0.3 s (`time_a_million_entries`).
+//! checked and indexed in about a second (`time_a_million_entries`, the
+//! tier's side included).
 //!
 //! Both files are read as the tier reads everything in its directory
 //! (`beneath.rs`): never through a symlink, never waiting on a FIFO, only
@@ -44,25 +76,12 @@
 //!
 //! No index is written (and the next open scans) when the directory is
 //! `shared` (other processes change it), cleared at shutdown, when the
-//! restart scan had not ended at shutdown (the index does not know every
-//! block), when a key was still being written or removed at shutdown,
-//! when a block file could not be removed (`removal_errors`: the index
-//! would not list it), when the generation could not be read or moved on
-//! at open, or when a foreign entry holds the index file's name.
-//!
-//! A loaded index is the whole index: no restart scan runs, and the tier
-//! is ready when `open` returns.  When the file is not trusted, or its
-//! entries are not usable, the open falls back to the background scan
-//! (`rebuilding.rs`).  The files layout fills its index from the file
-//! (`Persisted::restore`); the segments layout (its segment files and
-//! live map opened as always) takes the (key, record) pairs listed
-//! (`Persisted::restore_segments`), every other record free.  Those are
-//! refused, and the records scanned, when a record is missing, past the
-//! capacity, listed twice, or clear in the live map (which marks every
-//! record a block was written to before the write: a record clear there
-//! holds no block, as in segment files made anew).  So the live map
-//! still covers every record the index names, and the next clean
-//! shutdown, the index being whole, rewrites it exactly (`live.rs`).
+//! index load or the restart scan had not ended at shutdown (the index
+//! does not know every block), when a key was still being written or
+//! removed at shutdown, when a block file could not be removed
+//! (`removal_errors`: the index would not list it), when the generation
+//! could not be read or moved on at open, or when a foreign entry holds
+//! the index file's name.
 
 use std::path::Path;
 use std::time::SystemTime;
