@@ -248,10 +248,10 @@ impl Gate {
     }
 }
 
-/// Keeps a tier's restart scan from reading anything until it is released
-/// (or dropped), while the tier already serves: made by
-/// [`super::FsTier::open_held`], for tests and tools that need to act on a
-/// tier before its scan has found anything.
+/// Keeps a tier's restart scan, or the load of its persisted index, from
+/// reading anything until it is released (or dropped), while the tier
+/// already serves: made by [`super::FsTier::open_held`], for tests and
+/// tools that need to act on a tier before anything was found.
 #[derive(Debug)]
 pub struct RebuildHold(Arc<Gate>);
 
