@@ -75,12 +75,14 @@ fn filled(dir: &Path, mem: &SlotMemory, o: &FsOptions, ids: &[u32]) {
 }
 
 /// Opens the directory of `o`, shut down cleanly, twice, and runs `check`
-/// on each tier: from the index persisted at that shutdown (no scan), then
-/// by the restart scan (the first tier dropped without a shutdown, so no
-/// index is left and the live map is as that shutdown wrote it).
+/// on each tier: from the index persisted at that shutdown (read in the
+/// background, waited for; no scan), then by the restart scan (the first
+/// tier dropped without a shutdown, so no index is left and the live map
+/// is as that shutdown wrote it).
 fn reopened_both_ways(mem: &SlotMemory, o: &FsOptions, mut check: impl FnMut(&mut FsTier)) {
-    let mut tier = FsTier::open(mem.clone(), o.clone()).unwrap();
-    assert!(tier.rebuild_report().index_loaded && !tier.rebuilding());
+    let mut tier = fs_blocks::open_rebuilt(mem.clone(), o.clone()).unwrap();
+    let r = tier.rebuild_report();
+    assert!(r.index_loaded && !r.index_rejected, "{r:?}");
     check(&mut tier);
     drop(tier);
     assert!(!o.root.join(INDEX).exists(), "used once");

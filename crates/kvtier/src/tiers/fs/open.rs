@@ -1,7 +1,8 @@
 //! Opening a tier: its directory made or checked, what the file system
-//! supports probed, the workers started, and the index either loaded from
-//! the file a clean shutdown persisted (`snapshot.rs`) or, without a
-//! trusted one, rebuilt by the restart scan started in the background
+//! supports probed, the workers started, and the index rebuilt in the
+//! background, either from the file a clean shutdown persisted
+//! (`snapshot.rs`: its header checked here, its body read by
+//! `snapshot_load.rs`) or, without a trusted one, by the restart scan
 //! (`scan.rs`, over what the layout lists: fan-out directories, or the
 //! records the live map may hold blocks in); and what the tier tells of
 //! itself afterwards.
@@ -16,7 +17,7 @@ use super::files::Files;
 use super::format::Layout;
 use super::io::{BlockIo, OnDisk};
 use super::pool::Pool;
-use super::rebuild::{self, RebuildReport};
+use super::rebuild::RebuildReport;
 use super::rebuilding;
 use super::scan::RebuildHold;
 use super::segments::Segments;
@@ -30,24 +31,23 @@ use crate::tiers::kit::{Announcer, Reporter};
 
 impl FsTier {
     /// Opens (or creates) the tier's directory for blocks of
-    /// `slots.slot_bytes()` bytes.  After a clean shutdown the index it
-    /// persisted is loaded (once, and only when it can be trusted): the
-    /// tier is whole and ready at once.  Otherwise the index is rebuilt
-    /// from what is there in the background: this returns after the cheap
-    /// checks (the root, the layout marker, the options; in the segments
-    /// layout, the segment files and their live map), without reading a
-    /// block; the tier serves what its scan has found so far, and stores
+    /// `slots.slot_bytes()` bytes.  Returns after the cheap checks (the
+    /// root, the layout marker, the options; in the segments layout, the
+    /// segment files and their live map; the persisted index file's
+    /// header), without reading a block or the index file's body, and the
+    /// index is rebuilt in the background: after a clean shutdown from the
+    /// index it persisted (once, and only what checks out), otherwise from
+    /// what is there.  The tier serves what was found so far, and stores
     /// work at once ([`FsTier::rebuilding`], [`FsTier::wait_rebuilt`]).
     pub fn open(slots: SlotMemory, opts: FsOptions) -> Result<FsTier> {
         FsTier::open_with(slots, opts, false).map(|(tier, _)| tier)
     }
 
-    /// [`FsTier::open`], with the restart scan held before it reads
-    /// anything until the returned [`RebuildHold`] is released (or
-    /// dropped): for tests and tools that act on a tier before its scan
-    /// has found anything.  The tier serves meanwhile, as while any scan
-    /// runs.  When the persisted index was loaded no scan runs, and the
-    /// hold holds nothing.
+    /// [`FsTier::open`], with the rebuild (the persisted index's load, or
+    /// the restart scan) held before it reads anything until the returned
+    /// [`RebuildHold`] is released (or dropped): for tests and tools that
+    /// act on a tier before anything was found.  The tier serves
+    /// meanwhile, as while any scan runs.
     pub fn open_held(slots: SlotMemory, opts: FsOptions) -> Result<(FsTier, RebuildHold)> {
         let (tier, hold) = FsTier::open_with(slots, opts, true)?;
         Ok((tier, hold.expect("held")))
@@ -96,7 +96,7 @@ impl FsTier {
         }
         let direct = opts.direct_io && file::probe_direct(root, opts.file_mode);
         let layout = Layout::new(root.clone());
-        let mut ages = Ages::new(opts.max_age);
+        let ages = Ages::new(opts.max_age);
         let mut rebuild = RebuildReport::default();
         let segments = match opts.layout {
             FsLayout::Files => None,
@@ -110,31 +110,19 @@ impl FsTier {
         // held: an open refused for the lock or the segment files leaves
         // the index file for the next one.
         let mut persisted = Persisted::open(root, &opts, block_bytes)?;
-        // The one place the index comes from: the one persisted at the
-        // last clean shutdown, if it is trusted (whole: no scan), else the
-        // restart scan, started.
-        let loaded = persisted.load(
+        // The one place the index comes from: the body of the one
+        // persisted at the last clean shutdown, if its header is trusted,
+        // read in the background (and the restart scan only if it turns
+        // out bad), else the restart scan.
+        let (index, scan, hold) = rebuilding::start(
             &layout,
             &opts,
             block_bytes,
             segments.as_ref(),
-            &mut ages,
             &mut rebuild,
-        );
-        let (index, scan, hold) = match loaded {
-            Some(index) => {
-                rebuild::remove_dead_probes_of(&layout, &opts, &mut rebuild);
-                (index, None, held.then(RebuildHold::idle))
-            }
-            None => rebuilding::start(
-                &layout,
-                &opts,
-                block_bytes,
-                segments.as_ref(),
-                &mut rebuild,
-                held,
-            )?,
-        };
+            persisted.take_load(),
+            held,
+        )?;
         let (disk, direct): (Box<dyn OnDisk>, bool) = match segments {
             Some(segments) => {
                 let direct = segments.direct();
@@ -187,21 +175,12 @@ impl FsTier {
         };
         tier.note_index_at_open();
         super::overhead::warn_if_costly(&tier.opts.root, tier.opts.layout, block_bytes);
-        if tier.rebuild.index_loaded {
-            // The loaded blocks are announced, oldest first, as a scan
-            // announces what it finds, so a router learns of them.
-            let mut keys = Vec::new();
-            tier.index.ready_keys(&mut keys);
-            for key in keys {
-                tier.announce_stored(key);
-            }
-        }
         Ok((tier, hold))
     }
 
-    /// Stops a running restart scan (shutdown); whether the index knows
-    /// every block on disk: the scan had ended, or none ran (the persisted
-    /// index was loaded, or there was nothing to read).
+    /// Stops a running restart scan or index load (shutdown); whether the
+    /// index knows every block on disk: the load or scan had ended, or
+    /// nothing ran (there was nothing to read).
     pub(super) fn stop_rebuild(&mut self) -> bool {
         match self.rebuild_state.take() {
             Some(mut r) => {
@@ -213,7 +192,7 @@ impl FsTier {
     }
 
     /// At a clean shutdown when the index knows every block (its scan
-    /// ended, or it was loaded), records in the live map exactly the
+    /// or load ended), records in the live map exactly the
     /// records the index holds (segments layout).
     pub(super) fn save_live_records(&mut self) {
         if !self.segmented() {
@@ -276,10 +255,10 @@ impl FsTier {
         self.opts.layout
     }
 
-    /// What the restart found: the persisted index loaded
-    /// ([`RebuildReport::index_loaded`], final at once), or what the
-    /// restart scan found so far (final once [`FsTier::rebuilding`] is
-    /// false; [`FsTier::wait_rebuilt`] waits for that).
+    /// What the restart found so far: the blocks of the persisted index
+    /// ([`RebuildReport::index_loaded`] once it was read whole), or of the
+    /// restart scan; final once [`FsTier::rebuilding`] is false
+    /// ([`FsTier::wait_rebuilt`] waits for that).
     pub fn rebuild_report(&self) -> RebuildReport {
         self.rebuild
     }

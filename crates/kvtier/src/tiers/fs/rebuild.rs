@@ -113,16 +113,19 @@ pub struct RebuildReport {
     pub foreign: u64,
     /// The foreign entries by kind.
     pub foreign_kinds: ForeignKinds,
-    /// The index persisted at the last clean shutdown was loaded instead
-    /// of a scan: no restart scan runs, and the report is final at once
-    /// (`blocks` and `evicted` are the index's; the other counts only what
-    /// the open itself removed: probe files of killed opens, segment files
-    /// of another block size or past the capacity).
+    /// The index persisted at the last clean shutdown was read whole (in
+    /// the background, after the open) instead of a scan: no restart scan
+    /// ran (`blocks` and `evicted` are the index's; the other counts only
+    /// what the open itself removed: probe files of killed opens, segment
+    /// files of another block size or past the capacity).  Set when the
+    /// last of it was taken in.
     pub index_loaded: bool,
     /// An index file was there but not trusted (torn, damaged, stale, of
     /// another format, layout, block size or fingerprint, not a regular
     /// file of the tier's user, or in the segments layout naming records
-    /// the live map says hold no block): the restart scan runs instead.
+    /// the live map says hold no block), at open or when its body turned
+    /// out bad while it was read: the restart scan runs instead (after a
+    /// body bad midway, for what the chunks read before did not give).
     pub index_rejected: bool,
 }
 

@@ -1,7 +1,15 @@
-//! The tier while its restart scan runs (`scan.rs`): what the scan finds
-//! taken into the index at the tier's calls, without waiting, and the
-//! races with the live tier settled so that the scan never undoes what
-//! the tier did meanwhile.
+//! The tier while its restart scan runs (`scan.rs`), or its persisted
+//! index is read in the background (`snapshot_load.rs`, which sends the
+//! same batches): what the scan finds (or the load reads) taken into the
+//! index at the tier's calls, without waiting, and the races with the
+//! live tier settled so that the scan never undoes what the tier did
+//! meanwhile.
+//!
+//! - The load's entries are taken in as blocks the scan found.  When its
+//!   body turns out bad midway, the scan follows; it does not read again
+//!   what the load handed on (segments: those records), and a key the
+//!   load handed on is not indexed again (files: told apart by a 64-bit
+//!   digest, kept while the load runs, as in the segments layout).
 //!
 //! - A key the tier indexed since it opened (a store admitted it, or a
 //!   shared directory's check adopted it) is the tier's: a copy the scan
@@ -32,6 +40,7 @@ use super::index::{Index, State};
 use super::rebuild::{self, RebuildReport};
 use super::scan::{Found, RebuildHold, Scanner, Work};
 use super::segments::Segments;
+use super::snapshot_load::Load;
 use super::{FsOptions, FsTier, Key, file};
 use crate::error::Result;
 
@@ -47,18 +56,28 @@ pub(super) struct Rebuilding {
     live: HashSet<Key, foldhash::fast::RandomState>,
     /// Key prefixes dropped since it opened.
     dropped: Vec<Vec<u8>>,
-    /// Digests of the keys found in records (segments layout).
+    /// Digests of the keys found in records (segments layout), and of
+    /// the keys the load handed on (files layout).
     seen: HashSet<u64, foldhash::fast::RandomState>,
+    /// Whether the persisted index's body is still being read (the
+    /// batches are its entries).
+    loading: bool,
 }
 
 impl Rebuilding {
-    pub(super) fn new(scanner: Scanner) -> Rebuilding {
+    pub(super) fn new(scanner: Scanner, loading: bool) -> Rebuilding {
         Rebuilding {
             scanner,
             live: HashSet::default(),
             dropped: Vec::new(),
             seen: HashSet::default(),
+            loading,
         }
+    }
+
+    /// Whether the persisted index's body is still being read.
+    pub(super) fn loading(&self) -> bool {
+        self.loading
     }
 
     /// Stops the scan (each of its threads at its next read).
@@ -73,22 +92,32 @@ impl Rebuilding {
 
 /// Starts rebuilding the index of the directory of `layout` (whose
 /// segments, in that layout, are `segments`) for blocks of `block_bytes`:
-/// the index before the scan has found anything (in the segments layout,
-/// with the records the live map leaves clear free), and the running
-/// scan (held until the hold is released, when `held`), or none when
-/// there is nothing to read (no fan-out directory, no record marked).
-/// What opening removes (probe files of writers that are gone) is
-/// counted in `report`.  The way `open.rs` gets its index when no
-/// persisted index was loaded (`snapshot.rs`).
+/// the index before anything was found (in the segments layout, with the
+/// records the live map leaves clear free), and the running load of the
+/// persisted index's body `load` (then the scan only if that body turns
+/// out bad) or scan (held until the hold is released, when `held`), or
+/// none when there is nothing to read (no index body, no fan-out
+/// directory, no record marked).  What opening removes (probe files of
+/// writers that are gone) is counted in `report`.  The one way `open.rs`
+/// gets its index.
 pub(super) fn start(
     layout: &Layout,
     opts: &FsOptions,
     block_bytes: usize,
     segments: Option<&Segments>,
     report: &mut RebuildReport,
+    load: Option<Load>,
     held: bool,
 ) -> Result<(Index, Option<Rebuilding>, Option<RebuildHold>)> {
     let mut index = Index::new(file_len(block_bytes));
+    let mut seen = HashSet::default();
+    if let Some(load) = &load {
+        // Room for the entries at once, rather than the table grown (and
+        // moved whole) at a tier call; without it, it grows as for a scan.
+        let n = usize::try_from(load.entries()).unwrap_or(usize::MAX);
+        let _ = index.reserve(n);
+        let _ = seen.try_reserve(n);
+    }
     let work = match segments {
         None => {
             let root = rebuild::open_and_tidy(layout, opts, report)?;
@@ -116,11 +145,14 @@ pub(super) fn start(
             }
         }
     };
-    if work.is_empty() && !held {
+    if work.is_empty() && load.is_none() && !held {
         return Ok((index, None, None));
     }
-    let (scanner, hold) = Scanner::start(work, block_bytes, held)?;
-    Ok((index, Some(Rebuilding::new(scanner)), hold))
+    let loading = load.is_some();
+    let (scanner, hold) = Scanner::start(work, load, block_bytes, held)?;
+    let mut r = Rebuilding::new(scanner, loading);
+    r.seen = seen;
+    Ok((index, Some(r), hold))
 }
 
 fn digest(key: &Key) -> u64 {
@@ -128,16 +160,18 @@ fn digest(key: &Key) -> u64 {
 }
 
 impl FsTier {
-    /// Whether the restart scan still runs (or has batches not yet taken).
+    /// Whether the index is still being rebuilt: the persisted index's
+    /// body still read in the background, or the restart scan still runs
+    /// (or either has batches not yet taken).
     pub fn rebuilding(&self) -> bool {
         self.rebuild_state.is_some()
     }
 
-    /// Waits until the restart scan has ended and takes in everything it
-    /// found: afterwards [`FsTier::rebuild_report`] is final.  Returns at
-    /// once when no scan runs.  Blocks the caller (tools and tests; an
-    /// engine need not call it: the tier takes what the scan found at its
-    /// other calls).
+    /// Waits until the index is complete (the persisted index read whole,
+    /// or the restart scan ended) and takes in everything found: afterwards
+    /// [`FsTier::rebuild_report`] is final.  Returns at once when nothing
+    /// runs.  Blocks the caller (tools and tests; an engine need not call
+    /// it: the tier takes what was found at its other calls).
     pub fn wait_rebuilt(&mut self) -> RebuildReport {
         while let Some(r) = &self.rebuild_state {
             match r.scanner.next() {
@@ -187,6 +221,18 @@ impl FsTier {
                 self.index.add_free_records(&free);
                 self.take_records(blocks);
             }
+            Found::Loaded => {
+                let r = self.rebuild_state.as_mut().expect("loading");
+                r.loading = false;
+                r.seen = HashSet::default();
+                self.rebuild.index_loaded = true;
+            }
+            Found::Rejected(why) => {
+                let r = self.rebuild_state.as_mut().expect("loading");
+                r.loading = false;
+                self.persisted.reject(why);
+                self.note_index_at_open();
+            }
             Found::Counts(c) => {
                 let r = &mut self.rebuild;
                 r.skipped += c.skipped;
@@ -210,8 +256,15 @@ impl FsTier {
         let mut scratch = file::Scratch::new();
         // Newest first, each below the ones before: oldest least recent.
         for &(mtime, key) in blocks.iter().rev() {
-            let r = self.rebuild_state.as_ref().expect("scanning");
-            if r.live.contains(&key) || self.index.get(&key).is_some() {
+            let r = self.rebuild_state.as_mut().expect("scanning");
+            // Handed on by the load before (listed twice, or found again
+            // by the scan after a load that turned out bad).
+            let again = if r.loading {
+                !r.seen.insert(digest(&key))
+            } else {
+                !r.seen.is_empty() && r.seen.contains(&digest(&key))
+            };
+            if again || r.live.contains(&key) || self.index.get(&key).is_some() {
                 continue;
             }
             if r.was_dropped(&key) {
@@ -323,8 +376,8 @@ mod tests {
             fanouts: Vec::new(),
             stale_temp_age: std::time::Duration::from_secs(1),
         };
-        let (scanner, _) = Scanner::start(work, 4096, false).unwrap();
-        let mut r = Rebuilding::new(scanner);
+        let (scanner, _) = Scanner::start(work, None, 4096, false).unwrap();
+        let mut r = Rebuilding::new(scanner, false);
         r.dropped.push(b"ab".to_vec());
         assert!(r.was_dropped(&Key::new(b"abc").unwrap()));
         assert!(r.was_dropped(&Key::new(b"ab").unwrap()));

@@ -17,11 +17,19 @@
 //! - Each thread sends its counts (damaged, removed, unreadable, foreign
 //!   entries) when it ends; the channel closing says the scan is done.
 //! - A stop (shutdown, or the tier dropped) is seen between two reads.
-//! - A [`RebuildHold`] keeps the scan from reading anything until it is
-//!   released (tests, tools that need the state before the scan).
+//! - After a clean shutdown the persisted index's body is read first, on
+//!   the scan's own thread, and sent as the same batches
+//!   (`snapshot_load.rs`): when it is whole, that is all (then
+//!   [`Found::Loaded`]); when it turns out bad midway, [`Found::Rejected`]
+//!   and the scan of what the batches sent so far did not cover.
+//! - The channel holds at most [`IN_FLIGHT`] batches: a scan (or a load)
+//!   ahead of the tier waits, and its memory stays bounded.
+//! - A [`RebuildHold`] keeps the scan (and the load) from reading anything
+//!   until it is released (tests, tools that need the state before it).
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
@@ -34,6 +42,7 @@ use super::format::{HEADER_LEN, decode_header};
 use super::live::set_records;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Geometry;
+use super::snapshot_load::{Load, Loaded, Records};
 use crate::error::{Error, Result};
 use crate::key::Key;
 
@@ -44,6 +53,8 @@ pub(super) const RUN: u32 = 4096;
 /// Most blocks a files batch holds (a fan-out directory of more is sent
 /// in several), so that taking one in is short.
 pub(super) const BATCH: usize = 4096;
+/// Most batches sent and not yet taken in.
+pub(super) const IN_FLIGHT: usize = 64;
 
 /// What the scan hands the tier.
 #[derive(Debug)]
@@ -55,6 +66,12 @@ pub(super) enum Found {
     Records(Vec<(Key, u32)>, Vec<u32>),
     /// One thread's counts, at its end.
     Counts(RebuildReport),
+    /// The persisted index was read whole: every entry sent (the last
+    /// batch before this).
+    Loaded,
+    /// The persisted index turned out bad (why) after the batches before
+    /// this; the scan follows.
+    Rejected(String),
 }
 
 /// What a scan reads.
@@ -98,7 +115,7 @@ impl Work {
         scratch: &mut Scratch,
         report: &mut RebuildReport,
         gate: &Gate,
-        tx: &mpsc::Sender<Found>,
+        tx: &SyncSender<Found>,
     ) {
         match self {
             Work::Files {
@@ -231,21 +248,16 @@ impl Gate {
     }
 }
 
-/// Keeps a tier's restart scan from reading anything until it is released
-/// (or dropped), while the tier already serves: made by
-/// [`super::FsTier::open_held`], for tests and tools that need to act on a
-/// tier before its scan has found anything.
+/// Keeps a tier's restart scan, or the load of its persisted index, from
+/// reading anything until it is released (or dropped), while the tier
+/// already serves: made by [`super::FsTier::open_held`], for tests and
+/// tools that need to act on a tier before anything was found.
 #[derive(Debug)]
 pub struct RebuildHold(Arc<Gate>);
 
 impl RebuildHold {
     /// Lets the scan run.
     pub fn release(self) {}
-
-    /// A hold of no scan (the tier loaded its persisted index).
-    pub(super) fn idle() -> RebuildHold {
-        RebuildHold(Arc::new(Gate::default()))
-    }
 }
 
 impl Drop for RebuildHold {
@@ -257,17 +269,21 @@ impl Drop for RebuildHold {
 /// A running scan, from the tier's side.
 #[derive(Debug)]
 pub(super) struct Scanner {
-    rx: mpsc::Receiver<Found>,
+    /// `None` once stopped (so that a thread waiting to send is let go).
+    rx: Option<mpsc::Receiver<Found>>,
     gate: Arc<Gate>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Scanner {
     /// Starts scanning `work` for blocks of `block_bytes` on a thread of
-    /// its own (which starts the others), held until the returned hold is
+    /// its own (which starts the others), after reading the persisted
+    /// index's body `load` when there is one (then `work` is scanned only
+    /// if the body turns out bad), held until the returned hold is
     /// released when `held`.
     pub(super) fn start(
         work: Work,
+        load: Option<Load>,
         block_bytes: usize,
         held: bool,
     ) -> Result<(Scanner, Option<RebuildHold>)> {
@@ -275,16 +291,16 @@ impl Scanner {
             held: Mutex::new(held),
             ..Gate::default()
         });
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
         let g = Arc::clone(&gate);
         let thread = std::thread::Builder::new()
             .name("kvtier-fs-scan".into())
-            .spawn(move || run(work, block_bytes, &g, tx))
+            .spawn(move || run(work, load, block_bytes, &g, tx))
             .map_err(|e| Error::io("fs tier: starting the restart scan".to_string(), e))?;
         let hold = held.then(|| RebuildHold(Arc::clone(&gate)));
         Ok((
             Scanner {
-                rx,
+                rx: Some(rx),
                 gate,
                 thread: Some(thread),
             },
@@ -295,22 +311,23 @@ impl Scanner {
     /// The next batch if one is there: `Ok(None)` if none yet,
     /// `Err(())` once the scan is done and everything was taken.
     pub(super) fn try_next(&self) -> std::result::Result<Option<Found>, ()> {
-        match self.rx.try_recv() {
-            Ok(f) => Ok(Some(f)),
-            Err(mpsc::TryRecvError::Empty) => Ok(None),
-            Err(mpsc::TryRecvError::Disconnected) => Err(()),
+        match self.rx.as_ref().map(mpsc::Receiver::try_recv) {
+            Some(Ok(f)) => Ok(Some(f)),
+            Some(Err(mpsc::TryRecvError::Empty)) => Ok(None),
+            Some(Err(mpsc::TryRecvError::Disconnected)) | None => Err(()),
         }
     }
 
     /// The next batch, waiting for it; `None` once the scan is done.
     pub(super) fn next(&self) -> Option<Found> {
-        self.rx.recv().ok()
+        self.rx.as_ref()?.recv().ok()
     }
 
     /// Stops the scan and waits for its threads (each ends at its next
-    /// read).
+    /// read, or at its next send).
     pub(super) fn stop(&mut self) {
         self.gate.stop();
+        self.rx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -323,13 +340,41 @@ impl Drop for Scanner {
     }
 }
 
-/// The scan's own thread: waits out a hold, then reads with up to
-/// [`SCAN_THREADS`] threads (itself among them) until no unit is left.
-fn run(work: Work, block_bytes: usize, gate: &Gate, tx: mpsc::Sender<Found>) {
+/// The scan's own thread: waits out a hold, reads the persisted index's
+/// body `load` if there is one (and ends there if it was whole), then
+/// reads with up to [`SCAN_THREADS`] threads (itself among them) until no
+/// unit is left.
+fn run(mut work: Work, load: Option<Load>, block_bytes: usize, gate: &Gate, tx: SyncSender<Found>) {
     gate.wait_released();
+    if let Some(load) = load {
+        let records = match &mut work {
+            Work::Files { .. } => None,
+            Work::Segments {
+                geometry,
+                maybe_live,
+            } => Some(Records {
+                count: geometry.records(),
+                maybe_live,
+            }),
+        };
+        let stopped = || gate.stop.load(Ordering::Relaxed);
+        let mut send = |f| tx.send(f).is_ok();
+        match load.run(records, &stopped, &mut send) {
+            Loaded::Whole => {
+                let _ = tx.send(Found::Loaded);
+                return;
+            }
+            Loaded::Stopped => return,
+            Loaded::Rejected(why) => {
+                if tx.send(Found::Rejected(why)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
     let units = work.units();
     let next = AtomicUsize::new(0);
-    let worker = |tx: mpsc::Sender<Found>| {
+    let worker = |tx: SyncSender<Found>| {
         let mut scratch = Scratch::new();
         let mut report = RebuildReport::default();
         loop {
@@ -376,7 +421,7 @@ mod tests {
     #[test]
     fn a_held_scan_sends_nothing_and_a_stop_ends_it_unreleased() {
         let d = tempfile::tempdir().unwrap();
-        let (mut s, hold) = Scanner::start(work(d.path()), 4096, true).unwrap();
+        let (mut s, hold) = Scanner::start(work(d.path()), None, 4096, true).unwrap();
         assert!(matches!(s.try_next(), Ok(None)), "held: not done");
         s.stop();
         assert!(s.next().is_none(), "stopped: done");
@@ -389,7 +434,7 @@ mod tests {
         std::fs::create_dir_all(d.path().join("ab")).unwrap();
         // A dead writer's temporary file: counted when the scan runs.
         std::fs::write(d.path().join("ab/.x.999999999.1.tmp"), b"x").unwrap();
-        let (s, hold) = Scanner::start(work(d.path()), 4096, true).unwrap();
+        let (s, hold) = Scanner::start(work(d.path()), None, 4096, true).unwrap();
         hold.unwrap().release();
         let mut removed = 0;
         while let Some(found) = s.next() {

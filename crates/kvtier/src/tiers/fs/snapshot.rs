@@ -5,33 +5,66 @@
 //!
 //! - `kvtier-generation`: the directory's generation, a decimal number and
 //!   a newline (none: generation 0).
-//! - `kvtier-index`: the index, written at a clean shutdown: a header
-//!   (magic, format version, layout, block size, the fingerprint's hash,
-//!   the generation it belongs to, the number of entries, the body's
-//!   length and xxh3-64 checksum, the header's own checksum), then one
-//!   entry per Ready block, least recently used first: key length, key,
-//!   segment record (`u32::MAX` for none), store time (nanoseconds since
-//!   the epoch, 0 unknown; the segments layout counts ages from the open,
-//!   as its scan does).  Written to a temporary file (`fsync`ed with
+//! - `kvtier-index`: the index, written at a clean shutdown: a header of
+//!   80 bytes (magic `KVTINDEX`, format version 2, layout, block size, the
+//!   fingerprint's hash, the generation it belongs to, the number of
+//!   entries, the body's length, the number of chunks, the header's own
+//!   xxh3-64), then the body: one entry per Ready block, least recently
+//!   used first (key length, key, segment record (`u32::MAX` for none),
+//!   store time (nanoseconds since the epoch, 0 unknown; the segments
+//!   layout counts ages from the open, as its scan does)), cut into
+//!   chunks of at most 1 MiB of whole entries, each followed by a trailer
+//!   (its entries' length, their count, and the xxh3-64 of the entries and
+//!   those two numbers seeded with the chunk's place from 0), so that a
+//!   chunk is checked on its own, and a chunk moved elsewhere is refused
+//!   (`snapshot_format.rs`).  Written to a temporary file (`fsync`ed with
 //!   the `durable` option), renamed over the name.
 //!
-//! At open the index file is trusted only when it is whole (both
-//! checksums), of this format, layout, block size and fingerprint, and
-//! carries the directory's current generation.  Whatever it was, the
-//! generation is then moved on (written and `fsync`ed with its
-//! directory) and the index file removed, before the tier serves: an index
-//! is used at most once, and a crash afterwards finds none that matches
-//! (a copy of it put back is of an old generation), so the scan runs.
-//! Without an index file nothing is written at open.  An index file that
-//! is not trusted is reported (a warning, the open's error log,
-//! [`RebuildReport::index_rejected`]) and the scan runs.  One the
-//! generation cannot be moved past is not used, and if it cannot be
-//! removed either the open fails (whatever the tier stored would be
-//! missing from a file trusted later).  Temporary files of index and
-//! generation writers that are gone are removed at open.
+//! At open only the header is read: the index file is used only when its
+//! header is whole (its checksum) and of this format (an older version is
+//! refused like any untrusted file), layout, block size and fingerprint,
+//! carries the directory's current generation, and its length is what
+//! the header's counts allow.  Whatever it was, the generation is then
+//! moved on (written and `fsync`ed with its directory) and the index file
+//! removed, before the tier serves, its descriptor kept for the body: an
+//! index is used at most once, and a crash afterwards, during the load or
+//! later, finds none that matches (a copy of it put back is of an old
+//! generation), so the scan runs.  Without an index file nothing is
+//! written at open.  An index file that is not trusted is reported (a
+//! warning, the open's error log, [`RebuildReport::index_rejected`]) and
+//! the scan runs.  One the generation cannot be moved past is not used,
+//! and if it cannot be removed either the open fails (whatever the tier
+//! stored would be missing from a file trusted later).  Temporary files
+//! of index and generation writers that are gone are removed at open.
 //!
-//! The index file is meant to be loaded fast: 10^6 entries are read,
-//! checked and indexed in about 0.3 s (`time_a_million_entries`).
+//! The body is read in the background, on the restart scan's thread,
+//! from that descriptor (`snapshot_load.rs`): a chunk at a time, the last
+//! first, each chunk's entries handed to the tier only once its checksum
+//! and entries check out, as the scan's batches, which the tier takes in
+//! at its calls under the scan's rules (`rebuilding.rs`): `open` returns
+//! in milliseconds whatever the file's size, the tier serves what was
+//! read so far and stores at once, readiness says "fs tier rebuilding"
+//! until the body is read, and memory stays one chunk and the batches in
+//! flight.  A body found bad midway (a checksum, an entry that does not
+//! parse, more or fewer chunks or entries than the header says, and in
+//! the segments layout a record missing, past the capacity, listed twice,
+//! or clear in the live map, which marks every record a block was written
+//! to before the write: a record clear there holds no block, as in
+//! segment files made anew) is reported as one not trusted; what the
+//! chunks read before it gave stays indexed, and the scan reads the rest
+//! (in the segments layout only the records not handed on; in the files
+//! layout what it finds again is not indexed twice).  Once the whole
+//! body is read, [`RebuildReport::index_loaded`] is set, and in the
+//! segments layout every record no entry lists is free (until then, as
+//! during a scan, stores take only records the live map has clear).  So
+//! the live map still covers every record the index names, and the next
+//! clean shutdown, the index being whole, rewrites it exactly
+//! (`live.rs`).
+//!
+//! The index file is meant to be loaded fast: `open` returns in about
+//! 10 ms (the generation's `fsync`), and 10^6 entries are then read,
+//! checked and indexed in about 0.5 s (`time_a_million_entries`, the
+//! tier's side included).
 //!
 //! Both files are read as the tier reads everything in its directory
 //! (`beneath.rs`): never through a symlink, never waiting on a FIFO, only
@@ -44,42 +77,25 @@
 //!
 //! No index is written (and the next open scans) when the directory is
 //! `shared` (other processes change it), cleared at shutdown, when the
-//! restart scan had not ended at shutdown (the index does not know every
-//! block), when a key was still being written or removed at shutdown,
-//! when a block file could not be removed (`removal_errors`: the index
-//! would not list it), when the generation could not be read or moved on
-//! at open, or when a foreign entry holds the index file's name.
-//!
-//! A loaded index is the whole index: no restart scan runs, and the tier
-//! is ready when `open` returns.  When the file is not trusted, or its
-//! entries are not usable, the open falls back to the background scan
-//! (`rebuilding.rs`).  The files layout fills its index from the file
-//! (`Persisted::restore`); the segments layout (its segment files and
-//! live map opened as always) takes the (key, record) pairs listed
-//! (`Persisted::restore_segments`), every other record free.  Those are
-//! refused, and the records scanned, when a record is missing, past the
-//! capacity, listed twice, or clear in the live map (which marks every
-//! record a block was written to before the write: a record clear there
-//! holds no block, as in segment files made anew).  So the live map
-//! still covers every record the index names, and the next clean
-//! shutdown, the index being whole, rewrites it exactly (`live.rs`).
+//! index load or the restart scan had not ended at shutdown (the index
+//! does not know every block), when a key was still being written or
+//! removed at shutdown, when a block file could not be removed
+//! (`removal_errors`: the index would not list it), when the generation
+//! could not be read or moved on at open, or when a foreign entry holds
+//! the index file's name.
 
-use std::ffi::CStr;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::FsOptions;
-use super::age::Ages;
 use super::beneath::{self, Fd};
-use super::format::Layout;
 use super::index::Index;
-use super::rebuild::RebuildReport;
-use super::segments::Segments;
 use super::snapshot_files::{
     INDEX_C, open_checked, read_exact, read_generation, remove_dead_temps, replace, root_fd,
     sync_dir,
 };
-use super::snapshot_format::{HEADER, Header, MAX_ENTRY, MIN_ENTRY, listed, next_entry, xxh3};
+use super::snapshot_format::{BodyWriter, HEADER, Header, MAX_ENTRY, TRAILER};
+use super::snapshot_load::Load;
 use crate::key::Key;
 
 pub(crate) use super::snapshot_files::{GENERATION_NAME, INDEX_NAME};
@@ -88,9 +104,9 @@ pub(crate) use super::snapshot_files::{GENERATION_NAME, INDEX_NAME};
 /// writes.
 #[derive(Debug)]
 pub(super) struct Persisted {
-    /// The index file's body, trusted, with its entry count (taken by
-    /// `Persisted::restore`).
-    body: Option<(Vec<u8>, u64)>,
+    /// The index file's body, its header trusted, to be read in the
+    /// background (taken by `Persisted::take_load`).
+    body: Option<Load>,
     /// The generation an index written at shutdown carries; `None`: none
     /// is written.
     generation: Option<u64>,
@@ -200,10 +216,10 @@ impl Persisted {
         }
     }
 
-    /// The trusted body of the index file of `dir` and its entry count,
-    /// `None` without one, or why it is not trusted.
-    fn read(dir: &Fd, want: &Header, max_entries: u64) -> Result<Option<(Vec<u8>, u64)>, String> {
-        let max = HEADER as u64 + max_entries.saturating_mul(MAX_ENTRY as u64);
+    /// The body of the index file of `dir`, its header trusted, `None`
+    /// without one, or why it is not trusted.
+    fn read(dir: &Fd, want: &Header, max_entries: u64) -> Result<Option<Load>, String> {
+        let max = HEADER as u64 + max_entries.saturating_mul((MAX_ENTRY + TRAILER) as u64);
         let Some((fd, len)) = open_checked(dir, INDEX_C, max)? else {
             return Ok(None);
         };
@@ -226,206 +242,29 @@ impl Persisted {
         if got.generation != want.generation {
             return mismatch("generation", got.generation, want.generation);
         }
-        if got.entries > max_entries
-            || got.body_len != len - HEADER as u64
-            || got.body_len < got.entries.saturating_mul(MIN_ENTRY as u64)
-            || got.body_len > got.entries.saturating_mul(MAX_ENTRY as u64)
-        {
+        if !got.fits(len - HEADER as u64, max_entries) {
             return Err(format!(
                 "{len} bytes do not hold the {} entries its header says",
                 got.entries
             ));
         }
-        let mut body = Vec::new();
-        body.try_reserve_exact(got.body_len as usize)
-            .map_err(|_| format!("no memory for its {} bytes", got.body_len))?;
-        body.resize(got.body_len as usize, 0);
-        read_exact(&fd, &mut body, HEADER as u64)?;
-        if xxh3(&body) != got.body_sum {
-            return Err("damaged (checksum)".into());
-        }
-        Ok(Some((body, got.entries)))
+        Ok(Some(Load::new(fd, &got)))
+    }
+
+    /// The index file's body to read (once), when its header was trusted
+    /// and the file made unusable again.
+    pub(super) fn take_load(&mut self) -> Option<Load> {
+        self.body.take()
+    }
+
+    /// Notes that the body turned out bad midway (why).
+    pub(super) fn reject(&mut self, why: String) {
+        self.rejected = Some(why);
     }
 
     /// Why an index file present was not trusted, if one was not.
     pub(super) fn rejected(&self) -> Option<&str> {
         self.rejected.as_deref()
-    }
-
-    /// Fills new `index` from the trusted index file, least recently
-    /// used first, noting each key's store time with `stored` (now where
-    /// unknown), then evicts down to the capacity's low watermark as a
-    /// scan does (the victims' files removed by `remove`): the open's
-    /// report, or `None` (`index` left empty) when there is no trusted
-    /// index file or its entries do not parse or repeat a key (then the
-    /// scan runs).  Records are not restored: files layout only.
-    pub(super) fn restore(
-        &mut self,
-        opts: &FsOptions,
-        index: &mut Index,
-        mut stored: impl FnMut(Key, SystemTime),
-        mut remove: impl FnMut(&Key),
-    ) -> Option<RebuildReport> {
-        let (body, entries) = self.body.take()?;
-        if index.reserve(entries as usize).is_err() {
-            self.rejected = Some(format!("no memory for {entries} entries"));
-            return None;
-        }
-        let now = SystemTime::now();
-        let mut rest = &body[..];
-        let mut born = Vec::new();
-        for _ in 0..entries {
-            let problem = match next_entry(&mut rest) {
-                None => Some("entries that do not parse"),
-                Some((key, _, at)) => {
-                    if !opts.max_age.is_zero() {
-                        let at = match at {
-                            0 => now,
-                            n => SystemTime::UNIX_EPOCH + Duration::from_nanos(n),
-                        };
-                        born.push((key, at));
-                    }
-                    index.append_ready(key, None);
-                    None
-                }
-            };
-            if let Some(why) = problem {
-                *index = Index::new(index.file_bytes());
-                self.rejected = Some(why.into());
-                return None;
-            }
-        }
-        let problem = if !rest.is_empty() {
-            Some("entries that do not parse")
-        } else if !index.map_appended() {
-            Some("a key listed twice (or no memory to index it)")
-        } else {
-            None
-        };
-        if let Some(why) = problem {
-            *index = Index::new(index.file_bytes());
-            self.rejected = Some(why.into());
-            return None;
-        }
-        for (key, at) in born {
-            stored(key, at);
-        }
-        let evicted = super::rebuild::evict_over_capacity(opts, index, |index, victim| {
-            remove(&victim);
-            index.remove(&victim);
-        });
-        Some(RebuildReport {
-            blocks: entries - evicted,
-            evicted,
-            index_loaded: true,
-            ..RebuildReport::default()
-        })
-    }
-
-    /// `Persisted::restore` for the files layout under `layout`'s root:
-    /// an evicted block's file is removed.
-    pub(super) fn restore_files(
-        &mut self,
-        layout: &Layout,
-        opts: &FsOptions,
-        index: &mut Index,
-        ages: &mut Ages,
-    ) -> Option<RebuildReport> {
-        let root = root_fd(layout.root()).ok();
-        let mut name = Vec::new();
-        self.restore(
-            opts,
-            index,
-            |k, at| ages.stored(k, at),
-            |victim| {
-                let fanout = Layout::fanout_c(victim);
-                let fanout = CStr::from_bytes_with_nul(&fanout).expect("NUL-terminated");
-                if let Some(root) = &root
-                    && let Ok(fan) = beneath::subdir(root.0, fanout, None, || ())
-                {
-                    let _ = beneath::unlink_regular(fan.0, Layout::name_c(victim, &mut name));
-                }
-            },
-        )
-    }
-
-    /// The index the trusted index file describes, for a tier over
-    /// `layout`'s root (in the segments layout, over `segments`) and
-    /// blocks of `block_bytes`, evicted down to the capacity's low
-    /// watermark as a scan's end would, with its blocks' store times noted
-    /// in `ages` and its counts added to `report`; `None` (and why kept,
-    /// when there was a file) when there is no trusted index file or its
-    /// entries are not usable: then the restart scan runs.
-    pub(super) fn load(
-        &mut self,
-        layout: &Layout,
-        opts: &FsOptions,
-        block_bytes: usize,
-        segments: Option<&Segments>,
-        ages: &mut Ages,
-        report: &mut RebuildReport,
-    ) -> Option<Index> {
-        let file_bytes = super::format::file_len(block_bytes);
-        let (index, loaded) = match segments {
-            None => {
-                let mut index = Index::new(file_bytes);
-                let loaded = self.restore_files(layout, opts, &mut index, ages)?;
-                (index, loaded)
-            }
-            Some(segments) => self.restore_segments(segments, opts, file_bytes, ages)?,
-        };
-        report.blocks += loaded.blocks;
-        report.evicted += loaded.evicted;
-        report.index_loaded = true;
-        Some(index)
-    }
-
-    /// The index of the segments layout over `segments` (records of
-    /// `file_bytes`) from the trusted index file: the (key, record) pairs
-    /// it lists, every other record free, an evicted record only freed;
-    /// store times are not kept (ages count from now, as after a scan).
-    /// `None` when there is no trusted file, or its entries do not parse,
-    /// lack a record, name a record past the capacity or clear in the
-    /// live map, or repeat a key or a record.
-    fn restore_segments(
-        &mut self,
-        segments: &Segments,
-        opts: &FsOptions,
-        file_bytes: u64,
-        ages: &mut Ages,
-    ) -> Option<(Index, RebuildReport)> {
-        let (body, entries) = self.body.take()?;
-        let records = segments.records();
-        let found = match listed(&body, entries, records, &segments.live.snapshot()) {
-            Ok(found) => found,
-            Err(why) => {
-                self.rejected = Some(why.into());
-                return None;
-            }
-        };
-        drop(body);
-        let mut index = match Index::with_records(file_bytes, records, &found) {
-            Ok(index) => index,
-            Err(e) => {
-                self.rejected = Some(e.to_string());
-                return None;
-            }
-        };
-        let evicted = super::rebuild::evict_over_capacity(opts, &mut index, |index, victim| {
-            index.remove(&victim);
-        });
-        if !opts.max_age.is_zero() {
-            let now = SystemTime::now();
-            for &(key, _) in found.iter().filter(|(k, _)| index.get(k).is_some()) {
-                ages.stored(key, now);
-            }
-        }
-        let report = RebuildReport {
-            blocks: found.len() as u64 - evicted,
-            evicted,
-            ..RebuildReport::default()
-        };
-        Some((index, report))
     }
 
     /// Writes `index` (its Ready keys, with store times from `born`) as
@@ -448,23 +287,18 @@ impl Persisted {
         if index.any_in_flight() {
             return Err("blocks were still being written or removed".into());
         }
-        let mut body = Vec::new();
-        let mut entries = 0u64;
+        let mut w = BodyWriter::default();
         index.ready_walk(|key, record| {
-            let k = key.as_bytes();
-            body.push(k.len() as u8);
-            body.extend_from_slice(k);
-            body.extend_from_slice(&record.unwrap_or(u32::MAX).to_le_bytes());
             let at = born(key)
                 .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64);
-            body.extend_from_slice(&at.to_le_bytes());
-            entries += 1;
+            w.push(key, record, at);
         });
+        let (body, entries, chunks) = w.finish();
         let header = Header {
             entries,
             body_len: body.len() as u64,
-            body_sum: xxh3(&body),
+            chunks,
             ..Header::of(opts, block_bytes, generation)
         }
         .encode();
@@ -497,8 +331,8 @@ impl super::FsTier {
         let (opts, index) = (&self.opts, &self.index);
         let stray = self.counts.removal_errors.get();
         let written = if !whole {
-            // Blocks the scan had not reached: the next open scans.
-            Err("the restart scan had not ended".to_string())
+            // Blocks the restart had not reached: the next open scans.
+            Err("the restart (index load or scan) had not ended".to_string())
         } else if stray > 0 {
             // Files the index would not list: a scan finds them again.
             Err(format!("{stray} block files could not be removed"))

@@ -1,18 +1,22 @@
 //! The persisted index file's format (see `snapshot.rs`): its header,
-//! and its entries, parsed defensively (a file that passed its checksums
-//! may still be hostile).
-
-use std::hash::BuildHasher;
+//! its body of checksummed chunks (written here, checked one by one as
+//! they are read), and their entries, parsed defensively (a file that
+//! passed its checksums may still be hostile).
 
 use super::{FsLayout, FsOptions};
 use crate::key::{Key, MAX_KEY_LEN};
 
 pub(super) const MAGIC: [u8; 8] = *b"KVTINDEX";
-pub(super) const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 2;
 pub(super) const HEADER: usize = 80;
 /// The shortest and longest entry.
 pub(super) const MIN_ENTRY: usize = 1 + 1 + 4 + 8;
 pub(super) const MAX_ENTRY: usize = 1 + MAX_KEY_LEN + 4 + 8;
+/// Most bytes of entries in one chunk.
+pub(super) const CHUNK: usize = 1 << 20;
+/// A chunk's trailer: its entries' bytes (u32), its entry count (u32),
+/// and the xxh3-64 of its entries and those two numbers.
+pub(super) const TRAILER: usize = 16;
 /// Largest generation file: a u64 in decimal and a newline.
 pub(super) const MAX_GENERATION_LEN: i64 = 21;
 
@@ -25,7 +29,8 @@ pub(super) struct Header {
     pub(super) generation: u64,
     pub(super) entries: u64,
     pub(super) body_len: u64,
-    pub(super) body_sum: u64,
+    /// The number of chunks of the body.
+    pub(super) chunks: u64,
 }
 
 fn layout_code(layout: FsLayout) -> u32 {
@@ -53,7 +58,7 @@ impl Header {
             generation,
             entries: 0,
             body_len: 0,
-            body_sum: 0,
+            chunks: 0,
         }
     }
 
@@ -68,7 +73,7 @@ impl Header {
             self.generation,
             self.entries,
             self.body_len,
-            self.body_sum,
+            self.chunks,
         ];
         for (i, w) in words.iter().enumerate() {
             h[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
@@ -98,58 +103,22 @@ impl Header {
             generation: word(32),
             entries: word(40),
             body_len: word(48),
-            body_sum: word(56),
+            chunks: word(56),
         })
     }
-}
 
-/// The (key, record) pairs of an index body for `records` segment
-/// records, least recently used first, or why they are not usable.  Each
-/// record must be set in `maybe_live` (the live map's words): a record
-/// clear there holds no block.
-pub(super) fn listed(
-    body: &[u8],
-    entries: u64,
-    records: u32,
-    maybe_live: &[u64],
-) -> Result<Vec<(Key, u32)>, &'static str> {
-    let mut found: Vec<(Key, u32)> = Vec::new();
-    found
-        .try_reserve_exact(entries as usize)
-        .map_err(|_| "no memory for its entries")?;
-    let mut keys = hashbrown::HashTable::<u32>::new();
-    keys.try_reserve(entries as usize, |_| 0)
-        .map_err(|_| "no memory for its entries")?;
-    let mut taken = vec![0u64; (records as usize).div_ceil(64)];
-    let hasher = foldhash::fast::FixedState::default();
-    let mut rest = body;
-    for _ in 0..entries {
-        let (key, record, _) = next_entry(&mut rest).ok_or("entries that do not parse")?;
-        let record = record.ok_or("an entry without a segment record")?;
-        if record >= records {
-            return Err("a segment record past the capacity");
-        }
-        if maybe_live[record as usize / 64] & (1 << (record % 64)) == 0 {
-            return Err("a segment record the live map says holds no block");
-        }
-        let (word, bit) = (&mut taken[record as usize / 64], 1 << (record % 64));
-        if *word & bit != 0 {
-            return Err("a segment record listed twice");
-        }
-        *word |= bit;
-        let h = hasher.hash_one(key);
-        if keys.find(h, |&i| found[i as usize].0 == key).is_some() {
-            return Err("a key listed twice");
-        }
-        keys.insert_unique(h, found.len() as u32, |&i| {
-            hasher.hash_one(found[i as usize].0)
-        });
-        found.push((key, record));
+    /// Whether a body of `len` bytes can hold this header's entries in
+    /// its chunks, at most `max_entries` of them.
+    pub(super) fn fits(&self, len: u64, max_entries: u64) -> bool {
+        let trailers = self.chunks.saturating_mul(TRAILER as u64);
+        let bytes = |per: usize| self.entries.saturating_mul(per as u64);
+        self.entries <= max_entries
+            && self.body_len == len
+            && self.chunks <= self.entries
+            && (self.entries == 0) == (self.chunks == 0)
+            && len >= bytes(MIN_ENTRY).saturating_add(trailers)
+            && len <= bytes(MAX_ENTRY).saturating_add(trailers)
     }
-    if !rest.is_empty() {
-        return Err("entries that do not parse");
-    }
-    Ok(found)
 }
 
 /// The next entry of an index body, `rest` moved past it: (key, record,
@@ -165,4 +134,117 @@ pub(super) fn next_entry(rest: &mut &[u8]) -> Option<(Key, Option<u32>, u64)> {
     let born = u64::from_le_bytes(tail[len + 4..len + 12].try_into().ok()?);
     *rest = &tail[len + 12..];
     Some((key, Some(record).filter(|&r| r != u32::MAX), born))
+}
+
+/// Writes an index body: entries appended least recently used first,
+/// cut into chunks of at most [`CHUNK`] bytes of whole entries, each
+/// followed by its trailer.  Chunk `i` (from 0) is checksummed with seed
+/// `i`, so that chunks put in another order are refused too.
+#[derive(Debug)]
+pub(super) struct BodyWriter {
+    /// Most bytes of entries in a chunk ([`CHUNK`]; less in tests).
+    limit: usize,
+    body: Vec<u8>,
+    /// Where the open chunk starts, and its entries.
+    start: usize,
+    count: u32,
+    chunks: u64,
+    entries: u64,
+}
+
+impl Default for BodyWriter {
+    fn default() -> BodyWriter {
+        BodyWriter::with_chunk(CHUNK)
+    }
+}
+
+impl BodyWriter {
+    /// A writer of chunks of at most `limit` bytes of entries.
+    pub(super) fn with_chunk(limit: usize) -> BodyWriter {
+        BodyWriter {
+            limit: limit.min(CHUNK),
+            body: Vec::new(),
+            start: 0,
+            count: 0,
+            chunks: 0,
+            entries: 0,
+        }
+    }
+
+    /// Appends an entry: key, segment record (`None`: none), store time
+    /// (nanoseconds since the epoch, 0 unknown).
+    pub(super) fn push(&mut self, key: &Key, record: Option<u32>, at: u64) {
+        let k = key.as_bytes();
+        if self.body.len() - self.start + 1 + k.len() + 12 > self.limit {
+            self.close_chunk();
+        }
+        self.body.push(k.len() as u8);
+        self.body.extend_from_slice(k);
+        self.body
+            .extend_from_slice(&record.unwrap_or(u32::MAX).to_le_bytes());
+        self.body.extend_from_slice(&at.to_le_bytes());
+        self.count += 1;
+        self.entries += 1;
+    }
+
+    fn close_chunk(&mut self) {
+        if self.count == 0 {
+            return;
+        }
+        let len = (self.body.len() - self.start) as u32;
+        self.body.extend_from_slice(&len.to_le_bytes());
+        self.body.extend_from_slice(&self.count.to_le_bytes());
+        let sum = chunk_sum(self.chunks, &self.body[self.start..]);
+        self.body.extend_from_slice(&sum.to_le_bytes());
+        self.chunks += 1;
+        self.start = self.body.len();
+        self.count = 0;
+    }
+
+    /// The body, its entry count and its chunk count.
+    pub(super) fn finish(mut self) -> (Vec<u8>, u64, u64) {
+        self.close_chunk();
+        (self.body, self.entries, self.chunks)
+    }
+}
+
+/// The checksum of chunk `i`: over its entries and the first two words
+/// of its trailer (`bytes`).
+fn chunk_sum(i: u64, bytes: &[u8]) -> u64 {
+    twox_hash::XxHash3_64::oneshot_with_seed(i, bytes)
+}
+
+/// A chunk's entries' length and count, from its trailer.
+pub(super) fn trailer(t: &[u8; TRAILER]) -> (usize, u32) {
+    let len = u32::from_le_bytes(t[..4].try_into().expect("4 bytes"));
+    let count = u32::from_le_bytes(t[4..8].try_into().expect("4 bytes"));
+    (len as usize, count)
+}
+
+/// The entries of chunk `i`, `bytes` being its entries and trailer, once
+/// its checksum and its entries check out: each (key, record, store
+/// time) into `out` (cleared first), least recently used first.
+pub(super) fn check_chunk(
+    i: u64,
+    bytes: &[u8],
+    out: &mut Vec<(Key, Option<u32>, u64)>,
+) -> Result<(), &'static str> {
+    out.clear();
+    let Some(at) = bytes.len().checked_sub(TRAILER) else {
+        return Err("a chunk shorter than its trailer");
+    };
+    let t: &[u8; TRAILER] = bytes[at..].try_into().expect("a trailer");
+    let (len, count) = trailer(t);
+    let sum = u64::from_le_bytes(t[8..].try_into().expect("8 bytes"));
+    if len != at || chunk_sum(i, &bytes[..at + 8]) != sum {
+        return Err("damaged (checksum)");
+    }
+    let mut rest = &bytes[..at];
+    for _ in 0..count {
+        out.push(next_entry(&mut rest).ok_or("entries that do not parse")?);
+    }
+    if !rest.is_empty() {
+        return Err("entries that do not parse");
+    }
+    Ok(())
 }

@@ -145,7 +145,7 @@ stat_table! {
         counter restart_unreadable_files: Count => FS_RESTART_FILES["unreadable"],
         /// Entries that are no regular files.
         counter restart_foreign_entries: Count => FS_RESTART_FILES["foreign"],
-        /// 1 while the restart scan runs, else 0.
+        /// 1 while the index is rebuilt (loaded or scanned), else 0.
         gauge rebuilding: Count => FS_REBUILDING,
     }
     plain {
@@ -197,7 +197,7 @@ impl FsTier {
 // The fs tier's own families.
 family! {
     FS_REBUILDING, "kvtier_fs_rebuilding", Gauge, Tier,
-    "1 while the fs tier's restart scan still reads the directory (the tier serves what it has found so far), else 0."
+    "1 while the fs tier rebuilds its index at restart (reads its persisted index, or scans the directory; it serves what it has found so far), else 0."
 }
 family! {
     FS_DIRECT_IO, "kvtier_fs_direct_io", Gauge, Tier,
