@@ -209,8 +209,9 @@ pub(crate) unsafe fn fs_options_of(
 }
 
 /// Opens a file-system tier over the manager's slot memory (blocks of its
-/// slot size) in `options->directory`, starting to rebuild its index from
-/// the files already there in the background, and registers it as the
+/// slot size) in `options->directory`, starting to rebuild its index in
+/// the background (from the index a clean shutdown persisted there, else
+/// from the files already there), and registers it as the
 /// next secondary tier (name "fs", medium storage); writes its tier index
 /// to `*index_out`.  Allowed until the first request starts.
 ///
@@ -222,10 +223,11 @@ pub(crate) unsafe fn fs_options_of(
 /// read during the call only.  Bad options give
 /// `KVTIER_STATUS_INVALID_ARGUMENT` (or `_NOT_FOUND` for a missing
 /// directory with `create_dir` off) and change nothing.  The manager owns
-/// the tier.  Returns without reading a block: the tier serves what its
-/// restart scan has found so far (a block not found yet is a miss), and
-/// `kvtier_manager_readiness` lists "fs tier rebuilding" until the scan
-/// has ended (the gauge `kvtier_fs_rebuilding`).  Internally synchronized
+/// the tier.  Returns without reading a block or the persisted index's
+/// entries: the tier serves what the load or scan has indexed so far (a
+/// block not indexed yet is a miss), and `kvtier_manager_readiness` lists
+/// "fs tier rebuilding" until it has ended (the gauge
+/// `kvtier_fs_rebuilding`).  Internally synchronized
 /// (as the manager).
 ///
 /// # Safety

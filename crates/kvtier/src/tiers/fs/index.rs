@@ -2,8 +2,8 @@
 //! state, how many bytes they take, and their recency (an intrusive LRU list
 //! over the nodes, so touching and evicting allocate nothing, and a store
 //! reuses a freed node of its key's size class).  Its restart
-//! side (a bulk fill from the persisted index, the blocks the background
-//! scan finds) is in `index_fill.rs`.
+//! side (the blocks the persisted index's load or the background scan
+//! finds) is in `index_fill.rs`.
 //!
 //! Each key is kept once, in its node: the hash table holds only node
 //! numbers (a `u32` and a control byte per bucket) and hashes a node's key
@@ -156,8 +156,6 @@ pub(super) struct Index {
     file_bytes: u64,
     /// Segment records no key holds (segments layout; empty otherwise).
     free_records: Vec<u32>,
-    /// `append_ready` could not allocate a node (the fill failed).
-    fill_failed: bool,
 }
 
 impl Index {
@@ -175,7 +173,6 @@ impl Index {
             ready_in_fanout: [0; 256],
             file_bytes,
             free_records: Vec::new(),
-            fill_failed: false,
         }
     }
 

@@ -1,10 +1,9 @@
-//! The fs index's restart side: room made ahead, a bulk fill in recency
-//! order (the table filled in bucket order) from the persisted index, the
-//! blocks the background restart scan finds and the records it frees,
-//! the keys in recency order and the records in use at a clean shutdown,
-//! and what the index takes on the heap.
+//! The fs index's restart side: room made ahead, the blocks the
+//! background restart scan (or the persisted index's load) finds and the
+//! records it frees, the keys in recency order and the records in use at
+//! a clean shutdown, and what the index takes on the heap.
 
-use super::{Index, NIL, NO_RECORD, Node, State, hash_of, key_of};
+use super::{Index, NIL, NO_RECORD, State, hash_of, key_of};
 use crate::key::Key;
 
 /// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
@@ -58,109 +57,6 @@ impl Index {
             self.free_records.capacity() * size_of::<u32>(),
         ]
     }
-
-    /// An index over `records` segment records of `file_bytes` each, holding
-    /// the blocks a restart found, as (key, record) pairs least recently
-    /// used first (a scan finds them in record order, and that becomes
-    /// their recency); every other record is free.  The keys and records
-    /// are distinct, the records below `records`.  Fails only when the
-    /// index or its free list cannot be allocated.
-    pub(in crate::tiers::fs) fn with_records(
-        file_bytes: u64,
-        records: u32,
-        found: &[(Key, u32)],
-    ) -> crate::Result<Index> {
-        let mut index = Index::new(file_bytes);
-        index.reserve(found.len())?;
-        let oom = |what: String| crate::Error::OutOfMemory(format!("fs tier: {what}"));
-        let words = (records as usize).div_ceil(64);
-        let mut taken: Vec<u64> = Vec::new();
-        taken
-            .try_reserve_exact(words)
-            .map_err(|_| oom(format!("a map of {records} records")))?;
-        taken.resize(words, 0);
-        for &(key, record) in found {
-            debug_assert!(record < records);
-            index.append_ready(key, Some(record));
-            taken[record as usize / 64] |= 1 << (record % 64);
-        }
-        let whole = index.map_appended();
-        if index.fill_failed {
-            return Err(oom(format!("an index of {} keys", found.len())));
-        }
-        debug_assert!(whole, "a key found twice");
-        let free = records as usize - found.len();
-        index
-            .free_records
-            .try_reserve_exact(free)
-            .map_err(|_| oom(format!("a free list of {free} records")))?;
-        // Highest first, so the lowest numbers go out first.
-        for r in (0..records).rev() {
-            if taken[r as usize / 64] & (1 << (r % 64)) == 0 {
-                index.free_records.push(r);
-            }
-        }
-        Ok(index)
-    }
-
-    /// Appends Ready `key` (holding segment record `record`, if any) as the
-    /// most recent key, without entering it in the table: a restart's
-    /// bulk fill of a new index, which `map_appended` finishes (and fails
-    /// if a key's node could not be allocated).
-    pub(in crate::tiers::fs) fn append_ready(&mut self, key: Key, record: Option<u32>) {
-        debug_assert!(self.map.is_empty() && self.nodes.none_free());
-        let node = Node::new(&key, State::Ready, record.unwrap_or(NO_RECORD));
-        let Some(i) = self.nodes.alloc(key.as_bytes(), node) else {
-            self.fill_failed = true;
-            return;
-        };
-        self.used += self.file_bytes;
-        self.count_ready(i, true);
-        self.push_head(i);
-    }
-
-    /// Enters the keys `append_ready` appended in the table, in the order
-    /// of their buckets (memory in sequence rather than a random probe per
-    /// key).  False if a key was appended twice, or if the index could
-    /// not be allocated: it is then not usable (drop it).
-    pub(in crate::tiers::fs) fn map_appended(&mut self) -> bool {
-        if self.fill_failed {
-            return false;
-        }
-        let n = self.nodes.len();
-        let Index {
-            map, nodes, hasher, ..
-        } = self;
-        if map
-            .try_reserve(n, |&i| hash_of(hasher, nodes.key(i)))
-            .is_err()
-        {
-            return false;
-        }
-        let mut order: Vec<(u64, u32)> = Vec::new();
-        if order.try_reserve_exact(n).is_err() {
-            return false;
-        }
-        order.extend(nodes.numbers().map(|i| (hash_of(hasher, nodes.key(i)), i)));
-        // A key's first bucket is its hash's low bits under the mask.
-        let mask = buckets(map.capacity()).max(1) as u64 - 1;
-        order.sort_unstable_by_key(|&(h, _)| h & mask);
-        for (h, i) in order {
-            let key = nodes.key(i);
-            let entry = map.entry(
-                h,
-                |&j| nodes.key(j) == key,
-                |&j| hash_of(hasher, nodes.key(j)),
-            );
-            match entry {
-                hashbrown::hash_table::Entry::Vacant(slot) => {
-                    slot.insert(i);
-                }
-                hashbrown::hash_table::Entry::Occupied(_) => return false,
-            }
-        }
-        true
-    }
 }
 
 /// What the background restart scan needs of the index (`rebuilding.rs`),
@@ -195,6 +91,7 @@ impl Index {
 
     /// Appends the Ready keys to `out`, least recently used first (held
     /// keys last).
+    #[cfg(test)]
     pub(in crate::tiers::fs) fn ready_keys(&self, out: &mut Vec<Key>) {
         self.ready_walk(|key, _| out.push(*key));
     }

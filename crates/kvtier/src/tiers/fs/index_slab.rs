@@ -182,24 +182,6 @@ impl Slabs {
         self.classes[c].free = i;
     }
 
-    /// Whether no node is free.
-    pub(super) fn none_free(&self) -> bool {
-        self.classes.iter().all(|c| c.free == NIL)
-    }
-
-    /// Every node handed out (free ones too), by class and in order.
-    pub(super) fn numbers(&self) -> impl Iterator<Item = u32> + '_ {
-        self.classes
-            .iter()
-            .enumerate()
-            .flat_map(|(c, class)| (0..class.len).map(move |n| (c as u32) << CLASS_SHIFT | n))
-    }
-
-    /// Number of nodes handed out (free ones too).
-    pub(super) fn len(&self) -> usize {
-        self.classes.iter().map(|c| c.len as usize).sum()
-    }
-
     /// Heap bytes: the chunks, and the lists of chunks.
     pub(super) fn heap_parts(&self) -> (usize, usize) {
         let mut chunks = 0;

@@ -100,7 +100,10 @@ fn writing_keys_are_not_evictable_until_ready() {
 
 #[test]
 fn records_found_at_restart_stay_theirs_and_the_others_go_out_lowest_first() {
-    let mut ix = Index::with_records(100, 6, &[(k(1), 1), (k(2), 4)]).unwrap();
+    let mut ix = Index::new(100);
+    ix.insert_found(k(2), Some(4));
+    ix.insert_found(k(1), Some(1));
+    ix.add_free_records(&[5, 3, 2, 0]);
     assert_eq!((ix.record(&k(1)), ix.record(&k(2))), (Some(1), Some(4)));
     assert_eq!(ix.free_records(), 4);
     let mut got = Vec::new();
@@ -160,14 +163,6 @@ fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
     assert_eq!(ix.remove(&k(1)), Some(State::Ready));
     assert_eq!((ix.held_count(), ix.ready_count()), (0, 0));
     assert_eq!(ix.used(), 10, "the written key");
-}
-
-/// A vLLM-shaped key: 32 bytes of hash and a 4-byte group index.
-fn wide(i: u64) -> Key {
-    let mut b = [0u8; 36];
-    b[..8].copy_from_slice(&i.to_le_bytes());
-    b[8..16].copy_from_slice(&(i ^ 0x9e37_79b9_7f4a_7c15).to_le_bytes());
-    Key::new(&b).unwrap()
 }
 
 /// A key of `len` bytes numbered `i` (distinct for distinct `i` below
@@ -245,31 +240,6 @@ fn a_key_of_16_bytes_costs_under_48_heap_bytes_at_a_million_keys() {
         assert_eq!(ix.evict_one(false), Some(sized(i, 16)));
     }
     assert_eq!((ix.ready_count(), ix.used()), (0, 0));
-}
-
-#[test]
-fn a_bulk_fill_keeps_its_order_and_finds_every_key_or_a_repeat() {
-    let mut ix = Index::new(10);
-    ix.reserve(5000).unwrap();
-    for i in 0..5000 {
-        ix.append_ready(wide(i), (i % 2 == 0).then_some(i as u32));
-    }
-    assert!(ix.map_appended());
-    assert_eq!((ix.ready_count(), ix.used()), (5000, 50_000));
-    assert!((0..5000).all(|i| ix.get(&wide(i)) == Some((State::Ready, 0))));
-    assert_eq!(ix.record(&wide(4)), Some(4));
-    assert_eq!(ix.record(&wide(5)), None);
-    assert_eq!(ix.get(&wide(5000)), None);
-    // The first appended is the least recent.
-    assert_eq!(ix.evict_one(false), Some(wide(0)));
-    // Usable as any index afterwards.
-    ix.insert(wide(9999), State::Writing);
-    assert!(ix.set_ready(&wide(9999)));
-    let mut twice = Index::new(10);
-    for i in [1, 2, 3, 2] {
-        twice.append_ready(wide(i), None);
-    }
-    assert!(!twice.map_appended(), "a repeated key");
 }
 
 /// A 32-byte key (a block hash) numbered `i`.

@@ -97,11 +97,6 @@ mod file;
 mod files;
 pub mod format;
 mod holds;
-// The bulk fill (`Index::with_records`, `append_ready`, `map_appended`)
-// and `Index::ready_keys` lost their last callers when the persisted
-// index came to be taken in as the restart scan's batches: to be removed
-// with this allowance.
-#[allow(dead_code)]
 mod index;
 pub mod inspect;
 mod io;
