@@ -96,6 +96,7 @@ mod drop_tests;
 mod file;
 mod files;
 pub mod format;
+mod found;
 mod holds;
 mod index;
 pub mod inspect;

@@ -36,9 +36,10 @@
 use hashbrown::HashSet;
 
 use super::format::{Layout, file_len};
+use super::found::Found;
 use super::index::{Index, State};
 use super::rebuild::{self, RebuildReport};
-use super::scan::{Found, RebuildHold, Scanner, Work};
+use super::scan::{RebuildHold, Scanner, Work};
 use super::segments::Segments;
 use super::snapshot_load::Load;
 use super::{FsOptions, FsTier, Key, file};

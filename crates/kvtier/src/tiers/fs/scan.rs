@@ -32,13 +32,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
 use super::beneath::Fd;
 use super::file::Scratch;
 use super::format::{HEADER_LEN, decode_header};
+use super::found::{BATCH, Found};
 use super::live::set_records;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Geometry;
@@ -50,29 +51,8 @@ use crate::key::Key;
 pub(super) const SCAN_THREADS: usize = 16;
 /// Records a segments unit spans.
 pub(super) const RUN: u32 = 4096;
-/// Most blocks a files batch holds (a fan-out directory of more is sent
-/// in several), so that taking one in is short.
-pub(super) const BATCH: usize = 4096;
 /// Most batches sent and not yet taken in.
 pub(super) const IN_FLIGHT: usize = 64;
-
-/// What the scan hands the tier.
-#[derive(Debug)]
-pub(super) enum Found {
-    /// A fan-out directory's whole blocks, oldest first.
-    Files(Vec<(SystemTime, Key)>),
-    /// A run of records: its blocks as (key, record) in record order, and
-    /// its records that hold none.
-    Records(Vec<(Key, u32)>, Vec<u32>),
-    /// One thread's counts, at its end.
-    Counts(RebuildReport),
-    /// The persisted index was read whole: every entry sent (the last
-    /// batch before this).
-    Loaded,
-    /// The persisted index turned out bad (why) after the batches before
-    /// this; the scan follows.
-    Rejected(String),
-}
 
 /// What a scan reads.
 pub(super) enum Work {

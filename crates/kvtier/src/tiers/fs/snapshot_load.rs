@@ -22,7 +22,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::beneath::Fd;
-use super::scan::{BATCH, Found};
+use super::found::{BATCH, Found};
 use super::snapshot_files::read_exact;
 use super::snapshot_format::{CHUNK, HEADER, Header, TRAILER, check_chunk, trailer};
 use crate::key::Key;

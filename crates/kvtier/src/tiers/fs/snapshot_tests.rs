@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
+use crate::tiers::fs::found::Found;
 use crate::tiers::fs::index::State;
-use crate::tiers::fs::scan::Found;
 use crate::tiers::fs::snapshot_files::temp_writer;
 use crate::tiers::fs::snapshot_format::{CHUNK, TRAILER};
 use crate::tiers::fs::snapshot_load::{Loaded, Records};
@@ -554,7 +554,7 @@ fn a_load_reads_a_multi_chunk_body_whole_and_in_order_and_stops_when_asked() {
     let sent = std::cell::Cell::new(0);
     let ended = load_of("stop", w).run(None, &|| sent.get() > 0, &mut |f| {
         let Found::Files(b) = f else { panic!() };
-        assert!(b.len() <= crate::tiers::fs::scan::BATCH);
+        assert!(b.len() <= crate::tiers::fs::found::BATCH);
         sent.set(sent.get() + 1);
         true
     });

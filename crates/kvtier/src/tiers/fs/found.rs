@@ -1,0 +1,31 @@
+//! What a restart finds and hands the tier, in batches: the background
+//! scan's blocks and free records, and the persisted index's entries as
+//! its load reads them (`scan.rs`, `snapshot_load.rs`; taken in by
+//! `rebuilding.rs`).
+
+use std::time::SystemTime;
+
+use super::rebuild::RebuildReport;
+use crate::key::Key;
+
+/// Most blocks a files batch holds (a fan-out directory of more is sent
+/// in several), so that taking one in is short.
+pub(super) const BATCH: usize = 4096;
+
+/// What the scan, or the persisted index's load, hands the tier.
+#[derive(Debug)]
+pub(super) enum Found {
+    /// A fan-out directory's whole blocks, oldest first.
+    Files(Vec<(SystemTime, Key)>),
+    /// A run of records: its blocks as (key, record) in record order, and
+    /// its records that hold none.
+    Records(Vec<(Key, u32)>, Vec<u32>),
+    /// One thread's counts, at its end.
+    Counts(RebuildReport),
+    /// The persisted index was read whole: every entry sent (the last
+    /// batch before this).
+    Loaded,
+    /// The persisted index turned out bad (why) after the batches before
+    /// this; the scan follows.
+    Rejected(String),
+}
