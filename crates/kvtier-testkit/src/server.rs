@@ -236,6 +236,15 @@ pub fn clients(socket: &Path) -> serde_json::Value {
     serde_json::from_str(&o.clients_json().unwrap()).unwrap()
 }
 
+/// [`clients`], or `None` while the server is at its `max_clients` (the
+/// observer's own connection is refused until closed ones are released).
+pub fn clients_when_room(socket: &Path) -> Option<serde_json::Value> {
+    match Client::observe(socket, &options("observer")) {
+        Err(kvtier_core::Error::NoSpace(_)) => None,
+        o => Some(serde_json::from_str(&o.unwrap().clients_json().unwrap()).unwrap()),
+    }
+}
+
 /// A raw connection speaking the protocol by hand.
 pub struct Raw {
     /// The socket.

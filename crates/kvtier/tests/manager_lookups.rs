@@ -414,3 +414,33 @@ fn an_answer_counts_the_hits_and_the_key_that_stopped_them_as_looked_up() {
     assert_eq!(answer(0, LookupResult::Retry).looked_up(), 1);
     assert_eq!(answer(0, LookupResult::Hit).looked_up(), 0);
 }
+
+#[test]
+fn the_primary_tiers_events_waiting_in_the_manager_stay_within_its_event_capacity() {
+    let p = PrimaryTier::new(PrimaryConfig {
+        capacity: 16,
+        event_capacity: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = Manager::with_backend(p, ManagerOptions::default());
+    let r = start(&m, "r");
+    let mut plan = StorePlan::default();
+    let queued = |m: &Manager<PrimaryTier>| m.events_queued().unwrap().keys;
+    m.prepare_store(r, &keys(1..3), &mut plan).unwrap();
+    m.complete_store(r, &plan.to_store, true).unwrap();
+    assert_eq!(queued(&m), 2);
+    // Two more wait in the tier: the manager's share for it is full.
+    m.prepare_store(r, &keys(3..5), &mut plan).unwrap();
+    m.complete_store(r, &plan.to_store, true).unwrap();
+    assert_eq!(queued(&m), 2, "the tier's share of the queue is full");
+    let mut out = Vec::new();
+    m.take_events(&mut out).unwrap();
+    let taken: Vec<_> = out.iter().map(|e| e.event.key.unwrap()).collect();
+    assert_eq!(taken, keys(1..3));
+    assert_eq!(queued(&m), 2, "the two that waited in the tier come next");
+    out.clear();
+    m.take_events(&mut out).unwrap();
+    let taken: Vec<_> = out.iter().map(|e| e.event.key.unwrap()).collect();
+    assert_eq!(taken, keys(3..5));
+}
