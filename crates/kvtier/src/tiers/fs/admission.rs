@@ -66,8 +66,7 @@ impl FsTier {
         let mut queued = 0;
         for &i in &new {
             let key = job.keys[i];
-            if queued < admitted {
-                self.index.insert(key, State::Writing);
+            if queued < admitted && self.index.insert(key, State::Writing) {
                 self.note_live(&key);
                 if segmented {
                     // The capacity bounds the keys to the records, so one
@@ -200,6 +199,27 @@ mod tests {
         let mut out = Vec::new();
         t.poll_finished(16, &mut out);
         out.pop().expect("the job finished")
+    }
+
+    #[test]
+    fn a_store_the_index_has_no_room_for_is_rejected_as_full() {
+        for layout in [FsLayout::Files, FsLayout::Segments] {
+            let dir = tempfile::tempdir().unwrap();
+            let slots = SlotMemory::anonymous(8, 4096).unwrap();
+            let opts = FsOptions {
+                layout,
+                capacity_bytes: 16 * file_len(4096),
+                ..FsOptions::new(dir.path())
+            };
+            let mut t = FsTier::open(slots, opts).unwrap();
+            t.index.limit_nodes(2);
+            let r = store(&mut t, &[1, 2, 3]);
+            assert!(!r.success, "{layout:?}: one key was refused");
+            assert_eq!(stat(&t, "stores_written"), 2.0, "{layout:?}");
+            assert_eq!(stat(&t, "stores_rejected_full"), 1.0, "{layout:?}");
+            assert_eq!(t.block_count(), 2, "{layout:?}");
+            assert_eq!(t.bytes_used(), 2 * file_len(4096), "{layout:?}");
+        }
     }
 
     #[test]

@@ -39,6 +39,19 @@ pub(super) enum State {
     Removing,
 }
 
+/// What [`Index::insert_new`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Added {
+    /// The key is indexed now.
+    Yes,
+    /// It was indexed already (nothing changed).
+    Present,
+    /// No node could be had for it (nothing changed): its size class
+    /// holds 2^29 - 1 keys (about 536 million), or a chunk of nodes more
+    /// could not be allocated.  The tier treats it as full.
+    NoRoom,
+}
+
 const NIL: u32 = u32::MAX;
 
 /// The state's bits of [`Node::flags`] (the flags' four low bits are
@@ -313,15 +326,18 @@ impl Index {
     }
 
     /// Adds `key` (absent) in `state`, accounting its bytes; a Ready key
-    /// becomes the most recent.
-    pub(super) fn insert(&mut self, key: Key, state: State) {
+    /// becomes the most recent.  False, and nothing changed, if no node
+    /// can be had for it (see [`Added::NoRoom`]).
+    #[must_use]
+    pub(super) fn insert(&mut self, key: Key, state: State) -> bool {
         let added = self.insert_new(key, state);
-        debug_assert!(added, "the key was indexed already");
+        debug_assert!(added != Added::Present, "the key was indexed already");
+        added == Added::Yes
     }
 
     /// [`Index::insert`] if `key` is absent (one probe of the table);
-    /// false, and nothing changed, if it is indexed already.
-    pub(super) fn insert_new(&mut self, key: Key, state: State) -> bool {
+    /// nothing changed if it is indexed already or no node can be had.
+    pub(super) fn insert_new(&mut self, key: Key, state: State) -> Added {
         let bytes = key.as_bytes();
         let h = hash_of(&self.hasher, bytes);
         let Index {
@@ -333,11 +349,10 @@ impl Index {
             |&i| hash_of(hasher, nodes.key(i)),
         );
         let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
-            return false;
+            return Added::Present;
         };
         let Some(i) = nodes.alloc(bytes, Node::new(&key, state, NO_RECORD)) else {
-            // As a vector that cannot grow: no room for one node more.
-            std::alloc::handle_alloc_error(slab::chunk_layout(bytes.len()));
+            return Added::NoRoom;
         };
         slot.insert(i);
         self.used += self.file_bytes;
@@ -345,7 +360,7 @@ impl Index {
             self.count_ready(i, true);
             self.push_head(i);
         }
-        true
+        Added::Yes
     }
 
     /// A Writing key became Ready (most recent).  False if it was not Writing.

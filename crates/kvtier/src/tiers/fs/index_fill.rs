@@ -66,9 +66,13 @@ impl Index {
     /// Adds `key` (absent) as Ready, found by the restart scan (in segment
     /// record `record`, which the scan never also hands out as free), as
     /// the least recently used key: older than every key stored or used
-    /// since the tier opened.
-    pub(in crate::tiers::fs) fn insert_found(&mut self, key: Key, record: Option<u32>) {
-        self.insert(key, State::Ready);
+    /// since the tier opened.  False, and nothing changed, if no node can
+    /// be had for it (`Added::NoRoom`).
+    #[must_use]
+    pub(in crate::tiers::fs) fn insert_found(&mut self, key: Key, record: Option<u32>) -> bool {
+        if !self.insert(key, State::Ready) {
+            return false;
+        }
         // A Ready key is inserted at the head of the LRU list.
         let i = self.heads[0];
         debug_assert!(self.nodes.key(i) == key.as_bytes());
@@ -82,6 +86,7 @@ impl Index {
             self.edit(old, |n| n.next = i);
             self.tails[0] = i;
         }
+        true
     }
 
     /// Adds segment records known to hold no block to the free list.
@@ -118,5 +123,14 @@ impl Index {
                 .map(|&i| self.node(i).record)
                 .filter(|&r| r != NO_RECORD),
         );
+    }
+}
+
+#[cfg(test)]
+impl Index {
+    /// Lets each key size class hold at most `limit` keys, as if its
+    /// 2^29 - 1 were reached (tests of a full index).
+    pub(in crate::tiers::fs) fn limit_nodes(&mut self, limit: u32) {
+        self.nodes.set_limit(limit);
     }
 }

@@ -41,6 +41,9 @@ struct Class {
 #[derive(Debug)]
 pub(super) struct Slabs {
     classes: [Class; CLASSES],
+    /// Most nodes one class hands out: `PER_CLASS - 1` (its last number
+    /// would be `NIL`), lower in tests.
+    limit: u32,
 }
 
 impl std::fmt::Debug for Class {
@@ -66,11 +69,6 @@ const fn width(c: usize) -> usize {
     HEADER + 8 * (c + 1)
 }
 
-/// The allocation of one chunk of the class of keys of `len` bytes.
-pub(super) fn chunk_layout(len: usize) -> std::alloc::Layout {
-    std::alloc::Layout::array::<u8>(CHUNK_NODES * width(class_of(len))).expect("a few KiB")
-}
-
 impl Slabs {
     pub(super) fn new() -> Slabs {
         Slabs {
@@ -79,7 +77,14 @@ impl Slabs {
                 len: 0,
                 free: NIL,
             }),
+            limit: PER_CLASS - 1,
         }
+    }
+
+    /// Hands out at most `limit` nodes per class (tests of a full class).
+    #[cfg(test)]
+    pub(super) fn set_limit(&mut self, limit: u32) {
+        self.limit = limit.min(PER_CLASS - 1);
     }
 
     /// Node `i`'s header and key slot.
@@ -149,8 +154,7 @@ impl Slabs {
         } else {
             let class = &mut self.classes[c];
             let n = class.len;
-            // The last number of the last class would be `NIL`.
-            if n == PER_CLASS - 1 {
+            if n == self.limit {
                 return None;
             }
             if n as usize == class.chunks.len() * CHUNK_NODES {

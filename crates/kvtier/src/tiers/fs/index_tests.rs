@@ -10,7 +10,7 @@ fn k(i: u8) -> Key {
 fn lru_order_touch_and_readers() {
     let mut ix = Index::new(10);
     for i in 0..4 {
-        ix.insert(k(i), State::Ready);
+        assert!(ix.insert(k(i), State::Ready));
     }
     assert_eq!(ix.used(), 40);
     ix.touch(&k(0));
@@ -33,10 +33,10 @@ fn with_prefix_parts_idle_keys_from_busy_ones() {
     let mut ix = Index::new(10);
     let ab = |a: u8, b: u8| Key::new(&[a, b]).unwrap();
     for i in 0..4 {
-        ix.insert(ab(1, i), State::Ready);
+        assert!(ix.insert(ab(1, i), State::Ready));
     }
-    ix.insert(ab(1, 9), State::Writing);
-    ix.insert(ab(2, 0), State::Ready);
+    assert!(ix.insert(ab(1, 9), State::Writing));
+    assert!(ix.insert(ab(2, 0), State::Ready));
     assert!(ix.add_reader(&ab(1, 1)));
     assert_eq!(ix.evict_one(true), Some(ab(1, 0)), "1.0 is least recent");
     let mut idle = Vec::new();
@@ -55,14 +55,14 @@ fn dropping_a_fanout_forgets_only_its_ready_keys() {
     let keys: Vec<Key> = (0..40).map(k).collect();
     let f = Layout::fanout_index(&keys[0]);
     for key in &keys {
-        ix.insert(*key, State::Ready);
+        assert!(ix.insert(*key, State::Ready));
     }
     ix.set_announced(&keys[0]);
     let writing = (0..=255u8)
         .map(|i| Key::new(&[i, 1]).unwrap())
         .find(|key| Layout::fanout_index(key) == f)
         .unwrap();
-    ix.insert(writing, State::Writing);
+    assert!(ix.insert(writing, State::Writing));
     let in_f = keys
         .iter()
         .filter(|key| Layout::fanout_index(key) == f)
@@ -86,14 +86,14 @@ fn dropping_a_fanout_forgets_only_its_ready_keys() {
 #[test]
 fn writing_keys_are_not_evictable_until_ready() {
     let mut ix = Index::new(5);
-    ix.insert(k(1), State::Writing);
+    assert!(ix.insert(k(1), State::Writing));
     assert_eq!(ix.used(), 5);
     assert_eq!(ix.evict_one(false), None);
     assert!(!ix.add_reader(&k(1)));
     assert!(ix.set_ready(&k(1)));
     assert!(!ix.set_ready(&k(1)));
     assert_eq!(ix.evict_one(false), Some(k(1)));
-    ix.insert(k(2), State::Writing);
+    assert!(ix.insert(k(2), State::Writing));
     assert_eq!(ix.remove(&k(2)), Some(State::Writing));
     assert_eq!(ix.used(), 0);
 }
@@ -101,18 +101,18 @@ fn writing_keys_are_not_evictable_until_ready() {
 #[test]
 fn records_found_at_restart_stay_theirs_and_the_others_go_out_lowest_first() {
     let mut ix = Index::new(100);
-    ix.insert_found(k(2), Some(4));
-    ix.insert_found(k(1), Some(1));
+    assert!(ix.insert_found(k(2), Some(4)));
+    assert!(ix.insert_found(k(1), Some(1)));
     ix.add_free_records(&[5, 3, 2, 0]);
     assert_eq!((ix.record(&k(1)), ix.record(&k(2))), (Some(1), Some(4)));
     assert_eq!(ix.free_records(), 4);
     let mut got = Vec::new();
     for n in 10..14 {
-        ix.insert(k(n), State::Writing);
+        assert!(ix.insert(k(n), State::Writing));
         got.push(ix.assign_record(&k(n)).unwrap());
     }
     assert_eq!(got, [0, 2, 3, 5]);
-    ix.insert(k(20), State::Writing);
+    assert!(ix.insert(k(20), State::Writing));
     assert_eq!(ix.assign_record(&k(20)), None, "no record left");
     // A Ready key, or one that has a record, gets none.
     assert_eq!(ix.assign_record(&k(1)), None);
@@ -135,9 +135,9 @@ fn records_found_at_restart_stay_theirs_and_the_others_go_out_lowest_first() {
 fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
     let mut ix = Index::new(10);
     for i in 0..4 {
-        ix.insert(k(i), State::Ready);
+        assert!(ix.insert(k(i), State::Ready));
     }
-    ix.insert(k(9), State::Writing);
+    assert!(ix.insert(k(9), State::Writing));
     assert!(ix.hold(&k(0)) && ix.hold(&k(1)));
     assert!(ix.hold(&k(0)), "held already");
     assert!(!ix.hold(&k(9)) && !ix.hold(&k(7)), "written, absent");
@@ -187,7 +187,7 @@ fn grown(n: u64, len: usize) -> (usize, usize, f64) {
     let mut parts = ix.heap_parts();
     let (mut peak, mut worst) = (0, 0f64);
     for i in 0..n {
-        ix.insert(sized(i, len), State::Ready);
+        assert!(ix.insert(sized(i, len), State::Ready));
         let now = ix.heap_parts();
         let moving: usize = [0, 2, 3]
             .into_iter()
@@ -225,7 +225,7 @@ fn a_key_of_16_bytes_costs_under_48_heap_bytes_at_a_million_keys() {
     let mut ix = Index::new(4096);
     ix.reserve(N as usize).unwrap();
     for i in 0..N {
-        ix.insert(sized(i, 16), State::Ready);
+        assert!(ix.insert(sized(i, 16), State::Ready));
     }
     let per = ix.heap_bytes() as f64 / N as f64;
     eprintln!("index of {N} keys of 16 bytes reserved at once: {per:.1} bytes per key");
@@ -263,7 +263,7 @@ fn time_the_store_touch_and_evict_paths() {
     let mut ix = Index::new(4096);
     let t = Instant::now();
     for i in 0..N {
-        ix.insert(hash32(i), State::Writing);
+        assert!(ix.insert(hash32(i), State::Writing));
         ix.set_ready(&hash32(i));
     }
     let insert = ns(t, N);
@@ -281,7 +281,7 @@ fn time_the_store_touch_and_evict_paths() {
     let t = Instant::now();
     for i in N..2 * N {
         ix.evict_one(false).unwrap();
-        ix.insert(hash32(i), State::Writing);
+        assert!(ix.insert(hash32(i), State::Writing));
         ix.set_ready(&hash32(i));
     }
     let churn = ns(t, N);
@@ -299,9 +299,9 @@ fn keys_of_every_length_are_kept_apart_each_in_its_class() {
     // Each key a prefix of the next: only their lengths tell them apart.
     let key = |len: usize| Key::new(&[7; 64][..len]).unwrap();
     for len in 1..=64 {
-        assert!(ix.insert_new(key(len), State::Ready));
+        assert_eq!(ix.insert_new(key(len), State::Ready), Added::Yes);
     }
-    assert!((1..=64).all(|len| !ix.insert_new(key(len), State::Ready)));
+    assert!((1..=64).all(|len| ix.insert_new(key(len), State::Ready) == Added::Present));
     assert!(ix.get(&Key::new(&[7, 8]).unwrap()).is_none());
     assert!(ix.remove(&key(9)).is_some() && ix.get(&key(9)).is_none());
     assert!(
@@ -324,7 +324,7 @@ fn a_freed_node_goes_to_the_next_key_of_its_class_only() {
     let mut ix = Index::new(1);
     let n = slab::CHUNK_NODES as u64;
     for i in 0..n {
-        ix.insert(sized(i, 16), State::Ready);
+        assert!(ix.insert(sized(i, 16), State::Ready));
     }
     let full = ix.heap_parts()[1];
     for i in 0..n / 2 {
@@ -335,14 +335,14 @@ fn a_freed_node_goes_to_the_next_key_of_its_class_only() {
     }
     // Keys of 9 to 16 bytes take the freed nodes: no chunk more.
     for i in 0..n * 3 / 4 {
-        ix.insert(sized(n + i, 9 + i as usize % 8), State::Writing);
+        assert!(ix.insert(sized(n + i, 9 + i as usize % 8), State::Writing));
     }
     assert_eq!(ix.heap_parts()[1], full);
     // One key more of that class, or one of another, takes a new chunk.
-    ix.insert(sized(2 * n, 16), State::Writing);
+    assert!(ix.insert(sized(2 * n, 16), State::Writing));
     let two = ix.heap_parts()[1];
     assert!(two > full);
-    ix.insert(sized(2 * n, 17), State::Writing);
+    assert!(ix.insert(sized(2 * n, 17), State::Writing));
     assert!(ix.heap_parts()[1] > two);
     assert!((n * 3 / 4..n).all(|i| ix.get(&sized(i, 16)) == Some((State::Ready, 0))));
     assert!((0..n * 3 / 4).all(|i| ix.set_ready(&sized(n + i, 9 + i as usize % 8))));
@@ -357,7 +357,7 @@ fn many_keys_across_chunks_keep_their_records_and_flags() {
     let key = |i: u64| sized(i + 300, len(i).max(2));
     ix.add_free_records(&(0..n as u32).rev().collect::<Vec<_>>());
     for i in 0..n {
-        ix.insert(key(i), State::Writing);
+        assert!(ix.insert(key(i), State::Writing));
         assert_eq!(ix.assign_record(&key(i)), Some(i as u32));
         if i % 3 == 0 {
             ix.set_announced(&key(i));
@@ -380,7 +380,7 @@ fn many_keys_across_chunks_keep_their_records_and_flags() {
 #[test]
 fn a_key_takes_at_most_u16_max_readers() {
     let mut ix = Index::new(1);
-    ix.insert(k(1), State::Ready);
+    assert!(ix.insert(k(1), State::Ready));
     for _ in 0..u16::MAX {
         assert!(ix.add_reader(&k(1)));
     }
@@ -433,7 +433,7 @@ fn random_operations_agree_with_a_plain_model() {
                 } else {
                     State::Writing
                 };
-                assert_eq!(ix.insert_new(k, st), entry.is_none());
+                assert_eq!(ix.insert_new(k, st) == Added::Yes, entry.is_none());
                 if entry.is_none() {
                     m.keys.insert(k, (st, 0, false, false));
                     if st == State::Ready {
@@ -552,4 +552,28 @@ fn random_operations_agree_with_a_plain_model() {
             );
         }
     }
+}
+
+#[test]
+fn a_full_size_class_takes_no_key_more_and_the_others_still_do() {
+    let mut ix = Index::new(10);
+    ix.limit_nodes(2);
+    assert!(ix.insert(sized(1, 16), State::Ready));
+    assert!(ix.insert(sized(2, 16), State::Writing));
+    assert_eq!(ix.insert_new(sized(3, 16), State::Ready), Added::NoRoom);
+    assert_eq!(ix.get(&sized(3, 16)), None, "nothing changed");
+    assert_eq!((ix.used(), ix.ready_count()), (20, 1));
+    assert_eq!(ix.insert_new(sized(1, 16), State::Ready), Added::Present);
+    // Another class has room; a key removed makes room in its own.
+    assert!(ix.insert(sized(3, 8), State::Ready));
+    assert!(!ix.insert_found(sized(4, 16), Some(7)));
+    assert_eq!(ix.record(&sized(4, 16)), None);
+    assert_eq!(ix.remove(&sized(2, 16)), Some(State::Writing));
+    assert!(ix.insert_found(sized(4, 16), Some(7)));
+    assert_eq!(ix.record(&sized(4, 16)), Some(7));
+    assert_eq!(
+        ix.evict_one(false),
+        Some(sized(4, 16)),
+        "found: least recent"
+    );
 }

@@ -274,7 +274,14 @@ impl FsTier {
                 }
                 continue;
             }
-            self.index.insert_found(key, None);
+            if !self.index.insert_found(key, None) {
+                // No room in the index: the block goes, as a drop's would.
+                self.rebuild.skipped += 1;
+                if self.pool.shared().disk.remove(&key, &mut scratch).is_err() {
+                    self.counts.removal_errors.add(1);
+                }
+                continue;
+            }
             self.ages.stored(key, mtime);
             self.rebuild.blocks += 1;
             self.announce_stored(key);
@@ -297,7 +304,12 @@ impl FsTier {
                 }
                 continue;
             }
-            self.index.insert_found(key, Some(record));
+            if !self.index.insert_found(key, Some(record)) {
+                // No room in the index: the record is free, its block lost.
+                self.index.add_free_records(&[record]);
+                self.rebuild.skipped += 1;
+                continue;
+            }
             self.ages.stored(key, now);
             self.rebuild.blocks += 1;
             self.announce_stored(key);
@@ -356,10 +368,10 @@ mod tests {
     #[test]
     fn blocks_found_are_less_recent_than_the_tiers_own_in_the_order_found() {
         let mut index = Index::new(8192);
-        index.insert(k(1), State::Ready);
-        index.insert_found(k(2), None);
-        index.insert(k(3), State::Ready);
-        index.insert_found(k(4), Some(7));
+        assert!(index.insert(k(1), State::Ready));
+        assert!(index.insert_found(k(2), None));
+        assert!(index.insert(k(3), State::Ready));
+        assert!(index.insert_found(k(4), Some(7)));
         assert_eq!(index.record(&k(4)), Some(7));
         assert_eq!(index.used(), 4 * 8192);
         let order: Vec<Key> = std::iter::from_fn(|| index.evict_one(false)).collect();
@@ -384,5 +396,64 @@ mod tests {
         assert!(r.was_dropped(&Key::new(b"ab").unwrap()));
         assert!(!r.was_dropped(&Key::new(b"a").unwrap()));
         assert!(!r.was_dropped(&Key::new(b"xab").unwrap()));
+    }
+
+    #[test]
+    fn blocks_found_without_room_in_the_index_are_removed_or_their_records_freed() {
+        use crate::region::SlotMemory;
+        use crate::tiering::{Direction, Job, JobId, SecondaryTier};
+        use std::sync::Arc;
+
+        use super::super::{FsLayout, FsOptions};
+
+        for layout in [FsLayout::Files, FsLayout::Segments] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = FsOptions {
+                layout,
+                capacity_bytes: 8 * file_len(4096),
+                ..FsOptions::new(dir.path())
+            };
+            let slots = || SlotMemory::anonymous(8, 4096).unwrap();
+            {
+                let mut t = FsTier::open(slots(), opts.clone()).unwrap();
+                t.submit_store(Arc::new(Job {
+                    id: JobId(1),
+                    direction: Direction::Store,
+                    keys: (1..=4).map(k).collect(),
+                    slots: (0..4).collect(),
+                    request: Default::default(),
+                }));
+                t.drain().unwrap();
+                // Dropped without a shutdown, as a crash: the next open scans.
+            }
+            let (mut t, hold) = FsTier::open_held(slots(), opts.clone()).unwrap();
+            t.index.limit_nodes(2);
+            hold.release();
+            let report = t.wait_rebuilt();
+            assert_eq!((report.blocks, t.block_count()), (2, 2), "{layout:?}");
+            assert_eq!(report.skipped, 2, "{layout:?}");
+            let found: Vec<Key> = (1..=4)
+                .map(k)
+                .filter(|key| t.index.get(key).is_some())
+                .collect();
+            if layout == FsLayout::Segments {
+                // The two records are free again (beside the four never used).
+                assert_eq!(t.index.free_records(), 6, "{layout:?}");
+            }
+            drop(t);
+            // With room, the next scan finds in the files layout the two
+            // left on disk; in segments the freed records still hold their
+            // blocks until a store reuses them, and are found again.
+            let mut t = FsTier::open(slots(), opts).unwrap();
+            let report = t.wait_rebuilt();
+            let again: Vec<Key> = (1..=4)
+                .map(k)
+                .filter(|key| t.index.get(key).is_some())
+                .collect();
+            match layout {
+                FsLayout::Files => assert_eq!(again, found, "the others' files were removed"),
+                FsLayout::Segments => assert_eq!(report.blocks, 4),
+            }
+        }
     }
 }

@@ -72,8 +72,7 @@ impl FsTier {
                 continue;
             }
             self.checks.remove(&key);
-            if self.index.get(&key).is_none() {
-                self.index.insert(key, State::Ready);
+            if self.index.get(&key).is_none() && self.index.insert(key, State::Ready) {
                 self.note_live(&key);
                 self.ages.stored(key, std::time::SystemTime::now());
                 self.counts.blocks_adopted.add(1);

@@ -157,7 +157,7 @@ mod tests {
     fn read_tier(dir: &std::path::Path, keys: &[u8]) -> FsTier {
         let mut t = tier(dir);
         for &i in keys {
-            t.index.insert(key(i), State::Writing);
+            assert!(t.index.insert(key(i), State::Writing));
         }
         let stored = vec![KeyOutcome::Done; keys.len()];
         assert!(settle(&mut t, Direction::Store, keys, &stored).success);
@@ -172,7 +172,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = tier(dir.path());
         for i in 1..=3 {
-            t.index.insert(key(i), State::Writing);
+            assert!(t.index.insert(key(i), State::Writing));
         }
         let r = settle(
             &mut t,
@@ -214,7 +214,7 @@ mod tests {
     fn a_store_that_succeeded_counts_no_failed_job() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = tier(dir.path());
-        t.index.insert(key(1), State::Writing);
+        assert!(t.index.insert(key(1), State::Writing));
         assert!(settle(&mut t, Direction::Store, &[1], &[KeyOutcome::Done]).success);
         assert_eq!(stat(&t, "jobs_failed"), 0.0);
         assert_eq!(stat(&t, "stores_written"), 1.0);

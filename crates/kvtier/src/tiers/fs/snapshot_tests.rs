@@ -37,7 +37,7 @@ fn opts(d: &Path) -> FsOptions {
 fn index(n: u64) -> Index {
     let mut ix = Index::new(super::super::format::file_len(BLOCK));
     for i in 0..n {
-        ix.insert(key(i), State::Ready);
+        assert!(ix.insert(key(i), State::Ready));
     }
     ix
 }
@@ -257,7 +257,7 @@ fn no_index_is_written_while_blocks_are_in_flight() {
     let d = dir("flight");
     let o = opts(&d);
     let mut ix = index(4);
-    ix.insert(key(99), State::Writing);
+    assert!(ix.insert(key(99), State::Writing));
     let p = Persisted::open(&d, &o, BLOCK).unwrap();
     let why = p.write(&d, &o, BLOCK, &ix, |_| None).unwrap_err();
     assert!(why.contains("being written"), "{why}");
@@ -287,7 +287,7 @@ fn time_round_trip(n: u64) {
     let ended = load.run(None, &|| false, &mut |f| {
         let Found::Files(b) = f else { panic!() };
         for &(_, key) in b.iter().rev() {
-            back.insert_found(key, None);
+            assert!(back.insert_found(key, None));
         }
         true
     });
