@@ -589,4 +589,20 @@ mod tests {
         assert_eq!(record_all(&mut r, &hasher, &keys), [true; 8]);
         assert_eq!(r.accesses.len(), 8);
     }
+
+    #[test]
+    fn an_access_is_a_keys_only_when_hash_and_bytes_both_agree() {
+        let k = |b: u8| Key::new(&[b; 12]).unwrap();
+        let a = Access {
+            key: k(1),
+            h: 5,
+            slot: 0,
+            reused: false,
+            inserted: false,
+            pins: 0,
+        };
+        assert!(same_access(&a, &k(1), 5));
+        assert!(!same_access(&a, &k(2), 5), "another key of the same hash");
+        assert!(!same_access(&a, &k(1), 6), "the same bytes under another hash");
+    }
 }
