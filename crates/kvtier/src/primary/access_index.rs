@@ -251,6 +251,23 @@ mod tests {
     }
 
     #[test]
+    fn a_table_of_exactly_keep_entries_is_kept_by_a_clear() {
+        // Half of KEEP_ENTRIES positions fill a table of KEEP_ENTRIES
+        // entries: the most a cleared record keeps.
+        let hs: Vec<u64> = (0..(KEEP_ENTRIES / 2) as u64).collect();
+        let mut ix = AccessIndex::default();
+        for p in 0..hs.len() as u32 {
+            add(&mut ix, &hs, p);
+        }
+        assert_eq!(ix.entries.len(), KEEP_ENTRIES);
+        let entries = ix.entries.as_ptr();
+        ix.clear();
+        assert_eq!(ix.entries.len(), KEEP_ENTRIES);
+        assert_eq!(ix.entries.as_ptr(), entries, "the same room");
+        assert_eq!(ix.find(hs[7], |_| true), None);
+    }
+
+    #[test]
     fn an_impossible_size_is_an_error_and_changes_nothing() {
         let mut ix = AccessIndex::default();
         add(&mut ix, &[5], 0);

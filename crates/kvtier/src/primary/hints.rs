@@ -19,7 +19,7 @@ use super::slots::Slots;
 use crate::key::KeyBytes;
 
 /// How many keys ahead a hinted call requests the slot record of a key.
-const RECORD_AHEAD: usize = 8;
+pub(super) const RECORD_AHEAD: usize = 8;
 
 /// The slots (and hashes) of the hits of a request's latest lookup.
 #[derive(Debug, Default)]

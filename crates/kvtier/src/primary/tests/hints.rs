@@ -215,3 +215,56 @@ fn a_hint_whose_slot_now_holds_another_key_is_not_trusted() {
         p.check("after the finish");
     }
 }
+
+#[test]
+fn hinted_loads_reading_ahead_answer_as_without_reading_ahead() {
+    // A request's load, touch and unpin after its lookup, on a tier that
+    // reads ahead and one that does not: batches shorter than, as long as
+    // and longer than the read-ahead distance, found at their hints or
+    // (after keys came and went) by hash, get the same slots and leave the
+    // same order.
+    use crate::primary::hints::RECORD_AHEAD;
+    let longest = 2 * RECORD_AHEAD + 3;
+    let capacity = 2 * longest as u32 + 4;
+    // Under Miri (a thousand times slower), the lengths around the
+    // distance and the longest.
+    let lens: Vec<usize> = if cfg!(miri) {
+        vec![1, RECORD_AHEAD, RECORD_AHEAD + 1, longest]
+    } else {
+        (1..=longest).collect()
+    };
+    for policy in BOTH {
+        for &len in &lens {
+            for moved in [false, true] {
+                let what = format!("{policy:?}, {len} keys, moved {moved}");
+                let mut tiers = [tier(capacity, policy), tier(capacity, policy)];
+                tiers[0].set_read_ahead(true);
+                tiers[1].set_read_ahead(false);
+                let mut seen = [Vec::new(), Vec::new()];
+                for (t, out) in tiers.iter_mut().zip(&mut seen) {
+                    let other = RequestId(2);
+                    t.request_begin(R).unwrap();
+                    t.request_begin(other).unwrap();
+                    let all: Vec<u32> = (0..longest as u32).collect();
+                    store(t, other, &all);
+                    let keys = ks(&all[..len]);
+                    let found = t.lookup_prefix_for(R, 0, len, |j| keys[j].as_bytes());
+                    assert_eq!(found.hits, len, "{what}");
+                    if moved {
+                        // Keys come and go: the hints' hashes are not used.
+                        store(t, other, &[1000, 1001]);
+                    }
+                    let mut slots = Vec::new();
+                    t.prepare_load(R, &keys, &mut slots).unwrap();
+                    t.touch(R, &keys).unwrap();
+                    t.complete_load(R, &keys).unwrap();
+                    out.push(format!("{slots:?} {:?}", order(t)));
+                    t.request_finished(R).unwrap();
+                    out.push(format!("{:?} {:?}", order(t), t.stats().pinned));
+                    t.check_invariants().unwrap();
+                }
+                assert_eq!(seen[0], seen[1], "{what}");
+            }
+        }
+    }
+}

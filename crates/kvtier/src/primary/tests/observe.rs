@@ -102,3 +102,22 @@ fn stats_gauges_and_usage_fractions() {
     let names: Vec<_> = t.stat_list().into_iter().map(|s| s.name).collect();
     assert!(names.iter().any(|n| n == "evictions") && !names.iter().any(|n| n == "arc_t1"));
 }
+
+#[test]
+fn the_loads_counter_counts_every_key_of_every_load() {
+    let mut t = tier(8, PolicyKind::Lru);
+    t.request_begin(R).unwrap();
+    store(&mut t, R, &[1, 2, 3, 4]);
+    let mut slots = Vec::new();
+    t.prepare_load(R, &ks(&[1, 2, 3]), &mut slots).unwrap();
+    assert_eq!(t.stats().loads, 3);
+    // A key presented twice counts twice; a refused load counts nothing,
+    // nor does a transfer's pin.
+    t.prepare_load(R, &ks(&[4, 2, 2]), &mut slots).unwrap();
+    assert_eq!(t.stats().loads, 6);
+    assert!(t.prepare_load(R, &ks(&[1, 9]), &mut slots).is_err());
+    t.pin_for_transfer(&ks(&[1]), &mut slots).unwrap();
+    assert_eq!(t.stats().loads, 6);
+    t.prepare_load(R, &ks(&[3]), &mut slots).unwrap();
+    assert_eq!(t.stats().loads, 7);
+}
