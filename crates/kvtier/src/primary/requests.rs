@@ -603,6 +603,9 @@ mod tests {
         };
         assert!(same_access(&a, &k(1), 5));
         assert!(!same_access(&a, &k(2), 5), "another key of the same hash");
-        assert!(!same_access(&a, &k(1), 6), "the same bytes under another hash");
+        assert!(
+            !same_access(&a, &k(1), 6),
+            "the same bytes under another hash"
+        );
     }
 }

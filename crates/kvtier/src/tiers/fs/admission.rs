@@ -188,17 +188,8 @@ mod tests {
 
     /// Stores `keys` (slot i for key i) and waits for the job's result.
     fn store(t: &mut FsTier, keys: &[u8]) -> JobResult {
-        t.submit_store(Arc::new(Job {
-            id: JobId(1),
-            direction: Direction::Store,
-            keys: keys.iter().map(|&i| key(i)).collect(),
-            slots: (0..keys.len() as u32).collect(),
-            request: Default::default(),
-        }));
-        t.drain().unwrap();
-        let mut out = Vec::new();
-        t.poll_finished(16, &mut out);
-        out.pop().expect("the job finished")
+        let keys: Vec<Key> = keys.iter().map(|&i| key(i)).collect();
+        t.store_and_wait(&keys)
     }
 
     #[test]

@@ -2,30 +2,18 @@
 //! blocks leave the index (announced as removed) and the disk, the others
 //! stay.
 
-use std::sync::Arc;
-
 use super::{FsLayout, FsOptions, FsTier};
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::Request;
-use crate::tiering::{Direction, Job, JobId, SecondaryTier, TierLookup};
+use crate::tiering::{SecondaryTier, TierLookup};
 
 fn key(a: u8, b: u8) -> Key {
     Key::new(&[a, b]).unwrap()
 }
 
 fn store(t: &mut FsTier, keys: &[Key]) {
-    t.submit_store(Arc::new(Job {
-        id: JobId(1),
-        direction: Direction::Store,
-        keys: keys.to_vec(),
-        slots: (0..keys.len() as u32).collect(),
-        request: Default::default(),
-    }));
-    t.drain().unwrap();
-    let mut out = Vec::new();
-    t.poll_finished(16, &mut out);
-    assert!(out.pop().expect("the job finished").success);
+    assert!(t.store_and_wait(keys).success);
 }
 
 fn written(t: &FsTier) -> f64 {

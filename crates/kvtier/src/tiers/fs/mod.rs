@@ -408,3 +408,22 @@ impl SecondaryTier for FsTier {
         Ok(())
     }
 }
+
+#[cfg(test)]
+impl FsTier {
+    /// Stores `keys` (slot `i` for key `i`) in one job, waits for it and
+    /// returns its result.
+    pub(super) fn store_and_wait(&mut self, keys: &[Key]) -> crate::tiering::JobResult {
+        self.submit_store(std::sync::Arc::new(crate::tiering::Job {
+            id: crate::tiering::JobId(1),
+            direction: crate::tiering::Direction::Store,
+            keys: keys.to_vec(),
+            slots: (0..keys.len() as u32).collect(),
+            request: Default::default(),
+        }));
+        self.drain().unwrap();
+        let mut out = Vec::new();
+        self.poll_finished(16, &mut out);
+        out.pop().expect("the job finished")
+    }
+}

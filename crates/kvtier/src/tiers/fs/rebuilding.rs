@@ -401,8 +401,6 @@ mod tests {
     #[test]
     fn blocks_found_without_room_in_the_index_are_removed_or_their_records_freed() {
         use crate::region::SlotMemory;
-        use crate::tiering::{Direction, Job, JobId, SecondaryTier};
-        use std::sync::Arc;
 
         use super::super::{FsLayout, FsOptions};
 
@@ -416,14 +414,8 @@ mod tests {
             let slots = || SlotMemory::anonymous(8, 4096).unwrap();
             {
                 let mut t = FsTier::open(slots(), opts.clone()).unwrap();
-                t.submit_store(Arc::new(Job {
-                    id: JobId(1),
-                    direction: Direction::Store,
-                    keys: (1..=4).map(k).collect(),
-                    slots: (0..4).collect(),
-                    request: Default::default(),
-                }));
-                t.drain().unwrap();
+                let keys: Vec<Key> = (1..=4).map(k).collect();
+                assert!(t.store_and_wait(&keys).success);
                 // Dropped without a shutdown, as a crash: the next open scans.
             }
             let (mut t, hold) = FsTier::open_held(slots(), opts.clone()).unwrap();

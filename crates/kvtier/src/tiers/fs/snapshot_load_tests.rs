@@ -2,8 +2,6 @@
 //! one chunk hands on the chunks read before it, and the restart scan
 //! finds the rest, every block once.
 
-use std::sync::Arc;
-
 use super::super::snapshot::INDEX_NAME;
 use super::super::snapshot_format::{BodyWriter, HEADER, Header, check_chunk};
 use super::super::{FsLayout, FsOptions, FsTier};
@@ -11,7 +9,7 @@ use crate::events::EventKind;
 use crate::key::Key;
 use crate::region::SlotMemory;
 use crate::request::Request;
-use crate::tiering::{Direction, Job, JobId, SecondaryTier, TierLookup};
+use crate::tiering::{SecondaryTier, TierLookup};
 
 const BLOCKS: u8 = 24;
 
@@ -20,17 +18,7 @@ fn key(i: u8) -> Key {
 }
 
 fn store(t: &mut FsTier, keys: &[Key]) {
-    t.submit_store(Arc::new(Job {
-        id: JobId(1),
-        direction: Direction::Store,
-        keys: keys.to_vec(),
-        slots: (0..keys.len() as u32).collect(),
-        request: Default::default(),
-    }));
-    t.drain().unwrap();
-    let mut out = Vec::new();
-    t.poll_finished(16, &mut out);
-    assert!(out.pop().expect("the job finished").success);
+    assert!(t.store_and_wait(keys).success);
 }
 
 /// Rewrites the one-chunk index file of `dir` in chunks of at most
