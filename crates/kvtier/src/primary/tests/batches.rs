@@ -245,6 +245,34 @@ fn a_tier_reads_ahead_from_the_size_beyond_the_caches() {
 }
 
 #[test]
+fn transfer_unpins_at_known_slots_reading_ahead_answer_as_without() {
+    // Batches longer than the read-ahead: each key unpinned where it was
+    // pinned, whichever slots are given (right, stale, or short).
+    for p in BOTH {
+        let mut seen = [Vec::new(), Vec::new()];
+        for (ahead, out) in [true, false].into_iter().zip(&mut seen) {
+            let mut t = tier(48, p);
+            t.set_read_ahead(ahead);
+            t.request_begin(R).unwrap();
+            let ids: Vec<u32> = (0..30).collect();
+            store(&mut t, R, &ids);
+            for n in [1, 8, 9, 20, 30] {
+                let keys = ks(&ids[..n]);
+                let mut slots = Vec::new();
+                t.pin_for_transfer(&keys, &mut slots).unwrap();
+                let pinned = t.stats().pinned;
+                let mut given = slots.clone();
+                given.rotate_left(n / 3);
+                t.unpin_for_transfer_in(&keys, &given).unwrap();
+                out.push(format!("{n} {slots:?} {pinned} {}", t.stats().pinned));
+                t.check_invariants().unwrap();
+            }
+        }
+        assert_eq!(seen[0], seen[1], "{p:?}");
+    }
+}
+
+#[test]
 fn reading_ahead_or_not_gives_the_same_answers_plans_and_order() {
     // The same calls, batches longer than the read-ahead, keys presented
     // twice, evictions and commits, on a small tier reading ahead and one

@@ -577,3 +577,14 @@ fn a_full_size_class_takes_no_key_more_and_the_others_still_do() {
         "found: least recent"
     );
 }
+
+#[test]
+fn the_debug_form_counts_each_classs_chunks_and_nodes() {
+    let mut ix = Index::new(10);
+    assert!(ix.insert(sized(1, 16), State::Ready));
+    let shown = format!("{ix:?}");
+    assert!(
+        shown.contains("Class { chunks: 1, len: 1, free: 4294967295 }"),
+        "{shown}"
+    );
+}
