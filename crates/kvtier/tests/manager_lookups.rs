@@ -444,3 +444,37 @@ fn the_primary_tiers_events_waiting_in_the_manager_stay_within_its_event_capacit
     let taken: Vec<_> = out.iter().map(|e| e.event.key.unwrap()).collect();
     assert_eq!(taken, keys(3..5));
 }
+
+#[test]
+fn a_listener_gets_each_primary_event_once_from_any_backend() {
+    // The reference model takes its events through the backend's default
+    // way; the CPU tier through its own.
+    fn run<P: PrimaryBackend>(p: P) -> Vec<(EventKind, Vec<kvtier_core::Key>)> {
+        let m = Manager::with_backend(p, ManagerOptions::default());
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = got.clone();
+        m.set_event_listener(
+            Some(Box::new(move |b| {
+                sink.lock().unwrap().push((b.kind, b.keys.to_vec()));
+            })),
+            false,
+        )
+        .unwrap();
+        let r = start(&m, "r");
+        let mut plan = StorePlan::default();
+        for range in [1..4, 4..6] {
+            m.prepare_store(r, &keys(range), &mut plan).unwrap();
+            m.complete_store(r, &plan.to_store, true).unwrap();
+            m.schedule_end().unwrap();
+        }
+        assert_eq!(m.events_queued().unwrap().keys, 0, "delivered, not queued");
+        let got = got.lock().unwrap().clone();
+        got
+    }
+    let want = vec![
+        (EventKind::Stored, keys(1..4)),
+        (EventKind::Stored, keys(4..6)),
+    ];
+    assert_eq!(run(common::model::ModelPrimary::new(16)), want);
+    assert_eq!(run(primary(16, 0)), want);
+}
