@@ -468,8 +468,7 @@ fn a_listener_gets_each_primary_event_once_from_any_backend() {
             m.schedule_end().unwrap();
         }
         assert_eq!(m.events_queued().unwrap().keys, 0, "delivered, not queued");
-        let got = got.lock().unwrap().clone();
-        got
+        got.lock().unwrap().clone()
     }
     let want = vec![
         (EventKind::Stored, keys(1..4)),
