@@ -29,3 +29,21 @@ pub(super) enum Found {
     /// this; the scan follows.
     Rejected(String),
 }
+
+/// Sends `all` (least recent first) in batches of at most [`BATCH`], the
+/// most recent batch first, each made a [`Found`] by `wrap`: the tier
+/// puts each batch below the ones before.  False as soon as `send` is
+/// (the tier is gone).
+pub(super) fn send_newest_first<T>(
+    mut all: Vec<T>,
+    wrap: impl Fn(Vec<T>) -> Found,
+    send: &mut dyn FnMut(Found) -> bool,
+) -> bool {
+    while !all.is_empty() {
+        let batch = all.split_off(all.len().saturating_sub(BATCH));
+        if !send(wrap(batch)) {
+            return false;
+        }
+    }
+    true
+}

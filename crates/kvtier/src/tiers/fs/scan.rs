@@ -39,7 +39,7 @@ use parking_lot::{Condvar, Mutex};
 use super::beneath::Fd;
 use super::file::Scratch;
 use super::format::{HEADER_LEN, decode_header};
-use super::found::{BATCH, Found};
+use super::found::{Found, send_newest_first};
 use super::live::set_records;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Geometry;
@@ -113,12 +113,7 @@ impl Work {
                     report,
                     &gate.stop,
                 );
-                // In batches of at most BATCH blocks, newest first: the
-                // tier puts each batch below the ones before.
-                while !found.is_empty() {
-                    let batch = found.split_off(found.len().saturating_sub(BATCH));
-                    let _ = tx.send(Found::Files(batch));
-                }
+                send_newest_first(found, Found::Files, &mut |f| tx.send(f).is_ok());
             }
             Work::Segments {
                 geometry,

@@ -22,7 +22,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::beneath::Fd;
-use super::found::{BATCH, Found};
+use super::found::{BATCH, Found, send_newest_first};
 use super::snapshot_files::read_exact;
 use super::snapshot_format::{CHUNK, HEADER, Header, TRAILER, check_chunk, trailer};
 use crate::key::Key;
@@ -155,19 +155,17 @@ impl Load {
             }
             left -= u64::from(count);
             end -= whole;
-            let batch = match &mut records {
-                None => Batches::Files(
-                    entries
-                        .iter()
-                        .map(|&(key, _, at)| (born(at, now), key))
-                        .collect(),
-                ),
+            let sent = match &mut records {
+                None => {
+                    let blocks = entries.iter().map(|&(key, _, at)| (born(at, now), key));
+                    send_newest_first(blocks.collect(), Found::Files, send)
+                }
                 Some(records) => match take_records(records, &entries) {
-                    Ok(taken) => Batches::Records(taken),
+                    Ok(taken) => send_newest_first(taken, |b| Found::Records(b, Vec::new()), send),
                     Err(why) => return Loaded::Rejected(why.into()),
                 },
             };
-            if !batch.send(send) {
+            if !sent {
                 return Loaded::Stopped;
             }
         }
@@ -222,38 +220,6 @@ fn take_records(
         }
     }
     Ok(taken)
-}
-
-/// A checked chunk's entries, least recent first.
-enum Batches {
-    Files(Vec<(SystemTime, Key)>),
-    Records(Vec<(Key, u32)>),
-}
-
-impl Batches {
-    /// Sends them in batches of at most [`BATCH`], the most recent first;
-    /// false when the tier is gone.
-    fn send(self, send: &mut dyn FnMut(Found) -> bool) -> bool {
-        match self {
-            Batches::Files(mut all) => {
-                while !all.is_empty() {
-                    let batch = all.split_off(all.len().saturating_sub(BATCH));
-                    if !send(Found::Files(batch)) {
-                        return false;
-                    }
-                }
-            }
-            Batches::Records(mut all) => {
-                while !all.is_empty() {
-                    let batch = all.split_off(all.len().saturating_sub(BATCH));
-                    if !send(Found::Records(batch, Vec::new())) {
-                        return false;
-                    }
-                }
-            }
-        }
-        true
-    }
 }
 
 #[cfg(test)]
