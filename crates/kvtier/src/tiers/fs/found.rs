@@ -5,6 +5,7 @@
 
 use std::time::SystemTime;
 
+use super::index::Held;
 use super::rebuild::RebuildReport;
 use crate::key::Key;
 
@@ -17,9 +18,10 @@ pub(super) const BATCH: usize = 4096;
 pub(super) enum Found {
     /// A fan-out directory's whole blocks, oldest first.
     Files(Vec<(SystemTime, Key)>),
-    /// A run of records: its blocks as (key, record) in record order, and
-    /// its records that hold none.
-    Records(Vec<(Key, u32)>, Vec<u32>),
+    /// A run of records: its blocks as (key, record) in record order (a
+    /// key as a digest only from a persisted index that kept digests),
+    /// and its records that hold none.
+    Records(Vec<(Held, u32)>, Vec<u32>),
     /// One thread's counts, at its end.
     Counts(RebuildReport),
     /// The persisted index was read whole: every entry sent (the last

@@ -14,6 +14,16 @@
 //! keys cost 34.6 heap bytes each at 8 bytes a key, 42.6 at 16, 58.7 at
 //! 32 and 90.8 at 64 (see `Index::heap_bytes`).
 //!
+//! With key digests (`FsOptions::key_digests`, segments layout only), a
+//! key of more than 16 bytes is kept as its 16-byte digest (xxh3-128
+//! under a seed the directory keeps in its persisted index), in a 32-byte
+//! node: 42.6 heap bytes a block at 10^6 whatever the key's length.  The
+//! key itself is in its record's header, which every load checks, so a
+//! digest shared by two keys (about 2^-128 a pair) costs a miss, never a
+//! wrong block.  Such a node is never announced (the tier has no events
+//! then), is forgotten at once when evicted (its record is free), and a
+//! drop by a non-empty prefix reads its record's header (`Held`).
+//!
 //! A Ready key held by a pin set leaves the LRU list for a list of its own
 //! while held: eviction never meets it (and never walks past it), expiry
 //! and drops pass over it, and released it is the most recent again.
@@ -54,6 +64,49 @@ pub(super) enum Added {
 
 const NIL: u32 = u32::MAX;
 
+/// Bytes of a key digest.
+pub(super) const DIGEST_LEN: usize = 16;
+
+/// A key of more than [`DIGEST_LEN`] bytes as an index with key digests
+/// keeps it.
+pub(super) type Digest = [u8; DIGEST_LEN];
+
+/// The digest of `key` under `seed`: its 128-bit xxh3.
+pub(super) fn digest_of(seed: u64, key: &[u8]) -> Digest {
+    twox_hash::XxHash3_128::oneshot_with_seed(seed, key).to_le_bytes()
+}
+
+/// A key as the index holds it: whole, or (with key digests, for a key
+/// of more than [`DIGEST_LEN`] bytes) as its digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Held {
+    Key(Key),
+    Digest(Digest),
+}
+
+impl Held {
+    /// The bytes the index keeps: the key's, or the digest.
+    pub(super) fn bytes(&self) -> &[u8] {
+        match self {
+            Held::Key(k) => k.as_bytes(),
+            Held::Digest(d) => d,
+        }
+    }
+
+    fn is_digest(&self) -> bool {
+        matches!(self, Held::Digest(_))
+    }
+
+    /// Its fan-out directory (files layout, where keys are whole; 0 for
+    /// a digest).
+    fn fanout(&self) -> u8 {
+        match self {
+            Held::Key(k) => Layout::fanout_index(k),
+            Held::Digest(_) => 0,
+        }
+    }
+}
+
 /// The state's bits of [`Node::flags`] (the flags' four low bits are
 /// the index's; the slab keeps a key's length in the others).
 const STATE_MASK: u8 = 0b11;
@@ -80,14 +133,14 @@ struct Node {
 
 impl Node {
     /// A header for `key` in `state`, outside both lists, reading nothing.
-    fn new(key: &Key, state: State, record: u32) -> Node {
+    fn new(key: &Held, state: State, record: u32) -> Node {
         let mut node = Node {
             prev: NIL,
             next: NIL,
             record,
             readers: 0,
             flags: 0,
-            fanout: Layout::fanout_index(key),
+            fanout: key.fanout(),
         };
         node.set_state(state);
         node
@@ -169,6 +222,8 @@ pub(super) struct Index {
     file_bytes: u64,
     /// Segment records no key holds (segments layout; empty otherwise).
     free_records: Vec<u32>,
+    /// With key digests: the seed of every digest.
+    digest_seed: Option<u64>,
 }
 
 impl Index {
@@ -186,16 +241,58 @@ impl Index {
             ready_in_fanout: [0; 256],
             file_bytes,
             free_records: Vec::new(),
+            digest_seed: None,
+        }
+    }
+
+    /// An empty index keeping keys of more than [`DIGEST_LEN`] bytes as
+    /// their digests under `seed` (made odd: a persisted index says "no
+    /// digests" with 0).
+    pub(super) fn with_digests(file_bytes: u64, seed: u64) -> Index {
+        Index {
+            digest_seed: Some(seed | 1),
+            ..Index::new(file_bytes)
+        }
+    }
+
+    /// The seed of the digests, if the index keeps them.
+    pub(super) fn digest_seed(&self) -> Option<u64> {
+        self.digest_seed
+    }
+
+    /// `key` as this index holds it.
+    #[inline]
+    pub(super) fn held(&self, key: &Key) -> Held {
+        match self.digest_seed {
+            Some(seed) if key.len() > DIGEST_LEN => Held::Digest(digest_of(seed, key.as_bytes())),
+            _ => Held::Key(*key),
         }
     }
 
     /// Node number of `key`.
     #[inline]
     fn find(&self, key: &Key) -> Option<u32> {
-        let key = key.as_bytes();
-        let h = hash_of(&self.hasher, key);
+        match self.digest_seed {
+            Some(seed) if key.len() > DIGEST_LEN => {
+                self.find_bytes(&digest_of(seed, key.as_bytes()), true)
+            }
+            _ => self.find_bytes(key.as_bytes(), false),
+        }
+    }
+
+    /// Node number of the key held as `bytes` (a digest if `digest`).
+    #[inline]
+    fn find_bytes(&self, bytes: &[u8], digest: bool) -> Option<u32> {
+        let h = hash_of(&self.hasher, bytes);
         let nodes = &self.nodes;
-        self.map.find(h, |&i| nodes.key(i) == key).copied()
+        self.map
+            .find(h, |&i| nodes.key(i) == bytes && nodes.is_digest(i) == digest)
+            .copied()
+    }
+
+    /// Node number of `held`.
+    fn find_held(&self, held: &Held) -> Option<u32> {
+        self.find_bytes(held.bytes(), held.is_digest())
     }
 
     /// Node `i`'s header.
@@ -338,20 +435,26 @@ impl Index {
     /// [`Index::insert`] if `key` is absent (one probe of the table);
     /// nothing changed if it is indexed already or no node can be had.
     pub(super) fn insert_new(&mut self, key: Key, state: State) -> Added {
-        let bytes = key.as_bytes();
+        let held = self.held(&key);
+        self.insert_held(&held, state)
+    }
+
+    /// [`Index::insert_new`] of a key as this index holds it.
+    pub(super) fn insert_held(&mut self, held: &Held, state: State) -> Added {
+        let (bytes, digest) = (held.bytes(), held.is_digest());
         let h = hash_of(&self.hasher, bytes);
         let Index {
             map, nodes, hasher, ..
         } = self;
         let entry = map.entry(
             h,
-            |&i| nodes.key(i) == bytes,
+            |&i| nodes.key(i) == bytes && nodes.is_digest(i) == digest,
             |&i| hash_of(hasher, nodes.key(i)),
         );
         let hashbrown::hash_table::Entry::Vacant(slot) = entry else {
             return Added::Present;
         };
-        let Some(i) = nodes.alloc(bytes, Node::new(&key, state, NO_RECORD)) else {
+        let Some(i) = nodes.alloc(bytes, digest, Node::new(held, state, NO_RECORD)) else {
             return Added::NoRoom;
         };
         slot.insert(i);
@@ -382,6 +485,19 @@ impl Index {
     pub(super) fn remove(&mut self, key: &Key) -> Option<State> {
         let i = self.find(key)?;
         Some(self.remove_node(i))
+    }
+
+    /// [`Index::remove`] of a key as this index holds it.
+    pub(super) fn remove_held(&mut self, held: &Held) -> Option<State> {
+        let i = self.find_held(held)?;
+        Some(self.remove_node(i))
+    }
+
+    /// State of the key held as `held`, and whether a load reads it or a
+    /// pin set holds it.
+    pub(super) fn held_state(&self, held: &Held) -> Option<(State, bool)> {
+        let n = self.node(self.find_held(held)?);
+        Some((n.state(), n.readers > 0 || n.flag(HELD)))
     }
 
     fn remove_node(&mut self, i: u32) -> State {
@@ -443,6 +559,9 @@ impl Index {
     /// Evicts the least recently used Ready key that no load reads and no
     /// pin set holds: it becomes Removing (when `keep_removing`) or is
     /// forgotten, and its bytes are freed.  Walks past keys being read.
+    /// A key kept as a digest is forgotten at once (its segment record is
+    /// free; nothing is left to remove) and comes back as a key of the
+    /// digest's bytes, never announced.
     pub(super) fn evict_one(&mut self, keep_removing: bool) -> Option<Key> {
         let mut i = self.tails[0];
         while i != NIL {
@@ -459,7 +578,7 @@ impl Index {
         self.count_ready(i, false);
         self.used -= self.file_bytes;
         let key = key_of(self.nodes.key(i));
-        if keep_removing {
+        if keep_removing && !self.nodes.is_digest(i) {
             self.edit(i, |n| n.set_state(State::Removing));
         } else {
             self.unmap(i);
@@ -472,17 +591,36 @@ impl Index {
     /// The Ready keys starting with `prefix` that no load reads and no pin
     /// set holds, into `idle`; returns how many other indexed keys match
     /// (being read, written or held: a drop keeps them).  Keys being
-    /// removed are neither.
-    pub(super) fn with_prefix(&self, prefix: &[u8], idle: &mut Vec<Key>) -> u64 {
+    /// removed are neither.  A key kept as a digest matches an empty
+    /// prefix only: under another, its Ready ones go to `unsure` (with
+    /// their records), for the caller to read their keys from the records'
+    /// headers (those being written are not counted).
+    pub(super) fn with_prefix(
+        &self,
+        prefix: &[u8],
+        idle: &mut Vec<Held>,
+        unsure: &mut Vec<(Digest, u32)>,
+    ) -> u64 {
         let mut busy = 0;
         for &i in self.map.iter() {
-            let key = self.nodes.key(i);
-            if !key.starts_with(prefix) {
-                continue;
-            }
+            let bytes = self.nodes.key(i);
             let n = self.node(i);
+            let held = if self.nodes.is_digest(i) {
+                let d: Digest = bytes.try_into().expect("a digest's bytes");
+                if !prefix.is_empty() {
+                    if n.state() == State::Ready && n.record != NO_RECORD {
+                        unsure.push((d, n.record));
+                    }
+                    continue;
+                }
+                Held::Digest(d)
+            } else if bytes.starts_with(prefix) {
+                Held::Key(key_of(bytes))
+            } else {
+                continue;
+            };
             match n.state() {
-                State::Ready if n.readers == 0 && !n.flag(HELD) => idle.push(key_of(key)),
+                State::Ready if n.readers == 0 && !n.flag(HELD) => idle.push(held),
                 State::Ready | State::Writing => busy += 1,
                 State::Removing => {}
             }

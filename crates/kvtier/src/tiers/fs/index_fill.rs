@@ -3,7 +3,7 @@
 //! records it frees, the keys in recency order and the records in use at
 //! a clean shutdown, and what the index takes on the heap.
 
-use super::{Index, NIL, NO_RECORD, State, hash_of, key_of};
+use super::{Held, Index, NIL, NO_RECORD, State, hash_of, key_of};
 use crate::key::Key;
 
 /// Buckets of a hash table of capacity `cap`: its capacity is 7/8 of
@@ -70,12 +70,25 @@ impl Index {
     /// be had for it (`Added::NoRoom`).
     #[must_use]
     pub(in crate::tiers::fs) fn insert_found(&mut self, key: Key, record: Option<u32>) -> bool {
-        if !self.insert(key, State::Ready) {
+        let held = self.held(&key);
+        self.insert_found_held(&held, record)
+    }
+
+    /// [`Index::insert_found`] of a key as this index holds it (absent).
+    #[must_use]
+    pub(in crate::tiers::fs) fn insert_found_held(
+        &mut self,
+        held: &Held,
+        record: Option<u32>,
+    ) -> bool {
+        let added = self.insert_held(held, State::Ready);
+        debug_assert!(added != super::Added::Present, "the key was indexed already");
+        if added != super::Added::Yes {
             return false;
         }
         // A Ready key is inserted at the head of the LRU list.
         let i = self.heads[0];
-        debug_assert!(self.nodes.key(i) == key.as_bytes());
+        debug_assert!(self.nodes.key(i) == held.bytes());
         if let Some(r) = record {
             self.edit(i, |n| n.record = r);
         }
@@ -98,18 +111,27 @@ impl Index {
     /// keys last).
     #[cfg(test)]
     pub(in crate::tiers::fs) fn ready_keys(&self, out: &mut Vec<Key>) {
-        self.ready_walk(|key, _| out.push(*key));
+        self.ready_walk(|held, _| {
+            if let Held::Key(key) = held {
+                out.push(*key)
+            }
+        });
     }
 
-    /// Calls `f` with each Ready key and its segment record (if any),
-    /// least recently used first (held keys last).
-    pub(in crate::tiers::fs) fn ready_walk(&self, mut f: impl FnMut(&Key, Option<u32>)) {
+    /// Calls `f` with each Ready key as the index holds it and its segment
+    /// record (if any), least recently used first (held keys last).
+    pub(in crate::tiers::fs) fn ready_walk(&self, mut f: impl FnMut(&Held, Option<u32>)) {
         for list in 0..2 {
             let mut i = self.tails[list];
             while i != NIL {
                 let n = self.node(i);
-                let key = key_of(self.nodes.key(i));
-                f(&key, Some(n.record).filter(|&r| r != NO_RECORD));
+                let bytes = self.nodes.key(i);
+                let held = if self.nodes.is_digest(i) {
+                    Held::Digest(bytes.try_into().expect("a digest's bytes"))
+                } else {
+                    Held::Key(key_of(bytes))
+                };
+                f(&held, Some(n.record).filter(|&r| r != NO_RECORD));
                 i = n.prev;
             }
         }

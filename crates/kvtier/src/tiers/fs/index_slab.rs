@@ -27,6 +27,8 @@ const HEADER: usize = 16;
 const LEN_SHIFT: u32 = 4;
 /// The flags' bits that belong to the index (not the length).
 const FLAG_BITS: u8 = (1 << LEN_SHIFT) - 1;
+/// The flags' bit saying that the node holds a key's digest, not the key.
+const DIGEST_BIT: u8 = 1 << 7;
 
 /// One size class: keys of `8 * c + 1` to `8 * c + 8` bytes.
 struct Class {
@@ -138,14 +140,21 @@ impl Slabs {
     #[inline(always)]
     pub(super) fn key(&self, i: u32) -> &[u8] {
         let b = self.bytes(i);
-        let len = ((i >> CLASS_SHIFT) as usize) << 3 | ((b[14] >> LEN_SHIFT) as usize);
+        let len = ((i >> CLASS_SHIFT) as usize) << 3 | ((b[14] >> LEN_SHIFT) as usize & 7);
         &b[HEADER..HEADER + len + 1]
     }
 
-    /// A node for `key` (1..=64 bytes) with header `n`: a free one of its
-    /// class, else a new one.  `None` if its class has no room left and a
-    /// chunk more cannot be allocated (or the class holds 2^29 - 1 nodes).
-    pub(super) fn alloc(&mut self, key: &[u8], n: Node) -> Option<u32> {
+    /// Whether node `i` holds a key's digest rather than the key.
+    #[inline(always)]
+    pub(super) fn is_digest(&self, i: u32) -> bool {
+        self.bytes(i)[14] & DIGEST_BIT != 0
+    }
+
+    /// A node for `key` (1..=64 bytes; a key's digest if `digest`) with
+    /// header `n`: a free one of its class, else a new one.  `None` if its
+    /// class has no room left and a chunk more cannot be allocated (or the
+    /// class holds 2^29 - 1 nodes).
+    pub(super) fn alloc(&mut self, key: &[u8], digest: bool, n: Node) -> Option<u32> {
         let c = class_of(key.len());
         let free = self.classes[c].free;
         let i = if free != NIL {
@@ -168,7 +177,7 @@ impl Slabs {
             (c as u32) << CLASS_SHIFT | n
         };
         let b = self.bytes_mut(i);
-        b[14] = ((key.len() - 1) as u8 & 7) << LEN_SHIFT;
+        b[14] = ((key.len() - 1) as u8 & 7) << LEN_SHIFT | if digest { DIGEST_BIT } else { 0 };
         b[HEADER..HEADER + key.len()].copy_from_slice(key);
         self.set(i, n);
         Some(i)

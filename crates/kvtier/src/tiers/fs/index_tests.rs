@@ -41,11 +41,11 @@ fn with_prefix_parts_idle_keys_from_busy_ones() {
     assert_eq!(ix.evict_one(true), Some(ab(1, 0)), "1.0 is least recent");
     let mut idle = Vec::new();
     // 1.0 is being removed (neither), 1.1 read and 1.9 written (busy).
-    assert_eq!(ix.with_prefix(&[1], &mut idle), 2);
+    assert_eq!(ix.with_prefix(&[1], &mut idle, &mut Vec::new()), 2);
     idle.sort_unstable();
-    assert_eq!(idle, vec![ab(1, 2), ab(1, 3)]);
+    assert_eq!(idle, vec![Held::Key(ab(1, 2)), Held::Key(ab(1, 3))]);
     idle.clear();
-    assert_eq!(ix.with_prefix(&[], &mut idle), 2);
+    assert_eq!(ix.with_prefix(&[], &mut idle, &mut Vec::new()), 2);
     assert_eq!(idle.len(), 3);
 }
 
@@ -145,9 +145,9 @@ fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
     ix.touch(&k(0));
     assert!(!ix.retire(&k(0)));
     let mut idle = Vec::new();
-    assert_eq!(ix.with_prefix(&[], &mut idle), 3, "two held, one written");
+    assert_eq!(ix.with_prefix(&[], &mut idle, &mut Vec::new()), 3, "two held, one written");
     idle.sort_unstable();
-    assert_eq!(idle, vec![k(2), k(3)]);
+    assert_eq!(idle, vec![Held::Key(k(2)), Held::Key(k(3))]);
     let mut all = Vec::new();
     ix.ready_keys(&mut all);
     assert_eq!(all, vec![k(2), k(3), k(0), k(1)], "held keys last");
@@ -310,9 +310,9 @@ fn keys_of_every_length_are_kept_apart_each_in_its_class() {
             .all(|l| ix.get(&key(l)).is_some())
     );
     let mut idle = Vec::new();
-    ix.with_prefix(&[7; 60], &mut idle);
+    ix.with_prefix(&[7; 60], &mut idle, &mut Vec::new());
     idle.sort_unstable();
-    assert_eq!(idle, (60..=64).map(key).collect::<Vec<_>>());
+    assert_eq!(idle, (60..=64).map(|n| Held::Key(key(n))).collect::<Vec<_>>());
     for len in (1..=64).filter(|&l| l != 9) {
         assert_eq!(ix.evict_one(false), Some(key(len)));
     }

@@ -53,6 +53,13 @@ pub(super) trait OnDisk: Send + Sync {
     /// eviction, nothing to remove) rather than in files of their own.
     fn in_records(&self) -> bool;
 
+    /// The key of the whole block segment record `record` holds, read
+    /// from its header (where blocks live in records); `None` if it
+    /// holds none.
+    fn record_key(&self, _io: &BlockIo, _record: u32, _scratch: &mut Scratch) -> Option<Key> {
+        None
+    }
+
     /// Whether stores write unnamed files and link them.
     fn links_unnamed(&self) -> bool {
         false

@@ -278,7 +278,10 @@ impl SecondaryTier for FsTier {
         self.events.take(max, out);
     }
 
+    /// With key digests the tier announces nothing (capacity 0): a key
+    /// kept as a digest could not be announced as removed.
     fn set_event_capacity(&mut self, capacity: usize) {
+        let capacity = if self.opts.key_digests { 0 } else { capacity };
         let index = &mut self.index;
         self.events
             .set_capacity(capacity, |key| index.clear_announced(&key));
@@ -321,26 +324,44 @@ impl SecondaryTier for FsTier {
     /// their files, here, synchronously (a failure to remove one is
     /// counted in `removal_errors`, as an eviction's would be).  Blocks
     /// being read or written, or held by a pin set, are kept and counted.
-    /// While the restart scan runs, the blocks under the prefix that it
-    /// finds later are removed as it finds them (not counted here).  After
-    /// shutdown, nothing is dropped.
+    /// With key digests and a non-empty prefix, the key of each block kept
+    /// as a digest is read from its record's header, here (one small
+    /// read a block; those being written are not counted).  While the
+    /// restart scan runs, the blocks under the prefix that it finds later
+    /// are removed as it finds them (not counted here).  After shutdown,
+    /// nothing is dropped.
     fn drop_blocks(&mut self, key_prefix: &[u8]) -> Result<crate::primary::DropCount> {
-        let mut idle = Vec::new();
+        let (mut idle, mut unsure) = (Vec::new(), Vec::new());
         if self.closed {
             return Ok(crate::primary::DropCount::default());
         }
         self.take_found();
         self.note_dropped(key_prefix);
-        let kept = self.index.with_prefix(key_prefix, &mut idle);
-        let files = !self.segmented();
+        let mut kept = self.index.with_prefix(key_prefix, &mut idle, &mut unsure);
         let mut scratch = file::Scratch::new();
-        for key in &idle {
-            let announced = self.index.announced(key);
-            self.events.removed(*key, announced);
-            self.index.remove(key);
-            if files && self.pool.shared().disk.remove(key, &mut scratch).is_err() {
-                self.counts.removal_errors.add(1);
+        for (digest, record) in unsure {
+            let disk = &self.pool.shared().disk;
+            let io = &self.pool.shared().io;
+            let matches = disk
+                .record_key(io, record, &mut scratch)
+                .is_some_and(|k| k.as_bytes().starts_with(key_prefix));
+            let held = index::Held::Digest(digest);
+            match self.index.held_state(&held) {
+                Some((_, true)) if matches => kept += 1,
+                Some(_) if matches => idle.push(held),
+                _ => {}
             }
+        }
+        let files = !self.segmented();
+        for held in &idle {
+            if let index::Held::Key(key) = held {
+                let announced = self.index.announced(key);
+                self.events.removed(*key, announced);
+                if files && self.pool.shared().disk.remove(key, &mut scratch).is_err() {
+                    self.counts.removal_errors.add(1);
+                }
+            }
+            self.index.remove_held(held);
         }
         Ok(crate::primary::DropCount {
             dropped: idle.len() as u64,

@@ -37,7 +37,7 @@ use hashbrown::HashSet;
 
 use super::format::{Layout, file_len};
 use super::found::Found;
-use super::index::{Index, State};
+use super::index::{Held, Index, State};
 use super::rebuild::{self, RebuildReport};
 use super::scan::{RebuildHold, Scanner, Work};
 use super::segments::Segments;
@@ -53,8 +53,8 @@ const BATCHES_PER_CALL: usize = 4;
 #[derive(Debug)]
 pub(super) struct Rebuilding {
     scanner: Scanner,
-    /// Keys the tier indexed since it opened.
-    live: HashSet<Key, foldhash::fast::RandomState>,
+    /// Keys the tier indexed since it opened (as the index holds them).
+    live: HashSet<Held, foldhash::fast::RandomState>,
     /// Key prefixes dropped since it opened.
     dropped: Vec<Vec<u8>>,
     /// Digests of the keys found in records (segments layout), and of
@@ -89,6 +89,20 @@ impl Rebuilding {
     fn was_dropped(&self, key: &Key) -> bool {
         self.dropped.iter().any(|p| key.as_bytes().starts_with(p))
     }
+
+    /// Whether the block of segment record `record`, found as a digest,
+    /// is under a prefix dropped meanwhile: its key is read from the
+    /// record's header only when a non-empty prefix was (a block whose
+    /// header cannot be read is not one to keep).
+    fn digest_was_dropped(&self, read_key: impl FnOnce() -> Option<Key>) -> bool {
+        if self.dropped.is_empty() {
+            return false;
+        }
+        if self.dropped.iter().any(|p| p.is_empty()) {
+            return true;
+        }
+        read_key().is_none_or(|k| self.was_dropped(&k))
+    }
 }
 
 /// Starts rebuilding the index of the directory of `layout` (whose
@@ -110,7 +124,13 @@ pub(super) fn start(
     load: Option<Load>,
     held: bool,
 ) -> Result<(Index, Option<Rebuilding>, Option<RebuildHold>)> {
-    let mut index = Index::new(file_len(block_bytes));
+    let mut index = if opts.key_digests {
+        // The persisted index's seed, for its digests; else a new one.
+        let seed = load.as_ref().map_or(0, Load::digest_seed);
+        Index::with_digests(file_len(block_bytes), if seed != 0 { seed } else { new_seed() })
+    } else {
+        Index::new(file_len(block_bytes))
+    };
     let mut seen = HashSet::default();
     if let Some(load) = &load {
         // Room for the entries at once, rather than the table grown (and
@@ -156,8 +176,15 @@ pub(super) fn start(
     Ok((index, Some(r), hold))
 }
 
-fn digest(key: &Key) -> u64 {
-    twox_hash::XxHash3_64::oneshot(key.as_bytes())
+/// A 64-bit digest of `key` as the index holds it.
+fn digest(key: &Held) -> u64 {
+    twox_hash::XxHash3_64::oneshot(key.bytes())
+}
+
+/// A seed for the key digests of a directory that has none yet.
+fn new_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
 }
 
 impl FsTier {
@@ -186,7 +213,7 @@ impl FsTier {
     /// Notes that the tier indexed `key` (while the scan runs).
     pub(super) fn note_live(&mut self, key: &Key) {
         if let Some(r) = &mut self.rebuild_state {
-            r.live.insert(*key);
+            r.live.insert(self.index.held(key));
         }
     }
 
@@ -260,12 +287,13 @@ impl FsTier {
             let r = self.rebuild_state.as_mut().expect("scanning");
             // Handed on by the load before (listed twice, or found again
             // by the scan after a load that turned out bad).
+            let held = Held::Key(key);
             let again = if r.loading {
-                !r.seen.insert(digest(&key))
+                !r.seen.insert(digest(&held))
             } else {
-                !r.seen.is_empty() && r.seen.contains(&digest(&key))
+                !r.seen.is_empty() && r.seen.contains(&digest(&held))
             };
-            if again || r.live.contains(&key) || self.index.get(&key).is_some() {
+            if again || r.live.contains(&held) || self.index.get(&key).is_some() {
                 continue;
             }
             if r.was_dropped(&key) {
@@ -289,13 +317,29 @@ impl FsTier {
     }
 
     /// A run of records' blocks, in record order.
-    fn take_records(&mut self, blocks: Vec<(Key, u32)>) {
+    fn take_records(&mut self, blocks: Vec<(Held, u32)>) {
         let now = std::time::SystemTime::now();
-        for &(key, record) in blocks.iter().rev() {
+        let mut scratch = file::Scratch::new();
+        for &(found, record) in blocks.iter().rev() {
+            // As the index holds it (a whole key becomes a digest there).
+            let held = match found {
+                Held::Key(key) => self.index.held(&key),
+                digest => digest,
+            };
+            let r = self.rebuild_state.as_ref().expect("scanning");
+            let dropped = match found {
+                Held::Key(key) => r.was_dropped(&key),
+                Held::Digest(_) => {
+                    let shared = self.pool.shared();
+                    r.digest_was_dropped(|| {
+                        shared.disk.record_key(&shared.io, record, &mut scratch)
+                    })
+                }
+            };
             let r = self.rebuild_state.as_mut().expect("scanning");
-            let first = r.seen.insert(digest(&key));
-            let dropped = r.was_dropped(&key);
-            if !first || r.live.contains(&key) || self.index.get(&key).is_some() || dropped {
+            let first = r.seen.insert(digest(&held));
+            let known = r.live.contains(&held) || self.index.held_state(&held).is_some();
+            if !first || known || dropped {
                 // Another copy of a key known already, or of one dropped:
                 // the record is free.
                 self.index.add_free_records(&[record]);
@@ -304,15 +348,17 @@ impl FsTier {
                 }
                 continue;
             }
-            if !self.index.insert_found(key, Some(record)) {
+            if !self.index.insert_found_held(&held, Some(record)) {
                 // No room in the index: the record is free, its block lost.
                 self.index.add_free_records(&[record]);
                 self.rebuild.skipped += 1;
                 continue;
             }
-            self.ages.stored(key, now);
             self.rebuild.blocks += 1;
-            self.announce_stored(key);
+            if let Held::Key(key) = found {
+                self.ages.stored(key, now);
+                self.announce_stored(key);
+            }
         }
     }
 

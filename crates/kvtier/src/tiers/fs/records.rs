@@ -35,6 +35,13 @@ impl Segments {
 }
 
 impl OnDisk for Segments {
+    fn record_key(&self, io: &BlockIo, record: u32, scratch: &mut Scratch) -> Option<Key> {
+        match super::scan::record_holds(&self.geometry(), record, io.block_bytes(), scratch) {
+            super::scan::RecordHolds::Block(key) => Some(key),
+            _ => None,
+        }
+    }
+
     /// Stores slot `slot` as `key`'s block in segment record `record`
     /// (the store's, reserved by the tier), the record marked in the live
     /// map first (`live.rs`).

@@ -40,6 +40,7 @@ use super::beneath::Fd;
 use super::file::Scratch;
 use super::format::{HEADER_LEN, decode_header};
 use super::found::{Found, send_newest_first};
+use super::index::Held;
 use super::live::set_records;
 use super::rebuild::{self, RebuildReport};
 use super::segments::Geometry;
@@ -147,6 +148,40 @@ impl Work {
     }
 }
 
+/// What a segment record holds, from its header.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum RecordHolds {
+    /// A whole block of this size, of this key.
+    Block(Key),
+    /// Nothing: never written, or unreadable now (a store rewrites it
+    /// whole).
+    Nothing,
+    /// A damaged header, or one of another format or block size.
+    Damaged,
+}
+
+/// Reads record `r`'s header of `geometry` (blocks of `block_bytes`).
+pub(super) fn record_holds(
+    geometry: &Geometry,
+    r: u32,
+    block_bytes: usize,
+    scratch: &mut Scratch,
+) -> RecordHolds {
+    let Some((fd, off)) = geometry.locate(r) else {
+        return RecordHolds::Nothing;
+    };
+    let page = scratch.page_mut();
+    // SAFETY: the page is HEADER_LEN writable, aligned bytes.
+    let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
+    if n != HEADER_LEN as isize || page[..8] == [0; 8] {
+        return RecordHolds::Nothing;
+    }
+    match decode_header(&page[..]) {
+        Ok(h) if h.data_len == block_bytes as u64 => RecordHolds::Block(h.key),
+        _ => RecordHolds::Damaged,
+    }
+}
+
 /// Reads the header of each of `records` (ascending) of `geometry`: the
 /// whole blocks of `block_bytes` as (key, record) into `found.0`, the
 /// records that hold none (never written, damaged, another version or
@@ -158,7 +193,7 @@ fn read_headers(
     records: &[u32],
     block_bytes: usize,
     scratch: &mut Scratch,
-    found: &mut (Vec<(Key, u32)>, Vec<u32>),
+    found: &mut (Vec<(Held, u32)>, Vec<u32>),
     report: &mut RebuildReport,
     stop: &std::sync::atomic::AtomicBool,
 ) {
@@ -166,25 +201,13 @@ fn read_headers(
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let Some((fd, off)) = geometry.locate(r) else {
-            continue;
-        };
-        let page = scratch.page_mut();
-        // SAFETY: the page is HEADER_LEN writable, aligned bytes.
-        let n = unsafe { libc::pread(fd, page.as_mut_ptr().cast(), HEADER_LEN, off as i64) };
-        if n != HEADER_LEN as isize {
-            // Unreadable now: left free (a store rewrites it whole).
-            found.1.push(r);
+        if geometry.locate(r).is_none() {
             continue;
         }
-        if page[..8] == [0; 8] {
-            // Never written.
-            found.1.push(r);
-            continue;
-        }
-        match decode_header(&page[..]) {
-            Ok(h) if h.data_len == block_bytes as u64 => found.0.push((h.key, r)),
-            _ => {
+        match record_holds(geometry, r, block_bytes, scratch) {
+            RecordHolds::Block(key) => found.0.push((Held::Key(key), r)),
+            RecordHolds::Nothing => found.1.push(r),
+            RecordHolds::Damaged => {
                 report.skipped += 1;
                 found.1.push(r);
             }

@@ -145,6 +145,7 @@ impl Persisted {
         match Self::read(
             &dir,
             &Header::of(opts, block_bytes, generation),
+            opts.key_digests,
             max_entries,
         ) {
             Ok(None) => {}
@@ -218,7 +219,12 @@ impl Persisted {
 
     /// The body of the index file of `dir`, its header trusted, `None`
     /// without one, or why it is not trusted.
-    fn read(dir: &Fd, want: &Header, max_entries: u64) -> Result<Option<Load>, String> {
+    fn read(
+        dir: &Fd,
+        want: &Header,
+        want_digests: bool,
+        max_entries: u64,
+    ) -> Result<Option<Load>, String> {
         let max = HEADER as u64 + max_entries.saturating_mul((MAX_ENTRY + TRAILER) as u64);
         let Some((fd, len)) = open_checked(dir, INDEX_C, max)? else {
             return Ok(None);
@@ -238,6 +244,9 @@ impl Persisted {
         }
         if got.fingerprint != want.fingerprint {
             return Err("written for another layout fingerprint".into());
+        }
+        if got.digest_seed != 0 && !want_digests {
+            return Err("written with key digests, which the tier does not keep now".into());
         }
         if got.generation != want.generation {
             return mismatch("generation", got.generation, want.generation);
@@ -289,7 +298,11 @@ impl Persisted {
         }
         let mut w = BodyWriter::default();
         index.ready_walk(|key, record| {
-            let at = born(key)
+            let at = match key {
+                super::index::Held::Key(k) => born(k),
+                super::index::Held::Digest(_) => None,
+            };
+            let at = at
                 .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64);
             w.push(key, record, at);
@@ -299,6 +312,8 @@ impl Persisted {
             entries,
             body_len: body.len() as u64,
             chunks,
+            // Never 0 with digests (`Index::with_digests`): 0 says none.
+            digest_seed: index.digest_seed().unwrap_or(0),
             ..Header::of(opts, block_bytes, generation)
         }
         .encode();

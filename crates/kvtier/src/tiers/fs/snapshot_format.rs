@@ -3,11 +3,15 @@
 //! they are read), and their entries, parsed defensively (a file that
 //! passed its checksums may still be hostile).
 
+use super::index::{DIGEST_LEN, Held};
 use super::{FsLayout, FsOptions};
 use crate::key::{Key, MAX_KEY_LEN};
 
 pub(super) const MAGIC: [u8; 8] = *b"KVTINDEX";
-pub(super) const VERSION: u32 = 2;
+pub(super) const VERSION: u32 = 3;
+/// The first byte of an entry holding a key's digest (other entries
+/// start with their key's length, 1 to 64).
+const DIGEST_ENTRY: u8 = 0x80;
 pub(super) const HEADER: usize = 80;
 /// The shortest and longest entry.
 pub(super) const MIN_ENTRY: usize = 1 + 1 + 4 + 8;
@@ -31,6 +35,8 @@ pub(super) struct Header {
     pub(super) body_len: u64,
     /// The number of chunks of the body.
     pub(super) chunks: u64,
+    /// The seed of the entries' key digests; 0: the index kept whole keys.
+    pub(super) digest_seed: u64,
 }
 
 fn layout_code(layout: FsLayout) -> u32 {
@@ -59,6 +65,7 @@ impl Header {
             entries: 0,
             body_len: 0,
             chunks: 0,
+            digest_seed: 0,
         }
     }
 
@@ -74,6 +81,7 @@ impl Header {
             self.entries,
             self.body_len,
             self.chunks,
+            self.digest_seed,
         ];
         for (i, w) in words.iter().enumerate() {
             h[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
@@ -104,6 +112,7 @@ impl Header {
             entries: word(40),
             body_len: word(48),
             chunks: word(56),
+            digest_seed: word(64),
         })
     }
 
@@ -121,15 +130,22 @@ impl Header {
     }
 }
 
-/// The next entry of an index body, `rest` moved past it: (key, record,
-/// store time); `None` at the end or where no well-formed entry starts.
-pub(super) fn next_entry(rest: &mut &[u8]) -> Option<(Key, Option<u32>, u64)> {
-    let (&len, tail) = rest.split_first()?;
-    let len = len as usize;
+/// The next entry of an index body, `rest` moved past it: (key as the
+/// index held it, record, store time); `None` at the end or where no
+/// well-formed entry starts.
+pub(super) fn next_entry(rest: &mut &[u8]) -> Option<(Held, Option<u32>, u64)> {
+    let (&first, tail) = rest.split_first()?;
+    let len = match first {
+        DIGEST_ENTRY => DIGEST_LEN,
+        n => n as usize,
+    };
     if tail.len() < len + 12 {
         return None;
     }
-    let key = Key::new(&tail[..len]).ok()?;
+    let key = match first {
+        DIGEST_ENTRY => Held::Digest(tail[..len].try_into().ok()?),
+        _ => Held::Key(Key::new(&tail[..len]).ok()?),
+    };
     let record = u32::from_le_bytes(tail[len..len + 4].try_into().ok()?);
     let born = u64::from_le_bytes(tail[len + 4..len + 12].try_into().ok()?);
     *rest = &tail[len + 12..];
@@ -171,14 +187,17 @@ impl BodyWriter {
         }
     }
 
-    /// Appends an entry: key, segment record (`None`: none), store time
-    /// (nanoseconds since the epoch, 0 unknown).
-    pub(super) fn push(&mut self, key: &Key, record: Option<u32>, at: u64) {
-        let k = key.as_bytes();
+    /// Appends an entry: key as the index holds it, segment record
+    /// (`None`: none), store time (nanoseconds since the epoch, 0 unknown).
+    pub(super) fn push(&mut self, key: &Held, record: Option<u32>, at: u64) {
+        let k = key.bytes();
         if self.body.len() - self.start + 1 + k.len() + 12 > self.limit {
             self.close_chunk();
         }
-        self.body.push(k.len() as u8);
+        self.body.push(match key {
+            Held::Key(_) => k.len() as u8,
+            Held::Digest(_) => DIGEST_ENTRY,
+        });
         self.body.extend_from_slice(k);
         self.body
             .extend_from_slice(&record.unwrap_or(u32::MAX).to_le_bytes());
@@ -227,7 +246,7 @@ pub(super) fn trailer(t: &[u8; TRAILER]) -> (usize, u32) {
 pub(super) fn check_chunk(
     i: u64,
     bytes: &[u8],
-    out: &mut Vec<(Key, Option<u32>, u64)>,
+    out: &mut Vec<(Held, Option<u32>, u64)>,
 ) -> Result<(), &'static str> {
     out.clear();
     let Some(at) = bytes.len().checked_sub(TRAILER) else {

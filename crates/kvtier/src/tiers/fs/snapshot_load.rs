@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime};
 
 use super::beneath::Fd;
 use super::found::{BATCH, Found, send_newest_first};
+use super::index::Held;
 use super::snapshot_files::read_exact;
 use super::snapshot_format::{CHUNK, HEADER, Header, TRAILER, check_chunk, trailer};
-use crate::key::Key;
 
 /// A trusted index file's body, still to be read.
 pub(super) struct Load {
@@ -33,6 +33,7 @@ pub(super) struct Load {
     entries: u64,
     body_len: u64,
     chunks: u64,
+    digest_seed: u64,
 }
 
 impl std::fmt::Debug for Load {
@@ -42,6 +43,7 @@ impl std::fmt::Debug for Load {
             .field("entries", &self.entries)
             .field("body_len", &self.body_len)
             .field("chunks", &self.chunks)
+            .field("digest_seed", &self.digest_seed)
             .finish()
     }
 }
@@ -101,7 +103,13 @@ impl Load {
             entries: h.entries,
             body_len: h.body_len,
             chunks: h.chunks,
+            digest_seed: h.digest_seed,
         }
+    }
+
+    /// The seed of its entries' key digests (0: whole keys only).
+    pub(super) fn digest_seed(&self) -> u64 {
+        self.digest_seed
     }
 
     /// The number of entries the header announced.
@@ -157,8 +165,14 @@ impl Load {
             end -= whole;
             let sent = match &mut records {
                 None => {
-                    let blocks = entries.iter().map(|&(key, _, at)| (born(at, now), key));
-                    send_newest_first(blocks.collect(), Found::Files, send)
+                    let mut blocks = Vec::with_capacity(entries.len());
+                    for &(key, _, at) in &entries {
+                        let Held::Key(key) = key else {
+                            return Loaded::Rejected("a key digest in the files layout".into());
+                        };
+                        blocks.push((born(at, now), key));
+                    }
+                    send_newest_first(blocks, Found::Files, send)
                 }
                 Some(records) => match take_records(records, &entries) {
                     Ok(taken) => send_newest_first(taken, |b| Found::Records(b, Vec::new()), send),
@@ -205,8 +219,8 @@ fn born(at: u64, now: SystemTime) -> SystemTime {
 /// back) and why.
 fn take_records(
     records: &mut Records<'_>,
-    entries: &[(Key, Option<u32>, u64)],
-) -> Result<Vec<(Key, u32)>, &'static str> {
+    entries: &[(Held, Option<u32>, u64)],
+) -> Result<Vec<(Held, u32)>, &'static str> {
     let mut taken = Vec::with_capacity(entries.len());
     for &(key, record, _) in entries {
         match records.take(record) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::tiers::fs::found::Found;
-use crate::tiers::fs::index::State;
+use crate::tiers::fs::index::{Held, State};
 use crate::tiers::fs::snapshot_files::temp_writer;
 use crate::tiers::fs::snapshot_format::{CHUNK, TRAILER};
 use crate::tiers::fs::snapshot_load::{Loaded, Records};
@@ -173,14 +173,14 @@ fn torn_damaged_and_foreign_index_files_are_refused() {
     let why = refused("entry", |d, _| edit(d, |b| b[HEADER + 3] ^= 1));
     assert!(why.contains("checksum"), "{why}");
     let why = refused("version", |d, _| {
-        // A file of the first format: one checksum over the whole body.
+        // A file of the format before (no key digests).
         edit(d, |b| {
-            b[8..12].copy_from_slice(&1u32.to_le_bytes());
+            b[8..12].copy_from_slice(&2u32.to_le_bytes());
             let sum = super::super::snapshot_format::xxh3(&b[..HEADER - 8]);
             b[HEADER - 8..HEADER].copy_from_slice(&sum.to_le_bytes());
         })
     });
-    assert!(why.contains("format version 1, not 2"), "{why}");
+    assert!(why.contains("format version 2, not 3"), "{why}");
     let why = refused("header", |d, _| edit(d, |b| b[33] ^= 1));
     assert!(why.contains("checksum"), "{why}");
     let why = refused("magic", |d, _| edit(d, |b| b[0] ^= 1));
@@ -337,7 +337,7 @@ fn another_users_index_file_is_neither_trusted_nor_touched() {
 fn body(name: &str, entries: &[(u64, u32)]) -> Load {
     let mut w = BodyWriter::default();
     for &(i, record) in entries {
-        w.push(&key(i), Some(record).filter(|&r| r != u32::MAX), 0);
+        w.push(&Held::Key(key(i)), Some(record).filter(|&r| r != u32::MAX), 0);
     }
     load_of(name, w)
 }
@@ -374,7 +374,7 @@ fn run_records(
     load: Load,
     records: u32,
     maybe_live: &mut [u64],
-) -> (Vec<(Key, u32)>, Vec<u32>, Loaded) {
+) -> (Vec<(Held, u32)>, Vec<u32>, Loaded) {
     let (mut batches, mut free) = (Vec::new(), Vec::new());
     let records = Records {
         count: records,
@@ -405,7 +405,7 @@ fn segment_records_must_be_present_distinct_within_the_capacity_and_marked_live(
     let mut all = [u64::MAX];
     let (got, mut free, ended) = run_records(body("ok", &ok), 8, &mut all);
     assert_eq!(ended, Loaded::Whole);
-    assert_eq!(got, vec![(key(1), 5), (key(2), 0), (key(3), 7)]);
+    assert_eq!(got, vec![(Held::Key(key(1)), 5), (Held::Key(key(2)), 0), (Held::Key(key(3)), 7)]);
     free.sort_unstable();
     assert_eq!(free, [1, 2, 3, 4, 6]);
     let mut all = [u64::MAX];
@@ -433,7 +433,7 @@ fn segment_records_must_be_present_distinct_within_the_capacity_and_marked_live(
     let mut all = [u64::MAX];
     let (got, _, ended) = run_records(body("key", &[(1, 5), (1, 6)]), 8, &mut all);
     assert_eq!(ended, Loaded::Whole);
-    assert_eq!(got, vec![(key(1), 5), (key(1), 6)]);
+    assert_eq!(got, vec![(Held::Key(key(1)), 5), (Held::Key(key(1)), 6)]);
 }
 
 /// A body of `n` entries of the longest key, record `i` for entry `i`,
@@ -443,7 +443,7 @@ fn chunked(n: u32) -> (BodyWriter, u32) {
     for i in 0..n {
         let mut b = [0u8; crate::key::MAX_KEY_LEN];
         b[..4].copy_from_slice(&i.to_le_bytes());
-        w.push(&Key::new(&b).unwrap(), Some(i), 0);
+        w.push(&Held::Key(Key::new(&b).unwrap()), Some(i), 0);
     }
     (w, (CHUNK / MAX_ENTRY) as u32)
 }
