@@ -754,3 +754,7 @@ mod slab;
 #[cfg(test)]
 #[path = "index_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "index_digest_tests.rs"]
+mod digest_tests;

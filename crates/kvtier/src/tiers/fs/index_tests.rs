@@ -167,7 +167,7 @@ fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
 
 /// A key of `len` bytes numbered `i` (distinct for distinct `i` below
 /// 2^(8 len)).
-fn sized(i: u64, len: usize) -> Key {
+pub(super) fn sized(i: u64, len: usize) -> Key {
     let mut b = [0u8; 64];
     let x = i.to_le_bytes();
     b[..len.min(8)].copy_from_slice(&x[..len.min(8)]);
@@ -183,7 +183,11 @@ fn sized(i: u64, len: usize) -> Key {
 /// most per key indexed at any moment of growth past 1000 keys).  The
 /// nodes' chunks (part 1) never move.
 fn grown(n: u64, len: usize) -> (usize, usize, f64) {
-    let mut ix = Index::new(4096);
+    grown_in(Index::new(4096), n, len)
+}
+
+/// [`grown`] in `ix` (empty).
+pub(super) fn grown_in(mut ix: Index, n: u64, len: usize) -> (usize, usize, f64) {
     let mut parts = ix.heap_parts();
     let (mut peak, mut worst) = (0, 0f64);
     for i in 0..n {
