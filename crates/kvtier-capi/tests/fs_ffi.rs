@@ -82,6 +82,37 @@ fn defaults_are_documented_values() {
     assert!(d.layout_fingerprint.is_null());
     assert_eq!(d.max_age_ms, 0);
     assert!(!d.clear_on_shutdown);
+    assert!(!d.key_digests);
+}
+
+/// `key_digests` from C: refused in the files layout and with a max age
+/// (saying why, nothing written), taken in the segments layout.
+#[test]
+fn key_digests_need_the_segments_layout_and_no_max_age() {
+    let s = Setup::new("digests");
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = CString::new(dir.path().to_str().unwrap()).unwrap();
+    let mut index = 99usize;
+    let mut o = small_options(&cdir);
+    o.key_digests = true;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(
+        last_error().contains("key_digests needs the segments layout"),
+        "{}",
+        last_error()
+    );
+    o.layout = KVTIER_FS_LAYOUT_SEGMENTS;
+    o.capacity_bytes = 64 * ((16 << 10) + 4096);
+    o.max_age_ms = 1000;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::InvalidArgument);
+    assert!(last_error().contains("max_age_ms"), "{}", last_error());
+    assert_eq!(index, 99, "nothing written on failure");
+    o.max_age_ms = 0;
+    let st = unsafe { kvtier_manager_add_fs_tier(s.manager, &o, &mut index) };
+    assert_eq!(st, S::Ok, "{}", last_error());
+    assert_ne!(index, 99, "the tier's number written");
 }
 
 /// The layout fingerprint from C: adopted by a new directory, refused for

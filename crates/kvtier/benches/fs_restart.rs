@@ -1,7 +1,8 @@
 //! Restarting a file-system tier with a cold page cache, next to what the
 //! device reads in the same time.
 //!
-//! For each layout (a file per block; segment files), block size (4 KiB,
+//! For each layout (a file per block; segment files; segment files with
+//! key digests, `digests`), block size (4 KiB,
 //! 64 KiB) and block count (10^4, 10^5; up to `KVTIER_BENCH_RESTART_MAX`,
 //! e.g. 1000000, when set): fill a directory with that many blocks through
 //! the tier and shut it down; then, each round, with the page cache of
@@ -29,7 +30,7 @@
 //! blocks (the times until the index is complete and the references; the
 //! time until `open` returns is given as measured).
 //!
-//!     cargo bench -p kvtier --bench fs_restart -- [--out FILE.json] [--dir DIR] [--counts N,N] [--blocks KIB,KIB] [--layouts files,segments] [--rounds N]
+//!     cargo bench -p kvtier --bench fs_restart -- [--out FILE.json] [--dir DIR] [--counts N,N] [--blocks KIB,KIB] [--layouts files,segments,digests] [--rounds N]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -45,6 +46,25 @@ use kvtier_core::request::RequestInfo;
 use kvtier_core::tiering::{Direction, Job, JobId, SecondaryTier};
 use kvtier_core::tiers::fs::format::file_len;
 use kvtier_core::tiers::fs::{FsLayout, FsOptions, FsTier};
+
+/// A tier's layout as this benchmark names it: the segments layout with
+/// key digests (`FsOptions::key_digests`) is a third.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Files,
+    Segments,
+    /// Segments, keys kept as digests in the index.
+    Digests,
+}
+
+impl Kind {
+    fn layout(self) -> FsLayout {
+        match self {
+            Kind::Files => FsLayout::Files,
+            Kind::Segments | Kind::Digests => FsLayout::Segments,
+        }
+    }
+}
 
 #[path = "fs_restart/cold.rs"]
 mod cold;
@@ -110,7 +130,7 @@ struct Args {
     dir: PathBuf,
     counts: Vec<u64>,
     blocks: Vec<usize>,
-    layouts: Vec<FsLayout>,
+    layouts: Vec<Kind>,
     rounds: usize,
 }
 
@@ -136,7 +156,7 @@ fn parse() -> Args {
         dir: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")),
         counts: default_counts(),
         blocks: vec![4 << 10, 64 << 10],
-        layouts: vec![FsLayout::Files, FsLayout::Segments],
+        layouts: vec![Kind::Files, Kind::Segments, Kind::Digests],
         rounds: 2,
     };
     let mut it = std::env::args().skip(1);
@@ -161,7 +181,7 @@ fn parse() -> Args {
                     .collect()
             }
             "--layouts" => {
-                a.layouts = list("files,segments")
+                a.layouts = list("files,segments,digests")
                     .iter()
                     .map(|l| layout_of(l))
                     .collect()
@@ -175,18 +195,20 @@ fn parse() -> Args {
     a
 }
 
-fn layout_of(name: &str) -> FsLayout {
+fn layout_of(name: &str) -> Kind {
     match name {
-        "files" => FsLayout::Files,
-        "segments" => FsLayout::Segments,
+        "files" => Kind::Files,
+        "segments" => Kind::Segments,
+        "digests" => Kind::Digests,
         other => panic!("unknown layout {other}"),
     }
 }
 
-fn layout_name(l: FsLayout) -> &'static str {
+fn layout_name(l: Kind) -> &'static str {
     match l {
-        FsLayout::Files => "files",
-        FsLayout::Segments => "segments",
+        Kind::Files => "files",
+        Kind::Segments => "segments",
+        Kind::Digests => "digests",
     }
 }
 
@@ -204,10 +226,11 @@ fn key(i: u64) -> Key {
 
 /// The options of every open of one case: the segments sized for exactly
 /// `blocks` blocks (nothing evicted).
-fn options(dir: &Path, layout: FsLayout, block: usize, blocks: u64) -> FsOptions {
+fn options(dir: &Path, kind: Kind, block: usize, blocks: u64) -> FsOptions {
     let mut o = FsOptions::new(dir);
-    o.layout = layout;
-    if layout == FsLayout::Segments {
+    o.layout = kind.layout();
+    o.key_digests = kind == Kind::Digests;
+    if o.layout == FsLayout::Segments {
         o.capacity_bytes = blocks * file_len(block);
         o.high_watermark = 1.0;
         o.low_watermark = 1.0;
@@ -216,7 +239,7 @@ fn options(dir: &Path, layout: FsLayout, block: usize, blocks: u64) -> FsOptions
 }
 
 /// Stores `blocks` blocks through the tier and shuts it down cleanly.
-fn fill(dir: &Path, layout: FsLayout, block: usize, blocks: u64) -> Duration {
+fn fill(dir: &Path, layout: Kind, block: usize, blocks: u64) -> Duration {
     let mem = SlotMemory::anonymous(FILL_JOB as u32, block).unwrap();
     for s in 0..FILL_JOB as u32 {
         mem.write(s, 0, &vec![s as u8 ^ 0x5a; block]).unwrap();
@@ -265,7 +288,7 @@ struct Opened {
 /// tables), the index's fixed part: measured on an empty directory beside
 /// `dir` with the case's layout and block size, once to warm up whatever
 /// the first open allocates for good and once counted.
-fn empty_tier_heap(dir: &Path, layout: FsLayout, block: usize) -> usize {
+fn empty_tier_heap(dir: &Path, layout: Kind, block: usize) -> usize {
     let empty = dir.with_extension("empty");
     let mut base = 0;
     for _ in 0..2 {
@@ -334,7 +357,7 @@ fn child(args: &[String]) {
 }
 
 /// Opens the tier in a fresh process (see [`child`]).
-fn open_in_child(dir: &Path, layout: FsLayout, block: usize, blocks: u64, crash: bool) -> Opened {
+fn open_in_child(dir: &Path, layout: Kind, block: usize, blocks: u64, crash: bool) -> Opened {
     let out = Command::new(std::env::current_exe().expect("this benchmark's path"))
         .arg("--child")
         .arg(dir)
@@ -383,7 +406,7 @@ fn cold(dir: &Path, c: &mut Case) -> Vec<PathBuf> {
 }
 
 /// Where each block's header is, in this layout.
-fn headers(files: &[PathBuf], layout: FsLayout, block: usize) -> cold::Headers {
+fn headers(files: &[PathBuf], layout: Kind, block: usize) -> cold::Headers {
     let ext = |p: &Path, e: &str| p.extension().is_some_and(|x| x == e);
     let named = |e: &str| {
         files
@@ -393,8 +416,8 @@ fn headers(files: &[PathBuf], layout: FsLayout, block: usize) -> cold::Headers {
             .collect::<Vec<_>>()
     };
     match layout {
-        FsLayout::Files => cold::Headers::Files(named("kvb")),
-        FsLayout::Segments => {
+        Kind::Files => cold::Headers::Files(named("kvb")),
+        Kind::Segments | Kind::Digests => {
             let record = file_len(block);
             let segs = named("kvs");
             let at = segs
@@ -410,7 +433,7 @@ fn headers(files: &[PathBuf], layout: FsLayout, block: usize) -> cold::Headers {
     }
 }
 
-fn run_case(root: &Path, layout: FsLayout, block: usize, blocks: u64, rounds: usize) -> Case {
+fn run_case(root: &Path, layout: Kind, block: usize, blocks: u64, rounds: usize) -> Case {
     let dir = root.join(format!("{}-{}k-{blocks}", layout_name(layout), block >> 10));
     let _ = std::fs::remove_dir_all(&dir);
     let mut c = Case {

@@ -78,7 +78,10 @@ fn serves(tier: &mut FsTier, mem: &SlotMemory, blocks: &[(u8, u32)]) {
         let r: JobResult = wait(tier, 1).remove(0);
         assert!(r.success && r.succeeded_keys.is_none(), "{r:?}");
         for (s, &(f, i)) in chunk.iter().enumerate() {
-            assert!(holds(mem, s as u32, id(f, i)), "block {f}/{i} came back wrong");
+            assert!(
+                holds(mem, s as u32, id(f, i)),
+                "block {f}/{i} came back wrong"
+            );
         }
     }
 }
@@ -186,7 +189,10 @@ fn an_index_of_digests_is_scanned_for_without_digests_and_one_of_keys_is_loaded_
 
     let mut tier = fs_blocks::open_rebuilt(mem.clone(), without.clone()).unwrap();
     let r = tier.rebuild_report();
-    assert!(r.index_rejected && !r.index_loaded && r.blocks == 24, "{r:?}");
+    assert!(
+        r.index_rejected && !r.index_loaded && r.blocks == 24,
+        "{r:?}"
+    );
     serves(&mut tier, &mem, &blocks);
     tier.shutdown().unwrap();
     drop(tier);

@@ -286,7 +286,9 @@ impl Index {
         let h = hash_of(&self.hasher, bytes);
         let nodes = &self.nodes;
         self.map
-            .find(h, |&i| nodes.key(i) == bytes && nodes.is_digest(i) == digest)
+            .find(h, |&i| {
+                nodes.key(i) == bytes && nodes.is_digest(i) == digest
+            })
             .copied()
     }
 

@@ -102,12 +102,18 @@ fn a_prefix_hands_digests_to_the_caller_unless_it_is_empty() {
     let (mut idle, mut unsure) = (Vec::new(), Vec::new());
     // Being written: its header may not be on disk yet.
     assert_eq!(ix.with_prefix(&[7], &mut idle, &mut unsure), 0);
-    assert_eq!((idle.clone(), unsure.clone()), (vec![Held::Key(ab)], vec![]));
+    assert_eq!(
+        (idle.clone(), unsure.clone()),
+        (vec![Held::Key(ab)], vec![])
+    );
     assert!(ix.set_ready(&long(7)));
     idle.clear();
     assert_eq!(ix.with_prefix(&[7], &mut idle, &mut unsure), 0);
     let d = digest_of(SEED | 1, long(7).as_bytes());
-    assert_eq!((idle.clone(), unsure.clone()), (vec![Held::Key(ab)], vec![(d, 9)]));
+    assert_eq!(
+        (idle.clone(), unsure.clone()),
+        (vec![Held::Key(ab)], vec![(d, 9)])
+    );
     // The state the caller asks of it once it has read the key.
     assert_eq!(ix.held_state(&Held::Digest(d)), Some((State::Ready, false)));
     assert!(ix.add_reader(&long(7)));
@@ -130,7 +136,10 @@ fn found_digests_go_below_every_key_and_keep_their_records() {
     let d = digest_of(SEED | 1, long(2).as_bytes());
     assert!(ix.insert_found_held(&Held::Digest(d), Some(3)));
     assert_eq!(ix.record(&long(2)), Some(3));
-    assert_eq!(ix.evict_one(false).map(|k| k.as_bytes().to_vec()), Some(d.to_vec()));
+    assert_eq!(
+        ix.evict_one(false).map(|k| k.as_bytes().to_vec()),
+        Some(d.to_vec())
+    );
 }
 
 #[test]
@@ -152,7 +161,9 @@ fn a_key_of_32_or_64_bytes_costs_under_48_heap_bytes_at_a_million_keys() {
         assert!(ix.insert(sized(i, 32), State::Ready));
     }
     let per = ix.heap_bytes() as f64 / N as f64;
-    eprintln!("index with digests of {N} keys of 32 bytes reserved at once: {per:.1} bytes per key");
+    eprintln!(
+        "index with digests of {N} keys of 32 bytes reserved at once: {per:.1} bytes per key"
+    );
     assert!(per < 48.0, "{per}");
     assert!((0..N).all(|i| ix.get(&sized(i, 32)) == Some((State::Ready, 0))));
     assert!(ix.get(&sized(N, 32)).is_none());

@@ -82,7 +82,10 @@ impl Index {
         record: Option<u32>,
     ) -> bool {
         let added = self.insert_held(held, State::Ready);
-        debug_assert!(added != super::Added::Present, "the key was indexed already");
+        debug_assert!(
+            added != super::Added::Present,
+            "the key was indexed already"
+        );
         if added != super::Added::Yes {
             return false;
         }

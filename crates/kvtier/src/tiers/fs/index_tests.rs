@@ -145,7 +145,11 @@ fn held_keys_are_out_of_eviction_retirement_and_drops_until_released() {
     ix.touch(&k(0));
     assert!(!ix.retire(&k(0)));
     let mut idle = Vec::new();
-    assert_eq!(ix.with_prefix(&[], &mut idle, &mut Vec::new()), 3, "two held, one written");
+    assert_eq!(
+        ix.with_prefix(&[], &mut idle, &mut Vec::new()),
+        3,
+        "two held, one written"
+    );
     idle.sort_unstable();
     assert_eq!(idle, vec![Held::Key(k(2)), Held::Key(k(3))]);
     let mut all = Vec::new();
@@ -316,7 +320,10 @@ fn keys_of_every_length_are_kept_apart_each_in_its_class() {
     let mut idle = Vec::new();
     ix.with_prefix(&[7; 60], &mut idle, &mut Vec::new());
     idle.sort_unstable();
-    assert_eq!(idle, (60..=64).map(|n| Held::Key(key(n))).collect::<Vec<_>>());
+    assert_eq!(
+        idle,
+        (60..=64).map(|n| Held::Key(key(n))).collect::<Vec<_>>()
+    );
     for len in (1..=64).filter(|&l| l != 9) {
         assert_eq!(ix.evict_one(false), Some(key(len)));
     }

@@ -49,7 +49,8 @@
 //!     only the records the live map (`live.rs`) says may hold a block are
 //!     read.
 //! - The index keeps each key once, beside its node: about 43 heap bytes
-//!   per block for 16-byte keys, 59 for 32-byte ones (`index.rs`).
+//!   per block for 16-byte keys, 59 for 32-byte ones; with key digests
+//!   (segments layout), 43 whatever the key's length (`index.rs`).
 //! - Blocks removed behind the tier's back are taken out of the index (and
 //!   the byte count) when a transfer proves them gone: a load that finds a
 //!   file missing drops its key; a store or load that finds the root

@@ -27,6 +27,10 @@
 //! - Segments: only records known to hold no block (clear in the live
 //!   map, or read by the scan and found free) are handed to stores; until
 //!   the scan has freed some, a store that finds none is refused as full.
+//! - With key digests, keys are compared as the index holds them (a key
+//!   of more than 16 bytes by its digest), and an entry the load hands on
+//!   as a digest is checked against the prefixes dropped meanwhile by
+//!   reading its record's header (only when a non-empty one was).
 //! - Blocks found are less recent than every block the tier stored or
 //!   used since it opened; they are announced as found.
 //! - When the scan ends, a directory over the capacity's high watermark is
@@ -127,7 +131,10 @@ pub(super) fn start(
     let mut index = if opts.key_digests {
         // The persisted index's seed, for its digests; else a new one.
         let seed = load.as_ref().map_or(0, Load::digest_seed);
-        Index::with_digests(file_len(block_bytes), if seed != 0 { seed } else { new_seed() })
+        Index::with_digests(
+            file_len(block_bytes),
+            if seed != 0 { seed } else { new_seed() },
+        )
     } else {
         Index::new(file_len(block_bytes))
     };

@@ -6,11 +6,13 @@
 //! - `kvtier-generation`: the directory's generation, a decimal number and
 //!   a newline (none: generation 0).
 //! - `kvtier-index`: the index, written at a clean shutdown: a header of
-//!   80 bytes (magic `KVTINDEX`, format version 2, layout, block size, the
+//!   80 bytes (magic `KVTINDEX`, format version 3, layout, block size, the
 //!   fingerprint's hash, the generation it belongs to, the number of
-//!   entries, the body's length, the number of chunks, the header's own
-//!   xxh3-64), then the body: one entry per Ready block, least recently
-//!   used first (key length, key, segment record (`u32::MAX` for none),
+//!   entries, the body's length, the number of chunks, the seed of the
+//!   key digests (0: none), the header's own xxh3-64), then the body: one
+//!   entry per Ready block, least recently used first (key length and
+//!   key, or with key digests for a key of more than 16 bytes 0x80 and
+//!   its 16-byte digest; segment record (`u32::MAX` for none),
 //!   store time (nanoseconds since the epoch, 0 unknown; the segments
 //!   layout counts ages from the open, as its scan does)), cut into
 //!   chunks of at most 1 MiB of whole entries, each followed by a trailer
@@ -24,7 +26,9 @@
 //! header is whole (its checksum) and of this format (an older version is
 //! refused like any untrusted file), layout, block size and fingerprint,
 //! carries the directory's current generation, and its length is what
-//! the header's counts allow.  Whatever it was, the generation is then
+//! the header's counts allow; one written with key digests only by a
+//! tier that keeps them (whose digests then take its seed: a tier with
+//! digests that finds whole keys digests them under a new one).  Whatever it was, the generation is then
 //! moved on (written and `fsync`ed with its directory) and the index file
 //! removed, before the tier serves, its descriptor kept for the body: an
 //! index is used at most once, and a crash afterwards, during the load or

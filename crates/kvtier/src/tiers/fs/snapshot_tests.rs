@@ -337,7 +337,11 @@ fn another_users_index_file_is_neither_trusted_nor_touched() {
 fn body(name: &str, entries: &[(u64, u32)]) -> Load {
     let mut w = BodyWriter::default();
     for &(i, record) in entries {
-        w.push(&Held::Key(key(i)), Some(record).filter(|&r| r != u32::MAX), 0);
+        w.push(
+            &Held::Key(key(i)),
+            Some(record).filter(|&r| r != u32::MAX),
+            0,
+        );
     }
     load_of(name, w)
 }
@@ -405,7 +409,14 @@ fn segment_records_must_be_present_distinct_within_the_capacity_and_marked_live(
     let mut all = [u64::MAX];
     let (got, mut free, ended) = run_records(body("ok", &ok), 8, &mut all);
     assert_eq!(ended, Loaded::Whole);
-    assert_eq!(got, vec![(Held::Key(key(1)), 5), (Held::Key(key(2)), 0), (Held::Key(key(3)), 7)]);
+    assert_eq!(
+        got,
+        vec![
+            (Held::Key(key(1)), 5),
+            (Held::Key(key(2)), 0),
+            (Held::Key(key(3)), 7)
+        ]
+    );
     free.sort_unstable();
     assert_eq!(free, [1, 2, 3, 4, 6]);
     let mut all = [u64::MAX];
