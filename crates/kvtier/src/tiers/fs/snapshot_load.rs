@@ -161,6 +161,10 @@ impl Load {
             if let Err(why) = check_chunk(i, bytes, &mut entries) {
                 return Loaded::Rejected(why.into());
             }
+            let digest = |(key, _, _): &(Held, Option<u32>, u64)| matches!(key, Held::Digest(_));
+            if self.digest_seed == 0 && entries.iter().any(digest) {
+                return Loaded::Rejected("a key digest in an index of whole keys".into());
+            }
             left -= u64::from(count);
             end -= whole;
             let sent = match &mut records {

@@ -99,3 +99,53 @@ fn a_body_bad_in_its_first_chunk_is_scanned_for_and_every_block_found_once() {
         assert!(dir.path().join(INDEX_NAME).is_file(), "{layout:?}");
     }
 }
+
+#[test]
+fn a_key_digest_in_an_index_of_whole_keys_is_refused_and_scanned_for() {
+    use super::super::index::Held;
+    let dir = tempfile::tempdir().unwrap();
+    let slots = SlotMemory::anonymous(4, 4096).unwrap();
+    let opts = FsOptions {
+        layout: FsLayout::Segments,
+        capacity_bytes: 64 * super::super::format::file_len(4096),
+        ..FsOptions::new(dir.path())
+    };
+    let mut t = FsTier::open(slots.clone(), opts.clone()).unwrap();
+    let keys: Vec<Key> = (0..4).map(|i| Key::new(&[i; 32]).unwrap()).collect();
+    store(&mut t, &keys);
+    t.shutdown().unwrap();
+    drop(t);
+    // The same file, its first entry given as a digest (the header still
+    // says whole keys, its checksums right).
+    let p = dir.path().join(INDEX_NAME);
+    let bytes = std::fs::read(&p).unwrap();
+    let h = Header::decode(bytes[..HEADER].try_into().unwrap()).unwrap();
+    assert_eq!(h.digest_seed, 0);
+    let mut entries = Vec::new();
+    check_chunk(0, &bytes[HEADER..], &mut entries).unwrap();
+    entries[0].0 = Held::Digest([9; 16]);
+    let mut w = BodyWriter::default();
+    for (key, record, at) in &entries {
+        w.push(key, *record, *at);
+    }
+    let (body, _, _) = w.finish();
+    let mut out = Header {
+        body_len: body.len() as u64,
+        ..h
+    }
+    .encode()
+    .to_vec();
+    out.extend_from_slice(&body);
+    std::fs::write(&p, out).unwrap();
+    let mut t = FsTier::open(slots, opts).unwrap();
+    let r = t.wait_rebuilt();
+    assert!(r.index_rejected && r.blocks == 4, "{r:?}");
+    let mut errors = Vec::new();
+    t.take_errors(&mut errors);
+    assert!(
+        errors.iter().any(|e| e.contains("a key digest in an index of whole keys")),
+        "{errors:?}"
+    );
+    let req = Request::default();
+    assert!(keys.iter().all(|k| t.lookup(k, &req) == TierLookup::Hit));
+}
