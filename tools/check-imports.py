@@ -181,8 +181,15 @@ def starts_item(text, start):
 MOD_RE = re.compile(r"(#\[[^\]]*\]\s*)*(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(\w+)\s*([;{])")
 
 
+PATH_ATTR_RE = re.compile(
+    r'#\[path\s*=\s*"([^"]+)"\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(\w+)\s*;')
+
+
 def parse_file(src, modules, path, file, test):
-    text = strip_comments_and_strings(open(file, encoding="utf-8").read())
+    raw = open(file, encoding="utf-8").read()
+    # The `#[path]` of each `mod x;` (blanked with the strings below).
+    path_attrs = {m.group(2): m.group(1) for m in PATH_ATTR_RE.finditer(raw)}
+    text = strip_comments_and_strings(raw)
     mod = modules[path]
 
     # Find inline modules (name, body start, body end) and file modules.
@@ -215,8 +222,11 @@ def parse_file(src, modules, path, file, test):
                 continue  # `mod x;` inside an inline module: not used here
             cdir = child_dir(src, path, file)
             cfile = None
-            for cand in (os.path.join(cdir, name + ".rs"),
-                         os.path.join(cdir, name, "mod.rs")):
+            # `#[path = "x.rs"]`: beside the declaring file.
+            at = path_attrs.get(name)
+            named = [os.path.join(os.path.dirname(file), at)] if at else []
+            for cand in named + [os.path.join(cdir, name + ".rs"),
+                                 os.path.join(cdir, name, "mod.rs")]:
                 if os.path.exists(cand):
                     cfile = cand
                     break

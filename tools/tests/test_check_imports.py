@@ -68,6 +68,18 @@ class CheckImports(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("circles: 1", out)
 
+    def test_a_module_file_named_by_a_path_attribute_is_read(self):
+        # `key.rs` names its child's file with `#[path]`; the child imports
+        # `request`, which imports `key`: a circle only seen by reading it.
+        rc, out = run({
+            "lib.rs": "pub mod key;\npub mod request;\n",
+            "key.rs": '#[path = "key_parts.rs"]\nmod parts;\nuse parts::Part;\npub struct Key(Part);\n',
+            "key_parts.rs": "use crate::request::Request;\npub struct Part(Request);\n",
+            "request.rs": "use crate::key::Key;\npub struct Request;\n",
+        })
+        self.assertEqual(rc, 1, out)
+        self.assertIn("circles: 1", out)
+
     def test_unranked_module_fails(self):
         rc, out = run({
             "lib.rs": "pub mod error;\npub mod newcomer;\n",

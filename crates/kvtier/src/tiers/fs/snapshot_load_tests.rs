@@ -143,7 +143,9 @@ fn a_key_digest_in_an_index_of_whole_keys_is_refused_and_scanned_for() {
     let mut errors = Vec::new();
     t.take_errors(&mut errors);
     assert!(
-        errors.iter().any(|e| e.contains("a key digest in an index of whole keys")),
+        errors
+            .iter()
+            .any(|e| e.contains("a key digest in an index of whole keys")),
         "{errors:?}"
     );
     let req = Request::default();
