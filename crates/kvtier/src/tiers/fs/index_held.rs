@@ -64,23 +64,26 @@ impl Index {
         self.digest_seed
     }
 
+    /// The digest this index keeps for `key`, if it keeps one (with
+    /// digests, for a key of more than [`DIGEST_LEN`] bytes).
+    #[inline]
+    fn digest_kept(&self, key: &Key) -> Option<Digest> {
+        let seed = self.digest_seed?;
+        (key.len() > DIGEST_LEN).then(|| digest_of(seed, key.as_bytes()))
+    }
+
     /// `key` as this index holds it.
     #[inline]
     pub(in crate::tiers::fs) fn held(&self, key: &Key) -> Held {
-        match self.digest_seed {
-            Some(seed) if key.len() > DIGEST_LEN => Held::Digest(digest_of(seed, key.as_bytes())),
-            _ => Held::Key(*key),
-        }
+        self.digest_kept(key).map_or(Held::Key(*key), Held::Digest)
     }
 
     /// Node number of `key`.
     #[inline]
     pub(super) fn find(&self, key: &Key) -> Option<u32> {
-        match self.digest_seed {
-            Some(seed) if key.len() > DIGEST_LEN => {
-                self.find_bytes(&digest_of(seed, key.as_bytes()), true)
-            }
-            _ => self.find_bytes(key.as_bytes(), false),
+        match self.digest_kept(key) {
+            Some(d) => self.find_bytes(&d, true),
+            None => self.find_bytes(key.as_bytes(), false),
         }
     }
 

@@ -190,6 +190,13 @@ impl std::fmt::Debug for FsTier {
     }
 }
 
+/// The event capacity a tier of `opts` takes when `asked` for one: 0
+/// with key digests (a key kept as a digest could not be announced as
+/// removed).
+pub(super) fn event_capacity(opts: &FsOptions, asked: usize) -> usize {
+    if opts.key_digests { 0 } else { asked }
+}
+
 impl SecondaryTier for FsTier {
     fn name(&self) -> &str {
         "fs"
@@ -279,10 +286,9 @@ impl SecondaryTier for FsTier {
         self.events.take(max, out);
     }
 
-    /// With key digests the tier announces nothing (capacity 0): a key
-    /// kept as a digest could not be announced as removed.
+    /// With key digests the tier announces nothing ([`event_capacity`]).
     fn set_event_capacity(&mut self, capacity: usize) {
-        let capacity = if self.opts.key_digests { 0 } else { capacity };
+        let capacity = event_capacity(&self.opts, capacity);
         let index = &mut self.index;
         self.events
             .set_capacity(capacity, |key| index.clear_announced(&key));
@@ -340,11 +346,11 @@ impl SecondaryTier for FsTier {
         self.note_dropped(key_prefix);
         let mut kept = self.index.with_prefix(key_prefix, &mut idle, &mut unsure);
         let mut scratch = file::Scratch::new();
+        let shared = self.pool.shared();
         for (digest, record) in unsure {
-            let disk = &self.pool.shared().disk;
-            let io = &self.pool.shared().io;
-            let matches = disk
-                .record_key(io, record, &mut scratch)
+            let matches = shared
+                .disk
+                .record_key(&shared.io, record, &mut scratch)
                 .is_some_and(|k| k.as_bytes().starts_with(key_prefix));
             let held = index::Held::Digest(digest);
             match self.index.held_state(&held) {

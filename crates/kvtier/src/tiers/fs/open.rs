@@ -106,10 +106,10 @@ impl FsTier {
                 Some(segments)
             }
         };
+        let events = Announcer::new(super::event_capacity(&opts, DEFAULT_TIER_EVENT_CAPACITY));
         // Taken (and made unusable again) only once the segments lock is
         // held: an open refused for the lock or the segment files leaves
         // the index file for the next one.
-        let key_digests = opts.key_digests;
         let mut persisted = Persisted::open(root, &opts, block_bytes)?;
         // The one place the index comes from: the body of the one
         // persisted at the last clean shutdown, if its header is trusted,
@@ -160,12 +160,7 @@ impl FsTier {
             checks: Default::default(),
             pending_checks: 0,
             absent: Vec::new(),
-            // With key digests, no events (see `set_event_capacity`).
-            events: Announcer::new(if key_digests {
-                0
-            } else {
-                DEFAULT_TIER_EVENT_CAPACITY
-            }),
+            events,
             counts,
             rebuild,
             rebuild_state: scan.map(Box::new),

@@ -158,6 +158,8 @@ pub(super) enum RecordHolds {
     Nothing,
     /// A damaged header, or one of another format or block size.
     Damaged,
+    /// No such record (past the segments).
+    Outside,
 }
 
 /// Reads record `r`'s header of `geometry` (blocks of `block_bytes`).
@@ -168,7 +170,7 @@ pub(super) fn record_holds(
     scratch: &mut Scratch,
 ) -> RecordHolds {
     let Some((fd, off)) = geometry.locate(r) else {
-        return RecordHolds::Nothing;
+        return RecordHolds::Outside;
     };
     let page = scratch.page_mut();
     // SAFETY: the page is HEADER_LEN writable, aligned bytes.
@@ -201,10 +203,8 @@ fn read_headers(
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        if geometry.locate(r).is_none() {
-            continue;
-        }
         match record_holds(geometry, r, block_bytes, scratch) {
+            RecordHolds::Outside => {}
             RecordHolds::Block(key) => found.0.push((Held::Key(key), r)),
             RecordHolds::Nothing => found.1.push(r),
             RecordHolds::Damaged => {
