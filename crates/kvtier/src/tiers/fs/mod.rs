@@ -286,7 +286,7 @@ impl SecondaryTier for FsTier {
         self.events.take(max, out);
     }
 
-    /// With key digests the tier announces nothing ([`event_capacity`]).
+    /// With key digests the tier announces nothing (`FsOptions::key_digests`).
     fn set_event_capacity(&mut self, capacity: usize) {
         let capacity = event_capacity(&self.opts, capacity);
         let index = &mut self.index;
